@@ -1,0 +1,173 @@
+"""Parallel-beam FBP benchmark: leveret (CPU, CUDA) and ASTRA 2.5.0 in the same run.
+
+Prints a table and writes JSON. Problems (issue 2):
+  CPU   FBP of 512^2 from 720 angles
+  GPU   back-projection and FBP of 2048^2 slices from 2048 angles, 1 and 64
+        slices, from device (CuPy) arrays and from NumPy arrays
+  ASTRA BP_CUDA / FBP_CUDA 2D and parallel3d BP on the same problems
+
+GU/s = image pixels x slices x angles / time / 1e9. Usage:
+  PYTHONPATH=src python3 bench/bench_fbp.py [--cpu] [--gpu] [--astra] [--out FILE]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import sys
+import time
+from datetime import datetime, timezone
+
+import numpy as np
+
+RESULTS: list[dict] = []
+
+
+def record(name, seconds, updates, *, peer="leveret", note=""):
+    row = {"problem": name, "code": peer, "seconds": seconds,
+           "GU_per_s": updates / seconds / 1e9 if updates else None, "note": note}
+    RESULTS.append(row)
+    gus = f"{row['GU_per_s']:9.1f}" if updates else "        -"
+    print(f"{peer:8s} {name:58s} {seconds * 1e3:10.2f} ms {gus} GU/s  {note}", flush=True)
+
+
+def median_time(fn, reps=5, warmup=1, sync=None):
+    for _ in range(warmup):
+        fn()
+    if sync:
+        sync()
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        if sync:
+            sync()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def bench_cpu():
+    import leveret
+    n, n_angles = 512, 720
+    g = leveret.ParallelGeometry(np.linspace(0, np.pi, n_angles, endpoint=False), n)
+    sino = np.random.default_rng(0).random((n_angles, n), dtype=np.float32)
+    t = median_time(lambda: leveret.fbp(sino, g, backend="cpu"), reps=5)
+    record("FBP 512^2 from 720 angles (CPU, all cores)", t, n * n * n_angles)
+
+
+def bench_gpu(n=2048, n_angles=2048, slice_counts=(1, 64)):
+    import cupy as cp
+    import leveret
+    from leveret.operators import ParallelBackprojection
+
+    sync = cp.cuda.Device().synchronize
+    angles = np.linspace(0, np.pi, n_angles, endpoint=False)
+    for n_slices in slice_counts:
+        g = leveret.ParallelGeometry(angles, n, n_rows=n_slices)
+        vol = g.default_volume()
+        updates = n * n * n_slices * n_angles
+        op = ParallelBackprojection(g, vol, backend="cuda")
+        sinos = cp.random.random((n_slices, n_angles, n), dtype=cp.float32)
+        out = cp.empty((n_slices, n, n), cp.float32)
+        t = median_time(lambda: op(sinos, out=out), reps=5, sync=sync)
+        record(f"BP {n}^2 x {n_slices} slices from {n_angles} angles, device arrays", t, updates,
+               note="texture upload included")
+        del sinos, out
+        proj_dev = cp.random.random((n_angles, n_slices, n), dtype=cp.float32)
+        out_dev = cp.empty(vol.shape, cp.float32)
+        t = median_time(lambda: leveret.fbp(proj_dev, g, out=out_dev), reps=5, sync=sync)
+        record(f"FBP {n}^2 x {n_slices} slices from {n_angles} angles, device arrays", t, updates)
+        del proj_dev, out_dev
+        proj = np.random.default_rng(1).random((n_angles, n_slices, n), dtype=np.float32)
+        out_host = np.empty(vol.shape, np.float32)
+        t = median_time(lambda: leveret.fbp(proj, g, out=out_host), reps=3, sync=sync)
+        pcie = (proj.nbytes + out_host.nbytes) / 55e9
+        record(f"FBP {n}^2 x {n_slices} slices from {n_angles} angles, NumPy arrays", t, updates,
+               note=f"pinned PCIe floor for the bytes alone {pcie * 1e3:.0f} ms")
+
+
+def bench_astra(n=2048, n_angles=2048, n_slices=64):
+    try:
+        import astra
+        import astra.experimental as ae
+        import cupy as cp
+    except Exception as exc:  # noqa: BLE001 - report and go on
+        print(f"ASTRA not available: {exc}")
+        return
+    sync = cp.cuda.Device().synchronize
+    angles = np.linspace(0, np.pi, n_angles, endpoint=False)
+    vg = astra.create_vol_geom(n, n)
+    pg = astra.create_proj_geom("parallel", 1.0, n, angles)
+    sino = np.random.rand(n_angles, n).astype(np.float32)
+    for alg in ("BP_CUDA", "FBP_CUDA"):
+        sid = astra.data2d.create("-sino", pg, sino)
+        rid = astra.data2d.create("-vol", vg, 0)
+        cfg = astra.astra_dict(alg)
+        cfg["ProjectionDataId"], cfg["ReconstructionDataId"] = sid, rid
+        aid = astra.algorithm.create(cfg)
+        t = median_time(lambda: astra.algorithm.run(aid), reps=3)
+        record(f"{alg} {n}^2 x 1 slice from {n_angles} angles, NumPy arrays", t, n * n * n_angles,
+               peer="astra")
+        astra.algorithm.delete(aid)
+        astra.data2d.delete([sid, rid])
+
+    vg3 = astra.create_vol_geom(n, n, n_slices)
+    pg3 = astra.create_proj_geom("parallel3d", 1.0, 1.0, n_slices, n, angles)
+    updates = n * n * n_slices * n_angles
+    proj = cp.random.random((n_slices, n_angles, n), dtype=cp.float32)
+    vol = cp.zeros((n_slices, n, n), cp.float32)
+    pj = astra.create_projector("cuda3d", pg3, vg3)
+    vl = astra.data3d.GPULink(vol.data.ptr, n, n, n_slices, n * 4)
+    pl = astra.data3d.GPULink(proj.data.ptr, n, n_angles, n_slices, n * 4)
+    t = median_time(lambda: ae.direct_BP3D(pj, vl, pl), reps=3, sync=sync)
+    record(f"BP {n}^2 x {n_slices} slices from {n_angles} angles, device arrays", t, updates, peer="astra",
+           note="direct_BP3D")
+    del proj, vol
+    proj_h = np.random.rand(n_slices, n_angles, n).astype(np.float32)
+    pid = astra.data3d.create("-proj3d", pg3, proj_h)
+    vid = astra.data3d.create("-vol", vg3, 0)
+    cfg = astra.astra_dict("BP3D_CUDA")
+    cfg["ProjectionDataId"], cfg["ReconstructionDataId"] = pid, vid
+    aid = astra.algorithm.create(cfg)
+    t = median_time(lambda: (astra.algorithm.run(aid), astra.data3d.get_shared(vid).sum()), reps=3)
+    record(f"BP {n}^2 x {n_slices} slices from {n_angles} angles, NumPy arrays", t, updates, peer="astra",
+           note="BP3D_CUDA, no filter")
+    astra.algorithm.delete(aid)
+    astra.data3d.delete([pid, vid])
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--cpu", action="store_true", help="run the CPU problem")
+    parser.add_argument("--gpu", action="store_true", help="run the leveret GPU problems")
+    parser.add_argument("--astra", action="store_true", help="run ASTRA on the GPU problems")
+    parser.add_argument("--out", default=None, help="JSON file for the results")
+    args = parser.parse_args(argv)
+    if not (args.cpu or args.gpu or args.astra):
+        args.cpu = args.gpu = args.astra = True
+    meta = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "host": platform.node(), "python": platform.python_version(),
+            "command": " ".join(["python3"] + sys.argv)}
+    if args.gpu or args.astra:
+        from leveret.backends import describe
+        meta["devices"] = describe()
+        gpu = [d for d in meta["devices"] if d.get("available")]
+        print("GPU:", gpu[0]["name"] if gpu else "none")
+    print(f"{'code':8s} {'problem':58s} {'time':>13s} {'rate':>14s}")
+    if args.cpu:
+        bench_cpu()
+    if args.gpu:
+        bench_gpu()
+    if args.astra:
+        bench_astra()
+    if args.out:
+        from leveret.io import atomic_output
+        with atomic_output(args.out, overwrite=True) as tmp:
+            with open(tmp, "w") as fh:
+                json.dump({"meta": meta, "results": RESULTS}, fh, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

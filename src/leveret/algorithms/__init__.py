@@ -1,0 +1,4 @@
+"""Reconstruction algorithms, built on operators and filters only."""
+from .parallel_fbp import fbp
+
+__all__ = ["fbp"]

@@ -1,0 +1,212 @@
+"""Filtered back-projection for parallel-beam sinograms and projection stacks."""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import _validate as v
+from ..filters import FILTERS, apply_filter, filter_response
+from ..geometry import ParallelGeometry, VolumeGeometry
+from ..memory import fbp_bytes_per_slice, gpu_free_bytes, host_available_bytes, plan_chunk
+from ..operators import ParallelBackprojection
+
+
+def fbp(projections, geometry: ParallelGeometry, volume: VolumeGeometry | None = None, *,
+        filter: str = "ram-lak", interpolation: str = "linear", backend: str = "auto",
+        cutoff: float = 1.0, padding: str = "zero", angle_weights="auto",
+        precision: str = "single", chunk_slices: int | None = None, out=None,
+        progress: bool = False):
+    """Filtered back-projection (FBP) of parallel-beam data.
+
+    Parameters
+    ----------
+    projections : ndarray
+        ``(n_angles, n_cols)`` sinogram or ``(n_angles, n_rows, n_cols)``
+        stack of line integrals (value x length), NumPy or CuPy.
+    geometry : ParallelGeometry
+        Must match ``projections.shape``.
+    volume : VolumeGeometry, optional
+        Output grid; default ``geometry.default_volume()``. Slices of a 3D
+        volume take the detector row at their height (linearly interpolated
+        between rows when the grids are not aligned; zero off the detector).
+    filter : {"ram-lak", "shepp-logan", "cosine", "hamming", "hann"}
+    interpolation : {"linear", "nearest", "linear8"}
+        Detector interpolation. On CUDA, "linear" is the texture unit's
+        (8-bit weights; its deviation from exact weights is documented in
+        docs/accuracy.md); "linear8" asks for those weights on the CPU too.
+    backend : {"auto", "cuda", "cpu"}
+    cutoff : float
+        Frequency cutoff as a fraction of Nyquist, in (0, 1].
+    padding : {"zero", "edge"}
+        Detector extension for the filter (zero padding to >= 2x width).
+    angle_weights : "auto", "uniform" or array (n_angles,)
+        Angular quadrature in radians: "auto" folds the angles onto the half
+        circle (``ParallelGeometry.angular_weights``), "uniform" is pi/n_angles.
+    precision : {"single", "double"}
+        "double" computes in float64 (CPU backend only).
+    chunk_slices : int, optional
+        Slices per chunk; default planned from free (GPU or host) memory.
+    out : ndarray, optional
+        Preallocated output of the volume's shape (NumPy, np.memmap or CuPy).
+    progress : bool
+        Show a progress bar over slices.
+
+    Returns
+    -------
+    ndarray
+        ``(ny, nx)`` or ``(nz, ny, nx)`` attenuation per length unit; NumPy in,
+        NumPy out; CuPy in, CuPy out.
+    """
+    if not isinstance(geometry, ParallelGeometry):
+        raise ValueError(f"geometry: expected a ParallelGeometry, got {type(geometry).__name__}")
+    projections = _check_projections(projections, geometry)
+    input_on_gpu = not isinstance(projections, np.ndarray)
+    if input_on_gpu:  # cheap on the device; host input is checked chunk by chunk
+        v.check_finite_array("projections", projections)
+    volume = geometry.default_volume() if volume is None else volume
+    if not isinstance(volume, VolumeGeometry):
+        raise ValueError(f"volume: expected a VolumeGeometry or None, got {type(volume).__name__}")
+    if volume.is_2d != geometry.is_2d:
+        raise ValueError(f"volume: a {'2D' if geometry.is_2d else '3D'} geometry needs a "
+                         f"{'2D' if geometry.is_2d else '3D'} volume, got shape {volume.shape}")
+    v.choice("filter", filter, FILTERS)
+    precision = v.choice("precision", precision, ("single", "double"))
+    dtype = np.float64 if precision == "double" else np.float32
+    op = ParallelBackprojection(geometry, volume, interpolation=interpolation, backend=backend)
+    if not isinstance(projections, np.ndarray) and op.backend == "cpu":
+        raise ValueError("backend: 'cpu' cannot take a CuPy array")
+    if op.backend == "cuda" and dtype == np.float64:
+        raise ValueError("precision: 'double' runs on the CPU backend only; use backend='cpu'")
+    weights = _angle_weights(angle_weights, geometry)
+    response = filter_response(geometry.n_cols, filter, cutoff=cutoff,
+                               det_spacing=geometry.det_spacing)
+
+    stack = projections[:, None, :] if geometry.is_2d else projections  # (A, R, C)
+    rows_lo, rows_frac = _slice_rows(geometry, volume)
+    n_slices = volume.nz
+    out_shape = (n_slices, volume.ny, volume.nx)
+    on_gpu = op.backend == "cuda"
+    out = _prepare_out(out, volume, dtype, cupy_out=input_on_gpu)
+    out3 = out.reshape(out_shape)
+
+    streamed = on_gpu and not input_on_gpu
+    if chunk_slices is None:
+        per_slice = fbp_bytes_per_slice(geometry.n_angles, geometry.n_cols, volume.ny, volume.nx,
+                                        np.dtype(dtype).itemsize, streamed=streamed)
+        available = gpu_free_bytes() if on_gpu else host_available_bytes()
+        chunk_slices = plan_chunk(n_slices, per_slice, available)
+        if streamed:  # many chunks, so transfers overlap compute
+            chunk_slices = min(chunk_slices, max(2, -(-n_slices // 16)))
+    chunk_slices = v.positive_int("chunk_slices", chunk_slices)
+    chunks = [(k, min(n_slices, k + chunk_slices)) for k in range(0, n_slices, chunk_slices)]
+
+    def filtered(rows_asc):  # (A, S, C) -> weighted, filtered (S, A, C)
+        return apply_filter(rows_asc.transpose(1, 0, 2), response, weights=weights, padding=padding)
+
+    from tqdm.auto import tqdm
+    with tqdm(total=n_slices, unit="slice", desc="fbp", disable=not progress, leave=False) as bar:
+        if streamed:
+            import cupy
+
+            from ..pipeline import stream_chunks
+
+            def load(chunk, buf):
+                _gather_rows(stack, rows_lo, rows_frac, chunk, out=buf)
+
+            n_bad = cupy.zeros((), cupy.int64)  # non-finite inputs, read once at the end
+
+            def compute(chunk, d_in, d_out):
+                n_bad[...] += cupy.count_nonzero(~cupy.isfinite(d_in))
+                op(filtered(d_in), out=d_out)
+
+            def store(chunk, buf):
+                out3[chunk[0]:chunk[1]] = buf
+
+            stream_chunks(chunks,
+                          in_shape=lambda c: (geometry.n_angles, c[1] - c[0], geometry.n_cols),
+                          out_shape=lambda c: (c[1] - c[0], volume.ny, volume.nx),
+                          load=load, compute=compute, store=store,
+                          on_done=lambda c: bar.update(c[1] - c[0]))
+            if int(n_bad) > 0:
+                raise ValueError(f"projections: expected finite values, got {int(n_bad)} NaN/Inf value(s)")
+        else:
+            for k0, k1 in chunks:
+                rows = _gather_rows(stack, rows_lo, rows_frac, (k0, k1), dtype=dtype)
+                if not input_on_gpu:
+                    v.check_finite_array("projections", rows)
+                op(filtered(rows), out=out3[k0:k1])
+                bar.update(k1 - k0)
+    return out
+
+
+# -- helpers -----------------------------------------------------------------------------------
+
+def _check_projections(projections, geometry: ParallelGeometry):
+    if not hasattr(projections, "shape") or not hasattr(projections, "dtype"):
+        projections = np.asarray(projections)
+    if tuple(projections.shape) != geometry.projection_shape:
+        what = "(n_angles, n_cols)" if geometry.is_2d else "(n_angles, n_rows, n_cols)"
+        raise ValueError(f"projections: expected shape {what} = {geometry.projection_shape} "
+                         f"from the geometry, got {tuple(projections.shape)}")
+    if projections.dtype.kind not in "fiu":
+        raise ValueError(f"projections: expected real numbers, got dtype {projections.dtype}")
+    return projections
+
+
+def _angle_weights(angle_weights, geometry: ParallelGeometry) -> np.ndarray:
+    if isinstance(angle_weights, str):
+        mode = v.choice("angle_weights", angle_weights, ("auto", "uniform"))
+        if mode == "uniform":
+            return np.full(geometry.n_angles, np.pi / geometry.n_angles)
+        return geometry.angular_weights()
+    return v.finite_vector("angle_weights", angle_weights, length=geometry.n_angles)
+
+
+def _slice_rows(geometry: ParallelGeometry, volume: VolumeGeometry):
+    """Detector row below each volume slice, and the fraction towards the next row."""
+    if geometry.is_2d:
+        return np.zeros(1, int), np.zeros(1)
+    r = geometry.project_rows(volume.coordinates("z"))
+    lo = np.floor(r + 1e-9).astype(int)
+    frac = r - lo
+    frac[np.abs(frac) < 1e-9] = 0.0
+    return lo, frac
+
+
+def _gather_rows(stack, rows_lo, rows_frac, chunk, *, out=None, dtype=np.float32):
+    """Rows for slices ``chunk`` as ``(A, S, C)``: the detector row of each slice,
+    or the linear blend of the two rows around it; zero off the detector."""
+    xp = v.array_module(stack)
+    k0, k1 = chunk
+    n_rows = stack.shape[1]
+    lo, frac = rows_lo[k0:k1], rows_frac[k0:k1]
+    shape = (stack.shape[0], k1 - k0, stack.shape[2])
+    aligned = np.all(frac == 0) and lo[0] >= 0 and lo[-1] < n_rows and np.all(np.diff(lo) == 1)
+    if aligned:
+        src = stack[:, lo[0]:lo[-1] + 1, :]
+        if out is None:
+            return src.astype(dtype, copy=False)
+        out[...] = src
+        return out
+    if out is None:
+        out = xp.zeros(shape, dtype=dtype)
+    else:
+        out[...] = 0
+    for s, (r, f) in enumerate(zip(lo, frac)):
+        for row, w in ((r, 1.0 - f), (r + 1, f)):
+            if w != 0 and 0 <= row < n_rows:
+                out[:, s, :] += w * stack[:, row, :]
+    return out
+
+
+def _prepare_out(out, volume: VolumeGeometry, dtype, *, cupy_out: bool):
+    if out is None:
+        if cupy_out:
+            import cupy
+            return cupy.empty(volume.shape, dtype=dtype)
+        return np.empty(volume.shape, dtype=dtype)
+    if tuple(out.shape) != volume.shape or out.dtype != dtype:
+        raise ValueError(f"out: expected shape {volume.shape} and dtype {np.dtype(dtype)}, "
+                         f"got {tuple(out.shape)} {out.dtype}")
+    if type(out).__module__.startswith("cupy") != cupy_out:
+        raise ValueError("out: must live where the input lives (NumPy for NumPy input, CuPy for CuPy input)")
+    return out

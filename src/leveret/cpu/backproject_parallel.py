@@ -1,0 +1,167 @@
+"""Parallel-beam voxel-driven back-projection on the CPU (Numba, all cores).
+
+Both backends evaluate the same function: for pixel (j, i) of slice k and
+projection n, the detector is sampled at column ``x = u - 0.5`` with
+
+    u = (i * a[n] + j * b[n]) + c[n]
+
+(``u`` is the CUDA texture coordinate, ``column + 0.5``), and the
+back-projection sums these samples over n. Outside the detector the sinogram
+is zero: linear interpolation between the last column and the outside blends
+with that zero, as the texture unit's border mode does.
+
+Interpolation modes (``MODES``):
+
+nearest
+    ``q[floor(u)]``, u rounded in float32 exactly as the CUDA kernel does.
+linear
+    exact weights: the reference. The coordinate is computed in float64; for
+    float32 data the inner loop instead steps a 32.32 fixed-point coordinate
+    along the image row (about 1e-8 pixel from exact over a 2048-pixel row,
+    twice as fast). Either loop runs branch-free over the span where both
+    neighbours lie on the detector; the few pixels at the detector's edges
+    are treated separately.
+linear8
+    the texture unit's arithmetic: u in float32 as the CUDA kernel rounds it,
+    the weight rounded to 8 fractional bits. It reproduces a hardware-filtered
+    fetch to float rounding, so CPU and GPU can be compared to 1e-5.
+"""
+from __future__ import annotations
+
+import math
+
+import numba
+import numpy as np
+
+MODES = ("nearest", "linear", "linear8")
+_FIX = 4294967296.0  # 2**32: the fixed-point scale of the linear mode
+
+
+@numba.njit(inline="always")
+def _span(a, base, lo, hi, nx, margin):
+    """Pixels i in [0, nx) with lo <= base + i a <= hi, moved ``margin`` pixels
+    inwards (margin > 0) or outwards (margin < 0) to absorb rounding."""
+    if a > 1e-12:
+        i_lo = math.ceil((lo - base) / a) + margin
+        i_hi = math.floor((hi - base) / a) - margin + 1
+    elif a < -1e-12:
+        i_lo = math.ceil((hi - base) / a) + margin
+        i_hi = math.floor((lo - base) / a) - margin + 1
+    elif lo <= base <= hi:
+        return 0, nx
+    else:
+        return 0, 0
+    i_lo = min(max(i_lo, 0), nx)
+    i_hi = min(max(i_hi, i_lo), nx)
+    return i_lo, i_hi
+
+
+@numba.njit(inline="always")
+def _linear_zero_padded(q, x):
+    """q sampled at column x, zero outside [0, ncols - 1] and blended at the edges."""
+    fl = math.floor(x)
+    i0 = int(fl)
+    f = x - fl
+    ncols = q.shape[0]
+    v0 = q[i0] if 0 <= i0 < ncols else 0.0
+    v1 = q[i0 + 1] if 0 <= i0 + 1 < ncols else 0.0
+    return (1.0 - f) * v0 + f * v1
+
+
+@numba.njit(parallel=True, fastmath=False, cache=True)
+def _backproject_linear(sinos, table, out, exact_coordinates):
+    n_slices, n_angles, ncols = sinos.shape
+    ny, nx = out.shape[1], out.shape[2]
+    inv_fix = out.dtype.type(1.0 / _FIX)
+    for task in numba.prange(n_slices * ny):
+        k = task // ny
+        j = task % ny
+        row = np.zeros(nx, dtype=out.dtype)
+        for n in range(n_angles):
+            q = sinos[k, n]
+            a = table[n, 0]
+            base = (j * table[n, 1] + table[n, 2]) - 0.5   # column of pixel i = 0
+            t_lo, t_hi = _span(a, base, -1.0, ncols, nx, -1)       # may touch the detector
+            i_lo, i_hi = _span(a, base, 0.0, ncols - 1.0, nx, 1)   # both neighbours on it
+            if i_hi <= i_lo:
+                i_lo = i_hi = t_hi
+            for i in range(t_lo, i_lo):
+                row[i] += _linear_zero_padded(q, base + i * a)
+            if i_hi > i_lo and exact_coordinates:
+                for i in range(i_lo, i_hi):
+                    x = base + i * a
+                    i0 = np.uint64(x)  # x >= 0 here, so truncation is floor
+                    f = x - np.float64(i0)
+                    v0 = q[i0]
+                    row[i] += v0 + f * (q[i0 + np.uint64(1)] - v0)
+            elif i_hi > i_lo:
+                fixed = np.int64((base + i_lo * a) * _FIX)
+                step = np.int64(a * _FIX) if a >= 0 else -np.int64(-a * _FIX)
+                for i in range(i_lo, i_hi):
+                    i0 = np.uint64(fixed >> 32)
+                    f = out.dtype.type(fixed & 0xFFFFFFFF) * inv_fix
+                    v0 = q[i0]
+                    row[i] += v0 + f * (q[i0 + np.uint64(1)] - v0)
+                    fixed += step
+            for i in range(i_hi, t_hi):
+                row[i] += _linear_zero_padded(q, base + i * a)
+        out[k, j, :] = row
+
+
+@numba.njit(parallel=True, fastmath=False, cache=True)
+def _backproject_texture_like(sinos, table, out, quantise):
+    """nearest (quantise < 0) and linear8 (quantise > 0) in the kernel's float32 arithmetic."""
+    n_slices, n_angles, ncols = sinos.shape
+    ny, nx = out.shape[1], out.shape[2]
+    t = table.dtype.type
+    for task in numba.prange(n_slices * ny):
+        k = task // ny
+        j = task % ny
+        row = np.zeros(nx, dtype=out.dtype)
+        fj = t(j)
+        for n in range(n_angles):
+            q = sinos[k, n]
+            a = table[n, 0]
+            jb = fj * table[n, 1]
+            c = table[n, 2]
+            for i in range(nx):
+                u = (t(i) * a + jb) + c
+                if quantise < 0:
+                    i0 = int(math.floor(u))
+                    if 0 <= i0 < ncols:
+                        row[i] += q[i0]
+                    continue
+                xb = u - t(0.5)
+                fl = math.floor(xb)
+                i0 = int(fl)
+                f = t(math.floor((xb - fl) * t(256.0) + t(0.5))) * t(1.0 / 256.0)
+                v0 = q[i0] if 0 <= i0 < ncols else 0.0
+                v1 = q[i0 + 1] if 0 <= i0 + 1 < ncols else 0.0
+                row[i] += (t(1.0) - f) * v0 + f * v1
+        out[k, j, :] = row
+
+
+def backproject(sinos: np.ndarray, table: np.ndarray, out: np.ndarray, mode: str = "linear") -> np.ndarray:
+    """Back-project a sinogram stack into ``out`` (overwritten).
+
+    Parameters
+    ----------
+    sinos : ndarray (n_slices, n_angles, n_cols), float32 or float64, C-contiguous
+        Filtered sinograms, one per output slice.
+    table : ndarray (n_angles, 3)
+        ``(a, b, c)`` per projection (see the module docstring). "linear"
+        reads it in float64; "nearest" and "linear8" in the dtype of ``sinos``,
+        as the CUDA kernel does in float32.
+    out : ndarray (n_slices, ny, nx), same dtype as ``sinos``
+    mode : {"nearest", "linear", "linear8"}
+    """
+    if mode == "linear":
+        # float64 data gets float64 coordinates; float32 data the faster fixed
+        # point, whose 2**-32 pixel steps are far below float32 resolution.
+        _backproject_linear(sinos, np.asarray(table, np.float64), out, sinos.dtype == np.float64)
+    elif mode in ("nearest", "linear8"):
+        _backproject_texture_like(sinos, np.asarray(table, sinos.dtype), out,
+                                  -1 if mode == "nearest" else 1)
+    else:
+        raise ValueError(f"mode: expected one of {MODES}, got {mode!r}")
+    return out

@@ -1,0 +1,65 @@
+"""Loading the ``.cu`` files beside this module, with one set of compiler options.
+
+The same options serve CuPy at run time and the CI test that compiles every
+kernel for sm_90 through NVRTC on a machine without a GPU.
+"""
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+KERNEL_DIR = Path(__file__).resolve().parent
+NVRTC_OPTIONS: tuple[str, ...] = ("--std=c++17",)
+
+
+def kernel_source(name: str) -> str:
+    """Text of ``<name>.cu`` beside this module."""
+    path = KERNEL_DIR / f"{name}.cu"
+    return path.read_text()
+
+
+def kernel_files() -> list[Path]:
+    return sorted(KERNEL_DIR.glob("*.cu"))
+
+
+@functools.lru_cache(maxsize=None)
+def load_module(name: str):
+    """A compiled ``cupy.RawModule`` for ``<name>.cu`` (cached per process)."""
+    import cupy
+    return cupy.RawModule(code=kernel_source(name), options=NVRTC_OPTIONS)
+
+
+def compile_report(path: Path, arch: str = "sm_90") -> tuple[bool, str]:
+    """Compile one .cu file with NVRTC (no GPU needed); returns (ok, ptxas log).
+
+    The log has ptxas's per-kernel register, stack and spill figures.
+    """
+    from cuda.bindings import nvrtc
+
+    src = Path(path).read_bytes()
+    err, prog = nvrtc.nvrtcCreateProgram(src, Path(path).name.encode(), 0, [], [])
+    if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+        return False, f"nvrtcCreateProgram: {err}"
+    opts = [o.encode() for o in NVRTC_OPTIONS] + [f"--gpu-architecture={arch}".encode(),
+                                                   b"--ptxas-options=-v"]
+    (err,) = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
+    _, size = nvrtc.nvrtcGetProgramLogSize(prog)
+    log = b" " * size
+    nvrtc.nvrtcGetProgramLog(prog, log)
+    nvrtc.nvrtcDestroyProgram(prog)
+    return err == nvrtc.nvrtcResult.NVRTC_SUCCESS, log.decode(errors="replace").rstrip("\x00 \n")
+
+
+def print_reports(arch: str = "sm_90") -> int:
+    """Print ptxas's register/spill report for every kernel; exit status 1 on a failure."""
+    status = 0
+    for path in kernel_files():
+        ok, log = compile_report(path, arch)
+        print(f"--- {path.name} ({arch}): {'ok' if ok else 'FAILED'}\n{log}")
+        status |= not ok
+    return status
+
+
+if __name__ == "__main__":
+    import sys
+    sys.exit(print_reports(*sys.argv[1:2]))

@@ -1,0 +1,55 @@
+"""Layered float / float2 textures over CUDA arrays (CuPy), reused while shapes repeat."""
+from __future__ import annotations
+
+
+class LayeredTexture:
+    """A layered 2D CUDA array of float32 (``channels=1``) or float2 texels
+    (``channels=2``), with a linear and a point texture object over it.
+
+    Layout: ``layers x height x width`` texels, filled from a C-ordered CuPy
+    float32 array of shape ``(layers, height, width * channels)``. Reads
+    outside the array return 0 (border address mode): 'zero outside the
+    detector'.
+    """
+
+    MAX_LAYERS = 2048
+    MAX_EXTENT = 32768
+
+    def __init__(self, layers: int, height: int, width: int, channels: int = 1):
+        from cupy.cuda import runtime, texture
+
+        if layers > self.MAX_LAYERS or height > self.MAX_EXTENT or width > self.MAX_EXTENT:
+            raise ValueError(f"texture: {layers} layers of {height}x{width} exceeds the CUDA limits "
+                             f"({self.MAX_LAYERS} layers, {self.MAX_EXTENT} texels per side)")
+        if channels not in (1, 2):
+            raise ValueError(f"channels: expected 1 or 2, got {channels}")
+        self.shape = (layers, height, width)
+        self.channels = channels
+        bits = (32, 32 if channels == 2 else 0, 0, 0)
+        desc = texture.ChannelFormatDescriptor(*bits, runtime.cudaChannelFormatKindFloat)
+        layered = getattr(runtime, "cudaArrayLayered", 0x01)  # not exported by every CuPy
+        self.array = texture.CUDAarray(desc, width, height, layers, layered)
+        res = texture.ResourceDescriptor(runtime.cudaResourceTypeArray, cuArr=self.array)
+        border = (runtime.cudaAddressModeBorder,) * 3
+
+        def make(filter_mode):
+            td = texture.TextureDescriptor(border, filter_mode, runtime.cudaReadModeElementType,
+                                           borderColors=(0.0, 0.0, 0.0, 0.0), normalizedCoords=0)
+            return texture.TextureObject(res, td)
+
+        self.linear = make(runtime.cudaFilterModeLinear)
+        self.point = make(runtime.cudaFilterModePoint)
+
+    @property
+    def nbytes(self) -> int:
+        layers, height, width = self.shape
+        return layers * height * width * 4 * self.channels
+
+    def upload(self, data, stream=None) -> None:
+        """Copy a C-contiguous float32 CuPy array of shape
+        ``(layers, height, width * channels)`` into the texture."""
+        layers, height, width = self.shape
+        expected = (layers, height, width * self.channels)
+        if tuple(data.shape) != expected:
+            raise ValueError(f"texture upload: expected shape {expected}, got {tuple(data.shape)}")
+        self.array.copy_from(data, stream)

@@ -1,0 +1,111 @@
+"""The reconstruction grid: ``VolumeGeometry``."""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import _validate as v
+from ._frozen import Frozen
+
+_AXES = ("z", "y", "x")
+
+
+class VolumeGeometry(Frozen):
+    """A regular grid of voxels (3D) or pixels (2D).
+
+    Parameters
+    ----------
+    shape : tuple of int
+        ``(nz, ny, nx)`` for a volume, ``(ny, nx)`` for a 2D image. Arrays are
+        C-ordered, x fastest.
+    voxel_size : float or tuple of float
+        Voxel edge length in the user's length unit (mm in the examples),
+        one value or one per axis in the same order as ``shape``.
+    center : float or tuple of float
+        World position of the grid centre, one value or one per axis.
+
+    Notes
+    -----
+    Voxel ``[k, j, i]`` has its centre at
+    ``x = cx + (i - (nx-1)/2) dx``, ``y = cy + (j - (ny-1)/2) dy``,
+    ``z = cz + (k - (nz-1)/2) dz``.
+    """
+
+    __slots__ = ("shape", "voxel_size", "center")
+    _fields = ("shape", "voxel_size", "center")
+
+    def __init__(self, shape, voxel_size=1.0, center=0.0):
+        shape = v.shape_tuple("shape", shape, (2, 3))
+        self._set("shape", shape)
+        self._set("voxel_size", v.per_axis("voxel_size", voxel_size, len(shape), positive=True))
+        self._set("center", v.per_axis("center", center, len(shape), positive=False))
+
+    # -- sizes ---------------------------------------------------------------
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def is_2d(self) -> bool:
+        return self.ndim == 2
+
+    @property
+    def nx(self) -> int:
+        return self.shape[-1]
+
+    @property
+    def ny(self) -> int:
+        return self.shape[-2]
+
+    @property
+    def nz(self) -> int:
+        """Number of slices (1 for a 2D image)."""
+        return self.shape[0] if self.ndim == 3 else 1
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape))
+
+    def _axis_index(self, axis: str) -> int:
+        names = _AXES[-self.ndim:]
+        if axis not in names:
+            raise ValueError(f"axis: expected one of {names}, got {axis!r}")
+        return names.index(axis)
+
+    def spacing(self, axis: str) -> float:
+        """Voxel size along ``axis`` ('x', 'y' or 'z'); 2D images have no 'z'."""
+        return self.voxel_size[self._axis_index(axis)]
+
+    def coordinates(self, axis: str) -> np.ndarray:
+        """World coordinates of the voxel centres along ``axis``."""
+        a = self._axis_index(axis)
+        n = self.shape[a]
+        return self.center[a] + (np.arange(n) - (n - 1) / 2) * self.voxel_size[a]
+
+    def extent(self, axis: str) -> tuple[float, float]:
+        """(low, high) world coordinate of the outer voxel faces along ``axis``."""
+        a = self._axis_index(axis)
+        half = self.shape[a] * self.voxel_size[a] / 2
+        return (self.center[a] - half, self.center[a] + half)
+
+    def slab(self, start: int, stop: int) -> "VolumeGeometry":
+        """The sub-volume of slices ``start:stop`` (3D only), same voxels."""
+        if self.ndim != 3:
+            raise ValueError("slab: a 2D image has no slices")
+        if not (0 <= start < stop <= self.nz):
+            raise ValueError(f"slab: expected 0 <= start < stop <= {self.nz}, got {start}:{stop}")
+        z = self.coordinates("z")
+        cz = (z[start] + z[stop - 1]) / 2
+        return VolumeGeometry((stop - start,) + self.shape[1:], self.voxel_size,
+                              (cz,) + self.center[1:])
+
+    def __repr__(self) -> str:
+        names = _AXES[-self.ndim:]
+        fmt = lambda t: "(" + ", ".join(f"{x:g}" for x in t) + ")"
+        ext = ", ".join(f"{n}: [{lo:g}, {hi:g}]" for n in names for lo, hi in [self.extent(n)])
+        return (f"VolumeGeometry(shape={self.shape}, voxel_size={fmt(self.voxel_size)}, "
+                f"center={fmt(self.center)})  # extent {ext}")
+
+    def plot(self, ax=None):
+        """Draw the grid outline in the xy plane; returns the matplotlib Axes."""
+        from .plotting import plot_volume
+        return plot_volume(self, ax=ax)

@@ -1,0 +1,155 @@
+"""Readers: one function per format behind :func:`read_array`."""
+from __future__ import annotations
+
+import glob
+import os
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from ._common import HDF5_EXTS, TIFF_EXTS, library_errors, natural_key, split_dataset, suffix
+
+
+def read_array(path: str | os.PathLike, *, dataset: str | None = None) -> np.ndarray:
+    """Read an image, a stack of images or an array from disk into memory.
+
+    What ``path`` is decides the reader:
+
+    - a folder: every ``*.tif``/``*.tiff`` in it (hidden files skipped), sorted
+      naturally (``raw_2`` before ``raw_10``), each a 2D image, stacked along
+      axis 0 into ``(n_images, n_rows, n_cols)``;
+    - a glob pattern (``"scan/raw_*.tiff"``): the matching TIFF files, likewise;
+    - ``.tif``/``.tiff``: one TIFF, a multi-page one giving ``(n_pages, n_rows, n_cols)``;
+    - ``.npy``: a NumPy array (no pickles);
+    - ``.h5``/``.hdf5``/``.hdf``/``.nxs``: the HDF5 dataset ``dataset``, also
+      given inline as ``"file.h5:/entry/data"``. Without one, ``/data`` is used
+      if present (what :func:`write_array` writes), else the file's only dataset.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        File, folder, glob pattern or ``"file.h5:/dataset"``.
+    dataset : str, optional
+        Path of the dataset inside an HDF5 file.
+
+    Returns
+    -------
+    numpy.ndarray
+        The data in its stored dtype and shape (C order; for images, rows then
+        columns, i.e. ``(n_rows, n_cols)`` with columns fastest).
+
+    Raises
+    ------
+    ValueError
+        Naming ``path`` or ``dataset``: a missing file, an unknown extension,
+        an empty folder or pattern, images of differing shapes or dtypes in a
+        stack, a missing dataset, or a file its reader cannot parse.
+    """
+    p, dataset = split_dataset(path, dataset)
+    text = os.fspath(path)
+    if not p.exists() and any(c in text for c in "*?["):
+        _no_dataset(dataset, "a glob pattern")
+        files = sorted((f for f in glob.glob(text) if os.path.isfile(f)), key=natural_key)
+        if not files:
+            raise ValueError(f"path: the pattern {text!r} matches no file")
+        return read_tiff_stack([Path(f) for f in files], text)
+    if p.is_dir():
+        _no_dataset(dataset, "a folder")
+        files = sorted((f for f in p.iterdir() if suffix(f) in TIFF_EXTS
+                        and not f.name.startswith(".") and f.is_file()),
+                       key=lambda f: natural_key(f.name))
+        if not files:
+            raise ValueError(f"path: the folder {str(p)!r} holds no .tif/.tiff file")
+        return read_tiff_stack(files, str(p))
+    if not p.exists():
+        raise ValueError(f"path: no such file or folder: {str(p)!r}")
+    reader = _READERS.get(suffix(p))
+    if reader is None:
+        raise ValueError(
+            f"path: unknown extension {p.suffix!r} of {str(p)!r}; expected a folder, a glob "
+            f"pattern or one of {', '.join(sorted(_READERS))}")
+    if suffix(p) not in HDF5_EXTS:
+        _no_dataset(dataset, f"a {p.suffix} file")
+    return reader(p, dataset)
+
+
+def _no_dataset(dataset: str | None, what: str) -> None:
+    if dataset is not None:
+        raise ValueError(f"dataset: only HDF5 files have datasets, but path is {what} (dataset={dataset!r})")
+
+
+def read_npy(path: Path, dataset: str | None = None) -> np.ndarray:
+    with library_errors(path, "a .npy file"):
+        return np.load(path, allow_pickle=False)
+
+
+def read_tiff(path: Path, dataset: str | None = None) -> np.ndarray:
+    import tifffile
+
+    with library_errors(path, "a TIFF file"):
+        return tifffile.imread(path)
+
+
+def read_tiff_stack(files: list[Path], source: str) -> np.ndarray:
+    """Stack 2D TIFF images along axis 0; all must share shape and dtype."""
+    first = read_tiff(files[0])
+    if first.ndim != 2:
+        raise ValueError(f"path: {source!r}: expected 2D images, but {files[0].name} has shape {first.shape}")
+    # Preallocate rather than np.stack a list: halves peak memory on big scans.
+    out = np.empty((len(files),) + first.shape, dtype=first.dtype)
+    out[0] = first
+    for i, f in enumerate(files[1:], start=1):
+        img = read_tiff(f)
+        if img.shape != first.shape or img.dtype != first.dtype:
+            raise ValueError(
+                f"path: {source!r}: images differ: {files[0].name} is {first.shape} {first.dtype}, "
+                f"{f.name} is {img.shape} {img.dtype}")
+        out[i] = img
+    return out
+
+
+def read_hdf5(path: Path, dataset: str | None = None) -> np.ndarray:
+    import h5py
+
+    with library_errors(path, "an HDF5 file"):
+        f = h5py.File(path, "r")
+    with f:
+        if dataset is None:
+            names: list[str] = []
+            f.visititems(lambda name, obj: names.append("/" + name)
+                         if isinstance(obj, h5py.Dataset) else None)
+            if "/data" in names:
+                dataset = "/data"
+            elif len(names) == 1:
+                dataset = names[0]
+            else:
+                raise ValueError(
+                    f"dataset: {str(path)!r} holds {len(names)} datasets and no '/data'; name one "
+                    f"(dataset= or 'file.h5:/inner/path'); found {_listing(names)}")
+        obj = f.get(dataset)
+        if not isinstance(obj, h5py.Dataset):
+            found = "a group" if obj is not None else "nothing"
+            names = []
+            f.visititems(lambda name, o: names.append("/" + name) if isinstance(o, h5py.Dataset) else None)
+            raise ValueError(
+                f"dataset: expected a dataset at {dataset!r} in {str(path)!r}, found {found}; "
+                f"datasets there: {_listing(names)}")
+        with library_errors(path, "an HDF5 file"):
+            return np.asarray(obj[()])
+
+
+def _listing(names: list[str], limit: int = 10) -> str:
+    if not names:
+        return "none"
+    more = f" ... ({len(names) - limit} more)" if len(names) > limit else ""
+    return ", ".join(names[:limit]) + more
+
+
+# Extension -> reader(path, dataset). New formats (zarr, NeXus-aware, lazy
+# chunked readers) plug in here.
+_READERS: dict[str, Callable[[Path, str | None], np.ndarray]] = {
+    ".npy": read_npy,
+    **{ext: read_tiff for ext in TIFF_EXTS},
+    **{ext: read_hdf5 for ext in HDF5_EXTS},
+}

@@ -1,0 +1,86 @@
+"""Streaming chunks through the GPU with transfers hidden behind compute.
+
+A job is a list of chunks and three plain functions:
+
+    load(chunk, host_buffer)          fill a pinned host buffer (worker thread)
+    compute(chunk, dev_in, dev_out)   device work on the compute stream
+    store(chunk, host_buffer)         take a finished pinned output (worker thread)
+
+While chunk c is computed, chunk c+1 is gathered on the host and copied in,
+and chunk c-1 is copied out and stored. Two pinned and two device buffers per
+direction are reused throughout; CUDA events order every reuse, so no buffer
+is overwritten while a copy or kernel still reads it.
+"""
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable, Sequence
+
+import numpy as np
+
+
+def stream_chunks(chunks: Sequence, *, in_shape: Callable, out_shape: Callable,
+                  load: Callable, compute: Callable, store: Callable,
+                  in_dtype=np.float32, out_dtype=np.float32, on_done: Callable | None = None) -> None:
+    import cupy
+    import cupyx
+
+    if not chunks:
+        return
+    n_in = max(int(np.prod(in_shape(c))) for c in chunks)
+    n_out = max(int(np.prod(out_shape(c))) for c in chunks)
+    pin_in = [cupyx.empty_pinned(n_in, in_dtype) for _ in range(2)]
+    pin_out = [cupyx.empty_pinned(n_out, out_dtype) for _ in range(2)]
+    dev_in = [cupy.empty(n_in, in_dtype) for _ in range(2)]
+    dev_out = [cupy.empty(n_out, out_dtype) for _ in range(2)]
+    copy_stream = cupy.cuda.Stream(non_blocking=True)
+    compute_stream = cupy.cuda.Stream(non_blocking=True)
+    h2d_done: list = [None, None]      # pinned input b may be refilled after this
+    compute_done: list = [None, None]  # device input b may be overwritten after this
+    d2h_done: list = [None, None]      # device output b may be overwritten after this
+
+    def view(buf, shape):
+        return buf[: int(np.prod(shape))].reshape(shape)
+
+    def load_after(event, chunk, buf):
+        if event is not None:
+            event.synchronize()
+        load(chunk, view(buf, in_shape(chunk)))
+
+    def store_after(event, chunk, buf):
+        event.synchronize()
+        store(chunk, view(buf, out_shape(chunk)))
+
+    with ThreadPoolExecutor(1) as loader, ThreadPoolExecutor(1) as storer:
+        loading = [loader.submit(load_after, None, chunks[0], pin_in[0]), None]
+        storing: list = [None, None]
+        for c, chunk in enumerate(chunks):
+            b = c % 2
+            loading[b].result()
+            d_in = view(dev_in[b], in_shape(chunk))
+            if compute_done[b] is not None:
+                copy_stream.wait_event(compute_done[b])
+            d_in.set(view(pin_in[b], in_shape(chunk)), stream=copy_stream)
+            h2d_done[b] = copy_stream.record()
+            if c + 1 < len(chunks):
+                loading[1 - b] = loader.submit(load_after, h2d_done[1 - b], chunks[c + 1], pin_in[1 - b])
+
+            d_out = view(dev_out[b], out_shape(chunk))
+            compute_stream.wait_event(h2d_done[b])
+            if d2h_done[b] is not None:
+                compute_stream.wait_event(d2h_done[b])
+            with compute_stream:
+                compute(chunk, d_in, d_out)
+            compute_done[b] = compute_stream.record()
+
+            if storing[b] is not None:
+                storing[b].result()      # pinned output b is free again
+            copy_stream.wait_event(compute_done[b])
+            d_out.get(stream=copy_stream, out=view(pin_out[b], out_shape(chunk)))
+            d2h_done[b] = copy_stream.record()
+            storing[b] = storer.submit(store_after, d2h_done[b], chunk, pin_out[b])
+            if on_done is not None:
+                on_done(chunk)
+        for f in storing:
+            if f is not None:
+                f.result()

@@ -1,0 +1,93 @@
+"""leveret.fbp on CUDA against the CPU reference (marked gpu; run with `pytest -m gpu`)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import leveret
+from leveret import phantom
+from leveret.geometry import ParallelGeometry, VolumeGeometry
+
+pytestmark = pytest.mark.gpu
+
+# Texture (8-bit weights) against exact linear interpolation, relative 2-norm:
+# the same bounds as tests/operators (docs/accuracy.md).
+TEXTURE_VS_EXACT_PHANTOM = 1e-3
+
+
+def rel(a, b):
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    return float(np.linalg.norm(a - b) / np.linalg.norm(b))
+
+
+def cpu_texture_mode(proj, g, vol=None, **kw):
+    """The CPU FBP with the texture unit's weights: what the GPU must equal."""
+    return leveret.fbp(proj, g, vol, backend="cpu", interpolation="linear8", **kw)
+
+
+@pytest.mark.parametrize("n_slices", [1, 2, 5])
+def test_cupy_in_cupy_out_equals_cpu(rng, n_slices):
+    import cupy as cp
+    g = ParallelGeometry(np.sort(rng.uniform(0, np.pi, 97)), 63, n_rows=n_slices, det_spacing=0.9,
+                         center=30.2, axis_shift=rng.uniform(-1, 1, 97))
+    vol = VolumeGeometry((n_slices, 51, 58), voxel_size=(1.0, 0.8, 0.85))
+    proj = rng.standard_normal(g.projection_shape).astype(np.float32)
+    out = cp.full(vol.shape, cp.nan, cp.float32)
+    got = leveret.fbp(cp.asarray(proj), g, vol, out=out)
+    assert got is out and isinstance(got, cp.ndarray) and bool(cp.isfinite(got).all())
+    assert rel(got.get(), cpu_texture_mode(proj, g, vol)) < 1e-5
+    assert rel(got.get(), leveret.fbp(proj, g, vol, backend="cpu")) < 2.5e-3
+
+
+def test_numpy_streamed_equals_device_and_phantom_bound(rng):
+    import cupy as cp
+    g = ParallelGeometry(np.linspace(0, np.pi, 360, endpoint=False), 128, n_rows=37, det_spacing=1 / 64)
+    ph = phantom.shepp_logan_3d(radius=1.0)
+    proj = ph.project(g).astype(np.float32)
+    device = leveret.fbp(cp.asarray(proj), g).get()
+    streamed = leveret.fbp(proj, g, chunk_slices=4)          # 10 chunks through the pipeline
+    planned = leveret.fbp(proj, g)
+    assert isinstance(streamed, np.ndarray)
+    np.testing.assert_allclose(streamed, device, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(planned, device, rtol=1e-6, atol=1e-6)
+    exact = leveret.fbp(proj, g, backend="cpu")
+    assert rel(device, exact) < TEXTURE_VS_EXACT_PHANTOM
+    assert rel(device, cpu_texture_mode(proj, g)) < 1e-5
+
+
+def test_2d_nearest_and_filters(rng):
+    import cupy as cp
+    g = ParallelGeometry(np.linspace(0, np.pi, 180, endpoint=False), 96)
+    sino = phantom.shepp_logan_ellipses(radius=40.0).project(g).astype(np.float32)
+    for interpolation in ("nearest", "linear"):
+        for filt in ("ram-lak", "hann"):
+            got = leveret.fbp(cp.asarray(sino), g, filter=filt, interpolation=interpolation)
+            assert got.shape == (96, 96)
+            ref = leveret.fbp(sino, g, filter=filt, interpolation=interpolation, backend="cpu")
+            bound = 1e-5 if interpolation == "nearest" else TEXTURE_VS_EXACT_PHANTOM
+            assert rel(got.get(), ref) < bound
+
+
+def test_disk_absolute_value_on_gpu():
+    g = ParallelGeometry(np.linspace(0, np.pi, 720, endpoint=False), 256, det_spacing=2 / 256)
+    rec = leveret.fbp(phantom.disk(0.6).project(g).astype(np.float32), g, backend="cuda")
+    x = g.default_volume().coordinates("x")
+    r = np.hypot(x[None, :], x[:, None])
+    assert abs(rec[r < 0.5].mean() - 1) < 0.01
+
+
+def test_streamed_non_finite_input_is_an_error():
+    g = ParallelGeometry(np.linspace(0, np.pi, 20, endpoint=False), 16, n_rows=8)
+    proj = np.ones(g.projection_shape, np.float32)
+    proj[3, 5, 2] = np.inf
+    with pytest.raises(ValueError, match="projections: expected finite values, got 1"):
+        leveret.fbp(proj, g, backend="cuda", chunk_slices=2)
+
+
+def test_real_scan_gpu_equals_cpu(savu_scan):
+    from leveret.preprocess import minus_log, normalize
+    p = minus_log(normalize(savu_scan.projections, savu_scan.flat, savu_scan.dark))
+    g = ParallelGeometry(savu_scan.angles, 160, n_rows=135, center=86.0)
+    gpu = leveret.fbp(p, g, backend="cuda")
+    assert rel(gpu, cpu_texture_mode(p, g)) < 1e-5
+    assert rel(gpu, leveret.fbp(p, g, backend="cpu")) < TEXTURE_VS_EXACT_PHANTOM

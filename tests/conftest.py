@@ -1,0 +1,79 @@
+"""Shared test set-up: the `gpu` marker's skip rule and common fixtures."""
+from __future__ import annotations
+
+import functools
+import os
+from pathlib import Path
+from typing import NamedTuple
+
+import numpy as np
+import pytest
+
+from leveret.backends import cuda_status
+from leveret.io import read_angles, read_array
+
+
+def pytest_collection_modifyitems(config, items):
+    ok, reason = cuda_status()
+    if ok:
+        return
+    skip = pytest.mark.skip(reason=f"gpu test: {reason}")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture
+def rng():
+    """A fresh generator per test and run: kernels must be right on any input.
+    The seed is printed, so pytest shows it with a failure for replay."""
+    seed = np.random.SeedSequence().entropy
+    print(f"rng seed: {seed}")
+    return np.random.default_rng(seed)
+
+
+# -- the real scan in ../shared (shared/data/savu-image-test/README.md) ----------------------
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+N_PROJECTIONS, N_ROWS, N_COLS = 91, 135, 160
+# angles.txt has 111 lines; 0-based lines 10..100 are the 91 projections, the
+# repeated values around them belong to dark/flat frames.
+PROJECTION_LINES = slice(10, 101)
+
+
+class SavuScan(NamedTuple):
+    projections: np.ndarray  # (91, 135, 160) uint16
+    dark: np.ndarray         # (135, 160) float32
+    flat: np.ndarray         # (135, 160) float32
+    angles: np.ndarray       # (91,) float64, radians
+
+
+def shared_folder() -> Path:
+    return Path(os.environ.get("LEVERET_SHARED", REPO_ROOT.parent / "shared"))
+
+
+def savu_folder() -> Path:
+    return shared_folder() / "data" / "savu-image-test"
+
+
+@functools.lru_cache(maxsize=1)
+def _load(folder: Path) -> SavuScan:
+    scan = SavuScan(
+        projections=read_array(folder / "projections"),
+        dark=read_array(folder / "dark_00001.tiff"),
+        flat=read_array(folder / "flat_00001.tiff"),
+        angles=read_angles(folder / "angles.txt", unit="degree")[PROJECTION_LINES],
+    )
+    for arr in scan:  # shared between tests through the cache: keep it intact
+        arr.setflags(write=False)
+    return scan
+
+
+@pytest.fixture(scope="session")
+def savu_scan() -> SavuScan:
+    """The real scan, read with leveret.io; skips the test if the data are absent."""
+    folder = savu_folder()
+    if not (folder / "projections").is_dir():
+        pytest.skip(f"real scan savu-image-test not found at {folder} "
+                    "(set LEVERET_SHARED to the shared folder)")
+    return _load(folder)

@@ -1,0 +1,181 @@
+"""Parallel back-projection operator: CPU modes against an independent float64
+reference, and the CUDA texture kernel against the CPU modes."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from leveret.geometry import ParallelGeometry, VolumeGeometry
+from leveret.operators import ParallelBackprojection
+
+# Measured bound of the texture unit's 8-bit weights against exact linear
+# interpolation, relative 2-norm over the image (docs/accuracy.md).
+TEXTURE_VS_EXACT_RANDOM = 2.5e-3
+TEXTURE_VS_EXACT_SMOOTH = 2e-4
+
+
+def reference_backprojection(sinos, geometry, volume, nearest=False):
+    """Straight float64 transcription of CONVENTIONS.md with np.interp."""
+    x = volume.coordinates("x")[None, :]
+    y = volume.coordinates("y")[:, None]
+    n_slices = sinos.shape[0]
+    out = np.zeros((n_slices, volume.ny, volume.nx))
+    cols = np.arange(-1, geometry.n_cols + 1)
+    for n, t in enumerate(geometry.angles):
+        c = (x * np.cos(t) + y * np.sin(t)) / geometry.det_spacing + geometry.centers()[n]
+        for k in range(n_slices):
+            q = np.concatenate([[0.0], sinos[k, n].astype(np.float64), [0.0]])
+            if nearest:
+                idx = np.floor(c + 0.5).astype(int)
+                ok = (idx >= 0) & (idx < geometry.n_cols)
+                out[k] += np.where(ok, q[np.clip(idx, 0, geometry.n_cols - 1) + 1], 0.0)
+            else:
+                out[k] += np.interp(c, cols, q, left=0.0, right=0.0)
+    return out
+
+
+def rel(a, b):
+    a = np.asarray(a, np.float64)
+    b = np.asarray(b, np.float64)
+    return float(np.linalg.norm(a - b) / np.linalg.norm(b))
+
+
+def random_case(rng, n_angles=37, n_cols=41, n_slices=3, shape=(29, 33), **geom):
+    angles = rng.uniform(0, 2 * np.pi, n_angles)
+    geometry = ParallelGeometry(angles, n_cols, n_rows=n_slices, **geom)
+    volume = VolumeGeometry((n_slices,) + shape, voxel_size=(1.0, 0.9, 1.1), center=(0.0, 1.5, -2.0))
+    sinos = rng.standard_normal((n_slices, n_angles, n_cols)).astype(np.float32)
+    return geometry, volume, sinos
+
+
+@pytest.mark.parametrize("geom", [
+    {},
+    {"det_spacing": 1.3, "center": 17.25},
+    {"det_spacing": 0.7, "axis_shift": "random"},
+])
+def test_cpu_linear_matches_float64_reference(rng, geom):
+    if geom.get("axis_shift") == "random":
+        geom = dict(geom, axis_shift=rng.uniform(-3, 3, 37))
+    geometry, volume, sinos = random_case(rng, **geom)
+    op = ParallelBackprojection(geometry, volume, backend="cpu")
+    got = op(sinos)
+    ref = reference_backprojection(sinos, geometry, volume)
+    assert rel(got, ref) < 1e-6
+    got64 = op(sinos.astype(np.float64))
+    assert rel(got64, ref) < 1e-12
+
+
+def test_cpu_nearest_and_linear8_match_reference(rng):
+    geometry, volume, sinos = random_case(rng)
+    op = ParallelBackprojection(geometry, volume, backend="cpu", interpolation="nearest")
+    assert rel(op(sinos), reference_backprojection(sinos, geometry, volume, nearest=True)) < 1e-5
+    lin8 = ParallelBackprojection(geometry, volume, backend="cpu", interpolation="linear8")(sinos)
+    exact = reference_backprojection(sinos, geometry, volume)
+    err = rel(lin8, exact)
+    assert 0 < err < TEXTURE_VS_EXACT_RANDOM   # 8-bit weights: close, never identical
+
+
+def test_volume_wider_than_detector_gets_nothing_outside(rng):
+    n = 16
+    geometry = ParallelGeometry([0.0], n, n_rows=1)
+    volume = VolumeGeometry((1, 4, 40))
+    sinos = np.ones((1, 1, n), np.float32)
+    for mode in ("linear", "nearest", "linear8"):
+        out = ParallelBackprojection(geometry, volume, interpolation=mode, backend="cpu")(sinos)[0]
+        x = volume.coordinates("x")
+        inside = np.abs(x) <= (n - 1) / 2
+        assert np.all(out[:, inside] == 1.0), mode
+        assert np.all(out[:, np.abs(x) > (n - 1) / 2 + 1] == 0.0), mode
+        if mode != "nearest":  # the half-pixel beyond the last column blends with zero
+            edge = np.isclose(np.abs(x), (n - 1) / 2 + 0.5)
+            assert np.allclose(out[:, edge], 0.5, atol=1 / 256)
+
+
+def test_bad_input():
+    geometry = ParallelGeometry([0.0, 1.0], 8, n_rows=2)
+    volume = VolumeGeometry((2, 8, 8))
+    op = ParallelBackprojection(geometry, volume, backend="cpu")
+    with pytest.raises(ValueError, match="sinos"):
+        op(np.zeros((2, 3, 8), np.float32))
+    with pytest.raises(ValueError, match="interpolation"):
+        ParallelBackprojection(geometry, volume, interpolation="cubic", backend="cpu")
+    with pytest.raises(ValueError, match="geometry"):
+        ParallelBackprojection(volume, volume)
+    with pytest.raises(ValueError, match="backend"):
+        ParallelBackprojection(geometry, volume, backend="tpu")
+
+
+# -- CUDA ------------------------------------------------------------------------------------
+
+def _gpu_case(rng, n_angles, n_cols, n_slices, shape, **geom):
+    import cupy as cp
+    geometry, volume, sinos = random_case(rng, n_angles, n_cols, n_slices, shape, **geom)
+    op = ParallelBackprojection(geometry, volume, backend="cuda")
+    out = cp.full((n_slices,) + shape, cp.nan, cp.float32)   # poison: unwritten pixels show
+    got = op(cp.asarray(sinos), out=out)
+    assert isinstance(got, cp.ndarray)
+    got = cp.asnumpy(got)
+    assert np.isfinite(got).all()
+    return geometry, volume, sinos, got
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("n_angles,n_cols,n_slices,shape", [
+    (1, 31, 1, (17, 19)),          # one angle, odd sizes
+    (180, 64, 5, (64, 64)),
+    (361, 127, 3, (101, 131)),
+    (10_000, 33, 2, (21, 23)),     # several constant-memory passes
+    (7, 21, 2100, (9, 11)),        # more slices than texture layers
+])
+def test_cuda_matches_cpu_texture_mode(rng, n_angles, n_cols, n_slices, shape):
+    geometry, volume, sinos, got = _gpu_case(rng, n_angles, n_cols, n_slices, shape,
+                                             det_spacing=1.1, axis_shift=rng.uniform(-2, 2, n_angles))
+    cpu = {mode: ParallelBackprojection(geometry, volume, interpolation=mode, backend="cpu")(sinos)
+           for mode in ("linear8", "linear")}
+    assert rel(got, cpu["linear8"]) < 1e-5
+    assert rel(got, cpu["linear"]) < TEXTURE_VS_EXACT_RANDOM
+
+
+@pytest.mark.gpu
+def test_cuda_nearest_matches_cpu(rng):
+    import cupy as cp
+    geometry, volume, sinos = random_case(rng, 200, 77, 3, (70, 81))
+    gpu = ParallelBackprojection(geometry, volume, interpolation="nearest", backend="cuda")
+    cpu = ParallelBackprojection(geometry, volume, interpolation="nearest", backend="cpu")
+    assert rel(cp.asnumpy(gpu(cp.asarray(sinos))), cpu(sinos)) < 1e-5
+
+
+@pytest.mark.gpu
+def test_cuda_smooth_data_close_to_exact(rng):
+    """On band-limited data the 8-bit weights cost far less than on noise."""
+    import cupy as cp
+    n_angles, n_cols = 256, 128
+    geometry = ParallelGeometry(np.linspace(0, np.pi, n_angles, endpoint=False), n_cols, n_rows=1)
+    volume = geometry.default_volume()
+    s = geometry.column_positions()
+    sinos = np.exp(-(s / 20.0) ** 2)[None, None, :].repeat(n_angles, 1).astype(np.float32)
+    got = cp.asnumpy(ParallelBackprojection(geometry, volume, backend="cuda")(cp.asarray(sinos)))
+    exact = reference_backprojection(sinos, geometry, volume)
+    assert rel(got, exact) < TEXTURE_VS_EXACT_SMOOTH
+
+
+@pytest.mark.gpu
+def test_cuda_outside_detector_is_zero():
+    import cupy as cp
+    n = 16
+    geometry = ParallelGeometry([0.0, 0.5], n, n_rows=1)
+    volume = VolumeGeometry((1, 8, 64))
+    sinos = cp.ones((1, 2, n), cp.float32)
+    out = cp.asnumpy(ParallelBackprojection(geometry, volume, backend="cuda")(sinos))[0]
+    cpu = ParallelBackprojection(geometry, volume, interpolation="linear8",
+                                 backend="cpu")(np.ones((1, 2, n), np.float32))[0]
+    np.testing.assert_allclose(out, cpu, atol=1e-6)
+    assert (out[:, :4] == 0).all() and (out[:, -4:] == 0).all()
+
+
+@pytest.mark.gpu
+def test_cuda_rejects_numpy_and_float64():
+    geometry = ParallelGeometry([0.0], 8, n_rows=1)
+    op = ParallelBackprojection(geometry, VolumeGeometry((1, 8, 8)), backend="cuda")
+    with pytest.raises(ValueError, match="CuPy"):
+        op(np.zeros((1, 1, 8), np.float32))
