@@ -87,6 +87,47 @@ def bench_gpu(n=2048, n_angles=2048, slice_counts=(1, 64)):
                note=f"pinned PCIe floor for the bytes alone {pcie * 1e3:.0f} ms")
 
 
+def bench_variants(n=2048, n_angles=2048, n_slices=64):
+    """Back-projection kernel variants (texel packing x block shape), device arrays."""
+    import cupy as cp
+    import leveret
+    from leveret.cuda.backproject_parallel import ParallelTextureBackprojector
+    from leveret.operators import parallel_table
+
+    sync = cp.cuda.Device().synchronize
+    g = leveret.ParallelGeometry(np.linspace(0, np.pi, n_angles, endpoint=False), n, n_rows=n_slices)
+    table = parallel_table(g, g.default_volume(), np.float32)
+    sinos = cp.random.random((n_slices, n_angles, n), dtype=cp.float32)
+    out = cp.empty((n_slices, n, n), cp.float32)
+    for packing in ("float", "float2"):
+        for block in ((32, 8), (16, 16), (64, 4), (16, 8), (32, 4)):
+            bp = ParallelTextureBackprojector(packing, block)
+            t = median_time(lambda: bp(sinos, table, out), reps=3, sync=sync)
+            record(f"BP variant {packing} block {block[0]}x{block[1]}, {n_slices} slices", t,
+                   n * n * n_slices * n_angles)
+
+
+def bench_pipeline_floor(n=2048, n_angles=2048, n_slices=64):
+    """The streaming pipeline with the GPU work replaced by a copy: the host and
+    PCIe cost that FBP from NumPy arrays can at best hide."""
+    import cupy as cp
+    from leveret.pipeline import parallel_copy, stream_chunks
+
+    proj = np.random.default_rng(2).random((n_angles, n_slices, n), dtype=np.float32)
+    out = np.empty((n_slices, n, n), np.float32)
+    chunks = [(k, k + 4) for k in range(0, n_slices, 4)]
+
+    def run():
+        stream_chunks(chunks,
+                      in_shape=lambda c: (n_angles, c[1] - c[0], n), out_shape=lambda c: (c[1] - c[0], n, n),
+                      load=lambda c, buf: parallel_copy(buf, proj[:, c[0]:c[1]]),
+                      compute=lambda c, d_in, d_out: d_out.__setitem__(Ellipsis, d_in.reshape(d_out.shape)),
+                      store=lambda c, buf: parallel_copy(out[c[0]:c[1]], buf))
+    t = median_time(run, reps=3, sync=cp.cuda.Device().synchronize)
+    record(f"pipeline floor: 1 GiB in + 1 GiB out, 16 chunks, no compute", t, 0,
+           note=f"{2 * proj.nbytes / t / 1e9:.1f} GB/s host<->device")
+
+
 def bench_astra(n=2048, n_angles=2048, n_slices=64):
     try:
         import astra
@@ -142,9 +183,10 @@ def main(argv=None):
     parser.add_argument("--cpu", action="store_true", help="run the CPU problem")
     parser.add_argument("--gpu", action="store_true", help="run the leveret GPU problems")
     parser.add_argument("--astra", action="store_true", help="run ASTRA on the GPU problems")
+    parser.add_argument("--variants", action="store_true", help="kernel variants and the pipeline floor")
     parser.add_argument("--out", default=None, help="JSON file for the results")
     args = parser.parse_args(argv)
-    if not (args.cpu or args.gpu or args.astra):
+    if not (args.cpu or args.gpu or args.astra or args.variants):
         args.cpu = args.gpu = args.astra = True
     meta = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "host": platform.node(), "python": platform.python_version(),
@@ -159,6 +201,9 @@ def main(argv=None):
         bench_cpu()
     if args.gpu:
         bench_gpu()
+    if args.variants:
+        bench_variants()
+        bench_pipeline_floor()
     if args.astra:
         bench_astra()
     if args.out:

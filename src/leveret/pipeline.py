@@ -13,10 +13,36 @@ is overwritten while a copy or kernel still reads it.
 """
 from __future__ import annotations
 
+import os
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Sequence
 
 import numpy as np
+
+_COPY_THREADS = max(1, min(8, (os.cpu_count() or 2) // 2))
+_copy_pool: ThreadPoolExecutor | None = None
+
+
+def parallel_copy(dst: np.ndarray, src: np.ndarray) -> None:
+    """``dst[...] = src`` split along axis 0 over a few threads.
+
+    One thread copies host memory at a fraction of what the memory system
+    gives; NumPy releases the GIL while copying, so threads add up. This is
+    what lets host-side gathers and scatters hide behind the GPU.
+    """
+    global _copy_pool
+    n = dst.shape[0]
+    parts = min(_COPY_THREADS, n)
+    if parts <= 1 or dst.nbytes < (16 << 20):
+        dst[...] = src
+        return
+    if _copy_pool is None:
+        _copy_pool = ThreadPoolExecutor(_COPY_THREADS, thread_name_prefix="leveret-copy")
+    bounds = np.linspace(0, n, parts + 1).astype(int)
+    futures = [_copy_pool.submit(dst[a:b].__setitem__, Ellipsis, src[a:b])
+               for a, b in zip(bounds[:-1], bounds[1:])]
+    for f in futures:
+        f.result()
 
 
 def stream_chunks(chunks: Sequence, *, in_shape: Callable, out_shape: Callable,

@@ -104,10 +104,17 @@ def fbp(projections, geometry: ParallelGeometry, volume: VolumeGeometry | None =
 
     from tqdm.auto import tqdm
     with tqdm(total=n_slices, unit="slice", desc="fbp", disable=not progress, leave=False) as bar:
-        if streamed:
+        if streamed and len(chunks) == 1:  # nothing to overlap: plain copies in and out
             import cupy
 
-            from ..pipeline import stream_chunks
+            d_in = cupy.asarray(_gather_rows(stack, rows_lo, rows_frac, chunks[0], dtype=dtype))
+            v.check_finite_array("projections", d_in)
+            op(filtered(d_in)).get(out=out3)
+            bar.update(n_slices)
+        elif streamed:
+            import cupy
+
+            from ..pipeline import parallel_copy, stream_chunks
 
             def load(chunk, buf):
                 _gather_rows(stack, rows_lo, rows_frac, chunk, out=buf)
@@ -119,7 +126,7 @@ def fbp(projections, geometry: ParallelGeometry, volume: VolumeGeometry | None =
                 op(filtered(d_in), out=d_out)
 
             def store(chunk, buf):
-                out3[chunk[0]:chunk[1]] = buf
+                parallel_copy(out3[chunk[0]:chunk[1]], buf)
 
             stream_chunks(chunks,
                           in_shape=lambda c: (geometry.n_angles, c[1] - c[0], geometry.n_cols),
@@ -185,7 +192,11 @@ def _gather_rows(stack, rows_lo, rows_frac, chunk, *, out=None, dtype=np.float32
         src = stack[:, lo[0]:lo[-1] + 1, :]
         if out is None:
             return src.astype(dtype, copy=False)
-        out[...] = src
+        if xp is np:
+            from ..pipeline import parallel_copy
+            parallel_copy(out, src)
+        else:
+            out[...] = src
         return out
     if out is None:
         out = xp.zeros(shape, dtype=dtype)

@@ -68,8 +68,50 @@ def _linear_zero_padded(q, x):
     return (1.0 - f) * v0 + f * v1
 
 
+@numba.njit(inline="always")
+def _fixed(x):
+    """x (>= 0) as a 32.32 fixed-point integer; steps keep their sign."""
+    return np.int64(x * _FIX) if x >= 0 else -np.int64(-x * _FIX)
+
+
+@numba.njit(inline="always")
+def _line(row, q, a, base, i_from, i_to, exact):
+    """Add projection q's samples at x = base + i a to row[i] for i in [i_from, i_to)."""
+    ncols = q.shape[0]
+    t_lo, t_hi = _span(a, base, -1.0, ncols, row.shape[0], -1)     # may touch the detector
+    i_lo, i_hi = _span(a, base, 0.0, ncols - 1.0, row.shape[0], 1)  # both neighbours on it
+    t_lo, t_hi = max(t_lo, i_from), min(t_hi, i_to)
+    i_lo, i_hi = max(i_lo, t_lo), min(i_hi, t_hi)
+    if i_hi <= i_lo:
+        i_lo = i_hi = t_hi
+    for i in range(t_lo, i_lo):
+        row[i] += _linear_zero_padded(q, base + i * a)
+    if exact:
+        for i in range(i_lo, i_hi):
+            x = base + i * a
+            i0 = np.uint64(x)  # x >= 0 here, so truncation is floor
+            f = x - np.float64(i0)
+            v0 = q[i0]
+            row[i] += v0 + f * (q[i0 + np.uint64(1)] - v0)
+    elif i_hi > i_lo:
+        inv_fix = row.dtype.type(1.0 / _FIX)
+        fixed = _fixed(base + i_lo * a)
+        step = _fixed(a)
+        for i in range(i_lo, i_hi):
+            i0 = np.uint64(fixed >> 32)
+            f = row.dtype.type(fixed & 0xFFFFFFFF) * inv_fix
+            v0 = q[i0]
+            row[i] += v0 + f * (q[i0 + np.uint64(1)] - v0)
+            fixed += step
+    for i in range(max(i_hi, t_lo), t_hi):
+        row[i] += _linear_zero_padded(q, base + i * a)
+
+
 @numba.njit(parallel=True, fastmath=False, cache=True)
-def _backproject_linear(sinos, table, out, exact_coordinates):
+def _backproject_linear(sinos, table, out, exact):
+    """Exact linear mode. Projections go in pairs: over the pixels where both
+    are inside the detector one pass adds both samples, so row[i] is loaded
+    and stored once per two updates; the rest goes through ``_line``."""
     n_slices, n_angles, ncols = sinos.shape
     ny, nx = out.shape[1], out.shape[2]
     inv_fix = out.dtype.type(1.0 / _FIX)
@@ -77,34 +119,37 @@ def _backproject_linear(sinos, table, out, exact_coordinates):
         k = task // ny
         j = task % ny
         row = np.zeros(nx, dtype=out.dtype)
-        for n in range(n_angles):
-            q = sinos[k, n]
-            a = table[n, 0]
-            base = (j * table[n, 1] + table[n, 2]) - 0.5   # column of pixel i = 0
-            t_lo, t_hi = _span(a, base, -1.0, ncols, nx, -1)       # may touch the detector
-            i_lo, i_hi = _span(a, base, 0.0, ncols - 1.0, nx, 1)   # both neighbours on it
-            if i_hi <= i_lo:
-                i_lo = i_hi = t_hi
-            for i in range(t_lo, i_lo):
-                row[i] += _linear_zero_padded(q, base + i * a)
-            if i_hi > i_lo and exact_coordinates:
-                for i in range(i_lo, i_hi):
-                    x = base + i * a
-                    i0 = np.uint64(x)  # x >= 0 here, so truncation is floor
-                    f = x - np.float64(i0)
-                    v0 = q[i0]
-                    row[i] += v0 + f * (q[i0 + np.uint64(1)] - v0)
-            elif i_hi > i_lo:
-                fixed = np.int64((base + i_lo * a) * _FIX)
-                step = np.int64(a * _FIX) if a >= 0 else -np.int64(-a * _FIX)
-                for i in range(i_lo, i_hi):
-                    i0 = np.uint64(fixed >> 32)
-                    f = out.dtype.type(fixed & 0xFFFFFFFF) * inv_fix
-                    v0 = q[i0]
-                    row[i] += v0 + f * (q[i0 + np.uint64(1)] - v0)
-                    fixed += step
-            for i in range(i_hi, t_hi):
-                row[i] += _linear_zero_padded(q, base + i * a)
+        n = 0
+        while n + 1 < n_angles and not exact:
+            q0, q1 = sinos[k, n], sinos[k, n + 1]
+            a0, a1 = table[n, 0], table[n + 1, 0]
+            b0 = (j * table[n, 1] + table[n, 2]) - 0.5
+            b1 = (j * table[n + 1, 1] + table[n + 1, 2]) - 0.5
+            lo0, hi0 = _span(a0, b0, 0.0, ncols - 1.0, nx, 1)
+            lo1, hi1 = _span(a1, b1, 0.0, ncols - 1.0, nx, 1)
+            c_lo, c_hi = max(lo0, lo1), min(hi0, hi1)
+            if c_hi > c_lo:
+                fixed0, step0 = _fixed(b0 + c_lo * a0), _fixed(a0)
+                fixed1, step1 = _fixed(b1 + c_lo * a1), _fixed(a1)
+                for i in range(c_lo, c_hi):
+                    i0 = np.uint64(fixed0 >> 32)
+                    f0 = out.dtype.type(fixed0 & 0xFFFFFFFF) * inv_fix
+                    i1 = np.uint64(fixed1 >> 32)
+                    f1 = out.dtype.type(fixed1 & 0xFFFFFFFF) * inv_fix
+                    v0 = q0[i0]
+                    v1 = q1[i1]
+                    row[i] += (v0 + f0 * (q0[i0 + np.uint64(1)] - v0)) + (v1 + f1 * (q1[i1 + np.uint64(1)] - v1))
+                    fixed0 += step0
+                    fixed1 += step1
+            else:
+                c_lo = c_hi = 0
+            _line(row, q0, a0, b0, 0, c_lo, False)
+            _line(row, q0, a0, b0, c_hi, nx, False)
+            _line(row, q1, a1, b1, 0, c_lo, False)
+            _line(row, q1, a1, b1, c_hi, nx, False)
+            n += 2
+        for m in range(n, n_angles):
+            _line(row, sinos[k, m], table[m, 0], (j * table[m, 1] + table[m, 2]) - 0.5, 0, nx, exact)
         out[k, j, :] = row
 
 
