@@ -94,12 +94,12 @@ def _line(row, q, a, base, i_from, i_to, exact):
             v0 = q[i0]
             row[i] += v0 + f * (q[i0 + np.uint64(1)] - v0)
     elif i_hi > i_lo:
-        inv_fix = row.dtype.type(1.0 / _FIX)
+        inv_frac = row.dtype.type(1.0 / 16777216.0)
         fixed = _fixed(base + i_lo * a)
         step = _fixed(a)
-        for i in range(i_lo, i_hi):
+        for i in range(np.uint64(i_lo), np.uint64(i_hi)):
             i0 = np.uint64(fixed >> 32)
-            f = row.dtype.type(fixed & 0xFFFFFFFF) * inv_fix
+            f = row.dtype.type(np.int32((fixed >> 8) & 0xFFFFFF)) * inv_frac
             v0 = q[i0]
             row[i] += v0 + f * (q[i0 + np.uint64(1)] - v0)
             fixed += step
@@ -114,7 +114,7 @@ def _backproject_linear(sinos, table, out, exact):
     and stored once per two updates; the rest goes through ``_line``."""
     n_slices, n_angles, ncols = sinos.shape
     ny, nx = out.shape[1], out.shape[2]
-    inv_fix = out.dtype.type(1.0 / _FIX)
+    inv_frac = out.dtype.type(1.0 / 16777216.0)
     for task in numba.prange(n_slices * ny):
         k = task // ny
         j = task % ny
@@ -131,11 +131,14 @@ def _backproject_linear(sinos, table, out, exact):
             if c_hi > c_lo:
                 fixed0, step0 = _fixed(b0 + c_lo * a0), _fixed(a0)
                 fixed1, step1 = _fixed(b1 + c_lo * a1), _fixed(a1)
-                for i in range(c_lo, c_hi):
+                # Unsigned indices spare Numba's negative-index wrap-around, and the
+                # weight comes from the top 24 fraction bits: an int32 converts to
+                # float in one instruction and 2**-24 is float32's resolution.
+                for i in range(np.uint64(c_lo), np.uint64(c_hi)):
                     i0 = np.uint64(fixed0 >> 32)
-                    f0 = out.dtype.type(fixed0 & 0xFFFFFFFF) * inv_fix
+                    f0 = out.dtype.type(np.int32((fixed0 >> 8) & 0xFFFFFF)) * inv_frac
                     i1 = np.uint64(fixed1 >> 32)
-                    f1 = out.dtype.type(fixed1 & 0xFFFFFFFF) * inv_fix
+                    f1 = out.dtype.type(np.int32((fixed1 >> 8) & 0xFFFFFF)) * inv_frac
                     v0 = q0[i0]
                     v1 = q1[i1]
                     row[i] += (v0 + f0 * (q0[i0 + np.uint64(1)] - v0)) + (v1 + f1 * (q1[i1 + np.uint64(1)] - v1))
