@@ -21,6 +21,10 @@ fi
 echo "== texture weight probe =="
 python3 bench/probe_texture_weights.py > "$OUT/texture_weights.json"; cat "$OUT/texture_weights.json"
 
+echo "== leveret info and demo on the GPU =="
+python3 -m leveret info | tee "$OUT/info.txt"
+(cd "$OUT" && python3 -m leveret demo --output demo_gpu.png) | tee "$OUT/demo.txt"
+
 echo "== benchmarks =="
 [ -f .peers/activate.sh ] && source .peers/activate.sh
 python3 bench/bench_fbp.py ${BENCH_ARGS:---gpu --astra --variants} --out "$OUT/bench_gpu.json" 2>&1 | tee "$OUT/bench_gpu.txt"
