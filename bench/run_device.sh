@@ -3,7 +3,7 @@
 # Run from the repository root with .peers (ASTRA) and .shared (the real scan)
 # carried; results land in $OUT.
 set -uo pipefail
-export PYTHONPATH=src PYTHONUNBUFFERED=1 LEVERET_SHARED=$PWD/.shared
+export PYTHONPATH=$PWD/src PYTHONUNBUFFERED=1 LEVERET_SHARED=$PWD/.shared
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.max.sm --format=csv | tee "$OUT/gpu.txt"
 
