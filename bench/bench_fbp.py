@@ -73,6 +73,12 @@ def bench_gpu(n=2048, n_angles=2048, slice_counts=(1, 64)):
         t = median_time(lambda: op(sinos, out=out), reps=5, sync=sync)
         record(f"BP {n}^2 x {n_slices} slices from {n_angles} angles, device arrays", t, updates,
                note="texture upload included")
+        if n_slices == 1:  # where FBP's time goes besides the back-projection
+            from leveret.filters import apply_filter, filter_response
+            resp = filter_response(n)
+            w = cp.full(n_angles, np.pi / n_angles, cp.float32)
+            t = median_time(lambda: apply_filter(sinos, resp, weights=w), reps=5, sync=sync)
+            record(f"filter only, {n_slices} slice of {n_angles} x {n}, device arrays", t, 0)
         del sinos, out
         proj_dev = cp.random.random((n_angles, n_slices, n), dtype=cp.float32)
         out_dev = cp.empty(vol.shape, cp.float32)

@@ -83,10 +83,10 @@ def fbp(projections, geometry: ParallelGeometry, volume: VolumeGeometry | None =
     stack = projections[:, None, :] if geometry.is_2d else projections  # (A, R, C)
     rows_lo, rows_frac = _slice_rows(geometry, volume)
     n_slices = volume.nz
-    out_shape = (n_slices, volume.ny, volume.nx)
     on_gpu = op.backend == "cuda"
     out = _prepare_out(out, volume, dtype, cupy_out=input_on_gpu)
-    out3 = out.reshape(out_shape)
+    job = _Job(stack, rows_lo, rows_frac, geometry, volume, op, weights, response, padding, dtype,
+               out.reshape((n_slices, volume.ny, volume.nx)))
 
     streamed = on_gpu and not input_on_gpu
     if chunk_slices is None:
@@ -99,50 +99,98 @@ def fbp(projections, geometry: ParallelGeometry, volume: VolumeGeometry | None =
     chunk_slices = v.positive_int("chunk_slices", chunk_slices)
     chunks = [(k, min(n_slices, k + chunk_slices)) for k in range(0, n_slices, chunk_slices)]
 
-    def filtered(rows_asc):  # (A, S, C) -> weighted, filtered (S, A, C)
-        return apply_filter(rows_asc.transpose(1, 0, 2), response, weights=weights, padding=padding)
-
     from tqdm.auto import tqdm
     with tqdm(total=n_slices, unit="slice", desc="fbp", disable=not progress, leave=False) as bar:
-        if streamed and len(chunks) == 1:  # nothing to overlap: plain copies in and out
-            import cupy
-
-            d_in = cupy.asarray(_gather_rows(stack, rows_lo, rows_frac, chunks[0], dtype=dtype))
-            v.check_finite_array("projections", d_in)
-            op(filtered(d_in)).get(out=out3)
+        if not streamed:
+            job.in_memory(chunks, check_finite=not input_on_gpu, bar=bar)
+        elif len(chunks) == 1:
+            job.one_chunk_from_host(chunks[0])
             bar.update(n_slices)
-        elif streamed:
-            import cupy
-
-            from ..pipeline import parallel_copy, stream_chunks
-
-            def load(chunk, buf):
-                _gather_rows(stack, rows_lo, rows_frac, chunk, out=buf)
-
-            n_bad = cupy.zeros((), cupy.int64)  # non-finite inputs, read once at the end
-
-            def compute(chunk, d_in, d_out):
-                n_bad[...] += cupy.count_nonzero(~cupy.isfinite(d_in))
-                op(filtered(d_in), out=d_out)
-
-            def store(chunk, buf):
-                parallel_copy(out3[chunk[0]:chunk[1]], buf)
-
-            stream_chunks(chunks,
-                          in_shape=lambda c: (geometry.n_angles, c[1] - c[0], geometry.n_cols),
-                          out_shape=lambda c: (c[1] - c[0], volume.ny, volume.nx),
-                          load=load, compute=compute, store=store,
-                          on_done=lambda c: bar.update(c[1] - c[0]))
-            if int(n_bad) > 0:
-                raise ValueError(f"projections: expected finite values, got {int(n_bad)} NaN/Inf value(s)")
         else:
-            for k0, k1 in chunks:
-                rows = _gather_rows(stack, rows_lo, rows_frac, (k0, k1), dtype=dtype)
-                if not input_on_gpu:
-                    v.check_finite_array("projections", rows)
-                op(filtered(rows), out=out3[k0:k1])
-                bar.update(k1 - k0)
+            job.streamed(chunks, bar=bar)
     return out
+
+
+class _Job:
+    """One FBP call's data and the three ways of running it."""
+
+    def __init__(self, stack, rows_lo, rows_frac, geometry, volume, op, weights, response, padding,
+                 dtype, out3):
+        self.stack, self.rows_lo, self.rows_frac = stack, rows_lo, rows_frac
+        self.geometry, self.volume, self.op = geometry, volume, op
+        self.weights, self.response, self.padding = weights, response, padding
+        self.dtype, self.out3 = dtype, out3
+
+    def rows(self, chunk, angles=slice(None), out=None):
+        """Detector rows of the slices in ``chunk``, projections ``angles``: (A, S, C)."""
+        return _gather_rows(self.stack[angles], self.rows_lo, self.rows_frac, chunk, out=out,
+                            dtype=self.dtype)
+
+    def filtered(self, rows, angles=slice(None)):
+        """(A, S, C) rows -> weighted, filtered (S, A, C) sinograms."""
+        return apply_filter(rows.transpose(1, 0, 2), self.response, weights=self.weights[angles],
+                            padding=self.padding)
+
+    def in_memory(self, chunks, *, check_finite, bar):
+        """CPU, or CuPy arrays on the GPU: chunk after chunk, straight into the output."""
+        for k0, k1 in chunks:
+            rows = self.rows((k0, k1))
+            if check_finite:
+                v.check_finite_array("projections", rows)
+            self.op(self.filtered(rows), out=self.out3[k0:k1])
+            bar.update(k1 - k0)
+
+    def streamed(self, chunks, *, bar):
+        """NumPy in and out on the GPU: chunks through the two-stream pipeline."""
+        import cupy
+
+        from ..pipeline import parallel_copy, stream_chunks
+
+        g, vol = self.geometry, self.volume
+        n_bad = cupy.zeros((), cupy.int64)  # non-finite inputs, read once at the end
+
+        def compute(chunk, d_in, d_out):
+            n_bad[...] += cupy.count_nonzero(~cupy.isfinite(d_in))
+            self.op(self.filtered(d_in), out=d_out)
+
+        stream_chunks(chunks,
+                      in_shape=lambda c: (g.n_angles, c[1] - c[0], g.n_cols),
+                      out_shape=lambda c: (c[1] - c[0], vol.ny, vol.nx),
+                      load=lambda c, buf: self.rows(c, out=buf),
+                      compute=compute,
+                      store=lambda c, buf: parallel_copy(self.out3[c[0]:c[1]], buf),
+                      on_done=lambda c: bar.update(c[1] - c[0]))
+        _raise_if_bad(int(n_bad))
+
+    def one_chunk_from_host(self, chunk, min_batch_bytes=2 << 20):
+        """NumPy in and out, everything in one chunk (e.g. a single slice): the
+        projections go up in angle batches on a copy stream, each filtered and
+        back-projected (accumulating) while the next one travels."""
+        import cupy
+
+        g = self.geometry
+        nbytes = g.n_angles * (chunk[1] - chunk[0]) * g.n_cols * 4
+        n_batches = int(max(1, min(4, nbytes // min_batch_bytes, g.n_angles)))
+        bounds = np.linspace(0, g.n_angles, n_batches + 1).astype(int)
+        copy_stream = cupy.cuda.Stream(non_blocking=True)
+        compute_stream = cupy.cuda.get_current_stream()
+        n_bad = cupy.zeros((), cupy.int64)
+        total = None
+        uploaded = []  # alive until the end: the pool must not hand them out while in use
+        for b0, b1 in zip(bounds[:-1], bounds[1:]):
+            with copy_stream:   # pageable: the host waits for this copy, the GPU does not
+                d_in = cupy.asarray(self.rows(chunk, slice(b0, b1)))
+                arrived = copy_stream.record()
+            uploaded.append(d_in)
+            compute_stream.wait_event(arrived)
+            n_bad[...] += cupy.count_nonzero(~cupy.isfinite(d_in))
+            part = self.op if n_batches == 1 else ParallelBackprojection(
+                _angle_subset(g, b0, b1), self.volume, interpolation=self.op.interpolation,
+                backend="cuda", texture_packing=self.op.texture_packing)
+            image = part(self.filtered(d_in, slice(b0, b1)))
+            total = image if total is None else total.__iadd__(image)
+        _raise_if_bad(int(n_bad))
+        total.get(out=self.out3)
 
 
 # -- helpers -----------------------------------------------------------------------------------
@@ -157,6 +205,16 @@ def _check_projections(projections, geometry: ParallelGeometry):
     if projections.dtype.kind not in "fiu":
         raise ValueError(f"projections: expected real numbers, got dtype {projections.dtype}")
     return projections
+
+
+def _raise_if_bad(n_bad: int) -> None:
+    if n_bad:
+        raise ValueError(f"projections: expected finite values, got {n_bad} NaN/Inf value(s)")
+
+
+def _angle_subset(geometry: ParallelGeometry, start: int, stop: int) -> ParallelGeometry:
+    shift = None if geometry.axis_shift is None else geometry.axis_shift[start:stop]
+    return geometry.replace(angles=geometry.angles[start:stop], axis_shift=shift)
 
 
 def _angle_weights(angle_weights, geometry: ParallelGeometry) -> np.ndarray:
