@@ -179,3 +179,24 @@ def test_cuda_rejects_numpy_and_float64():
     op = ParallelBackprojection(geometry, VolumeGeometry((1, 8, 8)), backend="cuda")
     with pytest.raises(ValueError, match="CuPy"):
         op(np.zeros((1, 1, 8), np.float32))
+
+
+@pytest.mark.gpu
+def test_cuda_texture_cache_reuse_is_safe(rng):
+    """Cached textures are reused across calls and streams without stale data."""
+    import cupy as cp
+    from leveret.cuda import texture
+
+    geometry, volume, sinos = random_case(rng, 50, 40, 4, (30, 30))
+    op = ParallelBackprojection(geometry, volume, backend="cuda")
+    cpu = ParallelBackprojection(geometry, volume, interpolation="linear8", backend="cpu")
+    texture.clear_cache()
+    first = op(cp.asarray(sinos)).get()
+    assert len(texture._cache) == 1
+    other = rng.standard_normal(sinos.shape).astype(np.float32)
+    with cp.cuda.Stream(non_blocking=True):
+        second = op(cp.asarray(other)).get()
+    assert len(texture._cache) == 1                      # the same texture, reused
+    assert rel(first, cpu(sinos)) < 1e-5 and rel(second, cpu(other)) < 1e-5
+    texture.clear_cache()
+    assert not texture._cache

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from ._module import load_module
-from .texture import LayeredTexture
+from .texture import LayeredTexture, acquire, release
 
 MAX_ANGLES_PER_PASS = 2048  # LEVERET_PAR_MAX_ANGLES in the .cu file
 KERNELS = ("float", "float2")
@@ -15,22 +15,14 @@ class ParallelTextureBackprojector:
 
     ``packing="float2"`` puts two slices in each texel (one fetch filters
     both, same weights, same result); "float" one slice per texel; "auto"
-    packs whenever there are two slices or more. The texture is kept between
-    calls of the same shape, so streaming chunk after chunk allocates once.
+    packs whenever there are two slices or more. Textures come from the
+    cache in ``texture.py``, so streaming chunk after chunk allocates once.
     """
 
     def __init__(self, packing: str = "auto", block: tuple[int, int] = (32, 8)):
         self.packing = packing
         self.block = block
-        self._texture: LayeredTexture | None = None
         self.last_kernel: str | None = None
-
-    def _texture_for(self, shape, channels) -> LayeredTexture:
-        tex = self._texture
-        if tex is None or tex.shape != tuple(shape) or tex.channels != channels:
-            self._texture = None  # free the old CUDA array before allocating
-            self._texture = LayeredTexture(*shape, channels=channels)
-        return self._texture
 
     def __call__(self, sinos, table: np.ndarray, out, interpolation: str = "linear"):
         """``out[k] = sum_n sinos[k, n](u_n(i, j))`` for every slice k (see the cpu module).
@@ -61,7 +53,7 @@ class ParallelTextureBackprojector:
         for s0 in range(0, n_slices, step):
             s1 = min(n_slices, s0 + step)
             layers = -(-(s1 - s0) // per_layer)
-            tex = self._texture_for((layers, n_angles, n_cols), per_layer)
+            tex = acquire((layers, n_angles, n_cols), per_layer, stream)
             tex.upload(_pack(sinos[s0:s1], layers) if per_layer == 2 else sinos[s0:s1], stream)
             tex_obj = tex.linear if interpolation == "linear" else tex.point
             for a0 in range(0, n_angles, MAX_ANGLES_PER_PASS):
@@ -72,6 +64,7 @@ class ParallelTextureBackprojector:
                     args.append(np.int32(s1 - s0))
                 args += [np.int32(a1 - a0), np.int32(a0), np.int32(a0 > 0)]
                 kernel(grid_xy + (layers,), self.block, tuple(args), stream=stream)
+            release(tex, stream)
         return out
 
 

@@ -1,5 +1,18 @@
-"""Layered float / float2 textures over CUDA arrays (CuPy), reused while shapes repeat."""
+"""Layered float / float2 textures over CUDA arrays (CuPy), and a small cache of them.
+
+Allocating a CUDA array and its texture objects costs about a millisecond,
+as much as back-projecting a small slice, so textures are kept for reuse
+(``acquire``/``release``). A texture remembers the event after its last use,
+and whoever takes it next waits for that event on its own stream, so reuse is
+safe across streams.
+"""
 from __future__ import annotations
+
+from collections import OrderedDict
+
+CACHE_BYTES = 256 << 20   # textures larger than this are freed after use
+CACHE_ENTRIES = 4
+_cache: "OrderedDict[tuple, LayeredTexture]" = OrderedDict()
 
 
 class LayeredTexture:
@@ -25,6 +38,7 @@ class LayeredTexture:
             raise ValueError(f"channels: expected 1 or 2, got {channels}")
         self.shape = (layers, height, width)
         self.channels = channels
+        self.released = None  # CUDA event after the last kernel that read it
         bits = (32, 32 if channels == 2 else 0, 0, 0)
         desc = texture.ChannelFormatDescriptor(*bits, runtime.cudaChannelFormatKindFloat)
         layered = getattr(runtime, "cudaArrayLayered", 0x01)  # not exported by every CuPy
@@ -53,3 +67,37 @@ class LayeredTexture:
         if tuple(data.shape) != expected:
             raise ValueError(f"texture upload: expected shape {expected}, got {tuple(data.shape)}")
         self.array.copy_from(data, stream)
+
+
+def acquire(shape, channels: int, stream) -> LayeredTexture:
+    """A texture of ``shape`` (layers, height, width), from the cache if one is
+    there; ``stream`` waits until its previous user is done with it."""
+    import cupy
+
+    key = (cupy.cuda.Device().id, tuple(shape), channels)
+    tex = _cache.pop(key, None)
+    if tex is None:
+        return LayeredTexture(*shape, channels=channels)
+    if tex.released is not None:
+        stream.wait_event(tex.released)
+    return tex
+
+
+def release(tex: LayeredTexture, stream) -> None:
+    """Give a texture back after the kernels reading it were queued on ``stream``."""
+    import cupy
+
+    if tex.nbytes > CACHE_BYTES:
+        return  # dropped: CuPy frees the array once nothing refers to it
+    tex.released = stream.record()
+    key = (cupy.cuda.Device().id, tex.shape, tex.channels)
+    old = _cache.pop(key, None)
+    del old
+    _cache[key] = tex
+    while len(_cache) > CACHE_ENTRIES or sum(t.nbytes for t in _cache.values()) > CACHE_BYTES:
+        _cache.popitem(last=False)
+
+
+def clear_cache() -> None:
+    """Free every cached texture (e.g. before handing the GPU to other work)."""
+    _cache.clear()
