@@ -99,3 +99,18 @@ def as_rng(rng) -> np.random.Generator:
     except (TypeError, ValueError):
         raise ValueError(f"rng: expected a numpy.random.Generator or an integer seed, "
                          f"got {rng!r}") from None
+
+
+def shapes_tuple(name: str, shapes, kind: type) -> tuple:
+    """``shapes`` (one ``kind`` or an iterable of them) as a tuple, each checked."""
+    if isinstance(shapes, kind):
+        shapes = (shapes,)
+    try:
+        items = tuple(shapes)
+    except TypeError:
+        raise ValueError(f"{name}: expected an iterable of {kind.__name__}, "
+                         f"got {type(shapes).__name__}") from None
+    for i, item in enumerate(items):
+        if not isinstance(item, kind):
+            raise ValueError(f"{name}[{i}]: expected an {kind.__name__}, got {type(item).__name__}")
+    return items

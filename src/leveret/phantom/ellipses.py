@@ -120,17 +120,7 @@ class EllipsePhantom(Frozen):
     _fields = __slots__
 
     def __init__(self, ellipses: Iterable[Ellipse]):
-        if isinstance(ellipses, Ellipse):
-            ellipses = (ellipses,)
-        try:
-            items = tuple(ellipses)
-        except TypeError:
-            raise ValueError(f"ellipses: expected an iterable of Ellipse, "
-                             f"got {type(ellipses).__name__}") from None
-        for i, e in enumerate(items):
-            if not isinstance(e, Ellipse):
-                raise ValueError(f"ellipses[{i}]: expected an Ellipse, got {type(e).__name__}")
-        self._set("ellipses", items)
+        self._set("ellipses", common.shapes_tuple("ellipses", ellipses, Ellipse))
 
     def __len__(self) -> int:
         return len(self.ellipses)
