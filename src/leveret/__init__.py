@@ -3,13 +3,14 @@
 NumPy in, NumPy out; CuPy in, CuPy out. Conventions (frame, array orders,
 units) are those of CONVENTIONS.md, summarised in docs/conventions.md.
 """
-from . import io, phantom
-from .algorithms import fbp
+from . import io, phantom, rabbitct
+from .algorithms import fbp, fdk
 from .backends import cuda_available
-from .geometry import ParallelGeometry, VolumeGeometry
-from .operators import ParallelBackprojection
+from .geometry import ConeGeometry, ParallelGeometry, VolumeGeometry
+from .operators import ConeBackprojection, ParallelBackprojection
 
 __version__ = "0.1.0"
 
-__all__ = ["fbp", "ParallelGeometry", "VolumeGeometry", "ParallelBackprojection",
-           "cuda_available", "io", "phantom", "__version__"]
+__all__ = ["fbp", "fdk", "ParallelGeometry", "ConeGeometry", "VolumeGeometry",
+           "ParallelBackprojection", "ConeBackprojection", "cuda_available", "io", "phantom",
+           "rabbitct", "__version__"]

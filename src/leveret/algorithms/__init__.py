@@ -1,4 +1,5 @@
 """Reconstruction algorithms, built on operators and filters only."""
+from .fdk import fdk
 from .parallel_fbp import fbp
 
-__all__ = ["fbp"]
+__all__ = ["fbp", "fdk"]

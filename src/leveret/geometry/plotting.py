@@ -55,3 +55,81 @@ def plot_parallel(geometry, volume, ax=None, n_views=4, n_rays=7):
     ax.set_xlim(-lim, lim)
     ax.set_ylim(-lim, lim)
     return ax
+
+
+def _axes3d(ax):
+    if ax is None:
+        from matplotlib.figure import Figure  # no pyplot: works headless, leaks no windows
+        ax = Figure(figsize=(7, 7)).add_subplot(projection="3d")
+    return ax
+
+
+def _box_edges(volume):
+    """The 12 edges of the volume's outer faces, as (12, 2, 3) world points."""
+    (x0, x1), (y0, y1) = volume.extent("x"), volume.extent("y")
+    z0, z1 = volume.extent("z") if not volume.is_2d else (0.0, 0.0)
+    corners = np.array([[x, y, z] for z in (z0, z1) for y in (y0, y1) for x in (x0, x1)])
+    pairs = [(0, 1), (2, 3), (4, 5), (6, 7), (0, 2), (1, 3), (4, 6), (5, 7),
+             (0, 4), (1, 5), (2, 6), (3, 7)]  # along x, along y, along z
+    return corners[np.array(pairs)]
+
+
+def plot_cone(geometry, volume=None, ax=None, n_views=6):
+    """3D view of a cone-beam scan: source trajectory, detectors, corner rays, volume box.
+
+    The detector of a few views is drawn as a quadrilateral at the
+    source-detector distance (when the geometry knows its pixel size; else at
+    twice the depth of the world origin), with the rays from the source to
+    its four corners and the principal ray; a dot marks the corner of pixel
+    (row 0, col 0) of the first view drawn.
+    """
+    from mpl_toolkits.mplot3d.art3d import Line3DCollection, Poly3DCollection
+    ax = _axes3d(ax)
+    sources = geometry.source_positions()
+    if geometry.pixel_size is not None:
+        frame = geometry.detector_frame()
+    else:
+        depth0 = geometry.depth(np.zeros(3))
+        fallback = np.where(depth0 > 0, 2 * depth0, 2 * np.linalg.norm(sources, axis=1))
+        frame = geometry.detector_frame(distance=np.maximum(fallback, 1e-12))
+    half_u = geometry.n_cols / 2 * frame.u
+    half_v = geometry.n_rows / 2 * frame.v
+    # Corner order (col, row): (0, 0), (n_cols, 0), (n_cols, n_rows), (0, n_rows) edges.
+    corners = np.stack([frame.center - half_u - half_v, frame.center + half_u - half_v,
+                        frame.center + half_u + half_v, frame.center - half_u + half_v], axis=1)
+
+    ax.plot(*sources.T, color="k", lw=0.8, label="source trajectory")
+    views = np.unique(np.linspace(0, geometry.n_views - 1, min(n_views, geometry.n_views)).astype(int))
+    colors = ["C0", "C1", "C2", "C3", "C4", "C5", "C6", "C7"]
+    points = [sources, corners.reshape(-1, 3)]
+    for k, n in enumerate(views):
+        c = colors[k % len(colors)]
+        label = f"view {n}" + ("" if geometry.angles is None else
+                               f" ({np.degrees(geometry.angles[n]):.1f} deg)")
+        ax.add_collection3d(Poly3DCollection([corners[n]], facecolor=c, edgecolor=c, alpha=0.25))
+        rays = [np.stack([sources[n], q]) for q in corners[n]]
+        ax.add_collection3d(Line3DCollection(rays, colors=c, linewidths=0.6, alpha=0.7))
+        ax.plot(*np.stack([sources[n], frame.center[n]]).T, color=c, ls="--", lw=0.8)
+        ax.scatter(*sources[n], color=c, s=20, label=label)
+    ax.scatter(*corners[views[0], 0], color="k", s=12, label="pixel (0, 0) corner")
+    if volume is not None:
+        edges = _box_edges(volume)
+        ax.add_collection3d(Line3DCollection(edges, colors="0.3", linewidths=1.2,
+                                             label=f"volume {volume.shape}"))
+        points.append(edges.reshape(-1, 3))
+    ax.scatter([0], [0], [0], color="k", marker="+", s=40, label="origin")
+
+    # Equal scales on all axes: a cube around everything drawn.
+    allp = np.concatenate(points)
+    mid = (allp.max(axis=0) + allp.min(axis=0)) / 2
+    half = max(float(np.max(allp.max(axis=0) - allp.min(axis=0))) / 2, 1e-12) * 1.05
+    ax.set_xlim(mid[0] - half, mid[0] + half)
+    ax.set_ylim(mid[1] - half, mid[1] + half)
+    ax.set_zlim(mid[2] - half, mid[2] + half)
+    ax.set_box_aspect((1, 1, 1))
+    ax.set_xlabel("x")
+    ax.set_ylabel("y")
+    ax.set_zlabel("z")
+    ax.set_title(f"cone beam: {geometry.n_views} views, {geometry.n_rows} x {geometry.n_cols} detector")
+    ax.legend(loc="upper right", fontsize="x-small", framealpha=0.8)
+    return ax

@@ -1,0 +1,192 @@
+"""FDK: filtered back-projection for cone-beam scans given as projection matrices."""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import _validate as v
+from ..filters import FILTERS, apply_filter, filter_response
+from ..geometry import VolumeGeometry
+from ..operators.cone import ConeBackprojection
+
+
+def fdk(projections, geometry, volume: VolumeGeometry, *, filter: str = "ram-lak",
+        short_scan="auto", backend: str = "auto", cutoff: float = 1.0, padding: str = "zero",
+        interpolation: str = "linear", precision: str = "single", progress: bool = False):
+    """Feldkamp-Davis-Kress reconstruction of a (near-)circular cone-beam scan.
+
+    Parameters
+    ----------
+    projections : ndarray (n_views, n_rows, n_cols)
+        Line integrals (value x length).
+    geometry : ConeGeometry
+        One projection matrix per view. The trajectory is taken to circle the
+        z axis (the isocentre is the world origin); per-view deviations are
+        honoured exactly by the back-projection.
+    volume : VolumeGeometry (3D)
+    filter, cutoff, padding
+        As for :func:`leveret.fbp`; the ramp is applied along detector rows
+        at the isocentre's scale (pixel pitch x sid / sdd).
+    short_scan : "auto", bool
+        Parker weights for scans covering less than a full circle ("auto":
+        when the views span less than 2 pi); False weights every view by its
+        angular step only (right for full scans).
+    backend : {"auto", "cuda", "cpu"}
+    interpolation : {"linear", "linear8"}
+        See :class:`leveret.operators.ConeBackprojection`.
+    precision : {"single", "double"} ("double": CPU only)
+
+    Returns
+    -------
+    ndarray (nz, ny, nx): attenuation per length unit.
+
+    Notes
+    -----
+    Each view n is weighted by the cosine of the ray's angle to the central
+    ray, by its angular step (halved on full scans, where every line is
+    measured twice; Parker-weighted on short scans), filtered along rows with
+    the band-limited ramp at the isocentre's pixel pitch, and back-projected
+    with the matrix scaled so that w is the voxel's depth along the central
+    ray over the source-isocentre distance: 1/w^2 is then FDK's distance
+    weight.
+    """
+    from ..geometry import ConeGeometry
+    if not isinstance(geometry, ConeGeometry):
+        raise ValueError(f"geometry: expected a ConeGeometry, got {type(geometry).__name__}")
+    if not hasattr(projections, "shape"):
+        projections = np.asarray(projections)
+    if tuple(projections.shape) != geometry.projection_shape:
+        raise ValueError(f"projections: expected shape (n_views, n_rows, n_cols) = "
+                         f"{geometry.projection_shape} from the geometry, got {tuple(projections.shape)}")
+    v.check_finite_array("projections", projections)
+    v.choice("filter", filter, FILTERS)
+    dtype = np.float64 if v.choice("precision", precision, ("single", "double")) == "double" else np.float32
+
+    frames = view_frames(geometry)
+    parker = _use_parker(short_scan, frames)
+    weights = _view_weights(frames, geometry.n_cols, parker)          # (n_views, n_cols)
+    response = filter_response(geometry.n_cols, filter, cutoff=cutoff)  # unit pitch; scaled per view
+
+    op = ConeBackprojection(geometry, volume, backend=backend, interpolation=interpolation,
+                            matrices=frames["normalised"])
+    on_gpu = op.backend == "cuda"
+    input_on_gpu = not isinstance(projections, np.ndarray)
+    if input_on_gpu and not on_gpu:
+        raise ValueError("backend: 'cpu' was asked for but projections is a CuPy array")
+    if on_gpu and dtype == np.float64:
+        raise ValueError("precision: 'double' runs on the CPU backend only; use backend='cpu'")
+    if on_gpu:
+        import cupy as xp
+    else:
+        xp = np
+    out = xp.zeros(volume.shape, dtype=dtype)
+    from tqdm.auto import tqdm
+    chunk = max(1, int(256e6 // (geometry.n_rows * geometry.n_cols * 8)))
+    for n0 in tqdm(range(0, geometry.n_views, chunk), desc="fdk", unit="chunk", disable=not progress,
+                   leave=False):
+        views = slice(n0, min(geometry.n_views, n0 + chunk))
+        factors = (_cosine_weights(frames, views, geometry.n_rows, geometry.n_cols)
+                   * weights[views, None, :] / frames["pitch"][views, None, None])
+        weighted = xp.asarray(projections[views], dtype) * xp.asarray(factors, dtype)
+        # The ramp at pitch tau is the unit-pitch ramp over tau (folded into factors).
+        op(apply_filter(weighted, response, padding=padding), out, views=views, accumulate=True)
+    if on_gpu and not input_on_gpu:
+        return out.get()
+    return out
+
+
+def view_frames(geometry) -> dict:
+    """Per-view quantities FDK needs, from the matrices alone.
+
+    focal_u, focal_v : source-detector distance in column / row pixels
+    u0, v0 : principal point (pixels)
+    source : (n, 3) source positions; axis : (n, 3) unit central-ray directions
+    sid : distance from the source to the isocentre (origin) along the axis
+    pitch : detector column pitch at the isocentre (length units per pixel)
+    angle : rotation angle of each source about z, unwrapped, increasing
+            in the direction of rotation; orientation : +1 counter-clockwise
+    normalised : matrices scaled so that w = depth along the axis / sid
+    """
+    K, R, _ = geometry.decompose()
+    source = geometry.source_positions()
+    sid = geometry.depth(np.zeros(3))
+    if np.any(sid <= 0):
+        raise ValueError("geometry: the isocentre (origin) must lie in front of every source")
+    angle = np.unwrap(np.arctan2(source[:, 0], -source[:, 1]))
+    orientation = 1.0 if angle[-1] >= angle[0] else -1.0
+    return {
+        "focal_u": K[:, 0, 0], "focal_v": K[:, 1, 1], "u0": K[:, 0, 2], "v0": K[:, 1, 2],
+        "source": source, "axis": R[:, 2, :], "sid": sid, "pitch": sid / K[:, 0, 0],
+        "angle": orientation * (angle - angle[0]), "orientation": orientation,
+        "normalised": geometry.normalised().matrices,
+    }
+
+
+def _use_parker(short_scan, frames) -> bool:
+    coverage = _coverage(frames["angle"])
+    if isinstance(short_scan, str):
+        v.choice("short_scan", short_scan, ("auto",))
+        return coverage < 2 * np.pi - 1e-6
+    if not isinstance(short_scan, (bool, np.bool_)):
+        raise ValueError(f"short_scan: expected 'auto', True or False, got {short_scan!r}")
+    return bool(short_scan)
+
+
+def _coverage(angle: np.ndarray) -> float:
+    """Angular range the views cover: first to last plus one (median) step."""
+    if angle.size == 1:
+        return 0.0
+    step = np.median(np.abs(np.diff(angle)))
+    return float(angle.max() - angle.min() + step)
+
+
+def _steps(angle: np.ndarray) -> np.ndarray:
+    """Each view's share of the angle range: half the gap to each neighbour."""
+    if angle.size == 1:
+        return np.array([2 * np.pi])
+    order = np.argsort(angle)
+    a = angle[order]
+    gaps = np.diff(a)
+    share = np.empty_like(a)
+    share[1:-1] = 0.5 * (gaps[1:] + gaps[:-1])
+    share[0], share[-1] = gaps[0], gaps[-1]  # the ends: one full step each
+    out = np.empty_like(share)
+    out[order] = share
+    return out
+
+
+def _view_weights(frames, n_cols: int, parker: bool) -> np.ndarray:
+    """Angular quadrature x Parker weight, per view and detector column."""
+    steps = _steps(frames["angle"])
+    if not parker:
+        return np.repeat((0.5 * steps)[:, None], n_cols, axis=1)   # full scan: each line twice
+    # Fan angle of each column, positive in the direction of rotation: the
+    # detector's u axis points against the rotation of a counter-clockwise scan.
+    u = np.arange(n_cols)[None, :]
+    gamma = -frames["orientation"] * np.arctan((u - frames["u0"][:, None]) / frames["focal_u"][:, None])
+    beta = frames["angle"][:, None] - frames["angle"].min()
+    # Over-scan beyond pi: 2 delta (delta = half fan angle for a minimal short scan).
+    two_delta = max(_coverage(frames["angle"]) - np.pi, 1e-9)
+    return steps[:, None] * parker_weights(beta, gamma, two_delta / 2)
+
+
+def parker_weights(beta, gamma, delta):
+    """Parker's (1982) short-scan weights for source angle beta in [0, pi + 2 delta]
+    and fan angle gamma (radians); the weights of the two measurements of a line
+    sum to one."""
+    beta, gamma = np.broadcast_arrays(np.asarray(beta, float), np.asarray(gamma, float))
+    w = np.ones(beta.shape)
+    rise = beta < 2 * delta - 2 * gamma
+    fall = beta > np.pi - 2 * gamma
+    with np.errstate(divide="ignore", invalid="ignore"):
+        w = np.where(rise, np.sin(np.pi / 4 * beta / (delta - gamma)) ** 2, w)
+        w = np.where(fall, np.sin(np.pi / 4 * (np.pi + 2 * delta - beta) / (delta + gamma)) ** 2, w)
+    w = np.where(beta > np.pi + 2 * delta, 0.0, w)
+    return np.clip(np.nan_to_num(w), 0.0, 1.0)
+
+
+def _cosine_weights(frames, views: slice, n_rows: int, n_cols: int) -> np.ndarray:
+    """cos of each pixel's ray to the central ray, (views, n_rows, n_cols)."""
+    u0, v0 = frames["u0"][views, None, None], frames["v0"][views, None, None]
+    tan_u = (np.arange(n_cols)[None, None, :] - u0) / frames["focal_u"][views, None, None]
+    tan_v = (np.arange(n_rows)[None, :, None] - v0) / frames["focal_v"][views, None, None]
+    return 1.0 / np.sqrt(1.0 + tan_u**2 + tan_v**2)

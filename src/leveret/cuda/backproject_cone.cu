@@ -1,0 +1,68 @@
+// Cone-beam voxel-driven back-projection through the texture unit: paper 002's
+// "kernel B". One thread owns voxel column (i, j) and LEVERET_CONE_K
+// consecutive z voxels from k0; it loops over the views of a pass, each a
+// layer of the projection texture, and keeps the K partial sums in registers,
+// so the volume is read and written once per pass. Matrices (index -> (uw,
+// vw, w)) sit in constant memory: all threads of a warp read the same view.
+//
+// Arithmetic is rounded as written (no FMA contraction) and the homogeneous
+// coordinates step along z by adding the matrix's third column, exactly as
+// the CPU's texture-emulating mode computes them, so the two agree to float
+// rounding.
+
+#ifndef LEVERET_CONE_K
+#define LEVERET_CONE_K 8
+#endif
+#define LEVERET_CONE_MAX_VIEWS 1024
+
+__constant__ float c_cone_mat[LEVERET_CONE_MAX_VIEWS * 12];  // row-major 3x4 per view
+
+__device__ __forceinline__ float dot_row(const float* m, float fi, float fj, float fk)
+{
+    return __fadd_rn(__fadd_rn(__fadd_rn(__fmul_rn(m[0], fi), __fmul_rn(m[1], fj)),
+                               __fmul_rn(m[2], fk)), m[3]);
+}
+
+extern "C" __global__ void __launch_bounds__(256)
+backproject_cone_tex(cudaTextureObject_t projections,   // layered: x = u, y = v, layer = view
+                     float* __restrict__ out,            // (nz, ny, nx)
+                     int nx, int ny, int nz, int n_views, int accumulate)
+{
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    const int j = blockIdx.y * blockDim.y + threadIdx.y;
+    const int k0 = blockIdx.z * LEVERET_CONE_K;
+    if (i >= nx || j >= ny) return;
+
+    const float fi = (float)i, fj = (float)j, fk0 = (float)k0;
+    float sum[LEVERET_CONE_K];
+#pragma unroll
+    for (int k = 0; k < LEVERET_CONE_K; ++k) sum[k] = 0.0f;
+
+    for (int n = 0; n < n_views; ++n) {
+        const float* m = &c_cone_mat[12 * n];
+        float qu = dot_row(m, fi, fj, fk0);
+        float qv = dot_row(m + 4, fi, fj, fk0);
+        float qw = dot_row(m + 8, fi, fj, fk0);
+        const float du = m[2], dv = m[6], dw = m[10];
+#pragma unroll
+        for (int k = 0; k < LEVERET_CONE_K; ++k) {
+            const float inv_w = 1.0f / qw;                       // IEEE division
+            const float u = __fmul_rn(qu, inv_w);
+            const float v = __fmul_rn(qv, inv_w);
+            const float value = tex2DLayered<float>(projections, __fadd_rn(u, 0.5f), __fadd_rn(v, 0.5f), n);
+            sum[k] = __fadd_rn(sum[k], __fmul_rn(__fmul_rn(value, inv_w), inv_w));
+            qu = __fadd_rn(qu, du);
+            qv = __fadd_rn(qv, dv);
+            qw = __fadd_rn(qw, dw);
+        }
+    }
+    const size_t plane = (size_t)nx * ny;
+    const size_t base = (size_t)k0 * plane + (size_t)j * nx + i;
+#pragma unroll
+    for (int k = 0; k < LEVERET_CONE_K; ++k) {
+        if (k0 + k < nz) {
+            const size_t idx = base + (size_t)k * plane;
+            out[idx] = accumulate ? out[idx] + sum[k] : sum[k];
+        }
+    }
+}

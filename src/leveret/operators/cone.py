@@ -1,0 +1,97 @@
+"""Cone-beam voxel-driven back-projection as an operator over a (geometry, volume) pair."""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import _validate as v
+from ..backends import resolve
+from ..geometry import VolumeGeometry
+
+
+def index_matrices(matrices: np.ndarray, volume: VolumeGeometry) -> np.ndarray:
+    """Compose projection matrices with the voxel grid: (n, 3, 4) acting on (i, j, k, 1)."""
+    grid = np.zeros((4, 4))
+    for col, axis in enumerate("xyz"):
+        grid[col, col] = volume.spacing(axis)
+        grid[col, 3] = volume.coordinates(axis)[0]
+    grid[3, 3] = 1.0
+    return np.asarray(matrices, np.float64) @ grid
+
+
+def check_in_front(matrices: np.ndarray, volume: VolumeGeometry) -> None:
+    """w > 0 at every voxel of every view (w is linear: the 8 corners decide)."""
+    corners = np.array([[i, j, k, 1.0] for i in (0, volume.nx - 1) for j in (0, volume.ny - 1)
+                        for k in (0, volume.nz - 1)])
+    w = index_matrices(matrices, volume)[:, 2, :] @ corners.T
+    bad = np.flatnonzero((w <= 0).any(axis=1))
+    if bad.size:
+        raise ValueError(f"matrices: expected w > 0 (in front of the source) over the whole volume, "
+                         f"got w <= 0 at a volume corner in view {int(bad[0])} ({bad.size} view(s))")
+
+
+class ConeBackprojection:
+    """Voxel-driven cone-beam back-projection ``B``: projections -> volume.
+
+    ``B(q)[k, j, i] = sum_n q_n(u, v) / w^2`` with ``(u w, v w, w) = P_n x``
+    (see ``leveret.cpu.backproject_cone``). The matrices are used as given:
+    ``leveret.fdk`` scales them so that 1/w^2 is the FDK distance weight;
+    RabbitCT's come scaled that way.
+
+    Parameters
+    ----------
+    geometry : ConeGeometry
+    volume : VolumeGeometry (3D)
+    backend : {"auto", "cuda", "cpu"}
+    interpolation : {"linear", "linear8"}
+        "linear": exact bilinear weights on the CPU (float64 arithmetic), the
+        texture unit's 8-bit weights on CUDA. "linear8" asks the CPU for
+        what the CUDA kernel computes (float32, 8-bit weights, its rounding).
+    matrices : ndarray (n_views, 3, 4), optional
+        Replacement matrices (e.g. rescaled) for the same views.
+    """
+
+    def __init__(self, geometry, volume: VolumeGeometry, *, backend: str = "auto",
+                 interpolation: str = "linear", matrices=None):
+        from ..geometry import ConeGeometry
+        if not isinstance(geometry, ConeGeometry):
+            raise ValueError(f"geometry: expected a ConeGeometry, got {type(geometry).__name__}")
+        if not isinstance(volume, VolumeGeometry) or volume.is_2d:
+            raise ValueError(f"volume: expected a 3D VolumeGeometry, got {volume!r}")
+        self.geometry = geometry
+        self.volume = volume
+        self.matrices = np.asarray(geometry.matrices if matrices is None else matrices, np.float64)
+        if self.matrices.shape != (geometry.n_views, 3, 4):
+            raise ValueError(f"matrices: expected shape {(geometry.n_views, 3, 4)}, got {self.matrices.shape}")
+        check_in_front(self.matrices, volume)
+        self.backend = resolve(backend)
+        self.interpolation = v.choice("interpolation", interpolation, ("linear", "linear8"))
+        self._index = index_matrices(self.matrices, volume)
+        self._gpu = None
+
+    def __call__(self, projections, out=None, *, views=slice(None), accumulate: bool = False):
+        """Back-project ``projections`` of the views ``views`` into ``out`` (nz, ny, nx)."""
+        idx = self._index[views]
+        expected = (idx.shape[0], self.geometry.n_rows, self.geometry.n_cols)
+        if tuple(projections.shape) != expected:
+            raise ValueError(f"projections: expected shape {expected}, got {tuple(projections.shape)}")
+        xp = v.array_module(projections)
+        if out is None:
+            out = xp.zeros(self.volume.shape, dtype=projections.dtype)
+        elif tuple(out.shape) != self.volume.shape:
+            raise ValueError(f"out: expected shape {self.volume.shape}, got {tuple(out.shape)}")
+        if self.backend == "cuda":
+            if xp is np:
+                raise ValueError("projections: the CUDA backend takes CuPy arrays, got a NumPy array")
+            if projections.dtype != np.float32 or out.dtype != np.float32:
+                raise ValueError("projections: the CUDA backend runs in float32")
+            if self._gpu is None:
+                from ..cuda.backproject_cone import ConeTextureBackprojector
+                self._gpu = ConeTextureBackprojector()
+            return self._gpu(xp.ascontiguousarray(projections), idx, out, accumulate=accumulate)
+        if xp is not np:
+            raise ValueError("projections: the CPU backend takes NumPy arrays, got a CuPy array")
+        from ..cpu import backproject_cone as cpu
+        if self.interpolation == "linear8":
+            from ..cuda.backproject_cone import depth
+            return cpu.backproject_texture8(projections, idx, out, depth=depth(), accumulate=accumulate)
+        return cpu.backproject(np.ascontiguousarray(projections), idx, out, accumulate=accumulate)
