@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Everything the GPU machine is for, in one call (device README: few, full calls).
 # Run from the repository root with .peers (ASTRA) and .shared (the real scan)
-# carried; results land in $OUT.
+# carried; results land in $OUT (at most 8 files come back).
 set -uo pipefail
 export PYTHONPATH=$PWD/src PYTHONUNBUFFERED=1 LEVERET_SHARED=$PWD/.shared
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.max.sm --format=csv | tee "$OUT/gpu.txt"
+nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.max.sm --format=csv
 
 echo "== GPU tests =="
 python3 -m pytest -m gpu -q -p no:cacheprovider -rs 2>&1 | tee "$OUT/pytest_gpu.txt" | tail -15
@@ -14,17 +14,21 @@ if [ "${SANITIZE:-1}" = 1 ]; then
   echo "== compute-sanitizer memcheck (small sizes) =="
   compute-sanitizer --tool memcheck --error-exitcode 9 python3 -m pytest -m gpu -q -p no:cacheprovider \
     "tests/operators/test_parallel_backprojection.py::test_cuda_matches_cpu_texture_mode" \
-    tests/algorithms/test_fbp_cuda.py::test_cupy_in_cupy_out_equals_cpu 2>&1 | tail -6 | tee "$OUT/memcheck.txt"
+    tests/algorithms/test_fbp_cuda.py::test_cupy_in_cupy_out_equals_cpu \
+    "tests/operators/test_cone_backprojection.py::test_cuda_matches_cpu_texture_mode" 2>&1 | tail -6 | tee "$OUT/memcheck.txt"
   echo "memcheck exit: ${PIPESTATUS[0]}" | tee -a "$OUT/memcheck.txt"
 fi
 
 echo "== texture weight probe =="
-python3 bench/probe_texture_weights.py > "$OUT/texture_weights.json"; cat "$OUT/texture_weights.json"
+python3 bench/probe_texture_weights.py
 
 echo "== leveret info and demo on the GPU =="
-python3 -m leveret info | tee "$OUT/info.txt"
-(cd "$OUT" && python3 -m leveret demo --output demo_gpu.png) | tee "$OUT/demo.txt"
+python3 -m leveret info
+(cd "$OUT" && python3 -m leveret demo --output demo_gpu.png)
 
 echo "== benchmarks =="
 [ -f .peers/activate.sh ] && source .peers/activate.sh
 python3 bench/bench_fbp.py ${BENCH_ARGS:---gpu --astra --variants} --out "$OUT/bench_gpu.json" 2>&1 | tee "$OUT/bench_gpu.txt"
+if [ "${CONE:-1}" = 1 ]; then
+  (cd bench && python3 bench_cone.py --out "$OUT/bench_cone.json") 2>&1 | tee "$OUT/bench_cone.txt"
+fi

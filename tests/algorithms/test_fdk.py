@@ -71,7 +71,9 @@ def test_shepp_logan_3d_and_precision():
     vol = VolumeGeometry((8, 40, 40), voxel_size=(2.0, 2.5, 2.5))
     head = phantom.shepp_logan_3d(radius=45.0)
     proj = head.project(g).astype(np.float32)
+    kept = proj.copy()
     rec = leveret.fdk(proj, g, vol, backend="cpu", filter="hann")
+    np.testing.assert_array_equal(proj, kept)            # the input is not touched
     truth = head.rasterize(vol, supersampling=2)
     k = vol.nz // 2
     assert np.median(np.abs(rec[k] - truth[k])) < 0.03

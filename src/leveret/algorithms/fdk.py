@@ -84,10 +84,11 @@ def fdk(projections, geometry, volume: VolumeGeometry, *, filter: str = "ram-lak
     for n0 in tqdm(range(0, geometry.n_views, chunk), desc="fdk", unit="chunk", disable=not progress,
                    leave=False):
         views = slice(n0, min(geometry.n_views, n0 + chunk))
-        factors = (_cosine_weights(frames, views, geometry.n_rows, geometry.n_cols)
-                   * weights[views, None, :] / frames["pitch"][views, None, None])
-        weighted = xp.asarray(projections[views], dtype) * xp.asarray(factors, dtype)
-        # The ramp at pitch tau is the unit-pitch ramp over tau (folded into factors).
+        # The ramp at pitch tau is the unit-pitch ramp over tau: 1/tau joins the weights.
+        per_column = xp.asarray(weights[views] / frames["pitch"][views, None], dtype)[:, None, :]
+        weighted = xp.array(projections[views], dtype=dtype)   # a copy: the input stays as it was
+        weighted *= _cosine_weights(frames, views, geometry.n_rows, geometry.n_cols, xp, dtype)
+        weighted *= per_column
         op(apply_filter(weighted, response, padding=padding), out, views=views, accumulate=True)
     if on_gpu and not input_on_gpu:
         return out.get()
@@ -184,9 +185,11 @@ def parker_weights(beta, gamma, delta):
     return np.clip(np.nan_to_num(w), 0.0, 1.0)
 
 
-def _cosine_weights(frames, views: slice, n_rows: int, n_cols: int) -> np.ndarray:
-    """cos of each pixel's ray to the central ray, (views, n_rows, n_cols)."""
-    u0, v0 = frames["u0"][views, None, None], frames["v0"][views, None, None]
-    tan_u = (np.arange(n_cols)[None, None, :] - u0) / frames["focal_u"][views, None, None]
-    tan_v = (np.arange(n_rows)[None, :, None] - v0) / frames["focal_v"][views, None, None]
-    return 1.0 / np.sqrt(1.0 + tan_u**2 + tan_v**2)
+def _cosine_weights(frames, views: slice, n_rows: int, n_cols: int, xp=np, dtype=np.float64):
+    """cos of each pixel's ray to the central ray, (views, n_rows, n_cols), on ``xp``."""
+    def tangent(n, centre, focal):
+        return (xp.arange(n, dtype=np.float64)[None, :] - xp.asarray(frames[centre][views])[:, None]) \
+            / xp.asarray(frames[focal][views])[:, None]
+    tan_u = tangent(n_cols, "u0", "focal_u")[:, None, :]
+    tan_v = tangent(n_rows, "v0", "focal_v")[:, :, None]
+    return (1.0 / xp.sqrt(1.0 + tan_u**2 + tan_v**2)).astype(dtype)

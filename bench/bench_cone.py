@@ -1,0 +1,108 @@
+"""Cone-beam benchmark on a RabbitCT-like geometry: leveret and ASTRA 2.5.0 in one run.
+
+496 views at 0.4 degrees, 1248 x 960 detector of 0.308 mm, source-isocentre
+750 mm, source-detector 1200 mm, volumes of L^3 voxels over a 256 mm cube.
+GUPS = L^3 x 496 / time / 1e9. Usage:
+  PYTHONPATH=src python3 bench/bench_cone.py [--sizes 256 512] [--no-astra] [--out FILE]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from datetime import datetime, timezone
+
+import numpy as np
+
+from bench_fbp import RESULTS, median_time, record
+
+N_VIEWS, N_ROWS, N_COLS, PIXEL, SID, SDD = 496, 960, 1248, 0.308, 750.0, 1200.0
+
+
+def geometry():
+    import leveret
+    return leveret.ConeGeometry.circular(np.radians(np.arange(N_VIEWS) * 0.4), SID, SDD, N_ROWS, N_COLS,
+                                         PIXEL)
+
+
+def bench_leveret(size):
+    import cupy as cp
+    import leveret
+
+    g = geometry()
+    vol = leveret.VolumeGeometry((size,) * 3, voxel_size=256.0 / size)
+    sync = cp.cuda.Device().synchronize
+    updates = size**3 * N_VIEWS
+    proj = cp.random.random(g.projection_shape, dtype=cp.float32)
+    out = cp.empty(vol.shape, cp.float32)
+    op = leveret.ConeBackprojection(g, vol, backend="cuda")
+    t = median_time(lambda: op(proj, out), reps=3, sync=sync)
+    record(f"cone BP {size}^3 from {N_VIEWS} x {N_ROWS}x{N_COLS}, device arrays", t, updates,
+           note="kernel B, K=8, texture upload included")
+    del proj, out
+    host = np.random.default_rng(0).random(g.projection_shape, dtype=np.float32)
+    t = median_time(lambda: leveret.fdk(host, g, vol, backend="cuda"), reps=2, sync=sync)
+    record(f"FDK {size}^3 from {N_VIEWS} x {N_ROWS}x{N_COLS}, NumPy arrays", t, updates,
+           note="weighting+filter+BP+transfers, not yet overlapped")
+
+
+def bench_astra(size):
+    try:
+        import astra
+        import astra.experimental as ae
+        import cupy as cp
+    except Exception as exc:  # noqa: BLE001
+        print(f"ASTRA not available: {exc}")
+        return
+    g = geometry()
+    vectors = g.to_astra_vectors(pixel_size=PIXEL)
+    half = 128.0
+    vg = astra.create_vol_geom(size, size, size, -half, half, -half, half, -half, half)
+    pg = astra.create_proj_geom("cone_vec", N_ROWS, N_COLS, vectors)
+    sync = cp.cuda.Device().synchronize
+    updates = size**3 * N_VIEWS
+    proj = cp.random.random((N_ROWS, N_VIEWS, N_COLS), dtype=cp.float32)
+    vol = cp.zeros((size,) * 3, cp.float32)
+    pj = astra.create_projector("cuda3d", pg, vg)
+    vl = astra.data3d.GPULink(vol.data.ptr, size, size, size, size * 4)
+    pl = astra.data3d.GPULink(proj.data.ptr, N_COLS, N_VIEWS, N_ROWS, N_COLS * 4)
+    t = median_time(lambda: ae.direct_BP3D(pj, vl, pl), reps=3, sync=sync)
+    record(f"cone BP {size}^3 from {N_VIEWS} x {N_ROWS}x{N_COLS}, device arrays", t, updates, peer="astra",
+           note="direct_BP3D")
+    del proj, vol
+    host = np.random.rand(N_ROWS, N_VIEWS, N_COLS).astype(np.float32)
+    pid = astra.data3d.create("-proj3d", pg, host)
+    vid = astra.data3d.create("-vol", vg, 0)
+    cfg = astra.astra_dict("FDK_CUDA")
+    cfg["ProjectionDataId"], cfg["ReconstructionDataId"] = pid, vid
+    aid = astra.algorithm.create(cfg)
+    t = median_time(lambda: (astra.algorithm.run(aid), astra.data3d.get_shared(vid).sum()), reps=2)
+    record(f"FDK {size}^3 from {N_VIEWS} x {N_ROWS}x{N_COLS}, NumPy arrays", t, updates, peer="astra",
+           note="FDK_CUDA")
+    astra.algorithm.delete(aid)
+    astra.data3d.delete([pid, vid])
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", type=int, nargs="+", default=[256, 512])
+    parser.add_argument("--no-astra", action="store_true")
+    parser.add_argument("--out", default=None)
+    args = parser.parse_args(argv)
+    from leveret.backends import describe
+    meta = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "command": " ".join(["python3"] + sys.argv), "devices": describe()}
+    for size in args.sizes:
+        bench_leveret(size)
+        if not args.no_astra:
+            bench_astra(size)
+    if args.out:
+        from leveret.io import atomic_output
+        with atomic_output(args.out, overwrite=True) as tmp:
+            with open(tmp, "w") as fh:
+                json.dump({"meta": meta, "results": RESULTS}, fh, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
