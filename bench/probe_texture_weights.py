@@ -1,47 +1,109 @@
-"""Which rounding does the texture unit apply to its 8-bit interpolation weight?
+"""How does the texture unit round its interpolation weights?
 
-Fetches a layered float texture holding [0, 1, 0, 1, ...] ramps at many
-coordinates and compares with the two candidate models (weight rounded to
-nearest, or truncated, at 1/256). The winner is what ``cpu_mode="linear8"``
-must emulate. Run on a GPU: ``PYTHONPATH=src python3 bench/probe_texture_weights.py``.
+1D: fetches a layered float texture holding [0, 1, 0, 1, ...] at many
+coordinates (y at texel centres) and compares with two models of the x
+weight (rounded to nearest, or truncated, at 1/256).
+2D: fetches a random layered texture at random (x, y) and compares with
+models of both weights. The winners are what the CPU's "linear8" modes must
+emulate. Run on a GPU: ``PYTHONPATH=src python3 bench/probe_texture_weights.py``.
 """
 import json
 import sys
 
 import numpy as np
 
+SOURCE = r'''
+extern "C" __global__ void fetch(cudaTextureObject_t t, const float* x, const float* y, float* out, int n) {
+    int k = blockIdx.x * blockDim.x + threadIdx.x;
+    if (k < n) out[k] = tex2DLayered<float>(t, x[k], y[k], 0);
+}'''
 
-def main():
+
+def quantise(f, how):
+    if how == "round":
+        return np.floor(f * 256 + 0.5) / 256
+    if how == "truncate":
+        return np.floor(f * 256) / 256
+    return f
+
+
+def bilinear(tex, x, y, wx, wy):
+    """Reference fetch at texture coordinates (x, y), zero outside, in float64."""
+    h, w = tex.shape
+    xb, yb = x.astype(np.float64) - 0.5, y.astype(np.float64) - 0.5
+    ix, iy = np.floor(xb).astype(int), np.floor(yb).astype(int)
+    a, b = quantise(xb - ix, wx), quantise(yb - iy, wy)
+
+    def at(r, c):
+        ok = (r >= 0) & (r < h) & (c >= 0) & (c < w)
+        return np.where(ok, tex[np.clip(r, 0, h - 1), np.clip(c, 0, w - 1)], 0.0)
+    return ((1 - a) * (1 - b) * at(iy, ix) + a * (1 - b) * at(iy, ix + 1)
+            + (1 - a) * b * at(iy + 1, ix) + a * b * at(iy + 1, ix + 1))
+
+
+def bilinear_product8(tex, x, y):
+    """A, B = 8-bit fractions; W11 = round(A B / 256); W01 = A - W11,
+    W10 = B - W11, W00 = 256 - A - B + W11 (all in 1/256)."""
+    h, w = tex.shape
+    xb, yb = x.astype(np.float64) - 0.5, y.astype(np.float64) - 0.5
+    ix, iy = np.floor(xb).astype(int), np.floor(yb).astype(int)
+    a = np.floor((xb - ix) * 256 + 0.5).astype(int)
+    b = np.floor((yb - iy) * 256 + 0.5).astype(int)
+    w11 = (a * b + 128) // 256
+
+    def at(r, c):
+        ok = (r >= 0) & (r < h) & (c >= 0) & (c < w)
+        return np.where(ok, tex[np.clip(r, 0, h - 1), np.clip(c, 0, w - 1)], 0.0)
+    return ((256 - a - b + w11) * at(iy, ix) + (a - w11) * at(iy, ix + 1)
+            + (b - w11) * at(iy + 1, ix) + w11 * at(iy + 1, ix + 1)) / 256
+
+
+def fetch(image, x, y):
     import cupy as cp
     from leveret.cuda.texture import LayeredTexture
 
-    src = r'''
-    extern "C" __global__ void fetch(cudaTextureObject_t t, const float* u, float* out, int n) {
-        int k = blockIdx.x * blockDim.x + threadIdx.x;
-        if (k < n) out[k] = tex2DLayered<float>(t, u[k], 0.5f, 0);
-    }'''
-    kern = cp.RawKernel(src, "fetch")
-    width = 64
-    ramp = np.zeros((1, 1, width), np.float32)
-    ramp[0, 0, 1::2] = 1.0          # value at x is the weight of the odd neighbour
-    tex = LayeredTexture(1, 1, width)
-    tex.upload(cp.asarray(ramp))
+    kern = cp.RawKernel(SOURCE, "fetch")
+    tex = LayeredTexture(1, *image.shape)
+    tex.upload(cp.asarray(image[None].astype(np.float32)))
+    out = cp.empty(x.size, cp.float32)
+    kern(((x.size + 255) // 256,), (256,), (tex.linear, cp.asarray(x), cp.asarray(y), out, np.int32(x.size)))
+    return cp.asnumpy(out)
+
+
+def main():
     rng = np.random.default_rng(1)
-    u = (rng.uniform(2, width - 2, 200_000)).astype(np.float32)
-    d_out = cp.empty(u.size, cp.float32)
-    kern(((u.size + 255) // 256,), (256,), (tex.linear, cp.asarray(u), d_out, np.int32(u.size)))
-    got = cp.asnumpy(d_out)
-    xb = u.astype(np.float64) - 0.5
-    i0 = np.floor(xb)
-    f = xb - i0
-    odd = (i0.astype(int) % 2 == 1)
-    def model(w):
-        return np.where(odd, 1 - w, w)
     result = {}
-    for name, w in [("round", np.floor(f * 256 + 0.5) / 256), ("truncate", np.floor(f * 256) / 256),
-                    ("exact", f)]:
-        err = np.abs(model(w) - got)
-        result[name] = {"max_abs": float(err.max()), "mismatches": int((err > 1e-6).sum())}
+    ramp = np.zeros((1, 64))
+    ramp[0, 1::2] = 1.0
+    x = rng.uniform(2, 62, 200_000).astype(np.float32)
+    y = np.full_like(x, 0.5)
+    got = fetch(ramp, x, y)
+    for how in ("round", "truncate", "exact"):
+        err = np.abs(bilinear(ramp, x, y, how, "exact") - got)
+        result[f"1d_{how}"] = {"max_abs": float(err.max()), "mismatches": int((err > 1e-6).sum())}
+    # Each axis alone, on sizes that are not powers of two, at random (x, y):
+    # a texture alternating 0/1 along one axis and constant along the other
+    # gives that axis's weight whatever the other one is.
+    for axis, shape in (("x", (40, 50)), ("y", (40, 50)), ("x", (33, 1248)), ("y", (960, 30))):
+        h, w = shape
+        image = (np.arange(w)[None, :] % 2 if axis == "x" else np.arange(h)[:, None] % 2) * np.ones(shape)
+        x = rng.uniform(1.5, w - 1.5, 200_000).astype(np.float32)
+        y = rng.uniform(1.5, h - 1.5, 200_000).astype(np.float32)
+        got = fetch(image, x, y)
+        for how in ("round", "truncate", "exact"):
+            model = bilinear(image, x, y, how if axis == "x" else "exact", how if axis == "y" else "exact")
+            err = np.abs(model - got)
+            result[f"{axis}_{h}x{w}_{how}"] = {"max_abs": float(err.max()), "mismatches": int((err > 1e-6).sum())}
+    # Both axes: separable 8-bit weights are not the whole story; the corner
+    # weight a b is itself rounded to 1/256 and the others follow from it.
+    image = rng.standard_normal((40, 50))
+    x = rng.uniform(-2, 52, 200_000).astype(np.float32)
+    y = rng.uniform(-2, 42, 200_000).astype(np.float32)
+    got = fetch(image, x, y)
+    err = np.abs(bilinear(image, x, y, "round", "round") - got)
+    result["2d_separable_round"] = {"max_abs": float(err.max()), "rms": float(np.sqrt(np.mean(err**2)))}
+    err = np.abs(bilinear_product8(image, x, y) - got)
+    result["2d_product8"] = {"max_abs": float(err.max()), "rms": float(np.sqrt(np.mean(err**2)))}
     print(json.dumps(result, indent=1))
     return result
 
