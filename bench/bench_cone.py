@@ -43,7 +43,7 @@ def bench_leveret(size):
     host = np.random.default_rng(0).random(g.projection_shape, dtype=np.float32)
     t = median_time(lambda: leveret.fdk(host, g, vol, backend="cuda"), reps=2, sync=sync)
     record(f"FDK {size}^3 from {N_VIEWS} x {N_ROWS}x{N_COLS}, NumPy arrays", t, updates,
-           note="weighting+filter+BP+transfers, not yet overlapped")
+           note="weighting, filter, BP, transfers (pinned, overlapped)")
 
 
 def bench_astra(size):

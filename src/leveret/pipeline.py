@@ -6,6 +6,9 @@ A job is a list of chunks and three plain functions:
     compute(chunk, dev_in, dev_out)   device work on the compute stream
     store(chunk, host_buffer)         take a finished pinned output (worker thread)
 
+A job whose results stay on the device (FDK accumulating one volume) passes
+``out_shape=None``: no output buffers, ``dev_out`` is None, nothing is stored.
+
 While chunk c is computed, chunk c+1 is gathered on the host and copied in,
 and chunk c-1 is copied out and stored. Two pinned and two device buffers per
 direction are reused throughout; CUDA events order every reuse, so no buffer
@@ -45,8 +48,8 @@ def parallel_copy(dst: np.ndarray, src: np.ndarray) -> None:
         f.result()
 
 
-def stream_chunks(chunks: Sequence, *, in_shape: Callable, out_shape: Callable,
-                  load: Callable, compute: Callable, store: Callable,
+def stream_chunks(chunks: Sequence, *, in_shape: Callable, out_shape: Callable | None,
+                  load: Callable, compute: Callable, store: Callable | None = None,
                   in_dtype=np.float32, out_dtype=np.float32, on_done: Callable | None = None) -> None:
     import cupy
     import cupyx
@@ -54,11 +57,12 @@ def stream_chunks(chunks: Sequence, *, in_shape: Callable, out_shape: Callable,
     if not chunks:
         return
     n_in = max(int(np.prod(in_shape(c))) for c in chunks)
-    n_out = max(int(np.prod(out_shape(c))) for c in chunks)
     pin_in = [cupyx.empty_pinned(n_in, in_dtype) for _ in range(2)]
-    pin_out = [cupyx.empty_pinned(n_out, out_dtype) for _ in range(2)]
     dev_in = [cupy.empty(n_in, in_dtype) for _ in range(2)]
-    dev_out = [cupy.empty(n_out, out_dtype) for _ in range(2)]
+    has_out = out_shape is not None
+    n_out = max(int(np.prod(out_shape(c))) for c in chunks) if has_out else 0
+    pin_out = [cupyx.empty_pinned(n_out, out_dtype) for _ in range(2)] if has_out else None
+    dev_out = [cupy.empty(n_out, out_dtype) for _ in range(2)] if has_out else None
     copy_stream = cupy.cuda.Stream(non_blocking=True)
     compute_stream = cupy.cuda.Stream(non_blocking=True)
     h2d_done: list = [None, None]      # pinned input b may be refilled after this
@@ -91,13 +95,17 @@ def stream_chunks(chunks: Sequence, *, in_shape: Callable, out_shape: Callable,
             if c + 1 < len(chunks):
                 loading[1 - b] = loader.submit(load_after, h2d_done[1 - b], chunks[c + 1], pin_in[1 - b])
 
-            d_out = view(dev_out[b], out_shape(chunk))
+            d_out = view(dev_out[b], out_shape(chunk)) if has_out else None
             compute_stream.wait_event(h2d_done[b])
             if d2h_done[b] is not None:
                 compute_stream.wait_event(d2h_done[b])
             with compute_stream:
                 compute(chunk, d_in, d_out)
             compute_done[b] = compute_stream.record()
+            if not has_out:
+                if on_done is not None:
+                    on_done(chunk)
+                continue
 
             if storing[b] is not None:
                 storing[b].result()      # pinned output b is free again
@@ -110,3 +118,4 @@ def stream_chunks(chunks: Sequence, *, in_shape: Callable, out_shape: Callable,
         for f in storing:
             if f is not None:
                 f.result()
+        compute_stream.synchronize()

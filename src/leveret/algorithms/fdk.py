@@ -57,7 +57,8 @@ def fdk(projections, geometry, volume: VolumeGeometry, *, filter: str = "ram-lak
     if tuple(projections.shape) != geometry.projection_shape:
         raise ValueError(f"projections: expected shape (n_views, n_rows, n_cols) = "
                          f"{geometry.projection_shape} from the geometry, got {tuple(projections.shape)}")
-    v.check_finite_array("projections", projections)
+    if not isinstance(projections, np.ndarray):  # host input is checked chunk by chunk
+        v.check_finite_array("projections", projections)
     v.choice("filter", filter, FILTERS)
     dtype = np.float64 if v.choice("precision", precision, ("single", "double")) == "double" else np.float32
 
@@ -79,19 +80,54 @@ def fdk(projections, geometry, volume: VolumeGeometry, *, filter: str = "ram-lak
     else:
         xp = np
     out = xp.zeros(volume.shape, dtype=dtype)
-    from tqdm.auto import tqdm
     chunk = max(1, int(256e6 // (geometry.n_rows * geometry.n_cols * 8)))
-    for n0 in tqdm(range(0, geometry.n_views, chunk), desc="fdk", unit="chunk", disable=not progress,
-                   leave=False):
-        views = slice(n0, min(geometry.n_views, n0 + chunk))
+    if on_gpu and not input_on_gpu:
+        chunk = min(chunk, max(1, -(-geometry.n_views // 16)))  # enough chunks to overlap
+
+    def filtered(raw, views):
+        """Weighted (cosine, angular/Parker, 1/pitch) and ramp-filtered views."""
         # The ramp at pitch tau is the unit-pitch ramp over tau: 1/tau joins the weights.
         per_column = xp.asarray(weights[views] / frames["pitch"][views, None], dtype)[:, None, :]
-        weighted = xp.array(projections[views], dtype=dtype)   # a copy: the input stays as it was
-        weighted *= _cosine_weights(frames, views, geometry.n_rows, geometry.n_cols, xp, dtype)
-        weighted *= per_column
-        op(apply_filter(weighted, response, padding=padding), out, views=views, accumulate=True)
-    if on_gpu and not input_on_gpu:
-        return out.get()
+        raw *= _cosine_weights(frames, views, geometry.n_rows, geometry.n_cols, xp, dtype)
+        raw *= per_column
+        return apply_filter(raw, response, padding=padding)
+
+    chunks = [slice(n0, min(geometry.n_views, n0 + chunk)) for n0 in range(0, geometry.n_views, chunk)]
+    from tqdm.auto import tqdm
+    with tqdm(total=geometry.n_views, desc="fdk", unit="view", disable=not progress, leave=False) as bar:
+        if on_gpu and not input_on_gpu:
+            from ..pipeline import parallel_copy, stream_chunks
+
+            n_bad = xp.zeros((), xp.int64)
+
+            def compute(views, d_in, _):
+                n_bad[...] += xp.count_nonzero(~xp.isfinite(d_in))
+                op(filtered(d_in, views), out, views=views, accumulate=True)
+
+            stream_chunks(chunks, in_shape=lambda c: (c.stop - c.start,) + geometry.projection_shape[1:],
+                          out_shape=None, load=lambda c, buf: parallel_copy(buf, projections[c]),
+                          compute=compute, on_done=lambda c: bar.update(c.stop - c.start))
+            if int(n_bad):
+                raise ValueError(f"projections: expected finite values, got {int(n_bad)} NaN/Inf value(s)")
+            return _download(out)
+        for views in chunks:
+            raw = xp.array(projections[views], dtype=dtype)   # a copy: the input stays as it was
+            if not input_on_gpu:
+                v.check_finite_array("projections", raw)
+            op(filtered(raw, views), out, views=views, accumulate=True)
+            bar.update(views.stop - views.start)
+    return out
+
+
+def _download(volume):
+    """Device volume -> NumPy through a pinned buffer (fast DMA, then a threaded copy)."""
+    import cupyx
+
+    from ..pipeline import parallel_copy
+    pinned = cupyx.empty_pinned(volume.shape, volume.dtype)
+    volume.get(out=pinned)
+    out = np.empty(volume.shape, volume.dtype)
+    parallel_copy(out, pinned)
     return out
 
 
