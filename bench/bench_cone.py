@@ -46,6 +46,31 @@ def bench_leveret(size):
            note="weighting, filter, BP, transfers (pinned, overlapped)")
 
 
+def bench_bottlenecks(size=512):
+    """Paper 002's method: the kernel with near-perfect texture cache hits (tiny
+    voxels), without texture fetches, and without the volume update too."""
+    import cupy as cp
+    import leveret
+    from leveret.cuda.backproject_cone import ConeTextureBackprojector
+    from leveret.operators.cone import index_matrices
+
+    g = geometry()
+    sync = cp.cuda.Device().synchronize
+    updates = size**3 * N_VIEWS
+    proj = cp.random.random(g.projection_shape, dtype=cp.float32)
+    out = cp.empty((size,) * 3, cp.float32)
+    normal = index_matrices(g.matrices, leveret.VolumeGeometry((size,) * 3, voxel_size=256.0 / size))
+    tiny = index_matrices(g.matrices, leveret.VolumeGeometry((size,) * 3, voxel_size=1e-6))
+    for label, defines, mats in [("full kernel", (), normal),
+                                 ("I|M|T: near-perfect texture cache (1e-6 mm voxels)", (), tiny),
+                                 ("I|M|-: no texture fetch", ("LEVERET_CONE_NO_TEXTURE",), normal),
+                                 ("I|-|-: no fetch, no volume update",
+                                  ("LEVERET_CONE_NO_TEXTURE", "LEVERET_CONE_NO_UPDATE"), normal)]:
+        bp = ConeTextureBackprojector(defines=defines)
+        t = median_time(lambda: bp(proj, mats, out), reps=3, sync=sync)
+        record(f"kernel B {size}^3, {label}", t, updates)
+
+
 def bench_astra(size):
     try:
         import astra
@@ -96,6 +121,7 @@ def main(argv=None):
         bench_leveret(size)
         if not args.no_astra:
             bench_astra(size)
+    bench_bottlenecks(max(args.sizes))
     if args.out:
         from leveret.io import atomic_output
         with atomic_output(args.out, overwrite=True) as tmp:

@@ -23,13 +23,17 @@ def kernel_files() -> list[Path]:
 
 
 @functools.lru_cache(maxsize=None)
-def load_module(name: str):
-    """A compiled ``cupy.RawModule`` for ``<name>.cu`` (cached per process)."""
+def load_module(name: str, defines: tuple[str, ...] = ()):
+    """A compiled ``cupy.RawModule`` for ``<name>.cu`` (cached per process).
+
+    ``defines`` are extra macros (``"NAME"`` or ``"NAME=value"``), e.g. the
+    bottleneck variants of a kernel.
+    """
     import cupy
-    return cupy.RawModule(code=kernel_source(name), options=NVRTC_OPTIONS)
+    return cupy.RawModule(code=kernel_source(name), options=NVRTC_OPTIONS + tuple(f"-D{d}" for d in defines))
 
 
-def compile_report(path: Path, arch: str = "sm_90") -> tuple[bool, str]:
+def compile_report(path: Path, arch: str = "sm_90", defines: tuple[str, ...] = ()) -> tuple[bool, str]:
     """Compile one .cu file with NVRTC (no GPU needed); returns (ok, ptxas log).
 
     The log has ptxas's per-kernel register, stack and spill figures.
@@ -40,8 +44,8 @@ def compile_report(path: Path, arch: str = "sm_90") -> tuple[bool, str]:
     err, prog = nvrtc.nvrtcCreateProgram(src, Path(path).name.encode(), 0, [], [])
     if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
         return False, f"nvrtcCreateProgram: {err}"
-    opts = [o.encode() for o in NVRTC_OPTIONS] + [f"--gpu-architecture={arch}".encode(),
-                                                   b"--ptxas-options=-v"]
+    opts = [o.encode() for o in NVRTC_OPTIONS] + [f"-D{d}".encode() for d in defines] + [
+        f"--gpu-architecture={arch}".encode(), b"--ptxas-options=-v"]
     (err,) = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
     _, size = nvrtc.nvrtcGetProgramLogSize(prog)
     log = b" " * size

@@ -5,10 +5,15 @@
 // so the volume is read and written once per pass. Matrices (index -> (uw,
 // vw, w)) sit in constant memory: all threads of a warp read the same view.
 //
-// Arithmetic is rounded as written (no FMA contraction) and the homogeneous
-// coordinates step along z by adding the matrix's third column, exactly as
-// the CPU's texture-emulating mode computes them, so the two agree to float
-// rounding.
+// Arithmetic is rounded as written (no FMA contraction; the reciprocal of w
+// correctly rounded, as 1/w is in IEEE float) and the homogeneous coordinates
+// step along z by adding the matrix's third column, exactly as the CPU's
+// texture-emulating mode computes them, so the two agree to float rounding.
+//
+// Bottleneck variants (paper 002's method), selected by macros at compile time:
+//   LEVERET_CONE_NO_TEXTURE  replace the fetch by arithmetic on (u, v): no texture traffic
+//   LEVERET_CONE_NO_UPDATE   compute everything, write the volume only if a sum is NaN
+// (the "near-perfect cache hits" variant needs no macro: tiny voxels, from Python).
 
 #ifndef LEVERET_CONE_K
 #define LEVERET_CONE_K 8
@@ -46,10 +51,14 @@ backproject_cone_tex(cudaTextureObject_t projections,   // layered: x = u, y = v
         const float du = m[2], dv = m[6], dw = m[10];
 #pragma unroll
         for (int k = 0; k < LEVERET_CONE_K; ++k) {
-            const float inv_w = 1.0f / qw;                       // IEEE division
+            const float inv_w = __frcp_rn(qw);
             const float u = __fmul_rn(qu, inv_w);
             const float v = __fmul_rn(qv, inv_w);
+#ifdef LEVERET_CONE_NO_TEXTURE
+            const float value = __fadd_rn(u, v);
+#else
             const float value = tex2DLayered<float>(projections, __fadd_rn(u, 0.5f), __fadd_rn(v, 0.5f), n);
+#endif
             sum[k] = __fadd_rn(sum[k], __fmul_rn(__fmul_rn(value, inv_w), inv_w));
             qu = __fadd_rn(qu, du);
             qv = __fadd_rn(qv, dv);
@@ -60,6 +69,9 @@ backproject_cone_tex(cudaTextureObject_t projections,   // layered: x = u, y = v
     const size_t base = (size_t)k0 * plane + (size_t)j * nx + i;
 #pragma unroll
     for (int k = 0; k < LEVERET_CONE_K; ++k) {
+#ifdef LEVERET_CONE_NO_UPDATE
+        if (!(sum[k] != sum[k])) continue;   // never true for finite data: no write
+#endif
         if (k0 + k < nz) {
             const size_t idx = base + (size_t)k * plane;
             out[idx] = accumulate ? out[idx] + sum[k] : sum[k];

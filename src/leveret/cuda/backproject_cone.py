@@ -20,16 +20,17 @@ def depth() -> int:
 class ConeTextureBackprojector:
     """Back-projects (n_views, n_rows, n_cols) float32 CuPy projections into a CuPy volume."""
 
-    def __init__(self, block: tuple[int, int] = BLOCK):
+    def __init__(self, block: tuple[int, int] = BLOCK, defines: tuple[str, ...] = ()):
         self.block = block
         self.depth = depth()
+        self.defines = tuple(defines)   # bottleneck variants (see the .cu file)
 
     def __call__(self, projections, index_matrices: np.ndarray, out, *, accumulate: bool = False):
         import cupy
 
         n_views, n_rows, n_cols = projections.shape
         nz, ny, nx = out.shape
-        module = load_module("backproject_cone")
+        module = load_module("backproject_cone", self.defines)
         kernel = module.get_function("backproject_cone_tex")
         const = module.get_global("c_cone_mat")
         stream = cupy.cuda.get_current_stream()
