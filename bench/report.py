@@ -15,7 +15,8 @@ def table(paths) -> str:
             data = json.load(fh)
         for row in data["results"]:
             rate = f"{row['GU_per_s']:.1f} GU/s" if row["GU_per_s"] else "-"
-            lines.append(f"| {row['code']} | {row['problem']} | {row['seconds'] * 1e3:.2f} ms | {rate} "
+            problem = row["problem"].replace("|", "\\|")  # labels such as I|M|T
+            lines.append(f"| {row['code']} | {problem} | {row['seconds'] * 1e3:.2f} ms | {rate} "
                          f"| {row['note']} |")
     return "\n".join(lines)
 
