@@ -11,7 +11,8 @@ from ..operators.cone import ConeBackprojection
 
 def fdk(projections, geometry, volume: VolumeGeometry, *, filter: str = "ram-lak",
         short_scan="auto", backend: str = "auto", cutoff: float = 1.0, padding: str = "zero",
-        interpolation: str = "linear", precision: str = "single", progress: bool = False):
+        interpolation: str = "linear", precision: str = "single", max_gpu_memory: int | None = None,
+        slab_slices: int | None = None, progress: bool = False):
     """Feldkamp-Davis-Kress reconstruction of a (near-)circular cone-beam scan.
 
     Parameters
@@ -34,6 +35,12 @@ def fdk(projections, geometry, volume: VolumeGeometry, *, filter: str = "ram-lak
     interpolation : {"linear", "linear8"}
         See :class:`leveret.operators.ConeBackprojection`.
     precision : {"single", "double"} ("double": CPU only)
+    max_gpu_memory : int, optional
+        Bytes of GPU memory the reconstruction may use (default: what is
+        free). A volume that does not fit is reconstructed in z-slabs, each
+        fed only the detector rows its voxels project to.
+    slab_slices : int, optional
+        Slices per slab, overriding the plan (on either backend).
 
     Returns
     -------
@@ -62,6 +69,79 @@ def fdk(projections, geometry, volume: VolumeGeometry, *, filter: str = "ram-lak
     v.choice("filter", filter, FILTERS)
     dtype = np.float64 if v.choice("precision", precision, ("single", "double")) == "double" else np.float32
 
+    from ..backends import resolve
+    backend = resolve(backend, projections)
+    input_on_gpu = not isinstance(projections, np.ndarray)
+    if backend == "cuda" and dtype == np.float64:
+        raise ValueError("precision: 'double' runs on the CPU backend only; use backend='cpu'")
+    if not isinstance(volume, VolumeGeometry) or volume.is_2d:
+        raise ValueError(f"volume: expected a 3D VolumeGeometry, got {volume!r}")
+    settings = dict(filter=filter, cutoff=cutoff, padding=padding, short_scan=short_scan,
+                    interpolation=interpolation, backend=backend, dtype=dtype)
+    slabs, chunk_views = _plan_slabs(geometry, volume, backend, max_gpu_memory, slab_slices)
+    settings["chunk_views"] = chunk_views
+    if len(slabs) == 1 and slabs[0] == (0, volume.nz):
+        return _reconstruct(projections, geometry, volume, progress=progress, **settings)
+
+    if input_on_gpu:
+        import cupy
+        out = cupy.zeros(volume.shape, dtype)
+    else:
+        out = np.zeros(volume.shape, dtype)
+    from tqdm.auto import tqdm
+    for k0, k1 in tqdm(slabs, desc="fdk slabs", unit="slab", disable=not progress, leave=False):
+        slab = volume.slab(k0, k1)
+        rows = rows_seen(geometry, slab)
+        if rows is None:
+            continue  # the slab projects off the detector in every view: zero
+        part = _reconstruct(projections[:, rows[0]:rows[1], :], geometry.crop_rows(*rows), slab,
+                            progress=False, **settings)
+        out[k0:k1] = part
+    return out
+
+
+def rows_seen(geometry, volume: VolumeGeometry):
+    """Detector rows (start, stop) that the volume's voxels project to in any
+    view, with a row of margin for interpolation; None if none."""
+    corners = np.array([[x, y, z] for x in volume.extent("x") for y in volume.extent("y")
+                        for z in volume.extent("z")])
+    _, v, _ = geometry.project(corners)   # v is monotonic along lines: the box's corners bound it
+    start = max(0, int(np.floor(v.min())) - 1)
+    stop = min(geometry.n_rows, int(np.ceil(v.max())) + 2)
+    return (start, stop) if stop > start else None
+
+
+def _plan_slabs(geometry, volume, backend, max_gpu_memory, slab_slices):
+    """z-slabs [(k0, k1)] and views per chunk such that a slab of the volume and
+    the working buffers of one chunk of views fit the GPU budget."""
+    view_bytes = 12 * geometry.n_rows * geometry.n_cols * 4   # input, FFT temporaries, texture
+    chunk_views = max(1, int(256e6 // view_bytes))               # CPU: a few hundred MB at a time
+    if slab_slices is not None:
+        slab_slices = v.positive_int("slab_slices", slab_slices)
+    if backend == "cuda":
+        from ..memory import gpu_free_bytes
+        budget = gpu_free_bytes()
+        if max_gpu_memory is not None:
+            budget = min(budget, v.positive_int("max_gpu_memory", max_gpu_memory))
+        # Kernel B reads and writes the volume once per pass: passes of 32 views
+        # or more keep that traffic small (paper 002's I = 32).
+        chunk_views = max(1, min(max(32, -(-geometry.n_views // 16)), budget // 4 // view_bytes))
+    if slab_slices is None and backend == "cuda":
+        slice_bytes = volume.ny * volume.nx * 4
+        slab_slices = (budget - chunk_views * view_bytes) // slice_bytes
+        if slab_slices < 1:
+            raise ValueError(f"volume: {volume.shape} cannot be reconstructed within "
+                             f"{budget / 2**20:.2f} MiB of GPU memory even in slabs (one slice "
+                             f"{slice_bytes / 2**20:.2f} MiB plus {view_bytes / 2**20:.2f} MiB per view)")
+    elif slab_slices is None:
+        slab_slices = volume.nz
+    slab_slices = min(slab_slices, volume.nz)
+    return [(k, min(volume.nz, k + slab_slices)) for k in range(0, volume.nz, slab_slices)], chunk_views
+
+
+def _reconstruct(projections, geometry, volume, *, filter, cutoff, padding, short_scan, interpolation,
+                 backend, dtype, chunk_views, progress):
+    """FDK of one volume (or slab) from the projections it needs."""
     frames = view_frames(geometry)
     parker = _use_parker(short_scan, frames)
     weights = _view_weights(frames, geometry.n_cols, parker)          # (n_views, n_cols)
@@ -71,16 +151,12 @@ def fdk(projections, geometry, volume: VolumeGeometry, *, filter: str = "ram-lak
                             matrices=frames["normalised"])
     on_gpu = op.backend == "cuda"
     input_on_gpu = not isinstance(projections, np.ndarray)
-    if input_on_gpu and not on_gpu:
-        raise ValueError("backend: 'cpu' was asked for but projections is a CuPy array")
-    if on_gpu and dtype == np.float64:
-        raise ValueError("precision: 'double' runs on the CPU backend only; use backend='cpu'")
     if on_gpu:
         import cupy as xp
     else:
         xp = np
     out = xp.zeros(volume.shape, dtype=dtype)
-    chunk = max(1, int(256e6 // (geometry.n_rows * geometry.n_cols * 8)))
+    chunk = chunk_views
     if on_gpu and not input_on_gpu:
         chunk = min(chunk, max(1, -(-geometry.n_views // 16)))  # enough chunks to overlap
 

@@ -413,6 +413,15 @@ class ConeGeometry(Frozen):
         return self.replace(matrices=self.matrices / w0[:, None, None])
 
     # -- the detector in space ------------------------------------------------------------
+    def crop_rows(self, start: int, stop: int) -> "ConeGeometry":
+        """The same views seeing only detector rows ``start:stop`` (row ``start``
+        becomes row 0): what a z-slab of the volume needs."""
+        if not (0 <= start < stop <= self.n_rows):
+            raise ValueError(f"crop_rows: expected 0 <= start < stop <= {self.n_rows}, got {start}:{stop}")
+        m = self.matrices.copy()
+        m[:, 1, :] -= start * m[:, 2, :]          # v' = v - start
+        return self.replace(matrices=m, n_rows=stop - start)
+
     def detector_frame(self, pixel_size=None, *, distance=None) -> DetectorFrame:
         """Source, detector centre and pixel step vectors in world coordinates.
 
