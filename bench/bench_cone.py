@@ -38,7 +38,10 @@ def bench_leveret(size):
     op = leveret.ConeBackprojection(g, vol, backend="cuda")
     t = median_time(lambda: op(proj, out), reps=3, sync=sync)
     record(f"cone BP {size}^3 from {N_VIEWS} x {N_ROWS}x{N_COLS}, device arrays", t, updates,
-           note="kernel B, K=8, texture upload included")
+           note="kernel B, texture upload included")
+    t = median_time(lambda: leveret.fdk(proj, g, vol, backend="cuda"), reps=2, sync=sync)
+    record(f"FDK {size}^3 from {N_VIEWS} x {N_ROWS}x{N_COLS}, device arrays", t, updates,
+           note="weighting, filter, BP")
     del proj, out
     host = np.random.default_rng(0).random(g.projection_shape, dtype=np.float32)
     t = median_time(lambda: leveret.fdk(host, g, vol, backend="cuda"), reps=2, sync=sync)
@@ -51,6 +54,27 @@ def bench_leveret(size):
         peak = cp.get_default_memory_pool().total_bytes()
         record(f"FDK {size}^3 from {N_VIEWS} x {N_ROWS}x{N_COLS}, NumPy arrays, max_gpu_memory 4 GiB", t,
                updates, note=f"z-slabs; CuPy pool after the run {peak / 2**30:.2f} GiB")
+
+
+def bench_shapes(size=512):
+    """Kernel B's block shape and z depth K (the texture cache's hit rate depends on both)."""
+    import cupy as cp
+    import leveret
+    from leveret.cuda.backproject_cone import ConeTextureBackprojector
+    from leveret.operators.cone import index_matrices
+
+    g = geometry()
+    sync = cp.cuda.Device().synchronize
+    proj = cp.random.random(g.projection_shape, dtype=cp.float32)
+    out = cp.empty((size,) * 3, cp.float32)
+    mats = index_matrices(g.matrices, leveret.VolumeGeometry((size,) * 3, voxel_size=256.0 / size))
+    for k in (4, 8, 16):
+        for block in ((32, 8), (16, 16), (16, 32), (32, 16), (64, 4)):
+            if block[0] * block[1] > 256:
+                continue
+            bp = ConeTextureBackprojector(block, defines=(f"LEVERET_CONE_K={k}",))
+            t = median_time(lambda: bp(proj, mats, out), reps=3, sync=sync)
+            record(f"kernel B {size}^3, block {block[0]}x{block[1]}, K={k}", t, size**3 * N_VIEWS)
 
 
 def bench_bottlenecks(size=512):
@@ -129,6 +153,7 @@ def main(argv=None):
         if not args.no_astra:
             bench_astra(size)
     bench_bottlenecks(512 if 512 in args.sizes else max(args.sizes))
+    bench_shapes(512 if 512 in args.sizes else max(args.sizes))
     if args.out:
         from leveret.io import atomic_output
         with atomic_output(args.out, overwrite=True) as tmp:

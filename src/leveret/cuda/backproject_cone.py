@@ -12,8 +12,11 @@ MAX_VIEWS_PER_PASS = 1024  # LEVERET_CONE_MAX_VIEWS
 BLOCK = (32, 8)
 
 
-def depth() -> int:
-    """Voxels along z per thread (LEVERET_CONE_K in the .cu file)."""
+def depth(defines: tuple[str, ...] = ()) -> int:
+    """Voxels along z per thread: LEVERET_CONE_K from ``defines``, else the .cu file's default."""
+    for d in defines:
+        if d.startswith("LEVERET_CONE_K="):
+            return int(d.split("=", 1)[1])
     return int(re.search(r"#define LEVERET_CONE_K (\d+)", kernel_source("backproject_cone")).group(1))
 
 
@@ -22,7 +25,7 @@ class ConeTextureBackprojector:
 
     def __init__(self, block: tuple[int, int] = BLOCK, defines: tuple[str, ...] = ()):
         self.block = block
-        self.depth = depth()
+        self.depth = depth(tuple(defines))
         self.defines = tuple(defines)   # bottleneck variants (see the .cu file)
 
     def __call__(self, projections, index_matrices: np.ndarray, out, *, accumulate: bool = False):
