@@ -8,13 +8,12 @@ GUPS = L^3 x 496 / time / 1e9. Usage:
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-from datetime import datetime, timezone
 
 import numpy as np
 
-from bench_fbp import RESULTS, median_time, record
+from common import (astra_algorithm3d, astra_direct_bp3d, median_time, metadata, print_header,
+                    record, write_results)
 
 N_VIEWS, N_ROWS, N_COLS, PIXEL, SID, SDD = 496, 960, 1248, 0.308, 750.0, 1200.0
 
@@ -105,38 +104,20 @@ def bench_bottlenecks(size=512):
 def bench_astra(size):
     try:
         import astra
-        import astra.experimental as ae
-        import cupy as cp
     except Exception as exc:  # noqa: BLE001
         print(f"ASTRA not available: {exc}")
         return
-    g = geometry()
-    vectors = g.to_astra_vectors(pixel_size=PIXEL)
+    vectors = geometry().to_astra_vectors(pixel_size=PIXEL)
     half = 128.0
     vg = astra.create_vol_geom(size, size, size, -half, half, -half, half, -half, half)
     pg = astra.create_proj_geom("cone_vec", N_ROWS, N_COLS, vectors)
-    sync = cp.cuda.Device().synchronize
     updates = size**3 * N_VIEWS
-    proj = cp.random.random((N_ROWS, N_VIEWS, N_COLS), dtype=cp.float32)
-    vol = cp.zeros((size,) * 3, cp.float32)
-    pj = astra.create_projector("cuda3d", pg, vg)
-    vl = astra.data3d.GPULink(vol.data.ptr, size, size, size, size * 4)
-    pl = astra.data3d.GPULink(proj.data.ptr, N_COLS, N_VIEWS, N_ROWS, N_COLS * 4)
-    t = median_time(lambda: ae.direct_BP3D(pj, vl, pl), reps=3, sync=sync)
+    t = astra_direct_bp3d(pg, vg, (N_ROWS, N_VIEWS, N_COLS), (size,) * 3)
     record(f"cone BP {size}^3 from {N_VIEWS} x {N_ROWS}x{N_COLS}, device arrays", t, updates, peer="astra",
            note="direct_BP3D")
-    del proj, vol
-    host = np.random.rand(N_ROWS, N_VIEWS, N_COLS).astype(np.float32)
-    pid = astra.data3d.create("-proj3d", pg, host)
-    vid = astra.data3d.create("-vol", vg, 0)
-    cfg = astra.astra_dict("FDK_CUDA")
-    cfg["ProjectionDataId"], cfg["ReconstructionDataId"] = pid, vid
-    aid = astra.algorithm.create(cfg)
-    t = median_time(lambda: (astra.algorithm.run(aid), astra.data3d.get_shared(vid).sum()), reps=2)
+    t = astra_algorithm3d("FDK_CUDA", pg, vg, (N_ROWS, N_VIEWS, N_COLS), reps=2)
     record(f"FDK {size}^3 from {N_VIEWS} x {N_ROWS}x{N_COLS}, NumPy arrays", t, updates, peer="astra",
            note="FDK_CUDA")
-    astra.algorithm.delete(aid)
-    astra.data3d.delete([pid, vid])
 
 
 def main(argv=None):
@@ -145,9 +126,8 @@ def main(argv=None):
     parser.add_argument("--no-astra", action="store_true")
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
-    from leveret.backends import describe
-    meta = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "command": " ".join(["python3"] + sys.argv), "devices": describe()}
+    meta = metadata(with_devices=True)
+    print_header()
     for size in args.sizes:
         bench_leveret(size)
         if not args.no_astra:
@@ -155,10 +135,7 @@ def main(argv=None):
     bench_bottlenecks(512 if 512 in args.sizes else max(args.sizes))
     bench_shapes(512 if 512 in args.sizes else max(args.sizes))
     if args.out:
-        from leveret.io import atomic_output
-        with atomic_output(args.out, overwrite=True) as tmp:
-            with open(tmp, "w") as fh:
-                json.dump({"meta": meta, "results": RESULTS}, fh, indent=1)
+        write_results(args.out, meta)
     return 0
 
 

@@ -12,39 +12,12 @@ GU/s = image pixels x slices x angles / time / 1e9. Usage:
 from __future__ import annotations
 
 import argparse
-import json
-import platform
-import statistics
 import sys
-import time
-from datetime import datetime, timezone
 
 import numpy as np
 
-RESULTS: list[dict] = []
-
-
-def record(name, seconds, updates, *, peer="leveret", note=""):
-    row = {"problem": name, "code": peer, "seconds": seconds,
-           "GU_per_s": updates / seconds / 1e9 if updates else None, "note": note}
-    RESULTS.append(row)
-    gus = f"{row['GU_per_s']:9.1f}" if updates else "        -"
-    print(f"{peer:8s} {name:58s} {seconds * 1e3:10.2f} ms {gus} GU/s  {note}", flush=True)
-
-
-def median_time(fn, reps=5, warmup=1, sync=None):
-    for _ in range(warmup):
-        fn()
-    if sync:
-        sync()
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        if sync:
-            sync()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+from common import (astra_algorithm3d, astra_direct_bp3d, median_time, metadata, print_header,
+                    record, write_results)
 
 
 def bench_cpu():
@@ -137,12 +110,9 @@ def bench_pipeline_floor(n=2048, n_angles=2048, n_slices=64):
 def bench_astra(n=2048, n_angles=2048, n_slices=64):
     try:
         import astra
-        import astra.experimental as ae
-        import cupy as cp
     except Exception as exc:  # noqa: BLE001 - report and go on
         print(f"ASTRA not available: {exc}")
         return
-    sync = cp.cuda.Device().synchronize
     angles = np.linspace(0, np.pi, n_angles, endpoint=False)
     vg = astra.create_vol_geom(n, n)
     pg = astra.create_proj_geom("parallel", 1.0, n, angles)
@@ -162,26 +132,12 @@ def bench_astra(n=2048, n_angles=2048, n_slices=64):
     vg3 = astra.create_vol_geom(n, n, n_slices)
     pg3 = astra.create_proj_geom("parallel3d", 1.0, 1.0, n_slices, n, angles)
     updates = n * n * n_slices * n_angles
-    proj = cp.random.random((n_slices, n_angles, n), dtype=cp.float32)
-    vol = cp.zeros((n_slices, n, n), cp.float32)
-    pj = astra.create_projector("cuda3d", pg3, vg3)
-    vl = astra.data3d.GPULink(vol.data.ptr, n, n, n_slices, n * 4)
-    pl = astra.data3d.GPULink(proj.data.ptr, n, n_angles, n_slices, n * 4)
-    t = median_time(lambda: ae.direct_BP3D(pj, vl, pl), reps=3, sync=sync)
+    t = astra_direct_bp3d(pg3, vg3, (n_slices, n_angles, n), (n_slices, n, n))
     record(f"BP {n}^2 x {n_slices} slices from {n_angles} angles, device arrays", t, updates, peer="astra",
            note="direct_BP3D")
-    del proj, vol
-    proj_h = np.random.rand(n_slices, n_angles, n).astype(np.float32)
-    pid = astra.data3d.create("-proj3d", pg3, proj_h)
-    vid = astra.data3d.create("-vol", vg3, 0)
-    cfg = astra.astra_dict("BP3D_CUDA")
-    cfg["ProjectionDataId"], cfg["ReconstructionDataId"] = pid, vid
-    aid = astra.algorithm.create(cfg)
-    t = median_time(lambda: (astra.algorithm.run(aid), astra.data3d.get_shared(vid).sum()), reps=3)
+    t = astra_algorithm3d("BP3D_CUDA", pg3, vg3, (n_slices, n_angles, n))
     record(f"BP {n}^2 x {n_slices} slices from {n_angles} angles, NumPy arrays", t, updates, peer="astra",
            note="BP3D_CUDA, no filter")
-    astra.algorithm.delete(aid)
-    astra.data3d.delete([pid, vid])
 
 
 def main(argv=None):
@@ -194,15 +150,8 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if not (args.cpu or args.gpu or args.astra or args.variants):
         args.cpu = args.gpu = args.astra = True
-    meta = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "host": platform.node(), "python": platform.python_version(),
-            "command": " ".join(["python3"] + sys.argv)}
-    if args.gpu or args.astra:
-        from leveret.backends import describe
-        meta["devices"] = describe()
-        gpu = [d for d in meta["devices"] if d.get("available")]
-        print("GPU:", gpu[0]["name"] if gpu else "none")
-    print(f"{'code':8s} {'problem':58s} {'time':>13s} {'rate':>14s}")
+    meta = metadata(with_devices=args.gpu or args.astra or args.variants)
+    print_header()
     if args.cpu:
         bench_cpu()
     if args.gpu:
@@ -213,10 +162,7 @@ def main(argv=None):
     if args.astra:
         bench_astra()
     if args.out:
-        from leveret.io import atomic_output
-        with atomic_output(args.out, overwrite=True) as tmp:
-            with open(tmp, "w") as fh:
-                json.dump({"meta": meta, "results": RESULTS}, fh, indent=1)
+        write_results(args.out, meta)
     return 0
 
 

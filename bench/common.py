@@ -1,0 +1,97 @@
+"""What the benchmarks share: timing, the results table, JSON output, ASTRA calls."""
+from __future__ import annotations
+
+import json
+import platform
+import statistics
+import sys
+import time
+from datetime import datetime, timezone
+
+import numpy as np
+
+RESULTS: list[dict] = []
+
+
+def record(name, seconds, updates, *, peer="leveret", note=""):
+    """Add a row to the table (printed at once) and to RESULTS (the JSON)."""
+    row = {"problem": name, "code": peer, "seconds": seconds,
+           "GU_per_s": updates / seconds / 1e9 if updates else None, "note": note}
+    RESULTS.append(row)
+    gus = f"{row['GU_per_s']:9.1f}" if updates else "        -"
+    print(f"{peer:8s} {name:58s} {seconds * 1e3:10.2f} ms {gus} GU/s  {note}", flush=True)
+
+
+def print_header():
+    print(f"{'code':8s} {'problem':58s} {'time':>13s} {'rate':>14s}")
+
+
+def median_time(fn, reps=5, warmup=1, sync=None):
+    """Median wall time of ``fn`` after ``warmup`` calls; ``sync`` waits for the device."""
+    for _ in range(warmup):
+        fn()
+    if sync:
+        sync()
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        if sync:
+            sync()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def metadata(with_devices: bool) -> dict:
+    meta = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "host": platform.node(), "python": platform.python_version(),
+            "command": " ".join(["python3"] + sys.argv)}
+    if with_devices:
+        from leveret.backends import describe
+        meta["devices"] = describe()
+        gpu = [d for d in meta["devices"] if d.get("available")]
+        print("GPU:", gpu[0]["name"] if gpu else "none")
+    return meta
+
+
+def write_results(path, meta: dict) -> None:
+    """RESULTS and ``meta`` as JSON, written atomically."""
+    from leveret.io import atomic_output
+    with atomic_output(path, overwrite=True) as tmp:
+        with open(tmp, "w") as fh:
+            json.dump({"meta": meta, "results": RESULTS}, fh, indent=1)
+
+
+def astra_direct_bp3d(proj_geom, vol_geom, proj_shape, vol_shape):
+    """Median time of ASTRA's direct_BP3D on device (CuPy) arrays, via GPULink."""
+    import astra
+    import astra.experimental as ae
+    import cupy as cp
+
+    proj = cp.random.random(proj_shape, dtype=cp.float32)     # (rows, views, cols)
+    vol = cp.zeros(vol_shape, cp.float32)                      # (z, y, x)
+    projector = astra.create_projector("cuda3d", proj_geom, vol_geom)
+    vol_link = astra.data3d.GPULink(vol.data.ptr, vol_shape[2], vol_shape[1], vol_shape[0], vol_shape[2] * 4)
+    proj_link = astra.data3d.GPULink(proj.data.ptr, proj_shape[2], proj_shape[1], proj_shape[0],
+                                     proj_shape[2] * 4)
+    t = median_time(lambda: ae.direct_BP3D(projector, vol_link, proj_link), reps=3,
+                    sync=cp.cuda.Device().synchronize)
+    astra.projector3d.delete(projector)
+    return t
+
+
+def astra_algorithm3d(name, proj_geom, vol_geom, proj_shape, reps=3):
+    """Median time of an ASTRA 3D algorithm (e.g. FDK_CUDA, BP3D_CUDA) from and to
+    host (NumPy) arrays, reading the result back each time."""
+    import astra
+
+    host = np.random.rand(*proj_shape).astype(np.float32)
+    pid = astra.data3d.create("-proj3d", proj_geom, host)
+    vid = astra.data3d.create("-vol", vol_geom, 0)
+    cfg = astra.astra_dict(name)
+    cfg["ProjectionDataId"], cfg["ReconstructionDataId"] = pid, vid
+    aid = astra.algorithm.create(cfg)
+    t = median_time(lambda: (astra.algorithm.run(aid), astra.data3d.get_shared(vid).sum()), reps=reps)
+    astra.algorithm.delete(aid)
+    astra.data3d.delete([pid, vid])
+    return t
