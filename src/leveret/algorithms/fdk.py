@@ -139,16 +139,41 @@ def _plan_slabs(geometry, volume, backend, max_gpu_memory, slab_slices):
     return [(k, min(volume.nz, k + slab_slices)) for k in range(0, volume.nz, slab_slices)], chunk_views
 
 
+class FDKWeighting:
+    """FDK's per-view pre-processing: cosine weights, angular step x Parker
+    weight / isocentre pitch per column, then the ramp along rows.
+
+    ``weighting(raw, views)`` weights ``raw`` (views ``views`` of line
+    integrals, NumPy or CuPy, float32 or float64) in place and returns the
+    filtered views; back-projecting them with ``frames["normalised"]``
+    matrices (1/w^2 weights) gives the FDK volume. ``leveret.rabbitct`` ships
+    its synthetic projections prepared by this same object.
+    """
+
+    def __init__(self, geometry, *, filter: str = "ram-lak", cutoff: float = 1.0, padding: str = "zero",
+                 short_scan="auto"):
+        self.geometry = geometry
+        self.frames = view_frames(geometry)
+        parker = _use_parker(short_scan, self.frames)
+        # The ramp at pitch tau is the unit-pitch ramp over tau: 1/tau joins the weights.
+        self.per_column = _view_weights(self.frames, geometry.n_cols, parker) / self.frames["pitch"][:, None]
+        self.response = filter_response(geometry.n_cols, filter, cutoff=cutoff)
+        self.padding = padding
+
+    def __call__(self, raw, views: slice):
+        xp = v.array_module(raw)
+        g = self.geometry
+        raw *= _cosine_weights(self.frames, views, g.n_rows, g.n_cols, xp, raw.dtype)
+        raw *= xp.asarray(self.per_column[views], raw.dtype)[:, None, :]
+        return apply_filter(raw, self.response, padding=self.padding)
+
+
 def _reconstruct(projections, geometry, volume, *, filter, cutoff, padding, short_scan, interpolation,
                  backend, dtype, chunk_views, progress):
     """FDK of one volume (or slab) from the projections it needs."""
-    frames = view_frames(geometry)
-    parker = _use_parker(short_scan, frames)
-    weights = _view_weights(frames, geometry.n_cols, parker)          # (n_views, n_cols)
-    response = filter_response(geometry.n_cols, filter, cutoff=cutoff)  # unit pitch; scaled per view
-
+    filtered = FDKWeighting(geometry, filter=filter, cutoff=cutoff, padding=padding, short_scan=short_scan)
     op = ConeBackprojection(geometry, volume, backend=backend, interpolation=interpolation,
-                            matrices=frames["normalised"])
+                            matrices=filtered.frames["normalised"])
     on_gpu = op.backend == "cuda"
     input_on_gpu = not isinstance(projections, np.ndarray)
     if on_gpu:
@@ -159,14 +184,6 @@ def _reconstruct(projections, geometry, volume, *, filter, cutoff, padding, shor
     chunk = chunk_views
     if on_gpu and not input_on_gpu:
         chunk = min(chunk, max(1, -(-geometry.n_views // 16)))  # enough chunks to overlap
-
-    def filtered(raw, views):
-        """Weighted (cosine, angular/Parker, 1/pitch) and ramp-filtered views."""
-        # The ramp at pitch tau is the unit-pitch ramp over tau: 1/tau joins the weights.
-        per_column = xp.asarray(weights[views] / frames["pitch"][views, None], dtype)[:, None, :]
-        raw *= _cosine_weights(frames, views, geometry.n_rows, geometry.n_cols, xp, dtype)
-        raw *= per_column
-        return apply_filter(raw, response, padding=padding)
 
     chunks = [slice(n0, min(geometry.n_views, n0 + chunk)) for n0 in range(0, geometry.n_views, chunk)]
     from tqdm.auto import tqdm
