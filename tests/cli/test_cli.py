@@ -125,3 +125,17 @@ def test_info_and_demo_as_a_real_command(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "leveret", "demo", "--output", str(tmp_path / "x.jpg")],
                          capture_output=True, text=True, env=env)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1
+
+
+def test_rabbitct_from_a_file(tmp_path, capsys):
+    from leveret.rabbitct import make_dataset, write_rabbitct
+    data = make_dataset(n_views=24, n_rows=40, n_cols=48, reference_sizes=(8, 16), backend="cpu")
+    write_rabbitct(tmp_path / "tiny.rct", data)
+    rc = main(["rabbitct", "--input", str(tmp_path / "tiny.rct"), "--size", "16", "--backend", "cpu",
+               "--repeats", "1", "--json", str(tmp_path / "r.json")])
+    out = capsys.readouterr().out
+    assert rc == 0 and "GUPS" in out and "RMSE" in out
+    import json
+    result = json.loads((tmp_path / "r.json").read_text())
+    assert result["size"] == 16 and result["n_views"] == 24 and result["gups"] > 0
+    assert main(["rabbitct", "--input", str(tmp_path / "tiny.rct"), "--size", "0"]) == 2
