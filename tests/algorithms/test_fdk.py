@@ -130,8 +130,12 @@ def test_fdk_cuda_equals_cpu_texture_mode(rng):
     host = leveret.fdk(proj, g, vol, backend="cuda")
     assert isinstance(host, np.ndarray)
     np.testing.assert_allclose(host, gpu.get(), rtol=1e-5, atol=1e-6)
-    # A memory cap that forces z-slabs gives the same volume.
+    # A memory cap that forces z-slabs gives the same volume, up to the texture
+    # unit's 8-bit weights: a slab's matrices (rows cropped, z restarted) round
+    # the coordinates differently, so a few weights land one step apart.
     capped = leveret.fdk(proj, g, vol, backend="cuda", max_gpu_memory=120_000)   # 2 slabs
-    np.testing.assert_allclose(capped, host, rtol=1e-5, atol=1e-6)
+    assert np.linalg.norm(capped - host) / np.linalg.norm(host) < 1e-3
+    capped8 = leveret.fdk(proj, g, vol, backend="cpu", interpolation="linear8", slab_slices=12)  # same slabs
+    assert np.linalg.norm(capped - capped8) / np.linalg.norm(capped8) < 1e-5
     with pytest.raises(ValueError, match="volume: .* cannot be reconstructed within"):
         leveret.fdk(proj, g, vol, backend="cuda", max_gpu_memory=4096)

@@ -336,7 +336,7 @@ class ConeGeometry(Frozen):
 
     # -- camera parameters ------------------------------------------------------------
     def decompose(self) -> Decomposition:
-        """Per-view intrinsics and pose by RQ decomposition (``scipy.linalg.rq``).
+        """Per-view intrinsics and pose by RQ decomposition (all views at once).
 
         Returns
         -------
@@ -353,20 +353,19 @@ class ConeGeometry(Frozen):
             a forward axis and a positive scale cannot all hold with
             ``det R = +1`` there. ``t`` (n_views, 3): ``source = -R^T t``.
         """
-        from scipy.linalg import rq
+        # RQ of every view at once through NumPy's batched QR: with J the
+        # row-reversing permutation, (J M)^T = Q' R' gives M = (J R'^T J)(J Q'^T).
         P = self.matrices
-        n = self.n_views
-        K = np.empty((n, 3, 3))
-        R = np.empty((n, 3, 3))
-        t = np.empty((n, 3))
-        for i in range(n):
-            upper, Q = rq(P[i, :, :3])
-            # Make the diagonal positive: upper @ D and D @ Q with D = D^-1 = diag(+-1).
-            D = np.where(np.diag(upper) < 0, -1.0, 1.0)
-            upper = upper * D
-            R[i] = D[:, None] * Q
-            t[i] = np.linalg.solve(upper, P[i, :, 3])
-            K[i] = upper / upper[2, 2]
+        J = np.eye(3)[::-1]
+        q, r = np.linalg.qr((J @ P[:, :, :3]).transpose(0, 2, 1))
+        upper = J @ r.transpose(0, 2, 1) @ J
+        Q = J @ q.transpose(0, 2, 1)
+        # Make the diagonal positive: upper @ D and D @ Q with D = D^-1 = diag(+-1).
+        D = np.where(np.diagonal(upper, axis1=1, axis2=2) < 0, -1.0, 1.0)
+        upper = upper * D[:, None, :]
+        R = D[:, :, None] * Q
+        t = np.linalg.solve(upper, P[:, :, 3:4])[..., 0]
+        K = upper / upper[:, 2:3, 2:3]
         return Decomposition(K, R, t)
 
     def principal_point(self) -> np.ndarray:
