@@ -97,6 +97,10 @@ def fdk(projections, geometry, volume: VolumeGeometry, *, filter: str = "ram-lak
         part = _reconstruct(projections[:, rows[0]:rows[1], :], geometry.crop_rows(*rows), slab,
                             progress=False, **settings)
         out[k0:k1] = part
+        del part
+        if backend == "cuda" and max_gpu_memory is not None:
+            import cupy   # hand cached blocks back, so the cap holds for the whole run
+            cupy.get_default_memory_pool().free_all_blocks()
     return out
 
 
@@ -136,6 +140,8 @@ def _plan_slabs(geometry, volume, backend, max_gpu_memory, slab_slices):
     elif slab_slices is None:
         slab_slices = volume.nz
     slab_slices = min(slab_slices, volume.nz)
+    n_slabs = -(-volume.nz // slab_slices)
+    slab_slices = -(-volume.nz // n_slabs)   # equal slabs: the memory pool reuses one block
     return [(k, min(volume.nz, k + slab_slices)) for k in range(0, volume.nz, slab_slices)], chunk_views
 
 
