@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Everything the GPU machine is for, in one call (device README: few, full calls).
 # Run from the repository root with .peers (ASTRA) and .shared (the real scan)
-# carried; results land in $OUT (at most 8 files come back).
+# carried; results land in $OUT (at most 8 files come back). Switches:
+# SANITIZE=0 skips compute-sanitizer, FBP=0 / CONE=0 skip a benchmark,
+# BENCH_ARGS replaces bench_fbp.py's arguments.
 set -uo pipefail
 export PYTHONPATH=$PWD/src PYTHONUNBUFFERED=1 LEVERET_SHARED=$PWD/.shared
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -28,7 +30,9 @@ python3 -m leveret info
 
 echo "== benchmarks =="
 [ -f .peers/activate.sh ] && source .peers/activate.sh
-python3 bench/bench_fbp.py ${BENCH_ARGS:---gpu --astra --variants} --out "$OUT/bench_gpu.json" 2>&1 | tee "$OUT/bench_gpu.txt"
+if [ "${FBP:-1}" = 1 ]; then
+  python3 bench/bench_fbp.py ${BENCH_ARGS:---gpu --astra --variants} --out "$OUT/bench_gpu.json" 2>&1 | tee "$OUT/bench_gpu.txt"
+fi
 if [ "${CONE:-1}" = 1 ]; then
   (cd bench && python3 bench_cone.py --out "$OUT/bench_cone.json") 2>&1 | tee "$OUT/bench_cone.txt"
 fi
