@@ -38,6 +38,10 @@ def bench_leveret(size):
     t = median_time(lambda: op(proj, out), reps=3, sync=sync)
     record(f"cone BP {size}^3 from {N_VIEWS} x {N_ROWS}x{N_COLS}, device arrays", t, updates,
            note="kernel B, texture upload included")
+    soft = leveret.ConeBackprojection(g, vol, backend="cuda", interpolation="linear32")
+    t = median_time(lambda: soft(proj, out), reps=3, sync=sync)
+    record(f"cone BP {size}^3 from {N_VIEWS} x {N_ROWS}x{N_COLS}, device arrays, exact weights", t, updates,
+           note="software bilinear from global memory (linear32)")
     t = median_time(lambda: leveret.fdk(proj, g, vol, backend="cuda"), reps=2, sync=sync)
     record(f"FDK {size}^3 from {N_VIEWS} x {N_ROWS}x{N_COLS}, device arrays", t, updates,
            note="weighting, filter, BP")

@@ -137,5 +137,8 @@ def test_fdk_cuda_equals_cpu_texture_mode(rng):
     assert np.linalg.norm(capped - host) / np.linalg.norm(host) < 1e-3
     capped8 = leveret.fdk(proj, g, vol, backend="cpu", interpolation="linear8", slab_slices=12)  # same slabs
     assert np.linalg.norm(capped - capped8) / np.linalg.norm(capped8) < 1e-5
+    exact = leveret.fdk(proj, g, vol, backend="cpu")
+    soft = leveret.fdk(cp.asarray(proj), g, vol, backend="cuda", interpolation="linear32").get()
+    assert np.linalg.norm(soft - exact) / np.linalg.norm(exact) < 1e-5
     with pytest.raises(ValueError, match="volume: .* cannot be reconstructed within"):
         leveret.fdk(proj, g, vol, backend="cuda", max_gpu_memory=4096)

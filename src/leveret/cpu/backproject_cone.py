@@ -141,10 +141,34 @@ def _texture_fetch8(q, x, y):
     return ((t(w00) * s) * t00 + (t(w01) * s) * t01) + ((t(w10) * s) * t10 + (t(w11) * s) * t11)
 
 
+@numba.njit(inline="always")
+def _software_fetch32(q, u, v):
+    """backproject_cone_global's fetch: exact bilinear weights in float32,
+    zero off the detector and blended with zero at its edges."""
+    n_rows, n_cols = q.shape
+    t = q.dtype.type
+    if not (u > t(-1.0) and u < t(n_cols) and v > t(-1.0) and v < t(n_rows)):
+        return t(0.0)
+    fu = t(math.floor(u))
+    fv = t(math.floor(v))
+    a = u - fu
+    b = v - fv
+    iu = int(fu)
+    iv = int(fv)
+    t00 = q[iv, iu] if (iv >= 0 and iu >= 0) else t(0)
+    t01 = q[iv, iu + 1] if (iv >= 0 and iu + 1 < n_cols) else t(0)
+    t10 = q[iv + 1, iu] if (iv + 1 < n_rows and iu >= 0) else t(0)
+    t11 = q[iv + 1, iu + 1] if (iv + 1 < n_rows and iu + 1 < n_cols) else t(0)
+    a1 = t(1.0) - a
+    b1 = t(1.0) - b
+    return ((a1 * b1) * t00 + (a * b1) * t01) + ((a1 * b) * t10 + (a * b) * t11)
+
+
 @numba.njit(parallel=True, fastmath=False, cache=True)
-def _backproject_texture8(projections, matrices, out, depth, accumulate):
+def _backproject_gpu_mirror(projections, matrices, out, depth, accumulate, software):
     """float32 mirror of backproject_cone.cu: same rounding, same z stepping
-    within blocks of ``depth`` voxels, same summation order."""
+    within blocks of ``depth`` voxels, same summation order; the texture
+    kernel's fetch, or (``software``) the global-memory kernel's."""
     n_views = projections.shape[0]
     nz, ny, nx = out.shape
     t = np.float32
@@ -164,7 +188,10 @@ def _backproject_texture8(projections, matrices, out, depth, accumulate):
                 qw = ((m[2, 0] * fi + m[2, 1] * fj) + m[2, 2] * fk0) + m[2, 3]
                 for k in range(depth):
                     inv_w = t(1.0) / qw
-                    value = _texture_fetch8(q, qu * inv_w + t(0.5), qv * inv_w + t(0.5))
+                    if software:
+                        value = _software_fetch32(q, qu * inv_w, qv * inv_w)
+                    else:
+                        value = _texture_fetch8(q, qu * inv_w + t(0.5), qv * inv_w + t(0.5))
                     sums[k, i] = sums[k, i] + (value * inv_w) * inv_w
                     qu = qu + m[0, 2]
                     qv = qv + m[1, 2]
@@ -175,10 +202,11 @@ def _backproject_texture8(projections, matrices, out, depth, accumulate):
                     out[k0 + k, j, i] = out[k0 + k, j, i] + sums[k, i] if accumulate else sums[k, i]
 
 
-def backproject_texture8(projections: np.ndarray, index_matrices: np.ndarray, out: np.ndarray, *,
-                         depth: int, accumulate: bool = False) -> np.ndarray:
-    """What the CUDA kernel computes, on the CPU (float32): for tests and
-    for users who need GPU-identical results without a GPU."""
-    _backproject_texture8(np.ascontiguousarray(projections, np.float32),
-                          np.ascontiguousarray(index_matrices, np.float32), out, depth, accumulate)
+def backproject_gpu_mirror(projections: np.ndarray, index_matrices: np.ndarray, out: np.ndarray, *,
+                           depth: int, software: bool, accumulate: bool = False) -> np.ndarray:
+    """What a CUDA kernel computes, on the CPU (float32): the texture kernel
+    (``software=False``) or the global-memory one. For tests, and for users
+    who need GPU-identical results without a GPU."""
+    _backproject_gpu_mirror(np.ascontiguousarray(projections, np.float32),
+                          np.ascontiguousarray(index_matrices, np.float32), out, depth, accumulate, software)
     return out

@@ -78,3 +78,67 @@ backproject_cone_tex(cudaTextureObject_t projections,   // layered: x = u, y = v
         }
     }
 }
+
+
+// The same loop with the interpolation done in software from global memory:
+// exact float32 weights instead of the texture unit's 8-bit ones (RabbitCT's
+// 0.05 HU needs them), loads through the L1/texture cache (__ldg). The
+// projections are stored with a one-pixel zero border, (rows + 2) x (cols + 2)
+// per view, so the four neighbours of any sample on or next to the detector
+// are valid addresses; samples farther out are masked to zero.
+extern "C" __global__ void __launch_bounds__(256)
+backproject_cone_global(const float* __restrict__ projections,   // (n_views, rows + 2, cols + 2)
+                        float* __restrict__ out,                   // (nz, ny, nx)
+                        int nx, int ny, int nz, int n_views, int n_rows, int n_cols, int accumulate)
+{
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    const int j = blockIdx.y * blockDim.y + threadIdx.y;
+    const int k0 = blockIdx.z * LEVERET_CONE_K;
+    if (i >= nx || j >= ny) return;
+
+    const int pitch = n_cols + 2;
+    const size_t view_stride = (size_t)(n_rows + 2) * pitch;
+    const float fi = (float)i, fj = (float)j, fk0 = (float)k0;
+    const float cols_f = (float)n_cols, rows_f = (float)n_rows;
+    float sum[LEVERET_CONE_K];
+#pragma unroll
+    for (int k = 0; k < LEVERET_CONE_K; ++k) sum[k] = 0.0f;
+
+    for (int n = 0; n < n_views; ++n) {
+        const float* m = &c_cone_mat[12 * n];
+        const float* q = projections + n * view_stride;
+        float qu = dot_row(m, fi, fj, fk0);
+        float qv = dot_row(m + 4, fi, fj, fk0);
+        float qw = dot_row(m + 8, fi, fj, fk0);
+        const float du = m[2], dv = m[6], dw = m[10];
+#pragma unroll
+        for (int k = 0; k < LEVERET_CONE_K; ++k) {
+            const float inv_w = __frcp_rn(qw);
+            const float u = __fmul_rn(qu, inv_w);
+            const float v = __fmul_rn(qv, inv_w);
+            const bool inside = (u > -1.0f) & (u < cols_f) & (v > -1.0f) & (v < rows_f);
+            const float fu = floorf(fminf(fmaxf(u, -1.0f), cols_f));
+            const float fv = floorf(fminf(fmaxf(v, -1.0f), rows_f));
+            const float a = __fsub_rn(u, fu), b = __fsub_rn(v, fv);
+            const float* p = q + ((int)fv + 1) * pitch + ((int)fu + 1);   // +1: the zero border
+            const float t00 = __ldg(p), t01 = __ldg(p + 1), t10 = __ldg(p + pitch), t11 = __ldg(p + pitch + 1);
+            const float a1 = __fsub_rn(1.0f, a), b1 = __fsub_rn(1.0f, b);
+            float value = __fadd_rn(__fadd_rn(__fmul_rn(__fmul_rn(a1, b1), t00), __fmul_rn(__fmul_rn(a, b1), t01)),
+                                    __fadd_rn(__fmul_rn(__fmul_rn(a1, b), t10), __fmul_rn(__fmul_rn(a, b), t11)));
+            value = inside ? value : 0.0f;
+            sum[k] = __fadd_rn(sum[k], __fmul_rn(__fmul_rn(value, inv_w), inv_w));
+            qu = __fadd_rn(qu, du);
+            qv = __fadd_rn(qv, dv);
+            qw = __fadd_rn(qw, dw);
+        }
+    }
+    const size_t plane = (size_t)nx * ny;
+    const size_t base = (size_t)k0 * plane + (size_t)j * nx + i;
+#pragma unroll
+    for (int k = 0; k < LEVERET_CONE_K; ++k) {
+        if (k0 + k < nz) {
+            const size_t idx = base + (size_t)k * plane;
+            out[idx] = accumulate ? out[idx] + sum[k] : sum[k];
+        }
+    }
+}

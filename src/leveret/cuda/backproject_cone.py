@@ -21,12 +21,19 @@ def depth(defines: tuple[str, ...] = ()) -> int:
 
 
 class ConeTextureBackprojector:
-    """Back-projects (n_views, n_rows, n_cols) float32 CuPy projections into a CuPy volume."""
+    """Back-projects (n_views, n_rows, n_cols) float32 CuPy projections into a CuPy volume.
 
-    def __init__(self, block: tuple[int, int] = BLOCK, defines: tuple[str, ...] = ()):
+    ``kernel="texture"``: the texture unit interpolates (8-bit weights);
+    ``"global"``: software bilinear interpolation with exact float32 weights
+    from global memory (through the same L1/texture cache).
+    """
+
+    def __init__(self, block: tuple[int, int] = BLOCK, defines: tuple[str, ...] = (),
+                 kernel: str = "texture"):
         self.block = block
         self.depth = depth(tuple(defines))
         self.defines = tuple(defines)   # bottleneck variants (see the .cu file)
+        self.kernel = kernel
 
     def __call__(self, projections, index_matrices: np.ndarray, out, *, accumulate: bool = False):
         import cupy
@@ -34,11 +41,21 @@ class ConeTextureBackprojector:
         n_views, n_rows, n_cols = projections.shape
         nz, ny, nx = out.shape
         module = load_module("backproject_cone", self.defines)
-        kernel = module.get_function("backproject_cone_tex")
         const = module.get_global("c_cone_mat")
         stream = cupy.cuda.get_current_stream()
         mats = cupy.asarray(np.ascontiguousarray(index_matrices, np.float32).reshape(n_views, 12))
         grid = (-(-nx // self.block[0]), -(-ny // self.block[1]), -(-nz // self.depth))
+        if self.kernel == "global":
+            kernel = module.get_function("backproject_cone_global")
+            padded = cupy.pad(projections, ((0, 0), (1, 1), (1, 1)))   # the zero border
+            for v0 in range(0, n_views, MAX_VIEWS_PER_PASS):
+                v1 = min(n_views, v0 + MAX_VIEWS_PER_PASS)
+                const.copy_from_device_async(mats[v0:v1].data, (v1 - v0) * 48, stream)
+                kernel(grid, self.block, (padded[v0:v1], out, np.int32(nx), np.int32(ny), np.int32(nz),
+                                          np.int32(v1 - v0), np.int32(n_rows), np.int32(n_cols),
+                                          np.int32(accumulate or v0 > 0)), stream=stream)
+            return out
+        kernel = module.get_function("backproject_cone_tex")
         for v0 in range(0, n_views, MAX_VIEWS_PER_PASS):
             v1 = min(n_views, v0 + MAX_VIEWS_PER_PASS)
             tex = acquire((v1 - v0, n_rows, n_cols), 1, stream)

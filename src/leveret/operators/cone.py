@@ -42,10 +42,13 @@ class ConeBackprojection:
     geometry : ConeGeometry
     volume : VolumeGeometry (3D)
     backend : {"auto", "cuda", "cpu"}
-    interpolation : {"linear", "linear8"}
+    interpolation : {"linear", "linear8", "linear32"}
         "linear": exact bilinear weights on the CPU (float64 arithmetic), the
-        texture unit's 8-bit weights on CUDA. "linear8" asks the CPU for
-        what the CUDA kernel computes (float32, 8-bit weights, its rounding).
+        texture unit's 8-bit weights on CUDA (fastest). "linear8": the
+        texture kernel's arithmetic on either backend (float32, 8-bit
+        weights). "linear32": exact weights in float32 on either backend
+        (CUDA: software interpolation from global memory; 20x smaller
+        interpolation error than the texture unit).
     matrices : ndarray (n_views, 3, 4), optional
         Replacement matrices (e.g. rescaled) for the same views.
     """
@@ -64,7 +67,7 @@ class ConeBackprojection:
             raise ValueError(f"matrices: expected shape {(geometry.n_views, 3, 4)}, got {self.matrices.shape}")
         check_in_front(self.matrices, volume)
         self.backend = resolve(backend)
-        self.interpolation = v.choice("interpolation", interpolation, ("linear", "linear8"))
+        self.interpolation = v.choice("interpolation", interpolation, ("linear", "linear8", "linear32"))
         self._index = index_matrices(self.matrices, volume)
         self._gpu = None
 
@@ -86,12 +89,15 @@ class ConeBackprojection:
                 raise ValueError("projections: the CUDA backend runs in float32")
             if self._gpu is None:
                 from ..cuda.backproject_cone import ConeTextureBackprojector
-                self._gpu = ConeTextureBackprojector()
+                self._gpu = ConeTextureBackprojector(
+                    kernel="global" if self.interpolation == "linear32" else "texture")
             return self._gpu(xp.ascontiguousarray(projections), idx, out, accumulate=accumulate)
         if xp is not np:
             raise ValueError("projections: the CPU backend takes NumPy arrays, got a CuPy array")
         from ..cpu import backproject_cone as cpu
-        if self.interpolation == "linear8":
+        if self.interpolation in ("linear8", "linear32"):
             from ..cuda.backproject_cone import depth
-            return cpu.backproject_texture8(projections, idx, out, depth=depth(), accumulate=accumulate)
+            return cpu.backproject_gpu_mirror(projections, idx, out, depth=depth(),
+                                              software=self.interpolation == "linear32",
+                                              accumulate=accumulate)
         return cpu.backproject(np.ascontiguousarray(projections), idx, out, accumulate=accumulate)

@@ -413,7 +413,7 @@ def run_benchmark(data: RabbitCTData, size: int, *, backend: str = "auto", inclu
         (the reference only if it is a float volume). "float": both through
         the linear map ``hu_scale mu + hu_offset`` (a uint16 reference is
         taken as it is).
-    interpolation : {"linear", "linear8"}
+    interpolation : {"linear", "linear8", "linear32"}
         As for :class:`ConeBackprojection`: "linear" is exact bilinear on the
         CPU and the texture unit (8-bit weights) on CUDA; "linear8" makes the
         CPU compute what the CUDA kernel computes, to score the GPU's
