@@ -109,9 +109,10 @@ def rows_seen(geometry, volume: VolumeGeometry):
     view, with a row of margin for interpolation; None if none."""
     corners = np.array([[x, y, z] for x in volume.extent("x") for y in volume.extent("y")
                         for z in volume.extent("z")])
-    _, v, _ = geometry.project(corners)   # v is monotonic along lines: the box's corners bound it
-    start = max(0, int(np.floor(v.min())) - 1)
-    stop = min(geometry.n_rows, int(np.ceil(v.max())) + 2)
+    # v(x) is a ratio of linear functions with w > 0: over a box its extremes are at corners.
+    _, row, _ = geometry.project(corners)
+    start = max(0, int(np.floor(row.min())) - 1)
+    stop = min(geometry.n_rows, int(np.ceil(row.max())) + 2)
     return (start, stop) if stop > start else None
 
 
