@@ -312,13 +312,13 @@ def parker_weights(beta, gamma, delta):
     sum to one."""
     beta, gamma = np.broadcast_arrays(np.asarray(beta, float), np.asarray(gamma, float))
     w = np.ones(beta.shape)
+    # Evaluate the ramps only where they apply (most of a scan is flat at 1).
     rise = beta < 2 * delta - 2 * gamma
+    w[rise] = np.sin(np.pi / 4 * beta[rise] / (delta - gamma[rise])) ** 2
     fall = beta > np.pi - 2 * gamma
-    with np.errstate(divide="ignore", invalid="ignore"):
-        w = np.where(rise, np.sin(np.pi / 4 * beta / (delta - gamma)) ** 2, w)
-        w = np.where(fall, np.sin(np.pi / 4 * (np.pi + 2 * delta - beta) / (delta + gamma)) ** 2, w)
-    w = np.where(beta > np.pi + 2 * delta, 0.0, w)
-    return np.clip(np.nan_to_num(w), 0.0, 1.0)
+    w[fall] = np.sin(np.pi / 4 * (np.pi + 2 * delta - beta[fall]) / (delta + gamma[fall])) ** 2
+    w[beta > np.pi + 2 * delta] = 0.0
+    return np.clip(w, 0.0, 1.0)
 
 
 def _cosine_weights(frames, views: slice, n_rows: int, n_cols: int, xp=np, dtype=np.float64):
