@@ -326,6 +326,7 @@ def _cosine_weights(frames, views: slice, n_rows: int, n_cols: int, xp=np, dtype
     def tangent(n, centre, focal):
         return (xp.arange(n, dtype=np.float64)[None, :] - xp.asarray(frames[centre][views])[:, None]) \
             / xp.asarray(frames[focal][views])[:, None]
-    tan_u = tangent(n_cols, "u0", "focal_u")[:, None, :]
-    tan_v = tangent(n_rows, "v0", "focal_v")[:, :, None]
-    return (1.0 / xp.sqrt(1.0 + tan_u**2 + tan_v**2)).astype(dtype)
+    # Tangents in float64 (small arrays); the broadcast to a full view in the data's type.
+    tan_u2 = (tangent(n_cols, "u0", "focal_u")**2).astype(dtype)[:, None, :]
+    tan_v2 = (tangent(n_rows, "v0", "focal_v")**2 + 1.0).astype(dtype)[:, :, None]
+    return 1 / xp.sqrt(tan_u2 + tan_v2)
