@@ -1,0 +1,253 @@
+"""Matched ray-driven projector ``A`` and its exact transpose ``A.T``: ``Projector``."""
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+from .. import _validate as v
+from ..backends import resolve
+from ..geometry import ConeGeometry, ParallelGeometry, VolumeGeometry
+
+MODELS = ("siddon", "joseph")
+PRECISIONS = ("float32", "float64")
+
+
+def parallel_rays(geometry: ParallelGeometry) -> tuple[np.ndarray, np.ndarray]:
+    """One ray per detector pixel of a parallel geometry, in projection order.
+
+    Pixel ``[n, r, c]`` (2D: ``[n, c]``) is the line through ``s e(t) + z ez``
+    along ``d(t) = (-sin t, cos t, 0)`` with ``e(t) = (cos t, sin t, 0)``,
+    ``s = (c - center - axis_shift[n]) det_spacing`` and
+    ``z = (r - (n_rows-1)/2) row_spacing`` (z = 0 in 2D), as in CONVENTIONS.md.
+
+    Returns
+    -------
+    origins, directions : ndarray (n_rays, 3) float64, world (x, y, z)
+    """
+    t = geometry.angles
+    s = (np.arange(geometry.n_cols)[None, :] - geometry.centers()[:, None]) * geometry.det_spacing
+    z = np.zeros(1) if geometry.is_2d else geometry.row_positions()
+    n_a, n_r, n_c = t.size, z.size, geometry.n_cols
+    origins = np.empty((n_a, n_r, n_c, 3))
+    origins[..., 0] = (s * np.cos(t)[:, None])[:, None, :]
+    origins[..., 1] = (s * np.sin(t)[:, None])[:, None, :]
+    origins[..., 2] = z[None, :, None]
+    directions = np.empty((n_a, n_r, n_c, 3))
+    directions[..., 0] = -np.sin(t)[:, None, None]
+    directions[..., 1] = np.cos(t)[:, None, None]
+    directions[..., 2] = 0.0
+    return origins.reshape(-1, 3), directions.reshape(-1, 3)
+
+
+def cone_rays(geometry: ConeGeometry) -> tuple[np.ndarray, np.ndarray]:
+    """Rays from each view's source through every pixel centre (``pixel_rays``),
+    flattened in projection order ``(n_views, n_rows, n_cols)``."""
+    sources, directions = geometry.pixel_rays()
+    origins = np.broadcast_to(sources, directions.shape)
+    return np.ascontiguousarray(origins.reshape(-1, 3)), np.ascontiguousarray(directions.reshape(-1, 3))
+
+
+class _Transpose:
+    """``A.T``: projections -> volume, the exact transpose of a :class:`Projector`."""
+
+    def __init__(self, projector: "Projector"):
+        self.T = projector
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self.T.shape[::-1]
+
+    @property
+    def dtype(self):
+        return self.T.dtype
+
+    def __call__(self, projections, out=None):
+        return self.T.adjoint(projections, out=out)
+
+    def __repr__(self) -> str:
+        return f"{self.T!r}.T"
+
+
+class Projector:
+    """Ray-driven linear projector ``A`` (line integrals) with its exact transpose.
+
+    ``A(x)`` maps a volume to projections, ``A.T(y)`` maps projections back;
+    both trace the same rays with the same weights (``leveret.cpu.raytrace``),
+    so ``<A x, y> = <x, A.T y>`` holds to rounding.
+
+    Parameters
+    ----------
+    geometry : ParallelGeometry or ConeGeometry
+        2D parallel geometries need a 2D volume; 3D parallel and cone
+        geometries a 3D one. Cone rays start at the source (half lines);
+        parallel rays are whole lines.
+    volume : VolumeGeometry
+    model : {"siddon", "joseph"}
+        "siddon": the weight of a voxel is the exact length of the ray inside
+        it (Siddon, in Jacobs' incremental form). "joseph": the ray is sampled
+        once per voxel-centre plane of its dominant axis with bilinear
+        interpolation in the other two axes, each sample weighted by the ray
+        length between two planes (``voxel_size / |cos|``); a volume of ones
+        then projects to the chord length, up to half a voxel at each end.
+    backend : {"auto", "cpu", "cuda"}
+        Only the CPU kernels exist yet: "auto" runs on the CPU, "cuda" raises
+        a RuntimeError.
+    precision : {"float32", "float64"}
+        dtype of the arrays ``A`` and ``A.T`` return (inputs are converted).
+        Geometry is always computed in float64.
+
+    Attributes
+    ----------
+    shape : (int, int)
+        ``(number of projection values, number of voxels)``.
+    dtype : numpy.dtype
+    volume, geometry : the grid and scan the operator was built for.
+    projection_shape : tuple
+        ``geometry.projection_shape``: shape of ``A(x)``; ``x`` is
+        ``volume.shape``.
+    T : the transpose, a callable with ``shape`` and ``dtype``.
+
+    Notes
+    -----
+    A 2D problem is traced as one slice of thickness 1 at z = 0 (rays lie in
+    that plane), so 2D and 3D share one kernel. The rays (two float64 (x, y,
+    z) triples per detector pixel, 48 bytes) are built once here. ``A.T``
+    allocates one private volume per thread (``n_buffers``) and sums them:
+    no atomics, deterministic for a given thread count.
+    """
+
+    def __init__(self, geometry, volume: VolumeGeometry, *, model: str = "siddon",
+                 backend: str = "auto", precision: str = "float32", n_buffers: int | None = None):
+        if not isinstance(volume, VolumeGeometry):
+            raise ValueError(f"volume: expected a VolumeGeometry, got {type(volume).__name__}")
+        if isinstance(geometry, ParallelGeometry):
+            if geometry.is_2d != volume.is_2d:
+                want = "2D (ny, nx)" if geometry.is_2d else "3D (nz, ny, nx)"
+                raise ValueError(f"volume: a {'2D' if geometry.is_2d else '3D'} parallel geometry "
+                                 f"needs a {want} VolumeGeometry, got shape {volume.shape}")
+            origins, directions = parallel_rays(geometry)
+            self._t_start = -np.inf
+        elif isinstance(geometry, ConeGeometry):
+            if volume.is_2d:
+                raise ValueError(f"volume: a ConeGeometry needs a 3D VolumeGeometry, got shape {volume.shape}")
+            origins, directions = cone_rays(geometry)
+            self._t_start = 0.0
+        else:
+            raise ValueError(f"geometry: expected a ParallelGeometry or ConeGeometry, "
+                             f"got {type(geometry).__name__}")
+        self.model = v.choice("model", model, MODELS)
+        self.dtype = np.dtype(v.choice("precision", precision, PRECISIONS))
+        backend = v.choice("backend", backend, ("auto", "cuda", "cpu"))
+        if backend == "cuda":
+            resolve("cuda")  # a clear RuntimeError where there is no GPU
+            raise RuntimeError("backend='cuda': the GPU ray-tracing kernels are not written yet; "
+                               "use backend='cpu'")
+        self.backend = "cpu"
+        self.geometry = geometry
+        self.volume = volume
+        self.projection_shape = tuple(geometry.projection_shape)
+        self._views = np.arange(self.projection_shape[0])
+        self._origins = origins
+        self._directions = directions
+        # The grid as the kernel sees it: always (x, y, z); a 2D image is one
+        # slice spanning z in [-0.5, 0.5).
+        if volume.is_2d:
+            lo = [volume.extent("x")[0], volume.extent("y")[0], -0.5]
+            size = [volume.spacing("x"), volume.spacing("y"), 1.0]
+        else:
+            lo = [volume.extent(a)[0] for a in "xyz"]
+            size = [volume.spacing(a) for a in "xyz"]
+        self._offset = np.array(lo, np.float64)
+        self._scale = 1.0 / np.array(size, np.float64)
+        self._grid3 = volume.shape if not volume.is_2d else (1,) + volume.shape
+        self.n_buffers = (numba.get_num_threads() if n_buffers is None
+                          else v.positive_int("n_buffers", n_buffers))
+        self.T = _Transpose(self)
+
+    # -- metadata ------------------------------------------------------------------
+    @property
+    def shape(self) -> tuple[int, int]:
+        return (int(np.prod(self.projection_shape)), self.volume.size)
+
+    @property
+    def view_indices(self) -> np.ndarray:
+        """Indices (into ``geometry``'s views) of the views this operator covers."""
+        return self._views
+
+    def view_angles(self) -> np.ndarray:
+        """Rotation angle (radians) of each covered view: the parallel angle, or
+        for cone beams the source's azimuth ``atan2(x, -y)`` (the ``t`` of
+        ``ConeGeometry.circular``)."""
+        if isinstance(self.geometry, ParallelGeometry):
+            return self.geometry.angles[self._views]
+        s = self.geometry.source_positions()[self._views]
+        return np.arctan2(s[:, 0], -s[:, 1])
+
+    def subset(self, views) -> "Projector":
+        """The operator restricted to some views (rows of ``A``), sharing the
+        volume and the ray tables: projections ``(len(views),) + projection_shape[1:]``."""
+        views = np.asarray(views, dtype=np.int64).ravel()
+        n = self.projection_shape[0]
+        if views.size == 0 or views.min() < 0 or views.max() >= n:
+            raise ValueError(f"views: expected 1 or more indices in [0, {n}), got {views.tolist()[:8]}")
+        per_view = int(np.prod(self.projection_shape[1:]))
+        rows = (views[:, None] * per_view + np.arange(per_view)[None, :]).ravel()
+        sub = object.__new__(Projector)
+        sub.__dict__.update(self.__dict__)
+        sub._origins = np.ascontiguousarray(self._origins[rows])
+        sub._directions = np.ascontiguousarray(self._directions[rows])
+        sub._views = self._views[views]
+        sub.projection_shape = (views.size,) + self.projection_shape[1:]
+        sub.T = _Transpose(sub)
+        return sub
+
+    # -- application ------------------------------------------------------------------
+    def _input(self, name: str, arr, shape) -> np.ndarray:
+        if v.array_module(arr) is not np:
+            raise ValueError(f"{name}: the CPU projector takes NumPy arrays, got {type(arr).__module__}."
+                             f"{type(arr).__name__} (CUDA kernels are not written yet)")
+        arr = np.asarray(arr)
+        if arr.shape != tuple(shape):
+            raise ValueError(f"{name}: expected shape {tuple(shape)} for this projector "
+                             f"({self.volume.shape} volume, {self.projection_shape} projections), "
+                             f"got {arr.shape}")
+        # The kernels take writable C-contiguous arrays of the working dtype.
+        arr = np.ascontiguousarray(arr, dtype=self.dtype)
+        return arr if arr.flags.writeable else arr.copy()
+
+    def _output(self, name: str, out, shape) -> np.ndarray:
+        if out is None:
+            return np.empty(shape, self.dtype)
+        if not isinstance(out, np.ndarray) or out.shape != tuple(shape) or out.dtype != self.dtype \
+                or not out.flags.c_contiguous or not out.flags.writeable:
+            raise ValueError(f"{name}: expected a writable C-contiguous {self.dtype} NumPy array of shape "
+                             f"{tuple(shape)}, got {getattr(out, 'shape', type(out).__name__)}")
+        return out
+
+    def __call__(self, x, out=None) -> np.ndarray:
+        """Forward projection ``A x``: volume ``volume.shape`` -> projections
+        ``projection_shape`` (line integrals, value x length)."""
+        from ..cpu import raytrace
+        x = self._input("x", x, self.volume.shape)
+        out = self._output("out", out, self.projection_shape)
+        raytrace.forward(x.reshape(self._grid3), self._origins, self._directions, self._offset,
+                         self._scale, self._t_start, self._model_id, out.reshape(-1))
+        return out
+
+    def adjoint(self, y, out=None) -> np.ndarray:
+        """Transpose ``A^T y``: projections ``projection_shape`` -> volume ``volume.shape``."""
+        from ..cpu import raytrace
+        y = self._input("y", y, self.projection_shape)
+        out = self._output("out", out, self.volume.shape)
+        raytrace.adjoint(y.reshape(-1), self._origins, self._directions, self._offset, self._scale,
+                         self._t_start, self._model_id, out.reshape(self._grid3), self.n_buffers)
+        return out
+
+    @property
+    def _model_id(self) -> int:
+        from ..cpu import raytrace
+        return raytrace.SIDDON if self.model == "siddon" else raytrace.JOSEPH
+
+    def __repr__(self) -> str:
+        return (f"Projector({type(self.geometry).__name__}, volume {self.volume.shape}, "
+                f"model={self.model!r}, {self.dtype}, projections {self.projection_shape})")
