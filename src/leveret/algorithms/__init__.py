@@ -1,5 +1,7 @@
 """Reconstruction algorithms, built on operators and filters only."""
 from .fdk import fdk
+from .iterative import cgls, os_sart, sirt
 from .parallel_fbp import fbp
+from .radon3d import radon3d_fbp, radon3d_forward
 
-__all__ = ["fbp", "fdk"]
+__all__ = ["fbp", "fdk", "sirt", "os_sart", "cgls", "radon3d_fbp", "radon3d_forward"]

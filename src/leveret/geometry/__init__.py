@@ -1,6 +1,7 @@
 """Scan and volume geometries (CONVENTIONS.md is the contract)."""
 from .cone import ConeGeometry
 from .parallel import ParallelGeometry
+from .radon import RadonGeometry
 from .volume import VolumeGeometry
 
-__all__ = ["ConeGeometry", "ParallelGeometry", "VolumeGeometry"]
+__all__ = ["ConeGeometry", "ParallelGeometry", "RadonGeometry", "VolumeGeometry"]

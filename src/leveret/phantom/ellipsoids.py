@@ -385,6 +385,22 @@ class EllipsoidPhantom(Frozen):
             out[n] = self.line_integrals(sources, directions)[0]
         return out
 
+    def plane_integrals(self, directions, t) -> np.ndarray:
+        """Exact integrals over the planes ``{x . n = t}`` (3D Radon transform).
+
+        ``directions`` is ``(..., 3)`` unit vectors, ``t`` (length units)
+        broadcasts against ``directions[..., 0]``; returns float64 value x
+        area. See :func:`leveret.phantom.planes.plane_integrals`.
+        """
+        from .planes import plane_integrals
+        return plane_integrals(self, directions, t)
+
+    def project_radon(self, geometry) -> np.ndarray:
+        """Exact ``(n_dirs, n_samples)`` plane integrals for a ``RadonGeometry``;
+        see :func:`leveret.phantom.planes.project_radon`."""
+        from .planes import project_radon
+        return project_radon(self, geometry)
+
     def slice_2d(self, z: float) -> EllipsePhantom:
         """The 2D phantom of the cross-section at height ``z`` (length units).
 
