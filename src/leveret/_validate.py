@@ -101,3 +101,16 @@ def choice(name: str, value, options: Sequence[str]) -> str:
     if not isinstance(value, str) or value.lower() not in options:
         raise ValueError(f"{name}: expected one of {', '.join(map(repr, options))}, got {value!r}")
     return value.lower()
+
+
+def real_array(name: str, arr, shape, layout: str, source: str = "the geometry"):
+    """``arr`` (NumPy, CuPy, or anything np.asarray takes) of ``shape`` and a real
+    dtype; ``layout`` names the axes, e.g. "(n_angles, n_rows, n_cols)"."""
+    if not hasattr(arr, "shape") or not hasattr(arr, "dtype"):
+        arr = np.asarray(arr)
+    if tuple(arr.shape) != tuple(shape):
+        raise ValueError(f"{name}: expected shape {layout} = {tuple(shape)} from {source}, "
+                         f"got {tuple(arr.shape)}")
+    if arr.dtype.kind not in "fiu":
+        raise ValueError(f"{name}: expected real numbers, got dtype {arr.dtype}")
+    return arr

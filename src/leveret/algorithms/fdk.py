@@ -59,11 +59,8 @@ def fdk(projections, geometry, volume: VolumeGeometry, *, filter: str = "ram-lak
     from ..geometry import ConeGeometry
     if not isinstance(geometry, ConeGeometry):
         raise ValueError(f"geometry: expected a ConeGeometry, got {type(geometry).__name__}")
-    if not hasattr(projections, "shape"):
-        projections = np.asarray(projections)
-    if tuple(projections.shape) != geometry.projection_shape:
-        raise ValueError(f"projections: expected shape (n_views, n_rows, n_cols) = "
-                         f"{geometry.projection_shape} from the geometry, got {tuple(projections.shape)}")
+    projections = v.real_array("projections", projections, geometry.projection_shape,
+                               "(n_views, n_rows, n_cols)")
     if not isinstance(projections, np.ndarray):  # host input is checked chunk by chunk
         v.check_finite_array("projections", projections)
     v.choice("filter", filter, FILTERS)

@@ -196,15 +196,8 @@ class _Job:
 # -- helpers -----------------------------------------------------------------------------------
 
 def _check_projections(projections, geometry: ParallelGeometry):
-    if not hasattr(projections, "shape") or not hasattr(projections, "dtype"):
-        projections = np.asarray(projections)
-    if tuple(projections.shape) != geometry.projection_shape:
-        what = "(n_angles, n_cols)" if geometry.is_2d else "(n_angles, n_rows, n_cols)"
-        raise ValueError(f"projections: expected shape {what} = {geometry.projection_shape} "
-                         f"from the geometry, got {tuple(projections.shape)}")
-    if projections.dtype.kind not in "fiu":
-        raise ValueError(f"projections: expected real numbers, got dtype {projections.dtype}")
-    return projections
+    layout = "(n_angles, n_cols)" if geometry.is_2d else "(n_angles, n_rows, n_cols)"
+    return v.real_array("projections", projections, geometry.projection_shape, layout)
 
 
 def _raise_if_bad(n_bad: int) -> None:

@@ -179,12 +179,7 @@ def radon3d_forward(volume_array, geometry: RadonGeometry, volume: VolumeGeometr
         raise ValueError(f"geometry: expected a RadonGeometry, got {type(geometry).__name__}")
     _check_backend(backend, volume_array, "volume_array")
     volume = _check_volume(volume)
-    arr = np.asarray(volume_array)
-    if arr.shape != volume.shape:
-        raise ValueError(f"volume_array: expected shape (nz, ny, nx) = {volume.shape} from "
-                         f"the volume, got {arr.shape}")
-    if arr.dtype.kind not in "fiu":
-        raise ValueError(f"volume_array: expected real numbers, got dtype {arr.dtype}")
+    arr = v.real_array("volume_array", np.asarray(volume_array), volume.shape, "(nz, ny, nx)", "the volume")
     v.check_finite_array("volume_array", arr)
     dtype = np.float64 if arr.dtype == np.float64 else np.float32
     arr = np.ascontiguousarray(arr, dtype=dtype)
@@ -208,12 +203,8 @@ def _check_backend(backend, arr, name: str) -> str:
 
 
 def _check_projections(projections, geometry: RadonGeometry) -> np.ndarray:
-    projections = np.asarray(projections)
-    if projections.shape != geometry.projection_shape:
-        raise ValueError(f"projections: expected shape (n_dirs, n_samples) = "
-                         f"{geometry.projection_shape} from the geometry, got {projections.shape}")
-    if projections.dtype.kind not in "fiu":
-        raise ValueError(f"projections: expected real numbers, got dtype {projections.dtype}")
+    projections = v.real_array("projections", np.asarray(projections), geometry.projection_shape,
+                               "(n_dirs, n_samples)")
     v.check_finite_array("projections", projections)
     return projections
 
