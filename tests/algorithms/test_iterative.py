@@ -36,7 +36,9 @@ def test_sirt_weighted_residual_decreases(problem, rng, nonnegative):
     b = A(truth)
     R = 1 / np.maximum(A(np.ones(A.volume.shape)), 1e-300) * (A(np.ones(A.volume.shape)) > 0)
     weighted = []
-    x = leveret.sirt(b, A, 50, nonnegative=nonnegative,
+    # 200 iterations: the slowest modes of this 66 x 64 system need them (after 50, 7 % of
+    # random truths were still above 1e-2; after 150 the worst of 600 was 6.4e-3).
+    x = leveret.sirt(b, A, 200, nonnegative=nonnegative,
                      callback=lambda x, info: weighted.append(float(((b - A(x)) ** 2 * R).sum())))
     assert all(w2 <= w1 * (1 + 1e-10) for w1, w2 in zip(weighted, weighted[1:]))
     assert weighted[-1] < 1e-2 * weighted[0]

@@ -68,7 +68,15 @@ def test_cpu_linear_matches_float64_reference(rng, geom):
 def test_cpu_nearest_and_linear8_match_reference(rng):
     geometry, volume, sinos = random_case(rng)
     op = ParallelBackprojection(geometry, volume, backend="cpu", interpolation="nearest")
-    assert rel(op(sinos), reference_backprojection(sinos, geometry, volume, nearest=True)) < 1e-5
+    nearest_ref = reference_backprojection(sinos, geometry, volume, nearest=True)
+    # In float64 the kernel's coordinates are the reference's to 1e-15: no sample can
+    # round to the other neighbour. In float32 a sample within ~1e-5 px of a half
+    # integer may pick the other one (a few samples per image at most), so there
+    # the pixels agree except those few.
+    nearest64 = op(sinos.astype(np.float64))
+    assert rel(nearest64, nearest_ref) < 1e-12
+    same = np.isclose(op(sinos), nearest64, rtol=1e-5, atol=1e-5)
+    assert same.mean() > 0.95
     lin8 = ParallelBackprojection(geometry, volume, backend="cpu", interpolation="linear8")(sinos)
     exact = reference_backprojection(sinos, geometry, volume)
     err = rel(lin8, exact)
