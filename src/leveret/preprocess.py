@@ -1,4 +1,5 @@
-"""Flat/dark-field normalisation and the minus-log transform.
+"""Preprocessing: flat/dark-field normalisation, the minus-log transform,
+centre-of-rotation estimation, zinger removal and stripe (ring) suppression.
 
 Arrays are NumPy or CuPy (CuPy in, CuPy out); projections are
 ``(n_angles, n_rows, n_cols)`` or sinograms ``(n_angles, n_cols)`` as in
@@ -6,9 +7,11 @@ CONVENTIONS.md.
 """
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
-from ._validate import array_module, positive_float
+from ._validate import array_module, choice, finite_float, finite_vector, positive_float, positive_int
 
 # Transmission given to pixels whose flat - dark is not positive: 1 means no
 # attenuation, so after minus_log the pixel contributes 0 to every line
@@ -129,3 +132,399 @@ def _output(out, shape, dtype, xp):
             f"out: expected shape {tuple(shape)} and dtype {np.dtype(dtype)}, "
             f"got shape {out.shape} and dtype {out.dtype}")
     return out
+
+
+# -- centre of rotation ------------------------------------------------------------------------
+
+class CenterEstimate(NamedTuple):
+    """Result of :func:`find_center`.
+
+    center : float
+        Rotation axis in column pixels (CONVENTIONS.md: column ``c`` sits at
+        ``s = (c - center) det_spacing``), i.e. the ``center`` to give
+        :class:`leveret.ParallelGeometry`.
+    confidence : float
+        In [0, 1], higher is better. "pairs": the median normalised
+        cross-correlation peak of the flipped 180-degree pairs (1: the flipped
+        projection matches the other exactly). "sweep": ``1 - best / median``
+        of the sweep's scores (0: the metric does not discriminate).
+    method : str
+        "pairs" or "sweep".
+    details : dict
+        "spread": robust spread of the individual estimates in pixels
+        (1.4826 x median absolute deviation; 0 for a single one),
+        "estimates": the individual estimates (one per pair and row for
+        "pairs"; the scores for "sweep", with "centers").
+    """
+    center: float
+    confidence: float
+    method: str
+    details: dict
+
+
+# Two views count as a 180-degree pair when their angles differ by pi within this (radians).
+PAIR_TOLERANCE = 1e-3
+
+
+def find_center(projections_or_sinogram, angles, *, method: str = "auto", row=None, search=None,
+                max_pairs: int = 8) -> CenterEstimate:
+    """Estimate the rotation axis (centre of rotation) of a parallel-beam scan.
+
+    Parameters
+    ----------
+    projections_or_sinogram : array, (n_angles, n_rows, n_cols) or (n_angles, n_cols)
+        Line integrals (after :func:`minus_log`), NumPy or CuPy.
+    angles : array (n_angles,)
+        Radians.
+    method : {"auto", "pairs", "sweep"}
+        "pairs": 180-degree pair registration. Projections ``t`` and ``t + pi``
+        (mod 2 pi, within ``PAIR_TOLERANCE``) see the object mirrored: with
+        column ``c`` at ``s = c - center`` and ``p(t + pi, s) = p(t, -s)``,
+        ``p(t + pi, c) = p(t, 2 center - c)``; the left-right flipped view
+        ``q(c) = p(t + pi, n_cols - 1 - c)`` is therefore ``p(t, c + d)`` with
+        ``d = 2 center - (n_cols - 1)``, so
+
+            center = (n_cols - 1) / 2 + d / 2,
+
+        where ``d`` is the shift that carries ``p(t)`` onto ``q`` (``q(c) = p(c + d)``).
+        ``d`` is the peak of the FFT cross-correlation of the two (zero-padded,
+        mean-removed) rows, refined to sub-pixel by a parabola through the peak
+        and its neighbours. Up to ``max_pairs`` pairs and every selected row
+        give one estimate each; the result is their median.
+        "sweep": :func:`center_sweep` (negativity metric) over ``search`` at
+        1-pixel steps, then at 0.1 pixel around the best, on one row (``row``,
+        default the middle one).
+        "auto": "pairs" when the angles hold a 180-degree pair, else "sweep".
+    row : int, sequence of ints or None
+        Detector rows to use (projection stacks only); default: all rows
+        (pairs) or the middle row (sweep).
+    search : (float, float), optional
+        Range of columns the centre may lie in; default the middle half of
+        the detector, ``[(n_cols-1)/4, 3(n_cols-1)/4]``.
+    max_pairs : int
+        Most 180-degree pairs used (evenly chosen among those found).
+
+    Returns
+    -------
+    CenterEstimate
+    """
+    xp = array_module(projections_or_sinogram)
+    data = xp.asarray(projections_or_sinogram)
+    _check_real("projections_or_sinogram", data)
+    if data.ndim == 2:
+        data = data[:, None, :]
+    elif data.ndim != 3:
+        raise ValueError("projections_or_sinogram: expected shape (n_angles, n_rows, n_cols) or "
+                         f"(n_angles, n_cols), got shape {data.shape}")
+    n_angles, n_rows, n_cols = data.shape
+    angles = finite_vector("angles", angles, length=n_angles)
+    method = choice("method", method, ("auto", "pairs", "sweep"))
+    lo, hi = _search_range(search, n_cols)
+    if row is not None:
+        rows = np.atleast_1d(np.asarray(row))
+        if rows.dtype.kind not in "iu" or rows.ndim != 1 or rows.min() < 0 or rows.max() >= n_rows:
+            raise ValueError(f"row: expected row indices in [0, {n_rows - 1}], got {row!r}")
+        data = data[:, rows, :]
+    pairs = _pairs(angles)
+    if method == "auto":
+        method = "pairs" if pairs else "sweep"
+    if method == "pairs":
+        if not pairs:
+            raise ValueError("method: 'pairs' needs two views 180 degrees apart "
+                             f"(within {PAIR_TOLERANCE} rad); the angles have none")
+        return _center_from_pairs(data, pairs, lo, hi, positive_int("max_pairs", max_pairs), xp)
+    sino = data[:, data.shape[1] // 2, :] if row is None or data.shape[1] > 1 else data[:, 0, :]
+    return _center_from_sweep(sino, angles, lo, hi)
+
+
+def center_sweep(sinogram, angles, centers, *, metric: str = "negativity", filter: str = "ram-lak",
+                 det_spacing: float = 1.0):
+    """Score trial centres by reconstructing one slice at each (lower score = better).
+
+    Each centre ``c`` in ``centers`` gives ``leveret.fbp(sinogram,
+    ParallelGeometry(angles, n_cols, center=c))`` on the default volume (the
+    ``n_cols x n_cols`` square centred on the axis), scored by ``metric``:
+
+    - "negativity": ``sum(min(f, 0)^2) / sum(f^2)``, the share of the image's
+      energy in negative values. A wrong centre turns edges into
+      positive/negative crescents; attenuation is non-negative.
+    - "entropy": Shannon entropy of the 256-bin histogram of the image over
+      its range (Donath et al., J. Opt. Soc. Am. A 23, 1048, 2006).
+
+    Parameters
+    ----------
+    sinogram : array (n_angles, n_cols)
+        Line integrals, NumPy or CuPy (then reconstructed on the GPU).
+    angles : array (n_angles,)
+    centers : array of floats
+        Trial centres in column pixels, each in ``[0, n_cols - 1]``.
+
+    Returns
+    -------
+    numpy.ndarray (len(centers),) float64
+        The scores; ``centers[argmin]`` is the sweep's best centre.
+    """
+    from .algorithms.parallel_fbp import fbp
+    from .geometry import ParallelGeometry
+
+    xp = array_module(sinogram)
+    sinogram = xp.asarray(sinogram)
+    _check_real("sinogram", sinogram)
+    if sinogram.ndim != 2:
+        raise ValueError(f"sinogram: expected shape (n_angles, n_cols), got shape {sinogram.shape}")
+    metric = choice("metric", metric, ("negativity", "entropy"))
+    centers = finite_vector("centers", centers)
+    scores = np.empty(centers.size)
+    for k, c in enumerate(centers):
+        g = ParallelGeometry(angles, sinogram.shape[1], center=float(c), det_spacing=det_spacing)
+        scores[k] = _score(fbp(sinogram, g, filter=filter), metric, xp)
+    return scores
+
+
+def _score(img, metric, xp):
+    img = img.astype(xp.float64)
+    if metric == "negativity":
+        neg = xp.minimum(img, 0)
+        return float((neg * neg).sum() / max(float((img * img).sum()), 1e-300))
+    lo, hi = float(img.min()), float(img.max())
+    hist, _ = xp.histogram(img, bins=256, range=(lo, hi if hi > lo else lo + 1))
+    p = hist[hist > 0] / img.size
+    return float(-(p * xp.log(p)).sum())
+
+
+def _search_range(search, n_cols):
+    if search is None:
+        return (n_cols - 1) / 4, 3 * (n_cols - 1) / 4
+    try:
+        lo, hi = (finite_float("search", s) for s in search)
+    except TypeError:
+        raise ValueError(f"search: expected (low, high) columns, got {search!r}") from None
+    if not 0 <= lo < hi <= n_cols - 1:
+        raise ValueError(f"search: expected 0 <= low < high <= {n_cols - 1}, got {search!r}")
+    return lo, hi
+
+
+def _pairs(angles):
+    """(i, j) index pairs of views pi apart (mod 2 pi)."""
+    out = []
+    for i, a in enumerate(angles):
+        diff = np.abs(np.mod(angles - a, 2 * np.pi) - np.pi)       # |(a_j - a) - pi| mod 2 pi
+        j = int(np.argmin(np.where(np.arange(angles.size) > i, diff, np.inf))) if i + 1 < angles.size else -1
+        if j > i and diff[j] <= PAIR_TOLERANCE:
+            out.append((i, j))
+    return out
+
+
+def _center_from_pairs(data, pairs, lo, hi, max_pairs, xp):
+    n_cols = data.shape[2]
+    if len(pairs) > max_pairs:
+        pick = np.unique(np.linspace(0, len(pairs) - 1, max_pairs).round().astype(int))
+        pairs = [pairs[k] for k in pick]
+    i, j = np.array(pairs).T
+    a = data[xp.asarray(i)].astype(xp.float64)                     # (P, R, C)
+    b = data[xp.asarray(j)][..., ::-1].astype(xp.float64)          # flipped partners
+    # Correlate the column derivatives: a constant background drops out, and zero
+    # padding adds no edges at the detector ends that would pull the peak to lag 0.
+    a = xp.diff(a, axis=-1)
+    b = xp.diff(b, axis=-1)
+    n_fft = 2 * n_cols
+    # corr[m] = sum_c a(c + m) b(c); with b(c) = a(c + d) it peaks at m = d.
+    cross = xp.fft.rfft(a, n_fft) * xp.conj(xp.fft.rfft(b, n_fft))   # (P, R, F)
+    corr = xp.fft.irfft(cross, n_fft)
+    norm = xp.sqrt((a * a).sum(-1) * (b * b).sum(-1))
+    keep = norm.reshape(-1) > 0
+    norm = xp.where(norm > 0, norm, 1)[..., None]
+    corr = (corr / norm).reshape(-1, n_fft)[keep]
+    cross = (cross / norm).reshape(-1, cross.shape[-1])[keep]
+    if corr.shape[0] == 0:
+        raise ValueError("projections_or_sinogram: the paired views are constant; no centre to find")
+    shifts = xp.arange(n_fft)
+    shifts[shifts >= n_cols] -= n_fft                               # lag of each FFT bin
+    d_lo, d_hi = 2 * lo - (n_cols - 1), 2 * hi - (n_cols - 1)
+    allowed = (shifts >= np.floor(d_lo)) & (shifts <= np.ceil(d_hi))
+    d = shifts[xp.argmax(xp.where(allowed, corr, -xp.inf), axis=1)].astype(xp.float64)
+    # Sub-pixel: the correlation is a trigonometric polynomial in the lag; evaluate it
+    # (DFT upsampling, Guizar-Sicairos et al. 2008) on ever finer grids around the peak.
+    freq = xp.arange(cross.shape[-1], dtype=xp.float64)
+    w = xp.full(freq.shape, 2.0)
+    w[0] = 1.0
+    if n_fft % 2 == 0:
+        w[-1] = 1.0
+    for half, step in ((1.0, 0.05), (0.05, 0.002)):
+        u = xp.arange(-half, half + step / 2, step)
+        lags = d[:, None] + u[None, :]                               # (N, U)
+        phase = xp.exp(2j * np.pi / n_fft * lags[..., None] * freq)  # (N, U, F)
+        values = (phase * (w * cross)[:, None, :]).real.sum(-1) / n_fft
+        best = xp.argmax(values, axis=1)
+        d = lags[xp.arange(d.size), best]
+        peak = values[xp.arange(d.size), best]
+    d, peak = _to_numpy(d), _to_numpy(peak)
+    estimates = (n_cols - 1) / 2 + d / 2
+    weights_ok = peak > 0
+    est = estimates[weights_ok] if weights_ok.any() else estimates
+    center = float(np.median(est))
+    spread = float(1.4826 * np.median(np.abs(est - center))) if est.size > 1 else 0.0
+    return CenterEstimate(center=center, confidence=float(np.clip(np.median(peak), 0, 1)),
+                          method="pairs",
+                          details={"spread": spread, "estimates": estimates, "peaks": peak,
+                                   "pairs": pairs})
+
+
+def _center_from_sweep(sino, angles, lo, hi):
+    coarse = np.arange(np.ceil(lo), np.floor(hi) + 1)
+    if coarse.size < 3:
+        coarse = np.linspace(lo, hi, 5)
+    s1 = center_sweep(sino, angles, coarse)
+    best = coarse[int(np.argmin(s1))]
+    fine = np.round(np.arange(max(lo, best - 1), min(hi, best + 1) + 1e-9, 0.1), 6)
+    s2 = center_sweep(sino, angles, fine)
+    k = int(np.argmin(s2))
+    center = float(fine[k])
+    if 0 < k < fine.size - 1:                                         # parabola through the minimum
+        y0, y1, y2 = s2[k - 1], s2[k], s2[k + 1]
+        den = y0 - 2 * y1 + y2
+        if den > 0:
+            center += float(np.clip(0.5 * (y0 - y2) / den, -0.5, 0.5)) * (fine[1] - fine[0])
+    med = float(np.median(s1))
+    conf = float(np.clip(1 - s2[k] / med, 0, 1)) if med > 0 else 0.0
+    return CenterEstimate(center=center, confidence=conf, method="sweep",
+                          details={"spread": float(fine[1] - fine[0]) if fine.size > 1 else 1.0,
+                                   "centers": np.concatenate([coarse, fine]),
+                                   "estimates": np.concatenate([s1, s2])})
+
+
+def _to_numpy(arr):
+    return arr.get() if hasattr(arr, "get") else np.asarray(arr)
+
+
+# -- zingers -----------------------------------------------------------------------------------
+
+def remove_zingers(projections, *, threshold: float = 6.0, size: int = 3, axes: str = "image"):
+    """Replace outliers (zingers, hot pixels) by the local median.
+
+    A pixel is an outlier when ``|x - median_filter(x)| > threshold * sigma``,
+    where ``sigma = 1.4826 * median(|x[i+1] - x[i]|) / sqrt(2)`` (neighbours
+    along the columns, or along the angles for ``axes="angle"``, over the
+    whole array) is a robust estimate of the pixel noise: edges and zingers
+    are too few to move the median. When that is 0 (noise-free data) the mean
+    of ``|x - median_filter(x)|`` is used instead. Outliers get the filtered
+    value; every other pixel is returned unchanged. Works on raw counts (bright
+    zingers), transmission or line integrals (dark ones): both signs count.
+
+    Parameters
+    ----------
+    projections : array, (n_angles, n_rows, n_cols) or (n_angles, n_cols)
+        NumPy (scipy.ndimage) or CuPy (cupyx.scipy.ndimage).
+    threshold : float
+        In units of sigma.
+    size : int
+        Median filter width (odd, >= 3).
+    axes : {"image", "angle"}
+        "image": the ``size x size`` median over the last two axes, i.e.
+        within each projection for a stack, over angles and columns for a
+        sinogram. "angle": the ``size``-long median along the angle axis
+        (pixel by pixel in time; keeps fine image detail, needs a fine angular step).
+
+    Returns
+    -------
+    array, float32 (float64 for float64 input), shape of ``projections``
+    """
+    xp = array_module(projections)
+    x = xp.asarray(projections)
+    _check_real("projections", x)
+    if x.ndim not in (2, 3):
+        raise ValueError("projections: expected shape (n_angles, n_rows, n_cols) or "
+                         f"(n_angles, n_cols), got shape {x.shape}")
+    threshold = positive_float("threshold", threshold)
+    size = positive_int("size", size)
+    if size < 3 or size % 2 == 0:
+        raise ValueError(f"size: expected an odd integer >= 3, got {size}")
+    axes = choice("axes", axes, ("image", "angle"))
+    x = x.astype(xp.float64 if x.dtype == xp.float64 else xp.float32)
+    footprint = [1] * x.ndim
+    if axes == "image":
+        footprint[-1] = footprint[-2] = size
+    else:
+        footprint[0] = size
+    med = _ndimage(xp).median_filter(x, size=tuple(footprint), mode="mirror")
+    dev = xp.abs(x - med)
+    sigma = _noise_sigma(x, 0 if axes == "angle" else -1, xp)
+    if sigma == 0:
+        sigma = float(dev.mean())
+    if sigma == 0:
+        return x
+    bad = dev > threshold * sigma
+    return xp.where(bad, med, x)
+
+
+def _noise_sigma(x, axis, xp):
+    step = xp.abs(xp.diff(x, axis=axis))
+    return 1.4826 * float(xp.median(step)) / np.sqrt(2)
+
+
+# -- stripes (ring artefacts) ------------------------------------------------------------------
+
+def remove_stripes(sinogram_or_projections, *, method: str = "sort", size: int = 5):
+    """Suppress stripes in sinograms (ring artefacts in the reconstruction).
+
+    Stripes are columns whose response is off by a (possibly angle-dependent)
+    offset or gain: defective or miscalibrated detector pixels.
+
+    Methods (``size``: the filter width across columns, wider than the stripes):
+
+    - "sort" (default): the sorting-based method of Vo, Atwood and Drakopoulos,
+      "Superior techniques for eliminating ring artifacts in X-ray
+      micro-tomography", Optics Express 26, 28396 (2018), algorithm 3: sort
+      each column along the angle axis, median-filter the sorted sinogram
+      across columns (``size`` wide), and put every value back at its angle.
+      Sorting turns a stripe into a column that differs from its neighbours
+      over all of its length, which the median removes; object structure is
+      left mostly intact. Handles constant and intensity-dependent stripes.
+    - "mean": normalisation by the smoothed column mean (in the spirit of
+      Raven, Rev. Sci. Instrum. 69, 2978, 1998): subtract from each column
+      its mean over angles minus the ``size``-wide median of those means
+      across columns. Removes constant offsets only.
+
+    (The wavelet-Fourier filter of Münch et al. 2009 needs a wavelet library,
+    which leveret does not depend on.)
+
+    Parameters
+    ----------
+    sinogram_or_projections : array, (n_angles, n_cols) or (n_angles, n_rows, n_cols)
+        Line integrals, NumPy or CuPy; each detector row's sinogram is treated apart.
+    method : {"sort", "mean"}
+    size : int
+        Odd width, >= 3, across columns.
+
+    Returns
+    -------
+    array, float32 (float64 for float64 input), shape of the input
+    """
+    xp = array_module(sinogram_or_projections)
+    x = xp.asarray(sinogram_or_projections)
+    _check_real("sinogram_or_projections", x)
+    if x.ndim not in (2, 3):
+        raise ValueError("sinogram_or_projections: expected shape (n_angles, n_cols) or "
+                         f"(n_angles, n_rows, n_cols), got shape {x.shape}")
+    method = choice("method", method, ("sort", "mean"))
+    size = positive_int("size", size)
+    if size < 3 or size % 2 == 0:
+        raise ValueError(f"size: expected an odd integer >= 3, got {size}")
+    x = x.astype(xp.float64 if x.dtype == xp.float64 else xp.float32)
+    footprint = (1,) * (x.ndim - 1) + (size,)
+    ndi = _ndimage(xp)
+    if method == "mean":
+        means = x.mean(axis=0, keepdims=True)
+        return x - (means - ndi.median_filter(means, size=footprint, mode="reflect"))
+    order = xp.argsort(x, axis=0)
+    smoothed = ndi.median_filter(xp.take_along_axis(x, order, axis=0), size=footprint,
+                                 mode="reflect")
+    return xp.take_along_axis(smoothed, xp.argsort(order, axis=0), axis=0)
+
+
+def _ndimage(xp):
+    if xp is np:
+        import scipy.ndimage
+        return scipy.ndimage
+    import cupyx.scipy.ndimage
+    return cupyx.scipy.ndimage
