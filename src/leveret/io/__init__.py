@@ -6,12 +6,17 @@ or not at all. Readers return NumPy arrays in their stored dtype; stacks are
 ``(n_images, n_rows, n_cols)`` as in CONVENTIONS.md.
 
 - :func:`read_array` / :func:`write_array`: arrays, dispatched on the path.
+- :func:`read_raw`: headerless binary, memory-mapped, of a given dtype/shape/offset.
+- :func:`read_scan`: projections (lazy), flats, darks and angles from NeXus
+  NXtomo or DXchange files, as a :class:`Scan`.
 - :func:`read_angles`: angles in radians from text, ``.npy`` or ``start:stop:count``.
 - :func:`atomic_output`: the all-or-nothing rename, for any other output.
 """
 from .angles import read_angles
 from .atomic import atomic_output
-from .readers import read_array
+from .readers import read_array, read_raw
+from .scans import FrameStack, Scan, read_scan
 from .writers import write_array
 
-__all__ = ["atomic_output", "read_angles", "read_array", "write_array"]
+__all__ = ["FrameStack", "Scan", "atomic_output", "read_angles", "read_array", "read_raw",
+           "read_scan", "write_array"]

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import glob
+import numbers
 import os
 from pathlib import Path
 from typing import Callable
@@ -137,6 +138,87 @@ def read_hdf5(path: Path, dataset: str | None = None) -> np.ndarray:
                 f"datasets there: {_listing(names)}")
         with library_errors(path, "an HDF5 file"):
             return np.asarray(obj[()])
+
+
+def read_raw(path: str | os.PathLike, *, dtype, shape, offset: int = 0,
+             order: str = "C") -> np.memmap:
+    """Memory-map a headerless binary file as an array of known dtype and shape.
+
+    Nothing is read up front: the returned read-only :class:`numpy.memmap`
+    pages data in as it is indexed, so ``read_raw(...)[k]`` touches one image
+    of a large stack only. Bytes after the array (a trailer) are ignored.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The file.
+    dtype : str or numpy.dtype
+        Element type, with its byte order where it matters: ``"<u2"`` (little
+        endian uint16), ``">f4"`` (big endian float32), ``"uint8"``; a plain
+        ``"uint16"`` means the machine's byte order.
+    shape : int or tuple of int
+        Array shape, every size positive; for a stack of images
+        ``(n_images, n_rows, n_cols)``.
+    offset : int
+        Bytes to skip at the start of the file (a header), 0 or more.
+    order : {"C", "F"}
+        Memory order of the stored data: ``"C"`` when the last axis varies
+        fastest (columns of a row-major image), ``"F"`` when the first does.
+
+    Returns
+    -------
+    numpy.memmap
+        Read-only view of ``shape`` and ``dtype``; ``np.array(result)`` copies
+        it into memory.
+
+    Raises
+    ------
+    ValueError
+        Naming ``path`` (missing, not a file, or shorter than
+        ``offset + prod(shape) * itemsize`` bytes: expected and found sizes
+        are given), ``dtype`` (not a NumPy dtype, or one without a fixed size
+        such as ``object`` or ``"U"``), ``shape``, ``offset`` or ``order``.
+    """
+    try:
+        text = os.fspath(path)
+    except TypeError:
+        text = None
+    if not isinstance(text, str) or not text:
+        raise ValueError(f"path: expected a non-empty str or os.PathLike path, got {path!r}")
+    p = Path(text)
+    try:
+        dt = np.dtype(dtype)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"dtype: expected a NumPy dtype such as '<u2' or 'float32', got {dtype!r} ({exc})") from None
+    if dt.hasobject or dt.itemsize == 0:
+        raise ValueError(f"dtype: expected a fixed-size, non-object dtype, got {dt!r}")
+    shape = _raw_shape(shape)
+    if isinstance(offset, bool) or not isinstance(offset, numbers.Integral) or offset < 0:
+        raise ValueError(f"offset: expected an integer number of bytes, 0 or more, got {offset!r}")
+    if order not in ("C", "F"):
+        raise ValueError(f"order: expected 'C' or 'F', got {order!r}")
+    if not p.is_file():
+        what = "is not a file" if p.exists() else "does not exist"
+        raise ValueError(f"path: {text!r} {what}")
+    needed = int(offset) + int(np.prod(shape, dtype=np.int64)) * dt.itemsize
+    found = p.stat().st_size
+    if found < needed:
+        raise ValueError(
+            f"path: {text!r} is too short (truncated?): shape {shape} of {dt} at offset {int(offset)} "
+            f"needs {needed} bytes, the file has {found}")
+    with library_errors(p, "raw binary"):
+        return np.memmap(p, dtype=dt, mode="r", offset=int(offset), shape=shape, order=order)
+
+
+def _raw_shape(shape) -> tuple[int, ...]:
+    seq = (shape,) if np.ndim(shape) == 0 and not isinstance(shape, (str, bytes)) else shape
+    try:
+        seq = tuple(seq)
+    except TypeError:
+        raise ValueError(f"shape: expected a positive int or a tuple of them, got {shape!r}") from None
+    if not seq or any(isinstance(n, bool) or not isinstance(n, numbers.Integral) or n <= 0 for n in seq):
+        raise ValueError(f"shape: expected a positive int or a non-empty tuple of them, got {shape!r}")
+    return tuple(int(n) for n in seq)
 
 
 def _listing(names: list[str], limit: int = 10) -> str:
