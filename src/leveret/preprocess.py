@@ -429,16 +429,9 @@ def remove_zingers(projections, *, threshold: float = 6.0, size: int = 3, axes: 
     -------
     array, float32 (float64 for float64 input), shape of ``projections``
     """
-    xp = array_module(projections)
-    x = xp.asarray(projections)
-    _check_real("projections", x)
-    if x.ndim not in (2, 3):
-        raise ValueError("projections: expected shape (n_angles, n_rows, n_cols) or "
-                         f"(n_angles, n_cols), got shape {x.shape}")
+    xp, x = _projection_like("projections", projections)
     threshold = positive_float("threshold", threshold)
-    size = positive_int("size", size)
-    if size < 3 or size % 2 == 0:
-        raise ValueError(f"size: expected an odd integer >= 3, got {size}")
+    size = _odd_size(size)
     axes = choice("axes", axes, ("image", "angle"))
     x = x.astype(xp.float64 if x.dtype == xp.float64 else xp.float32)
     footprint = [1] * x.ndim
@@ -500,16 +493,9 @@ def remove_stripes(sinogram_or_projections, *, method: str = "sort", size: int =
     -------
     array, float32 (float64 for float64 input), shape of the input
     """
-    xp = array_module(sinogram_or_projections)
-    x = xp.asarray(sinogram_or_projections)
-    _check_real("sinogram_or_projections", x)
-    if x.ndim not in (2, 3):
-        raise ValueError("sinogram_or_projections: expected shape (n_angles, n_cols) or "
-                         f"(n_angles, n_rows, n_cols), got shape {x.shape}")
+    xp, x = _projection_like("sinogram_or_projections", sinogram_or_projections)
     method = choice("method", method, ("sort", "mean"))
-    size = positive_int("size", size)
-    if size < 3 or size % 2 == 0:
-        raise ValueError(f"size: expected an odd integer >= 3, got {size}")
+    size = _odd_size(size)
     x = x.astype(xp.float64 if x.dtype == xp.float64 else xp.float32)
     footprint = (1,) * (x.ndim - 1) + (size,)
     ndi = _ndimage(xp)
@@ -520,6 +506,24 @@ def remove_stripes(sinogram_or_projections, *, method: str = "sort", size: int =
     smoothed = ndi.median_filter(xp.take_along_axis(x, order, axis=0), size=footprint,
                                  mode="reflect")
     return xp.take_along_axis(smoothed, xp.argsort(order, axis=0), axis=0)
+
+
+def _projection_like(name: str, arr):
+    """(xp, array) for a sinogram (n_angles, n_cols) or a stack (n_angles, n_rows, n_cols)."""
+    xp = array_module(arr)
+    x = xp.asarray(arr)
+    _check_real(name, x)
+    if x.ndim not in (2, 3):
+        raise ValueError(f"{name}: expected shape (n_angles, n_cols) or "
+                         f"(n_angles, n_rows, n_cols), got shape {x.shape}")
+    return xp, x
+
+
+def _odd_size(size) -> int:
+    size = positive_int("size", size)
+    if size < 3 or size % 2 == 0:
+        raise ValueError(f"size: expected an odd integer >= 3, got {size}")
+    return size
 
 
 def _ndimage(xp):
