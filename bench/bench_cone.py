@@ -106,6 +106,33 @@ def bench_bottlenecks(size=512):
         record(f"kernel B {size}^3, {label}", t, updates)
 
 
+def bench_kernels(size=512, quick=False):
+    """The four kernels, and the hybrid's view split (STAGE staged : TEX_VIEWS texture views)."""
+    import cupy as cp
+    import leveret
+    from leveret.cuda.backproject_cone import ConeTextureBackprojector
+    from leveret.operators.cone import index_matrices
+
+    g = geometry()
+    sync = cp.cuda.Device().synchronize
+    proj = cp.random.random(g.projection_shape, dtype=cp.float32)
+    out = cp.empty((size,) * 3, cp.float32)
+    mats = index_matrices(g.matrices, leveret.VolumeGeometry((size,) * 3, voxel_size=256.0 / size))
+    configs = [("texture", ()), ("global", ()), ("shared", ()), ("shared", ("LEVERET_CONE_STAGE=4",)),
+               ("hybrid", ())]
+    if not quick:
+        configs += [("hybrid", (f"LEVERET_CONE_STAGE={s}", f"LEVERET_CONE_TEX_VIEWS={t}"))
+                    for s, t in ((1, 1), (1, 2), (1, 3), (2, 3), (2, 4), (2, 6), (1, 4))]
+        configs += [("shared", ("LEVERET_CONE_STAGE=2", "LEVERET_CONE_K=16")),
+                    ("hybrid", ("LEVERET_CONE_K=16",)), ("hybrid", ("LEVERET_CONE_K=4",))]
+    for kernel, defines in configs:
+        for block in ((16, 16), (32, 8)) if kernel in ("shared", "hybrid") and not quick else (None,):
+            bp = ConeTextureBackprojector(block, defines=defines, kernel=kernel)
+            t = median_time(lambda: bp(proj, mats, out), reps=3, sync=sync)
+            record(f"cone {kernel} {size}^3, block {bp.block[0]}x{bp.block[1]}, {' '.join(defines) or 'defaults'}",
+                   t, size**3 * N_VIEWS)
+
+
 def bench_astra(size):
     try:
         import astra
@@ -130,15 +157,25 @@ def main(argv=None):
     parser.add_argument("--sizes", type=int, nargs="+", default=[256, 512, 1024])
     parser.add_argument("--no-astra", action="store_true")
     parser.add_argument("--out", default=None)
+    parser.add_argument("--kernels-only", action="store_true", help="only the kernel comparison")
     args = parser.parse_args(argv)
     meta = metadata(with_devices=True)
     print_header()
+    if args.kernels_only:
+        for size in args.sizes:
+            bench_kernels(size, quick=size > 512)
+        if args.out:
+            write_results(args.out, meta)
+        return 0
     for size in args.sizes:
         bench_leveret(size)
         if not args.no_astra:
             bench_astra(size)
     bench_bottlenecks(512 if 512 in args.sizes else max(args.sizes))
     bench_shapes(512 if 512 in args.sizes else max(args.sizes))
+    for size in args.sizes:
+        if size >= 512:
+            bench_kernels(size, quick=size > 512)
     if args.out:
         write_results(args.out, meta)
     return 0

@@ -106,12 +106,15 @@ def test_bad_input(small_scan):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("shape", [(11, 13, 17), (1, 15, 17), (33, 8, 9)])
-@pytest.mark.parametrize("interpolation,vs_mirror,vs_exact", [
-    ("linear8", 1e-5, TEXTURE_VS_EXACT_RANDOM),   # texture kernel
-    ("linear32", 1e-6, 1e-5),                      # software kernel
+@pytest.mark.parametrize("shape", [(11, 13, 17), (1, 15, 17), (33, 8, 9), (20, 37, 35)])
+@pytest.mark.parametrize("interpolation,kernel,vs_mirror,vs_exact", [
+    ("linear8", "texture", 1e-5, TEXTURE_VS_EXACT_RANDOM),   # kernel B
+    ("linear8", "hybrid", 1e-5, TEXTURE_VS_EXACT_RANDOM),    # B and S, views split
+    ("linear32", "global", 1e-6, 1e-5),                      # exact weights, global memory
+    ("linear32", "shared", 1e-6, 1e-5),                      # exact weights, shared-memory tiles
 ])
-def test_cuda_matches_its_cpu_mirror_and_the_exact_reference(rng, shape, interpolation, vs_mirror, vs_exact):
+def test_cuda_matches_its_cpu_mirror_and_the_exact_reference(rng, shape, interpolation, kernel, vs_mirror,
+                                                             vs_exact):
     import cupy as cp
     angles = np.sort(rng.uniform(0, 2 * np.pi, 40))
     g = ConeGeometry.circular(angles, sid=60.0, sdd=100.0, n_rows=21, n_cols=27, pixel_size=1.7)
@@ -119,11 +122,32 @@ def test_cuda_matches_its_cpu_mirror_and_the_exact_reference(rng, shape, interpo
     proj = rng.standard_normal(g.projection_shape).astype(np.float32)
     out = cp.full(shape, cp.nan, cp.float32)   # poison: unwritten voxels show
     gpu_mode = "linear32" if interpolation == "linear32" else "linear"
-    got = ConeBackprojection(g, vol, backend="cuda", interpolation=gpu_mode)(cp.asarray(proj), out).get()
+    op = ConeBackprojection(g, vol, backend="cuda", interpolation=gpu_mode, kernel=kernel)
+    got = op(cp.asarray(proj), out).get()
+    assert op.last_kernel == kernel
     assert np.isfinite(got).all()
-    mirror = ConeBackprojection(g, vol, backend="cpu", interpolation=interpolation)(proj)
+    mirror = ConeBackprojection(g, vol, backend="cpu", interpolation=interpolation, kernel=kernel)(proj)
     assert rel(got, mirror) < vs_mirror
     assert rel(got, ConeBackprojection(g, vol, backend="cpu")(proj)) < vs_exact
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kernel", ["shared", "hybrid"])
+def test_cuda_staged_kernels_fall_back_to_global_memory_for_large_tiles(rng, monkeypatch, kernel):
+    """Views whose tile exceeds the capacity are read from global memory: same result."""
+    import cupy as cp
+
+    from leveret.cuda import backproject_cone as launcher
+    monkeypatch.setattr(launcher, "MAX_TILE", 96)   # most tiles here need 150-400 floats
+    angles = np.sort(rng.uniform(0, 2 * np.pi, 30))
+    g = ConeGeometry.circular(angles, sid=60.0, sdd=100.0, n_rows=25, n_cols=31, pixel_size=1.1)
+    vol = VolumeGeometry((18, 34, 33), voxel_size=1.4)
+    proj = rng.standard_normal(g.projection_shape).astype(np.float32)
+    mode = "linear32" if kernel == "shared" else "linear"
+    got = ConeBackprojection(g, vol, backend="cuda", interpolation=mode, kernel=kernel)(cp.asarray(proj)).get()
+    mirror = ConeBackprojection(g, vol, backend="cpu", interpolation="linear32" if kernel == "shared"
+                                else "linear8", kernel=kernel)(proj)
+    assert rel(got, mirror) < 1e-5
 
 
 @pytest.mark.gpu
@@ -136,3 +160,44 @@ def test_cuda_many_views_passes(rng):
     got = ConeBackprojection(g, vol, backend="cuda")(cp.asarray(proj)).get()
     emulated = ConeBackprojection(g, vol, backend="cpu", interpolation="linear8")(proj)
     assert rel(got, emulated) < 1e-5
+
+
+def test_tile_capacity_covers_every_block(rng):
+    """The sampled capacity equals the largest tile over all blocks when the
+    sample lattice holds every block (small volumes), and the tiles do cover
+    every sample's neighbours (checked in float64 against each voxel)."""
+    from leveret.cuda.backproject_cone import tile_capacity
+    from leveret.operators.cone import index_matrices
+    angles = np.sort(rng.uniform(0, 2 * np.pi, 12))
+    g = ConeGeometry.circular(angles, sid=60.0, sdd=100.0, n_rows=25, n_cols=31, pixel_size=1.1)
+    vol = VolumeGeometry((16, 40, 37), voxel_size=1.2)
+    m = index_matrices(g.matrices, vol)
+    block, k = (16, 16), 8
+    cap = tile_capacity(m, vol.shape, block, k, g.n_rows, g.n_cols, limit=10**9)
+    worst = 0
+    z, y, x = np.meshgrid(*(np.arange(n) for n in vol.shape), indexing="ij")
+    pts = np.stack([x, y, z, np.ones_like(x)]).reshape(4, -1).astype(float)
+    q = m @ pts
+    u = np.clip(q[:, 0] / q[:, 2], -1, g.n_cols - 1).reshape((-1,) + vol.shape)
+    v = np.clip(q[:, 1] / q[:, 2], -1, g.n_rows - 1).reshape((-1,) + vol.shape)
+    for k0 in range(0, vol.nz, k):
+        for j0 in range(0, vol.ny, block[1]):
+            for i0 in range(0, vol.nx, block[0]):
+                box = (slice(None), slice(k0, k0 + k), slice(j0, j0 + block[1]), slice(i0, i0 + block[0]))
+                fu, fv = np.floor(u[box]), np.floor(v[box])
+                area = (fu.max(axis=(1, 2, 3)) - fu.min(axis=(1, 2, 3)) + 2) * \
+                       (fv.max(axis=(1, 2, 3)) - fv.min(axis=(1, 2, 3)) + 2)
+                worst = max(worst, int(area.max()))
+    assert worst <= cap <= -(-(worst * 2) // 32) * 32   # covers, with the half-pixel margins at most
+
+
+def test_hybrid_mirror_is_the_sum_of_its_two_view_sets(small_scan):
+    from leveret.cuda.backproject_cone import staged_views
+    g, vol, proj = small_scan
+    soft = staged_views(g.n_views, "hybrid")
+    assert 0 < soft.sum() < g.n_views
+    hybrid = ConeBackprojection(g, vol, backend="cpu", interpolation="linear8", kernel="hybrid")(proj)
+    parts = (ConeBackprojection(g, vol, backend="cpu", interpolation="linear32")(
+        np.where(soft[:, None, None], proj, 0)) +
+        ConeBackprojection(g, vol, backend="cpu", interpolation="linear8")(np.where(soft[:, None, None], 0, proj)))
+    assert rel(hybrid, parts) < 1e-6

@@ -168,7 +168,7 @@ def _software_fetch32(q, u, v):
 def _backproject_gpu_mirror(projections, matrices, out, depth, accumulate, software):
     """float32 mirror of backproject_cone.cu: same rounding, same z stepping
     within blocks of ``depth`` voxels, same summation order; the texture
-    kernel's fetch, or (``software``) the global-memory kernel's."""
+    kernel's fetch, or the software kernels' for the views ``software`` marks."""
     n_views = projections.shape[0]
     nz, ny, nx = out.shape
     t = np.float32
@@ -188,7 +188,7 @@ def _backproject_gpu_mirror(projections, matrices, out, depth, accumulate, softw
                 qw = ((m[2, 0] * fi + m[2, 1] * fj) + m[2, 2] * fk0) + m[2, 3]
                 for k in range(depth):
                     inv_w = t(1.0) / qw
-                    if software:
+                    if software[n]:
                         value = _software_fetch32(q, qu * inv_w, qv * inv_w)
                     else:
                         value = _texture_fetch8(q, qu * inv_w + t(0.5), qv * inv_w + t(0.5))
@@ -203,10 +203,13 @@ def _backproject_gpu_mirror(projections, matrices, out, depth, accumulate, softw
 
 
 def backproject_gpu_mirror(projections: np.ndarray, index_matrices: np.ndarray, out: np.ndarray, *,
-                           depth: int, software: bool, accumulate: bool = False) -> np.ndarray:
+                           depth: int, software, accumulate: bool = False) -> np.ndarray:
     """What a CUDA kernel computes, on the CPU (float32): the texture kernel
-    (``software=False``) or the global-memory one. For tests, and for users
-    who need GPU-identical results without a GPU."""
+    (``software=False``), the software kernels ("global", "shared": ``True``),
+    or a per-view mix (a boolean array: the hybrid kernel). For tests, and for
+    users who need GPU-identical results without a GPU."""
+    n_views = projections.shape[0]
+    software = np.broadcast_to(np.asarray(software, bool), (n_views,)).copy()
     _backproject_gpu_mirror(np.ascontiguousarray(projections, np.float32),
-                          np.ascontiguousarray(index_matrices, np.float32), out, depth, accumulate, software)
+                            np.ascontiguousarray(index_matrices, np.float32), out, depth, accumulate, software)
     return out

@@ -44,6 +44,41 @@ struct TextureFetch {
     }
 };
 
+// Exact bilinear interpolation in float32, rounded as written: the CPU mirror
+// (leveret.cpu.backproject_cone, software=True) computes the same expression.
+__device__ __forceinline__ float bilinear_exact(float t00, float t01, float t10, float t11, float a, float b)
+{
+    const float a1 = __fsub_rn(1.0f, a), b1 = __fsub_rn(1.0f, b);
+    return __fadd_rn(__fadd_rn(__fmul_rn(__fmul_rn(a1, b1), t00), __fmul_rn(__fmul_rn(a, b1), t01)),
+                     __fadd_rn(__fmul_rn(__fmul_rn(a1, b), t10), __fmul_rn(__fmul_rn(a, b), t11)));
+}
+
+// Where a sample at (u, v) reads: the top-left neighbour (fu, fv), clamped so
+// that it and its +1 neighbours stay within the one-pixel zero border
+// [-1, cols] x [-1, rows]; the fractions a, b; and whether it lies on the
+// detector at all (samples farther out are zero).
+struct Sample {
+    int iu, iv;
+    float a, b;
+    bool inside;
+};
+
+__device__ __forceinline__ Sample locate(float u, float v, int n_rows, int n_cols)
+{
+    const float cols_f = (float)n_cols, rows_f = (float)n_rows;
+    Sample s;
+    s.inside = (u > -1.0f) & (u < cols_f) & (v > -1.0f) & (v < rows_f);
+    // Inside points have floor(u) <= cols - 1 anyway; the clamp keeps the
+    // addresses of masked-out samples valid too.
+    const float fu = floorf(fminf(fmaxf(u, -1.0f), cols_f - 1.0f));
+    const float fv = floorf(fminf(fmaxf(v, -1.0f), rows_f - 1.0f));
+    s.a = __fsub_rn(u, fu);
+    s.b = __fsub_rn(v, fv);
+    s.iu = (int)fu;
+    s.iv = (int)fv;
+    return s;
+}
+
 // Software bilinear interpolation with exact float32 weights from global
 // memory (loads through the L1/texture cache, __ldg): the accuracy the texture
 // unit's 8-bit weights cannot give (RabbitCT's 0.05 HU). The projections carry
@@ -56,20 +91,52 @@ struct GlobalFetch {
     __device__ __forceinline__ float operator()(int n, float u, float v) const
     {
         const int pitch = n_cols + 2;
-        const float cols_f = (float)n_cols, rows_f = (float)n_rows;
-        const bool inside = (u > -1.0f) & (u < cols_f) & (v > -1.0f) & (v < rows_f);
-        const float fu = floorf(fminf(fmaxf(u, -1.0f), cols_f));
-        const float fv = floorf(fminf(fmaxf(v, -1.0f), rows_f));
-        const float a = __fsub_rn(u, fu), b = __fsub_rn(v, fv);
+        const Sample s = locate(u, v, n_rows, n_cols);
         const float* p = projections + (size_t)n * (n_rows + 2) * pitch
-                         + ((int)fv + 1) * pitch + ((int)fu + 1);   // +1: the zero border
-        const float t00 = __ldg(p), t01 = __ldg(p + 1), t10 = __ldg(p + pitch), t11 = __ldg(p + pitch + 1);
-        const float a1 = __fsub_rn(1.0f, a), b1 = __fsub_rn(1.0f, b);
-        const float value = __fadd_rn(__fadd_rn(__fmul_rn(__fmul_rn(a1, b1), t00), __fmul_rn(__fmul_rn(a, b1), t01)),
-                                      __fadd_rn(__fmul_rn(__fmul_rn(a1, b), t10), __fmul_rn(__fmul_rn(a, b), t11)));
-        return inside ? value : 0.0f;
+                         + (s.iv + 1) * pitch + (s.iu + 1);   // +1: the zero border
+        const float value = bilinear_exact(__ldg(p), __ldg(p + 1), __ldg(p + pitch), __ldg(p + pitch + 1),
+                                           s.a, s.b);
+        return s.inside ? value : 0.0f;
     }
 };
+
+// One view's contribution to the K voxels (i, j, k0..k0+K-1) of a thread.
+template <class Fetch>
+__device__ __forceinline__ void accumulate_view(const Fetch& fetch, int n, float fi, float fj, float fk0,
+                                                float (&sum)[LEVERET_CONE_K])
+{
+    const float* m = &c_cone_mat[12 * n];
+    float qu = dot_row(m, fi, fj, fk0);
+    float qv = dot_row(m + 4, fi, fj, fk0);
+    float qw = dot_row(m + 8, fi, fj, fk0);
+    const float du = m[2], dv = m[6], dw = m[10];
+#pragma unroll
+    for (int k = 0; k < LEVERET_CONE_K; ++k) {
+        const float inv_w = __frcp_rn(qw);
+        const float value = fetch(n, __fmul_rn(qu, inv_w), __fmul_rn(qv, inv_w));
+        sum[k] = __fadd_rn(sum[k], __fmul_rn(__fmul_rn(value, inv_w), inv_w));
+        qu = __fadd_rn(qu, du);
+        qv = __fadd_rn(qv, dv);
+        qw = __fadd_rn(qw, dw);
+    }
+}
+
+__device__ __forceinline__ void store_column(const float (&sum)[LEVERET_CONE_K], float* __restrict__ out,
+                                             int i, int j, int k0, int nx, int ny, int nz, int accumulate)
+{
+    const size_t plane = (size_t)nx * ny;
+    const size_t base = (size_t)k0 * plane + (size_t)j * nx + i;
+#pragma unroll
+    for (int k = 0; k < LEVERET_CONE_K; ++k) {
+#ifdef LEVERET_CONE_NO_UPDATE
+        if (!(sum[k] != sum[k])) continue;   // never true for finite data: no write
+#endif
+        if (k0 + k < nz) {
+            const size_t idx = base + (size_t)k * plane;
+            out[idx] = accumulate ? out[idx] + sum[k] : sum[k];
+        }
+    }
+}
 
 template <class Fetch>
 __device__ __forceinline__ void backproject_column(const Fetch& fetch, float* __restrict__ out,
@@ -84,35 +151,8 @@ __device__ __forceinline__ void backproject_column(const Fetch& fetch, float* __
     float sum[LEVERET_CONE_K];
 #pragma unroll
     for (int k = 0; k < LEVERET_CONE_K; ++k) sum[k] = 0.0f;
-
-    for (int n = 0; n < n_views; ++n) {
-        const float* m = &c_cone_mat[12 * n];
-        float qu = dot_row(m, fi, fj, fk0);
-        float qv = dot_row(m + 4, fi, fj, fk0);
-        float qw = dot_row(m + 8, fi, fj, fk0);
-        const float du = m[2], dv = m[6], dw = m[10];
-#pragma unroll
-        for (int k = 0; k < LEVERET_CONE_K; ++k) {
-            const float inv_w = __frcp_rn(qw);
-            const float value = fetch(n, __fmul_rn(qu, inv_w), __fmul_rn(qv, inv_w));
-            sum[k] = __fadd_rn(sum[k], __fmul_rn(__fmul_rn(value, inv_w), inv_w));
-            qu = __fadd_rn(qu, du);
-            qv = __fadd_rn(qv, dv);
-            qw = __fadd_rn(qw, dw);
-        }
-    }
-    const size_t plane = (size_t)nx * ny;
-    const size_t base = (size_t)k0 * plane + (size_t)j * nx + i;
-#pragma unroll
-    for (int k = 0; k < LEVERET_CONE_K; ++k) {
-#ifdef LEVERET_CONE_NO_UPDATE
-        if (!(sum[k] != sum[k])) continue;   // never true for finite data: no write
-#endif
-        if (k0 + k < nz) {
-            const size_t idx = base + (size_t)k * plane;
-            out[idx] = accumulate ? out[idx] + sum[k] : sum[k];
-        }
-    }
+    for (int n = 0; n < n_views; ++n) accumulate_view(fetch, n, fi, fj, fk0, sum);
+    store_column(sum, out, i, j, k0, nx, ny, nz, accumulate);
 }
 
 extern "C" __global__ void __launch_bounds__(256)
@@ -128,4 +168,168 @@ backproject_cone_global(const float* __restrict__ projections,   // (n_views, ro
                         int nx, int ny, int nz, int n_views, int n_rows, int n_cols, int accumulate)
 {
     backproject_column(GlobalFetch{projections, n_rows, n_cols}, out, nx, ny, nz, n_views, accumulate);
+}
+
+// ---------------------------------------------------------------------------
+// Kernel S: software interpolation from shared memory, and the hybrid kernel.
+//
+// A block owns a box of voxels (blockDim.x x blockDim.y columns, K slices).
+// For each view it stages the detector pixels the box projects to (its "tile":
+// the box's 8 corners bound the footprint, since u and v are ratios of linear
+// functions with w > 0) in shared memory with coalesced loads, then every
+// thread interpolates its K samples from the tile with exact float32 weights:
+// the same arithmetic as GlobalFetch (and the CPU mirror), fed from shared
+// memory instead of the L1/texture cache. That moves the interpolation off
+// the texture units; the hybrid kernel reads TEX_VIEWS of every round of
+// STAGE + TEX_VIEWS views through the texture unit, while the tiles of the
+// other STAGE views load, so texture units, shared memory and ALUs all work.
+//
+// Prediction (512^3, RabbitCT-like, 16x16 threads, K = 8): a tile holds about
+// 1000 pixels (max 2600) per 2048 updates, so staging costs ~0.5 global loads
+// per update; an update costs ~45 instructions rounded as written (reciprocal,
+// locate, 4 shared loads, weights), 66.6 G updates x 45 / 32 lanes / (132 SMs x 4
+// schedulers x 1.98 GHz) = 90 ms if issue-bound: alone slower than the texture
+// kernel (103 ms), but a 30-40 % share beside it should bring the texture
+// kernel's part to ~65 ms and the total towards 60-70 ms.
+
+#ifndef LEVERET_CONE_STAGE
+#define LEVERET_CONE_STAGE 2        // views staged per round (<= 4: one warp finds their tiles)
+#endif
+#ifndef LEVERET_CONE_TEX_VIEWS
+#define LEVERET_CONE_TEX_VIEWS 2    // hybrid kernel: views per round through the texture unit
+#endif
+
+// The pixels [u0, u0 + wb) x [v0, v0 + hb) of a view, in detector indices
+// (-1 and cols / rows are the zero border); hb == 0: too large for the tile
+// capacity, read from global memory instead.
+struct Tile {
+    int u0, v0, wb, hb;
+};
+
+struct TileFetch {
+    const float* tile;
+    Tile t;
+    int n_rows, n_cols;
+    __device__ __forceinline__ float operator()(int, float u, float v) const
+    {
+        const Sample s = locate(u, v, n_rows, n_cols);
+        // The tile covers every neighbour by construction; the clamp keeps a
+        // mistake in shared memory rather than elsewhere (tests would see it).
+        const int du = min(max(s.iu - t.u0, 0), t.wb - 2);
+        const int dv = min(max(s.iv - t.v0, 0), t.hb - 2);
+        const float* p = tile + dv * t.wb + du;
+        const float value = bilinear_exact(p[0], p[1], p[t.wb], p[t.wb + 1], s.a, s.b);
+        return s.inside ? value : 0.0f;
+    }
+};
+
+// Warp 0: the tiles of views n0 .. n0 + n_stage - 1 for the voxel box
+// [i0, i1] x [j0, j1] x [k0, k1]; lane = 8 x view + corner.
+__device__ void find_tiles(Tile* tiles, int lane, int n0, int n_stage, int i0, int i1, int j0, int j1,
+                           int k0, int k1, int n_rows, int n_cols, int capacity)
+{
+    const int s = lane >> 3, c = lane & 7;
+    float u = 0.0f, v = 0.0f;
+    if (s < n_stage) {
+        const float* m = &c_cone_mat[12 * (n0 + s)];
+        const float fi = (float)((c & 1) ? i1 : i0), fj = (float)((c & 2) ? j1 : j0);
+        const float fk = (float)((c & 4) ? k1 : k0);
+        const float w = m[8] * fi + m[9] * fj + m[10] * fk + m[11];
+        u = (m[0] * fi + m[1] * fj + m[2] * fk + m[3]) / w;
+        v = (m[4] * fi + m[5] * fj + m[6] * fk + m[7]) / w;
+    }
+    float u_lo = u, u_hi = u, v_lo = v, v_hi = v;
+#pragma unroll
+    for (int offset = 1; offset < 8; offset <<= 1) {
+        u_lo = fminf(u_lo, __shfl_xor_sync(0xffffffffu, u_lo, offset));
+        u_hi = fmaxf(u_hi, __shfl_xor_sync(0xffffffffu, u_hi, offset));
+        v_lo = fminf(v_lo, __shfl_xor_sync(0xffffffffu, v_lo, offset));
+        v_hi = fmaxf(v_hi, __shfl_xor_sync(0xffffffffu, v_hi, offset));
+    }
+    if (c == 0 && s < n_stage) {
+        // Half a pixel of margin covers the per-voxel coordinates' rounding
+        // (incremental along z); clamped as locate() clamps.
+        const float cols_top = (float)n_cols - 1.0f, rows_top = (float)n_rows - 1.0f;
+        const int lo_u = (int)floorf(fminf(fmaxf(u_lo - 0.5f, -1.0f), cols_top));
+        const int hi_u = (int)floorf(fminf(fmaxf(u_hi + 0.5f, -1.0f), cols_top));
+        const int lo_v = (int)floorf(fminf(fmaxf(v_lo - 0.5f, -1.0f), rows_top));
+        const int hi_v = (int)floorf(fminf(fmaxf(v_hi + 0.5f, -1.0f), rows_top));
+        Tile t{lo_u, lo_v, hi_u - lo_u + 2, hi_v - lo_v + 2};
+        if (t.wb * t.hb > capacity) t.hb = 0;
+        tiles[s] = t;
+    }
+}
+
+template <int STAGE, int TEX_VIEWS>
+__device__ __forceinline__ void backproject_staged(cudaTextureObject_t texture, const float* __restrict__ padded,
+                                                   float* __restrict__ out, int nx, int ny, int nz, int n_views,
+                                                   int n_rows, int n_cols, int capacity, int accumulate)
+{
+    extern __shared__ float s_tiles[];   // STAGE x capacity floats
+    __shared__ Tile s_tile[STAGE];
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    const int j = blockIdx.y * blockDim.y + threadIdx.y;
+    const int k0 = blockIdx.z * LEVERET_CONE_K;
+    const bool active = (i < nx) & (j < ny);   // idle threads still load tiles and meet the barriers
+    const int i0 = blockIdx.x * blockDim.x, i1 = min(i0 + (int)blockDim.x, nx) - 1;
+    const int j0 = blockIdx.y * blockDim.y, j1 = min(j0 + (int)blockDim.y, ny) - 1;
+    const int k1 = min(k0 + LEVERET_CONE_K, nz) - 1;
+    const int tid = threadIdx.x + blockDim.x * threadIdx.y;
+    const int lane = tid & 31, warp = tid >> 5, n_warps = (blockDim.x * blockDim.y) >> 5;
+    const int pitch = n_cols + 2;
+    const size_t view_stride = (size_t)(n_rows + 2) * pitch;
+    const float fi = (float)i, fj = (float)j, fk0 = (float)k0;
+    const GlobalFetch global{padded, n_rows, n_cols};
+
+    float sum[LEVERET_CONE_K];
+#pragma unroll
+    for (int k = 0; k < LEVERET_CONE_K; ++k) sum[k] = 0.0f;
+
+    for (int n0 = 0; n0 < n_views; n0 += STAGE + TEX_VIEWS) {
+        const int n_stage = min(STAGE, n_views - n0);
+        __syncthreads();   // the previous round's tiles are consumed
+        if (warp == 0)
+            find_tiles(s_tile, lane, n0, n_stage, i0, i1, j0, j1, k0, k1, n_rows, n_cols, capacity);
+        __syncthreads();
+        for (int s = 0; s < n_stage; ++s) {
+            const Tile t = s_tile[s];
+            const float* src = padded + (size_t)(n0 + s) * view_stride + (size_t)(t.v0 + 1) * pitch + (t.u0 + 1);
+            float* dst = s_tiles + s * capacity;
+            for (int r = warp; r < t.hb; r += n_warps)      // a row per warp: coalesced
+                for (int c = lane; c < t.wb; c += 32)
+                    dst[r * t.wb + c] = __ldg(src + (size_t)r * pitch + c);
+        }
+        if (TEX_VIEWS > 0 && active) {   // texture views while the tiles' loads are in flight
+            const int n_end = min(n0 + STAGE + TEX_VIEWS, n_views);
+            for (int n = n0 + STAGE; n < n_end; ++n) accumulate_view(TextureFetch{texture}, n, fi, fj, fk0, sum);
+        }
+        __syncthreads();
+        if (active) {
+            for (int s = 0; s < n_stage; ++s) {
+                const Tile t = s_tile[s];
+                if (t.hb == 0)
+                    accumulate_view(global, n0 + s, fi, fj, fk0, sum);
+                else
+                    accumulate_view(TileFetch{s_tiles + s * capacity, t, n_rows, n_cols}, n0 + s, fi, fj, fk0, sum);
+            }
+        }
+    }
+    if (active) store_column(sum, out, i, j, k0, nx, ny, nz, accumulate);
+}
+
+extern "C" __global__ void __launch_bounds__(256)
+backproject_cone_shared(const float* __restrict__ padded,   // (n_views, rows + 2, cols + 2)
+                        float* __restrict__ out,             // (nz, ny, nx)
+                        int nx, int ny, int nz, int n_views, int n_rows, int n_cols, int capacity, int accumulate)
+{
+    backproject_staged<LEVERET_CONE_STAGE, 0>(0, padded, out, nx, ny, nz, n_views, n_rows, n_cols, capacity,
+                                              accumulate);
+}
+
+extern "C" __global__ void __launch_bounds__(256)
+backproject_cone_hybrid(cudaTextureObject_t texture, const float* __restrict__ padded, float* __restrict__ out,
+                        int nx, int ny, int nz, int n_views, int n_rows, int n_cols, int capacity, int accumulate)
+{
+    backproject_staged<LEVERET_CONE_STAGE, LEVERET_CONE_TEX_VIEWS>(texture, padded, out, nx, ny, nz, n_views,
+                                                                   n_rows, n_cols, capacity, accumulate);
 }

@@ -51,10 +51,17 @@ class ConeBackprojection:
         interpolation error than the texture unit).
     matrices : ndarray (n_views, 3, 4), optional
         Replacement matrices (e.g. rescaled) for the same views.
+    kernel : {"auto", "texture", "hybrid", "global", "shared"}
+        Which CUDA kernel (``leveret.cuda.backproject_cone``); the CPU's
+        "linear8" mode mirrors the one chosen. With "linear"/"linear8":
+        "texture" (kernel B) or "hybrid" (exact weights from shared memory for
+        some views, the texture unit for the others, both at once); with
+        "linear32": "global" or "shared". "auto" picks the fastest measured
+        (docs/performance.md); ``last_kernel`` tells which ran.
     """
 
     def __init__(self, geometry, volume: VolumeGeometry, *, backend: str = "auto",
-                 interpolation: str = "linear", matrices=None):
+                 interpolation: str = "linear", matrices=None, kernel: str = "auto"):
         from ..geometry import ConeGeometry
         if not isinstance(geometry, ConeGeometry):
             raise ValueError(f"geometry: expected a ConeGeometry, got {type(geometry).__name__}")
@@ -68,8 +75,17 @@ class ConeBackprojection:
         check_in_front(self.matrices, volume)
         self.backend = resolve(backend)
         self.interpolation = v.choice("interpolation", interpolation, ("linear", "linear8", "linear32"))
+        allowed = ("auto", "global", "shared") if self.interpolation == "linear32" else ("auto", "texture", "hybrid")
+        self.kernel = v.choice("kernel", kernel, allowed)
         self._index = index_matrices(self.matrices, volume)
         self._gpu = None
+
+    @property
+    def last_kernel(self) -> str:
+        """The CUDA kernel this operator runs (or whose arithmetic the CPU mirrors)."""
+        if self.kernel != "auto":
+            return self.kernel
+        return "shared" if self.interpolation == "linear32" else "texture"
 
     def __call__(self, projections, out=None, *, views=slice(None), accumulate: bool = False):
         """Back-project ``projections`` of the views ``views`` into ``out`` (nz, ny, nx)."""
@@ -89,15 +105,14 @@ class ConeBackprojection:
                 raise ValueError("projections: the CUDA backend runs in float32")
             if self._gpu is None:
                 from ..cuda.backproject_cone import ConeTextureBackprojector
-                self._gpu = ConeTextureBackprojector(
-                    kernel="global" if self.interpolation == "linear32" else "texture")
+                self._gpu = ConeTextureBackprojector(kernel=self.last_kernel)
             return self._gpu(xp.ascontiguousarray(projections), idx, out, accumulate=accumulate)
         if xp is not np:
             raise ValueError("projections: the CPU backend takes NumPy arrays, got a CuPy array")
         from ..cpu import backproject_cone as cpu
         if self.interpolation in ("linear8", "linear32"):
-            from ..cuda.backproject_cone import depth
+            from ..cuda.backproject_cone import depth, staged_views
             return cpu.backproject_gpu_mirror(projections, idx, out, depth=depth(),
-                                              software=self.interpolation == "linear32",
+                                              software=staged_views(idx.shape[0], self.last_kernel),
                                               accumulate=accumulate)
         return cpu.backproject(np.ascontiguousarray(projections), idx, out, accumulate=accumulate)
