@@ -178,8 +178,8 @@ def test_tile_capacity_covers_every_block(rng):
     z, y, x = np.meshgrid(*(np.arange(n) for n in vol.shape), indexing="ij")
     pts = np.stack([x, y, z, np.ones_like(x)]).reshape(4, -1).astype(float)
     q = m @ pts
-    u = np.clip(q[:, 0] / q[:, 2], -1, g.n_cols - 1).reshape((-1,) + vol.shape)
-    v = np.clip(q[:, 1] / q[:, 2], -1, g.n_rows - 1).reshape((-1,) + vol.shape)
+    u = np.clip(q[:, 0] / q[:, 2], -2, g.n_cols).reshape((-1,) + vol.shape)   # as the kernels clamp
+    v = np.clip(q[:, 1] / q[:, 2], -2, g.n_rows).reshape((-1,) + vol.shape)
     for k0 in range(0, vol.nz, k):
         for j0 in range(0, vol.ny, block[1]):
             for i0 in range(0, vol.nx, block[0]):

@@ -167,6 +167,11 @@ class FDKWeighting:
     def __call__(self, raw, views: slice):
         xp = v.array_module(raw)
         g = self.geometry
+        if xp is not np and self.padding == "zero" and raw.dtype == np.float32:
+            from ..cuda.fdk_weighting import weight_and_filter   # one fused pass before the FFT
+            f = self.frames
+            frames = np.stack([f["u0"], f["v0"], 1 / f["focal_u"], 1 / f["focal_v"]], axis=1)[views]
+            return weight_and_filter(raw, frames, self.per_column[views], self.response)
         raw *= _cosine_weights(self.frames, views, g.n_rows, g.n_cols, xp, raw.dtype)
         raw *= xp.asarray(self.per_column[views], raw.dtype)[:, None, :]
         return apply_filter(raw, self.response, padding=self.padding)

@@ -159,9 +159,9 @@ def _software_fetch32(q, u, v):
     t01 = q[iv, iu + 1] if (iv >= 0 and iu + 1 < n_cols) else t(0)
     t10 = q[iv + 1, iu] if (iv + 1 < n_rows and iu >= 0) else t(0)
     t11 = q[iv + 1, iu + 1] if (iv + 1 < n_rows and iu + 1 < n_cols) else t(0)
-    a1 = t(1.0) - a
-    b1 = t(1.0) - b
-    return ((a1 * b1) * t00 + (a * b1) * t01) + ((a1 * b) * t10 + (a * b) * t11)
+    top = t00 + a * (t01 - t00)        # the CUDA kernels' lerps (there fused: within a rounding)
+    bottom = t10 + a * (t11 - t10)
+    return top + b * (bottom - top)
 
 
 @numba.njit(parallel=True, fastmath=False, cache=True)

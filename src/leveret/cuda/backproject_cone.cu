@@ -44,59 +44,68 @@ struct TextureFetch {
     }
 };
 
-// Exact bilinear interpolation in float32, rounded as written: the CPU mirror
-// (leveret.cpu.backproject_cone, software=True) computes the same expression.
+// Bilinear interpolation with exact float32 weights, as two lerps along u and
+// one along v (6 operations; the CPU mirror computes the same lerps, without
+// the fused multiply-adds, so the two agree to a rounding).
 __device__ __forceinline__ float bilinear_exact(float t00, float t01, float t10, float t11, float a, float b)
 {
-    const float a1 = __fsub_rn(1.0f, a), b1 = __fsub_rn(1.0f, b);
-    return __fadd_rn(__fadd_rn(__fmul_rn(__fmul_rn(a1, b1), t00), __fmul_rn(__fmul_rn(a, b1), t01)),
-                     __fadd_rn(__fmul_rn(__fmul_rn(a1, b), t10), __fmul_rn(__fmul_rn(a, b), t11)));
+    const float top = fmaf(a, t01 - t00, t00);
+    const float bottom = fmaf(a, t11 - t10, t10);
+    return fmaf(b, bottom - top, top);
 }
 
-// Where a sample at (u, v) reads: the top-left neighbour (fu, fv), clamped so
-// that it and its +1 neighbours stay within the one-pixel zero border
-// [-1, cols] x [-1, rows]; the fractions a, b; and whether it lies on the
-// detector at all (samples farther out are zero).
+// floor(x) as a float and as an int, for |x| < 2^22, without the conversion
+// pipe (FRND and F2I issue at a quarter of the FP32 rate on Hopper): adding
+// 1.5 x 2^23 leaves round(x) in the low mantissa bits (paper 001's rounding
+// trick), and one compare turns round into floor.
+__device__ __forceinline__ int floor_int(float x, float& fx)
+{
+    const float magic = 12582912.0f;                  // 1.5 x 2^23, bits 0x4B400000
+    const float big = __fadd_rn(x, magic);
+    const float r = __fsub_rn(big, magic);            // round(x), exactly
+    const bool over = r > x;
+    fx = over ? __fsub_rn(r, 1.0f) : r;
+    return __float_as_int(big) - 0x4B400000 - (int)over;
+}
+
+// Where a sample at (u, v) reads in a view with a two-pixel zero border
+// (detector indices -2 .. cols + 1): the top-left neighbour (iu, iv) and the
+// fractions a, b, from the coordinate clamped to [-2, cols] x [-2, rows]. A
+// sample off the detector then reads border zeros only, so no mask is needed,
+// and samples on it (-1 < u < cols) are unchanged by the clamp.
 struct Sample {
     int iu, iv;
     float a, b;
-    bool inside;
 };
 
 __device__ __forceinline__ Sample locate(float u, float v, int n_rows, int n_cols)
 {
-    const float cols_f = (float)n_cols, rows_f = (float)n_rows;
+    const float uc = fminf(fmaxf(u, -2.0f), (float)n_cols);
+    const float vc = fminf(fmaxf(v, -2.0f), (float)n_rows);
     Sample s;
-    s.inside = (u > -1.0f) & (u < cols_f) & (v > -1.0f) & (v < rows_f);
-    // Inside points have floor(u) <= cols - 1 anyway; the clamp keeps the
-    // addresses of masked-out samples valid too.
-    const float fu = floorf(fminf(fmaxf(u, -1.0f), cols_f - 1.0f));
-    const float fv = floorf(fminf(fmaxf(v, -1.0f), rows_f - 1.0f));
-    s.a = __fsub_rn(u, fu);
-    s.b = __fsub_rn(v, fv);
-    s.iu = (int)fu;
-    s.iv = (int)fv;
+    float fu, fv;
+    s.iu = floor_int(uc, fu);
+    s.iv = floor_int(vc, fv);
+    s.a = __fsub_rn(uc, fu);   // exact: x - floor(x)
+    s.b = __fsub_rn(vc, fv);
     return s;
 }
 
 // Software bilinear interpolation with exact float32 weights from global
 // memory (loads through the L1/texture cache, __ldg): the accuracy the texture
 // unit's 8-bit weights cannot give (RabbitCT's 0.05 HU). The projections carry
-// a one-pixel zero border, (rows + 2) x (cols + 2) per view, so the four
-// neighbours of any sample on or next to the detector are valid addresses;
-// samples farther out are masked to zero.
+// a two-pixel zero border, (rows + 4) x (cols + 4) per view.
+#define LEVERET_CONE_BORDER 2
 struct GlobalFetch {
     const float* __restrict__ projections;
     int n_rows, n_cols;
     __device__ __forceinline__ float operator()(int n, float u, float v) const
     {
-        const int pitch = n_cols + 2;
+        const int pitch = n_cols + 2 * LEVERET_CONE_BORDER;
         const Sample s = locate(u, v, n_rows, n_cols);
-        const float* p = projections + (size_t)n * (n_rows + 2) * pitch
-                         + (s.iv + 1) * pitch + (s.iu + 1);   // +1: the zero border
-        const float value = bilinear_exact(__ldg(p), __ldg(p + 1), __ldg(p + pitch), __ldg(p + pitch + 1),
-                                           s.a, s.b);
-        return s.inside ? value : 0.0f;
+        const float* p = projections + (size_t)n * (n_rows + 2 * LEVERET_CONE_BORDER) * pitch
+                         + (s.iv + LEVERET_CONE_BORDER) * pitch + (s.iu + LEVERET_CONE_BORDER);
+        return bilinear_exact(__ldg(p), __ldg(p + 1), __ldg(p + pitch), __ldg(p + pitch + 1), s.a, s.b);
     }
 };
 
@@ -163,7 +172,7 @@ backproject_cone_tex(cudaTextureObject_t projections, float* __restrict__ out,  
 }
 
 extern "C" __global__ void __launch_bounds__(256)
-backproject_cone_global(const float* __restrict__ projections,   // (n_views, rows + 2, cols + 2)
+backproject_cone_global(const float* __restrict__ projections,   // (n_views, rows + 4, cols + 4)
                         float* __restrict__ out,                   // (nz, ny, nx)
                         int nx, int ny, int nz, int n_views, int n_rows, int n_cols, int accumulate)
 {
@@ -200,7 +209,7 @@ backproject_cone_global(const float* __restrict__ projections,   // (n_views, ro
 #endif
 
 // The pixels [u0, u0 + wb) x [v0, v0 + hb) of a view, in detector indices
-// (-1 and cols / rows are the zero border); hb == 0: too large for the tile
+// (-2, -1 and cols, cols + 1 are the zero border); hb == 0: too large for the tile
 // capacity, read from global memory instead.
 struct Tile {
     int u0, v0, wb, hb;
@@ -218,8 +227,7 @@ struct TileFetch {
         const int du = min(max(s.iu - t.u0, 0), t.wb - 2);
         const int dv = min(max(s.iv - t.v0, 0), t.hb - 2);
         const float* p = tile + dv * t.wb + du;
-        const float value = bilinear_exact(p[0], p[1], p[t.wb], p[t.wb + 1], s.a, s.b);
-        return s.inside ? value : 0.0f;
+        return bilinear_exact(p[0], p[1], p[t.wb], p[t.wb + 1], s.a, s.b);
     }
 };
 
@@ -249,11 +257,11 @@ __device__ void find_tiles(Tile* tiles, int lane, int n0, int n_stage, int i0, i
     if (c == 0 && s < n_stage) {
         // Half a pixel of margin covers the per-voxel coordinates' rounding
         // (incremental along z); clamped as locate() clamps.
-        const float cols_top = (float)n_cols - 1.0f, rows_top = (float)n_rows - 1.0f;
-        const int lo_u = (int)floorf(fminf(fmaxf(u_lo - 0.5f, -1.0f), cols_top));
-        const int hi_u = (int)floorf(fminf(fmaxf(u_hi + 0.5f, -1.0f), cols_top));
-        const int lo_v = (int)floorf(fminf(fmaxf(v_lo - 0.5f, -1.0f), rows_top));
-        const int hi_v = (int)floorf(fminf(fmaxf(v_hi + 0.5f, -1.0f), rows_top));
+        const float cols_f = (float)n_cols, rows_f = (float)n_rows;
+        const int lo_u = (int)floorf(fminf(fmaxf(u_lo - 0.5f, -2.0f), cols_f));
+        const int hi_u = (int)floorf(fminf(fmaxf(u_hi + 0.5f, -2.0f), cols_f));
+        const int lo_v = (int)floorf(fminf(fmaxf(v_lo - 0.5f, -2.0f), rows_f));
+        const int hi_v = (int)floorf(fminf(fmaxf(v_hi + 0.5f, -2.0f), rows_f));
         Tile t{lo_u, lo_v, hi_u - lo_u + 2, hi_v - lo_v + 2};
         if (t.wb * t.hb > capacity) t.hb = 0;
         tiles[s] = t;
@@ -276,8 +284,8 @@ __device__ __forceinline__ void backproject_staged(cudaTextureObject_t texture, 
     const int k1 = min(k0 + LEVERET_CONE_K, nz) - 1;
     const int tid = threadIdx.x + blockDim.x * threadIdx.y;
     const int lane = tid & 31, warp = tid >> 5, n_warps = (blockDim.x * blockDim.y) >> 5;
-    const int pitch = n_cols + 2;
-    const size_t view_stride = (size_t)(n_rows + 2) * pitch;
+    const int pitch = n_cols + 2 * LEVERET_CONE_BORDER;
+    const size_t view_stride = (size_t)(n_rows + 2 * LEVERET_CONE_BORDER) * pitch;
     const float fi = (float)i, fj = (float)j, fk0 = (float)k0;
     const GlobalFetch global{padded, n_rows, n_cols};
 
@@ -293,7 +301,8 @@ __device__ __forceinline__ void backproject_staged(cudaTextureObject_t texture, 
         __syncthreads();
         for (int s = 0; s < n_stage; ++s) {
             const Tile t = s_tile[s];
-            const float* src = padded + (size_t)(n0 + s) * view_stride + (size_t)(t.v0 + 1) * pitch + (t.u0 + 1);
+            const float* src = padded + (size_t)(n0 + s) * view_stride
+                               + (size_t)(t.v0 + LEVERET_CONE_BORDER) * pitch + (t.u0 + LEVERET_CONE_BORDER);
             float* dst = s_tiles + s * capacity;
             for (int r = warp; r < t.hb; r += n_warps)      // a row per warp: coalesced
                 for (int c = lane; c < t.wb; c += 32)
@@ -318,7 +327,7 @@ __device__ __forceinline__ void backproject_staged(cudaTextureObject_t texture, 
 }
 
 extern "C" __global__ void __launch_bounds__(256)
-backproject_cone_shared(const float* __restrict__ padded,   // (n_views, rows + 2, cols + 2)
+backproject_cone_shared(const float* __restrict__ padded,   // (n_views, rows + 4, cols + 4)
                         float* __restrict__ out,             // (nz, ny, nx)
                         int nx, int ny, int nz, int n_views, int n_rows, int n_cols, int capacity, int accumulate)
 {

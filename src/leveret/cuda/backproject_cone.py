@@ -15,6 +15,8 @@ BLOCK = (32, 8)
 STAGED_BLOCK = (16, 16)    # compact boxes: small tiles (docs/performance.md)
 MAX_TILE = 4096            # floats per staged view: 16 KiB, so the texture path keeps L1 to cache in
 KERNELS = ("texture", "global", "shared", "hybrid")
+BORDER = 2                 # LEVERET_CONE_BORDER: zero pixels around each view for the software kernels
+SHARED_BYTES = 48 << 10    # per block, without opting in to more
 
 
 def _define(defines: tuple[str, ...], name: str) -> int:
@@ -70,8 +72,8 @@ def tile_capacity(index_matrices: np.ndarray, volume_shape: tuple[int, int, int]
                 u, v = q[:, 0] / q[:, 2], q[:, 1] / q[:, 2]
                 u_lo, u_hi = np.minimum(u_lo, u), np.maximum(u_hi, u)
                 v_lo, v_hi = np.minimum(v_lo, v), np.maximum(v_hi, v)
-    width = np.floor(np.clip(u_hi + 0.5, -1, n_cols - 1)) - np.floor(np.clip(u_lo - 0.5, -1, n_cols - 1)) + 2
-    height = np.floor(np.clip(v_hi + 0.5, -1, n_rows - 1)) - np.floor(np.clip(v_lo - 0.5, -1, n_rows - 1)) + 2
+    width = np.floor(np.clip(u_hi + 0.5, -2, n_cols)) - np.floor(np.clip(u_lo - 0.5, -2, n_cols)) + 2
+    height = np.floor(np.clip(v_hi + 0.5, -2, n_rows)) - np.floor(np.clip(v_lo - 0.5, -2, n_rows)) + 2
     need = int((width * height).max())
     return int(min(limit, -(-need // 32) * 32))
 
@@ -114,13 +116,15 @@ class ConeTextureBackprojector:
         ints = lambda *a: tuple(np.int32(x) for x in a)   # noqa: E731
         padded = None
         if self.kernel != "texture":
-            padded = cupy.pad(projections, ((0, 0), (1, 1), (1, 1)))   # the zero border
+            padded = cupy.pad(projections, ((0, 0), (BORDER, BORDER), (BORDER, BORDER)))   # the zero border
         capacity = 0
         if self.kernel in ("shared", "hybrid"):
             key = (index_matrices.tobytes(), out.shape, n_rows, n_cols)
             if key not in self._capacity:
+                stage, _ = view_split(self.defines)
+                limit = min(MAX_TILE, (SHARED_BYTES - 256) // (4 * stage))
                 self._capacity = {key: tile_capacity(index_matrices, out.shape, self.block, self.depth,
-                                                     n_rows, n_cols, limit=MAX_TILE)}
+                                                     n_rows, n_cols, limit=limit)}
             capacity = self._capacity[key]
             stage, _ = view_split(self.defines)
             shared_bytes = stage * capacity * 4
