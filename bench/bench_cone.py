@@ -107,7 +107,9 @@ def bench_bottlenecks(size=512):
 
 
 def bench_kernels(size=512, quick=False):
-    """The four kernels, and the hybrid's view split (STAGE staged : TEX_VIEWS texture views)."""
+    """The four kernels: block shapes (a warp's footprint on the detector sets the
+    texture cache's work), registers (LEVERET_CONE_MIN_BLOCKS), and the hybrid's
+    view split (LEVERET_CONE_STAGE staged : LEVERET_CONE_TEX_VIEWS texture views)."""
     import cupy as cp
     import leveret
     from leveret.cuda.backproject_cone import ConeTextureBackprojector
@@ -118,19 +120,18 @@ def bench_kernels(size=512, quick=False):
     proj = cp.random.random(g.projection_shape, dtype=cp.float32)
     out = cp.empty((size,) * 3, cp.float32)
     mats = index_matrices(g.matrices, leveret.VolumeGeometry((size,) * 3, voxel_size=256.0 / size))
-    configs = [("texture", ()), ("global", ()), ("shared", ()), ("shared", ("LEVERET_CONE_STAGE=4",)),
-               ("hybrid", ())]
-    if not quick:
-        configs += [("hybrid", (f"LEVERET_CONE_STAGE={s}", f"LEVERET_CONE_TEX_VIEWS={t}"))
-                    for s, t in ((1, 1), (1, 2), (1, 3), (2, 3), (2, 4), (2, 6), (1, 4))]
-        configs += [("shared", ("LEVERET_CONE_STAGE=2", "LEVERET_CONE_K=16")),
-                    ("hybrid", ("LEVERET_CONE_K=16",)), ("hybrid", ("LEVERET_CONE_K=4",))]
-    for kernel, defines in configs:
-        for block in ((16, 16), (32, 8)) if kernel in ("shared", "hybrid") and not quick else (None,):
-            bp = ConeTextureBackprojector(block, defines=defines, kernel=kernel)
-            t = median_time(lambda: bp(proj, mats, out), reps=3, sync=sync)
-            record(f"cone {kernel} {size}^3, block {bp.block[0]}x{bp.block[1]}, {' '.join(defines) or 'defaults'}",
-                   t, size**3 * N_VIEWS)
+    blocks = [(32, 8), (8, 32), (16, 16), (4, 64)] if not quick else [(32, 8), (8, 32)]
+    configs = [(kernel, block, defines) for kernel in ("texture", "global") for block in blocks
+               for defines in ((), ("LEVERET_CONE_MIN_BLOCKS=8",), ("LEVERET_CONE_MIN_BLOCKS=4",))]
+    configs += [("shared", (16, 16), ()), ("shared", (8, 32), ())]
+    for split in ((1, 2), (1, 3), (1, 4), (1, 6), (2, 6)) if not quick else ((1, 3),):
+        for block in ((16, 16), (8, 32)):
+            configs.append(("hybrid", block, (f"LEVERET_CONE_STAGE={split[0]}", f"LEVERET_CONE_TEX_VIEWS={split[1]}")))
+    for kernel, block, defines in configs:
+        bp = ConeTextureBackprojector(block, defines=defines, kernel=kernel)
+        t = median_time(lambda: bp(proj, mats, out), reps=3, sync=sync)
+        record(f"cone {kernel} {size}^3, block {block[0]}x{block[1]}, {' '.join(defines) or 'defaults'}",
+               t, size**3 * N_VIEWS)
 
 
 def bench_astra(size):

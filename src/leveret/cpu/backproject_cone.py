@@ -191,7 +191,7 @@ def _backproject_gpu_mirror(projections, matrices, out, depth, accumulate, softw
                     if software[n]:
                         value = _software_fetch32(q, qu * inv_w, qv * inv_w)
                     else:
-                        value = _texture_fetch8(q, qu * inv_w + t(0.5), qv * inv_w + t(0.5))
+                        value = _texture_fetch8(q, qu * inv_w, qv * inv_w)   # matrices shifted by half a texel
                     sums[k, i] = sums[k, i] + (value * inv_w) * inv_w
                     qu = qu + m[0, 2]
                     qv = qv + m[1, 2]
@@ -207,7 +207,9 @@ def backproject_gpu_mirror(projections: np.ndarray, index_matrices: np.ndarray, 
     """What a CUDA kernel computes, on the CPU (float32): the texture kernel
     (``software=False``), the software kernels ("global", "shared": ``True``),
     or a per-view mix (a boolean array: the hybrid kernel). For tests, and for
-    users who need GPU-identical results without a GPU."""
+    users who need GPU-identical results without a GPU. ``index_matrices``
+    as the kernels take them (``leveret.cuda.backproject_cone.kernel_matrices``:
+    float32, texture views shifted by half a texel)."""
     n_views = projections.shape[0]
     software = np.broadcast_to(np.asarray(software, bool), (n_views,)).copy()
     _backproject_gpu_mirror(np.ascontiguousarray(projections, np.float32),

@@ -50,6 +50,17 @@ def staged_views(n_views: int, kernel: str, defines: tuple[str, ...] = ()) -> np
     return index % (stage + tex) < stage
 
 
+def kernel_matrices(index_matrices: np.ndarray, software: np.ndarray) -> np.ndarray:
+    """The float32 (n_views, 12) matrices the kernels (and their CPU mirror)
+    use: views read through the texture unit get the half-texel shift of
+    texture coordinates (u + 1/2, v + 1/2) built into their u and v rows,
+    computed in float64, so the kernel adds nothing per sample."""
+    m = np.array(index_matrices, np.float64).reshape(-1, 3, 4)
+    texture = ~np.asarray(software, bool)
+    m[texture, 0:2, :] += 0.5 * m[texture, 2:3, :]
+    return np.ascontiguousarray(m.reshape(-1, 12), np.float32)
+
+
 def tile_capacity(index_matrices: np.ndarray, volume_shape: tuple[int, int, int], block: tuple[int, int],
                   k: int, n_rows: int, n_cols: int, limit: int = MAX_TILE) -> int:
     """Floats per view that a block's tile needs: the largest footprint over a
@@ -110,8 +121,8 @@ class ConeTextureBackprojector:
         module = load_module("backproject_cone", self.defines)
         const = module.get_global("c_cone_mat")
         stream = cupy.cuda.get_current_stream()
-        index_matrices = np.ascontiguousarray(index_matrices, np.float32).reshape(n_views, 12)
-        mats = cupy.asarray(index_matrices)
+        index_matrices = np.asarray(index_matrices, np.float64).reshape(n_views, 12)
+        mats = cupy.asarray(kernel_matrices(index_matrices, staged_views(n_views, self.kernel, self.defines)))
         grid = (-(-nx // self.block[0]), -(-ny // self.block[1]), -(-nz // self.depth))
         ints = lambda *a: tuple(np.int32(x) for x in a)   # noqa: E731
         padded = None

@@ -111,8 +111,8 @@ class ConeBackprojection:
             raise ValueError("projections: the CPU backend takes NumPy arrays, got a CuPy array")
         from ..cpu import backproject_cone as cpu
         if self.interpolation in ("linear8", "linear32"):
-            from ..cuda.backproject_cone import depth, staged_views
-            return cpu.backproject_gpu_mirror(projections, idx, out, depth=depth(),
-                                              software=staged_views(idx.shape[0], self.last_kernel),
-                                              accumulate=accumulate)
+            from ..cuda.backproject_cone import depth, kernel_matrices, staged_views
+            software = staged_views(idx.shape[0], self.last_kernel)
+            return cpu.backproject_gpu_mirror(projections, kernel_matrices(idx, software).reshape(-1, 3, 4), out,
+                                              depth=depth(), software=software, accumulate=accumulate)
         return cpu.backproject(np.ascontiguousarray(projections), idx, out, accumulate=accumulate)
