@@ -22,7 +22,7 @@
 #endif
 #define LEVERET_CONE_MAX_VIEWS 1024
 #ifndef LEVERET_CONE_MIN_BLOCKS
-#define LEVERET_CONE_MIN_BLOCKS 1   // blocks of 256 per multiprocessor the compiler must fit (registers)
+#define LEVERET_CONE_MIN_BLOCKS 4   // blocks of 256 per multiprocessor the compiler must fit (registers: <= 64)
 #endif
 
 __constant__ float c_cone_mat[LEVERET_CONE_MAX_VIEWS * 12];  // row-major 3x4 per view
@@ -212,13 +212,17 @@ backproject_cone_global(const float* __restrict__ projections,   // (n_views, ro
 // STAGE + TEX_VIEWS views through the texture unit, while the tiles of the
 // other STAGE views load, so texture units, shared memory and ALUs all work.
 //
-// Prediction (512^3, RabbitCT-like, 16x16 threads, K = 8): a tile holds about
-// 1000 pixels (max 2600) per 2048 updates, so staging costs ~0.5 global loads
-// per update; an update costs ~45 instructions rounded as written (reciprocal,
-// locate, 4 shared loads, weights), 66.6 G updates x 45 / 32 lanes / (132 SMs x 4
-// schedulers x 1.98 GHz) = 90 ms if issue-bound: alone slower than the texture
-// kernel (103 ms), but a 30-40 % share beside it should bring the texture
-// kernel's part to ~65 ms and the total towards 60-70 ms.
+// Predicted (512^3, RabbitCT-like, 16x16 threads, K = 8): a tile holds about
+// 1000 pixels (max 2600) per 2048 updates, ~0.5 coalesced loads per update,
+// ~45 instructions per update: 90 ms if issue-bound, so a 40 % share beside
+// the texture kernel (103 ms) should approach 60 ms. Measured on an H200
+// (docs/performance.md): 204-343 ms alone, hybrid 123-180 ms, slower than
+// kernel B alone (99 ms). Nsight Compute: every path is bound by the same
+// L1/TEX data pipeline -- kernel B at 99.7 % of it (91.8 % hits), the tile
+// reads (4 shared loads per update, bank conflicts) and the global loads
+// (4 per update) spend as much of it per update as a bilinear fetch -- and
+// the software paths issue 60-86 instructions per update. Kept, tested, as
+// the measured answer to "a second path beside the texture units".
 
 #ifndef LEVERET_CONE_STAGE
 #define LEVERET_CONE_STAGE 2        // views staged per round (<= 4: one warp finds their tiles)

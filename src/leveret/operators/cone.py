@@ -85,7 +85,7 @@ class ConeBackprojection:
         """The CUDA kernel this operator runs (or whose arithmetic the CPU mirrors)."""
         if self.kernel != "auto":
             return self.kernel
-        return "shared" if self.interpolation == "linear32" else "texture"
+        return "global" if self.interpolation == "linear32" else "texture"
 
     def __call__(self, projections, out=None, *, views=slice(None), accumulate: bool = False):
         """Back-project ``projections`` of the views ``views`` into ``out`` (nz, ny, nx)."""
