@@ -1,6 +1,8 @@
 """FDK: filtered back-projection for cone-beam scans given as projection matrices."""
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from .. import _validate as v
@@ -158,9 +160,7 @@ class FDKWeighting:
                  short_scan="auto"):
         self.geometry = geometry
         self.frames = view_frames(geometry)
-        parker = _use_parker(short_scan, self.frames)
-        # The ramp at pitch tau is the unit-pitch ramp over tau: 1/tau joins the weights.
-        self.per_column = _view_weights(self.frames, geometry.n_cols, parker) / self.frames["pitch"][:, None]
+        self.per_column = _column_weights(geometry, _use_parker(short_scan, self.frames))
         self.response = filter_response(geometry.n_cols, filter, cutoff=cutoff)
         self.padding = padding
 
@@ -233,6 +233,18 @@ def _download(volume):
     return out
 
 
+@functools.lru_cache(maxsize=4)
+def _column_weights(geometry, parker: bool) -> np.ndarray:
+    """Angular quadrature x Parker weight / isocentre pitch, per view and column
+    (cached per geometry: a RabbitCT scan's take 10-20 ms to build)."""
+    frames = view_frames(geometry)
+    # The ramp at pitch tau is the unit-pitch ramp over tau: 1/tau joins the weights.
+    out = _view_weights(frames, geometry.n_cols, parker) / frames["pitch"][:, None]
+    out.setflags(write=False)
+    return out
+
+
+@functools.lru_cache(maxsize=4)
 def view_frames(geometry) -> dict:
     """Per-view quantities FDK needs, from the matrices alone.
 
@@ -252,12 +264,16 @@ def view_frames(geometry) -> dict:
         raise ValueError("geometry: the isocentre (origin) must lie in front of every source")
     angle = np.unwrap(np.arctan2(source[:, 0], -source[:, 1]))
     orientation = 1.0 if angle[-1] >= angle[0] else -1.0
-    return {
+    frames = {
         "focal_u": K[:, 0, 0], "focal_v": K[:, 1, 1], "u0": K[:, 0, 2], "v0": K[:, 1, 2],
         "source": source, "axis": R[:, 2, :], "sid": sid, "pitch": sid / K[:, 0, 0],
         "angle": orientation * (angle - angle[0]), "orientation": orientation,
         "normalised": geometry.normalised().matrices,
     }
+    for value in frames.values():   # cached per geometry (geometries hash by value): read-only
+        if isinstance(value, np.ndarray):
+            value.setflags(write=False)
+    return frames
 
 
 def _use_parker(short_scan, frames) -> bool:
