@@ -201,17 +201,25 @@ def _reconstruct(projections, geometry, volume, *, filter, cutoff, padding, shor
             from ..pipeline import parallel_copy, stream_chunks
 
             n_bad = xp.zeros((), xp.int64)
+            download = _SlabDownload(out, op.slab_alignment)
 
             def compute(views, d_in, _):
                 n_bad[...] += xp.count_nonzero(~xp.isfinite(d_in))
-                op(filtered(d_in, views), out, views=views, accumulate=True)
+                filtered_views = filtered(d_in, views)
+                if views.stop < geometry.n_views:
+                    op(filtered_views, out, views=views, accumulate=True)
+                    return
+                for slab in download.slabs:   # the last views: finish and download slab by slab
+                    op(filtered_views, out, views=views, accumulate=True, slices=slab)
+                    download.queue(slab)
 
             stream_chunks(chunks, in_shape=lambda c: (c.stop - c.start,) + geometry.projection_shape[1:],
                           out_shape=None, load=lambda c, buf: parallel_copy(buf, projections[c]),
                           compute=compute, on_done=lambda c: bar.update(c.stop - c.start))
+            result = download.finish()
             if int(n_bad):
                 raise ValueError(f"projections: expected finite values, got {int(n_bad)} NaN/Inf value(s)")
-            return _download(out)
+            return result
         for views in chunks:
             raw = xp.array(projections[views], dtype=dtype)   # a copy: the input stays as it was
             if not input_on_gpu:
@@ -221,16 +229,36 @@ def _reconstruct(projections, geometry, volume, *, filter, cutoff, padding, shor
     return out
 
 
-def _download(volume):
-    """Device volume -> NumPy through a pinned buffer (fast DMA, then a threaded copy)."""
-    import cupyx
+class _SlabDownload:
+    """Copies a device volume to NumPy slab by slab, each slab as soon as the
+    kernels finishing it are queued: the transfers (on their own stream, into
+    pinned memory) and the host copies overlap the last slabs' back-projection."""
 
-    from ..pipeline import parallel_copy
-    pinned = cupyx.empty_pinned(volume.shape, volume.dtype)
-    volume.get(out=pinned)
-    out = np.empty(volume.shape, volume.dtype)
-    parallel_copy(out, pinned)
-    return out
+    def __init__(self, volume, alignment: int, n_slabs: int = 8):
+        import cupy
+        import cupyx
+        nz = volume.shape[0]
+        step = max(alignment, -(-nz // n_slabs // alignment) * alignment)
+        self.slabs = [(k, min(nz, k + step)) for k in range(0, nz, step)]
+        self.volume = volume
+        self.pinned = cupyx.empty_pinned(volume.shape, volume.dtype)
+        self.stream = cupy.cuda.Stream(non_blocking=True)
+        self.done: list = []
+
+    def queue(self, slab) -> None:
+        import cupy
+        self.stream.wait_event(cupy.cuda.get_current_stream().record())
+        k0, k1 = slab
+        self.volume[k0:k1].get(stream=self.stream, out=self.pinned[k0:k1])
+        self.done.append((slab, self.stream.record()))
+
+    def finish(self) -> np.ndarray:
+        from ..pipeline import parallel_copy
+        out = np.empty(self.volume.shape, self.volume.dtype)
+        for (k0, k1), event in self.done:
+            event.synchronize()
+            parallel_copy(out[k0:k1], self.pinned[k0:k1])
+        return out
 
 
 @functools.lru_cache(maxsize=4)

@@ -165,16 +165,16 @@ def _software_fetch32(q, u, v):
 
 
 @numba.njit(parallel=True, fastmath=False, cache=True)
-def _backproject_gpu_mirror(projections, matrices, out, depth, accumulate, software):
+def _backproject_gpu_mirror(projections, matrices, out, depth, accumulate, software, block0, block1):
     """float32 mirror of backproject_cone.cu: same rounding, same z stepping
     within blocks of ``depth`` voxels, same summation order; the texture
-    kernel's fetch, or the software kernels' for the views ``software`` marks."""
+    kernel's fetch, or the software kernels' for the views ``software`` marks;
+    z blocks [block0, block1) only."""
     n_views = projections.shape[0]
     nz, ny, nx = out.shape
     t = np.float32
-    n_blocks = (nz + depth - 1) // depth
-    for task in numba.prange(n_blocks * ny):
-        k0 = (task // ny) * depth
+    for task in numba.prange((block1 - block0) * ny):
+        k0 = (block0 + task // ny) * depth
         j = task % ny
         sums = np.zeros((depth, nx), dtype=np.float32)
         fj, fk0 = t(j), t(k0)
@@ -203,15 +203,18 @@ def _backproject_gpu_mirror(projections, matrices, out, depth, accumulate, softw
 
 
 def backproject_gpu_mirror(projections: np.ndarray, index_matrices: np.ndarray, out: np.ndarray, *,
-                           depth: int, software, accumulate: bool = False) -> np.ndarray:
+                           depth: int, software, accumulate: bool = False, slices=None) -> np.ndarray:
     """What a CUDA kernel computes, on the CPU (float32): the texture kernel
     (``software=False``), the software kernels ("global", "shared": ``True``),
     or a per-view mix (a boolean array: the hybrid kernel). For tests, and for
     users who need GPU-identical results without a GPU. ``index_matrices``
     as the kernels take them (``leveret.cuda.backproject_cone.kernel_matrices``:
-    float32, texture views shifted by half a texel)."""
+    float32, texture views shifted by half a texel). ``slices=(k0, k1)``, k0 a
+    multiple of ``depth``: only those z slices are written."""
     n_views = projections.shape[0]
     software = np.broadcast_to(np.asarray(software, bool), (n_views,)).copy()
+    k0, k1 = (0, out.shape[0]) if slices is None else slices
     _backproject_gpu_mirror(np.ascontiguousarray(projections, np.float32),
-                            np.ascontiguousarray(index_matrices, np.float32), out, depth, accumulate, software)
+                            np.ascontiguousarray(index_matrices, np.float32), out, depth, accumulate, software,
+                            k0 // depth, -(-k1 // depth))
     return out

@@ -166,13 +166,15 @@ __device__ __forceinline__ void store_column(const float (&sum)[LEVERET_CONE_K],
     }
 }
 
+// Every kernel computes the z blocks block0 + blockIdx.z: a launch can cover
+// part of the volume (a slab whose download then overlaps the rest).
 template <class Fetch>
 __device__ __forceinline__ void backproject_column(const Fetch& fetch, float* __restrict__ out,
-                                                   int nx, int ny, int nz, int n_views, int accumulate)
+                                                   int nx, int ny, int nz, int n_views, int accumulate, int block0)
 {
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     const int j = blockIdx.y * blockDim.y + threadIdx.y;
-    const int k0 = blockIdx.z * LEVERET_CONE_K;
+    const int k0 = (blockIdx.z + block0) * LEVERET_CONE_K;
     if (i >= nx || j >= ny) return;
 
     const float fi = (float)i, fj = (float)j, fk0 = (float)k0;
@@ -185,17 +187,17 @@ __device__ __forceinline__ void backproject_column(const Fetch& fetch, float* __
 
 extern "C" __global__ void __launch_bounds__(256, LEVERET_CONE_MIN_BLOCKS)
 backproject_cone_tex(cudaTextureObject_t projections, float* __restrict__ out,   // out: (nz, ny, nx)
-                     int nx, int ny, int nz, int n_views, int accumulate)
+                     int nx, int ny, int nz, int n_views, int accumulate, int block0)
 {
-    backproject_column(TextureFetch{projections}, out, nx, ny, nz, n_views, accumulate);
+    backproject_column(TextureFetch{projections}, out, nx, ny, nz, n_views, accumulate, block0);
 }
 
 extern "C" __global__ void __launch_bounds__(256, LEVERET_CONE_MIN_BLOCKS)
 backproject_cone_global(const float* __restrict__ projections,   // (n_views, rows + 4, cols + 4)
                         float* __restrict__ out,                   // (nz, ny, nx)
-                        int nx, int ny, int nz, int n_views, int n_rows, int n_cols, int accumulate)
+                        int nx, int ny, int nz, int n_views, int n_rows, int n_cols, int accumulate, int block0)
 {
-    backproject_column(GlobalFetch{projections, n_rows, n_cols}, out, nx, ny, nz, n_views, accumulate);
+    backproject_column(GlobalFetch{projections, n_rows, n_cols}, out, nx, ny, nz, n_views, accumulate, block0);
 }
 
 // ---------------------------------------------------------------------------
@@ -294,13 +296,13 @@ __device__ void find_tiles(Tile* tiles, int lane, int n0, int n_stage, int i0, i
 template <int STAGE, int TEX_VIEWS>
 __device__ __forceinline__ void backproject_staged(cudaTextureObject_t texture, const float* __restrict__ padded,
                                                    float* __restrict__ out, int nx, int ny, int nz, int n_views,
-                                                   int n_rows, int n_cols, int capacity, int accumulate)
+                                                   int n_rows, int n_cols, int capacity, int accumulate, int block0)
 {
     extern __shared__ float s_tiles[];   // STAGE x capacity floats
     __shared__ Tile s_tile[STAGE];
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     const int j = blockIdx.y * blockDim.y + threadIdx.y;
-    const int k0 = blockIdx.z * LEVERET_CONE_K;
+    const int k0 = (blockIdx.z + block0) * LEVERET_CONE_K;
     const bool active = (i < nx) & (j < ny);   // idle threads still load tiles and meet the barriers
     const int i0 = blockIdx.x * blockDim.x, i1 = min(i0 + (int)blockDim.x, nx) - 1;
     const int j0 = blockIdx.y * blockDim.y, j1 = min(j0 + (int)blockDim.y, ny) - 1;
@@ -352,16 +354,18 @@ __device__ __forceinline__ void backproject_staged(cudaTextureObject_t texture, 
 extern "C" __global__ void __launch_bounds__(256, LEVERET_CONE_MIN_BLOCKS)
 backproject_cone_shared(const float* __restrict__ padded,   // (n_views, rows + 4, cols + 4)
                         float* __restrict__ out,             // (nz, ny, nx)
-                        int nx, int ny, int nz, int n_views, int n_rows, int n_cols, int capacity, int accumulate)
+                        int nx, int ny, int nz, int n_views, int n_rows, int n_cols, int capacity, int accumulate,
+                        int block0)
 {
     backproject_staged<LEVERET_CONE_STAGE, 0>(0, padded, out, nx, ny, nz, n_views, n_rows, n_cols, capacity,
-                                              accumulate);
+                                              accumulate, block0);
 }
 
 extern "C" __global__ void __launch_bounds__(256, LEVERET_CONE_MIN_BLOCKS)
 backproject_cone_hybrid(cudaTextureObject_t texture, const float* __restrict__ padded, float* __restrict__ out,
-                        int nx, int ny, int nz, int n_views, int n_rows, int n_cols, int capacity, int accumulate)
+                        int nx, int ny, int nz, int n_views, int n_rows, int n_cols, int capacity, int accumulate,
+                        int block0)
 {
     backproject_staged<LEVERET_CONE_STAGE, LEVERET_CONE_TEX_VIEWS>(texture, padded, out, nx, ny, nz, n_views,
-                                                                   n_rows, n_cols, capacity, accumulate);
+                                                                   n_rows, n_cols, capacity, accumulate, block0);
 }

@@ -113,7 +113,9 @@ class ConeTextureBackprojector:
         self.depth = depth(self.defines)
         self._capacity: dict = {}
 
-    def __call__(self, projections, index_matrices: np.ndarray, out, *, accumulate: bool = False):
+    def __call__(self, projections, index_matrices: np.ndarray, out, *, accumulate: bool = False, slices=None):
+        """Back-project into ``out`` (nz, ny, nx); ``slices=(k0, k1)`` (k0, and
+        k1 unless it is nz, multiples of ``depth``) writes only those z slices."""
         import cupy
 
         n_views, n_rows, n_cols = projections.shape
@@ -123,7 +125,12 @@ class ConeTextureBackprojector:
         stream = cupy.cuda.get_current_stream()
         index_matrices = np.asarray(index_matrices, np.float64).reshape(n_views, 12)
         mats = cupy.asarray(kernel_matrices(index_matrices, staged_views(n_views, self.kernel, self.defines)))
-        grid = (-(-nx // self.block[0]), -(-ny // self.block[1]), -(-nz // self.depth))
+        k0, k1 = (0, nz) if slices is None else slices
+        if k0 % self.depth or (k1 % self.depth and k1 != nz) or not 0 <= k0 < k1 <= nz:
+            raise ValueError(f"slices: expected 0 <= k0 < k1 <= {nz}, k0 and k1 multiples of {self.depth} "
+                             f"(or k1 = {nz}), got {slices}")
+        block0 = k0 // self.depth
+        grid = (-(-nx // self.block[0]), -(-ny // self.block[1]), -(-k1 // self.depth) - block0)
         ints = lambda *a: tuple(np.int32(x) for x in a)   # noqa: E731
         padded = None
         if self.kernel != "texture":
@@ -145,24 +152,24 @@ class ConeTextureBackprojector:
             flag = accumulate or v0 > 0
             if self.kernel == "global":
                 module.get_function("backproject_cone_global")(
-                    grid, self.block, (padded[v0:v1], out) + ints(nx, ny, nz, v1 - v0, n_rows, n_cols, flag),
+                    grid, self.block, (padded[v0:v1], out) + ints(nx, ny, nz, v1 - v0, n_rows, n_cols, flag, block0),
                     stream=stream)
             elif self.kernel == "shared":
                 module.get_function("backproject_cone_shared")(
                     grid, self.block,
-                    (padded[v0:v1], out) + ints(nx, ny, nz, v1 - v0, n_rows, n_cols, capacity, flag),
+                    (padded[v0:v1], out) + ints(nx, ny, nz, v1 - v0, n_rows, n_cols, capacity, flag, block0),
                     stream=stream, shared_mem=shared_bytes)
             else:
                 tex = acquire((v1 - v0, n_rows, n_cols), 1, stream)
                 tex.upload(projections[v0:v1], stream)
                 if self.kernel == "texture":
                     module.get_function("backproject_cone_tex")(
-                        grid, self.block, (tex.linear, out) + ints(nx, ny, nz, v1 - v0, flag), stream=stream)
+                        grid, self.block, (tex.linear, out) + ints(nx, ny, nz, v1 - v0, flag, block0), stream=stream)
                 else:
                     module.get_function("backproject_cone_hybrid")(
                         grid, self.block,
                         (tex.linear, padded[v0:v1], out) + ints(nx, ny, nz, v1 - v0, n_rows, n_cols, capacity,
-                                                                flag),
+                                                                flag, block0),
                         stream=stream, shared_mem=shared_bytes)
                 release(tex, stream)
         return out

@@ -87,9 +87,28 @@ class ConeBackprojection:
             return self.kernel
         return "global" if self.interpolation == "linear32" else "texture"
 
-    def __call__(self, projections, out=None, *, views=slice(None), accumulate: bool = False):
-        """Back-project ``projections`` of the views ``views`` into ``out`` (nz, ny, nx)."""
+    @property
+    def slab_alignment(self) -> int:
+        """``slices`` boundaries must be multiples of this (the kernels' z voxels per thread)."""
+        from ..cuda.backproject_cone import depth
+        return 1 if (self.backend == "cpu" and self.interpolation == "linear") else depth()
+
+    def __call__(self, projections, out=None, *, views=slice(None), accumulate: bool = False, slices=None):
+        """Back-project ``projections`` of the views ``views`` into ``out`` (nz, ny, nx).
+
+        ``slices=(k0, k1)``: write only z slices k0..k1-1 (both multiples of
+        ``slab_alignment``, or k1 = nz), with the same arithmetic as a whole
+        volume, so a volume can be finished and downloaded slab by slab.
+        """
         idx = self._index[views]
+        nz = self.volume.nz
+        if slices is not None:
+            k0, k1 = (int(k) for k in slices)
+            a = self.slab_alignment
+            if k0 % a or (k1 % a and k1 != nz) or not 0 <= k0 < k1 <= nz:
+                raise ValueError(f"slices: expected 0 <= k0 < k1 <= {nz}, multiples of {a} (or k1 = {nz}), "
+                                 f"got {slices}")
+            slices = (k0, k1)
         expected = (idx.shape[0], self.geometry.n_rows, self.geometry.n_cols)
         if tuple(projections.shape) != expected:
             raise ValueError(f"projections: expected shape {expected}, got {tuple(projections.shape)}")
@@ -106,7 +125,7 @@ class ConeBackprojection:
             if self._gpu is None:
                 from ..cuda.backproject_cone import ConeTextureBackprojector
                 self._gpu = ConeTextureBackprojector(kernel=self.last_kernel)
-            return self._gpu(xp.ascontiguousarray(projections), idx, out, accumulate=accumulate)
+            return self._gpu(xp.ascontiguousarray(projections), idx, out, accumulate=accumulate, slices=slices)
         if xp is not np:
             raise ValueError("projections: the CPU backend takes NumPy arrays, got a CuPy array")
         from ..cpu import backproject_cone as cpu
@@ -114,5 +133,12 @@ class ConeBackprojection:
             from ..cuda.backproject_cone import depth, kernel_matrices, staged_views
             software = staged_views(idx.shape[0], self.last_kernel)
             return cpu.backproject_gpu_mirror(projections, kernel_matrices(idx, software).reshape(-1, 3, 4), out,
-                                              depth=depth(), software=software, accumulate=accumulate)
+                                              depth=depth(), software=software, accumulate=accumulate,
+                                              slices=slices)
+        if slices is not None:   # exact arithmetic: the slab's own index matrices
+            shifted = idx.copy()
+            shifted[:, :, 3] += slices[0] * idx[:, :, 2]
+            cpu.backproject(np.ascontiguousarray(projections), shifted, out[slices[0]:slices[1]],
+                            accumulate=accumulate)
+            return out
         return cpu.backproject(np.ascontiguousarray(projections), idx, out, accumulate=accumulate)
