@@ -3,7 +3,7 @@
 # Run from the repository root with .peers (ASTRA) and .shared (the real scan)
 # carried; results land in $OUT (at most 8 files come back). Switches:
 # SANITIZE=0 skips compute-sanitizer, FBP=0 / CONE=0 skip a benchmark, RABBITCT=1 adds one,
-# BENCH_ARGS replaces bench_fbp.py's arguments.
+# BENCH_ARGS replaces bench_fbp.py's arguments; PROJECTOR=1 adds bench_projector.py (issue 5).
 set -uo pipefail
 export PYTHONPATH=$PWD/src PYTHONUNBUFFERED=1 LEVERET_SHARED=$PWD/.shared
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -38,4 +38,7 @@ if [ "${CONE:-1}" = 1 ]; then
 fi
 if [ "${RABBITCT:-0}" = 1 ]; then
   (cd bench && python3 bench_rabbitct.py --out "$OUT/bench_rabbitct.json") 2>&1 | tee "$OUT/bench_rabbitct.txt"
+fi
+if [ "${PROJECTOR:-0}" = 1 ]; then
+  (cd bench && python3 bench_projector.py --out "$OUT/bench_projector.json") 2>&1 | tee "$OUT/bench_projector.txt"
 fi
