@@ -159,6 +159,8 @@ def test_structured_validity_is_detected():
     assert structured_ratio(p, 9, 13, (1.0, 1.0, 0.05)) > 1
     with pytest.raises(ValueError, match="structured"):
         Projector(wide, volume, structured="yes")
+    with pytest.raises(ValueError, match="structured"):
+        Projector(wide, volume, structured=True, backend="cpu")
 
 
 # -- GPU ------------------------------------------------------------------------------------

@@ -162,6 +162,8 @@ class Projector:
         if structured not in ("auto", True, False):
             raise ValueError(f"structured: expected 'auto', True or False, got {structured!r}")
         self.backend = resolve(v.choice("backend", backend, ("auto", "cuda", "cpu")))
+        if structured is True and self.backend != "cuda":
+            raise ValueError("structured: True needs backend='cuda' (paper 003's path is a GPU kernel)")
         self.geometry = geometry
         self.volume = volume
         self.projection_shape = tuple(geometry.projection_shape)
