@@ -32,9 +32,10 @@ bit for bit), so the arithmetic runs on the FP64 units: H100 SXM ~34 TFLOP/s
   uncoalesced across a warp: 6e11 B through L1).
 - Siddon structured forward (paper 003): per (view, column) block 2 x 513
   crossing parameters and a 1026-element merge (binary searches, ~10 x 1026
-  ops, shared by 512 rows: negligible); per ray 1025 segments x ~20 FP64 ops
-  = 3.9e12 ops (~35 % of them zero-length segments of the padded xy list) ->
-  predicted 150-250 ms, FP64 bound; volume reads coalesced (z-fastest copy,
+  ops, shared by 512 rows: negligible); per ray only the segments inside
+  the grid (two binary searches skip the zero-length ends of the padded
+  1025-entry list): ~650 segments x ~20 FP64 ops = 2.5e12 ops -> predicted
+  100-200 ms, FP64 bound; volume reads coalesced (z-fastest copy,
   adjacent threads = adjacent z): 2 x 4 B x 1025 per ray over 32-ray warps
   ~ 50 GB of L2 traffic, ~10 ms. The transposes of the volume (512 MiB each
   way) add ~0.5 ms.

@@ -329,7 +329,14 @@ __device__ void structured(T* volT, T* proj, int nx, int ny, int nz, const doubl
         const double value = ADJ ? (double)proj[out0 + (long long)row * n_cols] : 0.0;
         double acc = 0.0;
         if (!ADJ || value != 0.0) {
-            for (int k = 0; k < n_seg; ++k) {
+            // Only the segments that overlap this row's part of the ray inside
+            // the grid, (max(t_in, zlo), min(t_out, zhi)); the others have
+            // zero weight (ta == tb below), so skipping them changes nothing.
+            // B is sorted: two binary searches give the range. Adjacent rows
+            // get nearly the same range, so the warp stays together.
+            const int k0 = max(rank_in<false>(B, n_seg + 1, fmax(B[0], zlo)) - 1, 0);
+            const int k1 = rank_in<true>(B, n_seg + 1, fmin(B[n_seg], zhi));
+            for (int k = k0; k < k1; ++k) {
                 const double ta = fmax(B[k], zlo);
                 const double tb = fmax(fmin(B[k + 1], zhi), ta);
                 const double za = pz + ta * mz;
