@@ -17,7 +17,9 @@ if [ "${SANITIZE:-1}" = 1 ]; then
   compute-sanitizer --tool memcheck --error-exitcode 9 python3 -m pytest -m gpu -q -p no:cacheprovider \
     "tests/operators/test_parallel_backprojection.py::test_cuda_matches_cpu_texture_mode" \
     tests/algorithms/test_fbp_cuda.py::test_cupy_in_cupy_out_equals_cpu \
-    "tests/operators/test_cone_backprojection.py::test_cuda_matches_its_cpu_mirror_and_the_exact_reference" 2>&1 | tail -6 | tee "$OUT/memcheck.txt"
+    "tests/operators/test_cone_backprojection.py::test_cuda_matches_its_cpu_mirror_and_the_exact_reference" \
+    tests/operators/test_projector_cuda.py::test_structured_equals_general \
+    tests/operators/test_projector_cuda.py::test_gpu_equals_cpu 2>&1 | tail -6 | tee "$OUT/memcheck.txt"
   echo "memcheck exit: ${PIPESTATUS[0]}" | tee -a "$OUT/memcheck.txt"
 fi
 
