@@ -16,6 +16,7 @@ from ._module import load_module
 BLOCK = 256             # threads per block, general path (one thread per ray)
 STRUCTURED_BLOCK = 128  # threads (detector rows) per block, structured path
 SHARED_LIMIT = 48 * 1024  # dynamic shared memory without opting in
+MAX_GRID_Y = 65535
 
 
 def view_parameters(geometry) -> tuple[int, np.ndarray]:
@@ -135,6 +136,18 @@ class CudaRaytracer:
         nz, ny, nx = self.grid3
         return np.int32(nx), np.int32(ny), np.int32(nz)
 
+    def _structured(self, name: str, volT, proj):
+        """Launch a structured kernel: one block per (column, view), in passes of
+        at most 65535 views (the grid's y limit)."""
+        nx, ny, nz = self._scalars()
+        kernel = self._kernel(name)
+        n_views = self.params_host.shape[0]
+        for v0 in range(0, n_views, MAX_GRID_Y):
+            v1 = min(n_views, v0 + MAX_GRID_Y)
+            kernel((self.n_cols, v1 - v0), (STRUCTURED_BLOCK,),
+                   (volT, proj[v0:v1], nx, ny, nz, self.params[v0:v1], self.g, np.int32(self.n_rows),
+                    np.int32(self.n_cols)), shared_mem=self.shared_bytes)
+
     def forward(self, vol, out):
         """``out`` (n_views, n_rows, n_cols) = A ``vol`` (nz, ny, nx); both C-contiguous CuPy arrays."""
         import cupy
@@ -142,10 +155,7 @@ class CudaRaytracer:
         nx, ny, nz = self._scalars()
         if self.structured:
             volT = cupy.ascontiguousarray(vol.transpose(1, 2, 0))   # (ny, nx, nz): z fastest
-            self._kernel("structured_siddon_forward")(
-                (self.n_cols, n_views), (STRUCTURED_BLOCK,),
-                (volT, out, nx, ny, nz, self.params, self.g, np.int32(self.n_rows), np.int32(self.n_cols)),
-                shared_mem=self.shared_bytes)
+            self._structured("structured_siddon_forward", volT, out)
             return out
         n = n_views * self.n_rows * self.n_cols
         self._kernel(f"{self.model}_forward")(
@@ -161,10 +171,7 @@ class CudaRaytracer:
         nx, ny, nz = self._scalars()
         if self.structured:
             volT = cupy.zeros((int(ny), int(nx), int(nz)), self.dtype)
-            self._kernel("structured_siddon_adjoint")(
-                (self.n_cols, n_views), (STRUCTURED_BLOCK,),
-                (volT, proj, nx, ny, nz, self.params, self.g, np.int32(self.n_rows), np.int32(self.n_cols)),
-                shared_mem=self.shared_bytes)
+            self._structured("structured_siddon_adjoint", volT, proj)
             out[...] = volT.transpose(2, 0, 1)
             return out
         out.fill(0)
