@@ -135,6 +135,16 @@ class Projector:
     z) triples per detector pixel, 48 bytes) are built once here. ``A.T``
     allocates one private volume per thread (``n_buffers``) and sums them:
     no atomics, deterministic for a given thread count.
+
+    CUDA (``leveret.cuda.raytrace``): no ray tables; each view's rays are
+    rebuilt on the GPU from 12 float64 numbers with the same float64
+    operations as the CPU's tables (bit-identical rays) and traced with the
+    CPU's float64 arithmetic. The general path runs one thread per ray; its
+    ``A.T`` adds into the output volume with atomicAdd (no extra memory; the
+    order of the additions, hence the last bits, varies between runs).
+    Paper 003's structured path (cone-beam Siddon, circular scans without
+    detector tilt, ``structured``) takes one extra volume, a z-fastest copy,
+    in ``A`` and in ``A.T``.
     """
 
     def __init__(self, geometry, volume: VolumeGeometry, *, model: str = "siddon",
