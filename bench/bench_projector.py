@@ -58,6 +58,9 @@ Targets (issue 5): forward <= 150 ms Joseph, <= 250 ms Siddon, back <= 150 ms,
 SIRT <= 300 ms, CGLS <= 320 ms, RabbitCT forward <= 400 ms. ASTRA 2.5.0 on
 H200 (issue): FP 235 ms, BP 207 ms, SIRT 484 ms, CGLS 541 ms, RabbitCT FP 699 ms.
 
+The table's rate column is GU/s: views x voxels / time / 1e9, as in the
+other benchmarks (not rays per second).
+
 Usage (from bench/, PYTHONPATH=../src):
   python3 bench_projector.py [--size 512] [--views 720] [--no-astra] [--no-rabbitct] [--cpu] [--out FILE]
 """
@@ -102,7 +105,7 @@ def bench_leveret(g, vol, label: str, *, iterations: bool, k: int = 2):
     x = rng.random(vol.shape, dtype=cp.float32)
     y = cp.empty(g.projection_shape, cp.float32)
     back = cp.empty(vol.shape, cp.float32)
-    rays = int(np.prod(g.projection_shape))
+    rays = g.projection_shape[0] * vol.size     # GU/s column: voxel updates (views x voxels) / s
     for model, structured, note in [("joseph", False, "general path, float64 traversal"),
                                     ("siddon", False, "general path, float64 traversal"),
                                     ("siddon", True, "paper 003 structured path")]:
@@ -143,7 +146,7 @@ def bench_astra(g, vol, label: str, pixel: float, *, iterations: bool, k: int = 
     vg = astra.create_vol_geom(ny, nx, nz, x0, x1, y0, y1, z0, z1)
     n_views, n_rows, n_cols = g.projection_shape
     pg = astra.create_proj_geom("cone_vec", n_rows, n_cols, g.to_astra_vectors(pixel_size=pixel))
-    rays = n_views * n_rows * n_cols
+    rays = n_views * vol.size                   # voxel updates, as for leveret
     proj_shape = (n_rows, n_views, n_cols)
     vol_d = cp.random.random(vol.shape, dtype=cp.float32)
     proj_d = cp.zeros(proj_shape, cp.float32)
@@ -182,7 +185,7 @@ def bench_cpu(n_angles: int = 720, size: int = 512):
     vol = leveret.VolumeGeometry((size, size))
     x = np.random.default_rng(0).random(vol.shape, dtype=np.float32)
     y = np.random.default_rng(1).random(g.projection_shape, dtype=np.float32)
-    rays = n_angles * n_det
+    rays = n_angles * vol.size
     label = f"CPU 2D {size}^2, {n_angles} x {n_det}"
     for model in ("siddon", "joseph"):
         A = leveret.Projector(g, vol, model=model, backend="cpu")
