@@ -52,8 +52,9 @@ bit for bit), so the arithmetic runs on the FP64 units: H100 SXM ~34 TFLOP/s
   720 x 512^2 arrays (~4 GB traffic, ~2 ms): forward + back.
 - CGLS iteration = forward + back + 2 norms and 3 axpys (~3 ms).
 - RabbitCT forward, 496 x 960 x 1248 = 5.9e8 rays, each ~1.1 x 512 voxels in
-  the 512^3 grid -> 3.1x P1's rays: Joseph ~0.8-1.2 s, Siddon structured
-  0.5-0.8 s (predicted to miss the 400 ms target in FP64).
+  the 512^3 grid -> 3.1x P1's rays: Joseph ~0.8-1.2 s; Siddon structured
+  5.9e8 x ~600 segments x ~20 FP64 ops = 7e12 ops, 0.2 s at FP64 peak ->
+  0.3-0.5 s (at or above the 400 ms target in FP64).
 Targets (issue 5): forward <= 150 ms Joseph, <= 250 ms Siddon, back <= 150 ms,
 SIRT <= 300 ms, CGLS <= 320 ms, RabbitCT forward <= 400 ms. ASTRA 2.5.0 on
 H200 (issue): FP 235 ms, BP 207 ms, SIRT 484 ms, CGLS 541 ms, RabbitCT FP 699 ms.
