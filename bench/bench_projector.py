@@ -48,6 +48,13 @@ bit for bit), so the arithmetic runs on the FP64 units: H100 SXM ~34 TFLOP/s
   chip) bounds it: predicted 1-2 s. General Siddon and Joseph back: the same
   count, uncoalesced: 2-5 s. Targets (<= 150 ms) need a gather transpose
   (phase 2), not atomics.
+- Structured back-projection as a gather (voxel-driven: per voxel column
+  (i, j), 8 z voxels per thread, per view ~3 candidate detector columns,
+  each with its exact xy segment through the cell, then ~10 candidate rows
+  with the forward's z split, all in FP64 with ~10 divisions per row): about
+  3000 FP64 instructions per (view, thread) x 720 x 512^3 / 8 threads =
+  1e14 -> predicted 1.5-3 s: deterministic and atomic-free, but not faster
+  until the per-row work is shared (phase 2).
 - SIRT iteration = forward + back + 4 elementwise passes over 512^3 and
   720 x 512^2 arrays (~4 GB traffic, ~2 ms): forward + back.
 - CGLS iteration = forward + back + 2 norms and 3 axpys (~3 ms).
@@ -123,6 +130,11 @@ def bench_leveret(g, vol, label: str, *, iterations: bool, k: int = 2):
         yr = rng.random(g.projection_shape, dtype=cp.float32)
         t = median_time(lambda: A.T(yr, out=back), reps=2, sync=sync)
         record(f"{label} back {tag}", t, rays, note=note + ", atomicAdd")
+        if A.structured:
+            A._gpu.transpose = "gather"
+            t = median_time(lambda: A.T(yr, out=back), reps=2, sync=sync)
+            record(f"{label} back {tag} gather", t, rays, note="voxel-driven gather, no atomics")
+            A._gpu.transpose = "atomic"
         b = A(x)
         t = _iteration_time(lambda n: leveret.sirt(b, A, n), k, sync)
         record(f"{label} SIRT iteration {tag}", t, rays, note=note)

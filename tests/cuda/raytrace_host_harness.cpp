@@ -51,3 +51,18 @@ extern "C" void run_structured(int adj, double* volT, double* proj, int nx, int 
         else structured_siddon_forward_f64(volT, proj, nx, ny, nz, params, g, n_rows, n_cols);
     }
 }
+extern "C" void run_gather(double* vol, const double* proj, int nx, int ny, int nz, const double* params,
+                           const double* g, int n_views, int n_rows, int n_cols)
+{
+    blockDim.x = 16; blockDim.y = 8; blockDim.z = 1;
+    const int K = LEVERET_RT_K;
+    for (int bz = 0; bz < (nz + K - 1) / K; ++bz)
+        for (int by = 0; by < (ny + 7) / 8; ++by)
+            for (int bx = 0; bx < (nx + 15) / 16; ++bx)
+                for (int ty = 0; ty < 8; ++ty)
+                    for (int tx = 0; tx < 16; ++tx) {
+                        blockIdx.x = bx; blockIdx.y = by; blockIdx.z = bz;
+                        threadIdx.x = tx; threadIdx.y = ty;
+                        structured_siddon_gather_f64(vol, proj, nx, ny, nz, params, g, n_views, n_rows, n_cols);
+                    }
+}

@@ -81,3 +81,7 @@ def test_host_build_equals_numba(lib, name, model, rng):
         lib.run_structured(1, _ptr(backT), _ptr(y), nx, ny, nz, _ptr(params), _ptr(g), shape[0], n_rows, n_cols)
         np.testing.assert_allclose(backT.transpose(2, 0, 1), ref_back, rtol=0,
                                    atol=1e-12 * np.abs(ref_back).max())
+        # the gather form of the same transpose (voxel-driven, no atomics)
+        gathered = np.full(volume.shape, np.nan)
+        lib.run_gather(_ptr(gathered), _ptr(y), nx, ny, nz, _ptr(params), _ptr(g), shape[0], n_rows, n_cols)
+        np.testing.assert_allclose(gathered, ref_back, rtol=0, atol=1e-12 * np.abs(ref_back).max())

@@ -240,6 +240,13 @@ def test_structured_equals_general(name, precision, rng):
     lhs = float(cp.vdot(out.astype(cp.float64), y.astype(cp.float64)))
     rhs = float(cp.vdot(x.astype(cp.float64), back.astype(cp.float64)))
     assert abs(lhs - rhs) <= GPU_TOL[precision] * abs(lhs)
+    # the voxel-driven (gather) form of the same transpose: no atomics, deterministic
+    S._gpu.transpose = "gather"
+    gathered = cp.full(volume.shape, np.nan, precision)
+    S.T(y, out=gathered)
+    _close(gathered, cp.asnumpy(G.T(y)), GPU_TOL[precision])
+    again = S.T(y)
+    assert bool((again == gathered).all())
 
 
 @pytest.mark.gpu

@@ -256,6 +256,101 @@ __device__ __forceinline__ int rank_in(const double* a, int n, double x)
     return lo;
 }
 
+// What the structured kernels share, written with explicitly rounded operations
+// (no FMA contraction) so that the ray-driven kernels and the voxel-driven
+// gather compute bit-identical crossing parameters and weights.
+
+// The xy line of detector column u of one view, in index units: a point
+// (px, py, pz) (the source) and the change (ax, ay) of (x, y) per unit of
+// horizontal length tau; [t_in, t_out): the part inside the grid's xy box
+// (tau >= 0: cone rays start at the source).
+struct ColumnLine {
+    double px, py, pz, ax, ay, t_in, t_out;
+    bool hit;
+};
+
+__device__ __forceinline__ ColumnLine column_line(const double* par, const double* g, double u, int nx, int ny)
+{
+    ColumnLine c;
+    // M^-1 (u, 0, 1): the launcher checked that M^-1's v column has no xy part.
+    const double qx = add(mul(par[3], u), par[5]);
+    const double qy = add(mul(par[6], u), par[8]);
+    const double qxy = __dsqrt_rn(add(mul(qx, qx), mul(qy, qy)));
+    c.ax = mul(__ddiv_rn(qx, qxy), g[5]);
+    c.ay = mul(__ddiv_rn(qy, qxy), g[6]);
+    c.px = mul(sub(par[0], g[2]), g[5]);
+    c.py = mul(sub(par[1], g[3]), g[6]);
+    c.pz = mul(sub(par[2], g[4]), g[7]);
+    c.t_in = 0.0;
+    c.t_out = d_inf();
+    c.hit = clip_axis(c.px, c.ax, nx, c.t_in, c.t_out) && clip_axis(c.py, c.ay, ny, c.t_in, c.t_out)
+            && c.t_in < c.t_out;
+    return c;
+}
+
+// tau of the line's crossing with face F (0..n) of one axis, clamped to [t_in, t_out].
+__device__ __forceinline__ double face_tau(int F, double p, double a, double t_in, double t_out)
+{
+    const double t = a == 0.0 ? (((double)F <= p) ? t_in : t_out) : __ddiv_rn(sub((double)F, p), a);
+    return fmin(fmax(t, t_in), t_out);
+}
+
+// The xy cell of the segment [ta, tb] (by its midpoint), clamped into the grid.
+__device__ __forceinline__ int segment_cell(const ColumnLine& c, double ta, double tb, int nx, int ny)
+{
+    const double mid = mul(0.5, add(ta, tb));
+    const int i = min(max((int)floor(add(c.px, mul(mid, c.ax))), 0), nx - 1);
+    const int j = min(max((int)floor(add(c.py, mul(mid, c.ay))), 0), ny - 1);
+    return j * nx + i;
+}
+
+// One detector row of the column: z slope mz (z index per unit tau), 3D length
+// L per unit tau, the tau range [zlo, zhi] inside the grid's z slab.
+struct RowLine {
+    double mz, L, zlo, zhi;
+    int step;
+};
+
+__device__ __forceinline__ RowLine row_line(const double* par, const double* g, double u, double v, double pz, int nz)
+{
+    RowLine r;
+    const double rx = add(add(mul(par[3], u), mul(par[4], v)), par[5]);
+    const double ry = add(add(mul(par[6], u), mul(par[7], v)), par[8]);
+    const double rz = add(add(mul(par[9], u), mul(par[10], v)), par[11]);
+    const double rxy2 = add(mul(rx, rx), mul(ry, ry));
+    const double rxy = __dsqrt_rn(rxy2);
+    r.L = __ddiv_rn(__dsqrt_rn(add(rxy2, mul(rz, rz))), rxy);
+    r.mz = mul(__ddiv_rn(rz, rxy), g[7]);
+    const double inf = d_inf();
+    if (r.mz > 0.0) { r.zlo = __ddiv_rn(-pz, r.mz); r.zhi = __ddiv_rn(sub((double)nz, pz), r.mz); }
+    else if (r.mz < 0.0) { r.zlo = __ddiv_rn(sub((double)nz, pz), r.mz); r.zhi = __ddiv_rn(-pz, r.mz); }
+    else if (0.0 <= pz && pz < (double)nz) { r.zlo = -inf; r.zhi = inf; }
+    else { r.zlo = inf; r.zhi = -inf; }
+    r.step = r.mz >= 0.0 ? 1 : -1;
+    return r;
+}
+
+// The (at most) two z voxels of xy segment [B0, B1] for one row and their
+// lengths: l1 in kz, l2 in kz2 (paper 003: with |dz| per xy step below one
+// voxel, no third voxel; zero lengths outside the grid, indices clamped).
+__device__ __forceinline__ void z_split(const RowLine& r, double pz, double B0, double B1, int nz,
+                                        int& kz, int& kz2, double& l1, double& l2)
+{
+    const double ta = fmax(B0, r.zlo);
+    const double tb = fmax(fmin(B1, r.zhi), ta);
+    const double za = add(pz, mul(ta, r.mz));
+    int k = r.mz >= 0.0 ? (int)floor(za) : (int)ceil(za) - 1;
+    k = min(max(k, 0), nz - 1);
+    // The z face this step may cross, clamped into the step.
+    const double tf = r.mz == 0.0 ? d_inf() : __ddiv_rn(sub((double)(k + (r.step > 0)), pz), r.mz);
+    const double tm = fmin(fmax(tf, ta), tb);
+    l1 = mul(sub(tm, ta), r.L);
+    l2 = mul(sub(tb, tm), r.L);
+    kz = k;
+    kz2 = min(max(k + r.step, 0), nz - 1);
+}
+
+// Ray-driven structured kernel (forward, or transpose with atomics).
 template <typename T, bool ADJ>
 __device__ void structured(T* volT, T* proj, int nx, int ny, int nz, const double* __restrict__ params,
                            const double* __restrict__ g, int n_rows, int n_cols)
@@ -268,96 +363,177 @@ __device__ void structured(T* volT, T* proj, int nx, int ny, int nz, const doubl
     const int col = blockIdx.x, view = blockIdx.y;
     const double* par = params + 12 * view;
     const double u = (double)col;
-    // xy direction of every row of this column (the launcher checked that
-    // M^-1's v column has no xy part): M^-1 (u, 0, 1).
-    const double qx = add(mul(par[3], u), par[5]);
-    const double qy = add(mul(par[6], u), par[8]);
-    const double qxy = sqrt(qx * qx + qy * qy);
-    const double ax = qx / qxy * g[5], ay = qy / qxy * g[6];
-    const double px = (par[0] - g[2]) * g[5], py = (par[1] - g[3]) * g[6];
-    const double pz = (par[2] - g[4]) * g[7];
-    double t_in = 0.0, t_out = d_inf();   // cone rays start at the source
-    const bool hit = clip_axis(px, ax, nx, t_in, t_out) && clip_axis(py, ay, ny, t_in, t_out) && t_in < t_out;
+    const ColumnLine c = column_line(par, g, u, nx, ny);
     const long long out0 = (long long)view * n_rows * n_cols + col;
-    if (!hit) {   // uniform over the block
+    if (!c.hit) {   // uniform over the block
         if (!ADJ)
             for (int row = threadIdx.x; row < n_rows; row += blockDim.x) proj[out0 + (long long)row * n_cols] = (T)0;
         return;
     }
     // Face crossings clamped to [t_in, t_out], in ascending order (faces walked
     // backwards when the ray runs towards lower indices).
-    for (int f = threadIdx.x; f <= nx; f += blockDim.x) {
-        double t;
-        if (ax == 0.0) t = ((double)f <= px) ? t_in : t_out;
-        else t = ((ax > 0.0 ? (double)f : (double)(nx - f)) - px) / ax;
-        X[f] = fmin(fmax(t, t_in), t_out);
-    }
-    for (int f = threadIdx.x; f <= ny; f += blockDim.x) {
-        double t;
-        if (ay == 0.0) t = ((double)f <= py) ? t_in : t_out;
-        else t = ((ay > 0.0 ? (double)f : (double)(ny - f)) - py) / ay;
-        Y[f] = fmin(fmax(t, t_in), t_out);
-    }
+    for (int f = threadIdx.x; f <= nx; f += blockDim.x)
+        X[f] = face_tau(c.ax >= 0.0 ? f : nx - f, c.px, c.ax, c.t_in, c.t_out);
+    for (int f = threadIdx.x; f <= ny; f += blockDim.x)
+        Y[f] = face_tau(c.ay >= 0.0 ? f : ny - f, c.py, c.ay, c.t_in, c.t_out);
     __syncthreads();
     // Stable merge: X before equal Y.
     for (int f = threadIdx.x; f <= nx; f += blockDim.x) B[f + rank_in<true>(Y, ny + 1, X[f])] = X[f];
     for (int f = threadIdx.x; f <= ny; f += blockDim.x) B[f + rank_in<false>(X, nx + 1, Y[f])] = Y[f];
     __syncthreads();
     const int n_seg = nx + ny + 1;
-    for (int k = threadIdx.x; k < n_seg; k += blockDim.x) {
-        const double mid = 0.5 * (B[k] + B[k + 1]);
-        const int i = min(max((int)floor(px + mid * ax), 0), nx - 1);
-        const int j = min(max((int)floor(py + mid * ay), 0), ny - 1);
-        cell[k] = j * nx + i;
-    }
+    for (int k = threadIdx.x; k < n_seg; k += blockDim.x) cell[k] = segment_cell(c, B[k], B[k + 1], nx, ny);
     __syncthreads();
-    const double inf = d_inf();
     for (int row = threadIdx.x; row < n_rows; row += blockDim.x) {
-        const double v = (double)row;
-        const double rx = add(add(mul(par[3], u), mul(par[4], v)), par[5]);
-        const double ry = add(add(mul(par[6], u), mul(par[7], v)), par[8]);
-        const double rz = add(add(mul(par[9], u), mul(par[10], v)), par[11]);
-        const double rxy = sqrt(rx * rx + ry * ry);
-        const double L = sqrt(rx * rx + ry * ry + rz * rz) / rxy;   // 3D length per unit tau
-        const double mz = rz / rxy * g[7];
-        double zlo, zhi;
-        if (mz > 0.0) { zlo = -pz / mz; zhi = ((double)nz - pz) / mz; }
-        else if (mz < 0.0) { zlo = ((double)nz - pz) / mz; zhi = -pz / mz; }
-        else if (0.0 <= pz && pz < (double)nz) { zlo = -inf; zhi = inf; }
-        else { zlo = inf; zhi = -inf; }
-        const int step = mz >= 0.0 ? 1 : -1;
+        const RowLine r = row_line(par, g, u, (double)row, c.pz, nz);
         const double value = ADJ ? (double)proj[out0 + (long long)row * n_cols] : 0.0;
         double acc = 0.0;
         if (!ADJ || value != 0.0) {
             // Only the segments that overlap this row's part of the ray inside
             // the grid, (max(t_in, zlo), min(t_out, zhi)); the others have
-            // zero weight (ta == tb below), so skipping them changes nothing.
-            // B is sorted: two binary searches give the range. Adjacent rows
-            // get nearly the same range, so the warp stays together.
-            const int k0 = max(rank_in<false>(B, n_seg + 1, fmax(B[0], zlo)) - 1, 0);
-            const int k1 = rank_in<true>(B, n_seg + 1, fmin(B[n_seg], zhi));
+            // zero weight (ta == tb in z_split), so skipping them changes
+            // nothing. B is sorted: two binary searches give the range.
+            // Adjacent rows get nearly the same range: the warp stays together.
+            const int k0 = max(rank_in<false>(B, n_seg + 1, fmax(B[0], r.zlo)) - 1, 0);
+            const int k1 = rank_in<true>(B, n_seg + 1, fmin(B[n_seg], r.zhi));
             for (int k = k0; k < k1; ++k) {
-                const double ta = fmax(B[k], zlo);
-                const double tb = fmax(fmin(B[k + 1], zhi), ta);
-                const double za = pz + ta * mz;
-                int kz = mz >= 0.0 ? (int)floor(za) : (int)ceil(za) - 1;
-                kz = min(max(kz, 0), nz - 1);
-                // The z face this step may cross, clamped into the step.
-                const double tf = mz == 0.0 ? inf : ((double)(kz + (step > 0)) - pz) / mz;
-                const double tm = fmin(fmax(tf, ta), tb);
-                const double l1 = (tm - ta) * L, l2 = (tb - tm) * L;
-                const int kz2 = min(max(kz + step, 0), nz - 1);
-                const long long c = (long long)cell[k] * nz;
+                int kz, kz2;
+                double l1, l2;
+                z_split(r, c.pz, B[k], B[k + 1], nz, kz, kz2, l1, l2);
+                const long long base = (long long)cell[k] * nz;
                 if (ADJ) {
-                    if (l1 > 0.0) atomicAdd(volT + c + kz, (T)(l1 * value));
-                    if (l2 > 0.0) atomicAdd(volT + c + kz2, (T)(l2 * value));
+                    if (l1 > 0.0) atomicAdd(volT + base + kz, (T)(l1 * value));
+                    if (l2 > 0.0) atomicAdd(volT + base + kz2, (T)(l2 * value));
                 } else {
-                    acc += l1 * (double)volT[c + kz] + l2 * (double)volT[c + kz2];
+                    acc += l1 * (double)volT[base + kz] + l2 * (double)volT[base + kz2];
                 }
             }
         }
         if (!ADJ) proj[out0 + (long long)row * n_cols] = (T)acc;
     }
+}
+
+// Voxel-driven (gather) form of the structured transpose: no atomics, each
+// volume value written once. Thread: voxel column (i, j), LEVERET_RT_K z voxels
+// from k0, sums in registers over all views. Per view it finds the detector
+// columns whose xy line can cross cell (i, j) (the cell's corners mapped to u,
+// padded by one), recomputes each column's segment through the cell exactly
+// as the ray-driven kernel's merged list has it (entry = max of the x and y
+// entry crossings, exit = min of the exits, the same clamped face parameters;
+// kept only if its midpoint gives this cell, as there), then for the rows that
+// can reach z in [k0, k0 + K] (padded by one) the same z_split as the forward:
+// the weights are the forward's, bit for bit, so this is its exact transpose.
+#ifndef LEVERET_RT_K
+#define LEVERET_RT_K 8
+#endif
+
+template <typename T>
+__device__ void structured_gather(T* vol, const T* __restrict__ proj, int nx, int ny, int nz,
+                                  const double* __restrict__ params, const double* __restrict__ g,
+                                  int n_views, int n_rows, int n_cols)
+{
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    const int j = blockIdx.y * blockDim.y + threadIdx.y;
+    const int k0 = blockIdx.z * LEVERET_RT_K;
+    if (i >= nx || j >= ny) return;
+    const int my_cell = j * nx + i;
+    double acc[LEVERET_RT_K];
+#pragma unroll
+    for (int q = 0; q < LEVERET_RT_K; ++q) acc[q] = 0.0;
+    // World corners of the cell.
+    const double x0 = add(g[2], __ddiv_rn((double)i, g[5])), x1 = add(g[2], __ddiv_rn((double)(i + 1), g[5]));
+    const double y0 = add(g[3], __ddiv_rn((double)j, g[6])), y1 = add(g[3], __ddiv_rn((double)(j + 1), g[6]));
+    for (int view = 0; view < n_views; ++view) {
+        const double* par = params + 12 * view;
+        const double* m = par + 3;   // M^-1, row major
+        // Column u whose vertical plane holds world point (x, y):
+        // u = (m12 dx - m02 dy) / (m00 dy - m10 dx), d = point - source.
+        // In front of the source the denominator has the sign of
+        // D0 = m00 m12 - m10 m02 (that of every column's own direction).
+        const double D0 = m[0] * m[5] - m[3] * m[2];
+        double umin = d_inf(), umax = -d_inf();
+        bool front = true;
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+            const double dx = (q & 1 ? x1 : x0) - par[0], dy = (q & 2 ? y1 : y0) - par[1];
+            const double den = m[0] * dy - m[3] * dx;
+            front = front && (den * D0 > 0.0);
+            const double uq = (m[5] * dx - m[2] * dy) / den;
+            umin = fmin(umin, uq);
+            umax = fmax(umax, uq);
+        }
+        int c0 = 0, c1 = n_cols - 1;
+        if (front) {
+            c0 = max(c0, (int)fmax(ceil(umin) - 1.0, -1.0));
+            c1 = min(c1, (int)fmin(floor(umax) + 1.0, (double)n_cols));
+        }
+        const T* pv = proj + (long long)view * n_rows * n_cols;
+        for (int col = c0; col <= c1; ++col) {
+            const double u = (double)col;
+            const ColumnLine c = column_line(par, g, u, nx, ny);
+            if (!c.hit) continue;
+            const int fx = c.ax >= 0.0 ? i : i + 1, fy = c.ay >= 0.0 ? j : j + 1;   // entry faces
+            const double xa = face_tau(fx, c.px, c.ax, c.t_in, c.t_out);
+            const double xb = face_tau(c.ax >= 0.0 ? i + 1 : i, c.px, c.ax, c.t_in, c.t_out);
+            const double ya = face_tau(fy, c.py, c.ay, c.t_in, c.t_out);
+            const double yb = face_tau(c.ay >= 0.0 ? j + 1 : j, c.py, c.ay, c.t_in, c.t_out);
+            // ax == 0: the x faces below px read t_in, those above t_out, in
+            // face order, so entry/exit are faces i/i+1 as for ax > 0.
+            const double B0 = fmax(xa, ya), B1 = fmin(xb, yb);
+            if (!(B1 > B0) || segment_cell(c, B0, B1, nx, ny) != my_cell) continue;
+            // Rows that can reach z in [k0, k0 + K] within the segment: z is
+            // affine in v at fixed tau; invert at both ends, pad by one row.
+            int r0 = 0, r1 = n_rows - 1;
+            const double m21 = par[10];
+            if (m21 != 0.0 && B0 > 0.0) {
+                const double qx = add(mul(par[3], u), par[5]), qy = add(mul(par[6], u), par[8]);
+                const double rxy = sqrt(qx * qx + qy * qy);
+                const double base = m[6] * u + m[8];
+                double vmin = d_inf(), vmax = -d_inf();
+#pragma unroll
+                for (int q = 0; q < 4; ++q) {
+                    const double tau = q & 1 ? B1 : B0;
+                    const double z = (double)(q & 2 ? k0 + LEVERET_RT_K : k0);
+                    const double vq = ((z - c.pz) / (tau * g[7]) * rxy - base) / m21;
+                    vmin = fmin(vmin, vq);
+                    vmax = fmax(vmax, vq);
+                }
+                r0 = max(r0, (int)fmax(floor(vmin) - 1.0, -1.0));
+                r1 = min(r1, (int)fmin(ceil(vmax) + 1.0, (double)n_rows));
+            }
+            for (int row = r0; row <= r1; ++row) {
+                const double value = (double)pv[(long long)row * n_cols + col];
+                const RowLine r = row_line(par, g, u, (double)row, c.pz, nz);
+                int kz, kz2;
+                double l1, l2;
+                z_split(r, c.pz, B0, B1, nz, kz, kz2, l1, l2);
+                const double w1 = l1 * value, w2 = l2 * value;
+#pragma unroll
+                for (int q = 0; q < LEVERET_RT_K; ++q) {
+                    acc[q] += (kz == k0 + q ? w1 : 0.0) + (kz2 == k0 + q ? w2 : 0.0);
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int q = 0; q < LEVERET_RT_K; ++q)
+        if (k0 + q < nz) vol[((long long)(k0 + q) * ny + j) * nx + i] = (T)acc[q];
+}
+
+extern "C" __global__ void structured_siddon_gather_f32(float* vol, const float* __restrict__ proj, int nx, int ny,
+                                                        int nz, const double* __restrict__ params,
+                                                        const double* __restrict__ g, int n_views, int n_rows,
+                                                        int n_cols)
+{
+    structured_gather<float>(vol, proj, nx, ny, nz, params, g, n_views, n_rows, n_cols);
+}
+
+extern "C" __global__ void structured_siddon_gather_f64(double* vol, const double* __restrict__ proj, int nx, int ny,
+                                                        int nz, const double* __restrict__ params,
+                                                        const double* __restrict__ g, int n_views, int n_rows,
+                                                        int n_cols)
+{
+    structured_gather<double>(vol, proj, nx, ny, nz, params, g, n_views, n_rows, n_cols);
 }
 
 #define STRUCTURED_KERNEL(NAME, T, ADJ)                                                                 \

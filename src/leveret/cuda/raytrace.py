@@ -17,6 +17,14 @@ BLOCK = 256             # threads per block, general path (one thread per ray)
 STRUCTURED_BLOCK = 128  # threads (detector rows) per block, structured path
 SHARED_LIMIT = 48 * 1024  # dynamic shared memory without opting in
 MAX_GRID_Y = 65535
+GATHER_BLOCK = (16, 8)  # threads over (x, y) voxel columns, structured gather transpose
+
+
+def gather_depth() -> int:
+    """z voxels per thread of the gather transpose: LEVERET_RT_K in raytrace.cu."""
+    import re
+    from ._module import kernel_source
+    return int(re.search(r"#define LEVERET_RT_K (\d+)", kernel_source("raytrace")).group(1))
 
 
 def view_parameters(geometry) -> tuple[int, np.ndarray]:
@@ -116,6 +124,12 @@ class CudaRaytracer:
                              f"ratio {self.ratio:.3g} must be <= 1, the geometry must be cone-beam "
                              f"Siddon without detector tilt, shared memory {shared} <= {SHARED_LIMIT} bytes)")
         self.structured = valid if structured == "auto" else bool(structured)
+        # How the structured path's transpose runs: "atomic" (ray-driven, the
+        # forward's traversal with atomicAdd) or "gather" (voxel-driven, each
+        # voxel recomputes the forward's weights of the rays that cross it:
+        # no atomics, deterministic). Both are the exact transpose; which is
+        # faster is for the benchmark (bench_projector.py measures both).
+        self.transpose = "atomic"
 
     @property
     def _suffix(self) -> str:
@@ -169,6 +183,13 @@ class CudaRaytracer:
         import cupy
         n_views = self.params_host.shape[0]
         nx, ny, nz = self._scalars()
+        if self.structured and self.transpose == "gather":
+            k = gather_depth()
+            self._kernel("structured_siddon_gather")(
+                (-(-int(nx) // GATHER_BLOCK[0]), -(-int(ny) // GATHER_BLOCK[1]), -(-int(nz) // k)), GATHER_BLOCK,
+                (out, proj, nx, ny, nz, self.params, self.g, np.int32(n_views), np.int32(self.n_rows),
+                 np.int32(self.n_cols)))
+            return out
         if self.structured:
             volT = cupy.zeros((int(ny), int(nx), int(nz)), self.dtype)
             self._structured("structured_siddon_adjoint", volT, proj)
