@@ -51,10 +51,12 @@ bit for bit), so the arithmetic runs on the FP64 units: H100 SXM ~34 TFLOP/s
 - Structured back-projection as a gather (voxel-driven: per voxel column
   (i, j), 8 z voxels per thread, per view ~3 candidate detector columns,
   each with its exact xy segment through the cell, then ~10 candidate rows
-  with the forward's z split, all in FP64 with ~10 divisions per row): about
-  3000 FP64 instructions per (view, thread) x 720 x 512^3 / 8 threads =
-  1e14 -> predicted 1.5-3 s: deterministic and atomic-free, but not faster
-  until the per-row work is shared (phase 2).
+  with the forward's z split; per row one FP64 division and one square
+  root, ~100 instructions; per column ~250): about 2000-2500 instructions
+  per (view, thread) x 720 views x 512^3 / 8 threads = 2.7e13 -> predicted
+  0.8-1.5 s: deterministic and atomic-free, near the atomic version; the
+  <= 150 ms target needs FP32 arithmetic with a justified error bound and
+  the per-row work shared across threads (phase 2).
 - SIRT iteration = forward + back + 4 elementwise passes over 512^3 and
   720 x 512^2 arrays (~4 GB traffic, ~2 ms): forward + back.
 - CGLS iteration = forward + back + 2 norms and 3 axpys (~3 ms).

@@ -266,6 +266,7 @@ __device__ __forceinline__ int rank_in(const double* a, int n, double x)
 // (tau >= 0: cone rays start at the source).
 struct ColumnLine {
     double px, py, pz, ax, ay, t_in, t_out;
+    double qxy2, inv_qxy;   // |xy part|^2 of M^-1 (u, 0, 1) and its inverse length
     bool hit;
 };
 
@@ -275,9 +276,10 @@ __device__ __forceinline__ ColumnLine column_line(const double* par, const doubl
     // M^-1 (u, 0, 1): the launcher checked that M^-1's v column has no xy part.
     const double qx = add(mul(par[3], u), par[5]);
     const double qy = add(mul(par[6], u), par[8]);
-    const double qxy = __dsqrt_rn(add(mul(qx, qx), mul(qy, qy)));
-    c.ax = mul(__ddiv_rn(qx, qxy), g[5]);
-    c.ay = mul(__ddiv_rn(qy, qxy), g[6]);
+    c.qxy2 = add(mul(qx, qx), mul(qy, qy));
+    c.inv_qxy = __ddiv_rn(1.0, __dsqrt_rn(c.qxy2));
+    c.ax = mul(mul(qx, c.inv_qxy), g[5]);
+    c.ay = mul(mul(qy, c.inv_qxy), g[6]);
     c.px = mul(sub(par[0], g[2]), g[5]);
     c.py = mul(sub(par[1], g[3]), g[6]);
     c.pz = mul(sub(par[2], g[4]), g[7]);
@@ -304,26 +306,27 @@ __device__ __forceinline__ int segment_cell(const ColumnLine& c, double ta, doub
     return j * nx + i;
 }
 
-// One detector row of the column: z slope mz (z index per unit tau), 3D length
-// L per unit tau, the tau range [zlo, zhi] inside the grid's z slab.
+// One detector row of the column: z slope mz (z index per unit tau), its
+// inverse, 3D length L per unit tau, the tau range [zlo, zhi] inside the
+// grid's z slab. The row's xy direction is the column's (the structured
+// path's assumption), so only the z component is per row: one division and
+// one square root.
 struct RowLine {
-    double mz, L, zlo, zhi;
+    double mz, inv_mz, L, zlo, zhi;
     int step;
 };
 
-__device__ __forceinline__ RowLine row_line(const double* par, const double* g, double u, double v, double pz, int nz)
+__device__ __forceinline__ RowLine row_line(const ColumnLine& c, const double* par, const double* g, double u,
+                                            double v, int nz)
 {
     RowLine r;
-    const double rx = add(add(mul(par[3], u), mul(par[4], v)), par[5]);
-    const double ry = add(add(mul(par[6], u), mul(par[7], v)), par[8]);
     const double rz = add(add(mul(par[9], u), mul(par[10], v)), par[11]);
-    const double rxy2 = add(mul(rx, rx), mul(ry, ry));
-    const double rxy = __dsqrt_rn(rxy2);
-    r.L = __ddiv_rn(__dsqrt_rn(add(rxy2, mul(rz, rz))), rxy);
-    r.mz = mul(__ddiv_rn(rz, rxy), g[7]);
-    const double inf = d_inf();
-    if (r.mz > 0.0) { r.zlo = __ddiv_rn(-pz, r.mz); r.zhi = __ddiv_rn(sub((double)nz, pz), r.mz); }
-    else if (r.mz < 0.0) { r.zlo = __ddiv_rn(sub((double)nz, pz), r.mz); r.zhi = __ddiv_rn(-pz, r.mz); }
+    r.L = mul(__dsqrt_rn(add(c.qxy2, mul(rz, rz))), c.inv_qxy);
+    r.mz = mul(mul(rz, c.inv_qxy), g[7]);
+    const double inf = d_inf(), pz = c.pz;
+    r.inv_mz = r.mz == 0.0 ? inf : __ddiv_rn(1.0, r.mz);
+    if (r.mz > 0.0) { r.zlo = mul(-pz, r.inv_mz); r.zhi = mul(sub((double)nz, pz), r.inv_mz); }
+    else if (r.mz < 0.0) { r.zlo = mul(sub((double)nz, pz), r.inv_mz); r.zhi = mul(-pz, r.inv_mz); }
     else if (0.0 <= pz && pz < (double)nz) { r.zlo = -inf; r.zhi = inf; }
     else { r.zlo = inf; r.zhi = -inf; }
     r.step = r.mz >= 0.0 ? 1 : -1;
@@ -342,7 +345,7 @@ __device__ __forceinline__ void z_split(const RowLine& r, double pz, double B0, 
     int k = r.mz >= 0.0 ? (int)floor(za) : (int)ceil(za) - 1;
     k = min(max(k, 0), nz - 1);
     // The z face this step may cross, clamped into the step.
-    const double tf = r.mz == 0.0 ? d_inf() : __ddiv_rn(sub((double)(k + (r.step > 0)), pz), r.mz);
+    const double tf = r.mz == 0.0 ? d_inf() : mul(sub((double)(k + (r.step > 0)), pz), r.inv_mz);
     const double tm = fmin(fmax(tf, ta), tb);
     l1 = mul(sub(tm, ta), r.L);
     l2 = mul(sub(tb, tm), r.L);
@@ -385,7 +388,7 @@ __device__ void structured(T* volT, T* proj, int nx, int ny, int nz, const doubl
     for (int k = threadIdx.x; k < n_seg; k += blockDim.x) cell[k] = segment_cell(c, B[k], B[k + 1], nx, ny);
     __syncthreads();
     for (int row = threadIdx.x; row < n_rows; row += blockDim.x) {
-        const RowLine r = row_line(par, g, u, (double)row, c.pz, nz);
+        const RowLine r = row_line(c, par, g, u, (double)row, nz);
         const double value = ADJ ? (double)proj[out0 + (long long)row * n_cols] : 0.0;
         double acc = 0.0;
         if (!ADJ || value != 0.0) {
@@ -503,7 +506,7 @@ __device__ void structured_gather(T* vol, const T* __restrict__ proj, int nx, in
             }
             for (int row = r0; row <= r1; ++row) {
                 const double value = (double)pv[(long long)row * n_cols + col];
-                const RowLine r = row_line(par, g, u, (double)row, c.pz, nz);
+                const RowLine r = row_line(c, par, g, u, (double)row, nz);
                 int kz, kz2;
                 double l1, l2;
                 z_split(r, c.pz, B0, B1, nz, kz, kz2, l1, l2);
