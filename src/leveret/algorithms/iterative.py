@@ -251,6 +251,7 @@ def os_sart(projections, projector, iterations, *, n_subsets=None, x0=None, rela
     xp = v.array_module(b)
     subsets = subset_order(projector.view_angles(), n_subsets)
     ops = [projector.subset(s) for s in subsets]
+    index = [xp.asarray(s) for s in subsets]   # view indices on the data's device
     R = _inverse(projector(xp.ones(projector.volume.shape, projector.dtype)))
 
     def column_weights(op):
@@ -263,7 +264,7 @@ def os_sart(projections, projector, iterations, *, n_subsets=None, x0=None, rela
     loop = _Loop("os_sart", iterations, b, tol, callback, progress)
     try:
         for k in range(1, iterations + 1):
-            for j, (s, op) in enumerate(zip(subsets, ops)):
+            for j, (s, op) in enumerate(zip(index, ops)):
                 r = op(x)
                 xp.subtract(b[s], r, out=r)
                 r *= R[s]
