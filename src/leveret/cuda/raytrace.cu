@@ -25,7 +25,12 @@
 //    the launcher checks this over the whole geometry) each xy step touches
 //    at most two z voxels, so the inner loop has no data-dependent branches.
 //    This path reads/writes a z-fastest copy of the volume, (ny, nx, nz), so
-//    adjacent threads (rows) touch adjacent z voxels: coalesced.
+//    adjacent threads (rows) touch adjacent z voxels: coalesced. Its
+//    transpose runs either ray-driven with atomicAdd or voxel-driven
+//    (structured_gather below: no atomics, the forward's weights bit for bit).
+//
+// tests/cuda/test_raytrace_host.py builds this file for the CPU (g++) and
+// checks every kernel against the Numba operators.
 //
 // Parameters per view (12 float64):
 //   parallel: cos t, sin t, centre (pixels, axis_shift included), 0...
