@@ -72,7 +72,7 @@ The table's rate column is GU/s: views x voxels / time / 1e9, as in the
 other benchmarks (not rays per second).
 
 Usage (from bench/, PYTHONPATH=../src):
-  python3 bench_projector.py [--size 512] [--views 720] [--no-astra] [--no-rabbitct] [--cpu] [--out FILE]
+  python3 bench_projector.py [--size 512] [--views 720] [--no-astra] [--no-rabbitct] [--no-paper] [--cpu] [--out FILE]
 """
 from __future__ import annotations
 
@@ -235,13 +235,14 @@ def main(argv=None):
     parser.add_argument("--views", type=int, default=720)
     parser.add_argument("--no-astra", action="store_true")
     parser.add_argument("--no-rabbitct", action="store_true")
+    parser.add_argument("--no-paper", action="store_true", help="skip paper 003's problem (P1)")
     parser.add_argument("--no-gpu", action="store_true")
     parser.add_argument("--cpu", action="store_true", help="add the 2D CPU table")
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
     meta = metadata(with_devices=not args.no_gpu)
     print_header()
-    if not args.no_gpu:
+    if not args.no_gpu and not args.no_paper:
         g, vol = paper_geometry(args.size, args.views)
         label = f"cone {args.size}^3, {args.views} x {args.size}^2"
         bench_leveret(g, vol, label, iterations=True)
