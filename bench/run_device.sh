@@ -3,7 +3,7 @@
 # Run from the repository root with .peers (ASTRA) and .shared (the real scan)
 # carried; results land in $OUT (at most 8 files come back). Switches:
 # SANITIZE=0 skips compute-sanitizer, FBP=0 / CONE=0 skip a benchmark, RABBITCT=1 adds one,
-# BENCH_ARGS replaces bench_fbp.py's arguments.
+# BENCH_ARGS replaces bench_fbp.py's arguments; PROJECTOR=1 adds bench_projector.py (issue 5).
 set -uo pipefail
 export PYTHONPATH=$PWD/src PYTHONUNBUFFERED=1 LEVERET_SHARED=$PWD/.shared
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -17,7 +17,9 @@ if [ "${SANITIZE:-1}" = 1 ]; then
   compute-sanitizer --tool memcheck --error-exitcode 9 python3 -m pytest -m gpu -q -p no:cacheprovider \
     "tests/operators/test_parallel_backprojection.py::test_cuda_matches_cpu_texture_mode" \
     tests/algorithms/test_fbp_cuda.py::test_cupy_in_cupy_out_equals_cpu \
-    "tests/operators/test_cone_backprojection.py::test_cuda_matches_its_cpu_mirror_and_the_exact_reference" 2>&1 | tail -6 | tee "$OUT/memcheck.txt"
+    "tests/operators/test_cone_backprojection.py::test_cuda_matches_its_cpu_mirror_and_the_exact_reference" \
+    tests/operators/test_projector_cuda.py::test_structured_equals_general \
+    tests/operators/test_projector_cuda.py::test_gpu_equals_cpu 2>&1 | tail -6 | tee "$OUT/memcheck.txt"
   echo "memcheck exit: ${PIPESTATUS[0]}" | tee -a "$OUT/memcheck.txt"
 fi
 
@@ -38,4 +40,7 @@ if [ "${CONE:-1}" = 1 ]; then
 fi
 if [ "${RABBITCT:-0}" = 1 ]; then
   (cd bench && python3 bench_rabbitct.py --out "$OUT/bench_rabbitct.json") 2>&1 | tee "$OUT/bench_rabbitct.txt"
+fi
+if [ "${PROJECTOR:-0}" = 1 ]; then
+  (cd bench && python3 bench_projector.py --out "$OUT/bench_projector.json") 2>&1 | tee "$OUT/bench_projector.txt"
 fi

@@ -16,6 +16,9 @@ Every method takes
   returns True stops the iterations,
 - ``progress``: a tqdm progress bar on stderr.
 
+NumPy in, NumPy out; CuPy projections (with a ``backend="cuda"`` projector)
+keep every array on the GPU.
+
 Memory, besides the projections ``b`` and the volume ``x`` returned: ``sirt``
 2 projection-sized and 2 volume-sized arrays; ``os_sart`` 2 projection-sized
 (the ray weights and a residual of one subset) and 2 volume-sized arrays, plus
@@ -37,23 +40,28 @@ def _setup(projections, projector, iterations, x0, bounds):
             and hasattr(projector, "projection_shape")):
         raise ValueError(f"projector: expected a leveret.Projector, got {type(projector).__name__}")
     iterations = v.positive_int("iterations", iterations)
-    if v.array_module(projections) is not np:
-        raise ValueError("projections: the iterative methods take NumPy arrays for now, got a CuPy array")
-    b = np.asarray(projections)
+    xp = v.array_module(projections)
+    if xp is not np and getattr(projector, "backend", "cpu") != "cuda":
+        raise ValueError("projections: a CuPy array needs a projector with backend='cuda', "
+                         "got a CPU projector")
+    b = xp.asarray(projections)
     if b.shape != tuple(projector.projection_shape):
         raise ValueError(f"projections: expected shape {tuple(projector.projection_shape)} "
                          f"(the projector's geometry), got {b.shape}")
     v.check_finite_array("projections", b)
-    b = np.ascontiguousarray(b, dtype=projector.dtype)
+    b = xp.ascontiguousarray(b, dtype=projector.dtype)
     if x0 is None:
-        x = np.zeros(projector.volume.shape, projector.dtype)
+        x = xp.zeros(projector.volume.shape, projector.dtype)
     else:
-        x0 = np.asarray(x0)
+        if v.array_module(x0) is not xp:
+            raise ValueError(f"x0: expected a {xp.__name__} array like the projections, "
+                             f"got {type(x0).__module__}.{type(x0).__name__}")
+        x0 = xp.asarray(x0)
         if x0.shape != tuple(projector.volume.shape):
             raise ValueError(f"x0: expected the projector's volume shape {tuple(projector.volume.shape)}, "
                              f"got {x0.shape}")
         v.check_finite_array("x0", x0)
-        x = np.array(x0, dtype=projector.dtype, order="C")
+        x = xp.array(x0, dtype=projector.dtype, order="C")
     lo, hi = -np.inf, np.inf
     if bounds is not None:
         if np.ndim(bounds) != 1 or len(bounds) != 2:
@@ -85,14 +93,14 @@ def _bounds(nonnegative, bounds):
 def _clip(x, bounds):
     lo, hi = bounds
     if lo > -np.inf or hi < np.inf:
-        np.clip(x, lo, hi, out=x)
+        v.array_module(x).clip(x, lo, hi, out=x)
 
 
 def _inverse(a):
     """1/a where a > 0, else 0 (rays that miss the volume, voxels no ray sees)."""
-    out = np.zeros_like(a)
-    np.divide(1.0, a, out=out, where=a > 0)
-    return out
+    xp = v.array_module(a)
+    positive = a > 0
+    return xp.where(positive, 1.0 / xp.where(positive, a, 1), 0).astype(a.dtype, copy=False)
 
 
 class _Loop:
@@ -100,7 +108,7 @@ class _Loop:
 
     def __init__(self, name, iterations, b, tol, callback, progress):
         from tqdm.auto import tqdm
-        self.norm_b = float(np.linalg.norm(b.ravel().astype(np.float64))) or 1.0
+        self.norm_b = _norm(b) or 1.0
         self.tol = None if tol is None else v.positive_float("tol", tol)
         if callback is not None and not callable(callback):
             raise ValueError(f"callback: expected a callable (x, info), got {type(callback).__name__}")
@@ -124,7 +132,8 @@ class _Loop:
 
 
 def _norm(a) -> float:
-    return float(np.linalg.norm(a.ravel().astype(np.float64, copy=False)))
+    xp = v.array_module(a)
+    return float(xp.linalg.norm(a.ravel().astype(xp.float64, copy=False)))
 
 
 def sirt(projections, projector, iterations, *, x0=None, relaxation=1.0, nonnegative=False,
@@ -160,8 +169,9 @@ def sirt(projections, projector, iterations, *, x0=None, relaxation=1.0, nonnega
     """
     b, x, iterations, box = _setup(projections, projector, iterations, x0, _bounds(nonnegative, bounds))
     relaxation = _relaxation(relaxation)
-    R = _inverse(projector(np.ones(projector.volume.shape, projector.dtype)))
-    C = _inverse(projector.T(np.ones(projector.projection_shape, projector.dtype)))
+    xp = v.array_module(b)
+    R = _inverse(projector(xp.ones(projector.volume.shape, projector.dtype)))
+    C = _inverse(projector.T(xp.ones(projector.projection_shape, projector.dtype)))
     C *= relaxation
     _clip(x, box)
     loop = _Loop("sirt", iterations, b, tol, callback, progress)
@@ -174,7 +184,7 @@ def sirt(projections, projector, iterations, *, x0=None, relaxation=1.0, nonnega
             x += update
             _clip(x, box)
             r = projector(x, out=r)
-            np.subtract(b, r, out=r)
+            xp.subtract(b, r, out=r)
             if loop.step(k, x, _norm(r)):
                 break
     finally:
@@ -238,12 +248,14 @@ def os_sart(projections, projector, iterations, *, n_subsets=None, x0=None, rela
     n_subsets = v.positive_int("n_subsets", n_subsets)
     if n_subsets > n_views:
         raise ValueError(f"n_subsets: expected at most the number of views ({n_views}), got {n_subsets}")
+    xp = v.array_module(b)
     subsets = subset_order(projector.view_angles(), n_subsets)
     ops = [projector.subset(s) for s in subsets]
-    R = _inverse(projector(np.ones(projector.volume.shape, projector.dtype)))
+    index = [xp.asarray(s) for s in subsets]   # view indices on the data's device
+    R = _inverse(projector(xp.ones(projector.volume.shape, projector.dtype)))
 
     def column_weights(op):
-        c = _inverse(op.T(np.ones(op.projection_shape, projector.dtype)))
+        c = _inverse(op.T(xp.ones(op.projection_shape, projector.dtype)))
         c *= relaxation
         return c
 
@@ -252,9 +264,9 @@ def os_sart(projections, projector, iterations, *, n_subsets=None, x0=None, rela
     loop = _Loop("os_sart", iterations, b, tol, callback, progress)
     try:
         for k in range(1, iterations + 1):
-            for j, (s, op) in enumerate(zip(subsets, ops)):
+            for j, (s, op) in enumerate(zip(index, ops)):
                 r = op(x)
-                np.subtract(b[s], r, out=r)
+                xp.subtract(b[s], r, out=r)
                 r *= R[s]
                 update = op.T(r)
                 update *= C[j] if C is not None else column_weights(op)

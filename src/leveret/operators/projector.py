@@ -40,9 +40,24 @@ def parallel_rays(geometry: ParallelGeometry) -> tuple[np.ndarray, np.ndarray]:
 
 
 def cone_rays(geometry: ConeGeometry) -> tuple[np.ndarray, np.ndarray]:
-    """Rays from each view's source through every pixel centre (``pixel_rays``),
-    flattened in projection order ``(n_views, n_rows, n_cols)``."""
-    sources, directions = geometry.pixel_rays()
+    """Rays from each view's source through every pixel centre, flattened in
+    projection order ``(n_views, n_rows, n_cols)``.
+
+    The same rays as ``ConeGeometry.pixel_rays`` (directions ``M^-1 (u, v, 1)``,
+    normalised, ``M = P[:, :3]``), but computed element by element in a fixed
+    order of float64 operations, ``(m0 u + m1 v) + m2`` and
+    ``sqrt((x x + y y) + z z)``, which the GPU kernels repeat exactly
+    (``leveret.cuda.raytrace``): both backends then trace bit-identical rays
+    (einsum's summation order is not specified).
+    """
+    P = geometry.matrices if geometry.matrices.ndim == 3 else geometry.matrices[None]
+    minv = np.linalg.inv(P[:, :, :3])[:, None, None, :, :]          # (n, 1, 1, 3, 3)
+    u = np.arange(geometry.n_cols, dtype=np.float64)[None, None, :]
+    v = np.arange(geometry.n_rows, dtype=np.float64)[None, :, None]
+    d = [minv[..., i, 0] * u + minv[..., i, 1] * v + minv[..., i, 2] for i in range(3)]
+    norm = np.sqrt(d[0] * d[0] + d[1] * d[1] + d[2] * d[2])
+    directions = np.stack([d[i] / norm for i in range(3)], axis=-1)
+    sources = geometry.source_positions()[:, None, None, :]
     origins = np.broadcast_to(sources, directions.shape)
     return np.ascontiguousarray(origins.reshape(-1, 3)), np.ascontiguousarray(directions.reshape(-1, 3))
 
@@ -90,8 +105,14 @@ class Projector:
         length between two planes (``voxel_size / |cos|``); a volume of ones
         then projects to the chord length, up to half a voxel at each end.
     backend : {"auto", "cpu", "cuda"}
-        Only the CPU kernels exist yet: "auto" runs on the CPU, "cuda" raises
-        a RuntimeError.
+        "cuda": ``leveret.cuda.raytrace`` (NumPy or CuPy in, the same kind
+        out; a RuntimeError where there is no GPU); "cpu": Numba (NumPy
+        only); "auto": CUDA when CuPy finds a GPU, else the CPU.
+    structured : {"auto", True, False}
+        CUDA cone-beam Siddon only: paper 003's structure-exploiting path
+        (xy path shared by the rows of a detector column). "auto" takes it
+        when :func:`leveret.cuda.raytrace.structured_ratio` shows it is valid;
+        True requires it (ValueError if not valid); False never.
     precision : {"float32", "float64"}
         dtype of the arrays ``A`` and ``A.T`` return (inputs are converted).
         Geometry is always computed in float64.
@@ -114,10 +135,21 @@ class Projector:
     z) triples per detector pixel, 48 bytes) are built once here. ``A.T``
     allocates one private volume per thread (``n_buffers``) and sums them:
     no atomics, deterministic for a given thread count.
+
+    CUDA (``leveret.cuda.raytrace``): no ray tables; each view's rays are
+    rebuilt on the GPU from 12 float64 numbers with the same float64
+    operations as the CPU's tables (bit-identical rays) and traced with the
+    CPU's float64 arithmetic. The general path runs one thread per ray; its
+    ``A.T`` adds into the output volume with atomicAdd (no extra memory; the
+    order of the additions, hence the last bits, varies between runs).
+    Paper 003's structured path (cone-beam Siddon, circular scans without
+    detector tilt, ``structured``) takes one extra volume, a z-fastest copy,
+    in ``A`` and in ``A.T``.
     """
 
     def __init__(self, geometry, volume: VolumeGeometry, *, model: str = "siddon",
-                 backend: str = "auto", precision: str = "float32", n_buffers: int | None = None):
+                 backend: str = "auto", precision: str = "float32", n_buffers: int | None = None,
+                 structured="auto"):
         if not isinstance(volume, VolumeGeometry):
             raise ValueError(f"volume: expected a VolumeGeometry, got {type(volume).__name__}")
         if isinstance(geometry, ParallelGeometry):
@@ -125,30 +157,30 @@ class Projector:
                 want = "2D (ny, nx)" if geometry.is_2d else "3D (nz, ny, nx)"
                 raise ValueError(f"volume: a {'2D' if geometry.is_2d else '3D'} parallel geometry "
                                  f"needs a {want} VolumeGeometry, got shape {volume.shape}")
-            origins, directions = parallel_rays(geometry)
+            make_rays = parallel_rays
             self._t_start = -np.inf
         elif isinstance(geometry, ConeGeometry):
             if volume.is_2d:
                 raise ValueError(f"volume: a ConeGeometry needs a 3D VolumeGeometry, got shape {volume.shape}")
-            origins, directions = cone_rays(geometry)
+            make_rays = cone_rays
             self._t_start = 0.0
         else:
             raise ValueError(f"geometry: expected a ParallelGeometry or ConeGeometry, "
                              f"got {type(geometry).__name__}")
         self.model = v.choice("model", model, MODELS)
         self.dtype = np.dtype(v.choice("precision", precision, PRECISIONS))
-        backend = v.choice("backend", backend, ("auto", "cuda", "cpu"))
-        if backend == "cuda":
-            resolve("cuda")  # a clear RuntimeError where there is no GPU
-            raise RuntimeError("backend='cuda': the GPU ray-tracing kernels are not written yet; "
-                               "use backend='cpu'")
-        self.backend = "cpu"
+        if structured not in ("auto", True, False):
+            raise ValueError(f"structured: expected 'auto', True or False, got {structured!r}")
+        self.backend = resolve(v.choice("backend", backend, ("auto", "cuda", "cpu")))
+        if structured is True and self.backend != "cuda":
+            raise ValueError("structured: True needs backend='cuda' (paper 003's path is a GPU kernel)")
         self.geometry = geometry
         self.volume = volume
         self.projection_shape = tuple(geometry.projection_shape)
         self._views = np.arange(self.projection_shape[0])
-        self._origins = origins
-        self._directions = directions
+        # The CPU's ray tables (48 bytes per detector pixel); the GPU rebuilds rays from
+        # per-view parameters instead.
+        self._origins, self._directions = make_rays(geometry) if self.backend == "cpu" else (None, None)
         # The grid as the kernel sees it: always (x, y, z); a 2D image is one
         # slice spanning z in [-0.5, 0.5).
         if volume.is_2d:
@@ -162,7 +194,17 @@ class Projector:
         self._grid3 = volume.shape if not volume.is_2d else (1,) + volume.shape
         self.n_buffers = (numba.get_num_threads() if n_buffers is None
                           else v.positive_int("n_buffers", n_buffers))
+        self._gpu = None
+        if self.backend == "cuda":
+            from ..cuda.raytrace import CudaRaytracer
+            self._gpu = CudaRaytracer(geometry, self._grid3, self._offset, self._scale, self.model,
+                                      self.dtype, structured=structured)
         self.T = _Transpose(self)
+
+    @property
+    def structured(self) -> bool:
+        """Whether ``A`` and ``A.T`` run paper 003's structured cone path (CUDA only)."""
+        return bool(self._gpu is not None and self._gpu.structured)
 
     # -- metadata ------------------------------------------------------------------
     @property
@@ -194,51 +236,74 @@ class Projector:
         rows = (views[:, None] * per_view + np.arange(per_view)[None, :]).ravel()
         sub = object.__new__(Projector)
         sub.__dict__.update(self.__dict__)
-        sub._origins = np.ascontiguousarray(self._origins[rows])
-        sub._directions = np.ascontiguousarray(self._directions[rows])
+        if self._origins is not None:
+            sub._origins = np.ascontiguousarray(self._origins[rows])
+            sub._directions = np.ascontiguousarray(self._directions[rows])
         sub._views = self._views[views]
+        if self._gpu is not None:
+            sub._gpu = self._gpu.subset(views)
         sub.projection_shape = (views.size,) + self.projection_shape[1:]
         sub.T = _Transpose(sub)
         return sub
 
     # -- application ------------------------------------------------------------------
-    def _input(self, name: str, arr, shape) -> np.ndarray:
-        if v.array_module(arr) is not np:
+    def _input(self, name: str, arr, shape):
+        xp = v.array_module(arr)
+        if xp is not np and self.backend == "cpu":
             raise ValueError(f"{name}: the CPU projector takes NumPy arrays, got {type(arr).__module__}."
-                             f"{type(arr).__name__} (CUDA kernels are not written yet)")
-        arr = np.asarray(arr)
+                             f"{type(arr).__name__} (use backend='cuda' for CuPy arrays)")
+        if self.backend == "cuda":
+            import cupy as xp
+        arr = xp.asarray(arr)
         if arr.shape != tuple(shape):
             raise ValueError(f"{name}: expected shape {tuple(shape)} for this projector "
                              f"({self.volume.shape} volume, {self.projection_shape} projections), "
                              f"got {arr.shape}")
         # The kernels take writable C-contiguous arrays of the working dtype.
-        arr = np.ascontiguousarray(arr, dtype=self.dtype)
-        return arr if arr.flags.writeable else arr.copy()
+        arr = xp.ascontiguousarray(arr, dtype=self.dtype)
+        return arr if xp is not np or arr.flags.writeable else arr.copy()
 
-    def _output(self, name: str, out, shape) -> np.ndarray:
+    def _output(self, name: str, out, shape, like):
+        """The output array: on the device of the input ``like`` (NumPy in, NumPy out)."""
+        xp = v.array_module(like)
         if out is None:
-            return np.empty(shape, self.dtype)
-        if not isinstance(out, np.ndarray) or out.shape != tuple(shape) or out.dtype != self.dtype \
-                or not out.flags.c_contiguous or not out.flags.writeable:
-            raise ValueError(f"{name}: expected a writable C-contiguous {self.dtype} NumPy array of shape "
-                             f"{tuple(shape)}, got {getattr(out, 'shape', type(out).__name__)}")
+            return xp.empty(shape, self.dtype)
+        if v.array_module(out) is not xp or out.shape != tuple(shape) or out.dtype != self.dtype \
+                or not out.flags.c_contiguous or (xp is np and not out.flags.writeable):
+            raise ValueError(f"{name}: expected a writable C-contiguous {self.dtype} {xp.__name__} array "
+                             f"of shape {tuple(shape)}, got {getattr(out, 'shape', type(out).__name__)}")
         return out
 
-    def __call__(self, x, out=None) -> np.ndarray:
+    def __call__(self, x, out=None):
         """Forward projection ``A x``: volume ``volume.shape`` -> projections
-        ``projection_shape`` (line integrals, value x length)."""
-        from ..cpu import raytrace
+        ``projection_shape`` (line integrals, value x length). NumPy or CuPy
+        (CUDA backend) in, the same kind out."""
+        out = self._output("out", out, self.projection_shape, x)
         x = self._input("x", x, self.volume.shape)
-        out = self._output("out", out, self.projection_shape)
+        if self._gpu is not None:
+            import cupy
+            res = out if isinstance(out, cupy.ndarray) else cupy.empty(self.projection_shape, self.dtype)
+            self._gpu.forward(x.reshape(self._grid3), res)
+            if res is not out:
+                out[...] = res.get()
+            return out
+        from ..cpu import raytrace
         raytrace.forward(x.reshape(self._grid3), self._origins, self._directions, self._offset,
                          self._scale, self._t_start, self._model_id, out.reshape(-1))
         return out
 
-    def adjoint(self, y, out=None) -> np.ndarray:
+    def adjoint(self, y, out=None):
         """Transpose ``A^T y``: projections ``projection_shape`` -> volume ``volume.shape``."""
-        from ..cpu import raytrace
+        out = self._output("out", out, self.volume.shape, y)
         y = self._input("y", y, self.projection_shape)
-        out = self._output("out", out, self.volume.shape)
+        if self._gpu is not None:
+            import cupy
+            res = out if isinstance(out, cupy.ndarray) else cupy.empty(self.volume.shape, self.dtype)
+            self._gpu.adjoint(y, res.reshape(self._grid3))
+            if res is not out:
+                out[...] = res.get()
+            return out
+        from ..cpu import raytrace
         raytrace.adjoint(y.reshape(-1), self._origins, self._directions, self._offset, self._scale,
                          self._t_start, self._model_id, out.reshape(self._grid3), self.n_buffers)
         return out

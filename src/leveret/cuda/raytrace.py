@@ -1,0 +1,204 @@
+"""Launcher for ``raytrace.cu``: the GPU Siddon/Joseph pair behind ``Projector(backend="cuda")``.
+
+Rays are rebuilt on the GPU from 12 float64 numbers per view (see the .cu
+file), with the same float64 operations as the CPU's ray tables, so the GPU
+and CPU operators trace the same rays. Cone-beam Siddon takes paper 003's
+structured path when :func:`structured_ratio` shows that it is valid, else
+the general one-thread-per-ray path.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..geometry import ConeGeometry, ParallelGeometry
+from ._module import load_module
+
+BLOCK = 256             # threads per block, general path (one thread per ray)
+STRUCTURED_BLOCK = 128  # threads (detector rows) per block, structured path
+SHARED_LIMIT = 48 * 1024  # dynamic shared memory without opting in
+MAX_GRID_Y = 65535
+GATHER_BLOCK = (16, 8)  # threads over (x, y) voxel columns, structured gather transpose
+
+
+def gather_depth() -> int:
+    """z voxels per thread of the gather transpose: LEVERET_RT_K in raytrace.cu."""
+    import re
+    from ._module import kernel_source
+    return int(re.search(r"#define LEVERET_RT_K (\d+)", kernel_source("raytrace")).group(1))
+
+
+def view_parameters(geometry) -> tuple[int, np.ndarray]:
+    """(kind, params): 0 for parallel, 1 for cone, and (n_views, 12) float64 per-view numbers.
+
+    parallel: ``cos t, sin t, centre`` (column pixels, axis shift included);
+    cone: source ``(x, y, z)`` then ``M^-1`` row major, ``M = P[:, :3]``, the
+    same inverse ``ConeGeometry.ray_directions`` uses.
+    """
+    if isinstance(geometry, ParallelGeometry):
+        t = geometry.angles
+        params = np.zeros((t.size, 12))
+        params[:, 0] = np.cos(t)
+        params[:, 1] = np.sin(t)
+        params[:, 2] = geometry.centers()
+        return 0, params
+    if isinstance(geometry, ConeGeometry):
+        P = geometry.matrices if geometry.matrices.ndim == 3 else geometry.matrices[None]
+        params = np.zeros((P.shape[0], 12))
+        params[:, :3] = geometry.source_positions()
+        params[:, 3:] = np.linalg.inv(P[:, :, :3]).reshape(-1, 9)
+        return 1, params
+    raise ValueError(f"geometry: expected a ParallelGeometry or ConeGeometry, got {type(geometry).__name__}")
+
+
+def structured_ratio(params: np.ndarray, n_rows: int, n_cols: int, spacing_xyz) -> float:
+    """How far a cone geometry is from paper 003's assumptions; the structured
+    path is valid when the result is <= 1.
+
+    Two conditions, per view: (a) every detector row of a column has the same
+    xy ray direction, i.e. ``M^-1``'s v column has no xy part (circular scans
+    without detector tilt); returned as ``inf`` when it fails. (b) within one
+    xy voxel step a ray crosses at most one z face: the longest horizontal
+    run inside one xy voxel, ``min(vx / |ex|, vy / |ey|)``, times the slope
+    ``|dz| / |dxy|`` is at most one z voxel. The slope is extreme at the
+    first or last row (it is monotonic in v on a flat detector), so those
+    rows of every column are checked. Returns the largest ratio.
+    """
+    vx, vy, vz = spacing_xyz
+    Minv = params[:, 3:].reshape(-1, 3, 3)
+    scale = np.abs(Minv).max(axis=(1, 2))
+    if np.any(np.abs(Minv[:, :2, 1]) > 1e-12 * scale[:, None]):
+        return float("inf")
+    u = np.arange(n_cols, dtype=np.float64)
+    worst = 0.0
+    for v in (0.0, float(n_rows - 1)):
+        q = Minv[:, :, 0, None] * u + Minv[:, :, 1, None] * v + Minv[:, :, 2, None]   # (n, 3, n_cols)
+        qxy = np.hypot(q[:, 0], q[:, 1])
+        if np.any(qxy == 0):
+            return float("inf")
+        ex, ey = np.abs(q[:, 0]) / qxy, np.abs(q[:, 1]) / qxy
+        with np.errstate(divide="ignore"):
+            run = np.minimum(np.where(ex > 0, vx / ex, np.inf), np.where(ey > 0, vy / ey, np.inf))
+        worst = max(worst, float(np.max(run * np.abs(q[:, 2]) / qxy / vz)))
+    return worst
+
+
+class CudaRaytracer:
+    """The GPU kernels for one projector: ``forward`` and ``adjoint`` on CuPy arrays.
+
+    Parameters
+    ----------
+    geometry : ParallelGeometry or ConeGeometry
+    grid3 : (nz, ny, nx) of the volume as the kernels see it (2D: nz = 1)
+    offset, scale : (3,) float64, world low corner and 1 / voxel size, (x, y, z)
+    model : "siddon" or "joseph"
+    dtype : float32 or float64
+    structured : "auto" (when valid), True (required: ValueError if not valid) or False
+    """
+
+    def __init__(self, geometry, grid3, offset, scale, model: str, dtype, structured="auto"):
+        import cupy
+
+        self.kind, params = view_parameters(geometry)
+        self.is2d = int(isinstance(geometry, ParallelGeometry) and geometry.is_2d)
+        shape = tuple(geometry.projection_shape)
+        self.n_rows, self.n_cols = (1, shape[1]) if self.is2d else (shape[1], shape[2])
+        self.grid3 = tuple(int(n) for n in grid3)
+        self.model = model
+        self.dtype = np.dtype(dtype)
+        self.params_host = params
+        self.params = cupy.asarray(params)
+        g = np.zeros(8)
+        g[0] = getattr(geometry, "det_spacing", 1.0)
+        g[1] = getattr(geometry, "row_spacing", 1.0)
+        g[2:5] = offset
+        g[5:8] = scale
+        self.g = cupy.asarray(g)
+        nz, ny, nx = self.grid3
+        shared = 8 * (2 * nx + 2 * ny + 4) + 4 * (nx + ny + 1)
+        self.shared_bytes = shared
+        self.ratio = (structured_ratio(params, self.n_rows, self.n_cols, 1.0 / np.asarray(scale))
+                      if self.kind == 1 and model == "siddon" else float("inf"))
+        valid = self.ratio <= 1.0 and shared <= SHARED_LIMIT
+        if structured is True and not valid:
+            raise ValueError(f"structured: paper 003's path does not apply here (max |dz|/|dxy| "
+                             f"ratio {self.ratio:.3g} must be <= 1, the geometry must be cone-beam "
+                             f"Siddon without detector tilt, shared memory {shared} <= {SHARED_LIMIT} bytes)")
+        self.structured = valid if structured == "auto" else bool(structured)
+        # How the structured path's transpose runs: "atomic" (ray-driven, the
+        # forward's traversal with atomicAdd) or "gather" (voxel-driven, each
+        # voxel recomputes the forward's weights of the rays that cross it:
+        # no atomics, deterministic). Both are the exact transpose; which is
+        # faster is for the benchmark (bench_projector.py measures both).
+        self.transpose = "atomic"
+
+    @property
+    def _suffix(self) -> str:
+        return "f32" if self.dtype == np.float32 else "f64"
+
+    def _kernel(self, name: str):
+        return load_module("raytrace").get_function(f"{name}_{self._suffix}")
+
+    def subset(self, views: np.ndarray) -> "CudaRaytracer":
+        import cupy
+        sub = object.__new__(CudaRaytracer)
+        sub.__dict__.update(self.__dict__)
+        sub.params_host = self.params_host[views]
+        sub.params = cupy.asarray(sub.params_host)
+        return sub
+
+    def _scalars(self):
+        nz, ny, nx = self.grid3
+        return np.int32(nx), np.int32(ny), np.int32(nz)
+
+    def _structured(self, name: str, volT, proj):
+        """Launch a structured kernel: one block per (column, view), in passes of
+        at most 65535 views (the grid's y limit)."""
+        nx, ny, nz = self._scalars()
+        kernel = self._kernel(name)
+        n_views = self.params_host.shape[0]
+        for v0 in range(0, n_views, MAX_GRID_Y):
+            v1 = min(n_views, v0 + MAX_GRID_Y)
+            kernel((self.n_cols, v1 - v0), (STRUCTURED_BLOCK,),
+                   (volT, proj[v0:v1], nx, ny, nz, self.params[v0:v1], self.g, np.int32(self.n_rows),
+                    np.int32(self.n_cols)), shared_mem=self.shared_bytes)
+
+    def forward(self, vol, out):
+        """``out`` (n_views, n_rows, n_cols) = A ``vol`` (nz, ny, nx); both C-contiguous CuPy arrays."""
+        import cupy
+        n_views = self.params_host.shape[0]
+        nx, ny, nz = self._scalars()
+        if self.structured:
+            volT = cupy.ascontiguousarray(vol.transpose(1, 2, 0))   # (ny, nx, nz): z fastest
+            self._structured("structured_siddon_forward", volT, out)
+            return out
+        n = n_views * self.n_rows * self.n_cols
+        self._kernel(f"{self.model}_forward")(
+            (-(-n // BLOCK),), (BLOCK,),
+            (vol, out, nx, ny, nz, self.params, self.g, np.int32(n_views), np.int32(self.n_rows),
+             np.int32(self.n_cols), np.int32(self.kind), np.int32(self.is2d)))
+        return out
+
+    def adjoint(self, proj, out):
+        """``out`` (nz, ny, nx) = A^T ``proj``; ``out`` is overwritten."""
+        import cupy
+        n_views = self.params_host.shape[0]
+        nx, ny, nz = self._scalars()
+        if self.structured and self.transpose == "gather":
+            k = gather_depth()
+            self._kernel("structured_siddon_gather")(
+                (-(-int(nx) // GATHER_BLOCK[0]), -(-int(ny) // GATHER_BLOCK[1]), -(-int(nz) // k)), GATHER_BLOCK,
+                (out, proj, nx, ny, nz, self.params, self.g, np.int32(n_views), np.int32(self.n_rows),
+                 np.int32(self.n_cols)))
+            return out
+        if self.structured:
+            volT = cupy.zeros((int(ny), int(nx), int(nz)), self.dtype)
+            self._structured("structured_siddon_adjoint", volT, proj)
+            out[...] = volT.transpose(2, 0, 1)
+            return out
+        out.fill(0)
+        n = n_views * self.n_rows * self.n_cols
+        self._kernel(f"{self.model}_adjoint")(
+            (-(-n // BLOCK),), (BLOCK,),
+            (out, proj, nx, ny, nz, self.params, self.g, np.int32(n_views), np.int32(self.n_rows),
+             np.int32(self.n_cols), np.int32(self.kind), np.int32(self.is2d)))
+        return out

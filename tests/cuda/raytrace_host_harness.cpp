@@ -1,0 +1,68 @@
+// Host (CPU) build of raytrace.cu for tests/cuda/test_raytrace_host.py: the CUDA
+// built-ins the kernels use are given plain C++ meanings (one "thread" at a
+// time, atomics as plain adds, the IEEE-rounded intrinsics as the operators,
+// compiled with -ffp-contract=off), so the kernels' own source can be checked
+// against the Numba operators on a machine without a GPU. The structured
+// kernel runs with blockDim.x = 1: one thread does all of a block's work
+// between the (empty) barriers.
+#include <cmath>
+#include <algorithm>
+#include <cstring>
+using std::min; using std::max;
+struct dim { unsigned x, y, z; };
+static dim blockIdx, threadIdx, blockDim;
+#define __global__
+#define __device__
+#define __forceinline__ inline
+#define __restrict__
+#define __shared__
+#define __syncthreads()
+static inline double __longlong_as_double(long long v) { double d; std::memcpy(&d, &v, 8); return d; }
+static inline double __dmul_rn(double a, double b) { return a * b; }
+static inline double __dadd_rn(double a, double b) { return a + b; }
+static inline double __dsub_rn(double a, double b) { return a - b; }
+static inline double __ddiv_rn(double a, double b) { return a / b; }
+static inline double __dsqrt_rn(double a) { return std::sqrt(a); }
+template <typename T> static inline T atomicAdd(T* p, T v) { T o = *p; *p = o + v; return o; }
+double smem[1 << 16];
+#include RAYTRACE_CU
+extern "C" void run_general(int which, void* vol, void* proj, int nx, int ny, int nz, const double* params,
+                            const double* g, int n_views, int n_rows, int n_cols, int kind, int is2d)
+{
+    long long n = (long long)n_views * n_rows * n_cols;
+    blockDim.x = 256;
+    for (long long r = 0; r < n; ++r) {
+        blockIdx.x = (unsigned)(r / 256); threadIdx.x = (unsigned)(r % 256);
+        switch (which) {
+        case 0: siddon_forward_f64((double*)vol, (double*)proj, nx, ny, nz, params, g, n_views, n_rows, n_cols, kind, is2d); break;
+        case 1: siddon_adjoint_f64((double*)vol, (double*)proj, nx, ny, nz, params, g, n_views, n_rows, n_cols, kind, is2d); break;
+        case 2: joseph_forward_f64((double*)vol, (double*)proj, nx, ny, nz, params, g, n_views, n_rows, n_cols, kind, is2d); break;
+        case 3: joseph_adjoint_f64((double*)vol, (double*)proj, nx, ny, nz, params, g, n_views, n_rows, n_cols, kind, is2d); break;
+        }
+    }
+}
+extern "C" void run_structured(int adj, double* volT, double* proj, int nx, int ny, int nz, const double* params,
+                               const double* g, int n_views, int n_rows, int n_cols)
+{
+    blockDim.x = 1; threadIdx.x = 0;
+    for (int v = 0; v < n_views; ++v) for (int c = 0; c < n_cols; ++c) {
+        blockIdx.x = c; blockIdx.y = v;
+        if (adj) structured_siddon_adjoint_f64(volT, proj, nx, ny, nz, params, g, n_rows, n_cols);
+        else structured_siddon_forward_f64(volT, proj, nx, ny, nz, params, g, n_rows, n_cols);
+    }
+}
+extern "C" void run_gather(double* vol, const double* proj, int nx, int ny, int nz, const double* params,
+                           const double* g, int n_views, int n_rows, int n_cols)
+{
+    blockDim.x = 16; blockDim.y = 8; blockDim.z = 1;
+    const int K = LEVERET_RT_K;
+    for (int bz = 0; bz < (nz + K - 1) / K; ++bz)
+        for (int by = 0; by < (ny + 7) / 8; ++by)
+            for (int bx = 0; bx < (nx + 15) / 16; ++bx)
+                for (int ty = 0; ty < 8; ++ty)
+                    for (int tx = 0; tx < 16; ++tx) {
+                        blockIdx.x = bx; blockIdx.y = by; blockIdx.z = bz;
+                        threadIdx.x = tx; threadIdx.y = ty;
+                        structured_siddon_gather_f64(vol, proj, nx, ny, nz, params, g, n_views, n_rows, n_cols);
+                    }
+}

@@ -1,0 +1,310 @@
+"""The CUDA projector pair (``leveret.cuda.raytrace``) against the CPU operators.
+
+GPU tests (``gpu`` marker, skipped without a GPU): forward and transpose equal
+the CPU ones on fresh random data for every geometry and model of
+test_projector.py (odd sizes, grazing rays, rays that miss, detectors wider
+than the volume), outputs are poisoned with NaN first, the adjoint identity
+holds on the GPU, paper 003's structured cone path equals the general one,
+analytic phantoms, and the iterative methods with CuPy data.
+
+CPU tests (always): the structured path's algorithm, transcribed in NumPy
+from the kernel, equals the CPU Siddon; the validity check of the structured
+path refuses tilted detectors and wide cones.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import leveret
+from leveret import phantom
+from leveret.cuda.raytrace import structured_ratio, view_parameters
+from leveret.geometry import ConeGeometry, VolumeGeometry
+from leveret.operators import Projector
+
+from test_projector import GEOMETRIES, MODELS  # noqa: E402 (tests/operators is on sys.path)
+
+# GPU vs CPU: the same float64 traversal (rays bit-identical, see cone_rays);
+# the forward sums in float64 on both, so they differ by the order of float32
+# rounding of the result; the transpose adds with float32 (float64) atomics in
+# another order than the CPU's private buffers. Bound: relative to the largest
+# value, as the issue asks (1e-5 in float32).
+GPU_TOL = {"float32": 1e-5, "float64": 1e-12}
+
+
+def _cupy():
+    import cupy
+    return cupy
+
+
+def _structured_geometries():
+    """Circular cone scans (no detector tilt) where paper 003's path applies:
+    odd sizes, rays that miss (detector wider than the volume), views along
+    the grid axes, non-cubic voxels, off-centre grids.
+
+    Not here: a column whose xy line lies on a voxel face to rounding. The
+    rows of a column share one xy line in the structured path, while the
+    general path's per-row directions differ from it in the last bits
+    (``M^-1``'s v column has ~1e-17 xy parts after inversion), so such a
+    grazing ray can be put in either neighbouring voxel row: a 1e-15
+    difference in the geometry, not in the operator."""
+    return {
+        "cone_small": (ConeGeometry.circular(np.linspace(0, 2 * np.pi, 6, endpoint=False), sid=30, sdd=50,
+                                             n_rows=9, n_cols=13, pixel_size=2.0),
+                       VolumeGeometry((7, 9, 11), 1.0, center=(0.5, 0.0, -0.3))),
+        "cone_axes_wide": (ConeGeometry.circular(np.array([0.0, np.pi / 2, np.pi / 4, 1.0, 3.0]), sid=40, sdd=60,
+                                                 n_rows=33, n_cols=41, pixel_size=1.5),
+                           VolumeGeometry((15, 18, 20), (1.5, 1.0, 0.9), center=(-0.13, 0.21, 0.37))),
+        "cone_offset": (ConeGeometry.circular(np.linspace(0.1, 2 * np.pi, 7, endpoint=False), sid=50, sdd=90,
+                                              n_rows=40, n_cols=37, pixel_size=1.0, det_offset=(2.5, -3.0)),
+                        VolumeGeometry((23, 31, 29), 1.0, center=(1.0, -2.0, 0.5))),
+    }
+
+
+STRUCTURED = _structured_geometries()
+
+
+# -- CPU: the algorithm of the structured path -------------------------------------------
+
+def _structured_forward_numpy(x, geometry, A):
+    """NumPy transcription of ``structured_siddon_forward`` in raytrace.cu (slow; tiny problems)."""
+    _, params = view_parameters(geometry)
+    g = np.zeros(8)
+    g[2:5], g[5:8] = A._offset, A._scale
+    nz, ny, nx = x.shape
+    volT = np.ascontiguousarray(x.transpose(1, 2, 0)).ravel()
+    out = np.zeros(geometry.projection_shape)
+    for view, par in enumerate(params):
+        for col in range(geometry.n_cols):
+            u = float(col)
+            qx, qy = par[3] * u + par[5], par[6] * u + par[8]
+            qxy = np.hypot(qx, qy)
+            ax, ay = qx / qxy * g[5], qy / qxy * g[6]
+            px, py, pz = (par[0] - g[2]) * g[5], (par[1] - g[3]) * g[6], (par[2] - g[4]) * g[7]
+            t_in, t_out, hit = 0.0, np.inf, True
+            for p, a, n in ((px, ax, nx), (py, ay, ny)):
+                if a == 0:
+                    hit &= 0 <= p < n
+                else:
+                    t0, t1 = -p / a, (n - p) / a
+                    t_in, t_out = max(t_in, min(t0, t1)), min(t_out, max(t0, t1))
+            if not (hit and t_in < t_out):
+                continue
+
+            def faces(p, a, n):
+                f = np.arange(n + 1, dtype=float)
+                t = np.where(f <= p, t_in, t_out) if a == 0 else ((f if a > 0 else n - f) - p) / a
+                return np.clip(t, t_in, t_out)
+
+            X, Y = faces(px, ax, nx), faces(py, ay, ny)
+            B = np.empty(nx + ny + 2)
+            B[np.arange(nx + 1) + np.searchsorted(Y, X, "left")] = X
+            B[np.arange(ny + 1) + np.searchsorted(X, Y, "right")] = Y
+            assert np.all(np.diff(B) >= 0)
+            mid = 0.5 * (B[:-1] + B[1:])
+            cell = (np.clip(np.floor(py + mid * ay).astype(int), 0, ny - 1) * nx
+                    + np.clip(np.floor(px + mid * ax).astype(int), 0, nx - 1))
+            for row in range(geometry.n_rows):
+                v = float(row)
+                r = [par[3 + 3 * i] * u + par[4 + 3 * i] * v + par[5 + 3 * i] for i in range(3)]
+                rxy = np.hypot(r[0], r[1])
+                L = np.sqrt(r[0] ** 2 + r[1] ** 2 + r[2] ** 2) / rxy
+                mz = r[2] / rxy * g[7]
+                if mz != 0:
+                    zlo, zhi = sorted([-pz / mz, (nz - pz) / mz])
+                else:
+                    zlo, zhi = (-np.inf, np.inf) if 0 <= pz < nz else (np.inf, -np.inf)
+                step = 1 if mz >= 0 else -1
+                ta = np.maximum(B[:-1], zlo)
+                tb = np.maximum(np.minimum(B[1:], zhi), ta)
+                za = pz + ta * mz
+                kz = np.floor(za).astype(int) if mz >= 0 else np.ceil(za).astype(int) - 1
+                kz = np.clip(kz, 0, nz - 1)
+                tf = np.full_like(ta, np.inf) if mz == 0 else ((kz + (step > 0)) - pz) / mz
+                tm = np.minimum(np.maximum(tf, ta), tb)
+                kz2 = np.clip(kz + step, 0, nz - 1)
+                out[view, row, col] = np.sum((tm - ta) * L * volT[cell * nz + kz]
+                                             + (tb - tm) * L * volT[cell * nz + kz2])
+    return out
+
+
+@pytest.mark.parametrize("name", ["cone_small", "cone_axes_wide"])
+def test_structured_algorithm_equals_cpu_siddon(name, rng):
+    """The kernel's algorithm (shared xy path, merged crossings, two z voxels per
+    xy step), in NumPy, equals the general Siddon traversal to float64 rounding."""
+    geometry, volume = STRUCTURED[name]
+    A = Projector(geometry, volume, model="siddon", precision="float64", backend="cpu")
+    _, params = view_parameters(geometry)
+    assert structured_ratio(params, geometry.n_rows, geometry.n_cols, 1 / A._scale) <= 1
+    x = rng.standard_normal(volume.shape)
+    ref = A(x)
+    got = _structured_forward_numpy(x, geometry, A)
+    assert np.count_nonzero(ref) > 0.3 * ref.size and np.count_nonzero(ref == 0) > 0   # hits and misses
+    np.testing.assert_allclose(got, ref, rtol=0, atol=1e-12 * np.abs(ref).max())
+
+
+def test_structured_validity_is_detected():
+    volume = VolumeGeometry((8, 8, 8), 1.0)
+    _, circular = view_parameters(STRUCTURED["cone_small"][0])
+    assert structured_ratio(circular, 9, 13, (1.0, 1.0, 1.0)) <= 1
+    # a tilted detector: the rows of a column no longer share their xy path
+    _, tilted = view_parameters(GEOMETRIES["cone_matrices"][0])
+    assert structured_ratio(tilted, 8, 11, (1.0, 1.0, 1.0)) == np.inf
+    # a wide cone: a ray climbs more than one z voxel within one xy voxel
+    wide = ConeGeometry.circular([0.0, 0.7], sid=10, sdd=12, n_rows=40, n_cols=5, pixel_size=1.0)
+    _, p = view_parameters(wide)
+    assert structured_ratio(p, 40, 5, (1.0, 1.0, 1.0)) > 1
+    # flat voxels make the same cone too steep in voxel units
+    _, p = view_parameters(STRUCTURED["cone_small"][0])
+    assert structured_ratio(p, 9, 13, (1.0, 1.0, 0.05)) > 1
+    with pytest.raises(ValueError, match="structured"):
+        Projector(wide, volume, structured="yes")
+    with pytest.raises(ValueError, match="structured"):
+        Projector(wide, volume, structured=True, backend="cpu")
+
+
+# -- GPU ------------------------------------------------------------------------------------
+
+def _close(got, ref, tol):
+    got = _cupy().asnumpy(got).astype(np.float64)
+    ref = np.asarray(ref, np.float64)
+    assert not np.isnan(got).any(), "unwritten outputs (NaN poison left)"
+    err = np.abs(got - ref).max()
+    scale = np.abs(ref).max()
+    assert scale > 0
+    assert err <= tol * scale, f"max error {err:.3g} > {tol:g} x {scale:.3g}"
+
+
+ALL = {**GEOMETRIES, **STRUCTURED}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("precision", ["float32", "float64"])
+@pytest.mark.parametrize("model", MODELS)
+@pytest.mark.parametrize("name", list(ALL))
+def test_gpu_equals_cpu(name, model, precision, rng):
+    cp = _cupy()
+    geometry, volume = ALL[name]
+    A = Projector(geometry, volume, model=model, precision=precision, backend="cpu")
+    G = Projector(geometry, volume, model=model, precision=precision, backend="cuda")
+    assert G.backend == "cuda"
+    x = rng.standard_normal(volume.shape).astype(precision)
+    y = rng.standard_normal(geometry.projection_shape).astype(precision)
+    out = cp.full(geometry.projection_shape, np.nan, precision)
+    assert G(cp.asarray(x), out=out) is out
+    _close(out, A(x), GPU_TOL[precision])
+    back = cp.full(volume.shape, np.nan, precision)
+    assert G.T(cp.asarray(y), out=back) is back
+    _close(back, A.T(y), GPU_TOL[precision])
+    # NumPy in, NumPy out
+    res = G(x)
+    assert isinstance(res, np.ndarray) and res.dtype == np.dtype(precision)
+    _close(cp.asarray(res), A(x), GPU_TOL[precision])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("model", MODELS)
+@pytest.mark.parametrize("name", list(ALL))
+def test_gpu_adjoint(name, model, rng):
+    cp = _cupy()
+    geometry, volume = ALL[name]
+    G = Projector(geometry, volume, model=model, precision="float32", backend="cuda")
+    x = cp.asarray(rng.standard_normal(volume.shape), dtype=cp.float32)
+    y = cp.asarray(rng.standard_normal(geometry.projection_shape), dtype=cp.float32)
+    Ax, ATy = G(x), G.T(y)
+    assert isinstance(Ax, cp.ndarray) and Ax.dtype == cp.float32 and ATy.dtype == cp.float32
+    lhs = float(cp.vdot(Ax.astype(cp.float64), y.astype(cp.float64)))
+    rhs = float(cp.vdot(x.astype(cp.float64), ATy.astype(cp.float64)))
+    assert int(cp.count_nonzero(Ax)) > 0
+    assert abs(lhs - rhs) <= 1e-5 * abs(lhs)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("precision", ["float32", "float64"])
+@pytest.mark.parametrize("name", list(STRUCTURED))
+def test_structured_equals_general(name, precision, rng):
+    cp = _cupy()
+    geometry, volume = STRUCTURED[name]
+    S = Projector(geometry, volume, model="siddon", precision=precision, backend="cuda", structured=True)
+    G = Projector(geometry, volume, model="siddon", precision=precision, backend="cuda", structured=False)
+    assert S.structured and not G.structured
+    assert Projector(geometry, volume, backend="cuda").structured            # "auto" takes it
+    x = cp.asarray(rng.standard_normal(volume.shape), dtype=precision)
+    y = cp.asarray(rng.standard_normal(geometry.projection_shape), dtype=precision)
+    out = cp.full(geometry.projection_shape, np.nan, precision)
+    S(x, out=out)
+    _close(out, cp.asnumpy(G(x)), GPU_TOL[precision])
+    back = cp.full(volume.shape, np.nan, precision)
+    S.T(y, out=back)
+    _close(back, cp.asnumpy(G.T(y)), GPU_TOL[precision])
+    lhs = float(cp.vdot(out.astype(cp.float64), y.astype(cp.float64)))
+    rhs = float(cp.vdot(x.astype(cp.float64), back.astype(cp.float64)))
+    assert abs(lhs - rhs) <= GPU_TOL[precision] * abs(lhs)
+    # the voxel-driven (gather) form of the same transpose: no atomics, deterministic
+    S._gpu.transpose = "gather"
+    gathered = cp.full(volume.shape, np.nan, precision)
+    S.T(y, out=gathered)
+    _close(gathered, cp.asnumpy(G.T(y)), GPU_TOL[precision])
+    again = S.T(y)
+    assert bool((again == gathered).all())
+
+
+@pytest.mark.gpu
+def test_structured_refused_where_invalid():
+    geometry, volume = GEOMETRIES["cone_matrices"]          # tilted detector
+    assert not Projector(geometry, volume, backend="cuda").structured
+    with pytest.raises(ValueError, match="structured"):
+        Projector(geometry, volume, backend="cuda", structured=True)
+    assert not Projector(geometry, volume, model="joseph", backend="cuda").structured
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("model", MODELS)
+def test_gpu_ellipsoid_phantom_cone(model):
+    """Absolute line integrals of an analytic phantom (bound as the CPU test's)."""
+    cp = _cupy()
+    volume = VolumeGeometry((48, 48, 48), 0.05)
+    geometry = ConeGeometry.circular(np.linspace(0, 2 * np.pi, 8, endpoint=False), sid=6.0,
+                                     sdd=10.0, n_rows=40, n_cols=56, pixel_size=0.075)
+    ph = phantom.EllipsoidPhantom([phantom.Ellipsoid(1.0, (0.9, 0.7, 0.8), (0.1, -0.05, 0.0), 0.3),
+                                   phantom.Ellipsoid(0.5, (0.3, 0.4, 0.3), (-0.2, 0.2, 0.1))])
+    x = ph.rasterize(volume, supersampling=3)
+    G = Projector(geometry, volume, model=model, precision="float32", backend="cuda")
+    p = cp.asnumpy(G(cp.asarray(x, dtype=cp.float32))).astype(np.float64)
+    exact = ph.project(geometry)
+    # The CPU operators measure 2.8 % (Siddon) and 2.5 % (Joseph) here: the
+    # rasterised boundary on this 48^3 grid (test_projector.py's 24^3 grid: ~5 %).
+    assert np.linalg.norm(p - exact) <= 0.04 * np.linalg.norm(exact)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("method", ["sirt", "os_sart", "cgls"])
+@pytest.mark.parametrize("name", ["parallel2d", "cone_small"])
+def test_iterative_on_gpu_matches_cpu(method, name, rng):
+    cp = _cupy()
+    geometry, volume = ALL[name]
+    A = Projector(geometry, volume, model="siddon", precision="float64", backend="cpu")
+    G = Projector(geometry, volume, model="siddon", precision="float64", backend="cuda")
+    b = A(rng.random(volume.shape))
+    run = getattr(leveret, method)
+    kwargs = {} if method == "cgls" else {"nonnegative": True}
+    ref = run(b, A, 5, **kwargs)
+    got = run(cp.asarray(b), G, 5, **kwargs)
+    assert isinstance(got, cp.ndarray)
+    np.testing.assert_allclose(cp.asnumpy(got), ref, rtol=0, atol=1e-9 * np.abs(ref).max())
+
+
+@pytest.mark.gpu
+def test_gpu_bad_input():
+    cp = _cupy()
+    geometry, volume = GEOMETRIES["parallel2d"]
+    G = Projector(geometry, volume, backend="cuda")
+    with pytest.raises(ValueError, match="x: expected shape"):
+        G(cp.zeros((13, 16), cp.float32))
+    with pytest.raises(ValueError, match="out"):
+        G(cp.zeros(volume.shape, cp.float32), out=np.zeros(geometry.projection_shape, np.float32))
+    A = Projector(geometry, volume, backend="cpu")
+    with pytest.raises(ValueError, match="x:"):
+        A(cp.zeros(volume.shape, cp.float32))
+    with pytest.raises(ValueError, match="projections"):
+        leveret.sirt(cp.zeros(geometry.projection_shape, cp.float32), A, 2)
