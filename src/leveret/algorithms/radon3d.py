@@ -329,9 +329,11 @@ def _fbp_cuda(projections, geometry, volume, response, row_scale, dtype, plan, t
     ev = [cupy.cuda.Event() for _ in range(4)]
     ev[0].record(stream)
     if host_in:
-        pinned = cupyx.empty_pinned(projections.shape, dtype)
+        # The input's own precision (float64 stays float64): the filter runs in float64.
+        up = np.result_type(projections.dtype, np.float32)
+        pinned = cupyx.empty_pinned(projections.shape, up)
         pinned[...] = projections
-        dev_in = cupy.empty(projections.shape, dtype)
+        dev_in = cupy.empty(projections.shape, up)
         dev_in.set(pinned, stream=stream)
     else:
         dev_in = projections
@@ -342,12 +344,13 @@ def _fbp_cuda(projections, geometry, volume, response, row_scale, dtype, plan, t
     if plan is None:
         table = kernels.sample_table(geometry.directions, geometry.n_samples, geometry.spacing, volume)
 
+        table_dev = cupy.asarray(table)
+
         def slab(k0, k1, out_dev):
-            t = table.copy()
-            t[:, 3] += k0 * t[:, 2]      # slab origin at z index k0
-            gpu.backproject(filtered, t, out_dev, zpt=4)
+            gpu.backproject(filtered, table, out_dev, zpt=4, table_dev=table_dev, b_offset=k0)
     else:
-        by_phi = cupy.ascontiguousarray(filtered[cupy.asarray(plan.order)])
+        by_phi = cupy.ascontiguousarray(filtered[cupy.asarray(plan.order)]).reshape(
+            plan.n_phi, plan.n_theta, geometry.n_samples)
         planes = cupy.empty(plan.plane_shape, dtype)
         gpu.backproject(by_phi, plan.table1, planes, proj_bstride=plan.n_theta * geometry.n_samples,
                         table_bstride=plan.n_theta, zpt=1)

@@ -5,12 +5,12 @@
 // Back-projection, generic form (one kernel serves the single-stage 3D
 // back-projection and both stages of the two-stage one):
 //
-//     out[b, j, i] (+)= sum_q  interp(P_b[q, :], u),   u = i a_q + j b_q + b c_q + d_q
+//     out[b, j, i] (+)= sum_q  interp(P_b[q, :], u),   u = i a_q + j b_q + (b + b_offset) c_q + d_q
 //
 // with P_b = proj + b * proj_bstride and the coefficient row (a, b, c, d) of
 // direction q at table[(b * table_bstride + q) * 4] (float64). Samples sit at
-// integers; samples outside [0, n_samples) are zero. Single stage: b is z,
-// both strides 0. Two-stage: stage 1 has b = phi index, stage 2 b = z; there
+// integers; samples outside [0, n_samples) are zero. Single stage: b is z
+// (b_offset: the first z index of the slab being computed), both strides 0. Two-stage: stage 1 has b = phi index, stage 2 b = z; there
 // the projections (and in stage 1 the table) differ per b, so one b per block
 // (ZPT = 1).
 //
@@ -56,27 +56,48 @@ template <> struct Vec2<double> { typedef double2 type; };
 
 template <typename T> struct Coef { T a, b, c, d; };
 
-// u -> (index, fraction) with u >= 1/2.
-__device__ __forceinline__ int split(float u, float& f)
+// Linear interpolation in a staged window of pairs (p[s], p[s+1] - p[s]) at
+// window coordinate u >= 1/2. `base` is the window's 32-bit shared-memory
+// address, adjusted below so that the float32 path adds the bits of
+// t = u + 2^23 - 1/2 times 8 straight to it: one integer multiply-add per
+// update instead of 64-bit address arithmetic (the address is taken modulo
+// 2^32, which cancels the adjustment). "memory" keeps the loads after the
+// barrier that publishes the window.
+__device__ __forceinline__ unsigned window_base(const float2* win)
 {
-    const float t = __fadd_rn(u, 8388607.5f);          // 2^23 - 1/2: rint(u - 1/2) + 2^23
-    const float fl = __fsub_rn(t, 8388608.0f);          // exact (Sterbenz)
-    f = __fsub_rn(u, fl);                               // exact, in [0, 1]
-    return __float_as_int(t) - 0x4B000000;              // bits of 2^23
+    return (unsigned)__cvta_generic_to_shared(win) - (0x4B000000u << 3);
 }
 
-__device__ __forceinline__ int split(double u, double& f)
+__device__ __forceinline__ unsigned window_base(const double2* win)
+{
+    return (unsigned)__cvta_generic_to_shared(win);
+}
+
+__device__ __forceinline__ float interp(unsigned base, float u)
+{
+    const float t = __fadd_rn(u, 8388607.5f);             // rint(u - 1/2) + 2^23
+    const float f = __fsub_rn(u, __fsub_rn(t, 8388608.0f)); // both exact: f in [0, 1]
+    const unsigned addr = base + ((unsigned)__float_as_int(t) << 3);
+    float v0, dv;
+    asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(v0), "=f"(dv) : "r"(addr) : "memory");
+    return fmaf(f, dv, v0);
+}
+
+__device__ __forceinline__ double interp(unsigned base, double u)
 {
     const double fl = floor(u);
-    f = u - fl;
-    return (int)fl;
+    const double f = u - fl;
+    const unsigned addr = base + ((unsigned)(int)fl << 4);
+    double v0, dv;
+    asm volatile("ld.shared.v2.f64 {%0, %1}, [%2];" : "=d"(v0), "=d"(dv) : "r"(addr) : "memory");
+    return fma(f, dv, v0);
 }
 
 template <typename T, int ZPT>
 __device__ __forceinline__ void backproject_impl(
     const T* __restrict__ proj, long long proj_bstride, const double* __restrict__ table,
     int table_bstride, T* __restrict__ out, int nx, int ny, int nb, int n_dirs, int n_samples,
-    int W, int DB, int accumulate)
+    int W, int DB, int b_offset, int accumulate)
 {
     typedef typename Vec2<T>::type T2;
     extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -102,7 +123,7 @@ __device__ __forceinline__ void backproject_impl(
             const double* row = tab + (long long)(q0 + q) * 4;
             const double a = row[0], b = row[1], c = row[2], d = row[3];
             // Tile origin in float64, then the window start one sample below the tile's minimum.
-            const double base = (double)i0 * a + (double)j0 * b + (double)b0 * c + d;
+            const double base = (double)i0 * a + (double)j0 * b + (double)(b0 + b_offset) * c + d;
             const double umin = base + fmin(a, 0.0) * (RADON_BX - 1) + fmin(b, 0.0) * (RADON_BY - 1)
                                 + fmin(c, 0.0) * (ZPT - 1);
             const int w0 = (int)floor(umin) - 1;
@@ -131,16 +152,11 @@ __device__ __forceinline__ void backproject_impl(
         for (int z = 0; z < ZPT; ++z) part[z] = T(0);
         for (int q = 0; q < nq; ++q) {
             const Coef<T> cf = s_coef[q];
-            const T2* win = s_pair + q * W;
+            const unsigned base = window_base(s_pair + q * W);
             const T u0 = fma(ftx, cf.a, fma(fty, cf.b, cf.d));
 #pragma unroll
-            for (int z = 0; z < ZPT; ++z) {
-                const T u = fma((T)z, cf.c, u0);
-                T f;
-                const int k = split(u, f);
-                const T2 pr = win[k];
-                part[z] += fma(f, pr.y, pr.x);
-            }
+            for (int z = 0; z < ZPT; ++z)
+                part[z] += interp(base, fma((T)z, cf.c, u0));
         }
 #pragma unroll
         for (int z = 0; z < ZPT; ++z) acc[z] += part[z];
@@ -163,10 +179,10 @@ __device__ __forceinline__ void backproject_impl(
     extern "C" __global__ void __launch_bounds__(RADON_BX * RADON_BY) NAME(                       \
         const T* __restrict__ proj, long long proj_bstride, const double* __restrict__ table,    \
         int table_bstride, T* __restrict__ out, int nx, int ny, int nb, int n_dirs,               \
-        int n_samples, int W, int DB, int accumulate)                                             \
+        int n_samples, int W, int DB, int b_offset, int accumulate)                               \
     {                                                                                             \
         backproject_impl<T, ZPT>(proj, proj_bstride, table, table_bstride, out, nx, ny, nb,       \
-                                 n_dirs, n_samples, W, DB, accumulate);                           \
+                                 n_dirs, n_samples, W, DB, b_offset, accumulate);                 \
     }
 
 RADON_BP(radon3d_bp_f32_z4, float, 4)

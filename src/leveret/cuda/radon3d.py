@@ -57,7 +57,7 @@ def shared_bytes(W: int, DB: int, itemsize: int) -> int:
 
 
 def backproject(proj, table: np.ndarray, out, *, proj_bstride: int = 0, table_bstride: int = 0,
-                zpt: int = 4, accumulate: bool = False, table_dev=None):
+                zpt: int = 4, accumulate: bool = False, table_dev=None, b_offset: int = 0):
     """``out[b, j, i] (+)= sum_q interp(proj_b[q], i a + j b + b c + d)`` (see radon3d.cu).
 
     Parameters
@@ -75,6 +75,9 @@ def backproject(proj, table: np.ndarray, out, *, proj_bstride: int = 0, table_bs
         b (z) values per thread.
     table_dev : cupy array, optional
         ``table`` already on the device (saves an upload per call).
+    b_offset : int
+        Added to b in the coordinate (not in the output index): a slab of a
+        volume that starts at z index ``b_offset``.
     """
     import cupy
 
@@ -101,7 +104,7 @@ def backproject(proj, table: np.ndarray, out, *, proj_bstride: int = 0, table_bs
     kernel(grid, BLOCK,
            (proj, np.int64(proj_bstride), table_dev, np.int32(table_bstride), out,
             np.int32(nx), np.int32(ny), np.int32(nb), np.int32(n_dirs), np.int32(n_samples),
-            np.int32(W), np.int32(DB), np.int32(bool(accumulate))),
+            np.int32(W), np.int32(DB), np.int32(b_offset), np.int32(bool(accumulate))),
            shared_mem=shared_bytes(W, DB, itemsize))
     return out
 
