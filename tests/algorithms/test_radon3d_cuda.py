@@ -141,9 +141,16 @@ def test_fbp_ball_reconstructs_to_one_on_gpu(ball2000):
 
 @pytest.mark.parametrize("precision", ["single", "double"])
 @pytest.mark.parametrize("method", ["single-stage", "two-stage"])
-def test_numpy_in_equals_cupy_in(precision, method):
-    """The streamed NumPy path (slabs, pinned copies) gives the CuPy path's voxels, bit for bit."""
+@pytest.mark.parametrize("result", ["pinned", "pipeline"])
+def test_numpy_in_equals_cupy_in(precision, method, result, monkeypatch):
+    """The streamed NumPy paths (slabs copied out while later slabs are computed:
+    into a pinned result, or through leveret.pipeline for results too large to
+    pin) give the CuPy path's voxels, bit for bit."""
     import cupy
+
+    import leveret.algorithms.radon3d as mod
+    if result == "pipeline":
+        monkeypatch.setattr(mod, "PINNED_RESULT_MAX_BYTES", 0)
     g = RadonGeometry.grid(16, 32, 96, spacing=0.012)
     p = ball(0.4, center=(0.02, -0.01, 0.03)).project_radon(g)
     vol = VolumeGeometry((45, 38, 41), 0.02)
