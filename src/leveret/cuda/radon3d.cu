@@ -28,10 +28,11 @@
 // Throughput prediction (float32, H200: 132 SMs, ~1.8 GHz under load).
 // Per voxel update: 1 FFMA (u = u0 + z c), 1 FADD (magic-number floor,
 // t = u + 2^23 - 1/2), 1 FADD (fl = t - 2^23, exact), 1 FADD (f = u - fl),
-// 1 IADD + 1 LEA (index, shared address), 1 LDS.64, 1 FFMA (v0 + f dv),
+// 1 LEA (shared address = window base + 8 x the bits of t: the magic
+// number's offset is folded into the base), 1 LDS.64, 1 FFMA (v0 + f dv),
 // 1 FADD (accumulate); plus 2 FFMA per direction per thread for u0 (amortised
 // over ZPT = 4). FP32 pipe: 6.5 ops at 128/clk/SM -> 19.7 updates/clk/SM;
-// integer: 2 ops at 64/clk/SM -> 32/clk/SM; shared memory: a warp's LDS.64 of
+// integer: 1 op at 64/clk/SM -> 64/clk/SM; shared memory: a warp's LDS.64 of
 // <= 32 consecutive pairs (|a| <= 1: neighbouring i land on neighbouring or
 // equal samples, so no bank conflicts) is 2 wavefronts of 128 B -> 16
 // updates/clk/SM. Shared-memory bound: 16 x 132 x 1.8e9 = 3.8 T updates/s;
