@@ -420,7 +420,11 @@ def _slabs_to_pinned(slab, chunks, shape, dtype, stream, filtered_ready):
             slab(k0, k1, dev[k0:k1])
         last_kernel = stream.record()
         copy_stream.wait_event(last_kernel)
-        dev[k0:k1].get(stream=copy_stream, out=host[k0:k1])
+        # Asynchronous whatever the CuPy version (ndarray.get may block until
+        # the copy is done, which would hold back the next slab's launch).
+        part = dev[k0:k1]
+        cupy.cuda.runtime.memcpyAsync(host[k0:k1].ctypes.data, part.data.ptr, part.nbytes,
+                                      cupy.cuda.runtime.memcpyDeviceToHost, copy_stream.ptr)
     copied = copy_stream.record()
     copied.synchronize()
     return host, _ms(filtered_ready, last_kernel), _ms(last_kernel, copied)
