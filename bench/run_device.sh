@@ -2,7 +2,7 @@
 # Everything the GPU machine is for, in one call (device README: few, full calls).
 # Run from the repository root with .peers (ASTRA) and .shared (the real scan)
 # carried; results land in $OUT (at most 8 files come back). Switches:
-# SANITIZE=0 skips compute-sanitizer, FBP=0 / CONE=0 skip a benchmark, RABBITCT=1 adds one,
+# SANITIZE=0 skips compute-sanitizer, FBP=0 / CONE=0 / RADON=0 skip a benchmark, RABBITCT=1 adds one,
 # BENCH_ARGS replaces bench_fbp.py's arguments; PROJECTOR=1 adds bench_projector.py (issue 5).
 set -uo pipefail
 export PYTHONPATH=$PWD/src PYTHONUNBUFFERED=1 LEVERET_SHARED=$PWD/.shared
@@ -19,7 +19,10 @@ if [ "${SANITIZE:-1}" = 1 ]; then
     tests/algorithms/test_fbp_cuda.py::test_cupy_in_cupy_out_equals_cpu \
     "tests/operators/test_cone_backprojection.py::test_cuda_matches_its_cpu_mirror_and_the_exact_reference" \
     tests/operators/test_projector_cuda.py::test_structured_equals_general \
-    tests/operators/test_projector_cuda.py::test_gpu_equals_cpu 2>&1 | tail -6 | tee "$OUT/memcheck.txt"
+    tests/operators/test_projector_cuda.py::test_gpu_equals_cpu \
+    "tests/algorithms/test_radon3d_cuda.py::test_backproject_kernel_equals_cpu" \
+    tests/algorithms/test_radon3d_cuda.py::test_two_stage_stages_poisoned \
+    tests/algorithms/test_radon3d_cuda.py::test_forward_kernel_equals_cpu 2>&1 | tail -6 | tee "$OUT/memcheck.txt"
   echo "memcheck exit: ${PIPESTATUS[0]}" | tee -a "$OUT/memcheck.txt"
 fi
 
@@ -37,6 +40,9 @@ if [ "${FBP:-1}" = 1 ]; then
 fi
 if [ "${CONE:-1}" = 1 ]; then
   (cd bench && python3 bench_cone.py --out "$OUT/bench_cone.json") 2>&1 | tee "$OUT/bench_cone.txt"
+fi
+if [ "${RADON:-1}" = 1 ]; then
+  (cd bench && python3 bench_radon3d.py --gpu --out "$OUT/bench_radon3d.json") 2>&1 | tee "$OUT/bench_radon3d.txt"
 fi
 if [ "${RABBITCT:-0}" = 1 ]; then
   (cd bench && python3 bench_rabbitct.py --out "$OUT/bench_rabbitct.json") 2>&1 | tee "$OUT/bench_rabbitct.txt"

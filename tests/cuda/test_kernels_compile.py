@@ -44,4 +44,4 @@ def test_kernel_compiles_for_sm90_without_spills(path, defines):
 
 def test_all_kernels_found():
     names = {p.name for p in kernel_files()}
-    assert {"backproject_parallel.cu", "backproject_cone.cu"} <= names
+    assert {"backproject_parallel.cu", "backproject_cone.cu", "radon3d.cu"} <= names

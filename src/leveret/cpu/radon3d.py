@@ -21,6 +21,9 @@ import math
 import numba
 import numpy as np
 
+#: Directions per partial sum in :func:`backproject` (the GPU kernel stages batches of up to 64).
+BATCH = 64
+
 
 @numba.njit(parallel=True, fastmath=False, cache=True)
 def _backproject(proj, table, out):
@@ -30,24 +33,33 @@ def _backproject(proj, table, out):
         k = task // ny
         j = task % ny
         row = np.zeros(nx, dtype=out.dtype)
-        for q in range(n_dirs):
-            p = proj[q]
-            a = table[q, 0]
-            base = j * table[q, 1] + k * table[q, 2] + table[q, 3]
+        part = np.empty(nx, dtype=out.dtype)
+        # Blocked summation (as the GPU kernel's direction batches): the terms
+        # are large and cancel to O(1), so one running float32 sum over
+        # thousands of directions loses ~1e-5 of the result; sums of
+        # BATCH terms added to the total lose ~10x less.
+        for q0 in range(0, n_dirs, BATCH):
+            part[:] = 0
+            for q in range(q0, min(n_dirs, q0 + BATCH)):
+                p = proj[q]
+                a = table[q, 0]
+                base = j * table[q, 1] + k * table[q, 2] + table[q, 3]
+                for i in range(nx):
+                    u = base + i * a
+                    fl = math.floor(u)
+                    i0 = int(fl)
+                    f = u - fl
+                    # Both neighbours on the sampled range is the common case;
+                    # the edges blend with the zero outside.
+                    if 0 <= i0 and i0 + 1 < n_samples:
+                        v0 = p[i0]
+                        part[i] += v0 + f * (p[i0 + 1] - v0)
+                    else:
+                        v0 = p[i0] if 0 <= i0 < n_samples else 0.0
+                        v1 = p[i0 + 1] if 0 <= i0 + 1 < n_samples else 0.0
+                        part[i] += (1.0 - f) * v0 + f * v1
             for i in range(nx):
-                u = base + i * a
-                fl = math.floor(u)
-                i0 = int(fl)
-                f = u - fl
-                # Both neighbours on the sampled range is the common case;
-                # the edges blend with the zero outside.
-                if 0 <= i0 and i0 + 1 < n_samples:
-                    v0 = p[i0]
-                    row[i] += v0 + f * (p[i0 + 1] - v0)
-                else:
-                    v0 = p[i0] if 0 <= i0 < n_samples else 0.0
-                    v1 = p[i0 + 1] if 0 <= i0 + 1 < n_samples else 0.0
-                    row[i] += (1.0 - f) * v0 + f * v1
+                row[i] += part[i]
         out[k, j, :] = row
 
 

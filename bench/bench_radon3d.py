@@ -1,0 +1,152 @@
+"""3D Radon FBP benchmark (issue 6, pulse EPR imaging): leveret on CUDA and on the CPU.
+
+Problems (issue 6, paper 004's sizes):
+  128^3 from 208 directions    paper 004 (GTX 760, float64, with transfers) 0.400 s; target <= 5 ms f32, 20 ms f64
+  200^3 from 208 directions    paper 004 1.507 s; target <= 10 ms float32
+  256^3 from 2000 directions   target <= 30 ms float32
+Directions: uniform solid angle (RadonGeometry.uniform, a Fibonacci spiral)
+and, for the two-stage method, an equal linear-angle grid of about the same
+count (13 x 16 = 208, 40 x 50 = 2000). Unit voxels and sample spacing;
+n_samples = ceil(sqrt(3) n) + 1, so every voxel sees every projection.
+Projections are a ball's exact plane integrals.
+
+Each GPU row is the median wall time of radon3d_fbp from NumPy arrays in and
+out (pinned upload, filter, back-projection streamed out in slabs) or from
+and to device (CuPy) arrays; the note gives the time split of one further
+call (CUDA events: transfer in, filter, back-projection, transfer out not
+hidden). GU/s = voxels x directions / time / 1e9. Usage:
+  PYTHONPATH=src python3 bench/bench_radon3d.py [--gpu] [--cpu] [--quick] [--out FILE]
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+
+import numpy as np
+
+from common import median_time, metadata, print_header, record, write_results
+
+PROBLEMS = [(128, 208, (13, 16)), (200, 208, (13, 16)), (256, 2000, (40, 50))]
+TARGETS = {(128, 208, "single"): 5e-3, (128, 208, "double"): 20e-3, (200, 208, "single"): 10e-3,
+           (256, 2000, "single"): 30e-3}
+
+
+def problem(n, n_dirs, grid=None):
+    import leveret
+    from leveret.phantom import ball
+    n_samples = int(math.ceil(math.sqrt(3.0) * n)) + 1
+    if grid is None:
+        g = leveret.RadonGeometry.uniform(n_dirs, n_samples)
+    else:
+        g = leveret.RadonGeometry.grid(grid[0], grid[1], n_samples)
+    vol = leveret.VolumeGeometry((n, n, n), 1.0)
+    return g, vol, ball(0.4 * n).project_radon(g)
+
+
+def _split_note(t: dict, target=None) -> str:
+    names = {"transfer_in": "in", "filter": "filter", "backprojection": "BP", "transfer_out": "out"}
+    note = " / ".join(f"{short} {t[k] * 1e3:.2f}" for k, short in names.items())
+    note = f"split ms: {note}"
+    if target is not None:
+        note += f"; target {target * 1e3:.0f} ms"
+    return note
+
+
+def bench_gpu(problems=PROBLEMS, reps=5):
+    import cupy as cp
+    import leveret
+
+    sync = cp.cuda.Device().synchronize
+    for n, n_dirs, grid in problems:
+        updates = n ** 3 * n_dirs
+        for method, gshape in (("single-stage", None), ("two-stage", grid)):
+            g, vol, p = problem(n, n_dirs, gshape)
+            updates = n ** 3 * g.n_dirs
+            label = f"{n}^3 from {g.n_dirs} {'uniform' if gshape is None else 'grid'} dirs, {method}"
+            for precision in ("single", "double"):
+                dt = "f32" if precision == "single" else "f64"
+                target = TARGETS.get((n, n_dirs, precision)) if method == "single-stage" else None
+                p_dev = cp.asarray(p)
+
+                def host_call(t=None):
+                    return leveret.radon3d_fbp(p, g, vol, backend="cuda", precision=precision,
+                                               method=method, timings=t)
+
+                def dev_call(t=None):
+                    return leveret.radon3d_fbp(p_dev, g, vol, precision=precision, method=method,
+                                               timings=t)
+
+                for where, call in (("NumPy in/out", host_call), ("device arrays", dev_call)):
+                    seconds = median_time(call, reps=reps, warmup=2, sync=sync)
+                    split: dict = {}
+                    call(split)
+                    sync()
+                    record(f"FBP {label}, {dt}, {where}", seconds, updates,
+                           note=_split_note(split, target if where.startswith("NumPy") else None))
+                del p_dev
+                cp.get_default_memory_pool().free_all_blocks()
+        bench_kernel_only(n, n_dirs, reps)
+
+
+def bench_kernel_only(n, n_dirs, reps=5):
+    """The back-projection kernel alone on device arrays, float32 and float64."""
+    import cupy as cp
+
+    from leveret.cpu.radon3d import sample_table
+    from leveret.cuda import radon3d as gpu
+
+    g, vol, _ = problem(n, n_dirs)
+    table = sample_table(g.directions, g.n_samples, g.spacing, vol)
+    table_dev = cp.asarray(table)
+    for dtype in (np.float32, np.float64):
+        filt = cp.random.standard_normal(g.projection_shape).astype(dtype)
+        out = cp.empty(vol.shape, dtype)
+        seconds = median_time(lambda: gpu.backproject(filt, table, out, table_dev=table_dev), reps=reps,
+                              sync=cp.cuda.Device().synchronize)
+        W = gpu.window_length(table, 4)
+        record(f"BP kernel only {n}^3 from {n_dirs} dirs, {np.dtype(dtype).name}, device", seconds,
+               n ** 3 * n_dirs, note=f"window {W} samples, batch {gpu.batch_size(W, np.dtype(dtype).itemsize, n_dirs)}")
+
+
+def bench_cpu(problems=PROBLEMS, reps=1):
+    """The same problems on the CPU (all cores); on the 2-core machine the issue asks for."""
+    import leveret
+
+    for n, n_dirs, grid in problems:
+        for method, gshape in (("single-stage", None), ("two-stage", grid)):
+            g, vol, p = problem(n, n_dirs, gshape)
+            label = f"{n}^3 from {g.n_dirs} {'uniform' if gshape is None else 'grid'} dirs, {method}"
+            for precision in ("single", "double"):
+                split: dict = {}
+                seconds = median_time(lambda: leveret.radon3d_fbp(p, g, vol, backend="cpu",
+                                                                  precision=precision, method=method,
+                                                                  timings=split),
+                                      reps=reps, warmup=1)
+                record(f"FBP {label}, {'f32' if precision == 'single' else 'f64'}, CPU", seconds,
+                       n ** 3 * g.n_dirs, note=_split_note(split))
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--cpu", action="store_true", help="run the problems on the CPU (all cores)")
+    parser.add_argument("--gpu", action="store_true", help="run the problems on CUDA")
+    parser.add_argument("--quick", action="store_true", help="only the first problem (128^3, 208)")
+    parser.add_argument("--out", default=None, help="JSON file for the results")
+    args = parser.parse_args(argv)
+    if not (args.cpu or args.gpu):
+        args.gpu = True
+    problems = PROBLEMS[:1] if args.quick else PROBLEMS
+    meta = metadata(with_devices=args.gpu)
+    print_header()
+    if args.gpu:
+        bench_gpu(problems)
+    if args.cpu:
+        bench_cpu(problems)
+    if args.out:
+        write_results(args.out, meta)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
