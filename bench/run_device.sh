@@ -39,3 +39,6 @@ fi
 if [ "${RABBITCT:-0}" = 1 ]; then
   (cd bench && python3 bench_rabbitct.py --out "$OUT/bench_rabbitct.json") 2>&1 | tee "$OUT/bench_rabbitct.txt"
 fi
+if [ "${PARKERNELS:-0}" = 1 ]; then   # issue 4: every parallel kernel, bottleneck variants, ASTRA
+  python3 bench/bench_parallel_kernels.py --astra --fbp ${PARKERNELS_ARGS:-} --out "$OUT/bench_parallel_kernels.json" 2>&1 | tee "$OUT/bench_parallel_kernels.txt"
+fi

@@ -119,6 +119,11 @@ def _info() -> int:
                   f"{dev['multiprocessors']} SMs), {dev['memory_free_gib']:.1f} of "
                   f"{dev['memory_total_gib']:.1f} GiB free; CuPy {dev['cupy']}, CUDA runtime "
                   f"{dev['cuda_runtime']}, driver {dev['cuda_driver']}")
+    from ..cuda import tuning
+    tuned = tuning.describe()
+    print(f"  tuned parallel-beam kernels ({tuning.cache_path()}):" + ("" if tuned else " none yet"))
+    for line in tuned:
+        print(f"    {line}")
     return 0
 
 
