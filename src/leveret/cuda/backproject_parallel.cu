@@ -86,17 +86,30 @@ backproject_parallel_tex2(cudaTextureObject_t sinos,
 //                               texels, full filter rate) ~1900-2000 GU/s.
 //   backproject_parallel_texz4  half4 texels (64-bit): 4 slices per fetch at the
 //                               64-bit rate, ~2400 GU/s (fast mode).
-//   backproject_parallel_alu*   shared-memory/ALU kernel, exact float32 weights.
-//                               Per update ~1 shared 8/16-byte load + 2 FP
-//                               (advanced caching) + ~1.5 ops of coordinate
-//                               and floor work amortised over NV slices: with
-//                               NV=2, ~3 FP-pipe ops per slice-update at
-//                               ~67 T lane-ops/s (FFMA rate) and ~32 shared
-//                               loads/clk/SM: ~1500-2000 GU/s, bound by
-//                               shared-memory load issue.
-//   backproject_parallel_hyb*   texture blocks + ALU blocks in one grid: the sum
-//                               of both paths' rates at their share, if neither
-//                               starves the other: ~2500-3000 GU/s at NV=2.
+//   backproject_parallel_tile*  (tex_num = 0: the ALU kernel) shared-memory/ALU
+//                               kernel, exact float32 weights. Per pixel and
+//                               projection, whatever NV: 2 FFMA (coordinate),
+//                               FADD.RM + FADD + FADD (floor, weight), IADD +
+//                               LEA (address), one LDS.64 (NV=1) / LDS.128
+//                               (NV=2), then FFMA + FADD per slice: ~10 (NV=1)
+//                               / ~12 (NV=2) issued instructions, plus ~20 %
+//                               for the caching stage (4 NV global loads and
+//                               a float64 corner per cached bin and row).
+//                               H200 issue ceiling: 132 SMs x 4 warp-instr/clk
+//                               x 32 lanes x 1.98 GHz = 33.5 T lane-instr/s:
+//                               NV=1 ~2.8 T, NV=2 ~4.6 T slice-updates/s if
+//                               issue-bound. Paper 001 reached ~60 % of its
+//                               model on Pascal, and the shared loads of a warp
+//                               touch ~8a+4b bins (2 wavefronts per LDS.128),
+//                               so: NV=1 ~1300-1700 GU/s, NV=2 ~2000-2800
+//                               GU/s; 64x64 tiles slightly more (less caching)
+//                               if occupancy (94 registers: 2 blocks/SM) holds.
+//                               Exact mode target 1800 GU/s: NV=2 should meet it.
+//   backproject_parallel_tile*  (0 < tex_num < tex_den: the hybrid) texture
+//                               blocks beside ALU blocks: if neither path
+//                               starves the other, the texture blocks add up
+//                               to ~1200 GU/s (float2) to the ALU blocks' share:
+//                               ~2500-3200 GU/s at NV=2, ratio 1/3-1/2.
 //
 // Bottleneck variants (paper 001's method; compile with the macro):
 //   LEVERET_PAR_NO_TEXTURE  texture fetches replaced by a value derived from
