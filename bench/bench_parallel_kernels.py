@@ -34,6 +34,7 @@ CONFIGS = [
     ("alu t32 nv2", "alu", "exact", {"tile": 32, "nv": 2}),
     ("alu t64 nv1", "alu", "exact", {"tile": 64, "nv": 1}),
     ("alu t64 nv2", "alu", "exact", {"tile": 64, "nv": 2}),
+    ("alu t32 nv4", "alu", "exact", {"tile": 32, "nv": 4}),
     ("hybrid t32 float2 1/3", "hybrid", "exact", {"tile": 32, "packing": "float2", "ratio": (1, 3)}),
     ("hybrid t32 float2 1/2", "hybrid", "exact", {"tile": 32, "packing": "float2", "ratio": (1, 2)}),
     ("hybrid t32 float2 2/3", "hybrid", "exact", {"tile": 32, "packing": "float2", "ratio": (2, 3)}),
@@ -43,6 +44,10 @@ CONFIGS = [
     ("fast: texz half2 q4", "texz", "fast", {"packing": "half2", "nq": 4}),
     ("fast: texz half2 q8", "texz", "fast", {"packing": "half2", "nq": 8}),
     ("fast: texz half4 q4", "texz", "fast", {"packing": "half4", "nq": 4}),
+    ("fast: hybrid t32 half2 1/2", "hybrid", "fast", {"tile": 32, "packing": "half2", "ratio": (1, 2)}),
+    ("fast: hybrid t32 half4 1/3", "hybrid", "fast", {"tile": 32, "packing": "half4", "ratio": (1, 3)}),
+    ("fast: hybrid t32 half4 1/2", "hybrid", "fast", {"tile": 32, "packing": "half4", "ratio": (1, 2)}),
+    ("fast: hybrid t32 half4 2/3", "hybrid", "fast", {"tile": 32, "packing": "half4", "ratio": (2, 3)}),
 ]
 
 VARIANTS = [  # (label, kernel, options, defines)
@@ -54,6 +59,10 @@ VARIANTS = [  # (label, kernel, options, defines)
     ("alu t64 nv2", "alu", {"tile": 64, "nv": 2}, ("LEVERET_PAR_NO_UPDATE",)),
     ("alu t64 nv2", "alu", {"tile": 64, "nv": 2}, ("LEVERET_PAR_NO_CACHE",)),
     ("hybrid t32 float2 1/2", "hybrid", {"tile": 32, "packing": "float2", "ratio": (1, 2)},
+     ("LEVERET_PAR_NO_TEXTURE",)),
+    ("alu t32 nv4", "alu", {"tile": 32, "nv": 4}, ("LEVERET_PAR_NO_UPDATE",)),
+    ("alu t32 nv4", "alu", {"tile": 32, "nv": 4}, ("LEVERET_PAR_NO_CACHE",)),
+    ("hybrid t32 half4 1/2", "hybrid", {"tile": 32, "packing": "half4", "ratio": (1, 2)},
      ("LEVERET_PAR_NO_TEXTURE",)),
 ]
 
@@ -78,7 +87,8 @@ def _ceiling_note(kernel, options, gus):
         ceiling = TEX_CEILING[TEXEL_BITS[packing]] * SLICES_PER_TEXEL[packing] / 1e9
         return f"{100 * gus / ceiling:.0f} % of the texture ceiling ({ceiling:.0f} GU/s for {packing})"
     if kernel == "hybrid":
-        return f"{100 * gus / (TEX_CEILING[64] * 2 / 1e9):.0f} % of the float2 texture ceiling alone"
+        alone = TEX_CEILING[TEXEL_BITS[packing]] * SLICES_PER_TEXEL[packing] / 1e9
+        return f"{100 * gus / alone:.0f} % of the {packing} texture ceiling alone ({alone:.0f} GU/s)"
     return ""
 
 
@@ -131,8 +141,10 @@ def bench_fbp_modes(n, n_angles, n_slices):
     out = cp.empty((n_slices, n, n), cp.float32)
     updates = n * n * n_slices * n_angles
     for kernel, precision, opts in [("texture", "single", None), ("alu", "single", {"tile": 32, "nv": 2}),
+                                    ("alu", "single", {"tile": 32, "nv": 4}),
                                     ("hybrid", "single", {"tile": 32, "ratio": (1, 2)}),
-                                    ("texz", "fast", {"packing": "half4"})]:
+                                    ("texz", "fast", {"packing": "half4"}),
+                                    ("hybrid", "fast", {"tile": 32, "packing": "half4", "ratio": (1, 2)})]:
         t = median_time(lambda: leveret.fbp(proj, g, out=out, kernel=kernel, precision=precision,
                                             kernel_options=opts), reps=3, sync=sync)
         record(f"FBP {n_slices}x{n}^2 from {n_angles}, device arrays, kernel={kernel} {precision}", t, updates)

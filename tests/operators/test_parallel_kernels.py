@@ -316,6 +316,9 @@ def test_override_and_kernel_resolution(monkeypatch, tmp_path, rng):
     assert op.resolve_kernel(1) == {"kernel": "texture", "packing": "float"}
     fast = ParallelBackprojection(geometry, volume, backend="cpu", precision="fast")
     assert fast.resolve_kernel(8) == {"kernel": "texz", "packing": "half4"}
+    hyb = ParallelBackprojection(geometry, volume, backend="cpu", precision="fast", kernel="hybrid")
+    assert hyb.resolve_kernel(8) == {"kernel": "hybrid", "packing": "half4"}
+    assert hyb.resolve_kernel(2) == {"kernel": "hybrid", "packing": "half2"}
     tuning.tune("Fake GPU", op.problem_key(8), [{"kernel": "alu", "tile": 64, "nv": 2}], lambda c: 1.0)
     assert op.resolve_kernel(8) == {"kernel": "alu", "tile": 64, "nv": 2}         # the cache
     monkeypatch.setenv("LEVERET_PARALLEL_KERNEL", "hybrid:ratio=1/3")

@@ -91,7 +91,7 @@ def test_fp16_kernels_match_cpu_fp16_linear8(rng, case, kernel, packing):
 
 
 @pytest.mark.parametrize("case", CASES)
-@pytest.mark.parametrize("tile,nv", [(32, 1), (32, 2), (64, 1), (64, 2)])
+@pytest.mark.parametrize("tile,nv", [(32, 1), (32, 2), (64, 1), (64, 2), (32, 4)])
 def test_alu_matches_exact_cpu(rng, case, tile, nv):
     n_angles, n_cols, n_slices, shape = case
     geometry, volume, sinos = random_case(rng, n_angles, n_cols, n_slices, shape, det_spacing=0.8,
@@ -134,6 +134,9 @@ def test_hybrid_is_the_tilewise_mix(rng, case, tile, ratio, packing):
 
 @pytest.mark.parametrize("config", [
     {"kernel": "texture"}, {"kernel": "texz"}, {"kernel": "alu", "kernel_options": {"tile": 64}},
+    {"kernel": "alu", "kernel_options": {"tile": 32, "nv": 4}},
+    {"kernel": "hybrid", "precision": "fast", "texture_packing": "half4",
+     "kernel_options": {"tile": 32, "ratio": (1, 2)}},
     {"kernel": "hybrid", "kernel_options": {"tile": 32, "ratio": (1, 2)}},
     {"kernel": "texz", "precision": "fast", "texture_packing": "half4"},
 ])
@@ -147,12 +150,30 @@ def test_roi_matches_cpu_roi(rng, config, roi):
     exact = cpu(geometry, volume, sinos, roi=roi)
     if config["kernel"] == "alu":
         want = exact
+    elif config["kernel"] == "hybrid" and fast:
+        # fp16 texture tiles, float32 exact ALU tiles
+        want = np.where(_tile_mask(roi[2], roi[3], 32, 1, 2), lin8, exact)
     elif config["kernel"] == "hybrid":
         # the tiles are laid over the ROI, whose corner is tile (0, 0)
         want = np.where(_tile_mask(roi[2], roi[3], 32, 1, 2), lin8, exact)
     else:
         want = lin8
     assert rel(got, want) < 1e-5
+
+
+@pytest.mark.parametrize("case", CASES[1:])
+@pytest.mark.parametrize("packing,ratio", [("half2", (1, 2)), ("half4", (1, 3)), ("half4", (1, 2)),
+                                           ("half4", (2, 3))])
+def test_fast_hybrid_is_the_tilewise_mix(rng, case, packing, ratio):
+    """Fast hybrid: fp16 texture tiles (CPU fast + linear8) beside float32 ALU tiles (exact)."""
+    n_angles, n_cols, n_slices, shape = case
+    geometry, volume, sinos = random_case(rng, n_angles, n_cols, n_slices, shape, axis_shift="random")
+    got, name = run_gpu(geometry, volume, sinos, kernel="hybrid", precision="fast", texture_packing=packing,
+                        kernel_options={"tile": 32, "ratio": ratio})
+    assert name.startswith(f"hybrid-{ratio[0]}/{ratio[1]}-{packing}")
+    mask = _tile_mask(*shape, 32, *ratio)
+    fast8 = cpu(geometry, volume, sinos, interpolation="linear8", precision="fast")
+    assert rel(got, np.where(mask, fast8, cpu(geometry, volume, sinos))) < 1e-5
 
 
 def test_fast_fbp_phantom_bound():

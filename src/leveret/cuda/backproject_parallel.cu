@@ -105,11 +105,20 @@ backproject_parallel_tex2(cudaTextureObject_t sinos,
 //                               GU/s; 64x64 tiles slightly more (less caching)
 //                               if occupancy (94 registers: 2 blocks/SM) holds.
 //                               Exact mode target 1800 GU/s: NV=2 should meet it.
+//                               NV=4 (tile 32 only): ~16 instructions per
+//                               pixel-projection for 4 updates (two LDS.128):
+//                               ~8 T slice-updates/s issue ceiling, predicted
+//                               ~2800-3800 GU/s if 94 registers (2 blocks/SM)
+//                               still hide the shared-load latency.
 //   backproject_parallel_tile*  (0 < tex_num < tex_den: the hybrid) texture
 //                               blocks beside ALU blocks: if neither path
 //                               starves the other, the texture blocks add up
 //                               to ~1200 GU/s (float2) to the ALU blocks' share:
 //                               ~2500-3200 GU/s at NV=2, ratio 1/3-1/2.
+//                               Fast mode (half4 texture blocks, 4-slice ALU
+//                               blocks on float32): ~2400 GU/s of texture
+//                               blocks' rate at their share plus the ALU
+//                               blocks': ~3000-4000 GU/s (target >= 3000).
 //
 // Bottleneck variants (paper 001's method; compile with the macro):
 //   LEVERET_PAR_NO_TEXTURE  texture fetches replaced by a value derived from
@@ -272,9 +281,12 @@ __device__ __forceinline__ int floor_rd(float h, float& fl)
     return __float_as_int(t) - 0x4B000000;        // 0x4B000000 = bits of 2^23
 }
 
+// One cached bin: values of the NV slices and their differences to the next bin.
+struct __align__(16) Bin4 { float4 v; float4 d; };
 template <int NV> struct CacheVec;
-template <> struct CacheVec<1> { typedef float2 T; };
-template <> struct CacheVec<2> { typedef float4 T; };
+template <> struct CacheVec<1> { typedef float2 T; };   // (q, dq)
+template <> struct CacheVec<2> { typedef float4 T; };   // (q0, q1, dq0, dq1)
+template <> struct CacheVec<4> { typedef Bin4 T; };     // two 16-byte loads per update of 4 slices
 
 template <int NV>
 __device__ __forceinline__ void cache_bin(typename CacheVec<NV>::T* dst, const float* __restrict__ sinos,
@@ -294,13 +306,19 @@ __device__ __forceinline__ void cache_bin(typename CacheVec<NV>::T* dst, const f
         }
 #endif
     }
-    if (NV == 1) {
+    if constexpr (NV == 1) {
         float2 c; c.x = v0[0]; c.y = __fsub_rn(v1[0], v0[0]);
-        *reinterpret_cast<float2*>(dst) = c;
+        *dst = c;
+    } else if constexpr (NV == 2) {
+        float4 c; c.x = v0[0]; c.y = v0[1];
+        c.z = __fsub_rn(v1[0], v0[0]); c.w = __fsub_rn(v1[1], v0[1]);
+        *dst = c;
     } else {
-        float4 c; c.x = v0[0]; c.y = v0[NV - 1];
-        c.z = __fsub_rn(v1[0], v0[0]); c.w = __fsub_rn(v1[NV - 1], v0[NV - 1]);
-        *reinterpret_cast<float4*>(dst) = c;
+        Bin4 c;
+        c.v = make_float4(v0[0], v0[1], v0[2], v0[3]);
+        c.d = make_float4(__fsub_rn(v1[0], v0[0]), __fsub_rn(v1[1], v0[1]),
+                          __fsub_rn(v1[2], v0[2]), __fsub_rn(v1[3], v0[3]));
+        *dst = c;
     }
 }
 
@@ -308,16 +326,25 @@ template <int NV>
 __device__ __forceinline__ void interp_add(float* acc, const typename CacheVec<NV>::T* cache, int i, float w, bool nearest)
 {
 #ifdef LEVERET_PAR_NO_UPDATE
-    acc[0] += w;
-    if (NV == 2) acc[NV - 1] += w;
+#pragma unroll
+    for (int s = 0; s < NV; ++s) acc[s] += w;
 #else
-    if (NV == 1) {
-        const float2 c = *reinterpret_cast<const float2*>(cache + i);
+    if constexpr (NV == 1) {
+        const float2 c = cache[i];
         acc[0] += nearest ? c.x : __fmaf_rn(w, c.y, c.x);
-    } else {
-        const float4 c = *reinterpret_cast<const float4*>(cache + i);
+    } else if constexpr (NV == 2) {
+        const float4 c = cache[i];
         acc[0] += nearest ? c.x : __fmaf_rn(w, c.z, c.x);
-        acc[NV - 1] += nearest ? c.y : __fmaf_rn(w, c.w, c.y);
+        acc[1] += nearest ? c.y : __fmaf_rn(w, c.w, c.y);
+    } else {
+        const float4 v = cache[i].v;
+        if (nearest) {
+            acc[0] += v.x; acc[1] += v.y; acc[2] += v.z; acc[3] += v.w;
+        } else {
+            const float4 d = cache[i].d;
+            acc[0] += __fmaf_rn(w, d.x, v.x); acc[1] += __fmaf_rn(w, d.y, v.y);
+            acc[2] += __fmaf_rn(w, d.z, v.z); acc[3] += __fmaf_rn(w, d.w, v.w);
+        }
     }
 #endif
 }
@@ -362,11 +389,7 @@ __device__ __forceinline__ void tile_body(cudaTextureObject_t tex, const float* 
 #pragma unroll
                 for (int rx = 0; rx < R; ++rx) {
                     const float u = texture_coordinate((float)(x0 + bx + 16 * rx), (float)(y0 + by + 16 * ry), g);
-                    if (NV == 1) {
-                        TexVec<1>::add(acc[ry][rx], tex, u, v, layer);
-                    } else {
-                        TexVec<2>::add(acc[ry][rx], tex, u, v, layer);
-                    }
+                    TexVec<NV>::add(acc[ry][rx], tex, u, v, layer);   // float, float2/half2, half4
                 }
         }
     } else {
@@ -426,3 +449,4 @@ LEVERET_TILE(backproject_parallel_tile2_t64, 2, 64, 8, false)
 LEVERET_TILE(backproject_parallel_tile1_t32_nearest, 1, 32, 16, true)
 LEVERET_TILE(backproject_parallel_tile2_t32_nearest, 2, 32, 16, true)
 LEVERET_TILE(backproject_parallel_tile2_t64_nearest, 2, 64, 8, true)
+LEVERET_TILE(backproject_parallel_tile4_t32, 4, 32, 16, false)

@@ -12,7 +12,7 @@ texz
 alu
     paper 001 Alg. 6/9: the sinogram bins a ``tile`` x ``tile`` pixel block
     needs are cached in shared memory, interpolation in software with exact
-    float32 weights; 1 or 2 slices per block (``nv``).
+    float32 weights; 1, 2 or 4 slices per block (``nv``).
 hybrid
     paper 001 Sect. 7.1: the same tiles, ``ratio = (num, den)``: blocks with
     ``block % den < num`` use the texture path, the rest the ALU path, so
@@ -146,17 +146,15 @@ class ParallelBackprojectorGPU:
         if tile not in ALU_SD:
             raise ValueError(f"tile: expected 32 or 64, got {tile}")
         if kernel == "alu":
-            if nv not in (1, 2):
-                raise ValueError(f"nv: expected 1 or 2, got {nv}")
+            if nv not in (1, 2, 4):
+                raise ValueError(f"nv: expected 1, 2 or 4, got {nv}")
             return self._tile(sinos, table32, table64, out, interpolation, tile, nv, (0, 1), None, defines)
         num, den = (int(r) for r in ratio)
         if not (den >= 1 and 0 <= num <= den):
             raise ValueError(f"ratio: expected (num, den) with 0 <= num <= den, den >= 1, got {ratio}")
-        if packing not in ("float", "float2"):
-            raise ValueError(f"packing: the hybrid kernel takes float or float2 texels, got {packing!r}")
+        # the texel's slice count sets the ALU blocks' too (half2/half4: the fast mode's
+        # texture blocks read fp16, its ALU blocks float32)
         nv_h = PACKINGS[packing][0]
-        if interpolation == "nearest" and nv_h == 1:
-            raise ValueError("hybrid nearest: use packing='float2' (no 1-slice nearest tile kernel)")
         return self._tile(sinos, table32, table64, out, interpolation, tile, nv_h, (num, den), packing, defines)
 
     # -- texture kernels ------------------------------------------------------------------
@@ -238,6 +236,8 @@ class ParallelBackprojectorGPU:
         nearest = interpolation == "nearest"
         if nearest and nv == 1 and tile == 64:
             raise ValueError("tile: the 1-slice nearest ALU kernel exists for tile=32 only")
+        if nv == 4 and (tile != 32 or nearest):
+            raise ValueError("nv: the 4-slice tile kernel exists for tile=32 and linear interpolation only")
         name = f"backproject_parallel_tile{nv}_t{tile}" + ("_nearest" if nearest else "")
         cw, shared = alu_plan(table64, tile, nv)
         module = load_module("backproject_parallel", tuple(defines))

@@ -113,6 +113,11 @@ def candidates(interpolation: str, precision: str, n_slices: int) -> list[dict]:
                {"kernel": "texz", "packing": "half2", "nq": 8}]
         if n_slices >= 3:
             out.append({"kernel": "texz", "packing": "half4", "nq": 4})
+        if interpolation == "linear":
+            out.append({"kernel": "hybrid", "tile": 32, "packing": "half2", "ratio": (1, 2)})
+            if n_slices >= 3:
+                out += [{"kernel": "hybrid", "tile": 32, "packing": "half4", "ratio": r}
+                        for r in ((1, 3), (1, 2), (2, 3))]
         return out
     pack = "float2" if n_slices > 1 else "float"
     out.append({"kernel": "texture", "packing": pack})
@@ -125,6 +130,8 @@ def candidates(interpolation: str, precision: str, n_slices: int) -> list[dict]:
             if interpolation == "nearest" and nv == 1 and tile == 64:
                 continue
             out.append({"kernel": "alu", "tile": tile, "nv": nv})
+    if interpolation == "linear" and n_slices >= 3:
+        out.append({"kernel": "alu", "tile": 32, "nv": 4})
     if interpolation == "linear":
         for tile in (32, 64):
             for ratio in ((1, 3), (1, 2), (2, 3)):

@@ -82,9 +82,10 @@ class ParallelBackprojection:
         for this GPU and problem class (``tune()`` fills it), else "texture"
         (exact mode) / "texz" (fast mode). ``last_kernel`` tells which ran.
     precision : {"exact", "fast"}
-        "exact": float32 filtered sinograms. "fast": they are stored as fp16
-        (half2 / half4 texels, 2 or 4 slices per fetch); the CPU backend
-        emulates it with a float16 round trip of the sinograms.
+        "exact": float32 filtered sinograms. "fast": the texture kernels read
+        them as fp16 (half2 / half4 texels, 2 or 4 slices per fetch; the
+        hybrid's ALU tiles stay float32 and exact); the CPU backend emulates
+        it with a float16 round trip of the sinograms.
     roi : (y0, x0, height, width), optional
         Reconstruct only this rectangle of each slice (pixels of the
         volume's grid); the output is (n_slices, height, width).
@@ -119,9 +120,9 @@ class ParallelBackprojection:
             raise ValueError(f"texture_packing: {texture_packing!r} stores fp16; use precision='fast'")
         if self.precision == "fast" and self.texture_packing in ("float", "float2"):
             raise ValueError(f"texture_packing: precision='fast' stores half2/half4 texels, got {texture_packing!r}")
-        if self.precision == "fast" and self.kernel in ("alu", "hybrid"):
-            raise ValueError(f"kernel: {kernel!r} reads float32 sinograms; precision='fast' runs "
-                             "'texture' (half2) or 'texz' (half2/half4)")
+        if self.precision == "fast" and self.kernel == "alu":
+            raise ValueError("kernel: 'alu' reads float32 sinograms; precision='fast' runs "
+                             "'texture' (half2), 'texz' (half2/half4) or 'hybrid' (half2/half4 texture blocks)")
         if self.interpolation == "linear8" and self.kernel in ("alu", "hybrid"):
             raise ValueError(f"kernel: {kernel!r} interpolates with exact weights (or mixes them); "
                              "interpolation='linear8' needs 'texture' or 'texz'")
@@ -207,7 +208,7 @@ class ParallelBackprojection:
             config["packing"] = self.texture_packing
         if "packing" not in config and config["kernel"] in ("texture", "texz", "hybrid"):
             if self.precision == "fast":
-                config["packing"] = "half4" if (n_slices >= 3 and config["kernel"] == "texz") else "half2"
+                config["packing"] = "half4" if (n_slices >= 3 and config["kernel"] != "texture") else "half2"
             else:
                 config["packing"] = "float2" if n_slices > 1 else "float"
         if "ratio" in config:
