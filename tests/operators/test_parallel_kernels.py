@@ -326,3 +326,22 @@ def test_override_and_kernel_resolution(monkeypatch, tmp_path, rng):
     explicit = ParallelBackprojection(geometry, volume, backend="cpu", kernel="texz",
                                       kernel_options={"nq": 8})
     assert explicit.resolve_kernel(8) == {"kernel": "texz", "nq": 8, "packing": "float2"}
+
+
+@pytest.mark.parametrize("kwargs,name", [
+    ({"kernel": "warp"}, "kernel"), ({"kernel": "texz", "packing": "float4"}, "packing"),
+    ({"kernel": "texz", "nq": 16}, "nq"), ({"kernel": "texz", "packing": "half4", "nq": 8}, "nq"),
+    ({"kernel": "texture", "packing": "half4"}, "packing"), ({"kernel": "alu", "tile": 48}, "tile"),
+    ({"kernel": "alu", "nv": 3}, "nv"), ({"kernel": "alu", "nv": 4, "tile": 64}, "nv"),
+    ({"kernel": "hybrid", "ratio": (3, 2)}, "ratio"), ({"kernel": "hybrid", "ratio": (1, 0)}, "ratio"),
+    ({"kernel": "alu", "tile": 64, "interpolation": "nearest", "nv": 1}, "tile"),
+])
+def test_gpu_launcher_rejects_bad_parameters_before_touching_the_gpu(kwargs, name):
+    """The launcher validates its arguments first (no CuPy needed to get the error)."""
+    from leveret.cuda.backproject_parallel import ParallelBackprojectorGPU
+    g = ParallelGeometry(np.linspace(0, np.pi, 8, endpoint=False), 16, n_rows=4)
+    t64 = parallel_table(g, g.default_volume(), np.float64)
+    sinos = np.zeros((4, 8, 16), np.float32)            # stands in for a CuPy array
+    with pytest.raises(ValueError, match=name):
+        ParallelBackprojectorGPU()(sinos, t64.astype(np.float32), t64, np.zeros((4, 16, 16), np.float32),
+                                   **kwargs)

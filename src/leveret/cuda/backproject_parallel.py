@@ -229,8 +229,6 @@ class ParallelBackprojectorGPU:
 
     # -- tile kernels (ALU and hybrid) ------------------------------------------------------
     def _tile(self, sinos, table32, table64, out, interpolation, tile, nv, ratio, packing, defines):
-        import cupy
-
         n_slices, n_angles, n_cols = sinos.shape
         ny, nx = out.shape[1:]
         nearest = interpolation == "nearest"
@@ -240,6 +238,8 @@ class ParallelBackprojectorGPU:
             raise ValueError("nv: the 4-slice tile kernel exists for tile=32 and linear interpolation only")
         name = f"backproject_parallel_tile{nv}_t{tile}" + ("_nearest" if nearest else "")
         cw, shared = alu_plan(table64, tile, nv)
+        import cupy
+
         module = load_module("backproject_parallel", tuple(defines))
         kernel = module.get_function(name)
         num, den = ratio
