@@ -50,3 +50,6 @@ fi
 if [ "${PROJECTOR:-0}" = 1 ]; then
   (cd bench && python3 bench_projector.py --out "$OUT/bench_projector.json") 2>&1 | tee "$OUT/bench_projector.txt"
 fi
+if [ "${PARKERNELS:-0}" = 1 ]; then   # issue 4: every parallel kernel, bottleneck variants, ASTRA
+  python3 bench/bench_parallel_kernels.py --astra --fbp ${PARKERNELS_ARGS:-} --out "$OUT/bench_parallel_kernels.json" 2>&1 | tee "$OUT/bench_parallel_kernels.txt"
+fi

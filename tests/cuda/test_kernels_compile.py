@@ -21,7 +21,10 @@ except Exception:  # noqa: BLE001
 
 # The bottleneck variants the benchmarks compile (macros in the .cu files).
 VARIANTS = {"backproject_cone.cu": [("LEVERET_CONE_NO_TEXTURE",),
-                                    ("LEVERET_CONE_NO_TEXTURE", "LEVERET_CONE_NO_UPDATE")]}
+                                    ("LEVERET_CONE_NO_TEXTURE", "LEVERET_CONE_NO_UPDATE")],
+            "backproject_parallel.cu": [("LEVERET_PAR_NO_TEXTURE",), ("LEVERET_PAR_NO_UPDATE",),
+                                        ("LEVERET_PAR_NO_CACHE",),
+                                        ("LEVERET_PAR_NO_CACHE", "LEVERET_PAR_NO_UPDATE")]}
 CASES = [(p, ()) for p in kernel_files()] + [
     (p, d) for p in kernel_files() for d in VARIANTS.get(p.name, [])]
 

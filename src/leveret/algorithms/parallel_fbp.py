@@ -14,7 +14,7 @@ def fbp(projections, geometry: ParallelGeometry, volume: VolumeGeometry | None =
         filter: str = "ram-lak", interpolation: str = "linear", backend: str = "auto",
         cutoff: float = 1.0, padding: str = "zero", angle_weights="auto",
         precision: str = "single", chunk_slices: int | None = None, out=None,
-        progress: bool = False):
+        progress: bool = False, kernel: str = "auto", kernel_options: dict | None = None):
     """Filtered back-projection (FBP) of parallel-beam data.
 
     Parameters
@@ -41,14 +41,23 @@ def fbp(projections, geometry: ParallelGeometry, volume: VolumeGeometry | None =
     angle_weights : "auto", "uniform" or array (n_angles,)
         Angular quadrature in radians: "auto" folds the angles onto the half
         circle (``ParallelGeometry.angular_weights``), "uniform" is pi/n_angles.
-    precision : {"single", "double"}
-        "double" computes in float64 (CPU backend only).
+    precision : {"single", "double", "exact", "fast"}
+        "single" (= "exact"): float32. "double" computes in float64 (CPU
+        backend only). "fast": the filtered sinograms are stored as fp16 for
+        the back-projection (half2/half4 texels on CUDA, 2-4 slices per
+        texture fetch; the CPU emulates the rounding); see docs/accuracy.md
+        for its error bound.
     chunk_slices : int, optional
         Slices per chunk; default planned from free (GPU or host) memory.
     out : ndarray, optional
         Preallocated output of the volume's shape (NumPy, np.memmap or CuPy).
     progress : bool
         Show a progress bar over slices.
+    kernel : {"auto", "texture", "texz", "alu", "hybrid"}
+        CUDA back-projection kernel (``ParallelBackprojection``); "auto" takes
+        the tuned choice for this GPU when there is one.
+    kernel_options : dict, optional
+        The kernel's parameters (``ParallelBackprojection``).
 
     Returns
     -------
@@ -69,9 +78,11 @@ def fbp(projections, geometry: ParallelGeometry, volume: VolumeGeometry | None =
         raise ValueError(f"volume: a {'2D' if geometry.is_2d else '3D'} geometry needs a "
                          f"{'2D' if geometry.is_2d else '3D'} volume, got shape {volume.shape}")
     v.choice("filter", filter, FILTERS)
-    precision = v.choice("precision", precision, ("single", "double"))
+    precision = v.choice("precision", precision, ("single", "double", "exact", "fast"))
     dtype = np.float64 if precision == "double" else np.float32
-    op = ParallelBackprojection(geometry, volume, interpolation=interpolation, backend=backend)
+    op = ParallelBackprojection(geometry, volume, interpolation=interpolation, backend=backend,
+                                kernel=kernel, precision="fast" if precision == "fast" else "exact",
+                                kernel_options=kernel_options)
     if not isinstance(projections, np.ndarray) and op.backend == "cpu":
         raise ValueError("backend: 'cpu' cannot take a CuPy array")
     if op.backend == "cuda" and dtype == np.float64:
@@ -186,7 +197,8 @@ class _Job:
             n_bad[...] += cupy.count_nonzero(~cupy.isfinite(d_in))
             part = self.op if n_batches == 1 else ParallelBackprojection(
                 _angle_subset(g, b0, b1), self.volume, interpolation=self.op.interpolation,
-                backend="cuda", texture_packing=self.op.texture_packing)
+                backend="cuda", texture_packing=self.op.texture_packing, kernel=self.op.kernel,
+                precision=self.op.precision, kernel_options=self.op.kernel_options)
             image = part(self.filtered(d_in, slice(b0, b1)))
             total = image if total is None else total.__iadd__(image)
         _raise_if_bad(int(n_bad))

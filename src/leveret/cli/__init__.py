@@ -46,6 +46,10 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--cutoff", type=float, default=1.0, help="filter cutoff, fraction of Nyquist")
     f.add_argument("--interpolation", default="linear", choices=("linear", "nearest", "linear8"))
     f.add_argument("--backend", default="auto", choices=("auto", "cuda", "cpu"))
+    f.add_argument("--kernel", default="auto", choices=("auto", "texture", "texz", "alu", "hybrid"),
+                   help="CUDA back-projection kernel (default: the tuned choice, see 'leveret info')")
+    f.add_argument("--precision", default="exact", choices=("exact", "fast"),
+                   help="fast: fp16 filtered sinograms (2-4 slices per texture fetch)")
     f.add_argument("--chunk-slices", type=int, default=None, help="slices per chunk (default: planned)")
     f.add_argument("--dataset", default=None, help="HDF5 dataset path (or give file.h5:/path)")
     f.add_argument("--flat", default=None, help="flat field(s): normalise and take -log")
@@ -119,6 +123,11 @@ def _info() -> int:
                   f"{dev['multiprocessors']} SMs), {dev['memory_free_gib']:.1f} of "
                   f"{dev['memory_total_gib']:.1f} GiB free; CuPy {dev['cupy']}, CUDA runtime "
                   f"{dev['cuda_runtime']}, driver {dev['cuda_driver']}")
+    from ..cuda import tuning
+    tuned = tuning.describe()
+    print(f"  tuned parallel-beam kernels ({tuning.cache_path()}):" + ("" if tuned else " none yet"))
+    for line in tuned:
+        print(f"    {line}")
     return 0
 
 
@@ -155,7 +164,8 @@ def _fbp(args) -> int:
     t1 = time.perf_counter()
     volume = leveret.fbp(proj, geometry, filter=args.filter, cutoff=args.cutoff,
                          interpolation=args.interpolation, backend=args.backend,
-                         chunk_slices=args.chunk_slices, progress=not args.no_progress)
+                         chunk_slices=args.chunk_slices, progress=not args.no_progress,
+                         kernel=args.kernel, precision=args.precision)
     t_rec = time.perf_counter() - t1
     out = write_array(args.output, volume, overwrite=args.overwrite)
     updates = np.prod(volume.shape) * geometry.n_angles

@@ -69,3 +69,384 @@ backproject_parallel_tex2(cudaTextureObject_t sinos,
     if (2 * layer + 1 < n_slices)
         out[idx + plane] = accumulate ? out[idx + plane] + acc1 : acc1;
 }
+
+// ===========================================================================
+// Issue 4: the load-balancing kernel family of paper 001 (Sect. 5-7).
+//
+// Predicted throughput on an H200 (132 SMs; CEILINGS.md: 1005-1029 G bilinear
+// fetches/s of 32-bit texels, 605-613 G/s of 64-bit texels), 64 slices of
+// 2048^2 from 2048 angles, written before measuring:
+//   backproject_parallel_texz1  float texels, Z-order, 4 pixels x 1/4 of the
+//                               projections per thread: texture-bound like
+//                               _tex, ~1000 GU/s (no gain expected: the
+//                               1-slice kernel already hits the ceiling).
+//   backproject_parallel_texz2  float2 / half2 texels: the Z-order locality is
+//                               what the paper measured +35 % on 64-bit texels
+//                               for; float2 ~1600-1800 GU/s, half2 (32-bit
+//                               texels, full filter rate) ~1900-2000 GU/s.
+//   backproject_parallel_texz4  half4 texels (64-bit): 4 slices per fetch at the
+//                               64-bit rate, ~2400 GU/s (fast mode).
+//   backproject_parallel_tile*  (tex_num = 0: the ALU kernel) shared-memory/ALU
+//                               kernel, exact float32 weights. Per pixel and
+//                               projection, whatever NV: 2 FFMA (coordinate),
+//                               FADD.RM + FADD + FADD (floor, weight), IADD +
+//                               LEA (address), one LDS.64 (NV=1) / LDS.128
+//                               (NV=2), then FFMA + FADD per slice: ~10 (NV=1)
+//                               / ~12 (NV=2) issued instructions, plus ~20 %
+//                               for the caching stage (4 NV global loads and
+//                               a float64 corner per cached bin and row).
+//                               H200 issue ceiling: 132 SMs x 4 warp-instr/clk
+//                               x 32 lanes x 1.98 GHz = 33.5 T lane-instr/s:
+//                               NV=1 ~2.8 T, NV=2 ~4.6 T slice-updates/s if
+//                               issue-bound. Paper 001 reached ~60 % of its
+//                               model on Pascal, and the shared loads of a warp
+//                               touch ~8a+4b bins (2 wavefronts per LDS.128),
+//                               so: NV=1 ~1300-1700 GU/s, NV=2 ~2000-2800
+//                               GU/s; 64x64 tiles slightly more (less caching)
+//                               if occupancy (94 registers: 2 blocks/SM) holds.
+//                               Exact mode target 1800 GU/s: NV=2 should meet it.
+//                               NV=4 (tile 32 only): ~16 instructions per
+//                               pixel-projection for 4 updates (two LDS.128):
+//                               ~8 T slice-updates/s issue ceiling, predicted
+//                               ~2800-3800 GU/s if 94 registers (2 blocks/SM)
+//                               still hide the shared-load latency.
+//   backproject_parallel_tile*  (0 < tex_num < tex_den: the hybrid) texture
+//                               blocks beside ALU blocks: if neither path
+//                               starves the other, the texture blocks add up
+//                               to ~1200 GU/s (float2) to the ALU blocks' share:
+//                               ~2500-3200 GU/s at NV=2, ratio 1/3-1/2.
+//                               Fast mode (half4 texture blocks, 4-slice ALU
+//                               blocks on float32): ~2400 GU/s of texture
+//                               blocks' rate at their share plus the ALU
+//                               blocks': ~3000-4000 GU/s (target >= 3000).
+//
+// Bottleneck variants (paper 001's method; compile with the macro):
+//   LEVERET_PAR_NO_TEXTURE  texture fetches replaced by a value derived from
+//                           the coordinate (the texture unit leaves the loop).
+//   LEVERET_PAR_NO_UPDATE   ALU path: the shared-memory read replaced by the
+//                           coordinate (interpolation arithmetic stays).
+//   LEVERET_PAR_NO_CACHE    ALU path: the caching stage writes zeros without
+//                           reading the sinogram (global loads leave).
+// ===========================================================================
+
+// (fp16 texels are read as float2/float4: the texture unit converts and filters them)
+
+template <int NV> struct TexVec;
+template <> struct TexVec<1> {
+    static __device__ __forceinline__ void add(float* acc, cudaTextureObject_t t, float u, float v, int layer) {
+#ifdef LEVERET_PAR_NO_TEXTURE
+        acc[0] += u * 1e-30f;
+#else
+        acc[0] += tex2DLayered<float>(t, u, v, layer);
+#endif
+    }
+};
+template <> struct TexVec<2> {
+    static __device__ __forceinline__ void add(float* acc, cudaTextureObject_t t, float u, float v, int layer) {
+#ifdef LEVERET_PAR_NO_TEXTURE
+        acc[0] += u * 1e-30f; acc[1] += u * 2e-30f;
+#else
+        const float2 r = tex2DLayered<float2>(t, u, v, layer);   // float2 or half2 texels
+        acc[0] += r.x; acc[1] += r.y;
+#endif
+    }
+};
+template <> struct TexVec<4> {
+    static __device__ __forceinline__ void add(float* acc, cudaTextureObject_t t, float u, float v, int layer) {
+#ifdef LEVERET_PAR_NO_TEXTURE
+        acc[0] += u * 1e-30f; acc[1] += u * 2e-30f; acc[2] += u * 3e-30f; acc[3] += u * 4e-30f;
+#else
+        const float4 r = tex2DLayered<float4>(t, u, v, layer);   // half4 texels
+        acc[0] += r.x; acc[1] += r.y; acc[2] += r.z; acc[3] += r.w;
+#endif
+    }
+};
+
+// Writes NV slice values of one pixel; slice index = NV * layer + s.
+template <int NV>
+__device__ __forceinline__ void store_pixel(float* __restrict__ out, const float* acc, int x, int y,
+                                            int nx, int ny, int n_slices, int layer, int accumulate)
+{
+    if (x >= nx || y >= ny) return;
+    const size_t plane = (size_t)ny * nx;
+#pragma unroll
+    for (int s = 0; s < NV; ++s) {
+        const int k = NV * layer + s;
+        if (k < n_slices) {
+            const size_t idx = (size_t)k * plane + (size_t)y * nx + x;
+            out[idx] = accumulate ? out[idx] + acc[s] : acc[s];
+        }
+    }
+}
+
+// --- Texture kernel with Z-order remapping, 4 projections in parallel (Alg. 2-4) ---
+// Block: 256 threads, one 16 x (4 NQ) pixel tile. Thread t: bits 0-3 are its
+// place in a 4x4 square along the Z curve, bits 4-5 the square along x (a warp
+// covers 8x4 pixels: fetch locality for 2x2 texel quads), bits 6-7 the
+// projection phase mp: the thread adds projections mp, mp+4, ... to NQ pixels
+// (rows y, y+4, ...). A warp shares mp, so the constant cache broadcasts.
+// Partial sums of the 4 phases meet in shared memory; each thread then writes
+// one or more whole pixels, x-contiguous (coalesced).
+// The coordinate is computed per pixel exactly as backproject_parallel_tex
+// does (texture_coordinate), so the CPU's linear8 / nearest reproduce it.
+template <int NV, int NQ>
+__device__ __forceinline__ void texz_body(cudaTextureObject_t sinos, float* __restrict__ out,
+                                          int nx, int ny, int n_slices, int n_angles, int angle0,
+                                          int accumulate)
+{
+    __shared__ float red[4 * 64 * NQ * NV];
+    const int t = threadIdx.x;
+    const int pixeln = t & 3, squaren = (t >> 2) & 3, blockn = (t >> 4) & 3, mp = t >> 6;
+    const int lx = 4 * blockn + 2 * (squaren & 1) + (pixeln & 1);
+    const int ly = 2 * (squaren >> 1) + (pixeln >> 1);
+    const int x0 = blockIdx.x * 16, y0 = blockIdx.y * (4 * NQ);
+    const int layer = blockIdx.z;
+    const float fi = (float)(x0 + lx);
+
+    float acc[NQ][NV];
+#pragma unroll
+    for (int q = 0; q < NQ; ++q)
+#pragma unroll
+        for (int s = 0; s < NV; ++s) acc[q][s] = 0.0f;
+
+#pragma unroll 4
+    for (int n = mp; n < n_angles; n += 4) {
+        const float4 g = c_par_table[n];
+        const float v = (float)(angle0 + n) + 0.5f;
+#pragma unroll
+        for (int q = 0; q < NQ; ++q) {
+            const float u = texture_coordinate(fi, (float)(y0 + ly + 4 * q), g);
+            TexVec<NV>::add(acc[q], sinos, u, v, layer);
+        }
+    }
+    // pixel index inside the tile: row-major 16 wide
+#pragma unroll
+    for (int q = 0; q < NQ; ++q)
+#pragma unroll
+        for (int s = 0; s < NV; ++s)
+            red[((mp * 64 * NQ) + (ly + 4 * q) * 16 + lx) * NV + s] = acc[q][s];
+    __syncthreads();
+#pragma unroll
+    for (int r = 0; r < NQ / 4; ++r) {
+        const int pix = t + 256 * r;
+        float sum[NV];
+#pragma unroll
+        for (int s = 0; s < NV; ++s)
+            sum[s] = (red[(pix) * NV + s] + red[(64 * NQ + pix) * NV + s])
+                   + (red[(128 * NQ + pix) * NV + s] + red[(192 * NQ + pix) * NV + s]);
+        store_pixel<NV>(out, sum, x0 + (pix & 15), y0 + (pix >> 4), nx, ny, n_slices, layer, accumulate);
+    }
+}
+
+#define LEVERET_TEXZ(NAME, NV, NQ)                                                              \
+extern "C" __global__ void __launch_bounds__(256)                                               \
+NAME(cudaTextureObject_t sinos, float* __restrict__ out, int nx, int ny, int n_slices,          \
+     int n_angles, int angle0, int accumulate)                                                  \
+{ texz_body<NV, NQ>(sinos, out, nx, ny, n_slices, n_angles, angle0, accumulate); }
+
+LEVERET_TEXZ(backproject_parallel_texz1_q4, 1, 4)
+LEVERET_TEXZ(backproject_parallel_texz1_q8, 1, 8)
+LEVERET_TEXZ(backproject_parallel_texz2_q4, 2, 4)
+LEVERET_TEXZ(backproject_parallel_texz2_q8, 2, 8)
+LEVERET_TEXZ(backproject_parallel_texz4_q4, 4, 4)
+
+// --- Shared-memory / ALU kernel (Alg. 6, advanced caching Alg. 9, Sect. 6.6) and the
+//     hybrid (Sect. 7.1) ---
+// Block: 256 threads, one TS x TS tile (TS = 32: 4 pixels per thread; 64: 16).
+// Thread t has a base pixel (bx, by) inside a 16x16 square along the Z curve
+// (paper Fig. 13) and pixels (bx + 16 rx, by + 16 ry).
+// Caching stage: SD projections at a time, ST = 256 / SD threads per row. For
+// projection n the tile touches detector columns x = c' + i a + j b over
+// [hmin, hmin + span]; the block caches columns hm + k, k in [0, cw), with
+// hm = floor(hmin) - 1 computed in float64 (global float64 table) so that the
+// float32 offset inside the cache is exact to ~1e-6 pixel whatever the image
+// size. Advanced caching: bin k holds (q[hm+k], q[hm+k+1] - q[hm+k]), one
+// 8-byte (NV=1) or 16-byte (NV=2) shared load per update, interpolation is a
+// single FMA. Outside the detector the cache holds zeros, so the edges blend
+// with zero exactly as the CPU reference and the texture's border mode do.
+// Floor: h + 2^23 rounded towards -inf (__fadd_rd) leaves floor(h) in the
+// mantissa; the integer comes out with one integer subtract and the float with
+// one float subtract, no F2I/FRND (paper 001 Sect. 6.6). Exact for
+// 0 <= h < 2^23; the paper's "h - 0.499999 then round-to-nearest" variant
+// misrounds fractions above 1 - 1e-6, directed rounding does not.
+// Hybrid: blocks whose linear index b has (b % den) < num take the texture
+// path on the same tile (same mapping, texture linear filtering = CPU
+// linear8); the others the ALU path. num = 0: pure ALU; num = den: pure
+// texture with the tile mapping.
+
+__device__ __forceinline__ int floor_rd(float h, float& fl)
+{
+    const float t = __fadd_rd(h, 8388608.0f);   // 2^23: the fraction bits fall off, rounded down
+    fl = __fsub_rn(t, 8388608.0f);               // exact
+    return __float_as_int(t) - 0x4B000000;        // 0x4B000000 = bits of 2^23
+}
+
+// One cached bin: values of the NV slices and their differences to the next bin.
+struct __align__(16) Bin4 { float4 v; float4 d; };
+template <int NV> struct CacheVec;
+template <> struct CacheVec<1> { typedef float2 T; };   // (q, dq)
+template <> struct CacheVec<2> { typedef float4 T; };   // (q0, q1, dq0, dq1)
+template <> struct CacheVec<4> { typedef Bin4 T; };     // two 16-byte loads per update of 4 slices
+
+template <int NV>
+__device__ __forceinline__ void cache_bin(typename CacheVec<NV>::T* dst, const float* __restrict__ sinos,
+                                          int n_slices, int n_angles_total, int n_cols, int layer,
+                                          int angle, long long col)
+{
+    float v0[NV], v1[NV];
+#pragma unroll
+    for (int s = 0; s < NV; ++s) {
+        const int k = NV * layer + s;
+        v0[s] = 0.0f; v1[s] = 0.0f;
+#ifndef LEVERET_PAR_NO_CACHE
+        if (k < n_slices) {
+            const float* row = sinos + ((size_t)k * n_angles_total + angle) * n_cols;
+            if (col >= 0 && col < n_cols) v0[s] = __ldg(row + col);
+            if (col + 1 >= 0 && col + 1 < n_cols) v1[s] = __ldg(row + col + 1);
+        }
+#endif
+    }
+    if constexpr (NV == 1) {
+        float2 c; c.x = v0[0]; c.y = __fsub_rn(v1[0], v0[0]);
+        *dst = c;
+    } else if constexpr (NV == 2) {
+        float4 c; c.x = v0[0]; c.y = v0[1];
+        c.z = __fsub_rn(v1[0], v0[0]); c.w = __fsub_rn(v1[1], v0[1]);
+        *dst = c;
+    } else {
+        Bin4 c;
+        c.v = make_float4(v0[0], v0[1], v0[2], v0[3]);
+        c.d = make_float4(__fsub_rn(v1[0], v0[0]), __fsub_rn(v1[1], v0[1]),
+                          __fsub_rn(v1[2], v0[2]), __fsub_rn(v1[3], v0[3]));
+        *dst = c;
+    }
+}
+
+template <int NV>
+__device__ __forceinline__ void interp_add(float* acc, const typename CacheVec<NV>::T* cache, int i, float w, bool nearest)
+{
+#ifdef LEVERET_PAR_NO_UPDATE
+#pragma unroll
+    for (int s = 0; s < NV; ++s) acc[s] += w;
+#else
+    if constexpr (NV == 1) {
+        const float2 c = cache[i];
+        acc[0] += nearest ? c.x : __fmaf_rn(w, c.y, c.x);
+    } else if constexpr (NV == 2) {
+        const float4 c = cache[i];
+        acc[0] += nearest ? c.x : __fmaf_rn(w, c.z, c.x);
+        acc[1] += nearest ? c.y : __fmaf_rn(w, c.w, c.y);
+    } else {
+        const float4 v = cache[i].v;
+        if (nearest) {
+            acc[0] += v.x; acc[1] += v.y; acc[2] += v.z; acc[3] += v.w;
+        } else {
+            const float4 d = cache[i].d;
+            acc[0] += __fmaf_rn(w, d.x, v.x); acc[1] += __fmaf_rn(w, d.y, v.y);
+            acc[2] += __fmaf_rn(w, d.z, v.z); acc[3] += __fmaf_rn(w, d.w, v.w);
+        }
+    }
+#endif
+}
+
+template <int NV, int TS, int SD, bool NEAREST>
+__device__ __forceinline__ void tile_body(cudaTextureObject_t tex, const float* __restrict__ sinos,
+                                          const double4* __restrict__ table64, float* __restrict__ out,
+                                          int nx, int ny, int n_slices, int n_cols, int n_angles_total,
+                                          int n_angles, int angle0, int accumulate, int cw,
+                                          int tex_num, int tex_den)
+{
+    constexpr int R = TS / 16;          // 16x16 squares per tile side
+    constexpr int ST = 256 / SD;        // threads caching one projection row
+    typedef typename CacheVec<NV>::T CV;
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    CV* cache = reinterpret_cast<CV*>(smem_raw);
+    __shared__ float4 s_geo[SD];        // (a, b, offset in cache, unused), float32
+
+    const int t = threadIdx.x;
+    const int bx = 4 * ((t >> 4) & 3) + 2 * ((t >> 2) & 1) + (t & 1);
+    const int by = 4 * (t >> 6) + 2 * ((t >> 3) & 1) + ((t >> 1) & 1);
+    const int x0 = blockIdx.x * TS, y0 = blockIdx.y * TS;
+    const int layer = blockIdx.z;
+    const int block_id = blockIdx.y * gridDim.x + blockIdx.x;
+
+    float acc[R][R][NV];
+#pragma unroll
+    for (int ry = 0; ry < R; ++ry)
+#pragma unroll
+        for (int rx = 0; rx < R; ++rx)
+#pragma unroll
+            for (int s = 0; s < NV; ++s) acc[ry][rx][s] = 0.0f;
+
+    if ((block_id % tex_den) < tex_num) {
+        // texture path, coordinates as backproject_parallel_tex computes them
+#pragma unroll 2
+        for (int n = 0; n < n_angles; ++n) {
+            const float4 g = c_par_table[n];
+            const float v = (float)(angle0 + n) + 0.5f;
+#pragma unroll
+            for (int ry = 0; ry < R; ++ry)
+#pragma unroll
+                for (int rx = 0; rx < R; ++rx) {
+                    const float u = texture_coordinate((float)(x0 + bx + 16 * rx), (float)(y0 + by + 16 * ry), g);
+                    TexVec<NV>::add(acc[ry][rx], tex, u, v, layer);   // float, float2/half2, half4
+                }
+        }
+    } else {
+        const int mp = t / ST, md = t % ST;
+        for (int pb = 0; pb < n_angles; pb += SD) {
+            const int nload = min(SD, n_angles - pb);
+            if (mp < nload) {
+                const int n = angle0 + pb + mp;
+                const double4 g = table64[n];   // (a, b, c - 0.5, cm)
+                const double hb = g.z + (double)x0 * g.x + (double)y0 * g.y;   // column of the tile's corner
+                const double hm = floor(hb + g.w) - 1.0;                       // one bin of margin
+                if (md == 0)
+                    s_geo[mp] = make_float4((float)g.x, (float)g.y, (float)(hb - hm), 0.0f);
+                const long long col0 = (long long)hm;
+                for (int k = md; k < cw; k += ST)
+                    cache_bin<NV>(cache + mp * cw + k, sinos, n_slices, n_angles_total, n_cols, layer, n, col0 + k);
+            }
+            __syncthreads();
+#pragma unroll 2
+            for (int pi = 0; pi < nload; ++pi) {
+                const float4 g = s_geo[pi];
+                const float h0 = __fmaf_rn((float)bx, g.x, __fmaf_rn((float)by, g.y, g.z));
+                const CV* row = cache + pi * cw;
+#pragma unroll
+                for (int ry = 0; ry < R; ++ry)
+#pragma unroll
+                    for (int rx = 0; rx < R; ++rx) {
+                        float h = __fmaf_rn((float)(16 * rx), g.x, __fmaf_rn((float)(16 * ry), g.y, h0));
+                        if (NEAREST) h = __fadd_rn(h, 0.5f);
+                        float fl;
+                        const int i = floor_rd(h, fl);
+                        interp_add<NV>(acc[ry][rx], row, i, __fsub_rn(h, fl), NEAREST);
+                    }
+            }
+            __syncthreads();
+        }
+    }
+#pragma unroll
+    for (int ry = 0; ry < R; ++ry)
+#pragma unroll
+        for (int rx = 0; rx < R; ++rx)
+            store_pixel<NV>(out, acc[ry][rx], x0 + bx + 16 * rx, y0 + by + 16 * ry, nx, ny, n_slices, layer, accumulate);
+}
+
+#define LEVERET_TILE(NAME, NV, TS, SD, NEAREST)                                                 \
+extern "C" __global__ void __launch_bounds__(256)                                               \
+NAME(cudaTextureObject_t tex, const float* __restrict__ sinos, const double4* __restrict__ table64,\
+     float* __restrict__ out, int nx, int ny, int n_slices, int n_cols, int n_angles_total,     \
+     int n_angles, int angle0, int accumulate, int cw, int tex_num, int tex_den)                \
+{ tile_body<NV, TS, SD, NEAREST>(tex, sinos, table64, out, nx, ny, n_slices, n_cols,            \
+                                 n_angles_total, n_angles, angle0, accumulate, cw, tex_num, tex_den); }
+
+LEVERET_TILE(backproject_parallel_tile1_t32, 1, 32, 16, false)
+LEVERET_TILE(backproject_parallel_tile1_t64, 1, 64, 8, false)
+LEVERET_TILE(backproject_parallel_tile2_t32, 2, 32, 16, false)
+LEVERET_TILE(backproject_parallel_tile2_t64, 2, 64, 8, false)
+LEVERET_TILE(backproject_parallel_tile1_t32_nearest, 1, 32, 16, true)
+LEVERET_TILE(backproject_parallel_tile2_t32_nearest, 2, 32, 16, true)
+LEVERET_TILE(backproject_parallel_tile2_t64_nearest, 2, 64, 8, true)
+LEVERET_TILE(backproject_parallel_tile4_t32, 4, 32, 16, false)

@@ -8,26 +8,48 @@ from ..backends import resolve
 from ..geometry import ParallelGeometry, VolumeGeometry
 
 INTERPOLATIONS = ("nearest", "linear", "linear8")
+KERNELS = ("auto", "texture", "texz", "alu", "hybrid")
+PRECISIONS = ("exact", "fast")
 
 
-def parallel_table(geometry: ParallelGeometry, volume: VolumeGeometry, dtype=np.float32) -> np.ndarray:
+def parallel_table(geometry: ParallelGeometry, volume: VolumeGeometry, dtype=np.float32,
+                   offset: tuple[int, int] = (0, 0)) -> np.ndarray:
     """Per-projection ``(a, b, c)`` so that pixel (j, i) samples texture coordinate
     ``u = (i a + j b) + c = column + 0.5`` (CONVENTIONS.md, parallel beam).
 
-    Computed in float64 and rounded once to ``dtype``, the same table for both
-    backends, so they sample the same coordinates.
+    ``offset = (j0, i0)`` shifts the origin to pixel (j0, i0) of the volume's
+    grid: a region of interest starting there uses the same (a, b) and
+    ``c + i0 a + j0 b``, computed in float64 before rounding. Computed in
+    float64 and rounded once to ``dtype``, the same table for both backends,
+    so they sample the same coordinates.
     """
     t = geometry.angles
     cos, sin = np.cos(t), np.sin(t)
     dx, dy = volume.spacing("x"), volume.spacing("y")
-    x0 = volume.coordinates("x")[0]
-    y0 = volume.coordinates("y")[0]
+    x0 = volume.coordinates("x")[offset[1]]
+    y0 = volume.coordinates("y")[offset[0]]
     ds = geometry.det_spacing
     table = np.empty((geometry.n_angles, 3))
     table[:, 0] = dx * cos / ds
     table[:, 1] = dy * sin / ds
     table[:, 2] = (x0 * cos + y0 * sin) / ds + geometry.centers() + 0.5
     return table.astype(dtype)
+
+
+def _check_roi(roi, ny: int, nx: int) -> tuple[int, int, int, int]:
+    """roi = (y0, x0, height, width) in pixels of the volume's (ny, nx) grid."""
+    if roi is None:
+        return (0, 0, ny, nx)
+    try:
+        y0, x0, h, w = (int(r) for r in roi)
+        if any(int(r) != r for r in roi):
+            raise TypeError
+    except (TypeError, ValueError):
+        raise ValueError(f"roi: expected four integers (y0, x0, height, width), got {roi!r}") from None
+    if h < 1 or w < 1 or y0 < 0 or x0 < 0 or y0 + h > ny or x0 + w > nx:
+        raise ValueError(f"roi: (y0, x0, height, width) = {roi} does not lie inside the "
+                         f"volume's {ny} x {nx} pixel grid with a positive size")
+    return (y0, x0, h, w)
 
 
 class ParallelBackprojection:
@@ -43,19 +65,39 @@ class ParallelBackprojection:
     volume : VolumeGeometry
         Only its xy grid matters here; slices map 1:1 to sinograms.
     interpolation : {"nearest", "linear", "linear8"}
-        "linear" is exact on the CPU; on CUDA it is the texture unit's
-        filtering, whose weights have 8 fractional bits. "linear8" asks for
-        those 8-bit weights on either backend, so a CPU run reproduces a GPU
-        run to float rounding (docs/accuracy.md).
+        "linear" is exact on the CPU; on CUDA the texture kernels filter with
+        the texture unit's 8-bit weights and the "alu" kernel with exact
+        float32 weights (the "hybrid" kernel mixes both, tile by tile).
+        "linear8" asks for the 8-bit weights on either backend (texture
+        kernels only on CUDA), so a CPU run reproduces a GPU run to float
+        rounding (docs/accuracy.md).
     backend : {"auto", "cuda", "cpu"}
-    texture_packing : {"auto", "float", "float2"}
-        CUDA only: slices per texel ("auto": two whenever there are two).
-        The result is the same; float2 is faster on several slices.
+    texture_packing : {"auto", "float", "float2", "half2", "half4"}
+        CUDA texture kernels: slices per texel ("auto": float2 whenever there
+        are two slices, half2 / half4 in the fast mode). The result does not
+        depend on float vs float2.
+    kernel : {"auto", "texture", "texz", "alu", "hybrid"}
+        CUDA kernel (``leveret.cuda.backproject_parallel``). "auto": the
+        environment variable LEVERET_PARALLEL_KERNEL, else the tuning cache
+        for this GPU and problem class (``tune()`` fills it), else "texture"
+        (exact mode) / "texz" (fast mode). ``last_kernel`` tells which ran.
+    precision : {"exact", "fast"}
+        "exact": float32 filtered sinograms. "fast": the texture kernels read
+        them as fp16 (half2 / half4 texels, 2 or 4 slices per fetch; the
+        hybrid's ALU tiles stay float32 and exact); the CPU backend emulates
+        it with a float16 round trip of the sinograms.
+    roi : (y0, x0, height, width), optional
+        Reconstruct only this rectangle of each slice (pixels of the
+        volume's grid); the output is (n_slices, height, width).
+    kernel_options : dict, optional
+        Parameters of the CUDA kernel (nq, tile, nv, ratio, packing), e.g.
+        ``{"tile": 64, "ratio": (1, 2)}``.
     """
 
     def __init__(self, geometry: ParallelGeometry, volume: VolumeGeometry, *,
                  interpolation: str = "linear", backend: str = "auto",
-                 texture_packing: str = "auto"):
+                 texture_packing: str = "auto", kernel: str = "auto", precision: str = "exact",
+                 roi=None, kernel_options: dict | None = None):
         if not isinstance(geometry, ParallelGeometry):
             raise ValueError(f"geometry: expected a ParallelGeometry, got {type(geometry).__name__}")
         if not isinstance(volume, VolumeGeometry):
@@ -64,19 +106,44 @@ class ParallelBackprojection:
         self.volume = volume
         self.interpolation = v.choice("interpolation", interpolation, INTERPOLATIONS)
         self.backend = resolve(backend)
-        self.texture_packing = v.choice("texture_packing", texture_packing, ("auto", "float", "float2"))
+        self.texture_packing = v.choice("texture_packing", texture_packing,
+                                        ("auto", "float", "float2", "half2", "half4"))
+        self.kernel = v.choice("kernel", kernel, KERNELS)
+        self.precision = v.choice("precision", precision, PRECISIONS)
+        self.roi = _check_roi(roi, volume.ny, volume.nx)
+        self.kernel_options = dict(kernel_options or {})
+        bad = set(self.kernel_options) - {"nq", "tile", "nv", "ratio", "packing"}
+        if bad:
+            raise ValueError(f"kernel_options: unknown keys {sorted(bad)}; expected nq, tile, nv, ratio, packing")
+        half = self.texture_packing in ("half2", "half4")
+        if half and self.precision != "fast":
+            raise ValueError(f"texture_packing: {texture_packing!r} stores fp16; use precision='fast'")
+        if self.precision == "fast" and self.texture_packing in ("float", "float2"):
+            raise ValueError(f"texture_packing: precision='fast' stores half2/half4 texels, got {texture_packing!r}")
+        if self.precision == "fast" and self.kernel == "alu":
+            raise ValueError("kernel: 'alu' reads float32 sinograms; precision='fast' runs "
+                             "'texture' (half2), 'texz' (half2/half4) or 'hybrid' (half2/half4 texture blocks)")
+        if self.interpolation == "linear8" and self.kernel in ("alu", "hybrid"):
+            raise ValueError(f"kernel: {kernel!r} interpolates with exact weights (or mixes them); "
+                             "interpolation='linear8' needs 'texture' or 'texz'")
         self._gpu = None
         self._tables: dict = {}
         self._last_cpu: str | None = None
 
+    @property
+    def out_shape(self) -> tuple[int, int]:
+        """(ny, nx) of each output slice (the ROI's size when one is set)."""
+        return self.roi[2], self.roi[3]
+
     def table(self, dtype) -> np.ndarray:
         key = np.dtype(dtype).str
         if key not in self._tables:
-            self._tables[key] = parallel_table(self.geometry, self.volume, dtype)
+            self._tables[key] = parallel_table(self.geometry, self.volume, dtype, self.roi[:2])
         return self._tables[key]
 
     def __call__(self, sinos, out=None):
-        """Back-project ``sinos`` (n_slices, n_angles, n_cols) into ``out`` (n_slices, ny, nx).
+        """Back-project ``sinos`` (n_slices, n_angles, n_cols) into ``out`` (n_slices, ny, nx)
+        (ny, nx of the ROI when one is set).
 
         NumPy in/out on the CPU backend, CuPy in/out on CUDA. float64 runs on the
         CPU only.
@@ -85,7 +152,7 @@ class ParallelBackprojection:
         if sinos.ndim != 3 or sinos.shape[1:] != (g.n_angles, g.n_cols):
             raise ValueError(f"sinos: expected shape (n_slices, {g.n_angles}, {g.n_cols}), "
                              f"got {tuple(sinos.shape)}")
-        ny, nx = self.volume.ny, self.volume.nx
+        ny, nx = self.out_shape
         xp = v.array_module(sinos)
         if out is None:
             out = xp.empty((sinos.shape[0], ny, nx), dtype=sinos.dtype)
@@ -97,28 +164,105 @@ class ParallelBackprojection:
                 raise ValueError("sinos: the CPU backend takes NumPy arrays, got a CuPy array")
             from ..cpu.backproject_parallel import backproject
             mode = self.interpolation
+            if self.precision == "fast":
+                # what the GPU's fp16 texels hold: each value rounded to float16
+                sinos = sinos.astype(np.float16).astype(sinos.dtype)
             # The exact mode reads its coordinates in float64; the texture-like
             # modes round them in the data's precision, as the GPU does.
             table = self.table(np.float64 if mode == "linear" else sinos.dtype)
-            self._last_cpu = f"cpu-{mode}"
+            self._last_cpu = f"cpu-{mode}" + ("-fp16" if self.precision == "fast" else "")
             return backproject(np.ascontiguousarray(sinos), table, out, mode)
         if xp is np:
             raise ValueError("sinos: the CUDA backend takes CuPy arrays, got a NumPy array")
         if sinos.dtype != np.float32:
             raise ValueError(f"sinos: the CUDA backend runs in float32, got {sinos.dtype}")
         if self._gpu is None:
-            from ..cuda.backproject_parallel import ParallelTextureBackprojector
-            self._gpu = ParallelTextureBackprojector(self.texture_packing)
+            from ..cuda.backproject_parallel import ParallelBackprojectorGPU
+            self._gpu = ParallelBackprojectorGPU()
+        config = self.resolve_kernel(sinos.shape[0])
         filtering = "nearest" if self.interpolation == "nearest" else "linear"
-        return self._gpu(xp.ascontiguousarray(sinos), self.table(np.float32), out, filtering)
+        return self._gpu(xp.ascontiguousarray(sinos), self.table(np.float32), self.table(np.float64),
+                         out, interpolation=filtering, **config)
+
+    # -- kernel choice ---------------------------------------------------------------------
+    def problem_key(self, n_slices: int) -> str:
+        from ..cuda.tuning import problem_class
+        ny, nx = self.out_shape
+        return problem_class(n_slices, ny, nx, self.geometry.n_angles, self.interpolation, self.precision)
+
+    def resolve_kernel(self, n_slices: int) -> dict:
+        """The kernel configuration a call with ``n_slices`` slices runs (CUDA)."""
+        from ..cuda import tuning
+
+        if self.kernel != "auto":
+            config = {"kernel": self.kernel}
+        else:
+            config = tuning.env_override()
+            if config is None:
+                config = tuning.lookup(_gpu_name(), self.problem_key(n_slices))
+            if config is None:
+                config = {"kernel": "texz" if self.precision == "fast" else "texture"}
+        config = dict(config)
+        config.update(self.kernel_options)
+        if self.texture_packing != "auto":
+            config["packing"] = self.texture_packing
+        if "packing" not in config and config["kernel"] in ("texture", "texz", "hybrid"):
+            if self.precision == "fast":
+                config["packing"] = "half4" if (n_slices >= 3 and config["kernel"] != "texture") else "half2"
+            else:
+                config["packing"] = "float2" if n_slices > 1 else "float"
+        if "ratio" in config:
+            config["ratio"] = tuple(config["ratio"])
+        return config
+
+    def tune(self, sinos, *, repeats: int = 3, store: bool = True):
+        """Time every valid kernel configuration on ``sinos`` (CuPy, data on the GPU),
+        cache the fastest for this GPU and problem class, and use it from now on
+        (for ``kernel="auto"``). Returns (best config, [(config, seconds), ...])."""
+        import cupy
+        from ..cuda import tuning
+
+        if self.backend != "cuda":
+            raise ValueError("tune: the CPU backend has a single kernel; use backend='cuda'")
+        n = sinos.shape[0]
+        out = cupy.empty((n,) + self.out_shape, cupy.float32)
+        keep = (self.kernel, self.kernel_options, self.texture_packing)
+
+        def time_fn(config):
+            self.kernel, self.kernel_options, self.texture_packing = config["kernel"], \
+                {k: val for k, val in config.items() if k != "kernel"}, "auto"
+            self(sinos, out)   # warm-up, compiles
+            start, stop = cupy.cuda.Event(), cupy.cuda.Event()
+            start.record()
+            for _ in range(repeats):
+                self(sinos, out)
+            stop.record()
+            stop.synchronize()
+            return cupy.cuda.get_elapsed_time(start, stop) * 1e-3 / repeats
+
+        try:
+            best, results = tuning.tune(_gpu_name(), self.problem_key(n),
+                                        tuning.candidates(self.interpolation, self.precision, n),
+                                        time_fn, store=store)
+        finally:
+            self.kernel, self.kernel_options, self.texture_packing = keep
+        return best, results
 
     @property
     def last_kernel(self) -> str | None:
-        """Which kernel ran last ("cpu-linear", "texture-float2", ...)."""
+        """Which kernel ran last ("cpu-linear", "texture-float2", "alu-t32-nv2", ...)."""
         if self.backend == "cpu":
             return self._last_cpu
         return None if self._gpu is None else self._gpu.last_kernel
 
     def __repr__(self) -> str:
         return (f"ParallelBackprojection({self.geometry!r}, {self.volume!r}, "
-                f"interpolation={self.interpolation!r}, backend={self.backend!r})")
+                f"interpolation={self.interpolation!r}, backend={self.backend!r}, "
+                f"kernel={self.kernel!r}, precision={self.precision!r})")
+
+
+def _gpu_name() -> str:
+    import cupy
+    props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
+    name = props["name"]
+    return name.decode() if isinstance(name, bytes) else str(name)

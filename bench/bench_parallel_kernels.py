@@ -1,0 +1,218 @@
+"""Parallel-beam back-projection kernels of issue 4 (paper 001's family), side by
+side with ASTRA in the same run: each kernel and mode on 64 slices of 2048^2
+from 2048 angles (device arrays), GU/s, the fraction of the texture ceiling
+(CEILINGS.md), and paper 001's bottleneck variants (texture fetches, shared
+loads or the caching stage removed by a macro).
+
+  PYTHONPATH=src python3 bench/bench_parallel_kernels.py [--astra] [--no-variants]
+      [--slices 64] [--n 2048] [--angles 2048] [--out FILE.json] [--tune]
+
+Prints a table and writes JSON (bench/common.py). Timings never go in tests.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+import numpy as np
+
+from common import RESULTS, astra_direct_bp3d, median_time, metadata, print_header, record, write_results
+
+# CEILINGS.md, H200: bilinear fetches per second by texel size (G/s)
+TEX_CEILING = {32: 1017e9, 64: 609e9}
+TEXEL_BITS = {"float": 32, "float2": 64, "half2": 32, "half4": 64}
+SLICES_PER_TEXEL = {"float": 1, "float2": 2, "half2": 2, "half4": 4}
+
+CONFIGS = [
+    # (label, kernel, precision, options)
+    ("texture float2 (issue 2)", "texture", "exact", {"packing": "float2"}),
+    ("texture float", "texture", "exact", {"packing": "float"}),
+    ("texz float2 q4", "texz", "exact", {"packing": "float2", "nq": 4}),
+    ("texz float2 q8", "texz", "exact", {"packing": "float2", "nq": 8}),
+    ("texz float q4", "texz", "exact", {"packing": "float", "nq": 4}),
+    ("alu t32 nv1", "alu", "exact", {"tile": 32, "nv": 1}),
+    ("alu t32 nv2", "alu", "exact", {"tile": 32, "nv": 2}),
+    ("alu t64 nv1", "alu", "exact", {"tile": 64, "nv": 1}),
+    ("alu t64 nv2", "alu", "exact", {"tile": 64, "nv": 2}),
+    ("alu t32 nv4", "alu", "exact", {"tile": 32, "nv": 4}),
+    ("hybrid t32 float2 1/3", "hybrid", "exact", {"tile": 32, "packing": "float2", "ratio": (1, 3)}),
+    ("hybrid t32 float2 1/2", "hybrid", "exact", {"tile": 32, "packing": "float2", "ratio": (1, 2)}),
+    ("hybrid t32 float2 2/3", "hybrid", "exact", {"tile": 32, "packing": "float2", "ratio": (2, 3)}),
+    ("hybrid t64 float2 1/2", "hybrid", "exact", {"tile": 64, "packing": "float2", "ratio": (1, 2)}),
+    ("hybrid t64 float2 2/3", "hybrid", "exact", {"tile": 64, "packing": "float2", "ratio": (2, 3)}),
+    ("fast: texture half2", "texture", "fast", {"packing": "half2"}),
+    ("fast: texz half2 q4", "texz", "fast", {"packing": "half2", "nq": 4}),
+    ("fast: texz half2 q8", "texz", "fast", {"packing": "half2", "nq": 8}),
+    ("fast: texz half4 q4", "texz", "fast", {"packing": "half4", "nq": 4}),
+    ("fast: hybrid t32 half2 1/2", "hybrid", "fast", {"tile": 32, "packing": "half2", "ratio": (1, 2)}),
+    ("fast: hybrid t32 half4 1/3", "hybrid", "fast", {"tile": 32, "packing": "half4", "ratio": (1, 3)}),
+    ("fast: hybrid t32 half4 1/2", "hybrid", "fast", {"tile": 32, "packing": "half4", "ratio": (1, 2)}),
+    ("fast: hybrid t32 half4 2/3", "hybrid", "fast", {"tile": 32, "packing": "half4", "ratio": (2, 3)}),
+]
+
+VARIANTS = [  # (label, kernel, options, defines)
+    ("texz float2 q4", "texz", {"packing": "float2", "nq": 4}, ("LEVERET_PAR_NO_TEXTURE",)),
+    ("texz half4 q4", "texz", {"packing": "half4", "nq": 4}, ("LEVERET_PAR_NO_TEXTURE",)),
+    ("alu t32 nv2", "alu", {"tile": 32, "nv": 2}, ("LEVERET_PAR_NO_UPDATE",)),
+    ("alu t32 nv2", "alu", {"tile": 32, "nv": 2}, ("LEVERET_PAR_NO_CACHE",)),
+    ("alu t32 nv2", "alu", {"tile": 32, "nv": 2}, ("LEVERET_PAR_NO_CACHE", "LEVERET_PAR_NO_UPDATE")),
+    ("alu t64 nv2", "alu", {"tile": 64, "nv": 2}, ("LEVERET_PAR_NO_UPDATE",)),
+    ("alu t64 nv2", "alu", {"tile": 64, "nv": 2}, ("LEVERET_PAR_NO_CACHE",)),
+    ("hybrid t32 float2 1/2", "hybrid", {"tile": 32, "packing": "float2", "ratio": (1, 2)},
+     ("LEVERET_PAR_NO_TEXTURE",)),
+    ("alu t32 nv4", "alu", {"tile": 32, "nv": 4}, ("LEVERET_PAR_NO_UPDATE",)),
+    ("alu t32 nv4", "alu", {"tile": 32, "nv": 4}, ("LEVERET_PAR_NO_CACHE",)),
+    ("hybrid t32 half4 1/2", "hybrid", {"tile": 32, "packing": "half4", "ratio": (1, 2)},
+     ("LEVERET_PAR_NO_TEXTURE",)),
+]
+
+
+def _setup(n, n_angles, n_slices):
+    import cupy as cp
+    import leveret
+    from leveret.operators import parallel_table
+
+    g = leveret.ParallelGeometry(np.linspace(0, np.pi, n_angles, endpoint=False), n, n_rows=n_slices)
+    vol = g.default_volume()
+    t32 = parallel_table(g, vol, np.float32)
+    t64 = parallel_table(g, vol, np.float64)
+    sinos = cp.random.random((n_slices, n_angles, n), dtype=cp.float32)
+    out = cp.empty((n_slices, n, n), cp.float32)
+    return g, vol, t32, t64, sinos, out
+
+
+def _ceiling_note(kernel, options, gus):
+    packing = options.get("packing")
+    if kernel in ("texture", "texz") and packing:
+        ceiling = TEX_CEILING[TEXEL_BITS[packing]] * SLICES_PER_TEXEL[packing] / 1e9
+        return f"{100 * gus / ceiling:.0f} % of the texture ceiling ({ceiling:.0f} GU/s for {packing})"
+    if kernel == "hybrid":
+        alone = TEX_CEILING[TEXEL_BITS[packing]] * SLICES_PER_TEXEL[packing] / 1e9
+        return f"{100 * gus / alone:.0f} % of the {packing} texture ceiling alone ({alone:.0f} GU/s)"
+    return ""
+
+
+def bench_kernels(n, n_angles, n_slices):
+    import cupy as cp
+    from leveret.cuda.backproject_parallel import ParallelBackprojectorGPU
+
+    sync = cp.cuda.Device().synchronize
+    _, _, t32, t64, sinos, out = _setup(n, n_angles, n_slices)
+    updates = n * n * n_slices * n_angles
+    bp = ParallelBackprojectorGPU()
+    for label, kernel, precision, options in CONFIGS:
+        try:
+            t = median_time(lambda: bp(sinos, t32, t64, out, kernel=kernel, **options), reps=3, sync=sync)
+        except Exception as exc:  # noqa: BLE001 - a failing kernel is reported, the others still run
+            record(f"BP {label}", float("nan"), None, note=f"FAILED: {type(exc).__name__}: {exc}")
+            continue
+        gus = updates / t / 1e9
+        record(f"BP {label}, {n_slices}x{n}^2 from {n_angles}", t, updates,
+               note=f"{bp.last_kernel}; {precision}; " + _ceiling_note(kernel, options, gus))
+
+
+def bench_variants(n, n_angles, n_slices):
+    import cupy as cp
+    from leveret.cuda.backproject_parallel import ParallelBackprojectorGPU
+
+    sync = cp.cuda.Device().synchronize
+    _, _, t32, t64, sinos, out = _setup(n, n_angles, n_slices)
+    updates = n * n * n_slices * n_angles
+    bp = ParallelBackprojectorGPU()
+    for label, kernel, options, defines in VARIANTS:
+        try:
+            t = median_time(lambda: bp(sinos, t32, t64, out, kernel=kernel, defines=defines, **options),
+                            reps=3, sync=sync)
+        except Exception as exc:  # noqa: BLE001
+            record(f"variant {label} {'+'.join(defines)}", float("nan"), None, note=f"FAILED: {exc}")
+            continue
+        record(f"variant {label} without {'+'.join(d.replace('LEVERET_PAR_NO_', '') for d in defines)}",
+               t, updates, note="bottleneck probe: results are wrong by design")
+
+
+def bench_fbp_modes(n, n_angles, n_slices):
+    """Whole FBP (filter + back-projection), device arrays, per kernel choice."""
+    import cupy as cp
+    import leveret
+
+    sync = cp.cuda.Device().synchronize
+    g = leveret.ParallelGeometry(np.linspace(0, np.pi, n_angles, endpoint=False), n, n_rows=n_slices)
+    proj = cp.random.random((n_angles, n_slices, n), dtype=cp.float32)
+    out = cp.empty((n_slices, n, n), cp.float32)
+    updates = n * n * n_slices * n_angles
+    for kernel, precision, opts in [("texture", "single", None), ("alu", "single", {"tile": 32, "nv": 2}),
+                                    ("alu", "single", {"tile": 32, "nv": 4}),
+                                    ("hybrid", "single", {"tile": 32, "ratio": (1, 2)}),
+                                    ("texz", "fast", {"packing": "half4"}),
+                                    ("hybrid", "fast", {"tile": 32, "packing": "half4", "ratio": (1, 2)})]:
+        t = median_time(lambda: leveret.fbp(proj, g, out=out, kernel=kernel, precision=precision,
+                                            kernel_options=opts), reps=3, sync=sync)
+        record(f"FBP {n_slices}x{n}^2 from {n_angles}, device arrays, kernel={kernel} {precision}", t, updates)
+
+
+def bench_tune(n, n_angles, n_slices):
+    import cupy as cp
+    from leveret.operators import ParallelBackprojection
+
+    g, vol, _, _, sinos, _ = _setup(n, n_angles, n_slices)
+    for precision in ("exact", "fast"):
+        op = ParallelBackprojection(g, vol, backend="cuda", precision=precision)
+        best, results = op.tune(sinos, repeats=2)
+        for config, seconds in sorted(results, key=lambda r: r[1]):
+            record(f"tune {precision}: {config}", seconds, n * n * n_slices * n_angles)
+        print(f"best {precision}: {best}")
+    cp.cuda.Device().synchronize()
+
+
+def bench_astra(n, n_angles, n_slices):
+    try:
+        import astra
+    except ImportError:
+        print("ASTRA not importable: skipped (source .peers/activate.sh)")
+        return
+    angles = np.linspace(0, np.pi, n_angles, endpoint=False)
+    vg3 = astra.create_vol_geom(n, n, n_slices)
+    pg3 = astra.create_proj_geom("parallel3d", 1.0, 1.0, n_slices, n, angles)
+    t = astra_direct_bp3d(pg3, vg3, (n_slices, n_angles, n), (n_slices, n, n))
+    record(f"BP {n_slices}x{n}^2 from {n_angles}, device arrays", t, n * n * n_slices * n_angles,
+           peer="astra", note="direct_BP3D")
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--n", type=int, default=2048)
+    parser.add_argument("--angles", type=int, default=2048)
+    parser.add_argument("--slices", type=int, default=64)
+    parser.add_argument("--astra", action="store_true")
+    parser.add_argument("--no-variants", action="store_true")
+    parser.add_argument("--fbp", action="store_true", help="whole FBP per kernel choice")
+    parser.add_argument("--tune", action="store_true", help="run the auto-tuner (writes the user cache)")
+    parser.add_argument("--out", default=None)
+    args = parser.parse_args(argv)
+    meta = metadata(with_devices=True)
+    print_header()
+    bench_kernels(args.n, args.angles, args.slices)
+    if not args.no_variants:
+        bench_variants(args.n, args.angles, args.slices)
+    if args.fbp:
+        bench_fbp_modes(args.n, args.angles, args.slices)
+    if args.tune:
+        bench_tune(args.n, args.angles, args.slices)
+    if args.astra:
+        bench_astra(args.n, args.angles, args.slices)
+        best = {}
+        for row in RESULTS:
+            if row["code"] == "leveret" and row.get("GU_per_s") and row["problem"].startswith("BP "):
+                best[row["problem"]] = row["GU_per_s"]
+        astra_rows = [r for r in RESULTS if r["code"] == "astra"]
+        if astra_rows and best:
+            a = astra_rows[-1]["GU_per_s"]
+            for name, gus in sorted(best.items(), key=lambda kv: -kv[1])[:5]:
+                print(f"speed-up over ASTRA: {gus / a:5.2f}x  {name}")
+    if args.out:
+        write_results(args.out, meta)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

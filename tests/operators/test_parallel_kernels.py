@@ -1,0 +1,347 @@
+"""Issue 4 kernels, CPU side: fp16 packing, ROI geometry, the ALU kernel's
+cache arithmetic (emulated in NumPy float32 against the exact reference), the
+fast mode's error bound, and the tuner's cache logic with a fake timer."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import leveret
+from leveret import phantom
+from leveret.cuda import tuning
+from leveret.cuda.backproject_parallel import (MAX_EXACT_CACHE_WIDTH, alu_plan, alu_table,
+                                               cache_width, pack_slices, unpack_slices)
+from leveret.geometry import ParallelGeometry, VolumeGeometry
+from leveret.operators import ParallelBackprojection
+from leveret.operators.parallel import parallel_table
+
+# Bounds of the fp16 storage of filtered sinograms ("fast" mode) against float32
+# ("exact"), relative 2-norm of the FBP image, both with exact linear weights
+# (CPU, 2026-11-22): Shepp-Logan 256^2 from 400 angles measured 5.4e-5, the
+# real scan (8 slices) 8.4e-5. With the texture unit's 8-bit weights as well
+# (what the GPU's fast mode does): 4.4e-4 on the phantom, of which 4.3e-4 are
+# the 8-bit weights alone. The GPU tests use FAST_TEXTURE_VS_EXACT_PHANTOM.
+FAST_VS_EXACT_PHANTOM = 2e-4
+FAST_VS_EXACT_SCAN = 2e-4
+FAST_TEXTURE_VS_EXACT_PHANTOM = 1e-3
+
+
+def rel(a, b):
+    a = np.asarray(a, np.float64)
+    b = np.asarray(b, np.float64)
+    return float(np.linalg.norm(a - b) / np.linalg.norm(b))
+
+
+def random_case(rng, n_angles=37, n_cols=41, n_slices=3, shape=(29, 33), voxel=(1.0, 0.9, 1.1), **geom):
+    angles = rng.uniform(0, 2 * np.pi, n_angles)
+    if isinstance(geom.get("axis_shift"), str):
+        geom["axis_shift"] = rng.uniform(-3, 3, n_angles)
+    geometry = ParallelGeometry(angles, n_cols, n_rows=n_slices, **geom)
+    volume = VolumeGeometry((n_slices,) + shape, voxel_size=voxel, center=(0.0, 1.5, -2.0))
+    sinos = rng.standard_normal((n_slices, n_angles, n_cols)).astype(np.float32)
+    return geometry, volume, sinos
+
+
+# -- packing -----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("per", [1, 2, 4])
+@pytest.mark.parametrize("n_slices", [1, 2, 3, 5, 8])
+def test_pack_unpack_roundtrip(rng, per, n_slices):
+    x = rng.standard_normal((n_slices, 7, 11)).astype(np.float32)
+    for dtype in (np.float32, np.float16):
+        packed = pack_slices(x, per, dtype)
+        layers = -(-n_slices // per)
+        assert packed.shape == (layers, 7, per * 11) and packed.dtype == dtype
+        # texel (L, n, c) holds slices per*L .. per*L+per-1 in its channels
+        four = packed.reshape(layers, 7, 11, per)
+        for k in range(n_slices):
+            np.testing.assert_array_equal(four[k // per, :, :, k % per], x[k].astype(dtype))
+        for k in range(n_slices, layers * per):          # padding channels are zero
+            assert not four[k // per, :, :, k % per].any()
+        np.testing.assert_array_equal(unpack_slices(packed, per, n_slices), x.astype(dtype))
+
+
+# -- region of interest ------------------------------------------------------------------------
+
+def test_roi_table_is_the_shifted_table(rng):
+    geometry, volume, _ = random_case(rng, det_spacing=1.3, center=17.25)
+    full = parallel_table(geometry, volume, np.float64)
+    j0, i0 = 5, 7
+    roi = parallel_table(geometry, volume, np.float64, (j0, i0))
+    np.testing.assert_allclose(roi[:, :2], full[:, :2], rtol=0, atol=0)
+    np.testing.assert_allclose(roi[:, 2], full[:, 2] + i0 * full[:, 0] + j0 * full[:, 1], rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("mode", ["linear", "nearest"])
+def test_roi_equals_crop_of_full_slice(rng, mode):
+    geometry, volume, sinos = random_case(rng, det_spacing=0.8, axis_shift="random")
+    full = ParallelBackprojection(geometry, volume, backend="cpu", interpolation=mode)(sinos)
+    for roi in [(0, 0, 29, 33), (3, 4, 10, 7), (28, 32, 1, 1), (0, 10, 29, 1)]:
+        y0, x0, h, w = roi
+        op = ParallelBackprojection(geometry, volume, backend="cpu", interpolation=mode, roi=roi)
+        assert op.out_shape == (h, w)
+        got = op(sinos)
+        assert got.shape == (3, h, w)
+        crop = full[:, y0:y0 + h, x0:x0 + w]
+        if mode == "linear":
+            np.testing.assert_allclose(got, crop, rtol=1e-5, atol=1e-5 * np.abs(full).max())
+        else:   # float32 coordinates round differently after the shift: rare bin flips
+            assert np.mean(np.isclose(got, crop, rtol=1e-5, atol=1e-5)) > 0.99
+
+
+@pytest.mark.parametrize("roi", [(0, 0, 0, 5), (-1, 0, 3, 3), (0, 0, 30, 33), (1.5, 0, 2, 2), (0, 0, 2)])
+def test_bad_roi(rng, roi):
+    geometry, volume, _ = random_case(rng)
+    with pytest.raises(ValueError, match="roi"):
+        ParallelBackprojection(geometry, volume, backend="cpu", roi=roi)
+
+
+def test_bad_kernel_combinations(rng):
+    geometry, volume, _ = random_case(rng)
+    with pytest.raises(ValueError, match="kernel"):
+        ParallelBackprojection(geometry, volume, backend="cpu", kernel="fastest")
+    with pytest.raises(ValueError, match="kernel"):
+        ParallelBackprojection(geometry, volume, backend="cpu", kernel="alu", precision="fast")
+    with pytest.raises(ValueError, match="kernel"):
+        ParallelBackprojection(geometry, volume, backend="cpu", kernel="alu", interpolation="linear8")
+    with pytest.raises(ValueError, match="texture_packing"):
+        ParallelBackprojection(geometry, volume, backend="cpu", texture_packing="half4")
+    with pytest.raises(ValueError, match="texture_packing"):
+        ParallelBackprojection(geometry, volume, backend="cpu", texture_packing="float2", precision="fast")
+    with pytest.raises(ValueError, match="kernel_options"):
+        ParallelBackprojection(geometry, volume, backend="cpu", kernel_options={"tiles": 3})
+    with pytest.raises(ValueError, match="precision"):
+        ParallelBackprojection(geometry, volume, backend="cpu", precision="half")
+
+
+# -- the ALU kernel's arithmetic, emulated ----------------------------------------------------
+
+def emulate_alu(sinos, table64, ny, nx, tile, nearest=False):
+    """NumPy transcription of tile_body's ALU path (float32 where the kernel is
+    float32, float64 where it is float64), without the FMA contractions.
+    Returns the image and the smallest/largest cache index any pixel read."""
+    n_slices, n_angles, n_cols = sinos.shape
+    t64 = alu_table(table64, tile)
+    cw = cache_width(table64, tile)
+    j, i = np.mgrid[0:ny, 0:nx]
+    tx, ty = i // tile, j // tile                    # tile of each pixel
+    lx, ly = (i % tile).astype(np.float32), (j % tile).astype(np.float32)
+    out = np.zeros((n_slices, ny, nx), np.float32)
+    lo, hi = np.inf, -np.inf
+    for n in range(n_angles):
+        a, b, c, cm = t64[n]
+        hb = c + (tx * tile) * a + (ty * tile) * b             # float64, per tile
+        hm = np.floor(hb + cm) - 1.0
+        off = (hb - hm).astype(np.float32)
+        h = off + lx * np.float32(a) + ly * np.float32(b)      # float32
+        if nearest:
+            h = h + np.float32(0.5)
+        k = np.floor(h)
+        w = (h - k).astype(np.float32)
+        k = k.astype(np.int64)
+        lo, hi = min(lo, k.min()), max(hi, k.max())
+        col = hm.astype(np.int64) + k
+        for s in range(n_slices):
+            q = np.concatenate([np.zeros(1, np.float32), sinos[s, n], np.zeros(1, np.float32)])
+            v0 = q[np.clip(col, -1, n_cols) + 1]
+            if nearest:
+                out[s] += v0
+                continue
+            v1 = q[np.clip(col + 1, -1, n_cols) + 1]
+            out[s] += v0 + w * (v1 - v0)
+    return out, lo, hi, cw
+
+
+@pytest.mark.parametrize("tile", [32, 64])
+@pytest.mark.parametrize("geom,voxel", [({}, (1.0, 1.0, 1.0)),
+                                         ({"det_spacing": 0.45, "axis_shift": "random"}, (1.0, 0.9, 1.1)),
+                                         ({"det_spacing": 2.5, "center": 3.0}, (1.0, 1.0, 1.0))])
+def test_alu_cache_indices_stay_inside_and_match_exact(rng, tile, geom, voxel):
+    geometry, volume, sinos = random_case(rng, n_angles=60, n_cols=90, n_slices=2, shape=(70, 77),
+                                          voxel=voxel, **geom)
+    table64 = parallel_table(geometry, volume, np.float64, (3, 2))
+    got, lo, hi, cw = emulate_alu(sinos, table64, 67, 75, tile)
+    assert lo >= 0 and hi <= cw - 2, (lo, hi, cw)      # the kernel never reads outside its cache
+    exact = ParallelBackprojection(geometry, volume, backend="cpu", roi=(3, 2, 67, 75))(sinos)
+    if cw > MAX_EXACT_CACHE_WIDTH:
+        # float32 cache coordinates this large lose the 1e-5: the launcher refuses the tile
+        with pytest.raises(ValueError, match="tile"):
+            alu_plan(table64, tile, 2)
+        print(f"cw {cw}: refused; its error would be {rel(got, exact):.2e}")
+        return
+    assert alu_plan(table64, tile, 2)[0] == cw
+    assert rel(got, exact) < 1e-5
+    near, lo, hi, _ = emulate_alu(sinos, table64, 67, 75, tile, nearest=True)
+    assert lo >= 0 and hi <= cw - 2
+    ref = ParallelBackprojection(geometry, volume, backend="cpu", roi=(3, 2, 67, 75),
+                                 interpolation="nearest")(sinos.astype(np.float64))
+    assert np.mean(np.isclose(near, ref, rtol=1e-4, atol=1e-4)) > 0.99
+
+
+def test_floor_by_directed_rounding_is_exact():
+    """The kernel's floor: t = h + 2^23 rounded down; floor = t - 2^23. Checked
+    on float32 values next to integers, where h - 0.499999 rounded to nearest
+    (paper 001's form) is off by one."""
+    h = np.float32(np.arange(0, 300, dtype=np.float32))
+    near = np.concatenate([h, np.nextafter(h, np.float32(-1)), np.nextafter(h, np.float32(1e9)),
+                           h + np.float32(0.5), np.nextafter(h + np.float32(1), np.float32(-1))])
+    near = near[near >= 0].astype(np.float32)
+    big = np.float64(2 ** 23)
+    # round-down addition emulated in float64 (exact sum) then floor to float32's grid at 2^23 (spacing 1)
+    t = np.floor(near.astype(np.float64) + big)
+    np.testing.assert_array_equal(t - big, np.floor(near.astype(np.float64)))
+    paper = np.float32(np.round(near.astype(np.float64) - 0.499999))  # round to nearest
+    assert (paper != np.floor(near)).any()   # why the kernel does not use it
+
+
+# -- fast (fp16) mode: error bound ---------------------------------------------------------------
+
+def test_fast_mode_error_bound_phantom():
+    geometry = ParallelGeometry(np.linspace(0, np.pi, 400, endpoint=False), 256)
+    sino = phantom.shepp_logan_ellipses(100.0).project(geometry).astype(np.float32)
+    exact = leveret.fbp(sino, geometry, backend="cpu")
+    fast = leveret.fbp(sino, geometry, backend="cpu", precision="fast")
+    err = rel(fast, exact)
+    print(f"fast vs exact, Shepp-Logan: {err:.2e}")
+    assert 0 < err < FAST_VS_EXACT_PHANTOM
+    fast8 = leveret.fbp(sino, geometry, backend="cpu", precision="fast", interpolation="linear8")
+    assert rel(fast8, exact) < FAST_TEXTURE_VS_EXACT_PHANTOM
+
+
+def test_fast_mode_error_bound_real_scan(savu_scan):
+    from leveret.preprocess import minus_log, normalize
+    scan = savu_scan
+    p = minus_log(normalize(scan.projections, scan.flat, scan.dark))
+    g = ParallelGeometry(scan.angles, 160, n_rows=135, center=86.0)
+    vol = VolumeGeometry((8, 160, 160), center=(g.row_positions()[60:68].mean(), 0.0, 0.0))
+    exact = leveret.fbp(p, g, vol, backend="cpu")
+    fast = leveret.fbp(p, g, vol, backend="cpu", precision="fast")
+    err = rel(fast, exact)
+    print(f"fast vs exact, real scan: {err:.2e}")
+    assert 0 < err < FAST_VS_EXACT_SCAN
+
+
+def test_cpu_fast_mode_is_fp16_roundtrip(rng):
+    geometry, volume, sinos = random_case(rng)
+    fast = ParallelBackprojection(geometry, volume, backend="cpu", precision="fast", interpolation="linear8")
+    ref = ParallelBackprojection(geometry, volume, backend="cpu", interpolation="linear8")
+    np.testing.assert_array_equal(fast(sinos), ref(sinos.astype(np.float16).astype(np.float32)))
+    assert fast.last_kernel == "cpu-linear8-fp16"
+
+
+# -- tuner ------------------------------------------------------------------------------------
+
+def test_tuner_picks_fastest_and_caches(tmp_path, monkeypatch):
+    monkeypatch.delenv("LEVERET_NO_TUNING_CACHE", raising=False)
+    path = tmp_path / "tuning.json"
+    configs = tuning.candidates("linear", "exact", 64)
+    assert {c["kernel"] for c in configs} == {"texture", "texz", "alu", "hybrid"}
+    fake = {i: 1.0 + 0.1 * i for i in range(len(configs))}
+    winner = 5
+    fake[winner] = 0.5
+    calls = []
+
+    def time_fn(config):
+        calls.append(config)
+        idx = configs.index(config)
+        if idx == 2:
+            raise ValueError("does not fit")     # skipped, not fatal
+        return fake[idx]
+
+    key = tuning.problem_class(64, 2048, 2048, 2048, "linear", "exact")
+    best, results = tuning.tune("NVIDIA H200", key, configs, time_fn, path=path)
+    assert best == configs[winner] and len(calls) == len(configs) and len(results) == len(configs) - 1
+    assert tuning.lookup("NVIDIA H200", key, path=path) == json.loads(json.dumps(configs[winner]))
+    assert tuning.lookup("NVIDIA H100", key, path=path) is None
+    assert tuning.lookup("NVIDIA H200", tuning.problem_class(1, 2048, 2048, 2048, "linear", "exact"),
+                         path=path) is None
+    # a second problem class adds to the file, keeps the first
+    key2 = tuning.problem_class(1, 512, 512, 720, "nearest", "exact")
+    tuning.tune("NVIDIA H200", key2, [{"kernel": "texture"}], lambda c: 1e-3, path=path)
+    assert tuning.lookup("NVIDIA H200", key, path=path) is not None
+    assert any("texture" in line for line in tuning.describe(path))
+    monkeypatch.setenv("LEVERET_NO_TUNING_CACHE", "1")
+    assert tuning.lookup("NVIDIA H200", key, path=path) is None
+
+
+def test_tuner_cache_file_robustness(tmp_path):
+    path = tmp_path / "sub" / "tuning.json"
+    assert tuning.load(path) == {}
+    path.parent.mkdir()
+    path.write_text("{not json")
+    assert tuning.load(path) == {}
+    path.write_text(json.dumps({"version": 0, "gpus": {"x": {}}}))
+    assert tuning.load(path) == {}                      # other versions are ignored
+    with pytest.raises(ValueError, match="no candidate"):
+        tuning.tune("gpu", "k", [{"kernel": "alu"}], lambda c: float("nan"), path=path)
+
+
+def test_problem_classes_and_paths(monkeypatch, tmp_path):
+    pc = tuning.problem_class
+    assert pc(64, 2048, 2048, 2048, "linear", "exact") == pc(40, 2000, 2100, 1800, "linear", "exact")
+    assert pc(1, 2048, 2048, 2048, "linear", "exact") != pc(2, 2048, 2048, 2048, "linear", "exact")
+    assert pc(64, 2048, 2048, 2048, "linear", "exact") != pc(64, 2048, 2048, 2048, "linear", "fast")
+    monkeypatch.setenv("LEVERET_CACHE_DIR", str(tmp_path))
+    assert tuning.cache_path() == tmp_path / "tuning.json"
+    monkeypatch.delenv("LEVERET_CACHE_DIR")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "x"))
+    assert tuning.cache_path() == tmp_path / "x" / "leveret" / "tuning.json"
+
+
+def test_candidates_respect_the_mode():
+    assert {c["kernel"] for c in tuning.candidates("linear8", "exact", 8)} == {"texture", "texz"}
+    fast = tuning.candidates("linear", "fast", 8)
+    assert {c["packing"] for c in fast} == {"half2", "half4"}
+    assert all(c["packing"] == "half2" for c in tuning.candidates("linear", "fast", 2))
+    near = tuning.candidates("nearest", "exact", 8)
+    assert "hybrid" not in {c["kernel"] for c in near}
+    assert all(c.get("nv", 2) == 1 for c in tuning.candidates("linear", "exact", 1) if c["kernel"] == "alu")
+
+
+def test_override_and_kernel_resolution(monkeypatch, tmp_path, rng):
+    import leveret.operators.parallel as par
+    assert tuning.parse_override("hybrid:tile=64,ratio=1/2,packing=float2") == \
+        {"kernel": "hybrid", "tile": 64, "ratio": (1, 2), "packing": "float2"}
+    with pytest.raises(ValueError):
+        tuning.parse_override("alu:tile")
+    geometry, volume, _ = random_case(rng)
+    monkeypatch.setattr(par, "_gpu_name", lambda: "Fake GPU")
+    monkeypatch.setenv("LEVERET_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("LEVERET_PARALLEL_KERNEL", raising=False)
+    monkeypatch.delenv("LEVERET_NO_TUNING_CACHE", raising=False)
+    op = ParallelBackprojection(geometry, volume, backend="cpu")
+    assert op.resolve_kernel(8) == {"kernel": "texture", "packing": "float2"}     # nothing cached
+    assert op.resolve_kernel(1) == {"kernel": "texture", "packing": "float"}
+    fast = ParallelBackprojection(geometry, volume, backend="cpu", precision="fast")
+    assert fast.resolve_kernel(8) == {"kernel": "texz", "packing": "half4"}
+    hyb = ParallelBackprojection(geometry, volume, backend="cpu", precision="fast", kernel="hybrid")
+    assert hyb.resolve_kernel(8) == {"kernel": "hybrid", "packing": "half4"}
+    assert hyb.resolve_kernel(2) == {"kernel": "hybrid", "packing": "half2"}
+    tuning.tune("Fake GPU", op.problem_key(8), [{"kernel": "alu", "tile": 64, "nv": 2}], lambda c: 1.0)
+    assert op.resolve_kernel(8) == {"kernel": "alu", "tile": 64, "nv": 2}         # the cache
+    monkeypatch.setenv("LEVERET_PARALLEL_KERNEL", "hybrid:ratio=1/3")
+    assert op.resolve_kernel(8) == {"kernel": "hybrid", "ratio": (1, 3), "packing": "float2"}
+    explicit = ParallelBackprojection(geometry, volume, backend="cpu", kernel="texz",
+                                      kernel_options={"nq": 8})
+    assert explicit.resolve_kernel(8) == {"kernel": "texz", "nq": 8, "packing": "float2"}
+
+
+@pytest.mark.parametrize("kwargs,name", [
+    ({"kernel": "warp"}, "kernel"), ({"kernel": "texz", "packing": "float4"}, "packing"),
+    ({"kernel": "texz", "nq": 16}, "nq"), ({"kernel": "texz", "packing": "half4", "nq": 8}, "nq"),
+    ({"kernel": "texture", "packing": "half4"}, "packing"), ({"kernel": "alu", "tile": 48}, "tile"),
+    ({"kernel": "alu", "nv": 3}, "nv"), ({"kernel": "alu", "nv": 4, "tile": 64}, "nv"),
+    ({"kernel": "hybrid", "ratio": (3, 2)}, "ratio"), ({"kernel": "hybrid", "ratio": (1, 0)}, "ratio"),
+    ({"kernel": "alu", "tile": 64, "interpolation": "nearest", "nv": 1}, "tile"),
+])
+def test_gpu_launcher_rejects_bad_parameters_before_touching_the_gpu(kwargs, name):
+    """The launcher validates its arguments first (no CuPy needed to get the error)."""
+    from leveret.cuda.backproject_parallel import ParallelBackprojectorGPU
+    g = ParallelGeometry(np.linspace(0, np.pi, 8, endpoint=False), 16, n_rows=4)
+    t64 = parallel_table(g, g.default_volume(), np.float64)
+    sinos = np.zeros((4, 8, 16), np.float32)            # stands in for a CuPy array
+    with pytest.raises(ValueError, match=name):
+        ParallelBackprojectorGPU()(sinos, t64.astype(np.float32), t64, np.zeros((4, 16, 16), np.float32),
+                                   **kwargs)

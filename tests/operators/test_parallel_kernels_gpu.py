@@ -1,0 +1,235 @@
+"""Issue 4 kernels on the GPU, each against the CPU path that interpolates the
+same way: texture kernels (texture, texz; float, float2) vs CPU linear8 / nearest,
+fp16 texels (half2, half4) vs the CPU's fp16 round trip + linear8, the ALU kernel
+vs the exact CPU reference, the hybrid vs the tile-by-tile mix of both. Outputs
+are poisoned with NaN before each run; inputs are fresh random data, odd sizes,
+ROIs and phantoms."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import leveret
+from leveret import phantom
+from leveret.geometry import ParallelGeometry, VolumeGeometry
+from leveret.operators import ParallelBackprojection
+
+from test_parallel_kernels import (FAST_TEXTURE_VS_EXACT_PHANTOM, FAST_VS_EXACT_SCAN,
+                                    random_case, rel)
+
+TEXTURE_VS_EXACT_RANDOM = 2.5e-3   # as in test_parallel_backprojection.py
+
+pytestmark = pytest.mark.gpu
+
+
+def run_gpu(geometry, volume, sinos, **kwargs):
+    import cupy as cp
+    op = ParallelBackprojection(geometry, volume, backend="cuda", **kwargs)
+    ny, nx = op.out_shape
+    out = cp.full((sinos.shape[0], ny, nx), cp.nan, cp.float32)   # poison: unwritten pixels show
+    got = op(cp.asarray(sinos), out=out)
+    assert got is out
+    got = cp.asnumpy(got)
+    assert np.isfinite(got).all(), f"{op.last_kernel}: unwritten or non-finite pixels"
+    return got, op.last_kernel
+
+
+def cpu(geometry, volume, sinos, **kwargs):
+    return ParallelBackprojection(geometry, volume, backend="cpu", **kwargs)(sinos)
+
+
+CASES = [  # n_angles, n_cols, n_slices, shape
+    (1, 31, 1, (17, 19)),
+    (180, 64, 3, (64, 64)),
+    (361, 127, 5, (101, 131)),
+    (2100, 45, 2, (37, 41)),      # two constant-memory passes
+]
+
+
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("config", [
+    {"kernel": "texture", "texture_packing": "float"},
+    {"kernel": "texz", "texture_packing": "float", "kernel_options": {"nq": 4}},
+    {"kernel": "texz", "texture_packing": "float", "kernel_options": {"nq": 8}},
+    {"kernel": "texz", "kernel_options": {"nq": 4}},
+    {"kernel": "texz", "kernel_options": {"nq": 8}},
+])
+def test_texture_kernels_match_cpu_linear8(rng, case, config):
+    n_angles, n_cols, n_slices, shape = case
+    geometry, volume, sinos = random_case(rng, n_angles, n_cols, n_slices, shape, det_spacing=1.1,
+                                          axis_shift="random")
+    got, name = run_gpu(geometry, volume, sinos, **config)
+    assert name.startswith(config["kernel"])
+    assert rel(got, cpu(geometry, volume, sinos, interpolation="linear8")) < 1e-5
+    assert rel(got, cpu(geometry, volume, sinos)) < TEXTURE_VS_EXACT_RANDOM
+
+
+@pytest.mark.parametrize("kernel,packing", [("texz", "float"), ("texz", "float2"), ("alu", None)])
+def test_nearest(rng, kernel, packing):
+    geometry, volume, sinos = random_case(rng, 200, 77, 3, (70, 81))
+    kw = {"texture_packing": packing} if packing else {}
+    got, _ = run_gpu(geometry, volume, sinos, kernel=kernel, interpolation="nearest", **kw)
+    if kernel == "alu":
+        # float64-table coordinates, like the kernel's: a bin flips only where a
+        # sample sits within ~1e-6 pixel of a bin edge
+        ref = cpu(geometry, volume, sinos.astype(np.float64), interpolation="nearest")
+        assert np.mean(np.isclose(got, ref, rtol=1e-4, atol=1e-4)) > 0.99
+        assert rel(got, ref) < 1e-3
+    else:
+        assert rel(got, cpu(geometry, volume, sinos, interpolation="nearest")) < 1e-5
+
+
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("kernel,packing", [("texture", "half2"), ("texz", "half2"), ("texz", "half4")])
+def test_fp16_kernels_match_cpu_fp16_linear8(rng, case, kernel, packing):
+    n_angles, n_cols, n_slices, shape = case
+    geometry, volume, sinos = random_case(rng, n_angles, n_cols, n_slices, shape, axis_shift="random")
+    got, name = run_gpu(geometry, volume, sinos, kernel=kernel, precision="fast", texture_packing=packing)
+    assert packing in name
+    ref = cpu(geometry, volume, sinos, interpolation="linear8", precision="fast")
+    assert rel(got, ref) < 1e-5
+
+
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("tile,nv", [(32, 1), (32, 2), (64, 1), (64, 2), (32, 4)])
+def test_alu_matches_exact_cpu(rng, case, tile, nv):
+    n_angles, n_cols, n_slices, shape = case
+    geometry, volume, sinos = random_case(rng, n_angles, n_cols, n_slices, shape, det_spacing=0.8,
+                                          axis_shift="random")
+    got, name = run_gpu(geometry, volume, sinos, kernel="alu", kernel_options={"tile": tile, "nv": nv})
+    assert name == f"alu-t{tile}-nv{nv}"
+    assert rel(got, cpu(geometry, volume, sinos)) < 1e-5
+
+
+def test_alu_positive_data_and_large_pixels(rng):
+    """Sums that do not cancel (a stricter relative test), pixels 2.2x the bin width."""
+    geometry, volume, sinos = random_case(rng, 500, 60, 2, (45, 47), voxel=(1.0, 2.2, 2.2), det_spacing=1.0)
+    sinos = np.abs(sinos)
+    got, _ = run_gpu(geometry, volume, sinos, kernel="alu", kernel_options={"tile": 32, "nv": 2})
+    exact = cpu(geometry, volume, sinos)
+    np.testing.assert_allclose(got, exact, rtol=1e-5, atol=1e-5 * np.abs(exact).max())
+
+
+def _tile_mask(ny, nx, tile, num, den):
+    gx = -(-nx // tile)
+    j, i = np.mgrid[0:ny, 0:nx]
+    block = (j // tile) * gx + (i // tile)
+    return (block % den) < num
+
+
+@pytest.mark.parametrize("case", CASES[1:])
+@pytest.mark.parametrize("tile", [32, 64])
+@pytest.mark.parametrize("ratio", [(1, 2), (1, 3), (2, 3), (1, 1)])
+@pytest.mark.parametrize("packing", ["float", "float2"])
+def test_hybrid_is_the_tilewise_mix(rng, case, tile, ratio, packing):
+    n_angles, n_cols, n_slices, shape = case
+    geometry, volume, sinos = random_case(rng, n_angles, n_cols, n_slices, shape, axis_shift="random")
+    got, name = run_gpu(geometry, volume, sinos, kernel="hybrid", texture_packing=packing,
+                        kernel_options={"tile": tile, "ratio": ratio})
+    assert name.startswith(f"hybrid-{ratio[0]}/{ratio[1]}")
+    mask = _tile_mask(*shape, tile, *ratio)
+    want = np.where(mask, cpu(geometry, volume, sinos, interpolation="linear8"), cpu(geometry, volume, sinos))
+    assert rel(got, want) < 1e-5
+
+
+@pytest.mark.parametrize("config", [
+    {"kernel": "texture"}, {"kernel": "texz"}, {"kernel": "alu", "kernel_options": {"tile": 64}},
+    {"kernel": "alu", "kernel_options": {"tile": 32, "nv": 4}},
+    {"kernel": "hybrid", "precision": "fast", "texture_packing": "half4",
+     "kernel_options": {"tile": 32, "ratio": (1, 2)}},
+    {"kernel": "hybrid", "kernel_options": {"tile": 32, "ratio": (1, 2)}},
+    {"kernel": "texz", "precision": "fast", "texture_packing": "half4"},
+])
+@pytest.mark.parametrize("roi", [(5, 7, 40, 33), (0, 0, 1, 1), (60, 70, 10, 11)])
+def test_roi_matches_cpu_roi(rng, config, roi):
+    geometry, volume, sinos = random_case(rng, 300, 100, 4, (70, 81), axis_shift="random")
+    got, _ = run_gpu(geometry, volume, sinos, roi=roi, **config)
+    assert got.shape == (4, roi[2], roi[3])
+    fast = config.get("precision") == "fast"
+    lin8 = cpu(geometry, volume, sinos, roi=roi, interpolation="linear8", precision="fast" if fast else "exact")
+    exact = cpu(geometry, volume, sinos, roi=roi)
+    if config["kernel"] == "alu":
+        want = exact
+    elif config["kernel"] == "hybrid" and fast:
+        # fp16 texture tiles, float32 exact ALU tiles
+        want = np.where(_tile_mask(roi[2], roi[3], 32, 1, 2), lin8, exact)
+    elif config["kernel"] == "hybrid":
+        # the tiles are laid over the ROI, whose corner is tile (0, 0)
+        want = np.where(_tile_mask(roi[2], roi[3], 32, 1, 2), lin8, exact)
+    else:
+        want = lin8
+    assert rel(got, want) < 1e-5
+
+
+@pytest.mark.parametrize("case", CASES[1:])
+@pytest.mark.parametrize("packing,ratio", [("half2", (1, 2)), ("half4", (1, 3)), ("half4", (1, 2)),
+                                           ("half4", (2, 3))])
+def test_fast_hybrid_is_the_tilewise_mix(rng, case, packing, ratio):
+    """Fast hybrid: fp16 texture tiles (CPU fast + linear8) beside float32 ALU tiles (exact)."""
+    n_angles, n_cols, n_slices, shape = case
+    geometry, volume, sinos = random_case(rng, n_angles, n_cols, n_slices, shape, axis_shift="random")
+    got, name = run_gpu(geometry, volume, sinos, kernel="hybrid", precision="fast", texture_packing=packing,
+                        kernel_options={"tile": 32, "ratio": ratio})
+    assert name.startswith(f"hybrid-{ratio[0]}/{ratio[1]}-{packing}")
+    mask = _tile_mask(*shape, 32, *ratio)
+    fast8 = cpu(geometry, volume, sinos, interpolation="linear8", precision="fast")
+    assert rel(got, np.where(mask, fast8, cpu(geometry, volume, sinos))) < 1e-5
+
+
+def test_fast_fbp_phantom_bound():
+    import cupy as cp
+    geometry = ParallelGeometry(np.linspace(0, np.pi, 400, endpoint=False), 256)
+    sino = phantom.shepp_logan_ellipses(100.0).project(geometry).astype(np.float32)
+    exact = leveret.fbp(sino, geometry, backend="cpu")
+    for packing in ("half2", "half4"):
+        stack = np.repeat(sino[:, None, :], 4, axis=1)
+        g3 = ParallelGeometry(geometry.angles, 256, n_rows=4)
+        fast = cp.asnumpy(leveret.fbp(cp.asarray(stack), g3, backend="cuda", precision="fast", kernel="texz",
+                                      kernel_options={"packing": packing}))
+        for k in range(4):
+            assert rel(fast[k], exact) < FAST_TEXTURE_VS_EXACT_PHANTOM
+
+
+def test_fast_fbp_real_scan_bound(savu_scan):
+    import cupy as cp
+    from leveret.preprocess import minus_log, normalize
+    scan = savu_scan
+    p = minus_log(normalize(scan.projections, scan.flat, scan.dark)).astype(np.float32)
+    g = ParallelGeometry(scan.angles, 160, n_rows=135, center=86.0)
+    vol = VolumeGeometry((16, 160, 160), center=(g.row_positions()[60:76].mean(), 0.0, 0.0))
+    d = cp.asarray(p)
+    exact = cp.asnumpy(leveret.fbp(d, g, vol, backend="cuda", kernel="texz"))
+    fast = cp.asnumpy(leveret.fbp(d, g, vol, backend="cuda", kernel="texz", precision="fast"))
+    assert 0 < rel(fast, exact) < FAST_VS_EXACT_SCAN      # the same 8-bit weights: only fp16 differs
+
+
+def test_streamed_equals_in_memory_alu(rng):
+    import cupy as cp
+    g = ParallelGeometry(np.linspace(0, np.pi, 120, endpoint=False), 64, n_rows=9)
+    proj = rng.standard_normal((120, 9, 64)).astype(np.float32)
+    vol = g.default_volume()
+    ref = cp.asnumpy(leveret.fbp(cp.asarray(proj), g, vol, backend="cuda", kernel="alu"))
+    streamed = leveret.fbp(proj, g, vol, backend="cuda", kernel="alu", chunk_slices=2)
+    np.testing.assert_allclose(streamed, ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())
+    cpu_ref = leveret.fbp(proj, g, vol, backend="cpu")
+    assert rel(ref, cpu_ref) < 1e-5
+
+
+def test_tune_caches_and_auto_uses_it(rng, tmp_path, monkeypatch):
+    import cupy as cp
+    from leveret.cuda import tuning
+    monkeypatch.setenv("LEVERET_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("LEVERET_PARALLEL_KERNEL", raising=False)
+    monkeypatch.delenv("LEVERET_NO_TUNING_CACHE", raising=False)
+    geometry, volume, sinos = random_case(rng, 256, 96, 4, (96, 96))
+    op = ParallelBackprojection(geometry, volume, backend="cuda")
+    best, results = op.tune(cp.asarray(sinos), repeats=1)
+    assert len(results) >= 5 and best == min(results, key=lambda r: r[1])[0]
+    assert tuning.lookup(_name(), op.problem_key(4)) is not None
+    got, name = run_gpu(geometry, volume, sinos)
+    assert name.startswith(best["kernel"])
+
+
+def _name():
+    from leveret.operators.parallel import _gpu_name
+    return _gpu_name()
