@@ -277,6 +277,10 @@ def plan(geometry, volume: VolumeGeometry | None = None, *, backend: str = "auto
 
 
 def _volume(geometry, volume):
+    if not isinstance(geometry, (ParallelGeometry, ConeGeometry)):
+        raise ValueError(f"geometry: expected a ParallelGeometry or a ConeGeometry, got {type(geometry).__name__}")
+    if isinstance(geometry, ParallelGeometry) and geometry.is_2d:
+        raise ValueError("geometry: out-of-core reconstruction takes a 3D ParallelGeometry (n_rows given)")
     if volume is None:
         if isinstance(geometry, ParallelGeometry):
             volume = geometry.default_volume()
@@ -284,10 +288,6 @@ def _volume(geometry, volume):
             raise ValueError("volume: a cone-beam reconstruction needs a VolumeGeometry")
     if not isinstance(volume, VolumeGeometry) or volume.is_2d:
         raise ValueError(f"volume: expected a 3D VolumeGeometry, got {volume!r}")
-    if isinstance(geometry, ParallelGeometry) and geometry.is_2d:
-        raise ValueError("geometry: out-of-core reconstruction takes a 3D ParallelGeometry (n_rows given)")
-    if not isinstance(geometry, (ParallelGeometry, ConeGeometry)):
-        raise ValueError(f"geometry: expected a ParallelGeometry or a ConeGeometry, got {type(geometry).__name__}")
     return volume
 
 

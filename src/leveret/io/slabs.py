@@ -137,7 +137,7 @@ class SlabWriter:
                  metadata: dict | None = None, resume: bool = False, overwrite: bool = False,
                  dataset: str | None = None, compression="default", chunks=None):
         p, dataset = split_dataset(path, dataset)
-        self.format = output_format(path)
+        self.format = output_format(p if dataset is not None else path)
         if dataset is not None and self.format != "hdf5":
             raise ValueError(f"dataset: only HDF5 outputs have datasets, but path is {os.fspath(path)!r}")
         self.path = p

@@ -1,0 +1,176 @@
+"""SlabWriter: every format round-trips data and metadata; interrupted runs
+leave no output, resume from the manifest, and refuse another job's partial output."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import leveret
+from leveret.io import SlabWriter, open_array, output_format, read_array, read_metadata, write_slabs
+
+FORMATS = ["vol.npy", "vol.tif", "vol/", "vol.h5", "vol.zarr"]
+SRC = Path(leveret.__file__).resolve().parents[1]
+
+
+def _volume(rng, shape=(9, 7, 11)):
+    return rng.standard_normal(shape).astype(np.float32)
+
+
+@pytest.mark.parametrize("name", FORMATS)
+def test_round_trip_data_and_metadata(tmp_path, rng, name):
+    vol = _volume(rng)
+    meta = {"voxel_size": [0.5, 0.25, 0.25], "units": "mm"}
+    with SlabWriter(tmp_path / name, vol.shape, params={"job": 1}, metadata=meta) as w:
+        assert w.todo(4) == [(0, 4), (4, 8), (8, 9)]
+        for k0, k1 in w.todo(4)[::-1]:       # any order
+            w.write(k0, vol[k0:k1])
+        path = w.finish()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [path.name]    # nothing else left
+    np.testing.assert_array_equal(read_array(path), vol)
+    np.testing.assert_array_equal(np.asarray(open_array(path)[:, 2:5, :]), vol[:, 2:5, :])
+    assert read_metadata(path) == ({} if name.endswith(".npy") else meta)
+
+
+def test_formats_and_options(tmp_path, rng):
+    assert [output_format(n) for n in FORMATS] == ["npy", "bigtiff", "tiff-stack", "hdf5", "zarr"]
+    with pytest.raises(ValueError, match="output: unknown extension '.png'"):
+        output_format("x.png")
+    vol = _volume(rng)
+    for name, compression in (("g.h5", "lzf"), ("z.zarr", "lz4"), ("t/", "zlib"), ("n.h5", None)):
+        write_slabs(tmp_path / name, [(0, vol[:5]), (5, vol[5:])], vol.shape, compression=compression)
+        np.testing.assert_array_equal(read_array(tmp_path / name), vol)
+    write_slabs(tmp_path / "d.h5:/entry/rec", [(0, vol)], vol.shape)
+    np.testing.assert_array_equal(read_array(tmp_path / "d.h5", dataset="/entry/rec"), vol)
+    import tifffile
+    with tifffile.TiffFile(tmp_path / "t" / "slice_00000.tif") as t:
+        assert t.pages[0].compression == 8          # zlib
+    with pytest.raises(ValueError, match="compression: expected one of"):
+        SlabWriter(tmp_path / "x.npy", vol.shape, compression="gzip")
+    with pytest.raises(ValueError, match="shape: expected a 3D volume shape"):
+        SlabWriter(tmp_path / "x.npy", (3, 4))
+    with pytest.raises(ValueError, match="dataset: only HDF5"):
+        SlabWriter(tmp_path / "x.npy", vol.shape, dataset="/a")
+    with SlabWriter(tmp_path / "x.npy", vol.shape) as w:
+        with pytest.raises(ValueError, match="data: expected slices"):
+            w.write(7, vol[:3])
+        with pytest.raises(ValueError, match=r"finish: slices \[\(0, 9\)\]"):
+            w.finish()
+    assert not list(tmp_path.glob(".x.npy*"))      # the failed writer left nothing
+
+
+def test_bigtiff_is_bigtiff_and_existing_output_is_kept(tmp_path, rng):
+    import tifffile
+    vol = _volume(rng)
+    write_slabs(tmp_path / "v.tif", [(0, vol)], vol.shape)
+    with tifffile.TiffFile(tmp_path / "v.tif") as t:
+        assert t.is_bigtiff and len(t.pages) == vol.shape[0]
+    with pytest.raises(ValueError, match="already exists"):
+        SlabWriter(tmp_path / "v.tif", vol.shape)
+    write_slabs(tmp_path / "v.tif", [(0, 2 * vol)], vol.shape, overwrite=True)
+    np.testing.assert_array_equal(read_array(tmp_path / "v.tif"), 2 * vol)
+
+
+@pytest.mark.parametrize("name", FORMATS)
+def test_interrupt_then_resume(tmp_path, rng, name):
+    vol = _volume(rng)
+    params = {"center": 3.5, "angles": np.arange(5.0)}
+
+    class Stop(KeyboardInterrupt):
+        pass
+
+    with pytest.raises(Stop):
+        with SlabWriter(tmp_path / name, vol.shape, params=params, resume=True) as w:
+            for k0, k1 in w.todo(3):
+                if k0 == 6:   # Ctrl-C after the data, before the manifest records them
+                    def interrupted():
+                        raise Stop
+                    w._save_manifest = interrupted
+                    w.write(k0, np.full_like(vol[k0:k1], np.nan))
+                w.write(k0, vol[k0:k1])
+    final = tmp_path / name
+    assert not final.exists()                                 # no partial final output
+    partial = tmp_path / f".{final.name}.partial"
+    manifest = json.loads((partial / "manifest.json").read_text())
+    assert manifest["done"] == [[0, 6]] and manifest["shape"] == list(vol.shape)
+
+    with pytest.raises(ValueError, match="resume: the partial output .* different parameters"):
+        SlabWriter(tmp_path / name, vol.shape, params={**params, "center": 4.0}, resume=True)
+    with pytest.raises(ValueError, match="resume: .* has shape"):
+        SlabWriter(tmp_path / name, (10, 7, 11), params=params, resume=True)
+
+    written = []
+    with SlabWriter(tmp_path / name, vol.shape, params=params, resume=True) as w:
+        assert w.done.sum() == 6 and w.todo(5) == [(6, 9)]
+        for k0, k1 in w.todo(5):
+            written.append((k0, k1))
+            w.write(k0, vol[k0:k1])
+        w.finish()
+    assert written == [(6, 9)]
+    np.testing.assert_array_equal(read_array(final), vol)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [final.name]
+
+
+def test_without_resume_an_interrupted_run_leaves_nothing_and_old_partials_are_dropped(tmp_path, rng):
+    vol = _volume(rng)
+    with pytest.raises(KeyboardInterrupt):
+        with SlabWriter(tmp_path / "v.h5", vol.shape) as w:
+            w.write(0, vol[:3])
+            raise KeyboardInterrupt
+    assert list(tmp_path.iterdir()) == []
+    with pytest.raises(KeyboardInterrupt):
+        with SlabWriter(tmp_path / "v.h5", vol.shape, resume=True) as w:
+            w.write(0, vol[:3])
+            raise KeyboardInterrupt
+    with SlabWriter(tmp_path / "v.h5", vol.shape) as w:   # no resume: starts afresh
+        assert w.done.sum() == 0
+        w.write(0, vol)
+        w.finish()
+    assert [p.name for p in tmp_path.iterdir()] == ["v.h5"]
+
+
+def test_damaged_partial_output_restarts(tmp_path, rng):
+    vol = _volume(rng)
+    with pytest.raises(KeyboardInterrupt):
+        with SlabWriter(tmp_path / "v.h5", vol.shape, resume=True) as w:
+            w.write(0, vol[:3])
+            raise KeyboardInterrupt
+    (tmp_path / ".v.h5.partial" / "data.h5").write_bytes(b"\x89HDF garbage")
+    with SlabWriter(tmp_path / "v.h5", vol.shape, resume=True) as w:
+        assert w.done.sum() == 0
+
+
+def test_sigint_to_a_writing_process(tmp_path):
+    """A real Ctrl-C (SIGINT) mid-run: no final file, the partial output resumes."""
+    import signal
+    import time
+    script = textwrap.dedent(f"""
+        import sys, time, numpy as np
+        from leveret.io import SlabWriter
+        vol = np.arange(20 * 4 * 5, dtype=np.float32).reshape(20, 4, 5)
+        with SlabWriter({str(tmp_path / 'v.zarr')!r}, vol.shape, params={{'a': 1}}, resume=True) as w:
+            for k0, k1 in w.todo(1):
+                w.write(k0, vol[k0:k1])
+                if k0 == 3:
+                    print('ready', flush=True)
+                time.sleep(0.05 if len(sys.argv) == 1 else 0)
+            w.finish()
+    """)
+    env = {"PYTHONPATH": str(SRC), "PATH": "/usr/bin:/bin"}
+    p = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, env=env)
+    assert p.stdout.readline().strip() == "ready"
+    t0 = time.monotonic()
+    p.send_signal(signal.SIGINT)
+    p.wait(timeout=10)
+    assert time.monotonic() - t0 < 1.0 and p.returncode != 0
+    assert not (tmp_path / "v.zarr").exists()
+    done = json.loads((tmp_path / ".v.zarr.partial" / "manifest.json").read_text())["done"]
+    assert done[0][0] == 0 and 4 <= done[0][1] < 20
+    subprocess.run([sys.executable, "-c", script, "fast"], check=True, env=env, capture_output=True)
+    np.testing.assert_array_equal(read_array(tmp_path / "v.zarr"),
+                                  np.arange(400, dtype=np.float32).reshape(20, 4, 5))
