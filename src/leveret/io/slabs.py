@@ -31,7 +31,7 @@ from typing import Iterable
 import numpy as np
 
 from ._common import HDF5_EXTS, TIFF_EXTS, split_dataset, suffix
-from .atomic import _commit, _fsync_path, _remove, check_writable
+from .atomic import _commit, _fsync_path, _remove, check_writable, register_cleanup, unregister_cleanup
 
 log = logging.getLogger(__name__)
 
@@ -161,6 +161,7 @@ class SlabWriter:
         self._done = np.zeros(shape[0], bool)
         self._finished = False
         self._open()
+        register_cleanup(id(self), self.abort)
 
     # -- set-up ------------------------------------------------------------------------------
     def _compression(self, compression):
@@ -370,6 +371,7 @@ class SlabWriter:
         _fsync_path(self.path.parent)
         _remove(self.partial)
         self._finished = True
+        unregister_cleanup(id(self))
         return self.path
 
     def abort(self) -> None:
@@ -377,6 +379,7 @@ class SlabWriter:
         ``resume``, else remove it."""
         if not self._finished and not self.resume:
             _remove(self.partial)
+        unregister_cleanup(id(self))
 
     def __enter__(self) -> "SlabWriter":
         return self
