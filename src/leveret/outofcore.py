@@ -438,7 +438,7 @@ def reconstruct_to_file(projections, geometry, output, *, volume: VolumeGeometry
                     resident=resident, max_slices=slab_slices)
     if on_plan is not None:
         on_plan(the_plan)
-    log.info("%s", the_plan.describe())
+    log.debug("%s", the_plan.describe())
     job = {"geometry": _describe(geometry), "volume": _describe(volume), "options": options,
            "log_transform": log_transform, "flats": flats, "darks": darks, **(params or {})}
     meta = {"voxel_size": list(volume.voxel_size), "center": list(volume.center), "axes": "zyx",

@@ -162,7 +162,8 @@ def test_sigint_to_a_writing_process(tmp_path):
             w.finish()
     """)
     env = {"PYTHONPATH": str(SRC), "PATH": "/usr/bin:/bin"}
-    p = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, env=env)
+    p = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, env=env,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     assert p.stdout.readline().strip() == "ready"
     t0 = time.monotonic()
     p.send_signal(signal.SIGINT)

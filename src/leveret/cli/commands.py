@@ -60,7 +60,16 @@ def _is_scan_file(args) -> bool:
     from ..io._common import HDF5_EXTS, split_dataset
 
     path, inline = split_dataset(args.input, args.dataset)
-    return inline is None and path.suffix.lower() in HDF5_EXTS and path.is_file() and args.angles is None
+    if inline is not None or path.suffix.lower() not in HDF5_EXTS or not path.is_file():
+        return False
+    import h5py
+
+    from ..io.scans import _nxtomo_entries
+    try:
+        with h5py.File(path, "r") as f:
+            return bool(_nxtomo_entries(f, None)) or isinstance(f.get("/exchange/data"), h5py.Dataset)
+    except OSError:        # not HDF5 after all: the array reader gives the error
+        return False
 
 
 def load_scan(args) -> ScanInput:
