@@ -148,11 +148,9 @@ def plan_slabs(n_slices: int, host_bytes: Callable[[int], int], gpu_bytes: Calla
     while lo < hi:
         mid = (lo + hi + 1) // 2
         lo, hi = (mid, hi) if fits(mid) else (lo, mid - 1)
-    sizes = sorted({1, lo, top, *(2**k for k in range(1, 16) if 2**k < top)})
-    shown = [s for s in sizes if s <= 4 * lo or s == top][-8:]
-    if 1 not in shown:
-        shown = [1] + shown
-    candidates = tuple((s, int(host_bytes(s)), int(gpu(s))) for s in sorted(set(shown + [lo])))
+    # For the printed plan: one slice, the powers of two around the choice, the choice, everything.
+    shown = {1, lo, top} | {2**k for k in range(1, 40) if lo / 4 <= 2**k <= min(top, 4 * lo)}
+    candidates = tuple((s, int(host_bytes(s)), int(gpu(s))) for s in sorted(shown))
     return SlabPlan(slab_slices=lo, n_slices=n_slices, host_bytes=int(host_bytes(lo)),
                     gpu_bytes=int(gpu(lo)), host_limit=int(host_limit), gpu_limit=gpu_limit,
                     volume_bytes=int(volume_bytes), backend=backend, candidates=candidates)
