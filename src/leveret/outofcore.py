@@ -78,7 +78,8 @@ def _region(region, volume: VolumeGeometry) -> tuple[int, int]:
 
 
 def preprocess_rows(raw, rows: tuple[int, int], *, flats=None, darks=None, log_transform: bool = False,
-                    min_transmission: float = 1e-6) -> np.ndarray:
+                    min_transmission: float = 1e-6, stripes: str | None = None,
+                    stripe_size: int = 5) -> np.ndarray:
     """Detector rows ``raw`` (n_angles, r1 - r0, n_cols) as float32 line integrals.
 
     With ``flats`` and ``darks`` (full detector images, ``(n_rows, n_cols)`` or
@@ -86,9 +87,12 @@ def preprocess_rows(raw, rows: tuple[int, int], *, flats=None, darks=None, log_t
     normalise ``raw``, then ``-log`` is taken (:func:`leveret.preprocess.minus_log`,
     transmissions clipped at ``min_transmission``); ``log_transform`` alone
     takes ``-log`` of data that are already transmissions. Otherwise ``raw``
-    are line integrals, only cast to float32.
+    are line integrals, only cast to float32. ``stripes`` (``"sort"`` or
+    ``"mean"``, :func:`leveret.preprocess.remove_stripes` with ``stripe_size``)
+    then suppresses stripes, sinogram by sinogram: each detector row on its
+    own, so slabs give what the whole scan would.
     """
-    from .preprocess import minus_log, normalize
+    from .preprocess import minus_log, normalize, remove_stripes
 
     r0, r1 = rows
     if (flats is None) != (darks is None):
@@ -97,11 +101,14 @@ def preprocess_rows(raw, rows: tuple[int, int], *, flats=None, darks=None, log_t
         f = np.asarray(flats)[..., r0:r1, :]
         d = np.asarray(darks)[..., r0:r1, :]
         data = normalize(raw, f, d)
-        return minus_log(data, min_transmission=min_transmission, out=data)
-    data = np.asarray(raw)
-    data = data.astype(np.float32, copy=not (data.dtype == np.float32 and data.flags.writeable))
-    if log_transform:
         minus_log(data, min_transmission=min_transmission, out=data)
+    else:
+        data = np.asarray(raw)
+        data = data.astype(np.float32, copy=not (data.dtype == np.float32 and data.flags.writeable))
+        if log_transform:
+            minus_log(data, min_transmission=min_transmission, out=data)
+    if stripes is not None:
+        data = remove_stripes(data, method=stripes, size=stripe_size)
     return data
 
 
@@ -109,7 +116,8 @@ def preprocess_rows(raw, rows: tuple[int, int], *, flats=None, darks=None, log_t
 
 def reconstruct_slab(rows_data, geometry, volume: VolumeGeometry, region: tuple[int, int], *,
                      rows: tuple[int, int], flats=None, darks=None, log_transform: bool = False,
-                     backend: str = "auto", chunk_slices: int | None = None, **options) -> np.ndarray:
+                     stripes: str | None = None, stripe_size: int = 5, backend: str = "auto",
+                     chunk_slices: int | None = None, **options) -> np.ndarray:
     """Reconstruct slices ``region = (k0, k1)`` of ``volume`` from the detector rows they need.
 
     Parameters
@@ -126,7 +134,7 @@ def reconstruct_slab(rows_data, geometry, volume: VolumeGeometry, region: tuple[
         Slices ``k0:k1`` to reconstruct.
     rows : (int, int)
         Which detector rows ``rows_data`` holds.
-    flats, darks, log_transform
+    flats, darks, log_transform, stripes, stripe_size
         Preprocessing, see :func:`preprocess_rows`.
     backend : {"auto", "cuda", "cpu"}
     chunk_slices : int, optional
@@ -147,7 +155,8 @@ def reconstruct_slab(rows_data, geometry, volume: VolumeGeometry, region: tuple[
     k0, k1 = _region(region, volume)
     slab = volume.slab(k0, k1)
     r0, r1 = (int(r) for r in rows)
-    data = preprocess_rows(rows_data, (r0, r1), flats=flats, darks=darks, log_transform=log_transform)
+    data = preprocess_rows(rows_data, (r0, r1), flats=flats, darks=darks, log_transform=log_transform,
+                           stripes=stripes, stripe_size=stripe_size)
     expected = (geometry.n_angles if isinstance(geometry, ParallelGeometry) else geometry.n_views,
                 r1 - r0, geometry.n_cols)
     if data.shape != expected:
@@ -182,14 +191,15 @@ def _rows_for(geometry, volume: VolumeGeometry, slices: int) -> int:
 
 
 def host_bytes(geometry, volume: VolumeGeometry, slices: int, *, input_itemsize: int = 4,
-               preprocess: bool = False, resident: int = 0) -> int:
+               preprocess: bool = False, resident: int = 0, stripes: bool = False) -> int:
     """Estimated peak host memory (bytes) of an out-of-core run at ``slices`` per slab.
 
     Counts the data the run holds, not the interpreter and libraries: the
     rows read (stored dtype), their float32 line integrals, the FBP/FDK
     working set of the slab (padded FFT buffers, filtered sinograms, the
     output slab) and one more output slab for the writer's encoding, plus
-    ``resident`` bytes held throughout (flats and darks).
+    ``resident`` bytes held throughout (flats and darks). Stripe removal
+    ("sort") holds two int64 orderings and two float32 copies of the rows.
     """
     n_angles = geometry.n_angles if isinstance(geometry, ParallelGeometry) else geometry.n_views
     rows = _rows_for(geometry, volume, slices)
@@ -205,6 +215,7 @@ def host_bytes(geometry, volume: VolumeGeometry, slices: int, *, input_itemsize:
         chunk_views = min(n_angles, max(1, int(256e6 // view_bytes)))
         work = chunk_views * view_bytes + slices * image
     flats = 2 * rows * geometry.n_cols * 4 if preprocess else 0
+    lines += band * 24 if stripes else 0
     return int(raw + lines + work + slices * image + flats + resident)
 
 
@@ -221,7 +232,8 @@ def gpu_bytes(geometry, volume: VolumeGeometry, slices: int) -> int:
 
 def plan(geometry, volume: VolumeGeometry | None = None, *, backend: str = "auto",
          host_memory: int | None = None, gpu_memory: int | None = None, input_itemsize: int = 4,
-         preprocess: bool = False, resident: int = 0, max_slices: int | None = None) -> SlabPlan:
+         preprocess: bool = False, resident: int = 0, max_slices: int | None = None,
+         stripes: bool = False) -> SlabPlan:
     """The slab size for an out-of-core run: the largest whose estimated host
     and GPU peaks fit the limits.
 
@@ -243,6 +255,8 @@ def plan(geometry, volume: VolumeGeometry | None = None, *, backend: str = "auto
         Bytes held for the whole run (flats and darks).
     max_slices : int, optional
         Upper bound on the slab (e.g. a user's ``--slab-slices``).
+    stripes : bool
+        Stripe removal is done (its sorting buffers).
 
     Returns
     -------
@@ -270,7 +284,7 @@ def plan(geometry, volume: VolumeGeometry | None = None, *, backend: str = "auto
     return plan_slabs(
         volume.nz,
         lambda s: host_bytes(geometry, volume, s, input_itemsize=input_itemsize, preprocess=preprocess,
-                             resident=resident),
+                             resident=resident, stripes=stripes),
         (lambda s: gpu_bytes(geometry, volume, s)) if backend == "cuda" else None,
         host_limit=host_limit, gpu_limit=gpu_limit, volume_bytes=volume.size * 4, backend=backend,
         max_slices=max_slices)
@@ -358,7 +372,8 @@ def _free_gpu_pool() -> None:
 
 
 def reconstruct_to_file(projections, geometry, output, *, volume: VolumeGeometry | None = None,
-                        flats=None, darks=None, log_transform: bool = False, backend: str = "auto",
+                        flats=None, darks=None, log_transform: bool = False, stripes: str | None = None,
+                        stripe_size: int = 5, backend: str = "auto",
                         host_memory: int | None = None, gpu_memory: int | None = None,
                         slab_slices: int | None = None, resume: bool = False, overwrite: bool = False,
                         dataset: str | None = None, compression="default", metadata: dict | None = None,
@@ -378,7 +393,7 @@ def reconstruct_to_file(projections, geometry, output, *, volume: VolumeGeometry
         slice); see :class:`leveret.io.SlabWriter`.
     volume : VolumeGeometry, optional
         Default ``geometry.default_volume()`` (parallel beam only).
-    flats, darks, log_transform
+    flats, darks, log_transform, stripes, stripe_size
         Preprocessing of the raw rows, see :func:`preprocess_rows`.
     backend : {"auto", "cuda", "cpu"}
     host_memory, gpu_memory : int, optional
@@ -435,12 +450,13 @@ def reconstruct_to_file(projections, geometry, output, *, volume: VolumeGeometry
         raise ValueError(f"slab_slices: expected a positive number of slices, got {slab_slices!r}")
     the_plan = plan(geometry, volume, backend=backend, host_memory=host_memory, gpu_memory=gpu_memory,
                     input_itemsize=itemsize, preprocess=flats is not None or log_transform,
-                    resident=resident, max_slices=slab_slices)
+                    resident=resident, max_slices=slab_slices, stripes=stripes is not None)
     if on_plan is not None:
         on_plan(the_plan)
     log.debug("%s", the_plan.describe())
     job = {"geometry": _describe(geometry), "volume": _describe(volume), "options": options,
-           "log_transform": log_transform, "flats": flats, "darks": darks, **(params or {})}
+           "log_transform": log_transform, "flats": flats, "darks": darks, "stripes": stripes,
+           "stripe_size": stripe_size, **(params or {})}
     meta = {"voxel_size": list(volume.voxel_size), "center": list(volume.center), "axes": "zyx",
             "values": "attenuation per length unit", "software": "leveret", **(metadata or {})}
 
@@ -459,7 +475,8 @@ def reconstruct_to_file(projections, geometry, output, *, volume: VolumeGeometry
                 k0, k1 = pending.pop(0)
                 try:
                     slab = _one_slab(projections, geometry, volume, (k0, k1), flats=flats, darks=darks,
-                                     log_transform=log_transform, backend=the_plan.backend, **options)
+                                     log_transform=log_transform, stripes=stripes, stripe_size=stripe_size,
+                                     backend=the_plan.backend, **options)
                 except Exception as exc:
                     if not is_gpu_out_of_memory(exc) or k1 - k0 == 1:
                         if is_gpu_out_of_memory(exc):

@@ -305,3 +305,17 @@ def test_the_real_scan_in_one_command(savu_scan, tmp_path, capsys):
     g = leveret.ParallelGeometry(savu_scan.angles, 160, n_rows=135, center=c["center"])
     np.testing.assert_allclose(read_array(tmp_path / "rec.h5"), leveret.fbp(lines, g, backend="cpu"),
                                rtol=0, atol=1e-5)
+
+
+def test_recon_with_stripe_removal(scan):
+    from leveret.preprocess import minus_log, normalize, remove_stripes
+    folder, g, _ = scan
+    raw = read_array(folder / "raw")
+    lines = minus_log(normalize(raw, read_array(folder / "flat.tif"), read_array(folder / "dark.tif")))
+    ref = leveret.fbp(remove_stripes(lines, method="sort", size=7), g, backend="cpu")
+    flags = _flags(folder)
+    assert main(["recon", flags[0], str(folder / "r.npy")] + flags[1:]
+                + ["--center", "25", "--stripes", "sort", "--stripe-size", "7", "--slab-slices", "3"]) == 0
+    np.testing.assert_allclose(np.load(folder / "r.npy"), ref, rtol=0, atol=1e-6)
+    assert main(["recon", flags[0], str(folder / "s.npy")] + flags[1:] + ["--stripe-size", "4",
+                                                                          "--stripes", "mean"]) == 2

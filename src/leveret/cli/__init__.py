@@ -118,6 +118,9 @@ def _scan_options(p: argparse.ArgumentParser, *, angles_required: bool = False) 
     pre.add_argument("--flat", default=None, help="flat field(s) (image or stack, averaged): normalise, then -log")
     pre.add_argument("--dark", default=None, help="dark field(s), with --flat")
     pre.add_argument("--minus-log", action="store_true", help="input is transmission: take -log first")
+    pre.add_argument("--stripes", default=None, choices=("sort", "mean"),
+                     help="suppress stripes (rings): 'sort' (Vo et al. 2018) or 'mean' (column offsets)")
+    pre.add_argument("--stripe-size", type=int, default=5, help="stripe filter width across columns (odd, >= 3)")
     r = p.add_argument_group("reconstruction")
     r.add_argument("--filter", default="ram-lak", choices=FILTERS)
     r.add_argument("--cutoff", type=float, default=1.0, help="filter cutoff, fraction of Nyquist")
@@ -337,7 +340,10 @@ def run() -> None:
     """Console entry point: exit with :func:`main`'s code without waiting for
     a worker still inside a kernel after Ctrl-C."""
     code = main()
-    if _worker is not None and _worker.is_alive():
+    # After Ctrl-C the worker may still be inside a kernel, or just leaving
+    # one: a normal interpreter shutdown would then wait for it, or abort in
+    # a native thread pool's destructor. The outputs are already cleaned up.
+    if code == 130 or (_worker is not None and _worker.is_alive()):
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)

@@ -38,9 +38,13 @@ class ScanInput:
     def shape(self):
         return tuple(self.projections.shape)
 
+    stripes: str | None = None
+    stripe_size: int = 5
+
     @property
     def preprocess(self) -> dict:
-        return dict(flats=self.flats, darks=self.darks, log_transform=self.log_transform)
+        return dict(flats=self.flats, darks=self.darks, log_transform=self.log_transform,
+                    stripes=self.stripes, stripe_size=self.stripe_size)
 
 
 def _select(values: np.ndarray, spec: str | None, what: str) -> np.ndarray:
@@ -108,8 +112,8 @@ def load_scan(args) -> ScanInput:
     if angles.size != shape[0]:
         raise ValueError(f"--angles: expected {shape[0]} angles (one per projection in input), "
                          f"got {angles.size}")
-    return ScanInput(projections, angles, flats, darks,
-                     bool(args.minus_log) and flats is None, str(args.input))
+    return ScanInput(projections, angles, flats, darks, bool(args.minus_log) and flats is None,
+                     str(args.input), args.stripes, args.stripe_size)
 
 
 def _band(shape, spec: str | None = None, n: int = CENTER_ROWS) -> tuple[int, int]:
@@ -135,7 +139,8 @@ def _sinogram_data(scan: ScanInput) -> np.ndarray:
     flats = None if scan.flats is None else np.asarray(scan.flats)[..., None, :]
     darks = None if scan.darks is None else np.asarray(scan.darks)[..., None, :]
     from ..outofcore import preprocess_rows
-    return preprocess_rows(data, (0, 1), flats=flats, darks=darks, log_transform=scan.log_transform)[:, 0]
+    return preprocess_rows(data, (0, 1), flats=flats, darks=darks, log_transform=scan.log_transform,
+                           stripes=scan.stripes, stripe_size=scan.stripe_size)[:, 0]
 
 
 def estimate_center(args, scan: ScanInput, method: str = "auto"):
@@ -203,7 +208,7 @@ def recon(args) -> int:
     resident = 0 if scan.flats is None else np.asarray(scan.flats).nbytes + np.asarray(scan.darks).nbytes
     the_plan = plan(g, backend=args.backend, host_memory=args.host_memory, gpu_memory=args.gpu_memory,
                     input_itemsize=itemsize, preprocess=scan.flats is not None or scan.log_transform,
-                    resident=resident, max_slices=args.chunk_slices)
+                    resident=resident, max_slices=args.chunk_slices, stripes=scan.stripes is not None)
     if args.dry_run:
         print(f"input {scan.source}: {scan.shape} {scan.projections.dtype}; output {args.output} "
               f"({output_format(args.output if dataset is None else out_path)})")
