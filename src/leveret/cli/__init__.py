@@ -155,7 +155,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="host memory the run may use (512M, 8G); default 60%% of what is free")
     o.add_argument("--gpu-memory", type=_size, default=None, metavar="SIZE",
                    help="GPU memory the run may use; default 60%% of what is free")
-    o.add_argument("--slab-slices", "--chunk-slices", dest="chunk_slices", type=int, default=None,
+    o.add_argument("--slab-slices", "--chunk-slices", dest="chunk_slices", type=int, default=None, metavar="N",
                    help="at most this many slices per slab (default: planned)")
     o.add_argument("--dry-run", action="store_true", help="print the memory plan and stop")
     o.add_argument("--resume", action="store_true",
