@@ -3,7 +3,7 @@
 NumPy in, NumPy out; CuPy in, CuPy out. Conventions (frame, array orders,
 units) are those of CONVENTIONS.md, summarised in docs/conventions.md.
 """
-from . import io, phantom, rabbitct
+from . import io, outofcore, phantom, rabbitct
 from .algorithms import cgls, fbp, fdk, os_sart, radon3d_fbp, radon3d_forward, sirt
 from .backends import cuda_available
 from .geometry import ConeGeometry, ParallelGeometry, RadonGeometry, VolumeGeometry
@@ -14,4 +14,4 @@ __version__ = "0.1.0"
 __all__ = ["fbp", "fdk", "radon3d_fbp", "radon3d_forward", "sirt", "os_sart", "cgls",
            "ParallelGeometry", "ConeGeometry", "RadonGeometry", "VolumeGeometry",
            "ParallelBackprojection", "ConeBackprojection", "Projector",
-           "cuda_available", "io", "phantom", "rabbitct", "__version__"]
+           "cuda_available", "io", "outofcore", "phantom", "rabbitct", "__version__"]

@@ -1,62 +1,203 @@
-"""The ``leveret`` command: ``fbp``, ``rabbitct``, ``demo`` and ``info``.
+"""The ``leveret`` command: ``recon`` (alias ``fbp``), ``preview``, ``center``,
+``rabbitct``, ``bench``, ``info`` and ``demo``.
 
-Errors in what the user gave (a ValueError, or a missing GPU) print one line
-and exit with 2; Ctrl-C exits with 130; anything else is a bug: exit 1 with
-the traceback under ``-v``. Outputs are written atomically, so a failed or
-interrupted run leaves no file behind.
+Exit codes: 0 success; 2 bad input (a ValueError, a missing GPU, a memory
+cap that not even one slice fits; one line on stderr); 1 failure (anything
+else: one line, the traceback with ``-v``); 130 interrupted (Ctrl-C).
+
+The work runs in a worker thread while the main thread waits, so Ctrl-C is
+seen at once even while a compiled kernel runs: the main thread removes the
+temporaries of unfinished outputs (keeping a ``--resume`` run's partial
+output) and the process exits without waiting for the kernel. Outputs are
+written atomically, so an interrupted or failed run leaves no file behind.
 """
 from __future__ import annotations
 
 import argparse
+import logging
+import os
 import sys
-import time
+import threading
+
+from .config import apply_config, load_config
 
 EXAMPLES = """examples:
   leveret demo                                   simulate, reconstruct, report, write demo.png
   leveret info                                   backends found (GPU, memory, versions)
-  leveret fbp proj/ rec.tif --angles 0:180:720 --center 1023.5
-  leveret fbp scan.h5:/exchange/data rec.npy --angles angles.txt --flat flat.tif --dark dark.tif
+  leveret recon proj/ rec.h5 --angles 0:180:720 --center 1023.5
+  leveret recon raw/ rec.zarr --angles angles.txt --flat flat.tif --dark dark.tif --center auto
+  leveret recon scan.nxs rec/ --center auto --host-memory 8G      NXtomo/DXchange: angles, flats inside
+  leveret recon --config scan.toml --dry-run     print the memory plan only
+  leveret center raw/ --angles angles.txt --flat flat.tif --dark dark.tif --sweep 5 --montage c.png
+  leveret preview raw/ --angles angles.txt --flat flat.tif --dark dark.tif --center auto -o preview/
+  leveret preview rec.h5 -o preview/             orthogonal slices of a volume
+  leveret bench --backend cpu --size 128         a small built-in benchmark
   leveret rabbitct --size 512                    RabbitCT benchmark on a synthetic dataset
-  leveret rabbitct --input RabbitInput.rct --size 256
+
+Run 'leveret COMMAND --help' for the options of each command.
+"""
+
+RECON_EXAMPLES = """examples:
+  leveret recon proj.npy rec.tif --angles 0:180:900
+  leveret recon savu/projections rec.h5 --angles savu/angles.txt --angle-lines 10:101 \\
+      --flat savu/flat_00001.tiff --dark savu/dark_00001.tiff --center auto
+  leveret recon big.h5:/exchange/data rec.zarr --angles 0:180:1800 --host-memory 4G --resume
+  leveret recon --config scan.toml --dry-run
+
+The output's extension picks the format: .h5/.hdf5/.nxs (HDF5, gzip), .zarr
+(zarr v3, zstd), .tif/.tiff (one BigTIFF), .npy, or a folder 'dir/' (one TIFF
+per slice). The volume is written slab by slab within the memory cap; with
+--resume an interrupted run continues where it stopped.
 """
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _size(text: str) -> int:
+    """'512M', '2G', '1.5GiB', '1000000' -> bytes."""
+    import re
+
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([kmgt]?)(i?b)?\s*", str(text), re.IGNORECASE)
+    if not m:
+        raise argparse.ArgumentTypeError(f"expected a size such as 512M, 2G or 1.5GiB, got {text!r}")
+    scale = {"": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}[m.group(2).lower()]
+    value = int(float(m.group(1)) * scale)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive size, got {text!r}")
+    return value
+
+
+def _positive_int(text) -> int:
+    try:
+        value = int(text)
+    except (TypeError, ValueError):
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def _center(text):
+    if str(text).strip().lower() == "auto":
+        return "auto"
+    try:
+        return float(text)
+    except (TypeError, ValueError):
+        raise argparse.ArgumentTypeError(f"expected a column position or 'auto', got {text!r}") from None
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    """Flags every subcommand shares; SUPPRESS keeps the top-level values."""
+    g = parser.add_argument_group("general")
+    g.add_argument("-v", "--verbose", action="count", default=argparse.SUPPRESS,
+                   help="more messages (-vv: debug); tracebacks of unexpected errors")
+    g.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS,
+                   help="only errors; no progress bars")
+    g.add_argument("--config", default=None, metavar="FILE",
+                   help="TOML or YAML file of option values (flags given here win)")
+
+
+def _scan_options(p: argparse.ArgumentParser, *, angles_required: bool = False) -> None:
+    """Input, angles and preprocessing: the same in recon, center and preview."""
     from ..filters import FILTERS
 
+    p.add_argument("input", nargs="?", default=None,
+                   help="projections: TIFF folder or glob, multi-page TIFF, .npy, .zarr, file.h5:/dataset, "
+                        "or an NXtomo/DXchange file (angles, flats and darks read from it)")
+    s = p.add_argument_group("scan")
+    s.add_argument("--angles", default=None,
+                   help="'start:stop:count' (stop excluded), 'start:stop:count:endpoint', or a text/.npy file")
+    s.add_argument("--angle-lines", default=None, metavar="A:B",
+                   help="use entries A..B-1 of the angle list (e.g. 10:101 when the file also lists "
+                        "flat/dark frames)")
+    s.add_argument("--angle-unit", default="degree", choices=("degree", "radian"))
+    s.add_argument("--dataset", default=None, help="HDF5 dataset path (or give file.h5:/path)")
+    s.add_argument("--center", type=_center, default=None,
+                   help="rotation axis column in pixels, or 'auto' to estimate it; default: detector middle")
+    s.add_argument("--det-spacing", type=float, default=1.0, help="detector pixel pitch (length unit)")
+    s.add_argument("--row-spacing", type=float, default=1.0, help="detector row pitch (length unit)")
+    pre = p.add_argument_group("preprocessing")
+    pre.add_argument("--flat", default=None, help="flat field(s) (image or stack, averaged): normalise, then -log")
+    pre.add_argument("--dark", default=None, help="dark field(s), with --flat")
+    pre.add_argument("--minus-log", action="store_true", help="input is transmission: take -log first")
+    pre.add_argument("--stripes", default=None, choices=("sort", "mean"),
+                     help="suppress stripes (rings): 'sort' (Vo et al. 2018) or 'mean' (column offsets)")
+    pre.add_argument("--stripe-size", type=int, default=5, help="stripe filter width across columns (odd, >= 3)")
+    r = p.add_argument_group("reconstruction")
+    r.add_argument("--filter", default="ram-lak", choices=FILTERS)
+    r.add_argument("--cutoff", type=float, default=1.0, help="filter cutoff, fraction of Nyquist")
+    r.add_argument("--interpolation", default="linear", choices=("linear", "nearest", "linear8"))
+    r.add_argument("--backend", default="auto", choices=("auto", "cuda", "cpu"))
+    r.add_argument("--kernel", default="auto", choices=("auto", "texture", "texz", "alu", "hybrid"),
+                   help="CUDA back-projection kernel (default: the tuned choice, see 'leveret info')")
+    r.add_argument("--precision", default="exact", choices=("exact", "fast"),
+                   help="fast: fp16 filtered sinograms (2-4 slices per texture fetch)")
+    r.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="leveret", description="Fast, quantitative tomographic reconstruction.",
         epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("-v", "--verbose", action="store_true", help="show tracebacks of unexpected errors")
+    parser.add_argument("-v", "--verbose", action="count", default=0,
+                        help="more messages (-vv: debug); tracebacks of unexpected errors")
+    parser.add_argument("-q", "--quiet", action="store_true", default=False, help="only errors; no progress bars")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    fmt = argparse.RawDescriptionHelpFormatter
 
-    f = sub.add_parser("fbp", help="filtered back-projection of a parallel-beam scan",
-                       formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-                       description="Reconstruct projections (n_angles, n_rows, n_cols) or a sinogram "
-                                   "(n_angles, n_cols) of line integrals into slices.")
-    f.add_argument("input", help="TIFF folder or glob, multi-page TIFF, .npy, or file.h5:/dataset")
-    f.add_argument("output", help=".npy, .tif (multi-page), .h5, or a folder/ for one TIFF per slice")
-    f.add_argument("--angles", required=True,
-                   help="'start:stop:count' (stop excluded), a text/.npy file, or 'start:stop:count:endpoint'")
-    f.add_argument("--angle-unit", default="degree", choices=("degree", "radian"))
-    f.add_argument("--center", type=float, default=None, help="rotation axis column (pixels); default: middle")
-    f.add_argument("--det-spacing", type=float, default=1.0, help="detector pixel pitch (length unit)")
-    f.add_argument("--row-spacing", type=float, default=1.0, help="detector row pitch (length unit)")
-    f.add_argument("--filter", default="ram-lak", choices=FILTERS)
-    f.add_argument("--cutoff", type=float, default=1.0, help="filter cutoff, fraction of Nyquist")
-    f.add_argument("--interpolation", default="linear", choices=("linear", "nearest", "linear8"))
-    f.add_argument("--backend", default="auto", choices=("auto", "cuda", "cpu"))
-    f.add_argument("--kernel", default="auto", choices=("auto", "texture", "texz", "alu", "hybrid"),
-                   help="CUDA back-projection kernel (default: the tuned choice, see 'leveret info')")
-    f.add_argument("--precision", default="exact", choices=("exact", "fast"),
-                   help="fast: fp16 filtered sinograms (2-4 slices per texture fetch)")
-    f.add_argument("--chunk-slices", type=int, default=None, help="slices per chunk (default: planned)")
-    f.add_argument("--dataset", default=None, help="HDF5 dataset path (or give file.h5:/path)")
-    f.add_argument("--flat", default=None, help="flat field(s): normalise and take -log")
-    f.add_argument("--dark", default=None, help="dark field(s), with --flat")
-    f.add_argument("--minus-log", action="store_true", help="input is transmission: take -log first")
-    f.add_argument("--overwrite", action="store_true", help="replace an existing output")
-    f.add_argument("--no-progress", action="store_true", help="no progress bar")
+    f = sub.add_parser("recon", aliases=["fbp"], formatter_class=fmt, epilog=RECON_EXAMPLES,
+                       help="reconstruct a parallel-beam scan slab by slab into a file (alias: fbp)",
+                       description="Filtered back-projection of projections (n_angles, n_rows, n_cols) "
+                                   "or a sinogram (n_angles, n_cols), with optional flat/dark "
+                                   "normalisation and an automatic centre, written slab by slab "
+                                   "within a memory cap.")
+    _scan_options(f)
+    f.add_argument("output", nargs="?", default=None,
+                   help=".h5, .zarr, .tif (BigTIFF), .npy, or a folder/ for one TIFF per slice")
+    o = f.add_argument_group("output and memory")
+    o.add_argument("--compression", default="default",
+                   help="HDF5: gzip (default), lzf, none; zarr: zstd (default), lz4, none; TIFF folder: zlib, none")
+    o.add_argument("--host-memory", type=_size, default=None, metavar="SIZE",
+                   help="host memory the run may use (512M, 8G); default 60%% of what is free")
+    o.add_argument("--gpu-memory", type=_size, default=None, metavar="SIZE",
+                   help="GPU memory the run may use; default 60%% of what is free")
+    o.add_argument("--slab-slices", "--chunk-slices", dest="chunk_slices", type=int, default=None, metavar="N",
+                   help="at most this many slices per slab (default: planned)")
+    o.add_argument("--dry-run", action="store_true", help="print the memory plan and stop")
+    o.add_argument("--resume", action="store_true",
+                   help="continue an interrupted run of the same job; keep progress if this one stops")
+    o.add_argument("--overwrite", action="store_true", help="replace an existing output")
+    _common(f)
+
+    c = sub.add_parser("center", formatter_class=fmt,
+                       help="estimate the rotation axis (with a confidence), optionally sweep it",
+                       description="Estimate the centre of rotation from 180-degree pairs (or a "
+                                   "reconstruction sweep), print it with its confidence, and optionally "
+                                   "score a sweep of trial centres and write a PNG montage.",
+                       epilog="examples:\n  leveret center raw/ --angles angles.txt --flat f.tif --dark d.tif\n"
+                              "  leveret center proj.npy --angles 0:180:900 --sweep 4 --step 0.5 "
+                              "--montage sweep.png\n")
+    _scan_options(c)
+    c.add_argument("--method", default="auto", choices=("auto", "pairs", "sweep"))
+    c.add_argument("--rows", default=None, metavar="A:B", help="detector rows to use (default: 16 middle rows)")
+    c.add_argument("--sweep", type=float, default=None, metavar="PIXELS",
+                   help="also score centres within +-PIXELS of the estimate (middle row)")
+    c.add_argument("--step", type=float, default=0.5, help="sweep step in pixels")
+    c.add_argument("--montage", default=None, metavar="PNG", help="with --sweep: PNG of the trial slices")
+    c.add_argument("--json", default=None, help="write the result as JSON")
+    _common(c)
+
+    pv = sub.add_parser("preview", formatter_class=fmt,
+                        help="PNGs: orthogonal slices, a sinogram and the geometry figure",
+                        description="With --angles (or an NXtomo/DXchange file) the input is a scan: "
+                                    "write sinogram.png, geometry.png and slices.png (orthogonal slices "
+                                    "of a binned reconstruction). Without, the input is a volume: "
+                                    "write slices.png.",
+                        epilog="examples:\n  leveret preview raw/ --angles angles.txt --center auto -o prev/\n"
+                               "  leveret preview rec.h5 -o prev/\n")
+    _scan_options(pv)
+    pv.add_argument("-o", "--output-dir", default="preview", help="folder for the PNGs (made if missing)")
+    pv.add_argument("--bin", type=_positive_int, default=None,
+                    help="bin detector pixels by this factor before reconstructing (default: to <= 256 columns)")
+    _common(pv)
 
     d = sub.add_parser("demo", help="simulate a noisy scan of a 3D phantom, reconstruct it, report",
                        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -67,6 +208,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--backend", default="auto", choices=("auto", "cuda", "cpu"))
     d.add_argument("--output", default="demo.png", help="PNG of phantom, reconstruction and difference")
     d.add_argument("--seed", type=int, default=None, help="noise seed")
+    _common(d)
 
     r = sub.add_parser("rabbitct", help="the RabbitCT back-projection benchmark (time, GUPS, HU errors)",
                        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
@@ -81,123 +223,132 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--backend", default="auto", choices=("auto", "cuda", "cpu"))
     r.add_argument("--repeats", type=int, default=3, help="timed runs (the fastest is reported)")
     r.add_argument("--json", default=None, help="write the result as JSON")
+    _common(r)
 
-    sub.add_parser("info", help="print the backends found")
+    b = sub.add_parser("bench", formatter_class=fmt,
+                       help="a small built-in benchmark (parallel FBP and cone FDK), printed as a table",
+                       description="Time leveret.fbp and leveret.fdk on simulated data of a few sizes on "
+                                   "one backend; print a table (best of --repeats, GU/s = voxel updates "
+                                   "per second / 1e9) and optionally write JSON.",
+                       epilog="examples:\n  leveret bench --backend cpu --size 64\n"
+                              "  leveret bench --backend cuda --size 512 --json bench.json\n")
+    b.add_argument("--backend", default="auto", choices=("auto", "cuda", "cpu"))
+    b.add_argument("--size", type=_positive_int, default=128, help="largest slice width (pixels)")
+    b.add_argument("--slices", type=_positive_int, default=16, help="slices per volume")
+    b.add_argument("--repeats", type=_positive_int, default=3, help="timed runs per case (best is kept)")
+    b.add_argument("--json", default=None, help="write the table as JSON")
+    _common(b)
+
+    i = sub.add_parser("info", help="print the backends found")
+    _common(i)
     return parser
 
 
-def main(argv=None) -> int:
+def _subparser(parser: argparse.ArgumentParser, command: str) -> argparse.ArgumentParser:
+    action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return action.choices[command]
+
+
+def parse(argv=None) -> argparse.Namespace:
+    """Parse ``argv``, with ``--config`` values as defaults that flags override."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    if getattr(args, "config", None):
+        sub = _subparser(parser, args.command)
+        values = apply_config(sub, args.command, load_config(args.config), args.config)
+        sub.set_defaults(**values)
+        args = parser.parse_args(argv)
+        # parse_args puts explicit flags over defaults, so the config fills only the rest.
+    return args
+
+
+def _setup_logging(args) -> None:
+    level = logging.ERROR if args.quiet else (logging.WARNING, logging.INFO, logging.DEBUG)[min(args.verbose, 2)]
+    root = logging.getLogger("leveret")
+    root.setLevel(level)
+    if not any(getattr(h, "_leveret_cli", False) for h in root.handlers):
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("leveret: %(message)s"))
+        handler._leveret_cli = True
+        root.addHandler(handler)
+    for h in root.handlers:
+        if getattr(h, "_leveret_cli", False):
+            h.stream = sys.stderr   # the current one (pytest swaps it)
+
+
+_worker: threading.Thread | None = None
+
+
+def _run_in_worker(fn, args):
+    """Run ``fn(args)`` in a thread, so that Ctrl-C reaches this one at once."""
+    global _worker
+    box: dict = {}
+
+    def target():
+        try:
+            box["value"] = fn(args)
+        except BaseException as exc:   # handed to the main thread as is
+            box["error"] = exc
+
+    _worker = threading.Thread(target=target, name="leveret-worker", daemon=True)
+    _worker.start()
+    while _worker.is_alive():
+        _worker.join(0.05)
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
+def main(argv=None) -> int:
     try:
-        if args.command == "fbp":
-            return _fbp(args)
-        if args.command == "demo":
-            from .demo import run_demo
-            return run_demo(args)
-        if args.command == "rabbitct":
-            return _rabbitct(args)
-        return _info()
-    except (ValueError, RuntimeError, MemoryError) as exc:
+        args = parse(argv)
+    except ValueError as exc:          # a bad --config file
+        print(f"leveret: error: {exc}", file=sys.stderr)
+        return 2
+    _setup_logging(args)
+    from . import commands
+
+    runners = {"recon": commands.recon, "fbp": commands.recon, "center": commands.center,
+               "preview": commands.preview, "bench": commands.bench, "info": commands.info,
+               "rabbitct": commands.rabbitct, "demo": commands.demo}
+    try:
+        return _run_in_worker(runners[args.command], args)
+    except (ValueError, MemoryError) as exc:
         if args.verbose:
             raise
         print(f"leveret {args.command}: error: {exc}", file=sys.stderr)
         return 2
+    except RuntimeError as exc:
+        # A missing GPU or CUDA toolkit is the user's set-up (2); other runtime errors are failures.
+        if args.verbose:
+            raise
+        bad_setup = "cuda" in str(exc).lower() or "gpu" in str(exc).lower()
+        print(f"leveret {args.command}: error: {exc}", file=sys.stderr)
+        return 2 if bad_setup else 1
     except KeyboardInterrupt:
-        print(f"leveret {args.command}: interrupted; no output written", file=sys.stderr)
+        from ..io.atomic import cleanup_pending
+        cleanup_pending()
+        print(f"leveret {args.command}: interrupted; no output written"
+              + (" (--resume continues from the slabs already done)" if getattr(args, "resume", False) else ""),
+              file=sys.stderr)
         return 130
+    except Exception as exc:           # a bug: say so in one line, the traceback with -v
+        if args.verbose:
+            raise
+        print(f"leveret {args.command}: failed: {type(exc).__name__}: {exc} (run with -v for the traceback)",
+              file=sys.stderr)
+        return 1
 
 
-def _info() -> int:
-    from ..backends import describe
-    import leveret
-
-    print(f"leveret {leveret.__version__}")
-    for dev in describe():
-        if dev["backend"] == "cpu":
-            print(f"  cpu   : {dev['threads']} threads (numba {dev['numba']}, numpy {dev['numpy']})")
-        elif not dev.get("available"):
-            print(f"  cuda  : not available: {dev['reason']}")
-        else:
-            print(f"  cuda:{dev['device']}: {dev['name']} (sm_{dev['compute_capability'].replace('.', '')}, "
-                  f"{dev['multiprocessors']} SMs), {dev['memory_free_gib']:.1f} of "
-                  f"{dev['memory_total_gib']:.1f} GiB free; CuPy {dev['cupy']}, CUDA runtime "
-                  f"{dev['cuda_runtime']}, driver {dev['cuda_driver']}")
-    from ..cuda import tuning
-    tuned = tuning.describe()
-    print(f"  tuned parallel-beam kernels ({tuning.cache_path()}):" + ("" if tuned else " none yet"))
-    for line in tuned:
-        print(f"    {line}")
-    return 0
-
-
-def _fbp(args) -> int:
-    import numpy as np
-
-    import leveret
-    from ..io import read_angles, read_array, write_array
-    from ..io._common import split_dataset
-    from ..io.atomic import check_writable
-    from ..preprocess import minus_log, normalize
-
-    check_writable(split_dataset(args.output, None)[0], args.overwrite)  # fail now, not after the work
-    t0 = time.perf_counter()
-    proj = read_array(args.input, dataset=args.dataset)
-    angles = read_angles(args.angles, unit=args.angle_unit)
-    if args.flat is not None or args.dark is not None:
-        if args.flat is None or args.dark is None:
-            raise ValueError("--flat/--dark: give both, or neither")
-        proj = minus_log(normalize(proj, read_array(args.flat), read_array(args.dark)))
-    elif args.minus_log:
-        proj = minus_log(proj.astype(np.float32))
-    if proj.ndim not in (2, 3):
-        raise ValueError(f"input: expected a sinogram (n_angles, n_cols) or projections "
-                         f"(n_angles, n_rows, n_cols), got shape {proj.shape}")
-    if angles.size != proj.shape[0]:
-        raise ValueError(f"--angles: expected {proj.shape[0]} angles (one per projection in input), "
-                         f"got {angles.size}")
-    geometry = leveret.ParallelGeometry(
-        angles, proj.shape[-1], n_rows=proj.shape[1] if proj.ndim == 3 else None,
-        det_spacing=args.det_spacing, row_spacing=args.row_spacing, center=args.center)
-    t_read = time.perf_counter() - t0
-    print(f"input {args.input}: {proj.shape} {proj.dtype}, {geometry!r}", file=sys.stderr)
-    t1 = time.perf_counter()
-    volume = leveret.fbp(proj, geometry, filter=args.filter, cutoff=args.cutoff,
-                         interpolation=args.interpolation, backend=args.backend,
-                         chunk_slices=args.chunk_slices, progress=not args.no_progress,
-                         kernel=args.kernel, precision=args.precision)
-    t_rec = time.perf_counter() - t1
-    out = write_array(args.output, volume, overwrite=args.overwrite)
-    updates = np.prod(volume.shape) * geometry.n_angles
-    print(f"wrote {out}: {volume.shape} float32; read {t_read:.2f} s, reconstruction {t_rec:.2f} s "
-          f"({updates / t_rec / 1e9:.2f} GU/s)", file=sys.stderr)
-    return 0
-
-
-def _rabbitct(args) -> int:
-    import json
-
-    from ..io import atomic_output
-    from ..rabbitct import make_dataset, read_rabbitct, run_benchmark, write_rabbitct
-
-    if args.size < 1:
-        raise ValueError(f"--size: expected a positive volume edge, got {args.size}")
-    if args.input is not None:
-        data = read_rabbitct(args.input)
-        reference = None                        # the file's own reference volumes
-    else:
-        shape = dict(n_views=124, n_rows=240, n_cols=312) if args.small else {}
-        cache: dict = {}
-        print(f"making a synthetic RabbitCT dataset{' (small)' if args.small else ''} and its "
-              f"float64 reference at L = {args.size} ...", file=sys.stderr)
-        data = make_dataset(reference_sizes=(args.size,), cache=cache, progress=True,
-                            backend=args.backend, **shape)
-        reference = cache[args.size]
-        if args.save:
-            write_rabbitct(args.save, data)
-    result = run_benchmark(data, args.size, backend=args.backend, repeats=args.repeats, reference=reference)
-    print(result.table())
-    if args.json:
-        with atomic_output(args.json, overwrite=True) as tmp:
-            tmp.write_text(json.dumps(result.to_dict(), indent=1))
-    return 0
+def run() -> None:
+    """Console entry point: exit with :func:`main`'s code without waiting for
+    a worker still inside a kernel after Ctrl-C."""
+    code = main()
+    # After Ctrl-C the worker may still be inside a kernel, or just leaving
+    # one: a normal interpreter shutdown would then wait for it, or abort in
+    # a native thread pool's destructor. The outputs are already cleaned up.
+    if code == 130 or (_worker is not None and _worker.is_alive()):
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)

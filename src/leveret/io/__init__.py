@@ -10,13 +10,20 @@ or not at all. Readers return NumPy arrays in their stored dtype; stacks are
 - :func:`read_scan`: projections (lazy), flats, darks and angles from NeXus
   NXtomo or DXchange files, as a :class:`Scan`.
 - :func:`read_angles`: angles in radians from text, ``.npy`` or ``start:stop:count``.
+- :func:`open_array`: the same paths, lazily (memory-mapped or read per index).
+- :class:`SlabWriter`: volumes written slab by slab (TIFF folder, BigTIFF,
+  HDF5, zarr, ``.npy``), atomic and resumable; :func:`read_metadata` reads
+  back what it stored.
 - :func:`atomic_output`: the all-or-nothing rename, for any other output.
 """
 from .angles import read_angles
 from .atomic import atomic_output
-from .readers import read_array, read_raw
+from .lazy import TiffStack, open_array
+from .readers import read_array, read_metadata, read_raw
 from .scans import FrameStack, Scan, read_scan
+from .slabs import SlabWriter, output_format, write_slabs
 from .writers import write_array
 
-__all__ = ["FrameStack", "Scan", "atomic_output", "read_angles", "read_array", "read_raw",
-           "read_scan", "write_array"]
+__all__ = ["FrameStack", "Scan", "SlabWriter", "TiffStack", "atomic_output", "open_array",
+           "output_format", "read_angles", "read_array", "read_metadata", "read_raw", "read_scan",
+           "write_array", "write_slabs"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import tokenize
 from pathlib import Path
 from typing import Iterator
 
@@ -59,5 +60,6 @@ def library_errors(path: Path, what: str) -> Iterator[None]:
     """Turn tifffile/h5py/numpy failures on a bad file into a ValueError naming ``path``."""
     try:
         yield
-    except (OSError, ValueError, KeyError) as exc:
+    except (OSError, ValueError, KeyError, EOFError, SyntaxError, tokenize.TokenError) as exc:
+        # EOFError, SyntaxError, TokenError: NumPy parsing a damaged .npy header.
         raise ValueError(f"path: cannot read {str(path)!r} as {what}: {exc}") from exc

@@ -5,8 +5,38 @@ import contextlib
 import os
 import secrets
 import shutil
+import threading
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
+
+
+# Temporaries being written now, and other clean-ups to run if the process
+# must stop at once (the CLI on Ctrl-C, while a worker thread is still busy).
+_PENDING: dict[int, Callable[[], None]] = {}
+_PENDING_LOCK = threading.Lock()
+
+
+def register_cleanup(key: int, cleanup: Callable[[], None]) -> None:
+    """Register ``cleanup`` under ``key`` (an ``id``) until :func:`unregister_cleanup`."""
+    with _PENDING_LOCK:
+        _PENDING[key] = cleanup
+
+
+def unregister_cleanup(key: int) -> None:
+    with _PENDING_LOCK:
+        _PENDING.pop(key, None)
+
+
+def cleanup_pending() -> int:
+    """Run every registered clean-up (remove temporaries of unfinished outputs);
+    returns how many ran. For a process about to exit without unwinding."""
+    with _PENDING_LOCK:
+        todo = list(_PENDING.values())
+        _PENDING.clear()
+    for cleanup in todo:
+        with contextlib.suppress(Exception):
+            cleanup()
+    return len(todo)
 
 
 def _fsync_path(path: Path) -> None:
@@ -83,6 +113,7 @@ def atomic_output(path: str | os.PathLike, *, overwrite: bool = False) -> Iterat
     path = Path(os.fspath(path))
     check_writable(path, overwrite)
     tmp = _temporary_name(path, "tmp")
+    register_cleanup(id(tmp), lambda: _remove(tmp))
     try:
         yield tmp
         if not tmp.exists():
@@ -96,6 +127,8 @@ def atomic_output(path: str | os.PathLike, *, overwrite: bool = False) -> Iterat
     except BaseException:
         _remove(tmp)
         raise
+    finally:
+        unregister_cleanup(id(tmp))
     _fsync_path(path.parent)  # make the rename itself durable
 
 

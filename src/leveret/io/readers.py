@@ -23,6 +23,7 @@ def read_array(path: str | os.PathLike, *, dataset: str | None = None) -> np.nda
     - a glob pattern (``"scan/raw_*.tiff"``): the matching TIFF files, likewise;
     - ``.tif``/``.tiff``: one TIFF, a multi-page one giving ``(n_pages, n_rows, n_cols)``;
     - ``.npy``: a NumPy array (no pickles);
+    - a ``.zarr`` folder: a zarr array (v2 or v3);
     - ``.h5``/``.hdf5``/``.hdf``/``.nxs``: the HDF5 dataset ``dataset``, also
       given inline as ``"file.h5:/entry/data"``. Without one, ``/data`` is used
       if present (what :func:`write_array` writes), else the file's only dataset.
@@ -55,6 +56,9 @@ def read_array(path: str | os.PathLike, *, dataset: str | None = None) -> np.nda
         if not files:
             raise ValueError(f"path: the pattern {text!r} matches no file")
         return read_tiff_stack([Path(f) for f in files], text)
+    if p.is_dir() and suffix(p) == ".zarr":
+        _no_dataset(dataset, "a zarr store")
+        return read_zarr(p)
     if p.is_dir():
         _no_dataset(dataset, "a folder")
         files = sorted((f for f in p.iterdir() if suffix(f) in TIFF_EXTS
@@ -138,6 +142,110 @@ def read_hdf5(path: Path, dataset: str | None = None) -> np.ndarray:
                 f"datasets there: {_listing(names)}")
         with library_errors(path, "an HDF5 file"):
             return np.asarray(obj[()])
+
+
+def _hdf5_default_dataset(path: Path, dataset: str | None) -> str | None:
+    """``dataset``, or the one to read when none is named: ``/data`` if present,
+    else the file's only dataset (ValueError naming ``dataset`` otherwise)."""
+    import h5py
+
+    if dataset is not None:
+        return dataset
+    with library_errors(path, "an HDF5 file"):
+        f = h5py.File(path, "r")
+    with f:
+        names: list[str] = []
+        f.visititems(lambda name, obj: names.append("/" + name)
+                     if isinstance(obj, h5py.Dataset) else None)
+    if "/data" in names:
+        return "/data"
+    if len(names) == 1:
+        return names[0]
+    raise ValueError(
+        f"dataset: {str(path)!r} holds {len(names)} datasets and no '/data'; name one "
+        f"(dataset= or 'file.h5:/inner/path'); found {_listing(names)}")
+
+
+def open_zarr(path: Path):
+    """The zarr array stored at ``path`` (lazy; ValueError naming ``path`` if it is none)."""
+    try:
+        import zarr
+    except ImportError:
+        raise ValueError(f"path: {str(path)!r} is a zarr store, but zarr is not installed "
+                         "(pip install 'leveret[io]')") from None
+    try:
+        arr = zarr.open_array(str(path), mode="r")
+    except Exception as exc:   # zarr raises its own error types for bad stores
+        raise ValueError(f"path: cannot read {str(path)!r} as a zarr array: {exc}") from exc
+    return arr
+
+
+def read_zarr(path: Path, dataset: str | None = None) -> np.ndarray:
+    arr = open_zarr(path)
+    try:
+        return np.asarray(arr[...])
+    except Exception as exc:
+        raise ValueError(f"path: cannot read {str(path)!r} as a zarr array: {exc}") from exc
+
+
+def read_metadata(path: str | os.PathLike, *, dataset: str | None = None) -> dict:
+    """Metadata stored with a volume by leveret's writers.
+
+    HDF5: the dataset's attributes (JSON strings decoded); zarr: the array's
+    attributes; TIFF (one file, or the first slice of a folder): the JSON
+    description; ``.npy``: none (an empty dict).
+
+    Raises
+    ------
+    ValueError
+        Naming ``path`` or ``dataset``, as :func:`read_array`.
+    """
+    import json
+
+    p, dataset = split_dataset(path, dataset)
+    if not p.exists():
+        raise ValueError(f"path: no such file or folder: {str(p)!r}")
+    ext = suffix(p)
+    if p.is_dir() and ext == ".zarr":
+        return dict(open_zarr(p).attrs)
+    if ext in HDF5_EXTS:
+        import h5py
+
+        dataset = _hdf5_default_dataset(p, dataset)
+        with library_errors(p, "an HDF5 file"), h5py.File(p, "r") as f:
+            out = {}
+            for k, val in f[dataset].attrs.items():
+                if isinstance(val, bytes):
+                    val = val.decode()
+                if isinstance(val, str):
+                    try:
+                        val = json.loads(val)
+                    except ValueError:
+                        pass
+                out[k] = val.tolist() if isinstance(val, np.ndarray) else (
+                    val.item() if isinstance(val, np.generic) else val)
+            return out
+    if p.is_dir():
+        files = sorted((f for f in p.iterdir() if suffix(f) in TIFF_EXTS and not f.name.startswith(".")),
+                       key=lambda f: natural_key(f.name))
+        if not files:
+            raise ValueError(f"path: the folder {str(p)!r} holds no .tif/.tiff file")
+        p, ext = files[0], suffix(files[0])
+    if ext in TIFF_EXTS:
+        import tifffile
+
+        with library_errors(p, "a TIFF file"), tifffile.TiffFile(p) as t:
+            text = t.pages[0].description or ""
+        try:
+            meta = json.loads(text)
+        except ValueError:
+            return {}
+        if isinstance(meta, dict):
+            meta.pop("shape", None)
+            meta.pop("slice", None)
+            return meta
+        return {}
+    return {}
 
 
 def read_raw(path: str | os.PathLike, *, dtype, shape, offset: int = 0,
@@ -232,6 +340,7 @@ def _listing(names: list[str], limit: int = 10) -> str:
 # chunked readers) plug in here.
 _READERS: dict[str, Callable[[Path, str | None], np.ndarray]] = {
     ".npy": read_npy,
+    ".zarr": read_zarr,
     **{ext: read_tiff for ext in TIFF_EXTS},
     **{ext: read_hdf5 for ext in HDF5_EXTS},
 }

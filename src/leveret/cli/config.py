@@ -1,0 +1,122 @@
+"""``--config file.toml|yaml``: a file of option values equivalent to the flags.
+
+Keys are the long flag names without dashes (``det-spacing`` or
+``det_spacing``), positional arguments by name (``input``, ``output``).
+Values are checked and converted exactly as on the command line; flags given
+on the command line win over the file. A table named after the subcommand
+(``[recon]``) holds keys for that subcommand only, so one file can serve
+several::
+
+    # scan.toml
+    input = "projections/"
+    angles = "angles.txt"
+    flat = "flat.tif"
+    dark = "dark.tif"
+
+    [recon]
+    output = "rec.h5"
+    center = "auto"
+    filter = "hann"
+"""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def load_config(path: str) -> dict:
+    """The key/value table of a TOML (``.toml``) or YAML (``.yaml``/``.yml``) file.
+
+    Raises
+    ------
+    ValueError
+        Naming ``--config``: a missing file, an unknown extension, a parse
+        error, YAML without PyYAML installed, or a top level that is not a table.
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise ValueError(f"--config: no such file: {str(p)!r}")
+    ext = p.suffix.lower()
+    text = p.read_bytes()
+    if ext == ".toml":
+        try:
+            import tomllib
+        except ImportError:   # Python 3.10
+            try:
+                import tomli as tomllib
+            except ImportError:
+                raise ValueError("--config: reading TOML needs Python 3.11+ or the tomli package") from None
+        try:
+            data = tomllib.loads(text.decode("utf-8"))
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+            raise ValueError(f"--config: {str(p)!r} is not valid TOML: {exc}") from None
+    elif ext in (".yaml", ".yml"):
+        try:
+            import yaml
+        except ImportError:
+            raise ValueError("--config: YAML files need PyYAML (pip install pyyaml, or "
+                             "pip install 'leveret[io]'); TOML works without it") from None
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise ValueError(f"--config: {str(p)!r} is not valid YAML: {exc}") from None
+        data = {} if data is None else data
+    else:
+        raise ValueError(f"--config: expected a .toml, .yaml or .yml file, got {str(p)!r}")
+    if not isinstance(data, dict):
+        raise ValueError(f"--config: {str(p)!r} must hold a table of option = value, "
+                         f"got {type(data).__name__}")
+    return data
+
+
+def apply_config(parser: argparse.ArgumentParser, command: str, table: dict, source: str) -> dict:
+    """Turn a config table into defaults for ``parser`` (the subcommand's).
+
+    Each value goes through the option's own ``type`` and ``choices``, so a
+    file is checked as strictly as the command line. Returns ``{dest: value}``.
+    """
+    actions = {}
+    for a in parser._actions:
+        if a.dest in ("help", "config", argparse.SUPPRESS):
+            continue
+        names = [a.dest] + [s.lstrip("-") for s in a.option_strings if s.startswith("--")]
+        for n in names:
+            actions[n] = a
+            actions[n.replace("-", "_")] = a
+    flat = {k: v for k, v in table.items() if not isinstance(v, dict)}
+    section = table.get(command)
+    if isinstance(section, dict):
+        flat.update(section)
+    out = {}
+    for key, value in flat.items():
+        a = actions.get(str(key)) or actions.get(str(key).replace("-", "_"))
+        if a is None:
+            known = sorted({x.dest for x in actions.values()})
+            raise ValueError(f"--config: {source!r}: unknown option {key!r} for '{command}'; "
+                             f"known: {', '.join(known)}")
+        out[a.dest] = _convert(a, key, value, source)
+    return out
+
+
+def _convert(action: argparse.Action, key: str, value, source: str):
+    where = f"--config: {source!r}: {key}"
+    if isinstance(action, (argparse._StoreTrueAction, argparse._StoreFalseAction)):
+        if not isinstance(value, bool):
+            raise ValueError(f"{where}: expected true or false, got {value!r}")
+        return value if isinstance(action, argparse._StoreTrueAction) else not value
+    if isinstance(action, argparse._CountAction):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"{where}: expected a count (0, 1, 2 ...), got {value!r}")
+        return value
+    if isinstance(value, (dict, list)) and action.nargs is None:
+        raise ValueError(f"{where}: expected a single value, got {value!r}")
+    if action.type is not None:
+        try:
+            value = action.type(value if not isinstance(value, bool) else str(value))
+        except (TypeError, ValueError, argparse.ArgumentTypeError) as exc:
+            raise ValueError(f"{where}: invalid value {value!r} ({exc})") from None
+    elif value is not None and not isinstance(value, str):
+        value = str(value)
+    if action.choices is not None and value not in action.choices:
+        raise ValueError(f"{where}: expected one of {', '.join(map(str, action.choices))}, got {value!r}")
+    return value

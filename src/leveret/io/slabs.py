@@ -1,0 +1,417 @@
+"""Slab-by-slab volume writers that are atomic and resumable.
+
+A volume ``(nz, ny, nx)`` too large for memory is written a z-slab at a time
+while a reconstruction proceeds. :class:`SlabWriter` keeps every write under
+a hidden *partial* folder beside the output,
+``.<name>.partial/``, which holds
+
+- the payload, in the output's format (``data.npy``, ``data.tif``,
+  ``data.h5``, ``data.zarr/`` or ``slices/`` for one TIFF per slice), and
+- ``manifest.json``: the volume's shape and dtype, the format, a hash of the
+  job's parameters and the slices written so far, updated (atomically) only
+  after a slab's data are flushed to disk.
+
+:meth:`SlabWriter.finish` renames the complete payload onto the output path
+and removes the partial folder, so the output path holds either nothing or a
+complete volume. A run that stops (crash, Ctrl-C) leaves the partial folder
+only when it was opened with ``resume=True``; a new writer opened with
+``resume=True`` and the same parameters then continues with the slices the
+manifest does not list. Different parameters (another centre, filter, ...)
+are refused, so a resumed volume never mixes two jobs.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Iterable
+
+import numpy as np
+
+from ._common import HDF5_EXTS, TIFF_EXTS, split_dataset, suffix
+from .atomic import _commit, _fsync_path, _remove, check_writable, register_cleanup, unregister_cleanup
+
+log = logging.getLogger(__name__)
+
+FORMATS = ("npy", "bigtiff", "tiff-stack", "hdf5", "zarr")
+MANIFEST = "manifest.json"
+MANIFEST_VERSION = 1
+_PAYLOAD = {"npy": "data.npy", "bigtiff": "data.tif", "tiff-stack": "slices",
+            "hdf5": "data.h5", "zarr": "data.zarr"}
+DEFAULT_DATASET = "/data"
+
+
+def output_format(path: str | os.PathLike) -> str:
+    """Format an output path names: ``.npy``, ``.tif``/``.tiff`` (one BigTIFF),
+    ``.h5``/``.hdf5``/``.hdf``/``.nxs``, ``.zarr``, or a folder (a path ending
+    in ``/`` or without extension: one TIFF per slice)."""
+    text = os.fspath(path)
+    p = Path(text)
+    if text.endswith(("/", os.sep)) or p.suffix == "":
+        return "tiff-stack"
+    ext = suffix(p)
+    if ext == ".npy":
+        return "npy"
+    if ext in TIFF_EXTS:
+        return "bigtiff"
+    if ext in HDF5_EXTS:
+        return "hdf5"
+    if ext == ".zarr":
+        return "zarr"
+    raise ValueError(f"output: unknown extension {p.suffix!r} of {text!r}; expected .npy, .tif, .tiff, "
+                     ".h5, .hdf5, .hdf, .nxs, .zarr or a folder (a path ending in '/')")
+
+
+def parameters_hash(params: dict | None) -> str:
+    """SHA-256 of the job's parameters as canonical JSON (keys sorted).
+
+    Arrays are hashed by content, so a changed angle list or flat field
+    counts as a different job."""
+    def default(obj):
+        if isinstance(obj, np.ndarray):
+            return {"array": hashlib.sha256(np.ascontiguousarray(obj).tobytes()).hexdigest(),
+                    "shape": list(obj.shape), "dtype": str(obj.dtype)}
+        if isinstance(obj, np.generic):
+            return obj.item()
+        if isinstance(obj, (Path, os.PathLike)):
+            return os.fspath(obj)
+        return repr(obj)
+    text = json.dumps(params or {}, sort_keys=True, default=default)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _json_safe(metadata: dict | None) -> dict:
+    """Metadata as JSON values (tuples become lists; NumPy scalars and arrays plain)."""
+    return json.loads(json.dumps(metadata or {}, default=lambda o: o.tolist()
+                                 if isinstance(o, (np.ndarray, np.generic)) else str(o)))
+
+
+class SlabWriter:
+    """Write a 3D volume slab by slab into one output, atomically and resumably.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        Final output; its format follows :func:`output_format`. For HDF5 the
+        dataset may be given inline (``"rec.h5:/entry/volume"``).
+    shape : (nz, ny, nx)
+        Volume shape; slabs are ranges of z slices (axis 0).
+    dtype : numpy dtype
+        Stored dtype (default float32).
+    params : dict, optional
+        The job's parameters (anything JSON-able, NumPy arrays allowed): a
+        resumed run must give the same ones.
+    metadata : dict, optional
+        Stored with the volume: HDF5 and zarr attributes, TIFF JSON
+        description (read back by :func:`leveret.io.read_metadata`); ``.npy``
+        has no place for it.
+    resume : bool
+        Continue from a partial output of the same job if one exists, and
+        keep the partial output when the run stops early. Without it an old
+        partial output is discarded, and so is this one on failure.
+    overwrite : bool
+        Replace an existing output at ``path`` when finishing.
+    dataset : str, optional
+        HDF5 dataset path (default ``/data``).
+    compression : str or None
+        HDF5: ``"gzip"`` (default, level 4, with byte shuffle), ``"lzf"`` or
+        None; zarr: ``"zstd"`` (default, Blosc with bit shuffle), ``"lz4"`` or
+        None; TIFF slices: ``"zlib"`` or None (default). ``.npy`` and the single
+        BigTIFF are memory-mapped, hence uncompressed.
+    chunks : tuple, optional
+        HDF5/zarr chunk shape; default one slice deep and at most 512 x 512,
+        so that no chunk is shared by two slabs (a slab interrupted
+        mid-write never damages a finished one).
+
+    Examples
+    --------
+    >>> with SlabWriter("rec.zarr", (64, 256, 256), params=job) as w:   # doctest: +SKIP
+    ...     for k0, k1 in w.todo(8):
+    ...         w.write(k0, reconstruct(k0, k1))
+    ...     w.finish()
+    """
+
+    def __init__(self, path, shape, dtype=np.float32, *, params: dict | None = None,
+                 metadata: dict | None = None, resume: bool = False, overwrite: bool = False,
+                 dataset: str | None = None, compression="default", chunks=None):
+        p, dataset = split_dataset(path, dataset)
+        self.format = output_format(p if dataset is not None else path)
+        if dataset is not None and self.format != "hdf5":
+            raise ValueError(f"dataset: only HDF5 outputs have datasets, but path is {os.fspath(path)!r}")
+        self.path = p
+        self.dataset = dataset or DEFAULT_DATASET
+        shape = tuple(int(n) for n in shape)
+        if len(shape) != 3 or min(shape) < 1:
+            raise ValueError(f"shape: expected a 3D volume shape (nz, ny, nx) of positive sizes, got {shape}")
+        self.shape = shape
+        self.dtype = np.dtype(dtype)
+        if self.dtype.kind not in "biuf":
+            raise ValueError(f"dtype: expected a numeric dtype, got {self.dtype}")
+        self.metadata = _json_safe(metadata)
+        self.resume = bool(resume)
+        self.overwrite = bool(overwrite)
+        self.compression = self._compression(compression)
+        self.chunks = self._chunks(chunks)
+        self.params_hash = parameters_hash(params)
+        check_writable(self.path, self.overwrite)  # fail before any work
+        self.partial = self.path.with_name(f".{self.path.name}.partial")
+        self.payload = self.partial / _PAYLOAD[self.format]
+        self._done = np.zeros(shape[0], bool)
+        self._finished = False
+        self._open()
+        register_cleanup(id(self), self.abort)
+
+    # -- set-up ------------------------------------------------------------------------------
+    def _compression(self, compression):
+        allowed = {"hdf5": ("gzip", "lzf", None), "zarr": ("zstd", "lz4", None),
+                   "tiff-stack": ("zlib", None), "npy": (None,), "bigtiff": (None,)}[self.format]
+        if compression == "default":
+            return allowed[0]
+        if compression not in allowed:
+            raise ValueError(f"compression: expected one of {allowed} for a {self.format} output, "
+                             f"got {compression!r}")
+        return compression
+
+    def _chunks(self, chunks):
+        if chunks is None:
+            return (1, min(self.shape[1], 512), min(self.shape[2], 512))
+        chunks = tuple(int(c) for c in chunks)
+        if len(chunks) != 3 or min(chunks) < 1:
+            raise ValueError(f"chunks: expected 3 positive sizes, got {chunks}")
+        return tuple(min(c, n) for c, n in zip(chunks, self.shape))
+
+    def _manifest(self) -> dict:
+        runs = _runs(self._done)
+        return {"version": MANIFEST_VERSION, "format": self.format, "shape": list(self.shape),
+                "dtype": self.dtype.str, "dataset": self.dataset, "params_hash": self.params_hash,
+                "done": [[int(a), int(b)] for a, b in runs]}
+
+    def _open(self) -> None:
+        if self.partial.exists():
+            if self.resume and self._load_manifest():
+                log.info("resuming %s: %d of %d slices already written", self.path,
+                         int(self._done.sum()), self.shape[0])
+                return
+            _remove(self.partial)
+        self.partial.mkdir()
+        self._create_payload()
+        self._save_manifest()
+
+    def _load_manifest(self) -> bool:
+        """Take over the partial output if it is this job's; False to start afresh."""
+        try:
+            m = json.loads((self.partial / MANIFEST).read_text())
+        except (OSError, ValueError) as exc:
+            log.warning("partial output %s has no readable manifest (%s): starting afresh", self.partial, exc)
+            return False
+        if m.get("params_hash") != self.params_hash:
+            raise ValueError(
+                f"resume: the partial output {str(self.partial)!r} belongs to a job with different "
+                "parameters (input, geometry, filter, ...); run without resume to start afresh")
+        mine = self._manifest()
+        for key in ("version", "format", "shape", "dtype", "dataset"):
+            if m.get(key) != mine[key]:
+                raise ValueError(f"resume: the partial output {str(self.partial)!r} has {key} "
+                                 f"{m.get(key)!r}, this job {mine[key]!r}")
+        if not self.payload.exists() or not self._payload_readable():
+            log.warning("partial output %s lost its data: starting afresh", self.partial)
+            return False
+        for a, b in m.get("done", []):
+            self._done[int(a):int(b)] = True
+        return True
+
+    def _payload_readable(self) -> bool:
+        try:
+            if self.format == "hdf5":
+                import h5py
+                with h5py.File(self.payload, "r") as f:
+                    return tuple(f[self.dataset].shape) == self.shape
+            if self.format == "zarr":
+                import zarr
+                return tuple(zarr.open_array(str(self.payload), mode="r").shape) == self.shape
+            if self.format in ("npy", "bigtiff"):
+                return tuple(self._memmap().shape) == self.shape
+        except Exception:   # a file damaged by the interruption: any library error
+            return False
+        return True
+
+    def _save_manifest(self) -> None:
+        tmp = self.partial / (MANIFEST + ".tmp")
+        with open(tmp, "w") as f:
+            json.dump(self._manifest(), f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.partial / MANIFEST)
+
+    def _create_payload(self) -> None:
+        nz, ny, nx = self.shape
+        if self.format == "npy":
+            np.lib.format.open_memmap(self.payload, mode="w+", dtype=self.dtype, shape=self.shape).flush()
+        elif self.format == "bigtiff":
+            import tifffile
+            mm = tifffile.memmap(self.payload, shape=self.shape, dtype=self.dtype, bigtiff=True,
+                                 photometric="minisblack", metadata=self.metadata or {})
+            mm.flush()
+            del mm
+        elif self.format == "tiff-stack":
+            self.payload.mkdir()
+        elif self.format == "hdf5":
+            import h5py
+            opts = {}
+            if self.compression == "gzip":
+                opts = dict(compression="gzip", compression_opts=4, shuffle=True)
+            elif self.compression == "lzf":
+                opts = dict(compression="lzf", shuffle=True)
+            with h5py.File(self.payload, "w-") as f:
+                ds = f.create_dataset(self.dataset, shape=self.shape, dtype=self.dtype,
+                                      chunks=self.chunks, **opts)
+                for k, val in self.metadata.items():
+                    ds.attrs[k] = val if _h5_plain(val) else json.dumps(val)
+        elif self.format == "zarr":
+            import zarr
+            from zarr.codecs import BloscCodec
+            compressors = None
+            if self.compression is not None:
+                compressors = BloscCodec(cname=self.compression, clevel=3, shuffle="bitshuffle")
+            zarr.create_array(store=str(self.payload), shape=self.shape, chunks=self.chunks,
+                              dtype=self.dtype, compressors=compressors, zarr_format=3,
+                              attributes=self.metadata, fill_value=0)
+
+    def _memmap(self):
+        if self.format == "npy":
+            return np.load(self.payload, mmap_mode="r+")
+        import tifffile
+        return tifffile.memmap(self.payload, mode="r+")
+
+    # -- progress ----------------------------------------------------------------------------
+    @property
+    def done(self) -> np.ndarray:
+        """Boolean mask (nz,) of the slices written and recorded (read-only copy)."""
+        return self._done.copy()
+
+    @property
+    def complete(self) -> bool:
+        return bool(self._done.all())
+
+    def todo(self, slab_slices: int) -> list[tuple[int, int]]:
+        """Slabs ``(k0, k1)`` of at most ``slab_slices`` slices covering every
+        slice not yet written, in order."""
+        slab_slices = int(slab_slices)
+        if slab_slices < 1:
+            raise ValueError(f"slab_slices: expected a positive number of slices, got {slab_slices}")
+        out = []
+        for a, b in _runs(~self._done):
+            out += [(k, min(b, k + slab_slices)) for k in range(a, b, slab_slices)]
+        return out
+
+    # -- writing -----------------------------------------------------------------------------
+    def write(self, start: int, data) -> None:
+        """Write ``data`` (k, ny, nx) at slices ``start:start+k``, flush it to
+        disk, then record the slices as done."""
+        if self._finished:
+            raise ValueError("write: the output is already finished")
+        if type(data).__module__.startswith("cupy"):
+            data = data.get()
+        data = np.asarray(data)
+        if data.ndim == 2:
+            data = data[None]
+        k0, k1 = int(start), int(start) + data.shape[0]
+        if data.ndim != 3 or data.shape[1:] != self.shape[1:] or not (0 <= k0 < k1 <= self.shape[0]):
+            raise ValueError(f"data: expected slices (k, {self.shape[1]}, {self.shape[2]}) within "
+                             f"0..{self.shape[0]} at start={start}, got shape {data.shape}")
+        data = data.astype(self.dtype, copy=False)
+        if self.format in ("npy", "bigtiff"):
+            mm = self._memmap()
+            mm[k0:k1] = data
+            mm.flush()
+            del mm
+        elif self.format == "tiff-stack":
+            import tifffile
+            for k in range(k0, k1):
+                f = self.payload / self.slice_name(k)
+                tifffile.imwrite(f, data[k - k0], photometric="minisblack", compression=self.compression,
+                                 description=json.dumps({"slice": k, **self.metadata}),
+                                 metadata=None)
+                _fsync_path(f)
+        elif self.format == "hdf5":
+            import h5py
+            with h5py.File(self.payload, "r+") as f:
+                f[self.dataset][k0:k1] = data
+                f.flush()
+        else:
+            import zarr
+            zarr.open_array(str(self.payload), mode="r+")[k0:k1] = data
+        if self.format != "tiff-stack":
+            _fsync_path(self.payload)
+        self._done[k0:k1] = True
+        self._save_manifest()
+
+    def slice_name(self, k: int) -> str:
+        """File name of slice ``k`` in a TIFF-folder output (``slice_00000.tif``, ...)."""
+        width = max(5, len(str(self.shape[0] - 1)))
+        return f"slice_{k:0{width}d}.tif"
+
+    def finish(self) -> Path:
+        """Rename the complete payload onto ``path`` and remove the partial folder.
+
+        Raises ValueError if some slices were never written."""
+        if self._finished:
+            return self.path
+        if not self.complete:
+            missing = _runs(~self._done)
+            raise ValueError(f"finish: slices {missing} of {self.path} were never written")
+        _fsync_path(self.payload)
+        if self.payload.is_dir():
+            for f in self.payload.rglob("*"):
+                if f.is_file():
+                    _fsync_path(f)
+        _commit(self.payload, self.path, self.overwrite)
+        _fsync_path(self.path.parent)
+        _remove(self.partial)
+        self._finished = True
+        unregister_cleanup(id(self))
+        return self.path
+
+    def abort(self) -> None:
+        """Stop writing: keep the partial output for a resumed run if
+        ``resume``, else remove it."""
+        if not self._finished and not self.resume:
+            _remove(self.partial)
+        unregister_cleanup(id(self))
+
+    def __enter__(self) -> "SlabWriter":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is not None or not self._finished:
+            self.abort()
+
+    def __repr__(self) -> str:
+        return (f"SlabWriter({str(self.path)!r}, {self.format}, shape={self.shape}, {self.dtype}, "
+                f"{int(self._done.sum())}/{self.shape[0]} slices written)")
+
+
+def _h5_plain(val) -> bool:
+    if isinstance(val, (bool, int, float, str)):
+        return True
+    if isinstance(val, list) and val and all(isinstance(x, (int, float)) and not isinstance(x, bool)
+                                             for x in val):
+        return True
+    return False
+
+
+def _runs(mask: np.ndarray) -> list[tuple[int, int]]:
+    """Ranges [a, b) where ``mask`` is True."""
+    m = np.concatenate([[False], np.asarray(mask, bool), [False]])
+    edges = np.flatnonzero(m[1:] != m[:-1])
+    return [(int(a), int(b)) for a, b in zip(edges[::2], edges[1::2])]
+
+
+def write_slabs(path, slabs: Iterable[tuple[int, np.ndarray]], shape, dtype=np.float32, **kwargs) -> Path:
+    """Write ``(start, data)`` slabs through a :class:`SlabWriter` and finish it."""
+    with SlabWriter(path, shape, dtype, **kwargs) as w:
+        for start, data in slabs:
+            w.write(start, data)
+        return w.finish()

@@ -1,0 +1,517 @@
+"""Out-of-core reconstruction: volumes larger than memory, slab by slab into a file.
+
+Two pieces:
+
+- :func:`reconstruct_slab` is a plain function of (the detector rows a slab
+  needs, the scan geometry, the volume, the slab's slice range): it
+  preprocesses those rows (flat/dark, -log), reconstructs the slab with the
+  public :func:`leveret.fbp` (parallel beam) or :func:`leveret.fdk` (cone
+  beam) and returns it. Its arguments are NumPy arrays and geometry objects,
+  so a distributed scheduler (dask, Ray, a batch queue) can run slabs
+  anywhere; :func:`slab_rows` says which rows to send.
+- :func:`reconstruct_to_file` is the driver: it plans the slab size from
+  the memory limits (:func:`plan`), reads the scan lazily
+  (:func:`leveret.io.open_array`), reconstructs slab after slab straight into
+  a :class:`leveret.io.SlabWriter` (TIFF folder, BigTIFF, HDF5, zarr or .npy),
+  retries a slab with fewer slices when CUDA runs out of memory, and reports
+  the peak host memory it measured.
+
+A parallel-beam slab needs only the detector rows at its height; a cone-beam
+slab needs the rows its voxels project to in any view (with a margin), which
+:func:`leveret.algorithms.fdk.rows_seen` computes from the matrices.
+"""
+from __future__ import annotations
+
+import logging
+import math
+import os
+import sys
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from .geometry import ConeGeometry, ParallelGeometry, VolumeGeometry
+from .memory import (SlabPlan, fbp_bytes_per_slice, format_bytes, gpu_free_bytes, host_available_bytes,
+                     peak_rss_bytes, plan_slabs)
+
+log = logging.getLogger(__name__)
+
+#: Share of the free host memory a run plans for when no cap is given.
+HOST_FRACTION = 0.6
+#: Share of the free GPU memory a run plans for when no cap is given.
+GPU_FRACTION = 0.6
+
+
+# -- which rows a slab needs ---------------------------------------------------------------------
+
+def slab_rows(geometry, volume: VolumeGeometry, region: tuple[int, int]):
+    """Detector rows ``(r0, r1)`` that slices ``region = (k0, k1)`` of ``volume`` need.
+
+    Parallel beam: the rows at the slices' heights, plus the next row for
+    linear interpolation; cone beam: the rows the slab's voxels project to in
+    any view, with a row of margin. None when the slab is off the detector
+    (its slices are then zero).
+    """
+    k0, k1 = _region(region, volume)
+    slab = volume.slab(k0, k1)
+    if isinstance(geometry, ConeGeometry):
+        from .algorithms.fdk import rows_seen
+        return rows_seen(geometry, slab)
+    if not isinstance(geometry, ParallelGeometry) or geometry.is_2d:
+        raise ValueError(f"geometry: expected a 3D ParallelGeometry or a ConeGeometry, got {geometry!r}")
+    r = geometry.project_rows(slab.coordinates("z"))
+    r0 = max(0, int(np.floor(r.min() + 1e-9)))
+    r1 = min(geometry.n_rows, int(np.floor(r.max() + 1e-9)) + 2)
+    return (r0, r1) if r1 > r0 else None
+
+
+def _region(region, volume: VolumeGeometry) -> tuple[int, int]:
+    try:
+        k0, k1 = (int(k) for k in region)
+    except (TypeError, ValueError):
+        raise ValueError(f"region: expected a slice range (k0, k1), got {region!r}") from None
+    if volume.is_2d or not (0 <= k0 < k1 <= volume.nz):
+        raise ValueError(f"region: expected 0 <= k0 < k1 <= {volume.nz if not volume.is_2d else 0} "
+                         f"slices of a 3D volume, got {region!r}")
+    return k0, k1
+
+
+def preprocess_rows(raw, rows: tuple[int, int], *, flats=None, darks=None, log_transform: bool = False,
+                    min_transmission: float = 1e-6, stripes: str | None = None,
+                    stripe_size: int = 5) -> np.ndarray:
+    """Detector rows ``raw`` (n_angles, r1 - r0, n_cols) as float32 line integrals.
+
+    With ``flats`` and ``darks`` (full detector images, ``(n_rows, n_cols)`` or
+    stacks ``(k, n_rows, n_cols)``, averaged) the rows ``r0:r1`` of them
+    normalise ``raw``, then ``-log`` is taken (:func:`leveret.preprocess.minus_log`,
+    transmissions clipped at ``min_transmission``); ``log_transform`` alone
+    takes ``-log`` of data that are already transmissions. Otherwise ``raw``
+    are line integrals, only cast to float32. ``stripes`` (``"sort"`` or
+    ``"mean"``, :func:`leveret.preprocess.remove_stripes` with ``stripe_size``)
+    then suppresses stripes, sinogram by sinogram: each detector row on its
+    own, so slabs give what the whole scan would.
+    """
+    from .preprocess import minus_log, normalize, remove_stripes
+
+    r0, r1 = rows
+    if (flats is None) != (darks is None):
+        raise ValueError("flats: give flats and darks together, or neither")
+    if flats is not None:
+        f = np.asarray(flats)[..., r0:r1, :]
+        d = np.asarray(darks)[..., r0:r1, :]
+        data = normalize(raw, f, d)
+        minus_log(data, min_transmission=min_transmission, out=data)
+    else:
+        data = np.asarray(raw)
+        data = data.astype(np.float32, copy=not (data.dtype == np.float32 and data.flags.writeable))
+        if log_transform:
+            minus_log(data, min_transmission=min_transmission, out=data)
+    if stripes is not None:
+        data = remove_stripes(data, method=stripes, size=stripe_size)
+    return data
+
+
+# -- one slab ------------------------------------------------------------------------------------
+
+def reconstruct_slab(rows_data, geometry, volume: VolumeGeometry, region: tuple[int, int], *,
+                     rows: tuple[int, int], flats=None, darks=None, log_transform: bool = False,
+                     stripes: str | None = None, stripe_size: int = 5, backend: str = "auto",
+                     chunk_slices: int | None = None, **options) -> np.ndarray:
+    """Reconstruct slices ``region = (k0, k1)`` of ``volume`` from the detector rows they need.
+
+    Parameters
+    ----------
+    rows_data : ndarray (n_angles, r1 - r0, n_cols)
+        Detector rows ``rows = (r0, r1)`` of every projection, as stored
+        (raw counts with ``flats``/``darks``, else line integrals), e.g.
+        ``projections[:, r0:r1, :]`` with ``(r0, r1) = slab_rows(...)``.
+    geometry : ParallelGeometry (3D) or ConeGeometry
+        The whole scan (all detector rows).
+    volume : VolumeGeometry (3D)
+        The whole output volume; the slab is ``volume.slab(k0, k1)``.
+    region : (int, int)
+        Slices ``k0:k1`` to reconstruct.
+    rows : (int, int)
+        Which detector rows ``rows_data`` holds.
+    flats, darks, log_transform, stripes, stripe_size
+        Preprocessing, see :func:`preprocess_rows`.
+    backend : {"auto", "cuda", "cpu"}
+    chunk_slices : int, optional
+        Parallel beam: slices per FBP chunk (default: the whole slab).
+    **options
+        Passed to :func:`leveret.fbp` (``filter``, ``cutoff``, ``padding``,
+        ``interpolation``, ``angle_weights``) or :func:`leveret.fdk`
+        (``filter``, ``cutoff``, ``padding``, ``short_scan``, ``interpolation``).
+
+    Returns
+    -------
+    numpy.ndarray (k1 - k0, ny, nx) float32
+        Attenuation per length unit; the same values as the slices
+        ``k0:k1`` of a reconstruction of the whole volume.
+    """
+    from .algorithms import fbp, fdk
+
+    k0, k1 = _region(region, volume)
+    slab = volume.slab(k0, k1)
+    r0, r1 = (int(r) for r in rows)
+    data = preprocess_rows(rows_data, (r0, r1), flats=flats, darks=darks, log_transform=log_transform,
+                           stripes=stripes, stripe_size=stripe_size)
+    expected = (geometry.n_angles if isinstance(geometry, ParallelGeometry) else geometry.n_views,
+                r1 - r0, geometry.n_cols)
+    if data.shape != expected:
+        raise ValueError(f"rows_data: expected detector rows {r0}:{r1} of every projection, shape "
+                         f"{expected}, got shape {data.shape}")
+    if isinstance(geometry, ConeGeometry):
+        out = fdk(data, geometry.crop_rows(r0, r1), slab, backend=backend, **options)
+        return np.asarray(out, dtype=np.float32)
+    # Row r' of the cropped detector is row r0 + r' of the full one: its height
+    # differs by `offset`, so the slab moves down by it in the cropped frame.
+    n = r1 - r0
+    offset = (r0 + (n - 1) / 2 - (geometry.n_rows - 1) / 2) * geometry.row_spacing
+    sub = geometry.replace(n_rows=n)
+    moved = VolumeGeometry(slab.shape, slab.voxel_size, (slab.center[0] - offset,) + tuple(slab.center[1:]))
+    return fbp(data, sub, moved, backend=backend, chunk_slices=chunk_slices or slab.nz, **options)
+
+
+# -- memory estimates and the plan ---------------------------------------------------------------
+
+def _rows_for(geometry, volume: VolumeGeometry, slices: int) -> int:
+    """Most detector rows any slab of ``slices`` slices needs."""
+    if isinstance(geometry, ParallelGeometry):
+        per = volume.spacing("z") / geometry.row_spacing
+        return min(geometry.n_rows, int(math.ceil(slices * per)) + 2)
+    # Cone: the slab's rows through the worst (most magnified) slab; check the
+    # two ends and the middle of the volume.
+    worst = 0
+    for k0 in {0, max(0, (volume.nz - slices) // 2), max(0, volume.nz - slices)}:
+        rows = slab_rows(geometry, volume, (k0, min(volume.nz, k0 + slices)))
+        worst = max(worst, 0 if rows is None else rows[1] - rows[0])
+    return max(worst, 1)
+
+
+def host_bytes(geometry, volume: VolumeGeometry, slices: int, *, input_itemsize: int = 4,
+               preprocess: bool = False, resident: int = 0, stripes: bool = False) -> int:
+    """Estimated peak host memory (bytes) of an out-of-core run at ``slices`` per slab.
+
+    Counts the data the run holds, not the interpreter and libraries: the
+    rows read (stored dtype), their float32 line integrals, the FBP/FDK
+    working set of the slab (padded FFT buffers, filtered sinograms, the
+    output slab) and one more output slab for the writer's encoding, plus
+    ``resident`` bytes held throughout (flats and darks). Stripe removal
+    ("sort") holds two int64 orderings and two float32 copies of the rows.
+    """
+    n_angles = geometry.n_angles if isinstance(geometry, ParallelGeometry) else geometry.n_views
+    rows = _rows_for(geometry, volume, slices)
+    band = n_angles * rows * geometry.n_cols
+    raw = band * input_itemsize
+    lines = band * 4 if (preprocess or input_itemsize != 4) else 0
+    image = volume.ny * volume.nx * 4
+    if isinstance(geometry, ParallelGeometry):
+        work = slices * fbp_bytes_per_slice(n_angles, geometry.n_cols, volume.ny, volume.nx, 4)
+        work += band * 1        # the finiteness check's boolean mask
+    else:
+        view_bytes = 12 * rows * geometry.n_cols * 4
+        chunk_views = min(n_angles, max(1, int(256e6 // view_bytes)))
+        work = chunk_views * view_bytes + slices * image
+    flats = 2 * rows * geometry.n_cols * 4 if preprocess else 0
+    lines += band * 24 if stripes else 0
+    return int(raw + lines + work + slices * image + flats + resident)
+
+
+def gpu_bytes(geometry, volume: VolumeGeometry, slices: int) -> int:
+    """Estimated peak GPU memory (bytes) of one slab of ``slices`` slices."""
+    if isinstance(geometry, ParallelGeometry):
+        return int(slices * fbp_bytes_per_slice(geometry.n_angles, geometry.n_cols, volume.ny, volume.nx,
+                                                4, streamed=True))
+    rows = _rows_for(geometry, volume, slices)
+    view_bytes = 12 * rows * geometry.n_cols * 4
+    chunk_views = min(geometry.n_views, max(1, int(256e6 // view_bytes)))
+    return int(chunk_views * view_bytes + 2 * slices * volume.ny * volume.nx * 4)
+
+
+def plan(geometry, volume: VolumeGeometry | None = None, *, backend: str = "auto",
+         host_memory: int | None = None, gpu_memory: int | None = None, input_itemsize: int = 4,
+         preprocess: bool = False, resident: int = 0, max_slices: int | None = None,
+         stripes: bool = False) -> SlabPlan:
+    """The slab size for an out-of-core run: the largest whose estimated host
+    and GPU peaks fit the limits.
+
+    Parameters
+    ----------
+    geometry : ParallelGeometry (3D) or ConeGeometry
+    volume : VolumeGeometry, optional
+        Default ``geometry.default_volume()`` (parallel beam).
+    backend : {"auto", "cuda", "cpu"}
+    host_memory : int, optional
+        Host bytes the run may use; default ``HOST_FRACTION`` of what is available.
+    gpu_memory : int, optional
+        GPU bytes the run may use; default ``GPU_FRACTION`` of what is free.
+    input_itemsize : int
+        Bytes per stored input value (2 for uint16 counts).
+    preprocess : bool
+        Flat/dark normalisation is done (float32 copies of the rows).
+    resident : int
+        Bytes held for the whole run (flats and darks).
+    max_slices : int, optional
+        Upper bound on the slab (e.g. a user's ``--slab-slices``).
+    stripes : bool
+        Stripe removal is done (its sorting buffers).
+
+    Returns
+    -------
+    SlabPlan
+        ``print(plan.describe())`` prints it.
+
+    Raises
+    ------
+    MemoryError
+        Not even one slice fits.
+    """
+    from .backends import resolve
+
+    volume = _volume(geometry, volume)
+    backend = resolve(backend)
+    if host_memory is None:
+        host_limit = int(HOST_FRACTION * host_available_bytes())
+    else:
+        host_limit = int(host_memory)
+        if host_limit <= 0:
+            raise ValueError(f"host_memory: expected a positive number of bytes, got {host_memory!r}")
+    gpu_limit = None
+    if backend == "cuda":
+        gpu_limit = int(gpu_memory) if gpu_memory is not None else int(GPU_FRACTION * gpu_free_bytes())
+    return plan_slabs(
+        volume.nz,
+        lambda s: host_bytes(geometry, volume, s, input_itemsize=input_itemsize, preprocess=preprocess,
+                             resident=resident, stripes=stripes),
+        (lambda s: gpu_bytes(geometry, volume, s)) if backend == "cuda" else None,
+        host_limit=host_limit, gpu_limit=gpu_limit, volume_bytes=volume.size * 4, backend=backend,
+        max_slices=max_slices)
+
+
+def _volume(geometry, volume):
+    if not isinstance(geometry, (ParallelGeometry, ConeGeometry)):
+        raise ValueError(f"geometry: expected a ParallelGeometry or a ConeGeometry, got {type(geometry).__name__}")
+    if isinstance(geometry, ParallelGeometry) and geometry.is_2d:
+        raise ValueError("geometry: out-of-core reconstruction takes a 3D ParallelGeometry (n_rows given)")
+    if volume is None:
+        if isinstance(geometry, ParallelGeometry):
+            volume = geometry.default_volume()
+        else:
+            raise ValueError("volume: a cone-beam reconstruction needs a VolumeGeometry")
+    if not isinstance(volume, VolumeGeometry) or volume.is_2d:
+        raise ValueError(f"volume: expected a 3D VolumeGeometry, got {volume!r}")
+    return volume
+
+
+# -- the driver ----------------------------------------------------------------------------------
+
+@dataclass
+class OutOfCoreResult:
+    """What :func:`reconstruct_to_file` did.
+
+    Attributes
+    ----------
+    path : pathlib.Path
+        The finished output.
+    plan : SlabPlan
+        The plan it started with.
+    slab_slices : int
+        Slices per slab at the end (smaller than planned after a GPU
+        out-of-memory retry).
+    slabs_done : int
+        Slabs reconstructed by this call (a resumed run skips finished ones).
+    slices_resumed : int
+        Slices found already written in a partial output.
+    retries : int
+        Slabs retried with fewer slices after CUDA ran out of memory.
+    seconds : float
+        Wall time.
+    peak_rss : int
+        Peak resident memory of the process (bytes; interpreter and libraries
+        included), as the OS reports it.
+    peak_traced : int or None
+        Peak memory traced by :mod:`tracemalloc` during the run (bytes), when
+        tracing was on (NumPy allocations are traced); None otherwise.
+    """
+
+    path: object
+    plan: SlabPlan
+    slab_slices: int
+    slabs_done: int
+    slices_resumed: int
+    retries: int
+    seconds: float
+    peak_rss: int
+    peak_traced: int | None
+
+    def summary(self) -> str:
+        traced = "" if self.peak_traced is None else f", traced peak {format_bytes(self.peak_traced)}"
+        return (f"wrote {self.path}: {self.slabs_done} slab(s) of up to {self.slab_slices} slice(s) in "
+                f"{self.seconds:.2f} s; planned host peak {format_bytes(self.plan.host_bytes)}, "
+                f"process peak RSS {format_bytes(self.peak_rss)}{traced}"
+                + (f"; {self.slices_resumed} slice(s) resumed" if self.slices_resumed else "")
+                + (f"; {self.retries} GPU out-of-memory retr{'y' if self.retries == 1 else 'ies'}"
+                   if self.retries else ""))
+
+
+def is_gpu_out_of_memory(exc: BaseException) -> bool:
+    """True for CuPy's ``cupy.cuda.memory.OutOfMemoryError`` (and its subclasses),
+    recognised by name so that no CuPy import is needed."""
+    return any(c.__name__ == "OutOfMemoryError" and c.__module__.startswith("cupy")
+               for c in type(exc).__mro__)
+
+
+def _free_gpu_pool() -> None:
+    if "cupy" in sys.modules:
+        try:
+            sys.modules["cupy"].get_default_memory_pool().free_all_blocks()
+        except Exception:   # no device, or CuPy half initialised: nothing to free
+            pass
+
+
+def reconstruct_to_file(projections, geometry, output, *, volume: VolumeGeometry | None = None,
+                        flats=None, darks=None, log_transform: bool = False, stripes: str | None = None,
+                        stripe_size: int = 5, backend: str = "auto",
+                        host_memory: int | None = None, gpu_memory: int | None = None,
+                        slab_slices: int | None = None, resume: bool = False, overwrite: bool = False,
+                        dataset: str | None = None, compression="default", metadata: dict | None = None,
+                        params: dict | None = None, progress: bool = False, on_plan=None,
+                        **options) -> OutOfCoreResult:
+    """Reconstruct a scan slab by slab straight into a file, within a memory cap.
+
+    Parameters
+    ----------
+    projections : path or array-like (n_angles, n_rows, n_cols)
+        A path for :func:`leveret.io.open_array` (read lazily, only the rows
+        each slab needs), or an array-like with NumPy slicing (``np.memmap``,
+        :class:`leveret.io.FrameStack`, an h5py or zarr dataset, an ndarray).
+    geometry : ParallelGeometry (3D) or ConeGeometry
+    output : str or os.PathLike
+        ``.h5``/``.zarr``/``.tif``/``.npy`` or a folder ``dir/`` (one TIFF per
+        slice); see :class:`leveret.io.SlabWriter`.
+    volume : VolumeGeometry, optional
+        Default ``geometry.default_volume()`` (parallel beam only).
+    flats, darks, log_transform, stripes, stripe_size
+        Preprocessing of the raw rows, see :func:`preprocess_rows`.
+    backend : {"auto", "cuda", "cpu"}
+    host_memory, gpu_memory : int, optional
+        Caps in bytes for the plan (default: a share of what is free).
+    slab_slices : int, optional
+        Upper bound on slices per slab (the plan may choose fewer).
+    resume : bool
+        Continue a partial output of the same job, and keep this one's if
+        the run stops early (see :class:`leveret.io.SlabWriter`).
+    overwrite : bool
+        Replace an existing output.
+    dataset, compression
+        HDF5 dataset path; compression (see :class:`leveret.io.SlabWriter`).
+    metadata : dict, optional
+        Extra metadata stored with the volume (voxel size, origin and units
+        are always stored).
+    params : dict, optional
+        Extra job parameters identifying the job for ``resume`` (for example
+        the input's path); geometry, volume, options and the flats/darks are
+        always included.
+    progress : bool
+        Progress bar over slices (ETA and throughput).
+    on_plan : callable, optional
+        Called with the :class:`SlabPlan` before any work (the CLI prints it).
+    **options
+        Passed to :func:`reconstruct_slab` (filter, cutoff, interpolation, ...).
+
+    Returns
+    -------
+    OutOfCoreResult
+    """
+    import tracemalloc
+
+    from .io import SlabWriter, open_array
+
+    t0 = time.perf_counter()
+    volume = _volume(geometry, volume)
+    if isinstance(projections, (str, os.PathLike)):
+        source = os.fspath(projections)
+        projections = open_array(projections, dataset=None)
+        params = {"input": source, **(params or {})}
+    shape = tuple(getattr(projections, "shape", ()))
+    if shape != geometry.projection_shape:
+        raise ValueError(f"projections: expected shape {geometry.projection_shape} (n_angles, n_rows, "
+                         f"n_cols) to match the geometry, got {shape}")
+    if (flats is None) != (darks is None):
+        raise ValueError("flats: give flats and darks together, or neither")
+    resident = 0
+    if flats is not None:
+        flats, darks = np.asarray(flats), np.asarray(darks)
+        resident = flats.nbytes + darks.nbytes
+    itemsize = np.dtype(getattr(projections, "dtype", np.float32)).itemsize
+    if slab_slices is not None and (not isinstance(slab_slices, (int, np.integer)) or slab_slices < 1):
+        raise ValueError(f"slab_slices: expected a positive number of slices, got {slab_slices!r}")
+    the_plan = plan(geometry, volume, backend=backend, host_memory=host_memory, gpu_memory=gpu_memory,
+                    input_itemsize=itemsize, preprocess=flats is not None or log_transform,
+                    resident=resident, max_slices=slab_slices, stripes=stripes is not None)
+    if on_plan is not None:
+        on_plan(the_plan)
+    log.debug("%s", the_plan.describe())
+    job = {"geometry": _describe(geometry), "volume": _describe(volume), "options": options,
+           "log_transform": log_transform, "flats": flats, "darks": darks, "stripes": stripes,
+           "stripe_size": stripe_size, **(params or {})}
+    meta = {"voxel_size": list(volume.voxel_size), "center": list(volume.center), "axes": "zyx",
+            "values": "attenuation per length unit", "software": "leveret", **(metadata or {})}
+
+    from tqdm.auto import tqdm
+
+    size = the_plan.slab_slices
+    retries = slabs_done = 0
+    traced = tracemalloc.is_tracing()
+    with SlabWriter(output, volume.shape, np.float32, params=job, metadata=meta, resume=resume,
+                    overwrite=overwrite, dataset=dataset, compression=compression) as writer:
+        resumed = int(writer.done.sum())
+        with tqdm(total=volume.nz, initial=resumed, unit="slice", desc="reconstruct", disable=not progress,
+                  leave=False, dynamic_ncols=True) as bar:
+            pending = writer.todo(size)
+            while pending:
+                k0, k1 = pending.pop(0)
+                try:
+                    slab = _one_slab(projections, geometry, volume, (k0, k1), flats=flats, darks=darks,
+                                     log_transform=log_transform, stripes=stripes, stripe_size=stripe_size,
+                                     backend=the_plan.backend, **options)
+                except Exception as exc:
+                    if not is_gpu_out_of_memory(exc) or k1 - k0 == 1:
+                        if is_gpu_out_of_memory(exc):
+                            raise MemoryError(f"memory: the GPU ran out of memory even for one slice "
+                                              f"({exc})") from exc
+                        raise
+                    _free_gpu_pool()
+                    size = max(1, (k1 - k0) // 2)
+                    retries += 1
+                    log.warning("CUDA out of memory on slices %d:%d; retrying with %d slice(s) per slab",
+                                k0, k1, size)
+                    pending = [(k, min(k1, k + size)) for k in range(k0, k1, size)] + pending
+                    continue
+                writer.write(k0, slab)
+                del slab
+                slabs_done += 1
+                bar.update(k1 - k0)
+        path = writer.finish()
+    return OutOfCoreResult(path=path, plan=the_plan, slab_slices=size, slabs_done=slabs_done,
+                           slices_resumed=resumed, retries=retries, seconds=time.perf_counter() - t0,
+                           peak_rss=peak_rss_bytes(),
+                           peak_traced=tracemalloc.get_traced_memory()[1] if traced else None)
+
+
+def _one_slab(projections, geometry, volume, region, **kwargs) -> np.ndarray:
+    k0, k1 = region
+    rows = slab_rows(geometry, volume, region)
+    if rows is None:   # the slab projects off the detector: nothing measured there
+        return np.zeros((k1 - k0, volume.ny, volume.nx), np.float32)
+    r0, r1 = rows
+    data = np.asarray(projections[:, r0:r1, :])
+    return reconstruct_slab(data, geometry, volume, region, rows=rows, **kwargs)
+
+
+def _describe(obj) -> dict:
+    """A geometry's fields as plain values (for the job's parameters hash)."""
+    fields = getattr(obj, "_fields", None) or ()
+    return {"type": type(obj).__name__, **{f: getattr(obj, f) for f in fields}}
