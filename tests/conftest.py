@@ -26,8 +26,9 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture
 def rng():
     """A fresh generator per test and run: kernels must be right on any input.
-    The seed is printed, so pytest shows it with a failure for replay."""
-    seed = np.random.SeedSequence().entropy
+    The seed is printed, so pytest shows it with a failure; LEVERET_TEST_SEED=<seed>
+    replays it."""
+    seed = int(os.environ.get("LEVERET_TEST_SEED") or np.random.SeedSequence().entropy)
     print(f"rng seed: {seed}")
     return np.random.default_rng(seed)
 

@@ -58,7 +58,15 @@ def test_adjoint(name, model, precision, rng):
     lhs = np.vdot(Ax.astype(np.float64), y)
     rhs = np.vdot(x, ATy.astype(np.float64))
     assert np.count_nonzero(Ax) > 0
-    assert abs(lhs - rhs) <= ADJOINT_TOL[precision] * abs(lhs)
+    assert abs(lhs - rhs) <= ADJOINT_TOL[precision] * adjoint_scale(lhs, Ax, y)
+
+
+def adjoint_scale(lhs, Ax, y) -> float:
+    """|<Ax, y>|, or its typical size for random y, ||Ax|| ||y|| / sqrt(m), if
+    larger: the rounding errors of A x and of the sum scale with the latter, and
+    a random y can make <Ax, y> cancel to a fraction of it (seen: 10x)."""
+    typical = np.linalg.norm(Ax.astype(np.float64)) * np.linalg.norm(y) / np.sqrt(Ax.size)
+    return max(abs(lhs), typical)
 
 
 @pytest.mark.parametrize("model", MODELS)
