@@ -159,6 +159,7 @@ def main(argv=None):
     parser.add_argument("--no-astra", action="store_true")
     parser.add_argument("--out", default=None)
     parser.add_argument("--kernels-only", action="store_true", help="only the kernel comparison")
+    parser.add_argument("--no-sweeps", action="store_true", help="skip the block/K and kernel sweeps")
     args = parser.parse_args(argv)
     meta = metadata(with_devices=True)
     print_header()
@@ -173,10 +174,11 @@ def main(argv=None):
         if not args.no_astra:
             bench_astra(size)
     bench_bottlenecks(512 if 512 in args.sizes else max(args.sizes))
-    bench_shapes(512 if 512 in args.sizes else max(args.sizes))
-    for size in args.sizes:
-        if size >= 512:
-            bench_kernels(size, quick=size > 512)
+    if not args.no_sweeps:
+        bench_shapes(512 if 512 in args.sizes else max(args.sizes))
+        for size in args.sizes:
+            if size >= 512:
+                bench_kernels(size, quick=size > 512)
     if args.out:
         write_results(args.out, meta)
     return 0
