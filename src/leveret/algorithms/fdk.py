@@ -163,15 +163,20 @@ class FDKWeighting:
         self.per_column = _column_weights(geometry, _use_parker(short_scan, self.frames))
         self.response = filter_response(geometry.n_cols, filter, cutoff=cutoff)
         self.padding = padding
+        self._gpu_tables = None
 
     def __call__(self, raw, views: slice):
         xp = v.array_module(raw)
         g = self.geometry
         if xp is not np and self.padding == "zero" and raw.dtype == np.float32:
             from ..cuda.fdk_weighting import weight_and_filter   # one fused pass before the FFT
-            f = self.frames
-            frames = np.stack([f["u0"], f["v0"], 1 / f["focal_u"], 1 / f["focal_v"]], axis=1)[views]
-            return weight_and_filter(raw, frames, self.per_column[views], self.response)
+            if self._gpu_tables is None:   # uploaded once: a pageable upload waits for the stream
+                f = self.frames
+                frames = np.stack([f["u0"], f["v0"], 1 / f["focal_u"], 1 / f["focal_v"]], axis=1)
+                self._gpu_tables = tuple(xp.asarray(a, np.float32) for a in (frames, self.per_column,
+                                                                             self.response))
+            frames, per_column, response = self._gpu_tables
+            return weight_and_filter(raw, frames[views], per_column[views], response)
         raw *= _cosine_weights(self.frames, views, g.n_rows, g.n_cols, xp, raw.dtype)
         raw *= xp.asarray(self.per_column[views], raw.dtype)[:, None, :]
         return apply_filter(raw, self.response, padding=self.padding)

@@ -113,9 +113,12 @@ class ConeTextureBackprojector:
         self.depth = depth(self.defines)
         self._capacity: dict = {}
 
-    def __call__(self, projections, index_matrices: np.ndarray, out, *, accumulate: bool = False, slices=None):
+    def __call__(self, projections, index_matrices: np.ndarray, out, *, accumulate: bool = False, slices=None,
+                 device_matrices=None):
         """Back-project into ``out`` (nz, ny, nx); ``slices=(k0, k1)`` (k0, and
-        k1 unless it is nz, multiples of ``depth``) writes only those z slices."""
+        k1 unless it is nz, multiples of ``depth``) writes only those z slices.
+        ``device_matrices``: ``kernel_matrices(index_matrices, ...)`` already on
+        the GPU (a pageable upload per call would wait for the stream's work)."""
         import cupy
 
         n_views, n_rows, n_cols = projections.shape
@@ -124,7 +127,8 @@ class ConeTextureBackprojector:
         const = module.get_global("c_cone_mat")
         stream = cupy.cuda.get_current_stream()
         index_matrices = np.asarray(index_matrices, np.float64).reshape(n_views, 12)
-        mats = cupy.asarray(kernel_matrices(index_matrices, staged_views(n_views, self.kernel, self.defines)))
+        mats = device_matrices if device_matrices is not None else cupy.asarray(
+            kernel_matrices(index_matrices, staged_views(n_views, self.kernel, self.defines)))
         k0, k1 = (0, nz) if slices is None else slices
         if k0 % self.depth or (k1 % self.depth and k1 != nz) or not 0 <= k0 < k1 <= nz:
             raise ValueError(f"slices: expected 0 <= k0 < k1 <= {nz}, k0 and k1 multiples of {self.depth} "

@@ -17,12 +17,12 @@ def weight_and_filter(raw, frames: np.ndarray, per_column: np.ndarray, response:
     ----------
     raw : cupy.ndarray (n_views, n_rows, n_cols) float32, C-contiguous
         Line integrals.
-    frames : ndarray (n_views, 4)
+    frames : ndarray (n_views, 4), NumPy or CuPy
         Per view: principal point u0, v0 and reciprocal focal lengths
         1 / focal_u, 1 / focal_v (pixels).
-    per_column : ndarray (n_views, n_cols)
+    per_column : ndarray (n_views, n_cols), NumPy or CuPy
         Angular quadrature x Parker weight / isocentre pitch.
-    response : ndarray (n_pad // 2 + 1,)
+    response : ndarray (n_pad // 2 + 1,), NumPy or CuPy
         The filter's frequency response (``leveret.filters.filter_response``).
 
     Returns
@@ -37,9 +37,10 @@ def weight_and_filter(raw, frames: np.ndarray, per_column: np.ndarray, response:
     padded = cupy.empty((total, n_pad), cupy.float32)
     kernel = load_module("fdk_weighting").get_function("fdk_weight_pad")
     grid = (-(-n_pad // BLOCK), min(total, MAX_GRID_Y))
+    # Tables may come as device arrays: a pageable upload would wait for the stream's earlier work.
     kernel(grid, (BLOCK,), (cupy.ascontiguousarray(raw, cupy.float32), padded,
-                            cupy.asarray(np.ascontiguousarray(per_column, np.float32)),
-                            cupy.asarray(np.ascontiguousarray(frames, np.float32)),
+                            cupy.ascontiguousarray(cupy.asarray(per_column, cupy.float32)),
+                            cupy.ascontiguousarray(cupy.asarray(frames, cupy.float32)),
                             np.int32(n_rows), np.int32(n_cols), np.int32(n_pad), np.int32(total)))
     spectrum = cupy.fft.rfft(padded, axis=-1)
     del padded

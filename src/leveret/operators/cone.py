@@ -123,9 +123,14 @@ class ConeBackprojection:
             if projections.dtype != np.float32 or out.dtype != np.float32:
                 raise ValueError("projections: the CUDA backend runs in float32")
             if self._gpu is None:
-                from ..cuda.backproject_cone import ConeTextureBackprojector
+                from ..cuda.backproject_cone import ConeTextureBackprojector, kernel_matrices, staged_views
                 self._gpu = ConeTextureBackprojector(kernel=self.last_kernel)
-            return self._gpu(xp.ascontiguousarray(projections), idx, out, accumulate=accumulate, slices=slices)
+                if self.last_kernel != "hybrid":   # the same per view in any call: upload once
+                    n = self.geometry.n_views
+                    self._gpu_matrices = xp.asarray(kernel_matrices(self._index, staged_views(n, self.last_kernel)))
+            device_matrices = None if self.last_kernel == "hybrid" else self._gpu_matrices[views]
+            return self._gpu(xp.ascontiguousarray(projections), idx, out, accumulate=accumulate, slices=slices,
+                             device_matrices=device_matrices)
         if xp is not np:
             raise ValueError("projections: the CPU backend takes NumPy arrays, got a CuPy array")
         from ..cpu import backproject_cone as cpu
