@@ -106,7 +106,7 @@ def bench_bottlenecks(size=512):
         record(f"kernel B {size}^3, {label}", t, updates)
 
 
-def bench_kernels(size=512, quick=False, only=()):
+def bench_kernels(size=512, quick=False):
     """The four kernels: block shapes (a warp's footprint on the detector sets the
     texture cache's work), registers (LEVERET_CONE_MIN_BLOCKS), and the hybrid's
     view split (LEVERET_CONE_STAGE staged : LEVERET_CONE_TEX_VIEWS texture views)."""
@@ -127,10 +127,6 @@ def bench_kernels(size=512, quick=False, only=()):
     for split in ((1, 2), (1, 3), (1, 4), (1, 6), (2, 6)) if not quick else ((1, 3),):
         for block in ((16, 16), (8, 32)):
             configs.append(("hybrid", block, (f"LEVERET_CONE_STAGE={split[0]}", f"LEVERET_CONE_TEX_VIEWS={split[1]}")))
-    configs += [("pairs", block, defines) for block in ((16, 16), (8, 32), (32, 8))
-                for defines in ((), ("LEVERET_CONE_PAIR_STAGE=1",), ("LEVERET_CONE_K=16",))]
-    if only:
-        configs = [c for c in configs if c[0] in only]
     for kernel, block, defines in configs:
         bp = ConeTextureBackprojector(block, defines=defines, kernel=kernel)
         t = median_time(lambda: bp(proj, mats, out), reps=3, sync=sync)
@@ -164,13 +160,12 @@ def main(argv=None):
     parser.add_argument("--out", default=None)
     parser.add_argument("--kernels-only", action="store_true", help="only the kernel comparison")
     parser.add_argument("--no-sweeps", action="store_true", help="skip the block/K and kernel sweeps")
-    parser.add_argument("--kernels", nargs="+", default=(), help="with --kernels-only: only these kernels")
     args = parser.parse_args(argv)
     meta = metadata(with_devices=True)
     print_header()
     if args.kernels_only:
         for size in args.sizes:
-            bench_kernels(size, quick=size > 512, only=tuple(args.kernels))
+            bench_kernels(size, quick=size > 512)
         if args.out:
             write_results(args.out, meta)
         return 0

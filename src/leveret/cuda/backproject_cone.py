@@ -14,7 +14,7 @@ MAX_VIEWS_PER_PASS = 1024  # LEVERET_CONE_MAX_VIEWS
 BLOCK = (32, 8)
 STAGED_BLOCK = (16, 16)    # compact boxes: small tiles (docs/performance.md)
 MAX_TILE = 4096            # floats per staged view: 16 KiB, so the texture path keeps L1 to cache in
-KERNELS = ("texture", "global", "shared", "hybrid", "pairs")
+KERNELS = ("texture", "global", "shared", "hybrid")
 BORDER = 2                 # LEVERET_CONE_BORDER: zero pixels around each view for the software kernels
 SHARED_BYTES = 48 << 10    # per block, without opting in to more
 
@@ -30,11 +30,6 @@ def _define(defines: tuple[str, ...], name: str) -> int:
 def depth(defines: tuple[str, ...] = ()) -> int:
     """Voxels along z per thread: LEVERET_CONE_K."""
     return _define(tuple(defines), "LEVERET_CONE_K")
-
-
-def pair_stage(defines: tuple[str, ...] = ()) -> int:
-    """Views staged per round by kernel P: LEVERET_CONE_PAIR_STAGE."""
-    return _define(tuple(defines), "LEVERET_CONE_PAIR_STAGE")
 
 
 def view_split(defines: tuple[str, ...] = ()) -> tuple[int, int]:
@@ -67,14 +62,11 @@ def kernel_matrices(index_matrices: np.ndarray, software: np.ndarray) -> np.ndar
 
 
 def tile_capacity(index_matrices: np.ndarray, volume_shape: tuple[int, int, int], block: tuple[int, int],
-                  k: int, n_rows: int, n_cols: int, limit: int = MAX_TILE, layout: str = "clamped") -> int:
+                  k: int, n_rows: int, n_cols: int, limit: int = MAX_TILE) -> int:
     """Floats per view that a block's tile needs: the largest footprint over a
     sample of blocks (a 9 x 9 x 5 lattice, corners included) and every view,
     as the kernel computes it, rounded up to 32 and capped at ``limit``. A view
-    whose tile is larger for some block is read from global memory there.
-    ``layout``: "clamped" (kernels S and hybrid: floats, the box clamped to the
-    detector's zero border) or "pairs" (kernel P: pairs, the whole box, one
-    pixel of margin)."""
+    whose tile is larger for some block is read from global memory there."""
     nz, ny, nx = volume_shape
     starts = [np.unique(np.linspace(0, (n - 1) // b, m).round().astype(int)) * b
               for n, b, m in ((nx, block[0], 9), (ny, block[1], 9), (nz, k, 5))]
@@ -91,12 +83,8 @@ def tile_capacity(index_matrices: np.ndarray, volume_shape: tuple[int, int, int]
                 u, v = q[:, 0] / q[:, 2], q[:, 1] / q[:, 2]
                 u_lo, u_hi = np.minimum(u_lo, u), np.maximum(u_hi, u)
                 v_lo, v_hi = np.minimum(v_lo, v), np.maximum(v_hi, v)
-    if layout == "pairs":
-        width = np.floor(u_hi + 1.0) - np.floor(u_lo - 1.0) + 1
-        height = np.floor(v_hi + 1.0) - np.floor(v_lo - 1.0) + 2
-    else:
-        width = np.floor(np.clip(u_hi + 0.5, -2, n_cols)) - np.floor(np.clip(u_lo - 0.5, -2, n_cols)) + 2
-        height = np.floor(np.clip(v_hi + 0.5, -2, n_rows)) - np.floor(np.clip(v_lo - 0.5, -2, n_rows)) + 2
+    width = np.floor(np.clip(u_hi + 0.5, -2, n_cols)) - np.floor(np.clip(u_lo - 0.5, -2, n_cols)) + 2
+    height = np.floor(np.clip(v_hi + 0.5, -2, n_rows)) - np.floor(np.clip(v_lo - 0.5, -2, n_rows)) + 2
     need = int((width * height).max())
     return int(min(limit, -(-need // 32) * 32))
 
@@ -120,7 +108,7 @@ class ConeTextureBackprojector:
             raise ValueError(f"kernel: expected one of {KERNELS}, got {kernel!r}")
         self.kernel = kernel
         self.block = tuple(block) if block is not None else (
-            STAGED_BLOCK if kernel in ("shared", "hybrid", "pairs") else BLOCK)
+            STAGED_BLOCK if kernel in ("shared", "hybrid") else BLOCK)
         self.defines = tuple(defines)   # bottleneck variants and tuning (see the .cu file)
         self.depth = depth(self.defines)
         self._capacity: dict = {}
@@ -149,19 +137,10 @@ class ConeTextureBackprojector:
         grid = (-(-nx // self.block[0]), -(-ny // self.block[1]), -(-k1 // self.depth) - block0)
         ints = lambda *a: tuple(np.int32(x) for x in a)   # noqa: E731
         padded = None
-        if self.kernel in ("global", "shared", "hybrid"):
+        if self.kernel != "texture":
             padded = cupy.pad(projections, ((0, 0), (BORDER, BORDER), (BORDER, BORDER)))   # the zero border
         capacity = 0
-        if self.kernel == "pairs":
-            key = (index_matrices.tobytes(), out.shape, n_rows, n_cols)
-            stage = pair_stage(self.defines)
-            if key not in self._capacity:
-                limit = min(MAX_TILE, (SHARED_BYTES - 256) // (8 * stage))
-                self._capacity = {key: tile_capacity(index_matrices, out.shape, self.block, self.depth,
-                                                     n_rows, n_cols, limit=limit, layout="pairs")}
-            capacity = self._capacity[key]
-            shared_bytes = stage * capacity * 8
-        elif self.kernel in ("shared", "hybrid"):
+        if self.kernel in ("shared", "hybrid"):
             key = (index_matrices.tobytes(), out.shape, n_rows, n_cols)
             if key not in self._capacity:
                 stage, _ = view_split(self.defines)
@@ -179,11 +158,6 @@ class ConeTextureBackprojector:
                 module.get_function("backproject_cone_global")(
                     grid, self.block, (padded[v0:v1], out) + ints(nx, ny, nz, v1 - v0, n_rows, n_cols, flag, block0),
                     stream=stream)
-            elif self.kernel == "pairs":
-                module.get_function("backproject_cone_pairs")(
-                    grid, self.block,
-                    (projections[v0:v1], out) + ints(nx, ny, nz, v1 - v0, n_rows, n_cols, capacity, flag, block0),
-                    stream=stream, shared_mem=shared_bytes)
             elif self.kernel == "shared":
                 module.get_function("backproject_cone_shared")(
                     grid, self.block,

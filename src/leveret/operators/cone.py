@@ -56,7 +56,7 @@ class ConeBackprojection:
         "linear8" mode mirrors the one chosen. With "linear"/"linear8":
         "texture" (kernel B) or "hybrid" (exact weights from shared memory for
         some views, the texture unit for the others, both at once); with
-        "linear32": "global", "shared" or "pairs" (kernel P). "auto" picks the fastest measured
+        "linear32": "global" or "shared". "auto" picks the fastest measured
         (docs/performance.md); ``last_kernel`` tells which ran.
     """
 
@@ -75,8 +75,7 @@ class ConeBackprojection:
         check_in_front(self.matrices, volume)
         self.backend = resolve(backend)
         self.interpolation = v.choice("interpolation", interpolation, ("linear", "linear8", "linear32"))
-        allowed = ("auto", "global", "shared", "pairs") if self.interpolation == "linear32" else ("auto", "texture",
-                                                                                                   "hybrid")
+        allowed = ("auto", "global", "shared") if self.interpolation == "linear32" else ("auto", "texture", "hybrid")
         self.kernel = v.choice("kernel", kernel, allowed)
         self._index = index_matrices(self.matrices, volume)
         self._gpu = None
