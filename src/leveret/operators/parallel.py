@@ -85,7 +85,10 @@ class ParallelBackprojection:
         "exact": float32 filtered sinograms. "fast": the texture kernels read
         them as fp16 (half2 / half4 texels, 2 or 4 slices per fetch; the
         hybrid's ALU tiles stay float32 and exact); the CPU backend emulates
-        it with a float16 round trip of the sinograms.
+        it with a float16 round trip of the sinograms; with
+        ``interpolation="linear8"`` it also rounds each filtered sample to
+        float16, as the texture unit does for 16-bit float texels, and so
+        reproduces the GPU's fp16 texture path to float rounding.
     roi : (y0, x0, height, width), optional
         Reconstruct only this rectangle of each slice (pixels of the
         volume's grid); the output is (n_slices, height, width).
@@ -171,6 +174,9 @@ class ParallelBackprojection:
             # modes round them in the data's precision, as the GPU does.
             table = self.table(np.float64 if mode == "linear" else sinos.dtype)
             self._last_cpu = f"cpu-{mode}" + ("-fp16" if self.precision == "fast" else "")
+            if self.precision == "fast" and mode == "linear8":
+                # the texture unit also returns fp16 texels' filtered values rounded to fp16
+                mode = "linear8-fp16"
             return backproject(np.ascontiguousarray(sinos), table, out, mode)
         if xp is np:
             raise ValueError("sinos: the CUDA backend takes CuPy arrays, got a NumPy array")
