@@ -21,6 +21,14 @@ TEXTURE_VS_EXACT_RANDOM = 2.5e-3
 TEXTURE_VS_EXACT_ONE_ANGLE = 5e-3
 
 
+@pytest.fixture(autouse=True)
+def _texture_kernel(monkeypatch):
+    """These tests check issue 2's texture path against the CPU's linear8; since
+    issue 4 "auto" runs the exact ALU kernel where it fits, so they ask for the
+    texture kernel (the defaults are tested in test_parallel_kernels_gpu.py)."""
+    monkeypatch.setenv("LEVERET_PARALLEL_KERNEL", "texture")
+
+
 def texture_vs_exact_bound(n_angles: int) -> float:
     """Bound of rel(8-bit weights, exact) on white noise for this many angles."""
     return TEXTURE_VS_EXACT_ONE_ANGLE if n_angles < 10 else TEXTURE_VS_EXACT_RANDOM

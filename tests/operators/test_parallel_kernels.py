@@ -419,10 +419,13 @@ def test_override_and_kernel_resolution(monkeypatch, tmp_path, rng):
     monkeypatch.delenv("LEVERET_PARALLEL_KERNEL", raising=False)
     monkeypatch.delenv("LEVERET_NO_TUNING_CACHE", raising=False)
     op = ParallelBackprojection(geometry, volume, backend="cpu")
-    assert op.resolve_kernel(8) == {"kernel": "texture", "packing": "float2"}     # nothing cached
-    assert op.resolve_kernel(1) == {"kernel": "texture", "packing": "float"}
+    # nothing cached: the measured defaults (default_config)
+    assert op.resolve_kernel(8) == {"kernel": "alu", "tile": 32, "nv": 4}
+    assert op.resolve_kernel(2) == {"kernel": "alu", "tile": 64, "nv": 2}
+    assert op.resolve_kernel(1) == {"kernel": "alu", "tile": 64, "nv": 1}
     fast = ParallelBackprojection(geometry, volume, backend="cpu", precision="fast")
-    assert fast.resolve_kernel(8) == {"kernel": "texz", "packing": "half4"}
+    assert fast.resolve_kernel(8) == {"kernel": "hybrid", "tile": 32, "packing": "half4", "ratio": (2, 3)}
+    assert fast.resolve_kernel(2) == {"kernel": "hybrid", "tile": 32, "packing": "half2", "ratio": (1, 2)}
     hyb = ParallelBackprojection(geometry, volume, backend="cpu", precision="fast", kernel="hybrid")
     assert hyb.resolve_kernel(8) == {"kernel": "hybrid", "packing": "half4"}
     assert hyb.resolve_kernel(2) == {"kernel": "hybrid", "packing": "half2"}
@@ -433,6 +436,34 @@ def test_override_and_kernel_resolution(monkeypatch, tmp_path, rng):
     explicit = ParallelBackprojection(geometry, volume, backend="cpu", kernel="texz",
                                       kernel_options={"nq": 8})
     assert explicit.resolve_kernel(8) == {"kernel": "texz", "nq": 8, "packing": "float2"}
+
+
+def test_default_falls_back_to_texture_kernels(monkeypatch):
+    """Where the ALU cache does not fit (pixels 7x the bin width), or the
+    interpolation is the texture unit's, "auto" runs the texture kernels."""
+    import leveret.operators.parallel as par
+    monkeypatch.setattr(par, "_gpu_name", lambda: "Fake GPU")
+    monkeypatch.setenv("LEVERET_NO_TUNING_CACHE", "1")
+    monkeypatch.delenv("LEVERET_PARALLEL_KERNEL", raising=False)
+    g = ParallelGeometry(np.linspace(0, np.pi, 90, endpoint=False), 2048, n_rows=8, det_spacing=0.5)
+    wide = VolumeGeometry((8, 97, 131), voxel_size=3.5)
+    with pytest.raises(ValueError, match="tile"):
+        alu_plan(parallel_table(g, wide, np.float64), 32, 1)
+    op = ParallelBackprojection(g, wide, backend="cpu")
+    assert op.resolve_kernel(8) == {"kernel": "texz", "packing": "float2", "nq": 8}
+    assert op.resolve_kernel(1) == {"kernel": "texture", "packing": "float"}
+    fast = ParallelBackprojection(g, wide, backend="cpu", precision="fast")
+    assert fast.resolve_kernel(8) == {"kernel": "texz", "packing": "half4", "nq": 4}
+    assert fast.resolve_kernel(1) == {"kernel": "texz", "packing": "half2", "nq": 8}
+    fine = VolumeGeometry((8, 97, 131), voxel_size=0.5)
+    for interpolation in ("nearest", "linear8"):
+        op = ParallelBackprojection(g, fine, backend="cpu", interpolation=interpolation)
+        assert op.resolve_kernel(8)["kernel"] == "texz"
+    # 4-slice tiles need 4x the shared memory: a cache of ~110 bins fits 2-slice tiles only
+    mid = VolumeGeometry((8, 97, 131), voxel_size=1.25)
+    cw = cache_width(parallel_table(g, mid, np.float64), 32)
+    assert 96 < cw <= MAX_EXACT_CACHE_WIDTH
+    assert ParallelBackprojection(g, mid, backend="cpu").resolve_kernel(8) == {"kernel": "alu", "tile": 32, "nv": 2}
 
 
 @pytest.mark.parametrize("kwargs,name", [
