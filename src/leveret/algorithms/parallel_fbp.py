@@ -14,7 +14,8 @@ def fbp(projections, geometry: ParallelGeometry, volume: VolumeGeometry | None =
         filter: str = "ram-lak", interpolation: str = "linear", backend: str = "auto",
         cutoff: float = 1.0, padding: str = "zero", angle_weights="auto",
         precision: str = "single", chunk_slices: int | None = None, out=None,
-        progress: bool = False, kernel: str = "auto", kernel_options: dict | None = None):
+        progress: bool = False, kernel: str = "auto", kernel_options: dict | None = None,
+        roi=None):
     """Filtered back-projection (FBP) of parallel-beam data.
 
     Parameters
@@ -58,12 +59,18 @@ def fbp(projections, geometry: ParallelGeometry, volume: VolumeGeometry | None =
         the tuned choice for this GPU when there is one.
     kernel_options : dict, optional
         The kernel's parameters (``ParallelBackprojection``).
+    roi : (y0, x0, height, width), optional
+        Reconstruct only this rectangle of each slice, in pixels of the
+        volume's (ny, nx) grid (``ParallelBackprojection``): the output is
+        ``(height, width)`` or ``(nz, height, width)`` and equals that window
+        of the full reconstruction; the back-projection's cost shrinks with it.
 
     Returns
     -------
     ndarray
-        ``(ny, nx)`` or ``(nz, ny, nx)`` attenuation per length unit; NumPy in,
-        NumPy out; CuPy in, CuPy out.
+        ``(ny, nx)`` or ``(nz, ny, nx)`` (with ``roi``: ``height, width`` in
+        place of ``ny, nx``) attenuation per length unit; NumPy in, NumPy out;
+        CuPy in, CuPy out.
     """
     if not isinstance(geometry, ParallelGeometry):
         raise ValueError(f"geometry: expected a ParallelGeometry, got {type(geometry).__name__}")
@@ -82,7 +89,7 @@ def fbp(projections, geometry: ParallelGeometry, volume: VolumeGeometry | None =
     dtype = np.float64 if precision == "double" else np.float32
     op = ParallelBackprojection(geometry, volume, interpolation=interpolation, backend=backend,
                                 kernel=kernel, precision="fast" if precision == "fast" else "exact",
-                                kernel_options=kernel_options)
+                                kernel_options=kernel_options, roi=roi)
     if not isinstance(projections, np.ndarray) and op.backend == "cpu":
         raise ValueError("backend: 'cpu' cannot take a CuPy array")
     if op.backend == "cuda" and dtype == np.float64:
@@ -94,14 +101,16 @@ def fbp(projections, geometry: ParallelGeometry, volume: VolumeGeometry | None =
     stack = projections[:, None, :] if geometry.is_2d else projections  # (A, R, C)
     rows_lo, rows_frac = _slice_rows(geometry, volume)
     n_slices = volume.nz
+    ny, nx = op.out_shape      # the ROI's, when one is set
     on_gpu = op.backend == "cuda"
-    out = _prepare_out(out, volume, dtype, cupy_out=input_on_gpu)
+    out_shape = (ny, nx) if volume.is_2d else (n_slices, ny, nx)
+    out = _prepare_out(out, out_shape, dtype, cupy_out=input_on_gpu)
     job = _Job(stack, rows_lo, rows_frac, geometry, volume, op, weights, response, padding, dtype,
-               out.reshape((n_slices, volume.ny, volume.nx)))
+               out.reshape((n_slices, ny, nx)))
 
     streamed = on_gpu and not input_on_gpu
     if chunk_slices is None:
-        per_slice = fbp_bytes_per_slice(geometry.n_angles, geometry.n_cols, volume.ny, volume.nx,
+        per_slice = fbp_bytes_per_slice(geometry.n_angles, geometry.n_cols, ny, nx,
                                         np.dtype(dtype).itemsize, streamed=streamed)
         available = gpu_free_bytes() if on_gpu else host_available_bytes()
         chunk_slices = plan_chunk(n_slices, per_slice, available)
@@ -157,7 +166,7 @@ class _Job:
 
         from ..pipeline import parallel_copy, stream_chunks
 
-        g, vol = self.geometry, self.volume
+        g = self.geometry
         n_bad = cupy.zeros((), cupy.int64)  # non-finite inputs, read once at the end
 
         def compute(chunk, d_in, d_out):
@@ -166,7 +175,7 @@ class _Job:
 
         stream_chunks(chunks,
                       in_shape=lambda c: (g.n_angles, c[1] - c[0], g.n_cols),
-                      out_shape=lambda c: (c[1] - c[0], vol.ny, vol.nx),
+                      out_shape=lambda c: (c[1] - c[0],) + self.op.out_shape,
                       load=lambda c, buf: self.rows(c, out=buf),
                       compute=compute,
                       store=lambda c, buf: parallel_copy(self.out3[c[0]:c[1]], buf),
@@ -198,7 +207,7 @@ class _Job:
             part = self.op if n_batches == 1 else ParallelBackprojection(
                 _angle_subset(g, b0, b1), self.volume, interpolation=self.op.interpolation,
                 backend="cuda", texture_packing=self.op.texture_packing, kernel=self.op.kernel,
-                precision=self.op.precision, kernel_options=self.op.kernel_options)
+                precision=self.op.precision, kernel_options=self.op.kernel_options, roi=self.op.roi)
             image = part(self.filtered(d_in, slice(b0, b1)))
             total = image if total is None else total.__iadd__(image)
         _raise_if_bad(int(n_bad))
@@ -272,14 +281,14 @@ def _gather_rows(stack, rows_lo, rows_frac, chunk, *, out=None, dtype=np.float32
     return out
 
 
-def _prepare_out(out, volume: VolumeGeometry, dtype, *, cupy_out: bool):
+def _prepare_out(out, shape: tuple, dtype, *, cupy_out: bool):
     if out is None:
         if cupy_out:
             import cupy
-            return cupy.empty(volume.shape, dtype=dtype)
-        return np.empty(volume.shape, dtype=dtype)
-    if tuple(out.shape) != volume.shape or out.dtype != dtype:
-        raise ValueError(f"out: expected shape {volume.shape} and dtype {np.dtype(dtype)}, "
+            return cupy.empty(shape, dtype=dtype)
+        return np.empty(shape, dtype=dtype)
+    if tuple(out.shape) != tuple(shape) or out.dtype != dtype:
+        raise ValueError(f"out: expected shape {tuple(shape)} and dtype {np.dtype(dtype)}, "
                          f"got {tuple(out.shape)} {out.dtype}")
     if type(out).__module__.startswith("cupy") != cupy_out:
         raise ValueError("out: must live where the input lives (NumPy for NumPy input, CuPy for CuPy input)")
