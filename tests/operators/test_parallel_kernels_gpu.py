@@ -288,6 +288,10 @@ def test_fbp_default_from_numpy_is_exact(rng, no_tuning):
     proj = rng.standard_normal(g.projection_shape).astype(np.float32)
     got = leveret.fbp(proj, g, chunk_slices=4)
     assert rel(got, leveret.fbp(proj, g, backend="cpu")) < 1e-5
+    from leveret import pipeline
+    st = pipeline.last_stats       # the time split the stack benchmark reports
+    assert st["chunks"] == 6 and st["wall"] > 0 and st["compute"] > 0 and st["h2d"] > 0 and st["d2h"] > 0
+    assert st["load"] > 0 and st["store"] > 0
 
 
 @pytest.mark.parametrize("numpy_in", [False, True])

@@ -116,6 +116,11 @@ def fbp(projections, geometry: ParallelGeometry, volume: VolumeGeometry | None =
         chunk_slices = plan_chunk(n_slices, per_slice, available)
         if streamed:  # many chunks, so transfers overlap compute
             chunk_slices = min(chunk_slices, max(2, -(-n_slices // 16)))
+            # and at most ~512 MiB of projections per chunk: the pipeline's fill
+            # and drain (one chunk's gather, copies and store, not hidden) stay
+            # short, and so do the four pinned buffers' allocation
+            per_chunk_in = geometry.n_angles * geometry.n_cols * np.dtype(dtype).itemsize
+            chunk_slices = max(1, min(chunk_slices, (512 << 20) // max(1, per_chunk_in)))
     chunk_slices = v.positive_int("chunk_slices", chunk_slices)
     chunks = [(k, min(n_slices, k + chunk_slices)) for k in range(0, n_slices, chunk_slices)]
 
