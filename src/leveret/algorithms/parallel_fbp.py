@@ -31,9 +31,11 @@ def fbp(projections, geometry: ParallelGeometry, volume: VolumeGeometry | None =
         between rows when the grids are not aligned; zero off the detector).
     filter : {"ram-lak", "shepp-logan", "cosine", "hamming", "hann"}
     interpolation : {"linear", "nearest", "linear8"}
-        Detector interpolation. On CUDA, "linear" is the texture unit's
-        (8-bit weights; its deviation from exact weights is documented in
-        docs/accuracy.md); "linear8" asks for those weights on the CPU too.
+        Detector interpolation. On CUDA, "linear" runs the exact ALU kernel
+        by default (exact float32 weights) and the texture unit's 8-bit
+        weights where that kernel does not fit or another kernel is chosen
+        (docs/accuracy.md, docs/performance.md); "linear8" asks for the 8-bit
+        weights on either backend.
     backend : {"auto", "cuda", "cpu"}
     cutoff : float
         Frequency cutoff as a fraction of Nyquist, in (0, 1].
@@ -56,7 +58,8 @@ def fbp(projections, geometry: ParallelGeometry, volume: VolumeGeometry | None =
         Show a progress bar over slices.
     kernel : {"auto", "texture", "texz", "alu", "hybrid"}
         CUDA back-projection kernel (``ParallelBackprojection``); "auto" takes
-        the tuned choice for this GPU when there is one.
+        the tuned choice for this GPU when there is one, else the measured
+        fastest (``ParallelBackprojection.default_config``).
     kernel_options : dict, optional
         The kernel's parameters (``ParallelBackprojection``).
     roi : (y0, x0, height, width), optional
