@@ -5,6 +5,7 @@ by the GPU tests (tests/operators/test_parallel_kernels_gpu.py,
 tests/algorithms/test_fbp_cuda.py); this catches what needs no GPU."""
 from __future__ import annotations
 
+import ctypes
 import sys
 import time
 import types
@@ -16,14 +17,15 @@ from leveret import pipeline
 
 
 class _DeviceArray(np.ndarray):
-    """A host array with CuPy's ``set``/``get`` (synchronous here)."""
+    """A host array with CuPy's ``data.ptr``."""
 
-    def set(self, arr, stream=None):
-        self[...] = arr
+    @property
+    def data(self):
+        return types.SimpleNamespace(ptr=self.ctypes.data)
 
-    def get(self, stream=None, out=None):
-        out[...] = self
-        return out
+
+def _memcpy_async(dst, src, nbytes, kind, stream_ptr):
+    ctypes.memmove(dst, src, nbytes)      # at once: the stand-in has no streams
 
 
 class _Event:
@@ -40,6 +42,7 @@ class _Event:
 class _Stream:
     def __init__(self, non_blocking=False):
         self.waited = 0
+        self.ptr = 0
 
     def record(self):
         e = _Event()
@@ -62,7 +65,8 @@ class _Stream:
 
 @pytest.fixture
 def fake_cupy(monkeypatch):
-    cuda = types.SimpleNamespace(Stream=_Stream, Event=_Event,
+    runtime = types.SimpleNamespace(memcpyAsync=_memcpy_async, memcpyHostToDevice=1, memcpyDeviceToHost=2)
+    cuda = types.SimpleNamespace(Stream=_Stream, Event=_Event, runtime=runtime,
                                  get_elapsed_time=lambda a, b: (b.t - a.t) * 1e3)
     cupy = types.SimpleNamespace(cuda=cuda, empty=lambda n, dtype: np.empty(n, dtype).view(_DeviceArray))
     cupyx = types.SimpleNamespace(empty_pinned=lambda n, dtype: np.empty(n, dtype))

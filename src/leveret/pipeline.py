@@ -59,6 +59,16 @@ def parallel_copy(dst: np.ndarray, src: np.ndarray) -> None:
         f.result()
 
 
+def _copy_async(dst_ptr: int, src_ptr: int, nbytes: int, kind, stream) -> None:
+    """cudaMemcpyAsync between a pinned host buffer and device memory on ``stream``.
+    Asynchronous whatever the CuPy version: ndarray.get (blocking by default in
+    recent CuPy) would hold the loop until the copy and the kernels before it
+    are done, so the next chunk's work would be queued late."""
+    import cupy
+
+    cupy.cuda.runtime.memcpyAsync(dst_ptr, src_ptr, nbytes, kind, stream.ptr)
+
+
 def stream_chunks(chunks: Sequence, *, in_shape: Callable, out_shape: Callable | None,
                   load: Callable, compute: Callable, store: Callable | None = None,
                   in_dtype=np.float32, out_dtype=np.float32, on_done: Callable | None = None) -> None:
@@ -116,7 +126,8 @@ def stream_chunks(chunks: Sequence, *, in_shape: Callable, out_shape: Callable |
             if compute_done[b] is not None:
                 copy_stream.wait_event(compute_done[b])
             span("h2d", copy_stream)
-            d_in.set(view(pin_in[b], in_shape(chunk)), stream=copy_stream)
+            _copy_async(d_in.data.ptr, view(pin_in[b], in_shape(chunk)).ctypes.data, d_in.nbytes,
+                        cupy.cuda.runtime.memcpyHostToDevice, copy_stream)
             h2d_done[b] = copy_stream.record()
             spans["h2d"].append(h2d_done[b])
             if c + 1 < len(chunks):
@@ -140,7 +151,8 @@ def stream_chunks(chunks: Sequence, *, in_shape: Callable, out_shape: Callable |
                 storing[b].result()      # pinned output b is free again
             d2h_stream.wait_event(compute_done[b])
             span("d2h", d2h_stream)
-            d_out.get(stream=d2h_stream, out=view(pin_out[b], out_shape(chunk)))
+            _copy_async(view(pin_out[b], out_shape(chunk)).ctypes.data, d_out.data.ptr, d_out.nbytes,
+                        cupy.cuda.runtime.memcpyDeviceToHost, d2h_stream)
             d2h_done[b] = d2h_stream.record()
             spans["d2h"].append(d2h_done[b])
             storing[b] = storer.submit(store_after, d2h_done[b], chunk, pin_out[b])
