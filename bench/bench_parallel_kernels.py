@@ -6,7 +6,7 @@ loads or the caching stage removed by a macro).
 
   PYTHONPATH=src python3 bench/bench_parallel_kernels.py [--astra] [--no-variants]
       [--slices 64] [--n 2048] [--angles 2048] [--out FILE.json] [--tune]
-  PYTHONPATH=src python3 bench/bench_parallel_kernels.py --stack 2048 [--only-stack]
+  PYTHONPATH=src python3 bench/bench_parallel_kernels.py --stack 2048 [--only-stack] [--roi]
 
 --stack N: the whole-scan pipeline, host to host: N slices of n^2 from a NumPy
 (angles, N, n) float32 stack into a NumPy (N, n, n) volume with leveret.fbp's
@@ -14,6 +14,8 @@ defaults (kernel="auto", exact and fast), with the time split (host gathers,
 copies in and out, GPU compute, host stores). N = 2048 needs 32 GiB + 32 GiB of
 host memory; targets for 2048 x 2048^2 from 2048 angles: <= 11 s exact, <= 7 s
 fast. Each mode runs twice: cold (pinned buffers allocated) and warm.
+--roi: the default kernels on the full slice and on centred ROIs (GU/s per
+ROI pixel: a ROI should cost per pixel what the full slice does).
 
 Prints a table and writes JSON (bench/common.py). Timings never go in tests.
 """
@@ -139,6 +141,30 @@ def bench_variants(n, n_angles, n_slices):
                t, updates, note="bottleneck probe: results are wrong by design")
 
 
+def bench_roi(n, n_angles, n_slices):
+    """Issue 4 item 4: a region of interest costs per pixel what the full slice
+    does. Default kernels (kernel="auto", no tuning cache), full slice against a
+    centred half-side ROI (a quarter of the pixels) and a 1/8-side one."""
+    import os
+
+    import cupy as cp
+    from leveret.operators import ParallelBackprojection
+
+    os.environ["LEVERET_NO_TUNING_CACHE"] = "1"
+    sync = cp.cuda.Device().synchronize
+    g, vol, _, _, sinos, _ = _setup(n, n_angles, n_slices)
+    for precision in ("exact", "fast"):
+        for side in (n, n // 2, n // 8):
+            y0 = (n - side) // 2
+            op = ParallelBackprojection(g, vol, backend="cuda", precision=precision,
+                                        roi=None if side == n else (y0, y0, side, side))
+            out = cp.empty((n_slices, side, side), cp.float32)
+            t = median_time(lambda: op(sinos, out=out), reps=3, sync=sync)
+            record(f"BP ROI {side}^2 of {n}^2, {n_slices} slices from {n_angles}, {precision}", t,
+                   side * side * n_slices * n_angles, note=f"{op.last_kernel}; GU/s per ROI pixel")
+    del os.environ["LEVERET_NO_TUNING_CACHE"]
+
+
 def bench_fbp_modes(n, n_angles, n_slices):
     """Whole FBP (filter + back-projection), device arrays, per kernel choice."""
     import cupy as cp
@@ -245,6 +271,7 @@ def main(argv=None):
     parser.add_argument("--no-variants", action="store_true")
     parser.add_argument("--fbp", action="store_true", help="whole FBP per kernel choice")
     parser.add_argument("--tune", action="store_true", help="run the auto-tuner (writes the user cache)")
+    parser.add_argument("--roi", action="store_true", help="default kernels on ROIs against the full slice")
     parser.add_argument("--stack", type=int, default=0, metavar="N",
                         help="whole-scan FBP of N slices host to host (N=2048: 64 GiB of host memory)")
     parser.add_argument("--only-stack", action="store_true", help="skip the kernel table")
@@ -260,6 +287,8 @@ def main(argv=None):
         bench_stack(args.stack, args.n, args.angles)
     if args.fbp:
         bench_fbp_modes(args.n, args.angles, args.slices)
+    if args.roi:
+        bench_roi(args.n, args.angles, args.slices)
     if args.tune:
         bench_tune(args.n, args.angles, args.slices)
     if args.astra:
