@@ -6,6 +6,16 @@ loads or the caching stage removed by a macro).
 
   PYTHONPATH=src python3 bench/bench_parallel_kernels.py [--astra] [--no-variants]
       [--slices 64] [--n 2048] [--angles 2048] [--out FILE.json] [--tune]
+  PYTHONPATH=src python3 bench/bench_parallel_kernels.py --stack 2048 [--only-stack] [--roi]
+
+--stack N: the whole-scan pipeline, host to host: N slices of n^2 from a NumPy
+(angles, N, n) float32 stack into a NumPy (N, n, n) volume with leveret.fbp's
+defaults (kernel="auto", exact and fast), with the time split (host gathers,
+copies in and out, GPU compute, host stores). N = 2048 needs 32 GiB + 32 GiB of
+host memory; targets for 2048 x 2048^2 from 2048 angles: <= 11 s exact, <= 7 s
+fast. Each mode runs twice: cold (pinned buffers allocated) and warm.
+--roi: the default kernels on the full slice and on centred ROIs (GU/s per
+ROI pixel: a ROI should cost per pixel what the full slice does).
 
 Prints a table and writes JSON (bench/common.py). Timings never go in tests.
 """
@@ -13,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 
 import numpy as np
 
@@ -130,6 +141,30 @@ def bench_variants(n, n_angles, n_slices):
                t, updates, note="bottleneck probe: results are wrong by design")
 
 
+def bench_roi(n, n_angles, n_slices):
+    """Issue 4 item 4: a region of interest costs per pixel what the full slice
+    does. Default kernels (kernel="auto", no tuning cache), full slice against a
+    centred half-side ROI (a quarter of the pixels) and a 1/8-side one."""
+    import os
+
+    import cupy as cp
+    from leveret.operators import ParallelBackprojection
+
+    os.environ["LEVERET_NO_TUNING_CACHE"] = "1"
+    sync = cp.cuda.Device().synchronize
+    g, vol, _, _, sinos, _ = _setup(n, n_angles, n_slices)
+    for precision in ("exact", "fast"):
+        for side in (n, n // 2, n // 8):
+            y0 = (n - side) // 2
+            op = ParallelBackprojection(g, vol, backend="cuda", precision=precision,
+                                        roi=None if side == n else (y0, y0, side, side))
+            out = cp.empty((n_slices, side, side), cp.float32)
+            t = median_time(lambda: op(sinos, out=out), reps=3, sync=sync)
+            record(f"BP ROI {side}^2 of {n}^2, {n_slices} slices from {n_angles}, {precision}", t,
+                   side * side * n_slices * n_angles, note=f"{op.last_kernel}; GU/s per ROI pixel")
+    del os.environ["LEVERET_NO_TUNING_CACHE"]
+
+
 def bench_fbp_modes(n, n_angles, n_slices):
     """Whole FBP (filter + back-projection), device arrays, per kernel choice."""
     import cupy as cp
@@ -164,6 +199,55 @@ def bench_tune(n, n_angles, n_slices):
     cp.cuda.Device().synchronize()
 
 
+def bench_stack(n_stack, n, n_angles, reps=2):
+    """Whole-scan FBP host to host (see the module docstring)."""
+    import cupy as cp
+    import leveret
+    from leveret import pipeline
+    from leveret.memory import host_available_bytes
+    from leveret.operators import ParallelBackprojection
+    from leveret.pipeline import parallel_copy
+
+    need = (n_angles * n_stack * n + n_stack * n * n) * 4    # projections + volume, float32
+    avail = host_available_bytes()
+    if need + (4 << 30) > avail:                              # + pinned buffers and headroom
+        print(f"--stack {n_stack}: needs {need / 2**30:.1f} GiB of host memory, {avail / 2**30:.1f} GiB "
+              "available: skipped")
+        return
+    g = leveret.ParallelGeometry(np.linspace(0, np.pi, n_angles, endpoint=False), n, n_rows=n_stack)
+    vol = g.default_volume()
+    t0 = time.perf_counter()
+    proj = np.empty((n_angles, n_stack, n), np.float32)
+    # contents do not change the kernels' work; a smooth pattern, written by the
+    # copy threads (first touch of 32 GiB single-threaded would take minutes)
+    pattern = np.cos(np.linspace(0, 7, n_stack * n, dtype=np.float32)).reshape(1, n_stack, n)
+    parallel_copy(proj, np.broadcast_to(pattern, proj.shape))
+    out = np.empty(vol.shape, np.float32)
+    parallel_copy(out, np.broadcast_to(np.float32(0), out.shape))   # pre-faulted, as a reused output is
+    print(f"stack set-up (host arrays {(proj.nbytes + out.nbytes) / 2**30:.1f} GiB written): "
+          f"{time.perf_counter() - t0:.1f} s", flush=True)
+    updates = n_stack * n * n * n_angles
+    for precision in ("single", "fast"):
+        op = ParallelBackprojection(g, vol, backend="cuda", precision="fast" if precision == "fast" else "exact")
+        for rep in range(reps):
+            cp.cuda.Device().synchronize()
+            t = time.perf_counter()
+            leveret.fbp(proj, g, vol, out=out, precision=precision)
+            t = time.perf_counter() - t
+            st = dict(pipeline.last_stats)
+            chunk = -(-n_stack // max(1, st.get("chunks", 1)))
+            split = (f"{st.get('chunks')} chunks of {chunk}: load {st.get('load', 0):.2f} s, "
+                     f"h2d {st.get('h2d', 0):.2f} s, compute {st.get('compute', 0):.2f} s, "
+                     f"d2h {st.get('d2h', 0):.2f} s, store {st.get('store', 0):.2f} s, "
+                     f"setup {st.get('setup', 0):.2f} s; kernel {op.resolve_kernel(chunk)}")
+            record(f"FBP stack {n_stack}x{n}^2 from {n_angles}, host to host, "
+                   f"{'exact' if precision == 'single' else 'fast'} ({'cold' if rep == 0 else 'warm'})",
+                   t, updates, note=split)
+            if (n_stack, n, n_angles) == (2048, 2048, 2048):
+                target = 11.0 if precision == "single" else 7.0
+                print(f"  target <= {target:.0f} s: {'met' if t <= target else 'NOT met'} ({t:.2f} s)")
+
+
 def bench_astra(n, n_angles, n_slices):
     try:
         import astra
@@ -187,15 +271,24 @@ def main(argv=None):
     parser.add_argument("--no-variants", action="store_true")
     parser.add_argument("--fbp", action="store_true", help="whole FBP per kernel choice")
     parser.add_argument("--tune", action="store_true", help="run the auto-tuner (writes the user cache)")
+    parser.add_argument("--roi", action="store_true", help="default kernels on ROIs against the full slice")
+    parser.add_argument("--stack", type=int, default=0, metavar="N",
+                        help="whole-scan FBP of N slices host to host (N=2048: 64 GiB of host memory)")
+    parser.add_argument("--only-stack", action="store_true", help="skip the kernel table")
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
     meta = metadata(with_devices=True)
     print_header()
-    bench_kernels(args.n, args.angles, args.slices)
-    if not args.no_variants:
+    if not args.only_stack:
+        bench_kernels(args.n, args.angles, args.slices)
+    if not args.no_variants and not args.only_stack:
         bench_variants(args.n, args.angles, args.slices)
+    if args.stack:
+        bench_stack(args.stack, args.n, args.angles)
     if args.fbp:
         bench_fbp_modes(args.n, args.angles, args.slices)
+    if args.roi:
+        bench_roi(args.n, args.angles, args.slices)
     if args.tune:
         bench_tune(args.n, args.angles, args.slices)
     if args.astra:

@@ -53,3 +53,6 @@ fi
 if [ "${PARKERNELS:-0}" = 1 ]; then   # issue 4: every parallel kernel, bottleneck variants, ASTRA
   python3 bench/bench_parallel_kernels.py --astra --fbp ${PARKERNELS_ARGS:-} --out "$OUT/bench_parallel_kernels.json" 2>&1 | tee "$OUT/bench_parallel_kernels.txt"
 fi
+if [ "${PARSTACK:-0}" = 1 ]; then     # issue 4 item 5: 2048 slices of 2048^2 from 2048 angles, host to host
+  python3 bench/bench_parallel_kernels.py --only-stack --roi --stack "${PARSTACK_N:-2048}" --out "$OUT/bench_parallel_stack.json" 2>&1 | tee "$OUT/bench_parallel_stack.txt"
+fi

@@ -10,13 +10,23 @@ A job whose results stay on the device (FDK accumulating one volume) passes
 ``out_shape=None``: no output buffers, ``dev_out`` is None, nothing is stored.
 
 While chunk c is computed, chunk c+1 is gathered on the host and copied in,
-and chunk c-1 is copied out and stored. Two pinned and two device buffers per
+and chunk c-1 is copied out and stored. Host-to-device and device-to-host
+copies run on two streams of their own (the GPU's two copy engines work at the
+same time), the kernels on a third. Two pinned and two device buffers per
 direction are reused throughout; CUDA events order every reuse, so no buffer
 is overwritten while a copy or kernel still reads it.
+
+``last_stats`` holds the time split of the latest ``stream_chunks`` call
+(seconds): ``wall``; ``setup`` (buffer allocation, part of wall); ``load`` and ``store`` (host gathers/scatters, summed
+over the worker threads' calls); ``h2d``, ``compute`` and ``d2h`` (GPU time
+of each stream, summed from CUDA events); ``chunks``. When transfers hide
+behind compute, ``wall`` is close to ``compute`` plus one chunk's load, copy
+in, copy out and store (the pipeline's fill and drain).
 """
 from __future__ import annotations
 
 import os
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Sequence
 
@@ -24,6 +34,7 @@ import numpy as np
 
 _COPY_THREADS = max(1, min(8, (os.cpu_count() or 2) // 2))
 _copy_pool: ThreadPoolExecutor | None = None
+last_stats: dict = {}
 
 
 def parallel_copy(dst: np.ndarray, src: np.ndarray) -> None:
@@ -48,6 +59,16 @@ def parallel_copy(dst: np.ndarray, src: np.ndarray) -> None:
         f.result()
 
 
+def _copy_async(dst_ptr: int, src_ptr: int, nbytes: int, kind, stream) -> None:
+    """cudaMemcpyAsync between a pinned host buffer and device memory on ``stream``.
+    Asynchronous whatever the CuPy version: ndarray.get (blocking by default in
+    recent CuPy) would hold the loop until the copy and the kernels before it
+    are done, so the next chunk's work would be queued late."""
+    import cupy
+
+    cupy.cuda.runtime.memcpyAsync(dst_ptr, src_ptr, nbytes, kind, stream.ptr)
+
+
 def stream_chunks(chunks: Sequence, *, in_shape: Callable, out_shape: Callable | None,
                   load: Callable, compute: Callable, store: Callable | None = None,
                   in_dtype=np.float32, out_dtype=np.float32, on_done: Callable | None = None) -> None:
@@ -56,6 +77,7 @@ def stream_chunks(chunks: Sequence, *, in_shape: Callable, out_shape: Callable |
 
     if not chunks:
         return
+    wall0 = time.perf_counter()
     n_in = max(int(np.prod(in_shape(c))) for c in chunks)
     pin_in = [cupyx.empty_pinned(n_in, in_dtype) for _ in range(2)]
     dev_in = [cupy.empty(n_in, in_dtype) for _ in range(2)]
@@ -63,8 +85,17 @@ def stream_chunks(chunks: Sequence, *, in_shape: Callable, out_shape: Callable |
     n_out = max(int(np.prod(out_shape(c))) for c in chunks) if has_out else 0
     pin_out = [cupyx.empty_pinned(n_out, out_dtype) for _ in range(2)] if has_out else None
     dev_out = [cupy.empty(n_out, out_dtype) for _ in range(2)] if has_out else None
-    copy_stream = cupy.cuda.Stream(non_blocking=True)
+    copy_stream = cupy.cuda.Stream(non_blocking=True)      # host -> device
+    d2h_stream = cupy.cuda.Stream(non_blocking=True)       # device -> host
     compute_stream = cupy.cuda.Stream(non_blocking=True)
+    setup = time.perf_counter() - wall0   # pinned and device buffers (pools make repeats cheap)
+    host_seconds = {"load": 0.0, "store": 0.0}
+    spans: dict = {"h2d": [], "compute": [], "d2h": []}   # (start, stop) CUDA events
+
+    def span(kind, stream):
+        start = cupy.cuda.Event()
+        start.record(stream)
+        spans[kind].append(start)
     h2d_done: list = [None, None]      # pinned input b may be refilled after this
     compute_done: list = [None, None]  # device input b may be overwritten after this
     d2h_done: list = [None, None]      # device output b may be overwritten after this
@@ -75,11 +106,15 @@ def stream_chunks(chunks: Sequence, *, in_shape: Callable, out_shape: Callable |
     def load_after(event, chunk, buf):
         if event is not None:
             event.synchronize()
+        t0 = time.perf_counter()
         load(chunk, view(buf, in_shape(chunk)))
+        host_seconds["load"] += time.perf_counter() - t0   # one loader thread: no race
 
     def store_after(event, chunk, buf):
         event.synchronize()
+        t0 = time.perf_counter()
         store(chunk, view(buf, out_shape(chunk)))
+        host_seconds["store"] += time.perf_counter() - t0
 
     with ThreadPoolExecutor(1) as loader, ThreadPoolExecutor(1) as storer:
         loading = [loader.submit(load_after, None, chunks[0], pin_in[0]), None]
@@ -90,8 +125,11 @@ def stream_chunks(chunks: Sequence, *, in_shape: Callable, out_shape: Callable |
             d_in = view(dev_in[b], in_shape(chunk))
             if compute_done[b] is not None:
                 copy_stream.wait_event(compute_done[b])
-            d_in.set(view(pin_in[b], in_shape(chunk)), stream=copy_stream)
+            span("h2d", copy_stream)
+            _copy_async(d_in.data.ptr, view(pin_in[b], in_shape(chunk)).ctypes.data, d_in.nbytes,
+                        cupy.cuda.runtime.memcpyHostToDevice, copy_stream)
             h2d_done[b] = copy_stream.record()
+            spans["h2d"].append(h2d_done[b])
             if c + 1 < len(chunks):
                 loading[1 - b] = loader.submit(load_after, h2d_done[1 - b], chunks[c + 1], pin_in[1 - b])
 
@@ -99,9 +137,11 @@ def stream_chunks(chunks: Sequence, *, in_shape: Callable, out_shape: Callable |
             compute_stream.wait_event(h2d_done[b])
             if d2h_done[b] is not None:
                 compute_stream.wait_event(d2h_done[b])
+            span("compute", compute_stream)
             with compute_stream:
                 compute(chunk, d_in, d_out)
             compute_done[b] = compute_stream.record()
+            spans["compute"].append(compute_done[b])
             if not has_out:
                 if on_done is not None:
                     on_done(chunk)
@@ -109,9 +149,12 @@ def stream_chunks(chunks: Sequence, *, in_shape: Callable, out_shape: Callable |
 
             if storing[b] is not None:
                 storing[b].result()      # pinned output b is free again
-            copy_stream.wait_event(compute_done[b])
-            d_out.get(stream=copy_stream, out=view(pin_out[b], out_shape(chunk)))
-            d2h_done[b] = copy_stream.record()
+            d2h_stream.wait_event(compute_done[b])
+            span("d2h", d2h_stream)
+            _copy_async(view(pin_out[b], out_shape(chunk)).ctypes.data, d_out.data.ptr, d_out.nbytes,
+                        cupy.cuda.runtime.memcpyDeviceToHost, d2h_stream)
+            d2h_done[b] = d2h_stream.record()
+            spans["d2h"].append(d2h_done[b])
             storing[b] = storer.submit(store_after, d2h_done[b], chunk, pin_out[b])
             if on_done is not None:
                 on_done(chunk)
@@ -119,3 +162,9 @@ def stream_chunks(chunks: Sequence, *, in_shape: Callable, out_shape: Callable |
             if f is not None:
                 f.result()
         compute_stream.synchronize()
+    d2h_stream.synchronize()
+    stats = {"wall": time.perf_counter() - wall0, "setup": setup, "chunks": len(chunks), **host_seconds}
+    for kind, events in spans.items():
+        stats[kind] = sum(cupy.cuda.get_elapsed_time(a, b) for a, b in zip(events[::2], events[1::2])) * 1e-3
+    last_stats.clear()
+    last_stats.update(stats)

@@ -195,3 +195,23 @@ def test_real_scan_reconstructs_where_the_data_put_it(savu_scan):
     # The right centre gives a sharper image than the detector middle (crescents).
     wrong = leveret.fbp(p, g.replace(center=79.5), vol, backend="cpu")
     assert np.abs(np.diff(rec, axis=2)).sum() < np.abs(np.diff(wrong, axis=2)).sum() * 1.5
+
+
+def test_roi_is_the_window_of_the_full_reconstruction(rng):
+    g = ParallelGeometry(np.linspace(0, np.pi, 120, endpoint=False), 64, n_rows=3)
+    vol = VolumeGeometry((3, 60, 70), voxel_size=(1.0, 0.9, 0.8))
+    proj = rng.standard_normal(g.projection_shape).astype(np.float32)
+    full = leveret.fbp(proj, g, vol, backend="cpu")
+    roi = (5, 9, 31, 20)
+    part = leveret.fbp(proj, g, vol, backend="cpu", roi=roi)
+    assert part.shape == (3, 31, 20)
+    np.testing.assert_allclose(part, full[:, 5:36, 9:29], rtol=1e-6, atol=1e-6 * np.abs(full).max())
+    g2 = ParallelGeometry(g.angles, 64)
+    sino = proj[:, 1]
+    part2 = leveret.fbp(sino, g2, VolumeGeometry((60, 70)), backend="cpu", roi=roi)
+    assert part2.shape == (31, 20)
+    with pytest.raises(ValueError, match="roi"):
+        leveret.fbp(sino, g2, VolumeGeometry((60, 70)), backend="cpu", roi=(50, 0, 20, 5))
+    with pytest.raises(ValueError, match="out"):
+        leveret.fbp(sino, g2, VolumeGeometry((60, 70)), backend="cpu", roi=roi, out=np.empty((60, 70), np.float32))
+

@@ -11,6 +11,27 @@ from leveret.operators import ParallelBackprojection
 # Measured bound of the texture unit's 8-bit weights against exact linear
 # interpolation, relative 2-norm over the image (docs/accuracy.md).
 TEXTURE_VS_EXACT_RANDOM = 2.5e-3
+# On white noise the 8-bit weights' error is (w - w8)(q[i+1] - q[i]) per sample:
+# rms 1/(512 sqrt 3) x sqrt 2 / 0.816 = 1.96e-3 of the sample rms. With many
+# angles the image-wide ratio sits at that mean; a single angle samples only
+# ~31 independent detector differences, so the ratio scatters: over 3000 seeds
+# of the (1 angle, 31 columns, 17 x 19 pixels) case (CPU, 2026-11-22) mean
+# 1.96e-3, 99 % 2.8e-3, 99.9 % 3.2e-3, max 3.4e-3; 6.7 % of the seeds exceed
+# 2.5e-3 (why that case failed on some fresh seeds on the GPU).
+TEXTURE_VS_EXACT_ONE_ANGLE = 5e-3
+
+
+@pytest.fixture(autouse=True)
+def _texture_kernel(monkeypatch):
+    """These tests check issue 2's texture path against the CPU's linear8; since
+    issue 4 "auto" runs the exact ALU kernel where it fits, so they ask for the
+    texture kernel (the defaults are tested in test_parallel_kernels_gpu.py)."""
+    monkeypatch.setenv("LEVERET_PARALLEL_KERNEL", "texture")
+
+
+def texture_vs_exact_bound(n_angles: int) -> float:
+    """Bound of rel(8-bit weights, exact) on white noise for this many angles."""
+    return TEXTURE_VS_EXACT_ONE_ANGLE if n_angles < 10 else TEXTURE_VS_EXACT_RANDOM
 TEXTURE_VS_EXACT_SMOOTH = 2e-4
 
 
@@ -141,7 +162,7 @@ def test_cuda_matches_cpu_texture_mode(rng, n_angles, n_cols, n_slices, shape):
     cpu = {mode: ParallelBackprojection(geometry, volume, interpolation=mode, backend="cpu")(sinos)
            for mode in ("linear8", "linear")}
     assert rel(got, cpu["linear8"]) < 1e-5
-    assert rel(got, cpu["linear"]) < TEXTURE_VS_EXACT_RANDOM
+    assert rel(got, cpu["linear"]) < texture_vs_exact_bound(n_angles)
 
 
 @pytest.mark.gpu

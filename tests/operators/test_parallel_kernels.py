@@ -118,9 +118,32 @@ def test_bad_kernel_combinations(rng):
 
 # -- the ALU kernel's arithmetic, emulated ----------------------------------------------------
 
-def emulate_alu(sinos, table64, ny, nx, tile, nearest=False):
+def fma32(x, y, z):
+    """float32 fused multiply-add, correctly rounded (CUDA's __fmaf_rn), in NumPy.
+
+    x*y of two float32 is exact in float64; the float64 sum s = x*y + z can be
+    off the exact value, which matters only when s lands exactly on a midpoint
+    between two float32 values (double rounding): there the sign of the
+    two-sum error says which neighbour the exact value rounds to."""
+    x, y, z = (np.asarray(v, np.float32).astype(np.float64) for v in (x, y, z))
+    p = x * y
+    s = p + z
+    bb = s - p
+    err = (p - (s - bb)) + (z - bb)
+    r = s.astype(np.float32)
+    r64 = r.astype(np.float64)
+    other = np.nextafter(r, np.where(s > r64, np.float32(np.inf), np.float32(-np.inf))).astype(np.float64)
+    tie = (s != r64) & (s == (r64 + other) / 2) & (err != 0)
+    toward_other = (err > 0) == (other > r64)
+    return np.where(tie & toward_other, other, r64).astype(np.float32)
+
+
+def emulate_alu(sinos, table64, ny, nx, tile, nearest=False, fused=False):
     """NumPy transcription of tile_body's ALU path (float32 where the kernel is
-    float32, float64 where it is float64), without the FMA contractions.
+    float32, float64 where it is float64). ``fused=False``: the in-tile
+    coordinate without FMAs; ``fused=True``: with the kernel's __fmaf_rn
+    order, h0 = fma(bx, a, fma(by, b, off)), h = fma(16 rx, a, fma(16 ry, b, h0)),
+    bit for bit (the GPU's nearest samples then pick the same bins).
     Returns the image and the smallest/largest cache index any pixel read."""
     n_slices, n_angles, n_cols = sinos.shape
     t64 = alu_table(table64, tile)
@@ -135,7 +158,14 @@ def emulate_alu(sinos, table64, ny, nx, tile, nearest=False):
         hb = c + (tx * tile) * a + (ty * tile) * b             # float64, per tile
         hm = np.floor(hb + cm) - 1.0
         off = (hb - hm).astype(np.float32)
-        h = off + lx * np.float32(a) + ly * np.float32(b)      # float32
+        a32, b32 = np.float32(a), np.float32(b)
+        if fused:
+            bx, rx = lx % 16, lx - lx % 16                     # base pixel, 16 rx
+            by, ry = ly % 16, ly - ly % 16
+            h0 = fma32(bx, a32, fma32(by, b32, off))
+            h = fma32(rx, a32, fma32(ry, b32, h0))
+        else:
+            h = off + lx * a32 + ly * b32                      # float32
         if nearest:
             h = h + np.float32(0.5)
         k = np.floor(h)
@@ -178,6 +208,38 @@ def test_alu_cache_indices_stay_inside_and_match_exact(rng, tile, geom, voxel):
     ref = ParallelBackprojection(geometry, volume, backend="cpu", roi=(3, 2, 67, 75),
                                  interpolation="nearest")(sinos.astype(np.float64))
     assert np.mean(np.isclose(near, ref, rtol=1e-4, atol=1e-4)) > 0.99
+
+
+def test_fma32_is_correctly_rounded(rng):
+    x = rng.standard_normal(50000).astype(np.float32)
+    y = rng.standard_normal(50000).astype(np.float32)
+    z = (rng.standard_normal(50000) * 10.0 ** rng.uniform(-8, 3, 50000)).astype(np.float32)
+    from fractions import Fraction
+    got = fma32(x, y, z)
+    for k in range(0, 50000, 97):   # exact rational arithmetic on a sample
+        exact = Fraction(float(x[k])) * Fraction(float(y[k])) + Fraction(float(z[k]))
+        cands = [np.float32(float(exact)), np.nextafter(np.float32(float(exact)), np.float32(np.inf)),
+                 np.nextafter(np.float32(float(exact)), np.float32(-np.inf))]
+        best = min(cands, key=lambda c: (abs(Fraction(float(c)) - exact), int(c.view(np.int32)) & 1))
+        assert got[k] == best, k
+    # just above the midpoint between 1 and the next float32: rounds up
+    one_half_ulp = np.float32(1.0 + 2.0 ** -24 + 2.0 ** -40 - 1.0)
+    assert fma32(np.float32(1.0), np.float32(1.0), one_half_ulp) == np.nextafter(np.float32(1), np.float32(2))
+
+
+def test_alu_nearest_fused_emulation(rng):
+    """The GPU's nearest ALU path is compared with the fused emulation (test_nearest):
+    here the fused and unfused float32 coordinates pick the same bins but for a
+    few samples, and both stay close to the float64 reference."""
+    geometry, volume, sinos = random_case(rng, 200, 77, 3, (70, 81))
+    table64 = parallel_table(geometry, volume, np.float64)
+    fused, lo, hi, cw = emulate_alu(sinos, table64, 70, 81, 32, nearest=True, fused=True)
+    assert lo >= 0 and hi <= cw - 2
+    plain, *_ = emulate_alu(sinos, table64, 70, 81, 32, nearest=True)
+    ref = ParallelBackprojection(geometry, volume, backend="cpu", interpolation="nearest")(sinos.astype(np.float64))
+    for img in (fused, plain):
+        assert np.mean(np.isclose(img, ref, rtol=1e-4, atol=1e-4)) > 0.99
+    assert np.mean(np.isclose(fused, plain, rtol=1e-4, atol=1e-4)) > 0.99
 
 
 def test_floor_by_directed_rounding_is_exact():
@@ -223,12 +285,72 @@ def test_fast_mode_error_bound_real_scan(savu_scan):
     assert 0 < err < FAST_VS_EXACT_SCAN
 
 
-def test_cpu_fast_mode_is_fp16_roundtrip(rng):
-    geometry, volume, sinos = random_case(rng)
+def _to_fp16(x, ties):
+    """float64 -> nearest float16 (as float32): ties to even, or away from zero."""
+    r = x.astype(np.float16)
+    if ties == "even":
+        return r.astype(np.float32)
+    r64 = r.astype(np.float64)
+    other = np.nextafter(r, np.where(x > r64, np.float16(np.inf), np.float16(-np.inf))).astype(np.float64)
+    tie = (x != r64) & (x == (r64 + other) / 2)
+    return np.where(tie & (np.abs(other) > np.abs(r64)), other, r64).astype(np.float32)
+
+
+def emulate_fp16_texture(sinos, table32, ny, nx, ties="even", round_sample=True):
+    """NumPy transcription of a linear fetch from fp16 texels: values rounded
+    to float16, the coordinate and 8-bit weight in float32 as the kernels
+    compute them, the filtered sample rounded to float16 (what the texture unit
+    returns for 16-bit float texels; ``ties`` "even" or "away", or not at all
+    with ``round_sample=False``), samples summed in float32."""
+    q16 = sinos.astype(np.float16).astype(np.float64)
+    n_slices, n_angles, n_cols = sinos.shape
+    j, i = np.mgrid[0:ny, 0:nx].astype(np.float32)
+    out = np.zeros((n_slices, ny, nx), np.float32)
+    for n in range(n_angles):
+        a, b, c = table32[n]
+        u = (i * a + j * b) + c
+        xb = u - np.float32(0.5)
+        fl = np.floor(xb)
+        f = (np.floor((xb - fl) * np.float32(256) + np.float32(0.5)) / np.float32(256)).astype(np.float64)
+        i0 = fl.astype(np.int64)
+        for s in range(n_slices):
+            padded = np.concatenate([[0.0], q16[s, n], [0.0]])
+            v0 = padded[np.clip(i0, -1, n_cols) + 1]
+            v1 = padded[np.clip(i0 + 1, -1, n_cols) + 1]
+            exact = (1.0 - f) * v0 + f * v1
+            sample = _to_fp16(exact, ties) if round_sample else exact.astype(np.float32)
+            out[s] += sample
+    return out
+
+
+def test_cpu_fast_linear8_is_the_fp16_texture_fetch(rng):
+    geometry, volume, sinos = random_case(rng, axis_shift="random")
     fast = ParallelBackprojection(geometry, volume, backend="cpu", precision="fast", interpolation="linear8")
-    ref = ParallelBackprojection(geometry, volume, backend="cpu", interpolation="linear8")
-    np.testing.assert_array_equal(fast(sinos), ref(sinos.astype(np.float16).astype(np.float32)))
+    got = fast(sinos)
     assert fast.last_kernel == "cpu-linear8-fp16"
+    want = emulate_fp16_texture(sinos, fast.table(np.float32), volume.ny, volume.nx)
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-6 * np.abs(want).max())
+    # the tie rule matters (1-2 % of the samples are ties): 3e-5 to 5e-5 apart
+    assert rel(got, emulate_fp16_texture(sinos, fast.table(np.float32), volume.ny, volume.nx, ties="away")) > 1e-5
+    # the final fp16 rounding is what the GPU measured (2e-4 apart without it)
+    unrounded = ParallelBackprojection(geometry, volume, backend="cpu", interpolation="linear8")(
+        sinos.astype(np.float16).astype(np.float32))
+    assert 5e-5 < rel(got, unrounded) < 5e-4
+
+
+def test_round_fp16_matches_numpy(rng):
+    from leveret.cpu.backproject_parallel import _round_fp16
+    h = rng.standard_normal(20000) * np.exp(rng.uniform(-25, 12, 20000))
+    ties = (np.arange(-300, 300).astype(np.float16).astype(np.float64) + 0.0)
+    ties = np.concatenate([ties, np.nextafter(ties.astype(np.float16), np.float16(np.inf)).astype(np.float64)])
+    ties = (ties[:len(ties) // 2] + ties[len(ties) // 2:]) / 2            # midpoints: ties to even
+    special = np.array([0.0, -0.0, 65504.0, 65519.9, 65520.0, -70000.0, 2.0 ** -24, 2.0 ** -25,
+                        3 * 2.0 ** -26, 2.0 ** -14, np.inf, -np.inf])
+    x = np.concatenate([h, ties, special])
+    got = np.array([_round_fp16(v) for v in x])
+    with np.errstate(over="ignore"):
+        want = x.astype(np.float16).astype(np.float64)
+    np.testing.assert_array_equal(got, want)
 
 
 # -- tuner ------------------------------------------------------------------------------------
@@ -312,10 +434,13 @@ def test_override_and_kernel_resolution(monkeypatch, tmp_path, rng):
     monkeypatch.delenv("LEVERET_PARALLEL_KERNEL", raising=False)
     monkeypatch.delenv("LEVERET_NO_TUNING_CACHE", raising=False)
     op = ParallelBackprojection(geometry, volume, backend="cpu")
-    assert op.resolve_kernel(8) == {"kernel": "texture", "packing": "float2"}     # nothing cached
-    assert op.resolve_kernel(1) == {"kernel": "texture", "packing": "float"}
+    # nothing cached: the measured defaults (default_config)
+    assert op.resolve_kernel(8) == {"kernel": "alu", "tile": 32, "nv": 4}
+    assert op.resolve_kernel(2) == {"kernel": "alu", "tile": 64, "nv": 2}
+    assert op.resolve_kernel(1) == {"kernel": "alu", "tile": 64, "nv": 1}
     fast = ParallelBackprojection(geometry, volume, backend="cpu", precision="fast")
-    assert fast.resolve_kernel(8) == {"kernel": "texz", "packing": "half4"}
+    assert fast.resolve_kernel(8) == {"kernel": "hybrid", "tile": 32, "packing": "half4", "ratio": (2, 3)}
+    assert fast.resolve_kernel(2) == {"kernel": "hybrid", "tile": 32, "packing": "half2", "ratio": (1, 2)}
     hyb = ParallelBackprojection(geometry, volume, backend="cpu", precision="fast", kernel="hybrid")
     assert hyb.resolve_kernel(8) == {"kernel": "hybrid", "packing": "half4"}
     assert hyb.resolve_kernel(2) == {"kernel": "hybrid", "packing": "half2"}
@@ -326,6 +451,34 @@ def test_override_and_kernel_resolution(monkeypatch, tmp_path, rng):
     explicit = ParallelBackprojection(geometry, volume, backend="cpu", kernel="texz",
                                       kernel_options={"nq": 8})
     assert explicit.resolve_kernel(8) == {"kernel": "texz", "nq": 8, "packing": "float2"}
+
+
+def test_default_falls_back_to_texture_kernels(monkeypatch):
+    """Where the ALU cache does not fit (pixels 7x the bin width), or the
+    interpolation is the texture unit's, "auto" runs the texture kernels."""
+    import leveret.operators.parallel as par
+    monkeypatch.setattr(par, "_gpu_name", lambda: "Fake GPU")
+    monkeypatch.setenv("LEVERET_NO_TUNING_CACHE", "1")
+    monkeypatch.delenv("LEVERET_PARALLEL_KERNEL", raising=False)
+    g = ParallelGeometry(np.linspace(0, np.pi, 90, endpoint=False), 2048, n_rows=8, det_spacing=0.5)
+    wide = VolumeGeometry((8, 97, 131), voxel_size=3.5)
+    with pytest.raises(ValueError, match="tile"):
+        alu_plan(parallel_table(g, wide, np.float64), 32, 1)
+    op = ParallelBackprojection(g, wide, backend="cpu")
+    assert op.resolve_kernel(8) == {"kernel": "texz", "packing": "float2", "nq": 8}
+    assert op.resolve_kernel(1) == {"kernel": "texture", "packing": "float"}
+    fast = ParallelBackprojection(g, wide, backend="cpu", precision="fast")
+    assert fast.resolve_kernel(8) == {"kernel": "texz", "packing": "half4", "nq": 4}
+    assert fast.resolve_kernel(1) == {"kernel": "texz", "packing": "half2", "nq": 8}
+    fine = VolumeGeometry((8, 97, 131), voxel_size=0.5)
+    for interpolation in ("nearest", "linear8"):
+        op = ParallelBackprojection(g, fine, backend="cpu", interpolation=interpolation)
+        assert op.resolve_kernel(8)["kernel"] == "texz"
+    # 4-slice tiles need 4x the shared memory: a cache of ~110 bins fits 2-slice tiles only
+    mid = VolumeGeometry((8, 97, 131), voxel_size=1.25)
+    cw = cache_width(parallel_table(g, mid, np.float64), 32)
+    assert 96 < cw <= MAX_EXACT_CACHE_WIDTH
+    assert ParallelBackprojection(g, mid, backend="cpu").resolve_kernel(8) == {"kernel": "alu", "tile": 32, "nv": 2}
 
 
 @pytest.mark.parametrize("kwargs,name", [

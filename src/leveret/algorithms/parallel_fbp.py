@@ -14,7 +14,8 @@ def fbp(projections, geometry: ParallelGeometry, volume: VolumeGeometry | None =
         filter: str = "ram-lak", interpolation: str = "linear", backend: str = "auto",
         cutoff: float = 1.0, padding: str = "zero", angle_weights="auto",
         precision: str = "single", chunk_slices: int | None = None, out=None,
-        progress: bool = False, kernel: str = "auto", kernel_options: dict | None = None):
+        progress: bool = False, kernel: str = "auto", kernel_options: dict | None = None,
+        roi=None):
     """Filtered back-projection (FBP) of parallel-beam data.
 
     Parameters
@@ -30,9 +31,11 @@ def fbp(projections, geometry: ParallelGeometry, volume: VolumeGeometry | None =
         between rows when the grids are not aligned; zero off the detector).
     filter : {"ram-lak", "shepp-logan", "cosine", "hamming", "hann"}
     interpolation : {"linear", "nearest", "linear8"}
-        Detector interpolation. On CUDA, "linear" is the texture unit's
-        (8-bit weights; its deviation from exact weights is documented in
-        docs/accuracy.md); "linear8" asks for those weights on the CPU too.
+        Detector interpolation. On CUDA, "linear" runs the exact ALU kernel
+        by default (exact float32 weights) and the texture unit's 8-bit
+        weights where that kernel does not fit or another kernel is chosen
+        (docs/accuracy.md, docs/performance.md); "linear8" asks for the 8-bit
+        weights on either backend.
     backend : {"auto", "cuda", "cpu"}
     cutoff : float
         Frequency cutoff as a fraction of Nyquist, in (0, 1].
@@ -55,15 +58,22 @@ def fbp(projections, geometry: ParallelGeometry, volume: VolumeGeometry | None =
         Show a progress bar over slices.
     kernel : {"auto", "texture", "texz", "alu", "hybrid"}
         CUDA back-projection kernel (``ParallelBackprojection``); "auto" takes
-        the tuned choice for this GPU when there is one.
+        the tuned choice for this GPU when there is one, else the measured
+        fastest (``ParallelBackprojection.default_config``).
     kernel_options : dict, optional
         The kernel's parameters (``ParallelBackprojection``).
+    roi : (y0, x0, height, width), optional
+        Reconstruct only this rectangle of each slice, in pixels of the
+        volume's (ny, nx) grid (``ParallelBackprojection``): the output is
+        ``(height, width)`` or ``(nz, height, width)`` and equals that window
+        of the full reconstruction; the back-projection's cost shrinks with it.
 
     Returns
     -------
     ndarray
-        ``(ny, nx)`` or ``(nz, ny, nx)`` attenuation per length unit; NumPy in,
-        NumPy out; CuPy in, CuPy out.
+        ``(ny, nx)`` or ``(nz, ny, nx)`` (with ``roi``: ``height, width`` in
+        place of ``ny, nx``) attenuation per length unit; NumPy in, NumPy out;
+        CuPy in, CuPy out.
     """
     if not isinstance(geometry, ParallelGeometry):
         raise ValueError(f"geometry: expected a ParallelGeometry, got {type(geometry).__name__}")
@@ -82,7 +92,7 @@ def fbp(projections, geometry: ParallelGeometry, volume: VolumeGeometry | None =
     dtype = np.float64 if precision == "double" else np.float32
     op = ParallelBackprojection(geometry, volume, interpolation=interpolation, backend=backend,
                                 kernel=kernel, precision="fast" if precision == "fast" else "exact",
-                                kernel_options=kernel_options)
+                                kernel_options=kernel_options, roi=roi)
     if not isinstance(projections, np.ndarray) and op.backend == "cpu":
         raise ValueError("backend: 'cpu' cannot take a CuPy array")
     if op.backend == "cuda" and dtype == np.float64:
@@ -94,19 +104,26 @@ def fbp(projections, geometry: ParallelGeometry, volume: VolumeGeometry | None =
     stack = projections[:, None, :] if geometry.is_2d else projections  # (A, R, C)
     rows_lo, rows_frac = _slice_rows(geometry, volume)
     n_slices = volume.nz
+    ny, nx = op.out_shape      # the ROI's, when one is set
     on_gpu = op.backend == "cuda"
-    out = _prepare_out(out, volume, dtype, cupy_out=input_on_gpu)
+    out_shape = (ny, nx) if volume.is_2d else (n_slices, ny, nx)
+    out = _prepare_out(out, out_shape, dtype, cupy_out=input_on_gpu)
     job = _Job(stack, rows_lo, rows_frac, geometry, volume, op, weights, response, padding, dtype,
-               out.reshape((n_slices, volume.ny, volume.nx)))
+               out.reshape((n_slices, ny, nx)))
 
     streamed = on_gpu and not input_on_gpu
     if chunk_slices is None:
-        per_slice = fbp_bytes_per_slice(geometry.n_angles, geometry.n_cols, volume.ny, volume.nx,
+        per_slice = fbp_bytes_per_slice(geometry.n_angles, geometry.n_cols, ny, nx,
                                         np.dtype(dtype).itemsize, streamed=streamed)
         available = gpu_free_bytes() if on_gpu else host_available_bytes()
         chunk_slices = plan_chunk(n_slices, per_slice, available)
         if streamed:  # many chunks, so transfers overlap compute
             chunk_slices = min(chunk_slices, max(2, -(-n_slices // 16)))
+            # and at most ~512 MiB of projections per chunk: the pipeline's fill
+            # and drain (one chunk's gather, copies and store, not hidden) stay
+            # short, and so do the four pinned buffers' allocation
+            per_chunk_in = geometry.n_angles * geometry.n_cols * np.dtype(dtype).itemsize
+            chunk_slices = max(1, min(chunk_slices, (512 << 20) // max(1, per_chunk_in)))
     chunk_slices = v.positive_int("chunk_slices", chunk_slices)
     chunks = [(k, min(n_slices, k + chunk_slices)) for k in range(0, n_slices, chunk_slices)]
 
@@ -157,7 +174,7 @@ class _Job:
 
         from ..pipeline import parallel_copy, stream_chunks
 
-        g, vol = self.geometry, self.volume
+        g = self.geometry
         n_bad = cupy.zeros((), cupy.int64)  # non-finite inputs, read once at the end
 
         def compute(chunk, d_in, d_out):
@@ -166,7 +183,7 @@ class _Job:
 
         stream_chunks(chunks,
                       in_shape=lambda c: (g.n_angles, c[1] - c[0], g.n_cols),
-                      out_shape=lambda c: (c[1] - c[0], vol.ny, vol.nx),
+                      out_shape=lambda c: (c[1] - c[0],) + self.op.out_shape,
                       load=lambda c, buf: self.rows(c, out=buf),
                       compute=compute,
                       store=lambda c, buf: parallel_copy(self.out3[c[0]:c[1]], buf),
@@ -198,7 +215,7 @@ class _Job:
             part = self.op if n_batches == 1 else ParallelBackprojection(
                 _angle_subset(g, b0, b1), self.volume, interpolation=self.op.interpolation,
                 backend="cuda", texture_packing=self.op.texture_packing, kernel=self.op.kernel,
-                precision=self.op.precision, kernel_options=self.op.kernel_options)
+                precision=self.op.precision, kernel_options=self.op.kernel_options, roi=self.op.roi)
             image = part(self.filtered(d_in, slice(b0, b1)))
             total = image if total is None else total.__iadd__(image)
         _raise_if_bad(int(n_bad))
@@ -272,14 +289,14 @@ def _gather_rows(stack, rows_lo, rows_frac, chunk, *, out=None, dtype=np.float32
     return out
 
 
-def _prepare_out(out, volume: VolumeGeometry, dtype, *, cupy_out: bool):
+def _prepare_out(out, shape: tuple, dtype, *, cupy_out: bool):
     if out is None:
         if cupy_out:
             import cupy
-            return cupy.empty(volume.shape, dtype=dtype)
-        return np.empty(volume.shape, dtype=dtype)
-    if tuple(out.shape) != volume.shape or out.dtype != dtype:
-        raise ValueError(f"out: expected shape {volume.shape} and dtype {np.dtype(dtype)}, "
+            return cupy.empty(shape, dtype=dtype)
+        return np.empty(shape, dtype=dtype)
+    if tuple(out.shape) != tuple(shape) or out.dtype != dtype:
+        raise ValueError(f"out: expected shape {tuple(shape)} and dtype {np.dtype(dtype)}, "
                          f"got {tuple(out.shape)} {out.dtype}")
     if type(out).__module__.startswith("cupy") != cupy_out:
         raise ValueError("out: must live where the input lives (NumPy for NumPy input, CuPy for CuPy input)")

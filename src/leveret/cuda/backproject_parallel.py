@@ -35,6 +35,7 @@ KERNELS = ("texture", "texz", "alu", "hybrid")
 PACKINGS = {"float": (1, False), "float2": (2, False), "half2": (2, True), "half4": (4, True)}
 ALU_SD = {32: 16, 64: 8}          # projections cached per stage for each tile size
 MAX_SHARED = 48 * 1024            # dynamic shared memory without opting in
+MAX_LAYERS_PER_CALL = 2048        # LayeredTexture.MAX_LAYERS: the hybrid's slices per call / nv
 
 
 def pack_slices(sinos, per_texel: int, dtype=np.float32, xp=np):

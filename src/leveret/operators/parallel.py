@@ -79,13 +79,20 @@ class ParallelBackprojection:
     kernel : {"auto", "texture", "texz", "alu", "hybrid"}
         CUDA kernel (``leveret.cuda.backproject_parallel``). "auto": the
         environment variable LEVERET_PARALLEL_KERNEL, else the tuning cache
-        for this GPU and problem class (``tune()`` fills it), else "texture"
-        (exact mode) / "texz" (fast mode). ``last_kernel`` tells which ran.
+        for this GPU and problem class (``tune()`` fills it), else the
+        measured fastest (``default_config``): the exact ALU kernel for
+        "linear" in the exact mode, the fast hybrid in the fast mode, the
+        texture kernels for "nearest"/"linear8" or where the ALU kernel's
+        cache does not fit (pixels much wider than detector bins).
+        ``last_kernel`` tells which ran.
     precision : {"exact", "fast"}
         "exact": float32 filtered sinograms. "fast": the texture kernels read
         them as fp16 (half2 / half4 texels, 2 or 4 slices per fetch; the
         hybrid's ALU tiles stay float32 and exact); the CPU backend emulates
-        it with a float16 round trip of the sinograms.
+        it with a float16 round trip of the sinograms; with
+        ``interpolation="linear8"`` it also rounds each filtered sample to
+        float16, as the texture unit does for 16-bit float texels, and so
+        reproduces the GPU's fp16 texture path to float rounding.
     roi : (y0, x0, height, width), optional
         Reconstruct only this rectangle of each slice (pixels of the
         volume's grid); the output is (n_slices, height, width).
@@ -171,6 +178,9 @@ class ParallelBackprojection:
             # modes round them in the data's precision, as the GPU does.
             table = self.table(np.float64 if mode == "linear" else sinos.dtype)
             self._last_cpu = f"cpu-{mode}" + ("-fp16" if self.precision == "fast" else "")
+            if self.precision == "fast" and mode == "linear8":
+                # the texture unit also returns fp16 texels' filtered values rounded to fp16
+                mode = "linear8-fp16"
             return backproject(np.ascontiguousarray(sinos), table, out, mode)
         if xp is np:
             raise ValueError("sinos: the CUDA backend takes CuPy arrays, got a NumPy array")
@@ -201,7 +211,7 @@ class ParallelBackprojection:
             if config is None:
                 config = tuning.lookup(_gpu_name(), self.problem_key(n_slices))
             if config is None:
-                config = {"kernel": "texz" if self.precision == "fast" else "texture"}
+                config = self.default_config(n_slices)
         config = dict(config)
         config.update(self.kernel_options)
         if self.texture_packing != "auto":
@@ -214,6 +224,58 @@ class ParallelBackprojection:
         if "ratio" in config:
             config["ratio"] = tuple(config["ratio"])
         return config
+
+    def default_config(self, n_slices: int) -> dict:
+        """The kernel ``kernel="auto"`` runs with no override and nothing tuned.
+
+        From the measurements on an NVIDIA H200 (64 slices of 2048^2 from 2048
+        angles, 2026-11-22, docs/performance.md), in GU/s:
+
+        - exact, linear: the ALU kernel, exact float32 weights everywhere and the
+          fastest exact kernel (t32 nv4 3219, t64 nv2 3218, t64 nv1 2450; the
+          hybrid's 3227 is the same speed but puts 8-bit weights into a third
+          of the tiles): 4-slice tiles from 3 slices on, 64-pixel 2-slice
+          tiles for 2, 64-pixel 1-slice tiles for 1, each only where its cache
+          fits (at most 128 bins per projection and 48 KiB: pixels up to about
+          2-3 detector bins wide), else the next one, else the texture path.
+        - fast, linear: the fast hybrid (half4 texture tiles beside 4-slice
+          float32 ALU tiles, ratio 2/3: 4796) from 3 slices on, half2 with
+          2-slice ALU tiles (ratio 1/2: 3236) below, where the ALU cache fits;
+          else texz (half4 3954, half2 2026).
+        - texture path (nearest, linear8, or the ALU cache does not fit): texz
+          with float2 texels and 8 pixels per thread for 2 slices or more
+          (2007, issue 2's texture kernel 1546), the texture kernel for one
+          slice (1021; texz 1009).
+        """
+        from ..cuda.backproject_parallel import MAX_LAYERS_PER_CALL, alu_plan
+
+        table64 = self.table(np.float64)
+
+        def fits(tile: int, nv: int) -> bool:
+            try:
+                alu_plan(table64, tile, nv)
+            except ValueError:
+                return False
+            return True
+
+        many = n_slices >= 3
+        if self.precision == "fast":
+            nv = 4 if many else 2
+            if (self.interpolation == "linear" and fits(32, nv)
+                    and n_slices <= MAX_LAYERS_PER_CALL * nv):
+                return {"kernel": "hybrid", "tile": 32, "packing": f"half{nv}",
+                        "ratio": (2, 3) if many else (1, 2)}
+            return {"kernel": "texz", "packing": "half4", "nq": 4} if many else \
+                {"kernel": "texz", "packing": "half2", "nq": 8}
+        if self.interpolation == "linear":
+            options = [(32, 4), (64, 2), (32, 2)] if many else [(64, 2), (32, 2)] if n_slices == 2 \
+                else [(64, 1), (32, 1)]
+            for tile, nv in options:
+                if fits(tile, nv):
+                    return {"kernel": "alu", "tile": tile, "nv": nv}
+        if n_slices > 1:
+            return {"kernel": "texz", "packing": "float2", "nq": 8}
+        return {"kernel": "texture", "packing": "float"}
 
     def tune(self, sinos, *, repeats: int = 3, store: bool = True):
         """Time every valid kernel configuration on ``sinos`` (CuPy, data on the GPU),

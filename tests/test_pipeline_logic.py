@@ -1,0 +1,115 @@
+"""leveret.pipeline.stream_chunks on the CPU: its bookkeeping (buffers, chunk
+order, the time split in ``last_stats``) with a stand-in for CuPy whose
+copies and kernels run at once. Ordering between real CUDA streams is checked
+by the GPU tests (tests/operators/test_parallel_kernels_gpu.py,
+tests/algorithms/test_fbp_cuda.py); this catches what needs no GPU."""
+from __future__ import annotations
+
+import ctypes
+import sys
+import time
+import types
+
+import numpy as np
+import pytest
+
+from leveret import pipeline
+
+
+class _DeviceArray(np.ndarray):
+    """A host array with CuPy's ``data.ptr``."""
+
+    @property
+    def data(self):
+        return types.SimpleNamespace(ptr=self.ctypes.data)
+
+
+def _memcpy_async(dst, src, nbytes, kind, stream_ptr):
+    ctypes.memmove(dst, src, nbytes)      # at once: the stand-in has no streams
+
+
+class _Event:
+    def __init__(self):
+        self.t = None
+
+    def record(self, stream=None):
+        self.t = time.perf_counter()
+
+    def synchronize(self):
+        assert self.t is not None, "waited on an event that was never recorded"
+
+
+class _Stream:
+    def __init__(self, non_blocking=False):
+        self.waited = 0
+        self.ptr = 0
+
+    def record(self):
+        e = _Event()
+        e.record(self)
+        return e
+
+    def wait_event(self, event):
+        assert event.t is not None
+        self.waited += 1
+
+    def synchronize(self):
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+@pytest.fixture
+def fake_cupy(monkeypatch):
+    runtime = types.SimpleNamespace(memcpyAsync=_memcpy_async, memcpyHostToDevice=1, memcpyDeviceToHost=2)
+    cuda = types.SimpleNamespace(Stream=_Stream, Event=_Event, runtime=runtime,
+                                 get_elapsed_time=lambda a, b: (b.t - a.t) * 1e3)
+    cupy = types.SimpleNamespace(cuda=cuda, empty=lambda n, dtype: np.empty(n, dtype).view(_DeviceArray))
+    cupyx = types.SimpleNamespace(empty_pinned=lambda n, dtype: np.empty(n, dtype))
+    monkeypatch.setitem(sys.modules, "cupy", cupy)
+    monkeypatch.setitem(sys.modules, "cupyx", cupyx)
+
+
+@pytest.mark.parametrize("n_slices,chunk", [(7, 2), (8, 8), (1, 1), (9, 4)])
+def test_stream_chunks_moves_every_chunk_once(fake_cupy, rng, n_slices, chunk):
+    proj = rng.standard_normal((5, n_slices, 6)).astype(np.float32)     # (angles, rows, cols)
+    out = np.full((n_slices, 6, 5), np.nan, np.float32)
+    chunks = [(k, min(n_slices, k + chunk)) for k in range(0, n_slices, chunk)]
+    seen = []
+
+    def compute(c, d_in, d_out):
+        seen.append(c)
+        d_out[...] = 2 * d_in.transpose(1, 2, 0)                          # stands for filter + BP
+
+    pipeline.stream_chunks(chunks,
+                           in_shape=lambda c: (5, c[1] - c[0], 6),
+                           out_shape=lambda c: (c[1] - c[0], 6, 5),
+                           load=lambda c, buf: pipeline.parallel_copy(buf, proj[:, c[0]:c[1]]),
+                           compute=compute,
+                           store=lambda c, buf: pipeline.parallel_copy(out[c[0]:c[1]], buf))
+    assert seen == chunks
+    np.testing.assert_array_equal(out, 2 * proj.transpose(1, 2, 0))
+    st = pipeline.last_stats
+    assert st["chunks"] == len(chunks)
+    assert set(st) == {"wall", "setup", "chunks", "load", "store", "h2d", "compute", "d2h"}
+    assert all(st[k] >= 0 for k in st) and st["wall"] >= st["setup"]
+
+
+def test_stream_chunks_without_outputs(fake_cupy, rng):
+    """FDK's form: results stay on the device, nothing is copied out."""
+    proj = rng.standard_normal((4, 6, 3)).astype(np.float32)
+    total = np.zeros((4, 3), np.float32)
+
+    def compute(c, d_in, d_out):
+        assert d_out is None
+        total[...] += d_in.sum(axis=1)
+
+    pipeline.stream_chunks([(0, 2), (2, 4), (4, 6)], in_shape=lambda c: (4, c[1] - c[0], 3), out_shape=None,
+                           load=lambda c, buf: pipeline.parallel_copy(buf, proj[:, c[0]:c[1]]),
+                           compute=compute)
+    np.testing.assert_allclose(total, proj.sum(axis=1), rtol=1e-6)
+    assert pipeline.last_stats["d2h"] == 0 and pipeline.last_stats["chunks"] == 3
