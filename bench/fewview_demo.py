@@ -5,8 +5,8 @@ scaled to attenuation values of a real head, is simulated with exact line
 integrals averaged over each detector pixel's area and Poisson noise. The full
 scan has about the angular Nyquist number of views for the detector
 (pi/2 x columns); the few-view scan takes every 4th of them. Compared against
-the rasterised (supersampled) phantom, in three regions (whole volume, inside
-the head, inside the skull):
+the rasterised (supersampled) phantom, in four regions (whole volume, inside
+the head, inside the skull, and inside the skull 2 voxels away from it):
 
 (a) FDK from all views and (b) FDK from every 4th view, each with the
     Ram-Lak, Shepp-Logan and Hann filters (the best of the three is the
@@ -48,7 +48,10 @@ FOV = 208.0                   # mm: the volume's edge length (the head is 184 mm
 DET_SPAN = 440.0              # mm: the detector's edge length (magnification 2 at the axis)
 FILTERS = ("ram-lak", "shepp-logan", "hann")
 METHODS = ("os_sart", "sirt")
-REGIONS = ("volume", "head", "brain")
+#: Regions of the RMSE: all voxels; inside the skull's outer surface; inside
+#: its inner surface; and that inner surface shrunk by 2 voxels (the brain
+#: away from the skull's partial-volume rim: a diagnostic, defined by geometry).
+REGIONS = ("volume", "head", "brain", "interior")
 #: Seed of the calibration phantom: fixed, and independent of the test's seed.
 CALIBRATION_SEED = 12345
 
@@ -106,10 +109,12 @@ def noise_level(counts) -> float:
     return float(np.sqrt(np.sum(1.0 / np.maximum(counts, 1).astype(np.float64))))
 
 
-def iterate(method: str, projections, projector, iterations: int, callback=None):
-    """``method`` from zero for ``iterations`` passes, box 0 <= mu <= MU_BONE."""
+def iterate(method: str, projections, projector, iterations: int, callback=None,
+            upper: float | None = MU_BONE):
+    """``method`` from zero for ``iterations`` passes, box 0 <= mu <= ``upper``
+    (None: non-negativity only)."""
     import leveret
-    kw = dict(bounds=(0.0, MU_BONE), callback=callback)
+    kw = dict(bounds=(0.0, upper), callback=callback)
     if method == "os_sart":
         return leveret.os_sart(projections, projector, iterations, **kw)
     if method == "sirt":
@@ -143,8 +148,15 @@ class Scan:
         es = list(phantom)
         self.masks = {"volume": np.ones(self.truth.shape, bool),
                       "head": es[0].contains(xx, yy, zz),      # the skull's outer surface
-                      "brain": es[1].contains(xx, yy, zz)}     # the skull's inner surface
+                      "brain": es[1].contains(xx, yy, zz),     # the skull's inner surface
+                      "interior": self._shrunk(es[1], 2 * FOV / size).contains(xx, yy, zz)}
         self.pixel_mm = px
+
+    @staticmethod
+    def _shrunk(ellipsoid, margin: float):
+        from leveret import phantom
+        return phantom.Ellipsoid(ellipsoid.value, tuple(a - margin for a in ellipsoid.semi_axes),
+                                 ellipsoid.center, ellipsoid.rotation_matrix)
 
     def rmse(self, vol) -> dict:
         return {k: float(np.sqrt(np.mean((vol - self.truth)[m] ** 2))) for k, m in self.masks.items()}
@@ -153,19 +165,19 @@ class Scan:
 _CALIBRATIONS: dict = {}
 
 
-def calibrate(method, scan_kw, max_iterations: int) -> dict:
+def calibrate(method, scan_kw, max_iterations: int, upper: float | None = MU_BONE) -> dict:
     """The pass count with the lowest RMSE inside the object (``head`` region:
     the shell's outer surface) on the calibration phantom, scanned exactly like
     the test (same geometry, dose, noise model). It does not depend on the
     test's seed, so it is computed once per set-up and process."""
     import leveret
-    key = (method, tuple(sorted(scan_kw.items())), max_iterations)
+    key = (method, tuple(sorted(scan_kw.items())), max_iterations, upper)
     if key in _CALIBRATIONS:
         return dict(_CALIBRATIONS[key])
     scan = Scan(calibration_phantom(), rng=np.random.default_rng(CALIBRATION_SEED), **scan_kw)
     projector = leveret.Projector(scan.few_geometry, scan.grid, model="joseph")
     history = []
-    iterate(method, scan.few_projections, projector, max_iterations,
+    iterate(method, scan.few_projections, projector, max_iterations, upper=upper,
             callback=lambda x, info: history.append(scan.rmse(x)["head"]))
     _CALIBRATIONS[key] = {"iterations": int(np.argmin(history)) + 1, "rmse_history": history}
     return dict(_CALIBRATIONS[key])
@@ -175,7 +187,7 @@ def run(size: int = 64, n_views: int | None = None, photons: float = 1e4,
         out_png: str | Path | None = "fewview.png", seed: int = 0, method: str = "os_sart",
         det_pixels: int | None = None, subsampling: int = 3, supersampling: int = 3,
         stride: int = 4, iterations: int | None = None, max_iterations: int = 30,
-        dpi: int = 100) -> dict:
+        upper: float | None = MU_BONE, dpi: int = 100, colors: int | None = None) -> dict:
     """Simulate, reconstruct every way, compare with the phantom, draw the figure.
 
     Parameters
@@ -199,13 +211,17 @@ def run(size: int = 64, n_views: int | None = None, photons: float = 1e4,
     iterations : int, optional
         Passes of the iterative method; default: calibrated (see
         :func:`calibrate`) up to ``max_iterations``.
+    upper : float or None
+        Upper bound of the box constraint, 1/mm (None: non-negativity only).
     dpi : int
         Resolution of the PNG.
+    colors : int, optional
+        Quantise the PNG to this many colours (a small file for the docs).
 
     Returns
     -------
     dict (JSON-able): settings; ``rmse`` (1/mm) per region
-    (``volume``, ``head``, ``brain``) for ``fdk_all`` and ``fdk_quarter``
+    (``volume``, ``head``, ``brain``, ``interior``) for ``fdk_all`` and ``fdk_quarter``
     (per filter), ``fdk_all_best``/``fdk_quarter_best`` (best filter per
     region) and ``iterative``; ``oracle`` (the iterative RMSE at every pass,
     for the record only); ``discrepancy`` (noise level and residuals);
@@ -240,7 +256,7 @@ def run(size: int = 64, n_views: int | None = None, photons: float = 1e4,
     calibration = None
     if iterations is None:
         t0 = time.perf_counter()
-        calibration = calibrate(method, scan_kw, max_iterations)
+        calibration = calibrate(method, scan_kw, max_iterations, upper)
         iterations = calibration["iterations"]
         timings["calibrate"] = time.perf_counter() - t0
 
@@ -253,7 +269,7 @@ def run(size: int = 64, n_views: int | None = None, photons: float = 1e4,
         residuals.append(info["residual"] * norm_b)
         oracle.append(scan.rmse(x))
 
-    rec = iterate(method, scan.few_projections, projector, iterations, callback=record)
+    rec = iterate(method, scan.few_projections, projector, iterations, callback=record, upper=upper)
     timings["iterative"] = time.perf_counter() - t0
     delta = noise_level(scan.few_counts)
     model_residual = float(np.linalg.norm(
@@ -269,7 +285,7 @@ def run(size: int = 64, n_views: int | None = None, photons: float = 1e4,
         "size": size, "n_views": n_views, "few_views": int(scan.few.size), "stride": stride,
         "detector": [det_pixels, det_pixels], "detector_subsampling": subsampling,
         "photons": photons, "seed": seed, "method": method, "model": "joseph",
-        "bounds": [0.0, MU_BONE], "iterations": iterations,
+        "bounds": [0.0, upper], "iterations": iterations,
         "voxel_mm": FOV / size, "pixel_at_axis_mm": scan.pixel_mm * SID / SDD,
         "mu_scale": MU_SCALE, "sid": SID, "sdd": SDD,
         "rmse": {"fdk_all": fdk["all"], "fdk_quarter": fdk["quarter"],
@@ -298,6 +314,12 @@ def run(size: int = 64, n_views: int | None = None, photons: float = 1e4,
         from leveret.io.atomic import atomic_output
         with atomic_output(out_png, overwrite=True) as tmp:
             fig.savefig(tmp, dpi=dpi, format="png")
+            if colors is not None:
+                from PIL import Image      # matplotlib's own dependency
+                with Image.open(tmp) as im:
+                    small = im.convert("RGB").quantize(colors=colors,
+                                                       method=Image.Quantize.MEDIANCUT)
+                small.save(tmp, format="png", optimize=True)
         result["png"] = str(out_png)
         timings["figure"] = time.perf_counter() - t0
     return result
@@ -342,7 +364,7 @@ def figure(truth, recs: dict, grid, result):
         fig.colorbar(dm, ax=diff_row[1:], shrink=0.8, label="1/mm")
     fig.suptitle(f"Few-view cone beam, {result['size']}^3 voxels, {result['n_views']} / "
                  f"{result['few_views']} views, I0 = {result['photons']:g}; "
-                 f"{result['method']} {result['iterations']} passes, 0 <= mu <= {MU_BONE:g} /mm",
+                 f"{result['method']} {result['iterations']} passes, bounds {result['bounds']} /mm",
                  fontsize=9)
     return fig
 
@@ -372,11 +394,15 @@ def main(argv=None) -> int:
     p.add_argument("--out", default="fewview.png", help="PNG to write (default fewview.png)")
     p.add_argument("--json", default=None, help="also write the result dict here")
     p.add_argument("--dpi", type=int, default=100, help="PNG resolution (default 100)")
+    p.add_argument("--colors", type=int, default=None,
+                   help="quantise the PNG to this many colours (docs/img uses 128)")
+    p.add_argument("--no-upper", action="store_true",
+                   help="non-negativity only (default: box 0 <= mu <= %g /mm)" % MU_BONE)
     args = p.parse_args(argv)
     t0 = time.perf_counter()
     res = run(size=args.size, n_views=args.views, photons=args.photons, iterations=args.iterations,
               max_iterations=args.max_iterations, out_png=args.out or None, seed=args.seed,
-              method=args.method, dpi=args.dpi)
+              method=args.method, dpi=args.dpi, colors=args.colors, upper=None if args.no_upper else MU_BONE)
     print(f"{res['size']}^3 voxels of {res['voxel_mm']:.2f} mm, {res['n_views']} views "
           f"({res['few_views']} for the few-view runs), {res['detector'][0]}x{res['detector'][1]} "
           f"detector ({res['pixel_at_axis_mm']:.2f} mm at the axis), I0 = {res['photons']:g}")
