@@ -53,13 +53,17 @@ def test_runs_and_writes_png(result):
     assert all(np.isfinite(v) and 0 < v < 0.05 for v in values)
 
 
-def test_iterations_calibrated_not_on_the_test_phantom(result):
+def test_iterations_come_from_the_calibration_phantom(demo, result):
     res, _ = result
     cal = res["calibration"]
     assert cal["iterations"] == int(np.argmin(cal["rmse_history"])) + 1
-    # the oracle curve of the test phantom has a different length: it was run
-    # for the calibrated count only
-    assert len(res["oracle"]) == res["iterations"]
+    assert len(cal["rmse_history"]) == 30                      # the cap, run in full
+    # the test phantom was run for the calibrated count only (no search on it)
+    assert len(res["oracle"]) == res["iterations"] == cal["iterations"]
+    # and the calibration phantom is a different object
+    head, other = demo.head_phantom(), demo.calibration_phantom()
+    assert len(head) != len(other) or any(
+        a.semi_axes != b.semi_axes for a, b in zip(head, other))
 
 
 def test_discrepancy_principle_reported(result):
