@@ -66,3 +66,13 @@ extern "C" void run_gather(double* vol, const double* proj, int nx, int ny, int 
                         structured_siddon_gather_f64(vol, proj, nx, ny, nz, params, g, n_views, n_rows, n_cols);
                     }
 }
+extern "C" void run_structured_fast(int adj, float* volT, float* proj, int nx, int ny, int nz, const double* params,
+                                    const double* g, int n_views, int n_rows, int n_cols)
+{
+    blockDim.x = 1; threadIdx.x = 0;
+    for (int v = 0; v < n_views; ++v) for (int c = 0; c < n_cols; ++c) {
+        blockIdx.x = c; blockIdx.y = v;
+        if (adj) structured_siddon_adjoint_fast(volT, proj, nx, ny, nz, params, g, n_rows, n_cols);
+        else structured_siddon_forward_fast(volT, proj, nx, ny, nz, params, g, n_rows, n_cols);
+    }
+}

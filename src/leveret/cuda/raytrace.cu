@@ -421,6 +421,149 @@ __device__ void structured(T* volT, T* proj, int nx, int ny, int nz, const doubl
     }
 }
 
+// Float32 traversal of the structured path (precision="float32"). Everything
+// per block (the column's xy line, the face crossings, their merge and the
+// cells) and per row (slope, length factor, z range, found by the same float64
+// code as above) is float64; only the per-segment march is float32, in
+// coordinates relative to the column's entry into the grid's xy box:
+//   tau' = tau - t_in in [0, T]   (T = the column's xy chord, world length),
+//   z index = zi0 + z',  zi0 = floor(z at t_in) (an integer), z' = z0f + tau' mz.
+// Rounding error (u = 2^-24), per row:
+//   - every merged crossing B'[k] is within u T / 2 of its float64 value;
+//   - z' is within u (1 + 2 T |mz|) of the float64 z (a vertical shift of the
+//     row's ray by that much: z0f is rounded once, mz once);
+//   - a z face crossing tau' = (face - zi0 - z0f) / mz is within 3 u T of the
+//     crossing of that shifted ray (two roundings and the rounded 1 / mz);
+//   - lengths (tb - ta) L: the subtraction of nearby floats is exact, times L
+//     one rounding.
+// So the float32 weights are the exact weights of a ray displaced by at most
+// eps_z = u (1 + 2 T |mz|) z voxels, with every boundary moved by at most
+// eps_t = 4 u T along tau: each boundary moves at most eps_t L of length
+// between its two voxels, and |p32 - p64| <= 2 eps_t L N_b max|f| + (vertical
+// shift) + 16 u |p| (float32 partial sums of 16 segments, then float64), with
+// N_b <= nx + ny + nz + 2 boundaries. The vertical shift matters only for a
+// near-horizontal row whose ray runs within eps_z of a z face (as the float64
+// path's own rounding does at 2^-53); tests/cuda/test_raytrace_host.py checks
+// the bound on the host build and tests/operators/test_projector_cuda.py on
+// the GPU.
+struct RowLineF {
+    float mz, inv_mz, L, zlo, zhi, z0;
+    int zi0, step;
+    bool flat;   // mz == 0: no z face crossing
+};
+
+__device__ __forceinline__ RowLineF row_line_f(const ColumnLine& c, const RowLine& r)
+{
+    RowLineF f;
+    f.mz = (float)r.mz;
+    f.inv_mz = (float)r.inv_mz;
+    f.L = (float)r.L;
+    f.zlo = (float)sub(r.zlo, c.t_in);   // +-inf stay infinite
+    f.zhi = (float)sub(r.zhi, c.t_in);
+    const double z_in = fmin(fmax(add(c.pz, mul(c.t_in, r.mz)), -1.0e9), 1.0e9);
+    const double zi = floor(z_in);
+    f.zi0 = (int)zi;
+    f.z0 = (float)sub(z_in, zi);         // in [0, 1)
+    f.step = r.step;
+    f.flat = r.mz == 0.0;
+    return f;
+}
+
+// z_split in float32 (tau' and z' relative to the column entry, as above).
+__device__ __forceinline__ void z_split_f(const RowLineF& r, float B0, float B1, int nz, int& kz, int& kz2,
+                                          float& l1, float& l2)
+{
+    const float ta = fmaxf(B0, r.zlo);
+    const float tb = fmaxf(fminf(B1, r.zhi), ta);
+    const float za = r.z0 + ta * r.mz;
+    int k = r.step > 0 ? (int)floorf(za) : (int)ceilf(za) - 1;
+    k = min(max(k + r.zi0, 0), nz - 1);
+    float tm = tb;
+    if (!r.flat) {
+        const float tf = ((float)(k + (r.step > 0) - r.zi0) - r.z0) * r.inv_mz;
+        tm = fminf(fmaxf(tf, ta), tb);
+    }
+    l1 = (tm - ta) * r.L;
+    l2 = (tb - tm) * r.L;
+    kz = k;
+    kz2 = min(max(k + r.step, 0), nz - 1);
+}
+
+// Ray-driven structured kernel, float32 volume and projections, float32 march.
+template <bool ADJ>
+__device__ void structured_fast(float* volT, float* proj, int nx, int ny, int nz, const double* __restrict__ params,
+                                const double* __restrict__ g, int n_rows, int n_cols)
+{
+    extern __shared__ double smem[];
+    double* X = smem;                 // nx + 1
+    double* Y = X + (nx + 1);         // ny + 1
+    double* B = Y + (ny + 1);         // nx + ny + 2
+    int* cell = (int*)(B + (nx + ny + 2));  // nx + ny + 1
+    float* Bf = (float*)(cell + (nx + ny + 1));  // nx + ny + 2: B - t_in in float32
+    const int col = blockIdx.x, view = blockIdx.y;
+    const double* par = params + 12 * view;
+    const double u = (double)col;
+    const ColumnLine c = column_line(par, g, u, nx, ny);
+    const long long out0 = (long long)view * n_rows * n_cols + col;
+    if (!c.hit) {   // uniform over the block
+        if (!ADJ)
+            for (int row = threadIdx.x; row < n_rows; row += blockDim.x) proj[out0 + (long long)row * n_cols] = 0.0f;
+        return;
+    }
+    for (int f = threadIdx.x; f <= nx; f += blockDim.x)
+        X[f] = face_tau(c.ax >= 0.0 ? f : nx - f, c.px, c.ax, c.t_in, c.t_out);
+    for (int f = threadIdx.x; f <= ny; f += blockDim.x)
+        Y[f] = face_tau(c.ay >= 0.0 ? f : ny - f, c.py, c.ay, c.t_in, c.t_out);
+    __syncthreads();
+    for (int f = threadIdx.x; f <= nx; f += blockDim.x) B[f + rank_in<true>(Y, ny + 1, X[f])] = X[f];
+    for (int f = threadIdx.x; f <= ny; f += blockDim.x) B[f + rank_in<false>(X, nx + 1, Y[f])] = Y[f];
+    __syncthreads();
+    const int n_seg = nx + ny + 1;
+    for (int k = threadIdx.x; k < n_seg; k += blockDim.x) cell[k] = segment_cell(c, B[k], B[k + 1], nx, ny);
+    for (int k = threadIdx.x; k <= n_seg; k += blockDim.x) Bf[k] = (float)sub(B[k], c.t_in);
+    __syncthreads();
+    for (int row = threadIdx.x; row < n_rows; row += blockDim.x) {
+        const RowLine r = row_line(c, par, g, u, (double)row, nz);
+        const float value = ADJ ? proj[out0 + (long long)row * n_cols] : 0.0f;
+        double acc = 0.0;
+        if (!ADJ || value != 0.0f) {
+            const RowLineF rf = row_line_f(c, r);
+            const int k0 = max(rank_in<false>(B, n_seg + 1, fmax(B[0], r.zlo)) - 1, 0);
+            const int k1 = rank_in<true>(B, n_seg + 1, fmin(B[n_seg], r.zhi));
+            float part = 0.0f;   // float32 partial sums of 16 segments, then float64
+            for (int k = k0; k < k1; ++k) {
+                int kz, kz2;
+                float l1, l2;
+                z_split_f(rf, Bf[k], Bf[k + 1], nz, kz, kz2, l1, l2);
+                const long long base = (long long)cell[k] * nz;
+                if (ADJ) {
+                    if (l1 > 0.0f) atomicAdd(volT + base + kz, l1 * value);
+                    if (l2 > 0.0f) atomicAdd(volT + base + kz2, l2 * value);
+                } else {
+                    part += l1 * volT[base + kz] + l2 * volT[base + kz2];
+                    if (((k - k0) & 15) == 15) { acc += (double)part; part = 0.0f; }
+                }
+            }
+            acc += (double)part;
+        }
+        if (!ADJ) proj[out0 + (long long)row * n_cols] = (float)acc;
+    }
+}
+
+extern "C" __global__ void structured_siddon_forward_fast(float* volT, float* proj, int nx, int ny, int nz,
+                                                          const double* __restrict__ params,
+                                                          const double* __restrict__ g, int n_rows, int n_cols)
+{
+    structured_fast<false>(volT, proj, nx, ny, nz, params, g, n_rows, n_cols);
+}
+
+extern "C" __global__ void structured_siddon_adjoint_fast(float* volT, float* proj, int nx, int ny, int nz,
+                                                          const double* __restrict__ params,
+                                                          const double* __restrict__ g, int n_rows, int n_cols)
+{
+    structured_fast<true>(volT, proj, nx, ny, nz, params, g, n_rows, n_cols);
+}
+
 // Voxel-driven (gather) form of the structured transpose: no atomics, each
 // volume value written once. Thread: voxel column (i, j), LEVERET_RT_K z voxels
 // from k0, sums in registers over all views. Per view it finds the detector

@@ -82,6 +82,33 @@ def structured_ratio(params: np.ndarray, n_rows: int, n_cols: int, spacing_xyz) 
     return worst
 
 
+def structured_float32_bound(params: np.ndarray, n_rows: int, n_cols: int, grid3, spacing_xyz,
+                             max_abs_volume: float, max_abs_projection: float) -> float:
+    """Bound on ``|A32 x - A64 x|`` (absolute, per ray) of the structured path's
+    float32 march against the float64 operator (raytrace.cu, ``structured_fast``).
+
+    ``2 eps_t L N_b max|x| + 16 u max|Ax|`` with ``u = 2^-24``, ``T`` the
+    longest xy chord of the grid (world length), ``eps_t = 4 u T`` (how far a
+    boundary between two voxels can move along the ray's horizontal length),
+    ``L`` the largest 3D length per unit horizontal length of a ray, and
+    ``N_b = nx + ny + nz + 2`` boundaries per ray; the last term is the
+    float32 partial sums. Not covered: a near-horizontal row whose ray runs
+    within ``u (1 + 2 T |dz/dxy|)`` z voxels of a z face (float32 may put it
+    on the other side, as float64 may at 2^-53).
+    """
+    nz, ny, nx = (int(n) for n in grid3)
+    vx, vy, _ = spacing_xyz
+    u = 2.0 ** -24
+    T = float(np.hypot(nx * vx, ny * vy))
+    Minv = params[:, 3:].reshape(-1, 3, 3)
+    cols = np.arange(n_cols, dtype=np.float64)
+    L = 1.0
+    for v in (0.0, float(n_rows - 1)):
+        q = Minv[:, :, 0, None] * cols + Minv[:, :, 1, None] * v + Minv[:, :, 2, None]
+        L = max(L, float(np.max(np.sqrt(1.0 + (q[:, 2] / np.hypot(q[:, 0], q[:, 1])) ** 2))))
+    return 2.0 * (4.0 * u * T) * L * (nx + ny + nz + 2) * max_abs_volume + 16.0 * u * max_abs_projection
+
+
 class CudaRaytracer:
     """The GPU kernels for one projector: ``forward`` and ``adjoint`` on CuPy arrays.
 
@@ -115,6 +142,8 @@ class CudaRaytracer:
         self.g = cupy.asarray(g)
         nz, ny, nx = self.grid3
         shared = 8 * (2 * nx + 2 * ny + 4) + 4 * (nx + ny + 1)
+        if self.dtype == np.float32:
+            shared += 4 * (nx + ny + 2)   # the float32 copy of the merged crossings (structured_fast)
         self.shared_bytes = shared
         self.ratio = (structured_ratio(params, self.n_rows, self.n_cols, 1.0 / np.asarray(scale))
                       if self.kind == 1 and model == "siddon" else float("inf"))
@@ -152,9 +181,12 @@ class CudaRaytracer:
 
     def _structured(self, name: str, volT, proj):
         """Launch a structured kernel: one block per (column, view), in passes of
-        at most 65535 views (the grid's y limit)."""
+        at most 65535 views (the grid's y limit). float32 runs the float32 march
+        (``structured_fast`` in raytrace.cu, error bound there); float64 the
+        float64 one."""
         nx, ny, nz = self._scalars()
-        kernel = self._kernel(name)
+        kernel = load_module("raytrace").get_function(f"{name}_fast") if self.dtype == np.float32 \
+            else self._kernel(name)
         n_views = self.params_host.shape[0]
         for v0 in range(0, n_views, MAX_GRID_Y):
             v1 = min(n_views, v0 + MAX_GRID_Y)

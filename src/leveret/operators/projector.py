@@ -115,7 +115,13 @@ class Projector:
         True requires it (ValueError if not valid); False never.
     precision : {"float32", "float64"}
         dtype of the arrays ``A`` and ``A.T`` return (inputs are converted).
-        Geometry is always computed in float64.
+        Geometry is always computed in float64. On CUDA, "float32" runs the
+        fast float32 march where one exists (the structured cone path; the
+        general Joseph path): per-column/per-ray set-up in float64, steps in
+        float32 relative to a nearby origin, within a documented bound of the
+        float64 operator (``leveret.cuda.raytrace``, raytrace.cu) and with
+        ``A.T`` using the same float32 weights (matched); "float64" traces
+        in float64, bit-identical rays and weights to the CPU.
 
     Attributes
     ----------
