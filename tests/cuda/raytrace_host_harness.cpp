@@ -76,3 +76,14 @@ extern "C" void run_structured_fast(int adj, float* volT, float* proj, int nx, i
         else structured_siddon_forward_fast(volT, proj, nx, ny, nz, params, g, n_rows, n_cols);
     }
 }
+extern "C" void run_joseph_fast(int adj, float* vol, float* proj, int nx, int ny, int nz, const double* params,
+                                const double* g, int n_views, int n_rows, int n_cols, int kind, int is2d)
+{
+    long long n = (long long)n_views * n_rows * n_cols;
+    blockDim.x = 256;
+    for (long long r = 0; r < n; ++r) {
+        blockIdx.x = (unsigned)(r / 256); threadIdx.x = (unsigned)(r % 256);
+        if (adj) joseph_adjoint_fast(vol, proj, nx, ny, nz, params, g, n_views, n_rows, n_cols, kind, is2d);
+        else joseph_forward_fast(vol, proj, nx, ny, nz, params, g, n_views, n_rows, n_cols, kind, is2d);
+    }
+}

@@ -195,6 +195,136 @@ __device__ double joseph(T* vol, int nx, int ny, int nz, double px, double py, d
     return acc;
 }
 
+// Joseph in float32 (precision="float32"): the ray (make_ray), its dominant
+// axis, plane range, slopes and a centre sample are float64, once per ray;
+// the planes are then marched in float32 relative to the centre plane s_c:
+// u index = iu_c + fr_u + (s - s_c) su with iu_c an integer and fr_u in
+// [0, 1) (same for v), so no float32 number holds a large coordinate.
+// Rounding (u = 2^-24): fr_u within u/2, su within u/2 relative, the product
+// and the sum one rounding each: every sample's u (and v) index is within
+// eps = u (1 + 2 |s - s_c| |su|) <= u (1 + n_m) voxels of the float64 one,
+// the bilinear weights within 2 eps + 3 u of theirs. Per ray
+// |p32 - p64| <= w n_m (4 (eps_u + eps_v) + 12 u) max|f| + 16 u |p|,
+// with w the plane-to-plane length (<= sqrt(3) times the voxel size along the
+// dominant axis) and 16 u the float32 partial sums (8 planes, then float64);
+// raytrace.py's joseph_float32_bound evaluates it. A sample within rounding
+// of the grid's edge (u index near -1 or n_u) may be kept or dropped
+// differently from float64: its weight there is itself of that order.
+template <bool ADJ>
+__device__ double joseph_fast(float* vol, int nx, int ny, int nz, double px, double py, double pz,
+                              double dx, double dy, double dz, bool half_line, float value)
+{
+    int m = 0;
+    if (fabs(dy) > fabs(dx)) m = 1;
+    if (fabs(dz) > fabs(m == 0 ? dx : dy)) m = 2;
+    double pm, dm, pu, du, pv, dv;
+    int nm, nu, nv;
+    long long sm, su_, sv_;
+    const long long sxy = (long long)nx * ny;
+    if (m == 0) { pm = px; dm = dx; nm = nx; sm = 1;
+                  pu = py; du = dy; nu = ny; su_ = nx;  pv = pz; dv = dz; nv = nz; sv_ = sxy; }
+    else if (m == 1) { pm = py; dm = dy; nm = ny; sm = nx;
+                       pu = px; du = dx; nu = nx; su_ = 1;  pv = pz; dv = dz; nv = nz; sv_ = sxy; }
+    else { pm = pz; dm = dz; nm = nz; sm = sxy;
+           pu = px; du = dx; nu = nx; su_ = 1;  pv = py; dv = dy; nv = ny; sv_ = nx; }
+    const float w = (float)__ddiv_rn(1.0, fabs(dm));
+    // Planes s with t = (s - pm) / dm >= 0 (cone rays start at the source):
+    // s >= pm when dm > 0, s <= pm when dm < 0 (exact for integer s).
+    double lo = 0.0, hi = (double)(nm - 1);
+    const double pmc = fmin(fmax(pm, -2.0), (double)nm + 1.0);
+    if (half_line) {
+        if (dm > 0.0) lo = fmax(lo, ceil(pmc)); else hi = fmin(hi, floor(pmc));
+    }
+    // Planes where the u, v indices can lie in (-1, n) (padded by one plane;
+    // the float32 test below decides).
+    const double su = du / dm, sv = dv / dm;
+    if (su != 0.0) {
+        const double a = pm + (-1.0 - pu) / su, b = pm + ((double)nu - pu) / su;
+        lo = fmax(lo, floor(fmin(a, b)) - 1.0);
+        hi = fmin(hi, ceil(fmax(a, b)) + 1.0);
+    } else if (!(-1.0 < pu && pu < (double)nu)) return 0.0;
+    if (sv != 0.0) {
+        const double a = pm + (-1.0 - pv) / sv, b = pm + ((double)nv - pv) / sv;
+        lo = fmax(lo, floor(fmin(a, b)) - 1.0);
+        hi = fmin(hi, ceil(fmax(a, b)) + 1.0);
+    } else if (!(-1.0 < pv && pv < (double)nv)) return 0.0;
+    if (!(lo <= hi)) return 0.0;
+    const int s0 = (int)lo, s1 = (int)hi, sc = (s0 + s1) / 2;
+    const double fu_c = pu + ((double)sc - pm) * su, fv_c = pv + ((double)sc - pm) * sv;
+    const double iu_d = floor(fu_c), iv_d = floor(fv_c);
+    const int iu_c = (int)iu_d, iv_c = (int)iv_d;   // |fu_c| <= n + 2 |su| (nm + 2): ints
+    const float fr_u = (float)(fu_c - iu_d), fr_v = (float)(fv_c - iv_d);
+    const float su_f = (float)su, sv_f = (float)sv;
+    const float lo_u = (float)(-1 - iu_c), hi_u = (float)(nu - iu_c);
+    const float lo_v = (float)(-1 - iv_c), hi_v = (float)(nv - iv_c);
+    double acc = 0.0;
+    float part = 0.0f;   // float32 partial sums of 8 planes, then float64
+    for (int s = s0; s <= s1; ++s) {
+        const float ds = (float)(s - sc);
+        const float fu = fr_u + ds * su_f, fv = fr_v + ds * sv_f;
+        if (lo_u < fu && fu < hi_u && lo_v < fv && fv < hi_v) {
+            const float flu = floorf(fu), flv = floorf(fv);
+            const int iu = iu_c + (int)flu, iv = iv_c + (int)flv;
+            const float au = fu - flu, av = fv - flv;
+#pragma unroll
+            for (int cu = 0; cu < 2; ++cu) {
+                const int ju = iu + cu;
+                if (ju < 0 || ju >= nu) continue;
+                const float wu = (cu ? au : 1.0f - au) * w;
+#pragma unroll
+                for (int cv = 0; cv < 2; ++cv) {
+                    const int jv = iv + cv;
+                    if (jv < 0 || jv >= nv) continue;
+                    const float wuv = wu * (cv ? av : 1.0f - av);
+                    if (wuv == 0.0f) continue;
+                    const long long k = s * sm + ju * su_ + jv * sv_;
+                    if (ADJ) atomicAdd(vol + k, wuv * value);
+                    else part += wuv * vol[k];
+                }
+            }
+        }
+        if (!ADJ && ((s - s0) & 7) == 7) { acc += (double)part; part = 0.0f; }
+    }
+    return acc + (double)part;
+}
+
+template <bool ADJ>
+__device__ void joseph_general_fast(float* vol, float* proj, int nx, int ny, int nz, const double* __restrict__ params,
+                                    const double* __restrict__ g, int n_views, int n_rows, int n_cols, int kind,
+                                    int is2d)
+{
+    const long long r = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    const long long per_view = (long long)n_rows * n_cols;
+    if (r >= per_view * n_views) return;
+    const int view = (int)(r / per_view);
+    const int rem = (int)(r - (long long)view * per_view);
+    const int row = rem / n_cols, col = rem - (rem / n_cols) * n_cols;
+    float value = 0.0f;
+    if (ADJ) {
+        value = proj[r];
+        if (value == 0.0f) return;
+    }
+    double px, py, pz, dx, dy, dz;
+    make_ray(kind, params + 12 * view, g, row, col, n_rows, is2d, px, py, pz, dx, dy, dz);
+    const double acc = joseph_fast<ADJ>(vol, nx, ny, nz, sub(px, 0.5), sub(py, 0.5), sub(pz, 0.5), dx, dy, dz,
+                                        kind != KIND_PARALLEL, value);
+    if (!ADJ) proj[r] = (float)acc;
+}
+
+extern "C" __global__ void joseph_forward_fast(float* vol, float* proj, int nx, int ny, int nz,
+                                               const double* __restrict__ params, const double* __restrict__ g,
+                                               int n_views, int n_rows, int n_cols, int kind, int is2d)
+{
+    joseph_general_fast<false>(vol, proj, nx, ny, nz, params, g, n_views, n_rows, n_cols, kind, is2d);
+}
+
+extern "C" __global__ void joseph_adjoint_fast(float* vol, float* proj, int nx, int ny, int nz,
+                                               const double* __restrict__ params, const double* __restrict__ g,
+                                               int n_views, int n_rows, int n_cols, int kind, int is2d)
+{
+    joseph_general_fast<true>(vol, proj, nx, ny, nz, params, g, n_views, n_rows, n_cols, kind, is2d);
+}
+
 template <typename T, bool ADJ, bool JOSEPH>
 __device__ void general(T* vol, T* proj, int nx, int ny, int nz, const double* __restrict__ params,
                         const double* __restrict__ g, int n_views, int n_rows, int n_cols, int kind,

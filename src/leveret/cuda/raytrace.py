@@ -109,6 +109,22 @@ def structured_float32_bound(params: np.ndarray, n_rows: int, n_cols: int, grid3
     return 2.0 * (4.0 * u * T) * L * (nx + ny + nz + 2) * max_abs_volume + 16.0 * u * max_abs_projection
 
 
+def joseph_float32_bound(grid3, spacing_xyz, max_abs_volume: float, max_abs_projection: float) -> float:
+    """Bound on ``|A32 x - A64 x|`` (absolute, per ray) of the float32 Joseph
+    march against the float64 operator (raytrace.cu, ``joseph_fast``):
+    ``w n_m (4 (eps_u + eps_v) + 12 u) max|x| + 16 u max|Ax|`` with
+    ``u = 2^-24``, ``eps = u (1 + n_m)`` (index error of a sample), ``n_m``
+    the planes along the dominant axis and ``w <= sqrt(3)`` times its voxel
+    size; taken here over the three axes (whichever is dominant)."""
+    u = 2.0 ** -24
+    nz, ny, nx = (int(n) for n in grid3)
+    worst = 0.0
+    for n_m, size in zip((nx, ny, nz), spacing_xyz):
+        eps = u * (1 + n_m)
+        worst = max(worst, np.sqrt(3.0) * size * n_m * (8 * eps + 12 * u))
+    return worst * max_abs_volume + 16 * u * max_abs_projection
+
+
 class CudaRaytracer:
     """The GPU kernels for one projector: ``forward`` and ``adjoint`` on CuPy arrays.
 
@@ -167,6 +183,13 @@ class CudaRaytracer:
     def _kernel(self, name: str):
         return load_module("raytrace").get_function(f"{name}_{self._suffix}")
 
+    def _general_kernel(self, direction: str):
+        """The general path's kernel: float32 Joseph marches in float32
+        (``joseph_fast``, bound in raytrace.cu), everything else in float64."""
+        if self.model == "joseph" and self.dtype == np.float32:
+            return load_module("raytrace").get_function(f"joseph_{direction}_fast")
+        return self._kernel(f"{self.model}_{direction}")
+
     def subset(self, views: np.ndarray) -> "CudaRaytracer":
         import cupy
         sub = object.__new__(CudaRaytracer)
@@ -204,7 +227,7 @@ class CudaRaytracer:
             self._structured("structured_siddon_forward", volT, out)
             return out
         n = n_views * self.n_rows * self.n_cols
-        self._kernel(f"{self.model}_forward")(
+        self._general_kernel("forward")(
             (-(-n // BLOCK),), (BLOCK,),
             (vol, out, nx, ny, nz, self.params, self.g, np.int32(n_views), np.int32(self.n_rows),
              np.int32(self.n_cols), np.int32(self.kind), np.int32(self.is2d)))
@@ -229,7 +252,7 @@ class CudaRaytracer:
             return out
         out.fill(0)
         n = n_views * self.n_rows * self.n_cols
-        self._kernel(f"{self.model}_adjoint")(
+        self._general_kernel("adjoint")(
             (-(-n // BLOCK),), (BLOCK,),
             (out, proj, nx, ny, nz, self.params, self.g, np.int32(n_views), np.int32(self.n_rows),
              np.int32(self.n_cols), np.int32(self.kind), np.int32(self.is2d)))
