@@ -87,3 +87,13 @@ extern "C" void run_joseph_fast(int adj, float* vol, float* proj, int nx, int ny
         else joseph_forward_fast(vol, proj, nx, ny, nz, params, g, n_views, n_rows, n_cols, kind, is2d);
     }
 }
+extern "C" void run_structured_joseph(int adj, float* volT, float* proj, int nx, int ny, int nz, const double* params,
+                                      const double* g, int n_views, int n_rows, int n_cols)
+{
+    blockDim.x = 1; threadIdx.x = 0;
+    for (int v = 0; v < n_views; ++v) for (int c = 0; c < n_cols; ++c) {
+        blockIdx.x = c; blockIdx.y = v;
+        if (adj) structured_joseph_adjoint_fast(volT, proj, nx, ny, nz, params, g, n_rows, n_cols);
+        else structured_joseph_forward_fast(volT, proj, nx, ny, nz, params, g, n_rows, n_cols);
+    }
+}

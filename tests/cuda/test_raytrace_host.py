@@ -158,3 +158,35 @@ def test_host_build_joseph_float32(lib, name, rng):
     lhs = np.vdot(out.astype(np.float64), y.astype(np.float64))
     rhs = np.vdot(x.astype(np.float64), back.astype(np.float64))
     assert abs(lhs - rhs) <= 1e-5 * abs(lhs)
+
+
+@pytest.mark.parametrize("name", list(STRUCTURED))
+def test_host_build_structured_joseph(lib, name, rng):
+    """Structured Joseph (float32, planes shared by a column's rows) against
+    the float64 CPU Joseph: inside joseph_float32_bound and 1e-5 of the largest
+    value; its transpose has the same weights."""
+    geometry, volume = STRUCTURED[name]
+    A = Projector(geometry, volume, model="joseph", precision="float64", backend="cpu")
+    _, params = view_parameters(geometry)
+    assert structured_ratio(params, geometry.n_rows, geometry.n_cols, 1 / A._scale) <= 1
+    g = np.zeros(8)
+    g[2:5], g[5:8] = A._offset, A._scale
+    n_views, n_rows, n_cols = geometry.projection_shape
+    nz, ny, nx = volume.shape
+    x = rng.standard_normal(volume.shape).astype(np.float32)
+    y = rng.standard_normal(geometry.projection_shape).astype(np.float32)
+    ref = A(x.astype(np.float64))
+    volT = np.ascontiguousarray(x.transpose(1, 2, 0))
+    out = np.full(geometry.projection_shape, np.nan, np.float32)
+    lib.run_structured_joseph(0, _ptr(volT), _ptr(out), nx, ny, nz, _ptr(params), _ptr(g), n_views, n_rows, n_cols)
+    assert not np.isnan(out).any()
+    err = np.abs(out - ref).max()
+    assert err <= joseph_float32_bound(volume.shape, 1 / A._scale, np.abs(x).max(), np.abs(ref).max())
+    assert err <= 1e-5 * np.abs(ref).max()
+    backT = np.zeros((ny, nx, nz), np.float32)
+    lib.run_structured_joseph(1, _ptr(backT), _ptr(y), nx, ny, nz, _ptr(params), _ptr(g), n_views, n_rows, n_cols)
+    back = backT.transpose(2, 0, 1).astype(np.float64)
+    ref_back = A.T(y.astype(np.float64))
+    assert np.abs(back - ref_back).max() <= 1e-5 * np.abs(ref_back).max()
+    lhs = np.vdot(out.astype(np.float64), y.astype(np.float64))
+    assert abs(lhs - np.vdot(x.astype(np.float64), back)) <= 1e-5 * abs(lhs)

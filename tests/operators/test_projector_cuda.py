@@ -315,6 +315,32 @@ def test_joseph_float32_march_against_float64(name, rng):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("name", list(STRUCTURED))
+def test_structured_joseph_equals_general(name, rng):
+    """float32 Joseph: "auto" takes the structured kernel on circular scans; it
+    equals the general float32 Joseph (both within their bounds of float64)."""
+    cp = _cupy()
+    geometry, volume = STRUCTURED[name]
+    S = Projector(geometry, volume, model="joseph", precision="float32", backend="cuda")
+    G = Projector(geometry, volume, model="joseph", precision="float32", backend="cuda", structured=False)
+    assert S.structured and not G.structured
+    assert not Projector(geometry, volume, model="joseph", precision="float64", backend="cuda").structured
+    with pytest.raises(ValueError, match="structured"):
+        Projector(geometry, volume, model="joseph", precision="float64", backend="cuda", structured=True)
+    x = cp.asarray(rng.standard_normal(volume.shape), dtype=cp.float32)
+    y = cp.asarray(rng.standard_normal(geometry.projection_shape), dtype=cp.float32)
+    out = cp.full(geometry.projection_shape, np.nan, cp.float32)
+    S(x, out=out)
+    _close(out, cp.asnumpy(G(x)), 1e-5)
+    back = cp.full(volume.shape, np.nan, cp.float32)
+    S.T(y, out=back)
+    _close(back, cp.asnumpy(G.T(y)), 1e-5)
+    lhs = float(cp.vdot(out.astype(cp.float64), y.astype(cp.float64)))
+    rhs = float(cp.vdot(x.astype(cp.float64), back.astype(cp.float64)))
+    assert abs(lhs - rhs) <= 1e-5 * abs(lhs)
+
+
+@pytest.mark.gpu
 def test_structured_refused_where_invalid():
     geometry, volume = GEOMETRIES["cone_matrices"]          # tilted detector
     assert not Projector(geometry, volume, backend="cuda").structured

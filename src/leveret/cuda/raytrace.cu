@@ -694,6 +694,126 @@ extern "C" __global__ void structured_siddon_adjoint_fast(float* volT, float* pr
     structured_fast<true>(volT, proj, nx, ny, nz, params, g, n_rows, n_cols);
 }
 
+// Structured Joseph (float32), paper 003's structure applied to Joseph: for a
+// circular scan without detector tilt the rays of one detector column share
+// their xy line, and where no ray is steeper in z than along its dominant xy
+// axis (structured_ratio <= 1: the launcher checks) every row samples the
+// same planes of that axis (x or y) at the same horizontal lengths tau_s, with
+// the same in-plane xy index fu_s. Per block (view, column) the planes' tau_s
+// (relative to a centre plane), the integer part of fu_s and its fraction are
+// computed once in float64 and kept in shared memory; per row only the z index
+// (affine in tau) and the plane-to-plane length w = L / |a_m| are new. The
+// volume is the z-fastest copy (ny, nx, nz): adjacent rows read/write adjacent
+// z voxels. Same model and same float64 quantities as the CPU's Joseph (up to
+// float64 rounding), marched in float32 like joseph_fast: z index
+// iz_c + fr + dtau_s mz with fr in [0, 1), so the bound of joseph_fast holds
+// (raytrace.py: joseph_float32_bound). Forward and transpose share the code:
+// the transpose (atomicAdd) has the forward's weights.
+#define JS_INVALID (-2147483647 - 1)
+
+template <bool ADJ>
+__device__ void structured_joseph(float* volT, float* proj, int nx, int ny, int nz,
+                                  const double* __restrict__ params, const double* __restrict__ g,
+                                  int n_rows, int n_cols)
+{
+    extern __shared__ double smem[];
+    const int col = blockIdx.x, view = blockIdx.y;
+    const double* par = params + 12 * view;
+    const double u = (double)col;
+    const ColumnLine c = column_line(par, g, u, nx, ny);   // ax, ay: index per unit tau
+    const long long out0 = (long long)view * n_rows * n_cols + col;
+    // Dominant xy axis, as joseph() decides it per ray (the ratio check rules out z).
+    const bool my = fabs(c.ay) > fabs(c.ax);
+    const int nm = my ? ny : nx, nu = my ? nx : ny;
+    const double am = my ? c.ay : c.ax, au_ = my ? c.ax : c.ay;
+    const double pm = sub(my ? c.py : c.px, 0.5), pu = sub(my ? c.px : c.py, 0.5);   // voxel-centre units
+    const double pzc = sub(c.pz, 0.5);
+    float* dtau = (float*)smem;            // nm: tau_s - tau_c
+    float* afr = dtau + nm;                // nm: fraction of fu_s
+    int* iuS = (int*)(afr + nm);           // nm: floor(fu_s), JS_INVALID where the plane is not sampled
+    const double tau_c = __ddiv_rn(sub((double)(nm / 2), pm), am);
+    for (int sp = threadIdx.x; sp < nm; sp += blockDim.x) {
+        const double tau = __ddiv_rn(sub((double)sp, pm), am);
+        const double fu = add(pu, mul(tau, au_));
+        const bool ok = tau >= 0.0 && -1.0 < fu && fu < (double)nu;   // cone rays start at the source
+        const double fl = floor(fu);
+        dtau[sp] = (float)sub(tau, tau_c);
+        afr[sp] = ok ? (float)sub(fu, fl) : 0.0f;
+        iuS[sp] = ok ? (int)fl : JS_INVALID;
+    }
+    __syncthreads();
+    // xy index strides of the plane axis and the in-plane axis in volT (ny, nx, nz).
+    const long long s_m = my ? (long long)nx * nz : (long long)nz;
+    const long long s_u = my ? (long long)nz : (long long)nx * nz;
+    for (int row = threadIdx.x; row < n_rows; row += blockDim.x) {
+        const RowLine r = row_line(c, par, g, u, (double)row, nz);
+        const float value = ADJ ? proj[out0 + (long long)row * n_cols] : 0.0f;
+        double acc = 0.0;
+        if (!ADJ || value != 0.0f) {
+            const float w = (float)__ddiv_rn(r.L, fabs(am));
+            // Planes whose z index can lie in (-1, nz), padded by one; the float32 test decides.
+            int s0 = 0, s1 = nm - 1;
+            if (r.mz != 0.0) {
+                const double ta = __ddiv_rn(-1.0 - pzc, r.mz), tb = __ddiv_rn((double)nz - pzc, r.mz);
+                const double sa = pm + fmin(ta, tb) * am, sb = pm + fmax(ta, tb) * am;
+                const double lo = fmax(floor(fmin(sa, sb)) - 1.0, 0.0), hi = fmin(ceil(fmax(sa, sb)) + 1.0, (double)(nm - 1));
+                s0 = lo > hi ? 1 : (int)lo;
+                s1 = lo > hi ? 0 : (int)hi;
+            } else if (!(-1.0 < pzc && pzc < (double)nz)) {
+                s0 = 1; s1 = 0;
+            }
+            const double zc = add(pzc, mul(tau_c, r.mz));
+            const double izd = floor(fmin(fmax(zc, -1.0e9), 1.0e9));
+            const int iz_c = (int)izd;
+            const float fr = (float)sub(zc, izd), mz = (float)r.mz;
+            const float lo_v = (float)(-1 - iz_c), hi_v = (float)(nz - iz_c);
+            float part = 0.0f;
+            for (int sp = s0; sp <= s1; ++sp) {
+                const int iu = iuS[sp];
+                const float fv = fr + dtau[sp] * mz;
+                if (iu != JS_INVALID && lo_v < fv && fv < hi_v) {
+                    const float flv = floorf(fv);
+                    const int iv = iz_c + (int)flv;
+                    const float av = fv - flv, au = afr[sp];
+#pragma unroll
+                    for (int cu = 0; cu < 2; ++cu) {
+                        const int ju = iu + cu;
+                        if (ju < 0 || ju >= nu) continue;
+                        const float wu = (cu ? au : 1.0f - au) * w;
+                        const long long base = sp * s_m + ju * s_u;
+#pragma unroll
+                        for (int cv = 0; cv < 2; ++cv) {
+                            const int jv = iv + cv;
+                            if (jv < 0 || jv >= nz) continue;
+                            const float wuv = wu * (cv ? av : 1.0f - av);
+                            if (wuv == 0.0f) continue;
+                            if (ADJ) atomicAdd(volT + base + jv, wuv * value);
+                            else part += wuv * volT[base + jv];
+                        }
+                    }
+                }
+                if (!ADJ && ((sp - s0) & 7) == 7) { acc += (double)part; part = 0.0f; }
+            }
+            acc += (double)part;
+        }
+        if (!ADJ) proj[out0 + (long long)row * n_cols] = (float)acc;
+    }
+}
+
+extern "C" __global__ void structured_joseph_forward_fast(float* volT, float* proj, int nx, int ny, int nz,
+                                                          const double* __restrict__ params,
+                                                          const double* __restrict__ g, int n_rows, int n_cols)
+{
+    structured_joseph<false>(volT, proj, nx, ny, nz, params, g, n_rows, n_cols);
+}
+
+extern "C" __global__ void structured_joseph_adjoint_fast(float* volT, float* proj, int nx, int ny, int nz,
+                                                          const double* __restrict__ params,
+                                                          const double* __restrict__ g, int n_rows, int n_cols)
+{
+    structured_joseph<true>(volT, proj, nx, ny, nz, params, g, n_rows, n_cols);
+}
+
 // Voxel-driven (gather) form of the structured transpose: no atomics, each
 // volume value written once. Thread: voxel column (i, j), LEVERET_RT_K z voxels
 // from k0, sums in registers over all views. Per view it finds the detector

@@ -157,17 +157,23 @@ class CudaRaytracer:
         g[5:8] = scale
         self.g = cupy.asarray(g)
         nz, ny, nx = self.grid3
-        shared = 8 * (2 * nx + 2 * ny + 4) + 4 * (nx + ny + 1)
-        if self.dtype == np.float32:
-            shared += 4 * (nx + ny + 2)   # the float32 copy of the merged crossings (structured_fast)
+        if model == "siddon":
+            shared = 8 * (2 * nx + 2 * ny + 4) + 4 * (nx + ny + 1)
+            if self.dtype == np.float32:
+                shared += 4 * (nx + ny + 2)   # the float32 copy of the merged crossings (structured_fast)
+        else:
+            shared = 12 * max(nx, ny)         # structured_joseph: dtau, fraction, integer part per plane
         self.shared_bytes = shared
+        # Structured Joseph exists in float32 only (structured_joseph in raytrace.cu).
+        has_kernel = model == "siddon" or self.dtype == np.float32
         self.ratio = (structured_ratio(params, self.n_rows, self.n_cols, 1.0 / np.asarray(scale))
-                      if self.kind == 1 and model == "siddon" else float("inf"))
+                      if self.kind == 1 and has_kernel else float("inf"))
         valid = self.ratio <= 1.0 and shared <= SHARED_LIMIT
         if structured is True and not valid:
             raise ValueError(f"structured: paper 003's path does not apply here (max |dz|/|dxy| "
                              f"ratio {self.ratio:.3g} must be <= 1, the geometry must be cone-beam "
-                             f"Siddon without detector tilt, shared memory {shared} <= {SHARED_LIMIT} bytes)")
+                             f"without detector tilt, Siddon or float32 Joseph, shared memory "
+                             f"{shared} <= {SHARED_LIMIT} bytes)")
         self.structured = valid if structured == "auto" else bool(structured)
         # How the structured path's transpose runs: "atomic" (ray-driven, the
         # forward's traversal with atomicAdd) or "gather" (voxel-driven, each
@@ -208,6 +214,7 @@ class CudaRaytracer:
         (``structured_fast`` in raytrace.cu, error bound there); float64 the
         float64 one."""
         nx, ny, nz = self._scalars()
+        name = name.replace("siddon", self.model)
         kernel = load_module("raytrace").get_function(f"{name}_fast") if self.dtype == np.float32 \
             else self._kernel(name)
         n_views = self.params_host.shape[0]
@@ -238,7 +245,7 @@ class CudaRaytracer:
         import cupy
         n_views = self.params_host.shape[0]
         nx, ny, nz = self._scalars()
-        if self.structured and self.transpose == "gather":
+        if self.structured and self.transpose == "gather" and self.model == "siddon":
             k = gather_depth()
             self._kernel("structured_siddon_gather")(
                 (-(-int(nx) // GATHER_BLOCK[0]), -(-int(ny) // GATHER_BLOCK[1]), -(-int(nz) // k)), GATHER_BLOCK,

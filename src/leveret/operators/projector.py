@@ -109,8 +109,9 @@ class Projector:
         out; a RuntimeError where there is no GPU); "cpu": Numba (NumPy
         only); "auto": CUDA when CuPy finds a GPU, else the CPU.
     structured : {"auto", True, False}
-        CUDA cone-beam Siddon only: paper 003's structure-exploiting path
-        (xy path shared by the rows of a detector column). "auto" takes it
+        CUDA cone beam only (Siddon; Joseph in float32): paper 003's
+        structure-exploiting path (xy path shared by the rows of a detector
+        column). "auto" takes it
         when :func:`leveret.cuda.raytrace.structured_ratio` shows it is valid;
         True requires it (ValueError if not valid); False never.
     precision : {"float32", "float64"}
