@@ -116,13 +116,27 @@ def bench_leveret(g, vol, label: str, *, iterations: bool, k: int = 2):
     y = cp.empty(g.projection_shape, cp.float32)
     back = cp.empty(vol.shape, cp.float32)
     rays = g.projection_shape[0] * vol.size     # GU/s column: voxel updates (views x voxels) / s
-    for model, structured, note in [("joseph", False, "general path, float64 traversal"),
-                                    ("siddon", False, "general path, float64 traversal"),
-                                    ("siddon", True, "paper 003 structured path")]:
+    for model, structured, precision, note in [
+            ("joseph", False, "float32", "general path, float32 march"),
+            ("joseph", True, "float32", "structured (xy planes shared by rows), float32 march"),
+            ("siddon", False, "float32", "general path, float64 traversal"),
+            ("siddon", True, "float32", "paper 003 structured path, float32 march"),
+            ("siddon", True, "float64", "paper 003 structured path, float64 march")]:
+        if precision == "float64" and not iterations:
+            continue
         try:
-            A = leveret.Projector(g, vol, model=model, backend="cuda", structured=structured)
+            A = leveret.Projector(g, vol, model=model, backend="cuda", structured=structured, precision=precision)
         except ValueError as exc:
             print(f"skipped {model} structured={structured}: {exc}")
+            continue
+        if precision == "float64":
+            # the float64 march, for the cost of float64 itself: forward and back only
+            x64, y64, b64 = x.astype(cp.float64), cp.empty(g.projection_shape, cp.float64), back.astype(cp.float64)
+            t = median_time(lambda: A(x64, out=y64), reps=2, sync=sync)
+            record(f"{label} forward siddon structured f64", t, rays, note=note)
+            t = median_time(lambda: A.T(y64, out=b64), reps=2, sync=sync)
+            record(f"{label} back siddon structured f64", t, rays, note=note + ", atomicAdd")
+            del x64, y64, b64
             continue
         tag = f"{model}{' structured' if structured else ''}"
         t = median_time(lambda: A(x, out=y), reps=3, sync=sync)
@@ -132,10 +146,10 @@ def bench_leveret(g, vol, label: str, *, iterations: bool, k: int = 2):
         yr = rng.random(g.projection_shape, dtype=cp.float32)
         t = median_time(lambda: A.T(yr, out=back), reps=2, sync=sync)
         record(f"{label} back {tag}", t, rays, note=note + ", atomicAdd")
-        if A.structured:
+        if A.structured and model == "siddon":
             A._gpu.transpose = "gather"
             t = median_time(lambda: A.T(yr, out=back), reps=2, sync=sync)
-            record(f"{label} back {tag} gather", t, rays, note="voxel-driven gather, no atomics")
+            record(f"{label} back {tag} gather", t, rays, note="voxel-driven gather, no atomics, float64")
             A._gpu.transpose = "atomic"
         b = A(x)
         t = _iteration_time(lambda n: leveret.sirt(b, A, n), k, sync)
