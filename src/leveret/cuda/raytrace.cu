@@ -742,6 +742,21 @@ __device__ void structured_joseph(float* volT, float* proj, int nx, int ny, int 
         iuS[sp] = ok ? (int)fl : JS_INVALID;
     }
     __syncthreads();
+    // The column's planes (tau >= 0, in-plane index in (-1, nu)), padded by one
+    // plane: the iuS flags decide. Every row starts at the column's entry plane
+    // (unless its z range starts later) and walks along the ray, so the rows of
+    // a warp visit the same plane together: their reads/atomics hit adjacent z.
+    double cw0 = 0.0, cw1 = (double)(nm - 1);
+    {
+        const double pmc = fmin(fmax(pm, -2.0), (double)nm + 1.0);
+        if (am > 0.0) cw0 = fmax(cw0, ceil(pmc)); else cw1 = fmin(cw1, floor(pmc));
+        if (au_ != 0.0) {
+            const double ta = __ddiv_rn(-1.0 - pu, au_), tb = __ddiv_rn((double)nu - pu, au_);
+            const double sa = pm + fmin(ta, tb) * am, sb = pm + fmax(ta, tb) * am;
+            cw0 = fmax(cw0, floor(fmin(sa, sb)) - 1.0);
+            cw1 = fmin(cw1, ceil(fmax(sa, sb)) + 1.0);
+        }
+    }
     // xy index strides of the plane axis and the in-plane axis in volT (ny, nx, nz).
     const long long s_m = my ? (long long)nx * nz : (long long)nz;
     const long long s_u = my ? (long long)nz : (long long)nx * nz;
@@ -767,8 +782,12 @@ __device__ void structured_joseph(float* volT, float* proj, int nx, int ny, int 
             const int iz_c = (int)izd;
             const float fr = (float)sub(zc, izd), mz = (float)r.mz;
             const float lo_v = (float)(-1 - iz_c), hi_v = (float)(nz - iz_c);
+            s0 = max(s0, (int)fmax(cw0, -1.0));
+            s1 = min(s1, (int)fmin(cw1, (double)nm));
             float part = 0.0f;
-            for (int sp = s0; sp <= s1; ++sp) {
+            const int n_s = s1 - s0 + 1;
+            for (int n = 0; n < n_s; ++n) {
+                const int sp = am > 0.0 ? s0 + n : s1 - n;   // along the ray
                 const int iu = iuS[sp];
                 const float fv = fr + dtau[sp] * mz;
                 if (iu != JS_INVALID && lo_v < fv && fv < hi_v) {
@@ -792,7 +811,7 @@ __device__ void structured_joseph(float* volT, float* proj, int nx, int ny, int 
                         }
                     }
                 }
-                if (!ADJ && ((sp - s0) & 7) == 7) { acc += (double)part; part = 0.0f; }
+                if (!ADJ && (n & 7) == 7) { acc += (double)part; part = 0.0f; }
             }
             acc += (double)part;
         }
