@@ -111,8 +111,8 @@ class Projector:
     structured : {"auto", True, False}
         CUDA cone beam only (Siddon; Joseph in float32): paper 003's
         structure-exploiting path (xy path shared by the rows of a detector
-        column). "auto" takes it
-        when :func:`leveret.cuda.raytrace.structured_ratio` shows it is valid;
+        column). "auto" takes it when
+        :func:`leveret.cuda.raytrace.structured_ratio` shows it is valid;
         True requires it (ValueError if not valid); False never.
     precision : {"float32", "float64"}
         dtype of the arrays ``A`` and ``A.T`` return (inputs are converted).
@@ -146,12 +146,13 @@ class Projector:
     CUDA (``leveret.cuda.raytrace``): no ray tables; each view's rays are
     rebuilt on the GPU from 12 float64 numbers with the same float64
     operations as the CPU's tables (bit-identical rays) and traced with the
-    CPU's float64 arithmetic. The general path runs one thread per ray; its
-    ``A.T`` adds into the output volume with atomicAdd (no extra memory; the
-    order of the additions, hence the last bits, varies between runs).
-    Paper 003's structured path (cone-beam Siddon, circular scans without
-    detector tilt, ``structured``) takes one extra volume, a z-fastest copy,
-    in ``A`` and in ``A.T``.
+    CPU's float64 arithmetic (float32: the float32 march above where it
+    exists). The general path runs one thread per ray; its ``A.T`` adds into
+    the output volume with atomicAdd (no extra memory; the order of the
+    additions, hence the last bits, varies between runs). Paper 003's
+    structured path (cone beam, circular scans without detector tilt:
+    Siddon, and Joseph in float32; ``structured``) takes one extra volume,
+    a z-fastest copy, in ``A`` and in ``A.T``.
     """
 
     def __init__(self, geometry, volume: VolumeGeometry, *, model: str = "siddon",
