@@ -97,3 +97,16 @@ extern "C" void run_structured_joseph(int adj, float* volT, float* proj, int nx,
         else structured_joseph_forward_fast(volT, proj, nx, ny, nz, params, g, n_rows, n_cols);
     }
 }
+// The z-fastest copy kernels, one "thread" per block (blockDim (1, 1): the loops
+// cover the tile, the barrier separates nothing).
+extern "C" void run_zfast(int to, const float* src, float* dst, int nx, int ny, int nz)
+{
+    blockDim.x = 1; blockDim.y = 1; blockDim.z = 1; threadIdx.x = 0; threadIdx.y = 0; threadIdx.z = 0;
+    for (int j = 0; j < ny; ++j)
+        for (int by = 0; by < (nz + 31) / 32; ++by)
+            for (int bx = 0; bx < (nx + 31) / 32; ++bx) {
+                blockIdx.x = bx; blockIdx.y = by; blockIdx.z = j;
+                if (to) to_zfast_f32(src, dst, nx, ny, nz);
+                else from_zfast_f32(src, dst, nx, ny, nz);
+            }
+}

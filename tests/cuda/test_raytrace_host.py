@@ -190,3 +190,18 @@ def test_host_build_structured_joseph(lib, name, rng):
     assert np.abs(back - ref_back).max() <= 1e-5 * np.abs(ref_back).max()
     lhs = np.vdot(out.astype(np.float64), y.astype(np.float64))
     assert abs(lhs - np.vdot(x.astype(np.float64), back)) <= 1e-5 * abs(lhs)
+
+
+@pytest.mark.parametrize("shape", [(70, 3, 45), (32, 32, 32), (1, 5, 33), (33, 2, 1)])
+def test_host_build_zfast_copies(lib, shape, rng):
+    """The tiled copies between the volume (nz, ny, nx) and the structured
+    kernels' z-fastest layout (ny, nx, nz), at sizes that are and are not
+    multiples of the 32 x 32 tile; outputs poisoned first."""
+    nz, ny, nx = shape
+    vol = rng.standard_normal(shape).astype(np.float32)
+    volT = np.full((ny, nx, nz), np.nan, np.float32)
+    lib.run_zfast(1, _ptr(vol), _ptr(volT), nx, ny, nz)
+    np.testing.assert_array_equal(volT, vol.transpose(1, 2, 0))
+    back = np.full(shape, np.nan, np.float32)
+    lib.run_zfast(0, _ptr(volT), _ptr(back), nx, ny, nz)
+    np.testing.assert_array_equal(back, vol)

@@ -224,13 +224,26 @@ class CudaRaytracer:
                    (volT, proj[v0:v1], nx, ny, nz, self.params[v0:v1], self.g, np.int32(self.n_rows),
                     np.int32(self.n_cols)), shared_mem=self.shared_bytes)
 
+    def _zfast(self, to: bool, src, dst):
+        """Copy between the volume (nz, ny, nx) and the structured kernels' z-fastest
+        layout (ny, nx, nz) with the tiled kernels (``to``: into the z-fastest one);
+        both arrays C-contiguous of the working dtype."""
+        nx, ny, nz = self._scalars()
+        if int(ny) > MAX_GRID_Y:   # the grid's z extent; not a size anyone projects
+            dst[...] = src.transpose(1, 2, 0) if to else src.transpose(2, 0, 1)
+            return dst
+        name = f"{'to' if to else 'from'}_zfast_{self._suffix}"
+        load_module("raytrace").get_function(name)(
+            (-(-int(nx) // 32), -(-int(nz) // 32), int(ny)), (32, 8, 1), (src, dst, nx, ny, nz))
+        return dst
+
     def forward(self, vol, out):
         """``out`` (n_views, n_rows, n_cols) = A ``vol`` (nz, ny, nx); both C-contiguous CuPy arrays."""
         import cupy
         n_views = self.params_host.shape[0]
         nx, ny, nz = self._scalars()
         if self.structured:
-            volT = cupy.ascontiguousarray(vol.transpose(1, 2, 0))   # (ny, nx, nz): z fastest
+            volT = self._zfast(True, vol, cupy.empty((int(ny), int(nx), int(nz)), self.dtype))   # z fastest
             self._structured("structured_siddon_forward", volT, out)
             return out
         n = n_views * self.n_rows * self.n_cols
@@ -255,7 +268,7 @@ class CudaRaytracer:
         if self.structured:
             volT = cupy.zeros((int(ny), int(nx), int(nz)), self.dtype)
             self._structured("structured_siddon_adjoint", volT, proj)
-            out[...] = volT.transpose(2, 0, 1)
+            self._zfast(False, volT, out)
             return out
         out.fill(0)
         n = n_views * self.n_rows * self.n_cols
