@@ -555,20 +555,25 @@ __device__ void structured(T* volT, T* proj, int nx, int ny, int nz, const doubl
 // per block (the column's xy line, the face crossings, their merge and the
 // cells) and per row (slope, length factor, z range, found by the same float64
 // code as above) is float64; only the per-segment march is float32, in
-// coordinates relative to the column's entry into the grid's xy box:
-//   tau' = tau - t_in in [0, T]   (T = the column's xy chord, world length),
-//   z index = zi0 + z',  zi0 = floor(z at t_in) (an integer), z' = z0f + tau' mz.
+// coordinates relative to the midpoint t_m of the column's chord through the
+// grid's xy box [t_in, t_out] (tau) and to its entry point (z):
+//   tau' = tau - t_m in [-T/2, T/2]   (T = t_out - t_in, world length),
+//   z index = zi0 + z',  zi0 = the integer nearest to z at t_in,
+//   z' = z0f + (tau' - t0') mz with t0' = t_in - t_m (rounded once)
+//   (z0f in [-1/2, 1/2] is rounded relative to its own size, and z at t_in is
+//   the float64 z_split's own first value, so a row that runs along a z face
+//   stays on the side where the float64 march puts it).
 // Rounding error (u = 2^-24), per row:
-//   - every merged crossing B'[k] is within u T / 2 of its float64 value;
-//   - z' is within u (1 + 2 T |mz|) of the float64 z (a vertical shift of the
-//     row's ray by that much: z0f is rounded once, mz once);
-//   - a z face crossing tau' = (face - zi0 - z0f) / mz is within 3 u T of the
-//     crossing of that shifted ray (two roundings and the rounded 1 / mz);
+//   - every merged crossing B'[k] is within u T / 4 of its float64 value;
+//   - z' is within u (1/2 + 2 T |mz|) of the float64 z (a vertical shift of
+//     the row's ray by that much: z0f, t0' and mz rounded once each);
+//   - a z face crossing tau' = (face - zi0 - z0f) / mz is within 1.5 u T of
+//     the crossing of that shifted ray (two roundings and the rounded 1 / mz);
 //   - lengths (tb - ta) L: the subtraction of nearby floats is exact, times L
 //     one rounding.
 // So the float32 weights are the exact weights of a ray displaced by at most
-// eps_z = u (1 + 2 T |mz|) z voxels, with every boundary moved by at most
-// eps_t = 4 u T along tau: each boundary moves at most eps_t L of length
+// eps_z = u (1/2 + 2 T |mz|) z voxels, with every boundary moved by at most
+// eps_t = 2 u T along tau: each boundary moves at most eps_t L of length
 // between its two voxels, and |p32 - p64| <= 2 eps_t L N_b max|f| + (vertical
 // shift) + 16 u |p| (float32 partial sums of 16 segments, then float64), with
 // N_b <= nx + ny + nz + 2 boundaries. The vertical shift matters only for a
@@ -577,23 +582,33 @@ __device__ void structured(T* volT, T* proj, int nx, int ny, int nz, const doubl
 // the bound on the host build and tests/operators/test_projector_cuda.py on
 // the GPU.
 struct RowLineF {
-    float mz, inv_mz, L, zlo, zhi, z0;
+    float mz, inv_mz, L, zlo, zhi, z0, t0;
     int zi0, step;
     bool flat;   // mz == 0: no z face crossing
 };
 
+// The origin of the float32 march: the midpoint of the column's chord.
+__device__ __forceinline__ double march_origin(const ColumnLine& c) { return mul(0.5, add(c.t_in, c.t_out)); }
+
 __device__ __forceinline__ RowLineF row_line_f(const ColumnLine& c, const RowLine& r)
 {
     RowLineF f;
+    const double t_m = march_origin(c);
     f.mz = (float)r.mz;
     f.inv_mz = (float)r.inv_mz;
     f.L = (float)r.L;
-    f.zlo = (float)sub(r.zlo, c.t_in);   // +-inf stay infinite
-    f.zhi = (float)sub(r.zhi, c.t_in);
+    f.zlo = (float)sub(r.zlo, t_m);   // +-inf stay infinite
+    f.zhi = (float)sub(r.zhi, t_m);
+    // z is measured from the entry t_in (as the float64 z_split's first
+    // segment computes it), tau from the midpoint t_m.
+    f.t0 = (float)sub(c.t_in, t_m);
     const double z_in = fmin(fmax(add(c.pz, mul(c.t_in, r.mz)), -1.0e9), 1.0e9);
-    const double zi = floor(z_in);
+    // The nearest integer, not the floor: z0f in [-1/2, 1/2] keeps its
+    // relative precision near a z face (a row running along a face stays on
+    // its side; a fraction just below 1 would round up to the face itself).
+    const double zi = rint(z_in);
     f.zi0 = (int)zi;
-    f.z0 = (float)sub(z_in, zi);         // in [0, 1)
+    f.z0 = (float)sub(z_in, zi);
     f.step = r.step;
     f.flat = r.mz == 0.0;
     return f;
@@ -605,12 +620,12 @@ __device__ __forceinline__ void z_split_f(const RowLineF& r, float B0, float B1,
 {
     const float ta = fmaxf(B0, r.zlo);
     const float tb = fmaxf(fminf(B1, r.zhi), ta);
-    const float za = r.z0 + ta * r.mz;
+    const float za = r.z0 + (ta - r.t0) * r.mz;
     int k = r.step > 0 ? (int)floorf(za) : (int)ceilf(za) - 1;
     k = min(max(k + r.zi0, 0), nz - 1);
     float tm = tb;
     if (!r.flat) {
-        const float tf = ((float)(k + (r.step > 0) - r.zi0) - r.z0) * r.inv_mz;
+        const float tf = r.t0 + ((float)(k + (r.step > 0) - r.zi0) - r.z0) * r.inv_mz;
         tm = fminf(fmaxf(tf, ta), tb);
     }
     l1 = (tm - ta) * r.L;
@@ -629,7 +644,7 @@ __device__ void structured_fast(float* volT, float* proj, int nx, int ny, int nz
     double* Y = X + (nx + 1);         // ny + 1
     double* B = Y + (ny + 1);         // nx + ny + 2
     int* cell = (int*)(B + (nx + ny + 2));  // nx + ny + 1
-    float* Bf = (float*)(cell + (nx + ny + 1));  // nx + ny + 2: B - t_in in float32
+    float* Bf = (float*)(cell + (nx + ny + 1));  // nx + ny + 2: B - t_m in float32
     const int col = blockIdx.x, view = blockIdx.y;
     const double* par = params + 12 * view;
     const double u = (double)col;
@@ -650,7 +665,8 @@ __device__ void structured_fast(float* volT, float* proj, int nx, int ny, int nz
     __syncthreads();
     const int n_seg = nx + ny + 1;
     for (int k = threadIdx.x; k < n_seg; k += blockDim.x) cell[k] = segment_cell(c, B[k], B[k + 1], nx, ny);
-    for (int k = threadIdx.x; k <= n_seg; k += blockDim.x) Bf[k] = (float)sub(B[k], c.t_in);
+    const double t_m = march_origin(c);
+    for (int k = threadIdx.x; k <= n_seg; k += blockDim.x) Bf[k] = (float)sub(B[k], t_m);
     __syncthreads();
     for (int row = threadIdx.x; row < n_rows; row += blockDim.x) {
         const RowLine r = row_line(c, par, g, u, (double)row, nz);

@@ -88,12 +88,12 @@ def structured_float32_bound(params: np.ndarray, n_rows: int, n_cols: int, grid3
     float32 march against the float64 operator (raytrace.cu, ``structured_fast``).
 
     ``2 eps_t L N_b max|x| + 16 u max|Ax|`` with ``u = 2^-24``, ``T`` the
-    longest xy chord of the grid (world length), ``eps_t = 4 u T`` (how far a
+    longest xy chord of the grid (world length), ``eps_t = 2 u T`` (how far a
     boundary between two voxels can move along the ray's horizontal length),
     ``L`` the largest 3D length per unit horizontal length of a ray, and
     ``N_b = nx + ny + nz + 2`` boundaries per ray; the last term is the
     float32 partial sums. Not covered: a near-horizontal row whose ray runs
-    within ``u (1 + 2 T |dz/dxy|)`` z voxels of a z face (float32 may put it
+    within ``u (1/2 + 2 T |dz/dxy|)`` z voxels of a z face (float32 may put it
     on the other side, as float64 may at 2^-53).
     """
     nz, ny, nx = (int(n) for n in grid3)
@@ -106,7 +106,7 @@ def structured_float32_bound(params: np.ndarray, n_rows: int, n_cols: int, grid3
     for v in (0.0, float(n_rows - 1)):
         q = Minv[:, :, 0, None] * cols + Minv[:, :, 1, None] * v + Minv[:, :, 2, None]
         L = max(L, float(np.max(np.sqrt(1.0 + (q[:, 2] / np.hypot(q[:, 0], q[:, 1])) ** 2))))
-    return 2.0 * (4.0 * u * T) * L * (nx + ny + nz + 2) * max_abs_volume + 16.0 * u * max_abs_projection
+    return 2.0 * (2.0 * u * T) * L * (nx + ny + nz + 2) * max_abs_volume + 16.0 * u * max_abs_projection
 
 
 def joseph_float32_bound(grid3, spacing_xyz, max_abs_volume: float, max_abs_projection: float) -> float:
