@@ -64,6 +64,58 @@ bit for bit), so the arithmetic runs on the FP64 units: H100 SXM ~34 TFLOP/s
   the 512^3 grid -> 3.1x P1's rays: Joseph ~0.8-1.2 s; Siddon structured
   5.9e8 x ~600 segments x ~20 FP64 ops = 7e12 ops, 0.2 s at FP64 peak ->
   0.3-0.5 s (at or above the 400 ms target in FP64).
+Phase 1 measured (H200): forward Joseph 816 ms, Siddon 443, structured 294;
+back 2139 / 1044 / 448 (atomic) / 2571 (gather); SIRT 747, CGLS 752
+(structured): the iterations added 5-10 ms to A + A.T.
+
+Phase 2 predictions (H200; written before measuring; float32 march)
+------------------------------------------------------------------------
+Counts per ray (P1): ~600 xy segments inside the grid (Siddon), ~435 planes
+inside (Joseph). Issue rate: 132 SMs x 4 schedulers x 1.98 GHz = 1.05e12
+warp instructions/s.
+- Siddon structured forward, float32 march: per segment ~35 instructions
+  (3 shared loads of the column's list, ~18 FP32/INT for the z split,
+  64-bit address, 2 coalesced global loads, 2 FMA) -> 1.89e8 x 600 x 35 / 32
+  = 1.2e11 warp instructions = 120 ms at full issue; predicted 130-200 ms
+  (phase 1's float64 march: 294 ms).
+- Siddon structured back (atomic), float32: the same march plus ~1.26
+  atomics per segment (l2 > 0 only where a z face is crossed): 1.4e11
+  float32 REDs, coalesced over a warp's rows (adjacent z). Phase 1 shows
+  ~150 ms for them on top of the march: predicted 250-350 ms. This is at
+  the floor of a ray-driven transpose: a (view, column) block's 512 rows
+  touch ~400-500 distinct z voxels per segment (rows ~1-1.7 voxels apart),
+  so summing rows in shared memory first would remove at most ~25 % of the
+  atomics; adjacent columns and views share few cells. The <= 150 ms target
+  needs a voxel-driven transpose whose per-(voxel, view) work is a few
+  FP32 operations; phase 1's exact gather (float64 per-row set-up) is 5.7x
+  slower than the atomics, so it stays an option, not the default.
+- Joseph structured forward (new: planes and in-plane xy index shared by a
+  column's rows; per row only z): per sample ~35 instructions (3 broadcast
+  shared loads, ~20 FP32/INT, 4 global loads: two pairs of adjacent z)
+  -> 1.89e8 x 435 x 35 / 32 = 9e10 = 85 ms at full issue; predicted
+  100-160 ms (target <= 150).
+- Joseph structured back: 4 atomics per sample (3.3e11, coalesced over
+  rows) -> predicted 400-550 ms.
+- Joseph general forward, float32 march (per-ray float64 set-up, no float64
+  division per plane any more): ~45 instructions per sample (64-bit index
+  math, bilinear weights, 4 loads spread over the warp's columns) ->
+  1.1e11 warp instructions = 110 ms at full issue, memory-latency bound:
+  predicted 200-350 ms (816). Back (4 scattered atomics per sample):
+  1.0-1.8 s (2139).
+- Siddon general: unchanged (float64 traversal): 443 / 1044 ms.
+- Siddon structured, precision="float64" (bench row "f64"): as phase 1,
+  ~300 / ~450 ms: the float32 rows' gain is the float32 march itself.
+- SIRT / CGLS iteration = A + A.T + ~3 ms of elementwise passes (the norm is
+  now one fused float64 reduction, no float64 copy of the residual; one
+  scalar read-back per iteration): structured Siddon 400-550 ms, structured
+  Joseph 500-700 ms.
+- RabbitCT forward: a circular scan (structured ratio 0.17), so both
+  structured kernels apply; 5.9e8 rays (3.1x P1) of ~550 segments/planes:
+  Siddon structured 400-600 ms (target <= 400; ASTRA 699), Joseph
+  structured 300-500 ms; general Joseph float32 0.6-1.0 s, general Siddon
+  (float64) ~1.4 s.
+- Whole run (P1, ASTRA, RabbitCT): ~2-3 minutes plus NVRTC compiles.
+
 Targets (issue 5): forward <= 150 ms Joseph, <= 250 ms Siddon, back <= 150 ms,
 SIRT <= 300 ms, CGLS <= 320 ms, RabbitCT forward <= 400 ms. ASTRA 2.5.0 on
 H200 (issue): FP 235 ms, BP 207 ms, SIRT 484 ms, CGLS 541 ms, RabbitCT FP 699 ms.
@@ -116,13 +168,27 @@ def bench_leveret(g, vol, label: str, *, iterations: bool, k: int = 2):
     y = cp.empty(g.projection_shape, cp.float32)
     back = cp.empty(vol.shape, cp.float32)
     rays = g.projection_shape[0] * vol.size     # GU/s column: voxel updates (views x voxels) / s
-    for model, structured, note in [("joseph", False, "general path, float64 traversal"),
-                                    ("siddon", False, "general path, float64 traversal"),
-                                    ("siddon", True, "paper 003 structured path")]:
+    for model, structured, precision, note in [
+            ("joseph", False, "float32", "general path, float32 march"),
+            ("joseph", True, "float32", "structured (xy planes shared by rows), float32 march"),
+            ("siddon", False, "float32", "general path, float64 traversal"),
+            ("siddon", True, "float32", "paper 003 structured path, float32 march"),
+            ("siddon", True, "float64", "paper 003 structured path, float64 march")]:
+        if precision == "float64" and not iterations:
+            continue
         try:
-            A = leveret.Projector(g, vol, model=model, backend="cuda", structured=structured)
+            A = leveret.Projector(g, vol, model=model, backend="cuda", structured=structured, precision=precision)
         except ValueError as exc:
             print(f"skipped {model} structured={structured}: {exc}")
+            continue
+        if precision == "float64":
+            # the float64 march, for the cost of float64 itself: forward and back only
+            x64, y64, b64 = x.astype(cp.float64), cp.empty(g.projection_shape, cp.float64), back.astype(cp.float64)
+            t = median_time(lambda: A(x64, out=y64), reps=2, sync=sync)
+            record(f"{label} forward siddon structured f64", t, rays, note=note)
+            t = median_time(lambda: A.T(y64, out=b64), reps=2, sync=sync)
+            record(f"{label} back siddon structured f64", t, rays, note=note + ", atomicAdd")
+            del x64, y64, b64
             continue
         tag = f"{model}{' structured' if structured else ''}"
         t = median_time(lambda: A(x, out=y), reps=3, sync=sync)
@@ -132,10 +198,10 @@ def bench_leveret(g, vol, label: str, *, iterations: bool, k: int = 2):
         yr = rng.random(g.projection_shape, dtype=cp.float32)
         t = median_time(lambda: A.T(yr, out=back), reps=2, sync=sync)
         record(f"{label} back {tag}", t, rays, note=note + ", atomicAdd")
-        if A.structured:
+        if A.structured and model == "siddon":
             A._gpu.transpose = "gather"
             t = median_time(lambda: A.T(yr, out=back), reps=2, sync=sync)
-            record(f"{label} back {tag} gather", t, rays, note="voxel-driven gather, no atomics")
+            record(f"{label} back {tag} gather", t, rays, note="voxel-driven gather, no atomics, float64")
             A._gpu.transpose = "atomic"
         b = A(x)
         t = _iteration_time(lambda n: leveret.sirt(b, A, n), k, sync)

@@ -19,6 +19,7 @@ if [ "${SANITIZE:-1}" = 1 ]; then
     tests/algorithms/test_fbp_cuda.py::test_cupy_in_cupy_out_equals_cpu \
     "tests/operators/test_cone_backprojection.py::test_cuda_matches_its_cpu_mirror_and_the_exact_reference" \
     tests/operators/test_projector_cuda.py::test_structured_equals_general \
+    tests/operators/test_projector_cuda.py::test_structured_joseph_equals_general \
     tests/operators/test_projector_cuda.py::test_gpu_equals_cpu \
     "tests/algorithms/test_radon3d_cuda.py::test_backproject_kernel_equals_cpu" \
     tests/algorithms/test_radon3d_cuda.py::test_two_stage_stages_poisoned \

@@ -85,3 +85,36 @@ def test_bad_input(problem):
         leveret.sirt(b, A, 3, bounds=(1, 0))
     with pytest.raises(ValueError, match="relaxation"):
         leveret.sirt(b, A, 3, relaxation=2.5)
+
+
+class _Counting(Projector):
+    """A Projector that counts its forward projections (subsets are plain Projectors)."""
+    calls = 0
+
+    def __call__(self, x, out=None):
+        type(self).calls += 1
+        return super().__call__(x, out=out)
+
+
+@pytest.mark.parametrize("method", ["sirt", "os_sart", "cgls"])
+def test_residual_only_when_read(method, rng):
+    """Without tol, callback or progress bar the methods skip the residual norm
+    (a sync per iteration on the GPU; for os_sart a whole forward projection per
+    pass); the iterates are the same either way."""
+    volume = VolumeGeometry((8, 8), 1.0)
+    geometry = ParallelGeometry(np.linspace(0, np.pi, 6, endpoint=False), 11)
+    A = _Counting(geometry, volume, model="siddon", precision="float64")
+    b = A(rng.random(volume.shape))
+    run = getattr(leveret, method)
+    _Counting.calls = 0
+    quiet = run(b, A, 4)
+    calls_quiet = _Counting.calls
+    seen = []
+    _Counting.calls = 0
+    loud = run(b, A, 4, callback=lambda x, info: seen.append(info["residual"]))
+    np.testing.assert_array_equal(quiet, loud)
+    assert len(seen) == 4 and all(np.isfinite(seen))
+    if method == "os_sart":
+        assert _Counting.calls == calls_quiet + 4      # one residual projection per pass, only when read
+    else:
+        assert _Counting.calls == calls_quiet

@@ -18,13 +18,17 @@ import pytest
 
 import leveret
 from leveret import phantom
-from leveret.cuda.raytrace import structured_ratio, view_parameters
+from leveret.cuda.raytrace import (joseph_float32_bound, structured_float32_bound, structured_ratio,
+                                   view_parameters)
 from leveret.geometry import ConeGeometry, VolumeGeometry
 from leveret.operators import Projector
 
 from test_projector import GEOMETRIES, MODELS  # noqa: E402 (tests/operators is on sys.path)
 
-# GPU vs CPU: the same float64 traversal (rays bit-identical, see cone_rays);
+# GPU vs CPU: float64 runs the same float64 traversal (rays bit-identical, see
+# cone_rays); float32 marches in float32 where raytrace.cu has a fast path
+# (structured Siddon, general Joseph: within 1e-5, their own bounds tested
+# below) and in float64 elsewhere;
 # the forward sums in float64 on both, so they differ by the order of float32
 # rounding of the result; the transpose adds with float32 (float64) atomics in
 # another order than the CPU's private buffers. Bound: relative to the largest
@@ -247,6 +251,93 @@ def test_structured_equals_general(name, precision, rng):
     _close(gathered, cp.asnumpy(G.T(y)), GPU_TOL[precision])
     again = S.T(y)
     assert bool((again == gathered).all())
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", list(STRUCTURED))
+def test_structured_float32_march_against_float64(name, rng):
+    """precision="float32" marches in float32 (raytrace.cu, structured_fast):
+    against the float64 CPU operator, inside the documented bound and the
+    issue's 1e-5 of the largest value, on random data and an analytic phantom;
+    its transpose has the same weights (adjoint identity)."""
+    cp = _cupy()
+    geometry, volume = STRUCTURED[name]
+    A = Projector(geometry, volume, model="siddon", precision="float64", backend="cpu")
+    S = Projector(geometry, volume, model="siddon", precision="float32", backend="cuda", structured=True)
+    _, params = view_parameters(geometry)
+    ph = phantom.EllipsoidPhantom([phantom.Ellipsoid(1.0, (3.0, 3.5, 3.2), (0.2, -0.1, 0.3), 0.4)])
+    for x in (rng.standard_normal(volume.shape).astype(np.float32),
+              ph.rasterize(volume, supersampling=2).astype(np.float32)):
+        ref = A(x.astype(np.float64))
+        out = cp.full(geometry.projection_shape, np.nan, cp.float32)
+        S(cp.asarray(x), out=out)
+        got = cp.asnumpy(out).astype(np.float64)
+        assert not np.isnan(got).any()
+        err = np.abs(got - ref).max()
+        bound = structured_float32_bound(params, geometry.n_rows, geometry.n_cols, volume.shape, 1 / A._scale,
+                                         np.abs(x).max(), np.abs(ref).max())
+        assert err <= bound and err <= 1e-5 * np.abs(ref).max(), (err, bound)
+    y = rng.standard_normal(geometry.projection_shape).astype(np.float32)
+    back = cp.full(volume.shape, np.nan, cp.float32)
+    S.T(cp.asarray(y), out=back)
+    _close(back, A.T(y.astype(np.float64)), 1e-5)
+    lhs = float(np.vdot(got, y.astype(np.float64)))
+    rhs = float(np.vdot(x.astype(np.float64), cp.asnumpy(back).astype(np.float64)))
+    assert abs(lhs - rhs) <= 1e-5 * abs(lhs)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", list(ALL))
+def test_joseph_float32_march_against_float64(name, rng):
+    """precision="float32" Joseph marches in float32 (raytrace.cu, joseph_fast):
+    against the float64 CPU operator inside joseph_float32_bound and 1e-5 of
+    the largest value; the transpose has the same weights."""
+    cp = _cupy()
+    geometry, volume = ALL[name]
+    A = Projector(geometry, volume, model="joseph", precision="float64", backend="cpu")
+    G = Projector(geometry, volume, model="joseph", precision="float32", backend="cuda")
+    x = rng.standard_normal(volume.shape).astype(np.float32)
+    y = rng.standard_normal(geometry.projection_shape).astype(np.float32)
+    ref = A(x.astype(np.float64))
+    out = cp.full(geometry.projection_shape, np.nan, cp.float32)
+    G(cp.asarray(x), out=out)
+    got = cp.asnumpy(out).astype(np.float64)
+    assert not np.isnan(got).any()
+    err = np.abs(got - ref).max()
+    assert err <= joseph_float32_bound(A._grid3, 1 / A._scale, np.abs(x).max(), np.abs(ref).max())
+    assert err <= 1e-5 * np.abs(ref).max()
+    back = cp.full(volume.shape, np.nan, cp.float32)
+    G.T(cp.asarray(y), out=back)
+    _close(back, A.T(y.astype(np.float64)), 1e-5)
+    lhs = float(np.vdot(got, y.astype(np.float64)))
+    rhs = float(np.vdot(x.astype(np.float64), cp.asnumpy(back).astype(np.float64)))
+    assert abs(lhs - rhs) <= 1e-5 * abs(lhs)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", list(STRUCTURED))
+def test_structured_joseph_equals_general(name, rng):
+    """float32 Joseph: "auto" takes the structured kernel on circular scans; it
+    equals the general float32 Joseph (both within their bounds of float64)."""
+    cp = _cupy()
+    geometry, volume = STRUCTURED[name]
+    S = Projector(geometry, volume, model="joseph", precision="float32", backend="cuda")
+    G = Projector(geometry, volume, model="joseph", precision="float32", backend="cuda", structured=False)
+    assert S.structured and not G.structured
+    assert not Projector(geometry, volume, model="joseph", precision="float64", backend="cuda").structured
+    with pytest.raises(ValueError, match="structured"):
+        Projector(geometry, volume, model="joseph", precision="float64", backend="cuda", structured=True)
+    x = cp.asarray(rng.standard_normal(volume.shape), dtype=cp.float32)
+    y = cp.asarray(rng.standard_normal(geometry.projection_shape), dtype=cp.float32)
+    out = cp.full(geometry.projection_shape, np.nan, cp.float32)
+    S(x, out=out)
+    _close(out, cp.asnumpy(G(x)), 1e-5)
+    back = cp.full(volume.shape, np.nan, cp.float32)
+    S.T(y, out=back)
+    _close(back, cp.asnumpy(G.T(y)), 1e-5)
+    lhs = float(cp.vdot(out.astype(cp.float64), y.astype(cp.float64)))
+    rhs = float(cp.vdot(x.astype(cp.float64), back.astype(cp.float64)))
+    assert abs(lhs - rhs) <= 1e-5 * abs(lhs)
 
 
 @pytest.mark.gpu

@@ -195,6 +195,136 @@ __device__ double joseph(T* vol, int nx, int ny, int nz, double px, double py, d
     return acc;
 }
 
+// Joseph in float32 (precision="float32"): the ray (make_ray), its dominant
+// axis, plane range, slopes and a centre sample are float64, once per ray;
+// the planes are then marched in float32 relative to the centre plane s_c:
+// u index = iu_c + fr_u + (s - s_c) su with iu_c an integer and fr_u in
+// [0, 1) (same for v), so no float32 number holds a large coordinate.
+// Rounding (u = 2^-24): fr_u within u/2, su within u/2 relative, the product
+// and the sum one rounding each: every sample's u (and v) index is within
+// eps = u (1 + 2 |s - s_c| |su|) <= u (1 + n_m) voxels of the float64 one,
+// the bilinear weights within 2 eps + 3 u of theirs. Per ray
+// |p32 - p64| <= w n_m (4 (eps_u + eps_v) + 12 u) max|f| + 16 u |p|,
+// with w the plane-to-plane length (<= sqrt(3) times the voxel size along the
+// dominant axis) and 16 u the float32 partial sums (8 planes, then float64);
+// raytrace.py's joseph_float32_bound evaluates it. A sample within rounding
+// of the grid's edge (u index near -1 or n_u) may be kept or dropped
+// differently from float64: its weight there is itself of that order.
+template <bool ADJ>
+__device__ double joseph_fast(float* vol, int nx, int ny, int nz, double px, double py, double pz,
+                              double dx, double dy, double dz, bool half_line, float value)
+{
+    int m = 0;
+    if (fabs(dy) > fabs(dx)) m = 1;
+    if (fabs(dz) > fabs(m == 0 ? dx : dy)) m = 2;
+    double pm, dm, pu, du, pv, dv;
+    int nm, nu, nv;
+    long long sm, su_, sv_;
+    const long long sxy = (long long)nx * ny;
+    if (m == 0) { pm = px; dm = dx; nm = nx; sm = 1;
+                  pu = py; du = dy; nu = ny; su_ = nx;  pv = pz; dv = dz; nv = nz; sv_ = sxy; }
+    else if (m == 1) { pm = py; dm = dy; nm = ny; sm = nx;
+                       pu = px; du = dx; nu = nx; su_ = 1;  pv = pz; dv = dz; nv = nz; sv_ = sxy; }
+    else { pm = pz; dm = dz; nm = nz; sm = sxy;
+           pu = px; du = dx; nu = nx; su_ = 1;  pv = py; dv = dy; nv = ny; sv_ = nx; }
+    const float w = (float)__ddiv_rn(1.0, fabs(dm));
+    // Planes s with t = (s - pm) / dm >= 0 (cone rays start at the source):
+    // s >= pm when dm > 0, s <= pm when dm < 0 (exact for integer s).
+    double lo = 0.0, hi = (double)(nm - 1);
+    const double pmc = fmin(fmax(pm, -2.0), (double)nm + 1.0);
+    if (half_line) {
+        if (dm > 0.0) lo = fmax(lo, ceil(pmc)); else hi = fmin(hi, floor(pmc));
+    }
+    // Planes where the u, v indices can lie in (-1, n) (padded by one plane;
+    // the float32 test below decides).
+    const double su = du / dm, sv = dv / dm;
+    if (su != 0.0) {
+        const double a = pm + (-1.0 - pu) / su, b = pm + ((double)nu - pu) / su;
+        lo = fmax(lo, floor(fmin(a, b)) - 1.0);
+        hi = fmin(hi, ceil(fmax(a, b)) + 1.0);
+    } else if (!(-1.0 < pu && pu < (double)nu)) return 0.0;
+    if (sv != 0.0) {
+        const double a = pm + (-1.0 - pv) / sv, b = pm + ((double)nv - pv) / sv;
+        lo = fmax(lo, floor(fmin(a, b)) - 1.0);
+        hi = fmin(hi, ceil(fmax(a, b)) + 1.0);
+    } else if (!(-1.0 < pv && pv < (double)nv)) return 0.0;
+    if (!(lo <= hi)) return 0.0;
+    const int s0 = (int)lo, s1 = (int)hi, sc = (s0 + s1) / 2;
+    const double fu_c = pu + ((double)sc - pm) * su, fv_c = pv + ((double)sc - pm) * sv;
+    const double iu_d = floor(fu_c), iv_d = floor(fv_c);
+    const int iu_c = (int)iu_d, iv_c = (int)iv_d;   // |fu_c| <= n + 2 |su| (nm + 2): ints
+    const float fr_u = (float)(fu_c - iu_d), fr_v = (float)(fv_c - iv_d);
+    const float su_f = (float)su, sv_f = (float)sv;
+    const float lo_u = (float)(-1 - iu_c), hi_u = (float)(nu - iu_c);
+    const float lo_v = (float)(-1 - iv_c), hi_v = (float)(nv - iv_c);
+    double acc = 0.0;
+    float part = 0.0f;   // float32 partial sums of 8 planes, then float64
+    for (int s = s0; s <= s1; ++s) {
+        const float ds = (float)(s - sc);
+        const float fu = fr_u + ds * su_f, fv = fr_v + ds * sv_f;
+        if (lo_u < fu && fu < hi_u && lo_v < fv && fv < hi_v) {
+            const float flu = floorf(fu), flv = floorf(fv);
+            const int iu = iu_c + (int)flu, iv = iv_c + (int)flv;
+            const float au = fu - flu, av = fv - flv;
+#pragma unroll
+            for (int cu = 0; cu < 2; ++cu) {
+                const int ju = iu + cu;
+                if (ju < 0 || ju >= nu) continue;
+                const float wu = (cu ? au : 1.0f - au) * w;
+#pragma unroll
+                for (int cv = 0; cv < 2; ++cv) {
+                    const int jv = iv + cv;
+                    if (jv < 0 || jv >= nv) continue;
+                    const float wuv = wu * (cv ? av : 1.0f - av);
+                    if (wuv == 0.0f) continue;
+                    const long long k = s * sm + ju * su_ + jv * sv_;
+                    if (ADJ) atomicAdd(vol + k, wuv * value);
+                    else part += wuv * vol[k];
+                }
+            }
+        }
+        if (!ADJ && ((s - s0) & 7) == 7) { acc += (double)part; part = 0.0f; }
+    }
+    return acc + (double)part;
+}
+
+template <bool ADJ>
+__device__ void joseph_general_fast(float* vol, float* proj, int nx, int ny, int nz, const double* __restrict__ params,
+                                    const double* __restrict__ g, int n_views, int n_rows, int n_cols, int kind,
+                                    int is2d)
+{
+    const long long r = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    const long long per_view = (long long)n_rows * n_cols;
+    if (r >= per_view * n_views) return;
+    const int view = (int)(r / per_view);
+    const int rem = (int)(r - (long long)view * per_view);
+    const int row = rem / n_cols, col = rem - (rem / n_cols) * n_cols;
+    float value = 0.0f;
+    if (ADJ) {
+        value = proj[r];
+        if (value == 0.0f) return;
+    }
+    double px, py, pz, dx, dy, dz;
+    make_ray(kind, params + 12 * view, g, row, col, n_rows, is2d, px, py, pz, dx, dy, dz);
+    const double acc = joseph_fast<ADJ>(vol, nx, ny, nz, sub(px, 0.5), sub(py, 0.5), sub(pz, 0.5), dx, dy, dz,
+                                        kind != KIND_PARALLEL, value);
+    if (!ADJ) proj[r] = (float)acc;
+}
+
+extern "C" __global__ void joseph_forward_fast(float* vol, float* proj, int nx, int ny, int nz,
+                                               const double* __restrict__ params, const double* __restrict__ g,
+                                               int n_views, int n_rows, int n_cols, int kind, int is2d)
+{
+    joseph_general_fast<false>(vol, proj, nx, ny, nz, params, g, n_views, n_rows, n_cols, kind, is2d);
+}
+
+extern "C" __global__ void joseph_adjoint_fast(float* vol, float* proj, int nx, int ny, int nz,
+                                               const double* __restrict__ params, const double* __restrict__ g,
+                                               int n_views, int n_rows, int n_cols, int kind, int is2d)
+{
+    joseph_general_fast<true>(vol, proj, nx, ny, nz, params, g, n_views, n_rows, n_cols, kind, is2d);
+}
+
 template <typename T, bool ADJ, bool JOSEPH>
 __device__ void general(T* vol, T* proj, int nx, int ny, int nz, const double* __restrict__ params,
                         const double* __restrict__ g, int n_views, int n_rows, int n_cols, int kind,
@@ -421,6 +551,304 @@ __device__ void structured(T* volT, T* proj, int nx, int ny, int nz, const doubl
     }
 }
 
+// Float32 traversal of the structured path (precision="float32"). Everything
+// per block (the column's xy line, the face crossings, their merge and the
+// cells) and per row (slope, length factor, z range, found by the same float64
+// code as above) is float64; only the per-segment march is float32, in
+// coordinates relative to the midpoint t_m of the column's chord through the
+// grid's xy box [t_in, t_out] (tau) and to its entry point (z):
+//   tau' = tau - t_m in [-T/2, T/2]   (T = t_out - t_in, world length),
+//   z index = zi0 + z',  zi0 = the integer nearest to z at t_in,
+//   z' = z0f + (tau' - t0') mz with t0' = t_in - t_m (rounded once)
+//   (z0f in [-1/2, 1/2] is rounded relative to its own size, and z at t_in is
+//   the float64 z_split's own first value, so a row that runs along a z face
+//   stays on the side where the float64 march puts it).
+// Rounding error (u = 2^-24), per row:
+//   - every merged crossing B'[k] is within u T / 4 of its float64 value;
+//   - z' is within u (1/2 + 2 T |mz|) of the float64 z (a vertical shift of
+//     the row's ray by that much: z0f, t0' and mz rounded once each);
+//   - a z face crossing tau' = (face - zi0 - z0f) / mz is within 1.5 u T of
+//     the crossing of that shifted ray (two roundings and the rounded 1 / mz);
+//   - lengths (tb - ta) L: the subtraction of nearby floats is exact, times L
+//     one rounding.
+// So the float32 weights are the exact weights of a ray displaced by at most
+// eps_z = u (1/2 + 2 T |mz|) z voxels, with every boundary moved by at most
+// eps_t = 2 u T along tau: each boundary moves at most eps_t L of length
+// between its two voxels, and |p32 - p64| <= 2 eps_t L N_b max|f| + (vertical
+// shift) + 16 u |p| (float32 partial sums of 16 segments, then float64), with
+// N_b <= nx + ny + nz + 2 boundaries. The vertical shift matters only for a
+// near-horizontal row whose ray runs within eps_z of a z face (as the float64
+// path's own rounding does at 2^-53); tests/cuda/test_raytrace_host.py checks
+// the bound on the host build and tests/operators/test_projector_cuda.py on
+// the GPU.
+struct RowLineF {
+    float mz, inv_mz, L, zlo, zhi, z0, t0;
+    int zi0, step;
+    bool flat;   // mz == 0: no z face crossing
+};
+
+// The origin of the float32 march: the midpoint of the column's chord.
+__device__ __forceinline__ double march_origin(const ColumnLine& c) { return mul(0.5, add(c.t_in, c.t_out)); }
+
+__device__ __forceinline__ RowLineF row_line_f(const ColumnLine& c, const RowLine& r)
+{
+    RowLineF f;
+    const double t_m = march_origin(c);
+    f.mz = (float)r.mz;
+    f.inv_mz = (float)r.inv_mz;
+    f.L = (float)r.L;
+    f.zlo = (float)sub(r.zlo, t_m);   // +-inf stay infinite
+    f.zhi = (float)sub(r.zhi, t_m);
+    // z is measured from the entry t_in (as the float64 z_split's first
+    // segment computes it), tau from the midpoint t_m.
+    f.t0 = (float)sub(c.t_in, t_m);
+    const double z_in = fmin(fmax(add(c.pz, mul(c.t_in, r.mz)), -1.0e9), 1.0e9);
+    // The nearest integer, not the floor: z0f in [-1/2, 1/2] keeps its
+    // relative precision near a z face (a row running along a face stays on
+    // its side; a fraction just below 1 would round up to the face itself).
+    const double zi = rint(z_in);
+    f.zi0 = (int)zi;
+    f.z0 = (float)sub(z_in, zi);
+    f.step = r.step;
+    f.flat = r.mz == 0.0;
+    return f;
+}
+
+// z_split in float32 (tau' and z' relative to the column entry, as above).
+__device__ __forceinline__ void z_split_f(const RowLineF& r, float B0, float B1, int nz, int& kz, int& kz2,
+                                          float& l1, float& l2)
+{
+    const float ta = fmaxf(B0, r.zlo);
+    const float tb = fmaxf(fminf(B1, r.zhi), ta);
+    const float za = r.z0 + (ta - r.t0) * r.mz;
+    int k = r.step > 0 ? (int)floorf(za) : (int)ceilf(za) - 1;
+    k = min(max(k + r.zi0, 0), nz - 1);
+    float tm = tb;
+    if (!r.flat) {
+        const float tf = r.t0 + ((float)(k + (r.step > 0) - r.zi0) - r.z0) * r.inv_mz;
+        tm = fminf(fmaxf(tf, ta), tb);
+    }
+    l1 = (tm - ta) * r.L;
+    l2 = (tb - tm) * r.L;
+    kz = k;
+    kz2 = min(max(k + r.step, 0), nz - 1);
+}
+
+// Ray-driven structured kernel, float32 volume and projections, float32 march.
+template <bool ADJ>
+__device__ void structured_fast(float* volT, float* proj, int nx, int ny, int nz, const double* __restrict__ params,
+                                const double* __restrict__ g, int n_rows, int n_cols)
+{
+    extern __shared__ double smem[];
+    double* X = smem;                 // nx + 1
+    double* Y = X + (nx + 1);         // ny + 1
+    double* B = Y + (ny + 1);         // nx + ny + 2
+    int* cell = (int*)(B + (nx + ny + 2));  // nx + ny + 1
+    float* Bf = (float*)(cell + (nx + ny + 1));  // nx + ny + 2: B - t_m in float32
+    const int col = blockIdx.x, view = blockIdx.y;
+    const double* par = params + 12 * view;
+    const double u = (double)col;
+    const ColumnLine c = column_line(par, g, u, nx, ny);
+    const long long out0 = (long long)view * n_rows * n_cols + col;
+    if (!c.hit) {   // uniform over the block
+        if (!ADJ)
+            for (int row = threadIdx.x; row < n_rows; row += blockDim.x) proj[out0 + (long long)row * n_cols] = 0.0f;
+        return;
+    }
+    for (int f = threadIdx.x; f <= nx; f += blockDim.x)
+        X[f] = face_tau(c.ax >= 0.0 ? f : nx - f, c.px, c.ax, c.t_in, c.t_out);
+    for (int f = threadIdx.x; f <= ny; f += blockDim.x)
+        Y[f] = face_tau(c.ay >= 0.0 ? f : ny - f, c.py, c.ay, c.t_in, c.t_out);
+    __syncthreads();
+    for (int f = threadIdx.x; f <= nx; f += blockDim.x) B[f + rank_in<true>(Y, ny + 1, X[f])] = X[f];
+    for (int f = threadIdx.x; f <= ny; f += blockDim.x) B[f + rank_in<false>(X, nx + 1, Y[f])] = Y[f];
+    __syncthreads();
+    const int n_seg = nx + ny + 1;
+    for (int k = threadIdx.x; k < n_seg; k += blockDim.x) cell[k] = segment_cell(c, B[k], B[k + 1], nx, ny);
+    const double t_m = march_origin(c);
+    for (int k = threadIdx.x; k <= n_seg; k += blockDim.x) Bf[k] = (float)sub(B[k], t_m);
+    __syncthreads();
+    for (int row = threadIdx.x; row < n_rows; row += blockDim.x) {
+        const RowLine r = row_line(c, par, g, u, (double)row, nz);
+        const float value = ADJ ? proj[out0 + (long long)row * n_cols] : 0.0f;
+        double acc = 0.0;
+        if (!ADJ || value != 0.0f) {
+            const RowLineF rf = row_line_f(c, r);
+            const int k0 = max(rank_in<false>(B, n_seg + 1, fmax(B[0], r.zlo)) - 1, 0);
+            const int k1 = rank_in<true>(B, n_seg + 1, fmin(B[n_seg], r.zhi));
+            float part = 0.0f;   // float32 partial sums of 16 segments, then float64
+            for (int k = k0; k < k1; ++k) {
+                int kz, kz2;
+                float l1, l2;
+                z_split_f(rf, Bf[k], Bf[k + 1], nz, kz, kz2, l1, l2);
+                const long long base = (long long)cell[k] * nz;
+                if (ADJ) {
+                    if (l1 > 0.0f) atomicAdd(volT + base + kz, l1 * value);
+                    if (l2 > 0.0f) atomicAdd(volT + base + kz2, l2 * value);
+                } else {
+                    part += l1 * volT[base + kz] + l2 * volT[base + kz2];
+                    if (((k - k0) & 15) == 15) { acc += (double)part; part = 0.0f; }
+                }
+            }
+            acc += (double)part;
+        }
+        if (!ADJ) proj[out0 + (long long)row * n_cols] = (float)acc;
+    }
+}
+
+extern "C" __global__ void structured_siddon_forward_fast(float* volT, float* proj, int nx, int ny, int nz,
+                                                          const double* __restrict__ params,
+                                                          const double* __restrict__ g, int n_rows, int n_cols)
+{
+    structured_fast<false>(volT, proj, nx, ny, nz, params, g, n_rows, n_cols);
+}
+
+extern "C" __global__ void structured_siddon_adjoint_fast(float* volT, float* proj, int nx, int ny, int nz,
+                                                          const double* __restrict__ params,
+                                                          const double* __restrict__ g, int n_rows, int n_cols)
+{
+    structured_fast<true>(volT, proj, nx, ny, nz, params, g, n_rows, n_cols);
+}
+
+// Structured Joseph (float32), paper 003's structure applied to Joseph: for a
+// circular scan without detector tilt the rays of one detector column share
+// their xy line, and where no ray is steeper in z than along its dominant xy
+// axis (structured_ratio <= 1: the launcher checks) every row samples the
+// same planes of that axis (x or y) at the same horizontal lengths tau_s, with
+// the same in-plane xy index fu_s. Per block (view, column) the planes' tau_s
+// (relative to a centre plane), the integer part of fu_s and its fraction are
+// computed once in float64 and kept in shared memory; per row only the z index
+// (affine in tau) and the plane-to-plane length w = L / |a_m| are new. The
+// volume is the z-fastest copy (ny, nx, nz): adjacent rows read/write adjacent
+// z voxels. Same model and same float64 quantities as the CPU's Joseph (up to
+// float64 rounding), marched in float32 like joseph_fast: z index
+// iz_c + fr + dtau_s mz with fr in [0, 1), so the bound of joseph_fast holds
+// (raytrace.py: joseph_float32_bound). Forward and transpose share the code:
+// the transpose (atomicAdd) has the forward's weights.
+#define JS_INVALID (-2147483647 - 1)
+
+template <bool ADJ>
+__device__ void structured_joseph(float* volT, float* proj, int nx, int ny, int nz,
+                                  const double* __restrict__ params, const double* __restrict__ g,
+                                  int n_rows, int n_cols)
+{
+    extern __shared__ double smem[];
+    const int col = blockIdx.x, view = blockIdx.y;
+    const double* par = params + 12 * view;
+    const double u = (double)col;
+    const ColumnLine c = column_line(par, g, u, nx, ny);   // ax, ay: index per unit tau
+    const long long out0 = (long long)view * n_rows * n_cols + col;
+    // Dominant xy axis, as joseph() decides it per ray (the ratio check rules out z).
+    const bool my = fabs(c.ay) > fabs(c.ax);
+    const int nm = my ? ny : nx, nu = my ? nx : ny;
+    const double am = my ? c.ay : c.ax, au_ = my ? c.ax : c.ay;
+    const double pm = sub(my ? c.py : c.px, 0.5), pu = sub(my ? c.px : c.py, 0.5);   // voxel-centre units
+    const double pzc = sub(c.pz, 0.5);
+    float* dtau = (float*)smem;            // nm: tau_s - tau_c
+    float* afr = dtau + nm;                // nm: fraction of fu_s
+    int* iuS = (int*)(afr + nm);           // nm: floor(fu_s), JS_INVALID where the plane is not sampled
+    const double tau_c = __ddiv_rn(sub((double)(nm / 2), pm), am);
+    for (int sp = threadIdx.x; sp < nm; sp += blockDim.x) {
+        const double tau = __ddiv_rn(sub((double)sp, pm), am);
+        const double fu = add(pu, mul(tau, au_));
+        const bool ok = tau >= 0.0 && -1.0 < fu && fu < (double)nu;   // cone rays start at the source
+        const double fl = floor(fu);
+        dtau[sp] = (float)sub(tau, tau_c);
+        afr[sp] = ok ? (float)sub(fu, fl) : 0.0f;
+        iuS[sp] = ok ? (int)fl : JS_INVALID;
+    }
+    __syncthreads();
+    // The column's planes (tau >= 0, in-plane index in (-1, nu)), padded by one
+    // plane: the iuS flags decide. Every row starts at the column's entry plane
+    // (unless its z range starts later) and walks along the ray, so the rows of
+    // a warp visit the same plane together: their reads/atomics hit adjacent z.
+    double cw0 = 0.0, cw1 = (double)(nm - 1);
+    {
+        const double pmc = fmin(fmax(pm, -2.0), (double)nm + 1.0);
+        if (am > 0.0) cw0 = fmax(cw0, ceil(pmc)); else cw1 = fmin(cw1, floor(pmc));
+        if (au_ != 0.0) {
+            const double ta = __ddiv_rn(-1.0 - pu, au_), tb = __ddiv_rn((double)nu - pu, au_);
+            const double sa = pm + fmin(ta, tb) * am, sb = pm + fmax(ta, tb) * am;
+            cw0 = fmax(cw0, floor(fmin(sa, sb)) - 1.0);
+            cw1 = fmin(cw1, ceil(fmax(sa, sb)) + 1.0);
+        }
+    }
+    // xy index strides of the plane axis and the in-plane axis in volT (ny, nx, nz).
+    const long long s_m = my ? (long long)nx * nz : (long long)nz;
+    const long long s_u = my ? (long long)nz : (long long)nx * nz;
+    for (int row = threadIdx.x; row < n_rows; row += blockDim.x) {
+        const RowLine r = row_line(c, par, g, u, (double)row, nz);
+        const float value = ADJ ? proj[out0 + (long long)row * n_cols] : 0.0f;
+        double acc = 0.0;
+        if (!ADJ || value != 0.0f) {
+            const float w = (float)__ddiv_rn(r.L, fabs(am));
+            // Planes whose z index can lie in (-1, nz), padded by one; the float32 test decides.
+            int s0 = 0, s1 = nm - 1;
+            if (r.mz != 0.0) {
+                const double ta = __ddiv_rn(-1.0 - pzc, r.mz), tb = __ddiv_rn((double)nz - pzc, r.mz);
+                const double sa = pm + fmin(ta, tb) * am, sb = pm + fmax(ta, tb) * am;
+                const double lo = fmax(floor(fmin(sa, sb)) - 1.0, 0.0), hi = fmin(ceil(fmax(sa, sb)) + 1.0, (double)(nm - 1));
+                s0 = lo > hi ? 1 : (int)lo;
+                s1 = lo > hi ? 0 : (int)hi;
+            } else if (!(-1.0 < pzc && pzc < (double)nz)) {
+                s0 = 1; s1 = 0;
+            }
+            const double zc = add(pzc, mul(tau_c, r.mz));
+            const double izd = floor(fmin(fmax(zc, -1.0e9), 1.0e9));
+            const int iz_c = (int)izd;
+            const float fr = (float)sub(zc, izd), mz = (float)r.mz;
+            const float lo_v = (float)(-1 - iz_c), hi_v = (float)(nz - iz_c);
+            s0 = max(s0, (int)fmax(cw0, -1.0));
+            s1 = min(s1, (int)fmin(cw1, (double)nm));
+            float part = 0.0f;
+            const int n_s = s1 - s0 + 1;
+            for (int n = 0; n < n_s; ++n) {
+                const int sp = am > 0.0 ? s0 + n : s1 - n;   // along the ray
+                const int iu = iuS[sp];
+                const float fv = fr + dtau[sp] * mz;
+                if (iu != JS_INVALID && lo_v < fv && fv < hi_v) {
+                    const float flv = floorf(fv);
+                    const int iv = iz_c + (int)flv;
+                    const float av = fv - flv, au = afr[sp];
+#pragma unroll
+                    for (int cu = 0; cu < 2; ++cu) {
+                        const int ju = iu + cu;
+                        if (ju < 0 || ju >= nu) continue;
+                        const float wu = (cu ? au : 1.0f - au) * w;
+                        const long long base = sp * s_m + ju * s_u;
+#pragma unroll
+                        for (int cv = 0; cv < 2; ++cv) {
+                            const int jv = iv + cv;
+                            if (jv < 0 || jv >= nz) continue;
+                            const float wuv = wu * (cv ? av : 1.0f - av);
+                            if (wuv == 0.0f) continue;
+                            if (ADJ) atomicAdd(volT + base + jv, wuv * value);
+                            else part += wuv * volT[base + jv];
+                        }
+                    }
+                }
+                if (!ADJ && (n & 7) == 7) { acc += (double)part; part = 0.0f; }
+            }
+            acc += (double)part;
+        }
+        if (!ADJ) proj[out0 + (long long)row * n_cols] = (float)acc;
+    }
+}
+
+extern "C" __global__ void structured_joseph_forward_fast(float* volT, float* proj, int nx, int ny, int nz,
+                                                          const double* __restrict__ params,
+                                                          const double* __restrict__ g, int n_rows, int n_cols)
+{
+    structured_joseph<false>(volT, proj, nx, ny, nz, params, g, n_rows, n_cols);
+}
+
+extern "C" __global__ void structured_joseph_adjoint_fast(float* volT, float* proj, int nx, int ny, int nz,
+                                                          const double* __restrict__ params,
+                                                          const double* __restrict__ g, int n_rows, int n_cols)
+{
+    structured_joseph<true>(volT, proj, nx, ny, nz, params, g, n_rows, n_cols);
+}
+
 // Voxel-driven (gather) form of the structured transpose: no atomics, each
 // volume value written once. Thread: voxel column (i, j), LEVERET_RT_K z voxels
 // from k0, sums in registers over all views. Per view it finds the detector
@@ -543,6 +971,51 @@ extern "C" __global__ void structured_siddon_gather_f64(double* vol, const doubl
 {
     structured_gather<double>(vol, proj, nx, ny, nz, params, g, n_views, n_rows, n_cols);
 }
+
+// The structured kernels' z-fastest copy of the volume: volT[(j nx + i) nz + k]
+// = vol[(k ny + j) nx + i]. For one j both directions are 2D transposes between
+// the (nz, nx) slab of vol (row stride ny nx) and the contiguous (nx, nz) slab
+// of volT, done in 32 x 32 tiles through shared memory so that reads and
+// writes are both coalesced (a strided elementwise copy reads one 32-byte
+// sector per 4-byte element). Grid (ceil(nx/32), ceil(nz/32), ny); any block
+// shape works (the loops stride by blockDim), (32, 8) is the one launched.
+template <typename T, bool TO_ZFAST>
+__device__ __forceinline__ void zfast_transpose(const T* __restrict__ src, T* __restrict__ dst, int nx, int ny,
+                                                int nz, T (*tile)[33])
+{
+    const int j = blockIdx.z;
+    const int i0 = blockIdx.x * 32, k0 = blockIdx.y * 32;
+    for (int d = threadIdx.y; d < 32; d += blockDim.y)
+        for (int e = threadIdx.x; e < 32; e += blockDim.x) {
+            // tile[d][e]: vol[k0 + d, j, i0 + e] (TO_ZFAST) or volT[j, i0 + d, k0 + e]
+            if (TO_ZFAST) {
+                if (k0 + d < nz && i0 + e < nx) tile[d][e] = src[((long long)(k0 + d) * ny + j) * nx + i0 + e];
+            } else {
+                if (i0 + d < nx && k0 + e < nz) tile[d][e] = src[((long long)j * nx + i0 + d) * nz + k0 + e];
+            }
+        }
+    __syncthreads();
+    for (int d = threadIdx.y; d < 32; d += blockDim.y)
+        for (int e = threadIdx.x; e < 32; e += blockDim.x) {
+            if (TO_ZFAST) {   // volT[j, i0 + d, k0 + e] = vol[k0 + e, j, i0 + d] = tile[e][d]
+                if (i0 + d < nx && k0 + e < nz) dst[((long long)j * nx + i0 + d) * nz + k0 + e] = tile[e][d];
+            } else {          // vol[k0 + d, j, i0 + e] = volT[j, i0 + e, k0 + d] = tile[e][d]
+                if (k0 + d < nz && i0 + e < nx) dst[((long long)(k0 + d) * ny + j) * nx + i0 + e] = tile[e][d];
+            }
+        }
+}
+
+#define ZFAST_KERNEL(NAME, T, TO)                                                                        \
+    extern "C" __global__ void NAME(const T* __restrict__ src, T* __restrict__ dst, int nx, int ny, int nz) \
+    {                                                                                                    \
+        __shared__ T tile[32][33];                                                                       \
+        zfast_transpose<T, TO>(src, dst, nx, ny, nz, tile);                                              \
+    }
+
+ZFAST_KERNEL(to_zfast_f32, float, true)
+ZFAST_KERNEL(from_zfast_f32, float, false)
+ZFAST_KERNEL(to_zfast_f64, double, true)
+ZFAST_KERNEL(from_zfast_f64, double, false)
 
 #define STRUCTURED_KERNEL(NAME, T, ADJ)                                                                 \
     extern "C" __global__ void NAME(T* volT, T* proj, int nx, int ny, int nz,                           \

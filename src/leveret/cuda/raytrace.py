@@ -82,6 +82,49 @@ def structured_ratio(params: np.ndarray, n_rows: int, n_cols: int, spacing_xyz) 
     return worst
 
 
+def structured_float32_bound(params: np.ndarray, n_rows: int, n_cols: int, grid3, spacing_xyz,
+                             max_abs_volume: float, max_abs_projection: float) -> float:
+    """Bound on ``|A32 x - A64 x|`` (absolute, per ray) of the structured path's
+    float32 march against the float64 operator (raytrace.cu, ``structured_fast``).
+
+    ``2 eps_t L N_b max|x| + 16 u max|Ax|`` with ``u = 2^-24``, ``T`` the
+    longest xy chord of the grid (world length), ``eps_t = 2 u T`` (how far a
+    boundary between two voxels can move along the ray's horizontal length),
+    ``L`` the largest 3D length per unit horizontal length of a ray, and
+    ``N_b = nx + ny + nz + 2`` boundaries per ray; the last term is the
+    float32 partial sums. Not covered: a near-horizontal row whose ray runs
+    within ``u (1/2 + 2 T |dz/dxy|)`` z voxels of a z face (float32 may put it
+    on the other side, as float64 may at 2^-53).
+    """
+    nz, ny, nx = (int(n) for n in grid3)
+    vx, vy, _ = spacing_xyz
+    u = 2.0 ** -24
+    T = float(np.hypot(nx * vx, ny * vy))
+    Minv = params[:, 3:].reshape(-1, 3, 3)
+    cols = np.arange(n_cols, dtype=np.float64)
+    L = 1.0
+    for v in (0.0, float(n_rows - 1)):
+        q = Minv[:, :, 0, None] * cols + Minv[:, :, 1, None] * v + Minv[:, :, 2, None]
+        L = max(L, float(np.max(np.sqrt(1.0 + (q[:, 2] / np.hypot(q[:, 0], q[:, 1])) ** 2))))
+    return 2.0 * (2.0 * u * T) * L * (nx + ny + nz + 2) * max_abs_volume + 16.0 * u * max_abs_projection
+
+
+def joseph_float32_bound(grid3, spacing_xyz, max_abs_volume: float, max_abs_projection: float) -> float:
+    """Bound on ``|A32 x - A64 x|`` (absolute, per ray) of the float32 Joseph
+    march against the float64 operator (raytrace.cu, ``joseph_fast``):
+    ``w n_m (4 (eps_u + eps_v) + 12 u) max|x| + 16 u max|Ax|`` with
+    ``u = 2^-24``, ``eps = u (1 + n_m)`` (index error of a sample), ``n_m``
+    the planes along the dominant axis and ``w <= sqrt(3)`` times its voxel
+    size; taken here over the three axes (whichever is dominant)."""
+    u = 2.0 ** -24
+    nz, ny, nx = (int(n) for n in grid3)
+    worst = 0.0
+    for n_m, size in zip((nx, ny, nz), spacing_xyz):
+        eps = u * (1 + n_m)
+        worst = max(worst, np.sqrt(3.0) * size * n_m * (8 * eps + 12 * u))
+    return worst * max_abs_volume + 16 * u * max_abs_projection
+
+
 class CudaRaytracer:
     """The GPU kernels for one projector: ``forward`` and ``adjoint`` on CuPy arrays.
 
@@ -114,15 +157,23 @@ class CudaRaytracer:
         g[5:8] = scale
         self.g = cupy.asarray(g)
         nz, ny, nx = self.grid3
-        shared = 8 * (2 * nx + 2 * ny + 4) + 4 * (nx + ny + 1)
+        if model == "siddon":
+            shared = 8 * (2 * nx + 2 * ny + 4) + 4 * (nx + ny + 1)
+            if self.dtype == np.float32:
+                shared += 4 * (nx + ny + 2)   # the float32 copy of the merged crossings (structured_fast)
+        else:
+            shared = 12 * max(nx, ny)         # structured_joseph: dtau, fraction, integer part per plane
         self.shared_bytes = shared
+        # Structured Joseph exists in float32 only (structured_joseph in raytrace.cu).
+        has_kernel = model == "siddon" or self.dtype == np.float32
         self.ratio = (structured_ratio(params, self.n_rows, self.n_cols, 1.0 / np.asarray(scale))
-                      if self.kind == 1 and model == "siddon" else float("inf"))
+                      if self.kind == 1 and has_kernel else float("inf"))
         valid = self.ratio <= 1.0 and shared <= SHARED_LIMIT
         if structured is True and not valid:
             raise ValueError(f"structured: paper 003's path does not apply here (max |dz|/|dxy| "
                              f"ratio {self.ratio:.3g} must be <= 1, the geometry must be cone-beam "
-                             f"Siddon without detector tilt, shared memory {shared} <= {SHARED_LIMIT} bytes)")
+                             f"without detector tilt, Siddon or float32 Joseph, shared memory "
+                             f"{shared} <= {SHARED_LIMIT} bytes)")
         self.structured = valid if structured == "auto" else bool(structured)
         # How the structured path's transpose runs: "atomic" (ray-driven, the
         # forward's traversal with atomicAdd) or "gather" (voxel-driven, each
@@ -138,6 +189,13 @@ class CudaRaytracer:
     def _kernel(self, name: str):
         return load_module("raytrace").get_function(f"{name}_{self._suffix}")
 
+    def _general_kernel(self, direction: str):
+        """The general path's kernel: float32 Joseph marches in float32
+        (``joseph_fast``, bound in raytrace.cu), everything else in float64."""
+        if self.model == "joseph" and self.dtype == np.float32:
+            return load_module("raytrace").get_function(f"joseph_{direction}_fast")
+        return self._kernel(f"{self.model}_{direction}")
+
     def subset(self, views: np.ndarray) -> "CudaRaytracer":
         import cupy
         sub = object.__new__(CudaRaytracer)
@@ -152,9 +210,13 @@ class CudaRaytracer:
 
     def _structured(self, name: str, volT, proj):
         """Launch a structured kernel: one block per (column, view), in passes of
-        at most 65535 views (the grid's y limit)."""
+        at most 65535 views (the grid's y limit). float32 runs the float32 march
+        (``structured_fast`` in raytrace.cu, error bound there); float64 the
+        float64 one."""
         nx, ny, nz = self._scalars()
-        kernel = self._kernel(name)
+        name = name.replace("siddon", self.model)
+        kernel = load_module("raytrace").get_function(f"{name}_fast") if self.dtype == np.float32 \
+            else self._kernel(name)
         n_views = self.params_host.shape[0]
         for v0 in range(0, n_views, MAX_GRID_Y):
             v1 = min(n_views, v0 + MAX_GRID_Y)
@@ -162,17 +224,30 @@ class CudaRaytracer:
                    (volT, proj[v0:v1], nx, ny, nz, self.params[v0:v1], self.g, np.int32(self.n_rows),
                     np.int32(self.n_cols)), shared_mem=self.shared_bytes)
 
+    def _zfast(self, to: bool, src, dst):
+        """Copy between the volume (nz, ny, nx) and the structured kernels' z-fastest
+        layout (ny, nx, nz) with the tiled kernels (``to``: into the z-fastest one);
+        both arrays C-contiguous of the working dtype."""
+        nx, ny, nz = self._scalars()
+        if int(ny) > MAX_GRID_Y:   # the grid's z extent; not a size anyone projects
+            dst[...] = src.transpose(1, 2, 0) if to else src.transpose(2, 0, 1)
+            return dst
+        name = f"{'to' if to else 'from'}_zfast_{self._suffix}"
+        load_module("raytrace").get_function(name)(
+            (-(-int(nx) // 32), -(-int(nz) // 32), int(ny)), (32, 8, 1), (src, dst, nx, ny, nz))
+        return dst
+
     def forward(self, vol, out):
         """``out`` (n_views, n_rows, n_cols) = A ``vol`` (nz, ny, nx); both C-contiguous CuPy arrays."""
         import cupy
         n_views = self.params_host.shape[0]
         nx, ny, nz = self._scalars()
         if self.structured:
-            volT = cupy.ascontiguousarray(vol.transpose(1, 2, 0))   # (ny, nx, nz): z fastest
+            volT = self._zfast(True, vol, cupy.empty((int(ny), int(nx), int(nz)), self.dtype))   # z fastest
             self._structured("structured_siddon_forward", volT, out)
             return out
         n = n_views * self.n_rows * self.n_cols
-        self._kernel(f"{self.model}_forward")(
+        self._general_kernel("forward")(
             (-(-n // BLOCK),), (BLOCK,),
             (vol, out, nx, ny, nz, self.params, self.g, np.int32(n_views), np.int32(self.n_rows),
              np.int32(self.n_cols), np.int32(self.kind), np.int32(self.is2d)))
@@ -183,7 +258,7 @@ class CudaRaytracer:
         import cupy
         n_views = self.params_host.shape[0]
         nx, ny, nz = self._scalars()
-        if self.structured and self.transpose == "gather":
+        if self.structured and self.transpose == "gather" and self.model == "siddon":
             k = gather_depth()
             self._kernel("structured_siddon_gather")(
                 (-(-int(nx) // GATHER_BLOCK[0]), -(-int(ny) // GATHER_BLOCK[1]), -(-int(nz) // k)), GATHER_BLOCK,
@@ -193,11 +268,11 @@ class CudaRaytracer:
         if self.structured:
             volT = cupy.zeros((int(ny), int(nx), int(nz)), self.dtype)
             self._structured("structured_siddon_adjoint", volT, proj)
-            out[...] = volT.transpose(2, 0, 1)
+            self._zfast(False, volT, out)
             return out
         out.fill(0)
         n = n_views * self.n_rows * self.n_cols
-        self._kernel(f"{self.model}_adjoint")(
+        self._general_kernel("adjoint")(
             (-(-n // BLOCK),), (BLOCK,),
             (out, proj, nx, ny, nz, self.params, self.g, np.int32(n_views), np.int32(self.n_rows),
              np.int32(self.n_cols), np.int32(self.kind), np.int32(self.is2d)))

@@ -109,13 +109,20 @@ class Projector:
         out; a RuntimeError where there is no GPU); "cpu": Numba (NumPy
         only); "auto": CUDA when CuPy finds a GPU, else the CPU.
     structured : {"auto", True, False}
-        CUDA cone-beam Siddon only: paper 003's structure-exploiting path
-        (xy path shared by the rows of a detector column). "auto" takes it
-        when :func:`leveret.cuda.raytrace.structured_ratio` shows it is valid;
+        CUDA cone beam only (Siddon; Joseph in float32): paper 003's
+        structure-exploiting path (xy path shared by the rows of a detector
+        column). "auto" takes it when
+        :func:`leveret.cuda.raytrace.structured_ratio` shows it is valid;
         True requires it (ValueError if not valid); False never.
     precision : {"float32", "float64"}
         dtype of the arrays ``A`` and ``A.T`` return (inputs are converted).
-        Geometry is always computed in float64.
+        Geometry is always computed in float64. On CUDA, "float32" runs the
+        fast float32 march where one exists (the structured cone path; the
+        general Joseph path): per-column/per-ray set-up in float64, steps in
+        float32 relative to a nearby origin, within a documented bound of the
+        float64 operator (``leveret.cuda.raytrace``, raytrace.cu) and with
+        ``A.T`` using the same float32 weights (matched); "float64" traces
+        in float64, bit-identical rays and weights to the CPU.
 
     Attributes
     ----------
@@ -139,12 +146,13 @@ class Projector:
     CUDA (``leveret.cuda.raytrace``): no ray tables; each view's rays are
     rebuilt on the GPU from 12 float64 numbers with the same float64
     operations as the CPU's tables (bit-identical rays) and traced with the
-    CPU's float64 arithmetic. The general path runs one thread per ray; its
-    ``A.T`` adds into the output volume with atomicAdd (no extra memory; the
-    order of the additions, hence the last bits, varies between runs).
-    Paper 003's structured path (cone-beam Siddon, circular scans without
-    detector tilt, ``structured``) takes one extra volume, a z-fastest copy,
-    in ``A`` and in ``A.T``.
+    CPU's float64 arithmetic (float32: the float32 march above where it
+    exists). The general path runs one thread per ray; its ``A.T`` adds into
+    the output volume with atomicAdd (no extra memory; the order of the
+    additions, hence the last bits, varies between runs). Paper 003's
+    structured path (cone beam, circular scans without detector tilt:
+    Siddon, and Joseph in float32; ``structured``) takes one extra volume,
+    a z-fastest copy, in ``A`` and in ``A.T``.
     """
 
     def __init__(self, geometry, volume: VolumeGeometry, *, model: str = "siddon",
