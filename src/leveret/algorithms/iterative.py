@@ -160,7 +160,7 @@ def _sum_squares():
     if _SUM_SQUARES is None:
         import cupy
         _SUM_SQUARES = cupy.ReductionKernel("T x", "float64 y", "(double)x * (double)x", "a + b", "y = a", "0",
-                                            "leveret_sum_squares", reduce_type="float64")
+                                            "leveret_sum_squares", reduce_type="double")
     return _SUM_SQUARES
 
 
