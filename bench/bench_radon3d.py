@@ -87,6 +87,7 @@ def bench_gpu(problems=PROBLEMS, reps=5):
                 del p_dev
                 cp.get_default_memory_pool().free_all_blocks()
         bench_kernel_only(n, n_dirs, reps)
+    bench_fallbacks(reps)
 
 
 def bench_kernel_only(n, n_dirs, reps=5):
@@ -112,6 +113,47 @@ def bench_kernel_only(n, n_dirs, reps=5):
                     else "global-memory fallback")
             record(f"BP kernel only {n}^3 from {n_dirs} dirs, {np.dtype(dtype).name}, {plan.path}", seconds,
                    n ** 3 * n_dirs, note=note)
+
+
+def bench_fallbacks(reps=5):
+    """The kernels of unusual geometries (device arrays, kernels only), to place
+    the launcher's thresholds: 128^3 voxels 8 x the sample pitch from 208
+    directions (windows of ~260 samples: float32 "auto" takes the global kernel
+    for precision, float64 still stages 11 directions per batch), both kernels
+    in both precisions; and the forward transform with 12288 samples (the
+    shared histogram's float32 limit) through shared and global atomics."""
+    import cupy as cp
+    import leveret
+
+    from leveret.cpu.radon3d import sample_table
+    from leveret.cuda import radon3d as gpu
+
+    sync = cp.cuda.Device().synchronize
+    n, n_dirs = 128, 208
+    vol = leveret.VolumeGeometry((n, n, n), 8.0)
+    g = leveret.RadonGeometry.uniform(n_dirs, int(math.ceil(math.sqrt(3.0) * n * 8)) + 1)
+    table = sample_table(g.directions, g.n_samples, g.spacing, vol)
+    table_dev = cp.asarray(table)
+    for dtype in (np.float32, np.float64):
+        filt = cp.random.standard_normal(g.projection_shape).astype(dtype)
+        out = cp.empty(vol.shape, dtype)
+        for path in ("shared", "global"):
+            plan = gpu.plan_backprojection(table, 4, dtype, n_dirs, path)
+            auto = gpu.plan_backprojection(table, 4, dtype, n_dirs).path == path
+            seconds = median_time(lambda: gpu.backproject(filt, table, out, table_dev=table_dev, path=path),
+                                  reps=reps, sync=sync)
+            note = (f"window {plan.W} samples, batch {plan.DB}" if path == "shared" else "global memory")
+            record(f"BP kernel only {n}^3 voxels 8x pitch, {n_dirs} dirs, {np.dtype(dtype).name}, {path}",
+                   seconds, n ** 3 * n_dirs, note=note + ("; auto's choice" if auto else ""))
+    g = leveret.RadonGeometry.uniform(n_dirs, 12288, spacing=math.sqrt(3.0) * n / 12288)
+    vol = leveret.VolumeGeometry((n, n, n), 1.0)
+    table = sample_table(g.directions, g.n_samples, g.spacing, vol)
+    x = cp.random.standard_normal(vol.shape).astype(np.float32)
+    out = cp.empty(g.projection_shape, np.float32)
+    for path in ("shared", "global"):
+        seconds = median_time(lambda: gpu.forward(x, table, out, path=path), reps=reps, sync=sync)
+        record(f"forward kernel {n}^3 to {n_dirs} x 12288 samples, float32, {path}", seconds,
+               n ** 3 * n_dirs, note="shared histogram (auto's choice)" if path == "shared" else "global atomics")
 
 
 def bench_cpu(problems=PROBLEMS, reps=1):
