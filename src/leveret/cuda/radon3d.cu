@@ -61,6 +61,10 @@
 #define RADON_BX 32
 #define RADON_BY 8
 
+// The shared-memory kernel uses inline PTX (shared loads by 32-bit address), so
+// the host build of tests/cuda/radon3d_host_harness.cpp leaves it out; the
+// NumPy mirror in tests/algorithms/test_radon3d_kernel_mirror.py checks it.
+#ifndef LEVERET_RADON3D_HOST
 template <typename T> struct Vec2;
 template <> struct Vec2<float> { typedef float2 type; };
 template <> struct Vec2<double> { typedef double2 type; };
@@ -200,6 +204,8 @@ RADON_BP(radon3d_bp_f32_z4, float, 4)
 RADON_BP(radon3d_bp_f32_z1, float, 1)
 RADON_BP(radon3d_bp_f64_z4, double, 4)
 RADON_BP(radon3d_bp_f64_z1, double, 1)
+
+#endif  // LEVERET_RADON3D_HOST
 
 // Global-memory back-projection: the fallback when a tile's window cannot be
 // staged (it does not fit the shared-memory budget, or, in float32, it is

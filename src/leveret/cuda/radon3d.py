@@ -115,6 +115,19 @@ def plan_backprojection(table: np.ndarray, zpt: int, dtype, n_dirs: int,
                            "asked for" if path == "shared" else "the window fits")
 
 
+def backproject_grid(out_shape, zpt: int) -> tuple[int, int, int]:
+    """Launch grid of both back-projection kernels for an output ``(nb, ny, nx)``:
+    one 32 x 8 block per (i, j) tile and ``zpt`` b values."""
+    nb, ny, nx = out_shape
+    return (-(-nx // BLOCK[0]), -(-ny // BLOCK[1]), -(-nb // zpt))
+
+
+def forward_k_per_block(nz: int, n_dirs: int) -> int:
+    """z slices per block of the forward kernels: enough blocks to fill the GPU
+    (~4 per SM) with at least a few directions' worth."""
+    return max(1, min(nz, -(-nz * n_dirs // 1024)))
+
+
 def plan_forward(n_samples: int, dtype, path: str = "auto") -> str:
     """"shared" (a histogram of the n_samples in shared memory per block) or
     "global" (atomics straight into the output) for :func:`forward`."""
@@ -176,7 +189,7 @@ def backproject(proj, table: np.ndarray, out, *, proj_bstride: int = 0, table_bs
 
     if table_dev is None:
         table_dev = cupy.asarray(table)
-    grid = (-(-nx // BLOCK[0]), -(-ny // BLOCK[1]), -(-nb // zpt))
+    grid = backproject_grid(out.shape, zpt)
     head = (proj, np.int64(proj_bstride), table_dev, np.int32(table_bstride), out,
             np.int32(nx), np.int32(ny), np.int32(nb), np.int32(n_dirs), np.int32(n_samples))
     tail = (np.int32(b_offset), np.int32(bool(accumulate)))
@@ -208,8 +221,7 @@ def forward(vol, table: np.ndarray, out, *, k_per_block: int | None = None, path
     import cupy
 
     if k_per_block is None:
-        # Enough blocks to fill the GPU (~4 per SM) with at least a few directions' worth.
-        k_per_block = max(1, min(nz, -(-nz * n_dirs // 1024)))
+        k_per_block = forward_k_per_block(nz, n_dirs)
     out[...] = 0
     name = f"radon3d_fwd_{tag}" if use == "shared" else f"radon3d_fwd_global_{tag}"
     kernel = load_module("radon3d").get_function(name)
