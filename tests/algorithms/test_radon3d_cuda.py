@@ -8,6 +8,14 @@ float32-rounded inputs, to 1e-5 of the largest value (a NumPy emulation of
 the kernel's arithmetic gave 1.5e-6 to 2e-6 on random data and 3e-7 on
 balls). float64 GPU results equal the float64 CPU ones to 1e-12. Outputs are
 poisoned (NaN) before each kernel run, so an unwritten voxel fails.
+
+Phase 2 fallbacks: the global-memory back-projection (float64 coordinates;
+windows too wide to stage, or wider than MAX_WINDOW_F32 in float32) runs on
+every kernel case beside the shared one and is chosen automatically for
+coarse voxels; the forward transform's global atomics run past the shared
+histogram's 12288 float32 / 6144 float64 samples. Their host builds
+(tests/cuda/test_radon3d_host.py) and the planning logic
+(tests/algorithms/test_radon3d_kernel_mirror.py) are checked without a GPU.
 """
 from __future__ import annotations
 
