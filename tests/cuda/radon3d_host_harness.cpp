@@ -2,7 +2,8 @@
 // global-memory back-projection kernels and both forward kernels (shared
 // histogram and global atomics) run from their own source, one "thread" at a
 // time, so their index arithmetic, bounds and launch grid can be checked
-// against the Numba kernels on a machine without a GPU. __ldg checks that
+// against the Numba kernels on a machine without a GPU (compiled with
+// -ffp-contract=off; the _rn intrinsics are the plain operators). __ldg checks that
 // every read lies inside the array the test registered (a read outside sets
 // g_bad_reads); atomics are plain adds. The shared-memory back-projection uses
 // inline PTX and is left out (LEVERET_RADON3D_HOST): the NumPy mirror in
@@ -34,6 +35,8 @@ template <typename T> static inline T __ldg(const T* p)
     if (!ok) { ++g_bad_reads; return T(0); }
     return *p;
 }
+static inline double __dmul_rn(double a, double b) { return a * b; }
+static inline double __dadd_rn(double a, double b) { return a + b; }
 template <typename T> static inline T atomicAdd(T* p, T v) { T o = *p; *p = o + v; return o; }
 alignas(16) unsigned char smem_raw[1 << 20];
 #include RADON3D_CU

@@ -209,12 +209,14 @@ RADON_BP(radon3d_bp_f64_z1, double, 1)
 
 // Global-memory back-projection: the fallback when a tile's window cannot be
 // staged (it does not fit the shared-memory budget, or, in float32, it is
-// wider than the launcher's MAX_WINDOW_F32 samples, where a float32 window
-// coordinate would carry more than ~5e-6 samples of rounding: measured by the
-// NumPy mirror, 1.7e-6 of the result at W = 36, 5.4e-6 at 132, 1.0e-5 at 259).
+// wider than the launcher's MAX_WINDOW_F32 samples: the float32 window
+// coordinate's rounding grows with W, and the NumPy mirror measured 1.7e-6 of
+// the result at W = 36, 5.4e-6 at 132, 1.0e-5 at 259).
 // It happens when voxels are several times coarser than the sample pitch.
-// Each thread computes its coordinates in float64, the CPU kernel's
-// arithmetic and order (u = (j b + k c + d) + i a), and reads its two samples
+// Each thread computes its coordinates in float64 with the CPU kernel's
+// roundings and order (u = ((j b + k c) + d) + i a, the _rn intrinsics keep the
+// compiler from contracting them into FMAs), so u, the sample index and the
+// weight are the CPU's bit for bit, and reads its two samples
 // straight from global memory (neighbouring i read neighbouring or equal
 // samples, so the loads of a warp coalesce and hit L1); only the
 // interpolation itself runs in T. Partial sums per batch of RADON_GLOBAL_BATCH
@@ -250,8 +252,9 @@ __device__ __forceinline__ void backproject_global_impl(
             const T* p = P + (long long)q * n_samples;
 #pragma unroll
             for (int z = 0; z < ZPT; ++z) {
-                const double base = dj * b + (double)(b0 + z + b_offset) * c + d;
-                const double u = base + di * a;
+                const double base = __dadd_rn(__dadd_rn(__dmul_rn(dj, b),
+                                                        __dmul_rn((double)(b0 + z + b_offset), c)), d);
+                const double u = __dadd_rn(base, __dmul_rn(di, a));
                 const double fl = floor(u);
                 // Samples fl and fl + 1; both outside [0, n_samples) gives 0. The
                 // test in float64 keeps the int conversion in range for any u.
@@ -327,8 +330,9 @@ __device__ __forceinline__ void forward_impl(const T* __restrict__ vol, const do
         const long long r = idx / nx;
         const int j = (int)(r % ny);
         const int k = k0 + (int)(r / ny);
-        const double base = (double)j * b + (double)k * c + d;
-        const double u = base + (double)i * a;
+        // The CPU kernel's roundings, uncontracted (see the global back-projection).
+        const double base = __dadd_rn(__dadd_rn(__dmul_rn((double)j, b), __dmul_rn((double)k, c)), d);
+        const double u = __dadd_rn(base, __dmul_rn((double)i, a));
         const double fl = floor(u);
         if (!(fl >= -1.0 && fl < (double)n_samples)) continue;   // also keeps the int in range
         const int s = (int)fl;
