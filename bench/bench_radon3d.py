@@ -15,7 +15,7 @@ out (pinned upload, filter, back-projection streamed out in slabs) or from
 and to device (CuPy) arrays; the note gives the time split of one further
 call (CUDA events: transfer in, filter, back-projection, transfer out not
 hidden). GU/s = voxels x directions / time / 1e9. Usage:
-  PYTHONPATH=src python3 bench/bench_radon3d.py [--gpu] [--cpu] [--quick] [--out FILE]
+  PYTHONPATH=src python3 bench/bench_radon3d.py [--gpu] [--cpu] [--quick] [--sizes 128,200] [--out FILE]
 """
 from __future__ import annotations
 
@@ -87,10 +87,13 @@ def bench_gpu(problems=PROBLEMS, reps=5):
                 del p_dev
                 cp.get_default_memory_pool().free_all_blocks()
         bench_kernel_only(n, n_dirs, reps)
+    bench_fallbacks(reps)
 
 
 def bench_kernel_only(n, n_dirs, reps=5):
-    """The back-projection kernel alone on device arrays, float32 and float64."""
+    """The back-projection kernel alone on device arrays, float32 and float64: the
+    shared-memory kernel the problem runs ("auto") and the global-memory fallback
+    (what geometries with voxels much coarser than the sample pitch get)."""
     import cupy as cp
 
     from leveret.cpu.radon3d import sample_table
@@ -99,20 +102,74 @@ def bench_kernel_only(n, n_dirs, reps=5):
     g, vol, _ = problem(n, n_dirs)
     table = sample_table(g.directions, g.n_samples, g.spacing, vol)
     table_dev = cp.asarray(table)
+    for path in ("auto", "global"):
+        for dtype in (np.float32, np.float64):
+            filt = cp.random.standard_normal(g.projection_shape).astype(dtype)
+            out = cp.empty(vol.shape, dtype)
+            seconds = median_time(lambda: gpu.backproject(filt, table, out, table_dev=table_dev, path=path),
+                                  reps=reps, sync=cp.cuda.Device().synchronize)
+            plan = gpu.plan_backprojection(table, 4, dtype, n_dirs, path)
+            note = (f"shared memory: window {plan.W} samples, batch {plan.DB}" if plan.path == "shared"
+                    else "global-memory fallback")
+            record(f"BP kernel only {n}^3 from {n_dirs} dirs, {np.dtype(dtype).name}, {plan.path}", seconds,
+                   n ** 3 * n_dirs, note=note)
+
+
+def bench_fallbacks(reps=5):
+    """The kernels of unusual geometries (device arrays, kernels only), to place
+    the launcher's thresholds: 128^3 voxels 8 x the sample pitch from 208
+    directions (windows of ~260 samples: float32 "auto" takes the global kernel
+    for precision, float64 still stages 11 directions per batch), both kernels
+    in both precisions; and the forward transform with 12288 samples (the
+    shared histogram's float32 limit) through shared and global atomics."""
+    import cupy as cp
+    import leveret
+
+    from leveret.cpu.radon3d import sample_table
+    from leveret.cuda import radon3d as gpu
+
+    sync = cp.cuda.Device().synchronize
+    n, n_dirs = 128, 208
+    vol = leveret.VolumeGeometry((n, n, n), 8.0)
+    g = leveret.RadonGeometry.uniform(n_dirs, int(math.ceil(math.sqrt(3.0) * n * 8)) + 1)
+    table = sample_table(g.directions, g.n_samples, g.spacing, vol)
+    table_dev = cp.asarray(table)
     for dtype in (np.float32, np.float64):
         filt = cp.random.standard_normal(g.projection_shape).astype(dtype)
         out = cp.empty(vol.shape, dtype)
-        seconds = median_time(lambda: gpu.backproject(filt, table, out, table_dev=table_dev), reps=reps,
-                              sync=cp.cuda.Device().synchronize)
-        W = gpu.window_length(table, 4)
-        record(f"BP kernel only {n}^3 from {n_dirs} dirs, {np.dtype(dtype).name}, device", seconds,
-               n ** 3 * n_dirs, note=f"window {W} samples, batch {gpu.batch_size(W, np.dtype(dtype).itemsize, n_dirs)}")
+        for path in ("shared", "global"):
+            plan = gpu.plan_backprojection(table, 4, dtype, n_dirs, path)
+            auto = gpu.plan_backprojection(table, 4, dtype, n_dirs).path == path
+            seconds = median_time(lambda: gpu.backproject(filt, table, out, table_dev=table_dev, path=path),
+                                  reps=reps, sync=sync)
+            note = (f"window {plan.W} samples, batch {plan.DB}" if path == "shared" else "global memory")
+            record(f"BP kernel only {n}^3 voxels 8x pitch, {n_dirs} dirs, {np.dtype(dtype).name}, {path}",
+                   seconds, n ** 3 * n_dirs, note=note + ("; auto's choice" if auto else ""))
+    g = leveret.RadonGeometry.uniform(n_dirs, 12288, spacing=math.sqrt(3.0) * n / 12288)
+    vol = leveret.VolumeGeometry((n, n, n), 1.0)
+    table = sample_table(g.directions, g.n_samples, g.spacing, vol)
+    x = cp.random.standard_normal(vol.shape).astype(np.float32)
+    out = cp.empty(g.projection_shape, np.float32)
+    for path in ("shared", "global"):
+        seconds = median_time(lambda: gpu.forward(x, table, out, path=path), reps=reps, sync=sync)
+        record(f"forward kernel {n}^3 to {n_dirs} x 12288 samples, float32, {path}", seconds,
+               n ** 3 * n_dirs, note="shared histogram (auto's choice)" if path == "shared" else "global atomics")
 
 
 def bench_cpu(problems=PROBLEMS, reps=1):
-    """The same problems on the CPU (all cores); on the 2-core machine the issue asks for."""
+    """The same problems on the CPU (all cores); on the 2-core machine the issue asks for.
+
+    One warm-up call per kernel variant on a small problem (Numba's compilation
+    or cache load) instead of one per row: the 256^3 / 2000 single-stage row
+    takes minutes on 2 cores, and a warm-up of it would double that.
+    """
     import leveret
 
+    g, vol, p = problem(16, 50)
+    g2, _, p2 = problem(16, 50, (5, 10))
+    for precision in ("single", "double"):
+        leveret.radon3d_fbp(p, g, vol, backend="cpu", precision=precision)
+        leveret.radon3d_fbp(p2, g2, vol, backend="cpu", precision=precision, method="two-stage")
     for n, n_dirs, grid in problems:
         for method, gshape in (("single-stage", None), ("two-stage", grid)):
             g, vol, p = problem(n, n_dirs, gshape)
@@ -122,7 +179,7 @@ def bench_cpu(problems=PROBLEMS, reps=1):
                 seconds = median_time(lambda: leveret.radon3d_fbp(p, g, vol, backend="cpu",
                                                                   precision=precision, method=method,
                                                                   timings=split),
-                                      reps=reps, warmup=1)
+                                      reps=reps, warmup=0)
                 record(f"FBP {label}, {'f32' if precision == 'single' else 'f64'}, CPU", seconds,
                        n ** 3 * g.n_dirs, note=_split_note(split))
 
@@ -132,11 +189,16 @@ def main(argv=None):
     parser.add_argument("--cpu", action="store_true", help="run the problems on the CPU (all cores)")
     parser.add_argument("--gpu", action="store_true", help="run the problems on CUDA")
     parser.add_argument("--quick", action="store_true", help="only the first problem (128^3, 208)")
+    parser.add_argument("--sizes", default=None,
+                        help="comma-separated volume sizes to run, e.g. 128,200 (default: all)")
     parser.add_argument("--out", default=None, help="JSON file for the results")
     args = parser.parse_args(argv)
     if not (args.cpu or args.gpu):
         args.gpu = True
     problems = PROBLEMS[:1] if args.quick else PROBLEMS
+    if args.sizes:
+        sizes = {int(x) for x in args.sizes.split(",")}
+        problems = [pr for pr in problems if pr[0] in sizes]
     meta = metadata(with_devices=args.gpu)
     print_header()
     if args.gpu:

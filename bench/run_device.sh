@@ -23,7 +23,10 @@ if [ "${SANITIZE:-1}" = 1 ]; then
     tests/operators/test_projector_cuda.py::test_gpu_equals_cpu \
     "tests/algorithms/test_radon3d_cuda.py::test_backproject_kernel_equals_cpu" \
     tests/algorithms/test_radon3d_cuda.py::test_two_stage_stages_poisoned \
-    tests/algorithms/test_radon3d_cuda.py::test_forward_kernel_equals_cpu 2>&1 | tail -6 | tee "$OUT/memcheck.txt"
+    tests/algorithms/test_radon3d_cuda.py::test_forward_kernel_equals_cpu \
+    tests/algorithms/test_radon3d_cuda.py::test_backproject_falls_back_to_global_memory \
+    tests/algorithms/test_radon3d_cuda.py::test_forward_kernel_global_atomics_equal_cpu \
+    tests/algorithms/test_radon3d_cuda.py::test_forward_of_long_projections_on_gpu 2>&1 | tail -6 | tee "$OUT/memcheck.txt"
   echo "memcheck exit: ${PIPESTATUS[0]}" | tee -a "$OUT/memcheck.txt"
 fi
 

@@ -8,6 +8,14 @@ float32-rounded inputs, to 1e-5 of the largest value (a NumPy emulation of
 the kernel's arithmetic gave 1.5e-6 to 2e-6 on random data and 3e-7 on
 balls). float64 GPU results equal the float64 CPU ones to 1e-12. Outputs are
 poisoned (NaN) before each kernel run, so an unwritten voxel fails.
+
+Phase 2 fallbacks: the global-memory back-projection (float64 coordinates;
+windows too wide to stage, or wider than MAX_WINDOW_F32 in float32) runs on
+every kernel case beside the shared one and is chosen automatically for
+coarse voxels; the forward transform's global atomics run past the shared
+histogram's 12288 float32 / 6144 float64 samples. Their host builds
+(tests/cuda/test_radon3d_host.py) and the planning logic
+(tests/algorithms/test_radon3d_kernel_mirror.py) are checked without a GPU.
 """
 from __future__ import annotations
 
@@ -42,12 +50,14 @@ def _radius(volume):
 
 # -- the kernels ---------------------------------------------------------------------------------
 
+@pytest.mark.parametrize("path", ["shared", "global"])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("vol", [ODD_VOL, VolumeGeometry((5, 3, 70), 0.02),
                                  VolumeGeometry((33, 9, 1), (0.03, 0.05, 0.02))],
                          ids=["odd-offcentre", "thin", "one-column"])
-def test_backproject_kernel_equals_cpu(rng, dtype, vol):
-    """Random filtered projections (fresh each run), odd sizes, poisoned output."""
+def test_backproject_kernel_equals_cpu(rng, dtype, vol, path):
+    """Random filtered projections (fresh each run), odd sizes, poisoned output;
+    the shared-memory kernel and the global-memory fallback."""
     import cupy
 
     from leveret.cuda import radon3d as gpu
@@ -56,19 +66,59 @@ def test_backproject_kernel_equals_cpu(rng, dtype, vol):
     proj = rng.standard_normal(g.projection_shape).astype(dtype)
     ref = cpu.backproject(proj.astype(np.float64), table, np.empty(vol.shape))
     out = cupy.full(vol.shape, np.nan, dtype)
-    gpu.backproject(cupy.asarray(proj), table, out, zpt=4)
+    gpu.backproject(cupy.asarray(proj), table, out, zpt=4, path=path)
     assert rel(out, ref) < TOL[dtype]
     # zpt=1 is the same sum; slabs (b_offset) give the same voxels.
     out1 = cupy.full(vol.shape, np.nan, dtype)
-    gpu.backproject(cupy.asarray(proj), table, out1, zpt=1)
+    gpu.backproject(cupy.asarray(proj), table, out1, zpt=1, path=path)
     assert rel(out1, ref) < TOL[dtype]
     k = vol.nz // 2
     slab = cupy.full((vol.nz - k,) + vol.shape[1:], np.nan, dtype)
-    gpu.backproject(cupy.asarray(proj), table, slab, zpt=4, b_offset=k)
+    gpu.backproject(cupy.asarray(proj), table, slab, zpt=4, b_offset=k, path=path)
     assert rel(slab, ref[k:]) < TOL[dtype]
 
 
-def test_backproject_kernel_accumulates_and_handles_voxels_off_the_samples(rng):
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("dx", [0.24, 6.0], ids=["wide-window", "window-beyond-shared-memory"])
+def test_backproject_falls_back_to_global_memory(rng, dtype, dx):
+    """Voxels 8 and 200 times the sample pitch: windows of 259 samples (float32:
+    past MAX_WINDOW_F32) and 6372 (past shared memory in both precisions) run
+    the global kernel under path="auto" and still match the CPU."""
+    import cupy
+
+    from leveret.cuda import radon3d as gpu
+    vol = VolumeGeometry((8, 16, 40), dx, center=(0.1 * dx, -0.2 * dx, 0.3 * dx))
+    half = 0.5 * dx * np.sqrt(8 ** 2 + 16 ** 2 + 40 ** 2)
+    g = RadonGeometry.uniform(100, int(2 * half / 0.03) + 5, spacing=0.03)
+    table = cpu.sample_table(g.directions, g.n_samples, g.spacing, vol)
+    plan = gpu.plan_backprojection(table, 4, dtype, g.n_dirs)
+    assert plan.path == ("shared" if (dtype, dx) == (np.float64, 0.24) else "global")
+    proj = rng.standard_normal(g.projection_shape).astype(dtype)
+    ref = cpu.backproject(proj.astype(np.float64), table, np.empty(vol.shape))
+    out = cupy.full(vol.shape, np.nan, dtype)
+    gpu.backproject(cupy.asarray(proj), table, out)
+    assert rel(out, ref) < TOL[dtype]
+
+
+@pytest.mark.parametrize("precision, dtype", [("single", np.float32), ("double", np.float64)])
+def test_fbp_with_coarse_voxels_on_gpu(precision, dtype):
+    """radon3d_fbp with voxels 100 x the sample pitch (windows of ~3200 samples:
+    past shared memory in float64, past MAX_WINDOW_F32 in float32; stage 2 of
+    the two-stage method likewise): the GPU equals the CPU, both methods."""
+    from leveret.cuda import radon3d as gpu
+    g = RadonGeometry.grid(10, 20, 3600, spacing=0.01)
+    vol = VolumeGeometry((9, 10, 11), 1.0, center=(0.4, -0.2, 0.6))
+    p = ball(6.0, center=(0.2, 0.4, -0.6)).project_radon(g)
+    table = cpu.sample_table(g.directions, g.n_samples, g.spacing, vol)
+    assert gpu.plan_backprojection(table, 4, dtype, g.n_dirs).path == "global"
+    for method in ("single-stage", "two-stage"):
+        ref = radon3d_fbp(p, g, vol, backend="cpu", precision="double", method=method)
+        got = radon3d_fbp(p, g, vol, backend="cuda", precision=precision, method=method)
+        assert got.dtype == dtype and rel(got, ref) < TOL[dtype]
+
+
+@pytest.mark.parametrize("path", ["shared", "global"])
+def test_backproject_kernel_accumulates_and_handles_voxels_off_the_samples(rng, path):
     """Voxels whose planes miss the sampled range get exactly 0 from those directions."""
     import cupy
 
@@ -82,10 +132,10 @@ def test_backproject_kernel_accumulates_and_handles_voxels_off_the_samples(rng):
     proj = rng.standard_normal(g.projection_shape)
     ref = cpu.backproject(proj, table, np.empty(vol.shape))
     out = cupy.full(vol.shape, np.nan)
-    gpu.backproject(cupy.asarray(proj), table, out)
+    gpu.backproject(cupy.asarray(proj), table, out, path=path)
     assert rel(out, ref) < 1e-12
     assert np.count_nonzero(ref == 0) > 0 and np.all(cupy.asnumpy(out)[ref == 0] == 0)
-    gpu.backproject(cupy.asarray(proj), table, out, accumulate=True)
+    gpu.backproject(cupy.asarray(proj), table, out, accumulate=True, path=path)
     assert rel(out, 2 * ref) < 1e-12
 
 
@@ -100,6 +150,36 @@ def test_forward_kernel_equals_cpu(rng, dtype):
     assert rel(got, ref) < TOL[dtype]
     host = radon3d_forward(x, g, ODD_VOL, backend="cuda")      # NumPy in, NumPy out
     assert isinstance(host, np.ndarray) and rel(host, ref) < TOL[dtype]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_forward_kernel_global_atomics_equal_cpu(rng, dtype):
+    """The global-atomics forward kernel, asked for on a short geometry
+    (output poisoned: the launcher must zero it)."""
+    import cupy
+
+    from leveret.cuda import radon3d as gpu
+    g = RadonGeometry.uniform(97, 71, spacing=0.03)
+    table = cpu.sample_table(g.directions, g.n_samples, g.spacing, ODD_VOL)
+    x = rng.standard_normal(ODD_VOL.shape).astype(dtype)
+    ref = cpu.forward(x.astype(np.float64), table, np.empty(g.projection_shape))
+    out = cupy.full(g.projection_shape, np.nan, dtype)
+    gpu.forward(cupy.asarray(x), table, out, path="global")
+    assert rel(out, ref) < TOL[dtype]
+
+
+@pytest.mark.parametrize("dtype, n_samples", [(np.float32, 12289), (np.float32, 20001),
+                                              (np.float64, 6145)])
+def test_forward_of_long_projections_on_gpu(rng, dtype, n_samples):
+    """More samples than the shared histogram holds (12288 float32, 6144
+    float64): radon3d_forward takes the global atomics and equals the CPU."""
+    from leveret.cuda import radon3d as gpu
+    assert gpu.plan_forward(n_samples, dtype) == "global"
+    g = RadonGeometry.uniform(40, n_samples, spacing=2.4 / n_samples)   # covers ODD_VOL
+    x = rng.standard_normal(ODD_VOL.shape).astype(dtype)
+    ref = radon3d_forward(x.astype(np.float64), g, ODD_VOL, backend="cpu")
+    got = radon3d_forward(x, g, ODD_VOL, backend="cuda")
+    assert got.dtype == dtype and rel(got, ref) < TOL[dtype]
 
 
 def test_forward_of_ball_matches_closed_form_on_gpu():
@@ -175,7 +255,8 @@ def test_two_stage_gpu_equals_two_stage_cpu(precision, dtype):
     assert rel(got, ref) < TOL[dtype]
 
 
-def test_two_stage_stages_poisoned(rng):
+@pytest.mark.parametrize("path", ["shared", "global"])
+def test_two_stage_stages_poisoned(rng, path):
     """Both stages' kernels write every plane sample and voxel (random planes, NaN-poisoned)."""
     import cupy
 
@@ -187,14 +268,14 @@ def test_two_stage_stages_poisoned(rng):
     by_phi = np.ascontiguousarray(filt[plan.order]).reshape(plan.n_phi, plan.n_theta, -1)
     planes = cupy.full(plan.plane_shape, np.nan)
     gpu.backproject(cupy.asarray(by_phi), plan.table1, planes, proj_bstride=plan.n_theta * g.n_samples,
-                    table_bstride=plan.n_theta, zpt=1)
+                    table_bstride=plan.n_theta, zpt=1, path=path)
     ref_planes = np.empty(plan.plane_shape)
     for j in range(plan.n_phi):
         cpu.backproject(by_phi[j], plan.table1[j * plan.n_theta:(j + 1) * plan.n_theta], ref_planes[j][None])
     assert rel(planes, ref_planes) < 1e-12
     out = cupy.full(vol.shape, np.nan)
     slices = cupy.ascontiguousarray(planes.transpose(1, 0, 2))
-    gpu.backproject(slices, plan.table2, out, proj_bstride=plan.n_phi * plan.n_r, zpt=1)
+    gpu.backproject(slices, plan.table2, out, proj_bstride=plan.n_phi * plan.n_r, zpt=1, path=path)
     assert rel(out, plan.backproject_cpu(filt, np.empty(vol.shape))) < 1e-12
 
 

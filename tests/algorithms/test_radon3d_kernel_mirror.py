@@ -133,3 +133,116 @@ def mirror_stage2(slices, table2, shape):
     n_phi = table2.shape[0]
     per_b_table = np.broadcast_to(table2, (nb, n_phi, 4)).reshape(nb * n_phi, 4)
     return mirror(slices, np.ascontiguousarray(per_b_table), shape, zpt=1, table_bstride=n_phi)
+
+
+# -- the global-memory fallback (radon3d.cu: backproject_global_impl) ----------------------------
+
+def mirror_global(proj, table, shape, batch=64):
+    """The global-memory kernel's float32 arithmetic: float64 coordinates in the CPU
+    kernel's order, the fraction rounded to float32, ``fma(f, v1 - v0, v0)`` in
+    float32 and partial sums per batch of directions."""
+    nb, ny, nx = shape
+    k, j, i = np.meshgrid(np.arange(nb), np.arange(ny), np.arange(nx), indexing="ij")
+    n_samples = proj.shape[-1]
+    total = np.zeros(shape, np.float32)
+    part = np.zeros(shape, np.float32)
+    for q in range(proj.shape[0]):
+        a, b, c, d = table[q]
+        u = (j * b + k * c + d) + i * a
+        fl = np.floor(u)
+        s = fl.astype(np.int64)
+        f = (u - fl).astype(np.float32)
+
+        def sample(idx):
+            return np.where((idx >= 0) & (idx < n_samples), proj[q][np.clip(idx, 0, n_samples - 1)],
+                            np.float32(0)).astype(np.float32)
+
+        v0 = sample(s)
+        term = _f32_fma(f, (sample(s + 1) - v0).astype(np.float32), v0)
+        part = (part + term).astype(np.float32)
+        if q % batch == batch - 1 or q == proj.shape[0] - 1:
+            total = (total + part).astype(np.float32)
+            part[...] = 0
+    return total
+
+
+def _coarse_geometry(dx, n_dirs=100, spacing=0.03):
+    """Voxels ``dx / spacing`` times the sample pitch; samples cover the whole volume."""
+    vol = VolumeGeometry((8, 16, 40), dx)
+    half = 0.5 * dx * math.sqrt(8 ** 2 + 16 ** 2 + 40 ** 2)
+    g = RadonGeometry.uniform(n_dirs, int(2 * half / spacing) + 5, spacing=spacing)
+    return g, vol, cpu.sample_table(g.directions, g.n_samples, g.spacing, vol)
+
+
+def test_global_kernel_mirror_keeps_float32_accuracy_where_windows_are_wide(rng):
+    """Voxels 8 x the sample pitch: a 259-sample float32 window would lose
+    precision (the shared kernel's mirror: ~1e-5), so "auto" takes the global
+    kernel, whose float64 coordinates keep the float32 result within 1e-6."""
+    g, vol, table = _coarse_geometry(0.24)
+    plan = launcher.plan_backprojection(table, 4, np.float32, g.n_dirs)
+    assert plan.path == "global" and "precision" in plan.reason
+    assert launcher.window_length(table, 4) > launcher.MAX_WINDOW_F32
+    proj = rng.standard_normal(g.projection_shape).astype(np.float32)
+    ref = cpu.backproject(proj.astype(np.float64), table, np.empty(vol.shape))
+    got = mirror_global(proj, table, vol.shape)
+    assert np.abs(got - ref).max() < 1e-6 * np.abs(ref).max()
+
+
+# -- the launcher's plans (which kernel runs), checked without a GPU ------------------------------
+
+def test_plan_backprojection_benchmark_problems_stage_in_shared_memory():
+    for n, n_dirs in ((128, 208), (256, 2000)):
+        g = RadonGeometry.uniform(n_dirs, int(math.ceil(math.sqrt(3) * n)) + 1)
+        table = cpu.sample_table(g.directions, g.n_samples, g.spacing, VolumeGeometry((n, n, n)))
+        for dtype in (np.float32, np.float64):
+            plan = launcher.plan_backprojection(table, 4, dtype, g.n_dirs)
+            assert (plan.path, plan.W, plan.DB) == ("shared", 36, 64)
+            assert plan.shared_bytes == launcher.shared_bytes(36, 64, np.dtype(dtype).itemsize)
+            assert plan.shared_bytes <= launcher.SHARED_BUDGET
+
+
+def test_plan_backprojection_falls_back_to_global_memory():
+    # 0.24 / 0.03: W = 259. float64 stages it (11 directions per batch); float32
+    # would lose precision, so it takes the global kernel unless told otherwise.
+    _, _, table = _coarse_geometry(0.24)
+    p64 = launcher.plan_backprojection(table, 4, np.float64, 100)
+    assert (p64.path, p64.W, p64.DB) == ("shared", 259, 11) and p64.shared_bytes <= launcher.SHARED_BUDGET
+    assert launcher.plan_backprojection(table, 4, np.float32, 100).path == "global"
+    forced = launcher.plan_backprojection(table, 4, np.float32, 100, path="shared")
+    assert forced.path == "shared" and forced.shared_bytes <= launcher.SHARED_BUDGET
+    # 6.0 / 0.03: a window of 6372 samples fits neither precision.
+    _, _, huge = _coarse_geometry(6.0)
+    W = launcher.window_length(huge, 4)
+    assert launcher.batch_size(W, 4, 100) == 0 and launcher.batch_size(W, 8, 100) == 0
+    for dtype in (np.float32, np.float64):
+        plan = launcher.plan_backprojection(huge, 4, dtype, 100)
+        assert plan.path == "global" and "does not fit" in plan.reason
+        with pytest.raises(ValueError, match="path: 'shared' was asked for, but a block's window"):
+            launcher.plan_backprojection(huge, 4, dtype, 100, path="shared")
+    assert launcher.plan_backprojection(table, 1, np.float64, 100, path="global").path == "global"
+    with pytest.raises(ValueError, match="path: expected one of"):
+        launcher.plan_backprojection(table, 4, np.float32, 100, path="texture")
+    with pytest.raises(ValueError, match="expected float32 or float64"):
+        launcher.plan_backprojection(table, 4, np.float16, 100)
+
+
+def test_plan_backprojection_of_two_stage_tables():
+    """Stage 2 reads planes at pitch spacing / oversampling: fine oversampling
+    widens its window past the float32 limit and moves it to global memory."""
+    g = RadonGeometry.grid(13, 16, 223)
+    vol = VolumeGeometry((128, 128, 128))
+    for over, path in ((2, "shared"), (8, "global")):
+        plan = TwoStagePlan(g, vol, oversampling=over)
+        assert launcher.plan_backprojection(plan.table1, 1, np.float32, plan.n_theta).path == "shared"
+        assert launcher.plan_backprojection(plan.table2, 1, np.float32, plan.n_phi).path == path
+
+
+@pytest.mark.parametrize("dtype, limit", [(np.float32, 12288), (np.float64, 6144)])
+def test_plan_forward_uses_global_atomics_past_the_shared_histogram(dtype, limit):
+    assert launcher.plan_forward(limit, dtype) == "shared"
+    assert launcher.plan_forward(limit + 1, dtype) == "global"
+    assert launcher.plan_forward(10, dtype, path="global") == "global"
+    with pytest.raises(ValueError, match="path: 'shared' was asked for, but a histogram of n_samples"):
+        launcher.plan_forward(limit + 1, dtype, path="shared")
+    with pytest.raises(ValueError, match="path: expected one of"):
+        launcher.plan_forward(10, dtype, path="atomic")

@@ -108,7 +108,11 @@ def radon3d_fbp(projections, geometry: RadonGeometry, volume: VolumeGeometry | N
         float32 or float64 arithmetic and output. The CPU computes sample
         coordinates in float64 either way; the GPU's float32 path computes
         them in float32 relative to a float64 origin per 32 x 8 x 4 tile
-        (a few 1e-6 samples off), see ``leveret/cuda/radon3d.cu``.
+        (a few 1e-6 samples off), see ``leveret/cuda/radon3d.cu``. Where a
+        tile's window of samples is too wide for that (voxels several times
+        coarser than the sample spacing: more than 128 samples in float32,
+        or more than shared memory holds), the GPU reads the samples from
+        global memory with float64 coordinates instead; same results, slower.
     window : {"none", "shepp-logan", "cosine", "hamming", "hann"}
         Apodisation of the second-derivative filter ``-(2 pi nu)^2``; "none"
         keeps the full band up to Nyquist.
@@ -482,7 +486,9 @@ def radon3d_forward(volume_array, geometry: RadonGeometry, volume: VolumeGeometr
         The grid of ``volume_array``.
     backend : {"auto", "cpu", "cuda"}
         As in :func:`radon3d_fbp`. On the GPU the sums run in shared-memory
-        atomics (order not fixed: float32 agrees with the CPU to rounding).
+        atomics (order not fixed: float32 agrees with the CPU to rounding);
+        projections longer than the shared histogram (12288 float32 or 6144
+        float64 samples) use global atomics.
 
     Returns
     -------

@@ -1,6 +1,7 @@
 // 3D Radon transform (plane integrals, pulse EPR imaging): back-projection of
 // filtered 1D projections with exact software linear interpolation, and the
-// forward transform (its transpose) with shared-memory atomics.
+// forward transform (its transpose) with shared-memory atomics; global-memory
+// variants of both for windows and projections too large to stage (see below).
 //
 // Back-projection, generic form (one kernel serves the single-stage 3D
 // back-projection and both stages of the two-stage one):
@@ -42,6 +43,15 @@
 // (1.1 T/s). float64: the H200's FP64 rate is half its FP32 rate and the
 // 128-bit shared loads take 4 wavefronts, so expect about 1/3 of float32.
 //
+// Measured (H200, 2026-11-22, bench/bench_radon3d.py, this kernel alone on
+// device arrays): float32 2.38 T updates/s at 256^3 from 2000 directions
+// (14.1 ms), inside the predicted 2-3 T/s and 63 % of the shared-memory
+// bound; 1.89 T/s at 128^3 and 200^3 from 208 directions (0.23 / 0.88 ms:
+// fewer directions per block, so staging, barriers and the launch weigh
+// more). float64 1.43 T/s (23.4 ms), 0.60 of float32 rather than the
+// predicted 1/3: the float32 kernel is not at its shared-memory bound, so
+// doubling the shared traffic costs less than the ratio of the two bounds.
+//
 // The float32 floor uses the magic number 2^23 because FRND/F2I run at a
 // quarter of the FP32 rate; it needs u >= 1/2, which the window's one-sample
 // margin guarantees (u >= 1 - 1e-5). At exact integers it may round down
@@ -51,6 +61,10 @@
 #define RADON_BX 32
 #define RADON_BY 8
 
+// The shared-memory kernel uses inline PTX (shared loads by 32-bit address), so
+// the host build of tests/cuda/radon3d_host_harness.cpp leaves it out; the
+// NumPy mirror in tests/algorithms/test_radon3d_kernel_mirror.py checks it.
+#ifndef LEVERET_RADON3D_HOST
 template <typename T> struct Vec2;
 template <> struct Vec2<float> { typedef float2 type; };
 template <> struct Vec2<double> { typedef double2 type; };
@@ -191,26 +205,122 @@ RADON_BP(radon3d_bp_f32_z1, float, 1)
 RADON_BP(radon3d_bp_f64_z4, double, 4)
 RADON_BP(radon3d_bp_f64_z1, double, 1)
 
+#endif  // LEVERET_RADON3D_HOST
+
+// Global-memory back-projection: the fallback when a tile's window cannot be
+// staged (it does not fit the shared-memory budget, or, in float32, it is
+// wider than the launcher's MAX_WINDOW_F32 samples: the float32 window
+// coordinate's rounding grows with W, and the NumPy mirror measured 1.7e-6 of
+// the result at W = 36, 5.4e-6 at 132, 1.0e-5 at 259).
+// It happens when voxels are several times coarser than the sample pitch.
+// Each thread computes its coordinates in float64 with the CPU kernel's
+// roundings and order (u = ((j b + k c) + d) + i a, the _rn intrinsics keep the
+// compiler from contracting them into FMAs), so u, the sample index and the
+// weight are the CPU's bit for bit, and reads its two samples
+// straight from global memory (neighbouring i read neighbouring or equal
+// samples, so the loads of a warp coalesce and hit L1); only the
+// interpolation itself runs in T. Partial sums per batch of RADON_GLOBAL_BATCH
+// directions, as the shared kernel's batches. No barriers, so threads outside
+// the volume return at once.
+#define RADON_GLOBAL_BATCH 64
+
+template <typename T, int ZPT>
+__device__ __forceinline__ void backproject_global_impl(
+    const T* __restrict__ proj, long long proj_bstride, const double* __restrict__ table,
+    int table_bstride, T* __restrict__ out, int nx, int ny, int nb, int n_dirs, int n_samples,
+    int b_offset, int accumulate)
+{
+    const int i = blockIdx.x * RADON_BX + threadIdx.x;
+    const int j = blockIdx.y * RADON_BY + threadIdx.y;
+    const int b0 = blockIdx.z * ZPT;
+    if (i >= nx || j >= ny) return;
+    const T* P = proj + (long long)b0 * proj_bstride;
+    const double* tab = table + (long long)b0 * table_bstride * 4;
+    const double di = (double)i, dj = (double)j;
+
+    T acc[ZPT];
+#pragma unroll
+    for (int z = 0; z < ZPT; ++z) acc[z] = T(0);
+    for (int q0 = 0; q0 < n_dirs; q0 += RADON_GLOBAL_BATCH) {
+        const int q1 = min(n_dirs, q0 + RADON_GLOBAL_BATCH);
+        T part[ZPT];
+#pragma unroll
+        for (int z = 0; z < ZPT; ++z) part[z] = T(0);
+        for (int q = q0; q < q1; ++q) {
+            const double a = __ldg(tab + q * 4 + 0), b = __ldg(tab + q * 4 + 1);
+            const double c = __ldg(tab + q * 4 + 2), d = __ldg(tab + q * 4 + 3);
+            const T* p = P + (long long)q * n_samples;
+#pragma unroll
+            for (int z = 0; z < ZPT; ++z) {
+                const double base = __dadd_rn(__dadd_rn(__dmul_rn(dj, b),
+                                                        __dmul_rn((double)(b0 + z + b_offset), c)), d);
+                const double u = __dadd_rn(base, __dmul_rn(di, a));
+                const double fl = floor(u);
+                // Samples fl and fl + 1; both outside [0, n_samples) gives 0. The
+                // test in float64 keeps the int conversion in range for any u.
+                if (fl >= -1.0 && fl < (double)n_samples) {
+                    const int s = (int)fl;
+                    const T f = (T)(u - fl);
+                    const T v0 = (s >= 0) ? __ldg(p + s) : T(0);
+                    const T v1 = (s + 1 < n_samples) ? __ldg(p + s + 1) : T(0);
+                    part[z] += fma(f, v1 - v0, v0);
+                }
+            }
+        }
+#pragma unroll
+        for (int z = 0; z < ZPT; ++z) acc[z] += part[z];
+    }
+#pragma unroll
+    for (int z = 0; z < ZPT; ++z) {
+        const int b = b0 + z;
+        if (b < nb) {
+            T* o = out + ((long long)b * ny + j) * nx + i;
+            *o = accumulate ? *o + acc[z] : acc[z];
+        }
+    }
+}
+
+#define RADON_BP_GLOBAL(NAME, T, ZPT)                                                            \
+    extern "C" __global__ void __launch_bounds__(RADON_BX * RADON_BY) NAME(                       \
+        const T* __restrict__ proj, long long proj_bstride, const double* __restrict__ table,    \
+        int table_bstride, T* __restrict__ out, int nx, int ny, int nb, int n_dirs,               \
+        int n_samples, int b_offset, int accumulate)                                              \
+    {                                                                                             \
+        backproject_global_impl<T, ZPT>(proj, proj_bstride, table, table_bstride, out, nx, ny,    \
+                                        nb, n_dirs, n_samples, b_offset, accumulate);             \
+    }
+
+RADON_BP_GLOBAL(radon3d_bp_global_f32_z4, float, 4)
+RADON_BP_GLOBAL(radon3d_bp_global_f32_z1, float, 1)
+RADON_BP_GLOBAL(radon3d_bp_global_f64_z4, double, 4)
+RADON_BP_GLOBAL(radon3d_bp_global_f64_z1, double, 1)
+
 // Forward transform: one block per (direction, slab of k_per_block z slices).
 // Each voxel splits its value between the two samples around
 // u = (j a1 + k a2 + a3) + i a0 (float64, the CPU kernel's order) with linear
 // weights, into a shared histogram of n_samples values (shared atomics), which
 // is then added to out[q, :] (global atomics; out is zeroed by the caller).
 // The summation order is not fixed, so float32 results agree with the CPU to
-// rounding (~1e-6 relative), not bitwise.
-template <typename T>
+// rounding (~1e-6 relative), not bitwise. When the histogram does not fit in
+// shared memory (more samples than the launcher's budget: 12288 float32,
+// 6144 float64) the SHARED = false kernels add straight into out[q, :] with
+// global atomics (the L2 performs them; long projections spread the voxels
+// over many samples, so contention per address is lower there).
+template <typename T, bool SHARED>
 __device__ __forceinline__ void forward_impl(const T* __restrict__ vol, const double* __restrict__ table,
                                              T* __restrict__ out, int nx, int ny, int nz,
                                              int n_samples, int k_per_block)
 {
     extern __shared__ __align__(16) unsigned char smem_raw[];
-    T* hist = reinterpret_cast<T*>(smem_raw);
     const int q = blockIdx.x;
+    T* hist = SHARED ? reinterpret_cast<T*>(smem_raw) : out + (long long)q * n_samples;
     const int k0 = blockIdx.y * k_per_block;
     const int k1 = min(nz, k0 + k_per_block);
     const double a = table[q * 4 + 0], b = table[q * 4 + 1], c = table[q * 4 + 2], d = table[q * 4 + 3];
-    for (int s = threadIdx.x; s < n_samples; s += blockDim.x) hist[s] = T(0);
-    __syncthreads();
+    if (SHARED) {
+        for (int s = threadIdx.x; s < n_samples; s += blockDim.x) hist[s] = T(0);
+        __syncthreads();
+    }
     const long long n = (long long)(k1 - k0) * ny * nx;
     const T* v = vol + (long long)k0 * ny * nx;
     for (long long idx = threadIdx.x; idx < n; idx += blockDim.x) {
@@ -220,31 +330,34 @@ __device__ __forceinline__ void forward_impl(const T* __restrict__ vol, const do
         const long long r = idx / nx;
         const int j = (int)(r % ny);
         const int k = k0 + (int)(r / ny);
-        const double base = (double)j * b + (double)k * c + d;
-        const double u = base + (double)i * a;
+        // The CPU kernel's roundings, uncontracted (see the global back-projection).
+        const double base = __dadd_rn(__dadd_rn(__dmul_rn((double)j, b), __dmul_rn((double)k, c)), d);
+        const double u = __dadd_rn(base, __dmul_rn((double)i, a));
         const double fl = floor(u);
+        if (!(fl >= -1.0 && fl < (double)n_samples)) continue;   // also keeps the int in range
         const int s = (int)fl;
         const double f = u - fl;
         if (s >= 0 && s < n_samples) atomicAdd(hist + s, (T)((1.0 - f) * (double)x));
         if (s + 1 >= 0 && s + 1 < n_samples) atomicAdd(hist + s + 1, (T)(f * (double)x));
     }
-    __syncthreads();
-    for (int s = threadIdx.x; s < n_samples; s += blockDim.x) {
-        const T h = hist[s];
-        if (h != T(0)) atomicAdd(out + (long long)q * n_samples + s, h);
+    if (SHARED) {
+        __syncthreads();
+        for (int s = threadIdx.x; s < n_samples; s += blockDim.x) {
+            const T h = hist[s];
+            if (h != T(0)) atomicAdd(out + (long long)q * n_samples + s, h);
+        }
     }
 }
 
-extern "C" __global__ void radon3d_fwd_f32(const float* __restrict__ vol, const double* __restrict__ table,
-                                           float* __restrict__ out, int nx, int ny, int nz,
-                                           int n_samples, int k_per_block)
-{
-    forward_impl<float>(vol, table, out, nx, ny, nz, n_samples, k_per_block);
-}
+#define RADON_FWD(NAME, T, SHARED)                                                               \
+    extern "C" __global__ void NAME(const T* __restrict__ vol, const double* __restrict__ table,  \
+                                    T* __restrict__ out, int nx, int ny, int nz, int n_samples,   \
+                                    int k_per_block)                                              \
+    {                                                                                             \
+        forward_impl<T, SHARED>(vol, table, out, nx, ny, nz, n_samples, k_per_block);             \
+    }
 
-extern "C" __global__ void radon3d_fwd_f64(const double* __restrict__ vol, const double* __restrict__ table,
-                                           double* __restrict__ out, int nx, int ny, int nz,
-                                           int n_samples, int k_per_block)
-{
-    forward_impl<double>(vol, table, out, nx, ny, nz, n_samples, k_per_block);
-}
+RADON_FWD(radon3d_fwd_f32, float, true)
+RADON_FWD(radon3d_fwd_f64, double, true)
+RADON_FWD(radon3d_fwd_global_f32, float, false)
+RADON_FWD(radon3d_fwd_global_f64, double, false)
