@@ -30,19 +30,23 @@ def test_cuda_slabs_equal_in_memory_cuda_and_cpu(tmp_path, scan, rng):
     g, proj = scan
     proj = proj + rng.normal(0, 0.01, proj.shape).astype(np.float32)     # fresh inputs each run
     ref_gpu = leveret.fbp(proj, g, backend="cuda")
-    ref_cpu = leveret.fbp(proj, g, backend="cpu", interpolation="linear8")   # the texture's 8-bit weights
+    ref_cpu = leveret.fbp(proj, g, backend="cpu")          # exact weights, as the default ALU kernel
     ref64 = leveret.fbp(proj.astype(np.float64), g, backend="cpu", precision="double")
     vol_bytes = g.default_volume().size * 4
-    for name in ("r.h5", "r.zarr", "r.npy"):
+    import importlib.util
+    names = ("r.h5", "r.npy") + (("r.zarr",) if importlib.util.find_spec("zarr") else ())   # zarr: optional
+    for name in names:
         res = reconstruct_to_file(proj, g, tmp_path / name, backend="cuda", gpu_memory=vol_bytes // 2,
                                   slab_slices=None)
         assert res.plan.backend == "cuda" and res.plan.n_slabs > 1 and res.plan.gpu_bytes <= vol_bytes // 2
         out = read_array(tmp_path / name)
         assert np.isfinite(out).all()
-        # Same kernels as in memory; only cuFFT's batch sizes differ (tests/algorithms/test_fbp_cuda.py).
-        assert rel(out, ref_gpu) < 1e-6
+        # The default exact (ALU) kernel anchors each tile at its slab's origin, so float32
+        # roundings differ from the whole volume's (1.4e-6 measured on an H200); both are
+        # within the kernel's 1e-5 of the exact references.
+        assert rel(out, ref_gpu) < 1e-5
         assert rel(out, ref_cpu) < 1e-5
-        assert rel(out, ref64) < 4e-3      # texture weights against exact linear (docs/accuracy.md)
+        assert rel(out, ref64) < 1e-5
 
 
 def test_misaligned_volume_on_cuda(tmp_path, scan):
