@@ -87,26 +87,31 @@ extern "C" void run_joseph_fast(int adj, float* vol, float* proj, int nx, int ny
         else joseph_forward_fast(vol, proj, nx, ny, nz, params, g, n_views, n_rows, n_cols, kind, is2d);
     }
 }
-extern "C" void run_structured_joseph(int adj, float* volT, float* proj, int nx, int ny, int nz, const double* params,
+extern "C" void run_structured_joseph(int adj, float* volP, float* proj, int nx, int ny, int nz, const double* params,
                                       const double* g, int n_views, int n_rows, int n_cols)
 {
     blockDim.x = 1; threadIdx.x = 0;
     for (int v = 0; v < n_views; ++v) for (int c = 0; c < n_cols; ++c) {
-        blockIdx.x = c; blockIdx.y = v;
-        if (adj) structured_joseph_adjoint_fast(volT, proj, nx, ny, nz, params, g, n_rows, n_cols);
-        else structured_joseph_forward_fast(volT, proj, nx, ny, nz, params, g, n_rows, n_cols);
+        blockIdx.x = c; blockIdx.y = v;   // view groups of one
+        if (adj) structured_joseph_adjoint_fast(volP, proj, nx, ny, nz, params, g, n_views, n_rows, n_cols, 1);
+        else structured_joseph_forward_fast(volP, proj, nx, ny, nz, params, g, n_views, n_rows, n_cols, 1);
     }
 }
 // The z-fastest copy kernels, one "thread" per block (blockDim (1, 1): the loops
 // cover the tile, the barrier separates nothing).
-extern "C" void run_zfast(int to, const float* src, float* dst, int nx, int ny, int nz)
+extern "C" void run_zfast(int to, int padded, const float* src, float* dst, int nx, int ny, int nz)
 {
     blockDim.x = 1; blockDim.y = 1; blockDim.z = 1; threadIdx.x = 0; threadIdx.y = 0; threadIdx.z = 0;
     for (int j = 0; j < ny; ++j)
         for (int by = 0; by < (nz + 31) / 32; ++by)
             for (int bx = 0; bx < (nx + 31) / 32; ++bx) {
                 blockIdx.x = bx; blockIdx.y = by; blockIdx.z = j;
-                if (to) to_zfast_f32(src, dst, nx, ny, nz);
-                else from_zfast_f32(src, dst, nx, ny, nz);
+                if (padded) {
+                    if (to) to_zpad_f32(src, dst, nx, ny, nz);
+                    else from_zpad_f32(src, dst, nx, ny, nz);
+                } else {
+                    if (to) to_zfast_f32(src, dst, nx, ny, nz);
+                    else from_zfast_f32(src, dst, nx, ny, nz);
+                }
             }
 }

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from leveret.cuda._module import KERNEL_DIR
-from leveret.cuda.raytrace import (joseph_float32_bound, structured_float32_bound, structured_ratio,
+from leveret.cuda.raytrace import (JOSEPH_PAD_Z, joseph_float32_bound, structured_float32_bound, structured_ratio,
                                    view_parameters)
 from leveret.geometry import ParallelGeometry
 from leveret.operators import Projector
@@ -179,32 +179,41 @@ def test_host_build_structured_joseph(lib, name, rng):
     x = rng.standard_normal(volume.shape).astype(np.float32)
     y = rng.standard_normal(geometry.projection_shape).astype(np.float32)
     ref = A(x.astype(np.float64))
-    volT = np.ascontiguousarray(x.transpose(1, 2, 0))
+    pad = JOSEPH_PAD_Z
+    volP = np.zeros((ny + 2, nx + 2, nz + 2 * pad), np.float32)   # zero borders, z fastest
+    volP[1:-1, 1:-1, pad:-pad] = x.transpose(1, 2, 0)
     out = np.full(geometry.projection_shape, np.nan, np.float32)
-    lib.run_structured_joseph(0, _ptr(volT), _ptr(out), nx, ny, nz, _ptr(params), _ptr(g), n_views, n_rows, n_cols)
+    lib.run_structured_joseph(0, _ptr(volP), _ptr(out), nx, ny, nz, _ptr(params), _ptr(g), n_views, n_rows, n_cols)
     assert not np.isnan(out).any()
     err = np.abs(out - ref).max()
     assert err <= joseph_float32_bound(volume.shape, 1 / A._scale, np.abs(x).max(), np.abs(ref).max())
     assert err <= 1e-5 * np.abs(ref).max()
-    backT = np.zeros((ny, nx, nz), np.float32)
-    lib.run_structured_joseph(1, _ptr(backT), _ptr(y), nx, ny, nz, _ptr(params), _ptr(g), n_views, n_rows, n_cols)
-    back = backT.transpose(2, 0, 1).astype(np.float64)
+    backP = np.zeros_like(volP)
+    lib.run_structured_joseph(1, _ptr(backP), _ptr(y), nx, ny, nz, _ptr(params), _ptr(g), n_views, n_rows, n_cols)
+    back = backP[1:-1, 1:-1, pad:-pad].transpose(2, 0, 1).astype(np.float64)
     ref_back = A.T(y.astype(np.float64))
     assert np.abs(back - ref_back).max() <= 1e-5 * np.abs(ref_back).max()
     lhs = np.vdot(out.astype(np.float64), y.astype(np.float64))
     assert abs(lhs - np.vdot(x.astype(np.float64), back)) <= 1e-5 * abs(lhs)
 
 
+@pytest.mark.parametrize("padded", [False, True])
 @pytest.mark.parametrize("shape", [(70, 3, 45), (32, 32, 32), (1, 5, 33), (33, 2, 1)])
-def test_host_build_zfast_copies(lib, shape, rng):
+def test_host_build_zfast_copies(lib, shape, padded, rng):
     """The tiled copies between the volume (nz, ny, nx) and the structured
-    kernels' z-fastest layout (ny, nx, nz), at sizes that are and are not
-    multiples of the 32 x 32 tile; outputs poisoned first."""
+    kernels' z-fastest layout (ny, nx, nz), plain or with structured Joseph's
+    borders (one voxel in x and y, JOSEPH_PAD_Z in z, left untouched), at sizes
+    that are and are not multiples of the 32 x 32 tile; outputs poisoned first."""
     nz, ny, nx = shape
+    p, q = (1, JOSEPH_PAD_Z) if padded else (0, 0)
     vol = rng.standard_normal(shape).astype(np.float32)
-    volT = np.full((ny, nx, nz), np.nan, np.float32)
-    lib.run_zfast(1, _ptr(vol), _ptr(volT), nx, ny, nz)
-    np.testing.assert_array_equal(volT, vol.transpose(1, 2, 0))
+    volT = np.full((ny + 2 * p, nx + 2 * p, nz + 2 * q), np.nan, np.float32)
+    lib.run_zfast(1, int(padded), _ptr(vol), _ptr(volT), nx, ny, nz)
+    inner = volT[p:p + ny, p:p + nx, q:q + nz]
+    np.testing.assert_array_equal(inner, vol.transpose(1, 2, 0))
+    border = np.ones(volT.shape, bool)
+    border[p:p + ny, p:p + nx, q:q + nz] = False
+    assert np.isnan(volT[border]).all()
     back = np.full(shape, np.nan, np.float32)
-    lib.run_zfast(0, _ptr(volT), _ptr(back), nx, ny, nz)
+    lib.run_zfast(0, int(padded), _ptr(volT), _ptr(back), nx, ny, nz)
     np.testing.assert_array_equal(back, vol)

@@ -716,24 +716,51 @@ extern "C" __global__ void structured_siddon_adjoint_fast(float* volT, float* pr
 // axis (structured_ratio <= 1: the launcher checks) every row samples the
 // same planes of that axis (x or y) at the same horizontal lengths tau_s, with
 // the same in-plane xy index fu_s. Per block (view, column) the planes' tau_s
-// (relative to a centre plane), the integer part of fu_s and its fraction are
-// computed once in float64 and kept in shared memory; per row only the z index
-// (affine in tau) and the plane-to-plane length w = L / |a_m| are new. The
-// volume is the z-fastest copy (ny, nx, nz): adjacent rows read/write adjacent
-// z voxels. Same model and same float64 quantities as the CPU's Joseph (up to
-// float64 rounding), marched in float32 like joseph_fast: z index
-// iz_c + fr + dtau_s mz with fr in [0, 1), so the bound of joseph_fast holds
-// (raytrace.py: joseph_float32_bound). Forward and transpose share the code:
-// the transpose (atomicAdd) has the forward's weights.
-#define JS_INVALID (-2147483647 - 1)
+// (relative to a centre plane), the in-plane weights 1 - a_s, a_s (a_s the
+// fraction of fu_s) and the element offset of the plane's first in-plane
+// voxel are computed once in float64 and kept in shared memory, one 16-byte
+// entry per plane; per row only the z index iz_c + fr + dtau_s mz (fr in
+// [0, 1): no float32 number holds a large coordinate, so the bound of
+// joseph_fast holds, raytrace.py: joseph_float32_bound) and the
+// plane-to-plane length w = L / |a_m| are new.
+//
+// The volume is a padded z-fastest copy volP (ny + 2, nx + 2, nz + 2 JZ_PAD)
+// with zero borders (one voxel in x and y, JZ_PAD in z): adjacent rows
+// read/write adjacent z voxels, and no sample needs a bounds test. Planes
+// that a column does not sample (behind the source, or the in-plane index
+// outside (-1, n)) point at the zero border with weights (1, 0). A row's
+// plane range is its z range in float64 padded by one plane; with at most
+// one z voxel per plane (the ratio test) and float32 rounding, its samples
+// stay within z (-2 - 1e-3, nz + 1 + 1e-3), so they and their upper
+// neighbours fall in [-3, nz + 2]: JZ_PAD = 3. A zero border contributes
+// exactly what the float64 model's range tests drop (nothing); in the
+// transpose the border collects values nobody reads.
+//
+// One sample is a broadcast 16-byte shared load, four float32 operations for
+// the z index and fraction, four global loads and six multiply-adds; the
+// plane-to-plane length multiplies the ray sum once (forward) or the ray's
+// value once (transpose), so both directions have the weights
+// w * wu_c * wv_c with the same float32 factors: the transpose (atomicAdd)
+// is exact. Blocks run in groups of `view_group` views per column (linear
+// block order: column-major within a group) so that the group's rays, which
+// cross nearly the same voxels, meet in L2 instead of each view streaming
+// the volume from DRAM.
+#define JZ_PAD 3
+
+struct JPlane {
+    float dtau, wu0, wu1;
+    int base;   // element offset in volP of (plane, in-plane index, z = 0)
+};
 
 template <bool ADJ>
-__device__ void structured_joseph(float* volT, float* proj, int nx, int ny, int nz,
+__device__ void structured_joseph(float* volP, float* proj, int nx, int ny, int nz,
                                   const double* __restrict__ params, const double* __restrict__ g,
-                                  int n_rows, int n_cols)
+                                  int n_views, int n_rows, int n_cols, int view_group)
 {
     extern __shared__ double smem[];
-    const int col = blockIdx.x, view = blockIdx.y;
+    const int col = blockIdx.x / view_group;
+    const int view = blockIdx.y * view_group + (int)(blockIdx.x - col * view_group);
+    if (view >= n_views) return;
     const double* par = params + 12 * view;
     const double u = (double)col;
     const ColumnLine c = column_line(par, g, u, nx, ny);   // ax, ay: index per unit tau
@@ -744,24 +771,29 @@ __device__ void structured_joseph(float* volT, float* proj, int nx, int ny, int 
     const double am = my ? c.ay : c.ax, au_ = my ? c.ax : c.ay;
     const double pm = sub(my ? c.py : c.px, 0.5), pu = sub(my ? c.px : c.py, 0.5);   // voxel-centre units
     const double pzc = sub(c.pz, 0.5);
-    float* dtau = (float*)smem;            // nm: tau_s - tau_c
-    float* afr = dtau + nm;                // nm: fraction of fu_s
-    int* iuS = (int*)(afr + nm);           // nm: floor(fu_s), JS_INVALID where the plane is not sampled
+    // Strides in volP (ny + 2, nx + 2, nz + 2 JZ_PAD) of the plane axis and the in-plane axis.
+    const int pnx = nx + 2, pnz = nz + 2 * JZ_PAD;
+    const int s_m = my ? pnx * pnz : pnz;
+    const int s_u = my ? pnz : pnx * pnz;
+    const int origin = (pnx + 1) * pnz + JZ_PAD;   // voxel (0, 0, 0)
+    const long long s_u64 = s_u;                   // to the upper in-plane neighbour
+    JPlane* planes = (JPlane*)smem;
     const double tau_c = __ddiv_rn(sub((double)(nm / 2), pm), am);
     for (int sp = threadIdx.x; sp < nm; sp += blockDim.x) {
         const double tau = __ddiv_rn(sub((double)sp, pm), am);
         const double fu = add(pu, mul(tau, au_));
         const bool ok = tau >= 0.0 && -1.0 < fu && fu < (double)nu;   // cone rays start at the source
         const double fl = floor(fu);
-        dtau[sp] = (float)sub(tau, tau_c);
-        afr[sp] = ok ? (float)sub(fu, fl) : 0.0f;
-        iuS[sp] = ok ? (int)fl : JS_INVALID;
+        const float a = ok ? (float)sub(fu, fl) : 0.0f;
+        JPlane e;
+        e.dtau = (float)sub(tau, tau_c);
+        e.wu0 = 1.0f - a;
+        e.wu1 = a;
+        e.base = origin + sp * s_m + (ok ? (int)fl : -1) * s_u;
+        planes[sp] = e;
     }
     __syncthreads();
-    // The column's planes (tau >= 0, in-plane index in (-1, nu)), padded by one
-    // plane: the iuS flags decide. Every row starts at the column's entry plane
-    // (unless its z range starts later) and walks along the ray, so the rows of
-    // a warp visit the same plane together: their reads/atomics hit adjacent z.
+    // The column's planes (tau >= 0, in-plane index in (-1, nu)), padded by one plane.
     double cw0 = 0.0, cw1 = (double)(nm - 1);
     {
         const double pmc = fmin(fmax(pm, -2.0), (double)nm + 1.0);
@@ -773,80 +805,128 @@ __device__ void structured_joseph(float* volT, float* proj, int nx, int ny, int 
             cw1 = fmin(cw1, ceil(fmax(sa, sb)) + 1.0);
         }
     }
-    // xy index strides of the plane axis and the in-plane axis in volT (ny, nx, nz).
-    const long long s_m = my ? (long long)nx * nz : (long long)nz;
-    const long long s_u = my ? (long long)nz : (long long)nx * nz;
     for (int row = threadIdx.x; row < n_rows; row += blockDim.x) {
         const RowLine r = row_line(c, par, g, u, (double)row, nz);
-        const float value = ADJ ? proj[out0 + (long long)row * n_cols] : 0.0f;
-        double acc = 0.0;
-        if (!ADJ || value != 0.0f) {
-            const float w = (float)__ddiv_rn(r.L, fabs(am));
-            // Planes whose z index can lie in (-1, nz), padded by one; the float32 test decides.
-            int s0 = 0, s1 = nm - 1;
-            if (r.mz != 0.0) {
-                const double ta = __ddiv_rn(-1.0 - pzc, r.mz), tb = __ddiv_rn((double)nz - pzc, r.mz);
-                const double sa = pm + fmin(ta, tb) * am, sb = pm + fmax(ta, tb) * am;
-                const double lo = fmax(floor(fmin(sa, sb)) - 1.0, 0.0), hi = fmin(ceil(fmax(sa, sb)) + 1.0, (double)(nm - 1));
-                s0 = lo > hi ? 1 : (int)lo;
-                s1 = lo > hi ? 0 : (int)hi;
-            } else if (!(-1.0 < pzc && pzc < (double)nz)) {
-                s0 = 1; s1 = 0;
-            }
-            const double zc = add(pzc, mul(tau_c, r.mz));
-            const double izd = floor(fmin(fmax(zc, -1.0e9), 1.0e9));
-            const int iz_c = (int)izd;
-            const float fr = (float)sub(zc, izd), mz = (float)r.mz;
-            const float lo_v = (float)(-1 - iz_c), hi_v = (float)(nz - iz_c);
-            s0 = max(s0, (int)fmax(cw0, -1.0));
-            s1 = min(s1, (int)fmin(cw1, (double)nm));
-            float part = 0.0f;
-            const int n_s = s1 - s0 + 1;
-            for (int n = 0; n < n_s; ++n) {
-                const int sp = am > 0.0 ? s0 + n : s1 - n;   // along the ray
-                const int iu = iuS[sp];
-                const float fv = fr + dtau[sp] * mz;
-                if (iu != JS_INVALID && lo_v < fv && fv < hi_v) {
-                    const float flv = floorf(fv);
-                    const int iv = iz_c + (int)flv;
-                    const float av = fv - flv, au = afr[sp];
-#pragma unroll
-                    for (int cu = 0; cu < 2; ++cu) {
-                        const int ju = iu + cu;
-                        if (ju < 0 || ju >= nu) continue;
-                        const float wu = (cu ? au : 1.0f - au) * w;
-                        const long long base = sp * s_m + ju * s_u;
-#pragma unroll
-                        for (int cv = 0; cv < 2; ++cv) {
-                            const int jv = iv + cv;
-                            if (jv < 0 || jv >= nz) continue;
-                            const float wuv = wu * (cv ? av : 1.0f - av);
-                            if (wuv == 0.0f) continue;
-                            if (ADJ) atomicAdd(volT + base + jv, wuv * value);
-                            else part += wuv * volT[base + jv];
-                        }
-                    }
-                }
-                if (!ADJ && (n & 7) == 7) { acc += (double)part; part = 0.0f; }
-            }
-            acc += (double)part;
+        const float w = (float)__ddiv_rn(r.L, fabs(am));
+        const float value = ADJ ? proj[out0 + (long long)row * n_cols] * w : 0.0f;
+        if (ADJ && value == 0.0f) continue;
+        // Planes whose z index can lie in (-1, nz), padded by one.
+        int s0 = 0, s1 = nm - 1;
+        if (r.mz != 0.0) {
+            const double ta = __ddiv_rn(-1.0 - pzc, r.mz), tb = __ddiv_rn((double)nz - pzc, r.mz);
+            const double sa = pm + fmin(ta, tb) * am, sb = pm + fmax(ta, tb) * am;
+            const double lo = fmax(floor(fmin(sa, sb)) - 1.0, 0.0), hi = fmin(ceil(fmax(sa, sb)) + 1.0, (double)(nm - 1));
+            s0 = lo > hi ? 1 : (int)lo;
+            s1 = lo > hi ? 0 : (int)hi;
+        } else if (!(-1.0 < pzc && pzc < (double)nz)) {
+            s0 = 1; s1 = 0;
         }
-        if (!ADJ) proj[out0 + (long long)row * n_cols] = (float)acc;
+        s0 = max(s0, (int)fmax(cw0, -1.0));
+        s1 = min(s1, (int)fmin(cw1, (double)nm));
+        const int n_s = s1 - s0 + 1;
+        if (n_s <= 0) {
+            if (!ADJ) proj[out0 + (long long)row * n_cols] = 0.0f;
+            continue;
+        }
+        const double zc = add(pzc, mul(tau_c, r.mz));
+        const double izd = floor(zc);   // finite: some plane of this row is sampled
+        const float fr = (float)sub(zc, izd), mz = (float)r.mz;
+        const int iz = (int)izd;        // iz + floor(fv) is a sample's z index, in [-3, nz + 2]
+        const int sp0 = am > 0.0 ? s0 : s1, dsp = am > 0.0 ? 1 : -1;   // along the ray
+        double acc = 0.0;
+        float part = 0.0f;   // float32 partial sums of 8 planes, then float64
+        // One sample: 32-bit offsets from the two in-plane neighbours' base pointers.
+        auto sample = [&](int n) {
+            const JPlane e = planes[sp0 + n * dsp];
+            const float fv = fmaf(e.dtau, mz, fr);
+            const float flv = floorf(fv);
+            const float av = fv - flv, bv = 1.0f - av;
+            float* const p0 = volP + (e.base + iz + (int)flv);
+            float* const p1 = p0 + s_u64;
+            if (ADJ) {
+                const float t0 = e.wu0 * value, t1 = e.wu1 * value;
+                atomicAdd(p0, t0 * bv);
+                atomicAdd(p0 + 1, t0 * av);
+                atomicAdd(p1, t1 * bv);
+                atomicAdd(p1 + 1, t1 * av);
+            } else {
+                part = fmaf(e.wu0, fmaf(bv, p0[0], av * p0[1]), part);
+                part = fmaf(e.wu1, fmaf(bv, p1[0], av * p1[1]), part);
+            }
+        };
+        // Whole groups of 8 planes without per-sample tests, then the rest. A
+        // sample's chain (shared load, index, global load) is ~700 cycles long,
+        // which one sample at a time would need ~80 warps per SM to hide: the
+        // forward is software-pipelined instead, the next group's 32 loads in
+        // flight while the current group is summed (groups A and B alternate;
+        // the last turn reloads its own group, unused, rather than branch).
+        int n = 0;
+        const int n_full = n_s & ~7;
+        if (ADJ) {
+            for (; n < n_full; n += 8) {
+#pragma unroll
+                for (int q = 0; q < 8; ++q) sample(n + q);
+            }
+        } else if (n_full > 0) {
+            float A[5][8], B[5][8];   // the four corners and the z fraction of 8 samples
+            auto load8 = [&](int n8, float (&L)[5][8]) {
+#pragma unroll
+                for (int q = 0; q < 8; ++q) {
+                    const JPlane e = planes[sp0 + (n8 + q) * dsp];
+                    const float fv = fmaf(e.dtau, mz, fr);
+                    const float flv = floorf(fv);
+                    const float* const p0 = volP + (e.base + iz + (int)flv);
+                    const float* const p1 = p0 + s_u64;
+                    L[0][q] = p0[0];
+                    L[1][q] = p0[1];
+                    L[2][q] = p1[0];
+                    L[3][q] = p1[1];
+                    L[4][q] = fv - flv;
+                }
+            };
+            auto sum8 = [&](int n8, const float (&L)[5][8]) {   // the operations of sample()
+#pragma unroll
+                for (int q = 0; q < 8; ++q) {
+                    const JPlane e = planes[sp0 + (n8 + q) * dsp];
+                    const float av = L[4][q], bv = 1.0f - av;
+                    part = fmaf(e.wu0, fmaf(bv, L[0][q], av * L[1][q]), part);
+                    part = fmaf(e.wu1, fmaf(bv, L[2][q], av * L[3][q]), part);
+                }
+                acc += (double)part;
+                part = 0.0f;
+            };
+            load8(0, A);
+            while (true) {
+                load8(n + 8 < n_full ? n + 8 : n, B);
+                sum8(n, A);
+                n += 8;
+                if (n >= n_full) break;
+                load8(n + 8 < n_full ? n + 8 : n, A);
+                sum8(n, B);
+                n += 8;
+                if (n >= n_full) break;
+            }
+        }
+        for (; n < n_s; ++n) sample(n);
+        acc += (double)part;
+        if (!ADJ) proj[out0 + (long long)row * n_cols] = (float)(acc * (double)w);
     }
 }
 
-extern "C" __global__ void structured_joseph_forward_fast(float* volT, float* proj, int nx, int ny, int nz,
+extern "C" __global__ void structured_joseph_forward_fast(float* volP, float* proj, int nx, int ny, int nz,
                                                           const double* __restrict__ params,
-                                                          const double* __restrict__ g, int n_rows, int n_cols)
+                                                          const double* __restrict__ g, int n_views, int n_rows,
+                                                          int n_cols, int view_group)
 {
-    structured_joseph<false>(volT, proj, nx, ny, nz, params, g, n_rows, n_cols);
+    structured_joseph<false>(volP, proj, nx, ny, nz, params, g, n_views, n_rows, n_cols, view_group);
 }
 
-extern "C" __global__ void structured_joseph_adjoint_fast(float* volT, float* proj, int nx, int ny, int nz,
+extern "C" __global__ void structured_joseph_adjoint_fast(float* volP, float* proj, int nx, int ny, int nz,
                                                           const double* __restrict__ params,
-                                                          const double* __restrict__ g, int n_rows, int n_cols)
+                                                          const double* __restrict__ g, int n_views, int n_rows,
+                                                          int n_cols, int view_group)
 {
-    structured_joseph<true>(volT, proj, nx, ny, nz, params, g, n_rows, n_cols);
+    structured_joseph<true>(volP, proj, nx, ny, nz, params, g, n_views, n_rows, n_cols, view_group);
 }
 
 // Voxel-driven (gather) form of the structured transpose: no atomics, each
@@ -973,49 +1053,55 @@ extern "C" __global__ void structured_siddon_gather_f64(double* vol, const doubl
 }
 
 // The structured kernels' z-fastest copy of the volume: volT[(j nx + i) nz + k]
-// = vol[(k ny + j) nx + i]. For one j both directions are 2D transposes between
-// the (nz, nx) slab of vol (row stride ny nx) and the contiguous (nx, nz) slab
-// of volT, done in 32 x 32 tiles through shared memory so that reads and
-// writes are both coalesced (a strided elementwise copy reads one 32-byte
-// sector per 4-byte element). Grid (ceil(nx/32), ceil(nz/32), ny); any block
-// shape works (the loops stride by blockDim), (32, 8) is the one launched.
-template <typename T, bool TO_ZFAST>
+// = vol[(k ny + j) nx + i], or with borders of PXY voxels in x and y and PZ
+// in z (structured Joseph's volP; the borders are not touched: the caller
+// zeroes them). For one j both directions are 2D transposes between the
+// (nz, nx) slab of vol (row stride ny nx) and the contiguous (nx, nz) slab of
+// volT, done in 32 x 32 tiles through shared memory so that reads and writes
+// are both coalesced (a strided elementwise copy reads one 32-byte sector per
+// 4-byte element). Grid (ceil(nx/32), ceil(nz/32), ny); any block shape works
+// (the loops stride by blockDim), (32, 8) is the one launched.
+template <typename T, bool TO_ZFAST, int PXY, int PZ>
 __device__ __forceinline__ void zfast_transpose(const T* __restrict__ src, T* __restrict__ dst, int nx, int ny,
                                                 int nz, T (*tile)[33])
 {
     const int j = blockIdx.z;
     const int i0 = blockIdx.x * 32, k0 = blockIdx.y * 32;
+    const long long pnx = nx + 2 * PXY, pnz = nz + 2 * PZ;
     for (int d = threadIdx.y; d < 32; d += blockDim.y)
         for (int e = threadIdx.x; e < 32; e += blockDim.x) {
             // tile[d][e]: vol[k0 + d, j, i0 + e] (TO_ZFAST) or volT[j, i0 + d, k0 + e]
             if (TO_ZFAST) {
                 if (k0 + d < nz && i0 + e < nx) tile[d][e] = src[((long long)(k0 + d) * ny + j) * nx + i0 + e];
             } else {
-                if (i0 + d < nx && k0 + e < nz) tile[d][e] = src[((long long)j * nx + i0 + d) * nz + k0 + e];
+                if (i0 + d < nx && k0 + e < nz)
+                    tile[d][e] = src[((j + PXY) * pnx + i0 + d + PXY) * pnz + k0 + e + PZ];
             }
         }
     __syncthreads();
     for (int d = threadIdx.y; d < 32; d += blockDim.y)
         for (int e = threadIdx.x; e < 32; e += blockDim.x) {
             if (TO_ZFAST) {   // volT[j, i0 + d, k0 + e] = vol[k0 + e, j, i0 + d] = tile[e][d]
-                if (i0 + d < nx && k0 + e < nz) dst[((long long)j * nx + i0 + d) * nz + k0 + e] = tile[e][d];
+                if (i0 + d < nx && k0 + e < nz) dst[((j + PXY) * pnx + i0 + d + PXY) * pnz + k0 + e + PZ] = tile[e][d];
             } else {          // vol[k0 + d, j, i0 + e] = volT[j, i0 + e, k0 + d] = tile[e][d]
                 if (k0 + d < nz && i0 + e < nx) dst[((long long)(k0 + d) * ny + j) * nx + i0 + e] = tile[e][d];
             }
         }
 }
 
-#define ZFAST_KERNEL(NAME, T, TO)                                                                        \
+#define ZFAST_KERNEL(NAME, T, TO, PXY, PZ)                                                               \
     extern "C" __global__ void NAME(const T* __restrict__ src, T* __restrict__ dst, int nx, int ny, int nz) \
     {                                                                                                    \
         __shared__ T tile[32][33];                                                                       \
-        zfast_transpose<T, TO>(src, dst, nx, ny, nz, tile);                                              \
+        zfast_transpose<T, TO, PXY, PZ>(src, dst, nx, ny, nz, tile);                                     \
     }
 
-ZFAST_KERNEL(to_zfast_f32, float, true)
-ZFAST_KERNEL(from_zfast_f32, float, false)
-ZFAST_KERNEL(to_zfast_f64, double, true)
-ZFAST_KERNEL(from_zfast_f64, double, false)
+ZFAST_KERNEL(to_zfast_f32, float, true, 0, 0)
+ZFAST_KERNEL(from_zfast_f32, float, false, 0, 0)
+ZFAST_KERNEL(to_zfast_f64, double, true, 0, 0)
+ZFAST_KERNEL(from_zfast_f64, double, false, 0, 0)
+ZFAST_KERNEL(to_zpad_f32, float, true, 1, JZ_PAD)
+ZFAST_KERNEL(from_zpad_f32, float, false, 1, JZ_PAD)
 
 #define STRUCTURED_KERNEL(NAME, T, ADJ)                                                                 \
     extern "C" __global__ void NAME(T* volT, T* proj, int nx, int ny, int nz,                           \

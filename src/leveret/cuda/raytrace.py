@@ -18,6 +18,8 @@ STRUCTURED_BLOCK = 128  # threads (detector rows) per block, structured path
 SHARED_LIMIT = 48 * 1024  # dynamic shared memory without opting in
 MAX_GRID_Y = 65535
 GATHER_BLOCK = (16, 8)  # threads over (x, y) voxel columns, structured gather transpose
+JOSEPH_PAD_Z = 3        # JZ_PAD in raytrace.cu: zero z border of structured Joseph's padded volume
+VIEW_GROUP = 16         # structured Joseph: views per column that run side by side (L2 reuse)
 
 
 def gather_depth() -> int:
@@ -162,13 +164,15 @@ class CudaRaytracer:
             if self.dtype == np.float32:
                 shared += 4 * (nx + ny + 2)   # the float32 copy of the merged crossings (structured_fast)
         else:
-            shared = 12 * max(nx, ny)         # structured_joseph: dtau, fraction, integer part per plane
+            shared = 16 * max(nx, ny)         # structured_joseph: one JPlane per plane
         self.shared_bytes = shared
         # Structured Joseph exists in float32 only (structured_joseph in raytrace.cu).
         has_kernel = model == "siddon" or self.dtype == np.float32
         self.ratio = (structured_ratio(params, self.n_rows, self.n_cols, 1.0 / np.asarray(scale))
                       if self.kind == 1 and has_kernel else float("inf"))
         valid = self.ratio <= 1.0 and shared <= SHARED_LIMIT
+        if model == "joseph":   # 32-bit element offsets into the padded volume
+            valid = valid and (ny + 2) * (nx + 2) * (nz + 2 * JOSEPH_PAD_Z) < 2 ** 31
         if structured is True and not valid:
             raise ValueError(f"structured: paper 003's path does not apply here (max |dz|/|dxy| "
                              f"ratio {self.ratio:.3g} must be <= 1, the geometry must be cone-beam "
@@ -209,12 +213,11 @@ class CudaRaytracer:
         return np.int32(nx), np.int32(ny), np.int32(nz)
 
     def _structured(self, name: str, volT, proj):
-        """Launch a structured kernel: one block per (column, view), in passes of
+        """Launch a structured Siddon kernel: one block per (column, view), in passes of
         at most 65535 views (the grid's y limit). float32 runs the float32 march
         (``structured_fast`` in raytrace.cu, error bound there); float64 the
         float64 one."""
         nx, ny, nz = self._scalars()
-        name = name.replace("siddon", self.model)
         kernel = load_module("raytrace").get_function(f"{name}_fast") if self.dtype == np.float32 \
             else self._kernel(name)
         n_views = self.params_host.shape[0]
@@ -223,6 +226,34 @@ class CudaRaytracer:
             kernel((self.n_cols, v1 - v0), (STRUCTURED_BLOCK,),
                    (volT, proj[v0:v1], nx, ny, nz, self.params[v0:v1], self.g, np.int32(self.n_rows),
                     np.int32(self.n_cols)), shared_mem=self.shared_bytes)
+
+    def _padded(self):
+        """Structured Joseph's zero-bordered z-fastest volume (ny + 2, nx + 2, nz + 2 JZ_PAD)."""
+        import cupy
+        nz, ny, nx = self.grid3
+        return cupy.zeros((ny + 2, nx + 2, nz + 2 * JOSEPH_PAD_Z), np.float32)
+
+    def _zpad(self, to: bool, src, dst):
+        """Copy between the volume (nz, ny, nx) and the padded z-fastest volume
+        (``to``: into the padded one; its border is left as it is)."""
+        nx, ny, nz = self._scalars()
+        load_module("raytrace").get_function(f"{'to' if to else 'from'}_zpad_f32")(
+            (-(-int(nx) // 32), -(-int(nz) // 32), int(ny)), (32, 8, 1), (src, dst, nx, ny, nz))
+        return dst
+
+    def _joseph(self, direction: str, volP, proj):
+        """Launch structured Joseph: blocks (column, view) in groups of VIEW_GROUP
+        views per column (raytrace.cu: structured_joseph)."""
+        nx, ny, nz = self._scalars()
+        kernel = load_module("raytrace").get_function(f"structured_joseph_{direction}_fast")
+        n_views = self.params_host.shape[0]
+        group = min(VIEW_GROUP, n_views)
+        step = MAX_GRID_Y * group
+        for v0 in range(0, n_views, step):
+            v1 = min(n_views, v0 + step)
+            kernel((self.n_cols * group, -(-(v1 - v0) // group)), (STRUCTURED_BLOCK,),
+                   (volP, proj[v0:v1], nx, ny, nz, self.params[v0:v1], self.g, np.int32(v1 - v0),
+                    np.int32(self.n_rows), np.int32(self.n_cols), np.int32(group)), shared_mem=self.shared_bytes)
 
     def _zfast(self, to: bool, src, dst):
         """Copy between the volume (nz, ny, nx) and the structured kernels' z-fastest
@@ -242,6 +273,9 @@ class CudaRaytracer:
         import cupy
         n_views = self.params_host.shape[0]
         nx, ny, nz = self._scalars()
+        if self.structured and self.model == "joseph":
+            self._joseph("forward", self._zpad(True, vol, self._padded()), out)
+            return out
         if self.structured:
             volT = self._zfast(True, vol, cupy.empty((int(ny), int(nx), int(nz)), self.dtype))   # z fastest
             self._structured("structured_siddon_forward", volT, out)
@@ -264,6 +298,11 @@ class CudaRaytracer:
                 (-(-int(nx) // GATHER_BLOCK[0]), -(-int(ny) // GATHER_BLOCK[1]), -(-int(nz) // k)), GATHER_BLOCK,
                 (out, proj, nx, ny, nz, self.params, self.g, np.int32(n_views), np.int32(self.n_rows),
                  np.int32(self.n_cols)))
+            return out
+        if self.structured and self.model == "joseph":
+            volP = self._padded()
+            self._joseph("adjoint", volP, proj)
+            self._zpad(False, volP, out)
             return out
         if self.structured:
             volT = cupy.zeros((int(ny), int(nx), int(nz)), self.dtype)
