@@ -196,13 +196,16 @@ def bench_leveret(g, vol, label: str, *, iterations: bool, k: int = 2):
         if not iterations:
             continue
         yr = rng.random(g.projection_shape, dtype=cp.float32)
+        default = A._gpu.transpose if A.structured else "atomic"
         t = median_time(lambda: A.T(yr, out=back), reps=2, sync=sync)
-        record(f"{label} back {tag}", t, rays, note=note + ", atomicAdd")
-        if A.structured and model == "siddon":
-            A._gpu.transpose = "gather"
+        record(f"{label} back {tag}", t, rays,
+               note=note + (", gather (no atomics)" if default == "gather" else ", atomicAdd"))
+        if A.structured:   # the other transpose, for the record
+            A._gpu.transpose = "atomic" if default == "gather" else "gather"
             t = median_time(lambda: A.T(yr, out=back), reps=2, sync=sync)
-            record(f"{label} back {tag} gather", t, rays, note="voxel-driven gather, no atomics, float64")
-            A._gpu.transpose = "atomic"
+            record(f"{label} back {tag} {A._gpu.transpose}", t, rays,
+                   note="ray-driven, atomicAdd" if default == "gather" else "voxel-driven gather, no atomics, float64")
+            A._gpu.transpose = default
         b = A(x)
         t = _iteration_time(lambda n: leveret.sirt(b, A, n), k, sync)
         record(f"{label} SIRT iteration {tag}", t, rays, note=note)

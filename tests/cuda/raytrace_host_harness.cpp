@@ -24,7 +24,15 @@ static inline double __dsub_rn(double a, double b) { return a - b; }
 static inline double __ddiv_rn(double a, double b) { return a / b; }
 static inline double __dsqrt_rn(double a) { return std::sqrt(a); }
 template <typename T> static inline T atomicAdd(T* p, T v) { T o = *p; *p = o + v; return o; }
+#define __launch_bounds__(n)
+struct int4 { int x, y, z, w; };
+struct float4 { float x, y, z, w; };
+static inline int4 make_int4(int x, int y, int z, int w) { return {x, y, z, w}; }
+static inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
+static inline int __float_as_int(float f) { int i; std::memcpy(&i, &f, 4); return i; }
+static inline float __int_as_float(int i) { float f; std::memcpy(&f, &i, 4); return f; }
 double smem[1 << 16];
+float acc[1 << 16];   // joseph_gather's per-thread slots
 #include RAYTRACE_CU
 extern "C" void run_general(int which, void* vol, void* proj, int nx, int ny, int nz, const double* params,
                             const double* g, int n_views, int n_rows, int n_cols, int kind, int is2d)
@@ -72,8 +80,8 @@ extern "C" void run_structured_fast(int adj, float* volT, float* proj, int nx, i
     blockDim.x = 1; threadIdx.x = 0;
     for (int v = 0; v < n_views; ++v) for (int c = 0; c < n_cols; ++c) {
         blockIdx.x = c; blockIdx.y = v;
-        if (adj) structured_siddon_adjoint_fast(volT, proj, nx, ny, nz, params, g, n_rows, n_cols);
-        else structured_siddon_forward_fast(volT, proj, nx, ny, nz, params, g, n_rows, n_cols);
+        if (adj) structured_siddon_adjoint_fast(volT, proj, nx, ny, nz, params, g, n_views, n_rows, n_cols, 1);
+        else structured_siddon_forward_fast(volT, proj, nx, ny, nz, params, g, n_views, n_rows, n_cols, 1);
     }
 }
 extern "C" void run_joseph_fast(int adj, float* vol, float* proj, int nx, int ny, int nz, const double* params,
@@ -96,6 +104,37 @@ extern "C" void run_structured_joseph(int adj, float* volP, float* proj, int nx,
         if (adj) structured_joseph_adjoint_fast(volP, proj, nx, ny, nz, params, g, n_views, n_rows, n_cols, 1);
         else structured_joseph_forward_fast(volP, proj, nx, ny, nz, params, g, n_views, n_rows, n_cols, 1);
     }
+}
+// Structured Joseph's gather transpose: the two table kernels for all views,
+// then every thread of every block of the gather in turn.
+extern "C" void run_joseph_gather(float* vol, const float* proj, int nx, int ny, int nz, const double* params,
+                                  const double* g, int n_views, int n_rows, int n_cols)
+{
+    const int nmax = max(nx, ny);
+    int4* planes = new int4[(size_t)n_views * n_cols * nmax];
+    int* dominant = new int[(size_t)n_views * n_cols];
+    float4* rows = new float4[(size_t)n_views * n_cols * n_rows];
+    blockDim.x = 1; blockDim.y = 1; threadIdx.x = 0; threadIdx.y = 0;
+    for (long long t = 0; t < (long long)n_views * n_cols * nmax; ++t) {
+        blockIdx.x = (unsigned)t;
+        joseph_plane_table(planes, dominant, nx, ny, params, g, n_views, n_cols);
+    }
+    for (long long t = 0; t < (long long)n_views * n_cols * n_rows; ++t) {
+        blockIdx.x = (unsigned)t;
+        joseph_row_table(rows, proj, nx, ny, nz, params, g, n_views, n_rows, n_cols);
+    }
+    blockDim.x = 16; blockDim.y = 8; blockDim.z = 1;
+    const int K = LEVERET_JG_K;
+    for (int bz = 0; bz < (nz + K - 1) / K; ++bz)
+        for (int by = 0; by < (ny + 7) / 8; ++by)
+            for (int bx = 0; bx < (nx + 15) / 16; ++bx)
+                for (int ty = 0; ty < 8; ++ty)
+                    for (int tx = 0; tx < 16; ++tx) {
+                        blockIdx.x = bx; blockIdx.y = by; blockIdx.z = bz;
+                        threadIdx.x = tx; threadIdx.y = ty;
+                        joseph_gather(vol, planes, dominant, rows, nx, ny, nz, params, g, n_views, n_rows, n_cols, 0);
+                    }
+    delete[] planes; delete[] dominant; delete[] rows;
 }
 // The z-fastest copy kernels, one "thread" per block (blockDim (1, 1): the loops
 // cover the tile, the barrier separates nothing).

@@ -23,7 +23,7 @@ from leveret.cuda.raytrace import (joseph_float32_bound, structured_float32_boun
 from leveret.geometry import ConeGeometry, VolumeGeometry
 from leveret.operators import Projector
 
-from test_projector import GEOMETRIES, MODELS  # noqa: E402 (tests/operators is on sys.path)
+from test_projector import GEOMETRIES, MODELS, adjoint_scale  # noqa: E402 (tests/operators is on sys.path)
 
 # GPU vs CPU: float64 runs the same float64 traversal (rays bit-identical, see
 # cone_rays); float32 marches in float32 where raytrace.cu has a fast path
@@ -341,6 +341,47 @@ def test_structured_joseph_equals_general(name, rng):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("name", list(STRUCTURED) + ["tall"])
+def test_structured_joseph_gather_equals_atomic(name, rng):
+    """Structured Joseph's two transposes: the gather (the forward's weights
+    gathered per voxel, no atomics) and the ray-driven atomic one (default).
+    The same float32 terms in another order: 1e-6 of the largest value. "tall"
+    has 70 z voxels (three of the gather's 32-voxel chunks) and views in
+    batches (the table budget cut to a third of the views); outputs
+    poisoned."""
+    import leveret.cuda.raytrace as rt
+    cp = _cupy()
+    if name == "tall":
+        geometry = ConeGeometry.circular(np.linspace(0, 2 * np.pi, 9, endpoint=False), sid=60, sdd=90,
+                                         n_rows=61, n_cols=29, pixel_size=1.4, det_offset=(0.7, -1.3))
+        volume = VolumeGeometry((70, 17, 19), (1.0, 1.1, 0.6), center=(0.3, -0.4, 1.1))
+    else:
+        geometry, volume = STRUCTURED[name]
+    S = Projector(geometry, volume, model="joseph", precision="float32", backend="cuda")
+    assert S.structured and S._gpu.transpose == "atomic"
+    S._gpu.transpose = "gather"
+    y = cp.asarray(rng.standard_normal(geometry.projection_shape), dtype=cp.float32)
+    per_view = 16 * geometry.n_cols * (max(volume.shape[1:]) + geometry.n_rows) + 4 * geometry.n_cols
+    budget = rt.JOSEPH_TABLE_BYTES
+    try:
+        rt.JOSEPH_TABLE_BYTES = per_view * max(1, geometry.n_views // 3)
+        gathered = cp.full(volume.shape, np.nan, cp.float32)
+        S.T(y, out=gathered)
+    finally:
+        rt.JOSEPH_TABLE_BYTES = budget
+    S._gpu.transpose = "atomic"
+    scattered = cp.full(volume.shape, np.nan, cp.float32)
+    S.T(y, out=scattered)
+    assert not bool(cp.isnan(gathered).any())
+    _close(gathered, cp.asnumpy(scattered), 1e-6)
+    x = cp.asarray(rng.standard_normal(volume.shape), dtype=cp.float32)
+    out = S(x)
+    lhs = float(cp.vdot(out.astype(cp.float64), y.astype(cp.float64)))
+    rhs = float(cp.vdot(x.astype(cp.float64), gathered.astype(cp.float64)))
+    assert abs(lhs - rhs) <= 1e-5 * _adjoint_scale(lhs, out, y)
+
+
+@pytest.mark.gpu
 def test_structured_refused_where_invalid():
     geometry, volume = GEOMETRIES["cone_matrices"]          # tilted detector
     assert not Projector(geometry, volume, backend="cuda").structured
@@ -402,8 +443,6 @@ def test_gpu_bad_input():
 
 
 def _adjoint_scale(lhs, Ax, y) -> float:
-    """As tests/operators/test_projector.py's adjoint_scale: |<Ax, y>| or its
-    typical size ||Ax|| ||y|| / sqrt(m) for random y, if larger (cancellation)."""
-    import cupy as cp
-    Ax, y = (cp.asnumpy(a).astype(np.float64) for a in (Ax, y))
-    return max(abs(lhs), float(np.linalg.norm(Ax) * np.linalg.norm(y) / np.sqrt(Ax.size)))
+    """test_projector.adjoint_scale on CuPy or NumPy arrays."""
+    cp = _cupy()
+    return adjoint_scale(lhs, cp.asnumpy(Ax), cp.asnumpy(y).astype(np.float64))

@@ -635,9 +635,20 @@ __device__ __forceinline__ void z_split_f(const RowLineF& r, float B0, float B1,
 }
 
 // Ray-driven structured kernel, float32 volume and projections, float32 march.
+// (column, view) of a block when blocks run in groups of view_group views per
+// column (linear block order: a group's views for one column, then the next
+// column): the group's rays, which cross nearly the same voxels, meet in L2
+// instead of each view streaming the volume from DRAM. False past the last view.
+__device__ __forceinline__ bool grouped_block(int view_group, int n_views, int& col, int& view)
+{
+    col = blockIdx.x / view_group;
+    view = blockIdx.y * view_group + (int)(blockIdx.x - col * view_group);
+    return view < n_views;
+}
+
 template <bool ADJ>
 __device__ void structured_fast(float* volT, float* proj, int nx, int ny, int nz, const double* __restrict__ params,
-                                const double* __restrict__ g, int n_rows, int n_cols)
+                                const double* __restrict__ g, int n_views, int n_rows, int n_cols, int view_group)
 {
     extern __shared__ double smem[];
     double* X = smem;                 // nx + 1
@@ -645,7 +656,8 @@ __device__ void structured_fast(float* volT, float* proj, int nx, int ny, int nz
     double* B = Y + (ny + 1);         // nx + ny + 2
     int* cell = (int*)(B + (nx + ny + 2));  // nx + ny + 1
     float* Bf = (float*)(cell + (nx + ny + 1));  // nx + ny + 2: B - t_m in float32
-    const int col = blockIdx.x, view = blockIdx.y;
+    int col, view;
+    if (!grouped_block(view_group, n_views, col, view)) return;
     const double* par = params + 12 * view;
     const double u = (double)col;
     const ColumnLine c = column_line(par, g, u, nx, ny);
@@ -698,16 +710,18 @@ __device__ void structured_fast(float* volT, float* proj, int nx, int ny, int nz
 
 extern "C" __global__ void structured_siddon_forward_fast(float* volT, float* proj, int nx, int ny, int nz,
                                                           const double* __restrict__ params,
-                                                          const double* __restrict__ g, int n_rows, int n_cols)
+                                                          const double* __restrict__ g, int n_views, int n_rows,
+                                                          int n_cols, int view_group)
 {
-    structured_fast<false>(volT, proj, nx, ny, nz, params, g, n_rows, n_cols);
+    structured_fast<false>(volT, proj, nx, ny, nz, params, g, n_views, n_rows, n_cols, view_group);
 }
 
 extern "C" __global__ void structured_siddon_adjoint_fast(float* volT, float* proj, int nx, int ny, int nz,
                                                           const double* __restrict__ params,
-                                                          const double* __restrict__ g, int n_rows, int n_cols)
+                                                          const double* __restrict__ g, int n_views, int n_rows,
+                                                          int n_cols, int view_group)
 {
-    structured_fast<true>(volT, proj, nx, ny, nz, params, g, n_rows, n_cols);
+    structured_fast<true>(volT, proj, nx, ny, nz, params, g, n_views, n_rows, n_cols, view_group);
 }
 
 // Structured Joseph (float32), paper 003's structure applied to Joseph: for a
@@ -741,10 +755,8 @@ extern "C" __global__ void structured_siddon_adjoint_fast(float* volT, float* pr
 // plane-to-plane length multiplies the ray sum once (forward) or the ray's
 // value once (transpose), so both directions have the weights
 // w * wu_c * wv_c with the same float32 factors: the transpose (atomicAdd)
-// is exact. Blocks run in groups of `view_group` views per column (linear
-// block order: column-major within a group) so that the group's rays, which
-// cross nearly the same voxels, meet in L2 instead of each view streaming
-// the volume from DRAM.
+// is exact. Blocks run in groups of `view_group` views per column
+// (grouped_block).
 #define JZ_PAD 3
 
 struct JPlane {
@@ -752,25 +764,86 @@ struct JPlane {
     int base;   // element offset in volP of (plane, in-plane index, z = 0)
 };
 
+// What structured Joseph computes per column, per plane and per row, in
+// float64 then rounded once: the forward, its atomic transpose and the
+// gather tables (below) all call these, so every weight is the same float.
+struct JosephColumn {
+    ColumnLine c;
+    bool my;                 // the dominant xy axis is y (planes y = const)
+    int nm, nu;              // planes along the dominant axis, in-plane voxels
+    double am, au, pm, pu;   // index change per unit tau and source position (voxel-centre units)
+    double pzc, tau_c;       // source z (voxel-centre units), tau of the centre plane
+};
+
+__device__ __forceinline__ JosephColumn joseph_column(const double* par, const double* g, double u, int nx, int ny)
+{
+    JosephColumn j;
+    j.c = column_line(par, g, u, nx, ny);   // ax, ay: index per unit tau
+    // Dominant xy axis, as joseph() decides it per ray (the ratio check rules out z).
+    j.my = fabs(j.c.ay) > fabs(j.c.ax);
+    j.nm = j.my ? ny : nx;
+    j.nu = j.my ? nx : ny;
+    j.am = j.my ? j.c.ay : j.c.ax;
+    j.au = j.my ? j.c.ax : j.c.ay;
+    j.pm = sub(j.my ? j.c.py : j.c.px, 0.5);
+    j.pu = sub(j.my ? j.c.px : j.c.py, 0.5);
+    j.pzc = sub(j.c.pz, 0.5);
+    j.tau_c = __ddiv_rn(sub((double)(j.nm / 2), j.pm), j.am);
+    return j;
+}
+
+// Plane sp of the column: tau relative to the centre plane, the in-plane
+// fraction a (weights 1 - a, a) and integer part iu; ok is false where the
+// column does not sample the plane (behind the source, or fu outside (-1, nu)).
+__device__ __forceinline__ void joseph_plane(const JosephColumn& j, int sp, float& dtau, float& a, int& iu, bool& ok)
+{
+    const double tau = __ddiv_rn(sub((double)sp, j.pm), j.am);
+    const double fu = add(j.pu, mul(tau, j.au));
+    ok = tau >= 0.0 && -1.0 < fu && fu < (double)j.nu;   // cone rays start at the source
+    const double fl = floor(fu);
+    a = ok ? (float)sub(fu, fl) : 0.0f;
+    iu = ok ? (int)fl : -1;
+    dtau = (float)sub(tau, j.tau_c);
+}
+
+// Row v of the column: z index iz + fr + dtau mz at a plane with relative tau
+// dtau (fr in [0, 1): float32 holds no large coordinate), and mz itself in
+// float64 (the row's z slope per unit tau, as row_line has it).
+__device__ __forceinline__ double joseph_row(const JosephColumn& j, const double* par, const double* g, double u,
+                                             double v, float& fr, float& mz, int& iz)
+{
+    const double rz = add(add(mul(par[9], u), mul(par[10], v)), par[11]);
+    const double mzd = mul(mul(rz, j.c.inv_qxy), g[7]);
+    const double zc = add(j.pzc, mul(j.tau_c, mzd));
+    const double izd = floor(fmin(fmax(zc, -1.0e9), 1.0e9));
+    fr = (float)sub(zc, izd);
+    mz = (float)mzd;
+    iz = (int)izd;
+    return mzd;
+}
+
+// The plane-to-plane 3D length of row v: w = L / |a_m| (row_line's L).
+__device__ __forceinline__ float joseph_step(const JosephColumn& j, const double* par, const double* g, double u,
+                                             double v, int nz)
+{
+    return (float)__ddiv_rn(row_line(j.c, par, g, u, v, nz).L, fabs(j.am));
+}
+
 template <bool ADJ>
 __device__ void structured_joseph(float* volP, float* proj, int nx, int ny, int nz,
                                   const double* __restrict__ params, const double* __restrict__ g,
                                   int n_views, int n_rows, int n_cols, int view_group)
 {
     extern __shared__ double smem[];
-    const int col = blockIdx.x / view_group;
-    const int view = blockIdx.y * view_group + (int)(blockIdx.x - col * view_group);
-    if (view >= n_views) return;
+    int col, view;
+    if (!grouped_block(view_group, n_views, col, view)) return;
     const double* par = params + 12 * view;
     const double u = (double)col;
-    const ColumnLine c = column_line(par, g, u, nx, ny);   // ax, ay: index per unit tau
+    const JosephColumn jc = joseph_column(par, g, u, nx, ny);
     const long long out0 = (long long)view * n_rows * n_cols + col;
-    // Dominant xy axis, as joseph() decides it per ray (the ratio check rules out z).
-    const bool my = fabs(c.ay) > fabs(c.ax);
-    const int nm = my ? ny : nx, nu = my ? nx : ny;
-    const double am = my ? c.ay : c.ax, au_ = my ? c.ax : c.ay;
-    const double pm = sub(my ? c.py : c.px, 0.5), pu = sub(my ? c.px : c.py, 0.5);   // voxel-centre units
-    const double pzc = sub(c.pz, 0.5);
+    const bool my = jc.my;
+    const int nm = jc.nm, nu = jc.nu;
+    const double am = jc.am, au_ = jc.au, pm = jc.pm, pu = jc.pu, pzc = jc.pzc;
     // Strides in volP (ny + 2, nx + 2, nz + 2 JZ_PAD) of the plane axis and the in-plane axis.
     const int pnx = nx + 2, pnz = nz + 2 * JZ_PAD;
     const int s_m = my ? pnx * pnz : pnz;
@@ -778,18 +851,16 @@ __device__ void structured_joseph(float* volP, float* proj, int nx, int ny, int 
     const int origin = (pnx + 1) * pnz + JZ_PAD;   // voxel (0, 0, 0)
     const long long s_u64 = s_u;                   // to the upper in-plane neighbour
     JPlane* planes = (JPlane*)smem;
-    const double tau_c = __ddiv_rn(sub((double)(nm / 2), pm), am);
     for (int sp = threadIdx.x; sp < nm; sp += blockDim.x) {
-        const double tau = __ddiv_rn(sub((double)sp, pm), am);
-        const double fu = add(pu, mul(tau, au_));
-        const bool ok = tau >= 0.0 && -1.0 < fu && fu < (double)nu;   // cone rays start at the source
-        const double fl = floor(fu);
-        const float a = ok ? (float)sub(fu, fl) : 0.0f;
+        float dtau, a;
+        int iu;
+        bool ok;
+        joseph_plane(jc, sp, dtau, a, iu, ok);
         JPlane e;
-        e.dtau = (float)sub(tau, tau_c);
+        e.dtau = dtau;
         e.wu0 = 1.0f - a;
         e.wu1 = a;
-        e.base = origin + sp * s_m + (ok ? (int)fl : -1) * s_u;
+        e.base = origin + sp * s_m + iu * s_u;
         planes[sp] = e;
     }
     __syncthreads();
@@ -806,14 +877,16 @@ __device__ void structured_joseph(float* volP, float* proj, int nx, int ny, int 
         }
     }
     for (int row = threadIdx.x; row < n_rows; row += blockDim.x) {
-        const RowLine r = row_line(c, par, g, u, (double)row, nz);
-        const float w = (float)__ddiv_rn(r.L, fabs(am));
+        const float w = joseph_step(jc, par, g, u, (double)row, nz);
         const float value = ADJ ? proj[out0 + (long long)row * n_cols] * w : 0.0f;
         if (ADJ && value == 0.0f) continue;
+        float fr, mz;
+        int iz;
+        const double rmz = joseph_row(jc, par, g, u, (double)row, fr, mz, iz);
         // Planes whose z index can lie in (-1, nz), padded by one.
         int s0 = 0, s1 = nm - 1;
-        if (r.mz != 0.0) {
-            const double ta = __ddiv_rn(-1.0 - pzc, r.mz), tb = __ddiv_rn((double)nz - pzc, r.mz);
+        if (rmz != 0.0) {
+            const double ta = __ddiv_rn(-1.0 - pzc, rmz), tb = __ddiv_rn((double)nz - pzc, rmz);
             const double sa = pm + fmin(ta, tb) * am, sb = pm + fmax(ta, tb) * am;
             const double lo = fmax(floor(fmin(sa, sb)) - 1.0, 0.0), hi = fmin(ceil(fmax(sa, sb)) + 1.0, (double)(nm - 1));
             s0 = lo > hi ? 1 : (int)lo;
@@ -828,10 +901,7 @@ __device__ void structured_joseph(float* volP, float* proj, int nx, int ny, int 
             if (!ADJ) proj[out0 + (long long)row * n_cols] = 0.0f;
             continue;
         }
-        const double zc = add(pzc, mul(tau_c, r.mz));
-        const double izd = floor(zc);   // finite: some plane of this row is sampled
-        const float fr = (float)sub(zc, izd), mz = (float)r.mz;
-        const int iz = (int)izd;        // iz + floor(fv) is a sample's z index, in [-3, nz + 2]
+        // iz + floor(fv) is a sample's z index, in [-3, nz + 2] on the planes s0..s1
         const int sp0 = am > 0.0 ? s0 : s1, dsp = am > 0.0 ? 1 : -1;   // along the ray
         double acc = 0.0;
         float part = 0.0f;   // float32 partial sums of 8 planes, then float64
@@ -927,6 +997,166 @@ extern "C" __global__ void structured_joseph_adjoint_fast(float* volP, float* pr
                                                           int n_cols, int view_group)
 {
     structured_joseph<true>(volP, proj, nx, ny, nz, params, g, n_views, n_rows, n_cols, view_group);
+}
+
+// Structured Joseph's transpose in gather form: each thread owns one voxel
+// column (i, j) and JG_K consecutive z voxels and sums, over the views, the
+// contributions of every sample the forward takes that lands on them, with
+// the forward's float32 weights (the same helpers compute them): no atomics,
+// each output written once, deterministic.
+//
+// Two table kernels first turn each batch of views into what the forward
+// keeps per column: joseph_plane_table, per (view, column, plane) the plane's
+// dtau, fraction a and in-plane index iu (JG_NONE where the column does not
+// sample it), and per (view, column) the dominant axis; joseph_row_table, per
+// (view, column, row) the row's fr, mz, iz and the value y w the forward's
+// transpose spreads (w: the plane-to-plane length). The gather then needs per
+// (view, candidate column) one plane entry and per row one 16-byte entry:
+// sample z = iz + floor(fv), fv = fr + dtau mz in float32 as in the forward,
+// weights (1 - a or a) x (1 - av or av) x y w.
+//
+// Candidate columns: those whose vertical plane passes within one voxel of
+// the column's centre along the x-planes (x-dominant columns: their sample on
+// plane i must land in (j - 1, j + 1)) or the y-planes (y-dominant: on plane j
+// within (i - 1, i + 1)); the column index u of a world point comes from M^-1
+// (the same map as structured_gather), padded by one column, and each
+// candidate is then tested exactly with its plane entry. Rows: z of a row on a
+// plane is affine in the row index (flat detector), so the rows that can
+// reach [k0 - 1, k0 + JG_K] come from the first and last rows' z, padded by
+// one row; each is then tested exactly.
+//
+// A sample of the forward that lands on a voxel lies inside the forward's
+// plane ranges (they are the float64 ranges of tau >= 0, in-plane index in
+// (-1, nu) and z in (-1, nz), each padded by one plane), so the two sum the
+// same weights: up to rows whose z stays within float32 rounding of the
+// grid's top or bottom face across all planes (|slope| below ~1e-4 voxel
+// per plane), which the float64 range may drop and float32 keep.
+#ifndef LEVERET_JG_K
+#define LEVERET_JG_K 32
+#endif
+#define JG_K LEVERET_JG_K
+#define JG_NONE (-2147483647 - 1)
+
+extern "C" __global__ void joseph_plane_table(int4* __restrict__ planes, int* __restrict__ dominant, int nx, int ny,
+                                              const double* __restrict__ params, const double* __restrict__ g,
+                                              int n_views, int n_cols)
+{
+    const int nmax = max(nx, ny);
+    const long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= (long long)n_views * n_cols * nmax) return;
+    const int sp = (int)(t % nmax);
+    const long long vc = t / nmax;   // view * n_cols + col
+    const int col = (int)(vc % n_cols), view = (int)(vc / n_cols);
+    const JosephColumn jc = joseph_column(params + 12 * view, g, (double)col, nx, ny);
+    if (sp == 0) dominant[vc] = jc.my ? 1 : 0;
+    int4 e = make_int4(0, 0, JG_NONE, 0);
+    if (sp < jc.nm) {
+        float dtau, a;
+        int iu;
+        bool ok;
+        joseph_plane(jc, sp, dtau, a, iu, ok);
+        e = make_int4(__float_as_int(dtau), __float_as_int(a), ok ? iu : JG_NONE, 0);
+    }
+    planes[t] = e;
+}
+
+extern "C" __global__ void joseph_row_table(float4* __restrict__ rows, const float* __restrict__ proj, int nx, int ny,
+                                            int nz, const double* __restrict__ params, const double* __restrict__ g,
+                                            int n_views, int n_rows, int n_cols)
+{
+    const long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x;   // ((view n_cols + col) n_rows + row)
+    if (t >= (long long)n_views * n_cols * n_rows) return;
+    const int row = (int)(t % n_rows);
+    const long long vc = t / n_rows;
+    const int col = (int)(vc % n_cols), view = (int)(vc / n_cols);
+    const double* par = params + 12 * view;
+    const JosephColumn jc = joseph_column(par, g, (double)col, nx, ny);
+    float fr, mz;
+    int iz;
+    joseph_row(jc, par, g, (double)col, (double)row, fr, mz, iz);
+    const float w = joseph_step(jc, par, g, (double)col, (double)row, nz);
+    const float value = proj[((long long)view * n_rows + row) * n_cols + col] * w;   // as the atomic transpose
+    rows[t] = make_float4(fr, mz, __int_as_float(iz), value);
+}
+
+// Column index u of the vertical plane through world point (x, y) (M^-1 row major).
+__device__ __forceinline__ float column_of(const double* par, float x, float y)
+{
+    const float dx = x - (float)par[0], dy = y - (float)par[1];
+    return ((float)par[8] * dx - (float)par[5] * dy) / ((float)par[3] * dy - (float)par[6] * dx);
+}
+
+extern "C" __global__ void __launch_bounds__(128) joseph_gather(
+    float* __restrict__ vol, const int4* __restrict__ planes, const int* __restrict__ dominant,
+    const float4* __restrict__ rows, int nx, int ny, int nz, const double* __restrict__ params,
+    const double* __restrict__ g, int n_views, int n_rows, int n_cols, int accumulate)
+{
+    extern __shared__ float acc[];   // (JG_K + 2) slots per thread: z = k0 - 1 ... k0 + JG_K
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    const int j = blockIdx.y * blockDim.y + threadIdx.y;
+    const int k0 = blockIdx.z * JG_K;
+    const int nt = blockDim.x * blockDim.y, tid = threadIdx.y * blockDim.x + threadIdx.x;
+    float* const my_acc = acc + tid;   // slot s at my_acc[s * nt]: conflict-free across the warp
+#pragma unroll
+    for (int q = 0; q < JG_K + 2; ++q) my_acc[q * nt] = 0.0f;
+    if (i >= nx || j >= ny) return;   // no barrier below
+    const int nmax = max(nx, ny);
+    // World centre of the column and one voxel around it (x, y).
+    const float xc = (float)(g[2] + ((double)i + 0.5) / g[5]), yc = (float)(g[3] + ((double)j + 0.5) / g[6]);
+    const float dxv = (float)(1.0 / g[5]), dyv = (float)(1.0 / g[6]);
+    for (int view = 0; view < n_views; ++view) {
+        const double* par = params + 12 * view;
+        const float c0 = column_of(par, xc, yc - dyv), c1 = column_of(par, xc, yc + dyv);
+        const float c2 = column_of(par, xc - dxv, yc), c3 = column_of(par, xc + dxv, yc);
+        const float lo = fminf(fminf(c0, c1), fminf(c2, c3)), hi = fmaxf(fmaxf(c0, c1), fmaxf(c2, c3));
+        if (!(hi >= -1.0f && lo <= (float)n_cols)) continue;   // also NaN (no column)
+        const int ua = max(0, (int)floorf(fmaxf(lo, -2.0f)) - 1);
+        const int ub = min(n_cols - 1, (int)ceilf(fminf(hi, (float)n_cols + 1.0f)) + 1);
+        for (int u = ua; u <= ub; ++u) {
+            const long long vc = (long long)view * n_cols + u;
+            const bool my = dominant[vc] != 0;
+            const int4 e = planes[vc * nmax + (my ? j : i)];
+            const int in = my ? i : j;
+            if (e.z == JG_NONE || (in != e.z && in != e.z + 1)) continue;
+            const float a = __int_as_float(e.y);
+            const float wu = in == e.z ? 1.0f - a : a;   // JPlane's wu0, wu1
+            const float dtau = __int_as_float(e.x);
+            // Rows whose z on this plane can reach [k0 - 1, k0 + JG_K] (affine in the row).
+            const float4* const rc = rows + vc * n_rows;
+            const float4 r0 = rc[0], r1 = rc[n_rows - 1];
+            const float z0 = (float)__float_as_int(r0.z) + fmaf(dtau, r0.y, r0.x);
+            const float z1 = (float)__float_as_int(r1.z) + fmaf(dtau, r1.y, r1.x);
+            const float zlo = (float)(k0 - 2), zhi = (float)(k0 + JG_K + 1);
+            int ra = 0, rb = n_rows - 1;
+            if (fabsf(z1 - z0) > 1e-3f) {   // else every row (nearly the same z: all or none reach)
+                const float inv = (float)(n_rows - 1) / (z1 - z0);
+                const float ta = (zlo - z0) * inv, tb = (zhi - z0) * inv;
+                ra = max(ra, (int)floorf(fmaxf(fminf(ta, tb), -1.0f)) - 1);
+                rb = min(rb, (int)ceilf(fminf(fmaxf(ta, tb), (float)n_rows)) + 1);
+            } else if (!(fmaxf(z0, z1) > zlo - 1.0f && fminf(z0, z1) < zhi + 1.0f)) {
+                continue;
+            }
+            for (int row = ra; row <= rb; ++row) {
+                const float4 t = rc[row];
+                const float fv = fmaf(dtau, t.y, t.x);
+                const float flv = floorf(fv);
+                const float av = fv - flv, bv = 1.0f - av;
+                const int s = __float_as_int(t.z) + (int)flv - k0 + 1;   // slot of the lower voxel
+                if (s >= 0 && s <= JG_K) {
+                    const float val = wu * t.w;
+                    my_acc[s * nt] += val * bv;
+                    my_acc[(s + 1) * nt] += val * av;
+                }
+            }
+        }
+    }
+    for (int q = 0; q < JG_K; ++q) {
+        const int k = k0 + q;
+        if (k >= nz) break;
+        float* const out = vol + ((long long)k * ny + j) * nx + i;
+        const float v = my_acc[(q + 1) * nt];
+        *out = accumulate ? *out + v : v;
+    }
 }
 
 // Voxel-driven (gather) form of the structured transpose: no atomics, each

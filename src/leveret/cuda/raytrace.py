@@ -8,10 +8,12 @@ the general one-thread-per-ray path.
 """
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
 from ..geometry import ConeGeometry, ParallelGeometry
-from ._module import load_module
+from ._module import kernel_source, load_module
 
 BLOCK = 256             # threads per block, general path (one thread per ray)
 STRUCTURED_BLOCK = 128  # threads (detector rows) per block, structured path
@@ -19,14 +21,15 @@ SHARED_LIMIT = 48 * 1024  # dynamic shared memory without opting in
 MAX_GRID_Y = 65535
 GATHER_BLOCK = (16, 8)  # threads over (x, y) voxel columns, structured gather transpose
 JOSEPH_PAD_Z = 3        # JZ_PAD in raytrace.cu: zero z border of structured Joseph's padded volume
-VIEW_GROUP = 16         # structured Joseph: views per column that run side by side (L2 reuse)
+JOSEPH_GATHER_BLOCK = (16, 8)   # threads over (x, y) voxel columns, structured Joseph's gather
+JOSEPH_TABLE_BYTES = 2 << 30    # at most this much for the gather's per-view tables at a time
+VIEW_GROUP = 16         # structured float32 kernels: views per column that run side by side (L2 reuse)
 
 
-def gather_depth() -> int:
-    """z voxels per thread of the gather transpose: LEVERET_RT_K in raytrace.cu."""
-    import re
-    from ._module import kernel_source
-    return int(re.search(r"#define LEVERET_RT_K (\d+)", kernel_source("raytrace")).group(1))
+def gather_depth(define: str = "LEVERET_RT_K") -> int:
+    """z voxels per thread of a gather transpose: LEVERET_RT_K (structured
+    Siddon) or LEVERET_JG_K (structured Joseph) in raytrace.cu."""
+    return int(re.search(rf"#define {define} (\d+)", kernel_source("raytrace")).group(1))
 
 
 def view_parameters(geometry) -> tuple[int, np.ndarray]:
@@ -181,9 +184,11 @@ class CudaRaytracer:
         self.structured = valid if structured == "auto" else bool(structured)
         # How the structured path's transpose runs: "atomic" (ray-driven, the
         # forward's traversal with atomicAdd) or "gather" (voxel-driven, each
-        # voxel recomputes the forward's weights of the rays that cross it:
-        # no atomics, deterministic). Both are the exact transpose; which is
-        # faster is for the benchmark (bench_projector.py measures both).
+        # voxel gathers the forward's weights of the samples that land on it:
+        # no atomics, deterministic). Both are the exact transpose;
+        # bench_projector.py measures both: on the H200 the atomic ones are
+        # faster (Joseph 399 against 458 ms, Siddon 445 against 2572 ms on
+        # paper 003's problem), so they are the default.
         self.transpose = "atomic"
 
     @property
@@ -213,19 +218,35 @@ class CudaRaytracer:
         return np.int32(nx), np.int32(ny), np.int32(nz)
 
     def _structured(self, name: str, volT, proj):
-        """Launch a structured Siddon kernel: one block per (column, view), in passes of
-        at most 65535 views (the grid's y limit). float32 runs the float32 march
-        (``structured_fast`` in raytrace.cu, error bound there); float64 the
-        float64 one."""
+        """Launch a structured Siddon kernel: one block per (column, view).
+        float32 runs the float32 march (``structured_fast`` in raytrace.cu,
+        error bound there) in view groups (:meth:`_grouped`); float64 the
+        float64 one, in passes of at most 65535 views (the grid's y limit)."""
+        if self.dtype == np.float32:
+            self._grouped(f"{name}_fast", volT, proj)
+            return
         nx, ny, nz = self._scalars()
-        kernel = load_module("raytrace").get_function(f"{name}_fast") if self.dtype == np.float32 \
-            else self._kernel(name)
+        kernel = self._kernel(name)
         n_views = self.params_host.shape[0]
         for v0 in range(0, n_views, MAX_GRID_Y):
             v1 = min(n_views, v0 + MAX_GRID_Y)
             kernel((self.n_cols, v1 - v0), (STRUCTURED_BLOCK,),
                    (volT, proj[v0:v1], nx, ny, nz, self.params[v0:v1], self.g, np.int32(self.n_rows),
                     np.int32(self.n_cols)), shared_mem=self.shared_bytes)
+
+    def _grouped(self, name: str, vol, proj):
+        """Launch a structured float32 kernel with blocks (column, view) in
+        groups of VIEW_GROUP views per column (raytrace.cu: grouped_block)."""
+        nx, ny, nz = self._scalars()
+        kernel = load_module("raytrace").get_function(name)
+        n_views = self.params_host.shape[0]
+        group = min(VIEW_GROUP, n_views)
+        step = MAX_GRID_Y * group
+        for v0 in range(0, n_views, step):
+            v1 = min(n_views, v0 + step)
+            kernel((self.n_cols * group, -(-(v1 - v0) // group)), (STRUCTURED_BLOCK,),
+                   (vol, proj[v0:v1], nx, ny, nz, self.params[v0:v1], self.g, np.int32(v1 - v0),
+                    np.int32(self.n_rows), np.int32(self.n_cols), np.int32(group)), shared_mem=self.shared_bytes)
 
     def _padded(self):
         """Structured Joseph's zero-bordered z-fastest volume (ny + 2, nx + 2, nz + 2 JZ_PAD)."""
@@ -241,19 +262,40 @@ class CudaRaytracer:
             (-(-int(nx) // 32), -(-int(nz) // 32), int(ny)), (32, 8, 1), (src, dst, nx, ny, nz))
         return dst
 
-    def _joseph(self, direction: str, volP, proj):
-        """Launch structured Joseph: blocks (column, view) in groups of VIEW_GROUP
-        views per column (raytrace.cu: structured_joseph)."""
+    def _joseph_gather(self, proj, out):
+        """Structured Joseph's transpose as a gather (raytrace.cu: joseph_gather):
+        per batch of views, the plane and row tables, then one pass over the
+        volume adding the batch's contributions."""
+        import cupy
         nx, ny, nz = self._scalars()
-        kernel = load_module("raytrace").get_function(f"structured_joseph_{direction}_fast")
         n_views = self.params_host.shape[0]
-        group = min(VIEW_GROUP, n_views)
-        step = MAX_GRID_Y * group
-        for v0 in range(0, n_views, step):
-            v1 = min(n_views, v0 + step)
-            kernel((self.n_cols * group, -(-(v1 - v0) // group)), (STRUCTURED_BLOCK,),
-                   (volP, proj[v0:v1], nx, ny, nz, self.params[v0:v1], self.g, np.int32(v1 - v0),
-                    np.int32(self.n_rows), np.int32(self.n_cols), np.int32(group)), shared_mem=self.shared_bytes)
+        nmax = max(int(nx), int(ny))
+        per_view = 16 * self.n_cols * (nmax + self.n_rows) + 4 * self.n_cols
+        free = cupy.cuda.Device().mem_info[0]
+        batch = int(max(1, min(n_views, min(JOSEPH_TABLE_BYTES, free // 4) // per_view)))
+        module = load_module("raytrace")
+        k = gather_depth("LEVERET_JG_K")
+        bx, by = JOSEPH_GATHER_BLOCK
+        grid = (-(-int(nx) // bx), -(-int(ny) // by), -(-int(nz) // k))
+        shared = 4 * (k + 2) * bx * by
+        planes = cupy.empty((batch * self.n_cols * nmax, 4), np.int32)
+        dominant = cupy.empty(batch * self.n_cols, np.int32)
+        rows = cupy.empty((batch * self.n_cols * self.n_rows, 4), np.float32)
+        for v0 in range(0, n_views, batch):
+            v1 = min(n_views, v0 + batch)
+            nv = np.int32(v1 - v0)
+            par = self.params[v0:v1]
+            n = (v1 - v0) * self.n_cols * nmax
+            module.get_function("joseph_plane_table")(
+                (-(-n // BLOCK),), (BLOCK,), (planes, dominant, nx, ny, par, self.g, nv, np.int32(self.n_cols)))
+            n = (v1 - v0) * self.n_cols * self.n_rows
+            module.get_function("joseph_row_table")(
+                (-(-n // BLOCK),), (BLOCK,), (rows, proj[v0:v1], nx, ny, nz, par, self.g, nv,
+                                             np.int32(self.n_rows), np.int32(self.n_cols)))
+            module.get_function("joseph_gather")(
+                grid, (bx, by, 1), (out, planes, dominant, rows, nx, ny, nz, par, self.g, nv, np.int32(self.n_rows),
+                                    np.int32(self.n_cols), np.int32(v0 > 0)), shared_mem=shared)
+        return out
 
     def _zfast(self, to: bool, src, dst):
         """Copy between the volume (nz, ny, nx) and the structured kernels' z-fastest
@@ -274,7 +316,7 @@ class CudaRaytracer:
         n_views = self.params_host.shape[0]
         nx, ny, nz = self._scalars()
         if self.structured and self.model == "joseph":
-            self._joseph("forward", self._zpad(True, vol, self._padded()), out)
+            self._grouped("structured_joseph_forward_fast", self._zpad(True, vol, self._padded()), out)
             return out
         if self.structured:
             volT = self._zfast(True, vol, cupy.empty((int(ny), int(nx), int(nz)), self.dtype))   # z fastest
@@ -299,9 +341,11 @@ class CudaRaytracer:
                 (out, proj, nx, ny, nz, self.params, self.g, np.int32(n_views), np.int32(self.n_rows),
                  np.int32(self.n_cols)))
             return out
+        if self.structured and self.model == "joseph" and self.transpose == "gather":
+            return self._joseph_gather(proj, out)
         if self.structured and self.model == "joseph":
             volP = self._padded()
-            self._joseph("adjoint", volP, proj)
+            self._grouped("structured_joseph_adjoint_fast", volP, proj)
             self._zpad(False, volP, out)
             return out
         if self.structured:
