@@ -116,6 +116,38 @@ warp instructions/s.
   (float64) ~1.4 s.
 - Whole run (P1, ASTRA, RabbitCT): ~2-3 minutes plus NVRTC compiles.
 
+Phase 3 (2026-11-22, session 3): from Nsight Compute, then predictions, then measurements
+------------------------------------------------------------------------
+Nsight Compute on 16 views of P1 (bench/ncu_projector.py; results in
+bench/results/h200_ncu_projector_*_2026-11-22.txt): phase 2's structured
+Joseph forward executed ~81 warp instructions per (ray, plane) sample at 40 %
+occupancy (72 registers) with 15 cycles between issues (latency-bound: each
+sample's shared load -> index -> global load -> FMA chain waits ~700
+cycles), DRAM 16 % (the volume streamed once per view: 630 MB per view).
+- Joseph forward, rewritten (padded volume: no bounds tests; one 16-byte
+  shared entry per plane; 8 planes' 32 loads in flight while the previous 8
+  are summed; 16 views per column side by side so that their reads meet in
+  L2): ~20-28 instructions per sample -> 97 G samples x 25 / 32 = 7.6e10
+  warp instructions = 73 ms at full issue; predicted 90-150 ms. Measured
+  93 ms (ncu: L1/TEX 94 %, L2 hit 87 %, DRAM 12 %): L1-bound.
+- Joseph transpose as a gather (per voxel column and 32 z voxels: per view
+  ~2 candidate columns, ~0.9 rows per voxel per column at ~20 instructions
+  each): ~25-30 instructions per (voxel, view) -> predicted 100-150 ms.
+  Measured 458 ms: ncu shows 57 instructions per (voxel, view) and the
+  L1/TEX pipe at 99.8 % (the lanes' row-table loads diverge across columns,
+  and each row is two shared read-modify-writes of the voxel accumulators).
+  Off by 3-4x; the atomic scatter (405 ms) stays the default.
+- Siddon structured, the same view groups and pipelining: forward predicted
+  150-200 (measured 154 ms), transpose (its atomics now meet in L2) measured
+  223 ms (from 445).
+- The scatter's floor: the transposes run at 650-830 G float32 atomic
+  additions per second (Siddon 1.5e11 in 223 ms, Joseph 3.4e11 in 405 ms);
+  a warp-private shared window that first merges a warp's rows (tried,
+  reverted) made Siddon's 2.1x slower (480 ms: shared-memory float atomics
+  are compare-and-swap loops). At that rate a ray-driven transpose of P1
+  cannot go under ~190 ms (Siddon); <= 150 ms needs a gather whose
+  per-(voxel, view) work is L1-light (open).
+
 Targets (issue 5): forward <= 150 ms Joseph, <= 250 ms Siddon, back <= 150 ms,
 SIRT <= 300 ms, CGLS <= 320 ms, RabbitCT forward <= 400 ms. ASTRA 2.5.0 on
 H200 (issue): FP 235 ms, BP 207 ms, SIRT 484 ms, CGLS 541 ms, RabbitCT FP 699 ms.
@@ -203,8 +235,10 @@ def bench_leveret(g, vol, label: str, *, iterations: bool, k: int = 2):
         if A.structured:   # the other transpose, for the record
             A._gpu.transpose = "atomic" if default == "gather" else "gather"
             t = median_time(lambda: A.T(yr, out=back), reps=2, sync=sync)
+            gather_note = ("voxel-driven gather, no atomics, float64" if model == "siddon"
+                           else "voxel-driven gather, no atomics, the forward's float32 weights")
             record(f"{label} back {tag} {A._gpu.transpose}", t, rays,
-                   note="ray-driven, atomicAdd" if default == "gather" else "voxel-driven gather, no atomics, float64")
+                   note="ray-driven, atomicAdd" if default == "gather" else gather_note)
             A._gpu.transpose = default
         b = A(x)
         t = _iteration_time(lambda n: leveret.sirt(b, A, n), k, sync)

@@ -688,19 +688,59 @@ __device__ void structured_fast(float* volT, float* proj, int nx, int ny, int nz
             const RowLineF rf = row_line_f(c, r);
             const int k0 = max(rank_in<false>(B, n_seg + 1, fmax(B[0], r.zlo)) - 1, 0);
             const int k1 = rank_in<true>(B, n_seg + 1, fmin(B[n_seg], r.zhi));
-            float part = 0.0f;   // float32 partial sums of 16 segments, then float64
-            for (int k = k0; k < k1; ++k) {
+            if (ADJ) {
+                for (int k = k0; k < k1; ++k) {
+                    int kz, kz2;
+                    float l1, l2;
+                    z_split_f(rf, Bf[k], Bf[k + 1], nz, kz, kz2, l1, l2);
+                    const long long base = (long long)cell[k] * nz;
+                    if (l1 > 0.0f) atomicAdd(volT + base + kz, l1 * value);
+                    if (l2 > 0.0f) atomicAdd(volT + base + kz2, l2 * value);
+                }
+                continue;
+            }
+            float part = 0.0f;   // float32 partial sums of 8 segments, then float64
+            // Software-pipelined like structured_joseph's forward: the next 8
+            // segments' 16 loads in flight while the current 8 are summed.
+            float* const vz = volT;
+            auto load8 = [&](int k8, float (&L)[4][8]) {
+#pragma unroll
+                for (int q = 0; q < 8; ++q) {
+                    int kz, kz2;
+                    z_split_f(rf, Bf[k8 + q], Bf[k8 + q + 1], nz, kz, kz2, L[2][q], L[3][q]);
+                    const float* const base = vz + (long long)cell[k8 + q] * nz;
+                    L[0][q] = base[kz];
+                    L[1][q] = base[kz2];
+                }
+            };
+            auto sum8 = [&](const float (&L)[4][8]) {
+#pragma unroll
+                for (int q = 0; q < 8; ++q) part += L[2][q] * L[0][q] + L[3][q] * L[1][q];
+                acc += (double)part;
+                part = 0.0f;
+            };
+            int k = k0;
+            const int k_full = k0 + ((k1 - k0) & ~7);
+            if (k_full > k0) {
+                float SA[4][8], SB[4][8];
+                load8(k, SA);
+                while (true) {
+                    load8(k + 8 < k_full ? k + 8 : k, SB);
+                    sum8(SA);
+                    k += 8;
+                    if (k >= k_full) break;
+                    load8(k + 8 < k_full ? k + 8 : k, SA);
+                    sum8(SB);
+                    k += 8;
+                    if (k >= k_full) break;
+                }
+            }
+            for (; k < k1; ++k) {
                 int kz, kz2;
                 float l1, l2;
                 z_split_f(rf, Bf[k], Bf[k + 1], nz, kz, kz2, l1, l2);
                 const long long base = (long long)cell[k] * nz;
-                if (ADJ) {
-                    if (l1 > 0.0f) atomicAdd(volT + base + kz, l1 * value);
-                    if (l2 > 0.0f) atomicAdd(volT + base + kz2, l2 * value);
-                } else {
-                    part += l1 * volT[base + kz] + l2 * volT[base + kz2];
-                    if (((k - k0) & 15) == 15) { acc += (double)part; part = 0.0f; }
-                }
+                part += l1 * volT[base + kz] + l2 * volT[base + kz2];
             }
             acc += (double)part;
         }

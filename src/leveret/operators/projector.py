@@ -152,7 +152,11 @@ class Projector:
     additions, hence the last bits, varies between runs). Paper 003's
     structured path (cone beam, circular scans without detector tilt:
     Siddon, and Joseph in float32; ``structured``) takes one extra volume,
-    a z-fastest copy, in ``A`` and in ``A.T``.
+    a z-fastest copy (Joseph: with zero borders), in ``A`` and in ``A.T``;
+    its ``A.T`` also scatters with atomicAdd. Structured Joseph has a
+    deterministic gather form of the same transpose (``A._gpu.transpose =
+    "gather"``: tables of at most 2 GiB per batch of views, no atomics), 13 %
+    slower on the H200 (docs/performance.md).
     """
 
     def __init__(self, geometry, volume: VolumeGeometry, *, model: str = "siddon",
