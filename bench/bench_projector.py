@@ -144,7 +144,10 @@ cycles), DRAM 16 % (the volume streamed once per view: 630 MB per view).
   additions per second (Siddon 1.5e11 in 223 ms, Joseph 3.4e11 in 405 ms);
   a warp-private shared window that first merges a warp's rows (tried,
   reverted) made Siddon's 2.1x slower (480 ms: shared-memory float atomics
-  are compare-and-swap loops). At that rate a ray-driven transpose of P1
+  are compare-and-swap loops), and 16-byte vector atomics (a sample's two z
+  neighbours in one red.global.add.v4.f32, two lanes adding zero) made
+  Joseph's 1.9x slower (785 ms: the L2 works per element; reverted). At
+  that rate a ray-driven transpose of P1
   cannot go under ~190 ms (Siddon); <= 150 ms needs a gather whose
   per-(voxel, view) work is L1-light (open).
 
