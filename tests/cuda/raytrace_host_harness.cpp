@@ -59,11 +59,12 @@ extern "C" void run_structured(int adj, double* volT, double* proj, int nx, int 
         else structured_siddon_forward_f64(volT, proj, nx, ny, nz, params, g, n_rows, n_cols);
     }
 }
-extern "C" void run_gather(double* vol, const double* proj, int nx, int ny, int nz, const double* params,
-                           const double* g, int n_views, int n_rows, int n_cols)
+// Every thread of a gather kernel's grid in turn: blocks of 16 x 8 voxel
+// columns and K z voxels, as the launcher runs them.
+template <typename F>
+static void each_gather_thread(int nx, int ny, int nz, int K, F thread)
 {
     blockDim.x = 16; blockDim.y = 8; blockDim.z = 1;
-    const int K = LEVERET_RT_K;
     for (int bz = 0; bz < (nz + K - 1) / K; ++bz)
         for (int by = 0; by < (ny + 7) / 8; ++by)
             for (int bx = 0; bx < (nx + 15) / 16; ++bx)
@@ -71,8 +72,15 @@ extern "C" void run_gather(double* vol, const double* proj, int nx, int ny, int 
                     for (int tx = 0; tx < 16; ++tx) {
                         blockIdx.x = bx; blockIdx.y = by; blockIdx.z = bz;
                         threadIdx.x = tx; threadIdx.y = ty;
-                        structured_siddon_gather_f64(vol, proj, nx, ny, nz, params, g, n_views, n_rows, n_cols);
+                        thread();
                     }
+}
+extern "C" void run_gather(double* vol, const double* proj, int nx, int ny, int nz, const double* params,
+                           const double* g, int n_views, int n_rows, int n_cols)
+{
+    each_gather_thread(nx, ny, nz, LEVERET_RT_K, [&] {
+        structured_siddon_gather_f64(vol, proj, nx, ny, nz, params, g, n_views, n_rows, n_cols);
+    });
 }
 extern "C" void run_structured_fast(int adj, float* volT, float* proj, int nx, int ny, int nz, const double* params,
                                     const double* g, int n_views, int n_rows, int n_cols)
@@ -123,17 +131,9 @@ extern "C" void run_joseph_gather(float* vol, const float* proj, int nx, int ny,
         blockIdx.x = (unsigned)t;
         joseph_row_table(rows, proj, nx, ny, nz, params, g, n_views, n_rows, n_cols);
     }
-    blockDim.x = 16; blockDim.y = 8; blockDim.z = 1;
-    const int K = LEVERET_JG_K;
-    for (int bz = 0; bz < (nz + K - 1) / K; ++bz)
-        for (int by = 0; by < (ny + 7) / 8; ++by)
-            for (int bx = 0; bx < (nx + 15) / 16; ++bx)
-                for (int ty = 0; ty < 8; ++ty)
-                    for (int tx = 0; tx < 16; ++tx) {
-                        blockIdx.x = bx; blockIdx.y = by; blockIdx.z = bz;
-                        threadIdx.x = tx; threadIdx.y = ty;
-                        joseph_gather(vol, planes, dominant, rows, nx, ny, nz, params, g, n_views, n_rows, n_cols, 0);
-                    }
+    each_gather_thread(nx, ny, nz, LEVERET_JG_K, [&] {
+        joseph_gather(vol, planes, dominant, rows, nx, ny, nz, params, g, n_views, n_rows, n_cols, 0);
+    });
     delete[] planes; delete[] dominant; delete[] rows;
 }
 // The z-fastest copy kernels, one "thread" per block (blockDim (1, 1): the loops
