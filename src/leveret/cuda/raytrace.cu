@@ -146,18 +146,17 @@ __device__ double siddon(T* vol, int nx, int ny, int nz, double px, double py, d
     return acc;
 }
 
-// Joseph along one ray (CPU: _joseph); p in voxel-centre units (voxel i centred at i).
-template <typename T, bool ADJ>
-__device__ double joseph(T* vol, int nx, int ny, int nz, double px, double py, double pz,
-                         double dx, double dy, double dz, double t_start, double value)
+// Joseph's axes for one ray: the dominant axis m (planes m = const) and the
+// other two, u < v (CPU: u = 1 if m == 0 else 0, v = 3 - m - u), with their
+// positions, directions, sizes and element strides in vol (nz, ny, nx).
+__device__ __forceinline__ void joseph_axes(int nx, int ny, int nz, double px, double py, double pz, double dx,
+                                            double dy, double dz, double& pm, double& dm, double& pu, double& du,
+                                            double& pv, double& dv, int& nm, int& nu, int& nv, long long& sm,
+                                            long long& su, long long& sv)
 {
-    // Dominant axis m, the other two u < v (CPU: u = 1 if m == 0 else 0, v = 3 - m - u).
     int m = 0;
     if (fabs(dy) > fabs(dx)) m = 1;
     if (fabs(dz) > fabs(m == 0 ? dx : dy)) m = 2;
-    double pm, dm, pu, du, pv, dv;
-    int nm, nu, nv;
-    long long sm, su, sv;  // element strides in vol
     const long long sxy = (long long)nx * ny;
     if (m == 0) { pm = px; dm = dx; nm = nx; sm = 1;
                   pu = py; du = dy; nu = ny; su = nx;  pv = pz; dv = dz; nv = nz; sv = sxy; }
@@ -165,6 +164,17 @@ __device__ double joseph(T* vol, int nx, int ny, int nz, double px, double py, d
                        pu = px; du = dx; nu = nx; su = 1;  pv = pz; dv = dz; nv = nz; sv = sxy; }
     else { pm = pz; dm = dz; nm = nz; sm = sxy;
            pu = px; du = dx; nu = nx; su = 1;  pv = py; dv = dy; nv = ny; sv = nx; }
+}
+
+// Joseph along one ray (CPU: _joseph); p in voxel-centre units (voxel i centred at i).
+template <typename T, bool ADJ>
+__device__ double joseph(T* vol, int nx, int ny, int nz, double px, double py, double pz,
+                         double dx, double dy, double dz, double t_start, double value)
+{
+    double pm, dm, pu, du, pv, dv;
+    int nm, nu, nv;
+    long long sm, su, sv;  // element strides in vol
+    joseph_axes(nx, ny, nz, px, py, pz, dx, dy, dz, pm, dm, pu, du, pv, dv, nm, nu, nv, sm, su, sv);
     const double w = __ddiv_rn(1.0, fabs(dm));
     double acc = 0.0;
     for (int s = 0; s < nm; ++s) {
@@ -214,19 +224,10 @@ template <bool ADJ>
 __device__ double joseph_fast(float* vol, int nx, int ny, int nz, double px, double py, double pz,
                               double dx, double dy, double dz, bool half_line, float value)
 {
-    int m = 0;
-    if (fabs(dy) > fabs(dx)) m = 1;
-    if (fabs(dz) > fabs(m == 0 ? dx : dy)) m = 2;
     double pm, dm, pu, du, pv, dv;
     int nm, nu, nv;
     long long sm, su_, sv_;
-    const long long sxy = (long long)nx * ny;
-    if (m == 0) { pm = px; dm = dx; nm = nx; sm = 1;
-                  pu = py; du = dy; nu = ny; su_ = nx;  pv = pz; dv = dz; nv = nz; sv_ = sxy; }
-    else if (m == 1) { pm = py; dm = dy; nm = ny; sm = nx;
-                       pu = px; du = dx; nu = nx; su_ = 1;  pv = pz; dv = dz; nv = nz; sv_ = sxy; }
-    else { pm = pz; dm = dz; nm = nz; sm = sxy;
-           pu = px; du = dx; nu = nx; su_ = 1;  pv = py; dv = dy; nv = ny; sv_ = nx; }
+    joseph_axes(nx, ny, nz, px, py, pz, dx, dy, dz, pm, dm, pu, du, pv, dv, nm, nu, nv, sm, su_, sv_);
     const float w = (float)__ddiv_rn(1.0, fabs(dm));
     // Planes s with t = (s - pm) / dm >= 0 (cone rays start at the source):
     // s >= pm when dm > 0, s <= pm when dm < 0 (exact for integer s).
@@ -288,17 +289,29 @@ __device__ double joseph_fast(float* vol, int nx, int ny, int nz, double px, dou
     return acc + (double)part;
 }
 
+// The general path's ray of this thread: r = (view * n_rows + row) * n_cols + col
+// (projection order, adjacent threads = adjacent columns); false past the last ray.
+__device__ __forceinline__ bool general_ray(int n_views, int n_rows, int n_cols, long long& r, int& view, int& row,
+                                            int& col)
+{
+    r = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    const long long per_view = (long long)n_rows * n_cols;
+    if (r >= per_view * n_views) return false;
+    view = (int)(r / per_view);
+    const int rem = (int)(r - (long long)view * per_view);
+    row = rem / n_cols;
+    col = rem - row * n_cols;
+    return true;
+}
+
 template <bool ADJ>
 __device__ void joseph_general_fast(float* vol, float* proj, int nx, int ny, int nz, const double* __restrict__ params,
                                     const double* __restrict__ g, int n_views, int n_rows, int n_cols, int kind,
                                     int is2d)
 {
-    const long long r = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    const long long per_view = (long long)n_rows * n_cols;
-    if (r >= per_view * n_views) return;
-    const int view = (int)(r / per_view);
-    const int rem = (int)(r - (long long)view * per_view);
-    const int row = rem / n_cols, col = rem - (rem / n_cols) * n_cols;
+    long long r;
+    int view, row, col;
+    if (!general_ray(n_views, n_rows, n_cols, r, view, row, col)) return;
     float value = 0.0f;
     if (ADJ) {
         value = proj[r];
@@ -330,12 +343,9 @@ __device__ void general(T* vol, T* proj, int nx, int ny, int nz, const double* _
                         const double* __restrict__ g, int n_views, int n_rows, int n_cols, int kind,
                         int is2d)
 {
-    const long long r = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    const long long per_view = (long long)n_rows * n_cols;
-    if (r >= per_view * n_views) return;
-    const int view = (int)(r / per_view);
-    const int rem = (int)(r - (long long)view * per_view);
-    const int row = rem / n_cols, col = rem - (rem / n_cols) * n_cols;
+    long long r;
+    int view, row, col;
+    if (!general_ray(n_views, n_rows, n_cols, r, view, row, col)) return;
     double value = 0.0;
     if (ADJ) {
         value = (double)proj[r];
@@ -489,6 +499,25 @@ __device__ __forceinline__ void z_split(const RowLine& r, double pz, double B0, 
 }
 
 // Ray-driven structured kernel (forward, or transpose with atomics).
+// A block's xy path of its column (all threads): the x- and y-face crossings
+// X (nx + 1) and Y (ny + 1) clamped to [t_in, t_out] in ascending order
+// (faces walked backwards when the ray runs towards lower indices), merged
+// stably into B (X before equal Y; nx + ny + 2 entries), and the xy cell of
+// each of the nx + ny + 1 segments. Ends without a barrier after cell[].
+__device__ __forceinline__ void column_segments(const ColumnLine& c, int nx, int ny, double* X, double* Y, double* B,
+                                                int* cell)
+{
+    for (int f = threadIdx.x; f <= nx; f += blockDim.x)
+        X[f] = face_tau(c.ax >= 0.0 ? f : nx - f, c.px, c.ax, c.t_in, c.t_out);
+    for (int f = threadIdx.x; f <= ny; f += blockDim.x)
+        Y[f] = face_tau(c.ay >= 0.0 ? f : ny - f, c.py, c.ay, c.t_in, c.t_out);
+    __syncthreads();
+    for (int f = threadIdx.x; f <= nx; f += blockDim.x) B[f + rank_in<true>(Y, ny + 1, X[f])] = X[f];
+    for (int f = threadIdx.x; f <= ny; f += blockDim.x) B[f + rank_in<false>(X, nx + 1, Y[f])] = Y[f];
+    __syncthreads();
+    for (int k = threadIdx.x; k < nx + ny + 1; k += blockDim.x) cell[k] = segment_cell(c, B[k], B[k + 1], nx, ny);
+}
+
 template <typename T, bool ADJ>
 __device__ void structured(T* volT, T* proj, int nx, int ny, int nz, const double* __restrict__ params,
                            const double* __restrict__ g, int n_rows, int n_cols)
@@ -508,19 +537,8 @@ __device__ void structured(T* volT, T* proj, int nx, int ny, int nz, const doubl
             for (int row = threadIdx.x; row < n_rows; row += blockDim.x) proj[out0 + (long long)row * n_cols] = (T)0;
         return;
     }
-    // Face crossings clamped to [t_in, t_out], in ascending order (faces walked
-    // backwards when the ray runs towards lower indices).
-    for (int f = threadIdx.x; f <= nx; f += blockDim.x)
-        X[f] = face_tau(c.ax >= 0.0 ? f : nx - f, c.px, c.ax, c.t_in, c.t_out);
-    for (int f = threadIdx.x; f <= ny; f += blockDim.x)
-        Y[f] = face_tau(c.ay >= 0.0 ? f : ny - f, c.py, c.ay, c.t_in, c.t_out);
-    __syncthreads();
-    // Stable merge: X before equal Y.
-    for (int f = threadIdx.x; f <= nx; f += blockDim.x) B[f + rank_in<true>(Y, ny + 1, X[f])] = X[f];
-    for (int f = threadIdx.x; f <= ny; f += blockDim.x) B[f + rank_in<false>(X, nx + 1, Y[f])] = Y[f];
-    __syncthreads();
+    column_segments(c, nx, ny, X, Y, B, cell);
     const int n_seg = nx + ny + 1;
-    for (int k = threadIdx.x; k < n_seg; k += blockDim.x) cell[k] = segment_cell(c, B[k], B[k + 1], nx, ny);
     __syncthreads();
     for (int row = threadIdx.x; row < n_rows; row += blockDim.x) {
         const RowLine r = row_line(c, par, g, u, (double)row, nz);
@@ -667,16 +685,8 @@ __device__ void structured_fast(float* volT, float* proj, int nx, int ny, int nz
             for (int row = threadIdx.x; row < n_rows; row += blockDim.x) proj[out0 + (long long)row * n_cols] = 0.0f;
         return;
     }
-    for (int f = threadIdx.x; f <= nx; f += blockDim.x)
-        X[f] = face_tau(c.ax >= 0.0 ? f : nx - f, c.px, c.ax, c.t_in, c.t_out);
-    for (int f = threadIdx.x; f <= ny; f += blockDim.x)
-        Y[f] = face_tau(c.ay >= 0.0 ? f : ny - f, c.py, c.ay, c.t_in, c.t_out);
-    __syncthreads();
-    for (int f = threadIdx.x; f <= nx; f += blockDim.x) B[f + rank_in<true>(Y, ny + 1, X[f])] = X[f];
-    for (int f = threadIdx.x; f <= ny; f += blockDim.x) B[f + rank_in<false>(X, nx + 1, Y[f])] = Y[f];
-    __syncthreads();
+    column_segments(c, nx, ny, X, Y, B, cell);
     const int n_seg = nx + ny + 1;
-    for (int k = threadIdx.x; k < n_seg; k += blockDim.x) cell[k] = segment_cell(c, B[k], B[k + 1], nx, ny);
     const double t_m = march_origin(c);
     for (int k = threadIdx.x; k <= n_seg; k += blockDim.x) Bf[k] = (float)sub(B[k], t_m);
     __syncthreads();
@@ -748,21 +758,17 @@ __device__ void structured_fast(float* volT, float* proj, int nx, int ny, int nz
     }
 }
 
-extern "C" __global__ void structured_siddon_forward_fast(float* volT, float* proj, int nx, int ny, int nz,
-                                                          const double* __restrict__ params,
-                                                          const double* __restrict__ g, int n_views, int n_rows,
-                                                          int n_cols, int view_group)
-{
-    structured_fast<false>(volT, proj, nx, ny, nz, params, g, n_views, n_rows, n_cols, view_group);
-}
+// Entry points of the view-grouped float32 structured kernels (grouped_block).
+#define GROUPED_KERNEL(NAME, FN, ADJ)                                                                    \
+    extern "C" __global__ void NAME(float* vol, float* proj, int nx, int ny, int nz,                    \
+                                    const double* __restrict__ params, const double* __restrict__ g,     \
+                                    int n_views, int n_rows, int n_cols, int view_group)                \
+    {                                                                                                   \
+        FN<ADJ>(vol, proj, nx, ny, nz, params, g, n_views, n_rows, n_cols, view_group);                 \
+    }
 
-extern "C" __global__ void structured_siddon_adjoint_fast(float* volT, float* proj, int nx, int ny, int nz,
-                                                          const double* __restrict__ params,
-                                                          const double* __restrict__ g, int n_views, int n_rows,
-                                                          int n_cols, int view_group)
-{
-    structured_fast<true>(volT, proj, nx, ny, nz, params, g, n_views, n_rows, n_cols, view_group);
-}
+GROUPED_KERNEL(structured_siddon_forward_fast, structured_fast, false)
+GROUPED_KERNEL(structured_siddon_adjoint_fast, structured_fast, true)
 
 // Structured Joseph (float32), paper 003's structure applied to Joseph: for a
 // circular scan without detector tilt the rays of one detector column share
@@ -1023,21 +1029,8 @@ __device__ void structured_joseph(float* volP, float* proj, int nx, int ny, int 
     }
 }
 
-extern "C" __global__ void structured_joseph_forward_fast(float* volP, float* proj, int nx, int ny, int nz,
-                                                          const double* __restrict__ params,
-                                                          const double* __restrict__ g, int n_views, int n_rows,
-                                                          int n_cols, int view_group)
-{
-    structured_joseph<false>(volP, proj, nx, ny, nz, params, g, n_views, n_rows, n_cols, view_group);
-}
-
-extern "C" __global__ void structured_joseph_adjoint_fast(float* volP, float* proj, int nx, int ny, int nz,
-                                                          const double* __restrict__ params,
-                                                          const double* __restrict__ g, int n_views, int n_rows,
-                                                          int n_cols, int view_group)
-{
-    structured_joseph<true>(volP, proj, nx, ny, nz, params, g, n_views, n_rows, n_cols, view_group);
-}
+GROUPED_KERNEL(structured_joseph_forward_fast, structured_joseph, false)
+GROUPED_KERNEL(structured_joseph_adjoint_fast, structured_joseph, true)
 
 // Structured Joseph's transpose in gather form: each thread owns one voxel
 // column (i, j) and JG_K consecutive z voxels and sums, over the views, the
