@@ -22,13 +22,12 @@ import argparse
 import shutil
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import RESULTS, metadata, print_header, record, write_results  # noqa: E402
+from common import RESULTS, median_time, metadata, print_header, record, write_results  # noqa: E402
 
 import leveret  # noqa: E402
 from leveret.outofcore import host_bytes, reconstruct_to_file  # noqa: E402
@@ -51,15 +50,7 @@ def run(size: int, backend: str, reps: int, folder: Path) -> None:
         sync = cupy.cuda.Device().synchronize
 
     def median(fn):
-        fn()
-        times = []
-        for _ in range(reps):
-            t0 = time.perf_counter()
-            fn()
-            if sync:
-                sync()
-            times.append(time.perf_counter() - t0)
-        return float(np.median(times))
+        return median_time(fn, reps=reps, warmup=1, sync=sync)
 
     t = median(lambda: leveret.fbp(proj, g, backend=backend))
     record(f"fbp in memory {g.projection_shape} -> {vol.shape}", t, updates, note=backend)

@@ -51,11 +51,9 @@ def _ptr(a):
     return a.ctypes.data_as(ctypes.c_void_p)
 
 
-@pytest.mark.parametrize("model", ["siddon", "joseph"])
-@pytest.mark.parametrize("name", list(CASES))
-def test_host_build_equals_numba(lib, name, model, rng):
-    geometry, volume = CASES[name]
-    A = Projector(geometry, volume, model=model, precision="float64", backend="cpu")
+def _kernel_inputs(geometry, A):
+    """What raytrace.py passes the general kernels: kind, per-view parameters,
+    g (spacings, grid offset and scale), is2d, n_rows, n_cols."""
     kind, params = view_parameters(geometry)
     g = np.zeros(8)
     g[0] = getattr(geometry, "det_spacing", 1.0)
@@ -64,6 +62,16 @@ def test_host_build_equals_numba(lib, name, model, rng):
     is2d = int(isinstance(geometry, ParallelGeometry) and geometry.is_2d)
     shape = geometry.projection_shape
     n_rows, n_cols = (1, shape[1]) if is2d else (shape[1], shape[2])
+    return kind, params, g, is2d, n_rows, n_cols
+
+
+@pytest.mark.parametrize("model", ["siddon", "joseph"])
+@pytest.mark.parametrize("name", list(CASES))
+def test_host_build_equals_numba(lib, name, model, rng):
+    geometry, volume = CASES[name]
+    A = Projector(geometry, volume, model=model, precision="float64", backend="cpu")
+    kind, params, g, is2d, n_rows, n_cols = _kernel_inputs(geometry, A)
+    shape = geometry.projection_shape
     nz, ny, nx = A._grid3
     x = rng.standard_normal(volume.shape)
     y = rng.standard_normal(shape)
@@ -136,14 +144,8 @@ def test_host_build_joseph_float32(lib, name, rng):
     weights (adjoint identity to float32 rounding)."""
     geometry, volume = CASES[name]
     A = Projector(geometry, volume, model="joseph", precision="float64", backend="cpu")
-    kind, params = view_parameters(geometry)
-    g = np.zeros(8)
-    g[0] = getattr(geometry, "det_spacing", 1.0)
-    g[1] = getattr(geometry, "row_spacing", 1.0)
-    g[2:5], g[5:8] = A._offset, A._scale
-    is2d = int(isinstance(geometry, ParallelGeometry) and geometry.is_2d)
+    kind, params, g, is2d, n_rows, n_cols = _kernel_inputs(geometry, A)
     shape = geometry.projection_shape
-    n_rows, n_cols = (1, shape[1]) if is2d else (shape[1], shape[2])
     nz, ny, nx = A._grid3
     x = rng.standard_normal(volume.shape).astype(np.float32)
     y = rng.standard_normal(shape).astype(np.float32)
