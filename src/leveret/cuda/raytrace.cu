@@ -28,6 +28,10 @@
 //    adjacent threads (rows) touch adjacent z voxels: coalesced. Its
 //    transpose runs either ray-driven with atomicAdd or voxel-driven
 //    (structured_gather below: no atomics, the forward's weights bit for bit).
+//    The float32 kernels run in view groups (grouped_block) and the forward
+//    keeps 8 segments' loads in flight. Structured Joseph (structured_joseph)
+//    is the same idea for Joseph's planes, with its own gather
+//    (joseph_gather).
 //
 // tests/cuda/test_raytrace_host.py builds this file for the CPU (g++) and
 // checks every kernel against the Numba operators.
@@ -652,7 +656,6 @@ __device__ __forceinline__ void z_split_f(const RowLineF& r, float B0, float B1,
     kz2 = min(max(k + r.step, 0), nz - 1);
 }
 
-// Ray-driven structured kernel, float32 volume and projections, float32 march.
 // (column, view) of a block when blocks run in groups of view_group views per
 // column (linear block order: a group's views for one column, then the next
 // column): the group's rays, which cross nearly the same voxels, meet in L2
@@ -664,6 +667,7 @@ __device__ __forceinline__ bool grouped_block(int view_group, int n_views, int& 
     return view < n_views;
 }
 
+// Ray-driven structured kernel, float32 volume and projections, float32 march.
 template <bool ADJ>
 __device__ void structured_fast(float* volT, float* proj, int nx, int ny, int nz, const double* __restrict__ params,
                                 const double* __restrict__ g, int n_views, int n_rows, int n_cols, int view_group)
