@@ -15,7 +15,7 @@ out (pinned upload, filter, back-projection streamed out in slabs) or from
 and to device (CuPy) arrays; the note gives the time split of one further
 call (CUDA events: transfer in, filter, back-projection, transfer out not
 hidden). GU/s = voxels x directions / time / 1e9. Usage:
-  PYTHONPATH=src python3 bench/bench_radon3d.py [--gpu] [--cpu] [--quick] [--sizes 128,200] [--out FILE]
+  PYTHONPATH=src python3 bench/bench_radon3d.py [--gpu] [--cpu] [--kernels] [--quick] [--sizes 128,200] [--out FILE]
 """
 from __future__ import annotations
 
@@ -191,18 +191,25 @@ def main(argv=None):
     parser.add_argument("--quick", action="store_true", help="only the first problem (128^3, 208)")
     parser.add_argument("--sizes", default=None,
                         help="comma-separated volume sizes to run, e.g. 128,200 (default: all)")
+    parser.add_argument("--kernels", action="store_true",
+                        help="only the kernel rows on CUDA: each problem's kernel and the global-memory "
+                             "fallback, and the unusual geometries (bench_fallbacks)")
     parser.add_argument("--out", default=None, help="JSON file for the results")
     args = parser.parse_args(argv)
-    if not (args.cpu or args.gpu):
+    if not (args.cpu or args.gpu or args.kernels):
         args.gpu = True
     problems = PROBLEMS[:1] if args.quick else PROBLEMS
     if args.sizes:
         sizes = {int(x) for x in args.sizes.split(",")}
         problems = [pr for pr in problems if pr[0] in sizes]
-    meta = metadata(with_devices=args.gpu)
+    meta = metadata(with_devices=args.gpu or args.kernels)
     print_header()
     if args.gpu:
         bench_gpu(problems)
+    elif args.kernels:
+        for n, n_dirs, _ in problems:
+            bench_kernel_only(n, n_dirs)
+        bench_fallbacks()
     if args.cpu:
         bench_cpu(problems)
     if args.out:
