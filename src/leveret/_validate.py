@@ -5,6 +5,7 @@ what came, as CONVENTIONS.md asks.
 """
 from __future__ import annotations
 
+import functools
 import numbers
 from typing import Sequence
 
@@ -86,6 +87,22 @@ def check_finite_array(name: str, arr) -> None:
     if not bool(xp.isfinite(arr).all()):
         n_bad = int((~xp.isfinite(arr)).sum())
         raise ValueError(f"{name}: expected finite values, got {n_bad} NaN/Inf value(s)")
+
+
+def add_nonfinite_count(counter, arr) -> None:
+    """``counter += number of NaN/Inf in arr`` on the GPU, without a host
+    synchronisation (read ``counter`` once at the end): one fused reduction
+    that reads ``arr`` once. ``cupy.count_nonzero(~cupy.isfinite(arr))`` took
+    0.42 ms per 150 MB chunk on an H200 (three kernels, two bool temporaries),
+    7 ms of an FDK's 135."""
+    _nonfinite_kernel()(arr, counter, axis=None)
+
+
+@functools.lru_cache(maxsize=1)
+def _nonfinite_kernel():
+    import cupy
+    return cupy.ReductionKernel("T x", "int64 y", "isfinite(x) ? 0 : 1", "a + b", "y += a", "0",
+                                "leveret_count_nonfinite")
 
 
 def array_module(arr):

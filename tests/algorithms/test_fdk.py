@@ -118,6 +118,19 @@ def test_bad_input():
 
 
 @pytest.mark.gpu
+def test_fdk_cuda_streamed_non_finite_input_is_an_error():
+    """NumPy input streams through the GPU in chunks; NaN and Inf in two
+    different chunks are both counted (one fused count per chunk on the GPU)."""
+    g = scan(np.linspace(0, 2 * np.pi, 48, endpoint=False), n=16)
+    vol = VolumeGeometry((4, 8, 8))
+    proj = np.ones(g.projection_shape, np.float32)
+    proj[1, 3, 4] = np.nan
+    proj[40, 7, 2] = -np.inf
+    with pytest.raises(ValueError, match="projections: expected finite values, got 2 NaN/Inf"):
+        leveret.fdk(proj, g, vol, backend="cuda")
+
+
+@pytest.mark.gpu
 def test_fdk_cuda_equals_cpu_texture_mode(rng):
     import cupy as cp
     g = scan(np.linspace(0, 2 * np.pi, 90, endpoint=False), n=40, pixel=3.0)

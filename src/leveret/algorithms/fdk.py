@@ -210,7 +210,7 @@ def _reconstruct(projections, geometry, volume, *, filter, cutoff, padding, shor
             download = _SlabDownload(out, op.slab_alignment)
 
             def compute(views, d_in, _):
-                n_bad[...] += xp.count_nonzero(~xp.isfinite(d_in))
+                v.add_nonfinite_count(n_bad, d_in)
                 filtered_views = filtered(d_in, views)
                 if views.stop < geometry.n_views:
                     op(filtered_views, out, views=views, accumulate=True)

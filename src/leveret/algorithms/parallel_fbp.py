@@ -178,7 +178,7 @@ class _Job:
         n_bad = cupy.zeros((), cupy.int64)  # non-finite inputs, read once at the end
 
         def compute(chunk, d_in, d_out):
-            n_bad[...] += cupy.count_nonzero(~cupy.isfinite(d_in))
+            v.add_nonfinite_count(n_bad, d_in)
             self.op(self.filtered(d_in), out=d_out)
 
         stream_chunks(chunks,
@@ -211,7 +211,7 @@ class _Job:
                 arrived = copy_stream.record()
             uploaded.append(d_in)
             compute_stream.wait_event(arrived)
-            n_bad[...] += cupy.count_nonzero(~cupy.isfinite(d_in))
+            v.add_nonfinite_count(n_bad, d_in)
             part = self.op if n_batches == 1 else ParallelBackprojection(
                 _angle_subset(g, b0, b1), self.volume, interpolation=self.op.interpolation,
                 backend="cuda", texture_packing=self.op.texture_packing, kernel=self.op.kernel,
