@@ -247,7 +247,7 @@ class _SlabDownload:
     slab's host copy starts in a worker thread as soon as its transfer lands.
     """
 
-    _PAGE_FLOATS = 1024   # one write per 4 KiB page faults it in
+    _PAGE_BYTES = 4096   # one write per page faults it in
 
     def __init__(self, volume, alignment: int, n_slabs: int = 8):
         import cupy
@@ -261,7 +261,8 @@ class _SlabDownload:
         self.out = np.empty(volume.shape, volume.dtype)
         self._workers = ThreadPoolExecutor(2, thread_name_prefix="leveret-fdk-out")
         flat = self.out.reshape(-1)
-        self._touched = self._workers.submit(flat[::self._PAGE_FLOATS].fill, 0)
+        step = max(1, self._PAGE_BYTES // flat.itemsize)
+        self._touched = self._workers.submit(flat[::step].fill, 0)
         self._copies: list = []
 
     def queue(self, slab) -> None:
