@@ -109,10 +109,8 @@ def test_host_build_structured_float32(lib, name, rng):
     its transpose uses the same weights (adjoint identity to float32 rounding)."""
     geometry, volume = STRUCTURED[name]
     A = Projector(geometry, volume, model="siddon", precision="float64", backend="cpu")
-    _, params = view_parameters(geometry)
-    g = np.zeros(8)
-    g[2:5], g[5:8] = A._offset, A._scale
-    n_views, n_rows, n_cols = geometry.projection_shape
+    _, params, g, _, n_rows, n_cols = _kernel_inputs(geometry, A)
+    n_views = geometry.n_views
     nz, ny, nx = volume.shape
     x = rng.standard_normal(volume.shape).astype(np.float32)
     y = rng.standard_normal(geometry.projection_shape).astype(np.float32)
@@ -174,11 +172,9 @@ def test_host_build_structured_joseph(lib, name, rng):
     value; its transpose has the same weights."""
     geometry, volume = STRUCTURED[name]
     A = Projector(geometry, volume, model="joseph", precision="float64", backend="cpu")
-    _, params = view_parameters(geometry)
-    assert structured_ratio(params, geometry.n_rows, geometry.n_cols, 1 / A._scale) <= 1
-    g = np.zeros(8)
-    g[2:5], g[5:8] = A._offset, A._scale
-    n_views, n_rows, n_cols = geometry.projection_shape
+    _, params, g, _, n_rows, n_cols = _kernel_inputs(geometry, A)
+    assert structured_ratio(params, n_rows, n_cols, 1 / A._scale) <= 1
+    n_views = geometry.n_views
     nz, ny, nx = volume.shape
     x = rng.standard_normal(volume.shape).astype(np.float32)
     y = rng.standard_normal(geometry.projection_shape).astype(np.float32)

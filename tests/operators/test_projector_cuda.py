@@ -278,12 +278,7 @@ def test_structured_float32_march_against_float64(name, rng):
                                          np.abs(x).max(), np.abs(ref).max())
         assert err <= bound and err <= 1e-5 * np.abs(ref).max(), (err, bound)
     y = rng.standard_normal(geometry.projection_shape).astype(np.float32)
-    back = cp.full(volume.shape, np.nan, cp.float32)
-    S.T(cp.asarray(y), out=back)
-    _close(back, A.T(y.astype(np.float64)), 1e-5)
-    lhs = float(np.vdot(got, y.astype(np.float64)))
-    rhs = float(np.vdot(x.astype(np.float64), cp.asnumpy(back).astype(np.float64)))
-    assert abs(lhs - rhs) <= 1e-5 * _adjoint_scale(lhs, got, y)
+    _check_float32_transpose(S, A, x, y, got)
 
 
 @pytest.mark.gpu
@@ -306,12 +301,7 @@ def test_joseph_float32_march_against_float64(name, rng):
     err = np.abs(got - ref).max()
     assert err <= joseph_float32_bound(A._grid3, 1 / A._scale, np.abs(x).max(), np.abs(ref).max())
     assert err <= 1e-5 * np.abs(ref).max()
-    back = cp.full(volume.shape, np.nan, cp.float32)
-    G.T(cp.asarray(y), out=back)
-    _close(back, A.T(y.astype(np.float64)), 1e-5)
-    lhs = float(np.vdot(got, y.astype(np.float64)))
-    rhs = float(np.vdot(x.astype(np.float64), cp.asnumpy(back).astype(np.float64)))
-    assert abs(lhs - rhs) <= 1e-5 * _adjoint_scale(lhs, got, y)
+    _check_float32_transpose(G, A, x, y, got)
 
 
 @pytest.mark.gpu
@@ -440,6 +430,19 @@ def test_gpu_bad_input():
         A(cp.zeros(volume.shape, cp.float32))
     with pytest.raises(ValueError, match="projections"):
         leveret.sirt(cp.zeros(geometry.projection_shape, cp.float32), A, 2)
+
+
+def _check_float32_transpose(G, A, x, y, got):
+    """A float32 GPU operator's transpose (output poisoned) against the float64
+    CPU operator's to 1e-5, and the adjoint identity with its forward ``got``
+    (= G x, as float64 NumPy)."""
+    cp = _cupy()
+    back = cp.full(x.shape, np.nan, cp.float32)
+    G.T(cp.asarray(y), out=back)
+    _close(back, A.T(y.astype(np.float64)), 1e-5)
+    lhs = float(np.vdot(got, y.astype(np.float64)))
+    rhs = float(np.vdot(x.astype(np.float64), cp.asnumpy(back).astype(np.float64)))
+    assert abs(lhs - rhs) <= 1e-5 * _adjoint_scale(lhs, got, y)
 
 
 def _adjoint_scale(lhs, Ax, y) -> float:

@@ -254,14 +254,6 @@ class CudaRaytracer:
         nz, ny, nx = self.grid3
         return cupy.zeros((ny + 2, nx + 2, nz + 2 * JOSEPH_PAD_Z), np.float32)
 
-    def _zpad(self, to: bool, src, dst):
-        """Copy between the volume (nz, ny, nx) and the padded z-fastest volume
-        (``to``: into the padded one; its border is left as it is)."""
-        nx, ny, nz = self._scalars()
-        load_module("raytrace").get_function(f"{'to' if to else 'from'}_zpad_f32")(
-            (-(-int(nx) // 32), -(-int(nz) // 32), int(ny)), (32, 8, 1), (src, dst, nx, ny, nz))
-        return dst
-
     def _joseph_gather(self, proj, out):
         """Structured Joseph's transpose as a gather (raytrace.cu: joseph_gather):
         per batch of views, the plane and row tables, then one pass over the
@@ -297,15 +289,22 @@ class CudaRaytracer:
                                     np.int32(self.n_cols), np.int32(v0 > 0)), shared_mem=shared)
         return out
 
-    def _zfast(self, to: bool, src, dst):
+    def _zfast(self, to: bool, src, dst, padded: bool = False):
         """Copy between the volume (nz, ny, nx) and the structured kernels' z-fastest
         layout (ny, nx, nz) with the tiled kernels (``to``: into the z-fastest one);
-        both arrays C-contiguous of the working dtype."""
+        both arrays C-contiguous of the working dtype. ``padded``: structured
+        Joseph's zero-bordered layout (:meth:`_padded`), whose border is left as it is."""
         nx, ny, nz = self._scalars()
         if int(ny) > MAX_GRID_Y:   # the grid's z extent; not a size anyone projects
-            dst[...] = src.transpose(1, 2, 0) if to else src.transpose(2, 0, 1)
+            inner = dst if to else src
+            if padded:
+                inner = inner[1:-1, 1:-1, JOSEPH_PAD_Z:JOSEPH_PAD_Z + int(nz)]
+            if to:
+                inner[...] = src.transpose(1, 2, 0)
+            else:
+                dst[...] = inner.transpose(2, 0, 1)
             return dst
-        name = f"{'to' if to else 'from'}_zfast_{self._suffix}"
+        name = f"{'to' if to else 'from'}_{'zpad_f32' if padded else 'zfast_' + self._suffix}"
         load_module("raytrace").get_function(name)(
             (-(-int(nx) // 32), -(-int(nz) // 32), int(ny)), (32, 8, 1), (src, dst, nx, ny, nz))
         return dst
@@ -316,7 +315,7 @@ class CudaRaytracer:
         n_views = self.params_host.shape[0]
         nx, ny, nz = self._scalars()
         if self.structured and self.model == "joseph":
-            self._grouped("structured_joseph_forward_fast", self._zpad(True, vol, self._padded()), out)
+            self._grouped("structured_joseph_forward_fast", self._zfast(True, vol, self._padded(), padded=True), out)
             return out
         if self.structured:
             volT = self._zfast(True, vol, cupy.empty((int(ny), int(nx), int(nz)), self.dtype))   # z fastest
@@ -346,7 +345,7 @@ class CudaRaytracer:
         if self.structured and self.model == "joseph":
             volP = self._padded()
             self._grouped("structured_joseph_adjoint_fast", volP, proj)
-            self._zpad(False, volP, out)
+            self._zfast(False, volP, out, padded=True)
             return out
         if self.structured:
             volT = cupy.zeros((int(ny), int(nx), int(nz)), self.dtype)
