@@ -63,3 +63,26 @@ def library_errors(path: Path, what: str) -> Iterator[None]:
     except (OSError, ValueError, KeyError, EOFError, SyntaxError, tokenize.TokenError) as exc:
         # EOFError, SyntaxError, TokenError: NumPy parsing a damaged .npy header.
         raise ValueError(f"path: cannot read {str(path)!r} as {what}: {exc}") from exc
+
+
+class LazyStack:
+    """What the lazy array-likes share (TiffStack, FrameStack, HDF5 datasets):
+    ``len`` and ``np.asarray`` read through ``self[:]``; ``shape`` set by the subclass."""
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __array__(self, dtype=None, copy=None):
+        out = self[:]
+        return out if dtype is None else out.astype(dtype, copy=False)
+
+
+def tiff_files(folder: Path) -> list[Path]:
+    """The TIFF images of a folder (hidden files left out), in natural order;
+    ValueError naming ``path`` if there is none."""
+    files = sorted((f for f in folder.iterdir() if suffix(f) in TIFF_EXTS
+                    and not f.name.startswith(".") and f.is_file()),
+                   key=lambda f: natural_key(f.name))
+    if not files:
+        raise ValueError(f"path: the folder {str(folder)!r} holds no .tif/.tiff file")
+    return files

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import numpy as np
 
-from ._common import HDF5_EXTS, TIFF_EXTS, library_errors, natural_key, split_dataset, suffix
+from ._common import HDF5_EXTS, TIFF_EXTS, LazyStack, library_errors, natural_key, split_dataset, suffix, tiff_files
 
 
-class TiffStack:
+class TiffStack(LazyStack):
     """A folder (or glob) of 2D TIFF images as a lazy ``(n_images, n_rows, n_cols)`` stack.
 
     Uncompressed images are memory-mapped, so reading a band of rows reads
@@ -38,15 +38,8 @@ class TiffStack:
 
     ndim = 3
 
-    def __len__(self) -> int:
-        return self.shape[0]
-
     def __repr__(self) -> str:
         return f"TiffStack({self.source!r}, shape={self.shape}, dtype={self.dtype})"
-
-    def __array__(self, dtype=None, copy=None):
-        out = self[:]
-        return out if dtype is None else out.astype(dtype, copy=False)
 
     def _image(self, k: int, rest: tuple) -> np.ndarray:
         import tifffile
@@ -79,7 +72,7 @@ class TiffStack:
         return out
 
 
-class _H5Dataset:
+class _H5Dataset(LazyStack):
     """A 3D (or any) HDF5 dataset, opened on each access so no handle stays open."""
 
     def __init__(self, path: Path, dataset: str):
@@ -92,9 +85,6 @@ class _H5Dataset:
                 raise ValueError(f"dataset: expected a dataset at {dataset!r} in {str(path)!r}")
             self.shape, self.dtype = tuple(obj.shape), np.dtype(obj.dtype)
         self.ndim = len(self.shape)
-
-    def __len__(self) -> int:
-        return self.shape[0]
 
     def __array__(self, dtype=None, copy=None):
         out = self[()]
@@ -140,12 +130,7 @@ def open_array(path: str | os.PathLike, *, dataset: str | None = None):
         from .readers import open_zarr
         return open_zarr(p)
     if p.is_dir():
-        files = sorted((f for f in p.iterdir() if suffix(f) in TIFF_EXTS
-                        and not f.name.startswith(".") and f.is_file()),
-                       key=lambda f: natural_key(f.name))
-        if not files:
-            raise ValueError(f"path: the folder {str(p)!r} holds no .tif/.tiff file")
-        return TiffStack(files, str(p))
+        return TiffStack(tiff_files(p), str(p))
     if not p.exists():
         raise ValueError(f"path: no such file or folder: {str(p)!r}")
     if ext == ".npy":

@@ -9,7 +9,7 @@ from typing import Callable
 
 import numpy as np
 
-from ._common import HDF5_EXTS, TIFF_EXTS, library_errors, natural_key, split_dataset, suffix
+from ._common import HDF5_EXTS, TIFF_EXTS, library_errors, natural_key, split_dataset, suffix, tiff_files
 
 
 def read_array(path: str | os.PathLike, *, dataset: str | None = None) -> np.ndarray:
@@ -61,12 +61,7 @@ def read_array(path: str | os.PathLike, *, dataset: str | None = None) -> np.nda
         return read_zarr(p)
     if p.is_dir():
         _no_dataset(dataset, "a folder")
-        files = sorted((f for f in p.iterdir() if suffix(f) in TIFF_EXTS
-                        and not f.name.startswith(".") and f.is_file()),
-                       key=lambda f: natural_key(f.name))
-        if not files:
-            raise ValueError(f"path: the folder {str(p)!r} holds no .tif/.tiff file")
-        return read_tiff_stack(files, str(p))
+        return read_tiff_stack(tiff_files(p), str(p))
     if not p.exists():
         raise ValueError(f"path: no such file or folder: {str(p)!r}")
     reader = _READERS.get(suffix(p))
@@ -226,11 +221,8 @@ def read_metadata(path: str | os.PathLike, *, dataset: str | None = None) -> dic
                     val.item() if isinstance(val, np.generic) else val)
             return out
     if p.is_dir():
-        files = sorted((f for f in p.iterdir() if suffix(f) in TIFF_EXTS and not f.name.startswith(".")),
-                       key=lambda f: natural_key(f.name))
-        if not files:
-            raise ValueError(f"path: the folder {str(p)!r} holds no .tif/.tiff file")
-        p, ext = files[0], suffix(files[0])
+        p = tiff_files(p)[0]
+        ext = suffix(p)
     if ext in TIFF_EXTS:
         import tifffile
 

@@ -10,7 +10,7 @@ from typing import NamedTuple
 import numpy as np
 
 from .._validate import choice
-from ._common import split_dataset
+from ._common import LazyStack, split_dataset
 
 # NXtomo image_key values.
 PROJECTION, FLAT, DARK, INVALID = 0, 1, 2, 3
@@ -39,7 +39,7 @@ def _h5_errors(path: Path, what: str):
         raise _BadScan(f"path: cannot read {str(path)!r} as {what}: {exc}") from exc
 
 
-class FrameStack:
+class FrameStack(LazyStack):
     """Lazy, read-only view of some frames of a 3D HDF5 dataset.
 
     Indexing reads only the frames asked for, opening the file for each
@@ -77,15 +77,8 @@ class FrameStack:
         """Index of each frame in the dataset (read-only)."""
         return self._frames
 
-    def __len__(self) -> int:
-        return self.shape[0]
-
     def __repr__(self) -> str:
         return f"FrameStack({self.path!r}:{self.dataset}, shape={self.shape}, dtype={self.dtype})"
-
-    def __array__(self, dtype=None, copy=None):
-        out = self[:]
-        return out if dtype is None else out.astype(dtype, copy=False)
 
     def __getitem__(self, key) -> np.ndarray:
         key = key if isinstance(key, tuple) else (key,)
