@@ -1,4 +1,5 @@
-"""Helpers shared by the readers and writers: path parsing and error wrapping."""
+"""Helpers shared by the readers and writers: path parsing, error wrapping, TIFF
+folders and the lazy stacks' indexing."""
 from __future__ import annotations
 
 import contextlib
@@ -7,6 +8,8 @@ import re
 import tokenize
 from pathlib import Path
 from typing import Iterator
+
+import numpy as np
 
 TIFF_EXTS = (".tif", ".tiff")
 HDF5_EXTS = (".h5", ".hdf5", ".hdf", ".nxs")
@@ -67,7 +70,18 @@ def library_errors(path: Path, what: str) -> Iterator[None]:
 
 class LazyStack:
     """What the lazy array-likes share (TiffStack, FrameStack, HDF5 datasets):
-    ``len`` and ``np.asarray`` read through ``self[:]``; ``shape`` set by the subclass."""
+    ``len`` and ``np.asarray`` read through ``self[:]``; ``shape`` set by the
+    subclass. Indexing: an index with Ellipsis or None reads everything and
+    indexes that; otherwise the subclass's ``_frames_at(first, rest)`` reads
+    the frames ``first`` picks, indexed by ``rest`` (at most two indices)."""
+
+    def __getitem__(self, key) -> np.ndarray:
+        key = key if isinstance(key, tuple) else (key,)
+        if any(k is Ellipsis or k is None for k in key):
+            return self[:][key]
+        if len(key) > 3:
+            raise IndexError(f"too many indices for a 3D stack: {len(key)}")
+        return self._frames_at(key[0], key[1:])
 
     def __len__(self) -> int:
         return self.shape[0]

@@ -55,13 +55,7 @@ class TiffStack(LazyStack):
                              f"{self.shape[1:]} {self.dtype}, {f.name} is {img.shape} {img.dtype}")
         return np.array(img[rest])
 
-    def __getitem__(self, key) -> np.ndarray:
-        key = key if isinstance(key, tuple) else (key,)
-        if any(k is Ellipsis or k is None for k in key):
-            return self[:][key]
-        first, rest = key[0], key[1:]
-        if len(rest) > 2:
-            raise IndexError(f"too many indices for a 3D stack: {len(key)}")
+    def _frames_at(self, first, rest: tuple) -> np.ndarray:
         picked = np.arange(self.shape[0])[first]
         if np.ndim(picked) == 0:
             return self._image(int(picked), rest)

@@ -80,13 +80,7 @@ class FrameStack(LazyStack):
     def __repr__(self) -> str:
         return f"FrameStack({self.path!r}:{self.dataset}, shape={self.shape}, dtype={self.dtype})"
 
-    def __getitem__(self, key) -> np.ndarray:
-        key = key if isinstance(key, tuple) else (key,)
-        if any(k is Ellipsis or k is None for k in key):
-            return self[:][key]
-        first, rest = key[0], key[1:]
-        if len(rest) > 2:
-            raise IndexError(f"too many indices for a 3D stack: {len(key)}")
+    def _frames_at(self, first, rest: tuple) -> np.ndarray:
         picked = self._frames[first]  # IndexError as NumPy gives it
         single = np.ndim(picked) == 0
         picked = np.atleast_1d(picked)
