@@ -8,20 +8,9 @@
 // g_bad_reads); atomics are plain adds. The shared-memory back-projection uses
 // inline PTX and is left out (LEVERET_RADON3D_HOST): the NumPy mirror in
 // tests/algorithms/test_radon3d_kernel_mirror.py checks it.
-#include <cmath>
-#include <algorithm>
-#include <cstring>
-using std::min; using std::max; using std::floor; using std::fma;
-struct dim { unsigned x, y, z; };
-static dim blockIdx, threadIdx, blockDim;
-#define __global__
-#define __device__
-#define __forceinline__ inline
-#define __restrict__
-#define __shared__
+#include "host_cuda.h"
+using std::floor; using std::fma;
 #define __align__(n)     // smem_raw below is aligned
-#define __launch_bounds__(n)
-#define __syncthreads()
 #define LEVERET_RADON3D_HOST 1
 
 static const char* g_lo[2];

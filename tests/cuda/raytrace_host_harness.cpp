@@ -5,18 +5,7 @@
 // against the Numba operators on a machine without a GPU. The structured
 // kernel runs with blockDim.x = 1: one thread does all of a block's work
 // between the (empty) barriers.
-#include <cmath>
-#include <algorithm>
-#include <cstring>
-using std::min; using std::max;
-struct dim { unsigned x, y, z; };
-static dim blockIdx, threadIdx, blockDim;
-#define __global__
-#define __device__
-#define __forceinline__ inline
-#define __restrict__
-#define __shared__
-#define __syncthreads()
+#include "host_cuda.h"
 static inline double __longlong_as_double(long long v) { double d; std::memcpy(&d, &v, 8); return d; }
 static inline double __dmul_rn(double a, double b) { return a * b; }
 static inline double __dadd_rn(double a, double b) { return a + b; }
@@ -24,7 +13,6 @@ static inline double __dsub_rn(double a, double b) { return a - b; }
 static inline double __ddiv_rn(double a, double b) { return a / b; }
 static inline double __dsqrt_rn(double a) { return std::sqrt(a); }
 template <typename T> static inline T atomicAdd(T* p, T v) { T o = *p; *p = o + v; return o; }
-#define __launch_bounds__(n)
 struct int4 { int x, y, z, w; };
 struct float4 { float x, y, z, w; };
 static inline int4 make_int4(int x, int y, int z, int w) { return {x, y, z, w}; }

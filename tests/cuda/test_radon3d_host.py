@@ -10,8 +10,6 @@ tests/algorithms/test_radon3d_cuda.py do; the shared-memory back-projection
 from __future__ import annotations
 
 import ctypes
-import shutil
-import subprocess
 
 import numpy as np
 import pytest
@@ -20,9 +18,9 @@ from leveret import RadonGeometry, VolumeGeometry
 from leveret.algorithms.radon3d import TwoStagePlan
 from leveret.cpu import radon3d as cpu
 from leveret.cuda import radon3d as launcher
-from leveret.cuda._module import KERNEL_DIR
 
-HARNESS = __import__("pathlib").Path(__file__).resolve().parent / "radon3d_host_harness.cpp"
+from host_build import build_host_harness  # noqa: E402 (this folder is on sys.path)
+
 TOL = {np.float32: 1e-5, np.float64: 1e-12}
 VOLUMES = {"odd-offcentre": VolumeGeometry((17, 23, 37), (0.05, 0.04, 0.045), center=(0.02, -0.03, 0.01)),
            "thin": VolumeGeometry((5, 3, 70), 0.02),
@@ -32,15 +30,7 @@ VOLUMES = {"odd-offcentre": VolumeGeometry((17, 23, 37), (0.05, 0.04, 0.045), ce
 
 @pytest.fixture(scope="module")
 def lib(tmp_path_factory):
-    cxx = shutil.which("g++") or shutil.which("c++")
-    if cxx is None:
-        pytest.skip("no C++ compiler (g++) to build radon3d.cu for the host")
-    so = tmp_path_factory.mktemp("radon3d_host") / "libradon3d_host.so"
-    cmd = [cxx, "-O1", "-ffp-contract=off", "-std=c++17", "-shared", "-fPIC",
-           f'-DRADON3D_CU="{KERNEL_DIR / "radon3d.cu"}"', "-o", str(so), str(HARNESS)]
-    res = subprocess.run(cmd, capture_output=True, text=True)
-    assert res.returncode == 0, res.stderr
-    dll = ctypes.CDLL(str(so))
+    dll = build_host_harness(tmp_path_factory, "radon3d")
     dll.bad_reads.restype = ctypes.c_longlong
     dll.run_bp_global.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_longlong,
                                   ctypes.c_longlong, ctypes.c_void_p, ctypes.c_longlong, ctypes.c_int,

@@ -10,15 +10,12 @@ tests/operators/test_projector_cuda.py do."""
 from __future__ import annotations
 
 import ctypes
-import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from leveret.cuda._module import KERNEL_DIR
 from leveret.cuda.raytrace import (JOSEPH_PAD_Z, joseph_float32_bound, structured_float32_bound, structured_ratio,
                                    view_parameters)
 from leveret.geometry import ParallelGeometry
@@ -28,23 +25,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "operators"))
 from test_projector import GEOMETRIES, adjoint_scale  # noqa: E402
 from test_projector_cuda import STRUCTURED  # noqa: E402
 
-HARNESS = Path(__file__).resolve().parent / "raytrace_host_harness.cpp"
+from host_build import build_host_harness  # noqa: E402 (this folder is on sys.path)
+
 CASES = {**GEOMETRIES, **STRUCTURED}
 
 
 @pytest.fixture(scope="module")
 def lib(tmp_path_factory):
-    cxx = shutil.which("g++") or shutil.which("c++")
-    if cxx is None:
-        pytest.skip("no C++ compiler (g++) to build raytrace.cu for the host")
-    so = tmp_path_factory.mktemp("raytrace_host") / "libraytrace_host.so"
     # LEVERET_JG_K=8: structured Joseph's gather in z chunks of 8 (32 on the
     # GPU), so that the test volumes (nz 7-23) span one to three chunks.
-    cmd = [cxx, "-O1", "-ffp-contract=off", "-std=c++17", "-shared", "-fPIC", "-DLEVERET_JG_K=8",
-           f'-DRAYTRACE_CU="{KERNEL_DIR / "raytrace.cu"}"', "-o", str(so), str(HARNESS)]
-    res = subprocess.run(cmd, capture_output=True, text=True)
-    assert res.returncode == 0, res.stderr
-    return ctypes.CDLL(str(so))
+    return build_host_harness(tmp_path_factory, "raytrace", ("LEVERET_JG_K=8",))
 
 
 def _ptr(a):
