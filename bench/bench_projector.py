@@ -151,6 +151,24 @@ cycles), DRAM 16 % (the volume streamed once per view: 630 MB per view).
   cannot go under ~190 ms (Siddon); <= 150 ms needs a gather whose
   per-(voxel, view) work is L1-light (open).
 
+Phase 4 (written before its first GPU run): structured Joseph's transpose
+voxel-driven with a warp per voxel column (joseph_voxel_gather): lanes are 32
+consecutive z voxels, so the (view, column, plane) work is uniform across the
+warp and the lanes' rows are adjacent entries of one detector column's values
+(layout (view, column, row)): each load is one or two 128-byte lines, against
+the table gather's lanes spread over ~16 columns. Count for P1: 9.7e10
+(voxel, view) pairs; ~1.5 contributing columns per pair; per (voxel, column)
+~18 instructions (row coordinate stepped in float32, clamp, two rows of one
+load and four operations each where rows are over a voxel apart, four rows
+below); the uniform set-up (four column coordinates per view, per candidate
+tau, fu, zA, zS in float64) amortised over a lane's 16 voxels: ~30-35
+instructions per (voxel, view) = 1.0e11 warp instructions, ~95 ms at full
+issue; ~3 loads per (voxel, view) at 1-2 L1 wavefronts each (not the bound);
+L2 traffic with 8 neighbouring voxel columns per block sharing detector
+columns ~190 GB (~30 ms, overlapped). Predicted 100-140 ms for the transpose
+(+2-3 ms for the value and column tables and 1 ms for the copy out of the
+z-fastest volume), so SIRT ~ 92 + 120 + 3 = ~215 ms, CGLS ~220 ms.
+
 Targets (issue 5): forward <= 150 ms Joseph, <= 250 ms Siddon, back <= 150 ms,
 SIRT <= 300 ms, CGLS <= 320 ms, RabbitCT forward <= 400 ms. ASTRA 2.5.0 on
 H200 (issue): FP 235 ms, BP 207 ms, SIRT 484 ms, CGLS 541 ms, RabbitCT FP 699 ms.
@@ -232,17 +250,18 @@ def bench_leveret(g, vol, label: str, *, iterations: bool, k: int = 2):
             continue
         yr = rng.random(g.projection_shape, dtype=cp.float32)
         default = A._gpu.transpose if A.structured else "atomic"
+        notes = {"atomic": "ray-driven, atomicAdd",
+                 "gather": ("voxel-driven gather, no atomics, float64" if model == "siddon"
+                            else "table gather, no atomics, the forward's float32 weights"),
+                 "voxel": "voxel-driven, a warp per voxel column, no atomics"}
         t = median_time(lambda: A.T(yr, out=back), reps=2, sync=sync)
-        record(f"{label} back {tag}", t, rays,
-               note=note + (", gather (no atomics)" if default == "gather" else ", atomicAdd"))
-        if A.structured:   # the other transpose, for the record
-            A._gpu.transpose = "atomic" if default == "gather" else "gather"
+        record(f"{label} back {tag}", t, rays, note=f"{note}, {notes[default]} (default)")
+        others = ["atomic", "gather"] + (["voxel"] if getattr(A._gpu, "voxel_ok", False) else [])
+        for mode in (m for m in others if A.structured and m != default):   # the other transposes, for the record
+            A._gpu.transpose = mode
             t = median_time(lambda: A.T(yr, out=back), reps=2, sync=sync)
-            gather_note = ("voxel-driven gather, no atomics, float64" if model == "siddon"
-                           else "voxel-driven gather, no atomics, the forward's float32 weights")
-            record(f"{label} back {tag} {A._gpu.transpose}", t, rays,
-                   note="ray-driven, atomicAdd" if default == "gather" else gather_note)
-            A._gpu.transpose = default
+            record(f"{label} back {tag} {mode}", t, rays, note=notes[mode])
+        A._gpu.transpose = default
         b = A(x)
         t = _iteration_time(lambda n: leveret.sirt(b, A, n), k, sync)
         record(f"{label} SIRT iteration {tag}", t, rays, note=note)

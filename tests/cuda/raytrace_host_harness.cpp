@@ -124,6 +124,34 @@ extern "C" void run_joseph_gather(float* vol, const float* proj, int nx, int ny,
     });
     delete[] planes; delete[] dominant; delete[] rows;
 }
+// Structured Joseph's voxel transpose: the column numbers and the values for
+// all views, then every thread of the gather's grid (blocks of 8 warps on 4 x 2
+// voxel columns) in turn, into the z-fastest volume volT (ny, nx, nz).
+extern "C" void run_joseph_voxel(float* volT, const float* proj, int nx, int ny, int nz, const double* params,
+                                 const double* g, int n_views, int n_rows, int n_cols)
+{
+    const int rows_p = n_rows + JV_PAD_LO + JV_PAD_HI;
+    double* cols = new double[(size_t)n_views * n_cols * JV_NCOL];
+    float* values = new float[(size_t)n_views * n_cols * rows_p];
+    blockDim.x = 1; blockDim.y = 1; threadIdx.x = 0; threadIdx.y = 0;
+    for (long long t = 0; t < (long long)n_views * n_cols; ++t) {
+        blockIdx.x = (unsigned)t;
+        joseph_voxel_columns(cols, params, g, nx, ny, n_views, n_cols);
+    }
+    for (long long t = 0; t < (long long)n_views * n_cols * rows_p; ++t) {
+        blockIdx.x = (unsigned)t;
+        joseph_voxel_values(values, proj, nx, ny, nz, params, g, n_views, n_rows, n_cols);
+    }
+    blockDim.x = 256; blockDim.y = 1; blockDim.z = 1;
+    for (int bz = 0; bz < (nz + 32 * JV_KZ - 1) / (32 * JV_KZ); ++bz)
+        for (int by = 0; by < (ny + 1) / 2; ++by)
+            for (int bx = 0; bx < (nx + 3) / 4; ++bx)
+                for (int t = 0; t < 256; ++t) {
+                    blockIdx.x = bx; blockIdx.y = by; blockIdx.z = bz; threadIdx.x = t;
+                    joseph_voxel_gather(volT, values, cols, params, g, nx, ny, nz, n_views, n_rows, n_cols, 0);
+                }
+    delete[] cols; delete[] values;
+}
 // The z-fastest copy kernels, one "thread" per block (blockDim (1, 1): the loops
 // cover the tile, the barrier separates nothing).
 extern "C" void run_zfast(int to, int padded, const float* src, float* dst, int nx, int ny, int nz)

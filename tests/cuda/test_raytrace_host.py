@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 
 from leveret.cuda.raytrace import (JOSEPH_PAD_Z, joseph_float32_bound, structured_float32_bound, structured_ratio,
-                                   view_parameters)
-from leveret.geometry import ParallelGeometry
+                                   view_parameters, voxel_rows_per_voxel)
+from leveret.geometry import ConeGeometry, ParallelGeometry, VolumeGeometry
 from leveret.operators import Projector
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "operators"))
@@ -33,8 +33,10 @@ CASES = {**GEOMETRIES, **STRUCTURED}
 @pytest.fixture(scope="module")
 def lib(tmp_path_factory):
     # LEVERET_JG_K=8: structured Joseph's gather in z chunks of 8 (32 on the
-    # GPU), so that the test volumes (nz 7-23) span one to three chunks.
-    return build_host_harness(tmp_path_factory, "raytrace", ("LEVERET_JG_K=8",))
+    # GPU), so that the test volumes (nz 7-23) span one to three chunks;
+    # LEVERET_JV_KZ=1: the voxel transpose's warps cover 32 z voxels (512 on
+    # the GPU), so the tall case below spans three.
+    return build_host_harness(tmp_path_factory, "raytrace", ("LEVERET_JG_K=8", "LEVERET_JV_KZ=1"))
 
 
 def _ptr(a):
@@ -193,6 +195,35 @@ def test_host_build_structured_joseph(lib, name, rng):
     gathered = np.full(volume.shape, np.nan, np.float32)
     lib.run_joseph_gather(_ptr(gathered), _ptr(y), nx, ny, nz, _ptr(params), _ptr(g), n_views, n_rows, n_cols)
     np.testing.assert_array_equal(gathered, back)
+    # The voxel-driven transpose (default on the GPU): the same weights from the
+    # same set-up, its z fractions in float64 where the forward's march rounds
+    # in float32, so equal to the scatter to that march's rounding; z-fastest
+    # output poisoned: every voxel written.
+    volT = np.full((ny, nx, nz), np.nan, np.float32)
+    lib.run_joseph_voxel(_ptr(volT), _ptr(y), nx, ny, nz, _ptr(params), _ptr(g), n_views, n_rows, n_cols)
+    voxel = volT.transpose(2, 0, 1).astype(np.float64)
+    assert not np.isnan(voxel).any()
+    assert np.abs(voxel - back).max() <= 2e-6 * np.abs(back).max()
+    assert np.abs(voxel - ref_back).max() <= 1e-5 * np.abs(ref_back).max()
+    assert abs(lhs - np.vdot(x.astype(np.float64), voxel)) <= 1e-5 * adjoint_scale(lhs, out, y)
+
+
+def test_host_build_joseph_voxel_tall(lib, rng):
+    """The voxel transpose over several z chunks (70 voxels, warps of 32),
+    anisotropic voxels, an off-centre detector and rows up to ~1.4 per voxel:
+    the float64 CPU transpose to 1e-6 of the largest value; output poisoned."""
+    geometry = ConeGeometry.circular(np.linspace(0, 2 * np.pi, 9, endpoint=False), sid=60, sdd=90, n_rows=61,
+                                     n_cols=29, pixel_size=1.4, det_offset=(0.7, -1.3))
+    volume = VolumeGeometry((70, 17, 19), (1.0, 1.1, 0.6), center=(0.3, -0.4, 1.1))
+    A = Projector(geometry, volume, model="joseph", precision="float64", backend="cpu")
+    _, params, g, _, n_rows, n_cols = _kernel_inputs(geometry, A)
+    nz, ny, nx = volume.shape
+    assert 1 < voxel_rows_per_voxel(params, n_cols, volume.shape, A._offset, A._scale) < 4
+    y = rng.standard_normal(geometry.projection_shape).astype(np.float32)
+    volT = np.full((ny, nx, nz), np.nan, np.float32)
+    lib.run_joseph_voxel(_ptr(volT), _ptr(y), nx, ny, nz, _ptr(params), _ptr(g), geometry.n_views, n_rows, n_cols)
+    ref = A.T(y.astype(np.float64))
+    np.testing.assert_allclose(volT.transpose(2, 0, 1), ref, rtol=0, atol=1e-6 * np.abs(ref).max())
 
 
 @pytest.mark.parametrize("padded", [False, True])

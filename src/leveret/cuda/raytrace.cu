@@ -1196,6 +1196,187 @@ extern "C" __global__ void __launch_bounds__(128) joseph_gather(
     }
 }
 
+// Structured Joseph's transpose, voxel-driven with a warp per voxel column
+// ("voxel", the default): the same weights as the forward, evaluated per
+// voxel instead of per ray, so no atomics and each voxel written once.
+//
+// Voxel (i, j, k) receives, per view, from every detector column whose xy line
+// passes within one voxel of the voxel's centre on the plane of that column's
+// dominant axis (plane i of an x-dominant column, in-plane index j; plane j of
+// a y-dominant one, in-plane index i), with in-plane weight wu = 1 - |fu - j|,
+// and from every row of that column whose z on the plane lies within one voxel
+// of k, weight 1 - |z - k|: the value y w of the ray (w: its plane-to-plane
+// length, folded in by joseph_voxel_values, exactly as the atomic transpose
+// spreads it). On the plane, z is affine in the row, z_r = zA + r zS (flat
+// detector), so the rows come from one row coordinate t = (k - zA) / zS: r = T + d
+// with t = T + f (f in [0, 1)), d in [-floor(h), floor(h) + 1], h = 1 / |zS|,
+// weight wu max(0, 1 - |zS| |d - f|).
+//
+// Lanes are 32 consecutive z voxels of one column, each lane JV_KZ voxels 32
+// apart: the (view, column, plane) work (candidate columns, tau, fu, zA, zS, in
+// float64 from joseph_voxel_columns' per-column numbers) is uniform across the
+// warp, and the lanes' rows are adjacent entries of the column's values
+// (layout (view, column, row), padded): one or two cache lines per load. Per
+// voxel and contributing column: the row coordinate stepped in float32 (f, T;
+// float32 holds only the fraction), then per row one load and four operations.
+// The z fractions are float64-accurate where the forward's float32 march
+// (fmaf(dtau, mz, fr)) rounds: the two differ by that march's rounding, well
+// inside 1e-5 (the tests' adjoint bound); joseph_float32_bound covers both.
+//
+// Rows further than JV_HMAX + 1 below or above the detector read the zero
+// padding (JV_PAD_LO, JV_PAD_HI rows): the row index is clamped where no row
+// can reach, and the launcher checks h < JV_HMAX + 1 (rows at least a quarter
+// voxel apart in z).
+#ifndef LEVERET_JV_KZ
+#define LEVERET_JV_KZ 16
+#endif
+#define JV_KZ LEVERET_JV_KZ
+#define JV_HMAX 3
+#define JV_PAD_LO (2 * JV_HMAX + 2)
+#define JV_PAD_HI (2 * JV_HMAX + 3)
+#define JV_NCOL 8   // float64 numbers per (view, column): see joseph_voxel_columns
+
+// Per (view, column), from joseph_column (the forward's set-up): dominant axis
+// (1: y), 1 / a_m, p_m, a_u, p_u (voxel-centre units), z slope per unit tau of
+// row 0 (Mz0) and its change per row (Mz1), source z (voxel-centre units).
+extern "C" __global__ void joseph_voxel_columns(double* __restrict__ cols, const double* __restrict__ params,
+                                                const double* __restrict__ g, int nx, int ny, int n_views,
+                                                int n_cols)
+{
+    const long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x;   // view n_cols + col
+    if (t >= (long long)n_views * n_cols) return;
+    const int col = (int)(t % n_cols), view = (int)(t / n_cols);
+    const double* par = params + 12 * view;
+    const double u = (double)col;
+    const JosephColumn j = joseph_column(par, g, u, nx, ny);
+    double* c = cols + t * JV_NCOL;
+    c[0] = j.my ? 1.0 : 0.0;
+    c[1] = __ddiv_rn(1.0, j.am);
+    c[2] = j.pm;
+    c[3] = j.au;
+    c[4] = j.pu;
+    c[5] = mul(mul(add(mul(par[9], u), par[11]), j.c.inv_qxy), g[7]);
+    c[6] = mul(mul(par[10], j.c.inv_qxy), g[7]);
+    c[7] = j.pzc;
+}
+
+// y w per ray in the gather's layout (view, column, JV_PAD_LO + row), zero
+// padding rows; w as the forward's joseph_step, the product as the atomic
+// transpose's value.
+extern "C" __global__ void joseph_voxel_values(float* __restrict__ values, const float* __restrict__ proj, int nx,
+                                               int ny, int nz, const double* __restrict__ params,
+                                               const double* __restrict__ g, int n_views, int n_rows, int n_cols)
+{
+    const int rows_p = n_rows + JV_PAD_LO + JV_PAD_HI;
+    const long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x;   // (view n_cols + col) rows_p + r
+    if (t >= (long long)n_views * n_cols * rows_p) return;
+    const int row = (int)(t % rows_p) - JV_PAD_LO;
+    const long long vc = t / rows_p;
+    const int col = (int)(vc % n_cols), view = (int)(vc / n_cols);
+    float value = 0.0f;
+    if (0 <= row && row < n_rows) {
+        const double* par = params + 12 * view;
+        const JosephColumn jc = joseph_column(par, g, (double)col, nx, ny);
+        const float w = joseph_step(jc, par, g, (double)col, (double)row, nz);
+        value = proj[((long long)view * n_rows + row) * n_cols + col] * w;
+    }
+    values[t] = value;
+}
+
+// One view's candidate columns of one rule (MY: y-dominant columns, plane j)
+// for a lane's JV_KZ voxels k0 + 32 q. [c0, c1]: the column coordinates of the
+// two points one voxel either side of the centre along the in-plane axis.
+template <bool MY>
+__device__ __forceinline__ void joseph_voxel_rule(float c0, float c1, int i, int j, int k0, const double* vcols,
+                                                  const float* vvals, int rows_p, int n_rows, int n_cols,
+                                                  float (&acc)[JV_KZ])
+{
+    const float lo = fminf(c0, c1), hi = fmaxf(c0, c1);
+    if (!(hi >= -1.0f && lo <= (float)n_cols)) return;   // also NaN (no column)
+    const int ua = max(0, (int)ceilf(fmaxf(lo, -2.0f) - 0.01f));
+    const int ub = min(n_cols - 1, (int)floorf(fminf(hi, (float)n_cols + 1.0f) + 0.01f));
+    const int plane = MY ? j : i, inplane = MY ? i : j;
+    for (int u = ua; u <= ub; ++u) {
+        const double* c = vcols + (long long)u * JV_NCOL;
+        if ((c[0] != 0.0) != MY) continue;
+        const double tau = ((double)plane - c[2]) * c[1];
+        if (!(tau >= 0.0)) continue;   // cone rays start at the source
+        const double du = fabs(c[4] + tau * c[3] - (double)inplane);
+        if (!(du < 1.0)) continue;
+        const double zA = c[7] + tau * c[5], zS = tau * c[6];
+        if (zS == 0.0) continue;
+        const double inv = 1.0 / zS;
+        const int nh = min((int)fabs(inv), JV_HMAX);
+        const float wu = (float)(1.0 - du);
+        const float wz = wu * (float)fabs(zS);
+        const double t0 = fmin(fmax(((double)k0 - zA) * inv, -1.0e8), 1.0e8);
+        const double T0 = floor(t0), step = 32.0 * inv, dT = floor(step);
+        int T = (int)T0;
+        float f = (float)(t0 - T0);
+        const int DT = (int)dT;
+        const float df = (float)(step - dT);
+        const float* col = vvals + (long long)u * rows_p;
+        const int tlo = -(JV_HMAX + 2), thi = n_rows + JV_HMAX + 1;
+        if (nh == 0) {   // rows T and T + 1 (|zS| > 1)
+#pragma unroll
+            for (int q = 0; q < JV_KZ; ++q) {
+                const float* p = col + min(max(T, tlo), thi);
+                acc[q] = fmaf(fmaxf(0.0f, fmaf(-wz, f, wu)), p[0], acc[q]);
+                acc[q] = fmaf(fmaxf(0.0f, fmaf(-wz, 1.0f - f, wu)), p[1], acc[q]);
+                f += df;
+                T += DT;
+                if (f >= 1.0f) { f -= 1.0f; ++T; }
+            }
+        } else {
+#pragma unroll
+            for (int q = 0; q < JV_KZ; ++q) {
+                const float* p = col + min(max(T, tlo), thi);
+                for (int d = -nh; d <= nh + 1; ++d)
+                    acc[q] = fmaf(fmaxf(0.0f, fmaf(-wz, fabsf((float)d - f), wu)), p[d], acc[q]);
+                f += df;
+                T += DT;
+                if (f >= 1.0f) { f -= 1.0f; ++T; }
+            }
+        }
+    }
+}
+
+// Blocks of 8 warps on a 4 x 2 patch of voxel columns (neighbours read the
+// same detector columns: L1 hits); grid (ceil(nx / 4), ceil(ny / 2),
+// ceil(nz / (32 JV_KZ))). volT: the z-fastest volume (ny, nx, nz); values and
+// cols for the views [0, n_views) of this batch; accumulate: add to volT.
+extern "C" __global__ void __launch_bounds__(256) joseph_voxel_gather(
+    float* __restrict__ volT, const float* __restrict__ values, const double* __restrict__ cols,
+    const double* __restrict__ params, const double* __restrict__ g, int nx, int ny, int nz, int n_views,
+    int n_rows, int n_cols, int accumulate)
+{
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int i = blockIdx.x * 4 + (warp & 3), j = blockIdx.y * 2 + (warp >> 2);
+    if (i >= nx || j >= ny) return;   // whole warps; no barrier below
+    const int k0 = blockIdx.z * (32 * JV_KZ) + lane;
+    const int rows_p = n_rows + JV_PAD_LO + JV_PAD_HI;
+    float acc[JV_KZ];
+#pragma unroll
+    for (int q = 0; q < JV_KZ; ++q) acc[q] = 0.0f;
+    const float xc = (float)(g[2] + ((double)i + 0.5) / g[5]), yc = (float)(g[3] + ((double)j + 0.5) / g[6]);
+    const float dxv = (float)(1.0 / g[5]), dyv = (float)(1.0 / g[6]);
+    for (int view = 0; view < n_views; ++view) {
+        const double* par = params + 12 * view;
+        const double* vcols = cols + (long long)view * n_cols * JV_NCOL;
+        const float* vvals = values + (long long)view * n_cols * rows_p + JV_PAD_LO;
+        joseph_voxel_rule<false>(column_of(par, xc, yc - dyv), column_of(par, xc, yc + dyv), i, j, k0, vcols,
+                                 vvals, rows_p, n_rows, n_cols, acc);
+        joseph_voxel_rule<true>(column_of(par, xc - dxv, yc), column_of(par, xc + dxv, yc), i, j, k0, vcols,
+                                vvals, rows_p, n_rows, n_cols, acc);
+    }
+    float* const out = volT + ((long long)j * nx + i) * nz;
+#pragma unroll
+    for (int q = 0; q < JV_KZ; ++q) {
+        const int k = k0 + 32 * q;
+        if (k < nz) out[k] = accumulate ? out[k] + acc[q] : acc[q];
+    }
+}
+
 // Voxel-driven (gather) form of the structured transpose: no atomics, each
 // volume value written once. Thread: voxel column (i, j), LEVERET_RT_K z voxels
 // from k0, sums in registers over all views. Per view it finds the detector

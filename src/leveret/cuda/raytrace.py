@@ -24,12 +24,44 @@ JOSEPH_PAD_Z = 3        # JZ_PAD in raytrace.cu: zero z border of structured Jos
 JOSEPH_GATHER_BLOCK = (16, 8)   # threads over (x, y) voxel columns, structured Joseph's gather
 JOSEPH_TABLE_BYTES = 2 << 30    # at most this much for the gather's per-view tables at a time
 VIEW_GROUP = 16         # structured float32 kernels: views per column that run side by side (L2 reuse)
+VOXEL_BLOCK = (4, 2)    # voxel columns (one warp each) per block, structured Joseph's voxel transpose
 
 
 def gather_depth(define: str = "LEVERET_RT_K") -> int:
     """z voxels per thread of a gather transpose: LEVERET_RT_K (structured
     Siddon) or LEVERET_JG_K (structured Joseph) in raytrace.cu."""
     return int(re.search(rf"#define {define} (\d+)", kernel_source("raytrace")).group(1))
+
+
+def voxel_constants() -> dict[str, int]:
+    """raytrace.cu's constants of structured Joseph's voxel transpose: JV_KZ (z
+    voxels per lane), JV_HMAX (rows per voxel on either side), the padding rows."""
+    src = kernel_source("raytrace")
+    kz = int(re.search(r"#define LEVERET_JV_KZ (\d+)", src).group(1))
+    hmax = int(re.search(r"#define JV_HMAX (\d+)", src).group(1))
+    return {"kz": kz, "hmax": hmax, "pad_lo": 2 * hmax + 2, "pad_hi": 2 * hmax + 3}
+
+
+def voxel_rows_per_voxel(params: np.ndarray, n_cols: int, grid3, offset, scale) -> float:
+    """The most detector rows per z voxel any (view, column, plane) of structured
+    Joseph can have where it reaches the volume, ``h = 1 / |zS|`` with ``zS`` the
+    z-index change per row: ``tau |M^-1[2, 1]| scale_z / |q_xy(u)|``, smallest at
+    the smallest horizontal distance ``tau`` from the source to the grid's xy box
+    widened by one voxel (a sample reaches one voxel beyond its plane position)
+    and the largest ``|q_xy|`` (an end column: ``|q_xy|`` is convex in ``u``).
+    ``inf`` where a source lies inside that box. The voxel transpose needs
+    ``h < JV_HMAX + 1``."""
+    nz, ny, nx = (int(n) for n in grid3)
+    offset, scale = np.asarray(offset, float), np.asarray(scale, float)
+    lo = offset[:2] - 1.0 / scale[:2]
+    hi = offset[:2] + (np.array([nx, ny]) + 1.0) / scale[:2]
+    src = params[:, :2]
+    gap = np.maximum(np.maximum(lo - src, src - hi), 0.0)
+    tau = np.hypot(gap[:, 0], gap[:, 1])
+    Minv = params[:, 3:].reshape(-1, 3, 3)
+    q = [np.hypot(Minv[:, 0, 0] * u + Minv[:, 0, 2], Minv[:, 1, 0] * u + Minv[:, 1, 2]) for u in (0.0, n_cols - 1.0)]
+    zs = tau * np.abs(Minv[:, 2, 1]) * scale[2] / np.maximum(q[0], q[1])
+    return float(np.inf) if np.any(zs <= 0) else float(1.0 / zs.min())
 
 
 def view_parameters(geometry) -> tuple[int, np.ndarray]:
@@ -190,6 +222,14 @@ class CudaRaytracer:
         # faster (Joseph 405 against 458 ms, Siddon 223 against 2571 ms on
         # paper 003's problem), so they are the default.
         self.transpose = "atomic"
+        # Structured Joseph: the voxel-driven transpose with a warp per voxel
+        # column (joseph_voxel_gather) is the default where its row reach holds.
+        self.voxel_ok = False
+        if self.structured and model == "joseph":
+            h = voxel_rows_per_voxel(params, self.n_cols, self.grid3, offset, scale)
+            self.voxel_ok = h < voxel_constants()["hmax"] + 1
+            if self.voxel_ok:
+                self.transpose = "voxel"
 
     @property
     def _suffix(self) -> str:
@@ -289,6 +329,44 @@ class CudaRaytracer:
                                     np.int32(self.n_cols), np.int32(v0 > 0)), shared_mem=shared)
         return out
 
+    def _joseph_voxel(self, proj, out):
+        """Structured Joseph's transpose, voxel-driven (raytrace.cu:
+        joseph_voxel_gather): per batch of views the per-column numbers and the
+        values y w in (view, column, row) order, then one pass over the
+        z-fastest volume; finally the copy back to (nz, ny, nx)."""
+        import cupy
+        if not self.voxel_ok:
+            raise ValueError("transpose: the voxel transpose needs detector rows at least a quarter voxel apart in z "
+                             "and sources outside the grid (use 'atomic')")
+        nx, ny, nz = self._scalars()
+        c = voxel_constants()
+        rows_p = self.n_rows + c["pad_lo"] + c["pad_hi"]
+        n_views = self.params_host.shape[0]
+        per_view = 4 * self.n_cols * rows_p + 8 * 8 * self.n_cols
+        free = cupy.cuda.Device().mem_info[0]
+        batch = int(max(1, min(n_views, min(JOSEPH_TABLE_BYTES, free // 4) // per_view)))
+        module = load_module("raytrace")
+        bx, by = VOXEL_BLOCK
+        grid = (-(-int(nx) // bx), -(-int(ny) // by), -(-int(nz) // (32 * c["kz"])))
+        values = cupy.empty(batch * self.n_cols * rows_p, np.float32)
+        cols = cupy.empty(batch * self.n_cols * 8, np.float64)
+        volT = cupy.empty((int(ny), int(nx), int(nz)), np.float32)
+        for v0 in range(0, n_views, batch):
+            v1 = min(n_views, v0 + batch)
+            nv = np.int32(v1 - v0)
+            par = self.params[v0:v1]
+            n = (v1 - v0) * self.n_cols
+            module.get_function("joseph_voxel_columns")(
+                (-(-n // BLOCK),), (BLOCK,), (cols, par, self.g, nx, ny, nv, np.int32(self.n_cols)))
+            n = (v1 - v0) * self.n_cols * rows_p
+            module.get_function("joseph_voxel_values")(
+                (-(-n // BLOCK),), (BLOCK,), (values, proj[v0:v1], nx, ny, nz, par, self.g, nv,
+                                             np.int32(self.n_rows), np.int32(self.n_cols)))
+            module.get_function("joseph_voxel_gather")(
+                grid, (32 * bx * by,), (volT, values, cols, par, self.g, nx, ny, nz, nv, np.int32(self.n_rows),
+                                       np.int32(self.n_cols), np.int32(v0 > 0)))
+        return self._zfast(False, volT, out)
+
     def _zfast(self, to: bool, src, dst, padded: bool = False):
         """Copy between the volume (nz, ny, nx) and the structured kernels' z-fastest
         layout (ny, nx, nz) with the tiled kernels (``to``: into the z-fastest one);
@@ -342,6 +420,8 @@ class CudaRaytracer:
             return out
         if self.structured and self.model == "joseph" and self.transpose == "gather":
             return self._joseph_gather(proj, out)
+        if self.structured and self.model == "joseph" and self.transpose == "voxel":
+            return self._joseph_voxel(proj, out)
         if self.structured and self.model == "joseph":
             volP = self._padded()
             self._grouped("structured_joseph_adjoint_fast", volP, proj)
