@@ -3,7 +3,7 @@
 496 views at 0.4 degrees, 1248 x 960 detector of 0.308 mm, source-isocentre
 750 mm, source-detector 1200 mm, volumes of L^3 voxels over a 256 mm cube.
 GUPS = L^3 x 496 / time / 1e9. Usage:
-  PYTHONPATH=src python3 bench/bench_cone.py [--sizes 256 512] [--no-astra] [--out FILE]
+  PYTHONPATH=src python3 bench/bench_cone.py [--sizes 256 512] [--no-astra] [--ray] [--out FILE]
 """
 from __future__ import annotations
 
@@ -37,11 +37,11 @@ def bench_leveret(size):
     op = leveret.ConeBackprojection(g, vol, backend="cuda")
     t = median_time(lambda: op(proj, out), reps=3, sync=sync)
     record(f"cone BP {size}^3 from {N_VIEWS} x {N_ROWS}x{N_COLS}, device arrays", t, updates,
-           note="kernel B, texture upload included")
+           note=f"kernel {op.last_kernel} (auto), texture upload / quad layout included")
     soft = leveret.ConeBackprojection(g, vol, backend="cuda", interpolation="linear32")
     t = median_time(lambda: soft(proj, out), reps=3, sync=sync)
     record(f"cone BP {size}^3 from {N_VIEWS} x {N_ROWS}x{N_COLS}, device arrays, exact weights", t, updates,
-           note="software bilinear from global memory (linear32)")
+           note=f"linear32: kernel {soft.last_kernel} (auto)")
     t = median_time(lambda: leveret.fdk(proj, g, vol, backend="cuda"), reps=2, sync=sync)
     record(f"FDK {size}^3 from {N_VIEWS} x {N_ROWS}x{N_COLS}, device arrays", t, updates,
            note="weighting, filter, BP")
@@ -49,7 +49,10 @@ def bench_leveret(size):
     host = np.random.default_rng(0).random(g.projection_shape, dtype=np.float32)
     t = median_time(lambda: leveret.fdk(host, g, vol, backend="cuda"), reps=2, sync=sync)
     record(f"FDK {size}^3 from {N_VIEWS} x {N_ROWS}x{N_COLS}, NumPy arrays", t, updates,
-           note="weighting, filter, BP, transfers (pinned, overlapped)")
+           note=f"weighting, filter, BP ({op.last_kernel}), transfers (pinned, overlapped)")
+    t = median_time(lambda: leveret.fdk(host, g, vol, backend="cuda", interpolation="linear32"), reps=2, sync=sync)
+    record(f"FDK {size}^3 from {N_VIEWS} x {N_ROWS}x{N_COLS}, NumPy arrays, linear32", t, updates,
+           note=f"BP kernel {soft.last_kernel}")
     if size >= 1024:  # issue 3: the 1024^3 case within 4 GiB of GPU memory
         from leveret.algorithms.fdk import _plan_slabs
         cp.get_default_memory_pool().free_all_blocks()
@@ -134,6 +137,46 @@ def bench_kernels(size=512, quick=False):
                t, size**3 * N_VIEWS)
 
 
+def bench_ray(size=512):
+    """The ray-aligned kernels beside kernel B and the global kernel (issue 3):
+    "ray" (texture), "quad" (exact weights), "ray-hybrid" view splits, views
+    per pass, and the same passes with lanes along x (``aligned=False``), so
+    the mapping's share of the gain shows. Also one FDK chunk's worth of views
+    (32, the FDK's pass), whose time the FDK sees 16 times at 512^3."""
+    import cupy as cp
+    import leveret
+    from leveret.cuda.backproject_cone import ConeTextureBackprojector
+    from leveret.operators.cone import index_matrices
+
+    g = geometry()
+    sync = cp.cuda.Device().synchronize
+    proj = cp.random.random(g.projection_shape, dtype=cp.float32)
+    out = cp.empty((size,) * 3, cp.float32)
+    mats = index_matrices(g.matrices, leveret.VolumeGeometry((size,) * 3, voxel_size=256.0 / size))
+    updates = size**3 * N_VIEWS
+    configs = [("texture", {}), ("global", {}), ("ray", {}), ("quad", {}),
+               ("ray", {"aligned": False}), ("quad", {"aligned": False}),
+               ("ray-hybrid", {"split": (1, 3)}), ("ray-hybrid", {"split": (1, 2)}),
+               ("ray-hybrid", {"split": (2, 3)})]
+    passes = (64, 124) if size <= 512 else (124, 496)
+    configs += [(k, {"views_per_pass": p}) for k in ("ray", "quad") for p in passes]
+    configs += [("quad", {"defines": ("LEVERET_CONE_FAST_RCP",)}), ("quad", {"defines": ("LEVERET_CONE_K=16",)})]
+    if size > 512:
+        configs = [c for c in configs if c[1].get("aligned", True) and c[1].get("split") not in ((2, 3), (1, 2))
+                   and "LEVERET_CONE_K=16" not in c[1].get("defines", ())]
+    for kernel, options in configs:
+        bp = ConeTextureBackprojector(kernel=kernel, **options)
+        t = median_time(lambda: bp(proj, mats, out), reps=3, sync=sync)
+        label = " ".join(f"{k}={v}" for k, v in options.items()) or "defaults"
+        record(f"cone {kernel} {size}^3, {label}", t, updates)
+    chunk = proj[:32]
+    for kernel in ("texture", "ray", "quad"):
+        bp = ConeTextureBackprojector(kernel=kernel)
+        t = median_time(lambda: bp(chunk, mats[:32], out, accumulate=True), reps=5, sync=sync)
+        record(f"cone {kernel} {size}^3, one 32-view chunk (accumulate) x 15.5", t * N_VIEWS / 32, updates,
+               note=f"{t * 1e3:.2f} ms per chunk")
+
+
 def bench_astra(size):
     try:
         import astra
@@ -160,12 +203,16 @@ def main(argv=None):
     parser.add_argument("--out", default=None)
     parser.add_argument("--kernels-only", action="store_true", help="only the kernel comparison")
     parser.add_argument("--no-sweeps", action="store_true", help="skip the block/K and kernel sweeps")
+    parser.add_argument("--ray", action="store_true", help="also the ray-aligned kernels side by side")
     args = parser.parse_args(argv)
     meta = metadata(with_devices=True)
     print_header()
     if args.kernels_only:
         for size in args.sizes:
-            bench_kernels(size, quick=size > 512)
+            if args.ray:
+                bench_ray(size)
+            else:
+                bench_kernels(size, quick=size > 512)
         if args.out:
             write_results(args.out, meta)
         return 0
@@ -173,6 +220,8 @@ def main(argv=None):
         bench_leveret(size)
         if not args.no_astra:
             bench_astra(size)
+        if args.ray:
+            bench_ray(size)
     bench_bottlenecks(512 if 512 in args.sizes else max(args.sizes))
     if not args.no_sweeps:
         bench_shapes(512 if 512 in args.sizes else max(args.sizes))

@@ -157,8 +157,8 @@ def test_cuda_many_views_passes(rng):
     g = ConeGeometry.circular(angles, sid=60.0, sdd=100.0, n_rows=9, n_cols=11, pixel_size=3.0)
     vol = VolumeGeometry((9, 10, 11), voxel_size=2.0)
     proj = rng.standard_normal(g.projection_shape).astype(np.float32)
-    got = ConeBackprojection(g, vol, backend="cuda")(cp.asarray(proj)).get()
-    emulated = ConeBackprojection(g, vol, backend="cpu", interpolation="linear8")(proj)
+    got = ConeBackprojection(g, vol, backend="cuda", kernel="texture")(cp.asarray(proj)).get()
+    emulated = ConeBackprojection(g, vol, backend="cpu", interpolation="linear8", kernel="texture")(proj)
     assert rel(got, emulated) < 1e-5
 
 
@@ -204,7 +204,8 @@ def test_hybrid_mirror_is_the_sum_of_its_two_view_sets(small_scan):
 
 
 @pytest.mark.parametrize("interpolation,kernel", [("linear", "auto"), ("linear8", "texture"),
-                                                  ("linear8", "hybrid"), ("linear32", "global")])
+                                                  ("linear8", "hybrid"), ("linear32", "global"),
+                                                  ("linear8", "ray-hybrid"), ("linear32", "quad")])
 def test_slab_by_slab_equals_the_whole_volume(small_scan, interpolation, kernel):
     """``slices`` writes only its slabs, with the whole volume's arithmetic."""
     g, vol, proj = small_scan
@@ -237,3 +238,160 @@ def test_cuda_slab_by_slab_is_identical(rng, kernel, interpolation):
     for k0 in range(0, vol.nz, a):
         op(proj, parts, slices=(k0, min(vol.nz, k0 + a)))
     np.testing.assert_array_equal(parts.get(), whole)
+
+
+# --- ray-aligned kernels ("ray", "quad", "ray-hybrid"): passes of similar direction
+
+def scrambled_scan(rng, n_views=70, n_rows=23, n_cols=31, perturb=0.005):
+    """Views in random order over a full circle, matrices perturbed entry by
+    entry (skewed detectors: 'random matrices'), odd detector sizes."""
+    angles = rng.permutation(rng.uniform(0, 2 * np.pi, n_views))
+    g = ConeGeometry.circular(angles, sid=60.0, sdd=100.0, n_rows=n_rows, n_cols=n_cols, pixel_size=1.7)
+    matrices = g.matrices * (1 + perturb * rng.standard_normal(g.matrices.shape))
+    return g, matrices
+
+
+def ray_lanes(nx, ny, y_major, slope, by=8):
+    """The voxel (i, j) of every thread of a ray kernel's pass, transcribed
+    from backproject_ray in backproject_cone.cu (grid over (a, b0))."""
+    na, nb = (ny, nx) if y_major else (nx, ny)
+    a, b0 = np.meshgrid(np.arange(-(-na // 32) * 32), np.arange(-(-nb // by) * by), indexing="ij")
+    live = (a < na) & (b0 < nb)
+    a, b0 = a[live], b0[live]
+    lane = a % 32
+    shift = np.fmod(np.rint((lane * np.float32(slope)).astype(np.float32)).astype(int), nb)
+    shift = np.where(shift < 0, shift + nb, shift)
+    b = np.where(b0 + shift >= nb, b0 + shift - nb, b0 + shift)
+    return (b, a) if y_major else (a, b)
+
+
+@pytest.mark.parametrize("nx,ny", [(37, 29), (29, 37), (5, 64), (64, 3), (1, 1)])
+@pytest.mark.parametrize("y_major,slope", [(False, 0.0), (False, 0.83), (True, -1.0), (True, 0.31),
+                                           (False, -0.49)])
+def test_ray_mapping_is_a_bijection(nx, ny, y_major, slope):
+    i, j = ray_lanes(nx, ny, y_major, slope)
+    hits = np.zeros((ny, nx), int)
+    np.add.at(hits, (j, i), 1)
+    assert (hits == 1).all()
+
+
+def test_plan_passes_groups_views_by_direction(rng):
+    from leveret.cuda.backproject_cone import plan_passes, software_mask, view_directions
+    from leveret.operators.cone import index_matrices
+    angles = rng.permutation(np.linspace(0, 2 * np.pi, 200, endpoint=False))   # unsorted
+    g = ConeGeometry.circular(angles, sid=60.0, sdd=100.0, n_rows=23, n_cols=31, pixel_size=1.7)
+    vol = VolumeGeometry((21, 29, 37), voxel_size=1.3)
+    m = index_matrices(g.matrices, vol)
+    passes = plan_passes(m, vol.shape, views_per_pass=32, split=(1, 3))
+    views = np.concatenate([p.views for p in passes])
+    assert sorted(views.tolist()) == list(range(200))                       # a partition
+    assert all(p.views.size <= 32 and (np.diff(p.views) > 0).all() for p in passes)   # call order kept
+    assert len(passes) == 7
+    # directions: azimuth of the central ray is the scan angle +- 90 degrees here
+    phi = view_directions(m, vol.shape)
+    np.testing.assert_allclose(np.cos(2 * phi), np.cos(2 * (g.angles + np.pi / 2)), atol=1e-9)
+    for p in passes:
+        spread = np.angle(np.exp(2j * (phi[p.views] - phi[p.views[0]]))) / 2
+        assert np.ptp(spread) < np.radians(180 / 7 + 1)                     # one bin of the half circle
+        assert abs(p.slope) <= 1
+        lane_dir = np.array([p.slope, 1.0]) if p.y_major else np.array([1.0, p.slope])
+        lane_dir /= np.linalg.norm(lane_dir)
+        along = np.abs(np.cos(phi[p.views]) * lane_dir[0] + np.sin(phi[p.views]) * lane_dir[1])
+        assert along.min() > np.cos(np.radians(180 / 7 + 1))
+    mask = software_mask(passes, 200)
+    assert mask.sum() == sum(-(-p.views.size // 3) for p in passes)
+    # the same scan in another order: the same groups
+    perm = rng.permutation(200)
+    again = plan_passes(m[perm], vol.shape, views_per_pass=32)
+    assert sorted(tuple(sorted(perm[p.views])) for p in again) == sorted(tuple(p.views) for p in passes)
+
+
+RAY_CASES = [("ray", "linear", "linear8", TEXTURE_VS_EXACT_RANDOM),
+             ("quad", "linear32", "linear32", 1e-5),
+             ("ray-hybrid", "linear", "linear8", TEXTURE_VS_EXACT_RANDOM)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", [(21, 29, 37), (1, 15, 17), (33, 8, 9), (20, 37, 35)])
+@pytest.mark.parametrize("kernel,mode,mirror_mode,vs_exact", RAY_CASES)
+def test_cuda_ray_kernels_match_their_mirror_and_the_exact_reference(rng, shape, kernel, mode, mirror_mode,
+                                                                     vs_exact):
+    import cupy as cp
+    g, matrices = scrambled_scan(rng)
+    vol = VolumeGeometry(shape, voxel_size=(1.3, 2.1, 1.6), center=(0.5, -1.0, 2.0))
+    proj = rng.standard_normal(g.projection_shape).astype(np.float32)
+    op = ConeBackprojection(g, vol, backend="cuda", interpolation=mode, kernel=kernel, matrices=matrices)
+    out = cp.full(shape, cp.nan, cp.float32)   # poison: unwritten voxels show
+    got = op(cp.asarray(proj), out).get()
+    assert op.last_kernel == kernel
+    assert np.isfinite(got).all()
+    mirror = ConeBackprojection(g, vol, backend="cpu", interpolation=mirror_mode, kernel=kernel,
+                                matrices=matrices)(proj)
+    assert rel(got, mirror) < 1e-5
+    exact = ConeBackprojection(g, vol, backend="cpu", matrices=matrices)(proj)
+    assert rel(got, exact) < vs_exact
+    # accumulate adds to what is there
+    base = rng.standard_normal(shape).astype(np.float32)
+    acc = op(cp.asarray(proj), cp.asarray(base), accumulate=True).get()
+    np.testing.assert_allclose(acc, base + got, rtol=1e-5, atol=1e-5 * np.abs(got).max())
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kernel", ["ray", "quad", "ray-hybrid"])
+def test_cuda_ray_kernels_plans_agree(rng, kernel):
+    """Any views per pass, lanes along the rays or along x, and a detector
+    too small for the volume (most samples clamped into the zero border): the
+    same sums up to rounding; many passes and one."""
+    import cupy as cp
+
+    from leveret.cuda.backproject_cone import ConeTextureBackprojector
+    from leveret.operators.cone import index_matrices
+    g, matrices = scrambled_scan(rng, n_views=41, n_rows=9, n_cols=13)
+    vol = VolumeGeometry((19, 33, 31), voxel_size=1.5)
+    m = index_matrices(matrices, vol)
+    proj = cp.asarray(rng.standard_normal(g.projection_shape).astype(np.float32))
+    results = []
+    for options in ({}, {"views_per_pass": 1}, {"views_per_pass": 7}, {"views_per_pass": 1000},
+                    {"aligned": False}):
+        out = cp.full(vol.shape, cp.nan, cp.float32)
+        results.append(ConeTextureBackprojector(kernel=kernel, **options)(proj, m, out).get())
+        assert np.isfinite(results[-1]).all()
+    for r in results[1:]:
+        if kernel == "ray-hybrid":   # the split follows each pass's order: other views are exact
+            assert rel(r, results[0]) < TEXTURE_VS_EXACT_RANDOM
+        else:
+            assert rel(r, results[0]) < 1e-5
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kernel,mode", [("ray", "linear"), ("quad", "linear32"), ("ray-hybrid", "linear")])
+def test_cuda_ray_kernels_slab_by_slab_is_identical(rng, kernel, mode):
+    import cupy as cp
+    g, matrices = scrambled_scan(rng, n_views=45)
+    vol = VolumeGeometry((27, 19, 23), voxel_size=1.5)
+    proj = cp.asarray(rng.standard_normal(g.projection_shape).astype(np.float32))
+    op = ConeBackprojection(g, vol, backend="cuda", interpolation=mode, kernel=kernel, matrices=matrices)
+    whole = op(proj).get()
+    parts = cp.full(vol.shape, cp.nan, cp.float32)
+    a = op.slab_alignment
+    for k0 in range(0, vol.nz, a):
+        op(proj, parts, slices=(k0, min(vol.nz, k0 + a)))
+    np.testing.assert_array_equal(parts.get(), whole)
+    # views in two calls (FDK's chunks) accumulate to the whole, up to the passes' rounding
+    first = op(proj[:20], views=slice(0, 20))
+    op(proj[20:], first, views=slice(20, None), accumulate=True)
+    tol = 1e-5 if kernel != "ray-hybrid" else TEXTURE_VS_EXACT_RANDOM   # the split depends on the passes
+    assert rel(first.get(), whole) < tol
+
+
+@pytest.mark.gpu
+def test_cuda_ray_kernels_many_views(rng):
+    import cupy as cp
+    angles = np.linspace(0, 2 * np.pi, 1500, endpoint=False)   # more than one constant-memory load
+    g = ConeGeometry.circular(angles, sid=60.0, sdd=100.0, n_rows=9, n_cols=11, pixel_size=3.0)
+    vol = VolumeGeometry((9, 10, 11), voxel_size=2.0)
+    proj = rng.standard_normal(g.projection_shape).astype(np.float32)
+    got = ConeBackprojection(g, vol, backend="cuda", kernel="ray")(cp.asarray(proj)).get()
+    assert rel(got, ConeBackprojection(g, vol, backend="cpu", interpolation="linear8", kernel="ray")(proj)) < 1e-5
+    got = ConeBackprojection(g, vol, backend="cuda", interpolation="linear32", kernel="quad")(cp.asarray(proj)).get()
+    assert rel(got, ConeBackprojection(g, vol, backend="cpu")(proj)) < 1e-5

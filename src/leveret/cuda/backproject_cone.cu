@@ -201,6 +201,214 @@ backproject_cone_global(const float* __restrict__ projections,   // (n_views, ro
 }
 
 // ---------------------------------------------------------------------------
+// Ray-aligned passes (issue 3): kernels R (texture), Q (exact weights from a
+// quad layout) and their hybrid RQ.
+//
+// At 512^3 a voxel spans ~2.6 detector pixels, so the only reuse of detector
+// samples between voxels is along the ray: voxels at different depths on one
+// ray project to the same pixel. Kernel B's 32 lanes lie along x whatever the
+// view; for views whose rays run along y they spread over ~80 pixels. Here
+// the launcher groups a call's views into passes of similar direction (the
+// central ray's azimuth modulo 180 degrees) and maps a warp's lanes onto a
+// digital line along the pass's direction: "x-major" (|tan phi| <= 1) lane l
+// of the warp at (a, b) = (i, j) takes voxel (a, (b + round(l slope)) mod ny);
+// "y-major" swaps the roles of x and y. For fixed a, b -> (b + shift) mod n is
+// a bijection, so every pass writes every voxel exactly once. The price: the
+// volume's stores are no longer coalesced (a y-major warp writes 32 rows,
+// one float each; a block's 8 warps complete each 32-byte sector, so L2
+// merges them before DRAM: ~8x the L2 store/load requests of kernel B, about
+// 134 M sector requests per pass at 512^3, ~1 ms of L2 time per pass that
+// overlaps other blocks' compute) and the volume is read and written once
+// per pass (passes of ~32 views: 16 at 512^3 with 496 views, ~5 ms of HBM).
+//
+// Kernel Q replaces the texture fetch by one 16-byte load from a per-view
+// "quad" layout built by cone_quads: quad (r, c) = (P[r][c], P[r][c+1] -
+// P[r][c], P[r+1][c], P[r+1][c+1] - P[r+1][c]) over the view with a 2-pixel
+// zero border ((rows + 4) x (cols + 4) quads). The border offset is folded
+// into the matrices, so after clamping u to [0, cols + 2] and v to [0, rows +
+// 2] every sample reads inside the layout and off-detector samples read
+// zeros. Floor by directed rounding: __fadd_rd(x, 2^23) = 2^23 + floor(x)
+// exactly for 0 <= x < 2^23, and fma(floor(v), pitch, that) = 2^23 + offset,
+// also exact (< 2^24), whose bit pattern minus 0x4B000000 is the quad index
+// (the subtraction folded into the view's base pointer). Per update: 3 adds
+// (z step), the reciprocal (3: rcp_rn), 2 multiplies, 4 min/max, 2 directed adds, 3 adds
+// (floor and fractions), 1 fma (offset), 1 IMAD.WIDE (address), one LDG.128,
+// 4 interpolation ops, 2 for the weight and the sum: ~27 issue slots against
+// 62 for kernel "global" and ~30 for kernel B.
+//
+// Predictions (512^3, RabbitCT-like, H200), written before any run:
+//   R: kernel B is 100 ms, 70 ms when every fetch hits (tiny voxels). Lanes
+//      along rays shrink a warp's footprint from ~32 x 2.6 |sin phi| + fan
+//      (~60 px on average) to the fan's ~10-15 px; if the 30 ms of misses
+//      scale with the footprint, R runs in 75-80 ms plus ~5 ms of extra
+//      volume passes: 80-85 ms. 1024^3: texture fill rate bound, ~530 ms
+//      plus passes: no gain expected (kernel B is at 92-94 % of the ceiling).
+//   Q: issue-bound at ~27 instructions per update (25 with LEVERET_CONE_FAST_RCP), 85 % of issue like the
+//      global kernel: 66.6 G x 26 / (33.4 T/s x 0.85) = 61 ms, plus the quad
+//      pre-pass (9.5 GB written, ~3 ms) and passes (~5 ms): 65-70 ms;
+//      1024^3: ~8x, 520-560 ms.
+//   RQ: the texture unit and the issue slots work at once; at a third of the
+//      views in software, ~55-60 ms if neither saturates the shared L1/TEX
+//      pipeline (unknown: both use it).
+// Measured: see docs/performance.md.
+
+#ifndef LEVERET_CONE_RAY_BY
+#define LEVERET_CONE_RAY_BY 8      // warps per block of the ray kernels (blockDim = 32 x this)
+#endif
+
+// Kernel Q's 1/w: correctly rounded (rcp_rn, 3 instructions) by default, so
+// it rounds as the global kernel and the CPU mirror do; LEVERET_CONE_FAST_RCP:
+// the bare hardware estimate (1 instruction, ~1 ulp), for measurement.
+__device__ __forceinline__ float rcp_quad(float w)
+{
+#ifdef LEVERET_CONE_FAST_RCP
+    float r;
+    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(w));
+    return r;
+#else
+    return rcp_rn(w);
+#endif
+}
+
+// One software view's contribution, from its quad layout. `view` points at the
+// view's quads minus 0x4B000000 quads (see above); u_max = cols + 2, v_max =
+// rows + 2, pitch = cols + 4 (quads per row), all in the bordered layout.
+__device__ __forceinline__ void accumulate_view_quad(const float4* __restrict__ view, int n, float fi, float fj,
+                                                     float fk0, float pitch, float u_max, float v_max,
+                                                     float (&sum)[LEVERET_CONE_K])
+{
+    const float* m = &c_cone_mat[12 * n];
+    float qu = dot_row(m, fi, fj, fk0);
+    float qv = dot_row(m + 4, fi, fj, fk0);
+    float qw = dot_row(m + 8, fi, fj, fk0);
+    const float du = m[2], dv = m[6], dw = m[10];
+    const float magic = 8388608.0f;   // 2^23, bits 0x4B000000
+#pragma unroll
+    for (int k = 0; k < LEVERET_CONE_K; ++k) {
+        const float r = rcp_quad(qw);
+        const float u = fminf(fmaxf(__fmul_rn(qu, r), 0.0f), u_max);
+        const float v = fminf(fmaxf(__fmul_rn(qv, r), 0.0f), v_max);
+        const float bu = __fadd_rd(u, magic);          // 2^23 + floor(u), exactly
+        const float bv = __fadd_rd(v, magic);
+        const float fv = __fsub_rn(bv, magic);         // floor(v)
+        const float a = __fsub_rn(u, __fsub_rn(bu, magic));
+        const float b = __fsub_rn(v, fv);
+        const int idx = __float_as_int(__fmaf_rn(fv, pitch, bu));   // 0x4B000000 + offset
+        const float4 p = __ldg(view + idx);
+        const float top = __fmaf_rn(a, p.y, p.x);
+        const float bottom = __fmaf_rn(a, p.w, p.z);
+        const float value = __fmaf_rn(b, __fsub_rn(bottom, top), top);
+        sum[k] = __fmaf_rn(value, __fmul_rn(r, r), sum[k]);
+        qu = __fadd_rn(qu, du);
+        qv = __fadd_rn(qv, dv);
+        qw = __fadd_rn(qw, dw);
+    }
+}
+
+// A texture view read from layer `layer` (the hybrid's texture views are packed).
+struct LayerFetch {
+    cudaTextureObject_t projections;
+    int layer;
+    __device__ __forceinline__ float operator()(int, float u, float v) const
+    {
+        return tex2DLayered<float>(projections, u, v, layer);
+    }
+};
+
+// MODE 0: every view through the texture (R); 1: every view from quads (Q);
+// 2: views n with n mod period < count from quads, the others through the
+// texture, the texture's layers and the quads packed in pass order (RQ).
+template <int MODE>
+__device__ __forceinline__ void backproject_ray(cudaTextureObject_t tex, const float4* __restrict__ quads,
+                                                float* __restrict__ out, int nx, int ny, int nz, int n_views,
+                                                int y_major, float slope, int period, int count, int pitch,
+                                                int view_quads, int n_rows, int n_cols, int accumulate,
+                                                int block0)
+{
+    const int lane = threadIdx.x;   // blockDim.x == 32: a warp's lanes along the line
+    const int a = blockIdx.x * 32 + lane;
+    const int b0 = blockIdx.y * blockDim.y + threadIdx.y;
+    const int na = y_major ? ny : nx, nb = y_major ? nx : ny;
+    if (a >= na || b0 >= nb) return;
+    int shift = __float2int_rn(__fmul_rn((float)lane, slope)) % nb;
+    if (shift < 0) shift += nb;
+    const int b = b0 + shift >= nb ? b0 + shift - nb : b0 + shift;
+    const int i = y_major ? b : a, j = y_major ? a : b;
+    const int k0 = (blockIdx.z + block0) * LEVERET_CONE_K;
+    const float fi = (float)i, fj = (float)j, fk0 = (float)k0;
+    const float pitch_f = (float)pitch, u_max = (float)(n_cols + 2), v_max = (float)(n_rows + 2);
+    // The quads' base less 0x4B000000 quads: the kernel adds the float's bit pattern.
+    const float4* base = reinterpret_cast<const float4*>(reinterpret_cast<size_t>(quads)
+                                                         - (size_t)0x4B000000u * sizeof(float4));
+
+    float sum[LEVERET_CONE_K];
+#pragma unroll
+    for (int k = 0; k < LEVERET_CONE_K; ++k) sum[k] = 0.0f;
+    if (MODE == 0) {
+        for (int n = 0; n < n_views; ++n) accumulate_view(TextureFetch{tex}, n, fi, fj, fk0, sum);
+    } else if (MODE == 1) {
+        for (int n = 0; n < n_views; ++n)
+            accumulate_view_quad(base + (size_t)n * view_quads, n, fi, fj, fk0, pitch_f, u_max, v_max, sum);
+    } else {
+        int phase = 0, slot = 0, layer = 0;
+        for (int n = 0; n < n_views; ++n) {
+            if (phase < count)
+                accumulate_view_quad(base + (size_t)(slot++) * view_quads, n, fi, fj, fk0, pitch_f, u_max, v_max,
+                                     sum);
+            else
+                accumulate_view(LayerFetch{tex, layer++}, n, fi, fj, fk0, sum);
+            if (++phase == period) phase = 0;
+        }
+    }
+    store_column(sum, out, i, j, k0, nx, ny, nz, accumulate);
+}
+
+#define LEVERET_CONE_RAY_ARGS                                                                              \
+    cudaTextureObject_t tex, const float4 *__restrict__ quads, float *__restrict__ out, int nx, int ny,      \
+        int nz, int n_views, int y_major, float slope, int period, int count, int pitch, int view_quads,     \
+        int n_rows, int n_cols, int accumulate, int block0
+#define LEVERET_CONE_RAY_PASS \
+    tex, quads, out, nx, ny, nz, n_views, y_major, slope, period, count, pitch, view_quads, n_rows, n_cols, \
+        accumulate, block0
+
+extern "C" __global__ void __launch_bounds__(256, LEVERET_CONE_MIN_BLOCKS) backproject_cone_ray_tex(LEVERET_CONE_RAY_ARGS)
+{
+    backproject_ray<0>(LEVERET_CONE_RAY_PASS);
+}
+
+extern "C" __global__ void __launch_bounds__(256, LEVERET_CONE_MIN_BLOCKS) backproject_cone_ray_quad(LEVERET_CONE_RAY_ARGS)
+{
+    backproject_ray<1>(LEVERET_CONE_RAY_PASS);
+}
+
+extern "C" __global__ void __launch_bounds__(256, LEVERET_CONE_MIN_BLOCKS) backproject_cone_ray_hybrid(LEVERET_CONE_RAY_ARGS)
+{
+    backproject_ray<2>(LEVERET_CONE_RAY_PASS);
+}
+
+// The quad layout of n views (see above): quads (n, rows + 4, cols + 4) from
+// projections[views[m]] (rows x cols each). Grid (ceil((cols + 4) / 128), rows + 4, n).
+extern "C" __global__ void cone_quads(const float* __restrict__ projections, const int* __restrict__ views,
+                                      float4* __restrict__ quads, int n_rows, int n_cols)
+{
+    const int pitch = n_cols + 4;
+    const int c = blockIdx.x * blockDim.x + threadIdx.x;
+    const int r = blockIdx.y;
+    if (c >= pitch) return;
+    const float* p = projections + (size_t)views[blockIdx.z] * n_rows * n_cols;
+    float t[2][2];
+#pragma unroll
+    for (int dr = 0; dr < 2; ++dr)
+#pragma unroll
+        for (int dc = 0; dc < 2; ++dc) {
+            const int rr = r + dr - 2, cc = c + dc - 2;
+            t[dr][dc] = (rr >= 0 && rr < n_rows && cc >= 0 && cc < n_cols) ? __ldg(p + (size_t)rr * n_cols + cc) : 0.0f;
+        }
+    quads[((size_t)blockIdx.z * (n_rows + 4) + r) * pitch + c] =
+        make_float4(t[0][0], __fsub_rn(t[0][1], t[0][0]), t[1][0], __fsub_rn(t[1][1], t[1][0]));
+}
+
+// ---------------------------------------------------------------------------
 // Kernel S: software interpolation from shared memory, and the hybrid kernel.
 //
 // A block owns a box of voxels (blockDim.x x blockDim.y columns, K slices).

@@ -1,6 +1,8 @@
 """Launcher for ``backproject_cone.cu``: paper 002's kernel B (texture or
-global-memory interpolation), kernel S (tiles in shared memory) and the hybrid
-of B and S."""
+global-memory interpolation), kernel S (tiles in shared memory), the hybrid
+of B and S, and the ray-aligned kernels R (texture), Q (exact weights from a
+quad layout) and their hybrid RQ, which run a call's views in passes of
+similar direction (``plan_passes``)."""
 from __future__ import annotations
 
 import re
@@ -14,7 +16,12 @@ MAX_VIEWS_PER_PASS = 1024  # LEVERET_CONE_MAX_VIEWS
 BLOCK = (32, 8)
 STAGED_BLOCK = (16, 16)    # compact boxes: small tiles (docs/performance.md)
 MAX_TILE = 4096            # floats per staged view: 16 KiB, so the texture path keeps L1 to cache in
-KERNELS = ("texture", "global", "shared", "hybrid")
+KERNELS = ("texture", "global", "shared", "hybrid", "ray", "quad", "ray-hybrid")
+RAY_KERNELS = {"ray": "backproject_cone_ray_tex", "quad": "backproject_cone_ray_quad",
+               "ray-hybrid": "backproject_cone_ray_hybrid"}
+VIEWS_PER_PASS = 32        # ray kernels: views per pass (direction bin), see plan_passes
+RAY_SPLIT = (1, 3)         # "ray-hybrid": of every 3 views of a pass, 1 from quads (exact), 2 through the texture
+QUAD_BORDER = 2            # zero quads around each view in the quad layout (folded into the matrices)
 BORDER = 2                 # LEVERET_CONE_BORDER: zero pixels around each view for the software kernels
 SHARED_BYTES = 48 << 10    # per block, without opting in to more
 
@@ -39,10 +46,13 @@ def view_split(defines: tuple[str, ...] = ()) -> tuple[int, int]:
 
 def staged_views(n_views: int, kernel: str, defines: tuple[str, ...] = ()) -> np.ndarray:
     """Which views a kernel interpolates in software (exact weights): all for
-    "global" and "shared", none for "texture", the first STAGE of every round of
-    STAGE + TEX_VIEWS for "hybrid" (counted from the first view of each pass)."""
-    if kernel == "texture":
+    "global", "shared" and "quad", none for "texture" and "ray", the first STAGE
+    of every round of STAGE + TEX_VIEWS for "hybrid" (counted from the first
+    view of each pass). "ray-hybrid" depends on its plan: ``software_views``."""
+    if kernel in ("texture", "ray"):
         return np.zeros(n_views, bool)
+    if kernel == "ray-hybrid":
+        raise ValueError("staged_views: 'ray-hybrid' depends on the matrices; use software_views")
     if kernel != "hybrid":
         return np.ones(n_views, bool)
     stage, tex = view_split(defines)
@@ -50,15 +60,92 @@ def staged_views(n_views: int, kernel: str, defines: tuple[str, ...] = ()) -> np
     return index % (stage + tex) < stage
 
 
-def kernel_matrices(index_matrices: np.ndarray, software: np.ndarray) -> np.ndarray:
+def software_views(kernel: str, index_matrices: np.ndarray, volume_shape: tuple[int, int, int],
+                   defines: tuple[str, ...] = (), views_per_pass: int = VIEWS_PER_PASS,
+                   split: tuple[int, int] = RAY_SPLIT) -> np.ndarray:
+    """``staged_views`` for every kernel, "ray-hybrid" (with its default plan) included."""
+    n_views = np.asarray(index_matrices).reshape(-1, 12).shape[0]
+    if kernel != "ray-hybrid":
+        return staged_views(n_views, kernel, defines)
+    return software_mask(plan_passes(index_matrices, volume_shape, views_per_pass, split=split), n_views)
+
+
+def kernel_matrices(index_matrices: np.ndarray, software: np.ndarray, border: int = 0) -> np.ndarray:
     """The float32 (n_views, 12) matrices the kernels (and their CPU mirror)
     use: views read through the texture unit get the half-texel shift of
     texture coordinates (u + 1/2, v + 1/2) built into their u and v rows,
-    computed in float64, so the kernel adds nothing per sample."""
+    software views the shift of a ``border``-pixel border (the quad layout's
+    2; 0 for the other software kernels, which add theirs), computed in
+    float64, so the kernel adds nothing per sample."""
     m = np.array(index_matrices, np.float64).reshape(-1, 3, 4)
-    texture = ~np.asarray(software, bool)
-    m[texture, 0:2, :] += 0.5 * m[texture, 2:3, :]
+    software = np.broadcast_to(np.asarray(software, bool), (m.shape[0],))
+    m[~software, 0:2, :] += 0.5 * m[~software, 2:3, :]
+    if border:
+        m[software, 0:2, :] += border * m[software, 2:3, :]
     return np.ascontiguousarray(m.reshape(-1, 12), np.float32)
+
+
+class Pass:
+    """One launch of a ray kernel: ``views`` (indices into the call's views,
+    in the kernel's order), lanes along x (``y_major`` False) or y, shifted by
+    ``round(lane * slope)`` along the other axis; ``software``: which of
+    ``views`` the "ray-hybrid" kernel reads from quads."""
+
+    def __init__(self, views, y_major, slope, software):
+        self.views, self.y_major, self.slope, self.software = views, bool(y_major), float(slope), software
+
+
+def view_directions(index_matrices: np.ndarray, volume_shape: tuple[int, int, int]) -> np.ndarray:
+    """Azimuth (radians) of each view's central ray, source -> volume centre,
+    in voxel-index coordinates (x = i, y = j). The source is the matrix's null
+    vector (a source at infinity gives its direction)."""
+    m = np.asarray(index_matrices, np.float64).reshape(-1, 3, 4)
+    h = np.linalg.svd(m)[2][:, -1, :]                      # (n, 4): M h = 0
+    nz, ny, nx = volume_shape
+    centre = np.array([(nx - 1) / 2, (ny - 1) / 2, (nz - 1) / 2])
+    d = centre[None, :] * h[:, 3:4] - h[:, :3]             # (centre - source) x h_w: the sign is irrelevant mod pi
+    return np.arctan2(d[:, 1], d[:, 0])
+
+
+def plan_passes(index_matrices: np.ndarray, volume_shape: tuple[int, int, int], views_per_pass: int = VIEWS_PER_PASS,
+                aligned: bool = True, split: tuple[int, int] = (0, 1)) -> list[Pass]:
+    """Group the views into passes of at most ``views_per_pass`` views of
+    similar direction: azimuths modulo 180 degrees (a line and its reverse
+    are the same lanes), sorted, cut after the largest gap into equal groups;
+    each group keeps the call's view order (contiguous runs stay contiguous).
+    A pass's lanes follow the axial mean of its azimuths; ``aligned=False``:
+    lanes along x (kernel B's mapping), for comparison. ``split=(count,
+    period)``: view n of a pass is a software (quad) view when n % period <
+    count."""
+    n = np.asarray(index_matrices).reshape(-1, 12).shape[0]
+    phi = view_directions(index_matrices, volume_shape)
+    alpha = np.mod(phi, np.pi)
+    order = np.argsort(alpha, kind="stable")
+    if n > 1:   # start after the largest gap of the circle of axial directions
+        gaps = np.diff(np.concatenate([alpha[order], alpha[order[:1]] + np.pi]))
+        order = np.roll(order, -(int(np.argmax(gaps)) + 1))
+    count, period = split
+    passes = []
+    for group in np.array_split(order, -(-n // max(1, int(views_per_pass)))):
+        views = np.sort(group)
+        mean = 0.5 * np.arctan2(np.sin(2 * phi[views]).sum(), np.cos(2 * phi[views]).sum())
+        dx, dy = np.cos(mean), np.sin(mean)
+        if not aligned:
+            y_major, slope = False, 0.0
+        elif abs(dx) >= abs(dy):
+            y_major, slope = False, dy / dx
+        else:
+            y_major, slope = True, dx / dy
+        passes.append(Pass(views, y_major, slope, np.arange(views.size) % period < count))
+    return passes
+
+
+def software_mask(passes: list[Pass], n_views: int) -> np.ndarray:
+    """Which of the call's views a plan reads in software (for the CPU mirror)."""
+    mask = np.zeros(n_views, bool)
+    for p in passes:
+        mask[p.views[p.software]] = True
+    return mask
 
 
 def tile_capacity(index_matrices: np.ndarray, volume_shape: tuple[int, int, int], block: tuple[int, int],
@@ -92,21 +179,38 @@ def tile_capacity(index_matrices: np.ndarray, volume_shape: tuple[int, int, int]
 class ConeTextureBackprojector:
     """Back-projects (n_views, n_rows, n_cols) float32 CuPy projections into a CuPy volume.
 
-    kernel : {"texture", "global", "shared", "hybrid"}
+    kernel : {"texture", "global", "shared", "hybrid", "ray", "quad", "ray-hybrid"}
         "texture": kernel B, the texture unit interpolates (8-bit weights);
         "global": software bilinear interpolation with exact float32 weights,
         neighbours read from global memory (through the L1/texture cache);
         "shared": the same arithmetic, neighbours read from a per-block tile
         of the detector staged in shared memory; "hybrid": "shared" for the
         views ``staged_views`` marks, the texture unit for the others, both at
-        once on every multiprocessor.
+        once on every multiprocessor. The ray-aligned kernels run the views in
+        passes of similar direction with a warp's lanes along the pass's rays
+        (``plan_passes``): "ray" through the texture unit, "quad" with exact
+        float32 weights from a per-view quad layout (one 16-byte load per
+        sample), "ray-hybrid" ``split`` = (count, period): ``count`` of every
+        ``period`` views from quads, the others through the texture.
+    views_per_pass, aligned, split : the ray kernels' plan (``plan_passes``).
     """
 
     def __init__(self, block: tuple[int, int] | None = None, defines: tuple[str, ...] = (),
-                 kernel: str = "texture"):
+                 kernel: str = "texture", views_per_pass: int = VIEWS_PER_PASS, aligned: bool = True,
+                 split: tuple[int, int] = RAY_SPLIT):
         if kernel not in KERNELS:
             raise ValueError(f"kernel: expected one of {KERNELS}, got {kernel!r}")
         self.kernel = kernel
+        self.views_per_pass = int(views_per_pass)
+        self.aligned = bool(aligned)
+        if kernel == "ray":
+            split = (0, 1)
+        elif kernel == "quad":
+            split = (1, 1)
+        self.split = (int(split[0]), int(split[1]))
+        if not 0 <= self.split[0] <= self.split[1] or self.split[1] < 1:
+            raise ValueError(f"split: expected 0 <= count <= period, period >= 1, got {split}")
+        self._plans: dict = {}
         self.block = tuple(block) if block is not None else (
             STAGED_BLOCK if kernel in ("shared", "hybrid") else BLOCK)
         self.defines = tuple(defines)   # bottleneck variants and tuning (see the .cu file)
@@ -123,6 +227,8 @@ class ConeTextureBackprojector:
 
         n_views, n_rows, n_cols = projections.shape
         nz, ny, nx = out.shape
+        if self.kernel in RAY_KERNELS:
+            return self._call_ray(projections, index_matrices, out, accumulate, slices)
         module = load_module("backproject_cone", self.defines)
         const = module.get_global("c_cone_mat")
         stream = cupy.cuda.get_current_stream()
@@ -175,5 +281,72 @@ class ConeTextureBackprojector:
                         (tex.linear, padded[v0:v1], out) + ints(nx, ny, nz, v1 - v0, n_rows, n_cols, capacity,
                                                                 flag, block0),
                         stream=stream, shared_mem=shared_bytes)
+                release(tex, stream)
+        return out
+
+    def plan(self, index_matrices: np.ndarray, volume_shape: tuple[int, int, int]) -> list:
+        """[(pass, device matrices, device software views, device texture views)]
+        for these views, cached (FDK repeats its chunks; a pageable upload would
+        wait for the stream's work)."""
+        import cupy
+
+        m = np.asarray(index_matrices, np.float64).reshape(-1, 12)
+        key = (m.tobytes(), tuple(volume_shape))
+        if key not in self._plans:
+            plan = []
+            for p in plan_passes(m, volume_shape, self.views_per_pass, self.aligned, self.split):
+                plan.append((p, cupy.asarray(kernel_matrices(m[p.views], p.software, QUAD_BORDER)),
+                             cupy.asarray(p.views[p.software].astype(np.int32)),
+                             cupy.asarray(p.views[~p.software].astype(np.int32))))
+            if len(self._plans) >= 64:
+                self._plans.pop(next(iter(self._plans)))
+            self._plans[key] = plan
+        return self._plans[key]
+
+    def _call_ray(self, projections, index_matrices, out, accumulate, slices):
+        import cupy
+
+        n_views, n_rows, n_cols = projections.shape
+        nz, ny, nx = out.shape
+        if (n_rows + 2 * QUAD_BORDER) * (n_cols + 2 * QUAD_BORDER) >= 1 << 23:
+            raise ValueError(f"projections: {n_rows} x {n_cols} detector too large for the quad layout's "
+                             f"2^23-pixel indices (use kernel 'global' or 'texture')")
+        k0, k1 = (0, nz) if slices is None else slices
+        if k0 % self.depth or (k1 % self.depth and k1 != nz) or not 0 <= k0 < k1 <= nz:
+            raise ValueError(f"slices: expected 0 <= k0 < k1 <= {nz}, k0 and k1 multiples of {self.depth} "
+                             f"(or k1 = {nz}), got {slices}")
+        module = load_module("backproject_cone", self.defines)
+        const = module.get_global("c_cone_mat")
+        stream = cupy.cuda.get_current_stream()
+        plan = self.plan(index_matrices, out.shape)
+        block0 = k0 // self.depth
+        by = 256 // 32
+        pitch, height = n_cols + 2 * QUAD_BORDER, n_rows + 2 * QUAD_BORDER
+        function = module.get_function(RAY_KERNELS[self.kernel])
+        quads_fn = module.get_function("cone_quads")
+        ints = lambda *a: tuple(np.int32(x) for x in a)   # noqa: E731
+        unused = cupy.zeros(4, cupy.float32)   # a valid pointer for a pass without software views
+        for number, (p, mats, soft, tex_views) in enumerate(plan):
+            const.copy_from_device_async(mats.data, mats.size * 4, stream)
+            quads = unused
+            if soft.size:
+                quads = cupy.empty((soft.size, height, pitch, 4), cupy.float32)
+                quads_fn((-(-pitch // 128), height, soft.size), (128,),
+                         (projections, soft, quads) + ints(n_rows, n_cols), stream=stream)
+            tex = None
+            if tex_views.size:
+                tex = acquire((tex_views.size, n_rows, n_cols), 1, stream)
+                first, last = int(p.views[~p.software][0]), int(p.views[~p.software][-1])
+                tex.upload(projections[first:last + 1] if last - first == tex_views.size - 1
+                           else cupy.take(projections, tex_views, axis=0), stream)
+            na, nb = (ny, nx) if p.y_major else (nx, ny)
+            grid = (-(-na // 32), -(-nb // by), -(-k1 // self.depth) - block0)
+            function(grid, (32, by),
+                     (tex.linear if tex is not None else np.uint64(0), quads, out)
+                     + ints(nx, ny, nz, p.views.size, p.y_major) + (np.float32(p.slope),)
+                     + ints(self.split[1], self.split[0], pitch, height * pitch, n_rows, n_cols,
+                            accumulate or number > 0, block0),
+                     stream=stream)
+            if tex is not None:
                 release(tex, stream)
         return out

@@ -7,6 +7,9 @@ from .. import _validate as v
 from ..backends import resolve
 from ..geometry import VolumeGeometry
 
+# The fastest kernel per interpolation on an H200 (docs/performance.md, cone beam).
+AUTO_KERNEL = {"linear": "quad", "linear8": "ray", "linear32": "quad"}
+
 
 def index_matrices(matrices: np.ndarray, volume: VolumeGeometry) -> np.ndarray:
     """Compose projection matrices with the voxel grid: (n, 3, 4) acting on (i, j, k, 1)."""
@@ -51,13 +54,19 @@ class ConeBackprojection:
         interpolation error than the texture unit).
     matrices : ndarray (n_views, 3, 4), optional
         Replacement matrices (e.g. rescaled) for the same views.
-    kernel : {"auto", "texture", "hybrid", "global", "shared"}
+    kernel : {"auto", "texture", "hybrid", "ray", "ray-hybrid", "quad", "global", "shared"}
         Which CUDA kernel (``leveret.cuda.backproject_cone``); the CPU's
-        "linear8" mode mirrors the one chosen. With "linear"/"linear8":
-        "texture" (kernel B) or "hybrid" (exact weights from shared memory for
-        some views, the texture unit for the others, both at once); with
-        "linear32": "global" or "shared". "auto" picks the fastest measured
-        (docs/performance.md); ``last_kernel`` tells which ran.
+        "linear8"/"linear32" modes mirror the one chosen. With
+        "linear"/"linear8": "texture" (kernel B), "hybrid" (exact weights from
+        shared memory for some views, the texture unit for the others, both
+        at once), "ray" (kernel B's arithmetic, views in passes of similar
+        direction with a warp's lanes along the rays), "ray-hybrid" (the same
+        passes, a third of the views with exact weights from quads) or
+        "quad" (exact weights, see below); with "linear32": "quad" (exact
+        float32 weights from a per-view quad layout, one 16-byte load per
+        sample, lanes along the rays), "global" or "shared". "auto" picks the
+        fastest measured (``AUTO_KERNEL``, docs/performance.md);
+        ``last_kernel`` tells which ran.
     """
 
     def __init__(self, geometry, volume: VolumeGeometry, *, backend: str = "auto",
@@ -75,7 +84,8 @@ class ConeBackprojection:
         check_in_front(self.matrices, volume)
         self.backend = resolve(backend)
         self.interpolation = v.choice("interpolation", interpolation, ("linear", "linear8", "linear32"))
-        allowed = ("auto", "global", "shared") if self.interpolation == "linear32" else ("auto", "texture", "hybrid")
+        allowed = (("auto", "quad", "global", "shared") if self.interpolation == "linear32"
+                   else ("auto", "texture", "hybrid", "ray", "ray-hybrid", "quad"))
         self.kernel = v.choice("kernel", kernel, allowed)
         self._index = index_matrices(self.matrices, volume)
         self._gpu = None
@@ -83,9 +93,7 @@ class ConeBackprojection:
     @property
     def last_kernel(self) -> str:
         """The CUDA kernel this operator runs (or whose arithmetic the CPU mirrors)."""
-        if self.kernel != "auto":
-            return self.kernel
-        return "global" if self.interpolation == "linear32" else "texture"
+        return AUTO_KERNEL[self.interpolation] if self.kernel == "auto" else self.kernel
 
     @property
     def slab_alignment(self) -> int:
@@ -125,18 +133,20 @@ class ConeBackprojection:
             if self._gpu is None:
                 from ..cuda.backproject_cone import ConeTextureBackprojector, kernel_matrices, staged_views
                 self._gpu = ConeTextureBackprojector(kernel=self.last_kernel)
-                if self.last_kernel != "hybrid":   # the same per view in any call: upload once
+                if self.last_kernel in ("texture", "global", "shared"):   # the same per view in any call: upload once
                     n = self.geometry.n_views
                     self._gpu_matrices = xp.asarray(kernel_matrices(self._index, staged_views(n, self.last_kernel)))
-            device_matrices = None if self.last_kernel == "hybrid" else self._gpu_matrices[views]
+            # (the ray kernels cache their own per-pass matrices)
+            device_matrices = (self._gpu_matrices[views] if self.last_kernel in ("texture", "global", "shared")
+                               else None)
             return self._gpu(xp.ascontiguousarray(projections), idx, out, accumulate=accumulate, slices=slices,
                              device_matrices=device_matrices)
         if xp is not np:
             raise ValueError("projections: the CPU backend takes NumPy arrays, got a CuPy array")
         from ..cpu import backproject_cone as cpu
         if self.interpolation in ("linear8", "linear32"):
-            from ..cuda.backproject_cone import depth, kernel_matrices, staged_views
-            software = staged_views(idx.shape[0], self.last_kernel)
+            from ..cuda.backproject_cone import depth, kernel_matrices, software_views
+            software = software_views(self.last_kernel, idx, self.volume.shape)
             return cpu.backproject_gpu_mirror(projections, kernel_matrices(idx, software).reshape(-1, 3, 4), out,
                                               depth=depth(), software=software, accumulate=accumulate,
                                               slices=slices)
