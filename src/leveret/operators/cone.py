@@ -8,7 +8,8 @@ from ..backends import resolve
 from ..geometry import VolumeGeometry
 
 # The fastest kernel per interpolation on an H200 (docs/performance.md, cone beam).
-AUTO_KERNEL = {"linear": "quad", "linear8": "ray", "linear32": "quad"}
+# "linear8" on the CPU mirrors what "linear" runs on CUDA, so the two share a kernel.
+AUTO_KERNEL = {"linear": "quad", "linear8": "quad", "linear32": "quad"}
 
 
 def index_matrices(matrices: np.ndarray, volume: VolumeGeometry) -> np.ndarray:
@@ -46,12 +47,13 @@ class ConeBackprojection:
     volume : VolumeGeometry (3D)
     backend : {"auto", "cuda", "cpu"}
     interpolation : {"linear", "linear8", "linear32"}
-        "linear": exact bilinear weights on the CPU (float64 arithmetic), the
-        texture unit's 8-bit weights on CUDA (fastest). "linear8": the
-        texture kernel's arithmetic on either backend (float32, 8-bit
-        weights). "linear32": exact weights in float32 on either backend
-        (CUDA: software interpolation from global memory; 20x smaller
-        interpolation error than the texture unit).
+        "linear": exact bilinear weights on the CPU (float64 arithmetic); on
+        CUDA the fastest kernel (``AUTO_KERNEL``). "linear8": the CUDA
+        kernel's arithmetic on either backend (float32): with a texture kernel
+        ("texture", "ray") the texture unit's 8-bit weights; with kernel
+        "auto" the CPU mirrors what "linear" runs on CUDA. "linear32": exact
+        weights in float32 on either backend (CUDA: software interpolation,
+        20x smaller interpolation error than the texture unit).
     matrices : ndarray (n_views, 3, 4), optional
         Replacement matrices (e.g. rescaled) for the same views.
     kernel : {"auto", "texture", "hybrid", "ray", "ray-hybrid", "quad", "global", "shared"}
