@@ -250,7 +250,17 @@ backproject_cone_global(const float* __restrict__ projections,   // (n_views, ro
 //   RQ: the texture unit and the issue slots work at once; at a third of the
 //      views in software, ~55-60 ms if neither saturates the shared L1/TEX
 //      pipeline (unknown: both use it).
-// Measured: see docs/performance.md.
+// Measured (H200, 2026-11-24, bench_cone.py --ray; docs/performance.md), ms
+// at 512^3 / 1024^3, 496 views in one call: kernel B 99.8 / 557, global 149 /
+// 1154; R 106 / 753 in passes of 32 views, 87.1 / 592 in passes of 124; Q
+// 111.7 / 729 (32), 91.1 / 644 (124), 91.6 with lanes along x (passes of 32);
+// RQ 101-104 / 662. One FDK chunk of 32 views: B 8.65 / 36.4, R 7.39 / 50.1,
+// Q 7.66 / 47.2. The predictions were 20-70 % optimistic: lanes along the rays
+// help the texture path at 512^3 (87 against 100 ms) but cost at 1024^3,
+// where kernel B's fetches already hit; each pass's uncoalesced volume stores
+// and quad layout cost 1-1.7 ms at 512^3 (Q: 112 ms in 16 passes, 91 in 4);
+// Q's lanes along the rays gain nothing over lanes along x. Q is the fastest
+// exact-weight kernel (1.6-1.8x "global"), R the fastest at 512^3.
 
 #ifndef LEVERET_CONE_RAY_BY
 #define LEVERET_CONE_RAY_BY 8      // warps per block of the ray kernels (blockDim = 32 x this)

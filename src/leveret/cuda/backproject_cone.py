@@ -19,7 +19,8 @@ MAX_TILE = 4096            # floats per staged view: 16 KiB, so the texture path
 KERNELS = ("texture", "global", "shared", "hybrid", "ray", "quad", "ray-hybrid")
 RAY_KERNELS = {"ray": "backproject_cone_ray_tex", "quad": "backproject_cone_ray_quad",
                "ray-hybrid": "backproject_cone_ray_hybrid"}
-VIEWS_PER_PASS = 32        # ray kernels: views per pass (direction bin), see plan_passes
+VIEWS_PER_PASS = 124       # ray kernels: views per pass (direction bin), see plan_passes; 32 cost 1-1.7 ms
+                           # per extra pass at 512^3 (uncoalesced volume stores, quad layout), H200
 RAY_SPLIT = (1, 3)         # "ray-hybrid": of every 3 views of a pass, 1 from quads (exact), 2 through the texture
 QUAD_BORDER = 2            # zero quads around each view in the quad layout (folded into the matrices)
 BORDER = 2                 # LEVERET_CONE_BORDER: zero pixels around each view for the software kernels

@@ -7,9 +7,12 @@ from .. import _validate as v
 from ..backends import resolve
 from ..geometry import VolumeGeometry
 
-# The fastest kernel per interpolation on an H200 (docs/performance.md, cone beam).
-# "linear8" on the CPU mirrors what "linear" runs on CUDA, so the two share a kernel.
-AUTO_KERNEL = {"linear": "quad", "linear8": "quad", "linear32": "quad"}
+# Per interpolation, the kernel "auto" runs (docs/performance.md, cone beam, H200
+# 2026-11-24): "texture" for "linear" (the "ray" kernel is 13 % faster for a
+# whole 512^3 call but 6-38 % slower at 1024^3 and in FDK's 1024^3 chunks);
+# "quad" for "linear32" (1.6-1.8x the "global" kernel). "linear8" on the CPU
+# mirrors what "linear" runs on CUDA, so the two share a kernel.
+AUTO_KERNEL = {"linear": "texture", "linear8": "texture", "linear32": "quad"}
 
 
 def index_matrices(matrices: np.ndarray, volume: VolumeGeometry) -> np.ndarray:
@@ -48,7 +51,8 @@ class ConeBackprojection:
     backend : {"auto", "cuda", "cpu"}
     interpolation : {"linear", "linear8", "linear32"}
         "linear": exact bilinear weights on the CPU (float64 arithmetic); on
-        CUDA the fastest kernel (``AUTO_KERNEL``). "linear8": the CUDA
+        CUDA ``AUTO_KERNEL``'s choice (kernel B: the texture unit's 8-bit
+        weights). "linear8": the CUDA
         kernel's arithmetic on either backend (float32): with a texture kernel
         ("texture", "ray") the texture unit's 8-bit weights; with kernel
         "auto" the CPU mirrors what "linear" runs on CUDA. "linear32": exact
