@@ -205,7 +205,9 @@ def rabbitct_geometry(size: int = 512):
 
 
 def _iteration_time(run, k: int, sync) -> float:
-    """(T(1 + k iterations) - T(1)) / k: the cost of one iteration without set-up."""
+    """(T(1 + k iterations) - T(1)) / k: the cost of one iteration without set-up
+    (after one untimed run: the first compiles the algorithm's kernels)."""
+    run(1)
     t1 = median_time(lambda: run(1), reps=1, warmup=0, sync=sync)
     tk = median_time(lambda: run(1 + k), reps=1, warmup=0, sync=sync)
     return max(tk - t1, 0.0) / k

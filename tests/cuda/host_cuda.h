@@ -13,5 +13,5 @@ static dim blockIdx, threadIdx, blockDim;
 #define __forceinline__ inline
 #define __restrict__
 #define __shared__
-#define __launch_bounds__(n)
+#define __launch_bounds__(...)
 #define __syncthreads()

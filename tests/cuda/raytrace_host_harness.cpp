@@ -12,9 +12,14 @@ static inline double __dadd_rn(double a, double b) { return a + b; }
 static inline double __dsub_rn(double a, double b) { return a - b; }
 static inline double __ddiv_rn(double a, double b) { return a / b; }
 static inline double __dsqrt_rn(double a) { return std::sqrt(a); }
+static inline float __frcp_rn(float a) { return 1.0f / a; }
+static inline float __fdividef(float a, float b) { return a / b; }
+static inline long long __double2ll_rn(double a) { return std::llrint(a); }
 template <typename T> static inline T atomicAdd(T* p, T v) { T o = *p; *p = o + v; return o; }
 struct int4 { int x, y, z, w; };
 struct float4 { float x, y, z, w; };
+struct float2 { float x, y; };
+struct double2 { double x, y; };
 static inline int4 make_int4(int x, int y, int z, int w) { return {x, y, z, w}; }
 static inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
 static inline int __float_as_int(float f) { int i; std::memcpy(&i, &f, 4); return i; }
@@ -125,10 +130,10 @@ extern "C" void run_joseph_gather(float* vol, const float* proj, int nx, int ny,
     delete[] planes; delete[] dominant; delete[] rows;
 }
 // Structured Joseph's voxel transpose: the column numbers and the values for
-// all views, then every thread of the gather's grid (blocks of 8 warps on 4 x 2
+// all views, then every thread of the gather's grid (blocks of 8 warps on 8 x 4
 // voxel columns) in turn, into the z-fastest volume volT (ny, nx, nz).
 extern "C" void run_joseph_voxel(float* volT, const float* proj, int nx, int ny, int nz, const double* params,
-                                 const double* g, int n_views, int n_rows, int n_cols)
+                                 const double* g, int n_views, int n_rows, int n_cols, const float* vf)
 {
     const int rows_p = n_rows + JV_PAD_LO + JV_PAD_HI;
     double* cols = new double[(size_t)n_views * n_cols * JV_NCOL];
@@ -144,11 +149,11 @@ extern "C" void run_joseph_voxel(float* volT, const float* proj, int nx, int ny,
     }
     blockDim.x = 256; blockDim.y = 1; blockDim.z = 1;
     for (int bz = 0; bz < (nz + 32 * JV_KZ - 1) / (32 * JV_KZ); ++bz)
-        for (int by = 0; by < (ny + 1) / 2; ++by)
-            for (int bx = 0; bx < (nx + 3) / 4; ++bx)
+        for (int by = 0; by < (ny + 3) / 4; ++by)
+            for (int bx = 0; bx < (nx + 7) / 8; ++bx)
                 for (int t = 0; t < 256; ++t) {
                     blockIdx.x = bx; blockIdx.y = by; blockIdx.z = bz; threadIdx.x = t;
-                    joseph_voxel_gather(volT, values, cols, params, g, nx, ny, nz, n_views, n_rows, n_cols, 0);
+                    joseph_voxel_gather(volT, values, cols, vf, g, nx, ny, nz, n_views, n_rows, n_cols, 0);
                 }
     delete[] cols; delete[] values;
 }

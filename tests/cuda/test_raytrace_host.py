@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from leveret.cuda.raytrace import (JOSEPH_PAD_Z, joseph_float32_bound, structured_float32_bound, structured_ratio,
-                                   view_parameters, voxel_rows_per_voxel)
+                                   view_parameters, voxel_rows_per_voxel, voxel_view_floats)
 from leveret.geometry import ConeGeometry, ParallelGeometry, VolumeGeometry
 from leveret.operators import Projector
 
@@ -200,7 +200,8 @@ def test_host_build_structured_joseph(lib, name, rng):
     # in float32, so equal to the scatter to that march's rounding; z-fastest
     # output poisoned: every voxel written.
     volT = np.full((ny, nx, nz), np.nan, np.float32)
-    lib.run_joseph_voxel(_ptr(volT), _ptr(y), nx, ny, nz, _ptr(params), _ptr(g), n_views, n_rows, n_cols)
+    lib.run_joseph_voxel(_ptr(volT), _ptr(y), nx, ny, nz, _ptr(params), _ptr(g), n_views, n_rows, n_cols,
+                         _ptr(voxel_view_floats(params)))
     voxel = volT.transpose(2, 0, 1).astype(np.float64)
     assert not np.isnan(voxel).any()
     assert np.abs(voxel - back).max() <= 2e-6 * np.abs(back).max()
@@ -221,7 +222,8 @@ def test_host_build_joseph_voxel_tall(lib, rng):
     assert 1 < voxel_rows_per_voxel(params, n_cols, volume.shape, A._offset, A._scale) < 4
     y = rng.standard_normal(geometry.projection_shape).astype(np.float32)
     volT = np.full((ny, nx, nz), np.nan, np.float32)
-    lib.run_joseph_voxel(_ptr(volT), _ptr(y), nx, ny, nz, _ptr(params), _ptr(g), geometry.n_views, n_rows, n_cols)
+    lib.run_joseph_voxel(_ptr(volT), _ptr(y), nx, ny, nz, _ptr(params), _ptr(g), geometry.n_views, n_rows, n_cols,
+                         _ptr(voxel_view_floats(params)))
     ref = A.T(y.astype(np.float64))
     np.testing.assert_allclose(volT.transpose(2, 0, 1), ref, rtol=0, atol=1e-6 * np.abs(ref).max())
 

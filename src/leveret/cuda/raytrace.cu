@@ -1117,10 +1117,11 @@ extern "C" __global__ void joseph_row_table(float4* __restrict__ rows, const flo
 }
 
 // Column index u of the vertical plane through world point (x, y) (M^-1 row major).
+// Approximate division (2 ulp): callers pad the column range by far more.
 __device__ __forceinline__ float column_of(const double* par, float x, float y)
 {
     const float dx = x - (float)par[0], dy = y - (float)par[1];
-    return ((float)par[8] * dx - (float)par[5] * dy) / ((float)par[3] * dy - (float)par[6] * dx);
+    return __fdividef((float)par[8] * dx - (float)par[5] * dy, (float)par[3] * dy - (float)par[6] * dx);
 }
 
 extern "C" __global__ void __launch_bounds__(128) joseph_gather(
@@ -1212,13 +1213,16 @@ extern "C" __global__ void __launch_bounds__(128) joseph_gather(
 // with t = T + f (f in [0, 1)), d in [-floor(h), floor(h) + 1], h = 1 / |zS|,
 // weight wu max(0, 1 - |zS| |d - f|).
 //
-// Lanes are 32 consecutive z voxels of one column, each lane JV_KZ voxels 32
-// apart: the (view, column, plane) work (candidate columns, tau, fu, zA, zS, in
-// float64 from joseph_voxel_columns' per-column numbers) is uniform across the
-// warp, and the lanes' rows are adjacent entries of the column's values
-// (layout (view, column, row), padded): one or two cache lines per load. Per
-// voxel and contributing column: the row coordinate stepped in float32 (f, T;
-// float32 holds only the fraction), then per row one load and four operations.
+// A warp owns a 2 x 2 patch of voxel columns; its lanes are 32 consecutive z
+// voxels, each lane JV_KZ voxels 32 apart. The (view, column, plane) work
+// (candidate columns, tau, fu, zA, zS, in float64 from joseph_voxel_columns'
+// per-column numbers) is uniform across the warp, and the lanes' rows are
+// adjacent entries of the column's values (layout (view, column, row),
+// padded): one or two cache lines per load. A column's z interpolation on a
+// plane serves both in-plane neighbours of the patch (weights wu0, wu1), so it
+// runs once per (column, plane) instead of once per (column, voxel column).
+// Per voxel: the row coordinate stepped in 32.32 fixed point (exact steps; the
+// fraction to float32 once), then per row one load and three operations.
 // The z fractions are float64-accurate where the forward's float32 march
 // (fmaf(dtau, mz, fr)) rounds: the two differ by that march's rounding, well
 // inside 1e-5 (the tests' adjoint bound); joseph_float32_bound covers both.
@@ -1228,9 +1232,12 @@ extern "C" __global__ void __launch_bounds__(128) joseph_gather(
 // can reach, and the launcher checks h < JV_HMAX + 1 (rows at least a quarter
 // voxel apart in z).
 #ifndef LEVERET_JV_KZ
-#define LEVERET_JV_KZ 16
+#define LEVERET_JV_KZ 8
 #endif
 #define JV_KZ LEVERET_JV_KZ
+#ifndef LEVERET_JV_MIN_BLOCKS
+#define LEVERET_JV_MIN_BLOCKS 1   // blocks per multiprocessor the register allocation must allow
+#endif
 #define JV_HMAX 3
 #define JV_PAD_LO (2 * JV_HMAX + 2)
 #define JV_PAD_HI (2 * JV_HMAX + 3)
@@ -1283,98 +1290,153 @@ extern "C" __global__ void joseph_voxel_values(float* __restrict__ values, const
     values[t] = value;
 }
 
-// One view's candidate columns of one rule (MY: y-dominant columns, plane j)
-// for a lane's JV_KZ voxels k0 + 32 q. [c0, c1]: the column coordinates of the
-// two points one voxel either side of the centre along the in-plane axis.
-template <bool MY>
-__device__ __forceinline__ void joseph_voxel_rule(float c0, float c1, int i, int j, int k0, const double* vcols,
-                                                  const float* vvals, int rows_p, int n_rows, int n_cols,
-                                                  float (&acc)[JV_KZ])
+// The column coordinate of world point (x, y) from a view's float32 numbers
+// (joseph_voxel_gather's vf: source x, y and the view parameters 8, 5, 3, 6,
+// as column_of reads them): no float64 conversions per call.
+__device__ __forceinline__ float column_of_f(const float4& a, const float2& b, float x, float y)
 {
-    const float lo = fminf(c0, c1), hi = fmaxf(c0, c1);
-    if (!(hi >= -1.0f && lo <= (float)n_cols)) return;   // also NaN (no column)
-    const int ua = max(0, (int)ceilf(fmaxf(lo, -2.0f) - 0.01f));
-    const int ub = min(n_cols - 1, (int)floorf(fminf(hi, (float)n_cols + 1.0f) + 0.01f));
-    const int plane = MY ? j : i, inplane = MY ? i : j;
-    for (int u = ua; u <= ub; ++u) {
-        const double* c = vcols + (long long)u * JV_NCOL;
-        if ((c[0] != 0.0) != MY) continue;
-        const double tau = ((double)plane - c[2]) * c[1];
-        if (!(tau >= 0.0)) continue;   // cone rays start at the source
-        const double du = fabs(c[4] + tau * c[3] - (double)inplane);
-        if (!(du < 1.0)) continue;
-        const double zA = c[7] + tau * c[5], zS = tau * c[6];
-        if (zS == 0.0) continue;
-        const double inv = 1.0 / zS;
-        const int nh = min((int)fabs(inv), JV_HMAX);
-        const float wu = (float)(1.0 - du);
-        const float wz = wu * (float)fabs(zS);
-        const double t0 = fmin(fmax(((double)k0 - zA) * inv, -1.0e8), 1.0e8);
-        const double T0 = floor(t0), step = 32.0 * inv, dT = floor(step);
-        int T = (int)T0;
-        float f = (float)(t0 - T0);
-        const int DT = (int)dT;
-        const float df = (float)(step - dT);
-        const float* col = vvals + (long long)u * rows_p;
-        const int tlo = -(JV_HMAX + 2), thi = n_rows + JV_HMAX + 1;
-        if (nh == 0) {   // rows T and T + 1 (|zS| > 1)
+    const float dx = x - a.x, dy = y - a.y;
+    return __fdividef(a.z * dx - a.w * dy, b.x * dy - b.y * dx);
+}
+
+// A lane's JV_KZ voxels from one (view, column, plane): rows T - nh .. T + nh + 1
+// of the column's values col (NH >= 0: that nh, unrolled; -1: nh at run
+// time), row coordinate T + f stepped by DT + df from voxel to voxel.
+template <int NH>
+__device__ __forceinline__ void joseph_voxel_rows(const float* col, long long t, long long dt, float zs, float w0,
+                                                  float w1, int tlo, int thi, int nh, float (&acc0)[JV_KZ],
+                                                  float (&acc1)[JV_KZ])
+{
+    // Row weight 1 - |zS| |d - f|, f = lo 2^-32: 1 - |zS| d + |zS| f for d >= 1,
+    // 1 + |zS| d - |zS| f for d <= 0; zs = |zS| 2^-32 scales lo directly.
+    const float zS = zs * 4294967296.0f;
 #pragma unroll
-            for (int q = 0; q < JV_KZ; ++q) {
-                const float* p = col + min(max(T, tlo), thi);
-                acc[q] = fmaf(fmaxf(0.0f, fmaf(-wz, f, wu)), p[0], acc[q]);
-                acc[q] = fmaf(fmaxf(0.0f, fmaf(-wz, 1.0f - f, wu)), p[1], acc[q]);
-                f += df;
-                T += DT;
-                if (f >= 1.0f) { f -= 1.0f; ++T; }
+    for (int q = 0; q < JV_KZ; ++q) {
+        const int T = (int)(t >> 32);
+        const float lo = (float)(unsigned)t;
+        const float* p = col + min(max(T, tlo), thi);
+        float sum = 0.0f;
+        if (NH >= 0) {
+#pragma unroll
+            for (int d = -NH; d <= NH + 1; ++d) {
+                const float w = d >= 1 ? fmaf(zs, lo, 1.0f - zS * d) : fmaf(-zs, lo, 1.0f + zS * d);
+                sum = fmaf(fmaxf(0.0f, w), p[d], sum);
             }
         } else {
-#pragma unroll
-            for (int q = 0; q < JV_KZ; ++q) {
-                const float* p = col + min(max(T, tlo), thi);
-                for (int d = -nh; d <= nh + 1; ++d)
-                    acc[q] = fmaf(fmaxf(0.0f, fmaf(-wz, fabsf((float)d - f), wu)), p[d], acc[q]);
-                f += df;
-                T += DT;
-                if (f >= 1.0f) { f -= 1.0f; ++T; }
+            for (int d = -nh; d <= nh + 1; ++d) {
+                const float w = d >= 1 ? fmaf(zs, lo, 1.0f - zS * d) : fmaf(-zs, lo, 1.0f + zS * d);
+                sum = fmaf(fmaxf(0.0f, w), p[d], sum);
             }
+        }
+        acc0[q] = fmaf(w0, sum, acc0[q]);
+        acc1[q] = fmaf(w1, sum, acc1[q]);
+        t += dt;
+    }
+}
+
+// One view's candidate columns of one rule for a warp's 2 x 2 patch at (i0,
+// j0): MY false, x-dominant columns on planes i0, i0 + 1 (in-plane j0, j0 + 1);
+// MY true, y-dominant columns on planes j0, j0 + 1 (in-plane i0, i0 + 1).
+// acc[b][a][q]: voxel (i0 + a, j0 + b, k0 + 32 q).
+template <bool MY>
+__device__ __forceinline__ void joseph_voxel_rule(const float4& va, const float2& vb, const double* __restrict__ g,
+                                                  int i0, int j0, int k0, const double* vcols, const float* vvals,
+                                                  int rows_p, int n_rows, int n_cols, float (&acc)[2][2][JV_KZ])
+{
+    const int base_in = MY ? i0 : j0;
+#pragma unroll
+    for (int a = 0; a < 2; ++a) {
+        const int plane = (MY ? j0 : i0) + a;
+        // Column coordinates of the plane's points 1.5 voxels before the first
+        // and after the second in-plane voxel centre (world units).
+        const float pc = (float)(g[MY ? 3 : 2] + ((double)plane + 0.5) / g[MY ? 6 : 5]);
+        const float qa = (float)(g[MY ? 2 : 3] + ((double)base_in - 0.5) / g[MY ? 5 : 6]);
+        const float qb = (float)(g[MY ? 2 : 3] + ((double)base_in + 2.5) / g[MY ? 5 : 6]);
+        const float c0 = MY ? column_of_f(va, vb, qa, pc) : column_of_f(va, vb, pc, qa);
+        const float c1 = MY ? column_of_f(va, vb, qb, pc) : column_of_f(va, vb, pc, qb);
+        const float lo = fminf(c0, c1), hi = fmaxf(c0, c1);
+        if (!(hi >= -1.0f && lo <= (float)n_cols)) continue;   // also NaN (no column)
+        const int ua = max(0, (int)ceilf(fmaxf(lo, -2.0f) - 0.01f));
+        const int ub = min(n_cols - 1, (int)floorf(fminf(hi, (float)n_cols + 1.0f) + 0.01f));
+        for (int u = ua; u <= ub; ++u) {
+            // The column's eight numbers in four 16-byte loads issued together.
+            const double2* c2 = (const double2*)(vcols + (long long)u * JV_NCOL);
+            const double2 cA = c2[0], cB = c2[1], cC = c2[2], cD = c2[3];   // (my, 1/am) (pm, au) (pu, Mz0) (Mz1, pzc)
+            if ((cA.x != 0.0) != MY) continue;
+            const double tau = ((double)plane - cB.x) * cA.y;
+            if (!(tau >= 0.0)) continue;   // cone rays start at the source
+            const double fu = cC.x + tau * cB.y - (double)base_in;
+            const float w0 = (float)fmax(0.0, 1.0 - fabs(fu)), w1 = (float)fmax(0.0, 1.0 - fabs(fu - 1.0));
+            if (w0 == 0.0f && w1 == 0.0f) continue;
+            const double zA = cD.y + tau * cC.y, zS = tau * cD.x;
+            if (zS == 0.0) continue;
+            // 1 / zS: the float32 reciprocal and one Newton step in float64 (relative
+            // error ~1e-14; a correctly rounded float64 division costs ~25 instructions).
+            const double r0 = (double)__frcp_rn((float)zS);
+            const double inv = fma(r0, fma(-zS, r0, 1.0), r0);
+            const int nh = min((int)fabs(inv), JV_HMAX);
+            const float zs = (float)(fabs(zS) * 0x1p-32);
+            // Row coordinate of voxel k0 and its step per 32 voxels, 32.32 fixed point.
+            const double t0 = fmin(fmax(((double)k0 - zA) * inv, -1.0e8), 1.0e8);
+            const long long t = __double2ll_rn(t0 * 4294967296.0);
+            const long long dt = __double2ll_rn(32.0 * inv * 4294967296.0);
+            const float* col = vvals + u * rows_p;   // 32-bit offset: a batch holds < 2^31 values
+            const int tlo = -(JV_HMAX + 2), thi = n_rows + JV_HMAX + 1;
+            float (&acc0)[JV_KZ] = MY ? acc[a][0] : acc[0][a];
+            float (&acc1)[JV_KZ] = MY ? acc[a][1] : acc[1][a];
+            if (nh == 0)        // rows T, T + 1 (|zS| > 1)
+                joseph_voxel_rows<0>(col, t, dt, zs, w0, w1, tlo, thi, 0, acc0, acc1);
+            else if (nh == 1)   // rows T - 1 .. T + 2 (|zS| in (1/2, 1])
+                joseph_voxel_rows<1>(col, t, dt, zs, w0, w1, tlo, thi, 1, acc0, acc1);
+            else
+                joseph_voxel_rows<-1>(col, t, dt, zs, w0, w1, tlo, thi, nh, acc0, acc1);
         }
     }
 }
 
-// Blocks of 8 warps on a 4 x 2 patch of voxel columns (neighbours read the
-// same detector columns: L1 hits); grid (ceil(nx / 4), ceil(ny / 2),
-// ceil(nz / (32 JV_KZ))). volT: the z-fastest volume (ny, nx, nz); values and
-// cols for the views [0, n_views) of this batch; accumulate: add to volT.
-extern "C" __global__ void __launch_bounds__(256) joseph_voxel_gather(
+// Blocks of 8 warps on a 4 x 2 arrangement of 2 x 2 patches (8 x 4 voxel
+// columns: neighbours read the same detector columns, L1 hits); grid
+// (ceil(nx / 8), ceil(ny / 4), ceil(nz / (32 JV_KZ))). volT: the z-fastest
+// volume (ny, nx, nz); values and cols for the views [0, n_views) of this
+// batch, vf their float32 numbers for column_of_f (8 per view); accumulate:
+// add to volT.
+extern "C" __global__ void __launch_bounds__(256, LEVERET_JV_MIN_BLOCKS) joseph_voxel_gather(
     float* __restrict__ volT, const float* __restrict__ values, const double* __restrict__ cols,
-    const double* __restrict__ params, const double* __restrict__ g, int nx, int ny, int nz, int n_views,
+    const float* __restrict__ vf, const double* __restrict__ g, int nx, int ny, int nz, int n_views,
     int n_rows, int n_cols, int accumulate)
 {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int i = blockIdx.x * 4 + (warp & 3), j = blockIdx.y * 2 + (warp >> 2);
-    if (i >= nx || j >= ny) return;   // whole warps; no barrier below
+    const int i0 = (blockIdx.x * 4 + (warp & 3)) * 2, j0 = (blockIdx.y * 2 + (warp >> 2)) * 2;
+    if (i0 >= nx || j0 >= ny) return;   // whole warps; no barrier below
     const int k0 = blockIdx.z * (32 * JV_KZ) + lane;
     const int rows_p = n_rows + JV_PAD_LO + JV_PAD_HI;
-    float acc[JV_KZ];
+    float acc[2][2][JV_KZ];
 #pragma unroll
-    for (int q = 0; q < JV_KZ; ++q) acc[q] = 0.0f;
-    const float xc = (float)(g[2] + ((double)i + 0.5) / g[5]), yc = (float)(g[3] + ((double)j + 0.5) / g[6]);
-    const float dxv = (float)(1.0 / g[5]), dyv = (float)(1.0 / g[6]);
+    for (int b = 0; b < 2; ++b)
+#pragma unroll
+        for (int a = 0; a < 2; ++a)
+#pragma unroll
+            for (int q = 0; q < JV_KZ; ++q) acc[b][a][q] = 0.0f;
     for (int view = 0; view < n_views; ++view) {
-        const double* par = params + 12 * view;
+        const float4 va = ((const float4*)vf)[2 * view];
+        const float2 vb = ((const float2*)vf)[4 * view + 2];
         const double* vcols = cols + (long long)view * n_cols * JV_NCOL;
         const float* vvals = values + (long long)view * n_cols * rows_p + JV_PAD_LO;
-        joseph_voxel_rule<false>(column_of(par, xc, yc - dyv), column_of(par, xc, yc + dyv), i, j, k0, vcols,
-                                 vvals, rows_p, n_rows, n_cols, acc);
-        joseph_voxel_rule<true>(column_of(par, xc - dxv, yc), column_of(par, xc + dxv, yc), i, j, k0, vcols,
-                                vvals, rows_p, n_rows, n_cols, acc);
+        joseph_voxel_rule<false>(va, vb, g, i0, j0, k0, vcols, vvals, rows_p, n_rows, n_cols, acc);
+        joseph_voxel_rule<true>(va, vb, g, i0, j0, k0, vcols, vvals, rows_p, n_rows, n_cols, acc);
     }
-    float* const out = volT + ((long long)j * nx + i) * nz;
 #pragma unroll
-    for (int q = 0; q < JV_KZ; ++q) {
-        const int k = k0 + 32 * q;
-        if (k < nz) out[k] = accumulate ? out[k] + acc[q] : acc[q];
-    }
+    for (int b = 0; b < 2; ++b)
+#pragma unroll
+        for (int a = 0; a < 2; ++a) {
+            if (i0 + a >= nx || j0 + b >= ny) continue;
+            float* const out = volT + ((long long)(j0 + b) * nx + i0 + a) * nz;
+#pragma unroll
+            for (int q = 0; q < JV_KZ; ++q) {
+                const int k = k0 + 32 * q;
+                if (k < nz) out[k] = accumulate ? out[k] + acc[b][a][q] : acc[b][a][q];
+            }
+        }
 }
 
 // Voxel-driven (gather) form of the structured transpose: no atomics, each

@@ -24,7 +24,7 @@ JOSEPH_PAD_Z = 3        # JZ_PAD in raytrace.cu: zero z border of structured Jos
 JOSEPH_GATHER_BLOCK = (16, 8)   # threads over (x, y) voxel columns, structured Joseph's gather
 JOSEPH_TABLE_BYTES = 2 << 30    # at most this much for the gather's per-view tables at a time
 VIEW_GROUP = 16         # structured float32 kernels: views per column that run side by side (L2 reuse)
-VOXEL_BLOCK = (4, 2)    # voxel columns (one warp each) per block, structured Joseph's voxel transpose
+VOXEL_BLOCK = (8, 4)    # voxel columns per block (2 x 2 per warp), structured Joseph's voxel transpose
 
 
 def gather_depth(define: str = "LEVERET_RT_K") -> int:
@@ -33,13 +33,29 @@ def gather_depth(define: str = "LEVERET_RT_K") -> int:
     return int(re.search(rf"#define {define} (\d+)", kernel_source("raytrace")).group(1))
 
 
-def voxel_constants() -> dict[str, int]:
+VOXEL_DEFINES: tuple[str, ...] = ()   # macros for the voxel transpose's build (bench/diag_joseph_transpose.py sweeps them)
+
+
+def voxel_constants(defines: tuple[str, ...] = ()) -> dict[str, int]:
     """raytrace.cu's constants of structured Joseph's voxel transpose: JV_KZ (z
-    voxels per lane), JV_HMAX (rows per voxel on either side), the padding rows."""
+    voxels per lane, or LEVERET_JV_KZ from ``defines``), JV_HMAX (rows per voxel
+    on either side), the padding rows."""
     src = kernel_source("raytrace")
     kz = int(re.search(r"#define LEVERET_JV_KZ (\d+)", src).group(1))
+    for d in defines:
+        if d.startswith("LEVERET_JV_KZ="):
+            kz = int(d.split("=", 1)[1])
     hmax = int(re.search(r"#define JV_HMAX (\d+)", src).group(1))
     return {"kz": kz, "hmax": hmax, "pad_lo": 2 * hmax + 2, "pad_hi": 2 * hmax + 3}
+
+
+def voxel_view_floats(params: np.ndarray) -> np.ndarray:
+    """(n_views, 8) float32 per view for the voxel transpose's column_of_f:
+    source x, y and the view parameters 8, 5, 3, 6 (M^-1's entries (1, 2),
+    (0, 2), (0, 0), (1, 0)), as raytrace.cu's column_of reads them; two zeros."""
+    out = np.zeros((params.shape[0], 8), np.float32)
+    out[:, :6] = params[:, [0, 1, 8, 5, 3, 6]]
+    return out
 
 
 def voxel_rows_per_voxel(params: np.ndarray, n_cols: int, grid3, offset, scale) -> float:
@@ -339,18 +355,19 @@ class CudaRaytracer:
             raise ValueError("transpose: the voxel transpose needs detector rows at least a quarter voxel apart in z "
                              "and sources outside the grid (use 'atomic')")
         nx, ny, nz = self._scalars()
-        c = voxel_constants()
+        c = voxel_constants(VOXEL_DEFINES)
         rows_p = self.n_rows + c["pad_lo"] + c["pad_hi"]
         n_views = self.params_host.shape[0]
         per_view = 4 * self.n_cols * rows_p + 8 * 8 * self.n_cols
         free = cupy.cuda.Device().mem_info[0]
         batch = int(max(1, min(n_views, min(JOSEPH_TABLE_BYTES, free // 4) // per_view)))
-        module = load_module("raytrace")
+        module = load_module("raytrace", VOXEL_DEFINES)
         bx, by = VOXEL_BLOCK
         grid = (-(-int(nx) // bx), -(-int(ny) // by), -(-int(nz) // (32 * c["kz"])))
         values = cupy.empty(batch * self.n_cols * rows_p, np.float32)
         cols = cupy.empty(batch * self.n_cols * 8, np.float64)
         volT = cupy.empty((int(ny), int(nx), int(nz)), np.float32)
+        vf = cupy.asarray(voxel_view_floats(self.params_host))
         for v0 in range(0, n_views, batch):
             v1 = min(n_views, v0 + batch)
             nv = np.int32(v1 - v0)
@@ -363,8 +380,8 @@ class CudaRaytracer:
                 (-(-n // BLOCK),), (BLOCK,), (values, proj[v0:v1], nx, ny, nz, par, self.g, nv,
                                              np.int32(self.n_rows), np.int32(self.n_cols)))
             module.get_function("joseph_voxel_gather")(
-                grid, (32 * bx * by,), (volT, values, cols, par, self.g, nx, ny, nz, nv, np.int32(self.n_rows),
-                                       np.int32(self.n_cols), np.int32(v0 > 0)))
+                grid, (8 * bx * by,), (volT, values, cols, vf[v0:v1], self.g, nx, ny, nz, nv,
+                                       np.int32(self.n_rows), np.int32(self.n_cols), np.int32(v0 > 0)))
         return self._zfast(False, volT, out)
 
     def _zfast(self, to: bool, src, dst, padded: bool = False):
