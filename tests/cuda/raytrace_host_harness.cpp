@@ -16,6 +16,10 @@ static inline float __frcp_rn(float a) { return 1.0f / a; }
 static inline float __fdividef(float a, float b) { return a / b; }
 static inline long long __double2ll_rn(double a) { return std::llrint(a); }
 template <typename T> static inline T atomicAdd(T* p, T v) { T o = *p; *p = o + v; return o; }
+static inline int atomicOr(int* p, int v) { int o = *p; *p = o | v; return o; }
+// One lane at a time: a warp vote is the lane's own predicate (the kernels'
+// voted branches compute the same values either way).
+static inline bool __all_sync(unsigned, bool p) { return p; }
 struct int4 { int x, y, z, w; };
 struct float4 { float x, y, z, w; };
 struct float2 { float x, y; };
@@ -130,18 +134,19 @@ extern "C" void run_joseph_gather(float* vol, const float* proj, int nx, int ny,
     delete[] planes; delete[] dominant; delete[] rows;
 }
 // Structured Joseph's voxel transpose: the column numbers and the values for
-// all views, then every thread of the gather's grid (blocks of 8 warps on 8 x 4
-// voxel columns) in turn, into the z-fastest volume volT (ny, nx, nz).
+// all views, then every thread of the gather's grid (blocks of 8 warps on 4 x 2
+// patches of voxel columns) in turn, into the z-fastest volume volT (ny, nx, nz).
 extern "C" void run_joseph_voxel(float* volT, const float* proj, int nx, int ny, int nz, const double* params,
                                  const double* g, int n_views, int n_rows, int n_cols, const float* vf)
 {
     const int rows_p = n_rows + JV_PAD_LO + JV_PAD_HI;
     double* cols = new double[(size_t)n_views * n_cols * JV_NCOL];
+    int* flags = new int[n_views]();
     float* values = new float[(size_t)n_views * n_cols * rows_p];
     blockDim.x = 1; blockDim.y = 1; threadIdx.x = 0; threadIdx.y = 0;
     for (long long t = 0; t < (long long)n_views * n_cols; ++t) {
         blockIdx.x = (unsigned)t;
-        joseph_voxel_columns(cols, params, g, nx, ny, n_views, n_cols);
+        joseph_voxel_columns(cols, flags, params, g, nx, ny, n_views, n_cols);
     }
     for (long long t = 0; t < (long long)n_views * n_cols * rows_p; ++t) {
         blockIdx.x = (unsigned)t;
@@ -149,13 +154,13 @@ extern "C" void run_joseph_voxel(float* volT, const float* proj, int nx, int ny,
     }
     blockDim.x = 256; blockDim.y = 1; blockDim.z = 1;
     for (int bz = 0; bz < (nz + 32 * JV_KZ - 1) / (32 * JV_KZ); ++bz)
-        for (int by = 0; by < (ny + 3) / 4; ++by)
-            for (int bx = 0; bx < (nx + 7) / 8; ++bx)
+        for (int by = 0; by < (ny + 2 * JV_PATCH - 1) / (2 * JV_PATCH); ++by)
+            for (int bx = 0; bx < (nx + 4 * JV_PATCH - 1) / (4 * JV_PATCH); ++bx)
                 for (int t = 0; t < 256; ++t) {
                     blockIdx.x = bx; blockIdx.y = by; blockIdx.z = bz; threadIdx.x = t;
-                    joseph_voxel_gather(volT, values, cols, vf, g, nx, ny, nz, n_views, n_rows, n_cols, 0);
+                    joseph_voxel_gather(volT, values, cols, flags, vf, g, nx, ny, nz, n_views, n_rows, n_cols, 0);
                 }
-    delete[] cols; delete[] values;
+    delete[] cols; delete[] values; delete[] flags;
 }
 // The z-fastest copy kernels, one "thread" per block (blockDim (1, 1): the loops
 // cover the tile, the barrier separates nothing).

@@ -209,10 +209,20 @@ def test_host_build_structured_joseph(lib, name, rng):
     assert abs(lhs - np.vdot(x.astype(np.float64), voxel)) <= 1e-5 * adjoint_scale(lhs, out, y)
 
 
-def test_host_build_joseph_voxel_tall(lib, rng):
+@pytest.fixture(scope="module")
+def lib_patch2(tmp_path_factory):
+    """raytrace.cu built with the voxel transpose's 2 x 2 patches per warp."""
+    return build_host_harness(tmp_path_factory, "raytrace", ("LEVERET_JV_PATCH=2", "LEVERET_JV_KZ=1"))
+
+
+@pytest.mark.parametrize("build", ["lib", "lib_patch2"])
+def test_host_build_joseph_voxel_tall(build, request, rng):
     """The voxel transpose over several z chunks (70 voxels, warps of 32),
-    anisotropic voxels, an off-centre detector and rows up to ~1.4 per voxel:
-    the float64 CPU transpose to 1e-6 of the largest value; output poisoned."""
+    anisotropic voxels, an off-centre detector and rows up to ~1.4 per voxel,
+    with one voxel column per warp and with 2 x 2 patches (odd nx, ny: partial
+    patches): the float64 CPU transpose to 1e-6 of the largest value; output
+    poisoned."""
+    lib = request.getfixturevalue(build)
     geometry = ConeGeometry.circular(np.linspace(0, 2 * np.pi, 9, endpoint=False), sid=60, sdd=90, n_rows=61,
                                      n_cols=29, pixel_size=1.4, det_offset=(0.7, -1.3))
     volume = VolumeGeometry((70, 17, 19), (1.0, 1.1, 0.6), center=(0.3, -0.4, 1.1))

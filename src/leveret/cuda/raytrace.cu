@@ -1231,12 +1231,16 @@ extern "C" __global__ void __launch_bounds__(128) joseph_gather(
 // padding (JV_PAD_LO, JV_PAD_HI rows): the row index is clamped where no row
 // can reach, and the launcher checks h < JV_HMAX + 1 (rows at least a quarter
 // voxel apart in z).
+#ifndef LEVERET_JV_PATCH
+#define LEVERET_JV_PATCH 1   // a warp's voxel columns: JV_PATCH x JV_PATCH
+#endif
+#define JV_PATCH LEVERET_JV_PATCH
 #ifndef LEVERET_JV_KZ
-#define LEVERET_JV_KZ 8
+#define LEVERET_JV_KZ (JV_PATCH == 1 ? 16 : 8)
 #endif
 #define JV_KZ LEVERET_JV_KZ
 #ifndef LEVERET_JV_MIN_BLOCKS
-#define LEVERET_JV_MIN_BLOCKS 1   // blocks per multiprocessor the register allocation must allow
+#define LEVERET_JV_MIN_BLOCKS 3   // blocks per multiprocessor the register allocation must allow
 #endif
 #define JV_HMAX 3
 #define JV_PAD_LO (2 * JV_HMAX + 2)
@@ -1245,10 +1249,11 @@ extern "C" __global__ void __launch_bounds__(128) joseph_gather(
 
 // Per (view, column), from joseph_column (the forward's set-up): dominant axis
 // (1: y), 1 / a_m, p_m, a_u, p_u (voxel-centre units), z slope per unit tau of
-// row 0 (Mz0) and its change per row (Mz1), source z (voxel-centre units).
-extern "C" __global__ void joseph_voxel_columns(double* __restrict__ cols, const double* __restrict__ params,
-                                                const double* __restrict__ g, int nx, int ny, int n_views,
-                                                int n_cols)
+// row 0 (Mz0) and its change per row (Mz1), source z (voxel-centre units); per
+// view, which dominant axes its columns have (flags: 1 x, 2 y).
+extern "C" __global__ void joseph_voxel_columns(double* __restrict__ cols, int* __restrict__ flags,
+                                                const double* __restrict__ params, const double* __restrict__ g,
+                                                int nx, int ny, int n_views, int n_cols)
 {
     const long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x;   // view n_cols + col
     if (t >= (long long)n_views * n_cols) return;
@@ -1265,6 +1270,7 @@ extern "C" __global__ void joseph_voxel_columns(double* __restrict__ cols, const
     c[5] = mul(mul(add(mul(par[9], u), par[11]), j.c.inv_qxy), g[7]);
     c[6] = mul(mul(par[10], j.c.inv_qxy), g[7]);
     c[7] = j.pzc;
+    atomicOr(flags + view, j.my ? 2 : 1);   // the view has y- (2) or x-dominant (1) columns: zeroed by the launcher
 }
 
 // y w per ray in the gather's layout (view, column, JV_PAD_LO + row), zero
@@ -1302,72 +1308,113 @@ __device__ __forceinline__ float column_of_f(const float4& a, const float2& b, f
 // A lane's JV_KZ voxels from one (view, column, plane): rows T - nh .. T + nh + 1
 // of the column's values col (NH >= 0: that nh, unrolled; -1: nh at run
 // time), row coordinate T + f stepped by DT + df from voxel to voxel.
-template <int NH>
-__device__ __forceinline__ void joseph_voxel_rows(const float* col, long long t, long long dt, float zs, float w0,
-                                                  float w1, int tlo, int thi, int nh, float (&acc0)[JV_KZ],
-                                                  float (&acc1)[JV_KZ])
+// A lane's JV_KZ voxels k0 + 32 q from one (view, column, plane): rows
+// T - nh .. T + nh + 1 of the column's values (offset coloff; NH >= 0: that nh,
+// unrolled; -1: nh at run time, and the row clamped), row coordinate t in 32.32
+// fixed point stepped by dt per voxel. Row weight 1 - |zS| |d - f| (f = lo
+// 2^-32): 1 - |zS| d + |zS| f for d >= 1, 1 + |zS| d - |zS| f for d <= 0, with
+// zs = |zS| 2^-32 scaling lo directly. The z sum goes to the patch's voxel
+// columns of this plane with their in-plane weights w[b] (JV_PATCH 1: the
+// weight folded into the row weights).
+template <int NH, bool CLAMP>
+__device__ __forceinline__ void joseph_voxel_rows(const float* __restrict__ values, int coloff, long long t,
+                                                  long long dt, float zs, const float (&w)[JV_PATCH], int tlo,
+                                                  int thi, int nh, float (*acc[JV_PATCH])[JV_KZ])
 {
-    // Row weight 1 - |zS| |d - f|, f = lo 2^-32: 1 - |zS| d + |zS| f for d >= 1,
-    // 1 + |zS| d - |zS| f for d <= 0; zs = |zS| 2^-32 scales lo directly.
-    const float zS = zs * 4294967296.0f;
+    const float s = JV_PATCH == 1 ? w[0] : 1.0f;   // scale of the row weights
+    const float zsw = zs * s, zSw = zs * 4294967296.0f * s;
 #pragma unroll
     for (int q = 0; q < JV_KZ; ++q) {
         const int T = (int)(t >> 32);
         const float lo = (float)(unsigned)t;
-        const float* p = col + min(max(T, tlo), thi);
+        const float* p = values + (coloff + (CLAMP ? min(max(T, tlo), thi) : T));
         float sum = 0.0f;
         if (NH >= 0) {
 #pragma unroll
             for (int d = -NH; d <= NH + 1; ++d) {
-                const float w = d >= 1 ? fmaf(zs, lo, 1.0f - zS * d) : fmaf(-zs, lo, 1.0f + zS * d);
-                sum = fmaf(fmaxf(0.0f, w), p[d], sum);
+                const float wr = d >= 1 ? fmaf(zsw, lo, s - zSw * d) : fmaf(-zsw, lo, s + zSw * d);
+                sum = fmaf(fmaxf(0.0f, wr), p[d], sum);
             }
         } else {
             for (int d = -nh; d <= nh + 1; ++d) {
-                const float w = d >= 1 ? fmaf(zs, lo, 1.0f - zS * d) : fmaf(-zs, lo, 1.0f + zS * d);
-                sum = fmaf(fmaxf(0.0f, w), p[d], sum);
+                const float wr = d >= 1 ? fmaf(zsw, lo, s - zSw * d) : fmaf(-zsw, lo, s + zSw * d);
+                sum = fmaf(fmaxf(0.0f, wr), p[d], sum);
             }
         }
-        acc0[q] = fmaf(w0, sum, acc0[q]);
-        acc1[q] = fmaf(w1, sum, acc1[q]);
+        if (JV_PATCH == 1) {
+            (*acc[0])[q] += sum;
+        } else {
+#pragma unroll
+            for (int b = 0; b < JV_PATCH; ++b) (*acc[b])[q] = fmaf(w[b], sum, (*acc[b])[q]);
+        }
         t += dt;
     }
 }
 
-// One view's candidate columns of one rule for a warp's 2 x 2 patch at (i0,
-// j0): MY false, x-dominant columns on planes i0, i0 + 1 (in-plane j0, j0 + 1);
-// MY true, y-dominant columns on planes j0, j0 + 1 (in-plane i0, i0 + 1).
-// acc[b][a][q]: voxel (i0 + a, j0 + b, k0 + 32 q).
+// World coordinates a warp's patch needs per rule, fixed over the views: the
+// planes' centres and the in-plane window's ends (1.5 voxels beyond the first
+// and last in-plane voxel centre), plane axis x (MY false) or y (MY true).
+struct PatchLine {
+    float plane[JV_PATCH], lo, hi;
+};
+
 template <bool MY>
-__device__ __forceinline__ void joseph_voxel_rule(const float4& va, const float2& vb, const double* __restrict__ g,
-                                                  int i0, int j0, int k0, const double* vcols, const float* vvals,
-                                                  int rows_p, int n_rows, int n_cols, float (&acc)[2][2][JV_KZ])
+__device__ __forceinline__ PatchLine patch_line(const double* __restrict__ g, int i0, int j0)
 {
-    const int base_in = MY ? i0 : j0;
+    PatchLine L;
+    const int pa = MY ? 1 : 0, ia = MY ? 0 : 1;   // axes of the plane and of the in-plane index
+    const int p0 = MY ? j0 : i0, b0 = MY ? i0 : j0;
 #pragma unroll
-    for (int a = 0; a < 2; ++a) {
-        const int plane = (MY ? j0 : i0) + a;
-        // Column coordinates of the plane's points 1.5 voxels before the first
-        // and after the second in-plane voxel centre (world units).
-        const float pc = (float)(g[MY ? 3 : 2] + ((double)plane + 0.5) / g[MY ? 6 : 5]);
-        const float qa = (float)(g[MY ? 2 : 3] + ((double)base_in - 0.5) / g[MY ? 5 : 6]);
-        const float qb = (float)(g[MY ? 2 : 3] + ((double)base_in + 2.5) / g[MY ? 5 : 6]);
-        const float c0 = MY ? column_of_f(va, vb, qa, pc) : column_of_f(va, vb, pc, qa);
-        const float c1 = MY ? column_of_f(va, vb, qb, pc) : column_of_f(va, vb, pc, qb);
-        const float lo = fminf(c0, c1), hi = fmaxf(c0, c1);
-        if (!(hi >= -1.0f && lo <= (float)n_cols)) continue;   // also NaN (no column)
-        const int ua = max(0, (int)ceilf(fmaxf(lo, -2.0f) - 0.01f));
-        const int ub = min(n_cols - 1, (int)floorf(fminf(hi, (float)n_cols + 1.0f) + 0.01f));
-        for (int u = ua; u <= ub; ++u) {
-            // The column's eight numbers in four 16-byte loads issued together.
-            const double2* c2 = (const double2*)(vcols + (long long)u * JV_NCOL);
-            const double2 cA = c2[0], cB = c2[1], cC = c2[2], cD = c2[3];   // (my, 1/am) (pm, au) (pu, Mz0) (Mz1, pzc)
-            if ((cA.x != 0.0) != MY) continue;
-            const double tau = ((double)plane - cB.x) * cA.y;
+    for (int a = 0; a < JV_PATCH; ++a) L.plane[a] = (float)(g[2 + pa] + ((double)(p0 + a) + 0.5) / g[5 + pa]);
+    L.lo = (float)(g[2 + ia] + ((double)b0 - 0.5) / g[5 + ia]);
+    L.hi = (float)(g[2 + ia] + ((double)(b0 + JV_PATCH) + 0.5) / g[5 + ia]);
+    return L;
+}
+
+// One view's candidate columns of one rule for a warp's patch at (i0, j0):
+// MY false, x-dominant columns on planes i0 + a (in-plane j0 + b); MY true,
+// y-dominant columns on planes j0 + a (in-plane i0 + b). acc[b][a][q]: voxel
+// (i0 + a, j0 + b, k0 + 32 q). Candidates: the columns between those of the
+// window's ends on each plane (union over the planes), padded by 0.01; each
+// column's numbers are loaded once for all planes and tested exactly.
+template <bool MY>
+__device__ __forceinline__ void joseph_voxel_rule(const float4& va, const float2& vb, const PatchLine& L,
+                                                  int i0, int j0, int k0, const double* vcols,
+                                                  const float* __restrict__ values, int voff, int rows_p, int n_rows,
+                                                  int n_cols, float (&acc)[JV_PATCH][JV_PATCH][JV_KZ])
+{
+    const int p0 = MY ? j0 : i0, b0 = MY ? i0 : j0;
+    float lo = 3.0e38f, hi = -3.0e38f;
+#pragma unroll
+    for (int a = 0; a < JV_PATCH; ++a) {
+        const float c0 = MY ? column_of_f(va, vb, L.lo, L.plane[a]) : column_of_f(va, vb, L.plane[a], L.lo);
+        const float c1 = MY ? column_of_f(va, vb, L.hi, L.plane[a]) : column_of_f(va, vb, L.plane[a], L.hi);
+        lo = fminf(lo, fminf(c0, c1));
+        hi = fmaxf(hi, fmaxf(c0, c1));
+    }
+    if (!(hi >= -1.0f && lo <= (float)n_cols)) return;   // also NaN (no column)
+    const int ua = max(0, (int)ceilf(fmaxf(lo, -2.0f) - 0.01f));
+    const int ub = min(n_cols - 1, (int)floorf(fminf(hi, (float)n_cols + 1.0f) + 0.01f));
+    const int tlo = -(JV_HMAX + 2), thi = n_rows + JV_HMAX + 1;
+    for (int u = ua; u <= ub; ++u) {
+        // The column's eight numbers in four 16-byte loads issued together.
+        const double2* c2 = (const double2*)(vcols + (long long)u * JV_NCOL);
+        const double2 cA = c2[0], cB = c2[1], cC = c2[2], cD = c2[3];   // (my, 1/am) (pm, au) (pu, Mz0) (Mz1, pzc)
+        if ((cA.x != 0.0) != MY) continue;
+        const int coloff = voff + u * rows_p;   // 32-bit offsets: a batch holds < 2^31 values
+#pragma unroll
+        for (int a = 0; a < JV_PATCH; ++a) {
+            const double tau = ((double)(p0 + a) - cB.x) * cA.y;
             if (!(tau >= 0.0)) continue;   // cone rays start at the source
-            const double fu = cC.x + tau * cB.y - (double)base_in;
-            const float w0 = (float)fmax(0.0, 1.0 - fabs(fu)), w1 = (float)fmax(0.0, 1.0 - fabs(fu - 1.0));
-            if (w0 == 0.0f && w1 == 0.0f) continue;
+            const double fu = cC.x + tau * cB.y - (double)b0;
+            float w[JV_PATCH];
+            bool any = false;
+#pragma unroll
+            for (int b = 0; b < JV_PATCH; ++b) {
+                w[b] = (float)fmax(0.0, 1.0 - fabs(fu - (double)b));
+                any |= w[b] > 0.0f;
+            }
+            if (!any) continue;
             const double zA = cD.y + tau * cC.y, zS = tau * cD.x;
             if (zS == 0.0) continue;
             // 1 / zS: the float32 reciprocal and one Newton step in float64 (relative
@@ -1380,55 +1427,59 @@ __device__ __forceinline__ void joseph_voxel_rule(const float4& va, const float2
             const double t0 = fmin(fmax(((double)k0 - zA) * inv, -1.0e8), 1.0e8);
             const long long t = __double2ll_rn(t0 * 4294967296.0);
             const long long dt = __double2ll_rn(32.0 * inv * 4294967296.0);
-            const float* col = vvals + u * rows_p;   // 32-bit offset: a batch holds < 2^31 values
-            const int tlo = -(JV_HMAX + 2), thi = n_rows + JV_HMAX + 1;
-            float (&acc0)[JV_KZ] = MY ? acc[a][0] : acc[0][a];
-            float (&acc1)[JV_KZ] = MY ? acc[a][1] : acc[1][a];
-            if (nh == 0)        // rows T, T + 1 (|zS| > 1)
-                joseph_voxel_rows<0>(col, t, dt, zs, w0, w1, tlo, thi, 0, acc0, acc1);
-            else if (nh == 1)   // rows T - 1 .. T + 2 (|zS| in (1/2, 1])
-                joseph_voxel_rows<1>(col, t, dt, zs, w0, w1, tlo, thi, 1, acc0, acc1);
+            // No clamp where every lane's rows stay in [tlo, thi] (T is monotonic in q).
+            const int Ta = (int)(t >> 32), Tb = (int)((t + (JV_KZ - 1) * dt) >> 32);
+            const bool inside = __all_sync(0xffffffffu, min(Ta, Tb) >= tlo && max(Ta, Tb) <= thi);
+            float (*dst[JV_PATCH])[JV_KZ];
+#pragma unroll
+            for (int b = 0; b < JV_PATCH; ++b) dst[b] = MY ? &acc[a][b] : &acc[b][a];
+            if (nh == 0 && inside)        // rows T, T + 1 (|zS| > 1)
+                joseph_voxel_rows<0, false>(values, coloff, t, dt, zs, w, tlo, thi, 0, dst);
+            else if (nh == 1 && inside)   // rows T - 1 .. T + 2 (|zS| in (1/2, 1])
+                joseph_voxel_rows<1, false>(values, coloff, t, dt, zs, w, tlo, thi, 1, dst);
             else
-                joseph_voxel_rows<-1>(col, t, dt, zs, w0, w1, tlo, thi, nh, acc0, acc1);
+                joseph_voxel_rows<-1, true>(values, coloff, t, dt, zs, w, tlo, thi, nh, dst);
         }
     }
 }
 
-// Blocks of 8 warps on a 4 x 2 arrangement of 2 x 2 patches (8 x 4 voxel
-// columns: neighbours read the same detector columns, L1 hits); grid
-// (ceil(nx / 8), ceil(ny / 4), ceil(nz / (32 JV_KZ))). volT: the z-fastest
-// volume (ny, nx, nz); values and cols for the views [0, n_views) of this
-// batch, vf their float32 numbers for column_of_f (8 per view); accumulate:
-// add to volT.
+// Blocks of 8 warps on a 4 x 2 arrangement of patches (4 JV_PATCH x 2 JV_PATCH
+// voxel columns: neighbours read the same detector columns, L1 hits); grid
+// (ceil(nx / (4 JV_PATCH)), ceil(ny / (2 JV_PATCH)), ceil(nz / (32 JV_KZ))).
+// volT: the z-fastest volume (ny, nx, nz); values, cols and flags for the
+// views [0, n_views) of this batch, vf their float32 numbers for column_of_f
+// (8 per view); accumulate: add to volT.
 extern "C" __global__ void __launch_bounds__(256, LEVERET_JV_MIN_BLOCKS) joseph_voxel_gather(
     float* __restrict__ volT, const float* __restrict__ values, const double* __restrict__ cols,
-    const float* __restrict__ vf, const double* __restrict__ g, int nx, int ny, int nz, int n_views,
-    int n_rows, int n_cols, int accumulate)
+    const int* __restrict__ flags, const float* __restrict__ vf, const double* __restrict__ g, int nx, int ny,
+    int nz, int n_views, int n_rows, int n_cols, int accumulate)
 {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int i0 = (blockIdx.x * 4 + (warp & 3)) * 2, j0 = (blockIdx.y * 2 + (warp >> 2)) * 2;
+    const int i0 = (blockIdx.x * 4 + (warp & 3)) * JV_PATCH, j0 = (blockIdx.y * 2 + (warp >> 2)) * JV_PATCH;
     if (i0 >= nx || j0 >= ny) return;   // whole warps; no barrier below
     const int k0 = blockIdx.z * (32 * JV_KZ) + lane;
     const int rows_p = n_rows + JV_PAD_LO + JV_PAD_HI;
-    float acc[2][2][JV_KZ];
+    float acc[JV_PATCH][JV_PATCH][JV_KZ];
 #pragma unroll
-    for (int b = 0; b < 2; ++b)
+    for (int b = 0; b < JV_PATCH; ++b)
 #pragma unroll
-        for (int a = 0; a < 2; ++a)
+        for (int a = 0; a < JV_PATCH; ++a)
 #pragma unroll
             for (int q = 0; q < JV_KZ; ++q) acc[b][a][q] = 0.0f;
+    const PatchLine Lx = patch_line<false>(g, i0, j0), Ly = patch_line<true>(g, i0, j0);
     for (int view = 0; view < n_views; ++view) {
         const float4 va = ((const float4*)vf)[2 * view];
         const float2 vb = ((const float2*)vf)[4 * view + 2];
         const double* vcols = cols + (long long)view * n_cols * JV_NCOL;
-        const float* vvals = values + (long long)view * n_cols * rows_p + JV_PAD_LO;
-        joseph_voxel_rule<false>(va, vb, g, i0, j0, k0, vcols, vvals, rows_p, n_rows, n_cols, acc);
-        joseph_voxel_rule<true>(va, vb, g, i0, j0, k0, vcols, vvals, rows_p, n_rows, n_cols, acc);
+        const int voff = view * n_cols * rows_p + JV_PAD_LO;
+        const int has = flags[view];
+        if (has & 1) joseph_voxel_rule<false>(va, vb, Lx, i0, j0, k0, vcols, values, voff, rows_p, n_rows, n_cols, acc);
+        if (has & 2) joseph_voxel_rule<true>(va, vb, Ly, i0, j0, k0, vcols, values, voff, rows_p, n_rows, n_cols, acc);
     }
 #pragma unroll
-    for (int b = 0; b < 2; ++b)
+    for (int b = 0; b < JV_PATCH; ++b)
 #pragma unroll
-        for (int a = 0; a < 2; ++a) {
+        for (int a = 0; a < JV_PATCH; ++a) {
             if (i0 + a >= nx || j0 + b >= ny) continue;
             float* const out = volT + ((long long)(j0 + b) * nx + i0 + a) * nz;
 #pragma unroll

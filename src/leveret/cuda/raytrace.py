@@ -24,7 +24,7 @@ JOSEPH_PAD_Z = 3        # JZ_PAD in raytrace.cu: zero z border of structured Jos
 JOSEPH_GATHER_BLOCK = (16, 8)   # threads over (x, y) voxel columns, structured Joseph's gather
 JOSEPH_TABLE_BYTES = 2 << 30    # at most this much for the gather's per-view tables at a time
 VIEW_GROUP = 16         # structured float32 kernels: views per column that run side by side (L2 reuse)
-VOXEL_BLOCK = (8, 4)    # voxel columns per block (2 x 2 per warp), structured Joseph's voxel transpose
+VOXEL_WARPS = (4, 2)    # warps (patches of voxel columns) per block, structured Joseph's voxel transpose
 
 
 def gather_depth(define: str = "LEVERET_RT_K") -> int:
@@ -37,16 +37,20 @@ VOXEL_DEFINES: tuple[str, ...] = ()   # macros for the voxel transpose's build (
 
 
 def voxel_constants(defines: tuple[str, ...] = ()) -> dict[str, int]:
-    """raytrace.cu's constants of structured Joseph's voxel transpose: JV_KZ (z
-    voxels per lane, or LEVERET_JV_KZ from ``defines``), JV_HMAX (rows per voxel
-    on either side), the padding rows."""
+    """raytrace.cu's constants of structured Joseph's voxel transpose, with
+    ``defines`` (``"LEVERET_JV_PATCH=2"``...) applied as the build applies them:
+    patch (a warp's voxel columns per side), kz (z voxels per lane: 16 for
+    patches of one column, 8 for 2 x 2), hmax (rows per voxel on either side),
+    the padding rows."""
     src = kernel_source("raytrace")
-    kz = int(re.search(r"#define LEVERET_JV_KZ (\d+)", src).group(1))
+    macros = {"LEVERET_JV_PATCH": int(re.search(r"#define LEVERET_JV_PATCH (\d+)", src).group(1))}
     for d in defines:
-        if d.startswith("LEVERET_JV_KZ="):
-            kz = int(d.split("=", 1)[1])
+        name, _, value = d.partition("=")
+        macros[name] = int(value or 1)
+    patch = macros["LEVERET_JV_PATCH"]
+    kz = macros.get("LEVERET_JV_KZ", 16 if patch == 1 else 8)
     hmax = int(re.search(r"#define JV_HMAX (\d+)", src).group(1))
-    return {"kz": kz, "hmax": hmax, "pad_lo": 2 * hmax + 2, "pad_hi": 2 * hmax + 3}
+    return {"patch": patch, "kz": kz, "hmax": hmax, "pad_lo": 2 * hmax + 2, "pad_hi": 2 * hmax + 3}
 
 
 def voxel_view_floats(params: np.ndarray) -> np.ndarray:
@@ -362,10 +366,11 @@ class CudaRaytracer:
         free = cupy.cuda.Device().mem_info[0]
         batch = int(max(1, min(n_views, min(JOSEPH_TABLE_BYTES, free // 4) // per_view)))
         module = load_module("raytrace", VOXEL_DEFINES)
-        bx, by = VOXEL_BLOCK
+        bx, by = (w * c["patch"] for w in VOXEL_WARPS)   # voxel columns per block
         grid = (-(-int(nx) // bx), -(-int(ny) // by), -(-int(nz) // (32 * c["kz"])))
         values = cupy.empty(batch * self.n_cols * rows_p, np.float32)
         cols = cupy.empty(batch * self.n_cols * 8, np.float64)
+        flags = cupy.empty(batch, np.int32)
         volT = cupy.empty((int(ny), int(nx), int(nz)), np.float32)
         vf = cupy.asarray(voxel_view_floats(self.params_host))
         for v0 in range(0, n_views, batch):
@@ -373,14 +378,15 @@ class CudaRaytracer:
             nv = np.int32(v1 - v0)
             par = self.params[v0:v1]
             n = (v1 - v0) * self.n_cols
+            flags.fill(0)
             module.get_function("joseph_voxel_columns")(
-                (-(-n // BLOCK),), (BLOCK,), (cols, par, self.g, nx, ny, nv, np.int32(self.n_cols)))
+                (-(-n // BLOCK),), (BLOCK,), (cols, flags, par, self.g, nx, ny, nv, np.int32(self.n_cols)))
             n = (v1 - v0) * self.n_cols * rows_p
             module.get_function("joseph_voxel_values")(
                 (-(-n // BLOCK),), (BLOCK,), (values, proj[v0:v1], nx, ny, nz, par, self.g, nv,
                                              np.int32(self.n_rows), np.int32(self.n_cols)))
             module.get_function("joseph_voxel_gather")(
-                grid, (8 * bx * by,), (volT, values, cols, vf[v0:v1], self.g, nx, ny, nz, nv,
+                grid, (32 * VOXEL_WARPS[0] * VOXEL_WARPS[1],), (volT, values, cols, flags, vf[v0:v1], self.g, nx, ny, nz, nv,
                                        np.int32(self.n_rows), np.int32(self.n_cols), np.int32(v0 > 0)))
         return self._zfast(False, volT, out)
 
