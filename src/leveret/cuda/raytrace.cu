@@ -1222,7 +1222,7 @@ extern "C" __global__ void __launch_bounds__(128) joseph_gather(
 // plane serves both in-plane neighbours of the patch (weights wu0, wu1), so it
 // runs once per (column, plane) instead of once per (column, voxel column).
 // Per voxel: the row coordinate stepped in 32.32 fixed point (exact steps; the
-// fraction to float32 once), then per row one load and three operations.
+// fraction into a float's mantissa), then per row one load and three operations.
 // The z fractions are float64-accurate where the forward's float32 march
 // (fmaf(dtau, mz, fr)) rounds: the two differ by that march's rounding, well
 // inside 1e-5 (the tests' adjoint bound); joseph_float32_bound covers both.
@@ -1296,6 +1296,19 @@ extern "C" __global__ void joseph_voxel_values(float* __restrict__ values, const
     values[t] = value;
 }
 
+// The hardware's reciprocal estimate (relative error < 2^-22; no range-check
+// branch); the host build divides.
+__device__ __forceinline__ float rcp_approx(float x)
+{
+#ifdef __CUDA_ARCH__
+    float r;
+    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+    return r;
+#else
+    return 1.0f / x;
+#endif
+}
+
 // The column coordinate of world point (x, y) from a view's float32 numbers
 // (joseph_voxel_gather's vf: source x, y and the view parameters 8, 5, 3, 6,
 // as column_of reads them): no float64 conversions per call.
@@ -1311,43 +1324,47 @@ __device__ __forceinline__ float column_of_f(const float4& a, const float2& b, f
 // A lane's JV_KZ voxels k0 + 32 q from one (view, column, plane): rows
 // T - nh .. T + nh + 1 of the column's values (offset coloff; NH >= 0: that nh,
 // unrolled; -1: nh at run time, and the row clamped), row coordinate t in 32.32
-// fixed point stepped by dt per voxel. Row weight 1 - |zS| |d - f| (f = lo
-// 2^-32): 1 - |zS| d + |zS| f for d >= 1, 1 + |zS| d - |zS| f for d <= 0, with
-// zs = |zS| 2^-32 scaling lo directly. The z sum goes to the patch's voxel
-// columns of this plane with their in-plane weights w[b] (JV_PATCH 1: the
-// weight folded into the row weights).
+// fixed point stepped by dt per voxel (two interleaved chains: shorter
+// dependencies). The fraction f = lo 2^-32 becomes F = 1 + f by placing lo's top
+// 23 bits in a float's mantissa (two integer operations instead of a
+// conversion); row weight 1 - |zS| |d - f| = (1 + |zS| (1 + d)) - |zS| F for
+// d <= 0 and (1 - |zS| (1 + d)) + |zS| F for d >= 1. With JV_PATCH 1 the
+// in-plane weight scales the row weights and the voxel sums them directly;
+// else the z sum goes to the patch's voxel columns with their weights w[b].
 template <int NH, bool CLAMP>
 __device__ __forceinline__ void joseph_voxel_rows(const float* __restrict__ values, int coloff, long long t,
-                                                  long long dt, float zs, const float (&w)[JV_PATCH], int tlo,
+                                                  long long dt, float zS, const float (&w)[JV_PATCH], int tlo,
                                                   int thi, int nh, float (*acc[JV_PATCH])[JV_KZ])
 {
     const float s = JV_PATCH == 1 ? w[0] : 1.0f;   // scale of the row weights
-    const float zsw = zs * s, zSw = zs * 4294967296.0f * s;
+    const float zw = zS * s;
+    long long tq[2] = {t, t + dt};
+    const long long dt2 = 2 * dt;
 #pragma unroll
     for (int q = 0; q < JV_KZ; ++q) {
-        const int T = (int)(t >> 32);
-        const float lo = (float)(unsigned)t;
+        const long long tc = tq[q & 1];
+        tq[q & 1] += dt2;
+        const int T = (int)(tc >> 32);
+        const float F = __int_as_float(0x3f800000 | ((unsigned)tc >> 9));
         const float* p = values + (coloff + (CLAMP ? min(max(T, tlo), thi) : T));
         float sum = 0.0f;
+        float& out = JV_PATCH == 1 ? (*acc[0])[q] : sum;
         if (NH >= 0) {
 #pragma unroll
             for (int d = -NH; d <= NH + 1; ++d) {
-                const float wr = d >= 1 ? fmaf(zsw, lo, s - zSw * d) : fmaf(-zsw, lo, s + zSw * d);
-                sum = fmaf(fmaxf(0.0f, wr), p[d], sum);
+                const float wr = d >= 1 ? fmaf(zw, F, s - zw * (1 + d)) : fmaf(-zw, F, s + zw * (1 + d));
+                out = fmaf(fmaxf(0.0f, wr), p[d], out);
             }
         } else {
             for (int d = -nh; d <= nh + 1; ++d) {
-                const float wr = d >= 1 ? fmaf(zsw, lo, s - zSw * d) : fmaf(-zsw, lo, s + zSw * d);
-                sum = fmaf(fmaxf(0.0f, wr), p[d], sum);
+                const float wr = d >= 1 ? fmaf(zw, F, s - zw * (1 + d)) : fmaf(-zw, F, s + zw * (1 + d));
+                out = fmaf(fmaxf(0.0f, wr), p[d], out);
             }
         }
-        if (JV_PATCH == 1) {
-            (*acc[0])[q] += sum;
-        } else {
+        if (JV_PATCH > 1) {
 #pragma unroll
             for (int b = 0; b < JV_PATCH; ++b) (*acc[b])[q] = fmaf(w[b], sum, (*acc[b])[q]);
         }
-        t += dt;
     }
 }
 
@@ -1400,7 +1417,9 @@ __device__ __forceinline__ void joseph_voxel_rule(const float4& va, const float2
         // The column's eight numbers in four 16-byte loads issued together.
         const double2* c2 = (const double2*)(vcols + (long long)u * JV_NCOL);
         const double2 cA = c2[0], cB = c2[1], cC = c2[2], cD = c2[3];   // (my, 1/am) (pm, au) (pu, Mz0) (Mz1, pzc)
-        if ((cA.x != 0.0) != MY) continue;
+        // The NaN tests (never true) make all four loads precede the branch:
+        // the compiler does not hoist loads above it, which serialised their latencies.
+        if (((cA.x != 0.0) != MY) | (cB.x != cB.x) | (cC.x != cC.x) | (cD.x != cD.x)) continue;
         const int coloff = voff + u * rows_p;   // 32-bit offsets: a batch holds < 2^31 values
 #pragma unroll
         for (int a = 0; a < JV_PATCH; ++a) {
@@ -1417,12 +1436,12 @@ __device__ __forceinline__ void joseph_voxel_rule(const float4& va, const float2
             if (!any) continue;
             const double zA = cD.y + tau * cC.y, zS = tau * cD.x;
             if (zS == 0.0) continue;
-            // 1 / zS: the float32 reciprocal and one Newton step in float64 (relative
+            // 1 / zS: the float32 estimate and one Newton step in float64 (relative
             // error ~1e-14; a correctly rounded float64 division costs ~25 instructions).
-            const double r0 = (double)__frcp_rn((float)zS);
+            const double r0 = (double)rcp_approx((float)zS);
             const double inv = fma(r0, fma(-zS, r0, 1.0), r0);
             const int nh = min((int)fabs(inv), JV_HMAX);
-            const float zs = (float)(fabs(zS) * 0x1p-32);
+            const float zSa = (float)fabs(zS);
             // Row coordinate of voxel k0 and its step per 32 voxels, 32.32 fixed point.
             const double t0 = fmin(fmax(((double)k0 - zA) * inv, -1.0e8), 1.0e8);
             const long long t = __double2ll_rn(t0 * 4294967296.0);
@@ -1434,11 +1453,11 @@ __device__ __forceinline__ void joseph_voxel_rule(const float4& va, const float2
 #pragma unroll
             for (int b = 0; b < JV_PATCH; ++b) dst[b] = MY ? &acc[a][b] : &acc[b][a];
             if (nh == 0 && inside)        // rows T, T + 1 (|zS| > 1)
-                joseph_voxel_rows<0, false>(values, coloff, t, dt, zs, w, tlo, thi, 0, dst);
+                joseph_voxel_rows<0, false>(values, coloff, t, dt, zSa, w, tlo, thi, 0, dst);
             else if (nh == 1 && inside)   // rows T - 1 .. T + 2 (|zS| in (1/2, 1])
-                joseph_voxel_rows<1, false>(values, coloff, t, dt, zs, w, tlo, thi, 1, dst);
+                joseph_voxel_rows<1, false>(values, coloff, t, dt, zSa, w, tlo, thi, 1, dst);
             else
-                joseph_voxel_rows<-1, true>(values, coloff, t, dt, zs, w, tlo, thi, nh, dst);
+                joseph_voxel_rows<-1, true>(values, coloff, t, dt, zSa, w, tlo, thi, nh, dst);
         }
     }
 }
