@@ -148,10 +148,13 @@ extern "C" void run_joseph_voxel(float* volT, const float* proj, int nx, int ny,
         blockIdx.x = (unsigned)t;
         joseph_voxel_columns(cols, flags, params, g, nx, ny, n_views, n_cols);
     }
-    for (long long t = 0; t < (long long)n_views * n_cols * rows_p; ++t) {
-        blockIdx.x = (unsigned)t;
-        joseph_voxel_values(values, proj, nx, ny, nz, params, g, n_views, n_rows, n_cols);
-    }
+    blockDim.x = 1; blockDim.y = 1;   // one "thread" per tile: its loops cover it, the barrier separates nothing
+    for (int v = 0; v < n_views; ++v)
+        for (int by = 0; by < (rows_p + 31) / 32; ++by)
+            for (int bx = 0; bx < (n_cols + 31) / 32; ++bx) {
+                blockIdx.x = bx; blockIdx.y = by; blockIdx.z = v;
+                joseph_voxel_values(values, proj, nx, ny, nz, params, g, n_views, n_rows, n_cols);
+            }
     blockDim.x = 256; blockDim.y = 1; blockDim.z = 1;
     for (int bz = 0; bz < (nz + 32 * JV_KZ - 1) / (32 * JV_KZ); ++bz)
         for (int by = 0; by < (ny + 2 * JV_PATCH - 1) / (2 * JV_PATCH); ++by)

@@ -1275,25 +1275,39 @@ extern "C" __global__ void joseph_voxel_columns(double* __restrict__ cols, int* 
 
 // y w per ray in the gather's layout (view, column, JV_PAD_LO + row), zero
 // padding rows; w as the forward's joseph_step, the product as the atomic
-// transpose's value.
+// transpose's value. Tiles of 32 columns x 32 padded rows through shared
+// memory, so that both the reads (along columns) and the writes (along rows)
+// are coalesced; a thread sets up its column once (joseph_column) for its 4
+// rows. Grid (ceil(n_cols / 32), ceil(rows_p / 32), n_views), block (32, 8).
 extern "C" __global__ void joseph_voxel_values(float* __restrict__ values, const float* __restrict__ proj, int nx,
                                                int ny, int nz, const double* __restrict__ params,
                                                const double* __restrict__ g, int n_views, int n_rows, int n_cols)
 {
+    __shared__ float tile[32][33];
     const int rows_p = n_rows + JV_PAD_LO + JV_PAD_HI;
-    const long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x;   // (view n_cols + col) rows_p + r
-    if (t >= (long long)n_views * n_cols * rows_p) return;
-    const int row = (int)(t % rows_p) - JV_PAD_LO;
-    const long long vc = t / rows_p;
-    const int col = (int)(vc % n_cols), view = (int)(vc / n_cols);
-    float value = 0.0f;
-    if (0 <= row && row < n_rows) {
-        const double* par = params + 12 * view;
+    const int view = blockIdx.z, c0 = blockIdx.x * 32, r0 = blockIdx.y * 32;
+    const double* par = params + 12 * view;
+    for (int cc = threadIdx.x; cc < 32; cc += blockDim.x) {   // any block shape covers the tile
+        const int col = c0 + cc;
+        if (col >= n_cols) break;
         const JosephColumn jc = joseph_column(par, g, (double)col, nx, ny);
-        const float w = joseph_step(jc, par, g, (double)col, (double)row, nz);
-        value = proj[((long long)view * n_rows + row) * n_cols + col] * w;
+        for (int r = threadIdx.y; r < 32; r += blockDim.y) {
+            const int row = r0 + r - JV_PAD_LO;
+            float value = 0.0f;
+            if (0 <= row && row < n_rows) {
+                const float w = joseph_step(jc, par, g, (double)col, (double)row, nz);
+                value = proj[((long long)view * n_rows + row) * n_cols + col] * w;
+            }
+            tile[r][cc] = value;
+        }
     }
-    values[t] = value;
+    __syncthreads();
+    for (int c = threadIdx.y; c < 32; c += blockDim.y)
+        for (int x = threadIdx.x; x < 32; x += blockDim.x) {
+            const int rp = r0 + x;
+            if (c0 + c < n_cols && rp < rows_p)
+                values[((long long)view * n_cols + c0 + c) * rows_p + rp] = tile[x][c];
+        }
 }
 
 // The hardware's reciprocal estimate (relative error < 2^-22; no range-check

@@ -364,7 +364,7 @@ class CudaRaytracer:
         n_views = self.params_host.shape[0]
         per_view = 4 * self.n_cols * rows_p + 8 * 8 * self.n_cols
         free = cupy.cuda.Device().mem_info[0]
-        batch = int(max(1, min(n_views, min(JOSEPH_TABLE_BYTES, free // 4) // per_view)))
+        batch = int(max(1, min(n_views, MAX_GRID_Y, min(JOSEPH_TABLE_BYTES, free // 4) // per_view)))
         module = load_module("raytrace", VOXEL_DEFINES)
         bx, by = (w * c["patch"] for w in VOXEL_WARPS)   # voxel columns per block
         grid = (-(-int(nx) // bx), -(-int(ny) // by), -(-int(nz) // (32 * c["kz"])))
@@ -381,10 +381,9 @@ class CudaRaytracer:
             flags.fill(0)
             module.get_function("joseph_voxel_columns")(
                 (-(-n // BLOCK),), (BLOCK,), (cols, flags, par, self.g, nx, ny, nv, np.int32(self.n_cols)))
-            n = (v1 - v0) * self.n_cols * rows_p
             module.get_function("joseph_voxel_values")(
-                (-(-n // BLOCK),), (BLOCK,), (values, proj[v0:v1], nx, ny, nz, par, self.g, nv,
-                                             np.int32(self.n_rows), np.int32(self.n_cols)))
+                (-(-self.n_cols // 32), -(-rows_p // 32), int(nv)), (32, 8),
+                (values, proj[v0:v1], nx, ny, nz, par, self.g, nv, np.int32(self.n_rows), np.int32(self.n_cols)))
             module.get_function("joseph_voxel_gather")(
                 grid, (32 * VOXEL_WARPS[0] * VOXEL_WARPS[1],), (volT, values, cols, flags, vf[v0:v1], self.g, nx, ny, nz, nv,
                                        np.int32(self.n_rows), np.int32(self.n_cols), np.int32(v0 > 0)))
