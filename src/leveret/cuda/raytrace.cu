@@ -1329,7 +1329,7 @@ __device__ __forceinline__ float rcp_approx(float x)
 __device__ __forceinline__ float column_of_f(const float4& a, const float2& b, float x, float y)
 {
     const float dx = x - a.x, dy = y - a.y;
-    return __fdividef(a.z * dx - a.w * dy, b.x * dy - b.y * dx);
+    return (a.z * dx - a.w * dy) * rcp_approx(b.x * dy - b.y * dx);
 }
 
 // A lane's JV_KZ voxels from one (view, column, plane): rows T - nh .. T + nh + 1
@@ -1439,12 +1439,13 @@ __device__ __forceinline__ void joseph_voxel_rule(const float4& va, const float2
         for (int a = 0; a < JV_PATCH; ++a) {
             const double tau = ((double)(p0 + a) - cB.x) * cA.y;
             if (!(tau >= 0.0)) continue;   // cone rays start at the source
-            const double fu = cC.x + tau * cB.y - (double)b0;
+            // The in-plane offset from the first voxel in float64, then small: float32.
+            const float fu = (float)(cC.x + tau * cB.y - (double)b0);
             float w[JV_PATCH];
             bool any = false;
 #pragma unroll
             for (int b = 0; b < JV_PATCH; ++b) {
-                w[b] = (float)fmax(0.0, 1.0 - fabs(fu - (double)b));
+                w[b] = fmaxf(0.0f, 1.0f - fabsf(fu - (float)b));
                 any |= w[b] > 0.0f;
             }
             if (!any) continue;
@@ -1457,7 +1458,8 @@ __device__ __forceinline__ void joseph_voxel_rule(const float4& va, const float2
             const int nh = min((int)fabs(inv), JV_HMAX);
             const float zSa = (float)fabs(zS);
             // Row coordinate of voxel k0 and its step per 32 voxels, 32.32 fixed point.
-            const double t0 = fmin(fmax(((double)k0 - zA) * inv, -1.0e8), 1.0e8);
+            // |t0| < 2^30 (the launcher checks: voxel_row_extent), so t + 31 dt fits 64 bits.
+            const double t0 = ((double)k0 - zA) * inv;
             const long long t = __double2ll_rn(t0 * 4294967296.0);
             const long long dt = __double2ll_rn(32.0 * inv * 4294967296.0);
             // No clamp where every lane's rows stay in [tlo, thi] (T is monotonic in q).

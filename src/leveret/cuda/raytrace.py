@@ -53,6 +53,31 @@ def voxel_constants(defines: tuple[str, ...] = ()) -> dict[str, int]:
     return {"patch": patch, "kz": kz, "hmax": hmax, "pad_lo": 2 * hmax + 2, "pad_hi": 2 * hmax + 3}
 
 
+def voxel_row_extent(params: np.ndarray, n_cols: int, grid3, offset, scale) -> float:
+    """A bound on the row coordinates ``|t| = |(k - zA) / zS|`` the voxel
+    transpose forms (in rows, any voxel, view, column and plane it reaches):
+    ``h (nz + |pz| + tau_max max|Mz0|)``, with ``tau_max`` the largest horizontal
+    distance from a source to the grid's xy box widened by one voxel, ``Mz0``
+    the z slope per unit tau of row 0 of every column and ``h`` from
+    :func:`voxel_rows_per_voxel`. The kernel needs it below 2^30 (its 32.32
+    fixed point then cannot overflow), which any real scan is by far."""
+    nz, ny, nx = (int(n) for n in grid3)
+    offset, scale = np.asarray(offset, float), np.asarray(scale, float)
+    h = voxel_rows_per_voxel(params, n_cols, grid3, offset, scale)
+    lo = offset[:2] - 1.0 / scale[:2]
+    hi = offset[:2] + (np.array([nx, ny]) + 1.0) / scale[:2]
+    src = params[:, :2]
+    far = np.maximum(np.abs(src - lo), np.abs(src - hi))
+    tau_max = np.hypot(far[:, 0], far[:, 1])
+    u = np.arange(n_cols, dtype=np.float64)
+    Minv = params[:, 3:].reshape(-1, 3, 3)
+    qxy = np.hypot(Minv[:, 0, 0, None] * u + Minv[:, 0, 2, None], Minv[:, 1, 0, None] * u + Minv[:, 1, 2, None])
+    mz0 = np.abs(Minv[:, 2, 0, None] * u + Minv[:, 2, 2, None]) / qxy * scale[2]
+    pz = np.abs((params[:, 2] - offset[2]) * scale[2]) + 1.0
+    with np.errstate(invalid="ignore", over="ignore"):
+        return float(h * (nz + pz.max() + (tau_max * mz0.max(axis=1)).max()))
+
+
 def voxel_view_floats(params: np.ndarray) -> np.ndarray:
     """(n_views, 8) float32 per view for the voxel transpose's column_of_f:
     source x, y and the view parameters 8, 5, 3, 6 (M^-1's entries (1, 2),
@@ -247,7 +272,8 @@ class CudaRaytracer:
         self.voxel_ok = False
         if self.structured and model == "joseph":
             h = voxel_rows_per_voxel(params, self.n_cols, self.grid3, offset, scale)
-            self.voxel_ok = h < voxel_constants()["hmax"] + 1
+            self.voxel_ok = (h < voxel_constants()["hmax"] + 1
+                             and voxel_row_extent(params, self.n_cols, self.grid3, offset, scale) < 2.0 ** 30)
             if self.voxel_ok:
                 self.transpose = "voxel"
 
