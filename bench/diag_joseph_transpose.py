@@ -20,6 +20,8 @@ def main(argv=None):
     parser.add_argument("--variants", nargs="*", default=[],
                         help="extra builds of the voxel kernel, e.g. 'LEVERET_JV_KZ=4' 'LEVERET_JV_MIN_BLOCKS=3'"
                              " (comma-separated macros per build)")
+    parser.add_argument("--batches", nargs="*", type=int, default=[],
+                        help="views per launch of the voxel transpose to time (raytrace.VOXEL_VIEW_BATCH)")
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
     import cupy as cp
@@ -54,6 +56,15 @@ def main(argv=None):
         err = float(cp.abs(out - backs["atomic"]).max() / cp.abs(backs["atomic"]).max())
         record(f"{label} back joseph structured voxel {variant}", t, rays, note=f"vs atomic {err:.2g}")
     rt.VOXEL_DEFINES = ()
+    for batch in args.batches:
+        rt.VOXEL_VIEW_BATCH = batch
+        A._gpu.transpose = "voxel"
+        out = cp.full(vol.shape, cp.nan, cp.float32)
+        A.T(y, out=out)
+        t = median_time(lambda: A.T(y, out=out), reps=3, sync=sync)
+        err = float(cp.abs(out - backs["atomic"]).max() / cp.abs(backs["atomic"]).max())
+        record(f"{label} back joseph structured voxel, {batch} views per launch", t, rays, note=f"vs atomic {err:.2g}")
+    rt.VOXEL_VIEW_BATCH = 0
     diff = float(cp.abs(backs["voxel"] - backs["atomic"]).max() / cp.abs(backs["atomic"]).max())
     unwritten = int(cp.isnan(backs["voxel"]).sum())
     print(f"voxel vs atomic at full size: max |difference| / max = {diff:.3g}, unwritten voxels {unwritten}")

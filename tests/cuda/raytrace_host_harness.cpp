@@ -134,8 +134,8 @@ extern "C" void run_joseph_gather(float* vol, const float* proj, int nx, int ny,
     delete[] planes; delete[] dominant; delete[] rows;
 }
 // Structured Joseph's voxel transpose: the column numbers and the values for
-// all views, then every thread of the gather's grid (blocks of 8 warps on 4 x 2
-// patches of voxel columns) in turn, into the z-fastest volume volT (ny, nx, nz).
+// all views, then every thread of the gather's grid (blocks of 8 warps on
+// JV_WX x JV_WY patches of voxel columns) in turn, into the z-fastest volume volT (ny, nx, nz).
 extern "C" void run_joseph_voxel(float* volT, const float* proj, int nx, int ny, int nz, const double* params,
                                  const double* g, int n_views, int n_rows, int n_cols, const float* vf)
 {
@@ -157,8 +157,8 @@ extern "C" void run_joseph_voxel(float* volT, const float* proj, int nx, int ny,
             }
     blockDim.x = 256; blockDim.y = 1; blockDim.z = 1;
     for (int bz = 0; bz < (nz + 32 * JV_KZ - 1) / (32 * JV_KZ); ++bz)
-        for (int by = 0; by < (ny + 2 * JV_PATCH - 1) / (2 * JV_PATCH); ++by)
-            for (int bx = 0; bx < (nx + 4 * JV_PATCH - 1) / (4 * JV_PATCH); ++bx)
+        for (int by = 0; by < (ny + JV_WY * JV_PATCH - 1) / (JV_WY * JV_PATCH); ++by)
+            for (int bx = 0; bx < (nx + JV_WX * JV_PATCH - 1) / (JV_WX * JV_PATCH); ++bx)
                 for (int t = 0; t < 256; ++t) {
                     blockIdx.x = bx; blockIdx.y = by; blockIdx.z = bz; threadIdx.x = t;
                     joseph_voxel_gather(volT, values, cols, flags, vf, g, nx, ny, nz, n_views, n_rows, n_cols, 0);

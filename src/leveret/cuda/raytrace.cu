@@ -1242,6 +1242,11 @@ extern "C" __global__ void __launch_bounds__(128) joseph_gather(
 #ifndef LEVERET_JV_MIN_BLOCKS
 #define LEVERET_JV_MIN_BLOCKS 3   // blocks per multiprocessor the register allocation must allow
 #endif
+#ifndef LEVERET_JV_WARPS_X
+#define LEVERET_JV_WARPS_X 1      // a block's 8 warps (patches): JV_WARPS_X along x, 8 / JV_WARPS_X along y
+#endif
+#define JV_WX LEVERET_JV_WARPS_X
+#define JV_WY (8 / JV_WX)
 #define JV_HMAX 3
 #define JV_PAD_LO (2 * JV_HMAX + 2)
 #define JV_PAD_HI (2 * JV_HMAX + 3)
@@ -1478,9 +1483,9 @@ __device__ __forceinline__ void joseph_voxel_rule(const float4& va, const float2
     }
 }
 
-// Blocks of 8 warps on a 4 x 2 arrangement of patches (4 JV_PATCH x 2 JV_PATCH
-// voxel columns: neighbours read the same detector columns, L1 hits); grid
-// (ceil(nx / (4 JV_PATCH)), ceil(ny / (2 JV_PATCH)), ceil(nz / (32 JV_KZ))).
+// Blocks of 8 warps on a JV_WX x JV_WY arrangement of patches (neighbouring
+// voxel columns read the same detector columns: L1 hits); grid
+// (ceil(nx / (JV_WX JV_PATCH)), ceil(ny / (JV_WY JV_PATCH)), ceil(nz / (32 JV_KZ))).
 // volT: the z-fastest volume (ny, nx, nz); values, cols and flags for the
 // views [0, n_views) of this batch, vf their float32 numbers for column_of_f
 // (8 per view); accumulate: add to volT.
@@ -1490,7 +1495,7 @@ extern "C" __global__ void __launch_bounds__(256, LEVERET_JV_MIN_BLOCKS) joseph_
     int nz, int n_views, int n_rows, int n_cols, int accumulate)
 {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int i0 = (blockIdx.x * 4 + (warp & 3)) * JV_PATCH, j0 = (blockIdx.y * 2 + (warp >> 2)) * JV_PATCH;
+    const int i0 = (blockIdx.x * JV_WX + warp % JV_WX) * JV_PATCH, j0 = (blockIdx.y * JV_WY + warp / JV_WX) * JV_PATCH;
     if (i0 >= nx || j0 >= ny) return;   // whole warps; no barrier below
     const int k0 = blockIdx.z * (32 * JV_KZ) + lane;
     const int rows_p = n_rows + JV_PAD_LO + JV_PAD_HI;

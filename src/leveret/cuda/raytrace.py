@@ -24,7 +24,6 @@ JOSEPH_PAD_Z = 3        # JZ_PAD in raytrace.cu: zero z border of structured Jos
 JOSEPH_GATHER_BLOCK = (16, 8)   # threads over (x, y) voxel columns, structured Joseph's gather
 JOSEPH_TABLE_BYTES = 2 << 30    # at most this much for the gather's per-view tables at a time
 VIEW_GROUP = 16         # structured float32 kernels: views per column that run side by side (L2 reuse)
-VOXEL_WARPS = (4, 2)    # warps (patches of voxel columns) per block, structured Joseph's voxel transpose
 
 
 def gather_depth(define: str = "LEVERET_RT_K") -> int:
@@ -34,6 +33,7 @@ def gather_depth(define: str = "LEVERET_RT_K") -> int:
 
 
 VOXEL_DEFINES: tuple[str, ...] = ()   # macros for the voxel transpose's build (bench/diag_joseph_transpose.py sweeps them)
+VOXEL_VIEW_BATCH = 0                  # views per launch of the voxel transpose (0: as many as the table budget holds)
 
 
 def voxel_constants(defines: tuple[str, ...] = ()) -> dict[str, int]:
@@ -49,8 +49,10 @@ def voxel_constants(defines: tuple[str, ...] = ()) -> dict[str, int]:
         macros[name] = int(value or 1)
     patch = macros["LEVERET_JV_PATCH"]
     kz = macros.get("LEVERET_JV_KZ", 16 if patch == 1 else 8)
+    wx = macros.get("LEVERET_JV_WARPS_X", int(re.search(r"#define LEVERET_JV_WARPS_X (\d+)", src).group(1)))
     hmax = int(re.search(r"#define JV_HMAX (\d+)", src).group(1))
-    return {"patch": patch, "kz": kz, "hmax": hmax, "pad_lo": 2 * hmax + 2, "pad_hi": 2 * hmax + 3}
+    return {"patch": patch, "kz": kz, "warps": (wx, 8 // wx), "hmax": hmax, "pad_lo": 2 * hmax + 2,
+            "pad_hi": 2 * hmax + 3}
 
 
 def voxel_row_extent(params: np.ndarray, n_cols: int, grid3, offset, scale) -> float:
@@ -391,8 +393,10 @@ class CudaRaytracer:
         per_view = 4 * self.n_cols * rows_p + 8 * 8 * self.n_cols
         free = cupy.cuda.Device().mem_info[0]
         batch = int(max(1, min(n_views, MAX_GRID_Y, min(JOSEPH_TABLE_BYTES, free // 4) // per_view)))
+        if VOXEL_VIEW_BATCH > 0:
+            batch = min(batch, VOXEL_VIEW_BATCH)
         module = load_module("raytrace", VOXEL_DEFINES)
-        bx, by = (w * c["patch"] for w in VOXEL_WARPS)   # voxel columns per block
+        bx, by = (w * c["patch"] for w in c["warps"])   # voxel columns per block (8 warps)
         grid = (-(-int(nx) // bx), -(-int(ny) // by), -(-int(nz) // (32 * c["kz"])))
         values = cupy.empty(batch * self.n_cols * rows_p, np.float32)
         cols = cupy.empty(batch * self.n_cols * 8, np.float64)
@@ -411,7 +415,7 @@ class CudaRaytracer:
                 (-(-self.n_cols // 32), -(-rows_p // 32), int(nv)), (32, 8),
                 (values, proj[v0:v1], nx, ny, nz, par, self.g, nv, np.int32(self.n_rows), np.int32(self.n_cols)))
             module.get_function("joseph_voxel_gather")(
-                grid, (32 * VOXEL_WARPS[0] * VOXEL_WARPS[1],), (volT, values, cols, flags, vf[v0:v1], self.g, nx, ny, nz, nv,
+                grid, (256,), (volT, values, cols, flags, vf[v0:v1], self.g, nx, ny, nz, nv,
                                        np.int32(self.n_rows), np.int32(self.n_cols), np.int32(v0 > 0)))
         return self._zfast(False, volT, out)
 
