@@ -8,11 +8,26 @@ from ..backends import resolve
 from ..geometry import VolumeGeometry
 
 # Per interpolation, the kernel "auto" runs (docs/performance.md, cone beam, H200
-# 2026-11-24): "texture" for "linear" (the "ray" kernel is 13 % faster for a
-# whole 512^3 call but 6-38 % slower at 1024^3 and in FDK's 1024^3 chunks);
-# "quad" for "linear32" (1.6-1.8x the "global" kernel). "linear8" on the CPU
-# mirrors what "linear" runs on CUDA, so the two share a kernel.
+# 2026-11-24): for "linear", "ray" where a voxel projects onto RAY_MIN_PIXELS
+# detector pixels or more (RabbitCT 512^3, 2.6 pixels: 13-15 % faster than
+# kernel B for a whole call and in FDK's 32-view chunks: sparse sampling, where
+# lanes along the rays share texels), else "texture" (1024^3, 1.3 pixels: kernel
+# B's fetches already hit the cache, and "ray" is 6-38 % slower); "quad" for
+# "linear32" (1.6-1.8x the "global" kernel). "linear8" on the CPU mirrors what
+# "linear" runs on CUDA (both texture-unit arithmetic), so the two share a kernel.
 AUTO_KERNEL = {"linear": "texture", "linear8": "texture", "linear32": "quad"}
+RAY_MIN_PIXELS = 2.0
+
+
+def projected_voxel_pixels(index_matrices: np.ndarray, volume: VolumeGeometry) -> float:
+    """Detector pixels one voxel step spans at the volume's centre (the larger
+    of the x and y steps, median over the views)."""
+    m = np.asarray(index_matrices, np.float64).reshape(-1, 3, 4)
+    c = np.array([(volume.nx - 1) / 2, (volume.ny - 1) / 2, (volume.nz - 1) / 2, 1.0])
+    q = m @ c                                             # (n, 3): (u w, v w, w)
+    u = q[:, 0] / q[:, 2]
+    du = [(m[:, 0, a] - u * m[:, 2, a]) / q[:, 2] for a in (0, 1)]   # d u / d index along x, y
+    return float(np.median(np.maximum(np.abs(du[0]), np.abs(du[1]))))
 
 
 def index_matrices(matrices: np.ndarray, volume: VolumeGeometry) -> np.ndarray:
@@ -51,8 +66,8 @@ class ConeBackprojection:
     backend : {"auto", "cuda", "cpu"}
     interpolation : {"linear", "linear8", "linear32"}
         "linear": exact bilinear weights on the CPU (float64 arithmetic); on
-        CUDA ``AUTO_KERNEL``'s choice (kernel B: the texture unit's 8-bit
-        weights). "linear8": the CUDA
+        CUDA the texture unit's 8-bit weights (kernel "ray" where a voxel spans
+        ``RAY_MIN_PIXELS`` detector pixels or more, else kernel B). "linear8": the CUDA
         kernel's arithmetic on either backend (float32): with a texture kernel
         ("texture", "ray") the texture unit's 8-bit weights; with kernel
         "auto" the CPU mirrors what "linear" runs on CUDA. "linear32": exact
@@ -71,8 +86,8 @@ class ConeBackprojection:
         "quad" (exact weights, see below); with "linear32": "quad" (exact
         float32 weights from a per-view quad layout, one 16-byte load per
         sample, lanes along the rays), "global" or "shared". "auto" picks the
-        fastest measured (``AUTO_KERNEL``, docs/performance.md);
-        ``last_kernel`` tells which ran.
+        fastest measured (``AUTO_KERNEL`` and ``RAY_MIN_PIXELS``,
+        docs/performance.md); ``last_kernel`` tells which ran.
     """
 
     def __init__(self, geometry, volume: VolumeGeometry, *, backend: str = "auto",
@@ -95,11 +110,14 @@ class ConeBackprojection:
         self.kernel = v.choice("kernel", kernel, allowed)
         self._index = index_matrices(self.matrices, volume)
         self._gpu = None
+        self._auto = AUTO_KERNEL[self.interpolation]
+        if self._auto == "texture" and projected_voxel_pixels(self._index, volume) >= RAY_MIN_PIXELS:
+            self._auto = "ray"
 
     @property
     def last_kernel(self) -> str:
         """The CUDA kernel this operator runs (or whose arithmetic the CPU mirrors)."""
-        return AUTO_KERNEL[self.interpolation] if self.kernel == "auto" else self.kernel
+        return self._auto if self.kernel == "auto" else self.kernel
 
     @property
     def slab_alignment(self) -> int:
