@@ -38,6 +38,11 @@ def bench_leveret(size):
     t = median_time(lambda: op(proj, out), reps=3, sync=sync)
     record(f"cone BP {size}^3 from {N_VIEWS} x {N_ROWS}x{N_COLS}, device arrays", t, updates,
            note=f"kernel {op.last_kernel} (auto), texture upload / quad layout included")
+    if op.last_kernel != "texture":
+        b = leveret.ConeBackprojection(g, vol, backend="cuda", kernel="texture")
+        t = median_time(lambda: b(proj, out), reps=3, sync=sync)
+        record(f"cone BP {size}^3 from {N_VIEWS} x {N_ROWS}x{N_COLS}, device arrays, kernel B", t, updates,
+               note="kernel texture, texture upload included")
     soft = leveret.ConeBackprojection(g, vol, backend="cuda", interpolation="linear32")
     t = median_time(lambda: soft(proj, out), reps=3, sync=sync)
     record(f"cone BP {size}^3 from {N_VIEWS} x {N_ROWS}x{N_COLS}, device arrays, exact weights", t, updates,
