@@ -54,7 +54,7 @@ def bench_leveret(size):
     host = np.random.default_rng(0).random(g.projection_shape, dtype=np.float32)
     t = median_time(lambda: leveret.fdk(host, g, vol, backend="cuda"), reps=2, sync=sync)
     record(f"FDK {size}^3 from {N_VIEWS} x {N_ROWS}x{N_COLS}, NumPy arrays", t, updates,
-           note=f"weighting, filter, BP ({op.last_kernel}), transfers (pinned, overlapped)")
+           note=f"weighting, filter, BP ({op.kernel_for(N_VIEWS // 16)}), transfers (pinned, overlapped)")
     t = median_time(lambda: leveret.fdk(host, g, vol, backend="cuda", interpolation="linear32"), reps=2, sync=sync)
     record(f"FDK {size}^3 from {N_VIEWS} x {N_ROWS}x{N_COLS}, NumPy arrays, linear32", t, updates,
            note=f"BP kernel {soft.last_kernel}")

@@ -409,17 +409,18 @@ def test_cuda_ray_kernels_many_views(rng):
 @pytest.mark.parametrize("size, expected", [(512, "ray"), (1024, "texture")])
 def test_auto_kernel_follows_the_projected_voxel_size(size, expected):
     """RabbitCT's geometry: a 0.5 mm voxel spans ~2.4 detector pixels at the
-    centre (sparse sampling: the ray-aligned passes), a 0.25 mm one ~1.2
-    (kernel B); explicit kernels and "linear32" are left alone."""
-    from leveret.operators.cone import RAY_MIN_PIXELS, projected_voxel_pixels
-    geometry = ConeGeometry.circular(np.radians(np.arange(0, 496, 8) * 0.4), sid=750.0, sdd=1200.0, n_rows=960,
+    centre (sparse sampling: the ray-aligned passes for whole scans), a 0.25
+    mm one ~1.2 (kernel B); explicit kernels and "linear32" are left alone."""
+    from leveret.operators.cone import RAY_MIN_PIXELS, RAY_MIN_VIEWS, projected_voxel_pixels
+    geometry = ConeGeometry.circular(np.radians(np.arange(0, 496, 2) * 0.4), sid=750.0, sdd=1200.0, n_rows=960,
                                      n_cols=1248, pixel_size=0.308)
     volume = VolumeGeometry((size,) * 3, voxel_size=256.0 / size)
     op = ConeBackprojection(geometry, volume, backend="cpu")
     pixels = projected_voxel_pixels(op._index, volume)
     assert pixels == pytest.approx(1.6 * 256.0 / size / 0.308, rel=0.1)   # magnification x voxel / pixel
     assert (pixels >= RAY_MIN_PIXELS) == (expected == "ray")
-    assert op.last_kernel == expected
+    assert op.kernel_for(geometry.n_views) == expected == op.last_kernel
+    assert op.kernel_for(RAY_MIN_VIEWS - 1) == "texture"   # FDK's chunks: kernel B (measured faster there)
     assert ConeBackprojection(geometry, volume, backend="cpu", interpolation="linear8").last_kernel == expected
     assert ConeBackprojection(geometry, volume, backend="cpu", kernel="texture").last_kernel == "texture"
     assert ConeBackprojection(geometry, volume, backend="cpu", interpolation="linear32").last_kernel == "quad"

@@ -8,15 +8,19 @@ from ..backends import resolve
 from ..geometry import VolumeGeometry
 
 # Per interpolation, the kernel "auto" runs (docs/performance.md, cone beam, H200
-# 2026-11-24): for "linear", "ray" where a voxel projects onto RAY_MIN_PIXELS
-# detector pixels or more (RabbitCT 512^3, 2.6 pixels: 13-15 % faster than
-# kernel B for a whole call and in FDK's 32-view chunks: sparse sampling, where
-# lanes along the rays share texels), else "texture" (1024^3, 1.3 pixels: kernel
-# B's fetches already hit the cache, and "ray" is 6-38 % slower); "quad" for
-# "linear32" (1.6-1.8x the "global" kernel). "linear8" on the CPU mirrors what
-# "linear" runs on CUDA (both texture-unit arithmetic), so the two share a kernel.
+# 2026-11-24): for "linear", "ray" for a call of RAY_MIN_VIEWS views or more
+# where a voxel projects onto RAY_MIN_PIXELS detector pixels or more (RabbitCT
+# 512^3, 2.4 pixels: 86-88 against 99 ms for the whole scan; sparse sampling,
+# where lanes along the rays share texels), else "texture" (kernel B: at 1024^3,
+# 1.2 pixels, its fetches already hit the cache and "ray" is 6-38 % slower; and
+# FDK's chunks of ~32 views ran 186-188 ms from NumPy with "ray" against 159-161
+# with kernel B, same process: one pass per chunk with the volume's
+# uncoalesced read-modify-write each time); "quad" for "linear32" (1.6-1.8x the
+# "global" kernel). "linear8" on the CPU mirrors what "linear" runs on CUDA
+# (both texture-unit arithmetic), so the two share a kernel.
 AUTO_KERNEL = {"linear": "texture", "linear8": "texture", "linear32": "quad"}
 RAY_MIN_PIXELS = 2.0
+RAY_MIN_VIEWS = 124
 
 
 def projected_voxel_pixels(index_matrices: np.ndarray, volume: VolumeGeometry) -> float:
@@ -66,8 +70,9 @@ class ConeBackprojection:
     backend : {"auto", "cuda", "cpu"}
     interpolation : {"linear", "linear8", "linear32"}
         "linear": exact bilinear weights on the CPU (float64 arithmetic); on
-        CUDA the texture unit's 8-bit weights (kernel "ray" where a voxel spans
-        ``RAY_MIN_PIXELS`` detector pixels or more, else kernel B). "linear8": the CUDA
+        CUDA the texture unit's 8-bit weights (kernel "ray" for calls of
+        ``RAY_MIN_VIEWS`` views or more where a voxel spans ``RAY_MIN_PIXELS``
+        detector pixels or more, else kernel B). "linear8": the CUDA
         kernel's arithmetic on either backend (float32): with a texture kernel
         ("texture", "ray") the texture unit's 8-bit weights; with kernel
         "auto" the CPU mirrors what "linear" runs on CUDA. "linear32": exact
@@ -86,8 +91,9 @@ class ConeBackprojection:
         "quad" (exact weights, see below); with "linear32": "quad" (exact
         float32 weights from a per-view quad layout, one 16-byte load per
         sample, lanes along the rays), "global" or "shared". "auto" picks the
-        fastest measured (``AUTO_KERNEL`` and ``RAY_MIN_PIXELS``,
-        docs/performance.md); ``last_kernel`` tells which ran.
+        fastest measured (``AUTO_KERNEL``, ``RAY_MIN_PIXELS``, ``RAY_MIN_VIEWS``,
+        docs/performance.md); ``kernel_for(n_views)`` tells which a call runs,
+        ``last_kernel`` which the last call ran.
     """
 
     def __init__(self, geometry, volume: VolumeGeometry, *, backend: str = "auto",
@@ -109,15 +115,21 @@ class ConeBackprojection:
                    else ("auto", "texture", "hybrid", "ray", "ray-hybrid", "quad"))
         self.kernel = v.choice("kernel", kernel, allowed)
         self._index = index_matrices(self.matrices, volume)
-        self._gpu = None
-        self._auto = AUTO_KERNEL[self.interpolation]
-        if self._auto == "texture" and projected_voxel_pixels(self._index, volume) >= RAY_MIN_PIXELS:
-            self._auto = "ray"
+        self._gpus: dict = {}
+        self._ray_ok = (AUTO_KERNEL[self.interpolation] == "texture"
+                        and projected_voxel_pixels(self._index, volume) >= RAY_MIN_PIXELS)
+        self._last = self.kernel_for(geometry.n_views)
+
+    def kernel_for(self, n_views: int) -> str:
+        """The CUDA kernel a call with ``n_views`` views runs (or whose arithmetic the CPU mirrors)."""
+        if self.kernel != "auto":
+            return self.kernel
+        return "ray" if self._ray_ok and n_views >= RAY_MIN_VIEWS else AUTO_KERNEL[self.interpolation]
 
     @property
     def last_kernel(self) -> str:
-        """The CUDA kernel this operator runs (or whose arithmetic the CPU mirrors)."""
-        return self._auto if self.kernel == "auto" else self.kernel
+        """The CUDA kernel of the last call (before any: of a call with every view)."""
+        return self._last
 
     @property
     def slab_alignment(self) -> int:
@@ -154,23 +166,24 @@ class ConeBackprojection:
                 raise ValueError("projections: the CUDA backend takes CuPy arrays, got a NumPy array")
             if projections.dtype != np.float32 or out.dtype != np.float32:
                 raise ValueError("projections: the CUDA backend runs in float32")
-            if self._gpu is None:
+            kernel = self._last = self.kernel_for(idx.shape[0])
+            if kernel not in self._gpus:
                 from ..cuda.backproject_cone import ConeTextureBackprojector, kernel_matrices, staged_views
-                self._gpu = ConeTextureBackprojector(kernel=self.last_kernel)
-                if self.last_kernel in ("texture", "global", "shared"):   # the same per view in any call: upload once
-                    n = self.geometry.n_views
-                    self._gpu_matrices = xp.asarray(kernel_matrices(self._index, staged_views(n, self.last_kernel)))
+                matrices = None
+                if kernel in ("texture", "global", "shared"):   # the same per view in any call: upload once
+                    matrices = xp.asarray(kernel_matrices(self._index, staged_views(self.geometry.n_views, kernel)))
+                self._gpus[kernel] = (ConeTextureBackprojector(kernel=kernel), matrices)
+            gpu, matrices = self._gpus[kernel]
             # (the ray kernels cache their own per-pass matrices)
-            device_matrices = (self._gpu_matrices[views] if self.last_kernel in ("texture", "global", "shared")
-                               else None)
-            return self._gpu(xp.ascontiguousarray(projections), idx, out, accumulate=accumulate, slices=slices,
-                             device_matrices=device_matrices)
+            return gpu(xp.ascontiguousarray(projections), idx, out, accumulate=accumulate, slices=slices,
+                       device_matrices=None if matrices is None else matrices[views])
         if xp is not np:
             raise ValueError("projections: the CPU backend takes NumPy arrays, got a CuPy array")
         from ..cpu import backproject_cone as cpu
         if self.interpolation in ("linear8", "linear32"):
             from ..cuda.backproject_cone import depth, kernel_matrices, software_views
-            software = software_views(self.last_kernel, idx, self.volume.shape)
+            self._last = self.kernel_for(idx.shape[0])
+            software = software_views(self._last, idx, self.volume.shape)
             return cpu.backproject_gpu_mirror(projections, kernel_matrices(idx, software).reshape(-1, 3, 4), out,
                                               depth=depth(), software=software, accumulate=accumulate,
                                               slices=slices)
