@@ -17,7 +17,8 @@ import numpy as np
 import pytest
 
 from leveret.cuda.raytrace import (JOSEPH_PAD_Z, joseph_float32_bound, structured_float32_bound, structured_ratio,
-                                   view_parameters, voxel_rows_per_voxel, voxel_view_floats)
+                                   view_parameters, voxel_row_extent, voxel_rows_per_voxel,
+                                   voxel_view_floats)
 from leveret.geometry import ConeGeometry, ParallelGeometry, VolumeGeometry
 from leveret.operators import Projector
 
@@ -258,3 +259,27 @@ def test_host_build_zfast_copies(lib, shape, padded, rng):
     back = np.full(shape, np.nan, np.float32)
     lib.run_zfast(0, int(padded), _ptr(volT), _ptr(back), nx, ny, nz)
     np.testing.assert_array_equal(back, vol)
+
+
+def test_voxel_transpose_reach_checks():
+    """The voxel transpose's launcher checks: rows per z voxel ``h`` (finer
+    rows need more padding than the kernel has: its caller falls back to the
+    atomic transpose) and the row-coordinate extent; a source inside the grid's
+    box has no bound."""
+    volume = VolumeGeometry((16, 16, 16), 1.0)
+    coarse = ConeGeometry.circular(np.linspace(0, np.pi, 5), sid=60, sdd=90, n_rows=20, n_cols=30, pixel_size=1.5)
+    fine = ConeGeometry.circular(np.linspace(0, np.pi, 5), sid=60, sdd=90, n_rows=200, n_cols=30, pixel_size=0.2)
+    args = []
+    for geometry in (coarse, fine):
+        A = Projector(geometry, volume, model="joseph", backend="cpu")
+        _, params = view_parameters(geometry)
+        args.append((params, geometry.n_cols, volume.shape, A._offset, A._scale))
+    h_coarse, h_fine = voxel_rows_per_voxel(*args[0]), voxel_rows_per_voxel(*args[1])
+    # rows 1.5 (0.2) mm apart at 90 mm, so ~0.8-1.2 (5.9-8.9) rows per 1 mm voxel at 45-75 mm from the source
+    assert 0.9 < h_coarse < 1.5 and h_fine > 4
+    assert h_fine == pytest.approx(h_coarse * 1.5 / 0.2, rel=0.05)   # the narrower detector: other end columns
+    assert 0 < voxel_row_extent(*args[0]) < 2 ** 30
+    params, n_cols, shape, offset, scale = args[0]
+    inside = params.copy()
+    inside[:, :2] = 0.0   # the source at the grid's centre
+    assert voxel_rows_per_voxel(inside, n_cols, shape, offset, scale) == np.inf

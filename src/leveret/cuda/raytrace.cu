@@ -30,8 +30,10 @@
 //    (structured_gather below: no atomics, the forward's weights bit for bit).
 //    The float32 kernels run in view groups (grouped_block) and the forward
 //    keeps 8 segments' loads in flight. Structured Joseph (structured_joseph)
-//    is the same idea for Joseph's planes, with its own gather
-//    (joseph_gather).
+//    is the same idea for Joseph's planes, with two gathers: joseph_gather
+//    (tables of the forward's float32 terms) and joseph_voxel_gather (the
+//    default transpose: the same weights evaluated per voxel, a warp per
+//    voxel column, lanes along z).
 //
 // tests/cuda/test_raytrace_host.py builds this file for the CPU (g++) and
 // checks every kernel against the Numba operators.

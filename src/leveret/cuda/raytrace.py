@@ -262,15 +262,15 @@ class CudaRaytracer:
                              f"{shared} <= {SHARED_LIMIT} bytes)")
         self.structured = valid if structured == "auto" else bool(structured)
         # How the structured path's transpose runs: "atomic" (ray-driven, the
-        # forward's traversal with atomicAdd) or "gather" (voxel-driven, each
+        # forward's traversal with atomicAdd), "gather" (voxel-driven, each
         # voxel gathers the forward's weights of the samples that land on it:
-        # no atomics, deterministic). Both are the exact transpose;
-        # bench_projector.py measures both: on the H200 the atomic ones are
-        # faster (Joseph 405 against 458 ms, Siddon 223 against 2571 ms on
-        # paper 003's problem), so they are the default.
+        # no atomics, deterministic) or, Joseph only, "voxel" (the same weights
+        # evaluated per voxel with a warp per voxel column: joseph_voxel_gather).
+        # All are the exact transpose; bench_projector.py measures each. On the
+        # H200, paper 003's problem: Siddon atomic 227 ms against gather 2572;
+        # Joseph voxel 146 against atomic 411 and gather 458 ms. So "atomic" for
+        # Siddon and "voxel" for Joseph wherever its row reach holds.
         self.transpose = "atomic"
-        # Structured Joseph: the voxel-driven transpose with a warp per voxel
-        # column (joseph_voxel_gather) is the default where its row reach holds.
         self.voxel_ok = False
         if self.structured and model == "joseph":
             h = voxel_rows_per_voxel(params, self.n_cols, self.grid3, offset, scale)
