@@ -23,6 +23,8 @@ def main(argv=None):
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--size", type=int, default=512)
+    parser.add_argument("--chunks", type=int, nargs="*", default=[],
+                        help="also FDK with these views per chunk (auto kernel), e.g. 62 124")
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
     meta = metadata(with_devices=True)
@@ -47,6 +49,16 @@ def main(argv=None):
         record(f"FDK {args.size}^3 NumPy arrays, {kernel}",
                median_time(lambda: leveret.fdk(host, g, vol, backend="cuda"), reps=3, sync=sync), updates)
     cone.RAY_MIN_PIXELS = threshold
+    fdk_module = sys.modules["leveret.algorithms.fdk"]   # the package re-exports the function under this name
+    plan = fdk_module._plan_slabs
+    for chunk in args.chunks:
+        fdk_module._plan_slabs = lambda *a, c=chunk, **k: (plan(*a, **k)[0], c)
+        kernel = leveret.ConeBackprojection(g, vol, backend="cuda").kernel_for(chunk)
+        record(f"FDK {args.size}^3 device arrays, chunks of {chunk} views ({kernel})",
+               median_time(lambda: leveret.fdk(dev, g, vol, backend="cuda"), reps=3, sync=sync), updates)
+        record(f"FDK {args.size}^3 NumPy arrays, chunks of {chunk} views ({kernel})",
+               median_time(lambda: leveret.fdk(host, g, vol, backend="cuda"), reps=3, sync=sync), updates)
+    fdk_module._plan_slabs = plan
     if args.out:
         write_results(args.out, meta)
     return 0
