@@ -47,23 +47,22 @@ def main(argv=None):
         t = median_time(lambda: A.T(y, out=backs[mode]), reps=3, sync=sync)
         record(f"{label} back joseph structured {mode}", t, rays)
     import leveret.cuda.raytrace as rt
-    for variant in args.variants:
-        rt.VOXEL_DEFINES = tuple(variant.split(","))
+
+    def voxel(name):   # the voxel transpose as rt is set now, poisoned output, against the atomic one
         A._gpu.transpose = "voxel"
         out = cp.full(vol.shape, cp.nan, cp.float32)
         A.T(y, out=out)
         t = median_time(lambda: A.T(y, out=out), reps=3, sync=sync)
         err = float(cp.abs(out - backs["atomic"]).max() / cp.abs(backs["atomic"]).max())
-        record(f"{label} back joseph structured voxel {variant}", t, rays, note=f"vs atomic {err:.2g}")
+        record(f"{label} back joseph structured voxel{name}", t, rays, note=f"vs atomic {err:.2g}")
+
+    for variant in args.variants:
+        rt.VOXEL_DEFINES = tuple(variant.split(","))
+        voxel(f" {variant}")
     rt.VOXEL_DEFINES = ()
     for batch in args.batches:
         rt.VOXEL_VIEW_BATCH = batch
-        A._gpu.transpose = "voxel"
-        out = cp.full(vol.shape, cp.nan, cp.float32)
-        A.T(y, out=out)
-        t = median_time(lambda: A.T(y, out=out), reps=3, sync=sync)
-        err = float(cp.abs(out - backs["atomic"]).max() / cp.abs(backs["atomic"]).max())
-        record(f"{label} back joseph structured voxel, {batch} views per launch", t, rays, note=f"vs atomic {err:.2g}")
+        voxel(f", {batch} views per launch")
     rt.VOXEL_VIEW_BATCH = 0
     diff = float(cp.abs(backs["voxel"] - backs["atomic"]).max() / cp.abs(backs["atomic"]).max())
     unwritten = int(cp.isnan(backs["voxel"]).sum())

@@ -204,6 +204,19 @@ def test_hybrid_mirror_is_the_sum_of_its_two_view_sets(small_scan):
     assert rel(hybrid, parts) < 1e-6
 
 
+def _assert_slabs_equal_whole(op, proj, vol):
+    """CUDA: the volume written slab by slab (poisoned first) equals the whole,
+    bit for bit; returns the whole (NumPy)."""
+    import cupy as cp
+    whole = op(proj).get()
+    parts = cp.full(vol.shape, cp.nan, cp.float32)
+    a = op.slab_alignment
+    for k0 in range(0, vol.nz, a):
+        op(proj, parts, slices=(k0, min(vol.nz, k0 + a)))
+    np.testing.assert_array_equal(parts.get(), whole)
+    return whole
+
+
 @pytest.mark.parametrize("interpolation,kernel", [("linear", "auto"), ("linear8", "texture"),
                                                   ("linear8", "hybrid"), ("linear32", "global"),
                                                   ("linear8", "ray-hybrid"), ("linear32", "quad")])
@@ -233,12 +246,7 @@ def test_cuda_slab_by_slab_is_identical(rng, kernel, interpolation):
     vol = VolumeGeometry((27, 19, 23), voxel_size=1.5)
     proj = cp.asarray(rng.standard_normal(g.projection_shape).astype(np.float32))
     op = ConeBackprojection(g, vol, backend="cuda", interpolation=interpolation, kernel=kernel)
-    whole = op(proj).get()
-    parts = cp.full(vol.shape, cp.nan, cp.float32)
-    a = op.slab_alignment
-    for k0 in range(0, vol.nz, a):
-        op(proj, parts, slices=(k0, min(vol.nz, k0 + a)))
-    np.testing.assert_array_equal(parts.get(), whole)
+    _assert_slabs_equal_whole(op, proj, vol)
 
 
 # --- ray-aligned kernels ("ray", "quad", "ray-hybrid"): passes of similar direction
@@ -380,12 +388,7 @@ def test_cuda_ray_kernels_slab_by_slab_is_identical(rng, kernel, mode):
     vol = VolumeGeometry((27, 19, 23), voxel_size=1.5)
     proj = cp.asarray(smooth_noise(rng, g.projection_shape))
     op = ConeBackprojection(g, vol, backend="cuda", interpolation=mode, kernel=kernel, matrices=matrices)
-    whole = op(proj).get()
-    parts = cp.full(vol.shape, cp.nan, cp.float32)
-    a = op.slab_alignment
-    for k0 in range(0, vol.nz, a):
-        op(proj, parts, slices=(k0, min(vol.nz, k0 + a)))
-    np.testing.assert_array_equal(parts.get(), whole)
+    whole = _assert_slabs_equal_whole(op, proj, vol)
     # views in two calls (FDK's chunks) accumulate to the whole, up to the passes' rounding
     first = op(proj[:20], views=slice(0, 20))
     op(proj[20:], first, views=slice(20, None), accumulate=True)
