@@ -1215,14 +1215,16 @@ extern "C" __global__ void __launch_bounds__(128) joseph_gather(
 // with t = T + f (f in [0, 1)), d in [-floor(h), floor(h) + 1], h = 1 / |zS|,
 // weight wu max(0, 1 - |zS| |d - f|).
 //
-// A warp owns a 2 x 2 patch of voxel columns; its lanes are 32 consecutive z
-// voxels, each lane JV_KZ voxels 32 apart. The (view, column, plane) work
-// (candidate columns, tau, fu, zA, zS, in float64 from joseph_voxel_columns'
-// per-column numbers) is uniform across the warp, and the lanes' rows are
-// adjacent entries of the column's values (layout (view, column, row),
-// padded): one or two cache lines per load. A column's z interpolation on a
-// plane serves both in-plane neighbours of the patch (weights wu0, wu1), so it
-// runs once per (column, plane) instead of once per (column, voxel column).
+// A warp owns a patch of JV_PATCH x JV_PATCH voxel columns; its lanes are 32
+// consecutive z voxels, each lane JV_KZ voxels 32 apart. The (view, column,
+// plane) work (candidate columns, tau, fu, zA, zS, in float64 from
+// joseph_voxel_columns' per-column numbers) is uniform across the warp, and
+// the lanes' rows are adjacent entries of the column's values (layout (view,
+// column, row), padded): one or two cache lines per load. With 2 x 2 patches
+// a column's z interpolation on a plane serves both in-plane neighbours
+// (weights w[0], w[1]) but takes 127-143 registers; one column per warp (the
+// default) measured faster on the H200 (paper 003's problem: 145 ms against
+// 178-190 ms; docs/performance.md has each step, the prediction was 100-140).
 // Per voxel: the row coordinate stepped in 32.32 fixed point (exact steps; the
 // fraction into a float's mantissa), then per row one load and three operations.
 // The z fractions are float64-accurate where the forward's float32 march
