@@ -24,7 +24,9 @@ Memory, besides the projections ``b`` and the volume ``x`` returned: ``sirt``
 (the ray weights and a residual of one subset) and 2 volume-sized arrays, plus
 one volume per subset with ``store_weights=True``; ``cgls`` 2 projection-sized
 and 2 volume-sized arrays. ``A.T`` itself takes one private volume per thread
-(see ``Projector``).
+on the CPU; on CUDA the structured paths take one z-fastest volume in ``A`` and
+in ``A.T``, and structured Joseph's voxel-driven ``A.T`` also a value table of
+about one projection set (at most 2 GiB per batch of views; see ``Projector``).
 """
 from __future__ import annotations
 
