@@ -208,33 +208,16 @@ def _reconstruct(projections, geometry, volume, *, filter, cutoff, padding, shor
 
             n_bad = xp.zeros((), xp.int64)
             download = _SlabDownload(out, op.slab_alignment)
-            # The back-projection runs on a stream of its own, so that a chunk's
-            # weighting and FFT filter (memory-bound) overlap the previous
-            # chunk's back-projection (texture-bound). A filtered chunk is kept
-            # until the filtering stream has waited for its back-projection:
-            # its memory returns to that stream's pool, and later filtering
-            # may reuse it only after the back-projection has read it.
-            bp_stream = xp.cuda.Stream(non_blocking=True)
-            bp_stream.wait_event(xp.cuda.get_current_stream().record())   # the zeroed volume
-            in_flight: list = []
 
             def compute(views, d_in, _):
                 v.add_nonfinite_count(n_bad, d_in)
                 filtered_views = filtered(d_in, views)
-                filter_stream = xp.cuda.get_current_stream()
-                bp_stream.wait_event(filter_stream.record())
-                with bp_stream:
-                    if views.stop < geometry.n_views:
-                        op(filtered_views, out, views=views, accumulate=True)
-                    else:
-                        for slab in download.slabs:   # the last views: finish and download slab by slab
-                            op(filtered_views, out, views=views, accumulate=True, slices=slab)
-                            download.queue(slab)
-                    done = bp_stream.record()
-                in_flight.append((filtered_views, done))
-                keep = 0 if views.stop == geometry.n_views else 2   # the end joins every back-projection
-                while len(in_flight) > keep:
-                    filter_stream.wait_event(in_flight.pop(0)[1])
+                if views.stop < geometry.n_views:
+                    op(filtered_views, out, views=views, accumulate=True)
+                    return
+                for slab in download.slabs:   # the last views: finish and download slab by slab
+                    op(filtered_views, out, views=views, accumulate=True, slices=slab)
+                    download.queue(slab)
 
             stream_chunks(chunks, in_shape=lambda c: (c.stop - c.start,) + geometry.projection_shape[1:],
                           out_shape=None, load=lambda c, buf: parallel_copy(buf, projections[c]),
