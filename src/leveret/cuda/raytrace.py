@@ -8,6 +8,7 @@ shows that it is valid, else the general one-thread-per-ray path.
 """
 from __future__ import annotations
 
+import functools
 import re
 
 import numpy as np
@@ -36,6 +37,7 @@ VOXEL_DEFINES: tuple[str, ...] = ()   # macros for the voxel transpose's build (
 VOXEL_VIEW_BATCH = 0                  # views per launch of the voxel transpose (0: as many as the table budget holds)
 
 
+@functools.lru_cache(maxsize=None)
 def voxel_constants(defines: tuple[str, ...] = ()) -> dict[str, int]:
     """raytrace.cu's constants of structured Joseph's voxel transpose, with
     ``defines`` (``"LEVERET_JV_PATCH=2"``...) applied as the build applies them:
@@ -55,6 +57,14 @@ def voxel_constants(defines: tuple[str, ...] = ()) -> dict[str, int]:
             "pad_hi": 2 * hmax + 3}
 
 
+def _reach_box(grid3, offset, scale) -> tuple[np.ndarray, np.ndarray]:
+    """World (x, y) corners of the grid's xy box widened by one voxel: what a
+    Joseph sample can reach (one voxel beyond its plane position)."""
+    nz, ny, nx = (int(n) for n in grid3)
+    offset, scale = np.asarray(offset, float), np.asarray(scale, float)
+    return offset[:2] - 1.0 / scale[:2], offset[:2] + (np.array([nx, ny]) + 1.0) / scale[:2]
+
+
 def voxel_row_extent(params: np.ndarray, n_cols: int, grid3, offset, scale) -> float:
     """A bound on the row coordinates ``|t| = |(k - zA) / zS|`` the voxel
     transpose forms (in rows, any voxel, view, column and plane it reaches):
@@ -63,11 +73,10 @@ def voxel_row_extent(params: np.ndarray, n_cols: int, grid3, offset, scale) -> f
     the z slope per unit tau of row 0 of every column and ``h`` from
     :func:`voxel_rows_per_voxel`. The kernel needs it below 2^30 (its 32.32
     fixed point then cannot overflow), which any real scan is by far."""
-    nz, ny, nx = (int(n) for n in grid3)
+    nz = int(grid3[0])
     offset, scale = np.asarray(offset, float), np.asarray(scale, float)
     h = voxel_rows_per_voxel(params, n_cols, grid3, offset, scale)
-    lo = offset[:2] - 1.0 / scale[:2]
-    hi = offset[:2] + (np.array([nx, ny]) + 1.0) / scale[:2]
+    lo, hi = _reach_box(grid3, offset, scale)
     src = params[:, :2]
     far = np.maximum(np.abs(src - lo), np.abs(src - hi))
     tau_max = np.hypot(far[:, 0], far[:, 1])
@@ -98,16 +107,13 @@ def voxel_rows_per_voxel(params: np.ndarray, n_cols: int, grid3, offset, scale) 
     and the largest ``|q_xy|`` (an end column: ``|q_xy|`` is convex in ``u``).
     ``inf`` where a source lies inside that box. The voxel transpose needs
     ``h < JV_HMAX + 1``."""
-    nz, ny, nx = (int(n) for n in grid3)
-    offset, scale = np.asarray(offset, float), np.asarray(scale, float)
-    lo = offset[:2] - 1.0 / scale[:2]
-    hi = offset[:2] + (np.array([nx, ny]) + 1.0) / scale[:2]
+    lo, hi = _reach_box(grid3, offset, scale)
     src = params[:, :2]
     gap = np.maximum(np.maximum(lo - src, src - hi), 0.0)
     tau = np.hypot(gap[:, 0], gap[:, 1])
     Minv = params[:, 3:].reshape(-1, 3, 3)
     q = [np.hypot(Minv[:, 0, 0] * u + Minv[:, 0, 2], Minv[:, 1, 0] * u + Minv[:, 1, 2]) for u in (0.0, n_cols - 1.0)]
-    zs = tau * np.abs(Minv[:, 2, 1]) * scale[2] / np.maximum(q[0], q[1])
+    zs = tau * np.abs(Minv[:, 2, 1]) * float(scale[2]) / np.maximum(q[0], q[1])
     return float(np.inf) if np.any(zs <= 0) else float(1.0 / zs.min())
 
 
@@ -272,6 +278,7 @@ class CudaRaytracer:
         # Siddon and "voxel" for Joseph wherever its row reach holds.
         self.transpose = "atomic"
         self.voxel_ok = False
+        self._voxel_floats = None   # the voxel transpose's per-view float32 numbers on the GPU, made at first use
         if self.structured and model == "joseph":
             h = voxel_rows_per_voxel(params, self.n_cols, self.grid3, offset, scale)
             self.voxel_ok = (h < voxel_constants()["hmax"] + 1
@@ -299,6 +306,7 @@ class CudaRaytracer:
         sub.__dict__.update(self.__dict__)
         sub.params_host = self.params_host[views]
         sub.params = cupy.asarray(sub.params_host)
+        sub._voxel_floats = None
         return sub
 
     def _scalars(self):
@@ -402,7 +410,9 @@ class CudaRaytracer:
         cols = cupy.empty(batch * self.n_cols * 8, np.float64)
         flags = cupy.empty(batch, np.int32)
         volT = cupy.empty((int(ny), int(nx), int(nz)), np.float32)
-        vf = cupy.asarray(voxel_view_floats(self.params_host))
+        if self._voxel_floats is None:   # once: a pageable upload per call would wait for the stream
+            self._voxel_floats = cupy.asarray(voxel_view_floats(self.params_host))
+        vf = self._voxel_floats
         for v0 in range(0, n_views, batch):
             v1 = min(n_views, v0 + batch)
             nv = np.int32(v1 - v0)

@@ -161,12 +161,12 @@ class ConeBackprojection:
             out = xp.zeros(self.volume.shape, dtype=projections.dtype)
         elif tuple(out.shape) != self.volume.shape:
             raise ValueError(f"out: expected shape {self.volume.shape}, got {tuple(out.shape)}")
+        kernel = self._last = self.kernel_for(idx.shape[0])
         if self.backend == "cuda":
             if xp is np:
                 raise ValueError("projections: the CUDA backend takes CuPy arrays, got a NumPy array")
             if projections.dtype != np.float32 or out.dtype != np.float32:
                 raise ValueError("projections: the CUDA backend runs in float32")
-            kernel = self._last = self.kernel_for(idx.shape[0])
             if kernel not in self._gpus:
                 from ..cuda.backproject_cone import ConeTextureBackprojector, kernel_matrices, staged_views
                 matrices = None
@@ -182,8 +182,7 @@ class ConeBackprojection:
         from ..cpu import backproject_cone as cpu
         if self.interpolation in ("linear8", "linear32"):
             from ..cuda.backproject_cone import depth, kernel_matrices, software_views
-            self._last = self.kernel_for(idx.shape[0])
-            software = software_views(self._last, idx, self.volume.shape)
+            software = software_views(kernel, idx, self.volume.shape)
             return cpu.backproject_gpu_mirror(projections, kernel_matrices(idx, software).reshape(-1, 3, 4), out,
                                               depth=depth(), software=software, accumulate=accumulate,
                                               slices=slices)
