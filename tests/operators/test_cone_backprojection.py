@@ -409,6 +409,37 @@ def test_cuda_ray_kernels_many_views(rng):
     assert rel(got, ConeBackprojection(g, vol, backend="cpu")(proj)) < 1e-5
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("kernel", ["texture", "global", "shared", "hybrid", "ray", "quad", "ray-hybrid"])
+def test_cuda_skipping_off_detector_samples_changes_no_sum(rng, kernel):
+    """Every kernel skips a thread's K samples of a view when they all miss
+    the detector (segment_visible); the sums must be bit-identical to the
+    kernel that reads their border zeros (LEVERET_CONE_NO_CLIP). The detector
+    is too small for the volume, so most segments miss it on some side and
+    many straddle an edge."""
+    import cupy as cp
+
+    from leveret.cuda.backproject_cone import ConeTextureBackprojector
+    from leveret.operators.cone import index_matrices
+    g, matrices = scrambled_scan(rng, n_views=37, n_rows=11, n_cols=14)
+    vol = VolumeGeometry((35, 26, 29), voxel_size=0.55, center=(0.7, -0.3, 1.1))
+    m = index_matrices(matrices, vol)
+    # the case has work to skip and edges to straddle: a third to two thirds of the samples are off the detector
+    z, y, x = np.meshgrid(*(np.arange(n, dtype=float) for n in vol.shape), indexing="ij")
+    q = np.einsum("nab,bzyx->nazyx", m, np.stack([x, y, z, np.ones_like(x)]))
+    u, v = q[:, 0] / q[:, 2], q[:, 1] / q[:, 2]
+    on = ((u > -1) & (u < 14) & (v > -1) & (v < 11)).mean()
+    assert 0.3 < on < 0.7
+    proj = cp.asarray(smooth_noise(rng, g.projection_shape))
+    results = []
+    for defines in ((), ("LEVERET_CONE_NO_CLIP",)):
+        out = cp.full(vol.shape, cp.nan, cp.float32)   # poison
+        results.append(ConeTextureBackprojector(kernel=kernel, defines=defines)(proj, m, out).get())
+    assert np.isfinite(results[0]).all()
+    assert np.abs(results[1]).max() > 0
+    np.testing.assert_array_equal(results[0], results[1])
+
+
 @pytest.mark.parametrize("size, expected", [(512, "ray"), (1024, "texture")])
 def test_auto_kernel_follows_the_projected_voxel_size(size, expected):
     """RabbitCT's geometry: a 0.5 mm voxel spans ~2.4 detector pixels at the

@@ -12,9 +12,16 @@
 // step along z by adding the matrix's third column, exactly as the CPU's
 // texture-emulating mode computes them, so the two agree to float rounding.
 //
+// Samples that cannot read a detector pixel are skipped, a thread's K voxels
+// of a view at a time (segment_visible): at RabbitCT's geometry a third of
+// all (voxel, view) pairs project off the detector (the cube's corners and
+// its top and bottom), and their fetches of border zeros cost the texture
+// unit as much as real ones. Skipping them leaves every sum bit-identical.
+//
 // Bottleneck variants (paper 002's method), selected by macros at compile time:
 //   LEVERET_CONE_NO_TEXTURE  replace the fetch by arithmetic on (u, v): no texture traffic
 //   LEVERET_CONE_NO_UPDATE   compute everything, write the volume only if a sum is NaN
+//   LEVERET_CONE_NO_CLIP     interpolate off-detector samples too (border zeros), for comparison
 // (the "near-perfect cache hits" variant needs no macro: tiny voxels, from Python).
 
 #ifndef LEVERET_CONE_K
@@ -42,6 +49,42 @@ __device__ __forceinline__ float rcp_rn(float w)
     float r;
     asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(w));
     return fmaf(r, fmaf(-w, r, 1.0f), r);
+}
+
+// Where a kernel's samples can read a detector pixel: lo < u < u_hi and lo <
+// v < v_hi in the kernel's coordinates, which are the detector's indices plus
+// a shift (1/2 for texture coordinates, the zero border for the quad layout);
+// beyond, every neighbour is border zero. A margin of 1/16 pixel covers the
+// rounding of the incremental coordinates against segment_visible's.
+struct Window {
+    float lo, u_hi, v_hi;
+};
+
+__device__ __forceinline__ Window detector_window(int n_rows, int n_cols, float shift)
+{
+    const float margin = 0.0625f;
+    return Window{shift - 1.0f - margin, shift + (float)n_cols + margin, shift + (float)n_rows + margin};
+}
+
+// Whether any of the K samples (u, v) = (qu + k du, qv + k dv) / (qw + k dw),
+// k = 0 .. K-1, lies inside the window. Each edge's test is a linear function
+// of k in homogeneous coordinates (u <= lo  <=>  qu - lo qw <= 0, as w > 0),
+// so the segment lies beyond an edge when both of its ends do: 11 FMAs and 8
+// compares per K samples, no division.
+__device__ __forceinline__ bool segment_visible(float qu, float qv, float qw, float du, float dv, float dw,
+                                                const Window& win)
+{
+#ifdef LEVERET_CONE_NO_CLIP
+    return true;
+#else
+    const float span = (float)(LEVERET_CONE_K - 1);
+    const float eu = fmaf(span, du, qu), ev = fmaf(span, dv, qv), ew = fmaf(span, dw, qw);
+    const bool left = fmaxf(fmaf(-win.lo, qw, qu), fmaf(-win.lo, ew, eu)) <= 0.0f;
+    const bool right = fminf(fmaf(-win.u_hi, qw, qu), fmaf(-win.u_hi, ew, eu)) >= 0.0f;
+    const bool above = fmaxf(fmaf(-win.lo, qw, qv), fmaf(-win.lo, ew, ev)) <= 0.0f;
+    const bool below = fminf(fmaf(-win.v_hi, qw, qv), fmaf(-win.v_hi, ew, ev)) >= 0.0f;
+    return !(left | right | above | below);
+#endif
 }
 
 // How a view's value at detector position (u, v) is read: the two kernels
@@ -131,13 +174,14 @@ struct GlobalFetch {
 // One view's contribution to the K voxels (i, j, k0..k0+K-1) of a thread.
 template <class Fetch>
 __device__ __forceinline__ void accumulate_view(const Fetch& fetch, int n, float fi, float fj, float fk0,
-                                                float (&sum)[LEVERET_CONE_K])
+                                                const Window& win, float (&sum)[LEVERET_CONE_K])
 {
     const float* m = &c_cone_mat[12 * n];
     float qu = dot_row(m, fi, fj, fk0);
     float qv = dot_row(m + 4, fi, fj, fk0);
     float qw = dot_row(m + 8, fi, fj, fk0);
     const float du = m[2], dv = m[6], dw = m[10];
+    if (!segment_visible(qu, qv, qw, du, dv, dw, win)) return;
 #pragma unroll
     for (int k = 0; k < LEVERET_CONE_K; ++k) {
         const float inv_w = rcp_rn(qw);
@@ -169,7 +213,7 @@ __device__ __forceinline__ void store_column(const float (&sum)[LEVERET_CONE_K],
 // Every kernel computes the z blocks block0 + blockIdx.z: a launch can cover
 // part of the volume (a slab whose download then overlaps the rest).
 template <class Fetch>
-__device__ __forceinline__ void backproject_column(const Fetch& fetch, float* __restrict__ out,
+__device__ __forceinline__ void backproject_column(const Fetch& fetch, const Window& win, float* __restrict__ out,
                                                    int nx, int ny, int nz, int n_views, int accumulate, int block0)
 {
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
@@ -181,15 +225,16 @@ __device__ __forceinline__ void backproject_column(const Fetch& fetch, float* __
     float sum[LEVERET_CONE_K];
 #pragma unroll
     for (int k = 0; k < LEVERET_CONE_K; ++k) sum[k] = 0.0f;
-    for (int n = 0; n < n_views; ++n) accumulate_view(fetch, n, fi, fj, fk0, sum);
+    for (int n = 0; n < n_views; ++n) accumulate_view(fetch, n, fi, fj, fk0, win, sum);
     store_column(sum, out, i, j, k0, nx, ny, nz, accumulate);
 }
 
 extern "C" __global__ void __launch_bounds__(256, LEVERET_CONE_MIN_BLOCKS)
 backproject_cone_tex(cudaTextureObject_t projections, float* __restrict__ out,   // out: (nz, ny, nx)
-                     int nx, int ny, int nz, int n_views, int accumulate, int block0)
+                     int nx, int ny, int nz, int n_views, int n_rows, int n_cols, int accumulate, int block0)
 {
-    backproject_column(TextureFetch{projections}, out, nx, ny, nz, n_views, accumulate, block0);
+    backproject_column(TextureFetch{projections}, detector_window(n_rows, n_cols, 0.5f), out, nx, ny, nz, n_views,
+                       accumulate, block0);
 }
 
 extern "C" __global__ void __launch_bounds__(256, LEVERET_CONE_MIN_BLOCKS)
@@ -197,7 +242,8 @@ backproject_cone_global(const float* __restrict__ projections,   // (n_views, ro
                         float* __restrict__ out,                   // (nz, ny, nx)
                         int nx, int ny, int nz, int n_views, int n_rows, int n_cols, int accumulate, int block0)
 {
-    backproject_column(GlobalFetch{projections, n_rows, n_cols}, out, nx, ny, nz, n_views, accumulate, block0);
+    backproject_column(GlobalFetch{projections, n_rows, n_cols}, detector_window(n_rows, n_cols, 0.0f), out, nx, ny,
+                       nz, n_views, accumulate, block0);
 }
 
 // ---------------------------------------------------------------------------
@@ -285,13 +331,14 @@ __device__ __forceinline__ float rcp_quad(float w)
 // rows + 2, pitch = cols + 4 (quads per row), all in the bordered layout.
 __device__ __forceinline__ void accumulate_view_quad(const float4* __restrict__ view, int n, float fi, float fj,
                                                      float fk0, float pitch, float u_max, float v_max,
-                                                     float (&sum)[LEVERET_CONE_K])
+                                                     const Window& win, float (&sum)[LEVERET_CONE_K])
 {
     const float* m = &c_cone_mat[12 * n];
     float qu = dot_row(m, fi, fj, fk0);
     float qv = dot_row(m + 4, fi, fj, fk0);
     float qw = dot_row(m + 8, fi, fj, fk0);
     const float du = m[2], dv = m[6], dw = m[10];
+    if (!segment_visible(qu, qv, qw, du, dv, dw, win)) return;
     const float magic = 8388608.0f;   // 2^23, bits 0x4B000000
 #pragma unroll
     for (int k = 0; k < LEVERET_CONE_K; ++k) {
@@ -347,6 +394,8 @@ __device__ __forceinline__ void backproject_ray(cudaTextureObject_t tex, const f
     const int k0 = (blockIdx.z + block0) * LEVERET_CONE_K;
     const float fi = (float)i, fj = (float)j, fk0 = (float)k0;
     const float pitch_f = (float)pitch, u_max = (float)(n_cols + 2), v_max = (float)(n_rows + 2);
+    const Window tex_window = detector_window(n_rows, n_cols, 0.5f);
+    const Window quad_window = detector_window(n_rows, n_cols, 2.0f);   // the quad layout's border
     // The quads' base less 0x4B000000 quads: the kernel adds the float's bit pattern.
     const float4* base = reinterpret_cast<const float4*>(reinterpret_cast<size_t>(quads)
                                                          - (size_t)0x4B000000u * sizeof(float4));
@@ -355,18 +404,19 @@ __device__ __forceinline__ void backproject_ray(cudaTextureObject_t tex, const f
 #pragma unroll
     for (int k = 0; k < LEVERET_CONE_K; ++k) sum[k] = 0.0f;
     if (MODE == 0) {
-        for (int n = 0; n < n_views; ++n) accumulate_view(TextureFetch{tex}, n, fi, fj, fk0, sum);
+        for (int n = 0; n < n_views; ++n) accumulate_view(TextureFetch{tex}, n, fi, fj, fk0, tex_window, sum);
     } else if (MODE == 1) {
         for (int n = 0; n < n_views; ++n)
-            accumulate_view_quad(base + (size_t)n * view_quads, n, fi, fj, fk0, pitch_f, u_max, v_max, sum);
+            accumulate_view_quad(base + (size_t)n * view_quads, n, fi, fj, fk0, pitch_f, u_max, v_max, quad_window,
+                                 sum);
     } else {
         int phase = 0, slot = 0, layer = 0;
         for (int n = 0; n < n_views; ++n) {
             if (phase < count)
                 accumulate_view_quad(base + (size_t)(slot++) * view_quads, n, fi, fj, fk0, pitch_f, u_max, v_max,
-                                     sum);
+                                     quad_window, sum);
             else
-                accumulate_view(LayerFetch{tex, layer++}, n, fi, fj, fk0, sum);
+                accumulate_view(LayerFetch{tex, layer++}, n, fi, fj, fk0, tex_window, sum);
             if (++phase == period) phase = 0;
         }
     }
@@ -531,6 +581,7 @@ __device__ __forceinline__ void backproject_staged(cudaTextureObject_t texture, 
     const size_t view_stride = (size_t)(n_rows + 2 * LEVERET_CONE_BORDER) * pitch;
     const float fi = (float)i, fj = (float)j, fk0 = (float)k0;
     const GlobalFetch global{padded, n_rows, n_cols};
+    const Window window = detector_window(n_rows, n_cols, 0.0f), tex_window = detector_window(n_rows, n_cols, 0.5f);
 
     float sum[LEVERET_CONE_K];
 #pragma unroll
@@ -553,16 +604,18 @@ __device__ __forceinline__ void backproject_staged(cudaTextureObject_t texture, 
         }
         if (TEX_VIEWS > 0 && active) {   // texture views while the tiles' loads are in flight
             const int n_end = min(n0 + STAGE + TEX_VIEWS, n_views);
-            for (int n = n0 + STAGE; n < n_end; ++n) accumulate_view(TextureFetch{texture}, n, fi, fj, fk0, sum);
+            for (int n = n0 + STAGE; n < n_end; ++n)
+                accumulate_view(TextureFetch{texture}, n, fi, fj, fk0, tex_window, sum);
         }
         __syncthreads();
         if (active) {
             for (int s = 0; s < n_stage; ++s) {
                 const Tile t = s_tile[s];
                 if (t.hb == 0)
-                    accumulate_view(global, n0 + s, fi, fj, fk0, sum);
+                    accumulate_view(global, n0 + s, fi, fj, fk0, window, sum);
                 else
-                    accumulate_view(TileFetch{s_tiles + s * capacity, t, n_rows, n_cols}, n0 + s, fi, fj, fk0, sum);
+                    accumulate_view(TileFetch{s_tiles + s * capacity, t, n_rows, n_cols}, n0 + s, fi, fj, fk0, window,
+                                    sum);
             }
         }
     }

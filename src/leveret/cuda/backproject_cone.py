@@ -275,7 +275,8 @@ class ConeTextureBackprojector:
                 tex.upload(projections[v0:v1], stream)
                 if self.kernel == "texture":
                     module.get_function("backproject_cone_tex")(
-                        grid, self.block, (tex.linear, out) + ints(nx, ny, nz, v1 - v0, flag, block0), stream=stream)
+                        grid, self.block, (tex.linear, out) + ints(nx, ny, nz, v1 - v0, n_rows, n_cols, flag, block0),
+                        stream=stream)
                 else:
                     module.get_function("backproject_cone_hybrid")(
                         grid, self.block,
