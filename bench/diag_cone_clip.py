@@ -56,6 +56,29 @@ def coverage(index_matrices: np.ndarray, size: int, k: int = 8, n_warps: int = 4
     return dict(zip(("voxel", "thread", "warp"), (counts / total).round(4).tolist()))
 
 
+def sweep(proj, mats, out, updates, size):
+    """The ray kernels' depth K and occupancy (LEVERET_CONE_MIN_BLOCKS), the
+    hybrid's splits and the views per pass."""
+    import cupy as cp
+    from leveret.cuda.backproject_cone import ConeTextureBackprojector
+
+    sync = cp.cuda.Device().synchronize
+    configs = []
+    for kernel in ("ray", "ray-hybrid", "quad"):
+        for k, blocks in ((8, 4), (16, 3), (16, 4), (24, 2), (24, 3), (32, 2)):
+            configs.append((kernel, {"defines": (f"LEVERET_CONE_K={k}", f"LEVERET_CONE_MIN_BLOCKS={blocks}")}))
+    for split in ((1, 4), (1, 5), (1, 6), (1, 7)):
+        configs.append(("ray-hybrid", {"split": split, "defines": ("LEVERET_CONE_K=16",)}))
+    for per_pass in (83, 100, 166):
+        configs.append(("ray-hybrid", {"split": (1, 5), "views_per_pass": per_pass, "defines": ("LEVERET_CONE_K=16",)}))
+        configs.append(("ray", {"views_per_pass": per_pass, "defines": ("LEVERET_CONE_K=16",)}))
+    for kernel, options in configs:
+        bp = ConeTextureBackprojector(kernel=kernel, **options)
+        t = median_time(lambda: bp(proj, mats, out), reps=3, sync=sync)
+        label = " ".join(f"{k}={v}" for k, v in options.items())
+        record(f"cone {kernel} {size}^3, {label}", t, updates)
+
+
 def main(argv=None):
     import cupy as cp
     import leveret
@@ -65,6 +88,8 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", type=int, nargs="+", default=[512, 1024])
     parser.add_argument("--out", default=None)
+    parser.add_argument("--sweep", action="store_true",
+                        help="only the ray kernels' occupancy (LEVERET_CONE_MIN_BLOCKS), depth K and hybrid splits")
     args = parser.parse_args(argv)
     meta = metadata(with_devices=True)
     print_header()
@@ -78,6 +103,9 @@ def main(argv=None):
         print(f"{size}^3 pairs to interpolate: {cover}", flush=True)
         out = cp.empty((size,) * 3, cp.float32)
         updates = size**3 * N_VIEWS
+        if args.sweep:
+            sweep(proj, mats, out, updates, size)
+            continue
         configs = [(kernel, {"defines": d}) for kernel in ("texture", "ray", "quad")
                    for d in ((), ("LEVERET_CONE_NO_CLIP",))]
         configs += [("ray-hybrid", {"split": s}) for s in ((1, 3), (1, 2), (2, 3), (1, 4))]

@@ -22,15 +22,18 @@ def main(argv=None):
     parser = argparse.ArgumentParser()
     parser.add_argument("--size", type=int, default=512)
     parser.add_argument("--views", type=int, default=64)
-    parser.add_argument("--kernels", nargs="+", default=["texture", "global", "shared", "hybrid"])
+    parser.add_argument("--kernels", nargs="+", default=["texture", "global", "shared", "hybrid"],
+                        help="kernel names, each optionally with macros: ray:LEVERET_CONE_MIN_BLOCKS=6,LEVERET_CONE_K=16")
     args = parser.parse_args(argv)
     g = geometry()
     vol = leveret.VolumeGeometry((args.size,) * 3, voxel_size=256.0 / args.size)
     mats = index_matrices(g.matrices, vol)[:args.views]
     proj = cp.random.random((args.views,) + g.projection_shape[1:], dtype=cp.float32)
     out = cp.empty(vol.shape, cp.float32)
-    for kernel in args.kernels:
-        ConeTextureBackprojector(kernel=kernel)(proj, mats, out)
+    for spec in args.kernels:
+        kernel, _, macros = spec.partition(":")
+        defines = tuple(m for m in macros.split(",") if m)
+        ConeTextureBackprojector(kernel=kernel, defines=defines)(proj, mats, out)
     cp.cuda.Device().synchronize()
     return 0
 

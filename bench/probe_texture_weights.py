@@ -70,9 +70,38 @@ def fetch(image, x, y):
     return cp.asnumpy(out)
 
 
+def tie_rules(x):
+    """(texel, 8-bit fraction) of the x weight under candidate rules for
+    coordinates whose fraction falls exactly halfway between two 1/256 steps."""
+    s = x.astype(np.float64) * 256 - 128             # (x - 1/2) in 1/256 texel: exact for these x
+    away = lambda t: np.sign(t) * np.floor(np.abs(t) + 0.5)   # noqa: E731
+    fixed = {"half_up": np.floor(s + 0.5), "half_even": np.round(s),
+             "away_of_shifted": away(s),              # ties away from zero of (x - 1/2)
+             "away_of_x": away(x.astype(np.float64) * 256) - 128}   # ties away from zero of x, then the shift
+    return {k: (np.floor(v / 256).astype(int), np.mod(v, 256) / 256) for k, v in fixed.items()}
+
+
+def probe_ties(rng):
+    """Which rounding the texture unit applies to a coordinate exactly halfway
+    between two 1/256 steps, on both sides of zero (the first texel's border)."""
+    ramp = np.zeros((1, 64))
+    ramp[0, 1::2] = 1.0
+    x = ((np.arange(-1024, 16384) + 0.5) / 256).astype(np.float32)   # -4 .. 64 texels, every tie
+    got = fetch(ramp, x, np.full_like(x, 0.5))
+    out = {}
+    for rule, (ix, a) in tie_rules(x).items():
+        def at(c):
+            return np.where((c >= 0) & (c < 64), ramp[0, np.clip(c, 0, 63)], 0.0)
+        model = (1 - a) * at(ix) + a * at(ix + 1)
+        bad = np.abs(model - got) > 1e-6
+        out[rule] = {"mismatches": int(bad.sum()), "negative_x": int((bad & (x < 0)).sum()),
+                     "x_in_0_half": int((bad & (x > 0) & (x < 0.5)).sum())}
+    return out
+
+
 def main():
     rng = np.random.default_rng(1)
-    result = {}
+    result = {"ties": probe_ties(rng)}
     ramp = np.zeros((1, 64))
     ramp[0, 1::2] = 1.0
     x = rng.uniform(2, 62, 200_000).astype(np.float32)

@@ -81,7 +81,10 @@ def fdk(projections, geometry, volume: VolumeGeometry, *, filter: str = "ram-lak
     slabs, chunk_views = _plan_slabs(geometry, volume, backend, max_gpu_memory, slab_slices)
     settings["chunk_views"] = chunk_views
     if len(slabs) == 1 and slabs[0] == (0, volume.nz):
-        return _reconstruct(projections, geometry, volume, progress=progress, **settings)
+        tail = 0
+        if backend == "cuda" and not input_on_gpu:
+            tail = _tail_views(geometry, volume, chunk_views, max_gpu_memory)
+        return _reconstruct(projections, geometry, volume, progress=progress, tail_views=tail, **settings)
 
     if input_on_gpu:
         import cupy
@@ -114,6 +117,28 @@ def rows_seen(geometry, volume: VolumeGeometry):
     start = max(0, int(np.floor(row.min())) - 1)
     stop = min(geometry.n_rows, int(np.ceil(row.max())) + 2)
     return (start, stop) if stop > start else None
+
+
+# FDK from host arrays back-projects its last TAIL_FRACTION of the views slab
+# by slab once every view is filtered, so that the volume's download and host
+# copy (4 GiB at 1024^3: ~80 ms over PCIe, more on the host) overlap half of
+# the back-projection instead of following it (docs/performance.md).
+TAIL_FRACTION = 0.5
+
+
+def _tail_views(geometry, volume, chunk_views: int, max_gpu_memory) -> int:
+    """How many of the last views FDK from host arrays keeps filtered on the
+    GPU to back-project slab by slab (``TAIL_FRACTION``), fewer if the
+    memory left beside the volume and one chunk cannot hold them (each
+    needs its filtered copy and its texture layer); 0: only the last chunk."""
+    from ..memory import gpu_free_bytes
+    budget = gpu_free_bytes()
+    if max_gpu_memory is not None:
+        budget = min(budget, int(max_gpu_memory))
+    view_bytes = geometry.n_rows * geometry.n_cols * 4
+    spare = budget - volume.nz * volume.ny * volume.nx * 4 - 12 * chunk_views * view_bytes
+    tail = min(int(geometry.n_views * TAIL_FRACTION), spare // 2 // (2 * view_bytes))
+    return max(0, int(tail))
 
 
 def _plan_slabs(geometry, volume, backend, max_gpu_memory, slab_slices):
@@ -184,8 +209,11 @@ class FDKWeighting:
 
 
 def _reconstruct(projections, geometry, volume, *, filter, cutoff, padding, short_scan, interpolation,
-                 backend, dtype, chunk_views, progress):
-    """FDK of one volume (or slab) from the projections it needs."""
+                 backend, dtype, chunk_views, progress, tail_views=0):
+    """FDK of one volume (or slab) from the projections it needs; from host
+    arrays on the GPU, the chunks holding the last ``tail_views`` views (at
+    least the last chunk) are back-projected slab by slab after all are
+    filtered, each slab's download overlapping the next slab's work."""
     filtered = FDKWeighting(geometry, filter=filter, cutoff=cutoff, padding=padding, short_scan=short_scan)
     op = ConeBackprojection(geometry, volume, backend=backend, interpolation=interpolation,
                             matrices=filtered.frames["normalised"])
@@ -208,15 +236,21 @@ def _reconstruct(projections, geometry, volume, *, filter, cutoff, padding, shor
 
             n_bad = xp.zeros((), xp.int64)
             download = _SlabDownload(out, op.slab_alignment)
+            n_views = geometry.n_views
+            tail = slice(min(c.start for c in chunks if c.stop > n_views - max(1, tail_views)), n_views)
+            kept = xp.empty((tail.stop - tail.start,) + geometry.projection_shape[1:], xp.float32)
 
             def compute(views, d_in, _):
                 v.add_nonfinite_count(n_bad, d_in)
                 filtered_views = filtered(d_in, views)
-                if views.stop < geometry.n_views:
+                if views.start < tail.start:
                     op(filtered_views, out, views=views, accumulate=True)
                     return
-                for slab in download.slabs:   # the last views: finish and download slab by slab
-                    op(filtered_views, out, views=views, accumulate=True, slices=slab)
+                kept[views.start - tail.start:views.stop - tail.start] = filtered_views
+                if views.stop < n_views:
+                    return
+                for slab in download.slabs:   # the tail's views: finish and download slab by slab
+                    op(kept, out, views=tail, accumulate=True, slices=slab)
                     download.queue(slab)
 
             stream_chunks(chunks, in_shape=lambda c: (c.stop - c.start,) + geometry.projection_shape[1:],

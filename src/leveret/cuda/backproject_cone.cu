@@ -25,7 +25,7 @@
 // (the "near-perfect cache hits" variant needs no macro: tiny voxels, from Python).
 
 #ifndef LEVERET_CONE_K
-#define LEVERET_CONE_K 8
+#define LEVERET_CONE_K 16  // 16 against 8: ray 62 against 67.5 ms, kernel B at 1024^3 414 against 445 (H200, docs/performance.md)
 #endif
 #define LEVERET_CONE_MAX_VIEWS 1024
 #ifndef LEVERET_CONE_MIN_BLOCKS

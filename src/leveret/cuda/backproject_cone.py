@@ -286,24 +286,35 @@ class ConeTextureBackprojector:
                 release(tex, stream)
         return out
 
-    def plan(self, index_matrices: np.ndarray, volume_shape: tuple[int, int, int]) -> list:
+    def plan(self, index_matrices: np.ndarray, volume_shape: tuple[int, int, int], stream=None) -> list:
         """[(pass, device matrices, device software views, device texture views)]
-        for these views, cached (FDK repeats its chunks; a pageable upload would
-        wait for the stream's work)."""
+        for these views, cached, uploaded on ``stream`` from pinned memory: a
+        pageable upload would make the host wait for the stream's earlier work,
+        and FDK queues its chunks ahead of the GPU (each chunk is a new plan)."""
         import cupy
+        import cupyx
 
         m = np.asarray(index_matrices, np.float64).reshape(-1, 12)
         key = (m.tobytes(), tuple(volume_shape))
         if key not in self._plans:
-            plan = []
+            stream = stream if stream is not None else cupy.cuda.get_current_stream()
+            plan, pinned = [], []
+
+            def upload(host: np.ndarray):
+                pinned.append(cupyx.empty_pinned(host.shape, host.dtype))
+                pinned[-1][...] = host
+                device = cupy.empty(host.shape, host.dtype)
+                device.set(pinned[-1], stream=stream)
+                return device
+
             for p in plan_passes(m, volume_shape, self.views_per_pass, self.aligned, self.split):
-                plan.append((p, cupy.asarray(kernel_matrices(m[p.views], p.software, QUAD_BORDER)),
-                             cupy.asarray(p.views[p.software].astype(np.int32)),
-                             cupy.asarray(p.views[~p.software].astype(np.int32))))
+                plan.append((p, upload(kernel_matrices(m[p.views], p.software, QUAD_BORDER)),
+                             upload(p.views[p.software].astype(np.int32)),
+                             upload(p.views[~p.software].astype(np.int32))))
             if len(self._plans) >= 64:
                 self._plans.pop(next(iter(self._plans)))
-            self._plans[key] = plan
-        return self._plans[key]
+            self._plans[key] = (plan, pinned)   # the copies' host side lives as long as the plan
+        return self._plans[key][0]
 
     def _call_ray(self, projections, index_matrices, out, accumulate, slices):
         import cupy
@@ -320,7 +331,7 @@ class ConeTextureBackprojector:
         module = load_module("backproject_cone", self.defines)
         const = module.get_global("c_cone_mat")
         stream = cupy.cuda.get_current_stream()
-        plan = self.plan(index_matrices, out.shape)
+        plan = self.plan(index_matrices, out.shape, stream)
         block0 = k0 // self.depth
         by = 256 // 32
         pitch, height = n_cols + 2 * QUAD_BORDER, n_rows + 2 * QUAD_BORDER
