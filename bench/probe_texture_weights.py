@@ -83,19 +83,22 @@ def tie_rules(x):
 
 def probe_ties(rng):
     """Which rounding the texture unit applies to a coordinate exactly halfway
-    between two 1/256 steps, on both sides of zero (the first texel's border)."""
-    ramp = np.zeros((1, 64))
-    ramp[0, 1::2] = 1.0
+    between two 1/256 steps, on both sides of zero (the first texel's border),
+    along x and along y (the other coordinate on a texel centre: weight 0)."""
+    ramp = np.zeros(64)
+    ramp[0::2] = 1.0                                   # texel 0 is 1: the border blend shows
     x = ((np.arange(-1024, 16384) + 0.5) / 256).astype(np.float32)   # -4 .. 64 texels, every tie
-    got = fetch(ramp, x, np.full_like(x, 0.5))
+    centre = np.full_like(x, 4.5)
     out = {}
-    for rule, (ix, a) in tie_rules(x).items():
-        def at(c):
-            return np.where((c >= 0) & (c < 64), ramp[0, np.clip(c, 0, 63)], 0.0)
-        model = (1 - a) * at(ix) + a * at(ix + 1)
-        bad = np.abs(model - got) > 1e-6
-        out[rule] = {"mismatches": int(bad.sum()), "negative_x": int((bad & (x < 0)).sum()),
-                     "x_in_0_half": int((bad & (x > 0) & (x < 0.5)).sum())}
+    for axis in ("x", "y"):
+        image = ramp[None, :] * np.ones((8, 1)) if axis == "x" else ramp[:, None] * np.ones((1, 8))
+        got = fetch(image, x, centre) if axis == "x" else fetch(image, centre, x)
+        for rule, (ix, a) in tie_rules(x).items():
+            def at(c):
+                return np.where((c >= 0) & (c < 64), ramp[np.clip(c, 0, 63)], 0.0)
+            bad = np.abs((1 - a) * at(ix) + a * at(ix + 1) - got) > 1e-6
+            out[f"{axis}_{rule}"] = {"mismatches": int(bad.sum()), "negative": int((bad & (x < 0)).sum()),
+                                     "in_0_half": int((bad & (x > 0) & (x < 0.5)).sum())}
     return out
 
 

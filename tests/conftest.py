@@ -78,3 +78,24 @@ def savu_scan() -> SavuScan:
         pytest.skip(f"real scan savu-image-test not found at {folder} "
                     "(set LEVERET_SHARED to the shared folder)")
     return _load(folder)
+
+
+def _rel_to_texture_mirror(got, mirror) -> float:
+    """Relative 2-norm of a texture kernel's result against the CPU's mirror
+    of the texture unit (8-bit weights, docs/accuracy.md), leaving out the
+    largest difference of every 10^4 voxels (at least one). The mirror
+    follows the texture unit except, rarely, a weight one step (1/256) apart
+    when a coordinate lies exactly halfway between two steps and the other
+    axis's weight is not zero (seen once in ~10^7 samples; single-axis ties
+    follow the model, bench/probe_texture_weights.py): that moves one voxel
+    by ~1/256 of a pixel value, enough to lift a small volume's norm past
+    1e-5. A kernel fault touches far more voxels than are left out."""
+    diff = np.abs(np.asarray(got, np.float64) - np.asarray(mirror, np.float64)).ravel()
+    n_out = max(1, diff.size // 10_000)
+    kept = np.sort(diff)[:-n_out]
+    return float(np.linalg.norm(kept) / np.linalg.norm(np.asarray(mirror, np.float64)))
+
+
+@pytest.fixture
+def rel_mirror():
+    return _rel_to_texture_mirror

@@ -131,7 +131,7 @@ def test_fdk_cuda_streamed_non_finite_input_is_an_error():
 
 
 @pytest.mark.gpu
-def test_fdk_cuda_equals_cpu_texture_mode(rng):
+def test_fdk_cuda_equals_cpu_texture_mode(rng, rel_mirror):
     import cupy as cp
     g = scan(np.linspace(0, 2 * np.pi, 90, endpoint=False), n=40, pixel=3.0)
     vol = VolumeGeometry((17, 30, 30), voxel_size=2.0)
@@ -139,7 +139,7 @@ def test_fdk_cuda_equals_cpu_texture_mode(rng):
     gpu = leveret.fdk(cp.asarray(proj), g, vol, backend="cuda")
     assert isinstance(gpu, cp.ndarray)
     cpu8 = leveret.fdk(proj, g, vol, backend="cpu", interpolation="linear8")
-    assert np.linalg.norm(gpu.get() - cpu8) / np.linalg.norm(cpu8) < 1e-5
+    assert rel_mirror(gpu.get(), cpu8) < 1e-5
     host = leveret.fdk(proj, g, vol, backend="cuda")
     assert isinstance(host, np.ndarray)
     np.testing.assert_allclose(host, gpu.get(), rtol=1e-5, atol=1e-6)
@@ -149,35 +149,12 @@ def test_fdk_cuda_equals_cpu_texture_mode(rng):
     capped = leveret.fdk(proj, g, vol, backend="cuda", max_gpu_memory=120_000)   # 2 slabs
     assert np.linalg.norm(capped - host) / np.linalg.norm(host) < 1e-3
     capped8 = leveret.fdk(proj, g, vol, backend="cpu", interpolation="linear8", slab_slices=12)  # same slabs
-    assert np.linalg.norm(capped - capped8) / np.linalg.norm(capped8) < 1e-5
+    assert rel_mirror(capped, capped8) < 1e-5
     exact = leveret.fdk(proj, g, vol, backend="cpu")
     soft = leveret.fdk(cp.asarray(proj), g, vol, backend="cuda", interpolation="linear32").get()
     assert np.linalg.norm(soft - exact) / np.linalg.norm(exact) < 1e-5
     with pytest.raises(ValueError, match="volume: .* cannot be reconstructed within"):
         leveret.fdk(proj, g, vol, backend="cuda", max_gpu_memory=4096)
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("fraction", [0.0, 0.5, 1.0])
-def test_fdk_cuda_from_numpy_tail_schedule_equals_device_input(monkeypatch, fraction):
-    """From NumPy, the last TAIL_FRACTION of the views is back-projected slab
-    by slab after all are filtered (1.0: every view, one kernel call per slab
-    with the ray kernel; 0: the last chunk only); each schedule gives the
-    device-input volume up to the summation order."""
-    import sys
-
-    import cupy as cp
-    from leveret.operators import ConeBackprojection
-    fdk_module = sys.modules["leveret.algorithms.fdk"]
-    monkeypatch.setattr(fdk_module, "TAIL_FRACTION", fraction)
-    g = scan(np.linspace(0, 2 * np.pi, 150, endpoint=False), n=40, pixel=3.0)
-    vol = VolumeGeometry((37, 16, 17), voxel_size=4.4)   # a voxel spans 2.25 pixels: "ray" for 124+ views
-    assert ConeBackprojection(g, vol, backend="cuda").kernel_for(150) == "ray"
-    proj = phantom.shepp_logan_3d(radius=30.0).project(g).astype(np.float32)
-    device = leveret.fdk(cp.asarray(proj), g, vol, backend="cuda").get()
-    host = leveret.fdk(proj, g, vol, backend="cuda")
-    assert np.abs(device).max() > 0
-    np.testing.assert_allclose(host, device, rtol=1e-5, atol=1e-6 * np.abs(device).max())
 
 
 @pytest.mark.gpu

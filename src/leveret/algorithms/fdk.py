@@ -81,10 +81,7 @@ def fdk(projections, geometry, volume: VolumeGeometry, *, filter: str = "ram-lak
     slabs, chunk_views = _plan_slabs(geometry, volume, backend, max_gpu_memory, slab_slices)
     settings["chunk_views"] = chunk_views
     if len(slabs) == 1 and slabs[0] == (0, volume.nz):
-        tail = 0
-        if backend == "cuda" and not input_on_gpu:
-            tail = _tail_views(geometry, volume, chunk_views, max_gpu_memory)
-        return _reconstruct(projections, geometry, volume, progress=progress, tail_views=tail, **settings)
+        return _reconstruct(projections, geometry, volume, progress=progress, **settings)
 
     if input_on_gpu:
         import cupy
@@ -119,26 +116,10 @@ def rows_seen(geometry, volume: VolumeGeometry):
     return (start, stop) if stop > start else None
 
 
-# FDK from host arrays back-projects its last TAIL_FRACTION of the views slab
-# by slab once every view is filtered, so that the volume's download and host
-# copy (4 GiB at 1024^3: ~80 ms over PCIe, more on the host) overlap half of
-# the back-projection instead of following it (docs/performance.md).
-TAIL_FRACTION = 0.5
-
-
-def _tail_views(geometry, volume, chunk_views: int, max_gpu_memory) -> int:
-    """How many of the last views FDK from host arrays keeps filtered on the
-    GPU to back-project slab by slab (``TAIL_FRACTION``), fewer if the
-    memory left beside the volume and one chunk cannot hold them (each
-    needs its filtered copy and its texture layer); 0: only the last chunk."""
-    from ..memory import gpu_free_bytes
-    budget = gpu_free_bytes()
-    if max_gpu_memory is not None:
-        budget = min(budget, int(max_gpu_memory))
-    view_bytes = geometry.n_rows * geometry.n_cols * 4
-    spare = budget - volume.nz * volume.ny * volume.nx * 4 - 12 * chunk_views * view_bytes
-    tail = min(int(geometry.n_views * TAIL_FRACTION), spare // 2 // (2 * view_bytes))
-    return max(0, int(tail))
+# FDK from host arrays on the GPU streams the views in this many chunks, so
+# that gathering a chunk into pinned memory, its upload and the GPU's work on
+# the previous one overlap (a chunk of RabbitCT's 496 views: 31, 148 MB).
+HOST_CHUNKS = 16
 
 
 def _plan_slabs(geometry, volume, backend, max_gpu_memory, slab_slices):
@@ -209,11 +190,8 @@ class FDKWeighting:
 
 
 def _reconstruct(projections, geometry, volume, *, filter, cutoff, padding, short_scan, interpolation,
-                 backend, dtype, chunk_views, progress, tail_views=0):
-    """FDK of one volume (or slab) from the projections it needs; from host
-    arrays on the GPU, the chunks holding the last ``tail_views`` views (at
-    least the last chunk) are back-projected slab by slab after all are
-    filtered, each slab's download overlapping the next slab's work."""
+                 backend, dtype, chunk_views, progress):
+    """FDK of one volume (or slab) from the projections it needs."""
     filtered = FDKWeighting(geometry, filter=filter, cutoff=cutoff, padding=padding, short_scan=short_scan)
     op = ConeBackprojection(geometry, volume, backend=backend, interpolation=interpolation,
                             matrices=filtered.frames["normalised"])
@@ -226,7 +204,7 @@ def _reconstruct(projections, geometry, volume, *, filter, cutoff, padding, shor
     out = xp.zeros(volume.shape, dtype=dtype)
     chunk = chunk_views
     if on_gpu and not input_on_gpu:
-        chunk = min(chunk, max(1, -(-geometry.n_views // 16)))  # enough chunks to overlap
+        chunk = min(chunk, max(1, -(-geometry.n_views // HOST_CHUNKS)))
 
     chunks = [slice(n0, min(geometry.n_views, n0 + chunk)) for n0 in range(0, geometry.n_views, chunk)]
     from tqdm.auto import tqdm
@@ -236,21 +214,15 @@ def _reconstruct(projections, geometry, volume, *, filter, cutoff, padding, shor
 
             n_bad = xp.zeros((), xp.int64)
             download = _SlabDownload(out, op.slab_alignment)
-            n_views = geometry.n_views
-            tail = slice(min(c.start for c in chunks if c.stop > n_views - max(1, tail_views)), n_views)
-            kept = xp.empty((tail.stop - tail.start,) + geometry.projection_shape[1:], xp.float32)
 
             def compute(views, d_in, _):
                 v.add_nonfinite_count(n_bad, d_in)
                 filtered_views = filtered(d_in, views)
-                if views.start < tail.start:
+                if views.stop < geometry.n_views:
                     op(filtered_views, out, views=views, accumulate=True)
                     return
-                kept[views.start - tail.start:views.stop - tail.start] = filtered_views
-                if views.stop < n_views:
-                    return
-                for slab in download.slabs:   # the tail's views: finish and download slab by slab
-                    op(kept, out, views=tail, accumulate=True, slices=slab)
+                for slab in download.slabs:   # the last views: finish and download slab by slab
+                    op(filtered_views, out, views=views, accumulate=True, slices=slab)
                     download.queue(slab)
 
             stream_chunks(chunks, in_shape=lambda c: (c.stop - c.start,) + geometry.projection_shape[1:],
@@ -274,11 +246,14 @@ class _SlabDownload:
     kernels finishing it are queued: the transfers (on their own stream, into
     pinned memory) and the host copies overlap the last slabs' back-projection.
 
-    The NumPy result is allocated at once and its pages are touched by a
-    background thread while the GPU works: a fresh array's first writes are
-    page faults, which made the final copies of a 512^3 volume take ~35 ms
-    after the GPU had finished (H200 machine, bench/diag_fdk_numpy.py). Each
-    slab's host copy starts in a worker thread as soon as its transfer lands.
+    The NumPy result is allocated at once and its pages are touched by
+    background threads while the GPU works, slab by slab in download order:
+    a fresh array's first writes are page faults, which made the final copies
+    of a 512^3 volume take ~35 ms after the GPU had finished (H200 machine,
+    bench/diag_fdk_numpy.py); one thread needed longer than the GPU's whole
+    run to fault in a 1024^3 volume (4 GiB), so the pages of each slab are
+    split over the copy threads. Each slab's host copy starts in a worker
+    thread as soon as its transfer lands and its pages are in.
     """
 
     _PAGE_BYTES = 4096   # one write per page faults it in
@@ -294,9 +269,16 @@ class _SlabDownload:
         self.stream = cupy.cuda.Stream(non_blocking=True)
         self.out = np.empty(volume.shape, volume.dtype)
         self._workers = ThreadPoolExecutor(2, thread_name_prefix="leveret-fdk-out")
-        flat = self.out.reshape(-1)
-        step = max(1, self._PAGE_BYTES // flat.itemsize)
-        self._touched = self._workers.submit(flat[::step].fill, 0)
+        from ..pipeline import _COPY_THREADS
+        n_touch = max(1, _COPY_THREADS // 2)   # beside the copy threads that gather the input
+        self._toucher = ThreadPoolExecutor(n_touch, thread_name_prefix="leveret-fdk-touch")
+        step = max(1, self._PAGE_BYTES // self.out.itemsize)
+        self._touched = {}
+        for k0, k1 in self.slabs:
+            flat = self.out[k0:k1].reshape(-1)
+            bounds = np.linspace(0, flat.size, n_touch + 1).astype(np.int64) // step * step
+            self._touched[k0] = [self._toucher.submit(flat[a:b:step].fill, 0)
+                                 for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
         self._copies: list = []
 
     def queue(self, slab) -> None:
@@ -309,7 +291,8 @@ class _SlabDownload:
     def _copy(self, slab, event) -> None:
         from ..pipeline import parallel_copy
         k0, k1 = slab
-        self._touched.result()
+        for touched in self._touched[k0]:
+            touched.result()
         event.synchronize()
         parallel_copy(self.out[k0:k1], self.pinned[k0:k1])
 
@@ -319,6 +302,7 @@ class _SlabDownload:
                 f.result()
         finally:
             self._workers.shutdown(wait=True, cancel_futures=True)
+            self._toucher.shutdown(wait=True, cancel_futures=True)
         return self.out
 
 

@@ -8,16 +8,16 @@ from ..backends import resolve
 from ..geometry import VolumeGeometry
 
 # Per interpolation, the kernel "auto" runs (docs/performance.md, cone beam, H200
-# 2026-11-24): for "linear", "ray" for a call of RAY_MIN_VIEWS views or more
-# where a voxel projects onto RAY_MIN_PIXELS detector pixels or more (RabbitCT
-# 512^3, 2.4 pixels: 86-88 against 99 ms for the whole scan; sparse sampling,
-# where lanes along the rays share texels), else "texture" (kernel B: at 1024^3,
-# 1.2 pixels, its fetches already hit the cache and "ray" is 6-38 % slower; and
-# FDK's chunks of ~32 views ran 186-188 ms from NumPy with "ray" against 159-161
-# with kernel B, same process: one pass per chunk with the volume's
-# uncoalesced read-modify-write each time); "quad" for "linear32" (1.6-1.8x the
-# "global" kernel). "linear8" on the CPU mirrors what "linear" runs on CUDA
-# (both texture-unit arithmetic), so the two share a kernel.
+# 2026-11-24): for "linear", "ray-hybrid" (ray-aligned passes, a third of the
+# views with exact weights beside the texture unit) for a call of
+# RAY_MIN_VIEWS views or more where a voxel projects onto RAY_MIN_PIXELS
+# detector pixels or more (RabbitCT 512^3, 2.4 pixels: 60-61 ms against 62 for
+# "ray" and 78-82 for kernel B, whole scan, K = 16), else "texture" (kernel B:
+# at 1024^3, 1.2 pixels, its fetches already hit the cache and the ray kernels
+# are slower; FDK's chunks of ~32 views were slower with "ray" from NumPy,
+# 158-163 against 135-157 ms); "quad" for "linear32" (1.6-1.8x the "global"
+# kernel). "linear8" on the CPU mirrors what "linear" runs on CUDA (both
+# texture-unit arithmetic), so the two share a kernel.
 AUTO_KERNEL = {"linear": "texture", "linear8": "texture", "linear32": "quad"}
 RAY_MIN_PIXELS = 2.0
 RAY_MIN_VIEWS = 124
@@ -70,7 +70,8 @@ class ConeBackprojection:
     backend : {"auto", "cuda", "cpu"}
     interpolation : {"linear", "linear8", "linear32"}
         "linear": exact bilinear weights on the CPU (float64 arithmetic); on
-        CUDA the texture unit's 8-bit weights (kernel "ray" for calls of
+        CUDA the texture unit's 8-bit weights (kernel "ray-hybrid", which
+        reads a third of the views with exact weights, for calls of
         ``RAY_MIN_VIEWS`` views or more where a voxel spans ``RAY_MIN_PIXELS``
         detector pixels or more, else kernel B). "linear8": the CUDA
         kernel's arithmetic on either backend (float32): with a texture kernel
@@ -124,7 +125,7 @@ class ConeBackprojection:
         """The CUDA kernel a call with ``n_views`` views runs (or whose arithmetic the CPU mirrors)."""
         if self.kernel != "auto":
             return self.kernel
-        return "ray" if self._ray_ok and n_views >= RAY_MIN_VIEWS else AUTO_KERNEL[self.interpolation]
+        return "ray-hybrid" if self._ray_ok and n_views >= RAY_MIN_VIEWS else AUTO_KERNEL[self.interpolation]
 
     @property
     def last_kernel(self) -> str:
