@@ -52,10 +52,14 @@ def bench_leveret(size):
            note="weighting, filter, BP")
     del proj, out
     host = np.random.default_rng(0).random(g.projection_shape, dtype=np.float32)
-    t = median_time(lambda: leveret.fdk(host, g, vol, backend="cuda"), reps=2, sync=sync)
+    # From host arrays the host's page faults and copies make single runs spread by
+    # +-10 % (bench/results/h200_fdk_numpy_schedules_2026-11-24.txt): median of 5.
+    host_reps = 5 if size <= 512 else 3
+    t = median_time(lambda: leveret.fdk(host, g, vol, backend="cuda"), reps=host_reps, sync=sync)
     record(f"FDK {size}^3 from {N_VIEWS} x {N_ROWS}x{N_COLS}, NumPy arrays", t, updates,
            note=f"weighting, filter, BP ({op.kernel_for(N_VIEWS // 16)}), transfers (pinned, overlapped)")
-    t = median_time(lambda: leveret.fdk(host, g, vol, backend="cuda", interpolation="linear32"), reps=2, sync=sync)
+    t = median_time(lambda: leveret.fdk(host, g, vol, backend="cuda", interpolation="linear32"), reps=host_reps,
+                    sync=sync)
     record(f"FDK {size}^3 from {N_VIEWS} x {N_ROWS}x{N_COLS}, NumPy arrays, linear32", t, updates,
            note=f"BP kernel {soft.last_kernel}")
     if size >= 1024:  # issue 3: the 1024^3 case within 4 GiB of GPU memory
