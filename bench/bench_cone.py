@@ -154,15 +154,12 @@ def bench_ray(size=512):
     (32, the FDK's pass), whose time the FDK sees 16 times at 512^3."""
     import cupy as cp
     import leveret
-    from leveret.cuda.backproject_cone import ConeTextureBackprojector
     from leveret.operators.cone import index_matrices
 
     g = geometry()
-    sync = cp.cuda.Device().synchronize
     proj = cp.random.random(g.projection_shape, dtype=cp.float32)
     out = cp.empty((size,) * 3, cp.float32)
     mats = index_matrices(g.matrices, leveret.VolumeGeometry((size,) * 3, voxel_size=256.0 / size))
-    updates = size**3 * N_VIEWS
     configs = [("texture", {}), ("global", {}), ("ray", {}), ("quad", {}),
                ("ray", {"aligned": False}), ("quad", {"aligned": False}),
                ("ray-hybrid", {"split": (1, 3)}), ("ray-hybrid", {"split": (1, 2)}),
@@ -173,17 +170,34 @@ def bench_ray(size=512):
     if size > 512:
         configs = [c for c in configs if c[1].get("aligned", True) and c[1].get("split") not in ((2, 3), (1, 2))
                    and "LEVERET_CONE_K=16" not in c[1].get("defines", ())]
+    time_configs(configs, proj, mats, out, size)
+    time_chunks(proj, mats, out, size)
+
+
+def time_configs(configs, proj, mats, out, size):
+    """One table row per (kernel, ConeTextureBackprojector options): the whole scan."""
+    import cupy as cp
+    from leveret.cuda.backproject_cone import ConeTextureBackprojector
+
     for kernel, options in configs:
         bp = ConeTextureBackprojector(kernel=kernel, **options)
-        t = median_time(lambda: bp(proj, mats, out), reps=3, sync=sync)
+        t = median_time(lambda: bp(proj, mats, out), reps=3, sync=cp.cuda.Device().synchronize)
         label = " ".join(f"{k}={v}" for k, v in options.items()) or "defaults"
-        record(f"cone {kernel} {size}^3, {label}", t, updates)
+        record(f"cone {kernel} {size}^3, {label}", t, size**3 * N_VIEWS)
+
+
+def time_chunks(proj, mats, out, size, kernels=("texture", "ray", "quad")):
+    """One FDK chunk's worth of views (32), whose time the FDK sees 15.5 times."""
+    import cupy as cp
+    from leveret.cuda.backproject_cone import ConeTextureBackprojector
+
     chunk = proj[:32]
-    for kernel in ("texture", "ray", "quad"):
+    for kernel in kernels:
         bp = ConeTextureBackprojector(kernel=kernel)
-        t = median_time(lambda: bp(chunk, mats[:32], out, accumulate=True), reps=5, sync=sync)
-        record(f"cone {kernel} {size}^3, one 32-view chunk (accumulate) x 15.5", t * N_VIEWS / 32, updates,
-               note=f"{t * 1e3:.2f} ms per chunk")
+        t = median_time(lambda: bp(chunk, mats[:32], out, accumulate=True), reps=5,
+                        sync=cp.cuda.Device().synchronize)
+        record(f"cone {kernel} {size}^3, one 32-view chunk (accumulate) x 15.5", t * N_VIEWS / 32,
+               size**3 * N_VIEWS, note=f"{t * 1e3:.2f} ms per chunk")
 
 
 def bench_astra(size):

@@ -26,8 +26,8 @@ import argparse
 
 import numpy as np
 
-from bench_cone import N_COLS, N_ROWS, N_VIEWS, geometry
-from common import median_time, metadata, print_header, record, write_results
+from bench_cone import N_COLS, N_ROWS, geometry, time_chunks, time_configs
+from common import metadata, print_header, write_results
 
 
 def coverage(index_matrices: np.ndarray, size: int, k: int = 8, n_warps: int = 4000, seed: int = 1) -> dict:
@@ -56,13 +56,9 @@ def coverage(index_matrices: np.ndarray, size: int, k: int = 8, n_warps: int = 4
     return dict(zip(("voxel", "thread", "warp"), (counts / total).round(4).tolist()))
 
 
-def sweep(proj, mats, out, updates, size):
+def sweep(proj, mats, out, size):
     """The ray kernels' depth K and occupancy (LEVERET_CONE_MIN_BLOCKS), the
     hybrid's splits and the views per pass."""
-    import cupy as cp
-    from leveret.cuda.backproject_cone import ConeTextureBackprojector
-
-    sync = cp.cuda.Device().synchronize
     configs = []
     for kernel in ("ray", "ray-hybrid", "quad"):
         for k, blocks in ((8, 4), (16, 3), (16, 4), (24, 2), (24, 3), (32, 2)):
@@ -72,17 +68,12 @@ def sweep(proj, mats, out, updates, size):
     for per_pass in (83, 100, 166):
         configs.append(("ray-hybrid", {"split": (1, 5), "views_per_pass": per_pass, "defines": ("LEVERET_CONE_K=16",)}))
         configs.append(("ray", {"views_per_pass": per_pass, "defines": ("LEVERET_CONE_K=16",)}))
-    for kernel, options in configs:
-        bp = ConeTextureBackprojector(kernel=kernel, **options)
-        t = median_time(lambda: bp(proj, mats, out), reps=3, sync=sync)
-        label = " ".join(f"{k}={v}" for k, v in options.items())
-        record(f"cone {kernel} {size}^3, {label}", t, updates)
+    time_configs(configs, proj, mats, out, size)
 
 
 def main(argv=None):
     import cupy as cp
     import leveret
-    from leveret.cuda.backproject_cone import ConeTextureBackprojector
     from leveret.operators.cone import index_matrices
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -94,7 +85,6 @@ def main(argv=None):
     meta = metadata(with_devices=True)
     print_header()
     g = geometry()
-    sync = cp.cuda.Device().synchronize
     proj = cp.random.random(g.projection_shape, dtype=cp.float32)
     for size in args.sizes:
         mats = index_matrices(g.matrices, leveret.VolumeGeometry((size,) * 3, voxel_size=256.0 / size))
@@ -102,26 +92,16 @@ def main(argv=None):
         meta[f"coverage_{size}"] = cover
         print(f"{size}^3 pairs to interpolate: {cover}", flush=True)
         out = cp.empty((size,) * 3, cp.float32)
-        updates = size**3 * N_VIEWS
         if args.sweep:
-            sweep(proj, mats, out, updates, size)
+            sweep(proj, mats, out, size)
             continue
         configs = [(kernel, {"defines": d}) for kernel in ("texture", "ray", "quad")
                    for d in ((), ("LEVERET_CONE_NO_CLIP",))]
         configs += [("ray-hybrid", {"split": s}) for s in ((1, 3), (1, 2), (2, 3), (1, 4))]
-        configs += [("texture", {"defines": ("LEVERET_CONE_K=16",)}), ("quad", {"defines": ("LEVERET_CONE_K=16",)}),
+        configs += [("texture", {"defines": ("LEVERET_CONE_K=8",)}), ("quad", {"defines": ("LEVERET_CONE_K=8",)}),
                     ("ray", {"views_per_pass": 496}), ("quad", {"views_per_pass": 496})]
-        for kernel, options in configs:
-            bp = ConeTextureBackprojector(kernel=kernel, **options)
-            t = median_time(lambda: bp(proj, mats, out), reps=3, sync=sync)
-            label = " ".join(f"{k}={v}" for k, v in options.items()) or "defaults"
-            record(f"cone {kernel} {size}^3, {label}", t, updates)
-        chunk = proj[:32]
-        for kernel in ("texture", "ray", "quad"):
-            bp = ConeTextureBackprojector(kernel=kernel)
-            t = median_time(lambda: bp(chunk, mats[:32], out, accumulate=True), reps=5, sync=sync)
-            record(f"cone {kernel} {size}^3, one 32-view chunk (accumulate) x 15.5", t * N_VIEWS / 32, updates,
-                   note=f"{t * 1e3:.2f} ms per chunk")
+        time_configs(configs, proj, mats, out, size)
+        time_chunks(proj, mats, out, size)
         del out
         cp.get_default_memory_pool().free_all_blocks()
     if args.out:
