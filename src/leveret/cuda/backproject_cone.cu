@@ -66,23 +66,42 @@ __device__ __forceinline__ Window detector_window(int n_rows, int n_cols, float 
     return Window{shift - 1.0f - margin, shift + (float)n_cols + margin, shift + (float)n_rows + margin};
 }
 
-// Whether any of the K samples (u, v) = (qu + k du, qv + k dv) / (qw + k dw),
-// k = 0 .. K-1, lies inside the window. Each edge's test is a linear function
-// of k in homogeneous coordinates (u <= lo  <=>  qu - lo qw <= 0, as w > 0),
-// so the segment lies beyond an edge when both of its ends do: 11 FMAs and 8
-// compares per K samples, no division.
-__device__ __forceinline__ bool segment_visible(float qu, float qv, float qw, float du, float dv, float dw,
-                                                const Window& win)
+// A thread's K voxels in one view: the homogeneous coordinates (u w, v w, w)
+// of its first voxel and their step along z (the matrix's third column);
+// step() moves to the next voxel, rounded as the CPU mirror rounds it.
+struct Segment {
+    float qu, qv, qw, du, dv, dw;
+    __device__ __forceinline__ void step()
+    {
+        qu = __fadd_rn(qu, du);
+        qv = __fadd_rn(qv, dv);
+        qw = __fadd_rn(qw, dw);
+    }
+};
+
+__device__ __forceinline__ Segment view_segment(int n, float fi, float fj, float fk0)
+{
+    const float* m = &c_cone_mat[12 * n];
+    return Segment{dot_row(m, fi, fj, fk0), dot_row(m + 4, fi, fj, fk0), dot_row(m + 8, fi, fj, fk0),
+                   m[2], m[6], m[10]};
+}
+
+// Whether any of the segment's K samples (u, v) = (qu + k du, qv + k dv) /
+// (qw + k dw), k = 0 .. K-1, lies inside the window. Each edge's test is a
+// linear function of k in homogeneous coordinates (u <= lo  <=>  qu - lo qw
+// <= 0, as w > 0), so the segment lies beyond an edge when both of its ends
+// do: 11 FMAs and 8 compares per K samples, no division.
+__device__ __forceinline__ bool segment_visible(const Segment& s, const Window& win)
 {
 #ifdef LEVERET_CONE_NO_CLIP
     return true;
 #else
     const float span = (float)(LEVERET_CONE_K - 1);
-    const float eu = fmaf(span, du, qu), ev = fmaf(span, dv, qv), ew = fmaf(span, dw, qw);
-    const bool left = fmaxf(fmaf(-win.lo, qw, qu), fmaf(-win.lo, ew, eu)) <= 0.0f;
-    const bool right = fminf(fmaf(-win.u_hi, qw, qu), fmaf(-win.u_hi, ew, eu)) >= 0.0f;
-    const bool above = fmaxf(fmaf(-win.lo, qw, qv), fmaf(-win.lo, ew, ev)) <= 0.0f;
-    const bool below = fminf(fmaf(-win.v_hi, qw, qv), fmaf(-win.v_hi, ew, ev)) >= 0.0f;
+    const float eu = fmaf(span, s.du, s.qu), ev = fmaf(span, s.dv, s.qv), ew = fmaf(span, s.dw, s.qw);
+    const bool left = fmaxf(fmaf(-win.lo, s.qw, s.qu), fmaf(-win.lo, ew, eu)) <= 0.0f;
+    const bool right = fminf(fmaf(-win.u_hi, s.qw, s.qu), fmaf(-win.u_hi, ew, eu)) >= 0.0f;
+    const bool above = fmaxf(fmaf(-win.lo, s.qw, s.qv), fmaf(-win.lo, ew, ev)) <= 0.0f;
+    const bool below = fminf(fmaf(-win.v_hi, s.qw, s.qv), fmaf(-win.v_hi, ew, ev)) >= 0.0f;
     return !(left | right | above | below);
 #endif
 }
@@ -176,20 +195,14 @@ template <class Fetch>
 __device__ __forceinline__ void accumulate_view(const Fetch& fetch, int n, float fi, float fj, float fk0,
                                                 const Window& win, float (&sum)[LEVERET_CONE_K])
 {
-    const float* m = &c_cone_mat[12 * n];
-    float qu = dot_row(m, fi, fj, fk0);
-    float qv = dot_row(m + 4, fi, fj, fk0);
-    float qw = dot_row(m + 8, fi, fj, fk0);
-    const float du = m[2], dv = m[6], dw = m[10];
-    if (!segment_visible(qu, qv, qw, du, dv, dw, win)) return;
+    Segment seg = view_segment(n, fi, fj, fk0);
+    if (!segment_visible(seg, win)) return;
 #pragma unroll
     for (int k = 0; k < LEVERET_CONE_K; ++k) {
-        const float inv_w = rcp_rn(qw);
-        const float value = fetch(n, __fmul_rn(qu, inv_w), __fmul_rn(qv, inv_w));
+        const float inv_w = rcp_rn(seg.qw);
+        const float value = fetch(n, __fmul_rn(seg.qu, inv_w), __fmul_rn(seg.qv, inv_w));
         sum[k] = __fadd_rn(sum[k], __fmul_rn(__fmul_rn(value, inv_w), inv_w));
-        qu = __fadd_rn(qu, du);
-        qv = __fadd_rn(qv, dv);
-        qw = __fadd_rn(qw, dw);
+        seg.step();
     }
 }
 
@@ -333,18 +346,14 @@ __device__ __forceinline__ void accumulate_view_quad(const float4* __restrict__ 
                                                      float fk0, float pitch, float u_max, float v_max,
                                                      const Window& win, float (&sum)[LEVERET_CONE_K])
 {
-    const float* m = &c_cone_mat[12 * n];
-    float qu = dot_row(m, fi, fj, fk0);
-    float qv = dot_row(m + 4, fi, fj, fk0);
-    float qw = dot_row(m + 8, fi, fj, fk0);
-    const float du = m[2], dv = m[6], dw = m[10];
-    if (!segment_visible(qu, qv, qw, du, dv, dw, win)) return;
+    Segment seg = view_segment(n, fi, fj, fk0);
+    if (!segment_visible(seg, win)) return;
     const float magic = 8388608.0f;   // 2^23, bits 0x4B000000
 #pragma unroll
     for (int k = 0; k < LEVERET_CONE_K; ++k) {
-        const float r = rcp_quad(qw);
-        const float u = fminf(fmaxf(__fmul_rn(qu, r), 0.0f), u_max);
-        const float v = fminf(fmaxf(__fmul_rn(qv, r), 0.0f), v_max);
+        const float r = rcp_quad(seg.qw);
+        const float u = fminf(fmaxf(__fmul_rn(seg.qu, r), 0.0f), u_max);
+        const float v = fminf(fmaxf(__fmul_rn(seg.qv, r), 0.0f), v_max);
         const float bu = __fadd_rd(u, magic);          // 2^23 + floor(u), exactly
         const float bv = __fadd_rd(v, magic);
         const float fv = __fsub_rn(bv, magic);         // floor(v)
@@ -356,9 +365,7 @@ __device__ __forceinline__ void accumulate_view_quad(const float4* __restrict__ 
         const float bottom = __fmaf_rn(a, p.w, p.z);
         const float value = __fmaf_rn(b, __fsub_rn(bottom, top), top);
         sum[k] = __fmaf_rn(value, __fmul_rn(r, r), sum[k]);
-        qu = __fadd_rn(qu, du);
-        qv = __fadd_rn(qv, dv);
-        qw = __fadd_rn(qw, dw);
+        seg.step();
     }
 }
 
