@@ -410,6 +410,44 @@ def test_cuda_ray_kernels_many_views(rng, rel_mirror):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("kernel", ["ray", "ray-hybrid"])
+def test_cuda_ray_kernels_read_views_in_place_or_staged_alike(rng, kernel):
+    """The ray kernels' per-view textures read aligned projections in place
+    (16 x 32 views: 2 KiB views, 128-byte rows) and others through an
+    aligned staging copy: the same sums, bit for bit; cached texture objects
+    read the projections' current values."""
+    import cupy as cp
+
+    from leveret.cuda import texture
+    from leveret.cuda.backproject_cone import ConeTextureBackprojector
+    from leveret.operators.cone import index_matrices
+    g, matrices = scrambled_scan(rng, n_views=29, n_rows=16, n_cols=32)
+    vol = VolumeGeometry((19, 21, 23), voxel_size=1.5)
+    m = index_matrices(matrices, vol)
+    proj = cp.asarray(smooth_noise(rng, g.projection_shape))
+    shifted = cp.empty(proj.size + 1, cp.float32)[1:].reshape(proj.shape)   # 4 bytes off the alignment
+    shifted[...] = proj
+    assert proj.data.ptr % 512 == 0 and shifted.data.ptr % 512 == 4
+    bp = ConeTextureBackprojector(kernel=kernel)
+    texture.clear_cache()
+
+    def run(p):
+        return bp(p, m, cp.full(vol.shape, cp.nan, cp.float32)).get()   # poison: unwritten voxels show
+
+    in_place = run(proj)
+    assert [key[1] for key in texture._view_cache] == [proj.data.ptr]
+    staged = run(shifted)
+    assert [key[1] for key in texture._view_cache] == [proj.data.ptr, "staging"]
+    assert np.isfinite(in_place).all() and np.abs(in_place).max() > 0
+    np.testing.assert_array_equal(staged, in_place)
+    proj *= 2   # a power of two scales every product and sum exactly
+    shifted *= 2
+    np.testing.assert_array_equal(run(proj), 2 * in_place)
+    np.testing.assert_array_equal(run(shifted), 2 * in_place)
+    assert len(texture._view_cache) == 2   # reused, not rebuilt
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("kernel", ["texture", "global", "shared", "hybrid", "ray", "quad", "ray-hybrid"])
 def test_cuda_skipping_off_detector_samples_changes_no_sum(rng, kernel):
     """Every kernel skips a thread's K samples of a view when they all miss

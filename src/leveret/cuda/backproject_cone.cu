@@ -33,6 +33,7 @@
 #endif
 
 __constant__ float c_cone_mat[LEVERET_CONE_MAX_VIEWS * 12];  // row-major 3x4 per view
+__constant__ cudaTextureObject_t c_cone_views[LEVERET_CONE_MAX_VIEWS];   // ray kernels: a 2D texture per view
 
 __device__ __forceinline__ float dot_row(const float* m, float fi, float fj, float fk)
 {
@@ -369,21 +370,30 @@ __device__ __forceinline__ void accumulate_view_quad(const float4* __restrict__ 
     }
 }
 
-// A texture view read from layer `layer` (the hybrid's texture views are packed).
-struct LayerFetch {
-    cudaTextureObject_t projections;
-    int layer;
-    __device__ __forceinline__ float operator()(int, float u, float v) const
+// The ray kernels read view n of a pass through its own 2D texture object,
+// c_cone_views[n], over the projections in device memory (pitch-linear, see
+// cuda/texture.py: no copy into a layered CUDA array, which cost 6.4 of 60 ms
+// at 512^3). n is the loop counter, so the compiler knows the handle is the
+// same in every lane: indexed by the hybrid's conditionally incremented count
+// of texture views instead, each fetch took the per-lane-handle path, 16 %
+// more instructions at 1.7x the cycles between issues (Nsight Compute, H200).
+// Same 8-bit weights as the layered textures: sums bit-identical.
+struct ViewFetch {
+    __device__ __forceinline__ float operator()(int n, float u, float v) const
     {
-        return tex2DLayered<float>(projections, u, v, layer);
+#ifdef LEVERET_CONE_NO_TEXTURE
+        return __fadd_rn(u, v);
+#else
+        return tex2D<float>(c_cone_views[n], u, v);
+#endif
     }
 };
 
-// MODE 0: every view through the texture (R); 1: every view from quads (Q);
-// 2: views n with n mod period < count from quads, the others through the
-// texture, the texture's layers and the quads packed in pass order (RQ).
+// MODE 0: every view through its texture (R); 1: every view from quads (Q);
+// 2: views n with n mod period < count from quads, the others through their
+// textures, the quads packed in pass order (RQ).
 template <int MODE>
-__device__ __forceinline__ void backproject_ray(cudaTextureObject_t tex, const float4* __restrict__ quads,
+__device__ __forceinline__ void backproject_ray(const float4* __restrict__ quads,
                                                 float* __restrict__ out, int nx, int ny, int nz, int n_views,
                                                 int y_major, float slope, int period, int count, int pitch,
                                                 int view_quads, int n_rows, int n_cols, int accumulate,
@@ -411,19 +421,19 @@ __device__ __forceinline__ void backproject_ray(cudaTextureObject_t tex, const f
 #pragma unroll
     for (int k = 0; k < LEVERET_CONE_K; ++k) sum[k] = 0.0f;
     if (MODE == 0) {
-        for (int n = 0; n < n_views; ++n) accumulate_view(TextureFetch{tex}, n, fi, fj, fk0, tex_window, sum);
+        for (int n = 0; n < n_views; ++n) accumulate_view(ViewFetch{}, n, fi, fj, fk0, tex_window, sum);
     } else if (MODE == 1) {
         for (int n = 0; n < n_views; ++n)
             accumulate_view_quad(base + (size_t)n * view_quads, n, fi, fj, fk0, pitch_f, u_max, v_max, quad_window,
                                  sum);
     } else {
-        int phase = 0, slot = 0, layer = 0;
+        int phase = 0, slot = 0;
         for (int n = 0; n < n_views; ++n) {
             if (phase < count)
                 accumulate_view_quad(base + (size_t)(slot++) * view_quads, n, fi, fj, fk0, pitch_f, u_max, v_max,
                                      quad_window, sum);
             else
-                accumulate_view(LayerFetch{tex, layer++}, n, fi, fj, fk0, tex_window, sum);
+                accumulate_view(ViewFetch{}, n, fi, fj, fk0, tex_window, sum);
             if (++phase == period) phase = 0;
         }
     }
@@ -431,11 +441,11 @@ __device__ __forceinline__ void backproject_ray(cudaTextureObject_t tex, const f
 }
 
 #define LEVERET_CONE_RAY_ARGS                                                                              \
-    cudaTextureObject_t tex, const float4 *__restrict__ quads, float *__restrict__ out, int nx, int ny,      \
-        int nz, int n_views, int y_major, float slope, int period, int count, int pitch, int view_quads,     \
-        int n_rows, int n_cols, int accumulate, int block0
+    const float4 *__restrict__ quads, float *__restrict__ out, int nx, int ny, int nz, int n_views,          \
+        int y_major, float slope, int period, int count, int pitch, int view_quads, int n_rows, int n_cols,  \
+        int accumulate, int block0
 #define LEVERET_CONE_RAY_PASS \
-    tex, quads, out, nx, ny, nz, n_views, y_major, slope, period, count, pitch, view_quads, n_rows, n_cols, \
+    quads, out, nx, ny, nz, n_views, y_major, slope, period, count, pitch, view_quads, n_rows, n_cols, \
         accumulate, block0
 
 extern "C" __global__ void __launch_bounds__(256, LEVERET_CONE_MIN_BLOCKS) backproject_cone_ray_tex(LEVERET_CONE_RAY_ARGS)

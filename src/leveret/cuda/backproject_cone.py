@@ -10,7 +10,7 @@ import re
 import numpy as np
 
 from ._module import kernel_source, load_module
-from .texture import acquire, release
+from .texture import acquire, release, release_views, view_textures
 
 MAX_VIEWS_PER_PASS = 1024  # LEVERET_CONE_MAX_VIEWS
 BLOCK = (32, 8)
@@ -203,6 +203,9 @@ class ConeTextureBackprojector:
             raise ValueError(f"kernel: expected one of {KERNELS}, got {kernel!r}")
         self.kernel = kernel
         self.views_per_pass = int(views_per_pass)
+        if not 1 <= self.views_per_pass <= MAX_VIEWS_PER_PASS:
+            raise ValueError(f"views_per_pass: expected 1 .. {MAX_VIEWS_PER_PASS} (constant memory), "
+                             f"got {views_per_pass}")
         self.aligned = bool(aligned)
         if kernel == "ray":
             split = (0, 1)
@@ -287,7 +290,7 @@ class ConeTextureBackprojector:
         return out
 
     def plan(self, index_matrices: np.ndarray, volume_shape: tuple[int, int, int], stream=None) -> list:
-        """[(pass, device matrices, device software views, device texture views)]
+        """[(pass, device matrices, device software views, device views)]
         for these views, cached, uploaded on ``stream`` from pinned memory: a
         pageable upload would make the host wait for the stream's earlier work,
         and FDK queues its chunks ahead of the GPU (each chunk is a new plan)."""
@@ -309,8 +312,7 @@ class ConeTextureBackprojector:
 
             for p in plan_passes(m, volume_shape, self.views_per_pass, self.aligned, self.split):
                 plan.append((p, upload(kernel_matrices(m[p.views], p.software, QUAD_BORDER)),
-                             upload(p.views[p.software].astype(np.int32)),
-                             upload(p.views[~p.software].astype(np.int32))))
+                             upload(p.views[p.software].astype(np.int32)), upload(p.views.astype(np.int32))))
             if len(self._plans) >= 64:
                 self._plans.pop(next(iter(self._plans)))
             self._plans[key] = (plan, pinned)   # the copies' host side lives as long as the plan
@@ -337,29 +339,27 @@ class ConeTextureBackprojector:
         pitch, height = n_cols + 2 * QUAD_BORDER, n_rows + 2 * QUAD_BORDER
         function = module.get_function(RAY_KERNELS[self.kernel])
         quads_fn = module.get_function("cone_quads")
+        table = module.get_global("c_cone_views")
         ints = lambda *a: tuple(np.int32(x) for x in a)   # noqa: E731
         unused = cupy.zeros(4, cupy.float32)   # a valid pointer for a pass without software views
-        for number, (p, mats, soft, tex_views) in enumerate(plan):
+        textures = view_textures(projections, stream) if self.split[0] < self.split[1] else None
+        for number, (p, mats, soft, views) in enumerate(plan):
             const.copy_from_device_async(mats.data, mats.size * 4, stream)
+            if textures is not None:   # the pass's texture objects, in pass order
+                handles = textures.handles.take(views)
+                table.copy_from_device_async(handles.data, handles.nbytes, stream)
             quads = unused
             if soft.size:
                 quads = cupy.empty((soft.size, height, pitch, 4), cupy.float32)
                 quads_fn((-(-pitch // 128), height, soft.size), (128,),
                          (projections, soft, quads) + ints(n_rows, n_cols), stream=stream)
-            tex = None
-            if tex_views.size:
-                tex = acquire((tex_views.size, n_rows, n_cols), 1, stream)
-                first, last = int(p.views[~p.software][0]), int(p.views[~p.software][-1])
-                tex.upload(projections[first:last + 1] if last - first == tex_views.size - 1
-                           else cupy.take(projections, tex_views, axis=0), stream)
             na, nb = (ny, nx) if p.y_major else (nx, ny)
             grid = (-(-na // 32), -(-nb // by), -(-k1 // self.depth) - block0)
             function(grid, (32, by),
-                     (tex.linear if tex is not None else np.uint64(0), quads, out)
-                     + ints(nx, ny, nz, p.views.size, p.y_major) + (np.float32(p.slope),)
+                     (quads, out) + ints(nx, ny, nz, p.views.size, p.y_major) + (np.float32(p.slope),)
                      + ints(self.split[1], self.split[0], pitch, height * pitch, n_rows, n_cols,
                             accumulate or number > 0, block0),
                      stream=stream)
-            if tex is not None:
-                release(tex, stream)
+        if textures is not None:
+            release_views(textures, stream)
         return out

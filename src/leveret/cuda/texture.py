@@ -1,4 +1,6 @@
-"""Layered float / float2 (and fp16 half2 / half4) textures over CUDA arrays (CuPy), and a small cache of them.
+"""Layered float / float2 (and fp16 half2 / half4) textures over CUDA arrays
+(CuPy), per-view 2D textures over projections in device memory, and small
+caches of both.
 
 Allocating a CUDA array and its texture objects costs about a millisecond,
 as much as back-projecting a small slice, so textures are kept for reuse
@@ -9,6 +11,8 @@ safe across streams.
 from __future__ import annotations
 
 from collections import OrderedDict
+
+import numpy as np
 
 CACHE_BYTES = 256 << 20   # textures larger than this are freed after use
 CACHE_ENTRIES = 4
@@ -109,3 +113,132 @@ def release(tex: LayeredTexture, stream) -> None:
 def clear_cache() -> None:
     """Free every cached texture (e.g. before handing the GPU to other work)."""
     _cache.clear()
+    _view_cache.clear()
+
+
+# ---------------------------------------------------------------------------
+# Per-view 2D textures over the projections in place (pitch-linear memory).
+#
+# A layered CUDA array must be filled by a copy: for the ray-aligned cone
+# kernels that copy (and the gather of each pass's views before it) took 6.4
+# of 60 ms at RabbitCT 512^3. A texture object can instead sit on ordinary
+# device memory ("pitch 2D": rows at a fixed pitch), one per view, and the
+# kernels pick a view's object from a table in constant memory. The texture
+# unit filters it with the same 8-bit weights (sums bit-identical, H200), at a
+# cost in hit rate that depends on the access pattern: ~4 % for lanes along
+# the rays, 20 % for kernel B's lanes along x (docs/performance.md).
+
+VIEW_CACHE_ENTRIES = 4
+_view_cache: "OrderedDict[tuple, ViewTextures]" = OrderedDict()
+_retired: "list[ViewTextures]" = []    # evicted, still read by queued kernels
+
+
+def _pinned_upload(host, stream):
+    """``host`` on the device through pinned memory, queued on ``stream``
+    (a pageable upload would wait for the stream's earlier work); returns the
+    device array and the pinned copy, which must live until the copy is done."""
+    import cupy
+    import cupyx
+
+    pinned = cupyx.empty_pinned(host.shape, host.dtype)
+    pinned[...] = host
+    device = cupy.empty(host.shape, host.dtype)
+    device.set(pinned, stream=stream)
+    return device, pinned
+
+
+class ViewTextures:
+    """One bilinear, border-zero 2D texture object per view of a
+    (n_views, rows, cols) float32 CuPy array whose views meet the device's
+    texture alignment (rows may be strided), read in place; ``handles``:
+    their ``cudaTextureObject_t`` values, a uint64 device array in view
+    order."""
+
+    def __init__(self, views, stream):
+        import cupy
+        from cupy.cuda import runtime, texture
+
+        n_views, rows, cols = views.shape
+        desc = texture.ChannelFormatDescriptor(32, 0, 0, 0, runtime.cudaChannelFormatKindFloat)
+        sampler = texture.TextureDescriptor((runtime.cudaAddressModeBorder,) * 2, runtime.cudaFilterModeLinear,
+                                            runtime.cudaReadModeElementType, borderColors=(0.0, 0.0, 0.0, 0.0),
+                                            normalizedCoords=0)
+        pitch = views.strides[1]
+        # A descriptor keeps its array alive; the objects of an in-place entry
+        # must not keep the caller's projections: they see unowned memory.
+        unowned = cupy.ndarray(views.shape, views.dtype, cupy.cuda.MemoryPointer(
+            cupy.cuda.UnownedMemory(views.data.ptr, views.strides[0] * n_views, None), 0), strides=views.strides)
+        self.objects = [texture.TextureObject(
+            texture.ResourceDescriptor(runtime.cudaResourceTypePitch2D, arr=unowned[n], chDesc=desc, width=cols,
+                                       height=rows, pitchInBytes=pitch), sampler) for n in range(n_views)]
+        self.handles, self._pinned = _pinned_upload(
+            np.array([o.ptr for o in self.objects], np.uint64), stream)
+        self.shape = (n_views, rows, cols)
+        self.released = None   # staging entries: the event after the last kernel that read them
+        self.staging = None    # the aligned copy the objects read, when the views were not aligned
+        self.key = None
+
+
+def _alignment():
+    import cupy
+    from cupy.cuda import runtime
+
+    props = runtime.getDeviceProperties(cupy.cuda.Device().id)
+    return int(props["textureAlignment"]), int(props["texturePitchAlignment"]), props["maxTexture2DLinear"]
+
+
+def view_textures(projections, stream) -> ViewTextures:
+    """Texture objects for every view of a C-contiguous (n_views, rows, cols)
+    float32 CuPy array. When the views meet the device's alignment (base
+    address and view size multiples of ``textureAlignment``, 512 B; row size
+    of ``texturePitchAlignment``, 32 B: RabbitCT's 1248 x 960 views do) they
+    read ``projections`` in place (the objects are cached by address and
+    shape); otherwise ``projections`` is copied on ``stream`` into an aligned
+    staging buffer, kept for the next call of the same shape when it is
+    small. Give the result back with ``release_views`` once the kernels
+    reading it are queued."""
+    import cupy
+
+    n_views, rows, cols = projections.shape
+    base, pitch_align, (max_width, max_height, _) = _alignment()
+    if cols > max_width or rows > max_height:
+        raise ValueError(f"projections: {rows} x {cols} views exceed the device's 2D texture limits "
+                         f"({max_height} rows, {max_width} columns)")
+    device = cupy.cuda.Device().id
+    row_bytes, view_bytes = cols * 4, rows * cols * 4
+    aligned = projections.data.ptr % base == 0 and view_bytes % base == 0 and row_bytes % pitch_align == 0
+    if aligned and projections.flags.c_contiguous:
+        key = (device, projections.data.ptr, projections.shape)
+        entry = _view_cache.pop(key, None) or ViewTextures(projections, stream)
+        entry.key = key
+        return entry
+    key = (device, "staging", projections.shape)
+    entry = _view_cache.pop(key, None)
+    if entry is None:
+        pitch = -(-row_bytes // pitch_align) * pitch_align // 4            # floats per row
+        stride = -(-rows * pitch * 4 // base) * base // 4                  # floats per view
+        flat = cupy.empty(n_views * stride + base // 4, cupy.float32)
+        skip = -flat.data.ptr % base                                       # bytes to the first aligned float
+        staging = cupy.ndarray((n_views, rows, cols), cupy.float32, flat.data + skip,
+                               strides=(stride * 4, pitch * 4, 4))
+        entry = ViewTextures(staging, stream)
+        entry.staging = staging
+    elif entry.released is not None:
+        stream.wait_event(entry.released)   # its last readers are done before it is refilled
+    with stream:
+        entry.staging[...] = projections
+    entry.key = key
+    return entry
+
+
+def release_views(entry: ViewTextures, stream) -> None:
+    """Give ``entry`` back after the kernels reading it were queued on ``stream``."""
+    entry.released = stream.record()
+    _view_cache.pop(entry.key, None)
+    _view_cache[entry.key] = entry
+    staged = lambda: sum(e.staging.nbytes for e in _view_cache.values() if e.staging is not None)  # noqa: E731
+    while len(_view_cache) > VIEW_CACHE_ENTRIES or staged() > CACHE_BYTES:
+        _retired.append(_view_cache.popitem(last=False)[1])
+    # Texture objects are destroyed at once, not in stream order: an evicted
+    # entry lives until the kernels that read it are done.
+    _retired[:] = [e for e in _retired if not e.released.done]
