@@ -131,6 +131,30 @@ def test_fdk_cuda_streamed_non_finite_input_is_an_error():
 
 
 @pytest.mark.gpu
+def test_fdk_cuda_stops_its_threads_when_the_pipeline_fails(monkeypatch):
+    """An error in the middle of the streamed FDK reaches the caller, and the
+    threads that fault in and fill the NumPy result stop with it."""
+    import threading
+
+    from leveret.algorithms.fdk import FDKWeighting
+    g = scan(np.linspace(0, 2 * np.pi, 48, endpoint=False), n=16)
+    vol = VolumeGeometry((16, 8, 8))
+    original, calls = FDKWeighting.__call__, []
+
+    def failing(self, raw, views):
+        calls.append(views)
+        if len(calls) == 3:
+            raise RuntimeError("injected failure")
+        return original(self, raw, views)
+
+    monkeypatch.setattr(FDKWeighting, "__call__", failing)
+    with pytest.raises(RuntimeError, match="injected failure"):
+        leveret.fdk(np.ones(g.projection_shape, np.float32), g, vol, backend="cuda")
+    assert len(calls) == 3
+    assert not [t.name for t in threading.enumerate() if t.name.startswith("leveret-fdk-")]
+
+
+@pytest.mark.gpu
 def test_fdk_cuda_equals_cpu_texture_mode(rng, rel_mirror):
     import cupy as cp
     g = scan(np.linspace(0, 2 * np.pi, 90, endpoint=False), n=40, pixel=3.0)

@@ -190,8 +190,17 @@ def test_roi_matches_cpu_roi(rng, config, roi):
     mask = np.broadcast_to(mask, got.shape)
     if (~mask).any():
         assert rel(got[~mask], exact[~mask]) < 1e-5
-    if fast:       # fp16 texels: the measured fp16 residual (fp16_texture_bound)
+    if fast and mask.sum() >= 1000:   # fp16 texels: the measured fp16 residual (fp16_texture_bound)
         assert_fp16_close(got[mask], lin8[mask], 300 * int(mask.sum()))
+    elif fast:
+        # A few pixels: each sum of 300 fetches has ~0.3 fetches one fp16 step
+        # off the emulation, and the sums' own size is chance (signed noise
+        # cancels), so rel() against them failed by chance (1.3e-4 against
+        # 9.2e-5, 4 pixels: seed 214806742802172709351367218765866640766).
+        # Against the sums of |terms|, which nothing cancels, the bound holds
+        # with room; a misplaced ROI is still off by O(1).
+        scale = cpu(geometry, volume, np.abs(sinos), roi=roi, interpolation="linear8", precision="fast")
+        assert np.linalg.norm(got[mask] - lin8[mask]) / np.linalg.norm(scale[mask]) < fp16_texture_bound(300)
     elif mask.any():
         assert rel(got[mask], lin8[mask]) < 1e-5
 

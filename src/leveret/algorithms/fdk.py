@@ -225,10 +225,13 @@ def _reconstruct(projections, geometry, volume, *, filter, cutoff, padding, shor
                     op(filtered_views, out, views=views, accumulate=True, slices=slab)
                     download.queue(slab)
 
-            stream_chunks(chunks, in_shape=lambda c: (c.stop - c.start,) + geometry.projection_shape[1:],
-                          out_shape=None, load=lambda c, buf: parallel_copy(buf, projections[c]),
-                          compute=compute, on_done=lambda c: bar.update(c.stop - c.start))
-            result = download.finish()
+            try:
+                stream_chunks(chunks, in_shape=lambda c: (c.stop - c.start,) + geometry.projection_shape[1:],
+                              out_shape=None, load=lambda c, buf: parallel_copy(buf, projections[c]),
+                              compute=compute, on_done=lambda c: bar.update(c.stop - c.start))
+                result = download.finish()
+            finally:
+                download.close()   # after an error: the page touches and copies not yet started are dropped
             if int(n_bad):
                 raise ValueError(f"projections: expected finite values, got {int(n_bad)} NaN/Inf value(s)")
             return result
@@ -297,13 +300,14 @@ class _SlabDownload:
         parallel_copy(self.out[k0:k1], self.pinned[k0:k1])
 
     def finish(self) -> np.ndarray:
-        try:
-            for f in self._copies:
-                f.result()
-        finally:
-            self._workers.shutdown(wait=True, cancel_futures=True)
-            self._toucher.shutdown(wait=True, cancel_futures=True)
+        for f in self._copies:
+            f.result()
         return self.out
+
+    def close(self) -> None:
+        """Stop the background threads (at once for work not yet started)."""
+        self._workers.shutdown(wait=True, cancel_futures=True)
+        self._toucher.shutdown(wait=True, cancel_futures=True)
 
 
 @functools.lru_cache(maxsize=4)

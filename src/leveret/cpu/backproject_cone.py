@@ -165,9 +165,11 @@ def _software_fetch32(q, u, v):
 
 
 @numba.njit(parallel=True, fastmath=False, cache=True)
-def _backproject_gpu_mirror(projections, matrices, out, depth, accumulate, software, block0, block1):
-    """float32 mirror of backproject_cone.cu: same rounding, same z stepping
-    within blocks of ``depth`` voxels, same summation order; the texture
+def _backproject_gpu_mirror(projections, matrices, out, depth, accumulate, software, fma_steps, block0, block1):
+    """float32 mirror of backproject_cone.cu: same rounding, same z steps
+    within blocks of ``depth`` voxels (voxel k from the block's first in one
+    fma for the views ``fma_steps`` marks, running sums for the others), same
+    summation order; the texture
     kernel's fetch, or the software kernels' for the views ``software`` marks;
     z blocks [block0, block1) only."""
     n_views = projections.shape[0]
@@ -183,17 +185,24 @@ def _backproject_gpu_mirror(projections, matrices, out, depth, accumulate, softw
             q = projections[n]
             for i in range(nx):
                 fi = t(i)
-                qu = ((m[0, 0] * fi + m[0, 1] * fj) + m[0, 2] * fk0) + m[0, 3]
-                qv = ((m[1, 0] * fi + m[1, 1] * fj) + m[1, 2] * fk0) + m[1, 3]
-                qw = ((m[2, 0] * fi + m[2, 1] * fj) + m[2, 2] * fk0) + m[2, 3]
+                qu0 = ((m[0, 0] * fi + m[0, 1] * fj) + m[0, 2] * fk0) + m[0, 3]
+                qv0 = ((m[1, 0] * fi + m[1, 1] * fj) + m[1, 2] * fk0) + m[1, 3]
+                qw0 = ((m[2, 0] * fi + m[2, 1] * fj) + m[2, 2] * fk0) + m[2, 3]
+                qu, qv, qw = qu0, qv0, qw0
                 for k in range(depth):
+                    if fma_steps[n]:
+                        # The kernels' fma(k, d, q0): k d and the sum are exact in float64
+                        # (29 and < 53 bits for any sane geometry), then rounded once.
+                        qu = t(np.float64(k) * np.float64(m[0, 2]) + np.float64(qu0))
+                        qv = t(np.float64(k) * np.float64(m[1, 2]) + np.float64(qv0))
+                        qw = t(np.float64(k) * np.float64(m[2, 2]) + np.float64(qw0))
                     inv_w = t(1.0) / qw
                     if software[n]:
                         value = _software_fetch32(q, qu * inv_w, qv * inv_w)
                     else:
                         value = _texture_fetch8(q, qu * inv_w, qv * inv_w)   # matrices shifted by half a texel
                     sums[k, i] = sums[k, i] + (value * inv_w) * inv_w
-                    qu = qu + m[0, 2]
+                    qu = qu + m[0, 2]   # running sums (overwritten above for fma steps)
                     qv = qv + m[1, 2]
                     qw = qw + m[2, 2]
         for k in range(depth):
@@ -203,18 +212,22 @@ def _backproject_gpu_mirror(projections, matrices, out, depth, accumulate, softw
 
 
 def backproject_gpu_mirror(projections: np.ndarray, index_matrices: np.ndarray, out: np.ndarray, *,
-                           depth: int, software, accumulate: bool = False, slices=None) -> np.ndarray:
+                           depth: int, software, fma_steps=None, accumulate: bool = False,
+                           slices=None) -> np.ndarray:
     """What a CUDA kernel computes, on the CPU (float32): the texture kernel
     (``software=False``), the software kernels ("global", "shared": ``True``),
     or a per-view mix (a boolean array: the hybrid kernel). For tests, and for
     users who need GPU-identical results without a GPU. ``index_matrices``
     as the kernels take them (``leveret.cuda.backproject_cone.kernel_matrices``:
     float32, texture views shifted by half a texel). ``slices=(k0, k1)``, k0 a
-    multiple of ``depth``: only those z slices are written."""
+    multiple of ``depth``: only those z slices are written. ``fma_steps``: the
+    views whose z coordinates the kernel computes in one fma per voxel
+    (``leveret.cuda.backproject_cone.fma_steps``; default: the software views)."""
     n_views = projections.shape[0]
     software = np.broadcast_to(np.asarray(software, bool), (n_views,)).copy()
+    fma_steps = software if fma_steps is None else np.broadcast_to(np.asarray(fma_steps, bool), (n_views,)).copy()
     k0, k1 = (0, out.shape[0]) if slices is None else slices
     _backproject_gpu_mirror(np.ascontiguousarray(projections, np.float32),
                             np.ascontiguousarray(index_matrices, np.float32), out, depth, accumulate, software,
-                            k0 // depth, -(-k1 // depth))
+                            fma_steps, k0 // depth, -(-k1 // depth))
     return out

@@ -9,8 +9,8 @@
 //
 // Arithmetic is rounded as written (no FMA contraction; the reciprocal of w
 // correctly rounded, as 1/w is in IEEE float) and the homogeneous coordinates
-// step along z by adding the matrix's third column, exactly as the CPU's
-// texture-emulating mode computes them, so the two agree to float rounding.
+// step along z by the matrix's third column (Segment), exactly as the CPU's
+// kernel-mirroring mode computes them, so the two agree to float rounding.
 //
 // Samples that cannot read a detector pixel are skipped, a thread's K voxels
 // of a view at a time (segment_visible): at RabbitCT's geometry a third of
@@ -19,7 +19,7 @@
 // unit as much as real ones. Skipping them leaves every sum bit-identical.
 //
 // Bottleneck variants (paper 002's method), selected by macros at compile time:
-//   LEVERET_CONE_NO_TEXTURE  replace the fetch by arithmetic on (u, v): no texture traffic
+//   LEVERET_CONE_NO_TEXTURE  replace kernel B's fetch by arithmetic on (u, v): no texture traffic
 //   LEVERET_CONE_NO_UPDATE   compute everything, write the volume only if a sum is NaN
 //   LEVERET_CONE_NO_CLIP     interpolate off-detector samples too (border zeros), for comparison
 // (the "near-perfect cache hits" variant needs no macro: tiny voxels, from Python).
@@ -56,7 +56,8 @@ __device__ __forceinline__ float rcp_rn(float w)
 // v < v_hi in the kernel's coordinates, which are the detector's indices plus
 // a shift (1/2 for texture coordinates, the zero border for the quad layout);
 // beyond, every neighbour is border zero. A margin of 1/16 pixel covers the
-// rounding of the incremental coordinates against segment_visible's.
+// rounding of the samples' u = (u w) / w against segment_visible's
+// homogeneous tests.
 struct Window {
     float lo, u_hi, v_hi;
 };
@@ -68,10 +69,20 @@ __device__ __forceinline__ Window detector_window(int n_rows, int n_cols, float 
 }
 
 // A thread's K voxels in one view: the homogeneous coordinates (u w, v w, w)
-// of its first voxel and their step along z (the matrix's third column);
-// step() moves to the next voxel, rounded as the CPU mirror rounds it.
+// of its first voxel and their step along z (the matrix's third column).
+// Exact-weight kernels take voxel k's coordinates as q + k d rounded once
+// (u(k), v(k), w(k): one fma each), texture fetches and kernel "ray-hybrid"
+// as the running sum q += d (step()), whose error grows with k (at K = 16 it
+// tripled linear32's RMSE on RabbitCT, docs/accuracy.md) but stays far below
+// the texture unit's 1/256 weights. The fma form costs nothing in the
+// exact-weight kernels; in "ray-hybrid" it cost ~2 ms of 57 at 512^3 (H200),
+// and beside the texture unit it spilled at 64 registers. The CPU mirror
+// rounds each view as its kernel does (cpu.backproject_gpu_mirror, fma_steps).
 struct Segment {
     float qu, qv, qw, du, dv, dw;
+    __device__ __forceinline__ float u(int k) const { return __fmaf_rn((float)k, du, qu); }
+    __device__ __forceinline__ float v(int k) const { return __fmaf_rn((float)k, dv, qv); }
+    __device__ __forceinline__ float w(int k) const { return __fmaf_rn((float)k, dw, qw); }
     __device__ __forceinline__ void step()
     {
         qu = __fadd_rn(qu, du);
@@ -97,8 +108,11 @@ __device__ __forceinline__ bool segment_visible(const Segment& s, const Window& 
 #ifdef LEVERET_CONE_NO_CLIP
     return true;
 #else
+    // The last sample's coordinates, rounded toward zero: not the value u(K-1)
+    // computes, so the compiler does not keep three registers alive to reuse
+    // it (a spill in kernel "hybrid" at 64 registers); the margin covers the ulp.
     const float span = (float)(LEVERET_CONE_K - 1);
-    const float eu = fmaf(span, s.du, s.qu), ev = fmaf(span, s.dv, s.qv), ew = fmaf(span, s.dw, s.qw);
+    const float eu = __fmaf_rz(span, s.du, s.qu), ev = __fmaf_rz(span, s.dv, s.qv), ew = __fmaf_rz(span, s.dw, s.qw);
     const bool left = fmaxf(fmaf(-win.lo, s.qw, s.qu), fmaf(-win.lo, ew, eu)) <= 0.0f;
     const bool right = fminf(fmaf(-win.u_hi, s.qw, s.qu), fmaf(-win.u_hi, ew, eu)) >= 0.0f;
     const bool above = fmaxf(fmaf(-win.lo, s.qw, s.qv), fmaf(-win.lo, ew, ev)) <= 0.0f;
@@ -112,6 +126,7 @@ __device__ __forceinline__ bool segment_visible(const Segment& s, const Window& 
 // The texture views' matrices come with the half-texel shift of texture
 // coordinates built in (u + 1/2, v + 1/2: texel centres), see the launcher.
 struct TextureFetch {
+    static constexpr bool exact = false;   // 8-bit weights
     cudaTextureObject_t projections;   // layered: x = u, y = v, layer = view
     __device__ __forceinline__ float operator()(int n, float u, float v) const
     {
@@ -176,6 +191,7 @@ __device__ __forceinline__ Sample locate(float u, float v, int n_rows, int n_col
 // a two-pixel zero border, (rows + 4) x (cols + 4) per view.
 #define LEVERET_CONE_BORDER 2
 struct GlobalFetch {
+    static constexpr bool exact = true;
     const float* __restrict__ projections;
     int n_rows, n_cols;
     __device__ __forceinline__ float operator()(int n, float u, float v) const
@@ -200,10 +216,12 @@ __device__ __forceinline__ void accumulate_view(const Fetch& fetch, int n, float
     if (!segment_visible(seg, win)) return;
 #pragma unroll
     for (int k = 0; k < LEVERET_CONE_K; ++k) {
-        const float inv_w = rcp_rn(seg.qw);
-        const float value = fetch(n, __fmul_rn(seg.qu, inv_w), __fmul_rn(seg.qv, inv_w));
+        const float qu = Fetch::exact ? seg.u(k) : seg.qu;   // see Segment
+        const float qv = Fetch::exact ? seg.v(k) : seg.qv;
+        const float inv_w = rcp_rn(Fetch::exact ? seg.w(k) : seg.qw);
+        const float value = fetch(n, __fmul_rn(qu, inv_w), __fmul_rn(qv, inv_w));
         sum[k] = __fadd_rn(sum[k], __fmul_rn(__fmul_rn(value, inv_w), inv_w));
-        seg.step();
+        if (!Fetch::exact) seg.step();
     }
 }
 
@@ -343,6 +361,7 @@ __device__ __forceinline__ float rcp_quad(float w)
 // One software view's contribution, from its quad layout. `view` points at the
 // view's quads minus 0x4B000000 quads (see above); u_max = cols + 2, v_max =
 // rows + 2, pitch = cols + 4 (quads per row), all in the bordered layout.
+template <bool FMA_STEPS>   // voxel k's coordinates in one fma (else running sums), see Segment
 __device__ __forceinline__ void accumulate_view_quad(const float4* __restrict__ view, int n, float fi, float fj,
                                                      float fk0, float pitch, float u_max, float v_max,
                                                      const Window& win, float (&sum)[LEVERET_CONE_K])
@@ -352,9 +371,9 @@ __device__ __forceinline__ void accumulate_view_quad(const float4* __restrict__ 
     const float magic = 8388608.0f;   // 2^23, bits 0x4B000000
 #pragma unroll
     for (int k = 0; k < LEVERET_CONE_K; ++k) {
-        const float r = rcp_quad(seg.qw);
-        const float u = fminf(fmaxf(__fmul_rn(seg.qu, r), 0.0f), u_max);
-        const float v = fminf(fmaxf(__fmul_rn(seg.qv, r), 0.0f), v_max);
+        const float r = rcp_quad(FMA_STEPS ? seg.w(k) : seg.qw);
+        const float u = fminf(fmaxf(__fmul_rn(FMA_STEPS ? seg.u(k) : seg.qu, r), 0.0f), u_max);
+        const float v = fminf(fmaxf(__fmul_rn(FMA_STEPS ? seg.v(k) : seg.qv, r), 0.0f), v_max);
         const float bu = __fadd_rd(u, magic);          // 2^23 + floor(u), exactly
         const float bv = __fadd_rd(v, magic);
         const float fv = __fsub_rn(bv, magic);         // floor(v)
@@ -366,7 +385,7 @@ __device__ __forceinline__ void accumulate_view_quad(const float4* __restrict__ 
         const float bottom = __fmaf_rn(a, p.w, p.z);
         const float value = __fmaf_rn(b, __fsub_rn(bottom, top), top);
         sum[k] = __fmaf_rn(value, __fmul_rn(r, r), sum[k]);
-        seg.step();
+        if (!FMA_STEPS) seg.step();
     }
 }
 
@@ -379,13 +398,10 @@ __device__ __forceinline__ void accumulate_view_quad(const float4* __restrict__ 
 // more instructions at 1.7x the cycles between issues (Nsight Compute, H200).
 // Same 8-bit weights as the layered textures: sums bit-identical.
 struct ViewFetch {
+    static constexpr bool exact = false;
     __device__ __forceinline__ float operator()(int n, float u, float v) const
     {
-#ifdef LEVERET_CONE_NO_TEXTURE
-        return __fadd_rn(u, v);
-#else
         return tex2D<float>(c_cone_views[n], u, v);
-#endif
     }
 };
 
@@ -424,14 +440,14 @@ __device__ __forceinline__ void backproject_ray(const float4* __restrict__ quads
         for (int n = 0; n < n_views; ++n) accumulate_view(ViewFetch{}, n, fi, fj, fk0, tex_window, sum);
     } else if (MODE == 1) {
         for (int n = 0; n < n_views; ++n)
-            accumulate_view_quad(base + (size_t)n * view_quads, n, fi, fj, fk0, pitch_f, u_max, v_max, quad_window,
-                                 sum);
+            accumulate_view_quad<true>(base + (size_t)n * view_quads, n, fi, fj, fk0, pitch_f, u_max, v_max,
+                                       quad_window, sum);
     } else {
         int phase = 0, slot = 0;
         for (int n = 0; n < n_views; ++n) {
             if (phase < count)
-                accumulate_view_quad(base + (size_t)(slot++) * view_quads, n, fi, fj, fk0, pitch_f, u_max, v_max,
-                                     quad_window, sum);
+                accumulate_view_quad<false>(base + (size_t)(slot++) * view_quads, n, fi, fj, fk0, pitch_f, u_max,
+                                            v_max, quad_window, sum);
             else
                 accumulate_view(ViewFetch{}, n, fi, fj, fk0, tex_window, sum);
             if (++phase == period) phase = 0;
@@ -526,6 +542,7 @@ struct Tile {
 };
 
 struct TileFetch {
+    static constexpr bool exact = true;
     const float* tile;
     Tile t;
     int n_rows, n_cols;
@@ -565,8 +582,8 @@ __device__ void find_tiles(Tile* tiles, int lane, int n0, int n_stage, int i0, i
         v_hi = fmaxf(v_hi, __shfl_xor_sync(0xffffffffu, v_hi, offset));
     }
     if (c == 0 && s < n_stage) {
-        // Half a pixel of margin covers the per-voxel coordinates' rounding
-        // (incremental along z); clamped as locate() clamps.
+        // Half a pixel of margin covers the per-voxel coordinates' rounding;
+        // clamped as locate() clamps.
         const float cols_f = (float)n_cols, rows_f = (float)n_rows;
         const int lo_u = (int)floorf(fminf(fmaxf(u_lo - 0.5f, -2.0f), cols_f));
         const int hi_u = (int)floorf(fminf(fmaxf(u_hi + 0.5f, -2.0f), cols_f));

@@ -71,6 +71,15 @@ def software_views(kernel: str, index_matrices: np.ndarray, volume_shape: tuple[
     return software_mask(plan_passes(index_matrices, volume_shape, views_per_pass, split=split), n_views)
 
 
+def fma_steps(kernel: str, software: np.ndarray) -> np.ndarray:
+    """Which views a kernel steps along z in one fma per voxel (exact z
+    coordinates) rather than by running sums: its software views, except in
+    "ray-hybrid", whose quad views take running sums like its texture views
+    (the fma form cost it ~2 ms at 512^3; see Segment in the .cu file)."""
+    software = np.asarray(software, bool)
+    return np.zeros_like(software) if kernel == "ray-hybrid" else software
+
+
 def kernel_matrices(index_matrices: np.ndarray, software: np.ndarray, border: int = 0) -> np.ndarray:
     """The float32 (n_views, 12) matrices the kernels (and their CPU mirror)
     use: views read through the texture unit get the half-texel shift of

@@ -8,18 +8,17 @@ from ..backends import resolve
 from ..geometry import VolumeGeometry
 
 # Per interpolation, the kernel "auto" runs (docs/performance.md, cone beam, H200
-# 2026-11-24): for "linear", "ray-hybrid" (ray-aligned passes, a third of the
-# views with exact weights beside the texture unit) for a call of
+# 2026-11-24, session 6): for "linear", "ray-hybrid" (ray-aligned passes, a
+# third of the views with exact weights beside the texture unit) for a call of
 # RAY_MIN_VIEWS views or more where a voxel projects onto RAY_MIN_PIXELS
-# detector pixels or more (RabbitCT 512^3, 2.4 pixels: 60-61 ms against 62 for
-# "ray" and 78-82 for kernel B, whole scan, K = 16), else "texture" (kernel B:
-# at 1024^3, 1.2 pixels, its fetches already hit the cache and the ray kernels
-# are slower; FDK's chunks of ~32 views were slower with "ray" from NumPy,
-# 158-163 against 135-157 ms); "quad" for "linear32" (1.6-1.8x the "global"
-# kernel). "linear8" on the CPU mirrors what "linear" runs on CUDA (both
-# texture-unit arithmetic), so the two share a kernel.
+# detector pixels or more (RabbitCT 512^3, 2.4 pixels: 57 ms against 60 for
+# "ray" and 82-85 for kernel B; 1024^3, 1.2 pixels: 383 against 407 ms), else
+# "texture" (kernel B: FDK's chunks of ~32 views were slower with the ray
+# kernels, 6.6 against 6.5 ms a chunk at 512^3); "quad" for "linear32"
+# (1.6-1.8x the "global" kernel). "linear8" on the CPU mirrors what "linear"
+# runs on CUDA (both texture-unit arithmetic), so the two share a kernel.
 AUTO_KERNEL = {"linear": "texture", "linear8": "texture", "linear32": "quad"}
-RAY_MIN_PIXELS = 2.0
+RAY_MIN_PIXELS = 1.0
 RAY_MIN_VIEWS = 124
 
 
@@ -182,10 +181,11 @@ class ConeBackprojection:
             raise ValueError("projections: the CPU backend takes NumPy arrays, got a CuPy array")
         from ..cpu import backproject_cone as cpu
         if self.interpolation in ("linear8", "linear32"):
-            from ..cuda.backproject_cone import depth, kernel_matrices, software_views
+            from ..cuda.backproject_cone import depth, fma_steps, kernel_matrices, software_views
             software = software_views(kernel, idx, self.volume.shape)
             return cpu.backproject_gpu_mirror(projections, kernel_matrices(idx, software).reshape(-1, 3, 4), out,
-                                              depth=depth(), software=software, accumulate=accumulate,
+                                              depth=depth(), software=software,
+                                              fma_steps=fma_steps(kernel, software), accumulate=accumulate,
                                               slices=slices)
         if slices is not None:   # exact arithmetic: the slab's own index matrices
             shifted = idx.copy()
