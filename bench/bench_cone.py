@@ -3,7 +3,7 @@
 496 views at 0.4 degrees, 1248 x 960 detector of 0.308 mm, source-isocentre
 750 mm, source-detector 1200 mm, volumes of L^3 voxels over a 256 mm cube.
 GUPS = L^3 x 496 / time / 1e9. Usage:
-  PYTHONPATH=src python3 bench/bench_cone.py [--sizes 256 512] [--no-astra] [--ray] [--out FILE]
+  PYTHONPATH=src python3 bench/bench_cone.py [--sizes 256 512] [--no-astra] [--ray] [--auto-threshold] [--out FILE]
 """
 from __future__ import annotations
 
@@ -183,7 +183,9 @@ def time_configs(configs, proj, mats, out, size):
         bp = ConeTextureBackprojector(kernel=kernel, **options)
         t = median_time(lambda: bp(proj, mats, out), reps=3, sync=cp.cuda.Device().synchronize)
         label = " ".join(f"{k}={v}" for k, v in options.items()) or "defaults"
-        record(f"cone {kernel} {size}^3, {label}", t, size**3 * N_VIEWS)
+        shape = (size,) * 3 if isinstance(size, int) else out.shape
+        name = f"{size}^3" if isinstance(size, int) else size
+        record(f"cone {kernel} {name}, {label}", t, int(np.prod(shape)) * N_VIEWS)
 
 
 def time_chunks(proj, mats, out, size, kernels=("texture", "ray", "quad")):
@@ -198,6 +200,26 @@ def time_chunks(proj, mats, out, size, kernels=("texture", "ray", "quad")):
                         sync=cp.cuda.Device().synchronize)
         record(f"cone {kernel} {size}^3, one 32-view chunk (accumulate) x 15.5", t * N_VIEWS / 32,
                size**3 * N_VIEWS, note=f"{t * 1e3:.2f} ms per chunk")
+
+
+def bench_auto_threshold():
+    """Kernel B against "ray-hybrid" as the voxel shrinks below a detector
+    pixel (operators.cone.RAY_MIN_PIXELS): central slabs of 256 slices of
+    cubes of 1024^2, 1536^2 and 2048^2 voxels over the 256 mm field."""
+    import cupy as cp
+    import leveret
+    from leveret.operators.cone import index_matrices, projected_voxel_pixels
+
+    g = geometry()
+    proj = cp.random.random(g.projection_shape, dtype=cp.float32)
+    for n in (1024, 1536, 2048):
+        vol = leveret.VolumeGeometry((256, n, n), voxel_size=256.0 / n)
+        mats = index_matrices(g.matrices, vol)
+        pixels = projected_voxel_pixels(mats, vol)
+        out = cp.empty(vol.shape, cp.float32)
+        time_configs([("texture", {}), ("ray-hybrid", {})], proj, mats, out, f"256x{n}x{n} ({pixels:.2f} px/voxel)")
+        del out
+        cp.get_default_memory_pool().free_all_blocks()
 
 
 def bench_astra(size):
@@ -227,9 +249,16 @@ def main(argv=None):
     parser.add_argument("--kernels-only", action="store_true", help="only the kernel comparison")
     parser.add_argument("--no-sweeps", action="store_true", help="skip the block/K and kernel sweeps")
     parser.add_argument("--ray", action="store_true", help="also the ray-aligned kernels side by side")
+    parser.add_argument("--auto-threshold", action="store_true",
+                        help="only kernel B against ray-hybrid below one detector pixel per voxel")
     args = parser.parse_args(argv)
     meta = metadata(with_devices=True)
     print_header()
+    if args.auto_threshold:
+        bench_auto_threshold()
+        if args.out:
+            write_results(args.out, meta)
+        return 0
     if args.kernels_only:
         for size in args.sizes:
             if args.ray:
