@@ -478,11 +478,11 @@ def test_cuda_skipping_off_detector_samples_changes_no_sum(rng, kernel):
     np.testing.assert_array_equal(results[0], results[1])
 
 
-@pytest.mark.parametrize("size, expected", [(512, "ray-hybrid"), (1024, "ray-hybrid"), (2048, "texture")])
+@pytest.mark.parametrize("size, expected", [(512, "ray-hybrid"), (1024, "ray-hybrid"), (4096, "texture")])
 def test_auto_kernel_follows_the_projected_voxel_size(size, expected):
     """RabbitCT's geometry: a 0.5 mm voxel spans ~2.4 detector pixels at the
     centre, a 0.25 mm one ~1.2 (the ray-aligned passes for whole scans), a
-    0.125 mm one ~0.6 (kernel B); explicit kernels and "linear32" are left
+    0.0625 mm one ~0.3 (kernel B); explicit kernels and "linear32" are left
     alone."""
     from leveret.operators.cone import RAY_MIN_PIXELS, RAY_MIN_VIEWS, projected_voxel_pixels
     geometry = ConeGeometry.circular(np.radians(np.arange(0, 496, 2) * 0.4), sid=750.0, sdd=1200.0, n_rows=960,

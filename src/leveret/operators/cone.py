@@ -12,13 +12,14 @@ from ..geometry import VolumeGeometry
 # third of the views with exact weights beside the texture unit) for a call of
 # RAY_MIN_VIEWS views or more where a voxel projects onto RAY_MIN_PIXELS
 # detector pixels or more (RabbitCT 512^3, 2.4 pixels: 57 ms against 60 for
-# "ray" and 82-85 for kernel B; 1024^3, 1.2 pixels: 383 against 407 ms), else
-# "texture" (kernel B: FDK's chunks of ~32 views were slower with the ray
-# kernels, 6.6 against 6.5 ms a chunk at 512^3); "quad" for "linear32"
+# "ray" and 81-85 for kernel B; 1024^3, 1.2 pixels: 387 against 412 ms;
+# slabs at 0.81 and 0.61 pixels: 6-8 % faster than kernel B; smaller voxels
+# not measured), else "texture" (kernel B: FDK's chunks of ~32 views from host
+# arrays were slower with the ray kernels); "quad" for "linear32"
 # (1.6-1.8x the "global" kernel). "linear8" on the CPU mirrors what "linear"
 # runs on CUDA (both texture-unit arithmetic), so the two share a kernel.
 AUTO_KERNEL = {"linear": "texture", "linear8": "texture", "linear32": "quad"}
-RAY_MIN_PIXELS = 1.0
+RAY_MIN_PIXELS = 0.6
 RAY_MIN_VIEWS = 124
 
 
