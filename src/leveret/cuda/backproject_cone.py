@@ -198,7 +198,9 @@ class ConeTextureBackprojector:
         views ``staged_views`` marks, the texture unit for the others, both at
         once on every multiprocessor. The ray-aligned kernels run the views in
         passes of similar direction with a warp's lanes along the pass's rays
-        (``plan_passes``): "ray" through the texture unit, "quad" with exact
+        (``plan_passes``): "ray" through the texture unit (a 2D texture
+        object per view over ``projections`` in place, ``texture.view_textures``:
+        no copy into a CUDA array), "quad" with exact
         float32 weights from a per-view quad layout (one 16-byte load per
         sample), "ray-hybrid" ``split`` = (count, period): ``count`` of every
         ``period`` views from quads, the others through the texture.
