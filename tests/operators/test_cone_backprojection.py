@@ -103,6 +103,10 @@ def test_bad_input(small_scan):
         ConeBackprojection(g, behind, backend="cpu")
     with pytest.raises(ValueError, match="geometry"):
         ConeBackprojection("cone", vol)
+    from leveret.cuda.backproject_cone import ConeTextureBackprojector
+    for per_pass in (0, 1025):   # the ray kernels' matrices and texture handles sit in constant memory
+        with pytest.raises(ValueError, match="views_per_pass: expected 1 .. 1024"):
+            ConeTextureBackprojector(kernel="ray", views_per_pass=per_pass)
 
 
 @pytest.mark.gpu

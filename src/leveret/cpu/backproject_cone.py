@@ -169,9 +169,8 @@ def _backproject_gpu_mirror(projections, matrices, out, depth, accumulate, softw
     """float32 mirror of backproject_cone.cu: same rounding, same z steps
     within blocks of ``depth`` voxels (voxel k from the block's first in one
     fma for the views ``fma_steps`` marks, running sums for the others), same
-    summation order; the texture
-    kernel's fetch, or the software kernels' for the views ``software`` marks;
-    z blocks [block0, block1) only."""
+    summation order; the texture kernel's fetch, or the software kernels' for
+    the views ``software`` marks; z blocks [block0, block1) only."""
     n_views = projections.shape[0]
     nz, ny, nx = out.shape
     t = np.float32

@@ -112,7 +112,8 @@ __device__ __forceinline__ bool segment_visible(const Segment& s, const Window& 
     // computes, so the compiler does not keep three registers alive to reuse
     // it (a spill in kernel "hybrid" at 64 registers); the margin covers the ulp.
     const float span = (float)(LEVERET_CONE_K - 1);
-    const float eu = __fmaf_rz(span, s.du, s.qu), ev = __fmaf_rz(span, s.dv, s.qv), ew = __fmaf_rz(span, s.dw, s.qw);
+    const float eu = __fmaf_rz(span, s.du, s.qu), ev = __fmaf_rz(span, s.dv, s.qv);
+    const float ew = __fmaf_rz(span, s.dw, s.qw);
     const bool left = fmaxf(fmaf(-win.lo, s.qw, s.qu), fmaf(-win.lo, ew, eu)) <= 0.0f;
     const bool right = fminf(fmaf(-win.u_hi, s.qw, s.qu), fmaf(-win.u_hi, ew, eu)) >= 0.0f;
     const bool above = fmaxf(fmaf(-win.lo, s.qw, s.qv), fmaf(-win.lo, ew, ev)) <= 0.0f;

@@ -9,7 +9,7 @@ import re
 
 import numpy as np
 
-from ._module import kernel_source, load_module
+from ._module import kernel_source, load_module, upload_pinned
 from .texture import acquire, release, release_views, view_textures
 
 MAX_VIEWS_PER_PASS = 1024  # LEVERET_CONE_MAX_VIEWS
@@ -306,7 +306,6 @@ class ConeTextureBackprojector:
         pageable upload would make the host wait for the stream's earlier work,
         and FDK queues its chunks ahead of the GPU (each chunk is a new plan)."""
         import cupy
-        import cupyx
 
         m = np.asarray(index_matrices, np.float64).reshape(-1, 12)
         key = (m.tobytes(), tuple(volume_shape))
@@ -315,10 +314,8 @@ class ConeTextureBackprojector:
             plan, pinned = [], []
 
             def upload(host: np.ndarray):
-                pinned.append(cupyx.empty_pinned(host.shape, host.dtype))
-                pinned[-1][...] = host
-                device = cupy.empty(host.shape, host.dtype)
-                device.set(pinned[-1], stream=stream)
+                device, host_copy = upload_pinned(host, stream)
+                pinned.append(host_copy)
                 return device
 
             for p in plan_passes(m, volume_shape, self.views_per_pass, self.aligned, self.split):

@@ -14,6 +14,8 @@ from collections import OrderedDict
 
 import numpy as np
 
+from ._module import upload_pinned
+
 CACHE_BYTES = 256 << 20   # textures larger than this are freed after use
 CACHE_ENTRIES = 4
 _cache: "OrderedDict[tuple, LayeredTexture]" = OrderedDict()
@@ -133,20 +135,6 @@ _view_cache: "OrderedDict[tuple, ViewTextures]" = OrderedDict()
 _retired: "list[ViewTextures]" = []    # evicted, still read by queued kernels
 
 
-def _pinned_upload(host, stream):
-    """``host`` on the device through pinned memory, queued on ``stream``
-    (a pageable upload would wait for the stream's earlier work); returns the
-    device array and the pinned copy, which must live until the copy is done."""
-    import cupy
-    import cupyx
-
-    pinned = cupyx.empty_pinned(host.shape, host.dtype)
-    pinned[...] = host
-    device = cupy.empty(host.shape, host.dtype)
-    device.set(pinned, stream=stream)
-    return device, pinned
-
-
 class ViewTextures:
     """One bilinear, border-zero 2D texture object per view of a
     (n_views, rows, cols) float32 CuPy array whose views meet the device's
@@ -171,8 +159,7 @@ class ViewTextures:
         self.objects = [texture.TextureObject(
             texture.ResourceDescriptor(runtime.cudaResourceTypePitch2D, arr=unowned[n], chDesc=desc, width=cols,
                                        height=rows, pitchInBytes=pitch), sampler) for n in range(n_views)]
-        self.handles, self._pinned = _pinned_upload(
-            np.array([o.ptr for o in self.objects], np.uint64), stream)
+        self.handles, self._pinned = upload_pinned(np.array([o.ptr for o in self.objects], np.uint64), stream)
         self.shape = (n_views, rows, cols)
         self.released = None   # staging entries: the event after the last kernel that read them
         self.staging = None    # the aligned copy the objects read, when the views were not aligned
