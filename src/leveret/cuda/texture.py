@@ -160,8 +160,7 @@ class ViewTextures:
             texture.ResourceDescriptor(runtime.cudaResourceTypePitch2D, arr=unowned[n], chDesc=desc, width=cols,
                                        height=rows, pitchInBytes=pitch), sampler) for n in range(n_views)]
         self.handles, self._pinned = upload_pinned(np.array([o.ptr for o in self.objects], np.uint64), stream)
-        self.shape = (n_views, rows, cols)
-        self.released = None   # staging entries: the event after the last kernel that read them
+        self.released = None   # the event after the last kernels that read it (release_views)
         self.staging = None    # the aligned copy the objects read, when the views were not aligned
         self.key = None
 
