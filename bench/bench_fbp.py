@@ -1,13 +1,18 @@
-"""Parallel-beam FBP benchmark: leveret (CPU, CUDA) and ASTRA 2.5.0 in the same run.
+"""Parallel-beam FBP with leveret's defaults (CPU and CUDA), ASTRA in the same run.
 
-Prints a table and writes JSON. Problems (issue 2):
-  CPU   FBP of 512^2 from 720 angles
-  GPU   back-projection and FBP of 2048^2 slices from 2048 angles, 1 and 64
-        slices, from device (CuPy) arrays and from NumPy arrays
-  ASTRA BP_CUDA / FBP_CUDA 2D and parallel3d BP on the same problems
+Problems:
+  --cpu    FBP of 512^2 from 720 angles on all cores
+  --gpu    back-projection and FBP of 2048^2 slices from 2048 angles, 1 and 64
+           slices, from device (CuPy) arrays and from NumPy arrays
+  --astra  ASTRA's BP_CUDA / FBP_CUDA (2D) and parallel3d back-projection on the
+           same problems
+  --floor  the streaming pipeline with the GPU work replaced by a copy: the host
+           and PCIe cost that FBP from NumPy arrays can at best hide
 
-GU/s = image pixels x slices x angles / time / 1e9. Usage:
-  PYTHONPATH=src python3 bench/bench_fbp.py [--cpu] [--gpu] [--astra] [--out FILE]
+GU/s = image pixels x slices x angles / time / 1e9. No switch: --cpu --gpu --astra.
+The kernels one by one: bench_parallel_kernels.py.
+
+    PYTHONPATH=src python3 bench/bench_fbp.py --gpu --astra --out bench_fbp.json
 """
 from __future__ import annotations
 
@@ -66,26 +71,6 @@ def bench_gpu(n=2048, n_angles=2048, slice_counts=(1, 64)):
                note=f"pinned PCIe floor for the bytes alone {pcie * 1e3:.0f} ms")
 
 
-def bench_variants(n=2048, n_angles=2048, n_slices=64):
-    """Back-projection kernel variants (texel packing x block shape), device arrays."""
-    import cupy as cp
-    import leveret
-    from leveret.cuda.backproject_parallel import ParallelTextureBackprojector
-    from leveret.operators import parallel_table
-
-    sync = cp.cuda.Device().synchronize
-    g = leveret.ParallelGeometry(np.linspace(0, np.pi, n_angles, endpoint=False), n, n_rows=n_slices)
-    table = parallel_table(g, g.default_volume(), np.float32)
-    sinos = cp.random.random((n_slices, n_angles, n), dtype=cp.float32)
-    out = cp.empty((n_slices, n, n), cp.float32)
-    for packing in ("float", "float2"):
-        for block in ((32, 8), (16, 16), (64, 4), (16, 8), (32, 4)):
-            bp = ParallelTextureBackprojector(packing, block)
-            t = median_time(lambda: bp(sinos, table, out), reps=3, sync=sync)
-            record(f"BP variant {packing} block {block[0]}x{block[1]}, {n_slices} slices", t,
-                   n * n * n_slices * n_angles)
-
-
 def bench_pipeline_floor(n=2048, n_angles=2048, n_slices=64):
     """The streaming pipeline with the GPU work replaced by a copy: the host and
     PCIe cost that FBP from NumPy arrays can at best hide."""
@@ -110,7 +95,7 @@ def bench_pipeline_floor(n=2048, n_angles=2048, n_slices=64):
 def bench_astra(n=2048, n_angles=2048, n_slices=64):
     try:
         import astra
-    except Exception as exc:  # noqa: BLE001 - report and go on
+    except ImportError as exc:
         print(f"ASTRA not available: {exc}")
         return
     angles = np.linspace(0, np.pi, n_angles, endpoint=False)
@@ -145,19 +130,18 @@ def main(argv=None):
     parser.add_argument("--cpu", action="store_true", help="run the CPU problem")
     parser.add_argument("--gpu", action="store_true", help="run the leveret GPU problems")
     parser.add_argument("--astra", action="store_true", help="run ASTRA on the GPU problems")
-    parser.add_argument("--variants", action="store_true", help="kernel variants and the pipeline floor")
+    parser.add_argument("--floor", action="store_true", help="the pipeline's transfer-only floor")
     parser.add_argument("--out", default=None, help="JSON file for the results")
     args = parser.parse_args(argv)
-    if not (args.cpu or args.gpu or args.astra or args.variants):
+    if not (args.cpu or args.gpu or args.astra or args.floor):
         args.cpu = args.gpu = args.astra = True
-    meta = metadata(with_devices=args.gpu or args.astra or args.variants)
+    meta = metadata(with_devices=args.gpu or args.astra or args.floor)
     print_header()
     if args.cpu:
         bench_cpu()
     if args.gpu:
         bench_gpu()
-    if args.variants:
-        bench_variants()
+    if args.floor:
         bench_pipeline_floor()
     if args.astra:
         bench_astra()

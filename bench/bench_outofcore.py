@@ -14,7 +14,9 @@ and prints a table (median of --reps runs; GU/s = voxel updates per second /
 output file is deleted between runs; the page cache is not dropped, so the
 input is read from memory after the first run (a warm-cache measurement).
 
-    python3 bench/bench_outofcore.py --backend cuda --sizes 512 1024 --out results.json
+    PYTHONPATH=src python3 bench/bench_outofcore.py --backend cuda --sizes 512 1024 --out bench_outofcore.json
+
+No ASTRA rows: ASTRA has no out-of-core reconstruction.
 """
 from __future__ import annotations
 
@@ -26,11 +28,10 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import RESULTS, median_time, metadata, print_header, record, write_results  # noqa: E402
+from common import RESULTS, median_time, metadata, print_header, record, write_results
 
-import leveret  # noqa: E402
-from leveret.outofcore import host_bytes, reconstruct_to_file  # noqa: E402
+import leveret
+from leveret.outofcore import host_bytes, reconstruct_to_file
 
 FORMATS = ("rec.npy", "rec.h5", "rec.zarr", "rec/")
 

@@ -1,7 +1,13 @@
-"""What the benchmarks share: timing, the results table, JSON output, ASTRA calls."""
+"""What the benchmarks share: timing, the results table, JSON output, ASTRA calls.
+
+Run as a script, it prints a Markdown table of result files:
+
+    python3 bench/common.py bench/results/h200/*.json
+"""
 from __future__ import annotations
 
 import json
+import os
 import platform
 import statistics
 import sys
@@ -42,10 +48,23 @@ def median_time(fn, reps=5, warmup=1, sync=None):
     return statistics.median(times)
 
 
+def _commit() -> str | None:
+    """The repository's commit (None outside a git checkout)."""
+    import subprocess
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                              cwd=os.path.dirname(os.path.abspath(__file__)), check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+
+
 def metadata(with_devices: bool) -> dict:
-    meta = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "host": platform.node(), "python": platform.python_version(),
-            "command": " ".join(["python3"] + sys.argv)}
+    """Date, commit, Python, the command (absolute paths cut to their file name) and the GPUs."""
+    argv = [os.path.basename(a) if os.path.isabs(a) else a for a in sys.argv[1:]]
+    script = os.path.relpath(os.path.abspath(sys.argv[0])) if sys.argv and sys.argv[0] else "?"
+    meta = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "commit": _commit(),
+            "python": platform.python_version(),
+            "command": " ".join(["python3", script] + argv)}
     if with_devices:
         from leveret.backends import describe
         meta["devices"] = describe()
@@ -95,3 +114,22 @@ def astra_algorithm3d(name, proj_geom, vol_geom, proj_shape, reps=3):
     astra.algorithm.delete(aid)
     astra.data3d.delete([pid, vid])
     return t
+
+
+def table(paths) -> str:
+    """A Markdown table of the rows of one or more result files (bench_*.py --out)."""
+    lines = ["| code | problem | time | rate | note |", "|---|---|---|---|---|"]
+    for path in paths:
+        with open(path) as fh:
+            data = json.load(fh)
+        for row in data["results"]:
+            if "seconds" not in row:    # bench_rabbitct.py's rows: accuracy, not a time table
+                continue
+            rate = f"{row['GU_per_s']:.1f} GU/s" if row["GU_per_s"] else "-"
+            problem = row["problem"].replace("|", "\\|")
+            lines.append(f"| {row['code']} | {problem} | {row['seconds'] * 1e3:.2f} ms | {rate} | {row['note']} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(table(sys.argv[1:]))

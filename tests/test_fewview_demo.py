@@ -1,4 +1,4 @@
-"""bench/fewview_demo.py at a small size: it runs, writes its PNG and JSON-able
+"""examples/fewview_demo.py at a small size: it runs, writes its PNG and JSON-able
 numbers, and iterative reconstruction from 1/4 of the views beats the best
 FDK (Ram-Lak, Shepp-Logan or Hann, chosen against the truth in FDK's favour)
 from the same 1/4, in RMSE over the whole volume and inside the head.
@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "bench" / "fewview_demo.py"
+SCRIPT = Path(__file__).resolve().parents[1] / "examples" / "fewview_demo.py"
 
 
 def _load():

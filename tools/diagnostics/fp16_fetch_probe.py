@@ -1,12 +1,12 @@
 """Which arithmetic does the texture unit use to filter fp16 texels?
 
-Issue 4, phase 3. With ties away from zero the CPU emulation of the fast
-mode (exact sample, one rounding to fp16) matches the H200 except for a
-residual of 1.6e-5 to 1.9e-5 relative (docs/accuracy.md), about 0.1 % of the
+With ties away from zero the CPU emulation of precision="float16" (exact
+sample, one rounding to fp16) matches an H200 except for a residual of
+1.6e-5 to 1.9e-5 relative (docs/accuracy.md), about 0.1 % of the
 samples one fp16 step off. Image sums cannot tell the candidate models
 apart; a single angle can: each output pixel is then exactly one fetch.
 
-This back-projects one generic angle of white noise with the fast-mode fp16
+This back-projects one generic angle of white noise with the float16
 kernels (texture half2, texz half4), recomputes every sample's texels
 (v0, v1) and 8-bit weight on the CPU exactly as the emulation does, and
 reports, per kernel: how many samples differ from exact-then-round-away,
@@ -14,7 +14,7 @@ how many each candidate model gets right (all of them is the answer), and
 the first disagreeing samples. Prints a table, writes JSON.
 
 Run on a GPU, from the repository root:
-``PYTHONPATH=src python3 bench/fp16_fetch_probe.py --out fp16_probe.json``
+``PYTHONPATH=src python3 tools/diagnostics/fp16_fetch_probe.py --out fp16_probe.json``
 """
 from __future__ import annotations
 
@@ -126,7 +126,7 @@ def main() -> None:
     report = {"size": args.size, "slices": args.slices, "seed": args.seed,
               "samples": int(inside.sum()), "kernels": {}}
     for kernel, packing in (("texture", "half2"), ("texz", "half4")):
-        op = ParallelBackprojection(geometry, volume, backend="cuda", kernel=kernel, precision="fast",
+        op = ParallelBackprojection(geometry, volume, backend="cuda", kernel=kernel, precision="float16",
                                     texture_packing=packing)
         out = cp.full((args.slices, args.size, args.size), cp.nan, cp.float32)
         got = cp.asnumpy(op(cp.asarray(sinos), out=out)).astype(np.float64)

@@ -5,7 +5,7 @@ coordinates (y at texel centres) and compares with two models of the x
 weight (rounded to nearest, or truncated, at 1/256).
 2D: fetches a random layered texture at random (x, y) and compares with
 models of both weights. The winners are what the CPU's "linear8" modes must
-emulate. Run on a GPU: ``PYTHONPATH=src python3 bench/probe_texture_weights.py``.
+emulate. Run on a GPU: ``PYTHONPATH=src python3 tools/diagnostics/probe_texture_weights.py``.
 """
 import json
 import sys
@@ -103,6 +103,8 @@ def probe_ties(rng):
 
 
 def main():
+    import argparse
+    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
     rng = np.random.default_rng(1)
     result = {"ties": probe_ties(rng)}
     ramp = np.zeros((1, 64))

@@ -20,7 +20,7 @@ Writes a PNG (central axial and coronal slices, and their differences from the
 phantom), a JSON of every number, and prints a table. Numbers and command:
 docs/fewview.md.
 
-    python bench/fewview_demo.py --out fewview.png --json fewview.json
+    python examples/fewview_demo.py --out fewview.png --json fewview.json
 """
 from __future__ import annotations
 
