@@ -1,7 +1,7 @@
 """leveret: fast, quantitative tomographic reconstruction on GPUs and CPUs.
 
-NumPy in, NumPy out; CuPy in, CuPy out. Conventions (frame, array orders,
-units) are those of CONVENTIONS.md, summarised in docs/conventions.md.
+NumPy in, NumPy out; CuPy in, CuPy out. The conventions (frame, array
+orders, angles, units) are those of docs/conventions.md.
 """
 from . import io, outofcore, phantom, rabbitct
 from .algorithms import cgls, fbp, fdk, os_sart, radon3d_fbp, radon3d_forward, sirt

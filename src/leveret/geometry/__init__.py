@@ -1,4 +1,4 @@
-"""Scan and volume geometries (CONVENTIONS.md is the contract)."""
+"""Scan and volume geometries (docs/conventions.md is the contract)."""
 from .cone import ConeGeometry
 from .parallel import ParallelGeometry
 from .radon import RadonGeometry

@@ -1,7 +1,7 @@
 """Cone-beam scan geometry from per-view projection matrices: ``ConeGeometry``.
 
 One 3x4 matrix ``P`` per view maps a world point to detector pixels,
-``(u w, v w, w) = P (x, y, z, 1)`` (RabbitCT's convention, CONVENTIONS.md
+``(u w, v w, w) = P (x, y, z, 1)`` (RabbitCT's convention, docs/conventions.md
 "Cone beam"). Everything else (source positions, rays, intrinsics, the
 ASTRA and TIGRE descriptions) is derived from the matrices, so nothing here
 assumes a perfect circle.
@@ -220,7 +220,7 @@ class ConeGeometry(Frozen):
     scaling) and ``1 / w**2`` is FDK's distance weight. :meth:`depth` gives
     the depth in length units for any scaling.
 
-    **Handedness.** With CONVENTIONS.md's circular scan (u along
+    **Handedness.** With docs/conventions.md's circular scan (u along
     ``e(t) = (cos t, sin t, 0)``, v along +z, principal ray along
     ``d(t) = (-sin t, cos t, 0)``), ``e x z = -d``: the pixel grid is
     left-handed seen from the source, so ``det(P[:, :3]) < 0``. This is why
@@ -501,7 +501,7 @@ class ConeGeometry(Frozen):
 
         Notes
         -----
-        CONVENTIONS.md: the source sits at ``-sid d(t) = (sid sin t,
+        docs/conventions.md: the source sits at ``-sid d(t) = (sid sin t,
         -sid cos t, 0)`` with ``d(t) = (-sin t, cos t, 0)`` the ray direction
         of the parallel geometry, the detector centre at ``(sdd - sid) d(t)``,
         u along ``e(t) = (cos t, sin t, 0)``, v along +z. A point at

@@ -7,7 +7,7 @@ of ellipses (:class:`EllipsePhantom`), 3D ones sums of ellipsoids
 :class:`~leveret.geometry.VolumeGeometry` and project exactly for a
 :class:`~leveret.geometry.ParallelGeometry`. Any other geometry can use
 :meth:`EllipsoidPhantom.line_integrals` (lines given by points and
-directions). All lengths are world units (CONVENTIONS.md).
+directions). All lengths are world units (docs/conventions.md).
 """
 from .ellipses import Ellipse, EllipsePhantom, disk, random_ellipses, shepp_logan_ellipses
 from .ellipsoids import (Ellipsoid, EllipsoidPhantom, ball, euler_rotation, random_ellipsoids,

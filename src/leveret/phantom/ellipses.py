@@ -1,6 +1,6 @@
 """2D ellipse phantoms with exact (closed-form) line integrals.
 
-Coordinates follow CONVENTIONS.md: world (x, y) in the user's length unit,
+Coordinates follow docs/conventions.md: world (x, y) in the user's length unit,
 angles in radians, a line at angle t and offset s is
 ``{(x, y): x cos t + y sin t = s}``. Images are ``(ny, nx)`` arrays, x fastest,
 and row ``j`` grows with y (show them with ``imshow(..., origin="lower")``).

@@ -1,6 +1,6 @@
 """3D ellipsoid phantoms with exact (closed-form) line integrals.
 
-Coordinates follow CONVENTIONS.md: world (x, y, z) in the user's length unit,
+Coordinates follow docs/conventions.md: world (x, y, z) in the user's length unit,
 z is the rotation axis of circular scans, volumes are ``(nz, ny, nx)``
 arrays, x fastest. Points and directions given to this module are ``(..., 3)``
 arrays in (x, y, z) order.

@@ -62,7 +62,7 @@ matrices, the image order, the record layout (matrix then image, per view)
 and the reference volumes following the projections in doubling sizes are
 from the public RabbitCTRunner sources (``rabbitctrunner.h`` /
 ``rabbitctrunner.cpp``, version 2.x, and the LolaBunny reference kernel).
-The project issue's description ("24-byte header: version 2, detector size,
+The format's short description ("24-byte header: version 2, detector size,
 projection count, HU scale; then per projection 12 doubles and the float
 image; then the uint16 reference volumes") agrees; the public sources add
 that "HU scale" is two float32 values, slope then offset. The sources assume

@@ -19,17 +19,19 @@ Scoring (:func:`hu_errors`)
 - **Against a float reference** (e.g. :func:`leveret.rabbitct.reference_volume`,
   float64), both sides go through the linear map only, ``hu_scale mu +
   hu_offset`` (no rounding, no clipping), in float64: this measures the
-  arithmetic itself, well below one HU (paper 002 reports 0.021 HU this way,
-  against a floating-point reference). ``compare=`` overrides either choice.
+  arithmetic itself, well below one HU (Zinsser and Keck (2013) report
+  0.021 HU this way, against a floating-point reference). ``compare=`` overrides either choice.
 - **PSNR** = ``10 log10(4095^2 / MSE)`` dB: RabbitCTRunner's definition, the
   peak being the top of the 12-bit scored range (0..4095), whatever the
   comparison; infinite for identical volumes.
 - **What to expect.** The CPU back-projection ("linear") differs from a
   float64 reference by float32 rounding (1e-4 HU). The CUDA kernel
   interpolates with the texture unit's 8-bit weights: on the full synthetic
-  dataset (:func:`make_dataset` defaults) it scored 0.141 HU RMSE (float) and
-  0.210 HU (quantised) at L = 128 to 512 on an H200, unbiased;
-  ``interpolation="linear8"`` reproduces that arithmetic on the CPU.
+  dataset (:func:`make_dataset` defaults) about 0.1 HU RMSE against a float
+  reference, unbiased, and ``interpolation="linear32"`` (exact float32
+  weights) about 0.006 HU (docs/accuracy.md has the measured values);
+  ``interpolation="linear8"`` reproduces the texture unit's arithmetic on
+  the CPU.
 - **Histogram** of ``|error|`` in HU, RabbitCTRunner's 11 bins by default
   (:data:`HISTOGRAM_EDGES`): [0, 1), [1, 2), ..., [9, 10), [10, inf).
 
