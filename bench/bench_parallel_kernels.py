@@ -1,5 +1,5 @@
 """Parallel-beam back-projection kernels (the kernel family of Chilingaryan et
-al. 2010: texture, Z-order texture, shared-memory/ALU and hybrid) side by side,
+al. 2020: texture, Z-order texture, shared-memory/ALU and hybrid) side by side,
 with ASTRA in the same run.
 
 Each kernel and precision on 64 slices of 2048^2 from 2048 angles (device

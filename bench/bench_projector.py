@@ -1,9 +1,9 @@
 """Matched ray-driven projectors: leveret's CUDA Siddon/Joseph pairs and ASTRA in the same run.
 
 Problems (GPU, device arrays, float32):
-  paper  the problem of the matched Siddon/Jacobs projector paper (Gao 2012, see
-         docs/references.md): cone beam, 720 views over 360 degrees, a 512 x 512
-         detector, a 512^3 volume; unit voxels, source-isocentre 1000,
+  paper  the problem of Thompson and Lionheart (2014; docs/references.md), whose
+         matched Siddon/Jacobs projector leveret's structured path follows:
+         cone beam, 720 views over 360 degrees, a 512 x 512 detector, a 512^3 volume; unit voxels, source-isocentre 1000,
          source-detector 1500, detector pixel 2.0 (the volume's inscribed cylinder
          is seen whole, so the structured paths apply). Forward (Joseph, Siddon;
          general and structured paths), back-projection (the exact transpose, each
@@ -69,8 +69,8 @@ def bench_leveret(g, vol, label: str, *, iterations: bool, k: int = 2):
             ("joseph", False, "float32", "general path, float32 march"),
             ("joseph", True, "float32", "structured (xy planes shared by rows), float32 march"),
             ("siddon", False, "float32", "general path, float64 traversal"),
-            ("siddon", True, "float32", "paper 003 structured path, float32 march"),
-            ("siddon", True, "float64", "paper 003 structured path, float64 march")]:
+            ("siddon", True, "float32", "structured path, float32 march"),
+            ("siddon", True, "float64", "structured path, float64 march")]:
         if precision == "float64" and not iterations:
             continue
         try:

@@ -1,6 +1,6 @@
 """3D Radon FBP (pulse EPR imaging): leveret on CUDA and on the CPU.
 
-Problems (the sizes of Komarov et al. 2013's 3D FBP, see docs/references.md):
+Problems (the sizes of Qiao et al. 2015's 3D FBP for EPR imaging, docs/references.md):
   128^3 from 208 directions    (the paper: 0.400 s on a GTX 760, float64, with transfers)
   200^3 from 208 directions    (the paper: 1.507 s)
   256^3 from 2000 directions
