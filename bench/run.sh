@@ -5,7 +5,7 @@
 #
 # usage: bash bench/run.sh [--out DIR] [--no-tests] [--no-sanitize] [--bench LIST] [--sanitize-tests FILE]
 #
-#   --out DIR             output folder (default: bench-out); made if missing
+#   --out DIR             output folder (default: $OUT if set, else bench-out); made if missing
 #   --no-tests            skip the GPU test suite (pytest -m gpu)
 #   --no-sanitize         skip compute-sanitizer
 #   --sanitize-tests FILE pytest node ids to run under compute-sanitizer, one per
@@ -18,7 +18,7 @@
 # ASTRA rows appear where `import astra` works in the Python that runs this
 # (python3, or $PYTHON). Results are copied to bench/results/<gpu>/ by hand.
 set -uo pipefail
-OUT=bench-out TESTS=1 SANITIZE=1 BENCH=fbp,cone,projector,radon3d,parallel_kernels SANITIZE_FILE=
+OUT=${OUT:-bench-out} TESTS=1 SANITIZE=1 BENCH=fbp,cone,projector,radon3d,parallel_kernels SANITIZE_FILE=
 while [ $# -gt 0 ]; do
   case "$1" in
     --out) OUT=$2; shift 2 ;;
