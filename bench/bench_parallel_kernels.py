@@ -91,9 +91,9 @@ def bench_kernels(n, n_angles, n_slices):
     out = cp.empty((n_slices, n, n), cp.float32)
     updates = n * n * n_slices * n_angles
     for label, kernel, precision, options in CONFIGS:
-        op = ParallelBackprojection(g, vol, backend="cuda", kernel=kernel, precision=precision,
-                                    kernel_options=options)
         try:
+            op = ParallelBackprojection(g, vol, backend="cuda", kernel=kernel, precision=precision,
+                                        kernel_options=options)
             t = median_time(lambda: op(sinos, out=out), reps=3, sync=sync)
         except Exception as exc:  # noqa: BLE001 - a failing kernel is reported, the others still run
             record(f"BP {label}", float("nan"), None, note=f"FAILED: {type(exc).__name__}: {exc}")
