@@ -12,10 +12,13 @@ threads, atomics, launch configuration) tests/cuda/test_raytrace_gpu.py does."""
 from __future__ import annotations
 
 import ctypes
+import shutil
+import subprocess
 
 import numpy as np
 import pytest
 
+from leveret.cuda._module import KERNEL_DIR, kernel_files
 from leveret.cuda.raytrace import (JOSEPH_PAD_Z, KERNEL_CONSTANTS, joseph_float32_bound, structured_float32_bound,
                                    structured_ratio, view_parameters, voxel_row_extent, voxel_rows_per_voxel,
                                    voxel_view_floats)
@@ -50,6 +53,23 @@ def lib_kz1(tmp_path_factory):
 def lib_patch2(tmp_path_factory):
     """The voxel transpose with 2 x 2 voxel columns per warp (LEVERET_JV_PATCH=2)."""
     return build_host_harness(tmp_path_factory, "raytrace", _defines(LEVERET_JV_PATCH=2, LEVERET_JV_KZ=1))
+
+
+@pytest.mark.parametrize("path", [p for p in kernel_files() if p.name.startswith("raytrace_")],
+                         ids=lambda p: p.name)
+def test_kernel_files_need_the_python_constants(lib, path):
+    """Each raytrace_*.cu file preprocesses with raytrace.py's constants, and
+    those that use one stop with an #error naming it when it is missing
+    (preprocessor only: no CUDA needed)."""
+    cxx = shutil.which("g++") or shutil.which("c++")   # there: the lib fixture built with it
+    cmd = [cxx, "-E", "-x", "c++", f"-I{KERNEL_DIR}", str(path), "-o", "/dev/null"]
+    assert subprocess.run(cmd + [f"-D{d}" for d in _defines()], capture_output=True).returncode == 0
+    text = path.read_text()
+    for name in KERNEL_CONSTANTS:
+        if name in text:
+            res = subprocess.run(cmd + [f"-D{d}" for d in _defines() if not d.startswith(name + "=")],
+                                 capture_output=True, text=True)
+            assert res.returncode != 0 and "#error" in res.stderr and name in res.stderr, (name, res.stderr)
 
 
 def _ptr(a):
@@ -90,7 +110,10 @@ def test_host_build_equals_numba(lib, name, model, rng):
     lib.run_general(which + 1, _ptr(back), _ptr(y), nx, ny, nz, _ptr(params), _ptr(g), shape[0], n_rows,
                     n_cols, kind, is2d)
     ref_back = A.T(y)                                  # other summation order: rounding
-    np.testing.assert_allclose(back, ref_back, rtol=0, atol=1e-13 * np.abs(ref_back).max())
+    # measured at most 8.4e-16 of the largest value (worst of 5 seeds)
+    np.testing.assert_allclose(back, ref_back, rtol=0, atol=1e-14 * np.abs(ref_back).max())
+    # The structured kernel splits each ray into other pieces: measured at most
+    # 7.5e-14 (forward) and 3.6e-14 (transpose) of the largest value.
     if kind == 1 and model == "siddon" and structured_ratio(params, n_rows, n_cols, 1 / A._scale) <= 1:
         volT = np.ascontiguousarray(x.transpose(1, 2, 0))
         out = np.full(shape, np.nan)
@@ -205,7 +228,7 @@ def test_host_build_structured_joseph(lib, name, rng):
                          _ptr(voxel_view_floats(params)))
     voxel = volT.transpose(2, 0, 1).astype(np.float64)
     assert not np.isnan(voxel).any()
-    assert np.abs(voxel - back).max() <= 2e-6 * np.abs(back).max()
+    assert np.abs(voxel - back).max() <= 2e-6 * np.abs(back).max()   # measured at most 3.1e-7
     assert np.abs(voxel - ref_back).max() <= 1e-5 * np.abs(ref_back).max()
     assert abs(lhs - np.vdot(x.astype(np.float64), voxel)) <= 1e-5 * adjoint_scale(lhs, out, y)
 
@@ -228,6 +251,7 @@ def test_host_build_joseph_voxel_tall(build, request, rng):
     lib.run_joseph_voxel(_ptr(volT), _ptr(y), nx, ny, nz, _ptr(params), _ptr(g), geometry.n_views, n_rows, n_cols,
                          _ptr(voxel_view_floats(params)))
     ref = A.T(y.astype(np.float64))
+    # measured at most 2.6e-7 of the largest value (float32 sums)
     np.testing.assert_allclose(volT.transpose(2, 0, 1), ref, rtol=0, atol=1e-6 * np.abs(ref).max())
 
 

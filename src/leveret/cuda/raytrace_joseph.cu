@@ -30,7 +30,7 @@
 // value once (transpose), so both directions have the weights
 // w * wu_c * wv_c with the same float32 factors: the transpose (atomicAdd)
 // is exact. Blocks run in groups of `view_group` views per column
-// (grouped_block). The transposes without atomics are in raytrace_voxel.cu.
+// (grouped_block). The transpose without atomics is in raytrace_voxel.cu.
 #include "raytrace_common.cuh"
 
 #ifndef LEVERET_JOSEPH_PAD_Z

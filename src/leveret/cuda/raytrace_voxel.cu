@@ -44,9 +44,20 @@
 //   LEVERET_JV_HMAX        the most rows per voxel (either side) the padding covers
 #include "raytrace_common.cuh"
 
-#if !defined(LEVERET_JV_PATCH) || !defined(LEVERET_JV_KZ) || !defined(LEVERET_JV_WARPS_X) \
-    || !defined(LEVERET_JV_MIN_BLOCKS) || !defined(LEVERET_JV_HMAX)
-#error "LEVERET_JV_* undefined: build with the -D constants of leveret/cuda/raytrace.py (KERNEL_CONSTANTS)"
+#ifndef LEVERET_JV_PATCH
+#error "LEVERET_JV_PATCH undefined: build with the -D constants of leveret/cuda/raytrace.py (KERNEL_CONSTANTS)"
+#endif
+#ifndef LEVERET_JV_KZ
+#error "LEVERET_JV_KZ undefined: build with the -D constants of leveret/cuda/raytrace.py (KERNEL_CONSTANTS)"
+#endif
+#ifndef LEVERET_JV_WARPS_X
+#error "LEVERET_JV_WARPS_X undefined: build with the -D constants of leveret/cuda/raytrace.py (KERNEL_CONSTANTS)"
+#endif
+#ifndef LEVERET_JV_MIN_BLOCKS
+#error "LEVERET_JV_MIN_BLOCKS undefined: build with the -D constants of leveret/cuda/raytrace.py (KERNEL_CONSTANTS)"
+#endif
+#ifndef LEVERET_JV_HMAX
+#error "LEVERET_JV_HMAX undefined: build with the -D constants of leveret/cuda/raytrace.py (KERNEL_CONSTANTS)"
 #endif
 #define JV_PATCH LEVERET_JV_PATCH
 #define JV_KZ LEVERET_JV_KZ
@@ -83,7 +94,7 @@ extern "C" __global__ void joseph_voxel_columns(double* __restrict__ cols, int* 
     atomicOr(flags + view, j.my ? 2 : 1);   // the view has y- (2) or x-dominant (1) columns: zeroed by the launcher
 }
 
-// y w per ray in the gather's layout (view, column, JV_PAD_LO + row), zero
+// y w per ray in joseph_voxel_gather's layout (view, column, JV_PAD_LO + row), zero
 // padding rows; w as the forward's joseph_step, the product as the atomic
 // transpose's value. Tiles of 32 columns x 32 padded rows through shared
 // memory, so that both the reads (along columns) and the writes (along rows)
@@ -241,7 +252,8 @@ __device__ __forceinline__ void joseph_voxel_rule(const float4& va, const float2
         const double2* c2 = (const double2*)(vcols + (long long)u * JV_NCOL);
         const double2 cA = c2[0], cB = c2[1], cC = c2[2], cD = c2[3];   // (my, 1/am) (pm, au) (pu, Mz0) (Mz1, pzc)
         // The NaN tests (never true) make all four loads precede the branch:
-        // the compiler does not hoist loads above it, which serialised their latencies.
+        // the compiler does not hoist loads above a branch, and loads issued
+        // one after another would wait out each latency in turn.
         if (((cA.x != 0.0) != MY) | (cB.x != cB.x) | (cC.x != cC.x) | (cD.x != cD.x)) continue;
         const int coloff = voff + u * rows_p;   // 32-bit offsets: a batch holds < 2^31 values
 #pragma unroll
