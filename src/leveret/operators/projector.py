@@ -130,7 +130,7 @@ class Projector:
         fast float32 march where one exists (the structured cone path; the
         general Joseph path): per-column/per-ray set-up in float64, steps in
         float32 relative to a nearby origin, within a documented bound of the
-        float64 operator (``leveret.cuda.raytrace``, raytrace.cu) and with
+        float64 operator (``leveret.cuda.raytrace``, raytrace_*.cu) and with
         ``A.T`` using the same float32 weights (matched); "float64" traces
         in float64, bit-identical rays and weights to the CPU.
 
