@@ -1,10 +1,11 @@
-// Host (CPU) build of raytrace.cu for tests/cuda/test_raytrace_host.py: the CUDA
-// built-ins the kernels use are given plain C++ meanings (one "thread" at a
-// time, atomics as plain adds, the IEEE-rounded intrinsics as the operators,
-// compiled with -ffp-contract=off), so the kernels' own source can be checked
-// against the Numba operators on a machine without a GPU. The structured
-// kernel runs with blockDim.x = 1: one thread does all of a block's work
-// between the (empty) barriers.
+// Host (CPU) build of the raytrace_*.cu kernels for tests/cuda/test_raytrace_host.py:
+// the CUDA built-ins the kernels use are given plain C++ meanings (one "thread"
+// at a time, atomics as plain adds, the IEEE-rounded intrinsics as the
+// operators, compiled with -ffp-contract=off), so the kernels' own source can
+// be checked against the Numba operators on a machine without a GPU. The
+// structured kernels run with blockDim.x = 1: one thread does all of a block's
+// work between the (empty) barriers. Built with the kernel folder on the
+// include path and raytrace.py's KERNEL_CONSTANTS as -D options (host_build.py).
 #include "host_cuda.h"
 static inline double __longlong_as_double(long long v) { double d; std::memcpy(&d, &v, 8); return d; }
 static inline double __dmul_rn(double a, double b) { return a * b; }
@@ -12,25 +13,22 @@ static inline double __dadd_rn(double a, double b) { return a + b; }
 static inline double __dsub_rn(double a, double b) { return a - b; }
 static inline double __ddiv_rn(double a, double b) { return a / b; }
 static inline double __dsqrt_rn(double a) { return std::sqrt(a); }
-static inline float __frcp_rn(float a) { return 1.0f / a; }
-static inline float __fdividef(float a, float b) { return a / b; }
 static inline long long __double2ll_rn(double a) { return std::llrint(a); }
 template <typename T> static inline T atomicAdd(T* p, T v) { T o = *p; *p = o + v; return o; }
 static inline int atomicOr(int* p, int v) { int o = *p; *p = o | v; return o; }
 // One lane at a time: a warp vote is the lane's own predicate (the kernels'
 // voted branches compute the same values either way).
 static inline bool __all_sync(unsigned, bool p) { return p; }
-struct int4 { int x, y, z, w; };
 struct float4 { float x, y, z, w; };
 struct float2 { float x, y; };
 struct double2 { double x, y; };
-static inline int4 make_int4(int x, int y, int z, int w) { return {x, y, z, w}; }
-static inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
-static inline int __float_as_int(float f) { int i; std::memcpy(&i, &f, 4); return i; }
 static inline float __int_as_float(int i) { float f; std::memcpy(&f, &i, 4); return f; }
 double smem[1 << 16];
-float acc[1 << 16];   // joseph_gather's per-thread slots
-#include RAYTRACE_CU
+#include "raytrace_general.cu"
+#include "raytrace_siddon.cu"
+#include "raytrace_joseph.cu"
+#include "raytrace_voxel.cu"
+#include "raytrace_layout.cu"
 extern "C" void run_general(int which, void* vol, void* proj, int nx, int ny, int nz, const double* params,
                             const double* g, int n_views, int n_rows, int n_cols, int kind, int is2d)
 {
@@ -55,29 +53,6 @@ extern "C" void run_structured(int adj, double* volT, double* proj, int nx, int 
         if (adj) structured_siddon_adjoint_f64(volT, proj, nx, ny, nz, params, g, n_rows, n_cols);
         else structured_siddon_forward_f64(volT, proj, nx, ny, nz, params, g, n_rows, n_cols);
     }
-}
-// Every thread of a gather kernel's grid in turn: blocks of 16 x 8 voxel
-// columns and K z voxels, as the launcher runs them.
-template <typename F>
-static void each_gather_thread(int nx, int ny, int nz, int K, F thread)
-{
-    blockDim.x = 16; blockDim.y = 8; blockDim.z = 1;
-    for (int bz = 0; bz < (nz + K - 1) / K; ++bz)
-        for (int by = 0; by < (ny + 7) / 8; ++by)
-            for (int bx = 0; bx < (nx + 15) / 16; ++bx)
-                for (int ty = 0; ty < 8; ++ty)
-                    for (int tx = 0; tx < 16; ++tx) {
-                        blockIdx.x = bx; blockIdx.y = by; blockIdx.z = bz;
-                        threadIdx.x = tx; threadIdx.y = ty;
-                        thread();
-                    }
-}
-extern "C" void run_gather(double* vol, const double* proj, int nx, int ny, int nz, const double* params,
-                           const double* g, int n_views, int n_rows, int n_cols)
-{
-    each_gather_thread(nx, ny, nz, LEVERET_RT_K, [&] {
-        structured_siddon_gather_f64(vol, proj, nx, ny, nz, params, g, n_views, n_rows, n_cols);
-    });
 }
 extern "C" void run_structured_fast(int adj, float* volT, float* proj, int nx, int ny, int nz, const double* params,
                                     const double* g, int n_views, int n_rows, int n_cols)
@@ -109,29 +84,6 @@ extern "C" void run_structured_joseph(int adj, float* volP, float* proj, int nx,
         if (adj) structured_joseph_adjoint_fast(volP, proj, nx, ny, nz, params, g, n_views, n_rows, n_cols, 1);
         else structured_joseph_forward_fast(volP, proj, nx, ny, nz, params, g, n_views, n_rows, n_cols, 1);
     }
-}
-// Structured Joseph's gather transpose: the two table kernels for all views,
-// then every thread of every block of the gather in turn.
-extern "C" void run_joseph_gather(float* vol, const float* proj, int nx, int ny, int nz, const double* params,
-                                  const double* g, int n_views, int n_rows, int n_cols)
-{
-    const int nmax = max(nx, ny);
-    int4* planes = new int4[(size_t)n_views * n_cols * nmax];
-    int* dominant = new int[(size_t)n_views * n_cols];
-    float4* rows = new float4[(size_t)n_views * n_cols * n_rows];
-    blockDim.x = 1; blockDim.y = 1; threadIdx.x = 0; threadIdx.y = 0;
-    for (long long t = 0; t < (long long)n_views * n_cols * nmax; ++t) {
-        blockIdx.x = (unsigned)t;
-        joseph_plane_table(planes, dominant, nx, ny, params, g, n_views, n_cols);
-    }
-    for (long long t = 0; t < (long long)n_views * n_cols * n_rows; ++t) {
-        blockIdx.x = (unsigned)t;
-        joseph_row_table(rows, proj, nx, ny, nz, params, g, n_views, n_rows, n_cols);
-    }
-    each_gather_thread(nx, ny, nz, LEVERET_JG_K, [&] {
-        joseph_gather(vol, planes, dominant, rows, nx, ny, nz, params, g, n_views, n_rows, n_cols, 0);
-    });
-    delete[] planes; delete[] dominant; delete[] rows;
 }
 // Structured Joseph's voxel transpose: the column numbers and the values for
 // all views, then every thread of the gather's grid (blocks of 8 warps on

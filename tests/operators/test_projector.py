@@ -11,35 +11,11 @@ from leveret.backends import cuda_available
 from leveret.geometry import ConeGeometry, ParallelGeometry, VolumeGeometry
 from leveret.operators import Projector
 
-MODELS = ("siddon", "joseph")
-ADJOINT_TOL = {"float32": 1e-5, "float64": 1e-12}
+from cases import GEOMETRIES, MODELS, adjoint_scale
 
-
-def _geometries():
-    """Small, odd-sized set-ups; detectors wider than the volume (rays that miss),
-    off-centre grids, non-square voxels, axis shifts, a ray on a voxel face."""
-    a7 = np.linspace(0, np.pi, 7, endpoint=False)
-    return {
-        "parallel2d": (ParallelGeometry(a7, 23, det_spacing=1.3, center=10.2),
-                       VolumeGeometry((13, 17), (0.9, 1.1), center=(0.3, -0.2))),
-        # 0 and 90 degrees with integer spacing: rays run exactly along voxel faces
-        "parallel2d_graze": (ParallelGeometry([0.0, np.pi / 2, np.pi / 4], 12),
-                             VolumeGeometry((9, 9), 1.0)),
-        "parallel3d": (ParallelGeometry(np.linspace(0, np.pi, 5, endpoint=False), 15, n_rows=6,
-                                        det_spacing=1.3, row_spacing=0.8,
-                                        axis_shift=[0.3, -0.2, 0.0, 0.5, 0.1]),
-                       VolumeGeometry((5, 9, 11), (0.9, 1.1, 1.0))),
-        "cone_circular": (ConeGeometry.circular(np.linspace(0, 2 * np.pi, 6, endpoint=False),
-                                                sid=30, sdd=50, n_rows=9, n_cols=13, pixel_size=2.0),
-                          VolumeGeometry((7, 9, 11), 1.0, center=(0.5, 0.0, -0.3))),
-        "cone_matrices": (ConeGeometry.circular(np.radians([0, 37, 101, 200]), sid=25, sdd=40,
-                                                n_rows=8, n_cols=11, pixel_size=1.7,
-                                                det_offset=(1.5, -0.7), det_tilt=(0.05, -0.03, 0.1)),
-                          VolumeGeometry((6, 7, 9), (1.2, 1.0, 0.8))),
-    }
-
-
-GEOMETRIES = _geometries()
+# |<Ax, y> - <x, A^T y>| / adjoint_scale: worst of 100 random runs over these
+# cases measured 1.8e-7 (float32) and 7.6e-16 (float64); about 5x and 13x margin.
+ADJOINT_TOL = {"float32": 1e-6, "float64": 1e-14}
 
 
 @pytest.mark.parametrize("precision", ["float32", "float64"])
@@ -59,14 +35,6 @@ def test_adjoint(name, model, precision, rng):
     rhs = np.vdot(x, ATy.astype(np.float64))
     assert np.count_nonzero(Ax) > 0
     assert abs(lhs - rhs) <= ADJOINT_TOL[precision] * adjoint_scale(lhs, Ax, y)
-
-
-def adjoint_scale(lhs, Ax, y) -> float:
-    """|<Ax, y>|, or its typical size for random y, ||Ax|| ||y|| / sqrt(m), if
-    larger: the rounding errors of A x and of the sum scale with the latter, and
-    a random y can make <Ax, y> cancel to a fraction of it (seen: 10x)."""
-    typical = np.linalg.norm(Ax.astype(np.float64)) * np.linalg.norm(y) / np.sqrt(Ax.size)
-    return max(abs(lhs), typical)
 
 
 @pytest.mark.parametrize("model", MODELS)
@@ -94,10 +62,10 @@ def test_constant_volume_gives_chord_lengths(model):
     np.testing.assert_allclose(p[2, 4], 5.0 / np.cos(np.arctan(0.5)), rtol=1e-12)
 
 
-# Phantom errors (relative 2-norm against closed-form line integrals of a
-# supersampled rasterisation); measured 0.8-1.4 %, the discretisation of the
-# boundaries, asserted with margin.
-PHANTOM_TOL = 0.03
+# Phantom errors: relative 2-norm against closed-form line integrals of a
+# supersampled rasterisation (deterministic inputs). They measure the
+# discretisation of the boundaries, not the tracer; each bound is the measured
+# error plus 20 %, so a tracer fault that moves them shows.
 
 
 @pytest.mark.parametrize("model", MODELS)
@@ -108,7 +76,8 @@ def test_ellipse_phantom_parallel2d(model):
                                  phantom.Ellipse(-0.5, (0.4, 0.3), (0.3, 0.2), -0.2)])
     p = Projector(geometry, volume, model=model, precision="float64")(ph.rasterize(volume, supersampling=4))
     exact = ph.project(geometry)
-    assert np.linalg.norm(p - exact) <= PHANTOM_TOL * np.linalg.norm(exact)
+    # measured 1.20 % (Siddon), 1.25 % (Joseph)
+    assert np.linalg.norm(p - exact) <= 0.015 * np.linalg.norm(exact)
 
 
 @pytest.mark.parametrize("model", MODELS)
@@ -125,9 +94,10 @@ def test_ellipsoid_phantom(model, kind):
                                    phantom.Ellipsoid(0.5, (0.3, 0.4, 0.3), (-0.2, 0.2, 0.1))])
     p = Projector(geometry, volume, model=model, precision="float64")(ph.rasterize(volume, supersampling=3))
     exact = ph.project(geometry)
-    # Measured 3.4 % (parallel) and 4.9-5.7 % (cone) on this coarse 24^3 grid:
-    # the rasterised boundary, not the tracer (the 2D case on a finer grid is ~1 %).
-    assert np.linalg.norm(p - exact) <= 0.08 * np.linalg.norm(exact)
+    # On this coarse 24^3 grid: measured 3.35 % / 3.51 % (parallel, Siddon /
+    # Joseph) and 5.72 % / 4.94 % (cone).
+    tol = {"parallel3d": 0.042, "cone": 0.069}[kind]
+    assert np.linalg.norm(p - exact) <= tol * np.linalg.norm(exact)
 
 
 def test_cone_rays_start_at_the_source():
@@ -136,8 +106,12 @@ def test_cone_rays_start_at_the_source():
     geometry = ConeGeometry.circular([0.0], sid=2.0, sdd=20.0, n_rows=1, n_cols=1, pixel_size=1.0)
     for model in MODELS:
         p = Projector(geometry, volume, model=model, precision="float64")(np.ones(volume.shape))
-        # source at y = -2 looking along +y; the row centre is at z = 0 (a face): 7 units in front
-        assert abs(p[0, 0, 0] - 7.0) < 0.6
+        # Source at y = -2 looking along +y through the grid's y range [-5, 5):
+        # 7 units in front. The ray runs on the face z = 0, so Joseph's z
+        # weights are 1/2 + 1/2, and it crosses the 7 voxel-centre planes at
+        # y >= -2 with weight 1: both models give 7 (measured: exactly); the
+        # bound allows the float64 rounding of the crossings.
+        assert abs(p[0, 0, 0] - 7.0) <= 1e-12 * 7.0
 
 
 def test_bad_input():
@@ -157,6 +131,11 @@ def test_bad_input():
         Projector("parallel", volume)
     with pytest.raises(ValueError, match="views"):
         A.subset([7])
+    with pytest.raises(ValueError, match="transpose: expected one of"):
+        Projector(geometry, volume, transpose="gather")
+    with pytest.raises(ValueError, match="transpose: 'voxel' needs backend='cuda'"):
+        Projector(geometry, volume, transpose="voxel", backend="cpu")
+    assert Projector(geometry, volume, backend="cpu").transpose is None
     if not cuda_available():   # never a silent fallback to the CPU
         with pytest.raises(RuntimeError, match="cuda"):
             Projector(geometry, volume, backend="cuda")

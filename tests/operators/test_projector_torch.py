@@ -6,7 +6,7 @@ import pytest
 
 from leveret.operators import Projector
 
-from test_projector import GEOMETRIES  # noqa: E402 (tests/operators is on sys.path)
+from cases import GEOMETRIES
 
 torch = pytest.importorskip("torch")
 lt = pytest.importorskip("leveret.torch")

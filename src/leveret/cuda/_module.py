@@ -6,10 +6,30 @@ kernel for sm_90 through NVRTC on a machine without a GPU.
 from __future__ import annotations
 
 import functools
+import hashlib
+import importlib
 from pathlib import Path
 
 KERNEL_DIR = Path(__file__).resolve().parent
-NVRTC_OPTIONS: tuple[str, ...] = ("--std=c++17",)
+# -I: the .cu files include the .cuh headers beside them. CuPy's compile cache
+# keys on a file's own text and the options, not on what it includes, so the
+# headers' digest goes in as a macro: a changed header means a new build.
+_HEADERS_DIGEST = hashlib.sha1(b"".join(p.read_bytes() for p in sorted(KERNEL_DIR.glob("*.cuh")))).hexdigest()[:16]
+NVRTC_OPTIONS: tuple[str, ...] = ("--std=c++17", f"-I{KERNEL_DIR}", f"-DLEVERET_HEADERS_DIGEST=0x{_HEADERS_DIGEST}")
+
+# Kernel files built with -D constants, by file-name prefix: the launcher
+# module whose KERNEL_CONSTANTS dict holds them (the one Python source; the
+# .cu files #error without them).
+CONSTANTS_FROM = {"raytrace_": "leveret.cuda.raytrace"}
+
+
+def file_defines(path) -> tuple[str, ...]:
+    """The ``NAME=value`` constants the .cu file ``path`` is always built with."""
+    for prefix, module in CONSTANTS_FROM.items():
+        if Path(path).name.startswith(prefix):
+            constants = importlib.import_module(module).KERNEL_CONSTANTS
+            return tuple(f"{name}={value}" for name, value in constants.items())
+    return ()
 
 
 def kernel_source(name: str) -> str:
@@ -26,10 +46,12 @@ def kernel_files() -> list[Path]:
 def load_module(name: str, defines: tuple[str, ...] = ()):
     """A compiled ``cupy.RawModule`` for ``<name>.cu`` (cached per process).
 
-    ``defines`` are extra macros (``"NAME"`` or ``"NAME=value"``), e.g. the
-    bottleneck variants of a kernel.
+    The file's constants (:func:`file_defines`) are always passed; ``defines``
+    are extra macros (``"NAME"`` or ``"NAME=value"``), e.g. the bottleneck
+    variants of a kernel.
     """
     import cupy
+    defines = file_defines(KERNEL_DIR / f"{name}.cu") + tuple(defines)
     return cupy.RawModule(code=kernel_source(name), options=NVRTC_OPTIONS + tuple(f"-D{d}" for d in defines))
 
 
@@ -51,8 +73,11 @@ def upload_pinned(host, stream):
 def compile_report(path: Path, arch: str = "sm_90", defines: tuple[str, ...] = ()) -> tuple[bool, str]:
     """Compile one .cu file with NVRTC (no GPU needed); returns (ok, ptxas log).
 
-    The log has ptxas's per-kernel register, stack and spill figures.
+    The file's constants (:func:`file_defines`) are passed as at run time,
+    then ``defines``. The log has ptxas's per-kernel register, stack and spill
+    figures.
     """
+    defines = file_defines(path) + tuple(defines)
     from cuda.bindings import nvrtc
 
     src = Path(path).read_bytes()

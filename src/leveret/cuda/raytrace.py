@@ -1,60 +1,56 @@
-"""Launcher for ``raytrace.cu``: the GPU Siddon/Joseph pair behind ``Projector(backend="cuda")``.
+"""Launcher of the GPU Siddon/Joseph pair behind ``Projector(backend="cuda")``.
 
-Rays are rebuilt on the GPU from 12 float64 numbers per view (see the .cu
-file), with the same float64 operations as the CPU's ray tables, so the GPU
-and CPU operators trace the same rays. Cone-beam Siddon (and Joseph in
-float32) takes paper 003's structured path when :func:`structured_ratio`
-shows that it is valid, else the general one-thread-per-ray path.
+Rays are rebuilt on the GPU from 12 float64 numbers per view (see
+raytrace_common.cuh), with the same float64 operations as the CPU's ray
+tables, so the GPU and CPU operators trace the same rays. The kernels, one
+file per path, share raytrace_common.cuh:
+
+- raytrace_general.cu: one thread per ray, every geometry;
+- raytrace_siddon.cu: structured cone-beam Siddon (Thompson and Lionheart
+  (2014): the rows of a detector column share its xy path), taken when
+  :func:`structured_ratio` shows that it is valid;
+- raytrace_joseph.cu: the same structure for Joseph in float32;
+- raytrace_voxel.cu: structured Joseph's voxel-driven transpose;
+- raytrace_layout.cu: copies between the volume and the structured kernels'
+  z-fastest layout.
 """
 from __future__ import annotations
-
-import functools
-import re
 
 import numpy as np
 
 from ..geometry import ConeGeometry, ParallelGeometry
-from ._module import kernel_source, load_module
+from ._module import load_module
+
+# The kernels' compile-time constants, passed to every raytrace_*.cu file as
+# -D options (leveret.cuda._module.file_defines); the .cu files #error
+# without them, and the launch sizes below are computed from the same values.
+KERNEL_CONSTANTS: dict[str, int] = {
+    "LEVERET_JOSEPH_PAD_Z": 3,    # zero z border of structured Joseph's padded volume (raytrace_joseph.cu)
+    "LEVERET_JV_PATCH": 1,        # voxel transpose: a warp's voxel columns, PATCH x PATCH
+    "LEVERET_JV_KZ": 16,          # voxel transpose: z voxels per lane, 32 apart
+    "LEVERET_JV_WARPS_X": 1,      # voxel transpose: a block's 8 warps, WARPS_X along x, 8 / WARPS_X along y
+    "LEVERET_JV_MIN_BLOCKS": 3,   # voxel transpose: blocks per multiprocessor the registers must allow
+    "LEVERET_JV_HMAX": 3,         # voxel transpose: rows per z voxel (either side) its padding covers
+}
 
 BLOCK = 256             # threads per block, general path (one thread per ray)
 STRUCTURED_BLOCK = 128  # threads (detector rows) per block, structured path
 SHARED_LIMIT = 48 * 1024  # dynamic shared memory without opting in
 MAX_GRID_Y = 65535
-GATHER_BLOCK = (16, 8)  # threads over (x, y) voxel columns, structured gather transpose
-JOSEPH_PAD_Z = 3        # JZ_PAD in raytrace.cu: zero z border of structured Joseph's padded volume
-JOSEPH_GATHER_BLOCK = (16, 8)   # threads over (x, y) voxel columns, structured Joseph's gather
-JOSEPH_TABLE_BYTES = 2 << 30    # at most this much for the gather's per-view tables at a time
+JOSEPH_PAD_Z = KERNEL_CONSTANTS["LEVERET_JOSEPH_PAD_Z"]
+VOXEL_TABLE_BYTES = 2 << 30   # at most this much for the voxel transpose's per-view tables at a time
 VIEW_GROUP = 16         # structured float32 kernels: views per column that run side by side (L2 reuse)
+TRANSPOSES = ("auto", "voxel", "atomic")
 
 
-def gather_depth(define: str = "LEVERET_RT_K") -> int:
-    """z voxels per thread of a gather transpose: LEVERET_RT_K (structured
-    Siddon) or LEVERET_JG_K (structured Joseph) in raytrace.cu."""
-    return int(re.search(rf"#define {define} (\d+)", kernel_source("raytrace")).group(1))
-
-
-VOXEL_DEFINES: tuple[str, ...] = ()   # macros for the voxel transpose's build (bench/diag_joseph_transpose.py sweeps them)
-VOXEL_VIEW_BATCH = 0                  # views per launch of the voxel transpose (0: as many as the table budget holds)
-
-
-@functools.lru_cache(maxsize=None)
-def voxel_constants(defines: tuple[str, ...] = ()) -> dict[str, int]:
-    """raytrace.cu's constants of structured Joseph's voxel transpose, with
-    ``defines`` (``"LEVERET_JV_PATCH=2"``...) applied as the build applies them:
-    patch (a warp's voxel columns per side), kz (z voxels per lane: 16 for
-    patches of one column, 8 for 2 x 2), hmax (rows per voxel on either side),
-    the padding rows."""
-    src = kernel_source("raytrace")
-    macros = {"LEVERET_JV_PATCH": int(re.search(r"#define LEVERET_JV_PATCH (\d+)", src).group(1))}
-    for d in defines:
-        name, _, value = d.partition("=")
-        macros[name] = int(value or 1)
-    patch = macros["LEVERET_JV_PATCH"]
-    kz = macros.get("LEVERET_JV_KZ", 16 if patch == 1 else 8)
-    wx = macros.get("LEVERET_JV_WARPS_X", int(re.search(r"#define LEVERET_JV_WARPS_X (\d+)", src).group(1)))
-    hmax = int(re.search(r"#define JV_HMAX (\d+)", src).group(1))
-    return {"patch": patch, "kz": kz, "warps": (wx, 8 // wx), "hmax": hmax, "pad_lo": 2 * hmax + 2,
-            "pad_hi": 2 * hmax + 3}
+def voxel_constants(constants: dict[str, int] = KERNEL_CONSTANTS) -> dict[str, int]:
+    """The voxel transpose's launch constants from ``constants``: patch (a
+    warp's voxel columns per side), kz (z voxels per lane), warps (per block
+    along x and y), hmax (rows per voxel on either side) and the padding rows
+    below and above the detector (raytrace_voxel.cu: JV_PAD_LO, JV_PAD_HI)."""
+    hmax, wx = constants["LEVERET_JV_HMAX"], constants["LEVERET_JV_WARPS_X"]
+    return {"patch": constants["LEVERET_JV_PATCH"], "kz": constants["LEVERET_JV_KZ"], "warps": (wx, 8 // wx),
+            "hmax": hmax, "pad_lo": 2 * hmax + 2, "pad_hi": 2 * hmax + 3}
 
 
 def _reach_box(grid3, offset, scale) -> tuple[np.ndarray, np.ndarray]:
@@ -92,7 +88,7 @@ def voxel_row_extent(params: np.ndarray, n_cols: int, grid3, offset, scale) -> f
 def voxel_view_floats(params: np.ndarray) -> np.ndarray:
     """(n_views, 8) float32 per view for the voxel transpose's column_of_f:
     source x, y and the view parameters 8, 5, 3, 6 (M^-1's entries (1, 2),
-    (0, 2), (0, 0), (1, 0)), as raytrace.cu's column_of reads them; two zeros."""
+    (0, 2), (0, 0), (1, 0)), as raytrace_voxel.cu's column_of_f reads them; two zeros."""
     out = np.zeros((params.shape[0], 8), np.float32)
     out[:, :6] = params[:, [0, 1, 8, 5, 3, 6]]
     return out
@@ -141,7 +137,8 @@ def view_parameters(geometry) -> tuple[int, np.ndarray]:
 
 
 def structured_ratio(params: np.ndarray, n_rows: int, n_cols: int, spacing_xyz) -> float:
-    """How far a cone geometry is from paper 003's assumptions; the structured
+    """How far a cone geometry is from the assumptions of the structured path
+    (Thompson and Lionheart (2014)); the structured
     path is valid when the result is <= 1.
 
     Two conditions, per view: (a) every detector row of a column has the same
@@ -175,7 +172,7 @@ def structured_ratio(params: np.ndarray, n_rows: int, n_cols: int, spacing_xyz) 
 def structured_float32_bound(params: np.ndarray, n_rows: int, n_cols: int, grid3, spacing_xyz,
                              max_abs_volume: float, max_abs_projection: float) -> float:
     """Bound on ``|A32 x - A64 x|`` (absolute, per ray) of the structured path's
-    float32 march against the float64 operator (raytrace.cu, ``structured_fast``).
+    float32 march against the float64 operator (raytrace_siddon.cu, ``structured_fast``).
 
     ``2 eps_t L N_b max|x| + 16 u max|Ax|`` with ``u = 2^-24``, ``T`` the
     longest xy chord of the grid (world length), ``eps_t = 2 u T`` (how far a
@@ -201,7 +198,7 @@ def structured_float32_bound(params: np.ndarray, n_rows: int, n_cols: int, grid3
 
 def joseph_float32_bound(grid3, spacing_xyz, max_abs_volume: float, max_abs_projection: float) -> float:
     """Bound on ``|A32 x - A64 x|`` (absolute, per ray) of the float32 Joseph
-    march against the float64 operator (raytrace.cu, ``joseph_fast``):
+    march against the float64 operator (raytrace_general.cu, ``joseph_fast``):
     ``w n_m (4 (eps_u + eps_v) + 12 u) max|x| + 16 u max|Ax|`` with
     ``u = 2^-24``, ``eps = u (1 + n_m)`` (index error of a sample), ``n_m``
     the planes along the dominant axis and ``w <= sqrt(3)`` times its voxel
@@ -216,7 +213,7 @@ def joseph_float32_bound(grid3, spacing_xyz, max_abs_volume: float, max_abs_proj
 
 
 class CudaRaytracer:
-    """The GPU kernels for one projector: ``forward`` and ``adjoint`` on CuPy arrays.
+    """The GPU kernels of one projector: ``forward`` and ``adjoint`` on CuPy arrays.
 
     Parameters
     ----------
@@ -226,11 +223,27 @@ class CudaRaytracer:
     model : "siddon" or "joseph"
     dtype : float32 or float64
     structured : "auto" (when valid), True (required: ValueError if not valid) or False
+    transpose : {"auto", "voxel", "atomic"}
+        How the transpose runs. "atomic": ray-driven, the forward's traversal
+        adding into the volume with atomicAdd (every path). "voxel": each voxel
+        gathers the forward's weights (raytrace_voxel.cu: no atomics,
+        deterministic); structured Joseph only, where detector rows are at
+        least a quarter voxel apart in z and the sources lie outside the grid
+        (ValueError elsewhere). "auto": "voxel" where it applies, else "atomic".
+    views_per_batch : int or None
+        Views per launch of the voxel transpose; None: as many as fit in
+        ``VOXEL_TABLE_BYTES`` of tables (and a quarter of the free GPU memory).
     """
 
-    def __init__(self, geometry, grid3, offset, scale, model: str, dtype, structured="auto"):
+    def __init__(self, geometry, grid3, offset, scale, model: str, dtype, structured="auto",
+                 transpose: str = "auto", views_per_batch: int | None = None):
         import cupy
 
+        from .. import _validate as v
+
+        transpose = v.choice("transpose", transpose, TRANSPOSES)
+        self.views_per_batch = None if views_per_batch is None else v.positive_int("views_per_batch",
+                                                                                  views_per_batch)
         self.kind, params = view_parameters(geometry)
         self.is2d = int(isinstance(geometry, ParallelGeometry) and geometry.is_2d)
         shape = tuple(geometry.projection_shape)
@@ -254,7 +267,7 @@ class CudaRaytracer:
         else:
             shared = 16 * max(nx, ny)         # structured_joseph: one JPlane per plane
         self.shared_bytes = shared
-        # Structured Joseph exists in float32 only (structured_joseph in raytrace.cu).
+        # Structured Joseph exists in float32 only (raytrace_joseph.cu).
         has_kernel = model == "siddon" or self.dtype == np.float32
         self.ratio = (structured_ratio(params, self.n_rows, self.n_cols, 1.0 / np.asarray(scale))
                       if self.kind == 1 and has_kernel else float("inf"))
@@ -262,43 +275,36 @@ class CudaRaytracer:
         if model == "joseph":   # 32-bit element offsets into the padded volume
             valid = valid and (ny + 2) * (nx + 2) * (nz + 2 * JOSEPH_PAD_Z) < 2 ** 31
         if structured is True and not valid:
-            raise ValueError(f"structured: paper 003's path does not apply here (max |dz|/|dxy| "
+            raise ValueError(f"structured: the structured path does not apply here (max |dz|/|dxy| "
                              f"ratio {self.ratio:.3g} must be <= 1, the geometry must be cone-beam "
                              f"without detector tilt, Siddon or float32 Joseph, shared memory "
                              f"{shared} <= {SHARED_LIMIT} bytes)")
         self.structured = valid if structured == "auto" else bool(structured)
-        # How the structured path's transpose runs: "atomic" (ray-driven, the
-        # forward's traversal with atomicAdd), "gather" (voxel-driven, each
-        # voxel gathers the forward's weights of the samples that land on it:
-        # no atomics, deterministic) or, Joseph only, "voxel" (the same weights
-        # evaluated per voxel with a warp per voxel column: joseph_voxel_gather).
-        # All are the exact transpose; bench_projector.py measures each. On the
-        # H200, paper 003's problem: Siddon atomic 227 ms against gather 2572;
-        # Joseph voxel 146 against atomic 411 and gather 458 ms. So "atomic" for
-        # Siddon and "voxel" for Joseph wherever its row reach holds.
-        self.transpose = "atomic"
-        self.voxel_ok = False
-        self._voxel_floats = None   # the voxel transpose's per-view float32 numbers on the GPU, made at first use
+        # The voxel transpose reads rows up to JV_HMAX + 1 from a voxel (its
+        # padding) and steps row coordinates in 32.32 fixed point.
+        voxel_ok = False
         if self.structured and model == "joseph":
             h = voxel_rows_per_voxel(params, self.n_cols, self.grid3, offset, scale)
-            self.voxel_ok = (h < voxel_constants()["hmax"] + 1
-                             and voxel_row_extent(params, self.n_cols, self.grid3, offset, scale) < 2.0 ** 30)
-            if self.voxel_ok:
-                self.transpose = "voxel"
+            voxel_ok = (h < voxel_constants()["hmax"] + 1
+                        and voxel_row_extent(params, self.n_cols, self.grid3, offset, scale) < 2.0 ** 30)
+        if transpose == "voxel" and not voxel_ok:
+            raise ValueError("transpose: 'voxel' applies to structured Joseph (cone beam without detector tilt, "
+                             "precision float32) with detector rows at least a quarter voxel apart in z and the "
+                             "sources outside the grid; use 'auto' or 'atomic' here")
+        self.transpose = ("voxel" if voxel_ok else "atomic") if transpose == "auto" else transpose
+        self._voxel_floats = None   # the voxel transpose's per-view float32 numbers on the GPU, made at first use
 
     @property
     def _suffix(self) -> str:
         return "f32" if self.dtype == np.float32 else "f64"
 
-    def _kernel(self, name: str):
-        return load_module("raytrace").get_function(f"{name}_{self._suffix}")
-
     def _general_kernel(self, direction: str):
         """The general path's kernel: float32 Joseph marches in float32
-        (``joseph_fast``, bound in raytrace.cu), everything else in float64."""
+        (``joseph_fast``, bound in raytrace_general.cu), everything else in float64."""
+        module = load_module("raytrace_general")
         if self.model == "joseph" and self.dtype == np.float32:
-            return load_module("raytrace").get_function(f"joseph_{direction}_fast")
-        return self._kernel(f"{self.model}_{direction}")
+            return module.get_function(f"joseph_{direction}_fast")
+        return module.get_function(f"{self.model}_{direction}_{self._suffix}")
 
     def subset(self, views: np.ndarray) -> "CudaRaytracer":
         import cupy
@@ -315,14 +321,15 @@ class CudaRaytracer:
 
     def _structured(self, name: str, volT, proj):
         """Launch a structured Siddon kernel: one block per (column, view).
-        float32 runs the float32 march (``structured_fast`` in raytrace.cu,
-        error bound there) in view groups (:meth:`_grouped`); float64 the
-        float64 one, in passes of at most 65535 views (the grid's y limit)."""
+        float32 runs the float32 march (``structured_fast`` in
+        raytrace_siddon.cu, error bound there) in view groups
+        (:meth:`_grouped`); float64 the float64 one, in passes of at most
+        65535 views (the grid's y limit)."""
         if self.dtype == np.float32:
-            self._grouped(f"{name}_fast", volT, proj)
+            self._grouped("raytrace_siddon", f"{name}_fast", volT, proj)
             return
         nx, ny, nz = self._scalars()
-        kernel = self._kernel(name)
+        kernel = load_module("raytrace_siddon").get_function(f"{name}_{self._suffix}")
         n_views = self.params_host.shape[0]
         for v0 in range(0, n_views, MAX_GRID_Y):
             v1 = min(n_views, v0 + MAX_GRID_Y)
@@ -330,11 +337,11 @@ class CudaRaytracer:
                    (volT, proj[v0:v1], nx, ny, nz, self.params[v0:v1], self.g, np.int32(self.n_rows),
                     np.int32(self.n_cols)), shared_mem=self.shared_bytes)
 
-    def _grouped(self, name: str, vol, proj):
+    def _grouped(self, module: str, name: str, vol, proj):
         """Launch a structured float32 kernel with blocks (column, view) in
-        groups of VIEW_GROUP views per column (raytrace.cu: grouped_block)."""
+        groups of VIEW_GROUP views per column (raytrace_common.cuh: grouped_block)."""
         nx, ny, nz = self._scalars()
-        kernel = load_module("raytrace").get_function(name)
+        kernel = load_module(module).get_function(name)
         n_views = self.params_host.shape[0]
         group = min(VIEW_GROUP, n_views)
         step = MAX_GRID_Y * group
@@ -345,65 +352,27 @@ class CudaRaytracer:
                     np.int32(self.n_rows), np.int32(self.n_cols), np.int32(group)), shared_mem=self.shared_bytes)
 
     def _padded(self):
-        """Structured Joseph's zero-bordered z-fastest volume (ny + 2, nx + 2, nz + 2 JZ_PAD)."""
+        """Structured Joseph's zero-bordered z-fastest volume (ny + 2, nx + 2, nz + 2 JOSEPH_PAD_Z)."""
         import cupy
         nz, ny, nx = self.grid3
         return cupy.zeros((ny + 2, nx + 2, nz + 2 * JOSEPH_PAD_Z), np.float32)
 
-    def _joseph_gather(self, proj, out):
-        """Structured Joseph's transpose as a gather (raytrace.cu: joseph_gather):
-        per batch of views, the plane and row tables, then one pass over the
-        volume adding the batch's contributions."""
-        import cupy
-        nx, ny, nz = self._scalars()
-        n_views = self.params_host.shape[0]
-        nmax = max(int(nx), int(ny))
-        per_view = 16 * self.n_cols * (nmax + self.n_rows) + 4 * self.n_cols
-        free = cupy.cuda.Device().mem_info[0]
-        batch = int(max(1, min(n_views, min(JOSEPH_TABLE_BYTES, free // 4) // per_view)))
-        module = load_module("raytrace")
-        k = gather_depth("LEVERET_JG_K")
-        bx, by = JOSEPH_GATHER_BLOCK
-        grid = (-(-int(nx) // bx), -(-int(ny) // by), -(-int(nz) // k))
-        shared = 4 * (k + 2) * bx * by
-        planes = cupy.empty((batch * self.n_cols * nmax, 4), np.int32)
-        dominant = cupy.empty(batch * self.n_cols, np.int32)
-        rows = cupy.empty((batch * self.n_cols * self.n_rows, 4), np.float32)
-        for v0 in range(0, n_views, batch):
-            v1 = min(n_views, v0 + batch)
-            nv = np.int32(v1 - v0)
-            par = self.params[v0:v1]
-            n = (v1 - v0) * self.n_cols * nmax
-            module.get_function("joseph_plane_table")(
-                (-(-n // BLOCK),), (BLOCK,), (planes, dominant, nx, ny, par, self.g, nv, np.int32(self.n_cols)))
-            n = (v1 - v0) * self.n_cols * self.n_rows
-            module.get_function("joseph_row_table")(
-                (-(-n // BLOCK),), (BLOCK,), (rows, proj[v0:v1], nx, ny, nz, par, self.g, nv,
-                                             np.int32(self.n_rows), np.int32(self.n_cols)))
-            module.get_function("joseph_gather")(
-                grid, (bx, by, 1), (out, planes, dominant, rows, nx, ny, nz, par, self.g, nv, np.int32(self.n_rows),
-                                    np.int32(self.n_cols), np.int32(v0 > 0)), shared_mem=shared)
-        return out
-
     def _joseph_voxel(self, proj, out):
-        """Structured Joseph's transpose, voxel-driven (raytrace.cu:
+        """Structured Joseph's transpose, voxel-driven (raytrace_voxel.cu:
         joseph_voxel_gather): per batch of views the per-column numbers and the
         values y w in (view, column, row) order, then one pass over the
         z-fastest volume; finally the copy back to (nz, ny, nx)."""
         import cupy
-        if not self.voxel_ok:
-            raise ValueError("transpose: the voxel transpose needs detector rows at least a quarter voxel apart in z "
-                             "and sources outside the grid (use 'atomic')")
         nx, ny, nz = self._scalars()
-        c = voxel_constants(VOXEL_DEFINES)
+        c = voxel_constants()
         rows_p = self.n_rows + c["pad_lo"] + c["pad_hi"]
         n_views = self.params_host.shape[0]
         per_view = 4 * self.n_cols * rows_p + 8 * 8 * self.n_cols
         free = cupy.cuda.Device().mem_info[0]
-        batch = int(max(1, min(n_views, MAX_GRID_Y, min(JOSEPH_TABLE_BYTES, free // 4) // per_view)))
-        if VOXEL_VIEW_BATCH > 0:
-            batch = min(batch, VOXEL_VIEW_BATCH)
-        module = load_module("raytrace", VOXEL_DEFINES)
+        batch = int(max(1, min(n_views, MAX_GRID_Y, min(VOXEL_TABLE_BYTES, free // 4) // per_view)))
+        if self.views_per_batch is not None:
+            batch = min(batch, self.views_per_batch)
+        module = load_module("raytrace_voxel")
         bx, by = (w * c["patch"] for w in c["warps"])   # voxel columns per block (8 warps)
         grid = (-(-int(nx) // bx), -(-int(ny) // by), -(-int(nz) // (32 * c["kz"])))
         values = cupy.empty(batch * self.n_cols * rows_p, np.float32)
@@ -426,14 +395,15 @@ class CudaRaytracer:
                 (values, proj[v0:v1], nx, ny, nz, par, self.g, nv, np.int32(self.n_rows), np.int32(self.n_cols)))
             module.get_function("joseph_voxel_gather")(
                 grid, (256,), (volT, values, cols, flags, vf[v0:v1], self.g, nx, ny, nz, nv,
-                                       np.int32(self.n_rows), np.int32(self.n_cols), np.int32(v0 > 0)))
+                               np.int32(self.n_rows), np.int32(self.n_cols), np.int32(v0 > 0)))
         return self._zfast(False, volT, out)
 
     def _zfast(self, to: bool, src, dst, padded: bool = False):
         """Copy between the volume (nz, ny, nx) and the structured kernels' z-fastest
-        layout (ny, nx, nz) with the tiled kernels (``to``: into the z-fastest one);
-        both arrays C-contiguous of the working dtype. ``padded``: structured
-        Joseph's zero-bordered layout (:meth:`_padded`), whose border is left as it is."""
+        layout (ny, nx, nz) with the tiled kernels of raytrace_layout.cu (``to``:
+        into the z-fastest one); both arrays C-contiguous of the working dtype.
+        ``padded``: structured Joseph's zero-bordered layout (:meth:`_padded`),
+        whose border is left as it is."""
         nx, ny, nz = self._scalars()
         if int(ny) > MAX_GRID_Y:   # the grid's z extent; not a size anyone projects
             inner = dst if to else src
@@ -445,7 +415,7 @@ class CudaRaytracer:
                 dst[...] = inner.transpose(2, 0, 1)
             return dst
         name = f"{'to' if to else 'from'}_{'zpad_f32' if padded else 'zfast_' + self._suffix}"
-        load_module("raytrace").get_function(name)(
+        load_module("raytrace_layout").get_function(name)(
             (-(-int(nx) // 32), -(-int(nz) // 32), int(ny)), (32, 8, 1), (src, dst, nx, ny, nz))
         return dst
 
@@ -455,7 +425,8 @@ class CudaRaytracer:
         n_views = self.params_host.shape[0]
         nx, ny, nz = self._scalars()
         if self.structured and self.model == "joseph":
-            self._grouped("structured_joseph_forward_fast", self._zfast(True, vol, self._padded(), padded=True), out)
+            volP = self._zfast(True, vol, self._padded(), padded=True)
+            self._grouped("raytrace_joseph", "structured_joseph_forward_fast", volP, out)
             return out
         if self.structured:
             volT = self._zfast(True, vol, cupy.empty((int(ny), int(nx), int(nz)), self.dtype))   # z fastest
@@ -473,20 +444,11 @@ class CudaRaytracer:
         import cupy
         n_views = self.params_host.shape[0]
         nx, ny, nz = self._scalars()
-        if self.structured and self.transpose == "gather" and self.model == "siddon":
-            k = gather_depth()
-            self._kernel("structured_siddon_gather")(
-                (-(-int(nx) // GATHER_BLOCK[0]), -(-int(ny) // GATHER_BLOCK[1]), -(-int(nz) // k)), GATHER_BLOCK,
-                (out, proj, nx, ny, nz, self.params, self.g, np.int32(n_views), np.int32(self.n_rows),
-                 np.int32(self.n_cols)))
-            return out
-        if self.structured and self.model == "joseph" and self.transpose == "gather":
-            return self._joseph_gather(proj, out)
         if self.structured and self.model == "joseph" and self.transpose == "voxel":
             return self._joseph_voxel(proj, out)
         if self.structured and self.model == "joseph":
             volP = self._padded()
-            self._grouped("structured_joseph_adjoint_fast", volP, proj)
+            self._grouped("raytrace_joseph", "structured_joseph_adjoint_fast", volP, proj)
             self._zfast(False, volP, out, padded=True)
             return out
         if self.structured:

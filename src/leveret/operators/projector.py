@@ -18,7 +18,7 @@ def parallel_rays(geometry: ParallelGeometry) -> tuple[np.ndarray, np.ndarray]:
     Pixel ``[n, r, c]`` (2D: ``[n, c]``) is the line through ``s e(t) + z ez``
     along ``d(t) = (-sin t, cos t, 0)`` with ``e(t) = (cos t, sin t, 0)``,
     ``s = (c - center - axis_shift[n]) det_spacing`` and
-    ``z = (r - (n_rows-1)/2) row_spacing`` (z = 0 in 2D), as in CONVENTIONS.md.
+    ``z = (r - (n_rows-1)/2) row_spacing`` (z = 0 in 2D), as in docs/conventions.md.
 
     Returns
     -------
@@ -109,18 +109,28 @@ class Projector:
         out; a RuntimeError where there is no GPU); "cpu": Numba (NumPy
         only); "auto": CUDA when CuPy finds a GPU, else the CPU.
     structured : {"auto", True, False}
-        CUDA cone beam only (Siddon; Joseph in float32): paper 003's
-        structure-exploiting path (xy path shared by the rows of a detector
-        column). "auto" takes it when
+        CUDA cone beam only (Siddon; Joseph in float32): the
+        structure-exploiting path of Thompson and Lionheart (2014) (the rows
+        of a detector column share its xy path). "auto" takes it when
         :func:`leveret.cuda.raytrace.structured_ratio` shows it is valid;
         True requires it (ValueError if not valid); False never.
+    transpose : {"auto", "voxel", "atomic"}
+        CUDA only: how ``A.T`` runs. "atomic": ray-driven, each ray adds its
+        weights into the volume with atomicAdd (the order of the additions,
+        hence the last bits, varies between runs). "voxel": each voxel
+        gathers the forward's weights (no atomics, deterministic); it applies
+        to structured Joseph (``structured`` path, ``model="joseph"``,
+        ``precision="float32"``) where detector rows are at least a quarter
+        voxel apart in z and the sources lie outside the grid (ValueError
+        elsewhere). "auto": "voxel" where it applies, else "atomic". Both are
+        the transpose of ``A``'s weights, to rounding.
     precision : {"float32", "float64"}
         dtype of the arrays ``A`` and ``A.T`` return (inputs are converted).
         Geometry is always computed in float64. On CUDA, "float32" runs the
         fast float32 march where one exists (the structured cone path; the
         general Joseph path): per-column/per-ray set-up in float64, steps in
         float32 relative to a nearby origin, within a documented bound of the
-        float64 operator (``leveret.cuda.raytrace``, raytrace.cu) and with
+        float64 operator (``leveret.cuda.raytrace``, raytrace_*.cu) and with
         ``A.T`` using the same float32 weights (matched); "float64" traces
         in float64, bit-identical rays and weights to the CPU.
 
@@ -148,24 +158,19 @@ class Projector:
     operations as the CPU's tables (bit-identical rays) and traced with the
     CPU's float64 arithmetic (float32: the float32 march above where it
     exists). The general path runs one thread per ray; its ``A.T`` adds into
-    the output volume with atomicAdd (no extra memory; the order of the
-    additions, hence the last bits, varies between runs). Paper 003's
-    structured path (cone beam, circular scans without detector tilt:
-    Siddon, and Joseph in float32; ``structured``) takes one extra volume,
-    a z-fastest copy (Joseph: with zero borders), in ``A`` and in ``A.T``;
-    its ``A.T`` scatters with atomicAdd for Siddon. Structured Joseph's
-    ``A.T`` is voxel-driven by default (``A._gpu.transpose == "voxel"``: each
-    voxel gathers the forward's weights, evaluated with float64 set-up; no
-    atomics, deterministic, 2.8x faster than the scatter on the H200; per
-    batch of views a value table of ``n_cols x (n_rows + 17)`` floats per
-    view, at most 2 GiB), where detector rows are at least a quarter voxel
-    apart in z; else the scatter. ``"atomic"`` and ``"gather"`` (tables of the
-    forward's float32 terms) select the others (docs/performance.md).
+    the output volume with atomicAdd (no extra memory). The structured path
+    (cone beam, circular scans without detector tilt: Siddon, and Joseph in
+    float32; ``structured``) takes one extra volume, a z-fastest copy
+    (Joseph: with zero borders), in ``A`` and in ``A.T``. The voxel-driven
+    ``A.T`` (``transpose``) evaluates the forward's weights per voxel with
+    float64 set-up and needs, per batch of views, a table of
+    ``n_cols x (n_rows + 17)`` floats per view (at most 2 GiB at a time);
+    docs/performance.md compares the transposes.
     """
 
     def __init__(self, geometry, volume: VolumeGeometry, *, model: str = "siddon",
                  backend: str = "auto", precision: str = "float32", n_buffers: int | None = None,
-                 structured="auto"):
+                 structured="auto", transpose: str = "auto"):
         if not isinstance(volume, VolumeGeometry):
             raise ValueError(f"volume: expected a VolumeGeometry, got {type(volume).__name__}")
         if isinstance(geometry, ParallelGeometry):
@@ -189,7 +194,11 @@ class Projector:
             raise ValueError(f"structured: expected 'auto', True or False, got {structured!r}")
         self.backend = resolve(v.choice("backend", backend, ("auto", "cuda", "cpu")))
         if structured is True and self.backend != "cuda":
-            raise ValueError("structured: True needs backend='cuda' (paper 003's path is a GPU kernel)")
+            raise ValueError("structured: True needs backend='cuda' (the structured path is a GPU kernel)")
+        transpose = v.choice("transpose", transpose, ("auto", "voxel", "atomic"))
+        if transpose != "auto" and self.backend != "cuda":
+            raise ValueError(f"transpose: {transpose!r} needs backend='cuda' (the CPU's A.T sums private "
+                             f"volumes per thread; use 'auto')")
         self.geometry = geometry
         self.volume = volume
         self.projection_shape = tuple(geometry.projection_shape)
@@ -214,13 +223,18 @@ class Projector:
         if self.backend == "cuda":
             from ..cuda.raytrace import CudaRaytracer
             self._gpu = CudaRaytracer(geometry, self._grid3, self._offset, self._scale, self.model,
-                                      self.dtype, structured=structured)
+                                      self.dtype, structured=structured, transpose=transpose)
         self.T = _Transpose(self)
 
     @property
     def structured(self) -> bool:
-        """Whether ``A`` and ``A.T`` run paper 003's structured cone path (CUDA only)."""
+        """Whether ``A`` and ``A.T`` run the structured cone path (CUDA only)."""
         return bool(self._gpu is not None and self._gpu.structured)
+
+    @property
+    def transpose(self) -> str | None:
+        """How ``A.T`` runs on CUDA, "voxel" or "atomic" (``transpose`` resolved); None on the CPU."""
+        return None if self._gpu is None else self._gpu.transpose
 
     # -- metadata ------------------------------------------------------------------
     @property

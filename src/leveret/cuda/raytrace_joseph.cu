@@ -1,0 +1,203 @@
+// Structured Joseph (float32): the structured path of Thompson and Lionheart
+// (2014) applied to Joseph's model. For a circular scan without detector tilt
+// the rays of one detector column share their xy line, and where no ray is steeper in z than along its dominant xy
+// axis (structured_ratio <= 1: the launcher checks) every row samples the
+// same planes of that axis (x or y) at the same horizontal lengths tau_s, with
+// the same in-plane xy index fu_s. Per block (view, column) the planes' tau_s
+// (relative to a centre plane), the in-plane weights 1 - a_s, a_s (a_s the
+// fraction of fu_s) and the element offset of the plane's first in-plane
+// voxel are computed once in float64 and kept in shared memory, one 16-byte
+// entry per plane; per row only the z index iz_c + fr + dtau_s mz (fr in
+// [0, 1): no float32 number holds a large coordinate, so the bound of
+// joseph_fast holds, raytrace.py: joseph_float32_bound) and the
+// plane-to-plane length w = L / |a_m| are new.
+//
+// The volume is a padded z-fastest copy volP (ny + 2, nx + 2, nz + 2 JZ_PAD)
+// with zero borders (one voxel in x and y, JZ_PAD in z): adjacent rows
+// read/write adjacent z voxels, and no sample needs a bounds test. Planes
+// that a column does not sample (behind the source, or the in-plane index
+// outside (-1, n)) point at the zero border with weights (1, 0). A row's
+// plane range is its z range in float64 padded by one plane; with at most
+// one z voxel per plane (the ratio test) and float32 rounding, its samples
+// stay within z (-2 - 1e-3, nz + 1 + 1e-3), so they and their upper
+// neighbours fall in [-3, nz + 2]: JZ_PAD = 3. A zero border contributes
+// exactly what the float64 model's range tests drop (nothing); in the
+// transpose the border collects values nobody reads.
+//
+// One sample is a broadcast 16-byte shared load, four float32 operations for
+// the z index and fraction, four global loads and six multiply-adds; the
+// plane-to-plane length multiplies the ray sum once (forward) or the ray's
+// value once (transpose), so both directions have the weights
+// w * wu_c * wv_c with the same float32 factors: the transpose (atomicAdd)
+// is exact. Blocks run in groups of `view_group` views per column
+// (grouped_block). The transpose without atomics is in raytrace_voxel.cu.
+#include "raytrace_common.cuh"
+
+#ifndef LEVERET_JOSEPH_PAD_Z
+#error "LEVERET_JOSEPH_PAD_Z undefined: build with the -D constants of leveret/cuda/raytrace.py (KERNEL_CONSTANTS)"
+#elif LEVERET_JOSEPH_PAD_Z < 3
+#error "LEVERET_JOSEPH_PAD_Z: the samples reach z in [-3, nz + 2] (see above)"
+#endif
+#define JZ_PAD LEVERET_JOSEPH_PAD_Z
+
+struct JPlane {
+    float dtau, wu0, wu1;
+    int base;   // element offset in volP of (plane, in-plane index, z = 0)
+};
+
+template <bool ADJ>
+__device__ void structured_joseph(float* volP, float* proj, int nx, int ny, int nz,
+                                  const double* __restrict__ params, const double* __restrict__ g,
+                                  int n_views, int n_rows, int n_cols, int view_group)
+{
+    extern __shared__ double smem[];
+    int col, view;
+    if (!grouped_block(view_group, n_views, col, view)) return;
+    const double* par = params + 12 * view;
+    const double u = (double)col;
+    const JosephColumn jc = joseph_column(par, g, u, nx, ny);
+    const long long out0 = (long long)view * n_rows * n_cols + col;
+    const bool my = jc.my;
+    const int nm = jc.nm, nu = jc.nu;
+    const double am = jc.am, au_ = jc.au, pm = jc.pm, pu = jc.pu, pzc = jc.pzc;
+    // Strides in volP (ny + 2, nx + 2, nz + 2 JZ_PAD) of the plane axis and the in-plane axis.
+    const int pnx = nx + 2, pnz = nz + 2 * JZ_PAD;
+    const int s_m = my ? pnx * pnz : pnz;
+    const int s_u = my ? pnz : pnx * pnz;
+    const int origin = (pnx + 1) * pnz + JZ_PAD;   // voxel (0, 0, 0)
+    const long long s_u64 = s_u;                   // to the upper in-plane neighbour
+    JPlane* planes = (JPlane*)smem;
+    for (int sp = threadIdx.x; sp < nm; sp += blockDim.x) {
+        float dtau, a;
+        int iu;
+        bool ok;
+        joseph_plane(jc, sp, dtau, a, iu, ok);
+        JPlane e;
+        e.dtau = dtau;
+        e.wu0 = 1.0f - a;
+        e.wu1 = a;
+        e.base = origin + sp * s_m + iu * s_u;
+        planes[sp] = e;
+    }
+    __syncthreads();
+    // The column's planes (tau >= 0, in-plane index in (-1, nu)), padded by one plane.
+    double cw0 = 0.0, cw1 = (double)(nm - 1);
+    {
+        const double pmc = fmin(fmax(pm, -2.0), (double)nm + 1.0);
+        if (am > 0.0) cw0 = fmax(cw0, ceil(pmc)); else cw1 = fmin(cw1, floor(pmc));
+        if (au_ != 0.0) {
+            const double ta = __ddiv_rn(-1.0 - pu, au_), tb = __ddiv_rn((double)nu - pu, au_);
+            const double sa = pm + fmin(ta, tb) * am, sb = pm + fmax(ta, tb) * am;
+            cw0 = fmax(cw0, floor(fmin(sa, sb)) - 1.0);
+            cw1 = fmin(cw1, ceil(fmax(sa, sb)) + 1.0);
+        }
+    }
+    for (int row = threadIdx.x; row < n_rows; row += blockDim.x) {
+        const float w = joseph_step(jc, par, g, u, (double)row, nz);
+        const float value = ADJ ? proj[out0 + (long long)row * n_cols] * w : 0.0f;
+        if (ADJ && value == 0.0f) continue;
+        float fr, mz;
+        int iz;
+        const double rmz = joseph_row(jc, par, g, u, (double)row, fr, mz, iz);
+        // Planes whose z index can lie in (-1, nz), padded by one.
+        int s0 = 0, s1 = nm - 1;
+        if (rmz != 0.0) {
+            const double ta = __ddiv_rn(-1.0 - pzc, rmz), tb = __ddiv_rn((double)nz - pzc, rmz);
+            const double sa = pm + fmin(ta, tb) * am, sb = pm + fmax(ta, tb) * am;
+            const double lo = fmax(floor(fmin(sa, sb)) - 1.0, 0.0), hi = fmin(ceil(fmax(sa, sb)) + 1.0, (double)(nm - 1));
+            s0 = lo > hi ? 1 : (int)lo;
+            s1 = lo > hi ? 0 : (int)hi;
+        } else if (!(-1.0 < pzc && pzc < (double)nz)) {
+            s0 = 1; s1 = 0;
+        }
+        s0 = max(s0, (int)fmax(cw0, -1.0));
+        s1 = min(s1, (int)fmin(cw1, (double)nm));
+        const int n_s = s1 - s0 + 1;
+        if (n_s <= 0) {
+            if (!ADJ) proj[out0 + (long long)row * n_cols] = 0.0f;
+            continue;
+        }
+        // iz + floor(fv) is a sample's z index, in [-3, nz + 2] on the planes s0..s1
+        const int sp0 = am > 0.0 ? s0 : s1, dsp = am > 0.0 ? 1 : -1;   // along the ray
+        double acc = 0.0;
+        float part = 0.0f;   // float32 partial sums of 8 planes, then float64
+        // One sample: 32-bit offsets from the two in-plane neighbours' base pointers.
+        auto sample = [&](int n) {
+            const JPlane e = planes[sp0 + n * dsp];
+            const float fv = fmaf(e.dtau, mz, fr);
+            const float flv = floorf(fv);
+            const float av = fv - flv, bv = 1.0f - av;
+            float* const p0 = volP + (e.base + iz + (int)flv);
+            float* const p1 = p0 + s_u64;
+            if (ADJ) {
+                const float t0 = e.wu0 * value, t1 = e.wu1 * value;
+                atomicAdd(p0, t0 * bv);
+                atomicAdd(p0 + 1, t0 * av);
+                atomicAdd(p1, t1 * bv);
+                atomicAdd(p1 + 1, t1 * av);
+            } else {
+                part = fmaf(e.wu0, fmaf(bv, p0[0], av * p0[1]), part);
+                part = fmaf(e.wu1, fmaf(bv, p1[0], av * p1[1]), part);
+            }
+        };
+        // Whole groups of 8 planes without per-sample tests, then the rest. A
+        // sample's chain (shared load, index, global load) is ~700 cycles long,
+        // which one sample at a time would need ~80 warps per SM to hide: the
+        // forward is software-pipelined instead, the next group's 32 loads in
+        // flight while the current group is summed (groups A and B alternate;
+        // the last turn reloads its own group, unused, rather than branch).
+        int n = 0;
+        const int n_full = n_s & ~7;
+        if (ADJ) {
+            for (; n < n_full; n += 8) {
+#pragma unroll
+                for (int q = 0; q < 8; ++q) sample(n + q);
+            }
+        } else if (n_full > 0) {
+            float A[5][8], B[5][8];   // the four corners and the z fraction of 8 samples
+            auto load8 = [&](int n8, float (&L)[5][8]) {
+#pragma unroll
+                for (int q = 0; q < 8; ++q) {
+                    const JPlane e = planes[sp0 + (n8 + q) * dsp];
+                    const float fv = fmaf(e.dtau, mz, fr);
+                    const float flv = floorf(fv);
+                    const float* const p0 = volP + (e.base + iz + (int)flv);
+                    const float* const p1 = p0 + s_u64;
+                    L[0][q] = p0[0];
+                    L[1][q] = p0[1];
+                    L[2][q] = p1[0];
+                    L[3][q] = p1[1];
+                    L[4][q] = fv - flv;
+                }
+            };
+            auto sum8 = [&](int n8, const float (&L)[5][8]) {   // the operations of sample()
+#pragma unroll
+                for (int q = 0; q < 8; ++q) {
+                    const JPlane e = planes[sp0 + (n8 + q) * dsp];
+                    const float av = L[4][q], bv = 1.0f - av;
+                    part = fmaf(e.wu0, fmaf(bv, L[0][q], av * L[1][q]), part);
+                    part = fmaf(e.wu1, fmaf(bv, L[2][q], av * L[3][q]), part);
+                }
+                acc += (double)part;
+                part = 0.0f;
+            };
+            load8(0, A);
+            while (true) {
+                load8(n + 8 < n_full ? n + 8 : n, B);
+                sum8(n, A);
+                n += 8;
+                if (n >= n_full) break;
+                load8(n + 8 < n_full ? n + 8 : n, A);
+                sum8(n, B);
+                n += 8;
+                if (n >= n_full) break;
+            }
+        }
+        for (; n < n_s; ++n) sample(n);
+        acc += (double)part;
+        if (!ADJ) proj[out0 + (long long)row * n_cols] = (float)(acc * (double)w);
+    }
+}
+
+GROUPED_KERNEL(structured_joseph_forward_fast, structured_joseph, false)
+GROUPED_KERNEL(structured_joseph_adjoint_fast, structured_joseph, true)

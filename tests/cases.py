@@ -1,0 +1,97 @@
+"""Test cases several test modules share (tests/ is on pytest's pythonpath:
+``from cases import ...``). Each section belongs to one part of the package."""
+from __future__ import annotations
+
+import numpy as np
+
+from leveret.geometry import ConeGeometry, ParallelGeometry, VolumeGeometry
+
+# -- Ray-driven projector (leveret.operators.Projector, leveret.cuda.raytrace) -----------------
+
+MODELS = ("siddon", "joseph")
+
+
+def _projector_geometries():
+    """Small, odd-sized set-ups; detectors wider than the volume (rays that miss),
+    off-centre grids, non-square voxels, axis shifts, a ray on a voxel face."""
+    a7 = np.linspace(0, np.pi, 7, endpoint=False)
+    return {
+        "parallel2d": (ParallelGeometry(a7, 23, det_spacing=1.3, center=10.2),
+                       VolumeGeometry((13, 17), (0.9, 1.1), center=(0.3, -0.2))),
+        # 0 and 90 degrees with integer spacing: rays run exactly along voxel faces
+        "parallel2d_graze": (ParallelGeometry([0.0, np.pi / 2, np.pi / 4], 12),
+                             VolumeGeometry((9, 9), 1.0)),
+        "parallel3d": (ParallelGeometry(np.linspace(0, np.pi, 5, endpoint=False), 15, n_rows=6,
+                                        det_spacing=1.3, row_spacing=0.8,
+                                        axis_shift=[0.3, -0.2, 0.0, 0.5, 0.1]),
+                       VolumeGeometry((5, 9, 11), (0.9, 1.1, 1.0))),
+        "cone_circular": (ConeGeometry.circular(np.linspace(0, 2 * np.pi, 6, endpoint=False),
+                                                sid=30, sdd=50, n_rows=9, n_cols=13, pixel_size=2.0),
+                          VolumeGeometry((7, 9, 11), 1.0, center=(0.5, 0.0, -0.3))),
+        "cone_matrices": (ConeGeometry.circular(np.radians([0, 37, 101, 200]), sid=25, sdd=40,
+                                                n_rows=8, n_cols=11, pixel_size=1.7,
+                                                det_offset=(1.5, -0.7), det_tilt=(0.05, -0.03, 0.1)),
+                          VolumeGeometry((6, 7, 9), (1.2, 1.0, 0.8))),
+    }
+
+
+GEOMETRIES = _projector_geometries()
+
+
+def _structured_geometries():
+    """Circular cone scans (no detector tilt) where the structured path
+    applies: odd sizes, rays that miss (detector wider than the volume), views
+    along the grid axes, non-cubic voxels, off-centre grids.
+
+    Not here: a column whose xy line lies on a voxel face to rounding. The
+    rows of a column share one xy line in the structured path, while the
+    general path's per-row directions differ from it in the last bits
+    (``M^-1``'s v column has ~1e-17 xy parts after inversion), so such a
+    grazing ray can be put in either neighbouring voxel row: a 1e-15
+    difference in the geometry, not in the operator."""
+    return {
+        "cone_small": (ConeGeometry.circular(np.linspace(0, 2 * np.pi, 6, endpoint=False), sid=30, sdd=50,
+                                             n_rows=9, n_cols=13, pixel_size=2.0),
+                       VolumeGeometry((7, 9, 11), 1.0, center=(0.5, 0.0, -0.3))),
+        "cone_axes_wide": (ConeGeometry.circular(np.array([0.0, np.pi / 2, np.pi / 4, 1.0, 3.0]), sid=40, sdd=60,
+                                                 n_rows=33, n_cols=41, pixel_size=1.5),
+                           VolumeGeometry((15, 18, 20), (1.5, 1.0, 0.9), center=(-0.13, 0.21, 0.37))),
+        "cone_offset": (ConeGeometry.circular(np.linspace(0.1, 2 * np.pi, 7, endpoint=False), sid=50, sdd=90,
+                                              n_rows=40, n_cols=37, pixel_size=1.0, det_offset=(2.5, -3.0)),
+                        VolumeGeometry((23, 31, 29), 1.0, center=(1.0, -2.0, 0.5))),
+    }
+
+
+STRUCTURED = _structured_geometries()
+
+# Structured Joseph's voxel transpose over several z chunks: 70 z voxels,
+# anisotropic voxels, an off-centre detector, ~1.4 rows per voxel, odd nx, ny.
+TALL = (ConeGeometry.circular(np.linspace(0, 2 * np.pi, 9, endpoint=False), sid=60, sdd=90, n_rows=61,
+                              n_cols=29, pixel_size=1.4, det_offset=(0.7, -1.3)),
+        VolumeGeometry((70, 17, 19), (1.0, 1.1, 0.6), center=(0.3, -0.4, 1.1)))
+
+
+def _host(a) -> np.ndarray:
+    """A NumPy or CuPy array as float64 NumPy."""
+    return np.asarray(a.get() if hasattr(a, "get") else a, np.float64)
+
+
+def adjoint_scale(lhs, Ax, y) -> float:
+    """|<Ax, y>|, or its typical size for random y, ||Ax|| ||y|| / sqrt(m), if
+    larger: the rounding errors of A x and of the sum scale with the latter, and
+    a random y can make <Ax, y> cancel to a fraction of it (seen: 10x).
+    NumPy or CuPy arrays."""
+    Ax, y = _host(Ax), _host(y)
+    typical = np.linalg.norm(Ax) * np.linalg.norm(y) / np.sqrt(Ax.size)
+    return max(abs(lhs), typical)
+
+
+def assert_close(got, ref, tol) -> None:
+    """``got`` (NumPy or CuPy, poisoned with NaN before the call under test)
+    has no NaN left and is within ``tol`` times the largest ``|ref|`` of ``ref``."""
+    got, ref = _host(got), _host(ref)
+    assert not np.isnan(got).any(), "unwritten outputs (NaN poison left)"
+    err = np.abs(got - ref).max()
+    scale = np.abs(ref).max()
+    assert scale > 0
+    assert err <= tol * scale, f"max error {err:.3g} > {tol:g} x {scale:.3g}"

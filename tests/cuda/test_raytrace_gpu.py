@@ -1,0 +1,193 @@
+"""The raytrace_*.cu kernels on the GPU (``gpu`` marker; skipped without one):
+the structured paths against the general one and against the float64 CPU
+operators (the float32 marches within their documented bounds), structured
+Joseph's two transposes against each other, with views in several batches.
+Outputs are poisoned with NaN first; every test checks the adjoint identity of
+the pair it runs. The same kernels' source runs on the CPU in
+test_raytrace_host.py."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from leveret import phantom
+from leveret.cuda.raytrace import (CudaRaytracer, joseph_float32_bound, structured_float32_bound,
+                                   view_parameters)
+from leveret.operators import Projector
+
+from cases import GEOMETRIES, STRUCTURED, TALL, adjoint_scale, assert_close
+
+pytestmark = pytest.mark.gpu
+
+ALL = {**GEOMETRIES, **STRUCTURED}
+# Relative to the largest value: float32 to 1e-5, float64 to 1e-12 (the GPU's
+# float64 atomics add in another order than the CPU's private buffers).
+TOL = {"float32": 1e-5, "float64": 1e-12}
+
+
+def _cupy():
+    import cupy
+    return cupy
+
+
+def _adjoint_error(Ax, y, x, ATy) -> tuple[float, float]:
+    """|<Ax, y> - <x, A^T y>| and its scale (cases.adjoint_scale); CuPy or NumPy arrays."""
+    cp = _cupy()
+    f64 = [cp.asarray(a).astype(cp.float64) for a in (Ax, y, x, ATy)]
+    lhs = float(cp.vdot(f64[0], f64[1]))
+    rhs = float(cp.vdot(f64[2], f64[3]))
+    return abs(lhs - rhs), adjoint_scale(lhs, Ax, y)
+
+
+def _check_float32_transpose(G, A, x, y, got):
+    """A float32 GPU operator's transpose (output poisoned) against the float64
+    CPU operator's to 1e-5, and the adjoint identity with its forward ``got``."""
+    cp = _cupy()
+    back = cp.full(x.shape, np.nan, cp.float32)
+    G.T(cp.asarray(y), out=back)
+    assert_close(back, A.T(y.astype(np.float64)), 1e-5)
+    err, scale = _adjoint_error(got, y, x, back)
+    assert err <= 1e-5 * scale
+
+
+@pytest.mark.parametrize("precision", ["float32", "float64"])
+@pytest.mark.parametrize("name", list(STRUCTURED))
+def test_structured_siddon_equals_general(name, precision, rng):
+    cp = _cupy()
+    geometry, volume = STRUCTURED[name]
+    S = Projector(geometry, volume, model="siddon", precision=precision, backend="cuda", structured=True)
+    G = Projector(geometry, volume, model="siddon", precision=precision, backend="cuda", structured=False)
+    assert S.structured and not G.structured and S.transpose == "atomic"
+    assert Projector(geometry, volume, backend="cuda").structured            # "auto" takes it
+    x = cp.asarray(rng.standard_normal(volume.shape), dtype=precision)
+    y = cp.asarray(rng.standard_normal(geometry.projection_shape), dtype=precision)
+    out = cp.full(geometry.projection_shape, np.nan, precision)
+    S(x, out=out)
+    assert_close(out, G(x), TOL[precision])
+    back = cp.full(volume.shape, np.nan, precision)
+    S.T(y, out=back)
+    assert_close(back, G.T(y), TOL[precision])
+    err, scale = _adjoint_error(out, y, x, back)
+    assert err <= TOL[precision] * scale
+
+
+@pytest.mark.parametrize("name", list(STRUCTURED))
+def test_structured_siddon_float32_march_against_float64(name, rng):
+    """precision="float32" marches in float32 (raytrace_siddon.cu,
+    structured_fast): against the float64 CPU operator, inside the documented
+    bound and 1e-5 of the largest value, on random data and an analytic
+    phantom; its transpose has the same weights (adjoint identity)."""
+    cp = _cupy()
+    geometry, volume = STRUCTURED[name]
+    A = Projector(geometry, volume, model="siddon", precision="float64", backend="cpu")
+    S = Projector(geometry, volume, model="siddon", precision="float32", backend="cuda", structured=True)
+    _, params = view_parameters(geometry)
+    ph = phantom.EllipsoidPhantom([phantom.Ellipsoid(1.0, (3.0, 3.5, 3.2), (0.2, -0.1, 0.3), 0.4)])
+    for x in (rng.standard_normal(volume.shape).astype(np.float32),
+              ph.rasterize(volume, supersampling=2).astype(np.float32)):
+        ref = A(x.astype(np.float64))
+        out = cp.full(geometry.projection_shape, np.nan, cp.float32)
+        S(cp.asarray(x), out=out)
+        got = cp.asnumpy(out).astype(np.float64)
+        assert not np.isnan(got).any()
+        err = np.abs(got - ref).max()
+        bound = structured_float32_bound(params, geometry.n_rows, geometry.n_cols, volume.shape, 1 / A._scale,
+                                         np.abs(x).max(), np.abs(ref).max())
+        assert err <= bound and err <= 1e-5 * np.abs(ref).max(), (err, bound)
+    y = rng.standard_normal(geometry.projection_shape).astype(np.float32)
+    _check_float32_transpose(S, A, x, y, got)
+
+
+@pytest.mark.parametrize("name", list(ALL))
+def test_joseph_float32_march_against_float64(name, rng):
+    """precision="float32" Joseph marches in float32 (raytrace_general.cu,
+    joseph_fast; raytrace_joseph.cu on the structured cases): against the
+    float64 CPU operator inside joseph_float32_bound and 1e-5 of the largest
+    value; the transpose has the same weights."""
+    cp = _cupy()
+    geometry, volume = ALL[name]
+    A = Projector(geometry, volume, model="joseph", precision="float64", backend="cpu")
+    G = Projector(geometry, volume, model="joseph", precision="float32", backend="cuda")
+    x = rng.standard_normal(volume.shape).astype(np.float32)
+    y = rng.standard_normal(geometry.projection_shape).astype(np.float32)
+    ref = A(x.astype(np.float64))
+    out = cp.full(geometry.projection_shape, np.nan, cp.float32)
+    G(cp.asarray(x), out=out)
+    got = cp.asnumpy(out).astype(np.float64)
+    assert not np.isnan(got).any()
+    err = np.abs(got - ref).max()
+    assert err <= joseph_float32_bound(A._grid3, 1 / A._scale, np.abs(x).max(), np.abs(ref).max())
+    assert err <= 1e-5 * np.abs(ref).max()
+    _check_float32_transpose(G, A, x, y, got)
+
+
+@pytest.mark.parametrize("name", list(STRUCTURED))
+def test_structured_joseph_equals_general(name, rng):
+    """float32 Joseph: "auto" takes the structured kernel on circular scans; it
+    equals the general float32 Joseph (both within their bounds of float64)."""
+    cp = _cupy()
+    geometry, volume = STRUCTURED[name]
+    S = Projector(geometry, volume, model="joseph", precision="float32", backend="cuda")
+    G = Projector(geometry, volume, model="joseph", precision="float32", backend="cuda", structured=False)
+    assert S.structured and not G.structured
+    assert not Projector(geometry, volume, model="joseph", precision="float64", backend="cuda").structured
+    with pytest.raises(ValueError, match="structured"):
+        Projector(geometry, volume, model="joseph", precision="float64", backend="cuda", structured=True)
+    x = cp.asarray(rng.standard_normal(volume.shape), dtype=cp.float32)
+    y = cp.asarray(rng.standard_normal(geometry.projection_shape), dtype=cp.float32)
+    out = cp.full(geometry.projection_shape, np.nan, cp.float32)
+    S(x, out=out)
+    assert_close(out, G(x), 1e-5)
+    back = cp.full(volume.shape, np.nan, cp.float32)
+    S.T(y, out=back)
+    assert_close(back, G.T(y), 1e-5)
+    err, scale = _adjoint_error(out, y, x, back)
+    assert err <= 1e-5 * scale
+
+
+@pytest.mark.parametrize("name", list(STRUCTURED) + ["tall"])
+def test_structured_joseph_voxel_transpose_equals_atomic(name, rng):
+    """Structured Joseph's transposes: the voxel-driven one (transpose="auto"
+    picks it here: the forward's weights evaluated per voxel, z fractions in
+    float64) in batches of two views and in one batch, and the ray-driven
+    atomic one. They differ by the forward march's float32 rounding (2e-6 of
+    the largest value), the batches by float32 rounding of the views' partial
+    sums; the voxel one is deterministic; outputs poisoned;
+    the adjoint identity with the forward. "tall" has 70 z voxels and ~1.4
+    rows per voxel."""
+    cp = _cupy()
+    geometry, volume = TALL if name == "tall" else STRUCTURED[name]
+    V = Projector(geometry, volume, model="joseph", precision="float32", backend="cuda")
+    T = Projector(geometry, volume, model="joseph", precision="float32", backend="cuda", transpose="atomic")
+    assert V.structured and V.transpose == "voxel" and T.structured and T.transpose == "atomic"
+    A = Projector(geometry, volume, model="joseph", precision="float32", backend="cpu")
+    batched = CudaRaytracer(geometry, A._grid3, A._offset, A._scale, "joseph", np.float32, transpose="voxel",
+                            views_per_batch=2)
+    y = cp.asarray(rng.standard_normal(geometry.projection_shape), dtype=cp.float32)
+    results = {}
+    for mode, run in (("voxel", V.T), ("atomic", T.T),
+                      ("voxel_batched", lambda y, out: batched.adjoint(y, out.reshape(A._grid3)))):
+        results[mode] = cp.full(volume.shape, np.nan, cp.float32)
+        run(y, out=results[mode])
+        assert not bool(cp.isnan(results[mode]).any()), mode
+    assert_close(results["voxel"], results["atomic"], 2e-6)
+    assert_close(results["voxel_batched"], results["voxel"], 1e-6)     # batches: partial sums added in float32
+    assert bool((V.T(y) == results["voxel"]).all())                       # deterministic
+    x = cp.asarray(rng.standard_normal(volume.shape), dtype=cp.float32)
+    out = V(x)
+    err, scale = _adjoint_error(out, y, x, results["voxel"])
+    assert err <= 1e-5 * scale
+
+
+def test_voxel_transpose_refused_where_it_does_not_apply():
+    """transpose="voxel" names the argument where the voxel transpose does not
+    apply: Siddon, float64 Joseph, the general path, a tilted detector."""
+    geometry, volume = STRUCTURED["cone_small"]
+    for kwargs in ({"model": "siddon"}, {"model": "joseph", "precision": "float64"},
+                   {"model": "joseph", "structured": False}):
+        with pytest.raises(ValueError, match="transpose: 'voxel' applies to structured Joseph"):
+            Projector(geometry, volume, backend="cuda", transpose="voxel", **kwargs)
+    tilted, grid = GEOMETRIES["cone_matrices"]
+    with pytest.raises(ValueError, match="transpose"):
+        Projector(tilted, grid, model="joseph", backend="cuda", transpose="voxel")
+    assert Projector(tilted, grid, model="joseph", backend="cuda").transpose == "atomic"
