@@ -71,12 +71,13 @@ def test_cone_slabs_on_cuda(tmp_path, rel_mirror):
     proj64 = phantom.shepp_logan_3d(radius=18.0).project(g)
     proj = proj64.astype(np.float32)
     ref = leveret.fdk(proj, g, v, backend="cuda")
-    reconstruct_to_file(proj, g, tmp_path / "c.h5", volume=v, backend="cuda", slab_slices=6)
+    on_gpu = reconstruct_to_file(proj, g, tmp_path / "c.h5", volume=v, backend="cuda", slab_slices=6)
     out = read_array(tmp_path / "c.h5")
     # The CPU's mirror of the texture unit (linear8) through the same slabs: equal to
     # float rounding (docs/accuracy.md's texture-mirror bound).
-    reconstruct_to_file(proj, g, tmp_path / "c8.h5", volume=v, backend="cpu", slab_slices=6,
-                        interpolation="linear8")
+    on_cpu = reconstruct_to_file(proj, g, tmp_path / "c8.h5", volume=v, backend="cpu", slab_slices=6,
+                                 interpolation="linear8")
+    assert on_gpu.slab_slices == on_cpu.slab_slices == 6 and on_gpu.retries == 0
     assert rel_mirror(out, read_array(tmp_path / "c8.h5")) < 1e-5
     # Slabs vs the whole volume, both on the GPU: a slab's float32 matrices (rows cropped,
     # z restarted) move texture coordinates by a few ulp (~3e-5 px at u ~ 96), which flips an
