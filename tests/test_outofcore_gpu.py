@@ -31,7 +31,7 @@ def test_cuda_slabs_equal_in_memory_cuda_and_cpu(tmp_path, scan, rng):
     proj = proj + rng.normal(0, 0.01, proj.shape).astype(np.float32)     # fresh inputs each run
     ref_gpu = leveret.fbp(proj, g, backend="cuda")
     ref_cpu = leveret.fbp(proj, g, backend="cpu")          # exact weights, as the default ALU kernel
-    ref64 = leveret.fbp(proj.astype(np.float64), g, backend="cpu", precision="double")
+    ref64 = leveret.fbp(proj.astype(np.float64), g, backend="cpu", precision="float64")
     vol_bytes = g.default_volume().size * 4
     import importlib.util
     names = ("r.h5", "r.npy") + (("r.zarr",) if importlib.util.find_spec("zarr") else ())   # zarr: optional

@@ -77,9 +77,15 @@ def test_shepp_logan_3d_and_precision():
     truth = head.rasterize(vol, supersampling=2)
     k = vol.nz // 2
     assert np.median(np.abs(rec[k] - truth[k])) < 0.03
-    double = leveret.fdk(proj.astype(np.float64), g, vol, backend="cpu", filter="hann", precision="double")
+    double = leveret.fdk(proj.astype(np.float64), g, vol, backend="cpu", filter="hann", precision="float64")
     assert double.dtype == np.float64
     assert np.linalg.norm(double - rec) / np.linalg.norm(double) < 1e-5
+    with pytest.warns(FutureWarning, match="precision: 'double' is deprecated, use 'float64'"):
+        old = leveret.fdk(proj.astype(np.float64), g, vol, backend="cpu", filter="hann", precision="double")
+    np.testing.assert_array_equal(old, double)
+    st: dict = {}
+    leveret.fdk(proj, g, vol, backend="cpu", stats=st)
+    assert st == {}   # no GPU pipeline ran
 
 
 def test_slabs_fed_their_own_rows_equal_the_whole_volume():
@@ -115,6 +121,8 @@ def test_bad_input():
         leveret.fdk(proj, g, vol, backend="cpu", short_scan="yes")
     with pytest.raises(ValueError, match="geometry"):
         leveret.fdk(proj, leveret.ParallelGeometry([0.0], 16), vol, backend="cpu")
+    with pytest.raises(ValueError, match="precision: expected one of 'float32', 'float64'"):
+        leveret.fdk(proj, g, vol, backend="cpu", precision="float16")
 
 
 @pytest.mark.gpu
@@ -164,9 +172,14 @@ def test_fdk_cuda_equals_cpu_texture_mode(rng, rel_mirror):
     assert isinstance(gpu, cp.ndarray)
     cpu8 = leveret.fdk(proj, g, vol, backend="cpu", interpolation="linear8")
     assert rel_mirror(gpu.get(), cpu8) < 1e-5
-    host = leveret.fdk(proj, g, vol, backend="cuda")
+    st: dict = {}
+    host = leveret.fdk(proj, g, vol, backend="cuda", stats=st)   # NumPy in: streamed through the pipeline
     assert isinstance(host, np.ndarray)
     np.testing.assert_allclose(host, gpu.get(), rtol=1e-5, atol=1e-6)
+    assert st["chunks"] > 1 and st["wall"] > 0 and st["compute"] > 0 and st["h2d"] > 0 and st["d2h"] == 0
+    on_device: dict = {}
+    leveret.fdk(cp.asarray(proj), g, vol, backend="cuda", stats=on_device)
+    assert on_device == {}   # CuPy in: no pipeline, nothing to report
     # A memory cap that forces z-slabs gives the same volume, up to the texture
     # unit's 8-bit weights: a slab's matrices (rows cropped, z restarted) round
     # the coordinates differently, so a few weights land one step apart.
