@@ -20,6 +20,11 @@ pytestmark = pytest.mark.gpu
 # smooth_noise for these skewed matrices (the summation order differs between
 # passes), with a margin of ~1.25.
 MIRROR_TOL = 1e-5
+# Two plans of "ray" or "quad" compute every (voxel, view) term alike and differ
+# only in how the per-pass float32 partial sums add up: measured <= 1.2e-7 on
+# the CPU mirrors (each pass mirrored and accumulated as the kernel does, this
+# test's case, 6 seeds, 1 / 7 / 124 views per pass), with a margin of 4.
+PASS_ORDER_TOL = 5e-7
 
 
 def mirror(bp, m, proj, shape):
@@ -47,6 +52,7 @@ def test_ray_kernels_match_the_mirror_of_every_plan(rng, rel_mirror, kernel):
     m = index_matrices(matrices, vol)
     host = smooth_noise(rng, g.projection_shape)
     proj = cp.asarray(host)
+    results = []
     for options in ({}, {"views_per_pass": 1}, {"views_per_pass": 7}, {"views_per_pass": 1000},
                     {"aligned": False}):
         bp = CudaConeBackprojector(kernel, **options)
@@ -54,6 +60,10 @@ def test_ray_kernels_match_the_mirror_of_every_plan(rng, rel_mirror, kernel):
         got = bp(proj, m, out).get()
         assert np.isfinite(got).all()
         assert rel_mirror(got, mirror(bp, m, host, vol.shape)) < MIRROR_TOL, options
+        results.append(got)
+    if kernel != "ray-hybrid":
+        for got in results[1:]:
+            assert rel(got, results[0]) < PASS_ORDER_TOL
 
 
 @pytest.mark.parametrize("kernel", ["texture", "global", "ray", "quad", "ray-hybrid"])

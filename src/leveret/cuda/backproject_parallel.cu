@@ -216,7 +216,7 @@ LEVERET_TEXZ(backproject_parallel_texz4_q4, 4, 4)
 // Floor: h + 2^23 rounded towards -inf (__fadd_rd) leaves floor(h) in the
 // mantissa; the integer comes out with one integer subtract and the float with
 // one float subtract, no F2I/FRND (Chilingaryan et al. (2018), Sect. 6.6). Exact for
-// 0 <= h < 2^23; the paper's "h - 0.499999 then round-to-nearest" variant
+// 0 <= h < 2^23; the published "h - 0.499999 then round-to-nearest" variant
 // misrounds fractions above 1 - 1e-6, directed rounding does not.
 // Hybrid: blocks whose linear index b has (b % den) < num take the texture
 // path on the same tile (same mapping, texture linear filtering = CPU
