@@ -210,3 +210,31 @@ def test_fused_gpu_weighting_equals_the_numpy_path(rng, arc):
     got = weighting(cp.asarray(raw[views]), views)
     assert got.shape == expected.shape and got.dtype == np.float32
     assert np.linalg.norm(got.get() - expected) / np.linalg.norm(expected) < 1e-6
+
+
+def test_kernel_and_chunk_views_are_passed_through(rng):
+    """fdk's ``kernel`` reaches the back-projection (the CPU mirrors it with
+    interpolation="linear8"/"linear32"), ``chunk_views`` only regroups the
+    accumulation."""
+    g = scan(np.linspace(0, 2 * np.pi, 30, endpoint=False), n=24, pixel=3.0)
+    vol = VolumeGeometry((9, 14, 14), voxel_size=2.5)
+    proj = rng.standard_normal(g.projection_shape).astype(np.float32)
+    texture = leveret.fdk(proj, g, vol, backend="cpu", interpolation="linear8", kernel="texture")
+    ray = leveret.fdk(proj, g, vol, backend="cpu", interpolation="linear8", kernel="ray")
+    np.testing.assert_array_equal(ray, texture)   # the same texture arithmetic per view
+    hybrid = leveret.fdk(proj, g, vol, backend="cpu", interpolation="linear8", kernel="ray-hybrid")
+    whole = leveret.fdk(proj, g, vol, backend="cpu")
+
+    def rel(a, b):
+        return np.linalg.norm(a - b) / np.linalg.norm(b)
+    # "ray-hybrid" reads a third of the views with exact weights: between the
+    # texture kernel and the exact volume (measured 3.5e-3 to 3.8e-3 from
+    # "texture" over 5 seeds; margin 1.3)
+    assert 0 < rel(hybrid, texture) < 5e-3
+    assert rel(hybrid, whole) < rel(texture, whole)
+    chunked = leveret.fdk(proj, g, vol, backend="cpu", chunk_views=7)
+    np.testing.assert_allclose(chunked, whole, rtol=1e-5, atol=1e-6 * np.abs(whole).max())
+    with pytest.raises(ValueError, match="kernel: expected one of"):
+        leveret.fdk(proj, g, vol, backend="cpu", kernel="global")   # exact weights need "linear32"
+    with pytest.raises(ValueError, match="chunk_views: expected a positive integer"):
+        leveret.fdk(proj, g, vol, backend="cpu", chunk_views=0)

@@ -373,3 +373,15 @@ def test_auto_kernel_follows_the_projected_voxel_size(size, expected):
     assert ConeBackprojection(geometry, volume, backend="cpu", interpolation="linear8").last_kernel == expected
     assert ConeBackprojection(geometry, volume, backend="cpu", kernel="texture").last_kernel == "texture"
     assert ConeBackprojection(geometry, volume, backend="cpu", interpolation="linear32").last_kernel == "quad"
+
+
+def test_cuda_asked_for_without_a_gpu_says_why(small_scan):
+    """backend="cuda" where CuPy finds no GPU: a RuntimeError with the reason,
+    never a silent fallback to the CPU (the operator base's backend resolution)."""
+    from leveret.backends import cuda_status
+    if cuda_status()[0]:
+        pytest.skip("a GPU is present")
+    g, vol, _ = small_scan
+    with pytest.raises(RuntimeError, match="backend='cuda' needs a CUDA GPU: "):
+        ConeBackprojection(g, vol, backend="cuda")
+    assert ConeBackprojection(g, vol).backend == "cpu"   # "auto" without a GPU

@@ -15,7 +15,8 @@ from ..operators.cone import RAY_MIN_VIEWS, ConeBackprojection
 def fdk(projections, geometry, volume: VolumeGeometry, *, filter: str = "ram-lak",
         short_scan="auto", backend: str = "auto", cutoff: float = 1.0, padding: str = "zero",
         interpolation: str = "linear", precision: str = "float32", max_gpu_memory: int | None = None,
-        slab_slices: int | None = None, progress: bool = False, stats: dict | None = None):
+        slab_slices: int | None = None, progress: bool = False, stats: dict | None = None,
+        kernel: str = "auto", chunk_views: int | None = None):
     """Feldkamp-Davis-Kress reconstruction of a (near-)circular cone-beam scan.
 
     Parameters
@@ -46,6 +47,13 @@ def fdk(projections, geometry, volume: VolumeGeometry, *, filter: str = "ram-lak
         fed only the detector rows its voxels project to.
     slab_slices : int, optional
         Slices per slab, overriding the plan (on either backend).
+    kernel : str
+        The CUDA back-projection kernel (``ConeBackprojection``'s ``kernel``;
+        "auto" picks per call from the views in it and the voxel size).
+    chunk_views : int, optional
+        Views weighted, filtered and back-projected per call, overriding the
+        plan (which takes as many as GPU memory allows, at most 1/16 of the
+        views from NumPy input on the GPU, so transfers overlap compute).
     stats : dict, optional
         Filled with the GPU pipeline's time split when NumPy projections
         stream through the GPU (``leveret.pipeline.STATS_KEYS``: ``wall``,
@@ -85,9 +93,12 @@ def fdk(projections, geometry, volume: VolumeGeometry, *, filter: str = "ram-lak
     if not isinstance(volume, VolumeGeometry) or volume.is_2d:
         raise ValueError(f"volume: expected a 3D VolumeGeometry, got {volume!r}")
     settings = dict(filter=filter, cutoff=cutoff, padding=padding, short_scan=short_scan,
-                    interpolation=interpolation, backend=backend, dtype=dtype, stats=stats)
-    slabs, chunk_views = _plan_slabs(geometry, volume, backend, max_gpu_memory, slab_slices)
-    settings["chunk_views"] = chunk_views
+                    interpolation=interpolation, kernel=kernel, backend=backend, dtype=dtype, stats=stats)
+    slabs, planned_views = _plan_slabs(geometry, volume, backend, max_gpu_memory, slab_slices)
+    settings["chunk_views"] = planned_views
+    if chunk_views is not None:
+        settings["chunk_views"] = v.positive_int("chunk_views", chunk_views)
+    settings["fixed_chunks"] = chunk_views is not None
     if len(slabs) == 1 and slabs[0] == (0, volume.nz):
         return _reconstruct(projections, geometry, volume, progress=progress, **settings)
 
@@ -200,12 +211,12 @@ class FDKWeighting:
         return apply_filter(raw, self.response, padding=self.padding)
 
 
-def _reconstruct(projections, geometry, volume, *, filter, cutoff, padding, short_scan, interpolation,
-                 backend, dtype, chunk_views, progress, stats=None):
+def _reconstruct(projections, geometry, volume, *, filter, cutoff, padding, short_scan, interpolation, kernel,
+                 backend, dtype, chunk_views, fixed_chunks, progress, stats=None):
     """FDK of one volume (or slab) from the projections it needs."""
     filtered = FDKWeighting(geometry, filter=filter, cutoff=cutoff, padding=padding, short_scan=short_scan)
     op = ConeBackprojection(geometry, volume, backend=backend, interpolation=interpolation,
-                            matrices=filtered.frames["normalised"])
+                            matrices=filtered.frames["normalised"], kernel=kernel)
     on_gpu = op.backend == "cuda"
     input_on_gpu = not isinstance(projections, np.ndarray)
     if on_gpu:
@@ -214,7 +225,7 @@ def _reconstruct(projections, geometry, volume, *, filter, cutoff, padding, shor
         xp = np
     out = xp.zeros(volume.shape, dtype=dtype)
     chunk = chunk_views
-    if on_gpu and not input_on_gpu:
+    if on_gpu and not input_on_gpu and not fixed_chunks:
         chunk = min(chunk, max(1, -(-geometry.n_views // HOST_CHUNKS)))
 
     chunks = [slice(n0, min(geometry.n_views, n0 + chunk)) for n0 in range(0, geometry.n_views, chunk)]
