@@ -385,3 +385,14 @@ def test_cuda_asked_for_without_a_gpu_says_why(small_scan):
     with pytest.raises(RuntimeError, match="backend='cuda' needs a CUDA GPU: "):
         ConeBackprojection(g, vol, backend="cuda")
     assert ConeBackprojection(g, vol).backend == "cpu"   # "auto" without a GPU
+
+
+def test_cpu_kernels_and_the_view_planning_import_nothing_from_cuda():
+    """leveret.cpu and the planning both backends share (operators.cone_plan)
+    stand without leveret.cuda: a CPU-only install never loads the launchers."""
+    import subprocess
+    import sys
+    code = ("import sys, leveret.cpu.backproject_cone, leveret.cpu.backproject_parallel, leveret.cpu.radon3d, "
+            "leveret.operators.cone_plan; print(sorted(m for m in sys.modules if m.startswith('leveret.cuda')))")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert res.stdout.strip() == "[]"
