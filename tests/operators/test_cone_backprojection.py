@@ -169,7 +169,7 @@ def test_cuda_many_views_passes(rng, rel_mirror):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("kernel,mode", [("texture", "linear"), ("ray-hybrid", "linear"), ("quad", "linear32")])
-def test_cuda_backend_takes_numpy_and_returns_numpy(rng, rel_mirror, kernel, mode):
+def test_cuda_backend_takes_numpy_and_returns_numpy(rng, kernel, mode):
     """NumPy in, NumPy out on the CUDA backend (``out`` filled in place,
     accumulation included); the same values as CuPy in, CuPy out."""
     import cupy as cp
