@@ -31,7 +31,7 @@ def test_cuda_slabs_equal_in_memory_cuda_and_cpu(tmp_path, scan, rng):
     proj = proj + rng.normal(0, 0.01, proj.shape).astype(np.float32)     # fresh inputs each run
     ref_gpu = leveret.fbp(proj, g, backend="cuda")
     ref_cpu = leveret.fbp(proj, g, backend="cpu")          # exact weights, as the default ALU kernel
-    ref64 = leveret.fbp(proj.astype(np.float64), g, backend="cpu", precision="double")
+    ref64 = leveret.fbp(proj.astype(np.float64), g, backend="cpu", precision="float64")
     vol_bytes = g.default_volume().size * 4
     import importlib.util
     names = ("r.h5", "r.npy") + (("r.zarr",) if importlib.util.find_spec("zarr") else ())   # zarr: optional
@@ -53,7 +53,7 @@ def test_misaligned_volume_on_cuda(tmp_path, scan):
     g, proj = scan
     v = leveret.VolumeGeometry((20, 96, 96), (1.7, 1.2, 1.2), (-3.0, 2.0, 0.0))
     ref = leveret.fbp(proj, g, v, backend="cuda")
-    ref64 = leveret.fbp(proj.astype(np.float64), g, v, backend="cpu", precision="double")
+    ref64 = leveret.fbp(proj.astype(np.float64), g, v, backend="cpu", precision="float64")
     reconstruct_to_file(proj, g, tmp_path / "v/", volume=v, backend="cuda", slab_slices=3)
     out = read_array(tmp_path / "v")
     # The default exact (ALU) kernel anchors each tile's coordinates at its slab's own
@@ -87,7 +87,7 @@ def test_cone_slabs_on_cuda(tmp_path, rel_mirror):
     assert rel(out, ref) < 2e-4
     # And against the exact float64 reconstruction: the 8-bit weights' own cost, measured
     # 1.14e-3 with the CPU's linear8 through the same slabs; bound 2e-3.
-    ref64 = leveret.fdk(proj64, g, v, backend="cpu", precision="double")
+    ref64 = leveret.fdk(proj64, g, v, backend="cpu", precision="float64")
     assert rel(out, ref64) < 2e-3
 
 

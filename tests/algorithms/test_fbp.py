@@ -115,7 +115,7 @@ def test_3d_ellipsoids_chunked_equals_unchunked_and_double_agrees():
     for chunk in (1, 4):
         np.testing.assert_allclose(leveret.fbp(proj, g, backend="cpu", chunk_slices=chunk), full,
                                    rtol=0, atol=2 * EPS32 * np.abs(full).max())
-    double = leveret.fbp(proj.astype(np.float64), g, backend="cpu", precision="double")
+    double = leveret.fbp(proj.astype(np.float64), g, backend="cpu", precision="float64")
     assert double.dtype == np.float64
     assert np.linalg.norm(double - full) / np.linalg.norm(double) < 1e-6   # float32: measured 1.7e-7
 

@@ -45,7 +45,7 @@ def both(n, *, filter="ram-lak", skimage_filter="ramp", interpolation="linear", 
     sino = phantom.shepp_logan_ellipses(radius=RADIUS).project(g)   # float64
     if precision == "float64":
         ours = leveret.fbp(sino, g, vol, filter=filter, interpolation=interpolation, backend="cpu",
-                           precision="double")
+                           precision="float64")
     else:
         ours = leveret.fbp(sino.astype(np.float32), g, vol, filter=filter, interpolation=interpolation,
                            backend="cpu")
