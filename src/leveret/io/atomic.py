@@ -192,6 +192,15 @@ def is_space_error(exc: BaseException) -> bool:
                             "errno = 28", "errno = 27", "errno = 122"))
 
 
+def space_errno(exc: BaseException) -> int:
+    """The errno of a space error, read from the HDF5 text when the exception has none."""
+    import re
+    if getattr(exc, "errno", None):
+        return int(exc.errno)
+    m = re.search(r"errno = (\d+)", str(exc))
+    return int(m.group(1)) if m else errno.ENOSPC
+
+
 def free_bytes(folder: str | os.PathLike) -> int:
     """Bytes the calling user may still write in ``folder``'s file system."""
     import shutil

@@ -30,6 +30,7 @@ are refused, so a resumed volume never mixes two jobs.
 """
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import logging
@@ -42,7 +43,7 @@ import numpy as np
 
 from ._common import HDF5_EXTS, TIFF_EXTS, split_dataset, suffix
 from .atomic import (OutputLock, OutputSpaceError, _commit, _fsync_path, _remove, check_space, check_writable,
-                     free_bytes, is_space_error, register_cleanup, unregister_cleanup)
+                     free_bytes, is_space_error, register_cleanup, space_errno, unregister_cleanup)
 
 log = logging.getLogger(__name__)
 
@@ -302,6 +303,21 @@ class SlabWriter:
                         "compression saves enough", self.path, format_bytes(needed),
                         format_bytes(free_bytes(self.partial.parent)))
 
+    def _check_room(self, nbytes: int) -> None:
+        """Raise ENOSPC/EFBIG before a write that would not fit. For HDF5 only:
+        the HDF5 library, failing to extend a file, leaves objects whose clean-up
+        crashes the process later."""
+        needed = nbytes + (1 << 20)      # chunk index and metadata
+        if needed > free_bytes(self.partial):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        try:
+            import resource
+            limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+        except (ImportError, OSError, ValueError):
+            return
+        if limit != resource.RLIM_INFINITY and self.payload.stat().st_size + needed > limit:
+            raise OSError(errno.EFBIG, f"{os.strerror(errno.EFBIG)} (the file size limit is {limit} bytes)")
+
     def _space_error(self, exc: BaseException) -> OutputSpaceError:
         from ..memory import format_bytes
         left = int((~self._done).sum()) * self.slice_bytes
@@ -311,7 +327,7 @@ class SlabWriter:
             free = "unknown"
         kept = ("the partial output is kept for --resume" if self.resume
                 else "the partial output was removed")
-        return OutputSpaceError(getattr(exc, "errno", None) or 28,
+        return OutputSpaceError(space_errno(exc),
                                 f"output: writing {str(self.path)!r} failed: {exc}; "
                                 f"{format_bytes(left)} still to write, {free} free; {kept}")
 
@@ -502,6 +518,7 @@ class SlabWriter:
                 _fsync_path(f)
         elif self.format == "hdf5":
             import h5py
+            self._check_room(data.nbytes)
             with h5py.File(self.payload, "r+") as f:
                 f[self.dataset][k0:k1] = data
                 f.flush()
@@ -543,8 +560,8 @@ class SlabWriter:
         """Stop writing: keep the partial output for a resumed run if
         ``resume``, else remove it. Waits for a slab being written (from
         another thread) to be on disk; nothing is written afterwards."""
+        self._aborted = True     # first: a write waiting for the lock must not start
         with self._io:
-            self._aborted = True
             if not self._finished and not self.resume:
                 _remove(self.partial)
             self._lock.release()
