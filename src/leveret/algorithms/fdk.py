@@ -64,6 +64,7 @@ def fdk(projections, geometry, volume: VolumeGeometry, *, filter: str = "ram-lak
         raise ValueError(f"geometry: expected a ConeGeometry, got {type(geometry).__name__}")
     projections = v.real_array("projections", projections, geometry.projection_shape,
                                "(n_views, n_rows, n_cols)")
+    v.distinct_views("geometry", geometry.source_positions())
     if not isinstance(projections, np.ndarray):  # host input is checked chunk by chunk
         v.check_finite_array("projections", projections)
     v.choice("filter", filter, FILTERS)

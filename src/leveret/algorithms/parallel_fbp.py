@@ -1,6 +1,8 @@
 """Filtered back-projection for parallel-beam sinograms and projection stacks."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from .. import _validate as v
@@ -90,6 +92,7 @@ def fbp(projections, geometry: ParallelGeometry, volume: VolumeGeometry | None =
     v.choice("filter", filter, FILTERS)
     precision = v.choice("precision", precision, ("single", "double", "exact", "fast"))
     dtype = np.float64 if precision == "double" else np.float32
+    v.check_magnitude("projections", projections, dtype)   # float64 data beyond float32's range
     op = ParallelBackprojection(geometry, volume, interpolation=interpolation, backend=backend,
                                 kernel=kernel, precision="fast" if precision == "fast" else "exact",
                                 kernel_options=kernel_options, roi=roi)
@@ -294,7 +297,9 @@ def _prepare_out(out, shape: tuple, dtype, *, cupy_out: bool):
         if cupy_out:
             import cupy
             return cupy.empty(shape, dtype=dtype)
+        v.check_allocation("volume", math.prod(shape) * np.dtype(dtype).itemsize, "the reconstruction")
         return np.empty(shape, dtype=dtype)
+    v.writable_output("out", out)
     if tuple(out.shape) != tuple(shape) or out.dtype != dtype:
         raise ValueError(f"out: expected shape {tuple(shape)} and dtype {np.dtype(dtype)}, "
                          f"got {tuple(out.shape)} {out.dtype}")
