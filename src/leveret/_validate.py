@@ -154,16 +154,17 @@ def writable_output(name: str, out) -> None:
         raise ValueError(f"{name}: expected a writable array, got a read-only one")
 
 
-def check_allocation(name: str, nbytes: int, what: str = "the result") -> None:
+def check_allocation(name: str, nbytes: int, what: str = "the result",
+                     hint: str = "use a smaller volume or the out-of-core path (leveret.outofcore, "
+                                 "'leveret recon')") -> None:
     """Raise naming ``name`` if ``nbytes`` exceed the memory this process may
     use now (available memory, or a container's limit), instead of NumPy's
     MemoryError after a long wait or the kernel's out-of-memory kill."""
     from .memory import format_bytes, host_available_bytes
     available = host_available_bytes()
     if int(nbytes) > available:
-        raise ValueError(f"{name}: {what} needs {format_bytes(int(nbytes))} but only "
-                         f"{format_bytes(available)} of memory are available; use a smaller volume or "
-                         "the out-of-core path (leveret.outofcore, 'leveret recon')")
+        raise ValueError(f"{name}: {what} would take {format_bytes(int(nbytes))} but only "
+                         f"{format_bytes(available)} of memory are available; {hint}")
 
 
 def distinct_views(name: str, sources) -> None:

@@ -145,6 +145,27 @@ def check_flats_darks(flats, darks, image_shape):
     return out[0], out[1]
 
 
+def sinogram_fields(name: str, images, n_cols: int) -> np.ndarray:
+    """Flats or darks for one sinogram (n_angles, n_cols), as a stack (k, 1, n_cols).
+
+    Accepted: one row ``(n_cols,)``, ``(1, n_cols)``, or a stack of rows
+    ``(k, 1, n_cols)``. A detector image ``(n_rows, n_cols)`` is refused: which
+    of its rows the sinogram was measured with is unknown, and averaging all
+    of them normalises with the wrong row (errors of several percent).
+    """
+    images = np.asarray(images)
+    _check_real(name, images)
+    if images.shape == (n_cols,):
+        return images[None, None, :]
+    if images.ndim == 2 and images.shape == (1, n_cols):
+        return images[:, None, :]
+    if images.ndim == 3 and images.shape[1:] == (1, n_cols):
+        return images
+    raise ValueError(f"{name}: the input is one sinogram with {n_cols} columns, so give the {name} of its "
+                     f"detector row, shape ({n_cols},) (for example image[row]) or a stack (k, 1, {n_cols}); "
+                     f"got shape {images.shape}, whose rows would all be averaged")
+
+
 def _check_real(name, arr):
     if arr.dtype.kind not in "buif":
         raise ValueError(f"{name}: expected real numbers, got dtype {arr.dtype}")

@@ -199,7 +199,8 @@ class Projector:
         # The CPU's ray tables (48 bytes per detector pixel); the GPU rebuilds rays from
         # per-view parameters instead.
         if self.backend == "cpu":   # refuse at once what would fail after a long build
-            v.check_allocation("geometry", 48 * math.prod(self.projection_shape), "the CPU ray tables")
+            v.check_allocation("geometry", 48 * math.prod(self.projection_shape), "the CPU ray tables",
+                               "use fewer views or detector pixels, or backend='cuda' (no tables)")
         self._origins, self._directions = make_rays(geometry) if self.backend == "cpu" else (None, None)
         # The grid as the kernel sees it: always (x, y, z); a 2D image is one
         # slice spanning z in [-0.5, 0.5).
