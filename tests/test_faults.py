@@ -333,3 +333,17 @@ def test_resume_after_the_input_changed_is_refused_and_keeps_the_partial_output(
                            timeout=120)
     assert fresh.returncode == 0, fresh.stderr
     np.testing.assert_array_equal(read_array(out), leveret.fbp(proj * 2, g, backend="cpu"))
+
+
+@pytest.mark.parametrize("exc,code", [(KeyboardInterrupt(), 130), ("SIGTERM", 143)])
+def test_an_interrupt_during_start_up_is_a_clean_message(monkeypatch, capsys, exc, code):
+    """Before the work starts (parsing, imports): no traceback, the signal's exit code."""
+    import leveret.cli as cli
+    from leveret.signals import Interrupted
+    error = Interrupted(signal.SIGTERM) if exc == "SIGTERM" else exc
+
+    def parse(argv=None):
+        raise error
+    monkeypatch.setattr(cli, "parse", parse)
+    assert cli.main(["info"]) == code
+    assert capsys.readouterr().err == "\nleveret: interrupted\n"

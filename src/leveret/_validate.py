@@ -180,19 +180,28 @@ def distinct_views(name: str, sources) -> None:
 
 
 def add_nonfinite_count(counter, arr) -> None:
-    """``counter += number of NaN/Inf in arr`` on the GPU, without a host
-    synchronisation (read ``counter`` once at the end): one fused reduction
-    that reads ``arr`` once. ``cupy.count_nonzero(~cupy.isfinite(arr))`` took
-    0.42 ms per 150 MB chunk on an H200 (three kernels, two bool temporaries),
-    7 ms of an FDK's 135."""
+    """``counter += number of NaN/Inf in arr``, and of values beyond the
+    float32 limit of :data:`MAX_MAGNITUDE` (sums of them overflow), on the
+    GPU without a host synchronisation (read ``counter`` once at the end and
+    report it with :func:`nonfinite_message`): one fused reduction that reads
+    ``arr`` once. ``cupy.count_nonzero(~cupy.isfinite(arr))`` took 0.42 ms per
+    150 MB chunk on an H200 (three kernels, two bool temporaries), 7 ms of an
+    FDK's 135."""
     _nonfinite_kernel()(arr, counter, axis=None)
+
+
+def nonfinite_message(name: str, n_bad: int) -> str:
+    """The error for ``n_bad`` values counted by :func:`add_nonfinite_count`."""
+    return (f"{name}: expected finite values of magnitude up to {MAX_MAGNITUDE[4]:.0e}, got {n_bad} NaN, Inf "
+            "or larger value(s)")
 
 
 @functools.lru_cache(maxsize=1)
 def _nonfinite_kernel():
     import cupy
-    return cupy.ReductionKernel("T x", "int64 y", "isfinite(x) ? 0 : 1", "a + b", "y += a", "0",
-                                "leveret_count_nonfinite")
+    limit = f"{MAX_MAGNITUDE[4]:.1e}"
+    return cupy.ReductionKernel("T x", "int64 y", f"(isfinite(x) && x <= {limit} && x >= -{limit}) ? 0 : 1",
+                                "a + b", "y += a", "0", "leveret_count_nonfinite")
 
 
 def array_module(arr):

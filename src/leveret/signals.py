@@ -3,7 +3,7 @@
 SIGINT (Ctrl-C) already raises :class:`KeyboardInterrupt` in Python's main
 thread. SIGTERM (``kill``, a batch queue's time limit) and SIGHUP (a closed
 terminal) would kill the process at once and leave a partial output behind;
-with :func:`handling` they raise :class:`Interrupted`, a KeyboardInterrupt
+within :func:`handling` they raise :class:`Interrupted`, a KeyboardInterrupt
 that remembers its signal, so the same clean-up runs and the command exits
 with the shell's code for that signal (:func:`exit_code`: 130, 143, 129).
 
@@ -40,24 +40,14 @@ def _raise(signum, frame) -> None:
     raise Interrupted(signum)
 
 
-def install() -> bool:
-    """Turn SIGTERM and SIGHUP into :class:`Interrupted` and ignore SIGXFSZ for
-    the rest of the process; only the main thread can (False elsewhere)."""
-    if threading.current_thread() is not threading.main_thread():
-        return False
-    for sig in SIGNALS:
-        signal.signal(sig, _raise)
-    if hasattr(signal, "SIGXFSZ"):
-        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-    return True
-
-
 @contextlib.contextmanager
 def handling() -> Iterator[None]:
-    """:func:`install` for the duration of a ``with`` block, then restore the
-    previous handlers. Does nothing outside the main thread (where Python
-    cannot set handlers) or where a handler other than the default one is
-    already set (the CLI's, or the application's)."""
+    """Within a ``with`` block, SIGTERM and SIGHUP raise :class:`Interrupted`
+    and SIGXFSZ is ignored; the previous handlers are restored after it.
+
+    Does nothing outside the main thread (where Python cannot set handlers),
+    and leaves alone a signal whose handler is not the default one (an
+    application's own, or SIGHUP ignored under ``nohup``)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return

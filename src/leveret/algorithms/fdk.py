@@ -237,7 +237,7 @@ def _reconstruct(projections, geometry, volume, *, filter, cutoff, padding, shor
             finally:
                 download.close()   # after an error: the page touches and copies not yet started are dropped
             if int(n_bad):
-                raise ValueError(f"projections: expected finite values, got {int(n_bad)} NaN/Inf value(s)")
+                raise ValueError(v.nonfinite_message("projections", int(n_bad)))
             return result
         for views in chunks:
             raw = xp.array(projections[views], dtype=dtype)   # a copy: the input stays as it was

@@ -234,7 +234,7 @@ def _check_projections(projections, geometry: ParallelGeometry):
 
 def _raise_if_bad(n_bad: int) -> None:
     if n_bad:
-        raise ValueError(f"projections: expected finite values, got {n_bad} NaN/Inf value(s)")
+        raise ValueError(v.nonfinite_message("projections", n_bad))
 
 
 def _angle_subset(geometry: ParallelGeometry, start: int, stop: int) -> ParallelGeometry:

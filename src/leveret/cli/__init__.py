@@ -302,9 +302,15 @@ def _run_in_worker(fn, args):
 
 
 def main(argv=None) -> int:
-    from ..signals import exit_code, install
+    from ..signals import handling
 
-    install()     # SIGTERM/SIGHUP raise like Ctrl-C (main thread only)
+    with handling():     # SIGTERM/SIGHUP raise like Ctrl-C (main thread only)
+        return _main(argv)
+
+
+def _main(argv) -> int:
+    from ..signals import exit_code
+
     try:
         args = parse(argv)
         _setup_logging(args)

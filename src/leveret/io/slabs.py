@@ -296,7 +296,7 @@ class SlabWriter:
         """Refuse a start that cannot fit; compressed outputs usually need less,
         so for them a shortfall is only a warning."""
         if self.compression is None:
-            check_space(self.partial, needed)
+            check_space(self.path, needed)
         elif needed > free_bytes(self.partial.parent):
             from ..memory import format_bytes
             log.warning("%s: the uncompressed volume (%s) exceeds the free space (%s); it fits only if "
