@@ -27,5 +27,5 @@ from .slabs import SlabWriter, input_fingerprint, output_format, write_slabs
 from .writers import write_array
 
 __all__ = ["FrameStack", "OutputBusyError", "OutputLock", "OutputSpaceError", "Scan", "SlabWriter",
-           "TiffStack", "atomic_output", "input_fingerprint", "open_array", "output_format", "read_angles", "read_array", "read_metadata", "read_raw", "read_scan",
-           "write_array", "write_slabs"]
+           "TiffStack", "atomic_output", "input_fingerprint", "open_array", "output_format", "read_angles",
+           "read_array", "read_metadata", "read_raw", "read_scan", "write_array", "write_slabs"]

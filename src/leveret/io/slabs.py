@@ -500,7 +500,12 @@ class SlabWriter:
                 self._write(k0, k1, data)
             except Exception as exc:
                 if is_space_error(exc):
-                    raise self._space_error(exc) from exc
+                    error = self._space_error(exc)
+                    if not self.resume:    # as the message says: gone now, not at the caller's abort()
+                        self._aborted = True
+                        _remove(self.partial)
+                        self._lock.release()
+                    raise error from exc
                 raise
             self._done[k0:k1] = True
             self._save_manifest()
@@ -562,7 +567,9 @@ class SlabWriter:
         another thread) to be on disk; nothing is written afterwards."""
         self._aborted = True     # first: a write waiting for the lock must not start
         with self._io:
-            if not self._finished and not self.resume:
+            # Only while holding the lock: once released, the partial folder
+            # may already be another writer's.
+            if not self._finished and not self.resume and self._lock.held:
                 _remove(self.partial)
             self._lock.release()
         unregister_cleanup(id(self))
