@@ -200,8 +200,8 @@ def nonfinite_message(name: str, n_bad: int) -> str:
 def _nonfinite_kernel():
     import cupy
     limit = f"{MAX_MAGNITUDE[4]:.1e}"
-    return cupy.ReductionKernel("T x", "int64 y", f"(isfinite(x) && x <= {limit} && x >= -{limit}) ? 0 : 1",
-                                "a + b", "y += a", "0", "leveret_count_nonfinite")
+    bad = f"(isfinite((double)x) && fabs((double)x) <= {limit}) ? 0 : 1"
+    return cupy.ReductionKernel("T x", "int64 y", bad, "a + b", "y += a", "0", "leveret_count_nonfinite")
 
 
 def array_module(arr):
