@@ -246,6 +246,14 @@ def test_a_volume_larger_than_memory_is_a_value_error_saying_how_much(small, mon
         leveret.fbp(p, g, VolumeGeometry((4, 100_000, 100_000)), backend="cpu")
 
 
+def test_an_fdk_volume_larger_than_memory_is_a_value_error_saying_how_much(monkeypatch):
+    monkeypatch.setattr("leveret.memory.host_available_bytes", lambda: 1 << 30)
+    g = ConeGeometry.circular(np.linspace(0, 2 * np.pi, 8, endpoint=False), 100.0, 200.0, 8, 8, 1.0)
+    with pytest.raises(ValueError, match=r"^volume: the reconstruction would take 2 GiB but only 1 GiB"):
+        leveret.fdk(np.ones(g.projection_shape, np.float32), g, VolumeGeometry((512, 1024, 1024)),
+                    backend="cpu")
+
+
 def test_projector_ray_tables_are_checked_before_they_are_built(monkeypatch):
     monkeypatch.setattr("leveret.memory.host_available_bytes", lambda: 1 << 20)
     g = ParallelGeometry(np.linspace(0, np.pi, 180, endpoint=False), 64, n_rows=4)   # 46080 rays: 2.1 MiB

@@ -77,6 +77,8 @@ def fdk(projections, geometry, volume: VolumeGeometry, *, filter: str = "ram-lak
         raise ValueError("precision: 'double' runs on the CPU backend only; use backend='cpu'")
     if not isinstance(volume, VolumeGeometry) or volume.is_2d:
         raise ValueError(f"volume: expected a 3D VolumeGeometry, got {volume!r}")
+    if not input_on_gpu:
+        v.check_allocation("volume", volume.size * np.dtype(dtype).itemsize, "the reconstruction")
     settings = dict(filter=filter, cutoff=cutoff, padding=padding, short_scan=short_scan,
                     interpolation=interpolation, backend=backend, dtype=dtype)
     slabs, chunk_views = _plan_slabs(geometry, volume, backend, max_gpu_memory, slab_slices)

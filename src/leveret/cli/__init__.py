@@ -7,8 +7,9 @@ full disk; one line on stderr); 1 failure (anything else: one line, the
 traceback with ``-v``); 130 interrupted (Ctrl-C), 143 terminated (SIGTERM),
 129 hung up (SIGHUP).
 
-The work runs in a worker thread while the main thread waits, so Ctrl-C is
-seen at once even while a compiled kernel runs: the main thread removes the
+The work runs in a worker thread while the main thread waits, so Ctrl-C (or
+SIGTERM, SIGHUP) is seen at once even while a compiled kernel runs: the main
+thread waits for a slab being written to reach the disk, removes the
 temporaries of unfinished outputs (keeping a ``--resume`` run's partial
 output) and the process exits without waiting for the kernel. Outputs are
 written atomically, so an interrupted or failed run leaves no file behind.
