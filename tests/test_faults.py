@@ -366,3 +366,30 @@ def test_a_failed_writer_never_removes_the_partial_output_of_the_next_one(tmp_pa
         second.write(3, vol[3:])
         second.finish()
     np.testing.assert_array_equal(read_array(out), vol)
+
+
+STARTING = """
+import sys, time
+sys.argv[0] = "leveret"          # as the console script
+import leveret                   # the command's imports: a second or more on a slow disk
+print("ready", flush=True)
+time.sleep(60)                   # still starting: main() has not run
+"""
+
+
+@pytest.mark.parametrize("sig,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_an_interrupt_while_the_command_imports_is_one_line(sig, code):
+    proc = subprocess.Popen([sys.executable, "-c", STARTING], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=_env(), preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    assert proc.stdout.readline().strip() == "ready"
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == code and err == "\nleveret: interrupted\n", err
+
+
+def test_importing_the_library_leaves_the_signal_handlers_alone():
+    run = subprocess.run([sys.executable, "-c", "import signal, leveret; "
+                          "print(signal.getsignal(signal.SIGINT) is signal.default_int_handler, "
+                          "signal.getsignal(signal.SIGTERM) is signal.SIG_DFL)"],
+                         capture_output=True, text=True, env=_env(), timeout=60)
+    assert run.stdout.split() == ["True", "True"], run.stderr

@@ -62,3 +62,46 @@ def handling() -> Iterator[None]:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+# -- start-up of the command -----------------------------------------------------------------------
+
+def is_command() -> bool:
+    """True when this process is the ``leveret`` command (``leveret ...`` or
+    ``python -m leveret ...``), not a program importing the library."""
+    import os
+    import sys
+    argv0 = os.path.basename(sys.argv[0]) if sys.argv else ""
+    orig = list(getattr(sys, "orig_argv", []))
+    as_module = any(a == "-m" and b == "leveret" for a, b in zip(orig, orig[1:]))
+    return argv0 in ("leveret", "leveret.exe") or as_module
+
+
+def _exit_quietly(signum, frame) -> None:
+    import os
+    import sys
+    sys.stderr.write("\nleveret: interrupted\n")
+    sys.stderr.flush()
+    os._exit(128 + signum)       # nothing is written yet: nothing to clean up
+
+
+def quiet_start() -> None:
+    """While the command imports its libraries (a second or more), stop on
+    SIGINT, SIGTERM or SIGHUP at once with one line and the signal's exit
+    code instead of a traceback of whatever import was running. The
+    command's main function hands over with :func:`end_quiet_start`."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for sig in (signal.SIGINT,) + SIGNALS:
+        if signal.getsignal(sig) in (signal.SIG_DFL, signal.default_int_handler):
+            signal.signal(sig, _exit_quietly)
+
+
+def end_quiet_start() -> None:
+    """Restore the handlers :func:`quiet_start` replaced (Ctrl-C raises
+    KeyboardInterrupt again, the others are the default)."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for sig in (signal.SIGINT,) + SIGNALS:
+        if signal.getsignal(sig) is _exit_quietly:
+            signal.signal(sig, signal.default_int_handler if sig == signal.SIGINT else signal.SIG_DFL)

@@ -303,8 +303,9 @@ def _run_in_worker(fn, args):
 
 
 def main(argv=None) -> int:
-    from ..signals import handling
+    from ..signals import end_quiet_start, handling
 
+    end_quiet_start()    # from here on, interrupts clean up what was written
     with handling():     # SIGTERM/SIGHUP raise like Ctrl-C (main thread only)
         return _main(argv)
 
