@@ -2,11 +2,14 @@
 ``rabbitct``, ``bench``, ``info`` and ``demo``.
 
 Exit codes: 0 success; 2 bad input (a ValueError, a missing GPU, a memory
-cap that not even one slice fits; one line on stderr); 1 failure (anything
-else: one line, the traceback with ``-v``); 130 interrupted (Ctrl-C).
+cap that not even one slice fits, an output another process is writing, a
+full disk; one line on stderr); 1 failure (anything else: one line, the
+traceback with ``-v``); 130 interrupted (Ctrl-C), 143 terminated (SIGTERM),
+129 hung up (SIGHUP).
 
-The work runs in a worker thread while the main thread waits, so Ctrl-C is
-seen at once even while a compiled kernel runs: the main thread removes the
+The work runs in a worker thread while the main thread waits, so Ctrl-C (or
+SIGTERM, SIGHUP) is seen at once even while a compiled kernel runs: the main
+thread waits for a slab being written to reach the disk, removes the
 temporaries of unfinished outputs (keeping a ``--resume`` run's partial
 output) and the process exits without waiting for the kernel. Outputs are
 written atomically, so an interrupted or failed run leaves no file behind.
@@ -300,13 +303,26 @@ def _run_in_worker(fn, args):
 
 
 def main(argv=None) -> int:
+    from ..signals import end_quiet_start, handling
+
+    end_quiet_start()    # from here on, interrupts clean up what was written
+    with handling():     # SIGTERM/SIGHUP raise like Ctrl-C (main thread only)
+        return _main(argv)
+
+
+def _main(argv) -> int:
+    from ..signals import exit_code
+
     try:
         args = parse(argv)
+        _setup_logging(args)
+        from . import commands
     except ValueError as exc:          # a bad --config file
         print(f"leveret: error: {exc}", file=sys.stderr)
         return 2
-    _setup_logging(args)
-    from . import commands
+    except KeyboardInterrupt as exc:   # during start-up: nothing written yet
+        print("\nleveret: interrupted", file=sys.stderr)
+        return exit_code(exc)
 
     runners = {"recon": commands.recon, "fbp": commands.recon, "center": commands.center,
                "preview": commands.preview, "bench": commands.bench, "info": commands.info,
@@ -318,6 +334,12 @@ def main(argv=None) -> int:
             raise
         print(f"leveret {args.command}: error: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:
+        from ..io.atomic import is_space_error
+        if args.verbose or not is_space_error(exc):
+            raise
+        print(f"leveret {args.command}: error: {exc}", file=sys.stderr)
+        return 2
     except RuntimeError as exc:
         # A missing GPU or CUDA toolkit is the user's set-up (2); other runtime errors are failures.
         if args.verbose:
@@ -325,13 +347,15 @@ def main(argv=None) -> int:
         bad_setup = "cuda" in str(exc).lower() or "gpu" in str(exc).lower()
         print(f"leveret {args.command}: error: {exc}", file=sys.stderr)
         return 2 if bad_setup else 1
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         from ..io.atomic import cleanup_pending
-        cleanup_pending()
-        print(f"leveret {args.command}: interrupted; no output written"
+        cleanup_pending()     # waits for a slab being written, then removes or keeps the partial output
+        what = "interrupted" if not hasattr(exc, "signum") else f"stopped by {exc}"
+        # A newline first: the progress bar's line has none.
+        print(f"\nleveret {args.command}: {what}; no output written"
               + (" (--resume continues from the slabs already done)" if getattr(args, "resume", False) else ""),
               file=sys.stderr)
-        return 130
+        return exit_code(exc)
     except Exception as exc:           # a bug: say so in one line, the traceback with -v
         if args.verbose:
             raise
@@ -343,11 +367,16 @@ def main(argv=None) -> int:
 def run() -> None:
     """Console entry point: exit with :func:`main`'s code without waiting for
     a worker still inside a kernel after Ctrl-C."""
-    code = main()
+    try:
+        code = main()
+    except KeyboardInterrupt as exc:   # a second Ctrl-C during the clean-up
+        from ..signals import exit_code
+        print("\nleveret: interrupted", file=sys.stderr)
+        code = exit_code(exc)
     # After Ctrl-C the worker may still be inside a kernel, or just leaving
     # one: a normal interpreter shutdown would then wait for it, or abort in
     # a native thread pool's destructor. The outputs are already cleaned up.
-    if code == 130 or (_worker is not None and _worker.is_alive()):
+    if code in (129, 130, 143) or (_worker is not None and _worker.is_alive()):
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)

@@ -136,9 +136,11 @@ def _rows(scan: ScanInput, r0: int, r1: int) -> np.ndarray:
 def _sinogram_data(scan: ScanInput) -> np.ndarray:
     """A 2D input (n_angles, n_cols) as float32 line integrals."""
     data = np.asarray(scan.projections)[:, None, :]
-    flats = None if scan.flats is None else np.asarray(scan.flats)[..., None, :]
-    darks = None if scan.darks is None else np.asarray(scan.darks)[..., None, :]
     from ..outofcore import preprocess_rows
+    from ..preprocess import sinogram_fields
+    n_cols = scan.shape[-1]
+    flats = None if scan.flats is None else sinogram_fields("--flat", scan.flats, n_cols)
+    darks = None if scan.darks is None else sinogram_fields("--dark", scan.darks, n_cols)
     return preprocess_rows(data, (0, 1), flats=flats, darks=darks, log_transform=scan.log_transform,
                            stripes=scan.stripes, stripe_size=scan.stripe_size)[:, 0]
 
