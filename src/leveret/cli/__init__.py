@@ -101,7 +101,8 @@ OLD_PRECISIONS = {"exact": "float32", "single": "float32", "double": "float64", 
 # Library arguments that can name themselves in an error, and the flag a user of the
 # command gives instead ("center: ..." -> "--center: ...", "pass overwrite=True" -> "pass --overwrite").
 FLAGS = {
-    "angles": "--angles", "path_or_values": "--angles", "center": "--center", "det_spacing": "--det-spacing", "row_spacing": "--row-spacing",
+    "angles": "--angles", "path_or_values": "--angles", "center": "--center", "det_spacing": "--det-spacing",
+    "row_spacing": "--row-spacing", "dataset": "--dataset",
     "flats": "--flat", "darks": "--dark", "stripes": "--stripes", "stripe_size": "--stripe-size",
     "filter": "--filter", "cutoff": "--cutoff", "interpolation": "--interpolation", "backend": "--backend",
     "kernel": "--kernel", "precision": "--precision", "chunk_slices": "--slab-slices",

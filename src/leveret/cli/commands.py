@@ -40,9 +40,9 @@ def _precision(args) -> str:
     if value != args.precision:
         _warn(args, f"--precision: {args.precision!r} is deprecated; use {value!r}")
     import inspect
-    import leveret
+    from ..algorithms.parallel_fbp import fbp
     # The library took "exact"/"double"/"fast" before the float32/float64/float16 names.
-    if inspect.signature(leveret.fbp).parameters["precision"].default != "float32":
+    if inspect.signature(fbp).parameters["precision"].default != "float32":
         value = {"float32": "exact", "float64": "double", "float16": "fast"}[value]
     return value
 
