@@ -133,8 +133,8 @@ def flag_message(message: str, parser: argparse.ArgumentParser | None = None) ->
         f = flag(m.group(1))
         if f is None:
             return m.group(0)
-        value = m.group(2)
-        return f if value == "True" else f"{f} {value.strip(chr(39))}"
+        value = m.group(2).strip("'")
+        return f if value == "True" else f"{f} {value}"
     return re.sub(r"\b([a-z_]+)=(True|'[^']*'|[\w.]+)", keyword, message)
 
 
@@ -353,7 +353,8 @@ def build_parser() -> argparse.ArgumentParser:
                                    "one backend; print a table (best of --repeats, GU/s = voxel updates "
                                    "per second / 1e9) and optionally write JSON.",
                        epilog="examples:\n  leveret bench --backend cpu --size 64\n"
-                              "  leveret bench --backend cuda --size 512 --json bench.json\n")
+                              "  leveret bench --backend cuda --size 512 --json bench.json    "
+                              "writes leveret-bench/bench.json\n")
     b.add_argument("--backend", default="auto", choices=("auto", "cuda", "cpu"))
     b.add_argument("--size", type=_positive_int, default=128, help="largest slice width (pixels)")
     b.add_argument("--slices", type=_positive_int, default=16, help="slices per volume")
