@@ -185,20 +185,24 @@ def test_center_method_and_rows(tmp_path):
     assert results["empty"][0] == 2        # rows 4:6 are empty: "the paired views are constant"
 
 
-def test_preview_bin_reconstructs_binned_data(scan, monkeypatch, tmp_path):
+def test_preview_bin_centre_and_filter_flags_reach_the_reconstruction(scan, monkeypatch, tmp_path):
     folder, _, _ = scan
     seen = []
     real_fbp = leveret.fbp
 
     def spy(data, geometry, **kwargs):
-        seen.append((data.shape, geometry.det_spacing))
+        seen.append((data.shape, geometry.det_spacing, geometry.center, kwargs))
         return real_fbp(data, geometry, **kwargs)
     monkeypatch.setattr(leveret, "fbp", spy)
     monkeypatch.chdir(tmp_path)
     for b in (1, 2):
         assert main(["preview", str(folder / "proj.npy"), "--angles", "0:180:90", "--backend", "cpu", "-q",
-                     "--bin", str(b), "-o", f"b{b}"]) == 0
-    assert seen == [((90, 6, 40), 1.0), ((90, 3, 20), 2.0)]
+                     "--bin", str(b), "-o", f"b{b}", "--center", "20.5", "--filter", "hann", "--cutoff", "0.8",
+                     "--interpolation", "nearest"]) == 0
+    # binned b x b: columns and rows / b, pixels b wide, the centre column (20.5 - (b - 1) / 2) / b
+    assert [s[:3] for s in seen] == [((90, 6, 40), 1.0, 20.5), ((90, 3, 20), 2.0, 10.0)]
+    for *_, kwargs in seen:
+        assert (kwargs["filter"], kwargs["cutoff"], kwargs["interpolation"]) == ("hann", 0.8, "nearest")
 
 
 def test_preview_and_bench_write_into_a_named_folder_and_say_where(scan, monkeypatch, capsys):

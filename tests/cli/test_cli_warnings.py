@@ -87,7 +87,7 @@ def test_centre_methods_that_agree_keep_their_confidence(tmp_path, capsys):
     assert warnings_in(capsys.readouterr().err) == []
     c = json.loads((tmp_path / "c.json").read_text())
     assert c["method"] == "pairs" and abs(c["center"] - 24.0) < 0.01 and c["confidence"] > 0.99
-    assert c["check"]["method"] == "sweep" and c["check"]["difference"] <= 0.25   # the sweep's 0.25 px step
+    assert c["check"]["method"] == "sweep" and c["check"]["difference"] <= 0.25   # half the check's 0.5 px step
 
 
 def test_centre_methods_that_disagree_lower_the_confidence(tmp_path, capsys):

@@ -265,7 +265,8 @@ def _other_method(data: np.ndarray, angles: np.ndarray, est):
             return None
     sino = data[:, data.shape[1] // 2, :] if data.ndim == 3 else data
     n_cols = sino.shape[1]
-    centers = np.arange(est.center - CHECK_PIXELS, est.center + CHECK_PIXELS + 0.125, 0.25)
+    # 0.5 px steps resolve the 1 px disagreement that matters, with 13 trial slices
+    centers = np.arange(est.center - CHECK_PIXELS, est.center + CHECK_PIXELS + 0.25, 0.5)
     centers = centers[(centers >= 0) & (centers <= n_cols - 1)]
     if centers.size < 3:
         return None
