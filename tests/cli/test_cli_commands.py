@@ -201,7 +201,7 @@ def test_bench_info_and_help(tmp_path, capsys):
 
 @pytest.mark.parametrize("args,message", [
     (["recon", "in.npy"], "output: give the output path"),
-    (["recon", "nope/", "o.h5", "--angles", "0:180:4"], "path: no such file"),
+    (["recon", "nope/", "o.h5", "--angles", "0:180:4"], "input: no such file"),
     (["recon", "x.npy", "o.png", "--angles", "0:180:4"], "output: unknown extension"),
     (["recon", "RAW", "o.h5", "--angle-lines", "5:3"], "--angle-lines"),
     (["recon", "RAW", "o.h5", "--host-memory", "1K"], "one slice does not fit"),

@@ -160,3 +160,17 @@ def test_rabbitct_checks_its_flags_before_making_the_dataset(folder):
         r = leveret_cmd("rabbitct", "--small", "--size", "8", *args, cwd=folder)
         assert r.returncode == 2 and len(lines(r.stderr)) == 1 and message in r.stderr, r.stderr
         assert "making a synthetic" not in r.stderr
+
+
+def test_missing_files_name_their_flag(folder):
+    for args, message in ((["nope.npy", "o.npy"], "input: no such file or folder: 'nope.npy'"),
+                          (["proj.npy", "o.npy", "--flat", "proj.npy", "--dark", "nope.npy"],
+                           "--dark: no such file or folder: 'nope.npy'")):
+        r = leveret_cmd("recon", *args, "--angles", "0:180:60", cwd=folder)
+        assert r.returncode == 2 and lines(r.stderr) == [f"leveret recon: error: {message}"]
+
+
+def test_cutoff_out_of_range_fails_before_any_work(folder):
+    r = leveret_cmd("recon", "proj.npy", "o.npy", "--angles", "0:180:60", "--cutoff", "-1", cwd=folder)
+    assert r.returncode == 2 and lines(r.stderr)[-1] == (
+        "leveret recon: error: argument --cutoff: expected a fraction of Nyquist in (0, 1], got '-1'")

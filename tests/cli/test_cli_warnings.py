@@ -134,3 +134,17 @@ def test_centre_command_warns_about_an_edge_estimate(tmp_path, capsys):
     assert any("sits on the edge of the search range" in w for w in warned), err
     confidence = float(out.split("confidence")[1].split()[0])
     assert confidence <= 0.5
+
+
+@pytest.mark.parametrize("flags,message", [
+    (["--kernel", "texture"], "--kernel: 'texture' chooses a CUDA kernel; the CPU backend ignores it"),
+    (["--precision", "float16"], "--precision: float16 filtered sinograms are a GPU mode; the CPU backend "
+                                 "computes in float32"),
+])
+def test_gpu_only_flags_on_the_cpu_warn_and_change_nothing(scan, capsys, flags, message):
+    folder, _ = scan
+    plain = recon(folder, "plain.npy", "--angles", "0:180:60")
+    capsys.readouterr()
+    flagged = recon(folder, "flagged.npy", "--angles", "0:180:60", *flags)
+    assert warnings_in(capsys.readouterr().err) == [f"leveret recon: warning: {message}"]
+    np.testing.assert_array_equal(flagged, plain)

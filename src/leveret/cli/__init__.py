@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import os
 import re
 import sys
@@ -85,6 +86,16 @@ def _center(text):
         return float(text)
     except (TypeError, ValueError):
         raise argparse.ArgumentTypeError(f"expected a column position or 'auto', got {text!r}") from None
+
+
+def _cutoff(text) -> float:
+    try:
+        value = float(text)
+    except (TypeError, ValueError):
+        value = math.nan
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"expected a fraction of Nyquist in (0, 1], got {text!r}")
+    return value
 
 
 def _precision(text) -> str:
@@ -242,7 +253,7 @@ def _scan_options(p: argparse.ArgumentParser, *, angles_required: bool = False) 
     pre.add_argument("--stripe-size", type=int, default=5, help="stripe filter width across columns (odd, >= 3)")
     r = p.add_argument_group("reconstruction")
     r.add_argument("--filter", default="ram-lak", choices=FILTERS, help="FBP ramp filter window")
-    r.add_argument("--cutoff", type=float, default=1.0, help="filter cutoff, fraction of Nyquist")
+    r.add_argument("--cutoff", type=_cutoff, default=1.0, help="filter cutoff, fraction of Nyquist")
     r.add_argument("--interpolation", default="linear", choices=("linear", "nearest", "linear8"),
                    help="detector interpolation of the back-projection")
     r.add_argument("--backend", default="auto", choices=("auto", "cuda", "cpu"), help="where to compute")

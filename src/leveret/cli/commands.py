@@ -84,6 +84,29 @@ def _check_plausible(args, angles: np.ndarray, dtype, has_flats: bool) -> None:
                     "(or --minus-log for transmissions)")
 
 
+def _named(flag: str, read, *args, **kwargs):
+    """``read(*args, **kwargs)``, its "path: ..." errors naming ``flag`` instead."""
+    try:
+        return read(*args, **kwargs)
+    except ValueError as exc:
+        head, sep, rest = str(exc).partition(": ")
+        if head != "path" or not sep:
+            raise
+        raise ValueError(f"{flag}: {rest}") from None
+
+
+def _check_backend_flags(args) -> None:
+    """Warn about GPU-only flags that a CPU run ignores."""
+    from ..backends import resolve
+
+    if resolve(args.backend) != "cpu":
+        return
+    if args.kernel != "auto":
+        _warn(args, f"--kernel: {args.kernel!r} chooses a CUDA kernel; the CPU backend ignores it")
+    if args.precision in ("float16", "fast"):
+        _warn(args, "--precision: float16 filtered sinograms are a GPU mode; the CPU backend computes in float32")
+
+
 def _open_input(args):
     """The lazy array of ``input`` (``--dataset`` only for HDF5 files)."""
     from ..io import open_array
@@ -93,7 +116,7 @@ def _open_input(args):
     if args.dataset is not None and path.suffix.lower() not in HDF5_EXTS:
         raise ValueError(f"--dataset: {args.input!r} is not an HDF5 file ({', '.join(HDF5_EXTS)}); "
                          "only those hold datasets")
-    return open_array(args.input, dataset=args.dataset)
+    return _named("input", open_array, args.input, dataset=args.dataset)
 
 
 # -- the scan: input, angles, flats/darks ----------------------------------------------------------
@@ -177,7 +200,7 @@ def load_scan(args) -> ScanInput:
     if args.flat is not None or args.dark is not None:
         if args.flat is None or args.dark is None:
             raise ValueError("--flat/--dark: give both, or neither")
-        flats, darks = read_array(args.flat), read_array(args.dark)
+        flats, darks = _named("--flat", read_array, args.flat), _named("--dark", read_array, args.dark)
     shape = tuple(projections.shape)
     if len(shape) not in (2, 3):
         raise ValueError(f"input: expected a sinogram (n_angles, n_cols) or projections "
@@ -299,6 +322,7 @@ def recon(args) -> int:
     _check_output(out_path, args.overwrite)
     compression = None if str(args.compression).lower() == "none" else args.compression
     scan = load_scan(args)
+    _check_backend_flags(args)
     progress = not (args.no_progress or args.quiet)
     options = dict(filter=args.filter, cutoff=args.cutoff, interpolation=args.interpolation,
                    kernel=args.kernel, precision=_precision(args))
@@ -506,6 +530,7 @@ def _preview_scan(args, out: Path) -> list[Path]:
     from matplotlib.figure import Figure
 
     scan = load_scan(args)
+    _check_backend_flags(args)
     if len(scan.shape) != 3:
         raise ValueError(f"input: a scan preview needs projections (n_angles, n_rows, n_cols), got {scan.shape}")
     n_angles, n_rows, n_cols = scan.shape
