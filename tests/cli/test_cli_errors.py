@@ -174,3 +174,17 @@ def test_cutoff_out_of_range_fails_before_any_work(folder):
     r = leveret_cmd("recon", "proj.npy", "o.npy", "--angles", "0:180:60", "--cutoff", "-1", cwd=folder)
     assert r.returncode == 2 and lines(r.stderr)[-1] == (
         "leveret recon: error: argument --cutoff: expected a fraction of Nyquist in (0, 1], got '-1'")
+
+
+def test_v_adds_the_traceback_only_for_a_real_bug(folder, monkeypatch):
+    import leveret.outofcore
+    from leveret.cli import main
+
+    def broken(*args, **kwargs):
+        raise ZeroDivisionError("a bug")
+    monkeypatch.setattr(leveret.outofcore, "reconstruct_slab", broken)
+    flags = [str(folder / "proj.npy"), str(folder / "o.npy"), "--angles", "0:180:60", "--backend", "cpu", "-q"]
+    assert main(["recon", *flags]) == 1                      # one line, exit 1
+    with pytest.raises(ZeroDivisionError):                   # -v: the traceback (the console exits 1)
+        main(["-v", "recon", *flags])
+    assert main(["-v", "recon", *flags[:2], "--angles", "0:180:61"]) == 2     # bad input stays exit 2
