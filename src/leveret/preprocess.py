@@ -209,14 +209,17 @@ class CenterEstimate(NamedTuple):
         In [0, 1], higher is better. "pairs": the median normalised
         cross-correlation peak of the flipped 180-degree pairs (1: the flipped
         projection matches the other exactly). "sweep": ``1 - best / median``
-        of the sweep's scores (0: the metric does not discriminate).
+        of the sweep's scores (0: the metric does not discriminate). Halved
+        when the estimate sits on the edge of the search range.
     method : str
         "pairs" or "sweep".
     details : dict
         "spread": robust spread of the individual estimates in pixels
         (1.4826 x median absolute deviation; 0 for a single one),
         "estimates": the individual estimates (one per pair and row for
-        "pairs"; the scores for "sweep", with "centers").
+        "pairs"; the scores for "sweep", with "centers"),
+        "at_edge": the estimate is within half a pixel of the search range's
+        ends, so the axis may lie beyond it.
     """
     center: float
     confidence: float
@@ -294,9 +297,15 @@ def find_center(projections_or_sinogram, angles, *, method: str = "auto", row=No
         if not pairs:
             raise ValueError("method: 'pairs' needs two views 180 degrees apart "
                              f"(within {PAIR_TOLERANCE} rad); the angles have none")
-        return _center_from_pairs(data, pairs, lo, hi, positive_int("max_pairs", max_pairs), xp)
-    sino = data[:, data.shape[1] // 2, :] if row is None or data.shape[1] > 1 else data[:, 0, :]
-    return _center_from_sweep(sino, angles, lo, hi)
+        est = _center_from_pairs(data, pairs, lo, hi, positive_int("max_pairs", max_pairs), xp)
+    else:
+        sino = data[:, data.shape[1] // 2, :] if row is None or data.shape[1] > 1 else data[:, 0, :]
+        est = _center_from_sweep(sino, angles, lo, hi)
+    # On the edge of the search range the estimate is a bound, not a measurement:
+    # the best match may lie beyond it, however well the views match there.
+    at_edge = min(est.center - lo, hi - est.center) < 0.5
+    est.details["at_edge"] = at_edge
+    return est._replace(confidence=est.confidence / 2) if at_edge else est
 
 
 def center_sweep(sinogram, angles, centers, *, metric: str = "negativity", filter: str = "ram-lak",
