@@ -91,6 +91,7 @@ OPS = {
 SLOWER_THAN_ASTRA = 1.0     # flag: leveret / ASTRA above this
 TRANSPOSE_LIMIT = 2.0       # flag: A.T / A above this
 REGRESSION = 0.10           # --compare: slower than stored by more than this fraction
+REGRESSION_FLOOR = 0.5e-3   # ... and by more than this many seconds (timer noise on sub-ms points)
 
 
 # -- the points ------------------------------------------------------------------------
@@ -408,9 +409,9 @@ class Astra:
             except ImportError as exc:
                 self.reason = f"ASTRA not available: {exc}"
 
-    def fp_bp(self, pg, vg, vol_shape, proj_shape, reps=2):
-        """Median times of direct_FP3D and direct_BP3D on device arrays (GPULink);
-        ``proj_shape`` is ASTRA's (rows, views, cols)."""
+    def fp_bp(self, pg, vg, vol_shape, proj_shape, reps=2, fp=True):
+        """Median times of direct_FP3D (None unless ``fp``) and direct_BP3D on device
+        arrays (GPULink); ``proj_shape`` is ASTRA's (rows, views, cols)."""
         import astra
         import astra.experimental as ae
         import cupy as cp
@@ -422,7 +423,8 @@ class Astra:
             rows, views, cols = proj_shape
             vlink = astra.data3d.GPULink(vol_d.data.ptr, nx, ny, nz, nx * 4)
             plink = astra.data3d.GPULink(proj_d.data.ptr, cols, views, rows, cols * 4)
-            t_fp = common.median_time(lambda: ae.direct_FP3D(projector, vlink, plink), reps=reps, sync=_sync)
+            t_fp = (common.median_time(lambda: ae.direct_FP3D(projector, vlink, plink), reps=reps, sync=_sync)
+                    if fp else None)
             t_bp = common.median_time(lambda: ae.direct_BP3D(projector, vlink, plink), reps=reps, sync=_sync)
         finally:
             astra.projector3d.delete(projector)
@@ -446,9 +448,10 @@ class Astra:
             astra.algorithm.delete(aid)
             astra.data3d.delete([pid, vid])
 
-    def algorithm_host(self, name, pg, vg, proj_shape, vol_shape, reps=2, gpu_memory=None):
+    def algorithm_host(self, name, pg, vg, proj_shape, vol_shape, reps=2, gpu_memory=None, options=None):
         """Median time of an ASTRA algorithm (FDK_CUDA, BP3D_CUDA, FBP_CUDA) on host
-        arrays linked without copies; ``gpu_memory`` caps ASTRA's GPU memory."""
+        arrays linked without copies, and a note; ``gpu_memory`` caps ASTRA's GPU
+        memory (astra.set_gpu_index(0, memory=...)) where this ASTRA can."""
         astra = self.astra
         proj = np.random.default_rng(0).random(proj_shape, dtype=np.float32)
         vol = np.zeros(vol_shape, np.float32)
@@ -458,13 +461,22 @@ class Astra:
         vid = data.link("-vol", vg, vol)
         cfg = astra.astra_dict(name)
         cfg["ProjectionDataId"], cfg["ReconstructionDataId"] = pid, vid
+        if options:
+            cfg["option"] = dict(options)
         aid = astra.algorithm.create(cfg)
+        note, capped = name, False
         if gpu_memory:
-            astra.set_gpu_index(0, memory=int(gpu_memory))
+            try:
+                astra.set_gpu_index(0, memory=int(gpu_memory))
+                capped = True
+                note += f" within {gpu_memory / GiB:g} GiB"
+            except (TypeError, AttributeError, ValueError) as exc:
+                note += f" (no memory cap: {exc})"
         try:
-            return common.median_time(lambda: astra.algorithm.run(aid), reps=reps, warmup=1 if reps > 1 else 0)
+            t = common.median_time(lambda: astra.algorithm.run(aid), reps=reps, warmup=1 if reps > 1 else 0)
+            return t, note
         finally:
-            if gpu_memory:
+            if capped:
                 astra.set_gpu_index(0, memory=0)
             astra.algorithm.delete(aid)
             data.delete([pid, vid])
@@ -594,7 +606,7 @@ class Sweep:
             _free()
             a = None
             if pg is not None:
-                _, a = self.astra.fp_bp(pg, vg, vol.shape, (n_rows, n_views, n_cols), reps=3)
+                _, a = self.astra.fp_bp(pg, vg, vol.shape, (n_rows, n_views, n_cols), reps=3, fp=False)
             self.add(point, "cone BP", t, a, note=f"kernel {op.last_kernel}; device arrays; ASTRA direct_BP3D"
                      if pg is not None else f"kernel {op.last_kernel}; {self.astra.reason}")
         if "FDK" in ops:
@@ -604,8 +616,10 @@ class Sweep:
             _free()
             a = None
             if pg is not None:
-                a = self.astra.algorithm_host("FDK_CUDA", pg, vg, (n_rows, n_views, n_cols), vol.shape)
-            self.add(point, "FDK", t, a, note="NumPy in and out; ASTRA FDK_CUDA" if pg is not None
+                short = {"ShortScan": True} if point["params"]["scan"] == "short" else None
+                a, a_note = self.astra.algorithm_host("FDK_CUDA", pg, vg, (n_rows, n_views, n_cols), vol.shape,
+                                                      options=short)
+            self.add(point, "FDK", t, a, note=f"NumPy in and out; ASTRA {a_note}" if pg is not None
                      else self.astra.reason)
 
     def fdk_streamed(self, point, ops):
@@ -614,6 +628,7 @@ class Sweep:
         g, vol, point["derived"] = cone_problem(point["params"])
         n_views, n_rows, n_cols = g.projection_shape
         budget = int(point["params"]["budget_gib"] * GiB)
+        a_note = self.astra.reason
         if self._bandwidth is None:
             self._bandwidth = pinned_bandwidth()
         h2d, d2h = self._bandwidth
@@ -632,12 +647,12 @@ class Sweep:
         a = None
         if self.astra.astra is not None:
             pg, vg = common.astra_cone_geometry(g, vol)
-            a = self.astra.algorithm_host("FDK_CUDA", pg, vg, (n_rows, n_views, n_cols), vol.shape, reps=1,
-                                          gpu_memory=budget)
+            a, a_note = self.astra.algorithm_host("FDK_CUDA", pg, vg, (n_rows, n_views, n_cols), vol.shape,
+                                                  reps=1, gpu_memory=budget)
         self.add(point, "FDK streamed", t, a, bound_s=bound, over_bound=t / bound,
                  note=(f"bound {bound:.2f} s = {bytes_in / 1e9:.2f} GB in at {h2d / 1e9:.1f} GB/s + "
                        f"{4 * vol.size / 1e9:.2f} GB out at {d2h / 1e9:.1f} GB/s + FDK in one piece "
-                       f"{t_compute:.2f} s; ASTRA FDK_CUDA with the same memory cap"
+                       f"{t_compute:.2f} s; ASTRA {a_note}"
                        if a is not None else f"bound {bound:.2f} s; {self.astra.reason}"))
 
     def parallel(self, point, ops):
@@ -665,7 +680,7 @@ class Sweep:
                 pg = astra.create_proj_geom("parallel3d", 1.0, 1.0, p["slices"], p["width"], g.angles)
                 ny, nx = op.out_shape
                 _, a = self.astra.fp_bp(pg, vg, (p["slices"], ny, nx), (p["slices"], p["angles"], p["width"]),
-                                        reps=3)
+                                        reps=3, fp=False)
                 a_note = "ASTRA direct_BP3D (parallel3d)"
             self.add(point, "parallel BP", t, a, note=f"kernel {op.last_kernel}; device arrays; {a_note}")
         if "FBP" in ops:
@@ -681,8 +696,9 @@ class Sweep:
                 vg = astra.create_vol_geom(ny, nx, *window[3:7])
                 pg = astra.create_proj_geom("parallel", 1.0, p["width"], g.angles)
                 # FBP_CUDA is 2D: one call per slice, its median time times the slices
-                a = p["slices"] * self.astra.algorithm_host("FBP_CUDA", pg, vg, (p["angles"], p["width"]),
-                                                            (ny, nx), reps=3)
+                t_slice, _ = self.astra.algorithm_host("FBP_CUDA", pg, vg, (p["angles"], p["width"]), (ny, nx),
+                                                       reps=3)
+                a = p["slices"] * t_slice
                 a_note = f"ASTRA FBP_CUDA: one slice's median time x {p['slices']}"
             self.add(point, "FBP", t, a, note=f"NumPy in and out; {a_note}")
 
@@ -780,14 +796,17 @@ def summary_text(summary: dict) -> str:
     return "\n".join(lines)
 
 
-def compare(rows: list[dict], stored: list[dict], tolerance: float = REGRESSION) -> list[dict]:
-    """Rows whose leveret time exceeds the stored row of the same key by more than ``tolerance``."""
+def compare(rows: list[dict], stored: list[dict], tolerance: float = REGRESSION,
+            floor: float = REGRESSION_FLOOR) -> list[dict]:
+    """Rows whose leveret time exceeds the stored row of the same key by more than
+    ``tolerance`` (a fraction) and by more than ``floor`` seconds."""
     before = {r["key"]: r["leveret_s"] for r in stored
               if r.get("status") == "ok" and r.get("leveret_s") and "key" in r}
     out = []
     for row in rows:
         old = before.get(row["key"])
-        if row["status"] == "ok" and old and row["leveret_s"] > old * (1.0 + tolerance):
+        if (row["status"] == "ok" and old and row["leveret_s"] > old * (1.0 + tolerance)
+                and row["leveret_s"] - old > floor):
             out.append({"key": row["key"], "stored_s": old, "now_s": row["leveret_s"],
                         "slower": row["leveret_s"] / old - 1.0})
     return out
@@ -796,8 +815,13 @@ def compare(rows: list[dict], stored: list[dict], tolerance: float = REGRESSION)
 # -- the plot --------------------------------------------------------------------------------
 
 def _axis_value(row: dict, axis: str):
-    if axis in row.get("derived", {}) and row["derived"][axis] is not None and axis == "half_angle":
-        return row["derived"][axis]
+    """The row's value on ``axis``: the half-angle the scan came out with (the base
+    point's is set by its distances), a streamed point's volume and budget."""
+    if axis == "half_angle" and row.get("derived", {}).get("half_angle") is not None:
+        return row["derived"]["half_angle"]
+    if axis == "budget":
+        p = row["params"]
+        return f"{p['n']}^2x{p['nz']}\n{p['budget_gib']:g} GiB"
     return row["params"].get(axis)
 
 
@@ -807,7 +831,9 @@ def plot(rows: list[dict], path: str) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    ok = [r for r in rows if r["status"] == "ok" and r.get("ratio") is not None]
+    ok = [dict(r, op=f"{r['op']} / bound", ratio=r["over_bound"]) for r in rows
+          if r["status"] == "ok" and r.get("over_bound") is not None]
+    ok += [r for r in rows if r["status"] == "ok" and r.get("ratio") is not None]
     panels = sorted({(r["family"], r["axis"]) for r in ok if r["axis"] not in ("base", "corner")})
     if not panels:
         print(f"no ratios to plot; {path} not written")
@@ -817,8 +843,6 @@ def plot(rows: list[dict], path: str) -> None:
     fig, axes = plt.subplots(nrows, cols, figsize=(4.2 * cols, 3.2 * nrows), squeeze=False)
     for ax, (family, axis) in zip(axes.flat, panels):
         members = [r for r in ok if r["family"] == family and r["axis"] in ("base", axis)]
-        if family == "fdk-streamed":
-            members = [r for r in ok if r["family"] == family]
         values = sorted({_axis_value(r, axis) for r in members}, key=lambda v: (isinstance(v, str), str(v)
                                                                                if isinstance(v, str) else v))
         numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
@@ -828,10 +852,13 @@ def plot(rows: list[dict], path: str) -> None:
             ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", label=op, ms=4)
         ax.axhline(1.0, color="k", ls="--", lw=0.8)
         ax.set_yscale("log")
+        if numeric and axis in ("n", "views", "slices", "angles", "width", "dirs"):
+            ax.set_xscale("log", base=2)
         ax.set_title(f"{family}: {axis}", fontsize=9)
         if not numeric:
             ax.set_xticks(list(pos.values()), [str(v) for v in values])
-        ax.set_ylabel("leveret / ASTRA time", fontsize=8)
+        ax.set_ylabel("leveret / ASTRA time" if family != "fdk-streamed" else "leveret / (ASTRA, bound)",
+                      fontsize=8)
         ax.legend(fontsize=6)
     for ax in list(axes.flat)[len(panels):]:
         ax.set_visible(False)
@@ -930,7 +957,7 @@ def main(argv=None):
     parser.add_argument("--out", default=None, help="write the rows and the summary as JSON here")
     parser.add_argument("--plot", default=None, help="write a PNG of leveret / ASTRA over the swept axes here")
     parser.add_argument("--compare", default=None,
-                        help="a stored bench_sweep.json: flag every point more than 10 %% slower than there")
+                        help="a stored bench_sweep.json: flag every point more than 10 %% (and 0.5 ms) slower than there")
     parser.add_argument("--strict", action="store_true", help="with --compare: exit 1 on any regression")
     parser.add_argument("--dry-run", action="store_true",
                         help="list the points with memory and time estimates; needs no GPU")
