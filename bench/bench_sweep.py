@@ -499,6 +499,12 @@ def pinned_bandwidth(nbytes: int = GiB // 2) -> tuple[float, float]:
 
 # -- running a point ----------------------------------------------------------------------
 
+def _failed(what: str, exc: Exception) -> str:
+    """A note for a peer call that raised (leveret's time still stands)."""
+    _free()
+    return f"{what} failed: {type(exc).__name__}: {exc}"[:200]
+
+
 class Sweep:
     """Runs points and collects rows."""
 
@@ -564,11 +570,14 @@ class Sweep:
         a_fp = a_bp = a_sirt = a_cgls = None
         a_note = self.astra.reason
         if self.astra.astra is not None:
-            pg, vg = common.astra_cone_geometry(g, vol)
-            a_fp, a_bp = self.astra.fp_bp(pg, vg, vol.shape, (n_rows, n_views, n_cols))
-            a_sirt = self.astra.iteration("SIRT3D_CUDA", pg, vg, (n_rows, n_views, n_cols))
-            a_cgls = self.astra.iteration("CGLS3D_CUDA", pg, vg, (n_rows, n_views, n_cols))
-            a_note = ""
+            try:
+                pg, vg = common.astra_cone_geometry(g, vol)
+                a_fp, a_bp = self.astra.fp_bp(pg, vg, vol.shape, (n_rows, n_views, n_cols))
+                a_sirt = self.astra.iteration("SIRT3D_CUDA", pg, vg, (n_rows, n_views, n_cols))
+                a_cgls = self.astra.iteration("CGLS3D_CUDA", pg, vg, (n_rows, n_views, n_cols))
+                a_note = ""
+            except Exception as exc:   # ASTRA's failure leaves leveret's rows standing
+                a_note = _failed("ASTRA", exc)
         rng = cp.random.default_rng(0)
         for model in ("joseph", "siddon"):
             A = leveret.Projector(g, vol, model=model, backend="cuda", **projector_options())
@@ -604,23 +613,29 @@ class Sweep:
             t = common.median_time(lambda: op(proj, out), reps=3, sync=_sync)
             del proj, out
             _free()
-            a = None
+            a, a_note = None, self.astra.reason
             if pg is not None:
-                _, a = self.astra.fp_bp(pg, vg, vol.shape, (n_rows, n_views, n_cols), reps=3, fp=False)
-            self.add(point, "cone BP", t, a, note=f"kernel {op.last_kernel}; device arrays; ASTRA direct_BP3D"
-                     if pg is not None else f"kernel {op.last_kernel}; {self.astra.reason}")
+                try:
+                    _, a = self.astra.fp_bp(pg, vg, vol.shape, (n_rows, n_views, n_cols), reps=3, fp=False)
+                    a_note = "ASTRA direct_BP3D"
+                except Exception as exc:
+                    a_note = _failed("ASTRA direct_BP3D", exc)
+            self.add(point, "cone BP", t, a, note=f"kernel {op.last_kernel}; device arrays; {a_note}")
         if "FDK" in ops:
             host = np.random.default_rng(0).random(g.projection_shape, dtype=np.float32)
             t = common.median_time(lambda: leveret.fdk(host, g, vol, backend="cuda"), reps=2, sync=_sync)
             del host
             _free()
-            a = None
+            a, a_note = None, self.astra.reason
             if pg is not None:
                 short = {"ShortScan": True} if point["params"]["scan"] == "short" else None
-                a, a_note = self.astra.algorithm_host("FDK_CUDA", pg, vg, (n_rows, n_views, n_cols), vol.shape,
-                                                      options=short)
-            self.add(point, "FDK", t, a, note=f"NumPy in and out; ASTRA {a_note}" if pg is not None
-                     else self.astra.reason)
+                try:
+                    a, a_note = self.astra.algorithm_host("FDK_CUDA", pg, vg, (n_rows, n_views, n_cols),
+                                                          vol.shape, options=short)
+                    a_note = "ASTRA " + a_note
+                except Exception as exc:
+                    a_note = _failed("ASTRA FDK_CUDA", exc)
+            self.add(point, "FDK", t, a, note=f"NumPy in and out (leveret allocates its output); {a_note}")
 
     def fdk_streamed(self, point, ops):
         import cupy as cp
@@ -638,22 +653,26 @@ class Sweep:
         del proj_d
         _free()
         host = np.random.default_rng(0).random(g.projection_shape, dtype=np.float32)
+        # kernels are compiled by now; a warm-up of a volume of many GiB would double the point's time
         t = common.median_time(lambda: leveret.fdk(host, g, vol, backend="cuda", max_gpu_memory=budget),
-                               reps=1, sync=_sync)
+                               reps=1, warmup=0 if 4 * vol.size > 8 * GiB else 1, sync=_sync)
         del host
         _free()
         bytes_in = streamed_input_bytes(g, vol, budget)
         bound = bytes_in / h2d + 4 * vol.size / d2h + t_compute
         a = None
         if self.astra.astra is not None:
-            pg, vg = common.astra_cone_geometry(g, vol)
-            a, a_note = self.astra.algorithm_host("FDK_CUDA", pg, vg, (n_rows, n_views, n_cols), vol.shape,
-                                                  reps=1, gpu_memory=budget)
+            try:
+                pg, vg = common.astra_cone_geometry(g, vol)
+                a, a_note = self.astra.algorithm_host("FDK_CUDA", pg, vg, (n_rows, n_views, n_cols), vol.shape,
+                                                      reps=1, gpu_memory=budget)
+                a_note = "ASTRA " + a_note
+            except Exception as exc:
+                a_note = _failed("ASTRA FDK_CUDA", exc)
         self.add(point, "FDK streamed", t, a, bound_s=bound, over_bound=t / bound,
                  note=(f"bound {bound:.2f} s = {bytes_in / 1e9:.2f} GB in at {h2d / 1e9:.1f} GB/s + "
                        f"{4 * vol.size / 1e9:.2f} GB out at {d2h / 1e9:.1f} GB/s + FDK in one piece "
-                       f"{t_compute:.2f} s; ASTRA {a_note}"
-                       if a is not None else f"bound {bound:.2f} s; {self.astra.reason}"))
+                       f"{t_compute:.2f} s; {a_note}"))
 
     def parallel(self, point, ops):
         import cupy as cp
@@ -679,9 +698,12 @@ class Sweep:
                 vg = astra.create_vol_geom(*common.astra_volume_window(vol, roi))
                 pg = astra.create_proj_geom("parallel3d", 1.0, 1.0, p["slices"], p["width"], g.angles)
                 ny, nx = op.out_shape
-                _, a = self.astra.fp_bp(pg, vg, (p["slices"], ny, nx), (p["slices"], p["angles"], p["width"]),
-                                        reps=3, fp=False)
-                a_note = "ASTRA direct_BP3D (parallel3d)"
+                try:
+                    _, a = self.astra.fp_bp(pg, vg, (p["slices"], ny, nx), (p["slices"], p["angles"], p["width"]),
+                                            reps=3, fp=False)
+                    a_note = "ASTRA direct_BP3D (parallel3d)"
+                except Exception as exc:
+                    a_note = _failed("ASTRA direct_BP3D", exc)
             self.add(point, "parallel BP", t, a, note=f"kernel {op.last_kernel}; device arrays; {a_note}")
         if "FBP" in ops:
             proj = np.random.default_rng(0).random(g.projection_shape, dtype=np.float32)
@@ -696,10 +718,13 @@ class Sweep:
                 vg = astra.create_vol_geom(ny, nx, *window[3:7])
                 pg = astra.create_proj_geom("parallel", 1.0, p["width"], g.angles)
                 # FBP_CUDA is 2D: one call per slice, its median time times the slices
-                t_slice, _ = self.astra.algorithm_host("FBP_CUDA", pg, vg, (p["angles"], p["width"]), (ny, nx),
-                                                       reps=3)
-                a = p["slices"] * t_slice
-                a_note = f"ASTRA FBP_CUDA: one slice's median time x {p['slices']}"
+                try:
+                    t_slice, _ = self.astra.algorithm_host("FBP_CUDA", pg, vg, (p["angles"], p["width"]), (ny, nx),
+                                                           reps=3)
+                    a = p["slices"] * t_slice
+                    a_note = f"ASTRA FBP_CUDA: one slice's median time x {p['slices']}"
+                except Exception as exc:
+                    a_note = _failed("ASTRA FBP_CUDA", exc)
             self.add(point, "FBP", t, a, note=f"NumPy in and out; {a_note}")
 
     def radon3d(self, point, ops):
