@@ -286,7 +286,7 @@ def radon_problem(p: dict):
 
 # -- memory and time estimates (before allocating) ----------------------------------------
 
-def _shapes(point: dict) -> tuple[int, int]:
+def array_bytes(point: dict) -> tuple[int, int]:
     """(volume bytes, projection bytes) of a point in float32, from its parameters alone."""
     p, f = point["params"], point["family"]
     if f in ("cone", "fdk", "fdk-streamed"):
@@ -302,7 +302,7 @@ def _shapes(point: dict) -> tuple[int, int]:
 def needs(point: dict, op: str) -> tuple[int, int]:
     """(GPU bytes, host bytes) that ``op`` of ``point`` needs at its peak, leveret's or
     ASTRA's (they run one after the other), with a working margin."""
-    vol, proj = _shapes(point)
+    vol, proj = array_bytes(point)
     f = point["family"]
     if f == "cone":
         # leveret: x, A.T's output and SIRT/CGLS vectors (4 volumes), b, residual, weights
@@ -342,7 +342,7 @@ def estimate_seconds(point: dict) -> float:
         updates = p["slices"] * p["angles"] * side * side
     else:
         updates = p["dirs"] * p["n"] ** 3
-    vol, proj = _shapes(point)
+    vol, proj = array_bytes(point)
     host = 0.0 if f == "cone" else _CALLS[f] / 2 * (vol + proj) / 10e9   # host arrays at ~10 GB/s
     return 1.0 + _CALLS[f] * updates / _RATE[f] + host
 
@@ -894,6 +894,18 @@ def plot(rows: list[dict], path: str) -> None:
 
 # -- the consistency check of ASTRA's geometry ------------------------------------------------
 
+def check_cases(n: int) -> list[tuple[str, dict]]:
+    """--check's geometries: a circular scan of n^3 from 90 views and its variants."""
+    cases = []
+    for name, over in (("base", {}), ("short scan", {"scan": "short"}), ("offset 1/4", {"offset": 0.25}),
+                       ("wobble", {"trajectory": "wobble"}), ("half-angle 5", {"half_angle": 5.0})):
+        p = dict(n=n, nz=n, views=90, sampling=1.0, half_angle=None, scan="full", offset=0.0,
+                 trajectory="circular")
+        p.update(over)
+        cases.append((name, p))
+    return cases
+
+
 def check(quick_n: int = 96) -> int:
     """ASTRA's forward projection of a phantom against leveret's Joseph projector on
     the same geometry (base, short scan, offset detector, non-circular), both on
@@ -913,10 +925,7 @@ def check(quick_n: int = 96) -> int:
     phantom[(np.abs(xx + 0.2) < 0.08) & (np.abs(yy - 0.2) < 0.05) & (np.abs(zz + 0.15) < 0.1)] += 2.0
     phantom[(np.abs(xx) < 0.03) & (np.abs(yy - 0.05) < 0.03) & (zz > 0.1)] += 3.0
     print(f"{'geometry':32s} {'rel. diff':>10s} {'scale':>8s}  best variant")
-    for name, over in (("base", {}), ("short scan", {"scan": "short"}), ("offset 1/4", {"offset": 0.25}),
-                       ("wobble", {"trajectory": "wobble"}), ("half-angle 5", {"half_angle": 5.0})):
-        p = dict(n=n, nz=n, views=90, sampling=1.0, half_angle=None, scan="full", offset=0.0,
-                 trajectory="circular", **over)
+    for name, p in check_cases(n):
         g, vol, _ = cone_problem(p)
         A = leveret.Projector(g, vol, model="joseph", backend="cuda")
         ref = cp.asnumpy(A(cp.asarray(phantom)))                       # (views, rows, cols)
@@ -982,7 +991,8 @@ def main(argv=None):
     parser.add_argument("--out", default=None, help="write the rows and the summary as JSON here")
     parser.add_argument("--plot", default=None, help="write a PNG of leveret / ASTRA over the swept axes here")
     parser.add_argument("--compare", default=None,
-                        help="a stored bench_sweep.json: flag every point more than 10 %% (and 0.5 ms) slower than there")
+                        help="a stored bench_sweep.json: flag every point more than 10 %% (and 0.5 ms) "
+                             "slower than there")
     parser.add_argument("--strict", action="store_true", help="with --compare: exit 1 on any regression")
     parser.add_argument("--dry-run", action="store_true",
                         help="list the points with memory and time estimates; needs no GPU")

@@ -126,6 +126,16 @@ def test_astra_vectors_give_the_same_geometry_back(over):
     np.testing.assert_allclose(back.matrices, g.normalised().matrices, rtol=1e-10, atol=1e-12)
 
 
+def test_check_cases_build_and_convert_to_astra_vectors(rng):
+    cases = sweep.check_cases(16)
+    assert [name for name, _ in cases][0] == "base" and len(cases) == 5
+    for _, params in cases:
+        g, vol, _ = sweep.cone_problem(params)
+        pts = inside_points(vol, rng, 5)
+        u_astra, _ = common.astra_vector_pixels(common.astra_cone_vectors(g), g.n_rows, g.n_cols, pts)
+        np.testing.assert_allclose(u_astra, g.project(pts)[0], atol=1e-8)
+
+
 def test_astra_vector_pixels_model_a_known_detector():
     # source on -y at 10, detector centre at +y 5, u = x, v = z: magnification 1.5
     vectors = np.array([[0, -10, 0, 0, 5, 0, 1, 0, 0, 0, 0, 1]], float)
@@ -192,7 +202,7 @@ def test_full_sweep_covers_the_ranges_asked_for():
 @pytest.mark.parametrize("quick", [False, True])
 def test_memory_estimates_use_the_shapes_the_problems_build(quick):
     for p in sweep.points(quick):
-        vol_bytes, proj_bytes = sweep._shapes(p)
+        vol_bytes, proj_bytes = sweep.array_bytes(p)
         if p["family"] in ("cone", "fdk", "fdk-streamed"):
             if p["params"]["n"] > 1024:     # building 4096^2 matrices is cheap, but keep it to the cone sizes
                 continue
