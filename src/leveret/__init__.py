@@ -4,6 +4,7 @@ NumPy in, NumPy out; CuPy in, CuPy out. Conventions (frame, array orders,
 units) are those of CONVENTIONS.md, summarised in docs/conventions.md.
 """
 from . import io, outofcore, phantom, rabbitct
+from . import datasets   # small real scans for examples and tests
 from .algorithms import cgls, fbp, fdk, os_sart, radon3d_fbp, radon3d_forward, sirt
 from .backends import cuda_available
 from .geometry import ConeGeometry, ParallelGeometry, RadonGeometry, VolumeGeometry
