@@ -19,8 +19,9 @@ from ..geometry import ParallelGeometry, VolumeGeometry
 __all__ = ["Scan", "savu_scan"]
 
 # Rotation axis of the savu scan in column pixels: leveret.preprocess.find_center
-# on the line integrals of rows 60..75 gives 85.876 (confidence 0.93).
-SAVU_CENTER = 85.88
+# on the line integrals of the 16 middle rows (59..74, as `leveret center` takes them)
+# gives 85.87 (confidence 0.93).
+SAVU_CENTER = 85.87
 
 
 @dataclass(frozen=True)
@@ -103,7 +104,7 @@ def savu_scan() -> Scan:
     91 projections of 135 rows x 160 columns over 180 degrees (-88.2 to 91.8
     in steps of 2, so the first and last are 180 degrees apart), one flat and
     one dark field. The rotation axis is not at the detector centre (column
-    79.5) but at column 85.88: a reconstruction with the centre in the middle
+    79.5) but at column 85.87: a reconstruction with the centre in the middle
     shows crescent artefacts. One flat-minus-dark pixel is 0 (a dead pixel).
 
     Source: the test data of Savu (Diamond Light Source,
@@ -121,7 +122,7 @@ def savu_scan() -> Scan:
     >>> import leveret
     >>> scan = leveret.datasets.savu_scan()
     >>> scan.projections.shape, scan.geometry.center
-    ((91, 135, 160), 85.88)
+    ((91, 135, 160), 85.87)
     >>> volume = leveret.fbp(scan.line_integrals(), scan.geometry)   # (135, 160, 160)
     >>> folder = scan.write("savu")        # TIFFs and angles.txt for the command line
     """
