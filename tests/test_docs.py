@@ -22,6 +22,12 @@ The rules a documentation author writes by:
   ``# file: NAME`` is written to NAME in the document's folder when reached,
   so that a config file shown to the reader is the one the commands use.
 
+- An image link ``![...](img/PATH)`` in a document, where the document's
+  blocks wrote ``PATH`` in its folder (``--montage sweep.png`` and
+  ``![...](img/sweep.png)``), is compared with ``docs/img/PATH``: the pictures
+  in the docs are the ones the commands make. ``LEVERET_UPDATE_DOC_IMAGES=1
+  pytest tests/test_docs.py`` copies the new pictures into ``docs/img/``.
+
 Each code block is one test, named after its document and first line
 (``test_doc_block[guide.md:120-bash]``); a block after a failed one of the
 same document is skipped.
@@ -33,9 +39,9 @@ import doctest
 import io
 import os
 import re
+import shutil
 import subprocess
 import sys
-import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -98,10 +104,10 @@ def parse_blocks(document: Path) -> list[Block]:
         j = i + 1
         while j < len(lines) and not re.match(r"^\s*```\s*$", lines[j]):
             j += 1
-        body = "\n".join(line[indent:] if line[:indent].isspace() else line.lstrip()
-                         for line in lines[i + 1:j])
+        # a block inside a list item is indented like its fence: remove that much
+        body = "\n".join(line[indent:] if not line[:indent].strip() else line for line in lines[i + 1:j])
         previous = next((lines[k].strip() for k in range(i - 1, -1, -1) if lines[k].strip()), "")
-        block = Block(document, i + 1, language, textwrap.dedent(body) + "\n")
+        block = Block(document, i + 1, language, body + "\n")
         if language in ("python", "bash"):
             blocks.append(block)
             last_code = block
@@ -143,7 +149,8 @@ def shims(tmp_path_factory) -> dict:
         script.write_text(f"#!/bin/sh\n{line}\n")
         script.chmod(0o755)
     package_root = str(Path(leveret.__file__).resolve().parents[1])
-    return {**os.environ, "MPLBACKEND": "Agg",
+    # unbuffered: stdout and stderr lines interleave in the order they were written
+    return {**os.environ, "MPLBACKEND": "Agg", "PYTHONUNBUFFERED": "1",
             "PATH": os.pathsep.join([str(bin_dir), os.environ.get("PATH", "")]),
             "PYTHONPATH": os.pathsep.join(p for p in [package_root, os.environ.get("PYTHONPATH")] if p)}
 
@@ -202,20 +209,61 @@ def test_doc_block(block, document_runs, shims, tmp_path_factory):
     if not block.is_gpu and block.not_run_reason is not None:
         pytest.skip(f"not run in CI: {block.not_run_reason}")
     index = doc_blocks.index(block)
-    # Blocks before this one that were not selected (pytest -m gpu, -k) run first.
-    for earlier in doc_blocks[state.done:index]:
-        if _runs_here(earlier):
-            try:
-                _check_output(earlier, _run(earlier, state, shims))
-            except BaseException:
-                state.failed = earlier.id
-                raise
+    _catch_up(doc_blocks[:index], state, shims)     # blocks not selected (pytest -m gpu, -k) first
     state.done = index + 1
     try:
         _check_output(block, _run(block, state, shims))
     except BaseException:
         state.failed = block.id
         raise
+
+
+def _catch_up(blocks: list[Block], state: DocumentRun, env: dict) -> None:
+    for earlier in blocks[state.done:]:
+        if _runs_here(earlier):
+            try:
+                _check_output(earlier, _run(earlier, state, env))
+            except BaseException:
+                state.failed = earlier.id
+                raise
+    state.done = max(state.done, len(blocks))
+
+
+IMAGE_LINK = re.compile(r"!\[[^\]]*\]\(img/([^)\s]+)\)")
+# Pictures of the same commands differ only by rendering (fonts, antialiasing)
+# and float rounding between library versions: identical where measured.
+IMAGE_TOLERANCE = 0.01   # mean absolute difference, RGB in 0..1
+
+
+@pytest.mark.parametrize("document", [pytest.param(d, id=d.name) for d in DOCUMENTS
+                                      if IMAGE_LINK.search(d.read_text(encoding="utf-8"))])
+def test_doc_images_are_what_the_commands_make(document, document_runs, shims, tmp_path_factory):
+    import numpy as np
+    from matplotlib.image import imread
+
+    state = document_runs.get(document)
+    if state is None:
+        state = document_runs[document] = DocumentRun(tmp_path_factory.mktemp(document.stem))
+    if state.failed:
+        pytest.skip(f"a block of {document.name} failed ({state.failed})")
+    _catch_up([b for b in BLOCKS if b.document == document], state, shims)
+    update = os.environ.get("LEVERET_UPDATE_DOC_IMAGES") == "1"
+    compared = []
+    for name in IMAGE_LINK.findall(document.read_text(encoding="utf-8")):
+        made, shown = state.folder / name, document.parent / "img" / name
+        if not made.is_file():
+            continue                     # a picture no block of this document makes
+        if update:
+            shown.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(made, shown)
+        assert shown.is_file(), f"{document.name}: img/{name} is missing (LEVERET_UPDATE_DOC_IMAGES=1 makes it)"
+        a, b = imread(made)[..., :3], imread(shown)[..., :3]
+        assert a.shape == b.shape, f"img/{name}: {b.shape} shown, {a.shape} made"
+        diff = float(np.mean(np.abs(a - b)))
+        assert diff < IMAGE_TOLERANCE, f"img/{name}: mean difference {diff:.4f} from what the commands make"
+        compared.append(name)
+    if not compared:
+        pytest.skip(f"no picture of {document.name} is made by its blocks")
 
 
 def test_the_readme_python_blocks_are_found():
