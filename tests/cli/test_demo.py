@@ -5,6 +5,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 from matplotlib.image import imread
 
 import leveret
@@ -53,3 +54,11 @@ def test_demo_output_must_be_png(tmp_path):
     run = _leveret("--real", "--output", "x.jpg", cwd=tmp_path)
     assert run.returncode == 2
     assert "--output: expected a .png file" in run.stderr
+
+
+@pytest.mark.gpu
+def test_demo_real_on_the_gpu(tmp_path):
+    run = _leveret("--real", "--backend", "cuda", cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    assert "centre of rotation: 85.87 px" in run.stdout and "fbp on " in run.stdout
+    assert (tmp_path / "leveret-demo" / "real.png").is_file()
