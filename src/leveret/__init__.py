@@ -4,11 +4,11 @@ NumPy in, NumPy out; CuPy in, CuPy out. Conventions (frame, array orders,
 units) are those of CONVENTIONS.md, summarised in docs/conventions.md.
 """
 from . import io, outofcore, phantom, rabbitct
-from . import datasets   # small real scans for examples and tests
 from .algorithms import cgls, fbp, fdk, os_sart, radon3d_fbp, radon3d_forward, sirt
 from .backends import cuda_available
 from .geometry import ConeGeometry, ParallelGeometry, RadonGeometry, VolumeGeometry
 from .operators import ConeBackprojection, ParallelBackprojection, Projector
+from . import datasets   # small real scans for examples and tests
 
 __version__ = "0.1.0"
 
