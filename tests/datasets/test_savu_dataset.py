@@ -42,13 +42,12 @@ def test_stored_arrays_match_their_checksums():
     np.testing.assert_allclose(np.degrees(scan.angles), -88.2 + 2.0 * np.arange(91), rtol=0, atol=5e-4)
 
 
-def test_stored_arrays_equal_the_original_files(savu_scan):
-    # savu_scan here is conftest's fixture: the original TIFFs read by leveret.io
+def test_stored_arrays_equal_the_original_files(savu_files):
     bundled = leveret.datasets.savu_scan()
-    np.testing.assert_array_equal(bundled.projections, savu_scan.projections)
-    np.testing.assert_array_equal(bundled.flat, savu_scan.flat)
-    np.testing.assert_array_equal(bundled.dark, savu_scan.dark)
-    np.testing.assert_allclose(bundled.angles, savu_scan.angles, rtol=0, atol=1e-12)
+    np.testing.assert_array_equal(bundled.projections, savu_files.projections)
+    np.testing.assert_array_equal(bundled.flat, savu_files.flat)
+    np.testing.assert_array_equal(bundled.dark, savu_files.dark)
+    np.testing.assert_allclose(bundled.angles, savu_files.angles, rtol=0, atol=1e-12)
 
 
 def test_geometry_and_volume():
