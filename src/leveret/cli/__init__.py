@@ -19,6 +19,7 @@ import os
 import sys
 import threading
 
+from . import live
 from .config import apply_config, load_config
 
 EXAMPLES = """examples:
@@ -241,6 +242,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     i = sub.add_parser("info", help="print the backends found")
     _common(i)
+    live.add_parser(sub)
     return parser
 
 
@@ -310,7 +312,7 @@ def main(argv=None) -> int:
 
     runners = {"recon": commands.recon, "fbp": commands.recon, "center": commands.center,
                "preview": commands.preview, "bench": commands.bench, "info": commands.info,
-               "rabbitct": commands.rabbitct, "demo": commands.demo}
+               "rabbitct": commands.rabbitct, "demo": commands.demo, "live": live.run}
     try:
         return _run_in_worker(runners[args.command], args)
     except (ValueError, MemoryError) as exc:
