@@ -96,10 +96,9 @@ class LiveReconstructor:
         As for :func:`leveret.fbp`.
     storage : {"float32", "float16"}
         How the filtered projections are kept (for recomputing moved slices).
-        "float16" halves the memory; a slice recomputed from it differs from
-        the float32 one by a few 1e-5 of the slice's largest value (each
-        stored sample rounded to 11 significant bits; the test bounds it by
-        1e-4, docs/live.md).
+        "float16" halves the memory; a slice computed from it differs from
+        the float32 one by about 1e-4 of the slice's largest value (each
+        stored sample rounded to 11 significant bits; docs/live.md).
     backend : {"auto", "cuda", "cpu"}
         On "cuda" the filtered projections stay on the GPU.
     max_views : int, optional
@@ -258,12 +257,16 @@ class LiveReconstructor:
         v.real_array("projections", data, shape, "(k, n_rows, n_cols)", "the detector shape")
         k = data.shape[0]
         if self.beam == "parallel":
-            if angles is None or matrices is not None:
-                raise ValueError("angles: parallel beam needs one angle per projection (and no matrices)")
+            if matrices is not None:
+                raise ValueError("matrices: parallel beam takes angles, not projection matrices")
+            if angles is None:
+                raise ValueError("angles: parallel beam needs one angle per projection")
             new_angles = v.finite_vector("angles", np.atleast_1d(np.asarray(angles, np.float64)), length=k)
         else:
-            if matrices is None or angles is not None:
-                raise ValueError("matrices: cone beam needs one 3x4 matrix per projection (and no angles)")
+            if angles is not None:
+                raise ValueError("angles: cone beam takes projection matrices, not angles")
+            if matrices is None:
+                raise ValueError("matrices: cone beam needs one 3x4 matrix per projection")
             m = np.asarray(matrices, np.float64).reshape(-1, 3, 4)
             if m.shape[0] != k or not np.all(np.isfinite(m)):
                 raise ValueError(f"matrices: expected {k} finite 3x4 matrices, got shape {np.shape(matrices)}")

@@ -20,6 +20,7 @@ Websocket protocol (the page in ``static/`` is its only client):
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import logging
 import queue
@@ -92,9 +93,12 @@ class LiveSession:
     def stop(self) -> None:
         self._stop.set()
         self._frames.put(_WAKE)
-        close = getattr(self.source, "close", None)
-        if close is not None:
-            close()
+        # FolderSource/ZmqSource stop waiting; a generator cannot be closed from
+        # another thread while it runs: its (daemon) reader thread is left behind.
+        if not inspect.isgenerator(self.source):
+            close = getattr(self.source, "close", None)
+            if close is not None:
+                close()
 
     def join(self, timeout: float | None = None) -> None:
         for t in self._threads:

@@ -80,9 +80,13 @@ function showState(s) {
   state.lastState = s;
   $("stat-views").textContent = s.views;
   $("stat-fps").textContent = s.fps.toFixed(1);
-  // lag: from the newest frame's arrival to its drawing here (same clock on one machine)
-  const shown = s.arrived_epoch_ms ? Math.max(0, Date.now() - s.arrived_epoch_ms) : null;
-  $("stat-lag").textContent = shown === null ? "–" : shown.toFixed(0) + " ms";
+  // lag: from the newest frame's arrival to its drawing here (same clock on one
+  // machine), measured when new frames show up; a re-render of old ones keeps it
+  if (s.arrived_epoch_ms && s.views !== state.lagViews) {
+    state.lagViews = s.views;
+    state.lagMs = Math.max(0, Date.now() - s.arrived_epoch_ms);
+    $("stat-lag").textContent = state.lagMs.toFixed(0) + " ms";
+  }
   $("stat-rejected").textContent = s.rejected;
   $("stat-missing").textContent = s.missing;
   $("stat-status").textContent = s.error ? "error: " + s.error : (s.ended ? "source ended" : "receiving");
