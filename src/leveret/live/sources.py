@@ -84,10 +84,13 @@ class FolderSource:
     poll : float
         Seconds between folder scans (watchdog, when installed, wakes the
         scan up as soon as a file lands).
+    retries : int
+        A file that cannot be read is tried again this many times (each after
+        another ``settle``) before it is skipped with a warning.
     """
 
     def __init__(self, folder, *, angles=None, matrices=None, dataset: str = "data", settle: float = 0.2,
-                 timeout: float = 0.5, poll: float = 0.05):
+                 timeout: float = 0.5, poll: float = 0.05, retries: int = 3):
         self.folder = Path(folder)
         if not self.folder.is_dir():
             raise ValueError(f"folder: {folder} is not a folder")
@@ -97,6 +100,8 @@ class FolderSource:
         self.settle, self.timeout, self.poll = float(settle), float(timeout), float(poll)
         self._seen: set[str] = set()
         self._sizes: dict[str, tuple[int, float]] = {}
+        self._failures: dict[str, int] = {}
+        self.retries = int(retries)
         self._wake = threading.Event()
         self._stop = threading.Event()
 
@@ -160,7 +165,8 @@ class FolderSource:
                 import tifffile
                 data = tifffile.imread(path)
         except Exception as exc:   # a corrupt or foreign file: skipped, the scan goes on
-            log.warning("%s skipped: %s", path.name, exc)
+            if self._failures.get(path.name, 0) >= self.retries:
+                log.warning("%s skipped: %s", path.name, exc)
             return None
         if index is None:
             log.warning("%s skipped: no frame number in its name", path.name)
@@ -178,9 +184,14 @@ class FolderSource:
             while not self._stop.is_set():
                 found = False
                 for path in self._complete():
+                    frame = self._read(path)
+                    if frame is None and self._failures.get(path.name, 0) < self.retries:
+                        # unreadable: perhaps a writer that paused; tried again after another settle
+                        self._failures[path.name] = self._failures.get(path.name, 0) + 1
+                        self._sizes.pop(path.name, None)
+                        continue
                     self._seen.add(path.name)
                     self._sizes.pop(path.name, None)
-                    frame = self._read(path)
                     if frame is not None:
                         found = True
                         yield frame

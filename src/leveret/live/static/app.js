@@ -58,7 +58,7 @@ function setupSliders(volume) {
   for (const a of ["x", "y", "z"]) {
     const input = $("point-" + a);
     input.min = axes[a][0]; input.max = axes[a][1];
-    input.step = (axes[a][1] - axes[a][0]) / 200;
+    input.step = "any";
     input.value = centre[a];
     $("point-" + a + "-value").textContent = Number(centre[a]).toFixed(2);
   }
