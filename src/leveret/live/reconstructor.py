@@ -323,8 +323,7 @@ class LiveReconstructor:
             log.warning("frame %s rejected: %s", f.index, reason)
         if not good:
             return 0
-        data = np.stack([np.asarray(f.data) for f in good]) if self.xp is np else \
-            self.xp.stack([self.xp.asarray(f.data) for f in good])
+        data = np.stack([np.asarray(f.data) for f in good])   # one upload for the batch on the GPU
         arrived = min(f.arrived for f in good)
         if self.beam == "parallel":
             self.add(data, [f.angle for f in good], indices=[f.index for f in good], arrived=arrived)
