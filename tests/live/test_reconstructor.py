@@ -42,9 +42,17 @@ def test_parallel_slices_equal_fbp_after_the_last_frame_in_any_order(scan):
     for batch in np.array_split(order, 9):   # uneven batches, shuffled angles
         rec.add(proj[batch], angles[batch])
     s = rec.slices()
-    assert _err(s["xy"], ref[3]) < TOL         # axial: through ParallelBackprojection
-    assert _err(s["xz"], ref[:, 12, :]) < TOL  # the others: leveret.live.planes
+    assert _err(s["xy"], ref[3]) < TOL          # all three through ParallelBackprojection
+    assert _err(s["xz"], ref[:, 12, :]) < TOL
     assert _err(s["yz"], ref[:, :, 10]) < TOL
+    # turned half a turn about z, the slices go through leveret.live.planes (the
+    # point kernel) and show the same planes mirrored
+    rec.watch_orthogonal(_voxel_point(vol, 10, 12, 3), angles=(180, 0, 0))
+    assert not any(sl.is_axial for sl in rec.watched)
+    s = rec.slices()
+    assert _err(s["xy"], ref[3][::-1, ::-1]) < TOL
+    assert _err(s["xz"], ref[:, 12, ::-1]) < TOL
+    assert _err(s["yz"], ref[:, ::-1, 10]) < TOL
 
 
 def test_moved_slice_is_recomputed_from_all_frames_received(scan):

@@ -51,33 +51,48 @@ def _bilinear(q, n, row, col):
     return out
 
 
+# Points go in blocks (a slice's rows): each thread takes a block and walks the
+# views for all its points, so one view's nearby detector samples stay in cache.
+
 @numba.njit(parallel=True, cache=True)
-def _parallel_points(q, views, params, coef, points, out, row_scale, row_offset):
-    for p in numba.prange(points.shape[0]):
-        x, y, z = points[p, 0], points[p, 1], points[p, 2]
-        row = z * row_scale + row_offset
-        acc = 0.0
+def _parallel_points(q, views, params, coef, points, out, row_scale, row_offset, block):
+    n_blocks = -(-points.shape[0] // block)
+    for blk in numba.prange(n_blocks):
+        p0 = blk * block
+        p1 = min(points.shape[0], p0 + block)
+        acc = np.zeros(p1 - p0)
         for k in range(views.size):
-            col = x * params[k, 0] + y * params[k, 1] + params[k, 2]
-            acc += coef[k] * _bilinear(q, views[k], row, col)
-        out[p] += acc
+            a, b, c, w = params[k, 0], params[k, 1], params[k, 2], coef[k]
+            n = views[k]
+            for p in range(p0, p1):
+                row = points[p, 2] * row_scale + row_offset
+                col = points[p, 0] * a + points[p, 1] * b + c
+                acc[p - p0] += w * _bilinear(q, n, row, col)
+        for p in range(p0, p1):
+            out[p] += acc[p - p0]
 
 
 @numba.njit(parallel=True, cache=True)
-def _cone_points(q, views, params, coef, points, out):
-    for p in numba.prange(points.shape[0]):
-        x, y, z = points[p, 0], points[p, 1], points[p, 2]
-        acc = 0.0
+def _cone_points(q, views, params, coef, points, out, block):
+    n_blocks = -(-points.shape[0] // block)
+    for blk in numba.prange(n_blocks):
+        p0 = blk * block
+        p1 = min(points.shape[0], p0 + block)
+        acc = np.zeros(p1 - p0)
         for k in range(views.size):
             m = params[k]
-            w = m[2, 0] * x + m[2, 1] * y + m[2, 2] * z + m[2, 3]
-            if w <= 0.0:
-                continue
-            inv = 1.0 / w
-            u = (m[0, 0] * x + m[0, 1] * y + m[0, 2] * z + m[0, 3]) * inv
-            v = (m[1, 0] * x + m[1, 1] * y + m[1, 2] * z + m[1, 3]) * inv
-            acc += coef[k] * _bilinear(q, views[k], v, u) * inv * inv
-        out[p] += acc
+            n = views[k]
+            for p in range(p0, p1):
+                x, y, z = points[p, 0], points[p, 1], points[p, 2]
+                w = m[2, 0] * x + m[2, 1] * y + m[2, 2] * z + m[2, 3]
+                if w <= 0.0:
+                    continue
+                inv = 1.0 / w
+                u = (m[0, 0] * x + m[0, 1] * y + m[0, 2] * z + m[0, 3]) * inv
+                v = (m[1, 0] * x + m[1, 1] * y + m[1, 2] * z + m[1, 3]) * inv
+                acc[p - p0] += coef[k] * _bilinear(q, n, v, u) * inv * inv
+        for p in range(p0, p1):
+            out[p] += acc[p - p0]
 
 
 def parallel_params(angles, centers, det_spacing: float) -> np.ndarray:
@@ -88,7 +103,7 @@ def parallel_params(angles, centers, det_spacing: float) -> np.ndarray:
 
 
 def backproject_points(q, views, coef, points, out, *, params, row_scale=None, row_offset=None,
-                       chunk_views: int = 256):
+                       chunk_views: int = 256, block: int = 256):
     """Add the weighted back-projection of stored views onto ``points`` to ``out``.
 
     Parameters
@@ -109,6 +124,8 @@ def backproject_points(q, views, coef, points, out, *, params, row_scale=None, r
     chunk_views : int
         CPU: views converted to float32 at a time (bounds the temporary when
         ``q`` is float16).
+    block : int
+        CPU: points per task (a slice's row: neighbours share detector samples).
     """
     views = np.asarray(views, np.int64)
     coef = np.asarray(coef, np.float64)
@@ -127,9 +144,10 @@ def backproject_points(q, views, coef, points, out, *, params, row_scale=None, r
         else:
             qs, vs = q, views[sel]
         if cone:
-            _cone_points(qs, vs, params[sel], coef[sel], points, acc)
+            _cone_points(qs, vs, params[sel], coef[sel], points, acc, int(block))
         else:
-            _parallel_points(qs, vs, params[sel], coef[sel], points, acc, float(row_scale), float(row_offset))
+            _parallel_points(qs, vs, params[sel], coef[sel], points, acc, float(row_scale), float(row_offset),
+                             int(block))
     out += acc.astype(out.dtype)
     return out
 

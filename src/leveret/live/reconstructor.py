@@ -103,6 +103,9 @@ class LiveReconstructor:
         On "cuda" the filtered projections stay on the GPU.
     max_views : int, optional
         Views to reserve room for at once (else the store grows by doubling).
+    filter_rows : int
+        CPU: detector rows filtered per FFT call (the temporaries of a few
+        MiB stay in cache; a whole batch at once is several times slower).
 
     Examples
     --------
@@ -119,7 +122,7 @@ class LiveReconstructor:
                  det_spacing: float = 1.0, row_spacing: float = 1.0, center: float | None = None,
                  flat=None, dark=None, minus_log: bool | None = None, filter: str = "ram-lak",
                  cutoff: float = 1.0, padding: str = "zero", storage: str = "float32",
-                 backend: str = "auto", max_views: int | None = None):
+                 backend: str = "auto", max_views: int | None = None, filter_rows: int = 1024):
         if not isinstance(volume, VolumeGeometry) or volume.is_2d:
             raise ValueError(f"volume: expected a 3D VolumeGeometry, got {volume!r}")
         try:
@@ -136,6 +139,7 @@ class LiveReconstructor:
         self.padding = padding
         self.storage = np.dtype(v.choice("storage", storage, STORAGE))
         self.backend = resolve(backend)
+        self.filter_rows = v.positive_int("filter_rows", filter_rows)
         if self.backend == "cuda":
             import cupy as xp
         else:
@@ -282,13 +286,19 @@ class LiveReconstructor:
         self._sinogram.extend(np.asarray(lines[:, self._sinogram_row].get() if xp is not np
                                          else lines[:, self._sinogram_row], np.float32))
         if self.beam == "parallel":
-            q = apply_filter(lines, self._response, padding=self.padding)
+            self._reserve(k)
+            # a few MiB at a time: the FFT's padded and complex temporaries stay in cache
+            step = max(1, self.filter_rows // self.detector_shape[0]) if xp is np else k
+            for a in range(0, k, step):
+                b = min(k, a + step)
+                self._q[self._n + a:self._n + b] = apply_filter(lines[a:b], self._response, padding=self.padding)
             self._angles = np.concatenate([self._angles, new_angles])
             weights = ParallelGeometry(self._angles, self.detector_shape[1]).angular_weights()
         else:
             q = self._cone_filter(lines, m)
             weights = self._cone_weights()
-        self._store(q)
+            self._reserve(k)
+            self._q[self._n:self._n + k] = q.astype(self.storage, copy=False)
         n0, self._n = self._n, self._n + k
         self._note_indices(indices)
 
@@ -393,14 +403,13 @@ class LiveReconstructor:
         from ..algorithms.fdk import _steps
         return 0.5 * _steps(self._turn)   # full-scan FDK: every line measured twice
 
-    def _store(self, q):
+    def _reserve(self, k):
+        """Room for k more views in the store."""
         xp = self.xp
-        k = q.shape[0]
         if self._n + k > self._q.shape[0]:
             bigger = xp.empty((max(2 * self._q.shape[0], self._n + k),) + self.detector_shape, self.storage)
             bigger[:self._n] = self._q[:self._n]
             self._q = bigger
-        self._q[self._n:self._n + k] = q.astype(self.storage, copy=False)
 
     def _note_indices(self, indices):
         seen = set(self._indices)
@@ -421,23 +430,25 @@ class LiveReconstructor:
         """acc[s] += sum_k coef[k] B_views[k](q) for each slice s."""
         if views.size == 0 or not slices:
             return
-        axial = [s for s in slices if s.is_axial]
-        other = [s for s in slices if not s.is_axial]
         if self.beam == "parallel":
-            self._parallel_axial(axial, acc, views, coef)
+            on_grid = [s for s in slices if _line_layout(s) is not None]
+            self._parallel_lines(on_grid, acc, views, coef)
             row_scale = 1.0 / self._template.row_spacing
             row_offset = (self.detector_shape[0] - 1) / 2
             params = parallel_params(self._angles[views], np.full(views.size, self._template.center),
                                      self._template.det_spacing)
         else:
-            self._cone_axial(axial, acc, views, coef)
+            on_grid = [s for s in slices if s.is_axial]
+            self._cone_axial(on_grid, acc, views, coef)
             row_scale = row_offset = None
             params = self._matrices[views]
-        for s in other:
+        for s in slices:
+            if s in on_grid:
+                continue
             points = self.xp.asarray(s.points(), np.float64 if self.xp is np else np.float32)
             out = acc[s.name].reshape(-1)
             backproject_points(self._q, views, coef, points, out, params=params,
-                               row_scale=row_scale, row_offset=row_offset)
+                               row_scale=row_scale, row_offset=row_offset, block=s.shape[1])
 
     def _views_float32(self, views, coef):
         """The stored views, weighted, as float32 (views, n_rows, n_cols)."""
@@ -445,31 +456,49 @@ class LiveReconstructor:
         q = self._q[xp.asarray(views)] if xp is not np else self._q[views]
         return q.astype(np.float32) * xp.asarray(coef, np.float32)[:, None, None]
 
-    def _parallel_axial(self, slices, acc, views, coef):
+    def _parallel_lines(self, slices, acc, views, coef):
+        """Slices made of horizontal lines along x or y (axial slices, and the
+        unrotated xz and yz slices) through ParallelBackprojection: each line
+        is one image row back-projected from the detector row at its height."""
         if not slices:
             return
-        xp = self.xp
         t = self._template
-        q = self._views_float32(views, coef)
         geometry = ParallelGeometry(self._angles[views], t.n_cols, None, t.det_spacing, t.row_spacing, t.center)
-        # slices on the same xy grid share one operator call
-        groups: dict = {}
+        sinograms: dict = {}   # xz and yz take the same detector rows: gathered once
         for s in slices:
-            groups.setdefault((s.shape, s.spacing, s.origin[:2]), []).append(s)
-        for group in groups.values():
-            sinos = xp.zeros((len(group), views.size, t.n_cols), np.float32)
-            for i, s in enumerate(group):
-                # the detector row at the slice's height, linearly between rows (zero off the detector)
-                r = s.origin[2] / t.row_spacing + (t.n_rows - 1) / 2
-                lo = math.floor(r + 1e-9)
-                frac = r - lo if abs(r - lo) >= 1e-9 else 0.0
-                for row, w in ((lo, 1.0 - frac), (lo + 1, frac)):
-                    if w != 0 and 0 <= row < t.n_rows:
-                        sinos[i] += np.float32(w) * q[:, row, :]
-            op = ParallelBackprojection(geometry, group[0].image_volume(), backend=self.backend)
-            images = op(sinos)
-            for i, s in enumerate(group):
-                acc[s.name] += images[i]
+            heights, image = _line_layout(s)
+            rows = heights / t.row_spacing + (t.n_rows - 1) / 2
+            key = rows.tobytes()
+            if key not in sinograms:
+                sinograms[key] = self._weighted_rows(views, coef, rows)   # (lines, views, n_cols)
+            op = ParallelBackprojection(geometry, image, backend=self.backend)
+            # (1, h, w) for an axial slice, (h, 1, w) or (h, w, 1) for lines along x or y
+            acc[s.name] += op(sinograms[key]).reshape(s.shape)
+
+    def _weighted_rows(self, views, coef, rows):
+        """``coef[k] * q[views[k]]`` at the fractional detector rows ``rows``,
+        linearly between rows as leveret.fbp takes them (zero off the
+        detector), as float32 sinograms (len(rows), len(views), n_cols)."""
+        xp = self.xp
+        n_rows = self.detector_shape[0]
+        if views.size and np.all(np.diff(views) == 1):   # the usual case: the newest views, no gather copy
+            src = self._q[int(views[0]):int(views[-1]) + 1]
+        else:
+            src = self._q[xp.asarray(views)] if xp is not np else self._q[views]
+        c = xp.asarray(coef, np.float32)[None, :, None]
+        lo = np.floor(rows + 1e-9).astype(int)
+        frac = rows - lo
+        frac[np.abs(frac) < 1e-9] = 0.0
+        out = xp.empty((rows.size, views.size, src.shape[2]), np.float32)
+        if np.all(frac == 0) and lo[0] >= 0 and lo[-1] < n_rows and np.all(np.diff(lo) == 1):
+            xp.multiply(src[:, lo[0]:lo[-1] + 1].transpose(1, 0, 2), c, out=out)
+            return out
+        out[...] = 0
+        for i, (r, f) in enumerate(zip(lo, frac)):
+            for row, w in ((r, 1.0 - f), (r + 1, f)):
+                if w != 0 and 0 <= row < n_rows:
+                    out[i] += np.float32(w) * src[:, row, :] * c[0]
+        return out
 
     def _cone_axial(self, slices, acc, views, coef):
         if not slices:
@@ -485,6 +514,25 @@ class LiveReconstructor:
             op = ConeBackprojection(geometry, vol, backend=self.backend, matrices=matrices)
             out = acc[s.name].reshape((1,) + s.shape)
             op(q, out, accumulate=True)
+
+
+def _line_layout(s: Slice):
+    """For an axial slice, or one whose rows are lines along +x or +y at fixed
+    heights: (the heights, the 2D image grid of one line); None otherwise."""
+    ex, ey, ez = (1.0, 0.0, 0.0), (0.0, 1.0, 0.0), (0.0, 0.0, 1.0)
+    h, w = s.shape
+    dv, du = s.spacing
+    x0, y0, z0 = s.origin
+    if s.u == ex and s.v == ey:    # axial: one "line" of h x w pixels at height z0
+        return np.array([z0]), VolumeGeometry((h, w), (dv, du), center=(y0, x0))
+    if s.v != ez:
+        return None
+    heights = z0 + (np.arange(h) - (h - 1) / 2) * dv
+    if s.u == ex:
+        return heights, VolumeGeometry((1, w), (1.0, du), center=(y0, x0))
+    if s.u == ey:
+        return heights, VolumeGeometry((w, 1), (du, 1.0), center=(y0, x0))
+    return None
 
 
 def _average(name, images, shape):
