@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections import deque
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -41,6 +42,7 @@ STORAGE = ("float32", "float16")
 # Weight changes below this fraction of the largest weight are float64 noise
 # (the same gaps recomputed): far below float32 rounding, not worth a pass.
 _NEGLIGIBLE = 1e-12
+SINOGRAM_ROWS = 4096   # frames of the detector-row sinogram kept for the viewer
 
 
 @dataclass
@@ -166,7 +168,7 @@ class LiveReconstructor:
         self._indices: list[int] = []
         self.stats = LiveStats()
         self._sinogram_row = n_rows // 2
-        self._sinogram: list = []
+        self._sinogram: deque = deque(maxlen=SINOGRAM_ROWS)
         self._watched: list[Slice] = []
         self._acc: dict[str, object] = {}
         self.watch(orthogonal_slices(volume))
@@ -223,14 +225,14 @@ class LiveReconstructor:
         return out
 
     def sinogram(self, row: int | None = None) -> np.ndarray:
-        """Line integrals of one detector row (default the middle) of every
-        frame received, in arrival order: (n_views, n_cols) float32."""
+        """Line integrals of one detector row (default the middle) of the last
+        ``SINOGRAM_ROWS`` frames received, in arrival order: (n, n_cols) float32."""
         if row is not None and row != self._sinogram_row:
             r = v.positive_int("row", row + 1) - 1
             if r >= self.detector_shape[0]:
                 raise ValueError(f"row: expected 0 <= row < {self.detector_shape[0]}, got {row}")
             self._sinogram_row = r
-            self._sinogram = []   # rebuilt from now on; the earlier frames' raw rows are not kept
+            self._sinogram.clear()   # rebuilt from now on; the earlier frames' raw rows are not kept
         if not self._sinogram:
             return np.zeros((0, self.detector_shape[1]), np.float32)
         return np.stack(self._sinogram)
