@@ -77,3 +77,24 @@ def test_serve_needs_host_and_port(capsys):
         main(["live", "tcp://127.0.0.1:1", "--serve", "8000"])
     assert e.value.code == 2
     assert "HOST:PORT" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+def test_ctrl_c_ends_live_cleanly(tmp_path):
+    import signal
+    import time
+
+    address = f"tcp://127.0.0.1:{_free_port()}"
+    # SIGINT restored to its default: a background shell may start us with it ignored
+    p = subprocess.Popen([sys.executable, "-m", "leveret", "live", address, "--serve", "127.0.0.1:0",
+                          "--detector", "8,8", "--backend", "cpu"], env=_env(), cwd=tmp_path,
+                         stderr=subprocess.PIPE, text=True,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    deadline = time.monotonic() + 60
+    line = ""
+    while "open http" not in line and time.monotonic() < deadline:
+        line = p.stderr.readline()
+    p.send_signal(signal.SIGINT)
+    _, err = p.communicate(timeout=30)
+    assert p.returncode == 130
+    assert "interrupted" in err and "Traceback" not in err
