@@ -26,6 +26,7 @@ import re
 import sys
 import threading
 
+from . import live
 from .config import apply_config, load_config
 
 EXAMPLES = """examples:
@@ -385,6 +386,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     i = sub.add_parser("info", help="print the backends found")
     _common(i)
+    live.add_parser(sub)
     for p in sub.choices.values():     # one help format for every subcommand
         p.formatter_class = HelpFormatter
         for a in p._actions:
@@ -472,7 +474,7 @@ def _main(argv) -> int:
 
     runners = {"recon": commands.recon, "fbp": commands.recon, "center": commands.center,
                "preview": commands.preview, "bench": commands.bench, "info": commands.info,
-               "rabbitct": commands.rabbitct, "demo": commands.demo}
+               "rabbitct": commands.rabbitct, "demo": commands.demo, "live": live.run}
     sub = _subparser(build_parser(), args.command)
     try:
         return _run_in_worker(runners[args.command], args)

@@ -11,6 +11,7 @@ import importlib
 from pathlib import Path
 
 KERNEL_DIR = Path(__file__).resolve().parent
+PACKAGE_DIR = KERNEL_DIR.parent
 # -I: the .cu files include the .cuh headers beside them. CuPy's compile cache
 # keys on a file's own text and the options, not on what it includes, so the
 # headers' digest goes in as a macro: a changed header means a new build.
@@ -23,9 +24,10 @@ def file_defines(path) -> tuple[str, ...]:
     ``DEFINES`` of its launcher module (``<name>.py``; ``raytrace.py`` for the
     ``raytrace_*.cu`` files), the one Python source of each constant (the .cu
     files #error without them)."""
-    stem = Path(path).stem
-    launcher = "raytrace" if stem.startswith("raytrace_") else stem
-    return tuple(getattr(importlib.import_module(f"{__package__}.{launcher}"), "DEFINES", ()))
+    path = Path(path).resolve()
+    launcher = "raytrace" if path.stem.startswith("raytrace_") else path.stem
+    package = ".".join(("leveret",) + path.parent.relative_to(PACKAGE_DIR).parts)
+    return tuple(getattr(importlib.import_module(f"{package}.{launcher}"), "DEFINES", ()))
 
 
 def kernel_source(name: str) -> str:
@@ -35,7 +37,8 @@ def kernel_source(name: str) -> str:
 
 
 def kernel_files() -> list[Path]:
-    return sorted(KERNEL_DIR.glob("*.cu"))
+    """Every .cu file of the package (the kernels here, and those beside launchers elsewhere)."""
+    return sorted(PACKAGE_DIR.glob("*/*.cu"))
 
 
 @functools.lru_cache(maxsize=None)

@@ -1,0 +1,88 @@
+// Back-projection onto arbitrary 3D points (the pixels of a slice at any
+// orientation), one thread per point, looping over the selected views.
+// q holds filtered projections (n_stored, n_rows, n_cols) as float or half;
+// views[k] picks the stored view of step k and coef[k] its weight.
+// Samples are bilinear with zero outside the detector, as the CPU mirror in
+// planes.py computes them (in float32 here, float64 there).
+
+__device__ __forceinline__ float load(const float* q, long long i) { return q[i]; }
+// fp16 values arrive as their 16 bits (no header needed): converted by the hardware.
+__device__ __forceinline__ float load(const unsigned short* q, long long i) {
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(q[i]));
+    return f;
+}
+
+template <typename T>
+__device__ __forceinline__ float bilinear(const T* q, long long base, int n_rows, int n_cols,
+                                          float row, float col) {
+    float fr = floorf(row), fc = floorf(col);
+    int r0 = (int)fr, c0 = (int)fc;
+    float b = row - fr, a = col - fc;
+    float out = 0.0f;
+    if (r0 >= 0 && r0 < n_rows) {
+        long long o = base + (long long)r0 * n_cols;
+        if (c0 >= 0 && c0 < n_cols) out += (1.0f - a) * (1.0f - b) * load(q, o + c0);
+        if (c0 + 1 >= 0 && c0 + 1 < n_cols) out += a * (1.0f - b) * load(q, o + c0 + 1);
+    }
+    if (r0 + 1 >= 0 && r0 + 1 < n_rows) {
+        long long o = base + (long long)(r0 + 1) * n_cols;
+        if (c0 >= 0 && c0 < n_cols) out += (1.0f - a) * b * load(q, o + c0);
+        if (c0 + 1 >= 0 && c0 + 1 < n_cols) out += a * b * load(q, o + c0 + 1);
+    }
+    return out;
+}
+
+// Parallel beam: column = x a[k] + y b[k] + c[k] (params[3k..3k+2]); the row
+// depends on z only: row = z * row_scale + row_offset.
+template <typename T>
+__device__ void parallel_points(const T* q, const float* points, const int* views, const float* params,
+                                const float* coef, float* out, int n_points, int n_views, int n_rows,
+                                int n_cols, float row_scale, float row_offset) {
+    int p = blockIdx.x * blockDim.x + threadIdx.x;
+    if (p >= n_points) return;
+    float x = points[3 * p], y = points[3 * p + 1], z = points[3 * p + 2];
+    float row = z * row_scale + row_offset;
+    long long view_size = (long long)n_rows * n_cols;
+    float acc = 0.0f;
+    for (int k = 0; k < n_views; ++k) {
+        float col = fmaf(x, params[3 * k], fmaf(y, params[3 * k + 1], params[3 * k + 2]));
+        acc += coef[k] * bilinear(q, views[k] * view_size, n_rows, n_cols, row, col);
+    }
+    out[p] += acc;
+}
+
+// Cone beam: (u w, v w, w) = P_k (x, y, z, 1) with the normalised matrices
+// (params[12k..12k+11]); each sample is weighted by 1 / w^2.
+template <typename T>
+__device__ void cone_points(const T* q, const float* points, const int* views, const float* params,
+                            const float* coef, float* out, int n_points, int n_views, int n_rows,
+                            int n_cols) {
+    int p = blockIdx.x * blockDim.x + threadIdx.x;
+    if (p >= n_points) return;
+    float x = points[3 * p], y = points[3 * p + 1], z = points[3 * p + 2];
+    long long view_size = (long long)n_rows * n_cols;
+    float acc = 0.0f;
+    for (int k = 0; k < n_views; ++k) {
+        const float* m = params + 12 * k;
+        float w = m[8] * x + m[9] * y + m[10] * z + m[11];
+        if (w <= 0.0f) continue;
+        float inv = 1.0f / w;
+        float u = (m[0] * x + m[1] * y + m[2] * z + m[3]) * inv;
+        float v = (m[4] * x + m[5] * y + m[6] * z + m[7]) * inv;
+        acc += coef[k] * bilinear(q, views[k] * view_size, n_rows, n_cols, v, u) * inv * inv;
+    }
+    out[p] += acc;
+}
+
+#define PARALLEL_ARGS const float* points, const int* views, const float* params, const float* coef, \
+    float* out, int n_points, int n_views, int n_rows, int n_cols, float row_scale, float row_offset
+#define PARALLEL_CALL points, views, params, coef, out, n_points, n_views, n_rows, n_cols, row_scale, row_offset
+#define CONE_ARGS const float* points, const int* views, const float* params, const float* coef, \
+    float* out, int n_points, int n_views, int n_rows, int n_cols
+#define CONE_CALL points, views, params, coef, out, n_points, n_views, n_rows, n_cols
+
+extern "C" __global__ void parallel_points_f32(const float* q, PARALLEL_ARGS) { parallel_points(q, PARALLEL_CALL); }
+extern "C" __global__ void parallel_points_f16(const unsigned short* q, PARALLEL_ARGS) { parallel_points(q, PARALLEL_CALL); }
+extern "C" __global__ void cone_points_f32(const float* q, CONE_ARGS) { cone_points(q, CONE_CALL); }
+extern "C" __global__ void cone_points_f16(const unsigned short* q, CONE_ARGS) { cone_points(q, CONE_CALL); }

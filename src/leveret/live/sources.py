@@ -1,0 +1,341 @@
+"""Where live frames come from. Each source is an iterable of :class:`Frame`.
+
+- :func:`iterable_source`: projections already in Python (arrays, a generator).
+- :class:`FolderSource`: a folder being written by the acquisition; a TIFF or
+  HDF5 frame is read once complete (its size unchanged over ``settle``
+  seconds).
+- :class:`ZmqSource`: a ZeroMQ stream (PULL or SUB) of multipart messages:
+
+  1. a JSON header ``{"index": int, "angle": float (radians) | "matrix":
+     [[...] x 3], "shape": [n_rows, n_cols], "dtype": "uint16"}``; a header
+     ``{"end": true}`` (one part) marks the end of a scan;
+  2. the frame's raw bytes, C order, little-endian.
+
+  :func:`send_frames` sends such a stream (``leveret live simulate`` uses it).
+
+Sources never stop on a quiet spell: they yield ``None`` every ``timeout``
+seconds while nothing arrives (so the caller can refresh and notice Ctrl-C)
+and pick the stream or the folder up again when frames resume.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+from .reconstructor import Frame
+
+log = logging.getLogger("leveret.live")
+
+FRAME_SUFFIXES = (".tif", ".tiff", ".h5", ".hdf5")
+
+
+def iterable_source(projections, angles=None, *, matrices=None, rate: float | None = None):
+    """Frames from arrays: ``projections`` (n, n_rows, n_cols) or any iterable of
+    images, with ``angles`` (radians) or ``matrices`` (n, 3, 4); ``rate``
+    (frames per second) paces them like a detector."""
+    if (angles is None) == (matrices is None):
+        raise ValueError("angles: give angles (parallel beam) or matrices (cone beam), not both or neither")
+    geometry = angles if angles is not None else matrices
+    t0 = time.perf_counter()
+    for index, (image, g) in enumerate(zip(projections, geometry)):
+        if rate:
+            wait = t0 + index / rate - time.perf_counter()
+            if wait > 0:
+                time.sleep(wait)
+        if angles is not None:
+            yield Frame(np.asarray(image), index, angle=float(g))
+        else:
+            yield Frame(np.asarray(image), index, matrix=np.asarray(g, np.float64))
+
+
+def frame_index(name: str) -> int | None:
+    """The frame number in a file name: its last group of digits ("proj_00042.tif" -> 42)."""
+    digits = re.findall(r"\d+", Path(name).stem)
+    return int(digits[-1]) if digits else None
+
+
+class FolderSource:
+    """Frames from files landing in ``folder``: ``proj_00000.tif``, ...
+
+    Parameters
+    ----------
+    folder : path
+    angles : array (radians), optional
+        Angle of frame ``index`` (the last number in the file name). HDF5
+        frames may carry their own: an ``angle`` attribute on the dataset.
+    matrices : array (n, 3, 4), optional
+        Cone beam: the matrix of frame ``index``.
+    dataset : str
+        HDF5 dataset holding the image.
+    settle : float
+        A file is read once its size has not changed for this long, so a
+        frame still being written is never read half-way (writers that
+        write to a hidden ``.name`` and rename are read at once after the
+        rename plus ``settle``).
+    timeout : float
+        Seconds without a new file after which ``None`` is yielded.
+    poll : float
+        Seconds between folder scans (watchdog, when installed, wakes the
+        scan up as soon as a file lands).
+    retries : int
+        A file that cannot be read is tried again this many times (each after
+        another ``settle``) before it is skipped with a warning.
+    """
+
+    def __init__(self, folder, *, angles=None, matrices=None, dataset: str = "data", settle: float = 0.2,
+                 timeout: float = 0.5, poll: float = 0.05, retries: int = 3):
+        self.folder = Path(folder)
+        if not self.folder.is_dir():
+            raise ValueError(f"folder: {folder} is not a folder")
+        self.angles = None if angles is None else np.asarray(angles, np.float64).reshape(-1)
+        self.matrices = None if matrices is None else np.asarray(matrices, np.float64).reshape(-1, 3, 4)
+        self.dataset = dataset
+        self.settle, self.timeout, self.poll = float(settle), float(timeout), float(poll)
+        self._seen: set[str] = set()
+        self._sizes: dict[str, tuple[int, float]] = {}
+        self._failures: dict[str, int] = {}
+        self.retries = int(retries)
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._wake.set()
+
+    def _watch(self):
+        try:
+            from watchdog.events import FileSystemEventHandler
+            from watchdog.observers import Observer
+        except ImportError:
+            return None
+        wake = self._wake
+
+        class Handler(FileSystemEventHandler):
+            def on_any_event(self, event):
+                wake.set()
+
+        observer = Observer()
+        observer.schedule(Handler(), str(self.folder), recursive=False)
+        observer.daemon = True
+        observer.start()
+        return observer
+
+    def _complete(self) -> list[Path]:
+        """Files not yet read whose size has been stable for ``settle`` seconds."""
+        now = time.monotonic()
+        ready = []
+        with os.scandir(self.folder) as entries:
+            for e in entries:
+                name = e.name
+                if name in self._seen or name.startswith(".") or not name.lower().endswith(FRAME_SUFFIXES):
+                    continue
+                try:
+                    size = e.stat().st_size
+                except FileNotFoundError:
+                    continue
+                first = self._sizes.get(name)
+                if first is None or first[0] != size:
+                    self._sizes[name] = (size, now)
+                    continue
+                if size > 0 and now - first[1] >= self.settle:
+                    ready.append(Path(e.path))
+        return sorted(ready, key=lambda p: (frame_index(p.name) is None, frame_index(p.name) or 0, p.name))
+
+    def _read(self, path: Path) -> Frame | None:
+        index = frame_index(path.name)
+        angle = matrix = None
+        try:
+            if path.suffix.lower() in (".h5", ".hdf5"):
+                import h5py
+                with h5py.File(path, "r") as f:
+                    ds = f[self.dataset]
+                    data = ds[()]
+                    if "angle" in ds.attrs:
+                        angle = float(ds.attrs["angle"])
+                    if "index" in ds.attrs:
+                        index = int(ds.attrs["index"])
+            else:
+                import tifffile
+                data = tifffile.imread(path)
+        except Exception as exc:   # a corrupt or foreign file: skipped, the scan goes on
+            if self._failures.get(path.name, 0) >= self.retries:
+                log.warning("%s skipped: %s", path.name, exc)
+            return None
+        if index is None:
+            log.warning("%s skipped: no frame number in its name", path.name)
+            return None
+        if angle is None and self.angles is not None:
+            angle = float(self.angles[index]) if index < self.angles.size else None
+        if self.matrices is not None and index < len(self.matrices):
+            matrix = self.matrices[index]
+        return Frame(data, index, angle=angle, matrix=matrix)
+
+    def __iter__(self):
+        observer = self._watch()
+        quiet_since = time.monotonic()
+        try:
+            while not self._stop.is_set():
+                found = False
+                for path in self._complete():
+                    frame = self._read(path)
+                    if frame is None and self._failures.get(path.name, 0) < self.retries:
+                        # unreadable: perhaps a writer that paused; tried again after another settle
+                        self._failures[path.name] = self._failures.get(path.name, 0) + 1
+                        self._sizes.pop(path.name, None)
+                        continue
+                    self._seen.add(path.name)
+                    self._sizes.pop(path.name, None)
+                    if frame is not None:
+                        found = True
+                        yield frame
+                if found:
+                    quiet_since = time.monotonic()
+                elif time.monotonic() - quiet_since >= self.timeout:
+                    quiet_since = time.monotonic()
+                    yield None
+                self._wake.wait(self.poll)
+                self._wake.clear()
+        finally:
+            if observer is not None:
+                observer.stop()
+
+
+def _pattern(pattern: str) -> str:
+    from .. import _validate as v
+    return v.choice("pattern", pattern, ("pull", "sub", "push", "pub"))
+
+
+class ZmqSource:
+    """Frames from a ZeroMQ stream (the module's message format).
+
+    Parameters
+    ----------
+    address : str
+        e.g. ``"tcp://127.0.0.1:5555"``.
+    pattern : {"pull", "sub"}
+        PULL (frames dealt to one reader) or SUB (every subscriber sees all).
+    bind : bool
+        Bind the address (the sender connects) instead of connecting to it.
+    timeout : float
+        Seconds without a message after which ``None`` is yielded.
+    stop_at_end : bool
+        Stop iterating at an ``{"end": true}`` message (else wait for the
+        next scan's frames).
+    """
+
+    def __init__(self, address: str, *, pattern: str = "pull", bind: bool = False, timeout: float = 0.5,
+                 stop_at_end: bool = False, hwm: int = 100000):
+        import zmq
+
+        self.address = address
+        self.pattern = _pattern(pattern)
+        if self.pattern not in ("pull", "sub"):
+            raise ValueError(f"pattern: a source reads with 'pull' or 'sub', got {pattern!r}")
+        self.timeout = float(timeout)
+        self.stop_at_end = stop_at_end
+        self._ctx = zmq.Context.instance()
+        self._sock = self._ctx.socket(zmq.PULL if self.pattern == "pull" else zmq.SUB)
+        self._sock.setsockopt(zmq.RCVHWM, hwm)
+        self._sock.setsockopt(zmq.LINGER, 0)
+        if self.pattern == "sub":
+            self._sock.setsockopt(zmq.SUBSCRIBE, b"")
+        (self._sock.bind if bind else self._sock.connect)(address)
+        self.bad_messages = 0
+
+    def close(self) -> None:
+        self._sock.close(0)
+
+    def __iter__(self):
+        import zmq
+
+        poller = zmq.Poller()
+        poller.register(self._sock, zmq.POLLIN)
+        while True:
+            if not poller.poll(int(self.timeout * 1000)):
+                yield None
+                continue
+            parts = self._sock.recv_multipart(copy=False)
+            arrived = time.perf_counter()
+            try:
+                header = json.loads(bytes(parts[0].buffer))
+                if header.get("end"):
+                    log.info("end of scan message received")
+                    if self.stop_at_end:
+                        return
+                    continue
+                yield decode(header, parts[1].buffer if len(parts) > 1 else None, arrived)
+            except (ValueError, KeyError, TypeError, IndexError) as exc:
+                self.bad_messages += 1
+                log.warning("message skipped: %s", exc)
+
+
+def decode(header: dict, payload, arrived: float | None = None) -> Frame:
+    """A :class:`Frame` from a message's JSON header and its bytes. The data keep
+    the dtype and shape the header states (checked against the payload's size)."""
+    if payload is None:
+        raise ValueError("no frame bytes after the header")
+    shape = tuple(int(s) for s in header["shape"])
+    dtype = np.dtype(header["dtype"]).newbyteorder("<")
+    data = np.frombuffer(payload, dtype=dtype)
+    if data.size != int(np.prod(shape)):
+        raise ValueError(f"{data.size} values of {dtype} for a frame of shape {shape}")
+    data = data.reshape(shape)
+    angle = header.get("angle")
+    matrix = header.get("matrix")
+    return Frame(data, int(header["index"]), angle=None if angle is None else float(angle),
+                 matrix=None if matrix is None else np.asarray(matrix, np.float64),
+                 arrived=time.perf_counter() if arrived is None else arrived)
+
+
+def encode(frame: Frame) -> list[bytes]:
+    """The two message parts of ``frame``: JSON header, raw little-endian bytes."""
+    data = np.ascontiguousarray(frame.data)
+    data = data.astype(data.dtype.newbyteorder("<"), copy=False)
+    header = {"index": int(frame.index), "shape": list(data.shape), "dtype": data.dtype.str.lstrip("<|=")}
+    if frame.angle is not None:
+        header["angle"] = float(frame.angle)
+    if frame.matrix is not None:
+        header["matrix"] = np.asarray(frame.matrix, np.float64).reshape(3, 4).tolist()
+    return [json.dumps(header).encode(), data.tobytes()]
+
+
+def send_frames(address: str, frames, *, pattern: str = "push", bind: bool = True, rate: float | None = None,
+                end: bool = True, stop: threading.Event | None = None, connect_wait: float = 0.2) -> int:
+    """Send ``frames`` (iterable of :class:`Frame`) to ``address`` with PUSH or
+    PUB at ``rate`` frames per second (None: as fast as possible); returns the
+    number sent. ``end`` sends the ``{"end": true}`` message after the last."""
+    import zmq
+
+    pattern = _pattern(pattern)
+    if pattern not in ("push", "pub"):
+        raise ValueError(f"pattern: a sender writes with 'push' or 'pub', got {pattern!r}")
+    ctx = zmq.Context.instance()
+    sock = ctx.socket(zmq.PUSH if pattern == "push" else zmq.PUB)
+    sock.setsockopt(zmq.SNDHWM, 100000)
+    sock.setsockopt(zmq.LINGER, 2000)
+    (sock.bind if bind else sock.connect)(address)
+    time.sleep(connect_wait)   # let readers connect (PUB drops messages nobody reads yet)
+    sent = 0
+    t0 = time.perf_counter()
+    try:
+        for frame in frames:
+            if stop is not None and stop.is_set():
+                break
+            if rate:
+                wait = t0 + sent / rate - time.perf_counter()
+                if wait > 0:
+                    time.sleep(wait)
+            sock.send_multipart(encode(frame), copy=False)
+            sent += 1
+        if end:
+            sock.send_multipart([json.dumps({"end": True}).encode()])
+    finally:
+        sock.close()
+    return sent

@@ -1,0 +1,134 @@
+"""The live viewer in a real headless Chromium (Playwright).
+
+Skipped only where /usr/bin/chromium is missing and CI is not set; under
+CI=true it runs (CI installs Debian's chromium).
+"""
+import os
+import queue
+import shutil
+import tempfile
+
+import numpy as np
+import pytest
+
+import leveret
+from leveret.live import Frame, LiveReconstructor
+from leveret.live.server import LiveServer, LiveSession, to_uint8
+from leveret.phantom import shepp_logan_3d
+
+CHROMIUM = "/usr/bin/chromium"
+if not os.path.exists(CHROMIUM) and os.environ.get("CI", "").lower() != "true":
+    pytest.skip(f"{CHROMIUM} is missing (apt-get install chromium); runs under CI=true",
+                allow_module_level=True)
+if os.environ.get("CI", "").lower() == "true":
+    import playwright.sync_api as sync_api   # a test extra: CI must have it
+else:
+    sync_api = pytest.importorskip("playwright.sync_api")
+
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+        "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+N, ROWS, VIEWS = 48, 16, 60
+
+
+def js_checksum(pixels: np.ndarray) -> int:
+    """The page's checksum of a drawn 8-bit image (app.js)."""
+    s = 0
+    for v in pixels.reshape(-1).tolist():
+        s = (s * 31 + v) & 0xFFFFFFFF
+    return s
+
+
+@pytest.fixture(scope="module")
+def scan():
+    angles = np.linspace(0, np.pi, VIEWS, endpoint=False)
+    g = leveret.ParallelGeometry(angles, N, ROWS)
+    proj = shepp_logan_3d(radius=N / 2.2).project(g).astype(np.float32)
+    return angles, g, proj
+
+
+@pytest.fixture
+def viewer(scan):
+    angles, g, proj = scan
+    rec = LiveReconstructor(g.default_volume(), (ROWS, N), backend="cpu")
+    frames: queue.Queue = queue.Queue()
+
+    def source():
+        while True:
+            f = frames.get()
+            if f is None:
+                return
+            yield f
+
+    session = LiveSession(rec, source())
+    server = LiveServer(session, port=0)
+    url = server.start()
+    session.start()
+    profile = tempfile.mkdtemp(prefix="leveret-chromium-")
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch_persistent_context(profile, executable_path=CHROMIUM, args=ARGS,
+                                                       headless=True)
+        page = browser.new_page()
+        page.goto(url)
+        yield page, frames, rec, session
+        browser.close()
+    frames.put(None)
+    session.stop()
+    server.stop()
+    shutil.rmtree(profile, ignore_errors=True)
+
+
+def _canvas(page, name):
+    return page.eval_on_selector(f"#slice-{name}", "c => ({views: Number(c.dataset.views || -1), "
+                                                   "checksum: Number(c.dataset.checksum || -1)})")
+
+
+def test_page_loads_updates_as_frames_arrive_and_moves_slices(viewer, scan):
+    page, frames, rec, session = viewer
+    angles, g, proj = scan
+    assert page.title() == "leveret live"
+    page.wait_for_function("document.getElementById('stat-status').textContent !== 'connecting'")
+
+    for i in range(10):
+        frames.put(Frame(proj[i], i, angle=angles[i]))
+    page.wait_for_function("document.getElementById('slice-xz').dataset.views === '10'", timeout=20000)
+    before = _canvas(page, "xz")
+
+    for i in range(10, 30):
+        frames.put(Frame(proj[i], i, angle=angles[i]))
+    page.wait_for_function("document.getElementById('slice-xz').dataset.views === '30'", timeout=20000)
+    after = _canvas(page, "xz")
+    assert after["checksum"] != before["checksum"]          # the slices change as frames arrive
+    assert page.inner_text("#stat-views") == "30"
+    sino = page.eval_on_selector("#slice-sinogram", "c => [c.width, c.height]")
+    assert sino == [N, 30]
+
+    # move the xz slice (y) with its slider, while no frame arrives
+    y_new = float(g.default_volume().coordinates("y")[5])
+    page.eval_on_selector("#point-y", f"e => {{ e.value = {y_new}; e.dispatchEvent(new Event('input')); }}")
+    page.wait_for_function(f"window.leveretLive.lastState.slices.find(s => s.name === 'xz').origin[1] === {y_new}"
+                           " && document.getElementById('slice-xz').dataset.checksum !== "
+                           f"'{after['checksum']}'", timeout=20000)
+    # what the page shows is the moved slice recomputed from all 30 frames
+    fresh = LiveReconstructor(g.default_volume(), (ROWS, N), backend="cpu")
+    fresh.watch_orthogonal(point=(0.0, y_new, 0.0))
+    fresh.add(proj[:30], angles[:30])
+    page.wait_for_timeout(300)   # the last push of this version has landed
+    lo, hi = page.evaluate("window.leveretLive.lastState.range")
+    np.testing.assert_allclose(rec.slices()["xz"], fresh.slices()["xz"], rtol=0, atol=2e-6)
+    shown = _canvas(page, "xz")
+    assert shown["views"] == 30
+    assert shown["checksum"] == js_checksum(to_uint8(rec.slices()["xz"], lo, hi))
+
+
+def test_page_shows_rejected_frames_and_axial_slices(viewer, scan):
+    page, frames, rec, session = viewer
+    angles, g, proj = scan
+    frames.put(Frame(proj[0], 0, angle=angles[0]))
+    frames.put(Frame(proj[1][:, :5], 1, angle=angles[1]))   # wrong shape: rejected, counted
+    frames.put(Frame(proj[3], 3, angle=angles[3]))          # frame 2 never comes: 1 and 2 missing
+    page.wait_for_function("document.getElementById('stat-rejected').textContent === '1'", timeout=20000)
+    page.wait_for_function("document.getElementById('stat-missing').textContent === '2'", timeout=20000)
+    page.fill("#axial-z", "-2, 3")
+    page.click("#axial-apply")
+    page.wait_for_selector("#slice-z1", timeout=20000)
+    page.wait_for_function("document.getElementById('slice-z1').dataset.views === '2'", timeout=20000)

@@ -1,0 +1,145 @@
+"""Frame sources: iterable, folder being written, ZeroMQ (PUSH/PULL and PUB/SUB)."""
+import json
+import socket
+import threading
+import time
+
+import h5py
+import numpy as np
+import pytest
+import tifffile
+
+from leveret.live import Frame
+from leveret.live.sources import FolderSource, ZmqSource, decode, encode, frame_index, iterable_source, send_frames
+
+zmq = pytest.importorskip("zmq")
+
+
+def _free_address():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return f"tcp://127.0.0.1:{s.getsockname()[1]}"
+
+
+def _take(iterator, n, timeout=10.0):
+    """The next n frames (skipping the None of quiet spells)."""
+    out, t0 = [], time.monotonic()
+    for f in iterator:
+        if f is not None:
+            out.append(f)
+        if len(out) == n:
+            return out
+        if time.monotonic() - t0 > timeout:
+            break
+    raise AssertionError(f"got {len(out)} of {n} frames")
+
+
+def test_iterable_source_yields_frames_with_angles_or_matrices():
+    data = np.arange(24, dtype=np.uint16).reshape(3, 2, 4)
+    frames = list(iterable_source(data, [0.0, 0.5, 1.0]))
+    assert [f.index for f in frames] == [0, 1, 2] and frames[1].angle == 0.5
+    np.testing.assert_array_equal(frames[2].data, data[2])
+    cone = list(iterable_source(data, matrices=np.ones((3, 3, 4))))
+    assert cone[0].matrix.shape == (3, 4) and cone[0].angle is None
+    with pytest.raises(ValueError, match="^angles"):
+        list(iterable_source(data))
+
+
+def test_frame_index_is_the_last_number_in_the_name():
+    assert frame_index("scan2_proj_00042.tif") == 42
+    assert frame_index("flat.tif") is None
+
+
+def test_folder_source_reads_only_complete_files(tmp_path):
+    angles = np.linspace(0, np.pi, 10)
+    src = FolderSource(tmp_path, angles=angles, settle=0.3, timeout=0.1, poll=0.02)
+    it = iter(src)
+    tifffile.imwrite(tmp_path / "proj_00000.tif", np.full((4, 6), 7, np.uint16))
+    # a frame still being written: a growing file is not read
+    partial = tmp_path / "proj_00001.tif"
+    full = np.full((4, 6), 9, np.uint16)
+    tifffile.imwrite(tmp_path / "whole.bin.tmp", full)
+    blob = (tmp_path / "whole.bin.tmp").read_bytes()
+    (tmp_path / "whole.bin.tmp").unlink()
+    first = _take(it, 1)[0]
+    assert first.index == 0 and first.angle == angles[0] and first.data[0, 0] == 7
+    with open(partial, "wb") as f:
+        step = len(blob) // 8
+        for k in range(0, len(blob), step):   # written in pieces, slower than a poll
+            f.write(blob[k:k + step])
+            f.flush()
+            deadline = time.monotonic() + 0.1
+            while time.monotonic() < deadline:
+                assert next(it) is None       # quiet: the half-written file is not a frame
+    frame = _take(it, 1)[0]
+    assert frame.index == 1 and frame.angle == angles[1]
+    np.testing.assert_array_equal(frame.data, full)
+    src.close()
+
+
+def test_folder_source_reads_hdf5_frames_with_their_angle(tmp_path):
+    with h5py.File(tmp_path / "frame_0003.h5", "w") as f:
+        f.create_dataset("data", data=np.ones((3, 5), np.float32)).attrs["angle"] = 0.25
+    src = FolderSource(tmp_path, settle=0.05, timeout=0.1, poll=0.02)
+    frame = _take(iter(src), 1)[0]
+    assert frame.index == 3 and frame.angle == 0.25 and frame.data.shape == (3, 5)
+    src.close()
+
+
+def test_message_round_trip_keeps_dtype_shape_and_geometry():
+    data = np.arange(12, dtype=">u2").reshape(3, 4)   # big-endian in, little-endian on the wire
+    header, payload = encode(Frame(data, 5, angle=1.5))
+    h = json.loads(header)
+    assert h == {"index": 5, "shape": [3, 4], "dtype": "u2", "angle": 1.5}
+    frame = decode(h, payload)
+    np.testing.assert_array_equal(frame.data, data)
+    m = np.arange(12.0).reshape(3, 4)
+    frame = decode(*[json.loads(encode(Frame(data, 0, matrix=m))[0])] + [encode(Frame(data, 0, matrix=m))[1]])
+    np.testing.assert_array_equal(frame.matrix, m)
+    with pytest.raises(ValueError):
+        decode({"index": 0, "shape": [4, 4], "dtype": "u2"}, payload)
+
+
+@pytest.mark.parametrize("send_pattern, read_pattern", [("push", "pull"), ("pub", "sub")])
+def test_zmq_stream_delivers_frames_in_order(send_pattern, read_pattern):
+    address = _free_address()
+    frames = [Frame(np.full((2, 3), i, np.float32), i, angle=0.1 * i) for i in range(20)]
+    src = ZmqSource(address, pattern=read_pattern, timeout=0.1, stop_at_end=True)
+    sender = threading.Thread(target=send_frames, args=(address, frames),
+                              kwargs=dict(pattern=send_pattern, rate=1000, connect_wait=0.5))
+    sender.start()
+    got = [f for f in src if f is not None]
+    sender.join()
+    src.close()
+    assert [f.index for f in got] == list(range(20))
+    assert got[7].angle == pytest.approx(0.7) and got[7].data[0, 0] == 7
+
+
+def test_zmq_source_picks_a_stream_up_again_after_it_stops():
+    address = _free_address()
+    src = ZmqSource(address, timeout=0.1)
+    it = iter(src)
+    part1 = [Frame(np.zeros((2, 2), np.float32), i, angle=0.0) for i in range(3)]
+    part2 = [Frame(np.zeros((2, 2), np.float32), i, angle=0.0) for i in range(3, 6)]
+    send_frames(address, part1, end=False, connect_wait=0.3)       # a sender that goes away
+    assert [f.index for f in _take(it, 3)] == [0, 1, 2]
+    assert next(it) is None                                         # quiet spell
+    send_frames(address, part2, end=False, connect_wait=0.3)       # and comes back
+    assert [f.index for f in _take(it, 3)] == [3, 4, 5]
+    src.close()
+
+
+def test_zmq_source_skips_malformed_messages():
+    address = _free_address()
+    src = ZmqSource(address, timeout=0.1, stop_at_end=True)
+    ctx = zmq.Context.instance()
+    sock = ctx.socket(zmq.PUSH)
+    sock.bind(address)
+    time.sleep(0.3)
+    sock.send_multipart([b"not json", b""])
+    sock.send_multipart(encode(Frame(np.ones((2, 2), np.uint8), 0, angle=0.0)))
+    sock.send_multipart([b'{"end": true}'])
+    got = [f for f in src if f is not None]
+    sock.close()
+    src.close()
+    assert len(got) == 1 and src.bad_messages == 1
