@@ -33,7 +33,8 @@ def rng():
     return np.random.default_rng(seed)
 
 
-# -- the real scan in ../shared (shared/data/savu-image-test/README.md) ----------------------
+# -- the real scan savu-image-test: data/savu-image-test/ (its README.md says what it is) of the
+# data folder LEVERET_SHARED names (default: "shared" beside the repository); tests skip without it
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 N_PROJECTIONS, N_ROWS, N_COLS = 91, 135, 160

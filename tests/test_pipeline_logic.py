@@ -1,5 +1,5 @@
 """leveret.pipeline.stream_chunks on the CPU: its bookkeeping (buffers, chunk
-order, the time split in ``last_stats``) with a stand-in for CuPy whose
+order, the time split it fills into ``stats``) with a stand-in for CuPy whose
 copies and kernels run at once. Ordering between real CUDA streams is checked
 by the GPU tests (tests/operators/test_parallel_kernels_gpu.py,
 tests/algorithms/test_fbp_cuda.py); this catches what needs no GPU."""
@@ -85,17 +85,18 @@ def test_stream_chunks_moves_every_chunk_once(fake_cupy, rng, n_slices, chunk):
         seen.append(c)
         d_out[...] = 2 * d_in.transpose(1, 2, 0)                          # stands for filter + BP
 
+    st = {"stale": 1.0}   # the caller's dict: filled, other keys left alone
     pipeline.stream_chunks(chunks,
                            in_shape=lambda c: (5, c[1] - c[0], 6),
                            out_shape=lambda c: (c[1] - c[0], 6, 5),
                            load=lambda c, buf: pipeline.parallel_copy(buf, proj[:, c[0]:c[1]]),
                            compute=compute,
-                           store=lambda c, buf: pipeline.parallel_copy(out[c[0]:c[1]], buf))
+                           store=lambda c, buf: pipeline.parallel_copy(out[c[0]:c[1]], buf), stats=st)
     assert seen == chunks
     np.testing.assert_array_equal(out, 2 * proj.transpose(1, 2, 0))
-    st = pipeline.last_stats
     assert st["chunks"] == len(chunks)
-    assert set(st) == {"wall", "setup", "chunks", "load", "store", "h2d", "compute", "d2h"}
+    assert set(pipeline.STATS_KEYS) == {"wall", "setup", "chunks", "load", "store", "h2d", "compute", "d2h"}
+    assert set(st) == set(pipeline.STATS_KEYS) | {"stale"} and st["stale"] == 1.0
     assert all(st[k] >= 0 for k in st) and st["wall"] >= st["setup"]
 
 
@@ -103,6 +104,7 @@ def test_stream_chunks_without_outputs(fake_cupy, rng):
     """FDK's form: results stay on the device, nothing is copied out."""
     proj = rng.standard_normal((4, 6, 3)).astype(np.float32)
     total = np.zeros((4, 3), np.float32)
+    st: dict = {}
 
     def compute(c, d_in, d_out):
         assert d_out is None
@@ -110,11 +112,19 @@ def test_stream_chunks_without_outputs(fake_cupy, rng):
 
     pipeline.stream_chunks([(0, 2), (2, 4), (4, 6)], in_shape=lambda c: (4, c[1] - c[0], 3), out_shape=None,
                            load=lambda c, buf: pipeline.parallel_copy(buf, proj[:, c[0]:c[1]]),
-                           compute=compute)
+                           compute=compute, stats=st)
     # float32 sums in another order than NumPy's: the rounding is relative to the
     # terms' size, not to the sum's, which can cancel to near zero (seen: 2.3e-6
     # relative); held to the bound of 4 float32 additions against float64.
     exact = proj.astype(np.float64).sum(axis=1)
     bound = 4 * np.finfo(np.float32).eps * np.abs(proj.astype(np.float64)).sum(axis=1)
     assert np.all(np.abs(total - exact) <= bound)
-    assert pipeline.last_stats["d2h"] == 0 and pipeline.last_stats["chunks"] == 3
+    assert st["d2h"] == 0 and st["chunks"] == 3
+    assert not hasattr(pipeline, "last_stats")   # no module global for the last call
+
+
+def test_add_stats_sums_the_splits_of_several_runs():
+    total: dict = {}
+    pipeline.add_stats(total, {"wall": 1.5, "chunks": 2})
+    pipeline.add_stats(total, {"wall": 0.5, "chunks": 3, "d2h": 0.25})
+    assert total == {"wall": 2.0, "chunks": 5, "d2h": 0.25}

@@ -131,3 +131,26 @@ def real_array(name: str, arr, shape, layout: str, source: str = "the geometry")
     if arr.dtype.kind not in "fiu":
         raise ValueError(f"{name}: expected real numbers, got dtype {arr.dtype}")
     return arr
+
+
+# -- the one precision vocabulary (NumPy dtype names) --------------------------------------------
+_OLD_PRECISIONS = {"single": "float32", "exact": "float32", "double": "float64", "fast": "float16"}
+
+
+def precision(value, options: Sequence[str], name: str = "precision") -> str:
+    """``value`` as one of ``options`` (NumPy dtype names: "float32",
+    "float64", "float16"; a NumPy dtype is taken by its name). The old
+    spellings "single" and "exact" (float32), "double" (float64) and "fast"
+    (float16) are accepted with a FutureWarning naming the new spelling."""
+    import warnings
+
+    if not isinstance(value, str):
+        try:
+            value = np.dtype(value).name
+        except TypeError:
+            pass
+    elif value.lower() in _OLD_PRECISIONS and _OLD_PRECISIONS[value.lower()] in options:
+        new = _OLD_PRECISIONS[value.lower()]
+        warnings.warn(f"{name}: {value!r} is deprecated, use {new!r}", FutureWarning, stacklevel=3)
+        value = new
+    return choice(name, value, options)

@@ -16,12 +16,14 @@ same time), the kernels on a third. Two pinned and two device buffers per
 direction are reused throughout; CUDA events order every reuse, so no buffer
 is overwritten while a copy or kernel still reads it.
 
-``last_stats`` holds the time split of the latest ``stream_chunks`` call
-(seconds): ``wall``; ``setup`` (buffer allocation, part of wall); ``load`` and ``store`` (host gathers/scatters, summed
-over the worker threads' calls); ``h2d``, ``compute`` and ``d2h`` (GPU time
-of each stream, summed from CUDA events); ``chunks``. When transfers hide
-behind compute, ``wall`` is close to ``compute`` plus one chunk's load, copy
-in, copy out and store (the pipeline's fill and drain).
+``stream_chunks(..., stats=d)`` fills the dict ``d`` with the call's time
+split (``STATS_KEYS``, seconds unless noted): ``wall``; ``setup`` (buffer
+allocation, part of wall); ``load`` and ``store`` (host gathers/scatters,
+summed over the worker threads' calls); ``h2d``, ``compute`` and ``d2h`` (GPU
+time of each stream, summed from CUDA events); ``chunks`` (a count). When
+transfers hide behind compute, ``wall`` is close to ``compute`` plus one
+chunk's load, copy in, copy out and store (the pipeline's fill and drain).
+``leveret.fbp`` and ``leveret.fdk`` pass their ``stats`` argument through.
 """
 from __future__ import annotations
 
@@ -34,7 +36,14 @@ import numpy as np
 
 _COPY_THREADS = max(1, min(8, (os.cpu_count() or 2) // 2))
 _copy_pool: ThreadPoolExecutor | None = None
-last_stats: dict = {}
+STATS_KEYS = ("wall", "setup", "chunks", "load", "store", "h2d", "compute", "d2h")
+
+
+def add_stats(total: dict, part: dict) -> None:
+    """``total[key] += part[key]`` for every key of ``part`` (a call's split
+    over several ``stream_chunks`` runs, e.g. FDK's slabs)."""
+    for key, value in part.items():
+        total[key] = total.get(key, 0) + value
 
 
 def parallel_copy(dst: np.ndarray, src: np.ndarray) -> None:
@@ -71,7 +80,11 @@ def _copy_async(dst_ptr: int, src_ptr: int, nbytes: int, kind, stream) -> None:
 
 def stream_chunks(chunks: Sequence, *, in_shape: Callable, out_shape: Callable | None,
                   load: Callable, compute: Callable, store: Callable | None = None,
-                  in_dtype=np.float32, out_dtype=np.float32, on_done: Callable | None = None) -> None:
+                  in_dtype=np.float32, out_dtype=np.float32, on_done: Callable | None = None,
+                  stats: dict | None = None) -> None:
+    """Run ``compute`` over ``chunks`` with loads, uploads, downloads and
+    stores overlapped (see the module docstring); ``stats``: a dict to fill
+    with the time split (``STATS_KEYS``), or None."""
     import cupy
     import cupyx
 
@@ -163,8 +176,8 @@ def stream_chunks(chunks: Sequence, *, in_shape: Callable, out_shape: Callable |
                 f.result()
         compute_stream.synchronize()
     d2h_stream.synchronize()
-    stats = {"wall": time.perf_counter() - wall0, "setup": setup, "chunks": len(chunks), **host_seconds}
+    if stats is None:
+        return
+    stats.update({"wall": time.perf_counter() - wall0, "setup": setup, "chunks": len(chunks), **host_seconds})
     for kind, events in spans.items():
         stats[kind] = sum(cupy.cuda.get_elapsed_time(a, b) for a, b in zip(events[::2], events[1::2])) * 1e-3
-    last_stats.clear()
-    last_stats.update(stats)

@@ -146,7 +146,7 @@ def test_ellipsoid_phantom_relative_error(two_ellipsoids):
     """
     phantom, truth, far = two_ellipsoids
     g = RadonGeometry.uniform(2000, 64, spacing=0.02)
-    rec = radon3d_fbp(phantom.project_radon(g), g, VOL, precision="double", window="hann")
+    rec = radon3d_fbp(phantom.project_radon(g), g, VOL, precision="float64", window="hann")
     rel, inside = _errors(rec, truth, far)
     assert rel < 0.02
     assert inside < 0.015
@@ -173,8 +173,8 @@ def test_voronoi_weights_fix_a_nonuniform_set(two_ellipsoids):
 
 def test_float32_agrees_with_float64(uniform2000):
     p = ball(R, center=(0.03, 0.0, -0.02)).project_radon(uniform2000)
-    r32 = radon3d_fbp(p, uniform2000, VOL, precision="single", window="hann")
-    r64 = radon3d_fbp(p, uniform2000, VOL, precision="double", window="hann")
+    r32 = radon3d_fbp(p, uniform2000, VOL, precision="float32", window="hann")
+    r64 = radon3d_fbp(p, uniform2000, VOL, precision="float64", window="hann")
     assert r32.dtype == np.float32 and r64.dtype == np.float64
     # Measured 3.5e-7: the filter runs in float64 and the back-projection sums
     # batches of 64 directions (a single running float32 sum with a float32
@@ -237,7 +237,7 @@ def test_bad_input(uniform2000):
 def grid_ball():
     g = RadonGeometry.grid(32, 64, 128, spacing=0.01)
     p = ball(R).project_radon(g)
-    return g, p, radon3d_fbp(p, g, VOL, precision="double")
+    return g, p, radon3d_fbp(p, g, VOL, precision="float64")
 
 
 def test_grid_shape_found_and_refused():
@@ -266,7 +266,7 @@ def test_two_stage_matches_single_stage_within_its_bound(grid_ball, oversampling
     oversampling^-2 (linear interpolation) and the interior stays quantitative.
     """
     g, p, single = grid_ball
-    two = radon3d_fbp(p, g, VOL, precision="double", method="two-stage", oversampling=oversampling)
+    two = radon3d_fbp(p, g, VOL, precision="float64", method="two-stage", oversampling=oversampling)
     diff = np.abs(two - single)
     scale = np.abs(single).max()
     assert diff[_radius(VOL) < 0.8 * R].max() < interior * scale
@@ -279,11 +279,11 @@ def test_two_stage_single_precision_and_off_centre_volume(grid_ball):
     anisotropic grid goes through the same plan (its own centre for r)."""
     g, p, _ = grid_ball
     vol = VolumeGeometry((9, 14, 11), (0.03, 0.025, 0.035), center=(0.05, -0.04, 0.06))
-    two64 = radon3d_fbp(p, g, vol, precision="double", method="two-stage", oversampling=4)
+    two64 = radon3d_fbp(p, g, vol, precision="float64", method="two-stage", oversampling=4)
     two32 = radon3d_fbp(p, g, vol, method="two-stage", oversampling=4)
     assert two32.dtype == np.float32
     assert np.abs(two32 - two64).max() < 1e-5 * np.abs(two64).max()
-    one = radon3d_fbp(p, g, vol, precision="double")
+    one = radon3d_fbp(p, g, vol, precision="float64")
     inside = _radius_at(vol, (0.05, -0.04, 0.06)) + np.hypot(0.05, 0.04) + 0.06 < 0.8 * R
     assert np.abs(two64 - one)[inside].max() < 1e-4 * np.abs(one).max()
 

@@ -122,7 +122,7 @@ def _fft_rounding_spread(p, g, vol) -> float:
     return float(np.abs(a - b).max() / np.abs(a).max())
 
 
-@pytest.mark.parametrize("precision, dtype", [("single", np.float32), ("double", np.float64)])
+@pytest.mark.parametrize("precision, dtype", [("float32", np.float32), ("float64", np.float64)])
 def test_fbp_with_coarse_voxels_on_gpu(precision, dtype):
     """radon3d_fbp with voxels 100 x the sample pitch (windows of ~3200 samples:
     past shared memory in float64, past MAX_WINDOW_F32 in float32; stage 2 of
@@ -142,7 +142,7 @@ def test_fbp_with_coarse_voxels_on_gpu(precision, dtype):
     assert gpu.plan_backprojection(table, 4, dtype, g.n_dirs).path == "global"
     tol = TOL[dtype] if dtype == np.float32 else max(TOL[dtype], 10 * _fft_rounding_spread(p, g, vol))
     for method in ("single-stage", "two-stage"):
-        ref = radon3d_fbp(p, g, vol, backend="cpu", precision="double", method=method)
+        ref = radon3d_fbp(p, g, vol, backend="cpu", precision="float64", method=method)
         got = radon3d_fbp(p, g, vol, backend="cuda", precision=precision, method=method)
         assert got.dtype == dtype and rel(got, ref) < tol
 
@@ -228,11 +228,11 @@ def ball2000():
     return g, ball(0.5, center=(0.03, 0.0, -0.02)).project_radon(g)
 
 
-@pytest.mark.parametrize("precision, dtype", [("single", np.float32), ("double", np.float64)])
+@pytest.mark.parametrize("precision, dtype", [("float32", np.float32), ("float64", np.float64)])
 def test_fbp_gpu_equals_cpu_on_a_ball(ball2000, precision, dtype):
     g, p = ball2000
     vol = VolumeGeometry((31, 32, 33), 1.0 / 32)
-    ref = radon3d_fbp(p, g, vol, backend="cpu", precision="double")
+    ref = radon3d_fbp(p, g, vol, backend="cpu", precision="float64")
     got = radon3d_fbp(p, g, vol, backend="cuda", precision=precision)
     assert isinstance(got, np.ndarray) and got.dtype == dtype
     assert rel(got, ref) < TOL[dtype]
@@ -249,7 +249,7 @@ def test_fbp_ball_reconstructs_to_one_on_gpu(ball2000):
     assert abs(inside.mean() - 1) < 2e-3
 
 
-@pytest.mark.parametrize("precision", ["single", "double"])
+@pytest.mark.parametrize("precision", ["float32", "float64"])
 @pytest.mark.parametrize("method", ["single-stage", "two-stage"])
 @pytest.mark.parametrize("result", ["pinned", "pipeline"])
 def test_numpy_in_equals_cupy_in(precision, method, result, monkeypatch):
@@ -275,12 +275,12 @@ def test_numpy_in_equals_cupy_in(precision, method, result, monkeypatch):
     assert t_dev["transfer_in"] == 0 and t_host["transfer_in"] > 0
 
 
-@pytest.mark.parametrize("precision, dtype", [("single", np.float32), ("double", np.float64)])
+@pytest.mark.parametrize("precision, dtype", [("float32", np.float32), ("float64", np.float64)])
 def test_two_stage_gpu_equals_two_stage_cpu(precision, dtype):
     g = RadonGeometry.grid(24, 48, 128, spacing=0.01)
     p = ball(0.5, center=(0.02, 0.0, -0.03)).project_radon(g)
     vol = VolumeGeometry((19, 26, 29), (0.035, 0.03, 0.033), center=(0.01, 0.02, -0.02))
-    ref = radon3d_fbp(p, g, vol, backend="cpu", precision="double", method="two-stage")
+    ref = radon3d_fbp(p, g, vol, backend="cpu", precision="float64", method="two-stage")
     got = radon3d_fbp(p, g, vol, backend="cuda", precision=precision, method="two-stage")
     assert rel(got, ref) < TOL[dtype]
 

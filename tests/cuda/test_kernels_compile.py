@@ -10,7 +10,7 @@ import re
 
 import pytest
 
-from leveret.cuda._module import compile_report, kernel_files
+from leveret.cuda._module import compile_report, kernel_files, launcher_defines
 
 try:
     import cuda.bindings.nvrtc  # noqa: F401
@@ -19,17 +19,11 @@ except Exception:  # noqa: BLE001
     HAVE_NVRTC = False
 
 
-# The bottleneck variants the benchmarks compile (macros in the .cu files).
-VARIANTS = {"backproject_cone.cu": [("LEVERET_CONE_NO_TEXTURE",),
-                                    ("LEVERET_CONE_NO_TEXTURE", "LEVERET_CONE_NO_UPDATE")],
-            "backproject_parallel.cu": [("LEVERET_PAR_NO_TEXTURE",), ("LEVERET_PAR_NO_UPDATE",),
-                                        ("LEVERET_PAR_NO_CACHE",),
-                                        ("LEVERET_PAR_NO_CACHE", "LEVERET_PAR_NO_UPDATE")]}
-CASES = [(p, ()) for p in kernel_files()] + [
-    (p, d) for p in kernel_files() for d in VARIANTS.get(p.name, [])]
+# Each file with the -D options its launcher passes (the launcher's DEFINES).
+CASES = [(p, launcher_defines(p)) for p in kernel_files()]
 
 
-@pytest.mark.parametrize("path,defines", CASES, ids=lambda x: x.name if hasattr(x, "name") else "+".join(x))
+@pytest.mark.parametrize("path,defines", CASES, ids=[p.name for p, _ in CASES])
 def test_kernel_compiles_for_sm90_without_spills(path, defines):
     if not HAVE_NVRTC:
         if os.environ.get("CI"):
@@ -48,3 +42,15 @@ def test_kernel_compiles_for_sm90_without_spills(path, defines):
 def test_all_kernels_found():
     names = {p.name for p in kernel_files()}
     assert {"backproject_parallel.cu", "backproject_cone.cu", "radon3d.cu"} <= names
+
+
+@pytest.mark.parametrize("name", ["backproject_cone", "backproject_parallel", "radon3d"])
+def test_kernel_file_refuses_to_compile_without_its_launchers_constants(name):
+    """The .cu files carry no defaults that could drift from Python: compiled
+    without the launcher's DEFINES they stop at an #error naming them."""
+    if not HAVE_NVRTC:
+        pytest.skip("NVRTC not installed")
+    from leveret.cuda._module import KERNEL_DIR
+    ok, log = compile_report(KERNEL_DIR / f"{name}.cu", arch="sm_90")
+    assert not ok
+    assert f"leveret.cuda.{name}.DEFINES" in log

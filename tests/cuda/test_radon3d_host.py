@@ -19,7 +19,7 @@ from leveret.algorithms.radon3d import TwoStagePlan
 from leveret.cpu import radon3d as cpu
 from leveret.cuda import radon3d as launcher
 
-from host_build import build_host_harness  # noqa: E402 (this folder is on sys.path)
+from host_build import build_host_harness
 
 TOL = {np.float32: 1e-5, np.float64: 1e-12}
 VOLUMES = {"odd-offcentre": VolumeGeometry((17, 23, 37), (0.05, 0.04, 0.045), center=(0.02, -0.03, 0.01)),
@@ -30,7 +30,7 @@ VOLUMES = {"odd-offcentre": VolumeGeometry((17, 23, 37), (0.05, 0.04, 0.045), ce
 
 @pytest.fixture(scope="module")
 def lib(tmp_path_factory):
-    dll = build_host_harness(tmp_path_factory, "radon3d")
+    dll = build_host_harness(tmp_path_factory, "radon3d", launcher.DEFINES)
     dll.bad_reads.restype = ctypes.c_longlong
     dll.run_bp_global.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_longlong,
                                   ctypes.c_longlong, ctypes.c_void_p, ctypes.c_longlong, ctypes.c_int,

@@ -1,4 +1,4 @@
-"""VolumeGeometry and ParallelGeometry: CONVENTIONS.md, immutability, validation, plots."""
+"""VolumeGeometry and ParallelGeometry: docs/conventions.md, immutability, validation, plots."""
 from __future__ import annotations
 
 import numpy as np

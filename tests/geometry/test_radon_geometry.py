@@ -54,9 +54,10 @@ def test_uniform_weights_sum_and_equal_area(hemisphere, total):
     np.testing.assert_allclose(np.linalg.norm(g.directions, axis=1), 1.0, atol=1e-14)
     if hemisphere:
         assert np.all(g.directions[:, 2] > 0)
-    # Uniform in solid angle: the mean direction is ~0 (sphere) or ~(0, 0, 1/2) (hemisphere).
+    # Uniform in solid angle: the mean direction is ~0 (sphere) or ~(0, 0, 1/2) (hemisphere);
+    # measured 5.6e-6 and 2.7e-4 off: bounds 3e-5 and 1e-3.
     mean_z = 0.5 if hemisphere else 0.0
-    np.testing.assert_allclose(g.directions.mean(axis=0), [0, 0, mean_z], atol=2e-3)
+    np.testing.assert_allclose(g.directions.mean(axis=0), [0, 0, mean_z], atol=1e-3 if hemisphere else 3e-5)
 
 
 @pytest.mark.parametrize("hemisphere", [False, True])
@@ -70,7 +71,7 @@ def test_grid_weights_follow_sin_theta(hemisphere):
     d_theta = (math.pi / 2 if hemisphere else math.pi) / n_theta
     # The cell of a grid point is the (theta, phi) rectangle about it.
     exact = (np.cos(th - d_theta / 2) - np.cos(th + d_theta / 2)) * 2 * math.pi / n_phi
-    np.testing.assert_allclose(w, exact, rtol=0.02)
+    np.testing.assert_allclose(w, exact, rtol=3e-3)     # measured 1.4e-3
 
 
 def test_user_directions_nonuniform_weights():
@@ -81,8 +82,9 @@ def test_user_directions_nonuniform_weights():
     w = g.direction_weights()
     assert w.sum() == pytest.approx(4 * math.pi, rel=1e-12)
     assert np.all(w > 0)
-    # Quadrature of a smooth function: int z^2 dn = 4 pi / 3 (random points: a few per cent).
-    assert (w * d[:, 2] ** 2).sum() == pytest.approx(4 * math.pi / 3, rel=0.05)
+    # Quadrature of a smooth function: int z^2 dn = 4 pi / 3. Measured 0.12 % off; equal
+    # weights 4 pi / n would be 3.5 % off: bound 0.6 %.
+    assert (w * d[:, 2] ** 2).sum() == pytest.approx(4 * math.pi / 3, rel=6e-3)
 
 
 def test_tiny_or_flat_sets_get_equal_weights():
@@ -95,6 +97,7 @@ def test_tiny_or_flat_sets_get_equal_weights():
 def test_default_volume_inside_the_sampled_range():
     g = RadonGeometry.uniform(200, 64, spacing=0.5)
     vol = g.default_volume()
+    assert vol.shape == (36, 36, 36)        # floor(64 / sqrt 3)
     corners = np.array([[sx, sy, sz] for sx in (-1, 1) for sy in (-1, 1) for sz in (-1, 1)])
     corners = corners * (vol.nx - 1) / 2 * 0.5
     u = g.project_samples(corners)

@@ -1,26 +1,18 @@
-"""Cone-beam back-projection: CPU against a float64 transcription of RabbitCT's
-formula, the CPU texture mode against the CUDA kernel, bad input."""
+"""Cone-beam back-projection operator: CPU against a float64 transcription of
+RabbitCT's formula, the CUDA kernels against their CPU mirrors, the pass
+planning, slabs, bad input. Kernel-level GPU tests: tests/cuda/test_backproject_cone_gpu.py."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
+from cases import TEXTURE_VS_EXACT_RANDOM, rel, scrambled_scan, smooth_noise
 
 from leveret.geometry import ConeGeometry, VolumeGeometry
 from leveret.operators import ConeBackprojection
 
-# Texture unit (8-bit fractions, corner weight rounded to 1/256) against exact
-# bilinear weights on white noise, relative 2-norm: measured 4.3e-3 to 5.6e-3 on
-# volumes of 255 voxels or more (a 35-voxel one spreads to 9e-3: too few samples).
-TEXTURE_VS_EXACT_RANDOM = 8e-3
-
-
-def rel(a, b):
-    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-    return float(np.linalg.norm(a - b) / np.linalg.norm(b))
-
 
 def rabbitct_reference(projections, matrices, volume):
-    """RabbitCT's per-voxel formula, float64, straight from the papers (000, Fig. 2):
+    """RabbitCT's per-voxel formula, float64, as the RabbitCT papers state it:
     x = O + i R; (uw, vw, w) = A (x, y, z, 1); result += interpolate(u, v) / w^2,
     bilinear with floor, pixel centres on integers, zero off the detector."""
     n_views, n_rows, n_cols = projections.shape
@@ -103,19 +95,47 @@ def test_bad_input(small_scan):
         ConeBackprojection(g, behind, backend="cpu")
     with pytest.raises(ValueError, match="geometry"):
         ConeBackprojection("cone", vol)
-    from leveret.cuda.backproject_cone import ConeTextureBackprojector
+    with pytest.raises(ValueError, match="kernel: expected one of"):
+        ConeBackprojection(g, vol, backend="cpu", kernel="global")    # exact weights: interpolation="linear32"
+    from leveret.cuda.backproject_cone import CudaConeBackprojector
     for per_pass in (0, 1025):   # the ray kernels' matrices and texture handles sit in constant memory
         with pytest.raises(ValueError, match="views_per_pass: expected 1 .. 1024"):
-            ConeTextureBackprojector(kernel="ray", views_per_pass=per_pass)
+            CudaConeBackprojector(kernel="ray", views_per_pass=per_pass)
+
+
+@pytest.mark.parametrize("old,new,interpolation", [("shared", "global", "linear32"),
+                                                   ("hybrid", "ray-hybrid", "linear")])
+def test_removed_kernel_names_warn_and_run_their_replacement(small_scan, old, new, interpolation):
+    g, vol, proj = small_scan
+    with pytest.warns(FutureWarning, match=f"kernel: '{old}' was removed; running '{new}'"):
+        op = ConeBackprojection(g, vol, backend="cpu", interpolation=interpolation, kernel=old)
+    assert op.kernel == new
+
+
+def test_repr_names_the_operator_and_its_choices(small_scan):
+    g, vol, _ = small_scan
+    text = repr(ConeBackprojection(g, vol, backend="cpu", interpolation="linear32", kernel="quad"))
+    assert text.startswith("ConeBackprojection(ConeGeometry(")
+    assert "backend='cpu', interpolation='linear32', kernel='quad')" in text
+
+
+def test_cpu_backend_refuses_gpu_arrays_by_name(small_scan):
+    """A CuPy input with backend="cpu" is an error naming the argument (checked
+    with a stand-in: the array policy looks at the array's module)."""
+    g, vol, proj = small_scan
+
+    class FakeCupyArray(np.ndarray):
+        pass
+    FakeCupyArray.__module__ = "cupy._core.core"
+    with pytest.raises(ValueError, match="projections: the CPU backend takes NumPy arrays"):
+        ConeBackprojection(g, vol, backend="cpu")(proj.view(FakeCupyArray))
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("shape", [(11, 13, 17), (1, 15, 17), (33, 8, 9), (20, 37, 35)])
 @pytest.mark.parametrize("interpolation,kernel,vs_mirror,vs_exact", [
     ("linear8", "texture", 1e-5, TEXTURE_VS_EXACT_RANDOM),   # kernel B
-    ("linear8", "hybrid", 1e-5, TEXTURE_VS_EXACT_RANDOM),    # B and S, views split
     ("linear32", "global", 1e-6, 1e-5),                      # exact weights, global memory
-    ("linear32", "shared", 1e-6, 1e-5),                      # exact weights, shared-memory tiles
 ])
 def test_cuda_matches_its_cpu_mirror_and_the_exact_reference(rng, rel_mirror, shape, interpolation, kernel,
                                                              vs_mirror, vs_exact):
@@ -136,25 +156,6 @@ def test_cuda_matches_its_cpu_mirror_and_the_exact_reference(rng, rel_mirror, sh
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("kernel", ["shared", "hybrid"])
-def test_cuda_staged_kernels_fall_back_to_global_memory_for_large_tiles(rng, rel_mirror, monkeypatch, kernel):
-    """Views whose tile exceeds the capacity are read from global memory: same result."""
-    import cupy as cp
-
-    from leveret.cuda import backproject_cone as launcher
-    monkeypatch.setattr(launcher, "MAX_TILE", 96)   # most tiles here need 150-400 floats
-    angles = np.sort(rng.uniform(0, 2 * np.pi, 30))
-    g = ConeGeometry.circular(angles, sid=60.0, sdd=100.0, n_rows=25, n_cols=31, pixel_size=1.1)
-    vol = VolumeGeometry((18, 34, 33), voxel_size=1.4)
-    proj = rng.standard_normal(g.projection_shape).astype(np.float32)
-    mode = "linear32" if kernel == "shared" else "linear"
-    got = ConeBackprojection(g, vol, backend="cuda", interpolation=mode, kernel=kernel)(cp.asarray(proj)).get()
-    mirror = ConeBackprojection(g, vol, backend="cpu", interpolation="linear32" if kernel == "shared"
-                                else "linear8", kernel=kernel)(proj)
-    assert rel_mirror(got, mirror) < 1e-5
-
-
-@pytest.mark.gpu
 def test_cuda_many_views_passes(rng, rel_mirror):
     import cupy as cp
     angles = np.linspace(0, 2 * np.pi, 1500, endpoint=False)   # two constant-memory passes
@@ -166,46 +167,24 @@ def test_cuda_many_views_passes(rng, rel_mirror):
     assert rel_mirror(got, emulated) < 1e-5
 
 
-def test_tile_capacity_covers_every_block(rng):
-    """The sampled capacity equals the largest tile over all blocks when the
-    sample lattice holds every block (small volumes), and the tiles do cover
-    every sample's neighbours (checked in float64 against each voxel)."""
-    from leveret.cuda.backproject_cone import tile_capacity
-    from leveret.operators.cone import index_matrices
-    angles = np.sort(rng.uniform(0, 2 * np.pi, 12))
-    g = ConeGeometry.circular(angles, sid=60.0, sdd=100.0, n_rows=25, n_cols=31, pixel_size=1.1)
-    vol = VolumeGeometry((16, 40, 37), voxel_size=1.2)
-    m = index_matrices(g.matrices, vol)
-    block, k = (16, 16), 8
-    cap = tile_capacity(m, vol.shape, block, k, g.n_rows, g.n_cols, limit=10**9)
-    worst = 0
-    z, y, x = np.meshgrid(*(np.arange(n) for n in vol.shape), indexing="ij")
-    pts = np.stack([x, y, z, np.ones_like(x)]).reshape(4, -1).astype(float)
-    q = m @ pts
-    u = np.clip(q[:, 0] / q[:, 2], -2, g.n_cols).reshape((-1,) + vol.shape)   # as the kernels clamp
-    v = np.clip(q[:, 1] / q[:, 2], -2, g.n_rows).reshape((-1,) + vol.shape)
-    for k0 in range(0, vol.nz, k):
-        for j0 in range(0, vol.ny, block[1]):
-            for i0 in range(0, vol.nx, block[0]):
-                box = (slice(None), slice(k0, k0 + k), slice(j0, j0 + block[1]), slice(i0, i0 + block[0]))
-                fu, fv = np.floor(u[box]), np.floor(v[box])
-                area = (fu.max(axis=(1, 2, 3)) - fu.min(axis=(1, 2, 3)) + 2) * \
-                       (fv.max(axis=(1, 2, 3)) - fv.min(axis=(1, 2, 3)) + 2)
-                worst = max(worst, int(area.max()))
-    assert worst <= cap <= -(-(worst * 2) // 32) * 32   # covers, with the half-pixel margins at most
-
-
-def test_hybrid_mirror_is_the_sum_of_its_two_view_sets(small_scan):
-    from leveret.cuda.backproject_cone import staged_views
-    g, vol, proj = small_scan
-    soft = staged_views(g.n_views, "hybrid")
-    assert 0 < soft.sum() < g.n_views
-    hybrid = ConeBackprojection(g, vol, backend="cpu", interpolation="linear8", kernel="hybrid")(proj)
-    parts = (ConeBackprojection(g, vol, backend="cpu", interpolation="linear32")(
-        np.where(soft[:, None, None], proj, 0)) +
-        ConeBackprojection(g, vol, backend="cpu", interpolation="linear8", kernel="texture")(
-            np.where(soft[:, None, None], 0, proj)))
-    assert rel(hybrid, parts) < 1e-6
+@pytest.mark.gpu
+@pytest.mark.parametrize("kernel,mode", [("texture", "linear"), ("ray-hybrid", "linear"), ("quad", "linear32")])
+def test_cuda_backend_takes_numpy_and_returns_numpy(rng, kernel, mode):
+    """NumPy in, NumPy out on the CUDA backend (``out`` filled in place,
+    accumulation included); the same values as CuPy in, CuPy out."""
+    import cupy as cp
+    g, matrices = scrambled_scan(rng, n_views=31)
+    vol = VolumeGeometry((17, 19, 21), voxel_size=1.5)
+    proj = smooth_noise(rng, g.projection_shape)
+    op = ConeBackprojection(g, vol, backend="cuda", interpolation=mode, kernel=kernel, matrices=matrices)
+    on_gpu = op(cp.asarray(proj)).get()
+    got = op(proj)
+    assert isinstance(got, np.ndarray)
+    np.testing.assert_array_equal(got, on_gpu)
+    base = rng.standard_normal(vol.shape).astype(np.float32)
+    out = base.copy()
+    assert op(proj, out, accumulate=True) is out
+    np.testing.assert_allclose(out, base + on_gpu, rtol=1e-5, atol=1e-5 * np.abs(on_gpu).max())
 
 
 def _assert_slabs_equal_whole(op, proj, vol):
@@ -222,7 +201,7 @@ def _assert_slabs_equal_whole(op, proj, vol):
 
 
 @pytest.mark.parametrize("interpolation,kernel", [("linear", "auto"), ("linear8", "texture"),
-                                                  ("linear8", "hybrid"), ("linear32", "global"),
+                                                  ("linear32", "global"),
                                                   ("linear8", "ray-hybrid"), ("linear32", "quad")])
 def test_slab_by_slab_equals_the_whole_volume(small_scan, interpolation, kernel):
     """``slices`` writes only its slabs, with the whole volume's arithmetic."""
@@ -241,8 +220,7 @@ def test_slab_by_slab_equals_the_whole_volume(small_scan, interpolation, kernel)
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("kernel,interpolation", [("texture", "linear"), ("global", "linear32"),
-                                                  ("hybrid", "linear")])
+@pytest.mark.parametrize("kernel,interpolation", [("texture", "linear"), ("global", "linear32")])
 def test_cuda_slab_by_slab_is_identical(rng, kernel, interpolation):
     import cupy as cp
     angles = np.sort(rng.uniform(0, 2 * np.pi, 30))
@@ -254,23 +232,6 @@ def test_cuda_slab_by_slab_is_identical(rng, kernel, interpolation):
 
 
 # --- ray-aligned kernels ("ray", "quad", "ray-hybrid"): passes of similar direction
-
-def scrambled_scan(rng, n_views=70, n_rows=23, n_cols=31, perturb=0.005):
-    """Views in random order over a full circle, matrices perturbed entry by
-    entry (skewed detectors: 'random matrices'), odd detector sizes."""
-    angles = rng.permutation(rng.uniform(0, 2 * np.pi, n_views))
-    g = ConeGeometry.circular(angles, sid=60.0, sdd=100.0, n_rows=n_rows, n_cols=n_cols, pixel_size=1.7)
-    matrices = g.matrices * (1 + perturb * rng.standard_normal(g.matrices.shape))
-    return g, matrices
-
-
-def smooth_noise(rng, shape):
-    """White noise through a 3 x 3 box: the float32 coordinates' rounding
-    (~8e-6 relative on raw white noise for these skewed matrices, the global
-    kernel's own CPU mirror included) stays well inside 1e-5."""
-    w = rng.standard_normal((shape[0], shape[1] + 2, shape[2] + 2))
-    return (sum(w[:, a:a + shape[1], b:b + shape[2]] for a in range(3) for b in range(3)) / 3).astype(np.float32)
-
 
 def ray_lanes(nx, ny, y_major, slope, by=8):
     """The voxel (i, j) of every thread of a ray kernel's pass, transcribed
@@ -297,8 +258,8 @@ def test_ray_mapping_is_a_bijection(nx, ny, y_major, slope):
 
 
 def test_plan_passes_groups_views_by_direction(rng):
-    from leveret.cuda.backproject_cone import plan_passes, software_mask, view_directions
     from leveret.operators.cone import index_matrices
+    from leveret.operators.cone_plan import plan_passes, software_mask, view_directions
     angles = rng.permutation(np.linspace(0, 2 * np.pi, 200, endpoint=False))   # unsorted
     g = ConeGeometry.circular(angles, sid=60.0, sdd=100.0, n_rows=23, n_cols=31, pixel_size=1.7)
     vol = VolumeGeometry((21, 29, 37), voxel_size=1.3)
@@ -358,46 +319,26 @@ def test_cuda_ray_kernels_match_their_mirror_and_the_exact_reference(rng, rel_mi
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("kernel", ["ray", "quad", "ray-hybrid"])
-def test_cuda_ray_kernels_plans_agree(rng, kernel):
-    """Any views per pass, lanes along the rays or along x, and a detector
-    too small for the volume (most samples clamped into the zero border): the
-    same sums up to rounding; many passes and one."""
-    import cupy as cp
-
-    from leveret.cuda.backproject_cone import ConeTextureBackprojector
-    from leveret.operators.cone import index_matrices
-    g, matrices = scrambled_scan(rng, n_views=41, n_rows=9, n_cols=13)
-    vol = VolumeGeometry((19, 33, 31), voxel_size=1.5)
-    m = index_matrices(matrices, vol)
-    proj = cp.asarray(smooth_noise(rng, g.projection_shape))
-    results = []
-    for options in ({}, {"views_per_pass": 1}, {"views_per_pass": 7}, {"views_per_pass": 1000},
-                    {"aligned": False}):
-        out = cp.full(vol.shape, cp.nan, cp.float32)
-        results.append(ConeTextureBackprojector(kernel=kernel, **options)(proj, m, out).get())
-        assert np.isfinite(results[-1]).all()
-    for r in results[1:]:
-        if kernel == "ray-hybrid":   # the split follows each pass's order: other views are exact
-            assert rel(r, results[0]) < TEXTURE_VS_EXACT_RANDOM
-        else:
-            assert rel(r, results[0]) < 1e-5
-
-
-@pytest.mark.gpu
 @pytest.mark.parametrize("kernel,mode", [("ray", "linear"), ("quad", "linear32"), ("ray-hybrid", "linear")])
-def test_cuda_ray_kernels_slab_by_slab_is_identical(rng, kernel, mode):
+def test_cuda_ray_kernels_slab_by_slab_is_identical(rng, rel_mirror, kernel, mode):
     import cupy as cp
     g, matrices = scrambled_scan(rng, n_views=45)
     vol = VolumeGeometry((27, 19, 23), voxel_size=1.5)
     proj = cp.asarray(smooth_noise(rng, g.projection_shape))
     op = ConeBackprojection(g, vol, backend="cuda", interpolation=mode, kernel=kernel, matrices=matrices)
     whole = _assert_slabs_equal_whole(op, proj, vol)
-    # views in two calls (FDK's chunks) accumulate to the whole, up to the passes' rounding
+    # views in two calls (FDK's chunks): each call plans its own passes (and,
+    # for "ray-hybrid", its own software views), as the CPU mirror of the same two calls does
     first = op(proj[:20], views=slice(0, 20))
     op(proj[20:], first, views=slice(20, None), accumulate=True)
-    tol = 1e-5 if kernel != "ray-hybrid" else TEXTURE_VS_EXACT_RANDOM   # the split depends on the passes
-    assert rel(first.get(), whole) < tol
+    mirror_mode = "linear32" if mode == "linear32" else "linear8"
+    cpu = ConeBackprojection(g, vol, backend="cpu", interpolation=mirror_mode, kernel=kernel, matrices=matrices)
+    host = proj.get()
+    expected = cpu(host[:20], views=slice(0, 20))
+    cpu(host[20:], expected, views=slice(20, None), accumulate=True)
+    assert rel_mirror(first.get(), expected) < 1e-5
+    if kernel != "ray-hybrid":   # the same software views as one call: the whole, up to the passes' rounding
+        assert rel(first.get(), whole) < 1e-5
 
 
 @pytest.mark.gpu
@@ -411,75 +352,6 @@ def test_cuda_ray_kernels_many_views(rng, rel_mirror):
     assert rel_mirror(got, ConeBackprojection(g, vol, backend="cpu", interpolation="linear8", kernel="ray")(proj)) < 1e-5
     got = ConeBackprojection(g, vol, backend="cuda", interpolation="linear32", kernel="quad")(cp.asarray(proj)).get()
     assert rel(got, ConeBackprojection(g, vol, backend="cpu")(proj)) < 1e-5
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("kernel", ["ray", "ray-hybrid"])
-def test_cuda_ray_kernels_read_views_in_place_or_staged_alike(rng, kernel):
-    """The ray kernels' per-view textures read aligned projections in place
-    (16 x 32 views: 2 KiB views, 128-byte rows) and others through an
-    aligned staging copy: the same sums, bit for bit; cached texture objects
-    read the projections' current values."""
-    import cupy as cp
-
-    from leveret.cuda import texture
-    from leveret.cuda.backproject_cone import ConeTextureBackprojector
-    from leveret.operators.cone import index_matrices
-    g, matrices = scrambled_scan(rng, n_views=29, n_rows=16, n_cols=32)
-    vol = VolumeGeometry((19, 21, 23), voxel_size=1.5)
-    m = index_matrices(matrices, vol)
-    proj = cp.asarray(smooth_noise(rng, g.projection_shape))
-    shifted = cp.empty(proj.size + 1, cp.float32)[1:].reshape(proj.shape)   # 4 bytes off the alignment
-    shifted[...] = proj
-    assert proj.data.ptr % 512 == 0 and shifted.data.ptr % 512 == 4
-    bp = ConeTextureBackprojector(kernel=kernel)
-    texture.clear_cache()
-
-    def run(p):
-        return bp(p, m, cp.full(vol.shape, cp.nan, cp.float32)).get()   # poison: unwritten voxels show
-
-    in_place = run(proj)
-    assert [key[1] for key in texture._view_cache] == [proj.data.ptr]
-    staged = run(shifted)
-    assert [key[1] for key in texture._view_cache] == [proj.data.ptr, "staging"]
-    assert np.isfinite(in_place).all() and np.abs(in_place).max() > 0
-    np.testing.assert_array_equal(staged, in_place)
-    proj *= 2   # a power of two scales every product and sum exactly
-    shifted *= 2
-    np.testing.assert_array_equal(run(proj), 2 * in_place)
-    np.testing.assert_array_equal(run(shifted), 2 * in_place)
-    assert len(texture._view_cache) == 2   # reused, not rebuilt
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("kernel", ["texture", "global", "shared", "hybrid", "ray", "quad", "ray-hybrid"])
-def test_cuda_skipping_off_detector_samples_changes_no_sum(rng, kernel):
-    """Every kernel skips a thread's K samples of a view when they all miss
-    the detector (segment_visible); the sums must be bit-identical to the
-    kernel that reads their border zeros (LEVERET_CONE_NO_CLIP). The detector
-    is too small for the volume, so most segments miss it on some side and
-    many straddle an edge."""
-    import cupy as cp
-
-    from leveret.cuda.backproject_cone import ConeTextureBackprojector
-    from leveret.operators.cone import index_matrices
-    g, matrices = scrambled_scan(rng, n_views=37, n_rows=11, n_cols=14)
-    vol = VolumeGeometry((35, 26, 29), voxel_size=0.55, center=(0.7, -0.3, 1.1))
-    m = index_matrices(matrices, vol)
-    # the case has work to skip and edges to straddle: a third to two thirds of the samples are off the detector
-    z, y, x = np.meshgrid(*(np.arange(n, dtype=float) for n in vol.shape), indexing="ij")
-    q = np.einsum("nab,bzyx->nazyx", m, np.stack([x, y, z, np.ones_like(x)]))
-    u, v = q[:, 0] / q[:, 2], q[:, 1] / q[:, 2]
-    on = ((u > -1) & (u < 14) & (v > -1) & (v < 11)).mean()
-    assert 0.3 < on < 0.7
-    proj = cp.asarray(smooth_noise(rng, g.projection_shape))
-    results = []
-    for defines in ((), ("LEVERET_CONE_NO_CLIP",)):
-        out = cp.full(vol.shape, cp.nan, cp.float32)   # poison
-        results.append(ConeTextureBackprojector(kernel=kernel, defines=defines)(proj, m, out).get())
-    assert np.isfinite(results[0]).all()
-    assert np.abs(results[1]).max() > 0
-    np.testing.assert_array_equal(results[0], results[1])
 
 
 @pytest.mark.parametrize("size, expected", [(512, "ray-hybrid"), (1024, "ray-hybrid"), (4096, "texture")])
@@ -501,3 +373,26 @@ def test_auto_kernel_follows_the_projected_voxel_size(size, expected):
     assert ConeBackprojection(geometry, volume, backend="cpu", interpolation="linear8").last_kernel == expected
     assert ConeBackprojection(geometry, volume, backend="cpu", kernel="texture").last_kernel == "texture"
     assert ConeBackprojection(geometry, volume, backend="cpu", interpolation="linear32").last_kernel == "quad"
+
+
+def test_cuda_asked_for_without_a_gpu_says_why(small_scan):
+    """backend="cuda" where CuPy finds no GPU: a RuntimeError with the reason,
+    never a silent fallback to the CPU (the operator base's backend resolution)."""
+    from leveret.backends import cuda_status
+    if cuda_status()[0]:
+        pytest.skip("a GPU is present")
+    g, vol, _ = small_scan
+    with pytest.raises(RuntimeError, match="backend='cuda' needs a CUDA GPU: "):
+        ConeBackprojection(g, vol, backend="cuda")
+    assert ConeBackprojection(g, vol).backend == "cpu"   # "auto" without a GPU
+
+
+def test_cpu_kernels_and_the_view_planning_import_nothing_from_cuda():
+    """leveret.cpu and the planning both backends share (operators.cone_plan)
+    stand without leveret.cuda: a CPU-only install never loads the launchers."""
+    import subprocess
+    import sys
+    code = ("import sys, leveret.cpu.backproject_cone, leveret.cpu.backproject_parallel, leveret.cpu.radon3d, "
+            "leveret.operators.cone_plan; print(sorted(m for m in sys.modules if m.startswith('leveret.cuda')))")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert res.stdout.strip() == "[]"

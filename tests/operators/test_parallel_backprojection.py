@@ -203,11 +203,21 @@ def test_cuda_outside_detector_is_zero():
 
 
 @pytest.mark.gpu
-def test_cuda_rejects_numpy_and_float64():
-    geometry = ParallelGeometry([0.0], 8, n_rows=1)
-    op = ParallelBackprojection(geometry, VolumeGeometry((1, 8, 8)), backend="cuda")
-    with pytest.raises(ValueError, match="CuPy"):
-        op(np.zeros((1, 1, 8), np.float32))
+def test_cuda_takes_numpy_returns_numpy_and_rejects_float64(rng):
+    """NumPy in, NumPy out on the CUDA backend (``out`` filled in place), the
+    same values as CuPy in, CuPy out; float64 is refused by name."""
+    import cupy as cp
+    geometry, volume, sinos = random_case(rng, 40, 30, 3, (20, 24))
+    op = ParallelBackprojection(geometry, volume, backend="cuda")
+    on_gpu = op(cp.asarray(sinos)).get()
+    got = op(sinos)
+    assert isinstance(got, np.ndarray)
+    np.testing.assert_array_equal(got, on_gpu)
+    out = np.full_like(on_gpu, np.nan)
+    assert op(sinos, out) is out
+    np.testing.assert_array_equal(out, on_gpu)
+    with pytest.raises(ValueError, match="sinos: the CUDA backend runs in float32"):
+        op(sinos.astype(np.float64))
 
 
 @pytest.mark.gpu
@@ -229,3 +239,44 @@ def test_cuda_texture_cache_reuse_is_safe(rng):
     assert rel(first, cpu(sinos)) < 1e-5 and rel(second, cpu(other)) < 1e-5
     texture.clear_cache()
     assert not texture._cache
+
+
+@pytest.mark.parametrize("old,new", [("exact", "float32"), ("fast", "float16")])
+def test_old_precision_spellings_warn_and_map(rng, old, new):
+    geometry, volume, sinos = random_case(rng, 30, 25, 2, (16, 18))
+    with pytest.warns(FutureWarning, match=f"precision: '{old}' is deprecated, use '{new}'"):
+        op = ParallelBackprojection(geometry, volume, backend="cpu", precision=old)
+    assert op.precision == new
+    np.testing.assert_array_equal(op(sinos), ParallelBackprojection(geometry, volume, backend="cpu",
+                                                                    precision=new)(sinos))
+
+
+@pytest.mark.parametrize("old,new", [("single", "float32"), ("exact", "float32"), ("double", "float64"),
+                                     ("fast", "float16")])
+def test_fbp_old_precision_spellings_warn_and_give_the_same_image(rng, old, new):
+    import leveret
+    geometry = ParallelGeometry(np.linspace(0, np.pi, 40, endpoint=False), 32)
+    sino = rng.standard_normal(geometry.projection_shape)
+    sino = sino.astype(np.float64 if new == "float64" else np.float32)
+    with pytest.warns(FutureWarning, match=f"precision: '{old}' is deprecated, use '{new}'"):
+        got = leveret.fbp(sino, geometry, backend="cpu", precision=old)
+    np.testing.assert_array_equal(got, leveret.fbp(sino, geometry, backend="cpu", precision=new))
+    assert got.dtype == (np.float64 if new == "float64" else np.float32)
+
+
+def test_precision_outside_the_vocabulary_is_an_error_naming_it():
+    import leveret
+    geometry = ParallelGeometry(np.linspace(0, np.pi, 8, endpoint=False), 16)
+    with pytest.raises(ValueError, match="precision: expected one of 'float32', 'float64', 'float16', got 'half'"):
+        leveret.fbp(np.zeros(geometry.projection_shape, np.float32), geometry, backend="cpu", precision="half")
+    with pytest.raises(ValueError, match="precision: expected one of 'float32', 'float16', got 'float64'"):
+        ParallelBackprojection(geometry, VolumeGeometry((16, 16)), backend="cpu", precision="float64")
+    op = ParallelBackprojection(geometry, VolumeGeometry((16, 16)), backend="cpu", precision=np.float16)
+    assert op.precision == "float16"   # a NumPy dtype is taken by its name
+
+
+def test_repr_is_the_operators_uniform_repr():
+    geometry = ParallelGeometry(np.linspace(0, np.pi, 8, endpoint=False), 16)
+    text = repr(ParallelBackprojection(geometry, VolumeGeometry((16, 16)), backend="cpu", precision="float16"))
+    assert text.startswith("ParallelBackprojection(ParallelGeometry(")
+    assert text.endswith("backend='cpu', interpolation='linear', kernel='auto', precision='float16')")

@@ -17,8 +17,8 @@ from leveret.geometry import ParallelGeometry, VolumeGeometry
 from leveret.operators import ParallelBackprojection
 from leveret.operators.parallel import parallel_table
 
-# Bounds of the fp16 storage of filtered sinograms ("fast" mode) against float32
-# ("exact"), relative 2-norm of the FBP image, both with exact linear weights
+# Bounds of the fp16 storage of filtered sinograms (precision "float16") against
+# float32, relative 2-norm of the FBP image, both with exact linear weights
 # (CPU, 2026-11-22): Shepp-Logan 256^2 from 400 angles measured 5.4e-5, the
 # real scan (8 slices) 8.4e-5. With the texture unit's 8-bit weights as well
 # (what the GPU's fast mode does): 4.4e-4 on the phantom, of which 4.3e-4 are
@@ -132,13 +132,13 @@ def test_bad_kernel_combinations(rng):
     with pytest.raises(ValueError, match="kernel"):
         ParallelBackprojection(geometry, volume, backend="cpu", kernel="fastest")
     with pytest.raises(ValueError, match="kernel"):
-        ParallelBackprojection(geometry, volume, backend="cpu", kernel="alu", precision="fast")
+        ParallelBackprojection(geometry, volume, backend="cpu", kernel="alu", precision="float16")
     with pytest.raises(ValueError, match="kernel"):
         ParallelBackprojection(geometry, volume, backend="cpu", kernel="alu", interpolation="linear8")
     with pytest.raises(ValueError, match="texture_packing"):
         ParallelBackprojection(geometry, volume, backend="cpu", texture_packing="half4")
     with pytest.raises(ValueError, match="texture_packing"):
-        ParallelBackprojection(geometry, volume, backend="cpu", texture_packing="float2", precision="fast")
+        ParallelBackprojection(geometry, volume, backend="cpu", texture_packing="float2", precision="float16")
     with pytest.raises(ValueError, match="kernel_options"):
         ParallelBackprojection(geometry, volume, backend="cpu", kernel_options={"tiles": 3})
     with pytest.raises(ValueError, match="precision"):
@@ -271,33 +271,17 @@ def test_alu_nearest_fused_emulation(rng):
     assert np.mean(np.isclose(fused, plain, rtol=1e-4, atol=1e-4)) > 0.99
 
 
-def test_floor_by_directed_rounding_is_exact():
-    """The kernel's floor: t = h + 2^23 rounded down; floor = t - 2^23. Checked
-    on float32 values next to integers, where h - 0.499999 rounded to nearest
-    (paper 001's form) is off by one."""
-    h = np.float32(np.arange(0, 300, dtype=np.float32))
-    near = np.concatenate([h, np.nextafter(h, np.float32(-1)), np.nextafter(h, np.float32(1e9)),
-                           h + np.float32(0.5), np.nextafter(h + np.float32(1), np.float32(-1))])
-    near = near[near >= 0].astype(np.float32)
-    big = np.float64(2 ** 23)
-    # round-down addition emulated in float64 (exact sum) then floor to float32's grid at 2^23 (spacing 1)
-    t = np.floor(near.astype(np.float64) + big)
-    np.testing.assert_array_equal(t - big, np.floor(near.astype(np.float64)))
-    paper = np.float32(np.round(near.astype(np.float64) - 0.499999))  # round to nearest
-    assert (paper != np.floor(near)).any()   # why the kernel does not use it
-
-
 # -- fast (fp16) mode: error bound ---------------------------------------------------------------
 
 def test_fast_mode_error_bound_phantom():
     geometry = ParallelGeometry(np.linspace(0, np.pi, 400, endpoint=False), 256)
     sino = phantom.shepp_logan_ellipses(100.0).project(geometry).astype(np.float32)
     exact = leveret.fbp(sino, geometry, backend="cpu")
-    fast = leveret.fbp(sino, geometry, backend="cpu", precision="fast")
+    fast = leveret.fbp(sino, geometry, backend="cpu", precision="float16")
     err = rel(fast, exact)
     print(f"fast vs exact, Shepp-Logan: {err:.2e}")
     assert 0 < err < FAST_VS_EXACT_PHANTOM
-    fast8 = leveret.fbp(sino, geometry, backend="cpu", precision="fast", interpolation="linear8")
+    fast8 = leveret.fbp(sino, geometry, backend="cpu", precision="float16", interpolation="linear8")
     assert rel(fast8, exact) < FAST_TEXTURE_VS_EXACT_PHANTOM
 
 
@@ -308,7 +292,7 @@ def test_fast_mode_error_bound_real_scan(savu_scan):
     g = ParallelGeometry(scan.angles, 160, n_rows=135, center=86.0)
     vol = VolumeGeometry((8, 160, 160), center=(g.row_positions()[60:68].mean(), 0.0, 0.0))
     exact = leveret.fbp(p, g, vol, backend="cpu")
-    fast = leveret.fbp(p, g, vol, backend="cpu", precision="fast")
+    fast = leveret.fbp(p, g, vol, backend="cpu", precision="float16")
     err = rel(fast, exact)
     print(f"fast vs exact, real scan: {err:.2e}")
     assert 0 < err < FAST_VS_EXACT_SCAN
@@ -354,7 +338,7 @@ def emulate_fp16_texture(sinos, table32, ny, nx, ties="away", round_sample=True)
 
 def test_cpu_fast_linear8_is_the_fp16_texture_fetch(rng):
     geometry, volume, sinos = random_case(rng, axis_shift="random")
-    fast = ParallelBackprojection(geometry, volume, backend="cpu", precision="fast", interpolation="linear8")
+    fast = ParallelBackprojection(geometry, volume, backend="cpu", precision="float16", interpolation="linear8")
     got = fast(sinos)
     assert fast.last_kernel == "cpu-linear8-fp16"
     want = emulate_fp16_texture(sinos, fast.table(np.float32), volume.ny, volume.nx)
@@ -377,7 +361,7 @@ def test_fp16_bound_rejects_wrong_models(rng, n_angles):
     # give it enough independent samples (ties to even 1.2x to 2x the bound)
     geometry, volume, sinos = random_case(rng, n_angles, 127 if n_angles == 1 else 64,
                                           8 if n_angles == 1 else 2, shape, axis_shift="random")
-    got = ParallelBackprojection(geometry, volume, backend="cpu", precision="fast", interpolation="linear8")(sinos)
+    got = ParallelBackprojection(geometry, volume, backend="cpu", precision="float16", interpolation="linear8")(sinos)
     table = ParallelBackprojection(geometry, volume, backend="cpu").table(np.float32)
     bound = fp16_texture_bound(n_angles * sinos.shape[0] * volume.ny * volume.nx)
     assert rel(got, emulate_fp16_texture(sinos, table, volume.ny, volume.nx, ties="even")) > bound
@@ -412,7 +396,7 @@ def test_round_fp16_matches_numpy_ties_away(rng):
 def test_tuner_picks_fastest_and_caches(tmp_path, monkeypatch):
     monkeypatch.delenv("LEVERET_NO_TUNING_CACHE", raising=False)
     path = tmp_path / "tuning.json"
-    configs = tuning.candidates("linear", "exact", 64)
+    configs = tuning.candidates("linear", "float32", 64)
     assert {c["kernel"] for c in configs} == {"texture", "texz", "alu", "hybrid"}
     fake = {i: 1.0 + 0.1 * i for i in range(len(configs))}
     winner = 5
@@ -426,15 +410,15 @@ def test_tuner_picks_fastest_and_caches(tmp_path, monkeypatch):
             raise ValueError("does not fit")     # skipped, not fatal
         return fake[idx]
 
-    key = tuning.problem_class(64, 2048, 2048, 2048, "linear", "exact")
+    key = tuning.problem_class(64, 2048, 2048, 2048, "linear", "float32")
     best, results = tuning.tune("NVIDIA H200", key, configs, time_fn, path=path)
     assert best == configs[winner] and len(calls) == len(configs) and len(results) == len(configs) - 1
     assert tuning.lookup("NVIDIA H200", key, path=path) == json.loads(json.dumps(configs[winner]))
     assert tuning.lookup("NVIDIA H100", key, path=path) is None
-    assert tuning.lookup("NVIDIA H200", tuning.problem_class(1, 2048, 2048, 2048, "linear", "exact"),
+    assert tuning.lookup("NVIDIA H200", tuning.problem_class(1, 2048, 2048, 2048, "linear", "float32"),
                          path=path) is None
     # a second problem class adds to the file, keeps the first
-    key2 = tuning.problem_class(1, 512, 512, 720, "nearest", "exact")
+    key2 = tuning.problem_class(1, 512, 512, 720, "nearest", "float32")
     tuning.tune("NVIDIA H200", key2, [{"kernel": "texture"}], lambda c: 1e-3, path=path)
     assert tuning.lookup("NVIDIA H200", key, path=path) is not None
     assert any("texture" in line for line in tuning.describe(path))
@@ -456,9 +440,9 @@ def test_tuner_cache_file_robustness(tmp_path):
 
 def test_problem_classes_and_paths(monkeypatch, tmp_path):
     pc = tuning.problem_class
-    assert pc(64, 2048, 2048, 2048, "linear", "exact") == pc(40, 2000, 2100, 1800, "linear", "exact")
-    assert pc(1, 2048, 2048, 2048, "linear", "exact") != pc(2, 2048, 2048, 2048, "linear", "exact")
-    assert pc(64, 2048, 2048, 2048, "linear", "exact") != pc(64, 2048, 2048, 2048, "linear", "fast")
+    assert pc(64, 2048, 2048, 2048, "linear", "float32") == pc(40, 2000, 2100, 1800, "linear", "float32")
+    assert pc(1, 2048, 2048, 2048, "linear", "float32") != pc(2, 2048, 2048, 2048, "linear", "float32")
+    assert pc(64, 2048, 2048, 2048, "linear", "float32") != pc(64, 2048, 2048, 2048, "linear", "float16")
     monkeypatch.setenv("LEVERET_CACHE_DIR", str(tmp_path))
     assert tuning.cache_path() == tmp_path / "tuning.json"
     monkeypatch.delenv("LEVERET_CACHE_DIR")
@@ -467,13 +451,13 @@ def test_problem_classes_and_paths(monkeypatch, tmp_path):
 
 
 def test_candidates_respect_the_mode():
-    assert {c["kernel"] for c in tuning.candidates("linear8", "exact", 8)} == {"texture", "texz"}
-    fast = tuning.candidates("linear", "fast", 8)
+    assert {c["kernel"] for c in tuning.candidates("linear8", "float32", 8)} == {"texture", "texz"}
+    fast = tuning.candidates("linear", "float16", 8)
     assert {c["packing"] for c in fast} == {"half2", "half4"}
-    assert all(c["packing"] == "half2" for c in tuning.candidates("linear", "fast", 2))
-    near = tuning.candidates("nearest", "exact", 8)
+    assert all(c["packing"] == "half2" for c in tuning.candidates("linear", "float16", 2))
+    near = tuning.candidates("nearest", "float32", 8)
     assert "hybrid" not in {c["kernel"] for c in near}
-    assert all(c.get("nv", 2) == 1 for c in tuning.candidates("linear", "exact", 1) if c["kernel"] == "alu")
+    assert all(c.get("nv", 2) == 1 for c in tuning.candidates("linear", "float32", 1) if c["kernel"] == "alu")
 
 
 def test_override_and_kernel_resolution(monkeypatch, tmp_path, rng):
@@ -492,10 +476,10 @@ def test_override_and_kernel_resolution(monkeypatch, tmp_path, rng):
     assert op.resolve_kernel(8) == {"kernel": "alu", "tile": 32, "nv": 4}
     assert op.resolve_kernel(2) == {"kernel": "alu", "tile": 64, "nv": 2}
     assert op.resolve_kernel(1) == {"kernel": "alu", "tile": 64, "nv": 1}
-    fast = ParallelBackprojection(geometry, volume, backend="cpu", precision="fast")
+    fast = ParallelBackprojection(geometry, volume, backend="cpu", precision="float16")
     assert fast.resolve_kernel(8) == {"kernel": "hybrid", "tile": 32, "packing": "half4", "ratio": (2, 3)}
     assert fast.resolve_kernel(2) == {"kernel": "hybrid", "tile": 32, "packing": "half2", "ratio": (1, 2)}
-    hyb = ParallelBackprojection(geometry, volume, backend="cpu", precision="fast", kernel="hybrid")
+    hyb = ParallelBackprojection(geometry, volume, backend="cpu", precision="float16", kernel="hybrid")
     assert hyb.resolve_kernel(8) == {"kernel": "hybrid", "packing": "half4"}
     assert hyb.resolve_kernel(2) == {"kernel": "hybrid", "packing": "half2"}
     tuning.tune("Fake GPU", op.problem_key(8), [{"kernel": "alu", "tile": 64, "nv": 2}], lambda c: 1.0)
@@ -521,7 +505,7 @@ def test_default_falls_back_to_texture_kernels(monkeypatch):
     op = ParallelBackprojection(g, wide, backend="cpu")
     assert op.resolve_kernel(8) == {"kernel": "texz", "packing": "float2", "nq": 8}
     assert op.resolve_kernel(1) == {"kernel": "texture", "packing": "float"}
-    fast = ParallelBackprojection(g, wide, backend="cpu", precision="fast")
+    fast = ParallelBackprojection(g, wide, backend="cpu", precision="float16")
     assert fast.resolve_kernel(8) == {"kernel": "texz", "packing": "half4", "nq": 4}
     assert fast.resolve_kernel(1) == {"kernel": "texz", "packing": "half2", "nq": 8}
     fine = VolumeGeometry((8, 97, 131), voxel_size=0.5)

@@ -102,9 +102,9 @@ def assert_fp16_close(got, want, n_samples, detail=""):
 def test_fp16_kernels_match_cpu_fp16_linear8(rng, case, kernel, packing):
     n_angles, n_cols, n_slices, shape = case
     geometry, volume, sinos = random_case(rng, n_angles, n_cols, n_slices, shape, axis_shift="random")
-    got, name = run_gpu(geometry, volume, sinos, kernel=kernel, precision="fast", texture_packing=packing)
+    got, name = run_gpu(geometry, volume, sinos, kernel=kernel, precision="float16", texture_packing=packing)
     assert packing in name
-    ref = cpu(geometry, volume, sinos, interpolation="linear8", precision="fast")
+    ref = cpu(geometry, volume, sinos, interpolation="linear8", precision="float16")
     # the CPU rounds each filtered sample to fp16, ties away from zero, as the
     # texture unit does for fp16 texels; the message gives the distance to
     # other models of the fetch (which one fits)
@@ -166,18 +166,18 @@ def test_hybrid_is_the_tilewise_mix(rng, case, tile, ratio, packing):
 @pytest.mark.parametrize("config", [
     {"kernel": "texture"}, {"kernel": "texz"}, {"kernel": "alu", "kernel_options": {"tile": 64}},
     {"kernel": "alu", "kernel_options": {"tile": 32, "nv": 4}},
-    {"kernel": "hybrid", "precision": "fast", "texture_packing": "half4",
+    {"kernel": "hybrid", "precision": "float16", "texture_packing": "half4",
      "kernel_options": {"tile": 32, "ratio": (1, 2)}},
     {"kernel": "hybrid", "kernel_options": {"tile": 32, "ratio": (1, 2)}},
-    {"kernel": "texz", "precision": "fast", "texture_packing": "half4"},
+    {"kernel": "texz", "precision": "float16", "texture_packing": "half4"},
 ])
 @pytest.mark.parametrize("roi", [(5, 7, 40, 33), (0, 0, 1, 1), (60, 70, 10, 11)])
 def test_roi_matches_cpu_roi(rng, config, roi):
     geometry, volume, sinos = random_case(rng, 300, 100, 4, (70, 81), axis_shift="random")
     got, _ = run_gpu(geometry, volume, sinos, roi=roi, **config)
     assert got.shape == (4, roi[2], roi[3])
-    fast = config.get("precision") == "fast"
-    lin8 = cpu(geometry, volume, sinos, roi=roi, interpolation="linear8", precision="fast" if fast else "exact")
+    fast = config.get("precision") == "float16"
+    lin8 = cpu(geometry, volume, sinos, roi=roi, interpolation="linear8", precision="float16" if fast else "float32")
     exact = cpu(geometry, volume, sinos, roi=roi)
     # texture pixels (all, or the hybrid's texture tiles: laid over the ROI,
     # whose corner is tile (0, 0)) against linear8, the others against exact
@@ -199,7 +199,7 @@ def test_roi_matches_cpu_roi(rng, config, roi):
         # 9.2e-5, 4 pixels: seed 214806742802172709351367218765866640766).
         # Against the sums of |terms|, which nothing cancels, the bound holds
         # with room; a misplaced ROI is still off by O(1).
-        scale = cpu(geometry, volume, np.abs(sinos), roi=roi, interpolation="linear8", precision="fast")
+        scale = cpu(geometry, volume, np.abs(sinos), roi=roi, interpolation="linear8", precision="float16")
         assert np.linalg.norm(got[mask] - lin8[mask]) / np.linalg.norm(scale[mask]) < fp16_texture_bound(300)
     elif mask.any():
         assert rel(got[mask], lin8[mask]) < 1e-5
@@ -212,11 +212,11 @@ def test_fast_hybrid_is_the_tilewise_mix(rng, case, packing, ratio):
     """Fast hybrid: fp16 texture tiles (CPU fast + linear8) beside float32 ALU tiles (exact)."""
     n_angles, n_cols, n_slices, shape = case
     geometry, volume, sinos = random_case(rng, n_angles, n_cols, n_slices, shape, axis_shift="random")
-    got, name = run_gpu(geometry, volume, sinos, kernel="hybrid", precision="fast", texture_packing=packing,
+    got, name = run_gpu(geometry, volume, sinos, kernel="hybrid", precision="float16", texture_packing=packing,
                         kernel_options={"tile": 32, "ratio": ratio})
     assert name.startswith(f"hybrid-{ratio[0]}/{ratio[1]}-{packing}")
     mask = np.broadcast_to(_tile_mask(*shape, 32, *ratio), got.shape)
-    fast8 = cpu(geometry, volume, sinos, interpolation="linear8", precision="fast")
+    fast8 = cpu(geometry, volume, sinos, interpolation="linear8", precision="float16")
     assert rel(got[~mask], cpu(geometry, volume, sinos)[~mask]) < 1e-5           # ALU tiles: exact
     assert_fp16_close(got[mask], fast8[mask], n_angles * int(mask.sum()))       # fp16 texture tiles
 
@@ -229,7 +229,7 @@ def test_fast_fbp_phantom_bound():
     for packing in ("half2", "half4"):
         stack = np.repeat(sino[:, None, :], 4, axis=1)
         g3 = ParallelGeometry(geometry.angles, 256, n_rows=4)
-        fast = cp.asnumpy(leveret.fbp(cp.asarray(stack), g3, backend="cuda", precision="fast", kernel="texz",
+        fast = cp.asnumpy(leveret.fbp(cp.asarray(stack), g3, backend="cuda", precision="float16", kernel="texz",
                                       kernel_options={"packing": packing}))
         for k in range(4):
             assert rel(fast[k], exact) < FAST_TEXTURE_VS_EXACT_PHANTOM
@@ -244,7 +244,7 @@ def test_fast_fbp_real_scan_bound(savu_scan):
     vol = VolumeGeometry((16, 160, 160), center=(g.row_positions()[60:76].mean(), 0.0, 0.0))
     d = cp.asarray(p)
     exact = cp.asnumpy(leveret.fbp(d, g, vol, backend="cuda", kernel="texz"))
-    fast = cp.asnumpy(leveret.fbp(d, g, vol, backend="cuda", kernel="texz", precision="fast"))
+    fast = cp.asnumpy(leveret.fbp(d, g, vol, backend="cuda", kernel="texz", precision="float16"))
     assert 0 < rel(fast, exact) < FAST_VS_EXACT_SCAN      # the same 8-bit weights: only fp16 differs
 
 
@@ -307,11 +307,11 @@ def test_auto_default_falls_back_to_texz(rng, no_tuning):
 @pytest.mark.parametrize("n_slices,ratio", [(2, (1, 2)), (6, (2, 3))])
 def test_auto_default_fast_is_the_fast_hybrid(rng, no_tuning, n_slices, ratio):
     geometry, volume, sinos = random_case(rng, 300, 90, n_slices, (70, 81), axis_shift="random")
-    got, ran = run_gpu(geometry, volume, sinos, precision="fast")
+    got, ran = run_gpu(geometry, volume, sinos, precision="float16")
     nv = 2 if n_slices < 3 else 4
     assert ran == f"hybrid-{ratio[0]}/{ratio[1]}-half{nv}-t32-nv{nv}"
     mask = np.broadcast_to(_tile_mask(70, 81, 32, *ratio), got.shape)
-    fast8 = cpu(geometry, volume, sinos, interpolation="linear8", precision="fast")
+    fast8 = cpu(geometry, volume, sinos, interpolation="linear8", precision="float16")
     assert rel(got[~mask], cpu(geometry, volume, sinos)[~mask]) < 1e-5           # ALU tiles: exact
     assert_fp16_close(got[mask], fast8[mask], 300 * int(mask.sum()))            # fp16 texture tiles
 
@@ -321,10 +321,9 @@ def test_fbp_default_from_numpy_is_exact(rng, no_tuning):
     (ALU): equal to the exact CPU FBP, not only to the texture emulation."""
     g = ParallelGeometry(np.linspace(0, np.pi, 240, endpoint=False), 96, n_rows=21, axis_shift=rng.uniform(-1, 1, 240))
     proj = rng.standard_normal(g.projection_shape).astype(np.float32)
-    got = leveret.fbp(proj, g, chunk_slices=4)
+    st: dict = {}
+    got = leveret.fbp(proj, g, chunk_slices=4, stats=st)   # the time split the stack benchmark reports
     assert rel(got, leveret.fbp(proj, g, backend="cpu")) < 1e-5
-    from leveret import pipeline
-    st = pipeline.last_stats       # the time split the stack benchmark reports
     assert st["chunks"] == 6 and st["wall"] > 0 and st["compute"] > 0 and st["h2d"] > 0 and st["d2h"] > 0
     assert st["load"] > 0 and st["store"] > 0
 

@@ -58,7 +58,7 @@ def awkward_geometry(n_rows=5, n_cols=16, det_spacing=0.11, row_spacing=0.3):
 
 
 def detector_points(g):
-    """World point s e(t) + z ez of every detector pixel, written from CONVENTIONS."""
+    """World point s e(t) + z ez of every detector pixel, written from docs/conventions.md."""
     t = g.angles[:, None, None]
     s = np.stack([g.column_positions(n) for n in range(g.n_angles)])[:, None, :]
     z = ((np.arange(g.n_rows) - (g.n_rows - 1) / 2) * g.row_spacing)[None, :, None]
@@ -248,7 +248,7 @@ def test_supersampling_converges_to_volume():
     b = ball(0.93, center=(0.07, -0.11, 0.05))
     vol = VolumeGeometry((10, 10, 10), voxel_size=0.2)
     errors = [abs(b.rasterize(vol, n).sum() * 0.008 - b.mass) / b.mass for n in (1, 3, 9)]
-    assert errors[2] < errors[0] and errors[2] < 3e-3
+    assert errors[2] < errors[0] and errors[2] < 3e-3      # measured 9.1e-3, 8.2e-4, 1.3e-3
 
 
 def test_section_rasterizes_like_the_volume_slice():

@@ -50,7 +50,7 @@ def test_mass_and_symmetry():
     p = phantom.project_radon(g)
     assert p.shape == (6, 4001)
     # Integrating over t gives the integral over space, for every direction.
-    np.testing.assert_allclose(p.sum(axis=1) * g.spacing, phantom.mass, rtol=1e-5)
+    np.testing.assert_allclose(p.sum(axis=1) * g.spacing, phantom.mass, rtol=2e-6)   # measured 3.7e-7
     # p(t, -n) = p(-t, n): the samples are symmetric about t = 0.
     flipped = project_radon(phantom, g.replace(directions=-g.directions))
     np.testing.assert_allclose(flipped, p[:, ::-1], rtol=1e-12, atol=1e-14)

@@ -90,8 +90,10 @@ def test_cpu_run_against_float64_reference_is_float32_rounding_only(dataset):
     res = run_benchmark(data, L, backend="cpu", reference=cache[L], repeats=2)
     assert isinstance(res, RabbitCTResult)
     assert res.comparison == "float" and res.backend == "cpu" and res.transfer_times_s is None
-    assert res.rmse_hu < 1e-3 and res.max_abs_error_hu < 1e-2      # HU: float32 output vs float64
-    assert res.psnr_db > 150
+    # float32 output vs float64 (values near 1000 HU, eps/2 = 6e-5 HU): measured RMSE 1.0e-5 HU,
+    # max 8.5e-5 HU, PSNR 172 dB; bounds 5x (PSNR for the RMSE bound: 158 dB).
+    assert res.rmse_hu < 5e-5 and res.max_abs_error_hu < 4e-4
+    assert res.psnr_db > 158
     assert res.errors["n_voxels"] == L ** 3
     # RabbitCT's arithmetic.
     assert len(res.compute_times_s) == 2 and res.time_s == min(res.compute_times_s)
@@ -108,8 +110,10 @@ def test_cpu_run_against_the_files_reference_is_rabbitcts_score(dataset):
     data, cache = dataset
     res = run_benchmark(data, 2 * L, backend="cpu")
     assert res.comparison == "quantised" and "uint16" in res.reference
-    # Quantised HU: only voxels whose float32 and float64 values straddle a half-integer differ, by 1.
-    assert res.rmse_hu < 0.1 and res.max_abs_error_hu <= 1.0
+    # Quantised HU: only voxels whose float32 and float64 values straddle a half-integer differ, by 1;
+    # with float32 errors below 4e-4 HU (above) that is at most ~1e-3 of the voxels: RMSE < 0.03
+    # (measured: none differ).
+    assert res.rmse_hu < 0.03 and res.max_abs_error_hu <= 1.0
     assert res.errors["histogram"][0] + res.errors["histogram"][1] == (2 * L) ** 3
     # The same score, computed by hand from the float64 volume the reference came from.
     quantised = run_benchmark(data, 2 * L, backend="cpu", reference=cache[2 * L], compare="quantised")
@@ -147,8 +151,9 @@ def test_texture_emulation_costs_a_fraction_of_a_hu(dataset):
     data, cache = dataset
     res = run_benchmark(data, L, backend="cpu", reference=cache[L], interpolation="linear8")
     assert res.interpolation == "linear8" and "emulation" in res.device
-    # Far above float32 rounding (1e-4 HU), yet unbiased and below a HU at this coarse scale.
-    assert 0.05 < res.rmse_hu < 1.5 and abs(res.errors["mean_error_hu"]) < 0.1
+    # Far above float32 rounding (1e-4 HU), yet unbiased and below a HU at this coarse scale:
+    # measured RMSE 0.66 HU, mean 0.013 HU; bounds 1.5x and 4x.
+    assert 0.3 < res.rmse_hu < 1.0 and abs(res.errors["mean_error_hu"]) < 0.05
 
 
 # -- GPU -------------------------------------------------------------------------------------
@@ -158,8 +163,8 @@ def test_texture_emulation_costs_a_fraction_of_a_hu(dataset):
 # rounding, unbiased. Measured on an H200: this dataset gives 0.281 HU RMSE
 # (the CPU's emulation, interpolation="linear8", the same to 4 digits); the
 # full synthetic dataset (496 views of 1248 x 960) gives 0.141 HU at L = 128,
-# 256 and 512 (0.210 HU quantised). The issue's 0.05 HU (paper 002: 0.021 HU
-# on the rabbit) is not reached on this phantom, whose skull is a sharp
+# 256 and 512 (0.210 HU quantised). Zinsser and Keck (2013)'s 0.021 HU on the
+# rabbit is not reached on this phantom, whose skull is a sharp
 # 1000 HU step: the floor is the kernel's 8-bit weights, not the runner. The
 # full size takes minutes to build, so this test keeps to seconds and asserts
 # the bound for its own scale.

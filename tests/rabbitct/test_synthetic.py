@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from scipy import ndimage
 
 import leveret
 from leveret.geometry import ConeGeometry
@@ -49,12 +50,12 @@ def test_geometry_is_perturbed_but_only_a_little():
     np.testing.assert_allclose(g.matrices[:, 2, 3], 1.0)   # w = 1 at the origin: 1/w^2 is FDK's weight
     np.testing.assert_allclose(np.degrees(g.angles[1] - g.angles[0]), 0.4)
     shift = np.linalg.norm(g.source_positions() - circle.source_positions(), axis=1)
-    assert 0.05 < shift.mean() < 2.0 and shift.max() < 5.0         # mm: not a circle, but close
+    assert 0.25 < shift.mean() < 1.0 and shift.max() < 2.5         # mm: not a circle, but close (0.48, 1.19)
     # Where points of the head land on the detector: off by a few pixels at most, not all zero.
     pts = np.array([[0.0, 0.0, 0.0], [60.0, -80.0, 70.0], [-69.0, 0.0, -40.0]])
     (u, vv, _), (u0, v0, _) = g.project(pts), circle.project(pts)
     d = np.hypot(u - u0, vv - v0)
-    assert 0.3 < np.median(d) and d.max() < 10.0                   # pixels of 0.308 mm
+    assert 0.8 < np.median(d) < 3.0 and d.max() < 8.0              # pixels of 0.308 mm (1.56, 5.2)
     # Seeded: the same by default, different for another seed.
     np.testing.assert_array_equal(make_geometry().matrices, g.matrices)
     assert not np.array_equal(make_geometry(rng=1).matrices, g.matrices)
@@ -67,7 +68,9 @@ def test_shipped_images_back_project_to_fdk(built):
     raw = head_phantom().project(g)
     vol = volume_geometry(SIZES[0])
     rabbit = ConeBackprojection(data_geometry(data), vol, backend="cpu")(data.projections)
-    for precision, tol in (("double", 1e-6), ("single", 1e-5)):
+    # The stored images are float32: measured max differences 4.0e-8 (double) and 4.2e-7
+    # (single) of the largest voxel; bounds 5x.
+    for precision, tol in (("double", 2e-7), ("single", 2e-6)):
         fdk = leveret.fdk(raw.astype(np.float32) if precision == "single" else raw, g, vol,
                           backend="cpu", precision=precision)
         assert np.abs(rabbit - fdk).max() <= tol * np.abs(fdk).max(), precision
@@ -82,9 +85,20 @@ def test_head_reconstructs_to_its_values(built, size):
     z, y, x = (vol.coordinates(a)[c] for a in "zyx")
     truth = head_phantom().evaluate(x[None, None, :], y[None, :, None], z[:, None, None])
     assert 1.0 * MU_WATER <= truth.min() and truth.max() <= 1.04 * MU_WATER   # brain, 0..40 HU
-    assert rec[c, c, c].mean() == pytest.approx(truth.mean(), rel=0.05)
-    # Outside the head (the cube's corners, beyond the field of view included) is about air.
-    assert abs(HU_SCALE * rec[0, 0, 0]) < 200 and abs(HU_SCALE * rec[-1, -1, -1]) < 200
+    # Measured 0.27 % (16^3) and 0.54 % (32^3) above the truth, i.e. 2.8 and 5.5 HU: bound 12 HU.
+    assert HU_SCALE * abs(rec[c, c, c].mean() - truth.mean()) < 12
+    # Outside the head, where every view sees the voxel, is air on average: 24 views draw
+    # streaks (single voxels up to 560 HU) but their mean is -2.5 / 0.8 HU measured; bound 10 HU.
+    z, y, x = (vol.coordinates(a) for a in "zyx")
+    head = head_phantom().evaluate(x[None, None, :], y[None, :, None], z[:, None, None]) > 0
+    near_head = ndimage.binary_dilation(head, iterations=2)
+    u, v, _ = make_geometry(**SCAN).project(np.stack(np.meshgrid(x, y, z, indexing="ij"), -1)
+                                            .transpose(2, 1, 0, 3).reshape(-1, 3))
+    seen = ((u >= 0) & (u <= SCAN["n_cols"] - 1) & (v >= 0) & (v <= SCAN["n_rows"] - 1)).all(axis=0)
+    air = ~near_head & seen.reshape(rec.shape)
+    assert air.sum() > 0.1 * rec.size and abs(HU_SCALE * rec[air].mean()) < 10
+    # The cube's corners lie beyond the field of view: no ray, exactly zero.
+    assert rec[0, 0, 0] == 0 and rec[-1, -1, -1] == 0
 
 
 def test_references_are_the_scored_float64_volumes(built):

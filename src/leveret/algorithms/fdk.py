@@ -14,8 +14,9 @@ from ..operators.cone import RAY_MIN_VIEWS, ConeBackprojection
 
 def fdk(projections, geometry, volume: VolumeGeometry, *, filter: str = "ram-lak",
         short_scan="auto", backend: str = "auto", cutoff: float = 1.0, padding: str = "zero",
-        interpolation: str = "linear", precision: str = "single", max_gpu_memory: int | None = None,
-        slab_slices: int | None = None, progress: bool = False):
+        interpolation: str = "linear", precision: str = "float32", max_gpu_memory: int | None = None,
+        slab_slices: int | None = None, progress: bool = False, stats: dict | None = None,
+        kernel: str = "auto", chunk_views: int | None = None):
     """Feldkamp-Davis-Kress reconstruction of a (near-)circular cone-beam scan.
 
     Parameters
@@ -37,13 +38,28 @@ def fdk(projections, geometry, volume: VolumeGeometry, *, filter: str = "ram-lak
     backend : {"auto", "cuda", "cpu"}
     interpolation : {"linear", "linear8"}
         See :class:`leveret.operators.ConeBackprojection`.
-    precision : {"single", "double"} ("double": CPU only)
+    precision : {"float32", "float64"}
+        Arithmetic and output precision ("float64": CPU only). The old
+        spellings "single" and "double" still work (FutureWarning).
     max_gpu_memory : int, optional
         Bytes of GPU memory the reconstruction may use (default: what is
         free). A volume that does not fit is reconstructed in z-slabs, each
         fed only the detector rows its voxels project to.
     slab_slices : int, optional
         Slices per slab, overriding the plan (on either backend).
+    kernel : str
+        The CUDA back-projection kernel (``ConeBackprojection``'s ``kernel``;
+        "auto" picks per call from the views in it and the voxel size).
+    chunk_views : int, optional
+        Views weighted, filtered and back-projected per call, overriding the
+        plan (which takes as many as GPU memory allows, at most 1/16 of the
+        views from NumPy input on the GPU, so transfers overlap compute).
+    stats : dict, optional
+        Filled with the GPU pipeline's time split when NumPy projections
+        stream through the GPU (``leveret.pipeline.STATS_KEYS``: ``wall``,
+        ``setup``, ``load``, ``store``, ``h2d``, ``compute``, ``d2h`` in
+        seconds, ``chunks``; summed over slabs); left empty otherwise (CPU
+        backend, CuPy input).
 
     Returns
     -------
@@ -67,19 +83,22 @@ def fdk(projections, geometry, volume: VolumeGeometry, *, filter: str = "ram-lak
     if not isinstance(projections, np.ndarray):  # host input is checked chunk by chunk
         v.check_finite_array("projections", projections)
     v.choice("filter", filter, FILTERS)
-    dtype = np.float64 if v.choice("precision", precision, ("single", "double")) == "double" else np.float32
+    dtype = np.float64 if v.precision(precision, ("float32", "float64")) == "float64" else np.float32
 
     from ..backends import resolve
     backend = resolve(backend, projections)
     input_on_gpu = not isinstance(projections, np.ndarray)
     if backend == "cuda" and dtype == np.float64:
-        raise ValueError("precision: 'double' runs on the CPU backend only; use backend='cpu'")
+        raise ValueError("precision: 'float64' runs on the CPU backend only; use backend='cpu'")
     if not isinstance(volume, VolumeGeometry) or volume.is_2d:
         raise ValueError(f"volume: expected a 3D VolumeGeometry, got {volume!r}")
     settings = dict(filter=filter, cutoff=cutoff, padding=padding, short_scan=short_scan,
-                    interpolation=interpolation, backend=backend, dtype=dtype)
-    slabs, chunk_views = _plan_slabs(geometry, volume, backend, max_gpu_memory, slab_slices)
-    settings["chunk_views"] = chunk_views
+                    interpolation=interpolation, kernel=kernel, backend=backend, dtype=dtype, stats=stats)
+    slabs, planned_views = _plan_slabs(geometry, volume, backend, max_gpu_memory, slab_slices)
+    settings["chunk_views"] = planned_views
+    if chunk_views is not None:
+        settings["chunk_views"] = v.positive_int("chunk_views", chunk_views)
+    settings["fixed_chunks"] = chunk_views is not None
     if len(slabs) == 1 and slabs[0] == (0, volume.nz):
         return _reconstruct(projections, geometry, volume, progress=progress, **settings)
 
@@ -135,10 +154,10 @@ def _plan_slabs(geometry, volume, backend, max_gpu_memory, slab_slices):
         if max_gpu_memory is not None:
             budget = min(budget, v.positive_int("max_gpu_memory", max_gpu_memory))
         # The back-projection reads and writes the volume once per call: chunks
-        # of RAY_MIN_VIEWS views, where memory allows, run "ray-hybrid" (FDK
-        # 512^3 from device arrays, H200: 91.6 ms in chunks of 124 views,
-        # 110.2 ms in chunks of 32 with kernel B). From host arrays the chunks
-        # stay small (HOST_CHUNKS), and so kernel B: streaming is the limit there.
+        # of RAY_MIN_VIEWS views, where memory allows, run "ray-hybrid" (faster
+        # than kernel B on smaller chunks: docs/performance.md). From host
+        # arrays the chunks stay small (HOST_CHUNKS), and so kernel B:
+        # streaming is the limit there.
         chunk_views = max(1, min(max(RAY_MIN_VIEWS, -(-geometry.n_views // 16)), budget // 4 // view_bytes))
     if slab_slices is None and backend == "cuda":
         slice_bytes = volume.ny * volume.nx * 4
@@ -192,12 +211,12 @@ class FDKWeighting:
         return apply_filter(raw, self.response, padding=self.padding)
 
 
-def _reconstruct(projections, geometry, volume, *, filter, cutoff, padding, short_scan, interpolation,
-                 backend, dtype, chunk_views, progress):
+def _reconstruct(projections, geometry, volume, *, filter, cutoff, padding, short_scan, interpolation, kernel,
+                 backend, dtype, chunk_views, fixed_chunks, progress, stats=None):
     """FDK of one volume (or slab) from the projections it needs."""
     filtered = FDKWeighting(geometry, filter=filter, cutoff=cutoff, padding=padding, short_scan=short_scan)
     op = ConeBackprojection(geometry, volume, backend=backend, interpolation=interpolation,
-                            matrices=filtered.frames["normalised"])
+                            matrices=filtered.frames["normalised"], kernel=kernel)
     on_gpu = op.backend == "cuda"
     input_on_gpu = not isinstance(projections, np.ndarray)
     if on_gpu:
@@ -206,16 +225,17 @@ def _reconstruct(projections, geometry, volume, *, filter, cutoff, padding, shor
         xp = np
     out = xp.zeros(volume.shape, dtype=dtype)
     chunk = chunk_views
-    if on_gpu and not input_on_gpu:
+    if on_gpu and not input_on_gpu and not fixed_chunks:
         chunk = min(chunk, max(1, -(-geometry.n_views // HOST_CHUNKS)))
 
     chunks = [slice(n0, min(geometry.n_views, n0 + chunk)) for n0 in range(0, geometry.n_views, chunk)]
     from tqdm.auto import tqdm
     with tqdm(total=geometry.n_views, desc="fdk", unit="view", disable=not progress, leave=False) as bar:
         if on_gpu and not input_on_gpu:
-            from ..pipeline import parallel_copy, stream_chunks
+            from ..pipeline import add_stats, parallel_copy, stream_chunks
 
             n_bad = xp.zeros((), xp.int64)
+            split: dict = {}
             download = _SlabDownload(out, op.slab_alignment)
 
             def compute(views, d_in, _):
@@ -231,8 +251,10 @@ def _reconstruct(projections, geometry, volume, *, filter, cutoff, padding, shor
             try:
                 stream_chunks(chunks, in_shape=lambda c: (c.stop - c.start,) + geometry.projection_shape[1:],
                               out_shape=None, load=lambda c, buf: parallel_copy(buf, projections[c]),
-                              compute=compute, on_done=lambda c: bar.update(c.stop - c.start))
+                              compute=compute, on_done=lambda c: bar.update(c.stop - c.start), stats=split)
                 result = download.finish()
+                if stats is not None:
+                    add_stats(stats, split)
             finally:
                 download.close()   # after an error: the page touches and copies not yet started are dropped
             if int(n_bad):
@@ -254,11 +276,10 @@ class _SlabDownload:
 
     The NumPy result is allocated at once and its pages are touched by
     background threads while the GPU works, slab by slab in download order:
-    a fresh array's first writes are page faults, which made the final copies
-    of a 512^3 volume take ~35 ms after the GPU had finished (H200 machine,
-    bench/diag_fdk_numpy.py); one thread needed longer than the GPU's whole
-    run to fault in a 1024^3 volume (4 GiB), so the pages of each slab are
-    split over the copy threads. Each slab's host copy starts in a worker
+    a fresh array's first writes are page faults, which would otherwise make
+    the final copies wait after the GPU has finished; one thread can take
+    longer than the GPU's whole run to fault in a large volume, so the pages
+    of each slab are split over the copy threads. Each slab's host copy starts in a worker
     thread as soon as its transfer lands and its pages are in.
     """
 

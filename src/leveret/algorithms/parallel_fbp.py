@@ -13,9 +13,9 @@ from ..operators import ParallelBackprojection
 def fbp(projections, geometry: ParallelGeometry, volume: VolumeGeometry | None = None, *,
         filter: str = "ram-lak", interpolation: str = "linear", backend: str = "auto",
         cutoff: float = 1.0, padding: str = "zero", angle_weights="auto",
-        precision: str = "single", chunk_slices: int | None = None, out=None,
+        precision: str = "float32", chunk_slices: int | None = None, out=None,
         progress: bool = False, kernel: str = "auto", kernel_options: dict | None = None,
-        roi=None):
+        roi=None, stats: dict | None = None):
     """Filtered back-projection (FBP) of parallel-beam data.
 
     Parameters
@@ -44,12 +44,13 @@ def fbp(projections, geometry: ParallelGeometry, volume: VolumeGeometry | None =
     angle_weights : "auto", "uniform" or array (n_angles,)
         Angular quadrature in radians: "auto" folds the angles onto the half
         circle (``ParallelGeometry.angular_weights``), "uniform" is pi/n_angles.
-    precision : {"single", "double", "exact", "fast"}
-        "single" (= "exact"): float32. "double" computes in float64 (CPU
-        backend only). "fast": the filtered sinograms are stored as fp16 for
-        the back-projection (half2/half4 texels on CUDA, 2-4 slices per
-        texture fetch; the CPU emulates the rounding); see docs/accuracy.md
-        for its error bound.
+    precision : {"float32", "float64", "float16"}
+        "float32": float32 arithmetic. "float64": float64 (CPU backend only).
+        "float16": float32 arithmetic, but the filtered sinograms are stored
+        as fp16 for the back-projection (half2/half4 texels on CUDA, 2-4
+        slices per texture fetch; the CPU emulates the rounding); see
+        docs/accuracy.md for its error bound. The old spellings "single",
+        "exact", "double" and "fast" still work (FutureWarning).
     chunk_slices : int, optional
         Slices per chunk; default planned from free (GPU or host) memory.
     out : ndarray, optional
@@ -67,6 +68,12 @@ def fbp(projections, geometry: ParallelGeometry, volume: VolumeGeometry | None =
         volume's (ny, nx) grid (``ParallelBackprojection``): the output is
         ``(height, width)`` or ``(nz, height, width)`` and equals that window
         of the full reconstruction; the back-projection's cost shrinks with it.
+    stats : dict, optional
+        Filled with the GPU pipeline's time split when NumPy data stream
+        through the GPU in several chunks (``leveret.pipeline.STATS_KEYS``:
+        ``wall``, ``setup``, ``load``, ``store``, ``h2d``, ``compute``,
+        ``d2h`` in seconds, ``chunks``); left empty otherwise (CPU backend,
+        CuPy input, one chunk).
 
     Returns
     -------
@@ -88,15 +95,15 @@ def fbp(projections, geometry: ParallelGeometry, volume: VolumeGeometry | None =
         raise ValueError(f"volume: a {'2D' if geometry.is_2d else '3D'} geometry needs a "
                          f"{'2D' if geometry.is_2d else '3D'} volume, got shape {volume.shape}")
     v.choice("filter", filter, FILTERS)
-    precision = v.choice("precision", precision, ("single", "double", "exact", "fast"))
-    dtype = np.float64 if precision == "double" else np.float32
+    precision = v.precision(precision, ("float32", "float64", "float16"))
+    dtype = np.float64 if precision == "float64" else np.float32
     op = ParallelBackprojection(geometry, volume, interpolation=interpolation, backend=backend,
-                                kernel=kernel, precision="fast" if precision == "fast" else "exact",
+                                kernel=kernel, precision="float16" if precision == "float16" else "float32",
                                 kernel_options=kernel_options, roi=roi)
     if not isinstance(projections, np.ndarray) and op.backend == "cpu":
         raise ValueError("backend: 'cpu' cannot take a CuPy array")
     if op.backend == "cuda" and dtype == np.float64:
-        raise ValueError("precision: 'double' runs on the CPU backend only; use backend='cpu'")
+        raise ValueError("precision: 'float64' runs on the CPU backend only; use backend='cpu'")
     weights = _angle_weights(angle_weights, geometry)
     response = filter_response(geometry.n_cols, filter, cutoff=cutoff,
                                det_spacing=geometry.det_spacing)
@@ -135,7 +142,7 @@ def fbp(projections, geometry: ParallelGeometry, volume: VolumeGeometry | None =
             job.one_chunk_from_host(chunks[0])
             bar.update(n_slices)
         else:
-            job.streamed(chunks, bar=bar)
+            job.streamed(chunks, bar=bar, stats=stats)
     return out
 
 
@@ -168,7 +175,7 @@ class _Job:
             self.op(self.filtered(rows), out=self.out3[k0:k1])
             bar.update(k1 - k0)
 
-    def streamed(self, chunks, *, bar):
+    def streamed(self, chunks, *, bar, stats=None):
         """NumPy in and out on the GPU: chunks through the two-stream pipeline."""
         import cupy
 
@@ -187,7 +194,7 @@ class _Job:
                       load=lambda c, buf: self.rows(c, out=buf),
                       compute=compute,
                       store=lambda c, buf: parallel_copy(self.out3[c[0]:c[1]], buf),
-                      on_done=lambda c: bar.update(c[1] - c[0]))
+                      on_done=lambda c: bar.update(c[1] - c[0]), stats=stats)
         _raise_if_bad(int(n_bad))
 
     def one_chunk_from_host(self, chunk, min_batch_bytes=2 << 20):

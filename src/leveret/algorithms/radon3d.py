@@ -83,7 +83,7 @@ METHODS = ("single-stage", "two-stage")
 
 
 def radon3d_fbp(projections, geometry: RadonGeometry, volume: VolumeGeometry | None = None, *,
-                backend: str = "auto", precision: str = "single", window: str = "none",
+                backend: str = "auto", precision: str = "float32", window: str = "none",
                 cutoff: float = 1.0, weights="auto", method: str = "single-stage",
                 oversampling: int = 2, timings: dict | None = None):
     """3D Radon FBP: second-derivative filter, solid-angle weights, back-projection.
@@ -104,8 +104,9 @@ def radon3d_fbp(projections, geometry: RadonGeometry, volume: VolumeGeometry | N
     backend : {"auto", "cpu", "cuda"}
         "auto": CUDA when CuPy finds a GPU (or the input is a CuPy array),
         else the CPU. "cuda" without a GPU raises RuntimeError.
-    precision : {"single", "double"}
-        float32 or float64 arithmetic and output. The CPU computes sample
+    precision : {"float32", "float64"}
+        float32 or float64 arithmetic and output (the old spellings "single"
+        and "double" still work, with a FutureWarning). The CPU computes sample
         coordinates in float64 either way; the GPU's float32 path computes
         them in float32 relative to a float64 origin per 32 x 8 x 4 tile
         (a few 1e-6 samples off), see ``leveret/cuda/radon3d.cu``. Where a
@@ -165,9 +166,9 @@ def radon3d_fbp(projections, geometry: RadonGeometry, volume: VolumeGeometry | N
     if not isinstance(geometry, RadonGeometry):
         raise ValueError(f"geometry: expected a RadonGeometry, got {type(geometry).__name__}")
     backend = resolve_backend(backend, projections)
-    precision = v.choice("precision", precision, ("single", "double"))
+    precision = v.precision(precision, ("float32", "float64"))
     method = v.choice("method", method, METHODS)
-    dtype = np.float64 if precision == "double" else np.float32
+    dtype = np.float64 if precision == "float64" else np.float32
     projections = _check_projections(projections, geometry)
     volume = _check_volume(geometry.default_volume() if volume is None else volume)
     q_weights = _direction_weights(weights, geometry)

@@ -116,8 +116,8 @@ def backproject(projections: np.ndarray, index_matrices: np.ndarray, out: np.nda
 @numba.njit(inline="always")
 def _texture_fetch8(q, x, y):
     """The texture unit's bilinear fetch at texture coordinates (x, y) = (u + 0.5,
-    v + 0.5), border texels zero. Measured on an H200 (bench/probe_texture_weights.py):
-    the fractions become A, B in 1/256 (rounded to nearest), the corner weight
+    v + 0.5), border texels zero, as the texture unit computes it (probed with
+    bench/probe_texture_weights.py): the fractions become A, B in 1/256 (rounded to nearest), the corner weight
     W11 = round(A B / 256), and the other three follow so the four sum to 256."""
     n_rows, n_cols = q.shape
     t = q.dtype.type
@@ -214,14 +214,14 @@ def backproject_gpu_mirror(projections: np.ndarray, index_matrices: np.ndarray, 
                            depth: int, software, fma_steps=None, accumulate: bool = False,
                            slices=None) -> np.ndarray:
     """What a CUDA kernel computes, on the CPU (float32): the texture kernel
-    (``software=False``), the software kernels ("global", "shared": ``True``),
-    or a per-view mix (a boolean array: the hybrid kernel). For tests, and for
+    (``software=False``), the software kernels ("global", "quad": ``True``),
+    or a per-view mix (a boolean array: "ray-hybrid"). For tests, and for
     users who need GPU-identical results without a GPU. ``index_matrices``
-    as the kernels take them (``leveret.cuda.backproject_cone.kernel_matrices``:
+    as the kernels take them (``leveret.operators.cone_plan.kernel_matrices``:
     float32, texture views shifted by half a texel). ``slices=(k0, k1)``, k0 a
     multiple of ``depth``: only those z slices are written. ``fma_steps``: the
     views whose z coordinates the kernel computes in one fma per voxel
-    (``leveret.cuda.backproject_cone.fma_steps``; default: the software views)."""
+    (``leveret.operators.cone_plan.fma_steps``; default: the software views)."""
     n_views = projections.shape[0]
     software = np.broadcast_to(np.asarray(software, bool), (n_views,)).copy()
     fma_steps = software if fma_steps is None else np.broadcast_to(np.asarray(fma_steps, bool), (n_views,)).copy()

@@ -30,14 +30,12 @@ linear8-fp16
     caller rounds the sinograms to float16): the texture unit returns the
     filtered value of 16-bit float texels rounded to float16 as well, so each
     sample is computed exactly (float64: 11-bit values times 9-bit weights)
-    and rounded to the nearest float16, ties away from zero. Measured on an
-    H200 (2026-11-22): without this final rounding the CPU differed from the
-    GPU by 2.0e-4 relative on white noise, which is the rms of one float16
-    rounding per sample (2.05e-4 simulated); rounding twice (products and sum)
-    would give 3.0e-4. Ties to even: 4.3e-5 to 5.4e-5; ties away: 0 on a
-    single-angle case, 1.6e-5 to 1.9e-5 with many angles (about 0.1 % of the
-    samples one fp16 step apart; the hardware's internal arithmetic is not
-    reproduced bit for bit, see docs/accuracy.md for the bound).
+    and rounded to the nearest float16, ties away from zero, as the texture
+    unit does: without this final rounding the CPU differs from the GPU by
+    the rms of one float16 rounding per sample (~2e-4 relative on white
+    noise); with it, about 0.1 % of the samples land one fp16 step apart
+    (the hardware's internal arithmetic is not reproduced bit for bit; the
+    bound is in docs/accuracy.md).
 """
 from __future__ import annotations
 
@@ -172,8 +170,7 @@ def _backproject_linear(sinos, table, out, exact):
 @numba.njit(inline="always")
 def _round_fp16(x):
     """x (float64) rounded to the nearest IEEE binary16 value, ties AWAY FROM
-    ZERO (what the H200's texture unit returns for fp16 texels: measured,
-    docs/accuracy.md), returned as float64: 11 significant bits for
+    ZERO (what the texture unit returns for fp16 texels, docs/accuracy.md), returned as float64: 11 significant bits for
     |x| >= 2**-14, a fixed spacing of 2**-24 below (subnormals), +-inf from
     65520 on (65520 itself is a tie between 65504 and the first step beyond)."""
     ax = abs(x)

@@ -94,11 +94,18 @@ def compile_report(path: Path, arch: str = "sm_90", defines: tuple[str, ...] = (
     return err == nvrtc.nvrtcResult.NVRTC_SUCCESS, log.decode(errors="replace").rstrip("\x00 \n")
 
 
+def launcher_defines(path: Path) -> tuple[str, ...]:
+    """The -D options the launcher beside ``path`` (``<name>.py``) compiles
+    it with: its ``DEFINES``, if it has them."""
+    import importlib
+    return tuple(getattr(importlib.import_module(f"{__package__}.{Path(path).stem}"), "DEFINES", ()))
+
+
 def print_reports(arch: str = "sm_90") -> int:
     """Print ptxas's register/spill report for every kernel; exit status 1 on a failure."""
     status = 0
     for path in kernel_files():
-        ok, log = compile_report(path, arch)
+        ok, log = compile_report(path, arch, launcher_defines(path))
         print(f"--- {path.name} ({arch}): {'ok' if ok else 'FAILED'}\n{log}")
         status |= not ok
     return status

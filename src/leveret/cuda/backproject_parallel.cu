@@ -14,7 +14,10 @@
 //                              filter at ~60 % of the 32-bit rate, so this
 //                              moves ~1.2x the slice-updates per second.
 
-#define LEVERET_PAR_MAX_ANGLES 2048
+#ifndef LEVERET_PAR_MAX_ANGLES
+#error "backproject_parallel.cu: compile with the launcher's DEFINES (leveret.cuda.backproject_parallel.DEFINES)"
+#endif
+// LEVERET_PAR_MAX_ANGLES: projections whose rows fit in constant memory at once.
 
 __constant__ float4 c_par_table[LEVERET_PAR_MAX_ANGLES];  // (a, b, c, unused)
 
@@ -71,62 +74,20 @@ backproject_parallel_tex2(cudaTextureObject_t sinos,
 }
 
 // ===========================================================================
-// Issue 4: the load-balancing kernel family of paper 001 (Sect. 5-7).
-//
-// Predicted throughput on an H200 (132 SMs; CEILINGS.md: 1005-1029 G bilinear
-// fetches/s of 32-bit texels, 605-613 G/s of 64-bit texels), 64 slices of
-// 2048^2 from 2048 angles, written before measuring:
-//   backproject_parallel_texz1  float texels, Z-order, 4 pixels x 1/4 of the
-//                               projections per thread: texture-bound like
-//                               _tex, ~1000 GU/s (no gain expected: the
-//                               1-slice kernel already hits the ceiling).
-//   backproject_parallel_texz2  float2 / half2 texels: the Z-order locality is
-//                               what the paper measured +35 % on 64-bit texels
-//                               for; float2 ~1600-1800 GU/s, half2 (32-bit
-//                               texels, full filter rate) ~1900-2000 GU/s.
-//   backproject_parallel_texz4  half4 texels (64-bit): 4 slices per fetch at the
-//                               64-bit rate, ~2400 GU/s (fast mode).
-//   backproject_parallel_tile*  (tex_num = 0: the ALU kernel) shared-memory/ALU
-//                               kernel, exact float32 weights. Per pixel and
-//                               projection, whatever NV: 2 FFMA (coordinate),
-//                               FADD.RM + FADD + FADD (floor, weight), IADD +
-//                               LEA (address), one LDS.64 (NV=1) / LDS.128
-//                               (NV=2), then FFMA + FADD per slice: ~10 (NV=1)
-//                               / ~12 (NV=2) issued instructions, plus ~20 %
-//                               for the caching stage (4 NV global loads and
-//                               a float64 corner per cached bin and row).
-//                               H200 issue ceiling: 132 SMs x 4 warp-instr/clk
-//                               x 32 lanes x 1.98 GHz = 33.5 T lane-instr/s:
-//                               NV=1 ~2.8 T, NV=2 ~4.6 T slice-updates/s if
-//                               issue-bound. Paper 001 reached ~60 % of its
-//                               model on Pascal, and the shared loads of a warp
-//                               touch ~8a+4b bins (2 wavefronts per LDS.128),
-//                               so: NV=1 ~1300-1700 GU/s, NV=2 ~2000-2800
-//                               GU/s; 64x64 tiles slightly more (less caching)
-//                               if occupancy (94 registers: 2 blocks/SM) holds.
-//                               Exact mode target 1800 GU/s: NV=2 should meet it.
-//                               NV=4 (tile 32 only): ~16 instructions per
-//                               pixel-projection for 4 updates (two LDS.128):
-//                               ~8 T slice-updates/s issue ceiling, predicted
-//                               ~2800-3800 GU/s if 94 registers (2 blocks/SM)
-//                               still hide the shared-load latency.
-//   backproject_parallel_tile*  (0 < tex_num < tex_den: the hybrid) texture
-//                               blocks beside ALU blocks: if neither path
-//                               starves the other, the texture blocks add up
-//                               to ~1200 GU/s (float2) to the ALU blocks' share:
-//                               ~2500-3200 GU/s at NV=2, ratio 1/3-1/2.
-//                               Fast mode (half4 texture blocks, 4-slice ALU
-//                               blocks on float32): ~2400 GU/s of texture
-//                               blocks' rate at their share plus the ALU
-//                               blocks': ~3000-4000 GU/s (target >= 3000).
-//
-// Bottleneck variants (paper 001's method; compile with the macro):
-//   LEVERET_PAR_NO_TEXTURE  texture fetches replaced by a value derived from
-//                           the coordinate (the texture unit leaves the loop).
-//   LEVERET_PAR_NO_UPDATE   ALU path: the shared-memory read replaced by the
-//                           coordinate (interpolation arithmetic stays).
-//   LEVERET_PAR_NO_CACHE    ALU path: the caching stage writes zeros without
-//                           reading the sinogram (global loads leave).
+// The load-balancing kernel family of Chilingaryan et al. (2018), Sect. 5-7:
+//   backproject_parallel_texz{1,2,4}_q{4,8}  texture kernels with the Z-order
+//       thread mapping: 4 projections in parallel per block, NQ pixels per
+//       thread; float (1), float2 / half2 (2) or half4 (4) texels, so one
+//       fetch filters 1, 2 or 4 slices.
+//   backproject_parallel_tile{1,2,4}_t{32,64}  (tex_num = 0: the ALU kernel)
+//       the sinogram bins a TS x TS tile needs are cached in shared memory
+//       and interpolated in software with exact float32 weights, NV slices
+//       per block.
+//   the same tile kernels with 0 < tex_num <= tex_den: the hybrid, whose
+//       texture blocks run beside the ALU blocks, so the texture units and
+//       the ALUs / shared memory work at the same time.
+// Which one runs for a problem: ParallelBackprojection.default_config and
+// the tuning cache (cuda/tuning.py); their speeds: docs/performance.md.
 // ===========================================================================
 
 // (fp16 texels are read as float2/float4: the texture unit converts and filters them)
@@ -134,31 +95,19 @@ backproject_parallel_tex2(cudaTextureObject_t sinos,
 template <int NV> struct TexVec;
 template <> struct TexVec<1> {
     static __device__ __forceinline__ void add(float* acc, cudaTextureObject_t t, float u, float v, int layer) {
-#ifdef LEVERET_PAR_NO_TEXTURE
-        acc[0] += u * 1e-30f;
-#else
         acc[0] += tex2DLayered<float>(t, u, v, layer);
-#endif
     }
 };
 template <> struct TexVec<2> {
     static __device__ __forceinline__ void add(float* acc, cudaTextureObject_t t, float u, float v, int layer) {
-#ifdef LEVERET_PAR_NO_TEXTURE
-        acc[0] += u * 1e-30f; acc[1] += u * 2e-30f;
-#else
         const float2 r = tex2DLayered<float2>(t, u, v, layer);   // float2 or half2 texels
         acc[0] += r.x; acc[1] += r.y;
-#endif
     }
 };
 template <> struct TexVec<4> {
     static __device__ __forceinline__ void add(float* acc, cudaTextureObject_t t, float u, float v, int layer) {
-#ifdef LEVERET_PAR_NO_TEXTURE
-        acc[0] += u * 1e-30f; acc[1] += u * 2e-30f; acc[2] += u * 3e-30f; acc[3] += u * 4e-30f;
-#else
         const float4 r = tex2DLayered<float4>(t, u, v, layer);   // half4 texels
         acc[0] += r.x; acc[1] += r.y; acc[2] += r.z; acc[3] += r.w;
-#endif
     }
 };
 
@@ -254,7 +203,7 @@ LEVERET_TEXZ(backproject_parallel_texz4_q4, 4, 4)
 //     hybrid (Sect. 7.1) ---
 // Block: 256 threads, one TS x TS tile (TS = 32: 4 pixels per thread; 64: 16).
 // Thread t has a base pixel (bx, by) inside a 16x16 square along the Z curve
-// (paper Fig. 13) and pixels (bx + 16 rx, by + 16 ry).
+// (Chilingaryan et al. (2018), Fig. 13) and pixels (bx + 16 rx, by + 16 ry).
 // Caching stage: SD projections at a time, ST = 256 / SD threads per row. For
 // projection n the tile touches detector columns x = c' + i a + j b over
 // [hmin, hmin + span]; the block caches columns hm + k, k in [0, cw), with
@@ -266,8 +215,8 @@ LEVERET_TEXZ(backproject_parallel_texz4_q4, 4, 4)
 // with zero exactly as the CPU reference and the texture's border mode do.
 // Floor: h + 2^23 rounded towards -inf (__fadd_rd) leaves floor(h) in the
 // mantissa; the integer comes out with one integer subtract and the float with
-// one float subtract, no F2I/FRND (paper 001 Sect. 6.6). Exact for
-// 0 <= h < 2^23; the paper's "h - 0.499999 then round-to-nearest" variant
+// one float subtract, no F2I/FRND (Chilingaryan et al. (2018), Sect. 6.6). Exact for
+// 0 <= h < 2^23; the published "h - 0.499999 then round-to-nearest" variant
 // misrounds fractions above 1 - 1e-6, directed rounding does not.
 // Hybrid: blocks whose linear index b has (b % den) < num take the texture
 // path on the same tile (same mapping, texture linear filtering = CPU
@@ -298,13 +247,11 @@ __device__ __forceinline__ void cache_bin(typename CacheVec<NV>::T* dst, const f
     for (int s = 0; s < NV; ++s) {
         const int k = NV * layer + s;
         v0[s] = 0.0f; v1[s] = 0.0f;
-#ifndef LEVERET_PAR_NO_CACHE
         if (k < n_slices) {
             const float* row = sinos + ((size_t)k * n_angles_total + angle) * n_cols;
             if (col >= 0 && col < n_cols) v0[s] = __ldg(row + col);
             if (col + 1 >= 0 && col + 1 < n_cols) v1[s] = __ldg(row + col + 1);
         }
-#endif
     }
     if constexpr (NV == 1) {
         float2 c; c.x = v0[0]; c.y = __fsub_rn(v1[0], v0[0]);
@@ -325,10 +272,6 @@ __device__ __forceinline__ void cache_bin(typename CacheVec<NV>::T* dst, const f
 template <int NV>
 __device__ __forceinline__ void interp_add(float* acc, const typename CacheVec<NV>::T* cache, int i, float w, bool nearest)
 {
-#ifdef LEVERET_PAR_NO_UPDATE
-#pragma unroll
-    for (int s = 0; s < NV; ++s) acc[s] += w;
-#else
     if constexpr (NV == 1) {
         const float2 c = cache[i];
         acc[0] += nearest ? c.x : __fmaf_rn(w, c.y, c.x);
@@ -346,7 +289,6 @@ __device__ __forceinline__ void interp_add(float* acc, const typename CacheVec<N
             acc[2] += __fmaf_rn(w, d.z, v.z); acc[3] += __fmaf_rn(w, d.w, v.w);
         }
     }
-#endif
 }
 
 template <int NV, int TS, int SD, bool NEAREST>

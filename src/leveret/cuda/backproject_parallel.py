@@ -4,17 +4,17 @@ Kernels (``KERNELS``), all reading ``(n_slices, n_angles, n_cols)`` filtered
 sinograms and writing ``(n_slices, ny, nx)`` slices:
 
 texture
-    one pixel per thread, float or float2 texels (issue 2's kernel).
+    one pixel per thread, float or float2 texels.
 texz
-    paper 001 Alg. 2-4: Z-order thread mapping, 4 projections in parallel
-    per block and ``nq`` pixels per thread; float, float2, half2 or half4
-    texels (``packing``).
+    Chilingaryan et al. (2018), Alg. 2-4: Z-order thread mapping, 4
+    projections in parallel per block and ``nq`` pixels per thread; float,
+    float2, half2 or half4 texels (``packing``).
 alu
-    paper 001 Alg. 6/9: the sinogram bins a ``tile`` x ``tile`` pixel block
-    needs are cached in shared memory, interpolation in software with exact
-    float32 weights; 1, 2 or 4 slices per block (``nv``).
+    Chilingaryan et al. (2018), Alg. 6/9: the sinogram bins a ``tile`` x
+    ``tile`` pixel block needs are cached in shared memory, interpolation in
+    software with exact float32 weights; 1, 2 or 4 slices per block (``nv``).
 hybrid
-    paper 001 Sect. 7.1: the same tiles, ``ratio = (num, den)``: blocks with
+    Chilingaryan et al. (2018), Sect. 7.1: the same tiles, ``ratio = (num, den)``: blocks with
     ``block % den < num`` use the texture path, the rest the ALU path, so
     texture units and ALUs/shared memory work at the same time.
 
@@ -30,12 +30,14 @@ import numpy as np
 from ._module import load_module
 from .texture import LayeredTexture, acquire, release
 
-MAX_ANGLES_PER_PASS = 2048  # LEVERET_PAR_MAX_ANGLES in the .cu file
+MAX_ANGLES_PER_PASS = 2048  # projections whose (a, b, c) rows fit in constant memory at once
 KERNELS = ("texture", "texz", "alu", "hybrid")
 PACKINGS = {"float": (1, False), "float2": (2, False), "half2": (2, True), "half4": (4, True)}
 ALU_SD = {32: 16, 64: 8}          # projections cached per stage for each tile size
 MAX_SHARED = 48 * 1024            # dynamic shared memory without opting in
 MAX_LAYERS_PER_CALL = 2048        # LayeredTexture.MAX_LAYERS: the hybrid's slices per call / nv
+#: The -D options ``backproject_parallel.cu`` needs (it has no defaults of its own).
+DEFINES = (f"LEVERET_PAR_MAX_ANGLES={MAX_ANGLES_PER_PASS}",)
 
 
 def pack_slices(sinos, per_texel: int, dtype=np.float32, xp=np):
@@ -119,15 +121,13 @@ class ParallelBackprojectorGPU:
 
     def __call__(self, sinos, table32: np.ndarray, table64: np.ndarray, out, *,
                  interpolation: str = "linear", kernel: str = "texture", packing: str = "auto",
-                 nq: int = 4, tile: int = 32, nv: int = 2, ratio: tuple[int, int] = (1, 2),
-                 defines: tuple[str, ...] = ()):
+                 nq: int = 4, tile: int = 32, nv: int = 2, ratio: tuple[int, int] = (1, 2)):
         """``out[k] = sum_n sinos[k, n](u_n(i, j))`` for every slice k.
 
         sinos : cupy (n_slices, n_angles, n_cols) float32, C-contiguous
         table32 : numpy (n_angles, 3) float32 rows (a, b, c) (texture paths)
         table64 : numpy (n_angles, 3) float64, the same rows unrounded (ALU path)
         out : cupy (n_slices, ny, nx) float32, overwritten
-        defines : bottleneck macros (benchmarks only)
         """
         if kernel not in KERNELS:
             raise ValueError(f"kernel: expected one of {KERNELS}, got {kernel!r}")
@@ -139,24 +139,24 @@ class ParallelBackprojectorGPU:
         if kernel == "texture":
             if packing == "half4":
                 raise ValueError("packing: the 'texture' kernel reads 1 or 2 slices per texel; use kernel='texz' for half4")
-            return self._texture(sinos, table32, out, interpolation, packing, defines)
+            return self._texture(sinos, table32, out, interpolation, packing)
         if kernel == "texz":
             if nq not in (4, 8) or (packing == "half4" and nq != 4):
                 raise ValueError(f"nq: expected 4 or 8 (4 with half4), got {nq}")
-            return self._texz(sinos, table32, out, interpolation, packing, nq, defines)
+            return self._texz(sinos, table32, out, interpolation, packing, nq)
         if tile not in ALU_SD:
             raise ValueError(f"tile: expected 32 or 64, got {tile}")
         if kernel == "alu":
             if nv not in (1, 2, 4):
                 raise ValueError(f"nv: expected 1, 2 or 4, got {nv}")
-            return self._tile(sinos, table32, table64, out, interpolation, tile, nv, (0, 1), None, defines)
+            return self._tile(sinos, table32, table64, out, interpolation, tile, nv, (0, 1), None)
         num, den = (int(r) for r in ratio)
         if not (den >= 1 and 0 <= num <= den):
             raise ValueError(f"ratio: expected (num, den) with 0 <= num <= den, den >= 1, got {ratio}")
         # the texel's slice count sets the ALU blocks' too (half2/half4: the fast mode's
         # texture blocks read fp16, its ALU blocks float32)
         nv_h = PACKINGS[packing][0]
-        return self._tile(sinos, table32, table64, out, interpolation, tile, nv_h, (num, den), packing, defines)
+        return self._tile(sinos, table32, table64, out, interpolation, tile, nv_h, (num, den), packing)
 
     # -- texture kernels ------------------------------------------------------------------
     def _passes(self, module, table32, stream):
@@ -190,12 +190,12 @@ class ParallelBackprojectorGPU:
             yield s0, s1, layers, tex
             release(tex, stream)
 
-    def _texture(self, sinos, table32, out, interpolation, packing, defines):
+    def _texture(self, sinos, table32, out, interpolation, packing):
         import cupy
 
         ny, nx = out.shape[1:]
         per = PACKINGS[packing][0]
-        module = load_module("backproject_parallel", tuple(defines))
+        module = load_module("backproject_parallel", DEFINES)
         kernel = module.get_function("backproject_parallel_tex2" if per == 2 else "backproject_parallel_tex")
         self.last_kernel = f"texture-{packing}"
         stream = cupy.cuda.get_current_stream()
@@ -210,12 +210,12 @@ class ParallelBackprojectorGPU:
                 kernel(grid_xy + (layers,), self.block, tuple(args), stream=stream)
         return out
 
-    def _texz(self, sinos, table32, out, interpolation, packing, nq, defines):
+    def _texz(self, sinos, table32, out, interpolation, packing, nq):
         import cupy
 
         ny, nx = out.shape[1:]
         per = PACKINGS[packing][0]
-        module = load_module("backproject_parallel", tuple(defines))
+        module = load_module("backproject_parallel", DEFINES)
         kernel = module.get_function(f"backproject_parallel_texz{per}_q{nq}")
         self.last_kernel = f"texz-{packing}-q{nq}"
         stream = cupy.cuda.get_current_stream()
@@ -229,7 +229,7 @@ class ParallelBackprojectorGPU:
         return out
 
     # -- tile kernels (ALU and hybrid) ------------------------------------------------------
-    def _tile(self, sinos, table32, table64, out, interpolation, tile, nv, ratio, packing, defines):
+    def _tile(self, sinos, table32, table64, out, interpolation, tile, nv, ratio, packing):
         n_slices, n_angles, n_cols = sinos.shape
         ny, nx = out.shape[1:]
         nearest = interpolation == "nearest"
@@ -241,7 +241,7 @@ class ParallelBackprojectorGPU:
         cw, shared = alu_plan(table64, tile, nv)
         import cupy
 
-        module = load_module("backproject_parallel", tuple(defines))
+        module = load_module("backproject_parallel", DEFINES)
         kernel = module.get_function(name)
         num, den = ratio
         self.last_kernel = ("alu" if num == 0 else f"hybrid-{num}/{den}-{packing}") + f"-t{tile}-nv{nv}" + \
@@ -272,8 +272,8 @@ class ParallelBackprojectorGPU:
 
 
 class ParallelTextureBackprojector:
-    """Issue 2's interface (bench/bench_fbp.py uses it): the one-pixel-per-thread
-    texture kernel with ``packing`` in {"auto", "float", "float2"} and a block shape."""
+    """The one-pixel-per-thread texture kernel alone, with ``packing`` in
+    {"auto", "float", "float2"} and a block shape (bench/bench_fbp.py times it)."""
 
     def __init__(self, packing: str = "auto", block: tuple[int, int] = (32, 8)):
         self.packing = packing

@@ -26,31 +26,15 @@
 // [1, ~2]), so the float32 coordinate u in [1, W - 2] carries an absolute
 // error of a few 1e-6 samples whatever the volume size.
 //
-// Throughput prediction (float32, H200: 132 SMs, ~1.8 GHz under load).
 // Per voxel update: 1 FFMA (u = u0 + z c), 1 FADD (magic-number floor,
 // t = u + 2^23 - 1/2), 1 FADD (fl = t - 2^23, exact), 1 FADD (f = u - fl),
 // 1 LEA (shared address = window base + 8 x the bits of t: the magic
 // number's offset is folded into the base), 1 LDS.64, 1 FFMA (v0 + f dv),
 // 1 FADD (accumulate); plus 2 FFMA per direction per thread for u0 (amortised
-// over ZPT = 4). FP32 pipe: 6.5 ops at 128/clk/SM -> 19.7 updates/clk/SM;
-// integer: 1 op at 64/clk/SM -> 64/clk/SM; shared memory: a warp's LDS.64 of
-// <= 32 consecutive pairs (|a| <= 1: neighbouring i land on neighbouring or
-// equal samples, so no bank conflicts) is 2 wavefronts of 128 B -> 16
-// updates/clk/SM. Shared-memory bound: 16 x 132 x 1.8e9 = 3.8 T updates/s;
-// staging (W ~ 40 pairs per direction per 1024-update tile, ~4 %) and the
-// batch barriers take some of that, so expect 2-3 T updates/s: 256^3 from
-// 2000 directions (33.5 G updates) in 11-17 ms, under the 30 ms target
-// (1.1 T/s). float64: the H200's FP64 rate is half its FP32 rate and the
-// 128-bit shared loads take 4 wavefronts, so expect about 1/3 of float32.
-//
-// Measured (H200, 2026-11-22, bench/bench_radon3d.py, this kernel alone on
-// device arrays): float32 2.38 T updates/s at 256^3 from 2000 directions
-// (14.1 ms), inside the predicted 2-3 T/s and 63 % of the shared-memory
-// bound; 1.89 T/s at 128^3 and 200^3 from 208 directions (0.23 / 0.88 ms:
-// fewer directions per block, so staging, barriers and the launch weigh
-// more). float64 1.43 T/s (23.4 ms), 0.60 of float32 rather than the
-// predicted 1/3: the float32 kernel is not at its shared-memory bound, so
-// doubling the shared traffic costs less than the ratio of the two bounds.
+// over ZPT = 4). A warp's LDS.64 of <= 32 consecutive pairs (|a| <= 1:
+// neighbouring i land on neighbouring or equal samples) has no bank
+// conflicts, so the kernel is bound by shared-memory bandwidth; float64 moves
+// twice the shared bytes per update. Speeds: docs/performance.md.
 //
 // The float32 floor uses the magic number 2^23 because FRND/F2I run at a
 // quarter of the FP32 rate; it needs u >= 1/2, which the window's one-sample
@@ -58,8 +42,11 @@
 // rather than up (ties to even): f is then 1 instead of 0, the same value,
 // since the pair at fl holds p[fl] + 1 * (p[fl + 1] - p[fl]).
 
-#define RADON_BX 32
-#define RADON_BY 8
+// RADON_BX x RADON_BY threads per block: the launcher's BLOCK, passed as -D
+// options (leveret.cuda.radon3d.DEFINES), also by the host harness.
+#if !defined(RADON_BX) || !defined(RADON_BY)
+#error "radon3d.cu: compile with the launcher's DEFINES (leveret.cuda.radon3d.DEFINES)"
+#endif
 
 // The shared-memory kernel uses inline PTX (shared loads by 32-bit address), so
 // the host build of tests/cuda/radon3d_host_harness.cpp leaves it out; the

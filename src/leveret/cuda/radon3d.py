@@ -14,9 +14,11 @@ import numpy as np
 
 from ._module import load_module
 
-BLOCK = (32, 8)          # RADON_BX, RADON_BY in the .cu file
+BLOCK = (32, 8)          # threads per block (x, y) of the back-projection kernels
 SHARED_BUDGET = 48 * 1024  # bytes of dynamic shared memory per block (the default limit)
 MAX_BATCH = 64           # directions staged per batch at most
+#: The -D options ``radon3d.cu`` needs (it has no defaults of its own).
+DEFINES = (f"RADON_BX={BLOCK[0]}", f"RADON_BY={BLOCK[1]}")
 
 
 def _dtype_tag(dtype) -> str:
@@ -193,7 +195,7 @@ def backproject(proj, table: np.ndarray, out, *, proj_bstride: int = 0, table_bs
     head = (proj, np.int64(proj_bstride), table_dev, np.int32(table_bstride), out,
             np.int32(nx), np.int32(ny), np.int32(nb), np.int32(n_dirs), np.int32(n_samples))
     tail = (np.int32(b_offset), np.int32(bool(accumulate)))
-    module = load_module("radon3d")
+    module = load_module("radon3d", DEFINES)
     if plan.path == "global":
         kernel = module.get_function(f"radon3d_bp_global_{tag}_z{zpt}")
         kernel(grid, BLOCK, head + tail)
@@ -224,7 +226,7 @@ def forward(vol, table: np.ndarray, out, *, k_per_block: int | None = None, path
         k_per_block = forward_k_per_block(nz, n_dirs)
     out[...] = 0
     name = f"radon3d_fwd_{tag}" if use == "shared" else f"radon3d_fwd_global_{tag}"
-    kernel = load_module("radon3d").get_function(name)
+    kernel = load_module("radon3d", DEFINES).get_function(name)
     grid = (n_dirs, -(-nz // k_per_block))
     kernel(grid, (256,), (vol, cupy.asarray(np.ascontiguousarray(table, np.float64)), out,
                           np.int32(nx), np.int32(ny), np.int32(nz), np.int32(n_samples),

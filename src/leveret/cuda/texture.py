@@ -122,13 +122,14 @@ def clear_cache() -> None:
 # Per-view 2D textures over the projections in place (pitch-linear memory).
 #
 # A layered CUDA array must be filled by a copy: for the ray-aligned cone
-# kernels that copy (and the gather of each pass's views before it) took 6.4
-# of 60 ms at RabbitCT 512^3. A texture object can instead sit on ordinary
-# device memory ("pitch 2D": rows at a fixed pitch), one per view, and the
-# kernels pick a view's object from a table in constant memory. The texture
-# unit filters it with the same 8-bit weights (sums bit-identical, H200), at a
-# cost in hit rate that depends on the access pattern: ~4 % for lanes along
-# the rays, 20 % for kernel B's lanes along x (docs/performance.md).
+# kernels that copy (and the gather of each pass's views before it) is a
+# noticeable share of the back-projection. A texture object can instead sit
+# on ordinary device memory ("pitch 2D": rows at a fixed pitch), one per
+# view, and the kernels pick a view's object from a table in constant memory.
+# The texture unit filters it with the same 8-bit weights (sums
+# bit-identical), at a cost in hit rate that depends on the access pattern:
+# small for lanes along the rays, larger for kernel B's lanes along x, which
+# keeps the layered array (docs/performance.md).
 
 VIEW_CACHE_ENTRIES = 4
 _view_cache: "OrderedDict[tuple, ViewTextures]" = OrderedDict()

@@ -23,7 +23,7 @@ import tempfile
 from pathlib import Path
 from typing import Callable, Iterable
 
-CACHE_VERSION = 1
+CACHE_VERSION = 2   # 2: precision keys are dtype names ("float32", "float16")
 
 
 def cache_path() -> Path:
@@ -107,7 +107,7 @@ def env_override() -> dict | None:
 def candidates(interpolation: str, precision: str, n_slices: int) -> list[dict]:
     """The search space: every kernel and parameter set valid for the mode."""
     out: list[dict] = []
-    if precision == "fast":
+    if precision == "float16":
         out = [{"kernel": "texture", "packing": "half2"},
                {"kernel": "texz", "packing": "half2", "nq": 4},
                {"kernel": "texz", "packing": "half2", "nq": 8}]

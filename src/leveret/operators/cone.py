@@ -1,26 +1,34 @@
 """Cone-beam voxel-driven back-projection as an operator over a (geometry, volume) pair."""
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 
 from .. import _validate as v
-from ..backends import resolve
 from ..geometry import VolumeGeometry
+from ._base import Operator
+from .cone_plan import DEPTH, fma_steps, kernel_matrices, software_views
 
-# Per interpolation, the kernel "auto" runs (docs/performance.md, cone beam, H200
-# 2026-11-24, session 6): for "linear", "ray-hybrid" (ray-aligned passes, a
-# third of the views with exact weights beside the texture unit) for a call of
-# RAY_MIN_VIEWS views or more where a voxel projects onto RAY_MIN_PIXELS
-# detector pixels or more (RabbitCT 512^3, 2.4 pixels: 57 ms against 60 for
-# "ray" and 81-85 for kernel B; 1024^3, 1.2 pixels: 387 against 412 ms;
-# slabs at 0.81 and 0.61 pixels: 6-8 % faster than kernel B; smaller voxels
-# not measured), else "texture" (kernel B: FDK's chunks of ~32 views from host
-# arrays were slower with the ray kernels); "quad" for "linear32"
-# (1.6-1.8x the "global" kernel). "linear8" on the CPU mirrors what "linear"
-# runs on CUDA (both texture-unit arithmetic), so the two share a kernel.
+# The kernel "auto" runs, by interpolation and problem (measurements in
+# docs/performance.md, cone beam):
+#
+#   interpolation       condition                                  kernel
+#   "linear"/"linear8"  >= RAY_MIN_VIEWS views in the call and a    "ray-hybrid"
+#                       voxel spans >= RAY_MIN_PIXELS det. pixels
+#   "linear"/"linear8"  otherwise (FDK's chunks, small voxels)     "texture"
+#   "linear32"          always                                     "quad"
+#
+# Why: lanes along the rays pay off when neighbouring voxels read different
+# pixels (large voxels) and a pass's extra volume traffic is spread over many
+# views; otherwise kernel B's lanes along x already hit the texture cache.
+# "linear8" on the CPU mirrors what "linear" runs on CUDA, so the two share a kernel.
 AUTO_KERNEL = {"linear": "texture", "linear8": "texture", "linear32": "quad"}
 RAY_MIN_PIXELS = 0.6
 RAY_MIN_VIEWS = 124
+#: Kernels that no longer exist, with the one that now runs in their place
+#: (a FutureWarning says so): "shared" computed what "global" computes.
+_REMOVED_KERNELS = {"shared": "global", "hybrid": "ray-hybrid"}
 
 
 def projected_voxel_pixels(index_matrices: np.ndarray, volume: VolumeGeometry) -> float:
@@ -55,7 +63,7 @@ def check_in_front(matrices: np.ndarray, volume: VolumeGeometry) -> None:
                          f"got w <= 0 at a volume corner in view {int(bad[0])} ({bad.size} view(s))")
 
 
-class ConeBackprojection:
+class ConeBackprojection(Operator):
     """Voxel-driven cone-beam back-projection ``B``: projections -> volume.
 
     ``B(q)[k, j, i] = sum_n q_n(u, v) / w^2`` with ``(u w, v w, w) = P_n x``
@@ -68,34 +76,36 @@ class ConeBackprojection:
     geometry : ConeGeometry
     volume : VolumeGeometry (3D)
     backend : {"auto", "cuda", "cpu"}
+        NumPy in, NumPy out; CuPy in, CuPy out (``leveret.operators._base``).
     interpolation : {"linear", "linear8", "linear32"}
         "linear": exact bilinear weights on the CPU (float64 arithmetic); on
         CUDA the texture unit's 8-bit weights (kernel "ray-hybrid", which
-        reads a third of the views with exact weights, for calls of
-        ``RAY_MIN_VIEWS`` views or more where a voxel spans ``RAY_MIN_PIXELS``
-        detector pixels or more, else kernel B). "linear8": the CUDA
-        kernel's arithmetic on either backend (float32): with a texture kernel
-        ("texture", "ray") the texture unit's 8-bit weights; with kernel
-        "auto" the CPU mirrors what "linear" runs on CUDA. "linear32": exact
-        weights in float32 on either backend (CUDA: software interpolation,
-        20x smaller interpolation error than the texture unit).
+        reads a third of the views with exact weights, or kernel "texture":
+        see ``kernel``). "linear8": the CUDA kernel's arithmetic on either
+        backend (float32): with a texture kernel ("texture", "ray") the
+        texture unit's 8-bit weights; with kernel "auto" the CPU mirrors what
+        "linear" runs on CUDA. "linear32": exact weights in float32 on either
+        backend (CUDA: software interpolation, about 20x smaller
+        interpolation error than the texture unit).
     matrices : ndarray (n_views, 3, 4), optional
         Replacement matrices (e.g. rescaled) for the same views.
-    kernel : {"auto", "texture", "hybrid", "ray", "ray-hybrid", "quad", "global", "shared"}
+    kernel : {"auto", "texture", "ray", "ray-hybrid", "quad", "global"}
         Which CUDA kernel (``leveret.cuda.backproject_cone``); the CPU's
         "linear8"/"linear32" modes mirror the one chosen. With
-        "linear"/"linear8": "texture" (kernel B), "hybrid" (exact weights from
-        shared memory for some views, the texture unit for the others, both
-        at once), "ray" (kernel B's arithmetic, views in passes of similar
-        direction with a warp's lanes along the rays), "ray-hybrid" (the same
-        passes, a third of the views with exact weights from quads) or
-        "quad" (exact weights, see below); with "linear32": "quad" (exact
-        float32 weights from a per-view quad layout, one 16-byte load per
-        sample, lanes along the rays), "global" or "shared". "auto" picks the
-        fastest measured (``AUTO_KERNEL``, ``RAY_MIN_PIXELS``, ``RAY_MIN_VIEWS``,
-        docs/performance.md); ``kernel_for(n_views)`` tells which a call runs,
-        ``last_kernel`` which the last call ran.
+        "linear"/"linear8": "texture" (kernel B), "ray" (kernel B's
+        arithmetic, views in passes of similar direction with a warp's lanes
+        along the rays), "ray-hybrid" (the same passes, a third of the views
+        with exact weights from quads) or "quad"; with "linear32": "quad"
+        (exact float32 weights from a per-view quad layout, one 16-byte load
+        per sample, lanes along the rays) or "global" (exact weights, lanes
+        along x). "auto" follows the table above ``AUTO_KERNEL`` in this
+        module (``RAY_MIN_PIXELS``, ``RAY_MIN_VIEWS``); ``kernel_for(n_views)``
+        tells which a call runs, ``last_kernel`` which the last call ran.
+        "shared" and "hybrid" are deprecated names (FutureWarning) for
+        "global" and "ray-hybrid".
     """
+
+    _repr_fields = ("interpolation", "kernel")
 
     def __init__(self, geometry, volume: VolumeGeometry, *, backend: str = "auto",
                  interpolation: str = "linear", matrices=None, kernel: str = "auto"):
@@ -104,16 +114,20 @@ class ConeBackprojection:
             raise ValueError(f"geometry: expected a ConeGeometry, got {type(geometry).__name__}")
         if not isinstance(volume, VolumeGeometry) or volume.is_2d:
             raise ValueError(f"volume: expected a 3D VolumeGeometry, got {volume!r}")
-        self.geometry = geometry
-        self.volume = volume
-        self.matrices = np.asarray(geometry.matrices if matrices is None else matrices, np.float64)
-        if self.matrices.shape != (geometry.n_views, 3, 4):
-            raise ValueError(f"matrices: expected shape {(geometry.n_views, 3, 4)}, got {self.matrices.shape}")
-        check_in_front(self.matrices, volume)
-        self.backend = resolve(backend)
+        matrices = np.asarray(geometry.matrices if matrices is None else matrices, np.float64)
+        if matrices.shape != (geometry.n_views, 3, 4):
+            raise ValueError(f"matrices: expected shape {(geometry.n_views, 3, 4)}, got {matrices.shape}")
+        check_in_front(matrices, volume)
+        super().__init__(geometry, volume, backend)
+        self.matrices = matrices
         self.interpolation = v.choice("interpolation", interpolation, ("linear", "linear8", "linear32"))
-        allowed = (("auto", "quad", "global", "shared") if self.interpolation == "linear32"
-                   else ("auto", "texture", "hybrid", "ray", "ray-hybrid", "quad"))
+        if isinstance(kernel, str) and kernel.lower() in _REMOVED_KERNELS:
+            new = _REMOVED_KERNELS[kernel.lower()]
+            warnings.warn(f"kernel: {kernel!r} was removed; running {new!r} (pass kernel={new!r})",
+                          FutureWarning, stacklevel=2)
+            kernel = new
+        allowed = (("auto", "quad", "global") if self.interpolation == "linear32"
+                   else ("auto", "texture", "ray", "ray-hybrid", "quad"))
         self.kernel = v.choice("kernel", kernel, allowed)
         self._index = index_matrices(self.matrices, volume)
         self._gpus: dict = {}
@@ -135,8 +149,7 @@ class ConeBackprojection:
     @property
     def slab_alignment(self) -> int:
         """``slices`` boundaries must be multiples of this (the kernels' z voxels per thread)."""
-        from ..cuda.backproject_cone import depth
-        return 1 if (self.backend == "cpu" and self.interpolation == "linear") else depth()
+        return 1 if (self.backend == "cpu" and self.interpolation == "linear") else DEPTH
 
     def __call__(self, projections, out=None, *, views=slice(None), accumulate: bool = False, slices=None):
         """Back-project ``projections`` of the views ``views`` into ``out`` (nz, ny, nx).
@@ -144,6 +157,8 @@ class ConeBackprojection:
         ``slices=(k0, k1)``: write only z slices k0..k1-1 (both multiples of
         ``slab_alignment``, or k1 = nz), with the same arithmetic as a whole
         volume, so a volume can be finished and downloaded slab by slab.
+        NumPy in, NumPy out; CuPy in, CuPy out (the CUDA backend runs in
+        float32).
         """
         idx = self._index[views]
         nz = self.volume.nz
@@ -157,41 +172,38 @@ class ConeBackprojection:
         expected = (idx.shape[0], self.geometry.n_rows, self.geometry.n_cols)
         if tuple(projections.shape) != expected:
             raise ValueError(f"projections: expected shape {expected}, got {tuple(projections.shape)}")
-        xp = v.array_module(projections)
-        if out is None:
-            out = xp.zeros(self.volume.shape, dtype=projections.dtype)
-        elif tuple(out.shape) != self.volume.shape:
-            raise ValueError(f"out: expected shape {self.volume.shape}, got {tuple(out.shape)}")
+        if self.backend == "cuda" and projections.dtype != np.float32:
+            raise ValueError(f"projections: the CUDA backend runs in float32, got {projections.dtype}")
+        given = projections
+        projections = self._input("projections", projections)
+        res, out = self._output("out", out, self.volume.shape, projections.dtype, like=given,
+                                keep=accumulate or slices is not None)
         kernel = self._last = self.kernel_for(idx.shape[0])
         if self.backend == "cuda":
-            if xp is np:
-                raise ValueError("projections: the CUDA backend takes CuPy arrays, got a NumPy array")
-            if projections.dtype != np.float32 or out.dtype != np.float32:
-                raise ValueError("projections: the CUDA backend runs in float32")
+            import cupy
             if kernel not in self._gpus:
-                from ..cuda.backproject_cone import ConeTextureBackprojector, kernel_matrices, staged_views
+                from ..cuda.backproject_cone import CudaConeBackprojector
                 matrices = None
-                if kernel in ("texture", "global", "shared"):   # the same per view in any call: upload once
-                    matrices = xp.asarray(kernel_matrices(self._index, staged_views(self.geometry.n_views, kernel)))
-                self._gpus[kernel] = (ConeTextureBackprojector(kernel=kernel), matrices)
+                if kernel in ("texture", "global"):   # the same per view in any call: upload once
+                    matrices = cupy.asarray(kernel_matrices(self._index, np.full(self.geometry.n_views,
+                                                                                 kernel == "global")))
+                self._gpus[kernel] = (CudaConeBackprojector(kernel), matrices)
             gpu, matrices = self._gpus[kernel]
             # (the ray kernels cache their own per-pass matrices)
-            return gpu(xp.ascontiguousarray(projections), idx, out, accumulate=accumulate, slices=slices,
-                       device_matrices=None if matrices is None else matrices[views])
-        if xp is not np:
-            raise ValueError("projections: the CPU backend takes NumPy arrays, got a CuPy array")
+            gpu(cupy.ascontiguousarray(projections), idx, res, accumulate=accumulate, slices=slices,
+                device_matrices=None if matrices is None else matrices[views])
+            return self._finish(res, out)
         from ..cpu import backproject_cone as cpu
         if self.interpolation in ("linear8", "linear32"):
-            from ..cuda.backproject_cone import depth, fma_steps, kernel_matrices, software_views
             software = software_views(kernel, idx, self.volume.shape)
-            return cpu.backproject_gpu_mirror(projections, kernel_matrices(idx, software).reshape(-1, 3, 4), out,
-                                              depth=depth(), software=software,
+            return cpu.backproject_gpu_mirror(projections, kernel_matrices(idx, software).reshape(-1, 3, 4), res,
+                                              depth=DEPTH, software=software,
                                               fma_steps=fma_steps(kernel, software), accumulate=accumulate,
                                               slices=slices)
         if slices is not None:   # exact arithmetic: the slab's own index matrices
             shifted = idx.copy()
             shifted[:, :, 3] += slices[0] * idx[:, :, 2]
-            cpu.backproject(np.ascontiguousarray(projections), shifted, out[slices[0]:slices[1]],
+            cpu.backproject(np.ascontiguousarray(projections), shifted, res[slices[0]:slices[1]],
                             accumulate=accumulate)
-            return out
-        return cpu.backproject(np.ascontiguousarray(projections), idx, out, accumulate=accumulate)
+            return res
+        return cpu.backproject(np.ascontiguousarray(projections), idx, res, accumulate=accumulate)

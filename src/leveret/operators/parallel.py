@@ -4,18 +4,18 @@ from __future__ import annotations
 import numpy as np
 
 from .. import _validate as v
-from ..backends import resolve
 from ..geometry import ParallelGeometry, VolumeGeometry
+from ._base import Operator
 
 INTERPOLATIONS = ("nearest", "linear", "linear8")
 KERNELS = ("auto", "texture", "texz", "alu", "hybrid")
-PRECISIONS = ("exact", "fast")
+PRECISIONS = ("float32", "float16")
 
 
 def parallel_table(geometry: ParallelGeometry, volume: VolumeGeometry, dtype=np.float32,
                    offset: tuple[int, int] = (0, 0)) -> np.ndarray:
     """Per-projection ``(a, b, c)`` so that pixel (j, i) samples texture coordinate
-    ``u = (i a + j b) + c = column + 0.5`` (CONVENTIONS.md, parallel beam).
+    ``u = (i a + j b) + c = column + 0.5`` (docs/conventions.md, parallel beam).
 
     ``offset = (j0, i0)`` shifts the origin to pixel (j0, i0) of the volume's
     grid: a region of interest starting there uses the same (a, b) and
@@ -52,7 +52,7 @@ def _check_roi(roi, ny: int, nx: int) -> tuple[int, int, int, int]:
     return (y0, x0, h, w)
 
 
-class ParallelBackprojection:
+class ParallelBackprojection(Operator):
     """Voxel-driven back-projection ``B``: sinogram stack -> image slices.
 
     ``B(sinos)[k, j, i] = sum_n sinos[k, n](column of pixel (j, i) at angle n)``,
@@ -72,27 +72,28 @@ class ParallelBackprojection:
         kernels only on CUDA), so a CPU run reproduces a GPU run to float
         rounding (docs/accuracy.md).
     backend : {"auto", "cuda", "cpu"}
+        NumPy in, NumPy out; CuPy in, CuPy out (``leveret.operators._base``).
     texture_packing : {"auto", "float", "float2", "half2", "half4"}
         CUDA texture kernels: slices per texel ("auto": float2 whenever there
-        are two slices, half2 / half4 in the fast mode). The result does not
-        depend on float vs float2.
+        are two slices, half2 / half4 with precision "float16"). The result
+        does not depend on float vs float2.
     kernel : {"auto", "texture", "texz", "alu", "hybrid"}
         CUDA kernel (``leveret.cuda.backproject_parallel``). "auto": the
         environment variable LEVERET_PARALLEL_KERNEL, else the tuning cache
         for this GPU and problem class (``tune()`` fills it), else the
-        measured fastest (``default_config``): the exact ALU kernel for
-        "linear" in the exact mode, the fast hybrid in the fast mode, the
-        texture kernels for "nearest"/"linear8" or where the ALU kernel's
-        cache does not fit (pixels much wider than detector bins).
-        ``last_kernel`` tells which ran.
-    precision : {"exact", "fast"}
-        "exact": float32 filtered sinograms. "fast": the texture kernels read
-        them as fp16 (half2 / half4 texels, 2 or 4 slices per fetch; the
+        fastest (``default_config``): the exact ALU kernel for "linear" in
+        float32, the hybrid in float16, the texture kernels for
+        "nearest"/"linear8" or where the ALU kernel's cache does not fit
+        (pixels much wider than detector bins). ``last_kernel`` tells which ran.
+    precision : {"float32", "float16"}
+        "float32": float32 filtered sinograms. "float16": the texture kernels
+        read them as fp16 (half2 / half4 texels, 2 or 4 slices per fetch; the
         hybrid's ALU tiles stay float32 and exact); the CPU backend emulates
         it with a float16 round trip of the sinograms; with
         ``interpolation="linear8"`` it also rounds each filtered sample to
         float16, as the texture unit does for 16-bit float texels, and so
-        reproduces the GPU's fp16 texture path to float rounding.
+        reproduces the GPU's fp16 texture path to float rounding. The old
+        spellings "exact" and "fast" still work (FutureWarning).
     roi : (y0, x0, height, width), optional
         Reconstruct only this rectangle of each slice (pixels of the
         volume's grid); the output is (n_slices, height, width).
@@ -101,34 +102,35 @@ class ParallelBackprojection:
         ``{"tile": 64, "ratio": (1, 2)}``.
     """
 
+    _repr_fields = ("interpolation", "kernel", "precision")
+
     def __init__(self, geometry: ParallelGeometry, volume: VolumeGeometry, *,
                  interpolation: str = "linear", backend: str = "auto",
-                 texture_packing: str = "auto", kernel: str = "auto", precision: str = "exact",
+                 texture_packing: str = "auto", kernel: str = "auto", precision: str = "float32",
                  roi=None, kernel_options: dict | None = None):
         if not isinstance(geometry, ParallelGeometry):
             raise ValueError(f"geometry: expected a ParallelGeometry, got {type(geometry).__name__}")
         if not isinstance(volume, VolumeGeometry):
             raise ValueError(f"volume: expected a VolumeGeometry, got {type(volume).__name__}")
-        self.geometry = geometry
-        self.volume = volume
+        super().__init__(geometry, volume, backend)
         self.interpolation = v.choice("interpolation", interpolation, INTERPOLATIONS)
-        self.backend = resolve(backend)
         self.texture_packing = v.choice("texture_packing", texture_packing,
                                         ("auto", "float", "float2", "half2", "half4"))
         self.kernel = v.choice("kernel", kernel, KERNELS)
-        self.precision = v.choice("precision", precision, PRECISIONS)
+        self.precision = v.precision(precision, PRECISIONS)
         self.roi = _check_roi(roi, volume.ny, volume.nx)
         self.kernel_options = dict(kernel_options or {})
         bad = set(self.kernel_options) - {"nq", "tile", "nv", "ratio", "packing"}
         if bad:
             raise ValueError(f"kernel_options: unknown keys {sorted(bad)}; expected nq, tile, nv, ratio, packing")
         half = self.texture_packing in ("half2", "half4")
-        if half and self.precision != "fast":
-            raise ValueError(f"texture_packing: {texture_packing!r} stores fp16; use precision='fast'")
-        if self.precision == "fast" and self.texture_packing in ("float", "float2"):
-            raise ValueError(f"texture_packing: precision='fast' stores half2/half4 texels, got {texture_packing!r}")
-        if self.precision == "fast" and self.kernel == "alu":
-            raise ValueError("kernel: 'alu' reads float32 sinograms; precision='fast' runs "
+        if half and self.precision != "float16":
+            raise ValueError(f"texture_packing: {texture_packing!r} stores fp16; use precision='float16'")
+        if self.precision == "float16" and self.texture_packing in ("float", "float2"):
+            raise ValueError(f"texture_packing: precision='float16' stores half2/half4 texels, "
+                             f"got {texture_packing!r}")
+        if self.precision == "float16" and self.kernel == "alu":
+            raise ValueError("kernel: 'alu' reads float32 sinograms; precision='float16' runs "
                              "'texture' (half2), 'texz' (half2/half4) or 'hybrid' (half2/half4 texture blocks)")
         if self.interpolation == "linear8" and self.kernel in ("alu", "hybrid"):
             raise ValueError(f"kernel: {kernel!r} interpolates with exact weights (or mixes them); "
@@ -152,47 +154,41 @@ class ParallelBackprojection:
         """Back-project ``sinos`` (n_slices, n_angles, n_cols) into ``out`` (n_slices, ny, nx)
         (ny, nx of the ROI when one is set).
 
-        NumPy in/out on the CPU backend, CuPy in/out on CUDA. float64 runs on the
-        CPU only.
+        NumPy in, NumPy out; CuPy in, CuPy out (the CUDA backend runs in
+        float32; float64 runs on the CPU only).
         """
         g = self.geometry
         if sinos.ndim != 3 or sinos.shape[1:] != (g.n_angles, g.n_cols):
             raise ValueError(f"sinos: expected shape (n_slices, {g.n_angles}, {g.n_cols}), "
                              f"got {tuple(sinos.shape)}")
-        ny, nx = self.out_shape
-        xp = v.array_module(sinos)
-        if out is None:
-            out = xp.empty((sinos.shape[0], ny, nx), dtype=sinos.dtype)
-        elif out.shape != (sinos.shape[0], ny, nx) or out.dtype != sinos.dtype:
-            raise ValueError(f"out: expected {(sinos.shape[0], ny, nx)} {sinos.dtype}, "
-                             f"got {out.shape} {out.dtype}")
+        if self.backend == "cuda" and sinos.dtype != np.float32:
+            raise ValueError(f"sinos: the CUDA backend runs in float32, got {sinos.dtype}")
+        given = sinos
+        sinos = self._input("sinos", sinos)
+        res, out = self._output("out", out, (sinos.shape[0],) + self.out_shape, sinos.dtype, like=given)
         if self.backend == "cpu":
-            if xp is not np:
-                raise ValueError("sinos: the CPU backend takes NumPy arrays, got a CuPy array")
             from ..cpu.backproject_parallel import backproject
             mode = self.interpolation
-            if self.precision == "fast":
+            if self.precision == "float16":
                 # what the GPU's fp16 texels hold: each value rounded to float16
                 sinos = sinos.astype(np.float16).astype(sinos.dtype)
             # The exact mode reads its coordinates in float64; the texture-like
             # modes round them in the data's precision, as the GPU does.
             table = self.table(np.float64 if mode == "linear" else sinos.dtype)
-            self._last_cpu = f"cpu-{mode}" + ("-fp16" if self.precision == "fast" else "")
-            if self.precision == "fast" and mode == "linear8":
+            self._last_cpu = f"cpu-{mode}" + ("-fp16" if self.precision == "float16" else "")
+            if self.precision == "float16" and mode == "linear8":
                 # the texture unit also returns fp16 texels' filtered values rounded to fp16
                 mode = "linear8-fp16"
-            return backproject(np.ascontiguousarray(sinos), table, out, mode)
-        if xp is np:
-            raise ValueError("sinos: the CUDA backend takes CuPy arrays, got a NumPy array")
-        if sinos.dtype != np.float32:
-            raise ValueError(f"sinos: the CUDA backend runs in float32, got {sinos.dtype}")
+            return backproject(np.ascontiguousarray(sinos), table, res, mode)
+        import cupy
         if self._gpu is None:
             from ..cuda.backproject_parallel import ParallelBackprojectorGPU
             self._gpu = ParallelBackprojectorGPU()
         config = self.resolve_kernel(sinos.shape[0])
         filtering = "nearest" if self.interpolation == "nearest" else "linear"
-        return self._gpu(xp.ascontiguousarray(sinos), self.table(np.float32), self.table(np.float64),
-                         out, interpolation=filtering, **config)
+        self._gpu(cupy.ascontiguousarray(sinos), self.table(np.float32), self.table(np.float64),
+                  res, interpolation=filtering, **config)
+        return self._finish(res, out)
 
     # -- kernel choice ---------------------------------------------------------------------
     def problem_key(self, n_slices: int) -> str:
@@ -217,7 +213,7 @@ class ParallelBackprojection:
         if self.texture_packing != "auto":
             config["packing"] = self.texture_packing
         if "packing" not in config and config["kernel"] in ("texture", "texz", "hybrid"):
-            if self.precision == "fast":
+            if self.precision == "float16":
                 config["packing"] = "half4" if (n_slices >= 3 and config["kernel"] != "texture") else "half2"
             else:
                 config["packing"] = "float2" if n_slices > 1 else "float"
@@ -228,24 +224,20 @@ class ParallelBackprojection:
     def default_config(self, n_slices: int) -> dict:
         """The kernel ``kernel="auto"`` runs with no override and nothing tuned.
 
-        From the measurements on an NVIDIA H200 (64 slices of 2048^2 from 2048
-        angles, 2026-11-22, docs/performance.md), in GU/s:
+        The rule (the measurements behind it: docs/performance.md, parallel beam):
 
-        - exact, linear: the ALU kernel, exact float32 weights everywhere and the
-          fastest exact kernel (t32 nv4 3219, t64 nv2 3218, t64 nv1 2450; the
-          hybrid's 3227 is the same speed but puts 8-bit weights into a third
-          of the tiles): 4-slice tiles from 3 slices on, 64-pixel 2-slice
-          tiles for 2, 64-pixel 1-slice tiles for 1, each only where its cache
-          fits (at most 128 bins per projection and 48 KiB: pixels up to about
-          2-3 detector bins wide), else the next one, else the texture path.
-        - fast, linear: the fast hybrid (half4 texture tiles beside 4-slice
-          float32 ALU tiles, ratio 2/3: 4796) from 3 slices on, half2 with
-          2-slice ALU tiles (ratio 1/2: 3236) below, where the ALU cache fits;
-          else texz (half4 3954, half2 2026).
+        - float32, linear: the ALU kernel (exact float32 weights everywhere):
+          4-slice 32-pixel tiles from 3 slices on, 64-pixel 2-slice tiles for
+          2, 64-pixel 1-slice tiles for 1, each only where its cache fits (at
+          most 128 bins per projection (``MAX_EXACT_CACHE_WIDTH``) and 48 KiB:
+          pixels up to about 2-3 detector bins wide), else the next one, else
+          the texture path.
+        - float16, linear: the hybrid (half4 texture tiles beside 4-slice
+          float32 ALU tiles, ratio 2/3) from 3 slices on, half2 with 2-slice
+          ALU tiles (ratio 1/2) below, where the ALU cache fits; else texz.
         - texture path (nearest, linear8, or the ALU cache does not fit): texz
-          with float2 texels and 8 pixels per thread for 2 slices or more
-          (2007, issue 2's texture kernel 1546), the texture kernel for one
-          slice (1021; texz 1009).
+          with float2 texels and 8 pixels per thread for 2 slices or more,
+          the one-pixel-per-thread texture kernel for one slice.
         """
         from ..cuda.backproject_parallel import MAX_LAYERS_PER_CALL, alu_plan
 
@@ -259,7 +251,7 @@ class ParallelBackprojection:
             return True
 
         many = n_slices >= 3
-        if self.precision == "fast":
+        if self.precision == "float16":
             nv = 4 if many else 2
             if (self.interpolation == "linear" and fits(32, nv)
                     and n_slices <= MAX_LAYERS_PER_CALL * nv):
@@ -317,10 +309,6 @@ class ParallelBackprojection:
             return self._last_cpu
         return None if self._gpu is None else self._gpu.last_kernel
 
-    def __repr__(self) -> str:
-        return (f"ParallelBackprojection({self.geometry!r}, {self.volume!r}, "
-                f"interpolation={self.interpolation!r}, backend={self.backend!r}, "
-                f"kernel={self.kernel!r}, precision={self.precision!r})")
 
 
 def _gpu_name() -> str:
