@@ -219,3 +219,46 @@ def test_keyboard_interrupt_stops_every_worker(fake_gpus, monkeypatch):
     n = len(ran)
     time.sleep(0.05)
     assert len(ran) == n < 1000     # nothing runs after the interrupt
+
+
+# -- pipelines pulling from one queue -------------------------------------------------------------
+
+def test_pipelines_take_ranges_lazily_and_return_in_worker_order(fake_gpus):
+    ds = devices.DeviceSet([2, 0])
+    taken = {0: [], 1: []}
+
+    def work(worker, ranges):
+        for a, b in ranges:
+            taken[worker.index].append((a, b))
+            time.sleep(0.002)
+        return worker.device
+
+    assert ds.run_pipelines(devices.blocks(30, 10), work) == [2, 0]
+    assert sorted(taken[0] + taken[1]) == devices.blocks(30, 10)
+    assert taken[0] and taken[1]          # both took some: the queue is shared, not pre-dealt
+
+
+def test_pipeline_error_stops_the_other_pipelines(fake_gpus):
+    ds = devices.DeviceSet([0, 1])
+    count = []
+
+    def work(worker, ranges):
+        for a, b in ranges:
+            count.append(a)
+            if worker.index == 0:
+                raise RuntimeError("compute failed")
+            time.sleep(0.01)
+
+    with pytest.raises(RuntimeError, match="compute failed"):
+        ds.run_pipelines(devices.blocks(500, 500), work)
+    assert len(count) < 50
+
+
+def test_workers_of_one_gpu_share_a_lock(fake_gpus):
+    locks = {}
+
+    def work(worker, a, b):
+        locks[worker.index] = worker.lock
+
+    devices.DeviceSet([0, 1, 0], shared=True).run(devices.blocks(3, 3), work, fixed=True)
+    assert locks[0] is locks[2] is not None and locks[1] is None

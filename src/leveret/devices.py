@@ -122,6 +122,19 @@ class DeviceSet:
     def __repr__(self) -> str:
         return f"DeviceSet({list(self.ids)!r}{', shared=True' if self.shared else ''})"
 
+    def free_bytes(self) -> int:
+        """The GPU memory each worker may plan with: the smallest free memory
+        (``leveret.memory.gpu_free_bytes``) of the set's GPUs, divided by the
+        number of workers sharing that GPU."""
+        import cupy
+
+        from .memory import gpu_free_bytes
+        per = []
+        for d in set(self.ids):
+            with cupy.cuda.Device(d):
+                per.append(gpu_free_bytes() // self.ids.count(d))
+        return int(min(per))
+
     def run(self, chunks: Sequence[tuple[int, int]], work: Callable, *, fixed: bool = False) -> list:
         """Run ``work(worker, start, stop)`` for every range of ``chunks`` on the workers.
 
@@ -144,46 +157,72 @@ class DeviceSet:
         list of (start, stop, result)
             One entry per range run (sub-ranges after a split), sorted by start.
         """
-        chunks = [(int(a), int(b)) for a, b in chunks]
-        for a, b in chunks:
-            if not a < b:
-                raise ValueError(f"chunks: expected ranges with start < stop, got ({a}, {b})")
+        chunks = _check_chunks(chunks)
         n = len(self.ids)
         if fixed:
             queues = [list(chunks[i::n]) for i in range(n)]
         else:
-            shared_queue: queue.SimpleQueue = queue.SimpleQueue()
-            for c in chunks:
-                shared_queue.put(c)
-        stop = threading.Event()
-        errors: list = []
+            shared_queue = _queue(chunks)
         results: list = []
         lock = threading.Lock()
 
-        def next_chunk(worker):
-            if stop.is_set():
-                return None
-            if fixed:
-                mine = queues[worker.index]
-                return mine.pop(0) if mine else None
-            try:
-                return shared_queue.get_nowait()
-            except queue.Empty:
-                return None
+        def body(worker, stop):
+            while not stop.is_set():
+                if fixed:
+                    mine = queues[worker.index]
+                    chunk = mine.pop(0) if mine else None
+                else:
+                    chunk = _take(shared_queue)
+                if chunk is None:
+                    return
+                for item in _run_shrinking(worker, chunk, work, stop):
+                    with lock:
+                        results.append(item)
 
-        def body(worker):
+        self._start(body)
+        return sorted(results, key=lambda r: r[0])
+
+    def run_pipelines(self, chunks: Sequence[tuple[int, int]], work: Callable) -> list:
+        """Run ``work(worker, ranges)`` once per worker, ``ranges`` an iterator
+        over the ranges of ``chunks`` this worker takes from the shared queue
+        (lazily: a worker takes the next range when it asks for it).
+
+        For pipelines (``leveret.pipeline.stream_chunks``) that keep one set of
+        streams and pinned buffers per GPU across many ranges. No
+        out-of-memory shrink here: such callers plan their ranges from the
+        smallest GPU's free memory. Returns ``work``'s results in worker order.
+        """
+        shared_queue = _queue(_check_chunks(chunks))
+        results = [None] * len(self.ids)
+
+        def body(worker, stop):
+            def ranges():
+                while not stop.is_set() and (chunk := _take(shared_queue)) is not None:
+                    yield chunk
+            results[worker.index] = work(worker, ranges())
+
+        self._start(body)
+        return results
+
+    def _start(self, body) -> None:
+        """One thread per entry running ``body(worker, stop)`` with its GPU
+        current; the first exception sets ``stop`` and is re-raised here, as
+        is Ctrl-C (after every thread has stopped)."""
+        stop = threading.Event()
+        errors: list = []
+        lock = threading.Lock()
+        device_locks = {d: threading.Lock() for d in set(self.ids) if self.ids.count(d) > 1}
+
+        def guarded(worker):
             try:
                 with _worker_context(worker.device):
-                    while (chunk := next_chunk(worker)) is not None:
-                        for item in _run_shrinking(worker, chunk, work, stop):
-                            with lock:
-                                results.append(item)
+                    body(worker, stop)
             except BaseException as exc:   # noqa: BLE001 - handed to the caller below
                 with lock:
                     errors.append(exc)
                 stop.set()
 
-        threads = [threading.Thread(target=body, args=(Worker(i, d),), daemon=True,
+        threads = [threading.Thread(target=guarded, args=(Worker(i, d, device_locks.get(d)),), daemon=True,
                                     name=f"leveret-gpu{d}-w{i}") for i, d in enumerate(self.ids)]
         for t in threads:
             t.start()
@@ -198,7 +237,28 @@ class DeviceSet:
             raise
         if errors:
             raise errors[0]
-        return sorted(results, key=lambda r: r[0])
+
+
+def _check_chunks(chunks) -> list:
+    chunks = [(int(a), int(b)) for a, b in chunks]
+    for a, b in chunks:
+        if not a < b:
+            raise ValueError(f"chunks: expected ranges with start < stop, got ({a}, {b})")
+    return chunks
+
+
+def _queue(chunks) -> queue.SimpleQueue:
+    q: queue.SimpleQueue = queue.SimpleQueue()
+    for c in chunks:
+        q.put(c)
+    return q
+
+
+def _take(q: queue.SimpleQueue):
+    try:
+        return q.get_nowait()
+    except queue.Empty:
+        return None
 
 
 class Worker:
@@ -213,10 +273,14 @@ class Worker:
     limit : int or None
         The largest range this worker runs after an out-of-memory error
         (None: no limit yet).
+    lock : threading.Lock or None
+        Shared by the workers of one GPU in a ``shared`` set (None where a
+        GPU has one worker): held around kernels that write a module's
+        constant memory, which the workers of one GPU share.
     """
 
-    def __init__(self, index: int, device: int):
-        self.index, self.device, self.limit = index, device, None
+    def __init__(self, index: int, device: int, lock=None):
+        self.index, self.device, self.limit, self.lock = index, device, None, lock
 
     def __repr__(self) -> str:
         return f"Worker(index={self.index}, device={self.device}, limit={self.limit})"

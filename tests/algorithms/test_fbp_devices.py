@@ -1,0 +1,26 @@
+"""``fbp(devices=...)`` argument checks that need no GPU (the GPU results are
+in tests/test_devices_gpu.py)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import leveret
+from leveret import devices
+from leveret.geometry import ParallelGeometry
+
+GEOMETRY = ParallelGeometry(np.linspace(0, np.pi, 12, endpoint=False), 16, n_rows=3)
+
+
+def test_fbp_devices_without_a_gpu_names_devices(monkeypatch):
+    monkeypatch.setattr(devices, "visible_device_count", lambda: 0)
+    with pytest.raises(ValueError, match=r"^devices: 'all' needs a CUDA GPU"):
+        leveret.fbp(np.zeros(GEOMETRY.projection_shape), GEOMETRY, devices="all")
+
+
+def test_fbp_devices_with_the_cpu_backend_is_refused(monkeypatch):
+    monkeypatch.setattr(devices, "visible_device_count", lambda: 2)
+    with pytest.raises(ValueError, match=r"^devices: runs on CUDA GPUs, but this call's backend is 'cpu'"):
+        leveret.fbp(np.zeros(GEOMETRY.projection_shape), GEOMETRY, backend="cpu", devices=[0, 1])
+    with pytest.raises(ValueError, match=r"^devices: GPU 2 does not exist"):
+        leveret.fbp(np.zeros(GEOMETRY.projection_shape), GEOMETRY, backend="cpu", devices=[2])
