@@ -416,8 +416,8 @@ def copy_to(dst, src) -> None:
         stream.synchronize()
 
 
-def _contiguous(arr):
-    """``arr`` C-contiguous, made so on its own GPU."""
+def contiguous(arr):
+    """The CuPy array ``arr`` C-contiguous (itself if it is), made so on its own GPU."""
     import cupy
 
     if arr.flags.c_contiguous:
@@ -434,7 +434,7 @@ def to_device(arr, device: int):
 
     if arr.device.id == device:
         return arr
-    arr = _contiguous(arr)
+    arr = contiguous(arr)
     with cupy.cuda.Device(device):
         out = cupy.empty(arr.shape, arr.dtype)
     copy_to(out, arr)
@@ -460,6 +460,6 @@ def reduce_sum(parts: Sequence, device: int):
                 continue
             if scratch is None:
                 scratch = cupy.empty(total.shape, total.dtype)
-            copy_to(scratch, _contiguous(p))
+            copy_to(scratch, contiguous(p))
             total += scratch
     return total

@@ -1,4 +1,4 @@
-"""``fbp(devices=...)`` argument checks that need no GPU (the GPU results are
+"""``fbp``, ``fdk`` ``devices=`` argument checks that need no GPU (the GPU results are
 in tests/test_devices_gpu.py)."""
 from __future__ import annotations
 
@@ -24,3 +24,14 @@ def test_fbp_devices_with_the_cpu_backend_is_refused(monkeypatch):
         leveret.fbp(np.zeros(GEOMETRY.projection_shape), GEOMETRY, backend="cpu", devices=[0, 1])
     with pytest.raises(ValueError, match=r"^devices: GPU 2 does not exist"):
         leveret.fbp(np.zeros(GEOMETRY.projection_shape), GEOMETRY, backend="cpu", devices=[2])
+
+
+def test_fdk_devices_with_the_cpu_backend_is_refused(monkeypatch):
+    from leveret.geometry import ConeGeometry, VolumeGeometry
+    monkeypatch.setattr(devices, "visible_device_count", lambda: 2)
+    geometry = ConeGeometry.circular(np.linspace(0, 2 * np.pi, 8, endpoint=False), sid=60, sdd=90,
+                                     n_rows=10, n_cols=12, pixel_size=1.0)
+    volume = VolumeGeometry((6, 8, 8), voxel_size=1.0)
+    with pytest.raises(ValueError, match=r"^devices: runs on CUDA GPUs, but this call's backend is 'cpu'"):
+        leveret.fdk(np.zeros(geometry.projection_shape, np.float32), geometry, volume, backend="cpu",
+                    devices=[0, 1])
