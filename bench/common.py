@@ -131,5 +131,58 @@ def table(paths) -> str:
     return "\n".join(lines)
 
 
+# -- ASTRA geometries from leveret's (bench_sweep.py, bench_projector.py) -----------------------
+
+def astra_volume_window(vol, roi=None) -> tuple:
+    """``astra.create_vol_geom``'s arguments for a leveret VolumeGeometry (3D):
+    ``(ny, nx, nz, x0, x1, y0, y1, z0, z1)``, the same voxels in the same world
+    window; ``roi=(y0, x0, height, width)`` (pixels of the xy grid) narrows it."""
+    nz, ny, nx = vol.shape
+    (x0, x1), (y0, y1), (z0, z1) = (vol.extent(a) for a in "xyz")
+    if roi is not None:
+        r0, c0, h, w = roi
+        dx, dy = vol.spacing("x"), vol.spacing("y")
+        x0, x1 = x0 + c0 * dx, x0 + (c0 + w) * dx
+        y0, y1 = y0 + r0 * dy, y0 + (r0 + h) * dy
+        ny, nx = h, w
+    return (ny, nx, nz, x0, x1, y0, y1, z0, z1)
+
+
+def astra_cone_vectors(geometry, pixel_size=None):
+    """ASTRA 'cone_vec' rows (n_views, 12) for a leveret ConeGeometry: the inverse of
+    ``ConeGeometry.from_astra_vectors`` (``ConeGeometry.to_astra_vectors``)."""
+    return geometry.to_astra_vectors(pixel_size=pixel_size)
+
+
+def astra_vector_pixels(vectors, n_rows, n_cols, points):
+    """Where ASTRA's 'cone_vec' views put world points: (column, row) in pixels,
+    each ``(n_views, n_points)``, from the vectors alone (the ray from the source
+    through the point meets the detector plane; pixel (r, c) sits at
+    ``d + (c - (n_cols-1)/2) u + (r - (n_rows-1)/2) v``). A NumPy model of
+    ASTRA's geometry, to check a conversion against ``ConeGeometry.project``."""
+    vec = np.asarray(vectors, np.float64)
+    s, d, u, v = vec[:, 0:3], vec[:, 3:6], vec[:, 6:9], vec[:, 9:12]
+    pts = np.asarray(points, np.float64).reshape(-1, 3)
+    normal = np.cross(u, v)
+    ray = pts[None, :, :] - s[:, None, :]                                   # (n, k, 3)
+    t = np.einsum("ni,ni->n", normal, d - s)[:, None] / np.einsum("ni,nki->nk", normal, ray)
+    hit = s[:, None, :] + t[..., None] * ray - d[:, None, :]               # from the detector centre
+    # solve hit = a u + b v in the plane (least squares: exact for points in it)
+    uu, uv, vv = (np.einsum("ni,ni->n", a, b) for a, b in ((u, u), (u, v), (v, v)))
+    hu, hv = np.einsum("nki,ni->nk", hit, u), np.einsum("nki,ni->nk", hit, v)
+    det = (uu * vv - uv * uv)[:, None]
+    a = (hu * vv[:, None] - hv * uv[:, None]) / det
+    b = (hv * uu[:, None] - hu * uv[:, None]) / det
+    return a + (n_cols - 1) / 2, b + (n_rows - 1) / 2
+
+
+def astra_cone_geometry(geometry, vol, pixel_size=None):
+    """(proj_geom, vol_geom) of ASTRA for a leveret cone scan and volume."""
+    import astra
+    n_views, n_rows, n_cols = geometry.projection_shape
+    pg = astra.create_proj_geom("cone_vec", n_rows, n_cols, astra_cone_vectors(geometry, pixel_size))
+    return pg, astra.create_vol_geom(*astra_volume_window(vol))
+
+
 if __name__ == "__main__":
     print(table(sys.argv[1:]))

@@ -3,7 +3,12 @@
 NumPy in, NumPy out; CuPy in, CuPy out. The conventions (frame, array
 orders, angles, units) are those of docs/conventions.md.
 """
-from . import io, outofcore, phantom, rabbitct
+from . import signals as _signals
+
+if _signals.is_command():     # a Ctrl-C while the command starts: one line, no traceback
+    _signals.quiet_start()
+
+from . import io, outofcore, phantom, rabbitct  # noqa: E402
 from .algorithms import cgls, fbp, fdk, os_sart, radon3d_fbp, radon3d_forward, sirt
 from .backends import cuda_available
 from .geometry import ConeGeometry, ParallelGeometry, RadonGeometry, VolumeGeometry

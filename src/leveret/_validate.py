@@ -1,7 +1,8 @@
 """Argument checks shared by every module.
 
-Each check raises a ValueError that names the argument, what was expected and
-what came, as CONVENTIONS.md asks.
+Each check raises a ValueError (a TypeError for what is not numbers at all)
+whose message starts with the argument's name and says what was expected and
+what came, as docs/conventions.md asks.
 """
 from __future__ import annotations
 
@@ -30,10 +31,19 @@ def finite_float(name: str, value) -> float:
     return out
 
 
+#: Positive lengths and factors are squared and inverted (filters, ray
+#: weights): beyond this range that underflows to 0 or overflows float64.
+POSITIVE_RANGE = (1e-150, 1e150)
+
+
 def positive_float(name: str, value) -> float:
     out = finite_float(name, value)
     if out <= 0:
         raise ValueError(f"{name}: expected a positive number, got {value!r}")
+    lo, hi = POSITIVE_RANGE
+    if not lo <= out <= hi:
+        raise ValueError(f"{name}: expected a positive number between {lo:g} and {hi:g} (it is squared and "
+                         f"inverted), got {value!r}")
     return out
 
 
@@ -81,28 +91,117 @@ def shape_tuple(name: str, value, ndims: Sequence[int]) -> tuple[int, ...]:
     return tuple(positive_int(f"{name}[{i}]", v) for i, v in enumerate(seq))
 
 
+#: Largest magnitude accepted per working precision: a reconstruction sums
+#: filter taps and rays (thousands to millions of terms) of the input, so
+#: larger values overflow (float32's largest is 3.4e38) into Inf and NaN.
+MAX_MAGNITUDE = {2: 1e30, 4: 1e30, 8: 1e290}
+
+
+def numeric_dtype(name: str, arr) -> None:
+    """Raise naming ``name`` unless ``arr`` holds real numbers: TypeError for
+    objects, strings and records; ValueError for complex numbers (whose
+    imaginary part would be dropped without a word)."""
+    dtype = getattr(arr, "dtype", None)
+    dtype = np.dtype(dtype if dtype is not None else np.asarray(arr).dtype)
+    if dtype.kind == "c":
+        raise ValueError(f"{name}: expected real numbers, got complex dtype {dtype}; pass .real or abs() "
+                         "if that is what you mean")
+    if dtype.kind not in "biuf":
+        raise TypeError(f"{name}: expected an array of real numbers, got dtype {dtype}")
+
+
 def check_finite_array(name: str, arr) -> None:
-    """Raise if ``arr`` (NumPy or CuPy) holds NaN or Inf."""
+    """Raise naming ``name`` if ``arr`` (NumPy or CuPy) is not real numbers
+    (:func:`numeric_dtype`), holds NaN or Inf, or holds values so large that
+    sums of them overflow its precision (:data:`MAX_MAGNITUDE`)."""
+    numeric_dtype(name, arr)
+    if arr.dtype.kind not in "f" or arr.size == 0:
+        return     # integers are finite, and far below the limits
     xp = array_module(arr)
-    if not bool(xp.isfinite(arr).all()):
-        n_bad = int((~xp.isfinite(arr)).sum())
-        raise ValueError(f"{name}: expected finite values, got {n_bad} NaN/Inf value(s)")
+    # min and max propagate NaN and show Inf: two reductions, no temporary array.
+    lo, hi = float(xp.min(arr)), float(xp.max(arr))
+    if not (np.isfinite(lo) and np.isfinite(hi)):
+        n_nan = int(xp.isnan(arr).sum())
+        n_inf = int(xp.isinf(arr).sum())
+        what = ", ".join(f"{n} {kind}" for n, kind in ((n_nan, "NaN"), (n_inf, "Inf")) if n)
+        raise ValueError(f"{name}: expected finite values, got {what} value(s)"
+                         + (f" (values beyond {arr.dtype}'s range, {float(np.finfo(arr.dtype).max):.3g}, "
+                            "also become Inf when converted)" if n_inf else ""))
+    limit = MAX_MAGNITUDE.get(arr.dtype.itemsize, 1e30)
+    big = max(-lo, hi)
+    if big > limit:
+        raise ValueError(f"{name}: values up to {big:.3g} are too large: sums of them overflow "
+                         f"{arr.dtype} (accepted up to {limit:.3g}); rescale the data")
+
+
+def check_magnitude(name: str, arr, dtype) -> None:
+    """Raise naming ``name`` if ``arr`` has values too large for computing in
+    ``dtype`` (e.g. float64 data of 1e300 for a float32 reconstruction)."""
+    numeric_dtype(name, arr)
+    if arr.dtype.kind != "f" or arr.size == 0 or np.dtype(dtype).itemsize >= arr.dtype.itemsize:
+        return
+    xp = array_module(arr)
+    lo, hi = float(xp.min(arr)), float(xp.max(arr))
+    limit = MAX_MAGNITUDE.get(np.dtype(dtype).itemsize, 1e30)
+    if np.isfinite(lo) and np.isfinite(hi) and max(-lo, hi) > limit:
+        raise ValueError(f"{name}: values up to {max(-lo, hi):.3g} do not fit the {np.dtype(dtype)} "
+                         f"computation (accepted up to {limit:.3g}); rescale the data")
+
+
+def writable_output(name: str, out) -> None:
+    """Raise naming ``name`` if ``out`` (NumPy) cannot be written into."""
+    if isinstance(out, np.ndarray) and not out.flags.writeable:
+        raise ValueError(f"{name}: expected a writable array, got a read-only one")
+
+
+def check_allocation(name: str, nbytes: int, what: str = "the result",
+                     hint: str = "use a smaller volume or the out-of-core path (leveret.outofcore, "
+                                 "'leveret recon')") -> None:
+    """Raise naming ``name`` if ``nbytes`` exceed the memory this process may
+    use now (available memory, or a container's limit), instead of NumPy's
+    MemoryError after a long wait or the kernel's out-of-memory kill."""
+    from .memory import format_bytes, host_available_bytes
+    available = host_available_bytes()
+    if int(nbytes) > available:
+        raise ValueError(f"{name}: {what} would take {format_bytes(int(nbytes))} but only "
+                         f"{format_bytes(available)} of memory are available; {hint}")
+
+
+def distinct_views(name: str, sources) -> None:
+    """Raise naming ``name`` if all views share one source position: such a
+    geometry sees the object from one direction only, and FDK's weights make
+    the volume zero."""
+    src = np.asarray(sources, dtype=np.float64).reshape(-1, 3)
+    spread = float(np.ptp(src, axis=0).max()) if len(src) else 0.0
+    scale = float(np.abs(src).max()) if len(src) else 0.0
+    if len(src) > 1 and spread <= 1e-9 * max(scale, 1.0):
+        raise ValueError(f"{name}: all {len(src)} views have the same source position: the scan sees the "
+                         "object from one direction only; check the angles or matrices")
 
 
 def add_nonfinite_count(counter, arr) -> None:
-    """``counter += number of NaN/Inf in arr`` on the GPU, without a host
-    synchronisation (read ``counter`` once at the end): one fused reduction
-    that reads ``arr`` once. ``cupy.count_nonzero(~cupy.isfinite(arr))`` took
-    0.42 ms per 150 MB chunk on an H200 (three kernels, two bool temporaries),
-    7 ms of an FDK's 135."""
+    """``counter += number of NaN/Inf in arr``, and of values beyond the
+    float32 limit of :data:`MAX_MAGNITUDE` (sums of them overflow), on the
+    GPU without a host synchronisation (read ``counter`` once at the end and
+    report it with :func:`nonfinite_message`): one fused reduction that reads
+    ``arr`` once. ``cupy.count_nonzero(~cupy.isfinite(arr))`` took 0.42 ms per
+    150 MB chunk on an H200 (three kernels, two bool temporaries), 7 ms of an
+    FDK's 135."""
     _nonfinite_kernel()(arr, counter, axis=None)
+
+
+def nonfinite_message(name: str, n_bad: int) -> str:
+    """The error for ``n_bad`` values counted by :func:`add_nonfinite_count`."""
+    return (f"{name}: expected finite values of magnitude up to {MAX_MAGNITUDE[4]:.0e}, got {n_bad} NaN, Inf "
+            "or larger value(s)")
 
 
 @functools.lru_cache(maxsize=1)
 def _nonfinite_kernel():
     import cupy
-    return cupy.ReductionKernel("T x", "int64 y", "isfinite(x) ? 0 : 1", "a + b", "y += a", "0",
-                                "leveret_count_nonfinite")
+    limit = f"{MAX_MAGNITUDE[4]:.1e}"
+    bad = f"(isfinite((double)x) && fabs((double)x) <= {limit}) ? 0 : 1"
+    return cupy.ReductionKernel("T x", "int64 y", bad, "a + b", "y += a", "0", "leveret_count_nonfinite")
 
 
 def array_module(arr):
@@ -128,8 +227,7 @@ def real_array(name: str, arr, shape, layout: str, source: str = "the geometry")
     if tuple(arr.shape) != tuple(shape):
         raise ValueError(f"{name}: expected shape {layout} = {tuple(shape)} from {source}, "
                          f"got {tuple(arr.shape)}")
-    if arr.dtype.kind not in "fiu":
-        raise ValueError(f"{name}: expected real numbers, got dtype {arr.dtype}")
+    numeric_dtype(name, arr)
     return arr
 
 

@@ -9,18 +9,63 @@ from .filters import padded_length
 
 
 def host_available_bytes() -> int:
-    """Physical memory available now (Linux: MemAvailable), else a cautious 2 GiB."""
+    """Memory this process may use now: the host's available memory (Linux:
+    MemAvailable), or less where a container's limit (cgroup) leaves less;
+    a cautious 2 GiB where neither can be read."""
+    host = _meminfo_available()
+    limit = cgroup_available_bytes()
+    if host is None:
+        return limit if limit is not None else 2 << 30
+    return host if limit is None else min(host, limit)
+
+
+def _meminfo_available() -> int | None:
     try:
         with open("/proc/meminfo") as fh:
             for line in fh:
                 if line.startswith("MemAvailable:"):
                     return int(line.split()[1]) * 1024
-    except OSError:
+    except (OSError, ValueError, IndexError):
         pass
     try:
         return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     except (ValueError, OSError, AttributeError):
-        return 2 << 30
+        return None
+
+
+def cgroup_available_bytes(root: str = "/sys/fs/cgroup") -> int | None:
+    """Bytes left under this process's cgroup memory limit (limit minus usage),
+    or None where there is no limit. Reads cgroup v2 (``memory.max``,
+    ``memory.current``) and v1 (``memory/memory.limit_in_bytes``,
+    ``memory/memory.usage_in_bytes``); the host's free memory ignores a
+    container's limit, and exceeding it gets the process killed."""
+    def read(*names):
+        for name in names:
+            try:
+                with open(os.path.join(root, name)) as fh:
+                    return fh.read().strip()
+            except OSError:
+                continue
+        return None
+
+    for folder, limit_file, usage_file, cache_key in (
+            ("", "memory.max", "memory.current", "inactive_file"),
+            ("memory/", "memory.limit_in_bytes", "memory.usage_in_bytes", "total_inactive_file"),
+            ("", "memory.limit_in_bytes", "memory.usage_in_bytes", "total_inactive_file")):
+        limit = read(folder + limit_file)
+        if limit is None:
+            continue
+        if limit == "max" or not limit.isdigit() or int(limit) >= 1 << 60:   # v1 says "no limit" so
+            return None
+        usage = read(folder + usage_file)
+        used = int(usage) if usage is not None and usage.isdigit() else 0
+        # Usage counts the page cache; its inactive part is given back on demand.
+        for line in (read(folder + "memory.stat") or "").splitlines():
+            key, _, value = line.partition(" ")
+            if key == cache_key and value.strip().isdigit():
+                used -= min(int(value), used)
+        return max(int(limit) - used, 0)
+    return None
 
 
 def gpu_free_bytes() -> int:

@@ -413,7 +413,11 @@ def reconstruct_to_file(projections, geometry, output, *, volume: VolumeGeometry
     params : dict, optional
         Extra job parameters identifying the job for ``resume`` (for example
         the input's path); geometry, volume, options and the flats/darks are
-        always included.
+        always included. When ``params["input"]`` (or ``projections``) is a
+        path, the input's fingerprint (sizes, modification times, sampled
+        blocks, :func:`leveret.io.slabs.input_fingerprint`) is recorded too,
+        so that resuming after the input changed is refused; samples of the
+        projections' values are always part of it.
     progress : bool
         Progress bar over slices (ETA and throughput).
     on_plan : callable, optional
@@ -424,7 +428,29 @@ def reconstruct_to_file(projections, geometry, output, *, volume: VolumeGeometry
     Returns
     -------
     OutOfCoreResult
+
+    Notes
+    -----
+    Called from the main thread, SIGTERM and SIGHUP raise
+    :class:`leveret.signals.Interrupted` (a KeyboardInterrupt) for the
+    call's duration, so the partial output is removed (kept with
+    ``resume``) however the run is stopped.
     """
+    from .signals import handling
+
+    with handling():
+        return _reconstruct_to_file(projections, geometry, output, volume=volume, flats=flats, darks=darks,
+                                    log_transform=log_transform, stripes=stripes, stripe_size=stripe_size,
+                                    backend=backend, host_memory=host_memory, gpu_memory=gpu_memory,
+                                    slab_slices=slab_slices, resume=resume, overwrite=overwrite,
+                                    dataset=dataset, compression=compression, metadata=metadata,
+                                    params=params, progress=progress, on_plan=on_plan, **options)
+
+
+def _reconstruct_to_file(projections, geometry, output, *, volume, flats, darks, log_transform, stripes,
+                         stripe_size, backend, host_memory, gpu_memory, slab_slices, resume, overwrite,
+                         dataset, compression, metadata, params, progress, on_plan,
+                         **options) -> OutOfCoreResult:
     import tracemalloc
 
     from .io import SlabWriter, open_array
@@ -441,9 +467,14 @@ def reconstruct_to_file(projections, geometry, output, *, volume: VolumeGeometry
                          f"n_cols) to match the geometry, got {shape}")
     if (flats is None) != (darks is None):
         raise ValueError("flats: give flats and darks together, or neither")
+    dtype = np.dtype(getattr(projections, "dtype", np.float32))
+    if dtype.kind not in "biuf":
+        raise ValueError(f"projections: expected real numbers, got dtype {dtype}"
+                         + ("; take .real or abs() first if that is what you mean" if dtype.kind == "c" else ""))
     resident = 0
     if flats is not None:
-        flats, darks = np.asarray(flats), np.asarray(darks)
+        from .preprocess import check_flats_darks
+        flats, darks = check_flats_darks(flats, darks, geometry.projection_shape[1:])
         resident = flats.nbytes + darks.nbytes
     itemsize = np.dtype(getattr(projections, "dtype", np.float32)).itemsize
     if slab_slices is not None and (not isinstance(slab_slices, (int, np.integer)) or slab_slices < 1):
@@ -457,6 +488,7 @@ def reconstruct_to_file(projections, geometry, output, *, volume: VolumeGeometry
     job = {"geometry": _describe(geometry), "volume": _describe(volume), "options": options,
            "log_transform": log_transform, "flats": flats, "darks": darks, "stripes": stripes,
            "stripe_size": stripe_size, **(params or {})}
+    fingerprint = _fingerprint(projections, (params or {}).get("input"))
     meta = {"voxel_size": list(volume.voxel_size), "center": list(volume.center), "axes": "zyx",
             "values": "attenuation per length unit", "software": "leveret", **(metadata or {})}
 
@@ -466,7 +498,8 @@ def reconstruct_to_file(projections, geometry, output, *, volume: VolumeGeometry
     retries = slabs_done = 0
     traced = tracemalloc.is_tracing()
     with SlabWriter(output, volume.shape, np.float32, params=job, metadata=meta, resume=resume,
-                    overwrite=overwrite, dataset=dataset, compression=compression) as writer:
+                    overwrite=overwrite, dataset=dataset, compression=compression,
+                    fingerprint=fingerprint) as writer:
         resumed = int(writer.done.sum())
         with tqdm(total=volume.nz, initial=resumed, unit="slice", desc="reconstruct", disable=not progress,
                   leave=False, dynamic_ncols=True) as bar:
@@ -499,6 +532,30 @@ def reconstruct_to_file(projections, geometry, output, *, volume: VolumeGeometry
                            slices_resumed=resumed, retries=retries, seconds=time.perf_counter() - t0,
                            peak_rss=peak_rss_bytes(),
                            peak_traced=tracemalloc.get_traced_memory()[1] if traced else None)
+
+
+def _fingerprint(projections, source) -> dict:
+    """The input's fingerprint for resume: the file's (if ``source`` is a
+    path) and a hash of a few sampled detector rows of ``projections``."""
+    from .io._common import split_dataset
+    from .io.slabs import input_fingerprint
+
+    out = {}
+    if isinstance(source, (str, os.PathLike)):
+        try:
+            path, _ = split_dataset(source, None)
+            if path.exists() or any(c in os.fspath(source) for c in "*?["):
+                out = input_fingerprint(source)
+        except (OSError, ValueError):   # not a path after all: the samples alone
+            out = {}
+    import hashlib
+    n_angles, n_rows = projections.shape[:2]
+    digest = hashlib.sha256()
+    for a in sorted({0, n_angles // 2, n_angles - 1}):
+        for r in sorted({0, n_rows // 2, n_rows - 1}):
+            digest.update(np.ascontiguousarray(np.asarray(projections[a, r, :])).tobytes())
+    out["array"] = digest.hexdigest()
+    return out
 
 
 def _one_slab(projections, geometry, volume, region, **kwargs) -> np.ndarray:

@@ -61,6 +61,10 @@ def normalize(projections, flats, darks, *, out=None):
 
     denom = flat - dark
     valid = denom > 0  # False for NaN too
+    if not bool(valid.any()):
+        raise ValueError("flats: the flat field is nowhere brighter than the dark field (or not finite) "
+                         "in these detector rows: every projection would become zero attenuation; "
+                         "check that --flat and --dark are not swapped")
     denom[~valid] = 1  # any positive value: these pixels are overwritten below
     out[...] = projections  # cast to float32 (a no-op when computing in place)
     out -= dark
@@ -102,6 +106,64 @@ def minus_log(transmission, *, min_transmission: float = 1e-6, out=None):
     xp.log(out, out=out)
     xp.negative(out, out=out)
     return out
+
+
+#: Largest share of detector pixels where a flat may be no brighter than the
+#: dark (dead or saturated pixels); more means swapped or wrong files.
+MAX_BAD_FLAT_SHARE = 0.5
+
+
+def check_flats_darks(flats, darks, image_shape):
+    """Flats and darks for a whole detector, checked before a run: NumPy arrays
+    of one image or a stack of ``image_shape``, finite, and the flat brighter
+    than the dark in most pixels.
+
+    Raises ValueError naming ``flats`` or ``darks`` otherwise; normalising
+    with a NaN or swapped field gives a volume of zeros or NaN without any
+    other sign of trouble.
+    """
+    image_shape = tuple(int(n) for n in image_shape)
+    out = []
+    for name, images in (("flats", flats), ("darks", darks)):
+        images = np.asarray(images)
+        _check_real(name, images)
+        if images.shape != image_shape and images.shape[-len(image_shape):] != image_shape:
+            raise ValueError(f"{name}: expected one image of shape {image_shape} or a stack (k, "
+                             f"{', '.join(map(str, image_shape))}) matching the projections' rows and "
+                             f"columns, got shape {images.shape}")
+        bad = ~np.isfinite(images)
+        if bad.any():
+            raise ValueError(f"{name}: expected finite values, got {int(bad.sum())} NaN/Inf value(s) of "
+                             f"{images.size}")
+        out.append(images)
+    flat = _average("flats", out[0], image_shape, np)
+    dark = _average("darks", out[1], image_shape, np)
+    share = float(np.mean(flat <= dark))
+    if share > MAX_BAD_FLAT_SHARE:
+        raise ValueError(f"flats: the flat field is not brighter than the dark field in {share:.0%} of the "
+                         "detector pixels; check that --flat and --dark are not swapped")
+    return out[0], out[1]
+
+
+def sinogram_fields(name: str, images, n_cols: int) -> np.ndarray:
+    """Flats or darks for one sinogram (n_angles, n_cols), as a stack (k, 1, n_cols).
+
+    Accepted: one row ``(n_cols,)``, ``(1, n_cols)``, or a stack of rows
+    ``(k, 1, n_cols)``. A detector image ``(n_rows, n_cols)`` is refused: which
+    of its rows the sinogram was measured with is unknown, and averaging all
+    of them normalises with the wrong row (errors of several percent).
+    """
+    images = np.asarray(images)
+    _check_real(name, images)
+    if images.shape == (n_cols,):
+        return images[None, None, :]
+    if images.ndim == 2 and images.shape == (1, n_cols):
+        return images[:, None, :]
+    if images.ndim == 3 and images.shape[1:] == (1, n_cols):
+        return images
+    raise ValueError(f"{name}: the input is one sinogram with {n_cols} columns, so give the {name} of its "
+                     f"detector row, shape ({n_cols},) (for example image[row]) or a stack (k, 1, {n_cols}); "
+                     f"got shape {images.shape}, whose rows would all be averaged")
 
 
 def _check_real(name, arr):
@@ -147,14 +209,17 @@ class CenterEstimate(NamedTuple):
         In [0, 1], higher is better. "pairs": the median normalised
         cross-correlation peak of the flipped 180-degree pairs (1: the flipped
         projection matches the other exactly). "sweep": ``1 - best / median``
-        of the sweep's scores (0: the metric does not discriminate).
+        of the sweep's scores (0: the metric does not discriminate). Halved
+        when the estimate sits on the edge of the search range.
     method : str
         "pairs" or "sweep".
     details : dict
         "spread": robust spread of the individual estimates in pixels
         (1.4826 x median absolute deviation; 0 for a single one),
         "estimates": the individual estimates (one per pair and row for
-        "pairs"; the scores for "sweep", with "centers").
+        "pairs"; the scores for "sweep", with "centers"),
+        "at_edge": the estimate is within half a pixel of the search range's
+        ends, so the axis may lie beyond it.
     """
     center: float
     confidence: float
@@ -232,9 +297,15 @@ def find_center(projections_or_sinogram, angles, *, method: str = "auto", row=No
         if not pairs:
             raise ValueError("method: 'pairs' needs two views 180 degrees apart "
                              f"(within {PAIR_TOLERANCE} rad); the angles have none")
-        return _center_from_pairs(data, pairs, lo, hi, positive_int("max_pairs", max_pairs), xp)
-    sino = data[:, data.shape[1] // 2, :] if row is None or data.shape[1] > 1 else data[:, 0, :]
-    return _center_from_sweep(sino, angles, lo, hi)
+        est = _center_from_pairs(data, pairs, lo, hi, positive_int("max_pairs", max_pairs), xp)
+    else:
+        sino = data[:, data.shape[1] // 2, :] if row is None or data.shape[1] > 1 else data[:, 0, :]
+        est = _center_from_sweep(sino, angles, lo, hi)
+    # On the edge of the search range the estimate is a bound, not a measurement:
+    # the best match may lie beyond it, however well the views match there.
+    at_edge = min(est.center - lo, hi - est.center) < 0.5
+    est.details["at_edge"] = at_edge
+    return est._replace(confidence=est.confidence / 2) if at_edge else est
 
 
 def center_sweep(sinogram, angles, centers, *, metric: str = "negativity", filter: str = "ram-lak",

@@ -10,7 +10,7 @@ import re
 
 import pytest
 
-from leveret.cuda._module import compile_report, kernel_files, launcher_defines
+from leveret.cuda._module import compile_report, file_defines, kernel_files
 
 try:
     import cuda.bindings.nvrtc  # noqa: F401
@@ -20,7 +20,7 @@ except Exception:  # noqa: BLE001
 
 
 # Each file with the -D options its launcher passes (the launcher's DEFINES).
-CASES = [(p, launcher_defines(p)) for p in kernel_files()]
+CASES = [(p, file_defines(p)) for p in kernel_files()]
 
 
 @pytest.mark.parametrize("path,defines", CASES, ids=[p.name for p, _ in CASES])
@@ -51,6 +51,6 @@ def test_kernel_file_refuses_to_compile_without_its_launchers_constants(name):
     if not HAVE_NVRTC:
         pytest.skip("NVRTC not installed")
     from leveret.cuda._module import KERNEL_DIR
-    ok, log = compile_report(KERNEL_DIR / f"{name}.cu", arch="sm_90")
+    ok, log = compile_report(KERNEL_DIR / f"{name}.cu", arch="sm_90", defines=())
     assert not ok
     assert f"leveret.cuda.{name}.DEFINES" in log

@@ -94,6 +94,7 @@ def fdk(projections, geometry, volume: VolumeGeometry, *, filter: str = "ram-lak
         raise ValueError(f"geometry: expected a ConeGeometry, got {type(geometry).__name__}")
     projections = v.real_array("projections", projections, geometry.projection_shape,
                                "(n_views, n_rows, n_cols)")
+    v.distinct_views("geometry", geometry.source_positions())
     if not isinstance(projections, np.ndarray):  # host input is checked chunk by chunk
         v.check_finite_array("projections", projections)
     v.choice("filter", filter, FILTERS)
@@ -106,6 +107,8 @@ def fdk(projections, geometry, volume: VolumeGeometry, *, filter: str = "ram-lak
         raise ValueError("precision: 'float64' runs on the CPU backend only; use backend='cpu'")
     if not isinstance(volume, VolumeGeometry) or volume.is_2d:
         raise ValueError(f"volume: expected a 3D VolumeGeometry, got {volume!r}")
+    if not input_on_gpu:
+        v.check_allocation("volume", volume.size * np.dtype(dtype).itemsize, "the reconstruction")
     settings = dict(filter=filter, cutoff=cutoff, padding=padding, short_scan=short_scan,
                     interpolation=interpolation, kernel=kernel, backend=backend, dtype=dtype, stats=stats)
     devices = parse_devices(devices)
@@ -341,7 +344,7 @@ def _reconstruct(projections, geometry, volume, *, filter, cutoff, padding, shor
             finally:
                 download.close()   # after an error: the page touches and copies not yet started are dropped
             if int(n_bad):
-                raise ValueError(f"projections: expected finite values, got {int(n_bad)} NaN/Inf value(s)")
+                raise ValueError(v.nonfinite_message("projections", int(n_bad)))
             return result
         for views in chunks:
             raw = xp.array(projections[views], dtype=dtype)   # a copy: the input stays as it was

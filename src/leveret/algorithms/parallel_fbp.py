@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import math
 
 import numpy as np
 
@@ -111,6 +112,7 @@ def fbp(projections, geometry: ParallelGeometry, volume: VolumeGeometry | None =
     v.choice("filter", filter, FILTERS)
     precision = v.precision(precision, ("float32", "float64", "float16"))
     dtype = np.float64 if precision == "float64" else np.float32
+    v.check_magnitude("projections", projections, dtype)   # float64 data beyond float32's range
     op = ParallelBackprojection(geometry, volume, interpolation=interpolation, backend=backend,
                                 kernel=kernel, precision="float16" if precision == "float16" else "float32",
                                 kernel_options=kernel_options, roi=roi)
@@ -345,7 +347,7 @@ def _check_projections(projections, geometry: ParallelGeometry):
 
 def _raise_if_bad(n_bad: int) -> None:
     if n_bad:
-        raise ValueError(f"projections: expected finite values, got {n_bad} NaN/Inf value(s)")
+        raise ValueError(v.nonfinite_message("projections", n_bad))
 
 
 def _angle_subset(geometry: ParallelGeometry, start: int, stop: int) -> ParallelGeometry:
@@ -408,7 +410,9 @@ def _prepare_out(out, shape: tuple, dtype, *, cupy_out: bool):
         if cupy_out:
             import cupy
             return cupy.empty(shape, dtype=dtype)
+        v.check_allocation("volume", math.prod(shape) * np.dtype(dtype).itemsize, "the reconstruction")
         return np.empty(shape, dtype=dtype)
+    v.writable_output("out", out)
     if tuple(out.shape) != tuple(shape) or out.dtype != dtype:
         raise ValueError(f"out: expected shape {tuple(shape)} and dtype {np.dtype(dtype)}, "
                          f"got {tuple(out.shape)} {out.dtype}")

@@ -1,12 +1,17 @@
 """The ``leveret`` command: ``recon`` (alias ``fbp``), ``preview``, ``center``,
 ``rabbitct``, ``bench``, ``info`` and ``demo``.
 
-Exit codes: 0 success; 2 bad input (a ValueError, a missing GPU, a memory
-cap that not even one slice fits; one line on stderr); 1 failure (anything
-else: one line, the traceback with ``-v``); 130 interrupted (Ctrl-C).
+Exit codes: 0 success; 2 bad input (a bad flag or value, a missing GPU, a
+memory cap that not even one slice fits, an output another process is
+writing, a full disk; one line on stderr, naming the flag); 1 failure
+(anything else: one line, the traceback with ``-v``); 130 interrupted
+(Ctrl-C), 143 terminated (SIGTERM), 129 hung up (SIGHUP). Plausibility
+warnings (one line each on stderr) never change the result; ``--quiet``
+silences them.
 
-The work runs in a worker thread while the main thread waits, so Ctrl-C is
-seen at once even while a compiled kernel runs: the main thread removes the
+The work runs in a worker thread while the main thread waits, so Ctrl-C (or
+SIGTERM, SIGHUP) is seen at once even while a compiled kernel runs: the main
+thread waits for a slab being written to reach the disk, removes the
 temporaries of unfinished outputs (keeping a ``--resume`` run's partial
 output) and the process exits without waiting for the kernel. Outputs are
 written atomically, so an interrupted or failed run leaves no file behind.
@@ -15,7 +20,9 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import os
+import re
 import sys
 import threading
 
@@ -84,13 +91,136 @@ def _center(text):
         raise argparse.ArgumentTypeError(f"expected a column position or 'auto', got {text!r}") from None
 
 
+def _cutoff(text) -> float:
+    try:
+        value = float(text)
+    except (TypeError, ValueError):
+        value = math.nan
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"expected a fraction of Nyquist in (0, 1], got {text!r}")
+    return value
+
+
+def _precision(text) -> str:
+    """float32 | float64 | float16; the old spellings are mapped (commands.py warns)."""
+    value = str(text).strip().lower()
+    if value not in PRECISIONS and value not in OLD_PRECISIONS:
+        raise argparse.ArgumentTypeError(f"expected one of {', '.join(PRECISIONS)}, got {text!r}")
+    return value
+
+
+PRECISIONS = ("float32", "float64", "float16")
+OLD_PRECISIONS = {"exact": "float32", "single": "float32", "double": "float64", "fast": "float16"}
+
+# Library arguments that can name themselves in an error, and the flag a user of the
+# command gives instead ("center: ..." -> "--center: ...", "pass overwrite=True" -> "pass --overwrite").
+FLAGS = {
+    "angles": "--angles", "path_or_values": "--angles", "center": "--center", "det_spacing": "--det-spacing",
+    "row_spacing": "--row-spacing", "dataset": "--dataset",
+    "flats": "--flat", "darks": "--dark", "stripes": "--stripes", "stripe_size": "--stripe-size",
+    "filter": "--filter", "cutoff": "--cutoff", "interpolation": "--interpolation", "backend": "--backend",
+    "kernel": "--kernel", "precision": "--precision", "chunk_slices": "--slab-slices",
+    "slab_slices": "--slab-slices", "max_slices": "--slab-slices", "host_memory": "--host-memory",
+    "gpu_memory": "--gpu-memory", "compression": "--compression", "resume": "--resume",
+    "overwrite": "--overwrite", "method": "--method", "row": "--rows", "repeats": "--repeats",
+    "size": "--size",
+}
+
+
+def flag_message(message: str, parser: argparse.ArgumentParser | None = None) -> str:
+    """``message`` with the library's argument names replaced by this command's flags.
+
+    Only names whose flag ``parser`` (the subcommand's) has are replaced, so a
+    name that means something else to this command is left alone.
+    """
+    known = None if parser is None else {s for a in parser._actions for s in a.option_strings}
+
+    def flag(name):
+        f = FLAGS.get(name)
+        return f if f is not None and (known is None or f in known) else None
+
+    head, sep, rest = message.partition(": ")
+    if sep and flag(head):
+        message = flag(head) + sep + rest
+
+    def keyword(m):
+        f = flag(m.group(1))
+        if f is None:
+            return m.group(0)
+        value = m.group(2).strip("'")
+        return f if value == "True" else f"{f} {value}"
+    return re.sub(r"\b([a-z_]+)=(True|'[^']*'|[\w.]+)", keyword, message)
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        return version("leveret")
+    except PackageNotFoundError:       # run from a source tree
+        from .. import __version__
+        return __version__
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Every subcommand's help: descriptions as written, and "(default: X)"
+    after an option's help only where it has a real default (not None/False)."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        default = action.default
+        if (action.option_strings and action.nargs != 0 and default not in (None, argparse.SUPPRESS)
+                and "default" not in text):
+            text = (text + " " if text else "") + "(default: %(default)s)"
+        return text
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with the errors a newcomer can act on: one line (and the short
+    usage), "did you mean" for a mistyped flag, negative numbers as values."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
+        # '-88.2:91.8:91' or '-3.5' after --angles/--center is a value, not an option.
+        self._negative_number_matcher = re.compile(r"^-\.?\d")
+
+    def error(self, message):
+        usage = self.format_usage().strip()
+        if "\n" in usage:              # the long generated one: a line that points to --help
+            positionals = [a.dest if a.nargs is None else f"[{a.dest}]"
+                           for a in self._actions if not a.option_strings and a.dest != argparse.SUPPRESS]
+            usage = f"usage: {' '.join([self.prog, '[options]'] + positionals)} (options: {self.prog} --help)"
+        self.exit(2, f"{usage}\n{self.prog}: error: {message}\n")
+
+    def parse_args(self, args=None, namespace=None):
+        args, extras = self.parse_known_args(args, namespace)
+        if extras:
+            sub = _subparser(self, args.command) if getattr(args, "command", None) else self
+            sub.error(_unrecognized(extras, sub))
+        return args
+
+
+def _unrecognized(extras: list[str], parser: argparse.ArgumentParser) -> str:
+    import difflib
+
+    options = sorted({s for a in parser._actions for s in a.option_strings if s.startswith("--")})
+    text = f"unrecognized arguments: {' '.join(extras)}"
+    for word in extras:
+        name = word.split("=", 1)[0]
+        if name.startswith("-"):
+            close = difflib.get_close_matches(name, options, n=1, cutoff=0.6)
+            if close:
+                return f"{text} (did you mean {close[0]}?)"
+    return text
+
+
 def _common(parser: argparse.ArgumentParser) -> None:
     """Flags every subcommand shares; SUPPRESS keeps the top-level values."""
     g = parser.add_argument_group("general")
     g.add_argument("-v", "--verbose", action="count", default=argparse.SUPPRESS,
                    help="more messages (-vv: debug); tracebacks of unexpected errors")
     g.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS,
-                   help="only errors; no progress bars")
+                   help="only errors: no progress bars, no warnings")
     g.add_argument("--config", default=None, metavar="FILE",
                    help="TOML or YAML file of option values (flags given here win)")
 
@@ -108,10 +238,13 @@ def _scan_options(p: argparse.ArgumentParser, *, angles_required: bool = False) 
     s.add_argument("--angle-lines", default=None, metavar="A:B",
                    help="use entries A..B-1 of the angle list (e.g. 10:101 when the file also lists "
                         "flat/dark frames)")
-    s.add_argument("--angle-unit", default="degree", choices=("degree", "radian"))
+    s.add_argument("--angle-unit", default="degree", choices=("degree", "radian"),
+                   help="unit of --angles and of angle files")
+    s.add_argument("--limited-angle", action="store_true",
+                   help="the scan covers less than 180 degrees on purpose (no warning)")
     s.add_argument("--dataset", default=None, help="HDF5 dataset path (or give file.h5:/path)")
     s.add_argument("--center", type=_center, default=None,
-                   help="rotation axis column in pixels, or 'auto' to estimate it; default: detector middle")
+                   help="rotation axis column in pixels, or 'auto' to estimate it (default: the detector middle)")
     s.add_argument("--det-spacing", type=float, default=1.0, help="detector pixel pitch (length unit)")
     s.add_argument("--row-spacing", type=float, default=1.0, help="detector row pitch (length unit)")
     pre = p.add_argument_group("preprocessing")
@@ -122,28 +255,29 @@ def _scan_options(p: argparse.ArgumentParser, *, angles_required: bool = False) 
                      help="suppress stripes (rings): 'sort' (Vo et al. 2018) or 'mean' (column offsets)")
     pre.add_argument("--stripe-size", type=int, default=5, help="stripe filter width across columns (odd, >= 3)")
     r = p.add_argument_group("reconstruction")
-    r.add_argument("--filter", default="ram-lak", choices=FILTERS)
-    r.add_argument("--cutoff", type=float, default=1.0, help="filter cutoff, fraction of Nyquist")
-    r.add_argument("--interpolation", default="linear", choices=("linear", "nearest", "linear8"))
-    r.add_argument("--backend", default="auto", choices=("auto", "cuda", "cpu"))
+    r.add_argument("--filter", default="ram-lak", choices=FILTERS, help="FBP ramp filter window")
+    r.add_argument("--cutoff", type=_cutoff, default=1.0, help="filter cutoff, fraction of Nyquist")
+    r.add_argument("--interpolation", default="linear", choices=("linear", "nearest", "linear8"),
+                   help="detector interpolation of the back-projection")
+    r.add_argument("--backend", default="auto", choices=("auto", "cuda", "cpu"), help="where to compute")
     r.add_argument("--kernel", default="auto", choices=("auto", "texture", "texz", "alu", "hybrid"),
-                   help="CUDA back-projection kernel (default: the tuned choice, see 'leveret info')")
-    r.add_argument("--precision", default="exact", choices=("exact", "fast"),
-                   help="fast: fp16 filtered sinograms (2-4 slices per texture fetch)")
+                   help="CUDA back-projection kernel ('auto': the tuned choice, see 'leveret info')")
+    r.add_argument("--precision", type=_precision, default="float32", metavar="{" + ",".join(PRECISIONS) + "}",
+                   help="float64: CPU only; float16: fp16 filtered sinograms on the GPU "
+                        "(2-4 slices per texture fetch)")
     r.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="leveret", description="Fast, quantitative tomographic reconstruction.",
-        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = Parser(prog="leveret", description="Fast, quantitative tomographic reconstruction.", epilog=EXAMPLES)
+    parser.add_argument("-V", "--version", action="version", version=f"leveret {_version()}")
     parser.add_argument("-v", "--verbose", action="count", default=0,
                         help="more messages (-vv: debug); tracebacks of unexpected errors")
-    parser.add_argument("-q", "--quiet", action="store_true", default=False, help="only errors; no progress bars")
+    parser.add_argument("-q", "--quiet", action="store_true", default=False,
+                        help="only errors: no progress bars, no warnings")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    fmt = argparse.RawDescriptionHelpFormatter
 
-    f = sub.add_parser("recon", aliases=["fbp"], formatter_class=fmt, epilog=RECON_EXAMPLES,
+    f = sub.add_parser("recon", aliases=["fbp"], epilog=RECON_EXAMPLES,
                        help="reconstruct a parallel-beam scan slab by slab into a file (alias: fbp)",
                        description="Filtered back-projection of projections (n_angles, n_rows, n_cols) "
                                    "or a sinogram (n_angles, n_cols), with optional flat/dark "
@@ -156,9 +290,9 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument("--compression", default="default",
                    help="HDF5: gzip (default), lzf, none; zarr: zstd (default), lz4, none; TIFF folder: zlib, none")
     o.add_argument("--host-memory", type=_size, default=None, metavar="SIZE",
-                   help="host memory the run may use (512M, 8G); default 60%% of what is free")
+                   help="host memory the run may use, e.g. 512M, 8G (default: 60%% of what is free)")
     o.add_argument("--gpu-memory", type=_size, default=None, metavar="SIZE",
-                   help="GPU memory the run may use; default 60%% of what is free")
+                   help="GPU memory the run may use (default: 60%% of what is free)")
     o.add_argument("--slab-slices", "--chunk-slices", dest="chunk_slices", type=int, default=None, metavar="N",
                    help="at most this many slices per slab (default: planned)")
     o.add_argument("--dry-run", action="store_true", help="print the memory plan and stop")
@@ -167,7 +301,7 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument("--overwrite", action="store_true", help="replace an existing output")
     _common(f)
 
-    c = sub.add_parser("center", formatter_class=fmt,
+    c = sub.add_parser("center",
                        help="estimate the rotation axis (with a confidence), optionally sweep it",
                        description="Estimate the centre of rotation from 180-degree pairs (or a "
                                    "reconstruction sweep), print it with its confidence, and optionally "
@@ -176,7 +310,8 @@ def build_parser() -> argparse.ArgumentParser:
                               "  leveret center proj.npy --angles 0:180:900 --sweep 4 --step 0.5 "
                               "--montage sweep.png\n")
     _scan_options(c)
-    c.add_argument("--method", default="auto", choices=("auto", "pairs", "sweep"))
+    c.add_argument("--method", default="auto", choices=("auto", "pairs", "sweep"),
+                   help="180-degree pair registration, a reconstruction sweep, or pairs where the angles allow")
     c.add_argument("--rows", default=None, metavar="A:B", help="detector rows to use (default: 16 middle rows)")
     c.add_argument("--sweep", type=float, default=None, metavar="PIXELS",
                    help="also score centres within +-PIXELS of the estimate (middle row)")
@@ -185,7 +320,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--json", default=None, help="write the result as JSON")
     _common(c)
 
-    pv = sub.add_parser("preview", formatter_class=fmt,
+    pv = sub.add_parser("preview",
                         help="PNGs: orthogonal slices, a sinogram and the geometry figure",
                         description="With --angles (or an NXtomo/DXchange file) the input is a scan: "
                                     "write sinogram.png, geometry.png and slices.png (orthogonal slices "
@@ -194,7 +329,8 @@ def build_parser() -> argparse.ArgumentParser:
                         epilog="examples:\n  leveret preview raw/ --angles angles.txt --center auto -o prev/\n"
                                "  leveret preview rec.h5 -o prev/\n")
     _scan_options(pv)
-    pv.add_argument("-o", "--output-dir", default="preview", help="folder for the PNGs (made if missing)")
+    pv.add_argument("-o", "--output-dir", default="preview",
+                    help="folder for the PNGs, made if missing (a relative path is under the current folder)")
     pv.add_argument("--bin", type=_positive_int, default=None,
                     help="bin detector pixels by this factor before reconstructing (default: to <= 256 columns)")
     _common(pv)
@@ -221,26 +357,34 @@ def build_parser() -> argparse.ArgumentParser:
                    help="synthetic: a quarter-size detector and views (minutes on a laptop, not hours)")
     r.add_argument("--save", default=None, help="synthetic: also write the dataset to this .rct file")
     r.add_argument("--backend", default="auto", choices=("auto", "cuda", "cpu"))
-    r.add_argument("--repeats", type=int, default=3, help="timed runs (the fastest is reported)")
+    r.add_argument("--repeats", type=_positive_int, default=3, help="timed runs (the fastest is reported)")
     r.add_argument("--json", default=None, help="write the result as JSON")
     _common(r)
 
-    b = sub.add_parser("bench", formatter_class=fmt,
+    b = sub.add_parser("bench",
                        help="a small built-in benchmark (parallel FBP and cone FDK), printed as a table",
                        description="Time leveret.fbp and leveret.fdk on simulated data of a few sizes on "
                                    "one backend; print a table (best of --repeats, GU/s = voxel updates "
                                    "per second / 1e9) and optionally write JSON.",
                        epilog="examples:\n  leveret bench --backend cpu --size 64\n"
-                              "  leveret bench --backend cuda --size 512 --json bench.json\n")
+                              "  leveret bench --backend cuda --size 512 --json bench.json    "
+                              "writes leveret-bench/bench.json\n")
     b.add_argument("--backend", default="auto", choices=("auto", "cuda", "cpu"))
     b.add_argument("--size", type=_positive_int, default=128, help="largest slice width (pixels)")
     b.add_argument("--slices", type=_positive_int, default=16, help="slices per volume")
     b.add_argument("--repeats", type=_positive_int, default=3, help="timed runs per case (best is kept)")
-    b.add_argument("--json", default=None, help="write the table as JSON")
+    b.add_argument("-o", "--output-dir", default="leveret-bench",
+                   help="folder for --json (made if missing; a relative path is under the current folder)")
+    b.add_argument("--json", default=None, metavar="NAME", help="write the table as JSON into --output-dir")
     _common(b)
 
     i = sub.add_parser("info", help="print the backends found")
     _common(i)
+    for p in sub.choices.values():     # one help format for every subcommand
+        p.formatter_class = HelpFormatter
+        for a in p._actions:
+            if not a.help and a.option_strings and a.nargs != 0 and a.default not in (None, argparse.SUPPRESS):
+                a.help = "(default: %(default)s)"
     return parser
 
 
@@ -300,39 +444,57 @@ def _run_in_worker(fn, args):
 
 
 def main(argv=None) -> int:
+    from ..signals import end_quiet_start, handling
+
+    end_quiet_start()    # from here on, interrupts clean up what was written
+    with handling():     # SIGTERM/SIGHUP raise like Ctrl-C (main thread only)
+        return _main(argv)
+
+
+def _main(argv) -> int:
+    from ..signals import exit_code
+
     try:
         args = parse(argv)
+        _setup_logging(args)
+        from . import commands
     except ValueError as exc:          # a bad --config file
         print(f"leveret: error: {exc}", file=sys.stderr)
         return 2
-    _setup_logging(args)
-    from . import commands
+    except KeyboardInterrupt as exc:   # during start-up: nothing written yet
+        print("\nleveret: interrupted", file=sys.stderr)
+        return exit_code(exc)
 
     runners = {"recon": commands.recon, "fbp": commands.recon, "center": commands.center,
                "preview": commands.preview, "bench": commands.bench, "info": commands.info,
                "rabbitct": commands.rabbitct, "demo": commands.demo}
+    sub = _subparser(build_parser(), args.command)
     try:
         return _run_in_worker(runners[args.command], args)
-    except (ValueError, MemoryError) as exc:
-        if args.verbose:
-            raise
-        print(f"leveret {args.command}: error: {exc}", file=sys.stderr)
+    except (ValueError, MemoryError) as exc:   # bad input: one line at any verbosity
+        print(f"leveret {args.command}: error: {flag_message(str(exc), sub)}", file=sys.stderr)
         return 2
     except RuntimeError as exc:
         # A missing GPU or CUDA toolkit is the user's set-up (2); other runtime errors are failures.
-        if args.verbose:
-            raise
         bad_setup = "cuda" in str(exc).lower() or "gpu" in str(exc).lower()
-        print(f"leveret {args.command}: error: {exc}", file=sys.stderr)
+        if args.verbose and not bad_setup:
+            raise
+        print(f"leveret {args.command}: error: {flag_message(str(exc), sub)}", file=sys.stderr)
         return 2 if bad_setup else 1
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         from ..io.atomic import cleanup_pending
-        cleanup_pending()
-        print(f"leveret {args.command}: interrupted; no output written"
+        cleanup_pending()     # waits for a slab being written, then removes or keeps the partial output
+        what = "interrupted" if not hasattr(exc, "signum") else f"stopped by {exc}"
+        # A newline first: the progress bar's line has none.
+        print(f"\nleveret {args.command}: {what}; no output written"
               + (" (--resume continues from the slabs already done)" if getattr(args, "resume", False) else ""),
               file=sys.stderr)
-        return 130
+        return exit_code(exc)
     except Exception as exc:           # a bug: say so in one line, the traceback with -v
+        from ..io.atomic import is_space_error
+        if isinstance(exc, OSError) and is_space_error(exc):   # a full disk: the user's to fix
+            print(f"leveret {args.command}: error: {flag_message(str(exc), sub)}", file=sys.stderr)
+            return 2
         if args.verbose:
             raise
         print(f"leveret {args.command}: failed: {type(exc).__name__}: {exc} (run with -v for the traceback)",
@@ -343,11 +505,16 @@ def main(argv=None) -> int:
 def run() -> None:
     """Console entry point: exit with :func:`main`'s code without waiting for
     a worker still inside a kernel after Ctrl-C."""
-    code = main()
+    try:
+        code = main()
+    except KeyboardInterrupt as exc:   # a second Ctrl-C during the clean-up
+        from ..signals import exit_code
+        print("\nleveret: interrupted", file=sys.stderr)
+        code = exit_code(exc)
     # After Ctrl-C the worker may still be inside a kernel, or just leaving
     # one: a normal interpreter shutdown would then wait for it, or abort in
     # a native thread pool's destructor. The outputs are already cleaned up.
-    if code == 130 or (_worker is not None and _worker.is_alive()):
+    if code in (129, 130, 143) or (_worker is not None and _worker.is_alive()):
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)

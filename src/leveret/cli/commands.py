@@ -17,10 +17,101 @@ CENTER_ROWS = 16        # detector rows the centre estimate uses by default
 PREVIEW_COLUMNS = 256   # preview reconstructions are binned to at most this many columns
 
 
+LIMITED_ANGLE_DEGREES = 170.0   # a parallel-beam scan covering less than this gets a warning
+
+
 def _say(args, *parts) -> None:
     """A progress message on stderr, unless -q."""
     if not args.quiet:
         print(*parts, file=sys.stderr, flush=True)
+
+
+def _warn(args, message: str) -> None:
+    """A plausibility warning: one line on stderr, unless -q; the result is unchanged."""
+    if not args.quiet:
+        print(f"leveret {args.command}: warning: {message}", file=sys.stderr, flush=True)
+
+
+def _precision(args) -> str:
+    """--precision as the library spells it; an old spelling warns."""
+    from . import OLD_PRECISIONS
+
+    value = OLD_PRECISIONS.get(args.precision, args.precision)
+    if value != args.precision:
+        _warn(args, f"--precision: {args.precision!r} is deprecated; use {value!r}")
+    return value
+
+
+def _check_output(path: Path, overwrite: bool, flag: str = "output",
+                  hint: str = "pass --overwrite to replace it") -> None:
+    """Fail now, naming ``flag``, if ``path`` exists (without --overwrite) or its folder is
+    missing or not writable; not after the work, and not naming a temporary."""
+    import tempfile
+
+    path = Path(path)
+    if not path.parent.is_dir():
+        raise ValueError(f"{flag}: the folder {str(path.parent)!r} does not exist (for {str(path)!r})")
+    if path.exists() and not overwrite:
+        raise ValueError(f"{flag}: {str(path)!r} already exists; {hint}")
+    try:        # the one reliable test of "writable" (permissions, read-only mounts, /proc)
+        with tempfile.TemporaryFile(dir=path.parent):
+            pass
+    except OSError as exc:
+        raise ValueError(f"{flag}: cannot write into the folder {str(path.parent.resolve())!r} "
+                         f"({exc.strerror or exc})") from None
+
+
+def _check_plausible(args, angles: np.ndarray, dtype, has_flats: bool) -> None:
+    """Warn about a scan that is readable but probably not what was meant."""
+    n = angles.size
+    if n > 1 and not getattr(args, "limited_angle", False):
+        span = float(np.ptp(angles))
+        covered = math.degrees(span * n / (n - 1))      # the last view covers one more step
+        if covered < LIMITED_ANGLE_DEGREES:
+            unit = getattr(args, "angle_unit", "degree")
+            hint = ("angles are read in degrees; give --angle-unit radian if they are radians"
+                    if unit == "degree" else "the angles were read in radians")
+            _warn(args, f"--angles: the scan covers {covered:.3g} degrees (< {LIMITED_ANGLE_DEGREES:g}): {hint}; "
+                        "pass --limited-angle if a limited range is meant")
+    if np.dtype(dtype).kind in "iu" and not has_flats and not args.minus_log:
+        _warn(args, f"input: integer data ({np.dtype(dtype).name}) without --flat/--dark or --minus-log "
+                    "is reconstructed as line integrals; raw detector counts need --flat and --dark "
+                    "(or --minus-log for transmissions)")
+
+
+def _named(flag: str, read, *args, **kwargs):
+    """``read(*args, **kwargs)``, its "path: ..." errors naming ``flag`` instead."""
+    try:
+        return read(*args, **kwargs)
+    except ValueError as exc:
+        head, sep, rest = str(exc).partition(": ")
+        if head != "path" or not sep:
+            raise
+        raise ValueError(f"{flag}: {rest}") from None
+
+
+def _check_backend_flags(args) -> None:
+    """Warn about GPU-only flags that a CPU run ignores."""
+    from ..backends import resolve
+
+    if resolve(args.backend) != "cpu":
+        return
+    if args.kernel != "auto":
+        _warn(args, f"--kernel: {args.kernel!r} chooses a CUDA kernel; the CPU backend ignores it")
+    if args.precision in ("float16", "fast"):
+        _warn(args, "--precision: float16 filtered sinograms are a GPU mode; the CPU backend computes in float32")
+
+
+def _open_input(args):
+    """The lazy array of ``input`` (``--dataset`` only for HDF5 files)."""
+    from ..io import open_array
+    from ..io._common import HDF5_EXTS, split_dataset
+
+    path, _ = split_dataset(args.input, None)
+    if args.dataset is not None and path.suffix.lower() not in HDF5_EXTS:
+        raise ValueError(f"--dataset: {args.input!r} is not an HDF5 file ({', '.join(HDF5_EXTS)}); "
+                         "only those hold datasets")
+    return _named("input", open_array, args.input, dataset=args.dataset)
 
 
 # -- the scan: input, angles, flats/darks ----------------------------------------------------------
@@ -78,7 +169,7 @@ def _is_scan_file(args) -> bool:
 
 def load_scan(args) -> ScanInput:
     """The projections (lazy), angles and flats/darks the flags name."""
-    from ..io import open_array, read_angles, read_array, read_scan
+    from ..io import read_angles, read_array, read_scan
 
     if args.input is None:
         raise ValueError("input: give the projections (as the first argument, or input = ... in --config)")
@@ -95,7 +186,7 @@ def load_scan(args) -> ScanInput:
         _say(args, f"scan {args.input} ({scan.metadata['layout']}): {scan.projections.shape} "
                    f"{scan.projections.dtype}, {len(scan.flats)} flat(s), {len(scan.darks)} dark(s)")
     else:
-        projections = open_array(args.input, dataset=args.dataset)
+        projections = _open_input(args)
         if args.angles is None:
             raise ValueError("--angles: required (a file, or start:stop:count) for this input")
     if args.angles is not None:
@@ -104,7 +195,7 @@ def load_scan(args) -> ScanInput:
     if args.flat is not None or args.dark is not None:
         if args.flat is None or args.dark is None:
             raise ValueError("--flat/--dark: give both, or neither")
-        flats, darks = read_array(args.flat), read_array(args.dark)
+        flats, darks = _named("--flat", read_array, args.flat), _named("--dark", read_array, args.dark)
     shape = tuple(projections.shape)
     if len(shape) not in (2, 3):
         raise ValueError(f"input: expected a sinogram (n_angles, n_cols) or projections "
@@ -112,6 +203,7 @@ def load_scan(args) -> ScanInput:
     if angles.size != shape[0]:
         raise ValueError(f"--angles: expected {shape[0]} angles (one per projection in input), "
                          f"got {angles.size}")
+    _check_plausible(args, angles, projections.dtype, flats is not None)
     return ScanInput(projections, angles, flats, darks, bool(args.minus_log) and flats is None,
                      str(args.input), args.stripes, args.stripe_size)
 
@@ -136,15 +228,22 @@ def _rows(scan: ScanInput, r0: int, r1: int) -> np.ndarray:
 def _sinogram_data(scan: ScanInput) -> np.ndarray:
     """A 2D input (n_angles, n_cols) as float32 line integrals."""
     data = np.asarray(scan.projections)[:, None, :]
-    flats = None if scan.flats is None else np.asarray(scan.flats)[..., None, :]
-    darks = None if scan.darks is None else np.asarray(scan.darks)[..., None, :]
     from ..outofcore import preprocess_rows
+    from ..preprocess import sinogram_fields
+    n_cols = scan.shape[-1]
+    flats = None if scan.flats is None else sinogram_fields("--flat", scan.flats, n_cols)
+    darks = None if scan.darks is None else sinogram_fields("--dark", scan.darks, n_cols)
     return preprocess_rows(data, (0, 1), flats=flats, darks=darks, log_transform=scan.log_transform,
                            stripes=scan.stripes, stripe_size=scan.stripe_size)[:, 0]
 
 
-def estimate_center(args, scan: ScanInput, method: str = "auto"):
-    """:func:`leveret.preprocess.find_center` on a band of middle rows."""
+def estimate_center(args, scan: ScanInput, method: str = "auto", cross_check: bool = False):
+    """:func:`leveret.preprocess.find_center` on a band of middle rows.
+
+    With ``cross_check`` the other method (sweep for pairs, pairs for sweep)
+    estimates the centre too; if the two differ by ``d`` > 1 pixel the
+    confidence is divided by ``d`` (details["check"] holds the other estimate).
+    """
     from ..preprocess import find_center
 
     if len(scan.shape) == 2:
@@ -153,9 +252,47 @@ def estimate_center(args, scan: ScanInput, method: str = "auto"):
         r0, r1 = _band(scan.shape, getattr(args, "rows", None))
         data = _rows(scan, r0, r1)
     est = find_center(data, scan.angles, method=method)
+    if est.details.get("at_edge"):
+        _warn(args, f"centre: the estimate {est.center:.2f} px sits on the edge of the search range "
+                    f"(the middle half of the detector); the axis may lie outside it, so the confidence "
+                    f"is lowered; check with 'leveret center --sweep'")
+    if cross_check:
+        other = _other_method(data, scan.angles, est)
+        if other is not None:
+            difference = abs(other.center - est.center)
+            est.details["check"] = {"method": other.method, "center": other.center, "difference": difference}
+            if difference > 1.0:
+                est = est._replace(confidence=est.confidence / difference)
+                _warn(args, f"centre: the methods disagree by {difference:.2f} px ({est.method} "
+                            f"{est.center:.2f}, {other.method} {other.center:.2f}); confidence lowered "
+                            f"to {est.confidence:.2f}")
     _say(args, f"centre of rotation: {est.center:.2f} px (confidence {est.confidence:.2f}, "
                f"method {est.method}, spread {est.details.get('spread', 0.0):.2f} px)")
     return est, data
+
+
+CHECK_PIXELS = 3.0    # the sweep that checks a pairs estimate tries centres within +-this of it
+
+
+def _other_method(data: np.ndarray, angles: np.ndarray, est):
+    """The centre by the method ``est`` did not use, or None where that one cannot run."""
+    from ..preprocess import CenterEstimate, center_sweep, find_center
+
+    if est.method == "sweep":
+        try:
+            return find_center(data, angles, method="pairs")
+        except ValueError:                  # no 180-degree pair among the angles
+            return None
+    sino = data[:, data.shape[1] // 2, :] if data.ndim == 3 else data
+    n_cols = sino.shape[1]
+    # 0.5 px steps resolve the 1 px disagreement that matters, with 13 trial slices
+    centers = np.arange(est.center - CHECK_PIXELS, est.center + CHECK_PIXELS + 0.25, 0.5)
+    centers = centers[(centers >= 0) & (centers <= n_cols - 1)]
+    if centers.size < 3:
+        return None
+    scores = center_sweep(sino, angles, centers)
+    return CenterEstimate(center=float(centers[int(np.argmin(scores))]), confidence=float("nan"),
+                          method="sweep", details={})
 
 
 def _geometry(args, scan: ScanInput, center):
@@ -172,7 +309,6 @@ def recon(args) -> int:
     import leveret
     from ..io import write_array
     from ..io._common import split_dataset
-    from ..io.atomic import check_writable
     from ..io.slabs import output_format
     from ..outofcore import plan, reconstruct_to_file
 
@@ -180,13 +316,13 @@ def recon(args) -> int:
         raise ValueError("output: give the output path (second argument, or output = ... in --config)")
     out_path, dataset = split_dataset(args.output, None)
     output_format(args.output if dataset is None else out_path)     # a bad extension fails now
-    if not args.dry_run:
-        check_writable(out_path, args.overwrite)   # fail now, not after the work
+    _check_output(out_path, args.overwrite)
     compression = None if str(args.compression).lower() == "none" else args.compression
     scan = load_scan(args)
+    _check_backend_flags(args)
     progress = not (args.no_progress or args.quiet)
     options = dict(filter=args.filter, cutoff=args.cutoff, interpolation=args.interpolation,
-                   kernel=args.kernel, precision=args.precision)
+                   kernel=args.kernel, precision=_precision(args))
     if args.chunk_slices is not None and args.chunk_slices < 1:
         raise ValueError(f"chunk_slices: expected a positive number of slices, got {args.chunk_slices}")
 
@@ -238,11 +374,15 @@ def center(args) -> int:
     from ..io import atomic_output
     from ..preprocess import center_sweep
 
+    for flag, path in (("--json", args.json), ("--montage", args.montage)):
+        if path is not None:
+            _check_output(Path(path), overwrite=True, flag=flag)
     scan = load_scan(args)
-    est, data = estimate_center(args, scan, method=args.method)
+    est, data = estimate_center(args, scan, method=args.method, cross_check=True)
     print(f"center {est.center:.2f}  confidence {est.confidence:.2f}  method {est.method}")
     result = {"center": est.center, "confidence": est.confidence, "method": est.method,
-              "spread": est.details.get("spread")}
+              "spread": est.details.get("spread"), "at_edge": bool(est.details.get("at_edge")),
+              "check": est.details.get("check")}
     n_cols = scan.shape[-1]
     if args.sweep is not None:
         if not args.sweep > 0 or not args.step > 0:
@@ -297,20 +437,22 @@ def _montage(sino, angles, centers, scores, best):
 # -- preview ---------------------------------------------------------------------------------------
 
 def preview(args) -> int:
-    out = Path(args.output_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    out = Path(args.output_dir).absolute()
     if args.input is None:
         raise ValueError("input: give a scan (with --angles) or a volume")
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--output-dir: {str(out)!r} is a file, not a folder")
     scan_mode = args.angles is not None or _is_scan_file(args)
+    # The folder is made when the first figure is saved: a rejected input leaves no empty folder.
     written = _preview_scan(args, out) if scan_mode else _preview_volume(args, out)
-    for p in written:
-        _say(args, f"wrote {p}")
+    _say(args, f"wrote {', '.join(p.name for p in written)} into {out}")
     return 0
 
 
 def _save(fig, path: Path) -> Path:
     from ..io import atomic_output
 
+    path.parent.mkdir(parents=True, exist_ok=True)
     with atomic_output(path, overwrite=True) as tmp:
         fig.savefig(tmp, dpi=90, format="png")
     return path
@@ -340,9 +482,8 @@ def _slices_figure(volume: np.ndarray, geometry, title: str):
 
 def _preview_volume(args, out: Path) -> list[Path]:
     import leveret
-    from ..io import open_array
 
-    vol = open_array(args.input, dataset=args.dataset)
+    vol = _open_input(args)
     if len(vol.shape) != 3:
         raise ValueError(f"input: a volume preview needs a 3D volume (nz, ny, nx), got shape {vol.shape}; "
                          "for a scan give --angles")
@@ -386,6 +527,7 @@ def _preview_scan(args, out: Path) -> list[Path]:
     from matplotlib.figure import Figure
 
     scan = load_scan(args)
+    _check_backend_flags(args)
     if len(scan.shape) != 3:
         raise ValueError(f"input: a scan preview needs projections (n_angles, n_rows, n_cols), got {scan.shape}")
     n_angles, n_rows, n_cols = scan.shape
@@ -403,7 +545,7 @@ def _preview_scan(args, out: Path) -> list[Path]:
                                  det_spacing=args.det_spacing * b, row_spacing=args.row_spacing * b,
                                  center=min(max((center - (b - 1) / 2) / b, 0), binned.shape[2] - 1))
     volume = leveret.fbp(binned, g, backend=args.backend, filter=args.filter, cutoff=args.cutoff,
-                         interpolation=args.interpolation)
+                         interpolation=args.interpolation, kernel=args.kernel, precision=_precision(args))
     vg = g.default_volume()
     written = [_save(_slices_figure(volume, vg, f"{scan.source}: centre {center:.2f} px, binned {b}x{b}"),
                      out / "slices.png")]
@@ -436,6 +578,12 @@ def bench(args) -> int:
     from ..backends import resolve
     from ..io import atomic_output
 
+    json_path = None if args.json is None else Path(args.output_dir).absolute() / args.json
+    if json_path is not None:
+        if json_path.parent.exists() and not json_path.parent.is_dir():
+            raise ValueError(f"--output-dir: {str(json_path.parent)!r} is a file, not a folder")
+        if json_path.parent.is_dir():
+            _check_output(json_path, overwrite=True, flag="--json")
     backend = resolve(args.backend)
     sizes = sorted({max(16, args.size // 4), max(16, args.size // 2), max(16, args.size)})
     rows = []
@@ -473,9 +621,11 @@ def bench(args) -> int:
     for r in rows:
         print(f"{r['case']:<14} {r['backend']:<7} {'x'.join(map(str, r['projections'])):<18} "
               f"{'x'.join(map(str, r['volume'])):<16} {r['seconds'] * 1e3:>10.2f} {r['gups']:>8.3f}")
-    if args.json:
-        with atomic_output(args.json, overwrite=True) as tmp:
+    if json_path is not None:
+        json_path.parent.mkdir(parents=True, exist_ok=True)
+        with atomic_output(json_path, overwrite=True) as tmp:
             tmp.write_text(json.dumps({"repeats": args.repeats, "results": rows}, indent=1))
+        _say(args, f"wrote {json_path}")
     return 0
 
 
@@ -512,6 +662,12 @@ def rabbitct(args) -> int:
 
     if args.size < 1:
         raise ValueError(f"--size: expected a positive volume edge, got {args.size}")
+    if args.json is not None:
+        _check_output(Path(args.json), overwrite=True, flag="--json")
+    if args.save is not None:       # before the synthetic dataset is made (minutes)
+        if args.input is not None:
+            raise ValueError("--save: writes the synthetic dataset; not with --input")
+        _check_output(Path(args.save), overwrite=False, flag="--save", hint="choose another name")
     if args.input is not None:
         data = read_rabbitct(args.input)
         reference = None                        # the file's own reference volumes

@@ -24,6 +24,8 @@ import math
 import numba
 import numpy as np
 
+from . import serialized
+
 
 @numba.njit(inline="always")
 def _clip(a, b, lo, hi):
@@ -101,6 +103,7 @@ def _backproject(projections, matrices, out, accumulate):
                 out[k, j, i] = line[i]
 
 
+@serialized
 def backproject(projections: np.ndarray, index_matrices: np.ndarray, out: np.ndarray, *,
                 accumulate: bool = False) -> np.ndarray:
     """Back-project ``projections`` (n_views, n_rows, n_cols) into ``out`` (nz, ny, nx).
@@ -210,6 +213,7 @@ def _backproject_gpu_mirror(projections, matrices, out, depth, accumulate, softw
                     out[k0 + k, j, i] = out[k0 + k, j, i] + sums[k, i] if accumulate else sums[k, i]
 
 
+@serialized
 def backproject_gpu_mirror(projections: np.ndarray, index_matrices: np.ndarray, out: np.ndarray, *,
                            depth: int, software, fma_steps=None, accumulate: bool = False,
                            slices=None) -> np.ndarray:

@@ -44,6 +44,8 @@ import math
 import numba
 import numpy as np
 
+from . import serialized
+
 MODES = ("nearest", "linear", "linear8", "linear8-fp16")
 _FIX = 4294967296.0  # 2**32: the fixed-point scale of the linear mode
 
@@ -223,6 +225,7 @@ def _backproject_texture_like(sinos, table, out, quantise):
         out[k, j, :] = row
 
 
+@serialized
 def backproject(sinos: np.ndarray, table: np.ndarray, out: np.ndarray, mode: str = "linear") -> np.ndarray:
     """Back-project a sinogram stack into ``out`` (overwritten).
 

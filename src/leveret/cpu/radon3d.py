@@ -21,6 +21,8 @@ import math
 import numba
 import numpy as np
 
+from . import serialized
+
 #: Directions per partial sum in :func:`backproject` (the GPU kernel stages batches of up to 64).
 BATCH = 64
 
@@ -117,6 +119,7 @@ def sample_table(directions: np.ndarray, n_samples: int, spacing: float, volume)
     return table
 
 
+@serialized
 def backproject(proj: np.ndarray, table: np.ndarray, out: np.ndarray) -> np.ndarray:
     """Back-project ``proj`` into ``out`` (overwritten): linear interpolation, no weights.
 
@@ -130,6 +133,7 @@ def backproject(proj: np.ndarray, table: np.ndarray, out: np.ndarray) -> np.ndar
     return out
 
 
+@serialized
 def forward(vol: np.ndarray, table: np.ndarray, out: np.ndarray) -> np.ndarray:
     """The transpose of :func:`backproject`: scatter ``vol`` into ``out`` (overwritten).
 

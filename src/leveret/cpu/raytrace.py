@@ -40,6 +40,8 @@ import math
 import numba
 import numpy as np
 
+from . import serialized
+
 SIDDON = 0
 JOSEPH = 1
 
@@ -209,6 +211,7 @@ def _adjoint(y, origins, directions, offset, scale, t_start, model, buffers):
                 _ray(buf, origins, directions, r, offset, scale, t_start, model, True, y[r])
 
 
+@serialized
 def forward(volume, origins, directions, offset, scale, t_start, model, out):
     """Line integrals of ``volume`` (nz, ny, nx) along every ray into ``out`` (n_rays,).
 
@@ -231,6 +234,7 @@ def forward(volume, origins, directions, offset, scale, t_start, model, out):
     return out
 
 
+@serialized
 def adjoint(values, origins, directions, offset, scale, t_start, model, out, n_buffers):
     """Exact transpose of :func:`forward`: ``out`` (nz, ny, nx) = A^T ``values`` (n_rays,).
 

@@ -17,19 +17,15 @@ KERNEL_DIR = Path(__file__).resolve().parent
 _HEADERS_DIGEST = hashlib.sha1(b"".join(p.read_bytes() for p in sorted(KERNEL_DIR.glob("*.cuh")))).hexdigest()[:16]
 NVRTC_OPTIONS: tuple[str, ...] = ("--std=c++17", f"-I{KERNEL_DIR}", f"-DLEVERET_HEADERS_DIGEST=0x{_HEADERS_DIGEST}")
 
-# Kernel files built with -D constants, by file-name prefix: the launcher
-# module whose KERNEL_CONSTANTS dict holds them (the one Python source; the
-# .cu files #error without them).
-CONSTANTS_FROM = {"raytrace_": "leveret.cuda.raytrace"}
-
 
 def file_defines(path) -> tuple[str, ...]:
-    """The ``NAME=value`` constants the .cu file ``path`` is always built with."""
-    for prefix, module in CONSTANTS_FROM.items():
-        if Path(path).name.startswith(prefix):
-            constants = importlib.import_module(module).KERNEL_CONSTANTS
-            return tuple(f"{name}={value}" for name, value in constants.items())
-    return ()
+    """The ``NAME=value`` constants the .cu file ``path`` is built with: the
+    ``DEFINES`` of its launcher module (``<name>.py``; ``raytrace.py`` for the
+    ``raytrace_*.cu`` files), the one Python source of each constant (the .cu
+    files #error without them)."""
+    stem = Path(path).stem
+    launcher = "raytrace" if stem.startswith("raytrace_") else stem
+    return tuple(getattr(importlib.import_module(f"{__package__}.{launcher}"), "DEFINES", ()))
 
 
 def kernel_source(name: str) -> str:
@@ -43,15 +39,14 @@ def kernel_files() -> list[Path]:
 
 
 @functools.lru_cache(maxsize=None)
-def load_module(name: str, defines: tuple[str, ...] = ()):
+def load_module(name: str, defines: tuple[str, ...] | None = None):
     """A compiled ``cupy.RawModule`` for ``<name>.cu`` (cached per process).
 
-    The file's constants (:func:`file_defines`) are always passed; ``defines``
-    are extra macros (``"NAME"`` or ``"NAME=value"``), e.g. the bottleneck
-    variants of a kernel.
+    ``defines`` (``"NAME=value"``) is the file's complete set of constants;
+    None takes its launcher's (:func:`file_defines`).
     """
     import cupy
-    defines = file_defines(KERNEL_DIR / f"{name}.cu") + tuple(defines)
+    defines = file_defines(KERNEL_DIR / f"{name}.cu") if defines is None else tuple(defines)
     return cupy.RawModule(code=kernel_source(name), options=NVRTC_OPTIONS + tuple(f"-D{d}" for d in defines))
 
 
@@ -70,14 +65,13 @@ def upload_pinned(host, stream):
     return device, pinned
 
 
-def compile_report(path: Path, arch: str = "sm_90", defines: tuple[str, ...] = ()) -> tuple[bool, str]:
+def compile_report(path: Path, arch: str = "sm_90", defines: tuple[str, ...] | None = None) -> tuple[bool, str]:
     """Compile one .cu file with NVRTC (no GPU needed); returns (ok, ptxas log).
 
-    The file's constants (:func:`file_defines`) are passed as at run time,
-    then ``defines``. The log has ptxas's per-kernel register, stack and spill
-    figures.
+    ``defines`` as in :func:`load_module` (None: the launcher's, as at run
+    time). The log has ptxas's per-kernel register, stack and spill figures.
     """
-    defines = file_defines(path) + tuple(defines)
+    defines = file_defines(path) if defines is None else tuple(defines)
     from cuda.bindings import nvrtc
 
     src = Path(path).read_bytes()
@@ -94,18 +88,11 @@ def compile_report(path: Path, arch: str = "sm_90", defines: tuple[str, ...] = (
     return err == nvrtc.nvrtcResult.NVRTC_SUCCESS, log.decode(errors="replace").rstrip("\x00 \n")
 
 
-def launcher_defines(path: Path) -> tuple[str, ...]:
-    """The -D options the launcher beside ``path`` (``<name>.py``) compiles
-    it with: its ``DEFINES``, if it has them."""
-    import importlib
-    return tuple(getattr(importlib.import_module(f"{__package__}.{Path(path).stem}"), "DEFINES", ()))
-
-
 def print_reports(arch: str = "sm_90") -> int:
     """Print ptxas's register/spill report for every kernel; exit status 1 on a failure."""
     status = 0
     for path in kernel_files():
-        ok, log = compile_report(path, arch, launcher_defines(path))
+        ok, log = compile_report(path, arch)
         print(f"--- {path.name} ({arch}): {'ok' if ok else 'FAILED'}\n{log}")
         status |= not ok
     return status

@@ -195,7 +195,7 @@ class ParallelBackprojectorGPU:
 
         ny, nx = out.shape[1:]
         per = PACKINGS[packing][0]
-        module = load_module("backproject_parallel", DEFINES)
+        module = load_module("backproject_parallel")
         kernel = module.get_function("backproject_parallel_tex2" if per == 2 else "backproject_parallel_tex")
         self.last_kernel = f"texture-{packing}"
         stream = cupy.cuda.get_current_stream()
@@ -215,7 +215,7 @@ class ParallelBackprojectorGPU:
 
         ny, nx = out.shape[1:]
         per = PACKINGS[packing][0]
-        module = load_module("backproject_parallel", DEFINES)
+        module = load_module("backproject_parallel")
         kernel = module.get_function(f"backproject_parallel_texz{per}_q{nq}")
         self.last_kernel = f"texz-{packing}-q{nq}"
         stream = cupy.cuda.get_current_stream()
@@ -241,7 +241,7 @@ class ParallelBackprojectorGPU:
         cw, shared = alu_plan(table64, tile, nv)
         import cupy
 
-        module = load_module("backproject_parallel", DEFINES)
+        module = load_module("backproject_parallel")
         kernel = module.get_function(name)
         num, den = ratio
         self.last_kernel = ("alu" if num == 0 else f"hybrid-{num}/{den}-{packing}") + f"-t{tile}-nv{nv}" + \

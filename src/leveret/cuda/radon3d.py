@@ -195,7 +195,7 @@ def backproject(proj, table: np.ndarray, out, *, proj_bstride: int = 0, table_bs
     head = (proj, np.int64(proj_bstride), table_dev, np.int32(table_bstride), out,
             np.int32(nx), np.int32(ny), np.int32(nb), np.int32(n_dirs), np.int32(n_samples))
     tail = (np.int32(b_offset), np.int32(bool(accumulate)))
-    module = load_module("radon3d", DEFINES)
+    module = load_module("radon3d")
     if plan.path == "global":
         kernel = module.get_function(f"radon3d_bp_global_{tag}_z{zpt}")
         kernel(grid, BLOCK, head + tail)
@@ -226,7 +226,7 @@ def forward(vol, table: np.ndarray, out, *, k_per_block: int | None = None, path
         k_per_block = forward_k_per_block(nz, n_dirs)
     out[...] = 0
     name = f"radon3d_fwd_{tag}" if use == "shared" else f"radon3d_fwd_global_{tag}"
-    kernel = load_module("radon3d", DEFINES).get_function(name)
+    kernel = load_module("radon3d").get_function(name)
     grid = (n_dirs, -(-nz // k_per_block))
     kernel(grid, (256,), (vol, cupy.asarray(np.ascontiguousarray(table, np.float64)), out,
                           np.int32(nx), np.int32(ny), np.int32(nz), np.int32(n_samples),

@@ -38,6 +38,7 @@ STRUCTURED_BLOCK = 128  # threads (detector rows) per block, structured path
 SHARED_LIMIT = 48 * 1024  # dynamic shared memory without opting in
 MAX_GRID_Y = 65535
 JOSEPH_PAD_Z = KERNEL_CONSTANTS["LEVERET_JOSEPH_PAD_Z"]
+DEFINES = tuple(f"{name}={value}" for name, value in KERNEL_CONSTANTS.items())   # every raytrace_*.cu
 VOXEL_TABLE_BYTES = 2 << 30   # at most this much for the voxel transpose's per-view tables at a time
 VIEW_GROUP = 16         # structured float32 kernels: views per column that run side by side (L2 reuse)
 TRANSPOSES = ("auto", "voxel", "atomic")

@@ -1,6 +1,8 @@
 """The reconstruction grid: ``VolumeGeometry``."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from .. import _validate as v
@@ -63,7 +65,7 @@ class VolumeGeometry(Frozen):
 
     @property
     def size(self) -> int:
-        return int(np.prod(self.shape))
+        return math.prod(self.shape)      # Python ints: no overflow for huge shapes
 
     def _axis_index(self, axis: str) -> int:
         names = _AXES[-self.ndim:]

@@ -12,18 +12,20 @@ or not at all. Readers return NumPy arrays in their stored dtype; stacks are
 - :func:`read_angles`: angles in radians from text, ``.npy`` or ``start:stop:count``.
 - :func:`open_array`: the same paths, lazily (memory-mapped or read per index).
 - :class:`SlabWriter`: volumes written slab by slab (TIFF folder, BigTIFF,
-  HDF5, zarr, ``.npy``), atomic and resumable; :func:`read_metadata` reads
-  back what it stored.
+  HDF5, zarr, ``.npy``), atomic, resumable and locked against a second
+  writer (:class:`OutputBusyError`); a full disk raises
+  :class:`OutputSpaceError`; :func:`read_metadata` reads back what it stored.
 - :func:`atomic_output`: the all-or-nothing rename, for any other output.
+- :func:`input_fingerprint`: what identifies an input file or folder for a resume.
 """
 from .angles import read_angles
-from .atomic import atomic_output
+from .atomic import OutputBusyError, OutputLock, OutputSpaceError, atomic_output
 from .lazy import TiffStack, open_array
 from .readers import read_array, read_metadata, read_raw
 from .scans import FrameStack, Scan, read_scan
-from .slabs import SlabWriter, output_format, write_slabs
+from .slabs import SlabWriter, input_fingerprint, output_format, write_slabs
 from .writers import write_array
 
-__all__ = ["FrameStack", "Scan", "SlabWriter", "TiffStack", "atomic_output", "open_array",
-           "output_format", "read_angles", "read_array", "read_metadata", "read_raw", "read_scan",
-           "write_array", "write_slabs"]
+__all__ = ["FrameStack", "OutputBusyError", "OutputLock", "OutputSpaceError", "Scan", "SlabWriter",
+           "TiffStack", "atomic_output", "input_fingerprint", "open_array", "output_format", "read_angles",
+           "read_array", "read_metadata", "read_raw", "read_scan", "write_array", "write_slabs"]

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import secrets
 import shutil
@@ -69,6 +70,152 @@ def _temporary_name(path: Path, tag: str) -> Path:
     # Hidden (leading dot) so that folder readers skip it; pid plus a random
     # token so that concurrent writers, processes or threads, never collide.
     return path.with_name(f".{path.name}.{tag}-{os.getpid()}-{secrets.token_hex(4)}")
+
+
+# -- one writer per output ---------------------------------------------------------------------
+
+class OutputBusyError(ValueError):
+    """Another process (or another writer in this one) is writing the same output."""
+
+
+class OutputLock:
+    """An exclusive lock on an output path, held while a writer fills it.
+
+    The lock is a hidden file ``.<name>.lock`` beside the output holding the
+    owner's process id; it is removed on :meth:`release`. A second writer
+    fails at once with :class:`OutputBusyError` naming that process. The
+    operating system drops the lock when its process dies, even by SIGKILL,
+    so a stale lock file never blocks a later run.
+
+    On POSIX the lock is ``flock`` on the file, checked after locking to be
+    the file still at that path (a lock file removed by the previous owner
+    in between is not a lock); elsewhere :mod:`filelock` provides it.
+    """
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(os.fspath(path))
+        self.lock_path = self.path.with_name(f".{self.path.name}.lock")
+        self._fd: int | None = None
+        self._fallback = None
+
+    def acquire(self) -> "OutputLock":
+        try:
+            import fcntl
+        except ImportError:    # Windows: no flock; filelock has the native lock there
+            return self._acquire_filelock()
+        while True:
+            fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as exc:
+                os.close(fd)
+                if exc.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
+                    raise
+                raise OutputBusyError(self._busy_message()) from None
+            try:
+                same = os.fstat(fd).st_ino == os.stat(self.lock_path).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:
+                break
+            os.close(fd)    # the previous owner removed this file as we locked it: try again
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        self._fd = fd
+        return self
+
+    def _acquire_filelock(self) -> "OutputLock":
+        from filelock import FileLock, Timeout
+        lock = FileLock(str(self.lock_path) + ".filelock", timeout=0)
+        try:
+            lock.acquire()
+        except Timeout:
+            raise OutputBusyError(self._busy_message()) from None
+        self.lock_path.write_text(f"{os.getpid()}\n")
+        self._fallback = lock
+        return self
+
+    def _busy_message(self) -> str:
+        try:
+            owner = f"process {int(self.lock_path.read_text().split()[0])}"
+        except (OSError, ValueError, IndexError):
+            owner = "another process"
+        return (f"output: {str(self.path)!r} is being written by {owner} (lock {str(self.lock_path)!r}); "
+                "wait for it to finish or write to another path")
+
+    def release(self) -> None:
+        if self._fd is not None:
+            # Removed while still held: a writer that opened the old file
+            # sees that it is gone once it gets the lock, and retries.
+            with contextlib.suppress(OSError):
+                os.unlink(self.lock_path)
+            os.close(self._fd)     # closing drops the flock
+            self._fd = None
+        if self._fallback is not None:
+            with contextlib.suppress(OSError):
+                self.lock_path.unlink()
+            self._fallback.release()
+            self._fallback = None
+
+    @property
+    def held(self) -> bool:
+        return self._fd is not None or self._fallback is not None
+
+    def __enter__(self) -> "OutputLock":
+        return self.acquire()
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+# -- a full disk -----------------------------------------------------------------------------------
+
+#: errno values that mean "the output does not fit" (disk full, file size limit, quota).
+SPACE_ERRNOS = frozenset(e for e in (errno.ENOSPC, errno.EFBIG, getattr(errno, "EDQUOT", None)) if e)
+
+
+class OutputSpaceError(OSError):
+    """An output does not fit: too little free space, a file size limit or a quota."""
+
+    def __str__(self) -> str:
+        return str(self.strerror)
+
+
+def is_space_error(exc: BaseException) -> bool:
+    """True for an error that says the disk, quota or file size limit is full
+    (also as HDF5 and zarr word it, without an errno)."""
+    if isinstance(exc, OSError) and exc.errno in SPACE_ERRNOS:
+        return True
+    text = str(exc)
+    return isinstance(exc, (OSError, RuntimeError)) and any(
+        w in text for w in ("No space left", "File too large", "Disk quota exceeded",
+                            "errno = 28", "errno = 27", "errno = 122"))
+
+
+def space_errno(exc: BaseException) -> int:
+    """The errno of a space error, read from the HDF5 text when the exception has none."""
+    import re
+    if getattr(exc, "errno", None):
+        return int(exc.errno)
+    m = re.search(r"errno = (\d+)", str(exc))
+    return int(m.group(1)) if m else errno.ENOSPC
+
+
+def free_bytes(folder: str | os.PathLike) -> int:
+    """Bytes the calling user may still write in ``folder``'s file system."""
+    import shutil
+    return int(shutil.disk_usage(os.fspath(folder)).free)
+
+
+def check_space(path: str | os.PathLike, needed: int) -> None:
+    """Raise :class:`OutputSpaceError` if ``needed`` bytes do not fit beside ``path``."""
+    from ..memory import format_bytes
+    folder = Path(os.fspath(path)).parent
+    free = free_bytes(folder)
+    if needed > free:
+        raise OutputSpaceError(errno.ENOSPC, f"output: {str(path)!r} needs {format_bytes(needed)} but only "
+                               f"{format_bytes(free)} are free in {str(folder)!r}; free some space or "
+                               "write elsewhere")
 
 
 def check_writable(path: Path, overwrite: bool) -> None:

@@ -8,8 +8,17 @@ a hidden *partial* folder beside the output,
 - the payload, in the output's format (``data.npy``, ``data.tif``,
   ``data.h5``, ``data.zarr/`` or ``slices/`` for one TIFF per slice), and
 - ``manifest.json``: the volume's shape and dtype, the format, a hash of the
-  job's parameters and the slices written so far, updated (atomically) only
-  after a slab's data are flushed to disk.
+  job's parameters, a fingerprint of its input and the slices written so
+  far, updated (atomically) only after a slab's data are flushed to disk.
+
+One writer at a time: a lock file ``.<name>.lock`` (:class:`OutputLock`)
+is held from the start to :meth:`SlabWriter.finish` or
+:meth:`SlabWriter.abort`; a second writer of the same output fails at once
+with :class:`OutputBusyError`. Space is checked before anything is written
+(uncompressed formats are preallocated, so a full disk shows up at the
+start), data are written with ordinary file I/O (never through a memory
+map, whose write to a full disk kills the process with SIGBUS), and a
+full disk or file size limit met later raises :class:`OutputSpaceError`.
 
 :meth:`SlabWriter.finish` renames the complete payload onto the output path
 and removes the partial folder, so the output path holds either nothing or a
@@ -21,23 +30,26 @@ are refused, so a resumed volume never mixes two jobs.
 """
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import logging
 import os
+import threading
 from pathlib import Path
 from typing import Iterable
 
 import numpy as np
 
 from ._common import HDF5_EXTS, TIFF_EXTS, split_dataset, suffix
-from .atomic import _commit, _fsync_path, _remove, check_writable, register_cleanup, unregister_cleanup
+from .atomic import (OutputLock, OutputSpaceError, _commit, _fsync_path, _remove, check_space, check_writable,
+                     free_bytes, is_space_error, register_cleanup, space_errno, unregister_cleanup)
 
 log = logging.getLogger(__name__)
 
 FORMATS = ("npy", "bigtiff", "tiff-stack", "hdf5", "zarr")
 MANIFEST = "manifest.json"
-MANIFEST_VERSION = 1
+MANIFEST_VERSION = 2
 _PAYLOAD = {"npy": "data.npy", "bigtiff": "data.tif", "tiff-stack": "slices",
             "hdf5": "data.h5", "zarr": "data.zarr"}
 DEFAULT_DATASET = "/data"
@@ -82,6 +94,56 @@ def parameters_hash(params: dict | None) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+def input_fingerprint(source: str | os.PathLike, *, blocks: int = 8, block_size: int = 1 << 16) -> dict:
+    """What identifies an input file or folder for ``resume``: sizes, modification
+    times and a SHA-256 of ``blocks`` blocks sampled across the data.
+
+    ``source`` may carry an HDF5 dataset (``"scan.h5:/exchange/data"``) or be a
+    glob (``"proj/*.tif"``); a folder counts all the files under it. Reading
+    a few blocks costs milliseconds even for terabytes, and catches data
+    rewritten in place with the same size and a restored modification time.
+    """
+    import glob as _glob
+
+    text = os.fspath(source)
+    p, _ = split_dataset(text, None)
+    if p.is_dir():
+        files = sorted(f for f in p.rglob("*") if f.is_file())
+    elif p.exists():
+        files = [p]
+    else:
+        files = sorted(Path(f) for f in _glob.glob(text) if Path(f).is_file())
+    if not files:
+        return {"source": text, "files": 0}
+    digest = hashlib.sha256()
+    total = 0
+    listing = hashlib.sha256()
+    for f in files:
+        st = f.stat()
+        total += st.st_size
+        listing.update(f"{f.relative_to(p) if p.is_dir() else f.name}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+    # Blocks at evenly spaced offsets of the concatenated files.
+    sizes = np.array([f.stat().st_size for f in files], dtype=np.int64)
+    starts = np.concatenate([[0], np.cumsum(sizes)])
+    for offset in np.unique(np.linspace(0, max(total - block_size, 0), blocks).astype(np.int64)):
+        i = int(np.searchsorted(starts, offset, side="right") - 1)
+        with open(files[i], "rb") as fh:
+            fh.seek(int(offset - starts[i]))
+            digest.update(fh.read(block_size))
+    return {"source": text, "files": len(files), "bytes": int(total), "listing": listing.hexdigest(),
+            "sample": digest.hexdigest()}
+
+
+def _fingerprint_difference(old: dict | None, new: dict | None) -> str:
+    old, new = old or {}, new or {}
+    for key, what in (("source", "path"), ("files", "number of files"), ("bytes", "size"),
+                      ("listing", "file sizes or modification times"), ("sample", "content"),
+                      ("array", "content")):
+        if old.get(key) != new.get(key):
+            return what
+    return "fingerprint"
+
+
 def _json_safe(metadata: dict | None) -> dict:
     """Metadata as JSON values (tuples become lists; NumPy scalars and arrays plain)."""
     return json.loads(json.dumps(metadata or {}, default=lambda o: o.tolist()
@@ -103,6 +165,10 @@ class SlabWriter:
     params : dict, optional
         The job's parameters (anything JSON-able, NumPy arrays allowed): a
         resumed run must give the same ones.
+    fingerprint : dict, optional
+        What identifies the job's input (:func:`input_fingerprint` of a file,
+        or any JSON-able dict): a resumed run whose input differs is refused
+        with a message saying what changed.
     metadata : dict, optional
         Stored with the volume: HDF5 and zarr attributes, TIFF JSON
         description (read back by :func:`leveret.io.read_metadata`); ``.npy``
@@ -119,7 +185,7 @@ class SlabWriter:
         HDF5: ``"gzip"`` (default, level 4, with byte shuffle), ``"lzf"`` or
         None; zarr: ``"zstd"`` (default, Blosc with bit shuffle), ``"lz4"`` or
         None; TIFF slices: ``"zlib"`` or None (default). ``.npy`` and the single
-        BigTIFF are memory-mapped, hence uncompressed.
+        BigTIFF are uncompressed (preallocated at the start).
     chunks : tuple, optional
         HDF5/zarr chunk shape; default one slice deep and at most 512 x 512,
         so that no chunk is shared by two slabs (a slab interrupted
@@ -135,14 +201,15 @@ class SlabWriter:
 
     def __init__(self, path, shape, dtype=np.float32, *, params: dict | None = None,
                  metadata: dict | None = None, resume: bool = False, overwrite: bool = False,
-                 dataset: str | None = None, compression="default", chunks=None):
+                 dataset: str | None = None, compression="default", chunks=None,
+                 fingerprint: dict | None = None):
         p, dataset = split_dataset(path, dataset)
         self.format = output_format(p if dataset is not None else path)
         if dataset is not None and self.format != "hdf5":
             raise ValueError(f"dataset: only HDF5 outputs have datasets, but path is {os.fspath(path)!r}")
         self.path = p
         self.dataset = dataset or DEFAULT_DATASET
-        shape = tuple(int(n) for n in shape)
+        shape = tuple(int(n) for n in shape)   # Python ints: sizes never overflow
         if len(shape) != 3 or min(shape) < 1:
             raise ValueError(f"shape: expected a 3D volume shape (nz, ny, nx) of positive sizes, got {shape}")
         self.shape = shape
@@ -155,12 +222,29 @@ class SlabWriter:
         self.compression = self._compression(compression)
         self.chunks = self._chunks(chunks)
         self.params_hash = parameters_hash(params)
+        self.fingerprint = _json_safe(fingerprint) if fingerprint is not None else None
         check_writable(self.path, self.overwrite)  # fail before any work
         self.partial = self.path.with_name(f".{self.path.name}.partial")
         self.payload = self.partial / _PAYLOAD[self.format]
         self._done = np.zeros(shape[0], bool)
         self._finished = False
-        self._open()
+        self._aborted = False
+        self._offset = 0          # .npy/BigTIFF: where the pixel data start in the file
+        # write() and abort() run in different threads when the CLI is
+        # interrupted: abort waits for a slab being written, and no slab is
+        # written after it.
+        self._io = threading.Lock()
+        self._lock = OutputLock(self.path).acquire()    # before touching the partial output
+        self._created = False     # set once _open makes a new partial output
+        try:
+            self._open()
+        except BaseException as exc:
+            if self._created:        # nothing of value in it; a taken-over one is kept
+                _remove(self.partial)
+            self._lock.release()
+            if is_space_error(exc) and not isinstance(exc, OutputSpaceError):
+                raise self._space_error(exc) from exc
+            raise
         register_cleanup(id(self), self.abort)
 
     # -- set-up ------------------------------------------------------------------------------
@@ -186,18 +270,66 @@ class SlabWriter:
         runs = _runs(self._done)
         return {"version": MANIFEST_VERSION, "format": self.format, "shape": list(self.shape),
                 "dtype": self.dtype.str, "dataset": self.dataset, "params_hash": self.params_hash,
+                "input": self.fingerprint, "offset": self._offset,
                 "done": [[int(a), int(b)] for a, b in runs]}
+
+    @property
+    def slice_bytes(self) -> int:
+        return self.shape[1] * self.shape[2] * self.dtype.itemsize
 
     def _open(self) -> None:
         if self.partial.exists():
             if self.resume and self._load_manifest():
                 log.info("resuming %s: %d of %d slices already written", self.path,
                          int(self._done.sum()), self.shape[0])
+                if self.format not in ("npy", "bigtiff"):   # those two were preallocated
+                    self._check_space(int((~self._done).sum()) * self.slice_bytes)
                 return
             _remove(self.partial)
+        self._check_space(self.shape[0] * self.slice_bytes)
         self.partial.mkdir()
+        self._created = True
         self._create_payload()
         self._save_manifest()
+
+    def _check_space(self, needed: int) -> None:
+        """Refuse a start that cannot fit; compressed outputs usually need less,
+        so for them a shortfall is only a warning."""
+        if self.compression is None:
+            check_space(self.path, needed)
+        elif needed > free_bytes(self.partial.parent):
+            from ..memory import format_bytes
+            log.warning("%s: the uncompressed volume (%s) exceeds the free space (%s); it fits only if "
+                        "compression saves enough", self.path, format_bytes(needed),
+                        format_bytes(free_bytes(self.partial.parent)))
+
+    def _check_room(self, nbytes: int) -> None:
+        """Raise ENOSPC/EFBIG before a write that would not fit. For HDF5 only:
+        the HDF5 library, failing to extend a file, leaves objects whose clean-up
+        crashes the process later."""
+        needed = nbytes + (1 << 20)      # chunk index and metadata
+        if needed > free_bytes(self.partial):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        try:
+            import resource
+            limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+        except (ImportError, OSError, ValueError):
+            return
+        if limit != resource.RLIM_INFINITY and self.payload.stat().st_size + needed > limit:
+            raise OSError(errno.EFBIG, f"{os.strerror(errno.EFBIG)} (the file size limit is {limit} bytes)")
+
+    def _space_error(self, exc: BaseException) -> OutputSpaceError:
+        from ..memory import format_bytes
+        left = int((~self._done).sum()) * self.slice_bytes
+        try:
+            free = format_bytes(free_bytes(self.path.parent))
+        except OSError:
+            free = "unknown"
+        kept = ("the partial output is kept for --resume" if self.resume
+                else "the partial output was removed")
+        return OutputSpaceError(space_errno(exc),
+                                f"output: writing {str(self.path)!r} failed: {exc}; "
+                                f"{format_bytes(left)} still to write, {free} free; {kept}")
 
     def _load_manifest(self) -> bool:
         """Take over the partial output if it is this job's; False to start afresh."""
@@ -206,6 +338,11 @@ class SlabWriter:
         except (OSError, ValueError) as exc:
             log.warning("partial output %s has no readable manifest (%s): starting afresh", self.partial, exc)
             return False
+        if self.fingerprint is not None and m.get("input") != self.fingerprint:
+            raise ValueError(
+                f"resume: the input changed since the partial output {str(self.partial)!r} was written "
+                f"(its {_fingerprint_difference(m.get('input'), self.fingerprint)} differs); run without "
+                "--resume to start afresh, or restore the input")
         if m.get("params_hash") != self.params_hash:
             raise ValueError(
                 f"resume: the partial output {str(self.partial)!r} belongs to a job with different "
@@ -215,8 +352,10 @@ class SlabWriter:
             if m.get(key) != mine[key]:
                 raise ValueError(f"resume: the partial output {str(self.partial)!r} has {key} "
                                  f"{m.get(key)!r}, this job {mine[key]!r}")
+        self._offset = int(m.get("offset") or 0)
         if not self.payload.exists() or not self._payload_readable():
             log.warning("partial output %s lost its data: starting afresh", self.partial)
+            self._offset = 0
             return False
         for a, b in m.get("done", []):
             self._done[int(a):int(b)] = True
@@ -232,7 +371,8 @@ class SlabWriter:
                 import zarr
                 return tuple(zarr.open_array(str(self.payload), mode="r").shape) == self.shape
             if self.format in ("npy", "bigtiff"):
-                return tuple(self._memmap().shape) == self.shape
+                size = self._offset + self.shape[0] * self.slice_bytes
+                return self._offset > 0 and self.payload.stat().st_size >= size
         except Exception:   # a file damaged by the interruption: any library error
             return False
         return True
@@ -246,15 +386,20 @@ class SlabWriter:
         os.replace(tmp, self.partial / MANIFEST)
 
     def _create_payload(self) -> None:
-        nz, ny, nx = self.shape
         if self.format == "npy":
-            np.lib.format.open_memmap(self.payload, mode="w+", dtype=self.dtype, shape=self.shape).flush()
+            with open(self.payload, "wb") as fh:
+                np.lib.format.write_array_header_2_0(
+                    fh, {"descr": np.lib.format.dtype_to_descr(self.dtype), "fortran_order": False,
+                         "shape": self.shape})
+                self._offset = fh.tell()
+            self._preallocate()
         elif self.format == "bigtiff":
             import tifffile
-            mm = tifffile.memmap(self.payload, shape=self.shape, dtype=self.dtype, bigtiff=True,
-                                 photometric="minisblack", metadata=self.metadata or {})
-            mm.flush()
-            del mm
+            offset, nbytes = tifffile.imwrite(self.payload, shape=self.shape, dtype=self.dtype, bigtiff=True,
+                                              photometric="minisblack", metadata=self.metadata or {},
+                                              returnoffset=True, contiguous=True)
+            self._offset = int(offset)
+            self._preallocate()
         elif self.format == "tiff-stack":
             self.payload.mkdir()
         elif self.format == "hdf5":
@@ -279,11 +424,37 @@ class SlabWriter:
                               dtype=self.dtype, compressors=compressors, zarr_format=3,
                               attributes=self.metadata, fill_value=0)
 
-    def _memmap(self):
-        if self.format == "npy":
-            return np.load(self.payload, mmap_mode="r+")
-        import tifffile
-        return tifffile.memmap(self.payload, mode="r+")
+    def _preallocate(self) -> None:
+        """Reserve the pixel data's blocks now, so that a disk too small fails
+        here, at once, rather than after hours of reconstruction."""
+        size = self._offset + self.shape[0] * self.slice_bytes
+        fd = os.open(self.payload, os.O_RDWR)
+        try:
+            if hasattr(os, "posix_fallocate"):
+                try:
+                    os.posix_fallocate(fd, 0, size)
+                except OSError as exc:
+                    if exc.errno in (getattr(os, "EOPNOTSUPP", 95), 22, 95):   # not supported here
+                        os.ftruncate(fd, size)
+                    else:
+                        raise
+            elif os.fstat(fd).st_size < size:
+                os.ftruncate(fd, size)
+        finally:
+            os.close(fd)
+
+    def _pwrite(self, k0: int, data: np.ndarray) -> None:
+        """Write slices at ``k0`` into the .npy/BigTIFF pixel data with plain writes."""
+        buf = memoryview(np.ascontiguousarray(data)).cast("B")
+        pos = self._offset + k0 * self.slice_bytes
+        fd = os.open(self.payload, os.O_WRONLY)
+        try:
+            while buf:
+                n = os.pwrite(fd, buf, pos) if hasattr(os, "pwrite") else _seek_write(fd, buf, pos)
+                buf, pos = buf[n:], pos + n
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
     # -- progress ----------------------------------------------------------------------------
     @property
@@ -322,11 +493,26 @@ class SlabWriter:
             raise ValueError(f"data: expected slices (k, {self.shape[1]}, {self.shape[2]}) within "
                              f"0..{self.shape[0]} at start={start}, got shape {data.shape}")
         data = data.astype(self.dtype, copy=False)
+        with self._io:
+            if self._aborted:
+                raise RuntimeError(f"write: the output {str(self.path)!r} was aborted")
+            try:
+                self._write(k0, k1, data)
+            except Exception as exc:
+                if is_space_error(exc):
+                    error = self._space_error(exc)
+                    if not self.resume:    # as the message says: gone now, not at the caller's abort()
+                        self._aborted = True
+                        _remove(self.partial)
+                        self._lock.release()
+                    raise error from exc
+                raise
+            self._done[k0:k1] = True
+            self._save_manifest()
+
+    def _write(self, k0: int, k1: int, data: np.ndarray) -> None:
         if self.format in ("npy", "bigtiff"):
-            mm = self._memmap()
-            mm[k0:k1] = data
-            mm.flush()
-            del mm
+            self._pwrite(k0, data)
         elif self.format == "tiff-stack":
             import tifffile
             for k in range(k0, k1):
@@ -337,16 +523,15 @@ class SlabWriter:
                 _fsync_path(f)
         elif self.format == "hdf5":
             import h5py
+            self._check_room(data.nbytes)
             with h5py.File(self.payload, "r+") as f:
                 f[self.dataset][k0:k1] = data
                 f.flush()
         else:
             import zarr
             zarr.open_array(str(self.payload), mode="r+")[k0:k1] = data
-        if self.format != "tiff-stack":
+        if self.format not in ("tiff-stack", "npy", "bigtiff"):
             _fsync_path(self.payload)
-        self._done[k0:k1] = True
-        self._save_manifest()
 
     def slice_name(self, k: int) -> str:
         """File name of slice ``k`` in a TIFF-folder output (``slice_00000.tif``, ...)."""
@@ -362,23 +547,31 @@ class SlabWriter:
         if not self.complete:
             missing = _runs(~self._done)
             raise ValueError(f"finish: slices {missing} of {self.path} were never written")
-        _fsync_path(self.payload)
-        if self.payload.is_dir():
-            for f in self.payload.rglob("*"):
-                if f.is_file():
-                    _fsync_path(f)
-        _commit(self.payload, self.path, self.overwrite)
-        _fsync_path(self.path.parent)
-        _remove(self.partial)
-        self._finished = True
+        with self._io:
+            _fsync_path(self.payload)
+            if self.payload.is_dir():
+                for f in self.payload.rglob("*"):
+                    if f.is_file():
+                        _fsync_path(f)
+            _commit(self.payload, self.path, self.overwrite)
+            _fsync_path(self.path.parent)
+            _remove(self.partial)
+            self._finished = True
+            self._lock.release()
         unregister_cleanup(id(self))
         return self.path
 
     def abort(self) -> None:
         """Stop writing: keep the partial output for a resumed run if
-        ``resume``, else remove it."""
-        if not self._finished and not self.resume:
-            _remove(self.partial)
+        ``resume``, else remove it. Waits for a slab being written (from
+        another thread) to be on disk; nothing is written afterwards."""
+        self._aborted = True     # first: a write waiting for the lock must not start
+        with self._io:
+            # Only while holding the lock: once released, the partial folder
+            # may already be another writer's.
+            if not self._finished and not self.resume and self._lock.held:
+                _remove(self.partial)
+            self._lock.release()
         unregister_cleanup(id(self))
 
     def __enter__(self) -> "SlabWriter":
@@ -391,6 +584,11 @@ class SlabWriter:
     def __repr__(self) -> str:
         return (f"SlabWriter({str(self.path)!r}, {self.format}, shape={self.shape}, {self.dtype}, "
                 f"{int(self._done.sum())}/{self.shape[0]} slices written)")
+
+
+def _seek_write(fd: int, buf, pos: int) -> int:
+    os.lseek(fd, pos, os.SEEK_SET)
+    return os.write(fd, buf)
 
 
 def _h5_plain(val) -> bool:

@@ -1,6 +1,8 @@
 """Matched ray-driven projector ``A`` and its exact transpose ``A.T``: ``Projector``."""
 from __future__ import annotations
 
+import math
+
 import numba
 import numpy as np
 
@@ -239,6 +241,9 @@ class Projector:
         self._views = np.arange(self.projection_shape[0])
         # The CPU's ray tables (48 bytes per detector pixel); the GPU rebuilds rays from
         # per-view parameters instead.
+        if self.backend == "cpu":   # refuse at once what would fail after a long build
+            v.check_allocation("geometry", 48 * math.prod(self.projection_shape), "the CPU ray tables",
+                               "use fewer views or detector pixels, or backend='cuda' (no tables)")
         self._origins, self._directions = make_rays(geometry) if self.backend == "cpu" else (None, None)
         # The grid as the kernel sees it: always (x, y, z); a 2D image is one
         # slice spanning z in [-0.5, 0.5).
@@ -323,6 +328,7 @@ class Projector:
         if self.backend == "cuda" and upload:
             import cupy as xp
         arr = xp.asarray(arr)
+        v.check_finite_array(name, arr)     # NaN, Inf, complex and objects: refused, naming the argument
         if arr.shape != tuple(shape):
             raise ValueError(f"{name}: expected shape {tuple(shape)} for this projector "
                              f"({self.volume.shape} volume, {self.projection_shape} projections), "

@@ -1,0 +1,61 @@
+"""The GPU-only flags of ``leveret recon`` change the output as the library's
+arguments do: --precision float16 (fp16 filtered sinograms), --kernel, and
+--precision float64 refused on the GPU in one line naming the flag."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import leveret
+from leveret import phantom
+from leveret.cli import main
+from leveret.cli.commands import _precision
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture
+def scan(tmp_path):
+    g = leveret.ParallelGeometry(np.linspace(0, np.pi, 180, endpoint=False), 128, n_rows=8, center=64.25)
+    proj = phantom.shepp_logan_3d(radius=55.0).project(g).astype(np.float32)
+    np.save(tmp_path / "p.npy", proj)
+    return tmp_path, g, proj
+
+
+def recon(folder, name, *flags):
+    assert main(["recon", str(folder / "p.npy"), str(folder / name), "--angles", "0:180:180", "--center",
+                 "64.25", "--backend", "cuda", "--no-progress", "-q", *flags]) == 0
+    return np.load(folder / name)
+
+
+@pytest.mark.parametrize("flags,library", [
+    (["--precision", "float16"], {"precision": "float16"}),
+    (["--kernel", "alu"], {"kernel": "alu"}),
+    (["--kernel", "texture"], {"kernel": "texture"}),
+])
+def test_gpu_flags_equal_the_library_arguments(scan, flags, library):
+    folder, g, proj = scan
+    from argparse import Namespace
+    if "precision" in library:    # the library's own spelling of the new name
+        library = {"precision": _precision(Namespace(precision=library["precision"], quiet=True,
+                                                     command="recon"))}
+    rec = recon(folder, "r.npy", *flags)
+    ref = leveret.fbp(proj, g, backend="cuda", **library)
+    np.testing.assert_allclose(rec, ref, rtol=0, atol=1e-6 * np.abs(ref).max())
+
+
+def test_float16_differs_from_float32_by_fp16_rounding(scan):
+    folder, _, _ = scan
+    single = recon(folder, "f32.npy")
+    half = recon(folder, "f16.npy", "--precision", "float16")
+    rel = np.linalg.norm(half - single) / np.linalg.norm(single)
+    # fp16 keeps 11 significant bits (relative rounding 2^-11 = 5e-4): the change shows, and stays that small
+    assert 0 < rel < 5e-3
+
+
+def test_float64_on_the_gpu_is_one_line_naming_the_flag(scan, capsys):
+    folder, _, _ = scan
+    assert main(["recon", str(folder / "p.npy"), str(folder / "r.npy"), "--angles", "0:180:180",
+                 "--backend", "cuda", "--precision", "float64"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("leveret recon: error: --precision: ") and "--backend cpu" in err[0]

@@ -1,0 +1,395 @@
+"""Fault injection: concurrent writers, full disks, file size limits, signals at
+any point of a run, and an input changed before a resume. Nothing may be lost
+(a resumed run equals an uninterrupted one bit for bit) and nothing mixed
+(two jobs never write into one output)."""
+from __future__ import annotations
+
+import errno
+import json
+import os
+import resource
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import leveret
+from leveret import phantom
+from leveret.io import SlabWriter, read_array
+from leveret.io import slabs as slabs_module
+from leveret.io.atomic import OutputBusyError, OutputSpaceError
+
+SRC = Path(leveret.__file__).resolve().parents[1]
+FORMATS = {"npy": "v.npy", "bigtiff": "v.tif", "tiff-stack": "v/", "hdf5": "v.h5", "zarr": "v.zarr"}
+
+
+def _volume(rng, shape=(6, 5, 7)):
+    return rng.standard_normal(shape).astype(np.float32)
+
+
+def _leftovers(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir() if p.name.startswith("."))
+
+
+# -- one writer per output -------------------------------------------------------------------------
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_a_second_writer_of_the_same_output_is_refused_and_the_first_finishes_intact(tmp_path, fmt, rng):
+    vol = _volume(rng)
+    out = tmp_path / FORMATS[fmt]
+    first = SlabWriter(out, vol.shape, params={"job": 1})
+    first.write(0, vol[:3])
+    with pytest.raises(OutputBusyError, match=rf"^output: .* is being written by process {os.getpid()}"):
+        SlabWriter(out, vol.shape, params={"job": 2})
+    with pytest.raises(OutputBusyError):                  # resume does not take it over either
+        SlabWriter(out, vol.shape, params={"job": 1}, resume=True)
+    first.write(3, vol[3:])
+    first.finish()
+    np.testing.assert_array_equal(read_array(out), vol)
+    assert _leftovers(tmp_path) == []                     # neither partial folder nor lock file
+
+
+def test_the_lock_is_free_again_after_an_aborted_writer(tmp_path, rng):
+    vol = _volume(rng)
+    with pytest.raises(RuntimeError, match="boom"):
+        with SlabWriter(tmp_path / "v.npy", vol.shape) as w:
+            w.write(0, vol[:2])
+            raise RuntimeError("boom")
+    with SlabWriter(tmp_path / "v.npy", vol.shape) as w:
+        w.write(0, vol)
+        w.finish()
+    np.testing.assert_array_equal(read_array(tmp_path / "v.npy"), vol)
+
+
+def test_abort_from_another_thread_waits_for_the_slab_being_written(tmp_path, rng, monkeypatch):
+    """The CLI's Ctrl-C clean-up runs in the main thread while the worker writes."""
+    vol = _volume(rng)
+    w = SlabWriter(tmp_path / "v.npy", vol.shape)
+    inside, release = threading.Event(), threading.Event()
+    real = SlabWriter._pwrite
+
+    def slow(self, k0, data):
+        inside.set()
+        release.wait(10)
+        real(self, k0, data)
+    monkeypatch.setattr(SlabWriter, "_pwrite", slow)
+    errors = []
+
+    def worker():
+        try:
+            w.write(0, vol[:3])
+            w.write(3, vol[3:])
+        except RuntimeError as exc:
+            errors.append(str(exc))
+    t = threading.Thread(target=worker)
+    t.start()
+    assert inside.wait(10)
+    aborter = threading.Thread(target=w.abort)
+    aborter.start()
+    aborter.join(0.2)
+    assert aborter.is_alive()               # waits: the slab is still being written
+    assert (tmp_path / ".v.npy.partial").exists()
+    release.set()
+    aborter.join(10)
+    t.join(10)
+    assert errors and "aborted" in errors[0]  # the second slab never started
+    assert _leftovers(tmp_path) == [] and not (tmp_path / "v.npy").exists()
+
+
+# -- full disks ------------------------------------------------------------------------------------
+
+def _fail_on_second_call(monkeypatch, owner, name, exc):
+    real = getattr(owner, name)
+    calls = []
+
+    def failing(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise exc
+        return real(*args, **kwargs)
+    monkeypatch.setattr(owner, name, failing)
+
+
+def _inject_disk_full(monkeypatch, fmt, code=errno.ENOSPC):
+    """Make the format's lowest-level data write fail on the second slab."""
+    err = OSError(code, os.strerror(code))
+    if fmt in ("npy", "bigtiff"):
+        _fail_on_second_call(monkeypatch, os, "pwrite", err)
+    elif fmt == "tiff-stack":
+        import tifffile
+        _fail_on_second_call(monkeypatch, tifffile, "imwrite", err)
+    elif fmt == "hdf5":
+        import h5py
+        # As h5py reports it: no errno on the exception, the HDF5 text instead.
+        _fail_on_second_call(monkeypatch, h5py.Dataset, "__setitem__", OSError(
+            f"Can't write data (file write failed: errno = {code}, error message = '{os.strerror(code)}')"))
+    else:
+        import zarr
+        _fail_on_second_call(monkeypatch, zarr.Array, "__setitem__", err)
+
+
+@pytest.mark.parametrize("code", [errno.ENOSPC, errno.EFBIG])
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_a_full_disk_mid_run_is_a_clear_error_and_removes_the_partial_output(tmp_path, fmt, code, rng,
+                                                                           monkeypatch):
+    vol = _volume(rng)
+    out = tmp_path / FORMATS[fmt]
+    _inject_disk_full(monkeypatch, fmt, code)
+    with pytest.raises(OutputSpaceError, match=r"^output: writing .* failed: .*still to write, .* free; "
+                                               r"the partial output was removed") as info:
+        with SlabWriter(out, vol.shape) as w:
+            for k in range(vol.shape[0]):
+                w.write(k, vol[k])
+    assert info.value.errno == code
+    assert _leftovers(tmp_path) == [] and not out.exists()
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_a_full_disk_with_resume_keeps_the_partial_output_and_resuming_completes_it(tmp_path, fmt, rng,
+                                                                                   monkeypatch):
+    vol = _volume(rng)
+    out = tmp_path / FORMATS[fmt]
+    with monkeypatch.context() as m:
+        _inject_disk_full(m, fmt)
+        with pytest.raises(OutputSpaceError, match="kept for --resume"):
+            with SlabWriter(out, vol.shape, resume=True) as w:
+                for k in range(vol.shape[0]):
+                    w.write(k, vol[k])
+    with SlabWriter(out, vol.shape, resume=True) as w:
+        assert w.done.sum() == 1
+        for k0, k1 in w.todo(2):
+            w.write(k0, vol[k0:k1])
+        w.finish()
+    np.testing.assert_array_equal(read_array(out), vol)
+
+
+@pytest.mark.parametrize("fmt", ["npy", "bigtiff", "hdf5", "tiff-stack"])
+def test_too_little_free_space_is_refused_before_anything_is_written(tmp_path, fmt, rng, monkeypatch):
+    monkeypatch.setattr("leveret.io.atomic.free_bytes", lambda folder: 1000)
+    monkeypatch.setattr(slabs_module, "free_bytes", lambda folder: 1000)
+    with pytest.raises(OutputSpaceError, match=r"^output: .* needs 1.64 KiB but only 1000 B are free") as info:
+        SlabWriter(tmp_path / FORMATS[fmt], (6, 5, 7), dtype=np.float64, compression=None)
+    assert "free" in str(info.value)
+    assert list(tmp_path.iterdir()) == []
+
+
+def _scan(tmp_path, n_rows=16, n_angles=90, n_cols=48):
+    g = leveret.ParallelGeometry(np.linspace(0, np.pi, n_angles, endpoint=False), n_cols, n_rows=n_rows)
+    proj = phantom.shepp_logan_3d(radius=20.0).project(g).astype(np.float32)
+    np.save(tmp_path / "p.npy", proj)
+    return g, proj
+
+
+def _cli(tmp_path, out, *extra):
+    return [sys.executable, "-m", "leveret", "recon", str(tmp_path / "p.npy"), str(out), "--angles",
+            "0:180:90", "--backend", "cpu", "--slab-slices", "1", *extra]
+
+
+def _env():
+    return dict(os.environ, PYTHONPATH=str(SRC), NUMBA_NUM_THREADS="1")
+
+
+@pytest.mark.parametrize("name", ["r.npy", "r.tif", "r.h5"])     # zarr and folders: small files each
+def test_a_file_size_limit_is_a_clear_error_not_a_crash(tmp_path, name):
+    """``ulimit -f``: the kernel's SIGXFSZ would kill the process; the CLI ignores
+    it, so the write fails with EFBIG, reported in one line (exit 2)."""
+    _scan(tmp_path, n_rows=16, n_angles=90, n_cols=48)
+    limit = 20_000      # bytes: less than the 144 KiB volume in one file
+
+    def small_files():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, resource.RLIM_INFINITY))
+    run = subprocess.run(_cli(tmp_path, tmp_path / name, "--no-progress", "--compression", "none"),
+                         capture_output=True, text=True, env=_env(), preexec_fn=small_files, timeout=120)
+    assert run.returncode == 2, run.stderr
+    assert "error: output: writing" in run.stderr and "Traceback" not in run.stderr, run.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["p.npy"]
+
+
+# -- concurrent CLI runs, signals, resume ----------------------------------------------------------
+
+def _wait_for_slabs(manifest: Path, proc, n: int, timeout=90.0):
+    """Until the run has recorded at least ``n`` slices (an event, not a guess at timing)."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        try:
+            done = json.loads(manifest.read_text())["done"]
+            if sum(b - a for a, b in done) >= n:
+                return
+        except (OSError, ValueError, KeyError):
+            pass
+        assert proc.poll() is None, proc.communicate()[1]
+        time.sleep(0.01)
+    raise AssertionError("the run never wrote a slab")
+
+
+def _start(cmd):
+    # A shell's background jobs inherit SIGINT ignored; a terminal's Ctrl-C finds it at its default.
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(),
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+
+
+HOLDER = """
+import sys, numpy as np
+from leveret.io import SlabWriter
+vol = np.load(sys.argv[2])
+with SlabWriter(sys.argv[1], vol.shape, params={"job": "first"}) as w:
+    w.write(0, vol[:1])
+    print("ready", flush=True)
+    sys.stdin.read()             # until the test lets it finish
+    w.write(1, vol[1:])
+    w.finish()
+"""
+
+
+@pytest.mark.parametrize("name", ["r.npy", "r.zarr", "r.h5"])
+def test_a_cli_run_on_an_output_another_process_writes_exits_2_naming_it(tmp_path, name, rng):
+    _scan(tmp_path)
+    vol = rng.standard_normal((16, 48, 48)).astype(np.float32)
+    np.save(tmp_path / "first.npy", vol)
+    out = tmp_path / name
+    first = subprocess.Popen([sys.executable, "-c", HOLDER, str(out), str(tmp_path / "first.npy")],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=_env())
+    assert first.stdout.readline().strip() == "ready"
+    second = subprocess.run(_cli(tmp_path, out, "--no-progress"), capture_output=True, text=True, env=_env(),
+                            timeout=120)
+    assert second.returncode == 2, second.stderr
+    assert f"error: output: {str(out)!r} is being written by process {first.pid}" in second.stderr
+    first.communicate("", timeout=60)
+    assert first.returncode == 0
+    np.testing.assert_array_equal(read_array(out), vol)        # the first job's volume, unmixed
+    assert _leftovers(tmp_path) == []
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """An uninterrupted CLI run: the volume every resumed run must equal bit for bit."""
+    folder = tmp_path_factory.mktemp("reference")
+    _scan(folder)
+    run = subprocess.run(_cli(folder, folder / "r.h5", "--no-progress"), capture_output=True, text=True,
+                         env=_env(), timeout=120)
+    assert run.returncode == 0, run.stderr
+    return read_array(folder / "r.h5")
+
+
+SIGNALS = [(signal.SIGINT, 130), (signal.SIGTERM, 143), (signal.SIGHUP, 129), (signal.SIGKILL, -9)]
+
+
+@pytest.mark.parametrize("sig,code", SIGNALS, ids=[s.name for s, _ in SIGNALS])
+def test_a_signal_at_a_random_slab_then_resume_gives_the_uninterrupted_volume(tmp_path, sig, code, reference):
+    _scan(tmp_path)
+    out = tmp_path / "r.h5"
+    cmd = _cli(tmp_path, out, "--resume")     # with the progress bar: the message must start a line
+    proc = _start(cmd)
+    after = int(np.random.default_rng(int(sig)).integers(1, 8))
+    _wait_for_slabs(tmp_path / ".r.h5.partial" / "manifest.json", proc, after)
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == code, err
+    if sig != signal.SIGKILL:
+        assert "\nleveret recon: " in err and "no output written" in err and "Traceback" not in err, err
+    assert not out.exists()
+    # SIGKILL leaves the lock file (unlocked: the OS dropped the lock); the resume takes it over.
+    assert _leftovers(tmp_path) == ([".r.h5.lock"] if sig == signal.SIGKILL else []) + [".r.h5.partial"]
+    again = subprocess.run(cmd + ["--no-progress"], capture_output=True, text=True, env=_env(), timeout=120)
+    assert again.returncode == 0, again.stderr
+    np.testing.assert_array_equal(read_array(out), reference)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["p.npy", "r.h5"]
+
+
+@pytest.mark.parametrize("sig,code", [(signal.SIGTERM, 143), (signal.SIGHUP, 129)])
+def test_sigterm_and_sighup_without_resume_leave_nothing(tmp_path, sig, code):
+    _scan(tmp_path)
+    proc = _start(_cli(tmp_path, tmp_path / "r.npy", "--no-progress"))
+    _wait_for_slabs(tmp_path / ".r.npy.partial" / "manifest.json", proc, 1)
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == code, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["p.npy"]
+
+
+def test_resume_after_the_input_changed_is_refused_and_keeps_the_partial_output(tmp_path):
+    g, proj = _scan(tmp_path)
+    out = tmp_path / "r.h5"
+    cmd = _cli(tmp_path, out, "--resume", "--no-progress")
+    proc = _start(cmd)
+    _wait_for_slabs(tmp_path / ".r.h5.partial" / "manifest.json", proc, 2)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(30)
+    # Same shape, size and modification time; other values (a re-exported scan).
+    stat = (tmp_path / "p.npy").stat()
+    np.save(tmp_path / "p.npy", proj * 2)
+    os.utime(tmp_path / "p.npy", ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    again = subprocess.run(cmd, capture_output=True, text=True, env=_env(), timeout=120)
+    assert again.returncode == 2, again.stderr
+    assert "resume: the input changed" in again.stderr and "content differs" in again.stderr
+    assert "run without --resume" in again.stderr
+    assert (tmp_path / ".r.h5.partial" / "manifest.json").exists() and not out.exists()
+    fresh = subprocess.run(_cli(tmp_path, out, "--no-progress"), capture_output=True, text=True, env=_env(),
+                           timeout=120)
+    assert fresh.returncode == 0, fresh.stderr
+    np.testing.assert_array_equal(read_array(out), leveret.fbp(proj * 2, g, backend="cpu"))
+
+
+@pytest.mark.parametrize("exc,code", [(KeyboardInterrupt(), 130), ("SIGTERM", 143)])
+def test_an_interrupt_during_start_up_is_a_clean_message(monkeypatch, capsys, exc, code):
+    """Before the work starts (parsing, imports): no traceback, the signal's exit code."""
+    import leveret.cli as cli
+    from leveret.signals import Interrupted
+    error = Interrupted(signal.SIGTERM) if exc == "SIGTERM" else exc
+
+    def parse(argv=None):
+        raise error
+    monkeypatch.setattr(cli, "parse", parse)
+    assert cli.main(["info"]) == code
+    assert capsys.readouterr().err == "\nleveret: interrupted\n"
+
+
+def test_a_failed_writer_never_removes_the_partial_output_of_the_next_one(tmp_path, rng, monkeypatch):
+    vol = _volume(rng)
+    out = tmp_path / "v.npy"
+    first = SlabWriter(out, vol.shape)
+    with monkeypatch.context() as m:
+        _inject_disk_full(m, "npy")
+        first.write(0, vol[:1])
+        with pytest.raises(OutputSpaceError, match="the partial output was removed"):
+            first.write(1, vol[1:2])
+    assert _leftovers(tmp_path) == []                     # removed, and the lock is free
+    with SlabWriter(out, vol.shape) as second:
+        second.write(0, vol[:3])
+        first.abort()                                     # late clean-up of the failed writer
+        assert (tmp_path / ".v.npy.partial").exists()
+        second.write(3, vol[3:])
+        second.finish()
+    np.testing.assert_array_equal(read_array(out), vol)
+
+
+STARTING = """
+import sys, time
+sys.argv[0] = "leveret"          # as the console script
+import leveret                   # the command's imports: a second or more on a slow disk
+print("ready", flush=True)
+time.sleep(60)                   # still starting: main() has not run
+"""
+
+
+@pytest.mark.parametrize("sig,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_an_interrupt_while_the_command_imports_is_one_line(sig, code):
+    proc = subprocess.Popen([sys.executable, "-c", STARTING], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=_env(), preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    assert proc.stdout.readline().strip() == "ready"
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == code and err == "\nleveret: interrupted\n", err
+
+
+def test_importing_the_library_leaves_the_signal_handlers_alone():
+    run = subprocess.run([sys.executable, "-c", "import signal, leveret; "
+                          "print(signal.getsignal(signal.SIGINT) is signal.default_int_handler, "
+                          "signal.getsignal(signal.SIGTERM) is signal.SIG_DFL)"],
+                         capture_output=True, text=True, env=_env(), timeout=60)
+    assert run.stdout.split() == ["True", "True"], run.stderr
