@@ -284,3 +284,17 @@ def test_fdk_on_devices_gives_every_worker_a_slab(rng):
     got = leveret.fdk(proj, geometry, volume, chunk_views=4, backend="cuda", devices=two_on_one())
     ref = leveret.fdk(proj, geometry, volume, chunk_views=4, backend="cuda", slab_slices=11)
     np.testing.assert_array_equal(got, ref)
+
+
+def test_cli_gpus_flag_gives_the_one_gpu_volume(tmp_path, rng):
+    from leveret.cli import main
+    g = ParallelGeometry(np.linspace(0, np.pi, 60, endpoint=False), 48, n_rows=6)
+    np.save(tmp_path / "p.npy", rng.random(g.projection_shape).astype(np.float32))
+
+    def recon(name, *flags):
+        assert main(["recon", str(tmp_path / "p.npy"), str(tmp_path / name), "--angles", "0:180:60",
+                     "--backend", "cuda", "--no-progress", "-q", *flags]) == 0
+        return np.load(tmp_path / name)
+
+    np.testing.assert_array_equal(recon("gpus.npy", "--gpus", "0"), recon("one.npy"))
+    np.testing.assert_array_equal(recon("all.npy", "--gpus", "all"), recon("one.npy", "--overwrite"))
