@@ -167,3 +167,21 @@ def test_stream_chunks_from_an_iterator_with_a_lock(fake_cupy, rng):
     # an empty iterator does nothing
     pipeline.stream_chunks(iter([]), largest=(0, 4), in_shape=lambda c: (1,), out_shape=None,
                            load=None, compute=None)
+
+
+def test_copy_threads_grow_with_the_pipelines_up_to_the_cores(monkeypatch):
+    monkeypatch.setattr(pipeline, "_copy_pool", None)
+    monkeypatch.setattr(pipeline, "_copy_pool_size", 0)
+    monkeypatch.setattr(pipeline, "_COPY_THREADS", 2)
+    monkeypatch.setattr(pipeline.os, "cpu_count", lambda: 5)
+    pipeline.copy_threads_for(1)
+    assert pipeline._copy_pool_size == 2
+    pipeline.copy_threads_for(2)
+    assert pipeline._copy_pool_size == 4
+    pipeline.copy_threads_for(8)
+    assert pipeline._copy_pool_size == 5       # the host's cores
+    pipeline.copy_threads_for(1)
+    assert pipeline._copy_pool_size == 5       # never shrinks
+    dst, src = np.zeros((64, 1 << 16), np.float32), np.ones((64, 1 << 16), np.float32)
+    pipeline.parallel_copy(dst, src)
+    assert (dst == 1).all()

@@ -37,6 +37,7 @@ import numpy as np
 
 _COPY_THREADS = max(1, min(8, (os.cpu_count() or 2) // 2))
 _copy_pool: ThreadPoolExecutor | None = None
+_copy_pool_size = 0
 STATS_KEYS = ("wall", "setup", "chunks", "load", "store", "h2d", "compute", "d2h")
 
 
@@ -47,6 +48,21 @@ def add_stats(total: dict, part: dict) -> None:
         total[key] = total.get(key, 0) + value
 
 
+def copy_threads_for(pipelines: int) -> None:
+    """Size the pool behind :func:`parallel_copy` so that ``pipelines``
+    concurrent pipelines (one per GPU, ``leveret.devices``) each get the
+    threads one pipeline has, up to the host's cores: the host copies of one
+    GPU would otherwise take threads from the others'. Never shrinks."""
+    global _copy_pool, _copy_pool_size
+    want = max(_COPY_THREADS, min(_COPY_THREADS * max(1, int(pipelines)), os.cpu_count() or 1))
+    if _copy_pool is not None and _copy_pool_size >= want:
+        return
+    old, _copy_pool = _copy_pool, ThreadPoolExecutor(want, thread_name_prefix="leveret-copy")
+    _copy_pool_size = want
+    if old is not None:
+        old.shutdown(wait=False)   # its running copies finish; new ones go to the new pool
+
+
 def parallel_copy(dst: np.ndarray, src: np.ndarray) -> None:
     """``dst[...] = src`` split along axis 0 over a few threads.
 
@@ -54,14 +70,13 @@ def parallel_copy(dst: np.ndarray, src: np.ndarray) -> None:
     gives; NumPy releases the GIL while copying, so threads add up. This is
     what lets host-side gathers and scatters hide behind the GPU.
     """
-    global _copy_pool
     n = dst.shape[0]
     parts = min(_COPY_THREADS, n)
     if parts <= 1 or dst.nbytes < (16 << 20):
         dst[...] = src
         return
     if _copy_pool is None:
-        _copy_pool = ThreadPoolExecutor(_COPY_THREADS, thread_name_prefix="leveret-copy")
+        copy_threads_for(1)
     bounds = np.linspace(0, n, parts + 1).astype(int)
     futures = [_copy_pool.submit(dst[a:b].__setitem__, Ellipsis, src[a:b])
                for a, b in zip(bounds[:-1], bounds[1:])]

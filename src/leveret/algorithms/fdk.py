@@ -158,9 +158,11 @@ def _fdk_devices(devices, projections, geometry, volume, slabs, *, progress, sta
     import cupy
 
     from .. import devices as dv
-    from ..pipeline import add_stats
+    from ..pipeline import add_stats, copy_threads_for
 
     input_on_gpu = not isinstance(projections, np.ndarray)
+    if not input_on_gpu:
+        copy_threads_for(len(devices))
     dtype = settings["dtype"]
     if input_on_gpu:
         home = projections.device.id
@@ -184,12 +186,10 @@ def _fdk_devices(devices, projections, geometry, volume, slabs, *, progress, sta
             seen = dv.to_device(dv.contiguous(seen), worker.device)
         split: dict = {}
         part = _reconstruct(seen, geometry.crop_rows(*rows), slab, progress=False, stats=split,
-                            device_lock=worker.lock, **settings)
+                            device_lock=worker.lock, host_out=None if input_on_gpu else out[k0:k1], **settings)
         if input_on_gpu:
             cupy.cuda.get_current_stream().synchronize()
             dv.copy_to(out[k0:k1], part)
-        else:
-            out[k0:k1] = part
         with lock:
             splits.append(split)
             bar.update(k1 - k0)
@@ -294,8 +294,11 @@ class FDKWeighting:
 
 
 def _reconstruct(projections, geometry, volume, *, filter, cutoff, padding, short_scan, interpolation, kernel,
-                 backend, dtype, chunk_views, fixed_chunks, progress, stats=None, device_lock=None):
-    """FDK of one volume (or slab) from the projections it needs. ``device_lock``:
+                 backend, dtype, chunk_views, fixed_chunks, progress, stats=None, device_lock=None,
+                 host_out=None):
+    """FDK of one volume (or slab) from the projections it needs. ``host_out``:
+    the NumPy array that NumPy input's result is downloaded into (default a
+    new one). ``device_lock``:
     held around each back-projection until it has finished (workers sharing
     one GPU, ``leveret.devices.Worker.lock``: the kernels' matrices live in
     the module's constant memory)."""
@@ -321,7 +324,7 @@ def _reconstruct(projections, geometry, volume, *, filter, cutoff, padding, shor
 
             n_bad = xp.zeros((), xp.int64)
             split: dict = {}
-            download = _SlabDownload(out, op.slab_alignment)
+            download = _SlabDownload(out, op.slab_alignment, host_out=host_out)
 
             def compute(views, d_in, _):
                 v.add_nonfinite_count(n_bad, d_in)
@@ -374,7 +377,7 @@ class _SlabDownload:
 
     _PAGE_BYTES = 4096   # one write per page faults it in
 
-    def __init__(self, volume, alignment: int, n_slabs: int = 8):
+    def __init__(self, volume, alignment: int, n_slabs: int = 8, host_out=None):
         import cupy
         import cupyx
         nz = volume.shape[0]
@@ -383,7 +386,7 @@ class _SlabDownload:
         self.volume = volume
         self.pinned = cupyx.empty_pinned(volume.shape, volume.dtype)
         self.stream = cupy.cuda.Stream(non_blocking=True)
-        self.out = np.empty(volume.shape, volume.dtype)
+        self.out = np.empty(volume.shape, volume.dtype) if host_out is None else host_out
         self._workers = ThreadPoolExecutor(2, thread_name_prefix="leveret-fdk-out")
         from ..pipeline import _COPY_THREADS
         n_touch = max(1, _COPY_THREADS // 2)   # beside the copy threads that gather the input

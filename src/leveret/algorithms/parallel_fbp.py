@@ -233,9 +233,10 @@ class _Job:
 
         import cupy
 
-        from ..pipeline import add_stats, parallel_copy, stream_chunks
+        from ..pipeline import add_stats, copy_threads_for, parallel_copy, stream_chunks
 
         g = self.geometry
+        copy_threads_for(len(devices))
         bar_lock = threading.Lock()
         wall0 = time.perf_counter()
 
