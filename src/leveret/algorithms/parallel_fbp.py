@@ -86,9 +86,12 @@ def fbp(projections, geometry: ParallelGeometry, volume: VolumeGeometry | None =
         memory) are dealt from one queue; each GPU streams its chunks through
         a pipeline of its own (streams, pinned buffers) in its own thread, so
         the transfers of different GPUs overlap each other and the kernels.
-        The result is bit-identical to one GPU's (every slice is computed by
-        the same kernels from the same chunk). CuPy input: the slices' rows
-        are copied to each GPU and the slices back to the input's GPU.
+        The result is bit-identical to one GPU's with the same
+        ``chunk_slices`` (every slice is computed by the same kernels from
+        the same chunk; the default plan can take smaller chunks where the
+        smallest GPU has less free memory). A single chunk runs on the first
+        GPU. CuPy input: the slices' rows are copied to each GPU and the
+        slices back to the input's GPU.
 
     Returns
     -------
@@ -159,7 +162,12 @@ def fbp(projections, geometry: ParallelGeometry, volume: VolumeGeometry | None =
 
     from tqdm.auto import tqdm
     with tqdm(total=n_slices, unit="slice", desc="fbp", disable=not progress, leave=False) as bar:
-        if devices is not None:
+        if devices is not None and streamed and len(chunks) == 1:
+            import cupy   # one chunk cannot be split: the first GPU runs it as one GPU would
+            with cupy.cuda.Device(devices.ids[0]):
+                job.one_chunk_from_host(chunks[0])
+            bar.update(n_slices)
+        elif devices is not None:
             if streamed:
                 job.streamed_devices(devices, chunks, bar=bar, stats=stats)
             else:
