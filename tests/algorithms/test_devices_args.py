@@ -1,4 +1,4 @@
-"""``fbp``, ``fdk`` ``devices=`` argument checks that need no GPU (the GPU results are
+"""``fbp``, ``fdk``, ``radon3d_fbp`` ``devices=`` argument checks that need no GPU (the GPU results are
 in tests/test_devices_gpu.py)."""
 from __future__ import annotations
 
@@ -35,3 +35,11 @@ def test_fdk_devices_with_the_cpu_backend_is_refused(monkeypatch):
     with pytest.raises(ValueError, match=r"^devices: runs on CUDA GPUs, but this call's backend is 'cpu'"):
         leveret.fdk(np.zeros(geometry.projection_shape, np.float32), geometry, volume, backend="cpu",
                     devices=[0, 1])
+
+
+def test_radon3d_fbp_devices_with_the_cpu_backend_is_refused(monkeypatch):
+    from leveret.geometry import RadonGeometry
+    monkeypatch.setattr(devices, "visible_device_count", lambda: 2)
+    g = RadonGeometry.grid(4, 8, 9, spacing=0.1)
+    with pytest.raises(ValueError, match=r"^devices: runs on CUDA GPUs, but this call's backend is 'cpu'"):
+        leveret.radon3d_fbp(np.zeros(g.projection_shape), g, backend="cpu", devices=[0, 1])
