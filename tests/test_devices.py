@@ -262,3 +262,22 @@ def test_workers_of_one_gpu_share_a_lock(fake_gpus):
 
     devices.DeviceSet([0, 1, 0], shared=True).run(devices.blocks(3, 3), work, fixed=True)
     assert locks[0] is locks[2] is not None and locks[1] is None
+
+
+def test_out_of_memory_is_recognised_from_cupy_the_driver_and_cufft():
+    assert devices.out_of_memory(MemoryError("Out of memory allocating 1,024 bytes"))
+    assert devices.out_of_memory(RuntimeError("CUDA_ERROR_OUT_OF_MEMORY: out of memory"))
+    assert devices.out_of_memory(RuntimeError("cudaErrorMemoryAllocation: out of memory"))
+    assert devices.out_of_memory(RuntimeError("CUFFT_ALLOC_FAILED"))
+    assert not devices.out_of_memory(RuntimeError("CUDA_ERROR_ILLEGAL_ADDRESS"))
+    assert not devices.out_of_memory(ValueError("projections: expected finite values"))
+
+
+def test_a_driver_out_of_memory_error_also_shrinks(fake_gpus):
+    def work(worker, a, b):
+        if b - a > 2:
+            raise RuntimeError("cuFFT error: CUFFT_ALLOC_FAILED")
+        return b - a
+
+    out = devices.DeviceSet([0]).run([(0, 8)], work)
+    assert [(a, b) for a, b, _ in out] == [(0, 2), (2, 4), (4, 6), (6, 8)]

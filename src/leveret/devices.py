@@ -22,8 +22,9 @@ who took what. :meth:`DeviceSet.run` can also deal range ``i`` to worker
 summed, so that the order of that sum is fixed too.
 
 A range that runs out of GPU memory (``cupy.cuda.memory.OutOfMemoryError``,
-a ``MemoryError``) is halved and retried, and that worker keeps the smaller
-size for the rest of the run: one small or busy GPU shrinks its own ranges
+or a driver or cuFFT allocation failure: :func:`out_of_memory`) is halved
+and retried, and that worker keeps the smaller size for the rest of the
+run: one small or busy GPU shrinks its own ranges
 instead of failing the run. A range of one element that still does not fit
 re-raises. The first other exception stops the workers (each finishes the
 range it is on) and is re-raised in the caller; so is Ctrl-C.
@@ -300,13 +301,25 @@ def _run_shrinking(worker: Worker, chunk, work, stop) -> list:
             continue
         try:
             done.append((a, b, work(worker, a, b)))
-        except MemoryError:       # cupy.cuda.memory.OutOfMemoryError is a MemoryError
-            if b - a < 2:
+        except Exception as exc:
+            if not out_of_memory(exc) or b - a < 2:
                 raise
             _release_memory(worker.device)
             worker.limit = (b - a + 1) // 2
             pending[:0] = _pieces((a, b), worker.limit)
     return done
+
+
+def out_of_memory(exc: BaseException) -> bool:
+    """Whether ``exc`` says the GPU ran out of memory: CuPy's pool
+    (``cupy.cuda.memory.OutOfMemoryError``, a MemoryError), the driver
+    (``CUDA_ERROR_OUT_OF_MEMORY``, ``cudaErrorMemoryAllocation``) or a cuFFT
+    plan (``CUFFT_ALLOC_FAILED``)."""
+    if isinstance(exc, MemoryError):
+        return True
+    text = str(exc)
+    return any(code in text for code in ("CUDA_ERROR_OUT_OF_MEMORY", "cudaErrorMemoryAllocation",
+                                         "CUFFT_ALLOC_FAILED"))
 
 
 def _pieces(chunk, limit: int | None) -> list:
