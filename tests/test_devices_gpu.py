@@ -3,9 +3,9 @@
 ``DeviceSet([0, 0], shared=True)`` runs two workers on GPU 0: the dealing,
 the per-worker copies of the data, the peer copies and the fixed-order sum all
 run as they would on two GPUs. Bit-identical where every output value is
-computed by the same kernel from the same numbers (``A``, fbp slices); where
-partial sums from the workers are added (``A.T``) within a rounding bound
-derived below.
+computed by the same kernel from the same numbers (``A``; fbp, radon3d_fbp;
+fdk with the same slabs and view chunks); where partial sums from the
+workers are added (``A.T``) within a rounding bound derived below.
 """
 from __future__ import annotations
 
