@@ -33,8 +33,9 @@ def rng():
     return np.random.default_rng(seed)
 
 
-# -- the real scan savu-image-test: data/savu-image-test/ (its README.md says what it is) of the
-# data folder LEVERET_SHARED names (default: "shared" beside the repository); tests skip without it
+# -- the real scan savu-image-test: bundled as leveret.datasets.savu_scan() (fixture savu_scan, always
+# there), and as its original files in data/savu-image-test/ of the folder LEVERET_SHARED names
+# (default: "shared" beside the repository; fixture savu_files, skips without them)
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 N_PROJECTIONS, N_ROWS, N_COLS = 91, 135, 160
@@ -73,7 +74,15 @@ def _load(folder: Path) -> SavuScan:
 
 @pytest.fixture(scope="session")
 def savu_scan() -> SavuScan:
-    """The real scan, read with leveret.io; skips the test if the data are absent."""
+    """The real scan as leveret.datasets bundles it."""
+    from leveret.datasets import savu_scan as bundled
+    scan = bundled()
+    return SavuScan(projections=scan.projections, dark=scan.dark, flat=scan.flat, angles=scan.angles)
+
+
+@pytest.fixture(scope="session")
+def savu_files() -> SavuScan:
+    """The real scan read from its original files with leveret.io; skips the test if they are absent."""
     folder = savu_folder()
     if not (folder / "projections").is_dir():
         pytest.skip(f"real scan savu-image-test not found at {folder} "

@@ -13,6 +13,7 @@ from .algorithms import cgls, fbp, fdk, os_sart, radon3d_fbp, radon3d_forward, s
 from .backends import cuda_available
 from .geometry import ConeGeometry, ParallelGeometry, RadonGeometry, VolumeGeometry
 from .operators import ConeBackprojection, ParallelBackprojection, Projector
+from . import datasets   # small real scans for examples and tests
 
 __version__ = "0.1.0"
 

@@ -288,12 +288,11 @@ def test_ctrl_c_mid_run_exits_130_and_leaves_no_partial_files(tmp_path, resume):
 def test_the_real_scan_in_one_command(savu_scan, tmp_path, capsys):
     """The guide's command: raw TIFFs, flat, dark, angles file, centre search,
     out-of-core into HDF5 (several slabs), equal to the in-memory pipeline."""
-    from conftest import savu_folder
     from leveret.preprocess import minus_log, normalize
 
-    s = savu_folder()
-    flags = [str(s / "projections"), "--angles", str(s / "angles.txt"), "--angle-lines", "10:101",
-             "--flat", str(s / "flat_00001.tiff"), "--dark", str(s / "dark_00001.tiff"), "--backend", "cpu",
+    s = leveret.datasets.savu_scan().write(tmp_path / "savu")
+    flags = [str(s / "projections"), "--angles", str(s / "angles.txt"),
+             "--flat", str(s / "flat.tiff"), "--dark", str(s / "dark.tiff"), "--backend", "cpu",
              "--no-progress"]
     assert main(["center"] + flags + ["--sweep", "2", "--step", "0.25", "--json", str(tmp_path / "c.json")]) == 0
     c = json.loads((tmp_path / "c.json").read_text())

@@ -1,12 +1,12 @@
-"""leveret.io on the real savu-image-test scan."""
+"""leveret.io on the real savu-image-test scan's original files."""
 import numpy as np
 
 from leveret.io import read_array
 from conftest import N_COLS, N_PROJECTIONS, N_ROWS, savu_folder
 
 
-def test_scan_shapes_dtypes_and_angles(savu_scan):
-    scan = savu_scan
+def test_scan_shapes_dtypes_and_angles(savu_files):
+    scan = savu_files
     assert scan.projections.shape == (N_PROJECTIONS, N_ROWS, N_COLS)
     assert scan.projections.dtype == np.uint16
     assert scan.dark.shape == scan.flat.shape == (N_ROWS, N_COLS)
@@ -16,8 +16,8 @@ def test_scan_shapes_dtypes_and_angles(savu_scan):
     np.testing.assert_allclose(np.rad2deg(np.diff(scan.angles)), 2.0, atol=1e-3)
 
 
-def test_glob_matches_folder_in_natural_order(savu_scan):
-    scan = savu_scan
+def test_glob_matches_folder_in_natural_order(savu_files):
+    scan = savu_files
     stack = read_array(savu_folder() / "projections" / "raw_*.tiff")
     np.testing.assert_array_equal(stack, scan.projections)
     # The folder order is the file order: spot check one projection.

@@ -236,7 +236,10 @@ def test_alu_cache_indices_stay_inside_and_match_exact(rng, tile, geom, voxel):
     assert lo >= 0 and hi <= cw - 2
     ref = ParallelBackprojection(geometry, volume, backend="cpu", roi=(3, 2, 67, 75),
                                  interpolation="nearest")(sinos.astype(np.float64))
-    assert np.mean(np.isclose(near, ref, rtol=1e-4, atol=1e-4)) > 0.99
+    # Detector coordinates within float32 rounding of a half-pixel pick the other neighbour in
+    # float32: measured mismatch shares 0.01-0.3 % over 40 seeds, 1.3 % once; a wrong
+    # neighbour rule mismatches most pixels.
+    assert np.mean(np.isclose(near, ref, rtol=1e-4, atol=1e-4)) > 0.97
 
 
 def test_fma32_is_correctly_rounded(rng):

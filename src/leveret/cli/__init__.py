@@ -29,7 +29,8 @@ import threading
 from .config import apply_config, load_config
 
 EXAMPLES = """examples:
-  leveret demo                                   simulate, reconstruct, report, write demo.png
+  leveret demo                                   simulate, reconstruct, report: leveret-demo/demo.png
+  leveret demo --real                            reconstruct the bundled real scan: leveret-demo/real.png
   leveret info                                   backends found (GPU, memory, versions)
   leveret recon proj/ rec.h5 --angles 0:180:720 --center 1023.5
   leveret recon raw/ rec.zarr --angles angles.txt --flat flat.tif --dark dark.tif --center auto
@@ -359,7 +360,11 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--angles", type=int, default=None, help="projections over 180 degrees (default ~1.5 x size)")
     d.add_argument("--photons", type=float, default=1e5, help="incident photons per detector pixel (Poisson)")
     d.add_argument("--backend", default="auto", choices=("auto", "cuda", "cpu"))
-    d.add_argument("--output", default="demo.png", help="PNG of phantom, reconstruction and difference")
+    d.add_argument("--real", action="store_true",
+                   help="reconstruct the real scan bundled with leveret instead (flat/dark, -log, centre, "
+                        "FBP); the simulation options are then unused")
+    d.add_argument("-o", "--output", default=None,
+                   help="the PNG to write (default: leveret-demo/demo.png, or leveret-demo/real.png with --real)")
     d.add_argument("--seed", type=int, default=None, help="noise seed")
     _common(d)
 

@@ -3,7 +3,10 @@
 Keys are the long flag names without dashes (``det-spacing`` or
 ``det_spacing``), positional arguments by name (``input``, ``output``).
 Values are checked and converted exactly as on the command line; flags given
-on the command line win over the file. A table named after the subcommand
+on the command line win over the file. Relative paths in the file (input,
+output, flats, darks, an angle file, PNGs, JSON) are relative to the file's
+folder, not to the current folder, so a job file travels with its data. A
+table named after the subcommand
 (``[recon]``) holds keys for that subcommand only, so one file can serve
 several::
 
@@ -21,7 +24,14 @@ several::
 from __future__ import annotations
 
 import argparse
+import os
+import re
 from pathlib import Path
+
+# Options whose values are files or folders: resolved against the config file's folder.
+PATH_OPTIONS = {"input", "output", "flat", "dark", "montage", "output_dir", "json", "save"}
+# --angles is a file or a range such as "0:180:720" or "-90:90:181:endpoint".
+_ANGLE_RANGE = re.compile(r"\s*[-+0-9.eE]+:[-+0-9.eE]+:[0-9]+(:\w+)?\s*")
 
 
 def load_config(path: str) -> dict:
@@ -94,8 +104,21 @@ def apply_config(parser: argparse.ArgumentParser, command: str, table: dict, sou
             known = sorted({x.dest for x in actions.values()})
             raise ValueError(f"--config: {source!r}: unknown option {key!r} for '{command}'; "
                              f"known: {', '.join(known)}")
-        out[a.dest] = _convert(a, key, value, source)
+        out[a.dest] = _relative_to_file(a.dest, _convert(a, key, value, source),
+                                         os.path.dirname(source))
     return out
+
+
+def _relative_to_file(dest: str, value, folder: str):
+    """A relative path of a path option, joined to the config file's folder."""
+    if (dest not in PATH_OPTIONS and dest != "angles") or not isinstance(value, str) or not value:
+        return value
+    if os.path.isabs(os.path.expanduser(value)):
+        return value
+    joined = os.path.join(folder, value)       # keeps a trailing "/" (a folder output)
+    if dest == "angles" and _ANGLE_RANGE.fullmatch(value) and not os.path.isfile(joined):
+        return value                           # a range; an existing file wins, as in read_angles
+    return joined
 
 
 def _convert(action: argparse.Action, key: str, value, source: str):

@@ -221,6 +221,11 @@ class Projector:
                              f"got {type(geometry).__name__}")
         self.model = v.choice("model", model, MODELS)
         self.dtype = np.dtype(v.choice("precision", precision, PRECISIONS))
+        # Ray set-up squares lengths: a grid beyond sqrt(max) overflows before any data is seen.
+        span = float(np.sqrt(sum((float(n) * float(s)) ** 2 for n, s in zip(volume.shape, volume.voxel_size))))
+        if not span < float(np.sqrt(np.finfo(self.dtype).max)):
+            raise ValueError(f"volume: the grid spans {span:.3g} length units, beyond {self.dtype} arithmetic "
+                             f"(squared lengths must fit); use smaller units or precision='float64'")
         if structured not in ("auto", True, False):
             raise ValueError(f"structured: expected 'auto', True or False, got {structured!r}")
         self.backend = resolve(v.choice("backend", backend, ("auto", "cuda", "cpu")))
@@ -348,6 +353,14 @@ class Projector:
                              f"of shape {tuple(shape)}, got {getattr(out, 'shape', type(out).__name__)}")
         return out
 
+    def _checked(self, name: str, out):
+        """``out``, refused if the sums overflowed the working dtype: finite
+        input never gives Inf or NaN without saying so."""
+        if not bool(v.array_module(out).isfinite(out).all()):
+            raise ValueError(f"{name}: the sums overflow {self.dtype} (values x lengths of this "
+                             f"{self.volume.voxel_size} voxel grid); rescale the data or use precision='float64'")
+        return out
+
     def __call__(self, x, out=None):
         """Forward projection ``A x``: volume ``volume.shape`` -> projections
         ``projection_shape`` (line integrals, value x length). NumPy or CuPy
@@ -360,13 +373,14 @@ class Projector:
             import cupy
             res = out if isinstance(out, cupy.ndarray) else cupy.empty(self.projection_shape, self.dtype)
             self._gpu.forward(x.reshape(self._grid3), res)
+            self._checked("x", res)
             if res is not out:
                 out[...] = res.get()
             return out
         from ..cpu import raytrace
         raytrace.forward(x.reshape(self._grid3), self._origins, self._directions, self._offset,
                          self._scale, self._t_start, self._model_id, out.reshape(-1))
-        return out
+        return self._checked("x", out)
 
     def adjoint(self, y, out=None):
         """Transpose ``A^T y``: projections ``projection_shape`` -> volume ``volume.shape``."""
@@ -378,13 +392,14 @@ class Projector:
             import cupy
             res = out if isinstance(out, cupy.ndarray) else cupy.empty(self.volume.shape, self.dtype)
             self._gpu.adjoint(y, res.reshape(self._grid3))
+            self._checked("y", res)
             if res is not out:
                 out[...] = res.get()
             return out
         from ..cpu import raytrace
         raytrace.adjoint(y.reshape(-1), self._origins, self._directions, self._offset, self._scale,
                          self._t_start, self._model_id, out.reshape(self._grid3), self.n_buffers)
-        return out
+        return self._checked("y", out)
 
     # -- several GPUs ---------------------------------------------------------------------
     def _tracer(self, device: int, v0: int, v1: int):
