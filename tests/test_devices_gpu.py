@@ -1,11 +1,13 @@
-"""The several-GPU path (``devices=``) against one GPU, on a one-GPU machine.
+"""The several-GPU path (``devices=``) against one GPU.
 
 ``DeviceSet([0, 0], shared=True)`` runs two workers on GPU 0: the dealing,
 the per-worker copies of the data, the peer copies and the fixed-order sum all
-run as they would on two GPUs. Bit-identical where every output value is
-computed by the same kernel from the same numbers (``A``; fbp, radon3d_fbp;
-fdk with the same slabs and view chunks); where partial sums from the
-workers are added (``A.T``) within a rounding bound derived below.
+run as they would on two GPUs. On a machine with two GPUs the same tests run
+on GPUs 0 and 1 (``two_workers``), copies between them included.
+Bit-identical where every output value is computed by the same kernel from
+the same numbers (``A``; fbp, radon3d_fbp; fdk with the same slabs and view
+chunks); where partial sums from the workers are added (``A.T``) within a
+rounding bound derived below.
 """
 from __future__ import annotations
 
@@ -32,8 +34,11 @@ def _cupy():
     return cupy
 
 
-def two_on_one():
-    """Two workers on GPU 0."""
+def two_workers():
+    """Two workers: GPUs 0 and 1 where there are two (peer copies between
+    them), else both on GPU 0."""
+    if dv.visible_device_count() >= 2:
+        return dv.DeviceSet([0, 1])
     return dv.DeviceSet([0, 0], shared=True)
 
 
@@ -83,7 +88,7 @@ def test_projector_forward_on_devices_is_bit_identical(name, model, precision, r
     cp = _cupy()
     geometry, volume = ALL[name]
     one = Projector(geometry, volume, model=model, precision=precision, backend="cuda")
-    two = Projector(geometry, volume, model=model, precision=precision, backend="cuda", devices=two_on_one())
+    two = Projector(geometry, volume, model=model, precision=precision, backend="cuda", devices=two_workers())
     x = rng.standard_normal(volume.shape).astype(precision)
     ref = one(x)
     # NumPy in, NumPy out
@@ -103,7 +108,7 @@ def test_projector_transpose_on_devices_within_reordered_sums(name, model, preci
     cp = _cupy()
     geometry, volume = ALL[name]
     one = Projector(geometry, volume, model=model, precision=precision, backend="cuda")
-    two = Projector(geometry, volume, model=model, precision=precision, backend="cuda", devices=two_on_one())
+    two = Projector(geometry, volume, model=model, precision=precision, backend="cuda", devices=two_workers())
     y = rng.standard_normal(geometry.projection_shape).astype(precision)
     ref = one.T(cp.asarray(y))
     abs_ref = one.T(cp.asarray(np.abs(y)))
@@ -121,7 +126,7 @@ def test_projector_voxel_transpose_on_devices_repeats_exactly(rng):
     fixed order: the same bits from run to run."""
     cp = _cupy()
     geometry, volume = TALL
-    two = Projector(geometry, volume, model="joseph", backend="cuda", transpose="voxel", devices=two_on_one())
+    two = Projector(geometry, volume, model="joseph", backend="cuda", transpose="voxel", devices=two_workers())
     y = cp.asarray(rng.standard_normal(geometry.projection_shape), dtype=cp.float32)
     first = two.T(y)
     for _ in range(3):
@@ -131,8 +136,8 @@ def test_projector_voxel_transpose_on_devices_repeats_exactly(rng):
 def test_projector_subsets_keep_devices(rng):
     geometry, volume = STRUCTURED["cone_offset"]
     one = Projector(geometry, volume, backend="cuda").subset([1, 4, 5])
-    two = Projector(geometry, volume, backend="cuda", devices=two_on_one()).subset([1, 4, 5])
-    assert two.devices == two_on_one()
+    two = Projector(geometry, volume, backend="cuda", devices=two_workers()).subset([1, 4, 5])
+    assert two.devices == two_workers()
     x = rng.standard_normal(volume.shape).astype(np.float32)
     np.testing.assert_array_equal(two(x), one(x))
 
@@ -171,7 +176,7 @@ def test_iterative_methods_on_devices(method, name, rng):
     cp = _cupy()
     geometry, volume = ALL[name]
     one = Projector(geometry, volume, model="siddon", precision="float64", backend="cuda")
-    two = Projector(geometry, volume, model="siddon", precision="float64", backend="cuda", devices=two_on_one())
+    two = Projector(geometry, volume, model="siddon", precision="float64", backend="cuda", devices=two_workers())
     b = one(rng.random(volume.shape))
     run = getattr(leveret, method)
     kwargs = {} if method == "cgls" else {"nonnegative": True}
@@ -231,13 +236,13 @@ def test_fbp_on_devices_is_bit_identical(n_angles, kernel, precision, rng):
     kw = dict(chunk_slices=3, kernel=kernel, precision=precision, backend="cuda")
     ref = leveret.fbp(proj, geometry, **kw)
     split: dict = {}
-    got = leveret.fbp(proj, geometry, devices=two_on_one(), stats=split, **kw)
+    got = leveret.fbp(proj, geometry, devices=two_workers(), stats=split, **kw)
     assert isinstance(got, np.ndarray)
     np.testing.assert_array_equal(got, ref)
     assert split["chunks"] == 8 and split["wall"] > 0
     ref_gpu = leveret.fbp(cp.asarray(proj), geometry, **kw)
     out = cp.full(ref.shape, np.nan, np.float32)
-    got_gpu = leveret.fbp(cp.asarray(proj), geometry, devices=two_on_one(), out=out, **kw)
+    got_gpu = leveret.fbp(cp.asarray(proj), geometry, devices=two_workers(), out=out, **kw)
     assert got_gpu is out
     cp.testing.assert_array_equal(got_gpu, ref_gpu)
 
@@ -247,7 +252,7 @@ def test_fbp_on_devices_reports_bad_input():
     proj = np.ones(geometry.projection_shape, np.float32)
     proj[3, 6, 7] = np.nan
     with pytest.raises(ValueError, match=r"^projections: expected finite values, got 1 NaN/Inf"):
-        leveret.fbp(proj, geometry, chunk_slices=2, backend="cuda", devices=two_on_one())
+        leveret.fbp(proj, geometry, chunk_slices=2, backend="cuda", devices=two_workers())
 
 
 # -- cone-beam FDK -----------------------------------------------------------------------------------
@@ -264,11 +269,11 @@ def test_fdk_on_devices_is_bit_identical_with_the_same_slabs(rng):
     kw = dict(slab_slices=7, chunk_views=6, backend="cuda")
     ref = leveret.fdk(proj, geometry, volume, **kw)
     split: dict = {}
-    got = leveret.fdk(proj, geometry, volume, devices=two_on_one(), stats=split, **kw)
+    got = leveret.fdk(proj, geometry, volume, devices=two_workers(), stats=split, **kw)
     assert isinstance(got, np.ndarray)
     np.testing.assert_array_equal(got, ref)
     assert split["chunks"] == 5 * 4
-    got_gpu = leveret.fdk(cp.asarray(proj), geometry, volume, devices=two_on_one(), **kw)
+    got_gpu = leveret.fdk(cp.asarray(proj), geometry, volume, devices=two_workers(), **kw)
     assert isinstance(got_gpu, cp.ndarray)
     cp.testing.assert_array_equal(got_gpu, leveret.fdk(cp.asarray(proj), geometry, volume, **kw))
 
@@ -281,7 +286,7 @@ def test_fdk_on_devices_gives_every_worker_a_slab(rng):
                                      n_rows=30, n_cols=40, pixel_size=1.2)
     volume = VolumeGeometry((21, 24, 24), voxel_size=1.5)
     proj = rng.random(geometry.projection_shape).astype(np.float32)
-    got = leveret.fdk(proj, geometry, volume, chunk_views=4, backend="cuda", devices=two_on_one())
+    got = leveret.fdk(proj, geometry, volume, chunk_views=4, backend="cuda", devices=two_workers())
     ref = leveret.fdk(proj, geometry, volume, chunk_views=4, backend="cuda", slab_slices=11)
     np.testing.assert_array_equal(got, ref)
 
@@ -313,8 +318,8 @@ def test_radon3d_fbp_on_devices_is_bit_identical(method, precision, rng):
     proj = rng.random(g.projection_shape)
     kw = dict(volume=volume, method=method, precision=precision, backend="cuda")
     ref = leveret.radon3d_fbp(proj, g, **kw)
-    got = leveret.radon3d_fbp(proj, g, devices=two_on_one(), **kw)
+    got = leveret.radon3d_fbp(proj, g, devices=two_workers(), **kw)
     assert isinstance(got, np.ndarray) and got.dtype == np.dtype(precision)
     np.testing.assert_array_equal(got, ref)
-    got_gpu = leveret.radon3d_fbp(cp.asarray(proj), g, devices=two_on_one(), **kw)
+    got_gpu = leveret.radon3d_fbp(cp.asarray(proj), g, devices=two_workers(), **kw)
     cp.testing.assert_array_equal(got_gpu, leveret.radon3d_fbp(cp.asarray(proj), g, **kw))
