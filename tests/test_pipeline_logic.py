@@ -128,3 +128,60 @@ def test_add_stats_sums_the_splits_of_several_runs():
     pipeline.add_stats(total, {"wall": 1.5, "chunks": 2})
     pipeline.add_stats(total, {"wall": 0.5, "chunks": 3, "d2h": 0.25})
     assert total == {"wall": 2.0, "chunks": 5, "d2h": 0.25}
+
+
+def test_stream_chunks_from_an_iterator_with_a_lock(fake_cupy, rng):
+    """Several GPUs' pipelines pulling from one queue: chunks come from an
+    iterator (taken one ahead), the buffers are sized by ``largest``, and the
+    device lock is held around every compute."""
+    import threading
+
+    proj = rng.standard_normal((3, 10, 4)).astype(np.float32)
+    out = np.full((10, 4, 3), np.nan, np.float32)
+    chunks = [(0, 4), (4, 8), (8, 10)]
+    taken = []
+
+    def source():
+        for c in chunks:
+            taken.append(c)
+            yield c
+
+    lock = threading.Lock()
+    held = []
+
+    def compute(c, d_in, d_out):
+        held.append(lock.locked())
+        d_out[...] = d_in.transpose(1, 2, 0)
+
+    st: dict = {}
+    pipeline.stream_chunks(source(), largest=(0, 4),
+                           in_shape=lambda c: (3, c[1] - c[0], 4),
+                           out_shape=lambda c: (c[1] - c[0], 4, 3),
+                           load=lambda c, buf: pipeline.parallel_copy(buf, proj[:, c[0]:c[1]]),
+                           compute=compute,
+                           store=lambda c, buf: pipeline.parallel_copy(out[c[0]:c[1]], buf),
+                           stats=st, device_lock=lock)
+    assert taken == chunks and held == [True, True, True] and not lock.locked()
+    np.testing.assert_array_equal(out, proj.transpose(1, 2, 0))
+    assert st["chunks"] == 3
+    # an empty iterator does nothing
+    pipeline.stream_chunks(iter([]), largest=(0, 4), in_shape=lambda c: (1,), out_shape=None,
+                           load=None, compute=None)
+
+
+def test_copy_threads_grow_with_the_pipelines_up_to_the_cores(monkeypatch):
+    monkeypatch.setattr(pipeline, "_copy_pool", None)
+    monkeypatch.setattr(pipeline, "_copy_pool_size", 0)
+    monkeypatch.setattr(pipeline, "_COPY_THREADS", 2)
+    monkeypatch.setattr(pipeline.os, "cpu_count", lambda: 5)
+    pipeline.copy_threads_for(1)
+    assert pipeline._copy_pool_size == 2
+    pipeline.copy_threads_for(2)
+    assert pipeline._copy_pool_size == 4
+    pipeline.copy_threads_for(8)
+    assert pipeline._copy_pool_size == 5       # the host's cores
+    pipeline.copy_threads_for(1)
+    assert pipeline._copy_pool_size == 5       # never shrinks
+    dst, src = np.zeros((64, 1 << 16), np.float32), np.ones((64, 1 << 16), np.float32)
+    pipeline.parallel_copy(dst, src)
+    assert (dst == 1).all()

@@ -485,7 +485,9 @@ def _reconstruct_to_file(projections, geometry, output, *, volume, flats, darks,
     if on_plan is not None:
         on_plan(the_plan)
     log.debug("%s", the_plan.describe())
-    job = {"geometry": _describe(geometry), "volume": _describe(volume), "options": options,
+    # which GPUs ran it does not change the result: a resumed run may use others
+    job = {"geometry": _describe(geometry), "volume": _describe(volume),
+           "options": {k: val for k, val in options.items() if k != "devices"},
            "log_transform": log_transform, "flats": flats, "darks": darks, "stripes": stripes,
            "stripe_size": stripe_size, **(params or {})}
     fingerprint = _fingerprint(projections, (params or {}).get("input"))

@@ -27,15 +27,17 @@ chunk's load, copy in, copy out and store (the pipeline's fill and drain).
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable, Sequence
+from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
 _COPY_THREADS = max(1, min(8, (os.cpu_count() or 2) // 2))
 _copy_pool: ThreadPoolExecutor | None = None
+_copy_pool_size = 0
 STATS_KEYS = ("wall", "setup", "chunks", "load", "store", "h2d", "compute", "d2h")
 
 
@@ -46,6 +48,21 @@ def add_stats(total: dict, part: dict) -> None:
         total[key] = total.get(key, 0) + value
 
 
+def copy_threads_for(pipelines: int) -> None:
+    """Size the pool behind :func:`parallel_copy` so that ``pipelines``
+    concurrent pipelines (one per GPU, ``leveret.devices``) each get the
+    threads one pipeline has, up to the host's cores: the host copies of one
+    GPU would otherwise take threads from the others'. Never shrinks."""
+    global _copy_pool, _copy_pool_size
+    want = max(_COPY_THREADS, min(_COPY_THREADS * max(1, int(pipelines)), os.cpu_count() or 1))
+    if _copy_pool is not None and _copy_pool_size >= want:
+        return
+    old, _copy_pool = _copy_pool, ThreadPoolExecutor(want, thread_name_prefix="leveret-copy")
+    _copy_pool_size = want
+    if old is not None:
+        old.shutdown(wait=False)   # its running copies finish; new ones go to the new pool
+
+
 def parallel_copy(dst: np.ndarray, src: np.ndarray) -> None:
     """``dst[...] = src`` split along axis 0 over a few threads.
 
@@ -53,14 +70,13 @@ def parallel_copy(dst: np.ndarray, src: np.ndarray) -> None:
     gives; NumPy releases the GIL while copying, so threads add up. This is
     what lets host-side gathers and scatters hide behind the GPU.
     """
-    global _copy_pool
     n = dst.shape[0]
     parts = min(_COPY_THREADS, n)
     if parts <= 1 or dst.nbytes < (16 << 20):
         dst[...] = src
         return
     if _copy_pool is None:
-        _copy_pool = ThreadPoolExecutor(_COPY_THREADS, thread_name_prefix="leveret-copy")
+        copy_threads_for(1)
     bounds = np.linspace(0, n, parts + 1).astype(int)
     futures = [_copy_pool.submit(dst[a:b].__setitem__, Ellipsis, src[a:b])
                for a, b in zip(bounds[:-1], bounds[1:])]
@@ -78,24 +94,41 @@ def _copy_async(dst_ptr: int, src_ptr: int, nbytes: int, kind, stream) -> None:
     cupy.cuda.runtime.memcpyAsync(dst_ptr, src_ptr, nbytes, kind, stream.ptr)
 
 
-def stream_chunks(chunks: Sequence, *, in_shape: Callable, out_shape: Callable | None,
+def stream_chunks(chunks: Sequence | Iterable, *, in_shape: Callable, out_shape: Callable | None,
                   load: Callable, compute: Callable, store: Callable | None = None,
                   in_dtype=np.float32, out_dtype=np.float32, on_done: Callable | None = None,
-                  stats: dict | None = None) -> None:
+                  stats: dict | None = None, largest=None, device_lock=None) -> None:
     """Run ``compute`` over ``chunks`` with loads, uploads, downloads and
-    stores overlapped (see the module docstring); ``stats``: a dict to fill
-    with the time split (``STATS_KEYS``), or None."""
+    stores overlapped (see the module docstring) on the current device.
+
+    ``chunks`` is a sequence, or an iterator whose items are taken one ahead
+    of the chunk being computed (several GPUs' pipelines pulling from one
+    queue, ``leveret.devices``); then ``largest`` names the chunk whose
+    shapes size the buffers (no chunk may be larger). ``stats``: a dict to
+    fill with the time split (``STATS_KEYS``), or None. ``device_lock``: a
+    lock held from queuing each chunk's compute until it has finished, for
+    pipelines sharing one GPU whose kernels write module constant memory
+    (``leveret.devices.Worker.lock``); None for none."""
     import cupy
     import cupyx
 
-    if not chunks:
+    if largest is None:
+        chunks = list(chunks)
+        if not chunks:
+            return
+        sizing = chunks
+    else:
+        sizing = [largest]
+    chunks = iter(chunks)
+    first = next(chunks, None)
+    if first is None:
         return
     wall0 = time.perf_counter()
-    n_in = max(int(np.prod(in_shape(c))) for c in chunks)
+    n_in = max(int(np.prod(in_shape(c))) for c in sizing)
     pin_in = [cupyx.empty_pinned(n_in, in_dtype) for _ in range(2)]
     dev_in = [cupy.empty(n_in, in_dtype) for _ in range(2)]
     has_out = out_shape is not None
-    n_out = max(int(np.prod(out_shape(c))) for c in chunks) if has_out else 0
+    n_out = max(int(np.prod(out_shape(c))) for c in sizing) if has_out else 0
     pin_out = [cupyx.empty_pinned(n_out, out_dtype) for _ in range(2)] if has_out else None
     dev_out = [cupy.empty(n_out, out_dtype) for _ in range(2)] if has_out else None
     copy_stream = cupy.cuda.Stream(non_blocking=True)      # host -> device
@@ -130,10 +163,12 @@ def stream_chunks(chunks: Sequence, *, in_shape: Callable, out_shape: Callable |
         host_seconds["store"] += time.perf_counter() - t0
 
     with ThreadPoolExecutor(1) as loader, ThreadPoolExecutor(1) as storer:
-        loading = [loader.submit(load_after, None, chunks[0], pin_in[0]), None]
+        loading = [loader.submit(load_after, None, first, pin_in[0]), None]
         storing: list = [None, None]
-        for c, chunk in enumerate(chunks):
+        chunk, c = first, 0
+        while chunk is not None:
             b = c % 2
+            following = next(chunks, None)
             loading[b].result()
             d_in = view(dev_in[b], in_shape(chunk))
             if compute_done[b] is not None:
@@ -143,21 +178,25 @@ def stream_chunks(chunks: Sequence, *, in_shape: Callable, out_shape: Callable |
                         cupy.cuda.runtime.memcpyHostToDevice, copy_stream)
             h2d_done[b] = copy_stream.record()
             spans["h2d"].append(h2d_done[b])
-            if c + 1 < len(chunks):
-                loading[1 - b] = loader.submit(load_after, h2d_done[1 - b], chunks[c + 1], pin_in[1 - b])
+            if following is not None:
+                loading[1 - b] = loader.submit(load_after, h2d_done[1 - b], following, pin_in[1 - b])
 
             d_out = view(dev_out[b], out_shape(chunk)) if has_out else None
             compute_stream.wait_event(h2d_done[b])
             if d2h_done[b] is not None:
                 compute_stream.wait_event(d2h_done[b])
             span("compute", compute_stream)
-            with compute_stream:
-                compute(chunk, d_in, d_out)
-            compute_done[b] = compute_stream.record()
+            with device_lock if device_lock is not None else contextlib.nullcontext():
+                with compute_stream:
+                    compute(chunk, d_in, d_out)
+                compute_done[b] = compute_stream.record()
+                if device_lock is not None:
+                    compute_done[b].synchronize()
             spans["compute"].append(compute_done[b])
             if not has_out:
                 if on_done is not None:
                     on_done(chunk)
+                chunk, c = following, c + 1
                 continue
 
             if storing[b] is not None:
@@ -171,6 +210,7 @@ def stream_chunks(chunks: Sequence, *, in_shape: Callable, out_shape: Callable |
             storing[b] = storer.submit(store_after, d2h_done[b], chunk, pin_out[b])
             if on_done is not None:
                 on_done(chunk)
+            chunk, c = following, c + 1
         for f in storing:
             if f is not None:
                 f.result()
@@ -178,6 +218,6 @@ def stream_chunks(chunks: Sequence, *, in_shape: Callable, out_shape: Callable |
     d2h_stream.synchronize()
     if stats is None:
         return
-    stats.update({"wall": time.perf_counter() - wall0, "setup": setup, "chunks": len(chunks), **host_seconds})
+    stats.update({"wall": time.perf_counter() - wall0, "setup": setup, "chunks": c, **host_seconds})
     for kind, events in spans.items():
         stats[kind] = sum(cupy.cuda.get_elapsed_time(a, b) for a, b in zip(events[::2], events[1::2])) * 1e-3

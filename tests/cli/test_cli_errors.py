@@ -188,3 +188,13 @@ def test_v_adds_the_traceback_only_for_a_real_bug(folder, monkeypatch):
     with pytest.raises(ZeroDivisionError):                   # -v: the traceback (the console exits 1)
         main(["-v", "recon", *flags])
     assert main(["-v", "recon", *flags[:2], "--angles", "0:180:61"]) == 2     # bad input stays exit 2
+
+
+def test_gpus_flag_is_checked_and_named(folder):
+    r = leveret_cmd("recon", "proj.npy", "rec.npy", "--angles", "0:180:60", "--gpus", "zero", cwd=folder)
+    assert r.returncode == 2 and "argument --gpus: expected 'all' or GPU ids such as 0,1, got 'zero'" in r.stderr
+    # on the CPU backend: refused with the flag's name (no GPU here, or a CPU run)
+    r = leveret_cmd("recon", "proj.npy", "rec.npy", "--angles", "0:180:60", "--backend", "cpu", "--gpus", "0",
+                    cwd=folder)
+    assert r.returncode == 2 and lines(r.stderr)[-1].startswith("leveret recon: error: --gpus: "), r.stderr
+    assert not (folder / "rec.npy").exists()

@@ -1,12 +1,14 @@
 """FDK: filtered back-projection for cone-beam scans given as projection matrices."""
 from __future__ import annotations
 
+import contextlib
 import functools
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
 from .. import _validate as v
+from ..devices import parse as parse_devices
 from ..filters import FILTERS, apply_filter, filter_response
 from ..geometry import VolumeGeometry
 from ..operators.cone import RAY_MIN_VIEWS, ConeBackprojection
@@ -16,7 +18,7 @@ def fdk(projections, geometry, volume: VolumeGeometry, *, filter: str = "ram-lak
         short_scan="auto", backend: str = "auto", cutoff: float = 1.0, padding: str = "zero",
         interpolation: str = "linear", precision: str = "float32", max_gpu_memory: int | None = None,
         slab_slices: int | None = None, progress: bool = False, stats: dict | None = None,
-        kernel: str = "auto", chunk_views: int | None = None):
+        kernel: str = "auto", chunk_views: int | None = None, devices=None):
     """Feldkamp-Davis-Kress reconstruction of a (near-)circular cone-beam scan.
 
     Parameters
@@ -59,7 +61,19 @@ def fdk(projections, geometry, volume: VolumeGeometry, *, filter: str = "ram-lak
         stream through the GPU (``leveret.pipeline.STATS_KEYS``: ``wall``,
         ``setup``, ``load``, ``store``, ``h2d``, ``compute``, ``d2h`` in
         seconds, ``chunks``; summed over slabs); left empty otherwise (CPU
-        backend, CuPy input).
+        backend, CuPy input). With ``devices``, summed over the GPUs too,
+        except ``wall``, the whole call's.
+    devices : None, "all", list of int or leveret.devices.DeviceSet
+        CUDA only: the GPUs to run on (:mod:`leveret.devices`); None: the
+        current device. The volume is cut into z-slabs (at least one per
+        GPU, each planned to fit the smallest GPU's free memory, or
+        ``max_gpu_memory`` per GPU) dealt from one queue; each GPU receives
+        only the detector rows its slab sees and reconstructs it as a
+        one-GPU call would. The result is bit-identical to a one-GPU call
+        with the same slabs and view chunks (``slab_slices``,
+        ``chunk_views``: the plan otherwise follows each call's free memory,
+        and the views' sum is rounded chunk by chunk); a slab that runs out
+        of GPU memory is halved and retried on that GPU.
 
     Returns
     -------
@@ -97,11 +111,21 @@ def fdk(projections, geometry, volume: VolumeGeometry, *, filter: str = "ram-lak
         v.check_allocation("volume", volume.size * np.dtype(dtype).itemsize, "the reconstruction")
     settings = dict(filter=filter, cutoff=cutoff, padding=padding, short_scan=short_scan,
                     interpolation=interpolation, kernel=kernel, backend=backend, dtype=dtype, stats=stats)
-    slabs, planned_views = _plan_slabs(geometry, volume, backend, max_gpu_memory, slab_slices)
+    devices = parse_devices(devices)
+    if devices is not None and backend != "cuda":
+        raise ValueError(f"devices: runs on CUDA GPUs, but this call's backend is 'cpu'; "
+                         f"use backend='cuda' or devices=None")
+    slabs, planned_views = _plan_slabs(geometry, volume, backend, max_gpu_memory, slab_slices,
+                                       budget=None if devices is None else devices.free_bytes())
     settings["chunk_views"] = planned_views
     if chunk_views is not None:
         settings["chunk_views"] = v.positive_int("chunk_views", chunk_views)
     settings["fixed_chunks"] = chunk_views is not None
+    if devices is not None:
+        if slab_slices is None and len(slabs) < len(devices):   # every GPU gets a slab (as _plan_slabs cuts)
+            step = -(-volume.nz // len(devices))
+            slabs = [(k, min(volume.nz, k + step)) for k in range(0, volume.nz, step)]
+        return _fdk_devices(devices, projections, geometry, volume, slabs, progress=progress, **settings)
     if len(slabs) == 1 and slabs[0] == (0, volume.nz):
         return _reconstruct(projections, geometry, volume, progress=progress, **settings)
 
@@ -126,6 +150,60 @@ def fdk(projections, geometry, volume: VolumeGeometry, *, filter: str = "ram-lak
     return out
 
 
+def _fdk_devices(devices, projections, geometry, volume, slabs, *, progress, stats, **settings):
+    """FDK with the z-slabs dealt to several GPUs (``fdk``'s ``devices``)."""
+    import threading
+    import time
+
+    import cupy
+
+    from .. import devices as dv
+    from ..pipeline import add_stats, copy_threads_for
+
+    input_on_gpu = not isinstance(projections, np.ndarray)
+    if not input_on_gpu:
+        copy_threads_for(len(devices))
+    dtype = settings["dtype"]
+    if input_on_gpu:
+        home = projections.device.id
+        cupy.cuda.get_current_stream().synchronize()   # the input is complete before other streams read it
+        out = cupy.zeros(volume.shape, dtype)
+    else:
+        out = np.zeros(volume.shape, dtype)
+    splits: list = []
+    lock = threading.Lock()
+    wall0 = time.perf_counter()
+
+    def work(worker, k0, k1):
+        slab = volume.slab(k0, k1)
+        rows = rows_seen(geometry, slab)
+        if rows is None:   # the slab projects off the detector in every view: zero
+            with lock:
+                bar.update(k1 - k0)
+            return
+        seen = projections[:, rows[0]:rows[1], :]
+        if input_on_gpu:
+            seen = dv.to_device(dv.contiguous(seen), worker.device)
+        split: dict = {}
+        part = _reconstruct(seen, geometry.crop_rows(*rows), slab, progress=False, stats=split,
+                            device_lock=worker.lock, host_out=None if input_on_gpu else out[k0:k1], **settings)
+        if input_on_gpu:
+            cupy.cuda.get_current_stream().synchronize()
+            dv.copy_to(out[k0:k1], part)
+        with lock:
+            splits.append(split)
+            bar.update(k1 - k0)
+
+    from tqdm.auto import tqdm
+    with tqdm(total=volume.nz, desc="fdk slices", unit="slice", disable=not progress, leave=False) as bar:
+        devices.run(slabs, work)
+    if stats is not None and splits:
+        for split in splits:
+            add_stats(stats, split)
+        stats["wall"] = time.perf_counter() - wall0
+    return out
+
+
 def rows_seen(geometry, volume: VolumeGeometry):
     """Detector rows (start, stop) that the volume's voxels project to in any
     view, with a row of margin for interpolation; None if none."""
@@ -144,16 +222,17 @@ def rows_seen(geometry, volume: VolumeGeometry):
 HOST_CHUNKS = 16
 
 
-def _plan_slabs(geometry, volume, backend, max_gpu_memory, slab_slices):
+def _plan_slabs(geometry, volume, backend, max_gpu_memory, slab_slices, budget=None):
     """z-slabs [(k0, k1)] and views per chunk such that a slab of the volume and
-    the working buffers of one chunk of views fit the GPU budget."""
+    the working buffers of one chunk of views fit the GPU budget (``budget``
+    bytes, default the current GPU's free memory)."""
     view_bytes = 12 * geometry.n_rows * geometry.n_cols * 4   # input, FFT temporaries, texture
     chunk_views = max(1, int(256e6 // view_bytes))               # CPU: a few hundred MB at a time
     if slab_slices is not None:
         slab_slices = v.positive_int("slab_slices", slab_slices)
     if backend == "cuda":
         from ..memory import gpu_free_bytes
-        budget = gpu_free_bytes()
+        budget = gpu_free_bytes() if budget is None else budget
         if max_gpu_memory is not None:
             budget = min(budget, v.positive_int("max_gpu_memory", max_gpu_memory))
         # The back-projection reads and writes the volume once per call: chunks
@@ -215,8 +294,14 @@ class FDKWeighting:
 
 
 def _reconstruct(projections, geometry, volume, *, filter, cutoff, padding, short_scan, interpolation, kernel,
-                 backend, dtype, chunk_views, fixed_chunks, progress, stats=None):
-    """FDK of one volume (or slab) from the projections it needs."""
+                 backend, dtype, chunk_views, fixed_chunks, progress, stats=None, device_lock=None,
+                 host_out=None):
+    """FDK of one volume (or slab) from the projections it needs. ``host_out``:
+    the NumPy array that NumPy input's result is downloaded into (default a
+    new one). ``device_lock``:
+    held around each back-projection until it has finished (workers sharing
+    one GPU, ``leveret.devices.Worker.lock``: the kernels' matrices live in
+    the module's constant memory)."""
     filtered = FDKWeighting(geometry, filter=filter, cutoff=cutoff, padding=padding, short_scan=short_scan)
     op = ConeBackprojection(geometry, volume, backend=backend, interpolation=interpolation,
                             matrices=filtered.frames["normalised"], kernel=kernel)
@@ -239,7 +324,7 @@ def _reconstruct(projections, geometry, volume, *, filter, cutoff, padding, shor
 
             n_bad = xp.zeros((), xp.int64)
             split: dict = {}
-            download = _SlabDownload(out, op.slab_alignment)
+            download = _SlabDownload(out, op.slab_alignment, host_out=host_out)
 
             def compute(views, d_in, _):
                 v.add_nonfinite_count(n_bad, d_in)
@@ -254,7 +339,8 @@ def _reconstruct(projections, geometry, volume, *, filter, cutoff, padding, shor
             try:
                 stream_chunks(chunks, in_shape=lambda c: (c.stop - c.start,) + geometry.projection_shape[1:],
                               out_shape=None, load=lambda c, buf: parallel_copy(buf, projections[c]),
-                              compute=compute, on_done=lambda c: bar.update(c.stop - c.start), stats=split)
+                              compute=compute, on_done=lambda c: bar.update(c.stop - c.start), stats=split,
+                              device_lock=device_lock)
                 result = download.finish()
                 if stats is not None:
                     add_stats(stats, split)
@@ -267,7 +353,10 @@ def _reconstruct(projections, geometry, volume, *, filter, cutoff, padding, shor
             raw = xp.array(projections[views], dtype=dtype)   # a copy: the input stays as it was
             if not input_on_gpu:
                 v.check_finite_array("projections", raw)
-            op(filtered(raw, views), out, views=views, accumulate=True)
+            with device_lock or contextlib.nullcontext():
+                op(filtered(raw, views), out, views=views, accumulate=True)
+                if device_lock is not None:
+                    xp.cuda.get_current_stream().synchronize()
             bar.update(views.stop - views.start)
     return out
 
@@ -288,7 +377,7 @@ class _SlabDownload:
 
     _PAGE_BYTES = 4096   # one write per page faults it in
 
-    def __init__(self, volume, alignment: int, n_slabs: int = 8):
+    def __init__(self, volume, alignment: int, n_slabs: int = 8, host_out=None):
         import cupy
         import cupyx
         nz = volume.shape[0]
@@ -297,7 +386,7 @@ class _SlabDownload:
         self.volume = volume
         self.pinned = cupyx.empty_pinned(volume.shape, volume.dtype)
         self.stream = cupy.cuda.Stream(non_blocking=True)
-        self.out = np.empty(volume.shape, volume.dtype)
+        self.out = np.empty(volume.shape, volume.dtype) if host_out is None else host_out
         self._workers = ThreadPoolExecutor(2, thread_name_prefix="leveret-fdk-out")
         from ..pipeline import _COPY_THREADS
         n_touch = max(1, _COPY_THREADS // 2)   # beside the copy threads that gather the input

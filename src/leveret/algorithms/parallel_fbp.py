@@ -1,6 +1,7 @@
 """Filtered back-projection for parallel-beam sinograms and projection stacks."""
 from __future__ import annotations
 
+import contextlib
 import math
 
 import numpy as np
@@ -8,6 +9,7 @@ import numpy as np
 from .. import _validate as v
 from ..filters import FILTERS, apply_filter, filter_response
 from ..geometry import ParallelGeometry, VolumeGeometry
+from ..devices import parse as parse_devices
 from ..memory import fbp_bytes_per_slice, gpu_free_bytes, host_available_bytes, plan_chunk
 from ..operators import ParallelBackprojection
 
@@ -17,7 +19,7 @@ def fbp(projections, geometry: ParallelGeometry, volume: VolumeGeometry | None =
         cutoff: float = 1.0, padding: str = "zero", angle_weights="auto",
         precision: str = "float32", chunk_slices: int | None = None, out=None,
         progress: bool = False, kernel: str = "auto", kernel_options: dict | None = None,
-        roi=None, stats: dict | None = None):
+        roi=None, stats: dict | None = None, devices=None):
     """Filtered back-projection (FBP) of parallel-beam data.
 
     Parameters
@@ -75,7 +77,21 @@ def fbp(projections, geometry: ParallelGeometry, volume: VolumeGeometry | None =
         through the GPU in several chunks (``leveret.pipeline.STATS_KEYS``:
         ``wall``, ``setup``, ``load``, ``store``, ``h2d``, ``compute``,
         ``d2h`` in seconds, ``chunks``); left empty otherwise (CPU backend,
-        CuPy input, one chunk).
+        CuPy input, one chunk). With ``devices``, the GPU times (``h2d``,
+        ``compute``, ``d2h``), host times and chunk counts are summed over the
+        GPUs and ``wall`` is the whole call's.
+    devices : None, "all", list of int or leveret.devices.DeviceSet
+        CUDA only: the GPUs to run on (:mod:`leveret.devices`); None: the
+        current device. Slice chunks (planned from the smallest GPU's free
+        memory) are dealt from one queue; each GPU streams its chunks through
+        a pipeline of its own (streams, pinned buffers) in its own thread, so
+        the transfers of different GPUs overlap each other and the kernels.
+        The result is bit-identical to one GPU's with the same
+        ``chunk_slices`` (every slice is computed by the same kernels from
+        the same chunk; the default plan can take smaller chunks where the
+        smallest GPU has less free memory). A single chunk runs on the first
+        GPU. CuPy input: the slices' rows are copied to each GPU and the
+        slices back to the input's GPU.
 
     Returns
     -------
@@ -107,6 +123,10 @@ def fbp(projections, geometry: ParallelGeometry, volume: VolumeGeometry | None =
         raise ValueError("backend: 'cpu' cannot take a CuPy array")
     if op.backend == "cuda" and dtype == np.float64:
         raise ValueError("precision: 'float64' runs on the CPU backend only; use backend='cpu'")
+    devices = parse_devices(devices)
+    if devices is not None and op.backend != "cuda":
+        raise ValueError(f"devices: runs on CUDA GPUs, but this call's backend is 'cpu' (backend={backend!r}); "
+                         f"use backend='cuda' or devices=None")
     weights = _angle_weights(angle_weights, geometry)
     response = filter_response(geometry.n_cols, filter, cutoff=cutoff,
                                det_spacing=geometry.det_spacing)
@@ -125,7 +145,10 @@ def fbp(projections, geometry: ParallelGeometry, volume: VolumeGeometry | None =
     if chunk_slices is None:
         per_slice = fbp_bytes_per_slice(geometry.n_angles, geometry.n_cols, ny, nx,
                                         np.dtype(dtype).itemsize, streamed=streamed)
-        available = gpu_free_bytes() if on_gpu else host_available_bytes()
+        if devices is not None:
+            available = devices.free_bytes()
+        else:
+            available = gpu_free_bytes() if on_gpu else host_available_bytes()
         chunk_slices = plan_chunk(n_slices, per_slice, available)
         if streamed:  # many chunks, so transfers overlap compute
             chunk_slices = min(chunk_slices, max(2, -(-n_slices // 16)))
@@ -139,7 +162,17 @@ def fbp(projections, geometry: ParallelGeometry, volume: VolumeGeometry | None =
 
     from tqdm.auto import tqdm
     with tqdm(total=n_slices, unit="slice", desc="fbp", disable=not progress, leave=False) as bar:
-        if not streamed:
+        if devices is not None and streamed and len(chunks) == 1:
+            import cupy   # one chunk cannot be split: the first GPU runs it as one GPU would
+            with cupy.cuda.Device(devices.ids[0]):
+                job.one_chunk_from_host(chunks[0])
+            bar.update(n_slices)
+        elif devices is not None:
+            if streamed:
+                job.streamed_devices(devices, chunks, bar=bar, stats=stats)
+            else:
+                job.in_memory_devices(devices, chunks, bar=bar)
+        elif not streamed:
             job.in_memory(chunks, check_finite=not input_on_gpu, bar=bar)
         elif len(chunks) == 1:
             job.one_chunk_from_host(chunks[0])
@@ -200,6 +233,87 @@ class _Job:
                       on_done=lambda c: bar.update(c[1] - c[0]), stats=stats)
         _raise_if_bad(int(n_bad))
 
+    def streamed_devices(self, devices, chunks, *, bar, stats=None):
+        """NumPy in and out on several GPUs: each GPU runs the two-stream
+        pipeline over the chunks it takes from a shared queue."""
+        import threading
+        import time
+
+        import cupy
+
+        from ..pipeline import add_stats, copy_threads_for, parallel_copy, stream_chunks
+
+        g = self.geometry
+        copy_threads_for(len(devices))
+        bar_lock = threading.Lock()
+        wall0 = time.perf_counter()
+
+        def done(c):
+            with bar_lock:
+                bar.update(c[1] - c[0])
+
+        def work(worker, ranges):
+            n_bad = cupy.zeros((), cupy.int64)
+            split: dict = {}
+
+            def compute(chunk, d_in, d_out):
+                v.add_nonfinite_count(n_bad, d_in)
+                self.op(self.filtered(d_in), out=d_out)
+
+            stream_chunks(ranges, largest=max(chunks, key=lambda c: c[1] - c[0]),
+                          in_shape=lambda c: (g.n_angles, c[1] - c[0], g.n_cols),
+                          out_shape=lambda c: (c[1] - c[0],) + self.op.out_shape,
+                          load=lambda c, buf: self.rows(c, out=buf),
+                          compute=compute,
+                          store=lambda c, buf: parallel_copy(self.out3[c[0]:c[1]], buf),
+                          on_done=done, stats=split, device_lock=worker.lock)
+            return int(n_bad), split
+
+        results = devices.run_pipelines(chunks, work)
+        _raise_if_bad(sum(n for n, _ in results))
+        if stats is not None:
+            total: dict = {}
+            for _, split in results:
+                add_stats(total, split)
+            stats.update(total)
+            stats["wall"] = time.perf_counter() - wall0
+
+    def in_memory_devices(self, devices, chunks, *, bar):
+        """CuPy in and out on several GPUs: each chunk's rows are gathered on
+        the input's GPU, copied to the worker's, filtered and back-projected
+        there, and the slices copied into the output."""
+        import threading
+
+        import cupy
+
+        from .. import devices as dv
+
+        home = self.stack.device.id
+        cupy.cuda.get_current_stream().synchronize()   # the input is complete before other streams read it
+        bar_lock = threading.Lock()
+
+        def work(worker, k0, k1):
+            with cupy.cuda.Device(home):
+                rows = cupy.ascontiguousarray(self.rows((k0, k1)))
+                cupy.cuda.get_current_stream().synchronize()
+            rows = dv.to_device(rows, worker.device)
+            res = cupy.empty((k1 - k0,) + self.op.out_shape, np.float32)
+            with worker.lock or contextlib.nullcontext():
+                self.op(self.filtered(rows), out=res)
+                cupy.cuda.get_current_stream().synchronize()
+            dst = self.out3[k0:k1]
+            if dst.flags.c_contiguous:
+                dv.copy_to(dst, res)
+            else:
+                res = dv.to_device(res, home)
+                with cupy.cuda.Device(home):
+                    dst[...] = res
+                    cupy.cuda.get_current_stream().synchronize()
+            with bar_lock:
+                bar.update(k1 - k0)
+
+        devices.run(chunks, work)
+
     def one_chunk_from_host(self, chunk, min_batch_bytes=2 << 20):
         """NumPy in and out, everything in one chunk (e.g. a single slice): the
         projections go up in angle batches on a copy stream, each filtered and
@@ -233,6 +347,7 @@ class _Job:
 
 
 # -- helpers -----------------------------------------------------------------------------------
+
 
 def _check_projections(projections, geometry: ParallelGeometry):
     layout = "(n_angles, n_cols)" if geometry.is_2d else "(n_angles, n_rows, n_cols)"

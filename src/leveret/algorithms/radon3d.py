@@ -21,6 +21,7 @@ import scipy.fft
 
 from .. import _validate as v
 from ..cpu import radon3d as kernels
+from ..devices import parse as parse_devices
 from ..filters import padded_length, window
 from ..geometry import VolumeGeometry
 from ..geometry.radon import RadonGeometry
@@ -85,7 +86,7 @@ METHODS = ("single-stage", "two-stage")
 def radon3d_fbp(projections, geometry: RadonGeometry, volume: VolumeGeometry | None = None, *,
                 backend: str = "auto", precision: str = "float32", window: str = "none",
                 cutoff: float = 1.0, weights="auto", method: str = "single-stage",
-                oversampling: int = 2, timings: dict | None = None):
+                oversampling: int = 2, timings: dict | None = None, devices=None):
     """3D Radon FBP: second-derivative filter, solid-angle weights, back-projection.
 
     Parameters
@@ -143,7 +144,13 @@ def radon3d_fbp(projections, geometry: RadonGeometry, volume: VolumeGeometry | N
         "two-stage"), "transfer_out" (the part of the result's way back
         not hidden behind the back-projection: the last slab's copy) and
         "total" (wall time of the call). CUDA events on the GPU, zero
-        transfers for CuPy in and out; perf_counter on the CPU.
+        transfers for CuPy in and out; perf_counter on the CPU. With
+        ``devices``, only "total".
+    devices : None, "all", list of int or leveret.devices.DeviceSet
+        CUDA only: the GPUs to run on (:mod:`leveret.devices`); None: the
+        current device. Each GPU filters the projections (they are small)
+        and back-projects the z-slabs it takes from a queue (``two-stage``:
+        each GPU also runs the first stage). Bit-identical to one GPU.
 
     Returns
     -------
@@ -177,7 +184,13 @@ def radon3d_fbp(projections, geometry: RadonGeometry, volume: VolumeGeometry | N
     plan = TwoStagePlan(geometry, volume, oversampling) if method == "two-stage" else None
     scale = -(2.0 if geometry.hemisphere else 1.0) / (8.0 * math.pi ** 2)
     row_scale = scale * q_weights
-    if backend == "cuda":
+    devices = parse_devices(devices)
+    if devices is not None and backend != "cuda":
+        raise ValueError("devices: runs on CUDA GPUs, but this call's backend is 'cpu'; "
+                         "use backend='cuda' or devices=None")
+    if devices is not None:
+        out = _fbp_devices(devices, projections, geometry, volume, response, row_scale, dtype, plan)
+    elif backend == "cuda":
         out = _fbp_cuda(projections, geometry, volume, response, row_scale, dtype, plan, timings)
     else:
         t0 = time.perf_counter()
@@ -321,6 +334,75 @@ def grid_shape(geometry: RadonGeometry) -> tuple[int, int]:
     return n // n_phi, n_phi
 
 
+def _slab_function(filtered, geometry, volume, plan, dtype):
+    """``slab(k0, k1, out_dev)``: back-project slices k0:k1 of the volume from
+    the filtered projections (on the current device) into ``out_dev``."""
+    import cupy
+
+    from ..cuda import radon3d as gpu
+
+    if plan is None:
+        table = kernels.sample_table(geometry.directions, geometry.n_samples, geometry.spacing, volume)
+        table_dev = cupy.asarray(table)
+
+        def slab(k0, k1, out_dev):
+            gpu.backproject(filtered, table, out_dev, zpt=4, table_dev=table_dev, b_offset=k0)
+        return slab
+    by_phi = cupy.ascontiguousarray(filtered[cupy.asarray(plan.order)]).reshape(
+        plan.n_phi, plan.n_theta, geometry.n_samples)
+    planes = cupy.empty(plan.plane_shape, dtype)
+    gpu.backproject(by_phi, plan.table1, planes, proj_bstride=plan.n_theta * geometry.n_samples,
+                    table_bstride=plan.n_theta, zpt=1)
+    slices = cupy.ascontiguousarray(planes.transpose(1, 0, 2))   # (nz, n_phi, n_r)
+    table2_dev = cupy.asarray(plan.table2)
+
+    def slab(k0, k1, out_dev):
+        gpu.backproject(slices[k0:k1], plan.table2, out_dev, proj_bstride=plan.n_phi * plan.n_r,
+                        zpt=1, table_dev=table2_dev)
+    return slab
+
+
+def _fbp_devices(devices, projections, geometry, volume, response, row_scale, dtype, plan):
+    """GPU FBP on several GPUs: each GPU filters the (small) projections
+    itself and back-projects the z-slabs it takes from a queue; slabs start at
+    multiples of 4 slices, as the one-GPU path's do, so that every voxel is
+    computed by the same tile (bit-identical)."""
+    import cupy
+
+    from .. import devices as dv
+
+    host_in = isinstance(projections, np.ndarray)
+    nz, ny, nx = volume.shape
+    if host_in:
+        up = np.result_type(projections.dtype, np.float32)   # as the one-GPU path uploads it
+        source = np.ascontiguousarray(projections, dtype=up)
+        out = np.empty(volume.shape, dtype)
+    else:
+        cupy.cuda.get_current_stream().synchronize()   # the input is complete before other streams read it
+        source = dv.contiguous(projections)
+        out = cupy.empty(volume.shape, dtype)
+    step = 4 * max(1, -(-nz // (4 * 4 * len(devices))))    # about 4 slabs per GPU
+    slabs = [(k, min(nz, k + step)) for k in range(0, nz, step)]
+    prepared: dict = {}
+
+    def work(worker, k0, k1):
+        slab = prepared.get(worker.index)
+        if slab is None:
+            dev_in = cupy.asarray(source) if host_in else dv.to_device(source, worker.device)
+            filtered = filter_projections(dev_in, response, row_scale, dtype)
+            slab = prepared[worker.index] = _slab_function(filtered, geometry, volume, plan, dtype)
+        res = cupy.empty((k1 - k0, ny, nx), dtype)
+        slab(k0, k1, res)
+        if host_in:
+            res.get(out=out[k0:k1])
+        else:
+            cupy.cuda.get_current_stream().synchronize()
+            dv.copy_to(out[k0:k1], res)
+
+    devices.run(slabs, work)
+    return out
+
+
 def _fbp_cuda(projections, geometry, volume, response, row_scale, dtype, plan, timings):
     """GPU FBP. CuPy in: all on the device. NumPy in: a pinned upload, then the output
     streamed back slab by slab (leveret.pipeline) while later slabs are back-projected."""
@@ -328,8 +410,6 @@ def _fbp_cuda(projections, geometry, volume, response, row_scale, dtype, plan, t
 
     import cupy
     import cupyx
-
-    from ..cuda import radon3d as gpu
 
     t_wall = time.perf_counter()
     stream = cupy.cuda.get_current_stream()
@@ -349,25 +429,7 @@ def _fbp_cuda(projections, geometry, volume, response, row_scale, dtype, plan, t
     filtered = filter_projections(dev_in, response, row_scale, dtype)
     ev[2].record(stream)
     nz, ny, nx = volume.shape
-    if plan is None:
-        table = kernels.sample_table(geometry.directions, geometry.n_samples, geometry.spacing, volume)
-
-        table_dev = cupy.asarray(table)
-
-        def slab(k0, k1, out_dev):
-            gpu.backproject(filtered, table, out_dev, zpt=4, table_dev=table_dev, b_offset=k0)
-    else:
-        by_phi = cupy.ascontiguousarray(filtered[cupy.asarray(plan.order)]).reshape(
-            plan.n_phi, plan.n_theta, geometry.n_samples)
-        planes = cupy.empty(plan.plane_shape, dtype)
-        gpu.backproject(by_phi, plan.table1, planes, proj_bstride=plan.n_theta * geometry.n_samples,
-                        table_bstride=plan.n_theta, zpt=1)
-        slices = cupy.ascontiguousarray(planes.transpose(1, 0, 2))   # (nz, n_phi, n_r)
-        table2_dev = cupy.asarray(plan.table2)
-
-        def slab(k0, k1, out_dev):
-            gpu.backproject(slices[k0:k1], plan.table2, out_dev, proj_bstride=plan.n_phi * plan.n_r,
-                            zpt=1, table_dev=table2_dev)
+    slab = _slab_function(filtered, geometry, volume, plan, dtype)
 
     if not host_in:
         out = cupy.empty(volume.shape, dtype)

@@ -103,6 +103,20 @@ def _cutoff(text) -> float:
     return value
 
 
+def _gpus(text):
+    """'all' or comma-separated GPU ids (leveret.devices checks that they exist)."""
+    value = str(text).strip().lower()
+    if value == "all":
+        return "all"
+    try:
+        ids = [int(part) for part in value.split(",")]
+    except ValueError:
+        ids = []
+    if not ids or min(ids) < 0:
+        raise argparse.ArgumentTypeError(f"expected 'all' or GPU ids such as 0,1, got {text!r}")
+    return ids
+
+
 def _precision(text) -> str:
     """float32 | float64 | float16; the old spellings are mapped (commands.py warns)."""
     value = str(text).strip().lower()
@@ -125,7 +139,7 @@ FLAGS = {
     "slab_slices": "--slab-slices", "max_slices": "--slab-slices", "host_memory": "--host-memory",
     "gpu_memory": "--gpu-memory", "compression": "--compression", "resume": "--resume",
     "overwrite": "--overwrite", "method": "--method", "row": "--rows", "repeats": "--repeats",
-    "size": "--size",
+    "size": "--size", "devices": "--gpus",
 }
 
 
@@ -295,6 +309,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="host memory the run may use, e.g. 512M, 8G (default: 60%% of what is free)")
     o.add_argument("--gpu-memory", type=_size, default=None, metavar="SIZE",
                    help="GPU memory the run may use (default: 60%% of what is free)")
+    o.add_argument("--gpus", type=_gpus, default=None, metavar="IDS",
+                   help="GPUs to run on: 'all' or ids such as 0,1 (default: the current GPU); "
+                        "slices are dealt to them and each streams its own")
     o.add_argument("--slab-slices", "--chunk-slices", dest="chunk_slices", type=int, default=None, metavar="N",
                    help="at most this many slices per slab (default: planned)")
     o.add_argument("--dry-run", action="store_true", help="print the memory plan and stop")

@@ -323,6 +323,8 @@ def recon(args) -> int:
     progress = not (args.no_progress or args.quiet)
     options = dict(filter=args.filter, cutoff=args.cutoff, interpolation=args.interpolation,
                    kernel=args.kernel, precision=_precision(args))
+    if args.gpus is not None:
+        options["devices"] = args.gpus
     if args.chunk_slices is not None and args.chunk_slices < 1:
         raise ValueError(f"chunk_slices: expected a positive number of slices, got {args.chunk_slices}")
 

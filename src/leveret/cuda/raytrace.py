@@ -259,6 +259,7 @@ class CudaRaytracer:
         g[1] = getattr(geometry, "row_spacing", 1.0)
         g[2:5] = offset
         g[5:8] = scale
+        self.g_host = g
         self.g = cupy.asarray(g)
         nz, ny, nx = self.grid3
         if model == "siddon":
@@ -308,11 +309,14 @@ class CudaRaytracer:
         return module.get_function(f"{self.model}_{direction}_{self._suffix}")
 
     def subset(self, views: np.ndarray) -> "CudaRaytracer":
+        """The kernels of some views, with their numbers on the current device
+        (which may differ from this one's: the several-GPU path)."""
         import cupy
         sub = object.__new__(CudaRaytracer)
         sub.__dict__.update(self.__dict__)
         sub.params_host = self.params_host[views]
         sub.params = cupy.asarray(sub.params_host)
+        sub.g = cupy.asarray(self.g_host)
         sub._voxel_floats = None
         return sub
 

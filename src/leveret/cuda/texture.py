@@ -6,10 +6,13 @@ Allocating a CUDA array and its texture objects costs about a millisecond,
 as much as back-projecting a small slice, so textures are kept for reuse
 (``acquire``/``release``). A texture remembers the event after its last use,
 and whoever takes it next waits for that event on its own stream, so reuse is
-safe across streams.
+safe across streams. A lock guards the caches: the workers of several GPUs
+(``leveret.devices``) take and give back textures from their own threads.
 """
 from __future__ import annotations
 
+import functools
+import threading
 from collections import OrderedDict
 
 import numpy as np
@@ -19,6 +22,16 @@ from ._module import upload_pinned
 CACHE_BYTES = 256 << 20   # textures larger than this are freed after use
 CACHE_ENTRIES = 4
 _cache: "OrderedDict[tuple, LayeredTexture]" = OrderedDict()
+_lock = threading.RLock()
+
+
+def _locked(fn):
+    """``fn`` run under the caches' lock."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        with _lock:
+            return fn(*args, **kwargs)
+    return wrapper
 
 
 class LayeredTexture:
@@ -83,6 +96,7 @@ class LayeredTexture:
         self.array.copy_from(data, stream)
 
 
+@_locked
 def acquire(shape, channels: int, stream, half: bool = False) -> LayeredTexture:
     """A texture of ``shape`` (layers, height, width), from the cache if one is
     there; ``stream`` waits until its previous user is done with it."""
@@ -97,6 +111,7 @@ def acquire(shape, channels: int, stream, half: bool = False) -> LayeredTexture:
     return tex
 
 
+@_locked
 def release(tex: LayeredTexture, stream) -> None:
     """Give a texture back after the kernels reading it were queued on ``stream``."""
     import cupy
@@ -112,6 +127,7 @@ def release(tex: LayeredTexture, stream) -> None:
         _cache.popitem(last=False)
 
 
+@_locked
 def clear_cache() -> None:
     """Free every cached texture (e.g. before handing the GPU to other work)."""
     _cache.clear()
@@ -174,6 +190,7 @@ def _alignment():
     return int(props["textureAlignment"]), int(props["texturePitchAlignment"]), props["maxTexture2DLinear"]
 
 
+@_locked
 def view_textures(projections, stream) -> ViewTextures:
     """Texture objects for every view of a C-contiguous (n_views, rows, cols)
     float32 CuPy array. When the views meet the device's alignment (base
@@ -218,6 +235,7 @@ def view_textures(projections, stream) -> ViewTextures:
     return entry
 
 
+@_locked
 def release_views(entry: ViewTextures, stream) -> None:
     """Give ``entry`` back after the kernels reading it were queued on ``stream``."""
     entry.released = stream.record()

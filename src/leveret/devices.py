@@ -1,0 +1,478 @@
+"""Several GPUs of one host in one process: the ``devices=`` argument.
+
+An operator or algorithm that takes ``devices=`` reads it with :func:`parse`:
+
+- ``None``: the current CuPy device, exactly as without the argument;
+- ``"all"``: every GPU CuPy sees (``CUDA_VISIBLE_DEVICES`` selects them);
+- a list of GPU ids, e.g. ``[0, 2]``;
+- a :class:`DeviceSet`, e.g. ``DeviceSet([0, 0], shared=True)``: two workers
+  on one GPU. A repeated id in a plain list is refused (it is nearly always a
+  typo, and it halves what each worker gets); ``shared=True`` says it is meant.
+  Tests run the whole multi-device path (dealing, per-device work, merging)
+  on a one-GPU machine this way.
+
+A :class:`DeviceSet` runs one worker thread per entry. Each thread makes its
+GPU current (``cupy.cuda.Device``) and works on a non-blocking stream of its
+own, so the GPUs (and, in shared mode, the workers of one GPU) overlap. Work
+comes as half-open ranges ``(start, stop)`` (of views, slices, ...) dealt
+from a shared queue: a faster GPU simply takes more ranges, and since every
+range computes the same way wherever it runs, the result does not depend on
+who took what. :meth:`DeviceSet.run` can also deal range ``i`` to worker
+``i mod n`` (fixed dealing) for work whose per-worker partial results are
+summed, so that the order of that sum is fixed too.
+
+A range that runs out of GPU memory (``cupy.cuda.memory.OutOfMemoryError``,
+or a driver or cuFFT allocation failure: :func:`out_of_memory`) is halved
+and retried, and that worker keeps the smaller size for the rest of the
+run: one small or busy GPU shrinks its own ranges
+instead of failing the run. A range of one element that still does not fit
+re-raises. The first other exception stops the workers (each finishes the
+range it is on) and is re-raised in the caller; so is Ctrl-C.
+
+:func:`to_device` and :func:`reduce_sum` move arrays between GPUs: a peer
+copy (``cudaMemcpyPeerAsync``), direct where the GPUs have peer access (it is
+enabled on first use) and staged through host memory by the CUDA driver where
+they have not.
+"""
+from __future__ import annotations
+
+import contextlib
+import numbers
+import queue
+import threading
+from typing import Callable, Sequence
+
+import numpy as np
+
+from .backends import cuda_status
+
+ALL = "all"
+
+
+def visible_device_count() -> int:
+    """How many GPUs CuPy sees (0 without CuPy or a GPU)."""
+    ok, _ = cuda_status()
+    if not ok:
+        return 0
+    import cupy
+    return int(cupy.cuda.runtime.getDeviceCount())
+
+
+def _no_gpu_reason() -> str:
+    return cuda_status()[1]
+
+
+class DeviceSet:
+    """The GPUs a call runs on, one worker thread per entry.
+
+    Parameters
+    ----------
+    ids : sequence of int
+        GPU ids as CuPy numbers them (``0 .. count-1``), at least one.
+    shared : bool
+        Allow an id to appear more than once: several workers on one GPU,
+        each with its own stream (tests of the multi-device path on one GPU;
+        overlapping transfers and compute of a single GPU). Without it a
+        repeated id is a ValueError.
+
+    Attributes
+    ----------
+    ids : tuple of int
+        One entry per worker, in worker order.
+    """
+
+    def __init__(self, ids: Sequence[int], *, shared: bool = False):
+        if isinstance(ids, (str, bytes)) or not hasattr(ids, "__iter__"):
+            raise ValueError(f"devices: expected None, 'all', a list of GPU ids or a DeviceSet, got {ids!r}")
+        ids = list(ids)
+        if not ids:
+            raise ValueError("devices: expected at least one GPU id, got an empty list")
+        for d in ids:
+            if isinstance(d, bool) or not isinstance(d, numbers.Integral) or d < 0:
+                raise ValueError(f"devices: expected GPU ids (integers >= 0), got {d!r} in {ids!r}")
+        ids = [int(d) for d in ids]
+        if not isinstance(shared, bool):
+            raise ValueError(f"shared: expected True or False, got {shared!r}")
+        repeated = sorted({d for d in ids if ids.count(d) > 1})
+        if repeated and not shared:
+            raise ValueError(f"devices: GPU {repeated[0]} is listed more than once in {ids!r}; each GPU "
+                             f"takes one worker. For several workers on one GPU pass "
+                             f"leveret.devices.DeviceSet({ids!r}, shared=True)")
+        count = visible_device_count()
+        if count == 0:
+            raise ValueError(f"devices: {ids!r} needs a CUDA GPU: {_no_gpu_reason()}")
+        bad = [d for d in ids if d >= count]
+        if bad:
+            raise ValueError(f"devices: GPU {bad[0]} does not exist; this host has {count} visible GPU(s), "
+                             f"ids 0..{count - 1}")
+        self.ids = tuple(ids)
+        self.shared = shared
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def __iter__(self):
+        return iter(self.ids)
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, DeviceSet) and (self.ids, self.shared) == (other.ids, other.shared)
+
+    def __hash__(self) -> int:
+        return hash((self.ids, self.shared))
+
+    def __repr__(self) -> str:
+        return f"DeviceSet({list(self.ids)!r}{', shared=True' if self.shared else ''})"
+
+    def free_bytes(self) -> int:
+        """The GPU memory each worker may plan with: the smallest free memory
+        (``leveret.memory.gpu_free_bytes``) of the set's GPUs, divided by the
+        number of workers sharing that GPU."""
+        import cupy
+
+        from .memory import gpu_free_bytes
+        per = []
+        for d in set(self.ids):
+            with cupy.cuda.Device(d):
+                per.append(gpu_free_bytes() // self.ids.count(d))
+        return int(min(per))
+
+    def run(self, chunks: Sequence[tuple[int, int]], work: Callable, *, fixed: bool = False) -> list:
+        """Run ``work(worker, start, stop)`` for every range of ``chunks`` on the workers.
+
+        Parameters
+        ----------
+        chunks : sequence of (start, stop)
+            Half-open integer ranges, ``start < stop``.
+        work : callable
+            ``work(worker, start, stop)`` runs in the worker's thread with its
+            GPU current and its stream the current stream; ``worker`` is a
+            :class:`Worker`. It must leave its results complete on return
+            (synchronise the stream before handing device data on). It may be
+            called with a sub-range of a chunk (after an out-of-memory error).
+        fixed : bool
+            False: a shared queue; each worker takes the next range when it is
+            free. True: range ``i`` goes to worker ``i mod len(self)``, in order.
+
+        Returns
+        -------
+        list of (start, stop, result)
+            One entry per range run (sub-ranges after a split), sorted by start.
+        """
+        chunks = _check_chunks(chunks)
+        n = len(self.ids)
+        if fixed:
+            queues = [list(chunks[i::n]) for i in range(n)]
+        else:
+            shared_queue = _queue(chunks)
+        results: list = []
+        lock = threading.Lock()
+
+        def body(worker, stop):
+            while not stop.is_set():
+                if fixed:
+                    mine = queues[worker.index]
+                    chunk = mine.pop(0) if mine else None
+                else:
+                    chunk = _take(shared_queue)
+                if chunk is None:
+                    return
+                for item in _run_shrinking(worker, chunk, work, stop):
+                    with lock:
+                        results.append(item)
+
+        self._start(body)
+        return sorted(results, key=lambda r: r[0])
+
+    def run_pipelines(self, chunks: Sequence[tuple[int, int]], work: Callable) -> list:
+        """Run ``work(worker, ranges)`` once per worker, ``ranges`` an iterator
+        over the ranges of ``chunks`` this worker takes from the shared queue
+        (lazily: a worker takes the next range when it asks for it).
+
+        For pipelines (``leveret.pipeline.stream_chunks``) that keep one set of
+        streams and pinned buffers per GPU across many ranges. No
+        out-of-memory shrink here: such callers plan their ranges from the
+        smallest GPU's free memory. Returns ``work``'s results in worker order.
+        """
+        shared_queue = _queue(_check_chunks(chunks))
+        results = [None] * len(self.ids)
+
+        def body(worker, stop):
+            def ranges():
+                while not stop.is_set() and (chunk := _take(shared_queue)) is not None:
+                    yield chunk
+            results[worker.index] = work(worker, ranges())
+
+        self._start(body)
+        return results
+
+    def _start(self, body) -> None:
+        """One thread per entry running ``body(worker, stop)`` with its GPU
+        current; the first exception sets ``stop`` and is re-raised here, as
+        is Ctrl-C (after every thread has stopped)."""
+        stop = threading.Event()
+        errors: list = []
+        lock = threading.Lock()
+        device_locks = {d: threading.Lock() for d in set(self.ids) if self.ids.count(d) > 1}
+
+        def guarded(worker):
+            try:
+                with _worker_context(worker.device):
+                    body(worker, stop)
+            except BaseException as exc:   # noqa: BLE001 - handed to the caller below
+                with lock:
+                    errors.append(exc)
+                stop.set()
+
+        threads = [threading.Thread(target=guarded, args=(Worker(i, d, device_locks.get(d)),), daemon=True,
+                                    name=f"leveret-gpu{d}-w{i}") for i, d in enumerate(self.ids)]
+        for t in threads:
+            t.start()
+        try:
+            for t in threads:
+                while t.is_alive():
+                    t.join(0.1)      # short waits: Ctrl-C reaches this thread
+        except KeyboardInterrupt:
+            stop.set()
+            for t in threads:
+                t.join()
+            raise
+        if errors:
+            raise errors[0]
+
+
+def _check_chunks(chunks) -> list:
+    chunks = [(int(a), int(b)) for a, b in chunks]
+    for a, b in chunks:
+        if not a < b:
+            raise ValueError(f"chunks: expected ranges with start < stop, got ({a}, {b})")
+    return chunks
+
+
+def _queue(chunks) -> queue.SimpleQueue:
+    q: queue.SimpleQueue = queue.SimpleQueue()
+    for c in chunks:
+        q.put(c)
+    return q
+
+
+def _take(q: queue.SimpleQueue):
+    try:
+        return q.get_nowait()
+    except queue.Empty:
+        return None
+
+
+class Worker:
+    """What ``work`` learns about the worker calling it.
+
+    Attributes
+    ----------
+    index : int
+        Position in the device set (0 .. len - 1).
+    device : int
+        The GPU id (current while ``work`` runs).
+    limit : int or None
+        The largest range this worker runs after an out-of-memory error
+        (None: no limit yet).
+    lock : threading.Lock or None
+        Shared by the workers of one GPU in a ``shared`` set (None where a
+        GPU has one worker): held around kernels that write a module's
+        constant memory, which the workers of one GPU share.
+    """
+
+    def __init__(self, index: int, device: int, lock=None):
+        self.index, self.device, self.limit, self.lock = index, device, None, lock
+
+    def __repr__(self) -> str:
+        return f"Worker(index={self.index}, device={self.device}, limit={self.limit})"
+
+
+def _run_shrinking(worker: Worker, chunk, work, stop) -> list:
+    """Run ``chunk`` in pieces of at most ``worker.limit``; on an out-of-memory
+    error halve the piece, lower the limit and retry."""
+    done = []
+    pending = _pieces(chunk, worker.limit)
+    while pending:
+        if stop.is_set():
+            break
+        a, b = pending.pop(0)
+        if worker.limit is not None and b - a > worker.limit:   # cut at an earlier, larger limit
+            pending[:0] = _pieces((a, b), worker.limit)
+            continue
+        try:
+            done.append((a, b, work(worker, a, b)))
+        except Exception as exc:
+            if not out_of_memory(exc) or b - a < 2:
+                raise
+            _release_memory(worker.device)
+            worker.limit = (b - a + 1) // 2
+            pending[:0] = _pieces((a, b), worker.limit)
+    return done
+
+
+def out_of_memory(exc: BaseException) -> bool:
+    """Whether ``exc`` says the GPU ran out of memory: CuPy's pool
+    (``cupy.cuda.memory.OutOfMemoryError``, a MemoryError), the driver
+    (``CUDA_ERROR_OUT_OF_MEMORY``, ``cudaErrorMemoryAllocation``) or a cuFFT
+    plan (``CUFFT_ALLOC_FAILED``)."""
+    if isinstance(exc, MemoryError):
+        return True
+    text = str(exc)
+    return any(code in text for code in ("CUDA_ERROR_OUT_OF_MEMORY", "cudaErrorMemoryAllocation",
+                                         "CUFFT_ALLOC_FAILED"))
+
+
+def _pieces(chunk, limit: int | None) -> list:
+    """``chunk`` in consecutive ranges of at most ``limit`` elements, as equal as possible."""
+    a, b = chunk
+    if limit is None or b - a <= limit:
+        return [(a, b)]
+    k = -(-(b - a) // limit)
+    edges = np.linspace(a, b, k + 1).round().astype(int)
+    return [(int(lo), int(hi)) for lo, hi in zip(edges[:-1], edges[1:])]
+
+
+def blocks(n: int, parts: int) -> list[tuple[int, int]]:
+    """``range(n)`` in ``min(n, parts)`` contiguous ranges of near-equal size, in order."""
+    parts = max(1, min(int(n), int(parts)))
+    edges = np.linspace(0, n, parts + 1).round().astype(int)
+    return [(int(lo), int(hi)) for lo, hi in zip(edges[:-1], edges[1:])]
+
+
+def _worker_context(device: int):
+    """The GPU ``device`` current and a fresh non-blocking stream the current stream."""
+    import cupy
+
+    stack = contextlib.ExitStack()
+    stack.enter_context(cupy.cuda.Device(device))
+    stack.enter_context(cupy.cuda.Stream(non_blocking=True))
+    return stack
+
+
+def _release_memory(device: int) -> None:
+    """Give the memory pool's unused blocks on ``device`` back before a retry."""
+    import cupy
+
+    with cupy.cuda.Device(device):
+        cupy.cuda.get_current_stream().synchronize()
+        cupy.get_default_memory_pool().free_all_blocks()
+
+
+def parse(devices) -> DeviceSet | None:
+    """The ``devices=`` argument as a :class:`DeviceSet`, or None for the current device.
+
+    ``None`` -> None; ``"all"`` -> every visible GPU; a list of ids -> a
+    DeviceSet (ValueError naming ``devices`` for an id this host does not
+    have, a repeated id, or no GPU at all); a DeviceSet -> itself.
+    """
+    if devices is None or isinstance(devices, DeviceSet):
+        return devices
+    if isinstance(devices, str):
+        if devices.lower() != ALL:
+            raise ValueError(f"devices: expected None, 'all', a list of GPU ids or a DeviceSet, got {devices!r}")
+        count = visible_device_count()
+        if count == 0:
+            raise ValueError(f"devices: 'all' needs a CUDA GPU: {_no_gpu_reason()}")
+        return DeviceSet(range(count))
+    if isinstance(devices, numbers.Integral) and not isinstance(devices, bool):
+        return DeviceSet([devices])
+    return DeviceSet(devices)
+
+
+# -- moving arrays between GPUs ------------------------------------------------------------------
+
+_peer_lock = threading.Lock()
+_peer_checked: dict = {}
+
+
+def _peer_access(dst: int, src: int) -> bool:
+    """Whether ``dst`` can read ``src``'s memory directly; enables it (once) where it can."""
+    import cupy
+
+    key = (dst, src)
+    with _peer_lock:
+        if key not in _peer_checked:
+            ok = dst != src and bool(cupy.cuda.runtime.deviceCanAccessPeer(dst, src))
+            if ok:
+                with cupy.cuda.Device(dst):
+                    try:
+                        cupy.cuda.runtime.deviceEnablePeerAccess(src)
+                    except cupy.cuda.runtime.CUDARuntimeError as exc:
+                        # already enabled (by this process's other code): fine
+                        if "AlreadyEnabled" not in str(exc) and "already" not in str(exc).lower():
+                            ok = False
+            _peer_checked[key] = ok
+        return _peer_checked[key]
+
+
+def copy_to(dst, src) -> None:
+    """``dst[...] = src`` for C-contiguous CuPy arrays of one shape and dtype on
+    any two GPUs; returns when the copy is done. ``src`` must be complete (the
+    stream that wrote it synchronised)."""
+    import cupy
+
+    if dst.shape != src.shape or dst.dtype != src.dtype:
+        raise ValueError(f"src: expected shape {dst.shape} and dtype {dst.dtype}, got {src.shape} {src.dtype}")
+    if not (dst.flags.c_contiguous and src.flags.c_contiguous):
+        raise ValueError("src: expected C-contiguous arrays")
+    if dst.size == 0:
+        return
+    d, s = dst.device.id, src.device.id
+    with cupy.cuda.Device(d):
+        stream = cupy.cuda.get_current_stream()
+        if d == s:
+            cupy.cuda.runtime.memcpyAsync(dst.data.ptr, src.data.ptr, dst.nbytes,
+                                          cupy.cuda.runtime.memcpyDeviceToDevice, stream.ptr)
+        else:
+            _peer_access(d, s)   # direct where possible; the driver stages through the host otherwise
+            cupy.cuda.runtime.memcpyPeerAsync(dst.data.ptr, d, src.data.ptr, s, dst.nbytes, stream.ptr)
+        stream.synchronize()
+
+
+def contiguous(arr):
+    """The CuPy array ``arr`` C-contiguous (itself if it is), made so on its own GPU."""
+    import cupy
+
+    if arr.flags.c_contiguous:
+        return arr
+    with cupy.cuda.Device(arr.device.id):
+        out = cupy.ascontiguousarray(arr)
+        cupy.cuda.get_current_stream().synchronize()
+    return out
+
+
+def to_device(arr, device: int):
+    """A copy of the CuPy array ``arr`` on GPU ``device`` (``arr`` itself when it is already there)."""
+    import cupy
+
+    if arr.device.id == device:
+        return arr
+    arr = contiguous(arr)
+    with cupy.cuda.Device(device):
+        out = cupy.empty(arr.shape, arr.dtype)
+    copy_to(out, arr)
+    return out
+
+
+def reduce_sum(parts: Sequence, device: int):
+    """The sum of CuPy arrays living on any GPUs, on ``device``, added in the
+    order of ``parts`` (``((p0 + p1) + p2) + ...``): a fixed order, so the
+    result does not depend on timing. The parts must be complete; the sum is
+    queued on ``device``'s current stream."""
+    import cupy
+
+    if not parts:
+        raise ValueError("parts: expected at least one array")
+    with cupy.cuda.Device(device):
+        first = to_device(parts[0], device)
+        total = cupy.array(first, copy=True) if first is parts[0] else first
+        scratch = None
+        for p in parts[1:]:
+            if p.device.id == device:
+                total += p
+                continue
+            if scratch is None:
+                scratch = cupy.empty(total.shape, total.dtype)
+            copy_to(scratch, contiguous(p))
+            total += scratch
+    return total
