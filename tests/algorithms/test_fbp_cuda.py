@@ -77,7 +77,7 @@ def test_one_slice_from_numpy_in_angle_batches(rng):
     assert rel(from_host, from_device) < 1e-6
     assert rel(from_host, cpu_texture_mode(sino, g, vol)) < 1e-5
     sino[500, 7] = np.nan
-    with pytest.raises(ValueError, match="projections: expected finite values, got 1"):
+    with pytest.raises(ValueError, match=r"^projections: expected finite values.*, got 1 "):
         leveret.fbp(sino, g, vol)
 
 
@@ -106,7 +106,7 @@ def test_streamed_non_finite_input_is_an_error():
     g = ParallelGeometry(np.linspace(0, np.pi, 20, endpoint=False), 16, n_rows=8)
     proj = np.ones(g.projection_shape, np.float32)
     proj[3, 5, 2] = np.inf
-    with pytest.raises(ValueError, match="projections: expected finite values, got 1"):
+    with pytest.raises(ValueError, match=r"^projections: expected finite values.*, got 1 "):
         leveret.fbp(proj, g, backend="cuda", chunk_slices=2)
 
 

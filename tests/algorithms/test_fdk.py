@@ -134,7 +134,7 @@ def test_fdk_cuda_streamed_non_finite_input_is_an_error():
     proj = np.ones(g.projection_shape, np.float32)
     proj[1, 3, 4] = np.nan
     proj[40, 7, 2] = -np.inf
-    with pytest.raises(ValueError, match="projections: expected finite values, got 2 NaN/Inf"):
+    with pytest.raises(ValueError, match=r"^projections: expected finite values.*, got 2 "):
         leveret.fdk(proj, g, vol, backend="cuda")
 
 

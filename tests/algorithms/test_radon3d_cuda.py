@@ -314,7 +314,7 @@ def test_bad_input_on_gpu():
     g = RadonGeometry.uniform(50, 32)
     p = cupy.zeros(g.projection_shape)
     p[3, 4] = cupy.nan
-    with pytest.raises(ValueError, match="projections: expected finite values, got 1 NaN"):
+    with pytest.raises(ValueError, match=r"^projections: expected finite values.*, got 1 "):
         radon3d_fbp(p, g)
     with pytest.raises(ValueError, match="backend: 'cpu' was asked for but the input is a CuPy"):
         radon3d_fbp(cupy.zeros(g.projection_shape), g, backend="cpu")

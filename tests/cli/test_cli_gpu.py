@@ -41,7 +41,11 @@ def test_gpu_flags_equal_the_library_arguments(scan, flags, library):
                                                      command="recon"))}
     rec = recon(folder, "r.npy", *flags)
     ref = leveret.fbp(proj, g, backend="cuda", **library)
-    np.testing.assert_allclose(rec, ref, rtol=0, atol=1e-6 * np.abs(ref).max())
+    # float16 runs the hybrid kernel, whose blocks split between 8-bit texture and exact weights by
+    # position in the chunk: the CLI's slabs and the library's one call differ by those weights
+    # (measured 1.2e-3 of the peak on an H100); the float32 kernels are bit-identical across chunkings.
+    tol = 3e-3 if library.get("precision") == "float16" else 1e-6
+    np.testing.assert_allclose(rec, ref, rtol=0, atol=tol * np.abs(ref).max())
 
 
 def test_float16_differs_from_float32_by_fp16_rounding(scan):

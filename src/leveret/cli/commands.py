@@ -91,10 +91,13 @@ def _named(flag: str, read, *args, **kwargs):
 
 
 def _check_backend_flags(args) -> None:
-    """Warn about GPU-only flags that a CPU run ignores."""
+    """Refuse flags the chosen backend cannot run (before any work or plan is
+    printed); warn about GPU-only flags that a CPU run ignores."""
     from ..backends import resolve
 
     if resolve(args.backend) != "cpu":
+        if args.precision in ("float64", "double"):
+            raise ValueError("--precision: float64 runs on the CPU backend only; use --backend cpu")
         return
     if args.kernel != "auto":
         _warn(args, f"--kernel: {args.kernel!r} chooses a CUDA kernel; the CPU backend ignores it")
