@@ -118,6 +118,9 @@ def check_finite_array(name: str, arr) -> None:
     if arr.dtype.kind not in "f" or arr.size == 0:
         return     # integers are finite, and far below the limits
     xp = array_module(arr)
+    limit = MAX_MAGNITUDE.get(arr.dtype.itemsize, 1e30)
+    if xp is not np and count_outside(arr, limit) == 0:
+        return     # one pass and one wait on the device; the message below needs more
     # min and max propagate NaN and show Inf: two reductions, no temporary array.
     lo, hi = float(xp.min(arr)), float(xp.max(arr))
     if not (np.isfinite(lo) and np.isfinite(hi)):
@@ -127,7 +130,6 @@ def check_finite_array(name: str, arr) -> None:
         raise ValueError(f"{name}: expected finite values, got {what} value(s)"
                          + (f" (values beyond {arr.dtype}'s range, {float(np.finfo(arr.dtype).max):.3g}, "
                             "also become Inf when converted)" if n_inf else ""))
-    limit = MAX_MAGNITUDE.get(arr.dtype.itemsize, 1e30)
     big = max(-lo, hi)
     if big > limit:
         raise ValueError(f"{name}: values up to {big:.3g} are too large: sums of them overflow "
@@ -202,6 +204,23 @@ def _nonfinite_kernel():
     limit = f"{MAX_MAGNITUDE[4]:.1e}"
     bad = f"(isfinite((double)x) && fabs((double)x) <= {limit}) ? 0 : 1"
     return cupy.ReductionKernel("T x", "int64 y", bad, "a + b", "y += a", "0", "leveret_count_nonfinite")
+
+
+def count_outside(arr, limit: float) -> int:
+    """How many values of ``arr`` (NumPy or CuPy) are NaN, Inf or beyond
+    ``limit`` in magnitude: one pass, no temporary array on the device."""
+    if array_module(arr) is np:
+        a = np.abs(arr)
+        return int(arr.size - np.count_nonzero(a <= limit))   # NaN compares False
+    return int(_outside_kernel()(arr, float(limit)))
+
+
+@functools.lru_cache(maxsize=None)
+def _outside_kernel():
+    import cupy
+    return cupy.ReductionKernel("T x, float64 limit", "int64 y",
+                                "(isfinite((double)x) && fabs((double)x) <= limit) ? 0 : 1",
+                                "a + b", "y = a", "0", "leveret_count_outside")
 
 
 def array_module(arr):

@@ -356,7 +356,7 @@ class Projector:
     def _checked(self, name: str, out):
         """``out``, refused if the sums overflowed the working dtype: finite
         input never gives Inf or NaN without saying so."""
-        if not bool(v.array_module(out).isfinite(out).all()):
+        if v.count_outside(out, float(np.finfo(self.dtype).max)):
             raise ValueError(f"{name}: the sums overflow {self.dtype} (values x lengths of this "
                              f"{self.volume.voxel_size} voxel grid); rescale the data or use precision='float64'")
         return out
