@@ -67,11 +67,13 @@ def _write_input(tmp_path, proj, kind):
 
 @pytest.mark.parametrize("kind, output", [("npy", "r.zarr"), ("h5", "r.h5"), ("zarr", "r.npy"),
                                           ("tif", "r.zarr"), ("memory", "r.zarr")])
-def test_dask_run_equals_the_run_in_this_process(tmp_path, scan, client, kind, output):
+def test_dask_run_equals_the_run_in_this_process(tmp_path, scan, client, kind, output, monkeypatch):
     g, proj = scan
     ref = _local(proj, g, tmp_path / "ref.npy")
     source = proj if kind == "memory" else _write_input(tmp_path, proj, kind)
-    res = reconstruct_to_file(source, g, tmp_path / output, backend="cpu", slab_slices=SLAB, client=client)
+    monkeypatch.chdir(tmp_path)      # relative paths: the workers' working folder is another one
+    source = source if kind == "memory" else source.name
+    res = reconstruct_to_file(source, g, output, backend="cpu", slab_slices=SLAB, client=client)
     assert res.slabs_done == -(-g.n_rows // SLAB) and res.slab_slices == SLAB
     np.testing.assert_array_equal(read_array(tmp_path / output), ref)
     assert not list(tmp_path.glob(".*"))         # no partial output, no lock left

@@ -25,6 +25,7 @@ import contextlib
 import logging
 import os
 from collections import deque
+from pathlib import Path
 from typing import Iterator
 
 import numpy as np
@@ -68,22 +69,34 @@ class MemmapSource:
 
 
 def remote_source(projections):
-    """What a task may carry to read ``projections`` on another machine: the
+    """What a task may carry to read ``projections`` in another process: the
     lazy reader itself when it holds only a path (TIFF stacks, HDF5 datasets
     and frames, zarr arrays), a :class:`MemmapSource` for a memory-mapped
-    file; None for an array in this process's memory (its rows then travel
-    with each task)."""
+    file, each with absolute paths (a worker's working folder is not this
+    process's); None for an array in this process's memory (its rows then
+    travel with each task)."""
+    import copy
+
     from .io._common import LazyStack
 
     if isinstance(projections, LazyStack):
-        return projections
+        reader = copy.copy(projections)
+        if hasattr(reader, "files"):          # a TIFF stack
+            reader.files = [Path(os.path.abspath(f)) for f in reader.files]
+        if hasattr(reader, "path"):           # an HDF5 dataset, or frames of one
+            reader.path = type(reader.path)(os.path.abspath(reader.path))
+        return reader
     if type(projections).__module__.startswith("zarr"):
-        return projections
+        root = getattr(projections.store, "root", None)     # a local store: opened again by absolute path
+        if root is None:
+            return projections
+        import zarr
+        return zarr.open_array(os.path.abspath(root), mode="r", path=projections.path or None)
     if isinstance(projections, np.memmap) and projections.filename is not None:
         import mmap
         if isinstance(projections.base, mmap.mmap):     # the whole mapping, not a view of it
             order = "F" if projections.flags.f_contiguous and not projections.flags.c_contiguous else "C"
-            return MemmapSource(projections.filename, projections.dtype, projections.shape,
+            return MemmapSource(os.path.abspath(projections.filename), projections.dtype, projections.shape,
                                 projections.offset, order)
     return None
 
@@ -211,7 +224,7 @@ class DaskExecutor:
         source = remote_source(projections)
         self._projections = None if source is not None else projections
         self._source = source
-        self._store = store
+        self._store = None if store is None else os.path.abspath(store)
         for name in ("flats", "darks"):      # sent to every worker once, not with each task
             if kwargs.get(name) is not None:
                 kwargs[name] = self.client.scatter(np.asarray(kwargs[name]), broadcast=True, hash=True)
@@ -335,12 +348,26 @@ def connect(scheduler: str, *, backend: str = "auto", timeout: float = CONNECT_T
         address = _check_address(text)
         _probe(address, timeout)     # a clear error now, not a client half made
         client = Client(address, timeout=f"{timeout}s")
+    from .io.atomic import register_cleanup, unregister_cleanup
+    if cluster is not None:     # an interrupted command stops the workers it started
+        register_cleanup(id(cluster), cluster.close)
     try:
         yield client
     finally:
         client.close()
         if cluster is not None:
+            unregister_cleanup(id(cluster))
             cluster.close()
+
+
+def check_address(text: str) -> str:
+    """``text`` as a scheduler address (``tcp://`` added when no scheme is
+    given); ValueError naming ``scheduler`` if it is none."""
+    try:
+        import distributed  # noqa: F401
+    except ImportError:
+        raise _missing_distributed() from None
+    return _check_address(text)
 
 
 def _check_address(text: str) -> str:
@@ -374,10 +401,9 @@ def _probe(address: str, timeout: float) -> None:
 
     try:
         reply = asyncio.run(identity())
-    except (OSError, asyncio.TimeoutError, EOFError) as exc:
-        raise ValueError(f"scheduler: no Dask scheduler answered at {address} within {timeout:g} s"
-                         + (f" ({exc})" if str(exc) else "") + "; start one with 'dask scheduler' "
-                         "or give --scheduler local") from None
+    except (OSError, asyncio.TimeoutError, EOFError):
+        raise ValueError(f"scheduler: no Dask scheduler answered at {address} within {timeout:g} s; "
+                         "start one with 'dask scheduler', or give 'local'") from None
     except Exception as exc:    # something answered, but not a scheduler
         raise ValueError(f"scheduler: {address} did not answer as a Dask scheduler ({exc})") from None
     if not isinstance(reply, dict) or reply.get("type") != "Scheduler":

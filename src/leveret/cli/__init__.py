@@ -49,6 +49,7 @@ RECON_EXAMPLES = """examples:
   leveret recon savu/projections rec.h5 --angles savu/angles.txt --angle-lines 10:101 \\
       --flat savu/flat_00001.tiff --dark savu/dark_00001.tiff --center auto
   leveret recon big.h5:/exchange/data rec.zarr --angles 0:180:1800 --host-memory 4G --resume
+  leveret recon big.h5:/exchange/data rec.zarr --angles 0:180:1800 --scheduler tcp://HOST:8786
   leveret recon --config scan.toml --dry-run
 
 The output's extension picks the format: .h5/.hdf5/.nxs (HDF5, gzip), .zarr
@@ -101,6 +102,20 @@ def _cutoff(text) -> float:
     return value
 
 
+def _gpus(text):
+    """'all' or GPU numbers '0,1,...' -> "all" or [0, 1, ...]."""
+    value = str(text).strip().lower()
+    if value == "all":
+        return "all"
+    try:
+        gpus = [int(part) for part in value.split(",")]
+    except ValueError:
+        gpus = []
+    if not gpus or min(gpus) < 0 or len(set(gpus)) != len(gpus):
+        raise argparse.ArgumentTypeError(f"expected 'all' or GPU numbers such as 0,1, got {text!r}")
+    return gpus
+
+
 def _precision(text) -> str:
     """float32 | float64 | float16; the old spellings are mapped (commands.py warns)."""
     value = str(text).strip().lower()
@@ -123,7 +138,7 @@ FLAGS = {
     "slab_slices": "--slab-slices", "max_slices": "--slab-slices", "host_memory": "--host-memory",
     "gpu_memory": "--gpu-memory", "compression": "--compression", "resume": "--resume",
     "overwrite": "--overwrite", "method": "--method", "row": "--rows", "repeats": "--repeats",
-    "size": "--size",
+    "size": "--size", "scheduler": "--scheduler", "devices": "--gpus",
 }
 
 
@@ -299,6 +314,13 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument("--resume", action="store_true",
                    help="continue an interrupted run of the same job; keep progress if this one stops")
     o.add_argument("--overwrite", action="store_true", help="replace an existing output")
+    w = f.add_argument_group("where to run")
+    w.add_argument("--gpus", type=_gpus, default=None, metavar="all|0,1,...",
+                   help="GPUs of this host to use together (default: one)")
+    w.add_argument("--scheduler", default=None, metavar="ADDRESS",
+                   help="run the slabs on a Dask cluster: a scheduler's address (tcp://HOST:8786), or "
+                        "'local' for a cluster on this host (one worker per GPU, else CPU processes); "
+                        'needs pip install "leveret[cluster]"')
     _common(f)
 
     c = sub.add_parser("center",
