@@ -166,3 +166,20 @@ def test_geometries_pickle_as_equal_values():
     for g in (leveret.ParallelGeometry(np.linspace(0, np.pi, 5), 8, n_rows=4, center=3.25), cone,
               leveret.VolumeGeometry((3, 4, 5), (1.3, 1.5, 1.5), (2.0, 1.0, -3.0))):
         assert pickle.loads(pickle.dumps(g)) == g
+
+
+@pytest.mark.gpu
+def test_local_cuda_cluster_equals_one_gpu_in_this_process(tmp_path):
+    dask_cuda = pytest.importorskip("dask_cuda")
+    g = leveret.ParallelGeometry(np.linspace(0, np.pi, 256, endpoint=False), 256, n_rows=64)
+    np.save(tmp_path / "p.npy", phantom.shepp_logan_3d(radius=110.0).project(g).astype(np.float32))
+    reconstruct_to_file(tmp_path / "p.npy", g, tmp_path / "ref.npy", backend="cuda", slab_slices=8)
+    ref = np.load(tmp_path / "ref.npy")
+    with dask_cuda.LocalCUDACluster(silence_logs=logging.ERROR, dashboard_address=":0") as cluster, \
+            distributed.Client(cluster) as c:
+        for output in ("r.zarr", "r.h5"):       # written by the workers; by this process
+            res = reconstruct_to_file(tmp_path / "p.npy", g, tmp_path / output, backend="cuda", slab_slices=8,
+                                      client=c)
+            assert res.plan.backend == "cuda" and res.slabs_done == 8
+            # the same kernels on the same slabs: the same bits
+            np.testing.assert_array_equal(read_array(tmp_path / output), ref)
