@@ -173,10 +173,6 @@ class LocalExecutor:
     def cancel(self) -> None:
         self._queue.clear()
 
-    @property
-    def writes_regions(self) -> bool:
-        return False
-
 
 class DaskExecutor:
     """Run the slabs on a Dask cluster through ``client`` (a ``distributed.Client``).
@@ -202,13 +198,17 @@ class DaskExecutor:
         self._store = None
 
     def capacity(self, backend: str) -> dict:
-        """What the smallest worker offers: ``backend`` resolved there, memory
-        per worker thread (host, and GPU when CUDA) and the thread count."""
+        """What the smallest worker offers: ``backend`` resolved there, and
+        memory per worker thread (host, and GPU when CUDA)."""
         info = self.client.scheduler_info(n_workers=-1)["workers"] if _takes_n_workers(self.client) \
             else self.client.scheduler_info()["workers"]
         if not info:
             raise ValueError("client: the Dask cluster has no workers")
-        found = self.client.run(_worker_capacity, backend)
+        try:
+            found = self.client.run(_worker_capacity, backend)
+        except ImportError as exc:
+            raise ValueError(f"client: a Dask worker cannot import leveret ({exc}); install the same "
+                             "leveret on every worker") from None
         backends = {v["backend"] for v in found.values()}
         if len(backends) > 1:
             raise ValueError(f"backend: the Dask workers resolve {backend!r} differently ({sorted(backends)}); "
@@ -217,8 +217,7 @@ class DaskExecutor:
         host = min((i.get("memory_limit") or found.get(w, {}).get("host", 0) or 0) / threads[w]
                    for w, i in info.items())
         gpus = [v["gpu"] for v in found.values() if v["gpu"] is not None]
-        return {"backend": backends.pop(), "host": int(host), "gpu": min(gpus) if gpus else None,
-                "threads": sum(threads.values())}
+        return {"backend": backends.pop(), "host": int(host), "gpu": min(gpus) if gpus else None}
 
     def start(self, projections, geometry, volume, *, store=None, **kwargs) -> None:
         source = remote_source(projections)
@@ -272,12 +271,8 @@ class DaskExecutor:
         self._waiting.clear()
         futures, self._futures = list(self._futures), {}
         if futures:
-            with contextlib.suppress(Exception):
+            with contextlib.suppress(Exception):     # a client already closed has nothing running
                 self.client.cancel(futures)
-
-    @property
-    def writes_regions(self) -> bool:
-        return self._store is not None
 
 
 def _takes_n_workers(client) -> bool:
@@ -342,7 +337,7 @@ def connect(scheduler: str, *, backend: str = "auto", timeout: float = CONNECT_T
                                  'pip install "leveret[cluster]"') from None
             cluster = LocalCUDACluster()
         else:
-            cluster = LocalCluster(processes=True, threads_per_worker=1)
+            cluster = _local_cpu_cluster(LocalCluster)
         client = Client(cluster)
     else:
         address = _check_address(text)
@@ -358,6 +353,19 @@ def connect(scheduler: str, *, backend: str = "auto", timeout: float = CONNECT_T
         if cluster is not None:
             unregister_cleanup(id(cluster))
             cluster.close()
+
+
+#: Most CPU worker processes ``--scheduler local`` starts (each slab already uses several cores).
+LOCAL_CPU_WORKERS = 4
+
+
+def _local_cpu_cluster(LocalCluster):
+    """CPU worker processes on this host, the cores shared out among them (each
+    worker's Numba threads), so that concurrent slabs do not oversubscribe them."""
+    cores = os.cpu_count() or 1
+    n = max(1, min(LOCAL_CPU_WORKERS, cores))
+    return LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
+                        env={"NUMBA_NUM_THREADS": str(max(1, cores // n))})
 
 
 def check_address(text: str) -> str:
