@@ -203,7 +203,8 @@ class DaskExecutor:
         info = self.client.scheduler_info(n_workers=-1)["workers"] if _takes_n_workers(self.client) \
             else self.client.scheduler_info()["workers"]
         if not info:
-            raise ValueError("client: the Dask cluster has no workers")
+            raise ValueError(f"client: the Dask cluster at {self.client.scheduler.address} has no workers; "
+                             "start some with 'dask worker ADDRESS' or 'dask cuda worker ADDRESS'")
         try:
             found = self.client.run(_worker_capacity, backend)
         except ImportError as exc:

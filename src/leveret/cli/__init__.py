@@ -138,7 +138,8 @@ FLAGS = {
     "slab_slices": "--slab-slices", "max_slices": "--slab-slices", "host_memory": "--host-memory",
     "gpu_memory": "--gpu-memory", "compression": "--compression", "resume": "--resume",
     "overwrite": "--overwrite", "method": "--method", "row": "--rows", "repeats": "--repeats",
-    "size": "--size", "scheduler": "--scheduler", "devices": "--gpus",
+    "size": "--size", "scheduler": "--scheduler", "client": "--scheduler",
+    "devices": "--gpus",
 }
 
 
