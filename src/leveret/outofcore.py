@@ -14,7 +14,10 @@ Two pieces:
   (:func:`leveret.io.open_array`), reconstructs slab after slab straight into
   a :class:`leveret.io.SlabWriter` (TIFF folder, BigTIFF, HDF5, zarr or .npy),
   retries a slab with fewer slices when CUDA runs out of memory, and reports
-  the peak host memory it measured.
+  the peak host memory it measured. The slabs run in this process, or with
+  ``client=`` on a Dask cluster (:mod:`leveret.executors`: one plan, two
+  executors); the output, its lock and its resume manifest stay with the
+  driver either way.
 
 A parallel-beam slab needs only the detector rows at its height; a cone-beam
 slab needs the rows its voxels project to in any view (with a margin), which
@@ -281,13 +284,21 @@ def plan(geometry, volume: VolumeGeometry | None = None, *, backend: str = "auto
     gpu_limit = None
     if backend == "cuda":
         gpu_limit = int(gpu_memory) if gpu_memory is not None else int(GPU_FRACTION * gpu_free_bytes())
+    return _plan(geometry, volume, backend, host_limit, gpu_limit, input_itemsize=input_itemsize,
+                 preprocess=preprocess, resident=resident, max_slices=max_slices, stripes=stripes)
+
+
+def _plan(geometry, volume, backend: str, host_limit: int, gpu_limit: int | None, *, input_itemsize: int,
+          preprocess: bool, resident: int, max_slices: int | None, stripes: bool) -> SlabPlan:
+    """The plan for limits already known and a backend already resolved
+    (here, or on the Dask workers)."""
     return plan_slabs(
         volume.nz,
         lambda s: host_bytes(geometry, volume, s, input_itemsize=input_itemsize, preprocess=preprocess,
                              resident=resident, stripes=stripes),
         (lambda s: gpu_bytes(geometry, volume, s)) if backend == "cuda" else None,
-        host_limit=host_limit, gpu_limit=gpu_limit, volume_bytes=volume.size * 4, backend=backend,
-        max_slices=max_slices)
+        host_limit=int(host_limit), gpu_limit=None if gpu_limit is None else int(gpu_limit),
+        volume_bytes=volume.size * 4, backend=backend, max_slices=max_slices)
 
 
 def _volume(geometry, volume):
@@ -378,7 +389,7 @@ def reconstruct_to_file(projections, geometry, output, *, volume: VolumeGeometry
                         slab_slices: int | None = None, resume: bool = False, overwrite: bool = False,
                         dataset: str | None = None, compression="default", metadata: dict | None = None,
                         params: dict | None = None, progress: bool = False, on_plan=None,
-                        **options) -> OutOfCoreResult:
+                        client=None, retries: int = 2, **options) -> OutOfCoreResult:
     """Reconstruct a scan slab by slab straight into a file, within a memory cap.
 
     Parameters
@@ -396,13 +407,17 @@ def reconstruct_to_file(projections, geometry, output, *, volume: VolumeGeometry
     flats, darks, log_transform, stripes, stripe_size
         Preprocessing of the raw rows, see :func:`preprocess_rows`.
     backend : {"auto", "cuda", "cpu"}
+        With ``client``, resolved on the workers.
     host_memory, gpu_memory : int, optional
-        Caps in bytes for the plan (default: a share of what is free).
+        Caps in bytes for the plan (default: a share of what is free; with
+        ``client``, per worker thread: of the smallest worker's memory limit
+        and free GPU memory).
     slab_slices : int, optional
         Upper bound on slices per slab (the plan may choose fewer).
     resume : bool
         Continue a partial output of the same job, and keep this one's if
-        the run stops early (see :class:`leveret.io.SlabWriter`).
+        the run stops early (see :class:`leveret.io.SlabWriter`). A run on a
+        Dask cluster and one in this process continue each other's outputs.
     overwrite : bool
         Replace an existing output.
     dataset, compression
@@ -422,6 +437,16 @@ def reconstruct_to_file(projections, geometry, output, *, volume: VolumeGeometry
         Progress bar over slices (ETA and throughput).
     on_plan : callable, optional
         Called with the :class:`SlabPlan` before any work (the CLI prints it).
+    client : distributed.Client, optional
+        Run the slabs on this Dask cluster (:class:`leveret.executors.DaskExecutor`)
+        instead of in this process. The workers read their rows from the
+        input themselves (a file input must be at the same path on every
+        worker) and write a zarr output's slabs straight into it; other
+        formats are written by this process as slabs finish. The plan, the
+        lock, the partial output and the resume manifest stay here.
+    retries : int
+        With ``client``: times a slab that raised is run again (a slab whose
+        worker died is always run again).
     **options
         Passed to :func:`reconstruct_slab` (filter, cutoff, interpolation, ...).
 
@@ -434,26 +459,38 @@ def reconstruct_to_file(projections, geometry, output, *, volume: VolumeGeometry
     Called from the main thread, SIGTERM and SIGHUP raise
     :class:`leveret.signals.Interrupted` (a KeyboardInterrupt) for the
     call's duration, so the partial output is removed (kept with
-    ``resume``) however the run is stopped.
+    ``resume``) however the run is stopped; slabs queued on a Dask cluster
+    are cancelled.
+
+    Examples
+    --------
+    >>> from distributed import Client                                  # doctest: +SKIP
+    >>> with Client("tcp://scheduler:8786") as client:                  # doctest: +SKIP
+    ...     reconstruct_to_file("scan.h5", g, "rec.zarr", client=client)
     """
+    from .executors import DaskExecutor, LocalExecutor
     from .signals import handling
 
+    executor = LocalExecutor() if client is None else DaskExecutor(client, retries=retries)
     with handling():
         return _reconstruct_to_file(projections, geometry, output, volume=volume, flats=flats, darks=darks,
                                     log_transform=log_transform, stripes=stripes, stripe_size=stripe_size,
                                     backend=backend, host_memory=host_memory, gpu_memory=gpu_memory,
                                     slab_slices=slab_slices, resume=resume, overwrite=overwrite,
                                     dataset=dataset, compression=compression, metadata=metadata,
-                                    params=params, progress=progress, on_plan=on_plan, **options)
+                                    params=params, progress=progress, on_plan=on_plan, executor=executor,
+                                    **options)
 
 
 def _reconstruct_to_file(projections, geometry, output, *, volume, flats, darks, log_transform, stripes,
                          stripe_size, backend, host_memory, gpu_memory, slab_slices, resume, overwrite,
-                         dataset, compression, metadata, params, progress, on_plan,
+                         dataset, compression, metadata, params, progress, on_plan, executor,
                          **options) -> OutOfCoreResult:
     import tracemalloc
 
+    from .executors import OutOfMemoryOnDevice
     from .io import SlabWriter, open_array
+    from .io.atomic import register_cleanup, unregister_cleanup
 
     t0 = time.perf_counter()
     volume = _volume(geometry, volume)
@@ -479,9 +516,17 @@ def _reconstruct_to_file(projections, geometry, output, *, volume, flats, darks,
     itemsize = np.dtype(getattr(projections, "dtype", np.float32)).itemsize
     if slab_slices is not None and (not isinstance(slab_slices, (int, np.integer)) or slab_slices < 1):
         raise ValueError(f"slab_slices: expected a positive number of slices, got {slab_slices!r}")
-    the_plan = plan(geometry, volume, backend=backend, host_memory=host_memory, gpu_memory=gpu_memory,
-                    input_itemsize=itemsize, preprocess=flats is not None or log_transform,
-                    resident=resident, max_slices=slab_slices, stripes=stripes is not None)
+    plan_args = dict(input_itemsize=itemsize, preprocess=flats is not None or log_transform,
+                     resident=resident, max_slices=slab_slices, stripes=stripes is not None)
+    if executor.name == "dask":      # sized for the smallest worker, on the backend the workers have
+        capacity = executor.capacity(backend)
+        the_plan = _plan(geometry, volume, capacity["backend"],
+                         host_memory if host_memory is not None else int(HOST_FRACTION * capacity["host"]),
+                         gpu_memory if gpu_memory is not None or capacity["gpu"] is None
+                         else int(GPU_FRACTION * capacity["gpu"]), **plan_args)
+    else:
+        the_plan = plan(geometry, volume, backend=backend, host_memory=host_memory, gpu_memory=gpu_memory,
+                        **plan_args)
     if on_plan is not None:
         on_plan(the_plan)
     log.debug("%s", the_plan.describe())
@@ -499,37 +544,45 @@ def _reconstruct_to_file(projections, geometry, output, *, volume, flats, darks,
     size = the_plan.slab_slices
     retries = slabs_done = 0
     traced = tracemalloc.is_tracing()
-    with SlabWriter(output, volume.shape, np.float32, params=job, metadata=meta, resume=resume,
-                    overwrite=overwrite, dataset=dataset, compression=compression,
-                    fingerprint=fingerprint) as writer:
-        resumed = int(writer.done.sum())
-        with tqdm(total=volume.nz, initial=resumed, unit="slice", desc="reconstruct", disable=not progress,
-                  leave=False, dynamic_ncols=True) as bar:
-            pending = writer.todo(size)
-            while pending:
-                k0, k1 = pending.pop(0)
-                try:
-                    slab = _one_slab(projections, geometry, volume, (k0, k1), flats=flats, darks=darks,
-                                     log_transform=log_transform, stripes=stripes, stripe_size=stripe_size,
-                                     backend=the_plan.backend, **options)
-                except Exception as exc:
-                    if not is_gpu_out_of_memory(exc) or k1 - k0 == 1:
-                        if is_gpu_out_of_memory(exc):
+    # Registered before the writer, so that an interrupted command cancels the
+    # queued slabs before it removes (or keeps) the partial output.
+    register_cleanup(id(executor), executor.cancel)
+    try:
+        with SlabWriter(output, volume.shape, np.float32, params=job, metadata=meta, resume=resume,
+                        overwrite=overwrite, dataset=dataset, compression=compression,
+                        fingerprint=fingerprint) as writer:
+            resumed = int(writer.done.sum())
+            executor.start(projections, geometry, volume,
+                           store=writer.region_store() if executor.name == "dask" else None,
+                           flats=flats, darks=darks, log_transform=log_transform, stripes=stripes,
+                           stripe_size=stripe_size, backend=the_plan.backend, **options)
+            with tqdm(total=volume.nz, initial=resumed, unit="slice", desc="reconstruct",
+                      disable=not progress, leave=False, dynamic_ncols=True) as bar:
+                for region in writer.todo(size):
+                    executor.submit(region)
+                for (k0, k1), slab in executor.completed():
+                    if isinstance(slab, OutOfMemoryOnDevice):
+                        if k1 - k0 == 1:
                             raise MemoryError(f"memory: the GPU ran out of memory even for one slice "
-                                              f"({exc})") from exc
-                        raise
-                    _free_gpu_pool()
-                    size = max(1, (k1 - k0) // 2)
-                    retries += 1
-                    log.warning("CUDA out of memory on slices %d:%d; retrying with %d slice(s) per slab",
-                                k0, k1, size)
-                    pending = [(k, min(k1, k + size)) for k in range(k0, k1, size)] + pending
-                    continue
-                writer.write(k0, slab)
-                del slab
-                slabs_done += 1
-                bar.update(k1 - k0)
-        path = writer.finish()
+                                              f"({slab.message})")
+                        size = min(size, max(1, (k1 - k0) // 2))
+                        retries += 1
+                        log.warning("CUDA out of memory on slices %d:%d; retrying with %d slice(s) per slab",
+                                    k0, k1, size)
+                        for k in reversed(range(k0, k1, size)):   # the halves go first, in order
+                            executor.submit((k, min(k1, k + size)), first=True)
+                        continue
+                    if isinstance(slab, tuple):      # written into the store by its worker
+                        writer.record(k0, k1)
+                    else:
+                        writer.write(k0, slab)
+                    del slab
+                    slabs_done += 1
+                    bar.update(k1 - k0)
+            path = writer.finish()
+    finally:
+        executor.cancel()
+        unregister_cleanup(id(executor))
     return OutOfCoreResult(path=path, plan=the_plan, slab_slices=size, slabs_done=slabs_done,
                            slices_resumed=resumed, retries=retries, seconds=time.perf_counter() - t0,
                            peak_rss=peak_rss_bytes(),
@@ -558,16 +611,6 @@ def _fingerprint(projections, source) -> dict:
             digest.update(np.ascontiguousarray(np.asarray(projections[a, r, :])).tobytes())
     out["array"] = digest.hexdigest()
     return out
-
-
-def _one_slab(projections, geometry, volume, region, **kwargs) -> np.ndarray:
-    k0, k1 = region
-    rows = slab_rows(geometry, volume, region)
-    if rows is None:   # the slab projects off the detector: nothing measured there
-        return np.zeros((k1 - k0, volume.ny, volume.nx), np.float32)
-    r0, r1 = rows
-    data = np.asarray(projections[:, r0:r1, :])
-    return reconstruct_slab(data, geometry, volume, region, rows=rows, **kwargs)
 
 
 def _describe(obj) -> dict:

@@ -51,6 +51,7 @@ RECON_EXAMPLES = """examples:
   leveret recon savu/projections rec.h5 --angles savu/angles.txt --angle-lines 10:101 \\
       --flat savu/flat_00001.tiff --dark savu/dark_00001.tiff --center auto
   leveret recon big.h5:/exchange/data rec.zarr --angles 0:180:1800 --host-memory 4G --resume
+  leveret recon big.h5:/exchange/data rec.zarr --angles 0:180:1800 --scheduler tcp://HOST:8786
   leveret recon --config scan.toml --dry-run
 
 The output's extension picks the format: .h5/.hdf5/.nxs (HDF5, gzip), .zarr
@@ -109,12 +110,12 @@ def _gpus(text):
     if value == "all":
         return "all"
     try:
-        ids = [int(part) for part in value.split(",")]
+        gpus = [int(part) for part in value.split(",")]
     except ValueError:
-        ids = []
-    if not ids or min(ids) < 0:
+        gpus = []
+    if not gpus or min(gpus) < 0 or len(set(gpus)) != len(gpus):
         raise argparse.ArgumentTypeError(f"expected 'all' or GPU ids such as 0,1, got {text!r}")
-    return ids
+    return gpus
 
 
 def _precision(text) -> str:
@@ -139,7 +140,8 @@ FLAGS = {
     "slab_slices": "--slab-slices", "max_slices": "--slab-slices", "host_memory": "--host-memory",
     "gpu_memory": "--gpu-memory", "compression": "--compression", "resume": "--resume",
     "overwrite": "--overwrite", "method": "--method", "row": "--rows", "repeats": "--repeats",
-    "size": "--size", "devices": "--gpus",
+    "size": "--size", "scheduler": "--scheduler", "client": "--scheduler",
+    "devices": "--gpus",
 }
 
 
@@ -309,15 +311,20 @@ def build_parser() -> argparse.ArgumentParser:
                    help="host memory the run may use, e.g. 512M, 8G (default: 60%% of what is free)")
     o.add_argument("--gpu-memory", type=_size, default=None, metavar="SIZE",
                    help="GPU memory the run may use (default: 60%% of what is free)")
-    o.add_argument("--gpus", type=_gpus, default=None, metavar="IDS",
-                   help="GPUs to run on: 'all' or ids such as 0,1 (default: the current GPU); "
-                        "slices are dealt to them and each streams its own")
     o.add_argument("--slab-slices", "--chunk-slices", dest="chunk_slices", type=int, default=None, metavar="N",
                    help="at most this many slices per slab (default: planned)")
     o.add_argument("--dry-run", action="store_true", help="print the memory plan and stop")
     o.add_argument("--resume", action="store_true",
                    help="continue an interrupted run of the same job; keep progress if this one stops")
     o.add_argument("--overwrite", action="store_true", help="replace an existing output")
+    w = f.add_argument_group("where to run")
+    w.add_argument("--gpus", type=_gpus, default=None, metavar="all|0,1,...",
+                   help="GPUs of this host to use together: slices are dealt to them and each streams its "
+                        "own (default: the current GPU)")
+    w.add_argument("--scheduler", default=None, metavar="ADDRESS",
+                   help="run the slabs on a Dask cluster: a scheduler's address (tcp://HOST:8786), or "
+                        "'local' for a cluster on this host (one worker per GPU, else CPU processes); "
+                        'needs pip install "leveret[cluster]"')
     _common(f)
 
     c = sub.add_parser("center",

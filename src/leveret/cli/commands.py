@@ -306,9 +306,34 @@ def _geometry(args, scan: ScanInput, center):
                                     det_spacing=args.det_spacing, row_spacing=args.row_spacing, center=center)
 
 
+def _devices(args) -> dict:
+    """``devices=`` for the reconstruction from --gpus."""
+    if args.gpus is None:
+        return {}
+    if args.scheduler is not None:
+        raise ValueError("--gpus: give it without --scheduler; each Dask worker uses its own GPU")
+    return {"devices": args.gpus}
+
+
 # -- recon -----------------------------------------------------------------------------------------
 
 def recon(args) -> int:
+    """``leveret recon``: with --scheduler, on a Dask cluster connected before any work."""
+    if args.scheduler is None:
+        return _recon(args, None)
+    from ..executors import check_address, connect
+
+    if args.scheduler.strip().lower() != "local":
+        check_address(args.scheduler)
+    if args.dry_run:
+        return _recon(args, None)
+    with connect(args.scheduler, backend=args.backend) as client:
+        _say(args, f"dask: {len(client.nthreads())} worker(s) at {client.scheduler.address}; "
+                   f"dashboard {client.dashboard_link}")
+        return _recon(args, client)
+
+
+def _recon(args, client) -> int:
     import leveret
     from ..io import write_array
     from ..io._common import split_dataset
@@ -325,9 +350,7 @@ def recon(args) -> int:
     _check_backend_flags(args)
     progress = not (args.no_progress or args.quiet)
     options = dict(filter=args.filter, cutoff=args.cutoff, interpolation=args.interpolation,
-                   kernel=args.kernel, precision=_precision(args))
-    if args.gpus is not None:
-        options["devices"] = args.gpus
+                   kernel=args.kernel, precision=_precision(args), **_devices(args))
     if args.chunk_slices is not None and args.chunk_slices < 1:
         raise ValueError(f"chunk_slices: expected a positive number of slices, got {args.chunk_slices}")
 
@@ -339,6 +362,8 @@ def recon(args) -> int:
         data = _sinogram_data(scan)
         if args.center == "auto":
             g = g.replace(center=estimate_center(args, scan)[0].center)
+        if client is not None:
+            _warn(args, "--scheduler: a single sinogram is one slice, reconstructed in this process")
         t0 = time.perf_counter()
         image = leveret.fbp(data, g, backend=args.backend, progress=progress, **options)
         write_array(args.output, image, overwrite=args.overwrite)
@@ -361,13 +386,16 @@ def recon(args) -> int:
     if args.center == "auto":
         g = g.replace(center=estimate_center(args, scan)[0].center)
     _say(args, f"input {scan.source}: {scan.shape} {scan.projections.dtype}; {g!r}")
-    _say(args, the_plan.describe())
-    result = reconstruct_to_file(
-        scan.projections, g, args.output, backend=args.backend, host_memory=args.host_memory,
-        gpu_memory=args.gpu_memory, slab_slices=the_plan.slab_slices, resume=args.resume,
-        overwrite=args.overwrite, compression=compression, progress=progress,
-        params={"input": scan.source}, metadata={"center": g.center, "input": scan.source},
-        **scan.preprocess, **options)
+    run = dict(backend=args.backend, host_memory=args.host_memory, gpu_memory=args.gpu_memory,
+               resume=args.resume, overwrite=args.overwrite, compression=compression, progress=progress,
+               params={"input": scan.source}, metadata={"center": g.center, "input": scan.source},
+               **scan.preprocess, **options)
+    if client is None:
+        _say(args, the_plan.describe())
+        result = reconstruct_to_file(scan.projections, g, args.output, slab_slices=the_plan.slab_slices, **run)
+    else:   # planned for the smallest worker; --slab-slices still caps it
+        result = reconstruct_to_file(scan.projections, g, args.output, slab_slices=args.chunk_slices,
+                                     client=client, on_plan=lambda p: _say(args, p.describe()), **run)
     updates = g.default_volume().size * g.n_angles
     _say(args, result.summary() + f"; {updates / result.seconds / 1e9:.3f} GU/s overall")
     return 0

@@ -37,6 +37,11 @@ class Frozen:
     def __hash__(self):
         return hash((type(self).__name__, self._key()))
 
+    def __reduce__(self):
+        # Rebuilt through the constructor (no __setattr__), so geometries pickle:
+        # Dask and multiprocessing send them to other processes.
+        return (_rebuild, (type(self), {f: getattr(self, f) for f in self._fields}))
+
     def replace(self, **changes):
         """A copy with some constructor arguments changed."""
         kwargs = {f: getattr(self, f) for f in self._fields}
@@ -46,3 +51,8 @@ class Frozen:
                              f"expected some of {list(self._fields)}")
         kwargs.update(changes)
         return type(self)(**kwargs)
+
+
+def _rebuild(cls, kwargs: dict):
+    """``cls(**kwargs)``: how a pickled Frozen object is made again."""
+    return cls(**kwargs)

@@ -527,11 +527,33 @@ class SlabWriter:
             with h5py.File(self.payload, "r+") as f:
                 f[self.dataset][k0:k1] = data
                 f.flush()
-        else:
-            import zarr
-            zarr.open_array(str(self.payload), mode="r+")[k0:k1] = data
-        if self.format not in ("tiff-stack", "npy", "bigtiff"):
+        elif self.format == "zarr":
+            write_region(self.payload, k0, data)
+        if self.format == "hdf5":
             _fsync_path(self.payload)
+
+    def region_store(self) -> Path | None:
+        """The partial zarr store, into which other processes (Dask workers)
+        may write whole slabs with :func:`write_region` while this writer
+        holds the lock; :meth:`record` then records them. None for the other
+        formats, which have one writer: this one."""
+        if self.format != "zarr" or self.chunks[0] != 1:
+            return None
+        return self.payload
+
+    def record(self, start: int, stop: int) -> None:
+        """Record slices ``start:stop``, written into :meth:`region_store` by
+        another process, as done (the manifest is updated on disk)."""
+        if self.region_store() is None:
+            raise ValueError(f"record: a {self.format} output is written through write() only")
+        k0, k1 = int(start), int(stop)
+        if not 0 <= k0 < k1 <= self.shape[0]:
+            raise ValueError(f"start: expected 0 <= start < stop <= {self.shape[0]}, got {start}:{stop}")
+        with self._io:
+            if self._aborted:
+                raise RuntimeError(f"record: the output {str(self.path)!r} was aborted")
+            self._done[k0:k1] = True
+            self._save_manifest()
 
     def slice_name(self, k: int) -> str:
         """File name of slice ``k`` in a TIFF-folder output (``slice_00000.tif``, ...)."""
@@ -584,6 +606,17 @@ class SlabWriter:
     def __repr__(self) -> str:
         return (f"SlabWriter({str(self.path)!r}, {self.format}, shape={self.shape}, {self.dtype}, "
                 f"{int(self._done.sum())}/{self.shape[0]} slices written)")
+
+
+def write_region(store, start: int, data: np.ndarray) -> None:
+    """Write slices ``data`` (k, ny, nx) at ``start`` into the zarr array at
+    ``store`` and flush them to disk. The store must exist (a partial output
+    removed meanwhile is an error, not recreated); with chunks one slice deep,
+    two slabs never share a chunk, so processes may write slabs concurrently."""
+    import zarr
+
+    zarr.open_array(str(store), mode="r+")[int(start):int(start) + data.shape[0]] = data
+    _fsync_path(Path(store))
 
 
 def _seek_write(fd: int, buf, pos: int) -> int:

@@ -1,0 +1,420 @@
+"""Who runs the slabs of an out-of-core reconstruction: this process, or a Dask cluster.
+
+:func:`leveret.outofcore.reconstruct_to_file` plans the slabs and owns the
+output (its lock, the partial output and the resume manifest); an executor
+only runs :func:`leveret.outofcore.reconstruct_slab` on them and hands back
+each slab as it finishes. One plan, two executors:
+
+- :class:`LocalExecutor` runs the slabs one after the other in this process
+  (each slab already uses every core or the GPU).
+- :class:`DaskExecutor` submits them to a ``distributed.Client``: each task
+  carries the input's reader (its path and layout, never the data) and the
+  slab's slice range, and the worker reads the detector rows it needs
+  itself. A zarr output is written by the workers, each slab into its own
+  chunks of the partial store; the other formats have one writer, this
+  process, which takes the finished slabs as they come. A worker that dies
+  costs only its unfinished slabs: Dask runs them again elsewhere.
+
+:func:`connect` opens a client for the command's ``--scheduler``: an address
+of a running scheduler (``tcp://host:8786``), or ``"local"`` for a cluster on
+this host (one worker per GPU with dask-cuda, else CPU worker processes).
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from collections import deque
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+#: Seconds :func:`connect` waits for a scheduler to answer.
+CONNECT_TIMEOUT = 5.0
+#: Slabs in flight per worker thread: enough to keep every worker busy while
+#: a finished slab travels, few enough that finished slabs never pile up in
+#: the workers' memory.
+SLABS_PER_THREAD = 2
+
+
+class OutOfMemoryOnDevice:
+    """A task's answer when the GPU ran out of memory (the driver splits the
+    slab); returned rather than raised so that Dask does not retry it as is."""
+
+    def __init__(self, message: str):
+        self.message = message
+
+
+# -- what a task carries to read its rows ----------------------------------------------------------
+
+class MemmapSource:
+    """A memory-mapped array (``.npy``, uncompressed TIFF, raw) by file name,
+    dtype, shape and offset: it pickles as those, and maps the file again
+    wherever it is unpickled."""
+
+    def __init__(self, filename, dtype, shape, offset: int, order: str):
+        self.filename, self.dtype, self.shape = os.fspath(filename), np.dtype(dtype), tuple(shape)
+        self.offset, self.order = int(offset), order
+
+    def __getitem__(self, key) -> np.ndarray:
+        mapped = np.memmap(self.filename, dtype=self.dtype, mode="r", offset=self.offset, shape=self.shape,
+                           order=self.order)
+        return np.array(mapped[key])
+
+    def __repr__(self) -> str:
+        return f"MemmapSource({self.filename!r}, shape={self.shape}, dtype={self.dtype})"
+
+
+def remote_source(projections):
+    """What a task may carry to read ``projections`` in another process: the
+    lazy reader itself when it holds only a path (TIFF stacks, HDF5 datasets
+    and frames, zarr arrays), a :class:`MemmapSource` for a memory-mapped
+    file, each with absolute paths (a worker's working folder is not this
+    process's); None for an array in this process's memory (its rows then
+    travel with each task)."""
+    import copy
+
+    from .io._common import LazyStack
+
+    if isinstance(projections, LazyStack):
+        reader = copy.copy(projections)
+        if hasattr(reader, "files"):          # a TIFF stack
+            reader.files = [Path(os.path.abspath(f)) for f in reader.files]
+        if hasattr(reader, "path"):           # an HDF5 dataset, or frames of one
+            reader.path = type(reader.path)(os.path.abspath(reader.path))
+        return reader
+    if type(projections).__module__.startswith("zarr"):
+        root = getattr(projections.store, "root", None)     # a local store: opened again by absolute path
+        if root is None:
+            return projections
+        import zarr
+        return zarr.open_array(os.path.abspath(root), mode="r", path=projections.path or None)
+    if isinstance(projections, np.memmap) and projections.filename is not None:
+        import mmap
+        if isinstance(projections.base, mmap.mmap):     # the whole mapping, not a view of it
+            order = "F" if projections.flags.f_contiguous and not projections.flags.c_contiguous else "C"
+            return MemmapSource(os.path.abspath(projections.filename), projections.dtype, projections.shape,
+                                projections.offset, order)
+    return None
+
+
+class Rows:
+    """Detector rows ``r0:r0 + len`` of every projection, read here and sent
+    with a task (for projections held in memory), indexed as the whole."""
+
+    def __init__(self, r0: int, data: np.ndarray):
+        self.r0, self.data = int(r0), data
+
+    def __getitem__(self, key) -> np.ndarray:
+        angles, rows, cols = key
+        return self.data[angles, rows.start - self.r0:rows.stop - self.r0, cols]
+
+
+# -- the task --------------------------------------------------------------------------------------
+
+def run_slab(source, geometry, volume, region, *, store=None, **kwargs):
+    """Reconstruct ``region = (k0, k1)``, reading its rows from ``source``.
+
+    With ``store`` (a zarr store's path) the slab is written there and
+    ``region`` is returned; otherwise the slab itself. A GPU out of memory
+    gives :class:`OutOfMemoryOnDevice`. ``source`` is anything indexed as
+    ``source[:, r0:r1, :]``: the projections, or :class:`Rows` of them.
+    """
+    from .outofcore import _free_gpu_pool, is_gpu_out_of_memory, reconstruct_slab, slab_rows
+
+    k0, k1 = region
+    rows = slab_rows(geometry, volume, region)
+    try:
+        if rows is None:    # the slab projects off the detector: nothing measured there
+            slab = np.zeros((k1 - k0, volume.ny, volume.nx), np.float32)
+        else:
+            r0, r1 = rows
+            data = np.asarray(source[:, r0:r1, :])
+            slab = reconstruct_slab(data, geometry, volume, region, rows=rows, **kwargs)
+    except Exception as exc:
+        if not is_gpu_out_of_memory(exc):
+            raise
+        _free_gpu_pool()
+        return OutOfMemoryOnDevice(str(exc))
+    if store is None:
+        return slab
+    from .io.slabs import write_region
+    write_region(store, k0, slab)
+    return region
+
+
+# -- executors -------------------------------------------------------------------------------------
+
+class LocalExecutor:
+    """Run the slabs in this process, one after the other, in the order given."""
+
+    name = "local"
+
+    def __init__(self):
+        self._queue: deque = deque()
+
+    def start(self, projections, geometry, volume, *, store=None, **kwargs) -> None:
+        self._args = (projections, geometry, volume)
+        self._kwargs = kwargs
+
+    def submit(self, region, *, first: bool = False) -> None:
+        """Queue ``region``; ``first``: before the slabs already queued."""
+        (self._queue.appendleft if first else self._queue.append)(tuple(region))
+
+    def completed(self) -> Iterator[tuple[tuple[int, int], object]]:
+        """``(region, slab)`` for each slab, in order; slabs submitted meanwhile included."""
+        while self._queue:
+            region = self._queue.popleft()
+            yield region, run_slab(*self._args, region, **self._kwargs)
+
+    def cancel(self) -> None:
+        self._queue.clear()
+
+
+class DaskExecutor:
+    """Run the slabs on a Dask cluster through ``client`` (a ``distributed.Client``).
+
+    Parameters
+    ----------
+    client : distributed.Client
+    retries : int
+        Times Dask runs a slab again after it raised (a worker's file system
+        hiccup, a lost connection). A slab whose worker died is run again
+        anyway.
+    """
+
+    name = "dask"
+
+    def __init__(self, client, *, retries: int = 2):
+        if isinstance(retries, bool) or not isinstance(retries, (int, np.integer)) or retries < 0:
+            raise ValueError(f"retries: expected a number of retries >= 0, got {retries!r}")
+        self.client = client
+        self.retries = int(retries)
+        self._futures: dict = {}
+        self._waiting: deque = deque()
+        self._store = None
+
+    def capacity(self, backend: str) -> dict:
+        """What the smallest worker offers: ``backend`` resolved there, and
+        memory per worker thread (host, and GPU when CUDA)."""
+        info = self.client.scheduler_info(n_workers=-1)["workers"] if _takes_n_workers(self.client) \
+            else self.client.scheduler_info()["workers"]
+        if not info:
+            raise ValueError(f"client: the Dask cluster at {self.client.scheduler.address} has no workers; "
+                             "start some with 'dask worker ADDRESS' or 'dask cuda worker ADDRESS'")
+        try:
+            found = self.client.run(_worker_capacity, backend)
+        except ImportError as exc:
+            raise ValueError(f"client: a Dask worker cannot import leveret ({exc}); install the same "
+                             "leveret on every worker") from None
+        backends = {v["backend"] for v in found.values()}
+        if len(backends) > 1:
+            raise ValueError(f"backend: the Dask workers resolve {backend!r} differently ({sorted(backends)}); "
+                             "give backend='cuda' or 'cpu'")
+        threads = {w: max(1, int(i.get("nthreads", 1))) for w, i in info.items()}
+        host = min((i.get("memory_limit") or found.get(w, {}).get("host", 0) or 0) / threads[w]
+                   for w, i in info.items())
+        gpus = [v["gpu"] for v in found.values() if v["gpu"] is not None]
+        return {"backend": backends.pop(), "host": int(host), "gpu": min(gpus) if gpus else None}
+
+    def start(self, projections, geometry, volume, *, store=None, **kwargs) -> None:
+        source = remote_source(projections)
+        self._projections = None if source is not None else projections
+        self._source = source
+        self._store = None if store is None else os.path.abspath(store)
+        for name in ("flats", "darks"):      # sent to every worker once, not with each task
+            if kwargs.get(name) is not None:
+                kwargs[name] = self.client.scatter(np.asarray(kwargs[name]), broadcast=True, hash=True)
+        self._args = (geometry, volume)
+        self._kwargs = kwargs
+        threads = sum(self.client.nthreads().values()) or 1
+        self._window = SLABS_PER_THREAD * threads
+        from distributed import as_completed
+        self._done = as_completed()
+        log.info("dask: %d worker thread(s); dashboard %s", threads, self.client.dashboard_link)
+
+    def submit(self, region, *, first: bool = False) -> None:
+        """Queue ``region``; ``first``: before the slabs not yet sent to the cluster."""
+        (self._waiting.appendleft if first else self._waiting.append)(tuple(region))
+        self._fill()
+
+    def _fill(self) -> None:
+        while self._waiting and len(self._futures) < self._window:
+            region = self._waiting.popleft()
+            source = self._source
+            if source is None:      # an in-memory array: its rows go with the task
+                from .outofcore import slab_rows
+                rows = slab_rows(*self._args, region)
+                source = None if rows is None else Rows(rows[0], np.asarray(
+                    self._projections[:, rows[0]:rows[1], :]))
+            geometry, volume = self._args
+            future = self.client.submit(run_slab, source, geometry, volume, region, store=self._store,
+                                        retries=self.retries, pure=False, **self._kwargs)
+            self._futures[future] = region
+            self._done.add(future)
+
+    def completed(self) -> Iterator[tuple[tuple[int, int], object]]:
+        """``(region, slab)`` (or ``(region, region)`` for a slab written by its
+        worker) as slabs finish, in any order; slabs submitted meanwhile included."""
+        while self._futures:
+            future = next(self._done)
+            region = self._futures.pop(future)
+            result = future.result()         # raises the task's error after its retries
+            future.release()
+            self._fill()
+            yield region, result
+
+    def cancel(self) -> None:
+        """Cancel the slabs not finished yet (a running one finishes on its worker)."""
+        self._waiting.clear()
+        futures, self._futures = list(self._futures), {}
+        if futures:
+            with contextlib.suppress(Exception):     # a client already closed has nothing running
+                self.client.cancel(futures)
+
+
+def _takes_n_workers(client) -> bool:
+    import inspect
+    return "n_workers" in inspect.signature(client.scheduler_info).parameters
+
+
+def _worker_capacity(backend: str) -> dict:
+    """Run on each worker: the backend ``backend`` resolves to there, its
+    available host memory and free GPU memory."""
+    from .backends import resolve
+    from .memory import gpu_free_bytes, host_available_bytes
+
+    resolved = resolve(backend)
+    return {"backend": resolved, "host": int(host_available_bytes()),
+            "gpu": int(gpu_free_bytes()) if resolved == "cuda" else None}
+
+
+# -- the command's --scheduler ---------------------------------------------------------------------
+
+def _missing_distributed() -> ValueError:
+    return ValueError('scheduler: running on a Dask cluster needs the distributed package; '
+                      'pip install "leveret[cluster]"')
+
+
+@contextlib.contextmanager
+def connect(scheduler: str, *, backend: str = "auto", timeout: float = CONNECT_TIMEOUT):
+    """A ``distributed.Client`` for ``scheduler``, closed (with the cluster
+    it started) on leaving the ``with`` block.
+
+    Parameters
+    ----------
+    scheduler : str
+        ``"local"``: start a cluster on this host, a ``dask_cuda.LocalCUDACluster``
+        (one worker per GPU) when ``backend`` resolves to CUDA, else a
+        ``distributed.LocalCluster`` of CPU worker processes. Otherwise the
+        address of a running scheduler, ``tcp://host:8786``.
+    backend : {"auto", "cuda", "cpu"}
+    timeout : float
+        Seconds to wait for the scheduler to answer.
+
+    Raises
+    ------
+    ValueError
+        ``distributed`` (or for CUDA, ``dask_cuda``) is not installed, the
+        address is malformed, or no scheduler answers there in time; the
+        message starts with ``scheduler:``.
+    """
+    try:
+        from distributed import Client, LocalCluster
+    except ImportError:
+        raise _missing_distributed() from None
+    text = str(scheduler).strip()
+    cluster = None
+    if text.lower() == "local":
+        from .backends import resolve
+        if resolve(backend) == "cuda":
+            try:
+                from dask_cuda import LocalCUDACluster
+            except ImportError:
+                raise ValueError('scheduler: a local cluster of GPU workers needs dask-cuda; '
+                                 'pip install "leveret[cluster]"') from None
+            cluster = LocalCUDACluster()
+        else:
+            cluster = _local_cpu_cluster(LocalCluster)
+        client = Client(cluster)
+    else:
+        address = _check_address(text)
+        _probe(address, timeout)     # a clear error now, not a client half made
+        client = Client(address, timeout=f"{timeout}s")
+    from .io.atomic import register_cleanup, unregister_cleanup
+    if cluster is not None:     # an interrupted command stops the workers it started
+        register_cleanup(id(cluster), cluster.close)
+    try:
+        yield client
+    finally:
+        client.close()
+        if cluster is not None:
+            unregister_cleanup(id(cluster))
+            cluster.close()
+
+
+#: Most CPU worker processes ``--scheduler local`` starts (each slab already uses several cores).
+LOCAL_CPU_WORKERS = 4
+
+
+def _local_cpu_cluster(LocalCluster):
+    """CPU worker processes on this host, the cores shared out among them (each
+    worker's Numba threads), so that concurrent slabs do not oversubscribe them."""
+    cores = os.cpu_count() or 1
+    n = max(1, min(LOCAL_CPU_WORKERS, cores))
+    return LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
+                        env={"NUMBA_NUM_THREADS": str(max(1, cores // n))})
+
+
+def check_address(text: str) -> str:
+    """``text`` as a scheduler address (``tcp://`` added when no scheme is
+    given); ValueError naming ``scheduler`` if it is none."""
+    try:
+        import distributed  # noqa: F401
+    except ImportError:
+        raise _missing_distributed() from None
+    return _check_address(text)
+
+
+def _check_address(text: str) -> str:
+    from distributed.comm import parse_address
+    from distributed.comm.addressing import parse_host_port
+
+    expected = f"scheduler: expected 'local' or a Dask scheduler's address such as tcp://HOST:8786, got {text!r}"
+    address = text if "://" in text else f"tcp://{text}"
+    try:
+        scheme, location = parse_address(address)
+        host, port = parse_host_port(location)
+    except (ValueError, TypeError):
+        raise ValueError(expected) from None
+    from distributed.comm.registry import backends
+    if scheme not in backends or not host or not port:
+        raise ValueError(expected)
+    return address
+
+
+def _probe(address: str, timeout: float) -> None:
+    import asyncio
+
+    from distributed.core import rpc
+
+    async def identity():
+        remote = rpc(address, timeout=timeout)
+        try:
+            return await asyncio.wait_for(remote.identity(), timeout)
+        finally:
+            await remote.close_rpc()
+
+    try:
+        reply = asyncio.run(identity())
+    except (OSError, asyncio.TimeoutError, EOFError):
+        raise ValueError(f"scheduler: no Dask scheduler answered at {address} within {timeout:g} s; "
+                         "start one with 'dask scheduler', or give 'local'") from None
+    except Exception as exc:    # something answered, but not a scheduler
+        raise ValueError(f"scheduler: {address} did not answer as a Dask scheduler ({exc})") from None
+    if not isinstance(reply, dict) or reply.get("type") != "Scheduler":
+        raise ValueError(f"scheduler: {address} is not a Dask scheduler (it is a "
+                         f"{reply.get('type') if isinstance(reply, dict) else 'different service'})")
