@@ -20,10 +20,10 @@ each application::
     ...compute into res...
     return self._finish(res, out)                             # copied to the host if needed
 
-``Projector`` (leveret.operators.projector) can inherit it the same way: call
-``Operator.__init__`` in its constructor, set ``_repr_fields = ("model",
-"dtype")``, and replace its own ``_input``/``_output`` with these (its
-dtype conversion and shape check stay in the subclass).
+``Projector`` (leveret.operators.projector) inherits the backend resolution
+and the repr; its ``_input``/``_output`` keep the same policy with its
+stricter needs on top (its working dtype, C-contiguous arrays, the shapes of
+both sides, several devices).
 """
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ import numba
 import numpy as np
 
 from .. import _validate as v
-from ..backends import resolve
+from ._base import Operator
 from ..devices import parse as parse_devices
 from ..geometry import ConeGeometry, ParallelGeometry, VolumeGeometry
 
@@ -86,7 +86,7 @@ class _Transpose:
         return f"{self.T!r}.T"
 
 
-class Projector:
+class Projector(Operator):
     """Ray-driven linear projector ``A`` (line integrals) with its exact transpose.
 
     ``A(x)`` maps a volume to projections, ``A.T(y)`` maps projections back;
@@ -228,7 +228,7 @@ class Projector:
                              f"(squared lengths must fit); use smaller units or precision='float64'")
         if structured not in ("auto", True, False):
             raise ValueError(f"structured: expected 'auto', True or False, got {structured!r}")
-        self.backend = resolve(v.choice("backend", backend, ("auto", "cuda", "cpu")))
+        Operator.__init__(self, geometry, volume, v.choice("backend", backend, ("auto", "cuda", "cpu")))
         if structured is True and self.backend != "cuda":
             raise ValueError("structured: True needs backend='cuda' (the structured path is a GPU kernel)")
         transpose = v.choice("transpose", transpose, ("auto", "voxel", "atomic"))
@@ -240,8 +240,6 @@ class Projector:
             raise ValueError(f"devices: runs on CUDA GPUs, but this projector's backend is 'cpu' "
                              f"(backend={backend!r}); use backend='cuda' or devices=None")
         self._device_tracers: dict = {}   # (device, first view, stop view) -> CudaRaytracer there
-        self.geometry = geometry
-        self.volume = volume
         self.projection_shape = tuple(geometry.projection_shape)
         self._views = np.arange(self.projection_shape[0])
         # The CPU's ray tables (48 bytes per detector pixel); the GPU rebuilds rays from
@@ -478,7 +476,13 @@ class Projector:
         from ..cpu import raytrace
         return raytrace.SIDDON if self.model == "siddon" else raytrace.JOSEPH
 
+    _repr_fields = ("model", "precision")
+
+    @property
+    def precision(self) -> str:
+        """The working precision, "float32" or "float64"."""
+        return self.dtype.name
+
     def __repr__(self) -> str:
-        return (f"Projector({type(self.geometry).__name__}, volume {self.volume.shape}, "
-                f"model={self.model!r}, {self.dtype}, projections {self.projection_shape}"
-                f"{'' if self.devices is None else f', devices={self.devices!r}'})")
+        text = super().__repr__()
+        return text if self.devices is None else f"{text[:-1]}, devices={self.devices!r})"
