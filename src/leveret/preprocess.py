@@ -3,7 +3,7 @@ centre-of-rotation estimation, zinger removal and stripe (ring) suppression.
 
 Arrays are NumPy or CuPy (CuPy in, CuPy out); projections are
 ``(n_angles, n_rows, n_cols)`` or sinograms ``(n_angles, n_cols)`` as in
-CONVENTIONS.md.
+docs/conventions.md.
 """
 from __future__ import annotations
 
@@ -202,7 +202,7 @@ class CenterEstimate(NamedTuple):
     """Result of :func:`find_center`.
 
     center : float
-        Rotation axis in column pixels (CONVENTIONS.md: column ``c`` sits at
+        Rotation axis in column pixels (docs/conventions.md: column ``c`` sits at
         ``s = (c - center) det_spacing``), i.e. the ``center`` to give
         :class:`leveret.ParallelGeometry`.
     confidence : float

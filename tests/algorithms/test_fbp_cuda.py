@@ -19,9 +19,9 @@ TEXTURE_VS_EXACT_PHANTOM = 1e-3
 
 @pytest.fixture(autouse=True)
 def _texture_kernel(monkeypatch):
-    """These tests check issue 2's texture path against the CPU's linear8; since
-    issue 4 "auto" runs the exact ALU kernel where it fits, so they ask for the
-    texture kernel (the defaults are tested in test_parallel_kernels_gpu.py)."""
+    """These tests check the texture kernel against the CPU's linear8; "auto"
+    runs the exact ALU kernel where it fits, so they ask for the texture kernel
+    (the defaults are tested in test_parallel_kernels_gpu.py)."""
     monkeypatch.setenv("LEVERET_PARALLEL_KERNEL", "texture")
 
 

@@ -23,9 +23,9 @@ TEXTURE_VS_EXACT_ONE_ANGLE = 5e-3
 
 @pytest.fixture(autouse=True)
 def _texture_kernel(monkeypatch):
-    """These tests check issue 2's texture path against the CPU's linear8; since
-    issue 4 "auto" runs the exact ALU kernel where it fits, so they ask for the
-    texture kernel (the defaults are tested in test_parallel_kernels_gpu.py)."""
+    """These tests check the texture kernel against the CPU's linear8; "auto"
+    runs the exact ALU kernel where it fits, so they ask for the texture kernel
+    (the defaults are tested in test_parallel_kernels_gpu.py)."""
     monkeypatch.setenv("LEVERET_PARALLEL_KERNEL", "texture")
 
 
@@ -36,7 +36,7 @@ TEXTURE_VS_EXACT_SMOOTH = 2e-4
 
 
 def reference_backprojection(sinos, geometry, volume, nearest=False):
-    """Straight float64 transcription of CONVENTIONS.md with np.interp."""
+    """Straight float64 transcription of docs/conventions.md with np.interp."""
     x = volume.coordinates("x")[None, :]
     y = volume.coordinates("y")[:, None]
     n_slices = sinos.shape[0]

@@ -1,4 +1,4 @@
-"""Issue 4 kernels, CPU side: fp16 packing, ROI geometry, the ALU kernel's
+"""The parallel-beam kernels, CPU side: fp16 packing, ROI geometry, the ALU kernel's
 cache arithmetic (emulated in NumPy float32 against the exact reference), the
 fast mode's error bound, and the tuner's cache logic with a fake timer."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 4 kernels on the GPU, each against the CPU path that interpolates the
+"""The parallel-beam CUDA kernels, each against the CPU path that interpolates the
 same way: texture kernels (texture, texz; float, float2) vs CPU linear8 / nearest,
 fp16 texels (half2, half4) vs the CPU's fp16 round trip + linear8, the ALU kernel
 vs the exact CPU reference, the hybrid vs the tile-by-tile mix of both. Outputs

@@ -3,7 +3,7 @@
 Formats: folders (or glob patterns) of 2D TIFFs, single and multi-page TIFF,
 ``.npy`` and HDF5 datasets. Every writer is atomic: an output exists complete
 or not at all. Readers return NumPy arrays in their stored dtype; stacks are
-``(n_images, n_rows, n_cols)`` as in CONVENTIONS.md.
+``(n_images, n_rows, n_cols)`` as in docs/conventions.md.
 
 - :func:`read_array` / :func:`write_array`: arrays, dispatched on the path.
 - :func:`read_raw`: headerless binary, memory-mapped, of a given dtype/shape/offset.
