@@ -19,36 +19,14 @@ sum. Axial slices on the volume's grid go through
 from __future__ import annotations
 
 import functools
-import math
 from pathlib import Path
 
 import numba
 import numpy as np
 
+from ..cpu.backproject_cone import _bilinear_zero_padded   # the CPU mirror's bilinear fetch, zero outside
+
 BLOCK = 256   # threads per CUDA block
-
-
-@numba.njit(inline="always")
-def _bilinear(q, n, row, col):
-    n_rows, n_cols = q.shape[1], q.shape[2]
-    fr = math.floor(row)
-    fc = math.floor(col)
-    r0 = int(fr)
-    c0 = int(fc)
-    b = row - fr
-    a = col - fc
-    out = 0.0
-    if 0 <= r0 < n_rows:
-        if 0 <= c0 < n_cols:
-            out += (1.0 - a) * (1.0 - b) * q[n, r0, c0]
-        if 0 <= c0 + 1 < n_cols:
-            out += a * (1.0 - b) * q[n, r0, c0 + 1]
-    if 0 <= r0 + 1 < n_rows:
-        if 0 <= c0 < n_cols:
-            out += (1.0 - a) * b * q[n, r0 + 1, c0]
-        if 0 <= c0 + 1 < n_cols:
-            out += a * b * q[n, r0 + 1, c0 + 1]
-    return out
 
 
 # Points go in blocks (a slice's rows): each thread takes a block and walks the
@@ -67,7 +45,7 @@ def _parallel_points(q, views, params, coef, points, out, row_scale, row_offset,
             for p in range(p0, p1):
                 row = points[p, 2] * row_scale + row_offset
                 col = points[p, 0] * a + points[p, 1] * b + c
-                acc[p - p0] += w * _bilinear(q, n, row, col)
+                acc[p - p0] += w * _bilinear_zero_padded(q[n], col, row)
         for p in range(p0, p1):
             out[p] += acc[p - p0]
 
@@ -90,7 +68,7 @@ def _cone_points(q, views, params, coef, points, out, block):
                 inv = 1.0 / w
                 u = (m[0, 0] * x + m[0, 1] * y + m[0, 2] * z + m[0, 3]) * inv
                 v = (m[1, 0] * x + m[1, 1] * y + m[1, 2] * z + m[1, 3]) * inv
-                acc[p - p0] += coef[k] * _bilinear(q, n, v, u) * inv * inv
+                acc[p - p0] += coef[k] * _bilinear_zero_padded(q[n], u, v) * inv * inv
         for p in range(p0, p1):
             out[p] += acc[p - p0]
 
