@@ -18,7 +18,7 @@ Examples::
 
     python bench/bench_live.py --backend cpu --cols 512 --rows 512 --rate 200
     python bench/bench_live.py --backend cuda --cols 2048 --rows 2048 --frames 1500 --rate 2000 \\
-        --storage float16 --json live.json
+        --storage float16 --out live.json
 """
 from __future__ import annotations
 
@@ -165,7 +165,7 @@ def main(argv=None) -> int:
     p.add_argument("--rate", type=float, default=200.0, help="produced frames per second")
     p.add_argument("--batch", type=int, default=64, help="at most this many frames per add")
     p.add_argument("--storage", default="float32", choices=("float32", "float16"))
-    p.add_argument("--json", default=None, help="write the results as JSON")
+    p.add_argument("--out", default=None, help="write the results as JSON to this file")
     args = p.parse_args(argv)
 
     frames, angles = make_frames(args.rows, args.cols, args.frames)
@@ -195,8 +195,8 @@ def main(argv=None) -> int:
     width = max(len(r[0]) for r in rows)
     for name, value in rows:
         print(f"{name:<{width}}  {value}")
-    if args.json:
-        with open(args.json, "w") as f:
+    if args.out:
+        with open(args.out, "w") as f:
             json.dump(result, f, indent=2)
     return 0
 
