@@ -365,7 +365,7 @@ class Projector(Operator):
         (CUDA backend) in, the same kind out."""
         out = self._output("out", out, self.projection_shape, x)
         if self.devices is not None:
-            return self._forward_devices(self._input("x", x, self.volume.shape, upload=False), out)
+            return self._checked("x", self._forward_devices(self._input("x", x, self.volume.shape, upload=False), out))
         x = self._input("x", x, self.volume.shape)
         if self._gpu is not None:
             import cupy
@@ -384,7 +384,8 @@ class Projector(Operator):
         """Transpose ``A^T y``: projections ``projection_shape`` -> volume ``volume.shape``."""
         out = self._output("out", out, self.volume.shape, y)
         if self.devices is not None:
-            return self._adjoint_devices(self._input("y", y, self.projection_shape, upload=False), out)
+            y = self._input("y", y, self.projection_shape, upload=False)
+            return self._checked("y", self._adjoint_devices(y, out))
         y = self._input("y", y, self.projection_shape)
         if self._gpu is not None:
             import cupy
