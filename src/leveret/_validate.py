@@ -251,7 +251,7 @@ def real_array(name: str, arr, shape, layout: str, source: str = "the geometry")
 
 
 # -- the one precision vocabulary (NumPy dtype names) --------------------------------------------
-_OLD_PRECISIONS = {"single": "float32", "exact": "float32", "double": "float64", "fast": "float16"}
+OLD_PRECISIONS = {"single": "float32", "exact": "float32", "double": "float64", "fast": "float16"}
 
 
 def precision(value, options: Sequence[str], name: str = "precision") -> str:
@@ -266,8 +266,8 @@ def precision(value, options: Sequence[str], name: str = "precision") -> str:
             value = np.dtype(value).name
         except TypeError:
             pass
-    elif value.lower() in _OLD_PRECISIONS and _OLD_PRECISIONS[value.lower()] in options:
-        new = _OLD_PRECISIONS[value.lower()]
+    elif value.lower() in OLD_PRECISIONS and OLD_PRECISIONS[value.lower()] in options:
+        new = OLD_PRECISIONS[value.lower()]
         warnings.warn(f"{name}: {value!r} is deprecated, use {new!r}", FutureWarning, stacklevel=3)
         value = new
     return choice(name, value, options)

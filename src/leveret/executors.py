@@ -339,7 +339,11 @@ def connect(scheduler: str, *, backend: str = "auto", timeout: float = CONNECT_T
             cluster = LocalCUDACluster()
         else:
             cluster = _local_cpu_cluster(LocalCluster)
-        client = Client(cluster)
+        try:
+            client = Client(cluster)
+        except BaseException:
+            cluster.close()      # its worker processes would outlive the failed connection
+            raise
     else:
         address = _check_address(text)
         _probe(address, timeout)     # a clear error now, not a client half made

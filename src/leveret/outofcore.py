@@ -103,7 +103,7 @@ def preprocess_rows(raw, rows: tuple[int, int], *, flats=None, darks=None, log_t
     if flats is not None:
         f = np.asarray(flats)[..., r0:r1, :]
         d = np.asarray(darks)[..., r0:r1, :]
-        data = normalize(raw, f, d)
+        data = normalize(raw, f, d, require_valid=False)   # the whole detector was checked at the start
         minus_log(data, min_transmission=min_transmission, out=data)
     else:
         data = np.asarray(raw)

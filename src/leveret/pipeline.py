@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Iterable, Sequence
@@ -38,6 +39,7 @@ import numpy as np
 _COPY_THREADS = max(1, min(8, (os.cpu_count() or 2) // 2))
 _copy_pool: ThreadPoolExecutor | None = None
 _copy_pool_size = 0
+_copy_pool_lock = threading.Lock()
 STATS_KEYS = ("wall", "setup", "chunks", "load", "store", "h2d", "compute", "d2h")
 
 
@@ -55,12 +57,13 @@ def copy_threads_for(pipelines: int) -> None:
     GPU would otherwise take threads from the others'. Never shrinks."""
     global _copy_pool, _copy_pool_size
     want = max(_COPY_THREADS, min(_COPY_THREADS * max(1, int(pipelines)), os.cpu_count() or 1))
-    if _copy_pool is not None and _copy_pool_size >= want:
-        return
-    old, _copy_pool = _copy_pool, ThreadPoolExecutor(want, thread_name_prefix="leveret-copy")
-    _copy_pool_size = want
-    if old is not None:
-        old.shutdown(wait=False)   # its running copies finish; new ones go to the new pool
+    with _copy_pool_lock:
+        if _copy_pool is not None and _copy_pool_size >= want:
+            return
+        # The old pool is dropped, not shut down: a thread that took it before the swap may still
+        # submit to it; its idle threads end when it is collected.
+        _copy_pool = ThreadPoolExecutor(want, thread_name_prefix="leveret-copy")
+        _copy_pool_size = want
 
 
 def parallel_copy(dst: np.ndarray, src: np.ndarray) -> None:
@@ -77,8 +80,9 @@ def parallel_copy(dst: np.ndarray, src: np.ndarray) -> None:
         return
     if _copy_pool is None:
         copy_threads_for(1)
+    pool = _copy_pool          # read once: another thread may swap in a larger pool
     bounds = np.linspace(0, n, parts + 1).astype(int)
-    futures = [_copy_pool.submit(dst[a:b].__setitem__, Ellipsis, src[a:b])
+    futures = [pool.submit(dst[a:b].__setitem__, Ellipsis, src[a:b])
                for a, b in zip(bounds[:-1], bounds[1:])]
     for f in futures:
         f.result()

@@ -19,7 +19,7 @@ from ._validate import array_module, choice, finite_float, finite_vector, positi
 DEAD_PIXEL_TRANSMISSION = 1.0
 
 
-def normalize(projections, flats, darks, *, out=None):
+def normalize(projections, flats, darks, *, out=None, require_valid: bool = True):
     """Flat- and dark-field correction: ``(projections - dark) / (flat - dark)``.
 
     Parameters
@@ -31,6 +31,11 @@ def normalize(projections, flats, darks, *, out=None):
     out : array, optional
         float32 array of ``projections.shape`` (same array library) to write
         into; it may be ``projections`` itself when that is float32 (in place).
+    require_valid : bool
+        Refuse flats/darks without a single valid pixel in these rows (a
+        swapped or empty flat). Callers that checked the whole detector once
+        (the slab driver, live reconstruction) pass False: a slab of rows
+        outside the beam is legitimate there.
 
     Returns
     -------
@@ -61,7 +66,7 @@ def normalize(projections, flats, darks, *, out=None):
 
     denom = flat - dark
     valid = denom > 0  # False for NaN too
-    if not bool(valid.any()):
+    if require_valid and not bool(valid.any()):
         raise ValueError("flats: the flat field is nowhere brighter than the dark field (or not finite) "
                          "in these detector rows: every projection would become zero attenuation; "
                          "check that --flat and --dark are not swapped")

@@ -71,6 +71,9 @@ def is_command() -> bool:
     ``python -m leveret ...``), not a program importing the library."""
     import os
     import sys
+    import multiprocessing
+    if multiprocessing.parent_process() is not None:
+        return False      # a worker the command started (Dask, a pool) inherits argv, not the command
     argv0 = os.path.basename(sys.argv[0]) if sys.argv else ""
     orig = list(getattr(sys, "orig_argv", []))
     as_module = any(a == "-m" and b == "leveret" for a, b in zip(orig, orig[1:]))

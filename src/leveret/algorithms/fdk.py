@@ -165,8 +165,8 @@ def _fdk_devices(devices, projections, geometry, volume, slabs, *, progress, sta
         copy_threads_for(len(devices))
     dtype = settings["dtype"]
     if input_on_gpu:
-        home = projections.device.id
-        cupy.cuda.get_current_stream().synchronize()   # the input is complete before other streams read it
+        with cupy.cuda.Device(projections.device.id):   # the input is complete before other streams read it
+            cupy.cuda.get_current_stream().synchronize()
         out = cupy.zeros(volume.shape, dtype)
     else:
         out = np.zeros(volume.shape, dtype)

@@ -289,7 +289,8 @@ class _Job:
         from .. import devices as dv
 
         home = self.stack.device.id
-        cupy.cuda.get_current_stream().synchronize()   # the input is complete before other streams read it
+        with cupy.cuda.Device(home):
+            cupy.cuda.get_current_stream().synchronize()   # the input is complete before other streams read it
         bar_lock = threading.Lock()
 
         def work(worker, k0, k1):
@@ -304,9 +305,9 @@ class _Job:
             dst = self.out3[k0:k1]
             if dst.flags.c_contiguous:
                 dv.copy_to(dst, res)
-            else:
-                res = dv.to_device(res, home)
-                with cupy.cuda.Device(home):
+            else:     # a strided output: written on the output's own GPU
+                res = dv.to_device(res, dst.device.id)
+                with cupy.cuda.Device(dst.device.id):
                     dst[...] = res
                     cupy.cuda.get_current_stream().synchronize()
             with bar_lock:

@@ -378,7 +378,8 @@ def _fbp_devices(devices, projections, geometry, volume, response, row_scale, dt
         source = np.ascontiguousarray(projections, dtype=up)
         out = np.empty(volume.shape, dtype)
     else:
-        cupy.cuda.get_current_stream().synchronize()   # the input is complete before other streams read it
+        with cupy.cuda.Device(projections.device.id):   # the input is complete before other streams read it
+            cupy.cuda.get_current_stream().synchronize()
         source = dv.contiguous(projections)
         out = cupy.empty(volume.shape, dtype)
     step = 4 * max(1, -(-nz // (4 * 4 * len(devices))))    # about 4 slabs per GPU

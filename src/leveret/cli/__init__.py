@@ -26,6 +26,7 @@ import re
 import sys
 import threading
 
+from .._validate import OLD_PRECISIONS
 from . import live
 from .config import apply_config, load_config
 
@@ -127,7 +128,6 @@ def _precision(text) -> str:
 
 
 PRECISIONS = ("float32", "float64", "float16")
-OLD_PRECISIONS = {"exact": "float32", "single": "float32", "double": "float64", "fast": "float16"}
 
 # Library arguments that can name themselves in an error, and the flag a user of the
 # command gives instead ("center: ..." -> "--center: ...", "pass overwrite=True" -> "pass --overwrite").

@@ -114,7 +114,7 @@ def _relative_to_file(dest: str, value, folder: str):
     if (dest not in PATH_OPTIONS and dest != "angles") or not isinstance(value, str) or not value:
         return value
     if os.path.isabs(os.path.expanduser(value)):
-        return value
+        return os.path.expanduser(value)
     joined = os.path.join(folder, value)       # keeps a trailing "/" (a folder output)
     if dest == "angles" and _ANGLE_RANGE.fullmatch(value) and not os.path.isfile(joined):
         return value                           # a range; an existing file wins, as in read_angles

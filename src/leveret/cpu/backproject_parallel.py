@@ -26,7 +26,7 @@ linear8
     the weight rounded to 8 fractional bits. It reproduces a hardware-filtered
     fetch to float rounding, so CPU and GPU can be compared to 1e-5.
 linear8-fp16
-    linear8 on fp16 texels (the "fast" mode's half2/half4 textures; the
+    linear8 on fp16 texels (precision="float16"'s half2/half4 textures; the
     caller rounds the sinograms to float16): the texture unit returns the
     filtered value of 16-bit float texels rounded to float16 as well, so each
     sample is computed exactly (float64: 11-bit values times 9-bit weights)

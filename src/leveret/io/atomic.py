@@ -119,8 +119,12 @@ class OutputLock:
             if same:
                 break
             os.close(fd)    # the previous owner removed this file as we locked it: try again
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())
+        try:
+            os.ftruncate(fd, 0)
+            os.write(fd, f"{os.getpid()}\n".encode())
+        except BaseException:
+            os.close(fd)    # closing drops the lock: a failed acquire holds nothing
+            raise
         self._fd = fd
         return self
 

@@ -108,7 +108,9 @@ def input_fingerprint(source: str | os.PathLike, *, blocks: int = 8, block_size:
     text = os.fspath(source)
     p, _ = split_dataset(text, None)
     if p.is_dir():
-        files = sorted(f for f in p.rglob("*") if f.is_file())
+        # hidden files are not data (the folder reader skips them; an output's own .partial/.lock may sit here)
+        files = sorted(f for f in p.rglob("*") if f.is_file()
+                       and not any(part.startswith(".") for part in f.relative_to(p).parts))
     elif p.exists():
         files = [p]
     else:
@@ -234,9 +236,10 @@ class SlabWriter:
         # interrupted: abort waits for a slab being written, and no slab is
         # written after it.
         self._io = threading.Lock()
-        self._lock = OutputLock(self.path).acquire()    # before touching the partial output
         self._created = False     # set once _open makes a new partial output
+        self._lock = OutputLock(self.path)
         try:
+            self._lock.acquire()      # before touching the partial output
             self._open()
         except BaseException as exc:
             if self._created:        # nothing of value in it; a taken-over one is kept
@@ -338,6 +341,11 @@ class SlabWriter:
         except (OSError, ValueError) as exc:
             log.warning("partial output %s has no readable manifest (%s): starting afresh", self.partial, exc)
             return False
+        mine = self._manifest()
+        for key in ("version", "format", "shape", "dtype", "dataset"):
+            if m.get(key) != mine[key]:
+                raise ValueError(f"resume: the partial output {str(self.partial)!r} has {key} "
+                                 f"{m.get(key)!r}, this job {mine[key]!r}")
         if self.fingerprint is not None and m.get("input") != self.fingerprint:
             raise ValueError(
                 f"resume: the input changed since the partial output {str(self.partial)!r} was written "
@@ -347,11 +355,6 @@ class SlabWriter:
             raise ValueError(
                 f"resume: the partial output {str(self.partial)!r} belongs to a job with different "
                 "parameters (input, geometry, filter, ...); run without resume to start afresh")
-        mine = self._manifest()
-        for key in ("version", "format", "shape", "dtype", "dataset"):
-            if m.get(key) != mine[key]:
-                raise ValueError(f"resume: the partial output {str(self.partial)!r} has {key} "
-                                 f"{m.get(key)!r}, this job {mine[key]!r}")
         self._offset = int(m.get("offset") or 0)
         if not self.payload.exists() or not self._payload_readable():
             log.warning("partial output %s lost its data: starting afresh", self.partial)
@@ -434,7 +437,7 @@ class SlabWriter:
                 try:
                     os.posix_fallocate(fd, 0, size)
                 except OSError as exc:
-                    if exc.errno in (getattr(os, "EOPNOTSUPP", 95), 22, 95):   # not supported here
+                    if exc.errno in (errno.EOPNOTSUPP, errno.EINVAL):   # not supported by this file system
                         os.ftruncate(fd, size)
                     else:
                         raise
@@ -570,6 +573,8 @@ class SlabWriter:
             missing = _runs(~self._done)
             raise ValueError(f"finish: slices {missing} of {self.path} were never written")
         with self._io:
+            if self._aborted:    # the run was stopped (and the lock released): commit nothing
+                raise RuntimeError(f"finish: the writing of {self.path} was aborted")
             _fsync_path(self.payload)
             if self.payload.is_dir():
                 for f in self.payload.rglob("*"):

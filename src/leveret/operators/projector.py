@@ -419,7 +419,8 @@ class Projector(Operator):
         from .. import devices as dv
         on_gpu = isinstance(x, cupy.ndarray)
         if on_gpu:
-            cupy.cuda.get_current_stream().synchronize()   # x is complete before other streams read it
+            with cupy.cuda.Device(x.device.id):   # x is complete before other streams read it
+                cupy.cuda.get_current_stream().synchronize()
         replicas: dict = {}
         grid3 = self._grid3
 
@@ -448,7 +449,8 @@ class Projector(Operator):
         from .. import devices as dv
         on_gpu = isinstance(y, cupy.ndarray)
         if on_gpu:
-            cupy.cuda.get_current_stream().synchronize()
+            with cupy.cuda.Device(y.device.id):   # y is complete before other streams read it
+                cupy.cuda.get_current_stream().synchronize()
         partials: dict = {}
 
         def work(worker, v0, v1):
