@@ -118,11 +118,13 @@ def test_bad_frames_are_rejected_counted_and_the_rest_go_on(scan):
               Frame(proj[1][:, :-1], 1, angle=angles[1]),                 # wrong shape
               Frame(proj[2].astype(np.complex64), 2, angle=angles[2]),    # wrong dtype
               Frame(proj[3], 3, angle=None),                              # no angle
+              Frame(np.where(np.arange(N) == 7, np.nan, proj[5]).astype(np.float32), 5, angle=angles[5]),
               Frame(proj[4], 4, angle=angles[4])]
     assert rec.add_frames(frames) == 2
-    assert rec.stats.rejected == 3 and rec.stats.received == 2
+    assert rec.stats.rejected == 4 and rec.stats.received == 2
     assert any("shape" in r for r in rec.stats.rejected_reasons)
     assert any("dtype" in r for r in rec.stats.rejected_reasons)
+    assert "NaN or Inf values" in rec.stats.rejected_reasons     # one bad pixel: that frame, not the session
     ref = leveret.fbp(proj[[0, 4]], g.replace(angles=angles[[0, 4]]), vol, backend="cpu")
     assert _err(rec.slices()["xy"], ref[ROWS // 2]) < TOL
 
@@ -168,6 +170,19 @@ def test_cone_slices_equal_fdk_after_the_last_frame():
     assert _err(s["xy"], ref[7]) < TOL
     assert _err(s["xz"], ref[:, 12, :]) < TOL
     assert _err(s["yz"], ref[:, :, 10]) < TOL
+
+
+def test_a_cone_view_received_twice_in_one_batch_keeps_the_slices_finite():
+    """Its angular step within the batch is 0: the weighting must not divide by it."""
+    n, views = 16, 24
+    angles = np.linspace(0, 2 * np.pi, views, endpoint=False)
+    g = leveret.ConeGeometry.circular(angles, 60.0, 120.0, n, n, 2.0)
+    vol = leveret.VolumeGeometry((n, n, n), 1.0)
+    proj = shepp_logan_3d(radius=7).project(g).astype(np.float32)
+    rec = LiveReconstructor(vol, (n, n), beam="cone", backend="cpu")
+    rec.add(proj[:12], matrices=g.matrices[:12])
+    rec.add(proj[[12, 12, 13]], matrices=g.matrices[[12, 12, 13]], indices=[12, 12, 13])
+    assert all(np.isfinite(image).all() for image in rec.slices().values())
 
 
 def test_orthogonal_slices_through_voxel_centres_are_the_volume_grid():

@@ -352,6 +352,8 @@ class LiveReconstructor:
             return f"shape {tuple(data.shape)}, expected {self.detector_shape}"
         if np.dtype(data.dtype).kind not in "fiu":
             return f"dtype {data.dtype}, expected real numbers"
+        if np.dtype(data.dtype).kind == "f" and not math.isfinite(float(data.sum(dtype=np.float64))):
+            return "NaN or Inf values"     # one sum: finite frames pass at the cost of one pass
         if self.beam == "parallel":
             if frame.angle is None or not math.isfinite(float(frame.angle)):
                 return "no finite angle"
@@ -377,17 +379,17 @@ class LiveReconstructor:
     def _cone_filter(self, lines, matrices):
         """FDK's cosine and pitch weighting and the row filter for these views,
         without their angular weight (that one follows the views received)."""
-        from ..algorithms.fdk import FDKWeighting, _steps, view_frames
+        from ..algorithms.fdk import FDKWeighting, view_frames
         from ..geometry import ConeGeometry
 
         g = ConeGeometry(matrices, *self.detector_shape)
         frames = view_frames(g)
         weighting = FDKWeighting(g, filter=self.filter, cutoff=self.cutoff, padding=self.padding,
                                  short_scan=False)
+        # Its per-column weights are angular step / pitch; the step follows the views received,
+        # so only 1/pitch is applied here (a view received twice has a step of 0 in this batch).
+        weighting.per_column = np.repeat((1.0 / frames["pitch"])[:, None], g.n_cols, axis=1)
         q = weighting(lines, slice(None))
-        # FDKWeighting folded in half the batch's own angular steps: divide them out.
-        own = 0.5 * _steps(frames["angle"])
-        q /= self.xp.asarray(own, np.float32)[:, None, None]
         self._matrices = np.concatenate([self._matrices, frames["normalised"]])
         source = g.source_positions()
         raw = np.arctan2(source[:, 0], -source[:, 1])
