@@ -163,10 +163,15 @@ def main(argv=None) -> int:
     p.add_argument("--rows", type=int, default=512, help="detector rows (volume slices)")
     p.add_argument("--frames", type=int, default=400, help="frames per run (and views before moving a slice)")
     p.add_argument("--rate", type=float, default=200.0, help="produced frames per second")
-    p.add_argument("--batch", type=int, default=64, help="at most this many frames per add")
+    p.add_argument("--batch", type=int, default=None,
+                   help="at most this many frames per add (default: leveret live's, 16 on the CPU, 64 on a GPU)")
     p.add_argument("--storage", default="float32", choices=("float32", "float16"))
     p.add_argument("--out", default=None, help="write the results as JSON to this file")
     args = p.parse_args(argv)
+    if args.batch is None:
+        from leveret.backends import resolve
+        from leveret.live.server import default_batch
+        args.batch = default_batch(resolve(args.backend))
 
     frames, angles = make_frames(args.rows, args.cols, args.frames)
     fps, lat, kept_up, rec = paced(args, frames, angles)

@@ -93,8 +93,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     g.add_argument("--storage", default="float32", choices=("float32", "float16"),
                    help="how filtered projections are kept for moved slices (float16: half the memory)")
     g.add_argument("--backend", default="auto", choices=("auto", "cuda", "cpu"))
-    g.add_argument("--max-batch", type=_positive_int, default=64,
-                   help="at most this many frames per filter + back-projection call")
+    g.add_argument("--max-batch", type=_positive_int, default=None,
+                   help="at most this many frames per filter + back-projection call (default: 16 on the CPU, "
+                        "64 on a GPU)")
     v = p.add_argument_group("viewer")
     v.add_argument("--serve", type=_host_port, default=("127.0.0.1", 8000), metavar="HOST:PORT",
                    help="where the page is served (default 127.0.0.1:8000: this machine only)")

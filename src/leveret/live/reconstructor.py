@@ -467,15 +467,17 @@ class LiveReconstructor:
         if not slices:
             return
         t = self._template
-        geometry = ParallelGeometry(self._angles[views], t.n_cols, None, t.det_spacing, t.row_spacing, t.center)
+        angles = self._angles[views]
+        geometries = {swap: ParallelGeometry(np.pi / 2 - angles if swap else angles, t.n_cols, None,
+                                             t.det_spacing, t.row_spacing, t.center) for swap in (False, True)}
         sinograms: dict = {}   # xz and yz take the same detector rows: gathered once
         for s in slices:
-            heights, image = _line_layout(s)
+            heights, image, swap = _line_layout(s)
             rows = heights / t.row_spacing + (t.n_rows - 1) / 2
             key = rows.tobytes()
             if key not in sinograms:
                 sinograms[key] = self._weighted_rows(views, coef, rows)   # (lines, views, n_cols)
-            op = ParallelBackprojection(geometry, image, backend=self.backend)
+            op = ParallelBackprojection(geometries[swap], image, backend=self.backend)
             # (1, h, w) for an axial slice, (h, 1, w) or (h, w, 1) for lines along x or y
             acc[s.name] += op(sinograms[key]).reshape(s.shape)
 
@@ -522,20 +524,24 @@ class LiveReconstructor:
 
 def _line_layout(s: Slice):
     """For an axial slice, or one whose rows are lines along +x or +y at fixed
-    heights: (the heights, the 2D image grid of one line); None otherwise."""
+    heights: (the heights, the 2D image grid of one line, whether x and y are
+    swapped); None otherwise. A line along +y is back-projected as a line
+    along +x with x and y swapped and angles pi/2 - theta (the same detector
+    coordinate x cos t + y sin t): one image row, not a column of single
+    pixels, which the operator would take one pixel per task."""
     ex, ey, ez = (1.0, 0.0, 0.0), (0.0, 1.0, 0.0), (0.0, 0.0, 1.0)
     h, w = s.shape
     dv, du = s.spacing
     x0, y0, z0 = s.origin
     if s.u == ex and s.v == ey:    # axial: one "line" of h x w pixels at height z0
-        return np.array([z0]), VolumeGeometry((h, w), (dv, du), center=(y0, x0))
+        return np.array([z0]), VolumeGeometry((h, w), (dv, du), center=(y0, x0)), False
     if s.v != ez:
         return None
     heights = z0 + (np.arange(h) - (h - 1) / 2) * dv
     if s.u == ex:
-        return heights, VolumeGeometry((1, w), (1.0, du), center=(y0, x0))
+        return heights, VolumeGeometry((1, w), (1.0, du), center=(y0, x0)), False
     if s.u == ey:
-        return heights, VolumeGeometry((w, 1), (du, 1.0), center=(y0, x0))
+        return heights, VolumeGeometry((1, w), (1.0, du), center=(x0, y0)), True
     return None
 
 
