@@ -291,7 +291,23 @@ def test_the_container_memory_limit_is_read_from_cgroups(tmp_path, layout, files
     for name, text in files.items():
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text(text + "\n")
-    assert cgroup_available_bytes(str(tmp_path)) == expected
+    assert cgroup_available_bytes(str(tmp_path), str(tmp_path / "no-proc-file")) == expected
+
+
+@pytest.mark.parametrize("proc,files,expected", [
+    ("0::/slurm/job_7\n", {"slurm/job_7/memory.max": "1073741824", "slurm/job_7/memory.current": "0",
+                           "slurm/memory.max": "4294967296", "slurm/memory.current": "0"}, 1 << 30),
+    ("4:memory:/slurm/job_7\n1:cpu:/x\n", {"memory/slurm/job_7/memory.limit_in_bytes": "2147483648",
+                                              "memory/slurm/job_7/memory.usage_in_bytes": "1073741824",
+                                              "memory/memory.limit_in_bytes": "9223372036854771712"}, 1 << 30),
+])
+def test_a_batch_jobs_own_cgroup_limit_is_found(tmp_path, proc, files, expected):
+    """The limit of a job's child cgroup (the parent unlimited or larger) is the one that counts."""
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text + "\n")
+    (tmp_path / "proc_cgroup").write_text(proc)
+    assert cgroup_available_bytes(str(tmp_path), str(tmp_path / "proc_cgroup")) == expected
 
 
 def test_the_default_memory_cap_follows_a_container_limit(monkeypatch):

@@ -33,30 +33,26 @@ def _meminfo_available() -> int | None:
         return None
 
 
-def cgroup_available_bytes(root: str = "/sys/fs/cgroup") -> int | None:
-    """Bytes left under this process's cgroup memory limit (limit minus usage),
-    or None where there is no limit. Reads cgroup v2 (``memory.max``,
-    ``memory.current``) and v1 (``memory/memory.limit_in_bytes``,
-    ``memory/memory.usage_in_bytes``); the host's free memory ignores a
-    container's limit, and exceeding it gets the process killed."""
-    def read(*names):
-        for name in names:
-            try:
-                with open(os.path.join(root, name)) as fh:
-                    return fh.read().strip()
-            except OSError:
-                continue
-        return None
-
-    for folder, limit_file, usage_file, cache_key in (
-            ("", "memory.max", "memory.current", "inactive_file"),
-            ("memory/", "memory.limit_in_bytes", "memory.usage_in_bytes", "total_inactive_file"),
-            ("", "memory.limit_in_bytes", "memory.usage_in_bytes", "total_inactive_file")):
-        limit = read(folder + limit_file)
-        if limit is None:
-            continue
-        if limit == "max" or not limit.isdigit() or int(limit) >= 1 << 60:   # v1 says "no limit" so
+def cgroup_available_bytes(root: str = "/sys/fs/cgroup", proc_cgroup: str = "/proc/self/cgroup") -> int | None:
+    """Bytes left under this process's cgroup memory limits (limit minus usage,
+    the smallest over its cgroup and their parents), or None where there is no
+    limit. Reads cgroup v2 (``memory.max``, ``memory.current``) and v1
+    (``memory.limit_in_bytes``, ``memory.usage_in_bytes``) at the paths
+    ``proc_cgroup`` names under ``root`` (a batch job's limit sits on a child
+    cgroup), and at ``root`` itself (a container sees its own cgroup there).
+    The host's free memory ignores such limits, and exceeding one gets the
+    process killed."""
+    def read(path):
+        try:
+            with open(os.path.join(root, path)) as fh:
+                return fh.read().strip()
+        except OSError:
             return None
+
+    def available(folder, limit_file, usage_file, cache_key):
+        limit = read(folder + limit_file)
+        if limit is None or limit == "max" or not limit.isdigit() or int(limit) >= 1 << 60:
+            return None     # no such file, or no limit (v1 writes a huge number)
         usage = read(folder + usage_file)
         used = int(usage) if usage is not None and usage.isdigit() else 0
         # Usage counts the page cache; its inactive part is given back on demand.
@@ -65,7 +61,26 @@ def cgroup_available_bytes(root: str = "/sys/fs/cgroup") -> int | None:
             if key == cache_key and value.strip().isdigit():
                 used -= min(int(value), used)
         return max(int(limit) - used, 0)
-    return None
+
+    v2 = ("memory.max", "memory.current", "inactive_file")
+    v1 = ("memory.limit_in_bytes", "memory.usage_in_bytes", "total_inactive_file")
+    places = [("", *v2), ("memory/", *v1), ("", *v1)]
+    try:
+        with open(proc_cgroup) as fh:
+            lines = fh.read().splitlines()
+    except OSError:
+        lines = []
+    for line in lines:     # "0::/path" (v2) or "4:memory:/path" (v1)
+        _, controllers, path = (line.split(":", 2) + ["", ""])[:3]
+        parts = [p for p in path.split("/") if p]
+        for depth in range(len(parts), 0, -1):     # the cgroup and its parents
+            sub = "/".join(parts[:depth]) + "/"
+            if controllers == "":
+                places.append((sub, *v2))
+            elif "memory" in controllers.split(","):
+                places.append(("memory/" + sub, *v1))
+    found = [a for a in (available(*place) for place in places) if a is not None]
+    return min(found) if found else None
 
 
 def gpu_free_bytes() -> int:
