@@ -620,8 +620,18 @@ def write_region(store, start: int, data: np.ndarray) -> None:
     two slabs never share a chunk, so processes may write slabs concurrently."""
     import zarr
 
-    zarr.open_array(str(store), mode="r+")[int(start):int(start) + data.shape[0]] = data
-    _fsync_path(Path(store))
+    start = int(start)
+    zarr.open_array(str(store), mode="r+")[start:start + data.shape[0]] = data
+    store = Path(store)
+    chunks = store / "c"      # zarr v3's chunk keys: c/<z>/<y>/<x>, one z per slice here
+    folders = [chunks / str(k) for k in range(start, start + data.shape[0])] if chunks.is_dir() else [store]
+    for folder in folders:    # the chunk files themselves, then the entries naming them
+        if not folder.exists():   # an all-zero slice: zarr writes no chunk for it
+            continue
+        for f in sorted(folder.rglob("*"), reverse=True):
+            _fsync_path(f)
+        _fsync_path(folder)
+    _fsync_path(store)
 
 
 def _seek_write(fd: int, buf, pos: int) -> int:
