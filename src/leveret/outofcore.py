@@ -551,34 +551,38 @@ def _reconstruct_to_file(projections, geometry, output, *, volume, flats, darks,
         with SlabWriter(output, volume.shape, np.float32, params=job, metadata=meta, resume=resume,
                         overwrite=overwrite, dataset=dataset, compression=compression,
                         fingerprint=fingerprint) as writer:
-            resumed = int(writer.done.sum())
-            executor.start(projections, geometry, volume,
-                           store=writer.region_store() if executor.name == "dask" else None,
-                           flats=flats, darks=darks, log_transform=log_transform, stripes=stripes,
-                           stripe_size=stripe_size, backend=the_plan.backend, **options)
-            with tqdm(total=volume.nz, initial=resumed, unit="slice", desc="reconstruct",
-                      disable=not progress, leave=False, dynamic_ncols=True) as bar:
-                for region in writer.todo(size):
-                    executor.submit(region)
-                for (k0, k1), slab in executor.completed():
-                    if isinstance(slab, OutOfMemoryOnDevice):
-                        if k1 - k0 == 1:
-                            raise MemoryError(f"memory: the GPU ran out of memory even for one slice "
-                                              f"({slab.message})")
-                        size = min(size, max(1, (k1 - k0) // 2))
-                        retries += 1
-                        log.warning("CUDA out of memory on slices %d:%d; retrying with %d slice(s) per slab",
-                                    k0, k1, size)
-                        for k in reversed(range(k0, k1, size)):   # the halves go first, in order
-                            executor.submit((k, min(k1, k + size)), first=True)
-                        continue
-                    if isinstance(slab, tuple):      # written into the store by its worker
-                        writer.record(k0, k1)
-                    else:
-                        writer.write(k0, slab)
-                    del slab
-                    slabs_done += 1
-                    bar.update(k1 - k0)
+            try:
+                resumed = int(writer.done.sum())
+                executor.start(projections, geometry, volume,
+                               store=writer.region_store() if executor.name == "dask" else None,
+                               flats=flats, darks=darks, log_transform=log_transform, stripes=stripes,
+                               stripe_size=stripe_size, backend=the_plan.backend, **options)
+                with tqdm(total=volume.nz, initial=resumed, unit="slice", desc="reconstruct",
+                          disable=not progress, leave=False, dynamic_ncols=True) as bar:
+                    for region in writer.todo(size):
+                        executor.submit(region)
+                    for (k0, k1), slab in executor.completed():
+                        if isinstance(slab, OutOfMemoryOnDevice):
+                            if k1 - k0 == 1:
+                                raise MemoryError(f"memory: the GPU ran out of memory even for one slice "
+                                                  f"({slab.message})")
+                            size = min(size, max(1, (k1 - k0) // 2))
+                            retries += 1
+                            log.warning("CUDA out of memory on slices %d:%d; retrying with %d slice(s) per slab",
+                                        k0, k1, size)
+                            for k in reversed(range(k0, k1, size)):   # the halves go first, in order
+                                executor.submit((k, min(k1, k + size)), first=True)
+                            continue
+                        if isinstance(slab, tuple):      # written into the store by its worker
+                            writer.record(k0, k1)
+                        else:
+                            writer.write(k0, slab)
+                        del slab
+                        slabs_done += 1
+                        bar.update(k1 - k0)
+            except BaseException:
+                executor.cancel()    # before the writer aborts: no task writes into what it removes
+                raise
             path = writer.finish()
     finally:
         executor.cancel()
