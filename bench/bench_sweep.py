@@ -588,7 +588,21 @@ class Sweep:
             self.add(point, f"A {model}", t_a, a_fp, note=note)
             back = cp.empty(vol.shape, cp.float32)
             t_at = common.median_time(lambda: A.T(y, out=back), reps=2, sync=_sync)
-            self.add(point, f"A.T {model}", t_at, a_bp, note=note, at_over_a=t_at / t_a)
+            extra = {}
+            if "transpose" in projector_options():   # the other transpose and the voxel-driven
+                other = "atomic" if A.transpose == "voxel" else "voxel"   # back-projection, for the rules
+                try:
+                    B = leveret.Projector(g, vol, model=model, backend="cuda", transpose=other)
+                    extra[f"at_{other}_s"] = common.median_time(lambda: B.T(y, out=back), reps=2, sync=_sync)
+                    del B
+                except ValueError:
+                    pass
+                extra[f"at_{A.transpose}_s"] = t_at
+                if model == "joseph":
+                    bp = leveret.ConeBackprojection(g, vol, backend="cuda")
+                    extra["cone_bp_s"] = common.median_time(lambda: bp(y, back), reps=2, sync=_sync)
+                    del bp
+            self.add(point, f"A.T {model}", t_at, a_bp, note=note, at_over_a=t_at / t_a, **extra)
             b = y
             del x, back
             t = iteration_time(lambda n: leveret.sirt(b, A, n), 1, _sync)
