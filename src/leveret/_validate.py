@@ -212,15 +212,8 @@ def count_outside(arr, limit: float) -> int:
     if array_module(arr) is np:
         a = np.abs(arr)
         return int(arr.size - np.count_nonzero(a <= limit))   # NaN compares False
-    return int(_outside_kernel()(arr, float(limit)))
-
-
-@functools.lru_cache(maxsize=None)
-def _outside_kernel():
-    import cupy
-    return cupy.ReductionKernel("T x, float64 limit", "int64 y",
-                                "(isfinite((double)x) && fabs((double)x) <= limit) ? 0 : 1",
-                                "a + b", "y = a", "0", "leveret_count_outside")
+    from .cuda.checks import count_outside as count_on_device
+    return count_on_device(arr, limit)
 
 
 def array_module(arr):
