@@ -20,8 +20,8 @@ import pytest
 
 from leveret.cuda._module import KERNEL_DIR, kernel_files
 from leveret.cuda.raytrace import (JOSEPH_PAD_Z, KERNEL_CONSTANTS, joseph_float32_bound, structured_float32_bound,
-                                   structured_ratio, view_parameters, voxel_row_extent, voxel_rows_per_voxel,
-                                   voxel_view_floats)
+                                   structured_ratio, view_parameters, voxel_kz, voxel_row_extent,
+                                   voxel_rows_per_voxel, voxel_view_floats)
 from leveret.geometry import ConeGeometry, ParallelGeometry, VolumeGeometry
 from leveret.operators import Projector
 
@@ -43,16 +43,9 @@ def lib(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def lib_kz1(tmp_path_factory):
-    """The voxel transpose's lanes with one z voxel each (warps of 32 z voxels
-    instead of 512), so that a small volume spans several z chunks."""
-    return build_host_harness(tmp_path_factory, "raytrace", _defines(LEVERET_JV_KZ=1))
-
-
-@pytest.fixture(scope="module")
 def lib_patch2(tmp_path_factory):
     """The voxel transpose with 2 x 2 voxel columns per warp (LEVERET_JV_PATCH=2)."""
-    return build_host_harness(tmp_path_factory, "raytrace", _defines(LEVERET_JV_PATCH=2, LEVERET_JV_KZ=1))
+    return build_host_harness(tmp_path_factory, "raytrace", _defines(LEVERET_JV_PATCH=2))
 
 
 @pytest.mark.parametrize("path", [p for p in kernel_files() if p.name.startswith("raytrace_")],
@@ -225,7 +218,7 @@ def test_host_build_structured_joseph(lib, name, rng):
     # output poisoned: every voxel written.
     volT = np.full((ny, nx, nz), np.nan, np.float32)
     lib.run_joseph_voxel(_ptr(volT), _ptr(y), nx, ny, nz, _ptr(params), _ptr(g), n_views, n_rows, n_cols,
-                         _ptr(voxel_view_floats(params)))
+                         _ptr(voxel_view_floats(params)), voxel_kz(nz))
     voxel = volT.transpose(2, 0, 1).astype(np.float64)
     assert not np.isnan(voxel).any()
     assert np.abs(voxel - back).max() <= 2e-6 * np.abs(back).max()   # measured at most 3.1e-7
@@ -233,13 +226,15 @@ def test_host_build_structured_joseph(lib, name, rng):
     assert abs(lhs - np.vdot(x.astype(np.float64), voxel)) <= 1e-5 * adjoint_scale(lhs, out, y)
 
 
-@pytest.mark.parametrize("build", ["lib", "lib_kz1", "lib_patch2"])
-def test_host_build_joseph_voxel_tall(build, request, rng):
-    """The voxel transpose on 70 z voxels (lib_kz1, lib_patch2: three z chunks
-    of 32), anisotropic voxels, an off-centre detector and rows up to ~1.4 per
-    voxel, with one voxel column per warp and with 2 x 2 patches (odd nx, ny:
-    partial patches): the float64 CPU transpose to 1e-6 of the largest value;
-    output poisoned."""
+@pytest.mark.parametrize("build, kz", [("lib", 1), ("lib", 2), ("lib", 4), ("lib", 16), ("lib_patch2", 1)])
+def test_host_build_joseph_voxel_tall(build, kz, request, rng):
+    """The voxel transpose on 70 z voxels, anisotropic voxels, an off-centre
+    detector and rows up to ~1.4 per voxel, with one voxel column per warp and
+    with 2 x 2 patches (odd nx, ny: partial patches), at z depths per lane kz
+    that give three z tiles of 32 voxels (kz 1), two of 64 (kz 2), and one tile
+    mostly beyond nz whose lanes' rows lie far outside the detector (kz 4, 16:
+    the clamped rows read zeros): the float64 CPU transpose to 1e-6 of the
+    largest value; output poisoned."""
     lib = request.getfixturevalue(build)
     geometry, volume = TALL
     A = Projector(geometry, volume, model="joseph", precision="float64", backend="cpu")
@@ -249,7 +244,7 @@ def test_host_build_joseph_voxel_tall(build, request, rng):
     y = rng.standard_normal(geometry.projection_shape).astype(np.float32)
     volT = np.full((ny, nx, nz), np.nan, np.float32)
     lib.run_joseph_voxel(_ptr(volT), _ptr(y), nx, ny, nz, _ptr(params), _ptr(g), geometry.n_views, n_rows, n_cols,
-                         _ptr(voxel_view_floats(params)))
+                         _ptr(voxel_view_floats(params)), kz)
     ref = A.T(y.astype(np.float64))
     # measured at most 2.6e-7 of the largest value (float32 sums)
     np.testing.assert_allclose(volT.transpose(2, 0, 1), ref, rtol=0, atol=1e-6 * np.abs(ref).max())

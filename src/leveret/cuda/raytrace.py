@@ -27,7 +27,6 @@ from ._module import load_module
 KERNEL_CONSTANTS: dict[str, int] = {
     "LEVERET_JOSEPH_PAD_Z": 3,    # zero z border of structured Joseph's padded volume (raytrace_joseph.cu)
     "LEVERET_JV_PATCH": 1,        # voxel transpose: a warp's voxel columns, PATCH x PATCH
-    "LEVERET_JV_KZ": 16,          # voxel transpose: z voxels per lane, 32 apart
     "LEVERET_JV_WARPS_X": 1,      # voxel transpose: a block's 8 warps, WARPS_X along x, 8 / WARPS_X along y
     "LEVERET_JV_MIN_BLOCKS": 3,   # voxel transpose: blocks per multiprocessor the registers must allow
     "LEVERET_JV_HMAX": 3,         # voxel transpose: rows per z voxel (either side) its padding covers
@@ -42,15 +41,29 @@ DEFINES = tuple(f"{name}={value}" for name, value in KERNEL_CONSTANTS.items())  
 VOXEL_TABLE_BYTES = 2 << 30   # at most this much for the voxel transpose's per-view tables at a time
 VIEW_GROUP = 16         # structured float32 kernels: views per column that run side by side (L2 reuse)
 TRANSPOSES = ("auto", "voxel", "atomic")
+VOXEL_KZ = (1, 2, 4, 8, 12, 16)   # voxel transpose: the z depths per lane raytrace_voxel.cu instantiates
+VOXEL_KZ_SETUP = 4   # voxel transpose: a lane's set-up per (view, column, plane), in z voxels' work
+
+
+def voxel_kz(nz: int) -> int:
+    """The voxel transpose's z voxels per lane (``VOXEL_KZ``) for ``nz`` slices:
+    a warp covers z tiles of ``32 kz`` voxels, and each tile repeats the
+    lane's set-up per (view, column, plane), worth about ``VOXEL_KZ_SETUP``
+    voxels of row work; the depth with the least work per lane,
+    ``tiles (kz + VOXEL_KZ_SETUP)``, counting the idle lanes beyond ``nz``
+    (the largest depth on a tie). 256 slices: 8 (one tile, no idle lane)."""
+    def work(kz):
+        return -(-int(nz) // (32 * kz)) * (kz + VOXEL_KZ_SETUP)
+    return min(VOXEL_KZ[::-1], key=work)
 
 
 def voxel_constants(constants: dict[str, int] = KERNEL_CONSTANTS) -> dict[str, int]:
     """The voxel transpose's launch constants from ``constants``: patch (a
-    warp's voxel columns per side), kz (z voxels per lane), warps (per block
-    along x and y), hmax (rows per voxel on either side) and the padding rows
-    below and above the detector (raytrace_voxel.cu: JV_PAD_LO, JV_PAD_HI)."""
+    warp's voxel columns per side), warps (per block along x and y), hmax
+    (rows per voxel on either side) and the padding rows below and above the
+    detector (raytrace_voxel.cu: JV_PAD_LO, JV_PAD_HI)."""
     hmax, wx = constants["LEVERET_JV_HMAX"], constants["LEVERET_JV_WARPS_X"]
-    return {"patch": constants["LEVERET_JV_PATCH"], "kz": constants["LEVERET_JV_KZ"], "warps": (wx, 8 // wx),
+    return {"patch": constants["LEVERET_JV_PATCH"], "warps": (wx, 8 // wx),
             "hmax": hmax, "pad_lo": 2 * hmax + 2, "pad_hi": 2 * hmax + 3}
 
 
@@ -69,8 +82,10 @@ def voxel_row_extent(params: np.ndarray, n_cols: int, grid3, offset, scale) -> f
     distance from a source to the grid's xy box widened by one voxel, ``Mz0``
     the z slope per unit tau of row 0 of every column and ``h`` from
     :func:`voxel_rows_per_voxel`. The kernel needs it below 2^30 (its 32.32
-    fixed point then cannot overflow), which any real scan is by far."""
-    nz = int(grid3[0])
+    fixed point then cannot overflow), which any real scan is by far. ``nz``
+    counts the idle lanes of the last z tile too (up to ``32 max(VOXEL_KZ)``
+    beyond the volume)."""
+    nz = int(grid3[0]) + 32 * max(VOXEL_KZ)
     offset, scale = np.asarray(offset, float), np.asarray(scale, float)
     h = voxel_rows_per_voxel(params, n_cols, grid3, offset, scale)
     lo, hi = _reach_box(grid3, offset, scale)
@@ -295,6 +310,7 @@ class CudaRaytracer:
                              "sources outside the grid; use 'auto' or 'atomic' here")
         self.transpose = ("voxel" if voxel_ok else "atomic") if transpose == "auto" else transpose
         self._voxel_floats = None   # the voxel transpose's per-view float32 numbers on the GPU, made at first use
+        self._voxel_batch = None    # the voxel transpose's views per launch, set at first use
 
     @property
     def _suffix(self) -> str:
@@ -318,6 +334,7 @@ class CudaRaytracer:
         sub.params = cupy.asarray(sub.params_host)
         sub.g = cupy.asarray(self.g_host)
         sub._voxel_floats = None
+        sub._voxel_batch = None
         return sub
 
     def _scalars(self):
@@ -372,14 +389,16 @@ class CudaRaytracer:
         c = voxel_constants()
         rows_p = self.n_rows + c["pad_lo"] + c["pad_hi"]
         n_views = self.params_host.shape[0]
-        per_view = 4 * self.n_cols * rows_p + 8 * 8 * self.n_cols
-        free = cupy.cuda.Device().mem_info[0]
-        batch = int(max(1, min(n_views, MAX_GRID_Y, min(VOXEL_TABLE_BYTES, free // 4) // per_view)))
-        if self.views_per_batch is not None:
-            batch = min(batch, self.views_per_batch)
+        if self._voxel_batch is None:   # once: reading the free memory waits for the device
+            per_view = 4 * self.n_cols * rows_p + 8 * 8 * self.n_cols
+            free = cupy.cuda.Device().mem_info[0]
+            batch = int(max(1, min(n_views, MAX_GRID_Y, min(VOXEL_TABLE_BYTES, free // 4) // per_view)))
+            self._voxel_batch = batch if self.views_per_batch is None else min(batch, self.views_per_batch)
+        batch = self._voxel_batch
         module = load_module("raytrace_voxel")
+        kz = voxel_kz(int(nz))
         bx, by = (w * c["patch"] for w in c["warps"])   # voxel columns per block (8 warps)
-        grid = (-(-int(nx) // bx), -(-int(ny) // by), -(-int(nz) // (32 * c["kz"])))
+        grid = (-(-int(nx) // bx), -(-int(ny) // by), -(-int(nz) // (32 * kz)))
         values = cupy.empty(batch * self.n_cols * rows_p, np.float32)
         cols = cupy.empty(batch * self.n_cols * 8, np.float64)
         flags = cupy.empty(batch, np.int32)
@@ -398,7 +417,7 @@ class CudaRaytracer:
             module.get_function("joseph_voxel_values")(
                 (-(-self.n_cols // 32), -(-rows_p // 32), int(nv)), (32, 8),
                 (values, proj[v0:v1], nx, ny, nz, par, self.g, nv, np.int32(self.n_rows), np.int32(self.n_cols)))
-            module.get_function("joseph_voxel_gather")(
+            module.get_function(f"joseph_voxel_gather_kz{kz}")(
                 grid, (256,), (volT, values, cols, flags, vf[v0:v1], self.g, nx, ny, nz, nv,
                                np.int32(self.n_rows), np.int32(self.n_cols), np.int32(v0 > 0)))
         return self._zfast(False, volT, out)

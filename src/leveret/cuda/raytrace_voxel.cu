@@ -16,7 +16,9 @@
 // weight wu max(0, 1 - |zS| |d - f|).
 //
 // A warp owns a patch of JV_PATCH x JV_PATCH voxel columns; its lanes are 32
-// consecutive z voxels, each lane JV_KZ voxels 32 apart. The (view, column,
+// consecutive z voxels, each lane KZ voxels 32 apart (KZ a template parameter:
+// the launcher takes the instance whose z tiles of 32 KZ voxels cover nz with
+// the least idle lanes, raytrace.py's voxel_kz). The (view, column,
 // plane) work (candidate columns, tau, fu, zA, zS, in float64 from
 // joseph_voxel_columns' per-column numbers) is uniform across the warp, and
 // the lanes' rows are adjacent entries of the column's values (layout (view,
@@ -30,15 +32,16 @@
 // (fmaf(dtau, mz, fr)) rounds: the two differ by that march's rounding, well
 // inside 1e-5 (the tests' adjoint bound); joseph_float32_bound covers both.
 //
-// Rows further than JV_HMAX + 1 below or above the detector read the zero
-// padding (JV_PAD_LO, JV_PAD_HI rows): the row index is clamped where no row
-// can reach, and the launcher checks h < JV_HMAX + 1 (rows at least a quarter
-// voxel apart in z).
+// The row index is always clamped to [-(JV_HMAX + 2), n_rows + JV_HMAX + 1]:
+// a clamped row window then lies wholly in the zero padding (JV_PAD_LO,
+// JV_PAD_HI rows), as the true one lies wholly outside the detector, so voxels
+// above or below the detector's reach, and lanes beyond nz, read zeros at the
+// cost of two integer operations instead of taking a slower path. The launcher
+// checks h < JV_HMAX + 1 (rows at least a quarter voxel apart in z).
 //
 // The constants come from raytrace.py (KERNEL_CONSTANTS, passed as -D options),
 // which also sizes the launch from them:
 //   LEVERET_JV_PATCH       a warp's voxel columns: JV_PATCH x JV_PATCH
-//   LEVERET_JV_KZ          z voxels per lane (32 apart)
 //   LEVERET_JV_WARPS_X     a block's 8 warps (patches): JV_WARPS_X along x, 8 / JV_WARPS_X along y
 //   LEVERET_JV_MIN_BLOCKS  blocks per multiprocessor the register allocation must allow
 //   LEVERET_JV_HMAX        the most rows per voxel (either side) the padding covers
@@ -46,9 +49,6 @@
 
 #ifndef LEVERET_JV_PATCH
 #error "LEVERET_JV_PATCH undefined: build with the -D constants of leveret/cuda/raytrace.py (KERNEL_CONSTANTS)"
-#endif
-#ifndef LEVERET_JV_KZ
-#error "LEVERET_JV_KZ undefined: build with the -D constants of leveret/cuda/raytrace.py (KERNEL_CONSTANTS)"
 #endif
 #ifndef LEVERET_JV_WARPS_X
 #error "LEVERET_JV_WARPS_X undefined: build with the -D constants of leveret/cuda/raytrace.py (KERNEL_CONSTANTS)"
@@ -60,12 +60,12 @@
 #error "LEVERET_JV_HMAX undefined: build with the -D constants of leveret/cuda/raytrace.py (KERNEL_CONSTANTS)"
 #endif
 #define JV_PATCH LEVERET_JV_PATCH
-#define JV_KZ LEVERET_JV_KZ
 #define JV_WX LEVERET_JV_WARPS_X
 #define JV_WY (8 / JV_WX)
 #define JV_HMAX LEVERET_JV_HMAX
 #define JV_PAD_LO (2 * JV_HMAX + 2)
 #define JV_PAD_HI (2 * JV_HMAX + 3)
+static_assert(JV_HMAX == 3, "joseph_voxel_rule dispatches nh = 0, 1, 2, JV_HMAX");
 #define JV_NCOL 8   // float64 numbers per (view, column): see joseph_voxel_columns
 
 // Per (view, column), from joseph_column (the forward's set-up): dominant axis
@@ -155,45 +155,38 @@ __device__ __forceinline__ float column_of_f(const float4& a, const float2& b, f
     return (a.z * dx - a.w * dy) * rcp_approx(b.x * dy - b.y * dx);
 }
 
-// A lane's JV_KZ voxels k0 + 32 q from one (view, column, plane): rows
-// T - nh .. T + nh + 1 of the column's values (offset coloff; NH >= 0: that nh,
-// unrolled; -1: nh at run time, and the row clamped), row coordinate t in 32.32
-// fixed point stepped by dt per voxel (two interleaved chains: shorter
-// dependencies). The fraction f = lo 2^-32 becomes F = 1 + f by placing lo's top
-// 23 bits in a float's mantissa (two integer operations instead of a
-// conversion); row weight 1 - |zS| |d - f| = (1 + |zS| (1 + d)) - |zS| F for
-// d <= 0 and (1 - |zS| (1 + d)) + |zS| F for d >= 1. With JV_PATCH 1 the
-// in-plane weight scales the row weights and the voxel sums them directly;
-// else the z sum goes to the patch's voxel columns with their weights w[b].
-template <int NH, bool CLAMP>
+// A lane's KZ voxels k0 + 32 q from one (view, column, plane): rows
+// T - NH .. T + NH + 1 of the column's values (offset coloff), T clamped to
+// [tlo, thi] (see the top of this file), row coordinate t in 32.32 fixed point
+// stepped by dt per voxel (two interleaved chains: shorter dependencies). The
+// fraction f = lo 2^-32 becomes F = 1 + f by placing lo's top 23 bits in a
+// float's mantissa (two integer operations instead of a conversion); row
+// weight 1 - |zS| |d - f| = (1 + |zS| (1 + d)) - |zS| F for d <= 0 and
+// (1 - |zS| (1 + d)) + |zS| F for d >= 1. With JV_PATCH 1 the in-plane weight
+// scales the row weights and the voxel sums them directly; else the z sum goes
+// to the patch's voxel columns with their weights w[b].
+template <int NH, int KZ>
 __device__ __forceinline__ void joseph_voxel_rows(const float* __restrict__ values, int coloff, long long t,
                                                   long long dt, float zS, const float (&w)[JV_PATCH], int tlo,
-                                                  int thi, int nh, float (*acc[JV_PATCH])[JV_KZ])
+                                                  int thi, float (*acc[JV_PATCH])[KZ])
 {
     const float s = JV_PATCH == 1 ? w[0] : 1.0f;   // scale of the row weights
     const float zw = zS * s;
     long long tq[2] = {t, t + dt};
     const long long dt2 = 2 * dt;
 #pragma unroll
-    for (int q = 0; q < JV_KZ; ++q) {
+    for (int q = 0; q < KZ; ++q) {
         const long long tc = tq[q & 1];
         tq[q & 1] += dt2;
         const int T = (int)(tc >> 32);
         const float F = __int_as_float(0x3f800000 | ((unsigned)tc >> 9));
-        const float* p = values + (coloff + (CLAMP ? min(max(T, tlo), thi) : T));
+        const float* p = values + (coloff + min(max(T, tlo), thi));
         float sum = 0.0f;
         float& out = JV_PATCH == 1 ? (*acc[0])[q] : sum;
-        if (NH >= 0) {
 #pragma unroll
-            for (int d = -NH; d <= NH + 1; ++d) {
-                const float wr = d >= 1 ? fmaf(zw, F, s - zw * (1 + d)) : fmaf(-zw, F, s + zw * (1 + d));
-                out = fmaf(fmaxf(0.0f, wr), p[d], out);
-            }
-        } else {
-            for (int d = -nh; d <= nh + 1; ++d) {
-                const float wr = d >= 1 ? fmaf(zw, F, s - zw * (1 + d)) : fmaf(-zw, F, s + zw * (1 + d));
-                out = fmaf(fmaxf(0.0f, wr), p[d], out);
-            }
+        for (int d = -NH; d <= NH + 1; ++d) {
+            const float wr = d >= 1 ? fmaf(zw, F, s - zw * (1 + d)) : fmaf(-zw, F, s + zw * (1 + d));
+            out = fmaf(fmaxf(0.0f, wr), p[d], out);
         }
         if (JV_PATCH > 1) {
 #pragma unroll
@@ -228,11 +221,11 @@ __device__ __forceinline__ PatchLine patch_line(const double* __restrict__ g, in
 // (i0 + a, j0 + b, k0 + 32 q). Candidates: the columns between those of the
 // window's ends on each plane (union over the planes), padded by 0.01; each
 // column's numbers are loaded once for all planes and tested exactly.
-template <bool MY>
+template <bool MY, int KZ>
 __device__ __forceinline__ void joseph_voxel_rule(const float4& va, const float2& vb, const PatchLine& L,
                                                   int i0, int j0, int k0, const double* vcols,
                                                   const float* __restrict__ values, int voff, int rows_p, int n_rows,
-                                                  int n_cols, float (&acc)[JV_PATCH][JV_PATCH][JV_KZ])
+                                                  int n_cols, float (&acc)[JV_PATCH][JV_PATCH][KZ])
 {
     const int p0 = MY ? j0 : i0, b0 = MY ? i0 : j0;
     float lo = 3.0e38f, hi = -3.0e38f;
@@ -283,29 +276,28 @@ __device__ __forceinline__ void joseph_voxel_rule(const float4& va, const float2
             const double t0 = ((double)k0 - zA) * inv;
             const long long t = __double2ll_rn(t0 * 4294967296.0);
             const long long dt = __double2ll_rn(32.0 * inv * 4294967296.0);
-            // No clamp where every lane's rows stay in [tlo, thi] (T is monotonic in q).
-            const int Ta = (int)(t >> 32), Tb = (int)((t + (JV_KZ - 1) * dt) >> 32);
-            const bool inside = __all_sync(0xffffffffu, min(Ta, Tb) >= tlo && max(Ta, Tb) <= thi);
-            float (*dst[JV_PATCH])[JV_KZ];
+            float (*dst[JV_PATCH])[KZ];
 #pragma unroll
             for (int b = 0; b < JV_PATCH; ++b) dst[b] = MY ? &acc[a][b] : &acc[b][a];
-            if (nh == 0 && inside)        // rows T, T + 1 (|zS| > 1)
-                joseph_voxel_rows<0, false>(values, coloff, t, dt, zSa, w, tlo, thi, 0, dst);
-            else if (nh == 1 && inside)   // rows T - 1 .. T + 2 (|zS| in (1/2, 1])
-                joseph_voxel_rows<1, false>(values, coloff, t, dt, zSa, w, tlo, thi, 1, dst);
-            else
-                joseph_voxel_rows<-1, true>(values, coloff, t, dt, zSa, w, tlo, thi, nh, dst);
+            // nh is the same across the warp (a (view, column, plane) number): no divergence.
+            switch (nh) {
+            case 0: joseph_voxel_rows<0, KZ>(values, coloff, t, dt, zSa, w, tlo, thi, dst); break;   // |zS| > 1
+            case 1: joseph_voxel_rows<1, KZ>(values, coloff, t, dt, zSa, w, tlo, thi, dst); break;
+            case 2: joseph_voxel_rows<2, KZ>(values, coloff, t, dt, zSa, w, tlo, thi, dst); break;
+            default: joseph_voxel_rows<JV_HMAX, KZ>(values, coloff, t, dt, zSa, w, tlo, thi, dst); break;
+            }
         }
     }
 }
 
 // Blocks of 8 warps on a JV_WX x JV_WY arrangement of patches (neighbouring
 // voxel columns read the same detector columns: L1 hits); grid
-// (ceil(nx / (JV_WX JV_PATCH)), ceil(ny / (JV_WY JV_PATCH)), ceil(nz / (32 JV_KZ))).
+// (ceil(nx / (JV_WX JV_PATCH)), ceil(ny / (JV_WY JV_PATCH)), ceil(nz / (32 KZ))).
 // volT: the z-fastest volume (ny, nx, nz); values, cols and flags for the
 // views [0, n_views) of this batch, vf their float32 numbers for column_of_f
 // (8 per view); accumulate: add to volT.
-extern "C" __global__ void __launch_bounds__(256, LEVERET_JV_MIN_BLOCKS) joseph_voxel_gather(
+template <int KZ>
+__device__ __forceinline__ void joseph_voxel_gather(
     float* __restrict__ volT, const float* __restrict__ values, const double* __restrict__ cols,
     const int* __restrict__ flags, const float* __restrict__ vf, const double* __restrict__ g, int nx, int ny,
     int nz, int n_views, int n_rows, int n_cols, int accumulate)
@@ -313,15 +305,15 @@ extern "C" __global__ void __launch_bounds__(256, LEVERET_JV_MIN_BLOCKS) joseph_
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int i0 = (blockIdx.x * JV_WX + warp % JV_WX) * JV_PATCH, j0 = (blockIdx.y * JV_WY + warp / JV_WX) * JV_PATCH;
     if (i0 >= nx || j0 >= ny) return;   // whole warps; no barrier below
-    const int k0 = blockIdx.z * (32 * JV_KZ) + lane;
+    const int k0 = blockIdx.z * (32 * KZ) + lane;
     const int rows_p = n_rows + JV_PAD_LO + JV_PAD_HI;
-    float acc[JV_PATCH][JV_PATCH][JV_KZ];
+    float acc[JV_PATCH][JV_PATCH][KZ];
 #pragma unroll
     for (int b = 0; b < JV_PATCH; ++b)
 #pragma unroll
         for (int a = 0; a < JV_PATCH; ++a)
 #pragma unroll
-            for (int q = 0; q < JV_KZ; ++q) acc[b][a][q] = 0.0f;
+            for (int q = 0; q < KZ; ++q) acc[b][a][q] = 0.0f;
     const PatchLine Lx = patch_line<false>(g, i0, j0), Ly = patch_line<true>(g, i0, j0);
     for (int view = 0; view < n_views; ++view) {
         const float4 va = ((const float4*)vf)[2 * view];
@@ -329,8 +321,10 @@ extern "C" __global__ void __launch_bounds__(256, LEVERET_JV_MIN_BLOCKS) joseph_
         const double* vcols = cols + (long long)view * n_cols * JV_NCOL;
         const int voff = view * n_cols * rows_p + JV_PAD_LO;
         const int has = flags[view];
-        if (has & 1) joseph_voxel_rule<false>(va, vb, Lx, i0, j0, k0, vcols, values, voff, rows_p, n_rows, n_cols, acc);
-        if (has & 2) joseph_voxel_rule<true>(va, vb, Ly, i0, j0, k0, vcols, values, voff, rows_p, n_rows, n_cols, acc);
+        if (has & 1)
+            joseph_voxel_rule<false, KZ>(va, vb, Lx, i0, j0, k0, vcols, values, voff, rows_p, n_rows, n_cols, acc);
+        if (has & 2)
+            joseph_voxel_rule<true, KZ>(va, vb, Ly, i0, j0, k0, vcols, values, voff, rows_p, n_rows, n_cols, acc);
     }
 #pragma unroll
     for (int b = 0; b < JV_PATCH; ++b)
@@ -339,9 +333,25 @@ extern "C" __global__ void __launch_bounds__(256, LEVERET_JV_MIN_BLOCKS) joseph_
             if (i0 + a >= nx || j0 + b >= ny) continue;
             float* const out = volT + ((long long)(j0 + b) * nx + i0 + a) * nz;
 #pragma unroll
-            for (int q = 0; q < JV_KZ; ++q) {
+            for (int q = 0; q < KZ; ++q) {
                 const int k = k0 + 32 * q;
                 if (k < nz) out[k] = accumulate ? out[k] + acc[b][a][q] : acc[b][a][q];
             }
         }
 }
+
+// One entry point per z depth KZ (raytrace.py: VOXEL_KZ lists them, voxel_kz picks one).
+#define JV_GATHER(KZ)                                                                                              \
+    extern "C" __global__ void __launch_bounds__(256, LEVERET_JV_MIN_BLOCKS) joseph_voxel_gather_kz##KZ(           \
+        float* __restrict__ volT, const float* __restrict__ values, const double* __restrict__ cols,               \
+        const int* __restrict__ flags, const float* __restrict__ vf, const double* __restrict__ g, int nx, int ny, \
+        int nz, int n_views, int n_rows, int n_cols, int accumulate)                                               \
+    {                                                                                                              \
+        joseph_voxel_gather<KZ>(volT, values, cols, flags, vf, g, nx, ny, nz, n_views, n_rows, n_cols, accumulate); \
+    }
+JV_GATHER(1)
+JV_GATHER(2)
+JV_GATHER(4)
+JV_GATHER(8)
+JV_GATHER(12)
+JV_GATHER(16)
