@@ -115,7 +115,6 @@ extern "C" void run_joseph_voxel(float* volT, const float* proj, int nx, int ny,
                     blockIdx.x = bx; blockIdx.y = by; blockIdx.z = bz; threadIdx.x = t;
                     switch (kz) {   // the instances raytrace.py's VOXEL_KZ lists
                     case 1: joseph_voxel_gather_kz1(volT, values, cols, flags, vf, g, nx, ny, nz, n_views, n_rows, n_cols, 0); break;
-                    case 2: joseph_voxel_gather_kz2(volT, values, cols, flags, vf, g, nx, ny, nz, n_views, n_rows, n_cols, 0); break;
                     case 4: joseph_voxel_gather_kz4(volT, values, cols, flags, vf, g, nx, ny, nz, n_views, n_rows, n_cols, 0); break;
                     case 8: joseph_voxel_gather_kz8(volT, values, cols, flags, vf, g, nx, ny, nz, n_views, n_rows, n_cols, 0); break;
                     case 12: joseph_voxel_gather_kz12(volT, values, cols, flags, vf, g, nx, ny, nz, n_views, n_rows, n_cols, 0); break;

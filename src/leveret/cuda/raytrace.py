@@ -29,7 +29,7 @@ KERNEL_CONSTANTS: dict[str, int] = {
     "LEVERET_JV_PATCH": 1,        # voxel transpose: a warp's voxel columns, PATCH x PATCH
     "LEVERET_JV_WARPS_X": 1,      # voxel transpose: a block's 8 warps, WARPS_X along x, 8 / WARPS_X along y
     "LEVERET_JV_MIN_BLOCKS": 3,   # voxel transpose: blocks per multiprocessor the registers must allow
-    "LEVERET_JV_HMAX": 3,         # voxel transpose: rows per z voxel (either side) its padding covers
+    "LEVERET_JV_HMAX": 7,         # voxel transpose: rows per z voxel (either side) its padding covers
 }
 
 BLOCK = 256             # threads per block, general path (one thread per ray)
@@ -41,7 +41,7 @@ DEFINES = tuple(f"{name}={value}" for name, value in KERNEL_CONSTANTS.items())  
 VOXEL_TABLE_BYTES = 2 << 30   # at most this much for the voxel transpose's per-view tables at a time
 VIEW_GROUP = 16         # structured float32 kernels: views per column that run side by side (L2 reuse)
 TRANSPOSES = ("auto", "voxel", "atomic")
-VOXEL_KZ = (1, 2, 4, 8, 12, 16)   # voxel transpose: the z depths per lane raytrace_voxel.cu instantiates
+VOXEL_KZ = (1, 4, 8, 12, 16)   # voxel transpose: the z depths per lane raytrace_voxel.cu instantiates
 VOXEL_KZ_SETUP = 4   # voxel transpose: a lane's set-up per (view, column, plane), in z voxels' work
 
 
@@ -244,7 +244,7 @@ class CudaRaytracer:
         adding into the volume with atomicAdd (every path). "voxel": each voxel
         gathers the forward's weights (raytrace_voxel.cu: no atomics,
         deterministic); structured Joseph only, where detector rows are at
-        least a quarter voxel apart in z and the sources lie outside the grid
+        least an eighth of a voxel apart in z and the sources lie outside the grid
         (ValueError elsewhere). "auto": "voxel" where it applies, else "atomic".
     views_per_batch : int or None
         Views per launch of the voxel transpose; None: as many as fit in
@@ -306,7 +306,7 @@ class CudaRaytracer:
                         and voxel_row_extent(params, self.n_cols, self.grid3, offset, scale) < 2.0 ** 30)
         if transpose == "voxel" and not voxel_ok:
             raise ValueError("transpose: 'voxel' applies to structured Joseph (cone beam without detector tilt, "
-                             "precision float32) with detector rows at least a quarter voxel apart in z and the "
+                             "precision float32) with detector rows at least an eighth of a voxel apart in z and the "
                              "sources outside the grid; use 'auto' or 'atomic' here")
         self.transpose = ("voxel" if voxel_ok else "atomic") if transpose == "auto" else transpose
         self._voxel_floats = None   # the voxel transpose's per-view float32 numbers on the GPU, made at first use

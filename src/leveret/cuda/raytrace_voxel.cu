@@ -37,7 +37,7 @@
 // JV_PAD_HI rows), as the true one lies wholly outside the detector, so voxels
 // above or below the detector's reach, and lanes beyond nz, read zeros at the
 // cost of two integer operations instead of taking a slower path. The launcher
-// checks h < JV_HMAX + 1 (rows at least a quarter voxel apart in z).
+// checks h < JV_HMAX + 1 (rows at least an eighth of a voxel apart in z).
 //
 // The constants come from raytrace.py (KERNEL_CONSTANTS, passed as -D options),
 // which also sizes the launch from them:
@@ -65,7 +65,7 @@
 #define JV_HMAX LEVERET_JV_HMAX
 #define JV_PAD_LO (2 * JV_HMAX + 2)
 #define JV_PAD_HI (2 * JV_HMAX + 3)
-static_assert(JV_HMAX == 3, "joseph_voxel_rule dispatches nh = 0, 1, 2, JV_HMAX");
+static_assert(JV_HMAX == 7, "joseph_voxel_rule dispatches nh = 0, 1, 2, 3, 5, JV_HMAX");
 #define JV_NCOL 8   // float64 numbers per (view, column): see joseph_voxel_columns
 
 // Per (view, column), from joseph_column (the forward's set-up): dominant axis
@@ -280,10 +280,15 @@ __device__ __forceinline__ void joseph_voxel_rule(const float4& va, const float2
 #pragma unroll
             for (int b = 0; b < JV_PATCH; ++b) dst[b] = MY ? &acc[a][b] : &acc[b][a];
             // nh is the same across the warp (a (view, column, plane) number): no divergence.
+            // A window wider than needed reads rows of weight zero: above 3 rows per
+            // voxel, two instances serve 4-5 and 6-7 (fewer instances to compile).
             switch (nh) {
             case 0: joseph_voxel_rows<0, KZ>(values, coloff, t, dt, zSa, w, tlo, thi, dst); break;   // |zS| > 1
             case 1: joseph_voxel_rows<1, KZ>(values, coloff, t, dt, zSa, w, tlo, thi, dst); break;
             case 2: joseph_voxel_rows<2, KZ>(values, coloff, t, dt, zSa, w, tlo, thi, dst); break;
+            case 3: joseph_voxel_rows<3, KZ>(values, coloff, t, dt, zSa, w, tlo, thi, dst); break;
+            case 4:
+            case 5: joseph_voxel_rows<5, KZ>(values, coloff, t, dt, zSa, w, tlo, thi, dst); break;
             default: joseph_voxel_rows<JV_HMAX, KZ>(values, coloff, t, dt, zSa, w, tlo, thi, dst); break;
             }
         }
@@ -350,7 +355,6 @@ __device__ __forceinline__ void joseph_voxel_gather(
         joseph_voxel_gather<KZ>(volT, values, cols, flags, vf, g, nx, ny, nz, n_views, n_rows, n_cols, accumulate); \
     }
 JV_GATHER(1)
-JV_GATHER(2)
 JV_GATHER(4)
 JV_GATHER(8)
 JV_GATHER(12)

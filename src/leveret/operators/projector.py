@@ -123,8 +123,8 @@ class Projector(Operator):
         hence the last bits, varies between runs). "voxel": each voxel
         gathers the forward's weights (no atomics, deterministic); it applies
         to structured Joseph (``structured`` path, ``model="joseph"``,
-        ``precision="float32"``) where detector rows are at least a quarter
-        voxel apart in z and the sources lie outside the grid (ValueError
+        ``precision="float32"``) where detector rows are at least an eighth
+        of a voxel apart in z and the sources lie outside the grid (ValueError
         elsewhere). "auto": "voxel" where it applies, else "atomic". Both are
         the transpose of ``A``'s weights, to rounding.
     devices : None, "all", list of int or leveret.devices.DeviceSet
