@@ -66,7 +66,8 @@ def cone_rays(geometry: ConeGeometry) -> tuple[np.ndarray, np.ndarray]:
 
 
 class _Transpose:
-    """``A.T``: projections -> volume, the exact transpose of a :class:`Projector`."""
+    """``A.T``: projections -> volume, the transpose of a :class:`Projector`
+    (exact, or with ``adjoint="voxel"`` the scaled voxel-driven back-projection)."""
 
     def __init__(self, projector: "Projector"):
         self.T = projector
@@ -149,6 +150,17 @@ class Projector(Operator):
         float64 operator (``leveret.cuda.raytrace``, raytrace_*.cu) and with
         ``A.T`` using the same float32 weights (matched); "float64" traces
         in float64, bit-identical rays and weights to the CPU.
+    adjoint : {"exact", "voxel"}
+        What ``A.T`` is. "exact": the transpose of ``A``'s weights (above).
+        "voxel" (cone beam, one device): an unmatched adjoint, the voxel-driven
+        :class:`leveret.operators.ConeBackprojection` (bilinear detector
+        interpolation, CPU or CUDA) of the projections weighted per pixel by
+        ``voxel volume x |M^-1 (u, v, 1)| / |det M^-1|`` (see Notes), which
+        approximates the exact transpose where the detector samples the
+        volume finely enough (about a pixel per voxel or finer, at the
+        voxel); faster on the GPU where the detector oversamples the volume.
+        Its mismatch to the exact transpose is in docs/accuracy.md; SIRT
+        converges with it.
 
     Attributes
     ----------
@@ -183,6 +195,16 @@ class Projector(Operator):
     ``n_cols x (n_rows + 17)`` floats per view (at most 2 GiB at a time);
     docs/performance.md compares the transposes.
 
+    ``adjoint="voxel"``: ray ``i`` through voxel ``j`` has Joseph weight
+    ``a_ij``, about its length in the voxel, so for projections ``y`` smooth
+    on the detector ``(A^T y)_j = sum_i a_ij y_i`` is ``y`` at the voxel's
+    projection times the voxel volume over the area per ray perpendicular to
+    the rays at the voxel. With ``d = M^-1 (u, v, 1)`` (``M`` = ``P[:, :3]``)
+    a point ``s + t d`` has ``w = t``, lies ``r = w |d|`` from the source,
+    and a pixel subtends the solid angle ``|det M^-1| / |d|^3``: per view
+    ``sum_i a_ij = V |d| / (|det M^-1| w^2)``. ``ConeBackprojection`` applies
+    the ``1 / w^2``; the rest is the per-pixel weight above.
+
     Several GPUs (``devices``): the views are split, not the volume. A ray
     crosses the whole volume, so a slab split would send every view to every
     GPU and sum the slabs' contributions to each projection value (a
@@ -201,7 +223,7 @@ class Projector(Operator):
 
     def __init__(self, geometry, volume: VolumeGeometry, *, model: str = "siddon",
                  backend: str = "auto", precision: str = "float32", n_buffers: int | None = None,
-                 structured="auto", transpose: str = "auto", devices=None):
+                 structured="auto", transpose: str = "auto", adjoint: str = "exact", devices=None):
         if not isinstance(volume, VolumeGeometry):
             raise ValueError(f"volume: expected a VolumeGeometry, got {type(volume).__name__}")
         if isinstance(geometry, ParallelGeometry):
@@ -235,7 +257,13 @@ class Projector(Operator):
         if transpose != "auto" and self.backend != "cuda":
             raise ValueError(f"transpose: {transpose!r} needs backend='cuda' (the CPU's A.T sums private "
                              f"volumes per thread; use 'auto')")
+        self.adjoint_kind = v.choice("adjoint", adjoint, ("exact", "voxel"))
         self.devices = parse_devices(devices)
+        if self.adjoint_kind == "voxel" and not isinstance(geometry, ConeGeometry):
+            raise ValueError(f"adjoint: 'voxel' is the cone-beam voxel-driven back-projection and needs a "
+                             f"ConeGeometry, got {type(geometry).__name__}; use 'exact'")
+        if self.adjoint_kind == "voxel" and self.devices is not None:
+            raise ValueError("adjoint: 'voxel' runs on one device; use devices=None or adjoint='exact'")
         if self.devices is not None and self.backend != "cuda":
             raise ValueError(f"devices: runs on CUDA GPUs, but this projector's backend is 'cpu' "
                              f"(backend={backend!r}); use backend='cuda' or devices=None")
@@ -266,6 +294,15 @@ class Projector(Operator):
             from ..cuda.raytrace import CudaRaytracer
             self._gpu = CudaRaytracer(geometry, self._grid3, self._offset, self._scale, self.model,
                                       self.dtype, structured=structured, transpose=transpose)
+        self._backprojection = None
+        if self.adjoint_kind == "voxel":
+            from .cone import ConeBackprojection
+            self._backprojection = ConeBackprojection(geometry, volume, backend=self.backend)
+            # Per view: M^-1 and voxel volume / |det M^-1| (the pixel weight's factors).
+            P = geometry.matrices if geometry.matrices.ndim == 3 else geometry.matrices[None]
+            minv = np.linalg.inv(P[:, :, :3])
+            self._pixel_minv = minv
+            self._pixel_scale = float(np.prod(volume.voxel_size)) / np.abs(np.linalg.det(minv))
         self.T = _Transpose(self)
 
     @property
@@ -275,8 +312,9 @@ class Projector(Operator):
 
     @property
     def transpose(self) -> str | None:
-        """How ``A.T`` runs on CUDA, "voxel" or "atomic" (``transpose`` resolved); None on the CPU."""
-        return None if self._gpu is None else self._gpu.transpose
+        """How the exact ``A.T`` runs on CUDA, "voxel" or "atomic" (``transpose``
+        resolved); None on the CPU and with ``adjoint="voxel"``."""
+        return None if self._gpu is None or self.adjoint_kind == "voxel" else self._gpu.transpose
 
     # -- metadata ------------------------------------------------------------------
     @property
@@ -381,8 +419,11 @@ class Projector(Operator):
         return self._checked("x", out)
 
     def adjoint(self, y, out=None):
-        """Transpose ``A^T y``: projections ``projection_shape`` -> volume ``volume.shape``."""
+        """Transpose ``A^T y``: projections ``projection_shape`` -> volume ``volume.shape``
+        (``adjoint="voxel"``: the scaled voxel-driven back-projection)."""
         out = self._output("out", out, self.volume.shape, y)
+        if self.adjoint_kind == "voxel":
+            return self._checked("y", self._voxel_adjoint(self._input("y", y, self.projection_shape), out))
         if self.devices is not None:
             y = self._input("y", y, self.projection_shape, upload=False)
             return self._checked("y", self._adjoint_devices(y, out))
@@ -399,6 +440,25 @@ class Projector(Operator):
         raytrace.adjoint(y.reshape(-1), self._origins, self._directions, self._offset, self._scale,
                          self._t_start, self._model_id, out.reshape(self._grid3), self.n_buffers)
         return self._checked("y", out)
+
+    def _voxel_adjoint(self, y, out):
+        """``adjoint="voxel"``: ``y`` weighted per pixel by ``V |M^-1 (u, v, 1)| / |det M^-1|``
+        (class Notes), then ``ConeBackprojection`` over this operator's views."""
+        xp = v.array_module(y)
+        n_rows, n_cols = self.projection_shape[1:]
+        u = xp.arange(n_cols, dtype=xp.float64)[None, None, :]
+        r = xp.arange(n_rows, dtype=xp.float64)[None, :, None]
+        weighted = xp.empty(y.shape, xp.float32 if self.backend == "cuda" else self.dtype)
+        step = max(1, (1 << 23) // (n_rows * n_cols))   # views per block: float64 temporaries of ~64 MiB
+        for k0 in range(0, len(self._views), step):
+            views = self._views[k0:k0 + step]
+            m = xp.asarray(self._pixel_minv[views])[:, :, :, None, None]     # (b, 3, 3, 1, 1)
+            norm2 = sum((m[:, i, 0] * u + m[:, i, 1] * r + m[:, i, 2]) ** 2 for i in range(3))
+            scale = xp.asarray(self._pixel_scale[views])[:, None, None]
+            weighted[k0:k0 + step] = y[k0:k0 + step] * (scale * xp.sqrt(norm2))
+        vol = self._backprojection(weighted, views=self._views)
+        out[...] = vol.reshape(out.shape) if v.array_module(vol) is v.array_module(out) else vol.get()
+        return out
 
     # -- several GPUs ---------------------------------------------------------------------
     def _tracer(self, device: int, v0: int, v1: int):
