@@ -147,9 +147,8 @@ def test_structured_joseph_equals_general(name, rng):
 
 @pytest.mark.parametrize("name", list(STRUCTURED) + ["tall"])
 def test_structured_joseph_voxel_transpose_equals_atomic(name, rng):
-    """Structured Joseph's transposes: the voxel-driven one (transpose="auto"
-    picks it here: the forward's weights evaluated per voxel, z fractions in
-    float64) in batches of two views and in one batch, and the ray-driven
+    """Structured Joseph's transposes: the voxel-driven one (the forward's
+    weights evaluated per voxel, z fractions in float64) in batches of two views and in one batch, and the ray-driven
     atomic one. They differ by the forward march's float32 rounding (2e-6 of
     the largest value), the batches by float32 rounding of the views' partial
     sums; the voxel one is deterministic; outputs poisoned;
@@ -157,7 +156,7 @@ def test_structured_joseph_voxel_transpose_equals_atomic(name, rng):
     rows per voxel."""
     cp = _cupy()
     geometry, volume = TALL if name == "tall" else STRUCTURED[name]
-    V = Projector(geometry, volume, model="joseph", precision="float32", backend="cuda")
+    V = Projector(geometry, volume, model="joseph", precision="float32", backend="cuda", transpose="voxel")
     T = Projector(geometry, volume, model="joseph", precision="float32", backend="cuda", transpose="atomic")
     assert V.structured and V.transpose == "voxel" and T.structured and T.transpose == "atomic"
     A = Projector(geometry, volume, model="joseph", precision="float32", backend="cpu")

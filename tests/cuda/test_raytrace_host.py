@@ -212,7 +212,7 @@ def test_host_build_structured_joseph(lib, name, rng):
     assert np.abs(back - ref_back).max() <= 1e-5 * np.abs(ref_back).max()
     lhs = np.vdot(out.astype(np.float64), y.astype(np.float64))
     assert abs(lhs - np.vdot(x.astype(np.float64), back)) <= 1e-5 * adjoint_scale(lhs, out, y)
-    # The voxel-driven transpose (transpose="auto" on the GPU): the same weights from the
+    # The voxel-driven transpose (transpose="voxel" on the GPU): the same weights from the
     # same set-up, its z fractions in float64 where the forward's march rounds
     # in float32, so equal to the scatter to that march's rounding; z-fastest
     # output poisoned: every voxel written.

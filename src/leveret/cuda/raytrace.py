@@ -45,6 +45,54 @@ VOXEL_KZ = (1, 4, 8, 12, 16)   # voxel transpose: the z depths per lane raytrace
 VOXEL_KZ_SETUP = 4   # voxel transpose: a lane's set-up per (view, column, plane), in z voxels' work
 
 
+# Seconds per unit of work of structured Joseph's two transposes, fitted to
+# measurements over detector sampling 0.5-2 px/voxel at 256^3-512^3 on an H100
+# (docs/performance.md, "Which transpose"): the voxel gather per row read
+# (``voxel_row``) and per lane and candidate column set-up (``voxel_setup``),
+# the atomic scatter per atomic add (``atomic_add``). Only their ratios decide.
+TRANSPOSE_COST = {"voxel_row": 2.4e-13, "voxel_setup": 2.8e-12, "atomic_add": 1.4e-12}
+
+
+def transpose_work(matrices: np.ndarray, n_rows: int, n_cols: int, grid3, offset, scale) -> dict[str, float]:
+    """Work counts of structured Joseph's transposes on a cone geometry.
+
+    At the grid's centre, per view: ``s``, detector columns per voxel across
+    the ray (``|grad_xy u|`` times the voxel size) and ``h``, rows per voxel
+    along z; medians over the views. The atomic scatter adds 4 values per
+    sample of ``A`` (bilinear in the plane), one sample per ray and plane of
+    the dominant axis: ``atomic = 4 n_views n_rows n_cols max(nx, ny)``. The
+    gather visits every voxel column for every view and z tile of ``32 kz``
+    lanes (:func:`voxel_kz`); per lane about ``2 s + 2`` candidate columns
+    (``voxel_setup``) of which ``2 s`` pass within a voxel and read
+    ``2 floor(h) + 2`` rows for each of the ``kz`` voxels (``voxel_row``).
+    """
+    P = np.asarray(matrices, np.float64).reshape(-1, 3, 4)
+    nz, ny, nx = (int(n) for n in grid3)
+    offset, scale = np.asarray(offset, float), np.asarray(scale, float)
+    size = 1.0 / scale
+    centre = np.append(offset + 0.5 * np.array([nx, ny, nz]) * size, 1.0)
+    q = P @ centre                                                  # (n, 3): (u w, v w, w)
+    u, v = q[:, 0] / q[:, 2], q[:, 1] / q[:, 2]
+    du = [(P[:, 0, a] - u * P[:, 2, a]) / q[:, 2] for a in range(3)]   # d u / d world x, y, z
+    dv = (P[:, 1, 2] - v * P[:, 2, 2]) / q[:, 2]
+    cols_per_voxel = float(np.median(np.hypot(du[0], du[1]))) * float(min(size[0], size[1]))
+    rows_per_voxel = float(np.median(np.abs(dv))) * float(size[2])
+    n_views = P.shape[0]
+    kz = voxel_kz(nz)
+    lanes = n_views * nx * ny * (-(-nz // (32 * kz))) * 32.0
+    return {"atomic_add": 4.0 * n_views * n_rows * n_cols * max(nx, ny),
+            "voxel_row": lanes * kz * 2 * cols_per_voxel * (2 * np.floor(rows_per_voxel) + 2),
+            "voxel_setup": lanes * (2 * cols_per_voxel + 2),
+            "cols_per_voxel": cols_per_voxel, "rows_per_voxel": rows_per_voxel}
+
+
+def transpose_times(work: dict[str, float]) -> dict[str, float]:
+    """Predicted seconds of the two transposes from :func:`transpose_work`'s counts (``TRANSPOSE_COST``)."""
+    c = TRANSPOSE_COST
+    return {"voxel": c["voxel_row"] * work["voxel_row"] + c["voxel_setup"] * work["voxel_setup"],
+            "atomic": c["atomic_add"] * work["atomic_add"]}
+
+
 def voxel_kz(nz: int) -> int:
     """The voxel transpose's z voxels per lane (``VOXEL_KZ``) for ``nz`` slices:
     a warp covers z tiles of ``32 kz`` voxels, and each tile repeats the
@@ -308,7 +356,14 @@ class CudaRaytracer:
             raise ValueError("transpose: 'voxel' applies to structured Joseph (cone beam without detector tilt, "
                              "precision float32) with detector rows at least an eighth of a voxel apart in z and the "
                              "sources outside the grid; use 'auto' or 'atomic' here")
-        self.transpose = ("voxel" if voxel_ok else "atomic") if transpose == "auto" else transpose
+        # "auto": the gather where it applies and the cost model predicts it faster.
+        self.predicted = None
+        if voxel_ok:
+            P = geometry.matrices if geometry.matrices.ndim == 3 else geometry.matrices[None]
+            self.predicted = transpose_times(transpose_work(P, self.n_rows, self.n_cols, self.grid3, offset, scale))
+        if transpose == "auto":
+            transpose = "voxel" if voxel_ok and self.predicted["voxel"] <= self.predicted["atomic"] else "atomic"
+        self.transpose = transpose
         self._voxel_floats = None   # the voxel transpose's per-view float32 numbers on the GPU, made at first use
         self._voxel_batch = None    # the voxel transpose's views per launch, set at first use
 
