@@ -11,6 +11,7 @@ import re
 import pytest
 
 from leveret.cuda._module import compile_report, file_defines, kernel_files
+from leveret.cuda.raytrace import VOXEL_PATCH2_DEFINES
 
 try:
     import cuda.bindings.nvrtc  # noqa: F401
@@ -19,11 +20,14 @@ except Exception:  # noqa: BLE001
     HAVE_NVRTC = False
 
 
-# Each file with the -D options its launcher passes (the launcher's DEFINES).
+# Each file with the -D options its launcher passes (the launcher's DEFINES),
+# and raytrace_voxel.cu's second build (2 x 2 voxel columns per warp).
 CASES = [(p, file_defines(p)) for p in kernel_files()]
+CASES += [(p, VOXEL_PATCH2_DEFINES) for p in kernel_files() if p.name == "raytrace_voxel.cu"]
 
 
-@pytest.mark.parametrize("path,defines", CASES, ids=[p.name for p, _ in CASES])
+@pytest.mark.parametrize("path,defines", CASES,
+                         ids=[p.name + ("" if d == file_defines(p) else "-patch2") for p, d in CASES])
 def test_kernel_compiles_for_sm90_without_spills(path, defines):
     if not HAVE_NVRTC:
         if os.environ.get("CI"):

@@ -148,8 +148,9 @@ def test_structured_joseph_equals_general(name, rng):
 @pytest.mark.parametrize("name", list(STRUCTURED) + ["tall"])
 def test_structured_joseph_voxel_transpose_equals_atomic(name, rng):
     """Structured Joseph's transposes: the voxel-driven one (the forward's
-    weights evaluated per voxel, z fractions in float64) in batches of two views and in one batch, and the ray-driven
-    atomic one. They differ by the forward march's float32 rounding (2e-6 of
+    weights evaluated per voxel, z fractions in float64) in batches of two
+    views and in one batch, with one and with 2 x 2 voxel columns per warp,
+    and the ray-driven atomic one. They differ by the forward march's float32 rounding (2e-6 of
     the largest value), the batches by float32 rounding of the views' partial
     sums; the voxel one is deterministic; outputs poisoned;
     the adjoint identity with the forward. "tall" has 70 z voxels and ~1.4
@@ -162,15 +163,21 @@ def test_structured_joseph_voxel_transpose_equals_atomic(name, rng):
     A = Projector(geometry, volume, model="joseph", precision="float32", backend="cpu")
     batched = CudaRaytracer(geometry, A._grid3, A._offset, A._scale, "joseph", np.float32, transpose="voxel",
                             views_per_batch=2)
+    patches = {p: CudaRaytracer(geometry, A._grid3, A._offset, A._scale, "joseph", np.float32, transpose="voxel",
+                                voxel_patch=p) for p in (1, 2)}
     y = cp.asarray(rng.standard_normal(geometry.projection_shape), dtype=cp.float32)
     results = {}
     for mode, run in (("voxel", V.T), ("atomic", T.T),
-                      ("voxel_batched", lambda y, out: batched.adjoint(y, out.reshape(A._grid3)))):
+                      ("voxel_batched", lambda y, out: batched.adjoint(y, out.reshape(A._grid3))),
+                      ("voxel_patch1", lambda y, out: patches[1].adjoint(y, out.reshape(A._grid3))),
+                      ("voxel_patch2", lambda y, out: patches[2].adjoint(y, out.reshape(A._grid3)))):
         results[mode] = cp.full(volume.shape, np.nan, cp.float32)
         run(y, out=results[mode])
         assert not bool(cp.isnan(results[mode]).any()), mode
     assert_close(results["voxel"], results["atomic"], 2e-6)
     assert_close(results["voxel_batched"], results["voxel"], 1e-6)     # batches: partial sums added in float32
+    for patch in (1, 2):   # one or 2 x 2 voxel columns per warp: other float32 summation orders
+        assert_close(results[f"voxel_patch{patch}"], results["atomic"], 2e-6)
     assert bool((V.T(y) == results["voxel"]).all())                       # deterministic
     x = cp.asarray(rng.standard_normal(volume.shape), dtype=cp.float32)
     out = V(x)

@@ -32,12 +32,18 @@ KERNEL_CONSTANTS: dict[str, int] = {
     "LEVERET_JV_HMAX": 7,         # voxel transpose: rows per z voxel (either side) its padding covers
 }
 
+# raytrace_voxel.cu's second build: 2 x 2 voxel columns per warp, z depths up
+# to 8 (its 4 kz sums in registers allow 2 blocks per multiprocessor); taken
+# where :func:`voxel_patch` says.
+VOXEL_PATCH2_CONSTANTS: dict[str, int] = {**KERNEL_CONSTANTS, "LEVERET_JV_PATCH": 2, "LEVERET_JV_MIN_BLOCKS": 2}
+
 BLOCK = 256             # threads per block, general path (one thread per ray)
 STRUCTURED_BLOCK = 128  # threads (detector rows) per block, structured path
 SHARED_LIMIT = 48 * 1024  # dynamic shared memory without opting in
 MAX_GRID_Y = 65535
 JOSEPH_PAD_Z = KERNEL_CONSTANTS["LEVERET_JOSEPH_PAD_Z"]
 DEFINES = tuple(f"{name}={value}" for name, value in KERNEL_CONSTANTS.items())   # every raytrace_*.cu
+VOXEL_PATCH2_DEFINES = tuple(f"{name}={value}" for name, value in VOXEL_PATCH2_CONSTANTS.items())
 VOXEL_TABLE_BYTES = 2 << 30   # at most this much for the voxel transpose's per-view tables at a time
 VIEW_GROUP = 16         # structured float32 kernels: views per column that run side by side (L2 reuse)
 TRANSPOSES = ("auto", "voxel", "atomic")
@@ -91,6 +97,13 @@ def transpose_times(work: dict[str, float]) -> dict[str, float]:
     c = TRANSPOSE_COST
     return {"voxel": c["voxel_row"] * work["voxel_row"] + c["voxel_setup"] * work["voxel_setup"],
             "atomic": c["atomic_add"] * work["atomic_add"]}
+
+
+def voxel_patch(kz: int) -> int:
+    """Voxel columns per side of a warp's patch for lanes of ``kz`` z voxels:
+    2 (four columns sharing each candidate column's set-up, VOXEL_PATCH2_CONSTANTS)
+    up to kz 8, else 1 (4 x 16 sums do not fit the registers: measured slower)."""
+    return 2 if kz <= 8 else 1
 
 
 def voxel_kz(nz: int) -> int:
@@ -297,10 +310,13 @@ class CudaRaytracer:
     views_per_batch : int or None
         Views per launch of the voxel transpose; None: as many as fit in
         ``VOXEL_TABLE_BYTES`` of tables (and a quarter of the free GPU memory).
+    voxel_patch : {None, 1, 2}
+        The voxel transpose's voxel columns per side of a warp's patch; None:
+        :func:`voxel_patch` of the z depth per lane (2 needs that depth <= 8).
     """
 
     def __init__(self, geometry, grid3, offset, scale, model: str, dtype, structured="auto",
-                 transpose: str = "auto", views_per_batch: int | None = None):
+                 transpose: str = "auto", views_per_batch: int | None = None, voxel_patch: int | None = None):
         import cupy
 
         from .. import _validate as v
@@ -308,6 +324,9 @@ class CudaRaytracer:
         transpose = v.choice("transpose", transpose, TRANSPOSES)
         self.views_per_batch = None if views_per_batch is None else v.positive_int("views_per_batch",
                                                                                   views_per_batch)
+        if voxel_patch not in (None, 1, 2) or (voxel_patch == 2 and voxel_kz(int(grid3[0])) > 8):
+            raise ValueError(f"voxel_patch: expected None, 1 or 2 (2 where voxel_kz(nz) <= 8), got {voxel_patch!r}")
+        self.voxel_patch = voxel_patch
         self.kind, params = view_parameters(geometry)
         self.is2d = int(isinstance(geometry, ParallelGeometry) and geometry.is_2d)
         shape = tuple(geometry.projection_shape)
@@ -450,8 +469,10 @@ class CudaRaytracer:
             batch = int(max(1, min(n_views, MAX_GRID_Y, min(VOXEL_TABLE_BYTES, free // 4) // per_view)))
             self._voxel_batch = batch if self.views_per_batch is None else min(batch, self.views_per_batch)
         batch = self._voxel_batch
-        module = load_module("raytrace_voxel")
         kz = voxel_kz(int(nz))
+        patch = voxel_patch(kz) if self.voxel_patch is None else self.voxel_patch
+        module = load_module("raytrace_voxel", DEFINES if patch == 1 else VOXEL_PATCH2_DEFINES)
+        c = voxel_constants(KERNEL_CONSTANTS if patch == 1 else VOXEL_PATCH2_CONSTANTS)
         bx, by = (w * c["patch"] for w in c["warps"])   # voxel columns per block (8 warps)
         grid = (-(-int(nx) // bx), -(-int(ny) // by), -(-int(nz) // (32 * kz)))
         values = cupy.empty(batch * self.n_cols * rows_p, np.float32)
