@@ -1,5 +1,6 @@
 """Times of A and of both CUDA transposes (voxel gather, atomic scatter) of the
-matched cone-beam Projector, the voxel-driven ConeBackprojection and ASTRA's
+matched cone-beam Projector, the voxel-driven ConeBackprojection, the
+unmatched adjoint built on it (``Projector(adjoint="voxel")``) and ASTRA's
 FP/BP on a grid of detector sampling x cone half-angle x views: the data the
 transpose rule is chosen from. Prints one line per point and writes JSON.
 
@@ -82,6 +83,9 @@ def main():
                 row["cone_bp"] = common.median_time(lambda: bp(y, back), reps=2, sync=sync)
                 row["cone_bp_kernel"] = bp.last_kernel
                 del bp
+                U = leveret.Projector(g, vol, model="joseph", backend="cuda", adjoint="voxel")
+                row["AT_unmatched"] = common.median_time(lambda: U.T(y, out=back), reps=2, sync=sync)
+                del U
             del x, y, back
             sweep._free()
             if astra.astra is not None:

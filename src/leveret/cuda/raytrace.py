@@ -52,11 +52,13 @@ VOXEL_KZ_SETUP = 4   # voxel transpose: a lane's set-up per (view, column, plane
 
 
 # Seconds per unit of work of structured Joseph's two transposes, fitted to
-# measurements over detector sampling 0.5-2 px/voxel at 256^3-512^3 on an H100
-# (docs/performance.md, "Which transpose"): the voxel gather per row read
+# measurements over detector sampling 0.5-2.5 px/voxel at 256^3-1024^3 on an
+# H100 (docs/performance.md, "Which transpose"): the voxel gather per row read
 # (``voxel_row``) and per lane and candidate column set-up (``voxel_setup``),
-# the atomic scatter per atomic add (``atomic_add``). Only their ratios decide.
-TRANSPOSE_COST = {"voxel_row": 2.4e-13, "voxel_setup": 2.8e-12, "atomic_add": 1.4e-12}
+# the atomic scatter per atomic add (``atomic_add``) and per voxel of the
+# volume (``atomic_voxel``: its fixed cost, seen with detectors of few rows).
+# Only their ratios decide.
+TRANSPOSE_COST = {"voxel_row": 2.55e-13, "voxel_setup": 2.52e-12, "atomic_add": 1.37e-12, "atomic_voxel": 9.8e-11}
 
 
 def transpose_work(matrices: np.ndarray, n_rows: int, n_cols: int, grid3, offset, scale) -> dict[str, float]:
@@ -66,7 +68,8 @@ def transpose_work(matrices: np.ndarray, n_rows: int, n_cols: int, grid3, offset
     the ray (``|grad_xy u|`` times the voxel size) and ``h``, rows per voxel
     along z; medians over the views. The atomic scatter adds 4 values per
     sample of ``A`` (bilinear in the plane), one sample per ray and plane of
-    the dominant axis: ``atomic = 4 n_views n_rows n_cols max(nx, ny)``. The
+    the dominant axis: ``atomic_add = 4 n_views n_rows n_cols max(nx, ny)``,
+    and has a fixed cost per voxel (``atomic_voxel = nx ny nz``). The
     gather visits every voxel column for every view and z tile of ``32 kz``
     lanes (:func:`voxel_kz`); per lane about ``2 s + 2`` candidate columns
     (``voxel_setup``) of which ``2 s`` pass within a voxel and read
@@ -86,7 +89,7 @@ def transpose_work(matrices: np.ndarray, n_rows: int, n_cols: int, grid3, offset
     n_views = P.shape[0]
     kz = voxel_kz(nz)
     lanes = n_views * nx * ny * (-(-nz // (32 * kz))) * 32.0
-    return {"atomic_add": 4.0 * n_views * n_rows * n_cols * max(nx, ny),
+    return {"atomic_add": 4.0 * n_views * n_rows * n_cols * max(nx, ny), "atomic_voxel": float(nx * ny * nz),
             "voxel_row": lanes * kz * 2 * cols_per_voxel * (2 * np.floor(rows_per_voxel) + 2),
             "voxel_setup": lanes * (2 * cols_per_voxel + 2),
             "cols_per_voxel": cols_per_voxel, "rows_per_voxel": rows_per_voxel}
@@ -96,7 +99,25 @@ def transpose_times(work: dict[str, float]) -> dict[str, float]:
     """Predicted seconds of the two transposes from :func:`transpose_work`'s counts (``TRANSPOSE_COST``)."""
     c = TRANSPOSE_COST
     return {"voxel": c["voxel_row"] * work["voxel_row"] + c["voxel_setup"] * work["voxel_setup"],
-            "atomic": c["atomic_add"] * work["atomic_add"]}
+            "atomic": c["atomic_add"] * work["atomic_add"] + c["atomic_voxel"] * work["atomic_voxel"]}
+
+
+def voxel_applies(params: np.ndarray, n_cols: int, grid3, offset, scale) -> bool:
+    """Whether structured Joseph's voxel transpose can run on this cone
+    geometry: fewer than ``JV_HMAX + 1`` rows per z voxel
+    (:func:`voxel_rows_per_voxel`; ``inf`` with a source inside the grid) and
+    row coordinates within its fixed point (:func:`voxel_row_extent`)."""
+    h = voxel_rows_per_voxel(params, n_cols, grid3, offset, scale)
+    return bool(h < voxel_constants()["hmax"] + 1
+                and voxel_row_extent(params, n_cols, grid3, offset, scale) < 2.0 ** 30)
+
+
+def auto_transpose(predicted: dict[str, float] | None) -> str:
+    """``transpose="auto"``'s choice: "voxel" where it applies (``predicted``
+    not None: :func:`transpose_times` of a structured Joseph geometry where
+    :func:`voxel_applies`) and is predicted no slower than "atomic", else
+    "atomic"."""
+    return "voxel" if predicted is not None and predicted["voxel"] <= predicted["atomic"] else "atomic"
 
 
 def voxel_patch(kz: int) -> int:
@@ -366,22 +387,18 @@ class CudaRaytracer:
         self.structured = valid if structured == "auto" else bool(structured)
         # The voxel transpose reads rows up to JV_HMAX + 1 from a voxel (its
         # padding) and steps row coordinates in 32.32 fixed point.
-        voxel_ok = False
-        if self.structured and model == "joseph":
-            h = voxel_rows_per_voxel(params, self.n_cols, self.grid3, offset, scale)
-            voxel_ok = (h < voxel_constants()["hmax"] + 1
-                        and voxel_row_extent(params, self.n_cols, self.grid3, offset, scale) < 2.0 ** 30)
+        voxel_ok = self.structured and model == "joseph" and voxel_applies(params, self.n_cols, self.grid3,
+                                                                          offset, scale)
         if transpose == "voxel" and not voxel_ok:
             raise ValueError("transpose: 'voxel' applies to structured Joseph (cone beam without detector tilt, "
                              "precision float32) with detector rows at least an eighth of a voxel apart in z and the "
                              "sources outside the grid; use 'auto' or 'atomic' here")
-        # "auto": the gather where it applies and the cost model predicts it faster.
-        self.predicted = None
+        self.predicted = None   # the cost model's seconds of both transposes, where both apply
         if voxel_ok:
             P = geometry.matrices if geometry.matrices.ndim == 3 else geometry.matrices[None]
             self.predicted = transpose_times(transpose_work(P, self.n_rows, self.n_cols, self.grid3, offset, scale))
         if transpose == "auto":
-            transpose = "voxel" if voxel_ok and self.predicted["voxel"] <= self.predicted["atomic"] else "atomic"
+            transpose = auto_transpose(self.predicted)
         self.transpose = transpose
         self._voxel_floats = None   # the voxel transpose's per-view float32 numbers on the GPU, made at first use
         self._voxel_batch = None    # the voxel transpose's views per launch, set at first use

@@ -1,0 +1,78 @@
+"""``transpose="auto"``'s rule for structured Joseph on CUDA, checked on the
+CPU: for each measured point of docs/performance.md's table ("Which
+transpose") the cost model (:func:`leveret.cuda.raytrace.transpose_times` of
+:func:`~leveret.cuda.raytrace.transpose_work`) picks the transpose that was
+measured faster, and predicts the two times' ratio to within the stated
+factor of the measured one. No GPU needed: the rule reads only the geometry."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from leveret.cuda.raytrace import (auto_transpose, structured_ratio, transpose_times, transpose_work,
+                                   view_parameters, voxel_applies)
+from leveret.geometry import ConeGeometry, VolumeGeometry
+
+# The table's scans (bench/bench_sweep.py's cone points): an n^3 grid 512 mm
+# wide, source 1000 mm and detector 1500 mm from the axis, the detector's field
+# at the axis 4/3 of the grid with ``sampling`` pixels per voxel there, or
+# (``rows``) a detector of that many rows.
+SID, SDD, EXTENT, FIELD = 1000.0, 1500.0, 512.0, 4.0 / 3.0
+
+
+def _scan(n, views, sampling, rows=None):
+    voxel = EXTENT / n
+    n_cols = round(FIELD * n * sampling)
+    n_rows = round(FIELD * n * sampling) if rows is None else rows
+    geometry = ConeGeometry.circular(np.linspace(0, 2 * np.pi, views, endpoint=False), SID, SDD, n_rows, n_cols,
+                                     voxel / sampling * SDD / SID)
+    return geometry, VolumeGeometry((n, n, n), voxel)
+
+
+# (n, views, sampling, detector rows or None, measured ms: A, voxel gather, atomic scatter) on an H100.
+TABLE = [
+    (256, 360, 0.5, None, 4.2, 9.1, 18.4),
+    (256, 360, 0.75, None, 6.5, 12.3, 29.1),
+    (256, 360, 1.0, None, 10.2, 17.7, 57.3),
+    (256, 360, 1.5, None, 20.7, 29.8, 139.5),
+    (256, 360, 2.0, None, 35.0, 48.9, 258.5),
+    (256, 360, 2.5, None, 53.7, 75.1, 443.3),
+    (256, 180, 1.0, None, 5.5, 9.4, 29.1),
+    (256, 1440, 1.0, None, 40.5, 78.8, 231.4),
+    (384, 360, 1.0, None, 31.8, 50.3, 186.3),
+    (512, 720, 0.75, None, 95.3, 144.9, 502.5),
+    (512, 720, 1.5, None, 325.4, 408.7, 2131.6),
+    (1024, 360, 0.75, None, 954.9, 559.1, 3443.8),
+    (256, 360, 1.0, 8, 1.8, 16.9, 3.0),
+    (256, 360, 1.0, 24, 1.7, 17.0, 5.8),
+    (256, 360, 1.0, 64, 2.8, 17.5, 13.0),
+]
+# The model's ratio atomic / voxel against the measured one: measured within
+# a factor of 1.5 over the table; bound 2.
+RATIO_FACTOR = 2.0
+
+
+@pytest.mark.parametrize("n, views, sampling, rows, t_a, t_voxel, t_atomic", TABLE,
+                         ids=[f"{r[0]}^3-{r[1]}v-{r[2]}px" + (f"-{r[3]}rows" if r[3] else "") for r in TABLE])
+def test_auto_transpose_picks_the_measured_faster(n, views, sampling, rows, t_a, t_voxel, t_atomic):
+    geometry, volume = _scan(n, views, sampling, rows)
+    _, params = view_parameters(geometry)
+    offset = np.array([volume.extent(a)[0] for a in "xyz"])
+    scale = 1.0 / np.array([volume.spacing(a) for a in "xyz"])
+    assert structured_ratio(params, geometry.n_rows, geometry.n_cols, 1.0 / scale) <= 1
+    assert voxel_applies(params, geometry.n_cols, volume.shape, offset, scale)
+    predicted = transpose_times(transpose_work(geometry.matrices, geometry.n_rows, geometry.n_cols, volume.shape,
+                                               offset, scale))
+    measured = "voxel" if t_voxel <= t_atomic else "atomic"
+    assert auto_transpose(predicted) == measured
+    ratio = predicted["atomic"] / predicted["voxel"]
+    assert abs(math.log(ratio / (t_atomic / t_voxel))) <= math.log(RATIO_FACTOR), (ratio, t_atomic / t_voxel)
+
+
+def test_auto_transpose_without_voxel_is_atomic():
+    """Where the gather does not apply (no prediction) the rule takes the scatter."""
+    assert auto_transpose(None) == "atomic"
+    assert auto_transpose({"voxel": 2.0, "atomic": 1.0}) == "atomic"
+    assert auto_transpose({"voxel": 1.0, "atomic": 1.0}) == "voxel"
