@@ -58,7 +58,7 @@ VOXEL_KZ_SETUP = 4   # voxel transpose: a lane's set-up per (view, column, plane
 # the atomic scatter per atomic add (``atomic_add``) and per voxel of the
 # volume (``atomic_voxel``: its fixed cost, seen with detectors of few rows).
 # Only their ratios decide.
-TRANSPOSE_COST = {"voxel_row": 2.55e-13, "voxel_setup": 2.52e-12, "atomic_add": 1.37e-12, "atomic_voxel": 9.8e-11}
+TRANSPOSE_COST = {"voxel_row": 2.34e-13, "voxel_setup": 1.86e-12, "atomic_add": 1.41e-12, "atomic_voxel": 8.7e-11}
 
 
 def transpose_work(matrices: np.ndarray, n_rows: int, n_cols: int, grid3, offset, scale) -> dict[str, float]:
