@@ -326,8 +326,10 @@ class CudaRaytracer:
         adding into the volume with atomicAdd (every path). "voxel": each voxel
         gathers the forward's weights (raytrace_voxel.cu: no atomics,
         deterministic); structured Joseph only, where detector rows are at
-        least an eighth of a voxel apart in z and the sources lie outside the grid
-        (ValueError elsewhere). "auto": "voxel" where it applies, else "atomic".
+        least an eighth of a voxel apart in z and the sources lie outside the
+        grid (ValueError elsewhere). "auto": :func:`auto_transpose`, "voxel"
+        where it applies and the cost model (:func:`transpose_times`, kept in
+        ``predicted``) predicts it no slower, else "atomic".
     views_per_batch : int or None
         Views per launch of the voxel transpose; None: as many as fit in
         ``VOXEL_TABLE_BYTES`` of tables (and a quarter of the free GPU memory).
