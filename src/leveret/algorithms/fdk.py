@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from .. import _validate as v
-from ..devices import parse as parse_devices
+from ..devices import for_backend as devices_for_backend
 from ..filters import FILTERS, apply_filter, filter_response
 from ..geometry import VolumeGeometry
 from ..operators.cone import RAY_MIN_VIEWS, ConeBackprojection
@@ -111,10 +111,7 @@ def fdk(projections, geometry, volume: VolumeGeometry, *, filter: str = "ram-lak
         v.check_allocation("volume", volume.size * np.dtype(dtype).itemsize, "the reconstruction")
     settings = dict(filter=filter, cutoff=cutoff, padding=padding, short_scan=short_scan,
                     interpolation=interpolation, kernel=kernel, backend=backend, dtype=dtype, stats=stats)
-    devices = parse_devices(devices)
-    if devices is not None and backend != "cuda":
-        raise ValueError(f"devices: runs on CUDA GPUs, but this call's backend is 'cpu'; "
-                         f"use backend='cuda' or devices=None")
+    devices = devices_for_backend(devices, backend)
     slabs, planned_views = _plan_slabs(geometry, volume, backend, max_gpu_memory, slab_slices,
                                        budget=None if devices is None else devices.free_bytes())
     settings["chunk_views"] = planned_views

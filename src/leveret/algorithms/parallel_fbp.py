@@ -9,7 +9,7 @@ import numpy as np
 from .. import _validate as v
 from ..filters import FILTERS, apply_filter, filter_response
 from ..geometry import ParallelGeometry, VolumeGeometry
-from ..devices import parse as parse_devices
+from ..devices import for_backend as devices_for_backend
 from ..memory import fbp_bytes_per_slice, gpu_free_bytes, host_available_bytes, plan_chunk
 from ..operators import ParallelBackprojection
 
@@ -123,10 +123,7 @@ def fbp(projections, geometry: ParallelGeometry, volume: VolumeGeometry | None =
         raise ValueError("backend: 'cpu' cannot take a CuPy array")
     if op.backend == "cuda" and dtype == np.float64:
         raise ValueError("precision: 'float64' runs on the CPU backend only; use backend='cpu'")
-    devices = parse_devices(devices)
-    if devices is not None and op.backend != "cuda":
-        raise ValueError(f"devices: runs on CUDA GPUs, but this call's backend is 'cpu' (backend={backend!r}); "
-                         f"use backend='cuda' or devices=None")
+    devices = devices_for_backend(devices, op.backend)
     weights = _angle_weights(angle_weights, geometry)
     response = filter_response(geometry.n_cols, filter, cutoff=cutoff,
                                det_spacing=geometry.det_spacing)

@@ -8,7 +8,7 @@ import numpy as np
 
 from .. import _validate as v
 from ._base import Operator
-from ..devices import parse as parse_devices
+from ..devices import for_backend as devices_for_backend
 from ..geometry import ConeGeometry, ParallelGeometry, VolumeGeometry
 
 MODELS = ("siddon", "joseph")
@@ -235,10 +235,7 @@ class Projector(Operator):
         if transpose != "auto" and self.backend != "cuda":
             raise ValueError(f"transpose: {transpose!r} needs backend='cuda' (the CPU's A.T sums private "
                              f"volumes per thread; use 'auto')")
-        self.devices = parse_devices(devices)
-        if self.devices is not None and self.backend != "cuda":
-            raise ValueError(f"devices: runs on CUDA GPUs, but this projector's backend is 'cpu' "
-                             f"(backend={backend!r}); use backend='cuda' or devices=None")
+        self.devices = devices_for_backend(devices, self.backend)
         self._device_tracers: dict = {}   # (device, first view, stop view) -> CudaRaytracer there
         self.projection_shape = tuple(geometry.projection_shape)
         self._views = np.arange(self.projection_shape[0])
