@@ -326,3 +326,94 @@ def test_radon3d_fbp_on_devices_is_bit_identical(method, precision, rng):
     np.testing.assert_array_equal(got, ref)
     got_gpu = leveret.radon3d_fbp(cp.asarray(proj), g, devices=two_workers(), **kw)
     cp.testing.assert_array_equal(got_gpu, leveret.radon3d_fbp(cp.asarray(proj), g, **kw))
+
+
+# -- back-projection operators -----------------------------------------------------------------------
+
+@pytest.mark.parametrize("kernel,precision,interpolation", [
+    ("auto", "float32", "linear"),       # the ALU kernel, 4 slices per block
+    ("auto", "float16", "linear"),       # the hybrid: texture and ALU tiles, half4 texels
+    ("texz", "float32", "nearest"),      # float2 texels
+    ("texture", "float32", "linear8"),
+])
+def test_parallel_backprojection_on_devices_is_bit_identical(kernel, precision, interpolation, rng):
+    """37 slices (odd: a last slab shorter than a texel or block) in slabs on
+    two workers, against one GPU running the whole stack: NumPy in and out,
+    CuPy in and out, and a strided CuPy ``out``."""
+    cp = _cupy()
+    from leveret.geometry import VolumeGeometry
+    from leveret.operators import ParallelBackprojection
+    geometry = ParallelGeometry(np.linspace(0, np.pi, 90, endpoint=False), 48)
+    volume = VolumeGeometry((37, 40, 44), voxel_size=1.0)
+    sinos = rng.standard_normal((37, 90, 48)).astype(np.float32)
+    kw = dict(kernel=kernel, precision=precision, interpolation=interpolation, backend="cuda")
+    one = ParallelBackprojection(geometry, volume, **kw)
+    many = ParallelBackprojection(geometry, volume, devices=two_workers(), **kw)
+    ref = one(sinos)
+    got = many(sinos)
+    assert isinstance(got, np.ndarray)
+    np.testing.assert_array_equal(got, ref)
+    assert one.last_kernel == many.last_kernel
+    got_gpu = many(cp.asarray(sinos))
+    assert isinstance(got_gpu, cp.ndarray)
+    cp.testing.assert_array_equal(got_gpu, cp.asarray(ref))
+    strided = cp.full((37, 40, 88), cp.nan, cp.float32)[:, :, ::2]
+    assert many(cp.asarray(sinos), out=strided) is strided
+    cp.testing.assert_array_equal(strided, cp.asarray(ref))
+
+
+@pytest.mark.parametrize("kernel,interpolation", [("texture", "linear"), ("ray-hybrid", "linear"),
+                                                  ("quad", "linear32"), ("global", "linear32")])
+def test_cone_backprojection_on_devices_is_bit_identical(kernel, interpolation, rng):
+    """37 slices in slabs of 16-slice blocks on two workers against one GPU:
+    NumPy and CuPy, accumulating into ``out``, and a ``slices`` range."""
+    cp = _cupy()
+    from leveret.geometry import ConeGeometry, VolumeGeometry
+    from leveret.operators import ConeBackprojection
+    geometry = ConeGeometry.circular(np.linspace(0, 2 * np.pi, 40, endpoint=False), sid=60, sdd=90,
+                                     n_rows=40, n_cols=48, pixel_size=1.2)
+    volume = VolumeGeometry((37, 32, 30), voxel_size=1.5)
+    proj = rng.standard_normal(geometry.projection_shape).astype(np.float32)
+    kw = dict(kernel=kernel, interpolation=interpolation, backend="cuda")
+    one = ConeBackprojection(geometry, volume, **kw)
+    many = ConeBackprojection(geometry, volume, devices=two_workers(), **kw)
+    ref = one(proj)
+    got = many(proj)
+    assert isinstance(got, np.ndarray)
+    np.testing.assert_array_equal(got, ref)
+    start = rng.standard_normal(volume.shape).astype(np.float32)
+    np.testing.assert_array_equal(many(proj, out=start.copy(), accumulate=True),
+                                  one(proj, out=start.copy(), accumulate=True))
+    np.testing.assert_array_equal(many(proj, out=start.copy(), slices=(16, 37)),
+                                  one(proj, out=start.copy(), slices=(16, 37)))
+    got_gpu = many(cp.asarray(proj))
+    assert isinstance(got_gpu, cp.ndarray)
+    cp.testing.assert_array_equal(got_gpu, cp.asarray(ref))
+
+
+def test_operators_write_a_strided_cupy_out(rng):
+    """One GPU: a non-contiguous CuPy ``out`` is written through a contiguous
+    temporary (accumulating from its values)."""
+    cp = _cupy()
+    from leveret.geometry import ConeGeometry, VolumeGeometry
+    from leveret.operators import ConeBackprojection, ParallelBackprojection
+    g = ParallelGeometry(np.linspace(0, np.pi, 30, endpoint=False), 24)
+    vol = VolumeGeometry((3, 20, 20), voxel_size=1.0)
+    sinos = cp.asarray(rng.standard_normal((3, 30, 24)).astype(np.float32))
+    op = ParallelBackprojection(g, vol, backend="cuda")
+    out = cp.full((3, 20, 40), cp.nan, cp.float32)[:, :, 1::2]
+    assert op(sinos, out=out) is out
+    cp.testing.assert_array_equal(out, op(sinos))
+    cg = ConeGeometry.circular(np.linspace(0, 2 * np.pi, 12, endpoint=False), sid=60, sdd=90,
+                               n_rows=20, n_cols=24, pixel_size=1.2)
+    cvol = VolumeGeometry((8, 16, 16), voxel_size=1.5)
+    proj = cp.asarray(rng.standard_normal(cg.projection_shape).astype(np.float32))
+    cop = ConeBackprojection(cg, cvol, backend="cuda")
+    base = cp.asarray(rng.standard_normal((8, 16, 32)).astype(np.float32))
+    untouched = base[:, :, 1::2].copy()
+    out = base[:, :, ::2]
+    expected = out.copy()
+    cop(proj, out=expected, accumulate=True)
+    assert cop(proj, out=out, accumulate=True) is out
+    cp.testing.assert_array_equal(out, expected)
+    cp.testing.assert_array_equal(base[:, :, 1::2], untouched)   # the columns between stay as they were

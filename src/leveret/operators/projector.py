@@ -483,6 +483,3 @@ class Projector(Operator):
         """The working precision, "float32" or "float64"."""
         return self.dtype.name
 
-    def __repr__(self) -> str:
-        text = super().__repr__()
-        return text if self.devices is None else f"{text[:-1]}, devices={self.devices!r})"
