@@ -308,6 +308,6 @@ def slab_alias(slab, k0: int, shape: tuple[int, int, int]):
     import cupy
 
     nz, ny, nx = shape
-    start = slab.data.ptr - k0 * ny * nx * slab.itemsize
-    memptr = cupy.cuda.MemoryPointer(slab.data.mem, start - slab.data.mem.ptr)
-    return cupy.ndarray(shape, slab.dtype, memptr)
+    start = slab.data.ptr - k0 * ny * nx * slab.itemsize   # where slice 0 would be
+    memory = cupy.cuda.UnownedMemory(start, nz * ny * nx * slab.itemsize, slab, slab.device.id)
+    return cupy.ndarray(shape, slab.dtype, cupy.cuda.MemoryPointer(memory, 0))
