@@ -121,6 +121,23 @@ def test_projector_transpose_on_devices_within_reordered_sums(name, model, preci
     assert_sum_reordered(out, ref, abs_ref, n_terms, precision)
 
 
+@pytest.mark.parametrize("model", MODELS)
+def test_projector_forward_on_devices_lays_out_the_volume_once_per_worker(model, rng, monkeypatch):
+    """The structured paths' z-fastest copy is made once per call and worker,
+    not once per view block (7 views in 7 blocks for 2 workers)."""
+    from leveret.cuda.raytrace import CudaRaytracer
+    geometry, volume = STRUCTURED["cone_offset"]
+    two = Projector(geometry, volume, model=model, backend="cuda", devices=two_workers())
+    assert two.structured
+    calls = []
+    original = CudaRaytracer.laid_out
+    monkeypatch.setattr(CudaRaytracer, "laid_out", lambda self, vol: calls.append(1) or original(self, vol))
+    x = rng.standard_normal(volume.shape).astype(np.float32)
+    got = two(x)
+    assert 1 <= len(calls) <= 2
+    np.testing.assert_array_equal(got, Projector(geometry, volume, model=model, backend="cuda")(x))
+
+
 def test_projector_voxel_transpose_on_devices_repeats_exactly(rng):
     """The voxel transpose is deterministic and the partials are summed in a
     fixed order: the same bits from run to run."""

@@ -418,16 +418,18 @@ class Projector(Operator):
         if on_gpu:
             with cupy.cuda.Device(x.device.id):   # x is complete before other streams read it
                 cupy.cuda.get_current_stream().synchronize()
-        replicas: dict = {}
+        laid_out: dict = {}   # worker index -> the volume on its GPU, as the kernels read it
         grid3 = self._grid3
 
         def work(worker, v0, v1):
-            xd = replicas.get(worker.index)
-            if xd is None:
-                xd = dv.to_device(x, worker.device) if on_gpu else cupy.asarray(x)
-                replicas[worker.index] = xd
+            tracer = self._tracer(worker.device, v0, v1)
+            if worker.index not in laid_out:   # once per call and worker, not per view block
+                xd = (dv.to_device(x, worker.device) if on_gpu else cupy.asarray(x)).reshape(grid3)
+                src = tracer.laid_out(xd)
+                laid_out[worker.index] = (xd if src is xd else None, src)   # the structured paths read only src
+            xd, src = laid_out[worker.index]
             res = cupy.empty((v1 - v0,) + self.projection_shape[1:], self.dtype)
-            self._tracer(worker.device, v0, v1).forward(xd.reshape(grid3), res)
+            tracer.forward(xd, res, laid_out=src)
             if isinstance(out, cupy.ndarray):
                 cupy.cuda.get_current_stream().synchronize()
                 dv.copy_to(out[v0:v1], res)
