@@ -175,7 +175,7 @@ def fbp(projections, geometry: ParallelGeometry, volume: VolumeGeometry | None =
             job.one_chunk_from_host(chunks[0])
             bar.update(n_slices)
         else:
-            job.streamed(chunks, bar=bar, stats=stats)
+            _raise_if_bad(job.streamed(chunks, on_done=lambda c: bar.update(c[1] - c[0]), stats=stats))
     return out
 
 
@@ -208,8 +208,11 @@ class _Job:
             self.op(self.filtered(rows), out=self.out3[k0:k1])
             bar.update(k1 - k0)
 
-    def streamed(self, chunks, *, bar, stats=None):
-        """NumPy in and out on the GPU: chunks through the two-stream pipeline."""
+    def streamed(self, chunks, *, on_done, stats=None, largest=None, device_lock=None) -> int:
+        """NumPy in and out on the current GPU: ``chunks`` (a list, or an
+        iterator over a queue shared with other GPUs' pipelines, then with
+        ``largest`` the largest chunk) through the two-stream pipeline.
+        Returns the count of non-finite inputs seen."""
         import cupy
 
         from ..pipeline import parallel_copy, stream_chunks
@@ -221,26 +224,23 @@ class _Job:
             v.add_nonfinite_count(n_bad, d_in)
             self.op(self.filtered(d_in), out=d_out)
 
-        stream_chunks(chunks,
+        stream_chunks(chunks, largest=largest,
                       in_shape=lambda c: (g.n_angles, c[1] - c[0], g.n_cols),
                       out_shape=lambda c: (c[1] - c[0],) + self.op.out_shape,
                       load=lambda c, buf: self.rows(c, out=buf),
                       compute=compute,
                       store=lambda c, buf: parallel_copy(self.out3[c[0]:c[1]], buf),
-                      on_done=lambda c: bar.update(c[1] - c[0]), stats=stats)
-        _raise_if_bad(int(n_bad))
+                      on_done=on_done, stats=stats, device_lock=device_lock)
+        return int(n_bad)
 
     def streamed_devices(self, devices, chunks, *, bar, stats=None):
-        """NumPy in and out on several GPUs: each GPU runs the two-stream
-        pipeline over the chunks it takes from a shared queue."""
+        """NumPy in and out on several GPUs: each GPU runs :meth:`streamed`
+        over the chunks it takes from a shared queue."""
         import threading
         import time
 
-        import cupy
+        from ..pipeline import add_stats, copy_threads_for
 
-        from ..pipeline import add_stats, copy_threads_for, parallel_copy, stream_chunks
-
-        g = self.geometry
         copy_threads_for(len(devices))
         bar_lock = threading.Lock()
         wall0 = time.perf_counter()
@@ -250,21 +250,10 @@ class _Job:
                 bar.update(c[1] - c[0])
 
         def work(worker, ranges):
-            n_bad = cupy.zeros((), cupy.int64)
             split: dict = {}
-
-            def compute(chunk, d_in, d_out):
-                v.add_nonfinite_count(n_bad, d_in)
-                self.op(self.filtered(d_in), out=d_out)
-
-            stream_chunks(ranges, largest=max(chunks, key=lambda c: c[1] - c[0]),
-                          in_shape=lambda c: (g.n_angles, c[1] - c[0], g.n_cols),
-                          out_shape=lambda c: (c[1] - c[0],) + self.op.out_shape,
-                          load=lambda c, buf: self.rows(c, out=buf),
-                          compute=compute,
-                          store=lambda c, buf: parallel_copy(self.out3[c[0]:c[1]], buf),
-                          on_done=done, stats=split, device_lock=worker.lock)
-            return int(n_bad), split
+            n_bad = self.streamed(ranges, on_done=done, stats=split, device_lock=worker.lock,
+                                  largest=max(chunks, key=lambda c: c[1] - c[0]))
+            return n_bad, split
 
         results = devices.run_pipelines(chunks, work)
         _raise_if_bad(sum(n for n, _ in results))
