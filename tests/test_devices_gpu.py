@@ -260,6 +260,7 @@ def test_fbp_on_devices_is_bit_identical(n_angles, kernel, precision, rng):
     assert isinstance(got, np.ndarray)
     np.testing.assert_array_equal(got, ref)
     assert split["chunks"] == 8 and split["wall"] > 0
+    assert 0 < split["busy"] <= 2 * split["wall"]   # each worker's pipeline runs within the call
     ref_gpu = leveret.fbp(cp.asarray(proj), geometry, **kw)
     out = cp.full(ref.shape, np.nan, np.float32)
     got_gpu = leveret.fbp(cp.asarray(proj), geometry, devices=two_workers(), out=out, **kw)
@@ -293,6 +294,7 @@ def test_fdk_on_devices_is_bit_identical_with_the_same_slabs(rng):
     assert isinstance(got, np.ndarray)
     np.testing.assert_array_equal(got, ref)
     assert split["chunks"] == 5 * 4
+    assert 0 < split["busy"] <= 2 * split["wall"]   # the slabs' pipelines, two at a time, within the call
     got_gpu = leveret.fdk(cp.asarray(proj), geometry, volume, devices=two_workers(), **kw)
     assert isinstance(got_gpu, cp.ndarray)
     cp.testing.assert_array_equal(got_gpu, leveret.fdk(cp.asarray(proj), geometry, volume, **kw))

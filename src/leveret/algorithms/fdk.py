@@ -61,8 +61,9 @@ def fdk(projections, geometry, volume: VolumeGeometry, *, filter: str = "ram-lak
         stream through the GPU (``leveret.pipeline.STATS_KEYS``: ``wall``,
         ``setup``, ``load``, ``store``, ``h2d``, ``compute``, ``d2h`` in
         seconds, ``chunks``; summed over slabs); left empty otherwise (CPU
-        backend, CuPy input). With ``devices``, summed over the GPUs too,
-        except ``wall``, the whole call's.
+        backend, CuPy input). With ``devices``, every stage time summed over
+        the slabs of all GPUs, ``wall`` the whole call's and ``busy`` the
+        sum of the slabs' pipeline walls (``leveret.pipeline.merge_stats``).
     devices : None, "all", list of int or leveret.devices.DeviceSet
         CUDA only: the GPUs to run on (:mod:`leveret.devices`); None: the
         current device. The volume is cut into z-slabs (at least one per
@@ -155,7 +156,7 @@ def _fdk_devices(devices, projections, geometry, volume, slabs, *, progress, sta
     import cupy
 
     from .. import devices as dv
-    from ..pipeline import add_stats, copy_threads_for
+    from ..pipeline import copy_threads_for, merge_stats
 
     input_on_gpu = not isinstance(projections, np.ndarray)
     if not input_on_gpu:
@@ -195,9 +196,7 @@ def _fdk_devices(devices, projections, geometry, volume, slabs, *, progress, sta
     with tqdm(total=volume.nz, desc="fdk slices", unit="slice", disable=not progress, leave=False) as bar:
         devices.run(slabs, work)
     if stats is not None and splits:
-        for split in splits:
-            add_stats(stats, split)
-        stats["wall"] = time.perf_counter() - wall0
+        stats.update(merge_stats(splits, time.perf_counter() - wall0))
     return out
 
 

@@ -79,7 +79,8 @@ def fbp(projections, geometry: ParallelGeometry, volume: VolumeGeometry | None =
         ``d2h`` in seconds, ``chunks``); left empty otherwise (CPU backend,
         CuPy input, one chunk). With ``devices``, the GPU times (``h2d``,
         ``compute``, ``d2h``), host times and chunk counts are summed over the
-        GPUs and ``wall`` is the whole call's.
+        GPUs, ``wall`` is the whole call's and ``busy`` the sum of the GPUs'
+        pipeline walls (``leveret.pipeline.merge_stats``).
     devices : None, "all", list of int or leveret.devices.DeviceSet
         CUDA only: the GPUs to run on (:mod:`leveret.devices`); None: the
         current device. Slice chunks (planned from the smallest GPU's free
@@ -239,7 +240,7 @@ class _Job:
         import threading
         import time
 
-        from ..pipeline import add_stats, copy_threads_for
+        from ..pipeline import copy_threads_for, merge_stats
 
         copy_threads_for(len(devices))
         bar_lock = threading.Lock()
@@ -258,11 +259,7 @@ class _Job:
         results = devices.run_pipelines(chunks, work)
         _raise_if_bad(sum(n for n, _ in results))
         if stats is not None:
-            total: dict = {}
-            for _, split in results:
-                add_stats(total, split)
-            stats.update(total)
-            stats["wall"] = time.perf_counter() - wall0
+            stats.update(merge_stats([split for _, split in results], time.perf_counter() - wall0))
 
     def in_memory_devices(self, devices, chunks, *, bar):
         """CuPy in and out on several GPUs: each chunk's rows are gathered on
