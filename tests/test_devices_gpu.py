@@ -278,39 +278,65 @@ def test_fbp_on_devices_reports_bad_input():
 
 # -- cone-beam FDK -----------------------------------------------------------------------------------
 
-def test_fdk_on_devices_is_bit_identical_with_the_same_slabs(rng):
-    """z-slabs of 7 slices (5 slabs: the two workers take them from a queue),
-    each fed its own detector rows; views in chunks of 6."""
-    cp = _cupy()
+def _fdk_case(rng):
     from leveret.geometry import ConeGeometry, VolumeGeometry
     geometry = ConeGeometry.circular(np.linspace(0, 2 * np.pi, 24, endpoint=False), sid=60, sdd=90,
                                      n_rows=40, n_cols=48, pixel_size=1.2)
     volume = VolumeGeometry((33, 32, 32), voxel_size=1.5)
-    proj = rng.random(geometry.projection_shape).astype(np.float32)
-    kw = dict(slab_slices=7, chunk_views=6, backend="cuda")
+    return geometry, volume, rng.random(geometry.projection_shape).astype(np.float32)
+
+
+def test_fdk_on_devices_is_bit_identical_to_one_gpu(rng):
+    """Each GPU filters its rows once, its workers back-project slabs of 16
+    slices from them (3 slabs, taken from its queue): bit-identical to one
+    GPU with the same view chunks (of 6), which filters every row and
+    back-projects the whole volume."""
+    cp = _cupy()
+    geometry, volume, proj = _fdk_case(rng)
+    kw = dict(chunk_views=6, backend="cuda")
     ref = leveret.fdk(proj, geometry, volume, **kw)
     split: dict = {}
-    got = leveret.fdk(proj, geometry, volume, devices=two_workers(), stats=split, **kw)
+    got = leveret.fdk(proj, geometry, volume, devices=two_workers(), slab_slices=16, stats=split, **kw)
     assert isinstance(got, np.ndarray)
     np.testing.assert_array_equal(got, ref)
-    assert split["chunks"] == 5 * 4
-    assert 0 < split["busy"] <= 2 * split["wall"]   # the slabs' pipelines, two at a time, within the call
+    n_gpus = len(set(two_workers().ids))
+    assert split["chunks"] == 4 * n_gpus    # each GPU filters every view once, in chunks of 6
+    assert 0 < split["busy"] <= 2 * split["wall"] and split["backproject"] > 0
     got_gpu = leveret.fdk(cp.asarray(proj), geometry, volume, devices=two_workers(), **kw)
     assert isinstance(got_gpu, cp.ndarray)
     cp.testing.assert_array_equal(got_gpu, leveret.fdk(cp.asarray(proj), geometry, volume, **kw))
 
 
+def test_fdk_on_devices_without_room_for_the_filtered_views_filters_per_slab(rng):
+    """Where a GPU cannot hold the filtered views (``max_gpu_memory``), z-slabs
+    of 7 slices are dealt from one queue, each filtering its own rows:
+    bit-identical to one GPU with the same slabs and view chunks."""
+    cp = _cupy()
+    geometry, volume, proj = _fdk_case(rng)
+    kw = dict(slab_slices=7, chunk_views=6, max_gpu_memory=200_000, backend="cuda")
+    ref = leveret.fdk(proj, geometry, volume, **kw)
+    split: dict = {}
+    got = leveret.fdk(proj, geometry, volume, devices=two_workers(), stats=split, **kw)
+    np.testing.assert_array_equal(got, ref)
+    assert split["chunks"] == 5 * 4
+    assert 0 < split["busy"] <= 2 * split["wall"]   # the slabs' pipelines, two at a time, within the call
+    cp.testing.assert_array_equal(leveret.fdk(cp.asarray(proj), geometry, volume, devices=two_workers(), **kw),
+                                  leveret.fdk(cp.asarray(proj), geometry, volume, **kw))
+
+
 def test_fdk_on_devices_gives_every_worker_a_slab(rng):
-    """Without slab_slices a volume that fits one GPU is still cut, one slab per
-    worker; it equals the one-GPU result with those slabs."""
+    """Without slab_slices a volume that fits one GPU is still cut, one slab
+    per worker (from 16-slice blocks); the result is one GPU's."""
     from leveret.geometry import ConeGeometry, VolumeGeometry
     geometry = ConeGeometry.circular(np.linspace(0, 2 * np.pi, 16, endpoint=False), sid=60, sdd=90,
                                      n_rows=30, n_cols=40, pixel_size=1.2)
-    volume = VolumeGeometry((21, 24, 24), voxel_size=1.5)
+    volume = VolumeGeometry((41, 24, 24), voxel_size=1.5)
     proj = rng.random(geometry.projection_shape).astype(np.float32)
-    got = leveret.fdk(proj, geometry, volume, chunk_views=4, backend="cuda", devices=two_workers())
-    ref = leveret.fdk(proj, geometry, volume, chunk_views=4, backend="cuda", slab_slices=11)
+    split: dict = {}
+    got = leveret.fdk(proj, geometry, volume, chunk_views=4, backend="cuda", devices=two_workers(), stats=split)
+    ref = leveret.fdk(proj, geometry, volume, chunk_views=4, backend="cuda")
     np.testing.assert_array_equal(got, ref)
+    assert split["backproject"] > 0
 
 
 def test_cli_gpus_flag_gives_the_one_gpu_volume(tmp_path, rng):

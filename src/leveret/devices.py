@@ -201,13 +201,25 @@ class DeviceSet:
         smallest GPU's free memory. Returns ``work``'s results in worker order.
         """
         shared_queue = _queue(_check_chunks(chunks))
-        results = [None] * len(self.ids)
 
-        def body(worker, stop):
+        def each(worker, stop):
             def ranges():
                 while not stop.is_set() and (chunk := _take(shared_queue)) is not None:
                     yield chunk
-            results[worker.index] = work(worker, ranges())
+            return work(worker, ranges())
+
+        return self.run_each(each)
+
+    def run_each(self, work: Callable) -> list:
+        """Run ``work(worker, stop)`` once in each worker's thread (its GPU
+        current, its stream the current stream); ``stop`` is a
+        ``threading.Event`` set when another worker failed. For work that
+        deals itself (e.g. a queue per GPU). Returns the results in worker
+        order; the first exception is re-raised."""
+        results = [None] * len(self.ids)
+
+        def body(worker, stop):
+            results[worker.index] = work(worker, stop)
 
         self._start(body)
         return results
