@@ -385,26 +385,34 @@ def _fdk_devices_filter_once(devices, plan, projections, geometry, volume, *, pr
             if slab is not None:
                 add_ready(worker, slab, st, buffer, stop, times, wait=False)
 
-        if input_on_gpu:
-            for j in taken():
-                c = chunks[j]
-                compute(j, dv.to_device(dv.contiguous(projections[c, r0:r1]), worker.device), None)
-        else:
-            size = lambda j: (chunks[j].stop - chunks[j].start, r1 - r0, geometry.n_cols)   # noqa: E731
-            stream_chunks(taken(), largest=max(range(n_chunks), key=lambda j: size(j)[0]), in_shape=size,
-                          out_shape=None, load=lambda j, buf: parallel_copy(buf, projections[chunks[j], r0:r1]),
-                          compute=compute, stats=split)
-        if slab is not None:
-            add_ready(worker, slab, st, buffer, stop, times, wait=True)
+        def complete(slab):
+            """Add the remaining chunks and download; a failure stops the slab's download threads."""
+            try:
+                add_ready(worker, slab, st, buffer, stop, times, wait=True)
+            except BaseException:
+                if slab.download is not None:
+                    slab.download.close()
+                raise
             finish(slab, times)
 
-        def later(w, k0, k1):   # every chunk is filtered by now
-            nxt = Slab(k0, k1)
-            add_ready(w, nxt, st, buffer, stop, times, wait=True)
-            finish(nxt, times)
-
-        while not stop.is_set() and (more := dv._take(st["slabs"])) is not None:
-            dv._run_shrinking(worker, more, later, stop, op.slab_alignment)
+        try:
+            if input_on_gpu:
+                for j in taken():
+                    c = chunks[j]
+                    compute(j, dv.to_device(dv.contiguous(projections[c, r0:r1]), worker.device), None)
+            else:
+                size = lambda j: (chunks[j].stop - chunks[j].start, r1 - r0, geometry.n_cols)   # noqa: E731
+                stream_chunks(taken(), largest=max(range(n_chunks), key=lambda j: size(j)[0]), in_shape=size,
+                              out_shape=None, load=lambda j, buf: parallel_copy(buf, projections[chunks[j], r0:r1]),
+                              compute=compute, stats=split)
+        except BaseException:
+            if slab is not None and slab.download is not None:
+                slab.download.close()
+            raise
+        if slab is not None:
+            complete(slab)
+        while not stop.is_set() and (more := dv._take(st["slabs"])) is not None:   # every chunk filtered by now
+            dv._run_shrinking(worker, more, lambda w, k0, k1: complete(Slab(k0, k1)), stop, op.slab_alignment)
         split.pop("wall", None)
         split.update(times, wall=time.perf_counter() - t_start)
         return int(n_bad), split

@@ -221,8 +221,6 @@ class ParallelBackprojection(Operator):
 
     def _call_devices(self, sinos, out):
         """``self(sinos, out)`` on ``self.devices``: slabs of slices from a queue."""
-        import threading
-
         import cupy
 
         from .. import devices as dv
@@ -250,15 +248,13 @@ class ParallelBackprojection(Operator):
             raise ValueError(f"out: expected a {'CuPy' if on_gpu else 'NumPy'} float32 array of shape {shape}, "
                              f"got {type(out).__module__.split('.')[0]} {tuple(out.shape)} {out.dtype}")
         direct = out.flags.c_contiguous
-        gpu_lock = threading.Lock()   # self._gpu is made once, by the first worker
+        if on_gpu:
+            with cupy.cuda.Device(out.device.id):   # earlier work on out is done before the workers write it
+                cupy.cuda.get_current_stream().synchronize()
 
         def work(worker, k0, k1):
             part = dv.to_device(sinos[k0:k1], worker.device) if on_gpu else cupy.asarray(sinos[k0:k1])
             res = cupy.empty((k1 - k0,) + self.out_shape, np.float32)
-            with gpu_lock:
-                if self._gpu is None:
-                    from ..cuda.backproject_parallel import ParallelBackprojectorGPU
-                    self._gpu = ParallelBackprojectorGPU()
             # the workers of one GPU share its module's constant memory (the angle table)
             with worker.lock or contextlib.nullcontext():
                 self._run_gpu(part, res, config)
