@@ -397,9 +397,9 @@ def _fdk_devices_filter_once(devices, plan, projections, geometry, volume, *, pr
 
         try:
             if input_on_gpu:
-                for j in taken():
-                    c = chunks[j]
-                    compute(j, dv.to_device(dv.contiguous(projections[c, r0:r1]), worker.device), None)
+                for j in taken():   # a float32 copy, as a one-GPU call takes it: the input stays as it was
+                    part = dv.to_device(dv.contiguous(projections[chunks[j], r0:r1]), worker.device)
+                    compute(j, part.astype(np.float32), None)
             else:
                 size = lambda j: (chunks[j].stop - chunks[j].start, r1 - r0, geometry.n_cols)   # noqa: E731
                 stream_chunks(taken(), largest=max(range(n_chunks), key=lambda j: size(j)[0]), in_shape=size,
