@@ -564,8 +564,9 @@ class FDKWeighting:
             if device not in self._gpu_tables:   # uploaded once per GPU: a pageable upload waits for the stream
                 f = self.frames
                 frames = np.stack([f["u0"], f["v0"], 1 / f["focal_u"], 1 / f["focal_v"]], axis=1)
-                self._gpu_tables[device] = tuple(xp.asarray(a, np.float32) for a in (frames, self.per_column,
-                                                                                     self.response))
+                tables = tuple(xp.asarray(a, np.float32) for a in (frames, self.per_column, self.response))
+                xp.cuda.get_current_stream().synchronize()   # complete before other workers' streams read them
+                self._gpu_tables[device] = tables
             frames, per_column, response = self._gpu_tables[device]
             return weight_and_filter(raw, frames[views], per_column[views], response, row0)
         raw *= _cosine_weights(self.frames, views, raw.shape[1], g.n_cols, xp, raw.dtype, row0)
