@@ -170,7 +170,7 @@ class DeviceSet:
         if fixed:
             queues = [list(chunks[i::n]) for i in range(n)]
         else:
-            shared_queue = _queue(chunks)
+            shared_queue = work_queue(chunks)
         results: list = []
         lock = threading.Lock()
 
@@ -180,10 +180,10 @@ class DeviceSet:
                     mine = queues[worker.index]
                     chunk = mine.pop(0) if mine else None
                 else:
-                    chunk = _take(shared_queue)
+                    chunk = take(shared_queue)
                 if chunk is None:
                     return
-                for item in _run_shrinking(worker, chunk, work, stop, align):
+                for item in run_shrinking(worker, chunk, work, stop, align):
                     with lock:
                         results.append(item)
 
@@ -200,11 +200,11 @@ class DeviceSet:
         out-of-memory shrink here: such callers plan their ranges from the
         smallest GPU's free memory. Returns ``work``'s results in worker order.
         """
-        shared_queue = _queue(_check_chunks(chunks))
+        shared_queue = work_queue(_check_chunks(chunks))
 
         def each(worker, stop):
             def ranges():
-                while not stop.is_set() and (chunk := _take(shared_queue)) is not None:
+                while not stop.is_set() and (chunk := take(shared_queue)) is not None:
                     yield chunk
             return work(worker, ranges())
 
@@ -267,14 +267,16 @@ def _check_chunks(chunks) -> list:
     return chunks
 
 
-def _queue(chunks) -> queue.SimpleQueue:
+def work_queue(items) -> queue.SimpleQueue:
+    """A queue of ``items`` that several workers take from (:func:`take`)."""
     q: queue.SimpleQueue = queue.SimpleQueue()
-    for c in chunks:
+    for c in items:
         q.put(c)
     return q
 
 
-def _take(q: queue.SimpleQueue):
+def take(q: queue.SimpleQueue):
+    """The next item of ``q``, or None when it is empty."""
     try:
         return q.get_nowait()
     except queue.Empty:
@@ -306,10 +308,12 @@ class Worker:
         return f"Worker(index={self.index}, device={self.device}, limit={self.limit})"
 
 
-def _run_shrinking(worker: Worker, chunk, work, stop, align: int = 1) -> list:
-    """Run ``chunk`` in pieces of at most ``worker.limit``; on an out-of-memory
-    error halve the piece (cutting at multiples of ``align``), lower the limit
-    and retry."""
+def run_shrinking(worker: Worker, chunk, work, stop, align: int = 1) -> list:
+    """Run ``work(worker, start, stop)`` over ``chunk`` in pieces of at most
+    ``worker.limit``; on an out-of-memory error halve the piece (cutting at
+    multiples of ``align``), lower the limit and retry (what
+    :meth:`DeviceSet.run` does with each range). Returns [(start, stop,
+    result)]; stops early once the event ``stop`` is set."""
     done = []
     pending = _pieces(chunk, worker.limit, align)
     while pending:

@@ -285,8 +285,8 @@ def _fdk_devices_filter_once(devices, plan, projections, geometry, volume, *, pr
     chunks = [slice(n0, min(geometry.n_views, n0 + chunk)) for n0 in range(0, geometry.n_views, chunk)]
     n_chunks = len(chunks)
     by_device = {part.device: part for part in plan}
-    state = {part.device: {"views": dv._queue([(j, j + 1) for j in range(n_chunks)]),
-                           "slabs": dv._queue(part.slabs), "lock": threading.Lock(), "buffer": None,
+    state = {part.device: {"views": dv.work_queue([(j, j + 1) for j in range(n_chunks)]),
+                           "slabs": dv.work_queue(part.slabs), "lock": threading.Lock(), "buffer": None,
                            "ready": [threading.Event() for _ in range(n_chunks)], "events": [None] * n_chunks}
              for part in plan}
     bar_lock = threading.Lock()
@@ -367,12 +367,12 @@ def _fdk_devices_filter_once(devices, plan, projections, geometry, volume, *, pr
         times = {"wait": 0.0, "backproject": 0.0, "download": 0.0}
         split: dict = {}
         t_start = time.perf_counter()
-        first = dv._take(st["slabs"])
+        first = dv.take(st["slabs"])
         slab = None if first is None else Slab(*first)
         n_bad = cupy.zeros((), cupy.int64)
 
         def taken():
-            while not stop.is_set() and (item := dv._take(st["views"])) is not None:
+            while not stop.is_set() and (item := dv.take(st["views"])) is not None:
                 yield item[0]
 
         def compute(j, d_in, _):
@@ -411,8 +411,8 @@ def _fdk_devices_filter_once(devices, plan, projections, geometry, volume, *, pr
             raise
         if slab is not None:
             complete(slab)
-        while not stop.is_set() and (more := dv._take(st["slabs"])) is not None:   # every chunk filtered by now
-            dv._run_shrinking(worker, more, lambda w, k0, k1: complete(Slab(k0, k1)), stop, op.slab_alignment)
+        while not stop.is_set() and (more := dv.take(st["slabs"])) is not None:   # every chunk filtered by now
+            dv.run_shrinking(worker, more, lambda w, k0, k1: complete(Slab(k0, k1)), stop, op.slab_alignment)
         split.pop("wall", None)
         split.update(times, wall=time.perf_counter() - t_start)
         return int(n_bad), split
