@@ -105,6 +105,20 @@ def split_line(stats: dict, workers: int) -> str:
     return "  split: " + "; ".join(parts)
 
 
+def plan_line(geometry, volume, devices) -> str:
+    """Which rows each GPU of an FDK call filters (``leveret.algorithms.fdk.plan_devices``)."""
+    from leveret.algorithms.fdk import plan_devices, rows_seen
+    from leveret.devices import parse
+    plan = plan_devices(geometry, volume, parse(devices), chunk_views=geometry.n_views // 16)
+    if plan is None:
+        return "  plan: the filtered views do not fit a GPU: each slab filters its own rows"
+    whole = rows_seen(geometry, volume)
+    parts = [f"GPU {p.device}: z {p.z}, rows {p.rows}, {len(p.slabs)} slab(s) for {p.workers} worker(s)"
+             for p in plan]
+    total = sum(p.filtered_rows for p in plan) / (whole[1] - whole[0])
+    return "  plan: " + "; ".join(parts) + f"; rows filtered per view {total:.2f} x the volume's"
+
+
 def workers_of(devices) -> int:
     from leveret.devices import parse
     return len(parse(devices).ids)
@@ -145,6 +159,7 @@ def bench_fdk(devices, quick):
                 devices, n ** 3 * n_views, reps=2)
         RESULTS[-1]["stats"] = dict(stats)
         print(split_line(stats, workers_of(devices)))
+        print(plan_line(g, volume, devices))
 
 
 def bench_sirt(devices, quick):
