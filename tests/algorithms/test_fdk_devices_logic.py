@@ -1,108 +1,30 @@
 """fdk's several-GPU path (``_fdk_devices_filter_once``) run on the CPU: two
-workers of one stand-in GPU, CuPy replaced by NumPy arrays whose copies and
-kernels run at once, the back-projection on the CPU backend (``linear8``,
+workers of one stand-in GPU or two stand-in GPUs (tests/stand_in_cupy.py),
+the back-projection on the CPU backend (``linear8``,
 which computes a slab with the whole volume's arithmetic). What this checks
 without a GPU: each view's rows filtered once per GPU, chunks added to every
 slab in chunk order, slabs downloaded, and the result equal to a one-call
 fdk. Ordering between real CUDA streams is checked by tests/test_devices_gpu.py."""
 from __future__ import annotations
 
-import contextlib
-import ctypes
 import importlib
-import sys
 import threading
-import types
 
 import numpy as np
 import pytest
+import stand_in_cupy
 
-from leveret import _validate, devices
+from leveret import devices
 from leveret.geometry import ConeGeometry, VolumeGeometry
 
 fdk_module = importlib.import_module("leveret.algorithms.fdk")   # the module: leveret.algorithms.fdk is also the function
 
 
-class _DeviceArray(np.ndarray):
-    """A host array with what the code reads of a CuPy array."""
-
-    @property
-    def data(self):
-        return types.SimpleNamespace(ptr=self.ctypes.data)
-
-    def get(self, stream=None, out=None):
-        if out is None:
-            return np.array(self)
-        out[...] = self
-        return out
-
-
-def _device(a):
-    return np.asarray(a).view(_DeviceArray)
-
-
-class _Event:
-    done = True
-
-    def record(self, stream=None):
-        pass
-
-    def synchronize(self):
-        pass
-
-
-class _Stream:
-    ptr = 0
-
-    def __init__(self, non_blocking=False):
-        pass
-
-    def record(self):
-        return _Event()
-
-    def wait_event(self, event):
-        assert event is not None, "waited on a chunk nobody filtered"
-
-    def synchronize(self):
-        pass
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
-
-
-def _alias(slab, k0, shape):
-    """Stands for ``slab_alias``: an array of the whole volume's shape whose
-    slices k0.. are ``slab``'s memory (the kernels and their CPU mirror
-    touch only the slices they are given)."""
-    start = slab.ctypes.data - k0 * shape[1] * shape[2] * slab.itemsize
-    memory = (ctypes.c_char * (int(np.prod(shape)) * slab.itemsize)).from_address(start)
-    return np.ndarray(shape, slab.dtype, buffer=memory)
-
-
 @pytest.fixture
 def fake_gpu(monkeypatch):
-    stream = _Stream()
-    runtime = types.SimpleNamespace(memcpyAsync=lambda dst, src, n, kind, s: ctypes.memmove(dst, src, n),
-                                    memcpyHostToDevice=1, memcpyDeviceToHost=2)
-    cuda = types.SimpleNamespace(Stream=_Stream, Event=_Event, runtime=runtime,
-                                 get_current_stream=lambda: stream,
-                                 Device=lambda *a: types.SimpleNamespace(id=0),
-                                 get_elapsed_time=lambda a, b: 0.0)
-    cupy = types.SimpleNamespace(cuda=cuda, int64=np.int64,
-                                 zeros=lambda shape, dtype=np.float32: _device(np.zeros(shape, dtype)),
-                                 empty=lambda shape, dtype=np.float32: _device(np.empty(shape, dtype)))
-    cupyx = types.SimpleNamespace(empty_pinned=lambda shape, dtype: np.empty(shape, dtype))
-    monkeypatch.setitem(sys.modules, "cupy", cupy)
-    monkeypatch.setitem(sys.modules, "cupyx", cupyx)
-    monkeypatch.setattr(devices, "visible_device_count", lambda: 2)
-    monkeypatch.setattr(devices, "_worker_context", lambda device: contextlib.nullcontext())
-    monkeypatch.setattr(devices, "_release_memory", lambda device: None)
-    monkeypatch.setattr(_validate, "add_nonfinite_count", lambda counter, arr: None)
+    stand_in_cupy.install(monkeypatch, n_gpus=2)
     import leveret.operators.cone as cone
-    monkeypatch.setattr(cone, "slab_alias", _alias)
+    monkeypatch.setattr(cone, "slab_alias", stand_in_cupy.slab_alias)
     filtered = []   # (first view, rows) of every weighting call
     lock = threading.Lock()
     weigh = fdk_module.FDKWeighting.__call__
