@@ -17,6 +17,7 @@ reconstruction of the frames received, to float32 rounding.
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import time
@@ -238,6 +239,11 @@ class LiveReconstructor:
             raise ValueError("slices: expected Slice objects with unique names")
         old = {s.name: s for s in self._watched}
         acc = {}
+        with self._on_gpu():
+            self._watch(slices, old, acc)
+        self._watched, self._acc = slices, acc
+
+    def _watch(self, slices, old, acc):
         for s in slices:
             if old.get(s.name) == s:
                 acc[s.name] = self._acc[s.name]
@@ -246,7 +252,6 @@ class LiveReconstructor:
                 if self._n:
                     views = np.arange(self._n)
                     self._backproject([s], {s.name: acc[s.name]}, views, self._w[views])
-        self._watched, self._acc = slices, acc
 
     def watch_orthogonal(self, point=None, angles=(0.0, 0.0, 0.0)) -> None:
         """Move the three orthogonal slices ("xy", "xz", "yz") through ``point``
@@ -401,8 +406,16 @@ class LiveReconstructor:
         self.stats.rejected_reasons[reason] = self.stats.rejected_reasons.get(reason, 0) + 1
         log.warning("frame %s rejected: %s", index, reason)
 
+    def _on_gpu(self):
+        """The compute stream's context on a GPU (CuPy calls inside run on it)."""
+        return self._gpu.compute if self._gpu is not None else contextlib.nullcontext()
+
     def _add_batch(self, datas, geometry, indices, arrived, strict) -> int:
         """Correct, filter, back-project and store one batch; returns the frames used."""
+        with self._on_gpu():
+            return self._add_batch_here(datas, geometry, indices, arrived, strict)
+
+    def _add_batch_here(self, datas, geometry, indices, arrived, strict) -> int:
         t0 = time.perf_counter()
         k = len(datas)
         if self._gpu is not None:
@@ -479,6 +492,9 @@ class LiveReconstructor:
         if self._gpu is not None:
             with self._gpu.stage("store"):
                 self._store.append(filtered)
+            if self.beam == "parallel" and self.move == "texture":   # texture objects made once, not in a move
+                for b in range(self._store.n_device_blocks):
+                    self._gpu.texture_handles(self._store.blocks[b])
         else:
             self._store.append(filtered)
 
