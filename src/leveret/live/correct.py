@@ -87,12 +87,11 @@ class GpuCorrection:
         self.dark = cupy.asarray(correction.dark)
         self.denom = cupy.asarray(correction.denom)
 
-    def batch(self, frames, out, counts, stream=None):
+    def batch(self, frames, out, counts):
         """Correct ``frames`` (k, n_rows, n_cols) uint16 or float32 on the GPU into
         ``out[:k, :, :n_cols]`` of the zero-padded FFT input (k, n_rows, n_pad) float32,
         zeroing ``out[:k, :, n_cols:]``; ``counts[:k]`` (int32) receives each frame's
-        number of non-finite results."""
-        import cupy
+        number of non-finite results. Runs on the current stream."""
         k, n_rows, n_cols = frames.shape
         n_pad = out.shape[2]
         kind = {np.dtype(np.uint16): "u16", np.dtype(np.float32): "f32"}.get(np.dtype(frames.dtype))
@@ -104,5 +103,4 @@ class GpuCorrection:
         blocks = (-(-n_pad // threads), n_rows, k)
         kernel(blocks, (threads,), (frames, self.dark, self.denom, out, counts, np.int32(n_rows),
                                     np.int32(n_cols), np.int32(n_pad), np.int32(self.normalize),
-                                    np.int32(self.minus_log), np.float32(MIN_TRANSMISSION)),
-               stream=stream if stream is not None else cupy.cuda.get_current_stream())
+                                    np.int32(self.minus_log), np.float32(MIN_TRANSMISSION)))

@@ -110,7 +110,7 @@ class GpuPipeline:
         self.upload_event = self.copy.record()
         self.compute.wait_event(self.upload_event)
         with self.stage("correct"):
-            self.correction.batch(buf[:k], self.padded, self.counts, stream=self.compute)
+            self.correction.batch(buf[:k], self.padded, self.counts)
             self._input_free[b] = self.compute.record()
             self.counts[:k].get(stream=self.compute, out=self.counts_host[:k])
         self.compute.synchronize()   # the one wait of the batch: which frames are usable

@@ -124,7 +124,7 @@ class LiveReconstructor:
         Slices along the volume's axes, and every update by new frames, are
         always exact. Ignored on the CPU (exact, float64).
     max_batch : int
-        GPU: the most frames one ``add`` / ``add_frames`` call takes (the
+        The most frames filtered and back-projected together (on a GPU the
         size of the device batch buffers); larger calls are split.
 
     Notes
@@ -298,6 +298,10 @@ class LiveReconstructor:
         if self._gpu is not None:
             self._gpu.synchronize()
 
+    def ready_event(self):
+        """A CUDA event that completes when the work queued so far is done (None on the CPU)."""
+        return None if self._gpu is None else self._gpu.compute.record()
+
     @property
     def gpu_seconds(self) -> dict:
         """GPU time per stage summed over the batches so far (CUDA events):
@@ -334,7 +338,10 @@ class LiveReconstructor:
         indices = [int(i) for i in np.atleast_1d(indices)]
         if len(indices) != k:
             raise ValueError(f"indices: expected {k} frame indices, got {len(indices)}")
-        self._add_batch([data[i] for i in range(k)], geometry, indices, arrived, strict=True)
+        for b in range(0, k, self.max_batch):
+            part = range(b, min(k, b + self.max_batch))
+            self._add_batch([data[i] for i in part], geometry[b:b + self.max_batch], indices[b:b + self.max_batch],
+                            arrived, strict=True)
         self._pool.release_all([projections], self._uploaded())
 
     def add_frames(self, frames) -> int:
