@@ -101,8 +101,9 @@ def test_texture_move_is_within_the_8_bit_weight_error_of_the_exact_kernel():
     a, b = exact.slices(), tex.slices()
     errs = {k: _err(b[k], a[k]) for k in a}
     print("texture move vs exact:", errs)
-    assert max(errs.values()) < 5e-3
-    assert max(errs.values()) > 0     # the texture path did run
+    # the 8-bit weights: measured 0.93e-3 .. 1.00e-3 of the peak (H100); bound with a 2x margin
+    assert max(errs.values()) < 2e-3
+    assert min(errs.values()) > 1e-4     # the texture path did run (the exact kernel agrees to 1e-5)
 
 
 @pytest.mark.parametrize("storage, tol", [("float32", 1e-5), ("float16", 3e-4)])

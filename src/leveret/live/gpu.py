@@ -8,9 +8,10 @@ Per batch, on two CUDA streams:
   this batch computes;
 - compute stream: one fused correction kernel (correct.cu) into the
   zero-padded FFT input, with each frame's count of non-finite values (the
-  one small device-to-host read of the batch), cuFFT filtering, one plane
-  kernel per watched slice reading the filtered float32 views in place, and
-  the copy of the views into the store.
+  one small device-to-host read of the batch), cuFFT filtering (two plans
+  made once, FFT_FRAMES frames per call, so no batch size waits for a new
+  plan), one plane kernel per watched slice reading the filtered float32
+  views in place, and one kernel copying the views into the store.
 
 CUDA events time each stage (``stage_seconds``).
 """
@@ -26,6 +27,7 @@ from .planes import _module as _planes_module
 from .planes import plane_frame
 
 STAGES = ("upload", "correct", "filter", "backproject", "store")
+FFT_FRAMES = 8   # frames per cuFFT call: the plans' batch (their work areas stay small)
 
 
 class GpuPipeline:
@@ -42,13 +44,25 @@ class GpuPipeline:
         self._inputs: dict = {}            # dtype -> two device batch buffers
         self._input_free = [None, None]    # event: the correction that read buffer b is done
         self._flip = 0
-        self.padded = cupy.empty((self.max_batch,) + (shape[0], self.n_pad), np.float32)
+        from cupy.cuda import cufft
+        self.fft_frames = min(FFT_FRAMES, self.max_batch)
+        frames = -(-self.max_batch // self.fft_frames) * self.fft_frames
+        rows = self.fft_frames * shape[0]
+        self._cufft = cufft
+        self._forward = cufft.Plan1d(self.n_pad, cufft.CUFFT_R2C, rows)
+        self._inverse = cufft.Plan1d(self.n_pad, cufft.CUFFT_C2R, rows)
+        self._spectrum = cupy.empty((rows, self.n_pad // 2 + 1), np.complex64)
+        self.response = self.response / self.n_pad     # cuFFT's inverse is unnormalised
+        # zeroed once: the rows of a partly used FFT call are transformed too (and ignored)
+        self.padded = cupy.zeros((frames, shape[0], self.n_pad), np.float32)
+        self.filtered = cupy.empty((frames, shape[0], self.n_pad), np.float32)
         self.counts = cupy.zeros(self.max_batch, np.int32)
         self.counts_host = self.allocate_pinned((self.max_batch,), np.int32)
         self.upload_event = None
         self._events: list = []            # (stage, start, end) of the batches not yet summed
         self._seconds = defaultdict(float)
-        self._textures: dict = {}          # store block address -> (objects, device handles)
+        self._textures: dict = {}          # store block address -> texture objects of its views
+        self.handles = cupy.zeros(0, np.uint64)   # texture object of each device view, by view number
         self._geometry: dict = {}          # slice -> device geometry array
 
     @staticmethod
@@ -116,23 +130,43 @@ class GpuPipeline:
         self.compute.synchronize()   # the one wait of the batch: which frames are usable
         return self.padded[:k], self.counts_host[:k].copy()
 
-    def filter(self, padded, padding):
+    def filter(self, lines, padding):
         """Filtered float32 views (k, n_rows, n_cols): the first n_cols of the padded rows."""
-        cupy = self.cupy
+        k = lines.shape[0]
         n_cols = self.shape[1]
         with self.stage("filter"):
-            if padding == "zero":
-                spec = cupy.fft.rfft(padded, axis=-1)
-                spec *= self.response
-                full = cupy.fft.irfft(spec, n=self.n_pad, axis=-1)
-            else:
+            if padding != "zero":
                 from ..filters import apply_filter
-                full = apply_filter(padded[..., :n_cols], self.response.get(), padding=padding)
-        return full[..., :n_cols]
+                return apply_filter(lines[..., :n_cols], self.response.get() * self.n_pad, padding=padding)
+            if lines.data.ptr != self.padded.data.ptr:   # the usable frames of a batch with rejected ones
+                self.padded[:k] = lines
+            step = self.fft_frames
+            for a in range(0, k, step):
+                self._forward.fft(self.padded[a:a + step].reshape(-1, self.n_pad), self._spectrum,
+                                  self._cufft.CUFFT_FORWARD)
+                self._spectrum *= self.response
+                self._inverse.fft(self._spectrum, self.filtered[a:a + step].reshape(-1, self.n_pad),
+                                  self._cufft.CUFFT_INVERSE)
+        return self.filtered[:k, :, :n_cols]
+
+    def store_copy(self, dst, src):
+        """dst[...] = src for (k, n_rows, n_cols) views: float32 (any pitch) into a store block slice."""
+        k, rows, cols = src.shape
+        fp16 = dst.dtype == np.float16
+        kernel = _planes_module().get_function("store_f16" if fp16 else "store_f32")
+        out = dst.view(self.cupy.uint16) if fp16 else dst
+        kernel((-(-cols // 256), rows, k), (256,),
+               (src, np.int64(src.strides[0] // 4), np.int32(src.strides[1] // 4), out,
+                np.int64(dst.strides[0] // dst.itemsize), np.int32(dst.strides[1] // dst.itemsize), np.int32(cols)))
 
     def upload_views(self, block, local):
         """Views of a host (spilled) store block on the device, a block at a time."""
         with self.compute:
+            if local.size and np.all(np.diff(local) == 1):   # a run of pinned views: one async upload
+                part = block[int(local[0]):int(local[-1]) + 1]
+                out = self.cupy.empty(part.shape, part.dtype)
+                out.set(part, stream=self.compute)
+                return out
             return self.cupy.asarray(np.ascontiguousarray(block[local]))
 
     # -- back-projection ------------------------------------------------------------------------
@@ -145,27 +179,20 @@ class GpuPipeline:
             g = self._geometry[key] = self.cupy.asarray(host.astype(np.float32))
         return g
 
-    def plane(self, s, out, q, views, coef, angles, *, det_spacing, center, row_spacing, texture=False):
-        """out += sum_k coef[k] B(q[views[k]]) on slice s (one launch)."""
+    def plane(self, s, out, q, views, coef, angles, *, det_spacing, center, row_spacing):
+        """out += sum_k coef[k] B(q[views[k]]) on slice s with exact float32 weights (one launch)."""
         cupy = self.cupy
         views = np.asarray(views, np.int32)
         if views.size == 0:
             return
         angles = np.asarray(angles, np.float64)
-        params = np.stack([np.cos(angles) / det_spacing, np.sin(angles) / det_spacing,
-                           np.asarray(coef, np.float64)], axis=1).astype(np.float32)
+        params = _params(angles, coef, det_spacing)
         h, w = s.shape
         grid = (-(-w // 256), h)
         with self.stage("backproject"):
             g = self._geometry_of(s, det_spacing, center, row_spacing)
             d_params = cupy.asarray(params)
             d_views = cupy.asarray(views)
-            handles = self.texture_handles(q) if texture else None
-            if handles is not None:
-                _planes_module().get_function("plane_tex")(
-                    grid, (256,), (handles, d_views, d_params, np.int32(views.size), g, out, np.int32(h),
-                                   np.int32(w)))
-                return
             item = q.dtype.itemsize
             fp16 = q.dtype == np.float16
             kernel = _planes_module().get_function("plane_f16" if fp16 else "plane_f32")
@@ -174,27 +201,46 @@ class GpuPipeline:
                                   np.int32(q.shape[1]), np.int32(q.shape[2]), d_views, d_params,
                                   np.int32(views.size), g, out, np.int32(h), np.int32(w)))
 
-    def texture_handles(self, block):
-        """Texture objects, one per view of a pitched store block (created once, cached)."""
+    def plane_texture(self, s, out, views, coef, angles, *, det_spacing, center, row_spacing):
+        """out += sum_k coef[k] B(view k) on slice s through the texture objects of
+        the device views ``views`` (see :meth:`add_textures`), one launch."""
+        cupy = self.cupy
+        if len(views) == 0:
+            return
+        h, w = s.shape
+        with self.stage("backproject"):
+            g = self._geometry_of(s, det_spacing, center, row_spacing)
+            d_params = cupy.asarray(_params(angles, coef, det_spacing))
+            handles = self.handles[cupy.asarray(np.asarray(views, np.int64))]
+            _planes_module().get_function("plane_tex")(
+                (-(-w // 256), h), (256,), (handles, d_params, np.int32(len(views)), g, out, np.int32(h), np.int32(w)))
+
+    def add_textures(self, block, first_view):
+        """Texture objects for every view of a pitched device store block (once per
+        block), recorded in ``handles`` at the view numbers first_view, first_view + 1, ..."""
         from cupy.cuda import runtime, texture
 
-        from .store import ROW_ALIGN, VIEW_ALIGN
-        key = (block.data.ptr, block.shape, block.dtype.str)
-        entry = self._textures.get(key)
-        if entry is not None:
-            return entry[1]
-        if (block.data.ptr % VIEW_ALIGN or block.strides[0] % VIEW_ALIGN or block.strides[1] % ROW_ALIGN
-                or block.strides[2] != block.dtype.itemsize):
-            return None   # not a store block (a spilled block's upload): the exact kernel takes it
+        key = block.data.ptr
+        if key in self._textures:
+            return
         n, rows, cols = block.shape
-        bits = 8 * block.dtype.itemsize
-        desc = texture.ChannelFormatDescriptor(bits, 0, 0, 0, runtime.cudaChannelFormatKindFloat)
+        desc = texture.ChannelFormatDescriptor(8 * block.dtype.itemsize, 0, 0, 0, runtime.cudaChannelFormatKindFloat)
         sampler = texture.TextureDescriptor((runtime.cudaAddressModeBorder,) * 2, runtime.cudaFilterModeLinear,
                                             runtime.cudaReadModeElementType, borderColors=(0.0, 0.0, 0.0, 0.0),
                                             normalizedCoords=0)
         objects = [texture.TextureObject(texture.ResourceDescriptor(
             runtime.cudaResourceTypePitch2D, arr=block[v], chDesc=desc, width=cols, height=rows,
             pitchInBytes=block.strides[1]), sampler) for v in range(n)]
-        handles = self.cupy.asarray(np.array([o.ptr for o in objects], np.uint64))
-        self._textures[key] = (objects, handles)
-        return handles
+        self._textures[key] = objects
+        if self.handles.size < first_view + n:
+            grown = self.cupy.zeros(max(2 * self.handles.size, first_view + n), np.uint64)
+            grown[:self.handles.size] = self.handles
+            self.handles = grown
+        self.handles[first_view:first_view + n] = self.cupy.asarray(np.array([o.ptr for o in objects], np.uint64))
+
+
+def _params(angles, coef, det_spacing):
+    """(k, 3) float32: cos / det_spacing, sin / det_spacing and the weight of each view."""
+    angles = np.asarray(angles, np.float64)
+    return np.stack([np.cos(angles) / det_spacing, np.sin(angles) / det_spacing,
+                     np.asarray(coef, np.float64)], axis=1).astype(np.float32)

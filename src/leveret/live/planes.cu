@@ -125,21 +125,64 @@ plane_f16(const unsigned short* q, long long view_stride, int pitch, int n_rows,
 
 // The same sum through the texture unit: one 2D texture object per stored
 // view (float or half texels on the pitched store, linear filtering, border
-// zero), tex[views[k]] picking view k's. One fetch per view and pixel; the
-// interpolation weights have the texture unit's 8-bit fractions.
+// zero); tex[k] is view k's object, params[3k..3k+2] as above. Each block
+// stages a chunk of the views' objects and parameters in shared memory, so
+// the loop issues one texture fetch and no global load per view and pixel.
+// The interpolation weights have the texture unit's 8-bit fractions.
+#define TEX_CHUNK 256
 extern "C" __global__ void __launch_bounds__(256)
-plane_tex(const unsigned long long* tex, const int* views, const float* params, int n_views, const float* __restrict__ gp,
-          float* out, int h, int w)
+plane_tex(const unsigned long long* __restrict__ tex, const float* __restrict__ params, int n_views,
+          const float* __restrict__ gp, float* out, int h, int w)
 {
+    __shared__ unsigned long long s_tex[TEX_CHUNK];
+    __shared__ float3 s_par[TEX_CHUNK];
     const int i = blockIdx.x * blockDim.x + threadIdx.x, j = blockIdx.y;
-    if (i >= w) return;
     const float x = gp[0] + i * gp[3] + j * gp[6], y = gp[1] + i * gp[4] + j * gp[7];
-    const float z = gp[2] + i * gp[5] + j * gp[8], center = gp[9];
-    const float row = fmaf(z, gp[10], gp[11]) + 0.5f;   // texel centres at +0.5
+    const float z = gp[2] + i * gp[5] + j * gp[8], center = gp[9] + 0.5f;   // texel centres at +0.5
+    const float row = fmaf(z, gp[10], gp[11]) + 0.5f;
     float acc = 0.0f;
-    for (int k = 0; k < n_views; ++k) {
-        const float col = fmaf(x, params[3 * k], fmaf(y, params[3 * k + 1], center)) + 0.5f;
-        acc += params[3 * k + 2] * tex2D<float>((cudaTextureObject_t)tex[views[k]], col, row);
+    for (int k0 = 0; k0 < n_views; k0 += TEX_CHUNK) {
+        const int m = min(TEX_CHUNK, n_views - k0);
+        __syncthreads();
+        for (int t = threadIdx.x; t < m; t += blockDim.x) {
+            s_tex[t] = tex[k0 + t];
+            s_par[t] = make_float3(params[3 * (k0 + t)], params[3 * (k0 + t) + 1], params[3 * (k0 + t) + 2]);
+        }
+        __syncthreads();
+#pragma unroll 4
+        for (int k = 0; k < m; ++k) {
+            const float3 p = s_par[k];
+            const float col = fmaf(x, p.x, fmaf(y, p.y, center));
+            acc = fmaf(p.z, tex2D<float>((cudaTextureObject_t)s_tex[k], col, row), acc);
+        }
     }
-    out[(long long)j * w + i] += acc;
+    if (i < w) out[(long long)j * w + i] += acc;
 }
+
+// Copy filtered float32 views (rows src_pitch apart, views src_stride apart)
+// into the store (float or half, its own pitch and view stride).
+__device__ __forceinline__ void put(float* d, long long i, float v) { d[i] = v; }
+__device__ __forceinline__ void put(unsigned short* d, long long i, float v) {
+    unsigned short h;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(v));
+    d[i] = h;
+}
+
+template <typename T>
+__device__ void store_views(const float* __restrict__ src, long long src_stride, int src_pitch,
+                            T* __restrict__ dst, long long dst_stride, int dst_pitch, int n_cols)
+{
+    const int c = blockIdx.x * blockDim.x + threadIdx.x, r = blockIdx.y, v = blockIdx.z;
+    if (c >= n_cols) return;
+    put(dst, v * dst_stride + (long long)r * dst_pitch + c, src[v * src_stride + (long long)r * src_pitch + c]);
+}
+
+extern "C" __global__ void __launch_bounds__(256)
+store_f32(const float* src, long long src_stride, int src_pitch, float* dst, long long dst_stride, int dst_pitch,
+          int n_cols)
+{ store_views(src, src_stride, src_pitch, dst, dst_stride, dst_pitch, n_cols); }
+
+extern "C" __global__ void __launch_bounds__(256)
+store_f16(const float* src, long long src_stride, int src_pitch, unsigned short* dst, long long dst_stride,
+          int dst_pitch, int n_cols)
+{ store_views(src, src_stride, src_pitch, dst, dst_stride, dst_pitch, n_cols); }

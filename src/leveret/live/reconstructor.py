@@ -498,19 +498,19 @@ class LiveReconstructor:
     def _store_views(self, filtered):
         if self._gpu is not None:
             with self._gpu.stage("store"):
-                self._store.append(filtered)
+                self._store.append(filtered, self._gpu.store_copy if self._store.pitched else None)
             if self.beam == "parallel" and self.move == "texture":   # texture objects made once, not in a move
                 for b in range(self._store.n_device_blocks):
-                    self._gpu.texture_handles(self._store.blocks[b])
+                    self._gpu.add_textures(self._store.blocks[b], b * self._store.block_views)
         else:
             self._store.append(filtered)
 
-    def _plane(self, s, out, q, views, coef, angles, texture=False):
+    def _plane(self, s, out, q, views, coef, angles):
         """Parallel beam: out += sum_k coef[k] B(q[views[k]]) on slice s."""
         t = self._template
         if self._gpu is not None:
             self._gpu.plane(s, out, q, views, coef, angles, det_spacing=t.det_spacing, center=t.center,
-                            row_spacing=t.row_spacing, texture=texture)
+                            row_spacing=t.row_spacing)
         else:
             backproject_plane(q, views, coef, s, out, angles=angles, det_spacing=t.det_spacing,
                               center=t.center, row_spacing=t.row_spacing, n_rows=t.n_rows)
@@ -566,16 +566,25 @@ class LiveReconstructor:
         a block of views at a time (a move never copies the store)."""
         if views.size == 0 or not slices:
             return
+        textured = []
+        if self._gpu is not None and self.beam == "parallel" and self.move == "texture":
+            # rotated slices: the views on the GPU through their texture objects, one launch per slice
+            textured = [s for s in slices if not s.is_axial and s.v != (0.0, 0.0, 1.0)]
+            near = views < self._store.n_device_blocks * self._store.block_views
+            on_device = views[near]
+            t = self._template
+            for s in textured:
+                self._gpu.plane_texture(s, acc[s.name], on_device, coef[near],
+                                        self._angles[on_device], det_spacing=t.det_spacing, center=t.center,
+                                        row_spacing=t.row_spacing)
         for b, block, local, pos in self._store.runs(views):
             if self._gpu is not None and not self._store.on_device(b):
                 block, local = self._gpu.upload_views(block, local), np.arange(local.size)
             for s in slices:
-                if self.beam == "parallel":
-                    texture = (self._gpu is not None and self.move == "texture" and s.v != (0.0, 0.0, 1.0)
-                               and not s.is_axial)
-                    self._plane(s, acc[s.name], block, local, coef[pos], self._angles[views[pos]], texture)
-                else:
+                if self.beam == "cone":
                     self._cone_views(s, acc[s.name], block, local, coef[pos], views[pos])
+                elif s not in textured or not self._store.on_device(b):
+                    self._plane(s, acc[s.name], block, local, coef[pos], self._angles[views[pos]])
 
     def _cone_views(self, s, out, block, local, coef, views):
         xp = self.xp

@@ -30,8 +30,8 @@ class ViewStore:
     block_views : int
         Views per block.
     device_views : int or None
-        Views kept in ``xp`` memory; later blocks go to host memory (pinned
-        on a GPU). None: no limit.
+        Views kept in ``xp`` memory, rounded up to whole blocks; later blocks
+        go to host memory (pinned on a GPU). None: no limit.
     pitched : bool
         GPU: align rows and views for texture objects (else C-contiguous).
     """
@@ -42,7 +42,7 @@ class ViewStore:
         self.dtype = np.dtype(dtype)
         self.xp = xp
         self.block_views = int(block_views)
-        self.device_blocks = None if device_views is None else max(0, int(device_views) // self.block_views)
+        self.device_blocks = None if device_views is None else -(-int(device_views) // self.block_views)
         self.blocks: list = []       # arrays (block_views, n_rows, n_cols); device first, then host
         self.n = 0
         self.spilled_logged = False
@@ -76,9 +76,10 @@ class ViewStore:
         return self.xp.ndarray((self.block_views, rows, cols), self.dtype, flat.data,
                                strides=(stride * item, pitch * item, item))
 
-    def append(self, views) -> None:
+    def append(self, views, copy=None) -> None:
         """Append (k, n_rows, n_cols) float32 views (any strides, same array module
-        as the store; host blocks of a GPU store take them by a download)."""
+        as the store; host blocks of a GPU store take them by a download).
+        ``copy(dst, src)``: how to copy into a device block (default ``dst[...] = src``)."""
         k = views.shape[0]
         done = 0
         while done < k:
@@ -90,6 +91,8 @@ class ViewStore:
             src = views[done:done + m]
             if self.xp is not np and not self.on_device(b):
                 dst[...] = src.astype(self.dtype).get()
+            elif copy is not None:
+                copy(dst, src)
             else:
                 dst[...] = src
             done += m
