@@ -25,7 +25,7 @@ __device__ __forceinline__ float bilinear(const T* q, long long base, int n_rows
         if (c0 >= 0 && c0 < n_cols) out += (1.0f - a) * (1.0f - b) * load(q, o + c0);
         if (c0 + 1 >= 0 && c0 + 1 < n_cols) out += a * (1.0f - b) * load(q, o + c0 + 1);
     }
-    if (r0 + 1 >= 0 && r0 + 1 < n_rows) {
+    if (b != 0.0f && r0 + 1 >= 0 && r0 + 1 < n_rows) {   // b == 0: on a row (axial slices on the grid)
         long long o = base + (long long)(r0 + 1) * pitch;
         if (c0 >= 0 && c0 < n_cols) out += (1.0f - a) * b * load(q, o + c0);
         if (c0 + 1 >= 0 && c0 + 1 < n_cols) out += a * b * load(q, o + c0 + 1);
@@ -93,6 +93,8 @@ extern "C" __global__ void cone_points_f16(const unsigned short* q, CONE_ARGS) {
 // det_spacing in params[3k], params[3k+1] and the weight in params[3k+2];
 // its row is z / row_spacing + row_offset (the same in every view). The
 // points are computed, not read: one launch per slice and batch.
+#define TEX_CHUNK 256   // views whose parameters a block stages in shared memory at a time
+
 // g (12 floats): ox, oy, oz, ux, uy, uz, vx, vy, vz, center, row_scale, row_offset.
 // Exact float32 bilinear weights, from views at view_stride elements with
 // rows pitch elements apart (the padded FFT output, or a pitched store block).
@@ -100,17 +102,28 @@ template <typename T>
 __device__ void plane_exact(const T* q, long long view_stride, int pitch, int n_rows, int n_cols,
                             const int* views, const float* params, int n_views, const float* __restrict__ gp,
                             float* out, int h, int w) {
+    __shared__ int s_view[TEX_CHUNK];
+    __shared__ float3 s_par[TEX_CHUNK];
     const int i = blockIdx.x * blockDim.x + threadIdx.x, j = blockIdx.y;
-    if (i >= w) return;
     const float x = gp[0] + i * gp[3] + j * gp[6], y = gp[1] + i * gp[4] + j * gp[7];
     const float z = gp[2] + i * gp[5] + j * gp[8], center = gp[9];
     const float row = fmaf(z, gp[10], gp[11]);
     float acc = 0.0f;
-    for (int k = 0; k < n_views; ++k) {
-        const float col = fmaf(x, params[3 * k], fmaf(y, params[3 * k + 1], center));
-        acc += params[3 * k + 2] * bilinear(q, views[k] * view_stride, n_rows, n_cols, row, col, pitch);
+    for (int k0 = 0; k0 < n_views; k0 += TEX_CHUNK) {
+        const int m = min(TEX_CHUNK, n_views - k0);
+        __syncthreads();
+        for (int t = threadIdx.x; t < m; t += blockDim.x) {
+            s_view[t] = views[k0 + t];
+            s_par[t] = make_float3(params[3 * (k0 + t)], params[3 * (k0 + t) + 1], params[3 * (k0 + t) + 2]);
+        }
+        __syncthreads();
+        for (int k = 0; k < m; ++k) {
+            const float3 p = s_par[k];
+            const float col = fmaf(x, p.x, fmaf(y, p.y, center));
+            acc = fmaf(p.z, bilinear(q, s_view[k] * view_stride, n_rows, n_cols, row, col, pitch), acc);
+        }
     }
-    out[(long long)j * w + i] += acc;
+    if (i < w) out[(long long)j * w + i] += acc;
 }
 
 extern "C" __global__ void __launch_bounds__(256)
@@ -129,7 +142,6 @@ plane_f16(const unsigned short* q, long long view_stride, int pitch, int n_rows,
 // stages a chunk of the views' objects and parameters in shared memory, so
 // the loop issues one texture fetch and no global load per view and pixel.
 // The interpolation weights have the texture unit's 8-bit fractions.
-#define TEX_CHUNK 256
 extern "C" __global__ void __launch_bounds__(256)
 plane_tex(const unsigned long long* __restrict__ tex, const float* __restrict__ params, int n_views,
           const float* __restrict__ gp, float* out, int h, int w)

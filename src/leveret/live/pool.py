@@ -39,6 +39,14 @@ class FramePool:
         self._lent[id(array)] = array
         return array
 
+    def reserve(self, n: int, dtype=np.uint16) -> None:
+        """Have at least ``n`` free buffers of ``dtype`` ready (allocating pinned
+        memory takes milliseconds: better before a scan than during it)."""
+        free = self._free.setdefault(np.dtype(dtype), [])
+        while len(free) < n:
+            free.append((self._allocate(self.shape, np.dtype(dtype)), None))
+            self.allocated += 1
+
     def owns(self, array) -> bool:
         """Whether ``array`` is a buffer handed out by this pool and not yet back."""
         return id(array) in self._lent and self._lent[id(array)] is array

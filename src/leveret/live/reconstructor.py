@@ -287,6 +287,12 @@ class LiveReconstructor:
         return np.stack(self._sinogram)
 
     # -- adding projections -----------------------------------------------------------------------
+    @property
+    def frame_pool(self) -> FramePool:
+        """The pool behind :meth:`frame_buffer` (``frame_pool.reserve(n, dtype)``
+        allocates buffers ahead of a scan)."""
+        return self._pool
+
     def frame_buffer(self, dtype=np.uint16) -> np.ndarray:
         """An empty (n_rows, n_cols) frame in pinned host memory on a GPU (plain
         memory on the CPU), to fill and pass to :meth:`add_frames` or :meth:`add`.
