@@ -26,7 +26,7 @@ import numba
 import numpy as np
 
 from ..cpu.backproject_cone import _bilinear_zero_padded   # the CPU mirror's bilinear fetch, zero outside
-from ..cpu.backproject_parallel import _linear_zero_padded, _span
+from ..cpu.backproject_parallel import _fixed, _linear_zero_padded, _span
 
 BLOCK = 256   # threads per CUDA block
 
@@ -77,7 +77,10 @@ def _cone_points(q, views, params, coef, points, out, block):
 
 @numba.njit(inline="always")
 def _add_row(acc, q, weight, base, step):
-    """acc[i] += weight * q sampled linearly at column base + i step (zero off the detector)."""
+    """acc[i] += weight * q sampled linearly at column base + i step (zero off the
+    detector), as leveret.fbp's CPU kernel samples float32 sinograms: between the
+    detector's edges a 32.32 fixed-point column stepped along the row (about
+    1e-8 pixel from exact over 2048 pixels), float32 weights and sums."""
     n_cols = q.shape[0]
     w = acc.shape[0]
     t_lo, t_hi = _span(step, base, -1.0, n_cols, w, -1)      # may touch the detector
@@ -87,12 +90,17 @@ def _add_row(acc, q, weight, base, step):
         i_lo = i_hi = t_hi
     for i in range(t_lo, i_lo):
         acc[i] += weight * _linear_zero_padded(q, base + i * step)
-    for i in range(i_lo, i_hi):
-        x = base + i * step
-        i0 = np.uint64(x)   # x >= 0 here: truncation is floor
-        f = x - np.float64(i0)
-        v0 = q[i0]
-        acc[i] += weight * (v0 + f * (q[i0 + np.uint64(1)] - v0))
+    if i_hi > i_lo:
+        wt = np.float32(weight)
+        inv_frac = np.float32(1.0 / 16777216.0)
+        fixed = _fixed(base + i_lo * step)   # >= 0 on this span
+        fixed_step = _fixed(step)
+        for i in range(i_lo, i_hi):
+            i0 = fixed >> 32
+            f = np.float32(np.int32((fixed >> 8) & 0xFFFFFF)) * inv_frac
+            v0 = q[i0]
+            acc[i] += wt * (v0 + f * (q[i0 + 1] - v0))
+            fixed += fixed_step
     for i in range(max(i_hi, t_lo), t_hi):
         acc[i] += weight * _linear_zero_padded(q, base + i * step)
 
@@ -104,12 +112,13 @@ def _parallel_plane(q, views, coef, cos_t, sin_t, frame, det_scale, center, row_
 
     A plane whose rows keep their height (axial slices, unrotated xz / yz)
     samples two fixed detector rows per image row, linearly along the row
-    with the exact weights of leveret.fbp's CPU kernel; others bilinearly.
+    as leveret.fbp's CPU kernel does (:func:`_add_row`); others bilinearly in
+    float64. Sums in float32, as leveret.fbp's.
     """
     h, w = out.shape
     n_rows = q.shape[1]
     for j in numba.prange(h):
-        acc = np.zeros(w)
+        acc = np.zeros(w, np.float32)
         px = frame[0, 0] + j * frame[2, 0]
         py = frame[0, 1] + j * frame[2, 1]
         pz = frame[0, 2] + j * frame[2, 2]
@@ -151,7 +160,7 @@ def backproject_plane(q, views, coef, s, out, *, angles, det_spacing, center, ro
     ``s`` (a :class:`leveret.live.Slice`) to ``out`` (its (height, width) float32 image).
 
     ``q`` is (n, n_rows, n_cols) float32 or float16 (converted ``chunk_views``
-    views at a time); the CPU kernel computes in float64.
+    views at a time); ``out`` must be float32 and C-contiguous.
     """
     views = np.asarray(views, np.int64)
     if views.size == 0:
@@ -159,7 +168,6 @@ def backproject_plane(q, views, coef, s, out, *, angles, det_spacing, center, ro
     coef = np.asarray(coef, np.float64)
     angles = np.asarray(angles, np.float64)
     frame = plane_frame(s)
-    acc = np.zeros(out.shape, np.float64)
     step = chunk_views if q.dtype != np.float32 else views.size
     for k0 in range(0, views.size, step):
         sel = slice(k0, k0 + step)
@@ -168,8 +176,7 @@ def backproject_plane(q, views, coef, s, out, *, angles, det_spacing, center, ro
         else:
             qs, vs = q, views[sel]
         _parallel_plane(qs, vs, coef[sel], np.cos(angles[sel]), np.sin(angles[sel]), frame,
-                        1.0 / det_spacing, float(center), 1.0 / row_spacing, (n_rows - 1) / 2, acc)
-    out += acc.astype(out.dtype)
+                        1.0 / det_spacing, float(center), 1.0 / row_spacing, (n_rows - 1) / 2, out)
     return out
 
 

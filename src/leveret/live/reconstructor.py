@@ -25,6 +25,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 import numpy as np
+import scipy.fft
 
 from .. import _validate as v
 from ..backends import resolve
@@ -194,6 +195,10 @@ class LiveReconstructor:
             self._store = ViewStore(self.detector_shape, self.storage, np, block_views=block)
             self._gpu = None
             self._work = np.empty((0,) + self.detector_shape, np.float32)
+            self._filtered = np.empty((0,) + self.detector_shape, np.float32)
+            self._response32 = self._response.astype(np.float32)
+            if max_views is not None:
+                self._store.reserve(max_views)   # allocated and touched now, not during the scan
         else:
             from ..memory import gpu_free_bytes
             from .gpu import GpuPipeline
@@ -494,11 +499,19 @@ class LiveReconstructor:
         if self._gpu is not None:
             return self._gpu.filter(lines, self.padding)
         k = lines.shape[0]
-        out = np.empty(lines.shape, np.float32)
+        if self._filtered.shape[0] < k:
+            self._filtered = np.empty(lines.shape, np.float32)
+        out = self._filtered[:k]   # reused: a fresh array per batch would cost its page faults every time
         # a few MiB at a time: the FFT's padded and complex temporaries stay in cache
         step = max(1, self.filter_rows // self.detector_shape[0])
+        n_pad = 2 * (self._response.size - 1)
         for a in range(0, k, step):
-            out[a:a + step] = apply_filter(lines[a:a + step], self._response, padding=self.padding)
+            if self.padding != "zero":
+                out[a:a + step] = apply_filter(lines[a:a + step], self._response, padding=self.padding)
+                continue
+            spec = scipy.fft.rfft(lines[a:a + step], n=n_pad, axis=-1, workers=-1)
+            spec *= self._response32
+            out[a:a + step] = scipy.fft.irfft(spec, n=n_pad, axis=-1, workers=-1)[..., :self.detector_shape[1]]
         return out
 
     def _store_views(self, filtered):

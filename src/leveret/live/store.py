@@ -76,6 +76,15 @@ class ViewStore:
         return self.xp.ndarray((self.block_views, rows, cols), self.dtype, flat.data,
                                strides=(stride * item, pitch * item, item))
 
+    def reserve(self, n: int) -> None:
+        """Allocate the blocks for ``n`` views now (host blocks touched, so that
+        their page faults are paid here and not while frames arrive)."""
+        while len(self.blocks) * self.block_views < n:
+            block = self._new_block()
+            if isinstance(block, np.ndarray):
+                block.fill(0)
+            self.blocks.append(block)
+
     def append(self, views, copy=None) -> None:
         """Append (k, n_rows, n_cols) float32 views (any strides, same array module
         as the store; host blocks of a GPU store take them by a download).
