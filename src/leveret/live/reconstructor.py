@@ -1,10 +1,13 @@
 """``LiveReconstructor``: filtered back-projection into watched slices, frame by frame.
 
-Every projection that arrives is corrected (flat/dark, -log), filtered once
-(leveret.filters; FDK's cosine and pitch weights for cone beam) and kept;
-the watched slices accumulate ``sum_n w_n B_n(q_n)`` with ``B_n`` the
-back-projection of view n (leveret.operators for axial slices,
-:mod:`leveret.live.planes` for slices at other orientations).
+Every projection that arrives is corrected (flat/dark, -log:
+:mod:`leveret.live.correct`), filtered once (leveret.filters; FDK's cosine
+and pitch weights for cone beam) and kept (:mod:`leveret.live.store`); the
+watched slices accumulate ``sum_n w_n B_n(q_n)`` with ``B_n`` the
+back-projection of view n (parallel beam: :func:`leveret.live.planes.backproject_plane`
+and its CUDA twin, the new views straight from the filtered batch; cone
+beam: leveret.operators for axial slices, the point kernel for others). On
+a GPU :mod:`leveret.live.gpu` runs the batch on its streams.
 
 The angular weights ``w_n`` are those of the views received so far, the
 same rule as the offline reconstruction: ``ParallelGeometry.angular_weights``
@@ -74,7 +77,7 @@ class LiveStats:
     rejected_reasons: dict = field(default_factory=dict)
     missing: list = field(default_factory=list)
     batches: int = 0
-    last_lag: float = 0.0        # seconds from the newest frame's arrival to its slices being updated
+    last_lag: float = 0.0        # seconds from the oldest frame's arrival to its batch being queued (GPU) or done
     last_batch_seconds: float = 0.0
 
 
