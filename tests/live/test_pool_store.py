@@ -1,5 +1,4 @@
 """The frame-buffer pool and the block store of filtered views (CPU logic)."""
-import logging
 
 import numpy as np
 import pytest
