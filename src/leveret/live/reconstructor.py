@@ -114,8 +114,8 @@ class LiveReconstructor:
     max_views : int, optional
         Views kept in GPU memory (default: as many as half the GPU's free
         memory holds); later ones are kept in pinned host memory, and a moved
-        slice reads them back a block at a time. On the CPU, the views per
-        block of the store.
+        slice reads them back a block at a time. On the CPU: room for this
+        many views is allocated (and touched) at once, later ones in blocks.
     filter_rows : int
         CPU: detector rows filtered per FFT call (the temporaries of a few
         MiB stay in cache; a whole batch at once is several times slower).
@@ -124,9 +124,10 @@ class LiveReconstructor:
         axes is recomputed from the stored views. "texture" fetches each
         view's bilinear sample through the texture unit (8-bit interpolation
         weights: about 1e-3 of the slice's largest value, docs/live.md);
-        "exact" interpolates with float32 weights, several times slower.
-        Slices along the volume's axes, and every update by new frames, are
-        always exact. Ignored on the CPU (exact, float64).
+        "exact" interpolates with float32 weights from the stored values
+        (four loads per sample instead of one fetch). Slices along the
+        volume's axes, and every update by new frames, are always exact.
+        Ignored on the CPU (exact weights).
     max_batch : int
         The most frames filtered and back-projected together (on a GPU the
         size of the device batch buffers); larger calls are split.
