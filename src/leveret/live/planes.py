@@ -105,6 +105,34 @@ def _add_row(acc, q, weight, base, step):
         acc[i] += weight * _linear_zero_padded(q, base + i * step)
 
 
+@numba.njit(inline="always")
+def _add_row_bilinear(acc, q, weight, base, step, row, row_step):
+    """acc[i] += weight * q (n_rows, n_cols) sampled bilinearly at column
+    base + i step, row row + i row_step (zero off the detector); branch-free
+    where all four neighbours lie on it."""
+    n_rows, n_cols = q.shape
+    w = acc.shape[0]
+    c_lo, c_hi = _span(step, base, 0.0, n_cols - 1.0, w, 1)
+    r_lo, r_hi = _span(row_step, row, 0.0, n_rows - 1.0, w, 1)
+    i_lo, i_hi = max(c_lo, r_lo), min(c_hi, r_hi)
+    if i_hi <= i_lo:
+        i_lo = i_hi = w
+    for i in range(0, i_lo):
+        acc[i] += weight * _bilinear_zero_padded(q, base + i * step, row + i * row_step)
+    for i in range(i_lo, i_hi):
+        x = base + i * step
+        y = row + i * row_step
+        c0 = np.uint64(x)   # x, y >= 0 here: truncation is floor
+        r0 = np.uint64(y)
+        a = x - np.float64(c0)
+        b = y - np.float64(r0)
+        top = q[r0, c0] + a * (q[r0, c0 + np.uint64(1)] - q[r0, c0])
+        bottom = q[r0 + np.uint64(1), c0] + a * (q[r0 + np.uint64(1), c0 + np.uint64(1)] - q[r0 + np.uint64(1), c0])
+        acc[i] += weight * (top + b * (bottom - top))
+    for i in range(i_hi, w):
+        acc[i] += weight * _bilinear_zero_padded(q, base + i * step, row + i * row_step)
+
+
 @numba.njit(parallel=True, cache=True, nogil=True)
 def _parallel_plane(q, views, coef, cos_t, sin_t, frame, det_scale, center, row_scale, row_offset, out):
     """out[j, i] += sum_k coef[k] q[views[k]] at pixel (j, i) of the plane
@@ -138,8 +166,7 @@ def _parallel_plane(q, views, coef, cos_t, sin_t, frame, det_scale, center, row_
                 if f > 0.0 and 0 <= r0 + 1 < n_rows:
                     _add_row(acc, q[n, r0 + 1], coef[k] * f, base, step)
             else:
-                for i in range(w):
-                    acc[i] += coef[k] * _bilinear_zero_padded(q[n], base + i * step, row + i * row_step)
+                _add_row_bilinear(acc, q[n], coef[k], base, step, row, row_step)
         for i in range(w):
             out[j, i] += acc[i]
 
