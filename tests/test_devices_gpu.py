@@ -175,10 +175,10 @@ def test_projector_on_devices_shrinks_ranges_when_memory_runs_out(rng, monkeypat
 
     ran = []
 
-    def tight(self, vol, out):
+    def tight(self, vol, out, **kwargs):
         if out.shape[0] > 4:
             raise cp.cuda.memory.OutOfMemoryError(out.nbytes, 0, 0)
-        forward(self, vol, out)
+        forward(self, vol, out, **kwargs)
         ran.append(out.shape[0])
     monkeypatch.setattr(raytrace.CudaRaytracer, "forward", tight)
     got = two(x)
