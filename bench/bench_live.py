@@ -1,7 +1,11 @@
 """Benchmark of live reconstruction (leveret.live): a table and optional JSON.
 
 Measures, for frames of ROWS x COLS into the three orthogonal slices of a
-ROWS x COLS x COLS volume (one xy slice of COLS^2, xz and yz of ROWS x COLS):
+ROWS x COLS x COLS volume (one xy slice of COLS^2, xz and yz of ROWS x COLS).
+The frames are delivered as a camera or its receiver writes them: raw uint16
+counts with a flat and a dark field (``--dtype uint16``, the default; or
+float32 line integrals with ``--dtype float32``), each in a buffer from
+``LiveReconstructor.frame_buffer()`` (pinned host memory on a GPU):
 
 - sustained frames/s: frames produced at --rate by a paced thread, the
   reconstruction draining what arrived in batches of up to --batch (as
@@ -10,7 +14,11 @@ ROWS x COLS x COLS volume (one xy slice of COLS^2, xz and yz of ROWS x COLS):
 - latency: a frame's arrival to its contribution being in ``slices()``
   (median, 95th percentile, max);
 - unpaced frames/s: the same frames as fast as the reconstruction takes them;
-- moving a slice after all frames: time to recompute the three slices;
+- per stage, GPU time per frame (CUDA events: upload, correct, filter,
+  back-project, store), and the bound of the uploads: frame bytes over
+  55 GB/s (pinned host-to-device on an H100/H200 host);
+- moving a slice after all frames: time to recompute one rotated slice (the
+  target's unit) and the three;
 - ZeroMQ: per-frame cost of the PUSH/PULL path over TCP on this host
   (encode, send, receive, decode), and its bandwidth.
 
@@ -34,34 +42,63 @@ import time
 import numpy as np
 
 
+PINNED_GBPS = 55.0   # host-to-device from pinned memory, measured on the H100/H200 hosts
+
+
 def _sync(rec):
-    if rec.xp is not np:
-        rec.xp.cuda.get_current_stream().synchronize()
+    rec.synchronize()
 
 
-def make_frames(rows, cols, n, seed=0):
-    """n frames of smooth random line integrals (their content does not change the timing)."""
+def make_frames(rows, cols, n, dtype, seed=0):
+    """4 distinct frames (their content does not change the timing) in ``dtype``:
+    uint16 counts (with the flat and dark to correct them) or float32 line integrals."""
     rng = np.random.default_rng(seed)
-    base = rng.random((4, rows, cols), dtype=np.float32)
-    return [base[i % 4] for i in range(n)], np.linspace(0, np.pi, n, endpoint=False)
+    lines = rng.random((4, rows, cols), dtype=np.float32)
+    if dtype == "float32":
+        return lines, None, None, np.linspace(0, np.pi, n, endpoint=False)
+    dark = np.full((rows, cols), 100.0, np.float32)
+    flat = np.full((rows, cols), 40000.0, np.float32)
+    counts = (dark + (flat - dark) * np.exp(-lines)).astype(np.uint16)
+    return counts, flat, dark, np.linspace(0, np.pi, n, endpoint=False)
 
 
-def build(args):
+def build(args, flat, dark):
     import leveret
     from leveret.live import LiveReconstructor
     vol = leveret.VolumeGeometry((args.rows, args.cols, args.cols))
     return LiveReconstructor(vol, (args.rows, args.cols), backend=args.backend, storage=args.storage,
-                             max_views=args.frames)
+                             max_views=args.frames, flat=flat, dark=dark, max_batch=args.batch)
 
 
-def paced(args, frames, angles):
-    """Frames produced at args.rate; drained in batches. Returns (fps, latencies, kept_up, rec)."""
+_filled: set = set()
+
+
+def deliver(rec, frames, i, angle):
+    """Frame i as a camera delivers it: in a buffer of the reconstructor's pool.
+    Writing it is the camera's (DMA) work, not timed: a buffer is filled once,
+    when the pool first hands it out, and keeps that content when recycled."""
     from leveret.live import Frame
-    rec = build(args)
-    rec.add(frames[0], angles[0])   # warm-up: compiles, allocates
-    rec = build(args)
+    src = frames[i % len(frames)]
+    buf = rec.frame_buffer(src.dtype)
+    if id(buf) not in _filled:
+        buf[...] = src
+        _filled.add(id(buf))
+    return Frame(buf, i, angle=float(angle))
+
+
+def warm_up(args, frames, flat, dark):
+    rec = build(args, flat, dark)
+    rec.add_frames([deliver(rec, frames, i, 0.1 * i) for i in range(min(args.batch, args.frames))])
+    rec.watch_orthogonal(angles=(10.0, 5.0, 0.0))
+    rec.synchronize()
+
+
+def paced(args, frames, angles, flat, dark):
+    """Frames produced at args.rate; drained in batches. Returns (fps, latencies, kept_up, rec)."""
+    rec = build(args, flat, dark)
+    rec.frame_pool.reserve(8 * args.batch, frames.dtype)   # pinned buffers allocated before the scan
     q: queue.Queue = queue.Queue()
-    n = len(frames)
+    n = args.frames
 
     def produce():
         t0 = time.perf_counter()
@@ -69,10 +106,20 @@ def paced(args, frames, angles):
             wait = t0 + i / args.rate - time.perf_counter()
             if wait > 0:
                 time.sleep(wait)
-            q.put(Frame(frames[i], i, angle=float(angles[i])))
+            q.put(deliver(rec, frames, i, angles[i]))
 
     producer = threading.Thread(target=produce, daemon=True)
     latencies = []
+    pending: list = []
+
+    def settle(wait):
+        while pending and (wait or pending[0][0] is None or pending[0][0].done):
+            event, arrivals = pending.pop(0)
+            if event is not None:
+                event.synchronize()
+            now = time.perf_counter()
+            latencies.extend(now - a for a in arrivals)
+
     done = 0
     t0 = time.perf_counter()
     producer.start()
@@ -84,40 +131,59 @@ def paced(args, frames, angles):
             except queue.Empty:
                 break
         rec.add_frames(batch)
-        _sync(rec)
-        now = time.perf_counter()
-        latencies += [now - f.arrived for f in batch]
+        # a frame is visible once the work queued for it is done: polled, so that the
+        # next batch's uploads can overlap this one's kernels (no wait on the GPU here)
+        pending.append((rec.ready_event(), [f.arrived for f in batch]))
+        settle(False)
         done += len(batch)
+    settle(True)
     elapsed = time.perf_counter() - t0
     kept_up = elapsed <= 1.05 * n / args.rate + 0.05
     return n / elapsed, np.array(latencies), kept_up, rec
 
 
-def unpaced(args, frames, angles):
-    from leveret.live import Frame
-    rec = build(args)
-    rec.add(frames[0], angles[0])
-    rec = build(args)
-    batch = args.batch
+def unpaced(args, frames, angles, flat, dark):
+    """Frames/s and GPU seconds per stage with frames as fast as the reconstruction takes them."""
+    rec = build(args, flat, dark)
+    rec.frame_pool.reserve(2 * args.batch, frames.dtype)
+    n, batch = args.frames, args.batch
     t0 = time.perf_counter()
-    for k in range(0, len(frames), batch):
-        rec.add_frames([Frame(frames[i], i, angle=float(angles[i])) for i in range(k, min(len(frames), k + batch))])
+    for k in range(0, n, batch):
+        rec.add_frames([deliver(rec, frames, i, angles[i]) for i in range(k, min(n, k + batch))])
     _sync(rec)
-    return len(frames) / (time.perf_counter() - t0)
+    return n / (time.perf_counter() - t0), rec.gpu_seconds
 
 
 def move(rec, repeats=3):
-    """Seconds to recompute the three orthogonal slices at a new point and rotation (best of repeats)."""
+    """Seconds to recompute (one rotated slice, the three orthogonal slices, one
+    slice along the axes) at a new point and rotation from every view received
+    (best of repeats)."""
+    from leveret.live import orthogonal_slices
     vol = rec.volume
-    best = np.inf
+    best1 = best3 = best_axis = np.inf
     for r in range(repeats):
+        point = (vol.coordinates("x")[vol.nx // 5 + r], vol.coordinates("y")[vol.ny // 3], 0.0)
+        axis = orthogonal_slices(vol, point)[1]   # xz at another y: the exact kernel
+        others = [s for s in rec.watched if s.name != "xz"]
+        _sync(rec)
+        t0 = time.perf_counter()
+        rec.watch([axis] + others)
+        _sync(rec)
+        best_axis = min(best_axis, time.perf_counter() - t0)
         point = (vol.coordinates("x")[vol.nx // 3 + r], vol.coordinates("y")[vol.ny // 4], 0.0)
         _sync(rec)
         t0 = time.perf_counter()
         rec.watch_orthogonal(point, angles=(10.0 + r, 5.0, 0.0))
         _sync(rec)
-        best = min(best, time.perf_counter() - t0)
-    return best
+        best3 = min(best3, time.perf_counter() - t0)
+        one = orthogonal_slices(vol, point, angles=(20.0 + r, 5.0, 0.0))[0]
+        others = [s for s in rec.watched if s.name != "xy"]
+        _sync(rec)
+        t0 = time.perf_counter()
+        rec.watch([one] + others)
+        _sync(rec)
+        best1 = min(best1, time.perf_counter() - t0)
+    return best1, best3, best_axis
 
 
 def zmq_overhead(rows, cols, n=200):
@@ -166,6 +232,8 @@ def main(argv=None) -> int:
     p.add_argument("--batch", type=int, default=None,
                    help="at most this many frames per add (default: leveret live's, 16 on the CPU, 64 on a GPU)")
     p.add_argument("--storage", default="float32", choices=("float32", "float16"))
+    p.add_argument("--dtype", default="uint16", choices=("uint16", "float32"),
+                   help="frames as raw uint16 counts with flat/dark (a camera's), or float32 line integrals")
     p.add_argument("--out", default=None, help="write the results as JSON to this file")
     args = p.parse_args(argv)
     if args.batch is None:
@@ -173,28 +241,42 @@ def main(argv=None) -> int:
         from leveret.live.server import default_batch
         args.batch = default_batch(resolve(args.backend))
 
-    frames, angles = make_frames(args.rows, args.cols, args.frames)
-    fps, lat, kept_up, rec = paced(args, frames, angles)
-    fast = unpaced(args, frames, angles)
-    moved = move(rec)
+    frames, flat, dark, angles = make_frames(args.rows, args.cols, args.frames, args.dtype)
+    warm_up(args, frames, flat, dark)   # compiles kernels, creates FFT plans
+    fps, lat, kept_up, rec = paced(args, frames, angles, flat, dark)
+    fast, stages = unpaced(args, frames, angles, flat, dark)
+    move1, move3, move_axis = move(rec)
     zmq_s, zmq_mb = zmq_overhead(args.rows, args.cols)
+    frame_bytes = args.rows * args.cols * np.dtype(args.dtype).itemsize
+    bound = PINNED_GBPS * 1e9 / frame_bytes
+    per_frame = {k: 1e3 * t / args.frames for k, t in stages.items()}
     result = {
-        "backend": rec.backend, "storage": args.storage, "rows": args.rows, "cols": args.cols,
-        "frames": args.frames, "rate": args.rate, "batch": args.batch,
+        "backend": rec.backend, "storage": args.storage, "dtype": args.dtype, "rows": args.rows,
+        "cols": args.cols, "frames": args.frames, "rate": args.rate, "batch": args.batch,
         "sustained_fps": fps, "kept_up": bool(kept_up),
         "latency_ms": {"median": 1e3 * float(np.median(lat)), "p95": 1e3 * float(np.percentile(lat, 95)),
                        "max": 1e3 * float(lat.max())},
-        "unpaced_fps": fast, "move_slices_ms": 1e3 * moved,
+        "unpaced_fps": fast, "gpu_ms_per_frame": per_frame,
+        "upload_bound_fps": bound if rec.backend == "cuda" else None,
+        "move_one_slice_ms": 1e3 * move1, "move_slices_ms": 1e3 * move3, "move_axis_slice_ms": 1e3 * move_axis,
         "zmq_us_per_frame": 1e6 * zmq_s, "zmq_MB_per_s": zmq_mb,
         "machine": platform.platform(), "python": sys.version.split()[0],
     }
     rows = [
-        ("frames", f"{args.frames} x {args.rows}x{args.cols} ({args.storage}, {rec.backend})"),
+        ("frames", f"{args.frames} x {args.rows}x{args.cols} {args.dtype} in pool buffers "
+                   f"({args.storage} storage, {rec.backend})"),
         ("slices", f"xy {args.cols}^2, xz and yz {args.rows}x{args.cols}"),
         (f"sustained at {args.rate:g}/s", f"{fps:.1f} frames/s ({'kept up' if kept_up else 'fell behind'})"),
         ("latency median / p95 / max", "{median:.1f} / {p95:.1f} / {max:.1f} ms".format(**result["latency_ms"])),
         ("unpaced", f"{fast:.1f} frames/s"),
-        (f"move 3 slices after {args.frames} frames", f"{1e3 * moved:.1f} ms"),
+    ]
+    if rec.backend == "cuda":
+        rows.append(("GPU ms per frame", ", ".join(f"{k} {t:.3f}" for k, t in per_frame.items())))
+        rows.append(("upload bound (bytes / 55 GB/s)", f"{bound:.0f} frames/s"))
+    rows += [
+        (f"move 1 slice after {args.frames} frames", f"{1e3 * move1:.1f} ms"),
+        (f"move 3 slices after {args.frames} frames", f"{1e3 * move3:.1f} ms"),
+        ("move 1 slice along the axes (exact)", f"{1e3 * move_axis:.1f} ms"),
         ("ZeroMQ PUSH/PULL per frame", f"{1e6 * zmq_s:.0f} us ({zmq_mb:.0f} MB/s)"),
     ]
     width = max(len(r[0]) for r in rows)

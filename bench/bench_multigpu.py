@@ -8,21 +8,38 @@ Problems (each timed on the current GPU, then with ``--devices``):
   sirt   one SIRT iteration's A and A.T: 720 views of 512^2 from 512^3
          (structured Joseph), CuPy in and out (``--quick``: 360 views of 256^2,
          256^3)
+  dask   the same FBP job zarr -> zarr (``leveret.outofcore.reconstruct_to_file``)
+         in this process on ``--devices`` against a Dask cluster
+         (``--scheduler local``: dask-cuda's LocalCUDACluster, one worker per
+         GPU), same slabs: ``--dask-slices`` slices (default 512) of 2048^2
+         from 2048 angles, uncompressed: 8 GiB in, 8 GiB out on the disk of
+         ``--dir`` (``--quick``: 64 slices of 512^2 from 512 angles)
 
 ``--devices 0,0`` runs two workers on GPU 0 (``DeviceSet([0, 0], shared=True)``):
 the same GPU does the same work, so the ideal time is the one-GPU time and
 the difference is the multi-device path's overhead (threads, queue, per-worker
 buffers, peer copies, the partial-volume sum). With N distinct GPUs the ideal
 is the one-GPU time / N; the table prints the speed-up and the overhead
-against that ideal: ``t_set / (t_one / N) - 1``.
+against that ideal: ``t_set / (t_one / N) - 1``. Below each device-set row
+a "split" line says where the time went (the ``stats`` of fbp and fdk,
+``leveret.pipeline.merge_stats``): the call's wall, the workers' busy time
+out of workers x wall (the rest: waiting for the queue's last ranges and
+start-up), the GPU stream times summed over workers (h2d, compute, d2h), the
+host gathers and scatters (load, store) and, for FDK, back-projection,
+waits for another worker's filtered chunks and slab downloads.
 
     PYTHONPATH=src python3 bench/bench_multigpu.py --devices all --out multigpu.json
     PYTHONPATH=src python3 bench/bench_multigpu.py --devices 0,0 --quick
+    PYTHONPATH=src python3 bench/bench_multigpu.py --devices all --only dask --scheduler local
 """
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
+import tempfile
+import time
+from pathlib import Path
 
 import numpy as np
 
@@ -66,6 +83,47 @@ def compare(name, run_one, run_set, devices, updates, reps):
     return t_one, t_set
 
 
+def split_line(stats: dict, workers: int) -> str:
+    """Where a device-set call's time went, from its ``stats``."""
+    if not stats:
+        return "split: (no stats: CuPy in and out)"
+    wall = stats.get("wall", 0.0)
+    busy = stats.get("busy", 0.0)
+    parts = [f"wall {wall:.3f} s", f"workers busy {busy:.3f} s of {workers} x wall "
+             f"(waiting {max(0.0, workers * wall - busy):.3f} s)"]
+    gpu = [f"{k} {stats[k]:.3f}" for k in ("h2d", "compute", "d2h") if k in stats]
+    host = [f"{k} {stats[k]:.3f}" for k in ("setup", "load", "store") if k in stats]
+    fdk = [f"{k} {stats[k]:.3f}" for k in ("backproject", "wait", "download") if k in stats]
+    if gpu:
+        parts.append("GPU streams (summed) " + ", ".join(gpu))
+    if host:
+        parts.append("host " + ", ".join(host))
+    if fdk:
+        parts.append("slabs " + ", ".join(fdk))
+    if "chunks" in stats:
+        parts.append(f"{stats['chunks']} chunks")
+    return "  split: " + "; ".join(parts)
+
+
+def plan_line(geometry, volume, devices) -> str:
+    """Which rows each GPU of an FDK call filters (``leveret.algorithms.fdk.plan_devices``)."""
+    from leveret.algorithms.fdk import plan_devices, rows_seen
+    from leveret.devices import parse
+    plan = plan_devices(geometry, volume, parse(devices), chunk_views=geometry.n_views // 16)
+    if plan is None:
+        return "  plan: the filtered views do not fit a GPU: each slab filters its own rows"
+    whole = rows_seen(geometry, volume)
+    parts = [f"GPU {p.device}: z {p.z}, rows {p.rows}, {len(p.slabs)} slab(s) for {p.workers} worker(s)"
+             for p in plan]
+    total = sum(p.filtered_rows for p in plan) / (whole[1] - whole[0])
+    return "  plan: " + "; ".join(parts) + f"; rows filtered per view {total:.2f} x the volume's"
+
+
+def workers_of(devices) -> int:
+    from leveret.devices import parse
+    return len(parse(devices).ids)
+
+
 def bench_fbp(devices, quick):
     import leveret
     n, n_angles = 2048, 2048
@@ -81,6 +139,7 @@ def bench_fbp(devices, quick):
             lambda: leveret.fbp(proj, g, out=out, devices=devices, stats=stats),
             devices, n * n * n_slices * n_angles, reps=2)
     RESULTS[-1]["stats"] = dict(stats)
+    print(split_line(stats, workers_of(devices)))
 
 
 def bench_fdk(devices, quick):
@@ -99,6 +158,8 @@ def bench_fdk(devices, quick):
                 lambda: leveret.fdk(proj, g, volume, devices=devices, stats=stats),
                 devices, n ** 3 * n_views, reps=2)
         RESULTS[-1]["stats"] = dict(stats)
+        print(split_line(stats, workers_of(devices)))
+        print(plan_line(g, volume, devices))
 
 
 def bench_sirt(devices, quick):
@@ -118,22 +179,96 @@ def bench_sirt(devices, quick):
             devices, 2 * n ** 3 * n_views, reps=3)
 
 
+def _zarr_stack(path: Path, n_angles: int, n_slices: int, n: int) -> None:
+    """(angles, rows, columns) float32 in an uncompressed zarr store, chunked so
+    that a slab reads only its rows; one random block tiled (the values do
+    not change the timing, and a full random fill would take minutes)."""
+    import zarr
+
+    z = zarr.create_array(store=str(path), shape=(n_angles, n_slices, n), dtype=np.float32,
+                          chunks=(min(n_angles, 256), min(n_slices, 16), n), compressors=None)
+    block = np.random.default_rng(2).standard_normal((min(n_angles, 256), min(n_slices, 16), n), dtype=np.float32)
+    for a in range(0, n_angles, block.shape[0]):
+        for r in range(0, n_slices, block.shape[1]):
+            z[a:a + block.shape[0], r:r + block.shape[1]] = block[:n_angles - a, :n_slices - r]
+
+
+def bench_dask(devices, quick, scheduler, folder: Path, n_slices: int, backend: str = "cuda"):
+    """One zarr -> zarr FBP job in this process (``devices``) and on a Dask
+    cluster, the same slabs; each side first runs a 16-slice job (kernels
+    compiled, workers started)."""
+    import leveret
+    from leveret.executors import connect
+    from leveret.outofcore import reconstruct_to_file
+
+    n = 512 if quick else 2048
+    n_slices = 64 if quick else n_slices
+    g = leveret.ParallelGeometry(np.linspace(0, np.pi, n, endpoint=False), n, n_rows=n_slices)
+    warm = leveret.ParallelGeometry(g.angles, n, n_rows=16)
+    t0 = time.perf_counter()
+    for geometry, name in ((g, "proj.zarr"), (warm, "warm.zarr")):
+        _zarr_stack(folder / name, *geometry.projection_shape)
+    gib = n * n_slices * n * 4 / 2**30
+    print(f"dask: input {g.projection_shape} written in {time.perf_counter() - t0:.1f} s "
+          f"({gib:.1f} GiB in, {gib:.1f} GiB out, uncompressed zarr in {folder})", flush=True)
+    out = folder / "rec.zarr"
+    plan: dict = {}
+
+    def once(client, geometry=g, slabs=None):
+        if out.exists():
+            shutil.rmtree(out)
+        where = {"client": client} if client is not None else \
+            ({"devices": devices} if backend == "cuda" else {})
+        res = reconstruct_to_file(folder / ("proj.zarr" if geometry is g else "warm.zarr"), geometry, out,
+                                  backend=backend, slab_slices=slabs, **where)
+        plan.update(slabs=res.plan.n_slabs, slices=res.plan.slab_slices)
+
+    updates = g.n_angles * n_slices * n * n
+    label = f"zarr -> zarr {g.projection_shape} -> ({n_slices}, {n}, {n})"
+    once(None, warm)
+    t_in = median_time(lambda: once(None), reps=1, warmup=0)
+    slices = plan["slices"]
+    record(label, t_in, updates, peer="process",
+           note=f"devices={devices!r}: {plan['slabs']} slabs of {slices}")
+    with connect(scheduler, backend=backend) as client:
+        once(client, warm)
+        t_dask = median_time(lambda: once(client, slabs=slices), reps=1, warmup=0)
+        n_workers = len(client.nthreads())
+    record(label, t_dask, updates, peer="dask",
+           note=f"--scheduler {scheduler}: {n_workers} worker(s), {plan['slabs']} slabs of {plan['slices']}; "
+                f"{t_dask / t_in:.2f} x in-process ({(t_dask / t_in - 1) * 100:+.1f} %)")
+    RESULTS[-1].update(overhead=t_dask / t_in - 1, workers=n_workers)
+    shutil.rmtree(out, ignore_errors=True)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--devices", default="all", help="'all' or GPU ids, e.g. 0,1 or 0,0 (default: all)")
     parser.add_argument("--only", default="fbp,fdk,sirt", help="problems to run, comma-separated")
     parser.add_argument("--quick", action="store_true", help="smaller problems")
     parser.add_argument("--out", default=None, help="JSON file for the results")
+    parser.add_argument("--scheduler", default="local",
+                        help="dask: 'local' (one worker per GPU) or a scheduler's address (default: local)")
+    parser.add_argument("--dask-slices", type=int, default=512,
+                        help="dask: slices of 2048^2 from 2048 angles (default 512: 8 GiB in, 8 GiB out)")
+    parser.add_argument("--dir", default=None, help="dask: scratch folder for the zarr stores "
+                                                    "(default: a temporary one)")
     args = parser.parse_args(argv)
     devices = parse_devices(args.devices)
     meta = metadata(with_devices=True)
     meta["devices_argument"] = args.devices
     print_header()
-    problems = {"fbp": bench_fbp, "fdk": bench_fdk, "sirt": bench_sirt}
-    for name in args.only.split(","):
+    problems = {"fbp": bench_fbp, "fdk": bench_fdk, "sirt": bench_sirt, "dask": None}
+    names = args.only.split(",")
+    for name in names:
         if name not in problems:
             parser.error(f"--only: unknown problem {name!r}; expected {', '.join(problems)}")
-        problems[name](devices, args.quick)
+    for name in names:
+        if name == "dask":
+            with tempfile.TemporaryDirectory(dir=args.dir) as folder:
+                bench_dask(devices, args.quick, args.scheduler, Path(folder), args.dask_slices)
+        else:
+            problems[name](devices, args.quick)
     if args.out:
         write_results(args.out, meta)
     return 0

@@ -281,3 +281,54 @@ def test_a_driver_out_of_memory_error_also_shrinks(fake_gpus):
 
     out = devices.DeviceSet([0]).run([(0, 8)], work)
     assert [(a, b) for a, b, _ in out] == [(0, 2), (2, 4), (4, 6), (6, 8)]
+
+
+def test_out_of_memory_splits_keep_aligned_tiles(fake_gpus):
+    """With ``align=4`` a range that does not fit is cut at multiples of 4
+    only (the 3D Radon kernel's 4-slice tiles); the end of the whole range
+    (37, not a multiple) stays an end."""
+    ds = devices.DeviceSet([0])
+    seen = []
+
+    def work(worker, a, b):
+        seen.append((a, b))
+        if b - a > 9:
+            raise MemoryError("out of memory (fake)")
+
+    out = ds.run([(0, 24), (24, 37)], work, align=4)
+    ranges = [(a, b) for a, b, _ in out]
+    assert all(a % 4 == 0 for a, _ in seen) and all(b % 4 == 0 or b == 37 for _, b in seen)
+    got = np.zeros(37, int)
+    for a, b in ranges:
+        got[a:b] += 1
+    assert (got == 1).all() and max(b - a for a, b in ranges) <= 9
+
+
+def test_out_of_memory_on_one_tile_is_raised(fake_gpus):
+    def work(worker, a, b):
+        raise MemoryError("out of memory (fake)")
+
+    with pytest.raises(MemoryError, match="fake"):
+        devices.DeviceSet([0]).run([(0, 4)], work, align=4)
+
+
+def test_align_must_be_positive(fake_gpus):
+    with pytest.raises(ValueError, match=r"^align: expected a positive integer, got 0"):
+        devices.DeviceSet([0]).run([(0, 4)], lambda w, a, b: None, align=0)
+
+
+@pytest.mark.parametrize("n,parts,align", [(37, 8, 4), (8, 8, 4), (3, 2, 4), (100, 3, 1), (64, 4, 2)])
+def test_aligned_blocks_cover_the_range_at_aligned_boundaries(n, parts, align):
+    got = devices.aligned_blocks(n, parts, align)
+    assert got[0][0] == 0 and got[-1][1] == n and len(got) <= parts
+    assert all(b == c for (_, b), (c, _) in zip(got[:-1], got[1:]))
+    assert all(a % align == 0 and a < b for a, b in got)
+    sizes = [b - a for a, b in got[:-1]]
+    assert not sizes or max(sizes) - min(sizes) <= align
+
+
+def test_for_backend_refuses_devices_off_cuda(fake_gpus):
+    assert devices.for_backend(None, "cpu") is None
+    assert devices.for_backend([0, 1], "cuda") == devices.DeviceSet([0, 1])
+    with pytest.raises(ValueError, match=r"^devices: runs on CUDA GPUs, but the backend is 'cpu'"):
+        devices.for_backend([0, 1], "cpu")

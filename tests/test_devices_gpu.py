@@ -121,6 +121,23 @@ def test_projector_transpose_on_devices_within_reordered_sums(name, model, preci
     assert_sum_reordered(out, ref, abs_ref, n_terms, precision)
 
 
+@pytest.mark.parametrize("model", MODELS)
+def test_projector_forward_on_devices_lays_out_the_volume_once_per_worker(model, rng, monkeypatch):
+    """The structured paths' z-fastest copy is made once per call and worker,
+    not once per view block (7 views in 7 blocks for 2 workers)."""
+    from leveret.cuda.raytrace import CudaRaytracer
+    geometry, volume = STRUCTURED["cone_offset"]
+    two = Projector(geometry, volume, model=model, backend="cuda", devices=two_workers())
+    assert two.structured
+    calls = []
+    original = CudaRaytracer.laid_out
+    monkeypatch.setattr(CudaRaytracer, "laid_out", lambda self, vol: calls.append(1) or original(self, vol))
+    x = rng.standard_normal(volume.shape).astype(np.float32)
+    got = two(x)
+    assert 1 <= len(calls) <= 2
+    np.testing.assert_array_equal(got, Projector(geometry, volume, model=model, backend="cuda")(x))
+
+
 def test_projector_voxel_transpose_on_devices_repeats_exactly(rng):
     """The voxel transpose is deterministic and the partials are summed in a
     fixed order: the same bits from run to run."""
@@ -158,10 +175,10 @@ def test_projector_on_devices_shrinks_ranges_when_memory_runs_out(rng, monkeypat
 
     ran = []
 
-    def tight(self, vol, out):
+    def tight(self, vol, out, **kwargs):
         if out.shape[0] > 4:
             raise cp.cuda.memory.OutOfMemoryError(out.nbytes, 0, 0)
-        forward(self, vol, out)
+        forward(self, vol, out, **kwargs)
         ran.append(out.shape[0])
     monkeypatch.setattr(raytrace.CudaRaytracer, "forward", tight)
     got = two(x)
@@ -243,6 +260,7 @@ def test_fbp_on_devices_is_bit_identical(n_angles, kernel, precision, rng):
     assert isinstance(got, np.ndarray)
     np.testing.assert_array_equal(got, ref)
     assert split["chunks"] == 8 and split["wall"] > 0
+    assert 0 < split["busy"] <= 2 * split["wall"]   # each worker's pipeline runs within the call
     ref_gpu = leveret.fbp(cp.asarray(proj), geometry, **kw)
     out = cp.full(ref.shape, np.nan, np.float32)
     got_gpu = leveret.fbp(cp.asarray(proj), geometry, devices=two_workers(), out=out, **kw)
@@ -260,38 +278,65 @@ def test_fbp_on_devices_reports_bad_input():
 
 # -- cone-beam FDK -----------------------------------------------------------------------------------
 
-def test_fdk_on_devices_is_bit_identical_with_the_same_slabs(rng):
-    """z-slabs of 7 slices (5 slabs: the two workers take them from a queue),
-    each fed its own detector rows; views in chunks of 6."""
-    cp = _cupy()
+def _fdk_case(rng):
     from leveret.geometry import ConeGeometry, VolumeGeometry
     geometry = ConeGeometry.circular(np.linspace(0, 2 * np.pi, 24, endpoint=False), sid=60, sdd=90,
                                      n_rows=40, n_cols=48, pixel_size=1.2)
     volume = VolumeGeometry((33, 32, 32), voxel_size=1.5)
-    proj = rng.random(geometry.projection_shape).astype(np.float32)
-    kw = dict(slab_slices=7, chunk_views=6, backend="cuda")
+    return geometry, volume, rng.random(geometry.projection_shape).astype(np.float32)
+
+
+def test_fdk_on_devices_is_bit_identical_to_one_gpu(rng):
+    """Each GPU filters its rows once, its workers back-project slabs of 16
+    slices from them (3 slabs, taken from its queue): bit-identical to one
+    GPU with the same view chunks (of 6), which filters every row and
+    back-projects the whole volume."""
+    cp = _cupy()
+    geometry, volume, proj = _fdk_case(rng)
+    kw = dict(chunk_views=6, backend="cuda")
     ref = leveret.fdk(proj, geometry, volume, **kw)
     split: dict = {}
-    got = leveret.fdk(proj, geometry, volume, devices=two_workers(), stats=split, **kw)
+    got = leveret.fdk(proj, geometry, volume, devices=two_workers(), slab_slices=16, stats=split, **kw)
     assert isinstance(got, np.ndarray)
     np.testing.assert_array_equal(got, ref)
-    assert split["chunks"] == 5 * 4
+    n_gpus = len(set(two_workers().ids))
+    assert split["chunks"] == 4 * n_gpus    # each GPU filters every view once, in chunks of 6
+    assert 0 < split["busy"] <= 2 * split["wall"] and split["backproject"] > 0
     got_gpu = leveret.fdk(cp.asarray(proj), geometry, volume, devices=two_workers(), **kw)
     assert isinstance(got_gpu, cp.ndarray)
     cp.testing.assert_array_equal(got_gpu, leveret.fdk(cp.asarray(proj), geometry, volume, **kw))
 
 
+def test_fdk_on_devices_without_room_for_the_filtered_views_filters_per_slab(rng):
+    """Where a GPU cannot hold the filtered views (``max_gpu_memory``), z-slabs
+    of 7 slices are dealt from one queue, each filtering its own rows:
+    bit-identical to one GPU with the same slabs and view chunks."""
+    cp = _cupy()
+    geometry, volume, proj = _fdk_case(rng)
+    kw = dict(slab_slices=7, chunk_views=6, max_gpu_memory=200_000, backend="cuda")
+    ref = leveret.fdk(proj, geometry, volume, **kw)
+    split: dict = {}
+    got = leveret.fdk(proj, geometry, volume, devices=two_workers(), stats=split, **kw)
+    np.testing.assert_array_equal(got, ref)
+    assert split["chunks"] == 5 * 4
+    assert 0 < split["busy"] <= 2 * split["wall"]   # the slabs' pipelines, two at a time, within the call
+    cp.testing.assert_array_equal(leveret.fdk(cp.asarray(proj), geometry, volume, devices=two_workers(), **kw),
+                                  leveret.fdk(cp.asarray(proj), geometry, volume, **kw))
+
+
 def test_fdk_on_devices_gives_every_worker_a_slab(rng):
-    """Without slab_slices a volume that fits one GPU is still cut, one slab per
-    worker; it equals the one-GPU result with those slabs."""
+    """Without slab_slices a volume that fits one GPU is still cut, one slab
+    per worker (from 16-slice blocks); the result is one GPU's."""
     from leveret.geometry import ConeGeometry, VolumeGeometry
     geometry = ConeGeometry.circular(np.linspace(0, 2 * np.pi, 16, endpoint=False), sid=60, sdd=90,
                                      n_rows=30, n_cols=40, pixel_size=1.2)
-    volume = VolumeGeometry((21, 24, 24), voxel_size=1.5)
+    volume = VolumeGeometry((41, 24, 24), voxel_size=1.5)
     proj = rng.random(geometry.projection_shape).astype(np.float32)
-    got = leveret.fdk(proj, geometry, volume, chunk_views=4, backend="cuda", devices=two_workers())
-    ref = leveret.fdk(proj, geometry, volume, chunk_views=4, backend="cuda", slab_slices=11)
+    split: dict = {}
+    got = leveret.fdk(proj, geometry, volume, chunk_views=4, backend="cuda", devices=two_workers(), stats=split)
+    ref = leveret.fdk(proj, geometry, volume, chunk_views=4, backend="cuda")
     np.testing.assert_array_equal(got, ref)
+    assert split["backproject"] > 0
 
 
 def test_cli_gpus_flag_gives_the_one_gpu_volume(tmp_path, rng):
@@ -326,3 +371,94 @@ def test_radon3d_fbp_on_devices_is_bit_identical(method, precision, rng):
     np.testing.assert_array_equal(got, ref)
     got_gpu = leveret.radon3d_fbp(cp.asarray(proj), g, devices=two_workers(), **kw)
     cp.testing.assert_array_equal(got_gpu, leveret.radon3d_fbp(cp.asarray(proj), g, **kw))
+
+
+# -- back-projection operators -----------------------------------------------------------------------
+
+@pytest.mark.parametrize("kernel,precision,interpolation", [
+    ("auto", "float32", "linear"),       # the ALU kernel, 4 slices per block
+    ("auto", "float16", "linear"),       # the hybrid: texture and ALU tiles, half4 texels
+    ("texz", "float32", "nearest"),      # float2 texels
+    ("texture", "float32", "linear8"),
+])
+def test_parallel_backprojection_on_devices_is_bit_identical(kernel, precision, interpolation, rng):
+    """37 slices (odd: a last slab shorter than a texel or block) in slabs on
+    two workers, against one GPU running the whole stack: NumPy in and out,
+    CuPy in and out, and a strided CuPy ``out``."""
+    cp = _cupy()
+    from leveret.geometry import VolumeGeometry
+    from leveret.operators import ParallelBackprojection
+    geometry = ParallelGeometry(np.linspace(0, np.pi, 90, endpoint=False), 48)
+    volume = VolumeGeometry((37, 40, 44), voxel_size=1.0)
+    sinos = rng.standard_normal((37, 90, 48)).astype(np.float32)
+    kw = dict(kernel=kernel, precision=precision, interpolation=interpolation, backend="cuda")
+    one = ParallelBackprojection(geometry, volume, **kw)
+    many = ParallelBackprojection(geometry, volume, devices=two_workers(), **kw)
+    ref = one(sinos)
+    got = many(sinos)
+    assert isinstance(got, np.ndarray)
+    np.testing.assert_array_equal(got, ref)
+    assert one.last_kernel == many.last_kernel
+    got_gpu = many(cp.asarray(sinos))
+    assert isinstance(got_gpu, cp.ndarray)
+    cp.testing.assert_array_equal(got_gpu, cp.asarray(ref))
+    strided = cp.full((37, 40, 88), cp.nan, cp.float32)[:, :, ::2]
+    assert many(cp.asarray(sinos), out=strided) is strided
+    cp.testing.assert_array_equal(strided, cp.asarray(ref))
+
+
+@pytest.mark.parametrize("kernel,interpolation", [("texture", "linear"), ("ray-hybrid", "linear"),
+                                                  ("quad", "linear32"), ("global", "linear32")])
+def test_cone_backprojection_on_devices_is_bit_identical(kernel, interpolation, rng):
+    """37 slices in slabs of 16-slice blocks on two workers against one GPU:
+    NumPy and CuPy, accumulating into ``out``, and a ``slices`` range."""
+    cp = _cupy()
+    from leveret.geometry import ConeGeometry, VolumeGeometry
+    from leveret.operators import ConeBackprojection
+    geometry = ConeGeometry.circular(np.linspace(0, 2 * np.pi, 40, endpoint=False), sid=60, sdd=90,
+                                     n_rows=40, n_cols=48, pixel_size=1.2)
+    volume = VolumeGeometry((37, 32, 30), voxel_size=1.5)
+    proj = rng.standard_normal(geometry.projection_shape).astype(np.float32)
+    kw = dict(kernel=kernel, interpolation=interpolation, backend="cuda")
+    one = ConeBackprojection(geometry, volume, **kw)
+    many = ConeBackprojection(geometry, volume, devices=two_workers(), **kw)
+    ref = one(proj)
+    got = many(proj)
+    assert isinstance(got, np.ndarray)
+    np.testing.assert_array_equal(got, ref)
+    start = rng.standard_normal(volume.shape).astype(np.float32)
+    np.testing.assert_array_equal(many(proj, out=start.copy(), accumulate=True),
+                                  one(proj, out=start.copy(), accumulate=True))
+    np.testing.assert_array_equal(many(proj, out=start.copy(), slices=(16, 37)),
+                                  one(proj, out=start.copy(), slices=(16, 37)))
+    got_gpu = many(cp.asarray(proj))
+    assert isinstance(got_gpu, cp.ndarray)
+    cp.testing.assert_array_equal(got_gpu, cp.asarray(ref))
+
+
+def test_operators_write_a_strided_cupy_out(rng):
+    """One GPU: a non-contiguous CuPy ``out`` is written through a contiguous
+    temporary (accumulating from its values)."""
+    cp = _cupy()
+    from leveret.geometry import ConeGeometry, VolumeGeometry
+    from leveret.operators import ConeBackprojection, ParallelBackprojection
+    g = ParallelGeometry(np.linspace(0, np.pi, 30, endpoint=False), 24)
+    vol = VolumeGeometry((3, 20, 20), voxel_size=1.0)
+    sinos = cp.asarray(rng.standard_normal((3, 30, 24)).astype(np.float32))
+    op = ParallelBackprojection(g, vol, backend="cuda")
+    out = cp.full((3, 20, 40), cp.nan, cp.float32)[:, :, 1::2]
+    assert op(sinos, out=out) is out
+    cp.testing.assert_array_equal(out, op(sinos))
+    cg = ConeGeometry.circular(np.linspace(0, 2 * np.pi, 12, endpoint=False), sid=60, sdd=90,
+                               n_rows=20, n_cols=24, pixel_size=1.2)
+    cvol = VolumeGeometry((8, 16, 16), voxel_size=1.5)
+    proj = cp.asarray(rng.standard_normal(cg.projection_shape).astype(np.float32))
+    cop = ConeBackprojection(cg, cvol, backend="cuda")
+    base = cp.asarray(rng.standard_normal((8, 16, 32)).astype(np.float32))
+    untouched = base[:, :, 1::2].copy()
+    out = base[:, :, ::2]
+    expected = out.copy()
+    cop(proj, out=expected, accumulate=True)
+    assert cop(proj, out=out, accumulate=True) is out
+    cp.testing.assert_array_equal(out, expected)
+    cp.testing.assert_array_equal(base[:, :, 1::2], untouched)   # the columns between stay as they were

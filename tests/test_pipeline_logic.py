@@ -130,6 +130,17 @@ def test_add_stats_sums_the_splits_of_several_runs():
     assert total == {"wall": 2.0, "chunks": 5, "d2h": 0.25}
 
 
+def test_merge_stats_sums_stage_times_and_keeps_the_call_wall():
+    """Several GPUs: the stage times and chunk counts of every pipeline add
+    up; ``wall`` is the call's, ``busy`` the pipelines' walls summed."""
+    splits = [{"wall": 1.0, "h2d": 0.25, "compute": 0.75, "chunks": 2},
+              {"wall": 1.5, "h2d": 0.5, "compute": 1.0, "chunks": 3},
+              {"wall": 0.5, "h2d": 0.125, "compute": 0.25, "chunks": 1}]
+    got = pipeline.merge_stats(splits, wall=1.75)
+    assert got == {"wall": 1.75, "busy": 3.0, "h2d": 0.875, "compute": 2.0, "chunks": 6}
+    assert pipeline.merge_stats([], wall=0.5) == {"wall": 0.5, "busy": 0.0}
+
+
 def test_stream_chunks_from_an_iterator_with_a_lock(fake_cupy, rng):
     """Several GPUs' pipelines pulling from one queue: chunks come from an
     iterator (taken one ahead), the buffers are sized by ``largest``, and the

@@ -136,7 +136,8 @@ class DeviceSet:
                 per.append(gpu_free_bytes() // self.ids.count(d))
         return int(min(per))
 
-    def run(self, chunks: Sequence[tuple[int, int]], work: Callable, *, fixed: bool = False) -> list:
+    def run(self, chunks: Sequence[tuple[int, int]], work: Callable, *, fixed: bool = False,
+            align: int = 1) -> list:
         """Run ``work(worker, start, stop)`` for every range of ``chunks`` on the workers.
 
         Parameters
@@ -152,6 +153,11 @@ class DeviceSet:
         fixed : bool
             False: a shared queue; each worker takes the next range when it is
             free. True: range ``i`` goes to worker ``i mod len(self)``, in order.
+        align : int
+            A range split after an out-of-memory error is cut only at
+            multiples of ``align`` (work done in tiles of that many elements,
+            e.g. the 3D Radon kernel's 4-slice tiles, keeps its tiles whole);
+            a range of ``align`` elements or fewer that does not fit re-raises.
 
         Returns
         -------
@@ -159,11 +165,12 @@ class DeviceSet:
             One entry per range run (sub-ranges after a split), sorted by start.
         """
         chunks = _check_chunks(chunks)
+        align = _positive("align", align)
         n = len(self.ids)
         if fixed:
             queues = [list(chunks[i::n]) for i in range(n)]
         else:
-            shared_queue = _queue(chunks)
+            shared_queue = work_queue(chunks)
         results: list = []
         lock = threading.Lock()
 
@@ -173,10 +180,10 @@ class DeviceSet:
                     mine = queues[worker.index]
                     chunk = mine.pop(0) if mine else None
                 else:
-                    chunk = _take(shared_queue)
+                    chunk = take(shared_queue)
                 if chunk is None:
                     return
-                for item in _run_shrinking(worker, chunk, work, stop):
+                for item in run_shrinking(worker, chunk, work, stop, align):
                     with lock:
                         results.append(item)
 
@@ -193,14 +200,26 @@ class DeviceSet:
         out-of-memory shrink here: such callers plan their ranges from the
         smallest GPU's free memory. Returns ``work``'s results in worker order.
         """
-        shared_queue = _queue(_check_chunks(chunks))
+        shared_queue = work_queue(_check_chunks(chunks))
+
+        def each(worker, stop):
+            def ranges():
+                while not stop.is_set() and (chunk := take(shared_queue)) is not None:
+                    yield chunk
+            return work(worker, ranges())
+
+        return self.run_each(each)
+
+    def run_each(self, work: Callable) -> list:
+        """Run ``work(worker, stop)`` once in each worker's thread (its GPU
+        current, its stream the current stream); ``stop`` is a
+        ``threading.Event`` set when another worker failed. For work that
+        deals itself (e.g. a queue per GPU). Returns the results in worker
+        order; the first exception is re-raised."""
         results = [None] * len(self.ids)
 
         def body(worker, stop):
-            def ranges():
-                while not stop.is_set() and (chunk := _take(shared_queue)) is not None:
-                    yield chunk
-            results[worker.index] = work(worker, ranges())
+            results[worker.index] = work(worker, stop)
 
         self._start(body)
         return results
@@ -248,14 +267,16 @@ def _check_chunks(chunks) -> list:
     return chunks
 
 
-def _queue(chunks) -> queue.SimpleQueue:
+def work_queue(items) -> queue.SimpleQueue:
+    """A queue of ``items`` that several workers take from (:func:`take`)."""
     q: queue.SimpleQueue = queue.SimpleQueue()
-    for c in chunks:
+    for c in items:
         q.put(c)
     return q
 
 
-def _take(q: queue.SimpleQueue):
+def take(q: queue.SimpleQueue):
+    """The next item of ``q``, or None when it is empty."""
     try:
         return q.get_nowait()
     except queue.Empty:
@@ -287,26 +308,30 @@ class Worker:
         return f"Worker(index={self.index}, device={self.device}, limit={self.limit})"
 
 
-def _run_shrinking(worker: Worker, chunk, work, stop) -> list:
-    """Run ``chunk`` in pieces of at most ``worker.limit``; on an out-of-memory
-    error halve the piece, lower the limit and retry."""
+def run_shrinking(worker: Worker, chunk, work, stop, align: int = 1) -> list:
+    """Run ``work(worker, start, stop)`` over ``chunk`` in pieces of at most
+    ``worker.limit``; on an out-of-memory error halve the piece (cutting at
+    multiples of ``align``), lower the limit and retry (what
+    :meth:`DeviceSet.run` does with each range). Returns [(start, stop,
+    result)]; stops early once the event ``stop`` is set."""
     done = []
-    pending = _pieces(chunk, worker.limit)
+    pending = _pieces(chunk, worker.limit, align)
     while pending:
         if stop.is_set():
             break
         a, b = pending.pop(0)
-        if worker.limit is not None and b - a > worker.limit:   # cut at an earlier, larger limit
-            pending[:0] = _pieces((a, b), worker.limit)
+        if worker.limit is not None and b - a > worker.limit and len(_pieces((a, b), worker.limit, align)) > 1:
+            pending[:0] = _pieces((a, b), worker.limit, align)   # cut at an earlier, larger limit
             continue
         try:
             done.append((a, b, work(worker, a, b)))
         except Exception as exc:
-            if not out_of_memory(exc) or b - a < 2:
+            pieces = _pieces((a, b), (b - a + 1) // 2, align)
+            if not out_of_memory(exc) or len(pieces) < 2:
                 raise
             _release_memory(worker.device)
-            worker.limit = (b - a + 1) // 2
-            pending[:0] = _pieces((a, b), worker.limit)
+            worker.limit = max(hi - lo for lo, hi in pieces)
+            pending[:0] = pieces
     return done
 
 
@@ -322,14 +347,18 @@ def out_of_memory(exc: BaseException) -> bool:
                                          "CUFFT_ALLOC_FAILED"))
 
 
-def _pieces(chunk, limit: int | None) -> list:
-    """``chunk`` in consecutive ranges of at most ``limit`` elements, as equal as possible."""
+def _pieces(chunk, limit: int | None, align: int = 1) -> list:
+    """``chunk`` in consecutive ranges of at most ``limit`` elements (rounded
+    up to a multiple of ``align``), as equal as possible, cut only at
+    multiples of ``align``."""
     a, b = chunk
     if limit is None or b - a <= limit:
         return [(a, b)]
+    limit = -(-limit // align) * align
     k = -(-(b - a) // limit)
-    edges = np.linspace(a, b, k + 1).round().astype(int)
-    return [(int(lo), int(hi)) for lo, hi in zip(edges[:-1], edges[1:])]
+    inner = (np.linspace(a, b, k + 1)[1:-1] / align).round().astype(int) * align
+    edges = sorted({a, b, *(int(e) for e in inner if a < e < b)})
+    return [(lo, hi) for lo, hi in zip(edges[:-1], edges[1:])]
 
 
 def blocks(n: int, parts: int) -> list[tuple[int, int]]:
@@ -337,6 +366,19 @@ def blocks(n: int, parts: int) -> list[tuple[int, int]]:
     parts = max(1, min(int(n), int(parts)))
     edges = np.linspace(0, n, parts + 1).round().astype(int)
     return [(int(lo), int(hi)) for lo, hi in zip(edges[:-1], edges[1:])]
+
+
+def aligned_blocks(n: int, parts: int, align: int) -> list[tuple[int, int]]:
+    """``range(n)`` in at most ``parts`` contiguous ranges of near-equal size
+    whose boundaries are multiples of ``align`` (except the end, ``n``)."""
+    tiles = -(-int(n) // int(align))
+    return [(lo * align, min(int(n), hi * align)) for lo, hi in blocks(tiles, parts)]
+
+
+def _positive(name: str, value) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        raise ValueError(f"{name}: expected a positive integer, got {value!r}")
+    return int(value)
 
 
 def _worker_context(device: int):
@@ -356,6 +398,17 @@ def _release_memory(device: int) -> None:
     with cupy.cuda.Device(device):
         cupy.cuda.get_current_stream().synchronize()
         cupy.get_default_memory_pool().free_all_blocks()
+
+
+def for_backend(devices, backend: str) -> DeviceSet | None:
+    """:func:`parse`, then refuse a device set for a call whose backend is not
+    CUDA (``backend`` resolved): the one check of ``devices=`` that every
+    operator and algorithm taking it makes."""
+    devices = parse(devices)
+    if devices is not None and backend != "cuda":
+        raise ValueError(f"devices: runs on CUDA GPUs, but the backend is {backend!r}; "
+                         f"use backend='cuda' or devices=None")
+    return devices
 
 
 def parse(devices) -> DeviceSet | None:

@@ -23,7 +23,8 @@ summed over the worker threads' calls); ``h2d``, ``compute`` and ``d2h`` (GPU
 time of each stream, summed from CUDA events); ``chunks`` (a count). When
 transfers hide behind compute, ``wall`` is close to ``compute`` plus one
 chunk's load, copy in, copy out and store (the pipeline's fill and drain).
-``leveret.fbp`` and ``leveret.fdk`` pass their ``stats`` argument through.
+``leveret.fbp`` and ``leveret.fdk`` pass their ``stats`` argument through;
+on several GPUs they report :func:`merge_stats` of their pipelines.
 """
 from __future__ import annotations
 
@@ -48,6 +49,21 @@ def add_stats(total: dict, part: dict) -> None:
     over several ``stream_chunks`` runs, e.g. FDK's slabs)."""
     for key, value in part.items():
         total[key] = total.get(key, 0) + value
+
+
+def merge_stats(splits: Iterable[dict], wall: float) -> dict:
+    """One call's time split from the splits of its pipelines run on several
+    GPUs (``leveret.devices``; a pipeline per slab or per GPU): every key
+    summed over them, except ``wall``, the whole call's (``wall``), and
+    ``busy``, the sum of the pipelines' own walls. ``busy`` over ``wall``
+    times the number of GPUs is how busy they were; the rest is the time
+    they waited (for the queue's last ranges, set-up outside the pipelines)."""
+    total: dict = {}
+    for split in splits:
+        add_stats(total, split)
+    total["busy"] = total.pop("wall", 0.0)
+    total["wall"] = wall
+    return total
 
 
 def copy_threads_for(pipelines: int) -> None:

@@ -11,6 +11,7 @@ import pytest
 import leveret
 from leveret.live import Frame, LiveReconstructor, orthogonal_slices
 from leveret.phantom import shepp_logan_3d
+from leveret.preprocess import minus_log, normalize
 
 TOL = 2e-6
 N, ROWS, VIEWS = 32, 8, 48
@@ -136,7 +137,7 @@ def test_flat_and_dark_fields_correct_raw_counts(scan):
     dark = rng.uniform(90, 110, (ROWS, N))
     flat = dark + rng.uniform(3e4, 4e4, (ROWS, N))
     counts = (dark + (flat - dark) * np.exp(-proj)).astype(np.float32)
-    lines = leveret.preprocess.minus_log(leveret.preprocess.normalize(counts, flat, dark))
+    lines = minus_log(normalize(counts, flat, dark))
     ref = leveret.fbp(lines, g, vol, backend="cpu")
     rec = LiveReconstructor(vol, (ROWS, N), flat=flat, dark=dark, backend="cpu")
     rec.add(counts, angles)

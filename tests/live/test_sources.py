@@ -100,6 +100,18 @@ def test_message_round_trip_keeps_dtype_shape_and_geometry():
         decode({"index": 0, "shape": [4, 4], "dtype": "u2"}, payload)
 
 
+def test_decode_copies_into_a_given_buffer_of_the_frame_shape():
+    from leveret.live.pool import FramePool
+    data = np.arange(12, dtype="<u2").reshape(3, 4)
+    header, payload = encode(Frame(data, 2, angle=0.5))
+    pool = FramePool((3, 4))
+    frame = decode(json.loads(header), payload, buffers=pool.get)
+    assert pool.owns(frame.data) and frame.data.dtype == np.uint16
+    np.testing.assert_array_equal(frame.data, data)
+    other = decode({"index": 0, "shape": [4, 3], "dtype": "u2"}, payload, buffers=FramePool((3, 4)).get)
+    assert other.data.shape == (4, 3)   # not the buffers' shape: a view of the message as before
+
+
 @pytest.mark.parametrize("send_pattern, read_pattern", [("push", "pull"), ("pub", "sub")])
 def test_zmq_stream_delivers_frames_in_order(send_pattern, read_pattern):
     address = _free_address()

@@ -22,7 +22,7 @@ def test_devices_without_a_gpu_names_devices(monkeypatch):
 def test_devices_with_the_cpu_backend_is_refused(monkeypatch):
     monkeypatch.setattr(devices, "visible_device_count", lambda: 2)
     geometry, volume = GEOMETRIES["cone_circular"]
-    with pytest.raises(ValueError, match=r"^devices: runs on CUDA GPUs, but this projector's backend is 'cpu'"):
+    with pytest.raises(ValueError, match=r"^devices: runs on CUDA GPUs, but the backend is 'cpu'"):
         Projector(geometry, volume, backend="cpu", devices=[0, 1])
 
 

@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from .. import _validate as v
-from ..devices import parse as parse_devices
+from ..devices import for_backend as devices_for_backend
 from ..filters import FILTERS, apply_filter, filter_response
 from ..geometry import VolumeGeometry
 from ..operators.cone import RAY_MIN_VIEWS, ConeBackprojection
@@ -61,19 +61,32 @@ def fdk(projections, geometry, volume: VolumeGeometry, *, filter: str = "ram-lak
         stream through the GPU (``leveret.pipeline.STATS_KEYS``: ``wall``,
         ``setup``, ``load``, ``store``, ``h2d``, ``compute``, ``d2h`` in
         seconds, ``chunks``; summed over slabs); left empty otherwise (CPU
-        backend, CuPy input). With ``devices``, summed over the GPUs too,
-        except ``wall``, the whole call's.
+        backend, CuPy input). With ``devices``, every time summed over the
+        GPUs' workers (or slabs), ``wall`` the whole call's and ``busy`` the
+        sum of the workers' (slabs') walls (``leveret.pipeline.merge_stats``;
+        more keys under ``devices``).
     devices : None, "all", list of int or leveret.devices.DeviceSet
         CUDA only: the GPUs to run on (:mod:`leveret.devices`); None: the
-        current device. The volume is cut into z-slabs (at least one per
-        GPU, each planned to fit the smallest GPU's free memory, or
-        ``max_gpu_memory`` per GPU) dealt from one queue; each GPU receives
-        only the detector rows its slab sees and reconstructs it as a
-        one-GPU call would. The result is bit-identical to a one-GPU call
-        with the same slabs and view chunks (``slab_slices``,
-        ``chunk_views``: the plan otherwise follows each call's free memory,
-        and the views' sum is rounded chunk by chunk); a slab that runs out
-        of GPU memory is halved and retried on that GPU.
+        current device. Each GPU takes a contiguous range of z slices and
+        weights and filters the detector rows that range sees once per view
+        into a buffer of the views' size; its workers back-project its
+        slabs (at least one per worker) from it, each chunk of views as soon
+        as it is filtered (:func:`plan_devices`): no row is filtered twice
+        on one GPU, whatever the slabs. The result is
+        bit-identical to a one-GPU call with the same view chunks
+        (``chunk_views``: the plan otherwise follows each call's free
+        memory, and the views' sum is rounded chunk by chunk). Where a GPU
+        cannot hold the filtered views, the volume is cut into z-slabs (at
+        least one per GPU, planned to fit the smallest GPU's free memory, or
+        ``max_gpu_memory`` per GPU) dealt from one queue, each filtering the
+        rows it sees, bit-identical to a one-GPU call with the same slabs
+        and view chunks. A slab that runs out of GPU memory is halved and
+        retried on that GPU.
+        With ``stats``, the several-GPU path also reports ``backproject``
+        (seconds queuing and, where workers share a GPU, running the
+        back-projection), ``wait`` (seconds waiting for chunks another
+        worker of the GPU filters) and ``download`` (seconds finishing the
+        slabs' copies out after their last kernels), summed over the workers.
 
     Returns
     -------
@@ -111,10 +124,7 @@ def fdk(projections, geometry, volume: VolumeGeometry, *, filter: str = "ram-lak
         v.check_allocation("volume", volume.size * np.dtype(dtype).itemsize, "the reconstruction")
     settings = dict(filter=filter, cutoff=cutoff, padding=padding, short_scan=short_scan,
                     interpolation=interpolation, kernel=kernel, backend=backend, dtype=dtype, stats=stats)
-    devices = parse_devices(devices)
-    if devices is not None and backend != "cuda":
-        raise ValueError(f"devices: runs on CUDA GPUs, but this call's backend is 'cpu'; "
-                         f"use backend='cuda' or devices=None")
+    devices = devices_for_backend(devices, backend)
     slabs, planned_views = _plan_slabs(geometry, volume, backend, max_gpu_memory, slab_slices,
                                        budget=None if devices is None else devices.free_bytes())
     settings["chunk_views"] = planned_views
@@ -122,6 +132,10 @@ def fdk(projections, geometry, volume: VolumeGeometry, *, filter: str = "ram-lak
         settings["chunk_views"] = v.positive_int("chunk_views", chunk_views)
     settings["fixed_chunks"] = chunk_views is not None
     if devices is not None:
+        plan = plan_devices(geometry, volume, devices, settings["chunk_views"], max_gpu_memory, slab_slices)
+        if plan is not None:
+            return _fdk_devices_filter_once(devices, plan, projections, geometry, volume, progress=progress,
+                                            **settings)
         if slab_slices is None and len(slabs) < len(devices):   # every GPU gets a slab (as _plan_slabs cuts)
             step = -(-volume.nz // len(devices))
             slabs = [(k, min(volume.nz, k + step)) for k in range(0, volume.nz, step)]
@@ -150,15 +164,280 @@ def fdk(projections, geometry, volume: VolumeGeometry, *, filter: str = "ram-lak
     return out
 
 
-def _fdk_devices(devices, projections, geometry, volume, slabs, *, progress, stats, **settings):
-    """FDK with the z-slabs dealt to several GPUs (``fdk``'s ``devices``)."""
+class DevicePart:
+    """One GPU's share of an FDK call on several GPUs (:func:`plan_devices`).
+
+    Attributes
+    ----------
+    device : int
+        The GPU id.
+    workers : int
+        How many workers of the device set run on it.
+    z : (int, int)
+        Its contiguous range of z slices.
+    rows : (int, int) or None
+        The detector rows that range sees (``rows_seen``); None: none.
+    slabs : list of (int, int)
+        ``z`` in slabs of whole 16-slice blocks, at least one per worker.
+    """
+
+    def __init__(self, device, workers, z, rows, slabs):
+        self.device, self.workers, self.z, self.rows, self.slabs = device, workers, z, rows, slabs
+
+    @property
+    def filtered_rows(self) -> int:
+        """Detector rows this GPU weights and filters, per view."""
+        return 0 if self.rows is None else self.rows[1] - self.rows[0]
+
+    def __repr__(self) -> str:
+        return (f"DevicePart(device={self.device}, workers={self.workers}, z={self.z}, rows={self.rows}, "
+                f"slabs={self.slabs})")
+
+
+def plan_devices(geometry, volume: VolumeGeometry, devices, chunk_views: int, max_gpu_memory=None,
+                 slab_slices=None, free_bytes=None) -> list[DevicePart] | None:
+    """How ``fdk(..., devices=...)`` shares a volume among GPUs when every
+    GPU can hold the filtered views (else None: each slab then filters the
+    rows it sees itself, ``_fdk_devices``).
+
+    Each GPU (an id listed more than once counts once) takes a contiguous
+    z range and weights and filters the detector rows that range sees once,
+    for every view, into a buffer of the views' size; its workers then
+    back-project its slabs from that buffer. Neighbouring ranges see some
+    rows in common, and each of their GPUs filters those; within a GPU
+    nothing is filtered twice, however many slabs or workers it has.
+    ``free_bytes(device)``: the memory a GPU may use (default: what is free
+    on it, at most ``max_gpu_memory``).
+    """
+    from .. import devices as dv
+    from ..operators.cone_plan import DEPTH
+
+    ids = list(dict.fromkeys(devices.ids))
+    if free_bytes is None:
+        free_bytes = _device_free_bytes
+    view_bytes = 12 * geometry.n_rows * geometry.n_cols * 4   # a chunk's input, FFT temporaries, texture
+    buffer_bytes = geometry.n_views * geometry.n_rows * geometry.n_cols * 4
+    slice_bytes = volume.ny * volume.nx * 4
+    parts = []
+    for device, z in zip(ids, dv.aligned_blocks(volume.nz, len(ids), DEPTH)):
+        workers = devices.ids.count(device)
+        budget = free_bytes(device)
+        if max_gpu_memory is not None:
+            budget = min(budget, int(max_gpu_memory))
+        per_worker = (budget - buffer_bytes) // workers - min(chunk_views, geometry.n_views) * view_bytes
+        if per_worker < DEPTH * slice_bytes:
+            return None
+        share = -(-(z[1] - z[0]) // workers)                   # a slab per worker, rounded up to blocks
+        step = min(-(-share // DEPTH), per_worker // slice_bytes // DEPTH) * DEPTH
+        if slab_slices is not None:
+            step = min(step, max(DEPTH, slab_slices // DEPTH * DEPTH))
+        slabs = [(k, min(z[1], k + step)) for k in range(z[0], z[1], step)]
+        parts.append(DevicePart(device, workers, z, rows_seen(geometry, volume.slab(*z)), slabs))
+    return parts
+
+
+def _device_free_bytes(device: int) -> int:
+    import cupy
+
+    from ..memory import gpu_free_bytes
+    with cupy.cuda.Device(device):
+        return gpu_free_bytes()
+
+
+def _fdk_devices_filter_once(devices, plan, projections, geometry, volume, *, progress, stats, filter, cutoff,
+                             padding, short_scan, interpolation, kernel, backend, dtype, chunk_views,
+                             fixed_chunks):
+    """FDK on several GPUs as :func:`plan_devices` shares it.
+
+    Each worker takes a slab of its GPU's range, then view chunks from its
+    GPU's queue: it uploads a chunk's rows (the rows its GPU's range sees),
+    weights and filters them into the GPU's buffer of filtered views, and
+    back-projects into its slab every chunk that is ready (filtered by it or
+    by another worker of its GPU), in chunk order. With the queue empty it
+    finishes its slab from the remaining chunks, then back-projects further
+    slabs from the complete buffer. Bit-identical to one GPU with the same
+    view chunks: each row is weighted and filtered as a one-GPU call does
+    it, and each slab is the whole volume's back-projection (``slices``),
+    chunk after chunk in the same order."""
     import threading
     import time
 
     import cupy
 
     from .. import devices as dv
-    from ..pipeline import add_stats, copy_threads_for
+    from ..operators.cone import slab_alias
+    from ..pipeline import copy_threads_for, merge_stats, parallel_copy, stream_chunks
+
+    input_on_gpu = not isinstance(projections, np.ndarray)
+    if input_on_gpu:
+        with cupy.cuda.Device(projections.device.id):   # the input is complete before other streams read it
+            cupy.cuda.get_current_stream().synchronize()
+            out = cupy.zeros(volume.shape, dtype)
+    else:
+        copy_threads_for(len(devices))
+        out = np.zeros(volume.shape, dtype)
+    weighting = FDKWeighting(geometry, filter=filter, cutoff=cutoff, padding=padding, short_scan=short_scan)
+    op = ConeBackprojection(geometry, volume, backend=backend, interpolation=interpolation,
+                            matrices=weighting.frames["normalised"], kernel=kernel)
+    chunk = chunk_views   # the view chunks of a one-GPU call (_reconstruct)
+    if not input_on_gpu and not fixed_chunks:
+        chunk = min(chunk, max(1, -(-geometry.n_views // HOST_CHUNKS)))
+    chunks = [slice(n0, min(geometry.n_views, n0 + chunk)) for n0 in range(0, geometry.n_views, chunk)]
+    n_chunks = len(chunks)
+    by_device = {part.device: part for part in plan}
+    state = {part.device: {"views": dv.work_queue([(j, j + 1) for j in range(n_chunks)]),
+                           "slabs": dv.work_queue(part.slabs), "lock": threading.Lock(), "buffer": None,
+                           "ready": [threading.Event() for _ in range(n_chunks)], "events": [None] * n_chunks}
+             for part in plan}
+    bar_lock = threading.Lock()
+    wall0 = time.perf_counter()
+
+    def buffer_of(device):
+        """The GPU's filtered views, full detector height (rows no slab of it sees stay zero)."""
+        st = state[device]
+        with st["lock"]:
+            if st["buffer"] is None:
+                st["buffer"] = cupy.zeros(geometry.projection_shape, np.float32)
+                cupy.cuda.get_current_stream().synchronize()   # zeroed before another worker's stream writes
+            return st["buffer"]
+
+    class Slab:
+        """A slab being back-projected by one worker: chunks ``next ..`` still to add."""
+
+        def __init__(self, k0, k1):
+            self.k0, self.k1, self.next = k0, k1, 0
+            self.res = cupy.zeros((k1 - k0, volume.ny, volume.nx), np.float32)
+            self.alias = slab_alias(self.res, k0, volume.shape)
+            # NumPy output: downloaded as a one-GPU call does it, in pieces behind the last chunk's kernels
+            self.download = None if input_on_gpu else _SlabDownload(self.res, op.slab_alignment,
+                                                                    host_out=out[k0:k1])
+
+    def add_ready(worker, slab, st, buffer, stop, times, wait: bool) -> None:
+        """Back-project into ``slab`` the chunks from ``slab.next`` on that are
+        filtered (``wait``: waiting for the others' chunks), in chunk order."""
+        stream = cupy.cuda.get_current_stream()
+        while slab.next < n_chunks and not stop.is_set():
+            j = slab.next
+            if not st["ready"][j].is_set():
+                if not wait:
+                    return
+                t0 = time.perf_counter()
+                while not st["ready"][j].wait(0.1):
+                    if stop.is_set():
+                        return
+                times["wait"] += time.perf_counter() - t0
+            stream.wait_event(st["events"][j])
+            c = chunks[j]
+            t0 = time.perf_counter()
+            with worker.lock or contextlib.nullcontext():   # one GPU's workers share its constant memory
+                pieces = [(0, slab.k1 - slab.k0)]
+                if j == n_chunks - 1 and slab.download is not None:
+                    pieces = slab.download.slabs
+                for a, b in pieces:
+                    op(buffer[c], slab.alias, views=c, accumulate=True, slices=(slab.k0 + a, slab.k0 + b))
+                    if j == n_chunks - 1 and slab.download is not None:
+                        slab.download.queue((a, b))
+                if worker.lock is not None:
+                    stream.synchronize()
+            times["backproject"] += time.perf_counter() - t0
+            slab.next += 1
+
+    def finish(slab, times) -> None:
+        t0 = time.perf_counter()
+        cupy.cuda.get_current_stream().synchronize()
+        try:
+            if slab.download is None:
+                dv.copy_to(out[slab.k0:slab.k1], slab.res)
+            else:
+                slab.download.finish()
+        finally:
+            if slab.download is not None:
+                slab.download.close()
+        times["download"] += time.perf_counter() - t0
+        with bar_lock:
+            bar.update(slab.k1 - slab.k0)
+
+    def body(worker, stop):
+        part = by_device.get(worker.device)
+        if part is None or part.rows is None:   # no range here, or it projects off the detector: zeros
+            return 0, {}
+        st = state[part.device]
+        r0, r1 = part.rows
+        buffer = buffer_of(worker.device)
+        times = {"wait": 0.0, "backproject": 0.0, "download": 0.0}
+        split: dict = {}
+        t_start = time.perf_counter()
+        first = dv.take(st["slabs"])
+        slab = None if first is None else Slab(*first)
+        n_bad = cupy.zeros((), cupy.int64)
+
+        def taken():
+            while not stop.is_set() and (item := dv.take(st["views"])) is not None:
+                yield item[0]
+
+        def compute(j, d_in, _):
+            """Weight and filter chunk ``j``'s rows into the buffer, then add the ready chunks."""
+            c = chunks[j]
+            v.add_nonfinite_count(n_bad, d_in)
+            buffer[c, r0:r1] = weighting(d_in, c, r0)
+            st["events"][j] = cupy.cuda.get_current_stream().record()
+            st["ready"][j].set()
+            if slab is not None:
+                add_ready(worker, slab, st, buffer, stop, times, wait=False)
+
+        def complete(slab):
+            """Add the remaining chunks and download; a failure stops the slab's download threads."""
+            try:
+                add_ready(worker, slab, st, buffer, stop, times, wait=True)
+            except BaseException:
+                if slab.download is not None:
+                    slab.download.close()
+                raise
+            finish(slab, times)
+
+        try:
+            if input_on_gpu:
+                for j in taken():   # a float32 copy, as a one-GPU call takes it: the input stays as it was
+                    part = dv.to_device(dv.contiguous(projections[chunks[j], r0:r1]), worker.device)
+                    compute(j, part.astype(np.float32), None)
+            else:
+                size = lambda j: (chunks[j].stop - chunks[j].start, r1 - r0, geometry.n_cols)   # noqa: E731
+                stream_chunks(taken(), largest=max(range(n_chunks), key=lambda j: size(j)[0]), in_shape=size,
+                              out_shape=None, load=lambda j, buf: parallel_copy(buf, projections[chunks[j], r0:r1]),
+                              compute=compute, stats=split)
+        except BaseException:
+            if slab is not None and slab.download is not None:
+                slab.download.close()
+            raise
+        if slab is not None:
+            complete(slab)
+        while not stop.is_set() and (more := dv.take(st["slabs"])) is not None:   # every chunk filtered by now
+            dv.run_shrinking(worker, more, lambda w, k0, k1: complete(Slab(k0, k1)), stop, op.slab_alignment)
+        split.pop("wall", None)
+        split.update(times, wall=time.perf_counter() - t_start)
+        return int(n_bad), split
+
+    from tqdm.auto import tqdm
+    with tqdm(total=volume.nz, desc="fdk slices", unit="slice", disable=not progress, leave=False) as bar:
+        results = devices.run_each(body)
+    n_bad = sum(n for n, _ in results)
+    if n_bad:
+        raise ValueError(v.nonfinite_message("projections", n_bad))
+    if stats is not None:
+        stats.update(merge_stats([split for _, split in results if split], time.perf_counter() - wall0))
+    return out
+
+
+def _fdk_devices(devices, projections, geometry, volume, slabs, *, progress, stats, **settings):
+    """FDK with the z-slabs dealt to several GPUs, each slab filtering the
+    detector rows it sees (where a GPU cannot hold the filtered views)."""
+    import threading
+    import time
+
+    import cupy
+
+    from .. import devices as dv
+    from ..pipeline import copy_threads_for, merge_stats
 
     input_on_gpu = not isinstance(projections, np.ndarray)
     if not input_on_gpu:
@@ -198,9 +477,7 @@ def _fdk_devices(devices, projections, geometry, volume, slabs, *, progress, sta
     with tqdm(total=volume.nz, desc="fdk slices", unit="slice", disable=not progress, leave=False) as bar:
         devices.run(slabs, work)
     if stats is not None and splits:
-        for split in splits:
-            add_stats(stats, split)
-        stats["wall"] = time.perf_counter() - wall0
+        stats.update(merge_stats(splits, time.perf_counter() - wall0))
     return out
 
 
@@ -274,21 +551,25 @@ class FDKWeighting:
         self.per_column = _column_weights(geometry, _use_parker(short_scan, self.frames))
         self.response = filter_response(geometry.n_cols, filter, cutoff=cutoff)
         self.padding = padding
-        self._gpu_tables = None
+        self._gpu_tables: dict = {}   # GPU id -> its copies of the tables
 
-    def __call__(self, raw, views: slice):
+    def __call__(self, raw, views: slice, row0: int = 0):
+        """``raw``: views ``views``, detector rows ``row0 .. row0 + len - 1``
+        (weighted as in a call with every row)."""
         xp = v.array_module(raw)
         g = self.geometry
         if xp is not np and self.padding == "zero" and raw.dtype == np.float32:
             from ..cuda.fdk_weighting import weight_and_filter   # one fused pass before the FFT
-            if self._gpu_tables is None:   # uploaded once: a pageable upload waits for the stream
+            device = xp.cuda.Device().id
+            if device not in self._gpu_tables:   # uploaded once per GPU: a pageable upload waits for the stream
                 f = self.frames
                 frames = np.stack([f["u0"], f["v0"], 1 / f["focal_u"], 1 / f["focal_v"]], axis=1)
-                self._gpu_tables = tuple(xp.asarray(a, np.float32) for a in (frames, self.per_column,
-                                                                             self.response))
-            frames, per_column, response = self._gpu_tables
-            return weight_and_filter(raw, frames[views], per_column[views], response)
-        raw *= _cosine_weights(self.frames, views, g.n_rows, g.n_cols, xp, raw.dtype)
+                tables = tuple(xp.asarray(a, np.float32) for a in (frames, self.per_column, self.response))
+                xp.cuda.get_current_stream().synchronize()   # complete before other workers' streams read them
+                self._gpu_tables[device] = tables
+            frames, per_column, response = self._gpu_tables[device]
+            return weight_and_filter(raw, frames[views], per_column[views], response, row0)
+        raw *= _cosine_weights(self.frames, views, raw.shape[1], g.n_cols, xp, raw.dtype, row0)
         raw *= xp.asarray(self.per_column[views], raw.dtype)[:, None, :]
         return apply_filter(raw, self.response, padding=self.padding)
 
@@ -532,12 +813,13 @@ def parker_weights(beta, gamma, delta):
     return np.clip(w, 0.0, 1.0)
 
 
-def _cosine_weights(frames, views: slice, n_rows: int, n_cols: int, xp=np, dtype=np.float64):
-    """cos of each pixel's ray to the central ray, (views, n_rows, n_cols), on ``xp``."""
-    def tangent(n, centre, focal):
-        return (xp.arange(n, dtype=np.float64)[None, :] - xp.asarray(frames[centre][views])[:, None]) \
+def _cosine_weights(frames, views: slice, n_rows: int, n_cols: int, xp=np, dtype=np.float64, row0: int = 0):
+    """cos of each pixel's ray to the central ray, (views, n_rows, n_cols) for
+    detector rows ``row0 .. row0 + n_rows - 1``, on ``xp``."""
+    def tangent(start, n, centre, focal):
+        return (xp.arange(start, start + n, dtype=np.float64)[None, :] - xp.asarray(frames[centre][views])[:, None]) \
             / xp.asarray(frames[focal][views])[:, None]
     # Tangents in float64 (small arrays); the broadcast to a full view in the data's type.
-    tan_u2 = (tangent(n_cols, "u0", "focal_u")**2).astype(dtype)[:, None, :]
-    tan_v2 = (tangent(n_rows, "v0", "focal_v")**2 + 1.0).astype(dtype)[:, :, None]
+    tan_u2 = (tangent(0, n_cols, "u0", "focal_u")**2).astype(dtype)[:, None, :]
+    tan_v2 = (tangent(row0, n_rows, "v0", "focal_v")**2 + 1.0).astype(dtype)[:, :, None]
     return 1 / xp.sqrt(tan_u2 + tan_v2)

@@ -9,7 +9,7 @@ import numpy as np
 from .. import _validate as v
 from ..filters import FILTERS, apply_filter, filter_response
 from ..geometry import ParallelGeometry, VolumeGeometry
-from ..devices import parse as parse_devices
+from ..devices import for_backend as devices_for_backend
 from ..memory import fbp_bytes_per_slice, gpu_free_bytes, host_available_bytes, plan_chunk
 from ..operators import ParallelBackprojection
 
@@ -79,7 +79,8 @@ def fbp(projections, geometry: ParallelGeometry, volume: VolumeGeometry | None =
         ``d2h`` in seconds, ``chunks``); left empty otherwise (CPU backend,
         CuPy input, one chunk). With ``devices``, the GPU times (``h2d``,
         ``compute``, ``d2h``), host times and chunk counts are summed over the
-        GPUs and ``wall`` is the whole call's.
+        GPUs, ``wall`` is the whole call's and ``busy`` the sum of the GPUs'
+        pipeline walls (``leveret.pipeline.merge_stats``).
     devices : None, "all", list of int or leveret.devices.DeviceSet
         CUDA only: the GPUs to run on (:mod:`leveret.devices`); None: the
         current device. Slice chunks (planned from the smallest GPU's free
@@ -123,10 +124,7 @@ def fbp(projections, geometry: ParallelGeometry, volume: VolumeGeometry | None =
         raise ValueError("backend: 'cpu' cannot take a CuPy array")
     if op.backend == "cuda" and dtype == np.float64:
         raise ValueError("precision: 'float64' runs on the CPU backend only; use backend='cpu'")
-    devices = parse_devices(devices)
-    if devices is not None and op.backend != "cuda":
-        raise ValueError(f"devices: runs on CUDA GPUs, but this call's backend is 'cpu' (backend={backend!r}); "
-                         f"use backend='cuda' or devices=None")
+    devices = devices_for_backend(devices, op.backend)
     weights = _angle_weights(angle_weights, geometry)
     response = filter_response(geometry.n_cols, filter, cutoff=cutoff,
                                det_spacing=geometry.det_spacing)
@@ -178,7 +176,7 @@ def fbp(projections, geometry: ParallelGeometry, volume: VolumeGeometry | None =
             job.one_chunk_from_host(chunks[0])
             bar.update(n_slices)
         else:
-            job.streamed(chunks, bar=bar, stats=stats)
+            _raise_if_bad(job.streamed(chunks, on_done=lambda c: bar.update(c[1] - c[0]), stats=stats))
     return out
 
 
@@ -211,8 +209,11 @@ class _Job:
             self.op(self.filtered(rows), out=self.out3[k0:k1])
             bar.update(k1 - k0)
 
-    def streamed(self, chunks, *, bar, stats=None):
-        """NumPy in and out on the GPU: chunks through the two-stream pipeline."""
+    def streamed(self, chunks, *, on_done, stats=None, largest=None, device_lock=None) -> int:
+        """NumPy in and out on the current GPU: ``chunks`` (a list, or an
+        iterator over a queue shared with other GPUs' pipelines, then with
+        ``largest`` the largest chunk) through the two-stream pipeline.
+        Returns the count of non-finite inputs seen."""
         import cupy
 
         from ..pipeline import parallel_copy, stream_chunks
@@ -224,26 +225,23 @@ class _Job:
             v.add_nonfinite_count(n_bad, d_in)
             self.op(self.filtered(d_in), out=d_out)
 
-        stream_chunks(chunks,
+        stream_chunks(chunks, largest=largest,
                       in_shape=lambda c: (g.n_angles, c[1] - c[0], g.n_cols),
                       out_shape=lambda c: (c[1] - c[0],) + self.op.out_shape,
                       load=lambda c, buf: self.rows(c, out=buf),
                       compute=compute,
                       store=lambda c, buf: parallel_copy(self.out3[c[0]:c[1]], buf),
-                      on_done=lambda c: bar.update(c[1] - c[0]), stats=stats)
-        _raise_if_bad(int(n_bad))
+                      on_done=on_done, stats=stats, device_lock=device_lock)
+        return int(n_bad)
 
     def streamed_devices(self, devices, chunks, *, bar, stats=None):
-        """NumPy in and out on several GPUs: each GPU runs the two-stream
-        pipeline over the chunks it takes from a shared queue."""
+        """NumPy in and out on several GPUs: each GPU runs :meth:`streamed`
+        over the chunks it takes from a shared queue."""
         import threading
         import time
 
-        import cupy
+        from ..pipeline import copy_threads_for, merge_stats
 
-        from ..pipeline import add_stats, copy_threads_for, parallel_copy, stream_chunks
-
-        g = self.geometry
         copy_threads_for(len(devices))
         bar_lock = threading.Lock()
         wall0 = time.perf_counter()
@@ -253,30 +251,15 @@ class _Job:
                 bar.update(c[1] - c[0])
 
         def work(worker, ranges):
-            n_bad = cupy.zeros((), cupy.int64)
             split: dict = {}
-
-            def compute(chunk, d_in, d_out):
-                v.add_nonfinite_count(n_bad, d_in)
-                self.op(self.filtered(d_in), out=d_out)
-
-            stream_chunks(ranges, largest=max(chunks, key=lambda c: c[1] - c[0]),
-                          in_shape=lambda c: (g.n_angles, c[1] - c[0], g.n_cols),
-                          out_shape=lambda c: (c[1] - c[0],) + self.op.out_shape,
-                          load=lambda c, buf: self.rows(c, out=buf),
-                          compute=compute,
-                          store=lambda c, buf: parallel_copy(self.out3[c[0]:c[1]], buf),
-                          on_done=done, stats=split, device_lock=worker.lock)
-            return int(n_bad), split
+            n_bad = self.streamed(ranges, on_done=done, stats=split, device_lock=worker.lock,
+                                  largest=max(chunks, key=lambda c: c[1] - c[0]))
+            return n_bad, split
 
         results = devices.run_pipelines(chunks, work)
         _raise_if_bad(sum(n for n, _ in results))
         if stats is not None:
-            total: dict = {}
-            for _, split in results:
-                add_stats(total, split)
-            stats.update(total)
-            stats["wall"] = time.perf_counter() - wall0
+            stats.update(merge_stats([split for _, split in results], time.perf_counter() - wall0))
 
     def in_memory_devices(self, devices, chunks, *, bar):
         """CuPy in and out on several GPUs: each chunk's rows are gathered on

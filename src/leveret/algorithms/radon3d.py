@@ -21,7 +21,7 @@ import scipy.fft
 
 from .. import _validate as v
 from ..cpu import radon3d as kernels
-from ..devices import parse as parse_devices
+from ..devices import for_backend as devices_for_backend
 from ..filters import padded_length, window
 from ..geometry import VolumeGeometry
 from ..geometry.radon import RadonGeometry
@@ -81,6 +81,9 @@ def second_derivative_response(n_samples: int, window: str = "none", *, cutoff: 
 
 
 METHODS = ("single-stage", "two-stage")
+#: z slices one thread of the single-stage back-projection computes (``zpt``):
+#: slabs start at multiples of it, so that every voxel is computed by the same tile.
+TILE_SLICES = 4
 
 
 def radon3d_fbp(projections, geometry: RadonGeometry, volume: VolumeGeometry | None = None, *,
@@ -184,10 +187,7 @@ def radon3d_fbp(projections, geometry: RadonGeometry, volume: VolumeGeometry | N
     plan = TwoStagePlan(geometry, volume, oversampling) if method == "two-stage" else None
     scale = -(2.0 if geometry.hemisphere else 1.0) / (8.0 * math.pi ** 2)
     row_scale = scale * q_weights
-    devices = parse_devices(devices)
-    if devices is not None and backend != "cuda":
-        raise ValueError("devices: runs on CUDA GPUs, but this call's backend is 'cpu'; "
-                         "use backend='cuda' or devices=None")
+    devices = devices_for_backend(devices, backend)
     if devices is not None:
         out = _fbp_devices(devices, projections, geometry, volume, response, row_scale, dtype, plan)
     elif backend == "cuda":
@@ -346,7 +346,7 @@ def _slab_function(filtered, geometry, volume, plan, dtype):
         table_dev = cupy.asarray(table)
 
         def slab(k0, k1, out_dev):
-            gpu.backproject(filtered, table, out_dev, zpt=4, table_dev=table_dev, b_offset=k0)
+            gpu.backproject(filtered, table, out_dev, zpt=TILE_SLICES, table_dev=table_dev, b_offset=k0)
         return slab
     by_phi = cupy.ascontiguousarray(filtered[cupy.asarray(plan.order)]).reshape(
         plan.n_phi, plan.n_theta, geometry.n_samples)
@@ -382,8 +382,7 @@ def _fbp_devices(devices, projections, geometry, volume, response, row_scale, dt
             cupy.cuda.get_current_stream().synchronize()
         source = dv.contiguous(projections)
         out = cupy.empty(volume.shape, dtype)
-    step = 4 * max(1, -(-nz // (4 * 4 * len(devices))))    # about 4 slabs per GPU
-    slabs = [(k, min(nz, k + step)) for k in range(0, nz, step)]
+    slabs = dv.aligned_blocks(nz, 4 * len(devices), TILE_SLICES)   # about 4 slabs per GPU
     prepared: dict = {}
 
     def work(worker, k0, k1):
@@ -400,7 +399,7 @@ def _fbp_devices(devices, projections, geometry, volume, response, row_scale, dt
             cupy.cuda.get_current_stream().synchronize()
             dv.copy_to(out[k0:k1], res)
 
-    devices.run(slabs, work)
+    devices.run(slabs, work, align=TILE_SLICES)   # an out-of-memory split keeps the tiles whole too
     return out
 
 

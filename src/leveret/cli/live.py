@@ -203,6 +203,8 @@ def serve(args) -> int:
                             row_spacing=args.row_spacing, center=args.center, flat=flat, dark=dark,
                             minus_log=True if args.minus_log else None, filter=args.filter,
                             storage=args.storage, backend=args.backend)
+    if rec.backend == "cuda" and hasattr(source, "buffers"):
+        source.buffers = rec.frame_buffer   # messages copied into pinned buffers: asynchronous uploads
     session = LiveSession(rec, frames, max_batch=args.max_batch)
     host, port = args.serve
     server = LiveServer(session, host=host, port=port, output=args.output)

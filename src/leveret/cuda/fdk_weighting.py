@@ -10,7 +10,7 @@ BLOCK = 256
 MAX_GRID_Y = 65535
 
 
-def weight_and_filter(raw, frames: np.ndarray, per_column: np.ndarray, response: np.ndarray):
+def weight_and_filter(raw, frames: np.ndarray, per_column: np.ndarray, response: np.ndarray, row0: int = 0):
     """Weighted, zero-padded, ramp-filtered views.
 
     Parameters
@@ -24,6 +24,9 @@ def weight_and_filter(raw, frames: np.ndarray, per_column: np.ndarray, response:
         Angular quadrature x Parker weight / isocentre pitch.
     response : ndarray (n_pad // 2 + 1,), NumPy or CuPy
         The filter's frequency response (``leveret.filters.filter_response``).
+    row0 : int
+        The detector row of ``raw``'s first row (``frames`` are the whole
+        detector's): rows are weighted as in a call with every row.
 
     Returns
     -------
@@ -41,7 +44,7 @@ def weight_and_filter(raw, frames: np.ndarray, per_column: np.ndarray, response:
     kernel(grid, (BLOCK,), (cupy.ascontiguousarray(raw, cupy.float32), padded,
                             cupy.ascontiguousarray(cupy.asarray(per_column, cupy.float32)),
                             cupy.ascontiguousarray(cupy.asarray(frames, cupy.float32)),
-                            np.int32(n_rows), np.int32(n_cols), np.int32(n_pad), np.int32(total)))
+                            np.int32(n_rows), np.int32(n_cols), np.int32(n_pad), np.int32(total), np.int32(row0)))
     spectrum = cupy.fft.rfft(padded, axis=-1)
     del padded
     spectrum *= cupy.asarray(response, cupy.float32)

@@ -538,18 +538,29 @@ class CudaRaytracer:
             (-(-int(nx) // 32), -(-int(nz) // 32), int(ny)), (32, 8, 1), (src, dst, nx, ny, nz))
         return dst
 
-    def forward(self, vol, out):
-        """``out`` (n_views, n_rows, n_cols) = A ``vol`` (nz, ny, nx); both C-contiguous CuPy arrays."""
+    def laid_out(self, vol):
+        """``vol`` (nz, ny, nx) as :meth:`forward`'s kernels read it: the
+        structured paths' z-fastest copy (zero-bordered for Joseph), else
+        ``vol`` itself. Views dealt to one GPU in several blocks share one."""
         import cupy
-        n_views = self.params_host.shape[0]
         nx, ny, nz = self._scalars()
         if self.structured and self.model == "joseph":
-            volP = self._zfast(True, vol, self._padded(), padded=True)
-            self._grouped("raytrace_joseph", "structured_joseph_forward_fast", volP, out)
-            return out
+            return self._zfast(True, vol, self._padded(), padded=True)
         if self.structured:
-            volT = self._zfast(True, vol, cupy.empty((int(ny), int(nx), int(nz)), self.dtype))   # z fastest
-            self._structured("structured_siddon_forward", volT, out)
+            return self._zfast(True, vol, cupy.empty((int(ny), int(nx), int(nz)), self.dtype))   # z fastest
+        return vol
+
+    def forward(self, vol, out, *, laid_out=None):
+        """``out`` (n_views, n_rows, n_cols) = A ``vol`` (nz, ny, nx); both C-contiguous CuPy arrays.
+        ``laid_out``: :meth:`laid_out` of ``vol``, when the caller has it already."""
+        n_views = self.params_host.shape[0]
+        nx, ny, nz = self._scalars()
+        if self.structured:
+            src = self.laid_out(vol) if laid_out is None else laid_out
+            if self.model == "joseph":
+                self._grouped("raytrace_joseph", "structured_joseph_forward_fast", src, out)
+            else:
+                self._structured("structured_siddon_forward", src, out)
             return out
         n = n_views * self.n_rows * self.n_cols
         self._general_kernel("forward")(

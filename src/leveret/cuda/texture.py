@@ -6,8 +6,13 @@ Allocating a CUDA array and its texture objects costs about a millisecond,
 as much as back-projecting a small slice, so textures are kept for reuse
 (``acquire``/``release``). A texture remembers the event after its last use,
 and whoever takes it next waits for that event on its own stream, so reuse is
-safe across streams. A lock guards the caches: the workers of several GPUs
-(``leveret.devices``) take and give back textures from their own threads.
+safe across streams. Each GPU has caches of its own (a GPU's budget and
+evictions never touch another's textures), and a texture leaving a cache is
+kept alive until the event after its last use has passed: texture objects
+and arrays are destroyed at once, not in stream order, so one freed earlier
+would be read by kernels still queued. A lock guards the caches: the workers
+of several GPUs (``leveret.devices``) take and give back textures from their
+own threads.
 """
 from __future__ import annotations
 
@@ -19,10 +24,60 @@ import numpy as np
 
 from ._module import upload_pinned
 
-CACHE_BYTES = 256 << 20   # textures larger than this are freed after use
-CACHE_ENTRIES = 4
-_cache: "OrderedDict[tuple, LayeredTexture]" = OrderedDict()
+CACHE_BYTES = 256 << 20   # per GPU; textures larger than this are freed after use
+CACHE_ENTRIES = 4         # per GPU
 _lock = threading.RLock()
+
+
+class _Cache:
+    """Per-GPU least-recently-used caches of reusable objects that kernels
+    read (``released``: the CUDA event after their last use, or None), at
+    most ``entries`` objects and ``max_bytes`` of ``size(obj)`` per GPU. An
+    object evicted or dropped is retired: kept referenced until its event
+    has passed (checked on every ``put``), then freed."""
+
+    def __init__(self, entries: int, max_bytes: int, size):
+        self.entries, self.max_bytes, self.size = entries, max_bytes, size
+        self.by_device: "dict[int, OrderedDict]" = {}
+        self.retired: list = []
+
+    def keys(self, device: int) -> list:
+        """The keys cached for ``device``, least recently used first."""
+        return list(self.by_device.get(device, ()))
+
+    def take(self, device: int, key):
+        """The object cached under ``key`` for ``device`` (removed from the cache), or None."""
+        return self.by_device.get(device, OrderedDict()).pop(key, None)
+
+    def put(self, device: int, key, obj) -> None:
+        """Cache ``obj`` (its ``released`` set) as the most recently used entry of ``device``."""
+        cache = self.by_device.setdefault(device, OrderedDict())
+        old = cache.pop(key, None)
+        if old is not None and old is not obj:
+            self.retire(old)
+        if self.size(obj) > self.max_bytes:
+            self.retire(obj)
+        else:
+            cache[key] = obj
+        while len(cache) > self.entries or sum(self.size(o) for o in cache.values()) > self.max_bytes:
+            self.retire(cache.popitem(last=False)[1])
+        self.retired[:] = [o for o in self.retired if o.released is not None and not o.released.done]
+
+    def retire(self, obj) -> None:
+        self.retired.append(obj)
+
+    def clear(self) -> None:
+        """Drop every entry, waiting first for the kernels that read them."""
+        for cache in self.by_device.values():
+            self.retired.extend(cache.values())
+            cache.clear()
+        for obj in self.retired:
+            if obj.released is not None:
+                obj.released.synchronize()
+        self.retired.clear()
+
+
+_layered = _Cache(CACHE_ENTRIES, CACHE_BYTES, lambda tex: tex.nbytes)
 
 
 def _locked(fn):
@@ -98,12 +153,12 @@ class LayeredTexture:
 
 @_locked
 def acquire(shape, channels: int, stream, half: bool = False) -> LayeredTexture:
-    """A texture of ``shape`` (layers, height, width), from the cache if one is
-    there; ``stream`` waits until its previous user is done with it."""
+    """A texture of ``shape`` (layers, height, width) on the current GPU, from
+    its cache if one is there; ``stream`` waits until its previous user is
+    done with it."""
     import cupy
 
-    key = (cupy.cuda.Device().id, tuple(shape), channels, bool(half))
-    tex = _cache.pop(key, None)
+    tex = _layered.take(cupy.cuda.Device().id, (tuple(shape), channels, bool(half)))
     if tex is None:
         return LayeredTexture(*shape, channels=channels, half=half)
     if tex.released is not None:
@@ -113,25 +168,20 @@ def acquire(shape, channels: int, stream, half: bool = False) -> LayeredTexture:
 
 @_locked
 def release(tex: LayeredTexture, stream) -> None:
-    """Give a texture back after the kernels reading it were queued on ``stream``."""
+    """Give a texture back after the kernels reading it were queued on ``stream``
+    (a texture over the cache's budget is freed once those kernels are done)."""
     import cupy
 
-    if tex.nbytes > CACHE_BYTES:
-        return  # dropped: CuPy frees the array once nothing refers to it
     tex.released = stream.record()
-    key = (cupy.cuda.Device().id, tex.shape, tex.channels, tex.half)
-    old = _cache.pop(key, None)
-    del old
-    _cache[key] = tex
-    while len(_cache) > CACHE_ENTRIES or sum(t.nbytes for t in _cache.values()) > CACHE_BYTES:
-        _cache.popitem(last=False)
+    _layered.put(cupy.cuda.Device().id, (tex.shape, tex.channels, tex.half), tex)
 
 
 @_locked
 def clear_cache() -> None:
-    """Free every cached texture (e.g. before handing the GPU to other work)."""
-    _cache.clear()
-    _view_cache.clear()
+    """Free every cached texture of every GPU, once the kernels reading them
+    are done (e.g. before handing the GPUs to other work)."""
+    _layered.clear()
+    _views.clear()
 
 
 # ---------------------------------------------------------------------------
@@ -147,9 +197,9 @@ def clear_cache() -> None:
 # small for lanes along the rays, larger for kernel B's lanes along x, which
 # keeps the layered array (docs/performance.md).
 
-VIEW_CACHE_ENTRIES = 4
-_view_cache: "OrderedDict[tuple, ViewTextures]" = OrderedDict()
-_retired: "list[ViewTextures]" = []    # evicted, still read by queued kernels
+VIEW_CACHE_ENTRIES = 4   # per GPU
+# The in-place entries hold no memory of their own: only staging copies count against the bytes.
+_views = _Cache(VIEW_CACHE_ENTRIES, CACHE_BYTES, lambda e: 0 if e.staging is None else e.staging.nbytes)
 
 
 class ViewTextures:
@@ -212,12 +262,12 @@ def view_textures(projections, stream) -> ViewTextures:
     row_bytes, view_bytes = cols * 4, rows * cols * 4
     aligned = projections.data.ptr % base == 0 and view_bytes % base == 0 and row_bytes % pitch_align == 0
     if aligned and projections.flags.c_contiguous:
-        key = (device, projections.data.ptr, projections.shape)
-        entry = _view_cache.pop(key, None) or ViewTextures(projections, stream)
+        key = (projections.data.ptr, projections.shape)
+        entry = _views.take(device, key) or ViewTextures(projections, stream)
         entry.key = key
         return entry
-    key = (device, "staging", projections.shape)
-    entry = _view_cache.pop(key, None)
+    key = ("staging", projections.shape)
+    entry = _views.take(device, key)
     if entry is None:
         pitch = -(-row_bytes // pitch_align) * pitch_align // 4            # floats per row
         stride = -(-rows * pitch * 4 // base) * base // 4                  # floats per view
@@ -238,12 +288,7 @@ def view_textures(projections, stream) -> ViewTextures:
 @_locked
 def release_views(entry: ViewTextures, stream) -> None:
     """Give ``entry`` back after the kernels reading it were queued on ``stream``."""
+    import cupy
+
     entry.released = stream.record()
-    _view_cache.pop(entry.key, None)
-    _view_cache[entry.key] = entry
-    staged = lambda: sum(e.staging.nbytes for e in _view_cache.values() if e.staging is not None)  # noqa: E731
-    while len(_view_cache) > VIEW_CACHE_ENTRIES or staged() > CACHE_BYTES:
-        _retired.append(_view_cache.popitem(last=False)[1])
-    # Texture objects are destroyed at once, not in stream order: an evicted
-    # entry lives until the kernels that read it are done.
-    _retired[:] = [e for e in _retired if not e.released.done]
+    _views.put(cupy.cuda.Device().id, entry.key, entry)

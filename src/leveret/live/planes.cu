@@ -15,18 +15,18 @@ __device__ __forceinline__ float load(const unsigned short* q, long long i) {
 
 template <typename T>
 __device__ __forceinline__ float bilinear(const T* q, long long base, int n_rows, int n_cols,
-                                          float row, float col) {
+                                          float row, float col, int pitch) {
     float fr = floorf(row), fc = floorf(col);
     int r0 = (int)fr, c0 = (int)fc;
     float b = row - fr, a = col - fc;
     float out = 0.0f;
     if (r0 >= 0 && r0 < n_rows) {
-        long long o = base + (long long)r0 * n_cols;
+        long long o = base + (long long)r0 * pitch;
         if (c0 >= 0 && c0 < n_cols) out += (1.0f - a) * (1.0f - b) * load(q, o + c0);
         if (c0 + 1 >= 0 && c0 + 1 < n_cols) out += a * (1.0f - b) * load(q, o + c0 + 1);
     }
-    if (r0 + 1 >= 0 && r0 + 1 < n_rows) {
-        long long o = base + (long long)(r0 + 1) * n_cols;
+    if (b != 0.0f && r0 + 1 >= 0 && r0 + 1 < n_rows) {   // b == 0: on a row (axial slices on the grid)
+        long long o = base + (long long)(r0 + 1) * pitch;
         if (c0 >= 0 && c0 < n_cols) out += (1.0f - a) * b * load(q, o + c0);
         if (c0 + 1 >= 0 && c0 + 1 < n_cols) out += a * b * load(q, o + c0 + 1);
     }
@@ -47,7 +47,7 @@ __device__ void parallel_points(const T* q, const float* points, const int* view
     float acc = 0.0f;
     for (int k = 0; k < n_views; ++k) {
         float col = fmaf(x, params[3 * k], fmaf(y, params[3 * k + 1], params[3 * k + 2]));
-        acc += coef[k] * bilinear(q, views[k] * view_size, n_rows, n_cols, row, col);
+        acc += coef[k] * bilinear(q, views[k] * view_size, n_rows, n_cols, row, col, n_cols);
     }
     out[p] += acc;
 }
@@ -70,7 +70,7 @@ __device__ void cone_points(const T* q, const float* points, const int* views, c
         float inv = 1.0f / w;
         float u = (m[0] * x + m[1] * y + m[2] * z + m[3]) * inv;
         float v = (m[4] * x + m[5] * y + m[6] * z + m[7]) * inv;
-        acc += coef[k] * bilinear(q, views[k] * view_size, n_rows, n_cols, v, u) * inv * inv;
+        acc += coef[k] * bilinear(q, views[k] * view_size, n_rows, n_cols, v, u, n_cols) * inv * inv;
     }
     out[p] += acc;
 }
@@ -86,3 +86,115 @@ extern "C" __global__ void parallel_points_f32(const float* q, PARALLEL_ARGS) { 
 extern "C" __global__ void parallel_points_f16(const unsigned short* q, PARALLEL_ARGS) { parallel_points(q, PARALLEL_CALL); }
 extern "C" __global__ void cone_points_f32(const float* q, CONE_ARGS) { cone_points(q, CONE_CALL); }
 extern "C" __global__ void cone_points_f16(const unsigned short* q, CONE_ARGS) { cone_points(q, CONE_CALL); }
+
+// Parallel beam onto a plane: pixel (j, i) of an (h, w) slice lies at
+// g[0..2] + i g[3..5] + j g[6..8] (world x, y, z); its detector column in
+// view k is (x cos + y sin) / det_spacing + center, with (cos, sin) /
+// det_spacing in params[3k], params[3k+1] and the weight in params[3k+2];
+// its row is z / row_spacing + row_offset (the same in every view). The
+// points are computed, not read: one launch per slice and batch.
+#define TEX_CHUNK 256   // views whose parameters a block stages in shared memory at a time
+
+// g (12 floats): ox, oy, oz, ux, uy, uz, vx, vy, vz, center, row_scale, row_offset.
+// Exact float32 bilinear weights, from views at view_stride elements with
+// rows pitch elements apart (the padded FFT output, or a pitched store block).
+template <typename T>
+__device__ void plane_exact(const T* q, long long view_stride, int pitch, int n_rows, int n_cols,
+                            const int* views, const float* params, int n_views, const float* __restrict__ gp,
+                            float* out, int h, int w) {
+    __shared__ int s_view[TEX_CHUNK];
+    __shared__ float3 s_par[TEX_CHUNK];
+    const int i = blockIdx.x * blockDim.x + threadIdx.x, j = blockIdx.y;
+    const float x = gp[0] + i * gp[3] + j * gp[6], y = gp[1] + i * gp[4] + j * gp[7];
+    const float z = gp[2] + i * gp[5] + j * gp[8], center = gp[9];
+    const float row = fmaf(z, gp[10], gp[11]);
+    float acc = 0.0f;
+    for (int k0 = 0; k0 < n_views; k0 += TEX_CHUNK) {
+        const int m = min(TEX_CHUNK, n_views - k0);
+        __syncthreads();
+        for (int t = threadIdx.x; t < m; t += blockDim.x) {
+            s_view[t] = views[k0 + t];
+            s_par[t] = make_float3(params[3 * (k0 + t)], params[3 * (k0 + t) + 1], params[3 * (k0 + t) + 2]);
+        }
+        __syncthreads();
+        for (int k = 0; k < m; ++k) {
+            const float3 p = s_par[k];
+            const float col = fmaf(x, p.x, fmaf(y, p.y, center));
+            acc = fmaf(p.z, bilinear(q, s_view[k] * view_stride, n_rows, n_cols, row, col, pitch), acc);
+        }
+    }
+    if (i < w) out[(long long)j * w + i] += acc;
+}
+
+extern "C" __global__ void __launch_bounds__(256)
+plane_f32(const float* q, long long view_stride, int pitch, int n_rows, int n_cols, const int* views,
+          const float* params, int n_views, const float* __restrict__ gp, float* out, int h, int w)
+{ plane_exact(q, view_stride, pitch, n_rows, n_cols, views, params, n_views, gp, out, h, w); }
+
+extern "C" __global__ void __launch_bounds__(256)
+plane_f16(const unsigned short* q, long long view_stride, int pitch, int n_rows, int n_cols, const int* views,
+          const float* params, int n_views, const float* __restrict__ gp, float* out, int h, int w)
+{ plane_exact(q, view_stride, pitch, n_rows, n_cols, views, params, n_views, gp, out, h, w); }
+
+// The same sum through the texture unit: one 2D texture object per stored
+// view (float or half texels on the pitched store, linear filtering, border
+// zero); tex[k] is view k's object, params[3k..3k+2] as above. Each block
+// stages a chunk of the views' objects and parameters in shared memory, so
+// the loop issues one texture fetch and no global load per view and pixel.
+// The interpolation weights have the texture unit's 8-bit fractions.
+extern "C" __global__ void __launch_bounds__(256)
+plane_tex(const unsigned long long* __restrict__ tex, const float* __restrict__ params, int n_views,
+          const float* __restrict__ gp, float* out, int h, int w)
+{
+    __shared__ unsigned long long s_tex[TEX_CHUNK];
+    __shared__ float3 s_par[TEX_CHUNK];
+    const int i = blockIdx.x * blockDim.x + threadIdx.x, j = blockIdx.y;
+    const float x = gp[0] + i * gp[3] + j * gp[6], y = gp[1] + i * gp[4] + j * gp[7];
+    const float z = gp[2] + i * gp[5] + j * gp[8], center = gp[9] + 0.5f;   // texel centres at +0.5
+    const float row = fmaf(z, gp[10], gp[11]) + 0.5f;
+    float acc = 0.0f;
+    for (int k0 = 0; k0 < n_views; k0 += TEX_CHUNK) {
+        const int m = min(TEX_CHUNK, n_views - k0);
+        __syncthreads();
+        for (int t = threadIdx.x; t < m; t += blockDim.x) {
+            s_tex[t] = tex[k0 + t];
+            s_par[t] = make_float3(params[3 * (k0 + t)], params[3 * (k0 + t) + 1], params[3 * (k0 + t) + 2]);
+        }
+        __syncthreads();
+#pragma unroll 4
+        for (int k = 0; k < m; ++k) {
+            const float3 p = s_par[k];
+            const float col = fmaf(x, p.x, fmaf(y, p.y, center));
+            acc = fmaf(p.z, tex2D<float>((cudaTextureObject_t)s_tex[k], col, row), acc);
+        }
+    }
+    if (i < w) out[(long long)j * w + i] += acc;
+}
+
+// Copy filtered float32 views (rows src_pitch apart, views src_stride apart)
+// into the store (float or half, its own pitch and view stride).
+__device__ __forceinline__ void put(float* d, long long i, float v) { d[i] = v; }
+__device__ __forceinline__ void put(unsigned short* d, long long i, float v) {
+    unsigned short h;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(v));
+    d[i] = h;
+}
+
+template <typename T>
+__device__ void store_views(const float* __restrict__ src, long long src_stride, int src_pitch,
+                            T* __restrict__ dst, long long dst_stride, int dst_pitch, int n_cols)
+{
+    const int c = blockIdx.x * blockDim.x + threadIdx.x, r = blockIdx.y, v = blockIdx.z;
+    if (c >= n_cols) return;
+    put(dst, v * dst_stride + (long long)r * dst_pitch + c, src[v * src_stride + (long long)r * src_pitch + c]);
+}
+
+extern "C" __global__ void __launch_bounds__(256)
+store_f32(const float* src, long long src_stride, int src_pitch, float* dst, long long dst_stride, int dst_pitch,
+          int n_cols)
+{ store_views(src, src_stride, src_pitch, dst, dst_stride, dst_pitch, n_cols); }
+
+extern "C" __global__ void __launch_bounds__(256)
+store_f16(const float* src, long long src_stride, int src_pitch, unsigned short* dst, long long dst_stride,
+          int dst_pitch, int n_cols)
+{ store_views(src, src_stride, src_pitch, dst, dst_stride, dst_pitch, n_cols); }

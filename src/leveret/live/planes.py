@@ -19,12 +19,14 @@ sum. Axial slices on the volume's grid go through
 from __future__ import annotations
 
 import functools
+import math
 from pathlib import Path
 
 import numba
 import numpy as np
 
 from ..cpu.backproject_cone import _bilinear_zero_padded   # the CPU mirror's bilinear fetch, zero outside
+from ..cpu.backproject_parallel import _fixed, _linear_zero_padded, _span
 
 BLOCK = 256   # threads per CUDA block
 
@@ -71,6 +73,138 @@ def _cone_points(q, views, params, coef, points, out, block):
                 acc[p - p0] += coef[k] * _bilinear_zero_padded(q[n], u, v) * inv * inv
         for p in range(p0, p1):
             out[p] += acc[p - p0]
+
+
+@numba.njit(inline="always")
+def _add_row(acc, q, weight, base, step):
+    """acc[i] += weight * q sampled linearly at column base + i step (zero off the
+    detector), as leveret.fbp's CPU kernel samples float32 sinograms: between the
+    detector's edges a 32.32 fixed-point column stepped along the row (about
+    1e-8 pixel from exact over 2048 pixels), float32 weights and sums."""
+    n_cols = q.shape[0]
+    w = acc.shape[0]
+    t_lo, t_hi = _span(step, base, -1.0, n_cols, w, -1)      # may touch the detector
+    i_lo, i_hi = _span(step, base, 0.0, n_cols - 1.0, w, 1)  # both neighbours on it
+    i_lo, i_hi = max(i_lo, t_lo), min(i_hi, t_hi)
+    if i_hi <= i_lo:
+        i_lo = i_hi = t_hi
+    for i in range(t_lo, i_lo):
+        acc[i] += weight * _linear_zero_padded(q, base + i * step)
+    if i_hi > i_lo:
+        wt = np.float32(weight)
+        inv_frac = np.float32(1.0 / 16777216.0)
+        fixed = _fixed(base + i_lo * step)   # >= 0 on this span
+        fixed_step = _fixed(step)
+        for i in range(i_lo, i_hi):
+            i0 = fixed >> 32
+            f = np.float32(np.int32((fixed >> 8) & 0xFFFFFF)) * inv_frac
+            v0 = q[i0]
+            acc[i] += wt * (v0 + f * (q[i0 + 1] - v0))
+            fixed += fixed_step
+    for i in range(max(i_hi, t_lo), t_hi):
+        acc[i] += weight * _linear_zero_padded(q, base + i * step)
+
+
+@numba.njit(inline="always")
+def _add_row_bilinear(acc, q, weight, base, step, row, row_step):
+    """acc[i] += weight * q (n_rows, n_cols) sampled bilinearly at column
+    base + i step, row row + i row_step (zero off the detector); branch-free
+    where all four neighbours lie on it."""
+    n_rows, n_cols = q.shape
+    w = acc.shape[0]
+    c_lo, c_hi = _span(step, base, 0.0, n_cols - 1.0, w, 1)
+    r_lo, r_hi = _span(row_step, row, 0.0, n_rows - 1.0, w, 1)
+    i_lo, i_hi = max(c_lo, r_lo), min(c_hi, r_hi)
+    if i_hi <= i_lo:
+        i_lo = i_hi = w
+    for i in range(0, i_lo):
+        acc[i] += weight * _bilinear_zero_padded(q, base + i * step, row + i * row_step)
+    for i in range(i_lo, i_hi):
+        x = base + i * step
+        y = row + i * row_step
+        c0 = np.uint64(x)   # x, y >= 0 here: truncation is floor
+        r0 = np.uint64(y)
+        a = x - np.float64(c0)
+        b = y - np.float64(r0)
+        top = q[r0, c0] + a * (q[r0, c0 + np.uint64(1)] - q[r0, c0])
+        bottom = q[r0 + np.uint64(1), c0] + a * (q[r0 + np.uint64(1), c0 + np.uint64(1)] - q[r0 + np.uint64(1), c0])
+        acc[i] += weight * (top + b * (bottom - top))
+    for i in range(i_hi, w):
+        acc[i] += weight * _bilinear_zero_padded(q, base + i * step, row + i * row_step)
+
+
+@numba.njit(parallel=True, cache=True, nogil=True)
+def _parallel_plane(q, views, coef, cos_t, sin_t, frame, det_scale, center, row_scale, row_offset, out):
+    """out[j, i] += sum_k coef[k] q[views[k]] at pixel (j, i) of the plane
+    ``frame[0] + i frame[1] + j frame[2]`` (world x, y, z), parallel beam.
+
+    A plane whose rows keep their height (axial slices, unrotated xz / yz)
+    samples two fixed detector rows per image row, linearly along the row
+    as leveret.fbp's CPU kernel does (:func:`_add_row`); others bilinearly in
+    float64. Sums in float32, as leveret.fbp's.
+    """
+    h, w = out.shape
+    n_rows = q.shape[1]
+    for j in numba.prange(h):
+        acc = np.zeros(w, np.float32)
+        px = frame[0, 0] + j * frame[2, 0]
+        py = frame[0, 1] + j * frame[2, 1]
+        pz = frame[0, 2] + j * frame[2, 2]
+        row = pz * row_scale + row_offset
+        row_step = frame[1, 2] * row_scale
+        for k in range(views.size):
+            n = views[k]
+            step = (frame[1, 0] * cos_t[k] + frame[1, 1] * sin_t[k]) * det_scale
+            base = (px * cos_t[k] + py * sin_t[k]) * det_scale + center
+            if row_step == 0.0:
+                r0 = math.floor(row + 1e-9)
+                f = row - r0
+                if f < 1e-9:    # on a detector row (within float64 noise): that row only
+                    f = 0.0
+                if 0 <= r0 < n_rows and f < 1.0:
+                    _add_row(acc, q[n, r0], coef[k] * (1.0 - f), base, step)
+                if f > 0.0 and 0 <= r0 + 1 < n_rows:
+                    _add_row(acc, q[n, r0 + 1], coef[k] * f, base, step)
+            else:
+                _add_row_bilinear(acc, q[n], coef[k], base, step, row, row_step)
+        for i in range(w):
+            out[j, i] += acc[i]
+
+
+def plane_frame(s) -> np.ndarray:
+    """(3, 3) float64: world (x, y, z) of pixel (0, 0) of slice ``s``, and the
+    steps of one pixel along its rows and its columns."""
+    h, w = s.shape
+    dv, du = s.spacing
+    u, vv = np.asarray(s.u), np.asarray(s.v)
+    origin = np.asarray(s.origin) - (w - 1) / 2 * du * u - (h - 1) / 2 * dv * vv
+    return np.stack([origin, du * u, dv * vv])
+
+
+def backproject_plane(q, views, coef, s, out, *, angles, det_spacing, center, row_spacing, n_rows,
+                      chunk_views: int = 256):
+    """Add the weighted parallel-beam back-projection of ``q[views]`` onto slice
+    ``s`` (a :class:`leveret.live.Slice`) to ``out`` (its (height, width) float32 image).
+
+    ``q`` is (n, n_rows, n_cols) float32 or float16 (converted ``chunk_views``
+    views at a time); ``out`` must be float32 and C-contiguous.
+    """
+    views = np.asarray(views, np.int64)
+    if views.size == 0:
+        return out
+    coef = np.asarray(coef, np.float64)
+    angles = np.asarray(angles, np.float64)
+    frame = plane_frame(s)
+    step = chunk_views if q.dtype != np.float32 else views.size
+    for k0 in range(0, views.size, step):
+        sel = slice(k0, k0 + step)
+        if q.dtype != np.float32:   # Numba reads float32: this chunk's views only
+            qs, vs = q[views[sel]].astype(np.float32), np.arange(views[sel].size)
+        else:
+            qs, vs = q, views[sel]
+        _parallel_plane(qs, vs, coef[sel], np.cos(angles[sel]), np.sin(angles[sel]), frame,
+                        1.0 / det_spacing, float(center), 1.0 / row_spacing, (n_rows - 1) / 2, out)
+    return out
 
 
 def parallel_params(angles, centers, det_spacing: float) -> np.ndarray:

@@ -1,10 +1,13 @@
 """``LiveReconstructor``: filtered back-projection into watched slices, frame by frame.
 
-Every projection that arrives is corrected (flat/dark, -log), filtered once
-(leveret.filters; FDK's cosine and pitch weights for cone beam) and kept;
-the watched slices accumulate ``sum_n w_n B_n(q_n)`` with ``B_n`` the
-back-projection of view n (leveret.operators for axial slices,
-:mod:`leveret.live.planes` for slices at other orientations).
+Every projection that arrives is corrected (flat/dark, -log:
+:mod:`leveret.live.correct`), filtered once (leveret.filters; FDK's cosine
+and pitch weights for cone beam) and kept (:mod:`leveret.live.store`); the
+watched slices accumulate ``sum_n w_n B_n(q_n)`` with ``B_n`` the
+back-projection of view n (parallel beam: :func:`leveret.live.planes.backproject_plane`
+and its CUDA twin, the new views straight from the filtered batch; cone
+beam: leveret.operators for axial slices, the point kernel for others). On
+a GPU :mod:`leveret.live.gpu` runs the batch on its streams.
 
 The angular weights ``w_n`` are those of the views received so far, the
 same rule as the offline reconstruction: ``ParallelGeometry.angular_weights``
@@ -17,6 +20,7 @@ reconstruction of the frames received, to float32 rounding.
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import time
@@ -24,16 +28,18 @@ from collections import deque
 from dataclasses import dataclass, field
 
 import numpy as np
+import scipy.fft
 
 from .. import _validate as v
 from ..backends import resolve
 from ..filters import FILTERS, apply_filter, filter_response
 from ..geometry import ParallelGeometry, VolumeGeometry
-from ..operators import ConeBackprojection, ParallelBackprojection
-from ..preprocess import minus_log as _minus_log
-from ..preprocess import normalize
-from .planes import backproject_points, parallel_params
+from ..operators import ConeBackprojection
+from .correct import Correction
+from .planes import backproject_plane, backproject_points
+from .pool import FramePool
 from .slices import Slice, axial_slices, orthogonal_slices
+from .store import ViewStore
 
 log = logging.getLogger("leveret.live")
 
@@ -43,6 +49,7 @@ STORAGE = ("float32", "float16")
 # (the same gaps recomputed): far below float32 rounding, not worth a pass.
 _NEGLIGIBLE = 1e-12
 SINOGRAM_ROWS = 4096   # frames of the detector-row sinogram kept for the viewer
+MOVES = ("texture", "exact")
 
 
 @dataclass
@@ -70,7 +77,7 @@ class LiveStats:
     rejected_reasons: dict = field(default_factory=dict)
     missing: list = field(default_factory=list)
     batches: int = 0
-    last_lag: float = 0.0        # seconds from the newest frame's arrival to its slices being updated
+    last_lag: float = 0.0        # seconds from the oldest frame's arrival to its batch being queued (GPU) or done
     last_batch_seconds: float = 0.0
 
 
@@ -102,12 +109,37 @@ class LiveReconstructor:
         the float32 one by about 1e-4 of the slice's largest value (each
         stored sample rounded to 11 significant bits; docs/live.md).
     backend : {"auto", "cuda", "cpu"}
-        On "cuda" the filtered projections stay on the GPU.
+        On "cuda" the frames are corrected, filtered and back-projected on
+        the GPU and the filtered projections stay there.
     max_views : int, optional
-        Views to reserve room for at once (else the store grows by doubling).
+        Views kept in GPU memory (default: as many as half the GPU's free
+        memory holds); later ones are kept in pinned host memory, and a moved
+        slice reads them back a block at a time. On the CPU: room for this
+        many views is allocated (and touched) at once, later ones in blocks.
     filter_rows : int
         CPU: detector rows filtered per FFT call (the temporaries of a few
         MiB stay in cache; a whole batch at once is several times slower).
+    move : {"texture", "exact"}
+        GPU: how a moved slice at an orientation other than the volume's
+        axes is recomputed from the stored views. "texture" fetches each
+        view's bilinear sample through the texture unit (8-bit interpolation
+        weights: about 1e-3 of the slice's largest value, docs/live.md);
+        "exact" interpolates with float32 weights from the stored values
+        (four loads per sample instead of one fetch). Slices along the
+        volume's axes, and every update by new frames, are always exact.
+        Ignored on the CPU (exact weights).
+    max_batch : int
+        The most frames filtered and back-projected together (on a GPU the
+        size of the device batch buffers); larger calls are split.
+
+    Notes
+    -----
+    Frames for the GPU travel fastest from pinned host memory:
+    :meth:`frame_buffer` hands out such buffers. Ownership: the caller
+    fills a buffer and passes it (as ``Frame.data`` or in ``add``); once
+    that call returns, the buffer belongs to the reconstructor again and is
+    reused for a later frame, so the caller must not touch it after passing
+    it. Any other array works too (uploaded from pageable memory, slower).
 
     Examples
     --------
@@ -124,7 +156,8 @@ class LiveReconstructor:
                  det_spacing: float = 1.0, row_spacing: float = 1.0, center: float | None = None,
                  flat=None, dark=None, minus_log: bool | None = None, filter: str = "ram-lak",
                  cutoff: float = 1.0, padding: str = "zero", storage: str = "float32",
-                 backend: str = "auto", max_views: int | None = None, filter_rows: int = 1024):
+                 backend: str = "auto", max_views: int | None = None, filter_rows: int = 1024,
+                 move: str = "texture", max_batch: int = 64):
         if not isinstance(volume, VolumeGeometry) or volume.is_2d:
             raise ValueError(f"volume: expected a 3D VolumeGeometry, got {volume!r}")
         try:
@@ -142,6 +175,10 @@ class LiveReconstructor:
         self.storage = np.dtype(v.choice("storage", storage, STORAGE))
         self.backend = resolve(backend)
         self.filter_rows = v.positive_int("filter_rows", filter_rows)
+        self.move = v.choice("move", move, MOVES)
+        self.max_batch = v.positive_int("max_batch", max_batch)
+        if max_views is not None:
+            max_views = v.positive_int("max_views", max_views)
         if self.backend == "cuda":
             import cupy as xp
         else:
@@ -150,15 +187,31 @@ class LiveReconstructor:
         self._response = filter_response(n_cols, filter, cutoff=cutoff,
                                          det_spacing=det_spacing if self.beam == "parallel" else 1.0)
         self.minus_log = flat is not None if minus_log is None else bool(minus_log)
-        self._flat = self._dark = None
         if flat is not None:
-            self._flat = xp.asarray(_average("flat", flat, self.detector_shape), np.float32)
-            self._dark = (xp.zeros_like(self._flat) if dark is None
-                          else xp.asarray(_average("dark", dark, self.detector_shape), np.float32))
+            flat = _average("flat", flat, self.detector_shape)
+            dark = None if dark is None else _average("dark", dark, self.detector_shape)
         elif dark is not None:
             raise ValueError("dark: a dark field needs a flat field (flat=...) too")
-        capacity = 16 if max_views is None else v.positive_int("max_views", max_views)
-        self._q = xp.empty((capacity,) + self.detector_shape, self.storage)
+        self._correction = Correction(flat, dark, self.minus_log, self.detector_shape)
+        view_bytes = n_rows * n_cols * self.storage.itemsize
+        if xp is np:
+            block = max_views or max(1, min(256, (64 << 20) // view_bytes))
+            self._store = ViewStore(self.detector_shape, self.storage, np, block_views=block)
+            self._gpu = None
+            self._work = np.empty((0,) + self.detector_shape, np.float32)
+            self._filtered = np.empty((0,) + self.detector_shape, np.float32)
+            self._response32 = self._response.astype(np.float32)
+            if max_views is not None:
+                self._store.reserve(max_views)   # allocated and touched now, not during the scan
+        else:
+            from ..memory import gpu_free_bytes
+            from .gpu import GpuPipeline
+            device_views = max_views if max_views is not None else int(0.5 * gpu_free_bytes()) // view_bytes
+            block = max(1, min(64, device_views))
+            self._store = ViewStore(self.detector_shape, self.storage, xp, block_views=block,
+                                    device_views=device_views, pitched=self.beam == "parallel")
+            self._gpu = GpuPipeline(self.detector_shape, self._response, self._correction, self.max_batch)
+        self._pool = FramePool(self.detector_shape, self._gpu.allocate_pinned if self._gpu else np.empty)
         self._n = 0
         self._angles = np.empty(0)            # parallel beam, radians
         self._matrices = np.empty((0, 3, 4))   # cone beam, FDK-normalised
@@ -195,6 +248,11 @@ class LiveReconstructor:
             raise ValueError("slices: expected Slice objects with unique names")
         old = {s.name: s for s in self._watched}
         acc = {}
+        with self._on_gpu():
+            self._watch(slices, old, acc)
+        self._watched, self._acc = slices, acc
+
+    def _watch(self, slices, old, acc):
         for s in slices:
             if old.get(s.name) == s:
                 acc[s.name] = self._acc[s.name]
@@ -203,7 +261,6 @@ class LiveReconstructor:
                 if self._n:
                     views = np.arange(self._n)
                     self._backproject([s], {s.name: acc[s.name]}, views, self._w[views])
-        self._watched, self._acc = slices, acc
 
     def watch_orthogonal(self, point=None, angles=(0.0, 0.0, 0.0)) -> None:
         """Move the three orthogonal slices ("xy", "xz", "yz") through ``point``
@@ -219,6 +276,7 @@ class LiveReconstructor:
 
     def slices(self) -> dict[str, np.ndarray]:
         """The watched slices now: name -> (height, width) float32 NumPy array."""
+        self.synchronize()
         out = {}
         for name, acc in self._acc.items():
             out[name] = acc.get() if self.xp is not np else acc.copy()
@@ -238,6 +296,33 @@ class LiveReconstructor:
         return np.stack(self._sinogram)
 
     # -- adding projections -----------------------------------------------------------------------
+    @property
+    def frame_pool(self) -> FramePool:
+        """The pool behind :meth:`frame_buffer` (``frame_pool.reserve(n, dtype)``
+        allocates buffers ahead of a scan)."""
+        return self._pool
+
+    def frame_buffer(self, dtype=np.uint16) -> np.ndarray:
+        """An empty (n_rows, n_cols) frame in pinned host memory on a GPU (plain
+        memory on the CPU), to fill and pass to :meth:`add_frames` or :meth:`add`.
+        It returns to the reconstructor when that call returns (class Notes)."""
+        return self._pool.get(np.dtype(dtype))
+
+    def synchronize(self) -> None:
+        """Wait for the GPU work queued by earlier calls (a no-op on the CPU)."""
+        if self._gpu is not None:
+            self._gpu.synchronize()
+
+    def ready_event(self):
+        """A CUDA event that completes when the work queued so far is done (None on the CPU)."""
+        return None if self._gpu is None else self._gpu.compute.record()
+
+    @property
+    def gpu_seconds(self) -> dict:
+        """GPU time per stage summed over the batches so far (CUDA events):
+        upload, correct, filter, backproject, store; empty on the CPU."""
+        return {} if self._gpu is None else self._gpu.stage_seconds()
+
     def add(self, projections, angles=None, *, matrices=None, indices=None, arrived=None) -> None:
         """Correct, filter and back-project projections into the watched slices.
 
@@ -255,96 +340,53 @@ class LiveReconstructor:
         arrived : float, optional
             ``time.perf_counter()`` of the oldest frame's arrival, for ``stats.last_lag``.
         """
-        xp = self.xp
         data = projections if hasattr(projections, "dtype") else np.asarray(projections)
         if data.ndim == 2:
             data = data[None]
         shape = (data.shape[0],) + self.detector_shape
         v.real_array("projections", data, shape, "(k, n_rows, n_cols)", "the detector shape")
         k = data.shape[0]
-        if self.beam == "parallel":
-            if matrices is not None:
-                raise ValueError("matrices: parallel beam takes angles, not projection matrices")
-            if angles is None:
-                raise ValueError("angles: parallel beam needs one angle per projection")
-            new_angles = v.finite_vector("angles", np.atleast_1d(np.asarray(angles, np.float64)), length=k)
-        else:
-            if angles is not None:
-                raise ValueError("angles: cone beam takes projection matrices, not angles")
-            if matrices is None:
-                raise ValueError("matrices: cone beam needs one 3x4 matrix per projection")
-            m = np.asarray(matrices, np.float64).reshape(-1, 3, 4)
-            if m.shape[0] != k or not np.all(np.isfinite(m)):
-                raise ValueError(f"matrices: expected {k} finite 3x4 matrices, got shape {np.shape(matrices)}")
+        geometry = self._check_geometry(k, angles, matrices)
         if indices is None:
             start = (max(self._indices) + 1) if self._indices else 0
             indices = np.arange(start, start + k)
         indices = [int(i) for i in np.atleast_1d(indices)]
         if len(indices) != k:
             raise ValueError(f"indices: expected {k} frame indices, got {len(indices)}")
-        t0 = time.perf_counter()
-
-        lines = self._correct(xp.asarray(data))
-        self._sinogram.extend(np.asarray(lines[:, self._sinogram_row].get() if xp is not np
-                                         else lines[:, self._sinogram_row], np.float32))
-        if self.beam == "parallel":
-            self._reserve(k)
-            # a few MiB at a time: the FFT's padded and complex temporaries stay in cache
-            step = max(1, self.filter_rows // self.detector_shape[0]) if xp is np else k
-            for a in range(0, k, step):
-                b = min(k, a + step)
-                self._q[self._n + a:self._n + b] = apply_filter(lines[a:b], self._response, padding=self.padding)
-            self._angles = np.concatenate([self._angles, new_angles])
-            weights = ParallelGeometry(self._angles, self.detector_shape[1]).angular_weights()
-        else:
-            q = self._cone_filter(lines, m)
-            weights = self._cone_weights()
-            self._reserve(k)
-            self._q[self._n:self._n + k] = q.astype(self.storage, copy=False)
-        n0, self._n = self._n, self._n + k
-        self._note_indices(indices)
-
-        # The new views with their weights, and the old ones whose weight moved.
-        old = np.concatenate([self._w, np.zeros(k)])
-        delta = weights - old
-        changed = np.abs(delta) > _NEGLIGIBLE * np.abs(weights).max()
-        changed[n0:] = True
-        views = np.flatnonzero(changed)
-        self._backproject(self._watched, self._acc, views, delta[views])
-        self._w = weights
-        if xp is not np:
-            xp.cuda.get_current_stream().synchronize()
-        now = time.perf_counter()
-        self.stats.received += k
-        self.stats.batches += 1
-        self.stats.last_batch_seconds = now - t0
-        self.stats.last_lag = now - (t0 if arrived is None else arrived)
+        for b in range(0, k, self.max_batch):
+            part = range(b, min(k, b + self.max_batch))
+            self._add_batch([data[i] for i in part], geometry[b:b + self.max_batch], indices[b:b + self.max_batch],
+                            arrived, strict=True)
+        self._pool.release_all([projections], self._uploaded())
 
     def add_frames(self, frames) -> int:
         """Add a batch of :class:`Frame` objects in one filter and back-projection
-        call. Frames of the wrong shape, dtype or angle are rejected (logged,
-        counted in ``stats``), the rest go on. Returns the number added."""
+        call. Frames of the wrong shape, dtype or angle, or with NaN or Inf
+        values after correction, are rejected (logged, counted in ``stats``),
+        the rest go on. Returns the number added."""
+        frames = list(frames)
         good = []
         for f in frames:
             reason = self.check_frame(f)
             if reason is None:
                 good.append(f)
-                continue
-            self.stats.rejected += 1
-            self.stats.rejected_reasons[reason] = self.stats.rejected_reasons.get(reason, 0) + 1
-            log.warning("frame %s rejected: %s", f.index, reason)
-        if not good:
-            return 0
-        data = np.stack([np.asarray(f.data) for f in good])   # one upload for the batch on the GPU
-        arrived = min(f.arrived for f in good)
-        if self.beam == "parallel":
-            self.add(data, [f.angle for f in good], indices=[f.index for f in good], arrived=arrived)
-        else:
-            self.add(data, matrices=[f.matrix for f in good], indices=[f.index for f in good], arrived=arrived)
-        return len(good)
+            else:
+                self._reject(f.index, reason)
+        added = 0
+        for b in range(0, len(good), self.max_batch):
+            part = good[b:b + self.max_batch]
+            if self.beam == "parallel":
+                geometry = np.array([float(f.angle) for f in part])
+            else:
+                geometry = np.stack([np.asarray(f.matrix, np.float64).reshape(3, 4) for f in part])
+            added += self._add_batch([f.data for f in part], geometry, [f.index for f in part],
+                                     min(f.arrived for f in part), strict=False)
+        self._pool.release_all([f.data for f in frames], self._uploaded())
+        return added
 
     def check_frame(self, frame: Frame) -> str | None:
-        """Why ``frame`` cannot be used (a short reason), or None."""
+        """Why ``frame`` cannot be used (a short reason), or None. NaN and Inf
+        values are found later, in the correction's own pass over the frame."""
         data = frame.data
         if not hasattr(data, "shape") or not hasattr(data, "dtype"):
             return f"not an array ({type(data).__name__})"
@@ -352,8 +394,6 @@ class LiveReconstructor:
             return f"shape {tuple(data.shape)}, expected {self.detector_shape}"
         if np.dtype(data.dtype).kind not in "fiu":
             return f"dtype {data.dtype}, expected real numbers"
-        if np.dtype(data.dtype).kind == "f" and not math.isfinite(float(data.sum(dtype=np.float64))):
-            return "NaN or Inf values"     # one sum: finite frames pass at the cost of one pass
         if self.beam == "parallel":
             if frame.angle is None or not math.isfinite(float(frame.angle)):
                 return "no finite angle"
@@ -364,17 +404,139 @@ class LiveReconstructor:
         return None
 
     # -- internals -------------------------------------------------------------------------------
-    def _correct(self, data):
-        xp = self.xp
-        if self._flat is not None:
-            lines = normalize(data, self._flat, self._dark)
+    def _uploaded(self):
+        """The CUDA event after the uploads queued so far (None on the CPU)."""
+        return None if self._gpu is None else self._gpu.upload_event
+    def _check_geometry(self, k, angles, matrices):
+        if self.beam == "parallel":
+            if matrices is not None:
+                raise ValueError("matrices: parallel beam takes angles, not projection matrices")
+            if angles is None:
+                raise ValueError("angles: parallel beam needs one angle per projection")
+            return v.finite_vector("angles", np.atleast_1d(np.asarray(angles, np.float64)), length=k)
+        if angles is not None:
+            raise ValueError("angles: cone beam takes projection matrices, not angles")
+        if matrices is None:
+            raise ValueError("matrices: cone beam needs one 3x4 matrix per projection")
+        m = np.asarray(matrices, np.float64).reshape(-1, 3, 4)
+        if m.shape[0] != k or not np.all(np.isfinite(m)):
+            raise ValueError(f"matrices: expected {k} finite 3x4 matrices, got shape {np.shape(matrices)}")
+        return m
+
+    def _reject(self, index, reason):
+        self.stats.rejected += 1
+        self.stats.rejected_reasons[reason] = self.stats.rejected_reasons.get(reason, 0) + 1
+        log.warning("frame %s rejected: %s", index, reason)
+
+    def _on_gpu(self):
+        """The compute stream's context on a GPU (CuPy calls inside run on it)."""
+        return self._gpu.compute if self._gpu is not None else contextlib.nullcontext()
+
+    def _add_batch(self, datas, geometry, indices, arrived, strict) -> int:
+        """Correct, filter, back-project and store one batch; returns the frames used."""
+        with self._on_gpu():
+            return self._add_batch_here(datas, geometry, indices, arrived, strict)
+
+    def _add_batch_here(self, datas, geometry, indices, arrived, strict) -> int:
+        t0 = time.perf_counter()
+        k = len(datas)
+        if self._gpu is not None:
+            lines, bad = self._gpu.ingest(datas, self._pool)
         else:
-            lines = data.astype(np.float32, copy=True)
-        if self.minus_log:
-            _minus_log(lines, out=lines)
-        if not bool(xp.all(xp.isfinite(lines))):
-            raise ValueError("projections: expected finite values after correction")
-        return lines
+            if self._work.shape[0] < k:
+                self._work = np.empty((k,) + self.detector_shape, np.float32)
+            lines = self._work[:k]
+            bad = np.array([self._correction.frame(d, lines[i]) for i, d in enumerate(datas)])
+        if bad.any():
+            if strict:
+                raise ValueError("projections: expected finite values after correction")
+            ok = np.flatnonzero(bad == 0)
+            for i in np.flatnonzero(bad):
+                self._reject(indices[i], "NaN or Inf values")
+            if ok.size == 0:
+                return 0
+            lines = lines[ok] if self._gpu is None else lines[self.xp.asarray(ok)]
+            geometry, indices = geometry[ok], [indices[i] for i in ok]
+            k = ok.size
+        cols = self.detector_shape[1]
+        row = lines[:, self._sinogram_row, :cols]
+        self._sinogram.extend(np.asarray(row.get() if self._gpu is not None else row, np.float32))
+        n0 = self._n
+        if self.beam == "parallel":
+            filtered = self._filter(lines)
+            self._angles = np.concatenate([self._angles, geometry])
+            weights = ParallelGeometry(self._angles, cols).angular_weights()
+        else:
+            filtered = self._cone_filter(lines[:, :, :cols], geometry)
+            weights = self._cone_weights()
+        self._n = n0 + k
+        self._note_indices(indices)
+
+        # The new views with their weights, and the old ones whose weight moved.
+        old = np.concatenate([self._w, np.zeros(k)])
+        delta = weights - old
+        changed = np.abs(delta) > _NEGLIGIBLE * np.abs(weights).max()
+        changed[n0:] = False
+        before = np.flatnonzero(changed)
+        if self.beam == "parallel":
+            new = np.arange(n0, n0 + k)
+            for s in self._watched:   # straight from the float32 filtered batch, before it is stored
+                self._plane(s, self._acc[s.name], filtered, np.arange(k), delta[new], self._angles[new])
+            self._backproject(self._watched, self._acc, before, delta[before])
+            self._store_views(filtered)
+        else:
+            self._store_views(filtered)
+            views = np.concatenate([before, np.arange(n0, n0 + k)])
+            self._backproject(self._watched, self._acc, views, delta[views])
+        self._w = weights
+        if self._gpu is not None:
+            self._gpu.end_batch()
+        now = time.perf_counter()
+        self.stats.received += k
+        self.stats.batches += 1
+        self.stats.last_batch_seconds = now - t0
+        self.stats.last_lag = now - (t0 if arrived is None else arrived)
+        return k
+
+    def _filter(self, lines):
+        """Filtered float32 views of the corrected batch: (k, n_rows, n_cols), any strides."""
+        if self._gpu is not None:
+            return self._gpu.filter(lines, self.padding)
+        k = lines.shape[0]
+        if self._filtered.shape[0] < k:
+            self._filtered = np.empty(lines.shape, np.float32)
+        out = self._filtered[:k]   # reused: a fresh array per batch would cost its page faults every time
+        # a few MiB at a time: the FFT's padded and complex temporaries stay in cache
+        step = max(1, self.filter_rows // self.detector_shape[0])
+        n_pad = 2 * (self._response.size - 1)
+        for a in range(0, k, step):
+            if self.padding != "zero":
+                out[a:a + step] = apply_filter(lines[a:a + step], self._response, padding=self.padding)
+                continue
+            spec = scipy.fft.rfft(lines[a:a + step], n=n_pad, axis=-1, workers=-1)
+            spec *= self._response32
+            out[a:a + step] = scipy.fft.irfft(spec, n=n_pad, axis=-1, workers=-1)[..., :self.detector_shape[1]]
+        return out
+
+    def _store_views(self, filtered):
+        if self._gpu is not None:
+            with self._gpu.stage("store"):
+                self._store.append(filtered, self._gpu.store_copy if self._store.pitched else None)
+            if self.beam == "parallel" and self.move == "texture":   # texture objects made once, not in a move
+                for b in range(self._store.n_device_blocks):
+                    self._gpu.add_textures(self._store.blocks[b], b * self._store.block_views)
+        else:
+            self._store.append(filtered)
+
+    def _plane(self, s, out, q, views, coef, angles):
+        """Parallel beam: out += sum_k coef[k] B(q[views[k]]) on slice s."""
+        t = self._template
+        if self._gpu is not None:
+            self._gpu.plane(s, out, q, views, coef, angles, det_spacing=t.det_spacing, center=t.center,
+                            row_spacing=t.row_spacing)
+        else:
+            backproject_plane(q, views, coef, s, out, angles=angles, det_spacing=t.det_spacing,
+                              center=t.center, row_spacing=t.row_spacing, n_rows=t.n_rows)
 
     def _cone_filter(self, lines, matrices):
         """FDK's cosine and pitch weighting and the row filter for these views,
@@ -389,7 +551,7 @@ class LiveReconstructor:
         # Its per-column weights are angular step / pitch; the step follows the views received,
         # so only 1/pitch is applied here (a view received twice has a step of 0 in this batch).
         weighting.per_column = np.repeat((1.0 / frames["pitch"])[:, None], g.n_cols, axis=1)
-        q = weighting(lines, slice(None))
+        q = weighting(self.xp.ascontiguousarray(lines), slice(None))
         self._matrices = np.concatenate([self._matrices, frames["normalised"]])
         source = g.source_positions()
         raw = np.arctan2(source[:, 0], -source[:, 1])
@@ -407,14 +569,6 @@ class LiveReconstructor:
         from ..algorithms.fdk import _steps
         return 0.5 * _steps(self._turn)   # full-scan FDK: every line measured twice
 
-    def _reserve(self, k):
-        """Room for k more views in the store."""
-        xp = self.xp
-        if self._n + k > self._q.shape[0]:
-            bigger = xp.empty((max(2 * self._q.shape[0], self._n + k),) + self.detector_shape, self.storage)
-            bigger[:self._n] = self._q[:self._n]
-            self._q = bigger
-
     def _note_indices(self, indices):
         seen = set(self._indices)
         for i in indices:
@@ -431,118 +585,46 @@ class LiveReconstructor:
         self.stats.missing = missing
 
     def _backproject(self, slices, acc, views, coef):
-        """acc[s] += sum_k coef[k] B_views[k](q) for each slice s."""
+        """acc[s] += sum_k coef[k] B_views[k](q) for each slice s, from the store,
+        a block of views at a time (a move never copies the store)."""
         if views.size == 0 or not slices:
             return
-        if self.beam == "parallel":
-            on_grid = [s for s in slices if _line_layout(s) is not None]
-            self._parallel_lines(on_grid, acc, views, coef)
-            row_scale = 1.0 / self._template.row_spacing
-            row_offset = (self.detector_shape[0] - 1) / 2
-            params = parallel_params(self._angles[views], np.full(views.size, self._template.center),
-                                     self._template.det_spacing)
-        else:
-            on_grid = [s for s in slices if s.is_axial]
-            self._cone_axial(on_grid, acc, views, coef)
-            row_scale = row_offset = None
-            params = self._matrices[views]
-        for s in slices:
-            if s in on_grid:
-                continue
-            points = self.xp.asarray(s.points(), np.float64 if self.xp is np else np.float32)
-            out = acc[s.name].reshape(-1)
-            backproject_points(self._q, views, coef, points, out, params=params,
-                               row_scale=row_scale, row_offset=row_offset, block=s.shape[1])
+        textured = []
+        if self._gpu is not None and self.beam == "parallel" and self.move == "texture":
+            # rotated slices: the views on the GPU through their texture objects, one launch per slice
+            textured = [s for s in slices if not s.is_axial and s.v != (0.0, 0.0, 1.0)]
+            near = views < self._store.n_device_blocks * self._store.block_views
+            on_device = views[near]
+            t = self._template
+            for s in textured:
+                self._gpu.plane_texture(s, acc[s.name], on_device, coef[near],
+                                        self._angles[on_device], det_spacing=t.det_spacing, center=t.center,
+                                        row_spacing=t.row_spacing)
+        for b, block, local, pos in self._store.runs(views):
+            if self._gpu is not None and not self._store.on_device(b):
+                block, local = self._gpu.upload_views(block, local), np.arange(local.size)
+            for s in slices:
+                if self.beam == "cone":
+                    self._cone_views(s, acc[s.name], block, local, coef[pos], views[pos])
+                elif s not in textured or not self._store.on_device(b):
+                    self._plane(s, acc[s.name], block, local, coef[pos], self._angles[views[pos]])
 
-    def _views_float32(self, views, coef):
-        """The stored views, weighted, as float32 (views, n_rows, n_cols)."""
+    def _cone_views(self, s, out, block, local, coef, views):
         xp = self.xp
-        q = self._q[xp.asarray(views)] if xp is not np else self._q[views]
-        return q.astype(np.float32) * xp.asarray(coef, np.float32)[:, None, None]
-
-    def _parallel_lines(self, slices, acc, views, coef):
-        """Slices made of horizontal lines along x or y (axial slices, and the
-        unrotated xz and yz slices) through ParallelBackprojection: each line
-        is one image row back-projected from the detector row at its height."""
-        if not slices:
-            return
-        t = self._template
-        angles = self._angles[views]
-        geometries = {swap: ParallelGeometry(np.pi / 2 - angles if swap else angles, t.n_cols, None,
-                                             t.det_spacing, t.row_spacing, t.center) for swap in (False, True)}
-        sinograms: dict = {}   # xz and yz take the same detector rows: gathered once
-        for s in slices:
-            heights, image, swap = _line_layout(s)
-            rows = heights / t.row_spacing + (t.n_rows - 1) / 2
-            key = rows.tobytes()
-            if key not in sinograms:
-                sinograms[key] = self._weighted_rows(views, coef, rows)   # (lines, views, n_cols)
-            op = ParallelBackprojection(geometries[swap], image, backend=self.backend)
-            # (1, h, w) for an axial slice, (h, 1, w) or (h, w, 1) for lines along x or y
-            acc[s.name] += op(sinograms[key]).reshape(s.shape)
-
-    def _weighted_rows(self, views, coef, rows):
-        """``coef[k] * q[views[k]]`` at the fractional detector rows ``rows``,
-        linearly between rows as leveret.fbp takes them (zero off the
-        detector), as float32 sinograms (len(rows), len(views), n_cols)."""
-        xp = self.xp
-        n_rows = self.detector_shape[0]
-        if views.size and np.all(np.diff(views) == 1):   # the usual case: the newest views, no gather copy
-            src = self._q[int(views[0]):int(views[-1]) + 1]
-        else:
-            src = self._q[xp.asarray(views)] if xp is not np else self._q[views]
-        c = xp.asarray(coef, np.float32)[None, :, None]
-        lo = np.floor(rows + 1e-9).astype(int)
-        frac = rows - lo
-        frac[np.abs(frac) < 1e-9] = 0.0
-        out = xp.empty((rows.size, views.size, src.shape[2]), np.float32)
-        if np.all(frac == 0) and lo[0] >= 0 and lo[-1] < n_rows and np.all(np.diff(lo) == 1):
-            xp.multiply(src[:, lo[0]:lo[-1] + 1].transpose(1, 0, 2), c, out=out)
-            return out
-        out[...] = 0
-        for i, (r, f) in enumerate(zip(lo, frac)):
-            for row, w in ((r, 1.0 - f), (r + 1, f)):
-                if w != 0 and 0 <= row < n_rows:
-                    out[i] += np.float32(w) * src[:, row, :] * c[0]
-        return out
-
-    def _cone_axial(self, slices, acc, views, coef):
-        if not slices:
-            return
-        from ..geometry import ConeGeometry
-
-        q = self._views_float32(views, coef)
-        matrices = self._matrices[views]
-        geometry = ConeGeometry(matrices, *self.detector_shape)
-        for s in slices:
+        if s.is_axial:
+            from ..geometry import ConeGeometry
+            q = block[xp.asarray(local) if xp is not np else local].astype(np.float32)
+            q *= xp.asarray(coef, np.float32)[:, None, None]
+            matrices = self._matrices[views]
+            geometry = ConeGeometry(matrices, *self.detector_shape)
             image = s.image_volume()
             vol = VolumeGeometry((1,) + s.shape, (1.0,) + s.spacing, (s.origin[2],) + image.center)
             op = ConeBackprojection(geometry, vol, backend=self.backend, matrices=matrices)
-            out = acc[s.name].reshape((1,) + s.shape)
-            op(q, out, accumulate=True)
-
-
-def _line_layout(s: Slice):
-    """For an axial slice, or one whose rows are lines along +x or +y at fixed
-    heights: (the heights, the 2D image grid of one line, whether x and y are
-    swapped); None otherwise. A line along +y is back-projected as a line
-    along +x with x and y swapped and angles pi/2 - theta (the same detector
-    coordinate x cos t + y sin t): one image row, not a column of single
-    pixels, which the operator would take one pixel per task."""
-    ex, ey, ez = (1.0, 0.0, 0.0), (0.0, 1.0, 0.0), (0.0, 0.0, 1.0)
-    h, w = s.shape
-    dv, du = s.spacing
-    x0, y0, z0 = s.origin
-    if s.u == ex and s.v == ey:    # axial: one "line" of h x w pixels at height z0
-        return np.array([z0]), VolumeGeometry((h, w), (dv, du), center=(y0, x0)), False
-    if s.v != ez:
-        return None
-    heights = z0 + (np.arange(h) - (h - 1) / 2) * dv
-    if s.u == ex:
-        return heights, VolumeGeometry((1, w), (1.0, du), center=(y0, x0)), False
-    if s.u == ey:
-        return heights, VolumeGeometry((1, w), (1.0, du), center=(x0, y0)), True
-    return None
+            op(q, out.reshape((1,) + s.shape), accumulate=True)
+            return
+        points = xp.asarray(s.points(), np.float64 if xp is np else np.float32)
+        backproject_points(block, local, coef, points, out.reshape(-1), params=self._matrices[views],
+                           block=s.shape[1])
 
 
 def _average(name, images, shape):

@@ -228,10 +228,16 @@ class ZmqSource:
     stop_at_end : bool
         Stop iterating at an ``{"end": true}`` message (else wait for the
         next scan's frames).
+    buffers : callable, optional
+        ``buffers(dtype)`` returns an empty frame to copy each message's
+        data into, e.g. :meth:`LiveReconstructor.frame_buffer` (pinned
+        memory, so the frame uploads to the GPU asynchronously); it may also
+        be set after construction. Without it a frame's data are a view of
+        the message.
     """
 
     def __init__(self, address: str, *, pattern: str = "pull", bind: bool = False, timeout: float = 0.5,
-                 stop_at_end: bool = False, hwm: int = 100000):
+                 stop_at_end: bool = False, hwm: int = 100000, buffers=None):
         import zmq
 
         self.address = address
@@ -248,6 +254,7 @@ class ZmqSource:
             self._sock.setsockopt(zmq.SUBSCRIBE, b"")
         (self._sock.bind if bind else self._sock.connect)(address)
         self.bad_messages = 0
+        self.buffers = buffers
 
     def close(self) -> None:
         self._sock.close(0)
@@ -270,15 +277,17 @@ class ZmqSource:
                     if self.stop_at_end:
                         return
                     continue
-                yield decode(header, parts[1].buffer if len(parts) > 1 else None, arrived)
+                yield decode(header, parts[1].buffer if len(parts) > 1 else None, arrived, self.buffers)
             except (ValueError, KeyError, TypeError, IndexError) as exc:
                 self.bad_messages += 1
                 log.warning("message skipped: %s", exc)
 
 
-def decode(header: dict, payload, arrived: float | None = None) -> Frame:
+def decode(header: dict, payload, arrived: float | None = None, buffers=None) -> Frame:
     """A :class:`Frame` from a message's JSON header and its bytes. The data keep
-    the dtype and shape the header states (checked against the payload's size)."""
+    the dtype and shape the header states (checked against the payload's size);
+    with ``buffers`` (see :class:`ZmqSource`) they are copied into one of its
+    buffers when it has that shape."""
     if payload is None:
         raise ValueError("no frame bytes after the header")
     shape = tuple(int(s) for s in header["shape"])
@@ -287,6 +296,11 @@ def decode(header: dict, payload, arrived: float | None = None) -> Frame:
     if data.size != int(np.prod(shape)):
         raise ValueError(f"{data.size} values of {dtype} for a frame of shape {shape}")
     data = data.reshape(shape)
+    if buffers is not None:
+        buf = buffers(dtype)
+        if buf.shape == data.shape:
+            np.copyto(buf, data)
+            data = buf
     angle = header.get("angle")
     matrix = header.get("matrix")
     return Frame(data, int(header["index"]), angle=None if angle is None else float(angle),

@@ -61,7 +61,9 @@ class Operator:
         """(result array on the device, array the call returns). The returned
         array is ``out`` when given, else a new one of ``like``'s kind (NumPy
         or CuPy); ``keep``: the device array starts with ``out``'s values
-        (accumulation)."""
+        (accumulation). A NumPy or non-contiguous CuPy ``out`` gets a
+        contiguous device array of its own, copied into ``out`` by
+        :meth:`_finish`."""
         shape = tuple(shape)
         if out is None:
             if self.backend == "cuda":
@@ -75,18 +77,23 @@ class Operator:
                              f"got {tuple(out.shape)} {out.dtype}")
         if self.backend == "cpu" and _is_cupy(out):
             raise ValueError(f"{name}: the CPU backend writes NumPy arrays, got a CuPy array")
-        if self.backend == "cpu" or _is_cupy(out):
+        if self.backend == "cpu" or (_is_cupy(out) and out.flags.c_contiguous):
             return out, out
         import cupy
-        res = cupy.asarray(out) if keep else cupy.zeros(shape, dtype)
+        # NumPy ``out``, or a strided CuPy view (the kernels write C-contiguous
+        # arrays): computed in a contiguous array, copied into ``out`` by _finish.
+        res = cupy.ascontiguousarray(cupy.asarray(out)) if keep else cupy.zeros(shape, dtype)
         return res, out
 
     @staticmethod
     def _finish(res, out):
-        """What the call returns: ``res`` itself, or copied into the NumPy
-        ``out`` (a new NumPy array when ``out`` is None and ``res`` is CuPy)."""
+        """What the call returns: ``res`` itself, or copied into ``out`` (a new
+        NumPy array when ``out`` is None and ``res`` is CuPy)."""
         if out is res:
             return res
+        if _is_cupy(out):
+            out[...] = res
+            return out
         host = res.get()
         if out is None:
             return host
@@ -95,6 +102,8 @@ class Operator:
 
     def __repr__(self) -> str:
         fields = "".join(f", {name}={getattr(self, name)!r}" for name in self._repr_fields)
+        if getattr(self, "devices", None) is not None:
+            fields += f", devices={self.devices!r}"
         return f"{type(self).__name__}({self.geometry!r}, {self.volume!r}, backend={self.backend!r}{fields})"
 
 

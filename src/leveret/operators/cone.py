@@ -1,13 +1,16 @@
 """Cone-beam voxel-driven back-projection as an operator over a (geometry, volume) pair."""
 from __future__ import annotations
 
+import contextlib
+import threading
 import warnings
 
 import numpy as np
 
 from .. import _validate as v
 from ..geometry import VolumeGeometry
-from ._base import Operator
+from ..devices import for_backend as devices_for_backend
+from ._base import Operator, _is_cupy
 from .cone_plan import DEPTH, fma_steps, kernel_matrices, software_views
 
 # The kernel "auto" runs, by interpolation and problem (measurements in
@@ -103,12 +106,21 @@ class ConeBackprojection(Operator):
         tells which a call runs, ``last_kernel`` which the last call ran.
         "shared" and "hybrid" are deprecated names (FutureWarning) for
         "global" and "ray-hybrid".
+    devices : None, "all", list of int or leveret.devices.DeviceSet
+        CUDA only: the GPUs a call runs on (:mod:`leveret.devices`); None: the
+        current device. The volume's z range (``slices``, default all) is cut
+        into slabs of whole ``slab_alignment`` blocks, about two per GPU,
+        dealt from one queue; each GPU back-projects every view into its
+        slabs with the kernel a one-GPU call of these views runs, so the
+        result is bit-identical to one GPU. Each GPU holds the projections
+        and one slab at a time. NumPy in, NumPy out; CuPy in, CuPy out on the
+        input's GPU.
     """
 
     _repr_fields = ("interpolation", "kernel")
 
     def __init__(self, geometry, volume: VolumeGeometry, *, backend: str = "auto",
-                 interpolation: str = "linear", matrices=None, kernel: str = "auto"):
+                 interpolation: str = "linear", matrices=None, kernel: str = "auto", devices=None):
         from ..geometry import ConeGeometry
         if not isinstance(geometry, ConeGeometry):
             raise ValueError(f"geometry: expected a ConeGeometry, got {type(geometry).__name__}")
@@ -129,8 +141,10 @@ class ConeBackprojection(Operator):
         allowed = (("auto", "quad", "global") if self.interpolation == "linear32"
                    else ("auto", "texture", "ray", "ray-hybrid", "quad"))
         self.kernel = v.choice("kernel", kernel, allowed)
+        self.devices = devices_for_backend(devices, self.backend)
         self._index = index_matrices(self.matrices, volume)
-        self._gpus: dict = {}
+        self._gpus: dict = {}   # (kernel, GPU id) -> (CudaConeBackprojector, its matrices on that GPU)
+        self._gpus_lock = threading.Lock()
         self._ray_ok = (AUTO_KERNEL[self.interpolation] == "texture"
                         and projected_voxel_pixels(self._index, volume) >= RAY_MIN_PIXELS)
         self._last = self.kernel_for(geometry.n_views)
@@ -174,21 +188,16 @@ class ConeBackprojection(Operator):
             raise ValueError(f"projections: expected shape {expected}, got {tuple(projections.shape)}")
         if self.backend == "cuda" and projections.dtype != np.float32:
             raise ValueError(f"projections: the CUDA backend runs in float32, got {projections.dtype}")
+        kernel = self._last = self.kernel_for(idx.shape[0])
+        if self.devices is not None:
+            return self._call_devices(projections, out, views, idx, kernel, accumulate, slices)
         given = projections
         projections = self._input("projections", projections)
         res, out = self._output("out", out, self.volume.shape, projections.dtype, like=given,
                                 keep=accumulate or slices is not None)
-        kernel = self._last = self.kernel_for(idx.shape[0])
         if self.backend == "cuda":
             import cupy
-            if kernel not in self._gpus:
-                from ..cuda.backproject_cone import CudaConeBackprojector
-                matrices = None
-                if kernel in ("texture", "global"):   # the same per view in any call: upload once
-                    matrices = cupy.asarray(kernel_matrices(self._index, np.full(self.geometry.n_views,
-                                                                                 kernel == "global")))
-                self._gpus[kernel] = (CudaConeBackprojector(kernel), matrices)
-            gpu, matrices = self._gpus[kernel]
+            gpu, matrices = self._gpu_for(kernel)
             # (the ray kernels cache their own per-pass matrices)
             gpu(cupy.ascontiguousarray(projections), idx, res, accumulate=accumulate, slices=slices,
                 device_matrices=None if matrices is None else matrices[views])
@@ -207,3 +216,98 @@ class ConeBackprojection(Operator):
                             accumulate=accumulate)
             return res
         return cpu.backproject(np.ascontiguousarray(projections), idx, res, accumulate=accumulate)
+
+    # -- CUDA ------------------------------------------------------------------------------
+    def _gpu_for(self, kernel: str):
+        """(back-projector, its per-view matrices or None) of ``kernel`` on the
+        current GPU, made once per GPU: the ray kernels' plans and the
+        matrices live in that GPU's memory."""
+        import cupy
+
+        key = (kernel, cupy.cuda.Device().id)
+        with self._gpus_lock:
+            if key not in self._gpus:
+                from ..cuda.backproject_cone import CudaConeBackprojector
+                matrices = None
+                if kernel in ("texture", "global"):   # the same per view in any call: upload once
+                    matrices = cupy.asarray(kernel_matrices(self._index, np.full(self.geometry.n_views,
+                                                                                 kernel == "global")))
+                    cupy.cuda.get_current_stream().synchronize()   # before another worker's stream reads them
+                self._gpus[key] = (CudaConeBackprojector(kernel), matrices)
+            return self._gpus[key]
+
+    def _call_devices(self, projections, out, views, idx, kernel, accumulate, slices):
+        """``self(...)`` on ``self.devices``: z-slabs from a queue, every view into each."""
+        import cupy
+
+        from .. import devices as dv
+
+        nz, ny, nx = self.volume.shape
+        on_gpu = _is_cupy(projections)
+        if on_gpu:
+            with cupy.cuda.Device(projections.device.id):   # complete before other streams read it
+                projections = cupy.ascontiguousarray(projections)
+                cupy.cuda.get_current_stream().synchronize()
+            home = projections.device.id
+        else:
+            projections = np.ascontiguousarray(projections)
+        if out is None:
+            if on_gpu:
+                with cupy.cuda.Device(home):
+                    out = cupy.zeros(self.volume.shape, np.float32)
+            else:
+                out = np.zeros(self.volume.shape, np.float32)
+        elif tuple(out.shape) != self.volume.shape or out.dtype != np.float32 or _is_cupy(out) != on_gpu:
+            raise ValueError(f"out: expected a {'CuPy' if on_gpu else 'NumPy'} float32 array of shape "
+                             f"{self.volume.shape}, got {type(out).__module__.split('.')[0]} "
+                             f"{tuple(out.shape)} {out.dtype}")
+        if on_gpu:
+            with cupy.cuda.Device(out.device.id):
+                cupy.cuda.get_current_stream().synchronize()
+        k_lo, k_hi = (0, nz) if slices is None else slices
+        align = self.slab_alignment
+        slabs = [(k_lo + a, k_lo + b) for a, b in dv.aligned_blocks(k_hi - k_lo, 2 * len(self.devices), align)]
+        copies: dict = {}   # worker index -> the projections on its GPU
+
+        def work(worker, k0, k1):
+            proj = copies.get(worker.index)
+            if proj is None:
+                proj = copies[worker.index] = (dv.to_device(projections, worker.device) if on_gpu
+                                               else cupy.asarray(projections))
+            gpu, matrices = self._gpu_for(kernel)
+            dst = out[k0:k1]
+            if accumulate:
+                slab = dv.to_device(dv.contiguous(dst), worker.device) if on_gpu else cupy.asarray(dst)
+                if slab is dst:
+                    slab = slab.copy()
+            else:
+                slab = cupy.empty((k1 - k0, ny, nx), np.float32)
+            with worker.lock or contextlib.nullcontext():   # one GPU's workers share its constant memory
+                gpu(proj, idx, slab_alias(slab, k0, self.volume.shape), accumulate=accumulate, slices=(k0, k1),
+                    device_matrices=None if matrices is None else matrices[views])
+                cupy.cuda.get_current_stream().synchronize()
+            if not on_gpu:
+                dst[...] = slab.get()
+            elif dst.flags.c_contiguous:
+                dv.copy_to(dst, slab)
+            else:   # a strided output: written on its own GPU
+                slab = dv.to_device(slab, dst.device.id)
+                with cupy.cuda.Device(dst.device.id):
+                    dst[...] = slab
+                    cupy.cuda.get_current_stream().synchronize()
+
+        self.devices.run(slabs, work, align=align)
+        return out
+
+
+def slab_alias(slab, k0: int, shape: tuple[int, int, int]):
+    """A CuPy array of the whole volume's ``shape`` whose slices ``k0 ..
+    k0 + len(slab) - 1`` are ``slab`` (C-contiguous, float32): the kernels
+    index slices absolutely (``slices=(k0, k1)``) and write only those, so a
+    GPU holds its slab, not the volume. Only those slices may be touched."""
+    import cupy
+
+    nz, ny, nx = shape
+    start = slab.data.ptr - k0 * ny * nx * slab.itemsize   # where slice 0 would be
+    memory = cupy.cuda.UnownedMemory(start, nz * ny * nx * slab.itemsize, slab, slab.device.id)
+    return cupy.ndarray(shape, slab.dtype, cupy.cuda.MemoryPointer(memory, 0))

@@ -1,11 +1,14 @@
 """Parallel-beam back-projection as an operator over a (geometry, volume) pair."""
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 
 from .. import _validate as v
 from ..geometry import ParallelGeometry, VolumeGeometry
-from ._base import Operator
+from ..devices import for_backend as devices_for_backend
+from ._base import Operator, _is_cupy
 
 INTERPOLATIONS = ("nearest", "linear", "linear8")
 KERNELS = ("auto", "texture", "texz", "alu", "hybrid")
@@ -34,6 +37,17 @@ def parallel_table(geometry: ParallelGeometry, volume: VolumeGeometry, dtype=np.
     table[:, 1] = dy * sin / ds
     table[:, 2] = (x0 * cos + y0 * sin) / ds + geometry.centers() + 0.5
     return table.astype(dtype)
+
+
+def slab_alignment(config: dict) -> int:
+    """Slices one texel or ALU block of the CUDA kernel ``config`` holds
+    (``ParallelBackprojection.resolve_kernel``): slabs dealt to several GPUs
+    start at multiples of it, so that every slice shares its texel or block
+    with the same neighbours as in a one-GPU call."""
+    from ..cuda.backproject_parallel import PACKINGS
+    if config["kernel"] == "alu":
+        return int(config.get("nv", 2))
+    return PACKINGS[config.get("packing", "float2")][0]
 
 
 def _check_roi(roi, ny: int, nx: int) -> tuple[int, int, int, int]:
@@ -100,6 +114,15 @@ class ParallelBackprojection(Operator):
     kernel_options : dict, optional
         Parameters of the CUDA kernel (nq, tile, nv, ratio, packing), e.g.
         ``{"tile": 64, "ratio": (1, 2)}``.
+    devices : None, "all", list of int or leveret.devices.DeviceSet
+        CUDA only: the GPUs a call runs on (:mod:`leveret.devices`); None: the
+        current device. The slices are cut into slabs (about four per GPU)
+        dealt from one queue; each GPU receives only its slabs' sinograms.
+        The kernel configuration is chosen once for the whole stack (as a
+        one-GPU call chooses it) and every slab runs it, slab boundaries at
+        multiples of the slices one texel or ALU block holds, so the result
+        is bit-identical to one GPU. NumPy in, NumPy out (each slab
+        downloaded into it); CuPy in, CuPy out on the input's GPU.
     """
 
     _repr_fields = ("interpolation", "kernel", "precision")
@@ -107,7 +130,7 @@ class ParallelBackprojection(Operator):
     def __init__(self, geometry: ParallelGeometry, volume: VolumeGeometry, *,
                  interpolation: str = "linear", backend: str = "auto",
                  texture_packing: str = "auto", kernel: str = "auto", precision: str = "float32",
-                 roi=None, kernel_options: dict | None = None):
+                 roi=None, kernel_options: dict | None = None, devices=None):
         if not isinstance(geometry, ParallelGeometry):
             raise ValueError(f"geometry: expected a ParallelGeometry, got {type(geometry).__name__}")
         if not isinstance(volume, VolumeGeometry):
@@ -135,6 +158,7 @@ class ParallelBackprojection(Operator):
         if self.interpolation == "linear8" and self.kernel in ("alu", "hybrid"):
             raise ValueError(f"kernel: {kernel!r} interpolates with exact weights (or mixes them); "
                              "interpolation='linear8' needs 'texture' or 'texz'")
+        self.devices = devices_for_backend(devices, self.backend)
         self._gpu = None
         self._tables: dict = {}
         self._last_cpu: str | None = None
@@ -163,6 +187,8 @@ class ParallelBackprojection(Operator):
                              f"got {tuple(sinos.shape)}")
         if self.backend == "cuda" and sinos.dtype != np.float32:
             raise ValueError(f"sinos: the CUDA backend runs in float32, got {sinos.dtype}")
+        if self.devices is not None:
+            return self._call_devices(sinos, out)
         given = sinos
         sinos = self._input("sinos", sinos)
         res, out = self._output("out", out, (sinos.shape[0],) + self.out_shape, sinos.dtype, like=given)
@@ -180,15 +206,75 @@ class ParallelBackprojection(Operator):
                 # the texture unit also returns fp16 texels' filtered values rounded to fp16
                 mode = "linear8-fp16"
             return backproject(np.ascontiguousarray(sinos), table, res, mode)
+        self._run_gpu(sinos, res, self.resolve_kernel(sinos.shape[0]))
+        return self._finish(res, out)
+
+    def _run_gpu(self, sinos, res, config: dict) -> None:
+        """Queue the CUDA kernel ``config`` on the current device and stream."""
         import cupy
         if self._gpu is None:
             from ..cuda.backproject_parallel import ParallelBackprojectorGPU
             self._gpu = ParallelBackprojectorGPU()
-        config = self.resolve_kernel(sinos.shape[0])
         filtering = "nearest" if self.interpolation == "nearest" else "linear"
         self._gpu(cupy.ascontiguousarray(sinos), self.table(np.float32), self.table(np.float64),
                   res, interpolation=filtering, **config)
-        return self._finish(res, out)
+
+    def _call_devices(self, sinos, out):
+        """``self(sinos, out)`` on ``self.devices``: slabs of slices from a queue."""
+        import cupy
+
+        from .. import devices as dv
+
+        n = sinos.shape[0]
+        on_gpu = _is_cupy(sinos)
+        if on_gpu:
+            with cupy.cuda.Device(sinos.device.id):   # the input is complete before other streams read it
+                cupy.cuda.get_current_stream().synchronize()
+                sinos = cupy.ascontiguousarray(sinos)
+                cupy.cuda.get_current_stream().synchronize()
+            home = sinos.device.id
+        else:
+            home = self.devices.ids[0]
+        with cupy.cuda.Device(home):
+            config = self.resolve_kernel(n)
+        shape = (n,) + self.out_shape
+        if out is None:
+            if on_gpu:
+                with cupy.cuda.Device(home):
+                    out = cupy.empty(shape, np.float32)
+            else:
+                out = np.empty(shape, np.float32)
+        elif tuple(out.shape) != shape or out.dtype != np.float32 or _is_cupy(out) != on_gpu:
+            raise ValueError(f"out: expected a {'CuPy' if on_gpu else 'NumPy'} float32 array of shape {shape}, "
+                             f"got {type(out).__module__.split('.')[0]} {tuple(out.shape)} {out.dtype}")
+        direct = out.flags.c_contiguous
+        if on_gpu:
+            with cupy.cuda.Device(out.device.id):   # earlier work on out is done before the workers write it
+                cupy.cuda.get_current_stream().synchronize()
+
+        def work(worker, k0, k1):
+            part = dv.to_device(sinos[k0:k1], worker.device) if on_gpu else cupy.asarray(sinos[k0:k1])
+            res = cupy.empty((k1 - k0,) + self.out_shape, np.float32)
+            # the workers of one GPU share its module's constant memory (the angle table)
+            with worker.lock or contextlib.nullcontext():
+                self._run_gpu(part, res, config)
+                cupy.cuda.get_current_stream().synchronize()
+            if not on_gpu:
+                if direct:
+                    res.get(out=out[k0:k1])
+                else:
+                    out[k0:k1] = res.get()
+            elif direct:
+                dv.copy_to(out[k0:k1], res)
+            else:   # a strided output: written on its own GPU
+                res = dv.to_device(res, out.device.id)
+                with cupy.cuda.Device(out.device.id):
+                    out[k0:k1] = res
+                    cupy.cuda.get_current_stream().synchronize()
+
+        align = slab_alignment(config)
+        self.devices.run(dv.aligned_blocks(n, 4 * len(self.devices), align), work, align=align)
+        return out
 
     # -- kernel choice ---------------------------------------------------------------------
     def problem_key(self, n_slices: int) -> str:
@@ -301,6 +387,7 @@ class ParallelBackprojection(Operator):
         finally:
             self.kernel, self.kernel_options, self.texture_packing = keep
         return best, results
+
 
     @property
     def last_kernel(self) -> str | None:

@@ -8,7 +8,7 @@ import numpy as np
 
 from .. import _validate as v
 from ._base import Operator
-from ..devices import parse as parse_devices
+from ..devices import for_backend as devices_for_backend
 from ..geometry import ConeGeometry, ParallelGeometry, VolumeGeometry
 
 MODELS = ("siddon", "joseph")
@@ -258,15 +258,12 @@ class Projector(Operator):
             raise ValueError(f"transpose: {transpose!r} needs backend='cuda' (the CPU's A.T sums private "
                              f"volumes per thread; use 'auto')")
         self.adjoint_kind = v.choice("adjoint", adjoint, ("exact", "voxel"))
-        self.devices = parse_devices(devices)
+        self.devices = devices_for_backend(devices, self.backend)
         if self.adjoint_kind == "voxel" and not isinstance(geometry, ConeGeometry):
             raise ValueError(f"adjoint: 'voxel' is the cone-beam voxel-driven back-projection and needs a "
                              f"ConeGeometry, got {type(geometry).__name__}; use 'exact'")
         if self.adjoint_kind == "voxel" and self.devices is not None:
             raise ValueError("adjoint: 'voxel' runs on one device; use devices=None or adjoint='exact'")
-        if self.devices is not None and self.backend != "cuda":
-            raise ValueError(f"devices: runs on CUDA GPUs, but this projector's backend is 'cpu' "
-                             f"(backend={backend!r}); use backend='cuda' or devices=None")
         self._device_tracers: dict = {}   # (device, first view, stop view) -> CudaRaytracer there
         self.projection_shape = tuple(geometry.projection_shape)
         self._views = np.arange(self.projection_shape[0])
@@ -481,16 +478,18 @@ class Projector(Operator):
         if on_gpu:
             with cupy.cuda.Device(x.device.id):   # x is complete before other streams read it
                 cupy.cuda.get_current_stream().synchronize()
-        replicas: dict = {}
+        laid_out: dict = {}   # worker index -> the volume on its GPU, as the kernels read it
         grid3 = self._grid3
 
         def work(worker, v0, v1):
-            xd = replicas.get(worker.index)
-            if xd is None:
-                xd = dv.to_device(x, worker.device) if on_gpu else cupy.asarray(x)
-                replicas[worker.index] = xd
+            tracer = self._tracer(worker.device, v0, v1)
+            if worker.index not in laid_out:   # once per call and worker, not per view block
+                xd = (dv.to_device(x, worker.device) if on_gpu else cupy.asarray(x)).reshape(grid3)
+                src = tracer.laid_out(xd)
+                laid_out[worker.index] = (xd if src is xd else None, src)   # the structured paths read only src
+            xd, src = laid_out[worker.index]
             res = cupy.empty((v1 - v0,) + self.projection_shape[1:], self.dtype)
-            self._tracer(worker.device, v0, v1).forward(xd.reshape(grid3), res)
+            tracer.forward(xd, res, laid_out=src)
             if isinstance(out, cupy.ndarray):
                 cupy.cuda.get_current_stream().synchronize()
                 dv.copy_to(out[v0:v1], res)
@@ -546,6 +545,3 @@ class Projector(Operator):
         """The working precision, "float32" or "float64"."""
         return self.dtype.name
 
-    def __repr__(self) -> str:
-        text = super().__repr__()
-        return text if self.devices is None else f"{text[:-1]}, devices={self.devices!r})"
