@@ -279,3 +279,13 @@ def test_save_writes_only_into_the_output_folder(tmp_path, server):
     names = srv.save()
     assert names and all(os.path.dirname(n) == "" for n in names)
     assert sorted(os.listdir(tmp_path)) == ["out"] and sorted(os.listdir(out)) == sorted(names)
+
+
+def test_the_page_images_and_colour_range_stay_defined_with_non_finite_pixels():
+    from leveret.live.server import auto_range, to_uint8
+
+    image = np.array([[0.0, 1.0], [np.nan, np.inf]], np.float32)
+    lo, hi = auto_range([image])
+    assert np.isfinite([lo, hi]).all() and 0.0 <= lo < hi <= 1.0
+    np.testing.assert_array_equal(to_uint8(image, 0.0, 1.0), [[0, 255], [0, 255]])
+    json.dumps({"range": [lo, hi]}, allow_nan=False)    # the state message stays valid JSON

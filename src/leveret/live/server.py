@@ -346,14 +346,16 @@ class LiveSession:
 
 
 def to_uint8(image: np.ndarray, lo: float, hi: float) -> np.ndarray:
-    """``image`` mapped linearly from [lo, hi] to 0..255 (clipped)."""
+    """``image`` mapped linearly from [lo, hi] to 0..255 (clipped; NaN to 0)."""
     scale = 255.0 / (hi - lo) if hi > lo else 0.0
-    return np.clip((image - lo) * scale + 0.5, 0, 255).astype(np.uint8)
+    out = np.clip((image - lo) * scale + 0.5, 0, 255)
+    return np.nan_to_num(out, nan=0.0, copy=False).astype(np.uint8)
 
 
 def auto_range(images) -> tuple[float, float]:
-    """The 0.5 and 99.5 percentiles over all images (a robust default window)."""
+    """The 0.5 and 99.5 percentiles of the finite values of all images (a robust default window)."""
     values = np.concatenate([np.asarray(i, np.float32).reshape(-1) for i in images]) if images else np.zeros(1)
+    values = values[np.isfinite(values)]
     lo, hi = np.percentile(values, [0.5, 99.5]) if values.size else (0.0, 1.0)
     return float(lo), float(hi if hi > lo else lo + 1.0)
 
@@ -591,7 +593,11 @@ class LiveServer:
         while not ws.closed:
             await event.wait()
             event.clear()
-            messages = await loop.run_in_executor(None, self._render, client["range"])
+            try:
+                messages = await loop.run_in_executor(None, self._render, client["range"])
+            except Exception as exc:   # logged; the page keeps its last images and gets the next update
+                log.error("viewer update failed: %s", exc)
+                messages = [json.dumps({"type": "error", "message": f"update failed: {exc}"})]
             for m in messages:
                 if isinstance(m, str):
                     await ws.send_str(m)
