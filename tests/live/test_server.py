@@ -289,3 +289,32 @@ def test_the_page_images_and_colour_range_stay_defined_with_non_finite_pixels():
     assert np.isfinite([lo, hi]).all() and 0.0 <= lo < hi <= 1.0
     np.testing.assert_array_equal(to_uint8(image, 0.0, 1.0), [[0, 255], [0, 255]])
     json.dumps({"range": [lo, hi]}, allow_nan=False)    # the state message stays valid JSON
+
+
+def test_a_zeromq_pull_stream_is_held_back_not_dropped_while_the_reconstruction_is_busy(running):
+    """PULL: the reader pauses at the queue bound, the sockets' high-water marks
+    fill, the sender waits; every frame arrives in the end."""
+    zmq = pytest.importorskip("zmq")
+    import socket as sockets
+
+    from leveret.live.sources import ZmqSource, send_frames
+
+    with sockets.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        address = f"tcp://127.0.0.1:{s.getsockname()[1]}"
+    rows, cols, n = 64, 256, 300                       # 64 KiB frames: a few MiB of socket buffers hold ~100
+    rec = Gated(leveret.VolumeGeometry((2, 8, 8)), (rows, cols), backend="cpu")
+    source = ZmqSource(address, hwm=8, timeout=0.1, stop_at_end=True)
+    sent = []
+    frames = [Frame(np.full((rows, cols), i, np.float32), i, angle=0.01 * i) for i in range(n)]
+    sender = threading.Thread(target=lambda: sent.append(send_frames(address, frames, hwm=8, connect_wait=0.3)))
+    session = running(LiveSession(rec, source, max_batch=4, max_queue_frames=4))
+    sender.start()
+    assert _wait_for(lambda: rec.entered.is_set() and session.queue.waiting == 1 and len(session.queue) == 4)
+    sender.join(1.0)                                     # unchecked, 19 MiB go in milliseconds
+    assert sender.is_alive() and not sent                # held back
+    rec.release.set()
+    sender.join(60)
+    assert sent == [n]
+    assert _wait_for(lambda: session.ended)
+    assert rec.stats.received == n and session.dropped == {} and rec.stats.missing == []

@@ -422,10 +422,13 @@ def encode(frame: Frame) -> list[bytes]:
 
 
 def send_frames(address: str, frames, *, pattern: str = "push", bind: bool = True, rate: float | None = None,
-                end: bool = True, stop: threading.Event | None = None, connect_wait: float = 0.2) -> int:
+                end: bool = True, stop: threading.Event | None = None, connect_wait: float = 0.2,
+                hwm: int = 1000) -> int:
     """Send ``frames`` (iterable of :class:`Frame`) to ``address`` with PUSH or
     PUB at ``rate`` frames per second (None: as fast as possible); returns the
-    number sent. ``end`` sends the ``{"end": true}`` message after the last."""
+    number sent. ``end`` sends the ``{"end": true}`` message after the last.
+    With PUSH, once ``hwm`` messages wait here (and the reader's ``hwm``
+    there) sending waits for the reader; PUB drops them instead."""
     import zmq
 
     pattern = _pattern(pattern)
@@ -433,7 +436,7 @@ def send_frames(address: str, frames, *, pattern: str = "push", bind: bool = Tru
         raise ValueError(f"pattern: a sender writes with 'push' or 'pub', got {pattern!r}")
     ctx = zmq.Context.instance()
     sock = ctx.socket(zmq.PUSH if pattern == "push" else zmq.PUB)
-    sock.setsockopt(zmq.SNDHWM, 100000)
+    sock.setsockopt(zmq.SNDHWM, int(hwm))
     sock.setsockopt(zmq.LINGER, 2000)
     (sock.bind if bind else sock.connect)(address)
     time.sleep(connect_wait)   # let readers connect (PUB drops messages nobody reads yet)
