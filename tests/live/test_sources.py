@@ -280,3 +280,14 @@ def test_folder_source_waits_for_a_preallocated_file_to_stop_changing(tmp_path):
     frame = _take(it, 1)[0]
     assert frame.index == 0 and np.all(frame.data == 9)
     src.close()
+
+
+def test_folder_source_reads_a_cone_matrix_stored_with_an_hdf5_frame(tmp_path):
+    m = np.arange(12.0).reshape(3, 4)
+    with h5py.File(tmp_path / "frame_0007.h5", "w") as f:
+        f.create_dataset("data", data=np.ones((3, 5), np.float32)).attrs["matrix"] = m
+    src = FolderSource(tmp_path, settle=0.0, timeout=0.1, poll=0.01)
+    frame = _take(iter(src), 1)[0]
+    assert frame.index == 7 and frame.angle is None
+    np.testing.assert_array_equal(frame.matrix, m)
+    src.close()
