@@ -7,6 +7,7 @@ import os
 import queue
 import shutil
 import tempfile
+import time
 
 import numpy as np
 import pytest
@@ -124,12 +125,19 @@ def test_page_loads_updates_as_frames_arrive_and_moves_slices(viewer, scan):
     fresh = LiveReconstructor(g.default_volume(), (ROWS, N), backend="cpu")
     fresh.watch_orthogonal(point=(0.0, y_new, 0.0))
     fresh.add(proj[:30], angles[:30])
-    page.wait_for_timeout(300)   # the last push of this version has landed
-    lo, hi = page.evaluate("window.leveretLive.lastState.range")
     np.testing.assert_allclose(rec.slices()["xz"], fresh.slices()["xz"], rtol=0, atol=2e-6)
-    shown = _canvas(page, "xz")
+
+    def drawn_and_expected():
+        lo, hi = page.evaluate("window.leveretLive.lastState.range")
+        return _canvas(page, "xz"), js_checksum(to_uint8(rec.slices()["xz"], lo, hi))
+
+    deadline = time.monotonic() + 20     # until the last push of this version has landed
+    shown, expected = drawn_and_expected()
+    while shown["checksum"] != expected and time.monotonic() < deadline:
+        page.wait_for_timeout(50)
+        shown, expected = drawn_and_expected()
     assert shown["views"] == 30
-    assert shown["checksum"] == js_checksum(to_uint8(rec.slices()["xz"], lo, hi))
+    assert shown["checksum"] == expected
 
 
 def test_page_shows_rejected_frames_and_axial_slices(viewer, scan):
