@@ -217,3 +217,5 @@ def test_cone_and_parallel_inputs_that_do_not_fit_are_clear_errors(tmp_path, cap
     assert "--angles: cone beam takes --matrices" in capsys.readouterr().err
     assert main(["live", str(tmp_path), "--json", str(tmp_path / "no" / "s.json")]) == 2
     assert "--json: the folder" in capsys.readouterr().err
+    assert main(["live", "tcp://127.0.0.1:1", "--allow-origin", "viewer.lab"]) == 2
+    assert "--allow-origin: expected an origin such as http://host:8000, got 'viewer.lab'" in capsys.readouterr().err

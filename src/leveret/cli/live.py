@@ -308,8 +308,12 @@ def serve(args) -> int:
 
     from ..io.atomic import register_cleanup, unregister_cleanup
 
+    from ..live.server import normalise_origin
+
     if args.json and not Path(args.json).resolve().parent.is_dir():
         raise ValueError(f"json: the folder of {args.json!r} does not exist")
+    for origin in args.allow_origin:   # checked before waiting for a first frame
+        normalise_origin("allow_origins", origin)
     source = _source(args)
     summary = _Summary(args, source)
     register_cleanup(id(summary), lambda: summary.finish(interrupted=True))

@@ -396,7 +396,7 @@ class LiveServer:
                  min_interval: float = 0.03, allow_origins=()):
         self.session = session
         self.host, self.port = host, int(port)
-        self.allow_origins = {_origin("allow_origins", o) for o in allow_origins}
+        self.allow_origins = {normalise_origin("allow_origins", o) for o in allow_origins}
         self.output = None if output is None else Path(output).resolve()
         self.min_interval = float(min_interval)
         self.url: str | None = None
@@ -476,7 +476,7 @@ class LiveServer:
         if origin is None:
             return True
         try:
-            origin = _origin("origin", origin)
+            origin = normalise_origin("origin", origin)
         except ValueError:
             return False          # "null" (a file or sandboxed page) and other non-URLs
         if origin in self.allow_origins:
@@ -634,8 +634,9 @@ def _numbers(name: str, values, length: int | None = None) -> list[float]:
     return out
 
 
-def _origin(name: str, text: str) -> str:
-    """``scheme://host[:port]`` in lower case, without a trailing slash."""
+def normalise_origin(name: str, text: str) -> str:
+    """The web origin ``text`` as ``scheme://host[:port]`` in lower case, without
+    a trailing slash; ValueError naming ``name`` if it is not an http(s) origin."""
     parts = urlsplit(str(text).strip().rstrip("/").lower())
     if parts.scheme not in ("http", "https") or not parts.hostname or parts.path or parts.query:
         raise ValueError(f"{name}: expected an origin such as http://host:8000, got {text!r}")
