@@ -98,3 +98,124 @@ def test_ctrl_c_ends_live_cleanly(tmp_path):
     _, err = p.communicate(timeout=30)
     assert p.returncode == 130
     assert "interrupted" in err and "Traceback" not in err
+
+
+def _live(tmp_path, *args):
+    """``leveret live ...`` started in ``tmp_path``; returns once it serves the page."""
+    import signal
+    import time
+
+    # SIGINT restored to its default: a background shell may start us with it ignored
+    p = subprocess.Popen([sys.executable, "-m", "leveret", "live", *args], env=_env(), cwd=tmp_path,
+                         stderr=subprocess.PIPE, text=True,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    deadline = time.monotonic() + 60
+    lines = []
+    while not any("open http" in line for line in lines) and time.monotonic() < deadline:
+        line = p.stderr.readline()
+        if not line:
+            break
+        lines.append(line)
+    assert any("open http" in line for line in lines), "".join(lines)
+    return p
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+@pytest.mark.parametrize("signame, code", [("SIGINT", 130), ("SIGTERM", 143)])
+def test_json_summary_is_written_when_live_is_stopped_by_a_signal(tmp_path, signame, code):
+    import signal
+
+    address = f"tcp://127.0.0.1:{_free_port()}"
+    p = _live(tmp_path, address, "--serve", "127.0.0.1:0", "--detector", "8,8", "--backend", "cpu",
+              "--json", "summary.json")
+    p.send_signal(getattr(signal, signame))
+    _, err = p.communicate(timeout=30)
+    assert p.returncode == code, err
+    assert "Traceback" not in err and "counters written to summary.json" in err
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["interrupted"] is True and summary["received"] == 0 and summary["dropped"] == 0
+    assert sorted(os.listdir(tmp_path)) == ["summary.json"]   # no temporary left behind
+
+
+def _simulate(tmp_path, address, *args):
+    return subprocess.run([sys.executable, "-m", "leveret", "live", "simulate", "--address", address,
+                           "--size", "16", "--rate", "200", *args],
+                          env=_env(), cwd=tmp_path, capture_output=True, text=True, timeout=120)
+
+
+def test_max_views_bounds_the_store_and_counts_the_frames_left_out(tmp_path):
+    address = f"tcp://127.0.0.1:{_free_port()}"
+    live = subprocess.Popen([sys.executable, "-m", "leveret", "live", address, "--serve", "127.0.0.1:0",
+                             "--backend", "cpu", "--exit-when-done", "--max-views", "10", "--json", "s.json"],
+                            env=_env(), cwd=tmp_path, stderr=subprocess.PIPE, text=True)
+    sim = _simulate(tmp_path, address, "--frames", "24")
+    assert sim.returncode == 0, sim.stderr
+    _, err = live.communicate(timeout=120)
+    assert live.returncode == 0, err
+    summary = json.loads((tmp_path / "s.json").read_text())
+    assert summary["views"] == 10 and summary["received"] == 10
+    assert summary["dropped"] == 14 and summary["dropped_reasons"] == {"store full": 14}
+    assert summary["interrupted"] is False
+
+
+def test_simulate_streams_a_cone_scan_that_live_reconstructs_as_cone_beam(tmp_path):
+    address = f"tcp://127.0.0.1:{_free_port()}"
+    live = subprocess.Popen([sys.executable, "-m", "leveret", "live", address, "--serve", "127.0.0.1:0",
+                             "--backend", "cpu", "--exit-when-done", "--json", "s.json"],
+                            env=_env(), cwd=tmp_path, stderr=subprocess.PIPE, text=True)
+    sim = _simulate(tmp_path, address, "--frames", "24", "--beam", "cone")
+    assert sim.returncode == 0, sim.stderr
+    assert "cone beam" in sim.stderr and "sent 24 frames" in sim.stderr
+    _, err = live.communicate(timeout=120)
+    assert live.returncode == 0, err
+    assert "cone beam, detector 16x16" in err
+    summary = json.loads((tmp_path / "s.json").read_text())
+    assert summary["received"] == 24 and summary["rejected"] == 0 and summary["bad_messages"] == 0
+
+
+def test_cone_voxel_size_is_the_detector_pitch_at_the_rotation_axis():
+    from leveret.cli.live import cone_voxel_size
+
+    # magnification 120 / 60 = 2: a pixel of 2 (columns) or 3 (rows) spans 1 or 1.5 at the axis
+    g = leveret.ConeGeometry.circular(np.radians([0.0, 37.0]), 60.0, 120.0, 8, 10, 2.0, row_pixel_size=3.0)
+    for m in g.matrices:
+        np.testing.assert_allclose(cone_voxel_size(m), (1.5, 1.0), rtol=1e-12)
+        np.testing.assert_allclose(cone_voxel_size(7.0 * m), (1.5, 1.0), rtol=1e-12)   # scale-free
+
+
+@pytest.mark.parametrize("suffix", [".npy", ".txt"])
+def test_a_folder_source_takes_cone_matrices_from_a_file(tmp_path, suffix):
+    from leveret.cli.live import _source
+
+    frames = tmp_path / "frames"
+    frames.mkdir()
+    g = leveret.ConeGeometry.circular(np.linspace(0, np.pi, 3), 60.0, 120.0, 4, 8, 2.0)
+    for i in range(3):
+        tifffile.imwrite(frames / f"proj_{i:04d}.tif", np.zeros((4, 8), np.float32))
+    path = tmp_path / f"matrices{suffix}"
+    if suffix == ".npy":
+        np.save(path, g.matrices)
+    else:
+        np.savetxt(path, g.matrices.reshape(3, 12), fmt="%.17g")
+    src = _source(parse(["live", str(frames), "--matrices", str(path), "--settle", "0"]))
+    got = []
+    for f in src:
+        if f is not None:
+            got.append(f)
+        if len(got) == 3:
+            break
+    src.close()
+    np.testing.assert_array_equal(np.stack([f.matrix for f in got]), g.matrices)
+    assert all(f.angle is None for f in got)
+
+
+def test_cone_and_parallel_inputs_that_do_not_fit_are_clear_errors(tmp_path, capsys):
+    (tmp_path / "m.txt").write_text("1 2 3\n")
+    assert main(["live", str(tmp_path), "--matrices", str(tmp_path / "m.txt")]) == 2
+    assert "--matrices: expected finite 3x4 matrices" in capsys.readouterr().err
+    assert main(["live", str(tmp_path), "--angles", "0:180:3", "--beam", "cone"]) == 2
+    assert "--angles: cone beam takes --matrices" in capsys.readouterr().err
+    assert main(["live", str(tmp_path), "--json", str(tmp_path / "no" / "s.json")]) == 2
+    assert "--json: the folder" in capsys.readouterr().err
+    assert main(["live", "tcp://127.0.0.1:1", "--allow-origin", "viewer.lab"]) == 2
+    assert "--allow-origin: expected an origin such as http://host:8000, got 'viewer.lab'" in capsys.readouterr().err

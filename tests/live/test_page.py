@@ -7,13 +7,14 @@ import os
 import queue
 import shutil
 import tempfile
+import time
 
 import numpy as np
 import pytest
 
 import leveret
 from leveret.live import Frame, LiveReconstructor
-from leveret.live.server import LiveServer, LiveSession, to_uint8
+from leveret.live.server import MAX_AXIAL, LiveServer, LiveSession, to_uint8
 from leveret.phantom import shepp_logan_3d
 
 CHROMIUM = "/usr/bin/chromium"
@@ -46,20 +47,32 @@ def scan():
     return angles, g, proj
 
 
-@pytest.fixture
-def viewer(scan):
-    angles, g, proj = scan
-    rec = LiveReconstructor(g.default_volume(), (ROWS, N), backend="cpu")
-    frames: queue.Queue = queue.Queue()
+class FedSource:
+    """Frames the test puts in ``frames``; ``bad_messages`` as a ZeroMQ source counts them."""
 
-    def source():
+    def __init__(self):
+        self.frames: queue.Queue = queue.Queue()
+        self.bad_messages = 0
+
+    def __iter__(self):
         while True:
-            f = frames.get()
+            f = self.frames.get()
             if f is None:
                 return
             yield f
 
-    session = LiveSession(rec, source())
+    def close(self):
+        self.frames.put(None)
+
+
+@pytest.fixture
+def viewer(scan, request):
+    """The page of a session fed by the test; ``request.param``: LiveSession keywords."""
+    angles, g, proj = scan
+    rec = LiveReconstructor(g.default_volume(), (ROWS, N), backend="cpu")
+    source = FedSource()
+    frames = source.frames
+    session = LiveSession(rec, source, **getattr(request, "param", {}))
     server = LiveServer(session, port=0)
     url = server.start()
     session.start()
@@ -112,12 +125,19 @@ def test_page_loads_updates_as_frames_arrive_and_moves_slices(viewer, scan):
     fresh = LiveReconstructor(g.default_volume(), (ROWS, N), backend="cpu")
     fresh.watch_orthogonal(point=(0.0, y_new, 0.0))
     fresh.add(proj[:30], angles[:30])
-    page.wait_for_timeout(300)   # the last push of this version has landed
-    lo, hi = page.evaluate("window.leveretLive.lastState.range")
     np.testing.assert_allclose(rec.slices()["xz"], fresh.slices()["xz"], rtol=0, atol=2e-6)
-    shown = _canvas(page, "xz")
+
+    def drawn_and_expected():
+        lo, hi = page.evaluate("window.leveretLive.lastState.range")
+        return _canvas(page, "xz"), js_checksum(to_uint8(rec.slices()["xz"], lo, hi))
+
+    deadline = time.monotonic() + 20     # until the last push of this version has landed
+    shown, expected = drawn_and_expected()
+    while shown["checksum"] != expected and time.monotonic() < deadline:
+        page.wait_for_timeout(50)
+        shown, expected = drawn_and_expected()
     assert shown["views"] == 30
-    assert shown["checksum"] == js_checksum(to_uint8(rec.slices()["xz"], lo, hi))
+    assert shown["checksum"] == expected
 
 
 def test_page_shows_rejected_frames_and_axial_slices(viewer, scan):
@@ -132,3 +152,26 @@ def test_page_shows_rejected_frames_and_axial_slices(viewer, scan):
     page.click("#axial-apply")
     page.wait_for_selector("#slice-z1", timeout=20000)
     page.wait_for_function("document.getElementById('slice-z1').dataset.views === '2'", timeout=20000)
+
+
+@pytest.mark.parametrize("viewer", [{"max_views": 2}], indirect=True)
+def test_page_shows_dropped_frames_and_bad_messages(viewer, scan):
+    page, frames, rec, session = viewer
+    angles, g, proj = scan
+    session.source.bad_messages = 3          # as a ZeroMQ source counts undecodable messages
+    for i in range(5):                       # room for 2 views: 3 dropped
+        frames.put(Frame(proj[i], i, angle=angles[i]))
+    page.wait_for_function("document.getElementById('stat-dropped').textContent === '3'", timeout=20000)
+    page.wait_for_function("document.getElementById('stat-bad').textContent === '3'", timeout=20000)
+    assert page.get_attribute("#stat-dropped", "title") == "3 store full"
+    assert page.inner_text("#stat-views") == "2"
+
+
+def test_page_shows_why_too_many_axial_slices_are_refused(viewer, scan):
+    page, frames, rec, session = viewer
+    page.wait_for_function("document.getElementById('stat-status').textContent !== 'connecting'")
+    page.fill("#axial-z", ", ".join(str(z) for z in range(MAX_AXIAL + 1)))
+    page.click("#axial-apply")
+    page.wait_for_function("document.getElementById('message').textContent.includes('at most')", timeout=20000)
+    assert page.inner_text("#message") == f"axial: at most {MAX_AXIAL} axial slices at once, got {MAX_AXIAL + 1}"
+    assert [s.name for s in rec.watched] == ["xy", "xz", "yz"]

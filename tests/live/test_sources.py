@@ -1,5 +1,6 @@
 """Frame sources: iterable, folder being written, ZeroMQ (PUSH/PULL and PUB/SUB)."""
 import json
+import os
 import socket
 import threading
 import time
@@ -155,3 +156,150 @@ def test_zmq_source_skips_malformed_messages():
     sock.close()
     src.close()
     assert len(got) == 1 and src.bad_messages == 1
+
+
+def _wait_for(condition, timeout=10.0):
+    """Poll ``condition`` until true; False after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+@pytest.mark.parametrize("header", [b"[1, 2]", b'"x"', b"3", b"null", b"\xff\xfe"])
+def test_zmq_source_counts_a_header_that_is_not_a_json_object_and_goes_on(header):
+    address = _free_address()
+    src = ZmqSource(address, timeout=0.1, stop_at_end=True)
+    sock = zmq.Context.instance().socket(zmq.PUSH)
+    sock.bind(address)
+    sock.send_multipart([header, b"\0" * 8])
+    sock.send_multipart([header])
+    sock.send_multipart(encode(Frame(np.ones((2, 2), np.uint8), 0, angle=0.0)))
+    sock.send_multipart([b'{"end": true}'])
+    got = [f for f in src if f is not None]
+    sock.close(0)
+    src.close()
+    assert [f.index for f in got] == [0] and src.bad_messages == 2
+
+
+def test_decode_rejects_a_header_that_is_not_an_object_or_a_payload_that_is_not_numbers():
+    with pytest.raises(ValueError, match="^header: expected a JSON object, got list"):
+        decode([1, 2], b"\0" * 4)
+    with pytest.raises(ValueError, match="^dtype"):
+        decode({"index": 0, "shape": [1], "dtype": "O"}, b"\0" * 8)
+
+
+def test_zmq_source_closed_from_another_thread_is_closed_by_the_thread_reading_it(monkeypatch):
+    closed_in = []
+    real_close = zmq.Socket.close
+
+    def close(sock, *args, **kwargs):
+        closed_in.append(threading.get_ident())
+        return real_close(sock, *args, **kwargs)
+
+    monkeypatch.setattr(zmq.Socket, "close", close)
+    src = ZmqSource(_free_address(), timeout=0.1)
+    reader_ident, errors, nones = [], [], []
+
+    def read():
+        reader_ident.append(threading.get_ident())
+        try:
+            for f in src:
+                nones.append(f)
+        except BaseException as exc:
+            errors.append(exc)
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    assert _wait_for(lambda: len(nones) >= 2)   # the reader is inside its poll loop
+    src.close()                                  # from this thread
+    reader.join(5)
+    assert not reader.is_alive() and errors == []
+    assert src.closed and closed_in == reader_ident
+    src.close()                                  # again: nothing left to do
+    assert closed_in == reader_ident
+
+
+def test_zmq_source_closed_before_anyone_reads_it_closes_its_socket_at_once():
+    src = ZmqSource(_free_address(), timeout=0.1)
+    src.close()
+    assert src.closed and list(src) == []
+
+
+def test_zmq_source_says_whether_it_can_make_the_sender_wait():
+    pull, sub = ZmqSource(_free_address()), ZmqSource(_free_address(), pattern="sub")
+    assert not pull.lossy and sub.lossy
+    pull.close()
+    sub.close()
+
+
+def _tiff_bytes(value, shape=(4, 6)):
+    import io
+    buf = io.BytesIO()
+    tifffile.imwrite(buf, np.full(shape, value, np.uint16))
+    return buf.getvalue()
+
+
+def test_folder_source_reads_a_frame_again_when_it_is_replaced_under_the_same_name(tmp_path):
+    src = FolderSource(tmp_path, angles=np.zeros(4), settle=0.05, timeout=0.05, poll=0.01)
+    it = iter(src)
+    (tmp_path / "proj_0002.tif").write_bytes(_tiff_bytes(1))
+    assert _take(it, 1)[0].data[0, 0] == 1
+    (tmp_path / "proj_0002.tif.tmp").write_bytes(_tiff_bytes(2))     # same size, new content
+    os.replace(tmp_path / "proj_0002.tif.tmp", tmp_path / "proj_0002.tif")
+    again = _take(it, 1)[0]
+    assert again.index == 2 and again.data[0, 0] == 2
+    src.close()
+
+
+def test_folder_source_reads_a_frame_again_when_it_is_rewritten_in_place(tmp_path):
+    src = FolderSource(tmp_path, angles=np.zeros(4), settle=0.05, timeout=0.05, poll=0.01)
+    it = iter(src)
+    path = tmp_path / "proj_0001.tif"
+    path.write_bytes(_tiff_bytes(5))
+    first = _take(it, 1)[0]
+    mtime = path.stat().st_mtime_ns
+    with open(path, "r+b") as f:              # same inode, same size
+        f.write(_tiff_bytes(6))
+    os.utime(path, ns=(mtime + 10**9, mtime + 10**9))   # a later time even on coarse clocks
+    again = _take(it, 1)[0]
+    assert (first.data[0, 0], again.data[0, 0]) == (5, 6)
+    src.close()
+
+
+def test_folder_source_waits_for_a_preallocated_file_to_stop_changing(tmp_path):
+    """A writer that sets the final size first and fills the file afterwards:
+    the size is stable from the start, the modification time is not."""
+    settle = 0.3
+    src = FolderSource(tmp_path, angles=np.zeros(2), settle=settle, timeout=0.02, poll=0.01)
+    it = iter(src)
+    blob = _tiff_bytes(9)
+    path = tmp_path / "proj_0000.tif"
+    path.write_bytes(b"\0" * len(blob))
+    mtime = path.stat().st_mtime_ns
+    step = len(blob) // 6
+    for k, offset in enumerate(range(0, len(blob), step)):
+        with open(path, "r+b") as f:
+            f.seek(offset)
+            f.write(blob[offset:offset + step])
+        stamp = mtime + (k + 1) * 10**8
+        os.utime(path, ns=(stamp, stamp))
+        deadline = time.monotonic() + settle / 2     # a pause shorter than settle
+        while time.monotonic() < deadline:
+            assert next(it) is None                    # never read half-way
+    frame = _take(it, 1)[0]
+    assert frame.index == 0 and np.all(frame.data == 9)
+    src.close()
+
+
+def test_folder_source_reads_a_cone_matrix_stored_with_an_hdf5_frame(tmp_path):
+    m = np.arange(12.0).reshape(3, 4)
+    with h5py.File(tmp_path / "frame_0007.h5", "w") as f:
+        f.create_dataset("data", data=np.ones((3, 5), np.float32)).attrs["matrix"] = m
+    src = FolderSource(tmp_path, settle=0.0, timeout=0.1, poll=0.01)
+    frame = _take(iter(src), 1)[0]
+    assert frame.index == 7 and frame.angle is None
+    np.testing.assert_array_equal(frame.matrix, m)
+    src.close()

@@ -142,6 +142,9 @@ FLAGS = {
     "overwrite": "--overwrite", "method": "--method", "row": "--rows", "repeats": "--repeats",
     "size": "--size", "scheduler": "--scheduler", "client": "--scheduler",
     "devices": "--gpus",
+    # leveret live
+    "matrices": "--matrices", "json": "--json", "max_views": "--max-views", "voxel_size": "--voxel-size",
+    "allow_origins": "--allow-origin", "settle": "--settle", "storage": "--storage", "beam": "--beam",
 }
 
 
@@ -516,8 +519,8 @@ def _main(argv) -> int:
         from ..io.atomic import cleanup_pending
         cleanup_pending()     # waits for a slab being written, then removes or keeps the partial output
         what = "interrupted" if not hasattr(exc, "signum") else f"stopped by {exc}"
-        # A newline first: the progress bar's line has none.
-        print(f"\nleveret {args.command}: {what}; no output written"
+        # A newline first: the progress bar's line has none. (live's clean-up writes its --json summary.)
+        print(f"\nleveret {args.command}: {what}" + ("" if args.command == "live" else "; no output written")
               + (" (--resume continues from the slabs already done)" if getattr(args, "resume", False) else ""),
               file=sys.stderr)
         return exit_code(exc)

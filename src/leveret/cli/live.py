@@ -7,6 +7,7 @@ import itertools
 import json
 import logging
 import sys
+import threading
 import time
 
 import numpy as np
@@ -16,14 +17,18 @@ log = logging.getLogger("leveret.live")
 LIVE_EXAMPLES = """examples:
   leveret live simulate --rate 100                     stream a phantom scan to tcp://127.0.0.1:5555
   leveret live tcp://127.0.0.1:5555 --serve 127.0.0.1:8000      then open http://127.0.0.1:8000/
+  leveret live simulate --beam cone                    a cone-beam scan (a 3x4 matrix per frame)
   leveret live acquisition/ --angles 0:180:1800 --flat flat.tif --dark dark.tif
-  leveret live tcp://detector:5555 --pattern sub --detector 2048,2048 --storage float16
+  leveret live acquisition/ --matrices matrices.npy    cone beam: the matrix of frame i in row i
+  leveret live tcp://detector:5555 --pattern sub --detector 2048,2048 --storage float16 --max-views 3600
 
 SOURCE is a folder being written (TIFF/HDF5 frames; the last number in a file
-name is the frame index), or a ZeroMQ address (tcp://, ipc://) sending the
-messages of leveret.live.sources: a JSON header {index, angle | matrix, shape,
-dtype}, then the frame's bytes. The server listens on this machine only unless
---serve names another address, and writes only into --output.
+name is the frame index; write each frame under another name, then rename it
+into place), or a ZeroMQ address (tcp://, ipc://) sending the messages of
+leveret.live.sources: a JSON header {index, angle | matrix, shape, dtype},
+then the frame's bytes. The server listens on this machine only unless
+--serve names another address, answers pages of its own address only unless
+--allow-origin names another, and writes only into --output (and --json).
 """
 
 
@@ -77,12 +82,23 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     s.add_argument("--angles", default=None,
                    help="folder source: 'start:stop:count' in degrees (stop excluded) or a text/.npy "
                         "file, the angle of frame index i")
+    s.add_argument("--matrices", default=None, metavar="FILE",
+                   help="folder source, cone beam: the 3x4 projection matrix of frame index i, as a .npy "
+                        "(n, 3, 4) or a text file of 12 numbers per line (row by row)")
+    s.add_argument("--settle", type=float, default=0.2, metavar="SECONDS",
+                   help="folder source: read a file once its size and time stamp stayed the same this long "
+                        "(default 0.2; 0 when the writer renames complete files into place)")
     s.add_argument("--detector", type=_pair, default=None, metavar="ROWS,COLS",
                    help="detector size (default: from the first frame)")
     g = p.add_argument_group("reconstruction")
+    g.add_argument("--beam", default=None, choices=("parallel", "cone"),
+                   help="parallel (an angle per frame) or cone (a 3x4 matrix per frame); default: cone "
+                        "with --matrices or when the first frame carries a matrix, else parallel")
     g.add_argument("--volume", type=_triple, default=None, metavar="NZ,NY,NX",
                    help="volume grid (default: one slice per detector row, n_cols^2 pixels)")
-    g.add_argument("--voxel-size", type=float, default=None, help="voxel edge (default: the detector pitch)")
+    g.add_argument("--voxel-size", type=float, default=None,
+                   help="voxel edge (default: the detector pitch; cone beam: the pitch at the rotation axis, "
+                        "from the first matrix)")
     g.add_argument("--center", type=float, default=None, help="rotation axis column (default: the middle)")
     g.add_argument("--det-spacing", type=float, default=1.0)
     g.add_argument("--row-spacing", type=float, default=1.0)
@@ -93,25 +109,35 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     g.add_argument("--storage", default="float32", choices=("float32", "float16"),
                    help="how filtered projections are kept for moved slices (float16: half the memory)")
     g.add_argument("--backend", default="auto", choices=("auto", "cuda", "cpu"))
+    g.add_argument("--max-views", type=_positive_int, default=None, metavar="N",
+                   help="keep at most N projections (the memory of the stored filtered views: N x rows x cols "
+                        "x 4 bytes, 2 with --storage float16); later frames are counted as dropped. "
+                        "Default: no bound")
     g.add_argument("--max-batch", type=_positive_int, default=None,
                    help="at most this many frames per filter + back-projection call (default: 16 on the CPU, "
                         "64 on a GPU)")
     v = p.add_argument_group("viewer")
     v.add_argument("--serve", type=_host_port, default=("127.0.0.1", 8000), metavar="HOST:PORT",
                    help="where the page is served (default 127.0.0.1:8000: this machine only)")
+    v.add_argument("--allow-origin", action="append", default=[], metavar="URL",
+                   help="also answer pages of this origin (scheme://host:port), e.g. a proxy's address; "
+                        "may be repeated")
     v.add_argument("--output", default=None, metavar="DIR",
                    help="folder the page's 'save slices' button writes to (nothing is written without it)")
     v.add_argument("--exit-when-done", action="store_true",
                    help="stop when the source ends (a ZeroMQ end-of-scan message) instead of waiting for more")
-    v.add_argument("--json", default=None, help="at exit, write the counters as JSON")
+    v.add_argument("--json", default=None, metavar="FILE",
+                   help="at exit (also on Ctrl-C or SIGTERM), write the run's counters as JSON")
     m = p.add_argument_group("simulate (leveret live simulate)")
     m.add_argument("--address", default="tcp://127.0.0.1:5555",
                    help="where to send the frames (bound here; the viewer connects)")
     m.add_argument("--rate", type=float, default=100.0, help="frames per second (0: as fast as possible)")
-    m.add_argument("--frames", type=_positive_int, default=360, help="projections over 180 degrees")
+    m.add_argument("--frames", type=_positive_int, default=360,
+                   help="projections per turn: over 180 degrees (parallel), 360 (--beam cone)")
     m.add_argument("--size", type=_positive_int, default=128, help="detector columns (and rows)")
     m.add_argument("--turns", type=int, default=1,
-                   help="half turns to send (0: until stopped; each continues the angles)")
+                   help="turns to send, half turns for parallel beam (0: until stopped; each continues "
+                        "the angles)")
     _common(p)
     return p
 
@@ -123,30 +149,80 @@ def run(args) -> int:
 
 
 def simulate(args) -> int:
-    """Stream a Shepp-Logan scan (line integrals, float32) over ZeroMQ."""
+    """Stream a Shepp-Logan scan (line integrals, float32) over ZeroMQ: parallel
+    beam over half turns, or (``--beam cone``) a circular cone-beam scan over
+    full turns with magnification 2, each frame with its 3x4 matrix."""
     import leveret
     from ..live.reconstructor import Frame
     from ..live.sources import send_frames
     from ..phantom import shepp_logan_3d
 
     n = args.size
-    angles = np.linspace(0, np.pi, args.frames, endpoint=False)
-    geometry = leveret.ParallelGeometry(angles, n, n)
-    projections = shepp_logan_3d(radius=0.45 * n).project(geometry).astype(np.float32)
+    cone = args.beam == "cone"
+    turn = 2 * np.pi if cone else np.pi
+    angles = np.linspace(0, turn, args.frames, endpoint=False)
+    if cone:
+        # the source 2n from the axis, the detector 4n: n pixels of 1 see 0.5 n at the axis
+        geometry = leveret.ConeGeometry.circular(angles, 2.0 * n, 4.0 * n, n, n, 1.0)
+        phantom = shepp_logan_3d(radius=0.2 * n)
+    else:
+        geometry = leveret.ParallelGeometry(angles, n, n)
+        phantom = shepp_logan_3d(radius=0.45 * n)
+    projections = phantom.project(geometry).astype(np.float32)
     pattern = args.pattern or "push"
     turns = itertools.count() if args.turns == 0 else range(max(1, args.turns))
 
     def frames():
-        for turn in turns:
+        for t in turns:
             for i, a in enumerate(angles):
-                yield Frame(projections[i], turn * args.frames + i, angle=float(a + turn * np.pi))
+                index = t * args.frames + i
+                if cone:   # the same circle again: the matrices repeat
+                    yield Frame(projections[i], index, matrix=geometry.matrices[i])
+                else:
+                    yield Frame(projections[i], index, angle=float(a + t * np.pi))
 
-    print(f"leveret live simulate: {args.frames} frames of {n}x{n} per half turn at "
-          f"{args.rate:g}/s to {args.address} ({pattern})", file=sys.stderr, flush=True)
+    print(f"leveret live simulate: {args.beam or 'parallel'} beam, {args.frames} frames of {n}x{n} per "
+          f"{'turn' if cone else 'half turn'} at {args.rate:g}/s to {args.address} ({pattern})",
+          file=sys.stderr, flush=True)
     # the simulator binds, the viewer connects (either may start first)
     sent = send_frames(args.address, frames(), pattern=pattern, bind=True, rate=args.rate or None)
     print(f"leveret live simulate: sent {sent} frames", file=sys.stderr)
     return 0
+
+
+def read_matrices(path) -> np.ndarray:
+    """Projection matrices (n, 3, 4) from a .npy/.tif/HDF5 array ((n, 3, 4) or
+    (n, 12)) or a text file of 12 numbers per line, row by row."""
+    from pathlib import Path
+
+    from ..io import readers
+
+    p = Path(path)
+    if not p.exists():
+        raise ValueError(f"matrices: {str(path)!r} does not exist")
+    if p.suffix.lower() in (".txt", ".csv", ".dat", ""):
+        try:
+            m = np.loadtxt(p, delimiter="," if p.suffix.lower() == ".csv" else None, ndmin=2)
+        except ValueError as exc:
+            raise ValueError(f"matrices: {str(path)!r} is not a text file of numbers: {exc}") from None
+    else:
+        m = np.asarray(readers.read_array(p), np.float64)
+    if m.size == 0 or m.size % 12 or not np.all(np.isfinite(m)) or m.shape[-1] not in (4, 12):
+        raise ValueError(f"matrices: expected finite 3x4 matrices, (n, 3, 4) or 12 numbers per line, "
+                         f"got shape {m.shape} from {str(path)!r}")
+    return m.reshape(-1, 3, 4)
+
+
+def cone_voxel_size(matrix) -> tuple[float, float]:
+    """(row, column) voxel edge that a detector pixel spans at the world origin
+    (the rotation axis) under the 3x4 ``matrix``: 1 / (pixels per length unit)
+    along z and in the xy plane."""
+    m = np.asarray(matrix, np.float64).reshape(3, 4)
+    w0 = m[2, 3]
+    u0, v0 = m[0, 3] / w0, m[1, 3] / w0
+    du = (m[0, :3] - u0 * m[2, :3]) / w0     # pixels per length unit along x, y, z
+    dv = (m[1, :3] - v0 * m[2, :3]) / w0
+    return 1.0 / abs(dv[2]), 1.0 / float(np.hypot(du[0], du[1]))
 
 
 def _source(args):
@@ -155,16 +231,24 @@ def _source(args):
     from ..live.sources import FolderSource, ZmqSource
 
     if "://" in args.source:
+        if args.matrices:
+            raise ValueError("matrices: a ZeroMQ stream sends each frame's matrix in its header")
         return ZmqSource(args.source, pattern=args.pattern or "pull", bind=args.bind,
                          stop_at_end=args.exit_when_done)
     if not Path(args.source).is_dir():
         raise ValueError(f"source: expected a folder, a ZeroMQ address (tcp://...) or 'simulate', "
                          f"got {args.source!r}")
-    angles = None
+    if args.angles and (args.matrices or args.beam == "cone"):
+        raise ValueError("angles: cone beam takes --matrices, not --angles")
+    if args.matrices and args.beam == "parallel":
+        raise ValueError("matrices: parallel beam takes --angles, not --matrices")
+    angles = matrices = None
     if args.angles:
         from ..io.angles import read_angles
         angles = read_angles(args.angles, unit="degree")   # radians
-    return FolderSource(args.source, angles=angles)
+    if args.matrices:
+        matrices = read_matrices(args.matrices)
+    return FolderSource(args.source, angles=angles, matrices=matrices, settle=args.settle)
 
 
 def _first_frame(source):
@@ -176,56 +260,125 @@ def _first_frame(source):
     raise ValueError("source: ended before its first frame")
 
 
+class _Summary:
+    """Writes ``--json`` and the closing line once, on whichever exit comes
+    first: the end of the run, an error, or Ctrl-C / SIGTERM (then from the
+    CLI's clean-up, in the main thread, while the worker is left behind)."""
+
+    def __init__(self, args, source):
+        self.args, self.source = args, source
+        self.session = self.server = None
+        self._once = threading.Lock()
+
+    def finish(self, interrupted: bool = False) -> None:
+        if not self._once.acquire(blocking=False):
+            return
+        session = self.session
+        if session is not None:
+            session.stop()
+            # a batch inside a kernel may hold the lock a while: counters as they are then
+            locked = session.lock.acquire(timeout=5)
+            try:
+                summary = session.summary()
+            finally:
+                if locked:
+                    session.lock.release()
+        else:
+            summary = {"received": 0, "rejected": 0, "rejected_reasons": {}, "missing": [], "views": 0,
+                       "dropped": 0, "dropped_reasons": {},
+                       "bad_messages": int(getattr(self.source, "bad_messages", 0)), "error": None}
+            close = getattr(self.source, "close", None)
+            if close is not None:
+                close()
+        summary["interrupted"] = interrupted
+        if self.server is not None and not interrupted:
+            self.server.stop()
+        if self.args.json:
+            from ..io.atomic import atomic_output
+            with atomic_output(self.args.json, overwrite=True) as tmp:
+                tmp.write_text(json.dumps(summary, indent=2) + "\n")
+        print(f"leveret live: {summary['received']} frames reconstructed, {summary['rejected']} rejected, "
+              f"{len(summary['missing'])} missing, {summary['dropped']} dropped, {summary['bad_messages']} bad "
+              f"messages" + (f"; counters written to {self.args.json}" if self.args.json else ""),
+              file=sys.stderr, flush=True)
+
+
 def serve(args) -> int:
+    from pathlib import Path
+
+    from ..io.atomic import register_cleanup, unregister_cleanup
+
+    from ..live.server import normalise_origin
+
+    if args.json and not Path(args.json).resolve().parent.is_dir():
+        raise ValueError(f"json: the folder of {args.json!r} does not exist")
+    for origin in args.allow_origin:   # checked before waiting for a first frame
+        normalise_origin("allow_origins", origin)
+    source = _source(args)
+    summary = _Summary(args, source)
+    register_cleanup(id(summary), lambda: summary.finish(interrupted=True))
+    try:
+        _serve(args, source, summary)
+    finally:
+        unregister_cleanup(id(summary))
+        summary.finish()
+    if summary.session is not None and summary.session.error is not None:
+        raise summary.session.error
+    return 0
+
+
+def _serve(args, source, summary: _Summary) -> None:
     import leveret
     from ..io import readers
     from ..live import LiveReconstructor
     from ..live.server import LiveServer, LiveSession
 
-    source = _source(args)
-    frames = source
-    detector = args.detector
-    beam = None
-    if detector is None:
-        print("leveret live: waiting for the first frame (give --detector to serve the page at once)",
-              file=sys.stderr, flush=True)
+    frames = None
+    detector, beam = args.detector, args.beam
+    if beam is None and args.matrices:
+        beam = "cone"
+    first_matrix = None if getattr(source, "matrices", None) is None else source.matrices[0]
+    need_first = detector is None or (beam == "cone" and args.voxel_size is None and first_matrix is None)
+    if need_first:
+        print("leveret live: waiting for the first frame (give --detector, and for cone beam --voxel-size, "
+              "to serve the page at once)", file=sys.stderr, flush=True)
         first, frames = _first_frame(source)
-        detector = tuple(first.data.shape)
-        beam = "cone" if first.matrix is not None else "parallel"
+        detector = detector or tuple(first.data.shape)
+        if beam is None:
+            beam = "cone" if first.matrix is not None else "parallel"
+        if first_matrix is None and first.matrix is not None:
+            first_matrix = first.matrix
     beam = beam or "parallel"
     n_rows, n_cols = detector
-    voxel = args.voxel_size or args.det_spacing
     shape = args.volume or (n_rows, n_cols, n_cols)
-    volume = leveret.VolumeGeometry(shape, (args.voxel_size or args.row_spacing, voxel, voxel))
+    if beam == "cone":
+        if args.voxel_size is not None:
+            voxel = (args.voxel_size,) * 3
+        elif first_matrix is not None:
+            dz, dxy = cone_voxel_size(first_matrix)
+            voxel = (dz, dxy, dxy)
+        else:
+            raise ValueError("voxel_size: cone beam frames without a matrix; give --voxel-size")
+    else:
+        pitch = args.voxel_size or args.det_spacing
+        voxel = (args.voxel_size or args.row_spacing, pitch, pitch)
+    volume = leveret.VolumeGeometry(shape, voxel)
     flat = None if args.flat is None else readers.read_array(args.flat)
     dark = None if args.dark is None else readers.read_array(args.dark)
     rec = LiveReconstructor(volume, detector, beam=beam, det_spacing=args.det_spacing,
                             row_spacing=args.row_spacing, center=args.center, flat=flat, dark=dark,
                             minus_log=True if args.minus_log else None, filter=args.filter,
-                            storage=args.storage, backend=args.backend)
+                            storage=args.storage, backend=args.backend, max_views=args.max_views)
     if rec.backend == "cuda" and hasattr(source, "buffers"):
         source.buffers = rec.frame_buffer   # messages copied into pinned buffers: asynchronous uploads
-    session = LiveSession(rec, frames, max_batch=args.max_batch)
+    session = LiveSession(rec, source, frames=frames, max_batch=args.max_batch, max_views=args.max_views)
+    summary.session = session
     host, port = args.serve
-    server = LiveServer(session, host=host, port=port, output=args.output)
+    server = LiveServer(session, host=host, port=port, output=args.output, allow_origins=args.allow_origin)
     url = server.start()
+    summary.server = server
     session.start()
     print(f"leveret live: {beam} beam, detector {n_rows}x{n_cols}, volume {shape}; open {url} "
           "(Ctrl-C stops)", file=sys.stderr, flush=True)
-    try:
-        while not (args.exit_when_done and session.ended):
-            time.sleep(0.1)
-    finally:
-        session.stop()
-        server.stop()
-        summary = {"received": rec.stats.received, "rejected": rec.stats.rejected,
-                   "rejected_reasons": rec.stats.rejected_reasons, "missing": rec.stats.missing,
-                   "views": rec.n_views}
-        if args.json:
-            with open(args.json, "w") as f:
-                json.dump(summary, f, indent=2)
-        print(f"leveret live: {rec.stats.received} frames reconstructed, {rec.stats.rejected} rejected, "
-              f"{len(rec.stats.missing)} missing", file=sys.stderr)
-    if session.error is not None:
-        raise session.error
-    return 0
+    while not (args.exit_when_done and session.ended):
+        time.sleep(0.1)

@@ -2,8 +2,8 @@
 
 - :func:`iterable_source`: projections already in Python (arrays, a generator).
 - :class:`FolderSource`: a folder being written by the acquisition; a TIFF or
-  HDF5 frame is read once complete (its size unchanged over ``settle``
-  seconds).
+  HDF5 frame is read once complete (its size and modification time unchanged
+  over ``settle`` seconds), and read again if it is replaced or rewritten.
 - :class:`ZmqSource`: a ZeroMQ stream (PULL or SUB) of multipart messages:
 
   1. a JSON header ``{"index": int, "angle": float (radians) | "matrix":
@@ -12,15 +12,21 @@
   2. the frame's raw bytes, C order, little-endian.
 
   :func:`send_frames` sends such a stream (``leveret live simulate`` uses it).
+  A message that does not follow this format is skipped, logged and counted
+  (``ZmqSource.bad_messages``).
 
 Sources never stop on a quiet spell: they yield ``None`` every ``timeout``
 seconds while nothing arrives (so the caller can refresh and notice Ctrl-C)
-and pick the stream or the folder up again when frames resume.
+and pick the stream or the folder up again when frames resume. ``close()``
+may be called from any thread. A source that cannot make its sender wait
+(ZeroMQ SUB) says so with ``lossy = True``: the live session then drops the
+frames it has no room for (counted) instead of pausing the reader.
 """
 from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import re
 import threading
@@ -64,6 +70,16 @@ def frame_index(name: str) -> int | None:
 class FolderSource:
     """Frames from files landing in ``folder``: ``proj_00000.tif``, ...
 
+    A file is read once its size and modification time have not changed
+    for ``settle`` seconds, so a frame still being written is never read
+    half-way. Writers should write each frame under another name and
+    rename it into place when complete (``proj_00042.tif.tmp`` or a hidden
+    ``.proj_00042.tif``, then ``os.replace`` to ``proj_00042.tif``): names
+    that do not end in a frame suffix, and hidden names, are never read, and
+    with that convention ``settle=0`` reads each frame as soon as it lands.
+    A file replaced or rewritten under a name already read (a new inode,
+    size or modification time) is read again as a new frame of its index.
+
     Parameters
     ----------
     folder : path
@@ -71,14 +87,13 @@ class FolderSource:
         Angle of frame ``index`` (the last number in the file name). HDF5
         frames may carry their own: an ``angle`` attribute on the dataset.
     matrices : array (n, 3, 4), optional
-        Cone beam: the matrix of frame ``index``.
+        Cone beam: the matrix of frame ``index``. HDF5 frames may carry
+        their own: a ``matrix`` attribute (3x4) on the dataset.
     dataset : str
         HDF5 dataset holding the image.
     settle : float
-        A file is read once its size has not changed for this long, so a
-        frame still being written is never read half-way (writers that
-        write to a hidden ``.name`` and rename are read at once after the
-        rename plus ``settle``).
+        Seconds a file's size and modification time must stay unchanged
+        before it is read.
     timeout : float
         Seconds without a new file after which ``None`` is yielded.
     poll : float
@@ -89,6 +104,10 @@ class FolderSource:
         another ``settle``) before it is skipped with a warning.
     """
 
+    #: Seconds between checks of files already read for a rewrite in place
+    #: (a replaced file, a new inode, is noticed at every scan at no cost).
+    RECHECK = 1.0
+
     def __init__(self, folder, *, angles=None, matrices=None, dataset: str = "data", settle: float = 0.2,
                  timeout: float = 0.5, poll: float = 0.05, retries: int = 3):
         self.folder = Path(folder)
@@ -98,14 +117,19 @@ class FolderSource:
         self.matrices = None if matrices is None else np.asarray(matrices, np.float64).reshape(-1, 3, 4)
         self.dataset = dataset
         self.settle, self.timeout, self.poll = float(settle), float(timeout), float(poll)
-        self._seen: set[str] = set()
-        self._sizes: dict[str, tuple[int, float]] = {}
-        self._failures: dict[str, int] = {}
+        for name in ("settle", "timeout", "poll"):
+            if not getattr(self, name) >= 0:
+                raise ValueError(f"{name}: expected a number of seconds >= 0, got {getattr(self, name)!r}")
+        self._done: dict[str, tuple] = {}      # name -> the (inode, size, mtime_ns) read
+        self._pending: dict[str, tuple] = {}   # name -> ((inode, size, mtime_ns), first seen so)
+        self._failures: dict[tuple, int] = {}
+        self._last_recheck = 0.0
         self.retries = int(retries)
         self._wake = threading.Event()
         self._stop = threading.Event()
 
     def close(self) -> None:
+        """Stop iterating (from any thread)."""
         self._stop.set()
         self._wake.set()
 
@@ -127,28 +151,45 @@ class FolderSource:
         observer.start()
         return observer
 
-    def _complete(self) -> list[Path]:
-        """Files not yet read whose size has been stable for ``settle`` seconds."""
+    def _complete(self) -> list[tuple[Path, tuple]]:
+        """Files not yet read, with their (inode, size, mtime_ns), that have
+        stayed the same for ``settle`` seconds."""
         now = time.monotonic()
-        ready = []
+        recheck = now - self._last_recheck >= self.RECHECK
+        if recheck:
+            self._last_recheck = now
+        ready, present = [], set()
         with os.scandir(self.folder) as entries:
             for e in entries:
                 name = e.name
-                if name in self._seen or name.startswith(".") or not name.lower().endswith(FRAME_SUFFIXES):
+                if name.startswith(".") or not name.lower().endswith(FRAME_SUFFIXES):
                     continue
+                done = self._done.get(name)
                 try:
-                    size = e.stat().st_size
+                    # the inode comes with the folder listing; a stat costs a system call
+                    if (done is not None and not recheck and name not in self._pending
+                            and e.inode() == done[0]):
+                        continue
+                    st = e.stat()
                 except FileNotFoundError:
                     continue
-                first = self._sizes.get(name)
-                if first is None or first[0] != size:
-                    self._sizes[name] = (size, now)
+                key = (st.st_ino, st.st_size, st.st_mtime_ns)
+                if key == done:
                     continue
-                if size > 0 and now - first[1] >= self.settle:
-                    ready.append(Path(e.path))
-        return sorted(ready, key=lambda p: (frame_index(p.name) is None, frame_index(p.name) or 0, p.name))
+                present.add(name)
+                first = self._pending.get(name)
+                if first is None or first[0] != key:
+                    self._pending[name] = (key, now)
+                    continue
+                if st.st_size > 0 and now - first[1] >= self.settle:
+                    ready.append((Path(e.path), key))
+        for name in list(self._pending):   # files removed before they were read
+            if name not in present:
+                del self._pending[name]
+        return sorted(ready, key=lambda r: (frame_index(r[0].name) is None, frame_index(r[0].name) or 0,
+                                            r[0].name))
 
-    def _read(self, path: Path) -> Frame | None:
+    def _read(self, path: Path, key: tuple) -> Frame | None:
         index = frame_index(path.name)
         angle = matrix = None
         try:
@@ -159,13 +200,15 @@ class FolderSource:
                     data = ds[()]
                     if "angle" in ds.attrs:
                         angle = float(ds.attrs["angle"])
+                    if "matrix" in ds.attrs:
+                        matrix = np.asarray(ds.attrs["matrix"], np.float64)
                     if "index" in ds.attrs:
                         index = int(ds.attrs["index"])
             else:
                 import tifffile
                 data = tifffile.imread(path)
         except Exception as exc:   # a corrupt or foreign file: skipped, the scan goes on
-            if self._failures.get(path.name, 0) >= self.retries:
+            if self._failures.get(key, 0) >= self.retries:
                 log.warning("%s skipped: %s", path.name, exc)
             return None
         if index is None:
@@ -173,9 +216,16 @@ class FolderSource:
             return None
         if angle is None and self.angles is not None:
             angle = float(self.angles[index]) if index < self.angles.size else None
-        if self.matrices is not None and index < len(self.matrices):
+        if matrix is None and self.matrices is not None and index < len(self.matrices):
             matrix = self.matrices[index]
         return Frame(data, index, angle=angle, matrix=matrix)
+
+    def _unchanged(self, path: Path, key: tuple) -> bool:
+        try:
+            st = path.stat()
+        except FileNotFoundError:
+            return False
+        return (st.st_ino, st.st_size, st.st_mtime_ns) == key
 
     def __iter__(self):
         observer = self._watch()
@@ -183,15 +233,23 @@ class FolderSource:
         try:
             while not self._stop.is_set():
                 found = False
-                for path in self._complete():
-                    frame = self._read(path)
-                    if frame is None and self._failures.get(path.name, 0) < self.retries:
-                        # unreadable: perhaps a writer that paused; tried again after another settle
-                        self._failures[path.name] = self._failures.get(path.name, 0) + 1
-                        self._sizes.pop(path.name, None)
+                for path, key in self._complete():
+                    name = path.name
+                    frame = self._read(path, key)
+                    if not self._unchanged(path, key):
+                        # written to while it was read: read again once it settles
+                        self._pending.pop(name, None)
                         continue
-                    self._seen.add(path.name)
-                    self._sizes.pop(path.name, None)
+                    if frame is None and self._failures.get(key, 0) < self.retries:
+                        # unreadable: perhaps a writer that paused; tried again after another settle
+                        self._failures[key] = self._failures.get(key, 0) + 1
+                        self._pending.pop(name, None)
+                        continue
+                    if name in self._done:
+                        log.warning("%s was replaced or rewritten: read again", name)
+                    self._done[name] = key
+                    self._pending.pop(name, None)
+                    self._failures.pop(key, None)
                     if frame is not None:
                         found = True
                         yield frame
@@ -234,10 +292,24 @@ class ZmqSource:
         memory, so the frame uploads to the GPU asynchronously); it may also
         be set after construction. Without it a frame's data are a view of
         the message.
+    hwm : int
+        Messages the socket holds before the sender waits (PULL) or messages
+        are lost (SUB): with PULL, a reader that stops reading holds back the
+        sender once this many frames wait here and in the sender's queue.
+
+    Notes
+    -----
+    The socket is used only by the thread iterating the source (ZeroMQ
+    sockets are not thread-safe): :meth:`close` from another thread sets a
+    flag that the iterating thread sees within ``STEP`` seconds; that
+    thread then closes the socket and the iteration ends.
     """
 
+    #: Seconds between two looks at the stop flag while the socket is quiet.
+    STEP = 0.05
+
     def __init__(self, address: str, *, pattern: str = "pull", bind: bool = False, timeout: float = 0.5,
-                 stop_at_end: bool = False, hwm: int = 100000, buffers=None):
+                 stop_at_end: bool = False, hwm: int = 1000, buffers=None):
         import zmq
 
         self.address = address
@@ -245,42 +317,81 @@ class ZmqSource:
         if self.pattern not in ("pull", "sub"):
             raise ValueError(f"pattern: a source reads with 'pull' or 'sub', got {pattern!r}")
         self.timeout = float(timeout)
+        if not self.timeout > 0:
+            raise ValueError(f"timeout: expected seconds > 0, got {timeout!r}")
         self.stop_at_end = stop_at_end
+        self.lossy = self.pattern == "sub"     # a publisher never waits for its subscribers
+        self.bad_messages = 0
+        self.buffers = buffers
+        self._lock = threading.Lock()          # orders close() against the start and end of iteration
+        self._stop = threading.Event()
+        self._reading = False
         self._ctx = zmq.Context.instance()
         self._sock = self._ctx.socket(zmq.PULL if self.pattern == "pull" else zmq.SUB)
-        self._sock.setsockopt(zmq.RCVHWM, hwm)
+        self._sock.setsockopt(zmq.RCVHWM, int(hwm))
         self._sock.setsockopt(zmq.LINGER, 0)
         if self.pattern == "sub":
             self._sock.setsockopt(zmq.SUBSCRIBE, b"")
-        (self._sock.bind if bind else self._sock.connect)(address)
-        self.bad_messages = 0
-        self.buffers = buffers
+        try:
+            (self._sock.bind if bind else self._sock.connect)(address)
+        except zmq.ZMQError as exc:
+            self._sock.close(0)
+            raise ValueError(f"address: cannot {'bind' if bind else 'connect to'} {address!r}: {exc}") from None
+
+    @property
+    def closed(self) -> bool:
+        return self._sock.closed
 
     def close(self) -> None:
-        self._sock.close(0)
+        """Stop the source; safe from any thread. The thread iterating it closes
+        the socket (within ``STEP`` seconds); with none iterating, it is closed here."""
+        with self._lock:
+            self._stop.set()
+            if not self._reading and not self._sock.closed:
+                self._sock.close(0)
 
     def __iter__(self):
         import zmq
 
-        poller = zmq.Poller()
-        poller.register(self._sock, zmq.POLLIN)
-        while True:
-            if not poller.poll(int(self.timeout * 1000)):
-                yield None
-                continue
-            parts = self._sock.recv_multipart(copy=False)
-            arrived = time.perf_counter()
-            try:
-                header = json.loads(bytes(parts[0].buffer))
-                if header.get("end"):
-                    log.info("end of scan message received")
-                    if self.stop_at_end:
-                        return
+        with self._lock:
+            if self._stop.is_set():
+                return
+            if self._reading:
+                raise RuntimeError("ZmqSource: already being read (one iteration at a time)")
+            self._reading = True
+        try:
+            poller = zmq.Poller()
+            poller.register(self._sock, zmq.POLLIN)
+            quiet_since = time.monotonic()
+            while not self._stop.is_set():
+                if not poller.poll(int(1000 * min(self.STEP, self.timeout))):
+                    if time.monotonic() - quiet_since >= self.timeout:
+                        quiet_since = time.monotonic()
+                        yield None
                     continue
-                yield decode(header, parts[1].buffer if len(parts) > 1 else None, arrived, self.buffers)
-            except (ValueError, KeyError, TypeError, IndexError) as exc:
-                self.bad_messages += 1
-                log.warning("message skipped: %s", exc)
+                quiet_since = time.monotonic()
+                parts = self._sock.recv_multipart(copy=False)
+                arrived = time.perf_counter()
+                try:
+                    header = json.loads(bytes(parts[0].buffer))
+                    if not isinstance(header, dict):
+                        raise ValueError(f"header: expected a JSON object, got {type(header).__name__}")
+                    if header.get("end"):
+                        log.info("end of scan message received")
+                        if self.stop_at_end:
+                            return
+                        continue
+                    frame = decode(header, parts[1].buffer if len(parts) > 1 else None, arrived, self.buffers)
+                except (ValueError, KeyError, TypeError, IndexError) as exc:
+                    self.bad_messages += 1
+                    log.warning("message skipped: %s", exc)
+                    continue
+                yield frame
+        finally:
+            with self._lock:
+                self._reading = False
+                if self._stop.is_set() and not self._sock.closed:
+                    self._sock.close(0)   # in the thread that used it
 
 
 def decode(header: dict, payload, arrived: float | None = None, buffers=None) -> Frame:
@@ -288,12 +399,16 @@ def decode(header: dict, payload, arrived: float | None = None, buffers=None) ->
     the dtype and shape the header states (checked against the payload's size);
     with ``buffers`` (see :class:`ZmqSource`) they are copied into one of its
     buffers when it has that shape."""
+    if not isinstance(header, dict):
+        raise ValueError(f"header: expected a JSON object, got {type(header).__name__}")
     if payload is None:
         raise ValueError("no frame bytes after the header")
     shape = tuple(int(s) for s in header["shape"])
     dtype = np.dtype(header["dtype"]).newbyteorder("<")
+    if dtype.kind not in "biuf":
+        raise ValueError(f"dtype: expected a number type, got {header['dtype']!r}")
     data = np.frombuffer(payload, dtype=dtype)
-    if data.size != int(np.prod(shape)):
+    if min(shape, default=-1) < 0 or data.size != math.prod(shape):
         raise ValueError(f"{data.size} values of {dtype} for a frame of shape {shape}")
     data = data.reshape(shape)
     if buffers is not None:
@@ -321,10 +436,13 @@ def encode(frame: Frame) -> list[bytes]:
 
 
 def send_frames(address: str, frames, *, pattern: str = "push", bind: bool = True, rate: float | None = None,
-                end: bool = True, stop: threading.Event | None = None, connect_wait: float = 0.2) -> int:
+                end: bool = True, stop: threading.Event | None = None, connect_wait: float = 0.2,
+                hwm: int = 1000) -> int:
     """Send ``frames`` (iterable of :class:`Frame`) to ``address`` with PUSH or
     PUB at ``rate`` frames per second (None: as fast as possible); returns the
-    number sent. ``end`` sends the ``{"end": true}`` message after the last."""
+    number sent. ``end`` sends the ``{"end": true}`` message after the last.
+    With PUSH, once ``hwm`` messages wait here (and the reader's ``hwm``
+    there) sending waits for the reader; PUB drops them instead."""
     import zmq
 
     pattern = _pattern(pattern)
@@ -332,7 +450,7 @@ def send_frames(address: str, frames, *, pattern: str = "push", bind: bool = Tru
         raise ValueError(f"pattern: a sender writes with 'push' or 'pub', got {pattern!r}")
     ctx = zmq.Context.instance()
     sock = ctx.socket(zmq.PUSH if pattern == "push" else zmq.PUB)
-    sock.setsockopt(zmq.SNDHWM, 100000)
+    sock.setsockopt(zmq.SNDHWM, int(hwm))
     sock.setsockopt(zmq.LINGER, 2000)
     (sock.bind if bind else sock.connect)(address)
     time.sleep(connect_wait)   # let readers connect (PUB drops messages nobody reads yet)

@@ -76,6 +76,10 @@ function send(message) {
   if (state.ws && state.ws.readyState === WebSocket.OPEN) state.ws.send(JSON.stringify(message));
 }
 
+function reasons(counts) {   // {"reason": n, ...} as "n reason, ..." for a tooltip
+  return Object.entries(counts || {}).map(([k, n]) => n + " " + k).join(", ");
+}
+
 function showState(s) {
   state.lastState = s;
   $("stat-views").textContent = s.views;
@@ -88,7 +92,13 @@ function showState(s) {
     $("stat-lag").textContent = state.lagMs.toFixed(0) + " ms";
   }
   $("stat-rejected").textContent = s.rejected;
+  $("stat-rejected").title = reasons(s.rejected_reasons);
   $("stat-missing").textContent = s.missing;
+  $("stat-dropped").textContent = s.dropped;
+  $("stat-dropped").title = reasons(s.dropped_reasons);
+  $("stat-bad").textContent = s.bad_messages;
+  $("stat-queued").textContent = s.queued;
+  if (s.request_error) $("message").textContent = s.request_error;
   $("stat-status").textContent = s.error ? "error: " + s.error : (s.ended ? "source ended" : "receiving");
   if (!state.initialised) {
     state.volume = s.volume;
@@ -136,7 +146,8 @@ $("reset-slices").addEventListener("click", () => {
 $("axial-apply").addEventListener("click", () => {
   const z = $("axial-z").value.split(",").map(t => t.trim()).filter(t => t.length).map(Number);
   if (z.some(Number.isNaN)) { $("message").textContent = "axial z: numbers separated by commas"; return; }
-  send({ type: "axial", z });
+  $("message").textContent = "";
+  send({ type: "axial", z });   // the server answers with an error message past its limit (max_axial)
 });
 $("range-apply").addEventListener("click", () => {
   if ($("range-auto").checked) send({ type: "range", auto: true });
