@@ -768,6 +768,12 @@ def _coverage(angle: np.ndarray) -> float:
     return float(angle.max() - angle.min() + step)
 
 
+def turn_scale(angle: np.ndarray) -> float:
+    """``2 pi / coverage`` for views covering more than one turn, else 1: a
+    scan of k turns measures each line 2 k times, not twice."""
+    return 2 * np.pi / max(2 * np.pi, _coverage(angle))
+
+
 def _steps(angle: np.ndarray) -> np.ndarray:
     """Each view's share of the angle range: half the gap to each neighbour."""
     if angle.size == 1:
@@ -786,8 +792,8 @@ def _steps(angle: np.ndarray) -> np.ndarray:
 def _view_weights(frames, n_cols: int, parker: bool) -> np.ndarray:
     """Angular quadrature x Parker weight, per view and detector column."""
     steps = _steps(frames["angle"])
-    if not parker:
-        return np.repeat((0.5 * steps)[:, None], n_cols, axis=1)   # full scan: each line twice
+    if not parker:   # full scan: each line twice per turn
+        return np.repeat((0.5 * steps * turn_scale(frames["angle"]))[:, None], n_cols, axis=1)
     # Fan angle of each column, positive in the direction of rotation: the
     # detector's u axis points against the rotation of a counter-clockwise scan.
     u = np.arange(n_cols)[None, :]

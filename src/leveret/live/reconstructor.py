@@ -277,10 +277,22 @@ class LiveReconstructor:
     def slices(self) -> dict[str, np.ndarray]:
         """The watched slices now: name -> (height, width) float32 NumPy array."""
         self.synchronize()
+        scale = self._turn_scale()
         out = {}
         for name, acc in self._acc.items():
             out[name] = acc.get() if self.xp is not np else acc.copy()
+            if scale != 1.0:
+                out[name] *= np.float32(scale)
         return out
+
+    def _turn_scale(self) -> float:
+        """Cone beam over more than one turn: each line is measured twice per
+        turn, so the sums (kept with one-turn weights, which a new turn leaves
+        as they are) are scaled on the way out, as leveret.fdk weights them."""
+        if self.beam != "cone" or self._turn.size < 2:
+            return 1.0
+        from ..algorithms.fdk import turn_scale
+        return turn_scale(self._turn)
 
     def sinogram(self, row: int | None = None) -> np.ndarray:
         """Line integrals of one detector row (default the middle) of the last
