@@ -212,6 +212,18 @@ def test_hypothesis_slab_orders_and_sizes_round_trip():
     check()
 
 
+@pytest.mark.parametrize("junk", [b"\x00", b"\x01\x02", b"II*\x00"])
+def test_a_tiff_cut_inside_its_header_is_a_clear_error(tmp_path, junk):
+    """Cases the property test below found: tifffile raised struct.error, or
+    read an empty array from a header pointing nowhere."""
+    vol = np.arange(4 * 5 * 6, dtype=np.float32).reshape(4, 5, 6)
+    path = write_slabs(tmp_path / "v.tif", [(0, vol)], vol.shape, compression=None)
+    data = path.read_bytes()
+    path.write_bytes(data[:int(0.0078125 * len(data))] + junk)
+    with pytest.raises(ValueError, match="path: cannot read .* as a TIFF file"):
+        read_array(path)
+
+
 def test_hypothesis_damaged_files_give_clear_errors():
     """Truncated or overwritten bytes in TIFF, .npy and zarr chunks: a ValueError naming path, never a crash."""
     hypothesis = pytest.importorskip("hypothesis")

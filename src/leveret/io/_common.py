@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import struct
 import tokenize
 from pathlib import Path
 from typing import Iterator
@@ -63,8 +64,9 @@ def library_errors(path: Path, what: str) -> Iterator[None]:
     """Turn tifffile/h5py/numpy failures on a bad file into a ValueError naming ``path``."""
     try:
         yield
-    except (OSError, ValueError, KeyError, EOFError, SyntaxError, tokenize.TokenError) as exc:
-        # EOFError, SyntaxError, TokenError: NumPy parsing a damaged .npy header.
+    except (OSError, ValueError, KeyError, EOFError, SyntaxError, tokenize.TokenError, struct.error) as exc:
+        # EOFError, SyntaxError, TokenError: NumPy parsing a damaged .npy header;
+        # struct.error: tifffile unpacking a truncated header.
         raise ValueError(f"path: cannot read {str(path)!r} as {what}: {exc}") from exc
 
 

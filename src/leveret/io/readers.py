@@ -88,7 +88,10 @@ def read_tiff(path: Path, dataset: str | None = None) -> np.ndarray:
     import tifffile
 
     with library_errors(path, "a TIFF file"):
-        return tifffile.imread(path)
+        image = tifffile.imread(path)
+    if image.size == 0:   # a header whose first page offset points nowhere: no image, not an empty one
+        raise ValueError(f"path: cannot read {str(path)!r} as a TIFF file: it holds no image data")
+    return image
 
 
 def read_tiff_stack(files: list[Path], source: str) -> np.ndarray:
