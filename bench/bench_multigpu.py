@@ -265,6 +265,8 @@ def main(argv=None):
             parser.error(f"--only: unknown problem {name!r}; expected {', '.join(problems)}")
     for name in names:
         if name == "dask":
+            if args.dir is not None:
+                Path(args.dir).mkdir(parents=True, exist_ok=True)   # a scratch folder named but not there yet
             with tempfile.TemporaryDirectory(dir=args.dir) as folder:
                 bench_dask(devices, args.quick, args.scheduler, Path(folder), args.dask_slices)
         else:
