@@ -130,3 +130,26 @@ def smooth_noise(rng, shape):
     kernel's own CPU mirror included) stays well inside 1e-5."""
     w = rng.standard_normal((shape[0], shape[1] + 2, shape[2] + 2))
     return (sum(w[:, a:a + shape[1], b:b + shape[2]] for a in range(3) for b in range(3)) / 3).astype(np.float32)
+
+
+def parallel_phantom_scan(n, n_rows, n_views):
+    """(angles, geometry, float32 projections) of a 3D Shepp-Logan phantom
+    over a half circle: the live reconstructor's test scan."""
+    from leveret.phantom import shepp_logan_3d
+    angles = np.linspace(0, np.pi, n_views, endpoint=False)
+    g = ParallelGeometry(angles, n, n_rows)
+    return angles, g, shepp_logan_3d(radius=n / 2.2).project(g).astype(np.float32)
+
+
+def take_frames(iterator, n, timeout=10.0):
+    """The next n frames of a live source (skipping the None of quiet spells)."""
+    import time
+    out, t0 = [], time.monotonic()
+    for f in iterator:
+        if f is not None:
+            out.append(f)
+        if len(out) == n:
+            return out
+        if time.monotonic() - t0 > timeout:
+            break
+    raise AssertionError(f"got {len(out)} of {n} frames")

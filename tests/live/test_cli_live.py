@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tifffile
+from cases import take_frames
 
 import leveret
 from leveret.cli import main, parse
@@ -57,12 +58,7 @@ def test_live_reads_a_folder_source_with_angles(tmp_path):
     from leveret.cli.live import _source
     args = parse(["live", str(frames), "--angles", "0:180:3"])
     src = _source(args)
-    got = []
-    for f in src:
-        if f is not None:
-            got.append(f)
-        if len(got) == 3:
-            break
+    got = take_frames(src, 3)
     src.close()
     np.testing.assert_allclose([f.angle for f in got], np.radians([0, 60, 120]))
 
@@ -198,12 +194,7 @@ def test_a_folder_source_takes_cone_matrices_from_a_file(tmp_path, suffix):
     else:
         np.savetxt(path, g.matrices.reshape(3, 12), fmt="%.17g")
     src = _source(parse(["live", str(frames), "--matrices", str(path), "--settle", "0"]))
-    got = []
-    for f in src:
-        if f is not None:
-            got.append(f)
-        if len(got) == 3:
-            break
+    got = take_frames(src, 3)
     src.close()
     np.testing.assert_array_equal(np.stack([f.matrix for f in got]), g.matrices)
     assert all(f.angle is None for f in got)

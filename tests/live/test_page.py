@@ -11,11 +11,10 @@ import time
 
 import numpy as np
 import pytest
+from cases import parallel_phantom_scan
 
-import leveret
 from leveret.live import Frame, LiveReconstructor
 from leveret.live.server import MAX_AXIAL, LiveServer, LiveSession, to_uint8
-from leveret.phantom import shepp_logan_3d
 
 CHROMIUM = "/usr/bin/chromium"
 if not os.path.exists(CHROMIUM) and os.environ.get("CI", "").lower() != "true":
@@ -41,10 +40,7 @@ def js_checksum(pixels: np.ndarray) -> int:
 
 @pytest.fixture(scope="module")
 def scan():
-    angles = np.linspace(0, np.pi, VIEWS, endpoint=False)
-    g = leveret.ParallelGeometry(angles, N, ROWS)
-    proj = shepp_logan_3d(radius=N / 2.2).project(g).astype(np.float32)
-    return angles, g, proj
+    return parallel_phantom_scan(N, ROWS, VIEWS)
 
 
 class FedSource:

@@ -26,7 +26,6 @@ def _err(a, b):
 
 @pytest.mark.parametrize("storage, tol", [("float32", 1e-5), ("float16", 3e-4)])
 def test_parallel_gpu_slices_equal_fbp(storage, tol):
-    import cupy
     angles = np.linspace(0, np.pi, VIEWS, endpoint=False)
     g = leveret.ParallelGeometry(angles, N, ROWS)
     vol = g.default_volume()

@@ -7,6 +7,7 @@ cases is 3e-7 of the slice's peak (parallel) and 8e-8 (cone). The bound
 """
 import numpy as np
 import pytest
+from cases import parallel_phantom_scan
 
 import leveret
 from leveret.live import Frame, LiveReconstructor, orthogonal_slices
@@ -19,10 +20,7 @@ N, ROWS, VIEWS = 32, 8, 48
 
 @pytest.fixture(scope="module")
 def scan():
-    angles = np.linspace(0, np.pi, VIEWS, endpoint=False)
-    g = leveret.ParallelGeometry(angles, N, ROWS)
-    proj = shepp_logan_3d(radius=N / 2.2).project(g).astype(np.float32)
-    return angles, g, proj
+    return parallel_phantom_scan(N, ROWS, VIEWS)
 
 
 def _voxel_point(vol, i, j, k):

@@ -294,7 +294,7 @@ def test_the_page_images_and_colour_range_stay_defined_with_non_finite_pixels():
 def test_a_zeromq_pull_stream_is_held_back_not_dropped_while_the_reconstruction_is_busy(running):
     """PULL: the reader pauses at the queue bound, the sockets' high-water marks
     fill, the sender waits; every frame arrives in the end."""
-    zmq = pytest.importorskip("zmq")
+    pytest.importorskip("zmq")
     import socket as sockets
 
     from leveret.live.sources import ZmqSource, send_frames

@@ -9,6 +9,7 @@ import h5py
 import numpy as np
 import pytest
 import tifffile
+from cases import take_frames
 
 from leveret.live import Frame
 from leveret.live.sources import FolderSource, ZmqSource, decode, encode, frame_index, iterable_source, send_frames
@@ -20,19 +21,6 @@ def _free_address():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return f"tcp://127.0.0.1:{s.getsockname()[1]}"
-
-
-def _take(iterator, n, timeout=10.0):
-    """The next n frames (skipping the None of quiet spells)."""
-    out, t0 = [], time.monotonic()
-    for f in iterator:
-        if f is not None:
-            out.append(f)
-        if len(out) == n:
-            return out
-        if time.monotonic() - t0 > timeout:
-            break
-    raise AssertionError(f"got {len(out)} of {n} frames")
 
 
 def test_iterable_source_yields_frames_with_angles_or_matrices():
@@ -62,7 +50,7 @@ def test_folder_source_reads_only_complete_files(tmp_path):
     tifffile.imwrite(tmp_path / "whole.bin.tmp", full)
     blob = (tmp_path / "whole.bin.tmp").read_bytes()
     (tmp_path / "whole.bin.tmp").unlink()
-    first = _take(it, 1)[0]
+    first = take_frames(it, 1)[0]
     assert first.index == 0 and first.angle == angles[0] and first.data[0, 0] == 7
     with open(partial, "wb") as f:
         step = len(blob) // 8
@@ -72,7 +60,7 @@ def test_folder_source_reads_only_complete_files(tmp_path):
             deadline = time.monotonic() + 0.1
             while time.monotonic() < deadline:
                 assert next(it) is None       # quiet: the half-written file is not a frame
-    frame = _take(it, 1)[0]
+    frame = take_frames(it, 1)[0]
     assert frame.index == 1 and frame.angle == angles[1]
     np.testing.assert_array_equal(frame.data, full)
     src.close()
@@ -82,7 +70,7 @@ def test_folder_source_reads_hdf5_frames_with_their_angle(tmp_path):
     with h5py.File(tmp_path / "frame_0003.h5", "w") as f:
         f.create_dataset("data", data=np.ones((3, 5), np.float32)).attrs["angle"] = 0.25
     src = FolderSource(tmp_path, settle=0.05, timeout=0.1, poll=0.02)
-    frame = _take(iter(src), 1)[0]
+    frame = take_frames(iter(src), 1)[0]
     assert frame.index == 3 and frame.angle == 0.25 and frame.data.shape == (3, 5)
     src.close()
 
@@ -135,10 +123,10 @@ def test_zmq_source_picks_a_stream_up_again_after_it_stops():
     part1 = [Frame(np.zeros((2, 2), np.float32), i, angle=0.0) for i in range(3)]
     part2 = [Frame(np.zeros((2, 2), np.float32), i, angle=0.0) for i in range(3, 6)]
     send_frames(address, part1, end=False, connect_wait=0.3)       # a sender that goes away
-    assert [f.index for f in _take(it, 3)] == [0, 1, 2]
+    assert [f.index for f in take_frames(it, 3)] == [0, 1, 2]
     assert next(it) is None                                         # quiet spell
     send_frames(address, part2, end=False, connect_wait=0.3)       # and comes back
-    assert [f.index for f in _take(it, 3)] == [3, 4, 5]
+    assert [f.index for f in take_frames(it, 3)] == [3, 4, 5]
     src.close()
 
 
@@ -246,10 +234,10 @@ def test_folder_source_reads_a_frame_again_when_it_is_replaced_under_the_same_na
     src = FolderSource(tmp_path, angles=np.zeros(4), settle=0.05, timeout=0.05, poll=0.01)
     it = iter(src)
     (tmp_path / "proj_0002.tif").write_bytes(_tiff_bytes(1))
-    assert _take(it, 1)[0].data[0, 0] == 1
+    assert take_frames(it, 1)[0].data[0, 0] == 1
     (tmp_path / "proj_0002.tif.tmp").write_bytes(_tiff_bytes(2))     # same size, new content
     os.replace(tmp_path / "proj_0002.tif.tmp", tmp_path / "proj_0002.tif")
-    again = _take(it, 1)[0]
+    again = take_frames(it, 1)[0]
     assert again.index == 2 and again.data[0, 0] == 2
     src.close()
 
@@ -259,12 +247,12 @@ def test_folder_source_reads_a_frame_again_when_it_is_rewritten_in_place(tmp_pat
     it = iter(src)
     path = tmp_path / "proj_0001.tif"
     path.write_bytes(_tiff_bytes(5))
-    first = _take(it, 1)[0]
+    first = take_frames(it, 1)[0]
     mtime = path.stat().st_mtime_ns
     with open(path, "r+b") as f:              # same inode, same size
         f.write(_tiff_bytes(6))
     os.utime(path, ns=(mtime + 10**9, mtime + 10**9))   # a later time even on coarse clocks
-    again = _take(it, 1)[0]
+    again = take_frames(it, 1)[0]
     assert (first.data[0, 0], again.data[0, 0]) == (5, 6)
     src.close()
 
@@ -289,7 +277,7 @@ def test_folder_source_waits_for_a_preallocated_file_to_stop_changing(tmp_path):
         deadline = time.monotonic() + settle / 2     # a pause shorter than settle
         while time.monotonic() < deadline:
             assert next(it) is None                    # never read half-way
-    frame = _take(it, 1)[0]
+    frame = take_frames(it, 1)[0]
     assert frame.index == 0 and np.all(frame.data == 9)
     src.close()
 
@@ -299,7 +287,7 @@ def test_folder_source_reads_a_cone_matrix_stored_with_an_hdf5_frame(tmp_path):
     with h5py.File(tmp_path / "frame_0007.h5", "w") as f:
         f.create_dataset("data", data=np.ones((3, 5), np.float32)).attrs["matrix"] = m
     src = FolderSource(tmp_path, settle=0.0, timeout=0.1, poll=0.01)
-    frame = _take(iter(src), 1)[0]
+    frame = take_frames(iter(src), 1)[0]
     assert frame.index == 7 and frame.angle is None
     np.testing.assert_array_equal(frame.matrix, m)
     src.close()
