@@ -92,8 +92,15 @@ def slab_alias(slab, k0, shape):
     return np.ndarray(shape, slab.dtype, buffer=memory)
 
 
+@contextlib.contextmanager
+def lent_streams(count=1):
+    """``leveret.cuda.streams.lent`` with stand-in streams (none kept between calls)."""
+    yield [Stream() for _ in range(count)]
+
+
 def install(monkeypatch, n_gpus: int = 2) -> None:
     from leveret import _validate, devices
+    from leveret.cuda import streams
 
     stream = Stream()
     runtime = types.SimpleNamespace(memcpyAsync=lambda dst, src, n, kind, s: ctypes.memmove(dst, src, n),
@@ -112,5 +119,6 @@ def install(monkeypatch, n_gpus: int = 2) -> None:
     monkeypatch.setitem(sys.modules, "cupyx", cupyx)
     monkeypatch.setattr(devices, "visible_device_count", lambda: n_gpus)
     monkeypatch.setattr(devices, "_worker_context", lambda device: contextlib.nullcontext())
+    monkeypatch.setattr(streams, "lent", lent_streams)
     monkeypatch.setattr(devices, "_release_memory", lambda device: None)
     monkeypatch.setattr(_validate, "add_nonfinite_count", lambda counter, arr: None)

@@ -204,21 +204,45 @@ def test_keyboard_interrupt_stops_every_worker(fake_gpus, monkeypatch):
         ran.append(a)
         time.sleep(0.01)
 
-    real_join = threading.Thread.join
+    real_wait = threading.Event.wait
     calls = {"n": 0}
 
-    def join(self, timeout=None):
-        calls["n"] += 1
-        if calls["n"] == 3 and threading.current_thread() is threading.main_thread():
-            raise KeyboardInterrupt
-        return real_join(self, timeout)
+    def wait(self, timeout=None):   # the caller's third wait for its workers is interrupted
+        if threading.current_thread() is threading.main_thread():
+            calls["n"] += 1
+            if calls["n"] == 3:
+                raise KeyboardInterrupt
+        return real_wait(self, timeout)
 
-    monkeypatch.setattr(threading.Thread, "join", join)
+    monkeypatch.setattr(threading.Event, "wait", wait)
     with pytest.raises(KeyboardInterrupt):
         ds.run(devices.blocks(1000, 1000), work)
     n = len(ran)
     time.sleep(0.05)
     assert len(ran) == n < 1000     # nothing runs after the interrupt
+
+
+def test_a_repeated_call_runs_each_worker_in_the_thread_that_ran_it(fake_gpus):
+    """Worker threads are kept between calls (CuPy's cuFFT plan caches are per thread)."""
+    def names(ds):
+        return ds.run_each(lambda worker, stop: threading.current_thread().name)
+
+    ds = devices.DeviceSet([1, 0, 1], shared=True)
+    first = names(ds)
+    assert len(set(first)) == 3 and all(n.startswith(f"leveret-gpu{d}-") for n, d in zip(first, ds.ids))
+    with pytest.raises(RuntimeError, match="once"):
+        ds.run_each(lambda worker, stop: (_ for _ in ()).throw(RuntimeError("once")))
+    assert names(ds) == first          # a failed call leaves its threads usable
+
+
+def test_a_call_made_inside_a_worker_gets_threads_of_its_own(fake_gpus):
+    inner = devices.DeviceSet([0])
+
+    def outer(worker, stop):
+        return inner.run_each(lambda w, s: threading.current_thread().name)[0], threading.current_thread().name
+
+    (nested, own), = devices.DeviceSet([0]).run_each(outer)
+    assert nested != own
 
 
 # -- pipelines pulling from one queue -------------------------------------------------------------

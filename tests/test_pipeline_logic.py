@@ -5,6 +5,7 @@ by the GPU tests (tests/operators/test_parallel_kernels_gpu.py,
 tests/algorithms/test_fbp_cuda.py); this catches what needs no GPU."""
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import sys
 import time
@@ -14,6 +15,7 @@ import numpy as np
 import pytest
 
 from leveret import pipeline
+from leveret.cuda import streams
 
 
 class _DeviceArray(np.ndarray):
@@ -72,6 +74,7 @@ def fake_cupy(monkeypatch):
     cupyx = types.SimpleNamespace(empty_pinned=lambda n, dtype: np.empty(n, dtype))
     monkeypatch.setitem(sys.modules, "cupy", cupy)
     monkeypatch.setitem(sys.modules, "cupyx", cupyx)
+    monkeypatch.setattr(streams, "lent", lambda count=1: contextlib.nullcontext([_Stream() for _ in range(count)]))
 
 
 @pytest.mark.parametrize("n_slices,chunk", [(7, 2), (8, 8), (1, 1), (9, 4)])

@@ -13,7 +13,9 @@ An operator or algorithm that takes ``devices=`` reads it with :func:`parse`:
 
 A :class:`DeviceSet` runs one worker thread per entry. Each thread makes its
 GPU current (``cupy.cuda.Device``) and works on a non-blocking stream of its
-own, so the GPUs (and, in shared mode, the workers of one GPU) overlap. Work
+own, so the GPUs (and, in shared mode, the workers of one GPU) overlap. The
+threads and streams are kept for the next call (CuPy caches cuFFT plans per
+thread and device memory per stream): a repeated call finds both warm. Work
 comes as half-open ranges ``(start, stop)`` (of views, slices, ...) dealt
 from a shared queue: a faster GPU simply takes more ranges, and since every
 range computes the same way wherever it runs, the result does not depend on
@@ -37,6 +39,7 @@ they have not.
 from __future__ import annotations
 
 import contextlib
+import functools
 import numbers
 import queue
 import threading
@@ -225,13 +228,15 @@ class DeviceSet:
         return results
 
     def _start(self, body) -> None:
-        """One thread per entry running ``body(worker, stop)`` with its GPU
-        current; the first exception sets ``stop`` and is re-raised here, as
-        is Ctrl-C (after every thread has stopped)."""
+        """Run ``body(worker, stop)`` once per entry, each in a worker thread
+        (:func:`_lend_threads`) with its GPU current; the first exception
+        sets ``stop`` and is re-raised here, as is Ctrl-C (after every
+        worker has stopped)."""
         stop = threading.Event()
         errors: list = []
         lock = threading.Lock()
         device_locks = {d: threading.Lock() for d in set(self.ids) if self.ids.count(d) > 1}
+        finished = [threading.Event() for _ in self.ids]
 
         def guarded(worker):
             try:
@@ -241,22 +246,74 @@ class DeviceSet:
                 with lock:
                     errors.append(exc)
                 stop.set()
+            finally:
+                finished[worker.index].set()
 
-        threads = [threading.Thread(target=guarded, args=(Worker(i, d, device_locks.get(d)),), daemon=True,
-                                    name=f"leveret-gpu{d}-w{i}") for i, d in enumerate(self.ids)]
-        for t in threads:
-            t.start()
+        threads = _lend_threads(self.ids)
         try:
-            for t in threads:
-                while t.is_alive():
-                    t.join(0.1)      # short waits: Ctrl-C reaches this thread
-        except KeyboardInterrupt:
-            stop.set()
-            for t in threads:
-                t.join()
-            raise
+            for i, (d, thread) in enumerate(zip(self.ids, threads)):
+                thread.submit(functools.partial(guarded, Worker(i, d, device_locks.get(d))))
+            try:
+                for event in finished:
+                    while not event.wait(0.1):   # short waits: Ctrl-C reaches this thread
+                        pass
+            except KeyboardInterrupt:
+                stop.set()
+                for event in finished:
+                    event.wait()
+                raise
+        finally:
+            _return_threads(self.ids, threads)
         if errors:
             raise errors[0]
+
+
+class _WorkerThread:
+    """A long-lived thread that runs the callables handed to it, in order.
+
+    CuPy keeps a cache of cuFFT plans per thread: a worker thread made for
+    one call would build its plans again and tear them down at its end
+    (tens of milliseconds for FDK's filter); one kept between calls finds
+    them ready, as the single-GPU path does in the caller's thread."""
+
+    def __init__(self, device: int, number: int):
+        self.number = number
+        self._tasks: queue.SimpleQueue = queue.SimpleQueue()
+        threading.Thread(target=self._loop, daemon=True, name=f"leveret-gpu{device}-{number}").start()
+
+    def submit(self, task: Callable) -> None:
+        self._tasks.put(task)
+
+    def _loop(self) -> None:
+        while True:
+            self._tasks.get()()
+
+
+_threads_lock = threading.Lock()
+_idle_threads: dict[int, list] = {}   # GPU id -> idle worker threads as (number, thread), lowest first
+_threads_made: dict[int, int] = {}    # GPU id -> worker threads made for it
+
+
+def _lend_threads(ids) -> list:
+    """One idle worker thread per entry of ``ids`` (a GPU's threads lent
+    lowest-numbered first, so a repeated call runs each worker in the thread
+    that ran it before); new threads where a GPU has too few idle ones."""
+    lent = []
+    with _threads_lock:
+        for d in ids:
+            idle = _idle_threads.setdefault(d, [])
+            if not idle:
+                _threads_made[d] = _threads_made.get(d, 0) + 1
+                idle.append((_threads_made[d], _WorkerThread(d, _threads_made[d])))
+            lent.append(idle.pop(0))
+    return [thread for _, thread in lent]
+
+
+def _return_threads(ids, threads) -> None:
+    with _threads_lock:
+        for d, thread in zip(ids, threads):
+            _idle_threads[d].append((thread.number, thread))
+            _idle_threads[d].sort(key=lambda entry: entry[0])
 
 
 def _check_chunks(chunks) -> list:
@@ -382,12 +439,17 @@ def _positive(name: str, value) -> int:
 
 
 def _worker_context(device: int):
-    """The GPU ``device`` current and a fresh non-blocking stream the current stream."""
+    """The GPU ``device`` current and a lent non-blocking stream
+    (:mod:`leveret.cuda.streams`: the next call's worker gets it back, and
+    with it the memory its allocations left cached) the current stream."""
     import cupy
+
+    from .cuda import streams
 
     stack = contextlib.ExitStack()
     stack.enter_context(cupy.cuda.Device(device))
-    stack.enter_context(cupy.cuda.Stream(non_blocking=True))
+    stream, = stack.enter_context(streams.lent(1))
+    stack.enter_context(stream)
     return stack
 
 

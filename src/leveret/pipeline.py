@@ -132,6 +132,8 @@ def stream_chunks(chunks: Sequence | Iterable, *, in_shape: Callable, out_shape:
     import cupy
     import cupyx
 
+    from .cuda import streams
+
     if largest is None:
         chunks = list(chunks)
         if not chunks:
@@ -151,93 +153,92 @@ def stream_chunks(chunks: Sequence | Iterable, *, in_shape: Callable, out_shape:
     n_out = max(int(np.prod(out_shape(c))) for c in sizing) if has_out else 0
     pin_out = [cupyx.empty_pinned(n_out, out_dtype) for _ in range(2)] if has_out else None
     dev_out = [cupy.empty(n_out, out_dtype) for _ in range(2)] if has_out else None
-    copy_stream = cupy.cuda.Stream(non_blocking=True)      # host -> device
-    d2h_stream = cupy.cuda.Stream(non_blocking=True)       # device -> host
-    compute_stream = cupy.cuda.Stream(non_blocking=True)
-    setup = time.perf_counter() - wall0   # pinned and device buffers (pools make repeats cheap)
-    host_seconds = {"load": 0.0, "store": 0.0}
-    spans: dict = {"h2d": [], "compute": [], "d2h": []}   # (start, stop) CUDA events
+    # host -> device, device -> host, kernels: lent, so that a repeated call finds its cached blocks
+    with streams.lent(3) as (copy_stream, d2h_stream, compute_stream):
+        setup = time.perf_counter() - wall0   # pinned and device buffers (pools make repeats cheap)
+        host_seconds = {"load": 0.0, "store": 0.0}
+        spans: dict = {"h2d": [], "compute": [], "d2h": []}   # (start, stop) CUDA events
 
-    def span(kind, stream):
-        start = cupy.cuda.Event()
-        start.record(stream)
-        spans[kind].append(start)
-    h2d_done: list = [None, None]      # pinned input b may be refilled after this
-    compute_done: list = [None, None]  # device input b may be overwritten after this
-    d2h_done: list = [None, None]      # device output b may be overwritten after this
+        def span(kind, stream):
+            start = cupy.cuda.Event()
+            start.record(stream)
+            spans[kind].append(start)
+        h2d_done: list = [None, None]      # pinned input b may be refilled after this
+        compute_done: list = [None, None]  # device input b may be overwritten after this
+        d2h_done: list = [None, None]      # device output b may be overwritten after this
 
-    def view(buf, shape):
-        return buf[: int(np.prod(shape))].reshape(shape)
+        def view(buf, shape):
+            return buf[: int(np.prod(shape))].reshape(shape)
 
-    def load_after(event, chunk, buf):
-        if event is not None:
+        def load_after(event, chunk, buf):
+            if event is not None:
+                event.synchronize()
+            t0 = time.perf_counter()
+            load(chunk, view(buf, in_shape(chunk)))
+            host_seconds["load"] += time.perf_counter() - t0   # one loader thread: no race
+
+        def store_after(event, chunk, buf):
             event.synchronize()
-        t0 = time.perf_counter()
-        load(chunk, view(buf, in_shape(chunk)))
-        host_seconds["load"] += time.perf_counter() - t0   # one loader thread: no race
+            t0 = time.perf_counter()
+            store(chunk, view(buf, out_shape(chunk)))
+            host_seconds["store"] += time.perf_counter() - t0
 
-    def store_after(event, chunk, buf):
-        event.synchronize()
-        t0 = time.perf_counter()
-        store(chunk, view(buf, out_shape(chunk)))
-        host_seconds["store"] += time.perf_counter() - t0
+        with ThreadPoolExecutor(1) as loader, ThreadPoolExecutor(1) as storer:
+            loading = [loader.submit(load_after, None, first, pin_in[0]), None]
+            storing: list = [None, None]
+            chunk, c = first, 0
+            while chunk is not None:
+                b = c % 2
+                following = next(chunks, None)
+                loading[b].result()
+                d_in = view(dev_in[b], in_shape(chunk))
+                if compute_done[b] is not None:
+                    copy_stream.wait_event(compute_done[b])
+                span("h2d", copy_stream)
+                _copy_async(d_in.data.ptr, view(pin_in[b], in_shape(chunk)).ctypes.data, d_in.nbytes,
+                            cupy.cuda.runtime.memcpyHostToDevice, copy_stream)
+                h2d_done[b] = copy_stream.record()
+                spans["h2d"].append(h2d_done[b])
+                if following is not None:
+                    loading[1 - b] = loader.submit(load_after, h2d_done[1 - b], following, pin_in[1 - b])
 
-    with ThreadPoolExecutor(1) as loader, ThreadPoolExecutor(1) as storer:
-        loading = [loader.submit(load_after, None, first, pin_in[0]), None]
-        storing: list = [None, None]
-        chunk, c = first, 0
-        while chunk is not None:
-            b = c % 2
-            following = next(chunks, None)
-            loading[b].result()
-            d_in = view(dev_in[b], in_shape(chunk))
-            if compute_done[b] is not None:
-                copy_stream.wait_event(compute_done[b])
-            span("h2d", copy_stream)
-            _copy_async(d_in.data.ptr, view(pin_in[b], in_shape(chunk)).ctypes.data, d_in.nbytes,
-                        cupy.cuda.runtime.memcpyHostToDevice, copy_stream)
-            h2d_done[b] = copy_stream.record()
-            spans["h2d"].append(h2d_done[b])
-            if following is not None:
-                loading[1 - b] = loader.submit(load_after, h2d_done[1 - b], following, pin_in[1 - b])
+                d_out = view(dev_out[b], out_shape(chunk)) if has_out else None
+                compute_stream.wait_event(h2d_done[b])
+                if d2h_done[b] is not None:
+                    compute_stream.wait_event(d2h_done[b])
+                span("compute", compute_stream)
+                with device_lock if device_lock is not None else contextlib.nullcontext():
+                    with compute_stream:
+                        compute(chunk, d_in, d_out)
+                    compute_done[b] = compute_stream.record()
+                    if device_lock is not None:
+                        compute_done[b].synchronize()
+                spans["compute"].append(compute_done[b])
+                if not has_out:
+                    if on_done is not None:
+                        on_done(chunk)
+                    chunk, c = following, c + 1
+                    continue
 
-            d_out = view(dev_out[b], out_shape(chunk)) if has_out else None
-            compute_stream.wait_event(h2d_done[b])
-            if d2h_done[b] is not None:
-                compute_stream.wait_event(d2h_done[b])
-            span("compute", compute_stream)
-            with device_lock if device_lock is not None else contextlib.nullcontext():
-                with compute_stream:
-                    compute(chunk, d_in, d_out)
-                compute_done[b] = compute_stream.record()
-                if device_lock is not None:
-                    compute_done[b].synchronize()
-            spans["compute"].append(compute_done[b])
-            if not has_out:
+                if storing[b] is not None:
+                    storing[b].result()      # pinned output b is free again
+                d2h_stream.wait_event(compute_done[b])
+                span("d2h", d2h_stream)
+                _copy_async(view(pin_out[b], out_shape(chunk)).ctypes.data, d_out.data.ptr, d_out.nbytes,
+                            cupy.cuda.runtime.memcpyDeviceToHost, d2h_stream)
+                d2h_done[b] = d2h_stream.record()
+                spans["d2h"].append(d2h_done[b])
+                storing[b] = storer.submit(store_after, d2h_done[b], chunk, pin_out[b])
                 if on_done is not None:
                     on_done(chunk)
                 chunk, c = following, c + 1
-                continue
-
-            if storing[b] is not None:
-                storing[b].result()      # pinned output b is free again
-            d2h_stream.wait_event(compute_done[b])
-            span("d2h", d2h_stream)
-            _copy_async(view(pin_out[b], out_shape(chunk)).ctypes.data, d_out.data.ptr, d_out.nbytes,
-                        cupy.cuda.runtime.memcpyDeviceToHost, d2h_stream)
-            d2h_done[b] = d2h_stream.record()
-            spans["d2h"].append(d2h_done[b])
-            storing[b] = storer.submit(store_after, d2h_done[b], chunk, pin_out[b])
-            if on_done is not None:
-                on_done(chunk)
-            chunk, c = following, c + 1
-        for f in storing:
-            if f is not None:
-                f.result()
-        compute_stream.synchronize()
-    d2h_stream.synchronize()
-    if stats is None:
-        return
-    stats.update({"wall": time.perf_counter() - wall0, "setup": setup, "chunks": c, **host_seconds})
-    for kind, events in spans.items():
-        stats[kind] = sum(cupy.cuda.get_elapsed_time(a, b) for a, b in zip(events[::2], events[1::2])) * 1e-3
+            for f in storing:
+                if f is not None:
+                    f.result()
+            compute_stream.synchronize()
+        d2h_stream.synchronize()
+        if stats is None:
+            return
+        stats.update({"wall": time.perf_counter() - wall0, "setup": setup, "chunks": c, **host_seconds})
+        for kind, events in spans.items():
+            stats[kind] = sum(cupy.cuda.get_elapsed_time(a, b) for a, b in zip(events[::2], events[1::2])) * 1e-3

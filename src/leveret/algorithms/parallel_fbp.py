@@ -304,30 +304,32 @@ class _Job:
         back-projected (accumulating) while the next one travels."""
         import cupy
 
+        from ..cuda import streams
+
         g = self.geometry
         nbytes = g.n_angles * (chunk[1] - chunk[0]) * g.n_cols * 4
         n_batches = int(max(1, min(4, nbytes // min_batch_bytes, g.n_angles)))
         bounds = np.linspace(0, g.n_angles, n_batches + 1).astype(int)
-        copy_stream = cupy.cuda.Stream(non_blocking=True)
-        compute_stream = cupy.cuda.get_current_stream()
-        n_bad = cupy.zeros((), cupy.int64)
-        total = None
-        uploaded = []  # alive until the end: the pool must not hand them out while in use
-        for b0, b1 in zip(bounds[:-1], bounds[1:]):
-            with copy_stream:   # pageable: the host waits for this copy, the GPU does not
-                d_in = cupy.asarray(self.rows(chunk, slice(b0, b1)))
-                arrived = copy_stream.record()
-            uploaded.append(d_in)
-            compute_stream.wait_event(arrived)
-            v.add_nonfinite_count(n_bad, d_in)
-            part = self.op if n_batches == 1 else ParallelBackprojection(
-                _angle_subset(g, b0, b1), self.volume, interpolation=self.op.interpolation,
-                backend="cuda", texture_packing=self.op.texture_packing, kernel=self.op.kernel,
-                precision=self.op.precision, kernel_options=self.op.kernel_options, roi=self.op.roi)
-            image = part(self.filtered(d_in, slice(b0, b1)))
-            total = image if total is None else total.__iadd__(image)
-        _raise_if_bad(int(n_bad))
-        total.get(out=self.out3)
+        with streams.lent(1) as (copy_stream,):   # lent: its cached upload blocks serve the next call
+            compute_stream = cupy.cuda.get_current_stream()
+            n_bad = cupy.zeros((), cupy.int64)
+            total = None
+            uploaded = []  # alive until the end: the pool must not hand them out while in use
+            for b0, b1 in zip(bounds[:-1], bounds[1:]):
+                with copy_stream:   # pageable: the host waits for this copy, the GPU does not
+                    d_in = cupy.asarray(self.rows(chunk, slice(b0, b1)))
+                    arrived = copy_stream.record()
+                uploaded.append(d_in)
+                compute_stream.wait_event(arrived)
+                v.add_nonfinite_count(n_bad, d_in)
+                part = self.op if n_batches == 1 else ParallelBackprojection(
+                    _angle_subset(g, b0, b1), self.volume, interpolation=self.op.interpolation,
+                    backend="cuda", texture_packing=self.op.texture_packing, kernel=self.op.kernel,
+                    precision=self.op.precision, kernel_options=self.op.kernel_options, roi=self.op.roi)
+                image = part(self.filtered(d_in, slice(b0, b1)))
+                total = image if total is None else total.__iadd__(image)
+            _raise_if_bad(int(n_bad))
+            total.get(out=self.out3)
 
 
 # -- helpers -----------------------------------------------------------------------------------
