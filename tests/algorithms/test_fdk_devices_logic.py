@@ -61,3 +61,29 @@ def test_each_gpu_filters_its_rows_once_and_the_volume_matches_one_call(fake_gpu
     assert stats["chunks"] == 5 * len(plan) and stats["busy"] > 0 and stats["backproject"] > 0
     ref = fdk_module.fdk(proj, geometry, volume, backend="cpu", interpolation="linear8", chunk_views=5)
     np.testing.assert_array_equal(got, ref)
+
+
+def test_the_output_is_not_kept_alive_after_the_call(fake_gpu, rng):
+    """Nothing the call leaves in a reference cycle holds the volume: on a
+    GPU host a 32 GiB output would otherwise stay allocated until the cyclic
+    garbage collector happened to run."""
+    import gc
+    import sys
+
+    geometry = ConeGeometry.circular(np.linspace(0, 2 * np.pi, 12, endpoint=False), sid=60, sdd=90,
+                                     n_rows=40, n_cols=32, pixel_size=1.2)
+    volume = VolumeGeometry((20, 24, 24), voxel_size=1.0)
+    proj = rng.random(geometry.projection_shape).astype(np.float32)
+    ds = devices.DeviceSet([0, 0], shared=True)
+    plan = fdk_module.plan_devices(geometry, volume, ds, chunk_views=4, slab_slices=16,
+                                   free_bytes=lambda d: 1 << 30)
+    settings = dict(filter="ram-lak", cutoff=1.0, padding="zero", short_scan="auto", interpolation="linear8",
+                    kernel="auto", backend="cpu", dtype=np.float32, chunk_views=4, fixed_chunks=True)
+    gc.collect()
+    gc.disable()
+    try:
+        got = fdk_module._fdk_devices_filter_once(ds, plan, proj, geometry, volume, progress=False, stats=None,
+                                                  **settings)
+        assert sys.getrefcount(got) == 2      # the name and getrefcount's argument: nobody else
+    finally:
+        gc.enable()

@@ -265,7 +265,6 @@ def _fdk_devices_filter_once(devices, plan, projections, geometry, volume, *, pr
     import cupy
 
     from .. import devices as dv
-    from ..operators.cone import slab_alias
     from ..pipeline import copy_threads_for, merge_stats, parallel_copy, stream_chunks
 
     input_on_gpu = not isinstance(projections, np.ndarray)
@@ -301,16 +300,9 @@ def _fdk_devices_filter_once(devices, plan, projections, geometry, volume, *, pr
                 cupy.cuda.get_current_stream().synchronize()   # zeroed before another worker's stream writes
             return st["buffer"]
 
-    class Slab:
-        """A slab being back-projected by one worker: chunks ``next ..`` still to add."""
-
-        def __init__(self, k0, k1):
-            self.k0, self.k1, self.next = k0, k1, 0
-            self.res = cupy.zeros((k1 - k0, volume.ny, volume.nx), np.float32)
-            self.alias = slab_alias(self.res, k0, volume.shape)
-            # NumPy output: downloaded as a one-GPU call does it, in pieces behind the last chunk's kernels
-            self.download = None if input_on_gpu else _SlabDownload(self.res, op.slab_alignment,
-                                                                    host_out=out[k0:k1])
+    def Slab(k0, k1):
+        # NumPy output: downloaded as a one-GPU call does it, in pieces behind the last chunk's kernels
+        return _DeviceSlab(k0, k1, volume, op.slab_alignment, None if input_on_gpu else out[k0:k1])
 
     def add_ready(worker, slab, st, buffer, stop, times, wait: bool) -> None:
         """Back-project into ``slab`` the chunks from ``slab.next`` on that are
@@ -353,6 +345,7 @@ def _fdk_devices_filter_once(devices, plan, projections, geometry, volume, *, pr
         finally:
             if slab.download is not None:
                 slab.download.close()
+            slab.res = slab.alias = slab.download = None   # the slab's device memory back to the pool now
         times["download"] += time.perf_counter() - t0
         with bar_lock:
             bar.update(slab.k1 - slab.k0)
@@ -418,14 +411,35 @@ def _fdk_devices_filter_once(devices, plan, projections, geometry, volume, *, pr
         return int(n_bad), split
 
     from tqdm.auto import tqdm
-    with tqdm(total=volume.nz, desc="fdk slices", unit="slice", disable=not progress, leave=False) as bar:
-        results = devices.run_each(body)
+    try:
+        with tqdm(total=volume.nz, desc="fdk slices", unit="slice", disable=not progress, leave=False) as bar:
+            results = devices.run_each(body)
+    finally:
+        state.clear()   # the GPUs' filtered views: freed now, not whenever a reference cycle is collected
     n_bad = sum(n for n, _ in results)
     if n_bad:
         raise ValueError(v.nonfinite_message("projections", n_bad))
     if stats is not None:
         stats.update(merge_stats([split for _, split in results if split], time.perf_counter() - wall0))
     return out
+
+
+class _DeviceSlab:
+    """A slab being back-projected by one worker of ``_fdk_devices_filter_once``:
+    chunks ``next ..`` still to add; ``host_out``: where its NumPy result goes
+    (None: the output is a device array). A module-level class: one defined
+    in the function would close over the output, and a class is freed only by
+    the cyclic garbage collector, keeping a whole volume alive until then."""
+
+    def __init__(self, k0, k1, volume, alignment: int, host_out):
+        import cupy
+
+        from ..operators.cone import slab_alias
+        self.k0, self.k1, self.next = k0, k1, 0
+        self.res = cupy.zeros((k1 - k0, volume.ny, volume.nx), np.float32)
+        self.alias = slab_alias(self.res, k0, volume.shape)
+        self.download = None if host_out is None else _SlabDownload(self.res, alignment, host_out=host_out,
+                                                                    blocking=False)
 
 
 def _fdk_devices(devices, projections, geometry, volume, slabs, *, progress, stats, **settings):
@@ -654,13 +668,19 @@ class _SlabDownload:
     longer than the GPU's whole run to fault in a large volume, so the pages
     of each slab are split over the copy threads. Each slab's host copy starts in a worker
     thread as soon as its transfer lands and its pages are in.
+
+    ``blocking``: :meth:`queue` returns once the slab's transfer has landed,
+    so the caller queues the next slab's kernels after it (the one-GPU
+    path, measured steadier so); False: it returns at once (the workers of
+    ``fdk(devices=...)``, measured as fast and steady so).
     """
 
     _PAGE_BYTES = 4096   # one write per page faults it in
 
-    def __init__(self, volume, alignment: int, n_slabs: int = 8, host_out=None):
+    def __init__(self, volume, alignment: int, n_slabs: int = 8, host_out=None, blocking: bool = True):
         import cupy
         import cupyx
+        self.blocking = blocking
         nz = volume.shape[0]
         step = max(alignment, -(-nz // n_slabs // alignment) * alignment)
         self.slabs = [(k, min(nz, k + step)) for k in range(0, nz, step)]
@@ -685,7 +705,13 @@ class _SlabDownload:
         import cupy
         self.stream.wait_event(cupy.cuda.get_current_stream().record())
         k0, k1 = slab
-        self.volume[k0:k1].get(stream=self.stream, out=self.pinned[k0:k1])
+        if self.blocking:
+            self.volume[k0:k1].get(stream=self.stream, out=self.pinned[k0:k1])
+        else:
+            from ..pipeline import _copy_async
+            part = self.volume[k0:k1]
+            _copy_async(self.pinned[k0:k1].ctypes.data, part.data.ptr, part.nbytes,
+                        cupy.cuda.runtime.memcpyDeviceToHost, self.stream)
         self._copies.append(self._workers.submit(self._copy, slab, self.stream.record()))
 
     def _copy(self, slab, event) -> None:
@@ -702,9 +728,13 @@ class _SlabDownload:
         return self.out
 
     def close(self) -> None:
-        """Stop the background threads (at once for work not yet started)."""
+        """Stop the background threads (at once for work not yet started) and
+        let go of the buffers: a volume must not stay alive for as long as
+        something still holds this object."""
         self._workers.shutdown(wait=True, cancel_futures=True)
         self._toucher.shutdown(wait=True, cancel_futures=True)
+        self.volume = self.pinned = self.out = None
+        self._touched, self._copies = {}, []
 
 
 @functools.lru_cache(maxsize=4)
