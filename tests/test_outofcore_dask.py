@@ -189,6 +189,18 @@ def test_geometries_pickle_as_equal_values():
         assert pickle.loads(pickle.dumps(g)) == g
 
 
+def _worker_environ():
+    return os.environ.get("MALLOC_TRIM_THRESHOLD_"), os.environ.get("OMP_NUM_THREADS")
+
+
+def test_a_local_cluster_leaves_glibc_malloc_tuning_alone():
+    """Dask's MALLOC_TRIM_THRESHOLD_ slows the workers' zarr I/O; its one-thread BLAS setting stays."""
+    from leveret.executors import connect
+    with connect("local", backend="cpu") as c:
+        found = c.run(_worker_environ)
+    assert found and set(found.values()) == {(None, "1")}
+
+
 @pytest.mark.gpu
 def test_local_cuda_cluster_equals_one_gpu_in_this_process(tmp_path):
     dask_cuda = pytest.importorskip("dask_cuda")
