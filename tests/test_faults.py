@@ -265,11 +265,16 @@ def test_a_cli_run_on_an_output_another_process_writes_exits_2_naming_it(tmp_pat
     assert _leftovers(tmp_path) == []
 
 
+#: Slices (one per slab) of the signalled runs: enough slabs that a run is still
+#: going when the signal comes, with reading, reconstructing and writing overlapped.
+SIGNALLED_ROWS = 64
+
+
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory):
     """An uninterrupted CLI run: the volume every resumed run must equal bit for bit."""
     folder = tmp_path_factory.mktemp("reference")
-    _scan(folder)
+    _scan(folder, n_rows=SIGNALLED_ROWS)
     run = subprocess.run(_cli(folder, folder / "r.h5", "--no-progress"), capture_output=True, text=True,
                          env=_env(), timeout=120)
     assert run.returncode == 0, run.stderr
@@ -281,7 +286,7 @@ SIGNALS = [(signal.SIGINT, 130), (signal.SIGTERM, 143), (signal.SIGHUP, 129), (s
 
 @pytest.mark.parametrize("sig,code", SIGNALS, ids=[s.name for s, _ in SIGNALS])
 def test_a_signal_at_a_random_slab_then_resume_gives_the_uninterrupted_volume(tmp_path, sig, code, reference):
-    _scan(tmp_path)
+    _scan(tmp_path, n_rows=SIGNALLED_ROWS)
     out = tmp_path / "r.h5"
     cmd = _cli(tmp_path, out, "--resume")     # with the progress bar: the message must start a line
     proc = _start(cmd)
@@ -303,7 +308,7 @@ def test_a_signal_at_a_random_slab_then_resume_gives_the_uninterrupted_volume(tm
 
 @pytest.mark.parametrize("sig,code", [(signal.SIGTERM, 143), (signal.SIGHUP, 129)])
 def test_sigterm_and_sighup_without_resume_leave_nothing(tmp_path, sig, code):
-    _scan(tmp_path)
+    _scan(tmp_path, n_rows=SIGNALLED_ROWS)
     proc = _start(_cli(tmp_path, tmp_path / "r.npy", "--no-progress"))
     _wait_for_slabs(tmp_path / ".r.npy.partial" / "manifest.json", proc, 1)
     proc.send_signal(sig)

@@ -201,15 +201,31 @@ def test_a_local_cluster_leaves_glibc_malloc_tuning_alone():
     assert found and set(found.values()) == {(None, "1")}
 
 
+def test_each_worker_thread_plans_for_its_share_of_the_gpu():
+    """A GPU worker of two threads runs two slabs at once on its GPU."""
+    from leveret.executors import DaskExecutor
+
+    class Client:
+        def scheduler_info(self, n_workers=None):
+            return {"workers": {"tcp://a:1": {"nthreads": 2, "memory_limit": 8 << 30},
+                                "tcp://b:1": {"nthreads": 1, "memory_limit": 8 << 30}}}
+
+        def run(self, fn, backend):
+            return {"tcp://a:1": {"backend": "cuda", "host": 1 << 40, "gpu": 40 << 30},
+                    "tcp://b:1": {"backend": "cuda", "host": 1 << 40, "gpu": 30 << 30}}
+
+    assert DaskExecutor(Client()).capacity("cuda") == {"backend": "cuda", "host": 4 << 30, "gpu": 20 << 30}
+
+
 @pytest.mark.gpu
 def test_local_cuda_cluster_equals_one_gpu_in_this_process(tmp_path):
-    dask_cuda = pytest.importorskip("dask_cuda")
+    pytest.importorskip("dask_cuda")
     g = leveret.ParallelGeometry(np.linspace(0, np.pi, 256, endpoint=False), 256, n_rows=64)
     np.save(tmp_path / "p.npy", phantom.shepp_logan_3d(radius=110.0).project(g).astype(np.float32))
     reconstruct_to_file(tmp_path / "p.npy", g, tmp_path / "ref.npy", backend="cuda", slab_slices=8)
     ref = np.load(tmp_path / "ref.npy")
-    with dask_cuda.LocalCUDACluster(silence_logs=logging.ERROR, dashboard_address=":0") as cluster, \
-            distributed.Client(cluster) as c:
+    from leveret.executors import connect
+    with connect("local", backend="cuda") as c:     # THREADS_PER_GPU slabs at once on each GPU
         for output in ("r.zarr", "r.h5"):       # written by the workers; by this process
             res = reconstruct_to_file(tmp_path / "p.npy", g, tmp_path / output, backend="cuda", slab_slices=8,
                                       client=c)

@@ -6,7 +6,8 @@ only runs :func:`leveret.outofcore.reconstruct_slab` on them and hands back
 each slab as it finishes. One plan, two executors:
 
 - :class:`LocalExecutor` runs the slabs one after the other in this process
-  (each slab already uses every core or the GPU).
+  (each slab already uses every core or the GPU), reading the next slab's
+  rows and writing the last one while it reconstructs.
 - :class:`DaskExecutor` submits them to a ``distributed.Client``: each task
   carries the input's reader (its path and layout, never the data) and the
   slab's slice range, and the worker reads the detector rows it needs
@@ -24,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import time
 from collections import deque
 from pathlib import Path
 from typing import Iterator
@@ -34,6 +36,10 @@ log = logging.getLogger(__name__)
 
 #: Seconds :func:`connect` waits for a scheduler to answer.
 CONNECT_TIMEOUT = 5.0
+#: Threads of each GPU worker of ``--scheduler local``: two slabs at once on
+#: each GPU, so that one's reading and writing overlap the other's
+#: reconstruction (each plans for half the GPU's free memory).
+THREADS_PER_GPU = 2
 #: Slabs in flight per worker thread: enough to keep every worker busy while
 #: a finished slab travels, few enough that finished slabs never pile up in
 #: the workers' memory.
@@ -115,63 +121,160 @@ class Rows:
 
 # -- the task --------------------------------------------------------------------------------------
 
+def read_rows(source, geometry, volume, region):
+    """The detector rows ``region = (k0, k1)`` needs, read from ``source``:
+    ``(rows, data)``, or ``(None, None)`` when the slab projects off the
+    detector."""
+    from .outofcore import slab_rows
+
+    rows = slab_rows(geometry, volume, region)
+    if rows is None:
+        return None, None
+    return rows, np.asarray(source[:, rows[0]:rows[1], :])
+
+
+def build_slab(rows, data, geometry, volume, region, **kwargs):
+    """Reconstruct ``region`` from its rows (:func:`read_rows`): the slab, or
+    :class:`OutOfMemoryOnDevice` when the GPU ran out of memory."""
+    from .outofcore import _free_gpu_pool, is_gpu_out_of_memory, reconstruct_slab
+
+    k0, k1 = region
+    if rows is None:    # the slab projects off the detector: nothing measured there
+        return np.zeros((k1 - k0, volume.ny, volume.nx), np.float32)
+    try:
+        return reconstruct_slab(data, geometry, volume, region, rows=rows, **kwargs)
+    except Exception as exc:
+        if not is_gpu_out_of_memory(exc):
+            raise
+        _free_gpu_pool()
+        return OutOfMemoryOnDevice(str(exc))
+
+
 def run_slab(source, geometry, volume, region, *, store=None, **kwargs):
-    """Reconstruct ``region = (k0, k1)``, reading its rows from ``source``.
+    """Reconstruct ``region = (k0, k1)``, reading its rows from ``source`` (a
+    Dask task).
 
     With ``store`` (a zarr store's path) the slab is written there and
     ``region`` is returned; otherwise the slab itself. A GPU out of memory
     gives :class:`OutOfMemoryOnDevice`. ``source`` is anything indexed as
     ``source[:, r0:r1, :]``: the projections, or :class:`Rows` of them.
     """
-    from .outofcore import _free_gpu_pool, is_gpu_out_of_memory, reconstruct_slab, slab_rows
-
-    k0, k1 = region
-    rows = slab_rows(geometry, volume, region)
-    try:
-        if rows is None:    # the slab projects off the detector: nothing measured there
-            slab = np.zeros((k1 - k0, volume.ny, volume.nx), np.float32)
-        else:
-            r0, r1 = rows
-            data = np.asarray(source[:, r0:r1, :])
-            slab = reconstruct_slab(data, geometry, volume, region, rows=rows, **kwargs)
-    except Exception as exc:
-        if not is_gpu_out_of_memory(exc):
-            raise
-        _free_gpu_pool()
-        return OutOfMemoryOnDevice(str(exc))
-    if store is None:
+    slab = build_slab(*read_rows(source, geometry, volume, region), geometry, volume, region, **kwargs)
+    if store is None or isinstance(slab, OutOfMemoryOnDevice):
         return slab
     from .io.slabs import write_region
-    write_region(store, k0, slab)
+    write_region(store, region[0], slab)
     return region
 
 
 # -- executors -------------------------------------------------------------------------------------
 
 class LocalExecutor:
-    """Run the slabs in this process, one after the other, in the order given."""
+    """Run the slabs in this process, in the order given, as a pipeline:
+    while one slab is reconstructed (on every core, or the GPU), the next
+    one's rows are read and the caller writes the one before, so that
+    reading, reconstructing and writing overlap. That holds the rows of two
+    slabs and two output slabs at once, which the plan counts
+    (:func:`leveret.outofcore.host_bytes`'s ``overlap``).
+
+    ``seconds`` adds up the time spent reading rows and reconstructing.
+    """
 
     name = "local"
+    #: Slabs whose rows are read ahead of the one being reconstructed.
+    READ_AHEAD = 1
 
     def __init__(self):
         self._queue: deque = deque()
+        self.seconds = {"read": 0.0, "reconstruct": 0.0}
 
     def start(self, projections, geometry, volume, *, store=None, **kwargs) -> None:
         self._args = (projections, geometry, volume)
         self._kwargs = kwargs
+        self._device = _current_cuda_device()    # the slabs run on the caller's GPU, from other threads
 
     def submit(self, region, *, first: bool = False) -> None:
         """Queue ``region``; ``first``: before the slabs already queued."""
         (self._queue.appendleft if first else self._queue.append)(tuple(region))
 
+    def _read(self, region):
+        t = time.perf_counter()
+        found = read_rows(*self._args, region)
+        self.seconds["read"] += time.perf_counter() - t
+        return found
+
+    def _build(self, region, reading):
+        rows, data = reading.result()
+        t = time.perf_counter()
+        with _on_device(self._device):
+            slab = build_slab(rows, data, *self._args[1:], region, **self._kwargs)
+        self.seconds["reconstruct"] += time.perf_counter() - t
+        return slab
+
     def completed(self) -> Iterator[tuple[tuple[int, int], object]]:
-        """``(region, slab)`` for each slab, in order; slabs submitted meanwhile included."""
-        while self._queue:
+        """``(region, slab)`` for each slab, in queue order; slabs submitted
+        meanwhile (``first=True``: next) included."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        reader = ThreadPoolExecutor(1, thread_name_prefix="leveret-read")
+        builder = ThreadPoolExecutor(1, thread_name_prefix="leveret-slab")
+        reads: dict = {}           # region -> its rows being read
+
+        def read_ahead():
+            for region in list(self._queue)[:self.READ_AHEAD]:
+                if region not in reads and len(reads) < self.READ_AHEAD:
+                    reads[region] = reader.submit(self._read, region)
+
+        def build_next():
             region = self._queue.popleft()
-            yield region, run_slab(*self._args, region, **self._kwargs)
+            reading = reads.pop(region, None) or reader.submit(self._read, region)
+            building = builder.submit(self._build, region, reading)
+            read_ahead()
+            return region, building
+
+        try:
+            running = build_next() if self._queue else None
+            while running is not None:
+                region, building = running
+                slab = building.result()
+                # The next slab is built while the caller writes this one; after an
+                # out-of-memory answer the caller first queues the halves.
+                running = build_next() if self._queue and not isinstance(slab, OutOfMemoryOnDevice) else None
+                yield region, slab
+                if running is None and self._queue:
+                    running = build_next()
+        finally:
+            # A slab being read or built finishes in its thread (CUDA work cannot be
+            # abandoned half-way); nothing of it is written.
+            for future in reads.values():
+                future.cancel()
+            reader.shutdown(wait=False, cancel_futures=True)
+            builder.shutdown(wait=False, cancel_futures=True)
 
     def cancel(self) -> None:
         self._queue.clear()
+
+
+def _current_cuda_device():
+    """CuPy's current device in this thread, when CuPy is in use; else None."""
+    import sys
+    cupy = sys.modules.get("cupy")
+    if cupy is None:
+        return None
+    try:
+        return cupy.cuda.runtime.getDevice()
+    except Exception:    # CuPy without a usable GPU
+        return None
+
+
+@contextlib.contextmanager
+def _on_device(device):
+    if device is None:
+        yield
+        return
+    import cupy
+    with cupy.cuda.Device(device):
+        yield
 
 
 class DaskExecutor:
@@ -217,7 +320,8 @@ class DaskExecutor:
         threads = {w: max(1, int(i.get("nthreads", 1))) for w, i in info.items()}
         host = min((i.get("memory_limit") or found.get(w, {}).get("host", 0) or 0) / threads[w]
                    for w, i in info.items())
-        gpus = [v["gpu"] for v in found.values() if v["gpu"] is not None]
+        # a worker's threads run slabs at once on its GPU: each plans for its share
+        gpus = [v["gpu"] // threads.get(w, 1) for w, v in found.items() if v["gpu"] is not None]
         return {"backend": backends.pop(), "host": int(host), "gpu": min(gpus) if gpus else None}
 
     def start(self, projections, geometry, volume, *, store=None, **kwargs) -> None:
@@ -308,7 +412,7 @@ def connect(scheduler: str, *, backend: str = "auto", timeout: float = CONNECT_T
     ----------
     scheduler : str
         ``"local"``: start a cluster on this host, a ``dask_cuda.LocalCUDACluster``
-        (one worker per GPU) when ``backend`` resolves to CUDA, else a
+        (one worker per GPU, of ``THREADS_PER_GPU`` threads) when ``backend`` resolves to CUDA, else a
         ``distributed.LocalCluster`` of CPU worker processes. Otherwise the
         address of a running scheduler, ``tcp://host:8786``.
     backend : {"auto", "cuda", "cpu"}
@@ -337,7 +441,7 @@ def connect(scheduler: str, *, backend: str = "auto", timeout: float = CONNECT_T
                 raise ValueError('scheduler: a local cluster of GPU workers needs dask-cuda; '
                                  'pip install "leveret[cluster]"') from None
             with worker_environment():
-                cluster = LocalCUDACluster()
+                cluster = LocalCUDACluster(threads_per_worker=THREADS_PER_GPU)
         else:
             with worker_environment():
                 cluster = _local_cpu_cluster(LocalCluster)

@@ -30,7 +30,7 @@ import math
 import os
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -194,7 +194,8 @@ def _rows_for(geometry, volume: VolumeGeometry, slices: int) -> int:
 
 
 def host_bytes(geometry, volume: VolumeGeometry, slices: int, *, input_itemsize: int = 4,
-               preprocess: bool = False, resident: int = 0, stripes: bool = False) -> int:
+               preprocess: bool = False, resident: int = 0, stripes: bool = False,
+               overlap: bool = False) -> int:
     """Estimated peak host memory (bytes) of an out-of-core run at ``slices`` per slab.
 
     Counts the data the run holds, not the interpreter and libraries: the
@@ -203,6 +204,10 @@ def host_bytes(geometry, volume: VolumeGeometry, slices: int, *, input_itemsize:
     output slab) and one more output slab for the writer's encoding, plus
     ``resident`` bytes held throughout (flats and darks). Stripe removal
     ("sort") holds two int64 orderings and two float32 copies of the rows.
+    ``overlap``: the next slab's rows are read and the last slab written
+    while one is reconstructed (this process's pipeline,
+    :class:`leveret.executors.LocalExecutor`): one more slab's rows and one
+    more output slab.
     """
     n_angles = geometry.n_angles if isinstance(geometry, ParallelGeometry) else geometry.n_views
     rows = _rows_for(geometry, volume, slices)
@@ -219,7 +224,8 @@ def host_bytes(geometry, volume: VolumeGeometry, slices: int, *, input_itemsize:
         work = chunk_views * view_bytes + slices * image
     flats = 2 * rows * geometry.n_cols * 4 if preprocess else 0
     lines += band * 24 if stripes else 0
-    return int(raw + lines + work + slices * image + flats + resident)
+    ahead = raw + slices * image if overlap else 0
+    return int(raw + lines + work + slices * image + flats + resident + ahead)
 
 
 def gpu_bytes(geometry, volume: VolumeGeometry, slices: int) -> int:
@@ -236,7 +242,7 @@ def gpu_bytes(geometry, volume: VolumeGeometry, slices: int) -> int:
 def plan(geometry, volume: VolumeGeometry | None = None, *, backend: str = "auto",
          host_memory: int | None = None, gpu_memory: int | None = None, input_itemsize: int = 4,
          preprocess: bool = False, resident: int = 0, max_slices: int | None = None,
-         stripes: bool = False) -> SlabPlan:
+         stripes: bool = False, overlap: bool = False) -> SlabPlan:
     """The slab size for an out-of-core run: the largest whose estimated host
     and GPU peaks fit the limits.
 
@@ -260,6 +266,9 @@ def plan(geometry, volume: VolumeGeometry | None = None, *, backend: str = "auto
         Upper bound on the slab (e.g. a user's ``--slab-slices``).
     stripes : bool
         Stripe removal is done (its sorting buffers).
+    overlap : bool
+        Reading, reconstructing and writing overlap (a run in this process):
+        two slabs' rows and outputs are held at once.
 
     Returns
     -------
@@ -285,17 +294,19 @@ def plan(geometry, volume: VolumeGeometry | None = None, *, backend: str = "auto
     if backend == "cuda":
         gpu_limit = int(gpu_memory) if gpu_memory is not None else int(GPU_FRACTION * gpu_free_bytes())
     return _plan(geometry, volume, backend, host_limit, gpu_limit, input_itemsize=input_itemsize,
-                 preprocess=preprocess, resident=resident, max_slices=max_slices, stripes=stripes)
+                 preprocess=preprocess, resident=resident, max_slices=max_slices, stripes=stripes,
+                 overlap=overlap)
 
 
 def _plan(geometry, volume, backend: str, host_limit: int, gpu_limit: int | None, *, input_itemsize: int,
-          preprocess: bool, resident: int, max_slices: int | None, stripes: bool) -> SlabPlan:
+          preprocess: bool, resident: int, max_slices: int | None, stripes: bool,
+          overlap: bool = False) -> SlabPlan:
     """The plan for limits already known and a backend already resolved
     (here, or on the Dask workers)."""
     return plan_slabs(
         volume.nz,
         lambda s: host_bytes(geometry, volume, s, input_itemsize=input_itemsize, preprocess=preprocess,
-                             resident=resident, stripes=stripes),
+                             resident=resident, stripes=stripes, overlap=overlap),
         (lambda s: gpu_bytes(geometry, volume, s)) if backend == "cuda" else None,
         host_limit=int(host_limit), gpu_limit=None if gpu_limit is None else int(gpu_limit),
         volume_bytes=volume.size * 4, backend=backend, max_slices=max_slices)
@@ -345,6 +356,11 @@ class OutOfCoreResult:
     peak_traced : int or None
         Peak memory traced by :mod:`tracemalloc` during the run (bytes), when
         tracing was on (NumPy allocations are traced); None otherwise.
+    busy : dict
+        Seconds each stage was busy in this process: ``"read"`` (the rows),
+        ``"reconstruct"`` and ``"write"``; they overlap, so the largest bounds
+        the run. With a Dask client the workers read and reconstruct (and
+        write a zarr output): only the writes done here are counted.
     """
 
     path: object
@@ -356,6 +372,7 @@ class OutOfCoreResult:
     seconds: float
     peak_rss: int
     peak_traced: int | None
+    busy: dict = field(default_factory=dict)
 
     def summary(self) -> str:
         traced = "" if self.peak_traced is None else f", traced peak {format_bytes(self.peak_traced)}"
@@ -363,6 +380,7 @@ class OutOfCoreResult:
                 f"{self.seconds:.2f} s; planned host peak {format_bytes(self.plan.host_bytes)}, "
                 f"process peak RSS {format_bytes(self.peak_rss)}{traced}"
                 + (f"; {self.slices_resumed} slice(s) resumed" if self.slices_resumed else "")
+                + ("; busy " + ", ".join(f"{k} {v:.2f} s" for k, v in self.busy.items()) if self.busy else "")
                 + (f"; {self.retries} GPU out-of-memory retr{'y' if self.retries == 1 else 'ies'}"
                    if self.retries else ""))
 
@@ -526,7 +544,7 @@ def _reconstruct_to_file(projections, geometry, output, *, volume, flats, darks,
                          else int(GPU_FRACTION * capacity["gpu"]), **plan_args)
     else:
         the_plan = plan(geometry, volume, backend=backend, host_memory=host_memory, gpu_memory=gpu_memory,
-                        **plan_args)
+                        overlap=True, **plan_args)
     if on_plan is not None:
         on_plan(the_plan)
     log.debug("%s", the_plan.describe())
@@ -543,6 +561,7 @@ def _reconstruct_to_file(projections, geometry, output, *, volume, flats, darks,
 
     size = the_plan.slab_slices
     retries = slabs_done = 0
+    writing = 0.0
     traced = tracemalloc.is_tracing()
     # Registered before the writer, so that an interrupted command cancels the
     # queued slabs before it removes (or keeps) the partial output.
@@ -573,10 +592,12 @@ def _reconstruct_to_file(projections, geometry, output, *, volume, flats, darks,
                             for k in reversed(range(k0, k1, size)):   # the halves go first, in order
                                 executor.submit((k, min(k1, k + size)), first=True)
                             continue
+                        t_write = time.perf_counter()
                         if isinstance(slab, tuple):      # written into the store by its worker
                             writer.record(k0, k1)
                         else:
                             writer.write(k0, slab)
+                        writing += time.perf_counter() - t_write
                         del slab
                         slabs_done += 1
                         bar.update(k1 - k0)
@@ -590,7 +611,8 @@ def _reconstruct_to_file(projections, geometry, output, *, volume, flats, darks,
     return OutOfCoreResult(path=path, plan=the_plan, slab_slices=size, slabs_done=slabs_done,
                            slices_resumed=resumed, retries=retries, seconds=time.perf_counter() - t0,
                            peak_rss=peak_rss_bytes(),
-                           peak_traced=tracemalloc.get_traced_memory()[1] if traced else None)
+                           peak_traced=tracemalloc.get_traced_memory()[1] if traced else None,
+                           busy={**getattr(executor, "seconds", {}), "write": writing})
 
 
 def _fingerprint(projections, source) -> dict:
