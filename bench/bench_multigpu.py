@@ -8,10 +8,17 @@ Problems (each timed on the current GPU, then with ``--devices``):
   sirt   one SIRT iteration's A and A.T: 720 views of 512^2 from 512^3
          (structured Joseph), CuPy in and out (``--quick``: 360 views of 256^2,
          256^3)
+  sirt-large  the same on 1024^3 from 1440 views of 1024^2 (one timed
+         iteration after a warm one: each takes seconds)
+  rates  the transfer rates the expected speed-ups are reckoned from: a host
+         memory copy (one thread, and the host's cores), pinned host <-> GPU
+         copies on each GPU alone and on all of ``--devices`` at once, and
+         peer copies between each pair of its GPUs (direct or through host)
   dask   the same FBP job zarr -> zarr (``leveret.outofcore.reconstruct_to_file``)
          in this process on ``--devices`` against a Dask cluster
          (``--scheduler local``: dask-cuda's LocalCUDACluster, one worker per
-         GPU), same slabs, alternating, medians of three: ``--dask-slices``
+         GPU), same slabs, alternating ``--dask-reps`` times (default 3),
+         medians: ``--dask-slices``
          slices (default 512) of 2048^2 from 2048 angles, uncompressed: 8 GiB
          in, 8 GiB out in ``--dir`` (a disk, or /dev/shm to leave the disk's
          write rate out) (``--quick``: 64 slices of 512^2 from 512 angles)
@@ -164,11 +171,12 @@ def bench_fdk(devices, quick):
         print(plan_line(g, volume, devices))
 
 
-def bench_sirt(devices, quick):
+def bench_sirt(devices, quick, n=None, n_views=None, reps=3):
     import cupy as cp
     from leveret.geometry import ConeGeometry, VolumeGeometry
     from leveret.operators import Projector
-    n, n_views = (256, 360) if quick else (512, 720)
+    if n is None:
+        n, n_views = (256, 360) if quick else (512, 720)
     g = ConeGeometry.circular(np.linspace(0, 2 * np.pi, n_views, endpoint=False), sid=1000.0 * n / 512,
                               sdd=1500.0 * n / 512, n_rows=n, n_cols=n, pixel_size=2.0)
     volume = VolumeGeometry((n, n, n), voxel_size=1.0)
@@ -178,7 +186,102 @@ def bench_sirt(devices, quick):
     y = cp.random.random(g.projection_shape, dtype=cp.float32)
     compare(f"SIRT iteration (A + A.T), {n_views} x {n}^2 <-> {n}^3, Joseph, CuPy",
             lambda: (one(x), one.T(y)), lambda: (several(x), several.T(y)),
-            devices, 2 * n ** 3 * n_views, reps=3)
+            devices, 2 * n ** 3 * n_views, reps=reps)
+
+
+def bench_sirt_large(devices, quick):
+    if quick:
+        return bench_sirt(devices, quick)
+    bench_sirt(devices, quick, n=1024, n_views=1440, reps=1)
+
+
+def _seconds(fn, sync, reps=3):
+    """Best of ``reps`` after one warm call: transfer rates vary little, and
+    the best is the rate the hardware gives."""
+    fn()
+    sync()
+    best = float("inf")
+    for _ in range(reps):
+        t = time.perf_counter()
+        fn()
+        sync()
+        best = min(best, time.perf_counter() - t)
+    return best
+
+
+def bench_rates(devices, quick):
+    """Host memory, pinned host <-> GPU and peer copy rates, in GB/s (1e9)."""
+    import concurrent.futures
+    import os
+    import cupy as cp
+    from leveret.devices import parse
+
+    ids = sorted(set(parse(devices).ids))
+    nbytes = (256 if quick else 2048) * 2**20
+    src = np.ones(nbytes // 4, np.float32)
+    dst = np.zeros_like(src)
+    cores = os.cpu_count() or 1
+    cuts = np.linspace(0, src.size, cores + 1).astype(int)
+    parts = [slice(a, b) for a, b in zip(cuts[:-1], cuts[1:])]
+    with concurrent.futures.ThreadPoolExecutor(cores) as pool:
+        def copy_all():
+            list(pool.map(lambda part: np.copyto(dst[part], src[part]), parts))
+        rows = [("host memory copy, one thread", _seconds(lambda: np.copyto(dst, src), lambda: None)),
+                (f"host memory copy, {cores} threads", _seconds(copy_all, lambda: None))]
+    for label, t in rows:
+        record(f"rates: {label} ({nbytes / 2**30:.0f} GiB)", t, 0, peer="host",
+               note=f"{nbytes / t / 1e9:.1f} GB/s copied (read + write {2 * nbytes / t / 1e9:.1f} GB/s)")
+        RESULTS[-1]["GB_per_s"] = nbytes / t / 1e9
+
+    host, dev, streams = {}, {}, {}
+    for i in ids:
+        with cp.cuda.Device(i):
+            host[i] = cp.cuda.alloc_pinned_memory(nbytes)
+            dev[i] = cp.cuda.alloc(nbytes)
+            streams[i] = cp.cuda.Stream(non_blocking=True)
+
+    def sync_all():
+        for i in ids:
+            streams[i].synchronize()
+
+    def copies(which, direction):
+        def run():
+            for i in which:
+                with cp.cuda.Device(i):
+                    if direction == "h2d":
+                        dev[i].copy_from_host_async(host[i].ptr, nbytes, streams[i])
+                    else:
+                        dev[i].copy_to_host_async(host[i].ptr, nbytes, streams[i])
+        return run
+
+    for direction in ("h2d", "d2h"):
+        for i in ids:
+            t = _seconds(copies([i], direction), sync_all)
+            record(f"rates: pinned {direction}, GPU {i} alone", t, 0, peer=f"GPU {i}",
+                   note=f"{nbytes / t / 1e9:.1f} GB/s")
+            RESULTS[-1]["GB_per_s"] = nbytes / t / 1e9
+        if len(ids) > 1:
+            t = _seconds(copies(ids, direction), sync_all)
+            record(f"rates: pinned {direction}, GPUs {ids} at once", t, 0, peer=f"{len(ids)} GPUs",
+                   note=f"{len(ids) * nbytes / t / 1e9:.1f} GB/s in all, {nbytes / t / 1e9:.1f} per GPU")
+            RESULTS[-1]["GB_per_s"] = len(ids) * nbytes / t / 1e9
+    for i in ids:
+        for j in ids:
+            if i == j:
+                continue
+            direct = bool(cp.cuda.runtime.deviceCanAccessPeer(j, i))
+            if direct:
+                with cp.cuda.Device(j):
+                    try:
+                        cp.cuda.runtime.deviceEnablePeerAccess(i)
+                    except cp.cuda.runtime.CUDARuntimeError:
+                        pass   # already enabled by this process
+            with cp.cuda.Device(j):
+                t = _seconds(lambda: cp.cuda.runtime.memcpyPeerAsync(dev[j].ptr, j, dev[i].ptr, i, nbytes,
+                                                                     streams[j].ptr), sync_all)
+            record(f"rates: peer copy GPU {i} -> GPU {j}", t, 0, peer="peer",
+                   note=f"{nbytes / t / 1e9:.1f} GB/s ({'peer access' if direct else 'no peer access: staged'})")
+            RESULTS[-1].update(GB_per_s=nbytes / t / 1e9, peer_access=direct)
 
 
 def _zarr_stack(path: Path, n_angles: int, n_slices: int, n: int) -> None:
@@ -195,7 +298,7 @@ def _zarr_stack(path: Path, n_angles: int, n_slices: int, n: int) -> None:
             z[a:a + block.shape[0], r:r + block.shape[1]] = block[:n_angles - a, :n_slices - r]
 
 
-def bench_dask(devices, quick, scheduler, folder: Path, n_slices: int, backend: str = "cuda", reps: int = 3):
+def bench_dask(devices, quick, scheduler, folder: Path, n_slices: int, reps: int = 3, backend: str = "cuda"):
     """One zarr -> zarr FBP job in this process (``devices``) and on a Dask
     cluster, the same slabs on both: each side first runs the whole job once
     (kernels compiled and tuned for its slab shapes, workers started, files
@@ -226,6 +329,8 @@ def bench_dask(devices, quick, scheduler, folder: Path, n_slices: int, backend: 
         t = time.perf_counter()
         res = reconstruct_to_file(folder / "proj.zarr", g, out, backend=backend, slab_slices=slabs, **where)
         plan.update(slabs=res.plan.n_slabs, slices=res.slab_slices)
+        if client is None:
+            plan["busy"] = res.busy
         return time.perf_counter() - t
 
     updates = g.n_angles * n_slices * n * n
@@ -242,8 +347,9 @@ def bench_dask(devices, quick, scheduler, folder: Path, n_slices: int, backend: 
     t_in, t_dask = (statistics.median(times[k]) for k in ("process", "dask"))
     spread = {k: f"{min(v):.2f}-{max(v):.2f} s" for k, v in times.items()}
     record(label, t_in, updates, peer="process",
-           note=f"devices={devices!r}: {plan['slabs']} slabs of {slices}; runs {spread['process']}")
-    RESULTS[-1].update(runs=times["process"])
+           note=f"devices={devices!r}: {plan['slabs']} slabs of {slices}; runs {spread['process']}; busy "
+                + ", ".join(f"{k} {v:.1f} s" for k, v in plan["busy"].items()))
+    RESULTS[-1].update(runs=times["process"], busy=plan["busy"])
     record(label, t_dask, updates, peer="dask",
            note=f"--scheduler {scheduler}: {n_workers} worker(s), same slabs; runs {spread['dask']}; "
                 f"{t_dask / t_in:.2f} x in-process ({(t_dask / t_in - 1) * 100:+.1f} %)")
@@ -261,6 +367,8 @@ def main(argv=None):
                         help="dask: 'local' (one worker per GPU) or a scheduler's address (default: local)")
     parser.add_argument("--dask-slices", type=int, default=512,
                         help="dask: slices of 2048^2 from 2048 angles (default 512: 8 GiB in, 8 GiB out)")
+    parser.add_argument("--dask-reps", type=int, default=3,
+                        help="dask: how many times the two sides alternate (default 3: medians of three)")
     parser.add_argument("--dir", default=None, help="dask: scratch folder for the zarr stores "
                                                     "(default: a temporary one)")
     args = parser.parse_args(argv)
@@ -268,7 +376,8 @@ def main(argv=None):
     meta = metadata(with_devices=True)
     meta["devices_argument"] = args.devices
     print_header()
-    problems = {"fbp": bench_fbp, "fdk": bench_fdk, "sirt": bench_sirt, "dask": None}
+    problems = {"fbp": bench_fbp, "fdk": bench_fdk, "sirt": bench_sirt, "sirt-large": bench_sirt_large,
+                "rates": bench_rates, "dask": None}
     names = args.only.split(",")
     for name in names:
         if name not in problems:
@@ -278,7 +387,7 @@ def main(argv=None):
             if args.dir is not None:
                 Path(args.dir).mkdir(parents=True, exist_ok=True)   # a scratch folder named but not there yet
             with tempfile.TemporaryDirectory(dir=args.dir) as folder:
-                bench_dask(devices, args.quick, args.scheduler, Path(folder), args.dask_slices)
+                bench_dask(devices, args.quick, args.scheduler, Path(folder), args.dask_slices, args.dask_reps)
         else:
             problems[name](devices, args.quick)
     if args.out:
