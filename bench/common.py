@@ -122,8 +122,8 @@ def table(paths) -> str:
     for path in paths:
         with open(path) as fh:
             data = json.load(fh)
-        for row in data["results"]:
-            if "seconds" not in row:    # bench_rabbitct.py's rows: accuracy, not a time table
+        for row in data.get("results", []):     # bench_live.py's file is one record
+            if "seconds" not in row or "code" not in row:   # accuracy rows, the sweep's ratio rows
                 continue
             rate = f"{row['GU_per_s']:.1f} GU/s" if row["GU_per_s"] else "-"
             problem = row["problem"].replace("|", "\\|")
