@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import sys
+import time
 import types
 
 import numpy as np
@@ -37,13 +38,18 @@ def device_array(a, dtype=None):
 
 
 class Event:
+    """Recorded at once, with the host clock's time (``get_elapsed_time``)."""
+
     done = True
 
+    def __init__(self):
+        self.t = None
+
     def record(self, stream=None):
-        pass
+        self.t = time.perf_counter()
 
     def synchronize(self):
-        pass
+        assert self.t is not None, "waited on an event that was never recorded"
 
 
 class Stream:
@@ -53,10 +59,12 @@ class Stream:
         pass
 
     def record(self):
-        return Event()
+        event = Event()
+        event.record(self)
+        return event
 
     def wait_event(self, event):
-        assert event is not None, "waited on an event nobody recorded"
+        assert event is not None and event.t is not None, "waited on an event nobody recorded"
 
     def synchronize(self):
         pass
@@ -107,7 +115,7 @@ def install(monkeypatch, n_gpus: int = 2) -> None:
                                     memcpyHostToDevice=1, memcpyDeviceToHost=2)
     cuda = types.SimpleNamespace(Stream=Stream, Event=Event, runtime=runtime, get_current_stream=lambda: stream,
                                  Device=Device,
-                                 get_elapsed_time=lambda a, b: 0.0)
+                                 get_elapsed_time=lambda a, b: (b.t - a.t) * 1e3)
     cupy = types.SimpleNamespace(
         cuda=cuda, int64=np.int64, float32=np.float32, ndarray=DeviceArray,
         zeros=lambda shape, dtype=np.float32: device_array(np.zeros(shape, dtype)),

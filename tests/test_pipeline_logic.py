@@ -5,76 +5,16 @@ by the GPU tests (tests/operators/test_parallel_kernels_gpu.py,
 tests/algorithms/test_fbp_cuda.py); this catches what needs no GPU."""
 from __future__ import annotations
 
-import contextlib
-import ctypes
-import sys
-import time
-import types
-
 import numpy as np
 import pytest
 
+import stand_in_cupy
 from leveret import pipeline
-from leveret.cuda import streams
-
-
-class _DeviceArray(np.ndarray):
-    """A host array with CuPy's ``data.ptr``."""
-
-    @property
-    def data(self):
-        return types.SimpleNamespace(ptr=self.ctypes.data)
-
-
-def _memcpy_async(dst, src, nbytes, kind, stream_ptr):
-    ctypes.memmove(dst, src, nbytes)      # at once: the stand-in has no streams
-
-
-class _Event:
-    def __init__(self):
-        self.t = None
-
-    def record(self, stream=None):
-        self.t = time.perf_counter()
-
-    def synchronize(self):
-        assert self.t is not None, "waited on an event that was never recorded"
-
-
-class _Stream:
-    def __init__(self, non_blocking=False):
-        self.waited = 0
-        self.ptr = 0
-
-    def record(self):
-        e = _Event()
-        e.record(self)
-        return e
-
-    def wait_event(self, event):
-        assert event.t is not None
-        self.waited += 1
-
-    def synchronize(self):
-        pass
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
 
 
 @pytest.fixture
 def fake_cupy(monkeypatch):
-    runtime = types.SimpleNamespace(memcpyAsync=_memcpy_async, memcpyHostToDevice=1, memcpyDeviceToHost=2)
-    cuda = types.SimpleNamespace(Stream=_Stream, Event=_Event, runtime=runtime,
-                                 get_elapsed_time=lambda a, b: (b.t - a.t) * 1e3)
-    cupy = types.SimpleNamespace(cuda=cuda, empty=lambda n, dtype: np.empty(n, dtype).view(_DeviceArray))
-    cupyx = types.SimpleNamespace(empty_pinned=lambda n, dtype: np.empty(n, dtype))
-    monkeypatch.setitem(sys.modules, "cupy", cupy)
-    monkeypatch.setitem(sys.modules, "cupyx", cupyx)
-    monkeypatch.setattr(streams, "lent", lambda count=1: contextlib.nullcontext([_Stream() for _ in range(count)]))
+    stand_in_cupy.install(monkeypatch)
 
 
 @pytest.mark.parametrize("n_slices,chunk", [(7, 2), (8, 8), (1, 1), (9, 4)])
