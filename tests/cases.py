@@ -153,3 +153,10 @@ def take_frames(iterator, n, timeout=10.0):
         if time.monotonic() - t0 > timeout:
             break
     raise AssertionError(f"got {len(out)} of {n} frames")
+
+
+# -- Out of core (leveret.outofcore, leveret.executors) ------------------------------------------
+
+#: CuPy's out-of-memory error as leveret.outofcore.is_gpu_out_of_memory knows it
+#: (by name and module), without CuPy.
+CupyOutOfMemoryError = type("OutOfMemoryError", (MemoryError,), {"__module__": "cupy.cuda.memory"})

@@ -18,6 +18,8 @@ from leveret import executors, outofcore, phantom
 from leveret.io import SlabWriter, read_array
 from leveret.outofcore import host_bytes, reconstruct_to_file
 
+from cases import CupyOutOfMemoryError
+
 WAIT = 20.0   # seconds an event may take on a loaded machine; a missing overlap fails, never hangs
 
 
@@ -118,14 +120,13 @@ def test_an_interrupt_while_writing_leaves_nothing_and_no_thread(tmp_path, scan,
 
 def test_out_of_memory_halves_go_before_the_slab_read_ahead(tmp_path, scan, monkeypatch):
     g, proj, ref = scan
-    OutOfMemoryError = type("OutOfMemoryError", (MemoryError,), {"__module__": "cupy.cuda.memory"})
     real = outofcore.reconstruct_slab
     built = []
 
     def squeezed(rows_data, geometry, volume, region, **kw):
         built.append(tuple(region))
         if region[1] - region[0] > 4:
-            raise OutOfMemoryError("out of memory")
+            raise CupyOutOfMemoryError("out of memory")
         return real(rows_data, geometry, volume, region, **kw)
 
     monkeypatch.setattr(outofcore, "reconstruct_slab", squeezed)

@@ -15,6 +15,8 @@ from leveret.io import read_array, read_metadata
 from leveret.memory import plan_slabs
 from leveret.outofcore import plan, reconstruct_slab, reconstruct_to_file, slab_rows
 
+from cases import CupyOutOfMemoryError
+
 
 @pytest.fixture(scope="module")
 def parallel_scan():
@@ -104,14 +106,13 @@ def test_raw_counts_with_flats_darks_and_resume(tmp_path, parallel_scan, rng):
 
 def test_gpu_out_of_memory_retries_with_smaller_slabs(tmp_path, parallel_scan, monkeypatch):
     g, proj, ref = parallel_scan
-    OutOfMemoryError = type("OutOfMemoryError", (MemoryError,), {"__module__": "cupy.cuda.memory"})
     real = outofcore.reconstruct_slab
     seen = []
 
     def fake(rows_data, geometry, volume, region, **kw):
         seen.append(tuple(region))
         if len(seen) == 1:
-            raise OutOfMemoryError("out of memory allocating 1 GiB")
+            raise CupyOutOfMemoryError("out of memory allocating 1 GiB")
         return real(rows_data, geometry, volume, region, **kw)
 
     monkeypatch.setattr(outofcore, "reconstruct_slab", fake)
@@ -121,7 +122,7 @@ def test_gpu_out_of_memory_retries_with_smaller_slabs(tmp_path, parallel_scan, m
     assert "1 GPU out-of-memory retry" in res.summary()
 
     def always(rows_data, geometry, volume, region, **kw):
-        raise OutOfMemoryError("out of memory")
+        raise CupyOutOfMemoryError("out of memory")
     monkeypatch.setattr(outofcore, "reconstruct_slab", always)
     with pytest.raises(MemoryError, match="even for one slice"):
         reconstruct_to_file(proj, g, tmp_path / "s.npy", backend="cpu", slab_slices=2)
