@@ -238,16 +238,13 @@ def test_host_build_joseph_voxel_tall(build, kz, request, rng):
     lib = request.getfixturevalue(build)
     geometry, volume = TALL
     A = Projector(geometry, volume, model="joseph", precision="float64", backend="cpu")
-    _, params, g, _, n_rows, n_cols = _kernel_inputs(geometry, A)
-    nz, ny, nx = volume.shape
+    _, params, _, _, _, n_cols = _kernel_inputs(geometry, A)
     assert 1 < voxel_rows_per_voxel(params, n_cols, volume.shape, A._offset, A._scale) < 4
     y = rng.standard_normal(geometry.projection_shape).astype(np.float32)
-    volT = np.full((ny, nx, nz), np.nan, np.float32)
-    lib.run_joseph_voxel(_ptr(volT), _ptr(y), nx, ny, nz, _ptr(params), _ptr(g), geometry.n_views, n_rows, n_cols,
-                         _ptr(voxel_view_floats(params)), kz)
     ref = A.T(y.astype(np.float64))
     # measured at most 2.6e-7 of the largest value (float32 sums)
-    np.testing.assert_allclose(volT.transpose(2, 0, 1), ref, rtol=0, atol=1e-6 * np.abs(ref).max())
+    got = _voxel_transpose(lib, geometry, volume, A, y, kz)
+    np.testing.assert_allclose(got, ref, rtol=0, atol=1e-6 * np.abs(ref).max())
 
 
 @pytest.mark.parametrize("kz", [1, 16])
@@ -260,15 +257,23 @@ def test_host_build_joseph_voxel_dense_rows(lib, kz, rng):
     geometry = ConeGeometry.circular(np.linspace(0, 2 * np.pi, 7, endpoint=False), sid=60, sdd=90, n_rows=120,
                                      n_cols=30, pixel_size=0.25)
     A = Projector(geometry, volume, model="joseph", precision="float64", backend="cpu")
-    _, params, g, _, n_rows, n_cols = _kernel_inputs(geometry, A)
+    _, params, _, _, _, n_cols = _kernel_inputs(geometry, A)
     assert 4 < voxel_rows_per_voxel(params, n_cols, volume.shape, A._offset, A._scale) < 8
-    nz, ny, nx = volume.shape
     y = rng.standard_normal(geometry.projection_shape).astype(np.float32)
+    ref = A.T(y.astype(np.float64))
+    got = _voxel_transpose(lib, geometry, volume, A, y, kz)
+    np.testing.assert_allclose(got, ref, rtol=0, atol=4e-6 * np.abs(ref).max())
+
+
+def _voxel_transpose(lib, geometry, volume, A, y, kz):
+    """The host build's voxel transpose of ``y`` at ``kz`` z voxels per lane,
+    into a z-fastest volume poisoned with NaN, as (nz, ny, nx)."""
+    _, params, g, _, n_rows, n_cols = _kernel_inputs(geometry, A)
+    nz, ny, nx = volume.shape
     volT = np.full((ny, nx, nz), np.nan, np.float32)
     lib.run_joseph_voxel(_ptr(volT), _ptr(y), nx, ny, nz, _ptr(params), _ptr(g), geometry.n_views, n_rows, n_cols,
                          _ptr(voxel_view_floats(params)), kz)
-    ref = A.T(y.astype(np.float64))
-    np.testing.assert_allclose(volT.transpose(2, 0, 1), ref, rtol=0, atol=4e-6 * np.abs(ref).max())
+    return volT.transpose(2, 0, 1)
 
 
 @pytest.mark.parametrize("padded", [False, True])
