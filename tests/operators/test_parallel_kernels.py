@@ -441,6 +441,21 @@ def test_tuner_cache_file_robustness(tmp_path):
         tuning.tune("gpu", "k", [{"kernel": "alu"}], lambda c: float("nan"), path=path)
 
 
+def test_tuner_cache_rereads_a_replaced_file(tmp_path):
+    """load() keeps the file's text between calls but reads it again once
+    tune() (or anyone) replaces it, even with a file of the same size."""
+    path = tmp_path / "tuning.json"
+    tuning.tune("gpu", "k", [{"kernel": "alu"}], lambda c: 1.0, path=path)
+    assert tuning.lookup("gpu", "k", path=path) == {"kernel": "alu"}
+    text = path.read_text().replace('"alu"', '"tex"')      # same length, other kernel
+    other = tmp_path / "other.json"
+    other.write_text(text)
+    other.replace(path)
+    assert tuning.lookup("gpu", "k", path=path) == {"kernel": "tex"}
+    tuning.load(path)["gpu"]["k"]["config"]["kernel"] = "changed"   # a caller's change stays its own
+    assert tuning.lookup("gpu", "k", path=path) == {"kernel": "tex"}
+
+
 def test_problem_classes_and_paths(monkeypatch, tmp_path):
     pc = tuning.problem_class
     assert pc(64, 2048, 2048, 2048, "linear", "float32") == pc(40, 2000, 2100, 1800, "linear", "float32")

@@ -234,9 +234,9 @@ class ViewTextures:
 
 def _alignment():
     import cupy
-    from cupy.cuda import runtime
 
-    props = runtime.getDeviceProperties(cupy.cuda.Device().id)
+    from . import device_properties
+    props = device_properties(cupy.cuda.Device().id)
     return int(props["textureAlignment"]), int(props["texturePitchAlignment"]), props["maxTexture2DLinear"]
 
 

@@ -1,4 +1,6 @@
-"""Auto-tuning of the parallel-beam back-projection kernels, cached on disk.
+"""Auto-tuning cached on disk: the parallel-beam back-projection kernels, and
+the cone transpose's cost correction (what ``leveret tune`` measures:
+:mod:`leveret.cuda.autotune`).
 
 A short search times each candidate configuration (kernel + parameters) on
 the problem at hand, keeps the fastest, and stores it in a JSON file keyed by
@@ -48,11 +50,26 @@ def problem_class(n_slices: int, ny: int, nx: int, n_angles: int, interpolation:
     return f"parallel/s{slices}/n{side}/a{_bucket(n_angles)}/{interpolation}/{precision}"
 
 
+# The last text read per path, with the file's inode, modification time and
+# size (tune() replaces the file, so each write makes a new inode): every
+# kernel="auto" call looks the cache up, and reading the file took as long as
+# a small problem's back-projection.
+_READ: dict[Path, tuple[tuple[int, int, int], str]] = {}
+
+
 def load(path: Path | None = None) -> dict:
-    """The whole cache ({gpu name: {problem class: entry}}); empty if absent or unreadable."""
+    """The whole cache ({gpu name: {problem class: entry}}); empty if absent or
+    unreadable. Parsed afresh per call (callers may change it); the file is
+    read again only when its inode, modification time or size changed."""
     path = path or cache_path()
     try:
-        data = json.loads(path.read_text())
+        stat = path.stat()
+        signature = (stat.st_ino, stat.st_mtime_ns, stat.st_size)
+        seen = _READ.get(path)
+        if seen is None or seen[0] != signature:
+            seen = (signature, path.read_text())
+            _READ[path] = seen
+        data = json.loads(seen[1])
     except (OSError, ValueError):
         return {}
     if not isinstance(data, dict) or data.get("version") != CACHE_VERSION:
@@ -157,13 +174,25 @@ def tune(gpu: str, key: str, configs: Iterable[dict], time_fn: Callable[[dict], 
         raise ValueError(f"tune: no candidate ran for {key} on {gpu}")
     best, seconds = min(results, key=lambda r: r[1])
     if store:
+        store_entry(gpu, key, best, seconds=seconds, tried=len(results), path=path)
+    return best, results
+
+
+def store_entry(gpu: str, key: str, config: dict, *, seconds: float, tried: int, path: Path | None = None) -> None:
+    """Cache ``config`` for (gpu, key), keeping every other entry. The file's
+    read-modify-write holds a lock (``filelock``, beside the file), so two
+    processes tuning at once both keep their entries."""
+    from filelock import FileLock
+
+    path = path or cache_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(path) + ".lock"):
         gpus = load(path)
         gpus.setdefault(gpu, {})[key] = {
-            "config": {k: list(v) if isinstance(v, tuple) else v for k, v in best.items()},
+            "config": {k: list(v) if isinstance(v, tuple) else v for k, v in config.items()},
             "seconds": seconds,
-            "tried": len(results)}
+            "tried": tried}
         _store(gpus, path)
-    return best, results
 
 
 def describe(path: Path | None = None) -> list[str]:

@@ -399,7 +399,6 @@ class ParallelBackprojection(Operator):
 
 
 def _gpu_name() -> str:
-    import cupy
-    props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
-    name = props["name"]
-    return name.decode() if isinstance(name, bytes) else str(name)
+    """The current GPU's name (the tuning cache's key)."""
+    from ..cuda import gpu_name
+    return gpu_name()
