@@ -17,9 +17,10 @@ from leveret import phantom
 SRC = Path(leveret.__file__).resolve().parents[1]
 
 
-def leveret_cmd(*args, cwd, verbose=False):
-    """Run ``python -m leveret ARGS`` in ``cwd``; the CompletedProcess."""
-    env = dict(os.environ, PYTHONPATH=str(SRC), LEVERET_BACKEND="cpu")
+def leveret_cmd(*args, cwd, env=None):
+    """Run ``python -m leveret ARGS`` in ``cwd`` (``env``: more environment
+    variables); the CompletedProcess."""
+    env = dict(os.environ, PYTHONPATH=str(SRC), LEVERET_BACKEND="cpu", **(env or {}))
     return subprocess.run([sys.executable, "-m", "leveret", *map(str, args)], capture_output=True, text=True,
                           env=env, cwd=cwd)
 
@@ -198,3 +199,14 @@ def test_gpus_flag_is_checked_and_named(folder):
                     cwd=folder)
     assert r.returncode == 2 and lines(r.stderr)[-1].startswith("leveret recon: error: --gpus: "), r.stderr
     assert not (folder / "rec.npy").exists()
+
+
+def test_tune_checks_its_device_and_names_what_is_missing(folder):
+    r = leveret_cmd("tune", "--device", "-1", cwd=folder)
+    assert r.returncode == 2 and "argument --device: expected a CUDA device number" in r.stderr
+    r = leveret_cmd("tune", "--budget", "0", cwd=folder)
+    assert r.returncode == 2 and "argument --budget" in r.stderr
+    # no GPU visible (here, or hidden on a machine with one): one line naming what is missing
+    r = leveret_cmd("tune", cwd=folder, env={"CUDA_VISIBLE_DEVICES": ""})
+    assert r.returncode == 2, r.stderr
+    assert lines(r.stderr)[-1].startswith("leveret tune: error: backend='cuda' needs a CUDA GPU"), r.stderr

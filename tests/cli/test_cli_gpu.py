@@ -63,3 +63,19 @@ def test_float64_on_the_gpu_is_one_line_naming_the_flag(scan, capsys):
                  "--backend", "cuda", "--precision", "float64"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("leveret recon: error: --precision: ") and "--backend cpu" in err[0]
+
+
+def test_tune_caches_the_transpose_and_the_parallel_classes(tmp_path, monkeypatch, capsys):
+    """``leveret tune`` on this GPU: the transpose's correction and the first
+    parallel-beam class within a short budget, cached where LEVERET_CACHE_DIR
+    says and shown by ``leveret info``; the classes past the budget are named."""
+    from leveret.cuda import gpu_name, tuning
+    monkeypatch.setenv("LEVERET_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("LEVERET_NO_TUNING_CACHE", raising=False)
+    assert main(["tune", "--budget", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "cone transpose: the scatter takes" in out and "skipped, past the 1 s budget" in out
+    cached = tuning.load(tmp_path / "tuning.json")[gpu_name()]
+    assert "cone/transpose" in cached and any(key.startswith("parallel/") for key in cached)
+    assert main(["info"]) == 0
+    assert "cone/transpose: atomic_scale=" in capsys.readouterr().out

@@ -86,6 +86,17 @@ def _positive_int(text) -> int:
     return value
 
 
+def _device(text) -> int:
+    """A CUDA device number: 0 or more."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a CUDA device number (0, 1, ...), got {text!r}")
+    return value
+
+
 def _center(text):
     if str(text).strip().lower() == "auto":
         return "auto"
@@ -411,6 +422,18 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--json", default=None, metavar="NAME", help="write the table as JSON into --output-dir")
     _common(b)
 
+    t = sub.add_parser("tune", help="measure this GPU's kernel choices and cache them (about a minute)",
+                       description="Measure the 'auto' choices that depend on the GPU (the cone transpose's "
+                                   "cost model, the parallel-beam back-projection kernels of common problem "
+                                   "sizes) and cache them for this GPU in the tuning file ('leveret info' "
+                                   "shows it); later runs with kernel='auto' and transpose='auto' use them. "
+                                   "Ctrl-C keeps what was measured so far.",
+                       epilog="examples:\n  leveret tune\n  leveret tune --budget 20 --device 1\n")
+    t.add_argument("--budget", type=_positive_int, default=60,
+                   help="seconds for the parallel-beam classes; none starts after it (default: %(default)s)")
+    t.add_argument("--device", type=_device, default=0, help="CUDA device to tune (default: %(default)s)")
+    _common(t)
+
     i = sub.add_parser("info", help="print the backends found")
     _common(i)
     live.add_parser(sub)
@@ -501,7 +524,8 @@ def _main(argv) -> int:
 
     runners = {"recon": commands.recon, "fbp": commands.recon, "center": commands.center,
                "preview": commands.preview, "bench": commands.bench, "info": commands.info,
-               "rabbitct": commands.rabbitct, "demo": commands.demo, "live": live.run}
+               "rabbitct": commands.rabbitct, "demo": commands.demo, "tune": commands.tune,
+               "live": live.run}
     sub = _subparser(build_parser(), args.command)
     try:
         return _run_in_worker(runners[args.command], args)

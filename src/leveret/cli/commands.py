@@ -683,9 +683,40 @@ def info(args) -> int:
     print(f"  host  : {format_bytes(host_available_bytes())} available")
     from ..cuda import tuning
     tuned = tuning.describe()
-    print(f"  tuned parallel-beam kernels ({tuning.cache_path()}):" + ("" if tuned else " none yet"))
+    print(f"  tuned choices ({tuning.cache_path()}, 'leveret tune'):" + ("" if tuned else " none yet"))
     for line in tuned:
         print(f"    {line}")
+    return 0
+
+
+def tune(args) -> int:
+    from ..backends import resolve
+
+    resolve("cuda")   # a RuntimeError naming what is missing without a GPU
+    import cupy
+
+    from ..cuda import autotune, gpu_name, tuning
+
+    n_devices = cupy.cuda.runtime.getDeviceCount()
+    if args.device >= n_devices:
+        raise ValueError(f"--device: no CUDA device {args.device} ({n_devices} found)")
+    with cupy.cuda.Device(args.device):
+        print(f"tuning {gpu_name()} into {tuning.cache_path()}", flush=True)
+        t = autotune.tune_transpose()
+        ms = [f"{m * 1e3:.1f}" for pair in t["measured"] for m in pair]
+        print(f"  cone transpose: the scatter takes {t['atomic_scale']:.2f} x the model's time (probes: "
+              f"gather {ms[0]} / {ms[2]} ms, scatter {ms[1]} / {ms[3]} ms)", flush=True)
+
+        def said(row):
+            problem = f"{row['slices']} x {row['side']}^2 from {row['angles']} angles, {row['precision']}"
+            if "skipped" in row:
+                print(f"  parallel {problem}: skipped, {row['skipped']}", flush=True)
+                return
+            config = ", ".join(f"{k}={val}" for k, val in row["kernel"].items())
+            print(f"  parallel {problem}: {config} ({row['seconds'] * 1e3:.2f} ms, best of {row['tried']})",
+                  flush=True)
+
+        autotune.tune_parallel(budget_s=args.budget, progress=said)
     return 0
 
 

@@ -95,11 +95,27 @@ def transpose_work(matrices: np.ndarray, n_rows: int, n_cols: int, grid3, offset
             "cols_per_voxel": cols_per_voxel, "rows_per_voxel": rows_per_voxel}
 
 
-def transpose_times(work: dict[str, float]) -> dict[str, float]:
-    """Predicted seconds of the two transposes from :func:`transpose_work`'s counts (``TRANSPOSE_COST``)."""
+def transpose_times(work: dict[str, float], atomic_scale: float = 1.0) -> dict[str, float]:
+    """Predicted seconds of the two transposes from :func:`transpose_work`'s
+    counts (``TRANSPOSE_COST``), the scatter's scaled by ``atomic_scale``: this
+    GPU's measured correction (:func:`tuned_atomic_scale`; 1 on the GPU the
+    costs were fitted on)."""
     c = TRANSPOSE_COST
     return {"voxel": c["voxel_row"] * work["voxel_row"] + c["voxel_setup"] * work["voxel_setup"],
-            "atomic": c["atomic_add"] * work["atomic_add"] + c["atomic_voxel"] * work["atomic_voxel"]}
+            "atomic": atomic_scale * (c["atomic_add"] * work["atomic_add"]
+                                      + c["atomic_voxel"] * work["atomic_voxel"])}
+
+
+TRANSPOSE_TUNING_KEY = "cone/transpose"   # the tuning cache's entry of :func:`tuned_atomic_scale`
+
+
+def tuned_atomic_scale(gpu: str) -> float:
+    """The scatter's cost relative to the model's on GPU ``gpu``, as ``leveret
+    tune`` measured it (:func:`leveret.cuda.autotune.tune_transpose`); 1 where
+    nothing was measured."""
+    from . import tuning
+    config = tuning.lookup(gpu, TRANSPOSE_TUNING_KEY)
+    return 1.0 if config is None else float(config["atomic_scale"])
 
 
 def voxel_applies(params: np.ndarray, n_cols: int, grid3, offset, scale) -> bool:
@@ -398,7 +414,9 @@ class CudaRaytracer:
         self.predicted = None   # the cost model's seconds of both transposes, where both apply
         if voxel_ok:
             P = geometry.matrices if geometry.matrices.ndim == 3 else geometry.matrices[None]
-            self.predicted = transpose_times(transpose_work(P, self.n_rows, self.n_cols, self.grid3, offset, scale))
+            from . import gpu_name
+            self.predicted = transpose_times(transpose_work(P, self.n_rows, self.n_cols, self.grid3, offset, scale),
+                                             tuned_atomic_scale(gpu_name()))
         if transpose == "auto":
             transpose = auto_transpose(self.predicted)
         self.transpose = transpose

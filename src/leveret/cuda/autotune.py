@@ -1,0 +1,148 @@
+"""What ``leveret tune`` measures on this GPU and caches in the tuning file
+(:mod:`leveret.cuda.tuning`), for the ``"auto"`` choices that depend on the GPU:
+
+- the cone transpose's cost model (``raytrace.TRANSPOSE_COST``, fitted on
+  one GPU): the scatter's time relative to the gather's, measured on two
+  probe scans, one where each wins; ``Projector(transpose="auto")`` scales the
+  scatter's predicted time by the measured correction
+  (:func:`leveret.cuda.raytrace.tuned_atomic_scale`);
+- the parallel-beam back-projection kernels, per problem class
+  (``ParallelBackprojection.tune`` on simulated sinograms of common sizes).
+
+The other ``"auto"`` choices (cone back-projection kernels, FDK's chunks, the
+3D Radon stages) follow rules whose margins were measured over the sweep
+(docs/performance.md) and hold on the GPUs measured; they need no tuning.
+"""
+from __future__ import annotations
+
+import math
+import time
+from typing import Callable
+
+import numpy as np
+
+# The probe scans of the transpose's calibration: a 128^3 grid, 180 views,
+# source 1000 mm and detector 1500 mm from the axis, 1 detector pixel per
+# voxel at the axis over 4/3 of the grid, and (rows) a detector of that many
+# rows (few rows against a tall volume: the scatter wins there).
+TRANSPOSE_PROBES = ({"rows": None}, {"rows": 8})
+
+# Parallel-beam problem classes tuned, most common first: (slices, image side,
+# angles, precision); each is tuned on a simulated stack of that size.
+PARALLEL_CLASSES = (
+    (16, 2048, 2048, "float32"), (1, 2048, 2048, "float32"), (4, 2048, 2048, "float32"),
+    (16, 1024, 1024, "float32"), (1, 1024, 1024, "float32"), (16, 2048, 2048, "float16"),
+    (16, 4096, 4096, "float32"), (1, 4096, 4096, "float32"),
+)
+
+
+def transpose_probe(rows: int | None, n: int = 128, views: int = 180):
+    """(ConeGeometry, VolumeGeometry) of one calibration scan (``TRANSPOSE_PROBES``)."""
+    from ..geometry import ConeGeometry, VolumeGeometry
+    sid, sdd, extent = 1000.0, 1500.0, 512.0
+    voxel = extent / n
+    n_cols = round(4 * n / 3)
+    angles = np.linspace(0.0, 2 * np.pi, views, endpoint=False)
+    geometry = ConeGeometry.circular(angles, sid, sdd, n_cols if rows is None else rows, n_cols,
+                                     voxel * sdd / sid)
+    return geometry, VolumeGeometry((n, n, n), voxel)
+
+
+def atomic_scale(measured: list[tuple[float, float]], predicted: list[tuple[float, float]]) -> float:
+    """The scatter's correction from probes' (voxel, atomic) seconds, measured
+    and predicted (at scale 1): the geometric mean over the probes of the
+    measured atomic / voxel ratio over the predicted one."""
+    if not measured or len(measured) != len(predicted):
+        raise ValueError("atomic_scale: expected one predicted pair per measured pair")
+    logs = [math.log((ma / mv) / (pa / pv)) for (mv, ma), (pv, pa) in zip(measured, predicted)]
+    return math.exp(sum(logs) / len(logs))
+
+
+def tune_transpose(time_fn: Callable[[object, object, str], float] | None = None, *, gpu: str | None = None,
+                   store: bool = True, path=None) -> dict:
+    """Measure the gather and the scatter on ``TRANSPOSE_PROBES`` and cache
+    :func:`atomic_scale` for this GPU. ``time_fn(geometry, volume, transpose)``
+    returns seconds (None: the CUDA transpose's median of 3 runs after a
+    warm-up). Returns the cache entry's config with the measured and
+    predicted seconds."""
+    from . import tuning
+    from .raytrace import TRANSPOSE_TUNING_KEY, transpose_times, transpose_work
+
+    if time_fn is None:
+        time_fn = _time_transpose
+    if gpu is None:
+        from . import gpu_name
+        gpu = gpu_name()
+    measured, predicted = [], []
+    for probe in TRANSPOSE_PROBES:
+        geometry, volume = transpose_probe(probe["rows"])
+        size = volume.spacing("x")
+        offset = np.array([volume.extent(a)[0] for a in "xyz"])
+        work = transpose_work(geometry.matrices, geometry.n_rows, geometry.n_cols, volume.shape, offset,
+                              np.full(3, 1.0 / size))
+        p = transpose_times(work)
+        predicted.append((p["voxel"], p["atomic"]))
+        measured.append((time_fn(geometry, volume, "voxel"), time_fn(geometry, volume, "atomic")))
+    scale = atomic_scale(measured, predicted)
+    config = {"atomic_scale": round(scale, 4)}
+    if store:
+        tuning.store_entry(gpu, TRANSPOSE_TUNING_KEY, config, seconds=sum(sum(m) for m in measured),
+                           tried=len(measured), path=path)
+    return {**config, "measured": measured, "predicted": predicted}
+
+
+def _time_transpose(geometry, volume, transpose: str) -> float:
+    """Median seconds of the structured Joseph transpose ``transpose`` on CUDA."""
+    import cupy
+
+    from ..operators import Projector
+    A = Projector(geometry, volume, model="joseph", backend="cuda", transpose=transpose)
+    y = cupy.ones(geometry.projection_shape, cupy.float32)
+    out = cupy.empty(volume.shape, cupy.float32)
+    return _median_seconds(lambda: A.T(y, out=out))
+
+
+def _median_seconds(run: Callable[[], object], repeats: int = 3) -> float:
+    import cupy
+    run()   # warm-up: compiles, allocates
+    times = []
+    for _ in range(repeats):
+        start, stop = cupy.cuda.Event(), cupy.cuda.Event()
+        start.record()
+        run()
+        stop.record()
+        stop.synchronize()
+        times.append(cupy.cuda.get_elapsed_time(start, stop) * 1e-3)
+    return float(np.median(times))
+
+
+def tune_parallel(classes=PARALLEL_CLASSES, *, budget_s: float = 60.0, progress=None) -> list[dict]:
+    """``ParallelBackprojection.tune`` on a simulated stack of each class in
+    turn (cached per GPU and problem class), starting no class after
+    ``budget_s`` seconds or where the GPU lacks the memory. Returns one row
+    per class: its key, the chosen kernel and its time, or why it was skipped."""
+    import cupy
+
+    from ..geometry import ParallelGeometry
+    from ..operators import ParallelBackprojection
+    rows, start = [], time.perf_counter()
+    for n_slices, side, n_angles, precision in classes:
+        row = {"slices": n_slices, "side": side, "angles": n_angles, "precision": precision}
+        need = 4 * n_slices * (n_angles * side + 2 * side * side)   # sinograms, their filtered copy, images
+        if time.perf_counter() - start > budget_s:
+            row["skipped"] = f"past the {budget_s:g} s budget"
+        elif need > cupy.cuda.Device().mem_info[0] // 2:
+            row["skipped"] = "not enough free GPU memory"
+        else:
+            geometry = ParallelGeometry(np.linspace(0.0, np.pi, n_angles, endpoint=False), side, n_rows=n_slices)
+            op = ParallelBackprojection(geometry, geometry.default_volume(), backend="cuda", precision=precision)
+            sinos = cupy.random.default_rng(0).random((n_slices, n_angles, side), dtype=cupy.float32)
+            best, results = op.tune(sinos)
+            row.update(key=op.problem_key(n_slices), kernel=best, seconds=min(s for _, s in results),
+                       tried=len(results))
+            del sinos, op
+            cupy.get_default_memory_pool().free_all_blocks()
+        rows.append(row)
+        if progress is not None:
+            progress(row)
+    return rows
