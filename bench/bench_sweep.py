@@ -46,6 +46,10 @@ and corners; --budget stops starting points after that many seconds.
     PYTHONPATH=src python3 bench/bench_sweep.py --quick --out sweep.json --plot sweep.png
     PYTHONPATH=src python3 bench/bench_sweep.py --budget 480 --out bench_sweep.json --plot bench_sweep.png \\
         --compare bench/results/h100/bench_sweep.json
+    PYTHONPATH=src python3 bench/bench_sweep.py --budget 480 --resume bench_sweep.json --out bench_sweep.json
+
+--resume keeps an earlier run's measured points (same GPU model) and runs the
+rest, so a sweep longer than one sitting is measured in parts.
 """
 from __future__ import annotations
 
@@ -994,6 +998,29 @@ def dry_run(pts, gpu_bytes, host_bytes) -> None:
     print(f"{len(pts)} points, estimated {total / 60:.1f} min in all (rough: the run recalibrates)")
 
 
+def resumed_rows(path: str, meta: dict) -> list[dict]:
+    """The rows of a stored run to keep (--resume): its measured points, all
+    operations of a point measured ("ok" or "invalid"); refused where that
+    run's GPU is another model than this one's."""
+    with open(path) as fh:
+        stored = json.load(fh)
+
+    def gpu(m):
+        names = [d.get("name") for d in m.get("devices", []) if d.get("available")]
+        return names[0] if names else None
+
+    if gpu(stored["meta"]) != gpu(meta):
+        raise SystemExit(f"--resume: {path} was measured on {gpu(stored['meta'])}, this is {gpu(meta)}")
+    by_point: dict = {}
+    for row in stored["results"]:
+        by_point.setdefault((row["family"], json.dumps(row["params"], sort_keys=True)), []).append(row)
+    kept = []
+    for rows in by_point.values():
+        if all(r["status"] in ("ok", "invalid") for r in rows):
+            kept.extend(rows)
+    return kept
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="small sizes (a minute)")
@@ -1020,6 +1047,9 @@ def main(argv=None):
                              "(checks the ASTRA vectors); needs a GPU and ASTRA")
     parser.add_argument("--replot", default=None, metavar="JSON",
                         help="only draw --plot (and the summary) from a stored result file")
+    parser.add_argument("--resume", default=None, metavar="JSON",
+                        help="a result file of an earlier run on the same GPU model: keep its measured "
+                             "points, run the others (--out then holds both)")
     args = parser.parse_args(argv)
 
     if args.check:
@@ -1052,9 +1082,16 @@ def main(argv=None):
     if astra.reason:
         print(astra.reason)
     sweep = Sweep(astra, int(gpu), int(host))
+    done = set()
+    if args.resume:
+        kept = resumed_rows(args.resume, meta)
+        sweep.rows.extend(kept)
+        done = {row["key"] for row in kept}
+        print(f"--resume: {len(kept)} measured rows kept from {args.resume}")
     print(header())
     start = time.perf_counter()
     spent_est = spent = 0.0
+    pts = [p for p in pts if not all(point_key(p["family"], op, p["params"]) in done for op in OPS[p["family"]])]
     remaining_est = sum(estimate_seconds(p) for p in pts)
     for i, point in enumerate(pts):
         est = estimate_seconds(point)
@@ -1070,7 +1107,12 @@ def main(argv=None):
         print(f"[{i + 1}/{len(pts)}] {point['family']} {point['axis']}: {point_label(point)}  "
               f"(elapsed {elapsed:.0f} s, ETA {remaining_est * scale:.0f} s)", flush=True)
         t0 = time.perf_counter()
+        sweep.rows = [r for r in sweep.rows if r["key"] not in
+                      {point_key(point["family"], op, point["params"]) for op in OPS[point["family"]]}]
         sweep.run(point)
+        if args.out:   # after every point: a run cut short keeps what it measured
+            common.RESULTS[:] = sweep.rows
+            common.write_results(args.out, meta)
         spent += time.perf_counter() - t0
         spent_est += est
         remaining_est -= est

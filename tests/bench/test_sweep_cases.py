@@ -307,3 +307,26 @@ def test_dry_run_lists_every_point_without_a_gpu(capsys):
     assert sweep.main(["--dry-run", "--families", "radon3d"]) == 0
     lines = [l for l in capsys.readouterr().out.splitlines() if "radon3d" in l]
     assert len(lines) == sum(p["family"] == "radon3d" for p in sweep.points())
+
+
+def test_resume_keeps_the_measured_points_of_the_same_gpu_model(tmp_path):
+    """--resume: a point's rows are kept only where every operation of it was
+    measured; another GPU model's file is refused."""
+    base = sweep.cone_base(quick=True)
+    other = dict(base, sampling=2.5)
+
+    def row(params, op, status):
+        return {"family": "cone", "axis": "base", "op": op, "params": params, "status": status,
+                "key": sweep.point_key("cone", op, params)}
+
+    measured = [row(base, op, "ok") for op in sweep.OPS["cone"]]
+    partial = [row(other, op, "ok") for op in sweep.OPS["cone"][:-1]] + [row(other, sweep.OPS["cone"][-1],
+                                                                              "skipped")]
+    gpu = {"devices": [{"backend": "cuda", "available": True, "name": "NVIDIA H200"}]}
+    path = tmp_path / "stored.json"
+    path.write_text(json.dumps({"meta": gpu, "results": measured + partial}))
+    kept = sweep.resumed_rows(str(path), gpu)
+    assert kept == measured
+    with pytest.raises(SystemExit, match="measured on NVIDIA H200, this is NVIDIA H100"):
+        sweep.resumed_rows(str(path), {"devices": [{"backend": "cuda", "available": True,
+                                                    "name": "NVIDIA H100"}]})
