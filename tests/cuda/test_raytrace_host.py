@@ -265,6 +265,27 @@ def test_host_build_joseph_voxel_dense_rows(lib, kz, rng):
     np.testing.assert_allclose(got, ref, rtol=0, atol=4e-6 * np.abs(ref).max())
 
 
+@pytest.mark.parametrize("kz", [1, 8])
+def test_host_build_joseph_voxel_sparse_rows(lib, lib_patch2, kz, rng):
+    """The voxel transpose where the detector rows are 0.3 to 0.7 per z voxel,
+    so that some (view, column, plane) numbers take the one-row window (rows
+    two or more voxels apart) and others the two-row one, with one voxel
+    column per warp and 2 x 2 patches: the float64 CPU transpose to 1e-6 of
+    the largest value; output poisoned."""
+    volume = VolumeGeometry((40, 20, 20), 1.0)
+    geometry = ConeGeometry.circular(np.linspace(0, 2 * np.pi, 9, endpoint=False), 40, 60, 10, 30, 6.0,
+                                     det_offset=(0.0, 1.3))
+    A = Projector(geometry, volume, model="joseph", precision="float64", backend="cpu")
+    _, params, _, _, _, n_cols = _kernel_inputs(geometry, A)
+    h = voxel_rows_per_voxel(params, n_cols, volume.shape, A._offset, A._scale)
+    assert 0.5 < h < 1   # the densest rows: two-row windows there, one-row windows further from the source
+    y = rng.standard_normal(geometry.projection_shape).astype(np.float32)
+    ref = A.T(y.astype(np.float64))
+    for build in (lib, lib_patch2):
+        got = _voxel_transpose(build, geometry, volume, A, y, kz)
+        np.testing.assert_allclose(got, ref, rtol=0, atol=1e-6 * np.abs(ref).max())
+
+
 def _voxel_transpose(lib, geometry, volume, A, y, kz):
     """The host build's voxel transpose of ``y`` at ``kz`` z voxels per lane,
     into a z-fastest volume poisoned with NaN, as (nz, ny, nx)."""

@@ -67,7 +67,7 @@
 #define JV_HMAX LEVERET_JV_HMAX
 #define JV_PAD_LO (2 * JV_HMAX + 2)
 #define JV_PAD_HI (2 * JV_HMAX + 3)
-static_assert(JV_HMAX == 7, "joseph_voxel_rule dispatches nh = 0, 1, 2, 3, 5, JV_HMAX");
+static_assert(JV_HMAX == 7, "joseph_voxel_rule dispatches nh = -1, 0, 1, 2, 3, 5, JV_HMAX");
 #define JV_NCOL 8   // float64 numbers per (view, column): see joseph_voxel_columns
 
 // Per (view, column), from joseph_column (the forward's set-up): dominant axis
@@ -164,7 +164,10 @@ __device__ __forceinline__ float column_of_f(const float4& a, const float2& b, f
 // fraction f = lo 2^-32 becomes F = 1 + f by placing lo's top 23 bits in a
 // float's mantissa (two integer operations instead of a conversion); row
 // weight 1 - |zS| |d - f| = (1 + |zS| (1 + d)) - |zS| F for d <= 0 and
-// (1 - |zS| (1 + d)) + |zS| F for d >= 1. With JV_PATCH 1 the in-plane weight
+// (1 - |zS| (1 + d)) + |zS| F for d >= 1. NH = -1 (rows two or more voxels
+// apart, |zS| >= 2): only the row nearest to t can have weight (|d - f| <
+// 1 / |zS| <= 1/2), one load instead of two; t comes in shifted by half a row
+// (T = the nearest row, t - T = F - 3/2). With JV_PATCH 1 the in-plane weight
 // scales the row weights and the voxel sums them directly; else the z sum goes
 // to the patch's voxel columns with their weights w[b].
 template <int NH, int KZ>
@@ -185,8 +188,11 @@ __device__ __forceinline__ void joseph_voxel_rows(const float* __restrict__ valu
         const float* p = values + (coloff + min(max(T, tlo), thi));
         float sum = 0.0f;
         float& out = JV_PATCH == 1 ? (*acc[0])[q] : sum;
+        if (NH < 0) {
+            out = fmaf(fmaxf(0.0f, fmaf(-zw, fabsf(F - 1.5f), s)), p[0], out);
+        }
 #pragma unroll
-        for (int d = -NH; d <= NH + 1; ++d) {
+        for (int d = -NH; d <= NH + 1; ++d) {   // no iteration for NH = -1
             const float wr = d >= 1 ? fmaf(zw, F, s - zw * (1 + d)) : fmaf(-zw, F, s + zw * (1 + d));
             out = fmaf(fmaxf(0.0f, wr), p[d], out);
         }
@@ -271,7 +277,7 @@ __device__ __forceinline__ void joseph_voxel_rule(const float4& va, const float2
             // error ~1e-14; a correctly rounded float64 division costs ~25 instructions).
             const double r0 = (double)rcp_approx((float)zS);
             const double inv = fma(r0, fma(-zS, r0, 1.0), r0);
-            const int nh = min((int)fabs(inv), JV_HMAX);
+            const int nh = fabs(inv) <= 0.5 ? -1 : min((int)fabs(inv), JV_HMAX);
             const float zSa = (float)fabs(zS);
             // Row coordinate of voxel k0 and its step per 32 voxels, 32.32 fixed point.
             // |t0| < 2^30 (the launcher checks: voxel_row_extent), so t + 31 dt fits 64 bits.
@@ -285,6 +291,7 @@ __device__ __forceinline__ void joseph_voxel_rule(const float4& va, const float2
             // A window wider than needed reads rows of weight zero: above 3 rows per
             // voxel, two instances serve 4-5 and 6-7 (fewer instances to compile).
             switch (nh) {
+            case -1: joseph_voxel_rows<-1, KZ>(values, coloff, t + (1LL << 31), dt, zSa, w, tlo, thi, dst); break;
             case 0: joseph_voxel_rows<0, KZ>(values, coloff, t, dt, zSa, w, tlo, thi, dst); break;   // |zS| > 1
             case 1: joseph_voxel_rows<1, KZ>(values, coloff, t, dt, zSa, w, tlo, thi, dst); break;
             case 2: joseph_voxel_rows<2, KZ>(values, coloff, t, dt, zSa, w, tlo, thi, dst); break;
