@@ -300,6 +300,7 @@ class Projector(Operator):
             minv = np.linalg.inv(P[:, :, :3])
             self._pixel_minv = minv
             self._pixel_scale = float(np.prod(volume.voxel_size)) / np.abs(np.linalg.det(minv))
+        self._ray_frames = None   # CUDA, adjoint="voxel": the pixel weights' numbers of this operator's views
         self.T = _Transpose(self)
 
     @property
@@ -347,6 +348,7 @@ class Projector(Operator):
             sub._origins = np.ascontiguousarray(self._origins[rows])
             sub._directions = np.ascontiguousarray(self._directions[rows])
         sub._views = self._views[views]
+        sub._ray_frames = None
         if self._gpu is not None:
             sub._gpu = self._gpu.subset(views)
         sub._device_tracers = {}
@@ -441,18 +443,26 @@ class Projector(Operator):
     def _voxel_adjoint(self, y, out):
         """``adjoint="voxel"``: ``y`` weighted per pixel by ``V |M^-1 (u, v, 1)| / |det M^-1|``
         (class Notes), then ``ConeBackprojection`` over this operator's views."""
-        xp = v.array_module(y)
-        n_rows, n_cols = self.projection_shape[1:]
-        u = xp.arange(n_cols, dtype=xp.float64)[None, None, :]
-        r = xp.arange(n_rows, dtype=xp.float64)[None, :, None]
-        weighted = xp.empty(y.shape, xp.float32 if self.backend == "cuda" else self.dtype)
-        step = max(1, (1 << 23) // (n_rows * n_cols))   # views per block: float64 temporaries of ~64 MiB
-        for k0 in range(0, len(self._views), step):
-            views = self._views[k0:k0 + step]
-            m = xp.asarray(self._pixel_minv[views])[:, :, :, None, None]     # (b, 3, 3, 1, 1)
-            norm2 = sum((m[:, i, 0] * u + m[:, i, 1] * r + m[:, i, 2]) ** 2 for i in range(3))
-            scale = xp.asarray(self._pixel_scale[views])[:, None, None]
-            weighted[k0:k0 + step] = y[k0:k0 + step] * (scale * xp.sqrt(norm2))
+        if self.backend == "cuda":   # one fused pass (leveret/cuda/ray_weights.cu)
+            import cupy
+
+            from ..cuda.ray_weights import view_frames, weight_by_ray_length
+            if self._ray_frames is None:
+                self._ray_frames = cupy.asarray(view_frames(self._pixel_minv[self._views],
+                                                            self._pixel_scale[self._views]))
+            weighted = weight_by_ray_length(cupy.ascontiguousarray(y, cupy.float32), self._ray_frames)
+        else:
+            n_rows, n_cols = self.projection_shape[1:]
+            u = np.arange(n_cols, dtype=np.float64)[None, None, :]
+            r = np.arange(n_rows, dtype=np.float64)[None, :, None]
+            weighted = np.empty(y.shape, self.dtype)
+            step = max(1, (1 << 23) // (n_rows * n_cols))   # views per block: float64 temporaries of ~64 MiB
+            for k0 in range(0, len(self._views), step):
+                views = self._views[k0:k0 + step]
+                m = self._pixel_minv[views][:, :, :, None, None]     # (b, 3, 3, 1, 1)
+                norm2 = sum((m[:, i, 0] * u + m[:, i, 1] * r + m[:, i, 2]) ** 2 for i in range(3))
+                weighted[k0:k0 + step] = y[k0:k0 + step] * (self._pixel_scale[views][:, None, None]
+                                                             * np.sqrt(norm2))
         vol = self._backprojection(weighted, views=self._views)
         out[...] = vol.reshape(out.shape) if v.array_module(vol) is v.array_module(out) else vol.get()
         return out
