@@ -45,7 +45,7 @@ and corners; --budget stops starting points after that many seconds.
     PYTHONPATH=src python3 bench/bench_sweep.py --check                     # ASTRA's geometry = leveret's
     PYTHONPATH=src python3 bench/bench_sweep.py --quick --out sweep.json --plot sweep.png
     PYTHONPATH=src python3 bench/bench_sweep.py --budget 480 --out bench_sweep.json --plot bench_sweep.png \\
-        --compare bench/results/h100/bench_sweep.json
+        --compare bench/results/h200/bench_sweep.json
     PYTHONPATH=src python3 bench/bench_sweep.py --budget 480 --resume bench_sweep.json --out bench_sweep.json
 
 --resume keeps an earlier run's measured points (same GPU model) and runs the
