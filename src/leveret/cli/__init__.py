@@ -544,7 +544,8 @@ def _main(argv) -> int:
         cleanup_pending()     # waits for a slab being written, then removes or keeps the partial output
         what = "interrupted" if not hasattr(exc, "signum") else f"stopped by {exc}"
         # A newline first: the progress bar's line has none. (live's clean-up writes its --json summary.)
-        print(f"\nleveret {args.command}: {what}" + ("" if args.command == "live" else "; no output written")
+        kept = {"live": "", "tune": "; the choices measured so far stay cached"}
+        print(f"\nleveret {args.command}: {what}" + kept.get(args.command, "; no output written")
               + (" (--resume continues from the slabs already done)" if getattr(args, "resume", False) else ""),
               file=sys.stderr)
         return exit_code(exc)

@@ -707,8 +707,12 @@ def tune(args) -> int:
         print(f"  cone transpose: the scatter takes {t['atomic_scale']:.2f} x the model's time (probes: "
               f"gather {ms[0]} / {ms[2]} ms, scatter {ms[1]} / {ms[3]} ms)", flush=True)
 
+        done = iter(range(1, len(autotune.PARALLEL_CLASSES) + 1))
+
         def said(row):
-            problem = f"{row['slices']} x {row['side']}^2 from {row['angles']} angles, {row['precision']}"
+            problem = (f"[{next(done)}/{len(autotune.PARALLEL_CLASSES)}, {row['elapsed']:.0f} of "
+                       f"{args.budget} s] {row['slices']} x {row['side']}^2 from {row['angles']} angles, "
+                       f"{row['precision']}")
             if "skipped" in row:
                 print(f"  parallel {problem}: skipped, {row['skipped']}", flush=True)
                 return

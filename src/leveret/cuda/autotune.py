@@ -120,7 +120,9 @@ def tune_parallel(classes=PARALLEL_CLASSES, *, budget_s: float = 60.0, progress=
     """``ParallelBackprojection.tune`` on a simulated stack of each class in
     turn (cached per GPU and problem class), starting no class after
     ``budget_s`` seconds or where the GPU lacks the memory. Returns one row
-    per class: its key, the chosen kernel and its time, or why it was skipped."""
+    per class: its key, the chosen kernel and its time, or why it was
+    skipped, and the seconds elapsed since the start; ``progress(row)`` is
+    called after each class."""
     import cupy
 
     from ..geometry import ParallelGeometry
@@ -142,6 +144,7 @@ def tune_parallel(classes=PARALLEL_CLASSES, *, budget_s: float = 60.0, progress=
                        tried=len(results))
             del sinos, op
             cupy.get_default_memory_pool().free_all_blocks()
+        row["elapsed"] = time.perf_counter() - start
         rows.append(row)
         if progress is not None:
             progress(row)
