@@ -73,7 +73,9 @@ def transpose_work(matrices: np.ndarray, n_rows: int, n_cols: int, grid3, offset
     gather visits every voxel column for every view and z tile of ``32 kz``
     lanes (:func:`voxel_kz`); per lane about ``2 s + 2`` candidate columns
     (``voxel_setup``) of which ``2 s`` pass within a voxel and read
-    ``2 floor(h) + 2`` rows for each of the ``kz`` voxels (``voxel_row``).
+    ``2 floor(h) + 2`` rows for each of the ``kz`` voxels (``voxel_row``;
+    where rows lie two or more voxels apart the kernel reads one, which the
+    model, fitted before that, still counts as two: an upper bound there).
     """
     P = np.asarray(matrices, np.float64).reshape(-1, 3, 4)
     nz, ny, nx = (int(n) for n in grid3)
