@@ -54,6 +54,8 @@ if [ "$SANITIZE" = 1 ]; then
       tests/operators/test_projector_cuda.py::test_structured_equals_general
       tests/operators/test_projector_cuda.py::test_structured_joseph_equals_general
       tests/operators/test_projector_cuda.py::test_gpu_equals_cpu
+      tests/operators/test_projector_voxel_adjoint.py::test_voxel_adjoint_cuda_equals_cpu
+      tests/cuda/test_ray_weights.py::test_gpu_weights_equal_the_cpu_weights
       tests/algorithms/test_radon3d_cuda.py::test_backproject_kernel_equals_cpu
       tests/algorithms/test_radon3d_cuda.py::test_two_stage_stages_poisoned
       tests/algorithms/test_radon3d_cuda.py::test_forward_kernel_equals_cpu
