@@ -695,7 +695,8 @@ def tune(args) -> int:
     resolve("cuda")   # a RuntimeError naming what is missing without a GPU
     import cupy
 
-    from ..cuda import autotune, gpu_name, tuning
+    from ..cuda import gpu_name, tuning
+    from ..operators import autotune
 
     n_devices = cupy.cuda.runtime.getDeviceCount()
     if args.device >= n_devices:

@@ -22,3 +22,17 @@ def gpu_name(device: int | None = None) -> str:
     import cupy
     name = device_properties(cupy.cuda.Device().id if device is None else device)["name"]
     return name.decode() if isinstance(name, bytes) else str(name)
+
+
+def seconds_per_run(run, repeats: int = 3) -> float:
+    """Mean GPU seconds of ``run()`` on the current stream: one call first
+    (compiles, allocates), then ``repeats`` calls between two CUDA events."""
+    import cupy
+    run()
+    start, stop = cupy.cuda.Event(), cupy.cuda.Event()
+    start.record()
+    for _ in range(repeats):
+        run()
+    stop.record()
+    stop.synchronize()
+    return cupy.cuda.get_elapsed_time(start, stop) * 1e-3 / repeats

@@ -113,7 +113,7 @@ TRANSPOSE_TUNING_KEY = "cone/transpose"   # the tuning cache's entry of :func:`t
 
 def tuned_atomic_scale(gpu: str) -> float:
     """The scatter's cost relative to the model's on GPU ``gpu``, as ``leveret
-    tune`` measured it (:func:`leveret.cuda.autotune.tune_transpose`); 1 where
+    tune`` measured it (:func:`leveret.operators.autotune.tune_transpose`); 1 where
     nothing was measured."""
     from . import tuning
     config = tuning.lookup(gpu, TRANSPOSE_TUNING_KEY)

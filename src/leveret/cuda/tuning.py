@@ -1,6 +1,6 @@
 """Auto-tuning cached on disk: the parallel-beam back-projection kernels, and
 the cone transpose's cost correction (what ``leveret tune`` measures:
-:mod:`leveret.cuda.autotune`).
+:mod:`leveret.operators.autotune`).
 
 A short search times each candidate configuration (kernel + parameters) on
 the problem at hand, keeps the fastest, and stores it in a JSON file keyed by

@@ -360,7 +360,7 @@ class ParallelBackprojection(Operator):
         cache the fastest for this GPU and problem class, and use it from now on
         (for ``kernel="auto"``). Returns (best config, [(config, seconds), ...])."""
         import cupy
-        from ..cuda import tuning
+        from ..cuda import seconds_per_run, tuning
 
         if self.backend != "cuda":
             raise ValueError("tune: the CPU backend has a single kernel; use backend='cuda'")
@@ -371,14 +371,7 @@ class ParallelBackprojection(Operator):
         def time_fn(config):
             self.kernel, self.kernel_options, self.texture_packing = config["kernel"], \
                 {k: val for k, val in config.items() if k != "kernel"}, "auto"
-            self(sinos, out)   # warm-up, compiles
-            start, stop = cupy.cuda.Event(), cupy.cuda.Event()
-            start.record()
-            for _ in range(repeats):
-                self(sinos, out)
-            stop.record()
-            stop.synchronize()
-            return cupy.cuda.get_elapsed_time(start, stop) * 1e-3 / repeats
+            return seconds_per_run(lambda: self(sinos, out), repeats)
 
         try:
             best, results = tuning.tune(_gpu_name(), self.problem_key(n),

@@ -1,4 +1,4 @@
-"""What ``leveret tune`` measures (leveret.cuda.autotune): the transpose's
+"""What ``leveret tune`` measures (leveret.operators.autotune): the transpose's
 per-GPU correction from probe timings, cached and read back by
 ``transpose="auto"``'s rule, with fake timings on the CPU; on the GPU, that
 the measured correction makes the rule pick the faster transpose on both
@@ -7,19 +7,11 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import pytest
 
-from leveret.cuda import autotune, tuning
-from leveret.cuda.raytrace import auto_transpose, transpose_times, transpose_work, tuned_atomic_scale
-
-
-def _predicted(rows):
-    geometry, volume = autotune.transpose_probe(rows)
-    offset = np.array([volume.extent(a)[0] for a in "xyz"])
-    work = transpose_work(geometry.matrices, geometry.n_rows, geometry.n_cols, volume.shape, offset,
-                          np.full(3, 1.0 / volume.spacing("x")))
-    return work
+from leveret.cuda import tuning
+from leveret.cuda.raytrace import auto_transpose, transpose_times, tuned_atomic_scale
+from leveret.operators import autotune
 
 
 def test_atomic_scale_is_the_geometric_mean_of_the_ratio_errors():
@@ -34,7 +26,7 @@ def test_probes_straddle_the_rule():
     """The two probes sit on either side of the rule at scale 1 (the gather
     predicted faster on the full detector, the scatter on 8 rows), so their
     timings measure the correction where it decides."""
-    full, few = (transpose_times(_predicted(p["rows"])) for p in autotune.TRANSPOSE_PROBES)
+    full, few = (transpose_times(autotune.probe_work(p["rows"])) for p in autotune.TRANSPOSE_PROBES)
     assert auto_transpose(full) == "voxel" and auto_transpose(few) == "atomic"
 
 
@@ -42,7 +34,7 @@ def test_tune_transpose_caches_the_correction_and_auto_uses_it(tmp_path, monkeyp
     monkeypatch.setenv("LEVERET_CACHE_DIR", str(tmp_path))
     monkeypatch.delenv("LEVERET_NO_TUNING_CACHE", raising=False)
     assert tuned_atomic_scale("stand-in GPU") == 1.0          # nothing measured: the model as fitted
-    predicted = {p["rows"]: transpose_times(_predicted(p["rows"])) for p in autotune.TRANSPOSE_PROBES}
+    predicted = {p["rows"]: transpose_times(autotune.probe_work(p["rows"])) for p in autotune.TRANSPOSE_PROBES}
     calls = []
 
     def fake(geometry, volume, transpose):
@@ -59,7 +51,7 @@ def test_tune_transpose_caches_the_correction_and_auto_uses_it(tmp_path, monkeyp
     # the 8-row probe, sent to the scatter by the fitted model by less than 5x, goes to the gather here
     few = predicted[8]
     assert few["atomic"] < few["voxel"] < 5.0 * few["atomic"]
-    assert auto_transpose(transpose_times(_predicted(8), atomic_scale=5.0)) == "voxel"
+    assert auto_transpose(transpose_times(autotune.probe_work(8), atomic_scale=5.0)) == "voxel"
     assert any("cone/transpose" in line and "atomic_scale=5" in line for line in tuning.describe())
 
 
@@ -83,4 +75,4 @@ def test_tuned_rule_picks_the_faster_transpose_on_the_probes(tmp_path, monkeypat
     assert math.isfinite(scale) and scale > 0
     for probe, (t_voxel, t_atomic) in zip(autotune.TRANSPOSE_PROBES, result["measured"]):
         faster = "voxel" if t_voxel <= t_atomic else "atomic"
-        assert auto_transpose(transpose_times(_predicted(probe["rows"]), atomic_scale=scale)) == faster
+        assert auto_transpose(transpose_times(autotune.probe_work(probe["rows"]), atomic_scale=scale)) == faster

@@ -1,5 +1,6 @@
 """What ``leveret tune`` measures on this GPU and caches in the tuning file
-(:mod:`leveret.cuda.tuning`), for the ``"auto"`` choices that depend on the GPU:
+(:mod:`leveret.cuda.tuning`), for the operators' ``"auto"`` choices that
+depend on the GPU:
 
 - the cone transpose's cost model (``raytrace.TRANSPOSE_COST``, fitted on
   one GPU): the scatter's time relative to the gather's, measured on two
@@ -21,6 +22,12 @@ from typing import Callable
 
 import numpy as np
 
+from ..cuda import seconds_per_run, tuning
+from ..cuda.raytrace import TRANSPOSE_TUNING_KEY, transpose_times, transpose_work
+from ..geometry import ConeGeometry, ParallelGeometry, VolumeGeometry
+from .parallel import ParallelBackprojection
+from .projector import Projector
+
 # The probe scans of the transpose's calibration: a 128^3 grid, 180 views,
 # source 1000 mm and detector 1500 mm from the axis, 1 detector pixel per
 # voxel at the axis over 4/3 of the grid, and (rows) a detector of that many
@@ -38,7 +45,6 @@ PARALLEL_CLASSES = (
 
 def transpose_probe(rows: int | None, n: int = 128, views: int = 180):
     """(ConeGeometry, VolumeGeometry) of one calibration scan (``TRANSPOSE_PROBES``)."""
-    from ..geometry import ConeGeometry, VolumeGeometry
     sid, sdd, extent = 1000.0, 1500.0, 512.0
     voxel = extent / n
     n_cols = round(4 * n / 3)
@@ -46,6 +52,14 @@ def transpose_probe(rows: int | None, n: int = 128, views: int = 180):
     geometry = ConeGeometry.circular(angles, sid, sdd, n_cols if rows is None else rows, n_cols,
                                      voxel * sdd / sid)
     return geometry, VolumeGeometry((n, n, n), voxel)
+
+
+def probe_work(rows: int | None) -> dict[str, float]:
+    """The transpose cost model's work counts (``raytrace.transpose_work``) of one probe."""
+    geometry, volume = transpose_probe(rows)
+    offset = np.array([volume.extent(a)[0] for a in "xyz"])
+    return transpose_work(geometry.matrices, geometry.n_rows, geometry.n_cols, volume.shape, offset,
+                          np.full(3, 1.0 / volume.spacing("x")))
 
 
 def atomic_scale(measured: list[tuple[float, float]], predicted: list[tuple[float, float]]) -> float:
@@ -62,25 +76,18 @@ def tune_transpose(time_fn: Callable[[object, object, str], float] | None = None
                    store: bool = True, path=None) -> dict:
     """Measure the gather and the scatter on ``TRANSPOSE_PROBES`` and cache
     :func:`atomic_scale` for this GPU. ``time_fn(geometry, volume, transpose)``
-    returns seconds (None: the CUDA transpose's median of 3 runs after a
+    returns seconds (None: the CUDA transpose's mean of 3 runs after a
     warm-up). Returns the cache entry's config with the measured and
     predicted seconds."""
-    from . import tuning
-    from .raytrace import TRANSPOSE_TUNING_KEY, transpose_times, transpose_work
-
     if time_fn is None:
         time_fn = _time_transpose
     if gpu is None:
-        from . import gpu_name
+        from ..cuda import gpu_name
         gpu = gpu_name()
     measured, predicted = [], []
     for probe in TRANSPOSE_PROBES:
         geometry, volume = transpose_probe(probe["rows"])
-        size = volume.spacing("x")
-        offset = np.array([volume.extent(a)[0] for a in "xyz"])
-        work = transpose_work(geometry.matrices, geometry.n_rows, geometry.n_cols, volume.shape, offset,
-                              np.full(3, 1.0 / size))
-        p = transpose_times(work)
+        p = transpose_times(probe_work(probe["rows"]))
         predicted.append((p["voxel"], p["atomic"]))
         measured.append((time_fn(geometry, volume, "voxel"), time_fn(geometry, volume, "atomic")))
     scale = atomic_scale(measured, predicted)
@@ -92,28 +99,12 @@ def tune_transpose(time_fn: Callable[[object, object, str], float] | None = None
 
 
 def _time_transpose(geometry, volume, transpose: str) -> float:
-    """Median seconds of the structured Joseph transpose ``transpose`` on CUDA."""
+    """Mean seconds of the structured Joseph transpose ``transpose`` on CUDA."""
     import cupy
-
-    from ..operators import Projector
     A = Projector(geometry, volume, model="joseph", backend="cuda", transpose=transpose)
     y = cupy.ones(geometry.projection_shape, cupy.float32)
     out = cupy.empty(volume.shape, cupy.float32)
-    return _median_seconds(lambda: A.T(y, out=out))
-
-
-def _median_seconds(run: Callable[[], object], repeats: int = 3) -> float:
-    import cupy
-    run()   # warm-up: compiles, allocates
-    times = []
-    for _ in range(repeats):
-        start, stop = cupy.cuda.Event(), cupy.cuda.Event()
-        start.record()
-        run()
-        stop.record()
-        stop.synchronize()
-        times.append(cupy.cuda.get_elapsed_time(start, stop) * 1e-3)
-    return float(np.median(times))
+    return seconds_per_run(lambda: A.T(y, out=out))
 
 
 def tune_parallel(classes=PARALLEL_CLASSES, *, budget_s: float = 60.0, progress=None) -> list[dict]:
@@ -124,9 +115,6 @@ def tune_parallel(classes=PARALLEL_CLASSES, *, budget_s: float = 60.0, progress=
     skipped, and the seconds elapsed since the start; ``progress(row)`` is
     called after each class."""
     import cupy
-
-    from ..geometry import ParallelGeometry
-    from ..operators import ParallelBackprojection
     rows, start = [], time.perf_counter()
     for n_slices, side, n_angles, precision in classes:
         row = {"slices": n_slices, "side": side, "angles": n_angles, "precision": precision}
