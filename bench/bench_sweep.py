@@ -1107,8 +1107,6 @@ def main(argv=None):
         print(f"[{i + 1}/{len(pts)}] {point['family']} {point['axis']}: {point_label(point)}  "
               f"(elapsed {elapsed:.0f} s, ETA {remaining_est * scale:.0f} s)", flush=True)
         t0 = time.perf_counter()
-        sweep.rows = [r for r in sweep.rows if r["key"] not in
-                      {point_key(point["family"], op, point["params"]) for op in OPS[point["family"]]}]
         sweep.run(point)
         if args.out:   # after every point: a run cut short keeps what it measured
             common.RESULTS[:] = sweep.rows
