@@ -12,6 +12,7 @@ import pytest
 from leveret.cuda.ray_weights import BLOCK, view_frames
 from leveret.geometry import ConeGeometry, VolumeGeometry
 from leveret.operators import Projector
+from leveret.operators.projector import weight_by_ray_length
 
 from host_build import build_host_harness  # this folder is on sys.path (pytest's rootdir-relative import)
 
@@ -32,11 +33,8 @@ def _case(rng, n_rows=7, n_cols=300):
 
 
 def _reference(A, y):
-    """The CPU operator's weights (float64): y scale |M^-1 (c, r, 1)|."""
-    n_views, n_rows, n_cols = y.shape
-    c, r = np.meshgrid(np.arange(n_cols, dtype=np.float64), np.arange(n_rows, dtype=np.float64))
-    d = np.einsum("nij,jrc->nirc", A._pixel_minv, np.stack([c, r, np.ones_like(c)]))
-    return y * A._pixel_scale[:, None, None] * np.sqrt((d ** 2).sum(axis=1))
+    """The CPU operator's weights, in float64: y scale |M^-1 (c, r, 1)|."""
+    return weight_by_ray_length(y, A._pixel_minv, A._pixel_scale, np.float64)
 
 
 @pytest.mark.parametrize("grid_y", [1, 4, 35])

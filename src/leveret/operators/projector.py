@@ -65,6 +65,22 @@ def cone_rays(geometry: ConeGeometry) -> tuple[np.ndarray, np.ndarray]:
     return np.ascontiguousarray(origins.reshape(-1, 3)), np.ascontiguousarray(directions.reshape(-1, 3))
 
 
+def weight_by_ray_length(y: np.ndarray, minv: np.ndarray, scale: np.ndarray, dtype) -> np.ndarray:
+    """``y`` (n_views, n_rows, n_cols) times ``scale |M^-1 (c, r, 1)|`` per
+    pixel, in float64, as ``dtype``: ``adjoint="voxel"``'s weights on the CPU
+    (per view ``minv`` M^-1 (3, 3) and ``scale``; CUDA: leveret/cuda/ray_weights.cu)."""
+    n_views, n_rows, n_cols = y.shape
+    u = np.arange(n_cols, dtype=np.float64)[None, None, :]
+    r = np.arange(n_rows, dtype=np.float64)[None, :, None]
+    weighted = np.empty(y.shape, dtype)
+    step = max(1, (1 << 23) // (n_rows * n_cols))   # views per block: float64 temporaries of ~64 MiB
+    for k0 in range(0, n_views, step):
+        m = minv[k0:k0 + step, :, :, None, None]     # (b, 3, 3, 1, 1)
+        norm2 = sum((m[:, i, 0] * u + m[:, i, 1] * r + m[:, i, 2]) ** 2 for i in range(3))
+        weighted[k0:k0 + step] = y[k0:k0 + step] * (scale[k0:k0 + step, None, None] * np.sqrt(norm2))
+    return weighted
+
+
 class _Transpose:
     """``A.T``: projections -> volume, the transpose of a :class:`Projector`
     (exact, or with ``adjoint="voxel"`` the scaled voxel-driven back-projection)."""
@@ -446,23 +462,14 @@ class Projector(Operator):
         if self.backend == "cuda":   # one fused pass (leveret/cuda/ray_weights.cu)
             import cupy
 
-            from ..cuda.ray_weights import view_frames, weight_by_ray_length
+            from ..cuda import ray_weights
             if self._ray_frames is None:
-                self._ray_frames = cupy.asarray(view_frames(self._pixel_minv[self._views],
-                                                            self._pixel_scale[self._views]))
-            weighted = weight_by_ray_length(cupy.ascontiguousarray(y, cupy.float32), self._ray_frames)
+                self._ray_frames = cupy.asarray(ray_weights.view_frames(self._pixel_minv[self._views],
+                                                                        self._pixel_scale[self._views]))
+            weighted = ray_weights.weight_by_ray_length(cupy.ascontiguousarray(y, cupy.float32), self._ray_frames)
         else:
-            n_rows, n_cols = self.projection_shape[1:]
-            u = np.arange(n_cols, dtype=np.float64)[None, None, :]
-            r = np.arange(n_rows, dtype=np.float64)[None, :, None]
-            weighted = np.empty(y.shape, self.dtype)
-            step = max(1, (1 << 23) // (n_rows * n_cols))   # views per block: float64 temporaries of ~64 MiB
-            for k0 in range(0, len(self._views), step):
-                views = self._views[k0:k0 + step]
-                m = self._pixel_minv[views][:, :, :, None, None]     # (b, 3, 3, 1, 1)
-                norm2 = sum((m[:, i, 0] * u + m[:, i, 1] * r + m[:, i, 2]) ** 2 for i in range(3))
-                weighted[k0:k0 + step] = y[k0:k0 + step] * (self._pixel_scale[views][:, None, None]
-                                                             * np.sqrt(norm2))
+            weighted = weight_by_ray_length(y, self._pixel_minv[self._views], self._pixel_scale[self._views],
+                                            self.dtype)
         vol = self._backprojection(weighted, views=self._views)
         out[...] = vol.reshape(out.shape) if v.array_module(vol) is v.array_module(out) else vol.get()
         return out
