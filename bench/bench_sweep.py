@@ -6,15 +6,17 @@ corners (not the cartesian product):
   cone     the matched projectors (Projector, Joseph and Siddon): A, A.T (the
            exact transpose), one SIRT and one CGLS iteration, against ASTRA's
            FP3D / BP3D (direct_FP3D / direct_BP3D on device arrays) and
-           SIRT3D_CUDA / CGLS3D_CUDA. Base: the problem of Thompson and
-           Lionheart (2014): 720 views of 512^2 from 512^3, source-isocentre
-           1000 mm, source-detector 1500 mm, circular, 2.0 mm pixels
-           (0.75 detector pixels per voxel at the isocentre, cone half-angle
-           18.9 degrees). Axes: detector pixels per voxel 0.5 to 2.5, cone
-           half-angle 2 to 15 degrees (the source moves, the detector field
-           stays), volumes 256^3 to 1024^3, 180 to 1440 views, a short scan,
-           a detector offset by a quarter of its width, a non-circular
-           trajectory (per-view source-distance wobble and detector shifts).
+           SIRT3D_CUDA / CGLS3D_CUDA; and the unmatched adjoint
+           (Projector(..., adjoint="voxel").T, "A.T voxel") against BP3D.
+           Base: the problem of Thompson and Lionheart (2014): 720 views
+           of 512^2 from 512^3, source-isocentre 1000 mm, source-detector
+           1500 mm, circular, 2.0 mm pixels (0.75 detector pixels per
+           voxel at the isocentre, cone half-angle 18.9 degrees). Axes:
+           detector pixels per voxel 0.5 to 2.5, cone half-angle 2 to 15
+           degrees (the source moves, the detector field stays), volumes
+           256^3 to 1024^3, 180 to 1440 views, a short scan, a detector
+           offset by a quarter of its width, a non-circular trajectory
+           (per-view source-distance wobble and detector shifts).
   fdk      ConeBackprojection (device arrays) against direct_BP3D, and FDK
            (NumPy in and out) against FDK_CUDA: the same sampling range, 128
            to 1000 views, 256^3 to 1024^3; and FDK streamed under GPU memory
@@ -49,7 +51,13 @@ and corners; --budget stops starting points after that many seconds.
     PYTHONPATH=src python3 bench/bench_sweep.py --budget 480 --resume bench_sweep.json --out bench_sweep.json
 
 --resume keeps an earlier run's measured points (same GPU model) and runs the
-rest, so a sweep longer than one sitting is measured in parts.
+rest, so a sweep longer than one sitting is measured in parts; --part K/N runs
+one share of them, one process per GPU, and a last --resume of every part's
+file with --budget 0 merges them:
+
+    CUDA_VISIBLE_DEVICES=0 ... bench_sweep.py --resume old.json --part 1/2 --out p1.json &
+    CUDA_VISIBLE_DEVICES=1 ... bench_sweep.py --resume old.json --part 2/2 --out p2.json
+    ... bench_sweep.py --resume p1.json --resume p2.json --budget 0 --out bench_sweep.json
 """
 from __future__ import annotations
 
@@ -86,7 +94,7 @@ FIELD = 4.0 / 3.0
 BASE_SAMPLING = 0.75        # detector pixels per voxel at the isocentre (2.0 mm / 1.5 over 1 mm voxels)
 OPS = {
     "cone": ("A joseph", "A.T joseph", "SIRT joseph", "CGLS joseph",
-             "A siddon", "A.T siddon", "SIRT siddon", "CGLS siddon"),
+             "A siddon", "A.T siddon", "SIRT siddon", "CGLS siddon", "A.T voxel"),
     "fdk": ("cone BP", "FDK"),
     "fdk-streamed": ("FDK streamed",),
     "parallel": ("parallel BP", "FBP"),
@@ -333,10 +341,21 @@ def needs(point: dict, op: str) -> tuple[int, int]:
 # rescales them by the ratio of measured to estimated time so far.
 _RATE = {"cone": 2.5e11, "fdk": 1.0e12, "fdk-streamed": 1.0e12, "parallel": 5.0e11, "radon3d": 5.0e10}
 _CALLS = {"cone": 72, "fdk": 14, "fdk-streamed": 6, "parallel": 16, "radon3d": 8}
+LONG_POINT = 120.0   # s: a point whose calls take longer is timed once after its warm-up
 
 
-def estimate_seconds(point: dict) -> float:
-    """A rough time for the point (all its calls, both codes), for the ETA and --budget."""
+def estimate_seconds(point: dict, ops=None) -> float:
+    """A rough time for the point (all its calls, both codes, or the share of
+    ``ops`` among its operations), for the ETA, --budget and --part."""
+    share = 1.0 if ops is None else len(ops) / len(OPS[point["family"]])
+    t = work_seconds(point)
+    if t > LONG_POINT:   # one timed call after the warm-up instead of two or three (Sweep.reps)
+        t *= 0.6
+    return 1.0 + share * t
+
+
+def work_seconds(point: dict) -> float:
+    """The rough time of all the point's calls at the default repetitions."""
     p, f = point["params"], point["family"]
     if f in ("cone", "fdk", "fdk-streamed"):
         updates = p["views"] * p["n"] ** 2 * p["nz"] * max(1.0, p["sampling"] ** 2 / BASE_SAMPLING ** 2
@@ -348,7 +367,7 @@ def estimate_seconds(point: dict) -> float:
         updates = p["dirs"] * p["n"] ** 3
     vol, proj = array_bytes(point)
     host = 0.0 if f == "cone" else _CALLS[f] / 2 * (vol + proj) / 10e9   # host arrays at ~10 GB/s
-    return 1.0 + _CALLS[f] * updates / _RATE[f] + host
+    return _CALLS[f] * updates / _RATE[f] + host
 
 
 # -- timing helpers (GPU) -------------------------------------------------------------------
@@ -534,6 +553,11 @@ class Sweep:
         print(format_row(row), flush=True)
         return row
 
+    @staticmethod
+    def reps(point, default: int) -> int:
+        """Timed calls after the warm-up: one on a long point (its calls last seconds)."""
+        return 1 if work_seconds(point) > LONG_POINT else default
+
     def fits(self, point, op) -> str:
         """'' if ``op`` fits the memory here, else the reason."""
         gpu, host = needs(point, op)
@@ -543,12 +567,13 @@ class Sweep:
             return f"needs ~{host / GiB:.1f} GiB of host memory, {self.host_bytes / GiB:.1f} GiB available"
         return ""
 
-    def run(self, point):
+    def run(self, point, done=frozenset()):
+        """Measure the point's operations whose keys are not in ``done``."""
         family = point["family"]
         runner = {"cone": self.cone, "fdk": self.fdk, "fdk-streamed": self.fdk_streamed,
                   "parallel": self.parallel, "radon3d": self.radon3d}[family]
         todo = []
-        for op in OPS[family]:
+        for op in missing_ops(point, done):
             reason = self.fits(point, op)
             if reason:
                 self.add(point, op, status="skipped", reason=reason)
@@ -574,47 +599,68 @@ class Sweep:
         n_views, n_rows, n_cols = g.projection_shape
         a_fp = a_bp = a_sirt = a_cgls = None
         a_note = self.astra.reason
-        if self.astra.astra is not None:
+        if self.astra.astra is not None:   # only the calls that ``ops`` compare with
             try:
                 pg, vg = common.astra_cone_geometry(g, vol)
-                a_fp, a_bp = self.astra.fp_bp(pg, vg, vol.shape, (n_rows, n_views, n_cols))
-                a_sirt = self.astra.iteration("SIRT3D_CUDA", pg, vg, (n_rows, n_views, n_cols))
-                a_cgls = self.astra.iteration("CGLS3D_CUDA", pg, vg, (n_rows, n_views, n_cols))
+                if any(op.startswith("A") for op in ops):
+                    a_fp, a_bp = self.astra.fp_bp(pg, vg, vol.shape, (n_rows, n_views, n_cols),
+                                                  reps=self.reps(point, 2), fp=any(op.startswith("A ") for op in ops))
+                if any(op.startswith("SIRT") for op in ops):
+                    a_sirt = self.astra.iteration("SIRT3D_CUDA", pg, vg, (n_rows, n_views, n_cols))
+                if any(op.startswith("CGLS") for op in ops):
+                    a_cgls = self.astra.iteration("CGLS3D_CUDA", pg, vg, (n_rows, n_views, n_cols))
                 a_note = ""
             except Exception as exc:   # ASTRA's failure leaves leveret's rows standing
                 a_note = _failed("ASTRA", exc)
         rng = cp.random.default_rng(0)
         for model in ("joseph", "siddon"):
+            mine = [op for op in ops if op.endswith(" " + model)]
+            if not mine:
+                continue
             A = leveret.Projector(g, vol, model=model, backend="cuda", **projector_options())
             note = f"structured={A.structured}" + (f"; {a_note}" if a_note else "")
             x = rng.random(vol.shape, dtype=cp.float32)
             y = cp.empty(g.projection_shape, cp.float32)
-            t_a = common.median_time(lambda: A(x, out=y), reps=2, sync=_sync)
-            self.add(point, f"A {model}", t_a, a_fp, note=note)
+            reps = self.reps(point, 2)
+            t_a = common.median_time(lambda: A(x, out=y), reps=reps, sync=_sync)   # A.T's input and A.T / A
+            if f"A {model}" in mine:
+                self.add(point, f"A {model}", t_a, a_fp, note=note)
             back = cp.empty(vol.shape, cp.float32)
-            t_at = common.median_time(lambda: A.T(y, out=back), reps=2, sync=_sync)
-            extra = {}
-            if "transpose" in projector_options():   # the other transpose and the voxel-driven
-                other = "atomic" if A.transpose == "voxel" else "voxel"   # back-projection, for the rules
-                try:
-                    B = leveret.Projector(g, vol, model=model, backend="cuda", transpose=other)
-                    extra[f"at_{other}_s"] = common.median_time(lambda: B.T(y, out=back), reps=2, sync=_sync)
-                    del B
-                except ValueError:
-                    pass
-                extra[f"at_{A.transpose}_s"] = t_at
-                if model == "joseph":
-                    bp = leveret.ConeBackprojection(g, vol, backend="cuda")
-                    extra["cone_bp_s"] = common.median_time(lambda: bp(y, back), reps=2, sync=_sync)
-                    del bp
-            self.add(point, f"A.T {model}", t_at, a_bp, note=note, at_over_a=t_at / t_a, **extra)
+            if f"A.T {model}" in mine:
+                t_at = common.median_time(lambda: A.T(y, out=back), reps=reps, sync=_sync)
+                extra = {}
+                if "transpose" in projector_options():   # the other transpose and the voxel-driven
+                    other = "atomic" if A.transpose == "voxel" else "voxel"   # back-projection, for the rules
+                    try:
+                        B = leveret.Projector(g, vol, model=model, backend="cuda", transpose=other)
+                        extra[f"at_{other}_s"] = common.median_time(lambda: B.T(y, out=back), reps=reps, sync=_sync)
+                        del B
+                    except ValueError:
+                        pass
+                    extra[f"at_{A.transpose}_s"] = t_at
+                    if model == "joseph":
+                        bp = leveret.ConeBackprojection(g, vol, backend="cuda")
+                        extra["cone_bp_s"] = common.median_time(lambda: bp(y, back), reps=reps, sync=_sync)
+                        del bp
+                self.add(point, f"A.T {model}", t_at, a_bp, note=note, at_over_a=t_at / t_a, **extra)
             b = y
             del x, back
-            t = iteration_time(lambda n: leveret.sirt(b, A, n), 1, _sync)
-            self.add(point, f"SIRT {model}", t, a_sirt, note=note)
-            t = iteration_time(lambda n: leveret.cgls(b, A, n), 1, _sync)
-            self.add(point, f"CGLS {model}", t, a_cgls, note=note)
+            if f"SIRT {model}" in mine:
+                t = iteration_time(lambda n: leveret.sirt(b, A, n), 1, _sync)
+                self.add(point, f"SIRT {model}", t, a_sirt, note=note)
+            if f"CGLS {model}" in mine:
+                t = iteration_time(lambda n: leveret.cgls(b, A, n), 1, _sync)
+                self.add(point, f"CGLS {model}", t, a_cgls, note=note)
             del A, b, y
+            _free()
+        if "A.T voxel" in ops:   # the unmatched adjoint: ASTRA's BP3D is voxel-driven too
+            V = leveret.Projector(g, vol, model="joseph", backend="cuda", adjoint="voxel")
+            y = rng.random(g.projection_shape, dtype=cp.float32)
+            back = cp.empty(vol.shape, cp.float32)
+            t = common.median_time(lambda: V.T(y, out=back), reps=self.reps(point, 2), sync=_sync)
+            self.add(point, "A.T voxel", t, a_bp, note="Projector(adjoint='voxel'): per-pixel weights, then "
+                     "ConeBackprojection" + (f"; {a_note}" if a_note else ""))
+            del V, y, back
             _free()
 
     def fdk(self, point, ops):
@@ -629,20 +675,22 @@ class Sweep:
             proj = cp.random.random(g.projection_shape, dtype=cp.float32)
             out = cp.empty(vol.shape, cp.float32)
             op = leveret.ConeBackprojection(g, vol, backend="cuda")
-            t = common.median_time(lambda: op(proj, out), reps=3, sync=_sync)
+            t = common.median_time(lambda: op(proj, out), reps=self.reps(point, 3), sync=_sync)
             del proj, out
             _free()
             a, a_note = None, self.astra.reason
             if pg is not None:
                 try:
-                    _, a = self.astra.fp_bp(pg, vg, vol.shape, (n_rows, n_views, n_cols), reps=3, fp=False)
+                    _, a = self.astra.fp_bp(pg, vg, vol.shape, (n_rows, n_views, n_cols), reps=self.reps(point, 3),
+                                            fp=False)
                     a_note = "ASTRA direct_BP3D"
                 except Exception as exc:
                     a_note = _failed("ASTRA direct_BP3D", exc)
             self.add(point, "cone BP", t, a, note=f"kernel {op.last_kernel}; device arrays; {a_note}")
         if "FDK" in ops:
             host = np.random.default_rng(0).random(g.projection_shape, dtype=np.float32)
-            t = common.median_time(lambda: leveret.fdk(host, g, vol, backend="cuda"), reps=2, sync=_sync)
+            t = common.median_time(lambda: leveret.fdk(host, g, vol, backend="cuda"), reps=self.reps(point, 2),
+                                   sync=_sync)
             del host
             _free()
             a, a_note = None, self.astra.reason
@@ -650,7 +698,7 @@ class Sweep:
                 short = {"ShortScan": True} if point["params"]["scan"] == "short" else None
                 try:
                     a, a_note = self.astra.algorithm_host("FDK_CUDA", pg, vg, (n_rows, n_views, n_cols),
-                                                          vol.shape, options=short)
+                                                          vol.shape, reps=self.reps(point, 2), options=short)
                     a_note = "ASTRA " + a_note
                 except Exception as exc:
                     a_note = _failed("ASTRA FDK_CUDA", exc)
@@ -708,7 +756,7 @@ class Sweep:
                                                 precision=self._names[("op", prec)])
             sinos = cp.random.random((p["slices"], p["angles"], p["width"]), dtype=cp.float32)
             out = cp.empty((p["slices"],) + op.out_shape, cp.float32)
-            t = common.median_time(lambda: op(sinos, out=out), reps=3, sync=_sync)
+            t = common.median_time(lambda: op(sinos, out=out), reps=self.reps(point, 3), sync=_sync)
             del sinos, out
             _free()
             a = None
@@ -719,7 +767,7 @@ class Sweep:
                 ny, nx = op.out_shape
                 try:
                     _, a = self.astra.fp_bp(pg, vg, (p["slices"], ny, nx), (p["slices"], p["angles"], p["width"]),
-                                            reps=3, fp=False)
+                                            reps=self.reps(point, 3), fp=False)
                     a_note = "ASTRA direct_BP3D (parallel3d)"
                 except Exception as exc:
                     a_note = _failed("ASTRA direct_BP3D", exc)
@@ -727,7 +775,7 @@ class Sweep:
         if "FBP" in ops:
             proj = np.random.default_rng(0).random(g.projection_shape, dtype=np.float32)
             t = common.median_time(lambda: leveret.fbp(proj, g, roi=roi, precision=self._names[("fbp", prec)]),
-                                   reps=2, sync=_sync)
+                                   reps=self.reps(point, 2), sync=_sync)
             del proj
             a = None
             if self.astra.astra is not None:
@@ -739,7 +787,7 @@ class Sweep:
                 # FBP_CUDA is 2D: one call per slice, its median time times the slices
                 try:
                     t_slice, _ = self.astra.algorithm_host("FBP_CUDA", pg, vg, (p["angles"], p["width"]), (ny, nx),
-                                                           reps=3)
+                                                           reps=3)   # one slice: short
                     a = p["slices"] * t_slice
                     a_note = f"ASTRA FBP_CUDA: one slice's median time x {p['slices']}"
                 except Exception as exc:
@@ -750,7 +798,8 @@ class Sweep:
         import leveret
         g, vol = radon_problem(point["params"])
         proj = np.random.default_rng(0).random(g.projection_shape).astype(np.float32)
-        t = common.median_time(lambda: leveret.radon3d_fbp(proj, g, vol, backend="cuda"), reps=3, sync=_sync)
+        t = common.median_time(lambda: leveret.radon3d_fbp(proj, g, vol, backend="cuda"), reps=self.reps(point, 3),
+                               sync=_sync)
         self.add(point, "radon3d FBP", t, None, note="NumPy in and out; no ASTRA counterpart")
 
 
@@ -998,6 +1047,25 @@ def dry_run(pts, gpu_bytes, host_bytes) -> None:
     print(f"{len(pts)} points, estimated {total / 60:.1f} min in all (rough: the run recalibrates)")
 
 
+def missing_ops(point: dict, done) -> list[str]:
+    """The point's operations whose rows are not among the keys ``done``."""
+    return [op for op in OPS[point["family"]] if point_key(point["family"], op, point["params"]) not in done]
+
+
+def part_of(pts: list[dict], part: int, parts: int, done=frozenset()) -> list[dict]:
+    """The points of part ``part`` (0-based) of ``parts``: each point, in order, goes
+    to the part with the least estimated time so far, so that runs on several GPUs
+    end together; the same list always splits the same way."""
+    load = [0.0] * parts
+    mine = []
+    for point in pts:
+        k = min(range(parts), key=lambda i: (load[i], i))
+        load[k] += estimate_seconds(point, missing_ops(point, done))
+        if k == part:
+            mine.append(point)
+    return mine
+
+
 def resumed_rows(path: str, meta: dict) -> list[dict]:
     """The rows of a stored run to keep (--resume): its measured points, all
     operations of a point measured ("ok" or "invalid"); refused where that
@@ -1047,10 +1115,22 @@ def main(argv=None):
                              "(checks the ASTRA vectors); needs a GPU and ASTRA")
     parser.add_argument("--replot", default=None, metavar="JSON",
                         help="only draw --plot (and the summary) from a stored result file")
-    parser.add_argument("--resume", default=None, metavar="JSON",
+    parser.add_argument("--resume", action="append", default=[], metavar="JSON",
                         help="a result file of an earlier run on the same GPU model: keep its measured "
-                             "points, run the others (--out then holds both)")
+                             "points, run the others (--out then holds both); repeat it to merge parts")
+    parser.add_argument("--part", default=None, metavar="K/N",
+                        help="run only part K (1 to N) of the points left, split by estimated time, e.g. "
+                             "one part per GPU with CUDA_VISIBLE_DEVICES; merge with --resume")
     args = parser.parse_args(argv)
+    part = None
+    if args.part:
+        try:
+            k, n = (int(x) for x in args.part.split("/"))
+        except ValueError:
+            k = n = 0
+        if not 1 <= k <= n:
+            parser.error(f"--part: expected K/N with 1 <= K <= N, got {args.part!r}")
+        part = (k - 1, n)
 
     if args.check:
         return check()
@@ -1083,31 +1163,34 @@ def main(argv=None):
         print(astra.reason)
     sweep = Sweep(astra, int(gpu), int(host))
     done = set()
-    if args.resume:
-        kept = resumed_rows(args.resume, meta)
+    for path in args.resume:   # parts measured on several GPUs share the rows they resumed from
+        kept = [row for row in resumed_rows(path, meta) if row["key"] not in done]
         sweep.rows.extend(kept)
-        done = {row["key"] for row in kept}
-        print(f"--resume: {len(kept)} measured rows kept from {args.resume}")
+        done |= {row["key"] for row in kept}
+        print(f"--resume: {len(kept)} measured rows kept from {path}")
     print(header())
     start = time.perf_counter()
     spent_est = spent = 0.0
-    pts = [p for p in pts if not all(point_key(p["family"], op, p["params"]) in done for op in OPS[p["family"]])]
-    remaining_est = sum(estimate_seconds(p) for p in pts)
+    pts = [p for p in pts if missing_ops(p, done)]
+    if part is not None:
+        pts = part_of(pts, *part, done=done)
+        print(f"--part {args.part}: {len(pts)} points")
+    remaining_est = sum(estimate_seconds(p, missing_ops(p, done)) for p in pts)
     for i, point in enumerate(pts):
-        est = estimate_seconds(point)
+        est = estimate_seconds(point, missing_ops(point, done))
         elapsed = time.perf_counter() - start
         scale = spent / spent_est if spent_est else 1.0
         if args.budget is not None and (elapsed >= args.budget or est * scale > args.budget - elapsed):
             reason = "budget spent" if elapsed >= args.budget else f"estimated {est * scale:.0f} s, budget left " \
                                                                      f"{args.budget - elapsed:.0f} s"
-            for op in OPS[point["family"]]:
+            for op in missing_ops(point, done):
                 sweep.add(point, op, status="skipped", reason=f"--budget: {reason}")
             remaining_est -= est
             continue
         print(f"[{i + 1}/{len(pts)}] {point['family']} {point['axis']}: {point_label(point)}  "
               f"(elapsed {elapsed:.0f} s, ETA {remaining_est * scale:.0f} s)", flush=True)
         t0 = time.perf_counter()
-        sweep.run(point)
+        sweep.run(point, done)
         if args.out:   # after every point: a run cut short keeps what it measured
             common.RESULTS[:] = sweep.rows
             common.write_results(args.out, meta)

@@ -330,3 +330,35 @@ def test_resume_keeps_the_measured_points_of_the_same_gpu_model(tmp_path):
     with pytest.raises(SystemExit, match="measured on NVIDIA H200, this is NVIDIA H100"):
         sweep.resumed_rows(str(path), {"devices": [{"backend": "cuda", "available": True,
                                                     "name": "NVIDIA H100"}]})
+
+
+def test_resume_measures_only_the_operations_a_stored_point_lacks():
+    """A point stored before an operation joined the sweep keeps its rows; only the
+    new operation is run (here: skipped for memory, so no GPU is needed)."""
+    point = sweep._point("cone", "base", **sweep.cone_base())
+    old_ops = [op for op in sweep.OPS["cone"] if op != "A.T voxel"]
+    done = {sweep.point_key("cone", op, point["params"]) for op in old_ops}
+    assert sweep.missing_ops(point, done) == ["A.T voxel"]
+    assert sweep.estimate_seconds(point, ["A.T voxel"]) < sweep.estimate_seconds(point) / 5
+    s = sweep.Sweep(sweep.Astra(False), gpu_bytes=1 << 30, host_bytes=1 << 30)
+    s.run(point, done)
+    assert [(r["op"], r["status"]) for r in s.rows] == [("A.T voxel", "skipped")]
+
+
+def test_parts_split_the_points_by_estimated_time():
+    pts = sweep.points()
+    parts = [sweep.part_of(pts, k, 3) for k in range(3)]
+    keys = lambda ps: [json.dumps([p["family"], p["params"]], sort_keys=True) for p in ps]   # noqa: E731
+    assert sorted(sum((keys(p) for p in parts), [])) == sorted(keys(pts))       # each point once
+    for part in parts:   # in the sweep's order of information
+        assert keys(part) == [k for k in keys(pts) if k in set(keys(part))]
+    loads = [sum(sweep.estimate_seconds(p) for p in part) for part in parts]
+    assert max(loads) - min(loads) <= max(sweep.estimate_seconds(p) for p in pts)
+    assert keys(sweep.part_of(pts, 1, 3)) == keys(parts[1])                     # the same split every time
+
+
+@pytest.mark.parametrize("bad", ["0/2", "3/2", "2", "a/b"])
+def test_part_must_name_one_of_n_parts(bad, capsys):
+    with pytest.raises(SystemExit):
+        sweep.main(["--dry-run", "--part", bad])
+    assert "--part" in capsys.readouterr().err
