@@ -720,9 +720,14 @@ class Sweep:
         del proj_d
         _free()
         host = np.random.default_rng(0).random(g.projection_shape, dtype=np.float32)
+        split: dict = {}   # the timed call's stages (fdk's stats: seconds in transfers and compute)
+
+        def run():
+            split.clear()
+            leveret.fdk(host, g, vol, backend="cuda", max_gpu_memory=budget, stats=split)
+
         # kernels are compiled by now; a warm-up of a volume of many GiB would double the point's time
-        t = common.median_time(lambda: leveret.fdk(host, g, vol, backend="cuda", max_gpu_memory=budget),
-                               reps=1, warmup=0 if 4 * vol.size > 8 * GiB else 1, sync=_sync)
+        t = common.median_time(run, reps=1, warmup=0 if 4 * vol.size > 8 * GiB else 1, sync=_sync)
         del host
         _free()
         bytes_in = streamed_input_bytes(g, vol, budget)
@@ -737,6 +742,7 @@ class Sweep:
             except Exception as exc:
                 a_note = _failed("ASTRA FDK_CUDA", exc)
         self.add(point, "FDK streamed", t, a, bound_s=bound, over_bound=t / bound,
+                 stages={k: round(float(x), 4) for k, x in split.items()},
                  note=(f"bound {bound:.2f} s = {bytes_in / 1e9:.2f} GB in at {h2d / 1e9:.1f} GB/s + "
                        f"{4 * vol.size / 1e9:.2f} GB out at {d2h / 1e9:.1f} GB/s + FDK in one piece "
                        f"{t_compute:.2f} s; {a_note}"))

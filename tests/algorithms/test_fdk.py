@@ -187,6 +187,12 @@ def test_fdk_cuda_equals_cpu_texture_mode(rng, rel_mirror):
     assert np.linalg.norm(capped - host) / np.linalg.norm(host) < 1e-3
     capped8 = leveret.fdk(proj, g, vol, backend="cpu", interpolation="linear8", slab_slices=12)  # same slabs
     assert rel_mirror(capped, capped8) < 1e-5
+    # slabs that no ray reaches are zero beside those downloaded in place
+    tall = VolumeGeometry((40, 30, 30), voxel_size=2.0, center=(60.0, 0.0, 0.0))
+    cut = leveret.fdk(proj, g, tall, backend="cuda", slab_slices=8)
+    assert np.all(cut[-8:] == 0) and np.count_nonzero(cut) > 0
+    np.testing.assert_allclose(cut, leveret.fdk(cp.asarray(proj), g, tall, backend="cuda", slab_slices=8).get(),
+                               rtol=1e-5, atol=1e-6)
     exact = leveret.fdk(proj, g, vol, backend="cpu")
     soft = leveret.fdk(cp.asarray(proj), g, vol, backend="cuda", interpolation="linear32").get()
     assert np.linalg.norm(soft - exact) / np.linalg.norm(exact) < 1e-5

@@ -145,18 +145,23 @@ def fdk(projections, geometry, volume: VolumeGeometry, *, filter: str = "ram-lak
 
     if input_on_gpu:
         import cupy
-        out = cupy.zeros(volume.shape, dtype)
+        out = cupy.empty(volume.shape, dtype)
     else:
-        out = np.zeros(volume.shape, dtype)
+        out = np.empty(volume.shape, dtype)
     from tqdm.auto import tqdm
     for k0, k1 in tqdm(slabs, desc="fdk slabs", unit="slab", disable=not progress, leave=False):
         slab = volume.slab(k0, k1)
         rows = rows_seen(geometry, slab)
         if rows is None:
-            continue  # the slab projects off the detector in every view: zero
+            out[k0:k1] = 0   # the slab projects off the detector in every view
+            continue
+        # NumPy in: each slab lands in its part of ``out`` (pages touched and copied
+        # by the download's threads), not in a slab array copied again
+        target = None if input_on_gpu else out[k0:k1]
         part = _reconstruct(projections[:, rows[0]:rows[1], :], geometry.crop_rows(*rows), slab,
-                            progress=False, **settings)
-        out[k0:k1] = part
+                            progress=False, host_out=target, **settings)
+        if part is not target:
+            out[k0:k1] = part
         del part
         if backend == "cuda" and max_gpu_memory is not None:
             import cupy   # hand cached blocks back, so the cap holds for the whole run

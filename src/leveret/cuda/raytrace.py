@@ -39,7 +39,7 @@ VOXEL_PATCH2_CONSTANTS: dict[str, int] = {**KERNEL_CONSTANTS, "LEVERET_JV_PATCH"
 
 BLOCK = 256             # threads per block, general path (one thread per ray)
 STRUCTURED_BLOCK = 128  # threads (detector rows) per block, structured path
-SHARED_LIMIT = 48 * 1024  # dynamic shared memory without opting in
+SHARED_DEFAULT = 48 * 1024  # dynamic shared memory a kernel gets without opting in
 MAX_GRID_Y = 65535
 JOSEPH_PAD_Z = KERNEL_CONSTANTS["LEVERET_JOSEPH_PAD_Z"]
 DEFINES = tuple(f"{name}={value}" for name, value in KERNEL_CONSTANTS.items())   # every raytrace_*.cu
@@ -252,6 +252,22 @@ def view_parameters(geometry) -> tuple[int, np.ndarray]:
     raise ValueError(f"geometry: expected a ParallelGeometry or ConeGeometry, got {type(geometry).__name__}")
 
 
+def shared_limit() -> int:
+    """The most dynamic shared memory a block may opt in to on the current GPU
+    (227 KiB on Hopper): structured Siddon at 1024^2 columns needs 48.04 KiB."""
+    import cupy
+
+    from . import device_properties
+    return int(device_properties(cupy.cuda.Device().id).get("sharedMemPerBlockOptin", SHARED_DEFAULT))
+
+
+def _opted_in(kernel, shared: int):
+    """``kernel``, allowed ``shared`` bytes of dynamic shared memory."""
+    if shared > SHARED_DEFAULT:
+        kernel.max_dynamic_shared_size_bytes = shared
+    return kernel
+
+
 def structured_ratio(params: np.ndarray, n_rows: int, n_cols: int, spacing_xyz) -> float:
     """How far a cone geometry is from the assumptions of the structured path
     (Thompson and Lionheart (2014)); the structured
@@ -396,14 +412,15 @@ class CudaRaytracer:
         has_kernel = model == "siddon" or self.dtype == np.float32
         self.ratio = (structured_ratio(params, self.n_rows, self.n_cols, 1.0 / np.asarray(scale))
                       if self.kind == 1 and has_kernel else float("inf"))
-        valid = self.ratio <= 1.0 and shared <= SHARED_LIMIT
+        limit = shared_limit()
+        valid = self.ratio <= 1.0 and shared <= limit
         if model == "joseph":   # 32-bit element offsets into the padded volume
             valid = valid and (ny + 2) * (nx + 2) * (nz + 2 * JOSEPH_PAD_Z) < 2 ** 31
         if structured is True and not valid:
             raise ValueError(f"structured: the structured path does not apply here (max |dz|/|dxy| "
                              f"ratio {self.ratio:.3g} must be <= 1, the geometry must be cone-beam "
                              f"without detector tilt, Siddon or float32 Joseph, shared memory "
-                             f"{shared} <= {SHARED_LIMIT} bytes)")
+                             f"{shared} <= {limit} bytes)")
         self.structured = valid if structured == "auto" else bool(structured)
         # The voxel transpose reads rows up to JV_HMAX + 1 from a voxel (its
         # padding) and steps row coordinates in 32.32 fixed point.
@@ -464,7 +481,7 @@ class CudaRaytracer:
             self._grouped("raytrace_siddon", f"{name}_fast", volT, proj)
             return
         nx, ny, nz = self._scalars()
-        kernel = load_module("raytrace_siddon").get_function(f"{name}_{self._suffix}")
+        kernel = _opted_in(load_module("raytrace_siddon").get_function(f"{name}_{self._suffix}"), self.shared_bytes)
         n_views = self.params_host.shape[0]
         for v0 in range(0, n_views, MAX_GRID_Y):
             v1 = min(n_views, v0 + MAX_GRID_Y)
@@ -476,7 +493,7 @@ class CudaRaytracer:
         """Launch a structured float32 kernel with blocks (column, view) in
         groups of VIEW_GROUP views per column (raytrace_common.cuh: grouped_block)."""
         nx, ny, nz = self._scalars()
-        kernel = load_module(module).get_function(name)
+        kernel = _opted_in(load_module(module).get_function(name), self.shared_bytes)
         n_views = self.params_host.shape[0]
         group = min(VIEW_GROUP, n_views)
         step = MAX_GRID_Y * group
