@@ -73,26 +73,33 @@ def test_structured_siddon_equals_general(name, precision, rng):
 
 def test_structured_siddon_opts_in_to_more_shared_memory_on_wide_grids(rng):
     """At 1024^2 columns structured Siddon's float32 block needs more than the 48 KiB
-    a launch gets by default: it opts in, and equals the general path."""
+    a launch gets by default: it opts in, writes every ray within the float32
+    march's documented bound of the float64 operator, and its transpose applies
+    the same weights (adjoint identity)."""
     from leveret.cuda.raytrace import SHARED_DEFAULT
     from leveret.geometry import ConeGeometry, VolumeGeometry
     cp = _cupy()
     volume = VolumeGeometry((16, 1024, 1024), 0.01)
     geometry = ConeGeometry.circular(np.linspace(0, 2 * np.pi, 5, endpoint=False), sid=20.0, sdd=30.0,
                                      n_rows=6, n_cols=160, pixel_size=0.05)
+    A = Projector(geometry, volume, model="siddon", precision="float64", backend="cpu")
     S = Projector(geometry, volume, model="siddon", precision="float32", backend="cuda", structured=True)
-    G = Projector(geometry, volume, model="siddon", precision="float32", backend="cuda", structured=False)
     assert S._gpu.shared_bytes > SHARED_DEFAULT
-    x = cp.asarray(rng.standard_normal(volume.shape), dtype=cp.float32)
-    y = cp.asarray(rng.standard_normal(geometry.projection_shape), dtype=cp.float32)
+    x = rng.standard_normal(volume.shape).astype(np.float32)
+    ref = A(x.astype(np.float64))
     out = cp.full(geometry.projection_shape, np.nan, cp.float32)
-    S(x, out=out)
-    assert int(cp.count_nonzero(out)) > 0
-    assert_close(out, G(x), TOL["float32"])
+    S(cp.asarray(x), out=out)
+    got = cp.asnumpy(out).astype(np.float64)
+    assert not np.isnan(got).any() and np.count_nonzero(got) == got.size
+    _, params = view_parameters(geometry)
+    bound = structured_float32_bound(params, geometry.n_rows, geometry.n_cols, volume.shape, 1 / A._scale,
+                                     np.abs(x).max(), np.abs(ref).max())
+    assert np.abs(got - ref).max() <= bound
+    y = cp.asarray(rng.standard_normal(geometry.projection_shape), dtype=cp.float32)
     back = cp.full(volume.shape, np.nan, cp.float32)
     S.T(y, out=back)
-    assert_close(back, G.T(y), TOL["float32"])
-    err, scale = _adjoint_error(out, y, x, back)
+    assert not bool(cp.isnan(back).any())
+    err, scale = _adjoint_error(out, y, cp.asarray(x), back)
     assert err <= TOL["float32"] * scale
 
 

@@ -57,8 +57,10 @@ def test_repeated_multi_device_fdk_reuses_the_pool():
                               n_rows=48, n_cols=64, pixel_size=1.0)
     vol = VolumeGeometry((48, 40, 40), voxel_size=0.6)
     proj = np.random.default_rng(0).random(g.projection_shape, dtype=np.float32)
-    totals = _pool_after_each(lambda: leveret.fdk(proj, g, vol, devices=DeviceSet([0, 0], shared=True)))
-    assert totals[2] == totals[1], totals
+    # Which worker takes which block varies from call to call (the queue), and with
+    # it, a little, the cached blocks; the fault grew the pool by a call each time.
+    totals = _pool_after_each(lambda: leveret.fdk(proj, g, vol, devices=DeviceSet([0, 0], shared=True)), calls=6)
+    assert totals[-1] < 2 * totals[0], totals
 
 
 @pytest.mark.parametrize("n_rows, chunk_slices", [(24, 8), (1, None)])
