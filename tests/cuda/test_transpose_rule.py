@@ -33,8 +33,8 @@ def _scan(n, views, sampling, rows=None):
 
 
 # (n, views, sampling, detector rows or None, measured ms: A, voxel gather, atomic scatter) on an H200
-# (docs/performance.md, "Which transpose"; the 512^3-1024^3 rows of the sweep's
-# circular scans, bench/results/h200/bench_sweep.json).
+# (docs/performance.md, "Which transpose"; the rows from 256^3, 720 views on are
+# the sweep's circular scans, bench/results/h200/bench_sweep.json).
 TABLE = [
     (256, 360, 0.5, None, 3.76, 6.69, 15.24),
     (256, 360, 0.75, None, 6.49, 9.90, 24.94),
