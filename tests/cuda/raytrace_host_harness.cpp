@@ -54,15 +54,20 @@ extern "C" void run_structured(int adj, double* volT, double* proj, int nx, int 
         else structured_siddon_forward_f64(volT, proj, nx, ny, nz, params, g, n_rows, n_cols);
     }
 }
+// The transpose runs in z slabs of z_slab slices, as raytrace.py launches it.
 extern "C" void run_structured_fast(int adj, float* volT, float* proj, int nx, int ny, int nz, const double* params,
-                                    const double* g, int n_views, int n_rows, int n_cols)
+                                    const double* g, int n_views, int n_rows, int n_cols, int z_slab)
 {
     blockDim.x = 1; threadIdx.x = 0;
-    for (int v = 0; v < n_views; ++v) for (int c = 0; c < n_cols; ++c) {
-        blockIdx.x = c; blockIdx.y = v;
-        if (adj) structured_siddon_adjoint_fast(volT, proj, nx, ny, nz, params, g, n_views, n_rows, n_cols, 1);
-        else structured_siddon_forward_fast(volT, proj, nx, ny, nz, params, g, n_views, n_rows, n_cols, 1);
-    }
+    for (int z0 = 0; z0 < nz; z0 += z_slab)
+        for (int v = 0; v < n_views; ++v) for (int c = 0; c < n_cols; ++c) {
+            blockIdx.x = c; blockIdx.y = v;
+            if (adj)
+                structured_siddon_adjoint_fast(volT, proj, nx, ny, nz, params, g, n_views, n_rows, n_cols, 1, z0,
+                                               z0 + z_slab < nz ? z0 + z_slab : nz);
+            else if (z0 == 0)
+                structured_siddon_forward_fast(volT, proj, nx, ny, nz, params, g, n_views, n_rows, n_cols, 1);
+        }
 }
 extern "C" void run_joseph_fast(int adj, float* vol, float* proj, int nx, int ny, int nz, const double* params,
                                 const double* g, int n_views, int n_rows, int n_cols, int kind, int is2d)

@@ -46,6 +46,7 @@ DEFINES = tuple(f"{name}={value}" for name, value in KERNEL_CONSTANTS.items())  
 VOXEL_PATCH2_DEFINES = tuple(f"{name}={value}" for name, value in VOXEL_PATCH2_CONSTANTS.items())
 VOXEL_TABLE_BYTES = 2 << 30   # at most this much for the voxel transpose's per-view tables at a time
 VIEW_GROUP = 16         # structured float32 kernels: views per column that run side by side (L2 reuse)
+SIDDON_SPLIT_NZ = 512   # structured float32 Siddon's transpose: this many z slices or more run in two slabs
 TRANSPOSES = ("auto", "voxel", "atomic")
 VOXEL_KZ = (1, 4, 8, 12, 16)   # voxel transpose: the z depths per lane raytrace_voxel.cu instantiates
 VOXEL_KZ_SETUP = 4   # voxel transpose: a lane's set-up per (view, column, plane), in z voxels' work
@@ -155,6 +156,21 @@ def voxel_kz(nz: int) -> int:
     def work(kz):
         return -(-int(nz) // (32 * kz)) * (kz + VOXEL_KZ_SETUP)
     return min(VOXEL_KZ[::-1], key=work)
+
+
+def siddon_z_slab(grid3) -> int:
+    """z slices per launch of structured float32 Siddon's transpose: grids of
+    at least ``SIDDON_SPLIT_NZ`` slices in two equal slabs, others in one.
+    Measured on an H200 over the sweep's scans (docs/performance.md,
+    "Structured Siddon's transpose in z slabs"): two slabs make the transpose
+    up to 22 % faster at 768^3 and 1024^3, since the atomic adds of the
+    blocks running at once then land in a part of the volume that stays in
+    L2; three or more slabs are slower than two (each launch repeats the
+    blocks' xy set-up, and the rays that cross a slab face are traced in
+    both; the middle face lies in the sources' plane on these scans, which
+    no ray crosses); below 512 slices one launch is as fast."""
+    nz = int(grid3[0])
+    return nz if nz < SIDDON_SPLIT_NZ else -(-nz // 2)
 
 
 def voxel_constants(constants: dict[str, int] = KERNEL_CONSTANTS) -> dict[str, int]:
@@ -370,10 +386,15 @@ class CudaRaytracer:
     voxel_patch : {None, 1, 2}
         The voxel transpose's voxel columns per side of a warp's patch; None:
         :func:`voxel_patch` of the z depth per lane (2 needs that depth <= 8).
+    z_slab : int or None
+        z slices per launch of structured float32 Siddon's transpose (its
+        atomic adds go slab by slab, so the blocks running at once add into a
+        part of the volume that stays in L2); None: :func:`siddon_z_slab`.
     """
 
     def __init__(self, geometry, grid3, offset, scale, model: str, dtype, structured="auto",
-                 transpose: str = "auto", views_per_batch: int | None = None, voxel_patch: int | None = None):
+                 transpose: str = "auto", views_per_batch: int | None = None, voxel_patch: int | None = None,
+                 z_slab: int | None = None):
         import cupy
 
         from .. import _validate as v
@@ -384,6 +405,7 @@ class CudaRaytracer:
         if voxel_patch not in (None, 1, 2) or (voxel_patch == 2 and voxel_kz(int(grid3[0])) > 8):
             raise ValueError(f"voxel_patch: expected None, 1 or 2 (2 where voxel_kz(nz) <= 8), got {voxel_patch!r}")
         self.voxel_patch = voxel_patch
+        self.z_slab = siddon_z_slab(grid3) if z_slab is None else v.positive_int("z_slab", z_slab)
         self.kind, params = view_parameters(geometry)
         self.is2d = int(isinstance(geometry, ParallelGeometry) and geometry.is_2d)
         shape = tuple(geometry.projection_shape)
@@ -477,6 +499,12 @@ class CudaRaytracer:
         raytrace_siddon.cu, error bound there) in view groups
         (:meth:`_grouped`); float64 the float64 one, in passes of at most
         65535 views (the grid's y limit)."""
+        if self.dtype == np.float32 and name.endswith("adjoint"):
+            nz = self.grid3[0]
+            for z0 in range(0, nz, self.z_slab):
+                self._grouped("raytrace_siddon", f"{name}_fast", volT, proj,
+                              slab=(np.int32(z0), np.int32(min(nz, z0 + self.z_slab))))
+            return
         if self.dtype == np.float32:
             self._grouped("raytrace_siddon", f"{name}_fast", volT, proj)
             return
@@ -489,9 +517,10 @@ class CudaRaytracer:
                    (volT, proj[v0:v1], nx, ny, nz, self.params[v0:v1], self.g, np.int32(self.n_rows),
                     np.int32(self.n_cols)), shared_mem=self.shared_bytes)
 
-    def _grouped(self, module: str, name: str, vol, proj):
+    def _grouped(self, module: str, name: str, vol, proj, slab: tuple = ()):
         """Launch a structured float32 kernel with blocks (column, view) in
-        groups of VIEW_GROUP views per column (raytrace_common.cuh: grouped_block)."""
+        groups of VIEW_GROUP views per column (raytrace_common.cuh: grouped_block);
+        ``slab``: the z slab (z0, z1) Siddon's transpose adds into."""
         nx, ny, nz = self._scalars()
         kernel = _opted_in(load_module(module).get_function(name), self.shared_bytes)
         n_views = self.params_host.shape[0]
@@ -501,7 +530,8 @@ class CudaRaytracer:
             v1 = min(n_views, v0 + step)
             kernel((self.n_cols * group, -(-(v1 - v0) // group)), (STRUCTURED_BLOCK,),
                    (vol, proj[v0:v1], nx, ny, nz, self.params[v0:v1], self.g, np.int32(v1 - v0),
-                    np.int32(self.n_rows), np.int32(self.n_cols), np.int32(group)), shared_mem=self.shared_bytes)
+                    np.int32(self.n_rows), np.int32(self.n_cols), np.int32(group), *slab),
+                   shared_mem=self.shared_bytes)
 
     def _padded(self):
         """Structured Joseph's zero-bordered z-fastest volume (ny + 2, nx + 2, nz + 2 JOSEPH_PAD_Z)."""

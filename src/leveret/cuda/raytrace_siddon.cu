@@ -10,7 +10,9 @@
 // the volume, (ny, nx, nz) (raytrace_layout.cu), so adjacent threads (rows)
 // touch adjacent z voxels. The transpose is ray-driven with atomicAdd. The
 // float32 kernels (precision="float32") march in float32 (structured_fast,
-// error bound below) and run in view groups (grouped_block).
+// error bound below) and run in view groups (grouped_block); their transpose
+// is launched z slab by z slab (row_slab), so that the blocks running at
+// once add into a part of the volume that stays in L2.
 #include "raytrace_common.cuh"
 
 // Block: one (view, column); threads: detector rows.
@@ -68,6 +70,17 @@ __device__ __forceinline__ void z_split(const RowLine& r, double pz, double B0, 
     l2 = mul(sub(tb, tm), r.L);
     kz = k;
     kz2 = min(max(k + r.step, 0), nz - 1);
+}
+
+// The row's tau range restricted to the z slab [z0, z1) of the grid: row_line's
+// formulas with the slab's faces (the same numbers for [0, nz)), so the
+// segment a slab face cuts is split at the same tau in both slabs.
+__device__ __forceinline__ void row_slab(RowLine& r, double pz, int z0, int z1)
+{
+    const double lo = sub((double)z0, pz), hi = sub((double)z1, pz);
+    if (r.mz > 0.0) { r.zlo = mul(lo, r.inv_mz); r.zhi = mul(hi, r.inv_mz); }
+    else if (r.mz < 0.0) { r.zlo = mul(hi, r.inv_mz); r.zhi = mul(lo, r.inv_mz); }
+    else if (!((double)z0 <= pz && pz < (double)z1)) { r.zlo = d_inf(); r.zhi = -d_inf(); }
 }
 
 // Ray-driven structured kernel (forward, or transpose with atomics).
@@ -225,9 +238,11 @@ __device__ __forceinline__ void z_split_f(const RowLineF& r, float B0, float B1,
 }
 
 // Ray-driven structured kernel, float32 volume and projections, float32 march.
+// The transpose adds into the z slab [z0, z1) only; the forward reads all of z.
 template <bool ADJ>
 __device__ void structured_fast(float* volT, float* proj, int nx, int ny, int nz, const double* __restrict__ params,
-                                const double* __restrict__ g, int n_views, int n_rows, int n_cols, int view_group)
+                                const double* __restrict__ g, int n_views, int n_rows, int n_cols, int view_group,
+                                int z0, int z1)
 {
     extern __shared__ double smem[];
     double* X = smem;                 // nx + 1
@@ -252,7 +267,11 @@ __device__ void structured_fast(float* volT, float* proj, int nx, int ny, int nz
     for (int k = threadIdx.x; k <= n_seg; k += blockDim.x) Bf[k] = (float)sub(B[k], t_m);
     __syncthreads();
     for (int row = threadIdx.x; row < n_rows; row += blockDim.x) {
-        const RowLine r = row_line(c, par, g, u, (double)row, nz);
+        RowLine r = row_line(c, par, g, u, (double)row, nz);
+        if (ADJ) {
+            row_slab(r, c.pz, z0, z1);
+            if (!(r.zlo < r.zhi)) continue;   // the row's ray misses the slab
+        }
         const float value = ADJ ? proj[out0 + (long long)row * n_cols] : 0.0f;
         double acc = 0.0;
         if (!ADJ || value != 0.0f) {
@@ -319,8 +338,21 @@ __device__ void structured_fast(float* volT, float* proj, int nx, int ny, int nz
     }
 }
 
-GROUPED_KERNEL(structured_siddon_forward_fast, structured_fast, false)
-GROUPED_KERNEL(structured_siddon_adjoint_fast, structured_fast, true)
+extern "C" __global__ void structured_siddon_forward_fast(float* volT, float* proj, int nx, int ny, int nz,
+                                                          const double* __restrict__ params,
+                                                          const double* __restrict__ g, int n_views, int n_rows,
+                                                          int n_cols, int view_group)
+{
+    structured_fast<false>(volT, proj, nx, ny, nz, params, g, n_views, n_rows, n_cols, view_group, 0, nz);
+}
+
+extern "C" __global__ void structured_siddon_adjoint_fast(float* volT, float* proj, int nx, int ny, int nz,
+                                                          const double* __restrict__ params,
+                                                          const double* __restrict__ g, int n_views, int n_rows,
+                                                          int n_cols, int view_group, int z0, int z1)
+{
+    structured_fast<true>(volT, proj, nx, ny, nz, params, g, n_views, n_rows, n_cols, view_group, z0, z1);
+}
 
 #define STRUCTURED_KERNEL(NAME, T, ADJ)                                                                 \
     extern "C" __global__ void NAME(T* volT, T* proj, int nx, int ny, int nz,                           \
