@@ -12,8 +12,8 @@ rounding bound derived below.
 from __future__ import annotations
 
 import gc
-
 import math
+import sys
 
 import numpy as np
 import pytest
@@ -312,9 +312,11 @@ def test_fdk_on_devices_is_bit_identical_to_one_gpu(rng):
 
 
 def test_fdk_on_devices_without_room_for_the_filtered_views_filters_per_slab(rng):
-    """Where a GPU cannot hold the filtered views (``max_gpu_memory``), z-slabs
-    of 7 slices are dealt from one queue, each filtering its own rows:
-    bit-identical to one GPU with the same slabs and view chunks."""
+    """Where a GPU cannot hold the filtered views (``max_gpu_memory``), the
+    views are filtered once into host memory, then z-slabs of 7 slices are
+    dealt from one queue, each uploading its rows of them: bit-identical to
+    one GPU with the same slabs and view chunks. CuPy input: each slab
+    filters its own rows, on one GPU as on several."""
     cp = _cupy()
     geometry, volume, proj = _fdk_case(rng)
     kw = dict(slab_slices=7, chunk_views=6, max_gpu_memory=200_000, backend="cuda")
@@ -322,10 +324,45 @@ def test_fdk_on_devices_without_room_for_the_filtered_views_filters_per_slab(rng
     split: dict = {}
     got = leveret.fdk(proj, geometry, volume, devices=two_workers(), stats=split, **kw)
     np.testing.assert_array_equal(got, ref)
-    assert split["chunks"] == 5 * 4
+    assert split["chunks"] == 5 * 4 + 4   # the slabs' chunks, and the filtering pass's
     assert 0 < split["busy"] <= 2 * split["wall"]   # the slabs' pipelines, two at a time, within the call
     cp.testing.assert_array_equal(leveret.fdk(cp.asarray(proj), geometry, volume, devices=two_workers(), **kw),
                                   leveret.fdk(cp.asarray(proj), geometry, volume, **kw))
+
+
+def test_fdk_on_one_gpu_in_slabs_runs_two_workers_where_the_filtered_views_fit(rng):
+    """One GPU, NumPy in, a volume in slabs that the GPU can hold the filtered
+    views beside: two workers share it, bit-identical to asking for them and
+    to the one-piece reconstruction with the same view chunks."""
+    cp = _cupy()
+    geometry, volume, proj = _fdk_case(rng)
+    kw = dict(slab_slices=16, chunk_views=6, backend="cuda")
+    split: dict = {}
+    got = leveret.fdk(proj, geometry, volume, stats=split, **kw)
+    assert split["backproject"] > 0   # the workers' path (fdk(devices=...)'s stats)
+    pair = dv.DeviceSet([cp.cuda.Device().id] * 2, shared=True)
+    np.testing.assert_array_equal(got, leveret.fdk(proj, geometry, volume, devices=pair, **kw))
+    np.testing.assert_array_equal(got, leveret.fdk(proj, geometry, volume, chunk_views=6, backend="cuda"))
+
+
+def test_workers_sharing_a_gpu_share_its_memory_cap(rng, monkeypatch):
+    """``max_gpu_memory`` is per GPU: two workers sharing one plan their slabs
+    with half of it each."""
+    _cupy()
+    fdk_module = sys.modules["leveret.algorithms.fdk"]   # leveret.algorithms.fdk is also the function
+    geometry, volume, proj = _fdk_case(rng)
+    caps, original = [], fdk_module._plan_slabs
+
+    def spy(geometry, volume, backend, max_gpu_memory, slab_slices, budget=None):
+        caps.append(max_gpu_memory)
+        return original(geometry, volume, backend, max_gpu_memory, slab_slices, budget=budget)
+
+    monkeypatch.setattr(fdk_module, "_plan_slabs", spy)
+    cap = 3_000_000
+    leveret.fdk(proj, geometry, volume, backend="cuda", max_gpu_memory=cap,
+                devices=dv.DeviceSet([0, 0], shared=True))
+    leveret.fdk(proj, geometry, volume, backend="cuda", max_gpu_memory=cap)
+    assert caps == [cap // 2, cap]
 
 
 def test_fdk_on_devices_gives_every_worker_a_slab(rng):

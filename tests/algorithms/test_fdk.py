@@ -187,17 +187,71 @@ def test_fdk_cuda_equals_cpu_texture_mode(rng, rel_mirror):
     assert np.linalg.norm(capped - host) / np.linalg.norm(host) < 1e-3
     capped8 = leveret.fdk(proj, g, vol, backend="cpu", interpolation="linear8", slab_slices=12)  # same slabs
     assert rel_mirror(capped, capped8) < 1e-5
-    # slabs that no ray reaches are zero beside those downloaded in place
+    # slabs that no ray reaches are zero beside those downloaded in place (NumPy
+    # in, in slabs: two workers share the GPU; CuPy in, one after the other)
     tall = VolumeGeometry((40, 30, 30), voxel_size=2.0, center=(60.0, 0.0, 0.0))
     cut = leveret.fdk(proj, g, tall, backend="cuda", slab_slices=8)
     assert np.all(cut[-8:] == 0) and np.count_nonzero(cut) > 0
-    np.testing.assert_allclose(cut, leveret.fdk(cp.asarray(proj), g, tall, backend="cuda", slab_slices=8).get(),
-                               rtol=1e-5, atol=1e-6)
+    cut_gpu = leveret.fdk(cp.asarray(proj), g, tall, backend="cuda", slab_slices=8).get()
+    assert np.all(cut_gpu[-8:] == 0)
+    assert np.linalg.norm(cut - cut_gpu) / np.linalg.norm(cut_gpu) < 1e-3   # texture weights, as above
     exact = leveret.fdk(proj, g, vol, backend="cpu")
     soft = leveret.fdk(cp.asarray(proj), g, vol, backend="cuda", interpolation="linear32").get()
     assert np.linalg.norm(soft - exact) / np.linalg.norm(exact) < 1e-5
     with pytest.raises(ValueError, match="volume: .* cannot be reconstructed within"):
         leveret.fdk(proj, g, vol, backend="cuda", max_gpu_memory=4096)
+
+
+@pytest.mark.gpu
+def test_streamed_fdk_filters_each_view_once(rng, monkeypatch):
+    """NumPy input in z-slabs: the rows the volume sees are weighted and
+    filtered once, in view chunks, and each slab uploads its rows of them (in
+    fewer chunks than it would filter them); the volume is the one from slabs
+    that filter their own rows (CuPy input, or too little host memory for the
+    filtered rows), to float32 rounding. Non-finite input is refused."""
+    import cupy as cp
+
+    import leveret.memory
+    from leveret.algorithms.fdk import FDKWeighting, rows_seen
+    g = scan(np.linspace(0, 2 * np.pi, 40, endpoint=False), n=40, pixel=3.0)
+    vol = VolumeGeometry((24, 30, 30), voxel_size=2.0)
+    proj = phantom.shepp_logan_3d(radius=40.0).project(g).astype(np.float32)
+    original, weighted = FDKWeighting.__call__, []
+
+    def counting(self, raw, views, row0=0):
+        weighted.append(raw.shape[0] * raw.shape[1])
+        return original(self, raw, views, row0)
+
+    monkeypatch.setattr(FDKWeighting, "__call__", counting)
+    # a cap that leaves no room for the filtered views on the GPU (else two
+    # workers would filter them there): the slabs run one after the other
+    kw = dict(backend="cuda", slab_slices=6, chunk_views=8, max_gpu_memory=1_000_000)
+    st: dict = {}
+    once = leveret.fdk(proj, g, vol, stats=st, **kw)
+    r0, r1 = rows_seen(g, vol)
+    assert sum(weighted) == g.n_views * (r1 - r0)
+    assert st["chunks"] == 4 * 5 + 5   # 4 slabs of 5 chunks, and the filtering pass's 5
+    weighted.clear()
+    per_slab = leveret.fdk(cp.asarray(proj), g, vol, **kw).get()
+    assert sum(weighted) > 1.4 * g.n_views * (r1 - r0)   # the slabs' rows overlap
+    np.testing.assert_allclose(once, per_slab, rtol=0, atol=1e-5 * np.abs(per_slab).max())
+    # the plan's chunks, not fixed: the cap's reserve makes the filtering pass
+    # take the 40 views one at a time; the four slabs together take fewer chunks
+    # (of their rows, several views each); the kernel per chunk follows its
+    # views, so the texture weights differ as above
+    st.clear()
+    planned = leveret.fdk(proj, g, vol, backend="cuda", slab_slices=6, max_gpu_memory=1_000_000, stats=st)
+    assert np.linalg.norm(planned - per_slab) / np.linalg.norm(per_slab) < 1e-3
+    assert st["chunks"] < 2 * g.n_views
+    bad = proj.copy()
+    bad[-1, g.n_rows // 2, 3] = np.nan
+    with pytest.raises(ValueError, match="projections"):
+        leveret.fdk(bad, g, vol, **kw)
+    monkeypatch.setattr(leveret.memory, "host_available_bytes", lambda: 4 * vol.size)
+    weighted.clear()
+    np.testing.assert_allclose(leveret.fdk(proj, g, vol, **kw), per_slab, rtol=0,
+                               atol=1e-5 * np.abs(per_slab).max())
+    assert sum(weighted) > 1.4 * g.n_views * (r1 - r0)
 
 
 @pytest.mark.gpu

@@ -44,9 +44,15 @@ def fdk(projections, geometry, volume: VolumeGeometry, *, filter: str = "ram-lak
         Arithmetic and output precision ("float64": CPU only). The old
         spellings "single" and "double" still work (FutureWarning).
     max_gpu_memory : int, optional
-        Bytes of GPU memory the reconstruction may use (default: what is
-        free). A volume that does not fit is reconstructed in z-slabs, each
-        fed only the detector rows its voxels project to.
+        Bytes of GPU memory the reconstruction may use on each GPU (default:
+        what is free), shared by the GPU's workers (``devices``). A volume
+        that does not fit is reconstructed in z-slabs, each fed only the
+        detector rows its voxels project to. From NumPy input on one GPU,
+        two workers share it, as ``devices=DeviceSet([d, d], shared=True)``
+        does (one worker's slab downloaded while the other's kernels run;
+        each row filtered once, on the GPU where it can hold the filtered
+        views, else into host memory; see ``devices``), unless half the cap
+        is too little for a slab: then the slabs run one after the other.
     slab_slices : int, optional
         Slices per slab, overriding the plan (on either backend).
     kernel : str
@@ -60,7 +66,8 @@ def fdk(projections, geometry, volume: VolumeGeometry, *, filter: str = "ram-lak
         Filled with the GPU pipeline's time split when NumPy projections
         stream through the GPU (``leveret.pipeline.STATS_KEYS``: ``wall``,
         ``setup``, ``load``, ``store``, ``h2d``, ``compute``, ``d2h`` in
-        seconds, ``chunks``; summed over slabs); left empty otherwise (CPU
+        seconds, ``chunks``; summed over slabs and the pass that filters
+        the views once for them); left empty otherwise (CPU
         backend, CuPy input). With ``devices``, every time summed over the
         GPUs' workers (or slabs), ``wall`` the whole call's and ``busy`` the
         sum of the workers' (slabs') walls (``leveret.pipeline.merge_stats``;
@@ -78,10 +85,12 @@ def fdk(projections, geometry, volume: VolumeGeometry, *, filter: str = "ram-lak
         memory, and the views' sum is rounded chunk by chunk). Where a GPU
         cannot hold the filtered views, the volume is cut into z-slabs (at
         least one per GPU, planned to fit the smallest GPU's free memory, or
-        ``max_gpu_memory`` per GPU) dealt from one queue, each filtering the
-        rows it sees, bit-identical to a one-GPU call with the same slabs
-        and view chunks. A slab that runs out of GPU memory is halved and
-        retried on that GPU.
+        ``max_gpu_memory`` per GPU) dealt from one queue, each taking the
+        rows it sees of the views weighted and filtered once into host
+        memory (where it has room beside the volume; else, and from CuPy
+        input, each slab filters its rows), bit-identical to a one-GPU call
+        with the same slabs and view chunks. A slab that runs out of GPU
+        memory is halved and retried on that GPU.
         With ``stats``, the several-GPU path also reports ``backproject``
         (seconds queuing and, where workers share a GPU, running the
         back-projection), ``wait`` (seconds waiting for chunks another
@@ -125,23 +134,63 @@ def fdk(projections, geometry, volume: VolumeGeometry, *, filter: str = "ram-lak
     settings = dict(filter=filter, cutoff=cutoff, padding=padding, short_scan=short_scan,
                     interpolation=interpolation, kernel=kernel, backend=backend, dtype=dtype, stats=stats)
     devices = devices_for_backend(devices, backend)
-    slabs, planned_views = _plan_slabs(geometry, volume, backend, max_gpu_memory, slab_slices,
-                                       budget=None if devices is None else devices.free_bytes())
+    slabs, planned_views = _plan_slabs(geometry, volume, backend, _worker_cap(max_gpu_memory, devices),
+                                       slab_slices, budget=None if devices is None else devices.free_bytes())
+    if devices is None and backend == "cuda" and not input_on_gpu and slabs != [(0, volume.nz)]:
+        # One GPU, NumPy in, a volume in slabs: two workers sharing the GPU, so
+        # that one worker's download runs beside the other's kernels (measured
+        # 1.05-2.3x faster than slab after slab, docs/performance.md, "Streamed
+        # FDK"), unless half the memory is too little for a slab.
+        import cupy
+
+        from ..devices import DeviceSet
+        pair = DeviceSet([cupy.cuda.Device().id] * 2, shared=True)
+        try:
+            slabs, planned_views = _plan_slabs(geometry, volume, backend, _worker_cap(max_gpu_memory, pair),
+                                               slab_slices, budget=pair.free_bytes())
+            devices = pair
+        except ValueError:
+            pass
     settings["chunk_views"] = planned_views
     if chunk_views is not None:
         settings["chunk_views"] = v.positive_int("chunk_views", chunk_views)
     settings["fixed_chunks"] = chunk_views is not None
-    if devices is not None:
-        plan = plan_devices(geometry, volume, devices, settings["chunk_views"], max_gpu_memory, slab_slices)
-        if plan is not None:
-            return _fdk_devices_filter_once(devices, plan, projections, geometry, volume, progress=progress,
-                                            **settings)
-        if slab_slices is None and len(slabs) < len(devices):   # every GPU gets a slab (as _plan_slabs cuts)
-            step = -(-volume.nz // len(devices))
-            slabs = [(k, min(volume.nz, k + step)) for k in range(0, volume.nz, step)]
-        return _fdk_devices(devices, projections, geometry, volume, slabs, progress=progress, **settings)
-    if len(slabs) == 1 and slabs[0] == (0, volume.nz):
-        return _reconstruct(projections, geometry, volume, progress=progress, **settings)
+    if devices is None:
+        if slabs == [(0, volume.nz)]:
+            return _reconstruct(projections, geometry, volume, progress=progress, **settings)
+        return _fdk_slabs(projections, geometry, volume, slabs, progress=progress, max_gpu_memory=max_gpu_memory,
+                          **settings)
+    plan = plan_devices(geometry, volume, devices, settings["chunk_views"], max_gpu_memory, slab_slices)
+    if plan is not None:
+        return _fdk_devices_filter_once(devices, plan, projections, geometry, volume, progress=progress,
+                                        **settings)
+    if slab_slices is None and len(slabs) < len(devices):   # every GPU gets a slab (as _plan_slabs cuts)
+        step = -(-volume.nz // len(devices))
+        slabs = [(k, min(volume.nz, k + step)) for k in range(0, volume.nz, step)]
+    filtering: dict = {}   # the filtering pass's time split, added to the slabs' below
+    seen = _FilteredOnHost.make(projections, geometry, volume, progress=progress, stats=filtering,
+                                **{k: x for k, x in settings.items() if k != "stats"})
+    if seen is not None:   # the slabs upload rows of the filtered views
+        projections, settings["weighted"] = seen, True
+    out = _fdk_devices(devices, projections, geometry, volume, slabs, progress=progress, **settings)
+    if stats is not None:
+        from ..pipeline import add_stats
+        add_stats(stats, filtering)
+    return out
+
+
+def _worker_cap(max_gpu_memory, devices):
+    """``max_gpu_memory`` per worker: a GPU's workers share its cap."""
+    if devices is None or max_gpu_memory is None:
+        return max_gpu_memory
+    return v.positive_int("max_gpu_memory", max_gpu_memory) // max(map(devices.ids.count, devices.ids))
+
+
+def _fdk_slabs(projections, geometry, volume, slabs, *, progress, max_gpu_memory, **settings):
+    """FDK on one device, z-slab after z-slab, each from the rows it sees (the
+    CPU; a GPU with CuPy input, or with a cap too small for two workers)."""
+    backend, dtype = settings["backend"], settings["dtype"]
+    input_on_gpu = not isinstance(projections, np.ndarray)
 
     if input_on_gpu:
         import cupy
@@ -155,14 +204,8 @@ def fdk(projections, geometry, volume: VolumeGeometry, *, filter: str = "ram-lak
         if rows is None:
             out[k0:k1] = 0   # the slab projects off the detector in every view
             continue
-        # NumPy in: each slab lands in its part of ``out`` (pages touched and copied
-        # by the download's threads), not in a slab array copied again
-        target = None if input_on_gpu else out[k0:k1]
-        part = _reconstruct(projections[:, rows[0]:rows[1], :], geometry.crop_rows(*rows), slab,
-                            progress=False, host_out=target, **settings)
-        if part is not target:
-            out[k0:k1] = part
-        del part
+        out[k0:k1] = _reconstruct(projections[:, rows[0]:rows[1]], geometry.crop_rows(*rows), slab,
+                                  progress=False, **settings)
         if backend == "cuda" and max_gpu_memory is not None:
             import cupy   # hand cached blocks back, so the cap holds for the whole run
             cupy.get_default_memory_pool().free_all_blocks()
@@ -448,8 +491,10 @@ class _DeviceSlab:
 
 
 def _fdk_devices(devices, projections, geometry, volume, slabs, *, progress, stats, **settings):
-    """FDK with the z-slabs dealt to several GPUs, each slab filtering the
-    detector rows it sees (where a GPU cannot hold the filtered views)."""
+    """FDK with the z-slabs dealt to several GPUs (or workers sharing one),
+    where a GPU cannot hold the filtered views: each slab takes the detector
+    rows it sees, filtered once into host memory (:class:`_FilteredOnHost`)
+    or filtering them itself (CuPy input, too little host memory)."""
     import threading
     import time
 
@@ -458,7 +503,7 @@ def _fdk_devices(devices, projections, geometry, volume, slabs, *, progress, sta
     from .. import devices as dv
     from ..pipeline import copy_threads_for, merge_stats
 
-    input_on_gpu = not isinstance(projections, np.ndarray)
+    input_on_gpu = not isinstance(projections, (np.ndarray, _FilteredOnHost))
     if not input_on_gpu:
         copy_threads_for(len(devices))
     dtype = settings["dtype"]
@@ -479,12 +524,13 @@ def _fdk_devices(devices, projections, geometry, volume, slabs, *, progress, sta
             with lock:
                 bar.update(k1 - k0)
             return
-        seen = projections[:, rows[0]:rows[1], :]
+        seen = projections[:, rows[0]:rows[1]]
         if input_on_gpu:
             seen = dv.to_device(dv.contiguous(seen), worker.device)
         split: dict = {}
         part = _reconstruct(seen, geometry.crop_rows(*rows), slab, progress=False, stats=split,
-                            device_lock=worker.lock, host_out=None if input_on_gpu else out[k0:k1], **settings)
+                            device_lock=worker.lock, host_out=None if input_on_gpu else out[k0:k1],
+                            **_slab_settings(settings, geometry, rows))
         if input_on_gpu:
             cupy.cuda.get_current_stream().synchronize()
             dv.copy_to(out[k0:k1], part)
@@ -498,6 +544,18 @@ def _fdk_devices(devices, projections, geometry, volume, slabs, *, progress, sta
     if stats is not None and splits:
         stats.update(merge_stats(splits, time.perf_counter() - wall0))
     return out
+
+
+def _slab_settings(settings: dict, geometry, rows) -> dict:
+    """A slab's settings: fed filtered views (``weighted``), a chunk of views
+    needs device memory only for its rows and their texture, not for every
+    detector row and the FFT's temporaries, so the plan's reserve per chunk
+    (``_plan_slabs``: 12 copies of a view) holds 4 n_rows / (rows seen)
+    times as many views: fewer, larger back-projection calls."""
+    if not settings.get("weighted") or settings["fixed_chunks"]:
+        return settings
+    views = settings["chunk_views"] * 4 * geometry.n_rows // max(1, rows[1] - rows[0])
+    return dict(settings, chunk_views=max(1, min(geometry.n_views, views)))
 
 
 def rows_seen(geometry, volume: VolumeGeometry):
@@ -595,11 +653,12 @@ class FDKWeighting:
 
 def _reconstruct(projections, geometry, volume, *, filter, cutoff, padding, short_scan, interpolation, kernel,
                  backend, dtype, chunk_views, fixed_chunks, progress, stats=None, device_lock=None,
-                 host_out=None):
+                 host_out=None, weighted: bool = False):
     """FDK of one volume (or slab) from the projections it needs. ``host_out``:
     the NumPy array that NumPy input's result is downloaded into (default a
-    new one). ``device_lock``:
-    held around each back-projection until it has finished (workers sharing
+    new one). ``weighted``: the NumPy projections are weighted and filtered
+    already (:class:`_FilteredOnHost`), and checked for non-finite values.
+    ``device_lock``: held around each back-projection until it has finished (workers sharing
     one GPU, ``leveret.devices.Worker.lock``: the kernels' matrices live in
     the module's constant memory)."""
     filtered = FDKWeighting(geometry, filter=filter, cutoff=cutoff, padding=padding, short_scan=short_scan)
@@ -613,7 +672,7 @@ def _reconstruct(projections, geometry, volume, *, filter, cutoff, padding, shor
         xp = np
     out = xp.zeros(volume.shape, dtype=dtype)
     chunk = chunk_views
-    if on_gpu and not input_on_gpu and not fixed_chunks:
+    if on_gpu and not input_on_gpu and not fixed_chunks and not weighted:   # filtering overlaps the transfers
         chunk = min(chunk, max(1, -(-geometry.n_views // HOST_CHUNKS)))
 
     chunks = [slice(n0, min(geometry.n_views, n0 + chunk)) for n0 in range(0, geometry.n_views, chunk)]
@@ -627,8 +686,11 @@ def _reconstruct(projections, geometry, volume, *, filter, cutoff, padding, shor
             download = _SlabDownload(out, op.slab_alignment, host_out=host_out)
 
             def compute(views, d_in, _):
-                v.add_nonfinite_count(n_bad, d_in)
-                filtered_views = filtered(d_in, views)
+                if weighted:
+                    filtered_views = d_in
+                else:
+                    v.add_nonfinite_count(n_bad, d_in)
+                    filtered_views = filtered(d_in, views)
                 if views.stop < geometry.n_views:
                     op(filtered_views, out, views=views, accumulate=True)
                     return
@@ -659,6 +721,70 @@ def _reconstruct(projections, geometry, volume, *, filter, cutoff, padding, shor
                     xp.cuda.get_current_stream().synchronize()
             bar.update(views.stop - views.start)
     return out
+
+
+class _FilteredOnHost:
+    """NumPy projections weighted and filtered once on the GPU, kept in host
+    memory for the slabs of a volume larger than the GPU (or than
+    ``max_gpu_memory``): each slab then uploads the rows it sees of the
+    filtered views instead of weighting and filtering those rows again (a
+    slab's rows overlap its neighbours', so per-slab filtering repeats most
+    rows several times). Only the detector rows the whole volume sees are
+    kept: ``array`` holds rows ``row0 ..`` and is sliced as the projections
+    are (``[:, r0:r1]`` in detector rows). The weighting of a row does not
+    depend on the rows around it, so a slab's result is the same, to the
+    FFT's rounding, as when it filters its own rows."""
+
+    def __init__(self, array: np.ndarray, row0: int):
+        self.array, self.row0 = array, row0
+
+    def __getitem__(self, key):
+        views, rows = key
+        return self.array[views, rows.start - self.row0:rows.stop - self.row0]
+
+    @classmethod
+    def make(cls, projections, geometry, volume, *, filter, cutoff, padding, short_scan, backend, dtype,
+             chunk_views, fixed_chunks, progress, stats: dict, **_) -> "_FilteredOnHost | None":
+        """The filtered views of NumPy ``projections`` on the CUDA backend, or
+        None (CuPy input, the CPU backend, no row seen, or too little host
+        memory for the filtered rows beside the volume: each slab then filters
+        its own rows). Non-finite input raises ValueError."""
+        if backend != "cuda" or not isinstance(projections, np.ndarray):
+            return None
+        rows = rows_seen(geometry, volume)
+        if rows is None:
+            return None
+        from ..memory import host_available_bytes
+        r0, r1 = rows
+        shape = (geometry.n_views, r1 - r0, geometry.n_cols)
+        if 4 * (int(np.prod(shape)) + volume.size) > host_available_bytes():
+            return None
+        import cupy
+        from tqdm.auto import tqdm
+
+        from ..pipeline import parallel_copy, stream_chunks
+        weighting = FDKWeighting(geometry, filter=filter, cutoff=cutoff, padding=padding, short_scan=short_scan)
+        out = np.empty(shape, np.float32)
+        chunk = chunk_views if fixed_chunks else min(chunk_views, max(1, -(-geometry.n_views // HOST_CHUNKS)))
+        chunks = [slice(n0, min(geometry.n_views, n0 + chunk)) for n0 in range(0, geometry.n_views, chunk)]
+        n_bad = cupy.zeros((), cupy.int64)
+
+        def compute(views, d_in, d_out):
+            v.add_nonfinite_count(n_bad, d_in)
+            d_out[...] = weighting(d_in, views, r0)
+
+        split: dict = {}
+        size = lambda c: (c.stop - c.start,) + shape[1:]   # noqa: E731
+        with tqdm(total=geometry.n_views, desc="fdk filter", unit="view", disable=not progress,
+                  leave=False) as bar:
+            stream_chunks(chunks, in_shape=size, out_shape=size,
+                          load=lambda c, buf: parallel_copy(buf, projections[c, r0:r1]), compute=compute,
+                          store=lambda c, buf: parallel_copy(out[c], buf),
+                          on_done=lambda c: bar.update(c.stop - c.start), stats=split)
+        if int(n_bad):
+            raise ValueError(v.nonfinite_message("projections", int(n_bad)))
+        stats.update(split)
+        return cls(out, r0)
 
 
 class _SlabDownload:
