@@ -22,13 +22,13 @@ corners (not the cartesian product):
            to 1000 views, 256^3 to 1024^3; and FDK streamed under GPU memory
            budgets (fdk(..., max_gpu_memory=2 GiB, 8 GiB), up to 4096^2 x 640
            from 124 views), where the row also gives the transfer + compute
-           bound (bytes moved over the measured pinned host<->device bandwidth
-           plus FDK of the same volume in one piece on device arrays) and the
-           time over it; also with two workers sharing the GPU
-           (devices=DeviceSet([d, d], shared=True), "FDK streamed, 2
-           workers"), which filters each view once where the filtered
-           views fit the budget, and downloads one worker's slab while the
-           other's kernels run.
+           bound (the input's bytes over the measured pinned host->device
+           bandwidth, the volume's over the slower of device->host and the
+           host's rate of writing fresh NumPy pages, plus FDK of the same
+           volume in one piece on device arrays) and the time over it; also
+           with two workers sharing the GPU asked for (devices=DeviceSet([d,
+           d], shared=True), "FDK streamed, 2 workers"; fdk's default where
+           half the cap holds a slab).
   parallel ParallelBackprojection (device arrays) against direct_BP3D
            (parallel3d), and FBP (NumPy in and out) against FBP_CUDA (2D:
            one slice's time times the slices): 1 to 2048
@@ -525,6 +525,29 @@ def pinned_bandwidth(nbytes: int = GiB // 2) -> tuple[float, float]:
     return nbytes / h2d, nbytes / d2h
 
 
+def fresh_write_bandwidth(nbytes: int = 4 * GiB) -> float:
+    """Measured rate (bytes/s) at which this process lands data in fresh NumPy
+    memory, as a GPU result's download does: a new array's pages written
+    from a pinned buffer by one thread per core this process may use (the
+    first write of each page is a page fault: on the device hosts this, not
+    PCIe, limits how fast a large volume reaches the host)."""
+    import os
+    from concurrent.futures import ThreadPoolExecutor
+
+    import cupyx
+    threads = len(os.sched_getaffinity(0))
+    source = cupyx.empty_pinned(256 << 20, np.uint8)
+    source[:] = 1
+    n = source.size
+
+    def fill():
+        out = np.empty(nbytes, np.uint8)
+        with ThreadPoolExecutor(threads) as pool:
+            list(pool.map(lambda a: out[a:a + n].__setitem__(Ellipsis, source[:min(n, nbytes - a)]),
+                          range(0, nbytes, n)))
+    return nbytes / common.median_time(fill, reps=3)
+
+
 # -- running a point ----------------------------------------------------------------------
 
 def _failed(what: str, exc: Exception) -> str:
@@ -717,8 +740,9 @@ class Sweep:
         budget = int(point["params"]["budget_gib"] * GiB)
         a_note = self.astra.reason
         if self._bandwidth is None:
-            self._bandwidth = pinned_bandwidth()
-        h2d, d2h = self._bandwidth
+            self._bandwidth = pinned_bandwidth() + (fresh_write_bandwidth(),)
+        h2d, d2h, fresh = self._bandwidth
+        out_rate = min(d2h, fresh)
         # the compute part of the bound: FDK of the whole volume in one piece on device arrays
         proj_d = cp.random.random(g.projection_shape, dtype=cp.float32)
         t_compute = common.median_time(lambda: leveret.fdk(proj_d, g, vol, backend="cuda"), reps=1, sync=_sync)
@@ -726,7 +750,7 @@ class Sweep:
         _free()
         host = np.random.default_rng(0).random(g.projection_shape, dtype=np.float32)
         device = cp.cuda.Device().id
-        calls = {"FDK streamed": {},   # slab after slab; or two workers sharing the GPU (leveret.devices)
+        calls = {"FDK streamed": {},   # fdk's default; and two workers sharing the GPU asked for (leveret.devices)
                  "FDK streamed, 2 workers": {"devices": DeviceSet([device, device], shared=True)}}
         times, stages = {}, {}
         for op in ops:
@@ -745,7 +769,7 @@ class Sweep:
         del host
         # the same yardstick for both calls: the one-GPU plan's uploads
         bytes_in = streamed_input_bytes(g, vol, budget)
-        bound = bytes_in / h2d + 4 * vol.size / d2h + t_compute
+        bound = bytes_in / h2d + 4 * vol.size / out_rate + t_compute
         a = None
         if self.astra.astra is not None:
             try:
@@ -758,7 +782,8 @@ class Sweep:
         for op, t in times.items():
             self.add(point, op, t, a, bound_s=bound, over_bound=t / bound, stages=stages[op],
                      note=(f"bound {bound:.2f} s = {bytes_in / 1e9:.2f} GB in at {h2d / 1e9:.1f} GB/s + "
-                           f"{4 * vol.size / 1e9:.2f} GB out at {d2h / 1e9:.1f} GB/s + FDK in one piece "
+                           f"{4 * vol.size / 1e9:.2f} GB out at {out_rate / 1e9:.1f} GB/s (device->host "
+                           f"{d2h / 1e9:.1f}, fresh host pages {fresh / 1e9:.1f}) + FDK in one piece "
                            f"{t_compute:.2f} s; {a_note}"))
 
     def parallel(self, point, ops):
