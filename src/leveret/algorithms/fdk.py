@@ -68,7 +68,8 @@ def fdk(projections, geometry, volume: VolumeGeometry, *, filter: str = "ram-lak
         ``setup``, ``load``, ``store``, ``h2d``, ``compute``, ``d2h`` in
         seconds, ``chunks``; summed over slabs and the pass that filters
         the views once for them); left empty otherwise (CPU
-        backend, CuPy input). With ``devices``, every time summed over the
+        backend, CuPy input). With ``devices`` (and for a volume in slabs on
+        one GPU, which two workers share), every time summed over the
         GPUs' workers (or slabs), ``wall`` the whole call's and ``busy`` the
         sum of the workers' (slabs') walls (``leveret.pipeline.merge_stats``;
         more keys under ``devices``).

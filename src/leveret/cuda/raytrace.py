@@ -166,8 +166,8 @@ def siddon_z_slab(grid3) -> int:
     up to 22 % faster at 768^3 and 1024^3, since the atomic adds of the
     blocks running at once then land in a part of the volume that stays in
     L2; three or more slabs are slower than two (each launch repeats the
-    blocks' xy set-up, and the rays that cross a slab face are traced in
-    both; the middle face lies in the sources' plane on these scans, which
+    blocks' xy set-up, and the rows whose rays cross a slab face are set up
+    in both; the middle face lies in the sources' plane on these scans, which
     no ray crosses); below 512 slices one launch is as fast."""
     nz = int(grid3[0])
     return nz if nz < SIDDON_SPLIT_NZ else -(-nz // 2)
@@ -497,7 +497,8 @@ class CudaRaytracer:
         """Launch a structured Siddon kernel: one block per (column, view).
         float32 runs the float32 march (``structured_fast`` in
         raytrace_siddon.cu, error bound there) in view groups
-        (:meth:`_grouped`); float64 the float64 one, in passes of at most
+        (:meth:`_grouped`), its transpose z slab by z slab (``z_slab``);
+        float64 the float64 one, in passes of at most
         65535 views (the grid's y limit)."""
         if self.dtype == np.float32 and name.endswith("adjoint"):
             nz = self.grid3[0]
