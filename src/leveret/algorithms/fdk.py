@@ -327,10 +327,8 @@ def _fdk_devices_filter_once(devices, plan, projections, geometry, volume, *, pr
     weighting = FDKWeighting(geometry, filter=filter, cutoff=cutoff, padding=padding, short_scan=short_scan)
     op = ConeBackprojection(geometry, volume, backend=backend, interpolation=interpolation,
                             matrices=weighting.frames["normalised"], kernel=kernel)
-    chunk = chunk_views   # the view chunks of a one-GPU call (_reconstruct)
-    if not input_on_gpu and not fixed_chunks:
-        chunk = min(chunk, max(1, -(-geometry.n_views // HOST_CHUNKS)))
-    chunks = [slice(n0, min(geometry.n_views, n0 + chunk)) for n0 in range(0, geometry.n_views, chunk)]
+    # the view chunks of a one-GPU call (_reconstruct)
+    chunks = _view_chunks(geometry.n_views, chunk_views, from_host=not input_on_gpu and not fixed_chunks)
     n_chunks = len(chunks)
     by_device = {part.device: part for part in plan}
     state = {part.device: {"views": dv.work_queue([(j, j + 1) for j in range(n_chunks)]),
@@ -577,6 +575,14 @@ def rows_seen(geometry, volume: VolumeGeometry):
 HOST_CHUNKS = 16
 
 
+def _view_chunks(n_views: int, chunk_views: int, *, from_host: bool) -> list[slice]:
+    """The views in chunks of ``chunk_views``; ``from_host``: at most
+    1/HOST_CHUNKS of them each, so that transfers overlap the GPU's work."""
+    if from_host:
+        chunk_views = min(chunk_views, max(1, -(-n_views // HOST_CHUNKS)))
+    return [slice(n0, min(n_views, n0 + chunk_views)) for n0 in range(0, n_views, chunk_views)]
+
+
 def _plan_slabs(geometry, volume, backend, max_gpu_memory, slab_slices, budget=None):
     """z-slabs [(k0, k1)] and views per chunk such that a slab of the volume and
     the working buffers of one chunk of views fit the GPU budget (``budget``
@@ -672,11 +678,9 @@ def _reconstruct(projections, geometry, volume, *, filter, cutoff, padding, shor
     else:
         xp = np
     out = xp.zeros(volume.shape, dtype=dtype)
-    chunk = chunk_views
-    if on_gpu and not input_on_gpu and not fixed_chunks and not weighted:   # filtering overlaps the transfers
-        chunk = min(chunk, max(1, -(-geometry.n_views // HOST_CHUNKS)))
-
-    chunks = [slice(n0, min(geometry.n_views, n0 + chunk)) for n0 in range(0, geometry.n_views, chunk)]
+    # filtering overlaps the transfers
+    chunks = _view_chunks(geometry.n_views, chunk_views,
+                          from_host=on_gpu and not input_on_gpu and not fixed_chunks and not weighted)
     from tqdm.auto import tqdm
     with tqdm(total=geometry.n_views, desc="fdk", unit="view", disable=not progress, leave=False) as bar:
         if on_gpu and not input_on_gpu:
@@ -766,8 +770,7 @@ class _FilteredOnHost:
         from ..pipeline import parallel_copy, stream_chunks
         weighting = FDKWeighting(geometry, filter=filter, cutoff=cutoff, padding=padding, short_scan=short_scan)
         out = np.empty(shape, np.float32)
-        chunk = chunk_views if fixed_chunks else min(chunk_views, max(1, -(-geometry.n_views // HOST_CHUNKS)))
-        chunks = [slice(n0, min(geometry.n_views, n0 + chunk)) for n0 in range(0, geometry.n_views, chunk)]
+        chunks = _view_chunks(geometry.n_views, chunk_views, from_host=not fixed_chunks)
         n_bad = cupy.zeros((), cupy.int64)
 
         def compute(views, d_in, d_out):
