@@ -117,7 +117,7 @@ def _copy_async(dst_ptr: int, src_ptr: int, nbytes: int, kind, stream) -> None:
 def stream_chunks(chunks: Sequence | Iterable, *, in_shape: Callable, out_shape: Callable | None,
                   load: Callable, compute: Callable, store: Callable | None = None,
                   in_dtype=np.float32, out_dtype=np.float32, on_done: Callable | None = None,
-                  stats: dict | None = None, largest=None, device_lock=None) -> None:
+                  stats: dict | None = None, largest=None, device_lock=None, in_elements: int = 0) -> None:
     """Run ``compute`` over ``chunks`` with loads, uploads, downloads and
     stores overlapped (see the module docstring) on the current device.
 
@@ -128,7 +128,10 @@ def stream_chunks(chunks: Sequence | Iterable, *, in_shape: Callable, out_shape:
     fill with the time split (``STATS_KEYS``), or None. ``device_lock``: a
     lock held from queuing each chunk's compute until it has finished, for
     pipelines sharing one GPU whose kernels write module constant memory
-    (``leveret.devices.Worker.lock``); None for none."""
+    (``leveret.devices.Worker.lock``); None for none. ``in_elements``: the
+    least size of the input buffers, in elements: calls whose chunks differ
+    in size pass their largest, so that the pinned memory pool (which
+    reuses a block of the same size only) hands the same buffers to each."""
     import cupy
     import cupyx
 
@@ -146,7 +149,7 @@ def stream_chunks(chunks: Sequence | Iterable, *, in_shape: Callable, out_shape:
     if first is None:
         return
     wall0 = time.perf_counter()
-    n_in = max(int(np.prod(in_shape(c))) for c in sizing)
+    n_in = max([int(in_elements)] + [int(np.prod(in_shape(c))) for c in sizing])
     pin_in = [cupyx.empty_pinned(n_in, in_dtype) for _ in range(2)]
     dev_in = [cupy.empty(n_in, in_dtype) for _ in range(2)]
     has_out = out_shape is not None

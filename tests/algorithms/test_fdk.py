@@ -109,6 +109,39 @@ def test_rows_seen_by_a_slab():
     assert rows_seen(g, VolumeGeometry((2, 4, 4), center=(500.0, 0, 0))) is None
 
 
+def test_a_box_has_the_volumes_voxels():
+    """A box (slices, y rows, every x) of the volume, as streamed FDK
+    back-projects thin slabs, has the volume's voxel centres there."""
+    from leveret.algorithms.fdk import _box
+    vol = VolumeGeometry((20, 30, 12), voxel_size=(1.0, 2.0, 0.5), center=(3.0, -4.0, 1.5))
+    box = _box(vol, 4, 12, 15, 30)
+    assert box.shape == (8, 15, 12)
+    for axis, part in (("z", slice(4, 12)), ("y", slice(15, 30)), ("x", slice(None))):
+        np.testing.assert_allclose(box.coordinates(axis), vol.coordinates(axis)[part], atol=1e-12)
+    assert _box(vol, 4, 12, 0, 30) == vol.slab(4, 12)
+
+
+def test_thin_slabs_become_boxes_of_whole_blocks():
+    """Slabs planned thinner than the CUDA kernels' 16-slice blocks become 16
+    slices thick (at least one per worker), each in as few boxes along y as
+    the memory left beside the chunk reserve holds; slabs of whole blocks, or
+    a cap too small even for a box, stay as they are."""
+    from leveret.algorithms.fdk import _slabs_in_boxes
+    g = scan(np.linspace(0, 2 * np.pi, 10, endpoint=False), n=40)
+    vol = VolumeGeometry((64, 30, 30))
+    reserve = 12 * 40 * 40 * 4                 # one view's chunk reserve (_plan_slabs)
+    thin = [(k, min(64, k + 12)) for k in range(0, 64, 12)]
+    half_slice = 15 * 30 * 4
+    slabs, parts = _slabs_in_boxes(g, vol, thin, 1, 2, reserve + 16 * half_slice)
+    assert parts == 2 and slabs == [(0, 16), (16, 32), (32, 48), (48, 64)]
+    slabs, parts = _slabs_in_boxes(g, vol, thin, 1, 2, reserve + 16 * 10 * 30 * 4)   # a third of y
+    assert parts == 3 and slabs[0] == (0, 16)
+    slabs, parts = _slabs_in_boxes(g, vol, thin, 1, 2, reserve + 40 * half_slice)    # two blocks, a slab per worker
+    assert parts == 2 and slabs == [(0, 32), (32, 64)]
+    assert _slabs_in_boxes(g, vol, thin, 1, 2, reserve + 100) == (thin, 1)
+    assert _slabs_in_boxes(g, vol, [(0, 16), (16, 32), (32, 48), (48, 64)], 1, 2, 1 << 30)[1] == 1
+
+
 def test_bad_input():
     g = scan(np.linspace(0, 2 * np.pi, 10, endpoint=False), n=16)
     vol = VolumeGeometry((4, 8, 8))
@@ -252,6 +285,36 @@ def test_streamed_fdk_filters_each_view_once(rng, monkeypatch):
     np.testing.assert_allclose(leveret.fdk(proj, g, vol, **kw), per_slab, rtol=0,
                                atol=1e-5 * np.abs(per_slab).max())
     assert sum(weighted) > 1.4 * g.n_views * (r1 - r0)
+
+
+@pytest.mark.gpu
+def test_streamed_fdk_backprojects_thin_slabs_in_boxes(monkeypatch):
+    """Under a cap that leaves each of two workers sharing the GPU less than
+    16 slices, the slabs are 16 slices thick and back-projected in two boxes
+    along y, each from the rows it sees: the volume is the one-piece one (up
+    to the texture unit's 8-bit weights, as above), from NumPy and CuPy input."""
+    import sys
+
+    import cupy as cp
+
+    from leveret.devices import DeviceSet
+    fdk_module = sys.modules["leveret.algorithms.fdk"]   # leveret.algorithms.fdk is also the function
+    g = scan(np.linspace(0, 2 * np.pi, 90, endpoint=False), n=40, pixel=3.0)
+    vol = VolumeGeometry((64, 30, 30), voxel_size=1.0)
+    proj = phantom.shepp_logan_3d(radius=40.0).project(g).astype(np.float32)
+    whole = leveret.fdk(cp.asarray(proj), g, vol, backend="cuda").get()
+    planned, original = [], fdk_module._slabs_in_boxes
+    monkeypatch.setattr(fdk_module, "_slabs_in_boxes", lambda *a: planned.append(original(*a)) or planned[-1])
+    cap = 240_000   # 120 kB per worker: 12 slices, or 16 slices of half the y range beside a view's reserve
+    st: dict = {}
+    boxed = leveret.fdk(proj, g, vol, backend="cuda", max_gpu_memory=cap, stats=st)
+    assert planned == [([(0, 16), (16, 32), (32, 48), (48, 64)], 2)]
+    assert np.linalg.norm(boxed - whole) / np.linalg.norm(whole) < 1e-3
+    assert st["busy"] > 0   # the workers' path
+    boxed_gpu = leveret.fdk(cp.asarray(proj), g, vol, backend="cuda", max_gpu_memory=cap,
+                            devices=DeviceSet([cp.cuda.Device().id] * 2, shared=True))
+    assert planned[-1][1] == 2 and isinstance(boxed_gpu, cp.ndarray)
+    np.testing.assert_allclose(boxed_gpu.get(), boxed, rtol=0, atol=1e-5 * np.abs(boxed).max())
 
 
 @pytest.mark.gpu

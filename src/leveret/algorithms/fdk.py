@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -53,6 +54,9 @@ def fdk(projections, geometry, volume: VolumeGeometry, *, filter: str = "ram-lak
         each row filtered once, on the GPU where it can hold the filtered
         views, else into host memory; see ``devices``), unless half the cap
         is too little for a slab: then the slabs run one after the other.
+        On CUDA, slabs the cap would make thinner than the kernels' 16-slice
+        blocks are 16 slices thick and back-projected in boxes along y, where
+        the cap holds 16 slices of half (a third, a quarter) of the y range.
     slab_slices : int, optional
         Slices per slab, overriding the plan (on either backend).
     kernel : str
@@ -168,12 +172,16 @@ def fdk(projections, geometry, volume: VolumeGeometry, *, filter: str = "ram-lak
     if slab_slices is None and len(slabs) < len(devices):   # every GPU gets a slab (as _plan_slabs cuts)
         step = -(-volume.nz // len(devices))
         slabs = [(k, min(volume.nz, k + step)) for k in range(0, volume.nz, step)]
+    y_parts = 1
+    if slab_slices is None and backend == "cuda":
+        slabs, y_parts = _slabs_in_boxes(geometry, volume, slabs, settings["chunk_views"], len(devices),
+                                         _gpu_budget(_worker_cap(max_gpu_memory, devices), devices.free_bytes()))
     filtering: dict = {}   # the filtering pass's time split, added to the slabs' below
     seen = _FilteredOnHost.make(projections, geometry, volume, progress=progress, stats=filtering,
                                 **{k: x for k, x in settings.items() if k != "stats"})
     if seen is not None:   # the slabs upload rows of the filtered views
         projections, settings["weighted"] = seen, True
-    out = _fdk_devices(devices, projections, geometry, volume, slabs, progress=progress, **settings)
+    out = _fdk_devices(devices, projections, geometry, volume, slabs, y_parts, progress=progress, **settings)
     if stats is not None:
         from ..pipeline import add_stats
         add_stats(stats, filtering)
@@ -308,7 +316,6 @@ def _fdk_devices_filter_once(devices, plan, projections, geometry, volume, *, pr
     view chunks: each row is weighted and filtered as a one-GPU call does
     it, and each slab is the whole volume's back-projection (``slices``),
     chunk after chunk in the same order."""
-    import threading
     import time
 
     import cupy
@@ -485,16 +492,16 @@ class _DeviceSlab:
         self.k0, self.k1, self.next = k0, k1, 0
         self.res = cupy.zeros((k1 - k0, volume.ny, volume.nx), np.float32)
         self.alias = slab_alias(self.res, k0, volume.shape)
-        self.download = None if host_out is None else _SlabDownload(self.res, alignment, host_out=host_out,
-                                                                    blocking=False)
+        self.download = None if host_out is None else _SlabDownload(self.res, alignment, host_out=host_out)
 
 
-def _fdk_devices(devices, projections, geometry, volume, slabs, *, progress, stats, **settings):
+def _fdk_devices(devices, projections, geometry, volume, slabs, y_parts=1, *, progress, stats, **settings):
     """FDK with the z-slabs dealt to several GPUs (or workers sharing one),
     where a GPU cannot hold the filtered views: each slab takes the detector
     rows it sees, filtered once into host memory (:class:`_FilteredOnHost`)
-    or filtering them itself (CuPy input, too little host memory)."""
-    import threading
+    or filtering them itself (CuPy input, too little host memory). A slab is
+    back-projected in ``y_parts`` boxes along y, one after the other
+    (:func:`_slabs_in_boxes`), each from the rows it sees."""
     import time
 
     import cupy
@@ -512,30 +519,42 @@ def _fdk_devices(devices, projections, geometry, volume, slabs, *, progress, sta
         out = cupy.zeros(volume.shape, dtype)
     else:
         out = np.zeros(volume.shape, dtype)
+    step = -(-volume.ny // y_parts)
+    parts = [(j, min(volume.ny, j + step)) for j in range(0, volume.ny, step)]
+
+    def chunk_elements(rows) -> int:
+        """The largest view chunk's elements for a box seeing ``rows``, as _reconstruct cuts them."""
+        s = _slab_settings(settings, geometry, rows)
+        c = _view_chunks(geometry.n_views, s["chunk_views"], from_host=not s.get("weighted") and not s["fixed_chunks"])
+        return (c[0].stop - c[0].start) * (rows[1] - rows[0]) * geometry.n_cols
+
+    # every box's input buffers of one size: the pinned memory pool then hands the same two back to each
+    seen_rows = [rows_seen(geometry, _box(volume, k0, k1, j0, j1)) for k0, k1 in slabs for j0, j1 in parts]
+    in_elements = max((chunk_elements(r) for r in seen_rows if r is not None), default=0)
     splits: list = []
     lock = threading.Lock()
     wall0 = time.perf_counter()
 
     def work(worker, k0, k1):
-        slab = volume.slab(k0, k1)
-        rows = rows_seen(geometry, slab)
-        if rows is None:   # the slab projects off the detector in every view: zero
+        for j0, j1 in parts:
+            box = _box(volume, k0, k1, j0, j1)
+            rows = rows_seen(geometry, box)
+            if rows is not None:   # else the box projects off the detector in every view: zero
+                seen = projections[:, rows[0]:rows[1]]
+                if input_on_gpu:
+                    seen = dv.to_device(dv.contiguous(seen), worker.device)
+                split: dict = {}
+                part = _reconstruct(seen, geometry.crop_rows(*rows), box, progress=False, stats=split,
+                                    device_lock=worker.lock, host_out=None if input_on_gpu else out[k0:k1, j0:j1],
+                                    in_elements=in_elements, **_slab_settings(settings, geometry, rows))
+                if input_on_gpu:
+                    cupy.cuda.get_current_stream().synchronize()
+                    for k in range(k0, k1):   # a box's slice is one contiguous block of the volume's
+                        dv.copy_to(out[k, j0:j1], part[k - k0])
+                with lock:
+                    splits.append(split)
             with lock:
-                bar.update(k1 - k0)
-            return
-        seen = projections[:, rows[0]:rows[1]]
-        if input_on_gpu:
-            seen = dv.to_device(dv.contiguous(seen), worker.device)
-        split: dict = {}
-        part = _reconstruct(seen, geometry.crop_rows(*rows), slab, progress=False, stats=split,
-                            device_lock=worker.lock, host_out=None if input_on_gpu else out[k0:k1],
-                            **_slab_settings(settings, geometry, rows))
-        if input_on_gpu:
-            cupy.cuda.get_current_stream().synchronize()
-            dv.copy_to(out[k0:k1], part)
-        with lock:
-            splits.append(split)
-            bar.update(k1 - k0)
+                bar.update((k1 - k0) * (j1 - j0) / volume.ny)
 
     from tqdm.auto import tqdm
     with tqdm(total=volume.nz, desc="fdk slices", unit="slice", disable=not progress, leave=False) as bar:
@@ -543,6 +562,41 @@ def _fdk_devices(devices, projections, geometry, volume, slabs, *, progress, sta
     if stats is not None and splits:
         stats.update(merge_stats(splits, time.perf_counter() - wall0))
     return out
+
+
+def _box(volume: VolumeGeometry, k0: int, k1: int, j0: int, j1: int) -> VolumeGeometry:
+    """Slices ``k0:k1``, y rows ``j0:j1`` of ``volume`` (every x), same voxels."""
+    slab = volume.slab(k0, k1)
+    if (j0, j1) == (0, volume.ny):
+        return slab
+    y = volume.coordinates("y")
+    return VolumeGeometry((k1 - k0, j1 - j0, volume.nx), volume.voxel_size,
+                          (slab.center[0], (y[j0] + y[j1 - 1]) / 2, volume.center[2]))
+
+
+def _slabs_in_boxes(geometry, volume: VolumeGeometry, slabs, chunk_views: int, n_workers: int, budget: int):
+    """z-slabs of whole DEPTH-slice blocks and how many boxes along y each is
+    back-projected in, for slabs planned thinner than DEPTH slices: the CUDA
+    kernels compute DEPTH slices per thread, so a thinner slab pays for
+    DEPTH (a 12-slice slab wastes a quarter of its work). Where ``budget``
+    bytes hold a box of DEPTH slices and half (a third, a quarter) of the y
+    range beside the chunk reserve of :func:`_plan_slabs`, the slabs become
+    DEPTH thick (or a multiple), at least one per worker, each in that many
+    boxes; every box uploads the rows it sees. Returns (slabs, y_parts);
+    the slabs unchanged and 1 otherwise."""
+    from ..operators.cone_plan import DEPTH
+
+    thickness = max(k1 - k0 for k0, k1 in slabs)
+    if thickness >= DEPTH or volume.nz < DEPTH:
+        return slabs, 1
+    free = budget - chunk_views * 12 * geometry.n_rows * geometry.n_cols * 4   # as _plan_slabs reserves
+    for y_parts in range(2, min(4, volume.ny) + 1):
+        blocks = free // (-(-volume.ny // y_parts) * volume.nx * 4) // DEPTH   # DEPTH-slice blocks a box holds
+        if blocks >= 1:
+            per_worker = -(-volume.nz // (n_workers * DEPTH))                   # blocks, at least a slab per worker
+            step = DEPTH * min(blocks, per_worker)
+            return [(k, min(volume.nz, k + step)) for k in range(0, volume.nz, step)], y_parts
+    return slabs, 1
 
 
 def _slab_settings(settings: dict, geometry, rows) -> dict:
@@ -583,6 +637,17 @@ def _view_chunks(n_views: int, chunk_views: int, *, from_host: bool) -> list[sli
     return [slice(n0, min(n_views, n0 + chunk_views)) for n0 in range(0, n_views, chunk_views)]
 
 
+def _gpu_budget(max_gpu_memory, budget=None) -> int:
+    """Bytes of GPU memory a plan may use: ``budget`` (default the current
+    GPU's free memory), at most ``max_gpu_memory``."""
+    if budget is None:
+        from ..memory import gpu_free_bytes
+        budget = gpu_free_bytes()
+    if max_gpu_memory is not None:
+        budget = min(budget, v.positive_int("max_gpu_memory", max_gpu_memory))
+    return budget
+
+
 def _plan_slabs(geometry, volume, backend, max_gpu_memory, slab_slices, budget=None):
     """z-slabs [(k0, k1)] and views per chunk such that a slab of the volume and
     the working buffers of one chunk of views fit the GPU budget (``budget``
@@ -592,10 +657,7 @@ def _plan_slabs(geometry, volume, backend, max_gpu_memory, slab_slices, budget=N
     if slab_slices is not None:
         slab_slices = v.positive_int("slab_slices", slab_slices)
     if backend == "cuda":
-        from ..memory import gpu_free_bytes
-        budget = gpu_free_bytes() if budget is None else budget
-        if max_gpu_memory is not None:
-            budget = min(budget, v.positive_int("max_gpu_memory", max_gpu_memory))
+        budget = _gpu_budget(max_gpu_memory, budget)
         # The back-projection reads and writes the volume once per call: chunks
         # of RAY_MIN_VIEWS views, where memory allows, run "ray-hybrid" (faster
         # than kernel B on smaller chunks: docs/performance.md). From host
@@ -660,14 +722,15 @@ class FDKWeighting:
 
 def _reconstruct(projections, geometry, volume, *, filter, cutoff, padding, short_scan, interpolation, kernel,
                  backend, dtype, chunk_views, fixed_chunks, progress, stats=None, device_lock=None,
-                 host_out=None, weighted: bool = False):
+                 host_out=None, weighted: bool = False, in_elements: int = 0):
     """FDK of one volume (or slab) from the projections it needs. ``host_out``:
     the NumPy array that NumPy input's result is downloaded into (default a
     new one). ``weighted``: the NumPy projections are weighted and filtered
     already (:class:`_FilteredOnHost`), and checked for non-finite values.
     ``device_lock``: held around each back-projection until it has finished (workers sharing
     one GPU, ``leveret.devices.Worker.lock``: the kernels' matrices live in
-    the module's constant memory)."""
+    the module's constant memory). ``in_elements``: the least size of the
+    pipeline's input buffers (``stream_chunks``)."""
     filtered = FDKWeighting(geometry, filter=filter, cutoff=cutoff, padding=padding, short_scan=short_scan)
     op = ConeBackprojection(geometry, volume, backend=backend, interpolation=interpolation,
                             matrices=filtered.frames["normalised"], kernel=kernel)
@@ -707,7 +770,7 @@ def _reconstruct(projections, geometry, volume, *, filter, cutoff, padding, shor
                 stream_chunks(chunks, in_shape=lambda c: (c.stop - c.start,) + geometry.projection_shape[1:],
                               out_shape=None, load=lambda c, buf: parallel_copy(buf, projections[c]),
                               compute=compute, on_done=lambda c: bar.update(c.stop - c.start), stats=split,
-                              device_lock=device_lock)
+                              device_lock=device_lock, in_elements=in_elements)
                 result = download.finish()
                 if stats is not None:
                     add_stats(stats, split)
@@ -791,73 +854,139 @@ class _FilteredOnHost:
         return cls(out, r0)
 
 
+# _SlabDownload's staging: this many pinned buffers of at most this many bytes
+STAGING_BUFFERS = 4
+STAGING_BYTES = 64 << 20
+
+
 class _SlabDownload:
     """Copies a device volume to NumPy slab by slab, each slab as soon as the
-    kernels finishing it are queued: the transfers (on their own stream, into
-    pinned memory) and the host copies overlap the last slabs' back-projection.
+    kernels finishing it are queued: the transfers (on their own stream) and
+    the host copies overlap the last slabs' back-projection.
+
+    The transfers go through a ring of ``STAGING_BUFFERS`` pinned buffers of
+    at most ``STAGING_BYTES``, in blocks of the slab: one thread queues them
+    slab after slab, each into a free buffer, and two threads copy the landed
+    blocks into the NumPy result, freeing their buffers, while the next
+    blocks land in the others. Pinning memory takes time in proportion to
+    its size (whole-slab buffers of several GB cost a call seconds on their
+    first use, and as much host memory locked), while the ring's few buffers
+    come back from CuPy's pinned memory pool for every later slab and call.
 
     The NumPy result is allocated at once and its pages are touched by
     background threads while the GPU works, slab by slab in download order:
     a fresh array's first writes are page faults, which would otherwise make
     the final copies wait after the GPU has finished; one thread can take
     longer than the GPU's whole run to fault in a large volume, so the pages
-    of each slab are split over the copy threads. Each slab's host copy starts in a worker
-    thread as soon as its transfer lands and its pages are in.
-
-    ``blocking``: :meth:`queue` returns once the slab's transfer has landed,
-    so the caller queues the next slab's kernels after it (the one-GPU
-    path, measured steadier so); False: it returns at once (the workers of
-    ``fdk(devices=...)``, measured as fast and steady so).
+    of each slab are split over the copy threads. ``host_out`` may be a box
+    of a larger array (``fdk``'s boxes along y), contiguous slice by slice.
     """
 
     _PAGE_BYTES = 4096   # one write per page faults it in
 
-    def __init__(self, volume, alignment: int, n_slabs: int = 8, host_out=None, blocking: bool = True):
+    def __init__(self, volume, alignment: int, n_slabs: int = 8, host_out=None):
+        import queue
+
         import cupy
         import cupyx
-        self.blocking = blocking
         nz = volume.shape[0]
         step = max(alignment, -(-nz // n_slabs // alignment) * alignment)
         self.slabs = [(k, min(nz, k + step)) for k in range(0, nz, step)]
         self.volume = volume
-        self.pinned = cupyx.empty_pinned(volume.shape, volume.dtype)
+        self.device = cupy.cuda.Device().id
         self.stream = cupy.cuda.Stream(non_blocking=True)
         self.out = np.empty(volume.shape, volume.dtype) if host_out is None else host_out
-        self._workers = ThreadPoolExecutor(2, thread_name_prefix="leveret-fdk-out")
+        self._blocks = {k0: self._blocks_of(k0, k1) for k0, k1 in self.slabs}
+        largest = max(dst.size for blocks in self._blocks.values() for dst, _ in blocks)
+        self._free = queue.Queue()   # the ring's buffers not in use
+        for _ in range(STAGING_BUFFERS):
+            self._free.put(cupyx.empty_pinned(largest, volume.dtype))
+        self._closed = threading.Event()
+        self.blocks_sent = 0
+        # one thread queues the transfers, slab after slab; two copy landed blocks out
+        self._sender = ThreadPoolExecutor(1, thread_name_prefix="leveret-fdk-out")
+        self._copier = ThreadPoolExecutor(2, thread_name_prefix="leveret-fdk-out")
         from ..pipeline import _COPY_THREADS
         n_touch = max(1, _COPY_THREADS // 2)   # beside the copy threads that gather the input
         self._toucher = ThreadPoolExecutor(n_touch, thread_name_prefix="leveret-fdk-touch")
         step = max(1, self._PAGE_BYTES // self.out.itemsize)
         self._touched = {}
-        for k0, k1 in self.slabs:
-            flat = self.out[k0:k1].reshape(-1)
-            bounds = np.linspace(0, flat.size, n_touch + 1).astype(np.int64) // step * step
-            self._touched[k0] = [self._toucher.submit(flat[a:b:step].fill, 0)
-                                 for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
+        for k0, blocks in self._blocks.items():
+            self._touched[k0] = []
+            for dst, _ in blocks:
+                if dst.ndim != 1:   # a slice that is not contiguous: its copy faults its pages in
+                    continue
+                bounds = np.linspace(0, dst.size, n_touch + 1).astype(np.int64) // step * step
+                self._touched[k0] += [self._toucher.submit(dst[a:b:step].fill, 0)
+                                      for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
+        self._sent: list = []
         self._copies: list = []
 
-    def queue(self, slab) -> None:
-        import cupy
-        self.stream.wait_event(cupy.cuda.get_current_stream().record())
-        k0, k1 = slab
-        if self.blocking:
-            self.volume[k0:k1].get(stream=self.stream, out=self.pinned[k0:k1])
+    def _blocks_of(self, k0: int, k1: int) -> list:
+        """The transfer blocks of slices ``k0:k1``: (host destination, element
+        offset in the device volume), each destination contiguous and flat
+        (at most ``STAGING_BYTES``), or one whole slice where it is not
+        contiguous."""
+        plane = int(np.prod(self.out.shape[1:]))
+        limit = max(1, STAGING_BYTES // self.out.itemsize)
+        runs = self.out[k0:k1]
+        if runs.flags.c_contiguous:
+            runs = [(runs.reshape(-1), k0 * plane)]
         else:
-            from ..pipeline import _copy_async
-            part = self.volume[k0:k1]
-            _copy_async(self.pinned[k0:k1].ctypes.data, part.data.ptr, part.nbytes,
-                        cupy.cuda.runtime.memcpyDeviceToHost, self.stream)
-        self._copies.append(self._workers.submit(self._copy, slab, self.stream.record()))
+            runs = [(self.out[k].reshape(-1) if self.out[k].flags.c_contiguous else self.out[k], k * plane)
+                    for k in range(k0, k1)]
+        blocks = []
+        for dst, start in runs:
+            if dst.ndim == 1:
+                blocks += [(dst[a:a + limit], start + a) for a in range(0, dst.size, limit)]
+            else:
+                blocks.append((dst, start))
+        return blocks
 
-    def _copy(self, slab, event) -> None:
+    def queue(self, slab) -> None:
+        """Download slices ``slab`` (k0, k1) once the kernels queued so far on
+        the current stream have run; returns at once."""
+        import cupy
+        self._sent.append(self._sender.submit(self._send, slab, cupy.cuda.get_current_stream().record()))
+
+    def _send(self, slab, ready) -> None:
+        """Queue the slab's blocks' transfers, each into a free buffer of the
+        ring, and hand each to a copy thread, which frees the buffer again."""
+        import queue
+
+        import cupy
+
+        from ..pipeline import _copy_async
+        touched = self._touched.pop(slab[0], [])
+        with cupy.cuda.Device(self.device):   # this thread's events on the volume's GPU
+            self.stream.wait_event(ready)
+            flat = self.volume.reshape(-1)
+            for dst, start in self._blocks[slab[0]]:
+                buffer = None
+                while buffer is None:
+                    if self._closed.is_set():
+                        return
+                    with contextlib.suppress(queue.Empty):
+                        buffer = self._free.get(timeout=0.05)
+                part = flat[start:start + dst.size]
+                _copy_async(buffer.ctypes.data, part.data.ptr, part.nbytes, cupy.cuda.runtime.memcpyDeviceToHost,
+                            self.stream)
+                self.blocks_sent += 1
+                self._copies.append(self._copier.submit(self._copy_out, dst, buffer, self.stream.record(), touched))
+
+    def _copy_out(self, dst, buffer, landed, touched) -> None:
         from ..pipeline import parallel_copy
-        k0, k1 = slab
-        for touched in self._touched[k0]:
-            touched.result()
-        event.synchronize()
-        parallel_copy(self.out[k0:k1], self.pinned[k0:k1])
+        try:
+            for pages in touched:   # the slab's pages are in before its copies
+                pages.result()
+            landed.synchronize()
+            parallel_copy(dst, buffer[:dst.size].reshape(dst.shape))
+        finally:
+            self._free.put(buffer)
 
     def finish(self) -> np.ndarray:
+        for f in self._sent:     # every transfer queued, so every copy submitted
+            f.result()
         for f in self._copies:
             f.result()
         return self.out
@@ -866,10 +995,12 @@ class _SlabDownload:
         """Stop the background threads (at once for work not yet started) and
         let go of the buffers: a volume must not stay alive for as long as
         something still holds this object."""
-        self._workers.shutdown(wait=True, cancel_futures=True)
+        self._closed.set()
+        self._sender.shutdown(wait=True, cancel_futures=True)
+        self._copier.shutdown(wait=True, cancel_futures=True)
         self._toucher.shutdown(wait=True, cancel_futures=True)
-        self.volume = self.pinned = self.out = None
-        self._touched, self._copies = {}, []
+        self.volume = self._free = self.out = None
+        self._touched, self._blocks, self._sent, self._copies = {}, {}, [], []
 
 
 @functools.lru_cache(maxsize=4)
