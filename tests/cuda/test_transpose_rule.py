@@ -5,8 +5,10 @@ transpose") the cost model (:func:`leveret.cuda.raytrace.transpose_times` of
 :func:`~leveret.cuda.raytrace.transpose_work`) picks the transpose that was
 measured faster, and predicts the two times' ratio to within less than the
 measured margin between them (so that no row is chosen right by luck).
-Structured Siddon's transpose in z slabs: :func:`~leveret.cuda.raytrace.siddon_z_slab`
-picks a slab depth measured within 3 % of the fastest. No GPU needed: the
+The voxel gather's z depth per lane: :func:`~leveret.cuda.raytrace.voxel_kz`
+picks one measured within 2 % of the fastest. Structured Siddon's transpose in
+z slabs: :func:`~leveret.cuda.raytrace.siddon_z_slab` picks a slab depth
+measured within 3 % of the fastest. No GPU needed: the
 rules read only the geometry."""
 from __future__ import annotations
 
@@ -49,16 +51,16 @@ TABLE = [
     (256, 1440, 1.0, None, 40.13, 63.66, 196.08),
     (512, 720, 0.5, None, 47.71, 98.29, 279.95),
     (512, 720, 0.75, None, 91.78, 146.88, 405.46),
-    (512, 720, 1.5, None, 311.67, 404.69, 1818.64),
+    (512, 720, 1.5, None, 314.2, 382.0, 1818.64),
     (256, 720, 0.75, None, 12.48, 19.85, 49.47),
     (256, 180, 2.5, None, 26.73, 34.35, 187.61),
     (512, 180, 0.75, None, 30.74, 37.02, 142.01),
     (512, 360, 0.75, None, 50.28, 72.64, 237.81),
-    (512, 720, 1.0, None, 146.90, 234.50, 749.46),
-    (512, 720, 2.0, None, 537.98, 661.19, 3365.86),
-    (512, 720, 2.5, None, 824.71, 1054.37, 5765.64),
+    (512, 720, 1.0, None, 146.9, 224.9, 749.46),
+    (512, 720, 2.0, None, 538.0, 604.1, 3365.86),
+    (512, 720, 2.5, None, 824.7, 935.4, 5765.64),
     (512, 1440, 0.75, None, 177.18, 314.39, 775.47),
-    (768, 720, 0.75, None, 363.14, 536.85, 2006.41),
+    (768, 720, 0.75, None, 384.7, 499.5, 2006.41),
     (1024, 720, 0.75, None, 1058.18, 1142.28, 5367.22),
     (1024, 1440, 0.75, None, 1675.62, 2293.92, 10043.85),
     (256, 360, 1.0, 8, 1.58, 13.72, 2.45),
@@ -86,6 +88,44 @@ def test_auto_transpose_picks_the_measured_faster(n, views, sampling, rows, t_a,
     ratio = predicted["atomic"] / predicted["voxel"]
     error = abs(math.log(ratio / (t_atomic / t_voxel)))
     assert error < abs(math.log(t_atomic / t_voxel)), (ratio, t_atomic / t_voxel)
+
+
+# (n, views, sampling, A.T gather ms by z voxels per lane (8: with 2 x 2 columns per warp)) on an H200
+# (docs/performance.md, "Which transpose"; measured with transpose="voxel" and
+# each depth forced): the depths voxel_kz chooses between.
+KZ_TABLE = [
+    (384, 720, 0.75, {16: 81.6, 12: 68.4, 8: 84.1, 4: 101.7}),
+    (512, 720, 0.5, {16: 97.7, 8: 100.4, 4: 170.7}),
+    (512, 720, 0.75, {16: 146.7, 8: 149.9, 4: 239.1}),
+    (512, 720, 1.5, {16: 408.6, 8: 382.6, 4: 524.8}),
+    (512, 720, 2.5, {16: 1054.8, 8: 939.8, 4: 1081.3}),
+    (512, 180, 0.75, {16: 36.8, 8: 38.1, 4: 59.5}),
+    (512, 1440, 0.75, {16: 312.8, 8: 313.2, 4: 486.6}),
+    (640, 720, 0.75, {16: 442.1, 12: 371.1, 8: 346.1}),
+    (768, 720, 0.75, {16: 642.4, 12: 535.7, 8: 499.5, 4: 801.6}),
+    (768, 720, 1.5, {16: 1643.2, 12: 1333.4, 8: 1236.7}),
+    (896, 720, 0.75, {16: 875.3, 12: 1087.2, 8: 906.1}),
+    (1024, 720, 0.75, {16: 1139.6, 8: 1183.1, 4: 1899.2}),
+    (1024, 720, 1.5, {16: 2956.4, 12: 3491.4, 8: 2912.5}),
+    (512, 720, 1.0, {16: 232.9, 12: 351.5, 8: 224.5}),
+    (512, 720, 2.0, {16: 667.2, 12: 927.0, 8: 604.4}),
+    (384, 720, 2.5, {16: 559.7, 12: 457.1, 8: 557.4}),
+    (896, 720, 1.5, {16: 2280.0, 12: 2660.6, 8: 2224.3}),
+    (256, 360, 1.0, {16: 27.0, 12: 22.4, 8: 14.8}),
+]
+
+
+@pytest.mark.parametrize("n, views, sampling, times", KZ_TABLE,
+                         ids=[f"{r[0]}^3-{r[1]}v-{r[2]}px" for r in KZ_TABLE])
+def test_voxel_kz_picks_a_measured_fastest(n, views, sampling, times):
+    """The gather's z depth per lane, from the slices and the columns per
+    voxel (:func:`~leveret.cuda.raytrace.voxel_kz` through transpose_work),
+    is one measured within 2 % of the fastest."""
+    geometry, volume = _scan(n, views, sampling)
+    offset = np.array([volume.extent(a)[0] for a in "xyz"])
+    scale = 1.0 / np.array([volume.spacing(a) for a in "xyz"])
+    kz = transpose_work(geometry.matrices, geometry.n_rows, geometry.n_cols, volume.shape, offset, scale)["kz"]
+    assert kz in times and times[kz] <= 1.02 * min(times.values()), (kz, times)
 
 
 def test_auto_transpose_without_voxel_is_atomic():

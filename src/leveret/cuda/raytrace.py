@@ -76,7 +76,9 @@ def transpose_work(matrices: np.ndarray, n_rows: int, n_cols: int, grid3, offset
     (``voxel_setup``) of which ``2 s`` pass within a voxel and read
     ``2 floor(h) + 2`` rows for each of the ``kz`` voxels (``voxel_row``;
     where rows lie two or more voxels apart the kernel reads one, which the
-    model, fitted before that, still counts as two: an upper bound there).
+    model, fitted before that, still counts as two: an upper bound there);
+    ``kz``, the gather's z voxels per lane (:func:`voxel_kz` of the slices
+    and ``s``).
     """
     P = np.asarray(matrices, np.float64).reshape(-1, 3, 4)
     nz, ny, nx = (int(n) for n in grid3)
@@ -90,9 +92,9 @@ def transpose_work(matrices: np.ndarray, n_rows: int, n_cols: int, grid3, offset
     cols_per_voxel = float(np.median(np.hypot(du[0], du[1]))) * float(min(size[0], size[1]))
     rows_per_voxel = float(np.median(np.abs(dv))) * float(size[2])
     n_views = P.shape[0]
-    kz = voxel_kz(nz)
+    kz = voxel_kz(nz, cols_per_voxel)
     lanes = n_views * nx * ny * (-(-nz // (32 * kz))) * 32.0
-    return {"atomic_add": 4.0 * n_views * n_rows * n_cols * max(nx, ny), "atomic_voxel": float(nx * ny * nz),
+    return {"atomic_add": 4.0 * n_views * n_rows * n_cols * max(nx, ny), "atomic_voxel": float(nx * ny * nz), "kz": kz,
             "voxel_row": lanes * kz * 2 * cols_per_voxel * (2 * np.floor(rows_per_voxel) + 2),
             "voxel_setup": lanes * (2 * cols_per_voxel + 2),
             "cols_per_voxel": cols_per_voxel, "rows_per_voxel": rows_per_voxel}
@@ -146,15 +148,31 @@ def voxel_patch(kz: int) -> int:
     return 2 if kz <= 8 else 1
 
 
-def voxel_kz(nz: int) -> int:
-    """The voxel transpose's z voxels per lane (``VOXEL_KZ``) for ``nz`` slices:
+def voxel_patch2_work(cols_per_voxel: float) -> float:
+    """A lane's work with 2 x 2 voxel columns per warp relative to one column
+    per warp (:func:`voxel_patch`), at ``cols_per_voxel`` detector columns
+    per voxel: the four columns share their set-up, and each row's z
+    interpolation serves two, so the share is smaller where more columns
+    cross a voxel. Fitted to 18 scans on an H200 (docs/performance.md,
+    "Which transpose"): 0.82-0.87 up to 0.75 columns per voxel, 0.74-0.83
+    from one on; the step lies between."""
+    return 0.85 if cols_per_voxel < 0.875 else 0.80
+
+
+def voxel_kz(nz: int, cols_per_voxel: float = 1.0) -> int:
+    """The voxel transpose's z voxels per lane (``VOXEL_KZ``) for ``nz`` slices
+    and ``cols_per_voxel`` detector columns per voxel (``transpose_work``'s):
     a warp covers z tiles of ``32 kz`` voxels, and each tile repeats the
     lane's set-up per (view, column, plane), worth about ``VOXEL_KZ_SETUP``
     voxels of row work; the depth with the least work per lane,
-    ``tiles (kz + VOXEL_KZ_SETUP)``, counting the idle lanes beyond ``nz``
-    (the largest depth on a tie). 256 slices: 8 (one tile, no idle lane)."""
+    ``tiles (kz + VOXEL_KZ_SETUP)``, counting the idle lanes beyond ``nz``,
+    times :func:`voxel_patch2_work` where the depth runs 2 x 2 columns (the
+    largest depth on a tie). 256 slices: 8 (one tile, no idle lane); 384: 12;
+    512, 896 and 1024: 16 below one column per voxel, 8 from there; 640 and
+    768: 8."""
     def work(kz):
-        return -(-int(nz) // (32 * kz)) * (kz + VOXEL_KZ_SETUP)
+        share = voxel_patch2_work(cols_per_voxel) if voxel_patch(kz) == 2 else 1.0
+        return -(-int(nz) // (32 * kz)) * (kz + VOXEL_KZ_SETUP) * share
     return min(VOXEL_KZ[::-1], key=work)
 
 
@@ -402,8 +420,8 @@ class CudaRaytracer:
         transpose = v.choice("transpose", transpose, TRANSPOSES)
         self.views_per_batch = None if views_per_batch is None else v.positive_int("views_per_batch",
                                                                                   views_per_batch)
-        if voxel_patch not in (None, 1, 2) or (voxel_patch == 2 and voxel_kz(int(grid3[0])) > 8):
-            raise ValueError(f"voxel_patch: expected None, 1 or 2 (2 where voxel_kz(nz) <= 8), got {voxel_patch!r}")
+        if voxel_patch not in (None, 1, 2):
+            raise ValueError(f"voxel_patch: expected None, 1 or 2, got {voxel_patch!r}")
         self.voxel_patch = voxel_patch
         self.z_slab = siddon_z_slab(grid3) if z_slab is None else v.positive_int("z_slab", z_slab)
         self.kind, params = view_parameters(geometry)
@@ -453,11 +471,16 @@ class CudaRaytracer:
                              "precision float32) with detector rows at least an eighth of a voxel apart in z and the "
                              "sources outside the grid; use 'auto' or 'atomic' here")
         self.predicted = None   # the cost model's seconds of both transposes, where both apply
+        self.voxel_kz = voxel_kz(nz)   # the voxel transpose's z voxels per lane (from the geometry where it applies)
         if voxel_ok:
             P = geometry.matrices if geometry.matrices.ndim == 3 else geometry.matrices[None]
             from . import gpu_name
-            self.predicted = transpose_times(transpose_work(P, self.n_rows, self.n_cols, self.grid3, offset, scale),
-                                             tuned_atomic_scale(gpu_name()))
+            work = transpose_work(P, self.n_rows, self.n_cols, self.grid3, offset, scale)
+            self.predicted = transpose_times(work, tuned_atomic_scale(gpu_name()))
+            self.voxel_kz = work["kz"]
+        if voxel_patch == 2 and self.voxel_kz > 8:
+            raise ValueError(f"voxel_patch: 2 runs lanes of at most 8 z voxels, and this geometry's take "
+                             f"{self.voxel_kz} (voxel_kz); use None or 1")
         if transpose == "auto":
             transpose = auto_transpose(self.predicted)
         self.transpose = transpose
@@ -556,7 +579,7 @@ class CudaRaytracer:
             batch = int(max(1, min(n_views, MAX_GRID_Y, min(VOXEL_TABLE_BYTES, free // 4) // per_view)))
             self._voxel_batch = batch if self.views_per_batch is None else min(batch, self.views_per_batch)
         batch = self._voxel_batch
-        kz = voxel_kz(int(nz))
+        kz = self.voxel_kz
         patch = voxel_patch(kz) if self.voxel_patch is None else self.voxel_patch
         module = load_module("raytrace_voxel", DEFINES if patch == 1 else VOXEL_PATCH2_DEFINES)
         c = voxel_constants(KERNEL_CONSTANTS if patch == 1 else VOXEL_PATCH2_CONSTANTS)
