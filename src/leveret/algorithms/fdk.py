@@ -171,7 +171,7 @@ def fdk(projections, geometry, volume: VolumeGeometry, *, filter: str = "ram-lak
                                         **settings)
     if slab_slices is None and len(slabs) < len(devices):   # every GPU gets a slab (as _plan_slabs cuts)
         step = -(-volume.nz // len(devices))
-        slabs = [(k, min(volume.nz, k + step)) for k in range(0, volume.nz, step)]
+        slabs = _ranges(volume.nz, step)
     y_parts = 1
     if slab_slices is None and backend == "cuda":
         slabs, y_parts = _slabs_in_boxes(geometry, volume, slabs, settings["chunk_views"], len(devices),
@@ -272,7 +272,7 @@ def plan_devices(geometry, volume: VolumeGeometry, devices, chunk_views: int, ma
     ids = list(dict.fromkeys(devices.ids))
     if free_bytes is None:
         free_bytes = _device_free_bytes
-    view_bytes = 12 * geometry.n_rows * geometry.n_cols * 4   # a chunk's input, FFT temporaries, texture
+    view_bytes = _view_bytes(geometry)
     buffer_bytes = geometry.n_views * geometry.n_rows * geometry.n_cols * 4
     slice_bytes = volume.ny * volume.nx * 4
     parts = []
@@ -520,7 +520,7 @@ def _fdk_devices(devices, projections, geometry, volume, slabs, y_parts=1, *, pr
     else:
         out = np.zeros(volume.shape, dtype)
     step = -(-volume.ny // y_parts)
-    parts = [(j, min(volume.ny, j + step)) for j in range(0, volume.ny, step)]
+    parts = _ranges(volume.ny, step)
 
     def chunk_elements(rows) -> int:
         """The largest view chunk's elements for a box seeing ``rows``, as _reconstruct cuts them."""
@@ -589,13 +589,13 @@ def _slabs_in_boxes(geometry, volume: VolumeGeometry, slabs, chunk_views: int, n
     thickness = max(k1 - k0 for k0, k1 in slabs)
     if thickness >= DEPTH or volume.nz < DEPTH:
         return slabs, 1
-    free = budget - chunk_views * 12 * geometry.n_rows * geometry.n_cols * 4   # as _plan_slabs reserves
+    free = budget - chunk_views * _view_bytes(geometry)   # the chunk reserve, as _plan_slabs keeps it
     for y_parts in range(2, min(4, volume.ny) + 1):
         blocks = free // (-(-volume.ny // y_parts) * volume.nx * 4) // DEPTH   # DEPTH-slice blocks a box holds
         if blocks >= 1:
             per_worker = -(-volume.nz // (n_workers * DEPTH))                   # blocks, at least a slab per worker
             step = DEPTH * min(blocks, per_worker)
-            return [(k, min(volume.nz, k + step)) for k in range(0, volume.nz, step)], y_parts
+            return _ranges(volume.nz, step), y_parts
     return slabs, 1
 
 
@@ -634,7 +634,18 @@ def _view_chunks(n_views: int, chunk_views: int, *, from_host: bool) -> list[sli
     1/HOST_CHUNKS of them each, so that transfers overlap the GPU's work."""
     if from_host:
         chunk_views = min(chunk_views, max(1, -(-n_views // HOST_CHUNKS)))
-    return [slice(n0, min(n_views, n0 + chunk_views)) for n0 in range(0, n_views, chunk_views)]
+    return [slice(a, b) for a, b in _ranges(n_views, chunk_views)]
+
+
+def _ranges(n: int, step: int) -> list[tuple[int, int]]:
+    """``range(n)`` in consecutive (start, stop) ranges of ``step`` (the last shorter)."""
+    return [(k, min(n, k + step)) for k in range(0, n, step)]
+
+
+def _view_bytes(geometry) -> int:
+    """GPU memory a plan keeps per view of a chunk: its input, the FFT's
+    temporaries and its texture, 12 float32 copies of a view."""
+    return 12 * geometry.n_rows * geometry.n_cols * 4
 
 
 def _gpu_budget(max_gpu_memory, budget=None) -> int:
@@ -652,7 +663,7 @@ def _plan_slabs(geometry, volume, backend, max_gpu_memory, slab_slices, budget=N
     """z-slabs [(k0, k1)] and views per chunk such that a slab of the volume and
     the working buffers of one chunk of views fit the GPU budget (``budget``
     bytes, default the current GPU's free memory)."""
-    view_bytes = 12 * geometry.n_rows * geometry.n_cols * 4   # input, FFT temporaries, texture
+    view_bytes = _view_bytes(geometry)
     chunk_views = max(1, int(256e6 // view_bytes))               # CPU: a few hundred MB at a time
     if slab_slices is not None:
         slab_slices = v.positive_int("slab_slices", slab_slices)
@@ -676,7 +687,7 @@ def _plan_slabs(geometry, volume, backend, max_gpu_memory, slab_slices, budget=N
     slab_slices = min(slab_slices, volume.nz)
     n_slabs = -(-volume.nz // slab_slices)
     slab_slices = -(-volume.nz // n_slabs)   # equal slabs: the memory pool reuses one block
-    return [(k, min(volume.nz, k + slab_slices)) for k in range(0, volume.nz, slab_slices)], chunk_views
+    return _ranges(volume.nz, slab_slices), chunk_views
 
 
 class FDKWeighting:
@@ -891,7 +902,7 @@ class _SlabDownload:
         import cupyx
         nz = volume.shape[0]
         step = max(alignment, -(-nz // n_slabs // alignment) * alignment)
-        self.slabs = [(k, min(nz, k + step)) for k in range(0, nz, step)]
+        self.slabs = _ranges(nz, step)
         self.volume = volume
         self.device = cupy.cuda.Device().id
         self.stream = cupy.cuda.Stream(non_blocking=True)
@@ -938,7 +949,7 @@ class _SlabDownload:
         blocks = []
         for dst, start in runs:
             if dst.ndim == 1:
-                blocks += [(dst[a:a + limit], start + a) for a in range(0, dst.size, limit)]
+                blocks += [(dst[a:b], start + a) for a, b in _ranges(dst.size, limit)]
             else:
                 blocks.append((dst, start))
         return blocks
