@@ -26,6 +26,13 @@ CASES = [(p, file_defines(p)) for p in kernel_files()]
 CASES += [(p, VOXEL_PATCH2_DEFINES) for p in kernel_files() if p.name == "raytrace_voxel.cu"]
 
 
+# Spills measured and kept, by (case, kernel): bytes of spill stores. The
+# 2 x 2 voxel gather at 12 z voxels per lane holds 48 sums in its 128
+# registers and spills one 4-byte value; it still measured 14-17 % faster than
+# one column per warp where voxel_patch takes it (docs/performance.md).
+SPILLS_ALLOWED = {("raytrace_voxel.cu-patch2", "joseph_voxel_gather_kz12"): 4}
+
+
 @pytest.mark.parametrize("path,defines", CASES,
                          ids=[p.name + ("" if d == file_defines(p) else "-patch2") for p, d in CASES])
 def test_kernel_compiles_for_sm90_without_spills(path, defines):
@@ -37,10 +44,14 @@ def test_kernel_compiles_for_sm90_without_spills(path, defines):
     print(f"\n--- {path.name} {defines} (sm_90) ---\n{log}")
     assert ok, log
     assert "Compiling entry function" in log
-    spills = [int(n) for n in re.findall(r"(\d+) bytes spill stores", log)]
-    assert spills and max(spills) == 0, "a kernel spills registers to local memory"
-    frames = [int(n) for n in re.findall(r"(\d+) bytes stack frame", log)]
-    assert max(frames) == 0, "a kernel uses a stack frame (local arrays indexed at run time?)"
+    kernels = re.findall(r"Compiling entry function '(\w+)'.*?(\d+) bytes stack frame, (\d+) bytes spill stores",
+                         log, flags=re.S)
+    assert kernels
+    case = path.name + ("" if defines == file_defines(path) else "-patch2")
+    for name, frame, spill in kernels:
+        allowed = SPILLS_ALLOWED.get((case, name), 0)
+        assert int(spill) <= allowed, f"{name} spills {spill} bytes of registers to local memory"
+        assert int(frame) <= 2 * allowed, f"{name} uses a stack frame (local arrays indexed at run time?)"
 
 
 def test_all_kernels_found():

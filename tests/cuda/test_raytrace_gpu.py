@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from leveret import phantom
-from leveret.cuda.raytrace import (CudaRaytracer, joseph_float32_bound, structured_float32_bound,
+from leveret.cuda.raytrace import (VOXEL_KZ, CudaRaytracer, joseph_float32_bound, structured_float32_bound,
                                    view_parameters)
 from leveret.operators import Projector
 
@@ -220,6 +220,29 @@ def test_structured_joseph_voxel_transpose_equals_atomic(name, rng):
     out = V(x)
     err, scale = _adjoint_error(out, y, x, results["voxel"])
     assert err <= 1e-5 * scale
+
+
+def test_voxel_transpose_every_depth_and_patch(rng):
+    """Every build of the voxel transpose: each z depth per lane (VOXEL_KZ)
+    with one voxel column per warp and, up to 12, with 2 x 2 (voxel_patch),
+    on the tall case (70 z voxels: one to three z tiles, lanes beyond nz),
+    against the atomic transpose to 2e-6 of the largest value; outputs
+    poisoned."""
+    cp = _cupy()
+    geometry, volume = TALL
+    A = Projector(geometry, volume, model="joseph", precision="float32", backend="cpu")
+    T = Projector(geometry, volume, model="joseph", precision="float32", backend="cuda", transpose="atomic")
+    y = cp.asarray(rng.standard_normal(geometry.projection_shape), dtype=cp.float32)
+    ref = T.T(y)
+    for kz in VOXEL_KZ:
+        for patch in (1, 2) if kz <= 12 else (1,):
+            r = CudaRaytracer(geometry, A._grid3, A._offset, A._scale, "joseph", np.float32, transpose="voxel",
+                              voxel_patch=patch)
+            r.voxel_kz = kz   # the depth the rule would take on another grid
+            got = cp.full(volume.shape, np.nan, cp.float32)
+            r.adjoint(y, got.reshape(A._grid3))
+            assert not bool(cp.isnan(got).any()), (kz, patch)
+            assert_close(got, ref, 2e-6)
 
 
 def test_voxel_transpose_refused_where_it_does_not_apply():

@@ -235,14 +235,14 @@ def test_host_build_structured_joseph(lib, name, rng):
     assert abs(lhs - np.vdot(x.astype(np.float64), voxel)) <= 1e-5 * adjoint_scale(lhs, out, y)
 
 
-@pytest.mark.parametrize("build, kz", [("lib", 1), ("lib", 4), ("lib", 16), ("lib_patch2", 1)])
+@pytest.mark.parametrize("build, kz", [("lib", 1), ("lib", 4), ("lib", 16), ("lib_patch2", 1), ("lib_patch2", 12)])
 def test_host_build_joseph_voxel_tall(build, kz, request, rng):
     """The voxel transpose on 70 z voxels, anisotropic voxels, an off-centre
     detector and rows up to ~1.4 per voxel, with one voxel column per warp and
     with 2 x 2 patches (odd nx, ny: partial patches), at z depths per lane kz
     that give three z tiles of 32 voxels (kz 1) and one tile
-    mostly beyond nz whose lanes' rows lie far outside the detector (kz 4, 16:
-    the clamped rows read zeros): the float64 CPU transpose to 1e-6 of the
+    mostly beyond nz whose lanes' rows lie far outside the detector (kz 4, 12,
+    16: the clamped rows read zeros): the float64 CPU transpose to 1e-6 of the
     largest value; output poisoned."""
     lib = request.getfixturevalue(build)
     geometry, volume = TALL

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from leveret.cuda.raytrace import (auto_transpose, siddon_z_slab, structured_ratio, transpose_times,
-                                   transpose_work, view_parameters, voxel_applies)
+                                   transpose_work, view_parameters, voxel_applies, voxel_patch)
 from leveret.geometry import ConeGeometry, VolumeGeometry
 
 # The table's scans (bench/bench_sweep.py's cone points): an n^3 grid 512 mm
@@ -90,27 +90,29 @@ def test_auto_transpose_picks_the_measured_faster(n, views, sampling, rows, t_a,
     assert error < abs(math.log(t_atomic / t_voxel)), (ratio, t_atomic / t_voxel)
 
 
-# (n, views, sampling, A.T gather ms by z voxels per lane (8: with 2 x 2 columns per warp)) on an H200
+# (n, views, sampling, A.T gather ms by z voxels per lane) on an H200
 # (docs/performance.md, "Which transpose"; measured with transpose="voxel" and
-# each depth forced): the depths voxel_kz chooses between.
+# each depth forced): the depths voxel_kz chooses between, each with the patch
+# voxel_patch takes (8 and 4: 2 x 2 columns per warp; 12: 2 x 2 below 0.875
+# detector columns per voxel, one column from there; 16: one column).
 KZ_TABLE = [
-    (256, 360, 1.0, {16: 27.0, 12: 22.4, 8: 14.8}),
-    (384, 720, 0.75, {16: 81.6, 12: 68.4, 8: 84.1, 4: 101.7}),
-    (384, 720, 2.5, {16: 559.7, 12: 457.1, 8: 557.4}),
-    (512, 720, 0.5, {16: 97.7, 8: 100.4, 4: 170.7}),
-    (512, 180, 0.75, {16: 36.8, 8: 38.1, 4: 59.5}),
-    (512, 720, 0.75, {16: 146.7, 8: 149.9, 4: 239.1}),
-    (512, 1440, 0.75, {16: 312.8, 8: 313.2, 4: 486.6}),
-    (512, 720, 1.0, {16: 232.9, 12: 351.5, 8: 224.5}),
-    (512, 720, 1.5, {16: 408.6, 8: 382.6, 4: 524.8}),
-    (512, 720, 2.0, {16: 667.2, 12: 927.0, 8: 604.4}),
-    (512, 720, 2.5, {16: 1054.8, 8: 939.8, 4: 1081.3}),
-    (640, 720, 0.75, {16: 442.1, 12: 371.1, 8: 346.1}),
-    (768, 720, 0.75, {16: 642.4, 12: 535.7, 8: 499.5, 4: 801.6}),
-    (768, 720, 1.5, {16: 1643.2, 12: 1333.4, 8: 1236.7}),
-    (896, 720, 0.75, {16: 875.3, 12: 1087.2, 8: 906.1}),
-    (896, 720, 1.5, {16: 2280.0, 12: 2660.6, 8: 2224.3}),
-    (1024, 720, 0.75, {16: 1139.6, 8: 1183.1, 4: 1899.2}),
+    (256, 360, 1.0, {16: 26.9, 12: 22.4, 8: 14.7}),
+    (384, 720, 0.75, {16: 81.9, 12: 58.7, 8: 84.3, 4: 101.7}),
+    (384, 720, 2.5, {16: 562.1, 12: 457.1, 8: 559.8}),
+    (512, 720, 0.5, {16: 98.0, 12: 123.9, 8: 100.7, 4: 170.7}),
+    (512, 180, 0.75, {16: 36.5, 12: 49.3, 8: 37.9, 4: 59.5}),
+    (512, 720, 0.75, {16: 146.8, 12: 196.5, 8: 150.3, 4: 239.1}),
+    (512, 1440, 0.75, {16: 314.4, 12: 414.1, 8: 314.9, 4: 486.6}),
+    (512, 720, 1.0, {16: 234.3, 12: 351.5, 8: 226.0}),
+    (512, 720, 1.5, {16: 407.0, 8: 384.2, 4: 524.8}),
+    (512, 720, 2.0, {16: 666.7, 12: 927.0, 8: 606.1}),
+    (512, 720, 2.5, {16: 1058.5, 8: 940.9, 4: 1081.3}),
+    (640, 720, 0.75, {16: 443.1, 12: 314.0, 8: 347.0}),
+    (768, 720, 0.75, {16: 643.5, 12: 456.0, 8: 501.0, 4: 801.6}),
+    (768, 720, 1.5, {16: 1663.3, 12: 1333.4, 8: 1239.9}),
+    (896, 720, 0.75, {16: 876.9, 12: 907.7, 8: 909.8}),
+    (896, 720, 1.5, {16: 2287.3, 12: 2660.6, 8: 2230.5}),
+    (1024, 720, 0.75, {16: 1142.4, 12: 1182.5, 8: 1186.5, 4: 1899.2}),
     (1024, 720, 1.5, {16: 2956.4, 12: 3491.4, 8: 2912.5}),
 ]
 
@@ -126,6 +128,32 @@ def test_voxel_kz_picks_a_measured_fastest(n, views, sampling, times):
     scale = 1.0 / np.array([volume.spacing(a) for a in "xyz"])
     kz = transpose_work(geometry.matrices, geometry.n_rows, geometry.n_cols, volume.shape, offset, scale)["kz"]
     assert kz in times and times[kz] <= 1.02 * min(times.values()), (kz, times)
+
+
+# (n, views, sampling, A.T gather ms at 12 z voxels per lane by voxel columns
+# per side of a warp's patch) on an H200, the scans of KZ_TABLE where the rule
+# takes 12 (docs/performance.md, "Which transpose").
+PATCH12_TABLE = [
+    (384, 720, 0.75, {1: 68.4, 2: 58.7}),
+    (384, 720, 2.5, {1: 457.1, 2: 569.0}),
+    (640, 720, 0.75, {1: 371.1, 2: 314.0}),
+    (768, 720, 0.75, {1: 535.7, 2: 456.0}),
+]
+
+
+@pytest.mark.parametrize("n, views, sampling, times", PATCH12_TABLE,
+                         ids=[f"{r[0]}^3-{r[1]}v-{r[2]}px" for r in PATCH12_TABLE])
+def test_voxel_patch_at_12_picks_the_measured_faster(n, views, sampling, times):
+    """Where the rule takes 12 z voxels per lane, the patch
+    (:func:`~leveret.cuda.raytrace.voxel_patch` of the columns per voxel) is
+    the one measured faster: 2 x 2 with the narrow row windows of a sparser
+    detector, one column with the wide ones of a denser."""
+    geometry, volume = _scan(n, views, sampling)
+    offset = np.array([volume.extent(a)[0] for a in "xyz"])
+    scale = 1.0 / np.array([volume.spacing(a) for a in "xyz"])
+    work = transpose_work(geometry.matrices, geometry.n_rows, geometry.n_cols, volume.shape, offset, scale)
+    assert work["kz"] == 12
+    assert voxel_patch(12, work["cols_per_voxel"]) == min(times, key=times.get)
 
 
 def test_auto_transpose_without_voxel_is_atomic():

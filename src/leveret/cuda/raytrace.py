@@ -141,11 +141,23 @@ def auto_transpose(predicted: dict[str, float] | None) -> str:
     return "voxel" if predicted is not None and predicted["voxel"] <= predicted["atomic"] else "atomic"
 
 
-def voxel_patch(kz: int) -> int:
-    """Voxel columns per side of a warp's patch for lanes of ``kz`` z voxels:
-    2 (four columns sharing each candidate column's set-up, VOXEL_PATCH2_CONSTANTS)
-    up to kz 8, else 1 (4 x 16 sums do not fit the registers: measured slower)."""
-    return 2 if kz <= 8 else 1
+# Detector columns per voxel from which the voxel transpose's lanes read
+# wider row windows (the detector oversamples): the step of
+# voxel_patch2_work's share and of voxel_patch's choice at 12 z voxels.
+VOXEL_DENSE_COLS = 0.875
+
+
+def voxel_patch(kz: int, cols_per_voxel: float = 1.0) -> int:
+    """Voxel columns per side of a warp's patch for lanes of ``kz`` z voxels
+    at ``cols_per_voxel`` detector columns per voxel: 2 (four columns sharing
+    each candidate column's set-up, VOXEL_PATCH2_CONSTANTS) up to kz 8, and
+    at kz 12 below ``VOXEL_DENSE_COLS``; else 1. 4 x 12 sums fill the
+    registers: with the one- and two-row windows of sparser detectors 2 x 2
+    columns measured 14-17 % faster at 12 (384 to 896 slices, 0.75 columns
+    per voxel), with the wider windows from ``VOXEL_DENSE_COLS`` on from 4 %
+    faster to 24 % slower (384 slices at 2.5); 4 x 16 sums spill (measured
+    slower from 0.75 columns per voxel on)."""
+    return 2 if kz <= 8 or (kz <= 12 and cols_per_voxel < VOXEL_DENSE_COLS) else 1
 
 
 def voxel_patch2_work(cols_per_voxel: float) -> float:
@@ -156,7 +168,7 @@ def voxel_patch2_work(cols_per_voxel: float) -> float:
     cross a voxel. Fitted to 18 scans on an H200 (docs/performance.md,
     "Which transpose"): 0.82-0.87 up to 0.75 columns per voxel, 0.74-0.83
     from one on; the step lies between."""
-    return 0.85 if cols_per_voxel < 0.875 else 0.80
+    return 0.85 if cols_per_voxel < VOXEL_DENSE_COLS else 0.80
 
 
 def voxel_kz(nz: int, cols_per_voxel: float = 1.0) -> int:
@@ -168,10 +180,10 @@ def voxel_kz(nz: int, cols_per_voxel: float = 1.0) -> int:
     ``tiles (kz + VOXEL_KZ_SETUP)``, counting the idle lanes beyond ``nz``,
     times :func:`voxel_patch2_work` where the depth runs 2 x 2 columns (the
     largest depth on a tie). 256 slices: 8 (one tile, no idle lane); 384: 12;
-    512, 896 and 1024: 16 below one column per voxel, 8 from there; 640 and
-    768: 8."""
+    512, 896 and 1024: 16 below ``VOXEL_DENSE_COLS``, 8 from there; 640 and
+    768: 12 below, 8 from there."""
     def work(kz):
-        share = voxel_patch2_work(cols_per_voxel) if voxel_patch(kz) == 2 else 1.0
+        share = voxel_patch2_work(cols_per_voxel) if voxel_patch(kz, cols_per_voxel) == 2 else 1.0
         return -(-int(nz) // (32 * kz)) * (kz + VOXEL_KZ_SETUP) * share
     return min(VOXEL_KZ[::-1], key=work)
 
@@ -403,7 +415,8 @@ class CudaRaytracer:
         ``VOXEL_TABLE_BYTES`` of tables (and a quarter of the free GPU memory).
     voxel_patch : {None, 1, 2}
         The voxel transpose's voxel columns per side of a warp's patch; None:
-        :func:`voxel_patch` of the z depth per lane (2 needs that depth <= 8).
+        :func:`voxel_patch` of the z depth per lane and the detector's columns
+        per voxel (2 needs that depth <= 12).
     z_slab : int or None
         z slices per launch of structured float32 Siddon's transpose (its
         atomic adds go slab by slab, so the blocks running at once add into a
@@ -472,14 +485,15 @@ class CudaRaytracer:
                              "sources outside the grid; use 'auto' or 'atomic' here")
         self.predicted = None   # the cost model's seconds of both transposes, where both apply
         self.voxel_kz = voxel_kz(nz)   # the voxel transpose's z voxels per lane (from the geometry where it applies)
+        self.voxel_cols = 1.0          # and the detector columns per voxel that choose its patch (voxel_patch)
         if voxel_ok:
             P = geometry.matrices if geometry.matrices.ndim == 3 else geometry.matrices[None]
             from . import gpu_name
             work = transpose_work(P, self.n_rows, self.n_cols, self.grid3, offset, scale)
             self.predicted = transpose_times(work, tuned_atomic_scale(gpu_name()))
-            self.voxel_kz = work["kz"]
-        if voxel_patch == 2 and self.voxel_kz > 8:
-            raise ValueError(f"voxel_patch: 2 runs lanes of at most 8 z voxels, and this geometry's take "
+            self.voxel_kz, self.voxel_cols = work["kz"], work["cols_per_voxel"]
+        if voxel_patch == 2 and self.voxel_kz > 12:
+            raise ValueError(f"voxel_patch: 2 runs lanes of at most 12 z voxels, and this geometry's take "
                              f"{self.voxel_kz} (voxel_kz); use None or 1")
         if transpose == "auto":
             transpose = auto_transpose(self.predicted)
@@ -580,7 +594,7 @@ class CudaRaytracer:
             self._voxel_batch = batch if self.views_per_batch is None else min(batch, self.views_per_batch)
         batch = self._voxel_batch
         kz = self.voxel_kz
-        patch = voxel_patch(kz) if self.voxel_patch is None else self.voxel_patch
+        patch = voxel_patch(kz, self.voxel_cols) if self.voxel_patch is None else self.voxel_patch
         module = load_module("raytrace_voxel", DEFINES if patch == 1 else VOXEL_PATCH2_DEFINES)
         c = voxel_constants(KERNEL_CONSTANTS if patch == 1 else VOXEL_PATCH2_CONSTANTS)
         bx, by = (w * c["patch"] for w in c["warps"])   # voxel columns per block (8 warps)

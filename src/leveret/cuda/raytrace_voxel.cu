@@ -26,7 +26,7 @@
 // 2 x 2 a column's z interpolation on a plane serves both in-plane neighbours
 // (weights w[0], w[1]) and its set-up all four columns, at the cost of 4 KZ
 // sums in registers: raytrace.py builds this file twice, one column per warp
-// (KZ up to 16) and 2 x 2 (KZ up to 8), and takes 2 x 2 where KZ <= 8
+// (KZ up to 16) and 2 x 2 (KZ up to 12), and takes 2 x 2 where KZ <= 12
 // (voxel_patch; measured in docs/performance.md).
 // Per voxel: the row coordinate stepped in 32.32 fixed point (exact steps; the
 // fraction into a float's mantissa), then per row one load and three operations.
@@ -366,7 +366,7 @@ __device__ __forceinline__ void joseph_voxel_gather(
 JV_GATHER(1)
 JV_GATHER(4)
 JV_GATHER(8)
-#if JV_PATCH == 1   // 2 x 2 patches hold 4 KZ sums: only the shallow depths fit the registers
 JV_GATHER(12)
+#if JV_PATCH == 1   // 2 x 2 patches hold 4 KZ sums: 64 spill from the registers and run slower
 JV_GATHER(16)
 #endif
