@@ -123,9 +123,7 @@ extern "C" void run_joseph_voxel(float* volT, const float* proj, int nx, int ny,
                     case 4: joseph_voxel_gather_kz4(volT, values, cols, flags, vf, g, nx, ny, nz, n_views, n_rows, n_cols, 0); break;
                     case 8: joseph_voxel_gather_kz8(volT, values, cols, flags, vf, g, nx, ny, nz, n_views, n_rows, n_cols, 0); break;
                     case 12: joseph_voxel_gather_kz12(volT, values, cols, flags, vf, g, nx, ny, nz, n_views, n_rows, n_cols, 0); break;
-#if JV_PATCH == 1
                     case 16: joseph_voxel_gather_kz16(volT, values, cols, flags, vf, g, nx, ny, nz, n_views, n_rows, n_cols, 0); break;
-#endif
                     default: return;   // no such instance: the output stays poisoned
                     }
                 }

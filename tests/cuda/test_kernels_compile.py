@@ -27,10 +27,11 @@ CASES += [(p, VOXEL_PATCH2_DEFINES) for p in kernel_files() if p.name == "raytra
 
 
 # Spills measured and kept, by (case, kernel): bytes of spill stores. The
-# 2 x 2 voxel gather at 12 z voxels per lane holds 48 sums in its 128
-# registers and spills one 4-byte value; it still measured 14-17 % faster than
+# 2 x 2 voxel gather at 12 and 16 z voxels per lane holds 48 and 64 sums in
+# its 128 registers and spills one 4-byte value; it still measured faster than
 # one column per warp where voxel_patch takes it (docs/performance.md).
-SPILLS_ALLOWED = {("raytrace_voxel.cu-patch2", "joseph_voxel_gather_kz12"): 4}
+SPILLS_ALLOWED = {("raytrace_voxel.cu-patch2", "joseph_voxel_gather_kz12"): 4,
+                  ("raytrace_voxel.cu-patch2", "joseph_voxel_gather_kz16"): 4}
 
 
 @pytest.mark.parametrize("path,defines", CASES,

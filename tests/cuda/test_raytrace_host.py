@@ -235,7 +235,8 @@ def test_host_build_structured_joseph(lib, name, rng):
     assert abs(lhs - np.vdot(x.astype(np.float64), voxel)) <= 1e-5 * adjoint_scale(lhs, out, y)
 
 
-@pytest.mark.parametrize("build, kz", [("lib", 1), ("lib", 4), ("lib", 16), ("lib_patch2", 1), ("lib_patch2", 12)])
+@pytest.mark.parametrize("build, kz", [("lib", 1), ("lib", 4), ("lib", 16), ("lib_patch2", 1), ("lib_patch2", 12),
+                                        ("lib_patch2", 16)])
 def test_host_build_joseph_voxel_tall(build, kz, request, rng):
     """The voxel transpose on 70 z voxels, anisotropic voxels, an off-centre
     detector and rows up to ~1.4 per voxel, with one voxel column per warp and

@@ -94,12 +94,13 @@ def test_auto_transpose_picks_the_measured_faster(n, views, sampling, rows, t_a,
 # (docs/performance.md, "Which transpose"; measured with transpose="voxel" and
 # each depth forced): the depths voxel_kz chooses between, each with the patch
 # voxel_patch takes (8 and 4: 2 x 2 columns per warp; 12: 2 x 2 below 0.875
-# detector columns per voxel, one column from there; 16: one column).
+# detector columns per voxel, one column from there; 16: 2 x 2 below 0.625
+# rows per voxel, one column from there).
 KZ_TABLE = [
     (256, 360, 1.0, {16: 26.9, 12: 22.4, 8: 14.7}),
     (384, 720, 0.75, {16: 81.9, 12: 58.7, 8: 84.3, 4: 101.7}),
     (384, 720, 2.5, {16: 562.1, 12: 457.1, 8: 559.8}),
-    (512, 720, 0.5, {16: 98.0, 12: 123.9, 8: 100.7, 4: 170.7}),
+    (512, 720, 0.5, {16: 89.3, 12: 130.4, 8: 108.5}),   # another run (another H200): 16 one column 96.7
     (512, 180, 0.75, {16: 36.5, 12: 49.3, 8: 37.9, 4: 59.5}),
     (512, 720, 0.75, {16: 146.8, 12: 196.5, 8: 150.3, 4: 239.1}),
     (512, 1440, 0.75, {16: 314.4, 12: 414.1, 8: 314.9, 4: 486.6}),
@@ -141,19 +142,31 @@ PATCH12_TABLE = [
 ]
 
 
-@pytest.mark.parametrize("n, views, sampling, times", PATCH12_TABLE,
-                         ids=[f"{r[0]}^3-{r[1]}v-{r[2]}px" for r in PATCH12_TABLE])
-def test_voxel_patch_at_12_picks_the_measured_faster(n, views, sampling, times):
-    """Where the rule takes 12 z voxels per lane, the patch
-    (:func:`~leveret.cuda.raytrace.voxel_patch` of the columns per voxel) is
-    the one measured faster: 2 x 2 with the narrow row windows of a sparser
-    detector, one column with the wide ones of a denser."""
+# The same at 16 z voxels per lane, where the rule takes 16 (one run, one
+# H200; docs/performance.md, "Which transpose").
+PATCH16_TABLE = [
+    (512, 720, 0.5, {1: 96.7, 2: 89.3}),
+    (512, 720, 0.75, {1: 145.8, 2: 156.8}),
+    (512, 180, 0.75, {1: 36.2, 2: 36.9}),
+    (1024, 720, 0.75, {1: 1133.6, 2: 1169.9}),
+]
+
+
+@pytest.mark.parametrize("kz, n, views, sampling, times",
+                         [(12, *r) for r in PATCH12_TABLE] + [(16, *r) for r in PATCH16_TABLE],
+                         ids=[f"kz12-{r[0]}^3-{r[1]}v-{r[2]}px" for r in PATCH12_TABLE]
+                         + [f"kz16-{r[0]}^3-{r[1]}v-{r[2]}px" for r in PATCH16_TABLE])
+def test_voxel_patch_picks_the_measured_faster(kz, n, views, sampling, times):
+    """Where the rule takes 12 or 16 z voxels per lane, the patch
+    (:func:`~leveret.cuda.raytrace.voxel_patch` of the columns and rows per
+    voxel) is the one measured faster: 2 x 2 with the narrow row windows of a
+    sparser detector, one column with the wide ones of a denser."""
     geometry, volume = _scan(n, views, sampling)
     offset = np.array([volume.extent(a)[0] for a in "xyz"])
     scale = 1.0 / np.array([volume.spacing(a) for a in "xyz"])
     work = transpose_work(geometry.matrices, geometry.n_rows, geometry.n_cols, volume.shape, offset, scale)
-    assert work["kz"] == 12
-    assert voxel_patch(12, work["cols_per_voxel"]) == min(times, key=times.get)
+    assert work["kz"] == kz
+    assert voxel_patch(kz, work["cols_per_voxel"], work["rows_per_voxel"]) == min(times, key=times.get)
 
 
 def test_auto_transpose_without_voxel_is_atomic():

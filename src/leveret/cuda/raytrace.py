@@ -32,9 +32,9 @@ KERNEL_CONSTANTS: dict[str, int] = {
     "LEVERET_JV_HMAX": 7,         # voxel transpose: rows per z voxel (either side) its padding covers
 }
 
-# raytrace_voxel.cu's second build: 2 x 2 voxel columns per warp, z depths up
-# to 8 (its 4 kz sums in registers allow 2 blocks per multiprocessor); taken
-# where :func:`voxel_patch` says.
+# raytrace_voxel.cu's second build: 2 x 2 voxel columns per warp (its 4 kz
+# sums in registers allow 2 blocks per multiprocessor); taken where
+# :func:`voxel_patch` says.
 VOXEL_PATCH2_CONSTANTS: dict[str, int] = {**KERNEL_CONSTANTS, "LEVERET_JV_PATCH": 2, "LEVERET_JV_MIN_BLOCKS": 2}
 
 BLOCK = 256             # threads per block, general path (one thread per ray)
@@ -77,8 +77,8 @@ def transpose_work(matrices: np.ndarray, n_rows: int, n_cols: int, grid3, offset
     ``2 floor(h) + 2`` rows for each of the ``kz`` voxels (``voxel_row``;
     where rows lie two or more voxels apart the kernel reads one, which the
     model, fitted before that, still counts as two: an upper bound there);
-    ``kz``, the gather's z voxels per lane (:func:`voxel_kz` of the slices
-    and ``s``).
+    ``kz``, the gather's z voxels per lane (:func:`voxel_kz` of the slices,
+    ``s`` and ``h``).
     """
     P = np.asarray(matrices, np.float64).reshape(-1, 3, 4)
     nz, ny, nx = (int(n) for n in grid3)
@@ -92,7 +92,7 @@ def transpose_work(matrices: np.ndarray, n_rows: int, n_cols: int, grid3, offset
     cols_per_voxel = float(np.median(np.hypot(du[0], du[1]))) * float(min(size[0], size[1]))
     rows_per_voxel = float(np.median(np.abs(dv))) * float(size[2])
     n_views = P.shape[0]
-    kz = voxel_kz(nz, cols_per_voxel)
+    kz = voxel_kz(nz, cols_per_voxel, rows_per_voxel)
     lanes = n_views * nx * ny * (-(-nz // (32 * kz))) * 32.0
     return {"atomic_add": 4.0 * n_views * n_rows * n_cols * max(nx, ny), "atomic_voxel": float(nx * ny * nz), "kz": kz,
             "voxel_row": lanes * kz * 2 * cols_per_voxel * (2 * np.floor(rows_per_voxel) + 2),
@@ -145,19 +145,30 @@ def auto_transpose(predicted: dict[str, float] | None) -> str:
 # wider row windows (the detector oversamples): the step of
 # voxel_patch2_work's share and of voxel_patch's choice at 12 z voxels.
 VOXEL_DENSE_COLS = 0.875
+# Detector rows per voxel (at the grid's centre) below which most of the
+# voxel transpose's lanes read one row per column (rows two or more voxels
+# apart): voxel_patch's choice at 16 z voxels, between the sparsest scan
+# measured faster with 2 x 2 columns there (0.5) and the next (0.75).
+VOXEL_SPARSE_ROWS = 0.625
 
 
-def voxel_patch(kz: int, cols_per_voxel: float = 1.0) -> int:
+def voxel_patch(kz: int, cols_per_voxel: float = 1.0, rows_per_voxel: float = 1.0) -> int:
     """Voxel columns per side of a warp's patch for lanes of ``kz`` z voxels
-    at ``cols_per_voxel`` detector columns per voxel: 2 (four columns sharing
-    each candidate column's set-up, VOXEL_PATCH2_CONSTANTS) up to kz 8, and
-    at kz 12 below ``VOXEL_DENSE_COLS``; else 1. 4 x 12 sums fill the
-    registers: with the one- and two-row windows of sparser detectors 2 x 2
-    columns measured 14-17 % faster at 12 (384 to 896 slices, 0.75 columns
-    per voxel), with the wider windows from ``VOXEL_DENSE_COLS`` on from 4 %
-    faster to 24 % slower (384 slices at 2.5); 4 x 16 sums spill (measured
-    slower from 0.75 columns per voxel on)."""
-    return 2 if kz <= 8 or (kz <= 12 and cols_per_voxel < VOXEL_DENSE_COLS) else 1
+    at ``cols_per_voxel`` detector columns and ``rows_per_voxel`` rows per
+    voxel: 2 (four columns sharing each candidate column's set-up,
+    VOXEL_PATCH2_CONSTANTS) up to kz 8, at kz 12 below ``VOXEL_DENSE_COLS``
+    and at kz 16 below ``VOXEL_SPARSE_ROWS``; else 1. 4 x 12 and 4 x 16 sums
+    fill the registers (one 4-byte value spills), so the 2 x 2 columns win
+    only where the row windows are narrow. Measured on an H200
+    (docs/performance.md, "Which transpose"): at 12, 14-17 % faster with the
+    one- and two-row windows of sparser detectors (384 to 896 slices, 0.75
+    columns per voxel); at 16, 8 % faster at 0.5 rows per voxel and 2-8 %
+    slower from 0.75 on."""
+    if kz <= 8:
+        return 2
+    if kz <= 12:
+        return 2 if cols_per_voxel < VOXEL_DENSE_COLS else 1
+    return 2 if rows_per_voxel < VOXEL_SPARSE_ROWS else 1
 
 
 def voxel_patch2_work(cols_per_voxel: float) -> float:
@@ -171,9 +182,10 @@ def voxel_patch2_work(cols_per_voxel: float) -> float:
     return 0.85 if cols_per_voxel < VOXEL_DENSE_COLS else 0.80
 
 
-def voxel_kz(nz: int, cols_per_voxel: float = 1.0) -> int:
+def voxel_kz(nz: int, cols_per_voxel: float = 1.0, rows_per_voxel: float = 1.0) -> int:
     """The voxel transpose's z voxels per lane (``VOXEL_KZ``) for ``nz`` slices
-    and ``cols_per_voxel`` detector columns per voxel (``transpose_work``'s):
+    and ``cols_per_voxel`` detector columns and ``rows_per_voxel`` rows per
+    voxel (``transpose_work``'s):
     a warp covers z tiles of ``32 kz`` voxels, and each tile repeats the
     lane's set-up per (view, column, plane), worth about ``VOXEL_KZ_SETUP``
     voxels of row work; the depth with the least work per lane,
@@ -183,7 +195,7 @@ def voxel_kz(nz: int, cols_per_voxel: float = 1.0) -> int:
     512, 896 and 1024: 16 below ``VOXEL_DENSE_COLS``, 8 from there; 640 and
     768: 12 below, 8 from there."""
     def work(kz):
-        share = voxel_patch2_work(cols_per_voxel) if voxel_patch(kz, cols_per_voxel) == 2 else 1.0
+        share = voxel_patch2_work(cols_per_voxel) if voxel_patch(kz, cols_per_voxel, rows_per_voxel) == 2 else 1.0
         return -(-int(nz) // (32 * kz)) * (kz + VOXEL_KZ_SETUP) * share
     return min(VOXEL_KZ[::-1], key=work)
 
@@ -416,7 +428,7 @@ class CudaRaytracer:
     voxel_patch : {None, 1, 2}
         The voxel transpose's voxel columns per side of a warp's patch; None:
         :func:`voxel_patch` of the z depth per lane and the detector's columns
-        per voxel (2 needs that depth <= 12).
+        and rows per voxel.
     z_slab : int or None
         z slices per launch of structured float32 Siddon's transpose (its
         atomic adds go slab by slab, so the blocks running at once add into a
@@ -485,16 +497,14 @@ class CudaRaytracer:
                              "sources outside the grid; use 'auto' or 'atomic' here")
         self.predicted = None   # the cost model's seconds of both transposes, where both apply
         self.voxel_kz = voxel_kz(nz)   # the voxel transpose's z voxels per lane (from the geometry where it applies)
-        self.voxel_cols = 1.0          # and the detector columns per voxel that choose its patch (voxel_patch)
+        self.voxel_sampling = (1.0, 1.0)   # and the detector columns and rows per voxel that choose its patch
         if voxel_ok:
             P = geometry.matrices if geometry.matrices.ndim == 3 else geometry.matrices[None]
             from . import gpu_name
             work = transpose_work(P, self.n_rows, self.n_cols, self.grid3, offset, scale)
             self.predicted = transpose_times(work, tuned_atomic_scale(gpu_name()))
-            self.voxel_kz, self.voxel_cols = work["kz"], work["cols_per_voxel"]
-        if voxel_patch == 2 and self.voxel_kz > 12:
-            raise ValueError(f"voxel_patch: 2 runs lanes of at most 12 z voxels, and this geometry's take "
-                             f"{self.voxel_kz} (voxel_kz); use None or 1")
+            self.voxel_kz = work["kz"]
+            self.voxel_sampling = (work["cols_per_voxel"], work["rows_per_voxel"])
         if transpose == "auto":
             transpose = auto_transpose(self.predicted)
         self.transpose = transpose
@@ -594,7 +604,7 @@ class CudaRaytracer:
             self._voxel_batch = batch if self.views_per_batch is None else min(batch, self.views_per_batch)
         batch = self._voxel_batch
         kz = self.voxel_kz
-        patch = voxel_patch(kz, self.voxel_cols) if self.voxel_patch is None else self.voxel_patch
+        patch = voxel_patch(kz, *self.voxel_sampling) if self.voxel_patch is None else self.voxel_patch
         module = load_module("raytrace_voxel", DEFINES if patch == 1 else VOXEL_PATCH2_DEFINES)
         c = voxel_constants(KERNEL_CONSTANTS if patch == 1 else VOXEL_PATCH2_CONSTANTS)
         bx, by = (w * c["patch"] for w in c["warps"])   # voxel columns per block (8 warps)

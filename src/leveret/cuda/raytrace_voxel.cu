@@ -26,8 +26,8 @@
 // 2 x 2 a column's z interpolation on a plane serves both in-plane neighbours
 // (weights w[0], w[1]) and its set-up all four columns, at the cost of 4 KZ
 // sums in registers: raytrace.py builds this file twice, one column per warp
-// (KZ up to 16) and 2 x 2 (KZ up to 12), and takes 2 x 2 where KZ <= 12
-// (voxel_patch; measured in docs/performance.md).
+// and 2 x 2, and takes 2 x 2 where the registers hold its sums for the row
+// windows the detector needs (voxel_patch; measured in docs/performance.md).
 // Per voxel: the row coordinate stepped in 32.32 fixed point (exact steps; the
 // fraction into a float's mantissa), then per row one load and three operations.
 // The z fractions are float64-accurate where the forward's float32 march
@@ -226,9 +226,11 @@ __device__ __forceinline__ PatchLine patch_line(const double* __restrict__ g, in
 // One view's candidate columns of one rule for a warp's patch at (i0, j0):
 // MY false, x-dominant columns on planes i0 + a (in-plane j0 + b); MY true,
 // y-dominant columns on planes j0 + a (in-plane i0 + b). acc[b][a][q]: voxel
-// (i0 + a, j0 + b, k0 + 32 q). Candidates: the columns between those of the
-// window's ends on each plane (union over the planes), padded by 0.01; each
-// column's numbers are loaded once for all planes and tested exactly.
+// (i0 + a, j0 + b, k0 + 32 q). Plane after plane, candidates: the columns
+// between those of the window's ends on the plane, padded by 0.01, each
+// tested exactly. Only one plane's column numbers are live at a time (with
+// 2 x 2 columns at 12 and 16 z voxels the sums fill the registers); each
+// sum still takes its columns in the same order.
 template <bool MY, int KZ>
 __device__ __forceinline__ void joseph_voxel_rule(const float4& va, const float2& vb, const PatchLine& L,
                                                   int i0, int j0, int k0, const double* vcols,
@@ -236,29 +238,24 @@ __device__ __forceinline__ void joseph_voxel_rule(const float4& va, const float2
                                                   int n_cols, float (&acc)[JV_PATCH][JV_PATCH][KZ])
 {
     const int p0 = MY ? j0 : i0, b0 = MY ? i0 : j0;
-    float lo = 3.0e38f, hi = -3.0e38f;
+    const int tlo = -(JV_HMAX + 2), thi = n_rows + JV_HMAX + 1;
 #pragma unroll
-    for (int a = 0; a < JV_PATCH; ++a) {
+    for (int a = 0; a < JV_PATCH; ++a) {   // plane by plane: only one plane's column numbers live at a time
         const float c0 = MY ? column_of_f(va, vb, L.lo, L.plane[a]) : column_of_f(va, vb, L.plane[a], L.lo);
         const float c1 = MY ? column_of_f(va, vb, L.hi, L.plane[a]) : column_of_f(va, vb, L.plane[a], L.hi);
-        lo = fminf(lo, fminf(c0, c1));
-        hi = fmaxf(hi, fmaxf(c0, c1));
-    }
-    if (!(hi >= -1.0f && lo <= (float)n_cols)) return;   // also NaN (no column)
-    const int ua = max(0, (int)ceilf(fmaxf(lo, -2.0f) - 0.01f));
-    const int ub = min(n_cols - 1, (int)floorf(fminf(hi, (float)n_cols + 1.0f) + 0.01f));
-    const int tlo = -(JV_HMAX + 2), thi = n_rows + JV_HMAX + 1;
-    for (int u = ua; u <= ub; ++u) {
-        // The column's eight numbers in four 16-byte loads issued together.
-        const double2* c2 = (const double2*)(vcols + (long long)u * JV_NCOL);
-        const double2 cA = c2[0], cB = c2[1], cC = c2[2], cD = c2[3];   // (my, 1/am) (pm, au) (pu, Mz0) (Mz1, pzc)
-        // The NaN tests (never true) make all four loads precede the branch:
-        // the compiler does not hoist loads above a branch, and loads issued
-        // one after another would wait out each latency in turn.
-        if (((cA.x != 0.0) != MY) | (cB.x != cB.x) | (cC.x != cC.x) | (cD.x != cD.x)) continue;
-        const int coloff = voff + u * rows_p;   // 32-bit offsets: a batch holds < 2^31 values
-#pragma unroll
-        for (int a = 0; a < JV_PATCH; ++a) {
+        const float lo = fminf(c0, c1), hi = fmaxf(c0, c1);
+        if (!(hi >= -1.0f && lo <= (float)n_cols)) continue;   // also NaN (no column)
+        const int ua = max(0, (int)ceilf(fmaxf(lo, -2.0f) - 0.01f));
+        const int ub = min(n_cols - 1, (int)floorf(fminf(hi, (float)n_cols + 1.0f) + 0.01f));
+        for (int u = ua; u <= ub; ++u) {
+            // The column's eight numbers in four 16-byte loads issued together.
+            const double2* c2 = (const double2*)(vcols + (long long)u * JV_NCOL);
+            const double2 cA = c2[0], cB = c2[1], cC = c2[2], cD = c2[3];   // (my, 1/am) (pm, au) (pu, Mz0) (Mz1, pzc)
+            // The NaN tests (never true) make all four loads precede the branch:
+            // the compiler does not hoist loads above a branch, and loads issued
+            // one after another would wait out each latency in turn.
+            if (((cA.x != 0.0) != MY) | (cB.x != cB.x) | (cC.x != cC.x) | (cD.x != cD.x)) continue;
+            const int coloff = voff + u * rows_p;   // 32-bit offsets: a batch holds < 2^31 values
             const double tau = ((double)(p0 + a) - cB.x) * cA.y;
             if (!(tau >= 0.0)) continue;   // cone rays start at the source
             // The in-plane offset from the first voxel in float64, then small: float32.
@@ -367,6 +364,4 @@ JV_GATHER(1)
 JV_GATHER(4)
 JV_GATHER(8)
 JV_GATHER(12)
-#if JV_PATCH == 1   // 2 x 2 patches hold 4 KZ sums: 64 spill from the registers and run slower
 JV_GATHER(16)
-#endif
