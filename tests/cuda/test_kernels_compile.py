@@ -36,7 +36,7 @@ SPILLS_ALLOWED = {("raytrace_voxel.cu-patch2", "joseph_voxel_gather_kz12"): 4,
 
 @pytest.mark.parametrize("path,defines", CASES,
                          ids=[p.name + ("" if d == file_defines(p) else "-patch2") for p, d in CASES])
-def test_kernel_compiles_for_sm90_without_spills(path, defines):
+def test_kernel_compiles_for_sm90_spilling_only_where_measured(path, defines):
     if not HAVE_NVRTC:
         if os.environ.get("CI"):
             pytest.fail("CI must compile the kernels: install leveret[test] (cuda-bindings, nvidia-cuda-nvrtc-cu12)")
@@ -52,7 +52,8 @@ def test_kernel_compiles_for_sm90_without_spills(path, defines):
     for name, frame, spill in kernels:
         allowed = SPILLS_ALLOWED.get((case, name), 0)
         assert int(spill) <= allowed, f"{name} spills {spill} bytes of registers to local memory"
-        assert int(frame) <= 2 * allowed, f"{name} uses a stack frame (local arrays indexed at run time?)"
+        # a spilled value's slot, else none (local arrays indexed at run time?)
+        assert int(frame) <= 2 * allowed, f"{name} uses a {frame}-byte stack frame"
 
 
 def test_all_kernels_found():
