@@ -10,8 +10,7 @@ import re
 
 import pytest
 
-from leveret.cuda._module import compile_report, file_defines, kernel_files
-from leveret.cuda.raytrace import VOXEL_PATCH2_DEFINES
+from leveret.cuda._module import compile_report, file_builds, kernel_files
 
 try:
     import cuda.bindings.nvrtc  # noqa: F401
@@ -20,23 +19,23 @@ except Exception:  # noqa: BLE001
     HAVE_NVRTC = False
 
 
-# Each file with the -D options its launcher passes (the launcher's DEFINES),
-# and raytrace_voxel.cu's second build (2 x 2 voxel columns per warp).
-CASES = [(p, file_defines(p)) for p in kernel_files()]
-CASES += [(p, VOXEL_PATCH2_DEFINES) for p in kernel_files() if p.name == "raytrace_voxel.cu"]
+# Each file with every set of -D options its launcher builds it with (the
+# launcher's DEFINES, and EXTRA_BUILDS: raytrace_voxel.cu with 2 x 2 voxel
+# columns per warp).
+CASES = [(p, d, p.name + (f"-build{i + 1}" if i else "")) for p in kernel_files()
+         for i, d in enumerate(file_builds(p))]
 
 
 # Spills measured and kept, by (case, kernel): bytes of spill stores. The
 # 2 x 2 voxel gather at 12 and 16 z voxels per lane holds 48 and 64 sums in
 # its 128 registers and spills one 4-byte value; it still measured faster than
 # one column per warp where voxel_patch takes it (docs/performance.md).
-SPILLS_ALLOWED = {("raytrace_voxel.cu-patch2", "joseph_voxel_gather_kz12"): 4,
-                  ("raytrace_voxel.cu-patch2", "joseph_voxel_gather_kz16"): 4}
+SPILLS_ALLOWED = {("raytrace_voxel.cu-build2", "joseph_voxel_gather_kz12"): 4,
+                  ("raytrace_voxel.cu-build2", "joseph_voxel_gather_kz16"): 4}
 
 
-@pytest.mark.parametrize("path,defines", CASES,
-                         ids=[p.name + ("" if d == file_defines(p) else "-patch2") for p, d in CASES])
-def test_kernel_compiles_for_sm90_spilling_only_where_measured(path, defines):
+@pytest.mark.parametrize("path,defines,case", CASES, ids=[c for _, _, c in CASES])
+def test_kernel_compiles_for_sm90_spilling_only_where_measured(path, defines, case):
     if not HAVE_NVRTC:
         if os.environ.get("CI"):
             pytest.fail("CI must compile the kernels: install leveret[test] (cuda-bindings, nvidia-cuda-nvrtc-cu12)")
@@ -48,7 +47,6 @@ def test_kernel_compiles_for_sm90_spilling_only_where_measured(path, defines):
     kernels = re.findall(r"Compiling entry function '(\w+)'.*?(\d+) bytes stack frame, (\d+) bytes spill stores",
                          log, flags=re.S)
     assert kernels
-    case = path.name + ("" if defines == file_defines(path) else "-patch2")
     for name, frame, spill in kernels:
         allowed = SPILLS_ALLOWED.get((case, name), 0)
         assert int(spill) <= allowed, f"{name} spills {spill} bytes of registers to local memory"

@@ -30,6 +30,17 @@ def file_defines(path) -> tuple[str, ...]:
     return tuple(getattr(importlib.import_module(f"{package}.{launcher}"), "DEFINES", ()))
 
 
+def file_builds(path) -> list[tuple[str, ...]]:
+    """Every set of constants the .cu file ``path`` is built with at run time:
+    :func:`file_defines`, then the launcher's ``EXTRA_BUILDS`` for the file
+    (a second build of raytrace_voxel.cu with 2 x 2 voxel columns per warp)."""
+    path = Path(path).resolve()
+    launcher = "raytrace" if path.stem.startswith("raytrace_") else path.stem
+    package = ".".join(("leveret",) + path.parent.relative_to(PACKAGE_DIR).parts)
+    extra = getattr(importlib.import_module(f"{package}.{launcher}"), "EXTRA_BUILDS", {})
+    return [file_defines(path)] + [tuple(d) for d in extra.get(path.stem, ())]
+
+
 def kernel_source(name: str) -> str:
     """Text of ``<name>.cu`` beside this module."""
     path = KERNEL_DIR / f"{name}.cu"
@@ -92,12 +103,15 @@ def compile_report(path: Path, arch: str = "sm_90", defines: tuple[str, ...] | N
 
 
 def print_reports(arch: str = "sm_90") -> int:
-    """Print ptxas's register/spill report for every kernel; exit status 1 on a failure."""
+    """Print ptxas's register/spill report for every kernel of every build
+    (:func:`file_builds`); exit status 1 on a failure."""
     status = 0
     for path in kernel_files():
-        ok, log = compile_report(path, arch)
-        print(f"--- {path.name} ({arch}): {'ok' if ok else 'FAILED'}\n{log}")
-        status |= not ok
+        for i, defines in enumerate(file_builds(path)):
+            ok, log = compile_report(path, arch, defines)
+            build = "" if i == 0 else f", build {i + 1}: {' '.join(defines)}"
+            print(f"--- {path.name} ({arch}{build}): {'ok' if ok else 'FAILED'}\n{log}")
+            status |= not ok
     return status
 
 

@@ -44,6 +44,7 @@ MAX_GRID_Y = 65535
 JOSEPH_PAD_Z = KERNEL_CONSTANTS["LEVERET_JOSEPH_PAD_Z"]
 DEFINES = tuple(f"{name}={value}" for name, value in KERNEL_CONSTANTS.items())   # every raytrace_*.cu
 VOXEL_PATCH2_DEFINES = tuple(f"{name}={value}" for name, value in VOXEL_PATCH2_CONSTANTS.items())
+EXTRA_BUILDS = {"raytrace_voxel": (VOXEL_PATCH2_DEFINES,)}   # files also built with other constants (_module)
 VOXEL_TABLE_BYTES = 2 << 30   # at most this much for the voxel transpose's per-view tables at a time
 VIEW_GROUP = 16         # structured float32 kernels: views per column that run side by side (L2 reuse)
 SIDDON_SPLIT_NZ = 512   # structured float32 Siddon's transpose: this many z slices or more run in two slabs
