@@ -19,26 +19,28 @@ _HEADERS_DIGEST = hashlib.sha1(b"".join(p.read_bytes() for p in sorted(KERNEL_DI
 NVRTC_OPTIONS: tuple[str, ...] = ("--std=c++17", f"-I{KERNEL_DIR}", f"-DLEVERET_HEADERS_DIGEST=0x{_HEADERS_DIGEST}")
 
 
-def file_defines(path) -> tuple[str, ...]:
-    """The ``NAME=value`` constants the .cu file ``path`` is built with: the
-    ``DEFINES`` of its launcher module (``<name>.py``; ``raytrace.py`` for the
-    ``raytrace_*.cu`` files), the one Python source of each constant (the .cu
-    files #error without them)."""
+def _launcher(path):
+    """The launcher module of the .cu file ``path``: ``<name>.py`` beside it
+    (``raytrace.py`` for the ``raytrace_*.cu`` files)."""
     path = Path(path).resolve()
     launcher = "raytrace" if path.stem.startswith("raytrace_") else path.stem
     package = ".".join(("leveret",) + path.parent.relative_to(PACKAGE_DIR).parts)
-    return tuple(getattr(importlib.import_module(f"{package}.{launcher}"), "DEFINES", ()))
+    return importlib.import_module(f"{package}.{launcher}")
+
+
+def file_defines(path) -> tuple[str, ...]:
+    """The ``NAME=value`` constants the .cu file ``path`` is built with: the
+    ``DEFINES`` of its launcher module (:func:`_launcher`), the one Python
+    source of each constant (the .cu files #error without them)."""
+    return tuple(getattr(_launcher(path), "DEFINES", ()))
 
 
 def file_builds(path) -> list[tuple[str, ...]]:
     """Every set of constants the .cu file ``path`` is built with at run time:
     :func:`file_defines`, then the launcher's ``EXTRA_BUILDS`` for the file
     (a second build of raytrace_voxel.cu with 2 x 2 voxel columns per warp)."""
-    path = Path(path).resolve()
-    launcher = "raytrace" if path.stem.startswith("raytrace_") else path.stem
-    package = ".".join(("leveret",) + path.parent.relative_to(PACKAGE_DIR).parts)
-    extra = getattr(importlib.import_module(f"{package}.{launcher}"), "EXTRA_BUILDS", {})
-    return [file_defines(path)] + [tuple(d) for d in extra.get(path.stem, ())]
+    extra = getattr(_launcher(path), "EXTRA_BUILDS", {})
+    return [file_defines(path)] + [tuple(d) for d in extra.get(Path(path).stem, ())]
 
 
 def kernel_source(name: str) -> str:
