@@ -107,12 +107,13 @@ def lent_streams(count=1):
 
 
 def install(monkeypatch, n_gpus: int = 2) -> None:
-    from leveret import _validate, devices
+    from leveret import _validate, devices, pipeline
     from leveret.cuda import streams
 
     stream = Stream()
     runtime = types.SimpleNamespace(memcpyAsync=lambda dst, src, n, kind, s: ctypes.memmove(dst, src, n),
-                                    memcpyHostToDevice=1, memcpyDeviceToHost=2)
+                                    memcpyHostToDevice=1, memcpyDeviceToHost=2, CUDARuntimeError=RuntimeError,
+                                    hostRegister=lambda ptr, n, flags: None, hostUnregister=lambda ptr: None)
     cuda = types.SimpleNamespace(Stream=Stream, Event=Event, runtime=runtime, get_current_stream=lambda: stream,
                                  Device=Device,
                                  get_elapsed_time=lambda a, b: (b.t - a.t) * 1e3)
@@ -130,3 +131,4 @@ def install(monkeypatch, n_gpus: int = 2) -> None:
     monkeypatch.setattr(streams, "lent", lent_streams)
     monkeypatch.setattr(devices, "_release_memory", lambda device: None)
     monkeypatch.setattr(_validate, "add_nonfinite_count", lambda counter, arr: None)
+    monkeypatch.setattr(pipeline, "_pinned_free", {})   # blocks "pinned" here must not reach a real GPU's calls

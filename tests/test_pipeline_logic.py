@@ -139,3 +139,34 @@ def test_copy_threads_grow_with_the_pipelines_up_to_the_cores(monkeypatch):
     dst, src = np.zeros((64, 1 << 16), np.float32), np.ones((64, 1 << 16), np.float32)
     pipeline.parallel_copy(dst, src)
     assert (dst == 1).all()
+
+
+def test_a_pinned_block_goes_back_to_the_pool_when_no_view_is_left(fake_cupy):
+    """empty_pinned's blocks are reused by size, and never while a slice of
+    an array handed out still uses the block."""
+    a = pipeline.empty_pinned((3, 5), np.float32)
+    assert a.shape == (3, 5) and a.dtype == np.float32
+    ptr = a.ctypes.data
+    part = a[1:]
+    del a
+    other = pipeline.empty_pinned(15, np.float32)   # the same rounded size, while the slice lives: a new block
+    assert other.ctypes.data != ptr
+    part[...] = 7.0
+    del part
+    again = pipeline.empty_pinned((15,), np.float32)
+    assert again.ctypes.data == ptr and again.shape == (15,)
+    larger = pipeline.empty_pinned(pipeline.PINNED_ROUND, np.uint8)   # a size of its own
+    assert larger.nbytes == pipeline.PINNED_ROUND and larger.ctypes.data not in (ptr, other.ctypes.data)
+
+
+def test_pinned_memory_falls_back_to_cupy_where_registering_fails(fake_cupy, monkeypatch):
+    import cupy
+
+    def refuse(ptr, n, flags):
+        raise cupy.cuda.runtime.CUDARuntimeError("cudaErrorNotSupported")
+
+    monkeypatch.setattr(cupy.cuda.runtime, "hostRegister", refuse)
+    monkeypatch.setattr(pipeline, "_register_failed", False)
+    a = pipeline.empty_pinned((4, 2), np.float64)
+    assert a.shape == (4, 2) and a.dtype == np.float64 and pipeline._register_failed
+    assert not isinstance(a.base, pipeline._PinnedOwner) and pipeline._pinned_free == {}

@@ -104,6 +104,98 @@ def parallel_copy(dst: np.ndarray, src: np.ndarray) -> None:
         f.result()
 
 
+
+def touch_pages(array: np.ndarray) -> None:
+    """Write one element of each page of the contiguous ``array``, split over
+    the copy threads: a fresh allocation's first writes are page faults, which
+    one thread takes several times longer to serve than the memory system needs."""
+    flat = array.reshape(-1)
+    step = max(1, 4096 // flat.itemsize)
+    if _copy_pool is None:
+        copy_threads_for(1)
+    pool = _copy_pool
+    bounds = np.linspace(0, flat.size, _COPY_THREADS + 1).astype(np.int64) // step * step
+    bounds[-1] = flat.size
+    for f in [pool.submit(flat[a:b:step].fill, 0) for a, b in zip(bounds[:-1], bounds[1:]) if b > a]:
+        f.result()
+
+
+# Page-locked host memory for asynchronous transfers. cudaHostAlloc (CuPy's
+# pinned memory) locks pages at about 1 GB/s on an H200 host; a NumPy
+# allocation whose pages the copy threads fault in, then cudaHostRegister
+# locks, takes about 0.06 s per GB. Blocks (sizes rounded up to PINNED_ROUND
+# bytes) are kept for reuse, as CuPy's pinned memory pool keeps its own.
+PINNED_ROUND = 1 << 20
+_pinned_free: dict[int, list] = {}
+_pinned_lock = threading.Lock()
+_register_failed = False
+
+
+class _PinnedBlock:
+    """``nbytes`` of NumPy memory locked with cudaHostRegister, portable (any
+    GPU's copy engines may read and write it)."""
+
+    def __init__(self, nbytes: int):
+        import cupy
+        self.raw = np.empty(nbytes, np.uint8)
+        touch_pages(self.raw)
+        self.ptr, self.nbytes = self.raw.ctypes.data, nbytes
+        cupy.cuda.runtime.hostRegister(self.ptr, nbytes, 1)   # 1: cudaHostRegisterPortable
+
+    def unregister(self) -> None:
+        import cupy
+        cupy.cuda.runtime.hostUnregister(self.ptr)
+
+
+class _PinnedOwner:
+    """The owner of an :func:`empty_pinned` array's memory (its ``base``, and
+    every view's): the block goes back to the pool when the last of them is
+    gone, never while a slice of the array is still in use."""
+
+    def __init__(self, block: _PinnedBlock, shape: tuple, dtype: np.dtype):
+        self.block = block
+        self.__array_interface__ = {"shape": shape, "typestr": dtype.str, "data": (block.ptr, False),
+                                    "version": 3}
+
+    def __del__(self):
+        with _pinned_lock:
+            _pinned_free.setdefault(self.block.nbytes, []).append(self.block)
+
+
+def empty_pinned(shape, dtype=np.float32) -> np.ndarray:
+    """An uninitialised NumPy array in page-locked (pinned) host memory, which
+    GPUs copy to and from asynchronously, from a pool of blocks kept for reuse
+    (:func:`free_pinned_blocks` hands them back). Where the driver refuses to
+    register host memory, CuPy's pinned memory (``cupyx.empty_pinned``)."""
+    global _register_failed
+    dtype = np.dtype(dtype)
+    shape = (int(shape),) if np.ndim(shape) == 0 else tuple(int(n) for n in shape)
+    nbytes = max(1, int(np.prod(shape, dtype=np.int64)) * dtype.itemsize)
+    size = -(-nbytes // PINNED_ROUND) * PINNED_ROUND
+    with _pinned_lock:
+        free = _pinned_free.get(size)
+        block = free.pop() if free else None
+    if block is None and not _register_failed:
+        import cupy
+        try:
+            block = _PinnedBlock(size)
+        except cupy.cuda.runtime.CUDARuntimeError:
+            _register_failed = True
+    if block is None:
+        import cupyx
+        return cupyx.empty_pinned(shape, dtype)
+    return np.asarray(_PinnedOwner(block, shape, dtype))
+
+
+def free_pinned_blocks() -> None:
+    """Unlock and free the pooled blocks of :func:`empty_pinned` that no array uses."""
+    with _pinned_lock:
+        blocks = [b for free in _pinned_free.values() for b in free]
+        _pinned_free.clear()
+    for block in blocks:
+        block.unregister()
+
+
 def _copy_async(dst_ptr: int, src_ptr: int, nbytes: int, kind, stream) -> None:
     """cudaMemcpyAsync between a pinned host buffer and device memory on ``stream``.
     Asynchronous whatever the CuPy version: ndarray.get (blocking by default in
@@ -133,7 +225,6 @@ def stream_chunks(chunks: Sequence | Iterable, *, in_shape: Callable, out_shape:
     in size pass their largest, so that the pinned memory pool (which
     reuses a block of the same size only) hands the same buffers to each."""
     import cupy
-    import cupyx
 
     from .cuda import streams
 
@@ -150,11 +241,11 @@ def stream_chunks(chunks: Sequence | Iterable, *, in_shape: Callable, out_shape:
         return
     wall0 = time.perf_counter()
     n_in = max([int(in_elements)] + [int(np.prod(in_shape(c))) for c in sizing])
-    pin_in = [cupyx.empty_pinned(n_in, in_dtype) for _ in range(2)]
+    pin_in = [empty_pinned(n_in, in_dtype) for _ in range(2)]
     dev_in = [cupy.empty(n_in, in_dtype) for _ in range(2)]
     has_out = out_shape is not None
     n_out = max(int(np.prod(out_shape(c))) for c in sizing) if has_out else 0
-    pin_out = [cupyx.empty_pinned(n_out, out_dtype) for _ in range(2)] if has_out else None
+    pin_out = [empty_pinned(n_out, out_dtype) for _ in range(2)] if has_out else None
     dev_out = [cupy.empty(n_out, out_dtype) for _ in range(2)] if has_out else None
     # host -> device, device -> host, kernels: lent, so that a repeated call finds its cached blocks
     with streams.lent(3) as (copy_stream, d2h_stream, compute_stream):

@@ -7,6 +7,7 @@ ordering of real CUDA streams is checked by the GPU tests of test_fdk.py."""
 from __future__ import annotations
 
 import importlib
+import threading
 
 import numpy as np
 import pytest
@@ -42,3 +43,48 @@ def test_every_slab_lands_through_the_ring(monkeypatch, rng, target):
     if target == "window":
         assert blocks == 10   # a slice per block: its rows are not one run of memory
         assert np.all(host[:, :, :5] == -1) and np.all(host[:, :, 45:] == -1)
+
+
+def test_downloads_sharing_a_staging_return_before_their_copies(monkeypatch, rng):
+    """fdk's boxes: each download returns once its transfers have landed,
+    while the copies into the result wait (here: until released); the
+    staging never holds more than its capacity in buffers, and after its
+    drain every box is in place."""
+    stand_in_cupy.install(monkeypatch, n_gpus=1)
+    monkeypatch.setattr(fdk_module, "STAGING_BYTES", 100 * 4)
+    release, held = threading.Event(), []
+    copy = fdk_module._Staging._copy_out
+
+    def held_copy(self, *args):
+        release.wait(5)
+        copy(self, *args)
+
+    take = fdk_module._Staging.take
+
+    def counted_take(self, *args):
+        buffer = take(self, *args)
+        held.append(self._used)   # bytes of buffers in use, this one included
+        return buffer
+
+    monkeypatch.setattr(fdk_module._Staging, "_copy_out", held_copy)
+    monkeypatch.setattr(fdk_module._Staging, "take", counted_take)
+    host = np.full((10, 48, 40), -1.0, np.float32)
+    boxes = [stand_in_cupy.device_array(rng.random((10, 24, 40), dtype=np.float32)) for _ in range(2)]
+    capacity = 2 * boxes[0].nbytes
+    staging = fdk_module._Staging(capacity)
+    try:
+        for j, box in enumerate(boxes):
+            download = fdk_module._SlabDownload(box, alignment=1, n_slabs=3, host_out=host[:, 24 * j:24 * (j + 1)],
+                                                staging=staging)
+            for slab in download.slabs:
+                download.queue(slab)
+            assert download.finish() is not None
+            download.close()
+        assert np.all(host == -1)   # both returned, no copy done
+        release.set()
+        staging.drain()
+    finally:
+        release.set()
+        staging.close()
+    np.testing.assert_array_equal(host, np.concatenate([np.asarray(b) for b in boxes], axis=1))
+    assert max(held) <= capacity and staging._used == 0

@@ -534,6 +534,12 @@ def _fdk_devices(devices, projections, geometry, volume, slabs, y_parts=1, *, pr
     splits: list = []
     lock = threading.Lock()
     wall0 = time.perf_counter()
+    staging = None
+    if not input_on_gpu:   # room for a box per worker: a worker's next box starts while its last is copied out
+        from ..memory import host_available_bytes
+        box_bytes = max(k1 - k0 for k0, k1 in slabs) * step * volume.nx * np.dtype(dtype).itemsize
+        staging = _Staging(max(STAGING_BUFFERS * STAGING_BYTES,
+                               min(len(devices) * box_bytes, host_available_bytes() // 16)))
 
     def work(worker, k0, k1):
         for j0, j1 in parts:
@@ -546,7 +552,8 @@ def _fdk_devices(devices, projections, geometry, volume, slabs, y_parts=1, *, pr
                 split: dict = {}
                 part = _reconstruct(seen, geometry.crop_rows(*rows), box, progress=False, stats=split,
                                     device_lock=worker.lock, host_out=None if input_on_gpu else out[k0:k1, j0:j1],
-                                    in_elements=in_elements, **_slab_settings(settings, geometry, rows))
+                                    staging=staging, in_elements=in_elements,
+                                    **_slab_settings(settings, geometry, rows))
                 if input_on_gpu:
                     cupy.cuda.get_current_stream().synchronize()
                     for k in range(k0, k1):   # a box's slice is one contiguous block of the volume's
@@ -557,8 +564,14 @@ def _fdk_devices(devices, projections, geometry, volume, slabs, y_parts=1, *, pr
                 bar.update((k1 - k0) * (j1 - j0) / volume.ny)
 
     from tqdm.auto import tqdm
-    with tqdm(total=volume.nz, desc="fdk slices", unit="slice", disable=not progress, leave=False) as bar:
-        devices.run(slabs, work)
+    try:
+        with tqdm(total=volume.nz, desc="fdk slices", unit="slice", disable=not progress, leave=False) as bar:
+            devices.run(slabs, work)
+            if staging is not None:
+                staging.drain()
+    finally:
+        if staging is not None:
+            staging.close()
     if stats is not None and splits:
         stats.update(merge_stats(splits, time.perf_counter() - wall0))
     return out
@@ -733,15 +746,19 @@ class FDKWeighting:
 
 def _reconstruct(projections, geometry, volume, *, filter, cutoff, padding, short_scan, interpolation, kernel,
                  backend, dtype, chunk_views, fixed_chunks, progress, stats=None, device_lock=None,
-                 host_out=None, weighted: bool = False, in_elements: int = 0):
-    """FDK of one volume (or slab) from the projections it needs. ``host_out``:
-    the NumPy array that NumPy input's result is downloaded into (default a
-    new one). ``weighted``: the NumPy projections are weighted and filtered
-    already (:class:`_FilteredOnHost`), and checked for non-finite values.
-    ``device_lock``: held around each back-projection until it has finished (workers sharing
-    one GPU, ``leveret.devices.Worker.lock``: the kernels' matrices live in
-    the module's constant memory). ``in_elements``: the least size of the
-    pipeline's input buffers (``stream_chunks``)."""
+                 host_out=None, staging=None, weighted: bool = False, in_elements: int = 0):
+    """FDK of one volume (or slab) from the projections it needs.
+
+    ``host_out``: the NumPy array that NumPy input's result is downloaded
+    into (default a new one). ``staging``: a :class:`_Staging` shared with
+    other calls' downloads; the call then returns before the copies into
+    ``host_out`` are done (the staging's ``drain`` waits for them).
+    ``weighted``: the NumPy projections are weighted and filtered already
+    (:class:`_FilteredOnHost`), and checked for non-finite values.
+    ``device_lock``: held around each back-projection until it has finished
+    (workers sharing one GPU, ``leveret.devices.Worker.lock``: the kernels'
+    matrices live in the module's constant memory). ``in_elements``: the
+    least size of the pipeline's input buffers (``stream_chunks``)."""
     filtered = FDKWeighting(geometry, filter=filter, cutoff=cutoff, padding=padding, short_scan=short_scan)
     op = ConeBackprojection(geometry, volume, backend=backend, interpolation=interpolation,
                             matrices=filtered.frames["normalised"], kernel=kernel)
@@ -762,7 +779,7 @@ def _reconstruct(projections, geometry, volume, *, filter, cutoff, padding, shor
 
             n_bad = xp.zeros((), xp.int64)
             split: dict = {}
-            download = _SlabDownload(out, op.slab_alignment, host_out=host_out)
+            download = _SlabDownload(out, op.slab_alignment, host_out=host_out, staging=staging)
 
             def compute(views, d_in, _):
                 if weighted:
@@ -865,9 +882,93 @@ class _FilteredOnHost:
         return cls(out, r0)
 
 
-# _SlabDownload's staging: this many pinned buffers of at most this many bytes
+# a download's own staging (_Staging): blocks of at most STAGING_BYTES, at most
+# STAGING_BUFFERS of them in flight
 STAGING_BUFFERS = 4
 STAGING_BYTES = 64 << 20
+
+
+class _Staging:
+    """Pinned buffers that device->host transfers land in, and the threads
+    that copy each landed buffer into its NumPy destination and give it back.
+
+    At most ``capacity`` bytes of buffers are in use at a time (one buffer
+    larger than that when none is). One staging may serve the downloads of
+    many slabs (``_fdk_devices``' workers share one): a slab's download then
+    returns as soon as its transfers have landed, its device memory free for
+    the next slab, while its copies into NumPy run beside the next slab's
+    work; :meth:`drain` waits for them all. The destinations' pages are
+    faulted in ahead of the copies (:meth:`touch`) by background threads."""
+
+    def __init__(self, capacity: int):
+        from ..pipeline import _COPY_THREADS
+        self.capacity = int(capacity)
+        self._used = 0
+        self._room = threading.Condition()
+        self._closed = threading.Event()
+        self._copies: list = []
+        self._copier = ThreadPoolExecutor(2, thread_name_prefix="leveret-fdk-out")
+        self._n_touch = max(1, _COPY_THREADS // 2)   # beside the copy threads that gather the input
+        self._toucher = ThreadPoolExecutor(self._n_touch, thread_name_prefix="leveret-fdk-touch")
+
+    def take(self, n: int, dtype, stop: threading.Event):
+        """A pinned buffer of ``n`` elements once there is room; None if ``stop``
+        or the staging is closed first."""
+        from ..pipeline import empty_pinned
+        nbytes = n * np.dtype(dtype).itemsize
+        with self._room:
+            while self._used and self._used + nbytes > self.capacity:
+                if stop.is_set() or self._closed.is_set():
+                    return None
+                self._room.wait(0.05)
+            if stop.is_set() or self._closed.is_set():
+                return None
+            self._used += nbytes
+        return empty_pinned(n, dtype)
+
+    def _give_back(self, buffer) -> None:
+        with self._room:
+            self._used -= buffer.nbytes
+            self._room.notify_all()
+
+    def touch(self, dst: np.ndarray) -> list:
+        """Futures faulting in the pages of the flat array ``dst``, split over the touch threads."""
+        step = max(1, 4096 // dst.itemsize)
+        bounds = np.linspace(0, dst.size, self._n_touch + 1).astype(np.int64) // step * step
+        return [self._toucher.submit(dst[a:b:step].fill, 0) for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
+
+    def copy_out(self, dst, buffer, landed, touched) -> None:
+        """Copy ``buffer`` into ``dst`` once ``landed`` (a CUDA event) has
+        happened and the futures ``touched`` are done; then give it back."""
+        future = self._copier.submit(self._copy_out, dst, buffer, landed, touched)
+        with self._room:
+            self._copies.append(future)
+
+    def _copy_out(self, dst, buffer, landed, touched) -> None:
+        from ..pipeline import parallel_copy
+        try:
+            for pages in touched:   # the destination's pages are in before its copy
+                pages.result()
+            landed.synchronize()
+            parallel_copy(dst, buffer[:dst.size].reshape(dst.shape))
+        finally:
+            self._give_back(buffer)
+
+    def drain(self) -> None:
+        """Wait for every copy handed over so far; raise the first failure."""
+        while True:
+            with self._room:
+                if not self._copies:
+                    return
+                future = self._copies.pop(0)
+            future.result()
+
+    def close(self) -> None:
+        """Stop the threads (at once for work not yet started)."""
+        self._closed.set()
+        self._copier.shutdown(wait=True, cancel_futures=True)
+        self._toucher.shutdown(wait=True, cancel_futures=True)
+        self._copies = []
 
 
 class _SlabDownload:
@@ -875,31 +976,32 @@ class _SlabDownload:
     kernels finishing it are queued: the transfers (on their own stream) and
     the host copies overlap the last slabs' back-projection.
 
-    The transfers go through a ring of ``STAGING_BUFFERS`` pinned buffers of
-    at most ``STAGING_BYTES``, in blocks of the slab: one thread queues them
-    slab after slab, each into a free buffer, and two threads copy the landed
-    blocks into the NumPy result, freeing their buffers, while the next
-    blocks land in the others. Pinning memory takes time in proportion to
-    its size (whole-slab buffers of several GB cost a call seconds on their
-    first use, and as much host memory locked), while the ring's few buffers
-    come back from CuPy's pinned memory pool for every later slab and call.
+    The transfers go through pinned buffers of a :class:`_Staging`, in
+    blocks of the slab of at most ``STAGING_BYTES``: one thread queues them
+    slab after slab, each into a buffer as one is free, and the staging's
+    threads copy the landed blocks into the NumPy result, while the next
+    blocks land in other buffers. Pinning memory takes time in proportion
+    to its size, and locks as much host memory, so a download's own staging
+    keeps at most ``STAGING_BUFFERS`` blocks in flight; the buffers come
+    back from the pinned memory pool (``leveret.pipeline.empty_pinned``) for
+    every later slab and call.
+
+    ``staging``: a staging shared with other downloads. :meth:`finish` then
+    returns once the transfers have landed (the device volume may be freed),
+    and the result is complete after the staging's ``drain``. Without it,
+    the download has its own and :meth:`finish` returns the complete result.
 
     The NumPy result is allocated at once and its pages are touched by
     background threads while the GPU works, slab by slab in download order:
     a fresh array's first writes are page faults, which would otherwise make
     the final copies wait after the GPU has finished; one thread can take
     longer than the GPU's whole run to fault in a large volume, so the pages
-    of each slab are split over the copy threads. ``host_out`` may be a box
+    of each slab are split over the touch threads. ``host_out`` may be a box
     of a larger array (``fdk``'s boxes along y), contiguous slice by slice.
     """
 
-    _PAGE_BYTES = 4096   # one write per page faults it in
-
-    def __init__(self, volume, alignment: int, n_slabs: int = 8, host_out=None):
-        import queue
-
+    def __init__(self, volume, alignment: int, n_slabs: int = 8, host_out=None, staging: _Staging | None = None):
         import cupy
-        import cupyx
         nz = volume.shape[0]
         step = max(alignment, -(-nz // n_slabs // alignment) * alignment)
         self.slabs = _ranges(nz, step)
@@ -907,31 +1009,17 @@ class _SlabDownload:
         self.device = cupy.cuda.Device().id
         self.stream = cupy.cuda.Stream(non_blocking=True)
         self.out = np.empty(volume.shape, volume.dtype) if host_out is None else host_out
+        self._own = staging is None
+        self.staging = _Staging(STAGING_BUFFERS * STAGING_BYTES) if staging is None else staging
         self._blocks = {k0: self._blocks_of(k0, k1) for k0, k1 in self.slabs}
-        largest = max(dst.size for blocks in self._blocks.values() for dst, _ in blocks)
-        self._free = queue.Queue()   # the ring's buffers not in use
-        for _ in range(STAGING_BUFFERS):
-            self._free.put(cupyx.empty_pinned(largest, volume.dtype))
         self._closed = threading.Event()
         self.blocks_sent = 0
-        # one thread queues the transfers, slab after slab; two copy landed blocks out
+        self._landed = None   # the last block's transfer
+        # one thread queues the transfers, slab after slab
         self._sender = ThreadPoolExecutor(1, thread_name_prefix="leveret-fdk-out")
-        self._copier = ThreadPoolExecutor(2, thread_name_prefix="leveret-fdk-out")
-        from ..pipeline import _COPY_THREADS
-        n_touch = max(1, _COPY_THREADS // 2)   # beside the copy threads that gather the input
-        self._toucher = ThreadPoolExecutor(n_touch, thread_name_prefix="leveret-fdk-touch")
-        step = max(1, self._PAGE_BYTES // self.out.itemsize)
-        self._touched = {}
-        for k0, blocks in self._blocks.items():
-            self._touched[k0] = []
-            for dst, _ in blocks:
-                if dst.ndim != 1:   # a slice that is not contiguous: its copy faults its pages in
-                    continue
-                bounds = np.linspace(0, dst.size, n_touch + 1).astype(np.int64) // step * step
-                self._touched[k0] += [self._toucher.submit(dst[a:b:step].fill, 0)
-                                      for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
+        self._touched = {k0: [f for dst, _ in blocks if dst.ndim == 1 for f in self.staging.touch(dst)]
+                         for k0, blocks in self._blocks.items()}   # a slice that is not contiguous: its copy faults
         self._sent: list = []
-        self._copies: list = []
 
     def _blocks_of(self, k0: int, k1: int) -> list:
         """The transfer blocks of slices ``k0:k1``: (host destination, element
@@ -961,10 +1049,8 @@ class _SlabDownload:
         self._sent.append(self._sender.submit(self._send, slab, cupy.cuda.get_current_stream().record()))
 
     def _send(self, slab, ready) -> None:
-        """Queue the slab's blocks' transfers, each into a free buffer of the
-        ring, and hand each to a copy thread, which frees the buffer again."""
-        import queue
-
+        """Queue the slab's blocks' transfers, each into a staging buffer as
+        one is free, and hand each to the staging's copy threads."""
         import cupy
 
         from ..pipeline import _copy_async
@@ -973,33 +1059,25 @@ class _SlabDownload:
             self.stream.wait_event(ready)
             flat = self.volume.reshape(-1)
             for dst, start in self._blocks[slab[0]]:
-                buffer = None
-                while buffer is None:
-                    if self._closed.is_set():
-                        return
-                    with contextlib.suppress(queue.Empty):
-                        buffer = self._free.get(timeout=0.05)
+                buffer = self.staging.take(dst.size, self.out.dtype, self._closed)
+                if buffer is None:
+                    return
                 part = flat[start:start + dst.size]
                 _copy_async(buffer.ctypes.data, part.data.ptr, part.nbytes, cupy.cuda.runtime.memcpyDeviceToHost,
                             self.stream)
                 self.blocks_sent += 1
-                self._copies.append(self._copier.submit(self._copy_out, dst, buffer, self.stream.record(), touched))
-
-    def _copy_out(self, dst, buffer, landed, touched) -> None:
-        from ..pipeline import parallel_copy
-        try:
-            for pages in touched:   # the slab's pages are in before its copies
-                pages.result()
-            landed.synchronize()
-            parallel_copy(dst, buffer[:dst.size].reshape(dst.shape))
-        finally:
-            self._free.put(buffer)
+                self._landed = self.stream.record()
+                self.staging.copy_out(dst, buffer, self._landed, touched)
 
     def finish(self) -> np.ndarray:
-        for f in self._sent:     # every transfer queued, so every copy submitted
+        """Wait for the transfers (and, with the download's own staging, the
+        copies into the result); returns the result."""
+        for f in self._sent:     # every transfer queued, so every copy handed over
             f.result()
-        for f in self._copies:
-            f.result()
+        if self._own:
+            self.staging.drain()
+        elif self._landed is not None:
+            self._landed.synchronize()
         return self.out
 
     def close(self) -> None:
@@ -1008,10 +1086,10 @@ class _SlabDownload:
         something still holds this object."""
         self._closed.set()
         self._sender.shutdown(wait=True, cancel_futures=True)
-        self._copier.shutdown(wait=True, cancel_futures=True)
-        self._toucher.shutdown(wait=True, cancel_futures=True)
-        self.volume = self._free = self.out = None
-        self._touched, self._blocks, self._sent, self._copies = {}, {}, [], []
+        if self._own:
+            self.staging.close()
+        self.volume = self.out = self.staging = None
+        self._touched, self._blocks, self._sent = {}, {}, []
 
 
 @functools.lru_cache(maxsize=4)

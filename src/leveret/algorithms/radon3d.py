@@ -409,8 +409,8 @@ def _fbp_cuda(projections, geometry, volume, response, row_scale, dtype, plan, t
     import time
 
     import cupy
-    import cupyx
 
+    from ..pipeline import empty_pinned
     t_wall = time.perf_counter()
     stream = cupy.cuda.get_current_stream()
     host_in = isinstance(projections, np.ndarray)
@@ -419,7 +419,7 @@ def _fbp_cuda(projections, geometry, volume, response, row_scale, dtype, plan, t
     if host_in:
         # The input's own precision (float64 stays float64): the filter runs in float64.
         up = np.result_type(projections.dtype, np.float32)
-        pinned = cupyx.empty_pinned(projections.shape, up)
+        pinned = empty_pinned(projections.shape, up)
         pinned[...] = projections
         dev_in = cupy.empty(projections.shape, up)
         dev_in.set(pinned, stream=stream)
@@ -476,10 +476,10 @@ def _slabs_to_pinned(slab, chunks, shape, dtype, stream, filtered_ready):
 
     Returns (volume, back-projection seconds, exposed transfer-out seconds)."""
     import cupy
-    import cupyx
 
+    from ..pipeline import empty_pinned
     dev = cupy.empty(shape, dtype)
-    host = cupyx.empty_pinned(shape, dtype)
+    host = empty_pinned(shape, dtype)
     copy_stream = cupy.cuda.Stream(non_blocking=True)
     last_kernel = None
     for k0, k1 in chunks:

@@ -72,9 +72,9 @@ def upload_pinned(host, stream):
     earlier work. Returns the device array and the pinned copy, which must
     live until the copy is done."""
     import cupy
-    import cupyx
 
-    pinned = cupyx.empty_pinned(host.shape, host.dtype)
+    from ..pipeline import empty_pinned
+    pinned = empty_pinned(host.shape, host.dtype)
     pinned[...] = host
     device = cupy.empty(host.shape, host.dtype)
     device.set(pinned, stream=stream)

@@ -67,8 +67,8 @@ class GpuPipeline:
 
     @staticmethod
     def allocate_pinned(shape, dtype):
-        import cupyx
-        return cupyx.empty_pinned(shape, dtype)
+        from ..pipeline import empty_pinned
+        return empty_pinned(shape, dtype)
 
     # -- timing ---------------------------------------------------------------------------------
     @contextlib.contextmanager
