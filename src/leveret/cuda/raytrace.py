@@ -143,9 +143,13 @@ def auto_transpose(predicted: dict[str, float] | None) -> str:
 
 
 # Detector columns per voxel from which the voxel transpose's lanes read
-# wider row windows (the detector oversamples): the step of
-# voxel_patch2_work's share and of voxel_patch's choice at 12 z voxels.
+# wider row windows (the detector oversamples): the step of voxel_patch's
+# choice at 12 z voxels.
 VOXEL_DENSE_COLS = 0.875
+# Detector columns per voxel from which 2 x 2 columns save the most (each
+# row's z interpolation serves two columns, and there are many rows): the
+# step of voxel_patch2_work's share, between the scans measured at 1.5 and 2.
+VOXEL_WIDE_COLS = 1.75
 # Detector rows per voxel (at the grid's centre) below which most of the
 # voxel transpose's lanes read one row per column (rows two or more voxels
 # apart): voxel_patch's choice at 16 z voxels, between the sparsest scan
@@ -178,9 +182,9 @@ def voxel_patch2_work(cols_per_voxel: float) -> float:
     per voxel: the four columns share their set-up, and each row's z
     interpolation serves two, so the share is smaller where more columns
     cross a voxel. Fitted to 18 scans on an H200 (docs/performance.md,
-    "Which transpose"): 0.82-0.87 up to 0.75 columns per voxel, 0.74-0.83
-    from one on; the step lies between."""
-    return 0.85 if cols_per_voxel < VOXEL_DENSE_COLS else 0.80
+    "Which transpose"): 0.82-0.87 from 0.75 to 1.5 columns per voxel,
+    0.73-0.76 at 2 and 2.5; the step lies between."""
+    return 0.85 if cols_per_voxel < VOXEL_WIDE_COLS else 0.75
 
 
 def voxel_kz(nz: int, cols_per_voxel: float = 1.0, rows_per_voxel: float = 1.0) -> int:
@@ -193,8 +197,8 @@ def voxel_kz(nz: int, cols_per_voxel: float = 1.0, rows_per_voxel: float = 1.0) 
     ``tiles (kz + VOXEL_KZ_SETUP)``, counting the idle lanes beyond ``nz``,
     times :func:`voxel_patch2_work` where the depth runs 2 x 2 columns (the
     largest depth on a tie). 256 slices: 8 (one tile, no idle lane); 384: 12;
-    512, 896 and 1024: 16 below ``VOXEL_DENSE_COLS``, 8 from there; 640 and
-    768: 12 below, 8 from there."""
+    512, 896 and 1024: 16 below ``VOXEL_WIDE_COLS``, 8 from there; 640 and
+    768: 12 below ``VOXEL_DENSE_COLS``, 8 from there."""
     def work(kz):
         share = voxel_patch2_work(cols_per_voxel) if voxel_patch(kz, cols_per_voxel, rows_per_voxel) == 2 else 1.0
         return -(-int(nz) // (32 * kz)) * (kz + VOXEL_KZ_SETUP) * share

@@ -29,16 +29,19 @@
 // and 2 x 2, and takes 2 x 2 where the registers hold its sums for the row
 // windows the detector needs (voxel_patch; measured in docs/performance.md).
 // Per voxel: the row coordinate stepped in 32.32 fixed point (exact steps; the
-// fraction into a float's mantissa), then per row one load and three operations.
+// fraction into a float's mantissa), then per row one load and two operations
+// (the weight clamped to [0, 1] by the multiply-add itself, fma_sat).
 // The z fractions are float64-accurate where the forward's float32 march
 // (fmaf(dtau, mz, fr)) rounds: the two differ by that march's rounding, well
 // inside 1e-5 (the tests' adjoint bound); joseph_float32_bound covers both.
 //
-// The row index is always clamped to [-(JV_HMAX + 2), n_rows + JV_HMAX + 1]:
-// a clamped row window then lies wholly in the zero padding (JV_PAD_LO,
+// The row index is clamped to [-(JV_HMAX + 2), n_rows + JV_HMAX + 1]: a
+// clamped row window then lies wholly in the zero padding (JV_PAD_LO,
 // JV_PAD_HI rows), as the true one lies wholly outside the detector, so voxels
 // above or below the detector's reach, and lanes beyond nz, read zeros at the
-// cost of two integer operations instead of taking a slower path. The launcher
+// cost of two integer operations instead of taking a slower path. The 2 x 2
+// build at 16 z voxels skips the clamp for a (view, column, plane) whose rows
+// all lie inside that range (joseph_voxel_rule). The launcher
 // checks h < JV_HMAX + 1 (rows at least an eighth of a voxel apart in z).
 //
 // The constants come from raytrace.py (KERNEL_CONSTANTS, passed as -D options),
@@ -146,6 +149,19 @@ __device__ __forceinline__ float rcp_approx(float x)
 #endif
 }
 
+// a b + c clamped to [0, 1] in one instruction: a row weight never exceeds its
+// scale s <= 1, so this is max(0, a b + c) (to a rounding of s + zw (1 + d)).
+__device__ __forceinline__ float fma_sat(float a, float b, float c)
+{
+#ifdef __CUDA_ARCH__
+    float r;
+    asm("fma.rn.sat.f32 %0, %1, %2, %3;" : "=f"(r) : "f"(a), "f"(b), "f"(c));
+    return r;
+#else
+    return fminf(1.0f, fmaxf(0.0f, fmaf(a, b, c)));
+#endif
+}
+
 // The column coordinate of world point (x, y) from a view's float32 numbers
 // (joseph_voxel_gather's vf: source x, y and the view parameters 8, 5, 3, 6,
 // i.e. M^-1's entries (1, 2), (0, 2), (0, 0), (1, 0)): no float64 conversions
@@ -170,7 +186,7 @@ __device__ __forceinline__ float column_of_f(const float4& a, const float2& b, f
 // (T = the nearest row, t - T = F - 3/2). With JV_PATCH 1 the in-plane weight
 // scales the row weights and the voxel sums them directly; else the z sum goes
 // to the patch's voxel columns with their weights w[b].
-template <int NH, int KZ>
+template <int NH, int KZ, bool CLAMP>
 __device__ __forceinline__ void joseph_voxel_rows(const float* __restrict__ values, int coloff, long long t,
                                                   long long dt, float zS, const float (&w)[JV_PATCH], int tlo,
                                                   int thi, float (*acc[JV_PATCH])[KZ])
@@ -185,16 +201,16 @@ __device__ __forceinline__ void joseph_voxel_rows(const float* __restrict__ valu
         tq[q & 1] += dt2;
         const int T = (int)(tc >> 32);
         const float F = __int_as_float(0x3f800000 | ((unsigned)tc >> 9));
-        const float* p = values + (coloff + min(max(T, tlo), thi));
+        const float* p = values + (coloff + (CLAMP ? min(max(T, tlo), thi) : T));
         float sum = 0.0f;
         float& out = JV_PATCH == 1 ? (*acc[0])[q] : sum;
         if (NH < 0) {
-            out = fmaf(fmaxf(0.0f, fmaf(-zw, fabsf(F - 1.5f), s)), p[0], out);
+            out = fmaf(fma_sat(-zw, fabsf(F - 1.5f), s), p[0], out);
         }
 #pragma unroll
         for (int d = -NH; d <= NH + 1; ++d) {   // no iteration for NH = -1
-            const float wr = d >= 1 ? fmaf(zw, F, s - zw * (1 + d)) : fmaf(-zw, F, s + zw * (1 + d));
-            out = fmaf(fmaxf(0.0f, wr), p[d], out);
+            const float wr = d >= 1 ? fma_sat(zw, F, s - zw * (1 + d)) : fma_sat(-zw, F, s + zw * (1 + d));
+            out = fmaf(wr, p[d], out);
         }
         if (JV_PATCH > 1) {
 #pragma unroll
@@ -285,17 +301,31 @@ __device__ __forceinline__ void joseph_voxel_rule(const float4& va, const float2
 #pragma unroll
             for (int b = 0; b < JV_PATCH; ++b) dst[b] = MY ? &acc[a][b] : &acc[b][a];
             // nh is the same across the warp (a (view, column, plane) number): no divergence.
+            // 2 x 2 columns at 16 z voxels (taken where rows are sparse, voxel_patch) read
+            // the rows unclamped where the warp's row coordinates, from its first voxel's
+            // to its last's (t is affine in k), all lie a row inside [tlo, thi] and at most
+            // 2 rows serve a voxel. The other instances always clamp: with this path they
+            // measured slower from 1 row per voxel on (docs/performance.md).
+            const double tw0 = ((double)(k0 & ~31) - zA) * inv, tw1 = tw0 + (double)(32 * KZ - 1) * inv;
+            const bool inside = fmin(tw0, tw1) >= (double)(tlo + 1) && fmax(tw0, tw1) <= (double)(thi - 1);
+            if (JV_PATCH > 1 && KZ == 16 && nh <= 0 && inside) {
+                if (nh < 0)
+                    joseph_voxel_rows<-1, KZ, false>(values, coloff, t + (1LL << 31), dt, zSa, w, tlo, thi, dst);
+                else
+                    joseph_voxel_rows<0, KZ, false>(values, coloff, t, dt, zSa, w, tlo, thi, dst);
+                continue;
+            }
             // A window wider than needed reads rows of weight zero: above 3 rows per
             // voxel, two instances serve 4-5 and 6-7 (fewer instances to compile).
             switch (nh) {
-            case -1: joseph_voxel_rows<-1, KZ>(values, coloff, t + (1LL << 31), dt, zSa, w, tlo, thi, dst); break;
-            case 0: joseph_voxel_rows<0, KZ>(values, coloff, t, dt, zSa, w, tlo, thi, dst); break;   // |zS| > 1
-            case 1: joseph_voxel_rows<1, KZ>(values, coloff, t, dt, zSa, w, tlo, thi, dst); break;
-            case 2: joseph_voxel_rows<2, KZ>(values, coloff, t, dt, zSa, w, tlo, thi, dst); break;
-            case 3: joseph_voxel_rows<3, KZ>(values, coloff, t, dt, zSa, w, tlo, thi, dst); break;
+            case -1: joseph_voxel_rows<-1, KZ, true>(values, coloff, t + (1LL << 31), dt, zSa, w, tlo, thi, dst); break;
+            case 0: joseph_voxel_rows<0, KZ, true>(values, coloff, t, dt, zSa, w, tlo, thi, dst); break;   // |zS| > 1
+            case 1: joseph_voxel_rows<1, KZ, true>(values, coloff, t, dt, zSa, w, tlo, thi, dst); break;
+            case 2: joseph_voxel_rows<2, KZ, true>(values, coloff, t, dt, zSa, w, tlo, thi, dst); break;
+            case 3: joseph_voxel_rows<3, KZ, true>(values, coloff, t, dt, zSa, w, tlo, thi, dst); break;
             case 4:
-            case 5: joseph_voxel_rows<5, KZ>(values, coloff, t, dt, zSa, w, tlo, thi, dst); break;
-            default: joseph_voxel_rows<JV_HMAX, KZ>(values, coloff, t, dt, zSa, w, tlo, thi, dst); break;
+            case 5: joseph_voxel_rows<5, KZ, true>(values, coloff, t, dt, zSa, w, tlo, thi, dst); break;
+            default: joseph_voxel_rows<JV_HMAX, KZ, true>(values, coloff, t, dt, zSa, w, tlo, thi, dst); break;
             }
         }
     }
