@@ -71,11 +71,14 @@ def n_distinct(devices) -> int:
 def compare(name, run_one, run_set, devices, updates, reps):
     """Time both, record both rows, return (t_one, t_set)."""
     import cupy as cp
+
+    from leveret.pipeline import free_pinned_blocks
     sync = cp.cuda.Device().synchronize
 
     def release():
         # cached pinned blocks are not split for other sizes: 2048^3 FDK's would pile up
         cp.get_default_pinned_memory_pool().free_all_blocks()
+        free_pinned_blocks()
         cp.get_default_memory_pool().free_all_blocks()
 
     t_one = median_time(run_one, reps=reps, sync=sync)

@@ -121,10 +121,11 @@ def touch_pages(array: np.ndarray) -> None:
 
 
 # Page-locked host memory for asynchronous transfers. cudaHostAlloc (CuPy's
-# pinned memory) locks pages at about 1 GB/s on an H200 host; a NumPy
-# allocation whose pages the copy threads fault in, then cudaHostRegister
-# locks, takes about 0.06 s per GB. Blocks (sizes rounded up to PINNED_ROUND
-# bytes) are kept for reuse, as CuPy's pinned memory pool keeps its own.
+# pinned memory) locks pages one by one in the driver; a NumPy allocation
+# whose pages the copy threads fault in, then cudaHostRegister locks, is
+# ready an order of magnitude sooner (docs/performance.md, "Streamed FDK").
+# Blocks (sizes rounded up to PINNED_ROUND bytes) are kept for reuse, as
+# CuPy's pinned memory pool keeps its own.
 PINNED_ROUND = 1 << 20
 _pinned_free: dict[int, list] = {}
 _pinned_lock = threading.Lock()
