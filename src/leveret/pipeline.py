@@ -104,7 +104,6 @@ def parallel_copy(dst: np.ndarray, src: np.ndarray) -> None:
         f.result()
 
 
-
 def touch_pages(array: np.ndarray) -> None:
     """Write one element of each page of the contiguous ``array``, split over
     the copy threads: a fresh allocation's first writes are page faults, which

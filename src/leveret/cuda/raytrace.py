@@ -165,10 +165,10 @@ def voxel_patch(kz: int, cols_per_voxel: float = 1.0, rows_per_voxel: float = 1.
     and at kz 16 below ``VOXEL_SPARSE_ROWS``; else 1. 4 x 12 and 4 x 16 sums
     fill the registers (one 4-byte value spills), so the 2 x 2 columns win
     only where the row windows are narrow. Measured on an H200
-    (docs/performance.md, "Which transpose"): at 12, 14-17 % faster with the
-    one- and two-row windows of sparser detectors (384 to 896 slices, 0.75
-    columns per voxel); at 16, 8 % faster at 0.5 rows per voxel and 2-8 %
-    slower from 0.75 on."""
+    (docs/performance.md, "Which transpose"): at 12, 13-14 % faster with the
+    one- and two-row windows of sparser detectors (384 to 768 slices, 0.75
+    columns per voxel), 9 % slower at 2.5; at 16, 9 % faster at 0.5 rows per
+    voxel and 7-15 % slower from 0.75 on."""
     if kz <= 8:
         return 2
     if kz <= 12:
