@@ -158,8 +158,11 @@ class _PinnedOwner:
                                     "version": 3}
 
     def __del__(self):
-        with _pinned_lock:
-            _pinned_free.setdefault(self.block.nbytes, []).append(self.block)
+        try:
+            with _pinned_lock:
+                _pinned_free.setdefault(self.block.nbytes, []).append(self.block)
+        except (TypeError, AttributeError):   # at interpreter exit the module's globals may be gone
+            pass
 
 
 def empty_pinned(shape, dtype=np.float32) -> np.ndarray:
