@@ -104,19 +104,20 @@ def parallel_copy(dst: np.ndarray, src: np.ndarray) -> None:
         f.result()
 
 
-def touch_pages(array: np.ndarray) -> None:
-    """Write one element of each page of the contiguous ``array``, split over
-    the copy threads: a fresh allocation's first writes are page faults, which
-    one thread takes several times longer to serve than the memory system needs."""
+def touch_pages(array: np.ndarray, pool: ThreadPoolExecutor | None = None, parts: int | None = None) -> list:
+    """Futures writing one element of each page of the contiguous ``array``,
+    in ``parts`` pieces on ``pool`` (default: the copy threads, a piece each):
+    a fresh allocation's first writes are page faults, which one thread takes
+    several times longer to serve than the memory system needs."""
     flat = array.reshape(-1)
     step = max(1, 4096 // flat.itemsize)
-    if _copy_pool is None:
-        copy_threads_for(1)
-    pool = _copy_pool
-    bounds = np.linspace(0, flat.size, _COPY_THREADS + 1).astype(np.int64) // step * step
-    bounds[-1] = flat.size
-    for f in [pool.submit(flat[a:b:step].fill, 0) for a, b in zip(bounds[:-1], bounds[1:]) if b > a]:
-        f.result()
+    if pool is None:
+        if _copy_pool is None:
+            copy_threads_for(1)
+        pool, parts = _copy_pool, _COPY_THREADS
+    # pieces start on a page boundary; what lies past the last boundary faults at its first write
+    bounds = np.linspace(0, flat.size, parts + 1).astype(np.int64) // step * step
+    return [pool.submit(flat[a:b:step].fill, 0) for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
 
 
 # Page-locked host memory for asynchronous transfers. cudaHostAlloc (CuPy's
@@ -138,7 +139,8 @@ class _PinnedBlock:
     def __init__(self, nbytes: int):
         import cupy
         self.raw = np.empty(nbytes, np.uint8)
-        touch_pages(self.raw)
+        for touched in touch_pages(self.raw):
+            touched.result()
         self.ptr, self.nbytes = self.raw.ctypes.data, nbytes
         cupy.cuda.runtime.hostRegister(self.ptr, nbytes, 1)   # 1: cudaHostRegisterPortable
 

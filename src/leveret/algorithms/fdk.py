@@ -933,9 +933,8 @@ class _Staging:
 
     def touch(self, dst: np.ndarray) -> list:
         """Futures faulting in the pages of the flat array ``dst``, split over the touch threads."""
-        step = max(1, 4096 // dst.itemsize)
-        bounds = np.linspace(0, dst.size, self._n_touch + 1).astype(np.int64) // step * step
-        return [self._toucher.submit(dst[a:b:step].fill, 0) for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
+        from ..pipeline import touch_pages
+        return touch_pages(dst, self._toucher, self._n_touch)
 
     def copy_out(self, dst, buffer, landed, touched) -> None:
         """Copy ``buffer`` into ``dst`` once ``landed`` (a CUDA event) has
