@@ -528,8 +528,12 @@ def _fdk_devices(devices, projections, geometry, volume, slabs, y_parts=1, *, pr
         c = _view_chunks(geometry.n_views, s["chunk_views"], from_host=not s.get("weighted") and not s["fixed_chunks"])
         return (c[0].stop - c[0].start) * (rows[1] - rows[0]) * geometry.n_cols
 
+    @functools.lru_cache(maxsize=None)   # every box's, once (a slab halved for memory adds its halves' boxes)
+    def box_rows(k0, k1, j0, j1):
+        return rows_seen(geometry, _box(volume, k0, k1, j0, j1))
+
     # every box's input buffers of one size: the pinned memory pool then hands the same two back to each
-    seen_rows = [rows_seen(geometry, _box(volume, k0, k1, j0, j1)) for k0, k1 in slabs for j0, j1 in parts]
+    seen_rows = [box_rows(k0, k1, j0, j1) for k0, k1 in slabs for j0, j1 in parts]
     in_elements = max((chunk_elements(r) for r in seen_rows if r is not None), default=0)
     splits: list = []
     lock = threading.Lock()
@@ -544,7 +548,7 @@ def _fdk_devices(devices, projections, geometry, volume, slabs, y_parts=1, *, pr
     def work(worker, k0, k1):
         for j0, j1 in parts:
             box = _box(volume, k0, k1, j0, j1)
-            rows = rows_seen(geometry, box)
+            rows = box_rows(k0, k1, j0, j1)
             if rows is not None:   # else the box projects off the detector in every view: zero
                 seen = projections[:, rows[0]:rows[1]]
                 if input_on_gpu:
