@@ -450,3 +450,22 @@ def test_structured_validity_is_detected():
         Projector(wide, volume, structured="yes")
     with pytest.raises(ValueError, match="structured"):
         Projector(wide, volume, structured=True, backend="cpu")
+
+
+def test_host_build_joseph_voxel_unclamped_rows(lib, lib_patch2, rng):
+    """2 x 2 columns at 16 z voxels read the rows unclamped where a warp's
+    rows all lie inside the padded column: a tall volume (512 slices, one z
+    tile, no lane beyond nz) whose rows, 0.45-0.55 per z voxel (one- and
+    two-row windows), a detector of 300 rows holds with room to spare, so
+    every (view, column, plane) takes that path; both builds against the
+    float64 CPU transpose to 1e-6 of the largest value; output poisoned."""
+    volume = VolumeGeometry((512, 4, 4), 1.0)
+    geometry = ConeGeometry.circular(np.linspace(0, 2 * np.pi, 9, endpoint=False), 400, 600, 300, 10, 3.0)
+    A = Projector(geometry, volume, model="joseph", precision="float64", backend="cpu")
+    _, params, _, _, _, n_cols = _kernel_inputs(geometry, A)
+    assert 0.45 < voxel_rows_per_voxel(params, n_cols, volume.shape, A._offset, A._scale) < 0.55
+    y = rng.standard_normal(geometry.projection_shape).astype(np.float32)
+    ref = A.T(y.astype(np.float64))
+    for build in (lib, lib_patch2):
+        got = _voxel_transpose(build, geometry, volume, A, y, 16)
+        np.testing.assert_allclose(got, ref, rtol=0, atol=1e-6 * np.abs(ref).max())
