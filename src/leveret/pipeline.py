@@ -25,6 +25,11 @@ transfers hide behind compute, ``wall`` is close to ``compute`` plus one
 chunk's load, copy in, copy out and store (the pipeline's fill and drain).
 ``leveret.fbp`` and ``leveret.fdk`` pass their ``stats`` argument through;
 on several GPUs they report :func:`merge_stats` of their pipelines.
+
+Results that stay on the device while they are built (FDK's volume) come
+back by :class:`SlabDownload`: slab by slab, as the kernels finishing each
+are queued, through the pinned buffers of a :class:`Staging` (which several
+downloads may share); pinned host memory comes from :func:`empty_pinned`.
 """
 from __future__ import annotations
 
@@ -341,3 +346,217 @@ def stream_chunks(chunks: Sequence | Iterable, *, in_shape: Callable, out_shape:
         stats.update({"wall": time.perf_counter() - wall0, "setup": setup, "chunks": c, **host_seconds})
         for kind, events in spans.items():
             stats[kind] = sum(cupy.cuda.get_elapsed_time(a, b) for a, b in zip(events[::2], events[1::2])) * 1e-3
+
+
+def ranges(n: int, step: int) -> list[tuple[int, int]]:
+    """``range(n)`` in consecutive (start, stop) ranges of ``step`` (the last shorter)."""
+    return [(k, min(n, k + step)) for k in range(0, n, step)]
+
+
+# Downloads of a device volume into NumPy (fdk's slabs and boxes): a
+# download's own staging holds STAGING_BUFFERS blocks of STAGING_BYTES
+STAGING_BUFFERS = 4
+STAGING_BYTES = 64 << 20
+
+
+class Staging:
+    """Pinned buffers that device->host transfers land in, and the threads
+    that copy each landed buffer into its NumPy destination and give it back.
+
+    At most ``capacity`` bytes of buffers are in use at a time (one buffer
+    larger than that when none is). One staging may serve the downloads of
+    many slabs (``_fdk_devices``' workers share one): a slab's download then
+    returns as soon as its transfers have landed, its device memory free for
+    the next slab, while its copies into NumPy run beside the next slab's
+    work; :meth:`drain` waits for them all. The destinations' pages are
+    faulted in ahead of the copies (:meth:`touch`) by background threads."""
+
+    def __init__(self, capacity: int):
+        self.capacity = int(capacity)
+        self._used = 0
+        self._room = threading.Condition()
+        self._closed = threading.Event()
+        self._copies: list = []
+        self._copier = ThreadPoolExecutor(2, thread_name_prefix="leveret-download")
+        self._n_touch = max(1, _COPY_THREADS // 2)   # beside the copy threads that gather the input
+        self._toucher = ThreadPoolExecutor(self._n_touch, thread_name_prefix="leveret-touch")
+
+    def take(self, n: int, dtype, stop: threading.Event):
+        """A pinned buffer of ``n`` elements once there is room; None if ``stop``
+        or the staging is closed first."""
+        nbytes = n * np.dtype(dtype).itemsize
+        with self._room:
+            while self._used and self._used + nbytes > self.capacity:
+                if stop.is_set() or self._closed.is_set():
+                    return None
+                self._room.wait(0.05)
+            if stop.is_set() or self._closed.is_set():
+                return None
+            self._used += nbytes
+        return empty_pinned(n, dtype)
+
+    def _give_back(self, buffer) -> None:
+        with self._room:
+            self._used -= buffer.nbytes
+            self._room.notify_all()
+
+    def touch(self, dst: np.ndarray) -> list:
+        """Futures faulting in the pages of the flat array ``dst``, split over the touch threads."""
+        return touch_pages(dst, self._toucher, self._n_touch)
+
+    def copy_out(self, dst, buffer, landed, touched) -> None:
+        """Copy ``buffer`` into ``dst`` once ``landed`` (a CUDA event) has
+        happened and the futures ``touched`` are done; then give it back."""
+        future = self._copier.submit(self._copy_out, dst, buffer, landed, touched)
+        with self._room:
+            self._copies.append(future)
+
+    def _copy_out(self, dst, buffer, landed, touched) -> None:
+        try:
+            for pages in touched:   # the destination's pages are in before its copy
+                pages.result()
+            landed.synchronize()
+            parallel_copy(dst, buffer[:dst.size].reshape(dst.shape))
+        finally:
+            self._give_back(buffer)
+
+    def drain(self) -> None:
+        """Wait for every copy handed over so far; raise the first failure."""
+        while True:
+            with self._room:
+                if not self._copies:
+                    return
+                future = self._copies.pop(0)
+            future.result()
+
+    def close(self) -> None:
+        """Stop the threads (at once for work not yet started)."""
+        self._closed.set()
+        self._copier.shutdown(wait=True, cancel_futures=True)
+        self._toucher.shutdown(wait=True, cancel_futures=True)
+        self._copies = []
+
+
+class SlabDownload:
+    """Copies a device volume to NumPy slab by slab, each slab as soon as the
+    kernels finishing it are queued: the transfers (on their own stream) and
+    the host copies overlap the last slabs' back-projection.
+
+    The transfers go through pinned buffers of a :class:`Staging`, in
+    blocks of the slab of at most ``block_bytes``: one thread queues them
+    slab after slab, each into a buffer as one is free, and the staging's
+    threads copy the landed blocks into the NumPy result, while the next
+    blocks land in other buffers. Pinning memory takes time in proportion
+    to its size, and locks as much host memory, so a download's own staging
+    keeps at most ``STAGING_BUFFERS`` blocks of ``STAGING_BYTES`` in flight; the buffers come
+    back from the pinned memory pool (``leveret.pipeline.empty_pinned``) for
+    every later slab and call.
+
+    ``staging``: a staging shared with other downloads. :meth:`finish` then
+    returns once the transfers have landed (the device volume may be freed),
+    and the result is complete after the staging's ``drain``. Without it,
+    the download has its own and :meth:`finish` returns the complete result.
+
+    The NumPy result is allocated at once and its pages are touched by
+    background threads while the GPU works, slab by slab in download order:
+    a fresh array's first writes are page faults, which would otherwise make
+    the final copies wait after the GPU has finished; one thread can take
+    longer than the GPU's whole run to fault in a large volume, so the pages
+    of each slab are split over the touch threads. ``host_out`` may be a box
+    of a larger array (``fdk``'s boxes along y), contiguous slice by slice.
+
+    ``alignment``: slabs start on multiples of it (the kernels' z blocks);
+    ``n_slabs``: about how many slabs the volume is cut into.
+    """
+
+    def __init__(self, volume, alignment: int, n_slabs: int = 8, host_out=None, staging: Staging | None = None,
+                 block_bytes: int = STAGING_BYTES):
+        import cupy
+        nz = volume.shape[0]
+        step = max(alignment, -(-nz // n_slabs // alignment) * alignment)
+        self.slabs = ranges(nz, step)
+        self.volume = volume
+        self.device = cupy.cuda.Device().id
+        self.stream = cupy.cuda.Stream(non_blocking=True)
+        self.out = np.empty(volume.shape, volume.dtype) if host_out is None else host_out
+        self.block_bytes = int(block_bytes)
+        self._own = staging is None
+        self.staging = Staging(STAGING_BUFFERS * STAGING_BYTES) if staging is None else staging
+        self._blocks = {k0: self._blocks_of(k0, k1) for k0, k1 in self.slabs}
+        self._closed = threading.Event()
+        self.blocks_sent = 0
+        self._landed = None   # the last block's transfer
+        # one thread queues the transfers, slab after slab
+        self._sender = ThreadPoolExecutor(1, thread_name_prefix="leveret-download")
+        self._touched = {k0: [f for dst, _ in blocks if dst.ndim == 1 for f in self.staging.touch(dst)]
+                         for k0, blocks in self._blocks.items()}   # a slice that is not contiguous: its copy faults
+        self._sent: list = []
+
+    def _blocks_of(self, k0: int, k1: int) -> list:
+        """The transfer blocks of slices ``k0:k1``: (host destination, element
+        offset in the device volume), each destination contiguous and flat
+        (at most ``block_bytes``), or one whole slice where it is not
+        contiguous."""
+        plane = int(np.prod(self.out.shape[1:]))
+        limit = max(1, self.block_bytes // self.out.itemsize)
+        runs = self.out[k0:k1]
+        if runs.flags.c_contiguous:
+            runs = [(runs.reshape(-1), k0 * plane)]
+        else:
+            runs = [(self.out[k].reshape(-1) if self.out[k].flags.c_contiguous else self.out[k], k * plane)
+                    for k in range(k0, k1)]
+        blocks = []
+        for dst, start in runs:
+            if dst.ndim == 1:
+                blocks += [(dst[a:b], start + a) for a, b in ranges(dst.size, limit)]
+            else:
+                blocks.append((dst, start))
+        return blocks
+
+    def queue(self, slab) -> None:
+        """Download slices ``slab`` (k0, k1) once the kernels queued so far on
+        the current stream have run; returns at once."""
+        import cupy
+        self._sent.append(self._sender.submit(self._send, slab, cupy.cuda.get_current_stream().record()))
+
+    def _send(self, slab, ready) -> None:
+        """Queue the slab's blocks' transfers, each into a staging buffer as
+        one is free, and hand each to the staging's copy threads."""
+        import cupy
+
+        touched = self._touched.pop(slab[0], [])
+        with cupy.cuda.Device(self.device):   # this thread's events on the volume's GPU
+            self.stream.wait_event(ready)
+            flat = self.volume.reshape(-1)
+            for dst, start in self._blocks[slab[0]]:
+                buffer = self.staging.take(dst.size, self.out.dtype, self._closed)
+                if buffer is None:
+                    return
+                part = flat[start:start + dst.size]
+                _copy_async(buffer.ctypes.data, part.data.ptr, part.nbytes, cupy.cuda.runtime.memcpyDeviceToHost,
+                            self.stream)
+                self.blocks_sent += 1
+                self._landed = self.stream.record()
+                self.staging.copy_out(dst, buffer, self._landed, touched)
+
+    def finish(self) -> np.ndarray:
+        """Wait for the transfers (and, with the download's own staging, the
+        copies into the result); returns the result."""
+        for f in self._sent:     # every transfer queued, so every copy handed over
+            f.result()
+        if self._own:
+            self.staging.drain()
+        elif self._landed is not None:
+            self._landed.synchronize()
+        return self.out
+
+    def close(self) -> None:
+        """Stop the background threads (at once for work not yet started) and
+        let go of the buffers: a volume must not stay alive for as long as
+        something still holds this object."""
+        self._closed.set()
+        self._sender.shutdown(wait=True, cancel_futures=True)
+        if self._own:
+            self.staging.close()
+        self.volume = self.out = self.staging = None
+        self._touched, self._blocks, self._sent = {}, {}, []

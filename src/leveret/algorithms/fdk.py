@@ -4,7 +4,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import threading
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -13,6 +12,7 @@ from ..devices import for_backend as devices_for_backend
 from ..filters import FILTERS, apply_filter, filter_response
 from ..geometry import VolumeGeometry
 from ..operators.cone import RAY_MIN_VIEWS, ConeBackprojection
+from ..pipeline import STAGING_BUFFERS, STAGING_BYTES, SlabDownload, Staging, ranges
 
 
 def fdk(projections, geometry, volume: VolumeGeometry, *, filter: str = "ram-lak",
@@ -171,7 +171,7 @@ def fdk(projections, geometry, volume: VolumeGeometry, *, filter: str = "ram-lak
                                         **settings)
     if slab_slices is None and len(slabs) < len(devices):   # every GPU gets a slab (as _plan_slabs cuts)
         step = -(-volume.nz // len(devices))
-        slabs = _ranges(volume.nz, step)
+        slabs = ranges(volume.nz, step)
     y_parts = 1
     if slab_slices is None and backend == "cuda":
         slabs, y_parts = _slabs_in_boxes(geometry, volume, slabs, settings["chunk_views"], len(devices),
@@ -492,7 +492,7 @@ class _DeviceSlab:
         self.k0, self.k1, self.next = k0, k1, 0
         self.res = cupy.zeros((k1 - k0, volume.ny, volume.nx), np.float32)
         self.alias = slab_alias(self.res, k0, volume.shape)
-        self.download = None if host_out is None else _SlabDownload(self.res, alignment, host_out=host_out)
+        self.download = None if host_out is None else SlabDownload(self.res, alignment, host_out=host_out)
 
 
 def _fdk_devices(devices, projections, geometry, volume, slabs, y_parts=1, *, progress, stats, **settings):
@@ -520,7 +520,7 @@ def _fdk_devices(devices, projections, geometry, volume, slabs, y_parts=1, *, pr
     else:
         out = np.zeros(volume.shape, dtype)
     step = -(-volume.ny // y_parts)
-    parts = _ranges(volume.ny, step)
+    parts = ranges(volume.ny, step)
 
     def chunk_elements(rows) -> int:
         """The largest view chunk's elements for a box seeing ``rows``, as _reconstruct cuts them."""
@@ -542,7 +542,7 @@ def _fdk_devices(devices, projections, geometry, volume, slabs, y_parts=1, *, pr
     if not input_on_gpu:   # room for a box per worker: a worker's next box starts while its last is copied out
         from ..memory import host_available_bytes
         box_bytes = max(k1 - k0 for k0, k1 in slabs) * step * volume.nx * np.dtype(dtype).itemsize
-        staging = _Staging(max(STAGING_BUFFERS * STAGING_BYTES,
+        staging = Staging(max(STAGING_BUFFERS * STAGING_BYTES,
                                min(len(devices) * box_bytes, host_available_bytes() // 16)))
 
     def work(worker, k0, k1):
@@ -612,7 +612,7 @@ def _slabs_in_boxes(geometry, volume: VolumeGeometry, slabs, chunk_views: int, n
         if blocks >= 1:
             per_worker = -(-volume.nz // (n_workers * DEPTH))                   # blocks, at least a slab per worker
             step = DEPTH * min(blocks, per_worker)
-            return _ranges(volume.nz, step), y_parts
+            return ranges(volume.nz, step), y_parts
     return slabs, 1
 
 
@@ -651,12 +651,7 @@ def _view_chunks(n_views: int, chunk_views: int, *, from_host: bool) -> list[sli
     1/HOST_CHUNKS of them each, so that transfers overlap the GPU's work."""
     if from_host:
         chunk_views = min(chunk_views, max(1, -(-n_views // HOST_CHUNKS)))
-    return [slice(a, b) for a, b in _ranges(n_views, chunk_views)]
-
-
-def _ranges(n: int, step: int) -> list[tuple[int, int]]:
-    """``range(n)`` in consecutive (start, stop) ranges of ``step`` (the last shorter)."""
-    return [(k, min(n, k + step)) for k in range(0, n, step)]
+    return [slice(a, b) for a, b in ranges(n_views, chunk_views)]
 
 
 def _view_bytes(geometry) -> int:
@@ -704,7 +699,7 @@ def _plan_slabs(geometry, volume, backend, max_gpu_memory, slab_slices, budget=N
     slab_slices = min(slab_slices, volume.nz)
     n_slabs = -(-volume.nz // slab_slices)
     slab_slices = -(-volume.nz // n_slabs)   # equal slabs: the memory pool reuses one block
-    return _ranges(volume.nz, slab_slices), chunk_views
+    return ranges(volume.nz, slab_slices), chunk_views
 
 
 class FDKWeighting:
@@ -754,7 +749,7 @@ def _reconstruct(projections, geometry, volume, *, filter, cutoff, padding, shor
     """FDK of one volume (or slab) from the projections it needs.
 
     ``host_out``: the NumPy array that NumPy input's result is downloaded
-    into (default a new one). ``staging``: a :class:`_Staging` shared with
+    into (default a new one). ``staging``: a :class:`leveret.pipeline.Staging` shared with
     other calls' downloads; the call then returns before the copies into
     ``host_out`` are done (the staging's ``drain`` waits for them).
     ``weighted``: the NumPy projections are weighted and filtered already
@@ -783,7 +778,7 @@ def _reconstruct(projections, geometry, volume, *, filter, cutoff, padding, shor
 
             n_bad = xp.zeros((), xp.int64)
             split: dict = {}
-            download = _SlabDownload(out, op.slab_alignment, host_out=host_out, staging=staging)
+            download = SlabDownload(out, op.slab_alignment, host_out=host_out, staging=staging)
 
             def compute(views, d_in, _):
                 if weighted:
@@ -884,215 +879,6 @@ class _FilteredOnHost:
             raise ValueError(v.nonfinite_message("projections", int(n_bad)))
         stats.update(split)
         return cls(out, r0)
-
-
-# a download's own staging (_Staging): blocks of at most STAGING_BYTES, at most
-# STAGING_BUFFERS of them in flight
-STAGING_BUFFERS = 4
-STAGING_BYTES = 64 << 20
-
-
-class _Staging:
-    """Pinned buffers that device->host transfers land in, and the threads
-    that copy each landed buffer into its NumPy destination and give it back.
-
-    At most ``capacity`` bytes of buffers are in use at a time (one buffer
-    larger than that when none is). One staging may serve the downloads of
-    many slabs (``_fdk_devices``' workers share one): a slab's download then
-    returns as soon as its transfers have landed, its device memory free for
-    the next slab, while its copies into NumPy run beside the next slab's
-    work; :meth:`drain` waits for them all. The destinations' pages are
-    faulted in ahead of the copies (:meth:`touch`) by background threads."""
-
-    def __init__(self, capacity: int):
-        from ..pipeline import _COPY_THREADS
-        self.capacity = int(capacity)
-        self._used = 0
-        self._room = threading.Condition()
-        self._closed = threading.Event()
-        self._copies: list = []
-        self._copier = ThreadPoolExecutor(2, thread_name_prefix="leveret-fdk-out")
-        self._n_touch = max(1, _COPY_THREADS // 2)   # beside the copy threads that gather the input
-        self._toucher = ThreadPoolExecutor(self._n_touch, thread_name_prefix="leveret-fdk-touch")
-
-    def take(self, n: int, dtype, stop: threading.Event):
-        """A pinned buffer of ``n`` elements once there is room; None if ``stop``
-        or the staging is closed first."""
-        from ..pipeline import empty_pinned
-        nbytes = n * np.dtype(dtype).itemsize
-        with self._room:
-            while self._used and self._used + nbytes > self.capacity:
-                if stop.is_set() or self._closed.is_set():
-                    return None
-                self._room.wait(0.05)
-            if stop.is_set() or self._closed.is_set():
-                return None
-            self._used += nbytes
-        return empty_pinned(n, dtype)
-
-    def _give_back(self, buffer) -> None:
-        with self._room:
-            self._used -= buffer.nbytes
-            self._room.notify_all()
-
-    def touch(self, dst: np.ndarray) -> list:
-        """Futures faulting in the pages of the flat array ``dst``, split over the touch threads."""
-        from ..pipeline import touch_pages
-        return touch_pages(dst, self._toucher, self._n_touch)
-
-    def copy_out(self, dst, buffer, landed, touched) -> None:
-        """Copy ``buffer`` into ``dst`` once ``landed`` (a CUDA event) has
-        happened and the futures ``touched`` are done; then give it back."""
-        future = self._copier.submit(self._copy_out, dst, buffer, landed, touched)
-        with self._room:
-            self._copies.append(future)
-
-    def _copy_out(self, dst, buffer, landed, touched) -> None:
-        from ..pipeline import parallel_copy
-        try:
-            for pages in touched:   # the destination's pages are in before its copy
-                pages.result()
-            landed.synchronize()
-            parallel_copy(dst, buffer[:dst.size].reshape(dst.shape))
-        finally:
-            self._give_back(buffer)
-
-    def drain(self) -> None:
-        """Wait for every copy handed over so far; raise the first failure."""
-        while True:
-            with self._room:
-                if not self._copies:
-                    return
-                future = self._copies.pop(0)
-            future.result()
-
-    def close(self) -> None:
-        """Stop the threads (at once for work not yet started)."""
-        self._closed.set()
-        self._copier.shutdown(wait=True, cancel_futures=True)
-        self._toucher.shutdown(wait=True, cancel_futures=True)
-        self._copies = []
-
-
-class _SlabDownload:
-    """Copies a device volume to NumPy slab by slab, each slab as soon as the
-    kernels finishing it are queued: the transfers (on their own stream) and
-    the host copies overlap the last slabs' back-projection.
-
-    The transfers go through pinned buffers of a :class:`_Staging`, in
-    blocks of the slab of at most ``STAGING_BYTES``: one thread queues them
-    slab after slab, each into a buffer as one is free, and the staging's
-    threads copy the landed blocks into the NumPy result, while the next
-    blocks land in other buffers. Pinning memory takes time in proportion
-    to its size, and locks as much host memory, so a download's own staging
-    keeps at most ``STAGING_BUFFERS`` blocks in flight; the buffers come
-    back from the pinned memory pool (``leveret.pipeline.empty_pinned``) for
-    every later slab and call.
-
-    ``staging``: a staging shared with other downloads. :meth:`finish` then
-    returns once the transfers have landed (the device volume may be freed),
-    and the result is complete after the staging's ``drain``. Without it,
-    the download has its own and :meth:`finish` returns the complete result.
-
-    The NumPy result is allocated at once and its pages are touched by
-    background threads while the GPU works, slab by slab in download order:
-    a fresh array's first writes are page faults, which would otherwise make
-    the final copies wait after the GPU has finished; one thread can take
-    longer than the GPU's whole run to fault in a large volume, so the pages
-    of each slab are split over the touch threads. ``host_out`` may be a box
-    of a larger array (``fdk``'s boxes along y), contiguous slice by slice.
-    """
-
-    def __init__(self, volume, alignment: int, n_slabs: int = 8, host_out=None, staging: _Staging | None = None):
-        import cupy
-        nz = volume.shape[0]
-        step = max(alignment, -(-nz // n_slabs // alignment) * alignment)
-        self.slabs = _ranges(nz, step)
-        self.volume = volume
-        self.device = cupy.cuda.Device().id
-        self.stream = cupy.cuda.Stream(non_blocking=True)
-        self.out = np.empty(volume.shape, volume.dtype) if host_out is None else host_out
-        self._own = staging is None
-        self.staging = _Staging(STAGING_BUFFERS * STAGING_BYTES) if staging is None else staging
-        self._blocks = {k0: self._blocks_of(k0, k1) for k0, k1 in self.slabs}
-        self._closed = threading.Event()
-        self.blocks_sent = 0
-        self._landed = None   # the last block's transfer
-        # one thread queues the transfers, slab after slab
-        self._sender = ThreadPoolExecutor(1, thread_name_prefix="leveret-fdk-out")
-        self._touched = {k0: [f for dst, _ in blocks if dst.ndim == 1 for f in self.staging.touch(dst)]
-                         for k0, blocks in self._blocks.items()}   # a slice that is not contiguous: its copy faults
-        self._sent: list = []
-
-    def _blocks_of(self, k0: int, k1: int) -> list:
-        """The transfer blocks of slices ``k0:k1``: (host destination, element
-        offset in the device volume), each destination contiguous and flat
-        (at most ``STAGING_BYTES``), or one whole slice where it is not
-        contiguous."""
-        plane = int(np.prod(self.out.shape[1:]))
-        limit = max(1, STAGING_BYTES // self.out.itemsize)
-        runs = self.out[k0:k1]
-        if runs.flags.c_contiguous:
-            runs = [(runs.reshape(-1), k0 * plane)]
-        else:
-            runs = [(self.out[k].reshape(-1) if self.out[k].flags.c_contiguous else self.out[k], k * plane)
-                    for k in range(k0, k1)]
-        blocks = []
-        for dst, start in runs:
-            if dst.ndim == 1:
-                blocks += [(dst[a:b], start + a) for a, b in _ranges(dst.size, limit)]
-            else:
-                blocks.append((dst, start))
-        return blocks
-
-    def queue(self, slab) -> None:
-        """Download slices ``slab`` (k0, k1) once the kernels queued so far on
-        the current stream have run; returns at once."""
-        import cupy
-        self._sent.append(self._sender.submit(self._send, slab, cupy.cuda.get_current_stream().record()))
-
-    def _send(self, slab, ready) -> None:
-        """Queue the slab's blocks' transfers, each into a staging buffer as
-        one is free, and hand each to the staging's copy threads."""
-        import cupy
-
-        from ..pipeline import _copy_async
-        touched = self._touched.pop(slab[0], [])
-        with cupy.cuda.Device(self.device):   # this thread's events on the volume's GPU
-            self.stream.wait_event(ready)
-            flat = self.volume.reshape(-1)
-            for dst, start in self._blocks[slab[0]]:
-                buffer = self.staging.take(dst.size, self.out.dtype, self._closed)
-                if buffer is None:
-                    return
-                part = flat[start:start + dst.size]
-                _copy_async(buffer.ctypes.data, part.data.ptr, part.nbytes, cupy.cuda.runtime.memcpyDeviceToHost,
-                            self.stream)
-                self.blocks_sent += 1
-                self._landed = self.stream.record()
-                self.staging.copy_out(dst, buffer, self._landed, touched)
-
-    def finish(self) -> np.ndarray:
-        """Wait for the transfers (and, with the download's own staging, the
-        copies into the result); returns the result."""
-        for f in self._sent:     # every transfer queued, so every copy handed over
-            f.result()
-        if self._own:
-            self.staging.drain()
-        elif self._landed is not None:
-            self._landed.synchronize()
-        return self.out
-
-    def close(self) -> None:
-        """Stop the background threads (at once for work not yet started) and
-        let go of the buffers: a volume must not stay alive for as long as
-        something still holds this object."""
-        self._closed.set()
-        self._sender.shutdown(wait=True, cancel_futures=True)
-        if self._own:
-            self.staging.close()
-        self.volume = self.out = self.staging = None
-        self._touched, self._blocks, self._sent = {}, {}, []
 
 
 @functools.lru_cache(maxsize=4)

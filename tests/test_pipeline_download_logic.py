@@ -1,25 +1,24 @@
-"""fdk's download of a device volume to NumPy (``_SlabDownload``) run on the
-CPU through the stand-in CuPy (tests/stand_in_cupy.py): every slab reaches
+"""The download of a device volume to NumPy (``leveret.pipeline.SlabDownload``,
+fdk's slabs and boxes) run on the CPU through the stand-in CuPy
+(tests/stand_in_cupy.py): every slab reaches
 its place in the host array through the ring of staging buffers, into a
 whole volume, a box of a larger array (fdk's boxes along y) or a window
 whose slices are not contiguous, and nothing beside it is written. The
 ordering of real CUDA streams is checked by the GPU tests of test_fdk.py."""
 from __future__ import annotations
 
-import importlib
 import threading
 
 import numpy as np
 import pytest
 import stand_in_cupy
 
-fdk_module = importlib.import_module("leveret.algorithms.fdk")   # leveret.algorithms.fdk is also the function
+from leveret import pipeline
 
 
 @pytest.mark.parametrize("target", ["whole", "box", "window"])
 def test_every_slab_lands_through_the_ring(monkeypatch, rng, target):
     stand_in_cupy.install(monkeypatch, n_gpus=1)
-    monkeypatch.setattr(fdk_module, "STAGING_BYTES", 100 * 4)   # blocks of 100 values: the ring goes round often
     volume = stand_in_cupy.device_array(rng.random((10, 24, 40), dtype=np.float32))
     host = host_out = None   # "whole": the download allocates the result
     if target == "box":
@@ -28,7 +27,8 @@ def test_every_slab_lands_through_the_ring(monkeypatch, rng, target):
     elif target == "window":
         host = np.full((10, 24, 52), -1.0, np.float32)
         host_out = host[:, :, 5:45]
-    download = fdk_module._SlabDownload(volume, alignment=1, n_slabs=4, host_out=host_out)
+    download = pipeline.SlabDownload(volume, alignment=1, n_slabs=4, host_out=host_out,
+                                     block_bytes=100 * 4)   # blocks of 100 values: the ring goes round often
     try:
         for slab in download.slabs:
             download.queue(slab)
@@ -37,7 +37,7 @@ def test_every_slab_lands_through_the_ring(monkeypatch, rng, target):
     finally:
         download.close()
     np.testing.assert_array_equal(got, np.asarray(volume))
-    assert blocks > fdk_module.STAGING_BUFFERS
+    assert blocks > pipeline.STAGING_BUFFERS
     if target == "box":
         assert got.base is host and np.all(host[:, :13] == -1) and np.all(host[:, 37:] == -1)
     if target == "window":
@@ -51,31 +51,30 @@ def test_downloads_sharing_a_staging_return_before_their_copies(monkeypatch, rng
     staging never holds more than its capacity in buffers, and after its
     drain every box is in place."""
     stand_in_cupy.install(monkeypatch, n_gpus=1)
-    monkeypatch.setattr(fdk_module, "STAGING_BYTES", 100 * 4)
     release, held = threading.Event(), []
-    copy = fdk_module._Staging._copy_out
+    copy = pipeline.Staging._copy_out
 
     def held_copy(self, *args):
         release.wait(5)
         copy(self, *args)
 
-    take = fdk_module._Staging.take
+    take = pipeline.Staging.take
 
     def counted_take(self, *args):
         buffer = take(self, *args)
         held.append(self._used)   # bytes of buffers in use, this one included
         return buffer
 
-    monkeypatch.setattr(fdk_module._Staging, "_copy_out", held_copy)
-    monkeypatch.setattr(fdk_module._Staging, "take", counted_take)
+    monkeypatch.setattr(pipeline.Staging, "_copy_out", held_copy)
+    monkeypatch.setattr(pipeline.Staging, "take", counted_take)
     host = np.full((10, 48, 40), -1.0, np.float32)
     boxes = [stand_in_cupy.device_array(rng.random((10, 24, 40), dtype=np.float32)) for _ in range(2)]
     capacity = 2 * boxes[0].nbytes
-    staging = fdk_module._Staging(capacity)
+    staging = pipeline.Staging(capacity)
     try:
         for j, box in enumerate(boxes):
-            download = fdk_module._SlabDownload(box, alignment=1, n_slabs=3, host_out=host[:, 24 * j:24 * (j + 1)],
-                                                staging=staging)
+            download = pipeline.SlabDownload(box, alignment=1, n_slabs=3, host_out=host[:, 24 * j:24 * (j + 1)],
+                                             staging=staging, block_bytes=100 * 4)
             for slab in download.slabs:
                 download.queue(slab)
             assert download.finish() is not None
