@@ -69,6 +69,17 @@ STRUCTURED = _structured_geometries()
 TALL = (ConeGeometry.circular(np.linspace(0, 2 * np.pi, 9, endpoint=False), sid=60, sdd=90, n_rows=61,
                               n_cols=29, pixel_size=1.4, det_offset=(0.7, -1.3)),
         VolumeGeometry((70, 17, 19), (1.0, 1.1, 0.6), center=(0.3, -0.4, 1.1)))
+# Rows 0.8 to ~6 per z voxel (voxels near the source see more): the voxel
+# transpose's every row window from two rows up (one: the sparse-rows tests).
+ROW_WINDOWS = (ConeGeometry.circular(np.linspace(0, 2 * np.pi, 7, endpoint=False), sid=28, sdd=36, n_rows=40,
+                                     n_cols=100, pixel_size=0.98),
+               VolumeGeometry((8, 24, 24), 1.0))
+# A tall volume (512 slices: one z tile of 16-deep lanes, none beyond nz) whose
+# rows, 0.45-0.55 per z voxel, a detector of 300 rows holds with room to spare:
+# the voxel transpose's 2 x 2 build at 16 z voxels reads every (view, column,
+# plane) on its unclamped row path.
+UNCLAMPED_ROWS = (ConeGeometry.circular(np.linspace(0, 2 * np.pi, 9, endpoint=False), 400, 600, 300, 10, 3.0),
+                  VolumeGeometry((512, 4, 4), 1.0))
 
 
 def _host(a) -> np.ndarray:

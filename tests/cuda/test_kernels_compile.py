@@ -28,10 +28,11 @@ CASES = [(p, d, p.name + (f"-build{i + 1}" if i else "")) for p in kernel_files(
 
 # Spills measured and kept, by (case, kernel): bytes of spill stores. The
 # 2 x 2 voxel gather at 12 and 16 z voxels per lane holds 48 and 64 sums in
-# its 128 registers and spills one 4-byte value; it still measured faster than
-# one column per warp where voxel_patch takes it (docs/performance.md).
+# its 128 registers and spills one and two 4-byte values; it still measured
+# faster than one column per warp where voxel_patch takes it, and at 16 with
+# the odd row windows than without them (docs/performance.md).
 SPILLS_ALLOWED = {("raytrace_voxel.cu-build2", "joseph_voxel_gather_kz12"): 4,
-                  ("raytrace_voxel.cu-build2", "joseph_voxel_gather_kz16"): 4}
+                  ("raytrace_voxel.cu-build2", "joseph_voxel_gather_kz16"): 8}
 
 
 @pytest.mark.parametrize("path,defines,case", CASES, ids=[c for _, _, c in CASES])

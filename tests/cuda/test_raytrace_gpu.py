@@ -15,7 +15,7 @@ from leveret.cuda.raytrace import (VOXEL_KZ, CudaRaytracer, joseph_float32_bound
                                    view_parameters)
 from leveret.operators import Projector
 
-from cases import GEOMETRIES, STRUCTURED, TALL, adjoint_scale, assert_close
+from cases import GEOMETRIES, ROW_WINDOWS, STRUCTURED, TALL, UNCLAMPED_ROWS, adjoint_scale, assert_close
 
 pytestmark = pytest.mark.gpu
 
@@ -69,6 +69,28 @@ def test_structured_siddon_equals_general(name, precision, rng):
     assert_close(back, G.T(y), TOL[precision])
     err, scale = _adjoint_error(out, y, x, back)
     assert err <= TOL[precision] * scale
+
+
+@pytest.mark.parametrize("name", list(STRUCTURED))
+def test_structured_siddon_transpose_in_any_view_group_and_slab(name, rng):
+    """Structured float32 Siddon's transpose with the views side by side in
+    groups of 16, 8 (siddon_view_group's two choices) and 3 (not dividing
+    the views), each in one z slab and in slabs of 4 slices: the general
+    path's transpose to 1e-5 of the largest value; outputs poisoned."""
+    cp = _cupy()
+    geometry, volume = STRUCTURED[name]
+    S = Projector(geometry, volume, model="siddon", precision="float32", backend="cuda", structured=True)
+    G = Projector(geometry, volume, model="siddon", precision="float32", backend="cuda", structured=False)
+    y = cp.asarray(rng.standard_normal(geometry.projection_shape), dtype=cp.float32)
+    ref = G.T(y)
+    for group in (16, 8, 3):
+        for slab in (volume.shape[0], 4):
+            r = CudaRaytracer(geometry, S._grid3, S._offset, S._scale, "siddon", np.float32, structured=True,
+                              z_slab=slab, view_group=group)
+            back = cp.full(volume.shape, np.nan, cp.float32)
+            r.adjoint(y, back.reshape(S._grid3))
+            assert not bool(cp.isnan(back).any()), (group, slab)
+            assert_close(back, ref, TOL["float32"])
 
 
 def test_structured_siddon_opts_in_to_more_shared_memory_on_wide_grids(rng):
@@ -222,14 +244,17 @@ def test_structured_joseph_voxel_transpose_equals_atomic(name, rng):
     assert err <= 1e-5 * scale
 
 
-def test_voxel_transpose_every_depth_and_patch(rng):
+@pytest.mark.parametrize("name, tol", [("tall", 2e-6), ("row_windows", 4e-6)])
+def test_voxel_transpose_every_depth_and_patch(name, tol, rng):
     """Every build of the voxel transpose: each z depth per lane (VOXEL_KZ)
-    with one voxel column per warp and with 2 x 2 (voxel_patch),
-    on the tall case (70 z voxels: one to three z tiles, lanes beyond nz),
-    against the atomic transpose to 2e-6 of the largest value; outputs
+    with one voxel column per warp and with 2 x 2 (voxel_patch), on the
+    tall case (70 z voxels: one to three z tiles, lanes beyond nz) and on
+    cases.ROW_WINDOWS (0.8 to ~6 rows per voxel: every row window from two
+    rows up), against the atomic transpose to ``tol`` of the largest value
+    (float32 sums of up to 16 rows per column on the second); outputs
     poisoned."""
     cp = _cupy()
-    geometry, volume = TALL
+    geometry, volume = TALL if name == "tall" else ROW_WINDOWS
     A = Projector(geometry, volume, model="joseph", precision="float32", backend="cpu")
     T = Projector(geometry, volume, model="joseph", precision="float32", backend="cuda", transpose="atomic")
     y = cp.asarray(rng.standard_normal(geometry.projection_shape), dtype=cp.float32)
@@ -242,7 +267,34 @@ def test_voxel_transpose_every_depth_and_patch(rng):
             got = cp.full(volume.shape, np.nan, cp.float32)
             r.adjoint(y, got.reshape(A._grid3))
             assert not bool(cp.isnan(got).any()), (kz, patch)
+            assert_close(got, ref, tol)
+
+
+def test_voxel_transpose_unclamped_rows():
+    """The 2 x 2 build at 16 z voxels on its unclamped row path (every
+    (view, column, plane) of cases.UNCLAMPED_ROWS takes it), with one column
+    per warp at 16 beside it: the float64 CPU transpose to 2e-6 of the
+    largest value, on a random sinogram and on a phantom's projections;
+    outputs poisoned; the adjoint identity with the forward."""
+    cp = _cupy()
+    geometry, volume = UNCLAMPED_ROWS
+    A = Projector(geometry, volume, model="joseph", precision="float64", backend="cpu")
+    G = Projector(geometry, volume, model="joseph", precision="float32", backend="cuda", transpose="voxel")
+    rng = np.random.default_rng(7)
+    x = phantom.shepp_logan(volume.shape).astype(np.float32)
+    for y in (rng.standard_normal(geometry.projection_shape).astype(np.float32),
+              A(x.astype(np.float64)).astype(np.float32)):
+        ref = A.T(y.astype(np.float64))
+        for patch in (1, 2):
+            r = CudaRaytracer(geometry, A._grid3, A._offset, A._scale, "joseph", np.float32, transpose="voxel",
+                              voxel_patch=patch)
+            r.voxel_kz = 16
+            got = cp.full(volume.shape, np.nan, cp.float32)
+            r.adjoint(cp.asarray(y), got.reshape(A._grid3))
+            assert not bool(cp.isnan(got).any()), patch
             assert_close(got, ref, 2e-6)
+            err, scale = _adjoint_error(G(cp.asarray(x)), cp.asarray(y), cp.asarray(x), got)
+            assert err <= 1e-5 * scale
 
 
 def test_voxel_transpose_refused_where_it_does_not_apply():

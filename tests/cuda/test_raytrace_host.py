@@ -25,7 +25,7 @@ from leveret.cuda.raytrace import (JOSEPH_PAD_Z, KERNEL_CONSTANTS, joseph_float3
 from leveret.geometry import ConeGeometry, ParallelGeometry, VolumeGeometry
 from leveret.operators import Projector
 
-from cases import GEOMETRIES, STRUCTURED, TALL, adjoint_scale
+from cases import GEOMETRIES, ROW_WINDOWS, STRUCTURED, TALL, UNCLAMPED_ROWS, adjoint_scale
 from host_build import build_host_harness  # this folder is on sys.path (pytest's rootdir-relative import)
 
 CASES = {**GEOMETRIES, **STRUCTURED}
@@ -275,6 +275,26 @@ def test_host_build_joseph_voxel_dense_rows(lib, kz, rng):
     np.testing.assert_allclose(got, ref, rtol=0, atol=4e-6 * np.abs(ref).max())
 
 
+@pytest.mark.parametrize("kz", [1, 8, 16])
+def test_host_build_joseph_voxel_every_row_window(lib, lib_patch2, kz, rng):
+    """The voxel transpose from 0.8 (the voxels farthest from the source:
+    36 / ((28 + 12 sqrt 2) 0.98)) to ~6 detector rows per z voxel
+    (cases.ROW_WINDOWS): every row window from two rows to the widest, the
+    odd ones (centred on the nearest row) and the even ones, with one voxel
+    column per warp and 2 x 2 patches: the float64 CPU transpose to 4e-6 of
+    the largest value (float32 sums of up to 16 rows per column); output
+    poisoned."""
+    geometry, volume = ROW_WINDOWS
+    A = Projector(geometry, volume, model="joseph", precision="float64", backend="cpu")
+    _, params, _, _, _, n_cols = _kernel_inputs(geometry, A)
+    assert 6 < voxel_rows_per_voxel(params, n_cols, volume.shape, A._offset, A._scale) < 8
+    y = rng.standard_normal(geometry.projection_shape).astype(np.float32)
+    ref = A.T(y.astype(np.float64))
+    for build in (lib, lib_patch2):
+        got = _voxel_transpose(build, geometry, volume, A, y, kz)
+        np.testing.assert_allclose(got, ref, rtol=0, atol=4e-6 * np.abs(ref).max())
+
+
 @pytest.mark.parametrize("kz", [1, 8])
 def test_host_build_joseph_voxel_sparse_rows(lib, lib_patch2, kz, rng):
     """The voxel transpose where the detector rows are 0.3 to 0.7 per z voxel,
@@ -454,13 +474,10 @@ def test_structured_validity_is_detected():
 
 def test_host_build_joseph_voxel_unclamped_rows(lib, lib_patch2, rng):
     """2 x 2 columns at 16 z voxels read the rows unclamped where a warp's
-    rows all lie inside the padded column: a tall volume (512 slices, one z
-    tile, no lane beyond nz) whose rows, 0.45-0.55 per z voxel (one- and
-    two-row windows), a detector of 300 rows holds with room to spare, so
-    every (view, column, plane) takes that path; both builds against the
-    float64 CPU transpose to 1e-6 of the largest value; output poisoned."""
-    volume = VolumeGeometry((512, 4, 4), 1.0)
-    geometry = ConeGeometry.circular(np.linspace(0, 2 * np.pi, 9, endpoint=False), 400, 600, 300, 10, 3.0)
+    rows all lie inside the padded column (cases.UNCLAMPED_ROWS: every
+    (view, column, plane) takes that path); both builds against the float64
+    CPU transpose to 1e-6 of the largest value; output poisoned."""
+    geometry, volume = UNCLAMPED_ROWS
     A = Projector(geometry, volume, model="joseph", precision="float64", backend="cpu")
     _, params, _, _, _, n_cols = _kernel_inputs(geometry, A)
     assert 0.45 < voxel_rows_per_voxel(params, n_cols, volume.shape, A._offset, A._scale) < 0.55

@@ -11,9 +11,9 @@
 // of k, weight 1 - |z - k|: the value y w of the ray (w: its plane-to-plane
 // length, folded in by joseph_voxel_values, exactly as the atomic transpose
 // spreads it). On the plane, z is affine in the row, z_r = zA + r zS (flat
-// detector), so the rows come from one row coordinate t = (k - zA) / zS: r = T + d
-// with t = T + f (f in [0, 1)), d in [-floor(h), floor(h) + 1], h = 1 / |zS|,
-// weight wu max(0, 1 - |zS| |d - f|).
+// detector), so the rows come from one row coordinate t = (k - zA) / zS: the
+// rows r within h = 1 / |zS| of t, weight wu max(0, 1 - |zS| |r - t|), read
+// in a window of floor(2 h) + 1 rows (joseph_voxel_rows).
 //
 // A warp owns a patch of JV_PATCH x JV_PATCH voxel columns; its lanes are 32
 // consecutive z voxels, each lane KZ voxels 32 apart (KZ a template parameter:
@@ -29,7 +29,7 @@
 // and 2 x 2, and takes 2 x 2 where the registers hold its sums for the row
 // windows the detector needs (voxel_patch; measured in docs/performance.md).
 // Per voxel: the row coordinate stepped in 32.32 fixed point (exact steps; the
-// fraction into a float's mantissa), then per row one load and two operations
+// fraction into a float's mantissa), then per row of the window one load and two operations
 // (the weight clamped to [0, 1] by the multiply-add itself, fma_sat).
 // The z fractions are float64-accurate where the forward's float32 march
 // (fmaf(dtau, mz, fr)) rounds: the two differ by that march's rounding, well
@@ -70,7 +70,7 @@
 #define JV_HMAX LEVERET_JV_HMAX
 #define JV_PAD_LO (2 * JV_HMAX + 2)
 #define JV_PAD_HI (2 * JV_HMAX + 3)
-static_assert(JV_HMAX == 7, "joseph_voxel_rule dispatches nh = -1, 0, 1, 2, 3, 5, JV_HMAX");
+static_assert(JV_HMAX == 7, "joseph_voxel_rule dispatches windows of 1-6, 8, 12 and 2 JV_HMAX + 2 rows");
 #define JV_NCOL 8   // float64 numbers per (view, column): see joseph_voxel_columns
 
 // Per (view, column), from joseph_column (the forward's set-up): dominant axis
@@ -173,24 +173,30 @@ __device__ __forceinline__ float column_of_f(const float4& a, const float2& b, f
     return (a.z * dx - a.w * dy) * rcp_approx(b.x * dy - b.y * dx);
 }
 
-// A lane's KZ voxels k0 + 32 q from one (view, column, plane): rows
-// T - NH .. T + NH + 1 of the column's values (offset coloff), T clamped to
-// [tlo, thi] (see the top of this file), row coordinate t in 32.32 fixed point
-// stepped by dt per voxel (two interleaved chains: shorter dependencies). The
+// A lane's KZ voxels k0 + 32 q from one (view, column, plane): W rows of the
+// column's values (offset coloff), the first row index clamped to [tlo, thi]
+// (see the top of this file), row coordinate t in 32.32 fixed point stepped
+// by dt per voxel (two interleaved chains: shorter dependencies). The rows
+// with weight are those within h = 1 / |zS| of t. An even W = 2 n + 2 reads
+// rows T - n .. T + n + 1 around T = floor(t) (enough for h < n + 1); an odd
+// W = 2 m + 1 reads rows T - m .. T + m around the nearest row T (enough for
+// h <= m + 1/2): t comes in shifted by half a row. So floor(2 h) + 1 rows
+// serve, one fewer than the even window where h lies in [m, m + 1/2]. The
 // fraction f = lo 2^-32 becomes F = 1 + f by placing lo's top 23 bits in a
-// float's mantissa (two integer operations instead of a conversion); row
-// weight 1 - |zS| |d - f| = (1 + |zS| (1 + d)) - |zS| F for d <= 0 and
-// (1 - |zS| (1 + d)) + |zS| F for d >= 1. NH = -1 (rows two or more voxels
-// apart, |zS| >= 2): only the row nearest to t can have weight (|d - f| <
-// 1 / |zS| <= 1/2), one load instead of two; t comes in shifted by half a row
-// (T = the nearest row, t - T = F - 3/2). With JV_PATCH 1 the in-plane weight
-// scales the row weights and the voxel sums them directly; else the z sum goes
-// to the patch's voxel columns with their weights w[b].
-template <int NH, int KZ, bool CLAMP>
+// float's mantissa (two integer operations instead of a conversion). Row
+// weight 1 - |zS| |d - f|: even windows (1 + |zS| (1 + d)) - |zS| F for
+// d <= 0 and (1 - |zS| (1 + d)) + |zS| F for d >= 1; odd windows (t - T =
+// F - 3/2) 1 - |zS| |F - 3/2| for d = 0, (1 + |zS| (d + 3/2)) - |zS| F
+// below, (1 - |zS| (d + 3/2)) + |zS| F above. With JV_PATCH 1 the in-plane
+// weight scales the row weights and the voxel sums them directly; else the z
+// sum goes to the patch's voxel columns with their weights w[b].
+template <int W, int KZ, bool CLAMP>
 __device__ __forceinline__ void joseph_voxel_rows(const float* __restrict__ values, int coloff, long long t,
                                                   long long dt, float zS, const float (&w)[JV_PATCH], int tlo,
                                                   int thi, float (*acc[JV_PATCH])[KZ])
 {
+    constexpr bool ODD = W % 2 == 1;
+    constexpr int LO = ODD ? -(W / 2) : 1 - W / 2, HI = ODD ? W / 2 : W / 2;   // rows T + LO .. T + HI
     const float s = JV_PATCH == 1 ? w[0] : 1.0f;   // scale of the row weights
     const float zw = zS * s;
     long long tq[2] = {t, t + dt};
@@ -204,12 +210,16 @@ __device__ __forceinline__ void joseph_voxel_rows(const float* __restrict__ valu
         const float* p = values + (coloff + (CLAMP ? min(max(T, tlo), thi) : T));
         float sum = 0.0f;
         float& out = JV_PATCH == 1 ? (*acc[0])[q] : sum;
-        if (NH < 0) {
+        if (W == 1) {
             out = fmaf(fma_sat(-zw, fabsf(F - 1.5f), s), p[0], out);
         }
 #pragma unroll
-        for (int d = -NH; d <= NH + 1; ++d) {   // no iteration for NH = -1
-            const float wr = d >= 1 ? fma_sat(zw, F, s - zw * (1 + d)) : fma_sat(-zw, F, s + zw * (1 + d));
+        for (int d = LO; d <= HI; ++d) {
+            if (W == 1) break;
+            const float wr = ODD ? (d == 0 ? fma_sat(-zw, fabsf(F - 1.5f), s)
+                                           : d > 0 ? fma_sat(zw, F, s - zw * (d + 1.5f))
+                                                   : fma_sat(-zw, F, s + zw * (d + 1.5f)))
+                                 : (d >= 1 ? fma_sat(zw, F, s - zw * (1 + d)) : fma_sat(-zw, F, s + zw * (1 + d)));
             out = fmaf(wr, p[d], out);
         }
         if (JV_PATCH > 1) {
@@ -290,7 +300,8 @@ __device__ __forceinline__ void joseph_voxel_rule(const float4& va, const float2
             // error ~1e-14; a correctly rounded float64 division costs ~25 instructions).
             const double r0 = (double)rcp_approx((float)zS);
             const double inv = fma(r0, fma(-zS, r0, 1.0), r0);
-            const int nh = fabs(inv) <= 0.5 ? -1 : min((int)fabs(inv), JV_HMAX);
+            const double h = fabs(inv);   // rows per voxel
+            const int nh = h <= 0.5 ? -1 : min((int)h, JV_HMAX);   // builds other than 16: 2 nh + 2 rows, or 1
             const float zSa = (float)fabs(zS);
             // Row coordinate of voxel k0 and its step per 32 voxels, 32.32 fixed point.
             // |t0| < 2^30 (the launcher checks: voxel_row_extent), so t + 31 dt fits 64 bits.
@@ -300,32 +311,53 @@ __device__ __forceinline__ void joseph_voxel_rule(const float4& va, const float2
             float (*dst[JV_PATCH])[KZ];
 #pragma unroll
             for (int b = 0; b < JV_PATCH; ++b) dst[b] = MY ? &acc[a][b] : &acc[b][a];
-            // nh is the same across the warp (a (view, column, plane) number): no divergence.
-            // 2 x 2 columns at 16 z voxels (taken where rows are sparse, voxel_patch) read
-            // the rows unclamped where the warp's row coordinates, from its first voxel's
-            // to its last's (t is affine in k), all lie a row inside [tlo, thi] and at most
-            // 2 rows serve a voxel. The other instances always clamp: with this path they
-            // measured slower from 1 row per voxel on (docs/performance.md).
             const double tw0 = ((double)(k0 & ~31) - zA) * inv, tw1 = tw0 + (double)(32 * KZ - 1) * inv;
             const bool inside = fmin(tw0, tw1) >= (double)(tlo + 1) && fmax(tw0, tw1) <= (double)(thi - 1);
-            if (JV_PATCH > 1 && KZ == 16 && nh <= 0 && inside) {
-                if (nh < 0)
-                    joseph_voxel_rows<-1, KZ, false>(values, coloff, t + (1LL << 31), dt, zSa, w, tlo, thi, dst);
-                else
-                    joseph_voxel_rows<0, KZ, false>(values, coloff, t, dt, zSa, w, tlo, thi, dst);
-                continue;
-            }
-            // A window wider than needed reads rows of weight zero: above 3 rows per
-            // voxel, two instances serve 4-5 and 6-7 (fewer instances to compile).
-            switch (nh) {
-            case -1: joseph_voxel_rows<-1, KZ, true>(values, coloff, t + (1LL << 31), dt, zSa, w, tlo, thi, dst); break;
-            case 0: joseph_voxel_rows<0, KZ, true>(values, coloff, t, dt, zSa, w, tlo, thi, dst); break;   // |zS| > 1
-            case 1: joseph_voxel_rows<1, KZ, true>(values, coloff, t, dt, zSa, w, tlo, thi, dst); break;
-            case 2: joseph_voxel_rows<2, KZ, true>(values, coloff, t, dt, zSa, w, tlo, thi, dst); break;
-            case 3: joseph_voxel_rows<3, KZ, true>(values, coloff, t, dt, zSa, w, tlo, thi, dst); break;
-            case 4:
-            case 5: joseph_voxel_rows<5, KZ, true>(values, coloff, t, dt, zSa, w, tlo, thi, dst); break;
-            default: joseph_voxel_rows<JV_HMAX, KZ, true>(values, coloff, t, dt, zSa, w, tlo, thi, dst); break;
+            const long long half = 1LL << 31;   // odd windows: t shifted by half a row
+            // The window is the same across the warp (a (view, column, plane) number): no
+            // divergence. A window wider than needed reads rows of weight zero: from 5 rows,
+            // instances of 6, 8, 12 and 16 rows serve (fewer instances to compile).
+            if (KZ == 16) {
+                // floor(2 h) + 1 rows. 2 x 2 columns (taken where rows are sparse,
+                // voxel_patch) read the rows unclamped where the warp's row coordinates,
+                // from its first voxel's to its last's (t is affine in k), all lie a row
+                // inside [tlo, thi] and at most 2 rows serve a voxel.
+                const int nw = min((int)(2.0 * h) + 1, 2 * JV_HMAX + 2);
+                if (JV_PATCH > 1 && nw <= 2 && inside) {
+                    if (nw == 1)
+                        joseph_voxel_rows<1, KZ, false>(values, coloff, t + half, dt, zSa, w, tlo, thi, dst);
+                    else
+                        joseph_voxel_rows<2, KZ, false>(values, coloff, t, dt, zSa, w, tlo, thi, dst);
+                    continue;
+                }
+                switch (nw) {
+                case 1: joseph_voxel_rows<1, KZ, true>(values, coloff, t + half, dt, zSa, w, tlo, thi, dst); break;
+                case 2: joseph_voxel_rows<2, KZ, true>(values, coloff, t, dt, zSa, w, tlo, thi, dst); break;
+                case 3: joseph_voxel_rows<3, KZ, true>(values, coloff, t + half, dt, zSa, w, tlo, thi, dst); break;
+                case 4: joseph_voxel_rows<4, KZ, true>(values, coloff, t, dt, zSa, w, tlo, thi, dst); break;
+                case 5:
+                case 6: joseph_voxel_rows<6, KZ, true>(values, coloff, t, dt, zSa, w, tlo, thi, dst); break;
+                case 7:
+                case 8: joseph_voxel_rows<8, KZ, true>(values, coloff, t, dt, zSa, w, tlo, thi, dst); break;
+                case 9:
+                case 10:
+                case 11:
+                case 12: joseph_voxel_rows<12, KZ, true>(values, coloff, t, dt, zSa, w, tlo, thi, dst); break;
+                default: joseph_voxel_rows<2 * JV_HMAX + 2, KZ, true>(values, coloff, t, dt, zSa, w, tlo, thi, dst);
+                }
+            } else {
+                // 2 floor(h) + 2 rows (one up to half a row per voxel): the odd window of
+                // 3 rows, and the unclamped path, measured slower in these builds.
+                switch (nh) {
+                case -1: joseph_voxel_rows<1, KZ, true>(values, coloff, t + half, dt, zSa, w, tlo, thi, dst); break;
+                case 0: joseph_voxel_rows<2, KZ, true>(values, coloff, t, dt, zSa, w, tlo, thi, dst); break;
+                case 1: joseph_voxel_rows<4, KZ, true>(values, coloff, t, dt, zSa, w, tlo, thi, dst); break;
+                case 2: joseph_voxel_rows<6, KZ, true>(values, coloff, t, dt, zSa, w, tlo, thi, dst); break;
+                case 3: joseph_voxel_rows<8, KZ, true>(values, coloff, t, dt, zSa, w, tlo, thi, dst); break;
+                case 4:
+                case 5: joseph_voxel_rows<12, KZ, true>(values, coloff, t, dt, zSa, w, tlo, thi, dst); break;
+                default: joseph_voxel_rows<2 * JV_HMAX + 2, KZ, true>(values, coloff, t, dt, zSa, w, tlo, thi, dst);
+                }
             }
         }
     }
