@@ -8,7 +8,9 @@ measured margin between them (so that no row is chosen right by luck).
 The voxel gather's z depth per lane: :func:`~leveret.cuda.raytrace.voxel_kz`
 picks one measured within 2 % of the fastest. Structured Siddon's transpose in
 z slabs: :func:`~leveret.cuda.raytrace.siddon_z_slab` picks a slab depth
-measured within 3 % of the fastest. No GPU needed: the
+measured within 3 % of the fastest, and
+:func:`~leveret.cuda.raytrace.siddon_view_group` views per group one measured
+within 2 % of the fastest. No GPU needed: the
 rules read only the geometry."""
 from __future__ import annotations
 
@@ -17,8 +19,8 @@ import math
 import numpy as np
 import pytest
 
-from leveret.cuda.raytrace import (auto_transpose, siddon_z_slab, structured_ratio, transpose_times,
-                                   transpose_work, view_parameters, voxel_applies, voxel_patch)
+from leveret.cuda.raytrace import (auto_transpose, siddon_view_group, siddon_z_slab, structured_ratio,
+                                   transpose_times, transpose_work, view_parameters, voxel_applies, voxel_patch)
 from leveret.geometry import ConeGeometry, VolumeGeometry
 
 # The table's scans (bench/bench_sweep.py's cone points): an n^3 grid 512 mm
@@ -203,3 +205,32 @@ def test_siddon_z_slab_picks_a_measured_fastest(grid, views, scan, times):
     slab = siddon_z_slab(grid)
     assert slab in times, (slab, sorted(times))
     assert times[slab] <= 1.03 * min(times.values()), (slab, times)
+
+
+# (grid (nz, ny, nx), views, sampling, {views per group: measured ms of float32
+# structured Siddon's A.T in the rule's z slabs}) on an H200, one run (half-angle
+# 18.8 degrees unless given; docs/performance.md, "Structured Siddon's transpose
+# in z slabs"). 768^3 from 360 views from another run, without 2 and 4.
+SIDDON_GROUPS = [
+    ((512, 512, 512), 180, 0.75, {2: 94.6, 4: 73.9, 8: 62.1, 16: 63.0}),
+    ((512, 512, 512), 360, 0.75, {2: 187.2, 4: 143.0, 8: 115.8, 16: 111.1}),
+    ((512, 512, 512), 720, 0.75, {2: 372.2, 4: 282.0, 8: 227.7, 16: 219.2}),
+    ((512, 512, 512), 1440, 0.75, {2: 743.9, 4: 561.7, 8: 454.7, 16: 442.2}),
+    ((512, 512, 512), 720, "15 degrees", {2: 358.7, 4: 267.4, 8: 212.0, 16: 203.0}),
+    ((512, 512, 512), 720, 2.5, {2: 2660.1, 4: 2675.0, 8: 2685.0, 16: 2695.5}),
+    ((256, 256, 256), 720, 0.75, {2: 34.8, 4: 29.8, 8: 28.6, 16: 28.5}),
+    ((768, 768, 768), 180, 0.75, {2: 341.6, 4: 301.8, 8: 289.6, 16: 309.5}),
+    ((768, 768, 768), 360, 0.75, {8: 502.1, 16: 530.1}),
+    ((768, 768, 768), 720, 0.75, {2: 1341.7, 4: 1092.5, 8: 890.2, 16: 865.2}),
+    ((1024, 1024, 1024), 180, 0.75, {2: 824.5, 4: 775.8, 8: 784.0, 16: 818.3}),
+    ((1024, 1024, 1024), 360, 0.75, {2: 1617.2, 4: 1444.2, 8: 1421.8, 16: 1512.2}),
+    ((1024, 1024, 1024), 720, 0.75, {2: 3202.2, 4: 2708.3, 8: 2498.5, 16: 2657.9}),
+]
+
+
+@pytest.mark.parametrize("grid, views, scan, times", SIDDON_GROUPS,
+                         ids=[f"{'x'.join(map(str, r[0]))}-{r[1]}v-{r[2]}" for r in SIDDON_GROUPS])
+def test_siddon_view_group_picks_a_measured_fastest(grid, views, scan, times):
+    group = siddon_view_group(grid, views)
+    assert group in times, (group, sorted(times))
+    assert times[group] <= 1.02 * min(times.values()), (group, times)

@@ -48,6 +48,7 @@ EXTRA_BUILDS = {"raytrace_voxel": (VOXEL_PATCH2_DEFINES,)}   # files also built 
 VOXEL_TABLE_BYTES = 2 << 30   # at most this much for the voxel transpose's per-view tables at a time
 VIEW_GROUP = 16         # structured float32 kernels: views per column that run side by side (L2 reuse)
 SIDDON_SPLIT_NZ = 512   # structured float32 Siddon's transpose: this many z slices or more run in two slabs
+SIDDON_HALF_GROUP = 512   # ... and half VIEW_GROUP views per column from this many slab voxels per view (siddon_view_group)
 TRANSPOSES = ("auto", "voxel", "atomic")
 VOXEL_KZ = (1, 4, 8, 12, 16)   # voxel transpose: the z depths per lane raytrace_voxel.cu instantiates
 VOXEL_KZ_SETUP = 4   # voxel transpose: a lane's set-up per (view, column, plane), in z voxels' work
@@ -218,6 +219,22 @@ def siddon_z_slab(grid3) -> int:
     no ray crosses); below 512 slices one launch is as fast."""
     nz = int(grid3[0])
     return nz if nz < SIDDON_SPLIT_NZ else -(-nz // 2)
+
+
+def siddon_view_group(grid3, n_views: int, z_slab: int | None = None) -> int:
+    """Views per detector column that run side by side in structured float32
+    Siddon's transpose: half ``VIEW_GROUP`` where the grid's width times its
+    slab depth (``z_slab``, default :func:`siddon_z_slab`) per view is at
+    least ``SIDDON_HALF_GROUP`` voxels, else ``VIEW_GROUP``. The group's
+    views add into the slab together; on large slabs from few views the
+    group's rays, further apart in angle, share fewer voxels in L2. Measured
+    on an H200 over the sweep's scans (docs/performance.md, "Structured
+    Siddon's transpose in z slabs"): 8 views 4-7 % faster at 768^3 from 180
+    and 360 views and at 1024^3 from 180 to 720, 16 3-4 % faster at 512^3
+    from 360 views or more and at 768^3 from 720."""
+    nz, ny, nx = (int(n) for n in grid3)
+    slab = min(nz, siddon_z_slab(grid3) if z_slab is None else int(z_slab))
+    return VIEW_GROUP // 2 if max(nx, ny) * slab >= SIDDON_HALF_GROUP * int(n_views) else VIEW_GROUP
 
 
 def voxel_constants(constants: dict[str, int] = KERNEL_CONSTANTS) -> dict[str, int]:
@@ -438,11 +455,14 @@ class CudaRaytracer:
         z slices per launch of structured float32 Siddon's transpose (its
         atomic adds go slab by slab, so the blocks running at once add into a
         part of the volume that stays in L2); None: :func:`siddon_z_slab`.
+    view_group : int or None
+        Views per detector column that run side by side in structured
+        float32 Siddon's transpose; None: :func:`siddon_view_group`.
     """
 
     def __init__(self, geometry, grid3, offset, scale, model: str, dtype, structured="auto",
                  transpose: str = "auto", views_per_batch: int | None = None, voxel_patch: int | None = None,
-                 z_slab: int | None = None):
+                 z_slab: int | None = None, view_group: int | None = None):
         import cupy
 
         from .. import _validate as v
@@ -455,6 +475,8 @@ class CudaRaytracer:
         self.voxel_patch = voxel_patch
         self.z_slab = siddon_z_slab(grid3) if z_slab is None else v.positive_int("z_slab", z_slab)
         self.kind, params = view_parameters(geometry)
+        self.view_group = (siddon_view_group(grid3, params.shape[0], self.z_slab) if view_group is None
+                           else v.positive_int("view_group", view_group))
         self.is2d = int(isinstance(geometry, ParallelGeometry) and geometry.is_2d)
         shape = tuple(geometry.projection_shape)
         self.n_rows, self.n_cols = (1, shape[1]) if self.is2d else (shape[1], shape[2])
@@ -549,13 +571,14 @@ class CudaRaytracer:
         """Launch a structured Siddon kernel: one block per (column, view).
         float32 runs the float32 march (``structured_fast`` in
         raytrace_siddon.cu, error bound there) in view groups
-        (:meth:`_grouped`), its transpose z slab by z slab (``z_slab``);
+        (:meth:`_grouped`), its transpose z slab by z slab (``z_slab``) in
+        groups of ``view_group``;
         float64 the float64 one, in passes of at most
         65535 views (the grid's y limit)."""
         if self.dtype == np.float32 and name.endswith("adjoint"):
             nz = self.grid3[0]
             for z0 in range(0, nz, self.z_slab):
-                self._grouped("raytrace_siddon", f"{name}_fast", volT, proj,
+                self._grouped("raytrace_siddon", f"{name}_fast", volT, proj, group=self.view_group,
                               slab=(np.int32(z0), np.int32(min(nz, z0 + self.z_slab))))
             return
         if self.dtype == np.float32:
@@ -570,14 +593,14 @@ class CudaRaytracer:
                    (volT, proj[v0:v1], nx, ny, nz, self.params[v0:v1], self.g, np.int32(self.n_rows),
                     np.int32(self.n_cols)), shared_mem=self.shared_bytes)
 
-    def _grouped(self, module: str, name: str, vol, proj, slab: tuple = ()):
+    def _grouped(self, module: str, name: str, vol, proj, group: int = VIEW_GROUP, slab: tuple = ()):
         """Launch a structured float32 kernel with blocks (column, view) in
-        groups of VIEW_GROUP views per column (raytrace_common.cuh: grouped_block);
+        groups of ``group`` views per column (raytrace_common.cuh: grouped_block);
         ``slab``: the z slab (z0, z1) Siddon's transpose adds into."""
         nx, ny, nz = self._scalars()
         kernel = _opted_in(load_module(module).get_function(name), self.shared_bytes)
         n_views = self.params_host.shape[0]
-        group = min(VIEW_GROUP, n_views)
+        group = min(group, n_views)
         step = MAX_GRID_Y * group
         for v0 in range(0, n_views, step):
             v1 = min(n_views, v0 + step)
