@@ -245,16 +245,8 @@ def test_host_build_joseph_voxel_tall(build, kz, request, rng):
     mostly beyond nz whose lanes' rows lie far outside the detector (kz 4, 12,
     16: the clamped rows read zeros): the float64 CPU transpose to 1e-6 of the
     largest value; output poisoned."""
-    lib = request.getfixturevalue(build)
-    geometry, volume = TALL
-    A = Projector(geometry, volume, model="joseph", precision="float64", backend="cpu")
-    _, params, _, _, _, n_cols = _kernel_inputs(geometry, A)
-    assert 1 < voxel_rows_per_voxel(params, n_cols, volume.shape, A._offset, A._scale) < 4
-    y = rng.standard_normal(geometry.projection_shape).astype(np.float32)
-    ref = A.T(y.astype(np.float64))
     # measured at most 2.6e-7 of the largest value (float32 sums)
-    got = _voxel_transpose(lib, geometry, volume, A, y, kz)
-    np.testing.assert_allclose(got, ref, rtol=0, atol=1e-6 * np.abs(ref).max())
+    _check_voxel_transpose([request.getfixturevalue(build)], *TALL, kz, (1, 4), 1e-6, rng)
 
 
 @pytest.mark.parametrize("kz", [1, 16])
@@ -266,13 +258,7 @@ def test_host_build_joseph_voxel_dense_rows(lib, kz, rng):
     volume = VolumeGeometry((16, 16, 16), 1.0)
     geometry = ConeGeometry.circular(np.linspace(0, 2 * np.pi, 7, endpoint=False), sid=60, sdd=90, n_rows=120,
                                      n_cols=30, pixel_size=0.25)
-    A = Projector(geometry, volume, model="joseph", precision="float64", backend="cpu")
-    _, params, _, _, _, n_cols = _kernel_inputs(geometry, A)
-    assert 4 < voxel_rows_per_voxel(params, n_cols, volume.shape, A._offset, A._scale) < 8
-    y = rng.standard_normal(geometry.projection_shape).astype(np.float32)
-    ref = A.T(y.astype(np.float64))
-    got = _voxel_transpose(lib, geometry, volume, A, y, kz)
-    np.testing.assert_allclose(got, ref, rtol=0, atol=4e-6 * np.abs(ref).max())
+    _check_voxel_transpose([lib], geometry, volume, kz, (4, 8), 4e-6, rng)
 
 
 @pytest.mark.parametrize("kz", [1, 8, 16])
@@ -284,15 +270,7 @@ def test_host_build_joseph_voxel_every_row_window(lib, lib_patch2, kz, rng):
     column per warp and 2 x 2 patches: the float64 CPU transpose to 4e-6 of
     the largest value (float32 sums of up to 16 rows per column); output
     poisoned."""
-    geometry, volume = ROW_WINDOWS
-    A = Projector(geometry, volume, model="joseph", precision="float64", backend="cpu")
-    _, params, _, _, _, n_cols = _kernel_inputs(geometry, A)
-    assert 6 < voxel_rows_per_voxel(params, n_cols, volume.shape, A._offset, A._scale) < 8
-    y = rng.standard_normal(geometry.projection_shape).astype(np.float32)
-    ref = A.T(y.astype(np.float64))
-    for build in (lib, lib_patch2):
-        got = _voxel_transpose(build, geometry, volume, A, y, kz)
-        np.testing.assert_allclose(got, ref, rtol=0, atol=4e-6 * np.abs(ref).max())
+    _check_voxel_transpose([lib, lib_patch2], *ROW_WINDOWS, kz, (6, 8), 4e-6, rng)
 
 
 @pytest.mark.parametrize("kz", [1, 8])
@@ -305,15 +283,24 @@ def test_host_build_joseph_voxel_sparse_rows(lib, lib_patch2, kz, rng):
     volume = VolumeGeometry((40, 20, 20), 1.0)
     geometry = ConeGeometry.circular(np.linspace(0, 2 * np.pi, 9, endpoint=False), 40, 60, 10, 30, 6.0,
                                      det_offset=(0.0, 1.3))
+    # the densest rows: two-row windows there, one-row windows further from the source
+    _check_voxel_transpose([lib, lib_patch2], geometry, volume, kz, (0.5, 1), 1e-6, rng)
+
+
+def _check_voxel_transpose(builds, geometry, volume, kz, rows_per_voxel, tol, rng):
+    """Each host build's voxel transpose of a random sinogram at ``kz`` z
+    voxels per lane against the float64 CPU transpose to ``tol`` of its
+    largest value, on a scan whose most rows per voxel lie in
+    ``rows_per_voxel`` (lo, hi): the windows the case is meant to take."""
     A = Projector(geometry, volume, model="joseph", precision="float64", backend="cpu")
     _, params, _, _, _, n_cols = _kernel_inputs(geometry, A)
-    h = voxel_rows_per_voxel(params, n_cols, volume.shape, A._offset, A._scale)
-    assert 0.5 < h < 1   # the densest rows: two-row windows there, one-row windows further from the source
+    lo, hi = rows_per_voxel
+    assert lo < voxel_rows_per_voxel(params, n_cols, volume.shape, A._offset, A._scale) < hi
     y = rng.standard_normal(geometry.projection_shape).astype(np.float32)
     ref = A.T(y.astype(np.float64))
-    for build in (lib, lib_patch2):
+    for build in builds:
         got = _voxel_transpose(build, geometry, volume, A, y, kz)
-        np.testing.assert_allclose(got, ref, rtol=0, atol=1e-6 * np.abs(ref).max())
+        np.testing.assert_allclose(got, ref, rtol=0, atol=tol * np.abs(ref).max())
 
 
 def _voxel_transpose(lib, geometry, volume, A, y, kz):
@@ -477,12 +464,4 @@ def test_host_build_joseph_voxel_unclamped_rows(lib, lib_patch2, rng):
     rows all lie inside the padded column (cases.UNCLAMPED_ROWS: every
     (view, column, plane) takes that path); both builds against the float64
     CPU transpose to 1e-6 of the largest value; output poisoned."""
-    geometry, volume = UNCLAMPED_ROWS
-    A = Projector(geometry, volume, model="joseph", precision="float64", backend="cpu")
-    _, params, _, _, _, n_cols = _kernel_inputs(geometry, A)
-    assert 0.45 < voxel_rows_per_voxel(params, n_cols, volume.shape, A._offset, A._scale) < 0.55
-    y = rng.standard_normal(geometry.projection_shape).astype(np.float32)
-    ref = A.T(y.astype(np.float64))
-    for build in (lib, lib_patch2):
-        got = _voxel_transpose(build, geometry, volume, A, y, 16)
-        np.testing.assert_allclose(got, ref, rtol=0, atol=1e-6 * np.abs(ref).max())
+    _check_voxel_transpose([lib, lib_patch2], *UNCLAMPED_ROWS, 16, (0.45, 0.55), 1e-6, rng)
