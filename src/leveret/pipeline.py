@@ -365,7 +365,7 @@ class Staging:
 
     At most ``capacity`` bytes of buffers are in use at a time (one buffer
     larger than that when none is). One staging may serve the downloads of
-    many slabs (``_fdk_devices``' workers share one): a slab's download then
+    many slabs (``fdk``'s workers share one): a slab's download then
     returns as soon as its transfers have landed, its device memory free for
     the next slab, while its copies into NumPy run beside the next slab's
     work; :meth:`drain` waits for them all. The destinations' pages are
@@ -443,14 +443,15 @@ class SlabDownload:
     the host copies overlap the last slabs' back-projection.
 
     The transfers go through pinned buffers of a :class:`Staging`, in
-    blocks of the slab of at most ``block_bytes``: one thread queues them
-    slab after slab, each into a buffer as one is free, and the staging's
-    threads copy the landed blocks into the NumPy result, while the next
-    blocks land in other buffers. Pinning memory takes time in proportion
-    to its size, and locks as much host memory, so a download's own staging
-    keeps at most ``STAGING_BUFFERS`` blocks of ``STAGING_BYTES`` in flight; the buffers come
-    back from the pinned memory pool (``leveret.pipeline.empty_pinned``) for
-    every later slab and call.
+    blocks of the slab of at most ``block_bytes`` (default
+    ``STAGING_BYTES``): one thread queues them slab after slab, each into a
+    buffer as one is free, and the staging's threads copy the landed blocks
+    into the NumPy result, while the next blocks land in other buffers.
+    Pinning memory takes time in proportion to its size, and locks as much
+    host memory, so a download's own staging holds at most
+    ``STAGING_BUFFERS`` x ``STAGING_BYTES``; the buffers come back from the
+    pinned memory pool (:func:`empty_pinned`) for every later slab and
+    call.
 
     ``staging``: a staging shared with other downloads. :meth:`finish` then
     returns once the transfers have landed (the device volume may be freed),

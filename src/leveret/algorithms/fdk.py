@@ -543,7 +543,7 @@ def _fdk_devices(devices, projections, geometry, volume, slabs, y_parts=1, *, pr
         from ..memory import host_available_bytes
         box_bytes = max(k1 - k0 for k0, k1 in slabs) * step * volume.nx * np.dtype(dtype).itemsize
         staging = Staging(max(STAGING_BUFFERS * STAGING_BYTES,
-                               min(len(devices) * box_bytes, host_available_bytes() // 16)))
+                              min(len(devices) * box_bytes, host_available_bytes() // 16)))
 
     def work(worker, k0, k1):
         for j0, j1 in parts:
@@ -749,8 +749,8 @@ def _reconstruct(projections, geometry, volume, *, filter, cutoff, padding, shor
     """FDK of one volume (or slab) from the projections it needs.
 
     ``host_out``: the NumPy array that NumPy input's result is downloaded
-    into (default a new one). ``staging``: a :class:`leveret.pipeline.Staging` shared with
-    other calls' downloads; the call then returns before the copies into
+    into (default a new one). ``staging``: a :class:`leveret.pipeline.Staging`
+    shared with other calls' downloads; the call then returns before the copies into
     ``host_out`` are done (the staging's ``drain`` waits for them).
     ``weighted``: the NumPy projections are weighted and filtered already
     (:class:`_FilteredOnHost`), and checked for non-finite values.

@@ -29,8 +29,9 @@
 // and 2 x 2, and takes 2 x 2 where the registers hold its sums for the row
 // windows the detector needs (voxel_patch; measured in docs/performance.md).
 // Per voxel: the row coordinate stepped in 32.32 fixed point (exact steps; the
-// fraction into a float's mantissa), then per row of the window one load and two operations
-// (the weight clamped to [0, 1] by the multiply-add itself, fma_sat).
+// fraction into a float's mantissa), then per row of the window one load and
+// two operations (the weight clamped to [0, 1] by the multiply-add itself,
+// fma_sat).
 // The z fractions are float64-accurate where the forward's float32 march
 // (fmaf(dtau, mz, fr)) rounds: the two differ by that march's rounding, well
 // inside 1e-5 (the tests' adjoint bound); joseph_float32_bound covers both.
@@ -210,7 +211,7 @@ __device__ __forceinline__ void joseph_voxel_rows(const float* __restrict__ valu
         const float* p = values + (coloff + (CLAMP ? min(max(T, tlo), thi) : T));
         float sum = 0.0f;
         float& out = JV_PATCH == 1 ? (*acc[0])[q] : sum;
-        if (W == 1) {
+        if (W == 1) {   // its own statement: the 8- and 12-deep builds' code as it was measured
             out = fmaf(fma_sat(-zw, fabsf(F - 1.5f), s), p[0], out);
         }
 #pragma unroll
@@ -315,8 +316,8 @@ __device__ __forceinline__ void joseph_voxel_rule(const float4& va, const float2
             const bool inside = fmin(tw0, tw1) >= (double)(tlo + 1) && fmax(tw0, tw1) <= (double)(thi - 1);
             const long long half = 1LL << 31;   // odd windows: t shifted by half a row
             // The window is the same across the warp (a (view, column, plane) number): no
-            // divergence. A window wider than needed reads rows of weight zero: from 5 rows,
-            // instances of 6, 8, 12 and 16 rows serve (fewer instances to compile).
+            // divergence. A window wider than needed reads rows of weight zero (fewer
+            // instances to compile): 6 rows serve 5, 8 serve 7, 12 serve 9-11, 16 the rest.
             if (KZ == 16) {
                 // floor(2 h) + 1 rows. 2 x 2 columns (taken where rows are sparse,
                 // voxel_patch) read the rows unclamped where the warp's row coordinates,
@@ -346,8 +347,8 @@ __device__ __forceinline__ void joseph_voxel_rule(const float4& va, const float2
                 default: joseph_voxel_rows<2 * JV_HMAX + 2, KZ, true>(values, coloff, t, dt, zSa, w, tlo, thi, dst);
                 }
             } else {
-                // 2 floor(h) + 2 rows (one up to half a row per voxel): the odd window of
-                // 3 rows, and the unclamped path, measured slower in these builds.
+                // 2 floor(h) + 2 rows (1 for h up to 1/2): the odd window of 3 rows, and
+                // the unclamped path, measured slower in these builds.
                 switch (nh) {
                 case -1: joseph_voxel_rows<1, KZ, true>(values, coloff, t + half, dt, zSa, w, tlo, thi, dst); break;
                 case 0: joseph_voxel_rows<2, KZ, true>(values, coloff, t, dt, zSa, w, tlo, thi, dst); break;
