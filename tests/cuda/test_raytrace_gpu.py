@@ -270,7 +270,7 @@ def test_voxel_transpose_every_depth_and_patch(name, tol, rng):
             assert_close(got, ref, tol)
 
 
-def test_voxel_transpose_unclamped_rows():
+def test_voxel_transpose_unclamped_rows(rng):
     """The 2 x 2 build at 16 z voxels on its unclamped row path (every
     (view, column, plane) of cases.UNCLAMPED_ROWS takes it), with one column
     per warp at 16 beside it: the float64 CPU transpose to 2e-6 of the
@@ -280,7 +280,6 @@ def test_voxel_transpose_unclamped_rows():
     geometry, volume = UNCLAMPED_ROWS
     A = Projector(geometry, volume, model="joseph", precision="float64", backend="cpu")
     G = Projector(geometry, volume, model="joseph", precision="float32", backend="cuda", transpose="voxel")
-    rng = np.random.default_rng(7)
     x = phantom.shepp_logan(volume.shape).astype(np.float32)
     for y in (rng.standard_normal(geometry.projection_shape).astype(np.float32),
               A(x.astype(np.float64)).astype(np.float32)):
