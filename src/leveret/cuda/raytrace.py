@@ -77,8 +77,9 @@ def transpose_work(matrices: np.ndarray, n_rows: int, n_cols: int, grid3, offset
     lanes (:func:`voxel_kz`); per lane about ``2 s + 2`` candidate columns
     (``voxel_setup``) of which ``2 s`` pass within a voxel and read
     ``2 floor(h) + 2`` rows for each of the ``kz`` voxels (``voxel_row``;
-    where rows lie two or more voxels apart the kernel reads one, which the
-    model, fitted before that, still counts as two: an upper bound there);
+    the kernel reads one where rows lie two or more voxels apart, and the
+    16-deep build ``floor(2 h) + 1``, which the model, fitted before them,
+    does not count: an upper bound there);
     ``kz``, the gather's z voxels per lane (:func:`voxel_kz` of the slices,
     ``s`` and ``h``).
     """
@@ -164,7 +165,7 @@ def voxel_patch(kz: int, cols_per_voxel: float = 1.0, rows_per_voxel: float = 1.
     voxel: 2 (four columns sharing each candidate column's set-up,
     VOXEL_PATCH2_CONSTANTS) up to kz 8, at kz 12 below ``VOXEL_DENSE_COLS``
     and at kz 16 below ``VOXEL_SPARSE_ROWS``; else 1. 4 x 12 and 4 x 16 sums
-    fill the registers (one 4-byte value spills), so the 2 x 2 columns win
+    fill the registers (one and two 4-byte values spill), so the 2 x 2 columns win
     only where the row windows are narrow. Measured on an H200
     (docs/performance.md, "Which transpose"): at 12, 13-14 % faster with the
     one- and two-row windows of sparser detectors (384 to 768 slices, 0.75

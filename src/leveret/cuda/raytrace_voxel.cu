@@ -301,6 +301,8 @@ __device__ __forceinline__ void joseph_voxel_rule(const float4& va, const float2
             // error ~1e-14; a correctly rounded float64 division costs ~25 instructions).
             const double r0 = (double)rcp_approx((float)zS);
             const double inv = fma(r0, fma(-zS, r0, 1.0), r0);
+            // h, nh and inside serve one branch each below; declared here, as in the kernel the
+            // 8- and 12-deep builds were measured with (their PTX is unchanged).
             const double h = fabs(inv);   // rows per voxel
             const int nh = h <= 0.5 ? -1 : min((int)h, JV_HMAX);   // builds other than 16: 2 nh + 2 rows, or 1
             const float zSa = (float)fabs(zS);
