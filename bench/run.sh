@@ -51,8 +51,9 @@ if [ "$SANITIZE" = 1 ]; then
       tests/operators/test_parallel_backprojection.py::test_cuda_matches_cpu_texture_mode
       tests/algorithms/test_fbp_cuda.py::test_cupy_in_cupy_out_equals_cpu
       tests/operators/test_cone_backprojection.py::test_cuda_matches_its_cpu_mirror_and_the_exact_reference
-      tests/operators/test_projector_cuda.py::test_structured_equals_general
-      tests/operators/test_projector_cuda.py::test_structured_joseph_equals_general
+      tests/cuda/test_raytrace_gpu.py::test_structured_siddon_equals_general
+      tests/cuda/test_raytrace_gpu.py::test_structured_siddon_transpose_in_any_view_group_and_slab
+      tests/cuda/test_raytrace_gpu.py::test_structured_joseph_equals_general
       tests/operators/test_projector_cuda.py::test_gpu_equals_cpu
       tests/cuda/test_raytrace_gpu.py::test_structured_siddon_opts_in_to_more_shared_memory_on_wide_grids
       tests/cuda/test_raytrace_gpu.py::test_structured_siddon_float32_march_against_float64

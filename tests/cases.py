@@ -59,7 +59,18 @@ def _structured_geometries():
         "cone_offset": (ConeGeometry.circular(np.linspace(0.1, 2 * np.pi, 7, endpoint=False), sid=50, sdd=90,
                                               n_rows=40, n_cols=37, pixel_size=1.0, det_offset=(2.5, -3.0)),
                         VolumeGeometry((23, 31, 29), 1.0, center=(1.0, -2.0, 0.5))),
+        # rows numbered downwards (z falls as the row grows), 0.56 voxels apart at the axis, two warps of rows
+        "cone_rows_down": (_rows_down(ConeGeometry.circular(np.linspace(0.3, 2 * np.pi, 8, endpoint=False), sid=50,
+                                                            sdd=90, n_rows=45, n_cols=27, pixel_size=1.0)),
+                           VolumeGeometry((21, 17, 19), 1.0, center=(0.4, -0.6, 0.2))),
     }
+
+
+def _rows_down(geometry: ConeGeometry) -> ConeGeometry:
+    """``geometry`` with its detector rows numbered the other way (row 0 at the top)."""
+    n = geometry.n_rows
+    flip = np.array([[1.0, 0.0, 0.0], [0.0, -1.0, n - 1.0], [0.0, 0.0, 1.0]])
+    return ConeGeometry(flip @ geometry.matrices, n, geometry.n_cols, pixel_size=geometry.pixel_size)
 
 
 STRUCTURED = _structured_geometries()

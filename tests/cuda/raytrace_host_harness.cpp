@@ -17,8 +17,11 @@ static inline long long __double2ll_rn(double a) { return std::llrint(a); }
 template <typename T> static inline T atomicAdd(T* p, T v) { T o = *p; *p = o + v; return o; }
 static inline int atomicOr(int* p, int v) { int o = *p; *p = o | v; return o; }
 // One lane at a time: a warp vote is the lane's own predicate (the kernels'
-// voted branches compute the same values either way).
+// voted branches compute the same values either way), a warp's min or max
+// its own value (Siddon's transpose then steps through the lane's own segments).
 static inline bool __all_sync(unsigned, bool p) { return p; }
+static inline int __reduce_min_sync(unsigned, int v) { return v; }
+static inline int __reduce_max_sync(unsigned, int v) { return v; }
 struct float4 { float x, y, z, w; };
 struct float2 { float x, y; };
 struct double2 { double x, y; };

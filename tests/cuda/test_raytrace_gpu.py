@@ -162,7 +162,8 @@ def test_joseph_float32_march_against_float64(name, rng):
     """precision="float32" Joseph marches in float32 (raytrace_general.cu,
     joseph_fast; raytrace_joseph.cu on the structured cases): against the
     float64 CPU operator inside joseph_float32_bound and 1e-5 of the largest
-    value; the transpose has the same weights."""
+    value; the transpose has the same weights, and on the structured cases so
+    has the atomic one (where "auto" takes the voxel gather)."""
     cp = _cupy()
     geometry, volume = ALL[name]
     A = Projector(geometry, volume, model="joseph", precision="float64", backend="cpu")
@@ -178,6 +179,9 @@ def test_joseph_float32_march_against_float64(name, rng):
     assert err <= joseph_float32_bound(A._grid3, 1 / A._scale, np.abs(x).max(), np.abs(ref).max())
     assert err <= 1e-5 * np.abs(ref).max()
     _check_float32_transpose(G, A, x, y, got)
+    if G.structured:
+        T = Projector(geometry, volume, model="joseph", precision="float32", backend="cuda", transpose="atomic")
+        _check_float32_transpose(T, A, x, y, got)
 
 
 @pytest.mark.parametrize("name", list(STRUCTURED))

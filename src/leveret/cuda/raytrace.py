@@ -47,8 +47,10 @@ VOXEL_PATCH2_DEFINES = tuple(f"{name}={value}" for name, value in VOXEL_PATCH2_C
 EXTRA_BUILDS = {"raytrace_voxel": (VOXEL_PATCH2_DEFINES,)}   # files also built with other constants (_module)
 VOXEL_TABLE_BYTES = 2 << 30   # at most this much for the voxel transpose's per-view tables at a time
 VIEW_GROUP = 16         # structured float32 kernels: views per column that run side by side (L2 reuse)
-SIDDON_SPLIT_NZ = 512   # structured float32 Siddon's transpose: this many z slices or more run in two slabs
-SIDDON_HALF_GROUP = 512   # ... and half VIEW_GROUP views per group from this many slab voxels per view
+SIDDON_SPLIT_NZ = 512   # structured float32 Siddon's transpose: this many z slices or more run in two slabs,
+SIDDON_QUARTER_NZ = 640   # ... this many or more in four or more slabs,
+SIDDON_MAX_SLAB = 256     # ... of at most this many slices there,
+SIDDON_HALF_GROUP = 256   # ... and half VIEW_GROUP views per group from this many slab voxels per view
 TRANSPOSES = ("auto", "voxel", "atomic")
 VOXEL_KZ = (1, 4, 8, 12, 16)   # voxel transpose: the z depths per lane raytrace_voxel.cu instantiates
 VOXEL_KZ_SETUP = 4   # voxel transpose: a lane's set-up per (view, column, plane), in z voxels' work
@@ -208,18 +210,22 @@ def voxel_kz(nz: int, cols_per_voxel: float = 1.0, rows_per_voxel: float = 1.0) 
 
 
 def siddon_z_slab(grid3) -> int:
-    """z slices per launch of structured float32 Siddon's transpose: grids of
-    at least ``SIDDON_SPLIT_NZ`` slices in two equal slabs, others in one.
-    Measured on an H200 over the sweep's scans (docs/performance.md,
-    "Structured Siddon's transpose in z slabs"): two slabs make the transpose
-    up to 22 % faster at 768^3 and 1024^3, since the atomic adds of the
-    blocks running at once then land in a part of the volume that stays in
-    L2; three or more slabs are slower than two (each launch repeats the
-    blocks' xy set-up, and the rows whose rays cross a slab face are set up
-    in both; the middle face lies in the sources' plane on these scans, which
-    no ray crosses); below 512 slices one launch is as fast."""
+    """z slices per launch of structured float32 Siddon's transpose: one slab
+    below ``SIDDON_SPLIT_NZ`` slices, two equal slabs below
+    ``SIDDON_QUARTER_NZ``, from there the fewest equal slabs, at least four,
+    of at most ``SIDDON_MAX_SLAB`` slices. The atomic adds of the blocks
+    running at once then land in a part of the volume that stays in L2; each
+    launch repeats the blocks' xy set-up, and the rows whose rays cross a slab
+    face run in both. Measured on an H200 (docs/performance.md, "Structured
+    Siddon's transpose in z slabs"): from 640 to 1024 slices four slabs are
+    within 2 % of the fastest depth tried (10-21 % less time than two at 768
+    and 1024 slices), at 512 two are (four: 9 % more), at 256 one. Beyond 1024
+    slices (not measured) the slabs keep the depth they have at 1024."""
     nz = int(grid3[0])
-    return nz if nz < SIDDON_SPLIT_NZ else -(-nz // 2)
+    if nz < SIDDON_SPLIT_NZ:
+        return nz
+    slabs = 2 if nz < SIDDON_QUARTER_NZ else max(4, -(-nz // SIDDON_MAX_SLAB))
+    return -(-nz // slabs)
 
 
 def siddon_view_group(grid3, n_views: int, z_slab: int | None = None) -> int:
@@ -229,10 +235,11 @@ def siddon_view_group(grid3, n_views: int, z_slab: int | None = None) -> int:
     least ``SIDDON_HALF_GROUP`` voxels, else ``VIEW_GROUP``. The group's
     views add into the slab together; on large slabs from few views the
     group's rays, further apart in angle, share fewer voxels in L2. Measured
-    on an H200 over the sweep's scans (docs/performance.md, "Structured
-    Siddon's transpose in z slabs"): 8 views 4-7 % faster at 768^3 from 180
-    and 360 views and at 1024^3 from 180 to 720, 16 3-4 % faster at 512^3
-    from 360 views or more and at 768^3 from 720."""
+    on an H200 over 14 scans (docs/performance.md, "Structured Siddon's
+    transpose in z slabs"): 8 views take 2-12 % less time at 768^3 and 1024^3
+    from 180 views, at 1024^3 from 360 and 720 and on 256 x 1024^2 from 720
+    (the same at 896^3), 16 take 2-6 % less at 512^3 and 640^3 from 720 views
+    and more, and at 768^3 from 720."""
     nz, ny, nx = (int(n) for n in grid3)
     slab = min(nz, siddon_z_slab(grid3) if z_slab is None else int(z_slab))
     return VIEW_GROUP // 2 if max(nx, ny) * slab >= SIDDON_HALF_GROUP * int(n_views) else VIEW_GROUP

@@ -237,8 +237,116 @@ __device__ __forceinline__ void z_split_f(const RowLineF& r, float B0, float B1,
     kz2 = min(max(k + r.step, 0), nz - 1);
 }
 
+// The float32 transpose's rows of one (view, column), adding into the z slab
+// [z0, z1). A warp's lanes step through the segments together, from the
+// first segment any of its rows reaches in the slab to the last: lanes at one
+// segment add into one xy cell at adjacent z, so a warp's atomics touch one or
+// two cache lines instead of one per lane (rows that enter or leave the slab
+// through a z face start and end at different segments). A segment outside a
+// row's [zlo, zhi) gets zero lengths from z_split_f and adds nothing; so does
+// a lane without a row (zlo = zhi = 0). Every warp of the block runs the loop
+// over row blocks the same number of times (the warp-wide min and max).
+__device__ __forceinline__ void structured_fast_transpose_rows(float* volT, const float* proj, const ColumnLine& c,
+                                                               const double* par, const double* g, double u,
+                                                               const double* B, const float* Bf, const int* cell,
+                                                               int n_seg, long long out0, int nz, int n_rows,
+                                                               int n_cols, int z0, int z1)
+{
+    for (int rb = 0; rb < n_rows; rb += blockDim.x) {
+        const int row = rb + threadIdx.x;
+        int k0 = 0, k1 = 0;
+        float value = 0.0f;
+        RowLineF rf = {};
+        if (row < n_rows) {
+            RowLine r = row_line(c, par, g, u, (double)row, nz);
+            row_slab(r, c.pz, z0, z1);
+            if (r.zlo < r.zhi) {   // else the row's ray misses the slab
+                value = proj[out0 + (long long)row * n_cols];
+                if (value != 0.0f) {
+                    rf = row_line_f(c, r);
+                    k0 = max(rank_in<false>(B, n_seg + 1, fmax(B[0], r.zlo)) - 1, 0);
+                    k1 = rank_in<true>(B, n_seg + 1, fmin(B[n_seg], r.zhi));
+                }
+            }
+        }
+        const bool any = k1 > k0;
+        const int lo = __reduce_min_sync(0xffffffffu, any ? k0 : 0x7fffffff);
+        const int hi = __reduce_max_sync(0xffffffffu, any ? k1 : -1);
+        for (int k = lo; k < hi; ++k) {
+            int kz, kz2;
+            float l1, l2;
+            z_split_f(rf, Bf[k], Bf[k + 1], nz, kz, kz2, l1, l2);
+            const long long base = (long long)cell[k] * nz;
+            if (l1 > 0.0f) atomicAdd(volT + base + kz, l1 * value);
+            if (l2 > 0.0f) atomicAdd(volT + base + kz2, l2 * value);
+        }
+    }
+}
+
+// The float32 forward's rows of one (view, column): each lane marches its own row.
+__device__ __forceinline__ void structured_fast_forward_rows(const float* volT, float* proj, const ColumnLine& c,
+                                                             const double* par, const double* g, double u,
+                                                             const double* B, const float* Bf, const int* cell,
+                                                             int n_seg, long long out0, int nz, int n_rows,
+                                                             int n_cols)
+{
+    for (int row = threadIdx.x; row < n_rows; row += blockDim.x) {
+        const RowLine r = row_line(c, par, g, u, (double)row, nz);
+        double acc = 0.0;
+        const RowLineF rf = row_line_f(c, r);
+        const int k0 = max(rank_in<false>(B, n_seg + 1, fmax(B[0], r.zlo)) - 1, 0);
+        const int k1 = rank_in<true>(B, n_seg + 1, fmin(B[n_seg], r.zhi));
+        float part = 0.0f;   // float32 partial sums of 8 segments, then float64
+        // Software-pipelined like structured_joseph's forward: the next 8
+        // segments' 16 loads in flight while the current 8 are summed.
+        const float* const vz = volT;
+        auto load8 = [&](int k8, float (&L)[4][8]) {
+#pragma unroll
+            for (int q = 0; q < 8; ++q) {
+                int kz, kz2;
+                z_split_f(rf, Bf[k8 + q], Bf[k8 + q + 1], nz, kz, kz2, L[2][q], L[3][q]);
+                const float* const base = vz + (long long)cell[k8 + q] * nz;
+                L[0][q] = base[kz];
+                L[1][q] = base[kz2];
+            }
+        };
+        auto sum8 = [&](const float (&L)[4][8]) {
+#pragma unroll
+            for (int q = 0; q < 8; ++q) part += L[2][q] * L[0][q] + L[3][q] * L[1][q];
+            acc += (double)part;
+            part = 0.0f;
+        };
+        int k = k0;
+        const int k_full = k0 + ((k1 - k0) & ~7);
+        if (k_full > k0) {
+            float SA[4][8], SB[4][8];
+            load8(k, SA);
+            while (true) {
+                load8(k + 8 < k_full ? k + 8 : k, SB);
+                sum8(SA);
+                k += 8;
+                if (k >= k_full) break;
+                load8(k + 8 < k_full ? k + 8 : k, SA);
+                sum8(SB);
+                k += 8;
+                if (k >= k_full) break;
+            }
+        }
+        for (; k < k1; ++k) {
+            int kz, kz2;
+            float l1, l2;
+            z_split_f(rf, Bf[k], Bf[k + 1], nz, kz, kz2, l1, l2);
+            const long long base = (long long)cell[k] * nz;
+            part += l1 * volT[base + kz] + l2 * volT[base + kz2];
+        }
+        acc += (double)part;
+        proj[out0 + (long long)row * n_cols] = (float)acc;
+    }
+}
+
 // Ray-driven structured kernel, float32 volume and projections, float32 march.
-// The transpose adds into the z slab [z0, z1) only; the forward reads all of z.
+// The transpose adds into the z slab [z0, z1) only
+// (structured_fast_transpose_rows); the forward reads all of z.
 template <bool ADJ>
 __device__ void structured_fast(float* volT, float* proj, int nx, int ny, int nz, const double* __restrict__ params,
                                 const double* __restrict__ g, int n_views, int n_rows, int n_cols, int view_group,
@@ -266,76 +374,10 @@ __device__ void structured_fast(float* volT, float* proj, int nx, int ny, int nz
     const double t_m = march_origin(c);
     for (int k = threadIdx.x; k <= n_seg; k += blockDim.x) Bf[k] = (float)sub(B[k], t_m);
     __syncthreads();
-    for (int row = threadIdx.x; row < n_rows; row += blockDim.x) {
-        RowLine r = row_line(c, par, g, u, (double)row, nz);
-        if (ADJ) {
-            row_slab(r, c.pz, z0, z1);
-            if (!(r.zlo < r.zhi)) continue;   // the row's ray misses the slab
-        }
-        const float value = ADJ ? proj[out0 + (long long)row * n_cols] : 0.0f;
-        double acc = 0.0;
-        if (!ADJ || value != 0.0f) {
-            const RowLineF rf = row_line_f(c, r);
-            const int k0 = max(rank_in<false>(B, n_seg + 1, fmax(B[0], r.zlo)) - 1, 0);
-            const int k1 = rank_in<true>(B, n_seg + 1, fmin(B[n_seg], r.zhi));
-            if (ADJ) {
-                for (int k = k0; k < k1; ++k) {
-                    int kz, kz2;
-                    float l1, l2;
-                    z_split_f(rf, Bf[k], Bf[k + 1], nz, kz, kz2, l1, l2);
-                    const long long base = (long long)cell[k] * nz;
-                    if (l1 > 0.0f) atomicAdd(volT + base + kz, l1 * value);
-                    if (l2 > 0.0f) atomicAdd(volT + base + kz2, l2 * value);
-                }
-                continue;
-            }
-            float part = 0.0f;   // float32 partial sums of 8 segments, then float64
-            // Software-pipelined like structured_joseph's forward: the next 8
-            // segments' 16 loads in flight while the current 8 are summed.
-            float* const vz = volT;
-            auto load8 = [&](int k8, float (&L)[4][8]) {
-#pragma unroll
-                for (int q = 0; q < 8; ++q) {
-                    int kz, kz2;
-                    z_split_f(rf, Bf[k8 + q], Bf[k8 + q + 1], nz, kz, kz2, L[2][q], L[3][q]);
-                    const float* const base = vz + (long long)cell[k8 + q] * nz;
-                    L[0][q] = base[kz];
-                    L[1][q] = base[kz2];
-                }
-            };
-            auto sum8 = [&](const float (&L)[4][8]) {
-#pragma unroll
-                for (int q = 0; q < 8; ++q) part += L[2][q] * L[0][q] + L[3][q] * L[1][q];
-                acc += (double)part;
-                part = 0.0f;
-            };
-            int k = k0;
-            const int k_full = k0 + ((k1 - k0) & ~7);
-            if (k_full > k0) {
-                float SA[4][8], SB[4][8];
-                load8(k, SA);
-                while (true) {
-                    load8(k + 8 < k_full ? k + 8 : k, SB);
-                    sum8(SA);
-                    k += 8;
-                    if (k >= k_full) break;
-                    load8(k + 8 < k_full ? k + 8 : k, SA);
-                    sum8(SB);
-                    k += 8;
-                    if (k >= k_full) break;
-                }
-            }
-            for (; k < k1; ++k) {
-                int kz, kz2;
-                float l1, l2;
-                z_split_f(rf, Bf[k], Bf[k + 1], nz, kz, kz2, l1, l2);
-                const long long base = (long long)cell[k] * nz;
-                part += l1 * volT[base + kz] + l2 * volT[base + kz2];
-            }
-            acc += (double)part;
-        }
-        if (!ADJ) proj[out0 + (long long)row * n_cols] = (float)acc;
-    }
+    if constexpr (ADJ)
+        structured_fast_transpose_rows(volT, proj, c, par, g, u, B, Bf, cell, n_seg, out0, nz, n_rows, n_cols, z0, z1);
+    else
+        structured_fast_forward_rows(volT, proj, c, par, g, u, B, Bf, cell, n_seg, out0, nz, n_rows, n_cols);
 }
 
 extern "C" __global__ void structured_siddon_forward_fast(float* volT, float* proj, int nx, int ny, int nz,
