@@ -1,0 +1,74 @@
+"""Times of structured float32 Siddon's transpose by z slab depth and views per
+group on the sweep's circular scans (0.75 px/voxel): the data of
+``siddon_z_slab`` and ``siddon_view_group`` (tests/cuda/test_transpose_rule.py,
+SIDDON_LAUNCHES). Prints one JSON line per scan and writes them all.
+
+    PYTHONPATH=src python3 tools/diagnostics/siddon_launches.py --out siddon_launches.json
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import statistics
+import time
+from pathlib import Path
+
+# (n, views, z slab depths, views per group): the scans of SIDDON_LAUNCHES.
+SCANS = [(512, 180, (256, 171), (4, 8, 16)), (512, 720, (512, 256, 171, 128), (8, 16)),
+         (640, 720, (640, 320, 214, 160), (8, 16)), (768, 180, (768, 384, 256, 192), (4, 8, 16)),
+         (768, 720, (768, 384, 256, 192, 154), (8, 16)), (896, 720, (448, 299, 224), (8, 16)),
+         (1024, 180, (1024, 512, 342, 256, 205), (4, 8, 16)), (1024, 360, (512, 342, 256), (4, 8, 16)),
+         (1024, 720, (1024, 512, 384, 342, 256, 205), (8, 16)), (1024, 1440, (342, 256), (8, 16))]
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, nargs="+", default=None, help="only the scans of these grid sizes")
+    parser.add_argument("--out", default=None)
+    args = parser.parse_args()
+    import cupy as cp
+    import leveret
+    spec = importlib.util.spec_from_file_location("bench_sweep", Path(__file__).parents[2] / "bench" / "bench_sweep.py")
+    sweep = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sweep)
+
+    def median_time(fn, reps):
+        fn()
+        cp.cuda.Device().synchronize()
+        times = []
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            fn()
+            cp.cuda.Device().synchronize()
+            times.append(time.perf_counter() - t0)
+        return statistics.median(times)
+
+    def scan(n, views, slabs, groups):
+        point = dict(n=n, nz=n, views=views, sampling=0.75, half_angle=None, scan="full", offset=0.0,
+                     trajectory="circular")
+        g, vol, _ = sweep.cone_problem(point)
+        A = leveret.Projector(g, vol, model="siddon", backend="cuda")
+        y = A(cp.random.default_rng(0).random(vol.shape, dtype=cp.float32))
+        back = cp.empty(vol.shape, cp.float32)
+        reps = 1 if n >= 896 else 3   # calls of a second or more
+        row = {"n": n, "views": views, "rule": [A._gpu.z_slab, A._gpu.view_group], "ms": {}}
+        for slab in slabs:
+            for group in groups:
+                A._gpu.z_slab, A._gpu.view_group = slab, group
+                row["ms"][f"{slab}/{group}"] = round(1e3 * median_time(lambda: A.T(y, out=back), reps), 2)
+        return row
+
+    out = []
+    for n, views, slabs, groups in SCANS:
+        if args.n and n not in args.n:
+            continue
+        out.append(scan(n, views, slabs, groups))
+        print(json.dumps(out[-1]), flush=True)
+        cp.get_default_memory_pool().free_all_blocks()
+    if args.out:
+        Path(args.out).write_text(json.dumps(out, indent=1))
+
+
+if __name__ == "__main__":
+    main()
