@@ -190,12 +190,14 @@ def test_auto_transpose_without_voxel_is_atomic():
 # "Structured Siddon's transpose in z slabs"). From the first: 512^3 with 4
 # views per group, from 1440 views and at 15 degrees, 256^3, the 256 x 1024^2
 # grid, and at 768^3 and 1024^3 one slab and slabs of 512; the rest from the
-# second.
+# second, but 512^3 from 360 views: 16 per group from a third run (alternated
+# with the previous kernel), 8 from the sweep's (bench_sweep.json).
 SIDDON_LAUNCHES = [
     ((512, 512, 512), 180, 0.75, {(256, 4): 68.48, (256, 8): 55.93, (256, 16): 56.84, (171, 8): 55.43,
                                   (171, 16): 55.34}),
     ((512, 512, 512), 720, 0.75, {(512, 16): 197.83, (256, 8): 197.83, (256, 16): 187.36, (171, 8): 209.59,
                                   (171, 16): 205.27, (128, 8): 208.16, (128, 16): 203.61}),
+    ((512, 512, 512), 360, 0.75, {(256, 8): 104.17, (256, 16): 96.7}),
     ((512, 512, 512), 1440, 0.75, {(256, 8): 393.37, (256, 16): 377.08}),
     ((512, 512, 512), 720, "15 degrees", {(512, 16): 189.03, (256, 8): 189.72, (256, 16): 178.58}),
     ((256, 256, 256), 720, 0.75, {(256, 8): 24.41, (256, 16): 24.32, (128, 16): 25.19}),

@@ -50,7 +50,7 @@ VIEW_GROUP = 16         # structured float32 kernels: views per column that run 
 SIDDON_SPLIT_NZ = 512   # structured float32 Siddon's transpose: this many z slices or more run in two slabs,
 SIDDON_QUARTER_NZ = 640   # ... this many or more in four or more slabs,
 SIDDON_MAX_SLAB = 256     # ... of at most this many slices there,
-SIDDON_HALF_GROUP = 256   # ... and half VIEW_GROUP views per group from this many slab voxels per view
+SIDDON_HALF_GROUP = 1 << 18   # ... and half VIEW_GROUP views per group from this many slab voxels per view
 TRANSPOSES = ("auto", "voxel", "atomic")
 VOXEL_KZ = (1, 4, 8, 12, 16)   # voxel transpose: the z depths per lane raytrace_voxel.cu instantiates
 VOXEL_KZ_SETUP = 4   # voxel transpose: a lane's set-up per (view, column, plane), in z voxels' work
@@ -230,19 +230,20 @@ def siddon_z_slab(grid3) -> int:
 
 def siddon_view_group(grid3, n_views: int, z_slab: int | None = None) -> int:
     """Views per detector column that run side by side in structured float32
-    Siddon's transpose: half ``VIEW_GROUP`` where the grid's width times its
-    slab depth (``z_slab``, default :func:`siddon_z_slab`) per view is at
-    least ``SIDDON_HALF_GROUP`` voxels, else ``VIEW_GROUP``. The group's
-    views add into the slab together; on large slabs from few views the
-    group's rays, further apart in angle, share fewer voxels in L2. Measured
-    on an H200 over 14 scans (docs/performance.md, "Structured Siddon's
-    transpose in z slabs"): 8 views take 2-12 % less time at 768^3 and 1024^3
-    from 180 views, at 1024^3 from 360 and 720 and on 256 x 1024^2 from 720
-    (the same at 896^3), 16 take 2-6 % less at 512^3 and 640^3 from 720 views
-    and more, and at 768^3 from 720."""
+    Siddon's transpose: half ``VIEW_GROUP`` where the slab's voxels (the
+    grid's nx ny times its slab depth ``z_slab``, default
+    :func:`siddon_z_slab`) per view reach ``SIDDON_HALF_GROUP``, else
+    ``VIEW_GROUP``. The group's views add into the slab together; on large
+    slabs from few views the group's rays, further apart in angle, share
+    fewer voxels in L2. Measured on an H200 over 15 scans
+    (docs/performance.md, "Structured Siddon's transpose in z slabs"): 8
+    views take 2-12 % less time at 512^3, 768^3 and 1024^3 from 180 views, at
+    1024^3 from 360 and 720 and on 256 x 1024^2 from 720; 16 take 2-7 % less
+    at 512^3 from 360 (two runs), 720 and 1440 views and at 640^3 and 768^3
+    from 720; the two are within 0.4 % at 896^3 from 720 and 1024^3 from 1440."""
     nz, ny, nx = (int(n) for n in grid3)
     slab = min(nz, siddon_z_slab(grid3) if z_slab is None else int(z_slab))
-    return VIEW_GROUP // 2 if max(nx, ny) * slab >= SIDDON_HALF_GROUP * int(n_views) else VIEW_GROUP
+    return VIEW_GROUP // 2 if nx * ny * slab >= SIDDON_HALF_GROUP * int(n_views) else VIEW_GROUP
 
 
 def voxel_constants(constants: dict[str, int] = KERNEL_CONSTANTS) -> dict[str, int]:
