@@ -14,13 +14,19 @@ import statistics
 import time
 from pathlib import Path
 
-# (n, views, z slab depths, views per group): the scans of SIDDON_LAUNCHES.
-SCANS = [(512, 180, (256, 171), (4, 8, 16)), (512, 720, (512, 256, 171, 128), (8, 16)),
-         (640, 720, (640, 320, 214, 160), (8, 16)), (768, 180, (768, 384, 256, 192), (4, 8, 16)),
-         (768, 720, (768, 384, 256, 192, 154), (8, 16)), (896, 720, (448, 299, 224), (8, 16)),
-         (1024, 180, (1024, 512, 342, 256, 205), (4, 8, 16)), (1024, 360, (512, 342, 256), (4, 8, 16)),
-         (1024, 720, (1024, 512, 384, 342, 256, 205), (8, 16)), (1024, 1440, (342, 256), (8, 16))]
-
+# (n, nz, views, half-angle in degrees or None, z slab depths, views per group):
+# the scans of SIDDON_LAUNCHES.
+SCANS = [(256, 256, 720, None, (256, 128), (8, 16)), (1024, 256, 720, None, (256, 128), (8, 16)),
+         (512, 512, 180, None, (256, 171), (4, 8, 16)), (512, 512, 360, None, (256,), (8, 16)),
+         (512, 512, 720, None, (512, 256, 171, 128), (8, 16)), (512, 512, 1440, None, (256,), (8, 16)),
+         (512, 512, 720, 15.0, (512, 256), (8, 16)), (640, 640, 720, None, (640, 320, 214, 160), (8, 16)),
+         (768, 768, 180, None, (768, 384, 256, 192), (4, 8, 16)),
+         (768, 768, 720, None, (768, 512, 384, 256, 192, 154), (8, 16)),
+         (896, 896, 720, None, (448, 299, 224), (8, 16)),
+         (1024, 1024, 180, None, (1024, 512, 342, 256, 205), (4, 8, 16)),
+         (1024, 1024, 360, None, (512, 342, 256), (4, 8, 16)),
+         (1024, 1024, 720, None, (1024, 512, 384, 342, 256, 205), (8, 16)),
+         (1024, 1024, 1440, None, (342, 256), (8, 16))]
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -44,15 +50,16 @@ def main():
             times.append(time.perf_counter() - t0)
         return statistics.median(times)
 
-    def scan(n, views, slabs, groups):
-        point = dict(n=n, nz=n, views=views, sampling=0.75, half_angle=None, scan="full", offset=0.0,
+    def scan(n, nz, views, half_angle, slabs, groups):
+        point = dict(n=n, nz=nz, views=views, sampling=0.75, half_angle=half_angle, scan="full", offset=0.0,
                      trajectory="circular")
         g, vol, _ = sweep.cone_problem(point)
         A = leveret.Projector(g, vol, model="siddon", backend="cuda")
         y = A(cp.random.default_rng(0).random(vol.shape, dtype=cp.float32))
         back = cp.empty(vol.shape, cp.float32)
         reps = 1 if n >= 896 else 3   # calls of a second or more
-        row = {"n": n, "views": views, "rule": [A._gpu.z_slab, A._gpu.view_group], "ms": {}}
+        row = {"n": n, "nz": nz, "views": views, "half_angle": half_angle,
+               "rule": [A._gpu.z_slab, A._gpu.view_group], "ms": {}}
         for slab in slabs:
             for group in groups:
                 A._gpu.z_slab, A._gpu.view_group = slab, group
@@ -60,10 +67,10 @@ def main():
         return row
 
     out = []
-    for n, views, slabs, groups in SCANS:
+    for n, nz, views, half_angle, slabs, groups in SCANS:
         if args.n and n not in args.n:
             continue
-        out.append(scan(n, views, slabs, groups))
+        out.append(scan(n, nz, views, half_angle, slabs, groups))
         print(json.dumps(out[-1]), flush=True)
         cp.get_default_memory_pool().free_all_blocks()
     if args.out:
