@@ -10,8 +10,6 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
-import statistics
-import time
 from pathlib import Path
 
 # (n, nz, views, half-angle in degrees or None, z slab depths, views per group):
@@ -28,6 +26,7 @@ SCANS = [(256, 256, 720, None, (256, 128), (8, 16)), (1024, 256, 720, None, (256
          (1024, 1024, 720, None, (1024, 512, 384, 342, 256, 205), (8, 16)),
          (1024, 1024, 1440, None, (342, 256), (8, 16))]
 
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, nargs="+", default=None, help="only the scans of these grid sizes")
@@ -35,20 +34,13 @@ def main():
     args = parser.parse_args()
     import cupy as cp
     import leveret
-    spec = importlib.util.spec_from_file_location("bench_sweep", Path(__file__).parents[2] / "bench" / "bench_sweep.py")
+    path = Path(__file__).resolve().parents[2] / "bench" / "bench_sweep.py"
+    spec = importlib.util.spec_from_file_location("bench_sweep", path)
     sweep = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(sweep)
 
-    def median_time(fn, reps):
-        fn()
+    def sync():
         cp.cuda.Device().synchronize()
-        times = []
-        for _ in range(reps):
-            t0 = time.perf_counter()
-            fn()
-            cp.cuda.Device().synchronize()
-            times.append(time.perf_counter() - t0)
-        return statistics.median(times)
 
     def scan(n, nz, views, half_angle, slabs, groups):
         point = dict(n=n, nz=nz, views=views, sampling=0.75, half_angle=half_angle, scan="full", offset=0.0,
@@ -63,7 +55,8 @@ def main():
         for slab in slabs:
             for group in groups:
                 A._gpu.z_slab, A._gpu.view_group = slab, group
-                row["ms"][f"{slab}/{group}"] = round(1e3 * median_time(lambda: A.T(y, out=back), reps), 2)
+                seconds = sweep.common.median_time(lambda: A.T(y, out=back), reps=reps, sync=sync)
+                row["ms"][f"{slab}/{group}"] = round(1e3 * seconds, 2)
         return row
 
     out = []

@@ -410,7 +410,7 @@ def _fbp_cuda(projections, geometry, volume, response, row_scale, dtype, plan, t
 
     import cupy
 
-    from ..pipeline import empty_pinned
+    from ..pipeline import empty_pinned, ranges
     t_wall = time.perf_counter()
     stream = cupy.cuda.get_current_stream()
     host_in = isinstance(projections, np.ndarray)
@@ -444,7 +444,7 @@ def _fbp_cuda(projections, geometry, volume, response, row_scale, dtype, plan, t
     # Slabs of whole 32 x 8 x 4 tiles, about 8 of them, so that each slab's copy
     # to the host runs while the next ones are back-projected.
     step = max(4, 4 * -(-nz // 32))
-    chunks = [(k, min(nz, k + step)) for k in range(0, nz, step)]
+    chunks = ranges(nz, step)
     nbytes = int(np.prod(volume.shape)) * np.dtype(dtype).itemsize
     if nbytes <= PINNED_RESULT_MAX_BYTES:
         out, t_bp, t_out = _slabs_to_pinned(slab, chunks, volume.shape, dtype, stream, ev[2])
