@@ -74,8 +74,8 @@ def test_tune_caches_the_transpose_and_the_parallel_classes(tmp_path, monkeypatc
     monkeypatch.delenv("LEVERET_NO_TUNING_CACHE", raising=False)
     assert main(["tune", "--budget", "1"]) == 0
     out = capsys.readouterr().out
-    assert "cone transpose: the scatter takes" in out and "skipped, past the 1 s budget" in out
+    assert "cone transpose: the band transpose takes" in out and "skipped, past the 1 s budget" in out
     cached = tuning.load(tmp_path / "tuning.json")[gpu_name()]
-    assert "cone/transpose" in cached and any(key.startswith("parallel/") for key in cached)
+    assert "cone/transpose-band" in cached and any(key.startswith("parallel/") for key in cached)
     assert main(["info"]) == 0
-    assert "cone/transpose: atomic_scale=" in capsys.readouterr().out
+    assert "cone/transpose-band: atomic_scale=" in capsys.readouterr().out

@@ -89,7 +89,8 @@ extern "C" void run_structured_joseph(int adj, float* volP, float* proj, int nx,
     blockDim.x = 1; threadIdx.x = 0;
     for (int v = 0; v < n_views; ++v) for (int c = 0; c < n_cols; ++c) {
         blockIdx.x = c; blockIdx.y = v;   // view groups of one
-        if (adj) structured_joseph_adjoint_fast(volP, proj, nx, ny, nz, params, g, n_views, n_rows, n_cols, 1);
+        if (adj == 2) structured_joseph_adjoint_band(volP, proj, nx, ny, nz, params, g, n_views, n_rows, n_cols, 1);
+        else if (adj) structured_joseph_adjoint_fast(volP, proj, nx, ny, nz, params, g, n_views, n_rows, n_cols, 1);
         else structured_joseph_forward_fast(volP, proj, nx, ny, nz, params, g, n_views, n_rows, n_cols, 1);
     }
 }

@@ -13,6 +13,7 @@ import pytest
 from leveret import phantom
 from leveret.cuda.raytrace import (VOXEL_KZ, CudaRaytracer, joseph_float32_bound, structured_float32_bound,
                                    view_parameters)
+from leveret.geometry import ConeGeometry, VolumeGeometry
 from leveret.operators import Projector
 
 from cases import GEOMETRIES, ROW_WINDOWS, STRUCTURED, TALL, UNCLAMPED_ROWS, adjoint_scale, assert_close
@@ -213,7 +214,8 @@ def test_structured_joseph_voxel_transpose_equals_atomic(name, rng):
     """Structured Joseph's transposes: the voxel-driven one (the forward's
     weights evaluated per voxel, z fractions in float64) in batches of two
     views and in one batch, with one and with 2 x 2 voxel columns per warp,
-    and the ray-driven atomic one. They differ by the forward march's float32 rounding (2e-6 of
+    the atomic one (the band transpose here) and the rows' scatter (the atomic
+    one where the band does not apply). They differ by the forward march's float32 rounding (2e-6 of
     the largest value), the batches by float32 rounding of the views' partial
     sums; the voxel one is deterministic; outputs poisoned;
     the adjoint identity with the forward. "tall" has 70 z voxels and ~1.4
@@ -228,9 +230,13 @@ def test_structured_joseph_voxel_transpose_equals_atomic(name, rng):
                             views_per_batch=2)
     patches = {p: CudaRaytracer(geometry, A._grid3, A._offset, A._scale, "joseph", np.float32, transpose="voxel",
                                 voxel_patch=p) for p in (1, 2)}
+    assert T._gpu.band
+    scatter = CudaRaytracer(geometry, A._grid3, A._offset, A._scale, "joseph", np.float32, transpose="atomic")
+    scatter.band = False   # as where the voxel transpose's conditions fail
     y = cp.asarray(rng.standard_normal(geometry.projection_shape), dtype=cp.float32)
     results = {}
     for mode, run in (("voxel", V.T), ("atomic", T.T),
+                      ("scatter", lambda y, out: scatter.adjoint(y, out.reshape(A._grid3))),
                       ("voxel_batched", lambda y, out: batched.adjoint(y, out.reshape(A._grid3))),
                       ("voxel_patch1", lambda y, out: patches[1].adjoint(y, out.reshape(A._grid3))),
                       ("voxel_patch2", lambda y, out: patches[2].adjoint(y, out.reshape(A._grid3)))):
@@ -238,6 +244,7 @@ def test_structured_joseph_voxel_transpose_equals_atomic(name, rng):
         run(y, out=results[mode])
         assert not bool(cp.isnan(results[mode]).any()), mode
     assert_close(results["voxel"], results["atomic"], 2e-6)
+    assert_close(results["scatter"], results["atomic"], 2e-6)
     assert_close(results["voxel_batched"], results["voxel"], 1e-6)     # batches: partial sums added in float32
     for patch in (1, 2):   # one or 2 x 2 voxel columns per warp: other float32 summation orders
         assert_close(results[f"voxel_patch{patch}"], results["atomic"], 2e-6)
@@ -312,3 +319,15 @@ def test_voxel_transpose_refused_where_it_does_not_apply():
     with pytest.raises(ValueError, match="transpose"):
         Projector(tilted, grid, model="joseph", backend="cuda", transpose="voxel")
     assert Projector(tilted, grid, model="joseph", backend="cuda").transpose == "atomic"
+
+
+def test_band_transpose_only_where_the_voxel_transpose_applies():
+    """The atomic transpose of structured Joseph runs column by column (the band
+    transpose) where the voxel transpose's conditions hold, and ray by ray
+    where they do not (rows more than JV_HMAX + 1 per voxel)."""
+    geometry, volume = STRUCTURED["cone_small"]
+    assert Projector(geometry, volume, model="joseph", backend="cuda", transpose="atomic")._gpu.band
+    dense = ConeGeometry.circular(np.linspace(0, 2 * np.pi, 6, endpoint=False), sid=60, sdd=90, n_rows=400, n_cols=30, pixel_size=0.05)
+    grid = VolumeGeometry((16, 16, 16), 1.0)
+    T = Projector(dense, grid, model="joseph", backend="cuda", transpose="atomic")
+    assert T.structured and not T._gpu.band

@@ -195,7 +195,8 @@ def test_host_build_joseph_float32(lib, name, rng):
 def test_host_build_structured_joseph(lib, name, rng):
     """Structured Joseph (float32, planes shared by a column's rows) against
     the float64 CPU Joseph: inside joseph_float32_bound and 1e-5 of the largest
-    value; its transpose has the same weights."""
+    value; its transposes (the scatter, the voxel gather and the band) have the
+    same weights."""
     geometry, volume = STRUCTURED[name]
     A = Projector(geometry, volume, model="joseph", precision="float64", backend="cpu")
     _, params, g, _, n_rows, n_cols = _kernel_inputs(geometry, A)
@@ -233,6 +234,15 @@ def test_host_build_structured_joseph(lib, name, rng):
     assert np.abs(voxel - back).max() <= 2e-6 * np.abs(back).max()   # measured at most 3.1e-7
     assert np.abs(voxel - ref_back).max() <= 1e-5 * np.abs(ref_back).max()
     assert abs(lhs - np.vdot(x.astype(np.float64), voxel)) <= 1e-5 * adjoint_scale(lhs, out, y)
+    # The band transpose (transpose="atomic" where the voxel transpose applies): the voxel
+    # transpose's weights, added per (column, plane) voxel; the zero border collects nothing
+    # the volume keeps.
+    bandP = np.zeros_like(volP)
+    lib.run_structured_joseph(2, _ptr(bandP), _ptr(y), nx, ny, nz, _ptr(params), _ptr(g), n_views, n_rows, n_cols)
+    band = bandP[1:-1, 1:-1, pad:-pad].transpose(2, 0, 1).astype(np.float64)
+    assert np.abs(band - voxel).max() <= 2e-6 * np.abs(voxel).max()
+    assert np.abs(band - ref_back).max() <= 1e-5 * np.abs(ref_back).max()
+    assert abs(lhs - np.vdot(x.astype(np.float64), band)) <= 1e-5 * adjoint_scale(lhs, out, y)
 
 
 @pytest.mark.parametrize("build, kz", [("lib", 1), ("lib", 4), ("lib", 16), ("lib_patch2", 1), ("lib_patch2", 12),
@@ -255,10 +265,7 @@ def test_host_build_joseph_voxel_dense_rows(lib, kz, rng):
     (the row windows of 5 and 7 rows either side, LEVERET_JV_HMAX): the
     float64 CPU transpose to 4e-6 of the largest value (float32 sums of up to
     16 rows per column; measured at most 1.6e-6 over 10 seeds); output poisoned."""
-    volume = VolumeGeometry((16, 16, 16), 1.0)
-    geometry = ConeGeometry.circular(np.linspace(0, 2 * np.pi, 7, endpoint=False), sid=60, sdd=90, n_rows=120,
-                                     n_cols=30, pixel_size=0.25)
-    _check_voxel_transpose([lib], geometry, volume, kz, (4, 8), 4e-6, rng)
+    _check_voxel_transpose([lib], *_dense_rows_case(), kz, (4, 8), 4e-6, rng)
 
 
 @pytest.mark.parametrize("kz", [1, 8, 16])
@@ -280,11 +287,44 @@ def test_host_build_joseph_voxel_sparse_rows(lib, lib_patch2, kz, rng):
     two or more voxels apart) and others the two-row one, with one voxel
     column per warp and 2 x 2 patches: the float64 CPU transpose to 1e-6 of
     the largest value; output poisoned."""
-    volume = VolumeGeometry((40, 20, 20), 1.0)
-    geometry = ConeGeometry.circular(np.linspace(0, 2 * np.pi, 9, endpoint=False), 40, 60, 10, 30, 6.0,
-                                     det_offset=(0.0, 1.3))
     # the densest rows: two-row windows there, one-row windows further from the source
-    _check_voxel_transpose([lib, lib_patch2], geometry, volume, kz, (0.5, 1), 1e-6, rng)
+    _check_voxel_transpose([lib, lib_patch2], *_sparse_rows_case(), kz, (0.5, 1), 1e-6, rng)
+
+
+def _dense_rows_case():
+    volume = VolumeGeometry((16, 16, 16), 1.0)
+    return ConeGeometry.circular(np.linspace(0, 2 * np.pi, 7, endpoint=False), sid=60, sdd=90, n_rows=120,
+                                 n_cols=30, pixel_size=0.25), volume
+
+
+def _sparse_rows_case():
+    return ConeGeometry.circular(np.linspace(0, 2 * np.pi, 9, endpoint=False), 40, 60, 10, 30, 6.0,
+                                 det_offset=(0.0, 1.3)), VolumeGeometry((40, 20, 20), 1.0)
+
+
+@pytest.mark.parametrize("case, rows_per_voxel, tol", [("tall", (1, 4), 1e-6), ("dense", (4, 8), 4e-6),
+                                                       ("windows", (6, 8), 4e-6), ("sparse", (0.5, 1), 1e-6)])
+def test_host_build_joseph_band_row_windows(lib, case, rows_per_voxel, tol, rng):
+    """The band transpose (transpose="atomic" where the voxel transpose
+    applies) on the voxel transpose's row-window scans: rows 0.3 to 7.2 per z
+    voxel (windows of two rows, of four and six, and the any-width loop up to
+    LEVERET_JV_HMAX either side), a tall grid with anisotropic voxels and an
+    off-centre detector: the float64 CPU transpose to ``tol`` of the largest value."""
+    geometry, volume = {"tall": lambda: TALL, "dense": _dense_rows_case, "windows": lambda: ROW_WINDOWS,
+                        "sparse": _sparse_rows_case}[case]()
+    A = Projector(geometry, volume, model="joseph", precision="float64", backend="cpu")
+    _, params, g, _, n_rows, n_cols = _kernel_inputs(geometry, A)
+    lo, hi = rows_per_voxel
+    assert lo < voxel_rows_per_voxel(params, n_cols, volume.shape, A._offset, A._scale) < hi
+    y = rng.standard_normal(geometry.projection_shape).astype(np.float32)
+    ref = A.T(y.astype(np.float64))
+    nz, ny, nx = volume.shape
+    pad = JOSEPH_PAD_Z
+    volP = np.zeros((ny + 2, nx + 2, nz + 2 * pad), np.float32)
+    lib.run_structured_joseph(2, _ptr(volP), _ptr(y), nx, ny, nz, _ptr(params), _ptr(g), geometry.n_views, n_rows,
+                              n_cols)
+    got = volP[1:-1, 1:-1, pad:-pad].transpose(2, 0, 1)
+    np.testing.assert_allclose(got, ref, rtol=0, atol=tol * np.abs(ref).max())
 
 
 def _check_voxel_transpose(builds, geometry, volume, kz, rows_per_voxel, tol, rng):

@@ -26,7 +26,7 @@ def test_probes_straddle_the_rule():
     """The two probes sit on either side of the rule at scale 1 (the gather
     predicted faster on the full detector, the scatter on 8 rows), so their
     timings measure the correction where it decides."""
-    full, few = (transpose_times(autotune.probe_work(p["rows"])) for p in autotune.TRANSPOSE_PROBES)
+    full, few = (transpose_times(autotune.probe_work(p)) for p in autotune.TRANSPOSE_PROBES)
     assert auto_transpose(full) == "voxel" and auto_transpose(few) == "atomic"
 
 
@@ -34,11 +34,11 @@ def test_tune_transpose_caches_the_correction_and_auto_uses_it(tmp_path, monkeyp
     monkeypatch.setenv("LEVERET_CACHE_DIR", str(tmp_path))
     monkeypatch.delenv("LEVERET_NO_TUNING_CACHE", raising=False)
     assert tuned_atomic_scale("stand-in GPU") == 1.0          # nothing measured: the model as fitted
-    predicted = {p["rows"]: transpose_times(autotune.probe_work(p["rows"])) for p in autotune.TRANSPOSE_PROBES}
+    predicted = {p["rows"]: transpose_times(autotune.probe_work(p)) for p in autotune.TRANSPOSE_PROBES}
     calls = []
 
     def fake(geometry, volume, transpose):
-        # a GPU whose scatter is 5x slower than the model says, its gather as predicted
+        # a GPU whose band transpose is 5x slower than the model says, its gather as predicted
         calls.append((geometry.n_rows, transpose))
         rows = None if geometry.n_rows != 8 else 8
         return predicted[rows][transpose] * (5.0 if transpose == "atomic" else 1.0)
@@ -48,10 +48,12 @@ def test_tune_transpose_caches_the_correction_and_auto_uses_it(tmp_path, monkeyp
     assert len(calls) == 4 and {t for _, t in calls} == {"voxel", "atomic"}
     assert tuned_atomic_scale("stand-in GPU") == pytest.approx(5.0, rel=1e-3)
     assert tuned_atomic_scale("another GPU") == 1.0
-    # the 8-row probe, sent to the scatter by the fitted model by less than 5x, goes to the gather here
-    few = predicted[8]
+    # a detector of 64 rows, sent to the band transpose by the fitted model by less than 5x, goes to the
+    # gather here
+    rows64 = {"rows": 64, "sampling": 1.0}
+    few = transpose_times(autotune.probe_work(rows64))
     assert few["atomic"] < few["voxel"] < 5.0 * few["atomic"]
-    assert auto_transpose(transpose_times(autotune.probe_work(8), atomic_scale=5.0)) == "voxel"
+    assert auto_transpose(transpose_times(autotune.probe_work(rows64), atomic_scale=5.0)) == "voxel"
     assert any("cone/transpose" in line and "atomic_scale=5" in line for line in tuning.describe())
 
 
@@ -75,4 +77,4 @@ def test_tuned_rule_picks_the_faster_transpose_on_the_probes(tmp_path, monkeypat
     assert math.isfinite(scale) and scale > 0
     for probe, (t_voxel, t_atomic) in zip(autotune.TRANSPOSE_PROBES, result["measured"]):
         faster = "voxel" if t_voxel <= t_atomic else "atomic"
-        assert auto_transpose(transpose_times(autotune.probe_work(probe["rows"]), atomic_scale=scale)) == faster
+        assert auto_transpose(transpose_times(autotune.probe_work(probe), atomic_scale=scale)) == faster

@@ -1,6 +1,6 @@
 """Times of A and of both CUDA transposes of structured Joseph where the
-detector has few rows (8, 24, 64) against a 256^3 volume, 360 views: where the
-atomic scatter beats the voxel gather (which visits every voxel), and what
+detector has few rows (8 to 128) against a 256^3 volume, 360 views: where the
+band transpose beats the voxel gather (which visits every voxel), and what
 ``transpose="auto"``'s cost model predicted. Prints one JSON line per point.
 
     PYTHONPATH=src python3 tools/diagnostics/transpose_rows.py --out transpose_rows.json
@@ -30,7 +30,7 @@ def _median_time(fn, sync, reps=3):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", type=int, nargs="+", default=[8, 24, 64])
+    parser.add_argument("--rows", type=int, nargs="+", default=[8, 16, 24, 32, 64, 128])
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
     import cupy as cp

@@ -705,8 +705,8 @@ def tune(args) -> int:
         print(f"tuning {gpu_name()} into {tuning.cache_path()}", flush=True)
         t = autotune.tune_transpose()
         ms = [f"{m * 1e3:.1f}" for pair in t["measured"] for m in pair]
-        print(f"  cone transpose: the scatter takes {t['atomic_scale']:.2f} x the model's time (probes: "
-              f"gather {ms[0]} / {ms[2]} ms, scatter {ms[1]} / {ms[3]} ms)", flush=True)
+        print(f"  cone transpose: the band transpose takes {t['atomic_scale']:.2f} x the model's time (probes: "
+              f"gather {ms[0]} / {ms[2]} ms, band {ms[1]} / {ms[3]} ms)", flush=True)
 
         done = iter(range(1, len(autotune.PARALLEL_CLASSES) + 1))
 

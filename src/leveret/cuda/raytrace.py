@@ -9,7 +9,9 @@ file per path, share raytrace_common.cuh:
 - raytrace_siddon.cu: structured cone-beam Siddon (Thompson and Lionheart
   (2014): the rows of a detector column share its xy path), taken when
   :func:`structured_ratio` shows that it is valid;
-- raytrace_joseph.cu: the same structure for Joseph in float32;
+- raytrace_joseph.cu: the same structure for Joseph in float32, with its
+  transposes by atomics: the rows' scatter and the band transpose (lanes on
+  the voxels a column's rows reach on each plane);
 - raytrace_voxel.cu: structured Joseph's voxel-driven transpose;
 - raytrace_layout.cu: copies between the volume and the structured kernels'
   z-fastest layout.
@@ -56,14 +58,17 @@ VOXEL_KZ = (1, 4, 8, 12, 16)   # voxel transpose: the z depths per lane raytrace
 VOXEL_KZ_SETUP = 4   # voxel transpose: a lane's set-up per (view, column, plane), in z voxels' work
 
 
-# Seconds per unit of work of structured Joseph's two transposes, fitted to
-# measurements over detector sampling 0.5-2.5 px/voxel at 256^3-1024^3 on an
-# H100 (docs/performance.md, "Which transpose"): the voxel gather per row read
-# (``voxel_row``) and per lane and candidate column set-up (``voxel_setup``),
-# the atomic scatter per atomic add (``atomic_add``) and per voxel of the
-# volume (``atomic_voxel``: its fixed cost, seen with detectors of few rows).
-# Only their ratios decide.
-TRANSPOSE_COST = {"voxel_row": 2.34e-13, "voxel_setup": 1.86e-12, "atomic_add": 1.41e-12, "atomic_voxel": 8.7e-11}
+# Seconds per unit of work of structured Joseph's two transposes where both
+# apply (:func:`voxel_applies`): the voxel gather per row read (``voxel_row``)
+# and per lane and candidate column set-up (``voxel_setup``), fitted over
+# detector sampling 0.5-2.5 px/voxel at 256^3-1024^3 on an H100; the band
+# transpose (the atomic one there) per (view, column, plane) (``band_plane``:
+# its set-up), per voxel of a plane's band (``band_voxel``: the row window and
+# two atomic adds) and per pass of a warp's lanes over a band
+# (``band_pass``), fitted on an H200 to the 33 scans of docs/performance.md
+# ("Which transpose"). Only their ratios decide.
+TRANSPOSE_COST = {"voxel_row": 2.34e-13, "voxel_setup": 1.86e-12,
+                  "band_plane": 3.71e-11, "band_voxel": 2.18e-12, "band_pass": 8.7e-13}
 
 
 def transpose_work(matrices: np.ndarray, n_rows: int, n_cols: int, grid3, offset, scale) -> dict[str, float]:
@@ -71,10 +76,10 @@ def transpose_work(matrices: np.ndarray, n_rows: int, n_cols: int, grid3, offset
 
     At the grid's centre, per view: ``s``, detector columns per voxel across
     the ray (``|grad_xy u|`` times the voxel size) and ``h``, rows per voxel
-    along z; medians over the views. The atomic scatter adds 4 values per
-    sample of ``A`` (bilinear in the plane), one sample per ray and plane of
-    the dominant axis: ``atomic_add = 4 n_views n_rows n_cols max(nx, ny)``,
-    and has a fixed cost per voxel (``atomic_voxel = nx ny nz``). The
+    along z; medians over the views. The band transpose sets up every
+    (view, column, plane) of the dominant axis (``band_plane = n_views n_cols
+    max(nx, ny)``) and visits a band of ``min(nz, n_rows / h + 2)`` z voxels on
+    each (``band_voxel``), in passes of 32 lanes (``band_pass``). The
     gather visits every voxel column for every view and z tile of ``32 kz``
     lanes (:func:`voxel_kz`); per lane about ``2 s + 2`` candidate columns
     (``voxel_setup``) of which ``2 s`` pass within a voxel and read
@@ -99,7 +104,9 @@ def transpose_work(matrices: np.ndarray, n_rows: int, n_cols: int, grid3, offset
     n_views = P.shape[0]
     kz = voxel_kz(nz, cols_per_voxel, rows_per_voxel)
     lanes = n_views * nx * ny * (-(-nz // (32 * kz))) * 32.0
-    return {"atomic_add": 4.0 * n_views * n_rows * n_cols * max(nx, ny), "atomic_voxel": float(nx * ny * nz), "kz": kz,
+    planes = float(n_views * n_cols * max(nx, ny))
+    band = min(float(nz), n_rows / rows_per_voxel + 2.0) if rows_per_voxel > 0 else float(nz)
+    return {"band_plane": planes, "band_voxel": planes * band, "band_pass": planes * np.ceil(band / 32.0), "kz": kz,
             "voxel_row": lanes * kz * 2 * cols_per_voxel * (2 * np.floor(rows_per_voxel) + 2),
             "voxel_setup": lanes * (2 * cols_per_voxel + 2),
             "cols_per_voxel": cols_per_voxel, "rows_per_voxel": rows_per_voxel}
@@ -107,21 +114,21 @@ def transpose_work(matrices: np.ndarray, n_rows: int, n_cols: int, grid3, offset
 
 def transpose_times(work: dict[str, float], atomic_scale: float = 1.0) -> dict[str, float]:
     """Predicted seconds of the two transposes from :func:`transpose_work`'s
-    counts (``TRANSPOSE_COST``), the scatter's scaled by ``atomic_scale``: this
-    GPU's measured correction (:func:`tuned_atomic_scale`; 1 on the GPU the
-    costs were fitted on)."""
+    counts (``TRANSPOSE_COST``), the atomic (band) one's scaled by
+    ``atomic_scale``: this GPU's measured correction relative to the gather
+    (:func:`tuned_atomic_scale`; 1 where nothing was measured)."""
     c = TRANSPOSE_COST
     return {"voxel": c["voxel_row"] * work["voxel_row"] + c["voxel_setup"] * work["voxel_setup"],
-            "atomic": atomic_scale * (c["atomic_add"] * work["atomic_add"]
-                                      + c["atomic_voxel"] * work["atomic_voxel"])}
+            "atomic": atomic_scale * (c["band_plane"] * work["band_plane"] + c["band_voxel"] * work["band_voxel"]
+                                      + c["band_pass"] * work["band_pass"])}
 
 
-TRANSPOSE_TUNING_KEY = "cone/transpose"   # the tuning cache's entry of :func:`tuned_atomic_scale`
+TRANSPOSE_TUNING_KEY = "cone/transpose-band"   # the tuning cache's entry of :func:`tuned_atomic_scale`
 
 
 def tuned_atomic_scale(gpu: str) -> float:
-    """The scatter's cost relative to the model's on GPU ``gpu``, as ``leveret
-    tune`` measured it (:func:`leveret.operators.autotune.tune_transpose`); 1 where
+    """The atomic (band) transpose's cost relative to the model's on GPU
+    ``gpu``, as ``leveret tune`` measured it (:func:`leveret.operators.autotune.tune_transpose`); 1 where
     nothing was measured."""
     from . import tuning
     config = tuning.lookup(gpu, TRANSPOSE_TUNING_KEY)
@@ -136,6 +143,14 @@ def voxel_applies(params: np.ndarray, n_cols: int, grid3, offset, scale) -> bool
     h = voxel_rows_per_voxel(params, n_cols, grid3, offset, scale)
     return bool(h < voxel_constants()["hmax"] + 1
                 and voxel_row_extent(params, n_cols, grid3, offset, scale) < 2.0 ** 30)
+
+
+def band_shared_bytes(nx: int, ny: int, n_rows: int) -> int:
+    """Shared memory of structured Joseph's band transpose
+    (raytrace_joseph.cu: structured_joseph_adjoint_band): a 48-byte ``JBand``
+    per plane and a column's rows with their zero padding."""
+    c = voxel_constants()
+    return 48 * max(int(nx), int(ny)) + 4 * (int(n_rows) + c["pad_lo"] + c["pad_hi"])
 
 
 def auto_transpose(predicted: dict[str, float] | None) -> str:
@@ -445,8 +460,12 @@ class CudaRaytracer:
     dtype : float32 or float64
     structured : "auto" (when valid), True (required: ValueError if not valid) or False
     transpose : {"auto", "voxel", "atomic"}
-        How the transpose runs. "atomic": ray-driven, the forward's traversal
-        adding into the volume with atomicAdd (every path). "voxel": each voxel
+        How the transpose runs. "atomic": adding into the volume with
+        atomicAdd (every path): the forward's traversal, ray by ray, except
+        for structured Joseph where the voxel transpose applies (and the
+        column's bands fit in shared memory: ``band``), where each voxel of
+        a column's band on a plane sums its rows first
+        (raytrace_joseph.cu: structured_joseph_adjoint_band). "voxel": each voxel
         gathers the forward's weights (raytrace_voxel.cu: no atomics,
         deterministic); structured Joseph only, where detector rows are at
         least an eighth of a voxel apart in z and the sources lie outside the
@@ -531,6 +550,10 @@ class CudaRaytracer:
             raise ValueError("transpose: 'voxel' applies to structured Joseph (cone beam without detector tilt, "
                              "precision float32) with detector rows at least an eighth of a voxel apart in z and the "
                              "sources outside the grid; use 'auto' or 'atomic' here")
+        # The atomic transpose driven by columns (structured_joseph_adjoint_band) needs the voxel
+        # transpose's row spacing and a column's bands and rows in shared memory; else the scatter.
+        self.band_shared = band_shared_bytes(nx, ny, self.n_rows)
+        self.band = voxel_ok and self.band_shared <= limit
         self.predicted = None   # the cost model's seconds of both transposes, where both apply
         self.voxel_kz = voxel_kz(nz)   # the voxel transpose's z voxels per lane (from the geometry where it applies)
         self.voxel_sampling = (1.0, 1.0)   # and the detector columns and rows per voxel that choose its patch
@@ -602,12 +625,15 @@ class CudaRaytracer:
                    (volT, proj[v0:v1], nx, ny, nz, self.params[v0:v1], self.g, np.int32(self.n_rows),
                     np.int32(self.n_cols)), shared_mem=self.shared_bytes)
 
-    def _grouped(self, module: str, name: str, vol, proj, group: int = VIEW_GROUP, slab: tuple = ()):
+    def _grouped(self, module: str, name: str, vol, proj, group: int = VIEW_GROUP, slab: tuple = (),
+                 shared: int | None = None):
         """Launch a structured float32 kernel with blocks (column, view) in
         groups of ``group`` views per column (raytrace_common.cuh: grouped_block);
-        ``slab``: the z slab (z0, z1) Siddon's transpose adds into."""
+        ``slab``: the z slab (z0, z1) Siddon's transpose adds into; ``shared``:
+        the kernel's shared memory (None: ``shared_bytes``)."""
         nx, ny, nz = self._scalars()
-        kernel = _opted_in(load_module(module).get_function(name), self.shared_bytes)
+        shared = self.shared_bytes if shared is None else shared
+        kernel = _opted_in(load_module(module).get_function(name), shared)
         n_views = self.params_host.shape[0]
         group = min(group, n_views)
         step = MAX_GRID_Y * group
@@ -616,7 +642,7 @@ class CudaRaytracer:
             kernel((self.n_cols * group, -(-(v1 - v0) // group)), (STRUCTURED_BLOCK,),
                    (vol, proj[v0:v1], nx, ny, nz, self.params[v0:v1], self.g, np.int32(v1 - v0),
                     np.int32(self.n_rows), np.int32(self.n_cols), np.int32(group), *slab),
-                   shared_mem=self.shared_bytes)
+                   shared_mem=shared)
 
     def _padded(self):
         """Structured Joseph's zero-bordered z-fastest volume (ny + 2, nx + 2, nz + 2 JOSEPH_PAD_Z)."""
@@ -730,7 +756,11 @@ class CudaRaytracer:
             return self._joseph_voxel(proj, out)
         if self.structured and self.model == "joseph":
             volP = self._padded()
-            self._grouped("raytrace_joseph", "structured_joseph_adjoint_fast", volP, proj)
+            if self.band:
+                self._grouped("raytrace_joseph", "structured_joseph_adjoint_band", volP, proj,
+                              shared=self.band_shared)
+            else:
+                self._grouped("raytrace_joseph", "structured_joseph_adjoint_fast", volP, proj)
             self._zfast(False, volP, out, padded=True)
             return out
         if self.structured:

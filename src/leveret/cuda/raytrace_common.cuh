@@ -150,6 +150,20 @@ __device__ __forceinline__ bool grouped_block(int view_group, int n_views, int& 
         FN<ADJ>(vol, proj, nx, ny, nz, params, g, n_views, n_rows, n_cols, view_group);                 \
     }
 
+// a b + c clamped to [0, 1] in one instruction (the voxel transpose's and the
+// band transpose's row weights: a weight never exceeds its scale s <= 1, so
+// this is max(0, a b + c), to a rounding of s + zw (1 + d)).
+__device__ __forceinline__ float fma_sat(float a, float b, float c)
+{
+#ifdef __CUDA_ARCH__
+    float r;
+    asm("fma.rn.sat.f32 %0, %1, %2, %3;" : "=f"(r) : "f"(a), "f"(b), "f"(c));
+    return r;
+#else
+    return fminf(1.0f, fmaxf(0.0f, fmaf(a, b, c)));
+#endif
+}
+
 // What structured Joseph computes per column, per plane and per row, in
 // float64 then rounded once: its forward, its atomic transpose and the voxel
 // transpose (raytrace_voxel.cu) all call these, so every weight is the same float.

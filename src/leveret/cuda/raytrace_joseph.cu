@@ -201,3 +201,143 @@ __device__ void structured_joseph(float* volP, float* proj, int nx, int ny, int 
 
 GROUPED_KERNEL(structured_joseph_forward_fast, structured_joseph, false)
 GROUPED_KERNEL(structured_joseph_adjoint_fast, structured_joseph, true)
+
+// The transpose driven by columns, with a warp's lanes on voxels instead of
+// rows (transpose="atomic" where the voxel transpose's conditions hold:
+// raytrace.py's band_applies). Block (view, column) as above; per plane the
+// column's rows reach a band of z voxels [klo, khi] on its two in-plane
+// voxels. A warp takes a plane, its lanes the band's voxels: each voxel sums
+// its rows' values y w with weights 1 - |zS| |r - t| over the rows r within
+// h = 1 / |zS| of its row coordinate t = (k - zA) / zS (z on the plane is
+// affine in the row: zA + r zS, as in raytrace_voxel.cu), then adds the sum
+// times the in-plane weights 1 - a, a with two atomics. A scatter adds four
+// values per sample, each voxel receiving ~2 h per plane; here each touched
+// voxel takes two adds per plane and column, and adjacent lanes add into
+// adjacent z: where rows are few or dense, fewer atomics and instructions.
+//
+// The per-(column, plane) numbers (band, t at voxel 0 and its step per voxel
+// in 32.32 fixed point, window width, in-plane weights and offset) are formed
+// by the block's threads plane by plane into shared memory, then read by the
+// warps; the rows' values sit in shared memory with JB_PAD_LO / JB_PAD_HI
+// zero rows either side (windows of up to 2 JB_HMAX + 2 rows, the launcher
+// checks h < JB_HMAX + 1). The z fractions are float64-accurate where the
+// forward's float32 march (fmaf(dtau, mz, fr)) rounds, as the voxel
+// transpose's: the two differ by that march's rounding, well inside 1e-5.
+#ifndef LEVERET_JV_HMAX
+#error "LEVERET_JV_HMAX undefined: build with the -D constants of leveret/cuda/raytrace.py (KERNEL_CONSTANTS)"
+#endif
+#define JB_HMAX LEVERET_JV_HMAX
+#define JB_PAD_LO (2 * JB_HMAX + 2)
+#define JB_PAD_HI (2 * JB_HMAX + 3)
+
+struct JBand {
+    long long t0, dt;    // row coordinate of voxel k: t0 + k dt (32.32 fixed point)
+    int base;            // element offset in volP of (plane, lower in-plane voxel, z = 0)
+    float wu0, wu1, zw;  // in-plane weights; |zS|, the z step per row
+    int klo, khi, nw;    // the band [klo, khi] (empty: klo > khi); the window reads rows T - nw .. T + nw + 1
+    int unused;
+};
+
+// sum over the rows T + d, d in [-N, N + 1], of weight 1 - zw |d - f| (F = 1 + f) times the row's value
+template <int N>
+__device__ __forceinline__ float band_rows(const float* __restrict__ v, float F, float zw, int n)
+{
+    float s = 0.0f;
+#pragma unroll
+    for (int d = -(N < 0 ? 0 : N); d <= (N < 0 ? 0 : N) + 1; ++d) {
+        const float wr = d >= 1 ? fma_sat(zw, F, 1.0f - zw * (1 + d)) : fma_sat(-zw, F, 1.0f + zw * (1 + d));
+        s = fmaf(wr, v[d], s);
+    }
+    if (N < 0) {   // any width: the rows beyond the first two
+        for (int d = 1; d <= n; ++d) {
+            s = fmaf(fma_sat(zw, F, 1.0f - zw * (2 + d)), v[1 + d], s);
+            s = fmaf(fma_sat(-zw, F, 1.0f + zw * (1 - d)), v[-d], s);
+        }
+    }
+    return s;
+}
+
+__device__ void structured_joseph_band(float* volP, const float* __restrict__ proj, int nx, int ny, int nz,
+                                       const double* __restrict__ params, const double* __restrict__ g, int n_views,
+                                       int n_rows, int n_cols, int view_group)
+{
+    extern __shared__ double smem[];
+    int col, view;
+    if (!grouped_block(view_group, n_views, col, view)) return;
+    const double* par = params + 12 * view;
+    const double u = (double)col;
+    const JosephColumn jc = joseph_column(par, g, u, nx, ny);
+    const int nm = jc.nm;
+    JBand* bands = (JBand*)smem;
+    float* vals = (float*)(bands + nm) + JB_PAD_LO;   // the column's y w, rows -JB_PAD_LO .. n_rows + JB_PAD_HI - 1
+    const int pnx = nx + 2, pnz = nz + 2 * JZ_PAD;
+    const int s_m = jc.my ? pnx * pnz : pnz;
+    const int s_u = jc.my ? pnz : pnx * pnz;
+    const int origin = (pnx + 1) * pnz + JZ_PAD;
+    const double inv_am = __ddiv_rn(1.0, jc.am);
+    // z = zA + r zS on a plane at tau: zA = pzc + tau Mz0, zS = tau Mz1 (joseph_row's slope is Mz0 + r Mz1)
+    const double Mz0 = mul(mul(add(mul(par[9], u), par[11]), jc.c.inv_qxy), g[7]);
+    const double Mz1 = mul(mul(par[10], jc.c.inv_qxy), g[7]);
+    for (int sp = threadIdx.x; sp < nm; sp += blockDim.x) {
+        JBand e;
+        e.klo = 1; e.khi = 0;
+        float dtau, a;
+        int iu;
+        bool ok;
+        joseph_plane(jc, sp, dtau, a, iu, ok);
+        const double tau = ((double)sp - jc.pm) * inv_am;
+        const double zA = jc.pzc + tau * Mz0, zS = tau * Mz1;
+        if (ok && zS != 0.0) {
+            // voxels within one of a row's z: (min z - 1, max z + 1), inside the grid
+            const double z1 = zA + (double)(n_rows - 1) * zS;
+            e.klo = max(0, (int)floor(fmax(fmin(zA, z1), -2.0) - 1.0) + 1);
+            e.khi = min(nz - 1, (int)ceil(fmin(fmax(zA, z1), (double)nz + 1.0) + 1.0) - 1);
+            const double inv = 1.0 / zS;
+            e.nw = min((int)fabs(inv), JB_HMAX);
+            e.zw = (float)fabs(zS);
+            e.t0 = __double2ll_rn(-zA * inv * 4294967296.0);
+            e.dt = __double2ll_rn(inv * 4294967296.0);
+            e.wu0 = 1.0f - a;
+            e.wu1 = a;
+            e.base = origin + sp * s_m + iu * s_u;
+        }
+        bands[sp] = e;
+    }
+    for (int r = (int)threadIdx.x - JB_PAD_LO; r < n_rows + JB_PAD_HI; r += blockDim.x)
+        vals[r] = 0 <= r && r < n_rows
+                      ? proj[((long long)view * n_rows + r) * n_cols + col] * joseph_step(jc, par, g, u, (double)r, nz)
+                      : 0.0f;
+    __syncthreads();
+    // The host build runs one thread per block: it is its own warp of one lane.
+    const int lanes = min(32, (int)blockDim.x), warps = max(1, (int)blockDim.x / 32);
+    const int lane = threadIdx.x % lanes, warp = threadIdx.x / lanes;
+    const int tlo = -(JB_HMAX + 2), thi = n_rows + JB_HMAX + 1;   // a window at a clamped T reads zero rows only
+    for (int sp = warp; sp < nm; sp += warps) {
+        const JBand e = bands[sp];
+        for (int k = e.klo + lane; k <= e.khi; k += lanes) {
+            const long long t = e.t0 + (long long)k * e.dt;
+            const int T = min(max((int)(t >> 32), tlo), thi);
+            const float F = __int_as_float(0x3f800000 | ((unsigned)t >> 9));
+            const float* v = vals + T;
+            float sum;
+            switch (e.nw) {   // the same across the warp
+            case 0: sum = band_rows<0>(v, F, e.zw, 0); break;
+            case 1: sum = band_rows<1>(v, F, e.zw, 1); break;
+            case 2: sum = band_rows<2>(v, F, e.zw, 2); break;
+            default: sum = band_rows<-1>(v, F, e.zw, e.nw);
+            }
+            if (sum != 0.0f) {
+                atomicAdd(volP + e.base + k, e.wu0 * sum);
+                atomicAdd(volP + e.base + s_u + k, e.wu1 * sum);
+            }
+        }
+    }
+}
+
+extern "C" __global__ void structured_joseph_adjoint_band(float* volP, const float* __restrict__ proj, int nx, int ny,
+                                                          int nz, const double* __restrict__ params,
+                                                          const double* __restrict__ g, int n_views, int n_rows,
+                                                          int n_cols, int view_group)
+{
+    structured_joseph_band(volP, proj, nx, ny, nz, params, g, n_views, n_rows, n_cols, view_group);
+}

@@ -150,19 +150,6 @@ __device__ __forceinline__ float rcp_approx(float x)
 #endif
 }
 
-// a b + c clamped to [0, 1] in one instruction: a row weight never exceeds its
-// scale s <= 1, so this is max(0, a b + c) (to a rounding of s + zw (1 + d)).
-__device__ __forceinline__ float fma_sat(float a, float b, float c)
-{
-#ifdef __CUDA_ARCH__
-    float r;
-    asm("fma.rn.sat.f32 %0, %1, %2, %3;" : "=f"(r) : "f"(a), "f"(b), "f"(c));
-    return r;
-#else
-    return fminf(1.0f, fmaxf(0.0f, fmaf(a, b, c)));
-#endif
-}
-
 // The column coordinate of world point (x, y) from a view's float32 numbers
 // (joseph_voxel_gather's vf: source x, y and the view parameters 8, 5, 3, 6,
 // i.e. M^-1's entries (1, 2), (0, 2), (0, 0), (1, 0)): no float64 conversions

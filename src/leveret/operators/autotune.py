@@ -2,10 +2,10 @@
 (:mod:`leveret.cuda.tuning`), for the operators' ``"auto"`` choices that
 depend on the GPU:
 
-- the cone transpose's cost model (``raytrace.TRANSPOSE_COST``, fitted on
-  one GPU): the scatter's time relative to the gather's, measured on two
-  probe scans, one where each wins; ``Projector(transpose="auto")`` scales the
-  scatter's predicted time by the measured correction
+- the cone transpose's cost model (``raytrace.TRANSPOSE_COST``): the atomic
+  (band) transpose's time relative to the gather's, measured on two probe
+  scans, one where each wins; ``Projector(transpose="auto")`` scales the
+  band's predicted time by the measured correction
   (:func:`leveret.cuda.raytrace.tuned_atomic_scale`);
 - the parallel-beam back-projection kernels, per problem class
   (``ParallelBackprojection.tune`` on simulated sinograms of common sizes).
@@ -28,11 +28,13 @@ from ..geometry import ConeGeometry, ParallelGeometry, VolumeGeometry
 from .parallel import ParallelBackprojection
 from .projector import Projector
 
-# The probe scans of the transpose's calibration: a 128^3 grid, 180 views,
-# source 1000 mm and detector 1500 mm from the axis, 1 detector pixel per
-# voxel at the axis over 4/3 of the grid, and (rows) a detector of that many
-# rows (few rows against a tall volume: the scatter wins there).
-TRANSPOSE_PROBES = ({"rows": None}, {"rows": 8})
+# The probe scans of the transpose's calibration: a 256^3 grid, 180 views,
+# source 1000 mm and detector 1500 mm from the axis, the detector over 4/3 of
+# the grid with ``sampling`` pixels per voxel at the axis, all its rows
+# (rows None: the gather wins) or (rows) that many (few rows against a tall
+# volume: the band transpose wins).
+TRANSPOSE_PROBES = ({"rows": None, "sampling": 0.75}, {"rows": 8, "sampling": 1.0})
+
 
 # Parallel-beam problem classes tuned, most common first: (slices, image side,
 # angles, precision); each is tuned on a simulated stack of that size.
@@ -43,27 +45,28 @@ PARALLEL_CLASSES = (
 )
 
 
-def transpose_probe(rows: int | None, n: int = 128, views: int = 180):
+def transpose_probe(rows: int | None, sampling: float, n: int = 256, views: int = 180):
     """(ConeGeometry, VolumeGeometry) of one calibration scan (``TRANSPOSE_PROBES``)."""
     sid, sdd, extent = 1000.0, 1500.0, 512.0
     voxel = extent / n
-    n_cols = round(4 * n / 3)
+    n_cols = round(4 * n * sampling / 3)
     angles = np.linspace(0.0, 2 * np.pi, views, endpoint=False)
     geometry = ConeGeometry.circular(angles, sid, sdd, n_cols if rows is None else rows, n_cols,
-                                     voxel * sdd / sid)
+                                     voxel / sampling * sdd / sid)
     return geometry, VolumeGeometry((n, n, n), voxel)
 
 
-def probe_work(rows: int | None) -> dict[str, float]:
-    """The transpose cost model's work counts (``raytrace.transpose_work``) of one probe."""
-    geometry, volume = transpose_probe(rows)
+def probe_work(probe: dict) -> dict[str, float]:
+    """The transpose cost model's work counts (``raytrace.transpose_work``) of one probe
+    (an entry of ``TRANSPOSE_PROBES``)."""
+    geometry, volume = transpose_probe(probe["rows"], probe["sampling"])
     offset = np.array([volume.extent(a)[0] for a in "xyz"])
     return transpose_work(geometry.matrices, geometry.n_rows, geometry.n_cols, volume.shape, offset,
                           np.full(3, 1.0 / volume.spacing("x")))
 
 
 def atomic_scale(measured: list[tuple[float, float]], predicted: list[tuple[float, float]]) -> float:
-    """The scatter's correction from probes' (voxel, atomic) seconds, measured
+    """The band transpose's correction from probes' (voxel, atomic) seconds, measured
     and predicted (at scale 1): the geometric mean over the probes of the
     measured atomic / voxel ratio over the predicted one."""
     if not measured or len(measured) != len(predicted):
@@ -74,7 +77,7 @@ def atomic_scale(measured: list[tuple[float, float]], predicted: list[tuple[floa
 
 def tune_transpose(time_fn: Callable[[object, object, str], float] | None = None, *, gpu: str | None = None,
                    store: bool = True, path=None) -> dict:
-    """Measure the gather and the scatter on ``TRANSPOSE_PROBES`` and cache
+    """Measure the gather and the band transpose on ``TRANSPOSE_PROBES`` and cache
     :func:`atomic_scale` for this GPU. ``time_fn(geometry, volume, transpose)``
     returns seconds (None: the CUDA transpose's mean of 3 runs after a
     warm-up). Returns the cache entry's config with the measured and
@@ -86,8 +89,8 @@ def tune_transpose(time_fn: Callable[[object, object, str], float] | None = None
         gpu = gpu_name()
     measured, predicted = [], []
     for probe in TRANSPOSE_PROBES:
-        geometry, volume = transpose_probe(probe["rows"])
-        p = transpose_times(probe_work(probe["rows"]))
+        geometry, volume = transpose_probe(probe["rows"], probe["sampling"])
+        p = transpose_times(probe_work(probe))
         predicted.append((p["voxel"], p["atomic"]))
         measured.append((time_fn(geometry, volume, "voxel"), time_fn(geometry, volume, "atomic")))
     scale = atomic_scale(measured, predicted)

@@ -135,15 +135,19 @@ class Projector(Operator):
         :func:`leveret.cuda.raytrace.structured_ratio` shows it is valid;
         True requires it (ValueError if not valid); False never.
     transpose : {"auto", "voxel", "atomic"}
-        CUDA only: how ``A.T`` runs. "atomic": ray-driven, each ray adds its
-        weights into the volume with atomicAdd (the order of the additions,
-        hence the last bits, varies between runs). "voxel": each voxel
-        gathers the forward's weights (no atomics, deterministic); it applies
-        to structured Joseph (``structured`` path, ``model="joseph"``,
+        CUDA only: how ``A.T`` runs. "atomic": the weights are added into the
+        volume with atomicAdd (the order of the additions, hence the last
+        bits, varies between runs), ray by ray, or, for structured Joseph
+        where "voxel" applies, column by column, each voxel a column's rows
+        reach on a plane summing them first. "voxel": each voxel gathers the
+        forward's weights (no atomics, deterministic); it applies to
+        structured Joseph (``structured`` path, ``model="joseph"``,
         ``precision="float32"``) where detector rows are at least an eighth
         of a voxel apart in z and the sources lie outside the grid (ValueError
-        elsewhere). "auto": "voxel" where it applies, else "atomic". Both are
-        the transpose of ``A``'s weights, to rounding.
+        elsewhere). "auto": where both apply, the one a cost model fitted to
+        measurements predicts faster (docs/performance.md, "Which transpose";
+        ``leveret tune`` corrects it per GPU), else "atomic". Both are the
+        transpose of ``A``'s weights, to rounding.
     devices : None, "all", list of int or leveret.devices.DeviceSet
         CUDA only: the GPUs ``A`` and ``A.T`` run on (:mod:`leveret.devices`).
         None: the current device. Otherwise the views are split between the
