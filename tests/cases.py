@@ -80,6 +80,11 @@ STRUCTURED = _structured_geometries()
 TALL = (ConeGeometry.circular(np.linspace(0, 2 * np.pi, 9, endpoint=False), sid=60, sdd=90, n_rows=61,
                               n_cols=29, pixel_size=1.4, det_offset=(0.7, -1.3)),
         VolumeGeometry((70, 17, 19), (1.0, 1.1, 0.6), center=(0.3, -0.4, 1.1)))
+# A detector of 6 rows against 200 slices: the rows reach a band of the slices
+# (slices ~94-105), which is all the voxel transpose visits.
+FEW_ROWS = (ConeGeometry.circular(np.linspace(0, 2 * np.pi, 9, endpoint=False), sid=60, sdd=90, n_rows=6, n_cols=30,
+                                  pixel_size=1.4, det_offset=(0.7, -1.3)),
+            VolumeGeometry((200, 15, 17), 1.0, center=(0.2, -0.3, 3.0)))
 # Rows 0.8 to ~6 per z voxel (voxels near the source see more): the voxel
 # transpose's every row window from two rows up (one: the sparse-rows tests).
 ROW_WINDOWS = (ConeGeometry.circular(np.linspace(0, 2 * np.pi, 7, endpoint=False), sid=28, sdd=36, n_rows=40,

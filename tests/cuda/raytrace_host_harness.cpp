@@ -96,9 +96,11 @@ extern "C" void run_structured_joseph(int adj, float* volP, float* proj, int nx,
 }
 // Structured Joseph's voxel transpose: the column numbers and the values for
 // all views, then every thread of the gather's grid (blocks of 8 warps on
-// JV_WX x JV_WY patches of voxel columns) in turn, into the z-fastest volume volT (ny, nx, nz).
+// JV_WX x JV_WY patches of voxel columns, n_tiles z tiles of 32 kz voxels from
+// k_base) in turn, into the z-fastest volume volT (ny, nx, nz).
 extern "C" void run_joseph_voxel(float* volT, const float* proj, int nx, int ny, int nz, const double* params,
-                                 const double* g, int n_views, int n_rows, int n_cols, const float* vf, int kz)
+                                 const double* g, int n_views, int n_rows, int n_cols, const float* vf, int kz,
+                                 int k_base, int n_tiles)
 {
     const int rows_p = n_rows + JV_PAD_LO + JV_PAD_HI;
     double* cols = new double[(size_t)n_views * n_cols * JV_NCOL];
@@ -117,17 +119,17 @@ extern "C" void run_joseph_voxel(float* volT, const float* proj, int nx, int ny,
                 joseph_voxel_values(values, proj, nx, ny, nz, params, g, n_views, n_rows, n_cols);
             }
     blockDim.x = 256; blockDim.y = 1; blockDim.z = 1;
-    for (int bz = 0; bz < (nz + 32 * kz - 1) / (32 * kz); ++bz)
+    for (int bz = 0; bz < n_tiles; ++bz)
         for (int by = 0; by < (ny + JV_WY * JV_PATCH - 1) / (JV_WY * JV_PATCH); ++by)
             for (int bx = 0; bx < (nx + JV_WX * JV_PATCH - 1) / (JV_WX * JV_PATCH); ++bx)
                 for (int t = 0; t < 256; ++t) {
                     blockIdx.x = bx; blockIdx.y = by; blockIdx.z = bz; threadIdx.x = t;
                     switch (kz) {   // the instances raytrace.py's VOXEL_KZ lists
-                    case 1: joseph_voxel_gather_kz1(volT, values, cols, flags, vf, g, nx, ny, nz, n_views, n_rows, n_cols, 0); break;
-                    case 4: joseph_voxel_gather_kz4(volT, values, cols, flags, vf, g, nx, ny, nz, n_views, n_rows, n_cols, 0); break;
-                    case 8: joseph_voxel_gather_kz8(volT, values, cols, flags, vf, g, nx, ny, nz, n_views, n_rows, n_cols, 0); break;
-                    case 12: joseph_voxel_gather_kz12(volT, values, cols, flags, vf, g, nx, ny, nz, n_views, n_rows, n_cols, 0); break;
-                    case 16: joseph_voxel_gather_kz16(volT, values, cols, flags, vf, g, nx, ny, nz, n_views, n_rows, n_cols, 0); break;
+                    case 1: joseph_voxel_gather_kz1(volT, values, cols, flags, vf, g, nx, ny, nz, n_views, n_rows, n_cols, 0, k_base); break;
+                    case 4: joseph_voxel_gather_kz4(volT, values, cols, flags, vf, g, nx, ny, nz, n_views, n_rows, n_cols, 0, k_base); break;
+                    case 8: joseph_voxel_gather_kz8(volT, values, cols, flags, vf, g, nx, ny, nz, n_views, n_rows, n_cols, 0, k_base); break;
+                    case 12: joseph_voxel_gather_kz12(volT, values, cols, flags, vf, g, nx, ny, nz, n_views, n_rows, n_cols, 0, k_base); break;
+                    case 16: joseph_voxel_gather_kz16(volT, values, cols, flags, vf, g, nx, ny, nz, n_views, n_rows, n_cols, 0, k_base); break;
                     default: return;   // no such instance: the output stays poisoned
                     }
                 }

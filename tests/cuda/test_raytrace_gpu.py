@@ -16,7 +16,7 @@ from leveret.cuda.raytrace import (VOXEL_KZ, CudaRaytracer, joseph_float32_bound
 from leveret.geometry import ConeGeometry, VolumeGeometry
 from leveret.operators import Projector
 
-from cases import GEOMETRIES, ROW_WINDOWS, STRUCTURED, TALL, UNCLAMPED_ROWS, adjoint_scale, assert_close
+from cases import FEW_ROWS, GEOMETRIES, ROW_WINDOWS, STRUCTURED, TALL, UNCLAMPED_ROWS, adjoint_scale, assert_close
 
 pytestmark = pytest.mark.gpu
 
@@ -209,7 +209,7 @@ def test_structured_joseph_equals_general(name, rng):
     assert err <= 1e-5 * scale
 
 
-@pytest.mark.parametrize("name", list(STRUCTURED) + ["tall"])
+@pytest.mark.parametrize("name", list(STRUCTURED) + ["tall", "few_rows"])
 def test_structured_joseph_voxel_transpose_equals_atomic(name, rng):
     """Structured Joseph's transposes: the voxel-driven one (the forward's
     weights evaluated per voxel, z fractions in float64) in batches of two
@@ -219,12 +219,15 @@ def test_structured_joseph_voxel_transpose_equals_atomic(name, rng):
     the largest value), the batches by float32 rounding of the views' partial
     sums; the voxel one is deterministic; outputs poisoned;
     the adjoint identity with the forward. "tall" has 70 z voxels and ~1.4
-    rows per voxel."""
+    rows per voxel; "few_rows" 6 rows against 200 slices, of which the voxel
+    transpose visits the band they reach (the rest zero)."""
     cp = _cupy()
-    geometry, volume = TALL if name == "tall" else STRUCTURED[name]
+    geometry, volume = {"tall": TALL, "few_rows": FEW_ROWS}.get(name) or STRUCTURED[name]
     V = Projector(geometry, volume, model="joseph", precision="float32", backend="cuda", transpose="voxel")
     T = Projector(geometry, volume, model="joseph", precision="float32", backend="cuda", transpose="atomic")
     assert V.structured and V.transpose == "voxel" and T.structured and T.transpose == "atomic"
+    k_lo, k_hi = V._gpu.voxel_z
+    assert (k_hi - k_lo < volume.nz / 4) == (name == "few_rows")
     A = Projector(geometry, volume, model="joseph", precision="float32", backend="cpu")
     batched = CudaRaytracer(geometry, A._grid3, A._offset, A._scale, "joseph", np.float32, transpose="voxel",
                             views_per_batch=2)

@@ -21,11 +21,11 @@ import pytest
 from leveret.cuda._module import KERNEL_DIR, kernel_files
 from leveret.cuda.raytrace import (JOSEPH_PAD_Z, KERNEL_CONSTANTS, joseph_float32_bound, structured_float32_bound,
                                    structured_ratio, view_parameters, voxel_kz, voxel_row_extent,
-                                   voxel_rows_per_voxel, voxel_view_floats)
+                                   voxel_rows_per_voxel, voxel_view_floats, voxel_z_range, voxel_z_slices)
 from leveret.geometry import ConeGeometry, ParallelGeometry, VolumeGeometry
 from leveret.operators import Projector
 
-from cases import GEOMETRIES, ROW_WINDOWS, STRUCTURED, TALL, UNCLAMPED_ROWS, adjoint_scale
+from cases import FEW_ROWS, GEOMETRIES, ROW_WINDOWS, STRUCTURED, TALL, UNCLAMPED_ROWS, adjoint_scale
 from host_build import build_host_harness  # this folder is on sys.path (pytest's rootdir-relative import)
 
 CASES = {**GEOMETRIES, **STRUCTURED}
@@ -227,8 +227,9 @@ def test_host_build_structured_joseph(lib, name, rng):
     # in float32, so equal to the scatter to that march's rounding; z-fastest
     # output poisoned: every voxel written.
     volT = np.full((ny, nx, nz), np.nan, np.float32)
+    kz = voxel_kz(nz)
     lib.run_joseph_voxel(_ptr(volT), _ptr(y), nx, ny, nz, _ptr(params), _ptr(g), n_views, n_rows, n_cols,
-                         _ptr(voxel_view_floats(params)), voxel_kz(nz))
+                         _ptr(voxel_view_floats(params)), kz, 0, -(-nz // (32 * kz)))
     voxel = volT.transpose(2, 0, 1).astype(np.float64)
     assert not np.isnan(voxel).any()
     assert np.abs(voxel - back).max() <= 2e-6 * np.abs(back).max()   # measured at most 3.1e-7
@@ -343,15 +344,40 @@ def _check_voxel_transpose(builds, geometry, volume, kz, rows_per_voxel, tol, rn
         np.testing.assert_allclose(got, ref, rtol=0, atol=tol * np.abs(ref).max())
 
 
-def _voxel_transpose(lib, geometry, volume, A, y, kz):
+def _voxel_transpose(lib, geometry, volume, A, y, kz, z_range=None):
     """The host build's voxel transpose of ``y`` at ``kz`` z voxels per lane,
-    into a z-fastest volume poisoned with NaN, as (nz, ny, nx)."""
+    into a z-fastest volume poisoned with NaN, as (nz, ny, nx); ``z_range``:
+    the slices its z tiles cover (None: all; the launcher zeroes the rest,
+    as here)."""
     _, params, g, _, n_rows, n_cols = _kernel_inputs(geometry, A)
     nz, ny, nx = volume.shape
+    k_base, slices = voxel_z_slices(nz, z_range)
+    n_tiles = -(-slices // (32 * kz))
     volT = np.full((ny, nx, nz), np.nan, np.float32)
+    volT[:, :, :k_base] = 0
+    volT[:, :, k_base + 32 * kz * n_tiles:] = 0
     lib.run_joseph_voxel(_ptr(volT), _ptr(y), nx, ny, nz, _ptr(params), _ptr(g), geometry.n_views, n_rows, n_cols,
-                         _ptr(voxel_view_floats(params)), kz)
+                         _ptr(voxel_view_floats(params)), kz, k_base, n_tiles)
     return volT.transpose(2, 0, 1)
+
+
+@pytest.mark.parametrize("kz", [1, 4])
+def test_host_build_joseph_voxel_visits_the_reached_slices(lib, kz, rng):
+    """A detector of 6 rows against 200 slices (cases.FEW_ROWS) reaches a band
+    of them (voxel_z_range): the float64 CPU transpose is zero outside it, and the
+    voxel transpose over the band's z tiles only (from a multiple of 32) equals
+    it to 1e-6 of the largest value (output poisoned inside the tiles)."""
+    geometry, volume = FEW_ROWS
+    A = Projector(geometry, volume, model="joseph", precision="float64", backend="cpu")
+    _, params, _, _, n_rows, n_cols = _kernel_inputs(geometry, A)
+    k_lo, k_hi = voxel_z_range(params, n_rows, n_cols, volume.shape, A._offset, A._scale)
+    assert 32 < k_lo and k_hi < 200 - 32 and k_hi - k_lo < 32   # a band of the slices, away from the ends
+    y = rng.standard_normal(geometry.projection_shape).astype(np.float32)
+    ref = A.T(y.astype(np.float64))
+    reached = np.flatnonzero(np.abs(ref).max(axis=(1, 2)))
+    assert k_lo <= reached.min() and reached.max() < k_hi and reached.size > 3
+    got = _voxel_transpose(lib, geometry, volume, A, y, kz, (k_lo, k_hi))
+    np.testing.assert_allclose(got, ref, rtol=0, atol=1e-6 * np.abs(ref).max())
 
 
 @pytest.mark.parametrize("padded", [False, True])

@@ -19,7 +19,8 @@ import numpy as np
 import pytest
 
 from leveret.cuda.raytrace import (auto_transpose, siddon_view_group, siddon_z_slab, structured_ratio,
-                                   transpose_times, transpose_work, view_parameters, voxel_applies, voxel_patch)
+                                   transpose_times, transpose_work, view_parameters, voxel_applies, voxel_patch,
+                                   voxel_z_range)
 from leveret.geometry import ConeGeometry, VolumeGeometry
 
 # The table's scans (bench/bench_sweep.py's cone points): an n^3 grid 512 mm
@@ -40,38 +41,42 @@ def _scan(n, views, sampling, rows=None):
 
 # (n, views, sampling, detector rows or None, measured ms: A, voxel gather, band transpose) on an H200, all in
 # one run (docs/performance.md, "Which transpose"; tools/diagnostics/transpose_grid.py and transpose_rows.py
-# measure them): the sweep's circular scans from 256^3 to 1024^3, and detectors of 8 to 128 rows.
+# measure them): the sweep's circular scans from 256^3 to 1024^3, and detectors of 8 to 256 rows.
 TABLE = [
-    (256, 180, 1.0, None, 5.17, 7.42, 8.67),
-    (256, 180, 2.5, None, 26.7, 31.8, 27.12),
-    (256, 360, 0.5, None, 3.62, 7.08, 8.64),
-    (256, 360, 0.75, None, 6.32, 10.23, 12.93),
-    (256, 360, 1.0, None, 10.11, 14.8, 17.42),
-    (256, 360, 1.5, None, 20.43, 25.06, 26.63),
-    (256, 360, 2.0, None, 34.7, 42.19, 36.27),
-    (256, 360, 2.5, None, 53.38, 65.81, 54.4),
-    (256, 720, 0.75, None, 12.47, 20.53, 26.04),
-    (256, 1440, 1.0, None, 40.34, 63.57, 71.77),
-    (512, 180, 0.75, None, 31.25, 34.21, 83.13),
-    (512, 360, 0.75, None, 51.35, 67.07, 132.01),
-    (512, 720, 0.5, None, 48.59, 77.53, 157.6),
-    (512, 720, 0.75, None, 93.23, 137.28, 216.63),
-    (512, 720, 1.0, None, 147.27, 208.04, 277.29),
-    (512, 720, 1.5, None, 325.09, 369.38, 411.73),
-    (512, 720, 2.0, None, 557.51, 596.58, 565.35),
-    (512, 720, 2.5, None, 833.47, 917.11, 846.98),
-    (512, 1440, 0.75, None, 180.19, 294.91, 409.35),
-    (768, 720, 0.75, None, 355.27, 446.6, 1103.82),
-    (1024, 720, 0.75, None, 1121.47, 1060.71, 3168.98),
-    (1024, 1440, 0.75, None, 1735.39, 2132.09, 5539.99),
-    (256, 360, 1.0, 8, 1.6, 13.71, 2.74),
-    (256, 360, 1.0, 16, 1.57, 13.82, 2.75),
-    (256, 360, 1.0, 24, 1.59, 13.81, 2.76),
-    (256, 360, 1.0, 32, 1.61, 13.88, 3.43),
-    (256, 360, 1.0, 64, 2.63, 14.01, 5.16),
-    (256, 360, 1.0, 128, 4.41, 14.19, 8.81),
-    (512, 720, 0.75, 24, 9.82, 128.23, 19.06),
-    (512, 720, 0.75, 64, 15.31, 129.16, 36.13),
+    (256, 180, 1.0, None, 5.43, 7.78, 9.3),
+    (256, 180, 2.5, None, 27.21, 32.57, 23.01),
+    (256, 360, 0.5, None, 3.88, 7.46, 9.13),
+    (256, 360, 0.75, None, 6.7, 10.75, 13.7),
+    (256, 360, 1.0, None, 10.52, 15.38, 18.28),
+    (256, 360, 1.5, None, 20.89, 25.6, 27.25),
+    (256, 360, 2.0, None, 35.17, 42.81, 36.6),
+    (256, 360, 2.5, None, 53.65, 66.61, 46.61),
+    (256, 720, 0.75, None, 12.88, 21.04, 26.97),
+    (256, 1440, 1.0, None, 40.52, 64.18, 73.41),
+    (512, 180, 0.75, None, 31.52, 34.82, 81.42),
+    (512, 360, 0.75, None, 51.36, 67.98, 126.19),
+    (512, 720, 0.5, None, 48.49, 78.75, 150.54),
+    (512, 720, 0.75, None, 93.87, 137.63, 212.19),
+    (512, 720, 1.0, None, 148.05, 208.42, 277.12),
+    (512, 720, 1.5, None, 330.68, 372.98, 411.17),
+    (512, 720, 2.0, None, 560.16, 597.48, 549.08),
+    (512, 720, 2.5, None, 838.88, 919.57, 691.96),
+    (512, 1440, 0.75, None, 182.21, 295.35, 412.05),
+    (768, 720, 0.75, None, 354.36, 447.51, 1079.21),
+    (1024, 720, 0.75, None, 1135.86, 1060.79, 3118.17),
+    (1024, 1440, 0.75, None, 1764.59, 2131.66, 5455.97),
+    (256, 360, 1.0, 8, 1.76, 11.53, 2.67),
+    (256, 360, 1.0, 16, 1.66, 11.41, 2.77),
+    (256, 360, 1.0, 24, 1.78, 11.35, 2.73),
+    (256, 360, 1.0, 32, 1.62, 11.47, 3.04),
+    (256, 360, 1.0, 64, 2.72, 11.57, 5.03),
+    (256, 360, 1.0, 128, 4.69, 14.64, 9.09),
+    (256, 360, 1.0, 170, 6.84, 14.94, 11.96),
+    (256, 360, 1.0, 256, 8.66, 15.12, 16.87),
+    (512, 720, 0.75, 24, 10.21, 65.19, 16.44),
+    (512, 720, 0.75, 64, 15.72, 65.75, 35.92),
+    (512, 720, 0.75, 128, 28.11, 78.66, 68.18),
+    (512, 720, 0.75, 256, 55.35, 132.34, 134.03),
 ]
 
 
@@ -84,13 +89,14 @@ def test_auto_transpose_picks_the_measured_faster(n, views, sampling, rows, t_a,
     scale = 1.0 / np.array([volume.spacing(a) for a in "xyz"])
     assert structured_ratio(params, geometry.n_rows, geometry.n_cols, 1.0 / scale) <= 1
     assert voxel_applies(params, geometry.n_cols, volume.shape, offset, scale)
+    z_range = voxel_z_range(params, geometry.n_rows, geometry.n_cols, volume.shape, offset, scale)
     predicted = transpose_times(transpose_work(geometry.matrices, geometry.n_rows, geometry.n_cols, volume.shape,
-                                               offset, scale))
+                                               offset, scale, z_range))
     measured = "voxel" if t_voxel <= t_atomic else "atomic"
     assert auto_transpose(predicted) == measured
     # the model's ratio atomic / voxel is off the measured one by less than the measured margin (no row
     # picked right by luck) or, where the two lie within 1.5x of each other, by less than 1.5x (at most
-    # 1.48x, at 512^3 from 1440 views): a wrong pick there would cost at most that margin
+    # 1.37x, at 512^3 from 1440 views): a wrong pick there would cost at most that margin
     ratio = predicted["atomic"] / predicted["voxel"]
     error, margin = abs(math.log(ratio / (t_atomic / t_voxel))), abs(math.log(t_atomic / t_voxel))
     assert error < max(margin, math.log(1.5)), (ratio, t_atomic / t_voxel)

@@ -59,19 +59,18 @@ VOXEL_KZ_SETUP = 4   # voxel transpose: a lane's set-up per (view, column, plane
 
 
 # Seconds per unit of work of structured Joseph's two transposes where both
-# apply (:func:`voxel_applies`): the voxel gather per row read (``voxel_row``)
-# and per lane and candidate column set-up (``voxel_setup``), fitted over
-# detector sampling 0.5-2.5 px/voxel at 256^3-1024^3 on an H100; the band
-# transpose (the atomic one there) per (view, column, plane) (``band_plane``:
-# its set-up), per voxel of a plane's band (``band_voxel``: the row window and
-# two atomic adds) and per pass of a warp's lanes over a band
-# (``band_pass``), fitted on an H200 to the 33 scans of docs/performance.md
-# ("Which transpose"). Only their ratios decide.
-TRANSPOSE_COST = {"voxel_row": 2.34e-13, "voxel_setup": 1.86e-12,
-                  "band_plane": 3.71e-11, "band_voxel": 2.18e-12, "band_pass": 8.7e-13}
+# apply (:func:`voxel_applies`), fitted on an H200 to the 34 scans of
+# docs/performance.md ("Which transpose", measured in one run): the voxel
+# gather per row read (``voxel_row``) and per lane and candidate column
+# set-up (``voxel_setup``); the band transpose (the atomic one there) per
+# (view, column, plane) (``band_plane``: its set-up) and per voxel of a
+# plane's band (``band_voxel``: the row window and two atomic adds). Only
+# their ratios decide.
+TRANSPOSE_COST = {"voxel_row": 2.30e-13, "voxel_setup": 2.17e-12, "band_plane": 3.35e-11, "band_voxel": 2.16e-12}
 
 
-def transpose_work(matrices: np.ndarray, n_rows: int, n_cols: int, grid3, offset, scale) -> dict[str, float]:
+def transpose_work(matrices: np.ndarray, n_rows: int, n_cols: int, grid3, offset, scale,
+                   z_range: tuple[int, int] | None = None) -> dict[str, float]:
     """Work counts of structured Joseph's transposes on a cone geometry.
 
     At the grid's centre, per view: ``s``, detector columns per voxel across
@@ -79,7 +78,7 @@ def transpose_work(matrices: np.ndarray, n_rows: int, n_cols: int, grid3, offset
     along z; medians over the views. The band transpose sets up every
     (view, column, plane) of the dominant axis (``band_plane = n_views n_cols
     max(nx, ny)``) and visits a band of ``min(nz, n_rows / h + 2)`` z voxels on
-    each (``band_voxel``), in passes of 32 lanes (``band_pass``). The
+    each (``band_voxel``). The
     gather visits every voxel column for every view and z tile of ``32 kz``
     lanes (:func:`voxel_kz`); per lane about ``2 s + 2`` candidate columns
     (``voxel_setup``) of which ``2 s`` pass within a voxel and read
@@ -88,7 +87,8 @@ def transpose_work(matrices: np.ndarray, n_rows: int, n_cols: int, grid3, offset
     16-deep build ``floor(2 h) + 1``, which the model, fitted before them,
     does not count: an upper bound there);
     ``kz``, the gather's z voxels per lane (:func:`voxel_kz` of the slices,
-    ``s`` and ``h``).
+    ``s`` and ``h``). ``z_range``: the slices the gather visits
+    (:func:`voxel_z_range`; None: all).
     """
     P = np.asarray(matrices, np.float64).reshape(-1, 3, 4)
     nz, ny, nx = (int(n) for n in grid3)
@@ -102,11 +102,12 @@ def transpose_work(matrices: np.ndarray, n_rows: int, n_cols: int, grid3, offset
     cols_per_voxel = float(np.median(np.hypot(du[0], du[1]))) * float(min(size[0], size[1]))
     rows_per_voxel = float(np.median(np.abs(dv))) * float(size[2])
     n_views = P.shape[0]
-    kz = voxel_kz(nz, cols_per_voxel, rows_per_voxel)
-    lanes = n_views * nx * ny * (-(-nz // (32 * kz))) * 32.0
+    nz_gather = voxel_z_slices(nz, z_range)[1]
+    kz = voxel_kz(nz_gather, cols_per_voxel, rows_per_voxel)
+    lanes = n_views * nx * ny * (-(-nz_gather // (32 * kz))) * 32.0
     planes = float(n_views * n_cols * max(nx, ny))
     band = min(float(nz), n_rows / rows_per_voxel + 2.0) if rows_per_voxel > 0 else float(nz)
-    return {"band_plane": planes, "band_voxel": planes * band, "band_pass": planes * np.ceil(band / 32.0), "kz": kz,
+    return {"band_plane": planes, "band_voxel": planes * band, "kz": kz,
             "voxel_row": lanes * kz * 2 * cols_per_voxel * (2 * np.floor(rows_per_voxel) + 2),
             "voxel_setup": lanes * (2 * cols_per_voxel + 2),
             "cols_per_voxel": cols_per_voxel, "rows_per_voxel": rows_per_voxel}
@@ -119,8 +120,7 @@ def transpose_times(work: dict[str, float], atomic_scale: float = 1.0) -> dict[s
     (:func:`tuned_atomic_scale`; 1 where nothing was measured)."""
     c = TRANSPOSE_COST
     return {"voxel": c["voxel_row"] * work["voxel_row"] + c["voxel_setup"] * work["voxel_setup"],
-            "atomic": atomic_scale * (c["band_plane"] * work["band_plane"] + c["band_voxel"] * work["band_voxel"]
-                                      + c["band_pass"] * work["band_pass"])}
+            "atomic": atomic_scale * (c["band_plane"] * work["band_plane"] + c["band_voxel"] * work["band_voxel"])}
 
 
 TRANSPOSE_TUNING_KEY = "cone/transpose-band"   # the tuning cache's entry of :func:`tuned_atomic_scale`
@@ -303,6 +303,47 @@ def voxel_row_extent(params: np.ndarray, n_cols: int, grid3, offset, scale) -> f
     pz = np.abs((params[:, 2] - offset[2]) * scale[2]) + 1.0
     with np.errstate(invalid="ignore", over="ignore"):
         return float(h * (nz + pz.max() + (tau_max * mz0.max(axis=1)).max()))
+
+
+def voxel_z_range(params: np.ndarray, n_rows: int, n_cols: int, grid3, offset, scale) -> tuple[int, int]:
+    """The z slices ``[k_lo, k_hi)`` any sample of structured Joseph can weight
+    (a detector of few rows against a tall volume reaches a band of them):
+    row ``r`` of column ``u`` is at z index ``pz + tau (Mz0(u) + r Mz1(u))``
+    (voxel-centre units) a horizontal distance ``tau`` from the source, affine
+    in ``r`` and in ``tau``, so its extremes over the rows lie at the first and
+    last row and, over the samples, at the nearest and farthest ``tau`` of the
+    grid's xy box widened by one voxel (:func:`_reach_box`); a sample weights
+    the two z voxels around it, padded by one more. The voxel transpose visits
+    only these slices (the rest of ``A.T`` is zero)."""
+    nz = int(grid3[0])
+    offset, scale = np.asarray(offset, float), np.asarray(scale, float)
+    lo, hi = _reach_box(grid3, offset, scale)
+    src = params[:, :2]
+    gap = np.maximum(np.maximum(lo - src, src - hi), 0.0)
+    far = np.maximum(np.abs(src - lo), np.abs(src - hi))
+    taus = (np.hypot(gap[:, 0], gap[:, 1])[:, None], np.hypot(far[:, 0], far[:, 1])[:, None])
+    u = np.arange(n_cols, dtype=np.float64)
+    Minv = params[:, 3:].reshape(-1, 3, 3)
+    qxy = np.hypot(Minv[:, 0, 0, None] * u + Minv[:, 0, 2, None], Minv[:, 1, 0, None] * u + Minv[:, 1, 2, None])
+    pz = ((params[:, 2] - offset[2]) * scale[2] - 0.5)[:, None]
+    z_min, z_max = np.inf, -np.inf
+    for r in (0.0, n_rows - 1.0):
+        mz = (Minv[:, 2, 0, None] * u + Minv[:, 2, 1, None] * r + Minv[:, 2, 2, None]) / qxy * scale[2]
+        for tau in taus:
+            z = pz + tau * mz
+            z_min, z_max = min(z_min, float(z.min())), max(z_max, float(z.max()))
+    if not (np.isfinite(z_min) and np.isfinite(z_max)):
+        return 0, nz
+    return int(np.clip(np.floor(z_min) - 1, 0, nz)), int(np.clip(np.ceil(z_max) + 3, 0, nz))
+
+
+def voxel_z_slices(nz: int, z_range: tuple[int, int] | None) -> tuple[int, int]:
+    """(first slice, slices) the voxel transpose's z tiles cover for the slices
+    ``z_range`` (:func:`voxel_z_range`; None: all ``nz``): from a multiple of 32
+    (a warp's lanes are 32 consecutive slices) to the range's end."""
+    k_lo, k_hi = (0, nz) if z_range is None else z_range
+    k_base = (k_lo // 32) * 32
+    return k_base, max(k_hi - k_base, 1)
 
 
 def voxel_view_floats(params: np.ndarray) -> np.ndarray:
@@ -555,12 +596,14 @@ class CudaRaytracer:
         self.band_shared = band_shared_bytes(nx, ny, self.n_rows)
         self.band = voxel_ok and self.band_shared <= limit
         self.predicted = None   # the cost model's seconds of both transposes, where both apply
+        self.voxel_z = (0, nz)   # the slices the voxel transpose visits (voxel_z_range, where it applies)
         self.voxel_kz = voxel_kz(nz)   # the voxel transpose's z voxels per lane (from the geometry where it applies)
         self.voxel_sampling = (1.0, 1.0)   # and the detector columns and rows per voxel that choose its patch
         if voxel_ok:
             P = geometry.matrices if geometry.matrices.ndim == 3 else geometry.matrices[None]
             from . import gpu_name
-            work = transpose_work(P, self.n_rows, self.n_cols, self.grid3, offset, scale)
+            self.voxel_z = voxel_z_range(params, self.n_rows, self.n_cols, self.grid3, offset, scale)
+            work = transpose_work(P, self.n_rows, self.n_cols, self.grid3, offset, scale, self.voxel_z)
             self.predicted = transpose_times(work, tuned_atomic_scale(gpu_name()))
             self.voxel_kz = work["kz"]
             self.voxel_sampling = (work["cols_per_voxel"], work["rows_per_voxel"])
@@ -671,11 +714,13 @@ class CudaRaytracer:
         module = load_module("raytrace_voxel", DEFINES if patch == 1 else VOXEL_PATCH2_DEFINES)
         c = voxel_constants(KERNEL_CONSTANTS if patch == 1 else VOXEL_PATCH2_CONSTANTS)
         bx, by = (w * c["patch"] for w in c["warps"])   # voxel columns per block (8 warps)
-        grid = (-(-int(nx) // bx), -(-int(ny) // by), -(-int(nz) // (32 * kz)))
+        k_base, slices = voxel_z_slices(int(nz), self.voxel_z)   # the slices some ray reaches
+        grid = (-(-int(nx) // bx), -(-int(ny) // by), -(-slices // (32 * kz)))
         values = cupy.empty(batch * self.n_cols * rows_p, np.float32)
         cols = cupy.empty(batch * self.n_cols * 8, np.float64)
         flags = cupy.empty(batch, np.int32)
-        volT = cupy.empty((int(ny), int(nx), int(nz)), np.float32)
+        covered = k_base == 0 and grid[2] * 32 * kz >= int(nz)
+        volT = (cupy.empty if covered else cupy.zeros)((int(ny), int(nx), int(nz)), np.float32)
         if self._voxel_floats is None:   # once: a pageable upload per call would wait for the stream
             self._voxel_floats = cupy.asarray(voxel_view_floats(self.params_host))
         vf = self._voxel_floats
@@ -692,7 +737,7 @@ class CudaRaytracer:
                 (values, proj[v0:v1], nx, ny, nz, par, self.g, nv, np.int32(self.n_rows), np.int32(self.n_cols)))
             module.get_function(f"joseph_voxel_gather_kz{kz}")(
                 grid, (256,), (volT, values, cols, flags, vf[v0:v1], self.g, nx, ny, nz, nv,
-                               np.int32(self.n_rows), np.int32(self.n_cols), np.int32(v0 > 0)))
+                               np.int32(self.n_rows), np.int32(self.n_cols), np.int32(v0 > 0), np.int32(k_base)))
         return self._zfast(False, volT, out)
 
     def _zfast(self, to: bool, src, dst, padded: bool = False):

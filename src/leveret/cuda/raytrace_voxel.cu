@@ -355,7 +355,9 @@ __device__ __forceinline__ void joseph_voxel_rule(const float4& va, const float2
 
 // Blocks of 8 warps on a JV_WX x JV_WY arrangement of patches (neighbouring
 // voxel columns read the same detector columns: L1 hits); grid
-// (ceil(nx / (JV_WX JV_PATCH)), ceil(ny / (JV_WY JV_PATCH)), ceil(nz / (32 KZ))).
+// (ceil(nx / (JV_WX JV_PATCH)), ceil(ny / (JV_WY JV_PATCH)), z tiles of 32 KZ
+// voxels from k_base, a multiple of 32: the launcher covers only the slices
+// some ray reaches, raytrace.py's voxel_z_range).
 // volT: the z-fastest volume (ny, nx, nz); values, cols and flags for the
 // views [0, n_views) of this batch, vf their float32 numbers for column_of_f
 // (8 per view); accumulate: add to volT.
@@ -363,12 +365,12 @@ template <int KZ>
 __device__ __forceinline__ void joseph_voxel_gather(
     float* __restrict__ volT, const float* __restrict__ values, const double* __restrict__ cols,
     const int* __restrict__ flags, const float* __restrict__ vf, const double* __restrict__ g, int nx, int ny,
-    int nz, int n_views, int n_rows, int n_cols, int accumulate)
+    int nz, int n_views, int n_rows, int n_cols, int accumulate, int k_base)
 {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int i0 = (blockIdx.x * JV_WX + warp % JV_WX) * JV_PATCH, j0 = (blockIdx.y * JV_WY + warp / JV_WX) * JV_PATCH;
     if (i0 >= nx || j0 >= ny) return;   // whole warps; no barrier below
-    const int k0 = blockIdx.z * (32 * KZ) + lane;
+    const int k0 = k_base + blockIdx.z * (32 * KZ) + lane;
     const int rows_p = n_rows + JV_PAD_LO + JV_PAD_HI;
     float acc[JV_PATCH][JV_PATCH][KZ];
 #pragma unroll
@@ -408,9 +410,10 @@ __device__ __forceinline__ void joseph_voxel_gather(
     extern "C" __global__ void __launch_bounds__(256, LEVERET_JV_MIN_BLOCKS) joseph_voxel_gather_kz##KZ(           \
         float* __restrict__ volT, const float* __restrict__ values, const double* __restrict__ cols,               \
         const int* __restrict__ flags, const float* __restrict__ vf, const double* __restrict__ g, int nx, int ny, \
-        int nz, int n_views, int n_rows, int n_cols, int accumulate)                                               \
+        int nz, int n_views, int n_rows, int n_cols, int accumulate, int k_base)                                   \
     {                                                                                                              \
-        joseph_voxel_gather<KZ>(volT, values, cols, flags, vf, g, nx, ny, nz, n_views, n_rows, n_cols, accumulate); \
+        joseph_voxel_gather<KZ>(volT, values, cols, flags, vf, g, nx, ny, nz, n_views, n_rows, n_cols, accumulate,  \
+                                k_base);                                                                           \
     }
 JV_GATHER(1)
 JV_GATHER(4)

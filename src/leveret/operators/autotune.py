@@ -23,7 +23,7 @@ from typing import Callable
 import numpy as np
 
 from ..cuda import seconds_per_run, tuning
-from ..cuda.raytrace import TRANSPOSE_TUNING_KEY, transpose_times, transpose_work
+from ..cuda.raytrace import TRANSPOSE_TUNING_KEY, transpose_times, transpose_work, view_parameters, voxel_z_range
 from ..geometry import ConeGeometry, ParallelGeometry, VolumeGeometry
 from .parallel import ParallelBackprojection
 from .projector import Projector
@@ -61,8 +61,9 @@ def probe_work(probe: dict) -> dict[str, float]:
     (an entry of ``TRANSPOSE_PROBES``)."""
     geometry, volume = transpose_probe(probe["rows"], probe["sampling"])
     offset = np.array([volume.extent(a)[0] for a in "xyz"])
-    return transpose_work(geometry.matrices, geometry.n_rows, geometry.n_cols, volume.shape, offset,
-                          np.full(3, 1.0 / volume.spacing("x")))
+    scale = np.full(3, 1.0 / volume.spacing("x"))
+    z_range = voxel_z_range(view_parameters(geometry)[1], geometry.n_rows, geometry.n_cols, volume.shape, offset, scale)
+    return transpose_work(geometry.matrices, geometry.n_rows, geometry.n_cols, volume.shape, offset, scale, z_range)
 
 
 def atomic_scale(measured: list[tuple[float, float]], predicted: list[tuple[float, float]]) -> float:
