@@ -1,4 +1,4 @@
-"""Times of A and of both CUDA transposes (voxel gather, atomic scatter) of the
+"""Times of A and of both CUDA transposes (voxel gather, atomic: the band transpose) of the
 matched cone-beam Projector, the voxel-driven ConeBackprojection, the
 unmatched adjoint built on it (``Projector(adjoint="voxel")``) and ASTRA's
 FP/BP on a grid of detector sampling x cone half-angle x views: the data the

@@ -1,7 +1,10 @@
 """Times of A and of both CUDA transposes of structured Joseph where the
-detector has few rows (8 to 128) against a 256^3 volume, 360 views: where the
-band transpose beats the voxel gather (which visits every voxel), and what
-``transpose="auto"``'s cost model predicted. Prints one JSON line per point.
+detector covers part of the grid's height (8 to 128 rows against a 256^3
+volume, 360 views, by default): where the band transpose beats the voxel
+gather, and what ``transpose="auto"``'s cost model predicted. The scan is
+the sweep's (a 512 mm grid of n^3 voxels, source 1000 mm and detector 1500
+mm from the axis, ``sampling`` pixels per voxel at the axis, 4/3 of the grid
+wide). Prints one JSON line per point.
 
     PYTHONPATH=src python3 tools/diagnostics/transpose_rows.py --out transpose_rows.json
 """
@@ -31,6 +34,9 @@ def _median_time(fn, sync, reps=3):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, nargs="+", default=[8, 16, 24, 32, 64, 128])
+    parser.add_argument("--n", type=int, default=256)
+    parser.add_argument("--views", type=int, default=360)
+    parser.add_argument("--sampling", type=float, default=1.0, help="detector pixels per voxel at the axis")
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
     import cupy as cp
@@ -40,11 +46,11 @@ def main():
         cp.cuda.get_current_stream().synchronize()
 
     out = []
-    n, voxel = 256, 2.0
+    n, voxel = args.n, 512.0 / args.n
     for n_rows in args.rows:
-        # 1 px/voxel at the axis across a 4/3-wide detector; magnification 1.5
-        g = leveret.ConeGeometry.circular(np.linspace(0, 2 * np.pi, 360, endpoint=False), 1000.0, 1500.0, n_rows,
-                                          341, 1.5 * voxel)
+        # magnification 1.5
+        g = leveret.ConeGeometry.circular(np.linspace(0, 2 * np.pi, args.views, endpoint=False), 1000.0, 1500.0,
+                                          n_rows, round(4 * n * args.sampling / 3), 1.5 * voxel / args.sampling)
         vol = leveret.VolumeGeometry((n, n, n), voxel)
         x = cp.random.default_rng(0).random(vol.shape, dtype=cp.float32)
         y = cp.empty(g.projection_shape, cp.float32)
