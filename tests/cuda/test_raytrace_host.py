@@ -238,9 +238,7 @@ def test_host_build_structured_joseph(lib, name, rng):
     # The band transpose (transpose="atomic" where the voxel transpose applies): the voxel
     # transpose's weights, added per (column, plane) voxel; the zero border collects nothing
     # the volume keeps.
-    bandP = np.zeros_like(volP)
-    lib.run_structured_joseph(2, _ptr(bandP), _ptr(y), nx, ny, nz, _ptr(params), _ptr(g), n_views, n_rows, n_cols)
-    band = bandP[1:-1, 1:-1, pad:-pad].transpose(2, 0, 1).astype(np.float64)
+    band = _band_transpose(lib, geometry, volume, A, y).astype(np.float64)
     assert np.abs(band - voxel).max() <= 2e-6 * np.abs(voxel).max()
     assert np.abs(band - ref_back).max() <= 1e-5 * np.abs(ref_back).max()
     assert abs(lhs - np.vdot(x.astype(np.float64), band)) <= 1e-5 * adjoint_scale(lhs, out, y)
@@ -313,35 +311,40 @@ def test_host_build_joseph_band_row_windows(lib, case, rows_per_voxel, tol, rng)
     off-centre detector: the float64 CPU transpose to ``tol`` of the largest value."""
     geometry, volume = {"tall": lambda: TALL, "dense": _dense_rows_case, "windows": lambda: ROW_WINDOWS,
                         "sparse": _sparse_rows_case}[case]()
-    A = Projector(geometry, volume, model="joseph", precision="float64", backend="cpu")
+    _check_transposes([lambda A, y: _band_transpose(lib, geometry, volume, A, y)], geometry, volume, rows_per_voxel,
+                      tol, rng)
+
+
+def _band_transpose(lib, geometry, volume, A, y):
+    """The host build's band transpose of ``y`` into structured Joseph's zero-bordered volume, as (nz, ny, nx)."""
     _, params, g, _, n_rows, n_cols = _kernel_inputs(geometry, A)
-    lo, hi = rows_per_voxel
-    assert lo < voxel_rows_per_voxel(params, n_cols, volume.shape, A._offset, A._scale) < hi
-    y = rng.standard_normal(geometry.projection_shape).astype(np.float32)
-    ref = A.T(y.astype(np.float64))
     nz, ny, nx = volume.shape
     pad = JOSEPH_PAD_Z
     volP = np.zeros((ny + 2, nx + 2, nz + 2 * pad), np.float32)
     lib.run_structured_joseph(2, _ptr(volP), _ptr(y), nx, ny, nz, _ptr(params), _ptr(g), geometry.n_views, n_rows,
                               n_cols)
-    got = volP[1:-1, 1:-1, pad:-pad].transpose(2, 0, 1)
-    np.testing.assert_allclose(got, ref, rtol=0, atol=tol * np.abs(ref).max())
+    return volP[1:-1, 1:-1, pad:-pad].transpose(2, 0, 1)
 
 
 def _check_voxel_transpose(builds, geometry, volume, kz, rows_per_voxel, tol, rng):
-    """Each host build's voxel transpose of a random sinogram at ``kz`` z
-    voxels per lane against the float64 CPU transpose to ``tol`` of its
-    largest value, on a scan whose most rows per voxel lie in
-    ``rows_per_voxel`` (lo, hi): the windows the case is meant to take."""
+    """Each host build's voxel transpose at ``kz`` z voxels per lane: :func:`_check_transposes`."""
+    runs = [lambda A, y, build=build: _voxel_transpose(build, geometry, volume, A, y, kz) for build in builds]
+    _check_transposes(runs, geometry, volume, rows_per_voxel, tol, rng)
+
+
+def _check_transposes(runs, geometry, volume, rows_per_voxel, tol, rng):
+    """Each ``run(A, y)`` (a host build's transpose of a random sinogram ``y``)
+    against the float64 CPU transpose ``A.T`` to ``tol`` of its largest value,
+    on a scan whose most rows per voxel lie in ``rows_per_voxel`` (lo, hi):
+    the windows the case is meant to take."""
     A = Projector(geometry, volume, model="joseph", precision="float64", backend="cpu")
     _, params, _, _, _, n_cols = _kernel_inputs(geometry, A)
     lo, hi = rows_per_voxel
     assert lo < voxel_rows_per_voxel(params, n_cols, volume.shape, A._offset, A._scale) < hi
     y = rng.standard_normal(geometry.projection_shape).astype(np.float32)
     ref = A.T(y.astype(np.float64))
-    for build in builds:
-        got = _voxel_transpose(build, geometry, volume, A, y, kz)
-        np.testing.assert_allclose(got, ref, rtol=0, atol=tol * np.abs(ref).max())
+    for run in runs:
+        np.testing.assert_allclose(run(A, y), ref, rtol=0, atol=tol * np.abs(ref).max())
 
 
 def _voxel_transpose(lib, geometry, volume, A, y, kz, z_range=None):

@@ -30,7 +30,8 @@
 // value once (transpose), so both directions have the weights
 // w * wu_c * wv_c with the same float32 factors: the transpose (atomicAdd)
 // is exact. Blocks run in groups of `view_group` views per column
-// (grouped_block). The transpose without atomics is in raytrace_voxel.cu.
+// (grouped_block). The transpose without atomics is in raytrace_voxel.cu;
+// below, the band transpose, which adds per voxel instead of per sample.
 #include "raytrace_common.cuh"
 
 #ifndef LEVERET_JOSEPH_PAD_Z
@@ -203,8 +204,9 @@ GROUPED_KERNEL(structured_joseph_forward_fast, structured_joseph, false)
 GROUPED_KERNEL(structured_joseph_adjoint_fast, structured_joseph, true)
 
 // The transpose driven by columns, with a warp's lanes on voxels instead of
-// rows (transpose="atomic" where the voxel transpose's conditions hold:
-// raytrace.py's band_applies). Block (view, column) as above; per plane the
+// rows (transpose="atomic" where the voxel transpose's conditions hold and a
+// column's bands fit in shared memory: raytrace.py's CudaRaytracer.band).
+// Block (view, column) as above; per plane the
 // column's rows reach a band of z voxels [klo, khi] on its two in-plane
 // voxels. A warp takes a plane, its lanes the band's voxels: each voxel sums
 // its rows' values y w with weights 1 - |zS| |r - t| over the rows r within
@@ -235,7 +237,7 @@ struct JBand {
     int base;            // element offset in volP of (plane, lower in-plane voxel, z = 0)
     float wu0, wu1, zw;  // in-plane weights; |zS|, the z step per row
     int klo, khi, nw;    // the band [klo, khi] (empty: klo > khi); the window reads rows T - nw .. T + nw + 1
-    int unused;
+    int unused;          // pads the entry to 48 bytes (raytrace.py: band_shared_bytes)
 };
 
 // sum over the rows T + d, d in [-N, N + 1], of weight 1 - zw |d - f| (F = 1 + f) times the row's value

@@ -35,7 +35,6 @@ from .projector import Projector
 # volume: the band transpose wins).
 TRANSPOSE_PROBES = ({"rows": None, "sampling": 0.75}, {"rows": 8, "sampling": 1.0})
 
-
 # Parallel-beam problem classes tuned, most common first: (slices, image side,
 # angles, precision); each is tuned on a simulated stack of that size.
 PARALLEL_CLASSES = (
