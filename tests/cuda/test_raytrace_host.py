@@ -19,7 +19,8 @@ import numpy as np
 import pytest
 
 from leveret.cuda._module import KERNEL_DIR, kernel_files
-from leveret.cuda.raytrace import (JOSEPH_PAD_Z, KERNEL_CONSTANTS, joseph_float32_bound, structured_float32_bound,
+from leveret.cuda.raytrace import (JOSEPH_PAD_Z, KERNEL_CONSTANTS, joseph_float32_bound, joseph_padded_nz,
+                                   structured_float32_bound,
                                    structured_ratio, view_parameters, voxel_kz, voxel_row_extent,
                                    voxel_rows_per_voxel, voxel_view_floats, voxel_z_range, voxel_z_slices)
 from leveret.geometry import ConeGeometry, ParallelGeometry, VolumeGeometry
@@ -207,8 +208,8 @@ def test_host_build_structured_joseph(lib, name, rng):
     y = rng.standard_normal(geometry.projection_shape).astype(np.float32)
     ref = A(x.astype(np.float64))
     pad = JOSEPH_PAD_Z
-    volP = np.zeros((ny + 2, nx + 2, nz + 2 * pad), np.float32)   # zero borders, z fastest
-    volP[1:-1, 1:-1, pad:-pad] = x.transpose(1, 2, 0)
+    volP = np.zeros((ny + 2, nx + 2, joseph_padded_nz(nz)), np.float32)   # zero borders, z fastest
+    volP[1:-1, 1:-1, pad:pad + nz] = x.transpose(1, 2, 0)
     out = np.full(geometry.projection_shape, np.nan, np.float32)
     lib.run_structured_joseph(0, _ptr(volP), _ptr(out), nx, ny, nz, _ptr(params), _ptr(g), n_views, n_rows, n_cols)
     assert not np.isnan(out).any()
@@ -217,7 +218,7 @@ def test_host_build_structured_joseph(lib, name, rng):
     assert err <= 1e-5 * np.abs(ref).max()
     backP = np.zeros_like(volP)
     lib.run_structured_joseph(1, _ptr(backP), _ptr(y), nx, ny, nz, _ptr(params), _ptr(g), n_views, n_rows, n_cols)
-    back = backP[1:-1, 1:-1, pad:-pad].transpose(2, 0, 1).astype(np.float64)
+    back = backP[1:-1, 1:-1, pad:pad + nz].transpose(2, 0, 1).astype(np.float64)
     ref_back = A.T(y.astype(np.float64))
     assert np.abs(back - ref_back).max() <= 1e-5 * np.abs(ref_back).max()
     lhs = np.vdot(out.astype(np.float64), y.astype(np.float64))
@@ -320,10 +321,10 @@ def _band_transpose(lib, geometry, volume, A, y):
     _, params, g, _, n_rows, n_cols = _kernel_inputs(geometry, A)
     nz, ny, nx = volume.shape
     pad = JOSEPH_PAD_Z
-    volP = np.zeros((ny + 2, nx + 2, nz + 2 * pad), np.float32)
+    volP = np.zeros((ny + 2, nx + 2, joseph_padded_nz(nz)), np.float32)
     lib.run_structured_joseph(2, _ptr(volP), _ptr(y), nx, ny, nz, _ptr(params), _ptr(g), geometry.n_views, n_rows,
                               n_cols)
-    return volP[1:-1, 1:-1, pad:-pad].transpose(2, 0, 1)
+    return volP[1:-1, 1:-1, pad:pad + nz].transpose(2, 0, 1)
 
 
 def _check_voxel_transpose(builds, geometry, volume, kz, rows_per_voxel, tol, rng):
@@ -388,12 +389,13 @@ def test_host_build_joseph_voxel_visits_the_reached_slices(lib, kz, rng):
 def test_host_build_zfast_copies(lib, shape, padded, rng):
     """The tiled copies between the volume (nz, ny, nx) and the structured
     kernels' z-fastest layout (ny, nx, nz), plain or with structured Joseph's
-    borders (one voxel in x and y, JOSEPH_PAD_Z in z, left untouched), at sizes
-    that are and are not multiples of the 32 x 32 tile; outputs poisoned first."""
+    borders (one voxel in x and y, JOSEPH_PAD_Z in z below and the rest of
+    joseph_padded_nz above, left untouched), at sizes that are and are not
+    multiples of the 32 x 32 tile; outputs poisoned first."""
     nz, ny, nx = shape
     p, q = (1, JOSEPH_PAD_Z) if padded else (0, 0)
     vol = rng.standard_normal(shape).astype(np.float32)
-    volT = np.full((ny + 2 * p, nx + 2 * p, nz + 2 * q), np.nan, np.float32)
+    volT = np.full((ny + 2 * p, nx + 2 * p, joseph_padded_nz(nz) if padded else nz), np.nan, np.float32)
     lib.run_zfast(1, int(padded), _ptr(vol), _ptr(volT), nx, ny, nz)
     inner = volT[p:p + ny, p:p + nx, q:q + nz]
     np.testing.assert_array_equal(inner, vol.transpose(1, 2, 0))

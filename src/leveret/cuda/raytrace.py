@@ -145,6 +145,13 @@ def voxel_applies(params: np.ndarray, n_cols: int, grid3, offset, scale) -> bool
                 and voxel_row_extent(params, n_cols, grid3, offset, scale) < 2.0 ** 30)
 
 
+def joseph_padded_nz(nz: int) -> int:
+    """z length of structured Joseph's zero-bordered volume (:meth:`CudaRaytracer._padded`):
+    ``JOSEPH_PAD_Z`` zero slices below the volume and at least as many above, rounded up to a
+    multiple of 8 (raytrace_common.cuh: joseph_padded_nz)."""
+    return -(-(int(nz) + 2 * JOSEPH_PAD_Z) // 8) * 8
+
+
 def band_shared_bytes(nx: int, ny: int, n_rows: int) -> int:
     """Shared memory of structured Joseph's band transpose
     (raytrace_joseph.cu: structured_joseph_adjoint_band): a 48-byte ``JBand``
@@ -576,7 +583,7 @@ class CudaRaytracer:
         limit = shared_limit()
         valid = self.ratio <= 1.0 and shared <= limit
         if model == "joseph":   # 32-bit element offsets into the padded volume
-            valid = valid and (ny + 2) * (nx + 2) * (nz + 2 * JOSEPH_PAD_Z) < 2 ** 31
+            valid = valid and (ny + 2) * (nx + 2) * joseph_padded_nz(nz) < 2 ** 31
         if structured is True and not valid:
             raise ValueError(f"structured: the structured path does not apply here (max |dz|/|dxy| "
                              f"ratio {self.ratio:.3g} must be <= 1, the geometry must be cone-beam "
@@ -688,10 +695,10 @@ class CudaRaytracer:
                    shared_mem=shared)
 
     def _padded(self):
-        """Structured Joseph's zero-bordered z-fastest volume (ny + 2, nx + 2, nz + 2 JOSEPH_PAD_Z)."""
+        """Structured Joseph's zero-bordered z-fastest volume (ny + 2, nx + 2, :func:`joseph_padded_nz`)."""
         import cupy
         nz, ny, nx = self.grid3
-        return cupy.zeros((ny + 2, nx + 2, nz + 2 * JOSEPH_PAD_Z), np.float32)
+        return cupy.zeros((ny + 2, nx + 2, joseph_padded_nz(nz)), np.float32)
 
     def _joseph_voxel(self, proj, out):
         """Structured Joseph's transpose, voxel-driven (raytrace_voxel.cu:

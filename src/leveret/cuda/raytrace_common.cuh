@@ -150,6 +150,13 @@ __device__ __forceinline__ bool grouped_block(int view_group, int n_views, int& 
         FN<ADJ>(vol, proj, nx, ny, nz, params, g, n_views, n_rows, n_cols, view_group);                 \
     }
 
+// z length of structured Joseph's zero-bordered volume volP (ny + 2, nx + 2,
+// joseph_padded_nz): pad zero slices below the volume and at least pad above,
+// rounded up to a multiple of 8 floats (32 bytes, one L2 sector), so that
+// z = 0 of every column lies at the same place in a sector and the band
+// transpose's lanes can add into whole sectors (raytrace.py: joseph_padded_nz).
+__device__ __forceinline__ int joseph_padded_nz(int nz, int pad) { return (nz + 2 * pad + 7) & ~7; }
+
 // a b + c clamped to [0, 1] in one instruction (the voxel transpose's and the
 // band transpose's row weights: a weight never exceeds its scale s <= 1, so
 // this is max(0, a b + c), to a rounding of s + zw (1 + d)).

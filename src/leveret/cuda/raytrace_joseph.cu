@@ -12,8 +12,9 @@
 // joseph_fast holds, raytrace.py: joseph_float32_bound) and the
 // plane-to-plane length w = L / |a_m| are new.
 //
-// The volume is a padded z-fastest copy volP (ny + 2, nx + 2, nz + 2 JZ_PAD)
-// with zero borders (one voxel in x and y, JZ_PAD in z): adjacent rows
+// The volume is a padded z-fastest copy volP (ny + 2, nx + 2,
+// joseph_padded_nz(nz, JZ_PAD)) with zero borders (one voxel in x and y,
+// JZ_PAD in z below, at least JZ_PAD above): adjacent rows
 // read/write adjacent z voxels, and no sample needs a bounds test. Planes
 // that a column does not sample (behind the source, or the in-plane index
 // outside (-1, n)) point at the zero border with weights (1, 0). A row's
@@ -62,7 +63,7 @@ __device__ void structured_joseph(float* volP, float* proj, int nx, int ny, int 
     const int nm = jc.nm, nu = jc.nu;
     const double am = jc.am, au_ = jc.au, pm = jc.pm, pu = jc.pu, pzc = jc.pzc;
     // Strides in volP (ny + 2, nx + 2, nz + 2 JZ_PAD) of the plane axis and the in-plane axis.
-    const int pnx = nx + 2, pnz = nz + 2 * JZ_PAD;
+    const int pnx = nx + 2, pnz = joseph_padded_nz(nz, JZ_PAD);
     const int s_m = my ? pnx * pnz : pnz;
     const int s_u = my ? pnz : pnx * pnz;
     const int origin = (pnx + 1) * pnz + JZ_PAD;   // voxel (0, 0, 0)
@@ -237,7 +238,7 @@ struct JBand {
     int base;            // element offset in volP of (plane, lower in-plane voxel, z = 0)
     float wu0, wu1, zw;  // in-plane weights; |zS|, the z step per row
     int klo, khi, nw;    // the band [klo, khi] (empty: klo > khi); the window reads rows T - nw .. T + nw + 1
-    int unused;          // pads the entry to 48 bytes (raytrace.py: band_shared_bytes)
+    int kst;             // the lanes' first voxel: klo or the start of its sector (see below)
 };
 
 // sum over the rows T + d, d in [-N, N + 1], of weight 1 - zw |d - f| (F = 1 + f) times the row's value
@@ -272,7 +273,7 @@ __device__ void structured_joseph_band(float* volP, const float* __restrict__ pr
     const int nm = jc.nm;
     JBand* bands = (JBand*)smem;
     float* vals = (float*)(bands + nm) + JB_PAD_LO;   // the column's y w, rows -JB_PAD_LO .. n_rows + JB_PAD_HI - 1
-    const int pnx = nx + 2, pnz = nz + 2 * JZ_PAD;
+    const int pnx = nx + 2, pnz = joseph_padded_nz(nz, JZ_PAD);
     const int s_m = jc.my ? pnx * pnz : pnz;
     const int s_u = jc.my ? pnz : pnx * pnz;
     const int origin = (pnx + 1) * pnz + JZ_PAD;
@@ -282,7 +283,7 @@ __device__ void structured_joseph_band(float* volP, const float* __restrict__ pr
     const double Mz1 = mul(mul(par[10], jc.c.inv_qxy), g[7]);
     for (int sp = threadIdx.x; sp < nm; sp += blockDim.x) {
         JBand e;
-        e.klo = 1; e.khi = 0;
+        e.klo = 1; e.khi = 0; e.kst = 1;
         float dtau, a;
         int iu;
         bool ok;
@@ -302,6 +303,11 @@ __device__ void structured_joseph_band(float* volP, const float* __restrict__ pr
             e.wu0 = 1.0f - a;
             e.wu1 = a;
             e.base = origin + sp * s_m + iu * s_u;
+            // The L2 adds whole 32-byte sectors: lanes that start on a sector boundary (both in-plane
+            // voxels: s_u is a multiple of 8) add into one sector fewer per pass after the first,
+            // where that takes no extra pass over the band.
+            const int shift = (e.base + e.klo) & 7, n = e.khi - e.klo + 1;
+            e.kst = ((n + shift + 31) >> 5) == ((n + 31) >> 5) ? e.klo - shift : e.klo;
         }
         bands[sp] = e;
     }
@@ -316,7 +322,8 @@ __device__ void structured_joseph_band(float* volP, const float* __restrict__ pr
     const int tlo = -(JB_HMAX + 2), thi = n_rows + JB_HMAX + 1;   // a window at a clamped T reads zero rows only
     for (int sp = warp; sp < nm; sp += warps) {
         const JBand e = bands[sp];
-        for (int k = e.klo + lane; k <= e.khi; k += lanes) {
+        for (int k = e.kst + lane; k <= e.khi; k += lanes) {
+            if (k < e.klo) continue;
             const long long t = e.t0 + (long long)k * e.dt;
             const int T = min(max((int)(t >> 32), tlo), thi);
             const float F = __int_as_float(0x3f800000 | ((unsigned)t >> 9));

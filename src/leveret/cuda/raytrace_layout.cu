@@ -1,7 +1,7 @@
 // The structured kernels' z-fastest copy of the volume: volT[(j nx + i) nz + k]
 // = vol[(k ny + j) nx + i], or with borders of PXY voxels in x and y and PZ
-// in z (structured Joseph's volP; the borders are not touched: the caller
-// zeroes them). For one j both directions are 2D transposes between the
+// in z below (structured Joseph's volP, joseph_padded_nz slices per column;
+// the borders are not touched: the caller zeroes them). For one j both directions are 2D transposes between the
 // (nz, nx) slab of vol (row stride ny nx) and the contiguous (nx, nz) slab of
 // volT, done in 32 x 32 tiles through shared memory so that reads and writes
 // are both coalesced (a strided elementwise copy reads one 32-byte sector per
@@ -11,6 +11,7 @@
 #error "LEVERET_JOSEPH_PAD_Z undefined: build with the -D constants of leveret/cuda/raytrace.py (KERNEL_CONSTANTS)"
 #endif
 #define JZ_PAD LEVERET_JOSEPH_PAD_Z   // structured Joseph's z border (raytrace_joseph.cu)
+#include "raytrace_common.cuh"        // joseph_padded_nz
 
 template <typename T, bool TO_ZFAST, int PXY, int PZ>
 __device__ __forceinline__ void zfast_transpose(const T* __restrict__ src, T* __restrict__ dst, int nx, int ny,
@@ -18,7 +19,7 @@ __device__ __forceinline__ void zfast_transpose(const T* __restrict__ src, T* __
 {
     const int j = blockIdx.z;
     const int i0 = blockIdx.x * 32, k0 = blockIdx.y * 32;
-    const long long pnx = nx + 2 * PXY, pnz = nz + 2 * PZ;
+    const long long pnx = nx + 2 * PXY, pnz = PZ ? joseph_padded_nz(nz, PZ) : nz;
     for (int d = threadIdx.y; d < 32; d += blockDim.y)
         for (int e = threadIdx.x; e < 32; e += blockDim.x) {
             // tile[d][e]: vol[k0 + d, j, i0 + e] (TO_ZFAST) or volT[j, i0 + d, k0 + e]
