@@ -27,7 +27,7 @@ from ._module import load_module
 # -D options (leveret.cuda._module.file_defines); the .cu files #error
 # without them, and the launch sizes below are computed from the same values.
 KERNEL_CONSTANTS: dict[str, int] = {
-    "LEVERET_JOSEPH_PAD_Z": 3,    # zero z border of structured Joseph's padded volume (raytrace_joseph.cu)
+    "LEVERET_JOSEPH_PAD_Z": 8,    # zero z border of structured Joseph's padded volume: >= 3, 8 starts z on a sector
     "LEVERET_JV_PATCH": 1,        # voxel transpose: a warp's voxel columns, PATCH x PATCH
     "LEVERET_JV_WARPS_X": 1,      # voxel transpose: a block's 8 warps, WARPS_X along x, 8 / WARPS_X along y
     "LEVERET_JV_MIN_BLOCKS": 3,   # voxel transpose: blocks per multiprocessor the registers must allow

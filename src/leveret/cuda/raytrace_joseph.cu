@@ -21,7 +21,9 @@
 // plane range is its z range in float64 padded by one plane; with at most
 // one z voxel per plane (the ratio test) and float32 rounding, its samples
 // stay within z (-2 - 1e-3, nz + 1 + 1e-3), so they and their upper
-// neighbours fall in [-3, nz + 2]: JZ_PAD = 3. A zero border contributes
+// neighbours fall in [-3, nz + 2]: JZ_PAD >= 3. It is 8, so that with
+// joseph_padded_nz a multiple of 8 every column's z = 0 starts a 32-byte
+// sector (the band transpose below). A zero border contributes
 // exactly what the float64 model's range tests drop (nothing); in the
 // transpose the border collects values nobody reads.
 //
@@ -62,7 +64,7 @@ __device__ void structured_joseph(float* volP, float* proj, int nx, int ny, int 
     const bool my = jc.my;
     const int nm = jc.nm, nu = jc.nu;
     const double am = jc.am, au_ = jc.au, pm = jc.pm, pu = jc.pu, pzc = jc.pzc;
-    // Strides in volP (ny + 2, nx + 2, nz + 2 JZ_PAD) of the plane axis and the in-plane axis.
+    // Strides in volP (ny + 2, nx + 2, joseph_padded_nz) of the plane axis and the in-plane axis.
     const int pnx = nx + 2, pnz = joseph_padded_nz(nz, JZ_PAD);
     const int s_m = my ? pnx * pnz : pnz;
     const int s_u = my ? pnz : pnx * pnz;
@@ -303,9 +305,9 @@ __device__ void structured_joseph_band(float* volP, const float* __restrict__ pr
             e.wu0 = 1.0f - a;
             e.wu1 = a;
             e.base = origin + sp * s_m + iu * s_u;
-            // The L2 adds whole 32-byte sectors: lanes that start on a sector boundary (both in-plane
-            // voxels: s_u is a multiple of 8) add into one sector fewer per pass after the first,
-            // where that takes no extra pass over the band.
+            // The L2 adds whole 32-byte sectors: lanes that start on a sector boundary (z = 0 starts
+            // one, and s_u is a multiple of 8: both in-plane voxels) add into one sector fewer per
+            // pass after the first, where that takes no extra pass over the band.
             const int shift = (e.base + e.klo) & 7, n = e.khi - e.klo + 1;
             e.kst = ((n + shift + 31) >> 5) == ((n + 31) >> 5) ? e.klo - shift : e.klo;
         }
