@@ -66,7 +66,7 @@ VOXEL_KZ_SETUP = 4   # voxel transpose: a lane's set-up per (view, column, plane
 # (view, column, plane) (``band_plane``: its set-up) and per voxel of a
 # plane's band (``band_voxel``: the row window and two atomic adds). Only
 # their ratios decide.
-TRANSPOSE_COST = {"voxel_row": 2.30e-13, "voxel_setup": 2.17e-12, "band_plane": 3.35e-11, "band_voxel": 2.16e-12}
+TRANSPOSE_COST = {"voxel_row": 2.30e-13, "voxel_setup": 2.10e-12, "band_plane": 4.15e-11, "band_voxel": 1.86e-12}
 
 
 def transpose_work(matrices: np.ndarray, n_rows: int, n_cols: int, grid3, offset, scale,
