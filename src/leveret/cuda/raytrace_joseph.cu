@@ -209,9 +209,9 @@ GROUPED_KERNEL(structured_joseph_adjoint_fast, structured_joseph, true)
 // The transpose driven by columns, with a warp's lanes on voxels instead of
 // rows (transpose="atomic" where the voxel transpose's conditions hold and a
 // column's bands fit in shared memory: raytrace.py's CudaRaytracer.band).
-// Block (view, column) as above; per plane the
-// column's rows reach a band of z voxels [klo, khi] on its two in-plane
-// voxels. A warp takes a plane, its lanes the band's voxels: each voxel sums
+// Block (view, column) as above; per plane the column's rows reach a band of
+// z voxels [klo, khi] on its two in-plane voxels. A warp takes a plane, its
+// lanes the band's voxels: each voxel sums
 // its rows' values y w with weights 1 - |zS| |r - t| over the rows r within
 // h = 1 / |zS| of its row coordinate t = (k - zA) / zS (z on the plane is
 // affine in the row: zA + r zS, as in raytrace_voxel.cu), then adds the sum
