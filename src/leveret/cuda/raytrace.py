@@ -286,6 +286,25 @@ def _reach_box(grid3, offset, scale) -> tuple[np.ndarray, np.ndarray]:
     return offset[:2] - 1.0 / scale[:2], offset[:2] + (np.array([nx, ny]) + 1.0) / scale[:2]
 
 
+def _reach_distances(params: np.ndarray, grid3, offset, scale) -> tuple[np.ndarray, np.ndarray]:
+    """Per view, the smallest and largest horizontal distance ``tau`` from the
+    source to the box of :func:`_reach_box` (the smallest 0 where the source
+    lies inside it): every sample of structured Joseph lies between them."""
+    lo, hi = _reach_box(grid3, offset, scale)
+    src = params[:, :2]
+    gap = np.maximum(np.maximum(lo - src, src - hi), 0.0)
+    far = np.maximum(np.abs(src - lo), np.abs(src - hi))
+    return np.hypot(gap[:, 0], gap[:, 1]), np.hypot(far[:, 0], far[:, 1])
+
+
+def _column_qxy(params: np.ndarray, columns) -> np.ndarray:
+    """``|q_xy(u)|`` per view and detector column ``u`` in ``columns``: the
+    length of the xy part of ``M^-1 (u, 0, 1)`` (raytrace_common.cuh: column_line)."""
+    Minv = params[:, 3:].reshape(-1, 3, 3)
+    u = np.asarray(columns, np.float64)
+    return np.hypot(Minv[:, 0, 0, None] * u + Minv[:, 0, 2, None], Minv[:, 1, 0, None] * u + Minv[:, 1, 2, None])
+
+
 def voxel_row_extent(params: np.ndarray, n_cols: int, grid3, offset, scale) -> float:
     """A bound on the row coordinates ``|t| = |(k - zA) / zS|`` the voxel
     transpose forms (in rows, any voxel, view, column and plane it reaches):
@@ -299,14 +318,10 @@ def voxel_row_extent(params: np.ndarray, n_cols: int, grid3, offset, scale) -> f
     nz = int(grid3[0]) + 32 * max(VOXEL_KZ)
     offset, scale = np.asarray(offset, float), np.asarray(scale, float)
     h = voxel_rows_per_voxel(params, n_cols, grid3, offset, scale)
-    lo, hi = _reach_box(grid3, offset, scale)
-    src = params[:, :2]
-    far = np.maximum(np.abs(src - lo), np.abs(src - hi))
-    tau_max = np.hypot(far[:, 0], far[:, 1])
+    tau_max = _reach_distances(params, grid3, offset, scale)[1]
     u = np.arange(n_cols, dtype=np.float64)
     Minv = params[:, 3:].reshape(-1, 3, 3)
-    qxy = np.hypot(Minv[:, 0, 0, None] * u + Minv[:, 0, 2, None], Minv[:, 1, 0, None] * u + Minv[:, 1, 2, None])
-    mz0 = np.abs(Minv[:, 2, 0, None] * u + Minv[:, 2, 2, None]) / qxy * scale[2]
+    mz0 = np.abs(Minv[:, 2, 0, None] * u + Minv[:, 2, 2, None]) / _column_qxy(params, u) * scale[2]
     pz = np.abs((params[:, 2] - offset[2]) * scale[2]) + 1.0
     with np.errstate(invalid="ignore", over="ignore"):
         return float(h * (nz + pz.max() + (tau_max * mz0.max(axis=1)).max()))
@@ -324,14 +339,10 @@ def voxel_z_range(params: np.ndarray, n_rows: int, n_cols: int, grid3, offset, s
     only these slices (the rest of ``A.T`` is zero)."""
     nz = int(grid3[0])
     offset, scale = np.asarray(offset, float), np.asarray(scale, float)
-    lo, hi = _reach_box(grid3, offset, scale)
-    src = params[:, :2]
-    gap = np.maximum(np.maximum(lo - src, src - hi), 0.0)
-    far = np.maximum(np.abs(src - lo), np.abs(src - hi))
-    taus = (np.hypot(gap[:, 0], gap[:, 1])[:, None], np.hypot(far[:, 0], far[:, 1])[:, None])
+    taus = [tau[:, None] for tau in _reach_distances(params, grid3, offset, scale)]
     u = np.arange(n_cols, dtype=np.float64)
     Minv = params[:, 3:].reshape(-1, 3, 3)
-    qxy = np.hypot(Minv[:, 0, 0, None] * u + Minv[:, 0, 2, None], Minv[:, 1, 0, None] * u + Minv[:, 1, 2, None])
+    qxy = _column_qxy(params, u)
     pz = ((params[:, 2] - offset[2]) * scale[2] - 0.5)[:, None]
     z_min, z_max = np.inf, -np.inf
     for r in (0.0, n_rows - 1.0):
@@ -371,13 +382,9 @@ def voxel_rows_per_voxel(params: np.ndarray, n_cols: int, grid3, offset, scale) 
     and the largest ``|q_xy|`` (an end column: ``|q_xy|`` is convex in ``u``).
     ``inf`` where a source lies inside that box. The voxel transpose needs
     ``h < JV_HMAX + 1``."""
-    lo, hi = _reach_box(grid3, offset, scale)
-    src = params[:, :2]
-    gap = np.maximum(np.maximum(lo - src, src - hi), 0.0)
-    tau = np.hypot(gap[:, 0], gap[:, 1])
+    tau = _reach_distances(params, grid3, offset, scale)[0]
     Minv = params[:, 3:].reshape(-1, 3, 3)
-    q = [np.hypot(Minv[:, 0, 0] * u + Minv[:, 0, 2], Minv[:, 1, 0] * u + Minv[:, 1, 2]) for u in (0.0, n_cols - 1.0)]
-    zs = tau * np.abs(Minv[:, 2, 1]) * float(scale[2]) / np.maximum(q[0], q[1])
+    zs = tau * np.abs(Minv[:, 2, 1]) * float(scale[2]) / _column_qxy(params, (0.0, n_cols - 1.0)).max(axis=1)
     return float(np.inf) if np.any(zs <= 0) else float(1.0 / zs.min())
 
 
