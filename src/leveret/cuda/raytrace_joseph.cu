@@ -49,6 +49,18 @@ struct JPlane {
     int base;   // element offset in volP of (plane, in-plane index, z = 0)
 };
 
+// A column's strides in volP (ny + 2, nx + 2, joseph_padded_nz) along its
+// plane axis (s_m) and its in-plane axis (s_u), and the offset of voxel (0, 0, 0).
+struct JStrides {
+    int s_m, s_u, origin;
+};
+
+__device__ __forceinline__ JStrides joseph_strides(const JosephColumn& jc, int nx, int nz)
+{
+    const int pnx = nx + 2, pnz = joseph_padded_nz(nz, JZ_PAD);
+    return {jc.my ? pnx * pnz : pnz, jc.my ? pnz : pnx * pnz, (pnx + 1) * pnz + JZ_PAD};
+}
+
 template <bool ADJ>
 __device__ void structured_joseph(float* volP, float* proj, int nx, int ny, int nz,
                                   const double* __restrict__ params, const double* __restrict__ g,
@@ -61,15 +73,11 @@ __device__ void structured_joseph(float* volP, float* proj, int nx, int ny, int 
     const double u = (double)col;
     const JosephColumn jc = joseph_column(par, g, u, nx, ny);
     const long long out0 = (long long)view * n_rows * n_cols + col;
-    const bool my = jc.my;
     const int nm = jc.nm, nu = jc.nu;
     const double am = jc.am, au_ = jc.au, pm = jc.pm, pu = jc.pu, pzc = jc.pzc;
-    // Strides in volP (ny + 2, nx + 2, joseph_padded_nz) of the plane axis and the in-plane axis.
-    const int pnx = nx + 2, pnz = joseph_padded_nz(nz, JZ_PAD);
-    const int s_m = my ? pnx * pnz : pnz;
-    const int s_u = my ? pnz : pnx * pnz;
-    const int origin = (pnx + 1) * pnz + JZ_PAD;   // voxel (0, 0, 0)
-    const long long s_u64 = s_u;                   // to the upper in-plane neighbour
+    const JStrides st = joseph_strides(jc, nx, nz);
+    const int s_m = st.s_m, s_u = st.s_u, origin = st.origin;
+    const long long s_u64 = s_u;   // to the upper in-plane neighbour
     JPlane* planes = (JPlane*)smem;
     for (int sp = threadIdx.x; sp < nm; sp += blockDim.x) {
         float dtau, a;
@@ -275,10 +283,8 @@ __device__ void structured_joseph_band(float* volP, const float* __restrict__ pr
     const int nm = jc.nm;
     JBand* bands = (JBand*)smem;
     float* vals = (float*)(bands + nm) + JB_PAD_LO;   // the column's y w, rows -JB_PAD_LO .. n_rows + JB_PAD_HI - 1
-    const int pnx = nx + 2, pnz = joseph_padded_nz(nz, JZ_PAD);
-    const int s_m = jc.my ? pnx * pnz : pnz;
-    const int s_u = jc.my ? pnz : pnx * pnz;
-    const int origin = (pnx + 1) * pnz + JZ_PAD;
+    const JStrides st = joseph_strides(jc, nx, nz);
+    const int s_m = st.s_m, s_u = st.s_u, origin = st.origin;
     const double inv_am = __ddiv_rn(1.0, jc.am);
     // z = zA + r zS on a plane at tau: zA = pzc + tau Mz0, zS = tau Mz1 (joseph_row's slope is Mz0 + r Mz1)
     const double Mz0 = mul(mul(add(mul(par[9], u), par[11]), jc.c.inv_qxy), g[7]);
