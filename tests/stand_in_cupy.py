@@ -111,7 +111,12 @@ def install(monkeypatch, n_gpus: int = 2) -> None:
     from leveret.cuda import streams
 
     stream = Stream()
+    def memcpy_2d(dst, dpitch, src, spitch, width, height, kind, s):
+        for i in range(height):
+            ctypes.memmove(dst + i * dpitch, src + i * spitch, width)
+
     runtime = types.SimpleNamespace(memcpyAsync=lambda dst, src, n, kind, s: ctypes.memmove(dst, src, n),
+                                    memcpy2DAsync=memcpy_2d,
                                     memcpyHostToDevice=1, memcpyDeviceToHost=2, CUDARuntimeError=RuntimeError,
                                     hostRegister=lambda ptr, n, flags: None, hostUnregister=lambda ptr: None)
     cuda = types.SimpleNamespace(Stream=Stream, Event=Event, runtime=runtime, get_current_stream=lambda: stream,

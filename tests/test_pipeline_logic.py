@@ -120,7 +120,56 @@ def test_stream_chunks_from_an_iterator_with_a_lock(fake_cupy, rng):
     assert st["chunks"] == 3
     # an empty iterator does nothing
     pipeline.stream_chunks(iter([]), largest=(0, 4), in_shape=lambda c: (1,), out_shape=None,
-                           load=None, compute=None)
+                           load=lambda c, buf: None, compute=None)
+
+
+@pytest.mark.parametrize("max_pitch", [None, 64])
+def test_stream_chunks_moves_pinned_chunks_in_place(fake_cupy, monkeypatch, rng, max_pitch):
+    """``source``/``target``: a chunk of views and some rows of each (first
+    axis strided) goes up from pinned memory and comes back into its place,
+    by strided copies, or item by item where the pitch is beyond what a
+    strided copy takes; nothing is gathered or stored on the host."""
+    if max_pitch is not None:
+        monkeypatch.setattr(pipeline, "_MAX_PITCH", max_pitch)
+    views = pipeline.pinned_array((7, 9, 5), np.float32)
+    views[...] = rng.standard_normal(views.shape)
+    out = pipeline.pinned_array((7, 9, 5), np.float32)
+    out.fill(np.nan)
+    rows = slice(2, 6)
+    chunks = [(0, 3), (3, 6), (6, 7)]
+    seen = []
+
+    def compute(c, d_in, d_out):
+        seen.append(c)
+        d_out[...] = 3 * d_in
+
+    st: dict = {}
+    pipeline.stream_chunks(chunks, in_shape=lambda c: (c[1] - c[0], 4, 5), out_shape=lambda c: (c[1] - c[0], 4, 5),
+                           source=lambda c: views[c[0]:c[1], rows], compute=compute,
+                           target=lambda c: out[c[0]:c[1], rows], stats=st)
+    assert seen == chunks and st["load"] == 0 and st["store"] == 0
+    np.testing.assert_array_equal(out[:, rows], 3 * views[:, rows])
+    assert np.isnan(out[:, :2]).all() and np.isnan(out[:, 6:]).all()   # the rows around are untouched
+
+
+def test_stream_chunks_names_the_argument_it_cannot_use(fake_cupy):
+    pinned = pipeline.pinned_array((4, 3), np.float32)
+    kw = dict(in_shape=lambda c: (2, 3), out_shape=None, compute=lambda c, d_in, d_out: None)
+    with pytest.raises(TypeError, match="one of load and source"):
+        pipeline.stream_chunks([(0, 2)], **kw)
+    with pytest.raises(TypeError, match="one of load and source"):
+        pipeline.stream_chunks([(0, 2)], load=lambda c, buf: None, source=lambda c: pinned[:2], **kw)
+    with pytest.raises(ValueError, match="^source: a chunk's array must lie in pinned memory"):
+        pipeline.stream_chunks([(0, 2)], source=lambda c: np.zeros((2, 3), np.float32), **kw)
+    with pytest.raises(ValueError, match=r"^source: a chunk's array is float32 of shape \(3, 3\)"):
+        pipeline.stream_chunks([(0, 2)], source=lambda c: pinned[:3], **kw)
+    with pytest.raises(ValueError, match="^source: a chunk's array is float32 .*, the chunk float64"):
+        pipeline.stream_chunks([(0, 2)], source=lambda c: pinned[:2], in_dtype=np.float64, **kw)
+    wide = pipeline.pinned_array((3, 6), np.float32)
+    with pytest.raises(ValueError, match="^source: .* each item along its first axis C-contiguous"):
+        pipeline.stream_chunks([(0, 2)], source=lambda c: wide.T[:2], **kw)   # columns: no strided copy takes them
+    with pytest.raises(TypeError, match="one of store and target"):
+        pipeline.stream_chunks([(0, 2)], source=lambda c: pinned[:2], **{**kw, "out_shape": lambda c: (2, 3)})
 
 
 def test_copy_threads_grow_with_the_pipelines_up_to_the_cores(monkeypatch):
@@ -157,6 +206,27 @@ def test_a_pinned_block_goes_back_to_the_pool_when_no_view_is_left(fake_cupy):
     assert again.ctypes.data == ptr and again.shape == (15,)
     larger = pipeline.empty_pinned(pipeline.PINNED_ROUND, np.uint8)   # a size of its own
     assert larger.nbytes == pipeline.PINNED_ROUND and larger.ctypes.data not in (ptr, other.ctypes.data)
+
+
+def test_a_pinned_array_is_unlocked_with_its_last_view_and_never_pooled(fake_cupy, monkeypatch):
+    import cupy
+    unlocked = []
+    monkeypatch.setattr(cupy.cuda.runtime, "hostUnregister", unlocked.append)
+    a = pipeline.pinned_array((3, 1000), np.float32)
+    ptr = a.ctypes.data
+    assert a.shape == (3, 1000) and pipeline.is_pinned(a) and pipeline.is_pinned(a[1:, ::2])
+    assert not pipeline.is_pinned(np.empty(4)) and not pipeline.is_pinned(np.array(a))
+    part = a[2]
+    del a
+    assert unlocked == []   # a view still uses the memory
+    del part
+    assert unlocked == [ptr] and pipeline._pinned_free == {}
+
+    def refuse(ptr, n, flags):
+        raise cupy.cuda.runtime.CUDARuntimeError("cudaErrorNotSupported")
+
+    monkeypatch.setattr(cupy.cuda.runtime, "hostRegister", refuse)
+    assert pipeline.pinned_array(16) is None   # the caller keeps pageable memory
 
 
 def test_pinned_memory_falls_back_to_cupy_where_registering_fails(fake_cupy, monkeypatch):

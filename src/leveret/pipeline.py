@@ -8,6 +8,10 @@ A job is a list of chunks and three plain functions:
 
 A job whose results stay on the device (FDK accumulating one volume) passes
 ``out_shape=None``: no output buffers, ``dev_out`` is None, nothing is stored.
+A job whose host data already lies in pinned memory passes ``source`` (and
+``target``) instead of ``load`` (and ``store``): each chunk is then copied
+between its place there and the device directly, by one strided copy, with
+no host gather or scatter and no pinned buffers of the pipeline's own.
 
 While chunk c is computed, chunk c+1 is gathered on the host and copied in,
 and chunk c-1 is copied out and stored. Host-to-device and device-to-host
@@ -155,20 +159,24 @@ class _PinnedBlock:
 
 
 class _PinnedOwner:
-    """The owner of an :func:`empty_pinned` array's memory (its ``base``, and
-    every view's): the block goes back to the pool when the last of them is
-    gone, never while a slice of the array is still in use."""
+    """The owner of an :func:`empty_pinned` (or :func:`pinned_array`) array's
+    memory (its ``base``, and every view's): when the last of them is gone the
+    block goes back to the pool (or is unlocked and freed, ``pooled=False``),
+    never while a slice of the array is still in use."""
 
-    def __init__(self, block: _PinnedBlock, shape: tuple, dtype: np.dtype):
-        self.block = block
+    def __init__(self, block: _PinnedBlock, shape: tuple, dtype: np.dtype, pooled: bool = True):
+        self.block, self.pooled = block, pooled
         self.__array_interface__ = {"shape": shape, "typestr": dtype.str, "data": (block.ptr, False),
                                     "version": 3}
 
     def __del__(self):
         try:
+            if not self.pooled:
+                self.block.unregister()
+                return
             with _pinned_lock:
                 _pinned_free.setdefault(self.block.nbytes, []).append(self.block)
-        except (TypeError, AttributeError):   # at interpreter exit the module's globals may be gone
+        except (TypeError, AttributeError, ImportError):   # at interpreter exit modules may be gone
             pass
 
 
@@ -197,6 +205,33 @@ def empty_pinned(shape, dtype=np.float32) -> np.ndarray:
     return np.asarray(_PinnedOwner(block, shape, dtype))
 
 
+def pinned_array(shape, dtype=np.float32) -> np.ndarray | None:
+    """An uninitialised NumPy array in page-locked host memory of its own,
+    unlocked and freed with its last view (never pooled: for large arrays
+    that live through one call, such as FDK's filtered views), or None where
+    the driver refuses to register host memory."""
+    dtype = np.dtype(dtype)
+    shape = (int(shape),) if np.ndim(shape) == 0 else tuple(int(n) for n in shape)
+    nbytes = max(1, int(np.prod(shape, dtype=np.int64)) * dtype.itemsize)
+    if _register_failed:
+        return None
+    import cupy
+    try:
+        block = _PinnedBlock(nbytes)
+    except cupy.cuda.runtime.CUDARuntimeError:
+        return None
+    return np.asarray(_PinnedOwner(block, shape, dtype, pooled=False))
+
+
+def is_pinned(array) -> bool:
+    """Whether ``array`` is (a view of) an array from :func:`empty_pinned` or
+    :func:`pinned_array` in page-locked memory."""
+    base = array
+    while base is not None and not isinstance(base, _PinnedOwner):
+        base = getattr(base, "base", None)
+    return base is not None
+
+
 def free_pinned_blocks() -> None:
     """Unlock and free the pooled blocks of :func:`empty_pinned` that no array uses."""
     with _pinned_lock:
@@ -216,8 +251,58 @@ def _copy_async(dst_ptr: int, src_ptr: int, nbytes: int, kind, stream) -> None:
     cupy.cuda.runtime.memcpyAsync(dst_ptr, src_ptr, nbytes, kind, stream.ptr)
 
 
+# The largest pitch cudaMemcpy2DAsync takes on current GPUs (cudaDevAttrMaxPitch).
+_MAX_PITCH = (1 << 31) - 1
+
+
+def _copy_rows_async(device_ptr: int, host: np.ndarray, kind, stream) -> None:
+    """Copy between contiguous device memory at ``device_ptr`` and the pinned
+    ``host`` array on ``stream``. ``host``'s first axis may be strided (a
+    chunk of views of a larger array, some rows of each) where each item along
+    it is C-contiguous (:func:`_pinned_part` checks): one strided copy then
+    moves them all, which the copy engine runs at the speed of a contiguous
+    one for items of more than a few KB."""
+    import cupy
+
+    runtime = cupy.cuda.runtime
+    to_device = kind == runtime.memcpyHostToDevice
+
+    def copy(host_ptr, dev_ptr, nbytes):
+        dst, src = (dev_ptr, host_ptr) if to_device else (host_ptr, dev_ptr)
+        runtime.memcpyAsync(dst, src, nbytes, kind, stream.ptr)
+
+    if host.size == 0:
+        return
+    if host.flags.c_contiguous:
+        copy(host.ctypes.data, device_ptr, host.nbytes)
+        return
+    width, pitch, height = host[0].nbytes, host.strides[0], host.shape[0]
+    if pitch > _MAX_PITCH:   # beyond what a strided copy takes: the items one by one
+        for i in range(height):
+            copy(host.ctypes.data + i * pitch, device_ptr + i * width, width)
+    elif to_device:
+        runtime.memcpy2DAsync(device_ptr, width, host.ctypes.data, pitch, width, height, kind, stream.ptr)
+    else:
+        runtime.memcpy2DAsync(host.ctypes.data, pitch, device_ptr, width, width, height, kind, stream.ptr)
+
+
+def _pinned_part(name: str, part: np.ndarray, shape: tuple, dtype) -> np.ndarray:
+    """``part``, checked to be a chunk's host data that the GPU can copy directly."""
+    if not is_pinned(part):
+        raise ValueError(f"{name}: a chunk's array must lie in pinned memory (pipeline.pinned_array)")
+    if part.shape != tuple(shape) or part.dtype != np.dtype(dtype):
+        raise ValueError(f"{name}: a chunk's array is {part.dtype} of shape {part.shape}, "
+                         f"the chunk {np.dtype(dtype)} of shape {tuple(shape)}")
+    if not part.flags.c_contiguous and part.size and (not part[0].flags.c_contiguous
+                                                      or part.strides[0] < part[0].nbytes):
+        raise ValueError(f"{name}: a chunk's array must have each item along its first axis C-contiguous, "
+                         f"one after another (strides {part.strides})")
+    return part
+
+
 def stream_chunks(chunks: Sequence | Iterable, *, in_shape: Callable, out_shape: Callable | None,
-                  load: Callable, compute: Callable, store: Callable | None = None,
+                  compute: Callable, load: Callable | None = None, store: Callable | None = None,
+                  source: Callable | None = None, target: Callable | None = None,
                   in_dtype=np.float32, out_dtype=np.float32, on_done: Callable | None = None,
                   stats: dict | None = None, largest=None, device_lock=None, in_elements: int = 0) -> None:
     """Run ``compute`` over ``chunks`` with loads, uploads, downloads and
@@ -233,11 +318,21 @@ def stream_chunks(chunks: Sequence | Iterable, *, in_shape: Callable, out_shape:
     (``leveret.devices.Worker.lock``); None for none. ``in_elements``: the
     least size of the input buffers, in elements: calls whose chunks differ
     in size pass their largest, so that the pinned memory pool (which
-    reuses a block of the same size only) hands the same buffers to each."""
+    reuses a block of the same size only) hands the same buffers to each.
+
+    ``source`` (instead of ``load``): ``source(chunk)`` is the chunk's input
+    in pinned memory (:func:`is_pinned`), of ``in_shape(chunk)``, whose first
+    axis may be strided if each item along it is C-contiguous; it is
+    uploaded from there. ``target`` (instead of ``store``): the same for
+    the chunk's output, downloaded into its place."""
     import cupy
 
     from .cuda import streams
 
+    if (load is None) == (source is None):
+        raise TypeError("stream_chunks takes one of load and source")
+    if out_shape is not None and (store is None) == (target is None):
+        raise TypeError("stream_chunks with outputs takes one of store and target")
     if largest is None:
         chunks = list(chunks)
         if not chunks:
@@ -251,11 +346,11 @@ def stream_chunks(chunks: Sequence | Iterable, *, in_shape: Callable, out_shape:
         return
     wall0 = time.perf_counter()
     n_in = max([int(in_elements)] + [int(np.prod(in_shape(c))) for c in sizing])
-    pin_in = [empty_pinned(n_in, in_dtype) for _ in range(2)]
+    pin_in = [empty_pinned(n_in, in_dtype) for _ in range(2)] if source is None else None
     dev_in = [cupy.empty(n_in, in_dtype) for _ in range(2)]
     has_out = out_shape is not None
     n_out = max(int(np.prod(out_shape(c))) for c in sizing) if has_out else 0
-    pin_out = [empty_pinned(n_out, out_dtype) for _ in range(2)] if has_out else None
+    pin_out = [empty_pinned(n_out, out_dtype) for _ in range(2)] if has_out and target is None else None
     dev_out = [cupy.empty(n_out, out_dtype) for _ in range(2)] if has_out else None
     # host -> device, device -> host, kernels: lent, so that a repeated call finds its cached blocks
     with streams.lent(3) as (copy_stream, d2h_stream, compute_stream):
@@ -287,23 +382,31 @@ def stream_chunks(chunks: Sequence | Iterable, *, in_shape: Callable, out_shape:
             store(chunk, view(buf, out_shape(chunk)))
             host_seconds["store"] += time.perf_counter() - t0
 
+        def upload(chunk, buf, d_in):
+            if source is None:
+                _copy_async(d_in.data.ptr, view(buf, in_shape(chunk)).ctypes.data, d_in.nbytes,
+                            cupy.cuda.runtime.memcpyHostToDevice, copy_stream)
+            else:
+                _copy_rows_async(d_in.data.ptr, _pinned_part("source", source(chunk), in_shape(chunk), in_dtype),
+                                 cupy.cuda.runtime.memcpyHostToDevice, copy_stream)
+
         with ThreadPoolExecutor(1) as loader, ThreadPoolExecutor(1) as storer:
-            loading = [loader.submit(load_after, None, first, pin_in[0]), None]
+            loading = [loader.submit(load_after, None, first, pin_in[0]) if source is None else None, None]
             storing: list = [None, None]
             chunk, c = first, 0
             while chunk is not None:
                 b = c % 2
                 following = next(chunks, None)
-                loading[b].result()
+                if loading[b] is not None:
+                    loading[b].result()
                 d_in = view(dev_in[b], in_shape(chunk))
                 if compute_done[b] is not None:
                     copy_stream.wait_event(compute_done[b])
                 span("h2d", copy_stream)
-                _copy_async(d_in.data.ptr, view(pin_in[b], in_shape(chunk)).ctypes.data, d_in.nbytes,
-                            cupy.cuda.runtime.memcpyHostToDevice, copy_stream)
+                upload(chunk, None if pin_in is None else pin_in[b], d_in)
                 h2d_done[b] = copy_stream.record()
                 spans["h2d"].append(h2d_done[b])
-                if following is not None:
+                if following is not None and source is None:
                     loading[1 - b] = loader.submit(load_after, h2d_done[1 - b], following, pin_in[1 - b])
 
                 d_out = view(dev_out[b], out_shape(chunk)) if has_out else None
@@ -328,11 +431,16 @@ def stream_chunks(chunks: Sequence | Iterable, *, in_shape: Callable, out_shape:
                     storing[b].result()      # pinned output b is free again
                 d2h_stream.wait_event(compute_done[b])
                 span("d2h", d2h_stream)
-                _copy_async(view(pin_out[b], out_shape(chunk)).ctypes.data, d_out.data.ptr, d_out.nbytes,
-                            cupy.cuda.runtime.memcpyDeviceToHost, d2h_stream)
+                if target is None:
+                    _copy_async(view(pin_out[b], out_shape(chunk)).ctypes.data, d_out.data.ptr, d_out.nbytes,
+                                cupy.cuda.runtime.memcpyDeviceToHost, d2h_stream)
+                else:
+                    _copy_rows_async(d_out.data.ptr, _pinned_part("target", target(chunk), out_shape(chunk), out_dtype),
+                                     cupy.cuda.runtime.memcpyDeviceToHost, d2h_stream)
                 d2h_done[b] = d2h_stream.record()
                 spans["d2h"].append(d2h_done[b])
-                storing[b] = storer.submit(store_after, d2h_done[b], chunk, pin_out[b])
+                if target is None:
+                    storing[b] = storer.submit(store_after, d2h_done[b], chunk, pin_out[b])
                 if on_done is not None:
                     on_done(chunk)
                 chunk, c = following, c + 1

@@ -245,6 +245,7 @@ def test_streamed_fdk_filters_each_view_once(rng, monkeypatch):
     import cupy as cp
 
     import leveret.memory
+    from leveret import pipeline
     from leveret.algorithms.fdk import FDKWeighting, rows_seen
     g = scan(np.linspace(0, 2 * np.pi, 40, endpoint=False), n=40, pixel=3.0)
     vol = VolumeGeometry((24, 30, 30), voxel_size=2.0)
@@ -259,11 +260,17 @@ def test_streamed_fdk_filters_each_view_once(rng, monkeypatch):
     # a cap that leaves no room for the filtered views on the GPU (else two
     # workers would filter them there): the slabs run one after the other
     kw = dict(backend="cuda", slab_slices=6, chunk_views=8, max_gpu_memory=1_000_000)
+    strided, copy_rows = [], pipeline._copy_rows_async
+    monkeypatch.setattr(pipeline, "_copy_rows_async", lambda ptr, host, kind, stream:
+                        strided.append(host.flags.c_contiguous) or copy_rows(ptr, host, kind, stream))
     st: dict = {}
     once = leveret.fdk(proj, g, vol, stats=st, **kw)
     r0, r1 = rows_seen(g, vol)
     assert sum(weighted) == g.n_views * (r1 - r0)
     assert st["chunks"] == 4 * 5 + 5   # 4 slabs of 5 chunks, and the filtering pass's 5
+    # the filtered views lie in pinned memory: the pass downloads its chunks into
+    # them, each slab uploads its rows from them (strided: some rows of each view)
+    assert len(strided) == 4 * 5 + 5 and strided.count(False) == 4 * 5
     weighted.clear()
     per_slab = leveret.fdk(cp.asarray(proj), g, vol, **kw).get()
     assert sum(weighted) > 1.4 * g.n_views * (r1 - r0)   # the slabs' rows overlap
@@ -280,6 +287,11 @@ def test_streamed_fdk_filters_each_view_once(rng, monkeypatch):
     bad[-1, g.n_rows // 2, 3] = np.nan
     with pytest.raises(ValueError, match="projections"):
         leveret.fdk(bad, g, vol, **kw)
+    # a host that will not lock them: the filtered views in pageable memory, gathered through the pipeline
+    monkeypatch.setattr(pipeline, "pinned_array", lambda shape, dtype: None)
+    strided.clear()
+    np.testing.assert_array_equal(leveret.fdk(proj, g, vol, **kw), once)
+    assert strided == []
     monkeypatch.setattr(leveret.memory, "host_available_bytes", lambda: 4 * vol.size)
     weighted.clear()
     np.testing.assert_allclose(leveret.fdk(proj, g, vol, **kw), per_slab, rtol=0,

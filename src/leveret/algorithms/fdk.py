@@ -774,7 +774,7 @@ def _reconstruct(projections, geometry, volume, *, filter, cutoff, padding, shor
     from tqdm.auto import tqdm
     with tqdm(total=geometry.n_views, desc="fdk", unit="view", disable=not progress, leave=False) as bar:
         if on_gpu and not input_on_gpu:
-            from ..pipeline import add_stats, parallel_copy, stream_chunks
+            from ..pipeline import add_stats, is_pinned, parallel_copy, stream_chunks
 
             n_bad = xp.zeros((), xp.int64)
             split: dict = {}
@@ -793,11 +793,15 @@ def _reconstruct(projections, geometry, volume, *, filter, cutoff, padding, shor
                     op(filtered_views, out, views=views, accumulate=True, slices=slab)
                     download.queue(slab)
 
+            # pinned filtered views go up from where they lie: no gather into the pipeline's buffers
+            if is_pinned(projections):
+                moves = {"source": lambda c: projections[c]}
+            else:
+                moves = {"load": lambda c, buf: parallel_copy(buf, projections[c])}
             try:
                 stream_chunks(chunks, in_shape=lambda c: (c.stop - c.start,) + geometry.projection_shape[1:],
-                              out_shape=None, load=lambda c, buf: parallel_copy(buf, projections[c]),
-                              compute=compute, on_done=lambda c: bar.update(c.stop - c.start), stats=split,
-                              device_lock=device_lock, in_elements=in_elements)
+                              out_shape=None, compute=compute, on_done=lambda c: bar.update(c.stop - c.start),
+                              stats=split, device_lock=device_lock, in_elements=in_elements, **moves)
                 result = download.finish()
                 if stats is not None:
                     add_stats(stats, split)
@@ -828,7 +832,10 @@ class _FilteredOnHost:
     kept: ``array`` holds rows ``row0 ..`` and is sliced as the projections
     are (``[:, r0:r1]`` in detector rows). The weighting of a row does not
     depend on the rows around it, so a slab's result is the same, to the
-    FFT's rounding, as when it filters its own rows."""
+    FFT's rounding, as when it filters its own rows. ``array`` lies in
+    pinned memory where the host has room to lock it (a quarter of its
+    available memory): the filtering downloads into it, and the slabs upload
+    their rows from it, with no copy through the pipeline's buffers."""
 
     def __init__(self, array: np.ndarray, row0: int):
         self.array, self.row0 = array, row0
@@ -857,9 +864,16 @@ class _FilteredOnHost:
         import cupy
         from tqdm.auto import tqdm
 
-        from ..pipeline import parallel_copy, stream_chunks
+        from ..pipeline import parallel_copy, pinned_array, stream_chunks
         weighting = FDKWeighting(geometry, filter=filter, cutoff=cutoff, padding=padding, short_scan=short_scan)
-        out = np.empty(shape, np.float32)
+        out = None
+        if 4 * int(np.prod(shape)) <= host_available_bytes() // 4:   # locked pages leave the rest room
+            out = pinned_array(shape, np.float32)
+        if out is None:
+            out = np.empty(shape, np.float32)
+            moves = {"store": lambda c, buf: parallel_copy(out[c], buf)}
+        else:
+            moves = {"target": lambda c: out[c]}
         chunks = _view_chunks(geometry.n_views, chunk_views, from_host=not fixed_chunks)
         n_bad = cupy.zeros((), cupy.int64)
 
@@ -873,8 +887,7 @@ class _FilteredOnHost:
                   leave=False) as bar:
             stream_chunks(chunks, in_shape=size, out_shape=size,
                           load=lambda c, buf: parallel_copy(buf, projections[c, r0:r1]), compute=compute,
-                          store=lambda c, buf: parallel_copy(out[c], buf),
-                          on_done=lambda c: bar.update(c.stop - c.start), stats=split)
+                          on_done=lambda c: bar.update(c.stop - c.start), stats=split, **moves)
         if int(n_bad):
             raise ValueError(v.nonfinite_message("projections", int(n_bad)))
         stats.update(split)
