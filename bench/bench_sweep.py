@@ -25,9 +25,10 @@ corners (not the cartesian product):
            bound (the input's bytes over the measured pinned host->device
            bandwidth, the volume's over the slower of device->host and the
            host's rate of writing fresh NumPy pages, plus FDK of the same
-           volume in one piece on device arrays) and the time over it (a
-           call after a warm-up, as every row; the process's first call of
-           that size beside it); also
+           volume in one piece on device arrays) and the time over it (the
+           median of three calls after a warm-up, the host's state moving
+           them by up to 20 %; the process's first call of that size
+           beside it); also
            with two workers sharing the GPU asked for (devices=DeviceSet([d,
            d], shared=True), "FDK streamed, 2 workers"; fdk's default where
            half the cap holds a slab).
@@ -109,6 +110,7 @@ OPS = {
 SLOWER_THAN_ASTRA = 1.0     # flag: leveret / ASTRA above this
 TRANSPOSE_LIMIT = 2.0       # flag: A.T / A above this
 REGRESSION = 0.10           # --compare: slower than stored by more than this fraction
+STREAMED_REPS = 3           # timed calls of a streamed FDK row, after its first
 REGRESSION_FLOOR = 0.5e-3   # ... and by more than this many seconds (timer noise on sub-ms points)
 
 
@@ -346,7 +348,7 @@ def needs(point: dict, op: str) -> tuple[int, int]:
 # Rough rates (voxel updates per second, both codes' calls) for the ETA; the run
 # rescales them by the ratio of measured to estimated time so far.
 _RATE = {"cone": 2.5e11, "fdk": 1.0e12, "fdk-streamed": 1.0e12, "parallel": 5.0e11, "radon3d": 5.0e10}
-_CALLS = {"cone": 72, "fdk": 14, "fdk-streamed": 8, "parallel": 16, "radon3d": 8}
+_CALLS = {"cone": 72, "fdk": 14, "fdk-streamed": 12, "parallel": 16, "radon3d": 8}
 LONG_POINT = 120.0   # s: a point whose calls take longer is timed once after its warm-up
 
 
@@ -754,17 +756,19 @@ class Sweep:
         device = cp.cuda.Device().id
         calls = {"FDK streamed": {},   # fdk's default; and two workers sharing the GPU asked for (leveret.devices)
                  "FDK streamed, 2 workers": {"devices": DeviceSet([device, device], shared=True)}}
-        times, stages, first = {}, {}, {}
+        times, stages, first, calls_s = {}, {}, {}, {}
         for op in ops:
-            split: dict = {}   # the timed call's stages (fdk's stats: seconds in transfers and compute)
+            split: dict = {}   # the last timed call's stages (fdk's stats: seconds in transfers and compute)
 
             def run():
                 split.clear()
                 leveret.fdk(host, g, vol, backend="cuda", max_gpu_memory=budget, stats=split, **calls[op])
 
-            try:   # timed after a warm-up, as every row; the first call (pinning, fresh pages) reported beside it
+            try:   # the median of calls after a warm-up (the host's state moves them by up to 20 %);
+                # the first call (pinning, fresh pages) reported beside it
                 first[op] = common.median_time(run, reps=1, warmup=0, sync=_sync)
-                times[op] = common.median_time(run, reps=1, warmup=0, sync=_sync)
+                calls_s[op] = [common.median_time(run, reps=1, warmup=0, sync=_sync) for _ in range(STREAMED_REPS)]
+                times[op] = statistics.median(calls_s[op])
                 stages[op] = {k: round(float(x), 4) for k, x in split.items()}
             except Exception as exc:   # the other call's row still stands
                 self.add(point, op, status="failed", reason=f"{type(exc).__name__}: {exc}"[:300])
@@ -784,8 +788,8 @@ class Sweep:
                 a_note = _failed("ASTRA FDK_CUDA", exc)
         for op, t in times.items():
             self.add(point, op, t, a, bound_s=bound, over_bound=t / bound, stages=stages[op],
-                     first_s=first[op], first_over_bound=first[op] / bound,
-                     note=(f"first call {first[op]:.2f} s; bound {bound:.2f} s = {bytes_in / 1e9:.2f} GB in at {h2d / 1e9:.1f} GB/s + "
+                     first_s=first[op], first_over_bound=first[op] / bound, calls_s=calls_s[op],
+                     note=(f"calls {min(calls_s[op]):.2f}-{max(calls_s[op]):.2f} s, first call {first[op]:.2f} s; bound {bound:.2f} s = {bytes_in / 1e9:.2f} GB in at {h2d / 1e9:.1f} GB/s + "
                            f"{4 * vol.size / 1e9:.2f} GB out at {out_rate / 1e9:.1f} GB/s (device->host "
                            f"{d2h / 1e9:.1f}, fresh host pages {fresh / 1e9:.1f}) + FDK in one piece "
                            f"{t_compute:.2f} s; {a_note}"))
