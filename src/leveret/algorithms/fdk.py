@@ -793,8 +793,8 @@ def _reconstruct(projections, geometry, volume, *, filter, cutoff, padding, shor
                     op(filtered_views, out, views=views, accumulate=True, slices=slab)
                     download.queue(slab)
 
-            # pinned filtered views go up from where they lie: no gather into the pipeline's buffers
-            if is_pinned(projections):
+            # filtered views in pinned memory go up from where they lie: no gather into the pipeline's buffers
+            if weighted and is_pinned(projections):
                 moves = {"source": lambda c: projections[c]}
             else:
                 moves = {"load": lambda c, buf: parallel_copy(buf, projections[c])}
