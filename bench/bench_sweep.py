@@ -789,7 +789,8 @@ class Sweep:
         for op, t in times.items():
             self.add(point, op, t, a, bound_s=bound, over_bound=t / bound, stages=stages[op],
                      first_s=first[op], first_over_bound=first[op] / bound, calls_s=calls_s[op],
-                     note=(f"calls {min(calls_s[op]):.2f}-{max(calls_s[op]):.2f} s, first call {first[op]:.2f} s; bound {bound:.2f} s = {bytes_in / 1e9:.2f} GB in at {h2d / 1e9:.1f} GB/s + "
+                     note=(f"calls {min(calls_s[op]):.2f}-{max(calls_s[op]):.2f} s, first call {first[op]:.2f} s; "
+                           f"bound {bound:.2f} s = {bytes_in / 1e9:.2f} GB in at {h2d / 1e9:.1f} GB/s + "
                            f"{4 * vol.size / 1e9:.2f} GB out at {out_rate / 1e9:.1f} GB/s (device->host "
                            f"{d2h / 1e9:.1f}, fresh host pages {fresh / 1e9:.1f}) + FDK in one piece "
                            f"{t_compute:.2f} s; {a_note}"))

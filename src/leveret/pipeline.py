@@ -176,7 +176,7 @@ class _PinnedOwner:
                 return
             with _pinned_lock:
                 _pinned_free.setdefault(self.block.nbytes, []).append(self.block)
-        except (TypeError, AttributeError, ImportError):   # at interpreter exit modules may be gone
+        except Exception:   # at interpreter exit the modules, or the CUDA context, may be gone
             pass
 
 
