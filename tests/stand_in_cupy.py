@@ -111,6 +111,7 @@ def install(monkeypatch, n_gpus: int = 2) -> None:
     from leveret.cuda import streams
 
     stream = Stream()
+
     def memcpy_2d(dst, dpitch, src, spitch, width, height, kind, s):
         for i in range(height):
             ctypes.memmove(dst + i * dpitch, src + i * spitch, width)
