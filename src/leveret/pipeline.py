@@ -180,15 +180,20 @@ class _PinnedOwner:
             pass
 
 
+def _array_size(shape, dtype) -> tuple[tuple, np.dtype, int]:
+    """``shape`` as a tuple of ints, ``dtype`` as a NumPy dtype, and the bytes (at least one) they take."""
+    dtype = np.dtype(dtype)
+    shape = (int(shape),) if np.ndim(shape) == 0 else tuple(int(n) for n in shape)
+    return shape, dtype, max(1, int(np.prod(shape, dtype=np.int64)) * dtype.itemsize)
+
+
 def empty_pinned(shape, dtype=np.float32) -> np.ndarray:
     """An uninitialised NumPy array in page-locked (pinned) host memory, which
     GPUs copy to and from asynchronously, from a pool of blocks kept for reuse
     (:func:`free_pinned_blocks` hands them back). Where the driver refuses to
     register host memory, CuPy's pinned memory (``cupyx.empty_pinned``)."""
     global _register_failed
-    dtype = np.dtype(dtype)
-    shape = (int(shape),) if np.ndim(shape) == 0 else tuple(int(n) for n in shape)
-    nbytes = max(1, int(np.prod(shape, dtype=np.int64)) * dtype.itemsize)
+    shape, dtype, nbytes = _array_size(shape, dtype)
     size = -(-nbytes // PINNED_ROUND) * PINNED_ROUND
     with _pinned_lock:
         free = _pinned_free.get(size)
@@ -210,9 +215,7 @@ def pinned_array(shape, dtype=np.float32) -> np.ndarray | None:
     unlocked and freed with its last view (never pooled: for large arrays
     that live through one call, such as FDK's filtered views), or None where
     the driver refuses to register host memory."""
-    dtype = np.dtype(dtype)
-    shape = (int(shape),) if np.ndim(shape) == 0 else tuple(int(n) for n in shape)
-    nbytes = max(1, int(np.prod(shape, dtype=np.int64)) * dtype.itemsize)
+    shape, dtype, nbytes = _array_size(shape, dtype)
     if _register_failed:
         return None
     import cupy
@@ -269,7 +272,7 @@ def _copy_rows_async(device_ptr: int, host: np.ndarray, kind, stream) -> None:
 
     def copy(host_ptr, dev_ptr, nbytes):
         dst, src = (dev_ptr, host_ptr) if to_device else (host_ptr, dev_ptr)
-        runtime.memcpyAsync(dst, src, nbytes, kind, stream.ptr)
+        _copy_async(dst, src, nbytes, kind, stream)
 
     if host.size == 0:
         return
