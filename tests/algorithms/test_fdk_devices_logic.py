@@ -87,3 +87,46 @@ def test_the_output_is_not_kept_alive_after_the_call(fake_gpu, rng):
         assert sys.getrefcount(got) == 2      # the name and getrefcount's argument: nobody else
     finally:
         gc.enable()
+
+
+def test_filtered_chunks_are_back_projected_several_per_call_unless_chunks_are_given(fake_gpu, rng, monkeypatch):
+    """A slab taken once its chunks are filtered adds them several per call
+    (up to ``_call_views``: 4 x 2 views here), each view once and in order;
+    with ``chunk_views`` given (``fixed_chunks``) every call is one chunk, as
+    a one-GPU call adds them."""
+    import leveret.operators.cone as cone
+    geometry = ConeGeometry.circular(np.linspace(0, 2 * np.pi, 24, endpoint=False), sid=60, sdd=90,
+                                     n_rows=40, n_cols=48, pixel_size=1.2)
+    volume = VolumeGeometry((48, 32, 32), voxel_size=1.0)
+    proj = rng.random(geometry.projection_shape).astype(np.float32)
+    calls = []   # (first slice, views) of every back-projection call
+    lock = threading.Lock()
+    backproject = cone.ConeBackprojection.__call__
+
+    def recording(self, projections, out=None, *, views=slice(None), accumulate=False, slices=None):
+        with lock:
+            calls.append((slices[0], views.start, views.stop))
+        return backproject(self, projections, out, views=views, accumulate=accumulate, slices=slices)
+
+    ref = fdk_module.fdk(proj, geometry, volume, backend="cpu", interpolation="linear8", chunk_views=2)
+    monkeypatch.setattr(cone.ConeBackprojection, "__call__", recording)
+    for fixed in (False, True):
+        calls.clear()
+        ds = devices.DeviceSet([0, 0], shared=True)
+        plan = fdk_module.plan_devices(geometry, volume, ds, chunk_views=2, slab_slices=16,
+                                       free_bytes=lambda d: 1 << 30)
+        settings = dict(filter="ram-lak", cutoff=1.0, padding="zero", short_scan="auto",
+                        interpolation="linear8", kernel="auto", backend="cpu", dtype=np.float32,
+                        chunk_views=2, fixed_chunks=fixed)
+        got = fdk_module._fdk_devices_filter_once(ds, plan, proj, geometry, volume, progress=False, stats=None,
+                                                  **settings)
+        for k0 in (0, 16, 32):   # each slab: every view once, in order (its last call in download pieces)
+            ranges = sorted({(a, b) for k, a, b in calls if k // 16 * 16 == k0})
+            assert [a for a, _ in ranges] == [0] + [b for _, b in ranges[:-1]] and ranges[-1][1] == 24
+        widths = {b - a for _, a, b in calls}
+        if fixed:
+            assert widths == {2}
+            np.testing.assert_array_equal(got, ref)
+        else:
+            assert max(widths) == 8 and widths <= set(range(1, 9))
+            np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6 * np.abs(ref).max())

@@ -337,6 +337,10 @@ def _fdk_devices_filter_once(devices, plan, projections, geometry, volume, *, pr
     # the view chunks of a one-GPU call (_reconstruct)
     chunks = _view_chunks(geometry.n_views, chunk_views, from_host=not input_on_gpu and not fixed_chunks)
     n_chunks = len(chunks)
+    # Chunks filtered by the time a slab takes them (every chunk, for a worker's
+    # later slabs) are back-projected several per call: a call reads and writes
+    # the slab once. Given view chunks are kept, for a one-GPU call's sums.
+    call_views = 0 if fixed_chunks else _call_views(geometry, chunk_views, geometry.n_rows)
     by_device = {part.device: part for part in plan}
     state = {part.device: {"views": dv.work_queue([(j, j + 1) for j in range(n_chunks)]),
                            "slabs": dv.work_queue(part.slabs), "lock": threading.Lock(), "buffer": None,
@@ -360,7 +364,8 @@ def _fdk_devices_filter_once(devices, plan, projections, geometry, volume, *, pr
 
     def add_ready(worker, slab, st, buffer, stop, times, wait: bool) -> None:
         """Back-project into ``slab`` the chunks from ``slab.next`` on that are
-        filtered (``wait``: waiting for the others' chunks), in chunk order."""
+        filtered (``wait``: waiting for the others' chunks), in chunk order;
+        consecutive filtered chunks of up to ``call_views`` views in one call."""
         stream = cupy.cuda.get_current_stream()
         while slab.next < n_chunks and not stop.is_set():
             j = slab.next
@@ -372,21 +377,24 @@ def _fdk_devices_filter_once(devices, plan, projections, geometry, volume, *, pr
                     if stop.is_set():
                         return
                 times["wait"] += time.perf_counter() - t0
-            stream.wait_event(st["events"][j])
-            c = chunks[j]
+            end = j + 1
+            while (end < n_chunks and st["ready"][end].is_set()
+                   and chunks[end].stop - chunks[j].start <= call_views):
+                end += 1
+            for i in range(j, end):
+                stream.wait_event(st["events"][i])
+            c = slice(chunks[j].start, chunks[end - 1].stop)
+            last = end == n_chunks and slab.download is not None
             t0 = time.perf_counter()
             with worker.lock or contextlib.nullcontext():   # one GPU's workers share its constant memory
-                pieces = [(0, slab.k1 - slab.k0)]
-                if j == n_chunks - 1 and slab.download is not None:
-                    pieces = slab.download.slabs
-                for a, b in pieces:
+                for a, b in slab.download.slabs if last else [(0, slab.k1 - slab.k0)]:
                     op(buffer[c], slab.alias, views=c, accumulate=True, slices=(slab.k0 + a, slab.k0 + b))
-                    if j == n_chunks - 1 and slab.download is not None:
+                    if last:
                         slab.download.queue((a, b))
                 if worker.lock is not None:
                     stream.synchronize()
             times["backproject"] += time.perf_counter() - t0
-            slab.next += 1
+            slab.next = end
 
     def finish(slab, times) -> None:
         t0 = time.perf_counter()
@@ -624,8 +632,16 @@ def _slab_settings(settings: dict, geometry, rows) -> dict:
     times as many views: fewer, larger back-projection calls."""
     if not settings.get("weighted") or settings["fixed_chunks"]:
         return settings
-    views = settings["chunk_views"] * 4 * geometry.n_rows // max(1, rows[1] - rows[0])
-    return dict(settings, chunk_views=max(1, min(geometry.n_views, views)))
+    return dict(settings, chunk_views=_call_views(geometry, settings["chunk_views"], rows[1] - rows[0]))
+
+
+def _call_views(geometry, chunk_views: int, rows: int) -> int:
+    """Views of filtered rows (``rows`` of each) that one back-projection call
+    may take within the plan's reserve for a chunk of ``chunk_views`` views
+    (``_view_bytes``: 12 copies of a view): the call needs the rows and their
+    texture, or the ray kernels' copies, about 3 copies of them."""
+    views = chunk_views * 4 * geometry.n_rows // max(1, rows)
+    return max(1, min(geometry.n_views, views))
 
 
 def rows_seen(geometry, volume: VolumeGeometry):
