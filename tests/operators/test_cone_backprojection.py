@@ -167,6 +167,30 @@ def test_cuda_many_views_passes(rng, rel_mirror):
     assert rel_mirror(got, emulated) < 1e-5
 
 
+def test_cpu_backend_caches_nothing_so_every_view_fits_a_call(small_scan):
+    g, vol, _ = small_scan
+    assert ConeBackprojection(g, vol, backend="cpu").cached_views(share=4) == g.n_views
+
+
+@pytest.mark.gpu
+def test_cuda_call_of_cached_views_leaves_its_texture_in_the_cache(rng):
+    """``cached_views(share)``: the most views whose texture takes at most
+    1/share of the GPU's texture cache; a call of that many leaves its
+    texture cached for the next (fdk sizes its workers' calls by it)."""
+    import cupy as cp
+
+    from leveret.cuda import texture
+    g = ConeGeometry.circular(np.linspace(0, 2 * np.pi, 80, endpoint=False), sid=600.0, sdd=1000.0, n_rows=512,
+                              n_cols=1024, pixel_size=1.0)
+    vol = VolumeGeometry((16, 32, 32), voxel_size=4.0)
+    op = ConeBackprojection(g, vol, backend="cuda", kernel="texture")
+    n, view = op.cached_views(share=2), 512 * 1024 * 4
+    assert n * view <= texture.CACHE_BYTES // 2 < (n + 1) * view
+    texture.clear_cache()
+    op(cp.asarray(rng.random((n, 512, 1024), dtype=np.float32)), views=slice(0, n))
+    assert ((n, 512, 1024), 1, False) in texture._layered.keys(cp.cuda.Device().id)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("kernel,mode", [("texture", "linear"), ("ray-hybrid", "linear"), ("quad", "linear32")])
 def test_cuda_backend_takes_numpy_and_returns_numpy(rng, kernel, mode):

@@ -339,8 +339,12 @@ def _fdk_devices_filter_once(devices, plan, projections, geometry, volume, *, pr
     n_chunks = len(chunks)
     # Chunks filtered by the time a slab takes them (every chunk, for a worker's
     # later slabs) are back-projected several per call: a call reads and writes
-    # the slab once. Given view chunks are kept, for a one-GPU call's sums.
-    call_views = 0 if fixed_chunks else _call_views(geometry, chunk_views, geometry.n_rows)
+    # the slab once. Given view chunks are kept, for a one-GPU call's sums. The
+    # GPU's workers share its texture cache, a call's and a chunk's each.
+    call_views = 0
+    if not fixed_chunks:
+        call_views = min(_call_views(geometry, chunk_views, geometry.n_rows),
+                         op.cached_views(share=2 * max(map(devices.ids.count, devices.ids))))
     by_device = {part.device: part for part in plan}
     state = {part.device: {"views": dv.work_queue([(j, j + 1) for j in range(n_chunks)]),
                            "slabs": dv.work_queue(part.slabs), "lock": threading.Lock(), "buffer": None,

@@ -160,6 +160,16 @@ class ConeBackprojection(Operator):
         """The CUDA kernel of the last call (before any: of a call with every view)."""
         return self._last
 
+    def cached_views(self, share: int = 1) -> int:
+        """Views per call whose texture the GPU's texture cache keeps for the
+        next call, where ``share`` callers share the cache (a larger call
+        allocates and frees its own, and freeing waits for the whole GPU);
+        the CPU backend: every view."""
+        if self.backend != "cuda":
+            return self.geometry.n_views
+        from ..cuda.texture import CACHE_BYTES
+        return max(1, CACHE_BYTES // share // (self.geometry.n_rows * self.geometry.n_cols * 4))
+
     @property
     def slab_alignment(self) -> int:
         """``slices`` boundaries must be multiples of this (the kernels' z voxels per thread)."""
