@@ -34,6 +34,17 @@ def test_each_device_has_its_own_entries():
     assert c.take(0, "k") is None
 
 
+def test_workers_sharing_a_key_each_get_their_texture_back():
+    """Two workers of one GPU use textures of one shape at once: both are
+    kept (freeing one would wait for the whole GPU), the most recent first."""
+    c = cache(entries=4)
+    a, b = Texture(), Texture()
+    c.put(0, "k", a)
+    c.put(0, "k", b)
+    assert c.keys(0) == ["k", "k"] and c.retired == []
+    assert c.take(0, "k") is b and c.take(0, "k") is a and c.take(0, "k") is None
+
+
 def test_a_full_device_evicts_only_its_own_textures():
     """GPU 0's third texture evicts GPU 0's oldest; GPU 1's entry stays."""
     c = cache(entries=2)

@@ -25,40 +25,46 @@ import numpy as np
 from ._module import upload_pinned
 
 CACHE_BYTES = 256 << 20   # per GPU; textures larger than this are freed after use
-CACHE_ENTRIES = 4         # per GPU
+CACHE_ENTRIES = 8         # per GPU: two workers' textures of a few shapes each
 _lock = threading.RLock()
 
 
 class _Cache:
     """Per-GPU least-recently-used caches of reusable objects that kernels
     read (``released``: the CUDA event after their last use, or None), at
-    most ``entries`` objects and ``max_bytes`` of ``size(obj)`` per GPU. An
-    object evicted or dropped is retired: kept referenced until its event
-    has passed (checked on every ``put``), then freed."""
+    most ``entries`` objects and ``max_bytes`` of ``size(obj)`` per GPU. A
+    key may hold several objects: workers sharing a GPU each get one back
+    (a texture freed waits for the whole GPU). An object evicted or dropped
+    is retired: kept referenced until its event has passed (checked on
+    every ``put``), then freed."""
 
     def __init__(self, entries: int, max_bytes: int, size):
         self.entries, self.max_bytes, self.size = entries, max_bytes, size
-        self.by_device: "dict[int, OrderedDict]" = {}
+        self.by_device: "dict[int, OrderedDict]" = {}   # (key, serial) -> object
         self.retired: list = []
+        self._serial = 0
 
     def keys(self, device: int) -> list:
-        """The keys cached for ``device``, least recently used first."""
-        return list(self.by_device.get(device, ()))
+        """The keys cached for ``device``, least recently used first (a key once per object)."""
+        return [key for key, _ in self.by_device.get(device, ())]
 
     def take(self, device: int, key):
-        """The object cached under ``key`` for ``device`` (removed from the cache), or None."""
-        return self.by_device.get(device, OrderedDict()).pop(key, None)
+        """The most recently used object cached under ``key`` for ``device``
+        (removed from the cache), or None."""
+        cache = self.by_device.get(device, OrderedDict())
+        for entry in reversed(cache):
+            if entry[0] == key:
+                return cache.pop(entry)
+        return None
 
     def put(self, device: int, key, obj) -> None:
         """Cache ``obj`` (its ``released`` set) as the most recently used entry of ``device``."""
         cache = self.by_device.setdefault(device, OrderedDict())
-        old = cache.pop(key, None)
-        if old is not None and old is not obj:
-            self.retire(old)
         if self.size(obj) > self.max_bytes:
             self.retire(obj)
         else:
-            cache[key] = obj
+            self._serial += 1
+            cache[(key, self._serial)] = obj
         while len(cache) > self.entries or sum(self.size(o) for o in cache.values()) > self.max_bytes:
             self.retire(cache.popitem(last=False)[1])
         self.retired[:] = [o for o in self.retired if o.released is not None and not o.released.done]
