@@ -99,7 +99,7 @@ def test_filtered_chunks_are_back_projected_several_per_call_unless_chunks_are_g
                                      n_rows=40, n_cols=48, pixel_size=1.2)
     volume = VolumeGeometry((48, 32, 32), voxel_size=1.0)
     proj = rng.random(geometry.projection_shape).astype(np.float32)
-    calls = []   # (first slice, views) of every back-projection call
+    calls = []   # (first slice, first view, view stop) of every back-projection call
     lock = threading.Lock()
     backproject = cone.ConeBackprojection.__call__
 
