@@ -161,10 +161,11 @@ class ConeBackprojection(Operator):
         return self._last
 
     def cached_views(self, share: int = 1) -> int:
-        """Views per call whose texture the GPU's texture cache keeps for the
-        next call, where ``share`` callers share the cache (a larger call
-        allocates and frees its own, and freeing waits for the whole GPU);
-        the CPU backend: every view."""
+        """Views per call whose texture leveret keeps cached on the GPU for
+        the next call (``leveret.cuda.texture``: ``CACHE_BYTES``), where
+        ``share`` callers share the cache (a larger call allocates and frees
+        its own, and freeing waits for the whole GPU); the CPU backend: every
+        view."""
         if self.backend != "cuda":
             return self.geometry.n_views
         from ..cuda.texture import CACHE_BYTES
