@@ -385,13 +385,16 @@ def stream_chunks(chunks: Sequence | Iterable, *, in_shape: Callable, out_shape:
             store(chunk, view(buf, out_shape(chunk)))
             host_seconds["store"] += time.perf_counter() - t0
 
-        def upload(chunk, buf, d_in):
+        def host_in(chunk, buf):
+            """The chunk's input in pinned memory: the pipeline's buffer, or its place in ``source``."""
             if source is None:
-                _copy_async(d_in.data.ptr, view(buf, in_shape(chunk)).ctypes.data, d_in.nbytes,
-                            cupy.cuda.runtime.memcpyHostToDevice, copy_stream)
-            else:
-                _copy_rows_async(d_in.data.ptr, _pinned_part("source", source(chunk), in_shape(chunk), in_dtype),
-                                 cupy.cuda.runtime.memcpyHostToDevice, copy_stream)
+                return view(buf, in_shape(chunk))
+            return _pinned_part("source", source(chunk), in_shape(chunk), in_dtype)
+
+        def host_out(chunk, buf):
+            if target is None:
+                return view(buf, out_shape(chunk))
+            return _pinned_part("target", target(chunk), out_shape(chunk), out_dtype)
 
         with ThreadPoolExecutor(1) as loader, ThreadPoolExecutor(1) as storer:
             loading = [loader.submit(load_after, None, first, pin_in[0]) if source is None else None, None]
@@ -406,7 +409,8 @@ def stream_chunks(chunks: Sequence | Iterable, *, in_shape: Callable, out_shape:
                 if compute_done[b] is not None:
                     copy_stream.wait_event(compute_done[b])
                 span("h2d", copy_stream)
-                upload(chunk, None if pin_in is None else pin_in[b], d_in)
+                _copy_rows_async(d_in.data.ptr, host_in(chunk, None if pin_in is None else pin_in[b]),
+                                 cupy.cuda.runtime.memcpyHostToDevice, copy_stream)
                 h2d_done[b] = copy_stream.record()
                 spans["h2d"].append(h2d_done[b])
                 if following is not None and source is None:
@@ -434,12 +438,8 @@ def stream_chunks(chunks: Sequence | Iterable, *, in_shape: Callable, out_shape:
                     storing[b].result()      # pinned output b is free again
                 d2h_stream.wait_event(compute_done[b])
                 span("d2h", d2h_stream)
-                if target is None:
-                    _copy_async(view(pin_out[b], out_shape(chunk)).ctypes.data, d_out.data.ptr, d_out.nbytes,
-                                cupy.cuda.runtime.memcpyDeviceToHost, d2h_stream)
-                else:
-                    _copy_rows_async(d_out.data.ptr, _pinned_part("target", target(chunk), out_shape(chunk), out_dtype),
-                                     cupy.cuda.runtime.memcpyDeviceToHost, d2h_stream)
+                _copy_rows_async(d_out.data.ptr, host_out(chunk, None if pin_out is None else pin_out[b]),
+                                 cupy.cuda.runtime.memcpyDeviceToHost, d2h_stream)
                 d2h_done[b] = d2h_stream.record()
                 spans["d2h"].append(d2h_done[b])
                 if target is None:
