@@ -213,6 +213,52 @@ def emulate_alu(sinos, table64, ny, nx, tile, nearest=False, fused=False):
     return out, lo, hi, cw
 
 
+def alu_sample_bound(sinos, table64, ny, nx, tile):
+    """Per pixel, the sum over views of how far the ALU kernel's float32 sample
+    can be from the exact one: its in-cache coordinate h = off + i a + j b
+    rounds off, a and b to float32 and rounds four FMAs, each within 2^-24 of
+    the largest magnitude H = |off| + i |a| + j |b|, so |dh| <= 6 2^-24 H moves
+    the (continuous) linear sample by at most dh times the steepest of the
+    bins around it; the cached difference and the sample's FMA add two
+    roundings of the bins' magnitudes. The float32 sum over views is not
+    included (so the bound is tight for one view)."""
+    n_slices, n_angles, n_cols = sinos.shape
+    t64 = alu_table(table64, tile)
+    j, i = np.mgrid[0:ny, 0:nx]
+    tx, ty = i // tile, j // tile
+    lx, ly = (i % tile).astype(np.float64), (j % tile).astype(np.float64)
+    out = np.zeros((n_slices, ny, nx))
+    for n in range(n_angles):
+        a, b, c, cm = t64[n]
+        hb = c + (tx * tile) * a + (ty * tile) * b
+        hm = np.floor(hb + cm) - 1.0
+        off = hb - hm
+        dh = 6 * 2.0**-24 * (np.abs(off) + lx * abs(a) + ly * abs(b))
+        col = hm.astype(np.int64) + np.floor(off + lx * a + ly * b).astype(np.int64)
+        for s in range(n_slices):
+            q = np.concatenate([np.zeros(2), sinos[s, n].astype(np.float64), np.zeros(3)])
+            at = lambda d: q[np.clip(col + d, -2, n_cols + 2) + 2]   # noqa: E731
+            steep = np.max([np.abs(at(d + 1) - at(d)) for d in (-1, 0, 1)], axis=0)
+            size = np.max([np.abs(at(d)) for d in (-1, 0, 1, 2)], axis=0)
+            out[s] += dh * steep + 4 * 2.0**-24 * size
+    return out
+
+
+@pytest.mark.parametrize("tile", [32, 64])
+def test_alu_sample_bound_holds_for_the_kernels_arithmetic_and_not_for_a_shifted_coordinate(rng, tile):
+    geometry, volume, sinos = random_case(rng, 1, 127, 2, (101, 111), det_spacing=0.8, axis_shift="random")
+    table64 = ParallelBackprojection(geometry, volume).table(np.float64)
+    exact = ParallelBackprojection(geometry, volume, backend="cpu")(sinos)
+    bound = alu_sample_bound(sinos, table64, 101, 111, tile)
+    for fused in (False, True):
+        got, *_ = emulate_alu(sinos, table64, 101, 111, tile, fused=fused)
+        assert np.all(np.abs(got - exact) <= bound)
+    shifted = table64.copy()
+    shifted[:, 2] += 1e-4   # every detector coordinate 1e-4 px off
+    got, *_ = emulate_alu(sinos, shifted, 101, 111, tile, fused=True)
+    assert np.any(np.abs(got - exact) > bound)
+
+
 @pytest.mark.parametrize("tile", [32, 64])
 @pytest.mark.parametrize("geom,voxel", [({}, (1.0, 1.0, 1.0)),
                                          ({"det_spacing": 0.45, "axis_shift": "random"}, (1.0, 0.9, 1.1)),

@@ -15,7 +15,7 @@ from leveret.geometry import ParallelGeometry, VolumeGeometry
 from leveret.operators import ParallelBackprojection
 
 from test_parallel_backprojection import texture_vs_exact_bound
-from test_parallel_kernels import (FAST_TEXTURE_VS_EXACT_PHANTOM, FAST_VS_EXACT_SCAN,
+from test_parallel_kernels import (FAST_TEXTURE_VS_EXACT_PHANTOM, FAST_VS_EXACT_SCAN, alu_sample_bound,
                                     emulate_alu, emulate_fp16_texture, fp16_texture_bound, random_case, rel)
 
 
@@ -129,7 +129,16 @@ def test_alu_matches_exact_cpu(rng, case, tile, nv):
                                           axis_shift="random")
     got, name = run_gpu(geometry, volume, sinos, kernel="alu", kernel_options={"tile": tile, "nv": nv})
     assert name == f"alu-t{tile}-nv{nv}"
-    assert rel(got, cpu(geometry, volume, sinos)) < 1e-5
+    exact = cpu(geometry, volume, sinos)
+    if n_angles > 1:
+        assert rel(got, exact) < 1e-5
+    else:
+        # One view's rounding is not averaged over views: on white noise at the
+        # widest caches it reaches 1.1e-5 relative (NumPy emulation, 1 in 100
+        # seeds over 1e-5). Each pixel stays within its sample's float32 rounding.
+        table64 = ParallelBackprojection(geometry, volume).table(np.float64)
+        bound = alu_sample_bound(sinos, table64, *volume.shape[1:], tile)
+        assert np.all(np.abs(got - exact) <= bound)
 
 
 def test_alu_positive_data_and_large_pixels(rng):
