@@ -219,9 +219,10 @@ def alu_sample_bound(sinos, table64, ny, nx, tile):
     rounds off, a and b to float32 and rounds four FMAs, each within 2^-24 of
     the largest magnitude H = |off| + i |a| + j |b|, so |dh| <= 6 2^-24 H moves
     the (continuous) linear sample by at most dh times the steepest of the
-    bins around it; the cached difference and the sample's FMA add two
-    roundings of the bins' magnitudes. The float32 sum over views is not
-    included (so the bound is tight for one view)."""
+    bins around it; the cached difference (up to twice the bins' largest
+    magnitude S) and the sample's FMA round within 3 2^-24 S, taken as
+    4 2^-24 S. The float32 sum over views is not included (so the bound is
+    tight for one view)."""
     n_slices, n_angles, n_cols = sinos.shape
     t64 = alu_table(table64, tile)
     j, i = np.mgrid[0:ny, 0:nx]

@@ -4,8 +4,9 @@ random over a buffer, its lanes on consecutive floats (4 or 5 32-byte
 sectors per instruction, aligned or not) or a sector apart (32 sectors),
 and with 16 warps adding into the same lines at once. The rate in sector
 operations per second is the floor under a scatter whose additions are
-counted in sectors (docs/performance.md, "A.T <= 2 A"); an L2-sized buffer
-gives the atomic units' rate, a volume-sized one adds the memory's. Prints one JSON line per pattern.
+counted in sectors (docs/performance.md, "The GPU's ceilings"); an L2-sized
+buffer gives the atomic units' rate, a volume-sized one adds the memory's.
+Prints one JSON line per pattern.
 
     PYTHONPATH=src python3 tools/diagnostics/atomic_rate.py --out atomic_rate.json
 """
@@ -45,7 +46,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mib", type=int, nargs="+", default=[4, 16, 32, 576],
                         help="buffer sizes in MiB (4-32: inside the L2; 576: a 512^3 float32 volume's padded copy)")
-    parser.add_argument("--iters", type=int, default=1024, help="warp instructions per warp (rounded up to a multiple of 8)")
+    parser.add_argument("--iters", type=int, default=1024,
+                        help="warp instructions per warp (rounded up to a multiple of 8)")
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
     import cupy as cp
