@@ -167,6 +167,24 @@ def fma32(x, y, z):
     return np.where(tie & toward_other, other, r64).astype(np.float32)
 
 
+def _alu_tiles(table64, tile, ny, nx):
+    """The ALU kernel's per-pixel set-up (tile_body): each pixel's in-tile
+    indices lx, ly, and per view (a, b, hm, off), each tile's first cached
+    column hm and its corner's offset off = hb - hm from it, in float64
+    (the kernel rounds off to float32)."""
+    t64 = alu_table(table64, tile)
+    j, i = np.mgrid[0:ny, 0:nx]
+    tx, ty = i // tile, j // tile                    # tile of each pixel
+
+    def views():
+        for a, b, c, cm in t64:
+            hb = c + (tx * tile) * a + (ty * tile) * b             # per tile
+            hm = np.floor(hb + cm) - 1.0
+            yield a, b, hm, hb - hm
+
+    return i % tile, j % tile, views()
+
+
 def emulate_alu(sinos, table64, ny, nx, tile, nearest=False, fused=False):
     """NumPy transcription of tile_body's ALU path (float32 where the kernel is
     float32, float64 where it is float64). ``fused=False``: the in-tile
@@ -174,19 +192,14 @@ def emulate_alu(sinos, table64, ny, nx, tile, nearest=False, fused=False):
     order, h0 = fma(bx, a, fma(by, b, off)), h = fma(16 rx, a, fma(16 ry, b, h0)),
     bit for bit (the GPU's nearest samples then pick the same bins).
     Returns the image and the smallest/largest cache index any pixel read."""
-    n_slices, n_angles, n_cols = sinos.shape
-    t64 = alu_table(table64, tile)
+    n_slices, _, n_cols = sinos.shape
     cw = cache_width(table64, tile)
-    j, i = np.mgrid[0:ny, 0:nx]
-    tx, ty = i // tile, j // tile                    # tile of each pixel
-    lx, ly = (i % tile).astype(np.float32), (j % tile).astype(np.float32)
+    lx, ly, views = _alu_tiles(table64, tile, ny, nx)
+    lx, ly = lx.astype(np.float32), ly.astype(np.float32)
     out = np.zeros((n_slices, ny, nx), np.float32)
     lo, hi = np.inf, -np.inf
-    for n in range(n_angles):
-        a, b, c, cm = t64[n]
-        hb = c + (tx * tile) * a + (ty * tile) * b             # float64, per tile
-        hm = np.floor(hb + cm) - 1.0
-        off = (hb - hm).astype(np.float32)
+    for n, (a, b, hm, off) in enumerate(views):
+        off = off.astype(np.float32)
         a32, b32 = np.float32(a), np.float32(b)
         if fused:
             bx, rx = lx % 16, lx - lx % 16                     # base pixel, 16 rx
@@ -223,17 +236,10 @@ def alu_sample_bound(sinos, table64, ny, nx, tile):
     magnitude S) and the sample's FMA round within 3 2^-24 S, taken as
     4 2^-24 S. The float32 sum over views is not included (so the bound is
     tight for one view)."""
-    n_slices, n_angles, n_cols = sinos.shape
-    t64 = alu_table(table64, tile)
-    j, i = np.mgrid[0:ny, 0:nx]
-    tx, ty = i // tile, j // tile
-    lx, ly = (i % tile).astype(np.float64), (j % tile).astype(np.float64)
+    n_slices, _, n_cols = sinos.shape
+    lx, ly, views = _alu_tiles(table64, tile, ny, nx)
     out = np.zeros((n_slices, ny, nx))
-    for n in range(n_angles):
-        a, b, c, cm = t64[n]
-        hb = c + (tx * tile) * a + (ty * tile) * b
-        hm = np.floor(hb + cm) - 1.0
-        off = hb - hm
+    for n, (a, b, hm, off) in enumerate(views):
         dh = 6 * 2.0**-24 * (np.abs(off) + lx * abs(a) + ly * abs(b))
         col = hm.astype(np.int64) + np.floor(off + lx * a + ly * b).astype(np.int64)
         for s in range(n_slices):
