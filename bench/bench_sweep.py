@@ -110,8 +110,8 @@ OPS = {
 SLOWER_THAN_ASTRA = 1.0     # flag: leveret / ASTRA above this
 TRANSPOSE_LIMIT = 2.0       # flag: A.T / A above this
 REGRESSION = 0.10           # --compare: slower than stored by more than this fraction
-STREAMED_REPS = 3           # timed calls of a streamed FDK row, after its first
 REGRESSION_FLOOR = 0.5e-3   # ... and by more than this many seconds (timer noise on sub-ms points)
+STREAMED_REPS = 3           # timed calls of a streamed FDK row, after its first
 
 
 # -- the points ------------------------------------------------------------------------
