@@ -102,13 +102,13 @@ def slab_alias(slab, k0, shape):
 
 @contextlib.contextmanager
 def lent_streams(count=1):
-    """``leveret.cuda.streams.lent`` with stand-in streams (none kept between calls)."""
+    """``leveret.cuda.device_state.lend_streams`` with stand-in streams (none kept between calls)."""
     yield [Stream() for _ in range(count)]
 
 
 def install(monkeypatch, n_gpus: int = 2) -> None:
     from leveret import _validate, devices, pipeline
-    from leveret.cuda import streams
+    from leveret.cuda import device_state
 
     stream = Stream()
 
@@ -134,7 +134,7 @@ def install(monkeypatch, n_gpus: int = 2) -> None:
     monkeypatch.setitem(sys.modules, "cupyx", cupyx)
     monkeypatch.setattr(devices, "visible_device_count", lambda: n_gpus)
     monkeypatch.setattr(devices, "_worker_context", lambda device: contextlib.nullcontext())
-    monkeypatch.setattr(streams, "lent", lent_streams)
+    monkeypatch.setattr(device_state, "lend_streams", lent_streams)
     monkeypatch.setattr(devices, "_release_memory", lambda device: None)
     monkeypatch.setattr(_validate, "add_nonfinite_count", lambda counter, arr: None)
     monkeypatch.setattr(pipeline, "_pinned_free", {})   # blocks "pinned" here must not reach a real GPU's calls

@@ -278,16 +278,6 @@ def test_pipeline_error_stops_the_other_pipelines(fake_gpus):
     assert len(count) < 50
 
 
-def test_workers_of_one_gpu_share_a_lock(fake_gpus):
-    locks = {}
-
-    def work(worker, a, b):
-        locks[worker.index] = worker.lock
-
-    devices.DeviceSet([0, 1, 0], shared=True).run(devices.blocks(3, 3), work, fixed=True)
-    assert locks[0] is locks[2] is not None and locks[1] is None
-
-
 def test_out_of_memory_is_recognised_from_cupy_the_driver_and_cufft():
     assert devices.out_of_memory(MemoryError("Out of memory allocating 1,024 bytes"))
     assert devices.out_of_memory(RuntimeError("CUDA_ERROR_OUT_OF_MEMORY: out of memory"))

@@ -253,7 +253,7 @@ def test_peer_sum_in_fixed_order():
 def test_fbp_on_devices_is_bit_identical(n_angles, kernel, precision, rng):
     """NumPy in and out (the streamed pipelines, one per worker) and CuPy in
     and out; 2100 angles take two constant-memory passes, which the two
-    workers of one GPU must not interleave (``Worker.lock``)."""
+    workers of one GPU must not interleave (``DeviceState.constants``)."""
     cp = _cupy()
     geometry = ParallelGeometry(np.linspace(0, np.pi, n_angles, endpoint=False), 48, n_rows=23)
     proj = rng.random(geometry.projection_shape).astype(np.float32)

@@ -84,12 +84,9 @@ def test_merge_stats_sums_stage_times_and_keeps_the_call_wall():
     assert pipeline.merge_stats([], wall=0.5) == {"wall": 0.5, "busy": 0.0}
 
 
-def test_stream_chunks_from_an_iterator_with_a_lock(fake_cupy, rng):
+def test_stream_chunks_from_an_iterator(fake_cupy, rng):
     """Several GPUs' pipelines pulling from one queue: chunks come from an
-    iterator (taken one ahead), the buffers are sized by ``largest``, and the
-    device lock is held around every compute."""
-    import threading
-
+    iterator (taken one ahead) and the buffers are sized by ``largest``."""
     proj = rng.standard_normal((3, 10, 4)).astype(np.float32)
     out = np.full((10, 4, 3), np.nan, np.float32)
     chunks = [(0, 4), (4, 8), (8, 10)]
@@ -100,11 +97,7 @@ def test_stream_chunks_from_an_iterator_with_a_lock(fake_cupy, rng):
             taken.append(c)
             yield c
 
-    lock = threading.Lock()
-    held = []
-
     def compute(c, d_in, d_out):
-        held.append(lock.locked())
         d_out[...] = d_in.transpose(1, 2, 0)
 
     st: dict = {}
@@ -114,8 +107,8 @@ def test_stream_chunks_from_an_iterator_with_a_lock(fake_cupy, rng):
                            load=lambda c, buf: pipeline.parallel_copy(buf, proj[:, c[0]:c[1]]),
                            compute=compute,
                            store=lambda c, buf: pipeline.parallel_copy(out[c[0]:c[1]], buf),
-                           stats=st, device_lock=lock)
-    assert taken == chunks and held == [True, True, True] and not lock.locked()
+                           stats=st)
+    assert taken == chunks
     np.testing.assert_array_equal(out, proj.transpose(1, 2, 0))
     assert st["chunks"] == 3
     # an empty iterator does nothing

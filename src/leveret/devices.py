@@ -235,7 +235,6 @@ class DeviceSet:
         stop = threading.Event()
         errors: list = []
         lock = threading.Lock()
-        device_locks = {d: threading.Lock() for d in set(self.ids) if self.ids.count(d) > 1}
         finished = [threading.Event() for _ in self.ids]
 
         def guarded(worker):
@@ -252,7 +251,7 @@ class DeviceSet:
         threads = _lend_threads(self.ids)
         try:
             for i, (d, thread) in enumerate(zip(self.ids, threads)):
-                thread.submit(functools.partial(guarded, Worker(i, d, device_locks.get(d))))
+                thread.submit(functools.partial(guarded, Worker(i, d)))
             try:
                 for event in finished:
                     while not event.wait(0.1):   # short waits: Ctrl-C reaches this thread
@@ -352,14 +351,10 @@ class Worker:
     limit : int or None
         The largest range this worker runs after an out-of-memory error
         (None: no limit yet).
-    lock : threading.Lock or None
-        Shared by the workers of one GPU in a ``shared`` set (None where a
-        GPU has one worker): held around kernels that write a module's
-        constant memory, which the workers of one GPU share.
     """
 
-    def __init__(self, index: int, device: int, lock=None):
-        self.index, self.device, self.limit, self.lock = index, device, None, lock
+    def __init__(self, index: int, device: int):
+        self.index, self.device, self.limit = index, device, None
 
     def __repr__(self) -> str:
         return f"Worker(index={self.index}, device={self.device}, limit={self.limit})"
@@ -440,15 +435,15 @@ def _positive(name: str, value) -> int:
 
 def _worker_context(device: int):
     """The GPU ``device`` current and a lent non-blocking stream
-    (:mod:`leveret.cuda.streams`: the next call's worker gets it back, and
+    (:meth:`leveret.cuda.device_state.DeviceState.lend_streams`: the next call's worker gets it back, and
     with it the memory its allocations left cached) the current stream."""
     import cupy
 
-    from .cuda import streams
+    from .cuda import device_state
 
     stack = contextlib.ExitStack()
     stack.enter_context(cupy.cuda.Device(device))
-    stream, = stack.enter_context(streams.lent(1))
+    stream, = stack.enter_context(device_state.lend_streams(1))
     stack.enter_context(stream)
     return stack
 

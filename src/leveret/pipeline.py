@@ -37,7 +37,6 @@ downloads may share); pinned host memory comes from :func:`empty_pinned`.
 """
 from __future__ import annotations
 
-import contextlib
 import os
 import threading
 import time
@@ -307,7 +306,7 @@ def stream_chunks(chunks: Sequence | Iterable, *, in_shape: Callable, out_shape:
                   compute: Callable, load: Callable | None = None, store: Callable | None = None,
                   source: Callable | None = None, target: Callable | None = None,
                   in_dtype=np.float32, out_dtype=np.float32, on_done: Callable | None = None,
-                  stats: dict | None = None, largest=None, device_lock=None, in_elements: int = 0) -> None:
+                  stats: dict | None = None, largest=None, in_elements: int = 0) -> None:
     """Run ``compute`` over ``chunks`` with loads, uploads, downloads and
     stores overlapped (see the module docstring) on the current device.
 
@@ -315,10 +314,7 @@ def stream_chunks(chunks: Sequence | Iterable, *, in_shape: Callable, out_shape:
     of the chunk being computed (several GPUs' pipelines pulling from one
     queue, ``leveret.devices``); then ``largest`` names the chunk whose
     shapes size the buffers (no chunk may be larger). ``stats``: a dict to
-    fill with the time split (``STATS_KEYS``), or None. ``device_lock``: a
-    lock held from queuing each chunk's compute until it has finished, for
-    pipelines sharing one GPU whose kernels write module constant memory
-    (``leveret.devices.Worker.lock``); None for none. ``in_elements``: the
+    fill with the time split (``STATS_KEYS``), or None. ``in_elements``: the
     least size of the input buffers, in elements: calls whose chunks differ
     in size pass their largest, so that the pinned memory pool (which
     reuses a block of the same size only) hands the same buffers to each.
@@ -330,7 +326,7 @@ def stream_chunks(chunks: Sequence | Iterable, *, in_shape: Callable, out_shape:
     the chunk's output, downloaded into its place."""
     import cupy
 
-    from .cuda import streams
+    from .cuda import device_state
 
     if (load is None) == (source is None):
         raise TypeError("stream_chunks takes one of load and source")
@@ -356,7 +352,7 @@ def stream_chunks(chunks: Sequence | Iterable, *, in_shape: Callable, out_shape:
     pin_out = [empty_pinned(n_out, out_dtype) for _ in range(2)] if has_out and target is None else None
     dev_out = [cupy.empty(n_out, out_dtype) for _ in range(2)] if has_out else None
     # host -> device, device -> host, kernels: lent, so that a repeated call finds its cached blocks
-    with streams.lent(3) as (copy_stream, d2h_stream, compute_stream):
+    with device_state.lend_streams(3) as (copy_stream, d2h_stream, compute_stream):
         setup = time.perf_counter() - wall0   # pinned and device buffers (pools make repeats cheap)
         host_seconds = {"load": 0.0, "store": 0.0}
         spans: dict = {"h2d": [], "compute": [], "d2h": []}   # (start, stop) CUDA events
@@ -421,12 +417,9 @@ def stream_chunks(chunks: Sequence | Iterable, *, in_shape: Callable, out_shape:
                 if d2h_done[b] is not None:
                     compute_stream.wait_event(d2h_done[b])
                 span("compute", compute_stream)
-                with device_lock if device_lock is not None else contextlib.nullcontext():
-                    with compute_stream:
-                        compute(chunk, d_in, d_out)
-                    compute_done[b] = compute_stream.record()
-                    if device_lock is not None:
-                        compute_done[b].synchronize()
+                with compute_stream:
+                    compute(chunk, d_in, d_out)
+                compute_done[b] = compute_stream.record()
                 spans["compute"].append(compute_done[b])
                 if not has_out:
                     if on_done is not None:

@@ -122,13 +122,13 @@ def test_ray_kernels_read_views_in_place_or_staged_alike(rng, kernel):
         return bp(p, m, cp.full(vol.shape, cp.nan, cp.float32)).get()   # poison: unwritten voxels show
 
     in_place = run(proj)
-    assert [key[0] for key in texture._views.keys(cp.cuda.Device().id)] == [proj.data.ptr]
+    assert [key[0] for key in texture.view_cache().keys()] == [proj.data.ptr]
     staged = run(shifted)
-    assert [key[0] for key in texture._views.keys(cp.cuda.Device().id)] == [proj.data.ptr, "staging"]
+    assert [key[0] for key in texture.view_cache().keys()] == [proj.data.ptr, "staging"]
     assert np.isfinite(in_place).all() and np.abs(in_place).max() > 0
     np.testing.assert_array_equal(staged, in_place)
     proj *= 2   # a power of two scales every product and sum exactly
     shifted *= 2
     np.testing.assert_array_equal(run(proj), 2 * in_place)
     np.testing.assert_array_equal(run(shifted), 2 * in_place)
-    assert len(texture._views.keys(cp.cuda.Device().id)) == 2   # reused, not rebuilt
+    assert len(texture.view_cache().keys()) == 2   # reused, not rebuilt

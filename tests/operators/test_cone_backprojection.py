@@ -188,7 +188,7 @@ def test_cuda_call_of_cached_views_leaves_its_texture_in_the_cache(rng):
     assert n * view <= texture.CACHE_BYTES // 2 < (n + 1) * view
     texture.clear_cache()
     op(cp.asarray(rng.random((n, 512, 1024), dtype=np.float32)), views=slice(0, n))
-    assert ((n, 512, 1024), 1, False) in texture._layered.keys(cp.cuda.Device().id)
+    assert ((n, 512, 1024), 1, False) in texture.layered_cache().keys()
 
 
 @pytest.mark.gpu

@@ -231,14 +231,14 @@ def test_cuda_texture_cache_reuse_is_safe(rng):
     cpu = ParallelBackprojection(geometry, volume, interpolation="linear8", backend="cpu")
     texture.clear_cache()
     first = op(cp.asarray(sinos)).get()
-    assert len(texture._layered.keys(cp.cuda.Device().id)) == 1
+    assert len(texture.layered_cache().keys()) == 1
     other = rng.standard_normal(sinos.shape).astype(np.float32)
     with cp.cuda.Stream(non_blocking=True):
         second = op(cp.asarray(other)).get()
-    assert len(texture._layered.keys(cp.cuda.Device().id)) == 1   # the same texture, reused
+    assert len(texture.layered_cache().keys()) == 1   # the same texture, reused
     assert rel(first, cpu(sinos)) < 1e-5 and rel(second, cpu(other)) < 1e-5
     texture.clear_cache()
-    assert not texture._layered.keys(cp.cuda.Device().id)
+    assert not texture.layered_cache().keys()
 
 
 @pytest.mark.parametrize("old,new", [("exact", "float32"), ("fast", "float16")])

@@ -1,7 +1,6 @@
 """FDK: filtered back-projection for cone-beam scans given as projection matrices."""
 from __future__ import annotations
 
-import contextlib
 import functools
 import threading
 
@@ -390,13 +389,10 @@ def _fdk_devices_filter_once(devices, plan, projections, geometry, volume, *, pr
             c = slice(chunks[j].start, chunks[end - 1].stop)
             last = end == n_chunks and slab.download is not None
             t0 = time.perf_counter()
-            with worker.lock or contextlib.nullcontext():   # one GPU's workers share its constant memory
-                for a, b in slab.download.slabs if last else [(0, slab.k1 - slab.k0)]:
-                    op(buffer[c], slab.alias, views=c, accumulate=True, slices=(slab.k0 + a, slab.k0 + b))
-                    if last:
-                        slab.download.queue((a, b))
-                if worker.lock is not None:
-                    stream.synchronize()
+            for a, b in slab.download.slabs if last else [(0, slab.k1 - slab.k0)]:
+                op(buffer[c], slab.alias, views=c, accumulate=True, slices=(slab.k0 + a, slab.k0 + b))
+                if last:
+                    slab.download.queue((a, b))
             times["backproject"] += time.perf_counter() - t0
             slab.next = end
 
@@ -567,7 +563,7 @@ def _fdk_devices(devices, projections, geometry, volume, slabs, y_parts=1, *, pr
                     seen = dv.to_device(dv.contiguous(seen), worker.device)
                 split: dict = {}
                 part = _reconstruct(seen, geometry.crop_rows(*rows), box, progress=False, stats=split,
-                                    device_lock=worker.lock, host_out=None if input_on_gpu else out[k0:k1, j0:j1],
+                                    host_out=None if input_on_gpu else out[k0:k1, j0:j1],
                                     staging=staging, in_elements=in_elements,
                                     **_slab_settings(settings, geometry, rows))
                 if input_on_gpu:
@@ -764,7 +760,7 @@ class FDKWeighting:
 
 
 def _reconstruct(projections, geometry, volume, *, filter, cutoff, padding, short_scan, interpolation, kernel,
-                 backend, dtype, chunk_views, fixed_chunks, progress, stats=None, device_lock=None,
+                 backend, dtype, chunk_views, fixed_chunks, progress, stats=None,
                  host_out=None, staging=None, weighted: bool = False, in_elements: int = 0):
     """FDK of one volume (or slab) from the projections it needs.
 
@@ -774,9 +770,7 @@ def _reconstruct(projections, geometry, volume, *, filter, cutoff, padding, shor
     ``host_out`` are done (the staging's ``drain`` waits for them).
     ``weighted``: the NumPy projections are weighted and filtered already
     (:class:`_FilteredOnHost`), and checked for non-finite values.
-    ``device_lock``: held around each back-projection until it has finished
-    (workers sharing one GPU, ``leveret.devices.Worker.lock``: the kernels'
-    matrices live in the module's constant memory). ``in_elements``: the
+    ``in_elements``: the
     least size of the pipeline's input buffers (``stream_chunks``)."""
     filtered = FDKWeighting(geometry, filter=filter, cutoff=cutoff, padding=padding, short_scan=short_scan)
     op = ConeBackprojection(geometry, volume, backend=backend, interpolation=interpolation,
@@ -821,7 +815,7 @@ def _reconstruct(projections, geometry, volume, *, filter, cutoff, padding, shor
             try:
                 stream_chunks(chunks, in_shape=lambda c: (c.stop - c.start,) + geometry.projection_shape[1:],
                               out_shape=None, compute=compute, on_done=lambda c: bar.update(c.stop - c.start),
-                              stats=split, device_lock=device_lock, in_elements=in_elements, **moves)
+                              stats=split, in_elements=in_elements, **moves)
                 result = download.finish()
                 if stats is not None:
                     add_stats(stats, split)
@@ -834,10 +828,7 @@ def _reconstruct(projections, geometry, volume, *, filter, cutoff, padding, shor
             raw = xp.array(projections[views], dtype=dtype)   # a copy: the input stays as it was
             if not input_on_gpu:
                 v.check_finite_array("projections", raw)
-            with device_lock or contextlib.nullcontext():
-                op(filtered(raw, views), out, views=views, accumulate=True)
-                if device_lock is not None:
-                    xp.cuda.get_current_stream().synchronize()
+            op(filtered(raw, views), out, views=views, accumulate=True)
             bar.update(views.stop - views.start)
     return out
 

@@ -1,7 +1,6 @@
 """Filtered back-projection for parallel-beam sinograms and projection stacks."""
 from __future__ import annotations
 
-import contextlib
 import math
 
 import numpy as np
@@ -209,7 +208,7 @@ class _Job:
             self.op(self.filtered(rows), out=self.out3[k0:k1])
             bar.update(k1 - k0)
 
-    def streamed(self, chunks, *, on_done, stats=None, largest=None, device_lock=None) -> int:
+    def streamed(self, chunks, *, on_done, stats=None, largest=None) -> int:
         """NumPy in and out on the current GPU: ``chunks`` (a list, or an
         iterator over a queue shared with other GPUs' pipelines, then with
         ``largest`` the largest chunk) through the two-stream pipeline.
@@ -231,7 +230,7 @@ class _Job:
                       load=lambda c, buf: self.rows(c, out=buf),
                       compute=compute,
                       store=lambda c, buf: parallel_copy(self.out3[c[0]:c[1]], buf),
-                      on_done=on_done, stats=stats, device_lock=device_lock)
+                      on_done=on_done, stats=stats)
         return int(n_bad)
 
     def streamed_devices(self, devices, chunks, *, bar, stats=None):
@@ -252,8 +251,7 @@ class _Job:
 
         def work(worker, ranges):
             split: dict = {}
-            n_bad = self.streamed(ranges, on_done=done, stats=split, device_lock=worker.lock,
-                                  largest=max(chunks, key=lambda c: c[1] - c[0]))
+            n_bad = self.streamed(ranges, on_done=done, stats=split, largest=max(chunks, key=lambda c: c[1] - c[0]))
             return n_bad, split
 
         results = devices.run_pipelines(chunks, work)
@@ -282,9 +280,8 @@ class _Job:
                 cupy.cuda.get_current_stream().synchronize()
             rows = dv.to_device(rows, worker.device)
             res = cupy.empty((k1 - k0,) + self.op.out_shape, np.float32)
-            with worker.lock or contextlib.nullcontext():
-                self.op(self.filtered(rows), out=res)
-                cupy.cuda.get_current_stream().synchronize()
+            self.op(self.filtered(rows), out=res)
+            cupy.cuda.get_current_stream().synchronize()
             dst = self.out3[k0:k1]
             if dst.flags.c_contiguous:
                 dv.copy_to(dst, res)
@@ -304,13 +301,13 @@ class _Job:
         back-projected (accumulating) while the next one travels."""
         import cupy
 
-        from ..cuda import streams
+        from ..cuda import device_state
 
         g = self.geometry
         nbytes = g.n_angles * (chunk[1] - chunk[0]) * g.n_cols * 4
         n_batches = int(max(1, min(4, nbytes // min_batch_bytes, g.n_angles)))
         bounds = np.linspace(0, g.n_angles, n_batches + 1).astype(int)
-        with streams.lent(1) as (copy_stream,):   # lent: its cached upload blocks serve the next call
+        with device_state.lend_streams(1) as (copy_stream,):   # lent: its cached upload blocks serve the next call
             compute_stream = cupy.cuda.get_current_stream()
             n_bad = cupy.zeros((), cupy.int64)
             total = None

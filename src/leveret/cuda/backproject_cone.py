@@ -5,11 +5,14 @@ quad layout) and their hybrid "ray-hybrid", which run a call's views in
 passes of similar direction (``leveret.operators.cone_plan.plan_passes``)."""
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 
 from ..operators.cone_plan import (DEPTH, KERNELS, MAX_VIEWS_PER_PASS, QUAD_BORDER, RAY_SPLIT, VIEWS_PER_PASS,
                                    kernel_matrices, plan_passes, software_views)
-from ._module import load_module, upload_pinned
+from ._module import upload_pinned
+from .device_state import device_state
 from .texture import acquire, release, release_views, view_textures
 
 BLOCK = (32, 8)            # kernel B: a warp along x, 8 warps per block
@@ -76,7 +79,8 @@ class CudaConeBackprojector:
         self.split = (int(split[0]), int(split[1]))
         if not 0 <= self.split[0] <= self.split[1] or self.split[1] < 1:
             raise ValueError(f"split: expected 0 <= count <= period, period >= 1, got {split}")
-        self._plans: dict = {}
+        self._plans: dict = {}   # (matrices, volume shape) -> (plan, its pinned host copies, uploaded event)
+        self._plans_lock = threading.Lock()
         self.block = tuple(block) if block is not None else BLOCK
         self.depth = int(depth)
         self.defines = defines(depth, min_blocks)
@@ -96,8 +100,6 @@ class CudaConeBackprojector:
         nz, ny, nx = out.shape
         if self.kernel in RAY_KERNELS:
             return self._call_ray(projections, index_matrices, out, accumulate, slices)
-        module = load_module("backproject_cone", self.defines)
-        const = module.get_global("c_cone_mat")
         stream = cupy.cuda.get_current_stream()
         index_matrices = np.asarray(index_matrices, np.float64).reshape(n_views, 12)
         mats = device_matrices if device_matrices is not None else cupy.asarray(
@@ -109,21 +111,23 @@ class CudaConeBackprojector:
         padded = None
         if self.kernel == "global":
             padded = cupy.pad(projections, ((0, 0), (BORDER, BORDER), (BORDER, BORDER)))   # the zero border
-        for v0 in range(0, n_views, MAX_VIEWS_PER_PASS):
-            v1 = min(n_views, v0 + MAX_VIEWS_PER_PASS)
-            const.copy_from_device_async(mats[v0:v1].data, (v1 - v0) * 48, stream)
-            flag = accumulate or v0 > 0
-            if self.kernel == "global":
-                module.get_function("backproject_cone_global")(
-                    grid, self.block, (padded[v0:v1], out) + ints(nx, ny, nz, v1 - v0, n_rows, n_cols, flag, block0),
-                    stream=stream)
-            else:
-                tex = acquire((v1 - v0, n_rows, n_cols), 1, stream)
-                tex.upload(projections[v0:v1], stream)
-                module.get_function("backproject_cone_tex")(
-                    grid, self.block, (tex.linear, out) + ints(nx, ny, nz, v1 - v0, n_rows, n_cols, flag, block0),
-                    stream=stream)
-                release(tex, stream)
+        with device_state().constants("backproject_cone", self.defines, stream) as module:
+            const = module.get_global("c_cone_mat")
+            for v0 in range(0, n_views, MAX_VIEWS_PER_PASS):
+                v1 = min(n_views, v0 + MAX_VIEWS_PER_PASS)
+                const.copy_from_device_async(mats[v0:v1].data, (v1 - v0) * 48, stream)
+                flag = accumulate or v0 > 0
+                if self.kernel == "global":
+                    module.get_function("backproject_cone_global")(
+                        grid, self.block,
+                        (padded[v0:v1], out) + ints(nx, ny, nz, v1 - v0, n_rows, n_cols, flag, block0), stream=stream)
+                else:
+                    tex = acquire((v1 - v0, n_rows, n_cols), 1, stream)
+                    tex.upload(projections[v0:v1], stream)
+                    module.get_function("backproject_cone_tex")(
+                        grid, self.block,
+                        (tex.linear, out) + ints(nx, ny, nz, v1 - v0, n_rows, n_cols, flag, block0), stream=stream)
+                    release(tex, stream)
         return out
 
     def _check_slices(self, slices, nz: int) -> tuple[int, int]:
@@ -141,27 +145,34 @@ class CudaConeBackprojector:
         """[(pass, device matrices, device software views, device views)]
         for these views, cached, uploaded on ``stream`` from pinned memory: a
         pageable upload would make the host wait for the stream's earlier work,
-        and FDK queues its chunks ahead of the GPU (each chunk is a new plan)."""
+        and FDK queues its chunks ahead of the GPU (each chunk is a new plan).
+        ``stream`` waits for the uploads of a plan another call made."""
         import cupy
 
+        stream = stream if stream is not None else cupy.cuda.get_current_stream()
         m = np.asarray(index_matrices, np.float64).reshape(-1, 12)
         key = (m.tobytes(), tuple(volume_shape))
-        if key not in self._plans:
-            stream = stream if stream is not None else cupy.cuda.get_current_stream()
-            plan, pinned = [], []
+        with self._plans_lock:
+            cached = self._plans.get(key)
+        if cached is not None:
+            plan, _, uploaded = cached
+            stream.wait_event(uploaded)
+            return plan
+        plan, pinned = [], []
 
-            def upload(host: np.ndarray):
-                device, host_copy = upload_pinned(host, stream)
-                pinned.append(host_copy)
-                return device
+        def upload(host: np.ndarray):
+            device, host_copy = upload_pinned(host, stream)
+            pinned.append(host_copy)
+            return device
 
-            for p in plan_passes(m, volume_shape, self.views_per_pass, self.aligned, self.split):
-                plan.append((p, upload(kernel_matrices(m[p.views], p.software, QUAD_BORDER)),
-                             upload(p.views[p.software].astype(np.int32)), upload(p.views.astype(np.int32))))
+        for p in plan_passes(m, volume_shape, self.views_per_pass, self.aligned, self.split):
+            plan.append((p, upload(kernel_matrices(m[p.views], p.software, QUAD_BORDER)),
+                         upload(p.views[p.software].astype(np.int32)), upload(p.views.astype(np.int32))))
+        with self._plans_lock:
             if len(self._plans) >= 64:
                 self._plans.pop(next(iter(self._plans)))
-            self._plans[key] = (plan, pinned)   # the copies' host side lives as long as the plan
-        return self._plans[key][0]
+            self._plans[key] = (plan, pinned, stream.record())   # the copies' host side lives as long as the plan
+        return plan
 
     def _call_ray(self, projections, index_matrices, out, accumulate, slices):
         import cupy
@@ -172,10 +183,20 @@ class CudaConeBackprojector:
             raise ValueError(f"projections: {n_rows} x {n_cols} detector too large for the quad layout's "
                              f"2^23-pixel indices (use kernel 'global' or 'texture')")
         k0, k1 = self._check_slices(slices, nz)
-        module = load_module("backproject_cone", self.defines)
-        const = module.get_global("c_cone_mat")
         stream = cupy.cuda.get_current_stream()
         plan = self.plan(index_matrices, out.shape, stream)
+        with device_state().constants("backproject_cone", self.defines, stream) as module:
+            self._ray_passes(module, plan, projections, out, accumulate, k0, k1, stream)
+        return out
+
+    def _ray_passes(self, module, plan, projections, out, accumulate, k0, k1, stream):
+        """Queue the ray kernels' passes of ``plan`` on ``stream``, ``module``'s
+        constant memory this call's (``DeviceState.constants``)."""
+        import cupy
+
+        n_views, n_rows, n_cols = projections.shape
+        nz, ny, nx = out.shape
+        const = module.get_global("c_cone_mat")
         block0 = k0 // self.depth
         by = 256 // 32
         pitch, height = n_cols + 2 * QUAD_BORDER, n_rows + 2 * QUAD_BORDER
@@ -204,4 +225,3 @@ class CudaConeBackprojector:
                      stream=stream)
         if textures is not None:
             release_views(textures, stream)
-        return out

@@ -28,6 +28,7 @@ import math
 import numpy as np
 
 from ._module import load_module
+from .device_state import device_state
 from .texture import LayeredTexture, acquire, release
 
 MAX_ANGLES_PER_PASS = 2048  # projections whose (a, b, c) rows fit in constant memory at once
@@ -195,19 +196,19 @@ class ParallelBackprojectorGPU:
 
         ny, nx = out.shape[1:]
         per = PACKINGS[packing][0]
-        module = load_module("backproject_parallel")
-        kernel = module.get_function("backproject_parallel_tex2" if per == 2 else "backproject_parallel_tex")
         self.last_kernel = f"texture-{packing}"
         stream = cupy.cuda.get_current_stream()
         grid_xy = (-(-nx // self.block[0]), -(-ny // self.block[1]))
-        for s0, s1, layers, tex in self._chunks(sinos, packing, stream):
-            tex_obj = tex.linear if interpolation != "nearest" else tex.point
-            for a0, a1 in self._passes(module, table32, stream):
-                args = [tex_obj, out[s0:s1], np.int32(nx), np.int32(ny)]
-                if per == 2:
-                    args.append(np.int32(s1 - s0))
-                args += [np.int32(a1 - a0), np.int32(a0), np.int32(a0 > 0)]
-                kernel(grid_xy + (layers,), self.block, tuple(args), stream=stream)
+        with device_state().constants("backproject_parallel", None, stream) as module:
+            kernel = module.get_function("backproject_parallel_tex2" if per == 2 else "backproject_parallel_tex")
+            for s0, s1, layers, tex in self._chunks(sinos, packing, stream):
+                tex_obj = tex.linear if interpolation != "nearest" else tex.point
+                for a0, a1 in self._passes(module, table32, stream):
+                    args = [tex_obj, out[s0:s1], np.int32(nx), np.int32(ny)]
+                    if per == 2:
+                        args.append(np.int32(s1 - s0))
+                    args += [np.int32(a1 - a0), np.int32(a0), np.int32(a0 > 0)]
+                    kernel(grid_xy + (layers,), self.block, tuple(args), stream=stream)
         return out
 
     def _texz(self, sinos, table32, out, interpolation, packing, nq):
@@ -215,17 +216,17 @@ class ParallelBackprojectorGPU:
 
         ny, nx = out.shape[1:]
         per = PACKINGS[packing][0]
-        module = load_module("backproject_parallel")
-        kernel = module.get_function(f"backproject_parallel_texz{per}_q{nq}")
         self.last_kernel = f"texz-{packing}-q{nq}"
         stream = cupy.cuda.get_current_stream()
         grid_xy = (-(-nx // 16), -(-ny // (4 * nq)))
-        for s0, s1, layers, tex in self._chunks(sinos, packing, stream):
-            tex_obj = tex.linear if interpolation != "nearest" else tex.point
-            for a0, a1 in self._passes(module, table32, stream):
-                args = (tex_obj, out[s0:s1], np.int32(nx), np.int32(ny), np.int32(s1 - s0),
-                        np.int32(a1 - a0), np.int32(a0), np.int32(a0 > 0))
-                kernel(grid_xy + (layers,), (256, 1, 1), args, stream=stream)
+        with device_state().constants("backproject_parallel", None, stream) as module:
+            kernel = module.get_function(f"backproject_parallel_texz{per}_q{nq}")
+            for s0, s1, layers, tex in self._chunks(sinos, packing, stream):
+                tex_obj = tex.linear if interpolation != "nearest" else tex.point
+                for a0, a1 in self._passes(module, table32, stream):
+                    args = (tex_obj, out[s0:s1], np.int32(nx), np.int32(ny), np.int32(s1 - s0),
+                            np.int32(a1 - a0), np.int32(a0), np.int32(a0 > 0))
+                    kernel(grid_xy + (layers,), (256, 1, 1), args, stream=stream)
         return out
 
     # -- tile kernels (ALU and hybrid) ------------------------------------------------------
@@ -241,8 +242,6 @@ class ParallelBackprojectorGPU:
         cw, shared = alu_plan(table64, tile, nv)
         import cupy
 
-        module = load_module("backproject_parallel")
-        kernel = module.get_function(name)
         num, den = ratio
         self.last_kernel = ("alu" if num == 0 else f"hybrid-{num}/{den}-{packing}") + f"-t{tile}-nv{nv}" + \
             ("-nearest" if nearest else "")
@@ -252,22 +251,25 @@ class ParallelBackprojectorGPU:
         if grid[2] > 65535:
             raise ValueError(f"sinos: at most {65535 * nv} slices per call, got {n_slices}")
 
-        def launch(tex_obj, a0, a1):
+        if num and n_slices > LayeredTexture.MAX_LAYERS * nv:
+            raise ValueError(f"sinos: the hybrid kernel takes at most {LayeredTexture.MAX_LAYERS * nv} "
+                             f"slices per call, got {n_slices}")
+
+        def launch(kernel, tex_obj, a0, a1):
             args = (tex_obj, sinos, t64, out, np.int32(nx), np.int32(ny), np.int32(n_slices),
                     np.int32(n_cols), np.int32(n_angles), np.int32(a1 - a0), np.int32(a0),
                     np.int32(a0 > 0), np.int32(cw), np.int32(num), np.int32(den))
             kernel(grid, (256, 1, 1), args, stream=stream, shared_mem=shared)
 
-        if num == 0:
-            launch(np.uint64(0), 0, n_angles)   # the texture is never read
+        if num == 0:   # the texture and the constant angle table are never read
+            launch(load_module("backproject_parallel").get_function(name), np.uint64(0), 0, n_angles)
             return out
-        if n_slices > LayeredTexture.MAX_LAYERS * nv:
-            raise ValueError(f"sinos: the hybrid kernel takes at most {LayeredTexture.MAX_LAYERS * nv} "
-                             f"slices per call, got {n_slices}")
-        for _, _, _, tex in self._chunks(sinos, packing, stream):
-            tex_obj = tex.linear if not nearest else tex.point
-            for a0, a1 in self._passes(module, table32, stream):
-                launch(tex_obj, a0, a1)
+        with device_state().constants("backproject_parallel", None, stream) as module:
+            kernel = module.get_function(name)
+            for _, _, _, tex in self._chunks(sinos, packing, stream):
+                tex_obj = tex.linear if not nearest else tex.point
+                for a0, a1 in self._passes(module, table32, stream):
+                    launch(kernel, tex_obj, a0, a1)
         return out
 
 

@@ -22,6 +22,7 @@ import numpy as np
 
 from ..geometry import ConeGeometry, ParallelGeometry
 from ._module import load_module
+from .device_state import upload
 
 # The kernels' compile-time constants, passed to every raytrace_*.cu file as
 # -D options (leveret.cuda._module.file_defines); the .cu files #error
@@ -546,7 +547,6 @@ class CudaRaytracer:
     def __init__(self, geometry, grid3, offset, scale, model: str, dtype, structured="auto",
                  transpose: str = "auto", views_per_batch: int | None = None, voxel_patch: int | None = None,
                  z_slab: int | None = None, view_group: int | None = None):
-        import cupy
 
         from .. import _validate as v
 
@@ -567,14 +567,14 @@ class CudaRaytracer:
         self.model = model
         self.dtype = np.dtype(dtype)
         self.params_host = params
-        self.params = cupy.asarray(params)
+        self.params = upload(params)   # complete: other threads' streams read it
         g = np.zeros(8)
         g[0] = getattr(geometry, "det_spacing", 1.0)
         g[1] = getattr(geometry, "row_spacing", 1.0)
         g[2:5] = offset
         g[5:8] = scale
         self.g_host = g
-        self.g = cupy.asarray(g)
+        self.g = upload(g)
         nz, ny, nx = self.grid3
         if model == "siddon":
             shared = 8 * (2 * nx + 2 * ny + 4) + 4 * (nx + ny + 1)
@@ -642,12 +642,11 @@ class CudaRaytracer:
     def subset(self, views: np.ndarray) -> "CudaRaytracer":
         """The kernels of some views, with their numbers on the current device
         (which may differ from this one's: the several-GPU path)."""
-        import cupy
         sub = object.__new__(CudaRaytracer)
         sub.__dict__.update(self.__dict__)
         sub.params_host = self.params_host[views]
-        sub.params = cupy.asarray(sub.params_host)
-        sub.g = cupy.asarray(self.g_host)
+        sub.params = upload(sub.params_host)
+        sub.g = upload(self.g_host)
         sub._voxel_floats = None
         sub._voxel_batch = None
         return sub
@@ -736,7 +735,7 @@ class CudaRaytracer:
         covered = k_base == 0 and grid[2] * 32 * kz >= int(nz)
         volT = (cupy.empty if covered else cupy.zeros)((int(ny), int(nx), int(nz)), np.float32)
         if self._voxel_floats is None:   # once: a pageable upload per call would wait for the stream
-            self._voxel_floats = cupy.asarray(voxel_view_floats(self.params_host))
+            self._voxel_floats = upload(voxel_view_floats(self.params_host))
         vf = self._voxel_floats
         for v0 in range(0, n_views, batch):
             v1 = min(n_views, v0 + batch)

@@ -6,93 +6,78 @@ Allocating a CUDA array and its texture objects costs about a millisecond,
 as much as back-projecting a small slice, so textures are kept for reuse
 (``acquire``/``release``). A texture remembers the event after its last use,
 and whoever takes it next waits for that event on its own stream, so reuse is
-safe across streams. Each GPU has caches of its own (a GPU's budget and
-evictions never touch another's textures), and a texture leaving a cache is
-kept alive until the event after its last use has passed: texture objects
+safe across streams. Each GPU has caches of its own, in its
+:class:`leveret.cuda.device_state.DeviceState` under its lock (a GPU's budget
+and evictions never touch another's textures), and a texture leaving a cache
+is kept alive until the event after its last use has passed: texture objects
 and arrays are destroyed at once, not in stream order, so one freed earlier
-would be read by kernels still queued. A lock guards the caches: the workers
-of several GPUs (``leveret.devices``) take and give back textures from their
-own threads.
+would be read by kernels still queued.
 """
 from __future__ import annotations
 
-import functools
-import threading
 from collections import OrderedDict
 
 import numpy as np
 
 from ._module import upload_pinned
+from .device_state import device_state, known_states
 
 CACHE_BYTES = 256 << 20   # per GPU; textures larger than this are freed after use
 CACHE_ENTRIES = 8         # per GPU: two workers' textures of a few shapes each
-_lock = threading.RLock()
 
 
 class _Cache:
-    """Per-GPU least-recently-used caches of reusable objects that kernels
+    """A GPU's least-recently-used cache of reusable objects that kernels
     read (``released``: the CUDA event after their last use, or None), at
-    most ``entries`` objects and ``max_bytes`` of ``size(obj)`` per GPU. A
-    key may hold several objects: workers sharing a GPU each get one back
-    (a texture freed waits for the whole GPU). An object evicted or dropped
-    is retired: kept referenced until its event has passed (checked on
-    every ``put``), then freed."""
+    most ``entries`` objects and ``max_bytes`` of ``size(obj)``. A key may
+    hold several objects: workers sharing a GPU each get one back (a texture
+    freed waits for the whole GPU). An object evicted or dropped is retired:
+    kept referenced until its event has passed (checked on every ``put``),
+    then freed. Used under the GPU state's lock."""
 
     def __init__(self, entries: int, max_bytes: int, size):
         self.entries, self.max_bytes, self.size = entries, max_bytes, size
-        self.by_device: "dict[int, OrderedDict]" = {}   # (key, serial) -> object
+        self.entries_by_key: OrderedDict = OrderedDict()   # (key, serial) -> object
         self.retired: list = []
         self._serial = 0
 
-    def keys(self, device: int) -> list:
-        """The keys cached for ``device``, least recently used first (a key once per object)."""
-        return [key for key, _ in self.by_device.get(device, ())]
+    def keys(self) -> list:
+        """The keys cached, least recently used first (a key once per object)."""
+        return [key for key, _ in self.entries_by_key]
 
-    def take(self, device: int, key):
-        """The most recently used object cached under ``key`` for ``device``
-        (removed from the cache), or None."""
-        cache = self.by_device.get(device, OrderedDict())
-        for entry in reversed(cache):
+    def take(self, key):
+        """The most recently used object cached under ``key`` (removed from the cache), or None."""
+        for entry in reversed(self.entries_by_key):
             if entry[0] == key:
-                return cache.pop(entry)
+                return self.entries_by_key.pop(entry)
         return None
 
-    def put(self, device: int, key, obj) -> None:
-        """Cache ``obj`` (its ``released`` set) as the most recently used entry of ``device``."""
-        cache = self.by_device.setdefault(device, OrderedDict())
+    def put(self, key, obj) -> None:
+        """Cache ``obj`` (its ``released`` set) as the most recently used entry."""
+        cache = self.entries_by_key
         if self.size(obj) > self.max_bytes:
-            self.retire(obj)
+            self.retired.append(obj)
         else:
             self._serial += 1
             cache[(key, self._serial)] = obj
         while len(cache) > self.entries or sum(self.size(o) for o in cache.values()) > self.max_bytes:
-            self.retire(cache.popitem(last=False)[1])
+            self.retired.append(cache.popitem(last=False)[1])
         self.retired[:] = [o for o in self.retired if o.released is not None and not o.released.done]
-
-    def retire(self, obj) -> None:
-        self.retired.append(obj)
 
     def clear(self) -> None:
         """Drop every entry, waiting first for the kernels that read them."""
-        for cache in self.by_device.values():
-            self.retired.extend(cache.values())
-            cache.clear()
+        self.retired.extend(self.entries_by_key.values())
+        self.entries_by_key.clear()
         for obj in self.retired:
             if obj.released is not None:
                 obj.released.synchronize()
         self.retired.clear()
 
 
-_layered = _Cache(CACHE_ENTRIES, CACHE_BYTES, lambda tex: tex.nbytes)
-
-
-def _locked(fn):
-    """``fn`` run under the caches' lock."""
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        with _lock:
-            return fn(*args, **kwargs)
-    return wrapper
+def layered_cache(state=None) -> _Cache:
+    """The layered-texture cache of a GPU's state (default: the current GPU's)."""
+    state = device_state() if state is None else state
+    return state.cache("layered", lambda: _Cache(CACHE_ENTRIES, CACHE_BYTES, lambda tex: tex.nbytes))
 
 
 class LayeredTexture:
@@ -157,14 +142,13 @@ class LayeredTexture:
         self.array.copy_from(data, stream)
 
 
-@_locked
 def acquire(shape, channels: int, stream, half: bool = False) -> LayeredTexture:
     """A texture of ``shape`` (layers, height, width) on the current GPU, from
     its cache if one is there; ``stream`` waits until its previous user is
     done with it."""
-    import cupy
-
-    tex = _layered.take(cupy.cuda.Device().id, (tuple(shape), channels, bool(half)))
+    state = device_state()
+    with state.lock:
+        tex = layered_cache(state).take((tuple(shape), channels, bool(half)))
     if tex is None:
         return LayeredTexture(*shape, channels=channels, half=half)
     if tex.released is not None:
@@ -172,22 +156,23 @@ def acquire(shape, channels: int, stream, half: bool = False) -> LayeredTexture:
     return tex
 
 
-@_locked
 def release(tex: LayeredTexture, stream) -> None:
     """Give a texture back after the kernels reading it were queued on ``stream``
     (a texture over the cache's budget is freed once those kernels are done)."""
-    import cupy
-
     tex.released = stream.record()
-    _layered.put(cupy.cuda.Device().id, (tex.shape, tex.channels, tex.half), tex)
+    state = device_state()
+    with state.lock:
+        layered_cache(state).put((tex.shape, tex.channels, tex.half), tex)
 
 
-@_locked
 def clear_cache() -> None:
     """Free every cached texture of every GPU, once the kernels reading them
     are done (e.g. before handing the GPUs to other work)."""
-    _layered.clear()
-    _views.clear()
+    for state in known_states():
+        with state.lock:
+            for cache in state.caches():
+                if isinstance(cache, _Cache):
+                    cache.clear()
 
 
 # ---------------------------------------------------------------------------
@@ -204,8 +189,15 @@ def clear_cache() -> None:
 # keeps the layered array (docs/performance.md).
 
 VIEW_CACHE_ENTRIES = 4   # per GPU
-# The in-place entries hold no memory of their own: only staging copies count against the bytes.
-_views = _Cache(VIEW_CACHE_ENTRIES, CACHE_BYTES, lambda e: 0 if e.staging is None else e.staging.nbytes)
+
+
+def view_cache(state=None) -> _Cache:
+    """The per-view texture cache of a GPU's state (default: the current GPU's).
+    The in-place entries hold no memory of their own: only staging copies
+    count against the bytes."""
+    state = device_state() if state is None else state
+    return state.cache("views", lambda: _Cache(VIEW_CACHE_ENTRIES, CACHE_BYTES,
+                                               lambda e: 0 if e.staging is None else e.staging.nbytes))
 
 
 class ViewTextures:
@@ -233,6 +225,7 @@ class ViewTextures:
             texture.ResourceDescriptor(runtime.cudaResourceTypePitch2D, arr=unowned[n], chDesc=desc, width=cols,
                                        height=rows, pitchInBytes=pitch), sampler) for n in range(n_views)]
         self.handles, self._pinned = upload_pinned(np.array([o.ptr for o in self.objects], np.uint64), stream)
+        self.uploaded = stream.record()   # another stream reading the handles waits for this
         self.released = None   # the event after the last kernels that read it (release_views)
         self.staging = None    # the aligned copy the objects read, when the views were not aligned
         self.key = None
@@ -246,7 +239,6 @@ def _alignment():
     return int(props["textureAlignment"]), int(props["texturePitchAlignment"]), props["maxTexture2DLinear"]
 
 
-@_locked
 def view_textures(projections, stream) -> ViewTextures:
     """Texture objects for every view of a C-contiguous (n_views, rows, cols)
     float32 CuPy array. When the views meet the device's alignment (base
@@ -264,16 +256,22 @@ def view_textures(projections, stream) -> ViewTextures:
     if cols > max_width or rows > max_height:
         raise ValueError(f"projections: {rows} x {cols} views exceed the device's 2D texture limits "
                          f"({max_height} rows, {max_width} columns)")
-    device = cupy.cuda.Device().id
+    state = device_state()
     row_bytes, view_bytes = cols * 4, rows * cols * 4
     aligned = projections.data.ptr % base == 0 and view_bytes % base == 0 and row_bytes % pitch_align == 0
     if aligned and projections.flags.c_contiguous:
         key = (projections.data.ptr, projections.shape)
-        entry = _views.take(device, key) or ViewTextures(projections, stream)
+        with state.lock:
+            entry = view_cache(state).take(key)
+        if entry is None:
+            entry = ViewTextures(projections, stream)
+        else:   # only read, not refilled: its handles need to have landed, no more
+            stream.wait_event(entry.uploaded)
         entry.key = key
         return entry
     key = ("staging", projections.shape)
-    entry = _views.take(device, key)
+    with state.lock:
+        entry = view_cache(state).take(key)
     if entry is None:
         pitch = -(-row_bytes // pitch_align) * pitch_align // 4            # floats per row
         stride = -(-rows * pitch * 4 // base) * base // 4                  # floats per view
@@ -291,10 +289,9 @@ def view_textures(projections, stream) -> ViewTextures:
     return entry
 
 
-@_locked
 def release_views(entry: ViewTextures, stream) -> None:
     """Give ``entry`` back after the kernels reading it were queued on ``stream``."""
-    import cupy
-
     entry.released = stream.record()
-    _views.put(cupy.cuda.Device().id, entry.key, entry)
+    state = device_state()
+    with state.lock:
+        view_cache(state).put(entry.key, entry)

@@ -1,7 +1,6 @@
 """Cone-beam voxel-driven back-projection as an operator over a (geometry, volume) pair."""
 from __future__ import annotations
 
-import contextlib
 import threading
 import warnings
 
@@ -293,10 +292,9 @@ class ConeBackprojection(Operator):
                     slab = slab.copy()
             else:
                 slab = cupy.empty((k1 - k0, ny, nx), np.float32)
-            with worker.lock or contextlib.nullcontext():   # one GPU's workers share its constant memory
-                gpu(proj, idx, slab_alias(slab, k0, self.volume.shape), accumulate=accumulate, slices=(k0, k1),
-                    device_matrices=None if matrices is None else matrices[views])
-                cupy.cuda.get_current_stream().synchronize()
+            gpu(proj, idx, slab_alias(slab, k0, self.volume.shape), accumulate=accumulate, slices=(k0, k1),
+                device_matrices=None if matrices is None else matrices[views])
+            cupy.cuda.get_current_stream().synchronize()
             if not on_gpu:
                 dst[...] = slab.get()
             elif dst.flags.c_contiguous:

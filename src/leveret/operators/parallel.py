@@ -1,7 +1,6 @@
 """Parallel-beam back-projection as an operator over a (geometry, volume) pair."""
 from __future__ import annotations
 
-import contextlib
 
 import numpy as np
 
@@ -255,10 +254,8 @@ class ParallelBackprojection(Operator):
         def work(worker, k0, k1):
             part = dv.to_device(sinos[k0:k1], worker.device) if on_gpu else cupy.asarray(sinos[k0:k1])
             res = cupy.empty((k1 - k0,) + self.out_shape, np.float32)
-            # the workers of one GPU share its module's constant memory (the angle table)
-            with worker.lock or contextlib.nullcontext():
-                self._run_gpu(part, res, config)
-                cupy.cuda.get_current_stream().synchronize()
+            self._run_gpu(part, res, config)
+            cupy.cuda.get_current_stream().synchronize()
             if not on_gpu:
                 if direct:
                     res.get(out=out[k0:k1])

@@ -467,9 +467,10 @@ class Projector(Operator):
             import cupy
 
             from ..cuda import ray_weights
+            from ..cuda.device_state import upload
             if self._ray_frames is None:
-                self._ray_frames = cupy.asarray(ray_weights.view_frames(self._pixel_minv[self._views],
-                                                                        self._pixel_scale[self._views]))
+                self._ray_frames = upload(ray_weights.view_frames(self._pixel_minv[self._views],
+                                                                  self._pixel_scale[self._views]))
             weighted = ray_weights.weight_by_ray_length(cupy.ascontiguousarray(y, cupy.float32), self._ray_frames)
         else:
             weighted = weight_by_ray_length(y, self._pixel_minv[self._views], self._pixel_scale[self._views],

@@ -14,7 +14,6 @@ import numpy as np
 
 from .. import _validate as v
 from ..geometry._frozen import Frozen
-from ..geometry.parallel import ParallelGeometry
 from ..geometry.volume import VolumeGeometry
 from . import _common as common
 from .ellipses import Ellipse, EllipsePhantom, shepp_logan_ellipses
