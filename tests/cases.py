@@ -187,3 +187,23 @@ def take_frames(iterator, n, timeout=10.0):
 #: CuPy's out-of-memory error as leveret.outofcore.is_gpu_out_of_memory knows it
 #: (by name and module), without CuPy.
 CupyOutOfMemoryError = type("OutOfMemoryError", (MemoryError,), {"__module__": "cupy.cuda.memory"})
+
+
+# -- GPU memory budgets (leveret.fdk's max_gpu_memory) -------------------------------------------
+
+def gpu_memory_for_arrays(array_bytes: int) -> int:
+    """The smallest ``max_gpu_memory`` that leaves ``array_bytes`` for fdk's
+    plans (the budget less its textures' and cuFFT's shares): tests of the
+    slab planning give the plans this much, whatever the shares are."""
+    from leveret.algorithms.fdk import _pool_share
+    def share(cap):
+        try:
+            return _pool_share(cap)
+        except ValueError:   # nothing left for arrays
+            return 0
+
+    lo, hi = array_bytes, 2 * array_bytes + (1 << 30)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        lo, hi = (mid + 1, hi) if share(mid) < array_bytes else (lo, mid)
+    return lo

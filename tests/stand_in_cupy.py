@@ -133,7 +133,7 @@ def install(monkeypatch, n_gpus: int = 2) -> None:
     monkeypatch.setitem(sys.modules, "cupy", cupy)
     monkeypatch.setitem(sys.modules, "cupyx", cupyx)
     monkeypatch.setattr(devices, "visible_device_count", lambda: n_gpus)
-    monkeypatch.setattr(devices, "_worker_context", lambda device: contextlib.nullcontext())
+    monkeypatch.setattr(devices, "_worker_context", lambda device, budget=None: contextlib.nullcontext())
     monkeypatch.setattr(device_state, "lend_streams", lent_streams)
     monkeypatch.setattr(devices, "_release_memory", lambda device: None)
     monkeypatch.setattr(_validate, "add_nonfinite_count", lambda counter, arr: None)

@@ -16,7 +16,7 @@ from leveret import devices
 def fake_gpus(monkeypatch):
     """A host with 4 visible GPUs whose workers need no CUDA."""
     monkeypatch.setattr(devices, "visible_device_count", lambda: 4)
-    monkeypatch.setattr(devices, "_worker_context", lambda device: contextlib.nullcontext())
+    monkeypatch.setattr(devices, "_worker_context", lambda device, budget=None: contextlib.nullcontext())
     monkeypatch.setattr(devices, "_release_memory", lambda device: None)
     return 4
 

@@ -23,7 +23,7 @@ from leveret import devices as dv
 from leveret.geometry import ParallelGeometry
 from leveret.operators import Projector
 
-from cases import GEOMETRIES, MODELS, STRUCTURED, TALL
+from cases import GEOMETRIES, MODELS, STRUCTURED, TALL, gpu_memory_for_arrays
 
 pytestmark = pytest.mark.gpu
 
@@ -319,7 +319,7 @@ def test_fdk_on_devices_without_room_for_the_filtered_views_filters_per_slab(rng
     filters its own rows, on one GPU as on several."""
     cp = _cupy()
     geometry, volume, proj = _fdk_case(rng)
-    kw = dict(slab_slices=7, chunk_views=6, max_gpu_memory=200_000, backend="cuda")
+    kw = dict(slab_slices=7, chunk_views=6, max_gpu_memory=gpu_memory_for_arrays(200_000), backend="cuda")
     ref = leveret.fdk(proj, geometry, volume, **kw)
     split: dict = {}
     got = leveret.fdk(proj, geometry, volume, devices=two_workers(), stats=split, **kw)
@@ -347,7 +347,7 @@ def test_fdk_on_one_gpu_in_slabs_runs_two_workers_where_the_filtered_views_fit(r
 
 def test_workers_sharing_a_gpu_share_its_memory_cap(rng, monkeypatch):
     """``max_gpu_memory`` is per GPU: two workers sharing one plan their slabs
-    with half of it each."""
+    with half of its arrays' share each."""
     _cupy()
     fdk_module = sys.modules["leveret.algorithms.fdk"]   # leveret.algorithms.fdk is also the function
     geometry, volume, proj = _fdk_case(rng)
@@ -358,11 +358,12 @@ def test_workers_sharing_a_gpu_share_its_memory_cap(rng, monkeypatch):
         return original(geometry, volume, backend, max_gpu_memory, slab_slices, budget=budget)
 
     monkeypatch.setattr(fdk_module, "_plan_slabs", spy)
-    cap = 3_000_000
+    arrays = 3_000_000
+    cap = gpu_memory_for_arrays(arrays)
     leveret.fdk(proj, geometry, volume, backend="cuda", max_gpu_memory=cap,
                 devices=dv.DeviceSet([0, 0], shared=True))
     leveret.fdk(proj, geometry, volume, backend="cuda", max_gpu_memory=cap)
-    assert caps == [cap // 2, cap]
+    assert caps == [arrays // 2, arrays]
 
 
 def test_fdk_on_devices_gives_every_worker_a_slab(rng):

@@ -48,16 +48,20 @@ def _threaded(jobs, rounds: int = ROUNDS, own_stream: bool = False) -> list[list
 
 
 def _check(jobs, own_stream: bool = False) -> None:
-    """Serial results are repeatable, and every threaded call equals its job's serial one."""
+    """Every threaded call equals its job's serial one: bit for bit where a
+    call alone repeats bit for bit; where it does not (sums by atomic
+    additions, whose order varies), within ten times the spread of two
+    serial calls plus float32 rounding of the peak."""
     alone = [_host(job()) for job in jobs]
     again = [_host(job()) for job in jobs]
-    for a, b in zip(alone, again):
-        np.testing.assert_array_equal(a, b)   # the premise: a call alone is repeatable
     for i, results in enumerate(_threaded(jobs, own_stream=own_stream)):
+        peak = np.abs(alone[i]).max()
+        bound = 10 * np.abs(again[i] - alone[i]).max()
+        bound = bound and bound + 2.0 ** -23 * peak   # 0 where the call repeats exactly
         for r, got in enumerate(results):
-            assert np.array_equal(got, alone[i]), (
-                f"job {i}, round {r}: differs from the call made alone by up to "
-                f"{np.abs(got - alone[i]).max() / np.abs(alone[i]).max():.3g} of its peak")
+            off = np.abs(got - alone[i]).max()
+            assert off <= bound, (f"job {i}, round {r}: differs from the call made alone by up to "
+                                  f"{off / peak:.3g} of its peak (serial spread {bound / peak:.3g})")
 
 
 def _cone(i: int):

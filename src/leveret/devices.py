@@ -140,7 +140,7 @@ class DeviceSet:
         return int(min(per))
 
     def run(self, chunks: Sequence[tuple[int, int]], work: Callable, *, fixed: bool = False,
-            align: int = 1) -> list:
+            align: int = 1, budgets: dict | None = None) -> list:
         """Run ``work(worker, start, stop)`` for every range of ``chunks`` on the workers.
 
         Parameters
@@ -161,6 +161,9 @@ class DeviceSet:
             multiples of ``align`` (work done in tiles of that many elements,
             e.g. the 3D Radon kernel's 4-slice tiles, keeps its tiles whole);
             a range of ``align`` elements or fewer that does not fit re-raises.
+        budgets : dict, optional
+            GPU id -> :class:`leveret.cuda.device_state.MemoryBudget` its
+            workers allocate under (a call's ``max_gpu_memory``).
 
         Returns
         -------
@@ -190,10 +193,11 @@ class DeviceSet:
                     with lock:
                         results.append(item)
 
-        self._start(body)
+        self._start(body, budgets)
         return sorted(results, key=lambda r: r[0])
 
-    def run_pipelines(self, chunks: Sequence[tuple[int, int]], work: Callable) -> list:
+    def run_pipelines(self, chunks: Sequence[tuple[int, int]], work: Callable, *,
+                      budgets: dict | None = None) -> list:
         """Run ``work(worker, ranges)`` once per worker, ``ranges`` an iterator
         over the ranges of ``chunks`` this worker takes from the shared queue
         (lazily: a worker takes the next range when it asks for it).
@@ -202,6 +206,7 @@ class DeviceSet:
         streams and pinned buffers per GPU across many ranges. No
         out-of-memory shrink here: such callers plan their ranges from the
         smallest GPU's free memory. Returns ``work``'s results in worker order.
+        ``budgets`` as for :meth:`run`.
         """
         shared_queue = work_queue(_check_chunks(chunks))
 
@@ -211,23 +216,23 @@ class DeviceSet:
                     yield chunk
             return work(worker, ranges())
 
-        return self.run_each(each)
+        return self.run_each(each, budgets=budgets)
 
-    def run_each(self, work: Callable) -> list:
+    def run_each(self, work: Callable, *, budgets: dict | None = None) -> list:
         """Run ``work(worker, stop)`` once in each worker's thread (its GPU
         current, its stream the current stream); ``stop`` is a
         ``threading.Event`` set when another worker failed. For work that
         deals itself (e.g. a queue per GPU). Returns the results in worker
-        order; the first exception is re-raised."""
+        order; the first exception is re-raised. ``budgets`` as for :meth:`run`."""
         results = [None] * len(self.ids)
 
         def body(worker, stop):
             results[worker.index] = work(worker, stop)
 
-        self._start(body)
+        self._start(body, budgets)
         return results
 
-    def _start(self, body) -> None:
+    def _start(self, body, budgets: dict | None = None) -> None:
         """Run ``body(worker, stop)`` once per entry, each in a worker thread
         (:func:`_lend_threads`) with its GPU current; the first exception
         sets ``stop`` and is re-raised here, as is Ctrl-C (after every
@@ -239,7 +244,7 @@ class DeviceSet:
 
         def guarded(worker):
             try:
-                with _worker_context(worker.device):
+                with _worker_context(worker.device, (budgets or {}).get(worker.device)):
                     body(worker, stop)
             except BaseException as exc:   # noqa: BLE001 - handed to the caller below
                 with lock:
@@ -433,10 +438,12 @@ def _positive(name: str, value) -> int:
     return int(value)
 
 
-def _worker_context(device: int):
+def _worker_context(device: int, budget=None):
     """The GPU ``device`` current and a lent non-blocking stream
-    (:meth:`leveret.cuda.device_state.DeviceState.lend_streams`: the next call's worker gets it back, and
-    with it the memory its allocations left cached) the current stream."""
+    (:meth:`leveret.cuda.device_state.DeviceState.lend_streams`: the next
+    call's worker gets it back, and with it the memory its allocations left
+    cached) the current stream; allocations under ``budget`` (a
+    ``MemoryBudget``) where one is given."""
     import cupy
 
     from .cuda import device_state
@@ -445,6 +452,8 @@ def _worker_context(device: int):
     stack.enter_context(cupy.cuda.Device(device))
     stream, = stack.enter_context(device_state.lend_streams(1))
     stack.enter_context(stream)
+    if budget is not None:
+        stack.enter_context(budget.active())
     return stack
 
 

@@ -1,6 +1,7 @@
 """FDK: filtered back-projection for cone-beam scans given as projection matrices."""
 from __future__ import annotations
 
+import contextlib
 import functools
 import threading
 
@@ -45,7 +46,12 @@ def fdk(projections, geometry, volume: VolumeGeometry, *, filter: str = "ram-lak
         spellings "single" and "double" still work (FutureWarning).
     max_gpu_memory : int, optional
         Bytes of GPU memory the reconstruction may use on each GPU (default:
-        what is free), shared by the GPU's workers (``devices``). A volume
+        what is free), shared by the GPU's workers (``devices``): the call's
+        peak, its arrays, textures and cuFFT work areas together (they come
+        from a pool of the call's own, limited, and an eighth of the budget
+        is set aside for textures: ``leveret.cuda.device_state.MemoryBudget``);
+        CuPy input and output are the caller's and not counted. A budget
+        too small for one slab is a ValueError before any work. A volume
         that does not fit is reconstructed in z-slabs, each fed only the
         detector rows its voxels project to. From NumPy input on one GPU,
         two workers share it, as ``devices=DeviceSet([d, d], shared=True)``
@@ -138,6 +144,11 @@ def fdk(projections, geometry, volume: VolumeGeometry, *, filter: str = "ram-lak
     settings = dict(filter=filter, cutoff=cutoff, padding=padding, short_scan=short_scan,
                     interpolation=interpolation, kernel=kernel, backend=backend, dtype=dtype, stats=stats)
     devices = devices_for_backend(devices, backend)
+    cap = None if max_gpu_memory is None else v.positive_int("max_gpu_memory", max_gpu_memory)
+    if backend != "cuda":
+        cap = None
+    # The plans fill the pool's share of the budget with arrays; textures and cuFFT have theirs.
+    max_gpu_memory = None if cap is None else _pool_share(cap)
     slabs, planned_views = _plan_slabs(geometry, volume, backend, _worker_cap(max_gpu_memory, devices),
                                        slab_slices, budget=None if devices is None else devices.free_bytes())
     if devices is None and backend == "cuda" and not input_on_gpu and slabs != [(0, volume.nz)]:
@@ -159,15 +170,44 @@ def fdk(projections, geometry, volume: VolumeGeometry, *, filter: str = "ram-lak
     if chunk_views is not None:
         settings["chunk_views"] = v.positive_int("chunk_views", chunk_views)
     settings["fixed_chunks"] = chunk_views is not None
+    budgets = {}
+    if cap is not None:
+        import cupy
+
+        from ..cuda.device_state import MemoryBudget
+        ids = [cupy.cuda.Device().id] if devices is None else sorted(set(devices.ids))
+        workers = 1 if devices is None else max(map(devices.ids.count, devices.ids))
+        # textures in use at once: half of their share (the budget's cache keeps the other half)
+        settings["texture_bytes"] = cap // TEXTURE_SHARE // 2 // workers
+        _check_texture_room(settings, geometry)
+        budgets = {d: MemoryBudget(d, cap, cap // TEXTURE_SHARE) for d in ids}
+    try:
+        return _dispatch(projections, geometry, volume, devices, slabs, budgets, max_gpu_memory, slab_slices,
+                         progress, settings)
+    finally:
+        for budget in budgets.values():
+            budget.close()
+
+
+def _dispatch(projections, geometry, volume, devices, slabs, budgets, max_gpu_memory, slab_slices, progress,
+              settings):
+    """Run the FDK plan: one device or several, the volume whole or in slabs,
+    under the memory budgets (GPU id -> ``MemoryBudget``) where there are."""
+    stats, backend = settings["stats"], settings["backend"]
+    here = budgets.get(_current_device()) if budgets else None
     if devices is None:
-        if slabs == [(0, volume.nz)]:
-            return _reconstruct(projections, geometry, volume, progress=progress, **settings)
-        return _fdk_slabs(projections, geometry, volume, slabs, progress=progress, max_gpu_memory=max_gpu_memory,
-                          **settings)
+        if slabs != [(0, volume.nz)]:
+            return _fdk_slabs(projections, geometry, volume, slabs, progress=progress, budget=here, **settings)
+        result = None
+        if not isinstance(projections, np.ndarray) and backend == "cuda":   # the caller's, beside the budget
+            import cupy
+            result = cupy.zeros(volume.shape, settings["dtype"])
+        with here.active() if here is not None else contextlib.nullcontext():
+            return _reconstruct(projections, geometry, volume, progress=progress, result=result, **settings)
     plan = plan_devices(geometry, volume, devices, settings["chunk_views"], max_gpu_memory, slab_slices)
     if plan is not None:
         return _fdk_devices_filter_once(devices, plan, projections, geometry, volume, progress=progress,
-                                        **settings)
+                                        budgets=budgets, **settings)
     if slab_slices is None and len(slabs) < len(devices):   # every GPU gets a slab (as _plan_slabs cuts)
         step = -(-volume.nz // len(devices))
         slabs = ranges(volume.nz, step)
@@ -176,15 +216,66 @@ def fdk(projections, geometry, volume: VolumeGeometry, *, filter: str = "ram-lak
         slabs, y_parts = _slabs_in_boxes(geometry, volume, slabs, settings["chunk_views"], len(devices),
                                          _gpu_budget(_worker_cap(max_gpu_memory, devices), devices.free_bytes()))
     filtering: dict = {}   # the filtering pass's time split, added to the slabs' below
-    seen = _FilteredOnHost.make(projections, geometry, volume, progress=progress, stats=filtering,
-                                **{k: x for k, x in settings.items() if k != "stats"})
+    with here.active() if here is not None else contextlib.nullcontext():
+        seen = _FilteredOnHost.make(projections, geometry, volume, progress=progress, stats=filtering,
+                                    **{k: x for k, x in settings.items() if k != "stats"})
     if seen is not None:   # the slabs upload rows of the filtered views
         projections, settings["weighted"] = seen, True
-    out = _fdk_devices(devices, projections, geometry, volume, slabs, y_parts, progress=progress, **settings)
+    out = _fdk_devices(devices, projections, geometry, volume, slabs, y_parts, progress=progress,
+                       budgets=budgets, **settings)
     if stats is not None:
         from ..pipeline import add_stats
         add_stats(stats, filtering)
     return out
+
+
+#: A GPU memory budget sets this fraction (1 / TEXTURE_SHARE) aside for textures.
+TEXTURE_SHARE = 8
+#: Bytes of a budget's pool the plans leave for the small arrays they do not
+#: count (tables, counters) and the pool's rounding of every block to 512 bytes.
+PLAN_SLACK = 1 << 20
+
+
+def _pool_share(cap: int) -> int:
+    """Bytes of a GPU budget of ``cap`` bytes that the plans fill with arrays
+    (the rest: textures, cuFFT's own memory (``MemoryBudget``) and
+    ``PLAN_SLACK``); ValueError naming ``max_gpu_memory`` where nothing is left."""
+    from ..cuda.device_state import MemoryBudget
+    share = cap - cap // TEXTURE_SHARE - MemoryBudget.CUFFT_RESERVE - PLAN_SLACK
+    if share < 1:
+        raise ValueError(f"max_gpu_memory: {cap} bytes leave nothing for arrays beside an eighth for textures "
+                         f"and {(MemoryBudget.CUFFT_RESERVE + PLAN_SLACK) >> 20} MiB for cuFFT's plans and "
+                         f"small tables; give at least {(MemoryBudget.CUFFT_RESERVE + PLAN_SLACK) * 8 // 7 + 8} "
+                         f"bytes and a slab's worth more")
+    return share
+
+
+def _current_device() -> int:
+    import cupy
+    return cupy.cuda.Device().id
+
+
+def _texture_views(settings: dict, geometry, rows: int) -> int | None:
+    """Views of ``rows`` detector rows whose texture fits a worker's share of
+    the budget's texture bytes (None: no budget)."""
+    share = settings.get("texture_bytes")
+    if share is None:
+        return None
+    return max(1, share // (rows * geometry.n_cols * 4))
+
+
+def _check_texture_room(settings: dict, geometry) -> None:
+    """A budget's texture share holds one view; given view chunks fit it."""
+    fit = settings["texture_bytes"] // (geometry.n_rows * geometry.n_cols * 4)
+    if fit < 1:
+        raise ValueError(f"max_gpu_memory: too small for one view's texture ({geometry.n_rows} x "
+                         f"{geometry.n_cols}: {geometry.n_rows * geometry.n_cols * 4 / 2**20:.1f} MiB, of an "
+                         f"eighth of the budget shared by the GPU's workers)")
+    if settings["fixed_chunks"] and settings["chunk_views"] > fit:
+        raise ValueError(f"chunk_views: {settings['chunk_views']} views take more texture memory than "
+                         f"max_gpu_memory leaves for them ({settings['texture_bytes'] / 2**20:.1f} MiB a "
+                         f"worker): at most {fit}")
+    settings["chunk_views"] = min(settings["chunk_views"], fit)
 
 
 def _worker_cap(max_gpu_memory, devices):
@@ -194,10 +285,11 @@ def _worker_cap(max_gpu_memory, devices):
     return v.positive_int("max_gpu_memory", max_gpu_memory) // max(map(devices.ids.count, devices.ids))
 
 
-def _fdk_slabs(projections, geometry, volume, slabs, *, progress, max_gpu_memory, **settings):
+def _fdk_slabs(projections, geometry, volume, slabs, *, progress, budget=None, **settings):
     """FDK on one device, z-slab after z-slab, each from the rows it sees (the
-    CPU; a GPU with CuPy input, or with a cap too small for two workers)."""
-    backend, dtype = settings["backend"], settings["dtype"]
+    CPU; a GPU with CuPy input, or with a cap too small for two workers);
+    each slab's work under ``budget`` (a ``MemoryBudget``) where one is given."""
+    dtype = settings["dtype"]
     input_on_gpu = not isinstance(projections, np.ndarray)
 
     if input_on_gpu:
@@ -212,11 +304,11 @@ def _fdk_slabs(projections, geometry, volume, slabs, *, progress, max_gpu_memory
         if rows is None:
             out[k0:k1] = 0   # the slab projects off the detector in every view
             continue
-        out[k0:k1] = _reconstruct(projections[:, rows[0]:rows[1]], geometry.crop_rows(*rows), slab,
-                                  progress=False, **settings)
-        if backend == "cuda" and max_gpu_memory is not None:
-            import cupy   # hand cached blocks back, so the cap holds for the whole run
-            cupy.get_default_memory_pool().free_all_blocks()
+        with budget.active() if budget is not None else contextlib.nullcontext():
+            part = _reconstruct(projections[:, rows[0]:rows[1]], geometry.crop_rows(*rows), slab,
+                                progress=False, **settings)
+        out[k0:k1] = part
+        del part   # back to the budget's pool before the next slab
     return out
 
 
@@ -302,7 +394,7 @@ def _device_free_bytes(device: int) -> int:
 
 def _fdk_devices_filter_once(devices, plan, projections, geometry, volume, *, progress, stats, filter, cutoff,
                              padding, short_scan, interpolation, kernel, backend, dtype, chunk_views,
-                             fixed_chunks):
+                             fixed_chunks, texture_bytes=None, budgets=None):
     """FDK on several GPUs as :func:`plan_devices` shares it.
 
     Each worker takes a slab of its GPU's range, then view chunks from its
@@ -344,6 +436,9 @@ def _fdk_devices_filter_once(devices, plan, projections, geometry, volume, *, pr
     if not fixed_chunks:
         call_views = min(_call_views(geometry, chunk_views, geometry.n_rows),
                          op.cached_views(share=2 * max(map(devices.ids.count, devices.ids))))
+        if texture_bytes is not None:
+            call_views = min(call_views, _texture_views({"texture_bytes": texture_bytes}, geometry,
+                                                        geometry.n_rows))
     by_device = {part.device: part for part in plan}
     state = {part.device: {"views": dv.work_queue([(j, j + 1) for j in range(n_chunks)]),
                            "slabs": dv.work_queue(part.slabs), "lock": threading.Lock(), "buffer": None,
@@ -475,7 +570,7 @@ def _fdk_devices_filter_once(devices, plan, projections, geometry, volume, *, pr
     from tqdm.auto import tqdm
     try:
         with tqdm(total=volume.nz, desc="fdk slices", unit="slice", disable=not progress, leave=False) as bar:
-            results = devices.run_each(body)
+            results = devices.run_each(body, budgets=budgets)
     finally:
         state.clear()   # the GPUs' filtered views: freed now, not whenever a reference cycle is collected
     n_bad = sum(n for n, _ in results)
@@ -503,7 +598,8 @@ class _DeviceSlab:
         self.download = None if host_out is None else SlabDownload(self.res, alignment, host_out=host_out)
 
 
-def _fdk_devices(devices, projections, geometry, volume, slabs, y_parts=1, *, progress, stats, **settings):
+def _fdk_devices(devices, projections, geometry, volume, slabs, y_parts=1, *, progress, stats, budgets=None,
+                 **settings):
     """FDK with the z-slabs dealt to several GPUs (or workers sharing one),
     where a GPU cannot hold the filtered views: each slab takes the detector
     rows it sees, filtered once into host memory (:class:`_FilteredOnHost`)
@@ -578,7 +674,7 @@ def _fdk_devices(devices, projections, geometry, volume, slabs, y_parts=1, *, pr
     from tqdm.auto import tqdm
     try:
         with tqdm(total=volume.nz, desc="fdk slices", unit="slice", disable=not progress, leave=False) as bar:
-            devices.run(slabs, work)
+            devices.run(slabs, work, budgets=budgets)
             if staging is not None:
                 staging.drain()
     finally:
@@ -632,7 +728,8 @@ def _slab_settings(settings: dict, geometry, rows) -> dict:
     times as many views: fewer, larger back-projection calls."""
     if not settings.get("weighted") or settings["fixed_chunks"]:
         return settings
-    return dict(settings, chunk_views=_call_views(geometry, settings["chunk_views"], rows[1] - rows[0]))
+    views = _call_views(geometry, settings["chunk_views"], rows[1] - rows[0])
+    return dict(settings, chunk_views=min(views, _texture_views(settings, geometry, rows[1] - rows[0]) or views))
 
 
 def _call_views(geometry, chunk_views: int, rows: int) -> int:
@@ -703,13 +800,18 @@ def _plan_slabs(geometry, volume, backend, max_gpu_memory, slab_slices, budget=N
         # arrays the chunks stay small (HOST_CHUNKS), and so kernel B:
         # streaming is the limit there.
         chunk_views = max(1, min(max(RAY_MIN_VIEWS, -(-geometry.n_views // 16)), budget // 4 // view_bytes))
-    if slab_slices is None and backend == "cuda":
+    if backend == "cuda":
         slice_bytes = volume.ny * volume.nx * 4
-        slab_slices = (budget - chunk_views * view_bytes) // slice_bytes
-        if slab_slices < 1:
-            raise ValueError(f"volume: {volume.shape} cannot be reconstructed within "
-                             f"{budget / 2**20:.2f} MiB of GPU memory even in slabs (one slice "
-                             f"{slice_bytes / 2**20:.2f} MiB plus {view_bytes / 2**20:.2f} MiB per view)")
+        fit = (budget - chunk_views * view_bytes) // slice_bytes
+        need = f"one slice {slice_bytes / 2**20:.2f} MiB plus {view_bytes / 2**20:.2f} MiB per view"
+        if slab_slices is None and fit < 1:
+            name = "volume" if max_gpu_memory is None else "max_gpu_memory"
+            raise ValueError(f"{name}: {volume.shape} cannot be reconstructed within {budget / 2**20:.2f} MiB "
+                             f"of GPU memory for arrays even in slabs ({need})")
+        if slab_slices is not None and max_gpu_memory is not None and slab_slices > fit:
+            raise ValueError(f"slab_slices: {slab_slices} slices do not fit the {budget / 2**20:.2f} MiB "
+                             f"max_gpu_memory leaves for arrays ({need}): at most {max(fit, 0)}")
+        slab_slices = fit if slab_slices is None else slab_slices
     elif slab_slices is None:
         slab_slices = volume.nz
     slab_slices = min(slab_slices, volume.nz)
@@ -761,7 +863,8 @@ class FDKWeighting:
 
 def _reconstruct(projections, geometry, volume, *, filter, cutoff, padding, short_scan, interpolation, kernel,
                  backend, dtype, chunk_views, fixed_chunks, progress, stats=None,
-                 host_out=None, staging=None, weighted: bool = False, in_elements: int = 0):
+                 host_out=None, staging=None, weighted: bool = False, in_elements: int = 0,
+                 texture_bytes=None, result=None):
     """FDK of one volume (or slab) from the projections it needs.
 
     ``host_out``: the NumPy array that NumPy input's result is downloaded
@@ -770,8 +873,10 @@ def _reconstruct(projections, geometry, volume, *, filter, cutoff, padding, shor
     ``host_out`` are done (the staging's ``drain`` waits for them).
     ``weighted``: the NumPy projections are weighted and filtered already
     (:class:`_FilteredOnHost`), and checked for non-finite values.
-    ``in_elements``: the
-    least size of the pipeline's input buffers (``stream_chunks``)."""
+    ``in_elements``: the least size of the pipeline's input buffers
+    (``stream_chunks``). ``texture_bytes``: the texture memory a call may
+    take (a budget's share; None: no limit). ``result``: a zeroed device
+    array to accumulate into (CuPy input; default a new one)."""
     filtered = FDKWeighting(geometry, filter=filter, cutoff=cutoff, padding=padding, short_scan=short_scan)
     op = ConeBackprojection(geometry, volume, backend=backend, interpolation=interpolation,
                             matrices=filtered.frames["normalised"], kernel=kernel)
@@ -781,7 +886,9 @@ def _reconstruct(projections, geometry, volume, *, filter, cutoff, padding, shor
         import cupy as xp
     else:
         xp = np
-    out = xp.zeros(volume.shape, dtype=dtype)
+    out = xp.zeros(volume.shape, dtype=dtype) if result is None else result
+    if texture_bytes is not None and not fixed_chunks:
+        chunk_views = min(chunk_views, _texture_views({"texture_bytes": texture_bytes}, geometry, geometry.n_rows))
     # filtering overlaps the transfers
     chunks = _view_chunks(geometry.n_views, chunk_views,
                           from_host=on_gpu and not input_on_gpu and not fixed_chunks and not weighted)

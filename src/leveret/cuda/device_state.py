@@ -23,6 +23,11 @@ Two kinds of state are safe as CuPy keeps them: cuFFT plans (cached per
 thread and device) and the device memory pool (guarded by its own lock).
 Pinned host memory (:mod:`leveret.pipeline`) is one pool for every GPU,
 its blocks registered as portable, guarded by a lock.
+
+A call given a GPU memory budget runs under a :class:`MemoryBudget`: a memory
+pool of its own, limited, for every CuPy allocation of the threads that enter
+it, and a texture cache of its own, limited: what the call holds on the GPU
+cannot exceed the budget, whatever the plan estimated.
 """
 from __future__ import annotations
 
@@ -32,6 +37,7 @@ from typing import Callable
 
 _registry_lock = threading.Lock()
 _states: dict[int, "DeviceState"] = {}
+_local = threading.local()   # .budget: the MemoryBudget this thread's call runs under, or None
 
 
 class _ConstantSlot:
@@ -174,3 +180,90 @@ def upload(host, dtype=None):
     device = cupy.asarray(host, dtype)
     cupy.cuda.get_current_stream().synchronize()
     return device
+
+
+class MemoryBudget:
+    """At most ``limit`` bytes of GPU ``device``'s memory for one call.
+
+    The threads of the call enter :meth:`active`: their CuPy allocations on
+    the budget's GPU (arrays, and cuFFT's work areas) then come from a memory
+    pool of the budget's own, whose limit is ``limit`` less the textures'
+    share and :data:`CUFFT_RESERVE`; the pool frees its cached blocks and
+    retries before it fails, so it never holds more. The call's textures
+    (:mod:`leveret.cuda.texture`) are kept in a cache of the budget's own of
+    at most ``texture_bytes // 2`` (a texture leaving it is freed at once,
+    once its kernels are done), and the textures in use at once must be
+    planned within the other half. :meth:`close` frees both.
+
+    Parameters
+    ----------
+    device : int
+    limit : int
+        Bytes in all.
+    texture_bytes : int
+        Bytes of the limit set aside for CUDA arrays (textures).
+    """
+
+    #: cuFFT's own memory per plan cache (its work areas come from the pool)
+    CUFFT_RESERVE = 16 << 20
+
+    def __init__(self, device: int, limit: int, texture_bytes: int):
+        import cupy
+
+        self.device, self.limit, self.texture_bytes = int(device), int(limit), int(texture_bytes)
+        self.pool_bytes = self.limit - self.texture_bytes - self.CUFFT_RESERVE
+        if self.pool_bytes <= 0:
+            raise ValueError(f"gpu_memory: {self.limit} bytes leave nothing for arrays beside "
+                             f"{self.texture_bytes + self.CUFFT_RESERVE} bytes of textures and cuFFT plans")
+        self.pool = cupy.cuda.MemoryPool()
+        with cupy.cuda.Device(self.device):
+            self.pool.set_limit(size=self.pool_bytes)
+        self.lock = threading.RLock()
+        self._caches: dict[str, object] = {}
+
+    def __repr__(self) -> str:
+        return (f"MemoryBudget(device={self.device}, limit={self.limit}, pool={self.pool_bytes}, "
+                f"textures={self.texture_bytes})")
+
+    def cache(self, name: str, make: Callable[[], object]):
+        """The budget's cache ``name`` (as :meth:`DeviceState.cache`)."""
+        with self.lock:
+            if name not in self._caches:
+                self._caches[name] = make()
+            return self._caches[name]
+
+    @contextlib.contextmanager
+    def active(self):
+        """This thread's allocations from the budget's pool for the ``with``
+        block; cuFFT plans made inside are dropped on leaving (their work
+        areas belong to the pool)."""
+        import cupy
+
+        previous = getattr(_local, "budget", None)
+        _local.budget = self
+        try:
+            with cupy.cuda.using_allocator(self.pool.malloc):
+                yield self
+        finally:
+            _local.budget = previous
+            with cupy.cuda.Device(self.device):
+                cupy.fft.config.get_plan_cache().clear()
+
+    def close(self) -> None:
+        """Free the budget's textures (once their kernels are done) and its pool's cached blocks."""
+        with self.lock:
+            for cache in self._caches.values():
+                cache.clear()
+        self.pool.free_all_blocks()
+
+
+def active_budget(device: int | None = None) -> "MemoryBudget | None":
+    """The :class:`MemoryBudget` this thread's call runs under on GPU
+    ``device`` (None: the current one), or None."""
+    budget = getattr(_local, "budget", None)
+    if budget is None:
+        return None
+    if device is None:
+        import cupy
+        device = cupy.cuda.Device().id
+    return budget if budget.device == device else None

@@ -20,7 +20,7 @@ from collections import OrderedDict
 import numpy as np
 
 from ._module import upload_pinned
-from .device_state import device_state, known_states
+from .device_state import active_budget, device_state, known_states
 
 CACHE_BYTES = 256 << 20   # per GPU; textures larger than this are freed after use
 CACHE_ENTRIES = 8         # per GPU: two workers' textures of a few shapes each
@@ -35,8 +35,9 @@ class _Cache:
     kept referenced until its event has passed (checked on every ``put``),
     then freed. Used under the GPU state's lock."""
 
-    def __init__(self, entries: int, max_bytes: int, size):
+    def __init__(self, entries: int, max_bytes: int, size, *, strict: bool = False):
         self.entries, self.max_bytes, self.size = entries, max_bytes, size
+        self.strict = strict   # retire by waiting for the object's kernels and freeing it at once
         self.entries_by_key: OrderedDict = OrderedDict()   # (key, serial) -> object
         self.retired: list = []
         self._serial = 0
@@ -56,13 +57,19 @@ class _Cache:
         """Cache ``obj`` (its ``released`` set) as the most recently used entry."""
         cache = self.entries_by_key
         if self.size(obj) > self.max_bytes:
-            self.retired.append(obj)
+            self._retire(obj)
         else:
             self._serial += 1
             cache[(key, self._serial)] = obj
         while len(cache) > self.entries or sum(self.size(o) for o in cache.values()) > self.max_bytes:
-            self.retired.append(cache.popitem(last=False)[1])
+            self._retire(cache.popitem(last=False)[1])
         self.retired[:] = [o for o in self.retired if o.released is not None and not o.released.done]
+
+    def _retire(self, obj) -> None:
+        if self.strict and obj.released is not None:
+            obj.released.synchronize()   # a budget's memory: freed now, not at a later put
+        else:
+            self.retired.append(obj)
 
     def clear(self) -> None:
         """Drop every entry, waiting first for the kernels that read them."""
@@ -75,9 +82,21 @@ class _Cache:
 
 
 def layered_cache(state=None) -> _Cache:
-    """The layered-texture cache of a GPU's state (default: the current GPU's)."""
+    """The layered-texture cache of a GPU's state (default: the current GPU's;
+    under a :class:`leveret.cuda.device_state.MemoryBudget`, the budget's own,
+    of half its texture bytes)."""
+    budget = active_budget() if state is None else None
+    if budget is not None:
+        return budget.cache("layered", lambda: _Cache(CACHE_ENTRIES, budget.texture_bytes // 2,
+                                                      lambda tex: tex.nbytes, strict=True))
     state = device_state() if state is None else state
     return state.cache("layered", lambda: _Cache(CACHE_ENTRIES, CACHE_BYTES, lambda tex: tex.nbytes))
+
+
+def _cache_lock():
+    """The lock of the cache :func:`layered_cache` and :func:`view_cache` return now."""
+    budget = active_budget()
+    return budget.lock if budget is not None else device_state().lock
 
 
 class LayeredTexture:
@@ -146,9 +165,8 @@ def acquire(shape, channels: int, stream, half: bool = False) -> LayeredTexture:
     """A texture of ``shape`` (layers, height, width) on the current GPU, from
     its cache if one is there; ``stream`` waits until its previous user is
     done with it."""
-    state = device_state()
-    with state.lock:
-        tex = layered_cache(state).take((tuple(shape), channels, bool(half)))
+    with _cache_lock():
+        tex = layered_cache().take((tuple(shape), channels, bool(half)))
     if tex is None:
         return LayeredTexture(*shape, channels=channels, half=half)
     if tex.released is not None:
@@ -160,9 +178,8 @@ def release(tex: LayeredTexture, stream) -> None:
     """Give a texture back after the kernels reading it were queued on ``stream``
     (a texture over the cache's budget is freed once those kernels are done)."""
     tex.released = stream.record()
-    state = device_state()
-    with state.lock:
-        layered_cache(state).put((tex.shape, tex.channels, tex.half), tex)
+    with _cache_lock():
+        layered_cache().put((tex.shape, tex.channels, tex.half), tex)
 
 
 def clear_cache() -> None:
@@ -192,12 +209,15 @@ VIEW_CACHE_ENTRIES = 4   # per GPU
 
 
 def view_cache(state=None) -> _Cache:
-    """The per-view texture cache of a GPU's state (default: the current GPU's).
-    The in-place entries hold no memory of their own: only staging copies
-    count against the bytes."""
-    state = device_state() if state is None else state
-    return state.cache("views", lambda: _Cache(VIEW_CACHE_ENTRIES, CACHE_BYTES,
-                                               lambda e: 0 if e.staging is None else e.staging.nbytes))
+    """The per-view texture cache of a GPU's state (default: the current GPU's,
+    or the budget's own under a ``MemoryBudget``, its staging copies in the
+    budget's pool). The in-place entries hold no memory of their own: only
+    staging copies count against the bytes."""
+    budget = active_budget() if state is None else None
+    holder = budget if budget is not None else (device_state() if state is None else state)
+    return holder.cache("views", lambda: _Cache(VIEW_CACHE_ENTRIES, CACHE_BYTES,
+                                                lambda e: 0 if e.staging is None else e.staging.nbytes,
+                                                strict=budget is not None))
 
 
 class ViewTextures:
@@ -256,13 +276,12 @@ def view_textures(projections, stream) -> ViewTextures:
     if cols > max_width or rows > max_height:
         raise ValueError(f"projections: {rows} x {cols} views exceed the device's 2D texture limits "
                          f"({max_height} rows, {max_width} columns)")
-    state = device_state()
     row_bytes, view_bytes = cols * 4, rows * cols * 4
     aligned = projections.data.ptr % base == 0 and view_bytes % base == 0 and row_bytes % pitch_align == 0
     if aligned and projections.flags.c_contiguous:
         key = (projections.data.ptr, projections.shape)
-        with state.lock:
-            entry = view_cache(state).take(key)
+        with _cache_lock():
+            entry = view_cache().take(key)
         if entry is None:
             entry = ViewTextures(projections, stream)
         else:   # only read, not refilled: its handles need to have landed, no more
@@ -270,8 +289,8 @@ def view_textures(projections, stream) -> ViewTextures:
         entry.key = key
         return entry
     key = ("staging", projections.shape)
-    with state.lock:
-        entry = view_cache(state).take(key)
+    with _cache_lock():
+        entry = view_cache().take(key)
     if entry is None:
         pitch = -(-row_bytes // pitch_align) * pitch_align // 4            # floats per row
         stride = -(-rows * pitch * 4 // base) * base // 4                  # floats per view
@@ -292,6 +311,5 @@ def view_textures(projections, stream) -> ViewTextures:
 def release_views(entry: ViewTextures, stream) -> None:
     """Give ``entry`` back after the kernels reading it were queued on ``stream``."""
     entry.released = stream.record()
-    state = device_state()
-    with state.lock:
-        view_cache(state).put(entry.key, entry)
+    with _cache_lock():
+        view_cache().put(entry.key, entry)
