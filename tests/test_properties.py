@@ -261,6 +261,60 @@ def test_projector_ray_tables_are_checked_before_they_are_built(monkeypatch):
         Projector(g, VolumeGeometry((4, 64, 64)), backend="cpu")
 
 
+@pytest.mark.parametrize("call", ["radon3d_fbp", "sirt", "project_parallel", "project_2d", "project_cone",
+                                  "project_radon"])
+def test_allocations_beyond_memory_are_value_errors_before_any_work(call, monkeypatch):
+    """Each of these allocates a result (or the iterations' arrays) in one piece:
+    beyond what the process may use, a ValueError names the argument first."""
+    from leveret.geometry import RadonGeometry
+    d = np.random.default_rng(0).standard_normal((64, 3))
+    radon = RadonGeometry(d / np.linalg.norm(d, axis=1, keepdims=True), 128)
+    par3 = ParallelGeometry(np.linspace(0, np.pi, 180, endpoint=False), 256, n_rows=16)
+    op = Projector(par3, VolumeGeometry((16, 256, 256)), backend="cpu") if call == "sirt" else None
+    monkeypatch.setattr("leveret.memory.host_available_bytes", lambda: 1 << 20)
+    head = leveret.phantom.shepp_logan_3d()
+    calls = {
+        "radon3d_fbp": ("volume", lambda: leveret.radon3d_fbp(np.zeros((64, 128), np.float32), radon,
+                                                              VolumeGeometry((128, 128, 128)), backend="cpu")),
+        "sirt": ("projector", lambda: leveret.sirt(np.zeros(par3.projection_shape, np.float32), op, 1)),
+        "project_parallel": ("geometry", lambda: head.project(par3)),
+        "project_2d": ("geometry", lambda: leveret.phantom.shepp_logan_ellipses().project(
+            ParallelGeometry(np.linspace(0, np.pi, 720, endpoint=False), 512))),
+        "project_cone": ("geometry", lambda: head.project(ConeGeometry.circular(
+            np.linspace(0, 2 * np.pi, 90, endpoint=False), 100.0, 200.0, 64, 64, 1.0))),
+        "project_radon": ("geometry", lambda: head.project_radon(RadonGeometry(radon.directions, 4096))),
+    }
+    name, run = calls[call]
+    with pytest.raises(ValueError, match=f"^{name}: .* would take .* but only 1 MiB"):
+        run()
+
+
+ULIMIT_SCRIPT = """
+import resource, sys, time
+import numpy as np
+import leveret
+resource.setrlimit(resource.RLIMIT_AS, (4 << 30, resource.RLIMIT_AS))
+from leveret.memory import host_available_bytes
+print(host_available_bytes() < 4 << 30)
+g = leveret.ParallelGeometry(np.linspace(0, np.pi, 8, endpoint=False), 8)
+t0 = time.perf_counter()
+try:
+    leveret.fbp(np.zeros((8, 8), np.float32), g, leveret.VolumeGeometry((40000, 40000)), backend="cpu")
+except ValueError as exc:
+    print(str(exc).split(":")[0], time.perf_counter() - t0 < 5)
+"""
+
+
+def test_an_address_space_limit_counts_as_memory_the_process_cannot_use():
+    """Under ``ulimit -v`` (RLIMIT_AS) a 6 GiB result fails however much the host
+    has free: the check names the argument at once instead of NumPy failing."""
+    import subprocess
+    import sys
+    script = ULIMIT_SCRIPT.replace("resource.RLIMIT_AS))", "resource.getrlimit(resource.RLIMIT_AS)[1]))")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert out.stdout.split() == ["True", "volume", "True"], out.stdout + out.stderr
+
+
 def test_fdk_refuses_views_that_all_look_from_one_direction():
     g = ConeGeometry.circular(np.zeros(8), 100.0, 200.0, 16, 16, 1.0)
     with pytest.raises(ValueError, match="^geometry: all 8 views have the same source position"):

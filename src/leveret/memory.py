@@ -10,13 +10,36 @@ from .filters import padded_length
 
 def host_available_bytes() -> int:
     """Memory this process may use now: the host's available memory (Linux:
-    MemAvailable), or less where a container's limit (cgroup) leaves less;
-    a cautious 2 GiB where neither can be read."""
-    host = _meminfo_available()
-    limit = cgroup_available_bytes()
-    if host is None:
-        return limit if limit is not None else 2 << 30
-    return host if limit is None else min(host, limit)
+    MemAvailable), or less where a container's limit (cgroup) or the
+    process's address-space limit (``ulimit -v``, RLIMIT_AS) leaves less; a
+    cautious 2 GiB where none can be read."""
+    found = [a for a in (_meminfo_available(), cgroup_available_bytes(), address_space_available_bytes())
+             if a is not None]
+    return min(found) if found else 2 << 30
+
+
+def address_space_available_bytes(status: str = "/proc/self/status") -> int | None:
+    """Bytes of address space this process may still map under its RLIMIT_AS
+    (the soft limit less the VmSize that ``status`` reports), or None where
+    there is no limit. An allocation beyond it fails however much memory the
+    host has free."""
+    try:
+        import resource
+        soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    except (ImportError, OSError, ValueError):
+        return None
+    if soft == resource.RLIM_INFINITY or soft < 0:
+        return None
+    used = 0
+    try:
+        with open(status) as fh:
+            for line in fh:
+                if line.startswith("VmSize:"):
+                    used = int(line.split()[1]) * 1024
+                    break
+    except (OSError, ValueError, IndexError):
+        pass
+    return max(int(soft) - used, 0)
 
 
 def _meminfo_available() -> int | None:

@@ -30,6 +30,7 @@ about one projection set (at most 2 GiB per batch of views; see ``Projector``).
 """
 from __future__ import annotations
 
+import math
 import time
 
 import numpy as np
@@ -50,6 +51,10 @@ def _setup(projections, projector, iterations, x0, bounds):
     if b.shape != tuple(projector.projection_shape):
         raise ValueError(f"projections: expected shape {tuple(projector.projection_shape)} "
                          f"(the projector's geometry), got {b.shape}")
+    if xp is np:   # the iterate, its update and their weights; the data, residual and theirs
+        itemsize = np.dtype(projector.dtype).itemsize
+        v.check_allocation("projector", 3 * itemsize * (math.prod(projector.volume.shape) + b.size),
+                           "the iterations' volumes and projections")
     v.check_finite_array("projections", b)
     b = xp.ascontiguousarray(b, dtype=projector.dtype)
     if x0 is None:

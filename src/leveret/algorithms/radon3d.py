@@ -181,6 +181,8 @@ def radon3d_fbp(projections, geometry: RadonGeometry, volume: VolumeGeometry | N
     dtype = np.float64 if precision == "float64" else np.float32
     projections = _check_projections(projections, geometry)
     volume = _check_volume(geometry.default_volume() if volume is None else volume)
+    if isinstance(projections, np.ndarray):
+        v.check_allocation("volume", volume.size * np.dtype(dtype).itemsize, "the reconstruction")
     q_weights = _direction_weights(weights, geometry)
     response = second_derivative_response(geometry.n_samples, window, cutoff=cutoff,
                                           spacing=geometry.spacing)

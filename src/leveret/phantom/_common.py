@@ -114,3 +114,10 @@ def shapes_tuple(name: str, shapes, kind: type) -> tuple:
         if not isinstance(item, kind):
             raise ValueError(f"{name}[{i}]: expected an {kind.__name__}, got {type(item).__name__}")
     return items
+
+
+def check_projection_memory(geometry, copies: int = 1) -> None:
+    """Raise naming ``geometry`` before exact projections (float64, ``copies``
+    arrays of the projections' size at once) are computed that the memory
+    this process may use cannot hold."""
+    v.check_allocation("geometry", copies * 8 * math.prod(geometry.projection_shape), "the exact projections")

@@ -223,6 +223,7 @@ class EllipsePhantom(Frozen):
             ``(n_angles, n_cols)`` float64.
         """
         geometry = common.check_parallel(geometry, want_2d=True)
+        common.check_projection_memory(geometry, copies=4)   # the positions, angles and temporaries beside it
         return self.line_integrals(common.column_positions(geometry), geometry.angles[:, None])
 
     def scaled(self, factor: float) -> "EllipsePhantom":

@@ -326,6 +326,7 @@ class EllipsoidPhantom(Frozen):
         if hasattr(geometry, "pixel_rays"):
             return self.project_cone(geometry)
         geometry = common.check_parallel(geometry, want_2d=False)
+        common.check_projection_memory(geometry)
         t = geometry.angles
         cos_t, sin_t, zero = np.cos(t), np.sin(t), np.zeros_like(t)
         e_dir = np.stack([cos_t, sin_t, zero], axis=-1)   # (n_angles, 3)
@@ -378,6 +379,7 @@ class EllipsoidPhantom(Frozen):
         """Exact cone-beam projections ``(n_views, n_rows, n_cols)`` float64:
         the integral along the line from each view's source through each
         detector pixel centre (``ConeGeometry.pixel_rays``), in closed form."""
+        common.check_projection_memory(geometry)
         out = np.empty(geometry.projection_shape)
         for n in range(geometry.n_views):
             sources, directions = geometry.pixel_rays(views=slice(n, n + 1))

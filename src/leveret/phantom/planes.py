@@ -79,5 +79,6 @@ def project_radon(phantom, geometry: RadonGeometry) -> np.ndarray:
     """
     if not isinstance(geometry, RadonGeometry):
         raise ValueError(f"geometry: expected a RadonGeometry, got {type(geometry).__name__}")
+    common.check_projection_memory(geometry, copies=4)
     return plane_integrals(phantom, geometry.directions[:, None, :],
                            geometry.sample_positions()[None, :])
