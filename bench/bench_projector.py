@@ -7,7 +7,7 @@ Problems (GPU, device arrays, float32):
          source-detector 1500, detector pixel 2.0 (the volume's inscribed cylinder
          is seen whole, so the structured paths apply). Forward (Joseph, Siddon;
          general and structured paths), back-projection (the exact transpose, each
-         transpose="auto" | "voxel" | "atomic" that applies), one SIRT and one CGLS
+         transpose="auto" | "gather" | "scatter" that applies), one SIRT and one CGLS
          iteration, timed as (T(1 + k iterations) - T(1)) / k so that set-up
          (SIRT's weights) is left out, for ASTRA as for leveret.
   rabbit RabbitCT's geometry (bench_cone.py's): forward projection of a 512^3
@@ -95,12 +95,12 @@ def bench_leveret(g, vol, label: str, *, iterations: bool, k: int = 2):
         yr = rng.random(g.projection_shape, dtype=cp.float32)
         t = median_time(lambda: A.T(yr, out=back), reps=2, sync=sync)
         record(f"{label} back {tag}", t, rays, note=f"{note}, transpose='auto'")
-        for mode in ("voxel", "atomic") if structured else ():   # each explicit transpose, for the record
+        for mode in ("gather", "scatter") if structured else ():   # each explicit transpose, for the record
             try:
                 At = leveret.Projector(g, vol, model=model, backend="cuda", structured=structured,
                                        precision=precision, transpose=mode)
                 t = median_time(lambda: At.T(yr, out=back), reps=2, sync=sync)
-            except ValueError as exc:   # the voxel transpose does not apply to this model or geometry
+            except ValueError as exc:   # the gather transpose does not apply to this model or geometry
                 print(f"skipped {tag} transpose={mode!r}: {exc}")
                 continue
             record(f"{label} back {tag} {mode}", t, rays, note=f"transpose={mode!r}")

@@ -7,7 +7,7 @@ corners (not the cartesian product):
            exact transpose), one SIRT and one CGLS iteration, against ASTRA's
            FP3D / BP3D (direct_FP3D / direct_BP3D on device arrays) and
            SIRT3D_CUDA / CGLS3D_CUDA; and the unmatched adjoint
-           (Projector(..., adjoint="voxel").T, "A.T voxel") against BP3D.
+           (Projector(..., adjoint="unmatched").T, "A.T unmatched") against BP3D.
            Base: the problem of Thompson and Lionheart (2014): 720 views
            of 512^2 from 512^3, source-isocentre 1000 mm, source-detector
            1500 mm, circular, 2.0 mm pixels (0.75 detector pixels per
@@ -101,7 +101,7 @@ FIELD = 4.0 / 3.0
 BASE_SAMPLING = 0.75        # detector pixels per voxel at the isocentre (2.0 mm / 1.5 over 1 mm voxels)
 OPS = {
     "cone": ("A joseph", "A.T joseph", "SIRT joseph", "CGLS joseph",
-             "A siddon", "A.T siddon", "SIRT siddon", "CGLS siddon", "A.T voxel"),
+             "A siddon", "A.T siddon", "SIRT siddon", "CGLS siddon", "A.T unmatched"),
     "fdk": ("cone BP", "FDK"),
     "fdk-streamed": ("FDK streamed", "FDK streamed, 2 workers"),
     "parallel": ("parallel BP", "FBP"),
@@ -326,7 +326,7 @@ def needs(point: dict, op: str) -> tuple[int, int]:
     f = point["family"]
     if f == "cone":
         # leveret: x, A.T's output and SIRT/CGLS vectors (4 volumes), b, residual, weights
-        # (4 projections), the structured path's volume copy and the voxel transpose's
+        # (4 projections), the structured path's volume copy and the gather transpose's
         # table (at most 2 GiB); ASTRA's SIRT holds about 3 of each
         return 5 * vol + 4 * proj + 2 * GiB, vol + 2 * proj
     if f == "fdk":
@@ -661,7 +661,7 @@ class Sweep:
                 t_at = common.median_time(lambda: A.T(y, out=back), reps=reps, sync=_sync)
                 extra = {}
                 if "transpose" in projector_options():   # the other transpose and the voxel-driven
-                    other = "atomic" if A.transpose == "voxel" else "voxel"   # back-projection, for the rules
+                    other = "scatter" if A.transpose == "gather" else "gather"   # back-projection, for the rules
                     try:
                         B = leveret.Projector(g, vol, model=model, backend="cuda", transpose=other)
                         extra[f"at_{other}_s"] = common.median_time(lambda: B.T(y, out=back), reps=reps, sync=_sync)
@@ -684,12 +684,12 @@ class Sweep:
                 self.add(point, f"CGLS {model}", t, a_cgls, note=note)
             del A, b, y
             _free()
-        if "A.T voxel" in ops:   # the unmatched adjoint: ASTRA's BP3D is voxel-driven too
-            V = leveret.Projector(g, vol, model="joseph", backend="cuda", adjoint="voxel")
+        if "A.T unmatched" in ops:   # the unmatched adjoint: ASTRA's BP3D is voxel-driven too
+            V = leveret.Projector(g, vol, model="joseph", backend="cuda", adjoint="unmatched")
             y = rng.random(g.projection_shape, dtype=cp.float32)
             back = cp.empty(vol.shape, cp.float32)
             t = common.median_time(lambda: V.T(y, out=back), reps=self.reps(point, 2), sync=_sync)
-            self.add(point, "A.T voxel", t, a_bp, note="Projector(adjoint='voxel'): per-pixel weights, then "
+            self.add(point, "A.T unmatched", t, a_bp, note="Projector(adjoint='unmatched'): per-pixel weights, then "
                      "ConeBackprojection" + (f"; {a_note}" if a_note else ""))
             del V, y, back
             _free()

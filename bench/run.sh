@@ -59,7 +59,7 @@ if [ "$SANITIZE" = 1 ]; then
       tests/cuda/test_raytrace_gpu.py::test_structured_siddon_float32_march_against_float64
       tests/cuda/test_raytrace_gpu.py::test_voxel_transpose_every_depth_and_patch
       tests/cuda/test_raytrace_gpu.py::test_structured_joseph_voxel_transpose_equals_atomic
-      tests/operators/test_projector_voxel_adjoint.py::test_voxel_adjoint_cuda_equals_cpu
+      tests/operators/test_projector_unmatched_adjoint.py::test_voxel_adjoint_cuda_equals_cpu
       tests/cuda/test_ray_weights.py::test_gpu_weights_equal_the_cpu_weights
       tests/algorithms/test_radon3d_cuda.py::test_backproject_kernel_equals_cpu
       tests/algorithms/test_radon3d_cuda.py::test_two_stage_stages_poisoned

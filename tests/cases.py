@@ -75,13 +75,13 @@ def _rows_down(geometry: ConeGeometry) -> ConeGeometry:
 
 STRUCTURED = _structured_geometries()
 
-# Structured Joseph's voxel transpose over several z chunks: 70 z voxels,
+# Structured Joseph's gather transpose over several z chunks: 70 z voxels,
 # anisotropic voxels, an off-centre detector, ~1.4 rows per voxel, odd nx, ny.
 TALL = (ConeGeometry.circular(np.linspace(0, 2 * np.pi, 9, endpoint=False), sid=60, sdd=90, n_rows=61,
                               n_cols=29, pixel_size=1.4, det_offset=(0.7, -1.3)),
         VolumeGeometry((70, 17, 19), (1.0, 1.1, 0.6), center=(0.3, -0.4, 1.1)))
 # A detector of 6 rows against 200 slices: the rows reach a band of the slices
-# (slices ~94-105), which is all the voxel transpose visits.
+# (slices ~94-105), which is all the gather transpose visits.
 FEW_ROWS = (ConeGeometry.circular(np.linspace(0, 2 * np.pi, 9, endpoint=False), sid=60, sdd=90, n_rows=6, n_cols=30,
                                   pixel_size=1.4, det_offset=(0.7, -1.3)),
             VolumeGeometry((200, 15, 17), 1.0, center=(0.2, -0.3, 3.0)))
@@ -92,7 +92,7 @@ ROW_WINDOWS = (ConeGeometry.circular(np.linspace(0, 2 * np.pi, 7, endpoint=False
                VolumeGeometry((8, 24, 24), 1.0))
 # A tall volume (512 slices: one z tile of 16-deep lanes, none beyond nz) whose
 # rows, 0.45-0.55 per z voxel, a detector of 300 rows holds with room to spare:
-# the voxel transpose's 2 x 2 build at 16 z voxels reads every (view, column,
+# the gather transpose's 2 x 2 build at 16 z voxels reads every (view, column,
 # plane) on its unclamped row path.
 UNCLAMPED_ROWS = (ConeGeometry.circular(np.linspace(0, 2 * np.pi, 9, endpoint=False), 400, 600, 300, 10, 3.0),
                   VolumeGeometry((512, 4, 4), 1.0))

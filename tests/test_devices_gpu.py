@@ -141,11 +141,11 @@ def test_projector_forward_on_devices_lays_out_the_volume_once_per_worker(model,
 
 
 def test_projector_voxel_transpose_on_devices_repeats_exactly(rng):
-    """The voxel transpose is deterministic and the partials are summed in a
+    """The gather transpose is deterministic and the partials are summed in a
     fixed order: the same bits from run to run."""
     cp = _cupy()
     geometry, volume = TALL
-    two = Projector(geometry, volume, model="joseph", backend="cuda", transpose="voxel", devices=two_workers())
+    two = Projector(geometry, volume, model="joseph", backend="cuda", transpose="gather", devices=two_workers())
     y = cp.asarray(rng.standard_normal(geometry.projection_shape), dtype=cp.float32)
     first = two.T(y)
     for _ in range(3):

@@ -336,13 +336,13 @@ def test_resume_measures_only_the_operations_a_stored_point_lacks():
     """A point stored before an operation joined the sweep keeps its rows; only the
     new operation is run (here: skipped for memory, so no GPU is needed)."""
     point = sweep._point("cone", "base", **sweep.cone_base())
-    old_ops = [op for op in sweep.OPS["cone"] if op != "A.T voxel"]
+    old_ops = [op for op in sweep.OPS["cone"] if op != "A.T unmatched"]
     done = {sweep.point_key("cone", op, point["params"]) for op in old_ops}
-    assert sweep.missing_ops(point, done) == ["A.T voxel"]
-    assert sweep.estimate_seconds(point, ["A.T voxel"]) < sweep.estimate_seconds(point) / 5
+    assert sweep.missing_ops(point, done) == ["A.T unmatched"]
+    assert sweep.estimate_seconds(point, ["A.T unmatched"]) < sweep.estimate_seconds(point) / 5
     s = sweep.Sweep(sweep.Astra(False), gpu_bytes=1 << 30, host_bytes=1 << 30)
     s.run(point, done)
-    assert [(r["op"], r["status"]) for r in s.rows] == [("A.T voxel", "skipped")]
+    assert [(r["op"], r["status"]) for r in s.rows] == [("A.T unmatched", "skipped")]
 
 
 def test_parts_split_the_points_by_estimated_time():

@@ -1,4 +1,4 @@
-"""ray_weights.cu, the pixel weights of ``Projector(adjoint="voxel")`` on
+"""ray_weights.cu, the pixel weights of ``Projector(adjoint="unmatched")`` on
 CUDA: its own source built for the CPU (one thread at a time over the launch
 grid, rows strided as on the GPU) against the float64 NumPy weights the CPU
 operator applies; on the GPU, the launcher against the same reference."""
@@ -27,7 +27,7 @@ def _case(rng, n_rows=7, n_cols=300):
     angles = np.linspace(0.0, 2 * np.pi, 5, endpoint=False)
     geometry = ConeGeometry.circular(angles, 400.0, 600.0, n_rows, n_cols, 0.8, det_offset=(3.1, -1.7))
     volume = VolumeGeometry((8, 16, 16), 2.0)
-    A = Projector(geometry, volume, model="joseph", backend="cpu", adjoint="voxel")
+    A = Projector(geometry, volume, model="joseph", backend="cpu", adjoint="unmatched")
     y = rng.standard_normal(geometry.projection_shape).astype(np.float32)
     return A, y
 

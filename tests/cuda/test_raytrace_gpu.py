@@ -58,7 +58,7 @@ def test_structured_siddon_equals_general(name, precision, rng):
     geometry, volume = STRUCTURED[name]
     S = Projector(geometry, volume, model="siddon", precision=precision, backend="cuda", structured=True)
     G = Projector(geometry, volume, model="siddon", precision=precision, backend="cuda", structured=False)
-    assert S.structured and not G.structured and S.transpose == "atomic"
+    assert S.structured and not G.structured and S.transpose == "scatter"
     assert Projector(geometry, volume, backend="cuda").structured            # "auto" takes it
     x = cp.asarray(rng.standard_normal(volume.shape), dtype=precision)
     y = cp.asarray(rng.standard_normal(geometry.projection_shape), dtype=precision)
@@ -181,7 +181,7 @@ def test_joseph_float32_march_against_float64(name, rng):
     assert err <= 1e-5 * np.abs(ref).max()
     _check_float32_transpose(G, A, x, y, got)
     if G.structured:
-        T = Projector(geometry, volume, model="joseph", precision="float32", backend="cuda", transpose="atomic")
+        T = Projector(geometry, volume, model="joseph", precision="float32", backend="cuda", transpose="scatter")
         _check_float32_transpose(T, A, x, y, got)
 
 
@@ -223,59 +223,59 @@ def test_structured_joseph_voxel_transpose_equals_atomic(name, rng):
     transpose visits the band they reach (the rest zero)."""
     cp = _cupy()
     geometry, volume = {"tall": TALL, "few_rows": FEW_ROWS}.get(name) or STRUCTURED[name]
-    V = Projector(geometry, volume, model="joseph", precision="float32", backend="cuda", transpose="voxel")
-    T = Projector(geometry, volume, model="joseph", precision="float32", backend="cuda", transpose="atomic")
-    assert V.structured and V.transpose == "voxel" and T.structured and T.transpose == "atomic"
+    V = Projector(geometry, volume, model="joseph", precision="float32", backend="cuda", transpose="gather")
+    T = Projector(geometry, volume, model="joseph", precision="float32", backend="cuda", transpose="scatter")
+    assert V.structured and V.transpose == "gather" and T.structured and T.transpose == "scatter"
     k_lo, k_hi = V._gpu.voxel_z
     assert (k_hi - k_lo < volume.nz / 4) == (name == "few_rows")
     A = Projector(geometry, volume, model="joseph", precision="float32", backend="cpu")
-    batched = CudaRaytracer(geometry, A._grid3, A._offset, A._scale, "joseph", np.float32, transpose="voxel",
+    batched = CudaRaytracer(geometry, A._grid3, A._offset, A._scale, "joseph", np.float32, transpose="gather",
                             views_per_batch=2)
-    patches = {p: CudaRaytracer(geometry, A._grid3, A._offset, A._scale, "joseph", np.float32, transpose="voxel",
+    patches = {p: CudaRaytracer(geometry, A._grid3, A._offset, A._scale, "joseph", np.float32, transpose="gather",
                                 voxel_patch=p) for p in (1, 2)}
     assert T._gpu.band
-    scatter = CudaRaytracer(geometry, A._grid3, A._offset, A._scale, "joseph", np.float32, transpose="atomic")
-    scatter.band = False   # as where the voxel transpose's conditions fail
+    scatter = CudaRaytracer(geometry, A._grid3, A._offset, A._scale, "joseph", np.float32, transpose="scatter")
+    scatter.band = False   # as where the gather transpose's conditions fail
     y = cp.asarray(rng.standard_normal(geometry.projection_shape), dtype=cp.float32)
     results = {}
-    for mode, run in (("voxel", V.T), ("atomic", T.T),
+    for mode, run in (("gather", V.T), ("scatter", T.T),
                       ("scatter", lambda y, out: scatter.adjoint(y, out.reshape(A._grid3))),
-                      ("voxel_batched", lambda y, out: batched.adjoint(y, out.reshape(A._grid3))),
-                      ("voxel_patch1", lambda y, out: patches[1].adjoint(y, out.reshape(A._grid3))),
-                      ("voxel_patch2", lambda y, out: patches[2].adjoint(y, out.reshape(A._grid3)))):
+                      ("gather_batched", lambda y, out: batched.adjoint(y, out.reshape(A._grid3))),
+                      ("gather_patch1", lambda y, out: patches[1].adjoint(y, out.reshape(A._grid3))),
+                      ("gather_patch2", lambda y, out: patches[2].adjoint(y, out.reshape(A._grid3)))):
         results[mode] = cp.full(volume.shape, np.nan, cp.float32)
         run(y, out=results[mode])
         assert not bool(cp.isnan(results[mode]).any()), mode
-    assert_close(results["voxel"], results["atomic"], 2e-6)
-    assert_close(results["scatter"], results["atomic"], 2e-6)
-    assert_close(results["voxel_batched"], results["voxel"], 1e-6)     # batches: partial sums added in float32
+    assert_close(results["gather"], results["scatter"], 2e-6)
+    assert_close(results["scatter"], results["scatter"], 2e-6)
+    assert_close(results["gather_batched"], results["gather"], 1e-6)     # batches: partial sums added in float32
     for patch in (1, 2):   # one or 2 x 2 voxel columns per warp: other float32 summation orders
-        assert_close(results[f"voxel_patch{patch}"], results["atomic"], 2e-6)
-    assert bool((V.T(y) == results["voxel"]).all())                       # deterministic
+        assert_close(results[f"gather_patch{patch}"], results["scatter"], 2e-6)
+    assert bool((V.T(y) == results["gather"]).all())                       # deterministic
     x = cp.asarray(rng.standard_normal(volume.shape), dtype=cp.float32)
     out = V(x)
-    err, scale = _adjoint_error(out, y, x, results["voxel"])
+    err, scale = _adjoint_error(out, y, x, results["gather"])
     assert err <= 1e-5 * scale
 
 
 @pytest.mark.parametrize("name, tol", [("tall", 2e-6), ("row_windows", 4e-6)])
 def test_voxel_transpose_every_depth_and_patch(name, tol, rng):
-    """Every build of the voxel transpose: each z depth per lane (VOXEL_KZ)
+    """Every build of the gather transpose: each z depth per lane (VOXEL_KZ)
     with one voxel column per warp and with 2 x 2 (voxel_patch), on the
     tall case (70 z voxels: one to three z tiles, lanes beyond nz) and on
     cases.ROW_WINDOWS (0.8 to ~6 rows per voxel: every row window from two
-    rows up), against the atomic transpose to ``tol`` of the largest value
+    rows up), against the scatter transpose to ``tol`` of the largest value
     (float32 sums of up to 16 rows per column on the second); outputs
     poisoned."""
     cp = _cupy()
     geometry, volume = TALL if name == "tall" else ROW_WINDOWS
     A = Projector(geometry, volume, model="joseph", precision="float32", backend="cpu")
-    T = Projector(geometry, volume, model="joseph", precision="float32", backend="cuda", transpose="atomic")
+    T = Projector(geometry, volume, model="joseph", precision="float32", backend="cuda", transpose="scatter")
     y = cp.asarray(rng.standard_normal(geometry.projection_shape), dtype=cp.float32)
     ref = T.T(y)
     for kz in VOXEL_KZ:
         for patch in (1, 2):
-            r = CudaRaytracer(geometry, A._grid3, A._offset, A._scale, "joseph", np.float32, transpose="voxel",
+            r = CudaRaytracer(geometry, A._grid3, A._offset, A._scale, "joseph", np.float32, transpose="gather",
                               voxel_patch=patch)
             r.voxel_kz = kz   # the depth the rule would take on another grid
             got = cp.full(volume.shape, np.nan, cp.float32)
@@ -293,13 +293,13 @@ def test_voxel_transpose_unclamped_rows(rng):
     cp = _cupy()
     geometry, volume = UNCLAMPED_ROWS
     A = Projector(geometry, volume, model="joseph", precision="float64", backend="cpu")
-    G = Projector(geometry, volume, model="joseph", precision="float32", backend="cuda", transpose="voxel")
+    G = Projector(geometry, volume, model="joseph", precision="float32", backend="cuda", transpose="gather")
     x = phantom.shepp_logan(volume.shape).astype(np.float32)
     for y in (rng.standard_normal(geometry.projection_shape).astype(np.float32),
               A(x.astype(np.float64)).astype(np.float32)):
         ref = A.T(y.astype(np.float64))
         for patch in (1, 2):
-            r = CudaRaytracer(geometry, A._grid3, A._offset, A._scale, "joseph", np.float32, transpose="voxel",
+            r = CudaRaytracer(geometry, A._grid3, A._offset, A._scale, "joseph", np.float32, transpose="gather",
                               voxel_patch=patch)
             r.voxel_kz = 16
             got = cp.full(volume.shape, np.nan, cp.float32)
@@ -311,26 +311,26 @@ def test_voxel_transpose_unclamped_rows(rng):
 
 
 def test_voxel_transpose_refused_where_it_does_not_apply():
-    """transpose="voxel" names the argument where the voxel transpose does not
+    """transpose="gather" names the argument where the gather transpose does not
     apply: Siddon, float64 Joseph, the general path, a tilted detector."""
     geometry, volume = STRUCTURED["cone_small"]
     for kwargs in ({"model": "siddon"}, {"model": "joseph", "precision": "float64"},
                    {"model": "joseph", "structured": False}):
-        with pytest.raises(ValueError, match="transpose: 'voxel' applies to structured Joseph"):
-            Projector(geometry, volume, backend="cuda", transpose="voxel", **kwargs)
+        with pytest.raises(ValueError, match="transpose: 'gather' applies to structured Joseph"):
+            Projector(geometry, volume, backend="cuda", transpose="gather", **kwargs)
     tilted, grid = GEOMETRIES["cone_matrices"]
     with pytest.raises(ValueError, match="transpose"):
-        Projector(tilted, grid, model="joseph", backend="cuda", transpose="voxel")
-    assert Projector(tilted, grid, model="joseph", backend="cuda").transpose == "atomic"
+        Projector(tilted, grid, model="joseph", backend="cuda", transpose="gather")
+    assert Projector(tilted, grid, model="joseph", backend="cuda").transpose == "scatter"
 
 
 def test_band_transpose_only_where_the_voxel_transpose_applies():
-    """The atomic transpose of structured Joseph runs column by column (the band
-    transpose) where the voxel transpose's conditions hold, and ray by ray
+    """The scatter transpose of structured Joseph runs column by column (the band
+    transpose) where the gather transpose's conditions hold, and ray by ray
     where they do not (rows more than JV_HMAX + 1 per voxel)."""
     geometry, volume = STRUCTURED["cone_small"]
-    assert Projector(geometry, volume, model="joseph", backend="cuda", transpose="atomic")._gpu.band
+    assert Projector(geometry, volume, model="joseph", backend="cuda", transpose="scatter")._gpu.band
     dense = ConeGeometry.circular(np.linspace(0, 2 * np.pi, 6, endpoint=False), sid=60, sdd=90, n_rows=400, n_cols=30, pixel_size=0.05)
     grid = VolumeGeometry((16, 16, 16), 1.0)
-    T = Projector(dense, grid, model="joseph", backend="cuda", transpose="atomic")
+    T = Projector(dense, grid, model="joseph", backend="cuda", transpose="scatter")
     assert T.structured and not T._gpu.band

@@ -4,9 +4,9 @@ kernels bit for bit in the forward direction (same rays, same float64
 operations), the transposes and the structured Siddon kernel to float64
 rounding; the float32 marches (precision="float32": structured Siddon,
 structured and general Joseph) within their documented bounds and 1e-5 of the
-float64 operators; the voxel transpose to float32 rounding of the atomic one;
+float64 operators; the gather transpose to float32 rounding of the atomic one;
 the tiled z-fastest copies exactly. Also the launcher's checks (validity of the
-structured path, the voxel transpose's reach) and a NumPy transcription of the
+structured path, the gather transpose's reach) and a NumPy transcription of the
 structured Siddon algorithm. No GPU needed; what this cannot check (parallel
 threads, atomics, launch configuration) tests/cuda/test_raytrace_gpu.py does."""
 from __future__ import annotations
@@ -45,7 +45,7 @@ def lib(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def lib_patch2(tmp_path_factory):
-    """The voxel transpose with 2 x 2 voxel columns per warp (LEVERET_JV_PATCH=2)."""
+    """The gather transpose with 2 x 2 voxel columns per warp (LEVERET_JV_PATCH=2)."""
     return build_host_harness(tmp_path_factory, "raytrace", _defines(LEVERET_JV_PATCH=2))
 
 
@@ -223,7 +223,7 @@ def test_host_build_structured_joseph(lib, name, rng):
     assert np.abs(back - ref_back).max() <= 1e-5 * np.abs(ref_back).max()
     lhs = np.vdot(out.astype(np.float64), y.astype(np.float64))
     assert abs(lhs - np.vdot(x.astype(np.float64), back)) <= 1e-5 * adjoint_scale(lhs, out, y)
-    # The voxel-driven transpose (transpose="voxel" on the GPU): the same weights from the
+    # The voxel-driven transpose (transpose="gather" on the GPU): the same weights from the
     # same set-up, its z fractions in float64 where the forward's march rounds
     # in float32, so equal to the scatter to that march's rounding; z-fastest
     # output poisoned: every voxel written.
@@ -236,7 +236,7 @@ def test_host_build_structured_joseph(lib, name, rng):
     assert np.abs(voxel - back).max() <= 2e-6 * np.abs(back).max()   # measured at most 3.1e-7
     assert np.abs(voxel - ref_back).max() <= 1e-5 * np.abs(ref_back).max()
     assert abs(lhs - np.vdot(x.astype(np.float64), voxel)) <= 1e-5 * adjoint_scale(lhs, out, y)
-    # The band transpose (transpose="atomic" where the voxel transpose applies): the voxel
+    # The band transpose (transpose="scatter" where the gather transpose applies): the voxel
     # transpose's weights, added per (column, plane) voxel; the zero border collects nothing
     # the volume keeps.
     band = _band_transpose(lib, geometry, volume, A, y).astype(np.float64)
@@ -248,7 +248,7 @@ def test_host_build_structured_joseph(lib, name, rng):
 @pytest.mark.parametrize("build, kz", [("lib", 1), ("lib", 4), ("lib", 16), ("lib_patch2", 1), ("lib_patch2", 12),
                                         ("lib_patch2", 16)])
 def test_host_build_joseph_voxel_tall(build, kz, request, rng):
-    """The voxel transpose on 70 z voxels, anisotropic voxels, an off-centre
+    """The gather transpose on 70 z voxels, anisotropic voxels, an off-centre
     detector and rows up to ~1.4 per voxel, with one voxel column per warp and
     with 2 x 2 patches (odd nx, ny: partial patches), at z depths per lane kz
     that give three z tiles of 32 voxels (kz 1) and one tile
@@ -261,7 +261,7 @@ def test_host_build_joseph_voxel_tall(build, kz, request, rng):
 
 @pytest.mark.parametrize("kz", [1, 16])
 def test_host_build_joseph_voxel_dense_rows(lib, kz, rng):
-    """The voxel transpose where the detector rows are 4.7 to 7.2 per z voxel
+    """The gather transpose where the detector rows are 4.7 to 7.2 per z voxel
     (the row windows of 5 and 7 rows either side, LEVERET_JV_HMAX): the
     float64 CPU transpose to 4e-6 of the largest value (float32 sums of up to
     16 rows per column; measured at most 1.6e-6 over 10 seeds); output poisoned."""
@@ -270,7 +270,7 @@ def test_host_build_joseph_voxel_dense_rows(lib, kz, rng):
 
 @pytest.mark.parametrize("kz", [1, 8, 16])
 def test_host_build_joseph_voxel_every_row_window(lib, lib_patch2, kz, rng):
-    """The voxel transpose from 0.8 (the voxels farthest from the source:
+    """The gather transpose from 0.8 (the voxels farthest from the source:
     36 / ((28 + 12 sqrt 2) 0.98)) to ~6 detector rows per z voxel
     (cases.ROW_WINDOWS): every row window from two rows to the widest, the
     odd ones (centred on the nearest row) and the even ones, with one voxel
@@ -282,7 +282,7 @@ def test_host_build_joseph_voxel_every_row_window(lib, lib_patch2, kz, rng):
 
 @pytest.mark.parametrize("kz", [1, 8])
 def test_host_build_joseph_voxel_sparse_rows(lib, lib_patch2, kz, rng):
-    """The voxel transpose where the detector rows are 0.3 to 0.7 per z voxel,
+    """The gather transpose where the detector rows are 0.3 to 0.7 per z voxel,
     so that some (view, column, plane) numbers take the one-row window (rows
     two or more voxels apart) and others the two-row one, with one voxel
     column per warp and 2 x 2 patches: the float64 CPU transpose to 1e-6 of
@@ -305,8 +305,8 @@ def _sparse_rows_case():
 @pytest.mark.parametrize("case, rows_per_voxel, tol", [("tall", (1, 4), 1e-6), ("dense", (4, 8), 4e-6),
                                                        ("windows", (6, 8), 4e-6), ("sparse", (0.5, 1), 1e-6)])
 def test_host_build_joseph_band_row_windows(lib, case, rows_per_voxel, tol, rng):
-    """The band transpose (transpose="atomic" where the voxel transpose
-    applies) on the voxel transpose's row-window scans: rows 0.3 to 7.2 per z
+    """The band transpose (transpose="scatter" where the gather transpose
+    applies) on the gather transpose's row-window scans: rows 0.3 to 7.2 per z
     voxel (windows of two rows, of four and six, and the any-width loop up to
     LEVERET_JV_HMAX either side), a tall grid with anisotropic voxels and an
     off-centre detector: the float64 CPU transpose to ``tol`` of the largest value."""
@@ -328,7 +328,7 @@ def _band_transpose(lib, geometry, volume, A, y):
 
 
 def _check_voxel_transpose(builds, geometry, volume, kz, rows_per_voxel, tol, rng):
-    """Each host build's voxel transpose at ``kz`` z voxels per lane: :func:`_check_transposes`."""
+    """Each host build's gather transpose at ``kz`` z voxels per lane: :func:`_check_transposes`."""
     runs = [lambda A, y, build=build: _voxel_transpose(build, geometry, volume, A, y, kz) for build in builds]
     _check_transposes(runs, geometry, volume, rows_per_voxel, tol, rng)
 
@@ -349,7 +349,7 @@ def _check_transposes(runs, geometry, volume, rows_per_voxel, tol, rng):
 
 
 def _voxel_transpose(lib, geometry, volume, A, y, kz, z_range=None):
-    """The host build's voxel transpose of ``y`` at ``kz`` z voxels per lane,
+    """The host build's gather transpose of ``y`` at ``kz`` z voxels per lane,
     into a z-fastest volume poisoned with NaN, as (nz, ny, nx); ``z_range``:
     the slices its z tiles cover (None: all; the launcher zeroes the rest,
     as here)."""
@@ -369,7 +369,7 @@ def _voxel_transpose(lib, geometry, volume, A, y, kz, z_range=None):
 def test_host_build_joseph_voxel_visits_the_reached_slices(lib, kz, rng):
     """A detector of 6 rows against 200 slices (cases.FEW_ROWS) reaches a band
     of them (voxel_z_range): the float64 CPU transpose is zero outside it, and the
-    voxel transpose over the band's z tiles only (from a multiple of 32) equals
+    gather transpose over the band's z tiles only (from a multiple of 32) equals
     it to 1e-6 of the largest value (output poisoned inside the tiles)."""
     geometry, volume = FEW_ROWS
     A = Projector(geometry, volume, model="joseph", precision="float64", backend="cpu")
@@ -408,9 +408,9 @@ def test_host_build_zfast_copies(lib, shape, padded, rng):
 
 
 def test_voxel_transpose_reach_checks():
-    """The voxel transpose's launcher checks: rows per z voxel ``h`` (finer
+    """The gather transpose's launcher checks: rows per z voxel ``h`` (finer
     rows need more padding than the kernel has: its caller falls back to the
-    atomic transpose) and the row-coordinate extent; a source inside the grid's
+    scatter transpose) and the row-coordinate extent; a source inside the grid's
     box has no bound."""
     volume = VolumeGeometry((16, 16, 16), 1.0)
     coarse = ConeGeometry.circular(np.linspace(0, np.pi, 5), sid=60, sdd=90, n_rows=20, n_cols=30, pixel_size=1.5)

@@ -93,18 +93,18 @@ def test_auto_transpose_picks_the_faster_or_one_within_10_percent(n, views, samp
     z_range = voxel_z_range(params, geometry.n_rows, geometry.n_cols, volume.shape, offset, scale)
     predicted = transpose_times(transpose_work(geometry.matrices, geometry.n_rows, geometry.n_cols, volume.shape,
                                                offset, scale, z_range))
-    picked = {"voxel": t_voxel, "atomic": t_atomic}[auto_transpose(predicted)]
+    picked = {"gather": t_voxel, "scatter": t_atomic}[auto_transpose(predicted)]
     assert picked <= 1.1 * min(t_voxel, t_atomic)   # the faster, or one within 10 % of it (three such rows)
     # the model's ratio atomic / voxel is off the measured one by less than the measured margin (no row
     # picked right by luck) or, where the two lie within 1.5x of each other, by less than 1.5x (at most
     # 1.35x, at 512^3 from 1440 views): a wrong pick there would cost at most that margin
-    ratio = predicted["atomic"] / predicted["voxel"]
+    ratio = predicted["scatter"] / predicted["gather"]
     error, margin = abs(math.log(ratio / (t_atomic / t_voxel))), abs(math.log(t_atomic / t_voxel))
     assert error < max(margin, math.log(1.5)), (ratio, t_atomic / t_voxel)
 
 
 # (n, views, sampling, A.T gather ms by z voxels per lane) on an H200
-# (docs/performance.md, "Which transpose"; measured with transpose="voxel" and
+# (docs/performance.md, "Which transpose"; measured with transpose="gather" and
 # each depth forced): the depths voxel_kz chooses between, each with the patch
 # voxel_patch takes (8 and 4: 2 x 2 columns per warp; 12: 2 x 2 below 0.875
 # detector columns per voxel, one column from there; 16: 2 x 2 below 0.625
@@ -187,9 +187,9 @@ def test_voxel_patch_picks_the_measured_faster(kz, n, views, sampling, times):
 
 def test_auto_transpose_without_voxel_is_atomic():
     """Where the gather does not apply (no prediction) the rule takes the scatter."""
-    assert auto_transpose(None) == "atomic"
-    assert auto_transpose({"voxel": 2.0, "atomic": 1.0}) == "atomic"
-    assert auto_transpose({"voxel": 1.0, "atomic": 1.0}) == "voxel"
+    assert auto_transpose(None) == "scatter"
+    assert auto_transpose({"gather": 2.0, "scatter": 1.0}) == "scatter"
+    assert auto_transpose({"gather": 1.0, "scatter": 1.0}) == "gather"
 
 
 # (grid (nz, ny, nx), views, scan, {(z_slab, views per group): measured ms of

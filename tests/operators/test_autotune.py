@@ -27,7 +27,7 @@ def test_probes_straddle_the_rule():
     predicted faster on the full detector, the scatter on 8 rows), so their
     timings measure the correction where it decides."""
     full, few = (transpose_times(autotune.probe_work(p)) for p in autotune.TRANSPOSE_PROBES)
-    assert auto_transpose(full) == "voxel" and auto_transpose(few) == "atomic"
+    assert auto_transpose(full) == "gather" and auto_transpose(few) == "scatter"
 
 
 def test_tune_transpose_caches_the_correction_and_auto_uses_it(tmp_path, monkeypatch):
@@ -41,19 +41,19 @@ def test_tune_transpose_caches_the_correction_and_auto_uses_it(tmp_path, monkeyp
         # a GPU whose band transpose is 5x slower than the model says, its gather as predicted
         calls.append((geometry.n_rows, transpose))
         rows = None if geometry.n_rows != 8 else 8
-        return predicted[rows][transpose] * (5.0 if transpose == "atomic" else 1.0)
+        return predicted[rows][transpose] * (5.0 if transpose == "scatter" else 1.0)
 
     result = autotune.tune_transpose(fake, gpu="stand-in GPU")
     assert result["atomic_scale"] == pytest.approx(5.0, rel=1e-3)
-    assert len(calls) == 4 and {t for _, t in calls} == {"voxel", "atomic"}
+    assert len(calls) == 4 and {t for _, t in calls} == {"gather", "scatter"}
     assert tuned_atomic_scale("stand-in GPU") == pytest.approx(5.0, rel=1e-3)
     assert tuned_atomic_scale("another GPU") == 1.0
     # a detector of 64 rows, sent to the band transpose by the fitted model by less than 5x, goes to the
     # gather here
     rows64 = {"rows": 64, "sampling": 1.0}
     few = transpose_times(autotune.probe_work(rows64))
-    assert few["atomic"] < few["voxel"] < 5.0 * few["atomic"]
-    assert auto_transpose(transpose_times(autotune.probe_work(rows64), atomic_scale=5.0)) == "voxel"
+    assert few["scatter"] < few["gather"] < 5.0 * few["scatter"]
+    assert auto_transpose(transpose_times(autotune.probe_work(rows64), atomic_scale=5.0)) == "gather"
     assert any("cone/transpose" in line and "atomic_scale=5" in line for line in tuning.describe())
 
 
@@ -76,5 +76,5 @@ def test_tuned_rule_picks_the_faster_transpose_on_the_probes(tmp_path, monkeypat
     scale = result["atomic_scale"]
     assert math.isfinite(scale) and scale > 0
     for probe, (t_voxel, t_atomic) in zip(autotune.TRANSPOSE_PROBES, result["measured"]):
-        faster = "voxel" if t_voxel <= t_atomic else "atomic"
+        faster = "gather" if t_voxel <= t_atomic else "scatter"
         assert auto_transpose(transpose_times(autotune.probe_work(probe), atomic_scale=scale)) == faster

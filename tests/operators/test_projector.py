@@ -132,9 +132,9 @@ def test_bad_input():
     with pytest.raises(ValueError, match="views"):
         A.subset([7])
     with pytest.raises(ValueError, match="transpose: expected one of"):
-        Projector(geometry, volume, transpose="gather")
-    with pytest.raises(ValueError, match="transpose: 'voxel' needs backend='cuda'"):
-        Projector(geometry, volume, transpose="voxel", backend="cpu")
+        Projector(geometry, volume, transpose="voxel")   # the old name of "gather"
+    with pytest.raises(ValueError, match="transpose: 'gather' needs backend='cuda'"):
+        Projector(geometry, volume, transpose="gather", backend="cpu")
     assert Projector(geometry, volume, backend="cpu").transpose is None
     if not cuda_available():   # never a silent fallback to the CPU
         with pytest.raises(RuntimeError, match="cuda"):

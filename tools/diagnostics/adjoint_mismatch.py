@@ -1,4 +1,4 @@
-"""Mismatch of ``Projector(adjoint="voxel")`` (the scaled voxel-driven cone
+"""Mismatch of ``Projector(adjoint="unmatched")`` (the scaled voxel-driven cone
 back-projection) to the exact transpose of structured Joseph, on the CPU, over
 detector sampling: relative 2-norm of the difference on smooth projections
 (of a Gaussian blob) and on random ones, the ratio of their totals, and the
@@ -34,7 +34,7 @@ def main():
         geometry = ConeGeometry.circular(np.linspace(0, 2 * np.pi, args.views, endpoint=False), sid=3 * n,
                                          sdd=4.5 * n, n_rows=n_det, n_cols=n_det, pixel_size=1.5 / s)
         A = Projector(geometry, volume, model="joseph", backend="cpu", precision="float64")
-        V = Projector(geometry, volume, model="joseph", backend="cpu", precision="float64", adjoint="voxel")
+        V = Projector(geometry, volume, model="joseph", backend="cpu", precision="float64", adjoint="unmatched")
         smooth = A(blob)
         e, u = A.T(smooth), V.T(smooth)
         noise = rng.standard_normal(A.projection_shape)

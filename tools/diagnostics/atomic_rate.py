@@ -1,4 +1,4 @@
-"""The GPU's rate of float32 global atomic additions, as the atomic transposes
+"""The GPU's rate of float32 global atomic additions, as the scatter transposes
 issue them: each warp adds 32 values per instruction into lines drawn at
 random over a buffer, its lanes on consecutive floats (4 or 5 32-byte
 sectors per instruction, aligned or not) or a sector apart (32 sectors),

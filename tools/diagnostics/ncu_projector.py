@@ -18,7 +18,7 @@ def main(argv=None):
     parser.add_argument("--size", type=int, default=512, help="cube edge and detector side")
     parser.add_argument("--views", type=int, default=16, help="views of the 720")
     parser.add_argument("--models", nargs="+", default=["joseph", "siddon"])
-    parser.add_argument("--transpose", default="auto", choices=("auto", "voxel", "atomic"))
+    parser.add_argument("--transpose", default="auto", choices=("auto", "gather", "scatter"))
     args = parser.parse_args(argv)
     import cupy as cp
     import leveret

@@ -1,6 +1,6 @@
 """Times of A and of both CUDA transposes (voxel gather, atomic: the band transpose) of the
 matched cone-beam Projector, the voxel-driven ConeBackprojection, the
-unmatched adjoint built on it (``Projector(adjoint="voxel")``) and ASTRA's
+unmatched adjoint built on it (``Projector(adjoint="unmatched")``) and ASTRA's
 FP/BP on a grid of detector sampling x cone half-angle x views: the data the
 transpose rule is chosen from. Prints one line per point and writes JSON.
 
@@ -69,7 +69,7 @@ def main():
                 A = leveret.Projector(g, vol, model=model, backend="cuda")
                 row[f"A_{model}"] = common.median_time(lambda: A(x, out=y), reps=2, sync=sync)
                 row[f"transpose_auto_{model}"] = A.transpose
-                for tr in ("voxel", "atomic"):
+                for tr in ("gather", "scatter"):
                     try:
                         B = leveret.Projector(g, vol, model=model, backend="cuda", transpose=tr)
                     except ValueError:
@@ -83,7 +83,7 @@ def main():
                 row["cone_bp"] = common.median_time(lambda: bp(y, back), reps=2, sync=sync)
                 row["cone_bp_kernel"] = bp.last_kernel
                 del bp
-                U = leveret.Projector(g, vol, model="joseph", backend="cuda", adjoint="voxel")
+                U = leveret.Projector(g, vol, model="joseph", backend="cuda", adjoint="unmatched")
                 row["AT_unmatched"] = common.median_time(lambda: U.T(y, out=back), reps=2, sync=sync)
                 del U
             del x, y, back

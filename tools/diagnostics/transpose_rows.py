@@ -58,7 +58,7 @@ def main():
         A = leveret.Projector(g, vol, model="joseph", backend="cuda")
         row = {"n_rows": n_rows, "A": _median_time(lambda: A(x, out=y), sync), "auto": A.transpose,
                "predicted": A._gpu.predicted}
-        for tr in ("voxel", "atomic"):
+        for tr in ("gather", "scatter"):
             B = leveret.Projector(g, vol, model="joseph", backend="cuda", transpose=tr)
             row[tr] = _median_time(lambda: B.T(y, out=back), sync)
         print(json.dumps(row), flush=True)

@@ -1,5 +1,5 @@
 """Launcher for ``ray_weights.cu``: the per-pixel ray-length weights of
-``Projector(adjoint="voxel")`` in one pass over the projections."""
+``Projector(adjoint="unmatched")`` in one pass over the projections."""
 from __future__ import annotations
 
 import numpy as np

@@ -29,10 +29,10 @@ from .device_state import upload
 # without them, and the launch sizes below are computed from the same values.
 KERNEL_CONSTANTS: dict[str, int] = {
     "LEVERET_JOSEPH_PAD_Z": 8,    # zero z border of structured Joseph's padded volume: >= 3, 8 starts z on a sector
-    "LEVERET_JV_PATCH": 1,        # voxel transpose: a warp's voxel columns, PATCH x PATCH
-    "LEVERET_JV_WARPS_X": 1,      # voxel transpose: a block's 8 warps, WARPS_X along x, 8 / WARPS_X along y
-    "LEVERET_JV_MIN_BLOCKS": 3,   # voxel transpose: blocks per multiprocessor the registers must allow
-    "LEVERET_JV_HMAX": 7,         # voxel transpose: rows per z voxel (either side) its padding covers
+    "LEVERET_JV_PATCH": 1,        # gather transpose: a warp's voxel columns, PATCH x PATCH
+    "LEVERET_JV_WARPS_X": 1,      # gather transpose: a block's 8 warps, WARPS_X along x, 8 / WARPS_X along y
+    "LEVERET_JV_MIN_BLOCKS": 3,   # gather transpose: blocks per multiprocessor the registers must allow
+    "LEVERET_JV_HMAX": 7,         # gather transpose: rows per z voxel (either side) its padding covers
 }
 
 # raytrace_voxel.cu's second build: 2 x 2 voxel columns per warp (its 4 kz
@@ -48,15 +48,15 @@ JOSEPH_PAD_Z = KERNEL_CONSTANTS["LEVERET_JOSEPH_PAD_Z"]
 DEFINES = tuple(f"{name}={value}" for name, value in KERNEL_CONSTANTS.items())   # every raytrace_*.cu
 VOXEL_PATCH2_DEFINES = tuple(f"{name}={value}" for name, value in VOXEL_PATCH2_CONSTANTS.items())
 EXTRA_BUILDS = {"raytrace_voxel": (VOXEL_PATCH2_DEFINES,)}   # files also built with other constants (_module)
-VOXEL_TABLE_BYTES = 2 << 30   # at most this much for the voxel transpose's per-view tables at a time
+VOXEL_TABLE_BYTES = 2 << 30   # at most this much for the gather transpose's per-view tables at a time
 VIEW_GROUP = 16         # structured float32 kernels: views per column that run side by side (L2 reuse)
 SIDDON_SPLIT_NZ = 512   # structured float32 Siddon's transpose: this many z slices or more run in two slabs,
 SIDDON_QUARTER_NZ = 640   # ... this many or more in four or more slabs,
 SIDDON_MAX_SLAB = 256     # ... of at most this many slices there,
 SIDDON_HALF_GROUP = 1 << 18   # ... and half VIEW_GROUP views per group from this many slab voxels per view
-TRANSPOSES = ("auto", "voxel", "atomic")
-VOXEL_KZ = (1, 4, 8, 12, 16)   # voxel transpose: the z depths per lane raytrace_voxel.cu instantiates
-VOXEL_KZ_SETUP = 4   # voxel transpose: a lane's set-up per (view, column, plane), in z voxels' work
+TRANSPOSES = ("auto", "gather", "scatter")
+VOXEL_KZ = (1, 4, 8, 12, 16)   # gather transpose: the z depths per lane raytrace_voxel.cu instantiates
+VOXEL_KZ_SETUP = 4   # gather transpose: a lane's set-up per (view, column, plane), in z voxels' work
 
 
 # Seconds per unit of work of structured Joseph's two transposes where both
@@ -120,8 +120,8 @@ def transpose_times(work: dict[str, float], atomic_scale: float = 1.0) -> dict[s
     ``atomic_scale``: this GPU's measured correction relative to the gather
     (:func:`tuned_atomic_scale`; 1 where nothing was measured)."""
     c = TRANSPOSE_COST
-    return {"voxel": c["voxel_row"] * work["voxel_row"] + c["voxel_setup"] * work["voxel_setup"],
-            "atomic": atomic_scale * (c["band_plane"] * work["band_plane"] + c["band_voxel"] * work["band_voxel"])}
+    return {"gather": c["voxel_row"] * work["voxel_row"] + c["voxel_setup"] * work["voxel_setup"],
+            "scatter": atomic_scale * (c["band_plane"] * work["band_plane"] + c["band_voxel"] * work["band_voxel"])}
 
 
 TRANSPOSE_TUNING_KEY = "cone/transpose-band"   # the tuning cache's entry of :func:`tuned_atomic_scale`
@@ -137,7 +137,7 @@ def tuned_atomic_scale(gpu: str) -> float:
 
 
 def voxel_applies(params: np.ndarray, n_cols: int, grid3, offset, scale) -> bool:
-    """Whether structured Joseph's voxel transpose can run on this cone
+    """Whether structured Joseph's gather transpose can run on this cone
     geometry: fewer than ``JV_HMAX + 1`` rows per z voxel
     (:func:`voxel_rows_per_voxel`; ``inf`` with a source inside the grid) and
     row coordinates within its fixed point (:func:`voxel_row_extent`)."""
@@ -162,14 +162,14 @@ def band_shared_bytes(nx: int, ny: int, n_rows: int) -> int:
 
 
 def auto_transpose(predicted: dict[str, float] | None) -> str:
-    """``transpose="auto"``'s choice: "voxel" where it applies (``predicted``
+    """``transpose="auto"``'s choice: "gather" where it applies (``predicted``
     not None: :func:`transpose_times` of a structured Joseph geometry where
-    :func:`voxel_applies`) and is predicted no slower than "atomic", else
-    "atomic"."""
-    return "voxel" if predicted is not None and predicted["voxel"] <= predicted["atomic"] else "atomic"
+    :func:`voxel_applies`) and is predicted no slower than "scatter", else
+    "scatter"."""
+    return "gather" if predicted is not None and predicted["gather"] <= predicted["scatter"] else "scatter"
 
 
-# Detector columns per voxel from which the voxel transpose's lanes read
+# Detector columns per voxel from which the gather transpose's lanes read
 # wider row windows (the detector oversamples): the step of voxel_patch's
 # choice at 12 z voxels.
 VOXEL_DENSE_COLS = 0.875
@@ -178,7 +178,7 @@ VOXEL_DENSE_COLS = 0.875
 # step of voxel_patch2_work's share, between the scans measured at 1.5 and 2.
 VOXEL_WIDE_COLS = 1.75
 # Detector rows per voxel (at the grid's centre) below which most of the
-# voxel transpose's lanes read one row per column (rows two or more voxels
+# gather transpose's lanes read one row per column (rows two or more voxels
 # apart): voxel_patch's choice at 16 z voxels, between the sparsest scan
 # measured faster with 2 x 2 columns there (0.5) and the next (0.75).
 VOXEL_SPARSE_ROWS = 0.625
@@ -215,7 +215,7 @@ def voxel_patch2_work(cols_per_voxel: float) -> float:
 
 
 def voxel_kz(nz: int, cols_per_voxel: float = 1.0, rows_per_voxel: float = 1.0) -> int:
-    """The voxel transpose's z voxels per lane (``VOXEL_KZ``) for ``nz`` slices
+    """The gather transpose's z voxels per lane (``VOXEL_KZ``) for ``nz`` slices
     and ``cols_per_voxel`` detector columns and ``rows_per_voxel`` rows per
     voxel (``transpose_work``'s):
     a warp covers z tiles of ``32 kz`` voxels, and each tile repeats the
@@ -270,7 +270,7 @@ def siddon_view_group(grid3, n_views: int, z_slab: int | None = None) -> int:
 
 
 def voxel_constants(constants: dict[str, int] = KERNEL_CONSTANTS) -> dict[str, int]:
-    """The voxel transpose's launch constants from ``constants``: patch (a
+    """The gather transpose's launch constants from ``constants``: patch (a
     warp's voxel columns per side), warps (per block along x and y), hmax
     (rows per voxel on either side) and the padding rows below and above the
     detector (raytrace_voxel.cu: JV_PAD_LO, JV_PAD_HI)."""
@@ -336,7 +336,7 @@ def voxel_z_range(params: np.ndarray, n_rows: int, n_cols: int, grid3, offset, s
     in ``r`` and in ``tau``, so its extremes over the rows lie at the first and
     last row and, over the samples, at the nearest and farthest ``tau`` of the
     grid's xy box widened by one voxel (:func:`_reach_box`); a sample weights
-    the two z voxels around it, padded by one more. The voxel transpose visits
+    the two z voxels around it, padded by one more. The gather transpose visits
     only these slices (the rest of ``A.T`` is zero)."""
     nz = int(grid3[0])
     offset, scale = np.asarray(offset, float), np.asarray(scale, float)
@@ -357,7 +357,7 @@ def voxel_z_range(params: np.ndarray, n_rows: int, n_cols: int, grid3, offset, s
 
 
 def voxel_z_slices(nz: int, z_range: tuple[int, int] | None) -> tuple[int, int]:
-    """(first slice, slices) the voxel transpose's z tiles cover for the slices
+    """(first slice, slices) the gather transpose's z tiles cover for the slices
     ``z_range`` (:func:`voxel_z_range`; None: all ``nz``): from a multiple of 32
     (a warp's lanes are 32 consecutive slices) to the range's end."""
     k_lo, k_hi = (0, nz) if z_range is None else z_range
@@ -366,7 +366,7 @@ def voxel_z_slices(nz: int, z_range: tuple[int, int] | None) -> tuple[int, int]:
 
 
 def voxel_view_floats(params: np.ndarray) -> np.ndarray:
-    """(n_views, 8) float32 per view for the voxel transpose's column_of_f:
+    """(n_views, 8) float32 per view for the gather transpose's column_of_f:
     source x, y and the view parameters 8, 5, 3, 6 (M^-1's entries (1, 2),
     (0, 2), (0, 0), (1, 0)), as raytrace_voxel.cu's column_of_f reads them; two zeros."""
     out = np.zeros((params.shape[0], 8), np.float32)
@@ -381,7 +381,7 @@ def voxel_rows_per_voxel(params: np.ndarray, n_cols: int, grid3, offset, scale) 
     the smallest horizontal distance ``tau`` from the source to the grid's xy box
     widened by one voxel (a sample reaches one voxel beyond its plane position)
     and the largest ``|q_xy|`` (an end column: ``|q_xy|`` is convex in ``u``).
-    ``inf`` where a source lies inside that box. The voxel transpose needs
+    ``inf`` where a source lies inside that box. The gather transpose needs
     ``h < JV_HMAX + 1``."""
     tau = _reach_distances(params, grid3, offset, scale)[0]
     Minv = params[:, 3:].reshape(-1, 3, 3)
@@ -515,24 +515,24 @@ class CudaRaytracer:
     model : "siddon" or "joseph"
     dtype : float32 or float64
     structured : "auto" (when valid), True (required: ValueError if not valid) or False
-    transpose : {"auto", "voxel", "atomic"}
-        How the transpose runs. "atomic": adding into the volume with
+    transpose : {"auto", "gather", "scatter"}
+        How the transpose runs. "scatter": adding into the volume with
         atomicAdd (every path): the forward's traversal, ray by ray, except
-        for structured Joseph where the voxel transpose applies (and the
+        for structured Joseph where the gather transpose applies (and the
         column's bands fit in shared memory: ``band``), where each voxel of
         a column's band on a plane sums its rows first
-        (raytrace_joseph.cu: structured_joseph_adjoint_band). "voxel": each voxel
+        (raytrace_joseph.cu: structured_joseph_adjoint_band). "gather": each voxel
         gathers the forward's weights (raytrace_voxel.cu: no atomics,
         deterministic); structured Joseph only, where detector rows are at
         least an eighth of a voxel apart in z and the sources lie outside the
-        grid (ValueError elsewhere). "auto": :func:`auto_transpose`, "voxel"
+        grid (ValueError elsewhere). "auto": :func:`auto_transpose`, "gather"
         where it applies and the cost model (:func:`transpose_times`, kept in
-        ``predicted``) predicts it no slower, else "atomic".
+        ``predicted``) predicts it no slower, else "scatter".
     views_per_batch : int or None
-        Views per launch of the voxel transpose; None: as many as fit in
+        Views per launch of the gather transpose; None: as many as fit in
         ``VOXEL_TABLE_BYTES`` of tables (and a quarter of the free GPU memory).
     voxel_patch : {None, 1, 2}
-        The voxel transpose's voxel columns per side of a warp's patch; None:
+        The gather transpose's voxel columns per side of a warp's patch; None:
         :func:`voxel_patch` of the z depth per lane and the detector's columns
         and rows per voxel.
     z_slab : int or None
@@ -597,21 +597,21 @@ class CudaRaytracer:
                              f"without detector tilt, Siddon or float32 Joseph, shared memory "
                              f"{shared} <= {limit} bytes)")
         self.structured = valid if structured == "auto" else bool(structured)
-        # The voxel transpose reads rows up to JV_HMAX + 1 from a voxel (its
+        # The gather transpose reads rows up to JV_HMAX + 1 from a voxel (its
         # padding) and steps row coordinates in 32.32 fixed point.
         voxel_ok = self.structured and model == "joseph" and voxel_applies(params, self.n_cols, self.grid3,
                                                                           offset, scale)
-        if transpose == "voxel" and not voxel_ok:
-            raise ValueError("transpose: 'voxel' applies to structured Joseph (cone beam without detector tilt, "
+        if transpose == "gather" and not voxel_ok:
+            raise ValueError("transpose: 'gather' applies to structured Joseph (cone beam without detector tilt, "
                              "precision float32) with detector rows at least an eighth of a voxel apart in z and the "
-                             "sources outside the grid; use 'auto' or 'atomic' here")
-        # The atomic transpose driven by columns (structured_joseph_adjoint_band) needs the voxel
+                             "sources outside the grid; use 'auto' or 'scatter' here")
+        # The scatter transpose driven by columns (structured_joseph_adjoint_band) needs the voxel
         # transpose's row spacing and a column's bands and rows in shared memory; else the scatter.
         self.band_shared = band_shared_bytes(nx, ny, self.n_rows)
         self.band = voxel_ok and self.band_shared <= limit
         self.predicted = None   # the cost model's seconds of both transposes, where both apply
-        self.voxel_z = (0, nz)   # the slices the voxel transpose visits (voxel_z_range, where it applies)
-        self.voxel_kz = voxel_kz(nz)   # the voxel transpose's z voxels per lane (from the geometry where it applies)
+        self.voxel_z = (0, nz)   # the slices the gather transpose visits (voxel_z_range, where it applies)
+        self.voxel_kz = voxel_kz(nz)   # the gather transpose's z voxels per lane (from the geometry where it applies)
         self.voxel_sampling = (1.0, 1.0)   # and the detector columns and rows per voxel that choose its patch
         if voxel_ok:
             P = geometry.matrices if geometry.matrices.ndim == 3 else geometry.matrices[None]
@@ -624,8 +624,8 @@ class CudaRaytracer:
         if transpose == "auto":
             transpose = auto_transpose(self.predicted)
         self.transpose = transpose
-        self._voxel_floats = None   # the voxel transpose's per-view float32 numbers on the GPU, made at first use
-        self._voxel_batch = None    # the voxel transpose's views per launch, set at first use
+        self._voxel_floats = None   # the gather transpose's per-view float32 numbers on the GPU, made at first use
+        self._voxel_batch = None    # the gather transpose's views per launch, set at first use
 
     @property
     def _suffix(self) -> str:
@@ -810,7 +810,7 @@ class CudaRaytracer:
         import cupy
         n_views = self.params_host.shape[0]
         nx, ny, nz = self._scalars()
-        if self.structured and self.model == "joseph" and self.transpose == "voxel":
+        if self.structured and self.model == "joseph" and self.transpose == "gather":
             return self._joseph_voxel(proj, out)
         if self.structured and self.model == "joseph":
             volP = self._padded()

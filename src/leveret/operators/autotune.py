@@ -91,8 +91,8 @@ def tune_transpose(time_fn: Callable[[object, object, str], float] | None = None
     for probe in TRANSPOSE_PROBES:
         geometry, volume = transpose_probe(probe["rows"], probe["sampling"])
         p = transpose_times(probe_work(probe))
-        predicted.append((p["voxel"], p["atomic"]))
-        measured.append((time_fn(geometry, volume, "voxel"), time_fn(geometry, volume, "atomic")))
+        predicted.append((p["gather"], p["scatter"]))
+        measured.append((time_fn(geometry, volume, "gather"), time_fn(geometry, volume, "scatter")))
     scale = atomic_scale(measured, predicted)
     config = {"atomic_scale": round(scale, 4)}
     if store:

@@ -67,7 +67,7 @@ def cone_rays(geometry: ConeGeometry) -> tuple[np.ndarray, np.ndarray]:
 
 def weight_by_ray_length(y: np.ndarray, minv: np.ndarray, scale: np.ndarray, dtype) -> np.ndarray:
     """``y`` (n_views, n_rows, n_cols) times ``scale |M^-1 (c, r, 1)|`` per
-    pixel, in float64, as ``dtype``: ``adjoint="voxel"``'s weights on the CPU
+    pixel, in float64, as ``dtype``: ``adjoint="unmatched"``'s weights on the CPU
     (per view ``minv`` M^-1 (3, 3) and ``scale``; CUDA: leveret/cuda/ray_weights.cu)."""
     n_views, n_rows, n_cols = y.shape
     u = np.arange(n_cols, dtype=np.float64)[None, None, :]
@@ -83,7 +83,7 @@ def weight_by_ray_length(y: np.ndarray, minv: np.ndarray, scale: np.ndarray, dty
 
 class _Transpose:
     """``A.T``: projections -> volume, the transpose of a :class:`Projector`
-    (exact, or with ``adjoint="voxel"`` the scaled voxel-driven back-projection)."""
+    (exact, or with ``adjoint="unmatched"`` the scaled voxel-driven back-projection)."""
 
     def __init__(self, projector: "Projector"):
         self.T = projector
@@ -134,19 +134,20 @@ class Projector(Operator):
         of a detector column share its xy path). "auto" takes it when
         :func:`leveret.cuda.raytrace.structured_ratio` shows it is valid;
         True requires it (ValueError if not valid); False never.
-    transpose : {"auto", "voxel", "atomic"}
-        CUDA only: how ``A.T`` runs. "atomic": the weights are added into the
-        volume with atomicAdd (the order of the additions, hence the last
-        bits, varies between runs), ray by ray, or, for structured Joseph
-        where "voxel" applies, column by column, each voxel a column's rows
-        reach on a plane summing them first. "voxel": each voxel gathers the
-        forward's weights (no atomics, deterministic); it applies to
+    transpose : {"auto", "gather", "scatter"}
+        CUDA only: how the exact ``A.T`` runs. "scatter": the weights are
+        added into the volume with atomicAdd (the order of the additions,
+        hence the last bits, varies between runs), ray by ray, or, for
+        structured Joseph where "gather" applies, column by column, each
+        voxel a column's rows reach on a plane summing them first. "gather":
+        each voxel gathers the forward's weights (no atomics,
+        deterministic); it applies to
         structured Joseph (``structured`` path, ``model="joseph"``,
         ``precision="float32"``) where detector rows are at least an eighth
         of a voxel apart in z and the sources lie outside the grid (ValueError
         elsewhere). "auto": where both apply, the one a cost model fitted to
         measurements predicts faster (docs/performance.md, "Which transpose";
-        ``leveret tune`` corrects it per GPU), else "atomic". Both are the
+        ``leveret tune`` corrects it per GPU), else "scatter". Both are the
         transpose of ``A``'s weights, to rounding.
     devices : None, "all", list of int or leveret.devices.DeviceSet
         CUDA only: the GPUs ``A`` and ``A.T`` run on (:mod:`leveret.devices`).
@@ -158,7 +159,7 @@ class Projector(Operator):
         back-projects its block into a partial volume and the partials are
         summed in device order on one GPU (peer copies). ``A.T`` then equals
         one GPU's to float32 rounding of the sums (the views' contributions
-        are added in another grouping), and with the deterministic "voxel"
+        are added in another grouping), and with the deterministic "gather"
         transpose it is the same from run to run for a given device list.
         See Notes for why views and not volume slabs.
     precision : {"float32", "float64"}
@@ -170,9 +171,9 @@ class Projector(Operator):
         float64 operator (``leveret.cuda.raytrace``, raytrace_*.cu) and with
         ``A.T`` using the same float32 weights (matched); "float64" traces
         in float64, bit-identical rays and weights to the CPU.
-    adjoint : {"exact", "voxel"}
+    adjoint : {"exact", "unmatched"}
         What ``A.T`` is. "exact": the transpose of ``A``'s weights (above).
-        "voxel" (cone beam, one device): an unmatched adjoint, the voxel-driven
+        "unmatched" (cone beam, one device): the voxel-driven
         :class:`leveret.operators.ConeBackprojection` (bilinear detector
         interpolation, CPU or CUDA) of the projections weighted per pixel by
         ``voxel volume x |M^-1 (u, v, 1)| / |det M^-1|`` (see Notes), which
@@ -215,7 +216,7 @@ class Projector(Operator):
     ``n_cols x (n_rows + 17)`` floats per view (at most 2 GiB at a time);
     docs/performance.md compares the transposes.
 
-    ``adjoint="voxel"``: ray ``i`` through voxel ``j`` has Joseph weight
+    ``adjoint="unmatched"``: ray ``i`` through voxel ``j`` has Joseph weight
     ``a_ij``, about its length in the voxel, so for projections ``y`` smooth
     on the detector ``(A^T y)_j = sum_i a_ij y_i`` is ``y`` at the voxel's
     projection times the voxel volume over the area per ray perpendicular to
@@ -273,17 +274,17 @@ class Projector(Operator):
         Operator.__init__(self, geometry, volume, v.choice("backend", backend, ("auto", "cuda", "cpu")))
         if structured is True and self.backend != "cuda":
             raise ValueError("structured: True needs backend='cuda' (the structured path is a GPU kernel)")
-        transpose = v.choice("transpose", transpose, ("auto", "voxel", "atomic"))
+        transpose = v.choice("transpose", transpose, ("auto", "gather", "scatter"))
         if transpose != "auto" and self.backend != "cuda":
             raise ValueError(f"transpose: {transpose!r} needs backend='cuda' (the CPU's A.T sums private "
                              f"volumes per thread; use 'auto')")
-        self.adjoint_kind = v.choice("adjoint", adjoint, ("exact", "voxel"))
+        self.adjoint_kind = v.choice("adjoint", adjoint, ("exact", "unmatched"))
         self.devices = devices_for_backend(devices, self.backend)
-        if self.adjoint_kind == "voxel" and not isinstance(geometry, ConeGeometry):
-            raise ValueError(f"adjoint: 'voxel' is the cone-beam voxel-driven back-projection and needs a "
+        if self.adjoint_kind == "unmatched" and not isinstance(geometry, ConeGeometry):
+            raise ValueError(f"adjoint: 'unmatched' is the cone-beam voxel-driven back-projection and needs a "
                              f"ConeGeometry, got {type(geometry).__name__}; use 'exact'")
-        if self.adjoint_kind == "voxel" and self.devices is not None:
-            raise ValueError("adjoint: 'voxel' runs on one device; use devices=None or adjoint='exact'")
+        if self.adjoint_kind == "unmatched" and self.devices is not None:
+            raise ValueError("adjoint: 'unmatched' runs on one device; use devices=None or adjoint='exact'")
         self._device_tracers: dict = {}   # (device, first view, stop view) -> CudaRaytracer there
         self.projection_shape = tuple(geometry.projection_shape)
         self._views = np.arange(self.projection_shape[0])
@@ -312,7 +313,7 @@ class Projector(Operator):
             self._gpu = CudaRaytracer(geometry, self._grid3, self._offset, self._scale, self.model,
                                       self.dtype, structured=structured, transpose=transpose)
         self._backprojection = None
-        if self.adjoint_kind == "voxel":
+        if self.adjoint_kind == "unmatched":
             from .cone import ConeBackprojection
             self._backprojection = ConeBackprojection(geometry, volume, backend=self.backend)
             # Per view: M^-1 and voxel volume / |det M^-1| (the pixel weight's factors).
@@ -320,7 +321,7 @@ class Projector(Operator):
             minv = np.linalg.inv(P[:, :, :3])
             self._pixel_minv = minv
             self._pixel_scale = float(np.prod(volume.voxel_size)) / np.abs(np.linalg.det(minv))
-        self._ray_frames = None   # CUDA, adjoint="voxel": the pixel weights' numbers of this operator's views
+        self._ray_frames = None   # CUDA, adjoint="unmatched": the pixel weights' numbers of this operator's views
         self.T = _Transpose(self)
 
     @property
@@ -330,9 +331,9 @@ class Projector(Operator):
 
     @property
     def transpose(self) -> str | None:
-        """How the exact ``A.T`` runs on CUDA, "voxel" or "atomic" (``transpose``
-        resolved); None on the CPU and with ``adjoint="voxel"``."""
-        return None if self._gpu is None or self.adjoint_kind == "voxel" else self._gpu.transpose
+        """How the exact ``A.T`` runs on CUDA, "gather" or "scatter" (``transpose``
+        resolved); None on the CPU and with ``adjoint="unmatched"``."""
+        return None if self._gpu is None or self.adjoint_kind == "unmatched" else self._gpu.transpose
 
     # -- metadata ------------------------------------------------------------------
     @property
@@ -439,9 +440,9 @@ class Projector(Operator):
 
     def adjoint(self, y, out=None):
         """Transpose ``A^T y``: projections ``projection_shape`` -> volume ``volume.shape``
-        (``adjoint="voxel"``: the scaled voxel-driven back-projection)."""
+        (``adjoint="unmatched"``: the scaled voxel-driven back-projection)."""
         out = self._output("out", out, self.volume.shape, y)
-        if self.adjoint_kind == "voxel":
+        if self.adjoint_kind == "unmatched":
             return self._checked("y", self._voxel_adjoint(self._input("y", y, self.projection_shape), out))
         if self.devices is not None:
             y = self._input("y", y, self.projection_shape, upload=False)
@@ -461,7 +462,7 @@ class Projector(Operator):
         return self._checked("y", out)
 
     def _voxel_adjoint(self, y, out):
-        """``adjoint="voxel"``: ``y`` weighted per pixel by ``V |M^-1 (u, v, 1)| / |det M^-1|``
+        """``adjoint="unmatched"``: ``y`` weighted per pixel by ``V |M^-1 (u, v, 1)| / |det M^-1|``
         (class Notes), then ``ConeBackprojection`` over this operator's views."""
         if self.backend == "cuda":   # one fused pass (leveret/cuda/ray_weights.cu)
             import cupy

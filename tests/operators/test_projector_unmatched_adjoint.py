@@ -1,4 +1,4 @@
-"""``Projector(adjoint="voxel")``: the unmatched adjoint (the voxel-driven cone
+"""``Projector(adjoint="unmatched")``: the unmatched adjoint (the voxel-driven cone
 back-projection, scaled) approximates the exact transpose on smooth
 projections, and SIRT converges with it to an error close to the matched
 pair's. CPU; the CUDA checks are in test_projector_cuda.py."""
@@ -37,12 +37,12 @@ def test_voxel_adjoint_approximates_exact_transpose_on_smooth_projections(sampli
     the scale is right."""
     geometry, volume = _scan(32, sampling, 90)
     A = Projector(geometry, volume, model="joseph", backend="cpu", precision="float64")
-    V = Projector(geometry, volume, model="joseph", backend="cpu", precision="float64", adjoint="voxel")
+    V = Projector(geometry, volume, model="joseph", backend="cpu", precision="float64", adjoint="unmatched")
     y = A(_gaussian(volume))
     exact, approx = A.T(y), V.T(y)
     assert np.linalg.norm(approx - exact) <= bound * np.linalg.norm(exact)
     assert abs(approx.sum() / exact.sum() - 1) <= 2e-3
-    assert V.adjoint_kind == "voxel" and V.transpose is None and A.adjoint_kind == "exact"
+    assert V.adjoint_kind == "unmatched" and V.transpose is None and A.adjoint_kind == "exact"
 
 
 def test_sirt_converges_with_voxel_adjoint():
@@ -53,13 +53,13 @@ def test_sirt_converges_with_voxel_adjoint():
     geometry, volume = _scan(24, 1.5, 48)
     truth = phantom.shepp_logan_3d(radius=0.45 * 24).rasterize(volume).astype(np.float32)
     results = {}
-    for adjoint in ("exact", "voxel"):
+    for adjoint in ("exact", "unmatched"):
         P = Projector(geometry, volume, model="joseph", backend="cpu", adjoint=adjoint)
         residuals = []
         x = leveret.sirt(P(truth), P, 20, callback=lambda x, info: residuals.append(info["residual"]))
         assert np.all(np.diff(residuals) < 0), adjoint
         results[adjoint] = residuals[-1], np.linalg.norm(x - truth) / np.linalg.norm(truth)
-    (res_e, err_e), (res_v, err_v) = results["exact"], results["voxel"]
+    (res_e, err_e), (res_v, err_v) = results["exact"], results["unmatched"]
     assert res_v <= 1.1 * res_e and err_v <= 1.1 * err_e, results
 
 
@@ -68,7 +68,7 @@ def test_voxel_adjoint_of_a_subset_is_its_views_share():
     with their own pixel weights: the whole operator's adjoint of projections
     that are zero outside those views, to float64 rounding."""
     geometry, volume = _scan(12, 1.0, 8)
-    V = Projector(geometry, volume, model="joseph", backend="cpu", precision="float64", adjoint="voxel")
+    V = Projector(geometry, volume, model="joseph", backend="cpu", precision="float64", adjoint="unmatched")
     views = [5, 1, 6]
     y = np.random.default_rng(3).standard_normal(V.projection_shape)
     full = np.zeros_like(y)
@@ -82,8 +82,8 @@ def test_voxel_adjoint_refused_where_it_does_not_apply():
     with pytest.raises(ValueError, match="^adjoint: "):
         Projector(geometry, volume, backend="cpu", adjoint="matched")
     parallel = ParallelGeometry(np.linspace(0, np.pi, 4, endpoint=False), 8)
-    with pytest.raises(ValueError, match="^adjoint: 'voxel' .* ConeGeometry"):
-        Projector(parallel, parallel.default_volume(), backend="cpu", adjoint="voxel")
+    with pytest.raises(ValueError, match="^adjoint: 'unmatched' .* ConeGeometry"):
+        Projector(parallel, parallel.default_volume(), backend="cpu", adjoint="unmatched")
 
 
 @pytest.mark.gpu
@@ -93,11 +93,11 @@ def test_voxel_adjoint_cuda_equals_cpu():
     within 1e-2 relative 2-norm on smooth projections; CuPy in, CuPy out."""
     import cupy
     geometry, volume = _scan(32, 1.5, 90)
-    C = Projector(geometry, volume, model="joseph", backend="cpu", adjoint="voxel")
-    G = Projector(geometry, volume, model="joseph", backend="cuda", adjoint="voxel")
+    C = Projector(geometry, volume, model="joseph", backend="cpu", adjoint="unmatched")
+    G = Projector(geometry, volume, model="joseph", backend="cuda", adjoint="unmatched")
     y = C(_gaussian(volume).astype(np.float32))
     ref = C.T(y)
     got = G.T(cupy.asarray(y))
     assert isinstance(got, cupy.ndarray) and got.dtype == np.float32
     assert np.linalg.norm(got.get() - ref) <= 1e-2 * np.linalg.norm(ref)
-    assert G.transpose is None and G.adjoint_kind == "voxel"
+    assert G.transpose is None and G.adjoint_kind == "unmatched"
