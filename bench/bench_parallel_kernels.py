@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import tempfile
 import time
 
 import numpy as np
@@ -103,12 +104,13 @@ def bench_kernels(n, n_angles, n_slices):
 
 
 def bench_roi(n, n_angles, n_slices):
-    """Default kernels (kernel="auto", the tuning cache ignored): the full slice
-    against a centred half-side ROI and a 1/8-side one."""
+    """Default kernels (kernel="auto", the rule: an empty tuning cache): the full
+    slice against a centred half-side ROI and a 1/8-side one."""
     import cupy as cp
     from leveret.operators import ParallelBackprojection
 
-    os.environ["LEVERET_NO_TUNING_CACHE"] = "1"
+    cache = os.environ.get("LEVERET_CACHE_DIR")
+    os.environ["LEVERET_CACHE_DIR"] = tempfile.mkdtemp(prefix="leveret-no-tuning-")
     sync = cp.cuda.Device().synchronize
     g, vol, sinos = _problem(n, n_angles, n_slices)
     for precision in ("float32", "float16"):
@@ -120,7 +122,10 @@ def bench_roi(n, n_angles, n_slices):
             t = median_time(lambda: op(sinos, out=out), reps=3, sync=sync)
             record(f"BP ROI {side}^2 of {n}^2, {n_slices} slices from {n_angles}, {precision}", t,
                    side * side * n_slices * n_angles, note=f"{op.last_kernel}; GU/s per ROI pixel")
-    del os.environ["LEVERET_NO_TUNING_CACHE"]
+    if cache is None:
+        del os.environ["LEVERET_CACHE_DIR"]
+    else:
+        os.environ["LEVERET_CACHE_DIR"] = cache
 
 
 def bench_fbp_kernels(n, n_angles, n_slices):

@@ -18,11 +18,14 @@ TEXTURE_VS_EXACT_PHANTOM = 1e-3
 
 
 @pytest.fixture(autouse=True)
-def _texture_kernel(monkeypatch):
+def _texture_kernel(monkeypatch, tmp_path):
     """These tests check the texture kernel against the CPU's linear8; "auto"
-    runs the exact ALU kernel where it fits, so they ask for the texture kernel
-    (the defaults are tested in test_parallel_kernels_gpu.py)."""
-    monkeypatch.setenv("LEVERET_PARALLEL_KERNEL", "texture")
+    runs the exact ALU kernel where it fits, so here the rule answers the
+    texture kernel, and no tuning cache is read (the defaults are tested in
+    test_parallel_kernels_gpu.py)."""
+    from leveret.operators import ParallelBackprojection
+    monkeypatch.setenv("LEVERET_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(ParallelBackprojection, "default_config", lambda self, n_slices: {"kernel": "texture"})
 
 
 def rel(a, b):

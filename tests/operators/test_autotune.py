@@ -32,7 +32,6 @@ def test_probes_straddle_the_rule():
 
 def test_tune_transpose_caches_the_correction_and_auto_uses_it(tmp_path, monkeypatch):
     monkeypatch.setenv("LEVERET_CACHE_DIR", str(tmp_path))
-    monkeypatch.delenv("LEVERET_NO_TUNING_CACHE", raising=False)
     assert tuned_atomic_scale("stand-in GPU") == 1.0          # nothing measured: the model as fitted
     predicted = {p["rows"]: transpose_times(autotune.probe_work(p)) for p in autotune.TRANSPOSE_PROBES}
     calls = []
@@ -71,7 +70,6 @@ def test_tuned_rule_picks_the_faster_transpose_on_the_probes(tmp_path, monkeypat
     """On this GPU: the measured correction, cached, makes ``transpose="auto"``
     pick the transpose measured faster on each probe."""
     monkeypatch.setenv("LEVERET_CACHE_DIR", str(tmp_path))
-    monkeypatch.delenv("LEVERET_NO_TUNING_CACHE", raising=False)
     result = autotune.tune_transpose()
     scale = result["atomic_scale"]
     assert math.isfinite(scale) and scale > 0

@@ -103,13 +103,12 @@ def test_bad_input(small_scan):
             CudaConeBackprojector(kernel="ray", views_per_pass=per_pass)
 
 
-@pytest.mark.parametrize("old,new,interpolation", [("shared", "global", "linear32"),
-                                                   ("hybrid", "ray-hybrid", "linear")])
-def test_removed_kernel_names_warn_and_run_their_replacement(small_scan, old, new, interpolation):
+@pytest.mark.parametrize("old,interpolation", [("shared", "linear32"), ("hybrid", "linear")])
+def test_removed_kernel_names_are_refused(small_scan, old, interpolation):
+    """The 0.x names "shared" and "hybrid" (now "global" and "ray-hybrid") are gone, not aliased."""
     g, vol, proj = small_scan
-    with pytest.warns(FutureWarning, match=f"kernel: '{old}' was removed; running '{new}'"):
-        op = ConeBackprojection(g, vol, backend="cpu", interpolation=interpolation, kernel=old)
-    assert op.kernel == new
+    with pytest.raises(ValueError, match=f"^kernel: expected one of .*, got '{old}'"):
+        ConeBackprojection(g, vol, backend="cpu", interpolation=interpolation, kernel=old)
 
 
 def test_repr_names_the_operator_and_its_choices(small_scan):

@@ -21,13 +21,13 @@ from leveret.operators import parallel as parallel_module
 
 
 @pytest.fixture
-def two_gpus(monkeypatch):
+def two_gpus(monkeypatch, tmp_path):
     stand_in_cupy.install(monkeypatch, n_gpus=2)
     # the operators take the stand-in for a GPU; backend="cpu" stays the CPU
     monkeypatch.setattr(_base, "resolve", lambda backend: "cpu" if backend == "cpu" else "cuda")
     monkeypatch.setattr(parallel_module, "_gpu_name", lambda: "stand-in GPU")
     monkeypatch.setattr(cone_module, "slab_alias", stand_in_cupy.slab_alias)
-    monkeypatch.setenv("LEVERET_PARALLEL_KERNEL", "")
+    monkeypatch.setenv("LEVERET_CACHE_DIR", str(tmp_path))   # no tuning cache: the rule decides
     return DeviceSet([0, 1])
 
 

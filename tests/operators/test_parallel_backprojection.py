@@ -22,11 +22,14 @@ TEXTURE_VS_EXACT_ONE_ANGLE = 5e-3
 
 
 @pytest.fixture(autouse=True)
-def _texture_kernel(monkeypatch):
+def _texture_kernel(monkeypatch, tmp_path):
     """These tests check the texture kernel against the CPU's linear8; "auto"
-    runs the exact ALU kernel where it fits, so they ask for the texture kernel
-    (the defaults are tested in test_parallel_kernels_gpu.py)."""
-    monkeypatch.setenv("LEVERET_PARALLEL_KERNEL", "texture")
+    runs the exact ALU kernel where it fits, so here the rule answers the
+    texture kernel, and no tuning cache is read (the defaults are tested in
+    test_parallel_kernels_gpu.py)."""
+    from leveret.operators import ParallelBackprojection
+    monkeypatch.setenv("LEVERET_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(ParallelBackprojection, "default_config", lambda self, n_slices: {"kernel": "texture"})
 
 
 def texture_vs_exact_bound(n_angles: int) -> float:
@@ -279,4 +282,5 @@ def test_repr_is_the_operators_uniform_repr():
     geometry = ParallelGeometry(np.linspace(0, np.pi, 8, endpoint=False), 16)
     text = repr(ParallelBackprojection(geometry, VolumeGeometry((16, 16)), backend="cpu", precision="float16"))
     assert text.startswith("ParallelBackprojection(ParallelGeometry(")
-    assert text.endswith("backend='cpu', interpolation='linear', kernel='auto', precision='float16')")
+    assert text.endswith("backend='cpu', interpolation='linear', kernel='auto', precision='float16', "
+                         "kernel_choice=None)")

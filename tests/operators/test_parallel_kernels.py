@@ -135,10 +135,13 @@ def test_bad_kernel_combinations(rng):
         ParallelBackprojection(geometry, volume, backend="cpu", kernel="alu", precision="float16")
     with pytest.raises(ValueError, match="kernel"):
         ParallelBackprojection(geometry, volume, backend="cpu", kernel="alu", interpolation="linear8")
-    with pytest.raises(ValueError, match="texture_packing"):
-        ParallelBackprojection(geometry, volume, backend="cpu", texture_packing="half4")
-    with pytest.raises(ValueError, match="texture_packing"):
-        ParallelBackprojection(geometry, volume, backend="cpu", texture_packing="float2", precision="float16")
+    with pytest.raises(ValueError, match=r"^kernel_options\['packing'\]: 'half4' texels hold fp16"):
+        ParallelBackprojection(geometry, volume, backend="cpu", kernel_options={"packing": "half4"})
+    with pytest.raises(ValueError, match=r"^kernel_options\['packing'\]: 'float2' texels hold float32"):
+        ParallelBackprojection(geometry, volume, backend="cpu", kernel_options={"packing": "float2"},
+                               precision="float16")
+    with pytest.raises(ValueError, match=r"^kernel_options\['packing'\]: expected one of"):
+        ParallelBackprojection(geometry, volume, backend="cpu", kernel_options={"packing": "half8"})
     with pytest.raises(ValueError, match="kernel_options"):
         ParallelBackprojection(geometry, volume, backend="cpu", kernel_options={"tiles": 3})
     with pytest.raises(ValueError, match="precision"):
@@ -449,8 +452,7 @@ def test_round_fp16_matches_numpy_ties_away(rng):
 
 # -- tuner ------------------------------------------------------------------------------------
 
-def test_tuner_picks_fastest_and_caches(tmp_path, monkeypatch):
-    monkeypatch.delenv("LEVERET_NO_TUNING_CACHE", raising=False)
+def test_tuner_picks_fastest_and_caches(tmp_path):
     path = tmp_path / "tuning.json"
     configs = tuning.candidates("linear", "float32", 64)
     assert {c["kernel"] for c in configs} == {"texture", "texz", "alu", "hybrid"}
@@ -478,8 +480,6 @@ def test_tuner_picks_fastest_and_caches(tmp_path, monkeypatch):
     tuning.tune("NVIDIA H200", key2, [{"kernel": "texture"}], lambda c: 1e-3, path=path)
     assert tuning.lookup("NVIDIA H200", key, path=path) is not None
     assert any("texture" in line for line in tuning.describe(path))
-    monkeypatch.setenv("LEVERET_NO_TUNING_CACHE", "1")
-    assert tuning.lookup("NVIDIA H200", key, path=path) is None
 
 
 def test_tuner_cache_file_robustness(tmp_path):
@@ -531,20 +531,19 @@ def test_candidates_respect_the_mode():
     assert all(c.get("nv", 2) == 1 for c in tuning.candidates("linear", "float32", 1) if c["kernel"] == "alu")
 
 
-def test_override_and_kernel_resolution(monkeypatch, tmp_path, rng):
+def test_kernel_resolution_says_what_decided(monkeypatch, tmp_path, rng):
+    """The ``kernel`` argument, else this GPU's tuning cache entry, else the
+    rule; ``kernel_choice`` (and the repr) say which."""
     import leveret.operators.parallel as par
-    assert tuning.parse_override("hybrid:tile=64,ratio=1/2,packing=float2") == \
-        {"kernel": "hybrid", "tile": 64, "ratio": (1, 2), "packing": "float2"}
-    with pytest.raises(ValueError):
-        tuning.parse_override("alu:tile")
     geometry, volume, _ = random_case(rng)
     monkeypatch.setattr(par, "_gpu_name", lambda: "Fake GPU")
     monkeypatch.setenv("LEVERET_CACHE_DIR", str(tmp_path))
-    monkeypatch.delenv("LEVERET_PARALLEL_KERNEL", raising=False)
-    monkeypatch.delenv("LEVERET_NO_TUNING_CACHE", raising=False)
     op = ParallelBackprojection(geometry, volume, backend="cpu")
+    assert op.kernel_choice is None
     # nothing cached: the measured defaults (default_config)
     assert op.resolve_kernel(8) == {"kernel": "alu", "tile": 32, "nv": 4}
+    assert op.kernel_choice == f"kernel=alu, tile=32, nv=4 (the rule for {op.problem_key(8)})"
+    assert "kernel_choice='kernel=alu, tile=32, nv=4 (the rule" in repr(op)
     assert op.resolve_kernel(2) == {"kernel": "alu", "tile": 64, "nv": 2}
     assert op.resolve_kernel(1) == {"kernel": "alu", "tile": 64, "nv": 1}
     fast = ParallelBackprojection(geometry, volume, backend="cpu", precision="float16")
@@ -555,20 +554,20 @@ def test_override_and_kernel_resolution(monkeypatch, tmp_path, rng):
     assert hyb.resolve_kernel(2) == {"kernel": "hybrid", "packing": "half2"}
     tuning.tune("Fake GPU", op.problem_key(8), [{"kernel": "alu", "tile": 64, "nv": 2}], lambda c: 1.0)
     assert op.resolve_kernel(8) == {"kernel": "alu", "tile": 64, "nv": 2}         # the cache
-    monkeypatch.setenv("LEVERET_PARALLEL_KERNEL", "hybrid:ratio=1/3")
-    assert op.resolve_kernel(8) == {"kernel": "hybrid", "ratio": (1, 3), "packing": "float2"}
+    assert op.kernel_choice.endswith(f"(tuned for Fake GPU ({op.problem_key(8)} in {tmp_path / 'tuning.json'}))")
     explicit = ParallelBackprojection(geometry, volume, backend="cpu", kernel="texz",
                                       kernel_options={"nq": 8})
     assert explicit.resolve_kernel(8) == {"kernel": "texz", "nq": 8, "packing": "float2"}
+    assert explicit.kernel_choice == "kernel=texz, nq=8, packing=float2 (given, kernel_options={'nq': 8})"
 
 
-def test_default_falls_back_to_texture_kernels(monkeypatch):
+
+def test_default_falls_back_to_texture_kernels(monkeypatch, tmp_path):
     """Where the ALU cache does not fit (pixels 7x the bin width), or the
     interpolation is the texture unit's, "auto" runs the texture kernels."""
     import leveret.operators.parallel as par
     monkeypatch.setattr(par, "_gpu_name", lambda: "Fake GPU")
-    monkeypatch.setenv("LEVERET_NO_TUNING_CACHE", "1")
-    monkeypatch.delenv("LEVERET_PARALLEL_KERNEL", raising=False)
+    monkeypatch.setenv("LEVERET_CACHE_DIR", str(tmp_path))   # an empty cache: the rule decides
     g = ParallelGeometry(np.linspace(0, np.pi, 90, endpoint=False), 2048, n_rows=8, det_spacing=0.5)
     wide = VolumeGeometry((8, 97, 131), voxel_size=3.5)
     with pytest.raises(ValueError, match="tile"):

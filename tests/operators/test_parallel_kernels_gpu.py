@@ -22,9 +22,16 @@ from test_parallel_kernels import (FAST_TEXTURE_VS_EXACT_PHANTOM, FAST_VS_EXACT_
 pytestmark = pytest.mark.gpu
 
 
-def run_gpu(geometry, volume, sinos, **kwargs):
+def _with_packing(kwargs: dict, packing) -> dict:
+    """``kwargs`` with ``packing`` (the texels) added to its kernel_options."""
+    if packing is None:
+        return kwargs
+    return dict(kwargs, kernel_options={**kwargs.get("kernel_options", {}), "packing": packing})
+
+
+def run_gpu(geometry, volume, sinos, packing=None, **kwargs):
     import cupy as cp
-    op = ParallelBackprojection(geometry, volume, backend="cuda", **kwargs)
+    op = ParallelBackprojection(geometry, volume, backend="cuda", **_with_packing(kwargs, packing))
     ny, nx = op.out_shape
     out = cp.full((sinos.shape[0], ny, nx), cp.nan, cp.float32)   # poison: unwritten pixels show
     got = op(cp.asarray(sinos), out=out)
@@ -34,8 +41,8 @@ def run_gpu(geometry, volume, sinos, **kwargs):
     return got, op.last_kernel
 
 
-def cpu(geometry, volume, sinos, **kwargs):
-    return ParallelBackprojection(geometry, volume, backend="cpu", **kwargs)(sinos)
+def cpu(geometry, volume, sinos, packing=None, **kwargs):
+    return ParallelBackprojection(geometry, volume, backend="cpu", **_with_packing(kwargs, packing))(sinos)
 
 
 CASES = [  # n_angles, n_cols, n_slices, shape
@@ -48,9 +55,9 @@ CASES = [  # n_angles, n_cols, n_slices, shape
 
 @pytest.mark.parametrize("case", CASES)
 @pytest.mark.parametrize("config", [
-    {"kernel": "texture", "texture_packing": "float"},
-    {"kernel": "texz", "texture_packing": "float", "kernel_options": {"nq": 4}},
-    {"kernel": "texz", "texture_packing": "float", "kernel_options": {"nq": 8}},
+    {"kernel": "texture", "packing": "float"},
+    {"kernel": "texz", "packing": "float", "kernel_options": {"nq": 4}},
+    {"kernel": "texz", "packing": "float", "kernel_options": {"nq": 8}},
     {"kernel": "texz", "kernel_options": {"nq": 4}},
     {"kernel": "texz", "kernel_options": {"nq": 8}},
 ])
@@ -67,7 +74,7 @@ def test_texture_kernels_match_cpu_linear8(rng, case, config):
 @pytest.mark.parametrize("kernel,packing", [("texz", "float"), ("texz", "float2"), ("alu", None)])
 def test_nearest(rng, kernel, packing):
     geometry, volume, sinos = random_case(rng, 200, 77, 3, (70, 81))
-    kw = {"texture_packing": packing} if packing else {}
+    kw = {"packing": packing} if packing else {}
     got, _ = run_gpu(geometry, volume, sinos, kernel=kernel, interpolation="nearest", **kw)
     if kernel == "alu":
         # Against the float64 reference a bin flips wherever a sample sits within
@@ -102,7 +109,7 @@ def assert_fp16_close(got, want, n_samples, detail=""):
 def test_fp16_kernels_match_cpu_fp16_linear8(rng, case, kernel, packing):
     n_angles, n_cols, n_slices, shape = case
     geometry, volume, sinos = random_case(rng, n_angles, n_cols, n_slices, shape, axis_shift="random")
-    got, name = run_gpu(geometry, volume, sinos, kernel=kernel, precision="float16", texture_packing=packing)
+    got, name = run_gpu(geometry, volume, sinos, kernel=kernel, precision="float16", packing=packing)
     assert packing in name
     ref = cpu(geometry, volume, sinos, interpolation="linear8", precision="float16")
     # the CPU rounds each filtered sample to fp16, ties away from zero, as the
@@ -164,7 +171,7 @@ def _tile_mask(ny, nx, tile, num, den):
 def test_hybrid_is_the_tilewise_mix(rng, case, tile, ratio, packing):
     n_angles, n_cols, n_slices, shape = case
     geometry, volume, sinos = random_case(rng, n_angles, n_cols, n_slices, shape, axis_shift="random")
-    got, name = run_gpu(geometry, volume, sinos, kernel="hybrid", texture_packing=packing,
+    got, name = run_gpu(geometry, volume, sinos, kernel="hybrid", packing=packing,
                         kernel_options={"tile": tile, "ratio": ratio})
     assert name.startswith(f"hybrid-{ratio[0]}/{ratio[1]}")
     mask = _tile_mask(*shape, tile, *ratio)
@@ -175,10 +182,10 @@ def test_hybrid_is_the_tilewise_mix(rng, case, tile, ratio, packing):
 @pytest.mark.parametrize("config", [
     {"kernel": "texture"}, {"kernel": "texz"}, {"kernel": "alu", "kernel_options": {"tile": 64}},
     {"kernel": "alu", "kernel_options": {"tile": 32, "nv": 4}},
-    {"kernel": "hybrid", "precision": "float16", "texture_packing": "half4",
+    {"kernel": "hybrid", "precision": "float16", "packing": "half4",
      "kernel_options": {"tile": 32, "ratio": (1, 2)}},
     {"kernel": "hybrid", "kernel_options": {"tile": 32, "ratio": (1, 2)}},
-    {"kernel": "texz", "precision": "float16", "texture_packing": "half4"},
+    {"kernel": "texz", "precision": "float16", "packing": "half4"},
 ])
 @pytest.mark.parametrize("roi", [(5, 7, 40, 33), (0, 0, 1, 1), (60, 70, 10, 11)])
 def test_roi_matches_cpu_roi(rng, config, roi):
@@ -221,7 +228,7 @@ def test_fast_hybrid_is_the_tilewise_mix(rng, case, packing, ratio):
     """Fast hybrid: fp16 texture tiles (CPU fast + linear8) beside float32 ALU tiles (exact)."""
     n_angles, n_cols, n_slices, shape = case
     geometry, volume, sinos = random_case(rng, n_angles, n_cols, n_slices, shape, axis_shift="random")
-    got, name = run_gpu(geometry, volume, sinos, kernel="hybrid", precision="float16", texture_packing=packing,
+    got, name = run_gpu(geometry, volume, sinos, kernel="hybrid", precision="float16", packing=packing,
                         kernel_options={"tile": 32, "ratio": ratio})
     assert name.startswith(f"hybrid-{ratio[0]}/{ratio[1]}-{packing}")
     mask = np.broadcast_to(_tile_mask(*shape, 32, *ratio), got.shape)
@@ -273,8 +280,6 @@ def test_tune_caches_and_auto_uses_it(rng, tmp_path, monkeypatch):
     import cupy as cp
     from leveret.cuda import tuning
     monkeypatch.setenv("LEVERET_CACHE_DIR", str(tmp_path))
-    monkeypatch.delenv("LEVERET_PARALLEL_KERNEL", raising=False)
-    monkeypatch.delenv("LEVERET_NO_TUNING_CACHE", raising=False)
     geometry, volume, sinos = random_case(rng, 256, 96, 4, (96, 96))
     op = ParallelBackprojection(geometry, volume, backend="cuda")
     best, results = op.tune(cp.asarray(sinos), repeats=1)
@@ -282,6 +287,7 @@ def test_tune_caches_and_auto_uses_it(rng, tmp_path, monkeypatch):
     assert tuning.lookup(_name(), op.problem_key(4)) is not None
     got, name = run_gpu(geometry, volume, sinos)
     assert name.startswith(best["kernel"])
+    assert "tuned for" in op.kernel_choice and str(tmp_path) in op.kernel_choice
 
 
 def _name():
@@ -292,9 +298,8 @@ def _name():
 # -- kernel="auto" without a tuning cache: the measured defaults ---------------------------------
 
 @pytest.fixture
-def no_tuning(monkeypatch):
-    monkeypatch.setenv("LEVERET_NO_TUNING_CACHE", "1")
-    monkeypatch.delenv("LEVERET_PARALLEL_KERNEL", raising=False)
+def no_tuning(monkeypatch, tmp_path):
+    monkeypatch.setenv("LEVERET_CACHE_DIR", str(tmp_path))   # an empty cache: the rule decides
 
 
 @pytest.mark.parametrize("n_slices,name", [(1, "alu-t64-nv1"), (2, "alu-t64-nv2"), (5, "alu-t32-nv4")])

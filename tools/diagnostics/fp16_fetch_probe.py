@@ -127,7 +127,7 @@ def main() -> None:
               "samples": int(inside.sum()), "kernels": {}}
     for kernel, packing in (("texture", "half2"), ("texz", "half4")):
         op = ParallelBackprojection(geometry, volume, backend="cuda", kernel=kernel, precision="float16",
-                                    texture_packing=packing)
+                                    kernel_options={"packing": packing})
         out = cp.full((args.slices, args.size, args.size), cp.nan, cp.float32)
         got = cp.asnumpy(op(cp.asarray(sinos), out=out)).astype(np.float64)
         assert np.isfinite(got).all(), f"{op.last_kernel}: unwritten pixels"

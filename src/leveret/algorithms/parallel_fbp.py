@@ -321,7 +321,7 @@ class _Job:
                 v.add_nonfinite_count(n_bad, d_in)
                 part = self.op if n_batches == 1 else ParallelBackprojection(
                     _angle_subset(g, b0, b1), self.volume, interpolation=self.op.interpolation,
-                    backend="cuda", texture_packing=self.op.texture_packing, kernel=self.op.kernel,
+                    backend="cuda", kernel=self.op.kernel,
                     precision=self.op.precision, kernel_options=self.op.kernel_options, roi=self.op.roi)
                 image = part(self.filtered(d_in, slice(b0, b1)))
                 total = image if total is None else total.__iadd__(image)

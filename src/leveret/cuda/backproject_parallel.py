@@ -271,21 +271,3 @@ class ParallelBackprojectorGPU:
                 for a0, a1 in self._passes(module, table32, stream):
                     launch(kernel, tex_obj, a0, a1)
         return out
-
-
-class ParallelTextureBackprojector:
-    """The one-pixel-per-thread texture kernel alone, with ``packing`` in
-    {"auto", "float", "float2"} and a block shape (bench/bench_fbp.py times it)."""
-
-    def __init__(self, packing: str = "auto", block: tuple[int, int] = (32, 8)):
-        self.packing = packing
-        self._gpu = ParallelBackprojectorGPU(block)
-
-    @property
-    def last_kernel(self) -> str | None:
-        return self._gpu.last_kernel
-
-    def __call__(self, sinos, table: np.ndarray, out, interpolation: str = "linear"):
-        table32 = np.asarray(table, np.float32)
-        return self._gpu(sinos, table32, table32.astype(np.float64), out, interpolation=interpolation,
-                         kernel="texture", packing=self.packing)

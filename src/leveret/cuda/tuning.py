@@ -9,9 +9,9 @@ problem starts with the winner without searching again.
 
 - cache file: ``$LEVERET_CACHE_DIR/tuning.json``, else
   ``$XDG_CACHE_HOME/leveret/tuning.json``, else ``~/.cache/leveret/tuning.json``.
-- override: an explicit ``kernel=`` argument wins; the environment variable
-  ``LEVERET_PARALLEL_KERNEL`` (e.g. ``alu`` or ``hybrid:tile=64,ratio=1/2``)
-  wins over the cache; ``LEVERET_NO_TUNING_CACHE=1`` ignores the cache.
+- an explicit ``kernel=`` argument wins over the cache; where there is no
+  entry for the GPU and problem class, the operator's rule decides. The
+  operator's ``kernel_choice`` and ``leveret info`` say which decided.
 
 Nothing here needs a GPU: the timing function is passed in (the tests use
 a fake one).
@@ -92,33 +92,8 @@ def _store(gpus: dict, path: Path) -> None:
 
 def lookup(gpu: str, key: str, path: Path | None = None) -> dict | None:
     """The cached configuration for (gpu, key), or None."""
-    if os.environ.get("LEVERET_NO_TUNING_CACHE"):
-        return None
     entry = load(path).get(gpu, {}).get(key)
     return dict(entry["config"]) if entry else None
-
-
-def parse_override(text: str) -> dict:
-    """``"hybrid:tile=64,ratio=1/2,packing=float2"`` -> {"kernel": "hybrid", "tile": 64, ...}."""
-    name, _, rest = text.partition(":")
-    config: dict = {"kernel": name.strip()}
-    for item in filter(None, (p.strip() for p in rest.split(","))):
-        k, _, val = item.partition("=")
-        if not val:
-            raise ValueError(f"LEVERET_PARALLEL_KERNEL: expected key=value, got {item!r}")
-        if "/" in val:
-            num, den = val.split("/")
-            config[k] = (int(num), int(den))
-        elif val.isdigit():
-            config[k] = int(val)
-        else:
-            config[k] = val
-    return config
-
-
-def env_override() -> dict | None:
-    text = os.environ.get("LEVERET_PARALLEL_KERNEL")
-    return parse_override(text) if text else None
 
 
 def candidates(interpolation: str, precision: str, n_slices: int) -> list[dict]:

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import threading
-import warnings
 
 import numpy as np
 
@@ -28,9 +27,6 @@ from .cone_plan import DEPTH, fma_steps, kernel_matrices, software_views
 AUTO_KERNEL = {"linear": "texture", "linear8": "texture", "linear32": "quad"}
 RAY_MIN_PIXELS = 0.6
 RAY_MIN_VIEWS = 124
-#: Kernels that no longer exist, with the one that now runs in their place
-#: (a FutureWarning says so): "shared" computed what "global" computes.
-_REMOVED_KERNELS = {"shared": "global", "hybrid": "ray-hybrid"}
 
 
 def projected_voxel_pixels(index_matrices: np.ndarray, volume: VolumeGeometry) -> float:
@@ -103,8 +99,6 @@ class ConeBackprojection(Operator):
         along x). "auto" follows the table above ``AUTO_KERNEL`` in this
         module (``RAY_MIN_PIXELS``, ``RAY_MIN_VIEWS``); ``kernel_for(n_views)``
         tells which a call runs, ``last_kernel`` which the last call ran.
-        "shared" and "hybrid" are deprecated names (FutureWarning) for
-        "global" and "ray-hybrid".
     devices : None, "all", list of int or leveret.devices.DeviceSet
         CUDA only: the GPUs a call runs on (:mod:`leveret.devices`); None: the
         current device. The volume's z range (``slices``, default all) is cut
@@ -132,11 +126,6 @@ class ConeBackprojection(Operator):
         super().__init__(geometry, volume, backend)
         self.matrices = matrices
         self.interpolation = v.choice("interpolation", interpolation, ("linear", "linear8", "linear32"))
-        if isinstance(kernel, str) and kernel.lower() in _REMOVED_KERNELS:
-            new = _REMOVED_KERNELS[kernel.lower()]
-            warnings.warn(f"kernel: {kernel!r} was removed; running {new!r} (pass kernel={new!r})",
-                          FutureWarning, stacklevel=2)
-            kernel = new
         allowed = (("auto", "quad", "global") if self.interpolation == "linear32"
                    else ("auto", "texture", "ray", "ray-hybrid", "quad"))
         self.kernel = v.choice("kernel", kernel, allowed)

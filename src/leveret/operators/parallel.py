@@ -86,18 +86,15 @@ class ParallelBackprojection(Operator):
         rounding (docs/accuracy.md).
     backend : {"auto", "cuda", "cpu"}
         NumPy in, NumPy out; CuPy in, CuPy out (``leveret.operators._base``).
-    texture_packing : {"auto", "float", "float2", "half2", "half4"}
-        CUDA texture kernels: slices per texel ("auto": float2 whenever there
-        are two slices, half2 / half4 with precision "float16"). The result
-        does not depend on float vs float2.
     kernel : {"auto", "texture", "texz", "alu", "hybrid"}
-        CUDA kernel (``leveret.cuda.backproject_parallel``). "auto": the
-        environment variable LEVERET_PARALLEL_KERNEL, else the tuning cache
-        for this GPU and problem class (``tune()`` fills it), else the
-        fastest (``default_config``): the exact ALU kernel for "linear" in
-        float32, the hybrid in float16, the texture kernels for
+        CUDA kernel (``leveret.cuda.backproject_parallel``). "auto": this
+        GPU's entry in the tuning cache for the problem class
+        (``leveret.cuda.tuning``; ``tune()`` and ``leveret tune`` fill it),
+        else the rule (``default_config``): the exact ALU kernel for
+        "linear" in float32, the hybrid in float16, the texture kernels for
         "nearest"/"linear8" or where the ALU kernel's cache does not fit
-        (pixels much wider than detector bins). ``last_kernel`` tells which ran.
+        (pixels much wider than detector bins). ``kernel_choice`` says which
+        decided, ``last_kernel`` which kernel ran.
     precision : {"float32", "float16"}
         "float32": float32 filtered sinograms. "float16": the texture kernels
         read them as fp16 (half2 / half4 texels, 2 or 4 slices per fetch; the
@@ -112,7 +109,10 @@ class ParallelBackprojection(Operator):
         volume's grid); the output is (n_slices, height, width).
     kernel_options : dict, optional
         Parameters of the CUDA kernel (nq, tile, nv, ratio, packing), e.g.
-        ``{"tile": 64, "ratio": (1, 2)}``.
+        ``{"tile": 64, "ratio": (1, 2)}``. ``packing``, of the texture
+        kernels: slices per texel, "float", "float2", "half2" or "half4"
+        (default: float2 whenever there are two slices, half2 / half4 with
+        precision "float16"); the result does not depend on float vs float2.
     devices : None, "all", list of int or leveret.devices.DeviceSet
         CUDA only: the GPUs a call runs on (:mod:`leveret.devices`); None: the
         current device. The slices are cut into slabs (about four per GPU)
@@ -124,11 +124,11 @@ class ParallelBackprojection(Operator):
         downloaded into it); CuPy in, CuPy out on the input's GPU.
     """
 
-    _repr_fields = ("interpolation", "kernel", "precision")
+    _repr_fields = ("interpolation", "kernel", "precision", "kernel_choice")
 
     def __init__(self, geometry: ParallelGeometry, volume: VolumeGeometry, *,
                  interpolation: str = "linear", backend: str = "auto",
-                 texture_packing: str = "auto", kernel: str = "auto", precision: str = "float32",
+                 kernel: str = "auto", precision: str = "float32",
                  roi=None, kernel_options: dict | None = None, devices=None):
         if not isinstance(geometry, ParallelGeometry):
             raise ValueError(f"geometry: expected a ParallelGeometry, got {type(geometry).__name__}")
@@ -136,8 +136,6 @@ class ParallelBackprojection(Operator):
             raise ValueError(f"volume: expected a VolumeGeometry, got {type(volume).__name__}")
         super().__init__(geometry, volume, backend)
         self.interpolation = v.choice("interpolation", interpolation, INTERPOLATIONS)
-        self.texture_packing = v.choice("texture_packing", texture_packing,
-                                        ("auto", "float", "float2", "half2", "half4"))
         self.kernel = v.choice("kernel", kernel, KERNELS)
         self.precision = v.precision(precision, PRECISIONS)
         self.roi = _check_roi(roi, volume.ny, volume.nx)
@@ -145,12 +143,13 @@ class ParallelBackprojection(Operator):
         bad = set(self.kernel_options) - {"nq", "tile", "nv", "ratio", "packing"}
         if bad:
             raise ValueError(f"kernel_options: unknown keys {sorted(bad)}; expected nq, tile, nv, ratio, packing")
-        half = self.texture_packing in ("half2", "half4")
-        if half and self.precision != "float16":
-            raise ValueError(f"texture_packing: {texture_packing!r} stores fp16; use precision='float16'")
-        if self.precision == "float16" and self.texture_packing in ("float", "float2"):
-            raise ValueError(f"texture_packing: precision='float16' stores half2/half4 texels, "
-                             f"got {texture_packing!r}")
+        packing = self.kernel_options.get("packing")
+        if packing is not None:
+            v.choice("kernel_options['packing']", packing, ("float", "float2", "half2", "half4"))
+            if (packing in ("half2", "half4")) != (self.precision == "float16"):
+                raise ValueError(f"kernel_options['packing']: {packing!r} texels hold "
+                                 f"{'fp16' if packing.startswith('half') else 'float32'}, but precision is "
+                                 f"{self.precision!r}")
         if self.precision == "float16" and self.kernel == "alu":
             raise ValueError("kernel: 'alu' reads float32 sinograms; precision='float16' runs "
                              "'texture' (half2), 'texz' (half2/half4) or 'hybrid' (half2/half4 texture blocks)")
@@ -161,6 +160,7 @@ class ParallelBackprojection(Operator):
         self._gpu = None
         self._tables: dict = {}
         self._last_cpu: str | None = None
+        self._choice: str | None = None
 
     @property
     def out_shape(self) -> tuple[int, int]:
@@ -279,22 +279,28 @@ class ParallelBackprojection(Operator):
         ny, nx = self.out_shape
         return problem_class(n_slices, ny, nx, self.geometry.n_angles, self.interpolation, self.precision)
 
+    @property
+    def kernel_choice(self) -> str | None:
+        """Which kernel configuration the last CUDA call ran and what decided
+        it: the ``kernel`` argument, this GPU's tuning cache entry, or the
+        rule (None before the first CUDA call, and on the CPU)."""
+        return self._choice
+
     def resolve_kernel(self, n_slices: int) -> dict:
-        """The kernel configuration a call with ``n_slices`` slices runs (CUDA)."""
+        """The kernel configuration a call with ``n_slices`` slices runs (CUDA);
+        :attr:`kernel_choice` says what decided it."""
         from ..cuda import tuning
 
+        key = self.problem_key(n_slices)
         if self.kernel != "auto":
-            config = {"kernel": self.kernel}
+            config, why = {"kernel": self.kernel}, "given"
         else:
-            config = tuning.env_override()
+            config = tuning.lookup(_gpu_name(), key)
+            why = f"tuned for {_gpu_name()} ({key} in {tuning.cache_path()})"
             if config is None:
-                config = tuning.lookup(_gpu_name(), self.problem_key(n_slices))
-            if config is None:
-                config = self.default_config(n_slices)
+                config, why = self.default_config(n_slices), f"the rule for {key}"
         config = dict(config)
         config.update(self.kernel_options)
-        if self.texture_packing != "auto":
-            config["packing"] = self.texture_packing
         if "packing" not in config and config["kernel"] in ("texture", "texz", "hybrid"):
             if self.precision == "float16":
                 config["packing"] = "half4" if (n_slices >= 3 and config["kernel"] != "texture") else "half2"
@@ -302,10 +308,13 @@ class ParallelBackprojection(Operator):
                 config["packing"] = "float2" if n_slices > 1 else "float"
         if "ratio" in config:
             config["ratio"] = tuple(config["ratio"])
+        if self.kernel_options:
+            why += f", kernel_options={self.kernel_options}"
+        self._choice = f"{', '.join(f'{k}={val}' for k, val in config.items())} ({why})"
         return config
 
     def default_config(self, n_slices: int) -> dict:
-        """The kernel ``kernel="auto"`` runs with no override and nothing tuned.
+        """The kernel ``kernel="auto"`` runs with nothing tuned.
 
         The rule (the measurements behind it: docs/performance.md, parallel beam):
 
@@ -363,20 +372,16 @@ class ParallelBackprojection(Operator):
             raise ValueError("tune: the CPU backend has a single kernel; use backend='cuda'")
         n = sinos.shape[0]
         out = cupy.empty((n,) + self.out_shape, cupy.float32)
-        keep = (self.kernel, self.kernel_options, self.texture_packing)
 
         def time_fn(config):
-            self.kernel, self.kernel_options, self.texture_packing = config["kernel"], \
-                {k: val for k, val in config.items() if k != "kernel"}, "auto"
-            return seconds_per_run(lambda: self(sinos, out), repeats)
+            candidate = ParallelBackprojection(
+                self.geometry, self.volume, interpolation=self.interpolation, backend="cuda",
+                kernel=config["kernel"], precision=self.precision, roi=self.roi,
+                kernel_options={k: val for k, val in config.items() if k != "kernel"})
+            return seconds_per_run(lambda: candidate(sinos, out), repeats)
 
-        try:
-            best, results = tuning.tune(_gpu_name(), self.problem_key(n),
-                                        tuning.candidates(self.interpolation, self.precision, n),
-                                        time_fn, store=store)
-        finally:
-            self.kernel, self.kernel_options, self.texture_packing = keep
-        return best, results
+        return tuning.tune(_gpu_name(), self.problem_key(n), tuning.candidates(self.interpolation, self.precision, n),
+                           time_fn, store=store)
 
 
     @property
