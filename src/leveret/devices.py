@@ -595,3 +595,94 @@ def reduce_sum(parts: Sequence, device: int):
             copy_to(scratch, contiguous(p))
             total += scratch
     return total
+
+
+# -- one dispatch for the operators on several GPUs ------------------------------------------------
+
+def _is_cupy(arr) -> bool:
+    return type(arr).__module__.startswith("cupy")
+
+
+def settled(arr):
+    """``arr`` ready for other streams and GPUs to read: a CuPy array's GPU
+    synchronised (the work that wrote it is done); NumPy as it is."""
+    if _is_cupy(arr):
+        import cupy
+        with cupy.cuda.Device(arr.device.id):
+            cupy.cuda.get_current_stream().synchronize()
+    return arr
+
+
+def on_worker(part, worker: "Worker"):
+    """``part`` (NumPy, or CuPy on any GPU, complete) as a CuPy array on the worker's GPU."""
+    if _is_cupy(part):
+        return to_device(contiguous(part), worker.device)
+    import cupy
+    return cupy.asarray(part)
+
+
+def store(dst, res) -> None:
+    """``dst[...] = res``, ``res`` a complete CuPy array on any GPU: into NumPy
+    by a download, into a contiguous CuPy array by a copy between the GPUs,
+    into a strided one on ``dst``'s own GPU."""
+    import cupy
+
+    if not _is_cupy(dst):
+        if dst.flags.c_contiguous:
+            res.get(out=dst)
+        else:
+            dst[...] = res.get()
+    elif dst.flags.c_contiguous:
+        copy_to(dst, res)
+    else:
+        res = to_device(res, dst.device.id)
+        with cupy.cuda.Device(dst.device.id):
+            dst[...] = res
+            cupy.cuda.get_current_stream().synchronize()
+
+
+def map_ranges(devices: DeviceSet, ranges, compute: Callable, out, *, align: int = 1):
+    """``out[a:b] = compute(worker, a, b)`` for every range ``(a, b)`` of
+    ``ranges``, dealt to ``devices`` from one queue (:meth:`DeviceSet.run`;
+    a range that runs out of memory is halved at multiples of ``align``).
+    ``compute`` returns a CuPy array on the worker's GPU; ``out`` is NumPy or
+    CuPy, its earlier writers done. Returns ``out``."""
+    import cupy
+
+    def work(worker, a, b):
+        res = compute(worker, a, b)
+        cupy.cuda.get_current_stream().synchronize()
+        store(out[a:b], res)
+
+    devices.run(ranges, work, align=align)
+    return out
+
+
+def sum_blocks(devices: DeviceSet, n: int, compute: Callable, out):
+    """``out = sum_i compute(worker_i, a_i, b_i)``: worker ``i`` takes the
+    ``i``-th contiguous block of ``range(n)`` (a block split after running out
+    of memory adds its pieces), and the workers' partial results are added in
+    worker order on one GPU (:func:`reduce_sum`): a fixed order. ``out`` is
+    NumPy or CuPy, of the partials' size. Returns ``out``."""
+    import cupy
+
+    partials: dict = {}
+
+    def work(worker, a, b):
+        part = compute(worker, a, b)
+        if worker.index in partials:
+            partials[worker.index] += part
+        else:
+            partials[worker.index] = part
+        cupy.cuda.get_current_stream().synchronize()
+
+    devices.run(blocks(n, len(devices)), work, fixed=True)
+    parts = [partials[i] for i in sorted(partials)]
+    home = out.device.id if _is_cupy(out) else devices.ids[0]
+    with cupy.cuda.Device(home):
+        total = reduce_sum(parts, home).reshape(out.shape)
+        if _is_cupy(out):
+            out[...] = total
+        else:
+            total.get(out=out)
+    return out

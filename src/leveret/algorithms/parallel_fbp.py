@@ -270,30 +270,19 @@ class _Job:
         from .. import devices as dv
 
         home = self.stack.device.id
-        with cupy.cuda.Device(home):
-            cupy.cuda.get_current_stream().synchronize()   # the input is complete before other streams read it
+        dv.settled(self.stack)
         bar_lock = threading.Lock()
 
-        def work(worker, k0, k1):
+        def compute(worker, k0, k1):
             with cupy.cuda.Device(home):
-                rows = cupy.ascontiguousarray(self.rows((k0, k1)))
-                cupy.cuda.get_current_stream().synchronize()
-            rows = dv.to_device(rows, worker.device)
+                rows = dv.settled(cupy.ascontiguousarray(self.rows((k0, k1))))
             res = cupy.empty((k1 - k0,) + self.op.out_shape, np.float32)
-            self.op(self.filtered(rows), out=res)
-            cupy.cuda.get_current_stream().synchronize()
-            dst = self.out3[k0:k1]
-            if dst.flags.c_contiguous:
-                dv.copy_to(dst, res)
-            else:     # a strided output: written on the output's own GPU
-                res = dv.to_device(res, dst.device.id)
-                with cupy.cuda.Device(dst.device.id):
-                    dst[...] = res
-                    cupy.cuda.get_current_stream().synchronize()
+            self.op(self.filtered(dv.on_worker(rows, worker)), out=res)
             with bar_lock:
                 bar.update(k1 - k0)
+            return res
 
-        devices.run(chunks, work)
+        dv.map_ranges(devices, chunks, compute, self.out3)
 
     def one_chunk_from_host(self, chunk, min_batch_bytes=2 << 20):
         """NumPy in and out, everything in one chunk (e.g. a single slice): the

@@ -243,10 +243,8 @@ class ConeBackprojection(Operator):
 
         nz, ny, nx = self.volume.shape
         on_gpu = _is_cupy(projections)
+        dv.settled(projections)
         if on_gpu:
-            with cupy.cuda.Device(projections.device.id):   # complete before other streams read it
-                projections = cupy.ascontiguousarray(projections)
-                cupy.cuda.get_current_stream().synchronize()
             home = projections.device.id
         else:
             projections = np.ascontiguousarray(projections)
@@ -260,42 +258,29 @@ class ConeBackprojection(Operator):
             raise ValueError(f"out: expected a {'CuPy' if on_gpu else 'NumPy'} float32 array of shape "
                              f"{self.volume.shape}, got {type(out).__module__.split('.')[0]} "
                              f"{tuple(out.shape)} {out.dtype}")
-        if on_gpu:
-            with cupy.cuda.Device(out.device.id):
-                cupy.cuda.get_current_stream().synchronize()
+        dv.settled(out)
         k_lo, k_hi = (0, nz) if slices is None else slices
         align = self.slab_alignment
         slabs = [(k_lo + a, k_lo + b) for a, b in dv.aligned_blocks(k_hi - k_lo, 2 * len(self.devices), align)]
         copies: dict = {}   # worker index -> the projections on its GPU
 
-        def work(worker, k0, k1):
+        def compute(worker, k0, k1):
             proj = copies.get(worker.index)
             if proj is None:
-                proj = copies[worker.index] = (dv.to_device(projections, worker.device) if on_gpu
-                                               else cupy.asarray(projections))
+                proj = copies[worker.index] = dv.on_worker(projections, worker)
             gpu, matrices = self._gpu_for(kernel)
-            dst = out[k0:k1]
             if accumulate:
-                slab = dv.to_device(dv.contiguous(dst), worker.device) if on_gpu else cupy.asarray(dst)
-                if slab is dst:
+                dst = out[k0:k1]
+                slab = dv.on_worker(dst, worker)
+                if slab is dst:   # the output's own memory: added into a copy, stored back after
                     slab = slab.copy()
             else:
                 slab = cupy.empty((k1 - k0, ny, nx), np.float32)
             gpu(proj, idx, slab_alias(slab, k0, self.volume.shape), accumulate=accumulate, slices=(k0, k1),
                 device_matrices=None if matrices is None else matrices[views])
-            cupy.cuda.get_current_stream().synchronize()
-            if not on_gpu:
-                dst[...] = slab.get()
-            elif dst.flags.c_contiguous:
-                dv.copy_to(dst, slab)
-            else:   # a strided output: written on its own GPU
-                slab = dv.to_device(slab, dst.device.id)
-                with cupy.cuda.Device(dst.device.id):
-                    dst[...] = slab
-                    cupy.cuda.get_current_stream().synchronize()
+            return slab
 
-        self.devices.run(slabs, work, align=align)
-        return out
+        return dv.map_ranges(self.devices, slabs, compute, out, align=align)
 
 
 def slab_alias(slab, k0: int, shape: tuple[int, int, int]):

@@ -226,14 +226,8 @@ class ParallelBackprojection(Operator):
 
         n = sinos.shape[0]
         on_gpu = _is_cupy(sinos)
-        if on_gpu:
-            with cupy.cuda.Device(sinos.device.id):   # the input is complete before other streams read it
-                cupy.cuda.get_current_stream().synchronize()
-                sinos = cupy.ascontiguousarray(sinos)
-                cupy.cuda.get_current_stream().synchronize()
-            home = sinos.device.id
-        else:
-            home = self.devices.ids[0]
+        dv.settled(sinos)
+        home = sinos.device.id if on_gpu else self.devices.ids[0]
         with cupy.cuda.Device(home):
             config = self.resolve_kernel(n)
         shape = (n,) + self.out_shape
@@ -246,32 +240,16 @@ class ParallelBackprojection(Operator):
         elif tuple(out.shape) != shape or out.dtype != np.float32 or _is_cupy(out) != on_gpu:
             raise ValueError(f"out: expected a {'CuPy' if on_gpu else 'NumPy'} float32 array of shape {shape}, "
                              f"got {type(out).__module__.split('.')[0]} {tuple(out.shape)} {out.dtype}")
-        direct = out.flags.c_contiguous
-        if on_gpu:
-            with cupy.cuda.Device(out.device.id):   # earlier work on out is done before the workers write it
-                cupy.cuda.get_current_stream().synchronize()
+        dv.settled(out)   # earlier work on out is done before the workers write it
 
-        def work(worker, k0, k1):
-            part = dv.to_device(sinos[k0:k1], worker.device) if on_gpu else cupy.asarray(sinos[k0:k1])
+        def compute(worker, k0, k1):
             res = cupy.empty((k1 - k0,) + self.out_shape, np.float32)
-            self._run_gpu(part, res, config)
-            cupy.cuda.get_current_stream().synchronize()
-            if not on_gpu:
-                if direct:
-                    res.get(out=out[k0:k1])
-                else:
-                    out[k0:k1] = res.get()
-            elif direct:
-                dv.copy_to(out[k0:k1], res)
-            else:   # a strided output: written on its own GPU
-                res = dv.to_device(res, out.device.id)
-                with cupy.cuda.Device(out.device.id):
-                    out[k0:k1] = res
-                    cupy.cuda.get_current_stream().synchronize()
+            self._run_gpu(dv.on_worker(sinos[k0:k1], worker), res, config)
+            return res
 
         align = slab_alignment(config)
-        self.devices.run(dv.aligned_blocks(n, 4 * len(self.devices), align), work, align=align)
-        return out
+        return dv.map_ranges(self.devices, dv.aligned_blocks(n, 4 * len(self.devices), align), compute, out,
+                             align=align)
 
     # -- kernel choice ---------------------------------------------------------------------
     def problem_key(self, n_slices: int) -> str:

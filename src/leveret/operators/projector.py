@@ -497,31 +497,21 @@ class Projector(Operator):
         import cupy
 
         from .. import devices as dv
-        on_gpu = isinstance(x, cupy.ndarray)
-        if on_gpu:
-            with cupy.cuda.Device(x.device.id):   # x is complete before other streams read it
-                cupy.cuda.get_current_stream().synchronize()
+        dv.settled(x)
         laid_out: dict = {}   # worker index -> the volume on its GPU, as the kernels read it
-        grid3 = self._grid3
 
-        def work(worker, v0, v1):
+        def compute(worker, v0, v1):
             tracer = self._tracer(worker.device, v0, v1)
             if worker.index not in laid_out:   # once per call and worker, not per view block
-                xd = (dv.to_device(x, worker.device) if on_gpu else cupy.asarray(x)).reshape(grid3)
+                xd = dv.on_worker(x, worker).reshape(self._grid3)
                 src = tracer.laid_out(xd)
                 laid_out[worker.index] = (xd if src is xd else None, src)   # the structured paths read only src
             xd, src = laid_out[worker.index]
             res = cupy.empty((v1 - v0,) + self.projection_shape[1:], self.dtype)
             tracer.forward(xd, res, laid_out=src)
-            if isinstance(out, cupy.ndarray):
-                cupy.cuda.get_current_stream().synchronize()
-                dv.copy_to(out[v0:v1], res)
-            else:
-                res.get(out=out[v0:v1])
+            return res
 
-        n_views = self.projection_shape[0]
-        self.devices.run(dv.blocks(n_views, 4 * len(self.devices)), work)
-        return out
+        return dv.map_ranges(self.devices, dv.blocks(self.projection_shape[0], 4 * len(self.devices)), compute, out)
 
     def _adjoint_devices(self, y, out):
         """``A^T y``: GPU ``i`` back-projects the ``i``-th block of views into a
@@ -529,32 +519,14 @@ class Projector(Operator):
         import cupy
 
         from .. import devices as dv
-        on_gpu = isinstance(y, cupy.ndarray)
-        if on_gpu:
-            with cupy.cuda.Device(y.device.id):   # y is complete before other streams read it
-                cupy.cuda.get_current_stream().synchronize()
-        partials: dict = {}
+        dv.settled(y)
 
-        def work(worker, v0, v1):
-            yd = dv.to_device(y[v0:v1], worker.device) if on_gpu else cupy.asarray(y[v0:v1])
+        def compute(worker, v0, v1):
             vol = cupy.empty(self._grid3, self.dtype)
-            self._tracer(worker.device, v0, v1).adjoint(yd, vol)
-            if worker.index in partials:   # a block split after running out of memory
-                partials[worker.index] += vol
-            else:
-                partials[worker.index] = vol
-            cupy.cuda.get_current_stream().synchronize()
+            self._tracer(worker.device, v0, v1).adjoint(dv.on_worker(y[v0:v1], worker), vol)
+            return vol
 
-        n_views = self.projection_shape[0]
-        self.devices.run(dv.blocks(n_views, len(self.devices)), work, fixed=True)
-        parts = [partials[i] for i in sorted(partials)]
-        if isinstance(out, cupy.ndarray):
-            with cupy.cuda.Device(out.device.id):
-                out[...] = dv.reduce_sum(parts, out.device.id).reshape(out.shape)
-        else:
-            with cupy.cuda.Device(self.devices.ids[0]):
-                dv.reduce_sum(parts, self.devices.ids[0]).reshape(out.shape).get(out=out)
-        return out
+        return dv.sum_blocks(self.devices, self.projection_shape[0], compute, out)
 
     @property
     def _model_id(self) -> int:
