@@ -73,9 +73,9 @@ def bench_leveret(size):
     record(f"FDK {label}, NumPy arrays, linear32", t, updates, note=f"BP kernel {exact.last_kernel}")
     if size >= 1024:   # a volume larger than the GPU memory allowed: z-slabs
         cp.get_default_memory_pool().free_all_blocks()
-        t = median_time(lambda: leveret.fdk(host, g, vol, backend="cuda", max_gpu_memory=4 << 30),
+        t = median_time(lambda: leveret.fdk(host, g, vol, backend="cuda", gpu_memory=4 << 30),
                         reps=1, sync=sync)
-        record(f"FDK {label}, NumPy arrays, max_gpu_memory 4 GiB", t, updates, note="z-slabs")
+        record(f"FDK {label}, NumPy arrays, gpu_memory 4 GiB", t, updates, note="z-slabs")
 
 
 def bench_kernels(size):

@@ -67,11 +67,11 @@ def bench_gpu(problems=PROBLEMS, reps=5):
 
                 def host_call(t=None):
                     return leveret.radon3d_fbp(p, g, vol, backend="cuda", precision=precision,
-                                               method=method, timings=t)
+                                               method=method, stats=t)
 
                 def dev_call(t=None):
                     return leveret.radon3d_fbp(p_dev, g, vol, precision=precision, method=method,
-                                               timings=t)
+                                               stats=t)
 
                 for where, call in (("NumPy in/out", host_call), ("device arrays", dev_call)):
                     seconds = median_time(call, reps=reps, warmup=2, sync=sync)
@@ -174,7 +174,7 @@ def bench_cpu(problems=PROBLEMS, reps=1):
                 split: dict = {}
                 seconds = median_time(lambda: leveret.radon3d_fbp(p, g, vol, backend="cpu",
                                                                   precision=precision, method=method,
-                                                                  timings=split),
+                                                                  stats=split),
                                       reps=reps, warmup=0)
                 record(f"FBP {label}, {'f32' if precision == 'float32' else 'f64'}, CPU", seconds,
                        n ** 3 * g.n_dirs, note=_split_note(split))

@@ -20,7 +20,7 @@ corners (not the cartesian product):
   fdk      ConeBackprojection (device arrays) against direct_BP3D, and FDK
            (NumPy in and out) against FDK_CUDA: the same sampling range, 128
            to 1000 views, 256^3 to 1024^3; and FDK streamed under GPU memory
-           budgets (fdk(..., max_gpu_memory=2 GiB, 8 GiB), up to 4096^2 x 640
+           budgets (fdk(..., gpu_memory=2 GiB, 8 GiB), up to 4096^2 x 640
            from 124 views), where the row also gives the transfer + compute
            bound (the input's bytes over the measured pinned host->device
            bandwidth, the volume's over the slower of device->host and the
@@ -229,7 +229,7 @@ def point_label(point: dict) -> str:
         if p["trajectory"] != "circular":
             extra.append(p["trajectory"])
         if p.get("budget_gib"):
-            extra.append(f"max_gpu_memory {p['budget_gib']:g} GiB")
+            extra.append(f"gpu_memory {p['budget_gib']:g} GiB")
         return f"{vol} from {p['views']} views, " + ", ".join(extra)
     if f == "parallel":
         roi = ", ROI" if p["roi"] else ""
@@ -762,7 +762,7 @@ class Sweep:
 
             def run():
                 split.clear()
-                leveret.fdk(host, g, vol, backend="cuda", max_gpu_memory=budget, stats=split, **calls[op])
+                leveret.fdk(host, g, vol, backend="cuda", gpu_memory=budget, stats=split, **calls[op])
 
             try:   # the median of calls after a warm-up (the host's state moves them by up to 20 %);
                 # the first call (pinning, fresh pages) reported beside it

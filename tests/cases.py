@@ -189,10 +189,10 @@ def take_frames(iterator, n, timeout=10.0):
 CupyOutOfMemoryError = type("OutOfMemoryError", (MemoryError,), {"__module__": "cupy.cuda.memory"})
 
 
-# -- GPU memory budgets (leveret.fdk's max_gpu_memory) -------------------------------------------
+# -- GPU memory budgets (leveret.fdk's gpu_memory) -------------------------------------------
 
 def gpu_memory_for_arrays(array_bytes: int) -> int:
-    """The smallest ``max_gpu_memory`` that leaves ``array_bytes`` for fdk's
+    """The smallest ``gpu_memory`` that leaves ``array_bytes`` for fdk's
     plans (the budget less its textures' and cuFFT's shares): tests of the
     slab planning give the plans this much, whatever the shares are."""
     from leveret.algorithms.fdk import _pool_share

@@ -257,7 +257,7 @@ def test_fbp_on_devices_is_bit_identical(n_angles, kernel, precision, rng):
     cp = _cupy()
     geometry = ParallelGeometry(np.linspace(0, np.pi, n_angles, endpoint=False), 48, n_rows=23)
     proj = rng.random(geometry.projection_shape).astype(np.float32)
-    kw = dict(chunk_slices=3, kernel=kernel, precision=precision, backend="cuda")
+    kw = dict(slab_slices=3, kernel=kernel, precision=precision, backend="cuda")
     ref = leveret.fbp(proj, geometry, **kw)
     split: dict = {}
     got = leveret.fbp(proj, geometry, devices=two_workers(), stats=split, **kw)
@@ -277,7 +277,7 @@ def test_fbp_on_devices_reports_bad_input():
     proj = np.ones(geometry.projection_shape, np.float32)
     proj[3, 6, 7] = np.nan
     with pytest.raises(ValueError, match=r"^projections: expected finite values.*, got 1 "):
-        leveret.fbp(proj, geometry, chunk_slices=2, backend="cuda", devices=two_workers())
+        leveret.fbp(proj, geometry, slab_slices=2, backend="cuda", devices=two_workers())
 
 
 # -- cone-beam FDK -----------------------------------------------------------------------------------
@@ -312,14 +312,14 @@ def test_fdk_on_devices_is_bit_identical_to_one_gpu(rng):
 
 
 def test_fdk_on_devices_without_room_for_the_filtered_views_filters_per_slab(rng):
-    """Where a GPU cannot hold the filtered views (``max_gpu_memory``), the
+    """Where a GPU cannot hold the filtered views (``gpu_memory``), the
     views are filtered once into host memory, then z-slabs of 7 slices are
     dealt from one queue, each uploading its rows of them: bit-identical to
     one GPU with the same slabs and view chunks. CuPy input: each slab
     filters its own rows, on one GPU as on several."""
     cp = _cupy()
     geometry, volume, proj = _fdk_case(rng)
-    kw = dict(slab_slices=7, chunk_views=6, max_gpu_memory=gpu_memory_for_arrays(200_000), backend="cuda")
+    kw = dict(slab_slices=7, chunk_views=6, gpu_memory=gpu_memory_for_arrays(200_000), backend="cuda")
     ref = leveret.fdk(proj, geometry, volume, **kw)
     split: dict = {}
     got = leveret.fdk(proj, geometry, volume, devices=two_workers(), stats=split, **kw)
@@ -346,23 +346,23 @@ def test_fdk_on_one_gpu_in_slabs_runs_two_workers_where_the_filtered_views_fit(r
 
 
 def test_workers_sharing_a_gpu_share_its_memory_cap(rng, monkeypatch):
-    """``max_gpu_memory`` is per GPU: two workers sharing one plan their slabs
+    """``gpu_memory`` is per GPU: two workers sharing one plan their slabs
     with half of its arrays' share each."""
     _cupy()
     fdk_module = sys.modules["leveret.algorithms.fdk"]   # leveret.algorithms.fdk is also the function
     geometry, volume, proj = _fdk_case(rng)
     caps, original = [], fdk_module._plan_slabs
 
-    def spy(geometry, volume, backend, max_gpu_memory, slab_slices, budget=None):
-        caps.append(max_gpu_memory)
-        return original(geometry, volume, backend, max_gpu_memory, slab_slices, budget=budget)
+    def spy(geometry, volume, backend, array_memory, slab_slices, budget=None):
+        caps.append(array_memory)
+        return original(geometry, volume, backend, array_memory, slab_slices, budget=budget)
 
     monkeypatch.setattr(fdk_module, "_plan_slabs", spy)
     arrays = 3_000_000
     cap = gpu_memory_for_arrays(arrays)
-    leveret.fdk(proj, geometry, volume, backend="cuda", max_gpu_memory=cap,
+    leveret.fdk(proj, geometry, volume, backend="cuda", gpu_memory=cap,
                 devices=dv.DeviceSet([0, 0], shared=True))
-    leveret.fdk(proj, geometry, volume, backend="cuda", max_gpu_memory=cap)
+    leveret.fdk(proj, geometry, volume, backend="cuda", gpu_memory=cap)
     assert caps == [arrays // 2, arrays]
 
 

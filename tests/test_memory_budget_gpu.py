@@ -1,4 +1,4 @@
-"""``fdk(max_gpu_memory=...)`` bounds the call's peak device memory, all of
+"""``fdk(gpu_memory=...)`` bounds the call's peak device memory, all of
 it (CuPy's pool, texture arrays, cuFFT work areas), as the driver counts it:
 a thread samples the device's used memory while the call runs."""
 from __future__ import annotations
@@ -70,9 +70,9 @@ def test_fdk_1024_cubed_stays_within_its_gpu_budget(cap_gib):
     """The RabbitCT-sized problem that took 2.52 GiB under a 2 GiB cap."""
     g, proj = _rabbitct_like()
     leveret.fdk(proj, g, VolumeGeometry((16, 1024, 1024), voxel_size=0.25), backend="cuda",
-                max_gpu_memory=cap_gib * GiB)   # loads the kernels and cuFFT's code before measuring
+                gpu_memory=cap_gib * GiB)   # loads the kernels and cuFFT's code before measuring
     volume = VolumeGeometry((1024, 1024, 1024), voxel_size=0.25)
-    out, peak = peak_during(lambda: leveret.fdk(proj, g, volume, backend="cuda", max_gpu_memory=cap_gib * GiB))
+    out, peak = peak_during(lambda: leveret.fdk(proj, g, volume, backend="cuda", gpu_memory=cap_gib * GiB))
     print(f"cap {cap_gib} GiB: peak {peak / GiB:.3f} GiB")
     assert out.shape == volume.shape and np.isfinite(out).all()
     assert peak <= cap_gib * GiB, f"peak {peak / GiB:.3f} GiB over the {cap_gib} GiB budget"
@@ -87,8 +87,8 @@ def test_fdk_from_cupy_stays_within_its_gpu_budget():
     d_proj = cupy.asarray(proj)
     volume = VolumeGeometry((512, 512, 512), voxel_size=0.5)
     cap = GiB // 4
-    leveret.fdk(d_proj, g, VolumeGeometry((16, 512, 512), voxel_size=0.5), backend="cuda", max_gpu_memory=cap)
-    out, peak = peak_during(lambda: leveret.fdk(d_proj, g, volume, backend="cuda", max_gpu_memory=cap))
+    leveret.fdk(d_proj, g, VolumeGeometry((16, 512, 512), voxel_size=0.5), backend="cuda", gpu_memory=cap)
+    out, peak = peak_during(lambda: leveret.fdk(d_proj, g, volume, backend="cuda", gpu_memory=cap))
     print(f"CuPy in: peak {peak / GiB:.3f} GiB beside the {volume.size * 4 / GiB:.3f} GiB output")
     assert isinstance(out, cupy.ndarray)
     assert peak - volume.size * 4 <= cap
@@ -99,7 +99,7 @@ def test_a_budget_too_small_is_an_error_before_any_work():
 
     g, proj = _rabbitct_like(8)
     _empty_caches()
-    with pytest.raises(ValueError, match="^max_gpu_memory: "):
+    with pytest.raises(ValueError, match="^gpu_memory: "):
         leveret.fdk(proj, g, VolumeGeometry((1024, 1024, 1024), voxel_size=0.25), backend="cuda",
-                    max_gpu_memory=20 << 20)
+                    gpu_memory=20 << 20)
     assert cupy.get_default_memory_pool().total_bytes() == 0

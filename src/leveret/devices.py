@@ -163,7 +163,7 @@ class DeviceSet:
             a range of ``align`` elements or fewer that does not fit re-raises.
         budgets : dict, optional
             GPU id -> :class:`leveret.cuda.device_state.MemoryBudget` its
-            workers allocate under (a call's ``max_gpu_memory``).
+            workers allocate under (a call's ``gpu_memory``).
 
         Returns
         -------

@@ -174,7 +174,7 @@ def reconstruct_slab(rows_data, geometry, volume: VolumeGeometry, region: tuple[
     offset = (r0 + (n - 1) / 2 - (geometry.n_rows - 1) / 2) * geometry.row_spacing
     sub = geometry.replace(n_rows=n)
     moved = VolumeGeometry(slab.shape, slab.voxel_size, (slab.center[0] - offset,) + tuple(slab.center[1:]))
-    return fbp(data, sub, moved, backend=backend, chunk_slices=chunk_slices or slab.nz, **options)
+    return fbp(data, sub, moved, backend=backend, slab_slices=chunk_slices or slab.nz, **options)
 
 
 # -- memory estimates and the plan ---------------------------------------------------------------

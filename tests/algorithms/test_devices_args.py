@@ -96,7 +96,7 @@ def test_fdk_plan_gives_up_where_a_gpu_cannot_hold_the_filtered_views():
     geometry, volume = _cone_case()
     views = geometry.n_views * geometry.n_rows * geometry.n_cols * 4
     assert plan_devices(geometry, volume, _Devices([0, 1]), chunk_views=6, free_bytes=lambda d: views) is None
-    assert plan_devices(geometry, volume, _Devices([0, 1]), chunk_views=6, max_gpu_memory=views,
+    assert plan_devices(geometry, volume, _Devices([0, 1]), chunk_views=6, array_memory=views,
                         free_bytes=lambda d: 1 << 30) is None
 
 

@@ -113,7 +113,7 @@ def test_3d_ellipsoids_chunked_equals_unchunked_and_double_agrees():
     full = leveret.fbp(proj, g, backend="cpu")
     # Slices are independent: chunking changes nothing (measured bit-identical; bound 2 eps).
     for chunk in (1, 4):
-        np.testing.assert_allclose(leveret.fbp(proj, g, backend="cpu", chunk_slices=chunk), full,
+        np.testing.assert_allclose(leveret.fbp(proj, g, backend="cpu", slab_slices=chunk), full,
                                    rtol=0, atol=2 * EPS32 * np.abs(full).max())
     double = leveret.fbp(proj.astype(np.float64), g, backend="cpu", precision="float64")
     assert double.dtype == np.float64
@@ -141,9 +141,9 @@ def test_progress_counts_every_slice_once_and_leaves_the_values(monkeypatch):
     monkeypatch.setattr(tqdm.auto, "tqdm", Recording)
     g = ParallelGeometry(half_circle(60), 24, n_rows=11, det_spacing=0.1)
     proj = phantom.shepp_logan_3d(radius=1.0).project(g).astype(np.float32)
-    quiet = leveret.fbp(proj, g, backend="cpu", chunk_slices=4)
+    quiet = leveret.fbp(proj, g, backend="cpu", slab_slices=4)
     assert [b.shown for b in bars] == [False]
-    shown = leveret.fbp(proj, g, backend="cpu", chunk_slices=4, progress=True)
+    shown = leveret.fbp(proj, g, backend="cpu", slab_slices=4, progress=True)
     bar = bars[-1]
     assert bar.shown and bar.total == 11 and bar.steps == [4, 4, 3] and bar.n == 11
     np.testing.assert_array_equal(shown, quiet)
@@ -180,7 +180,7 @@ def test_numpy_input_types_and_out(shepp_logan_256):
     (lambda s, g: leveret.fbp(s, g, interpolation="cubic", backend="cpu"), "interpolation"),
     (lambda s, g: leveret.fbp(s, g, backend="gpu"), "backend"),
     (lambda s, g: leveret.fbp(s, g, angle_weights=np.ones(3), backend="cpu"), "angle_weights"),
-    (lambda s, g: leveret.fbp(s, g, chunk_slices=0), "chunk_slices"),
+    (lambda s, g: leveret.fbp(s, g, slab_slices=0), "slab_slices"),
     (lambda s, g: leveret.fbp(s.astype(complex), g, backend="cpu"), "projections: expected real"),
     (lambda s, g: leveret.fbp(s, "parallel", backend="cpu"), "geometry"),
     (lambda s, g: leveret.fbp(s, g, out=np.empty((3, 3), np.float32), backend="cpu"), "out"),

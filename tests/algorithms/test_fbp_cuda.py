@@ -58,7 +58,7 @@ def test_numpy_streamed_equals_device_and_phantom_bound(rng):
     ph = phantom.shepp_logan_3d(radius=1.0)
     proj = ph.project(g).astype(np.float32)
     device = leveret.fbp(cp.asarray(proj), g).get()
-    streamed = leveret.fbp(proj, g, chunk_slices=4)          # 10 chunks through the pipeline
+    streamed = leveret.fbp(proj, g, slab_slices=4)          # 10 chunks through the pipeline
     planned = leveret.fbp(proj, g)
     assert isinstance(streamed, np.ndarray)
     # Same kernels; only cuFFT's batch sizes differ between the chunkings.
@@ -110,7 +110,7 @@ def test_streamed_non_finite_input_is_an_error():
     proj = np.ones(g.projection_shape, np.float32)
     proj[3, 5, 2] = np.inf
     with pytest.raises(ValueError, match=r"^projections: expected finite values.*, got 1 "):
-        leveret.fbp(proj, g, backend="cuda", chunk_slices=2)
+        leveret.fbp(proj, g, backend="cuda", slab_slices=2)
 
 
 def test_real_scan_gpu_equals_cpu(savu_scan):

@@ -218,7 +218,7 @@ def test_fdk_cuda_equals_cpu_texture_mode(rng, rel_mirror):
     # A memory cap that forces z-slabs gives the same volume, up to the texture
     # unit's 8-bit weights: a slab's matrices (rows cropped, z restarted) round
     # the coordinates differently, so a few weights land one step apart.
-    capped = leveret.fdk(proj, g, vol, backend="cuda", max_gpu_memory=gpu_memory_for_arrays(120_000))   # 2 slabs
+    capped = leveret.fdk(proj, g, vol, backend="cuda", gpu_memory=gpu_memory_for_arrays(120_000))   # 2 slabs
     assert np.linalg.norm(capped - host) / np.linalg.norm(host) < 1e-3
     capped8 = leveret.fdk(proj, g, vol, backend="cpu", interpolation="linear8", slab_slices=12)  # same slabs
     assert rel_mirror(capped, capped8) < 1e-5
@@ -233,10 +233,10 @@ def test_fdk_cuda_equals_cpu_texture_mode(rng, rel_mirror):
     exact = leveret.fdk(proj, g, vol, backend="cpu")
     soft = leveret.fdk(cp.asarray(proj), g, vol, backend="cuda", interpolation="linear32").get()
     assert np.linalg.norm(soft - exact) / np.linalg.norm(exact) < 1e-5
-    with pytest.raises(ValueError, match="max_gpu_memory: 4096 bytes leave nothing for arrays"):
-        leveret.fdk(proj, g, vol, backend="cuda", max_gpu_memory=4096)
-    with pytest.raises(ValueError, match="max_gpu_memory: .* cannot be reconstructed within"):
-        leveret.fdk(proj, g, vol, backend="cuda", max_gpu_memory=gpu_memory_for_arrays(4096))
+    with pytest.raises(ValueError, match="gpu_memory: 4096 bytes leave nothing for arrays"):
+        leveret.fdk(proj, g, vol, backend="cuda", gpu_memory=4096)
+    with pytest.raises(ValueError, match="gpu_memory: .* cannot be reconstructed within"):
+        leveret.fdk(proj, g, vol, backend="cuda", gpu_memory=gpu_memory_for_arrays(4096))
 
 
 @pytest.mark.gpu
@@ -263,7 +263,7 @@ def test_streamed_fdk_filters_each_view_once(rng, monkeypatch):
     monkeypatch.setattr(FDKWeighting, "__call__", counting)
     # a cap that leaves no room for the filtered views on the GPU (else two
     # workers would filter them there): the slabs run one after the other
-    kw = dict(backend="cuda", slab_slices=6, chunk_views=8, max_gpu_memory=gpu_memory_for_arrays(1_000_000))
+    kw = dict(backend="cuda", slab_slices=6, chunk_views=8, gpu_memory=gpu_memory_for_arrays(1_000_000))
     strided, copy_rows = [], pipeline._copy_rows_async
     monkeypatch.setattr(pipeline, "_copy_rows_async", lambda ptr, host, kind, stream:
                         strided.append(host.flags.c_contiguous) or copy_rows(ptr, host, kind, stream))
@@ -285,7 +285,7 @@ def test_streamed_fdk_filters_each_view_once(rng, monkeypatch):
     # (of their rows, several views each); the kernel per chunk follows its
     # views, so the texture weights differ as above
     st.clear()
-    planned = leveret.fdk(proj, g, vol, backend="cuda", slab_slices=6, max_gpu_memory=kw["max_gpu_memory"],
+    planned = leveret.fdk(proj, g, vol, backend="cuda", slab_slices=6, gpu_memory=kw["gpu_memory"],
                           stats=st)
     assert np.linalg.norm(planned - per_slab) / np.linalg.norm(per_slab) < 1e-3
     assert st["chunks"] < 2 * g.n_views
@@ -326,11 +326,11 @@ def test_streamed_fdk_backprojects_thin_slabs_in_boxes(monkeypatch):
     # 120 kB of arrays per worker: 12 slices, or 16 slices of half the y range beside a view's reserve
     cap = gpu_memory_for_arrays(240_000)
     st: dict = {}
-    boxed = leveret.fdk(proj, g, vol, backend="cuda", max_gpu_memory=cap, stats=st)
+    boxed = leveret.fdk(proj, g, vol, backend="cuda", gpu_memory=cap, stats=st)
     assert planned == [([(0, 16), (16, 32), (32, 48), (48, 64)], 2)]
     assert np.linalg.norm(boxed - whole) / np.linalg.norm(whole) < 1e-3
     assert st["busy"] > 0   # the workers' path
-    boxed_gpu = leveret.fdk(cp.asarray(proj), g, vol, backend="cuda", max_gpu_memory=cap,
+    boxed_gpu = leveret.fdk(cp.asarray(proj), g, vol, backend="cuda", gpu_memory=cap,
                             devices=DeviceSet([cp.cuda.Device().id] * 2, shared=True))
     assert planned[-1][1] == 2 and isinstance(boxed_gpu, cp.ndarray)
     np.testing.assert_allclose(boxed_gpu.get(), boxed, rtol=0, atol=1e-5 * np.abs(boxed).max())

@@ -164,7 +164,7 @@ def test_voronoi_weights_fix_a_nonuniform_set(two_ellipsoids):
     g = RadonGeometry(d, 64, spacing=0.02)
     p = phantom.project_radon(g)
     rel_good, inside_good = _errors(radon3d_fbp(p, g, VOL, window="hann"), truth, far)
-    rel_bad, inside_bad = _errors(radon3d_fbp(p, g, VOL, window="hann", weights="uniform"), truth, far)
+    rel_bad, inside_bad = _errors(radon3d_fbp(p, g, VOL, window="hann", angle_weights="uniform"), truth, far)
     # Measured: 5.5 % RMS (random directions leave gaps, so more streaks than
     # the spiral) and 0.011 inside the objects, against 114 % and 0.45.
     assert rel_good < 0.08 and inside_good < 0.02
@@ -224,7 +224,7 @@ def test_bad_input(uniform2000):
     with pytest.raises(ValueError, match="cutoff"):
         radon3d_fbp(p, g, VOL, cutoff=1.5)
     with pytest.raises(ValueError, match="weights: expected 2000 values, got 3"):
-        radon3d_fbp(p, g, VOL, weights=[1.0, 2.0, 3.0])
+        radon3d_fbp(p, g, VOL, angle_weights=[1.0, 2.0, 3.0])
     with pytest.raises(ValueError, match="precision: expected one of"):
         radon3d_fbp(p, g, VOL, precision="half")
     with pytest.raises(ValueError, match=r"volume_array: expected shape \(nz, ny, nx\)"):

@@ -265,8 +265,8 @@ def test_numpy_in_equals_cupy_in(precision, method, result, monkeypatch):
     p = ball(0.4, center=(0.02, -0.01, 0.03)).project_radon(g)
     vol = VolumeGeometry((45, 38, 41), 0.02)
     t_host, t_dev = {}, {}
-    host = radon3d_fbp(p, g, vol, backend="cuda", precision=precision, method=method, timings=t_host)
-    dev = radon3d_fbp(cupy.asarray(p), g, vol, precision=precision, method=method, timings=t_dev)
+    host = radon3d_fbp(p, g, vol, backend="cuda", precision=precision, method=method, stats=t_host)
+    dev = radon3d_fbp(cupy.asarray(p), g, vol, precision=precision, method=method, stats=t_dev)
     assert isinstance(host, np.ndarray) and isinstance(dev, cupy.ndarray)
     np.testing.assert_array_equal(host, cupy.asnumpy(dev))
     for t in (t_host, t_dev):

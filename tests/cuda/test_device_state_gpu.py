@@ -101,11 +101,11 @@ def test_repeated_multi_device_fdk_reuses_the_pool():
     assert totals[-1] < 2 * totals[0], totals
 
 
-@pytest.mark.parametrize("n_rows, chunk_slices", [(24, 8), (1, None)])
-def test_repeated_fbp_from_numpy_reuses_the_pool(n_rows, chunk_slices):
+@pytest.mark.parametrize("n_rows, slab_slices", [(24, 8), (1, None)])
+def test_repeated_fbp_from_numpy_reuses_the_pool(n_rows, slab_slices):
     """A stack streamed in chunks, and one slice uploaded in angle batches."""
     import leveret
     g = leveret.ParallelGeometry(np.linspace(0, np.pi, 1800, endpoint=False), 768, n_rows=n_rows)
     proj = np.random.default_rng(1).random(g.projection_shape, dtype=np.float32)
-    totals = _pool_after_each(lambda: leveret.fbp(proj, g, backend="cuda", chunk_slices=chunk_slices))
+    totals = _pool_after_each(lambda: leveret.fbp(proj, g, backend="cuda", slab_slices=slab_slices))
     assert totals[2] == totals[1], totals

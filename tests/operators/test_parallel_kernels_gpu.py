@@ -270,7 +270,7 @@ def test_streamed_equals_in_memory_alu(rng):
     proj = rng.standard_normal((120, 9, 64)).astype(np.float32)
     vol = g.default_volume()
     ref = cp.asnumpy(leveret.fbp(cp.asarray(proj), g, vol, backend="cuda", kernel="alu"))
-    streamed = leveret.fbp(proj, g, vol, backend="cuda", kernel="alu", chunk_slices=2)
+    streamed = leveret.fbp(proj, g, vol, backend="cuda", kernel="alu", slab_slices=2)
     np.testing.assert_allclose(streamed, ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())
     cpu_ref = leveret.fbp(proj, g, vol, backend="cpu")
     assert rel(ref, cpu_ref) < 1e-5
@@ -336,7 +336,7 @@ def test_fbp_default_from_numpy_is_exact(rng, no_tuning):
     g = ParallelGeometry(np.linspace(0, np.pi, 240, endpoint=False), 96, n_rows=21, axis_shift=rng.uniform(-1, 1, 240))
     proj = rng.standard_normal(g.projection_shape).astype(np.float32)
     st: dict = {}
-    got = leveret.fbp(proj, g, chunk_slices=4, stats=st)   # the time split the stack benchmark reports
+    got = leveret.fbp(proj, g, slab_slices=4, stats=st)   # the time split the stack benchmark reports
     assert rel(got, leveret.fbp(proj, g, backend="cpu")) < 1e-5
     assert st["chunks"] == 6 and st["wall"] > 0 and st["compute"] > 0 and st["h2d"] > 0 and st["d2h"] > 0
     assert st["load"] > 0 and st["store"] > 0
@@ -352,7 +352,7 @@ def test_fbp_roi_gpu(rng, no_tuning, numpy_in):
     proj = rng.standard_normal(g.projection_shape).astype(np.float32)
     roi = (3, 40, 50, 33)
     data = proj if numpy_in else cp.asarray(proj)
-    got = leveret.fbp(data, g, vol, roi=roi, chunk_slices=2 if numpy_in else None)
+    got = leveret.fbp(data, g, vol, roi=roi, slab_slices=2 if numpy_in else None)
     got = got if numpy_in else cp.asnumpy(got)
     assert got.shape == (9, 50, 33)
     assert rel(got, leveret.fbp(proj, g, vol, backend="cpu")[:, 3:53, 40:73]) < 1e-5

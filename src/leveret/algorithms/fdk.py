@@ -17,7 +17,7 @@ from ..pipeline import STAGING_BUFFERS, STAGING_BYTES, SlabDownload, Staging, ra
 
 def fdk(projections, geometry, volume: VolumeGeometry, *, filter: str = "ram-lak",
         short_scan="auto", backend: str = "auto", cutoff: float = 1.0, padding: str = "zero",
-        interpolation: str = "linear", precision: str = "float32", max_gpu_memory: int | None = None,
+        interpolation: str = "linear", precision: str = "float32", gpu_memory: int | None = None,
         slab_slices: int | None = None, progress: bool = False, stats: dict | None = None,
         kernel: str = "auto", chunk_views: int | None = None, devices=None):
     """Feldkamp-Davis-Kress reconstruction of a (near-)circular cone-beam scan.
@@ -44,7 +44,7 @@ def fdk(projections, geometry, volume: VolumeGeometry, *, filter: str = "ram-lak
     precision : {"float32", "float64"}
         Arithmetic and output precision ("float64": CPU only). The old
         spellings "single" and "double" still work (FutureWarning).
-    max_gpu_memory : int, optional
+    gpu_memory : int, optional
         Bytes of GPU memory the reconstruction may use on each GPU (default:
         what is free), shared by the GPU's workers (``devices``): the call's
         peak, its arrays, textures and cuFFT work areas together (they come
@@ -95,7 +95,7 @@ def fdk(projections, geometry, volume: VolumeGeometry, *, filter: str = "ram-lak
         memory, and the views' sum is rounded chunk by chunk). Where a GPU
         cannot hold the filtered views, the volume is cut into z-slabs (at
         least one per GPU, planned to fit the smallest GPU's free memory, or
-        ``max_gpu_memory`` per GPU) dealt from one queue, each taking the
+        ``gpu_memory`` per GPU) dealt from one queue, each taking the
         rows it sees of the views weighted and filtered once into host
         memory (where it has room beside the volume; else, and from CuPy
         input, each slab filters its rows), bit-identical to a one-GPU call
@@ -144,12 +144,12 @@ def fdk(projections, geometry, volume: VolumeGeometry, *, filter: str = "ram-lak
     settings = dict(filter=filter, cutoff=cutoff, padding=padding, short_scan=short_scan,
                     interpolation=interpolation, kernel=kernel, backend=backend, dtype=dtype, stats=stats)
     devices = devices_for_backend(devices, backend)
-    cap = None if max_gpu_memory is None else v.positive_int("max_gpu_memory", max_gpu_memory)
+    cap = None if gpu_memory is None else v.positive_int("gpu_memory", gpu_memory)
     if backend != "cuda":
         cap = None
     # The plans fill the pool's share of the budget with arrays; textures and cuFFT have theirs.
-    max_gpu_memory = None if cap is None else _pool_share(cap)
-    slabs, planned_views = _plan_slabs(geometry, volume, backend, _worker_cap(max_gpu_memory, devices),
+    array_memory = None if cap is None else _pool_share(cap)
+    slabs, planned_views = _plan_slabs(geometry, volume, backend, _worker_cap(array_memory, devices),
                                        slab_slices, budget=None if devices is None else devices.free_bytes())
     if devices is None and backend == "cuda" and not input_on_gpu and slabs != [(0, volume.nz)]:
         # One GPU, NumPy in, a volume in slabs: two workers sharing the GPU, so
@@ -161,7 +161,7 @@ def fdk(projections, geometry, volume: VolumeGeometry, *, filter: str = "ram-lak
         from ..devices import DeviceSet
         pair = DeviceSet([cupy.cuda.Device().id] * 2, shared=True)
         try:
-            slabs, planned_views = _plan_slabs(geometry, volume, backend, _worker_cap(max_gpu_memory, pair),
+            slabs, planned_views = _plan_slabs(geometry, volume, backend, _worker_cap(array_memory, pair),
                                                slab_slices, budget=pair.free_bytes())
             devices = pair
         except ValueError:
@@ -182,14 +182,14 @@ def fdk(projections, geometry, volume: VolumeGeometry, *, filter: str = "ram-lak
         _check_texture_room(settings, geometry)
         budgets = {d: MemoryBudget(d, cap, cap // TEXTURE_SHARE) for d in ids}
     try:
-        return _dispatch(projections, geometry, volume, devices, slabs, budgets, max_gpu_memory, slab_slices,
+        return _dispatch(projections, geometry, volume, devices, slabs, budgets, array_memory, slab_slices,
                          progress, settings)
     finally:
         for budget in budgets.values():
             budget.close()
 
 
-def _dispatch(projections, geometry, volume, devices, slabs, budgets, max_gpu_memory, slab_slices, progress,
+def _dispatch(projections, geometry, volume, devices, slabs, budgets, array_memory, slab_slices, progress,
               settings):
     """Run the FDK plan: one device or several, the volume whole or in slabs,
     under the memory budgets (GPU id -> ``MemoryBudget``) where there are."""
@@ -204,7 +204,7 @@ def _dispatch(projections, geometry, volume, devices, slabs, budgets, max_gpu_me
             result = cupy.zeros(volume.shape, settings["dtype"])
         with here.active() if here is not None else contextlib.nullcontext():
             return _reconstruct(projections, geometry, volume, progress=progress, result=result, **settings)
-    plan = plan_devices(geometry, volume, devices, settings["chunk_views"], max_gpu_memory, slab_slices)
+    plan = plan_devices(geometry, volume, devices, settings["chunk_views"], array_memory, slab_slices)
     if plan is not None:
         return _fdk_devices_filter_once(devices, plan, projections, geometry, volume, progress=progress,
                                         budgets=budgets, **settings)
@@ -214,7 +214,7 @@ def _dispatch(projections, geometry, volume, devices, slabs, budgets, max_gpu_me
     y_parts = 1
     if slab_slices is None and backend == "cuda":
         slabs, y_parts = _slabs_in_boxes(geometry, volume, slabs, settings["chunk_views"], len(devices),
-                                         _gpu_budget(_worker_cap(max_gpu_memory, devices), devices.free_bytes()))
+                                         _gpu_budget(_worker_cap(array_memory, devices), devices.free_bytes()))
     filtering: dict = {}   # the filtering pass's time split, added to the slabs' below
     with here.active() if here is not None else contextlib.nullcontext():
         seen = _FilteredOnHost.make(projections, geometry, volume, progress=progress, stats=filtering,
@@ -239,11 +239,11 @@ PLAN_SLACK = 1 << 20
 def _pool_share(cap: int) -> int:
     """Bytes of a GPU budget of ``cap`` bytes that the plans fill with arrays
     (the rest: textures, cuFFT's own memory (``MemoryBudget``) and
-    ``PLAN_SLACK``); ValueError naming ``max_gpu_memory`` where nothing is left."""
+    ``PLAN_SLACK``); ValueError naming ``gpu_memory`` where nothing is left."""
     from ..cuda.device_state import MemoryBudget
     share = cap - cap // TEXTURE_SHARE - MemoryBudget.CUFFT_RESERVE - PLAN_SLACK
     if share < 1:
-        raise ValueError(f"max_gpu_memory: {cap} bytes leave nothing for arrays beside an eighth for textures "
+        raise ValueError(f"gpu_memory: {cap} bytes leave nothing for arrays beside an eighth for textures "
                          f"and {(MemoryBudget.CUFFT_RESERVE + PLAN_SLACK) >> 20} MiB for cuFFT's plans and "
                          f"small tables; give at least {(MemoryBudget.CUFFT_RESERVE + PLAN_SLACK) * 8 // 7 + 8} "
                          f"bytes and a slab's worth more")
@@ -268,21 +268,21 @@ def _check_texture_room(settings: dict, geometry) -> None:
     """A budget's texture share holds one view; given view chunks fit it."""
     fit = settings["texture_bytes"] // (geometry.n_rows * geometry.n_cols * 4)
     if fit < 1:
-        raise ValueError(f"max_gpu_memory: too small for one view's texture ({geometry.n_rows} x "
+        raise ValueError(f"gpu_memory: too small for one view's texture ({geometry.n_rows} x "
                          f"{geometry.n_cols}: {geometry.n_rows * geometry.n_cols * 4 / 2**20:.1f} MiB, of an "
                          f"eighth of the budget shared by the GPU's workers)")
     if settings["fixed_chunks"] and settings["chunk_views"] > fit:
         raise ValueError(f"chunk_views: {settings['chunk_views']} views take more texture memory than "
-                         f"max_gpu_memory leaves for them ({settings['texture_bytes'] / 2**20:.1f} MiB a "
+                         f"gpu_memory leaves for them ({settings['texture_bytes'] / 2**20:.1f} MiB a "
                          f"worker): at most {fit}")
     settings["chunk_views"] = min(settings["chunk_views"], fit)
 
 
-def _worker_cap(max_gpu_memory, devices):
-    """``max_gpu_memory`` per worker: a GPU's workers share its cap."""
-    if devices is None or max_gpu_memory is None:
-        return max_gpu_memory
-    return v.positive_int("max_gpu_memory", max_gpu_memory) // max(map(devices.ids.count, devices.ids))
+def _worker_cap(array_memory, devices):
+    """``array_memory`` (bytes of a GPU budget for arrays) per worker: a GPU's workers share it."""
+    if devices is None or array_memory is None:
+        return array_memory
+    return array_memory // max(map(devices.ids.count, devices.ids))
 
 
 def _fdk_slabs(projections, geometry, volume, slabs, *, progress, budget=None, **settings):
@@ -342,7 +342,7 @@ class DevicePart:
                 f"slabs={self.slabs})")
 
 
-def plan_devices(geometry, volume: VolumeGeometry, devices, chunk_views: int, max_gpu_memory=None,
+def plan_devices(geometry, volume: VolumeGeometry, devices, chunk_views: int, array_memory=None,
                  slab_slices=None, free_bytes=None) -> list[DevicePart] | None:
     """How ``fdk(..., devices=...)`` shares a volume among GPUs when every
     GPU can hold the filtered views (else None: each slab then filters the
@@ -355,7 +355,7 @@ def plan_devices(geometry, volume: VolumeGeometry, devices, chunk_views: int, ma
     rows in common, and each of their GPUs filters those; within a GPU
     nothing is filtered twice, however many slabs or workers it has.
     ``free_bytes(device)``: the memory a GPU may use (default: what is free
-    on it, at most ``max_gpu_memory``).
+    on it, at most ``array_memory``).
     """
     from .. import devices as dv
     from ..operators.cone_plan import DEPTH
@@ -370,8 +370,8 @@ def plan_devices(geometry, volume: VolumeGeometry, devices, chunk_views: int, ma
     for device, z in zip(ids, dv.aligned_blocks(volume.nz, len(ids), DEPTH)):
         workers = devices.ids.count(device)
         budget = free_bytes(device)
-        if max_gpu_memory is not None:
-            budget = min(budget, int(max_gpu_memory))
+        if array_memory is not None:
+            budget = min(budget, int(array_memory))
         per_worker = (budget - buffer_bytes) // workers - min(chunk_views, geometry.n_views) * view_bytes
         if per_worker < DEPTH * slice_bytes:
             return None
@@ -773,18 +773,18 @@ def _view_bytes(geometry) -> int:
     return 12 * geometry.n_rows * geometry.n_cols * 4
 
 
-def _gpu_budget(max_gpu_memory, budget=None) -> int:
+def _gpu_budget(array_memory, budget=None) -> int:
     """Bytes of GPU memory a plan may use: ``budget`` (default the current
-    GPU's free memory), at most ``max_gpu_memory``."""
+    GPU's free memory), at most ``array_memory`` (a budget's share for arrays)."""
     if budget is None:
         from ..memory import gpu_free_bytes
         budget = gpu_free_bytes()
-    if max_gpu_memory is not None:
-        budget = min(budget, v.positive_int("max_gpu_memory", max_gpu_memory))
+    if array_memory is not None:
+        budget = min(budget, array_memory)
     return budget
 
 
-def _plan_slabs(geometry, volume, backend, max_gpu_memory, slab_slices, budget=None):
+def _plan_slabs(geometry, volume, backend, array_memory, slab_slices, budget=None):
     """z-slabs [(k0, k1)] and views per chunk such that a slab of the volume and
     the working buffers of one chunk of views fit the GPU budget (``budget``
     bytes, default the current GPU's free memory)."""
@@ -793,7 +793,7 @@ def _plan_slabs(geometry, volume, backend, max_gpu_memory, slab_slices, budget=N
     if slab_slices is not None:
         slab_slices = v.positive_int("slab_slices", slab_slices)
     if backend == "cuda":
-        budget = _gpu_budget(max_gpu_memory, budget)
+        budget = _gpu_budget(array_memory, budget)
         # The back-projection reads and writes the volume once per call: chunks
         # of RAY_MIN_VIEWS views, where memory allows, run "ray-hybrid" (faster
         # than kernel B on smaller chunks: docs/performance.md). From host
@@ -805,12 +805,12 @@ def _plan_slabs(geometry, volume, backend, max_gpu_memory, slab_slices, budget=N
         fit = (budget - chunk_views * view_bytes) // slice_bytes
         need = f"one slice {slice_bytes / 2**20:.2f} MiB plus {view_bytes / 2**20:.2f} MiB per view"
         if slab_slices is None and fit < 1:
-            name = "volume" if max_gpu_memory is None else "max_gpu_memory"
+            name = "volume" if array_memory is None else "gpu_memory"
             raise ValueError(f"{name}: {volume.shape} cannot be reconstructed within {budget / 2**20:.2f} MiB "
                              f"of GPU memory for arrays even in slabs ({need})")
-        if slab_slices is not None and max_gpu_memory is not None and slab_slices > fit:
+        if slab_slices is not None and array_memory is not None and slab_slices > fit:
             raise ValueError(f"slab_slices: {slab_slices} slices do not fit the {budget / 2**20:.2f} MiB "
-                             f"max_gpu_memory leaves for arrays ({need}): at most {max(fit, 0)}")
+                             f"gpu_memory leaves for arrays ({need}): at most {max(fit, 0)}")
         slab_slices = fit if slab_slices is None else slab_slices
     elif slab_slices is None:
         slab_slices = volume.nz
@@ -943,7 +943,7 @@ def _reconstruct(projections, geometry, volume, *, filter, cutoff, padding, shor
 class _FilteredOnHost:
     """NumPy projections weighted and filtered once on the GPU, kept in host
     memory for the slabs of a volume larger than the GPU (or than
-    ``max_gpu_memory``): each slab then uploads the rows it sees of the
+    ``gpu_memory``): each slab then uploads the rows it sees of the
     filtered views instead of weighting and filtering those rows again (a
     slab's rows overlap its neighbours', so per-slab filtering repeats most
     rows several times). Only the detector rows the whole volume sees are

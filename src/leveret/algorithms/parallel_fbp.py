@@ -16,7 +16,7 @@ from ..operators import ParallelBackprojection
 def fbp(projections, geometry: ParallelGeometry, volume: VolumeGeometry | None = None, *,
         filter: str = "ram-lak", interpolation: str = "linear", backend: str = "auto",
         cutoff: float = 1.0, padding: str = "zero", angle_weights="auto",
-        precision: str = "float32", chunk_slices: int | None = None, out=None,
+        precision: str = "float32", slab_slices: int | None = None, out=None,
         progress: bool = False, kernel: str = "auto", kernel_options: dict | None = None,
         roi=None, stats: dict | None = None, devices=None):
     """Filtered back-projection (FBP) of parallel-beam data.
@@ -54,7 +54,7 @@ def fbp(projections, geometry: ParallelGeometry, volume: VolumeGeometry | None =
         slices per texture fetch; the CPU emulates the rounding); see
         docs/accuracy.md for its error bound. The old spellings "single",
         "exact", "double" and "fast" still work (FutureWarning).
-    chunk_slices : int, optional
+    slab_slices : int, optional
         Slices per chunk; default planned from free (GPU or host) memory.
     out : ndarray, optional
         Preallocated output of the volume's shape (NumPy, np.memmap or CuPy).
@@ -87,7 +87,7 @@ def fbp(projections, geometry: ParallelGeometry, volume: VolumeGeometry | None =
         a pipeline of its own (streams, pinned buffers) in its own thread, so
         the transfers of different GPUs overlap each other and the kernels.
         The result is bit-identical to one GPU's with the same
-        ``chunk_slices`` (every slice is computed by the same kernels from
+        ``slab_slices`` (every slice is computed by the same kernels from
         the same chunk; the default plan can take smaller chunks where the
         smallest GPU has less free memory). A single chunk runs on the first
         GPU. CuPy input: the slices' rows are copied to each GPU and the
@@ -139,23 +139,23 @@ def fbp(projections, geometry: ParallelGeometry, volume: VolumeGeometry | None =
                out.reshape((n_slices, ny, nx)))
 
     streamed = on_gpu and not input_on_gpu
-    if chunk_slices is None:
+    if slab_slices is None:
         per_slice = fbp_bytes_per_slice(geometry.n_angles, geometry.n_cols, ny, nx,
                                         np.dtype(dtype).itemsize, streamed=streamed)
         if devices is not None:
             available = devices.free_bytes()
         else:
             available = gpu_free_bytes() if on_gpu else host_available_bytes()
-        chunk_slices = plan_chunk(n_slices, per_slice, available)
+        slab_slices = plan_chunk(n_slices, per_slice, available)
         if streamed:  # many chunks, so transfers overlap compute
-            chunk_slices = min(chunk_slices, max(2, -(-n_slices // 16)))
+            slab_slices = min(slab_slices, max(2, -(-n_slices // 16)))
             # and at most ~512 MiB of projections per chunk: the pipeline's fill
             # and drain (one chunk's gather, copies and store, not hidden) stay
             # short, and so do the four pinned buffers' allocation
             per_chunk_in = geometry.n_angles * geometry.n_cols * np.dtype(dtype).itemsize
-            chunk_slices = max(1, min(chunk_slices, (512 << 20) // max(1, per_chunk_in)))
-    chunk_slices = v.positive_int("chunk_slices", chunk_slices)
-    chunks = [(k, min(n_slices, k + chunk_slices)) for k in range(0, n_slices, chunk_slices)]
+            slab_slices = max(1, min(slab_slices, (512 << 20) // max(1, per_chunk_in)))
+    slab_slices = v.positive_int("slab_slices", slab_slices)
+    chunks = [(k, min(n_slices, k + slab_slices)) for k in range(0, n_slices, slab_slices)]
 
     from tqdm.auto import tqdm
     with tqdm(total=n_slices, unit="slice", desc="fbp", disable=not progress, leave=False) as bar:

@@ -88,8 +88,8 @@ TILE_SLICES = 4
 
 def radon3d_fbp(projections, geometry: RadonGeometry, volume: VolumeGeometry | None = None, *,
                 backend: str = "auto", precision: str = "float32", window: str = "none",
-                cutoff: float = 1.0, weights="auto", method: str = "single-stage",
-                oversampling: int = 2, timings: dict | None = None, devices=None):
+                cutoff: float = 1.0, angle_weights="auto", method: str = "single-stage",
+                oversampling: int = 2, stats: dict | None = None, devices=None):
     """3D Radon FBP: second-derivative filter, solid-angle weights, back-projection.
 
     Parameters
@@ -124,7 +124,7 @@ def radon3d_fbp(projections, geometry: RadonGeometry, volume: VolumeGeometry | N
     cutoff : float
         Frequency above which the filter is zero, as a fraction of Nyquist,
         in (0, 1].
-    weights : "auto", "uniform" or array (n_dirs,)
+    angle_weights : "auto", "uniform" or array (n_dirs,)
         Solid-angle quadrature in steradians: "auto" is
         ``geometry.direction_weights()`` (spherical Voronoi areas), "uniform"
         gives every direction ``total_solid_angle / n_dirs``; an array is
@@ -141,7 +141,7 @@ def radon3d_fbp(projections, geometry: RadonGeometry, volume: VolumeGeometry | N
     oversampling : int
         Two-stage only: the intermediate planes' r pitch is
         ``min(dx, dy) / oversampling`` (finer = closer to single-stage).
-    timings : dict, optional
+    stats : dict, optional
         If given, filled with seconds: "transfer_in" (pinned upload, with
         the host-side staging), "filter", "backprojection" (both stages for
         "two-stage"), "transfer_out" (the part of the result's way back
@@ -183,7 +183,7 @@ def radon3d_fbp(projections, geometry: RadonGeometry, volume: VolumeGeometry | N
     volume = _check_volume(geometry.default_volume() if volume is None else volume)
     if isinstance(projections, np.ndarray):
         v.check_allocation("volume", volume.size * np.dtype(dtype).itemsize, "the reconstruction")
-    q_weights = _direction_weights(weights, geometry)
+    q_weights = _direction_weights(angle_weights, geometry)
     response = second_derivative_response(geometry.n_samples, window, cutoff=cutoff,
                                           spacing=geometry.spacing)
     plan = TwoStagePlan(geometry, volume, oversampling) if method == "two-stage" else None
@@ -193,7 +193,7 @@ def radon3d_fbp(projections, geometry: RadonGeometry, volume: VolumeGeometry | N
     if devices is not None:
         out = _fbp_devices(devices, projections, geometry, volume, response, row_scale, dtype, plan)
     elif backend == "cuda":
-        out = _fbp_cuda(projections, geometry, volume, response, row_scale, dtype, plan, timings)
+        out = _fbp_cuda(projections, geometry, volume, response, row_scale, dtype, plan, stats)
     else:
         t0 = time.perf_counter()
         filtered = filter_projections(projections, response, row_scale, dtype)
@@ -205,11 +205,11 @@ def radon3d_fbp(projections, geometry: RadonGeometry, volume: VolumeGeometry | N
             kernels.backproject(filtered, table, out)
         else:
             plan.backproject_cpu(filtered, out)
-        if timings is not None:
-            timings.update(transfer_in=0.0, filter=t1 - t0, backprojection=time.perf_counter() - t1,
+        if stats is not None:
+            stats.update(transfer_in=0.0, filter=t1 - t0, backprojection=time.perf_counter() - t1,
                            transfer_out=0.0)
-    if timings is not None:
-        timings["total"] = time.perf_counter() - t_start
+    if stats is not None:
+        stats["total"] = time.perf_counter() - t_start
     return out
 
 
@@ -405,7 +405,7 @@ def _fbp_devices(devices, projections, geometry, volume, response, row_scale, dt
     return out
 
 
-def _fbp_cuda(projections, geometry, volume, response, row_scale, dtype, plan, timings):
+def _fbp_cuda(projections, geometry, volume, response, row_scale, dtype, plan, stats):
     """GPU FBP. CuPy in: all on the device. NumPy in: a pinned upload, then the output
     streamed back slab by slab (leveret.pipeline) while later slabs are back-projected."""
     import time
@@ -437,9 +437,9 @@ def _fbp_cuda(projections, geometry, volume, response, row_scale, dtype, plan, t
         out = cupy.empty(volume.shape, dtype)
         slab(0, nz, out)
         ev[3].record(stream)
-        if timings is not None:
+        if stats is not None:
             ev[3].synchronize()
-            timings.update(transfer_in=0.0, filter=_ms(ev[1], ev[2]), backprojection=_ms(ev[2], ev[3]),
+            stats.update(transfer_in=0.0, filter=_ms(ev[1], ev[2]), backprojection=_ms(ev[2], ev[3]),
                            transfer_out=0.0)
         return out
 
@@ -453,14 +453,14 @@ def _fbp_cuda(projections, geometry, volume, response, row_scale, dtype, plan, t
     else:
         out, t_bp = _slabs_through_pipeline(slab, chunks, volume.shape, dtype, stream, ev[2])
         t_out = None
-    if timings is not None:
+    if stats is not None:
         wall = time.perf_counter() - t_wall
         t_in, t_filter = _ms(ev[0], ev[1]), _ms(ev[1], ev[2])
         if t_out is None:
             # The rest of the wall time: output copies not hidden behind the
             # kernels, the last slab's copy into the NumPy result, launch overhead.
             t_out = max(0.0, wall - t_in - t_filter - t_bp)
-        timings.update(transfer_in=t_in, filter=t_filter, backprojection=t_bp, transfer_out=t_out)
+        stats.update(transfer_in=t_in, filter=t_filter, backprojection=t_bp, transfer_out=t_out)
     return out
 
 
@@ -608,11 +608,11 @@ def _check_volume(volume) -> VolumeGeometry:
 
 def _direction_weights(weights, geometry: RadonGeometry) -> np.ndarray:
     if isinstance(weights, str):
-        mode = v.choice("weights", weights, ("auto", "uniform"))
+        mode = v.choice("angle_weights", weights, ("auto", "uniform"))
         if mode == "uniform":
             return np.full(geometry.n_dirs, geometry.total_solid_angle / geometry.n_dirs)
         return _voronoi_weights(geometry)
-    return v.finite_vector("weights", weights, length=geometry.n_dirs)
+    return v.finite_vector("angle_weights", weights, length=geometry.n_dirs)
 
 
 @lru_cache(maxsize=16)
