@@ -25,7 +25,7 @@ def fdk(projections, geometry, volume: VolumeGeometry, *, filter: str = "ram-lak
     Parameters
     ----------
     projections : ndarray (n_views, n_rows, n_cols)
-        Line integrals (value x length).
+        Line integrals (value x length); NumPy or CuPy.
     geometry : ConeGeometry
         One projection matrix per view. The trajectory is taken to circle the
         z axis (the isocentre is the world origin); per-view deviations are
@@ -42,26 +42,16 @@ def fdk(projections, geometry, volume: VolumeGeometry, *, filter: str = "ram-lak
     interpolation : {"linear", "linear8"}
         See :class:`leveret.operators.ConeBackprojection`.
     precision : {"float32", "float64"}
-        Arithmetic and output precision ("float64": CPU only). The old
-        spellings "single" and "double" still work (FutureWarning).
+        Arithmetic and output precision ("float64": CPU only).
     gpu_memory : int, optional
-        Bytes of GPU memory the reconstruction may use on each GPU (default:
-        what is free), shared by the GPU's workers (``devices``): the call's
-        peak, its arrays, textures and cuFFT work areas together (they come
-        from a pool of the call's own, limited, and an eighth of the budget
-        is set aside for textures: ``leveret.cuda.device_state.MemoryBudget``);
-        CuPy input and output are the caller's and not counted. A budget
-        too small for one slab is a ValueError before any work. A volume
-        that does not fit is reconstructed in z-slabs, each fed only the
-        detector rows its voxels project to. From NumPy input on one GPU,
-        two workers share it, as ``devices=DeviceSet([d, d], shared=True)``
-        does (one worker's slab downloaded while the other's kernels run;
-        each row filtered once, on the GPU where it can hold the filtered
-        views, else into host memory; see ``devices``), unless half the cap
-        is too little for a slab: then the slabs run one after the other.
-        On CUDA, slabs the cap would make thinner than the kernels' 16-slice
-        blocks are 16 slices thick and back-projected in boxes along y, where
-        the cap holds 16 slices of half (a third, a quarter) of the y range.
+        Bytes of GPU memory the call may hold on each GPU at its peak
+        (default: what is free), shared by the GPU's workers: arrays,
+        textures and cuFFT work areas together (``MemoryBudget`` in
+        :mod:`leveret.cuda.device_state`; CuPy input and output are the
+        caller's and not counted). A budget too small for one slab is a
+        ValueError before any work. A volume that does not fit is
+        reconstructed in z-slabs, each from the detector rows it sees
+        (docs/multigpu.md, "FDK in slabs").
     slab_slices : int, optional
         Slices per slab, overriding the plan (on either backend).
     kernel : str
@@ -70,42 +60,20 @@ def fdk(projections, geometry, volume: VolumeGeometry, *, filter: str = "ram-lak
     chunk_views : int, optional
         Views weighted, filtered and back-projected per call, overriding the
         plan (which takes as many as GPU memory allows, at most 1/16 of the
-        views from NumPy input on the GPU, so transfers overlap compute).
+        views from NumPy input, so that transfers overlap compute).
+    progress : bool
+        A progress bar per stage.
     stats : dict, optional
         Filled with the GPU pipeline's time split when NumPy projections
-        stream through the GPU (``leveret.pipeline.STATS_KEYS``: ``wall``,
-        ``setup``, ``load``, ``store``, ``h2d``, ``compute``, ``d2h`` in
-        seconds, ``chunks``; summed over slabs and the pass that filters
-        the views once for them); left empty otherwise (CPU
-        backend, CuPy input). With ``devices`` (and for a volume in slabs on
-        one GPU, which two workers share), every time summed over the
-        GPUs' workers (or slabs), ``wall`` the whole call's and ``busy`` the
-        sum of the workers' (slabs') walls (``leveret.pipeline.merge_stats``;
-        more keys under ``devices``).
+        stream through the GPU (``leveret.pipeline.STATS_KEYS``, seconds;
+        ``chunks``); on several workers (``devices``, or a volume in slabs on
+        one GPU) summed over them, ``wall`` the call's and ``busy`` the sum
+        of the workers' walls, with ``backproject``, ``wait`` and
+        ``download``. Left empty on the CPU and from CuPy input.
     devices : None, "all", list of int or leveret.devices.DeviceSet
-        CUDA only: the GPUs to run on (:mod:`leveret.devices`); None: the
-        current device. Each GPU takes a contiguous range of z slices and
-        weights and filters the detector rows that range sees once per view
-        into a buffer of the views' size; its workers back-project its
-        slabs (at least one per worker) from it, each chunk of views as soon
-        as it is filtered (:func:`plan_devices`): no row is filtered twice
-        on one GPU, whatever the slabs. The result is
-        bit-identical to a one-GPU call with the same view chunks
-        (``chunk_views``: the plan otherwise follows each call's free
-        memory, and the views' sum is rounded chunk by chunk). Where a GPU
-        cannot hold the filtered views, the volume is cut into z-slabs (at
-        least one per GPU, planned to fit the smallest GPU's free memory, or
-        ``gpu_memory`` per GPU) dealt from one queue, each taking the
-        rows it sees of the views weighted and filtered once into host
-        memory (where it has room beside the volume; else, and from CuPy
-        input, each slab filters its rows), bit-identical to a one-GPU call
-        with the same slabs and view chunks. A slab that runs out of GPU
-        memory is halved and retried on that GPU.
-        With ``stats``, the several-GPU path also reports ``backproject``
-        (seconds queuing and, where workers share a GPU, running the
-        back-projection), ``wait`` (seconds waiting for chunks another
-        worker of the GPU filters) and ``download`` (seconds finishing the
-        slabs' copies out after their last kernels), summed over the workers.
+        CUDA: the GPUs to run on (None: the current one). Each takes a range
+        of z slices, filtering the rows it sees once; bit-identical to one
+        GPU with the same ``chunk_views`` and slabs (docs/multigpu.md).
 
     Returns
     -------

@@ -107,81 +107,52 @@ class Projector(Operator):
     """Ray-driven linear projector ``A`` (line integrals) with its exact transpose.
 
     ``A(x)`` maps a volume to projections, ``A.T(y)`` maps projections back;
-    both trace the same rays with the same weights (``leveret.cpu.raytrace``),
-    so ``<A x, y> = <x, A.T y>`` holds to rounding.
+    both trace the same rays with the same weights (``leveret.cpu.raytrace``,
+    ``leveret.cuda.raytrace``), so ``<A x, y> = <x, A.T y>`` holds to rounding.
 
     Parameters
     ----------
     geometry : ParallelGeometry or ConeGeometry
-        2D parallel geometries need a 2D volume; 3D parallel and cone
+        2D parallel geometries need a 2D volume, 3D parallel and cone
         geometries a 3D one. Cone rays start at the source (half lines);
         parallel rays are whole lines.
     volume : VolumeGeometry
     model : {"siddon", "joseph"}
-        "siddon": the weight of a voxel is the exact length of the ray inside
-        it (Siddon, in Jacobs' incremental form). "joseph": the ray is sampled
-        once per voxel-centre plane of its dominant axis with bilinear
-        interpolation in the other two axes, each sample weighted by the ray
-        length between two planes (``voxel_size / |cos|``); a volume of ones
-        then projects to the chord length, up to half a voxel at each end.
+        "siddon": a voxel's weight is the exact length of the ray inside it
+        (Siddon, in Jacobs' incremental form). "joseph": one bilinear sample
+        per voxel-centre plane of the ray's dominant axis, weighted by the
+        ray length between two planes.
     backend : {"auto", "cpu", "cuda"}
-        "cuda": ``leveret.cuda.raytrace`` (NumPy or CuPy in, the same kind
-        out; a RuntimeError where there is no GPU); "cpu": Numba (NumPy
-        only); "auto": CUDA when CuPy finds a GPU, else the CPU.
-    structured : {"auto", True, False}
-        CUDA cone beam only (Siddon; Joseph in float32): the
-        structure-exploiting path of Thompson and Lionheart (2014) (the rows
-        of a detector column share its xy path). "auto" takes it when
-        :func:`leveret.cuda.raytrace.structured_ratio` shows it is valid;
-        True requires it (ValueError if not valid); False never.
-    transpose : {"auto", "gather", "scatter"}
-        CUDA only: how the exact ``A.T`` runs. "scatter": the weights are
-        added into the volume with atomicAdd (the order of the additions,
-        hence the last bits, varies between runs), ray by ray, or, for
-        structured Joseph where "gather" applies, column by column, each
-        voxel a column's rows reach on a plane summing them first. "gather":
-        each voxel gathers the forward's weights (no atomics,
-        deterministic); it applies to
-        structured Joseph (``structured`` path, ``model="joseph"``,
-        ``precision="float32"``) where detector rows are at least an eighth
-        of a voxel apart in z and the sources lie outside the grid (ValueError
-        elsewhere). "auto": where both apply, the one a cost model fitted to
-        measurements predicts faster (docs/performance.md, "Which transpose";
-        ``leveret tune`` corrects it per GPU), else "scatter". Both are the
-        transpose of ``A``'s weights, to rounding.
-    devices : None, "all", list of int or leveret.devices.DeviceSet
-        CUDA only: the GPUs ``A`` and ``A.T`` run on (:mod:`leveret.devices`).
-        None: the current device. Otherwise the views are split between the
-        GPUs and the volume is replicated on each: ``A`` deals ranges of views
-        from a queue (each GPU projects its views; bit-identical to one GPU,
-        every ray runs the same kernel with the same numbers); ``A.T`` gives
-        GPU ``i`` the ``i``-th contiguous block of views, each GPU
-        back-projects its block into a partial volume and the partials are
-        summed in device order on one GPU (peer copies). ``A.T`` then equals
-        one GPU's to float32 rounding of the sums (the views' contributions
-        are added in another grouping), and with the deterministic "gather"
-        transpose it is the same from run to run for a given device list.
-        See Notes for why views and not volume slabs.
+        NumPy or CuPy in, the same kind out ("cpu": NumPy only).
     precision : {"float32", "float64"}
-        dtype of the arrays ``A`` and ``A.T`` return (inputs are converted).
-        Geometry is always computed in float64. On CUDA, "float32" runs the
-        fast float32 march where one exists (the structured cone path; the
-        general Joseph path): per-column/per-ray set-up in float64, steps in
-        float32 relative to a nearby origin, within a documented bound of the
-        float64 operator (``leveret.cuda.raytrace``, raytrace_*.cu) and with
-        ``A.T`` using the same float32 weights (matched); "float64" traces
-        in float64, bit-identical rays and weights to the CPU.
+        dtype of ``A``'s and ``A.T``'s results; geometry is computed in
+        float64. On CUDA "float32" steps rays in float32 where a fast march
+        exists, within the bound in docs/accuracy.md, ``A.T`` with the same
+        weights; "float64" gives the CPU's rays and weights bit for bit.
+    structured : {"auto", True, False}
+        CUDA cone beam (Siddon; Joseph in float32): the structure-exploiting
+        path of Thompson and Lionheart (2014), taken by "auto" where
+        :func:`leveret.cuda.raytrace.structured_ratio` shows it valid.
+    transpose : {"auto", "gather", "scatter"}
+        CUDA: how the exact ``A.T`` runs. "scatter" adds the weights into the
+        volume with atomics (the last bits vary from run to run); "gather"
+        has each voxel gather them (deterministic; structured Joseph where
+        detector rows are at least an eighth of a voxel apart in z and the
+        sources lie outside the grid, else a ValueError); "auto" takes the
+        one a cost model predicts faster (docs/performance.md, "Which
+        transpose"; ``leveret tune`` corrects it per GPU).
     adjoint : {"exact", "unmatched"}
-        What ``A.T`` is. "exact": the transpose of ``A``'s weights (above).
-        "unmatched" (cone beam, one device): the voxel-driven
-        :class:`leveret.operators.ConeBackprojection` (bilinear detector
-        interpolation, CPU or CUDA) of the projections weighted per pixel by
-        ``voxel volume x |M^-1 (u, v, 1)| / |det M^-1|`` (see Notes), which
-        approximates the exact transpose where the detector samples the
-        volume finely enough (about a pixel per voxel or finer, at the
-        voxel); faster on the GPU where the detector oversamples the volume.
-        Its mismatch to the exact transpose is in docs/accuracy.md; SIRT
-        converges with it.
+        What ``A.T`` is: the transpose of ``A``'s weights, or (cone beam, one
+        device) the voxel-driven ``ConeBackprojection`` of the projections
+        weighted per pixel, faster where the detector oversamples the volume
+        and within the mismatch given in docs/accuracy.md (SIRT converges).
+    devices : None, "all", list of int or leveret.devices.DeviceSet
+        CUDA: the GPUs ``A`` and ``A.T`` run on; the views are split among
+        them, the volume copied to each (docs/multigpu.md). ``A`` is
+        bit-identical to one GPU; ``A.T`` sums the GPUs' partial volumes in
+        a fixed order (within float32 rounding of one GPU's).
+    n_buffers : int, optional
+        CPU: private volumes ``A.T`` sums (default: Numba's thread count).
 
     Attributes
     ----------
@@ -190,56 +161,19 @@ class Projector(Operator):
     dtype : numpy.dtype
     volume, geometry : the grid and scan the operator was built for.
     projection_shape : tuple
-        ``geometry.projection_shape``: shape of ``A(x)``; ``x`` is
-        ``volume.shape``.
+        ``geometry.projection_shape``: the shape of ``A(x)``.
     T : the transpose, a callable with ``shape`` and ``dtype``.
+    transpose : str or None
+        How the exact ``A.T`` runs on CUDA (``transpose`` resolved).
 
     Notes
     -----
-    A 2D problem is traced as one slice of thickness 1 at z = 0 (rays lie in
-    that plane), so 2D and 3D share one kernel. The rays (two float64 (x, y,
-    z) triples per detector pixel, 48 bytes) are built once here. ``A.T``
-    allocates one private volume per thread (``n_buffers``) and sums them:
-    no atomics, deterministic for a given thread count.
-
-    CUDA (``leveret.cuda.raytrace``): no ray tables; each view's rays are
-    rebuilt on the GPU from 12 float64 numbers with the same float64
-    operations as the CPU's tables (bit-identical rays) and traced with the
-    CPU's float64 arithmetic (float32: the float32 march above where it
-    exists). The general path runs one thread per ray; its ``A.T`` adds into
-    the output volume with atomicAdd (no extra memory). The structured path
-    (cone beam, circular scans without detector tilt: Siddon, and Joseph in
-    float32; ``structured``) takes one extra volume, a z-fastest copy
-    (Joseph: with zero borders), in ``A`` and in ``A.T``. The voxel-driven
-    ``A.T`` (``transpose``) evaluates the forward's weights per voxel with
-    float64 set-up and needs, per batch of views, a table of
-    ``n_cols x (n_rows + 17)`` floats per view (at most 2 GiB at a time);
-    docs/performance.md compares the transposes.
-
-    ``adjoint="unmatched"``: ray ``i`` through voxel ``j`` has Joseph weight
-    ``a_ij``, about its length in the voxel, so for projections ``y`` smooth
-    on the detector ``(A^T y)_j = sum_i a_ij y_i`` is ``y`` at the voxel's
-    projection times the voxel volume over the area per ray perpendicular to
-    the rays at the voxel. With ``d = M^-1 (u, v, 1)`` (``M`` = ``P[:, :3]``)
-    a point ``s + t d`` has ``w = t``, lies ``r = w |d|`` from the source,
-    and a pixel subtends the solid angle ``|det M^-1| / |d|^3``: per view
-    ``sum_i a_ij = V |d| / (|det M^-1| w^2)``. ``ConeBackprojection`` applies
-    the ``1 / w^2``; the rest is the per-pixel weight above.
-
-    Several GPUs (``devices``): the views are split, not the volume. A ray
-    crosses the whole volume, so a slab split would send every view to every
-    GPU and sum the slabs' contributions to each projection value (a
-    reduction in ``A``), while splitting views makes ``A``'s output disjoint
-    per GPU (no reduction) and needs one volume-sized sum in ``A.T``. For
-    SIRT and CGLS, which call ``A`` and ``A.T`` alternately on volumes much
-    smaller than the projections (720 views of 512^2 against 512^3: 755 MB
-    against 537 MB in float32, more for larger scans), each GPU receives
-    only its share of the projections, and the volume it needs is one copy.
-    What it costs: one volume per GPU (plus the structured paths' z-fastest
-    copy), and ``A.T``'s sum of partial volumes (one volume read per GPU
-    over peer links). NumPy arrays are uploaded to each GPU (the volume
-    whole, projections by view block); CuPy arrays are copied GPU to GPU
-    and the result lands on the current device.
+    The CPU builds the rays once (48 bytes per detector pixel) and sums
+    ``A.T`` into private volumes per thread (deterministic for a thread
+    count). CUDA rebuilds each view's rays from 12 float64 numbers with the
+    CPU's operations; the structured paths keep one extra, z-fastest copy of
+    the volume. Memory, the transposes and their speed: docs/performance.md;
+    the unmatched adjoint's weights and mismatch: docs/accuracy.md.
     """
 
     def __init__(self, geometry, volume: VolumeGeometry, *, model: str = "siddon",
