@@ -238,3 +238,18 @@ def test_add_names_the_bad_argument(scan):
         rec.add(proj[:2], angles[:3])
     with pytest.raises(ValueError, match="^matrices"):
         rec.add(proj[:2], matrices=np.zeros((2, 3, 4)))
+
+
+def test_the_sinogram_holds_every_frame_received_in_arrival_order(scan):
+    """Half a turn in the batches a live session makes: row k of the sinogram is
+    frame k's middle detector row, exactly (each batch's rows are kept as
+    copies, not as views of the reused batch buffer)."""
+    angles, g, proj = scan
+    rec = LiveReconstructor(g.default_volume(), (ROWS, N), backend="cpu", max_batch=10)
+    frames = [Frame(proj[i], i, angle=angles[i]) for i in range(VIEWS)]
+    for batch in np.array_split(np.arange(VIEWS), 5):     # uneven batches, as they arrive
+        assert rec.add_frames([frames[i] for i in batch]) == batch.size
+    np.testing.assert_array_equal(rec.sinogram(), proj[:, ROWS // 2, :])
+    assert rec.sinogram(row=1).shape == (0, N)      # another row: kept from the next frame on
+    rec.add_frames(frames[:3])
+    np.testing.assert_array_equal(rec.sinogram(row=1), proj[:3, 1, :])

@@ -71,3 +71,18 @@ def test_views_beyond_the_gpu_store_spill_to_host_and_moves_read_them(caplog):
     s = rec.slices()
     assert _err(s["xy"], ref[3]) < 1e-5
     assert _err(s["yz"], ref[:, :, 10]) < 1e-5
+
+
+def test_gpu_sinogram_holds_every_frame_received_in_arrival_order():
+    """Frames of line integrals in batches: row k of the sinogram is frame k's
+    middle row as the device batch saw it (float32), whatever buffers were reused."""
+    from leveret.live import Frame
+    angles = np.linspace(0, np.pi, 50, endpoint=False)
+    n, rows = 32, 8
+    g = leveret.ParallelGeometry(angles, n, rows)
+    proj = shepp_logan_3d(radius=n / 2.2).project(g).astype(np.float32)
+    rec = LiveReconstructor(g.default_volume(), (rows, n), backend="cuda", max_batch=8)
+    frames = [Frame(proj[i], i, angle=angles[i]) for i in range(50)]
+    for b in np.array_split(np.arange(50), 7):
+        assert rec.add_frames([frames[i] for i in b]) == b.size
+    np.testing.assert_array_equal(rec.sinogram(), proj[:, rows // 2, :])

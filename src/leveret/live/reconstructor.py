@@ -472,7 +472,9 @@ class LiveReconstructor:
             k = ok.size
         cols = self.detector_shape[1]
         row = lines[:, self._sinogram_row, :cols]
-        self._sinogram.extend(np.asarray(row.get() if self._gpu is not None else row, np.float32))
+        # copies: on the CPU ``lines`` is the batch buffer that the next batch overwrites
+        row = row.get() if self._gpu is not None else row
+        self._sinogram.extend(np.array(row, np.float32, copy=True))
         n0 = self._n
         if self.beam == "parallel":
             filtered = self._filter(lines)
