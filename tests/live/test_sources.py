@@ -176,7 +176,7 @@ def test_decode_rejects_a_header_that_is_not_an_object_or_a_payload_that_is_not_
     with pytest.raises(ValueError, match="^header: expected a JSON object, got list"):
         decode([1, 2], b"\0" * 4)
     with pytest.raises(ValueError, match="^dtype"):
-        decode({"index": 0, "shape": [1], "dtype": "O"}, b"\0" * 8)
+        decode({"index": 0, "shape": [1, 1], "dtype": "O"}, b"\0" * 8)
 
 
 def test_zmq_source_closed_from_another_thread_is_closed_by_the_thread_reading_it(monkeypatch):
@@ -291,3 +291,94 @@ def test_folder_source_reads_a_cone_matrix_stored_with_an_hdf5_frame(tmp_path):
     assert frame.index == 7 and frame.angle is None
     np.testing.assert_array_equal(frame.matrix, m)
     src.close()
+
+
+# -- a stream outlives any message ---------------------------------------------------------------------
+
+_GOOD = {"index": 0, "shape": [2, 2], "dtype": "uint8", "angle": 0.0}
+_DEEP = b'{"index": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+
+
+def _header(**fields):
+    h = dict(_GOOD)
+    h.update(fields)
+    return json.dumps(h).encode()
+
+
+# each: the raw header of a message whose payload is the 4 bytes of a 2x2 uint8 frame
+BAD_HEADERS = {
+    "index 1e999 (inf)": b'{"index": 1e999, "shape": [2, 2], "dtype": "uint8", "angle": 0.0}',
+    "shape [1e999, 2]": b'{"index": 0, "shape": [1e999, 2], "dtype": "uint8", "angle": 0.0}',
+    "nested 100k deep": _DEEP,
+    "a bare array 100k deep": b"[" * 100_000 + b"]" * 100_000,
+    "index of 400 digits": _header(index=int("9" * 400)),
+    "index above the bound": _header(index=2**31),
+    "index negative": _header(index=-1),
+    "index true": _header(index=True),
+    "index 1.5": _header(index=1.5),
+    "index a string": _header(index="3"),
+    "shape of 3 numbers": _header(shape=[1, 2, 2]),
+    "shape [0, 4]": _header(shape=[0, 4]),
+    "shape of strings": _header(shape=["2", "2"]),
+    "shape of 400-digit ints": _header(shape=[int("9" * 400), 1]),
+    "shape larger than a detector": _header(shape=[1 << 17, 1]),
+    "dtype object": _header(dtype="O"),
+    "dtype complex": _header(dtype="complex64"),
+    "dtype float128": _header(dtype="f16"),
+    "dtype a list": _header(dtype=["u1"]),
+    "dtype structured": _header(dtype="u1,u1"),
+    "angle 1e999 (inf)": b'{"index": 0, "shape": [2, 2], "dtype": "uint8", "angle": 1e999}',
+    "angle a string": _header(angle="0.5"),
+    "angle of 400 digits": _header(angle=int("9" * 400)),
+    "matrix 2x2": _header(angle=None, matrix=[[1, 0], [0, 1]]),
+    "matrix of strings": _header(angle=None, matrix=[["1"] * 4] * 3),
+    "matrix nested deep": b'{"index": 0, "shape": [2, 2], "dtype": "uint8", "matrix": '
+                          + b"[" * 500 + b"]" * 500 + b"}",
+    "header larger than the bound": _header(note="x" * (1 << 17)),
+    "payload of the wrong size": _header(shape=[2, 3]),
+}
+
+
+@pytest.mark.parametrize("raw", list(BAD_HEADERS.values()), ids=list(BAD_HEADERS))
+def test_zmq_source_counts_a_bad_header_and_reads_on(raw):
+    """Every message is checked before it becomes a frame: the bad one is
+    counted and logged, the reader goes on to the next frame and the end."""
+    address = _free_address()
+    src = ZmqSource(address, timeout=0.1, stop_at_end=True)
+    sock = zmq.Context.instance().socket(zmq.PUSH)
+    sock.bind(address)
+    sock.send_multipart([raw, b"\1" * 4])
+    sock.send_multipart(encode(Frame(np.ones((2, 2), np.uint8), 1, angle=0.0)))
+    sock.send_multipart([b'{"end": true}'])
+    got = [f for f in src if f is not None]
+    sock.close(0)
+    src.close()
+    assert [f.index for f in got] == [1] and src.bad_messages == 1
+
+
+def test_zmq_source_takes_only_frames_of_the_detector_shape_it_is_given():
+    address = _free_address()
+    src = ZmqSource(address, timeout=0.1, stop_at_end=True, detector_shape=(2, 3))
+    sock = zmq.Context.instance().socket(zmq.PUSH)
+    sock.bind(address)
+    sock.send_multipart(encode(Frame(np.ones((1, 6), np.uint8), 0, angle=0.0)))
+    sock.send_multipart(encode(Frame(np.ones((2, 3), np.uint8), 1, angle=0.0)))
+    sock.send_multipart([b'{"end": true}'])
+    got = [f for f in src if f is not None]
+    sock.close(0)
+    src.close()
+    assert [f.index for f in got] == [1] and src.bad_messages == 1
+
+
+def test_zmq_source_bounds_frame_indices_by_max_index():
+    address = _free_address()
+    src = ZmqSource(address, timeout=0.1, stop_at_end=True, max_index=10)
+    sock = zmq.Context.instance().socket(zmq.PUSH)
+    sock.bind(address)
+    for i in (9, 10, 11):
+        sock.send_multipart(encode(Frame(np.ones((2, 2), np.uint8), i, angle=0.0)))
+    sock.send_multipart([b'{"end": true}'])
+    got = [f for f in src if f is not None]
+    sock.close(0)
+    src.close()
+    assert [f.index for f in got] == [9] and src.bad_messages == 2

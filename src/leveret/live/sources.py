@@ -12,8 +12,11 @@
   2. the frame's raw bytes, C order, little-endian.
 
   :func:`send_frames` sends such a stream (``leveret live simulate`` uses it).
-  A message that does not follow this format is skipped, logged and counted
-  (``ZmqSource.bad_messages``).
+  Every field is checked before the message becomes a frame
+  (:func:`check_header`: an index below a bound, a bounded shape, a number
+  type, a finite angle or matrix, the payload's size); a message that fails
+  is skipped, logged and counted (``ZmqSource.bad_messages``), and the
+  stream goes on.
 
 Sources never stop on a quiet spell: they yield ``None`` every ``timeout``
 seconds while nothing arrives (so the caller can refresh and notice Ctrl-C)
@@ -29,6 +32,7 @@ import logging
 import math
 import os
 import re
+import reprlib
 import threading
 import time
 from pathlib import Path
@@ -40,6 +44,15 @@ from .reconstructor import Frame
 log = logging.getLogger("leveret.live")
 
 FRAME_SUFFIXES = (".tif", ".tiff", ".h5", ".hdf5")
+
+#: Frame indices are below this unless a source is given another ``max_index``.
+MAX_INDEX = 2**31
+#: Detector rows or columns at most, and pixels of a frame at most (a frame's
+#: bytes are checked against its header before anything is allocated for it).
+MAX_SIDE = 1 << 16
+MAX_PIXELS = 1 << 28
+#: Bytes of a message's JSON header at most (a header is some 100 bytes, 400 with a matrix).
+MAX_HEADER_BYTES = 1 << 16
 
 
 def iterable_source(projections, angles=None, *, matrices=None, rate: float | None = None):
@@ -296,6 +309,14 @@ class ZmqSource:
         Messages the socket holds before the sender waits (PULL) or messages
         are lost (SUB): with PULL, a reader that stops reading holds back the
         sender once this many frames wait here and in the sender's queue.
+    detector_shape : (n_rows, n_cols), optional
+        Frames of any other shape are bad messages (may also be set after
+        construction, e.g. once the first frames agreed on a shape).
+    max_index : int
+        Frame indices are ``0 <= index < max_index``; others are bad messages.
+    max_frame_bytes : int
+        A message part larger than this is refused by ZeroMQ itself (the
+        sender is disconnected, and reconnects) before it is held in memory.
 
     Notes
     -----
@@ -303,14 +324,25 @@ class ZmqSource:
     sockets are not thread-safe): :meth:`close` from another thread sets a
     flag that the iterating thread sees within ``STEP`` seconds; that
     thread then closes the socket and the iteration ends.
+
+    Every message is checked (:func:`check_header`, and the payload's size)
+    before it becomes a frame; one that fails is skipped, counted in
+    ``bad_messages`` and logged (the first ``LOGGED`` of them, then every
+    ``LOG_EVERY``-th), and the stream goes on: no message ends the iteration.
     """
 
     #: Seconds between two looks at the stop flag while the socket is quiet.
     STEP = 0.05
+    #: Bad messages logged one by one; after them, one line every LOG_EVERY.
+    LOGGED = 20
+    LOG_EVERY = 1000
 
     def __init__(self, address: str, *, pattern: str = "pull", bind: bool = False, timeout: float = 0.5,
-                 stop_at_end: bool = False, hwm: int = 1000, buffers=None):
+                 stop_at_end: bool = False, hwm: int = 1000, buffers=None, detector_shape=None,
+                 max_index: int = MAX_INDEX, max_frame_bytes: int = 1 << 30):
         import zmq
+
+        from .. import _validate as v
 
         self.address = address
         self.pattern = _pattern(pattern)
@@ -323,6 +355,10 @@ class ZmqSource:
         self.lossy = self.pattern == "sub"     # a publisher never waits for its subscribers
         self.bad_messages = 0
         self.buffers = buffers
+        self.detector_shape = None if detector_shape is None else v.shape_tuple("detector_shape",
+                                                                                 detector_shape, (2,))
+        self.max_index = v.positive_int("max_index", max_index)
+        self.max_frame_bytes = v.positive_int("max_frame_bytes", max_frame_bytes)
         self._lock = threading.Lock()          # orders close() against the start and end of iteration
         self._stop = threading.Event()
         self._reading = False
@@ -330,6 +366,7 @@ class ZmqSource:
         self._sock = self._ctx.socket(zmq.PULL if self.pattern == "pull" else zmq.SUB)
         self._sock.setsockopt(zmq.RCVHWM, int(hwm))
         self._sock.setsockopt(zmq.LINGER, 0)
+        self._sock.setsockopt(zmq.MAXMSGSIZE, max(self.max_frame_bytes, MAX_HEADER_BYTES))
         if self.pattern == "sub":
             self._sock.setsockopt(zmq.SUBSCRIBE, b"")
         try:
@@ -373,18 +410,14 @@ class ZmqSource:
                 parts = self._sock.recv_multipart(copy=False)
                 arrived = time.perf_counter()
                 try:
-                    header = json.loads(bytes(parts[0].buffer))
-                    if not isinstance(header, dict):
-                        raise ValueError(f"header: expected a JSON object, got {type(header).__name__}")
-                    if header.get("end"):
-                        log.info("end of scan message received")
-                        if self.stop_at_end:
-                            return
-                        continue
-                    frame = decode(header, parts[1].buffer if len(parts) > 1 else None, arrived, self.buffers)
-                except (ValueError, KeyError, TypeError, IndexError) as exc:
-                    self.bad_messages += 1
-                    log.warning("message skipped: %s", exc)
+                    frame = self._message(parts, arrived)
+                except Exception as exc:   # any fault of one message: that message skipped, never the stream
+                    self._bad(exc)
+                    continue
+                if frame is END:
+                    log.info("end of scan message received")
+                    if self.stop_at_end:
+                        return
                     continue
                 yield frame
         finally:
@@ -394,33 +427,149 @@ class ZmqSource:
                     self._sock.close(0)   # in the thread that used it
 
 
-def decode(header: dict, payload, arrived: float | None = None, buffers=None) -> Frame:
-    """A :class:`Frame` from a message's JSON header and its bytes. The data keep
-    the dtype and shape the header states (checked against the payload's size);
-    with ``buffers`` (see :class:`ZmqSource`) they are copied into one of its
-    buffers when it has that shape."""
-    if not isinstance(header, dict):
-        raise ValueError(f"header: expected a JSON object, got {type(header).__name__}")
+    def _message(self, parts, arrived):
+        """The frame of a multipart message, or END; ValueError if it is neither."""
+        header = check_header(parse_header(parts[0].buffer), detector_shape=self.detector_shape,
+                              max_index=self.max_index)
+        if header is END:
+            return END
+        if len(parts) != 2:
+            raise ValueError(f"message: expected 2 parts (header, frame bytes), got {len(parts)}")
+        return decode(header, parts[1].buffer, arrived, self.buffers, checked=True)
+
+    def _bad(self, exc) -> None:
+        self.bad_messages += 1
+        n = self.bad_messages
+        reason = str(exc)[:300] or type(exc).__name__
+        if n <= self.LOGGED:
+            log.warning("message skipped: %s", reason)
+        elif n % self.LOG_EVERY == 0:
+            log.warning("%d bad messages so far (the latest: %s)", n, reason)
+
+
+def decode(header: dict, payload, arrived: float | None = None, buffers=None, *, detector_shape=None,
+           max_index: int = MAX_INDEX, checked: bool = False) -> Frame:
+    """A :class:`Frame` from a message's JSON header and its bytes, every field
+    checked first (:func:`check_header`; ValueError naming the field). The data
+    keep the dtype and shape the header states; with ``buffers`` (see
+    :class:`ZmqSource`) they are copied into one of its buffers when it has that shape.
+    ``checked``: ``header`` is already what :func:`check_header` returned."""
+    h = header if checked else check_header(header, detector_shape=detector_shape, max_index=max_index)
+    if h is END:
+        raise ValueError("header: an end-of-scan message carries no frame")
     if payload is None:
         raise ValueError("no frame bytes after the header")
-    shape = tuple(int(s) for s in header["shape"])
-    dtype = np.dtype(header["dtype"]).newbyteorder("<")
-    if dtype.kind not in "biuf":
-        raise ValueError(f"dtype: expected a number type, got {header['dtype']!r}")
-    data = np.frombuffer(payload, dtype=dtype)
-    if min(shape, default=-1) < 0 or data.size != math.prod(shape):
-        raise ValueError(f"{data.size} values of {dtype} for a frame of shape {shape}")
-    data = data.reshape(shape)
+    shape, dtype = h["shape"], h["dtype"]
+    nbytes = math.prod(shape) * dtype.itemsize
+    got = memoryview(payload).nbytes
+    if got != nbytes:
+        raise ValueError(f"payload: {got} bytes for a frame of shape {shape} and dtype {dtype} ({nbytes} bytes)")
+    data = np.frombuffer(payload, dtype=dtype).reshape(shape)
     if buffers is not None:
         buf = buffers(dtype)
         if buf.shape == data.shape:
             np.copyto(buf, data)
             data = buf
-    angle = header.get("angle")
-    matrix = header.get("matrix")
-    return Frame(data, int(header["index"]), angle=None if angle is None else float(angle),
-                 matrix=None if matrix is None else np.asarray(matrix, np.float64),
+    return Frame(data, h["index"], angle=h["angle"], matrix=h["matrix"],
                  arrived=time.perf_counter() if arrived is None else arrived)
+
+
+def parse_header(raw) -> dict:
+    """The JSON object of a message's first part: at most ``MAX_HEADER_BYTES``,
+    UTF-8, parsed without letting its nesting or its numbers escape as anything
+    but a ValueError."""
+    raw = bytes(raw)
+    if len(raw) > MAX_HEADER_BYTES:
+        raise ValueError(f"header: {len(raw)} bytes, at most {MAX_HEADER_BYTES}")
+    try:
+        header = json.loads(raw)
+    except RecursionError:
+        raise ValueError("header: JSON nested too deep") from None
+    except ValueError as exc:   # also not UTF-8, and integers beyond Python's digit limit
+        raise ValueError(f"header: not JSON ({exc})") from None
+    if not isinstance(header, dict):
+        raise ValueError(f"header: expected a JSON object, got {type(header).__name__}")
+    return header
+
+
+#: What :func:`check_header` returns for an end-of-scan message.
+END = object()
+
+
+def check_header(header, *, detector_shape=None, max_index: int = MAX_INDEX):
+    """A message header's fields, checked: ``{"index": int, "shape": (rows, cols),
+    "dtype": numpy dtype (little-endian), "angle": float | None, "matrix":
+    (3, 4) array | None}``, or :data:`END` for ``{"end": true}``.
+
+    ``index`` is a JSON integer with ``0 <= index < max_index``; ``shape`` two
+    integers in ``1..MAX_SIDE`` of at most ``MAX_PIXELS`` pixels (equal to
+    ``detector_shape`` when given); ``dtype`` a NumPy name or code of an
+    integer or float type of at most 8 bytes; ``angle`` a finite number
+    (radians); ``matrix`` 3 rows of 4 finite numbers (or 12 numbers).
+    ValueError naming the first field that is not so.
+    """
+    if not isinstance(header, dict):
+        raise ValueError(f"header: expected a JSON object, got {type(header).__name__}")
+    if header.get("end") is True:
+        return END
+    index = _integer("index", header.get("index"), 0, max_index)
+    shape = header.get("shape")
+    if not isinstance(shape, list) or len(shape) != 2:
+        raise ValueError(f"shape: expected [n_rows, n_cols], got {_short(shape)}")
+    shape = tuple(_integer("shape", s, 1, MAX_SIDE + 1) for s in shape)
+    if math.prod(shape) > MAX_PIXELS:
+        raise ValueError(f"shape: at most {MAX_PIXELS} pixels, got {shape}")
+    if detector_shape is not None and shape != tuple(detector_shape):
+        raise ValueError(f"shape: {shape}, expected the detector's {tuple(detector_shape)}")
+    dtype = header.get("dtype")
+    try:
+        if not isinstance(dtype, str) or len(dtype) > 16:
+            raise TypeError
+        dt = np.dtype(dtype)
+    except (TypeError, ValueError):
+        raise ValueError(f"dtype: expected a NumPy type name such as 'uint16', got {_short(dtype)}") from None
+    if dt.kind not in "iuf" or dt.itemsize > 8:
+        raise ValueError(f"dtype: expected an integer or float type of at most 8 bytes, got {_short(dtype)}")
+    angle, matrix = header.get("angle"), header.get("matrix")
+    if angle is not None:
+        angle = _real("angle", angle)
+    if matrix is not None:
+        rows = matrix if isinstance(matrix, list) and len(matrix) == 3 else None
+        if rows is not None and all(isinstance(r, list) and len(r) == 4 for r in rows):
+            values = [x for r in rows for x in r]
+        elif isinstance(matrix, list) and len(matrix) == 12:
+            values = matrix
+        else:
+            raise ValueError(f"matrix: expected 3 rows of 4 numbers, got {_short(matrix)}")
+        matrix = np.array([_real("matrix", x) for x in values], np.float64).reshape(3, 4)
+    return {"index": index, "shape": shape, "dtype": dt.newbyteorder("<"), "angle": angle, "matrix": matrix}
+
+
+def _integer(name: str, value, lo: int, hi: int) -> int:
+    """A JSON integer (not a bool, not a float) with ``lo <= value < hi``."""
+    if type(value) is not int:
+        raise ValueError(f"{name}: expected an integer, got {_short(value)}")
+    if not lo <= value < hi:
+        raise ValueError(f"{name}: expected an integer from {lo} to {hi - 1}, got {_short(value)}")
+    return value
+
+
+def _real(name: str, value) -> float:
+    """A finite JSON number as a float (an integer too large for a float is not)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"{name}: expected a number, got {_short(value)}")
+    try:
+        out = float(value)
+    except OverflowError:
+        out = math.inf
+    if not math.isfinite(out):
+        raise ValueError(f"{name}: expected a finite number, got {_short(value)}")
+    return out
+
+
+def _short(value) -> str:
+    """``repr(value)`` cut short (long numbers, deep or long lists), for messages."""
+    return reprlib.repr(value)
 
 
 def encode(frame: Frame) -> list[bytes]:
