@@ -105,7 +105,7 @@ def test_missing_frames_are_reported_and_weights_stay_right(scan):
     ref = leveret.fbp(proj[keep], g.replace(angles=angles[keep]), vol, backend="cpu")
     rec = LiveReconstructor(vol, (ROWS, N), backend="cpu")
     rec.add_frames([Frame(proj[i], int(i), angle=angles[i]) for i in keep])
-    assert rec.stats.missing == [7, 8, 30]
+    assert rec.stats.missing == 3 and rec.missing_indices() == [7, 8, 30]
     assert _err(rec.slices()["xy"], ref[ROWS // 2]) < TOL
 
 
@@ -202,7 +202,7 @@ def test_a_cone_view_received_twice_in_one_batch_keeps_the_slices_finite():
     proj = shepp_logan_3d(radius=7).project(g).astype(np.float32)
     rec = LiveReconstructor(vol, (n, n), beam="cone", backend="cpu")
     rec.add(proj[:12], matrices=g.matrices[:12])
-    rec.add(proj[[12, 12, 13]], matrices=g.matrices[[12, 12, 13]], indices=[12, 12, 13])
+    rec.add(proj[[12, 12, 13]], matrices=g.matrices[[12, 12, 13]], indices=[12, 30, 13])
     assert all(np.isfinite(image).all() for image in rec.slices().values())
 
 
@@ -251,5 +251,77 @@ def test_the_sinogram_holds_every_frame_received_in_arrival_order(scan):
         assert rec.add_frames([frames[i] for i in batch]) == batch.size
     np.testing.assert_array_equal(rec.sinogram(), proj[:, ROWS // 2, :])
     assert rec.sinogram(row=1).shape == (0, N)      # another row: kept from the next frame on
-    rec.add_frames(frames[:3])
+    rec.add_frames([Frame(proj[i], VIEWS + i, angle=angles[i] + np.pi) for i in range(3)])
     np.testing.assert_array_equal(rec.sinogram(row=1), proj[:3, 1, :])
+
+
+def test_a_far_frame_index_costs_no_memory_or_time_per_batch(scan):
+    """The received indices are kept as a set; the gaps are counted, not listed:
+    a frame 10^6 ahead, then more batches, allocate kilobytes, not a list of
+    10^6 missing indices per batch."""
+    import tracemalloc
+
+    angles, g, proj = scan
+    rec = LiveReconstructor(g.default_volume(), (ROWS, N), backend="cpu")
+    rec.add_frames([Frame(proj[0], 0, angle=angles[0])])
+    rec.add_frames([Frame(proj[1], 1, angle=angles[1])])   # the work buffers exist from here on
+    tracemalloc.start()
+    try:
+        rec.add_frames([Frame(proj[2], 10**6, angle=angles[2])])
+        for i in range(3, 8):
+            rec.add_frames([Frame(proj[i], i, angle=angles[i])])
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 1 << 20, f"{peak} bytes"
+    assert rec.stats.missing == 10**6 - 7                  # 2..999999 less the 5 that came
+    assert rec.missing_indices(limit=3) == [2, 8, 9]
+    assert rec.missing_indices(limit=0) == []
+
+
+def test_a_frame_index_already_received_is_rejected_not_used_twice(scan):
+    angles, g, proj = scan
+    vol = g.default_volume()
+    ref = leveret.fbp(proj[:4], g.replace(angles=angles[:4]), vol, backend="cpu")
+    rec = LiveReconstructor(vol, (ROWS, N), backend="cpu")
+    frames = [Frame(proj[i], i, angle=angles[i]) for i in range(4)]
+    assert rec.add_frames(frames[:3] + [Frame(proj[5], 1, angle=angles[5])]) == 3   # twice in one batch
+    assert rec.add_frames([frames[3], Frame(proj[6], 2, angle=angles[6])]) == 1     # and again later
+    assert rec.n_views == 4 and rec.stats.rejected == 2
+    assert rec.stats.rejected_reasons == {"index already received": 2}
+    assert _err(rec.slices()["xy"], ref[ROWS // 2]) < TOL
+    with pytest.raises(ValueError, match="^indices: frame 3 already received"):
+        rec.add(proj[7], angles[7], indices=[3])
+
+
+@pytest.mark.parametrize("frame_fields, reason", [
+    (dict(angle=10**400), "no finite angle"),
+    (dict(angle="0.5"), "no finite angle"),
+    (dict(angle=[0.1, 0.2]), "no finite angle"),
+    (dict(index=-1), "bad index"),
+    (dict(index=1.5), "bad index"),
+    (dict(index=True), "bad index"),
+])
+def test_a_frame_with_a_bad_field_is_rejected_never_raised(scan, frame_fields, reason):
+    angles, g, proj = scan
+    rec = LiveReconstructor(g.default_volume(), (ROWS, N), backend="cpu")
+    fields = dict(index=0, angle=angles[0])
+    fields.update(frame_fields)
+    assert rec.add_frames([Frame(proj[0], fields["index"], angle=fields["angle"])]) == 0
+    assert rec.stats.rejected_reasons == {reason: 1}
+
+
+def test_a_cone_frame_with_a_matrix_that_is_not_numbers_is_rejected():
+    rec = LiveReconstructor(leveret.VolumeGeometry((4, 8, 8)), (4, 8), beam="cone", backend="cpu")
+    for m in ([[1, 2], [3]], "abc", [[10**400] * 4] * 3):
+        assert rec.add_frames([Frame(np.zeros((4, 8), np.float32), 0, matrix=m)]) == 0
+    assert rec.stats.rejected_reasons == {"no finite 3x4 matrix": 3}
+
+
+def test_rejected_reasons_stay_few_however_many_shapes_come(scan):
+    angles, g, proj = scan
+    rec = LiveReconstructor(g.default_volume(), (ROWS, N), backend="cpu")
+    rec.add_frames([Frame(np.zeros((1, k), np.float32), k, angle=0.0) for k in range(1, 200)])
+    assert rec.stats.rejected == 199
+    assert len(rec.stats.rejected_reasons) <= LiveReconstructor.MAX_REASONS + 1
+    assert sum(rec.stats.rejected_reasons.values()) == 199

@@ -284,8 +284,8 @@ class _Summary:
                 if locked:
                     session.lock.release()
         else:
-            summary = {"received": 0, "rejected": 0, "rejected_reasons": {}, "missing": [], "views": 0,
-                       "dropped": 0, "dropped_reasons": {},
+            summary = {"received": 0, "rejected": 0, "rejected_reasons": {}, "missing": 0, "missing_first": [],
+                       "views": 0, "dropped": 0, "dropped_reasons": {},
                        "bad_messages": int(getattr(self.source, "bad_messages", 0)), "error": None}
             close = getattr(self.source, "close", None)
             if close is not None:
@@ -298,7 +298,7 @@ class _Summary:
             with atomic_output(self.args.json, overwrite=True) as tmp:
                 tmp.write_text(json.dumps(summary, indent=2) + "\n")
         print(f"leveret live: {summary['received']} frames reconstructed, {summary['rejected']} rejected, "
-              f"{len(summary['missing'])} missing, {summary['dropped']} dropped, {summary['bad_messages']} bad "
+              f"{summary['missing']} missing, {summary['dropped']} dropped, {summary['bad_messages']} bad "
               f"messages" + (f"; counters written to {self.args.json}" if self.args.json else ""),
               file=sys.stderr, flush=True)
 

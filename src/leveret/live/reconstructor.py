@@ -75,7 +75,7 @@ class LiveStats:
     received: int = 0
     rejected: int = 0
     rejected_reasons: dict = field(default_factory=dict)
-    missing: list = field(default_factory=list)
+    missing: int = 0             # indices between the lowest and highest received that have not come
     batches: int = 0
     last_lag: float = 0.0        # seconds from the oldest frame's arrival to its batch being queued (GPU) or done
     last_batch_seconds: float = 0.0
@@ -152,6 +152,13 @@ class LiveReconstructor:
     ['xy', 'xz', 'yz']
     """
 
+    #: Distinct reasons kept in ``stats.rejected_reasons``; later ones are
+    #: counted under "other reasons" (a stream of odd shapes stays a few keys).
+    MAX_REASONS = 32
+    #: Rejected frames logged one by one; after them, one line every LOG_EVERY.
+    LOGGED = 20
+    LOG_EVERY = 1000
+
     def __init__(self, volume: VolumeGeometry, detector_shape, *, beam: str = "parallel",
                  det_spacing: float = 1.0, row_spacing: float = 1.0, center: float | None = None,
                  flat=None, dark=None, minus_log: bool | None = None, filter: str = "ram-lak",
@@ -218,7 +225,8 @@ class LiveReconstructor:
         self._turn = np.empty(0)               # cone beam: unwrapped rotation angle
         self._raw_last = 0.0
         self._w = np.empty(0)                  # the weights in the slices now
-        self._indices: list[int] = []
+        self._received: set[int] = set()      # frame indices used (each at most once)
+        self._index_range: tuple[int, int] | None = None   # the lowest and highest of them
         self.stats = LiveStats()
         self._sinogram_row = n_rows // 2
         self._sinogram: deque = deque(maxlen=SINOGRAM_ROWS)
@@ -347,8 +355,8 @@ class LiveReconstructor:
         matrices : array (3, 4) or (k, 3, 4)
             Cone beam: projection matrices.
         indices : array of int (k,), optional
-            The frames' positions in the scan (default: consecutive); gaps are
-            reported in ``stats.missing``.
+            The frames' positions in the scan (default: consecutive after the
+            highest so far), each used once; gaps are counted in ``stats.missing``.
         arrived : float, optional
             ``time.perf_counter()`` of the oldest frame's arrival, for ``stats.last_lag``.
         """
@@ -360,11 +368,19 @@ class LiveReconstructor:
         k = data.shape[0]
         geometry = self._check_geometry(k, angles, matrices)
         if indices is None:
-            start = (max(self._indices) + 1) if self._indices else 0
+            start = 0 if self._index_range is None else self._index_range[1] + 1
             indices = np.arange(start, start + k)
-        indices = [int(i) for i in np.atleast_1d(indices)]
-        if len(indices) != k:
-            raise ValueError(f"indices: expected {k} frame indices, got {len(indices)}")
+        indices = np.atleast_1d(indices)
+        if indices.ndim != 1 or indices.size != k or (k and indices.dtype.kind not in "iu"):
+            raise ValueError(f"indices: expected {k} integer frame indices, got {np.shape(indices)}")
+        indices = [int(i) for i in indices]
+        if k and min(indices) < 0:
+            raise ValueError(f"indices: expected indices >= 0, got {min(indices)}")
+        seen = set()
+        for i in indices:
+            if i in self._received or i in seen:
+                raise ValueError(f"indices: frame {i} already received (each index is used once)")
+            seen.add(i)
         for b in range(0, k, self.max_batch):
             part = range(b, min(k, b + self.max_batch))
             self._add_batch([data[i] for i in part], geometry[b:b + self.max_batch], indices[b:b + self.max_batch],
@@ -373,15 +389,19 @@ class LiveReconstructor:
 
     def add_frames(self, frames) -> int:
         """Add a batch of :class:`Frame` objects in one filter and back-projection
-        call. Frames of the wrong shape, dtype or angle, or with NaN or Inf
-        values after correction, are rejected (logged, counted in ``stats``),
-        the rest go on. Returns the number added."""
+        call. Frames of the wrong shape, dtype, index or angle, of an index
+        already received (each index is used once), or with NaN or Inf values
+        after correction, are rejected (logged, counted in ``stats``), the
+        rest go on. Returns the number added."""
         frames = list(frames)
-        good = []
+        good, batch = [], set()
         for f in frames:
             reason = self.check_frame(f)
+            if reason is None and (f.index in self._received or f.index in batch):
+                reason = "index already received"
             if reason is None:
                 good.append(f)
+                batch.add(f.index)
             else:
                 self._reject(f.index, reason)
         added = 0
@@ -391,14 +411,15 @@ class LiveReconstructor:
                 geometry = np.array([float(f.angle) for f in part])
             else:
                 geometry = np.stack([np.asarray(f.matrix, np.float64).reshape(3, 4) for f in part])
-            added += self._add_batch([f.data for f in part], geometry, [f.index for f in part],
+            added += self._add_batch([f.data for f in part], geometry, [int(f.index) for f in part],
                                      min(f.arrived for f in part), strict=False)
         self._pool.release_all([f.data for f in frames], self._uploaded())
         return added
 
     def check_frame(self, frame: Frame) -> str | None:
-        """Why ``frame`` cannot be used (a short reason), or None. NaN and Inf
-        values are found later, in the correction's own pass over the frame."""
+        """Why ``frame`` cannot be used (a short reason), or None; never raises.
+        NaN and Inf values are found later, in the correction's own pass over
+        the frame; an index already received is found by :meth:`add_frames`."""
         data = frame.data
         if not hasattr(data, "shape") or not hasattr(data, "dtype"):
             return f"not an array ({type(data).__name__})"
@@ -406,11 +427,17 @@ class LiveReconstructor:
             return f"shape {tuple(data.shape)}, expected {self.detector_shape}"
         if np.dtype(data.dtype).kind not in "fiu":
             return f"dtype {data.dtype}, expected real numbers"
+        index = frame.index
+        if isinstance(index, (bool, np.bool_)) or not isinstance(index, (int, np.integer)) or index < 0:
+            return "bad index"
         if self.beam == "parallel":
-            if frame.angle is None or not math.isfinite(float(frame.angle)):
+            if not _finite_number(frame.angle):
                 return "no finite angle"
         else:
-            m = None if frame.matrix is None else np.asarray(frame.matrix, np.float64)
+            try:
+                m = np.asarray(frame.matrix, np.float64)
+            except (TypeError, ValueError, OverflowError):
+                m = None
             if m is None or m.size != 12 or not np.all(np.isfinite(m)):
                 return "no finite 3x4 matrix"
         return None
@@ -437,8 +464,12 @@ class LiveReconstructor:
 
     def _reject(self, index, reason):
         self.stats.rejected += 1
-        self.stats.rejected_reasons[reason] = self.stats.rejected_reasons.get(reason, 0) + 1
-        log.warning("frame %s rejected: %s", index, reason)
+        reasons = self.stats.rejected_reasons
+        key = reason if reason in reasons or len(reasons) < self.MAX_REASONS else "other reasons"
+        reasons[key] = reasons.get(key, 0) + 1
+        n = self.stats.rejected
+        if n <= self.LOGGED or n % self.LOG_EVERY == 0:
+            log.warning("frame %s rejected: %s (%d rejected so far)", str(index)[:40], reason, n)
 
     def _on_gpu(self):
         """The compute stream's context on a GPU (CuPy calls inside run on it)."""
@@ -584,19 +615,34 @@ class LiveReconstructor:
         return 0.5 * _steps(self._turn)   # full-scan FDK: every line measured twice
 
     def _note_indices(self, indices):
-        seen = set(self._indices)
-        for i in indices:
-            if i in seen:
-                log.warning("frame %d received twice: both are used", i)
-        self._indices.extend(indices)
-        # the gaps among the indices received so far
-        have = set(self._indices)
-        top = max(self._indices)
-        missing = [i for i in range(min(self._indices), top) if i not in have]
-        new_missing = sorted(set(missing) - set(self.stats.missing))
-        if new_missing and max(new_missing) < min(indices):
-            log.warning("frame(s) %s missing: the weights follow the frames received", new_missing[:10])
-        self.stats.missing = missing
+        """Record a batch's indices (new ones, each once): O(1) per frame, the
+        gaps counted from the range and the number received, never listed."""
+        lo, hi = min(indices), max(indices)
+        if self._index_range is not None:
+            old_lo, old_hi = self._index_range
+            if lo > old_hi + 1:
+                log.warning("frame(s) %d..%d missing: the weights follow the frames received", old_hi + 1, lo - 1)
+            lo, hi = min(lo, old_lo), max(hi, old_hi)
+        self._index_range = (lo, hi)
+        self._received.update(indices)
+        self.stats.missing = hi - lo + 1 - len(self._received)
+
+    def missing_indices(self, limit: int | None = None) -> list[int]:
+        """The missing frame indices (gaps between the lowest and highest index
+        received), ascending, at most ``limit`` of them; the work grows with the
+        frames received and ``limit``, not with the size of the gaps."""
+        out: list[int] = []
+        if limit is not None and limit <= 0:
+            return out
+        prev = None
+        for i in sorted(self._received):
+            if prev is not None and i > prev + 1:
+                room = i - prev - 1 if limit is None else min(i - prev - 1, limit - len(out))
+                out.extend(range(prev + 1, prev + 1 + room))
+                if limit is not None and len(out) >= limit:
+                    break
+            prev = i
+        return out
 
     def _backproject(self, slices, acc, views, coef):
         """acc[s] += sum_k coef[k] B_views[k](q) for each slice s, from the store,
@@ -639,6 +685,16 @@ class LiveReconstructor:
         points = xp.asarray(s.points(), np.float64 if xp is np else np.float32)
         backproject_points(block, local, coef, points, out.reshape(-1), params=self._matrices[views],
                            block=s.shape[1])
+
+
+def _finite_number(value) -> bool:
+    """Whether ``value`` is one real, finite number (never raises)."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+        return False
+    try:
+        return math.isfinite(float(value))
+    except OverflowError:
+        return False
 
 
 def _average(name, images, shape):

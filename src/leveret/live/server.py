@@ -43,6 +43,8 @@ from .reconstructor import LiveReconstructor
 log = logging.getLogger("leveret.live")
 
 STATIC = Path(__file__).resolve().parent / "static"
+#: Missing frame indices listed in the summary (``missing`` counts them all).
+MISSING_LISTED = 1000
 #: Axial slices the page may ask for at once (each is recomputed from every view on a move).
 MAX_AXIAL = 16
 
@@ -223,10 +225,13 @@ class LiveSession:
         return int(getattr(self.source, "bad_messages", 0))
 
     def summary(self) -> dict:
-        """The run's counters (what ``leveret live --json`` writes)."""
+        """The run's counters (what ``leveret live --json`` writes): ``missing`` is
+        the number of frames missing, ``missing_first`` the first ``MISSING_LISTED``
+        of their indices."""
         st = self.rec.stats
         return {"received": st.received, "rejected": st.rejected, "rejected_reasons": dict(st.rejected_reasons),
-                "missing": list(st.missing), "views": self.rec.n_views, "dropped": sum(self.dropped.values()),
+                "missing": st.missing, "missing_first": self.rec.missing_indices(MISSING_LISTED),
+                "views": self.rec.n_views, "dropped": sum(self.dropped.values()),
                 "dropped_reasons": self.dropped, "bad_messages": self.bad_messages,
                 "error": None if self.error is None else str(self.error)}
 
@@ -575,8 +580,8 @@ class LiveServer:
             "dropped": sum(dropped.values()), "dropped_reasons": dropped, "bad_messages": s.bad_messages,
             "queued": len(s.queue), "max_views": s.max_views, "max_axial": MAX_AXIAL,
             "request_error": s.request_error,
-            "rejected_reasons": st.rejected_reasons, "missing": len(st.missing),
-            "missing_first": st.missing[:10], "views": rec.n_views, "fps": round(s.frame_rate(), 1),
+            "rejected_reasons": st.rejected_reasons, "missing": st.missing,
+            "missing_first": rec.missing_indices(10), "views": rec.n_views, "fps": round(s.frame_rate(), 1),
             "lag_ms": round(1000 * st.last_lag, 1), "batch_ms": round(1000 * st.last_batch_seconds, 1),
             "arrived_epoch_ms": None if s.newest_arrival_epoch is None else 1000 * s.newest_arrival_epoch,
             "version": s.version, "ended": s.ended, "error": None if s.error is None else str(s.error),
