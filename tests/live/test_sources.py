@@ -230,19 +230,28 @@ def _tiff_bytes(value, shape=(4, 6)):
     return buf.getvalue()
 
 
-def test_folder_source_reads_a_frame_again_when_it_is_replaced_under_the_same_name(tmp_path):
+def _quiet(it, seconds):
+    """Every item of ``it`` over ``seconds`` is None (no frame)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        frame = next(it)
+        assert frame is None, f"frame {frame.index} read"
+
+
+def test_folder_source_uses_a_frame_once_even_when_it_is_replaced_under_the_same_name(tmp_path, caplog):
     src = FolderSource(tmp_path, angles=np.zeros(4), settle=0.05, timeout=0.05, poll=0.01)
     it = iter(src)
     (tmp_path / "proj_0002.tif").write_bytes(_tiff_bytes(1))
     assert take_frames(it, 1)[0].data[0, 0] == 1
     (tmp_path / "proj_0002.tif.tmp").write_bytes(_tiff_bytes(2))     # same size, new content
     os.replace(tmp_path / "proj_0002.tif.tmp", tmp_path / "proj_0002.tif")
-    again = take_frames(it, 1)[0]
-    assert again.index == 2 and again.data[0, 0] == 2
+    with caplog.at_level("WARNING", logger="leveret.live"):
+        _quiet(it, 3 * FolderSource.RECHECK)
+    assert sum("changed after it was read" in r.message for r in caplog.records) == 1
     src.close()
 
 
-def test_folder_source_reads_a_frame_again_when_it_is_rewritten_in_place(tmp_path):
+def test_folder_source_uses_a_frame_once_even_when_it_is_rewritten_in_place(tmp_path):
     src = FolderSource(tmp_path, angles=np.zeros(4), settle=0.05, timeout=0.05, poll=0.01)
     it = iter(src)
     path = tmp_path / "proj_0001.tif"
@@ -252,8 +261,74 @@ def test_folder_source_reads_a_frame_again_when_it_is_rewritten_in_place(tmp_pat
     with open(path, "r+b") as f:              # same inode, same size
         f.write(_tiff_bytes(6))
     os.utime(path, ns=(mtime + 10**9, mtime + 10**9))   # a later time even on coarse clocks
-    again = take_frames(it, 1)[0]
-    assert (first.data[0, 0], again.data[0, 0]) == (5, 6)
+    _quiet(it, 2 * FolderSource.RECHECK)
+    assert first.data[0, 0] == 5
+    src.close()
+
+
+def test_folder_source_never_reads_an_hdf5_frame_whose_data_are_not_written_yet(tmp_path):
+    """A writer that makes the dataset, closes the file, and writes the data in
+    place later: the unwritten dataset (HDF5 would give its fill value, zeros)
+    is not a frame; the frame is read once, when its data are there."""
+    path = tmp_path / "frame_0004.h5"
+    with h5py.File(path, "w") as f:
+        f.create_dataset("data", shape=(3, 5), dtype=np.float32).attrs["angle"] = 0.5
+    src = FolderSource(tmp_path, settle=0.05, timeout=0.05, poll=0.01)
+    it = iter(src)
+    _quiet(it, 0.5)                                  # settled, and still not read
+    with h5py.File(path, "r+") as f:
+        f["data"][...] = 7.0
+    frame = take_frames(it, 1)[0]
+    assert frame.index == 4 and frame.angle == 0.5 and np.all(frame.data == 7.0)
+    _quiet(it, 2 * FolderSource.RECHECK)            # and once only
+    src.close()
+
+
+def test_folder_source_waits_for_the_angle_of_an_hdf5_frame_written_after_its_data(tmp_path):
+    path = tmp_path / "frame_0002.h5"
+    with h5py.File(path, "w") as f:
+        f.create_dataset("data", data=np.ones((3, 5), np.float32))
+    src = FolderSource(tmp_path, settle=0.05, timeout=0.05, poll=0.01)
+    it = iter(src)
+    _quiet(it, 0.5)                                  # no angle, none given: not complete yet
+    with h5py.File(path, "r+") as f:
+        f["data"].attrs["angle"] = 0.25
+    frames = [take_frames(it, 1)[0]]
+    _quiet(it, 2 * FolderSource.RECHECK)
+    assert [(f.index, f.angle) for f in frames] == [(2, 0.25)]
+    src.close()
+
+
+@pytest.mark.parametrize("name, attrs", [
+    ("proj_99999999999.tif", {}),                       # index beyond max_index
+    ("frame_0001.h5", {"index": 1e300}),
+    ("frame_0001.h5", {"index": "3"}),
+    ("frame_0001.h5", {"index": -2}),
+    ("frame_0001.h5", {"angle": np.inf}),
+    ("frame_0001.h5", {"angle": "x"}),
+    ("frame_0001.h5", {"matrix": np.ones(5)}),
+    ("frame_0001.h5", {"shape": (2, 3, 5)}),
+    ("frame_0001.h5", {"shape": (4, 4)}),               # not the detector's shape
+    ("proj_0001.tif", {"shape": (4, 4)}),
+])
+def test_folder_source_counts_a_file_it_cannot_use_and_reads_on(tmp_path, name, attrs):
+    attrs = dict(attrs)
+    shape = attrs.pop("shape", (3, 5))
+    if name.endswith(".h5"):
+        with h5py.File(tmp_path / name, "w") as f:
+            ds = f.create_dataset("data", data=np.ones(shape, np.float32))
+            ds.attrs["angle"] = 0.5
+            for k, value in attrs.items():
+                ds.attrs[k] = value
+    else:
+        tifffile.imwrite(tmp_path / name, np.ones(shape, np.float32))
+    tifffile.imwrite(tmp_path / "proj_0003.tif", np.full((3, 5), 2, np.float32))
+    src = FolderSource(tmp_path, angles=np.zeros(8), settle=0.0, timeout=0.05, poll=0.01, max_index=10**6,
+                       detector_shape=(3, 5))
+    it = iter(src)
+    got = take_frames(it, 1)
+    _quiet(it, 0.3)
+    assert [f.index for f in got] == [3] and src.bad_messages == 1
     src.close()
 
 

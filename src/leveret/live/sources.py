@@ -3,7 +3,8 @@
 - :func:`iterable_source`: projections already in Python (arrays, a generator).
 - :class:`FolderSource`: a folder being written by the acquisition; a TIFF or
   HDF5 frame is read once complete (its size and modification time unchanged
-  over ``settle`` seconds), and read again if it is replaced or rewritten.
+  over ``settle`` seconds; an HDF5 frame's data written and its geometry
+  there), and once only.
 - :class:`ZmqSource`: a ZeroMQ stream (PULL or SUB) of multipart messages:
 
   1. a JSON header ``{"index": int, "angle": float (radians) | "matrix":
@@ -90,8 +91,13 @@ class FolderSource:
     ``.proj_00042.tif``, then ``os.replace`` to ``proj_00042.tif``): names
     that do not end in a frame suffix, and hidden names, are never read, and
     with that convention ``settle=0`` reads each frame as soon as it lands.
-    A file replaced or rewritten under a name already read (a new inode,
-    size or modification time) is read again as a new frame of its index.
+
+    Each file gives one frame at most: a file replaced or rewritten after
+    its frame was read is not read again (logged). An HDF5 frame is complete
+    when its dataset's data are written (an unwritten dataset, which HDF5
+    would read as its fill value, is not a frame yet) and it has an angle or
+    matrix (its attribute, or ``angles``/``matrices`` for its index); until
+    then it is looked at again whenever the file changes.
 
     Parameters
     ----------
@@ -114,7 +120,20 @@ class FolderSource:
         scan up as soon as a file lands).
     retries : int
         A file that cannot be read is tried again this many times (each after
-        another ``settle``) before it is skipped with a warning.
+        another ``settle``) before it is skipped with a warning (and tried
+        again if it changes).
+    detector_shape : (n_rows, n_cols), optional
+        Files of another image shape are skipped (counted) before their data
+        are read; may also be set after construction.
+    max_index : int
+        Frame indices (from the name, or an HDF5 ``index`` attribute) are
+        ``0 <= index < max_index``; other files are skipped (counted).
+
+    Notes
+    -----
+    Files that cannot be used (not an image of at most ``MAX_PIXELS`` numbers,
+    another shape, a bad index, angle or matrix, unreadable after
+    ``retries``) are counted in ``bad_messages`` and logged; the scan goes on.
     """
 
     #: Seconds between checks of files already read for a rewrite in place
@@ -122,7 +141,10 @@ class FolderSource:
     RECHECK = 1.0
 
     def __init__(self, folder, *, angles=None, matrices=None, dataset: str = "data", settle: float = 0.2,
-                 timeout: float = 0.5, poll: float = 0.05, retries: int = 3):
+                 timeout: float = 0.5, poll: float = 0.05, retries: int = 3, detector_shape=None,
+                 max_index: int = MAX_INDEX):
+        from .. import _validate as v
+
         self.folder = Path(folder)
         if not self.folder.is_dir():
             raise ValueError(f"folder: {folder} is not a folder")
@@ -133,7 +155,13 @@ class FolderSource:
         for name in ("settle", "timeout", "poll"):
             if not getattr(self, name) >= 0:
                 raise ValueError(f"{name}: expected a number of seconds >= 0, got {getattr(self, name)!r}")
-        self._done: dict[str, tuple] = {}      # name -> the (inode, size, mtime_ns) read
+        self.detector_shape = None if detector_shape is None else v.shape_tuple("detector_shape",
+                                                                                 detector_shape, (2,))
+        self.max_index = v.positive_int("max_index", max_index)
+        self.bad_messages = 0
+        self._used: dict[str, tuple] = {}      # name -> the (inode, size, mtime_ns) its frame came from
+        self._changed_after_use: set[str] = set()
+        self._waiting: dict[str, tuple] = {}   # name -> the version not (yet) usable: looked at once changed
         self._pending: dict[str, tuple] = {}   # name -> ((inode, size, mtime_ns), first seen so)
         self._failures: dict[tuple, int] = {}
         self._last_recheck = 0.0
@@ -165,7 +193,7 @@ class FolderSource:
         return observer
 
     def _complete(self) -> list[tuple[Path, tuple]]:
-        """Files not yet read, with their (inode, size, mtime_ns), that have
+        """Files not yet used, with their (inode, size, mtime_ns), that have
         stayed the same for ``settle`` seconds."""
         now = time.monotonic()
         recheck = now - self._last_recheck >= self.RECHECK
@@ -177,17 +205,18 @@ class FolderSource:
                 name = e.name
                 if name.startswith(".") or not name.lower().endswith(FRAME_SUFFIXES):
                     continue
-                done = self._done.get(name)
+                used = self._used.get(name)
                 try:
-                    # the inode comes with the folder listing; a stat costs a system call
-                    if (done is not None and not recheck and name not in self._pending
-                            and e.inode() == done[0]):
+                    if used is not None:
+                        # the inode comes with the folder listing; a stat costs a system call
+                        if name not in self._changed_after_use and (e.inode() != used[0] or recheck):
+                            self._note_change_after_use(name, e, used)
                         continue
                     st = e.stat()
                 except FileNotFoundError:
                     continue
                 key = (st.st_ino, st.st_size, st.st_mtime_ns)
-                if key == done:
+                if self._waiting.get(name) == key:
                     continue
                 present.add(name)
                 first = self._pending.get(name)
@@ -202,7 +231,14 @@ class FolderSource:
         return sorted(ready, key=lambda r: (frame_index(r[0].name) is None, frame_index(r[0].name) or 0,
                                             r[0].name))
 
-    def _read(self, path: Path, key: tuple) -> Frame | None:
+    def _note_change_after_use(self, name, entry, used) -> None:
+        st = entry.stat()
+        if (st.st_ino, st.st_size, st.st_mtime_ns) != used:
+            self._changed_after_use.add(name)
+            log.warning("%s changed after it was read: not read again (each file gives one frame)", name)
+
+    def _read(self, path: Path) -> tuple[str, Frame | str | None]:
+        """("frame", the frame), ("incomplete", why), ("bad", why) or ("failed", the error)."""
         index = frame_index(path.name)
         angle = matrix = None
         try:
@@ -210,28 +246,61 @@ class FolderSource:
                 import h5py
                 with h5py.File(path, "r") as f:
                     ds = f[self.dataset]
+                    why = self._check_image(ds.shape, ds.dtype)
+                    if why:
+                        return "bad", why
+                    if ds.id.get_space_status() != h5py.h5d.SPACE_STATUS_ALLOCATED:
+                        return "incomplete", "its data are not written yet"
+                    attrs = ds.attrs
+                    if "index" in attrs:
+                        index = _attribute_index(attrs["index"])
+                    if "angle" in attrs:
+                        angle = _attribute_real("angle", attrs["angle"])
+                    if "matrix" in attrs:
+                        matrix = _attribute_matrix(attrs["matrix"])
+                    if index is not None and not 0 <= index < self.max_index:
+                        return "bad", f"index {index} outside 0..{self.max_index - 1}"
+                    if angle is None and matrix is None and not self._has_geometry(index):
+                        return "incomplete", "no angle or matrix attribute yet (nor --angles/--matrices)"
                     data = ds[()]
-                    if "angle" in ds.attrs:
-                        angle = float(ds.attrs["angle"])
-                    if "matrix" in ds.attrs:
-                        matrix = np.asarray(ds.attrs["matrix"], np.float64)
-                    if "index" in ds.attrs:
-                        index = int(ds.attrs["index"])
             else:
                 import tifffile
-                data = tifffile.imread(path)
-        except Exception as exc:   # a corrupt or foreign file: skipped, the scan goes on
-            if self._failures.get(key, 0) >= self.retries:
-                log.warning("%s skipped: %s", path.name, exc)
-            return None
+                with tifffile.TiffFile(path) as tif:
+                    series = tif.series[0]
+                    why = self._check_image(series.shape, series.dtype)
+                    if why:
+                        return "bad", why
+                    data = series.asarray()
+        except _BadFile as exc:   # attributes that are not what they should be
+            return "bad", str(exc)
+        except Exception as exc:   # a file being written, locked, corrupt or foreign: tried again
+            return "failed", str(exc) or type(exc).__name__
         if index is None:
-            log.warning("%s skipped: no frame number in its name", path.name)
-            return None
-        if angle is None and self.angles is not None:
-            angle = float(self.angles[index]) if index < self.angles.size else None
+            return "bad", "no frame number in its name"
+        if not 0 <= index < self.max_index:
+            return "bad", f"index {index} outside 0..{self.max_index - 1}"
+        if angle is None and self.angles is not None and index < self.angles.size:
+            angle = float(self.angles[index])
         if matrix is None and self.matrices is not None and index < len(self.matrices):
             matrix = self.matrices[index]
-        return Frame(data, index, angle=angle, matrix=matrix)
+        return "frame", Frame(data, index, angle=angle, matrix=matrix)
+
+    def _check_image(self, shape, dtype) -> str | None:
+        """Why an image of this shape and dtype is not a frame (before reading it), or None."""
+        shape = tuple(shape)
+        if len(shape) != 2 or min(shape) < 1 or math.prod(shape) > MAX_PIXELS:
+            return f"expected an image (n_rows, n_cols) of at most {MAX_PIXELS} pixels, got shape {shape}"
+        if np.dtype(dtype).kind not in "iuf":
+            return f"expected integers or floats, got {dtype}"
+        if self.detector_shape is not None and shape != self.detector_shape:
+            return f"shape {shape}, expected the detector's {self.detector_shape}"
+        return None
+
+    def _has_geometry(self, index) -> bool:
+        """Whether ``angles`` or ``matrices`` give frame ``index`` its geometry."""
+        if index is None:
+            return False
+        return any(g is not None and index < len(g) for g in (self.angles, self.matrices))
 
     def _unchanged(self, path: Path, key: tuple) -> bool:
         try:
@@ -239,6 +308,12 @@ class FolderSource:
         except FileNotFoundError:
             return False
         return (st.st_ino, st.st_size, st.st_mtime_ns) == key
+
+    def _skip(self, name: str, key: tuple, why: str) -> None:
+        """Count a file that cannot be used; it is looked at again if it changes."""
+        self.bad_messages += 1
+        self._waiting[name] = key
+        log.warning("%s skipped: %s", name, why)
 
     def __iter__(self):
         observer = self._watch()
@@ -248,24 +323,28 @@ class FolderSource:
                 found = False
                 for path, key in self._complete():
                     name = path.name
-                    frame = self._read(path, key)
-                    if not self._unchanged(path, key):
-                        # written to while it was read: read again once it settles
-                        self._pending.pop(name, None)
-                        continue
-                    if frame is None and self._failures.get(key, 0) < self.retries:
-                        # unreadable: perhaps a writer that paused; tried again after another settle
-                        self._failures[key] = self._failures.get(key, 0) + 1
-                        self._pending.pop(name, None)
-                        continue
-                    if name in self._done:
-                        log.warning("%s was replaced or rewritten: read again", name)
-                    self._done[name] = key
+                    status, result = self._read(path)
                     self._pending.pop(name, None)
+                    if not self._unchanged(path, key):
+                        continue             # written to while it was read: read again once it settles
+                    if status == "failed":
+                        failures = self._failures.get(key, 0) + 1
+                        self._failures[key] = failures
+                        if failures <= self.retries:
+                            continue         # perhaps a writer that paused: tried again after another settle
+                        status = "bad"
                     self._failures.pop(key, None)
-                    if frame is not None:
+                    if status == "incomplete":
+                        if self._waiting.pop(name, None) is None:
+                            log.info("%s: %s; read once it changes", name, result)
+                        self._waiting[name] = key
+                    elif status == "bad":
+                        self._skip(name, key, result)
+                    else:
+                        self._waiting.pop(name, None)
+                        self._used[name] = key
                         found = True
-                        yield frame
+                        yield result
                 if found:
                     quiet_since = time.monotonic()
                 elif time.monotonic() - quiet_since >= self.timeout:
@@ -276,6 +355,34 @@ class FolderSource:
         finally:
             if observer is not None:
                 observer.stop()
+
+
+class _BadFile(ValueError):
+    """A frame file whose contents are not what a frame's should be (not retried)."""
+
+
+def _attribute_index(value) -> int:
+    """An HDF5 ``index`` attribute: one integer."""
+    a = np.asarray(value)
+    if a.size != 1 or a.dtype.kind not in "iu":
+        raise _BadFile(f"index: expected an integer attribute, got {_short(value)}")
+    return int(a.reshape(())[()])
+
+
+def _attribute_real(name: str, value) -> float:
+    """An HDF5 attribute holding one finite number."""
+    a = np.asarray(value)
+    if a.size != 1 or a.dtype.kind not in "iuf" or not np.isfinite(a).all():
+        raise _BadFile(f"{name}: expected a finite number, got {_short(value)}")
+    return float(a.reshape(())[()])
+
+
+def _attribute_matrix(value) -> np.ndarray:
+    """An HDF5 ``matrix`` attribute: 12 finite numbers, as 3x4."""
+    a = np.asarray(value)
+    if a.size != 12 or a.dtype.kind not in "iuf" or not np.isfinite(a).all():
+        raise _BadFile(f"matrix: expected 3x4 finite numbers, got {_short(value)}")
+    return a.astype(np.float64).reshape(3, 4)
 
 
 def _pattern(pattern: str) -> str:
