@@ -210,3 +210,48 @@ def test_cone_and_parallel_inputs_that_do_not_fit_are_clear_errors(tmp_path, cap
     assert "--json: the folder" in capsys.readouterr().err
     assert main(["live", "tcp://127.0.0.1:1", "--allow-origin", "viewer.lab"]) == 2
     assert "--allow-origin: expected an origin such as http://host:8000, got 'viewer.lab'" in capsys.readouterr().err
+
+
+def _frame(shape, index):
+    from leveret.live import Frame
+    return Frame(np.zeros(shape, np.float32), index, angle=0.01 * index)
+
+
+def test_no_single_frame_decides_the_detector():
+    """A stray first frame does not set the detector: three frames of one shape
+    do, and every frame read meanwhile goes on (the stray one to be rejected)."""
+    from leveret.cli.live import _agreed_frames
+
+    frames = [_frame((1, 12000), 900), None, _frame((16, 16), 0), _frame((2, 2), 901), _frame((16, 16), 1),
+              None, _frame((16, 16), 2), _frame((16, 16), 3)]
+    shape, first, it = _agreed_frames(frames)
+    assert shape == (16, 16) and first.index == 0
+    assert [f.index for f in it if f is not None] == [900, 0, 901, 1, 2, 3]
+    with pytest.raises(ValueError, match="^source: ended before 3 frames agreed on a detector shape"):
+        _agreed_frames([_frame((1, 12000), 0), _frame((16, 16), 1), _frame((16, 16), 2)])
+
+
+def test_frames_held_while_the_detector_is_agreed_are_bounded():
+    from leveret.cli.live import _agreed_frames
+
+    stray = [_frame((1, 1 + k), 100 + k) for k in range(200)]
+    shape, _, it = _agreed_frames(stray + [_frame((4, 4), i) for i in range(3)], keep=10)
+    assert shape == (4, 4) and len(list(it)) <= 11
+
+
+def test_a_stray_first_frame_leaves_the_detector_to_the_frames_that_agree(tmp_path):
+    from leveret.live.sources import send_frames
+
+    address = f"tcp://127.0.0.1:{_free_port()}"
+    live = subprocess.Popen([sys.executable, "-m", "leveret", "live", address, "--serve", "127.0.0.1:0",
+                             "--backend", "cpu", "--exit-when-done", "--json", "s.json"],
+                            env=_env(), cwd=tmp_path, stderr=subprocess.PIPE, text=True)
+    frames = [_frame((1, 120), 500)] + [_frame((8, 8), i) for i in range(12)] + [_frame((1, 120), 501)]
+    assert send_frames(address, frames, rate=200, connect_wait=0.5) == 14
+    _, err = live.communicate(timeout=120)
+    assert live.returncode == 0, err
+    assert "detector 8x8" in err
+    summary = json.loads((tmp_path / "s.json").read_text())
+    assert summary["received"] == 12
+    # the stray frame read before the shape was agreed is rejected, the one after it a bad message
+    assert summary["rejected"] == 1 and summary["bad_messages"] == 1

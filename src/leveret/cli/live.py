@@ -89,7 +89,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="folder source: read a file once its size and time stamp stayed the same this long "
                         "(default 0.2; 0 when the writer renames complete files into place)")
     s.add_argument("--detector", type=_pair, default=None, metavar="ROWS,COLS",
-                   help="detector size (default: from the first frame)")
+                   help=f"detector size; frames of another size are bad messages (default: the size that "
+                        f"{AGREE} of the first frames agree on)")
     g = p.add_argument_group("reconstruction")
     g.add_argument("--beam", default=None, choices=("parallel", "cone"),
                    help="parallel (an angle per frame) or cone (a 3x4 matrix per frame); default: cone "
@@ -234,7 +235,7 @@ def _source(args):
         if args.matrices:
             raise ValueError("matrices: a ZeroMQ stream sends each frame's matrix in its header")
         return ZmqSource(args.source, pattern=args.pattern or "pull", bind=args.bind,
-                         stop_at_end=args.exit_when_done)
+                         stop_at_end=args.exit_when_done, detector_shape=args.detector)
     if not Path(args.source).is_dir():
         raise ValueError(f"source: expected a folder, a ZeroMQ address (tcp://...) or 'simulate', "
                          f"got {args.source!r}")
@@ -248,16 +249,41 @@ def _source(args):
         angles = read_angles(args.angles, unit="degree")   # radians
     if args.matrices:
         matrices = read_matrices(args.matrices)
-    return FolderSource(args.source, angles=angles, matrices=matrices, settle=args.settle)
+    return FolderSource(args.source, angles=angles, matrices=matrices, settle=args.settle,
+                        detector_shape=args.detector)
 
 
-def _first_frame(source):
-    """The source's first frame, and an iterator over it and the rest."""
+#: Frames of one shape that decide the detector when --detector is not given.
+AGREE = 3
+#: Frames held while waiting for AGREE of one shape (the oldest are let go beyond).
+AGREE_KEEP = 64
+
+
+def _agreed_frames(source, agree: int = AGREE, keep: int = AGREE_KEEP):
+    """Read ``source`` until ``agree`` frames have one image shape: returns
+    that shape, the first frame of it, and an iterator over the frames read
+    (all of them: those of other shapes are rejected later, counted) and the
+    rest. No single frame decides the detector. At most ``keep`` frames are
+    held meanwhile (beyond, the oldest is let go, logged)."""
     it = iter(source)
+    held: list = []
+    counts: dict = {}
     for frame in it:
-        if frame is not None:
-            return frame, itertools.chain([frame], it)
-    raise ValueError("source: ended before its first frame")
+        if frame is None:
+            continue
+        shape = tuple(getattr(frame.data, "shape", ()))
+        held.append(frame)
+        counts[shape] = counts.get(shape, 0) + 1
+        if len(shape) == 2 and counts[shape] >= agree:
+            first = next(f for f in held if tuple(f.data.shape) == shape)
+            return shape, first, itertools.chain(held, it)
+        if len(held) > keep:
+            old = held.pop(0)
+            old_shape = tuple(getattr(old.data, "shape", ()))
+            counts[old_shape] -= 1
+            log.warning("frame %s of shape %s let go: %d frames without %d of one shape (give --detector)",
+                        old.index, old_shape, keep, agree)
+    raise ValueError(f"source: ended before {agree} frames agreed on a detector shape; give --detector")
 
 
 class _Summary:
@@ -340,10 +366,12 @@ def _serve(args, source, summary: _Summary) -> None:
     first_matrix = None if getattr(source, "matrices", None) is None else source.matrices[0]
     need_first = detector is None or (beam == "cone" and args.voxel_size is None and first_matrix is None)
     if need_first:
-        print("leveret live: waiting for the first frame (give --detector, and for cone beam --voxel-size, "
-              "to serve the page at once)", file=sys.stderr, flush=True)
-        first, frames = _first_frame(source)
-        detector = detector or tuple(first.data.shape)
+        print(f"leveret live: waiting for the first frames ({AGREE} of one shape decide the detector; give "
+              "--detector, and for cone beam --voxel-size, to serve the page at once)", file=sys.stderr, flush=True)
+        shape, first, frames = _agreed_frames(source)
+        detector = detector or shape
+        if hasattr(source, "detector_shape"):
+            source.detector_shape = detector   # from now on, frames of another shape are bad messages
         if beam is None:
             beam = "cone" if first.matrix is not None else "parallel"
         if first_matrix is None and first.matrix is not None:
