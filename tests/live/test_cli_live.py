@@ -255,3 +255,46 @@ def test_a_stray_first_frame_leaves_the_detector_to_the_frames_that_agree(tmp_pa
     assert summary["received"] == 12
     # the stray frame read before the shape was agreed is rejected, the one after it a bad message
     assert summary["rejected"] == 1 and summary["bad_messages"] == 1
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+def test_serving_on_all_interfaces_prints_an_address_with_a_token_that_every_request_needs(tmp_path):
+    import re
+    import signal
+    import time
+    import urllib.error
+    import urllib.request
+
+    address = f"tcp://127.0.0.1:{_free_port()}"
+    p = subprocess.Popen([sys.executable, "-m", "leveret", "live", address, "--serve", "0.0.0.0:0",
+                          "--detector", "8,8", "--backend", "cpu"], env=_env(), cwd=tmp_path,
+                         stderr=subprocess.PIPE, text=True,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        deadline, line = time.monotonic() + 60, ""
+        while "open http" not in line and time.monotonic() < deadline:
+            line = p.stderr.readline()
+        m = re.search(r"open http://0\.0\.0\.0:(\d+)/\?token=([A-Za-z0-9_-]{20,}) ", line)
+        assert m, line
+        port, token = m.groups()
+
+        def status(url):
+            try:
+                with urllib.request.urlopen(url, timeout=10) as r:
+                    return r.status
+            except urllib.error.HTTPError as exc:
+                return exc.code
+
+        assert status(f"http://127.0.0.1:{port}/") == 401
+        assert status(f"http://127.0.0.1:{port}/static/app.js") == 401
+        assert status(f"http://127.0.0.1:{port}/static/app.js?token={token}") == 200
+    finally:
+        p.send_signal(signal.SIGINT)
+        p.communicate(timeout=30)
+
+
+def test_a_token_too_short_is_a_clear_error(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["live", "tcp://127.0.0.1:1", "--token", "short"])
+    assert e.value.code == 2
+    assert "--token: expected at least 16 characters" in capsys.readouterr().err

@@ -171,3 +171,37 @@ def test_page_shows_why_too_many_axial_slices_are_refused(viewer, scan):
     page.wait_for_function("document.getElementById('message').textContent.includes('at most')", timeout=20000)
     assert page.inner_text("#message") == f"axial: at most {MAX_AXIAL} axial slices at once, got {MAX_AXIAL + 1}"
     assert [s.name for s in rec.watched] == ["xy", "xz", "yz"]
+
+
+def test_page_opened_with_its_token_works_and_without_it_is_refused(scan):
+    """The address with ?token= sets the cookie and reloads the page without
+    the token in the address bar; the page's scripts and websocket then carry
+    the cookie. Another browser profile without the token gets 401."""
+    angles, g, proj = scan
+    rec = LiveReconstructor(g.default_volume(), (ROWS, N), backend="cpu")
+    source = FedSource()
+    session = LiveSession(rec, source)
+    server = LiveServer(session, port=0, token="a-token-for-the-page-test")
+    url = server.start()
+    session.start()
+    profile = tempfile.mkdtemp(prefix="leveret-chromium-")
+    try:
+        with sync_api.sync_playwright() as p:
+            browser = p.chromium.launch_persistent_context(profile, executable_path=CHROMIUM, args=ARGS,
+                                                           headless=True)
+            page = browser.new_page()
+            assert url.endswith("/?token=a-token-for-the-page-test")
+            page.goto(url)
+            assert page.url == f"http://127.0.0.1:{server.port}/"      # the token left the address bar
+            for i in range(3):
+                source.frames.put(Frame(proj[i], i, angle=angles[i]))
+            page.wait_for_function("document.getElementById('stat-views').textContent === '3'", timeout=20000)
+            browser.clear_cookies()
+            response = page.goto(f"http://127.0.0.1:{server.port}/")
+            assert response.status == 401
+            browser.close()
+    finally:
+        source.frames.put(None)
+        session.stop()
+        server.stop()
+        shutil.rmtree(profile, ignore_errors=True)

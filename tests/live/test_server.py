@@ -208,13 +208,13 @@ def server():
         srv.stop()
 
 
-async def _ws(url, origin=None, send=None, until=lambda m: m["type"] == "state"):
+async def _ws(url, origin=None, send=None, until=lambda m: m["type"] == "state", query=""):
     """Open the websocket (with ``origin``), send ``send``, and return the
     first text message that satisfies ``until``; on refusal the handshake's HTTP status."""
     headers = {} if origin is None else {"Origin": origin}
     async with aiohttp.ClientSession() as http:
         try:
-            async with http.ws_connect(url + "ws", headers=headers) as ws:
+            async with http.ws_connect(url + "ws" + query, headers=headers) as ws:
                 if send is not None:
                     await ws.send_str(json.dumps(send))
                 async for msg in ws:
@@ -318,3 +318,146 @@ def test_a_zeromq_pull_stream_is_held_back_not_dropped_while_the_reconstruction_
     assert sent == [n]
     assert _wait_for(lambda: session.ended)
     assert rec.stats.received == n and session.dropped == {} and rec.stats.missing == 0
+
+
+# -- requests that must not end the page's connection, and the server's doors ---------------------
+
+async def _ws_session(url, texts, n_replies, headers=None, until=lambda m: m["type"] != "state"):
+    """Send the raw ``texts`` over one websocket; return the first ``n_replies``
+    text messages that satisfy ``until`` (or fewer if the server closes)."""
+    replies = []
+    async with aiohttp.ClientSession() as http:
+        async with http.ws_connect(url + "ws", headers=headers or {}) as ws:
+            for t in texts:
+                await ws.send_str(t)
+            async for msg in ws:
+                if msg.type != aiohttp.WSMsgType.TEXT:
+                    continue                    # the slices' images
+                m = json.loads(msg.data)
+                if until(m):
+                    replies.append(m)
+                    if len(replies) == n_replies:
+                        break
+    return replies
+
+
+@pytest.mark.parametrize("text, message", [
+    (json.dumps({"type": "orthogonal", "point": [int("9" * 400), 0, 0]}), "point: expected finite numbers"),
+    (json.dumps({"type": "range", "lo": 0, "hi": int("9" * 400)}), "range: expected finite numbers"),
+    (json.dumps({"type": "axial", "z": [-int("9" * 400)]}), "z: expected finite numbers"),
+    ('{"type": "range", "lo": ' + "[" * 30000 + "]" * 30000 + ', "hi": 1}', "request: JSON nested too deep"),
+    ("[" * 30000 + "]" * 30000, "request: JSON nested too deep"),
+    ('{"type": "orthogonal", "point": [1, 2, 3', "request: not JSON"),
+    ('{"type": "range", "lo": NaN, "hi": 1}', "range: expected finite numbers"),
+])
+def test_a_bad_request_gets_an_error_and_the_connection_goes_on(server, text, message):
+    srv, _ = server()
+    replies = asyncio.run(_ws_session(srv.url, [text, json.dumps({"type": "range", "lo": 0.0, "hi": 2.0})], 2,
+                                      until=lambda m: m["type"] == "error" or m.get("range") == [0.0, 2.0]))
+    assert len(replies) == 2, replies
+    assert replies[0]["type"] == "error" and replies[0]["message"].startswith(message), replies[0]
+    assert replies[1]["type"] == "state" and replies[1]["range"] == [0.0, 2.0]   # still answered
+
+
+def test_saves_are_rate_limited(tmp_path, server):
+    out = tmp_path / "out"
+    srv, _ = server(output=out, max_saves_per_minute=4)
+    replies = asyncio.run(_ws_session(srv.url, [json.dumps({"type": "save"})] * 30, 30))
+    saved = [r for r in replies if r["type"] == "saved"]
+    refused = [r for r in replies if r["type"] == "error"]
+    assert len(saved) == 4 and len(refused) == 26, replies
+    assert refused[0]["message"].startswith("save: at most 4 saves a minute")
+    assert len(os.listdir(out)) == 4 * 3
+
+
+def _http(url, headers=None, allow_redirects=False):
+    async def get():
+        async with aiohttp.ClientSession() as http:
+            async with http.get(url, headers=headers or {}, allow_redirects=allow_redirects) as r:
+                return r.status, dict(r.headers), r.cookies
+    return asyncio.run(get())
+
+
+def test_serving_beyond_this_machine_needs_the_token_on_every_request(server):
+    srv, _ = server(host="0.0.0.0")
+    token, port = srv.token, srv.port
+    assert token and len(token) >= 20 and srv.url.endswith(f"/?token={token}")
+    base = f"http://127.0.0.1:{port}/"
+    for path in ("", "static/app.js", "ws"):
+        assert _http(base + path)[0] == 401, path
+        assert _http(base + path + "?token=wrong")[0] == 401, path
+        assert _http(base + path, {"Authorization": "Bearer wrong"})[0] == 401, path
+    status, headers, cookies = _http(base + f"?token={token}")
+    assert status == 303 and headers["Location"] == "/"           # the token leaves the address bar
+    cookie = cookies[f"leveret_live_{port}"]
+    assert cookie.value == token and cookie["httponly"] and cookie["samesite"] == "Strict"
+    as_cookie = {"Cookie": f"leveret_live_{port}={token}"}
+    assert _http(base, as_cookie)[0] == 200 and _http(base + "static/app.js", as_cookie)[0] == 200
+    assert _http(base + "static/app.js", {"Authorization": f"Bearer {token}"})[0] == 200
+    assert asyncio.run(_ws(base, f"http://127.0.0.1:{port}")) == 401
+    assert asyncio.run(_ws(base, f"http://127.0.0.1:{port}", query=f"?token={token}"))["type"] == "state"
+
+
+def test_a_token_given_for_a_loopback_server_is_required_too(server):
+    srv, _ = server(token="s3cret-token-of-the-user")
+    assert srv.url.endswith("/?token=s3cret-token-of-the-user")
+    base = f"http://127.0.0.1:{srv.port}/"
+    assert _http(base)[0] == 401
+    assert _http(base, {"Authorization": "Bearer s3cret-token-of-the-user"})[0] == 200
+
+
+def test_a_loopback_server_needs_no_token():
+    session = LiveSession(_rec(), QueueSource())
+    assert LiveServer(session, port=0).token is None
+    with pytest.raises(ValueError, match="^token"):
+        LiveServer(session, port=0, token="short")
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "0.0.0.0"])
+def test_a_host_header_of_another_name_is_refused_dns_rebinding(server, host):
+    """A page of evil.example whose name was made to point at this machine
+    sends Host and Origin evil.example: refused, on loopback (no token) and
+    on all interfaces (where the Origin equals the Host)."""
+    srv, _ = server(host=host)
+    port = srv.port
+    q = f"?token={srv.token}" if srv.token else ""
+    evil = {"Host": f"evil.example:{port}"}
+    base = f"http://127.0.0.1:{port}/"
+    assert _http(base + q, evil)[0] == 403
+    assert _http(base + "static/app.js" + q, evil)[0] == 403
+
+    async def ws(headers):
+        async with aiohttp.ClientSession() as http:
+            try:
+                async with http.ws_connect(base + "ws" + q, headers=headers) as w:
+                    return (await w.receive_json())["type"]
+            except aiohttp.WSServerHandshakeError as exc:
+                return exc.status
+
+    assert asyncio.run(ws({**evil, "Origin": f"http://evil.example:{port}"})) == 403
+    for name in ("localhost", "127.0.0.1"):
+        own = {"Host": f"{name}:{port}", "Origin": f"http://{name}:{port}"}
+        assert _http(base + q, own)[0] in (200, 303)
+        assert asyncio.run(ws(own)) == "state"
+
+
+def test_one_save_at_a_time(tmp_path, server):
+    srv, _ = server(output=tmp_path / "out")
+    real_save, started = srv.save, threading.Event()
+
+    def slow_save():
+        started.set()
+        time.sleep(1.0)
+        return real_save()
+
+    srv.save = slow_save
+
+    async def two_pages():
+        first = asyncio.create_task(_ws_session(srv.url, [json.dumps({"type": "save"})], 1))
+        await asyncio.get_running_loop().run_in_executor(None, started.wait, 10)
+        second = await _ws_session(srv.url, [json.dumps({"type": "save"})], 1)
+        return await first, second
+
+    first, second = asyncio.run(two_pages())
+    assert first[0]["type"] == "saved"
+    assert second == [{"type": "error", "message": "save: a save is being written; try again when it is done"}]

@@ -27,7 +27,8 @@ name is the frame index; write each frame under another name, then rename it
 into place), or a ZeroMQ address (tcp://, ipc://) sending the messages of
 leveret.live.sources: a JSON header {index, angle | matrix, shape, dtype},
 then the frame's bytes. The server listens on this machine only unless
---serve names another address, answers pages of its own address only unless
+--serve names another address (then every request needs the token in the
+address printed, or --token), answers pages of its own address only unless
 --allow-origin names another, and writes only into --output (and --json).
 """
 
@@ -51,6 +52,15 @@ def _pair(text: str) -> tuple[int, int]:
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected ROWS,COLS such as 2048,2048, got {text!r}") from None
     return a, b
+
+
+def _token(text: str) -> str:
+    from ..live.server import check_token
+    try:
+        check_token(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc).partition(": ")[2]) from None
+    return text
 
 
 def _triple(text: str) -> tuple[int, int, int]:
@@ -120,6 +130,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     v = p.add_argument_group("viewer")
     v.add_argument("--serve", type=_host_port, default=("127.0.0.1", 8000), metavar="HOST:PORT",
                    help="where the page is served (default 127.0.0.1:8000: this machine only)")
+    v.add_argument("--token", type=_token, default=None,
+                   help="a secret every request to the page must carry (at least 16 characters of A-Z a-z 0-9 . _ "
+                        "~ -); default: none on a loopback --serve, else one made at start. The address printed "
+                        "carries it (?token=...)")
     v.add_argument("--allow-origin", action="append", default=[], metavar="URL",
                    help="also answer pages of this origin (scheme://host:port), e.g. a proxy's address; "
                         "may be repeated")
@@ -402,7 +416,8 @@ def _serve(args, source, summary: _Summary) -> None:
     session = LiveSession(rec, source, frames=frames, max_batch=args.max_batch, max_views=args.max_views)
     summary.session = session
     host, port = args.serve
-    server = LiveServer(session, host=host, port=port, output=args.output, allow_origins=args.allow_origin)
+    server = LiveServer(session, host=host, port=port, output=args.output, allow_origins=args.allow_origin,
+                        token=args.token)
     url = server.start()
     summary.server = server
     session.start()

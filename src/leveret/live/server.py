@@ -24,11 +24,16 @@ page from another origin is refused, see :class:`LiveServer`):
 from __future__ import annotations
 
 import asyncio
+import hmac
 import inspect
 import ipaddress
 import json
 import logging
 import math
+import re
+import reprlib
+import secrets
+import socket
 import struct
 import threading
 import time
@@ -47,6 +52,11 @@ STATIC = Path(__file__).resolve().parent / "static"
 MISSING_LISTED = 1000
 #: Axial slices the page may ask for at once (each is recomputed from every view on a move).
 MAX_AXIAL = 16
+#: Bytes of one websocket message from the page at most (its requests are some 100 bytes).
+MAX_REQUEST_BYTES = 1 << 16
+#: What a token may be made of (it travels in URLs and cookies), and its least length.
+TOKEN_CHARS = re.compile(r"[A-Za-z0-9._~-]+")
+MIN_TOKEN = 16
 
 
 def default_batch(backend: str) -> int:
@@ -384,26 +394,55 @@ class LiveServer:
         Seconds between two pushes to a page (updates in between are merged).
     allow_origins : list of str, optional
         Web origins (``"https://viewer.example.org:8443"``) whose pages may
-        use the websocket besides the server's own address.
+        use the websocket besides the server's own address (their host names
+        are also accepted in the ``Host`` header).
+    token : str, optional
+        A secret every request must carry (at least ``MIN_TOKEN`` characters
+        of ``A-Z a-z 0-9 . _ ~ -``). Default: none on a loopback host, else
+        one generated here (``secrets.token_urlsafe``); :attr:`url` carries it.
+    max_saves_per_minute : int
+        The page's "save" requests answered per minute (one at a time);
+        others get an error.
 
     Notes
     -----
-    A browser sends the ``Origin`` of the page opening a websocket. The
-    websocket is refused (HTTP 403) to a page of any other origin than the
-    address served (for a loopback host, ``127.0.0.1``, ``localhost`` and
-    ``[::1]`` at the same port; for ``0.0.0.0`` or ``::``, the address the
-    page was loaded from) and ``allow_origins``, so that a page on another
-    site cannot drive the server through the user's browser. Clients that
-    send no ``Origin`` (not browsers) are let in.
+    Who may use the server:
+
+    - The ``Host`` header must name the address served: a loopback host
+      answers ``localhost`` and loopback addresses only; a named host its
+      name (and loopback names); ``0.0.0.0`` or ``::`` any IP address, this
+      machine's names and loopback names. Host names of ``allow_origins``
+      are accepted too. Others get HTTP 403: a page of another site whose
+      name was made to resolve to this machine (DNS rebinding) is refused.
+    - With a token (always beyond loopback), every request carries it: the
+      query ``?token=``, the header ``Authorization: Bearer``, or the cookie
+      that opening ``/?token=...`` sets (HttpOnly, SameSite=Strict; the page
+      is then reloaded without the token in its address). Else HTTP 401.
+    - A browser sends the ``Origin`` of the page opening a websocket. The
+      websocket is refused (HTTP 403) to a page of any other origin than the
+      address served (for a loopback host, ``127.0.0.1``, ``localhost`` and
+      ``[::1]`` at the same port; for ``0.0.0.0`` or ``::``, the address the
+      page was loaded from, once its Host passed) and ``allow_origins``, so
+      that a page on another site cannot drive the server through the user's
+      browser. Clients that send no ``Origin`` (not browsers) are let in.
     """
 
     def __init__(self, session: LiveSession, *, host: str = "127.0.0.1", port: int = 8000, output=None,
-                 min_interval: float = 0.03, allow_origins=()):
+                 min_interval: float = 0.03, allow_origins=(), token: str | None = None,
+                 max_saves_per_minute: int = 10):
+        from .. import _validate as v
+
         self.session = session
         self.host, self.port = host, int(port)
         self.allow_origins = {normalise_origin("allow_origins", o) for o in allow_origins}
         self.output = None if output is None else Path(output).resolve()
         self.min_interval = float(min_interval)
+        check_token(token)
+        if token is None and not _is_loopback(host):
+            token = secrets.token_urlsafe(24)
+        self.token = token
+        self.max_saves_per_minute = v.positive_int("max_saves_per_minute", max_saves_per_minute)
+        self._host_names = self._names_served()
         self.url: str | None = None
         self.addresses: list[tuple] = []
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -412,6 +451,8 @@ class LiveServer:
         self._thread: threading.Thread | None = None
         self._shutdown: asyncio.Event | None = None
         self._saves = 0
+        self._save_times: deque = deque()   # loop time of the recent saves
+        self._saving = False
 
     # -- running -------------------------------------------------------------------------------
     def start(self) -> str:
@@ -435,7 +476,11 @@ class LiveServer:
 
         self._loop = asyncio.get_running_loop()
         self._shutdown = asyncio.Event()
-        app = web.Application()
+        @web.middleware
+        async def guard(request, handler):
+            return await self._guard(request, handler)
+
+        app = web.Application(middlewares=[guard])
         app.router.add_get("/", self._index)
         app.router.add_get("/ws", self._websocket)
         app.router.add_static("/static/", STATIC, show_index=False, follow_symlinks=False)
@@ -447,7 +492,7 @@ class LiveServer:
             self.addresses = [tuple(a[:2]) for a in runner.addresses]   # (host, port) listened on
             self.port = self.addresses[0][1]
             host = f"[{self.host}]" if ":" in self.host else self.host
-            self.url = f"http://{host}:{self.port}/"
+            self.url = f"http://{host}:{self.port}/" + (f"?token={self.token}" if self.token else "")
         finally:
             self._ready.set()
         self.session.on_update = self._notify_threadsafe
@@ -457,6 +502,68 @@ class LiveServer:
             for ws in list(self._clients):
                 await ws.close()
             await runner.cleanup()
+
+    # -- who may ask -----------------------------------------------------------------------------
+    def _names_served(self) -> set:
+        """Host names (not addresses) the Host header may carry, besides loopback ones."""
+        names = {urlsplit(o).hostname for o in self.allow_origins}
+        host = self.host.strip("[]").lower()
+        if _is_wildcard(self.host):
+            names |= {socket.gethostname().lower(), socket.getfqdn().lower()}
+        elif not _is_ip(host):
+            names.add(host)
+        return {n for n in names if n}
+
+    def host_allowed(self, host_header: str | None) -> bool:
+        """Whether a request's ``Host`` names the address served (class notes)."""
+        try:
+            name = urlsplit("//" + (host_header or "")).hostname
+        except ValueError:
+            return False
+        if not name:
+            return False
+        if _is_loopback(name) or name in self._host_names:
+            return True
+        if _is_loopback(self.host):
+            return False
+        if _is_wildcard(self.host):
+            return _is_ip(name)     # an address cannot be made to point elsewhere by DNS
+        return name == self.host.strip("[]").lower()
+
+    def _token_of(self, request) -> str | None:
+        auth = request.headers.get("Authorization", "")
+        if auth.startswith("Bearer "):
+            return auth[len("Bearer "):].strip()
+        return request.query.get("token") or request.cookies.get(self._cookie)
+
+    @property
+    def _cookie(self) -> str:
+        return f"leveret_live_{self.port}"
+
+    def token_ok(self, given: str | None) -> bool:
+        """Whether ``given`` is the server's token (always true without one)."""
+        if self.token is None:
+            return True
+        return given is not None and hmac.compare_digest(given.encode(), self.token.encode())
+
+    async def _guard(self, request, handler):
+        """Middleware: the Host, then the token, of every request (class notes)."""
+        from aiohttp import web
+
+        if not self.host_allowed(request.host):
+            log.warning("request refused: host %s is not served here", str(request.host)[:100])
+            raise web.HTTPForbidden(text=f"host: {str(request.host)[:100]} is not served here")
+        if not self.token_ok(self._token_of(request)):
+            raise web.HTTPUnauthorized(text="token: open the address leveret live printed, with its ?token=")
+        if self.token is not None and request.path == "/" and "token" in request.query:
+            response = web.HTTPSeeOther("/")   # the cookie carries the token; the address bar does not
+            response.set_cookie(self._cookie, self.token, httponly=True, samesite="Strict", path="/")
+            response.headers["Cache-Control"] = "no-store"
+            raise response
+        response = await handler(request)
+        if self.token is not None and not response.prepared:
+            response.headers["Cache-Control"] = "no-store"   # a browser asks again, with the token, each time
+        return response
 
     # -- handlers --------------------------------------------------------------------------------
     async def _index(self, request):
@@ -505,7 +612,7 @@ class LiveServer:
             log.warning("websocket refused to a page of origin %s", origin)
             raise web.HTTPForbidden(text=f"origin: {origin} may not use this server "
                                          "(leveret live --allow-origin adds an origin)")
-        ws = web.WebSocketResponse(max_msg_size=1 << 20)
+        ws = web.WebSocketResponse(max_msg_size=MAX_REQUEST_BYTES)
         await ws.prepare(request)
         client = {"ws": ws, "event": asyncio.Event(), "range": None}
         self._clients[ws] = client
@@ -523,31 +630,67 @@ class LiveServer:
         return ws
 
     async def _handle(self, client, text):
+        """Apply one request of the page; a bad one gets an error message, never an exception."""
+        try:
+            await self._request(client, text)
+        except (ValueError, KeyError, TypeError) as exc:
+            log.warning("viewer request ignored: %s", str(exc)[:300])
+            await self._send_error(client, str(exc)[:300])
+        except Exception as exc:   # a fault of ours: logged, and the page's connection goes on
+            log.exception("viewer request failed")
+            await self._send_error(client, f"request failed: {type(exc).__name__}")
+
+    async def _send_error(self, client, message):
+        ws = client["ws"]
+        if not ws.closed:
+            await ws.send_str(json.dumps({"type": "error", "message": message}))
+
+    async def _request(self, client, text):
         try:
             msg = json.loads(text)
-            if not isinstance(msg, dict):
-                raise ValueError(f"request: expected a JSON object, got {type(msg).__name__}")
-            kind = msg.get("type")
-            if kind == "orthogonal":
-                point = _numbers("point", msg["point"], 3)
-                angles = _numbers("angles", msg.get("angles", (0, 0, 0)), 3)
-                self.session.request("orthogonal", point=point, angles=angles)
-            elif kind == "axial":
-                z = msg.get("z", [])
-                if isinstance(z, list) and len(z) > MAX_AXIAL:
-                    raise ValueError(f"axial: at most {MAX_AXIAL} axial slices at once, got {len(z)}")
-                self.session.request("axial", z=_numbers("z", z))
-            elif kind == "range":
-                client["range"] = None if msg.get("auto") else tuple(_numbers("range", [msg["lo"], msg["hi"]], 2))
-                client["event"].set()
-            elif kind == "save":
-                names = await asyncio.get_running_loop().run_in_executor(None, self.save)
-                await client["ws"].send_str(json.dumps({"type": "saved", "files": names}))
-            else:
-                raise ValueError(f"unknown request type {kind!r}")
-        except (ValueError, KeyError, TypeError) as exc:
-            log.warning("viewer request ignored: %s", exc)
-            await client["ws"].send_str(json.dumps({"type": "error", "message": str(exc)}))
+        except RecursionError:
+            raise ValueError("request: JSON nested too deep") from None
+        except ValueError as exc:
+            raise ValueError(f"request: not JSON ({exc})") from None
+        if not isinstance(msg, dict):
+            raise ValueError(f"request: expected a JSON object, got {type(msg).__name__}")
+        kind = msg.get("type")
+        if kind == "orthogonal":
+            point = _numbers("point", msg["point"], 3)
+            angles = _numbers("angles", msg.get("angles", (0, 0, 0)), 3)
+            self.session.request("orthogonal", point=point, angles=angles)
+        elif kind == "axial":
+            z = msg.get("z", [])
+            if isinstance(z, list) and len(z) > MAX_AXIAL:
+                raise ValueError(f"axial: at most {MAX_AXIAL} axial slices at once, got {len(z)}")
+            self.session.request("axial", z=_numbers("z", z))
+        elif kind == "range":
+            client["range"] = None if msg.get("auto") else tuple(_numbers("range", [msg["lo"], msg["hi"]], 2))
+            client["event"].set()
+        elif kind == "save":
+            await self._save_request(client)
+        else:
+            raise ValueError(f"unknown request type {kind!r}"[:200])
+
+    async def _save_request(self, client):
+        """One save at a time, at most ``max_saves_per_minute`` a minute."""
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        while self._save_times and now - self._save_times[0] >= 60.0:
+            self._save_times.popleft()
+        if self._saving:
+            raise ValueError("save: a save is being written; try again when it is done")
+        if len(self._save_times) >= self.max_saves_per_minute:
+            wait = 60.0 - (now - self._save_times[0])
+            raise ValueError(f"save: at most {self.max_saves_per_minute} saves a minute; "
+                             f"try again in {math.ceil(wait)} s")
+        self._saving = True
+        self._save_times.append(now)
+        try:
+            names = await loop.run_in_executor(None, self.save)
+        finally:
+            self._saving = False
+        await client["ws"].send_str(json.dumps({"type": "saved", "files": names}))
 
     def save(self) -> list[str]:
         """Write the watched slices as TIFF files into the output folder; returns their names."""
@@ -633,10 +776,24 @@ def _numbers(name: str, values, length: int | None = None) -> list[float]:
         raise ValueError(f"{name}: expected {want}, got {values!r}"[:200])
     out = []
     for x in values:
-        if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x):
-            raise ValueError(f"{name}: expected finite numbers, got {x!r}"[:200])
-        out.append(float(x))
+        value = None
+        if isinstance(x, (int, float)) and not isinstance(x, bool):
+            try:
+                value = float(x)
+            except OverflowError:   # an integer of hundreds of digits
+                pass
+        if value is None or not math.isfinite(value):
+            raise ValueError(f"{name}: expected finite numbers, got {reprlib.repr(x)}")
+        out.append(value)
     return out
+
+
+def check_token(token) -> None:
+    """ValueError naming ``token`` unless it is None or at least ``MIN_TOKEN``
+    characters of ``A-Z a-z 0-9 . _ ~ -`` (it travels in URLs and cookies)."""
+    if token is not None and (not isinstance(token, str) or len(token) < MIN_TOKEN
+                              or not TOKEN_CHARS.fullmatch(token)):
+        raise ValueError(f"token: expected at least {MIN_TOKEN} characters of A-Z a-z 0-9 . _ ~ -")
 
 
 def normalise_origin(name: str, text: str) -> str:
@@ -654,6 +811,14 @@ def normalise_origin(name: str, text: str) -> str:
 
 def _is_wildcard(host: str) -> bool:
     return host in ("", "0.0.0.0", "::", "[::]")
+
+
+def _is_ip(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        return False
+    return True
 
 
 def _is_loopback(host: str | None) -> bool:
