@@ -298,3 +298,41 @@ def test_a_token_too_short_is_a_clear_error(capsys):
         main(["live", "tcp://127.0.0.1:1", "--token", "short"])
     assert e.value.code == 2
     assert "--token: expected at least 16 characters" in capsys.readouterr().err
+
+
+def test_a_live_run_outlives_bad_messages_and_reconstructs_every_frame(tmp_path):
+    """The messages that ended the reader (an index or shape of 1e999, JSON
+    nested 100k deep, a 400-digit index) and a far index (1e9) among the
+    frames of a scan: all frames are reconstructed, the bad messages counted."""
+    import time
+
+    import zmq
+
+    from leveret.live.sources import encode
+
+    address = f"tcp://127.0.0.1:{_free_port()}"
+    live = subprocess.Popen([sys.executable, "-m", "leveret", "live", address, "--bind", "--serve", "127.0.0.1:0",
+                             "--backend", "cpu", "--exit-when-done", "--json", "s.json"],
+                            env=_env(), cwd=tmp_path, stderr=subprocess.PIPE, text=True)
+    bad = [b'{"index": 1e999, "shape": [8, 8], "dtype": "float32", "angle": 0.0}',
+           b'{"index": 3, "shape": [1e999, 8], "dtype": "float32", "angle": 0.0}',
+           b'{"index": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
+           json.dumps({"index": int("9" * 400), "shape": [8, 8], "dtype": "float32", "angle": 0.0}).encode()]
+    sock = zmq.Context.instance().socket(zmq.PUSH)
+    sock.connect(address)
+    try:
+        time.sleep(0.5)
+        for i in range(12):
+            sock.send_multipart(encode(_frame((8, 8), i)))
+            if i % 3 == 0:
+                sock.send_multipart([bad[i // 3], b"\0" * 256])
+        sock.send_multipart(encode(_frame((8, 8), 10**9)))
+        sock.send_multipart([b'{"end": true}'])
+        _, err = live.communicate(timeout=120)
+    finally:
+        sock.close(linger=0)
+    assert live.returncode == 0, err
+    summary = json.loads((tmp_path / "s.json").read_text())
+    assert summary["received"] == 13 and summary["bad_messages"] == 4 and summary["error"] is None
+    assert summary["missing"] == 10**9 - 12 and summary["missing_first"][:2] == [12, 13]
+    assert len(summary["missing_first"]) == 1000
