@@ -629,19 +629,23 @@ class LiveReconstructor:
 
     def missing_indices(self, limit: int | None = None) -> list[int]:
         """The missing frame indices (gaps between the lowest and highest index
-        received), ascending, at most ``limit`` of them; the work grows with the
-        frames received and ``limit``, not with the size of the gaps."""
+        received), ascending, at most ``limit`` of them. With a limit the work
+        is at most the frames received plus ``limit`` steps, however large the
+        gaps; without one, all ``stats.missing`` indices are listed."""
         out: list[int] = []
-        if limit is not None and limit <= 0:
+        if self.stats.missing == 0 or (limit is not None and limit <= 0):
             return out
-        prev = None
-        for i in sorted(self._received):
-            if prev is not None and i > prev + 1:
-                room = i - prev - 1 if limit is None else min(i - prev - 1, limit - len(out))
-                out.extend(range(prev + 1, prev + 1 + room))
-                if limit is not None and len(out) >= limit:
-                    break
-            prev = i
+        if limit is not None:
+            # up from the lowest index: each step is a missing index (at most limit) or a received one
+            i, hi = self._index_range
+            while i < hi and len(out) < limit:
+                if i not in self._received:
+                    out.append(i)
+                i += 1
+            return out
+        received = sorted(self._received)
+        for prev, i in zip(received, received[1:]):
+            out.extend(range(prev + 1, i))
         return out
 
     def _backproject(self, slices, acc, views, coef):

@@ -713,7 +713,8 @@ class LiveServer:
             names.append(path.name)
         return names
 
-    def _state(self, lo, hi):
+    def _state(self):
+        """The page's state message (its "range" set by the caller); call with the session's lock held."""
         s = self.session
         rec = s.rec
         st = rec.stats
@@ -723,12 +724,12 @@ class LiveServer:
             "dropped": sum(dropped.values()), "dropped_reasons": dropped, "bad_messages": s.bad_messages,
             "queued": len(s.queue), "max_views": s.max_views, "max_axial": MAX_AXIAL,
             "request_error": s.request_error,
-            "rejected_reasons": st.rejected_reasons, "missing": st.missing,
+            "rejected_reasons": dict(st.rejected_reasons), "missing": st.missing,
             "missing_first": rec.missing_indices(10), "views": rec.n_views, "fps": round(s.frame_rate(), 1),
             "lag_ms": round(1000 * st.last_lag, 1), "batch_ms": round(1000 * st.last_batch_seconds, 1),
             "arrived_epoch_ms": None if s.newest_arrival_epoch is None else 1000 * s.newest_arrival_epoch,
             "version": s.version, "ended": s.ended, "error": None if s.error is None else str(s.error),
-            "range": [lo, hi], "slices": [sl.to_dict() for sl in rec.watched],
+            "range": None, "slices": [sl.to_dict() for sl in rec.watched],
             "volume": {"shape": list(rec.volume.shape), "voxel_size": list(rec.volume.voxel_size),
                        "center": list(rec.volume.center),
                        "extent": {a: list(rec.volume.extent(a)) for a in "xyz"}},
@@ -756,11 +757,13 @@ class LiveServer:
     def _render(self, window):
         """The state message and the 8-bit images (run in a worker thread)."""
         s = self.session
-        with s.lock:
+        with s.lock:   # the counters as of these slices, not mutated by the next batch while dumped
             images = s.rec.slices()
             sino = s.rec.sinogram()
+            state = self._state()
         lo, hi = window if window is not None else auto_range(list(images.values()))
-        out = [json.dumps(self._state(lo, hi))]
+        state["range"] = [lo, hi]
+        out = [json.dumps(state)]
         for name, image in images.items():
             out.append(_binary(name, to_uint8(image, lo, hi)))
         if sino.shape[0]:
