@@ -319,7 +319,7 @@ def test_a_cone_frame_with_a_matrix_that_is_not_numbers_is_rejected():
 
 
 def test_rejected_reasons_stay_few_however_many_shapes_come(scan):
-    angles, g, proj = scan
+    _, g, _ = scan
     rec = LiveReconstructor(g.default_volume(), (ROWS, N), backend="cpu")
     rec.add_frames([Frame(np.zeros((1, k), np.float32), k, angle=0.0) for k in range(1, 200)])
     assert rec.stats.rejected == 199

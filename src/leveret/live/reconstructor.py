@@ -21,6 +21,7 @@ reconstruction of the frames received, to float32 rounding.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import math
 import time
@@ -643,8 +644,7 @@ class LiveReconstructor:
                     out.append(i)
                 i += 1
             return out
-        received = sorted(self._received)
-        for prev, i in zip(received, received[1:]):
+        for prev, i in itertools.pairwise(sorted(self._received)):
             out.extend(range(prev + 1, i))
         return out
 

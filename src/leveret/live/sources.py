@@ -533,7 +533,6 @@ class ZmqSource:
                 if self._stop.is_set() and not self._sock.closed:
                     self._sock.close(0)   # in the thread that used it
 
-
     def _message(self, parts, arrived):
         """The frame of a multipart message, or END; ValueError if it is neither."""
         header = check_header(parse_header(parts[0].buffer), detector_shape=self.detector_shape,
@@ -542,7 +541,7 @@ class ZmqSource:
             return END
         if len(parts) != 2:
             raise ValueError(f"message: expected 2 parts (header, frame bytes), got {len(parts)}")
-        return decode(header, parts[1].buffer, arrived, self.buffers, checked=True)
+        return _frame(header, parts[1].buffer, arrived, self.buffers)
 
     def _bad(self, exc) -> None:
         self.bad_messages += 1
@@ -555,15 +554,19 @@ class ZmqSource:
 
 
 def decode(header: dict, payload, arrived: float | None = None, buffers=None, *, detector_shape=None,
-           max_index: int = MAX_INDEX, checked: bool = False) -> Frame:
+           max_index: int = MAX_INDEX) -> Frame:
     """A :class:`Frame` from a message's JSON header and its bytes, every field
     checked first (:func:`check_header`; ValueError naming the field). The data
     keep the dtype and shape the header states; with ``buffers`` (see
-    :class:`ZmqSource`) they are copied into one of its buffers when it has that shape.
-    ``checked``: ``header`` is already what :func:`check_header` returned."""
-    h = header if checked else check_header(header, detector_shape=detector_shape, max_index=max_index)
+    :class:`ZmqSource`) they are copied into one of its buffers when it has that shape."""
+    h = check_header(header, detector_shape=detector_shape, max_index=max_index)
     if h is END:
         raise ValueError("header: an end-of-scan message carries no frame")
+    return _frame(h, payload, arrived, buffers)
+
+
+def _frame(h: dict, payload, arrived, buffers) -> Frame:
+    """The frame of a checked header (:func:`check_header`) and its bytes."""
     if payload is None:
         raise ValueError("no frame bytes after the header")
     shape, dtype = h["shape"], h["dtype"]
@@ -628,13 +631,14 @@ def check_header(header, *, detector_shape=None, max_index: int = MAX_INDEX):
         raise ValueError(f"shape: at most {MAX_PIXELS} pixels, got {shape}")
     if detector_shape is not None and shape != tuple(detector_shape):
         raise ValueError(f"shape: {shape}, expected the detector's {tuple(detector_shape)}")
-    dtype = header.get("dtype")
-    try:
-        if not isinstance(dtype, str) or len(dtype) > 16:
-            raise TypeError
-        dt = np.dtype(dtype)
-    except (TypeError, ValueError):
-        raise ValueError(f"dtype: expected a NumPy type name such as 'uint16', got {_short(dtype)}") from None
+    dtype, dt = header.get("dtype"), None
+    if isinstance(dtype, str) and len(dtype) <= 16:
+        try:
+            dt = np.dtype(dtype)
+        except (TypeError, ValueError):
+            pass
+    if dt is None:
+        raise ValueError(f"dtype: expected a NumPy type name such as 'uint16', got {_short(dtype)}")
     if dt.kind not in "iuf" or dt.itemsize > 8:
         raise ValueError(f"dtype: expected an integer or float type of at most 8 bytes, got {_short(dtype)}")
     angle, matrix = header.get("angle"), header.get("matrix")
