@@ -674,6 +674,8 @@ class LiveServer:
 
     async def _save_request(self, client):
         """One save at a time, at most ``max_saves_per_minute`` a minute."""
+        if self.output is None:
+            raise ValueError("save: the server was started without an output folder (--output)")
         loop = asyncio.get_running_loop()
         now = loop.time()
         while self._save_times and now - self._save_times[0] >= 60.0:
