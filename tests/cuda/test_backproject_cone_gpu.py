@@ -11,7 +11,7 @@ from cases import rel, scrambled_scan, smooth_noise
 from leveret.cpu.backproject_cone import backproject_gpu_mirror
 from leveret.geometry import VolumeGeometry
 from leveret.operators.cone import index_matrices
-from leveret.operators.cone_plan import DEPTH, fma_steps, kernel_matrices
+from leveret.cpu.cone_plan import DEPTH, fma_steps, kernel_matrices
 
 pytestmark = pytest.mark.gpu
 

@@ -282,7 +282,7 @@ def test_ray_mapping_is_a_bijection(nx, ny, y_major, slope):
 
 def test_plan_passes_groups_views_by_direction(rng):
     from leveret.operators.cone import index_matrices
-    from leveret.operators.cone_plan import plan_passes, software_mask, view_directions
+    from leveret.cpu.cone_plan import plan_passes, software_mask, view_directions
     angles = rng.permutation(np.linspace(0, 2 * np.pi, 200, endpoint=False))   # unsorted
     g = ConeGeometry.circular(angles, sid=60.0, sdd=100.0, n_rows=23, n_cols=31, pixel_size=1.7)
     vol = VolumeGeometry((21, 29, 37), voxel_size=1.3)
@@ -411,11 +411,11 @@ def test_cuda_asked_for_without_a_gpu_says_why(small_scan):
 
 
 def test_cpu_kernels_and_the_view_planning_import_nothing_from_cuda():
-    """leveret.cpu and the planning both backends share (operators.cone_plan)
+    """leveret.cpu and the planning both backends share (cpu.cone_plan)
     stand without leveret.cuda: a CPU-only install never loads the launchers."""
     import subprocess
     import sys
     code = ("import sys, leveret.cpu.backproject_cone, leveret.cpu.backproject_parallel, leveret.cpu.radon3d, "
-            "leveret.operators.cone_plan; print(sorted(m for m in sys.modules if m.startswith('leveret.cuda')))")
+            "leveret.cpu.cone_plan; print(sorted(m for m in sys.modules if m.startswith('leveret.cuda')))")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert res.stdout.strip() == "[]"

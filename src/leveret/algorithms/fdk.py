@@ -326,7 +326,7 @@ def plan_devices(geometry, volume: VolumeGeometry, devices, chunk_views: int, ar
     on it, at most ``array_memory``).
     """
     from .. import devices as dv
-    from ..operators.cone_plan import DEPTH
+    from ..cpu.cone_plan import DEPTH
 
     ids = list(dict.fromkeys(devices.ids))
     if free_bytes is None:
@@ -673,7 +673,7 @@ def _slabs_in_boxes(geometry, volume: VolumeGeometry, slabs, chunk_views: int, n
     DEPTH thick (or a multiple), at least one per worker, each in that many
     boxes; every box uploads the rows it sees. Returns (slabs, y_parts);
     the slabs unchanged and 1 otherwise."""
-    from ..operators.cone_plan import DEPTH
+    from ..cpu.cone_plan import DEPTH
 
     thickness = max(k1 - k0 for k0, k1 in slabs)
     if thickness >= DEPTH or volume.nz < DEPTH:

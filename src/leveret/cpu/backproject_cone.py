@@ -221,11 +221,11 @@ def backproject_gpu_mirror(projections: np.ndarray, index_matrices: np.ndarray, 
     (``software=False``), the software kernels ("global", "quad": ``True``),
     or a per-view mix (a boolean array: "ray-hybrid"). For tests, and for
     users who need GPU-identical results without a GPU. ``index_matrices``
-    as the kernels take them (``leveret.operators.cone_plan.kernel_matrices``:
+    as the kernels take them (``leveret.cpu.cone_plan.kernel_matrices``:
     float32, texture views shifted by half a texel). ``slices=(k0, k1)``, k0 a
     multiple of ``depth``: only those z slices are written. ``fma_steps``: the
     views whose z coordinates the kernel computes in one fma per voxel
-    (``leveret.operators.cone_plan.fma_steps``; default: the software views)."""
+    (``leveret.cpu.cone_plan.fma_steps``; default: the software views)."""
     n_views = projections.shape[0]
     software = np.broadcast_to(np.asarray(software, bool), (n_views,)).copy()
     fma_steps = software if fma_steps is None else np.broadcast_to(np.asarray(fma_steps, bool), (n_views,)).copy()

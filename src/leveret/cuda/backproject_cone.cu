@@ -20,7 +20,7 @@
 // texture unit as much as real ones. Skipping them leaves every sum unchanged.
 //
 // The launcher (backproject_cone.py) passes every constant below as a -D
-// option, from one Python source (leveret.operators.cone_plan and the
+// option, from one Python source (leveret.cpu.cone_plan and the
 // launcher's DEFINES); there are no defaults here to drift from it.
 
 #if !defined(LEVERET_CONE_K) || !defined(LEVERET_CONE_MAX_VIEWS) || !defined(LEVERET_CONE_MIN_BLOCKS) || \

@@ -2,14 +2,14 @@
 (2013) with texture ("texture") or global-memory ("global") interpolation,
 and the ray-aligned kernels "ray" (texture), "quad" (exact weights from a
 quad layout) and their hybrid "ray-hybrid", which run a call's views in
-passes of similar direction (``leveret.operators.cone_plan.plan_passes``)."""
+passes of similar direction (``leveret.cpu.cone_plan.plan_passes``)."""
 from __future__ import annotations
 
 import threading
 
 import numpy as np
 
-from ..operators.cone_plan import (DEPTH, KERNELS, MAX_VIEWS_PER_PASS, QUAD_BORDER, RAY_SPLIT, VIEWS_PER_PASS,
+from ..cpu.cone_plan import (DEPTH, KERNELS, MAX_VIEWS_PER_PASS, QUAD_BORDER, RAY_SPLIT, VIEWS_PER_PASS,
                                    kernel_matrices, plan_passes, software_views)
 from ._module import upload_pinned
 from .device_state import device_state

@@ -563,13 +563,11 @@ class ConeGeometry(Frozen):
         if arr.size == 0 or arr.size % 12:
             raise ValueError(f"data: expected 12 numbers per view (a column-major 3x4 matrix), "
                              f"got {arr.size} numbers")
-        from ..rabbitct.fileformat import matrix_from_rabbitct
         P = matrix_from_rabbitct(arr.reshape(-1, 12))
         return cls(P, n_rows, n_cols, pixel_size=pixel_size, angles=angles)
 
     def rabbitct_matrices(self) -> np.ndarray:
         """(n_views, 12) float64: each matrix as RabbitCT stores it, column-major."""
-        from ..rabbitct.fileformat import matrix_to_rabbitct
         return matrix_to_rabbitct(self.matrices)
 
     # -- ASTRA --------------------------------------------------------------------------
@@ -834,3 +832,59 @@ class ConeGeometry(Frozen):
         """
         from .plotting import plot_cone
         return plot_cone(self, volume, ax=ax, n_views=n_views)
+
+
+# -- RabbitCT's storage order --------------------------------------------------------------
+
+def matrix_to_rabbitct(P) -> np.ndarray:
+    """A projection matrix as RabbitCT stores it: 12 doubles, column-major.
+
+    Parameters
+    ----------
+    P : array_like, shape (3, 4) or (..., 3, 4)
+        Projection matrix (or a stack of them) mapping homogeneous world
+        coordinates (x, y, z, 1), in mm, to (u w, v w, w), u and v in pixels.
+
+    Returns
+    -------
+    ndarray, float64, shape (12,) or (..., 12)
+        ``values[..., 3 c + r] = P[..., r, c]``: column 0 (rows 0, 1, 2), then
+        column 1, ... This is the order of the file.
+
+    Raises
+    ------
+    ValueError
+        ``P`` is not (..., 3, 4) or holds NaN/Inf.
+    """
+    P = np.asarray(P, dtype=np.float64)
+    if P.ndim < 2 or P.shape[-2:] != (3, 4):
+        raise ValueError(f"P: expected a 3x4 matrix (shape (3, 4) or (..., 3, 4)), got shape {P.shape}")
+    v.check_finite_array("P", P)
+    # Column-major = the transpose, read in C order.
+    return np.ascontiguousarray(np.swapaxes(P, -1, -2)).reshape(P.shape[:-2] + (12,))
+
+
+def matrix_from_rabbitct(values) -> np.ndarray:
+    """The 3x4 projection matrix from RabbitCT's 12 column-major doubles.
+
+    Parameters
+    ----------
+    values : array_like, shape (12,) or (..., 12)
+        ``values[3 c + r]`` is ``P[r, c]`` (the file's order).
+
+    Returns
+    -------
+    ndarray, float64, shape (3, 4) or (..., 3, 4), C-contiguous
+        ``P[r, c]``; P maps (x, y, z, 1) in mm to (u w, v w, w).
+
+    Raises
+    ------
+    ValueError
+        ``values`` does not end in an axis of 12.
+    """
+    values = np.asarray(values, dtype=np.float64)
+    if values.ndim < 1 or values.shape[-1] != 12:
+        raise ValueError(f"values: expected 12 numbers per matrix (shape (12,) or (..., 12)), "
+                         f"got shape {values.shape}")
+    cols = values.reshape(values.shape[:-1] + (4, 3))  # [c, r]
+    return np.ascontiguousarray(np.swapaxes(cols, -1, -2))

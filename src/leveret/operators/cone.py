@@ -9,7 +9,7 @@ from .. import _validate as v
 from ..geometry import VolumeGeometry
 from ..devices import for_backend as devices_for_backend
 from ._base import Operator, _is_cupy
-from .cone_plan import DEPTH, fma_steps, kernel_matrices, software_views
+from ..cpu.cone_plan import DEPTH, fma_steps, kernel_matrices, software_views
 
 # The kernel "auto" runs, by interpolation and problem (measurements in
 # docs/performance.md, cone beam):

@@ -101,6 +101,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from .. import _validate as v
+from ..geometry.cone import matrix_from_rabbitct, matrix_to_rabbitct
 from ..io.atomic import atomic_output
 
 __all__ = [
@@ -135,60 +136,6 @@ _REFERENCE_DTYPE = np.dtype("<u2")
 
 
 # -- matrices ------------------------------------------------------------------------------
-
-def matrix_to_rabbitct(P) -> np.ndarray:
-    """A projection matrix as RabbitCT stores it: 12 doubles, column-major.
-
-    Parameters
-    ----------
-    P : array_like, shape (3, 4) or (..., 3, 4)
-        Projection matrix (or a stack of them) mapping homogeneous world
-        coordinates (x, y, z, 1), in mm, to (u w, v w, w), u and v in pixels.
-
-    Returns
-    -------
-    ndarray, float64, shape (12,) or (..., 12)
-        ``values[..., 3 c + r] = P[..., r, c]``: column 0 (rows 0, 1, 2), then
-        column 1, ... This is the order of the file.
-
-    Raises
-    ------
-    ValueError
-        ``P`` is not (..., 3, 4) or holds NaN/Inf.
-    """
-    P = np.asarray(P, dtype=np.float64)
-    if P.ndim < 2 or P.shape[-2:] != (3, 4):
-        raise ValueError(f"P: expected a 3x4 matrix (shape (3, 4) or (..., 3, 4)), got shape {P.shape}")
-    v.check_finite_array("P", P)
-    # Column-major = the transpose, read in C order.
-    return np.ascontiguousarray(np.swapaxes(P, -1, -2)).reshape(P.shape[:-2] + (12,))
-
-
-def matrix_from_rabbitct(values) -> np.ndarray:
-    """The 3x4 projection matrix from RabbitCT's 12 column-major doubles.
-
-    Parameters
-    ----------
-    values : array_like, shape (12,) or (..., 12)
-        ``values[3 c + r]`` is ``P[r, c]`` (the file's order).
-
-    Returns
-    -------
-    ndarray, float64, shape (3, 4) or (..., 3, 4), C-contiguous
-        ``P[r, c]``; P maps (x, y, z, 1) in mm to (u w, v w, w).
-
-    Raises
-    ------
-    ValueError
-        ``values`` does not end in an axis of 12.
-    """
-    values = np.asarray(values, dtype=np.float64)
-    if values.ndim < 1 or values.shape[-1] != 12:
-        raise ValueError(f"values: expected 12 numbers per matrix (shape (12,) or (..., 12)), "
-                         f"got shape {values.shape}")
-    cols = values.reshape(values.shape[:-1] + (4, 3))  # [c, r]
-    return np.ascontiguousarray(np.swapaxes(cols, -1, -2))
-
 
 # -- HU ------------------------------------------------------------------------------------
 

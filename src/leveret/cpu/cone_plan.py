@@ -1,6 +1,6 @@
 """How the cone-beam kernels treat each view, for the CUDA launcher and its
-CPU mirror alike (NumPy only: ``leveret.cpu`` and ``leveret.cuda`` both
-import it, neither imports the other).
+CPU mirror alike (NumPy only; here beside the mirror, so that ``leveret.cpu``
+never loads ``leveret.cuda``, whose launcher imports it).
 
 A kernel reads each view either through the texture unit (8-bit bilinear
 weights) or in software (exact float32 weights): ``software_views``. The
