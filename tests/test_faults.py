@@ -168,6 +168,67 @@ def test_a_full_disk_with_resume_keeps_the_partial_output_and_resuming_completes
     np.testing.assert_array_equal(read_array(out), vol)
 
 
+def _inject_full_manifest(monkeypatch, code=errno.ENOSPC):
+    """Make the manifest's second save fail as a full disk does (the first is at the start):
+    the data of the first slab are written, the record of them is not."""
+    real = json.dump
+    calls = []
+
+    def dump(obj, fh, *args, **kwargs):
+        if str(getattr(fh, "name", "")).endswith(slabs_module.MANIFEST + ".tmp"):
+            calls.append(1)
+            if len(calls) == 2:
+                raise OSError(code, os.strerror(code))
+        return real(obj, fh, *args, **kwargs)
+    monkeypatch.setattr(slabs_module.json, "dump", dump)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_a_full_disk_at_the_manifest_write_is_the_same_clear_error(tmp_path, fmt, rng, monkeypatch):
+    vol = _volume(rng)
+    out = tmp_path / FORMATS[fmt]
+    _inject_full_manifest(monkeypatch)
+    with pytest.raises(OutputSpaceError, match=r"^output: writing .* failed: .*No space left on device; "
+                                               r".* still to write, .* free; the partial output was removed"):
+        with SlabWriter(out, vol.shape) as w:
+            for k in range(vol.shape[0]):
+                w.write(k, vol[k])
+    assert _leftovers(tmp_path) == [] and not out.exists()
+
+
+@pytest.mark.parametrize("fmt", ["npy", "bigtiff"])
+def test_a_full_disk_at_the_manifest_write_with_resume_records_only_what_is_recorded(tmp_path, fmt, rng,
+                                                                                    monkeypatch):
+    vol = _volume(rng)
+    out = tmp_path / FORMATS[fmt]
+    with monkeypatch.context() as m:
+        _inject_full_manifest(m)
+        with pytest.raises(OutputSpaceError, match="kept for --resume"):
+            with SlabWriter(out, vol.shape, resume=True) as w:
+                w.write(0, vol[:2])
+    assert [p.name for p in (tmp_path / f".{out.name}.partial").iterdir()] != []
+    with SlabWriter(out, vol.shape, resume=True) as w:
+        assert w.done.sum() == 0            # the slab whose record failed counts as not written
+        for k0, k1 in w.todo(4):
+            w.write(k0, vol[k0:k1])
+        w.finish()
+    np.testing.assert_array_equal(read_array(out), vol)
+
+
+def test_a_full_disk_at_the_manifest_write_is_one_line_and_exit_2_from_the_cli(tmp_path, monkeypatch, capsys):
+    from leveret.cli import main
+
+    _scan(tmp_path)
+    _inject_full_manifest(monkeypatch)
+    code = main(["recon", str(tmp_path / "p.npy"), str(tmp_path / "r.npy"), "--angles", "0:180:90",
+                 "--backend", "cpu", "--slab-slices", "4", "--no-progress", "-q"])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert err.startswith("leveret recon: error: output: writing ") and err.count("\n") == 1, err
+    assert "No space left on device" in err and "the partial output was removed" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["p.npy"]
+
+
 @pytest.mark.parametrize("fmt", ["npy", "bigtiff", "hdf5", "tiff-stack"])
 def test_too_little_free_space_is_refused_before_anything_is_written(tmp_path, fmt, rng, monkeypatch):
     monkeypatch.setattr("leveret.io.atomic.free_bytes", lambda folder: 1000)

@@ -210,3 +210,13 @@ def test_tune_checks_its_device_and_names_what_is_missing(folder):
     r = leveret_cmd("tune", cwd=folder, env={"CUDA_VISIBLE_DEVICES": ""})
     assert r.returncode == 2, r.stderr
     assert lines(r.stderr)[-1].startswith("leveret tune: error: backend='cuda' needs a CUDA GPU"), r.stderr
+
+
+def test_a_centre_sweep_too_fine_for_memory_is_refused_naming_the_flag(folder):
+    r = leveret_cmd("center", "proj.npy", "--angles", "0:180:60", "--sweep", "3", "--step", "1e-9", cwd=folder)
+    assert r.returncode == 2 and len(lines(r.stderr)) == 1, r.stderr
+    message = lines(r.stderr)[0]
+    assert message.startswith("leveret center: error: --step: a sweep of +-3 px in steps of 1e-09 px is "
+                              "6e+09 trial centres, which needs about "), message
+    assert "GiB of memory" in message and "Unable to allocate" not in message
+    assert r.stdout == ""                    # refused before the centre is estimated

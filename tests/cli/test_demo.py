@@ -62,3 +62,13 @@ def test_demo_real_on_the_gpu(tmp_path):
     assert run.returncode == 0, run.stderr
     assert "centre of rotation: 85.87 px" in run.stdout and "fbp on " in run.stdout
     assert (tmp_path / "leveret-demo" / "real.png").is_file()
+
+
+def test_a_demo_too_large_for_memory_is_refused_naming_the_flag_and_leaves_no_folder(tmp_path):
+    run = _leveret("--size", "100000", "--backend", "cpu", cwd=tmp_path)
+    assert run.returncode == 2, run.stderr
+    err = run.stderr.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("leveret demo: error: --size: "), run.stderr
+    assert "needs about 17.5 TiB of memory" in err[0] and "available" in err[0], err[0]
+    assert "Unable to allocate" not in run.stderr
+    assert list(tmp_path.iterdir()) == []           # no empty leveret-demo/

@@ -410,6 +410,10 @@ def center(args) -> int:
     for flag, path in (("--json", args.json), ("--montage", args.montage)):
         if path is not None:
             _check_output(Path(path), overwrite=True, flag=flag)
+    if args.sweep is not None:
+        _check_sweep(args.sweep, args.step)
+    elif args.montage:
+        raise ValueError("--montage: needs --sweep")
     scan = load_scan(args)
     est, data = estimate_center(args, scan, method=args.method, cross_check=True)
     print(f"center {est.center:.2f}  confidence {est.confidence:.2f}  method {est.method}")
@@ -418,8 +422,6 @@ def center(args) -> int:
               "check": est.details.get("check")}
     n_cols = scan.shape[-1]
     if args.sweep is not None:
-        if not args.sweep > 0 or not args.step > 0:
-            raise ValueError(f"--sweep/--step: expected positive pixel counts, got {args.sweep} and {args.step}")
         centers = np.arange(est.center - args.sweep, est.center + args.sweep + args.step / 2, args.step)
         centers = centers[(centers >= 0) & (centers <= n_cols - 1)]
         sino = data[:, data.shape[1] // 2, :] if data.ndim == 3 else data
@@ -435,12 +437,30 @@ def center(args) -> int:
             with atomic_output(args.montage, overwrite=True) as tmp:
                 fig.savefig(tmp, dpi=90, format="png")
             _say(args, f"wrote {args.montage}")
-    elif args.montage:
-        raise ValueError("--montage: needs --sweep")
     if args.json:
         with atomic_output(args.json, overwrite=True) as tmp:
             tmp.write_text(json.dumps(result, indent=1))
     return 0
+
+
+#: Bytes per trial centre of a sweep: its position and score as float64 arrays, their in-range
+#: copies and masks, and the Python floats of the printed table and the JSON lists.
+SWEEP_BYTES_PER_CENTRE = 96
+
+
+def _check_sweep(sweep: float, step: float) -> None:
+    """Refuse a --sweep/--step that is not positive, or whose trial centres do not fit in
+    memory, before any work (and before NumPy tries to allocate them)."""
+    from ..memory import format_bytes, host_available_bytes
+
+    if not (math.isfinite(sweep) and math.isfinite(step) and sweep > 0 and step > 0):
+        raise ValueError(f"--sweep/--step: expected positive pixel counts, got {sweep} and {step}")
+    count = math.ceil(2 * sweep / step + 0.5)       # as np.arange(-sweep, sweep + step / 2, step) counts
+    needed, available = count * SWEEP_BYTES_PER_CENTRE, host_available_bytes()
+    if needed > available:
+        raise ValueError(f"--step: a sweep of +-{sweep:g} px in steps of {step:g} px is {count:.3g} trial "
+                         f"centres, which needs about {format_bytes(needed)} of memory but "
+                         f"{format_bytes(available)} are available; give a larger --step or a smaller --sweep")
 
 
 def _montage(sino, angles, centers, scores, best):

@@ -15,6 +15,7 @@ current folder.
 """
 from __future__ import annotations
 
+import os
 import sys
 import time
 
@@ -42,17 +43,51 @@ DEFAULT_FOLDER = "leveret-demo"
 
 
 def _output(args, name: str):
-    """The PNG to write: ``--output``, else ``leveret-demo/<name>`` (folder made)."""
+    """The PNG to write: ``--output``, else ``leveret-demo/<name>``. The default
+    folder is made only when the PNG is saved (:func:`_save`), so that a
+    demo that fails leaves no empty folder."""
     from pathlib import Path
     from leveret.io.atomic import check_writable
 
     output = Path(args.output) if args.output else Path(DEFAULT_FOLDER) / name
     if output.suffix.lower() != ".png":
         raise ValueError(f"--output: expected a .png file, got {str(output)!r}")
-    if not args.output:
-        output.parent.mkdir(exist_ok=True)
-    check_writable(output, overwrite=True)
+    if args.output or output.parent.is_dir():
+        check_writable(output, overwrite=True)
+    elif not os.access(output.parent.parent, os.W_OK):
+        raise ValueError(f"--output: cannot make the folder {str(output.parent.absolute())!r} "
+                         "(the current folder is not writable); give --output")
     return output
+
+
+def _save(fig, output, dpi: int) -> None:
+    """Write ``fig`` as the PNG ``output`` (all or nothing), making the default folder."""
+    from leveret.io import atomic_output
+
+    output.parent.mkdir(exist_ok=True)       # the default folder; --output's exists already
+    with atomic_output(output, overwrite=True) as tmp:
+        fig.savefig(tmp, dpi=dpi, format="png")
+
+
+#: Bytes per projection sample at the simulation's peak: the exact line integrals
+#: (float64), the photon counts (int64) and one float64 temporary.
+SAMPLE_BYTES = 24
+#: Bytes per voxel: the reconstruction (float32), the phantom's slices and the
+#: difference (float64 each), and a float32 copy.
+VOXEL_BYTES = 24
+
+
+def check_memory(size: int, n_slices: int, n_angles: int) -> None:
+    """Refuse a demo whose arrays do not fit in the memory available, naming --size,
+    before any of them is allocated."""
+    from leveret.memory import format_bytes, host_available_bytes
+
+    needed = SAMPLE_BYTES * n_angles * n_slices * size + VOXEL_BYTES * n_slices * size * size
+    available = host_available_bytes()
+    if needed > available:
+        raise ValueError(f"--size: a demo of {n_slices} slices of {size} x {size} pixels from {n_angles} "
+                         f"angles needs about {format_bytes(needed)} of memory but {format_bytes(available)} "
+                         "are available; give a smaller --size (or --slices, --angles)")
 
 
 def run_demo(args) -> int:
@@ -60,7 +95,6 @@ def run_demo(args) -> int:
         return run_real(args)
     import leveret
     from leveret.backends import resolve
-    from leveret.io import atomic_output
 
     size, n_slices = args.size, args.slices
     for name, value in (("--size", size), ("--slices", n_slices)):
@@ -71,6 +105,7 @@ def run_demo(args) -> int:
         raise ValueError(f"--angles: expected at least 1, got {n_angles}")
     if not args.photons > 0:
         raise ValueError(f"--photons: expected a positive count, got {args.photons}")
+    check_memory(size, n_slices, n_angles)
     output = _output(args, "demo.png")
     backend = resolve(args.backend)
     rng = np.random.default_rng(args.seed)
@@ -115,9 +150,7 @@ def run_demo(args) -> int:
     print(f"error against the phantom: RMSE {rmse:.4f} per mm inside the head (values 0..1), "
           f"relative {rel:.3f}")
 
-    with atomic_output(output, overwrite=True) as tmp:
-        _figure(truth, rec, volume, f"{device}: {t_rec * 1e3:.0f} ms, RMSE {rmse:.3f}").savefig(
-            tmp, dpi=110, format="png")
+    _save(_figure(truth, rec, volume, f"{device}: {t_rec * 1e3:.0f} ms, RMSE {rmse:.3f}"), output, dpi=110)
     print(f"wrote {output}")
     return 0
 
@@ -126,7 +159,6 @@ def run_real(args) -> int:
     """Reconstruct the bundled real scan: flat/dark, -log, centre, FBP, a PNG."""
     import leveret
     from leveret.backends import resolve
-    from leveret.io import atomic_output
     from leveret.preprocess import find_center
 
     output = _output(args, "real.png")
@@ -150,8 +182,7 @@ def run_real(args) -> int:
     device = _device_name(backend)
     print(f"fbp on {device}: volume {volume.shape} in {t_rec * 1e3:.1f} ms "
           f"({volume.size * scan.angles.size / t_rec / 1e9:.2f} GU/s)")
-    with atomic_output(output, overwrite=True) as tmp:
-        _real_figure(lines, volume, naive[0], est.center, geometry).savefig(tmp, dpi=100, format="png")
+    _save(_real_figure(lines, volume, naive[0], est.center, geometry), output, dpi=100)
     print(f"wrote {output}")
     return 0
 

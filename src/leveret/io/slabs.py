@@ -382,11 +382,15 @@ class SlabWriter:
 
     def _save_manifest(self) -> None:
         tmp = self.partial / (MANIFEST + ".tmp")
-        with open(tmp, "w") as f:
-            json.dump(self._manifest(), f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.partial / MANIFEST)
+        try:
+            with open(tmp, "w") as f:
+                json.dump(self._manifest(), f)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, self.partial / MANIFEST)
+        except BaseException:
+            _remove(tmp)       # the manifest before this save stays the record
+            raise
 
     def _create_payload(self) -> None:
         if self.format == "npy":
@@ -501,17 +505,32 @@ class SlabWriter:
                 raise RuntimeError(f"write: the output {str(self.path)!r} was aborted")
             try:
                 self._write(k0, k1, data)
+                self._record(k0, k1)
             except Exception as exc:
                 if is_space_error(exc):
-                    error = self._space_error(exc)
-                    if not self.resume:    # as the message says: gone now, not at the caller's abort()
-                        self._aborted = True
-                        _remove(self.partial)
-                        self._lock.release()
-                    raise error from exc
+                    raise self._out_of_space(exc) from exc
                 raise
-            self._done[k0:k1] = True
+
+    def _record(self, k0: int, k1: int) -> None:
+        """Mark slices ``k0:k1`` done and save the manifest; if the save fails
+        the slices count as not written, as the manifest on disk says."""
+        before = self._done[k0:k1].copy()
+        self._done[k0:k1] = True
+        try:
             self._save_manifest()
+        except BaseException:
+            self._done[k0:k1] = before
+            raise
+
+    def _out_of_space(self, exc: BaseException) -> OutputSpaceError:
+        """The error for a full disk met while writing (data or manifest); the
+        partial output is removed now unless kept for ``resume``."""
+        error = self._space_error(exc)
+        if not self.resume:    # as the message says: gone now, not at the caller's abort()
+            self._aborted = True
+            _remove(self.partial)
+            self._lock.release()
+        return error
 
     def _write(self, k0: int, k1: int, data: np.ndarray) -> None:
         if self.format in ("npy", "bigtiff"):
@@ -555,8 +574,12 @@ class SlabWriter:
         with self._io:
             if self._aborted:
                 raise RuntimeError(f"record: the output {str(self.path)!r} was aborted")
-            self._done[k0:k1] = True
-            self._save_manifest()
+            try:
+                self._record(k0, k1)
+            except Exception as exc:
+                if is_space_error(exc):
+                    raise self._out_of_space(exc) from exc
+                raise
 
     def slice_name(self, k: int) -> str:
         """File name of slice ``k`` in a TIFF-folder output (``slice_00000.tif``, ...)."""
