@@ -188,3 +188,14 @@ def test_stripe_removal_slab_by_slab_equals_the_whole_scan(tmp_path, parallel_sc
     x = g.default_volume().coordinates("x")
     ring = np.abs(plain - ref)[:, np.hypot(x[None], x[:, None]) < 30].mean()
     assert ring > 1e-3          # the stripes were there and were removed
+
+
+def test_the_output_is_never_the_input(tmp_path):
+    g = leveret.ParallelGeometry(np.linspace(0, np.pi, 30, endpoint=False), 16, n_rows=4)
+    proj = np.ones(g.projection_shape, np.float32)
+    np.save(tmp_path / "p.npy", proj)
+    with pytest.raises(ValueError, match=r"^output: .*p\.npy' is the same file as projections .*; "
+                                         r"leveret never writes over its input"):
+        reconstruct_to_file(str(tmp_path / "p.npy"), g, tmp_path / "p.npy", overwrite=True, backend="cpu")
+    np.testing.assert_array_equal(np.load(tmp_path / "p.npy"), proj)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["p.npy"]

@@ -437,7 +437,9 @@ def reconstruct_to_file(projections, geometry, output, *, volume: VolumeGeometry
         the run stops early (see :class:`leveret.io.SlabWriter`). A run on a
         Dask cluster and one in this process continue each other's outputs.
     overwrite : bool
-        Replace an existing output.
+        Replace an existing output of the same format that leveret wrote
+        (:class:`leveret.io.SlabWriter`). An output that is the input file
+        ``projections`` names (or a folder holding it) is refused either way.
     dataset, compression
         HDF5 dataset path; compression (see :class:`leveret.io.SlabWriter`).
     metadata : dict, optional
@@ -508,12 +510,15 @@ def _reconstruct_to_file(projections, geometry, output, *, volume, flats, darks,
 
     from .executors import OutOfMemoryOnDevice
     from .io import SlabWriter, open_array
+    from .io._common import split_dataset
     from .io.atomic import register_cleanup, unregister_cleanup
+    from .io.marks import check_not_input
 
     t0 = time.perf_counter()
     volume = _volume(geometry, volume)
     if isinstance(projections, (str, os.PathLike)):
         source = os.fspath(projections)
+        check_not_input(split_dataset(output, None)[0], [("projections", source)], flag="output")
         projections = open_array(projections, dataset=None)
         params = {"input": source, **(params or {})}
     shape = tuple(getattr(projections, "shape", ()))

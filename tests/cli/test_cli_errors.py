@@ -130,11 +130,17 @@ def test_unwritable_output_folder_names_the_output_not_a_temporary(folder, dry_r
 
 
 def test_dry_run_refuses_an_existing_output(folder):
-    (folder / "rec.h5").write_bytes(b"keep")
+    from leveret.io import write_array
+
+    write_array(folder / "rec.h5", np.zeros((4, 32, 32), np.float32))
     r = leveret_cmd("recon", "proj.npy", "rec.h5", "--angles", "0:180:60", "--dry-run", cwd=folder)
     assert r.returncode == 2 and "pass --overwrite" in r.stderr and r.stdout == ""
     r = leveret_cmd("recon", "proj.npy", "rec.h5", "--angles", "0:180:60", "--dry-run", "--overwrite", cwd=folder)
     assert r.returncode == 0 and "memory plan" in r.stdout
+    # what --overwrite would refuse to delete, the dry run refuses too
+    (folder / "rec.h5").write_bytes(b"keep")
+    r = leveret_cmd("recon", "proj.npy", "rec.h5", "--angles", "0:180:60", "--dry-run", "--overwrite", cwd=folder)
+    assert r.returncode == 2 and "--overwrite refused to delete 'rec.h5'" in r.stderr and r.stdout == ""
 
 
 def test_dataset_for_an_input_without_datasets_is_an_error(folder):

@@ -101,3 +101,50 @@ def test_atomic_output_context_manager(tmp_path):
         with atomic_output(tmp_path / "other.txt"):
             pass
     assert os.listdir(tmp_path) == ["result.json"]
+
+
+# -- what overwrite may replace ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["a.npy", "a.tif", "a.h5", "vol/"])
+def test_overwrite_never_deletes_a_folder_that_is_not_an_output_of_that_format(tmp_path, name):
+    path = tmp_path / name
+    path.mkdir()
+    (path / "notes.txt").write_text("keep")
+    with pytest.raises(ValueError, match=r"^path: overwrite=True refused to delete .*; delete it yourself"):
+        write_array(str(path), np.ones((2, 3, 3)), overwrite=True)
+    assert (path / "notes.txt").read_text() == "keep" and sorted(os.listdir(tmp_path)) == [path.name]
+
+
+def test_overwrite_of_any_output_replaces_a_file_never_a_folder(tmp_path):
+    (tmp_path / "r.json").mkdir()
+    (tmp_path / "r.json" / "notes.txt").write_text("keep")
+    with pytest.raises(ValueError, match=r"^path: overwrite=True refused to delete .*r\.json': it is a folder"):
+        with atomic_output(tmp_path / "r.json", overwrite=True) as tmp:
+            tmp.write_text("{}")
+    assert (tmp_path / "r.json" / "notes.txt").read_text() == "keep"
+    assert sorted(os.listdir(tmp_path)) == ["r.json"]
+
+
+@pytest.mark.parametrize("name", ["a.npy", "a.tif", "a.h5", "vol/"])
+def test_write_array_marks_its_outputs_as_leveret_s(tmp_path, name):
+    from leveret.io.marks import replace_refusal
+
+    path = tmp_path / name
+    write_array(str(path), np.ones((2, 3, 3), np.float32))
+    kind = {"a.npy": "npy", "a.tif": "tiff", "a.h5": "hdf5", "vol/": "tiff-stack"}[name]
+    assert replace_refusal(path, kind) is None
+    for other in {"npy", "tiff", "hdf5", "tiff-stack", "zarr"} - {kind}:
+        assert replace_refusal(path, other) is not None       # an output of another format is not replaced
+
+
+def test_a_foreign_file_of_the_format_is_not_replaced(tmp_path):
+    import h5py
+
+    from leveret.io.marks import replace_refusal
+
+    tifffile.imwrite(tmp_path / "a.tif", np.ones((2, 3, 3), np.float32), photometric="minisblack")
+    with h5py.File(tmp_path / "a.h5", "w") as f:
+        f["data"] = np.ones(3)
+    assert "leveret did not write" in replace_refusal(tmp_path / "a.tif", "tiff")
+    assert "leveret did not write" in replace_refusal(tmp_path / "a.h5", "hdf5")
+    assert replace_refusal(tmp_path / "nothing.h5", "hdf5") is None      # nothing there: nothing to delete

@@ -39,7 +39,9 @@ def test_round_trip_data_and_metadata(tmp_path, rng, name):
     assert sorted(p.name for p in tmp_path.iterdir()) == [path.name]    # nothing else left
     np.testing.assert_array_equal(read_array(path), vol)
     np.testing.assert_array_equal(np.asarray(open_array(path)[:, 2:5, :]), vol[:, 2:5, :])
-    assert read_metadata(path) == ({} if name.endswith(".npy") else meta)
+    # zarr keeps leveret's mark among the array's attributes (HDF5 and TIFF elsewhere)
+    marked = {**meta, "software": "leveret"} if name.endswith(".zarr") else meta
+    assert read_metadata(path) == ({} if name.endswith(".npy") else marked)
 
 
 def test_formats_and_options(tmp_path, rng):
@@ -275,3 +277,24 @@ def test_hypothesis_damaged_files_give_clear_errors():
                 assert back.shape == vol.shape and back.dtype == vol.dtype
                 np.testing.assert_array_equal(back[intact], vol[intact])
     check()
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_slab_writer_marks_its_outputs_and_refuses_to_replace_a_folder_of_other_files(tmp_path, rng, name):
+    from leveret.io.marks import replace_refusal
+    from leveret.io.slabs import output_format
+
+    vol = _volume(rng)
+    out = tmp_path / name
+    write_slabs(out, [(0, vol)], vol.shape)
+    kind = {"bigtiff": "tiff"}.get(output_format(out), output_format(out))
+    assert replace_refusal(out, kind) is None
+    write_slabs(out, [(0, 2 * vol)], vol.shape, overwrite=True)          # its own output: replaced
+    np.testing.assert_array_equal(read_array(out), 2 * vol)
+    other = tmp_path / ("x" + name)
+    other.mkdir()
+    (other / "notes.txt").write_text("keep")
+    with pytest.raises(ValueError, match="overwrite=True refused to delete"):
+        SlabWriter(other, vol.shape, overwrite=True)
+    assert (other / "notes.txt").read_text() == "keep"
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([out.name, other.name])

@@ -15,6 +15,7 @@ log = logging.getLogger("leveret.cli")
 
 CENTER_ROWS = 16        # detector rows the centre estimate uses by default
 PREVIEW_COLUMNS = 256   # preview reconstructions are binned to at most this many columns
+PREVIEW_FILES = ("slices.png", "sinogram.png", "geometry.png")     # what preview writes into its folder
 
 
 LIMITED_ANGLE_DEGREES = 170.0   # a parallel-beam scan covering less than this gets a warning
@@ -43,22 +44,43 @@ def _precision(args) -> str:
 
 
 def _check_output(path: Path, overwrite: bool, flag: str = "output",
-                  hint: str = "pass --overwrite to replace it") -> None:
-    """Fail now, naming ``flag``, if ``path`` exists (without --overwrite) or its folder is
-    missing or not writable; not after the work, and not naming a temporary."""
+                  hint: str = "pass --overwrite to replace it", *, kind: str | None = None, args=None,
+                  inside: bool = False, asked_by: str | None = "--overwrite") -> None:
+    """Fail now, naming ``flag``, if ``path`` is one of the inputs ``args`` names (or
+    holds one; with ``inside``, lies in an input folder), exists (without --overwrite),
+    exists as something other than an output of ``kind`` that leveret wrote, or its
+    folder is missing or not writable; not after the work, and not naming a temporary.
+    ``asked_by`` names what asked to replace an existing ``path`` (None: the command)."""
     import tempfile
 
+    from ..io.atomic import check_replaceable
+    from ..io.marks import check_not_input
+
     path = Path(path)
+    if args is not None:
+        check_not_input(path, _inputs(args), flag=flag, inside=inside)
     if not path.parent.is_dir():
         raise ValueError(f"{flag}: the folder {str(path.parent)!r} does not exist (for {str(path)!r})")
     if path.exists() and not overwrite:
         raise ValueError(f"{flag}: {str(path)!r} already exists; {hint}")
+    if path.exists():
+        check_replaceable(path, kind, flag=flag, asked_by=asked_by)
     try:        # the one reliable test of "writable" (permissions, read-only mounts, /proc)
         with tempfile.TemporaryFile(dir=path.parent):
             pass
     except OSError as exc:
         raise ValueError(f"{flag}: cannot write into the folder {str(path.parent.resolve())!r} "
                          f"({exc.strerror or exc})") from None
+
+
+def _inputs(args) -> list[tuple[str, str]]:
+    """The files and folders the flags read, each with how a message names it."""
+    found = [("the input", getattr(args, "input", None)), ("--flat", getattr(args, "flat", None)),
+             ("--dark", getattr(args, "dark", None)), ("--config", getattr(args, "config", None))]
+    angles = getattr(args, "angles", None)
+    if isinstance(angles, str) and Path(angles).exists():      # a file, not start:stop:count
+        found.append(("--angles", angles))
+    return [(what, path) for what, path in found if path is not None]
 
 
 def _check_plausible(args, angles: np.ndarray, dtype, has_flats: bool) -> None:
@@ -343,8 +365,8 @@ def _recon(args, client) -> int:
     if args.output is None:
         raise ValueError("output: give the output path (second argument, or output = ... in --config)")
     out_path, dataset = split_dataset(args.output, None)
-    output_format(args.output if dataset is None else out_path)     # a bad extension fails now
-    _check_output(out_path, args.overwrite)
+    fmt = output_format(args.output if dataset is None else out_path)     # a bad extension fails now
+    _check_output(out_path, args.overwrite, kind={"bigtiff": "tiff"}.get(fmt, fmt), args=args, inside=True)
     compression = None if str(args.compression).lower() == "none" else args.compression
     scan = load_scan(args)
     _check_backend_flags(args)
@@ -409,7 +431,7 @@ def center(args) -> int:
 
     for flag, path in (("--json", args.json), ("--montage", args.montage)):
         if path is not None:
-            _check_output(Path(path), overwrite=True, flag=flag)
+            _check_output(Path(path), overwrite=True, flag=flag, args=args, asked_by=None)
     if args.sweep is not None:
         _check_sweep(args.sweep, args.step)
     elif args.montage:
@@ -495,6 +517,8 @@ def preview(args) -> int:
         raise ValueError("input: give a scan (with --angles) or a volume")
     if out.exists() and not out.is_dir():
         raise ValueError(f"--output-dir: {str(out)!r} is a file, not a folder")
+    for name in PREVIEW_FILES if out.is_dir() else ():    # replaced as files: never an input, nor a folder
+        _check_output(out / name, overwrite=True, flag="--output-dir", args=args, asked_by=None)
     scan_mode = args.angles is not None or _is_scan_file(args)
     # The folder is made when the first figure is saved: a rejected input leaves no empty folder.
     written = _preview_scan(args, out) if scan_mode else _preview_volume(args, out)
@@ -636,7 +660,7 @@ def bench(args) -> int:
         if json_path.parent.exists() and not json_path.parent.is_dir():
             raise ValueError(f"--output-dir: {str(json_path.parent)!r} is a file, not a folder")
         if json_path.parent.is_dir():
-            _check_output(json_path, overwrite=True, flag="--json")
+            _check_output(json_path, overwrite=True, flag="--json", args=args, asked_by=None)
     backend = resolve(args.backend)
     sizes = sorted({max(16, args.size // 4), max(16, args.size // 2), max(16, args.size)})
     rows = []
@@ -752,11 +776,11 @@ def rabbitct(args) -> int:
     if args.size < 1:
         raise ValueError(f"--size: expected a positive volume edge, got {args.size}")
     if args.json is not None:
-        _check_output(Path(args.json), overwrite=True, flag="--json")
+        _check_output(Path(args.json), overwrite=True, flag="--json", args=args, asked_by=None)
     if args.save is not None:       # before the synthetic dataset is made (minutes)
         if args.input is not None:
             raise ValueError("--save: writes the synthetic dataset; not with --input")
-        _check_output(Path(args.save), overwrite=False, flag="--save", hint="choose another name")
+        _check_output(Path(args.save), overwrite=False, flag="--save", hint="choose another name", args=args)
     if args.input is not None:
         data = read_rabbitct(args.input)
         reference = None                        # the file's own reference volumes

@@ -53,7 +53,7 @@ def _output(args, name: str):
     if output.suffix.lower() != ".png":
         raise ValueError(f"--output: expected a .png file, got {str(output)!r}")
     if args.output or output.parent.is_dir():
-        check_writable(output, overwrite=True)
+        check_writable(output, overwrite=True, flag="--output", asked_by=None)
     elif not os.access(output.parent.parent, os.W_OK):
         raise ValueError(f"--output: cannot make the folder {str(output.parent.absolute())!r} "
                          "(the current folder is not writable); give --output")

@@ -222,16 +222,35 @@ def check_space(path: str | os.PathLike, needed: int) -> None:
                                "write elsewhere")
 
 
-def check_writable(path: Path, overwrite: bool) -> None:
-    """Raise ValueError naming ``path`` if it exists (unless overwrite) or has no parent folder."""
+def check_writable(path: Path, overwrite: bool, kind: str | None = None, *, flag: str = "path",
+                   asked_by: str | None = "overwrite=True") -> None:
+    """Raise ValueError naming ``flag`` if ``path`` has no parent folder, exists (unless
+    ``overwrite``), or exists and is not an output of ``kind`` that leveret wrote
+    (:func:`check_replaceable`: ``overwrite`` never deletes anything else)."""
     if not path.parent.is_dir():
-        raise ValueError(f"path: the folder {str(path.parent)!r} does not exist (for {str(path)!r})")
-    if path.exists() and not overwrite:
-        raise ValueError(f"path: {str(path)!r} already exists; pass overwrite=True to replace it")
+        raise ValueError(f"{flag}: the folder {str(path.parent)!r} does not exist (for {str(path)!r})")
+    if not path.exists():
+        return
+    if not overwrite:
+        raise ValueError(f"{flag}: {str(path)!r} already exists; pass overwrite=True to replace it")
+    check_replaceable(path, kind, flag=flag, asked_by=asked_by)
+
+
+def check_replaceable(path: Path, kind: str | None = None, *, flag: str = "path",
+                      asked_by: str | None = "overwrite=True") -> None:
+    """Raise ValueError naming ``flag`` and what was not deleted if an existing ``path``
+    is not an output of ``kind`` that leveret wrote (:func:`leveret.io.marks.replace_refusal`).
+    ``asked_by`` names what asked for the replacement in the message (None: nothing)."""
+    from .marks import replace_refusal
+
+    refusal = replace_refusal(path, kind)
+    if refusal is not None:
+        raise ValueError(f"{flag}: {asked_by + ' ' if asked_by else ''}refused to delete {str(path)!r}: "
+                         f"{refusal}; delete it yourself if it may go, or give another path")
 
 
 @contextlib.contextmanager
-def atomic_output(path: str | os.PathLike, *, overwrite: bool = False) -> Iterator[Path]:
+def atomic_output(path: str | os.PathLike, *, overwrite: bool = False, kind: str | None = None) -> Iterator[Path]:
     """Context manager for writing ``path`` all or nothing.
 
     Yields a temporary path in the same folder (``.<name>.tmp-<pid>-<token>``).
@@ -250,11 +269,16 @@ def atomic_output(path: str | os.PathLike, *, overwrite: bool = False) -> Iterat
         atomic ``os.replace``; a replacement involving a folder moves the old
         one aside first, so for a moment neither exists at ``path`` (never a
         half-written one).
+    kind : {"npy", "tiff", "tiff-stack", "hdf5", "zarr"} or None
+        The output's format: ``overwrite`` replaces only an output of that
+        format that leveret wrote (:func:`leveret.io.marks.replace_refusal`).
+        None (default): any file, never a folder.
 
     Raises
     ------
     ValueError
-        ``path`` exists and ``overwrite`` is False, or its folder is missing.
+        ``path`` exists and ``overwrite`` is False, or is not something
+        ``overwrite`` may delete, or its folder is missing.
 
     Examples
     --------
@@ -262,7 +286,7 @@ def atomic_output(path: str | os.PathLike, *, overwrite: bool = False) -> Iterat
     ...     tmp.write_text(json.dumps(result))
     """
     path = Path(os.fspath(path))
-    check_writable(path, overwrite)
+    check_writable(path, overwrite, kind)
     tmp = _temporary_name(path, "tmp")
     register_cleanup(id(tmp), lambda: _remove(tmp))
     try:
@@ -274,7 +298,7 @@ def atomic_output(path: str | os.PathLike, *, overwrite: bool = False) -> Iterat
                 if f.is_file():
                     _fsync_path(f)
         _fsync_path(tmp)
-        _commit(tmp, path, overwrite)
+        _commit(tmp, path, overwrite, kind)
     except BaseException:
         _remove(tmp)
         raise
@@ -283,9 +307,9 @@ def atomic_output(path: str | os.PathLike, *, overwrite: bool = False) -> Iterat
     _fsync_path(path.parent)  # make the rename itself durable
 
 
-def _commit(tmp: Path, path: Path, overwrite: bool) -> None:
+def _commit(tmp: Path, path: Path, overwrite: bool, kind: str | None = None) -> None:
     # Checked again: something may have appeared at path while we wrote.
-    check_writable(path, overwrite)
+    check_writable(path, overwrite, kind)
     if not path.exists() and not path.is_symlink():
         os.replace(tmp, path)
         return

@@ -44,6 +44,7 @@ import numpy as np
 from ._common import HDF5_EXTS, TIFF_EXTS, split_dataset, suffix
 from .atomic import (OutputLock, OutputSpaceError, _commit, _fsync_path, _remove, check_space, check_writable,
                      free_bytes, is_space_error, register_cleanup, space_errno, unregister_cleanup)
+from .marks import SOFTWARE
 
 log = logging.getLogger(__name__)
 
@@ -180,7 +181,11 @@ class SlabWriter:
         keep the partial output when the run stops early. Without it an old
         partial output is discarded, and so is this one on failure.
     overwrite : bool
-        Replace an existing output at ``path`` when finishing.
+        Replace an existing output at ``path`` when finishing: only an output
+        of the same format that leveret wrote (any ``.npy`` file; see
+        :mod:`leveret.io.marks`), anything else is refused at the start. Every
+        output carries that mark (HDF5 and zarr attribute ``software``, TIFF
+        Software tag ``"leveret"``).
     dataset : str, optional
         HDF5 dataset path (default ``/data``).
     compression : str or None
@@ -225,7 +230,7 @@ class SlabWriter:
         self.chunks = self._chunks(chunks)
         self.params_hash = parameters_hash(params)
         self.fingerprint = _json_safe(fingerprint) if fingerprint is not None else None
-        check_writable(self.path, self.overwrite)  # fail before any work
+        check_writable(self.path, self.overwrite, self.kind)  # fail before any work
         self.partial = self.path.with_name(f".{self.path.name}.partial")
         self.payload = self.partial / _PAYLOAD[self.format]
         self._done = np.zeros(shape[0], bool)
@@ -251,6 +256,11 @@ class SlabWriter:
         register_cleanup(id(self), self.abort)
 
     # -- set-up ------------------------------------------------------------------------------
+    @property
+    def kind(self) -> str:
+        """The output's kind for :func:`leveret.io.marks.replace_refusal` (what overwrite may replace)."""
+        return {"bigtiff": "tiff"}.get(self.format, self.format)
+
     def _compression(self, compression):
         allowed = {"hdf5": ("gzip", "lzf", None), "zarr": ("zstd", "lz4", None),
                    "tiff-stack": ("zlib", None), "npy": (None,), "bigtiff": (None,)}[self.format]
@@ -404,7 +414,7 @@ class SlabWriter:
             import tifffile
             offset, nbytes = tifffile.imwrite(self.payload, shape=self.shape, dtype=self.dtype, bigtiff=True,
                                               photometric="minisblack", metadata=self.metadata or {},
-                                              returnoffset=True, contiguous=True)
+                                              software=SOFTWARE, returnoffset=True, contiguous=True)
             self._offset = int(offset)
             self._preallocate()
         elif self.format == "tiff-stack":
@@ -417,6 +427,7 @@ class SlabWriter:
             elif self.compression == "lzf":
                 opts = dict(compression="lzf", shuffle=True)
             with h5py.File(self.payload, "w-") as f:
+                f.attrs["software"] = SOFTWARE
                 ds = f.create_dataset(self.dataset, shape=self.shape, dtype=self.dtype,
                                       chunks=self.chunks, **opts)
                 for k, val in self.metadata.items():
@@ -429,7 +440,7 @@ class SlabWriter:
                 compressors = BloscCodec(cname=self.compression, clevel=3, shuffle="bitshuffle")
             zarr.create_array(store=str(self.payload), shape=self.shape, chunks=self.chunks,
                               dtype=self.dtype, compressors=compressors, zarr_format=3,
-                              attributes=self.metadata, fill_value=0)
+                              attributes={**self.metadata, "software": SOFTWARE}, fill_value=0)
 
     def _preallocate(self) -> None:
         """Reserve the pixel data's blocks now, so that a disk too small fails
@@ -541,7 +552,7 @@ class SlabWriter:
                 f = self.payload / self.slice_name(k)
                 tifffile.imwrite(f, data[k - k0], photometric="minisblack", compression=self.compression,
                                  description=json.dumps({"slice": k, **self.metadata}),
-                                 metadata=None)
+                                 metadata=None, software=SOFTWARE)
                 _fsync_path(f)
         elif self.format == "hdf5":
             import h5py
@@ -603,7 +614,7 @@ class SlabWriter:
                 for f in self.payload.rglob("*"):
                     if f.is_file():
                         _fsync_path(f)
-            _commit(self.payload, self.path, self.overwrite)
+            _commit(self.payload, self.path, self.overwrite, self.kind)
             _fsync_path(self.path.parent)
             _remove(self.partial)
             self._finished = True

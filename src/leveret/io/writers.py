@@ -9,6 +9,7 @@ import numpy as np
 
 from ._common import TIFF_EXTS, split_dataset, suffix
 from .atomic import atomic_output
+from .marks import SOFTWARE
 
 # Classic TIFF stores 32-bit offsets and many readers treat them as signed:
 # switch to BigTIFF a little below 2 GiB, leaving room for IFDs and metadata.
@@ -31,6 +32,9 @@ def write_array(path: str | os.PathLike, array, *, dataset: str | None = None,
       The whole file is written anew: other datasets of an existing file are
       not kept.
 
+    TIFF and HDF5 outputs carry leveret's mark (:mod:`leveret.io.marks`), so
+    that ``overwrite`` can tell them from files it must not delete.
+
     The output appears complete or not at all: it is written under a hidden
     temporary name in the same folder, fsynced and renamed into place (see
     :func:`atomic_output`); any failure removes the temporary.
@@ -45,7 +49,8 @@ def write_array(path: str | os.PathLike, array, *, dataset: str | None = None,
     dataset : str, optional
         HDF5 dataset path.
     overwrite : bool
-        Replace an existing output; otherwise an existing ``path`` is an error.
+        Replace an existing output of the same format that leveret wrote
+        (any ``.npy`` file); otherwise an existing ``path`` is an error.
 
     Returns
     -------
@@ -73,7 +78,7 @@ def write_array(path: str | os.PathLike, array, *, dataset: str | None = None,
         raise ValueError(f"dataset: only HDF5 files have datasets, but path is {text!r}")
     array = _host_array(array)
     _check_ndim(writer, array)
-    with atomic_output(p, overwrite=overwrite) as tmp:
+    with atomic_output(p, overwrite=overwrite, kind=_KINDS[writer]) as tmp:
         writer(tmp, array, dataset)
     return p
 
@@ -105,7 +110,7 @@ def write_tiff(tmp: Path, array: np.ndarray, dataset: str | None = None) -> None
     import tifffile
 
     # minisblack: a 3D array is pages of grey images, never read as RGB.
-    tifffile.imwrite(tmp, array, photometric="minisblack",
+    tifffile.imwrite(tmp, array, photometric="minisblack", software=SOFTWARE,
                      bigtiff=array.nbytes > BIGTIFF_THRESHOLD)
 
 
@@ -115,7 +120,7 @@ def write_tiff_folder(tmp: Path, array: np.ndarray, dataset: str | None = None) 
     tmp.mkdir()
     width = max(5, len(str(len(array) - 1)))
     for k, image in enumerate(array):
-        tifffile.imwrite(tmp / f"slice_{k:0{width}d}.tif", image, photometric="minisblack",
+        tifffile.imwrite(tmp / f"slice_{k:0{width}d}.tif", image, photometric="minisblack", software=SOFTWARE,
                          bigtiff=image.nbytes > BIGTIFF_THRESHOLD)
 
 
@@ -123,8 +128,12 @@ def write_hdf5(tmp: Path, array: np.ndarray, dataset: str | None = None) -> None
     import h5py
 
     with h5py.File(tmp, "w-") as f:
+        f.attrs["software"] = SOFTWARE
         f.create_dataset(dataset or DEFAULT_DATASET, data=array)
 
+
+# Each writer's output kind, for what overwrite may replace (leveret.io.marks).
+_KINDS = {write_npy: "npy", write_tiff: "tiff", write_tiff_folder: "tiff-stack", write_hdf5: "hdf5"}
 
 # Kind (extension, or "folder") -> writer(temporary path, array, dataset).
 _WRITERS: dict[str, Callable[[Path, np.ndarray, str | None], None]] = {
