@@ -62,10 +62,10 @@ def test_reading_reconstructing_and_writing_overlap(tmp_path, scan, monkeypatch)
 
     real_write = SlabWriter.write
 
-    def write(self, start, data):
+    def write(self, start, data, **kwargs):
         if start == 0:
             assert building.setdefault((4, 8), threading.Event()).wait(WAIT), "slab 1 not built during a write"
-        return real_write(self, start, data)
+        return real_write(self, start, data, **kwargs)
 
     monkeypatch.setattr(executors, "read_rows", read)
     monkeypatch.setattr(outofcore, "reconstruct_slab", build)
@@ -109,7 +109,7 @@ def test_a_failed_read_stops_the_run_and_leaves_nothing(tmp_path, scan):
 def test_an_interrupt_while_writing_leaves_nothing_and_no_thread(tmp_path, scan, monkeypatch):
     g, proj, _ = scan
 
-    def interrupted(self, start, data):
+    def interrupted(self, start, data, **kwargs):
         raise KeyboardInterrupt
     monkeypatch.setattr(SlabWriter, "write", interrupted)
     with pytest.raises(KeyboardInterrupt):

@@ -401,6 +401,57 @@ def test_resume_after_the_input_changed_is_refused_and_keeps_the_partial_output(
     np.testing.assert_array_equal(read_array(out), leveret.fbp(proj * 2, g, backend="cpu"))
 
 
+def _unsampled_value(path: Path, shape, done_rows: int) -> tuple[int, int, int]:
+    """An (angle, row, column) of the .npy ``path`` in rows 1..done_rows - 1 that neither
+    the sampled blocks of the file's fingerprint nor the sampled detector rows read."""
+    n_angles, n_rows, n_cols = shape
+    with open(path, "rb") as fh:
+        np.lib.format.read_magic(fh)
+        np.lib.format.read_array_header_1_0(fh)
+        header = fh.tell()
+    total, block = path.stat().st_size, 1 << 16
+    blocks = np.unique(np.linspace(0, total - block, 8).astype(np.int64))
+    for a in range(1, n_angles - 1):
+        for r in range(1, done_rows):
+            offset = header + ((a * n_rows + r) * n_cols + n_cols // 2) * 4
+            if a != n_angles // 2 and r != n_rows // 2 and not any(b <= offset < b + block for b in blocks):
+                return a, r, n_cols // 2
+    raise AssertionError("every value of the finished rows is sampled: make the scan larger")
+
+
+def test_resume_after_one_value_of_a_finished_slab_s_input_changed_is_refused(tmp_path):
+    """One value, in rows that finished slabs used, changed in place with the size and
+    modification time kept, where the sampled fingerprint does not look: refused, not mixed."""
+    from leveret.outofcore import _fingerprint
+
+    g, proj = _scan(tmp_path, n_rows=SIGNALLED_ROWS)      # 1.1 MB: more than the 8 sampled 64 KiB blocks
+    out, source = tmp_path / "r.h5", tmp_path / "p.npy"
+    manifest = tmp_path / ".r.h5.partial" / "manifest.json"
+    cmd = _cli(tmp_path, out, "--resume", "--no-progress")
+    proc = _start(cmd)
+    _wait_for_slabs(manifest, proc, 10)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130, err
+    done = json.loads(manifest.read_text())["done"]
+    assert done[0][0] == 0 and done[0][1] >= 10
+    a, r, c = _unsampled_value(source, proj.shape, done[0][1])   # slice k used rows k and k + 1
+    before, stat = _fingerprint(np.load(source, mmap_mode="r"), str(source)), source.stat()
+    data = np.load(source, mmap_mode="r+")
+    data[a, r, c] += 1.0
+    data.flush()
+    del data
+    os.utime(source, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert _fingerprint(np.load(source, mmap_mode="r"), str(source)) == before    # the samples miss it
+    again = subprocess.run(cmd, capture_output=True, text=True, env=_env(), timeout=120)
+    assert again.returncode == 2, again.stderr
+    error = again.stderr.strip().splitlines()[-1]
+    assert error.startswith("leveret recon: error: --resume: the input changed since the partial output "), error
+    assert f"(detector rows {r - 1}:{r + 1}, from which slices {r - 1}:{r} were made, differ)" in error
+    assert "run without --resume to start afresh" in error and "Traceback" not in again.stderr
+    assert manifest.exists() and not out.exists()         # kept for the right input; nothing mixed
+
+
 @pytest.mark.parametrize("exc,code", [(KeyboardInterrupt(), 130), ("SIGTERM", 143)])
 def test_an_interrupt_during_start_up_is_a_clean_message(monkeypatch, capsys, exc, code):
     """Before the work starts (parsing, imports): no traceback, the signal's exit code."""

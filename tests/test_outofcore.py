@@ -199,3 +199,27 @@ def test_the_output_is_never_the_input(tmp_path):
         reconstruct_to_file(str(tmp_path / "p.npy"), g, tmp_path / "p.npy", overwrite=True, backend="cpu")
     np.testing.assert_array_equal(np.load(tmp_path / "p.npy"), proj)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["p.npy"]
+
+
+def test_resume_refuses_an_input_changed_where_a_finished_slab_read_it(tmp_path, parallel_scan):
+    g, proj, ref = parallel_scan
+    proj = proj.copy()
+    out = tmp_path / "r.h5"
+    real = outofcore.reconstruct_slab
+    with pytest.MonkeyPatch.context() as mp:
+        def interrupted(*args, **kwargs):
+            if args[3][0] >= 16:          # slabs 0:8 and 8:16 are done
+                raise KeyboardInterrupt
+            return real(*args, **kwargs)
+        mp.setattr(outofcore, "reconstruct_slab", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            reconstruct_to_file(proj, g, out, backend="cpu", slab_slices=8, resume=True)
+    proj[5, 12, 40] += 1.0        # a row slab 8:16 read, none of the sampled ones
+    with pytest.raises(ValueError, match=r"^resume: the input changed since the partial output .* \(detector "
+                                         r"rows 8:17, from which slices 8:16 were made, differ\); run without"):
+        reconstruct_to_file(proj, g, out, backend="cpu", slab_slices=8, resume=True)
+    assert (tmp_path / ".r.h5.partial").is_dir() and not out.exists()
+    proj[5, 12, 40] -= 1.0        # restored: the run continues and equals the uninterrupted one
+    res = reconstruct_to_file(proj, g, out, backend="cpu", slab_slices=8, resume=True)
+    assert res.slices_resumed == 16
+    np.testing.assert_allclose(read_array(out), ref, rtol=0, atol=1e-5)

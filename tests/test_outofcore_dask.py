@@ -103,8 +103,8 @@ def test_a_worker_killed_mid_run_costs_only_its_slabs(tmp_path, scan, client, mo
     real = getattr(SlabWriter, method)
     killed = []
 
-    def recorded(self, *args):
-        real(self, *args)
+    def recorded(self, *args, **kwargs):
+        real(self, *args, **kwargs)
         if not killed:     # the manifest now shows the first slab: kill a worker that has one running
             for _ in range(100):     # the driver may not have handed out the next slabs yet
                 busy = [w for w, keys in client.processing().items() if keys]
@@ -142,8 +142,8 @@ def _stop_after(monkeypatch, method: str, n: int) -> None:
     real = getattr(SlabWriter, method)
     calls = []
 
-    def stopping(self, *args):
-        real(self, *args)
+    def stopping(self, *args, **kwargs):
+        real(self, *args, **kwargs)
         calls.append(args)
         if len(calls) == n:
             raise _Stop

@@ -8,6 +8,10 @@ each slab as it finishes. One plan, two executors:
 - :class:`LocalExecutor` runs the slabs one after the other in this process
   (each slab already uses every core or the GPU), reading the next slab's
   rows and writing the last one while it reconstructs.
+
+Both take a checksum of each slab's input rows as they are read
+(:func:`rows_source`), which the driver records with the slab, so that a
+resumed run can check that the input of the finished slabs did not change.
 - :class:`DaskExecutor` submits them to a ``distributed.Client``: each task
   carries the input's reader (its path and layout, never the data) and the
   slab's slice range, and the worker reads the detector rows it needs
@@ -133,6 +137,17 @@ def read_rows(source, geometry, volume, region):
     return rows, np.asarray(source[:, rows[0]:rows[1], :])
 
 
+def rows_source(rows, data) -> dict | None:
+    """What a slab was made from: its detector rows ``(r0, r1)`` and the CRC-32 of
+    their values as read (:func:`leveret.io.slabs.rows_checksum`); None for a
+    slab off the detector, made from nothing."""
+    from .io.slabs import rows_checksum
+
+    if rows is None:
+        return None
+    return {"rows": [int(rows[0]), int(rows[1])], "crc32": rows_checksum(data)}
+
+
 def build_slab(rows, data, geometry, volume, region, **kwargs):
     """Reconstruct ``region`` from its rows (:func:`read_rows`): the slab, or
     :class:`OutOfMemoryOnDevice` when the GPU ran out of memory."""
@@ -152,19 +167,22 @@ def build_slab(rows, data, geometry, volume, region, **kwargs):
 
 def run_slab(source, geometry, volume, region, *, store=None, **kwargs):
     """Reconstruct ``region = (k0, k1)``, reading its rows from ``source`` (a
-    Dask task).
+    Dask task): ``(result, made_from)``.
 
-    With ``store`` (a zarr store's path) the slab is written there and
-    ``region`` is returned; otherwise the slab itself. A GPU out of memory
-    gives :class:`OutOfMemoryOnDevice`. ``source`` is anything indexed as
-    ``source[:, r0:r1, :]``: the projections, or :class:`Rows` of them.
+    ``result``: with ``store`` (a zarr store's path) the slab is written there
+    and ``region`` is returned; otherwise the slab itself. A GPU out of memory
+    gives :class:`OutOfMemoryOnDevice`. ``made_from`` is :func:`rows_source`
+    of the rows read. ``source`` is anything indexed as ``source[:, r0:r1, :]``:
+    the projections, or :class:`Rows` of them.
     """
-    slab = build_slab(*read_rows(source, geometry, volume, region), geometry, volume, region, **kwargs)
+    rows, data = read_rows(source, geometry, volume, region)
+    made_from = rows_source(rows, data)
+    slab = build_slab(rows, data, geometry, volume, region, **kwargs)
     if store is None or isinstance(slab, OutOfMemoryOnDevice):
-        return slab
+        return slab, made_from
     from .io.slabs import write_region
     write_region(store, region[0], slab)
-    return region
+    return region, made_from
 
 
 # -- executors -------------------------------------------------------------------------------------
@@ -177,7 +195,8 @@ class LocalExecutor:
     slabs and two output slabs at once, which the plan counts
     (:func:`leveret.outofcore.host_bytes`'s ``overlap``).
 
-    ``seconds`` adds up the time spent reading rows and reconstructing.
+    ``seconds`` adds up the time spent reading rows (and taking their
+    checksum) and reconstructing.
     """
 
     name = "local"
@@ -186,6 +205,7 @@ class LocalExecutor:
 
     def __init__(self):
         self._queue: deque = deque()
+        self._made_from: dict = {}       # region -> rows_source of the rows read for it
         self.seconds = {"read": 0.0, "reconstruct": 0.0}
 
     def start(self, projections, geometry, volume, *, store=None, **kwargs) -> None:
@@ -200,8 +220,13 @@ class LocalExecutor:
     def _read(self, region):
         t = time.perf_counter()
         found = read_rows(*self._args, region)
+        self._made_from[region] = rows_source(*found)    # in this reader thread, while the last slab builds
         self.seconds["read"] += time.perf_counter() - t
         return found
+
+    def made_from(self, region) -> dict | None:
+        """:func:`rows_source` of the rows slab ``region`` was made from (once it is completed)."""
+        return self._made_from.pop(tuple(region), None)
 
     def _build(self, region, reading):
         rows, data = reading.result()
@@ -299,6 +324,7 @@ class DaskExecutor:
         self._futures: dict = {}
         self._waiting: deque = deque()
         self._store = None
+        self._made_from: dict = {}
 
     def capacity(self, backend: str) -> dict:
         """What the smallest worker offers: ``backend`` resolved there, and
@@ -366,10 +392,14 @@ class DaskExecutor:
         while self._futures:
             future = next(self._done)
             region = self._futures.pop(future)
-            result = future.result()         # raises the task's error after its retries
+            result, self._made_from[region] = future.result()    # raises the task's error after its retries
             future.release()
             self._fill()
             yield region, result
+
+    def made_from(self, region) -> dict | None:
+        """:func:`rows_source` of the rows slab ``region`` was made from (once it is completed)."""
+        return self._made_from.pop(tuple(region), None)
 
     def cancel(self) -> None:
         """Cancel the slabs not finished yet (a running one finishes on its worker)."""

@@ -436,6 +436,9 @@ def reconstruct_to_file(projections, geometry, output, *, volume: VolumeGeometry
         Continue a partial output of the same job, and keep this one's if
         the run stops early (see :class:`leveret.io.SlabWriter`). A run on a
         Dask cluster and one in this process continue each other's outputs.
+        Each slab's input rows are checksummed as they are read, and a
+        resumed run reads the finished slabs' rows again and refuses to
+        continue if any value changed (:func:`check_sources`).
     overwrite : bool
         Replace an existing output of the same format that leveret wrote
         (:class:`leveret.io.SlabWriter`). An output that is the input file
@@ -577,6 +580,8 @@ def _reconstruct_to_file(projections, geometry, output, *, volume, flats, darks,
                         fingerprint=fingerprint) as writer:
             try:
                 resumed = int(writer.done.sum())
+                if resumed:
+                    check_sources(writer, projections)
                 executor.start(projections, geometry, volume,
                                store=writer.region_store() if executor.name == "dask" else None,
                                flats=flats, darks=darks, log_transform=log_transform, stripes=stripes,
@@ -598,10 +603,11 @@ def _reconstruct_to_file(projections, geometry, output, *, volume, flats, darks,
                                 executor.submit((k, min(k1, k + size)), first=True)
                             continue
                         t_write = time.perf_counter()
+                        made_from = executor.made_from((k0, k1))
                         if isinstance(slab, tuple):      # written into the store by its worker
-                            writer.record(k0, k1)
+                            writer.record(k0, k1, source=made_from)
                         else:
-                            writer.write(k0, slab)
+                            writer.write(k0, slab, source=made_from)
                         writing += time.perf_counter() - t_write
                         del slab
                         slabs_done += 1
@@ -618,6 +624,27 @@ def _reconstruct_to_file(projections, geometry, output, *, volume, flats, darks,
                            peak_rss=peak_rss_bytes(),
                            peak_traced=tracemalloc.get_traced_memory()[1] if traced else None,
                            busy={**getattr(executor, "seconds", {}), "write": writing})
+
+
+def check_sources(writer, projections) -> None:
+    """Raise ValueError if the input rows any finished slab of a resumed ``writer``
+    was made from changed since (:func:`leveret.executors.rows_source`).
+
+    Reads those rows again, one slab's at a time: for a run resumed after a
+    fraction f of a volume was written, f of the input (CRC-32 at about
+    2.2 GB/s on one core, or the disk's reading speed where that is slower).
+    """
+    from .io.slabs import rows_checksum
+
+    for k0, k1, made_from in writer.sources():
+        if not made_from:       # a slab off the detector: made from nothing
+            continue
+        r0, r1 = made_from["rows"]
+        if rows_checksum(np.asarray(projections[:, r0:r1, :])) != made_from["crc32"]:
+            raise ValueError(
+                f"resume: the input changed since the partial output {str(writer.partial)!r} was written "
+                f"(detector rows {r0}:{r1}, from which slices {k0}:{k1} were made, differ); run without "
+                "--resume to start afresh, or restore the input")
 
 
 def _fingerprint(projections, source) -> dict:

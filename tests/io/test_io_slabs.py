@@ -298,3 +298,33 @@ def test_slab_writer_marks_its_outputs_and_refuses_to_replace_a_folder_of_other_
         SlabWriter(other, vol.shape, overwrite=True)
     assert (other / "notes.txt").read_text() == "keep"
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([out.name, other.name])
+
+
+def test_what_each_slab_was_made_from_is_kept_for_a_resumed_run(tmp_path, rng):
+    vol = _volume(rng)
+    out = tmp_path / "v.h5"
+    with SlabWriter(out, vol.shape, resume=True) as w:
+        w.write(0, vol[:3], source={"rows": [0, 4], "crc32": 7})
+        w.write(3, vol[3:5])                                  # made from nothing recorded
+        assert w.sources() == [(0, 3, {"rows": [0, 4], "crc32": 7})]
+    with SlabWriter(out, vol.shape, resume=True) as w:        # the interrupted run's, taken over
+        assert w.sources() == [(0, 3, {"rows": [0, 4], "crc32": 7})]
+        w.write(5, vol[5:], source={"rows": [4, 9], "crc32": 8})
+        assert [s[:2] for s in w.sources()] == [(0, 3), (5, 9)]
+        w.finish()
+    with SlabWriter(tmp_path / "w.h5", vol.shape, resume=True) as w:   # a fresh output: none
+        assert w.sources() == []
+
+
+def test_rows_checksum_sees_one_value_and_the_layout(rng):
+    from leveret.io.slabs import rows_checksum
+
+    rows = rng.standard_normal((5, 3, 4)).astype(np.float32)
+    crc = rows_checksum(rows)
+    assert rows_checksum(rows.copy()) == crc
+    assert rows_checksum(np.asfortranarray(rows)) == crc                  # the values, not their layout
+    changed = rows.copy()
+    changed[2, 1, 3] = np.nextafter(changed[2, 1, 3], np.float32(np.inf))  # one bit of one value
+    assert rows_checksum(changed) != crc
+    assert rows_checksum(rows.reshape(5, 4, 3)) != crc                    # the same bytes, another shape
+    assert rows_checksum(rows.astype(np.float64)) != crc
