@@ -510,3 +510,210 @@ def test_importing_the_library_leaves_the_signal_handlers_alone():
                           "signal.getsignal(signal.SIGTERM) is signal.SIG_DFL)"],
                          capture_output=True, text=True, env=_env(), timeout=60)
     assert run.stdout.split() == ["True", "True"], run.stderr
+
+
+# -- Ctrl-C anywhere in a run -----------------------------------------------------------------------
+
+#: Runs the command with a SIGINT sent to itself when its threads enter their N-th
+#: function of leveret, from the imports on; that thread then stays at that point for a
+#: while, as a thread busy there would, while the main thread handles the interrupt.
+#: N = 0: no signal; at exit the number of calls and the first call of each function are
+#: written to a JSON report. REPORT.signalled appears when the signal was sent.
+AT_CALL = r"""
+import atexit, json, os, signal, sys, threading, time
+target, pause, report, src = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3], sys.argv[4]
+del sys.argv[1:5]
+sys.argv[0] = "leveret"                  # as the console script
+calls, first, lock = [0], {}, threading.Lock()
+
+def hook(frame, event, arg):
+    if event != "call" or not frame.f_code.co_filename.startswith(src):
+        return
+    with lock:
+        calls[0] += 1
+        n = calls[0]
+        first.setdefault(frame.f_code.co_qualname, n)
+    if n == target:
+        os.kill(os.getpid(), signal.SIGINT)
+        open(report + ".signalled", "w").close()
+        time.sleep(pause)
+
+def save():
+    with open(report, "w") as fh:
+        json.dump({"calls": calls[0], "first": first}, fh)
+
+sys.setprofile(hook)
+threading.setprofile(hook)
+atexit.register(save)
+from leveret.cli import run
+run()
+"""
+
+
+def _at_call(folder: Path, target: int, pause: float = 0.3, output: str = "r.h5"):
+    cmd = [sys.executable, "-c", AT_CALL, str(target), str(pause), str(folder / "report.json"),
+           str(SRC / "leveret"), "recon", str(folder / "p.npy"), str(folder / output), "--angles", "0:180:90",
+           "--backend", "cpu", "--slab-slices", "4", "--no-progress"]
+    return _start(cmd)
+
+
+def _fuzz_points(report: dict) -> list[int]:
+    """Call numbers over the whole run: the imports and the parsing (main thread) from
+    the moment leveret's first lines took Ctrl-C over from Python's traceback, the
+    command's start in its worker thread, most densely the output writer's start (lock,
+    partial output, payload, manifest) up to its first slab, then the slabs and the end."""
+    first, total = report["first"], report["calls"]
+    bounds = [first["quiet_start"] + 1, first["_run_in_worker"], first["SlabWriter.__init__"],
+              first["SlabWriter.__enter__"], first["SlabWriter.write"], total]
+    counts = [4, 4, 8, 3, 4]
+    points = [np.linspace(a, b, n, endpoint=False) for a, b, n in zip(bounds, bounds[1:], counts)]
+    return sorted({int(p) for p in np.rint(np.concatenate(points))} | {total})
+
+
+@pytest.mark.slow
+def test_ctrl_c_anywhere_in_a_run_leaves_nothing_half_written_and_says_what(tmp_path):
+    """SIGINT while the command is at any of ~24 points of a run, from its first import
+    through the writer's start to its end: exit 130, the command's own one-line message
+    ("leveret: interrupted" only before the command has parsed its arguments), and no
+    lock, partial output or output, unless the output was complete and the message says so."""
+    _scan(tmp_path)
+    calibration = _at_call(tmp_path, 0)
+    _, err = calibration.communicate(timeout=120)
+    assert calibration.returncode == 0, err
+    report = json.loads((tmp_path / "report.json").read_text())
+    complete = read_array(tmp_path / "r.h5")
+    (tmp_path / "report.json").unlink()
+    (tmp_path / "r.h5").unlink()
+    failures = []
+    points = _fuzz_points(report)
+    for pair in (points[i:i + 2] for i in range(0, len(points), 2)):     # two at a time, in their folders
+        runs = []
+        for n in pair:
+            folder = tmp_path / f"at_{n}"
+            folder.mkdir()
+            os.link(tmp_path / "p.npy", folder / "p.npy")
+            runs.append((n, folder, _at_call(folder, n)))
+        for n, folder, proc in runs:
+            _, err = proc.communicate(timeout=120)
+            left = sorted(p.name for p in folder.iterdir() if p.name not in ("p.npy", "report.json.signalled"))
+            last = err.strip().splitlines()[-1] if err.strip() else ""
+            expected = ["leveret recon: interrupted; no output written"]
+            if n < report["first"]["_run_in_worker"]:
+                expected.append("leveret: interrupted")
+            if left == ["r.h5"]:
+                expected = [f"leveret recon: interrupted; written: {str(folder / 'r.h5')!r}"]
+                if not np.array_equal(read_array(folder / "r.h5"), complete):
+                    left.append("(r.h5 differs)")
+            if proc.returncode != 130 or last not in expected or "Traceback" in err or left not in ([], ["r.h5"]):
+                failures.append(f"call {n} of {report['calls']}: exit {proc.returncode}, {last!r}, left {left}")
+    assert not failures, "\n".join(failures)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("second", [signal.SIGINT, signal.SIGTERM])
+def test_a_second_signal_during_the_clean_up_does_not_cut_it_short(tmp_path, second):
+    """Ctrl-C while a slab is being written: the clean-up waits for that write; another
+    Ctrl-C (or a SIGTERM) meanwhile changes nothing: the same message, exit 130, nothing left."""
+    _scan(tmp_path)
+    calibration = _at_call(tmp_path, 0, output="c.npy")
+    assert calibration.communicate(timeout=120)[0] is not None and calibration.returncode == 0
+    writing = json.loads((tmp_path / "report.json").read_text())["first"]["SlabWriter._pwrite"]
+    (tmp_path / "report.json").unlink()
+    (tmp_path / "c.npy").unlink()
+    proc = _at_call(tmp_path, writing, pause=3.0, output="c.npy")     # 3 s inside the slab's write
+    signalled = tmp_path / "report.json.signalled"
+    t0 = time.monotonic()
+    while not signalled.exists():
+        assert proc.poll() is None and time.monotonic() - t0 < 60, proc.communicate()
+        time.sleep(0.01)
+    time.sleep(0.5)                      # the clean-up is waiting for the write now
+    proc.send_signal(second)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert err.strip().splitlines()[-1] == "leveret recon: interrupted; no output written", err
+    signalled.unlink()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["p.npy"]
+
+
+def test_only_the_first_termination_signal_raises_within_a_once_block():
+    from leveret.signals import Interrupted, handling
+
+    before = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    with handling(once=True):
+        with pytest.raises(Interrupted) as info:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(1)                # the handler runs here, in the main thread
+        assert info.value.signum == signal.SIGTERM
+        os.kill(os.getpid(), signal.SIGINT)          # the clean-up's time: nothing raised
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.1)
+    assert {sig: signal.getsignal(sig) for sig in before} == before
+    with handling(once=True), pytest.raises(KeyboardInterrupt):      # each block afresh; Ctrl-C as usual
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(1)
+
+
+def test_no_output_starts_in_the_interrupted_work_once_the_process_stops(tmp_path, rng):
+    """After the clean-up (here, this thread's), the other threads, where the interrupted
+    work still runs, start no output: each start is undone at once and refused."""
+    from leveret.io.atomic import StoppingError, cleanup_pending, register_cleanup, start_command
+
+    ran, raised = [], []
+
+    def work():
+        for start in (lambda: register_cleanup(1, lambda: ran.append("undone at once")),
+                      lambda: SlabWriter(tmp_path / "v.h5", (2, 3, 4))):
+            try:
+                start()
+            except StoppingError as exc:
+                raised.append(exc)
+    try:
+        cleanup_pending(stop=True)
+        thread = threading.Thread(target=work)
+        thread.start()
+        thread.join(30)
+        with SlabWriter(tmp_path / "mine.h5", (2, 3, 4)) as w:      # the stopping thread's own clean-up
+            w.abort()
+    finally:
+        start_command()           # a command after it starts outputs again
+    assert ran == ["undone at once"] and len(raised) == 2 and list(tmp_path.iterdir()) == []
+    thread = threading.Thread(target=lambda: write_slabs_in(tmp_path / "v.h5"))
+    thread.start()
+    thread.join(30)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["v.h5"]
+
+
+def write_slabs_in(path):
+    with SlabWriter(path, (2, 3, 4)) as w:
+        w.write(0, np.ones((2, 3, 4)))
+        w.finish()
+
+
+def test_an_abort_during_the_writer_s_start_waits_for_it_and_removes_what_it_made(tmp_path, monkeypatch):
+    """The command's clean-up (another thread) meets a writer still creating its lock
+    file and partial output: it waits for the start to end, then removes both."""
+    from leveret.io.atomic import cleanup_pending
+
+    started, go = threading.Event(), threading.Event()
+    real = SlabWriter._create_payload
+
+    def slow(self):
+        started.set()
+        assert go.wait(30)
+        real(self)
+    monkeypatch.setattr(SlabWriter, "_create_payload", slow)
+    made = []
+    thread = threading.Thread(target=lambda: made.append(SlabWriter(tmp_path / "v.h5", (2, 3, 4))))
+    thread.start()
+    assert started.wait(30)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".v.h5.lock", ".v.h5.partial"]
+    cleaning = threading.Thread(target=cleanup_pending)
+    cleaning.start()
+    time.sleep(0.2)
+    assert cleaning.is_alive()            # waiting for the start to end
+    go.set()
+    cleaning.join(30)
+    thread.join(30)
+    assert list(tmp_path.iterdir()) == []
+    with pytest.raises(RuntimeError, match="aborted"):
+        made[0].write(0, np.ones((2, 3, 4)))

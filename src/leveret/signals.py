@@ -10,6 +10,11 @@ with the shell's code for that signal (:func:`exit_code`: 130, 143, 129).
 SIGXFSZ (a file grew past ``ulimit -f``) is ignored while handling, so the
 write fails with EFBIG, which becomes a clear error, instead of the process
 being killed.
+
+The command handles SIGINT too, and only the first of these signals
+(``handling(once=True)``): a second Ctrl-C while the first one's clean-up
+waits for a slab to reach the disk would otherwise cut that clean-up short
+and leave the lock and the partial output behind.
 """
 from __future__ import annotations
 
@@ -40,10 +45,34 @@ def _raise(signum, frame) -> None:
     raise Interrupted(signum)
 
 
+def _raise_once(signum, frame) -> None:
+    """The first termination signal of a ``handling(once=True)`` block: later ones
+    are ignored from now on, then this one raises (Ctrl-C a plain KeyboardInterrupt)."""
+    for sig in (signal.SIGINT,) + SIGNALS:
+        if signal.getsignal(sig) is _raise_once:
+            signal.signal(sig, _ignore)
+    if signum == signal.SIGINT:
+        raise KeyboardInterrupt
+    raise Interrupted(signum)
+
+
+def _ignore(signum, frame) -> None:
+    """A termination signal after the first: its clean-up is running already."""
+
+
 @contextlib.contextmanager
-def handling() -> Iterator[None]:
+def handling(*, once: bool = False) -> Iterator[None]:
     """Within a ``with`` block, SIGTERM and SIGHUP raise :class:`Interrupted`
     and SIGXFSZ is ignored; the previous handlers are restored after it.
+
+    Parameters
+    ----------
+    once : bool
+        Also handle SIGINT (as KeyboardInterrupt), and raise only for the
+        first of SIGINT, SIGTERM and SIGHUP: later ones are ignored until the
+        block ends, so that the clean-up the first one starts runs to its end
+        (the command's: it waits for a slab being written, then removes the
+        partial output). It takes over from :func:`quiet_start` at once.
 
     Does nothing outside the main thread (where Python cannot set handlers),
     and leaves alone a signal whose handler is not the default one (an
@@ -51,13 +80,14 @@ def handling() -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
+    defaults = (signal.SIG_DFL, signal.default_int_handler, _exit_quietly)
     previous = {}
-    for sig in SIGNALS:
-        if signal.getsignal(sig) is signal.SIG_DFL:
-            previous[sig] = signal.signal(sig, _raise)
-    if hasattr(signal, "SIGXFSZ") and signal.getsignal(signal.SIGXFSZ) is signal.SIG_DFL:
-        previous[signal.SIGXFSZ] = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     try:
+        for sig in ((signal.SIGINT,) if once else ()) + SIGNALS:
+            if signal.getsignal(sig) in defaults and (once or sig != signal.SIGINT):
+                previous[sig] = signal.signal(sig, _raise_once if once else _raise)
+        if hasattr(signal, "SIGXFSZ") and signal.getsignal(signal.SIGXFSZ) is signal.SIG_DFL:
+            previous[signal.SIGXFSZ] = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
         yield
     finally:
         for sig, handler in previous.items():
@@ -92,19 +122,10 @@ def quiet_start() -> None:
     """While the command imports its libraries (a second or more), stop on
     SIGINT, SIGTERM or SIGHUP at once with one line and the signal's exit
     code instead of a traceback of whatever import was running. The
-    command's main function hands over with :func:`end_quiet_start`."""
+    command's main function hands over with ``handling(once=True)``."""
     if threading.current_thread() is not threading.main_thread():
         return
     for sig in (signal.SIGINT,) + SIGNALS:
         if signal.getsignal(sig) in (signal.SIG_DFL, signal.default_int_handler):
             signal.signal(sig, _exit_quietly)
 
-
-def end_quiet_start() -> None:
-    """Restore the handlers :func:`quiet_start` replaced (Ctrl-C raises
-    KeyboardInterrupt again, the others are the default)."""
-    if threading.current_thread() is not threading.main_thread():
-        return
-    for sig in (signal.SIGINT,) + SIGNALS:
-        if signal.getsignal(sig) is _exit_quietly:
-            signal.signal(sig, signal.default_int_handler if sig == signal.SIGINT else signal.SIG_DFL)

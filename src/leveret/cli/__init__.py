@@ -15,6 +15,8 @@ thread waits for a slab being written to reach the disk, removes the
 temporaries of unfinished outputs (keeping a ``--resume`` run's partial
 output) and the process exits without waiting for the kernel. Outputs are
 written atomically, so an interrupted or failed run leaves no file behind.
+Writers register their clean-up before they create anything, none starts
+once the clean-up ran, and a second signal cannot cut the clean-up short.
 """
 from __future__ import annotations
 
@@ -500,16 +502,42 @@ def _run_in_worker(fn, args):
     return box["value"]
 
 
-def main(argv=None) -> int:
-    from ..signals import end_quiet_start, handling
+_args: argparse.Namespace | None = None     # the command being run, once its arguments are parsed
 
-    end_quiet_start()    # from here on, interrupts clean up what was written
-    with handling():     # SIGTERM/SIGHUP raise like Ctrl-C (main thread only)
-        return _main(argv)
+
+def main(argv=None) -> int:
+    global _args
+    from ..io.atomic import start_command
+    from ..signals import handling
+
+    _args = None
+    start_command()
+    try:
+        # From here on (main thread only) the first SIGINT, SIGTERM or SIGHUP raises and
+        # the clean-up it starts removes what was written; later ones cannot cut it short.
+        with handling(once=True):
+            return _main(argv)
+    except KeyboardInterrupt as exc:   # after the command ended, as the handlers are restored
+        return _stopped(exc)
+
+
+def _stopped(exc: KeyboardInterrupt) -> int:
+    """Clean up after an interruption and say so in one line: the exit code."""
+    from ..io.atomic import cleanup_pending, written_outputs
+    from ..signals import exit_code
+
+    # Waits for a slab being written, then removes or keeps the partial output; no
+    # output starts after it (the worker may be about to start one).
+    cleanup_pending(stop=True)
+    if _args is None:                  # before the command was known: nothing written yet
+        print("\nleveret: interrupted", file=sys.stderr)
+    else:   # a newline first: the progress bar's line has none
+        print(f"\nleveret {_args.command}: " + _interrupted(_args, exc, written_outputs()), file=sys.stderr)
+    return exit_code(exc)
 
 
 def _main(argv) -> int:
-    from ..signals import exit_code
+    global _args
 
     try:
         args = parse(argv)
@@ -519,15 +547,16 @@ def _main(argv) -> int:
         print(f"leveret: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as exc:   # during start-up: nothing written yet
-        print("\nleveret: interrupted", file=sys.stderr)
-        return exit_code(exc)
+        return _stopped(exc)
+    _args = args
 
     runners = {"recon": commands.recon, "fbp": commands.recon, "center": commands.center,
                "preview": commands.preview, "bench": commands.bench, "info": commands.info,
                "rabbitct": commands.rabbitct, "demo": commands.demo, "tune": commands.tune,
                "live": live.run}
-    sub = _subparser(build_parser(), args.command)
+    sub = None
     try:
+        sub = _subparser(build_parser(), args.command)
         return _run_in_worker(runners[args.command], args)
     except (ValueError, MemoryError) as exc:   # bad input: one line at any verbosity
         print(f"leveret {args.command}: error: {flag_message(str(exc), sub)}", file=sys.stderr)
@@ -540,15 +569,7 @@ def _main(argv) -> int:
         print(f"leveret {args.command}: error: {flag_message(str(exc), sub)}", file=sys.stderr)
         return 2 if bad_setup else 1
     except KeyboardInterrupt as exc:
-        from ..io.atomic import cleanup_pending
-        cleanup_pending()     # waits for a slab being written, then removes or keeps the partial output
-        what = "interrupted" if not hasattr(exc, "signum") else f"stopped by {exc}"
-        # A newline first: the progress bar's line has none. (live's clean-up writes its --json summary.)
-        kept = {"live": "", "tune": "; the choices measured so far stay cached"}
-        print(f"\nleveret {args.command}: {what}" + kept.get(args.command, "; no output written")
-              + (" (--resume continues from the slabs already done)" if getattr(args, "resume", False) else ""),
-              file=sys.stderr)
-        return exit_code(exc)
+        return _stopped(exc)
     except Exception as exc:           # a bug: say so in one line, the traceback with -v
         from ..io.atomic import is_space_error
         if isinstance(exc, OSError) and is_space_error(exc):   # a full disk: the user's to fix
@@ -561,12 +582,25 @@ def _main(argv) -> int:
         return 1
 
 
+def _interrupted(args, exc: KeyboardInterrupt, written: list) -> str:
+    """The line after an interruption: what stopped the command and what it leaves."""
+    what = "interrupted" if not hasattr(exc, "signum") else f"stopped by {exc}"
+    # (live's clean-up writes its --json summary; tune keeps what it measured)
+    kept = {"live": "", "tune": "; the choices measured so far stay cached"}
+    if args.command in kept:
+        return what + kept[args.command]
+    if written:      # completed before the signal came: complete, and kept
+        return what + "; written: " + ", ".join(repr(str(p)) for p in written)
+    return what + "; no output written" + (" (--resume continues from the slabs already done)"
+                                           if getattr(args, "resume", False) else "")
+
+
 def run() -> None:
     """Console entry point: exit with :func:`main`'s code without waiting for
     a worker still inside a kernel after Ctrl-C."""
     try:
         code = main()
-    except KeyboardInterrupt as exc:   # a second Ctrl-C during the clean-up
+    except KeyboardInterrupt as exc:   # before main's handlers were in place
         from ..signals import exit_code
         print("\nleveret: interrupted", file=sys.stderr)
         code = exit_code(exc)

@@ -15,12 +15,29 @@ from typing import Callable, Iterator
 # must stop at once (the CLI on Ctrl-C, while a worker thread is still busy).
 _PENDING: dict[int, Callable[[], None]] = {}
 _PENDING_LOCK = threading.Lock()
+_STOPPED_BY: int | None = None          # the thread that ran cleanup_pending(stop=True): no other may start
+_WRITTEN: list[Path] | None = None      # outputs completed since start_command(); None: not counted
+
+
+class StoppingError(RuntimeError):
+    """An output was about to start after the process began to stop (:func:`cleanup_pending`)."""
 
 
 def register_cleanup(key: int, cleanup: Callable[[], None]) -> None:
-    """Register ``cleanup`` under ``key`` (an ``id``) until :func:`unregister_cleanup`."""
+    """Register ``cleanup`` under ``key`` (an ``id``) until :func:`unregister_cleanup`.
+
+    Writers register before they create anything. Once the process stops
+    (``cleanup_pending(stop=True)``) a registration from another thread than
+    the one that stopped it (the interrupted work's) runs ``cleanup`` at once
+    and raises :class:`StoppingError`, so that no output starts after the
+    clean-up that would have removed it."""
     with _PENDING_LOCK:
-        _PENDING[key] = cleanup
+        if _STOPPED_BY is None or _STOPPED_BY == threading.get_ident():
+            _PENDING[key] = cleanup
+            return
+    with contextlib.suppress(Exception):
+        cleanup()
+    raise StoppingError("the process is stopping (interrupted): no new output is started")
 
 
 def unregister_cleanup(key: int) -> None:
@@ -28,16 +45,44 @@ def unregister_cleanup(key: int) -> None:
         _PENDING.pop(key, None)
 
 
-def cleanup_pending() -> int:
+def cleanup_pending(*, stop: bool = False) -> int:
     """Run every registered clean-up (remove temporaries of unfinished outputs);
-    returns how many ran. For a process about to exit without unwinding."""
+    returns how many ran. For a process about to exit without unwinding.
+
+    ``stop``: from now on no output may start in another thread than this one
+    (:func:`register_cleanup` refuses), as the interrupted work, still running
+    there, may be about to start one."""
+    global _STOPPED_BY
     with _PENDING_LOCK:
+        if stop and _STOPPED_BY is None:
+            _STOPPED_BY = threading.get_ident()
         todo = list(_PENDING.values())
         _PENDING.clear()
     for cleanup in todo:
         with contextlib.suppress(Exception):
             cleanup()
     return len(todo)
+
+
+def start_command() -> None:
+    """A command starts in this process: outputs may start again after an earlier
+    one's stop, and those completed from now on are listed by :func:`written_outputs`."""
+    global _STOPPED_BY, _WRITTEN
+    with _PENDING_LOCK:
+        _STOPPED_BY = None
+        _WRITTEN = []
+
+
+def written_outputs() -> list[Path]:
+    """The outputs completed (renamed into place) since :func:`start_command`."""
+    with _PENDING_LOCK:
+        return list(_WRITTEN or [])
+
+
+def _written(path: Path) -> None:
+    with _PENDING_LOCK:
+        if _WRITTEN is not None:
+            _WRITTEN.append(path)
 
 
 def _fsync_path(path: Path) -> None:
@@ -310,11 +355,9 @@ def atomic_output(path: str | os.PathLike, *, overwrite: bool = False, kind: str
 def _commit(tmp: Path, path: Path, overwrite: bool, kind: str | None = None) -> None:
     # Checked again: something may have appeared at path while we wrote.
     check_writable(path, overwrite, kind)
-    if not path.exists() and not path.is_symlink():
-        os.replace(tmp, path)
-        return
-    if tmp.is_file() and not path.is_dir():
+    if (not path.exists() and not path.is_symlink()) or (tmp.is_file() and not path.is_dir()):
         os.replace(tmp, path)  # atomic on POSIX and Windows
+        _written(path)
         return
     # os.replace cannot put a folder over a non-empty folder (or over a file):
     # move the old output aside, rename, then delete the old one; if the
@@ -326,4 +369,5 @@ def _commit(tmp: Path, path: Path, overwrite: bool, kind: str | None = None) -> 
     except BaseException:
         os.replace(old, path)
         raise
+    _written(path)
     _remove(old)

@@ -267,17 +267,27 @@ class SlabWriter:
         self._io = threading.Lock()
         self._created = False     # set once _open makes a new partial output
         self._lock = OutputLock(self.path)
+        # Registered before the lock file and the partial output exist, so that an
+        # interrupt handled in another thread (the command's) removes whatever this
+        # start makes; holding _io, the start ends before that clean-up (abort) looks.
+        register_cleanup(id(self), self.abort)
         try:
-            self._lock.acquire()      # before touching the partial output
-            self._open()
+            with self._io:
+                try:
+                    if self._aborted:
+                        raise RuntimeError(f"the writing of {str(self.path)!r} was stopped before it began")
+                    self._lock.acquire()      # before touching the partial output
+                    self._open()
+                except BaseException:
+                    if self._created:        # nothing of value in it; a taken-over one is kept
+                        _remove(self.partial)
+                    self._lock.release()
+                    raise
         except BaseException as exc:
-            if self._created:        # nothing of value in it; a taken-over one is kept
-                _remove(self.partial)
-            self._lock.release()
+            unregister_cleanup(id(self))
             if is_space_error(exc) and not isinstance(exc, OutputSpaceError):
                 raise self._space_error(exc) from exc
             raise
-        register_cleanup(id(self), self.abort)
 
     # -- set-up ------------------------------------------------------------------------------
     @property
