@@ -65,7 +65,7 @@ def replace_refusal(path: str | os.PathLike, kind: str | None = None) -> str | N
     if p.is_dir():
         return f"it is a folder, not {_WHAT[kind]}"
     if not p.is_file():
-        return f"it is not a regular file, not {_WHAT[kind]}"
+        return "it is not a regular file"
     if kind == "npy":
         return _npy_refusal(p)
     if kind == "tiff":
