@@ -75,7 +75,7 @@ def bench_pipeline_floor(n=2048, n_angles=2048, n_slices=64):
     """The streaming pipeline with the GPU work replaced by a copy: the host and
     PCIe cost that FBP from NumPy arrays can at best hide."""
     import cupy as cp
-    from leveret.pipeline import parallel_copy, stream_chunks
+    from leveret.cuda.pipeline import parallel_copy, stream_chunks
 
     proj = np.random.default_rng(2).random((n_angles, n_slices, n), dtype=np.float32)
     out = np.empty((n_slices, n, n), np.float32)

@@ -14,7 +14,7 @@ Problems (each timed on the current GPU, then with ``--devices``):
          memory copy (one thread, and the host's cores), pinned host <-> GPU
          copies on each GPU alone and on all of ``--devices`` at once, and
          peer copies between each pair of its GPUs (direct or through host)
-  dask   the same FBP job zarr -> zarr (``leveret.outofcore.reconstruct_to_file``)
+  dask   the same FBP job zarr -> zarr (``leveret.execution.outofcore.reconstruct_to_file``)
          in this process on ``--devices`` against a Dask cluster
          (``--scheduler local``: dask-cuda's LocalCUDACluster, one worker per
          GPU), same slabs, alternating ``--dask-reps`` times (default 3),
@@ -30,7 +30,7 @@ buffers, peer copies, the partial-volume sum). With N distinct GPUs the ideal
 is the one-GPU time / N; the table prints the speed-up and the overhead
 against that ideal: ``t_set / (t_one / N) - 1``. Below each device-set row
 a "split" line says where the time went (the ``stats`` of fbp and fdk,
-``leveret.pipeline.merge_stats``): the call's wall, the workers' busy time
+``leveret.cuda.pipeline.merge_stats``): the call's wall, the workers' busy time
 out of workers x wall (the rest: waiting for the queue's last ranges and
 start-up), the GPU stream times summed over workers (h2d, compute, d2h), the
 host gathers and scatters (load, store) and, for FDK, back-projection,
@@ -56,7 +56,7 @@ from common import RESULTS, median_time, metadata, print_header, record, write_r
 
 
 def parse_devices(text: str):
-    from leveret.devices import DeviceSet
+    from leveret.cuda.devices import DeviceSet
     if text.strip().lower() == "all":
         return "all"
     ids = [int(p) for p in text.split(",")]
@@ -64,7 +64,7 @@ def parse_devices(text: str):
 
 
 def n_distinct(devices) -> int:
-    from leveret.devices import parse
+    from leveret.cuda.devices import parse
     return len(set(parse(devices).ids))
 
 
@@ -72,7 +72,7 @@ def compare(name, run_one, run_set, devices, updates, reps):
     """Time both, record both rows, return (t_one, t_set)."""
     import cupy as cp
 
-    from leveret.pipeline import free_pinned_blocks
+    from leveret.cuda.pipeline import free_pinned_blocks
     sync = cp.cuda.Device().synchronize
 
     def release():
@@ -120,7 +120,7 @@ def split_line(stats: dict, workers: int) -> str:
 def plan_line(geometry, volume, devices) -> str:
     """Which rows each GPU of an FDK call filters (``leveret.algorithms.fdk.plan_devices``)."""
     from leveret.algorithms.fdk import plan_devices, rows_seen
-    from leveret.devices import parse
+    from leveret.cuda.devices import parse
     plan = plan_devices(geometry, volume, parse(devices), chunk_views=geometry.n_views // 16)
     if plan is None:
         return "  plan: the filtered views do not fit a GPU: each slab filters its own rows"
@@ -132,7 +132,7 @@ def plan_line(geometry, volume, devices) -> str:
 
 
 def workers_of(devices) -> int:
-    from leveret.devices import parse
+    from leveret.cuda.devices import parse
     return len(parse(devices).ids)
 
 
@@ -217,7 +217,7 @@ def bench_rates(devices, quick):
     import concurrent.futures
     import os
     import cupy as cp
-    from leveret.devices import parse
+    from leveret.cuda.devices import parse
 
     ids = sorted(set(parse(devices).ids))
     nbytes = (256 if quick else 2048) * 2**20
@@ -310,8 +310,8 @@ def bench_dask(devices, quick, scheduler, folder: Path, n_slices: int, reps: int
     time follows the disk's flushed write rate, which varies from run to run,
     so a folder in memory (``--dir /dev/shm/...``) isolates Dask's own cost."""
     import leveret
-    from leveret.executors import connect
-    from leveret.outofcore import reconstruct_to_file
+    from leveret.execution.executors import connect
+    from leveret.execution.outofcore import reconstruct_to_file
 
     n = 512 if quick else 2048
     n_slices = 64 if quick else n_slices

@@ -4,7 +4,7 @@ For each size N (N angles x N/4 rows x N columns, float32 line integrals in a
 .npy file read lazily), times
 
 - ``leveret.fbp`` in memory (projections already in RAM, volume returned),
-- ``leveret.outofcore.reconstruct_to_file`` into .npy, HDF5 (gzip), zarr
+- ``leveret.execution.outofcore.reconstruct_to_file`` into .npy, HDF5 (gzip), zarr
   (zstd) and a TIFF folder, under a host-memory cap of a quarter of the
   volume (so the job runs in several slabs), reading the projections from
   the .npy file,
@@ -41,7 +41,7 @@ import numpy as np
 from common import RESULTS, median_time, metadata, print_header, record, write_results
 
 import leveret
-from leveret.outofcore import host_bytes, reconstruct_to_file
+from leveret.execution.outofcore import host_bytes, reconstruct_to_file
 
 FORMATS = ("rec.npy", "rec.h5", "rec.zarr", "rec/")
 
@@ -149,7 +149,7 @@ def main() -> None:
     print_header()
     with tempfile.TemporaryDirectory(dir=args.dir) as d:
         if args.zarr:
-            from leveret.executors import connect
+            from leveret.execution.executors import connect
             with connect(args.scheduler, backend=backend) as client:
                 print(f"dask: {len(client.nthreads())} worker(s), dashboard {client.dashboard_link}")
                 for n in sizes:

@@ -166,9 +166,9 @@ def bench_stack(n_stack, n, n_angles, reps=2):
     """Whole-scan FBP host to host (see the module docstring)."""
     import cupy as cp
     import leveret
-    from leveret.memory import host_available_bytes
+    from leveret.resources import host_available_bytes
     from leveret.operators import ParallelBackprojection
-    from leveret.pipeline import parallel_copy
+    from leveret.cuda.pipeline import parallel_copy
 
     need = (n_angles * n_stack * n + n_stack * n * n) * 4    # projections + volume, float32
     avail = host_available_bytes()

@@ -738,7 +738,7 @@ class Sweep:
     def fdk_streamed(self, point, ops):
         import cupy as cp
         import leveret
-        from leveret.devices import DeviceSet
+        from leveret.cuda.devices import DeviceSet
         g, vol, point["derived"] = cone_problem(point["params"])
         n_views, n_rows, n_cols = g.projection_shape
         budget = int(point["params"]["budget_gib"] * GiB)
@@ -754,7 +754,7 @@ class Sweep:
         _free()
         host = np.random.default_rng(0).random(g.projection_shape, dtype=np.float32)
         device = cp.cuda.Device().id
-        calls = {"FDK streamed": {},   # fdk's default; and two workers sharing the GPU asked for (leveret.devices)
+        calls = {"FDK streamed": {},   # fdk's default; and two workers sharing the GPU asked for (leveret.cuda.devices)
                  "FDK streamed, 2 workers": {"devices": DeviceSet([device, device], shared=True)}}
         times, stages, first, calls_s = {}, {}, {}, {}
         for op in ops:
@@ -1210,7 +1210,8 @@ def main(argv=None):
         dry_run(pts, gpu, host)
         return 0
 
-    from leveret.memory import gpu_free_bytes, host_available_bytes
+    from leveret.cuda import gpu_free_bytes
+    from leveret.resources import host_available_bytes
     meta = common.metadata(with_devices=True)
     gpu = args.gpu_memory * GiB if args.gpu_memory else 0.9 * gpu_free_bytes()
     host = args.host_memory * GiB if args.host_memory else 0.8 * host_available_bytes()

@@ -182,9 +182,9 @@ def take_frames(iterator, n, timeout=10.0):
     raise AssertionError(f"got {len(out)} of {n} frames")
 
 
-# -- Out of core (leveret.outofcore, leveret.executors) ------------------------------------------
+# -- Out of core (leveret.execution.outofcore, leveret.execution.executors) ------------------------------------------
 
-#: CuPy's out-of-memory error as leveret.outofcore.is_gpu_out_of_memory knows it
+#: CuPy's out-of-memory error as leveret.execution.slab.is_gpu_out_of_memory knows it
 #: (by name and module), without CuPy.
 CupyOutOfMemoryError = type("OutOfMemoryError", (MemoryError,), {"__module__": "cupy.cuda.memory"})
 

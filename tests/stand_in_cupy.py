@@ -2,7 +2,7 @@
 NumPy arrays with what the code reads of CuPy arrays, streams and events
 whose work is done at once, one stand-in GPU id (``cupy.cuda.Device().id``
 is 0). ``install(monkeypatch, n_gpus)`` puts it in place of ``cupy`` and
-``cupyx`` and makes ``leveret.devices`` see ``n_gpus`` GPUs. Ordering
+``cupyx`` and makes ``leveret.cuda.devices`` see ``n_gpus`` GPUs. Ordering
 between real CUDA streams is what the GPU tests check."""
 from __future__ import annotations
 
@@ -107,7 +107,8 @@ def lent_streams(count=1):
 
 
 def install(monkeypatch, n_gpus: int = 2) -> None:
-    from leveret import _validate, devices, pipeline
+    from leveret import _validate
+    from leveret.cuda import devices, pipeline
     from leveret.cuda import device_state
 
     stream = Stream()

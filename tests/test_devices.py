@@ -1,4 +1,4 @@
-"""leveret.devices without a GPU: parsing ``devices=``, dealing ranges to
+"""leveret.cuda.devices without a GPU: parsing ``devices=``, dealing ranges to
 workers, the out-of-memory shrink, errors and cancellation (fake workers)."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import time
 import numpy as np
 import pytest
 
-from leveret import devices
+from leveret.cuda import devices
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 import leveret
-from leveret import devices as dv
+from leveret.cuda import devices as dv
 from leveret.geometry import ParallelGeometry
 from leveret.operators import Projector
 

@@ -14,9 +14,10 @@ import numpy as np
 import pytest
 
 import leveret
-from leveret import executors, outofcore, phantom
+from leveret.execution import executors, slab
+from leveret import phantom
 from leveret.io import SlabWriter, read_array
-from leveret.outofcore import host_bytes, reconstruct_to_file
+from leveret.execution.outofcore import host_bytes, reconstruct_to_file
 
 from cases import CupyOutOfMemoryError
 
@@ -48,7 +49,7 @@ def test_reading_reconstructing_and_writing_overlap(tmp_path, scan, monkeypatch)
     the next one's event, so a sequential executor fails here."""
     g, proj, ref = scan
     reading, building = {}, {}
-    real_read, real_build = executors.read_rows, outofcore.reconstruct_slab
+    real_read, real_build = executors.read_rows, slab.reconstruct_slab
 
     def read(source, geometry, volume, region):
         reading.setdefault(tuple(region), threading.Event()).set()
@@ -68,7 +69,7 @@ def test_reading_reconstructing_and_writing_overlap(tmp_path, scan, monkeypatch)
         return real_write(self, start, data, **kwargs)
 
     monkeypatch.setattr(executors, "read_rows", read)
-    monkeypatch.setattr(outofcore, "reconstruct_slab", build)
+    monkeypatch.setattr(slab, "reconstruct_slab", build)
     monkeypatch.setattr(SlabWriter, "write", write)
     res = reconstruct_to_file(proj, g, tmp_path / "r.npy", backend="cpu", slab_slices=4)
     assert res.slabs_done == 4
@@ -120,7 +121,7 @@ def test_an_interrupt_while_writing_leaves_nothing_and_no_thread(tmp_path, scan,
 
 def test_out_of_memory_halves_go_before_the_slab_read_ahead(tmp_path, scan, monkeypatch):
     g, proj, ref = scan
-    real = outofcore.reconstruct_slab
+    real = slab.reconstruct_slab
     built = []
 
     def squeezed(rows_data, geometry, volume, region, **kw):
@@ -129,7 +130,7 @@ def test_out_of_memory_halves_go_before_the_slab_read_ahead(tmp_path, scan, monk
             raise CupyOutOfMemoryError("out of memory")
         return real(rows_data, geometry, volume, region, **kw)
 
-    monkeypatch.setattr(outofcore, "reconstruct_slab", squeezed)
+    monkeypatch.setattr(slab, "reconstruct_slab", squeezed)
     res = reconstruct_to_file(proj, g, tmp_path / "r.npy", backend="cpu", slab_slices=8)
     assert built == [(0, 8), (0, 4), (4, 8), (8, 16), (8, 12), (12, 16)] and res.retries == 2
     np.testing.assert_allclose(np.load(tmp_path / "r.npy"), ref, rtol=0, atol=1e-6)

@@ -422,7 +422,7 @@ def _unsampled_value(path: Path, shape, done_rows: int) -> tuple[int, int, int]:
 def test_resume_after_one_value_of_a_finished_slab_s_input_changed_is_refused(tmp_path):
     """One value, in rows that finished slabs used, changed in place with the size and
     modification time kept, where the sampled fingerprint does not look: refused, not mixed."""
-    from leveret.outofcore import _fingerprint
+    from leveret.execution.outofcore import _fingerprint
 
     g, proj = _scan(tmp_path, n_rows=SIGNALLED_ROWS)      # 1.1 MB: more than the 8 sampled 64 KiB blocks
     out, source = tmp_path / "r.h5", tmp_path / "p.npy"
@@ -456,7 +456,7 @@ def test_resume_after_one_value_of_a_finished_slab_s_input_changed_is_refused(tm
 def test_an_interrupt_during_start_up_is_a_clean_message(monkeypatch, capsys, exc, code):
     """Before the work starts (parsing, imports): no traceback, the signal's exit code."""
     import leveret.cli as cli
-    from leveret.signals import Interrupted
+    from leveret.execution.signals import Interrupted
     error = Interrupted(signal.SIGTERM) if exc == "SIGTERM" else exc
 
     def parse(argv=None):
@@ -636,7 +636,7 @@ def test_a_second_signal_during_the_clean_up_does_not_cut_it_short(tmp_path, sec
 
 
 def test_only_the_first_termination_signal_raises_within_a_once_block():
-    from leveret.signals import Interrupted, handling
+    from leveret.execution.signals import Interrupted, handling
 
     before = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
     with handling(once=True):

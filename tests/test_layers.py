@@ -16,9 +16,9 @@ PACKAGE = Path(__file__).resolve().parents[1] / "src" / "leveret"
 FLOORS = {
     "_validate": 0, "backends": 0, "resources": 0, "filters": 0, "geometry": 0, "io": 0,
     "cpu": 1, "cuda": 1,
-    "operators": 2, "phantom": 2, "datasets": 2,
+    "operators": 2, "phantom": 2,
     "algorithms": 3, "torch": 3, "rabbitct": 3,
-    "preprocess": 4,
+    "preprocess": 4, "datasets": 4,
     "execution": 5,
     "live": 6,
     "cli": 7, "__main__": 7, "__init__": 7,

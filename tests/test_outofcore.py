@@ -10,10 +10,12 @@ import numpy as np
 import pytest
 
 import leveret
-from leveret import outofcore, phantom
+from leveret.execution import slab
+from leveret import phantom
 from leveret.io import read_array, read_metadata
-from leveret.memory import plan_slabs
-from leveret.outofcore import plan, reconstruct_slab, reconstruct_to_file, slab_rows
+from leveret.execution.memory import plan_slabs
+from leveret.execution.outofcore import plan, reconstruct_to_file
+from leveret.execution.slab import reconstruct_slab, slab_rows
 
 from cases import CupyOutOfMemoryError
 
@@ -81,7 +83,7 @@ def test_raw_counts_with_flats_darks_and_resume(tmp_path, parallel_scan, rng):
     out = tmp_path / "r.h5"
 
     calls = []
-    real = outofcore.reconstruct_slab
+    real = slab.reconstruct_slab
 
     def interrupted(*args, **kwargs):
         if len(calls) == 2:
@@ -90,7 +92,7 @@ def test_raw_counts_with_flats_darks_and_resume(tmp_path, parallel_scan, rng):
         return real(*args, **kwargs)
 
     mp = pytest.MonkeyPatch()
-    mp.setattr(outofcore, "reconstruct_slab", interrupted)
+    mp.setattr(slab, "reconstruct_slab", interrupted)
     with pytest.raises(KeyboardInterrupt):
         reconstruct_to_file(raw, g, out, flats=flat, darks=dark, backend="cpu", slab_slices=8, resume=True)
     mp.undo()
@@ -106,7 +108,7 @@ def test_raw_counts_with_flats_darks_and_resume(tmp_path, parallel_scan, rng):
 
 def test_gpu_out_of_memory_retries_with_smaller_slabs(tmp_path, parallel_scan, monkeypatch):
     g, proj, ref = parallel_scan
-    real = outofcore.reconstruct_slab
+    real = slab.reconstruct_slab
     seen = []
 
     def fake(rows_data, geometry, volume, region, **kw):
@@ -115,7 +117,7 @@ def test_gpu_out_of_memory_retries_with_smaller_slabs(tmp_path, parallel_scan, m
             raise CupyOutOfMemoryError("out of memory allocating 1 GiB")
         return real(rows_data, geometry, volume, region, **kw)
 
-    monkeypatch.setattr(outofcore, "reconstruct_slab", fake)
+    monkeypatch.setattr(slab, "reconstruct_slab", fake)
     res = reconstruct_to_file(proj, g, tmp_path / "r.npy", backend="cpu", slab_slices=16)
     assert seen[:3] == [(0, 16), (0, 8), (8, 16)] and res.retries == 1 and res.slab_slices == 8
     np.testing.assert_allclose(np.load(tmp_path / "r.npy"), ref, rtol=0, atol=1e-6)
@@ -123,11 +125,11 @@ def test_gpu_out_of_memory_retries_with_smaller_slabs(tmp_path, parallel_scan, m
 
     def always(rows_data, geometry, volume, region, **kw):
         raise CupyOutOfMemoryError("out of memory")
-    monkeypatch.setattr(outofcore, "reconstruct_slab", always)
+    monkeypatch.setattr(slab, "reconstruct_slab", always)
     with pytest.raises(MemoryError, match="even for one slice"):
         reconstruct_to_file(proj, g, tmp_path / "s.npy", backend="cpu", slab_slices=2)
     assert not list(tmp_path.glob("*s.npy*"))
-    assert not outofcore.is_gpu_out_of_memory(MemoryError())
+    assert not slab.is_gpu_out_of_memory(MemoryError())
 
 
 def test_planner_picks_the_largest_fit_and_prints_it():
@@ -205,13 +207,13 @@ def test_resume_refuses_an_input_changed_where_a_finished_slab_read_it(tmp_path,
     g, proj, ref = parallel_scan
     proj = proj.copy()
     out = tmp_path / "r.h5"
-    real = outofcore.reconstruct_slab
+    real = slab.reconstruct_slab
     with pytest.MonkeyPatch.context() as mp:
         def interrupted(*args, **kwargs):
             if args[3][0] >= 16:          # slabs 0:8 and 8:16 are done
                 raise KeyboardInterrupt
             return real(*args, **kwargs)
-        mp.setattr(outofcore, "reconstruct_slab", interrupted)
+        mp.setattr(slab, "reconstruct_slab", interrupted)
         with pytest.raises(KeyboardInterrupt):
             reconstruct_to_file(proj, g, out, backend="cpu", slab_slices=8, resume=True)
     proj[5, 12, 40] += 1.0        # a row slab 8:16 read, none of the sampled ones

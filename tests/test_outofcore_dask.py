@@ -15,7 +15,7 @@ import pytest
 import leveret
 from leveret import phantom
 from leveret.io import SlabWriter, read_array
-from leveret.outofcore import reconstruct_to_file
+from leveret.execution.outofcore import reconstruct_to_file
 
 distributed = pytest.importorskip("distributed")
 pytest.importorskip("zarr")
@@ -195,7 +195,7 @@ def _worker_environ():
 
 def test_a_local_cluster_leaves_glibc_malloc_tuning_alone():
     """Dask's MALLOC_TRIM_THRESHOLD_ slows the workers' zarr I/O; its one-thread BLAS setting stays."""
-    from leveret.executors import connect
+    from leveret.execution.executors import connect
     with connect("local", backend="cpu") as c:
         found = c.run(_worker_environ)
     assert found and set(found.values()) == {(None, "1")}
@@ -203,7 +203,7 @@ def test_a_local_cluster_leaves_glibc_malloc_tuning_alone():
 
 def test_each_worker_thread_plans_for_its_share_of_the_gpu():
     """A GPU worker of two threads runs two slabs at once on its GPU."""
-    from leveret.executors import DaskExecutor
+    from leveret.execution.executors import DaskExecutor
 
     class Client:
         def scheduler_info(self, n_workers=None):
@@ -224,7 +224,7 @@ def test_local_cuda_cluster_equals_one_gpu_in_this_process(tmp_path):
     np.save(tmp_path / "p.npy", phantom.shepp_logan_3d(radius=110.0).project(g).astype(np.float32))
     reconstruct_to_file(tmp_path / "p.npy", g, tmp_path / "ref.npy", backend="cuda", slab_slices=8)
     ref = np.load(tmp_path / "ref.npy")
-    from leveret.executors import connect
+    from leveret.execution.executors import connect
     with connect("local", backend="cuda") as c:     # THREADS_PER_GPU slabs at once on each GPU
         for output in ("r.zarr", "r.h5"):       # written by the workers; by this process
             res = reconstruct_to_file(tmp_path / "p.npy", g, tmp_path / output, backend="cuda", slab_slices=8,

@@ -7,9 +7,10 @@ import numpy as np
 import pytest
 
 import leveret
-from leveret import outofcore, phantom
+from leveret.execution import slab
+from leveret import phantom
 from leveret.io import read_array
-from leveret.outofcore import plan, reconstruct_to_file
+from leveret.execution.outofcore import plan, reconstruct_to_file
 
 pytestmark = pytest.mark.gpu
 
@@ -96,7 +97,7 @@ def test_real_cuda_out_of_memory_is_retried(tmp_path, scan, monkeypatch):
     import cupy
     g, proj = scan
     pool = cupy.get_default_memory_pool()
-    real = outofcore.reconstruct_slab
+    real = slab.reconstruct_slab
     calls = []
 
     def squeezed(rows_data, geometry, volume, region, **kw):
@@ -111,7 +112,7 @@ def test_real_cuda_out_of_memory_is_retried(tmp_path, scan, monkeypatch):
                 pool.set_limit(size=old)
         return real(rows_data, geometry, volume, region, **kw)
 
-    monkeypatch.setattr(outofcore, "reconstruct_slab", squeezed)
+    monkeypatch.setattr(slab, "reconstruct_slab", squeezed)
     res = reconstruct_to_file(proj, g, tmp_path / "r.npy", backend="cuda", slab_slices=16)
     assert res.retries >= 1 and calls[1] == (0, 8)
     out = np.load(tmp_path / "r.npy")

@@ -1,4 +1,4 @@
-"""The download of a device volume to NumPy (``leveret.pipeline.SlabDownload``,
+"""The download of a device volume to NumPy (``leveret.cuda.pipeline.SlabDownload``,
 fdk's slabs and boxes) run on the CPU through the stand-in CuPy
 (tests/stand_in_cupy.py): every slab reaches
 its place in the host array through the ring of staging buffers, into a
@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import stand_in_cupy
 
-from leveret import pipeline
+from leveret.cuda import pipeline
 
 
 @pytest.mark.parametrize("target", ["whole", "box", "window"])

@@ -1,11 +1,11 @@
-"""leveret.pipeline's pinned memory on a GPU: the driver sees it as
+"""leveret.cuda.pipeline's pinned memory on a GPU: the driver sees it as
 page-locked host memory, and transfers into it are asynchronous DMA."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from leveret import pipeline
+from leveret.cuda import pipeline
 
 pytestmark = pytest.mark.gpu
 LOCKED = 1   # cudaMemoryTypeHost in cudaPointerAttributes.type (0: pageable)

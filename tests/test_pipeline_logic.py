@@ -1,4 +1,4 @@
-"""leveret.pipeline.stream_chunks on the CPU: its bookkeeping (buffers, chunk
+"""leveret.cuda.pipeline.stream_chunks on the CPU: its bookkeeping (buffers, chunk
 order, the time split it fills into ``stats``) with a stand-in for CuPy whose
 copies and kernels run at once. Ordering between real CUDA streams is checked
 by the GPU tests (tests/operators/test_parallel_kernels_gpu.py,
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import stand_in_cupy
-from leveret import pipeline
+from leveret.cuda import pipeline
 
 
 @pytest.fixture

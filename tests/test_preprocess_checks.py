@@ -8,7 +8,7 @@ import pytest
 import leveret
 from leveret.cli import main
 from leveret.io import read_array
-from leveret.outofcore import reconstruct_to_file
+from leveret.execution.outofcore import reconstruct_to_file
 from leveret.preprocess import check_flats_darks, minus_log, normalize, sinogram_fields
 
 

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 import leveret
 from leveret import ConeGeometry, ParallelGeometry, Projector, VolumeGeometry
-from leveret.memory import cgroup_available_bytes
+from leveret.resources import cgroup_available_bytes
 
 SETTINGS = settings(max_examples=40, deadline=None, database=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
@@ -241,13 +241,13 @@ def test_volume_size_does_not_overflow():
 
 def test_a_volume_larger_than_memory_is_a_value_error_saying_how_much(small, monkeypatch):
     g, _, p = small
-    monkeypatch.setattr("leveret.memory.host_available_bytes", lambda: 1 << 30)
+    monkeypatch.setattr("leveret.resources.host_available_bytes", lambda: 1 << 30)
     with pytest.raises(ValueError, match=r"^volume: the reconstruction would take 149 GiB but only 1 GiB"):
         leveret.fbp(p, g, VolumeGeometry((4, 100_000, 100_000)), backend="cpu")
 
 
 def test_an_fdk_volume_larger_than_memory_is_a_value_error_saying_how_much(monkeypatch):
-    monkeypatch.setattr("leveret.memory.host_available_bytes", lambda: 1 << 30)
+    monkeypatch.setattr("leveret.resources.host_available_bytes", lambda: 1 << 30)
     g = ConeGeometry.circular(np.linspace(0, 2 * np.pi, 8, endpoint=False), 100.0, 200.0, 8, 8, 1.0)
     with pytest.raises(ValueError, match=r"^volume: the reconstruction would take 2 GiB but only 1 GiB"):
         leveret.fdk(np.ones(g.projection_shape, np.float32), g, VolumeGeometry((512, 1024, 1024)),
@@ -255,7 +255,7 @@ def test_an_fdk_volume_larger_than_memory_is_a_value_error_saying_how_much(monke
 
 
 def test_projector_ray_tables_are_checked_before_they_are_built(monkeypatch):
-    monkeypatch.setattr("leveret.memory.host_available_bytes", lambda: 1 << 20)
+    monkeypatch.setattr("leveret.resources.host_available_bytes", lambda: 1 << 20)
     g = ParallelGeometry(np.linspace(0, np.pi, 180, endpoint=False), 64, n_rows=4)   # 46080 rays: 2.1 MiB
     with pytest.raises(ValueError, match=r"^geometry: the CPU ray tables would take 2.11 MiB but only 1 MiB"):
         Projector(g, VolumeGeometry((4, 64, 64)), backend="cpu")
@@ -271,7 +271,7 @@ def test_allocations_beyond_memory_are_value_errors_before_any_work(call, monkey
     radon = RadonGeometry(d / np.linalg.norm(d, axis=1, keepdims=True), 128)
     par3 = ParallelGeometry(np.linspace(0, np.pi, 180, endpoint=False), 256, n_rows=16)
     op = Projector(par3, VolumeGeometry((16, 256, 256)), backend="cpu") if call == "sirt" else None
-    monkeypatch.setattr("leveret.memory.host_available_bytes", lambda: 1 << 20)
+    monkeypatch.setattr("leveret.resources.host_available_bytes", lambda: 1 << 20)
     head = leveret.phantom.shepp_logan_3d()
     calls = {
         "radon3d_fbp": ("volume", lambda: leveret.radon3d_fbp(np.zeros((64, 128), np.float32), radon,
@@ -294,7 +294,7 @@ import resource, sys, time
 import numpy as np
 import leveret
 resource.setrlimit(resource.RLIMIT_AS, (4 << 30, resource.RLIMIT_AS))
-from leveret.memory import host_available_bytes
+from leveret.resources import host_available_bytes
 print(host_available_bytes() < 4 << 30)
 g = leveret.ParallelGeometry(np.linspace(0, np.pi, 8, endpoint=False), 8)
 t0 = time.perf_counter()
@@ -324,7 +324,7 @@ def test_fdk_refuses_views_that_all_look_from_one_direction():
 def test_out_of_core_refuses_complex_projections(tmp_path):
     g = ParallelGeometry(np.linspace(0, np.pi, 8, endpoint=False), 8, n_rows=2)
     with pytest.raises(ValueError, match="^projections: expected real numbers, got dtype complex"):
-        leveret.outofcore.reconstruct_to_file(np.ones(g.projection_shape, complex), g, tmp_path / "r.npy",
+        leveret.execution.outofcore.reconstruct_to_file(np.ones(g.projection_shape, complex), g, tmp_path / "r.npy",
                                               backend="cpu")
     assert list(tmp_path.iterdir()) == []
 
@@ -365,7 +365,7 @@ def test_a_batch_jobs_own_cgroup_limit_is_found(tmp_path, proc, files, expected)
 
 
 def test_the_default_memory_cap_follows_a_container_limit(monkeypatch):
-    import leveret.memory as memory
+    import leveret.resources as memory
     monkeypatch.setattr(memory, "cgroup_available_bytes", lambda: 123 << 20)
     monkeypatch.setattr(memory, "_meminfo_available", lambda: 64 << 30)
     assert memory.host_available_bytes() == 123 << 20

@@ -170,7 +170,7 @@ def test_projector_and_iterations_from_threads(model):
 
 def test_several_workers_per_call_from_threads():
     """Threads whose calls each run on a device set (two workers on GPU 0)."""
-    from leveret.devices import DeviceSet
+    from leveret.cuda.devices import DeviceSet
 
     cases = [_cone(i) for i in range(3)]
     jobs = [lambda g=g, v=v, p=p: leveret.fdk(p, g, v, backend="cuda", devices=DeviceSet([0, 0], shared=True),

@@ -3,14 +3,15 @@
 NumPy in, NumPy out; CuPy in, CuPy out. The conventions (frame, array
 orders, angles, units) are those of docs/conventions.md.
 """
-from . import signals as _signals
+from .execution import signals as _signals
 
 if _signals.is_command():     # a Ctrl-C while the command starts: one line, no traceback
     _signals.quiet_start()
 
-from . import io, outofcore, phantom, rabbitct  # noqa: E402
+from . import execution, io, phantom, rabbitct  # noqa: E402
 from .algorithms import cgls, fbp, fdk, os_sart, radon3d_fbp, radon3d_forward, sirt
 from .backends import cuda_available
+from .cuda.devices import DeviceSet
 from .geometry import ConeGeometry, ParallelGeometry, RadonGeometry, VolumeGeometry
 from .operators import ConeBackprojection, ParallelBackprojection, Projector
 from . import datasets   # small real scans for examples and tests
@@ -20,4 +21,4 @@ __version__ = "0.1.0"
 __all__ = ["fbp", "fdk", "radon3d_fbp", "radon3d_forward", "sirt", "os_sart", "cgls",
            "ParallelGeometry", "ConeGeometry", "RadonGeometry", "VolumeGeometry",
            "ParallelBackprojection", "ConeBackprojection", "Projector",
-           "cuda_available", "io", "outofcore", "phantom", "rabbitct", "__version__"]
+           "DeviceSet", "cuda_available", "datasets", "execution", "io", "phantom", "rabbitct", "__version__"]

@@ -157,12 +157,12 @@ def writable_output(name: str, out) -> None:
 
 
 def check_allocation(name: str, nbytes: int, what: str = "the result",
-                     hint: str = "use a smaller volume or the out-of-core path (leveret.outofcore, "
+                     hint: str = "use a smaller volume or the out-of-core path (leveret.execution.reconstruct_to_file, "
                                  "'leveret recon')") -> None:
     """Raise naming ``name`` if ``nbytes`` exceed the memory this process may
     use now (available memory, or a container's limit), instead of NumPy's
     MemoryError after a long wait or the kernel's out-of-memory kill."""
-    from .memory import format_bytes, host_available_bytes
+    from .resources import format_bytes, host_available_bytes
     available = host_available_bytes()
     if int(nbytes) > available:
         raise ValueError(f"{name}: {what} would take {format_bytes(int(nbytes))} but only "
@@ -207,13 +207,23 @@ def _nonfinite_kernel():
 
 
 def count_outside(arr, limit: float) -> int:
-    """How many values of ``arr`` (NumPy or CuPy) are NaN, Inf or beyond
-    ``limit`` in magnitude: one pass, no temporary array on the device."""
+    """How many values of ``arr`` (NumPy or CuPy, float) are NaN, Inf or
+    beyond ``limit`` in magnitude: one pass, no temporary array on the
+    device (a CuPy reduction kernel), one wait for its 8-byte result."""
     if array_module(arr) is np:
         a = np.abs(arr)
         return int(arr.size - np.count_nonzero(a <= limit))   # NaN compares False
-    from .cuda.checks import count_outside as count_on_device
-    return count_on_device(arr, limit)
+    if arr.size == 0:
+        return 0
+    return int(_outside_kernel()(arr, np.float64(limit), axis=None))
+
+
+@functools.lru_cache(maxsize=1)
+def _outside_kernel():
+    import cupy
+    bad = "(isfinite((double)x) && fabs((double)x) <= limit) ? 0 : 1"
+    return cupy.ReductionKernel("T x, float64 limit", "int64 y", bad, "a + b", "y = a", "0",
+                                "leveret_count_outside")
 
 
 def array_module(arr):

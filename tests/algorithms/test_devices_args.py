@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import leveret
-from leveret import devices
+from leveret.cuda import devices
 from leveret.geometry import ParallelGeometry
 
 GEOMETRY = ParallelGeometry(np.linspace(0, np.pi, 12, endpoint=False), 16, n_rows=3)

@@ -248,8 +248,8 @@ def test_streamed_fdk_filters_each_view_once(rng, monkeypatch):
     filtered rows), to float32 rounding. Non-finite input is refused."""
     import cupy as cp
 
-    import leveret.memory
-    from leveret import pipeline
+    import leveret.resources
+    from leveret.cuda import pipeline
     from leveret.algorithms.fdk import FDKWeighting, rows_seen
     g = scan(np.linspace(0, 2 * np.pi, 40, endpoint=False), n=40, pixel=3.0)
     vol = VolumeGeometry((24, 30, 30), voxel_size=2.0)
@@ -298,7 +298,7 @@ def test_streamed_fdk_filters_each_view_once(rng, monkeypatch):
     strided.clear()
     np.testing.assert_array_equal(leveret.fdk(proj, g, vol, **kw), once)
     assert strided and all(strided)   # whole chunks of the pipeline's own buffers: no rows read in place
-    monkeypatch.setattr(leveret.memory, "host_available_bytes", lambda: 4 * vol.size)
+    monkeypatch.setattr(leveret.resources, "host_available_bytes", lambda: 4 * vol.size)
     weighted.clear()
     np.testing.assert_allclose(leveret.fdk(proj, g, vol, **kw), per_slab, rtol=0,
                                atol=1e-5 * np.abs(per_slab).max())
@@ -315,7 +315,7 @@ def test_streamed_fdk_backprojects_thin_slabs_in_boxes(monkeypatch):
 
     import cupy as cp
 
-    from leveret.devices import DeviceSet
+    from leveret.cuda.devices import DeviceSet
     fdk_module = sys.modules["leveret.algorithms.fdk"]   # leveret.algorithms.fdk is also the function
     g = scan(np.linspace(0, 2 * np.pi, 90, endpoint=False), n=40, pixel=3.0)
     vol = VolumeGeometry((64, 30, 30), voxel_size=1.0)

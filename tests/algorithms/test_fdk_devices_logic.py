@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import stand_in_cupy
 
-from leveret import devices
+from leveret.cuda import devices
 from leveret.geometry import ConeGeometry, VolumeGeometry
 
 fdk_module = importlib.import_module("leveret.algorithms.fdk")   # the module: leveret.algorithms.fdk is also the function

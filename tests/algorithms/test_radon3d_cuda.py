@@ -254,7 +254,7 @@ def test_fbp_ball_reconstructs_to_one_on_gpu(ball2000):
 @pytest.mark.parametrize("result", ["pinned", "pipeline"])
 def test_numpy_in_equals_cupy_in(precision, method, result, monkeypatch):
     """The streamed NumPy paths (slabs copied out while later slabs are computed:
-    into a pinned result, or through leveret.pipeline for results too large to
+    into a pinned result, or through leveret.cuda.pipeline for results too large to
     pin) give the CuPy path's voxels, bit for bit."""
     import cupy
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import leveret
-import leveret.outofcore
+import leveret.execution.slab
 from leveret import phantom
 from leveret.cli import main
 from leveret.io import read_array, write_array
@@ -106,7 +106,7 @@ def test_interrupt_leaves_no_output(scan, monkeypatch, capsys):
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
-    monkeypatch.setattr(leveret.outofcore, "reconstruct_slab", interrupted)
+    monkeypatch.setattr(leveret.execution.slab, "reconstruct_slab", interrupted)
     rc = main(["fbp", str(folder / "proj.npy"), str(folder / "o.npy"), "--angles", "0:180:90"])
     assert rc == 130 and "interrupted" in capsys.readouterr().err
     assert sorted(p.name for p in folder.iterdir()) == ["angles.txt", "proj.npy"]

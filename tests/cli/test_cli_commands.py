@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import leveret
-import leveret.outofcore
+import leveret.execution.slab
 from leveret import phantom
 from leveret.cli import main
 from leveret.io import read_array, write_array
@@ -229,7 +229,7 @@ def test_unexpected_failure_exits_1(scan, capsys, monkeypatch):
 
     def broken(*args, **kwargs):
         raise ZeroDivisionError("a bug")
-    monkeypatch.setattr(leveret.outofcore, "reconstruct_slab", broken)
+    monkeypatch.setattr(leveret.execution.slab, "reconstruct_slab", broken)
     flags = _flags(folder)
     assert main(["recon", flags[0], str(folder / "r.h5")] + flags[1:]) == 1
     assert "failed: ZeroDivisionError: a bug (run with -v" in capsys.readouterr().err

@@ -184,12 +184,12 @@ def test_cutoff_out_of_range_fails_before_any_work(folder):
 
 
 def test_v_adds_the_traceback_only_for_a_real_bug(folder, monkeypatch):
-    import leveret.outofcore
+    import leveret.execution.slab
     from leveret.cli import main
 
     def broken(*args, **kwargs):
         raise ZeroDivisionError("a bug")
-    monkeypatch.setattr(leveret.outofcore, "reconstruct_slab", broken)
+    monkeypatch.setattr(leveret.execution.slab, "reconstruct_slab", broken)
     flags = [str(folder / "proj.npy"), str(folder / "o.npy"), "--angles", "0:180:60", "--backend", "cpu", "-q"]
     assert main(["recon", *flags]) == 1                      # one line, exit 1
     with pytest.raises(ZeroDivisionError):                   # -v: the traceback (the console exits 1)

@@ -89,7 +89,7 @@ def test_repeated_multi_device_fdk_reuses_the_pool():
     """Fresh streams per call left every buffer in an arena no later call
     allocates from: the pool grew by a whole call's memory each time."""
     import leveret
-    from leveret.devices import DeviceSet
+    from leveret.cuda.devices import DeviceSet
     from leveret.geometry import ConeGeometry, VolumeGeometry
     g = ConeGeometry.circular(np.linspace(0, 2 * np.pi, 64, endpoint=False), sid=300.0, sdd=450.0,
                               n_rows=48, n_cols=64, pixel_size=1.0)

@@ -410,12 +410,14 @@ def test_cuda_asked_for_without_a_gpu_says_why(small_scan):
     assert ConeBackprojection(g, vol).backend == "cpu"   # "auto" without a GPU
 
 
-def test_cpu_kernels_and_the_view_planning_import_nothing_from_cuda():
-    """leveret.cpu and the planning both backends share (cpu.cone_plan)
-    stand without leveret.cuda: a CPU-only install never loads the launchers."""
+def test_cpu_kernels_and_the_view_planning_load_no_launcher():
+    """leveret.cpu and the planning both backends share (cpu.cone_plan) stand
+    without the CUDA launchers and CuPy: a CPU-only install never loads them
+    (leveret itself loads the GPU plumbing that imports nothing of CuPy)."""
     import subprocess
     import sys
     code = ("import sys, leveret.cpu.backproject_cone, leveret.cpu.backproject_parallel, leveret.cpu.radon3d, "
-            "leveret.cpu.cone_plan; print(sorted(m for m in sys.modules if m.startswith('leveret.cuda')))")
+            "leveret.cpu.cone_plan; print(sorted(m for m in sys.modules if m.startswith(('leveret.cuda', 'cupy'))))")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert res.stdout.strip() == "[]"
+    plumbing = {"leveret.cuda", "leveret.cuda.devices", "leveret.cuda.device_state", "leveret.cuda.pipeline"}
+    assert set(eval(res.stdout)) <= plumbing

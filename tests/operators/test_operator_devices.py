@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from leveret import devices
+from leveret.cuda import devices
 from leveret.geometry import ConeGeometry, ParallelGeometry, VolumeGeometry
 from leveret.operators import ConeBackprojection, ParallelBackprojection
 from leveret.operators.parallel import slab_alignment

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import stand_in_cupy
 
-from leveret.devices import DeviceSet
+from leveret.cuda.devices import DeviceSet
 from leveret.geometry import ConeGeometry, ParallelGeometry, VolumeGeometry
 from leveret.operators import ConeBackprojection, ParallelBackprojection
 from leveret.operators import _base

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from leveret import devices
+from leveret.cuda import devices
 from leveret.operators import Projector
 
 from cases import GEOMETRIES

@@ -8,11 +8,11 @@ import threading
 import numpy as np
 
 from .. import _validate as v
-from ..devices import for_backend as devices_for_backend
+from ..cuda.devices import for_backend as devices_for_backend
 from ..filters import FILTERS, apply_filter, filter_response
 from ..geometry import VolumeGeometry
 from ..operators.cone import RAY_MIN_VIEWS, ConeBackprojection
-from ..pipeline import STAGING_BUFFERS, STAGING_BYTES, SlabDownload, Staging, ranges
+from ..cuda.pipeline import STAGING_BUFFERS, STAGING_BYTES, SlabDownload, Staging, ranges
 
 
 def fdk(projections, geometry, volume: VolumeGeometry, *, filter: str = "ram-lak",
@@ -65,12 +65,12 @@ def fdk(projections, geometry, volume: VolumeGeometry, *, filter: str = "ram-lak
         A progress bar per stage.
     stats : dict, optional
         Filled with the GPU pipeline's time split when NumPy projections
-        stream through the GPU (``leveret.pipeline.STATS_KEYS``, seconds;
+        stream through the GPU (``leveret.cuda.pipeline.STATS_KEYS``, seconds;
         ``chunks``); on several workers (``devices``, or a volume in slabs on
         one GPU) summed over them, ``wall`` the call's and ``busy`` the sum
         of the workers' walls, with ``backproject``, ``wait`` and
         ``download``. Left empty on the CPU and from CuPy input.
-    devices : None, "all", list of int or leveret.devices.DeviceSet
+    devices : None, "all", list of int or leveret.cuda.devices.DeviceSet
         CUDA: the GPUs to run on (None: the current one). Each takes a range
         of z slices, filtering the rows it sees once; bit-identical to one
         GPU with the same ``chunk_views`` and slabs (docs/multigpu.md).
@@ -126,7 +126,7 @@ def fdk(projections, geometry, volume: VolumeGeometry, *, filter: str = "ram-lak
         # FDK"), unless half the memory is too little for a slab.
         import cupy
 
-        from ..devices import DeviceSet
+        from ..cuda.devices import DeviceSet
         pair = DeviceSet([cupy.cuda.Device().id] * 2, shared=True)
         try:
             slabs, planned_views = _plan_slabs(geometry, volume, backend, _worker_cap(array_memory, pair),
@@ -192,7 +192,7 @@ def _dispatch(projections, geometry, volume, devices, slabs, budgets, array_memo
     out = _fdk_devices(devices, projections, geometry, volume, slabs, y_parts, progress=progress,
                        budgets=budgets, **settings)
     if stats is not None:
-        from ..pipeline import add_stats
+        from ..cuda.pipeline import add_stats
         add_stats(stats, filtering)
     return out
 
@@ -325,7 +325,7 @@ def plan_devices(geometry, volume: VolumeGeometry, devices, chunk_views: int, ar
     ``free_bytes(device)``: the memory a GPU may use (default: what is free
     on it, at most ``array_memory``).
     """
-    from .. import devices as dv
+    from ..cuda import devices as dv
     from ..cpu.cone_plan import DEPTH
 
     ids = list(dict.fromkeys(devices.ids))
@@ -355,7 +355,7 @@ def plan_devices(geometry, volume: VolumeGeometry, devices, chunk_views: int, ar
 def _device_free_bytes(device: int) -> int:
     import cupy
 
-    from ..memory import gpu_free_bytes
+    from ..cuda import gpu_free_bytes
     with cupy.cuda.Device(device):
         return gpu_free_bytes()
 
@@ -379,8 +379,8 @@ def _fdk_devices_filter_once(devices, plan, projections, geometry, volume, *, pr
 
     import cupy
 
-    from .. import devices as dv
-    from ..pipeline import copy_threads_for, merge_stats, parallel_copy, stream_chunks
+    from ..cuda import devices as dv
+    from ..cuda.pipeline import copy_threads_for, merge_stats, parallel_copy, stream_chunks
 
     input_on_gpu = not isinstance(projections, np.ndarray)
     if input_on_gpu:
@@ -578,8 +578,8 @@ def _fdk_devices(devices, projections, geometry, volume, slabs, y_parts=1, *, pr
 
     import cupy
 
-    from .. import devices as dv
-    from ..pipeline import copy_threads_for, merge_stats
+    from ..cuda import devices as dv
+    from ..cuda.pipeline import copy_threads_for, merge_stats
 
     input_on_gpu = not isinstance(projections, (np.ndarray, _FilteredOnHost))
     if not input_on_gpu:
@@ -612,7 +612,7 @@ def _fdk_devices(devices, projections, geometry, volume, slabs, y_parts=1, *, pr
     wall0 = time.perf_counter()
     staging = None
     if not input_on_gpu:   # room for a box per worker: a worker's next box starts while its last is copied out
-        from ..memory import host_available_bytes
+        from ..resources import host_available_bytes
         box_bytes = max(k1 - k0 for k0, k1 in slabs) * step * volume.nx * np.dtype(dtype).itemsize
         staging = Staging(max(STAGING_BUFFERS * STAGING_BYTES,
                               min(len(devices) * box_bytes, host_available_bytes() // 16)))
@@ -745,7 +745,7 @@ def _gpu_budget(array_memory, budget=None) -> int:
     """Bytes of GPU memory a plan may use: ``budget`` (default the current
     GPU's free memory), at most ``array_memory`` (a budget's share for arrays)."""
     if budget is None:
-        from ..memory import gpu_free_bytes
+        from ..cuda import gpu_free_bytes
         budget = gpu_free_bytes()
     if array_memory is not None:
         budget = min(budget, array_memory)
@@ -836,7 +836,7 @@ def _reconstruct(projections, geometry, volume, *, filter, cutoff, padding, shor
     """FDK of one volume (or slab) from the projections it needs.
 
     ``host_out``: the NumPy array that NumPy input's result is downloaded
-    into (default a new one). ``staging``: a :class:`leveret.pipeline.Staging`
+    into (default a new one). ``staging``: a :class:`leveret.cuda.pipeline.Staging`
     shared with other calls' downloads; the call then returns before the copies into
     ``host_out`` are done (the staging's ``drain`` waits for them).
     ``weighted``: the NumPy projections are weighted and filtered already
@@ -863,7 +863,7 @@ def _reconstruct(projections, geometry, volume, *, filter, cutoff, padding, shor
     from tqdm.auto import tqdm
     with tqdm(total=geometry.n_views, desc="fdk", unit="view", disable=not progress, leave=False) as bar:
         if on_gpu and not input_on_gpu:
-            from ..pipeline import add_stats, is_pinned, parallel_copy, stream_chunks
+            from ..cuda.pipeline import add_stats, is_pinned, parallel_copy, stream_chunks
 
             n_bad = xp.zeros((), xp.int64)
             split: dict = {}
@@ -942,7 +942,7 @@ class _FilteredOnHost:
         rows = rows_seen(geometry, volume)
         if rows is None:
             return None
-        from ..memory import host_available_bytes
+        from ..resources import host_available_bytes
         r0, r1 = rows
         shape = (geometry.n_views, r1 - r0, geometry.n_cols)
         if 4 * (int(np.prod(shape)) + volume.size) > host_available_bytes():
@@ -950,7 +950,7 @@ class _FilteredOnHost:
         import cupy
         from tqdm.auto import tqdm
 
-        from ..pipeline import parallel_copy, pinned_array, stream_chunks
+        from ..cuda.pipeline import parallel_copy, pinned_array, stream_chunks
         weighting = FDKWeighting(geometry, filter=filter, cutoff=cutoff, padding=padding, short_scan=short_scan)
         out = None
         if 4 * int(np.prod(shape)) <= host_available_bytes() // 4:   # locked pages leave the rest room

@@ -8,8 +8,10 @@ import numpy as np
 from .. import _validate as v
 from ..filters import FILTERS, apply_filter, filter_response
 from ..geometry import ParallelGeometry, VolumeGeometry
-from ..devices import for_backend as devices_for_backend
-from ..memory import fbp_bytes_per_slice, gpu_free_bytes, host_available_bytes, plan_chunk
+from ..cuda.devices import for_backend as devices_for_backend
+from ..cuda import gpu_free_bytes
+from ..filters import padded_length
+from ..resources import host_available_bytes
 from ..operators import ParallelBackprojection
 
 
@@ -73,15 +75,15 @@ def fbp(projections, geometry: ParallelGeometry, volume: VolumeGeometry | None =
         of the full reconstruction; the back-projection's cost shrinks with it.
     stats : dict, optional
         Filled with the GPU pipeline's time split when NumPy data stream
-        through the GPU in several chunks (``leveret.pipeline.STATS_KEYS``:
+        through the GPU in several chunks (``leveret.cuda.pipeline.STATS_KEYS``:
         ``wall``, ``setup``, ``load``, ``store``, ``h2d``, ``compute``,
         ``d2h`` in seconds, ``chunks``); left empty otherwise (CPU backend,
         CuPy input, one chunk). With ``devices``, the GPU times (``h2d``,
         ``compute``, ``d2h``), host times and chunk counts are summed over the
         GPUs, ``wall`` is the whole call's and ``busy`` the sum of the GPUs'
-        pipeline walls (``leveret.pipeline.merge_stats``).
-    devices : None, "all", list of int or leveret.devices.DeviceSet
-        CUDA only: the GPUs to run on (:mod:`leveret.devices`); None: the
+        pipeline walls (``leveret.cuda.pipeline.merge_stats``).
+    devices : None, "all", list of int or leveret.cuda.devices.DeviceSet
+        CUDA only: the GPUs to run on (:mod:`leveret.cuda.devices`); None: the
         current device. Slice chunks (planned from the smallest GPU's free
         memory) are dealt from one queue; each GPU streams its chunks through
         a pipeline of its own (streams, pinned buffers) in its own thread, so
@@ -215,7 +217,7 @@ class _Job:
         Returns the count of non-finite inputs seen."""
         import cupy
 
-        from ..pipeline import parallel_copy, stream_chunks
+        from ..cuda.pipeline import parallel_copy, stream_chunks
 
         g = self.geometry
         n_bad = cupy.zeros((), cupy.int64)  # non-finite inputs, read once at the end
@@ -239,7 +241,7 @@ class _Job:
         import threading
         import time
 
-        from ..pipeline import copy_threads_for, merge_stats
+        from ..cuda.pipeline import copy_threads_for, merge_stats
 
         copy_threads_for(len(devices))
         bar_lock = threading.Lock()
@@ -267,7 +269,7 @@ class _Job:
 
         import cupy
 
-        from .. import devices as dv
+        from ..cuda import devices as dv
 
         home = self.stack.device.id
         dv.settled(self.stack)
@@ -370,7 +372,7 @@ def _gather_rows(stack, rows_lo, rows_frac, chunk, *, out=None, dtype=np.float32
         if out is None:
             return src.astype(dtype, copy=False)
         if xp is np:
-            from ..pipeline import parallel_copy
+            from ..cuda.pipeline import parallel_copy
             parallel_copy(out, src)
         else:
             out[...] = src
@@ -400,3 +402,34 @@ def _prepare_out(out, shape: tuple, dtype, *, cupy_out: bool):
     if type(out).__module__.startswith("cupy") != cupy_out:
         raise ValueError("out: must live where the input lives (NumPy for NumPy input, CuPy for CuPy input)")
     return out
+
+
+# -- memory per slice ---------------------------------------------------------------------
+
+def fbp_bytes_per_slice(n_angles: int, n_cols: int, ny: int, nx: int, itemsize: int = 4,
+                        *, streamed: bool = False) -> int:
+    """Peak working memory of one slice in an FBP chunk.
+
+    Counts the raw rows, the padded real and complex FFT buffers, the filtered
+    sinogram, its texture copy and the output slice; ``streamed`` doubles the
+    input and output buffers (two chunks in flight).
+    """
+    n_pad = padded_length(n_cols)
+    rows = n_angles * n_cols * itemsize
+    fft = n_angles * n_pad * itemsize * 3          # padded input, spectrum (complex, half length), irfft out
+    filtered = 3 * rows                            # weighted copy, packed copy, texture
+    image = ny * nx * itemsize
+    return (2 if streamed else 1) * (rows + image) + fft + filtered
+
+
+def plan_chunk(n_slices: int, bytes_per_slice: int, available: int, *, fraction: float = 0.6,
+               max_slices: int | None = None) -> int:
+    """Largest chunk (in slices) whose working set fits in ``fraction`` of ``available``."""
+    fit = int(available * fraction) // max(bytes_per_slice, 1)
+    if fit < 1:
+        raise MemoryError(f"one slice needs {bytes_per_slice / 2**20:.1f} MiB but only "
+                          f"{available * fraction / 2**20:.1f} MiB may be used")
+    chunk = min(n_slices, fit)
+    if max_slices is not None:
+        chunk = min(chunk, max_slices)
+    return max(1, chunk)

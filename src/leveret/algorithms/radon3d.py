@@ -21,7 +21,7 @@ import scipy.fft
 
 from .. import _validate as v
 from ..cpu import radon3d as kernels
-from ..devices import for_backend as devices_for_backend
+from ..cuda.devices import for_backend as devices_for_backend
 from ..filters import padded_length, window
 from ..geometry import VolumeGeometry
 from ..geometry.radon import RadonGeometry
@@ -149,8 +149,8 @@ def radon3d_fbp(projections, geometry: RadonGeometry, volume: VolumeGeometry | N
         "total" (wall time of the call). CUDA events on the GPU, zero
         transfers for CuPy in and out; perf_counter on the CPU. With
         ``devices``, only "total".
-    devices : None, "all", list of int or leveret.devices.DeviceSet
-        CUDA only: the GPUs to run on (:mod:`leveret.devices`); None: the
+    devices : None, "all", list of int or leveret.cuda.devices.DeviceSet
+        CUDA only: the GPUs to run on (:mod:`leveret.cuda.devices`); None: the
         current device. Each GPU filters the projections (they are small)
         and back-projects the z-slabs it takes from a queue (``two-stage``:
         each GPU also runs the first stage). Bit-identical to one GPU.
@@ -371,7 +371,7 @@ def _fbp_devices(devices, projections, geometry, volume, response, row_scale, dt
     computed by the same tile (bit-identical)."""
     import cupy
 
-    from .. import devices as dv
+    from ..cuda import devices as dv
 
     host_in = isinstance(projections, np.ndarray)
     nz, ny, nx = volume.shape
@@ -407,12 +407,12 @@ def _fbp_devices(devices, projections, geometry, volume, response, row_scale, dt
 
 def _fbp_cuda(projections, geometry, volume, response, row_scale, dtype, plan, stats):
     """GPU FBP. CuPy in: all on the device. NumPy in: a pinned upload, then the output
-    streamed back slab by slab (leveret.pipeline) while later slabs are back-projected."""
+    streamed back slab by slab (leveret.cuda.pipeline) while later slabs are back-projected."""
     import time
 
     import cupy
 
-    from ..pipeline import empty_pinned, ranges
+    from ..cuda.pipeline import empty_pinned, ranges
     t_wall = time.perf_counter()
     stream = cupy.cuda.get_current_stream()
     host_in = isinstance(projections, np.ndarray)
@@ -467,7 +467,7 @@ def _fbp_cuda(projections, geometry, volume, response, row_scale, dtype, plan, s
 #: NumPy results up to this size come back in page-locked (pinned) host memory,
 #: written by the GPU's copy engine at full PCIe speed, with no host-side copy
 #: (a pageable copy of 64 MiB costs ~10 ms on the host, a third of the
-#: 256^3 budget). Larger results go through leveret.pipeline's two pinned
+#: 256^3 budget). Larger results go through leveret.cuda.pipeline's two pinned
 #: buffers and a host copy, so pinned memory stays bounded.
 PINNED_RESULT_MAX_BYTES = 1 << 30
 
@@ -479,7 +479,7 @@ def _slabs_to_pinned(slab, chunks, shape, dtype, stream, filtered_ready):
     Returns (volume, back-projection seconds, exposed transfer-out seconds)."""
     import cupy
 
-    from ..pipeline import empty_pinned
+    from ..cuda.pipeline import empty_pinned
     dev = cupy.empty(shape, dtype)
     host = empty_pinned(shape, dtype)
     copy_stream = cupy.cuda.Stream(non_blocking=True)
@@ -500,12 +500,12 @@ def _slabs_to_pinned(slab, chunks, shape, dtype, stream, filtered_ready):
 
 
 def _slabs_through_pipeline(slab, chunks, shape, dtype, stream, filtered_ready):
-    """As :func:`_slabs_to_pinned` for results too large to pin: leveret.pipeline's
+    """As :func:`_slabs_to_pinned` for results too large to pin: leveret.cuda.pipeline's
     double-buffered pinned slabs, copied into a pageable NumPy array by a worker
     thread. Returns (volume, seconds from the filtered data to the last slab's end)."""
     import cupy
 
-    from ..pipeline import parallel_copy, stream_chunks
+    from ..cuda.pipeline import parallel_copy, stream_chunks
 
     out = np.empty(shape, dtype)
     ready = stream.record()

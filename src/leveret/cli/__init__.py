@@ -119,7 +119,7 @@ def _cutoff(text) -> float:
 
 
 def _gpus(text):
-    """'all' or comma-separated GPU ids (leveret.devices checks that they exist)."""
+    """'all' or comma-separated GPU ids (leveret.cuda.devices checks that they exist)."""
     value = str(text).strip().lower()
     if value == "all":
         return "all"
@@ -508,7 +508,7 @@ _args: argparse.Namespace | None = None     # the command being run, once its ar
 def main(argv=None) -> int:
     global _args
     from ..io.atomic import start_command
-    from ..signals import handling
+    from ..execution.signals import handling
 
     _args = None
     start_command()
@@ -524,7 +524,7 @@ def main(argv=None) -> int:
 def _stopped(exc: KeyboardInterrupt) -> int:
     """Clean up after an interruption and say so in one line: the exit code."""
     from ..io.atomic import cleanup_pending, written_outputs
-    from ..signals import exit_code
+    from ..execution.signals import exit_code
 
     # Waits for a slab being written, then removes or keeps the partial output; no
     # output starts after it (the worker may be about to start one).
@@ -601,7 +601,7 @@ def run() -> None:
     try:
         code = main()
     except KeyboardInterrupt as exc:   # before main's handlers were in place
-        from ..signals import exit_code
+        from ..execution.signals import exit_code
         print("\nleveret: interrupted", file=sys.stderr)
         code = exit_code(exc)
     # After Ctrl-C the worker may still be inside a kernel, or just leaving

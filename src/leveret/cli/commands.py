@@ -244,7 +244,7 @@ def _band(shape, spec: str | None = None, n: int = CENTER_ROWS) -> tuple[int, in
 
 def _rows(scan: ScanInput, r0: int, r1: int) -> np.ndarray:
     """Line integrals (n_angles, r1 - r0, n_cols), float32."""
-    from ..outofcore import preprocess_rows
+    from ..execution.slab import preprocess_rows
 
     raw = np.asarray(scan.projections[:, r0:r1, :])
     return preprocess_rows(raw, (r0, r1), **scan.preprocess)
@@ -253,7 +253,7 @@ def _rows(scan: ScanInput, r0: int, r1: int) -> np.ndarray:
 def _sinogram_data(scan: ScanInput) -> np.ndarray:
     """A 2D input (n_angles, n_cols) as float32 line integrals."""
     data = np.asarray(scan.projections)[:, None, :]
-    from ..outofcore import preprocess_rows
+    from ..execution.slab import preprocess_rows
     from ..preprocess import sinogram_fields
     n_cols = scan.shape[-1]
     flats = None if scan.flats is None else sinogram_fields("--flat", scan.flats, n_cols)
@@ -343,7 +343,7 @@ def recon(args) -> int:
     """``leveret recon``: with --scheduler, on a Dask cluster connected before any work."""
     if args.scheduler is None:
         return _recon(args, None)
-    from ..executors import check_address, connect
+    from ..execution.executors import check_address, connect
 
     if args.scheduler.strip().lower() != "local":
         check_address(args.scheduler)
@@ -360,7 +360,7 @@ def _recon(args, client) -> int:
     from ..io import write_array
     from ..io._common import split_dataset
     from ..io.slabs import output_format
-    from ..outofcore import plan, reconstruct_to_file
+    from ..execution.outofcore import plan, reconstruct_to_file
 
     if args.output is None:
         raise ValueError("output: give the output path (second argument, or output = ... in --config)")
@@ -473,7 +473,7 @@ SWEEP_BYTES_PER_CENTRE = 96
 def _check_sweep(sweep: float, step: float) -> None:
     """Refuse a --sweep/--step that is not positive, or whose trial centres do not fit in
     memory, before any work (and before NumPy tries to allocate them)."""
-    from ..memory import format_bytes, host_available_bytes
+    from ..resources import format_bytes, host_available_bytes
 
     if not (math.isfinite(sweep) and math.isfinite(step) and sweep > 0 and step > 0):
         raise ValueError(f"--sweep/--step: expected positive pixel counts, got {sweep} and {step}")
@@ -723,7 +723,7 @@ def info(args) -> int:
                   f"{dev['multiprocessors']} SMs), {dev['memory_free_gib']:.1f} of "
                   f"{dev['memory_total_gib']:.1f} GiB free; CuPy {dev['cupy']}, CUDA runtime "
                   f"{dev['cuda_runtime']}, driver {dev['cuda_driver']}")
-    from ..memory import format_bytes, host_available_bytes
+    from ..resources import format_bytes, host_available_bytes
     print(f"  host  : {format_bytes(host_available_bytes())} available")
     from ..cuda import tuning
     tuned = tuning.describe()

@@ -80,7 +80,7 @@ VOXEL_BYTES = 24
 def check_memory(size: int, n_slices: int, n_angles: int) -> None:
     """Refuse a demo whose arrays do not fit in the memory available, naming --size,
     before any of them is allocated."""
-    from leveret.memory import format_bytes, host_available_bytes
+    from leveret.resources import format_bytes, host_available_bytes
 
     needed = SAMPLE_BYTES * n_angles * n_slices * size + VOXEL_BYTES * n_slices * size * size
     available = host_available_bytes()

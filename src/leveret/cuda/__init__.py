@@ -36,3 +36,11 @@ def seconds_per_run(run, repeats: int = 3) -> float:
     stop.record()
     stop.synchronize()
     return cupy.cuda.get_elapsed_time(start, stop) * 1e-3 / repeats
+
+
+def gpu_free_bytes() -> int:
+    """Free device memory plus what CuPy's pool holds but does not use."""
+    import cupy
+    free, _ = cupy.cuda.Device().mem_info
+    pool = cupy.get_default_memory_pool()
+    return free + pool.free_bytes()

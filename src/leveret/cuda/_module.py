@@ -66,21 +66,6 @@ def load_module(name: str, defines: tuple[str, ...] | None = None):
     return cupy.RawModule(code=kernel_source(name), options=NVRTC_OPTIONS + tuple(f"-D{d}" for d in defines))
 
 
-def upload_pinned(host, stream):
-    """``host`` (NumPy) on the device through pinned memory, queued on
-    ``stream``: a pageable upload would make the host wait for the stream's
-    earlier work. Returns the device array and the pinned copy, which must
-    live until the copy is done."""
-    import cupy
-
-    from ..pipeline import empty_pinned
-    pinned = empty_pinned(host.shape, host.dtype)
-    pinned[...] = host
-    device = cupy.empty(host.shape, host.dtype)
-    device.set(pinned, stream=stream)
-    return device, pinned
-
-
 def compile_report(path: Path, arch: str = "sm_90", defines: tuple[str, ...] | None = None) -> tuple[bool, str]:
     """Compile one .cu file with NVRTC (no GPU needed); returns (ok, ptxas log).
 

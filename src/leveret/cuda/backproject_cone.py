@@ -9,10 +9,19 @@ import threading
 
 import numpy as np
 
-from ..cpu.cone_plan import (DEPTH, KERNELS, MAX_VIEWS_PER_PASS, QUAD_BORDER, RAY_SPLIT, VIEWS_PER_PASS,
-                                   kernel_matrices, plan_passes, software_views)
-from ._module import upload_pinned
+from ..cpu.cone_plan import (
+    DEPTH,
+    KERNELS,
+    MAX_VIEWS_PER_PASS,
+    QUAD_BORDER,
+    RAY_SPLIT,
+    VIEWS_PER_PASS,
+    kernel_matrices,
+    plan_passes,
+    software_views,
+)
 from .device_state import device_state
+from .pipeline import upload_pinned
 from .texture import acquire, release, release_views, view_textures
 
 BLOCK = (32, 8)            # kernel B: a warp along x, 8 warps per block

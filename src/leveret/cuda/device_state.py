@@ -21,7 +21,7 @@ anyway.
 
 Two kinds of state are safe as CuPy keeps them: cuFFT plans (cached per
 thread and device) and the device memory pool (guarded by its own lock).
-Pinned host memory (:mod:`leveret.pipeline`) is one pool for every GPU,
+Pinned host memory (:mod:`leveret.cuda.pipeline`) is one pool for every GPU,
 its blocks registered as portable, guarded by a lock.
 
 A call given a GPU memory budget runs under a :class:`MemoryBudget`: a memory

@@ -19,8 +19,8 @@ from collections import OrderedDict
 
 import numpy as np
 
-from ._module import upload_pinned
 from .device_state import active_budget, device_state, known_states
+from .pipeline import upload_pinned
 
 CACHE_BYTES = 256 << 20   # per GPU; textures larger than this are freed after use
 CACHE_ENTRIES = 8         # per GPU: two workers' textures of a few shapes each

@@ -258,7 +258,7 @@ def free_bytes(folder: str | os.PathLike) -> int:
 
 def check_space(path: str | os.PathLike, needed: int) -> None:
     """Raise :class:`OutputSpaceError` if ``needed`` bytes do not fit beside ``path``."""
-    from ..memory import format_bytes
+    from ..resources import format_bytes
     folder = Path(os.fspath(path)).parent
     free = free_bytes(folder)
     if needed > free:

@@ -10,7 +10,7 @@ Every volume leveret writes carries a mark, :data:`SOFTWARE` (``"leveret"``):
 - ``.npy`` has no place for a mark: any NPY file counts as one of that format.
 
 Outputs written before the mark existed are recognised where their metadata
-said ``software = "leveret"`` (the volumes of :func:`leveret.outofcore.reconstruct_to_file`).
+said ``software = "leveret"`` (the volumes of :func:`leveret.execution.outofcore.reconstruct_to_file`).
 
 :func:`replace_refusal` says why an existing path must not be replaced (None
 if it may be); :func:`check_not_input` refuses an output that is an input,

@@ -346,7 +346,7 @@ class SlabWriter:
         if self.compression is None:
             check_space(self.path, needed)
         elif needed > free_bytes(self.partial.parent):
-            from ..memory import format_bytes
+            from ..resources import format_bytes
             log.warning("%s: the uncompressed volume (%s) exceeds the free space (%s); it fits only if "
                         "compression saves enough", self.path, format_bytes(needed),
                         format_bytes(free_bytes(self.partial.parent)))
@@ -367,7 +367,7 @@ class SlabWriter:
             raise OSError(errno.EFBIG, f"{os.strerror(errno.EFBIG)} (the file size limit is {limit} bytes)")
 
     def _space_error(self, exc: BaseException) -> OutputSpaceError:
-        from ..memory import format_bytes
+        from ..resources import format_bytes
         left = int((~self._done).sum()) * self.slice_bytes
         try:
             free = format_bytes(free_bytes(self.path.parent))

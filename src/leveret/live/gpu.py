@@ -67,7 +67,7 @@ class GpuPipeline:
 
     @staticmethod
     def allocate_pinned(shape, dtype):
-        from ..pipeline import empty_pinned
+        from ..cuda.pipeline import empty_pinned
         return empty_pinned(shape, dtype)
 
     # -- timing ---------------------------------------------------------------------------------

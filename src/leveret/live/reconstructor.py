@@ -212,7 +212,7 @@ class LiveReconstructor:
             if max_views is not None:
                 self._store.reserve(max_views)   # allocated and touched now, not during the scan
         else:
-            from ..memory import gpu_free_bytes
+            from ..cuda import gpu_free_bytes
             from .gpu import GpuPipeline
             device_views = max_views if max_views is not None else int(0.5 * gpu_free_bytes()) // view_bytes
             block = max(1, min(64, device_views))

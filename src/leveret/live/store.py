@@ -65,7 +65,7 @@ class ViewStore:
                 self.spilled_logged = True
             if self.xp is np:
                 return np.empty((self.block_views, rows, cols), self.dtype)
-            from ..pipeline import empty_pinned
+            from ..cuda.pipeline import empty_pinned
             return empty_pinned((self.block_views, rows, cols), self.dtype)
         if not self.pitched:
             return self.xp.empty((self.block_views, rows, cols), self.dtype)

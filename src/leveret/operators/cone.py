@@ -7,7 +7,7 @@ import numpy as np
 
 from .. import _validate as v
 from ..geometry import VolumeGeometry
-from ..devices import for_backend as devices_for_backend
+from ..cuda.devices import for_backend as devices_for_backend
 from ._base import Operator, _is_cupy
 from ..cpu.cone_plan import DEPTH, fma_steps, kernel_matrices, software_views
 
@@ -99,8 +99,8 @@ class ConeBackprojection(Operator):
         along x). "auto" follows the table above ``AUTO_KERNEL`` in this
         module (``RAY_MIN_PIXELS``, ``RAY_MIN_VIEWS``); ``kernel_for(n_views)``
         tells which a call runs, ``last_kernel`` which the last call ran.
-    devices : None, "all", list of int or leveret.devices.DeviceSet
-        CUDA only: the GPUs a call runs on (:mod:`leveret.devices`); None: the
+    devices : None, "all", list of int or leveret.cuda.devices.DeviceSet
+        CUDA only: the GPUs a call runs on (:mod:`leveret.cuda.devices`); None: the
         current device. The volume's z range (``slices``, default all) is cut
         into slabs of whole ``slab_alignment`` blocks, about two per GPU,
         dealt from one queue; each GPU back-projects every view into its
@@ -239,7 +239,7 @@ class ConeBackprojection(Operator):
         """``self(...)`` on ``self.devices``: z-slabs from a queue, every view into each."""
         import cupy
 
-        from .. import devices as dv
+        from ..cuda import devices as dv
 
         nz, ny, nx = self.volume.shape
         on_gpu = _is_cupy(projections)

@@ -6,7 +6,7 @@ import numpy as np
 
 from .. import _validate as v
 from ..geometry import ParallelGeometry, VolumeGeometry
-from ..devices import for_backend as devices_for_backend
+from ..cuda.devices import for_backend as devices_for_backend
 from ._base import Operator, _is_cupy
 
 INTERPOLATIONS = ("nearest", "linear", "linear8")
@@ -113,8 +113,8 @@ class ParallelBackprojection(Operator):
         kernels: slices per texel, "float", "float2", "half2" or "half4"
         (default: float2 whenever there are two slices, half2 / half4 with
         precision "float16"); the result does not depend on float vs float2.
-    devices : None, "all", list of int or leveret.devices.DeviceSet
-        CUDA only: the GPUs a call runs on (:mod:`leveret.devices`); None: the
+    devices : None, "all", list of int or leveret.cuda.devices.DeviceSet
+        CUDA only: the GPUs a call runs on (:mod:`leveret.cuda.devices`); None: the
         current device. The slices are cut into slabs (about four per GPU)
         dealt from one queue; each GPU receives only its slabs' sinograms.
         The kernel configuration is chosen once for the whole stack (as a
@@ -222,7 +222,7 @@ class ParallelBackprojection(Operator):
         """``self(sinos, out)`` on ``self.devices``: slabs of slices from a queue."""
         import cupy
 
-        from .. import devices as dv
+        from ..cuda import devices as dv
 
         n = sinos.shape[0]
         on_gpu = _is_cupy(sinos)

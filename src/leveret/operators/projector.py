@@ -8,7 +8,7 @@ import numpy as np
 
 from .. import _validate as v
 from ._base import Operator
-from ..devices import for_backend as devices_for_backend
+from ..cuda.devices import for_backend as devices_for_backend
 from ..geometry import ConeGeometry, ParallelGeometry, VolumeGeometry
 
 MODELS = ("siddon", "joseph")
@@ -146,7 +146,7 @@ class Projector(Operator):
         device) the voxel-driven ``ConeBackprojection`` of the projections
         weighted per pixel, faster where the detector oversamples the volume
         and within the mismatch given in docs/accuracy.md (SIRT converges).
-    devices : None, "all", list of int or leveret.devices.DeviceSet
+    devices : None, "all", list of int or leveret.cuda.devices.DeviceSet
         CUDA: the GPUs ``A`` and ``A.T`` run on; the views are split among
         them, the volume copied to each (docs/multigpu.md). ``A`` is
         bit-identical to one GPU; ``A.T`` sums the GPUs' partial volumes in
@@ -430,7 +430,7 @@ class Projector(Operator):
         """``A x`` with the views dealt to ``self.devices`` from a queue, the volume on every GPU."""
         import cupy
 
-        from .. import devices as dv
+        from ..cuda import devices as dv
         dv.settled(x)
         laid_out: dict = {}   # worker index -> the volume on its GPU, as the kernels read it
 
@@ -452,7 +452,7 @@ class Projector(Operator):
         partial volume; the partials are summed in device order on one GPU."""
         import cupy
 
-        from .. import devices as dv
+        from ..cuda import devices as dv
         dv.settled(y)
 
         def compute(worker, v0, v1):

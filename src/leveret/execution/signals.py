@@ -99,9 +99,9 @@ def handling(*, once: bool = False) -> Iterator[None]:
 def is_command() -> bool:
     """True when this process is the ``leveret`` command (``leveret ...`` or
     ``python -m leveret ...``), not a program importing the library."""
+    import multiprocessing
     import os
     import sys
-    import multiprocessing
     if multiprocessing.parent_process() is not None:
         return False      # a worker the command started (Dask, a pool) inherits argv, not the command
     argv0 = os.path.basename(sys.argv[0]) if sys.argv else ""

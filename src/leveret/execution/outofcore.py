@@ -1,21 +1,14 @@
 """Out-of-core reconstruction: volumes larger than memory, slab by slab into a file.
 
-Two pieces:
-
-- :func:`reconstruct_slab` is a plain function of (the detector rows a slab
-  needs, the scan geometry, the volume, the slab's slice range): it
-  preprocesses those rows (flat/dark, -log), reconstructs the slab with the
-  public :func:`leveret.fbp` (parallel beam) or :func:`leveret.fdk` (cone
-  beam) and returns it. Its arguments are NumPy arrays and geometry objects,
-  so a distributed scheduler (dask, Ray, a batch queue) can run slabs
-  anywhere; :func:`slab_rows` says which rows to send.
-- :func:`reconstruct_to_file` is the driver: it plans the slab size from
+One slab's work is :func:`leveret.execution.slab.reconstruct_slab`, a plain
+function that a scheduler can run anywhere. :func:`reconstruct_to_file` is
+the driver: it plans the slab size from
   the memory limits (:func:`plan`), reads the scan lazily
   (:func:`leveret.io.open_array`), reconstructs slab after slab straight into
   a :class:`leveret.io.SlabWriter` (TIFF folder, BigTIFF, HDF5, zarr or .npy),
   retries a slab with fewer slices when CUDA runs out of memory, and reports
   the peak host memory it measured. The slabs run in this process, or with
-  ``client=`` on a Dask cluster (:mod:`leveret.executors`: one plan, two
+  ``client=`` on a Dask cluster (:mod:`leveret.execution.executors`: one plan, two
   executors); the output, its lock and its resume manifest stay with the
   driver either way.
 
@@ -28,15 +21,17 @@ from __future__ import annotations
 import logging
 import math
 import os
-import sys
 import time
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from .geometry import ConeGeometry, ParallelGeometry, VolumeGeometry
-from .memory import (SlabPlan, fbp_bytes_per_slice, format_bytes, gpu_free_bytes, host_available_bytes,
-                     peak_rss_bytes, plan_slabs)
+from ..algorithms.parallel_fbp import fbp_bytes_per_slice
+from ..cuda import gpu_free_bytes
+from ..geometry import ConeGeometry, ParallelGeometry, VolumeGeometry
+from ..resources import format_bytes, host_available_bytes, peak_rss_bytes
+from .memory import SlabPlan, plan_slabs
+from .slab import slab_rows
 
 log = logging.getLogger(__name__)
 
@@ -44,137 +39,6 @@ log = logging.getLogger(__name__)
 HOST_FRACTION = 0.6
 #: Share of the free GPU memory a run plans for when no cap is given.
 GPU_FRACTION = 0.6
-
-
-# -- which rows a slab needs ---------------------------------------------------------------------
-
-def slab_rows(geometry, volume: VolumeGeometry, region: tuple[int, int]):
-    """Detector rows ``(r0, r1)`` that slices ``region = (k0, k1)`` of ``volume`` need.
-
-    Parallel beam: the rows at the slices' heights, plus the next row for
-    linear interpolation; cone beam: the rows the slab's voxels project to in
-    any view, with a row of margin. None when the slab is off the detector
-    (its slices are then zero).
-    """
-    k0, k1 = _region(region, volume)
-    slab = volume.slab(k0, k1)
-    if isinstance(geometry, ConeGeometry):
-        from .algorithms.fdk import rows_seen
-        return rows_seen(geometry, slab)
-    if not isinstance(geometry, ParallelGeometry) or geometry.is_2d:
-        raise ValueError(f"geometry: expected a 3D ParallelGeometry or a ConeGeometry, got {geometry!r}")
-    r = geometry.project_rows(slab.coordinates("z"))
-    r0 = max(0, int(np.floor(r.min() + 1e-9)))
-    r1 = min(geometry.n_rows, int(np.floor(r.max() + 1e-9)) + 2)
-    return (r0, r1) if r1 > r0 else None
-
-
-def _region(region, volume: VolumeGeometry) -> tuple[int, int]:
-    try:
-        k0, k1 = (int(k) for k in region)
-    except (TypeError, ValueError):
-        raise ValueError(f"region: expected a slice range (k0, k1), got {region!r}") from None
-    if volume.is_2d or not (0 <= k0 < k1 <= volume.nz):
-        raise ValueError(f"region: expected 0 <= k0 < k1 <= {volume.nz if not volume.is_2d else 0} "
-                         f"slices of a 3D volume, got {region!r}")
-    return k0, k1
-
-
-def preprocess_rows(raw, rows: tuple[int, int], *, flats=None, darks=None, log_transform: bool = False,
-                    min_transmission: float = 1e-6, stripes: str | None = None,
-                    stripe_size: int = 5) -> np.ndarray:
-    """Detector rows ``raw`` (n_angles, r1 - r0, n_cols) as float32 line integrals.
-
-    With ``flats`` and ``darks`` (full detector images, ``(n_rows, n_cols)`` or
-    stacks ``(k, n_rows, n_cols)``, averaged) the rows ``r0:r1`` of them
-    normalise ``raw``, then ``-log`` is taken (:func:`leveret.preprocess.minus_log`,
-    transmissions clipped at ``min_transmission``); ``log_transform`` alone
-    takes ``-log`` of data that are already transmissions. Otherwise ``raw``
-    are line integrals, only cast to float32. ``stripes`` (``"sort"`` or
-    ``"mean"``, :func:`leveret.preprocess.remove_stripes` with ``stripe_size``)
-    then suppresses stripes, sinogram by sinogram: each detector row on its
-    own, so slabs give what the whole scan would.
-    """
-    from .preprocess import minus_log, normalize, remove_stripes
-
-    r0, r1 = rows
-    if (flats is None) != (darks is None):
-        raise ValueError("flats: give flats and darks together, or neither")
-    if flats is not None:
-        f = np.asarray(flats)[..., r0:r1, :]
-        d = np.asarray(darks)[..., r0:r1, :]
-        data = normalize(raw, f, d, require_valid=False)   # the whole detector was checked at the start
-        minus_log(data, min_transmission=min_transmission, out=data)
-    else:
-        data = np.asarray(raw)
-        data = data.astype(np.float32, copy=not (data.dtype == np.float32 and data.flags.writeable))
-        if log_transform:
-            minus_log(data, min_transmission=min_transmission, out=data)
-    if stripes is not None:
-        data = remove_stripes(data, method=stripes, size=stripe_size)
-    return data
-
-
-# -- one slab ------------------------------------------------------------------------------------
-
-def reconstruct_slab(rows_data, geometry, volume: VolumeGeometry, region: tuple[int, int], *,
-                     rows: tuple[int, int], flats=None, darks=None, log_transform: bool = False,
-                     stripes: str | None = None, stripe_size: int = 5, backend: str = "auto",
-                     chunk_slices: int | None = None, **options) -> np.ndarray:
-    """Reconstruct slices ``region = (k0, k1)`` of ``volume`` from the detector rows they need.
-
-    Parameters
-    ----------
-    rows_data : ndarray (n_angles, r1 - r0, n_cols)
-        Detector rows ``rows = (r0, r1)`` of every projection, as stored
-        (raw counts with ``flats``/``darks``, else line integrals), e.g.
-        ``projections[:, r0:r1, :]`` with ``(r0, r1) = slab_rows(...)``.
-    geometry : ParallelGeometry (3D) or ConeGeometry
-        The whole scan (all detector rows).
-    volume : VolumeGeometry (3D)
-        The whole output volume; the slab is ``volume.slab(k0, k1)``.
-    region : (int, int)
-        Slices ``k0:k1`` to reconstruct.
-    rows : (int, int)
-        Which detector rows ``rows_data`` holds.
-    flats, darks, log_transform, stripes, stripe_size
-        Preprocessing, see :func:`preprocess_rows`.
-    backend : {"auto", "cuda", "cpu"}
-    chunk_slices : int, optional
-        Parallel beam: slices per FBP chunk (default: the whole slab).
-    **options
-        Passed to :func:`leveret.fbp` (``filter``, ``cutoff``, ``padding``,
-        ``interpolation``, ``angle_weights``) or :func:`leveret.fdk`
-        (``filter``, ``cutoff``, ``padding``, ``short_scan``, ``interpolation``).
-
-    Returns
-    -------
-    numpy.ndarray (k1 - k0, ny, nx) float32
-        Attenuation per length unit; the same values as the slices
-        ``k0:k1`` of a reconstruction of the whole volume.
-    """
-    from .algorithms import fbp, fdk
-
-    k0, k1 = _region(region, volume)
-    slab = volume.slab(k0, k1)
-    r0, r1 = (int(r) for r in rows)
-    data = preprocess_rows(rows_data, (r0, r1), flats=flats, darks=darks, log_transform=log_transform,
-                           stripes=stripes, stripe_size=stripe_size)
-    expected = (geometry.n_angles if isinstance(geometry, ParallelGeometry) else geometry.n_views,
-                r1 - r0, geometry.n_cols)
-    if data.shape != expected:
-        raise ValueError(f"rows_data: expected detector rows {r0}:{r1} of every projection, shape "
-                         f"{expected}, got shape {data.shape}")
-    if isinstance(geometry, ConeGeometry):
-        out = fdk(data, geometry.crop_rows(r0, r1), slab, backend=backend, **options)
-        return np.asarray(out, dtype=np.float32)
-    # Row r' of the cropped detector is row r0 + r' of the full one: its height
-    # differs by `offset`, so the slab moves down by it in the cropped frame.
-    n = r1 - r0
-    offset = (r0 + (n - 1) / 2 - (geometry.n_rows - 1) / 2) * geometry.row_spacing
-    sub = geometry.replace(n_rows=n)
-    moved = VolumeGeometry(slab.shape, slab.voxel_size, (slab.center[0] - offset,) + tuple(slab.center[1:]))
-    return fbp(data, sub, moved, backend=backend, slab_slices=chunk_slices or slab.nz, **options)
 
 
 # -- memory estimates and the plan ---------------------------------------------------------------
@@ -206,7 +70,7 @@ def host_bytes(geometry, volume: VolumeGeometry, slices: int, *, input_itemsize:
     ("sort") holds two int64 orderings and two float32 copies of the rows.
     ``overlap``: the next slab's rows are read and the last slab written
     while one is reconstructed (this process's pipeline,
-    :class:`leveret.executors.LocalExecutor`): one more slab's rows and one
+    :class:`leveret.execution.executors.LocalExecutor`): one more slab's rows and one
     more output slab.
     """
     n_angles = geometry.n_angles if isinstance(geometry, ParallelGeometry) else geometry.n_views
@@ -280,7 +144,7 @@ def plan(geometry, volume: VolumeGeometry | None = None, *, backend: str = "auto
     MemoryError
         Not even one slice fits.
     """
-    from .backends import resolve
+    from ..backends import resolve
 
     volume = _volume(geometry, volume)
     backend = resolve(backend)
@@ -385,21 +249,6 @@ class OutOfCoreResult:
                    if self.retries else ""))
 
 
-def is_gpu_out_of_memory(exc: BaseException) -> bool:
-    """True for CuPy's ``cupy.cuda.memory.OutOfMemoryError`` (and its subclasses),
-    recognised by name so that no CuPy import is needed."""
-    return any(c.__name__ == "OutOfMemoryError" and c.__module__.startswith("cupy")
-               for c in type(exc).__mro__)
-
-
-def _free_gpu_pool() -> None:
-    if "cupy" in sys.modules:
-        try:
-            sys.modules["cupy"].get_default_memory_pool().free_all_blocks()
-        except Exception:   # no device, or CuPy half initialised: nothing to free
-            pass
-
-
 def reconstruct_to_file(projections, geometry, output, *, volume: VolumeGeometry | None = None,
                         flats=None, darks=None, log_transform: bool = False, stripes: str | None = None,
                         stripe_size: int = 5, backend: str = "auto",
@@ -461,7 +310,7 @@ def reconstruct_to_file(projections, geometry, output, *, volume: VolumeGeometry
     on_plan : callable, optional
         Called with the :class:`SlabPlan` before any work (the CLI prints it).
     client : distributed.Client, optional
-        Run the slabs on this Dask cluster (:class:`leveret.executors.DaskExecutor`)
+        Run the slabs on this Dask cluster (:class:`leveret.execution.executors.DaskExecutor`)
         instead of in this process. The workers read their rows from the
         input themselves (a file input must be at the same path on every
         worker) and write a zarr output's slabs straight into it; other
@@ -480,7 +329,7 @@ def reconstruct_to_file(projections, geometry, output, *, volume: VolumeGeometry
     Notes
     -----
     Called from the main thread, SIGTERM and SIGHUP raise
-    :class:`leveret.signals.Interrupted` (a KeyboardInterrupt) for the
+    :class:`leveret.execution.signals.Interrupted` (a KeyboardInterrupt) for the
     call's duration, so the partial output is removed (kept with
     ``resume``) however the run is stopped; slabs queued on a Dask cluster
     are cancelled.
@@ -511,11 +360,11 @@ def _reconstruct_to_file(projections, geometry, output, *, volume, flats, darks,
                          **options) -> OutOfCoreResult:
     import tracemalloc
 
+    from ..io import SlabWriter, open_array
+    from ..io._common import split_dataset
+    from ..io.atomic import register_cleanup, unregister_cleanup
+    from ..io.marks import check_not_input
     from .executors import OutOfMemoryOnDevice
-    from .io import SlabWriter, open_array
-    from .io._common import split_dataset
-    from .io.atomic import register_cleanup, unregister_cleanup
-    from .io.marks import check_not_input
 
     t0 = time.perf_counter()
     volume = _volume(geometry, volume)
@@ -536,7 +385,7 @@ def _reconstruct_to_file(projections, geometry, output, *, volume, flats, darks,
                          + ("; take .real or abs() first if that is what you mean" if dtype.kind == "c" else ""))
     resident = 0
     if flats is not None:
-        from .preprocess import check_flats_darks
+        from ..preprocess import check_flats_darks
         flats, darks = check_flats_darks(flats, darks, geometry.projection_shape[1:])
         resident = flats.nbytes + darks.nbytes
     itemsize = np.dtype(getattr(projections, "dtype", np.float32)).itemsize
@@ -628,13 +477,13 @@ def _reconstruct_to_file(projections, geometry, output, *, volume, flats, darks,
 
 def check_sources(writer, projections) -> None:
     """Raise ValueError if the input rows any finished slab of a resumed ``writer``
-    was made from changed since (:func:`leveret.executors.rows_source`).
+    was made from changed since (:func:`leveret.execution.executors.rows_source`).
 
     Reads those rows again, one slab's at a time: for a run resumed after a
     fraction f of a volume was written, f of the input (CRC-32 at about
     2.2 GB/s on one core, or the disk's reading speed where that is slower).
     """
-    from .io.slabs import rows_checksum
+    from ..io.slabs import rows_checksum
 
     for k0, k1, made_from in writer.sources():
         if not made_from:       # a slab off the detector: made from nothing
@@ -650,8 +499,8 @@ def check_sources(writer, projections) -> None:
 def _fingerprint(projections, source) -> dict:
     """The input's fingerprint for resume: the file's (if ``source`` is a
     path) and a hash of a few sampled detector rows of ``projections``."""
-    from .io._common import split_dataset
-    from .io.slabs import input_fingerprint
+    from ..io._common import split_dataset
+    from ..io.slabs import input_fingerprint
 
     out = {}
     if isinstance(source, (str, os.PathLike)):

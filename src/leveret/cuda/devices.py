@@ -47,7 +47,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from .backends import cuda_status
+from ..backends import cuda_status
 
 ALL = "all"
 
@@ -100,7 +100,7 @@ class DeviceSet:
         if repeated and not shared:
             raise ValueError(f"devices: GPU {repeated[0]} is listed more than once in {ids!r}; each GPU "
                              f"takes one worker. For several workers on one GPU pass "
-                             f"leveret.devices.DeviceSet({ids!r}, shared=True)")
+                             f"leveret.cuda.devices.DeviceSet({ids!r}, shared=True)")
         count = visible_device_count()
         if count == 0:
             raise ValueError(f"devices: {ids!r} needs a CUDA GPU: {_no_gpu_reason()}")
@@ -128,11 +128,11 @@ class DeviceSet:
 
     def free_bytes(self) -> int:
         """The GPU memory each worker may plan with: the smallest free memory
-        (``leveret.memory.gpu_free_bytes``) of the set's GPUs, divided by the
+        (``leveret.cuda.gpu_free_bytes``) of the set's GPUs, divided by the
         number of workers sharing that GPU."""
         import cupy
 
-        from .memory import gpu_free_bytes
+        from . import gpu_free_bytes
         per = []
         for d in set(self.ids):
             with cupy.cuda.Device(d):
@@ -202,7 +202,7 @@ class DeviceSet:
         over the ranges of ``chunks`` this worker takes from the shared queue
         (lazily: a worker takes the next range when it asks for it).
 
-        For pipelines (``leveret.pipeline.stream_chunks``) that keep one set of
+        For pipelines (``leveret.cuda.pipeline.stream_chunks``) that keep one set of
         streams and pinned buffers per GPU across many ranges. No
         out-of-memory shrink here: such callers plan their ranges from the
         smallest GPU's free memory. Returns ``work``'s results in worker order.
@@ -446,7 +446,7 @@ def _worker_context(device: int, budget=None):
     ``MemoryBudget``) where one is given."""
     import cupy
 
-    from .cuda import device_state
+    from . import device_state
 
     stack = contextlib.ExitStack()
     stack.enter_context(cupy.cuda.Device(device))

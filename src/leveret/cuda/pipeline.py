@@ -61,7 +61,7 @@ def add_stats(total: dict, part: dict) -> None:
 
 def merge_stats(splits: Iterable[dict], wall: float) -> dict:
     """One call's time split from the splits of its pipelines run on several
-    GPUs (``leveret.devices``; a pipeline per slab or per GPU): every key
+    GPUs (``leveret.cuda.devices``; a pipeline per slab or per GPU): every key
     summed over them, except ``wall``, the whole call's (``wall``), and
     ``busy``, the sum of the pipelines' own walls. ``busy`` over ``wall``
     times the number of GPUs is how busy they were; the rest is the time
@@ -76,7 +76,7 @@ def merge_stats(splits: Iterable[dict], wall: float) -> dict:
 
 def copy_threads_for(pipelines: int) -> None:
     """Size the pool behind :func:`parallel_copy` so that ``pipelines``
-    concurrent pipelines (one per GPU, ``leveret.devices``) each get the
+    concurrent pipelines (one per GPU, ``leveret.cuda.devices``) each get the
     threads one pipeline has, up to the host's cores: the host copies of one
     GPU would otherwise take threads from the others'. Never shrinks."""
     global _copy_pool, _copy_pool_size
@@ -225,6 +225,20 @@ def pinned_array(shape, dtype=np.float32) -> np.ndarray | None:
     return np.asarray(_PinnedOwner(block, shape, dtype, pooled=False))
 
 
+def upload_pinned(host, stream):
+    """``host`` (NumPy) on the device through pinned memory, queued on
+    ``stream``: a pageable upload would make the host wait for the stream's
+    earlier work. Returns the device array and the pinned copy, which must
+    live until the copy is done."""
+    import cupy
+
+    pinned = empty_pinned(host.shape, host.dtype)
+    pinned[...] = host
+    device = cupy.empty(host.shape, host.dtype)
+    device.set(pinned, stream=stream)
+    return device, pinned
+
+
 def is_pinned(array) -> bool:
     """Whether ``array`` is (a view of) an array from :func:`empty_pinned` or
     :func:`pinned_array` in page-locked memory."""
@@ -312,7 +326,7 @@ def stream_chunks(chunks: Sequence | Iterable, *, in_shape: Callable, out_shape:
 
     ``chunks`` is a sequence, or an iterator whose items are taken one ahead
     of the chunk being computed (several GPUs' pipelines pulling from one
-    queue, ``leveret.devices``); then ``largest`` names the chunk whose
+    queue, ``leveret.cuda.devices``); then ``largest`` names the chunk whose
     shapes size the buffers (no chunk may be larger). ``stats``: a dict to
     fill with the time split (``STATS_KEYS``), or None. ``in_elements``: the
     least size of the input buffers, in elements: calls whose chunks differ
@@ -326,7 +340,7 @@ def stream_chunks(chunks: Sequence | Iterable, *, in_shape: Callable, out_shape:
     the chunk's output, downloaded into its place."""
     import cupy
 
-    from .cuda import device_state
+    from . import device_state
 
     if (load is None) == (source is None):
         raise TypeError("stream_chunks takes one of load and source")

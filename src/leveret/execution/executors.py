@@ -1,8 +1,8 @@
 """Who runs the slabs of an out-of-core reconstruction: this process, or a Dask cluster.
 
-:func:`leveret.outofcore.reconstruct_to_file` plans the slabs and owns the
+:func:`leveret.execution.outofcore.reconstruct_to_file` plans the slabs and owns the
 output (its lock, the partial output and the resume manifest); an executor
-only runs :func:`leveret.outofcore.reconstruct_slab` on them and hands back
+only runs :func:`leveret.execution.slab.reconstruct_slab` on them and hands back
 each slab as it finishes. One plan, two executors:
 
 - :class:`LocalExecutor` runs the slabs one after the other in this process
@@ -87,7 +87,7 @@ def remote_source(projections):
     travel with each task)."""
     import copy
 
-    from .io._common import LazyStack
+    from ..io._common import LazyStack
 
     if isinstance(projections, LazyStack):
         reader = copy.copy(projections)
@@ -129,7 +129,7 @@ def read_rows(source, geometry, volume, region):
     """The detector rows ``region = (k0, k1)`` needs, read from ``source``:
     ``(rows, data)``, or ``(None, None)`` when the slab projects off the
     detector."""
-    from .outofcore import slab_rows
+    from .slab import slab_rows
 
     rows = slab_rows(geometry, volume, region)
     if rows is None:
@@ -141,7 +141,7 @@ def rows_source(rows, data) -> dict | None:
     """What a slab was made from: its detector rows ``(r0, r1)`` and the CRC-32 of
     their values as read (:func:`leveret.io.slabs.rows_checksum`); None for a
     slab off the detector, made from nothing."""
-    from .io.slabs import rows_checksum
+    from ..io.slabs import rows_checksum
 
     if rows is None:
         return None
@@ -151,7 +151,7 @@ def rows_source(rows, data) -> dict | None:
 def build_slab(rows, data, geometry, volume, region, **kwargs):
     """Reconstruct ``region`` from its rows (:func:`read_rows`): the slab, or
     :class:`OutOfMemoryOnDevice` when the GPU ran out of memory."""
-    from .outofcore import _free_gpu_pool, is_gpu_out_of_memory, reconstruct_slab
+    from .slab import _free_gpu_pool, is_gpu_out_of_memory, reconstruct_slab
 
     k0, k1 = region
     if rows is None:    # the slab projects off the detector: nothing measured there
@@ -180,7 +180,7 @@ def run_slab(source, geometry, volume, region, *, store=None, **kwargs):
     slab = build_slab(rows, data, geometry, volume, region, **kwargs)
     if store is None or isinstance(slab, OutOfMemoryOnDevice):
         return slab, made_from
-    from .io.slabs import write_region
+    from ..io.slabs import write_region
     write_region(store, region[0], slab)
     return region, made_from
 
@@ -193,7 +193,7 @@ class LocalExecutor:
     one's rows are read and the caller writes the one before, so that
     reading, reconstructing and writing overlap. That holds the rows of two
     slabs and two output slabs at once, which the plan counts
-    (:func:`leveret.outofcore.host_bytes`'s ``overlap``).
+    (:func:`leveret.execution.outofcore.host_bytes`'s ``overlap``).
 
     ``seconds`` adds up the time spent reading rows (and taking their
     checksum) and reconstructing.
@@ -376,7 +376,7 @@ class DaskExecutor:
             region = self._waiting.popleft()
             source = self._source
             if source is None:      # an in-memory array: its rows go with the task
-                from .outofcore import slab_rows
+                from .slab import slab_rows
                 rows = slab_rows(*self._args, region)
                 source = None if rows is None else Rows(rows[0], np.asarray(
                     self._projections[:, rows[0]:rows[1], :]))
@@ -418,8 +418,9 @@ def _takes_n_workers(client) -> bool:
 def _worker_capacity(backend: str) -> dict:
     """Run on each worker: the backend ``backend`` resolves to there, its
     available host memory and free GPU memory."""
-    from .backends import resolve
-    from .memory import gpu_free_bytes, host_available_bytes
+    from ..backends import resolve
+    from ..cuda import gpu_free_bytes
+    from ..resources import host_available_bytes
 
     resolved = resolve(backend)
     return {"backend": resolved, "host": int(host_available_bytes()),
@@ -463,7 +464,7 @@ def connect(scheduler: str, *, backend: str = "auto", timeout: float = CONNECT_T
     text = str(scheduler).strip()
     cluster = None
     if text.lower() == "local":
-        from .backends import resolve
+        from ..backends import resolve
         if resolve(backend) == "cuda":
             try:
                 from dask_cuda import LocalCUDACluster
@@ -484,7 +485,7 @@ def connect(scheduler: str, *, backend: str = "auto", timeout: float = CONNECT_T
         address = _check_address(text)
         _probe(address, timeout)     # a clear error now, not a client half made
         client = Client(address, timeout=f"{timeout}s")
-    from .io.atomic import register_cleanup, unregister_cleanup
+    from ..io.atomic import register_cleanup, unregister_cleanup
     if cluster is not None:     # an interrupted command stops the workers it started
         register_cleanup(id(cluster), cluster.close)
     try:
