@@ -1,7 +1,4 @@
-"""The frame correction on the CPU (leveret.live.correct) against leveret.preprocess,
-and correct.cu compiling for sm_90."""
-from pathlib import Path
-
+"""The frame correction on the CPU (leveret.live.correct) against leveret.preprocess."""
 import numpy as np
 import pytest
 
@@ -35,10 +32,3 @@ def test_correction_without_flat_converts_and_optionally_takes_the_log():
     assert correct.Correction(None, None, True, (2, 2)).frame(np.full((2, 2), 0.5), out) == 0
     np.testing.assert_allclose(out, -np.log(0.5), rtol=1e-6)
 
-
-def test_correct_cu_compiles_for_sm_90():
-    pytest.importorskip("cuda.bindings")
-    from leveret.cuda._module import compile_report
-    ok, log = compile_report(Path(correct.__file__).with_name("correct.cu"), "sm_90")
-    assert ok, log
-    assert "0 bytes spill stores" in log

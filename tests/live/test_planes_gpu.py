@@ -1,6 +1,6 @@
 """The live reconstructor on CUDA: the same slices as leveret.fbp / leveret.fdk on the GPU.
 
-Parallel beam: the GPU's plane kernel (planes.cu) interpolates with exact
+Parallel beam: the GPU's plane kernel (leveret/cuda/live_planes.cu) interpolates with exact
 float32 weights as leveret.fbp's CPU kernel does in float64, so the reference
 is the CPU fbp; the bound is 1e-5 of the slice's peak for float32 storage
 (about 30 float32 steps over a few dozen views), 3e-4 for float16 storage (as
@@ -12,7 +12,7 @@ import pytest
 import leveret
 from leveret.live import LiveReconstructor, orthogonal_slices
 from leveret.live.correct import Correction
-from leveret.live.planes import backproject_plane, backproject_points, parallel_params
+from leveret.cpu.live_planes import backproject_plane, backproject_points, parallel_params
 from leveret.phantom import shepp_logan_3d
 
 pytestmark = pytest.mark.gpu
@@ -87,8 +87,8 @@ def test_plane_kernel_equals_the_cpu_plane_and_a_float64_reference(angles_deg, s
     views = np.array([3, 0, 17, 5, 19, 8])
     for s in orthogonal_slices(vol, (1.3, -2.1, 0.7), angles_deg):
         ref = np.zeros(s.shape, np.float32)
-        backproject_plane(q.astype(np.float32), views, coef[views], s, ref, angles=angles[views],
-                          det_spacing=1.0, center=(COLS - 1) / 2, row_spacing=1.0, n_rows=12)
+        backproject_plane(q.astype(np.float32), views, coef[views], s.frame(), ref, angles=angles[views],
+                          det_spacing=1.0, center=(COLS - 1) / 2, row_spacing=1.0)
         ref64 = np.zeros(s.shape[0] * s.shape[1])   # the point kernel, float64 throughout
         backproject_points(q.astype(np.float32), views, coef[views], s.points(), ref64,
                            params=parallel_params(angles[views], np.full(views.size, (COLS - 1) / 2), 1.0),

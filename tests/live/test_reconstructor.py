@@ -44,8 +44,8 @@ def test_parallel_slices_equal_fbp_after_the_last_frame_in_any_order(scan):
     assert _err(s["xy"], ref[3]) < TOL          # all three through ParallelBackprojection
     assert _err(s["xz"], ref[:, 12, :]) < TOL
     assert _err(s["yz"], ref[:, :, 10]) < TOL
-    # turned half a turn about z, the slices go through leveret.live.planes (the
-    # point kernel) and show the same planes mirrored
+    # turned half a turn about z, the slices go through leveret.cpu.live_planes (the
+    # plane kernel) and show the same planes mirrored
     rec.watch_orthogonal(_voxel_point(vol, 10, 12, 3), angles=(180, 0, 0))
     assert not any(sl.is_axial for sl in rec.watched)
     s = rec.slices()

@@ -1,7 +1,7 @@
 """Frame correction in one pass: flat/dark, -log, float32, and a count of non-finite values.
 
 :meth:`Correction.frame` (CPU, NumPy in place) and :meth:`GpuCorrection.batch`
-(CUDA, correct.cu, one kernel) compute, per pixel,
+(CUDA, one kernel: :mod:`leveret.cuda.live_correct`) compute, per pixel,
 
     t = (p - dark) / (flat - dark)      with flat and dark, else t = p
     line = -log(max(t, min_transmission))   when minus_log, else line = t
@@ -14,9 +14,6 @@ second pass over it on the GPU, where the result goes straight into the
 zero-padded input of the FFT.
 """
 from __future__ import annotations
-
-import functools
-from pathlib import Path
 
 import numpy as np
 
@@ -65,13 +62,6 @@ class Correction:
         return int(out.size - np.count_nonzero(np.isfinite(out)))
 
 
-@functools.lru_cache(maxsize=1)
-def _module():
-    import cupy
-    from ..cuda._module import NVRTC_OPTIONS
-    return cupy.RawModule(code=(Path(__file__).parent / "correct.cu").read_text(), options=NVRTC_OPTIONS)
-
-
 class GpuCorrection:
     """The correction on the GPU: constants uploaded once, one launch per batch."""
 
@@ -86,15 +76,6 @@ class GpuCorrection:
         ``out[:k, :, :n_cols]`` of the zero-padded FFT input (k, n_rows, n_pad) float32,
         zeroing ``out[:k, :, n_cols:]``; ``counts[:k]`` (int32) receives each frame's
         number of non-finite results. Runs on the current stream."""
-        k, n_rows, n_cols = frames.shape
-        n_pad = out.shape[2]
-        kind = {np.dtype(np.uint16): "u16", np.dtype(np.float32): "f32"}.get(np.dtype(frames.dtype))
-        if kind is None:
-            raise TypeError(f"frames: expected uint16 or float32 on the GPU, got {frames.dtype}")
-        counts[:k] = 0
-        kernel = _module().get_function(f"correct_{kind}")
-        threads = 256
-        blocks = (-(-n_pad // threads), n_rows, k)
-        kernel(blocks, (threads,), (frames, self.dark, self.denom, out, counts, np.int32(n_rows),
-                                    np.int32(n_cols), np.int32(n_pad), np.int32(self.normalize),
-                                    np.int32(self.minus_log), np.float32(MIN_TRANSMISSION)))
+        from ..cuda.live_correct import correct
+        correct(frames, self.dark, self.denom, out, counts, normalize=self.normalize, minus_log=self.minus_log,
+                min_transmission=MIN_TRANSMISSION)

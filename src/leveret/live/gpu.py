@@ -6,14 +6,17 @@ Per batch, on two CUDA streams:
   two device batch buffers, asynchronously from pinned memory (frames from
   :meth:`LiveReconstructor.frame_buffer`); the next batch's uploads run while
   this batch computes;
-- compute stream: one fused correction kernel (correct.cu) into the
-  zero-padded FFT input, with each frame's count of non-finite values (the
+- compute stream: one fused correction kernel (:mod:`leveret.cuda.live_correct`)
+  into the zero-padded FFT input, with each frame's count of non-finite values (the
   one small device-to-host read of the batch), cuFFT filtering (two plans
   made once, FFT_FRAMES frames per call, so no batch size waits for a new
   plan), one plane kernel per watched slice reading the filtered float32
-  views in place, and one kernel copying the views into the store.
+  views in place, and one kernel copying the views into the store (both
+  :mod:`leveret.cuda.live_planes`).
 
-CUDA events time each stage (``stage_seconds``).
+CUDA events time each stage (``stage_seconds``). Everything here belongs to
+one pipeline (one reconstructor): its streams, buffers, cuFFT plans, texture
+objects and tables; the kernels' modules are shared and hold no state.
 """
 from __future__ import annotations
 
@@ -22,9 +25,8 @@ from collections import defaultdict
 
 import numpy as np
 
+from ..cuda import live_planes
 from .correct import GpuCorrection
-from .planes import _module as _planes_module
-from .planes import plane_frame
 
 STAGES = ("upload", "correct", "filter", "backproject", "store")
 FFT_FRAMES = 8   # frames per cuFFT call: the plans' batch (their work areas stay small)
@@ -64,6 +66,8 @@ class GpuPipeline:
         self._textures: dict = {}          # store block address -> texture objects of its views
         self.handles = cupy.zeros(0, np.uint64)   # texture object of each device view, by view number
         self._geometry: dict = {}          # slice -> device geometry array
+        # the tables and zeroed buffers are complete before this pipeline's streams read them
+        cupy.cuda.get_current_stream().synchronize()
 
     @staticmethod
     def allocate_pinned(shape, dtype):
@@ -151,13 +155,7 @@ class GpuPipeline:
 
     def store_copy(self, dst, src):
         """dst[...] = src for (k, n_rows, n_cols) views: float32 (any pitch) into a store block slice."""
-        k, rows, cols = src.shape
-        fp16 = dst.dtype == np.float16
-        kernel = _planes_module().get_function("store_f16" if fp16 else "store_f32")
-        out = dst.view(self.cupy.uint16) if fp16 else dst
-        kernel((-(-cols // 256), rows, k), (256,),
-               (src, np.int64(src.strides[0] // 4), np.int32(src.strides[1] // 4), out,
-                np.int64(dst.strides[0] // dst.itemsize), np.int32(dst.strides[1] // dst.itemsize), np.int32(cols)))
+        live_planes.store_views(dst, src)
 
     def upload_views(self, block, local):
         """Views of a host (spilled) store block on the device, a block at a time."""
@@ -170,50 +168,35 @@ class GpuPipeline:
             return self.cupy.asarray(np.ascontiguousarray(block[local]))
 
     # -- back-projection ------------------------------------------------------------------------
-    def _geometry_of(self, s, det_spacing, center, row_spacing):
+    def _table_of(self, s, det_spacing, center, row_spacing):
+        """Slice ``s``'s table for the plane kernels, on the device (made once per slice)."""
         key = (s, det_spacing, center, row_spacing, self.shape[0])
         g = self._geometry.get(key)
         if g is None:
-            f = plane_frame(s)
-            host = np.concatenate([f[0], f[1], f[2], [center, 1.0 / row_spacing, (self.shape[0] - 1) / 2]])
-            g = self._geometry[key] = self.cupy.asarray(host.astype(np.float32))
+            table = live_planes.plane_table(s.frame(), center, row_spacing, self.shape[0])
+            g = self._geometry[key] = self.cupy.asarray(table)
         return g
 
     def plane(self, s, out, q, views, coef, angles, *, det_spacing, center, row_spacing):
         """out += sum_k coef[k] B(q[views[k]]) on slice s with exact float32 weights (one launch)."""
-        cupy = self.cupy
         views = np.asarray(views, np.int32)
         if views.size == 0:
             return
-        angles = np.asarray(angles, np.float64)
-        params = _params(angles, coef, det_spacing)
-        h, w = s.shape
-        grid = (-(-w // 256), h)
         with self.stage("backproject"):
-            g = self._geometry_of(s, det_spacing, center, row_spacing)
-            d_params = cupy.asarray(params)
-            d_views = cupy.asarray(views)
-            item = q.dtype.itemsize
-            fp16 = q.dtype == np.float16
-            kernel = _planes_module().get_function("plane_f16" if fp16 else "plane_f32")
-            base = q.view(cupy.uint16) if fp16 else q
-            kernel(grid, (256,), (base, np.int64(q.strides[0] // item), np.int32(q.strides[1] // item),
-                                  np.int32(q.shape[1]), np.int32(q.shape[2]), d_views, d_params,
-                                  np.int32(views.size), g, out, np.int32(h), np.int32(w)))
+            table = self._table_of(s, det_spacing, center, row_spacing)
+            params = self.cupy.asarray(live_planes.plane_params(angles, coef, det_spacing))
+            live_planes.backproject_plane(q, self.cupy.asarray(views), params, table, out)
 
     def plane_texture(self, s, out, views, coef, angles, *, det_spacing, center, row_spacing):
         """out += sum_k coef[k] B(view k) on slice s through the texture objects of
         the device views ``views`` (see :meth:`add_textures`), one launch."""
-        cupy = self.cupy
         if len(views) == 0:
             return
-        h, w = s.shape
         with self.stage("backproject"):
-            g = self._geometry_of(s, det_spacing, center, row_spacing)
-            d_params = cupy.asarray(_params(angles, coef, det_spacing))
-            handles = self.handles[cupy.asarray(np.asarray(views, np.int64))]
-            _planes_module().get_function("plane_tex")(
-                (-(-w // 256), h), (256,), (handles, d_params, np.int32(len(views)), g, out, np.int32(h), np.int32(w)))
+            table = self._table_of(s, det_spacing, center, row_spacing)
+            params = self.cupy.asarray(live_planes.plane_params(angles, coef, det_spacing))
+            handles = self.handles[self.cupy.asarray(np.asarray(views, np.int64))]
+            live_planes.backproject_plane_texture(handles, params, table, out)
 
     def add_textures(self, block, first_view):
         """Texture objects for every view of a pitched device store block (once per
@@ -238,9 +221,3 @@ class GpuPipeline:
             self.handles = grown
         self.handles[first_view:first_view + n] = self.cupy.asarray(np.array([o.ptr for o in objects], np.uint64))
 
-
-def _params(angles, coef, det_spacing):
-    """(k, 3) float32: cos / det_spacing, sin / det_spacing and the weight of each view."""
-    angles = np.asarray(angles, np.float64)
-    return np.stack([np.cos(angles) / det_spacing, np.sin(angles) / det_spacing,
-                     np.asarray(coef, np.float64)], axis=1).astype(np.float32)

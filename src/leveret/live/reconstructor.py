@@ -4,10 +4,11 @@ Every projection that arrives is corrected (flat/dark, -log:
 :mod:`leveret.live.correct`), filtered once (leveret.filters; FDK's cosine
 and pitch weights for cone beam) and kept (:mod:`leveret.live.store`); the
 watched slices accumulate ``sum_n w_n B_n(q_n)`` with ``B_n`` the
-back-projection of view n (parallel beam: :func:`leveret.live.planes.backproject_plane`
-and its CUDA twin, the new views straight from the filtered batch; cone
-beam: leveret.operators for axial slices, the point kernel for others). On
-a GPU :mod:`leveret.live.gpu` runs the batch on its streams.
+back-projection of view n (parallel beam: :func:`leveret.cpu.live_planes.backproject_plane`
+and its CUDA twin in :mod:`leveret.cuda.live_planes`, the new views straight
+from the filtered batch; cone beam: leveret.operators for axial slices, the
+point kernels for others). On a GPU :mod:`leveret.live.gpu` runs the batch
+on its streams.
 
 The angular weights ``w_n`` are those of the views received so far, the
 same rule as the offline reconstruction: ``ParallelGeometry.angular_weights``
@@ -33,11 +34,11 @@ import scipy.fft
 
 from .. import _validate as v
 from ..backends import resolve
+from ..cpu.live_planes import backproject_plane, backproject_points
 from ..filters import FILTERS, apply_filter, filter_response
 from ..geometry import ParallelGeometry, VolumeGeometry
 from ..operators import ConeBackprojection
 from .correct import Correction
-from .planes import backproject_plane, backproject_points
 from .pool import FramePool
 from .slices import Slice, axial_slices, orthogonal_slices
 from .store import ViewStore
@@ -581,8 +582,8 @@ class LiveReconstructor:
             self._gpu.plane(s, out, q, views, coef, angles, det_spacing=t.det_spacing, center=t.center,
                             row_spacing=t.row_spacing)
         else:
-            backproject_plane(q, views, coef, s, out, angles=angles, det_spacing=t.det_spacing,
-                              center=t.center, row_spacing=t.row_spacing, n_rows=t.n_rows)
+            backproject_plane(q, views, coef, s.frame(), out, angles=angles, det_spacing=t.det_spacing,
+                              center=t.center, row_spacing=t.row_spacing)
 
     def _cone_filter(self, lines, matrices):
         """FDK's cosine and pitch weighting and the row filter for these views,
@@ -686,9 +687,13 @@ class LiveReconstructor:
             op = ConeBackprojection(geometry, vol, backend=self.backend, matrices=matrices)
             op(q, out.reshape((1,) + s.shape), accumulate=True)
             return
-        points = xp.asarray(s.points(), np.float64 if xp is np else np.float32)
-        backproject_points(block, local, coef, points, out.reshape(-1), params=self._matrices[views],
-                           block=s.shape[1])
+        if xp is np:
+            backproject_points(block, local, coef, s.points(), out.reshape(-1), params=self._matrices[views],
+                               block=s.shape[1])
+        else:
+            from ..cuda import live_planes
+            live_planes.backproject_points(block, local, coef, xp.asarray(s.points(), np.float32), out.reshape(-1),
+                                           params=self._matrices[views])
 
 
 def _finite_number(value) -> bool:

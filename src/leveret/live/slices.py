@@ -58,6 +58,15 @@ class Slice:
              + b[:, None, None] * np.asarray(self.v))
         return p.reshape(-1, 3)
 
+    def frame(self) -> np.ndarray:
+        """(3, 3) float64: world (x, y, z) of pixel (0, 0), and the steps of one
+        pixel along a row (``u``) and along a column (``v``)."""
+        h, w = self.shape
+        dv, du = self.spacing
+        u, v = np.asarray(self.u), np.asarray(self.v)
+        corner = np.asarray(self.origin) - (w - 1) / 2 * du * u - (h - 1) / 2 * dv * v
+        return np.stack([corner, du * u, dv * v])
+
     def image_volume(self) -> VolumeGeometry:
         """The 2D grid of an axial slice (its xy pixels)."""
         return VolumeGeometry(self.shape, self.spacing, center=(self.origin[1], self.origin[0]))

@@ -1,4 +1,5 @@
-"""Back-projection onto arbitrary 3D points: the pixels of a slice at any orientation.
+"""Live reconstruction's back-projections on the CPU (Numba, all cores): the
+mirror of ``leveret/cuda/live_planes.cu`` (launcher :mod:`leveret.cuda.live_planes`).
 
 ``backproject_points(q, views, coef, points, out, ...)`` adds
 ``sum_k coef[k] * sample(q[views[k]], point)`` to ``out`` for every point,
@@ -10,31 +11,29 @@ detector position in view ``k``:
 - cone beam: ``(u w, v w, w) = P_k (x, y, z, 1)`` with FDK-normalised
   matrices, each sample weighted by ``1 / w^2``.
 
-The CPU version (Numba, all cores, float64 arithmetic) and the CUDA version
-(planes.cu, float32 arithmetic, float32 or float16 storage) evaluate the same
-sum. Axial slices on the volume's grid go through
-:class:`leveret.operators.ParallelBackprojection` /
-:class:`leveret.operators.ConeBackprojection` instead.
+``backproject_plane(q, views, coef, frame, out, ...)`` adds the parallel-beam
+back-projection onto a plane whose pixel positions follow from its frame (the
+world position of pixel (0, 0) and the steps along its rows and columns).
+
+Here in float64 arithmetic (the plane: float32 sums, as leveret.fbp's CPU
+kernel), on the GPU in float32; both read float32 or float16 views.
 """
 from __future__ import annotations
 
-import functools
 import math
-from pathlib import Path
 
 import numba
 import numpy as np
 
-from ..cpu.backproject_cone import _bilinear_zero_padded   # the CPU mirror's bilinear fetch, zero outside
-from ..cpu.backproject_parallel import _fixed, _linear_zero_padded, _span
-
-BLOCK = 256   # threads per CUDA block
+from . import serialized
+from .backproject_cone import _bilinear_zero_padded   # the bilinear fetch, zero outside
+from .backproject_parallel import _fixed, _linear_zero_padded, _span
 
 
 # Points go in blocks (a slice's rows): each thread takes a block and walks the
 # views for all its points, so one view's nearby detector samples stay in cache.
 
-@numba.njit(parallel=True, cache=True)
+@numba.njit(parallel=True, cache=True, nogil=True)
 def _parallel_points(q, views, params, coef, points, out, row_scale, row_offset, block):
     n_blocks = -(-points.shape[0] // block)
     for blk in numba.prange(n_blocks):
@@ -52,7 +51,7 @@ def _parallel_points(q, views, params, coef, points, out, row_scale, row_offset,
             out[p] += acc[p - p0]
 
 
-@numba.njit(parallel=True, cache=True)
+@numba.njit(parallel=True, cache=True, nogil=True)
 def _cone_points(q, views, params, coef, points, out, block):
     n_blocks = -(-points.shape[0] // block)
     for blk in numba.prange(n_blocks):
@@ -136,7 +135,8 @@ def _add_row_bilinear(acc, q, weight, base, step, row, row_step):
 @numba.njit(parallel=True, cache=True, nogil=True)
 def _parallel_plane(q, views, coef, cos_t, sin_t, frame, det_scale, center, row_scale, row_offset, out):
     """out[j, i] += sum_k coef[k] q[views[k]] at pixel (j, i) of the plane
-    ``frame[0] + i frame[1] + j frame[2]`` (world x, y, z), parallel beam.
+    ``frame[0] + i frame[1] + j frame[2]`` (world x, y, z), parallel beam
+    (the mirror of live_planes.cu's plane_f32).
 
     A plane whose rows keep their height (axial slices, unrotated xz / yz)
     samples two fixed detector rows per image row, linearly along the row
@@ -171,30 +171,36 @@ def _parallel_plane(q, views, coef, cos_t, sin_t, frame, det_scale, center, row_
             out[j, i] += acc[i]
 
 
-def plane_frame(s) -> np.ndarray:
-    """(3, 3) float64: world (x, y, z) of pixel (0, 0) of slice ``s``, and the
-    steps of one pixel along its rows and its columns."""
-    h, w = s.shape
-    dv, du = s.spacing
-    u, vv = np.asarray(s.u), np.asarray(s.v)
-    origin = np.asarray(s.origin) - (w - 1) / 2 * du * u - (h - 1) / 2 * dv * vv
-    return np.stack([origin, du * u, dv * vv])
+@serialized
+def backproject_plane(q, views, coef, frame, out, *, angles, det_spacing: float, center: float,
+                      row_spacing: float, chunk_views: int = 256):
+    """Add the weighted parallel-beam back-projection of ``q[views]`` onto a
+    plane to ``out``.
 
-
-def backproject_plane(q, views, coef, s, out, *, angles, det_spacing, center, row_spacing, n_rows,
-                      chunk_views: int = 256):
-    """Add the weighted parallel-beam back-projection of ``q[views]`` onto slice
-    ``s`` (a :class:`leveret.live.Slice`) to ``out`` (its (height, width) float32 image).
-
-    ``q`` is (n, n_rows, n_cols) float32 or float16 (converted ``chunk_views``
-    views at a time); ``out`` must be float32 and C-contiguous.
+    Parameters
+    ----------
+    q : ndarray (n, n_rows, n_cols), float32 or float16
+        Filtered views (float16 converted ``chunk_views`` views at a time).
+    views : ndarray of int (k,)
+        Which views of ``q`` to use.
+    coef : ndarray (k,)
+        Weight of each of them.
+    frame : ndarray (3, 3)
+        World (x, y, z) of pixel (0, 0), the step of one pixel along a row and
+        along a column (:meth:`leveret.live.Slice.frame`).
+    out : ndarray (height, width) float32, C-contiguous
+        Accumulated into.
+    angles : ndarray (k,)
+        The views' angles (radians).
+    det_spacing, center, row_spacing : float
+        As in :class:`leveret.ParallelGeometry`.
     """
     views = np.asarray(views, np.int64)
     if views.size == 0:
         return out
     coef = np.asarray(coef, np.float64)
     angles = np.asarray(angles, np.float64)
-    frame = plane_frame(s)
+    frame = np.asarray(frame, np.float64)
     step = chunk_views if q.dtype != np.float32 else views.size
     for k0 in range(0, views.size, step):
         sel = slice(k0, k0 + step)
@@ -203,7 +209,7 @@ def backproject_plane(q, views, coef, s, out, *, angles, det_spacing, center, ro
         else:
             qs, vs = q, views[sel]
         _parallel_plane(qs, vs, coef[sel], np.cos(angles[sel]), np.sin(angles[sel]), frame,
-                        1.0 / det_spacing, float(center), 1.0 / row_spacing, (n_rows - 1) / 2, out)
+                        1.0 / det_spacing, float(center), 1.0 / row_spacing, (q.shape[1] - 1) / 2, out)
     return out
 
 
@@ -214,20 +220,21 @@ def parallel_params(angles, centers, det_spacing: float) -> np.ndarray:
                      np.asarray(centers, np.float64)], axis=1)
 
 
+@serialized
 def backproject_points(q, views, coef, points, out, *, params, row_scale=None, row_offset=None,
                        chunk_views: int = 256, block: int = 256):
     """Add the weighted back-projection of stored views onto ``points`` to ``out``.
 
     Parameters
     ----------
-    q : ndarray (n_stored, n_rows, n_cols), NumPy or CuPy, float32 or float16
+    q : ndarray (n_stored, n_rows, n_cols), float32 or float16
         Filtered projections.
     views : ndarray of int (k,)
         Which stored views to use.
     coef : ndarray (k,)
         Weight of each of them.
     points : ndarray (n_points, 3)
-        World (x, y, z) of the points; on the same array module as ``q``.
+        World (x, y, z) of the points.
     out : ndarray (n_points,) float32
         Accumulated into.
     params : ndarray
@@ -245,9 +252,6 @@ def backproject_points(q, views, coef, points, out, *, params, row_scale=None, r
     if views.size == 0:
         return out
     cone = params.ndim == 3
-    if type(q).__module__.startswith("cupy"):
-        _gpu_points(q, views, coef, points, out, params, row_scale, row_offset, cone)
-        return out
     acc = np.zeros(out.shape, np.float64)
     for k0 in range(0, views.size, chunk_views if q.dtype == np.float16 else views.size):
         sel = slice(k0, k0 + (chunk_views if q.dtype == np.float16 else views.size))
@@ -262,29 +266,3 @@ def backproject_points(q, views, coef, points, out, *, params, row_scale=None, r
                              int(block))
     out += acc.astype(out.dtype)
     return out
-
-
-@functools.lru_cache(maxsize=1)
-def _module():
-    import cupy
-    from ..cuda._module import NVRTC_OPTIONS
-    return cupy.RawModule(code=(Path(__file__).parent / "planes.cu").read_text(), options=NVRTC_OPTIONS)
-
-
-def _gpu_points(q, views, coef, points, out, params, row_scale, row_offset, cone):
-    import cupy
-
-    fp16 = q.dtype == np.float16
-    name = ("cone" if cone else "parallel") + ("_points_f16" if fp16 else "_points_f32")
-    kernel = _module().get_function(name)
-    data = q.view(cupy.uint16) if fp16 else q
-    d_views = cupy.asarray(views, cupy.int32)
-    d_params = cupy.asarray(params.reshape(views.size, -1), cupy.float32)
-    d_coef = cupy.asarray(coef, cupy.float32)
-    n_points = points.shape[0]
-    grid = (-(-n_points // BLOCK),)
-    args = [data, cupy.ascontiguousarray(points, cupy.float32), d_views, d_params, d_coef, out,
-            np.int32(n_points), np.int32(views.size), np.int32(q.shape[1]), np.int32(q.shape[2])]
-    if not cone:
-        args += [np.float32(row_scale), np.float32(row_offset)]
-    kernel(grid, (BLOCK,), tuple(args))

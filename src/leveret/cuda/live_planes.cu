@@ -1,9 +1,19 @@
-// Back-projection onto arbitrary 3D points (the pixels of a slice at any
-// orientation), one thread per point, looping over the selected views.
+// Live reconstruction's back-projections (launcher: live_planes.py; CPU
+// mirror: leveret/cpu/live_planes.py).
+// - parallel_points_* / cone_points_*: onto arbitrary 3D points (the pixels of
+//   a slice at any orientation), one thread per point, looping over the views;
+// - plane_f32 / plane_f16 / plane_tex: parallel beam onto a plane whose pixel
+//   positions are computed, not read;
+// - store_f32 / store_f16: filtered views copied into the store.
 // q holds filtered projections (n_stored, n_rows, n_cols) as float or half;
 // views[k] picks the stored view of step k and coef[k] its weight.
-// Samples are bilinear with zero outside the detector, as the CPU mirror in
-// planes.py computes them (in float32 here, float64 there).
+// Samples are bilinear with zero outside the detector, as the CPU mirror
+// computes them (in float32 here, float64 there). No constant memory: every
+// table is a kernel argument, so any number of callers may share the module.
+
+#ifndef LEVERET_LIVE_BLOCK
+#error "live_planes.cu needs its constants from leveret.cuda.live_planes.DEFINES"
+#endif
 
 __device__ __forceinline__ float load(const float* q, long long i) { return q[i]; }
 // fp16 values arrive as their 16 bits (no header needed): converted by the hardware.
@@ -82,10 +92,10 @@ __device__ void cone_points(const T* q, const float* points, const int* views, c
     float* out, int n_points, int n_views, int n_rows, int n_cols
 #define CONE_CALL points, views, params, coef, out, n_points, n_views, n_rows, n_cols
 
-extern "C" __global__ void parallel_points_f32(const float* q, PARALLEL_ARGS) { parallel_points(q, PARALLEL_CALL); }
-extern "C" __global__ void parallel_points_f16(const unsigned short* q, PARALLEL_ARGS) { parallel_points(q, PARALLEL_CALL); }
-extern "C" __global__ void cone_points_f32(const float* q, CONE_ARGS) { cone_points(q, CONE_CALL); }
-extern "C" __global__ void cone_points_f16(const unsigned short* q, CONE_ARGS) { cone_points(q, CONE_CALL); }
+extern "C" __global__ void __launch_bounds__(LEVERET_LIVE_BLOCK) parallel_points_f32(const float* q, PARALLEL_ARGS) { parallel_points(q, PARALLEL_CALL); }
+extern "C" __global__ void __launch_bounds__(LEVERET_LIVE_BLOCK) parallel_points_f16(const unsigned short* q, PARALLEL_ARGS) { parallel_points(q, PARALLEL_CALL); }
+extern "C" __global__ void __launch_bounds__(LEVERET_LIVE_BLOCK) cone_points_f32(const float* q, CONE_ARGS) { cone_points(q, CONE_CALL); }
+extern "C" __global__ void __launch_bounds__(LEVERET_LIVE_BLOCK) cone_points_f16(const unsigned short* q, CONE_ARGS) { cone_points(q, CONE_CALL); }
 
 // Parallel beam onto a plane: pixel (j, i) of an (h, w) slice lies at
 // g[0..2] + i g[3..5] + j g[6..8] (world x, y, z); its detector column in
@@ -126,12 +136,12 @@ __device__ void plane_exact(const T* q, long long view_stride, int pitch, int n_
     if (i < w) out[(long long)j * w + i] += acc;
 }
 
-extern "C" __global__ void __launch_bounds__(256)
+extern "C" __global__ void __launch_bounds__(LEVERET_LIVE_BLOCK)
 plane_f32(const float* q, long long view_stride, int pitch, int n_rows, int n_cols, const int* views,
           const float* params, int n_views, const float* __restrict__ gp, float* out, int h, int w)
 { plane_exact(q, view_stride, pitch, n_rows, n_cols, views, params, n_views, gp, out, h, w); }
 
-extern "C" __global__ void __launch_bounds__(256)
+extern "C" __global__ void __launch_bounds__(LEVERET_LIVE_BLOCK)
 plane_f16(const unsigned short* q, long long view_stride, int pitch, int n_rows, int n_cols, const int* views,
           const float* params, int n_views, const float* __restrict__ gp, float* out, int h, int w)
 { plane_exact(q, view_stride, pitch, n_rows, n_cols, views, params, n_views, gp, out, h, w); }
@@ -142,7 +152,7 @@ plane_f16(const unsigned short* q, long long view_stride, int pitch, int n_rows,
 // stages a chunk of the views' objects and parameters in shared memory, so
 // the loop issues one texture fetch and no global load per view and pixel.
 // The interpolation weights have the texture unit's 8-bit fractions.
-extern "C" __global__ void __launch_bounds__(256)
+extern "C" __global__ void __launch_bounds__(LEVERET_LIVE_BLOCK)
 plane_tex(const unsigned long long* __restrict__ tex, const float* __restrict__ params, int n_views,
           const float* __restrict__ gp, float* out, int h, int w)
 {
@@ -189,12 +199,12 @@ __device__ void store_views(const float* __restrict__ src, long long src_stride,
     put(dst, v * dst_stride + (long long)r * dst_pitch + c, src[v * src_stride + (long long)r * src_pitch + c]);
 }
 
-extern "C" __global__ void __launch_bounds__(256)
+extern "C" __global__ void __launch_bounds__(LEVERET_LIVE_BLOCK)
 store_f32(const float* src, long long src_stride, int src_pitch, float* dst, long long dst_stride, int dst_pitch,
           int n_cols)
 { store_views(src, src_stride, src_pitch, dst, dst_stride, dst_pitch, n_cols); }
 
-extern "C" __global__ void __launch_bounds__(256)
+extern "C" __global__ void __launch_bounds__(LEVERET_LIVE_BLOCK)
 store_f16(const float* src, long long src_stride, int src_pitch, unsigned short* dst, long long dst_stride,
           int dst_pitch, int n_cols)
 { store_views(src, src_stride, src_pitch, dst, dst_stride, dst_pitch, n_cols); }
