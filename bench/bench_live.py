@@ -63,10 +63,12 @@ def make_frames(rows, cols, n, dtype, seed=0):
 
 
 def build(args, flat, dark):
+    """The reconstructor of the scan: every frame carries its angle, the geometry gives the detector."""
     import leveret
     from leveret.live import LiveReconstructor
     vol = leveret.VolumeGeometry((args.rows, args.cols, args.cols))
-    return LiveReconstructor(vol, (args.rows, args.cols), backend=args.backend, storage=args.storage,
+    geometry = leveret.ParallelGeometry([0.0], args.cols, args.rows)
+    return LiveReconstructor(vol, geometry, planned=False, backend=args.backend, storage=args.storage,
                              max_views=args.frames, flat=flat, dark=dark, max_batch=args.batch)
 
 

@@ -45,7 +45,7 @@ def main() -> None:
     angles = np.linspace(0, np.pi, VIEWS, endpoint=False)
     geometry = leveret.ParallelGeometry(angles, N, N)
     projections = shepp_logan_3d(radius=0.45 * N).project(geometry).astype(np.float32)
-    rec = LiveReconstructor(geometry.default_volume(), (N, N), backend="cpu")
+    rec = LiveReconstructor(geometry.default_volume(), geometry, backend="cpu")
     session = LiveSession(rec, frames(projections, angles))
     server = LiveServer(session, port=0)
     url = server.start()

@@ -336,3 +336,40 @@ def test_a_live_run_outlives_bad_messages_and_reconstructs_every_frame(tmp_path)
     assert summary["received"] == 13 and summary["bad_messages"] == 4 and summary["error"] is None
     assert summary["missing"] == 10**9 - 12 and summary["missing_first"][:2] == [12, 13]
     assert len(summary["missing_first"]) == 1000
+
+
+def test_the_reconstructors_geometry_is_built_from_the_flags():
+    from leveret.cli.live import _geometry_and_volume
+
+    args = parse(["live", "tcp://127.0.0.1:1", "--det-spacing", "0.5", "--row-spacing", "2", "--center", "10.5"])
+    g, vol = _geometry_and_volume(args, "parallel", (4, 24), None, None, None)
+    assert isinstance(g, leveret.ParallelGeometry)
+    assert (g.n_rows, g.n_cols, g.det_spacing, g.row_spacing, g.center) == (4, 24, 0.5, 2.0, 10.5)
+    assert vol.shape == (4, 24, 24) and vol.voxel_size == (2.0, 0.5, 0.5)
+    planned = np.radians([0.0, 1.0, 2.0])
+    g, _ = _geometry_and_volume(args, "parallel", (4, 24), planned, None, None)
+    np.testing.assert_array_equal(g.angles, planned)
+    cone = leveret.ConeGeometry.circular(np.radians([0.0, 30.0]), 60.0, 120.0, 4, 8, 2.0)
+    g, vol = _geometry_and_volume(args, "cone", (4, 8), None, cone.matrices, cone.matrices[0])
+    assert isinstance(g, leveret.ConeGeometry) and (g.n_rows, g.n_cols) == (4, 8)
+    np.testing.assert_array_equal(g.matrices, cone.matrices)
+    np.testing.assert_allclose(vol.voxel_size, (1.0, 1.0, 1.0), rtol=1e-12)   # the pitch at the axis
+
+
+def test_frames_without_an_angle_take_the_planned_angles_of_a_stream(tmp_path):
+    """--angles plans the scan for a ZeroMQ stream too: frames whose header has
+    no angle take the one of their index; one beyond the plan is rejected."""
+    from leveret.live import Frame
+    from leveret.live.sources import send_frames
+
+    address = f"tcp://127.0.0.1:{_free_port()}"
+    live = subprocess.Popen([sys.executable, "-m", "leveret", "live", address, "--serve", "127.0.0.1:0",
+                             "--backend", "cpu", "--detector", "8,8", "--angles", "0:180:12", "--exit-when-done",
+                             "--json", "s.json"], env=_env(), cwd=tmp_path, stderr=subprocess.PIPE, text=True)
+    frames = [Frame(np.ones((8, 8), np.float32), i) for i in [*range(12), 20]]
+    assert send_frames(address, frames, rate=200, connect_wait=0.5) == 13
+    _, err = live.communicate(timeout=120)
+    assert live.returncode == 0, err
+    summary = json.loads((tmp_path / "s.json").read_text())
+    assert summary["received"] == 12 and summary["rejected"] == 1
+    assert summary["rejected_reasons"] == {"no angle, none planned": 1}

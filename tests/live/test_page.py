@@ -65,7 +65,7 @@ class FedSource:
 def viewer(scan, request):
     """The page of a session fed by the test; ``request.param``: LiveSession keywords."""
     angles, g, proj = scan
-    rec = LiveReconstructor(g.default_volume(), (ROWS, N), backend="cpu")
+    rec = LiveReconstructor(g.default_volume(), g, backend="cpu")
     source = FedSource()
     frames = source.frames
     session = LiveSession(rec, source, **getattr(request, "param", {}))
@@ -118,7 +118,7 @@ def test_page_loads_updates_as_frames_arrive_and_moves_slices(viewer, scan):
                            " && document.getElementById('slice-xz').dataset.checksum !== "
                            f"'{after['checksum']}'", timeout=20000)
     # what the page shows is the moved slice recomputed from all 30 frames
-    fresh = LiveReconstructor(g.default_volume(), (ROWS, N), backend="cpu")
+    fresh = LiveReconstructor(g.default_volume(), g, backend="cpu")
     fresh.watch_orthogonal(point=(0.0, y_new, 0.0))
     fresh.add(proj[:30], angles[:30])
     np.testing.assert_allclose(rec.slices()["xz"], fresh.slices()["xz"], rtol=0, atol=2e-6)
@@ -178,7 +178,7 @@ def test_page_opened_with_its_token_works_and_without_it_is_refused(scan):
     the token in the address bar; the page's scripts and websocket then carry
     the cookie. Another browser profile without the token gets 401."""
     angles, g, proj = scan
-    rec = LiveReconstructor(g.default_volume(), (ROWS, N), backend="cpu")
+    rec = LiveReconstructor(g.default_volume(), g, backend="cpu")
     source = FedSource()
     session = LiveSession(rec, source)
     server = LiveServer(session, port=0, token="a-token-for-the-page-test")

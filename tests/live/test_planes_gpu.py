@@ -31,7 +31,7 @@ def test_parallel_gpu_slices_equal_fbp(storage, tol):
     vol = g.default_volume()
     proj = shepp_logan_3d(radius=N / 2.2).project(g).astype(np.float32)
     ref = leveret.fbp(proj, g, vol, backend="cpu")
-    rec = LiveReconstructor(vol, (ROWS, N), backend="cuda", storage=storage)
+    rec = LiveReconstructor(vol, g, backend="cuda", storage=storage)
     for batch in np.array_split(np.random.default_rng(0).permutation(VIEWS), 7):
         rec.add(proj[batch], angles[batch])
     p = (vol.coordinates("x")[20], vol.coordinates("y")[40], vol.coordinates("z")[5])
@@ -51,7 +51,7 @@ def test_cone_gpu_slices_equal_fdk():
     proj = shepp_logan_3d(radius=12).project(g).astype(np.float32)
     ref = leveret.fdk(proj, g, vol, backend="cpu", short_scan=False)
     ref_gpu = cupy.asnumpy(leveret.fdk(cupy.asarray(proj), g, vol, backend="cuda", short_scan=False))
-    rec = LiveReconstructor(vol, (n, n), beam="cone", backend="cuda")
+    rec = LiveReconstructor(vol, g, backend="cuda")
     for batch in np.array_split(np.arange(views), 5):
         rec.add(proj[batch], matrices=g.matrices[batch])
     rec.watch_orthogonal((vol.coordinates("x")[10], vol.coordinates("y")[12], vol.coordinates("z")[7]))
@@ -109,8 +109,8 @@ def test_texture_move_is_within_the_8_bit_weight_error_of_the_exact_kernel():
     g = leveret.ParallelGeometry(angles, n, rows)
     proj = shepp_logan_3d(radius=n / 2.2).project(g).astype(np.float32)
     vol = g.default_volume()
-    exact = LiveReconstructor(vol, (rows, n), backend="cuda", move="exact", storage="float16")
-    tex = LiveReconstructor(vol, (rows, n), backend="cuda", move="texture", storage="float16")
+    exact = LiveReconstructor(vol, g, backend="cuda", move="exact", storage="float16")
+    tex = LiveReconstructor(vol, g, backend="cuda", move="texture", storage="float16")
     for rec in (exact, tex):
         rec.add(cupy.asarray(proj[:50]), angles[:50])
         rec.add(proj[50:], angles[50:])

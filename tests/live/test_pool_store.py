@@ -36,7 +36,7 @@ def test_pool_recycles_a_buffer_only_after_it_came_back_and_its_upload_finished(
 def test_reconstructor_takes_back_its_frame_buffers_after_add_frames():
     from leveret.live import Frame
     vol = leveret.VolumeGeometry((4, 16, 16))
-    rec = LiveReconstructor(vol, (4, 16), backend="cpu")
+    rec = LiveReconstructor(vol, leveret.ParallelGeometry([0.0], 16, 4), planned=False, backend="cpu")
     frames = []
     for i in range(3):
         buf = rec.frame_buffer(np.float32)
@@ -67,7 +67,7 @@ def test_slices_stay_exact_when_the_store_spans_many_blocks(storage, tol):
     vol = g.default_volume()
     proj = shepp_logan_3d(radius=10).project(g).astype(np.float32)
     ref = leveret.fbp(proj, g, vol, backend="cpu")
-    rec = LiveReconstructor(vol, (6, 24), backend="cpu", max_views=4, storage=storage)   # blocks of 4 views
+    rec = LiveReconstructor(vol, g, backend="cpu", max_views=4, storage=storage)   # blocks of 4 views
     for b in np.array_split(np.random.default_rng(3).permutation(30), 7):
         rec.add(proj[b], angles[b])
     assert len(rec._store.blocks) == 8

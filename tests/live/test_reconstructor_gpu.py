@@ -31,7 +31,7 @@ def test_gpu_slices_equal_cpu_fbp_after_the_last_frame_from_raw_counts(storage, 
     flat = dark + rng.uniform(3e4, 4e4, (rows, n))
     counts = np.round(dark + (flat - dark) * np.exp(-proj)).astype(np.uint16)
     ref = leveret.fbp(minus_log(normalize(counts, flat, dark)), g, vol, backend="cpu")
-    rec = LiveReconstructor(vol, (rows, n), backend="cuda", storage=storage, flat=flat, dark=dark,
+    rec = LiveReconstructor(vol, g, backend="cuda", storage=storage, flat=flat, dark=dark,
                             max_batch=16)
     order = np.random.default_rng(2).permutation(64)
     frames = []
@@ -61,7 +61,7 @@ def test_views_beyond_the_gpu_store_spill_to_host_and_moves_read_them(caplog):
     vol = g.default_volume()
     proj = shepp_logan_3d(radius=n / 2.2).project(g).astype(np.float32)
     ref = leveret.fbp(proj, g, vol, backend="cpu")
-    rec = LiveReconstructor(vol, (rows, n), backend="cuda", max_views=8)
+    rec = LiveReconstructor(vol, g, backend="cuda", max_views=8)
     with caplog.at_level("WARNING", logger="leveret.live"):
         for b in np.array_split(np.arange(40), 6):
             rec.add(proj[b], angles[b])
@@ -81,7 +81,7 @@ def test_gpu_sinogram_holds_every_frame_received_in_arrival_order():
     n, rows = 32, 8
     g = leveret.ParallelGeometry(angles, n, rows)
     proj = shepp_logan_3d(radius=n / 2.2).project(g).astype(np.float32)
-    rec = LiveReconstructor(g.default_volume(), (rows, n), backend="cuda", max_batch=8)
+    rec = LiveReconstructor(g.default_volume(), g, backend="cuda", max_batch=8)
     frames = [Frame(proj[i], i, angle=angles[i]) for i in range(50)]
     for b in np.array_split(np.arange(50), 7):
         assert rec.add_frames([frames[i] for i in b]) == b.size

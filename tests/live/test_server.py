@@ -83,7 +83,8 @@ class Gated(LiveReconstructor):
 
 
 def _rec(cls=LiveReconstructor):
-    return cls(leveret.VolumeGeometry((ROWS, COLS, COLS)), (ROWS, COLS), backend="cpu")
+    return cls(leveret.VolumeGeometry((ROWS, COLS, COLS)), leveret.ParallelGeometry([0.0], COLS, ROWS), planned=False,
+               backend="cpu")
 
 
 @pytest.fixture
@@ -303,7 +304,8 @@ def test_a_zeromq_pull_stream_is_held_back_not_dropped_while_the_reconstruction_
         s.bind(("127.0.0.1", 0))
         address = f"tcp://127.0.0.1:{s.getsockname()[1]}"
     rows, cols, n = 64, 256, 300                       # 64 KiB frames: a few MiB of socket buffers hold ~100
-    rec = Gated(leveret.VolumeGeometry((2, 8, 8)), (rows, cols), backend="cpu")
+    rec = Gated(leveret.VolumeGeometry((2, 8, 8)), leveret.ParallelGeometry([0.0], cols, rows), planned=False,
+                backend="cpu")
     source = ZmqSource(address, hwm=8, timeout=0.1, stop_at_end=True)
     sent = []
     frames = [Frame(np.full((rows, cols), i, np.float32), i, angle=0.01 * i) for i in range(n)]

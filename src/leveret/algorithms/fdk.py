@@ -797,13 +797,25 @@ class FDKWeighting:
     filtered views; back-projecting them with ``frames["normalised"]``
     matrices (1/w^2 weights) gives the FDK volume. ``leveret.rabbitct`` ships
     its synthetic projections prepared by this same object.
+
+    ``angle_weights`` (n_views,), optional: each view's weight in the angular
+    integral in place of FDK's own (``0.5 * angular_steps(angle) * turn_scale(angle)``
+    on full scans, ``angular_steps(angle)`` times Parker's weights on short
+    ones); Parker's weights still apply on short scans. ``leveret.live``
+    passes ones and weights the views received so far itself.
     """
 
     def __init__(self, geometry, *, filter: str = "ram-lak", cutoff: float = 1.0, padding: str = "zero",
-                 short_scan="auto"):
+                 short_scan="auto", angle_weights=None):
         self.geometry = geometry
         self.frames = view_frames(geometry)
-        self.per_column = _column_weights(geometry, _use_parker(short_scan, self.frames))
+        parker = _use_parker(short_scan, self.frames)
+        if angle_weights is None:
+            self.per_column = _column_weights(geometry, parker)
+        else:
+            weights = v.finite_vector("angle_weights", angle_weights, length=geometry.n_views)
+            self.per_column = _view_weights(self.frames, geometry.n_cols, parker, weights) \
+                / self.frames["pitch"][:, None]
         self.response = filter_response(geometry.n_cols, filter, cutoff=cutoff)
         self.padding = padding
         self._gpu_tables: dict = {}   # GPU id -> its copies of the tables
@@ -1009,7 +1021,7 @@ def view_frames(geometry) -> dict:
     sid = geometry.depth(np.zeros(3))
     if np.any(sid <= 0):
         raise ValueError("geometry: the isocentre (origin) must lie in front of every source")
-    angle = np.unwrap(np.arctan2(source[:, 0], -source[:, 1]))
+    angle = np.unwrap(rotation_angles(geometry))
     orientation = 1.0 if angle[-1] >= angle[0] else -1.0
     frames = {
         "focal_u": K[:, 0, 0], "focal_v": K[:, 1, 1], "u0": K[:, 0, 2], "v0": K[:, 1, 2],
@@ -1041,14 +1053,51 @@ def _coverage(angle: np.ndarray) -> float:
     return float(angle.max() - angle.min() + step)
 
 
+def rotation_angles(geometry) -> np.ndarray:
+    """Each source's rotation angle about z (radians, in (-pi, pi]), as FDK
+    measures it: ``arctan2(x, -y)`` of the source position, 0 for a source
+    on the -y axis; :func:`view_frames` unwraps them along the views."""
+    source = geometry.source_positions()
+    return np.arctan2(source[:, 0], -source[:, 1])
+
+
 def turn_scale(angle: np.ndarray) -> float:
-    """``2 pi / coverage`` for views covering more than one turn, else 1: a
-    scan of k turns measures each line 2 k times, not twice."""
+    """FDK's weight for scans of more than one turn.
+
+    Parameters
+    ----------
+    angle : ndarray (n_views,)
+        The views' rotation angles (radians, unwrapped).
+
+    Returns
+    -------
+    float
+        ``2 pi / coverage`` for views covering more than one turn, else 1: a
+        scan of k turns measures each line 2 k times, not twice.
+    """
     return 2 * np.pi / max(2 * np.pi, _coverage(angle))
 
 
-def _steps(angle: np.ndarray) -> np.ndarray:
-    """Each view's share of the angle range: half the gap to each neighbour."""
+def angular_steps(angle: np.ndarray) -> np.ndarray:
+    """FDK's angular quadrature weights: each view's share of the angle range.
+
+    Parameters
+    ----------
+    angle : ndarray (n_views,)
+        The views' rotation angles (radians, unwrapped, in any order).
+
+    Returns
+    -------
+    ndarray (n_views,)
+        Half the gap to each neighbour in angle (the first and last views:
+        one full gap each; a single view: ``2 pi``).
+
+    Examples
+    --------
+    >>> from leveret.algorithms.fdk import angular_steps
+    >>> angular_steps(np.radians([0.0, 10.0, 30.0])).round(4).tolist()
+    [0.1745, 0.2618, 0.3491]
+    """
     if angle.size == 1:
         return np.array([2 * np.pi])
     order = np.argsort(angle)
@@ -1062,11 +1111,13 @@ def _steps(angle: np.ndarray) -> np.ndarray:
     return out
 
 
-def _view_weights(frames, n_cols: int, parker: bool) -> np.ndarray:
-    """Angular quadrature x Parker weight, per view and detector column."""
-    steps = _steps(frames["angle"])
+def _view_weights(frames, n_cols: int, parker: bool, weights=None) -> np.ndarray:
+    """Angular quadrature x Parker weight, per view and detector column
+    (``weights``: the quadrature in place of FDK's own)."""
+    steps = angular_steps(frames["angle"]) if weights is None else weights
     if not parker:   # full scan: each line twice per turn
-        return np.repeat((0.5 * steps * turn_scale(frames["angle"]))[:, None], n_cols, axis=1)
+        scale = 0.5 * turn_scale(frames["angle"]) if weights is None else 1.0
+        return np.repeat((scale * steps)[:, None], n_cols, axis=1)
     # Fan angle of each column, positive in the direction of rotation: the
     # detector's u axis points against the rotation of a counter-clockwise scan.
     u = np.arange(n_cols)[None, :]

@@ -90,11 +90,11 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="ZeroMQ pattern: pull (default) or sub to read; push (default) or pub to simulate")
     s.add_argument("--bind", action="store_true", help="bind the ZeroMQ address instead of connecting")
     s.add_argument("--angles", default=None,
-                   help="folder source: 'start:stop:count' in degrees (stop excluded) or a text/.npy "
-                        "file, the angle of frame index i")
+                   help="the planned scan: 'start:stop:count' in degrees (stop excluded) or a text/.npy "
+                        "file, the angle of frame index i, for frames that carry none")
     s.add_argument("--matrices", default=None, metavar="FILE",
-                   help="folder source, cone beam: the 3x4 projection matrix of frame index i, as a .npy "
-                        "(n, 3, 4) or a text file of 12 numbers per line (row by row)")
+                   help="the planned scan, cone beam: the 3x4 projection matrix of frame index i, for frames "
+                        "that carry none, as a .npy (n, 3, 4) or a text file of 12 numbers per line (row by row)")
     s.add_argument("--settle", type=float, default=0.2, metavar="SECONDS",
                    help="folder source: read a file once its size and time stamp stayed the same this long "
                         "(default 0.2; 0 when the writer renames complete files into place)")
@@ -240,19 +240,8 @@ def cone_voxel_size(matrix) -> tuple[float, float]:
     return 1.0 / abs(dv[2]), 1.0 / float(np.hypot(du[0], du[1]))
 
 
-def _source(args):
-    from pathlib import Path
-
-    from ..live.sources import FolderSource, ZmqSource
-
-    if "://" in args.source:
-        if args.matrices:
-            raise ValueError("matrices: a ZeroMQ stream sends each frame's matrix in its header")
-        return ZmqSource(args.source, pattern=args.pattern or "pull", bind=args.bind,
-                         stop_at_end=args.exit_when_done, detector_shape=args.detector)
-    if not Path(args.source).is_dir():
-        raise ValueError(f"source: expected a folder, a ZeroMQ address (tcp://...) or 'simulate', "
-                         f"got {args.source!r}")
+def _plan(args):
+    """The planned scan: (angles in radians or None, matrices (n, 3, 4) or None)."""
     if args.angles and (args.matrices or args.beam == "cone"):
         raise ValueError("angles: cone beam takes --matrices, not --angles")
     if args.matrices and args.beam == "parallel":
@@ -263,6 +252,23 @@ def _source(args):
         angles = read_angles(args.angles, unit="degree")   # radians
     if args.matrices:
         matrices = read_matrices(args.matrices)
+    return angles, matrices
+
+
+def _source(args, plan=None):
+    """The frame source SOURCE names; a folder's frames take their angle or
+    matrix from ``plan`` (:func:`_plan`) where their file carries none."""
+    from pathlib import Path
+
+    from ..live.sources import FolderSource, ZmqSource
+
+    if "://" in args.source:
+        return ZmqSource(args.source, pattern=args.pattern or "pull", bind=args.bind,
+                         stop_at_end=args.exit_when_done, detector_shape=args.detector)
+    if not Path(args.source).is_dir():
+        raise ValueError(f"source: expected a folder, a ZeroMQ address (tcp://...) or 'simulate', "
+                         f"got {args.source!r}")
+    angles, matrices = _plan(args) if plan is None else plan
     return FolderSource(args.source, angles=angles, matrices=matrices, settle=args.settle,
                         detector_shape=args.detector)
 
@@ -354,11 +360,12 @@ def serve(args) -> int:
         raise ValueError(f"json: the folder of {args.json!r} does not exist")
     for origin in args.allow_origin:   # checked before waiting for a first frame
         normalise_origin("allow_origins", origin)
-    source = _source(args)
+    plan = _plan(args)
+    source = _source(args, plan)
     summary = _Summary(args, source)
     register_cleanup(id(summary), lambda: summary.finish(interrupted=True))
     try:
-        _serve(args, source, summary)
+        _serve(args, source, summary, plan)
     finally:
         unregister_cleanup(id(summary))
         summary.finish()
@@ -367,21 +374,44 @@ def serve(args) -> int:
     return 0
 
 
-def _serve(args, source, summary: _Summary) -> None:
+def _geometry_and_volume(args, beam, detector, angles, matrices, first_matrix):
+    """The scan geometry for LiveReconstructor and the volume grid, from the
+    flags: the planned angles (matrices) where given, else the detector with
+    one view (the first frame's matrix for cone beam) that plans nothing."""
     import leveret
+
+    n_rows, n_cols = detector
+    shape = args.volume or (n_rows, n_cols, n_cols)
+    if beam == "cone":
+        geometry = leveret.ConeGeometry(first_matrix[None] if matrices is None else matrices, n_rows, n_cols)
+        if args.voxel_size is not None:
+            voxel = (args.voxel_size,) * 3
+        else:
+            dz, dxy = cone_voxel_size(first_matrix)
+            voxel = (dz, dxy, dxy)
+    else:
+        geometry = leveret.ParallelGeometry([0.0] if angles is None else angles, n_cols, n_rows, args.det_spacing,
+                                            args.row_spacing, args.center)
+        pitch = args.voxel_size or args.det_spacing
+        voxel = (args.voxel_size or args.row_spacing, pitch, pitch)
+    return geometry, leveret.VolumeGeometry(shape, voxel)
+
+
+def _serve(args, source, summary: _Summary, plan) -> None:
     from ..io import readers
     from ..live import LiveReconstructor
     from ..live.server import LiveServer, LiveSession
 
     frames = None
+    angles, matrices = plan
     detector, beam = args.detector, args.beam
-    if beam is None and args.matrices:
-        beam = "cone"
-    first_matrix = None if getattr(source, "matrices", None) is None else source.matrices[0]
-    need_first = detector is None or (beam == "cone" and args.voxel_size is None and first_matrix is None)
+    if beam is None and (matrices is not None or angles is not None):
+        beam = "cone" if matrices is not None else "parallel"
+    first_matrix = None if matrices is None else matrices[0]
+    need_first = detector is None or (beam == "cone" and first_matrix is None)
     if need_first:
         print(f"leveret live: waiting for the first frames ({AGREE} of one shape decide the detector; give "
-              "--detector, and for cone beam --voxel-size, to serve the page at once)", file=sys.stderr, flush=True)
+              "--detector, and for cone beam --matrices, to serve the page at once)", file=sys.stderr, flush=True)
         shape, first, frames = _agreed_frames(source)
         detector = detector or shape
         if hasattr(source, "detector_shape"):
@@ -391,25 +421,15 @@ def _serve(args, source, summary: _Summary) -> None:
         if first_matrix is None and first.matrix is not None:
             first_matrix = first.matrix
     beam = beam or "parallel"
+    if beam == "cone" and first_matrix is None:
+        raise ValueError("matrices: the first cone-beam frame carries no matrix; give --matrices")
     n_rows, n_cols = detector
-    shape = args.volume or (n_rows, n_cols, n_cols)
-    if beam == "cone":
-        if args.voxel_size is not None:
-            voxel = (args.voxel_size,) * 3
-        elif first_matrix is not None:
-            dz, dxy = cone_voxel_size(first_matrix)
-            voxel = (dz, dxy, dxy)
-        else:
-            raise ValueError("voxel_size: cone beam frames without a matrix; give --voxel-size")
-    else:
-        pitch = args.voxel_size or args.det_spacing
-        voxel = (args.voxel_size or args.row_spacing, pitch, pitch)
-    volume = leveret.VolumeGeometry(shape, voxel)
+    geometry, volume = _geometry_and_volume(args, beam, detector, angles, matrices, first_matrix)
     flat = None if args.flat is None else readers.read_array(args.flat)
     dark = None if args.dark is None else readers.read_array(args.dark)
-    rec = LiveReconstructor(volume, detector, beam=beam, det_spacing=args.det_spacing,
-                            row_spacing=args.row_spacing, center=args.center, flat=flat, dark=dark,
-                            minus_log=True if args.minus_log else None, filter=args.filter,
+    # planned: the frames without their own angle (matrix) take the one of --angles (--matrices)
+    rec = LiveReconstructor(volume, geometry, planned=(matrices if beam == "cone" else angles) is not None,
+                            flat=flat, dark=dark, minus_log=True if args.minus_log else None, filter=args.filter,
                             storage=args.storage, backend=args.backend, max_views=args.max_views)
     if rec.backend == "cuda" and hasattr(source, "buffers"):
         source.buffers = rec.frame_buffer   # messages copied into pinned buffers: asynchronous uploads
@@ -421,7 +441,7 @@ def _serve(args, source, summary: _Summary) -> None:
     url = server.start()
     summary.server = server
     session.start()
-    print(f"leveret live: {beam} beam, detector {n_rows}x{n_cols}, volume {shape}; open {url} "
+    print(f"leveret live: {beam} beam, detector {n_rows}x{n_cols}, volume {volume.shape}; open {url} "
           "(Ctrl-C stops)", file=sys.stderr, flush=True)
     while not (args.exit_when_done and session.ended):
         time.sleep(0.1)

@@ -36,7 +36,7 @@ from .. import _validate as v
 from ..backends import resolve
 from ..cpu.live_planes import backproject_plane, backproject_points
 from ..filters import FILTERS, apply_filter, filter_response
-from ..geometry import ParallelGeometry, VolumeGeometry
+from ..geometry import ConeGeometry, ParallelGeometry, VolumeGeometry
 from ..operators import ConeBackprojection
 from .correct import Correction
 from .pool import FramePool
@@ -45,7 +45,6 @@ from .store import ViewStore
 
 log = logging.getLogger("leveret.live")
 
-BEAMS = ("parallel", "cone")
 STORAGE = ("float32", "float16")
 # Weight changes below this fraction of the largest weight are float64 noise
 # (the same gaps recomputed): far below float32 rounding, not worth a pass.
@@ -58,7 +57,8 @@ MOVES = ("texture", "exact")
 class Frame:
     """One projection as a source delivers it.
 
-    ``angle`` (radians, parallel beam) or ``matrix`` (3x4, cone beam);
+    ``angle`` (radians, parallel beam) or ``matrix`` (3x4, cone beam), or
+    None: the geometry's planned one for ``index`` (:class:`LiveReconstructor`);
     ``index`` is the frame's position in the scan (gaps are reported);
     ``arrived`` the ``time.perf_counter()`` when it reached us.
     """
@@ -90,13 +90,19 @@ class LiveReconstructor:
     ----------
     volume : VolumeGeometry (3D)
         The grid the slices are cut from (default slices, voxel sizes).
-    detector_shape : (n_rows, n_cols)
-    beam : {"parallel", "cone"}
-        Parallel beam takes one angle (radians) per frame; cone beam one 3x4
-        projection matrix per frame (``leveret.ConeGeometry`` conventions).
-    det_spacing, row_spacing, center : float
-        Parallel beam: detector pitch, row pitch and rotation-axis column
-        (default the detector's middle), as in ``ParallelGeometry``.
+    geometry : ParallelGeometry (3D) or ConeGeometry
+        The scan: its type sets the beam, its detector the frames' shape
+        ``(n_rows, n_cols)``. Parallel beam: ``det_spacing``,
+        ``row_spacing`` and ``center`` of every frame (one rotation-axis
+        column: ``axis_shift`` is refused); each frame takes one angle
+        (radians). Cone beam: each frame takes one 3x4 projection matrix
+        (``leveret.ConeGeometry`` conventions). Its angles (matrices) are the
+        planned scan (see ``planned`` and the Notes).
+    planned : bool
+        Whether the geometry's angles (matrices) are the planned scan: a frame
+        without its own angle (matrix) takes the geometry's view of its index,
+        if the geometry has that many views. False: the geometry gives the
+        detector only, and a frame without its own angle (matrix) is rejected.
     flat, dark : ndarray, optional
         Flat and dark fields (one image or a stack, averaged). With ``flat``
         the frames are raw counts: normalised and -log taken; without, they
@@ -112,7 +118,8 @@ class LiveReconstructor:
         stored sample rounded to 11 significant bits; docs/live.md).
     backend : {"auto", "cuda", "cpu"}
         On "cuda" the frames are corrected, filtered and back-projected on
-        the GPU and the filtered projections stay there.
+        the GPU (the current one when the reconstructor is made) and the
+        filtered projections stay there.
     max_views : int, optional
         Views kept in GPU memory (default: as many as half the GPU's free
         memory holds); later ones are kept in pinned host memory, and a moved
@@ -136,6 +143,12 @@ class LiveReconstructor:
 
     Notes
     -----
+    The geometry's views are the scan as planned, not the frames received:
+    the slices are always the reconstruction of the frames received so far
+    (their angular weights follow those frames), whatever the geometry
+    plans. A frame's own angle (matrix) wins over the planned one of its
+    index; a frame without one takes the planned one (``planned=True``).
+
     Frames for the GPU travel fastest from pinned host memory:
     :meth:`frame_buffer` hands out such buffers. Ownership: the caller
     fills a buffer and passes it (as ``Frame.data`` or in ``add``); once
@@ -147,9 +160,9 @@ class LiveReconstructor:
     --------
     >>> import numpy as np, leveret
     >>> from leveret.live import LiveReconstructor
-    >>> vol = leveret.VolumeGeometry((4, 16, 16))
-    >>> rec = LiveReconstructor(vol, (4, 16), backend="cpu")
-    >>> rec.add(np.ones((2, 4, 16)), angles=[0.0, np.pi / 2])
+    >>> geometry = leveret.ParallelGeometry([0.0, np.pi / 2], 16, 4)
+    >>> rec = LiveReconstructor(leveret.VolumeGeometry((4, 16, 16)), geometry, backend="cpu")
+    >>> rec.add(np.ones((2, 4, 16)))        # the planned angles of frames 0 and 1
     >>> sorted(rec.slices())
     ['xy', 'xz', 'yz']
     """
@@ -161,23 +174,21 @@ class LiveReconstructor:
     LOGGED = 20
     LOG_EVERY = 1000
 
-    def __init__(self, volume: VolumeGeometry, detector_shape, *, beam: str = "parallel",
-                 det_spacing: float = 1.0, row_spacing: float = 1.0, center: float | None = None,
-                 flat=None, dark=None, minus_log: bool | None = None, filter: str = "ram-lak",
-                 cutoff: float = 1.0, padding: str = "zero", storage: str = "float32",
-                 backend: str = "auto", max_views: int | None = None, filter_rows: int = 1024,
-                 move: str = "texture", max_batch: int = 64):
+    def __init__(self, volume: VolumeGeometry, geometry, *, planned: bool = True, flat=None, dark=None,
+                 minus_log: bool | None = None, filter: str = "ram-lak", cutoff: float = 1.0,
+                 padding: str = "zero", storage: str = "float32", backend: str = "auto",
+                 max_views: int | None = None, filter_rows: int = 1024, move: str = "texture",
+                 max_batch: int = 64):
         if not isinstance(volume, VolumeGeometry) or volume.is_2d:
             raise ValueError(f"volume: expected a 3D VolumeGeometry, got {volume!r}")
-        try:
-            n_rows, n_cols = (int(s) for s in detector_shape)
-        except (TypeError, ValueError):
-            raise ValueError(f"detector_shape: expected (n_rows, n_cols), got {detector_shape!r}") from None
         self.volume = volume
-        self.detector_shape = (v.positive_int("n_rows", n_rows), v.positive_int("n_cols", n_cols))
-        self.beam = v.choice("beam", beam, BEAMS)
-        # the template geometry checks spacing and centre once
-        self._template = ParallelGeometry([0.0], n_cols, n_rows, det_spacing, row_spacing, center)
+        self.beam = _beam_of(geometry)
+        self.geometry = geometry
+        n_rows, n_cols = geometry.n_rows, geometry.n_cols
+        self.detector_shape = (n_rows, n_cols)
+        if not isinstance(planned, (bool, np.bool_)):
+            raise TypeError(f"planned: expected True or False, got {planned!r}")
+        self.planned = bool(planned)
         self.filter = v.choice("filter", filter, FILTERS)
         self.cutoff = float(cutoff)
         self.padding = padding
@@ -194,7 +205,7 @@ class LiveReconstructor:
             xp = np
         self.xp = xp
         self._response = filter_response(n_cols, filter, cutoff=cutoff,
-                                         det_spacing=det_spacing if self.beam == "parallel" else 1.0)
+                                         det_spacing=geometry.det_spacing if self.beam == "parallel" else 1.0)
         self.minus_log = flat is not None if minus_log is None else bool(minus_log)
         if flat is not None:
             flat = _average("flat", flat, self.detector_shape)
@@ -352,10 +363,12 @@ class LiveReconstructor:
         ----------
         projections : ndarray (n_rows, n_cols) or (k, n_rows, n_cols)
             Raw counts (with flat/dark), transmission, or line integrals.
-        angles : float or array (k,)
-            Parallel beam: rotation angles in radians.
-        matrices : array (3, 4) or (k, 3, 4)
-            Cone beam: projection matrices.
+        angles : float or array (k,), optional
+            Parallel beam: rotation angles in radians (default: the
+            geometry's planned angles of ``indices``).
+        matrices : array (3, 4) or (k, 3, 4), optional
+            Cone beam: projection matrices (default: the geometry's planned
+            matrices of ``indices``).
         indices : array of int (k,), optional
             The frames' positions in the scan (default: consecutive after the
             highest so far), each used once; gaps are counted in ``stats.missing``.
@@ -368,7 +381,6 @@ class LiveReconstructor:
         shape = (data.shape[0],) + self.detector_shape
         v.real_array("projections", data, shape, "(k, n_rows, n_cols)", "the detector shape")
         k = data.shape[0]
-        geometry = self._check_geometry(k, angles, matrices)
         if indices is None:
             start = 0 if self._index_range is None else self._index_range[1] + 1
             indices = np.arange(start, start + k)
@@ -383,6 +395,7 @@ class LiveReconstructor:
             if i in self._received or i in seen:
                 raise ValueError(f"indices: frame {i} already received (each index is used once)")
             seen.add(i)
+        geometry = self._check_geometry(k, angles, matrices, indices)
         for b in range(0, k, self.max_batch):
             part = range(b, min(k, b + self.max_batch))
             self._add_batch([data[i] for i in part], geometry[b:b + self.max_batch], indices[b:b + self.max_batch],
@@ -391,10 +404,11 @@ class LiveReconstructor:
 
     def add_frames(self, frames) -> int:
         """Add a batch of :class:`Frame` objects in one filter and back-projection
-        call. Frames of the wrong shape, dtype, index or angle, of an index
-        already received (each index is used once), or with NaN or Inf values
-        after correction, are rejected (logged, counted in ``stats``), the
-        rest go on. Returns the number added."""
+        call. Frames of the wrong shape, dtype, index or angle (matrix), without
+        one where none is planned for their index, of an index already
+        received (each index is used once), or with NaN or Inf values after
+        correction, are rejected (logged, counted in ``stats``), the rest go
+        on. Returns the number added."""
         frames = list(frames)
         good, batch = [], set()
         for f in frames:
@@ -410,9 +424,11 @@ class LiveReconstructor:
         for b in range(0, len(good), self.max_batch):
             part = good[b:b + self.max_batch]
             if self.beam == "parallel":
-                geometry = np.array([float(f.angle) for f in part])
+                geometry = np.array([self._planned_view(f.index) if f.angle is None else float(f.angle)
+                                     for f in part])
             else:
-                geometry = np.stack([np.asarray(f.matrix, np.float64).reshape(3, 4) for f in part])
+                geometry = np.stack([self._planned_view(f.index) if f.matrix is None
+                                     else np.asarray(f.matrix, np.float64).reshape(3, 4) for f in part])
             added += self._add_batch([f.data for f in part], geometry, [int(f.index) for f in part],
                                      min(f.arrived for f in part), strict=False)
         self._pool.release_all([f.data for f in frames], self._uploaded())
@@ -432,6 +448,10 @@ class LiveReconstructor:
         index = frame.index
         if isinstance(index, (bool, np.bool_)) or not isinstance(index, (int, np.integer)) or index < 0:
             return "bad index"
+        if (frame.angle if self.beam == "parallel" else frame.matrix) is None:
+            if self._planned_view(index) is None:
+                return f"no {'angle' if self.beam == 'parallel' else 'matrix'}, none planned"
+            return None
         if self.beam == "parallel":
             if not _finite_number(frame.angle):
                 return "no finite angle"
@@ -448,21 +468,41 @@ class LiveReconstructor:
     def _uploaded(self):
         """The CUDA event after the uploads queued so far (None on the CPU)."""
         return None if self._gpu is None else self._gpu.upload_event
-    def _check_geometry(self, k, angles, matrices):
+
+    def _planned_view(self, index):
+        """The geometry's angle (parallel) or matrix (cone) of frame ``index``,
+        or None where none is planned (``planned=False``, or beyond its views)."""
+        g = self.geometry
+        views = g.angles if self.beam == "parallel" else g.matrices
+        if not self.planned or not 0 <= index < len(views):
+            return None
+        return float(views[index]) if self.beam == "parallel" else views[index]
+
+    def _check_geometry(self, k, angles, matrices, indices):
+        """The batch's angles (k,) or matrices (k, 3, 4): given, or planned for ``indices``."""
+        given, other = ("angles", "matrices") if self.beam == "parallel" else ("matrices", "angles")
+        if (matrices if self.beam == "parallel" else angles) is not None:
+            raise ValueError(f"{other}: {self.beam} beam takes {given}, not {other}")
+        if (angles if self.beam == "parallel" else matrices) is None:
+            planned = [self._planned_view(i) for i in indices]
+            missing = [i for i, g in zip(indices, planned) if g is None]
+            if missing:
+                plan = f"the geometry plans {self._n_planned()} views" if self.planned else "planned=False"
+                raise ValueError(f"{given}: none given and none planned for frame {missing[0]} ({plan})")
+            return np.array(planned, np.float64).reshape((k,) if self.beam == "parallel" else (k, 3, 4))
         if self.beam == "parallel":
-            if matrices is not None:
-                raise ValueError("matrices: parallel beam takes angles, not projection matrices")
-            if angles is None:
-                raise ValueError("angles: parallel beam needs one angle per projection")
             return v.finite_vector("angles", np.atleast_1d(np.asarray(angles, np.float64)), length=k)
-        if angles is not None:
-            raise ValueError("angles: cone beam takes projection matrices, not angles")
-        if matrices is None:
-            raise ValueError("matrices: cone beam needs one 3x4 matrix per projection")
-        m = np.asarray(matrices, np.float64).reshape(-1, 3, 4)
-        if m.shape[0] != k or not np.all(np.isfinite(m)):
-            raise ValueError(f"matrices: expected {k} finite 3x4 matrices, got shape {np.shape(matrices)}")
-        return m
+        try:
+            m = np.asarray(matrices, np.float64)
+        except (TypeError, ValueError):
+            m = np.empty(0)
+        if m.size != 12 * k or not np.all(np.isfinite(m)):
+            raise ValueError(f"matrices: expected {k} finite 3x4 matrices, got shape {np.shape(m)}")
+        return m.reshape(k, 3, 4)
+
+    def _n_planned(self) -> int:
+        g = self.geometry
+        return len(g.angles) if self.beam == "parallel" else len(g.matrices)
 
     def _reject(self, index, reason):
         self.stats.rejected += 1
@@ -577,7 +617,7 @@ class LiveReconstructor:
 
     def _plane(self, s, out, q, views, coef, angles):
         """Parallel beam: out += sum_k coef[k] B(q[views[k]]) on slice s."""
-        t = self._template
+        t = self.geometry
         if self._gpu is not None:
             self._gpu.plane(s, out, q, views, coef, angles, det_spacing=t.det_spacing, center=t.center,
                             row_spacing=t.row_spacing)
@@ -588,20 +628,14 @@ class LiveReconstructor:
     def _cone_filter(self, lines, matrices):
         """FDK's cosine and pitch weighting and the row filter for these views,
         without their angular weight (that one follows the views received)."""
-        from ..algorithms.fdk import FDKWeighting, view_frames
-        from ..geometry import ConeGeometry
+        from ..algorithms.fdk import FDKWeighting, rotation_angles
 
         g = ConeGeometry(matrices, *self.detector_shape)
-        frames = view_frames(g)
         weighting = FDKWeighting(g, filter=self.filter, cutoff=self.cutoff, padding=self.padding,
-                                 short_scan=False)
-        # Its per-column weights are angular step / pitch; the step follows the views received,
-        # so only 1/pitch is applied here (a view received twice has a step of 0 in this batch).
-        weighting.per_column = np.repeat((1.0 / frames["pitch"])[:, None], g.n_cols, axis=1)
+                                 short_scan=False, angle_weights=np.ones(g.n_views))
         q = weighting(self.xp.ascontiguousarray(lines), slice(None))
-        self._matrices = np.concatenate([self._matrices, frames["normalised"]])
-        source = g.source_positions()
-        raw = np.arctan2(source[:, 0], -source[:, 1])
+        self._matrices = np.concatenate([self._matrices, weighting.frames["normalised"]])
+        raw = rotation_angles(g)
         # unwrapped against the previous view, as np.unwrap does over a whole scan
         first = self._turn.size == 0
         start = raw[0] if first else self._turn[-1]
@@ -613,8 +647,8 @@ class LiveReconstructor:
         return q
 
     def _cone_weights(self):
-        from ..algorithms.fdk import _steps
-        return 0.5 * _steps(self._turn)   # full-scan FDK: every line measured twice
+        from ..algorithms.fdk import angular_steps
+        return 0.5 * angular_steps(self._turn)   # full-scan FDK: every line measured twice
 
     def _note_indices(self, indices):
         """Record a batch's indices (new ones, each once): O(1) per frame, the
@@ -660,7 +694,7 @@ class LiveReconstructor:
             textured = [s for s in slices if not s.is_axial and s.v != (0.0, 0.0, 1.0)]
             near = views < self._store.n_device_blocks * self._store.block_views
             on_device = views[near]
-            t = self._template
+            t = self.geometry
             for s in textured:
                 self._gpu.plane_texture(s, acc[s.name], on_device, coef[near],
                                         self._angles[on_device], det_spacing=t.det_spacing, center=t.center,
@@ -677,7 +711,6 @@ class LiveReconstructor:
     def _cone_views(self, s, out, block, local, coef, views):
         xp = self.xp
         if s.is_axial:
-            from ..geometry import ConeGeometry
             q = block[xp.asarray(local) if xp is not np else local].astype(np.float32)
             q *= xp.asarray(coef, np.float32)[:, None, None]
             matrices = self._matrices[views]
@@ -694,6 +727,21 @@ class LiveReconstructor:
             from ..cuda import live_planes
             live_planes.backproject_points(block, local, coef, xp.asarray(s.points(), np.float32), out.reshape(-1),
                                            params=self._matrices[views])
+
+
+def _beam_of(geometry) -> str:
+    """"parallel" or "cone" for a geometry the live reconstructor takes; a
+    clear error for any other."""
+    if isinstance(geometry, ConeGeometry):
+        return "cone"
+    if not isinstance(geometry, ParallelGeometry):
+        raise TypeError(f"geometry: expected a ParallelGeometry or a ConeGeometry, got {type(geometry).__name__}")
+    if geometry.is_2d:
+        raise ValueError("geometry: expected a 3D ParallelGeometry (n_rows given), got a 2D one")
+    if geometry.axis_shift is not None:
+        raise ValueError("geometry: live reconstruction takes one rotation-axis column (center), "
+                         "not a per-view axis_shift")
+    return "parallel"
 
 
 def _finite_number(value) -> bool:
