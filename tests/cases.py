@@ -2,6 +2,9 @@
 ``from cases import ...``). Each section belongs to one part of the package."""
 from __future__ import annotations
 
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 
 from leveret.geometry import ConeGeometry, ParallelGeometry, VolumeGeometry
@@ -180,6 +183,172 @@ def take_frames(iterator, n, timeout=10.0):
         if time.monotonic() - t0 > timeout:
             break
     raise AssertionError(f"got {len(out)} of {n} frames")
+
+
+def live_scan(kind: str, i: int):
+    """Thread ``i``'s own small scan for the live reconstructor's thread tests:
+    (geometry, volume, float32 projections, a point (x, y, z) for the slices).
+    Parallel beam: a detector, angles and rotation axis of its own; cone beam:
+    a circle of its own."""
+    from leveret.phantom import shepp_logan_3d
+    if kind == "parallel":
+        n_cols, n_rows, views = 28 + 4 * i, 6 + i, 30 + 6 * i
+        g = ParallelGeometry(np.linspace(0, np.pi, views, endpoint=False) + 0.05 * i, n_cols, n_rows,
+                             det_spacing=1.0 + 0.1 * i, center=(n_cols - 1) / 2 + 0.3 * i)
+        vol = g.default_volume()
+        radius = 0.4 * n_cols * g.det_spacing
+    else:
+        n, views = 16, 20 + 4 * i
+        g = ConeGeometry.circular(np.linspace(0, 2 * np.pi, views, endpoint=False) + 0.1 * i, 60.0 + 5 * i,
+                                  120.0, n, n, 2.0)
+        vol = VolumeGeometry((n, n, n), 1.0)
+        radius = 6.0
+    proj = shepp_logan_3d(radius=radius).project(g).astype(np.float32)
+    point = tuple(vol.coordinates(a)[k] for a, k in (("x", vol.nx // 3), ("y", vol.ny // 2 + 1), ("z", vol.nz // 2)))
+    return g, vol, proj, point
+
+
+def live_job(kind: str, i: int, backend: str, device: int | None = None):
+    """A live reconstruction of :func:`live_scan` ``(kind, i)`` from start to
+    end, as a function of no arguments: a reconstructor of its own, frames
+    in batches (``add`` with and without angles or matrices, ``add_frames``
+    with and without), then the slices, and the slices moved to a rotated
+    plane through the scan's point; returns the slices by name (the moved
+    ones as "moved-xy", ...). ``device``: the GPU the reconstructor is made
+    on (then called from a thread whose current GPU may be another one)."""
+    import contextlib
+
+    from leveret.live import Frame, LiveReconstructor
+    g, vol, proj, point = live_scan(kind, i)
+    own = g.angles if kind == "parallel" else g.matrices
+    key = "angle" if kind == "parallel" else "matrix"
+
+    def job():
+        if device is None:
+            made_on = contextlib.nullcontext()
+        else:
+            import cupy
+            made_on = cupy.cuda.Device(device)
+        with made_on:
+            rec = LiveReconstructor(vol, g, backend=backend, max_batch=8)
+        rec.watch_axial([vol.coordinates("z")[1]])
+        for b, batch in enumerate(np.array_split(np.arange(len(proj)), 5)):
+            if b % 2:
+                rec.add(proj[batch], **({} if b == 1 else {"angles" if kind == "parallel" else "matrices":
+                                                            own[batch]}))
+            else:
+                rec.add_frames([Frame(proj[n], int(n), **{key: None if n % 3 == 0 else own[n]}) for n in batch])
+        out = rec.slices()
+        rec.watch_orthogonal(point, angles=(25.0, -10.0, 5.0))
+        out.update({f"moved-{k}": s for k, s in rec.slices().items()})
+        return out
+
+    return job
+
+
+def _live_feed(rec, proj, angles, batch):
+    """One batch as ``add`` (with its indices) or as Frames, alternately, some without their angle."""
+    from leveret.live import Frame
+    if batch[0] % 2:
+        rec.add(proj[batch], angles[batch], indices=batch)
+    else:
+        rec.add_frames([Frame(proj[n], int(n), angle=None if n % 3 == 0 else angles[n]) for n in batch])
+
+
+def live_shared_instance_case(backend: str, tol: float = 2e-6, threads: int = 4) -> None:
+    """One LiveReconstructor shared by ``threads`` threads that add disjoint
+    batches of a scan (``add`` and ``add_frames``, some frames without their
+    angle) while another thread moves and reads the slices: its slices equal
+    those of the same batches added by one thread within ``tol`` of the peak
+    (the batches come in another order, so each slice sums the same float32
+    terms in another order), its counters exactly."""
+    from leveret.live import LiveReconstructor
+    n_views = 64
+    angles, g, proj = parallel_phantom_scan(32, 8, n_views)
+    vol = g.default_volume()
+    point = (vol.coordinates("x")[11], vol.coordinates("y")[19], vol.coordinates("z")[2])
+    batches = np.array_split(np.arange(n_views), 16)
+    z = [vol.coordinates("z")[1], vol.coordinates("z")[5]]
+
+    serial = LiveReconstructor(vol, g, backend=backend, max_batch=8)
+    serial.watch_axial(z)
+    for b in batches:
+        _live_feed(serial, proj, angles, b)
+    expected = serial.slices()                       # z0, z1: accumulated batch by batch
+    serial.watch_orthogonal(point, angles=(20.0, 0.0, 10.0))
+    expected.update(serial.slices())                 # xy, xz, yz: recomputed from the stored views
+
+    shared = LiveReconstructor(vol, g, backend=backend, max_batch=8)
+    shared.watch_axial(z)
+    start = threading.Barrier(threads + 1)
+    adding = threading.Event()
+    adding.set()
+
+    def add(t):
+        start.wait()
+        for b in batches[t::threads]:
+            _live_feed(shared, proj, angles, b)
+
+    def look():
+        """Reads and moves the slices while frames arrive (the viewer's part)."""
+        rng = np.random.default_rng(0)
+        start.wait()
+        moves = 0
+        while adding.is_set() or moves < 3:
+            shared.watch_orthogonal(tuple(rng.uniform(-5, 5, 3)), angles=tuple(rng.uniform(-30, 30, 3)))
+            shared.slices()
+            shared.sinogram()
+            moves += 1
+        return moves
+
+    with ThreadPoolExecutor(threads + 1) as pool:
+        viewer = pool.submit(look)
+        adders = [pool.submit(add, t) for t in range(threads)]
+        try:
+            for f in adders:
+                f.result()
+        finally:
+            adding.clear()          # the viewer stops, also when an adder failed
+        assert viewer.result() >= 3
+    shared.watch_orthogonal(point, angles=(20.0, 0.0, 10.0))
+    got = shared.slices()
+
+    assert shared.n_views == serial.n_views == n_views
+    assert shared.stats.received == n_views and shared.stats.rejected == 0 and shared.stats.missing == 0
+    assert shared.stats.batches == serial.stats.batches
+    # the sinogram holds every frame's middle row, in the order the batches came
+    rows = lambda r: sorted(map(bytes, r.sinogram()))   # noqa: E731
+    assert rows(shared) == rows(serial)
+    assert sorted(got) == sorted(expected)
+    for name in expected:
+        assert np.abs(got[name] - expected[name]).max() < tol * np.abs(expected[name]).max(), name
+
+
+def live_own_instances_case(jobs, rounds: int = 2) -> None:
+    """Jobs (:func:`live_job`) in threads of their own, started together,
+    ``rounds`` times each: every result equals the job's one-thread result bit
+    for bit where two one-thread runs agree bit for bit (else within ten times
+    their spread plus float32 rounding of the peak)."""
+    alone = [job() for job in jobs]
+    again = [job() for job in jobs]
+    barrier = threading.Barrier(len(jobs))
+
+    def run(job):
+        barrier.wait()
+        return [job() for _ in range(rounds)]
+
+    with ThreadPoolExecutor(len(jobs)) as pool:
+        results = list(pool.map(run, jobs))
+    for i, runs in enumerate(results):
+        for r, got in enumerate(runs):
+            assert sorted(got) == sorted(alone[i])
+            for name, image in alone[i].items():
+                peak = np.abs(image).max()
+                spread = np.abs(again[i][name] - image).max()
+                bound = spread and 10 * spread + 2.0 ** -23 * peak
+                off = np.abs(got[name] - image).max()
+                assert off <= bound, (f"job {i}, round {r}, slice {name}: {off / peak:.3g} of the peak from the "
+                                      f"one-thread result (one-thread spread {spread / peak:.3g})")
 
 
 # -- Out of core (leveret.execution.outofcore, leveret.execution.executors) ------------------------------------------

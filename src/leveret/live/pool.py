@@ -6,8 +6,15 @@ and the host waits). The ownership rule: the caller fills a buffer from
 :meth:`FramePool.get` and passes it to the reconstructor; when that call
 returns the buffer is the pool's again (its upload is queued, and the next
 ``get`` of it waits for that upload to finish).
+
+A pool is shared by the threads of a live session (a source taking buffers
+while the reconstruction gives them back): its books are kept under a lock
+of its own, held only for the bookkeeping (never while allocating or
+waiting for an upload), so a source is never held up by a batch.
 """
 from __future__ import annotations
+
+import threading
 
 import numpy as np
 
@@ -23,38 +30,50 @@ class FramePool:
     def __init__(self, shape, allocate=np.empty):
         self.shape = tuple(shape)
         self._allocate = allocate
+        self._lock = threading.Lock()
         self._free: dict = {}      # dtype -> [(array, event)]
         self._lent: dict = {}      # id(array) -> array, handed out and not yet back
         self.allocated = 0
 
     def get(self, dtype=np.uint16) -> np.ndarray:
-        free = self._free.setdefault(np.dtype(dtype), [])
-        if free:
-            array, event = free.pop()
+        dtype = np.dtype(dtype)
+        with self._lock:
+            free = self._free.setdefault(dtype, [])
+            entry = free.pop() if free else None
+        if entry is None:
+            array = self._allocate(self.shape, dtype)
+        else:
+            array, event = entry
             if event is not None:
                 event.synchronize()   # its upload is done before the caller writes into it
-        else:
-            array = self._allocate(self.shape, np.dtype(dtype))
-            self.allocated += 1
-        self._lent[id(array)] = array
+        with self._lock:
+            self.allocated += int(entry is None)
+            self._lent[id(array)] = array
         return array
 
     def reserve(self, n: int, dtype=np.uint16) -> None:
         """Have at least ``n`` free buffers of ``dtype`` ready (allocating pinned
         memory takes milliseconds: better before a scan than during it)."""
-        free = self._free.setdefault(np.dtype(dtype), [])
-        while len(free) < n:
-            free.append((self._allocate(self.shape, np.dtype(dtype)), None))
-            self.allocated += 1
+        dtype = np.dtype(dtype)
+        while True:
+            with self._lock:
+                if len(self._free.setdefault(dtype, [])) >= n:
+                    return
+            array = self._allocate(self.shape, dtype)
+            with self._lock:
+                self._free[dtype].append((array, None))
+                self.allocated += 1
 
     def owns(self, array) -> bool:
         """Whether ``array`` is a buffer handed out by this pool and not yet back."""
-        return id(array) in self._lent and self._lent[id(array)] is array
+        with self._lock:
+            return self._lent.get(id(array)) is array
 
     def release(self, array, event=None) -> None:
-        if self.owns(array):
-            del self._lent[id(array)]
-            self._free.setdefault(np.dtype(array.dtype), []).append((array, event))
+        with self._lock:
+            if self._lent.get(id(array)) is array:
+                del self._lent[id(array)]
+                self._free.setdefault(np.dtype(array.dtype), []).append((array, event))
 
     def release_all(self, arrays, event=None) -> None:
         for a in arrays:
@@ -63,4 +82,5 @@ class FramePool:
     @property
     def lent(self) -> int:
         """Buffers handed out and not yet back."""
-        return len(self._lent)
+        with self._lock:
+            return len(self._lent)

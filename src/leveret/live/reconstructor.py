@@ -22,9 +22,11 @@ reconstruction of the frames received, to float32 rounding.
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import logging
 import math
+import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -51,6 +53,15 @@ STORAGE = ("float32", "float16")
 _NEGLIGIBLE = 1e-12
 SINOGRAM_ROWS = 4096   # frames of the detector-row sinogram kept for the viewer
 MOVES = ("texture", "exact")
+
+
+def _locked(method):
+    """Run a LiveReconstructor method under its lock, on its GPU (class notes, "Threads")."""
+    @functools.wraps(method)
+    def locked(self, *args, **kwargs):
+        with self._lock, self._on_device():
+            return method(self, *args, **kwargs)
+    return locked
 
 
 @dataclass
@@ -149,6 +160,20 @@ class LiveReconstructor:
     plans. A frame's own angle (matrix) wins over the planned one of its
     index; a frame without one takes the planned one (``planned=True``).
 
+    Threads: any number of threads may call one reconstructor. The methods
+    that add frames, move slices or read them (``add``, ``add_frames``,
+    ``watch*``, ``slices``, ``sinogram``, ``synchronize``, ``ready_event``,
+    ``gpu_seconds``) run one at a time under the reconstructor's lock, on
+    its GPU (the current one when it was made), whatever the calling thread's
+    current GPU; ``frame_buffer`` and the counters (``stats``, ``n_views``,
+    ``missing_indices``, ``watched``) never wait for a batch. Frames added
+    from several threads at once are added one batch after another, in the
+    order the calls take the lock: the slices are then those of the frames
+    received, to float32 rounding (sums in another order). Reconstructors
+    share nothing but the compiled kernels, which hold no state: each has its
+    own streams, buffers, FFT plans and tables, so several of them, in
+    several threads, on one GPU or several, give what each gives alone.
+
     Frames for the GPU travel fastest from pinned host memory:
     :meth:`frame_buffer` hands out such buffers. Ownership: the caller
     fills a buffer and passes it (as ``Frame.data`` or in ``add``); once
@@ -201,9 +226,12 @@ class LiveReconstructor:
             max_views = v.positive_int("max_views", max_views)
         if self.backend == "cuda":
             import cupy as xp
+            self._device = xp.cuda.Device().id
         else:
             xp = np
+            self._device = None
         self.xp = xp
+        self._lock = threading.RLock()
         self._response = filter_response(n_cols, filter, cutoff=cutoff,
                                          det_spacing=geometry.det_spacing if self.beam == "parallel" else 1.0)
         self.minus_log = flat is not None if minus_log is None else bool(minus_log)
@@ -257,6 +285,7 @@ class LiveReconstructor:
         """Projections received (and kept) so far."""
         return self._n
 
+    @_locked
     def watch(self, slices) -> None:
         """Watch these slices from now on (a list of :class:`Slice`, unique names).
 
@@ -283,6 +312,7 @@ class LiveReconstructor:
                     views = np.arange(self._n)
                     self._backproject([s], {s.name: acc[s.name]}, views, self._w[views])
 
+    @_locked
     def watch_orthogonal(self, point=None, angles=(0.0, 0.0, 0.0)) -> None:
         """Move the three orthogonal slices ("xy", "xz", "yz") through ``point``
         (x, y, z), rotated by ``angles`` (degrees, :func:`leveret.live.slices.rotation`);
@@ -290,11 +320,13 @@ class LiveReconstructor:
         keep = [s for s in self._watched if s.name not in ("xy", "xz", "yz")]
         self.watch(orthogonal_slices(self.volume, point, angles) + keep)
 
+    @_locked
     def watch_axial(self, z) -> None:
         """Watch axial slices at heights ``z`` ("z0", "z1", ...) beside the orthogonal ones."""
         keep = [s for s in self._watched if s.name in ("xy", "xz", "yz")]
         self.watch(keep + axial_slices(self.volume, z))
 
+    @_locked
     def slices(self) -> dict[str, np.ndarray]:
         """The watched slices now: name -> (height, width) float32 NumPy array."""
         self.synchronize()
@@ -315,6 +347,7 @@ class LiveReconstructor:
         from ..algorithms.fdk import turn_scale
         return turn_scale(self._turn)
 
+    @_locked
     def sinogram(self, row: int | None = None) -> np.ndarray:
         """Line integrals of one detector row (default the middle) of the last
         ``SINOGRAM_ROWS`` frames received, in arrival order: (n, n_cols) float32."""
@@ -341,21 +374,25 @@ class LiveReconstructor:
         It returns to the reconstructor when that call returns (class Notes)."""
         return self._pool.get(np.dtype(dtype))
 
+    @_locked
     def synchronize(self) -> None:
         """Wait for the GPU work queued by earlier calls (a no-op on the CPU)."""
         if self._gpu is not None:
             self._gpu.synchronize()
 
+    @_locked
     def ready_event(self):
         """A CUDA event that completes when the work queued so far is done (None on the CPU)."""
         return None if self._gpu is None else self._gpu.compute.record()
 
     @property
+    @_locked
     def gpu_seconds(self) -> dict:
         """GPU time per stage summed over the batches so far (CUDA events):
         upload, correct, filter, backproject, store; empty on the CPU."""
         return {} if self._gpu is None else self._gpu.stage_seconds()
 
+    @_locked
     def add(self, projections, angles=None, *, matrices=None, indices=None, arrived=None) -> None:
         """Correct, filter and back-project projections into the watched slices.
 
@@ -402,6 +439,7 @@ class LiveReconstructor:
                             arrived, strict=True)
         self._pool.release_all([projections], self._uploaded())
 
+    @_locked
     def add_frames(self, frames) -> int:
         """Add a batch of :class:`Frame` objects in one filter and back-projection
         call. Frames of the wrong shape, dtype, index or angle (matrix), without
@@ -512,6 +550,12 @@ class LiveReconstructor:
         n = self.stats.rejected
         if n <= self.LOGGED or n % self.LOG_EVERY == 0:
             log.warning("frame %s rejected: %s (%d rejected so far)", str(index)[:40], reason, n)
+
+    def _on_device(self):
+        """The reconstructor's GPU as the current one (a no-op on the CPU)."""
+        if self._device is None:
+            return contextlib.nullcontext()
+        return self.xp.cuda.Device(self._device)
 
     def _on_gpu(self):
         """The compute stream's context on a GPU (CuPy calls inside run on it)."""
