@@ -383,7 +383,8 @@ def _geometry_and_volume(args, beam, detector, angles, matrices, first_matrix):
     n_rows, n_cols = detector
     shape = args.volume or (n_rows, n_cols, n_cols)
     if beam == "cone":
-        geometry = leveret.ConeGeometry(first_matrix[None] if matrices is None else matrices, n_rows, n_cols)
+        first = np.asarray(first_matrix, np.float64).reshape(1, 3, 4)
+        geometry = leveret.ConeGeometry(first if matrices is None else matrices, n_rows, n_cols)
         if args.voxel_size is not None:
             voxel = (args.voxel_size,) * 3
         else:

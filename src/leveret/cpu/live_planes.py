@@ -26,9 +26,8 @@ import numba
 import numpy as np
 
 from . import serialized
-from .backproject_cone import _bilinear_zero_padded   # the bilinear fetch, zero outside
+from .backproject_cone import _bilinear_zero_padded  # the bilinear fetch, zero outside
 from .backproject_parallel import _fixed, _linear_zero_padded, _span
-
 
 # Points go in blocks (a slice's rows): each thread takes a block and walks the
 # views for all its points, so one view's nearby detector samples stay in cache.
@@ -116,7 +115,7 @@ def _add_row_bilinear(acc, q, weight, base, step, row, row_step):
     i_lo, i_hi = max(c_lo, r_lo), min(c_hi, r_hi)
     if i_hi <= i_lo:
         i_lo = i_hi = w
-    for i in range(0, i_lo):
+    for i in range(i_lo):
         acc[i] += weight * _bilinear_zero_padded(q, base + i * step, row + i * row_step)
     for i in range(i_lo, i_hi):
         x = base + i * step

@@ -507,11 +507,14 @@ class LiveReconstructor:
         """The CUDA event after the uploads queued so far (None on the CPU)."""
         return None if self._gpu is None else self._gpu.upload_event
 
+    def _planned_views(self) -> np.ndarray:
+        """The geometry's angles (parallel beam) or matrices (cone beam)."""
+        return self.geometry.angles if self.beam == "parallel" else self.geometry.matrices
+
     def _planned_view(self, index):
         """The geometry's angle (parallel) or matrix (cone) of frame ``index``,
         or None where none is planned (``planned=False``, or beyond its views)."""
-        g = self.geometry
-        views = g.angles if self.beam == "parallel" else g.matrices
+        views = self._planned_views()
         if not self.planned or not 0 <= index < len(views):
             return None
         return float(views[index]) if self.beam == "parallel" else views[index]
@@ -525,7 +528,7 @@ class LiveReconstructor:
             planned = [self._planned_view(i) for i in indices]
             missing = [i for i, g in zip(indices, planned) if g is None]
             if missing:
-                plan = f"the geometry plans {self._n_planned()} views" if self.planned else "planned=False"
+                plan = f"the geometry plans {len(self._planned_views())} views" if self.planned else "planned=False"
                 raise ValueError(f"{given}: none given and none planned for frame {missing[0]} ({plan})")
             return np.array(planned, np.float64).reshape((k,) if self.beam == "parallel" else (k, 3, 4))
         if self.beam == "parallel":
@@ -537,10 +540,6 @@ class LiveReconstructor:
         if m.size != 12 * k or not np.all(np.isfinite(m)):
             raise ValueError(f"matrices: expected {k} finite 3x4 matrices, got shape {np.shape(m)}")
         return m.reshape(k, 3, 4)
-
-    def _n_planned(self) -> int:
-        g = self.geometry
-        return len(g.angles) if self.beam == "parallel" else len(g.matrices)
 
     def _reject(self, index, reason):
         self.stats.rejected += 1
@@ -711,7 +710,12 @@ class LiveReconstructor:
         """The missing frame indices (gaps between the lowest and highest index
         received), ascending, at most ``limit`` of them. With a limit the work
         is at most the frames received plus ``limit`` steps, however large the
-        gaps; without one, all ``stats.missing`` indices are listed."""
+        gaps; without one, all ``stats.missing`` indices are listed.
+
+        Never waits for a batch (class notes, "Threads"): it reads the
+        received indices as the last batch left them (the set is updated by
+        one call, which no reader sees half done).
+        """
         out: list[int] = []
         if self.stats.missing == 0 or (limit is not None and limit <= 0):
             return out

@@ -203,7 +203,9 @@ class LiveSession:
         self.when_full = v.choice("when_full", when_full, ("wait", "drop"))
         self.max_views = None if max_views is None else v.positive_int("max_views", max_views)
         self.on_update = on_update
-        self.lock = threading.Lock()          # guards the reconstructor between threads
+        # a batch, a move and the page's reads of slices and counters, each whole (the
+        # reconstructor guards its own state; this keeps the page's counters those of its slices)
+        self.lock = threading.Lock()
         self.version = 0
         self.newest_arrival_epoch = None      # time.time() of the newest frame in the slices
         self.ended = False
