@@ -455,7 +455,7 @@ def test_resume_after_one_value_of_a_finished_slab_s_input_changed_is_refused(tm
 @pytest.mark.parametrize("exc,code", [(KeyboardInterrupt(), 130), ("SIGTERM", 143)])
 def test_an_interrupt_during_start_up_is_a_clean_message(monkeypatch, capsys, exc, code):
     """Before the work starts (parsing, imports): no traceback, the signal's exit code."""
-    import leveret.cli as cli
+    import leveret.cli.app as cli
     from leveret.execution.signals import Interrupted
     error = Interrupted(signal.SIGTERM) if exc == "SIGTERM" else exc
 

@@ -254,23 +254,13 @@ def real_array(name: str, arr, shape, layout: str, source: str = "the geometry")
 
 
 # -- the one precision vocabulary (NumPy dtype names) --------------------------------------------
-OLD_PRECISIONS = {"single": "float32", "exact": "float32", "double": "float64", "fast": "float16"}
-
 
 def precision(value, options: Sequence[str], name: str = "precision") -> str:
     """``value`` as one of ``options`` (NumPy dtype names: "float32",
-    "float64", "float16"; a NumPy dtype is taken by its name). The old
-    spellings "single" and "exact" (float32), "double" (float64) and "fast"
-    (float16) are accepted with a FutureWarning naming the new spelling."""
-    import warnings
-
+    "float64", "float16"; a NumPy dtype is taken by its name)."""
     if not isinstance(value, str):
         try:
             value = np.dtype(value).name
         except TypeError:
             pass
-    elif value.lower() in OLD_PRECISIONS and OLD_PRECISIONS[value.lower()] in options:
-        new = OLD_PRECISIONS[value.lower()]
-        warnings.warn(f"{name}: {value!r} is deprecated, use {new!r}", FutureWarning, stacklevel=3)
-        value = new
     return choice(name, value, options)

@@ -6,7 +6,6 @@
 from __future__ import annotations
 
 import functools
-import os
 
 from . import _validate as v
 
@@ -49,11 +48,14 @@ def resolve(backend: str, *arrays) -> str:
     if backend == "cuda" or on_gpu:
         ok, reason = cuda_status()
         if not ok:
-            raise RuntimeError(f"backend='cuda' needs a CUDA GPU: {reason}")
+            raise CudaUnavailable(f"backend='cuda' needs a CUDA GPU: {reason}")
         return "cuda"
-    if os.environ.get("LEVERET_BACKEND", "").lower() == "cpu":
-        return "cpu"
     return "cuda" if cuda_available() else "cpu"
+
+
+class CudaUnavailable(RuntimeError):
+    """``backend="cuda"`` was asked for where CuPy finds no usable GPU (the
+    message says why): the machine's set-up, not a failure of the call."""
 
 
 def describe() -> list[dict]:

@@ -82,9 +82,8 @@ def test_shepp_logan_3d_and_precision():
     double = leveret.fdk(proj.astype(np.float64), g, vol, backend="cpu", filter="hann", precision="float64")
     assert double.dtype == np.float64
     assert np.linalg.norm(double - rec) / np.linalg.norm(double) < 1e-5
-    with pytest.warns(FutureWarning, match="precision: 'double' is deprecated, use 'float64'"):
-        old = leveret.fdk(proj.astype(np.float64), g, vol, backend="cpu", filter="hann", precision="double")
-    np.testing.assert_array_equal(old, double)
+    with pytest.raises(ValueError, match="^precision: expected one of 'float32', 'float64', got 'double'"):
+        leveret.fdk(proj.astype(np.float64), g, vol, backend="cpu", filter="hann", precision="double")
     st: dict = {}
     leveret.fdk(proj, g, vol, backend="cpu", stats=st)
     assert st == {}   # no GPU pipeline ran

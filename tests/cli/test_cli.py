@@ -113,7 +113,7 @@ def test_interrupt_leaves_no_output(scan, monkeypatch, capsys):
 
 
 def test_info_and_demo_as_a_real_command(tmp_path):
-    env = dict(os.environ, PYTHONPATH=str(SRC), LEVERET_BACKEND="cpu")
+    env = dict(os.environ, PYTHONPATH=str(SRC), CUDA_VISIBLE_DEVICES="")
     info = subprocess.run([sys.executable, "-m", "leveret", "info"], capture_output=True, text=True, env=env)
     assert info.returncode == 0 and "cpu" in info.stdout and "cuda" in info.stdout
     png = tmp_path / "demo.png"

@@ -20,7 +20,7 @@ SRC = Path(leveret.__file__).resolve().parents[1]
 def leveret_cmd(*args, cwd, env=None):
     """Run ``python -m leveret ARGS`` in ``cwd`` (``env``: more environment
     variables); the CompletedProcess."""
-    env = dict(os.environ, PYTHONPATH=str(SRC), LEVERET_BACKEND="cpu", **(env or {}))
+    env = dict(os.environ, PYTHONPATH=str(SRC), CUDA_VISIBLE_DEVICES="", **(env or {}))
     return subprocess.run([sys.executable, "-m", "leveret", *map(str, args)], capture_output=True, text=True,
                           env=env, cwd=cwd)
 

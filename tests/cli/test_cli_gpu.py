@@ -9,7 +9,6 @@ import pytest
 import leveret
 from leveret import phantom
 from leveret.cli import main
-from leveret.cli.commands import _precision
 
 pytestmark = pytest.mark.gpu
 
@@ -35,10 +34,6 @@ def recon(folder, name, *flags):
 ])
 def test_gpu_flags_equal_the_library_arguments(scan, flags, library):
     folder, g, proj = scan
-    from argparse import Namespace
-    if "precision" in library:    # the library's own spelling of the new name
-        library = {"precision": _precision(Namespace(precision=library["precision"], quiet=True,
-                                                     command="recon"))}
     rec = recon(folder, "r.npy", *flags)
     ref = leveret.fbp(proj, g, backend="cuda", **library)
     # float16 runs the hybrid kernel, whose blocks split between 8-bit texture and exact weights by

@@ -34,7 +34,7 @@ def leveret_cmd(*args, cwd, prelude: str = ""):
     return subprocess.Popen(
         [sys.executable, *start, *map(str, args)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd,
-        env=dict(os.environ, PYTHONPATH=str(SRC), LEVERET_BACKEND="cpu"))
+        env=dict(os.environ, PYTHONPATH=str(SRC), CUDA_VISIBLE_DEVICES=""))
 
 
 def finished(proc) -> subprocess.CompletedProcess:

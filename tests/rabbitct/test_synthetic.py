@@ -70,8 +70,8 @@ def test_shipped_images_back_project_to_fdk(built):
     rabbit = ConeBackprojection(data_geometry(data), vol, backend="cpu")(data.projections)
     # The stored images are float32: measured max differences 4.0e-8 (double) and 4.2e-7
     # (single) of the largest voxel; bounds 5x.
-    for precision, tol in (("double", 2e-7), ("single", 2e-6)):
-        fdk = leveret.fdk(raw.astype(np.float32) if precision == "single" else raw, g, vol,
+    for precision, tol in (("float64", 2e-7), ("float32", 2e-6)):
+        fdk = leveret.fdk(raw.astype(np.float32) if precision == "float32" else raw, g, vol,
                           backend="cpu", precision=precision)
         assert np.abs(rabbit - fdk).max() <= tol * np.abs(fdk).max(), precision
 

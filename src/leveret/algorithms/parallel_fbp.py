@@ -54,8 +54,7 @@ def fbp(projections, geometry: ParallelGeometry, volume: VolumeGeometry | None =
         "float16": float32 arithmetic, but the filtered sinograms are stored
         as fp16 for the back-projection (half2/half4 texels on CUDA, 2-4
         slices per texture fetch; the CPU emulates the rounding); see
-        docs/accuracy.md for its error bound. The old spellings "single",
-        "exact", "double" and "fast" still work (FutureWarning).
+        docs/accuracy.md for its error bound.
     slab_slices : int, optional
         Slices per chunk; default planned from free (GPU or host) memory.
     out : ndarray, optional

@@ -109,8 +109,7 @@ def radon3d_fbp(projections, geometry: RadonGeometry, volume: VolumeGeometry | N
         "auto": CUDA when CuPy finds a GPU (or the input is a CuPy array),
         else the CPU. "cuda" without a GPU raises RuntimeError.
     precision : {"float32", "float64"}
-        float32 or float64 arithmetic and output (the old spellings "single"
-        and "double" still work, with a FutureWarning). The CPU computes sample
+        float32 or float64 arithmetic and output. The CPU computes sample
         coordinates in float64 either way; the GPU's float32 path computes
         them in float32 relative to a float64 origin per 32 x 8 x 4 tile
         (a few 1e-6 samples off), see ``leveret/cuda/radon3d.cu``. Where a

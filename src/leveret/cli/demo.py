@@ -16,7 +16,6 @@ current folder.
 from __future__ import annotations
 
 import os
-import sys
 import time
 
 import numpy as np
@@ -241,8 +240,3 @@ def _figure(truth, rec, volume, title):
             fig.colorbar(im, ax=axes[r, c], shrink=0.8, label="per mm")
     fig.suptitle(f"leveret demo: FBP of a noisy parallel-beam scan ({title})")
     return fig
-
-
-if __name__ == "__main__":
-    from . import main
-    sys.exit(main(["demo"] + sys.argv[1:]))

@@ -76,7 +76,7 @@ def _triple(text: str) -> tuple[int, int, int]:
 def add_parser(subparsers) -> argparse.ArgumentParser:
     """Register ``leveret live`` on the top-level subcommand parsers."""
     from ..filters import FILTERS
-    from . import _common, _positive_int
+    from .flags import _common, _positive_int
 
     p = subparsers.add_parser(
         "live", formatter_class=argparse.RawDescriptionHelpFormatter, epilog=LIVE_EXAMPLES,

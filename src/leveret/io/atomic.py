@@ -344,8 +344,10 @@ def atomic_output(path: str | os.PathLike, *, overwrite: bool = False, kind: str
                     _fsync_path(f)
         _fsync_path(tmp)
         _commit(tmp, path, overwrite, kind)
-    except BaseException:
+    except BaseException as exc:
         _remove(tmp)
+        if is_space_error(exc) and not isinstance(exc, OutputSpaceError):   # the disk's, not a bug
+            raise OutputSpaceError(space_errno(exc), f"output: {str(path)!r} did not fit: {exc}") from exc
         raise
     finally:
         unregister_cleanup(id(tmp))

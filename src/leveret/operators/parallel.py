@@ -102,8 +102,7 @@ class ParallelBackprojection(Operator):
         it with a float16 round trip of the sinograms; with
         ``interpolation="linear8"`` it also rounds each filtered sample to
         float16, as the texture unit does for 16-bit float texels, and so
-        reproduces the GPU's fp16 texture path to float rounding. The old
-        spellings "exact" and "fast" still work (FutureWarning).
+        reproduces the GPU's fp16 texture path to float rounding.
     roi : (y0, x0, height, width), optional
         Reconstruct only this rectangle of each slice (pixels of the
         volume's grid); the output is (n_slices, height, width).

@@ -1,0 +1,95 @@
+"""Argument types and the flags every ``leveret`` command shares."""
+from __future__ import annotations
+
+import argparse
+import math
+import re
+
+
+def _size(text: str) -> int:
+    """'512M', '2G', '1.5GiB', '1000000' -> bytes."""
+
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([kmgt]?)(i?b)?\s*", str(text), re.IGNORECASE)
+    if not m:
+        raise argparse.ArgumentTypeError(f"expected a size such as 512M, 2G or 1.5GiB, got {text!r}")
+    scale = {"": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}[m.group(2).lower()]
+    value = int(float(m.group(1)) * scale)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive size, got {text!r}")
+    return value
+
+
+def _positive_int(text) -> int:
+    try:
+        value = int(text)
+    except (TypeError, ValueError):
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def _device(text) -> int:
+    """A CUDA device number: 0 or more."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a CUDA device number (0, 1, ...), got {text!r}")
+    return value
+
+
+def _center(text):
+    if str(text).strip().lower() == "auto":
+        return "auto"
+    try:
+        return float(text)
+    except (TypeError, ValueError):
+        raise argparse.ArgumentTypeError(f"expected a column position or 'auto', got {text!r}") from None
+
+
+def _cutoff(text) -> float:
+    try:
+        value = float(text)
+    except (TypeError, ValueError):
+        value = math.nan
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"expected a fraction of Nyquist in (0, 1], got {text!r}")
+    return value
+
+
+def _gpus(text):
+    """'all' or comma-separated GPU ids (leveret.cuda.devices checks that they exist)."""
+    value = str(text).strip().lower()
+    if value == "all":
+        return "all"
+    try:
+        gpus = [int(part) for part in value.split(",")]
+    except ValueError:
+        gpus = []
+    if not gpus or min(gpus) < 0 or len(set(gpus)) != len(gpus):
+        raise argparse.ArgumentTypeError(f"expected 'all' or GPU ids such as 0,1, got {text!r}")
+    return gpus
+
+
+def _precision(text) -> str:
+    """float32 | float64 | float16."""
+    value = str(text).strip().lower()
+    if value not in PRECISIONS:
+        raise argparse.ArgumentTypeError(f"expected one of {', '.join(PRECISIONS)}, got {text!r}")
+    return value
+
+
+PRECISIONS = ("float32", "float64", "float16")
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    """Flags every subcommand shares; SUPPRESS keeps the top-level values."""
+    g = parser.add_argument_group("general")
+    g.add_argument("-v", "--verbose", action="count", default=argparse.SUPPRESS,
+                   help="more messages (-vv: debug); tracebacks of unexpected errors")
+    g.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS,
+                   help="only errors: no progress bars, no warnings")
+    g.add_argument("--config", default=None, metavar="FILE",
+                   help="TOML or YAML file of option values (flags given here win)")
