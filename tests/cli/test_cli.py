@@ -70,7 +70,7 @@ def test_fbp_with_flat_and_dark(scan):
     (["--angles", "0:180:45"], "--angles: expected 90 angles"),
     (["--angles", "0:180:90", "--center", "80"], "--center: expected a column position"),
     (["--angles", "0:180:90", "--flat", "x.npy"], "--flat/--dark"),
-    (["--angles", "0:180:90", "--backend", "cpu", "--chunk-slices", "0"], "--slab-slices: expected a positive"),
+    (["--angles", "0:180:90", "--backend", "cpu", "--slab-slices", "0"], "--slab-slices: expected a positive"),
 ])
 def test_bad_arguments_give_one_line_and_exit_2(scan, capsys, args, message):
     folder, _, _ = scan

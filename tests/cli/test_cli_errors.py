@@ -20,7 +20,7 @@ SRC = Path(leveret.__file__).resolve().parents[1]
 def leveret_cmd(*args, cwd, env=None):
     """Run ``python -m leveret ARGS`` in ``cwd`` (``env``: more environment
     variables); the CompletedProcess."""
-    env = dict(os.environ, PYTHONPATH=str(SRC), CUDA_VISIBLE_DEVICES="", **(env or {}))
+    env = {**os.environ, "PYTHONPATH": str(SRC), "CUDA_VISIBLE_DEVICES": "", **(env or {})}
     return subprocess.run([sys.executable, "-m", "leveret", *map(str, args)], capture_output=True, text=True,
                           env=env, cwd=cwd)
 
@@ -46,10 +46,10 @@ def test_existing_output_names_the_overwrite_flag(folder):
 
 
 def test_library_argument_names_become_flags():
-    from leveret.cli import build_parser, flag_message, _subparser
+    from leveret.cli.parser import _subparser, build_parser, flag_message
 
     recon = _subparser(build_parser(), "recon")
-    assert flag_message("chunk_slices: expected a positive number", recon) == \
+    assert flag_message("slab_slices: expected a positive number", recon) == \
         "--slab-slices: expected a positive number"
     assert flag_message("precision: 'double' runs on the CPU backend only; use backend='cpu'", recon) == \
         "--precision: 'double' runs on the CPU backend only; use --backend cpu"
@@ -86,7 +86,7 @@ def test_version(folder):
 
 @pytest.mark.parametrize("command", ["recon", "center", "preview", "bench", "rabbitct", "demo", "info"])
 def test_help_shows_real_defaults_the_same_way(command):
-    from leveret.cli import build_parser, _subparser
+    from leveret.cli.parser import _subparser, build_parser
 
     help_text = _subparser(build_parser(), command).format_help()
     text = " ".join(help_text.split())          # the same however the lines wrap
@@ -213,7 +213,7 @@ def test_tune_checks_its_device_and_names_what_is_missing(folder):
     r = leveret_cmd("tune", "--budget", "0", cwd=folder)
     assert r.returncode == 2 and "argument --budget" in r.stderr
     # no GPU visible (here, or hidden on a machine with one): one line naming what is missing
-    r = leveret_cmd("tune", cwd=folder, env={"CUDA_VISIBLE_DEVICES": ""})
+    r = leveret_cmd("tune", cwd=folder)
     assert r.returncode == 2, r.stderr
     assert lines(r.stderr)[-1].startswith("leveret tune: error: backend='cuda' needs a CUDA GPU"), r.stderr
 

@@ -101,8 +101,10 @@ def test_precision_float64_and_no_old_spelling(scan, capsys):
     assert np.all(np.abs(double - exact) <= 2.0**-24 * np.abs(exact))
     assert np.abs(single - exact).max() > 2 * np.abs(double - exact).max()     # float32 arithmetic
     assert not [line for line in capsys.readouterr().err.splitlines() if "warning" in line]
-    assert main(["recon", str(folder / "proj.npy"), str(folder / "old.npy"), "--precision", "double"]) == 2
-    assert "--precision: expected one of float32, float64, float16, got 'double'" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as stop:   # argparse's exit, one line and the usage
+        main(["recon", str(folder / "proj.npy"), str(folder / "old.npy"), "--precision", "double"])
+    assert stop.value.code == 2
+    assert "expected one of float32, float64, float16, got 'double'" in capsys.readouterr().err
 
 
 def test_minus_log_takes_the_log_of_transmissions(scan):

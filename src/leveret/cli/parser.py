@@ -48,7 +48,7 @@ FLAGS = {
     "row_spacing": "--row-spacing", "dataset": "--dataset",
     "flats": "--flat", "darks": "--dark", "stripes": "--stripes", "stripe_size": "--stripe-size",
     "filter": "--filter", "cutoff": "--cutoff", "interpolation": "--interpolation", "backend": "--backend",
-    "kernel": "--kernel", "precision": "--precision", "chunk_slices": "--slab-slices",
+    "kernel": "--kernel", "precision": "--precision", "slab_slices": "--slab-slices",
     "slab_slices": "--slab-slices", "max_slices": "--slab-slices", "host_memory": "--host-memory",
     "gpu_memory": "--gpu-memory", "compression": "--compression", "resume": "--resume",
     "overwrite": "--overwrite", "method": "--method", "row": "--rows", "repeats": "--repeats",
@@ -215,7 +215,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="host memory the run may use, e.g. 512M, 8G (default: 60%% of what is free)")
     o.add_argument("--gpu-memory", type=_size, default=None, metavar="SIZE",
                    help="GPU memory the run may use (default: 60%% of what is free)")
-    o.add_argument("--slab-slices", "--chunk-slices", dest="chunk_slices", type=int, default=None, metavar="N",
+    o.add_argument("--slab-slices", dest="slab_slices", type=int, default=None, metavar="N",
                    help="at most this many slices per slab (default: planned)")
     o.add_argument("--dry-run", action="store_true", help="print the memory plan and stop")
     o.add_argument("--resume", action="store_true",

@@ -42,8 +42,8 @@ def _recon(args, client) -> int:
     progress = not (args.no_progress or args.quiet)
     options = dict(filter=args.filter, cutoff=args.cutoff, interpolation=args.interpolation,
                    kernel=args.kernel, precision=args.precision, **_devices(args))
-    if args.chunk_slices is not None and args.chunk_slices < 1:
-        raise ValueError(f"chunk_slices: expected a positive number of slices, got {args.chunk_slices}")
+    if args.slab_slices is not None and args.slab_slices < 1:
+        raise ValueError(f"slab_slices: expected a positive number of slices, got {args.slab_slices}")
 
     if len(scan.shape) == 2:     # one sinogram: one slice, in memory
         g = _geometry(args, scan, None if args.center in (None, "auto") else args.center)
@@ -66,7 +66,7 @@ def _recon(args, client) -> int:
     resident = 0 if scan.flats is None else np.asarray(scan.flats).nbytes + np.asarray(scan.darks).nbytes
     the_plan = plan(g, backend=args.backend, host_memory=args.host_memory, gpu_memory=args.gpu_memory,
                     input_itemsize=itemsize, preprocess=scan.flats is not None or scan.log_transform,
-                    resident=resident, max_slices=args.chunk_slices, stripes=scan.stripes is not None)
+                    resident=resident, max_slices=args.slab_slices, stripes=scan.stripes is not None)
     if args.dry_run:
         print(f"input {scan.source}: {scan.shape} {scan.projections.dtype}; output {args.output} "
               f"({output_format(args.output if dataset is None else out_path)})")
@@ -85,7 +85,7 @@ def _recon(args, client) -> int:
         _say(args, the_plan.describe())
         result = reconstruct_to_file(scan.projections, g, args.output, slab_slices=the_plan.slab_slices, **run)
     else:   # planned for the smallest worker; --slab-slices still caps it
-        result = reconstruct_to_file(scan.projections, g, args.output, slab_slices=args.chunk_slices,
+        result = reconstruct_to_file(scan.projections, g, args.output, slab_slices=args.slab_slices,
                                      client=client, on_plan=lambda p: _say(args, p.describe()), **run)
     updates = g.default_volume().size * g.n_angles
     _say(args, result.summary() + f"; {updates / result.seconds / 1e9:.3f} GU/s overall")

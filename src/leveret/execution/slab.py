@@ -92,7 +92,7 @@ def preprocess_rows(raw, rows: tuple[int, int], *, flats=None, darks=None, log_t
 def reconstruct_slab(rows_data, geometry, volume: VolumeGeometry, region: tuple[int, int], *,
                      rows: tuple[int, int], flats=None, darks=None, log_transform: bool = False,
                      stripes: str | None = None, stripe_size: int = 5, backend: str = "auto",
-                     chunk_slices: int | None = None, **options) -> np.ndarray:
+                     slab_slices: int | None = None, **options) -> np.ndarray:
     """Reconstruct slices ``region = (k0, k1)`` of ``volume`` from the detector rows they need.
 
     Parameters
@@ -112,7 +112,7 @@ def reconstruct_slab(rows_data, geometry, volume: VolumeGeometry, region: tuple[
     flats, darks, log_transform, stripes, stripe_size
         Preprocessing, see :func:`preprocess_rows`.
     backend : {"auto", "cuda", "cpu"}
-    chunk_slices : int, optional
+    slab_slices : int, optional
         Parallel beam: slices per FBP chunk (default: the whole slab).
     **options
         Passed to :func:`leveret.fbp` (``filter``, ``cutoff``, ``padding``,
@@ -146,7 +146,7 @@ def reconstruct_slab(rows_data, geometry, volume: VolumeGeometry, region: tuple[
     offset = (r0 + (n - 1) / 2 - (geometry.n_rows - 1) / 2) * geometry.row_spacing
     sub = geometry.replace(n_rows=n)
     moved = VolumeGeometry(slab.shape, slab.voxel_size, (slab.center[0] - offset,) + tuple(slab.center[1:]))
-    return fbp(data, sub, moved, backend=backend, slab_slices=chunk_slices or slab.nz, **options)
+    return fbp(data, sub, moved, backend=backend, slab_slices=slab_slices or slab.nz, **options)
 
 
 def is_gpu_out_of_memory(exc: BaseException) -> bool:
