@@ -1,0 +1,16 @@
+"""Preprocessing: flat/dark-field normalisation, the minus-log transform,
+centre-of-rotation estimation, zinger removal and stripe (ring) suppression.
+
+Arrays are NumPy or CuPy (CuPy in, CuPy out); projections are
+``(n_angles, n_rows, n_cols)`` or sinograms ``(n_angles, n_cols)`` as in
+docs/conventions.md.
+"""
+from .center import PAIR_TOLERANCE, CenterEstimate, center_sweep, find_center
+from .flatfield import (DEAD_PIXEL_TRANSMISSION, MAX_BAD_FLAT_SHARE, check_flats_darks, minus_log, normalize,
+                        sinogram_fields)
+from .stripes import remove_stripes
+from .zingers import remove_zingers
+
+__all__ = ["CenterEstimate", "DEAD_PIXEL_TRANSMISSION", "MAX_BAD_FLAT_SHARE", "PAIR_TOLERANCE",
+           "center_sweep", "check_flats_darks", "find_center", "minus_log", "normalize", "remove_stripes",
+           "remove_zingers", "sinogram_fields"]

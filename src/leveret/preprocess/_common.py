@@ -1,0 +1,68 @@
+"""What the preprocessing modules share: argument checks, output arrays, the
+array library's ndimage and FFT."""
+from __future__ import annotations
+
+import numpy as np
+
+from .._validate import array_module, positive_int
+
+
+def check_real(name, arr):
+    if arr.dtype.kind not in "buif":
+        raise ValueError(f"{name}: expected real numbers, got dtype {arr.dtype}")
+
+
+def average_fields(name, images, image_shape, xp):
+    """One float32 image from one image or a stack (mean along axis 0)."""
+    images = xp.asarray(images)
+    check_real(name, images)
+    if images.shape == image_shape:
+        return images.astype(xp.float32)  # a copy: the caller modifies it
+    if images.ndim == len(image_shape) + 1 and images.shape[1:] == image_shape and len(images):
+        return images.mean(axis=0, dtype=xp.float32)
+    raise ValueError(
+        f"{name}: expected one image of shape {image_shape} or a non-empty stack "
+        f"(k, {', '.join(map(str, image_shape))}) matching projections, got shape {images.shape}")
+
+
+def output_array(out, shape, dtype, xp):
+    if out is None:
+        return xp.empty(shape, dtype=dtype)
+    if array_module(out) is not xp or not hasattr(out, "dtype"):
+        raise ValueError(f"out: expected a {xp.__name__} array like the input, got {type(out).__name__}")
+    if out.shape != tuple(shape) or out.dtype != dtype:
+        raise ValueError(
+            f"out: expected shape {tuple(shape)} and dtype {np.dtype(dtype)}, "
+            f"got shape {out.shape} and dtype {out.dtype}")
+    return out
+
+
+def projection_like(name: str, arr):
+    """(xp, array) for a sinogram (n_angles, n_cols) or a stack (n_angles, n_rows, n_cols)."""
+    xp = array_module(arr)
+    x = xp.asarray(arr)
+    check_real(name, x)
+    if x.ndim not in (2, 3):
+        raise ValueError(f"{name}: expected shape (n_angles, n_cols) or "
+                         f"(n_angles, n_rows, n_cols), got shape {x.shape}")
+    return xp, x
+
+
+def odd_size(size) -> int:
+    size = positive_int("size", size)
+    if size < 3 or size % 2 == 0:
+        raise ValueError(f"size: expected an odd integer >= 3, got {size}")
+    return size
+
+
+def ndimage_module(xp):
+    if xp is np:
+        import scipy.ndimage
+        return scipy.ndimage
+    import cupyx.scipy.ndimage
+    return cupyx.scipy.ndimage
+
+
+def to_numpy(arr):
+    return arr.get() if hasattr(arr, "get") else np.asarray(arr)
+
