@@ -1,5 +1,6 @@
 """Preprocessing: flat/dark-field normalisation, the minus-log transform,
-centre-of-rotation estimation, zinger removal and stripe (ring) suppression.
+phase retrieval, centre-of-rotation estimation, zinger removal and stripe
+(ring) suppression.
 
 Arrays are NumPy or CuPy (CuPy in, CuPy out); projections are
 ``(n_angles, n_rows, n_cols)`` or sinograms ``(n_angles, n_cols)`` as in
@@ -8,9 +9,10 @@ docs/conventions.md.
 from .center import PAIR_TOLERANCE, CenterEstimate, center_sweep, find_center
 from .flatfield import (DEAD_PIXEL_TRANSMISSION, MAX_BAD_FLAT_SHARE, check_flats_darks, minus_log, normalize,
                         sinogram_fields)
+from .phase import phase_border, retrieve_phase, wavelength
 from .stripes import remove_stripes
 from .zingers import remove_zingers
 
 __all__ = ["CenterEstimate", "DEAD_PIXEL_TRANSMISSION", "MAX_BAD_FLAT_SHARE", "PAIR_TOLERANCE",
-           "center_sweep", "check_flats_darks", "find_center", "minus_log", "normalize", "remove_stripes",
-           "remove_zingers", "sinogram_fields"]
+           "center_sweep", "check_flats_darks", "find_center", "minus_log", "normalize", "phase_border",
+           "remove_stripes", "remove_zingers", "retrieve_phase", "sinogram_fields", "wavelength"]

@@ -66,3 +66,18 @@ def ndimage_module(xp):
 def to_numpy(arr):
     return arr.get() if hasattr(arr, "get") else np.asarray(arr)
 
+
+
+def fft_module(xp):
+    """scipy.fft for NumPy (float32 stays complex64, unlike numpy.fft), cupy.fft for CuPy."""
+    if xp is np:
+        import scipy.fft
+        return scipy.fft
+    import cupy.fft
+    return cupy.fft
+
+
+def next_fast_len(n: int) -> int:
+    """The smallest length >= ``n`` whose only prime factors are 2, 3 and 5 (fast for FFTW-like and cuFFT)."""
+    import scipy.fft
+    return int(scipy.fft.next_fast_len(int(n), real=True))
