@@ -10,9 +10,9 @@ from .center import PAIR_TOLERANCE, CenterEstimate, center_sweep, find_center
 from .flatfield import (DEAD_PIXEL_TRANSMISSION, MAX_BAD_FLAT_SHARE, check_flats_darks, minus_log, normalize,
                         sinogram_fields)
 from .phase import phase_border, retrieve_phase, wavelength
-from .stripes import remove_stripes
+from .stripes import detect_stripes, remove_dead_stripes, remove_large_stripes, remove_stripes
 from .zingers import remove_zingers
 
 __all__ = ["CenterEstimate", "DEAD_PIXEL_TRANSMISSION", "MAX_BAD_FLAT_SHARE", "PAIR_TOLERANCE",
-           "center_sweep", "check_flats_darks", "find_center", "minus_log", "normalize", "phase_border",
-           "remove_stripes", "remove_zingers", "retrieve_phase", "sinogram_fields", "wavelength"]
+           "center_sweep", "check_flats_darks", "detect_stripes", "find_center", "minus_log", "normalize", "phase_border",
+           "remove_dead_stripes", "remove_large_stripes", "remove_stripes", "remove_zingers", "retrieve_phase", "sinogram_fields", "wavelength"]
