@@ -13,7 +13,8 @@
 #                         covering every kernel family)
 #   --bench LIST          comma-separated benchmarks (default: fbp,cone,projector,radon3d,parallel_kernels);
 #                         also: rabbitct, stack (the 2048-slice scan, 64 GiB of host
-#                         memory), cone_threshold, outofcore; "none" runs no benchmark
+#                         memory), cone_threshold, outofcore, preprocess (Paganin and ring
+#                         removal on 2048^3, httomolibgpu beside); "none" runs no benchmark
 #
 # ASTRA rows appear where `import astra` works in the Python that runs this
 # (python3, or $PYTHON). Results are copied to bench/results/<gpu>/ by hand.
@@ -26,7 +27,7 @@ while [ $# -gt 0 ]; do
     --no-sanitize) SANITIZE=0; shift ;;
     --sanitize-tests) SANITIZE_FILE=$2; shift 2 ;;
     --bench) BENCH=$2; shift 2 ;;
-    -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "run.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -94,6 +95,7 @@ for b in "${LIST[@]}"; do
     stack) bench bench_parallel_kernels_stack bench_parallel_kernels.py --only-stack --roi --stack 2048 ;;
     rabbitct) bench bench_rabbitct bench_rabbitct.py --size 256 ;;
     outofcore) bench bench_outofcore bench_outofcore.py --backend cuda --sizes 512 1024 ;;
+    preprocess) bench bench_preprocess bench_preprocess.py --split ;;
     none) ;;
     *) echo "run.sh: unknown benchmark $b" >&2; status=2 ;;
   esac

@@ -29,6 +29,8 @@ PROFILE_ROWS = 256
 # more than this share of the columns are stripes, taken from one median filter of the whole stack.
 GATHER_VALUES = 1 << 26
 FULL_MEDIAN_SHARE = 0.125
+# NumPy's running medians partition batches of at most this many window values.
+MEDIAN_VALUES = 1 << 24
 
 
 def remove_stripes(sinogram_or_projections, *, method: str = "sort", size: int | None = None,
@@ -106,19 +108,18 @@ def remove_stripes(sinogram_or_projections, *, method: str = "sort", size: int |
         out = _wavelet_fft(stack, wavelet, level, sigma, xp)
         return out if x.ndim == 3 else out[:, 0, :]
     size = odd_size(SIZES[method] if size is None else size)
-    ndi = ndimage_module(xp)
     if method == "mean":
         means = stack.mean(axis=0, keepdims=True)
-        out = stack - (means - ndi.median_filter(means, size=(1, 1, size), mode="reflect"))
+        out = stack - (means - median_across_columns(means, size, xp))
     elif method == "sort":
         ordered, order = sort_angles(stack, xp)
-        out = unsort_angles(ndi.median_filter(ordered, size=(1, 1, size), mode="reflect"), order, xp)
+        out = unsort_angles(median_across_columns(ordered, size, xp), order, xp)
     else:
         snr, large_size, drop_ratio = _stripe_args(snr, large_size, drop_ratio)
         stack = _interpolate_columns(stack, _dead_columns(stack, snr, large_size, xp), xp)
         ordered, order = sort_angles(stack, xp)
         _remove_large_sorted(ordered, snr, large_size, drop_ratio, xp)
-        out = unsort_angles(ndi.median_filter(ordered, size=(1, 1, size), mode="reflect"), order, xp)
+        out = unsort_angles(median_across_columns(ordered, size, xp), order, xp)
     return out if x.ndim == 3 else out[:, 0, :]
 
 
@@ -213,6 +214,24 @@ def detect_stripes(profile, snr: float = 3.0):
     return mask
 
 
+def median_across_columns(x, size: int, xp):
+    """The ``size``-wide running median along the last axis (the columns), ends reflected
+    (``d c b a | a b c d | d c b a``): scipy.ndimage's ``median_filter(x, (1, ..., size),
+    mode="reflect")``. NumPy: a partition of sliding windows, in batches of rows (about six
+    times faster than the N-D filter); CuPy: cupyx.scipy.ndimage."""
+    if xp is not np:
+        return ndimage_module(xp).median_filter(x, size=(1,) * (x.ndim - 1) + (size,), mode="reflect")
+    half = size // 2
+    rows = x.reshape(-1, x.shape[-1])
+    padded = np.pad(rows, ((0, 0), (half, half)), mode="symmetric")
+    windows = np.lib.stride_tricks.sliding_window_view(padded, size, axis=1)
+    out = np.empty_like(rows)
+    batch = max(1, MEDIAN_VALUES // (size * rows.shape[1]))
+    for r0 in range(0, rows.shape[0], batch):
+        out[r0:r0 + batch] = np.partition(windows[r0:r0 + batch], half, axis=-1)[..., half]
+    return out.reshape(x.shape)
+
+
 # -- sorting along the angles ------------------------------------------------------------------
 
 def sort_angles(stack, xp):
@@ -220,8 +239,10 @@ def sort_angles(stack, xp):
     axis 0, ``sorted = take_along_axis(stack, order, 0)``, a stable sort (equal
     values in angle order, NaN last), so that NumPy and CuPy agree."""
     if xp is np:
-        order = np.argsort(stack, axis=0, kind="stable")
-        return np.take_along_axis(stack, order, axis=0), order
+        # sorted along the contiguous axis: twice as fast as along axis 0
+        angles_last = np.ascontiguousarray(np.moveaxis(stack, 0, -1))
+        order = np.argsort(angles_last, axis=-1, kind="stable")
+        return np.moveaxis(np.take_along_axis(angles_last, order, axis=-1), -1, 0), np.moveaxis(order, -1, 0)
     stack = xp.ascontiguousarray(stack)
     if stack.dtype == xp.float32:
         from ..cuda.sort_columns import sort_columns
@@ -233,9 +254,9 @@ def sort_angles(stack, xp):
 def unsort_angles(values, order, xp):
     """The inverse of :func:`sort_angles`: ``out[order[i, j], j] = values[i, j]``."""
     if xp is np:
-        out = np.empty_like(values)
-        np.put_along_axis(out, order, values, axis=0)
-        return out
+        out = np.empty(values.shape[1:] + values.shape[:1], values.dtype)
+        np.put_along_axis(out, np.moveaxis(order, 0, -1), np.moveaxis(values, 0, -1), axis=-1)
+        return np.ascontiguousarray(np.moveaxis(out, -1, 0))
     values = xp.ascontiguousarray(values)
     out = xp.empty_like(values)
     if values.dtype == xp.float32 and order.dtype == xp.int32:
@@ -274,7 +295,7 @@ def _dead_columns(stack, snr, size, xp):
     ndi = ndimage_module(xp)
     smooth = ndi.uniform_filter1d(stack, DEAD_WINDOW, axis=0, mode="reflect")
     fluctuation = xp.abs(stack - smooth).sum(axis=0, dtype=xp.float64)        # (n_rows, n_cols)
-    background = ndi.median_filter(fluctuation, size=(1, size), mode="reflect")
+    background = median_across_columns(fluctuation, size, xp)
     tiny = 1e-6 * fluctuation.max(axis=-1, keepdims=True) + 1e-30
     # columns in a flat neighbourhood (no fluctuation anywhere: outside the beam, noise-free data) are kept
     ratio = xp.where(background > tiny, fluctuation / xp.maximum(background, tiny), 1.0)
@@ -316,7 +337,7 @@ def _remove_large_sorted(ordered, snr, size, drop_ratio, xp):
     middle = middle[::max(1, middle.shape[0] // PROFILE_ROWS)]
     # in float64: NumPy and CuPy then find the same stripes
     profile = middle.mean(axis=0, dtype=xp.float64)                          # (n_rows, n_cols)
-    smooth = ndimage_module(xp).median_filter(middle, size=(1, 1, size), mode="reflect")
+    smooth = median_across_columns(middle, size, xp)
     offset = profile - smooth.mean(axis=0, dtype=xp.float64)
     mask = _widen(detect_stripes(offset, snr), xp)
     rows, cols = xp.nonzero(mask)
@@ -332,7 +353,7 @@ def _window_medians(ordered, rows, cols, size, xp):
     for every angle: (n_angles, len(rows))."""
     n_angles, n_rows, n_cols = ordered.shape
     if rows.size > FULL_MEDIAN_SHARE * n_rows * n_cols:
-        return ndimage_module(xp).median_filter(ordered, size=(1, 1, size), mode="reflect")[:, rows, cols]
+        return median_across_columns(ordered, size, xp)[:, rows, cols]
     half = size // 2
     window = cols[:, None] + xp.arange(-half, half + 1)[None, :]             # (K, size)
     window = xp.where(window < 0, -window - 1, window)
