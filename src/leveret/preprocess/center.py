@@ -75,7 +75,7 @@ def find_center(projections_or_sinogram, angles, *, method: str = "auto", row=No
         mean-removed) rows, refined to sub-pixel by a parabola through the peak
         and its neighbours. Up to ``max_pairs`` pairs and every selected row
         give one estimate each; the result is their median.
-        "vo": the Fourier-space method of Vo, Drakopoulos, Atwood and Rau
+        "vo": the Fourier-space method of Vo, Drakopoulos, Atwood and Reinhard
         (2014). The views of the first half-turn ``[angles[0], angles[0] +
         pi)``, followed by the same views mirrored and shifted by ``d`` (the
         views a half-turn later if the axis is at ``(n_cols - 1 + d) / 2``),
@@ -327,7 +327,7 @@ def _center_from_sweep(sino, angles, lo, hi):
 
 
 def _center_vo(sino, angles, lo, hi, ratio, drop, xp):
-    """The Fourier-space centre of Vo, Drakopoulos, Atwood and Rau (2014) (see :func:`find_center`)."""
+    """The Fourier-space centre of Vo, Drakopoulos, Atwood and Reinhard (2014) (see :func:`find_center`)."""
     n_cols = sino.shape[1]
     half = _half_turn(angles)
     a = sino[xp.asarray(half)].astype(xp.float32)

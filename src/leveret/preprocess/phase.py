@@ -50,7 +50,7 @@ def retrieve_phase(transmission, *, energy, distance, pixel_size, delta_beta, pa
     :func:`minus_log` without phase retrieval, with the phase-contrast fringes
     turned into contrast and far less noise.
 
-    ``method="generalized"`` (Paganin, Pelliccia and Morgan 2020) replaces
+    ``method="generalized"`` (Paganin et al. 2020) replaces
     ``|k|^2`` by ``(2 / W^2) (2 - cos(W k_x) - cos(W k_y))``, the same at low
     frequencies but without the excess blur of the highest ones: it keeps
     finer detail for the same ``delta_beta``. ``W`` is ``width`` (default the
