@@ -187,7 +187,7 @@ def test_cupy_matches_numpy(method):
     cpu = retrieve_phase(t, **args)
     gpu = retrieve_phase(cupy.asarray(t), **args)
     assert isinstance(gpu, cupy.ndarray) and gpu.dtype == cupy.float32
-    np.testing.assert_allclose(gpu.get(), cpu, rtol=0, atol=2e-6 * float(np.abs(cpu).max()) + 1e-6)
+    np.testing.assert_allclose(gpu.get(), cpu, rtol=2e-5, atol=2e-5)      # float32 FFTs, two libraries
     lines = _gaussian_lines(0.5, 16e-6)
     intensity = _fresnel_intensity(lines, 100.0, 0.05).astype(np.float32)[None]
     out = retrieve_phase(cupy.asarray(intensity), energy=ENERGY, distance=0.05, pixel_size=PIXEL,

@@ -6,7 +6,7 @@ import pytest
 
 import leveret
 from leveret.phantom import EllipsePhantom, disk, random_ellipses
-from leveret.preprocess import find_center_360, half_acquisition
+from leveret.preprocess import find_center_360, half_acquisition, half_acquisition_layout
 
 PHANTOM = EllipsePhantom(list(random_ellipses(20, 3, radius=60.0)) + list(disk(66.0, 0.3))).scaled(1.0)
 SCALE = 0.01                              # line integrals up to about 2.5
@@ -120,6 +120,22 @@ def test_against_algotom_conversion_and_centre(center):
     found = find_center_360(p, ANGLES).center
     their_center = float(calculation.find_center_360(p, 16)[0])
     assert abs(found - center) <= max(0.05, abs(their_center - center))
+
+
+def test_layout_gives_the_geometry_without_data():
+    """What a run plans with before reading: the stitched width, angles and centre."""
+    for center in (70.3, 9.6):
+        layout = half_acquisition_layout(ANGLES, N_COLS, center)
+        result = half_acquisition(_scan(center), ANGLES, center)
+        assert layout.width == result.projections.shape[-1] and layout.center == result.center
+        np.testing.assert_array_equal(layout.angles, result.angles)
+        assert layout.overlap == result.overlap
+        total = layout.weights[0] + layout.weights[1] + layout.weights[2]
+        np.testing.assert_allclose(total, 1.0)                               # every column fully covered
+    with pytest.raises(ValueError, match="center: "):
+        half_acquisition_layout(ANGLES, N_COLS, 80.0)
+    with pytest.raises(ValueError, match="angles: expected 721 values, got 720"):
+        half_acquisition_layout(ANGLES, N_COLS, 70.0, n_angles=720 + 1)
 
 
 def test_bad_input_names_the_argument():

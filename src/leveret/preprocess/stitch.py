@@ -111,17 +111,66 @@ def half_acquisition(projections, angles, center):
     """
     xp, data, sinogram = _stack("projections", projections)
     n_angles, _, n_cols = data.shape
+    layout = half_acquisition_layout(angles, n_cols, center, n_angles=n_angles)
+    dtype = xp.float64 if data.dtype == xp.float64 else xp.float32
+    data = data.astype(dtype, copy=False)
+    direct = data[xp.asarray(layout.views)]
+    w = xp.asarray(layout.opposite_weight, dtype=dtype)[:, None, None]
+    opposite = (1 - w) * data[xp.asarray(layout.opposite[0])] + w * data[xp.asarray(layout.opposite[1])]
+    out = xp.asarray(layout.weights[0], dtype=dtype) * direct[..., xp.asarray(layout.columns[0])]
+    for k in (1, 2):                                          # the mirrored view, between two columns
+        out += xp.asarray(layout.weights[k], dtype=dtype) * opposite[..., xp.asarray(layout.columns[k])]
+    out = xp.ascontiguousarray(out[:, 0] if sinogram else out)
+    return HalfAcquisition(projections=out, angles=layout.angles, center=layout.center, overlap=layout.overlap)
+
+
+class HalfAcquisitionLayout(NamedTuple):
+    """Where :func:`half_acquisition` takes each stitched value from (no data needed).
+
+    angles : numpy.ndarray (n_views,)
+        The stitched views' angles (read-only).
+    width : int
+        Columns of the stitched detector.
+    center : float
+        The rotation axis in stitched columns.
+    overlap : tuple of int
+        First and last stitched column where both views contribute.
+    views : numpy.ndarray (n_views,)
+        The input views of the first half-turn.
+    opposite : (numpy.ndarray, numpy.ndarray)
+        For each, the two input views its opposite is interpolated between...
+    opposite_weight : numpy.ndarray
+        ...with this weight on the second.
+    columns, weights : three numpy.ndarray (width,) each
+        Stitched column ``j`` is ``weights[0][j] * view[columns[0][j]] + weights[1][j] *
+        mirrored[columns[1][j]] + weights[2][j] * mirrored[columns[2][j]]``.
+    """
+    angles: np.ndarray
+    width: int
+    center: float
+    overlap: tuple
+    views: np.ndarray
+    opposite: tuple
+    opposite_weight: np.ndarray
+    columns: tuple
+    weights: tuple
+
+
+def half_acquisition_layout(angles, n_cols: int, center, *, n_angles: int | None = None) -> HalfAcquisitionLayout:
+    """The geometry of :func:`half_acquisition`'s result, and where it takes each value from,
+    without the data: for planning a run (the stitched width, angles and centre make its
+    ``ParallelGeometry``) and checking ``center`` and ``angles`` before any is read.
+
+    Raises ValueError naming ``center`` outside ``[0, n_cols - 1]`` or ``angles`` that do not
+    cover 360 degrees.
+    """
+    n_cols = positive_int("n_cols", n_cols)
     angles = finite_vector("angles", angles, length=n_angles)
     c = finite_float("center", center)
     if not 0 <= c <= n_cols - 1:
         raise ValueError(f"center: expected the rotation axis inside the detector, a column in "
                          f"[0, {n_cols - 1}], got {center!r}")
     first, (i0, i1, w) = _opposite_views(angles)
-    dtype = xp.float64 if data.dtype == xp.float64 else xp.float32
-    data = data.astype(dtype, copy=False)
-    direct = data[xp.asarray(first)]
-    w = xp.asarray(w, dtype=dtype)[:, None, None]
-    opposite = (1 - w) * data[xp.asarray(i0)] + w * data[xp.asarray(i1)]       # views at t + pi
     shift = max(0, math.floor(n_cols - 1 - 2 * c))                             # columns added on the left
     width = shift + max(n_cols, math.floor(2 * c) + 1)
     new_center = c + shift
@@ -141,15 +190,14 @@ def half_acquisition(projections, angles, center):
         weight[lo] = 0.5
     base = np.clip(np.floor(col_opposite), 0, n_cols - 1).astype(np.int64)
     frac = np.clip(col_opposite - base, 0, 1)
-    nxt = np.minimum(base + 1, n_cols - 1)
-    mirrored = (xp.asarray((1 - frac) * (1 - weight) * in_opposite, dtype=dtype) * opposite[..., xp.asarray(base)]
-                + xp.asarray(frac * (1 - weight) * in_opposite, dtype=dtype) * opposite[..., xp.asarray(nxt)])
-    out = xp.asarray(weight, dtype=dtype) * direct[..., xp.asarray(np.clip(col_direct, 0, n_cols - 1).astype(np.int64))]
-    out += mirrored
-    out = xp.ascontiguousarray(out[:, 0] if sinogram else out)
+    mirrored = (1 - weight) * in_opposite
     result_angles = angles[first].copy()
     result_angles.setflags(write=False)
-    return HalfAcquisition(projections=out, angles=result_angles, center=new_center, overlap=(lo, hi))
+    return HalfAcquisitionLayout(
+        angles=result_angles, width=width, center=new_center, overlap=(lo, hi), views=first,
+        opposite=(i0, i1), opposite_weight=w,
+        columns=(np.clip(col_direct, 0, n_cols - 1).astype(np.int64), base, np.minimum(base + 1, n_cols - 1)),
+        weights=(weight, (1 - frac) * mirrored, frac * mirrored))
 
 
 def find_center_360(projections_or_sinogram, angles, *, row=None, min_overlap: int | None = None,
