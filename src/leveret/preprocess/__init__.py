@@ -15,6 +15,11 @@ from .stitch import (Center360, HalfAcquisition, HalfAcquisitionLayout, find_cen
 from .stripes import detect_stripes, remove_dead_stripes, remove_large_stripes, remove_stripes
 from .zingers import remove_zingers
 
-__all__ = ["Center360", "CenterEstimate", "DEAD_PIXEL_TRANSMISSION", "HalfAcquisition", "HalfAcquisitionLayout", "MAX_BAD_FLAT_SHARE", "PAIR_TOLERANCE",
-           "center_sweep", "check_flats_darks", "detect_stripes", "find_center", "find_center_360", "half_acquisition", "half_acquisition_layout", "minus_log", "normalize", "phase_border",
-           "remove_dead_stripes", "remove_large_stripes", "remove_stripes", "remove_zingers", "retrieve_phase", "sinogram_fields", "wavelength"]
+__all__ = [
+    "Center360", "CenterEstimate", "DEAD_PIXEL_TRANSMISSION", "HalfAcquisition", "HalfAcquisitionLayout",
+    "MAX_BAD_FLAT_SHARE", "PAIR_TOLERANCE",
+    "center_sweep", "check_flats_darks", "detect_stripes", "find_center", "find_center_360",
+    "half_acquisition", "half_acquisition_layout", "minus_log", "normalize", "phase_border",
+    "remove_dead_stripes", "remove_large_stripes", "remove_stripes", "remove_zingers", "retrieve_phase",
+    "sinogram_fields", "wavelength",
+]
