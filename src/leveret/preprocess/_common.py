@@ -81,3 +81,15 @@ def next_fast_len(n: int) -> int:
     """The smallest length >= ``n`` whose only prime factors are 2, 3 and 5 (fast for FFTW-like and cuFFT)."""
     import scipy.fft
     return int(scipy.fft.next_fast_len(int(n), real=True))
+
+
+def select_rows(data, row, xp):
+    """``data`` (n_angles, n_rows, n_cols) restricted to the detector rows ``row`` (an int, a
+    sequence of ints, or None for all), checked."""
+    if row is None:
+        return data
+    n_rows = data.shape[1]
+    rows = np.atleast_1d(np.asarray(row))
+    if rows.dtype.kind not in "iu" or rows.ndim != 1 or rows.min() < 0 or rows.max() >= n_rows:
+        raise ValueError(f"row: expected row indices in [0, {n_rows - 1}], got {row!r}")
+    return data[:, xp.asarray(rows), :]

@@ -7,7 +7,7 @@ from typing import NamedTuple
 import numpy as np
 
 from .._validate import array_module, choice, finite_float, finite_vector, positive_int
-from ._common import check_real, fft_module, next_fast_len, to_numpy
+from ._common import check_real, fft_module, next_fast_len, select_rows, to_numpy
 
 
 class CenterEstimate(NamedTuple):
@@ -140,11 +140,7 @@ def find_center(projections_or_sinogram, angles, *, method: str = "auto", row=No
         raise ValueError(f"ratio: expected the object's radius as a positive share of the detector's half "
                          f"width, got {ratio!r}")
     lo, hi = _search_range(search, n_cols)
-    if row is not None:
-        rows = np.atleast_1d(np.asarray(row))
-        if rows.dtype.kind not in "iu" or rows.ndim != 1 or rows.min() < 0 or rows.max() >= n_rows:
-            raise ValueError(f"row: expected row indices in [0, {n_rows - 1}], got {row!r}")
-        data = data[:, rows, :]
+    data = select_rows(data, row, xp)
     pairs = _pairs(angles)
     if method == "auto":
         method = _auto_method(data, angles, pairs, xp)

@@ -181,28 +181,24 @@ def _filter_area(energy, distance, pixel_size, delta_beta) -> float:
 
 
 def _energy(energy) -> float:
-    energy = finite_float("energy", energy)
-    lo, hi = ENERGY_RANGE_KEV
-    if not lo < energy < hi:
-        raise ValueError(f"energy: expected a photon energy in keV between {lo:g} and {hi:g}, got {energy!r}")
-    return energy
+    return _within("energy", energy, ENERGY_RANGE_KEV, "a photon energy in keV")
 
 
 def _pixel_size(pixel_size) -> float:
-    pixel_size = finite_float("pixel_size", pixel_size)
-    lo, hi = PIXEL_SIZE_RANGE_M
-    if not lo < pixel_size < hi:
-        raise ValueError(f"pixel_size: expected a pixel size in metres between {lo:g} and {hi:g} "
-                         f"(1 nm to 1 cm), got {pixel_size!r}")
-    return pixel_size
+    return _within("pixel_size", pixel_size, PIXEL_SIZE_RANGE_M, "a pixel size in metres", " (1 nm to 1 cm)")
 
 
 def _width(width) -> float:
-    width = finite_float("width", width)
-    lo, hi = PIXEL_SIZE_RANGE_M
-    if not lo < width < hi:
-        raise ValueError(f"width: expected a length in metres between {lo:g} and {hi:g}, got {width!r}")
-    return width
+    return _within("width", width, PIXEL_SIZE_RANGE_M, "a length in metres")
+
+
+def _within(name, value, bounds, what, hint="") -> float:
+    """``value`` as a float strictly inside ``bounds``, else a ValueError naming ``name``."""
+    value = finite_float(name, value)
+    lo, hi = bounds
+    if not lo < value < hi:
+        raise ValueError(f"{name}: expected {what} between {lo:g} and {hi:g}{hint}, got {value!r}")
+    return value
 
 
 def _filter(shape, pixel_size, area, method, width, xp):

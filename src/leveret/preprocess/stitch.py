@@ -17,8 +17,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .._validate import array_module, finite_float, finite_vector, positive_int
-from ._common import check_real, fft_module, to_numpy
+from .._validate import finite_float, finite_vector, positive_int
+from ._common import fft_module, projection_like, select_rows, to_numpy
 
 # A 360-degree scan's view at t + pi may lie between two views: it is interpolated
 # between them when they are at most this many times the median angular step apart.
@@ -236,11 +236,7 @@ def find_center_360(projections_or_sinogram, angles, *, row=None, min_overlap: i
     xp, data, _ = _stack("projections_or_sinogram", projections_or_sinogram)
     n_angles, n_rows, n_cols = data.shape
     angles = finite_vector("angles", angles, length=n_angles)
-    if row is not None:
-        rows = np.atleast_1d(np.asarray(row))
-        if rows.dtype.kind not in "iu" or rows.ndim != 1 or rows.min() < 0 or rows.max() >= n_rows:
-            raise ValueError(f"row: expected row indices in [0, {n_rows - 1}], got {row!r}")
-        data = data[:, xp.asarray(rows), :]
+    data = select_rows(data, row, xp)
     min_overlap = max(8, n_cols // 32) if min_overlap is None else positive_int("min_overlap", min_overlap)
     if not 2 <= min_overlap <= n_cols:
         raise ValueError(f"min_overlap: expected 2 to {n_cols} columns, got {min_overlap}")
@@ -269,15 +265,8 @@ def find_center_360(projections_or_sinogram, angles, *, row=None, min_overlap: i
 
 def _stack(name, arr):
     """(xp, (n_angles, n_rows, n_cols) view, whether the input was one sinogram)."""
-    xp = array_module(arr)
-    data = xp.asarray(arr)
-    check_real(name, data)
-    if data.ndim == 2:
-        return xp, data[:, None, :], True
-    if data.ndim != 3:
-        raise ValueError(f"{name}: expected shape (n_angles, n_rows, n_cols) or (n_angles, n_cols), "
-                         f"got shape {data.shape}")
-    return xp, data, False
+    xp, data = projection_like(name, arr)
+    return (xp, data[:, None, :], True) if data.ndim == 2 else (xp, data, False)
 
 
 def _opposite_views(angles, name="angles"):
