@@ -14,6 +14,7 @@ import numpy as np
 
 from .. import _validate as v
 from ._frozen import Frozen
+from .tilted import check_tilt, tilted_frame
 from .volume import VolumeGeometry
 
 # Largest condition number of the (row-equilibrated) left 3x3 block: beyond it
@@ -421,6 +422,14 @@ class ConeGeometry(Frozen):
         m[:, 1, :] -= start * m[:, 2, :]          # v' = v - start
         return self.replace(matrices=m, n_rows=stop - start)
 
+    def crop_views(self, start: int, stop: int) -> "ConeGeometry":
+        """Views ``start:stop`` only (e.g. those a slab of a helical scan
+        needs), with their matrices, pitch and angles."""
+        if not (0 <= start < stop <= self.n_views):
+            raise ValueError(f"crop_views: expected 0 <= start < stop <= {self.n_views}, got {start}:{stop}")
+        angles = None if self.angles is None else self.angles[start:stop]
+        return self.replace(matrices=self.matrices[start:stop], angles=angles)
+
     def detector_frame(self, pixel_size=None, *, distance=None) -> DetectorFrame:
         """Source, detector centre and pixel step vectors in world coordinates.
 
@@ -541,6 +550,112 @@ class ConeGeometry(Frozen):
             source, center = move(source) + p[:, :3], move(center) + p[:, :3]
             u_step, v_step = move(u_step), move(v_step)
 
+        pixel00 = center - (n_cols - 1) / 2 * u_step - (n_rows - 1) / 2 * v_step
+        P = _matrices_from_frame(source, pixel00, u_step, v_step)
+        return cls(P, n_rows, n_cols, pixel_size=(du, dv), angles=angles)
+
+    @classmethod
+    def helical(cls, angles, pitch, sid, sdd, n_rows, n_cols, pixel_size, *, row_pixel_size=None,
+                z_center=0.0, det_offset=(0.0, 0.0), det_tilt=(0.0, 0.0, 0.0),
+                perturbation=None) -> "ConeGeometry":
+        """A helical (spiral) scan: the circular scan with source and detector
+        rising ``pitch`` per turn.
+
+        Parameters
+        ----------
+        angles : array_like
+            Rotation angle ``t`` of every view, radians, in acquisition order:
+            increasing (counter-clockwise) or decreasing; any number of turns.
+        pitch : float
+            Length units the source rises per turn of increasing ``t`` (not
+            zero). Its sign is the helix's handedness: positive, a
+            right-handed helix (z grows with ``t``); negative, a left-handed
+            one. Whether z grows over the scan follows from the angles'
+            direction.
+        sid, sdd, n_rows, n_cols, pixel_size, row_pixel_size
+            As for :meth:`circular`.
+        z_center : float
+            Height of the source at the middle angle ``(min + max) / 2``.
+        det_offset, det_tilt, perturbation
+            As for :meth:`circular` (offsets and tilts in the detector's own
+            frame, which rises with the source).
+
+        Returns
+        -------
+        ConeGeometry
+            Normalised, with ``angles`` and ``pixel_size`` recorded. At angle
+            ``t`` the source sits at ``(sid sin t, -sid cos t, z(t))`` with
+            ``z(t) = z_center + pitch (t - t_mid) / (2 pi)``, the detector
+            centre at ``(sdd - sid) d(t) + z(t) ez``, rows along +z: the
+            circular scan's frame raised by ``z(t)``. The pitch factor of
+            medical CT is ``pitch`` over the detector's height at the
+            isocentre, ``n_rows row_pixel_size sid / sdd``.
+            :func:`leveret.geometry.helix.fit_helix` finds these numbers
+            back from any geometry's matrices.
+        """
+        angles = v.finite_vector("angles", angles)
+        pitch = v.finite_float("pitch", pitch)
+        if pitch == 0:
+            raise ValueError("pitch: expected a non-zero rise per turn (length units), got 0; "
+                             "a scan without rise is ConeGeometry.circular")
+        z_center = v.finite_float("z_center", z_center)
+        n = angles.size
+        z = z_center + pitch * (angles - (angles.min() + angles.max()) / 2) / (2 * np.pi)
+        det_offset = _per_view("det_offset", det_offset, n, 2)
+        det_offset[:, 1] += z
+        source_offset = np.stack([np.zeros(n), z], axis=1)
+        return cls.circular(angles, sid, sdd, n_rows, n_cols, pixel_size, row_pixel_size=row_pixel_size,
+                            det_offset=det_offset, det_tilt=det_tilt, source_offset=source_offset,
+                            perturbation=perturbation)
+
+    @classmethod
+    def laminography(cls, angles, tilt, sid, sdd, n_rows, n_cols, pixel_size, *, row_pixel_size=None,
+                     det_offset=(0.0, 0.0)) -> "ConeGeometry":
+        """Cone-beam laminography: the rotation axis (world z) tilted towards the beam.
+
+        Parameters
+        ----------
+        angles : array_like
+            Rotation angle ``t`` of every view, radians (a full turn for
+            :func:`leveret.laminography_fbp`).
+        tilt : float
+            Angle between the rotation axis and the detector plane, radians,
+            ``0 <= tilt < pi/2``: 0 is the circular scan; the beam's central
+            ray rises by ``tilt`` above the xy plane (the sample's plane).
+            Frequencies within ``tilt`` of the z axis are never measured (the
+            missing cone).
+        sid, sdd, n_rows, n_cols, pixel_size, row_pixel_size
+            As for :meth:`circular`.
+        det_offset : (du, dv)
+            Shift of the detector along its u and v axes (length units).
+
+        Returns
+        -------
+        ConeGeometry
+            Normalised, with ``angles`` and ``pixel_size`` recorded. In the
+            object's frame the central ray runs along
+            ``c(t) = cos(tilt) d(t) + sin(tilt) ez`` with ``d(t) = (-sin t,
+            cos t, 0)``; the source sits at ``-sid c(t)`` (below the sample's
+            plane for tilt > 0), the detector centre at ``(sdd - sid) c(t)``,
+            perpendicular to ``c(t)``, with u along ``e(t) = (cos t, sin t,
+            0)`` and v along ``cos(tilt) ez - sin(tilt) d(t)``. Tilt 0 gives
+            :meth:`circular`'s matrices; ``sid -> inf`` gives
+            :meth:`leveret.geometry.ParallelVecGeometry.laminography`.
+        """
+        angles = v.finite_vector("angles", angles)
+        tilt = check_tilt(tilt)
+        n = angles.size
+        n_rows = v.positive_int("n_rows", n_rows)
+        n_cols = v.positive_int("n_cols", n_cols)
+        sid = _per_view("sid", sid, n, positive=True)
+        sdd = _per_view("sdd", sdd, n, positive=True)
+        du = v.positive_float("pixel_size", pixel_size)
+        dv = du if row_pixel_size is None else v.positive_float("row_pixel_size", row_pixel_size)
+        det_offset = _per_view("det_offset", det_offset, n, 2)
+        central, e, up = tilted_frame(angles, tilt)
+        source = -sid[:, None] * central
+        center = (sdd - sid)[:, None] * central + det_offset[:, :1] * e + det_offset[:, 1:] * up
+        u_step, v_step = e * du, up * dv
         pixel00 = center - (n_cols - 1) / 2 * u_step - (n_rows - 1) / 2 * v_step
         P = _matrices_from_frame(source, pixel00, u_step, v_step)
         return cls(P, n_rows, n_cols, pixel_size=(du, dv), angles=angles)

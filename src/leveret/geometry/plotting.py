@@ -118,9 +118,17 @@ def plot_cone(geometry, volume=None, ax=None, n_views=6):
                                              label=f"volume {volume.shape}"))
         points.append(edges.reshape(-1, 3))
     ax.scatter([0], [0], [0], color="k", marker="+", s=40, label="origin")
+    _finish_3d(ax, points, f"cone beam: {geometry.n_views} views, {geometry.n_rows} x {geometry.n_cols} detector")
+    return ax
 
-    # Equal scales on all axes: a cube around everything drawn.
+
+def _finish_3d(ax, points, title):
+    """The rotation axis (z) through everything drawn, equal axis scales, labels."""
     allp = np.concatenate(points)
+    z0, z1 = allp[:, 2].min(), allp[:, 2].max()
+    pad = 0.1 * max(z1 - z0, 1e-12)
+    ax.plot([0, 0], [0, 0], [z0 - pad, z1 + pad], color="k", ls=":", lw=1.0, label="rotation axis (z)")
+    # Equal scales on all axes: a cube around everything drawn.
     mid = (allp.max(axis=0) + allp.min(axis=0)) / 2
     half = max(float(np.max(allp.max(axis=0) - allp.min(axis=0))) / 2, 1e-12) * 1.05
     ax.set_xlim(mid[0] - half, mid[0] + half)
@@ -130,6 +138,46 @@ def plot_cone(geometry, volume=None, ax=None, n_views=6):
     ax.set_xlabel("x")
     ax.set_ylabel("y")
     ax.set_zlabel("z")
-    ax.set_title(f"cone beam: {geometry.n_views} views, {geometry.n_rows} x {geometry.n_cols} detector")
+    ax.set_title(title)
     ax.legend(loc="upper right", fontsize="x-small", framealpha=0.8)
+
+
+def plot_parallel_vec(geometry, volume=None, ax=None, n_views=6):
+    """3D view of a parallel-beam scan with per-view rays (``ParallelVecGeometry``):
+    a few detectors, each drawn beyond the scene along its rays, the rays
+    through its corners and centre, the rotation axis and the volume box."""
+    from mpl_toolkits.mplot3d.art3d import Line3DCollection, Poly3DCollection
+    ax = _axes3d(ax)
+    half_u = geometry.n_cols / 2 * geometry.u
+    half_v = geometry.n_rows / 2 * geometry.v
+    size = max(float(np.max(np.linalg.norm(half_u, axis=1))), float(np.max(np.linalg.norm(half_v, axis=1))))
+    if volume is not None:
+        size = max(size, 0.5 * float(np.linalg.norm([np.ptp(volume.extent(a)) for a in "xyz"])))
+    reach = 1.5 * size   # detectors this far along the rays, rays from as far before
+    rays = geometry.rays
+    centre = geometry.centers - np.einsum("ni,ni->n", geometry.centers, rays)[:, None] * rays   # in the origin's plane
+    corners = np.stack([centre - half_u - half_v, centre + half_u - half_v,
+                        centre + half_u + half_v, centre - half_u + half_v], axis=1)
+    views = np.unique(np.linspace(0, geometry.n_views - 1, min(n_views, geometry.n_views)).astype(int))
+    colors = ["C0", "C1", "C2", "C3", "C4", "C5", "C6", "C7"]
+    points = [np.zeros((1, 3))]
+    for k, n in enumerate(views):
+        c = colors[k % len(colors)]
+        label = f"view {n}" + ("" if geometry.angles is None else f" ({np.degrees(geometry.angles[n]):.1f} deg)")
+        det = corners[n] + reach * rays[n]
+        ax.add_collection3d(Poly3DCollection([det], facecolor=c, edgecolor=c, alpha=0.25, label=label))
+        lines = [np.stack([q - reach * rays[n], q + reach * rays[n]]) for q in np.vstack([corners[n], centre[n:n + 1]])]
+        ax.add_collection3d(Line3DCollection(lines, colors=c, linewidths=0.6, alpha=0.7))
+        points += [det, lines[0]]
+    first = corners[views[0], 0] + reach * rays[views[0]]
+    ax.scatter(*first, color="k", s=12, label="pixel (0, 0) corner")
+    if volume is not None:
+        edges = _box_edges(volume)
+        ax.add_collection3d(Line3DCollection(edges, colors="0.3", linewidths=1.2, label=f"volume {volume.shape}"))
+        points.append(edges.reshape(-1, 3))
+    ax.scatter([0], [0], [0], color="k", marker="+", s=40, label="origin")
+    tilt = np.degrees(np.arccos(np.clip(geometry.axis_cosines(), -1.0, 1.0)))
+    what = f"tilt {tilt.mean():.3g} deg" if np.ptp(tilt) < 1e-6 else f"tilt {tilt.min():.3g}..{tilt.max():.3g} deg"
+    _finish_3d(ax, points, f"parallel beam ({what}): {geometry.n_views} views, "
+                           f"{geometry.n_rows} x {geometry.n_cols} detector")
     return ax
