@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..geometry import ConeGeometry, ParallelGeometry
+from ..geometry import ConeGeometry, ParallelGeometry, ParallelVecGeometry
 from ._module import load_module
 from .device_state import upload
 
@@ -390,12 +390,19 @@ def voxel_rows_per_voxel(params: np.ndarray, n_cols: int, grid3, offset, scale) 
 
 
 def view_parameters(geometry) -> tuple[int, np.ndarray]:
-    """(kind, params): 0 for parallel, 1 for cone, and (n_views, 12) float64 per-view numbers.
+    """(kind, params): 0 for parallel, 1 for cone, 2 for parallel_vec, and
+    (n_views, 12) float64 per-view numbers.
 
     parallel: ``cos t, sin t, centre`` (column pixels, axis shift included);
     cone: source ``(x, y, z)`` then ``M^-1`` row major, ``M = P[:, :3]``, the
-    same inverse ``ConeGeometry.ray_directions`` uses.
+    same inverse ``ConeGeometry.ray_directions`` uses; parallel_vec
+    (``ParallelVecGeometry``): pixel (0, 0)'s centre, the column and row
+    steps and the unit ray, the numbers ``leveret.operators.projector.vec_rays``
+    builds the CPU's rays from.
     """
+    if isinstance(geometry, ParallelVecGeometry):
+        params = np.hstack([geometry.pixel00(), geometry.u, geometry.v, geometry.rays])
+        return 2, np.ascontiguousarray(params)
     if isinstance(geometry, ParallelGeometry):
         t = geometry.angles
         params = np.zeros((t.size, 12))
@@ -409,7 +416,8 @@ def view_parameters(geometry) -> tuple[int, np.ndarray]:
         params[:, :3] = geometry.source_positions()
         params[:, 3:] = np.linalg.inv(P[:, :, :3]).reshape(-1, 9)
         return 1, params
-    raise ValueError(f"geometry: expected a ParallelGeometry or ConeGeometry, got {type(geometry).__name__}")
+    raise ValueError(f"geometry: expected a ParallelGeometry, ParallelVecGeometry or ConeGeometry, "
+                     f"got {type(geometry).__name__}")
 
 
 def shared_limit() -> int:
@@ -509,7 +517,7 @@ class CudaRaytracer:
 
     Parameters
     ----------
-    geometry : ParallelGeometry or ConeGeometry
+    geometry : ParallelGeometry, ParallelVecGeometry or ConeGeometry
     grid3 : (nz, ny, nx) of the volume as the kernels see it (2D: nz = 1)
     offset, scale : (3,) float64, world low corner and 1 / voxel size, (x, y, z)
     model : "siddon" or "joseph"

@@ -7,6 +7,9 @@
 //   parallel: cos t, sin t, centre (pixels, axis_shift included), 0...
 //   cone:     source x, y, z, then M^-1 (3x3, row major) with M = P[:, :3],
 //             so the direction through pixel (u, v) is M^-1 (u, v, 1), normalised.
+//   parallel_vec: pixel (0, 0)'s centre, the column step, the row step, the unit
+//             ray direction (3 each): pixel (u, v) is the line through
+//             (p00 + u step_u) + v step_v along the ray (ParallelVecGeometry).
 // g (8 float64): det_spacing, row_spacing, offset x, y, z (world low corner of
 //   the grid), scale x, y, z (1 / voxel size).
 //
@@ -17,6 +20,7 @@
 
 #define KIND_PARALLEL 0
 #define KIND_CONE 1
+#define KIND_PARALLEL_VEC 2
 
 __device__ __forceinline__ double d_inf() { return __longlong_as_double(0x7ff0000000000000LL); }
 
@@ -39,6 +43,12 @@ __device__ __forceinline__ void make_ray(int kind, const double* __restrict__ pa
         oy = mul(sd, s);
         oz = is2d ? 0.0 : mul(sub((double)row, (double)(n_rows - 1) / 2.0), g[1]);
         ux = -s; uy = c; uz = 0.0;
+    } else if (kind == KIND_PARALLEL_VEC) {
+        const double u = (double)col, v = (double)row;
+        ox = add(add(par[0], mul(u, par[3])), mul(v, par[6]));
+        oy = add(add(par[1], mul(u, par[4])), mul(v, par[7]));
+        oz = add(add(par[2], mul(u, par[5])), mul(v, par[8]));
+        ux = par[9]; uy = par[10]; uz = par[11];
     } else {
         ox = par[0]; oy = par[1]; oz = par[2];
         const double u = (double)col, v = (double)row;

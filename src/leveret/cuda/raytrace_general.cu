@@ -238,7 +238,7 @@ __device__ void joseph_general_fast(float* vol, float* proj, int nx, int ny, int
     double px, py, pz, dx, dy, dz;
     make_ray(kind, params + 12 * view, g, row, col, n_rows, is2d, px, py, pz, dx, dy, dz);
     const double acc = joseph_fast<ADJ>(vol, nx, ny, nz, sub(px, 0.5), sub(py, 0.5), sub(pz, 0.5), dx, dy, dz,
-                                        kind != KIND_PARALLEL, value);
+                                        kind == KIND_CONE, value);
     if (!ADJ) proj[r] = (float)acc;
 }
 
@@ -271,7 +271,7 @@ __device__ void general(T* vol, T* proj, int nx, int ny, int nz, const double* _
     }
     double px, py, pz, dx, dy, dz;
     make_ray(kind, params + 12 * view, g, row, col, n_rows, is2d, px, py, pz, dx, dy, dz);
-    const double t_start = kind == KIND_PARALLEL ? -d_inf() : 0.0;
+    const double t_start = kind == KIND_CONE ? 0.0 : -d_inf();   // cone rays start at the source
     double acc;
     if (JOSEPH)
         acc = joseph<T, ADJ>(vol, nx, ny, nz, sub(px, 0.5), sub(py, 0.5), sub(pz, 0.5), dx, dy, dz, t_start, value);

@@ -71,7 +71,9 @@ class ConeBackprojection(Operator):
 
     Parameters
     ----------
-    geometry : ConeGeometry
+    geometry : ConeGeometry or ParallelVecGeometry
+        The latter's affine matrices give ``w = 1``: a plain parallel-beam
+        back-projection along its rays.
     volume : VolumeGeometry (3D)
     backend : {"auto", "cuda", "cpu"}
         NumPy in, NumPy out; CuPy in, CuPy out (``leveret.operators._base``).
@@ -114,9 +116,9 @@ class ConeBackprojection(Operator):
 
     def __init__(self, geometry, volume: VolumeGeometry, *, backend: str = "auto",
                  interpolation: str = "linear", matrices=None, kernel: str = "auto", devices=None):
-        from ..geometry import ConeGeometry
-        if not isinstance(geometry, ConeGeometry):
-            raise ValueError(f"geometry: expected a ConeGeometry, got {type(geometry).__name__}")
+        from ..geometry import ConeGeometry, ParallelVecGeometry
+        if not isinstance(geometry, (ConeGeometry, ParallelVecGeometry)):   # the latter's w = 1
+            raise ValueError(f"geometry: expected a ConeGeometry or ParallelVecGeometry, got {type(geometry).__name__}")
         if not isinstance(volume, VolumeGeometry) or volume.is_2d:
             raise ValueError(f"volume: expected a 3D VolumeGeometry, got {volume!r}")
         matrices = np.asarray(geometry.matrices if matrices is None else matrices, np.float64)

@@ -9,7 +9,7 @@ import numpy as np
 from .. import _validate as v
 from ._base import Operator
 from ..cuda.devices import for_backend as devices_for_backend
-from ..geometry import ConeGeometry, ParallelGeometry, VolumeGeometry
+from ..geometry import ConeGeometry, ParallelGeometry, ParallelVecGeometry, VolumeGeometry
 
 MODELS = ("siddon", "joseph")
 PRECISIONS = ("float32", "float64")
@@ -40,6 +40,26 @@ def parallel_rays(geometry: ParallelGeometry) -> tuple[np.ndarray, np.ndarray]:
     directions[..., 1] = np.cos(t)[:, None, None]
     directions[..., 2] = 0.0
     return origins.reshape(-1, 3), directions.reshape(-1, 3)
+
+
+def vec_rays(geometry: ParallelVecGeometry) -> tuple[np.ndarray, np.ndarray]:
+    """One ray per detector pixel of a ``ParallelVecGeometry``, in projection order.
+
+    Pixel ``[n, r, c]`` is the line through ``(p00 + c u) + r v`` (``p00``
+    the centre of pixel (0, 0), ``u``, ``v`` the view's steps, in this
+    order of float64 operations, which the GPU kernels repeat) along the
+    view's unit ray.
+
+    Returns
+    -------
+    origins, directions : ndarray (n_rays, 3) float64, world (x, y, z)
+    """
+    p00 = geometry.pixel00()[:, None, None, :]
+    c = np.arange(geometry.n_cols, dtype=np.float64)[None, None, :, None]
+    r = np.arange(geometry.n_rows, dtype=np.float64)[None, :, None, None]
+    origins = (p00 + c * geometry.u[:, None, None, :]) + r * geometry.v[:, None, None, :]
+    directions = np.broadcast_to(geometry.rays[:, None, None, :], origins.shape)
+    return np.ascontiguousarray(origins.reshape(-1, 3)), np.ascontiguousarray(directions.reshape(-1, 3))
 
 
 def cone_rays(geometry: ConeGeometry) -> tuple[np.ndarray, np.ndarray]:
@@ -112,10 +132,11 @@ class Projector(Operator):
 
     Parameters
     ----------
-    geometry : ParallelGeometry or ConeGeometry
-        2D parallel geometries need a 2D volume, 3D parallel and cone
-        geometries a 3D one. Cone rays start at the source (half lines);
-        parallel rays are whole lines.
+    geometry : ParallelGeometry, ParallelVecGeometry or ConeGeometry
+        2D parallel geometries need a 2D volume; 3D parallel (also with
+        per-view ray directions, e.g. laminography) and cone geometries a 3D
+        one. Cone rays start at the source (half lines); parallel rays are
+        whole lines.
     volume : VolumeGeometry
     model : {"siddon", "joseph"}
         "siddon": a voxel's weight is the exact length of the ray inside it
@@ -188,13 +209,18 @@ class Projector(Operator):
                                  f"needs a {want} VolumeGeometry, got shape {volume.shape}")
             make_rays = parallel_rays
             self._t_start = -np.inf
+        elif isinstance(geometry, ParallelVecGeometry):
+            if volume.is_2d:
+                raise ValueError(f"volume: a ParallelVecGeometry needs a 3D VolumeGeometry, got shape {volume.shape}")
+            make_rays = vec_rays
+            self._t_start = -np.inf
         elif isinstance(geometry, ConeGeometry):
             if volume.is_2d:
                 raise ValueError(f"volume: a ConeGeometry needs a 3D VolumeGeometry, got shape {volume.shape}")
             make_rays = cone_rays
             self._t_start = 0.0
         else:
-            raise ValueError(f"geometry: expected a ParallelGeometry or ConeGeometry, "
+            raise ValueError(f"geometry: expected a ParallelGeometry, ParallelVecGeometry or ConeGeometry, "
                              f"got {type(geometry).__name__}")
         self.model = v.choice("model", model, MODELS)
         self.dtype = np.dtype(v.choice("precision", precision, PRECISIONS))
@@ -280,11 +306,15 @@ class Projector(Operator):
         return self._views
 
     def view_angles(self) -> np.ndarray:
-        """Rotation angle (radians) of each covered view: the parallel angle, or
-        for cone beams the source's azimuth ``atan2(x, -y)`` (the ``t`` of
-        ``ConeGeometry.circular``)."""
+        """Rotation angle (radians) of each covered view: the parallel angle,
+        for ``ParallelVecGeometry`` the ``t`` whose ``d(t)`` is the rays' xy
+        direction, for cone beams the source's azimuth ``atan2(x, -y)`` (the
+        ``t`` of ``ConeGeometry.circular``)."""
         if isinstance(self.geometry, ParallelGeometry):
             return self.geometry.angles[self._views]
+        if isinstance(self.geometry, ParallelVecGeometry):   # the t of d(t) = (-sin t, cos t, 0) along the ray
+            rays = self.geometry.rays[self._views]
+            return np.arctan2(-rays[:, 0], rays[:, 1])
         s = self.geometry.source_positions()[self._views]
         return np.arctan2(s[:, 0], -s[:, 1])
 
