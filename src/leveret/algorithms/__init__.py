@@ -1,7 +1,10 @@
 """Reconstruction algorithms, built on operators and filters only."""
 from .fdk import fdk
+from .helical import helical_fdk
 from .iterative import cgls, os_sart, sirt
+from .laminography import laminography_fbp
 from .parallel_fbp import fbp
 from .radon3d import radon3d_fbp, radon3d_forward
 
-__all__ = ["fbp", "fdk", "sirt", "os_sart", "cgls", "radon3d_fbp", "radon3d_forward"]
+__all__ = ["fbp", "fdk", "helical_fdk", "laminography_fbp", "sirt", "os_sart", "cgls", "radon3d_fbp",
+           "radon3d_forward"]
