@@ -9,7 +9,8 @@ import pytest
 
 import leveret
 from leveret import phantom
-from leveret.algorithms.helical import (HelicalWindow, covered_z, helical_fdk, views_seen, window_weight)
+from leveret.algorithms.helical import (HelicalWindow, covered_z, fdk_slab, helical_fdk, plan_slabs, views_seen,
+                                       window_weight)
 from leveret.geometry import ConeGeometry, VolumeGeometry
 from leveret.geometry.helix import fit_helix
 
@@ -228,6 +229,27 @@ def test_fdk_sends_a_helix_to_helical_fdk_and_refuses_what_it_ignores():
     double = helical_fdk(proj.astype(np.float64), g, vol, backend="cpu", precision="float64")
     assert double.dtype == np.float64
     assert np.linalg.norm(double - direct) / np.linalg.norm(double) < 1e-5
+
+
+def test_a_slab_from_its_own_views_and_rows_is_the_whole_calls_slab():
+    """What an out-of-core driver does: plan_slabs, then each slab from
+    projections[n0:n1, r0:r1] alone (fdk_slab)."""
+    vol = VolumeGeometry((24, 20, 20), 2.5)
+    g = helix(HEIGHT, vol, per_turn=60)
+    proj = long_phantom().project(g).astype(np.float32)
+    whole = helical_fdk(proj, g, vol, backend="cpu", slab_slices=8)
+    plan = plan_slabs(g, vol, 8)
+    assert [s.z for s in plan] == [(0, 8), (8, 16), (16, 24)]
+    for slab in plan:
+        (n0, n1), (r0, r1) = slab.views, slab.rows
+        assert 0 < n1 - n0 < g.n_views and 0 < r1 - r0 <= ROWS
+        part = fdk_slab(proj[n0:n1, r0:r1], g, vol, slab, backend="cpu")
+        k0, k1 = slab.z
+        np.testing.assert_allclose(part, whole[k0:k1], rtol=0, atol=1e-5 * np.abs(whole).max())
+        # the slab's views alone cover it: a helix of its own
+        helical_fdk(proj[n0:n1], g.crop_views(n0, n1), vol.slab(k0, k1), backend="cpu")
+    with pytest.raises(ValueError, match="^projections: expected shape"):
+        fdk_slab(proj, g, vol, plan[0], backend="cpu")
 
 
 @pytest.mark.parametrize("kwargs,match", [

@@ -69,6 +69,7 @@ def test_helix_is_the_circle_raised_by_the_pitch(rng, pitch, direction):
     assert h.radius == pytest.approx(SID, rel=1e-12)
     assert h.orientation == direction and h.rise == pytest.approx(pitch * direction, rel=1e-12)
     np.testing.assert_allclose(h.z, z, atol=1e-9)
+    assert f"helix radius 500, pitch {pitch:.4g} per turn" in repr(g)
 
 
 def test_fit_helix_refuses_planar_and_wobbling_trajectories(rng):

@@ -44,6 +44,8 @@ sends helical geometries here.
 """
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from .. import _validate as v
@@ -259,14 +261,64 @@ def check_coverage(window: HelicalWindow, volume: VolumeGeometry) -> None:
 def views_seen(window: HelicalWindow, volume: VolumeGeometry):
     """The views ``(start, stop)`` whose window can reach a voxel of ``volume``
     (a slab): those whose source lies within :meth:`HelicalWindow.reach` of
-    its z range; None if none. A contiguous range, the sources' heights being
-    monotonic."""
+    its z range, and one more on each side (so that these views alone cover
+    the slab: :func:`check_coverage` of ``crop_views(start, stop)`` passes);
+    None if none. A contiguous range, the sources' heights being monotonic."""
     reach = window.reach(_volume_radius(volume))
     z0, z1 = volume.extent("z")
     inside = np.flatnonzero((window.helix.z >= z0 - reach) & (window.helix.z <= z1 + reach))
     if inside.size == 0:
         return None
-    return int(inside[0]), int(inside[-1]) + 1
+    return max(0, int(inside[0]) - 1), min(window.geometry.n_views, int(inside[-1]) + 2)
+
+
+class HelicalSlab(NamedTuple):
+    """One z-slab of a helical reconstruction and what it needs (:func:`plan_slabs`)."""
+
+    z: tuple[int, int]
+    """Its slices ``(k0, k1)`` of the volume."""
+    views: tuple[int, int] | None
+    """The views ``(n0, n1)`` whose window reaches it (None: none)."""
+    rows: tuple[int, int] | None
+    """The detector rows ``(r0, r1)`` its voxels project to in those views (None: none: the slab is zero)."""
+
+
+def plan_slabs(geometry: ConeGeometry, volume: VolumeGeometry, slab_slices: int = DEPTH, *, smoothing="auto",
+               n_pi="auto") -> list[HelicalSlab]:
+    """The z-slabs of a helical reconstruction, each with the views and rows it needs.
+
+    What an out-of-core driver reads per slab: ``projections[n0:n1, r0:r1]``
+    for :func:`fdk_slab`. Raises as :func:`helical_fdk` does for a geometry
+    that is not a helix, a pitch with gaps, or a volume the helix does not
+    cover.
+    """
+    window = _window(geometry, smoothing, n_pi)
+    if not isinstance(volume, VolumeGeometry) or volume.is_2d:
+        raise ValueError(f"volume: expected a 3D VolumeGeometry, got {volume!r}")
+    check_coverage(window, volume)
+    return _plan(window, volume, v.positive_int("slab_slices", slab_slices))
+
+
+def _window(geometry, smoothing, n_pi) -> HelicalWindow:
+    if not isinstance(geometry, ConeGeometry):
+        raise ValueError(f"geometry: expected a ConeGeometry, got {type(geometry).__name__}")
+    helix = fit_helix(geometry)
+    if helix is None:
+        raise ValueError("geometry: expected a helical scan (sources rising along a helix about the z axis), "
+                         "got a trajectory that is not one; use leveret.fdk for circular scans")
+    return HelicalWindow(geometry, helix, smoothing, n_pi)
+
+
+def _plan(window: HelicalWindow, volume: VolumeGeometry, slab_slices: int) -> list[HelicalSlab]:
+    plan = []
+    normalised = window.geometry.normalised()
+    for k0 in range(0, volume.nz, slab_slices):
+        k1 = min(volume.nz, k0 + slab_slices)
+        slab = volume.slab(k0, k1)
+        seen = views_seen(window, slab)
+        rows = None if seen is None else rows_seen(normalised.crop_views(*seen), slab)
+        plan.append(HelicalSlab((k0, k1), seen, rows))
+    return plan
 
 
 # -- the weighting ----------------------------------------------------------------------
@@ -371,19 +423,13 @@ def helical_fdk(projections, geometry: ConeGeometry, volume: VolumeGeometry, *, 
     """
     import time
 
-    if not isinstance(geometry, ConeGeometry):
-        raise ValueError(f"geometry: expected a ConeGeometry, got {type(geometry).__name__}")
-    helix = fit_helix(geometry)
-    if helix is None:
-        raise ValueError("geometry: expected a helical scan (sources rising along a helix about the z axis), "
-                         "got a trajectory that is not one; use leveret.fdk for circular scans")
+    window = _window(geometry, smoothing, n_pi)
     projections = v.real_array("projections", projections, geometry.projection_shape,
                                "(n_views, n_rows, n_cols)")
     v.choice("filter", filter, FILTERS)
     dtype = np.float64 if v.precision(precision, ("float32", "float64")) == "float64" else np.float32
     if not isinstance(volume, VolumeGeometry) or volume.is_2d:
         raise ValueError(f"volume: expected a 3D VolumeGeometry, got {volume!r}")
-    window = HelicalWindow(geometry, helix, smoothing, n_pi)
     check_coverage(window, volume)
 
     from ..backends import resolve
@@ -391,9 +437,8 @@ def helical_fdk(projections, geometry: ConeGeometry, volume: VolumeGeometry, *, 
     if backend == "cuda" and dtype == np.float64:
         raise ValueError("precision: 'float64' runs on the CPU backend only; use backend='cpu'")
     slab_slices = DEPTH if slab_slices is None else v.positive_int("slab_slices", slab_slices)
-    view_bytes = geometry.n_rows * geometry.n_cols * np.dtype(dtype).itemsize
-    filter_views = max(1, int(256e6 // (12 * view_bytes))) if chunk_views is None else \
-        v.positive_int("chunk_views", chunk_views)
+    if chunk_views is not None:
+        chunk_views = v.positive_int("chunk_views", chunk_views)
     input_on_gpu = not isinstance(projections, np.ndarray)
     if input_on_gpu:
         v.check_finite_array("projections", projections)
@@ -402,11 +447,9 @@ def helical_fdk(projections, geometry: ConeGeometry, volume: VolumeGeometry, *, 
     plan = _plan(window, volume, slab_slices)
     on_device = backend == "cuda" and (input_on_gpu or _fits_on_gpu(geometry, volume, plan, gpu_memory))
     if not on_device:
-        v.check_allocation("projections", geometry.n_views * view_bytes, "the filtered views")
-    if backend == "cuda":
-        import cupy as xp
-    else:
-        xp = np
+        v.check_allocation("projections", int(np.prod(geometry.projection_shape)) * np.dtype(dtype).itemsize,
+                           "the filtered views")
+    xp = _array_module(backend)
 
     from tqdm.auto import tqdm
     t0 = time.perf_counter()
@@ -414,58 +457,120 @@ def helical_fdk(projections, geometry: ConeGeometry, volume: VolumeGeometry, *, 
     filtered = (xp if on_device else np).empty(geometry.projection_shape, dtype)
     with tqdm(total=geometry.n_views, desc="helical filter", unit="view", disable=not progress,
               leave=False) as bar:
-        for a in range(0, geometry.n_views, filter_views):
-            views = slice(a, min(geometry.n_views, a + filter_views))
+        for views in _chunks(0, geometry.n_views, _filter_views(geometry, dtype, chunk_views)):
             raw = xp.array(projections[views], dtype=dtype)   # a copy: the input stays as it was
             if not input_on_gpu:
                 v.check_finite_array("projections", raw)
             part = weighting(raw, views)
             filtered[views] = part if (on_device or xp is np) else part.get()
             bar.update(views.stop - views.start)
-    if backend == "cuda":
-        xp.cuda.get_current_stream().synchronize()
+    _synchronize(xp)
     t1 = time.perf_counter()
 
-    normalised = geometry.normalised()
     out = (xp if input_on_gpu else np).zeros(volume.shape, dtype)
     with tqdm(total=volume.nz, desc="helical slabs", unit="slice", disable=not progress, leave=False) as bar:
-        for (k0, k1), seen, rows in plan:
-            if rows is not None:   # else no window sees the slab's voxels on the detector: zero
-                (n0, n1), (r0, r1) = seen, rows
-                slab = volume.slab(k0, k1)
-                op = ConeBackprojection(normalised.crop_views(n0, n1).crop_rows(r0, r1), slab, backend=backend,
-                                        interpolation=interpolation, kernel=kernel)
-                res = xp.zeros(slab.shape, dtype)
-                step = (n1 - n0) if chunk_views is None else chunk_views
-                for a in range(n0, n1, step):
-                    b = min(n1, a + step)
-                    block = xp.ascontiguousarray(xp.asarray(filtered[a:b, r0:r1]))
-                    op(block, res, views=slice(a - n0, b - n0), accumulate=True)
-                out[k0:k1] = res if (xp is np or input_on_gpu) else res.get()
-            bar.update(k1 - k0)
-    if backend == "cuda":
-        xp.cuda.get_current_stream().synchronize()
+        for slab in plan:
+            if slab.rows is not None:   # else no window sees the slab's voxels on the detector: zero
+                (n0, n1), (r0, r1) = slab.views, slab.rows
+                res = _backproject(filtered[n0:n1, r0:r1], window.geometry, volume, slab, xp, dtype,
+                                   interpolation, kernel, chunk_views)
+                out[slab.z[0]:slab.z[1]] = res if (xp is np or input_on_gpu) else res.get()
+            bar.update(slab.z[1] - slab.z[0])
+    _synchronize(xp)
     if stats is not None:
-        done = [seen for _, seen, rows in plan if rows is not None]
+        done = [slab.views for slab in plan if slab.rows is not None]
         stats.update(filter=t1 - t0, backproject=time.perf_counter() - t1, slabs=len(done),
                      views_per_slab=float(np.mean([b - a for a, b in done])) if done else 0.0,
                      n_pi=window.n_pi, smoothing=window.smoothing, max_pitch=window.max_pitch)
     return out
 
 
-def _plan(window: HelicalWindow, volume: VolumeGeometry, slab_slices: int):
-    """[((k0, k1), views (n0, n1) or None, rows (r0, r1) or None)] per z-slab:
-    the views whose window reaches the slab and the detector rows it projects
-    to in them."""
-    plan = []
-    normalised = window.geometry.normalised()
-    for k0 in range(0, volume.nz, slab_slices):
-        k1 = min(volume.nz, k0 + slab_slices)
-        slab = volume.slab(k0, k1)
-        seen = views_seen(window, slab)
-        rows = None if seen is None else rows_seen(normalised.crop_views(*seen), slab)
-        plan.append(((k0, k1), seen, rows))
-    return plan
+def fdk_slab(projections, geometry: ConeGeometry, volume: VolumeGeometry, slab: HelicalSlab, *,
+             filter: str = "ram-lak", cutoff: float = 1.0, padding: str = "zero", smoothing="auto", n_pi="auto",
+             backend: str = "auto", interpolation: str = "linear", kernel: str = "auto",
+             chunk_views: int | None = None):
+    """One z-slab of :func:`helical_fdk` from the views and rows it needs only.
+
+    Parameters
+    ----------
+    projections : ndarray (n1 - n0, r1 - r0, n_cols)
+        ``projections[n0:n1, r0:r1]`` of the whole scan, with ``(n0, n1)``
+        ``slab.views`` and ``(r0, r1)`` ``slab.rows`` (:func:`plan_slabs`);
+        NumPy or CuPy.
+    geometry, volume : the whole scan and the whole volume.
+    slab : HelicalSlab
+        From ``plan_slabs(geometry, volume, ...)`` with the same ``smoothing``
+        and ``n_pi``.
+    filter, cutoff, padding, smoothing, n_pi, backend, interpolation, kernel, chunk_views
+        As for :func:`helical_fdk`.
+
+    Returns
+    -------
+    ndarray (k1 - k0, ny, nx) float32
+        Slices ``slab.z`` of ``helical_fdk(all projections, geometry, volume)``
+        to float32 rounding: each view's rows are weighted and filtered as
+        there (a row's filtering does not depend on the others). NumPy in,
+        NumPy out; CuPy in, CuPy out.
+    """
+    window = _window(geometry, smoothing, n_pi)
+    if not isinstance(slab, HelicalSlab):
+        raise ValueError(f"slab: expected a HelicalSlab from plan_slabs, got {type(slab).__name__}")
+    k0, k1 = slab.z
+    if slab.rows is None:
+        return (np if isinstance(projections, np.ndarray) else _array_module("cuda")).zeros(
+            (k1 - k0, volume.ny, volume.nx), np.float32)
+    (n0, n1), (r0, r1) = slab.views, slab.rows
+    projections = v.real_array("projections", projections, (n1 - n0, r1 - r0, geometry.n_cols),
+                               "(views, rows, n_cols) of the slab's views and rows")
+    from ..backends import resolve
+    backend = resolve(backend, projections)
+    xp = _array_module(backend)
+    input_on_gpu = not isinstance(projections, np.ndarray)
+    weighting = HelicalWeighting(geometry, window, filter=filter, cutoff=cutoff, padding=padding)
+    filtered = xp.empty(projections.shape, np.float32)
+    for views in _chunks(0, n1 - n0, _filter_views(geometry, np.float32, chunk_views)):
+        raw = xp.array(projections[views], dtype=np.float32)
+        v.check_finite_array("projections", raw)
+        filtered[views] = weighting(raw, slice(n0 + views.start, n0 + views.stop), r0)
+    res = _backproject(filtered, geometry, volume, slab, xp, np.float32, interpolation, kernel, chunk_views)
+    return res if (xp is np or input_on_gpu) else res.get()
+
+
+def _backproject(filtered, geometry, volume, slab: HelicalSlab, xp, dtype, interpolation, kernel, chunk_views):
+    """The slab's volume from its filtered views and rows (``filtered``, host or device)."""
+    (k0, k1), (n0, n1), (r0, r1) = slab.z, slab.views, slab.rows
+    sub = volume.slab(k0, k1)
+    op = ConeBackprojection(geometry.normalised().crop_views(n0, n1).crop_rows(r0, r1), sub,
+                            backend="cuda" if xp is not np else "cpu", interpolation=interpolation, kernel=kernel)
+    res = xp.zeros(sub.shape, dtype)
+    for views in _chunks(0, n1 - n0, n1 - n0 if chunk_views is None else chunk_views):
+        block = xp.ascontiguousarray(xp.asarray(filtered[views]))
+        op(block, res, views=views, accumulate=True)
+    return res
+
+
+def _chunks(start: int, stop: int, step: int) -> list[slice]:
+    return [slice(a, min(stop, a + step)) for a in range(start, stop, step)]
+
+
+def _filter_views(geometry, dtype, chunk_views) -> int:
+    """Views weighted and filtered at a time: ``chunk_views``, else about
+    256 MB of the filter's work (12 copies of a view)."""
+    if chunk_views is not None:
+        return chunk_views
+    return max(1, int(256e6 // (12 * geometry.n_rows * geometry.n_cols * np.dtype(dtype).itemsize)))
+
+
+def _array_module(backend: str):
+    if backend == "cuda":
+        import cupy
+        return cupy
+    return np
+
+
+def _synchronize(xp) -> None:
+    if xp is not np:
+        xp.cuda.get_current_stream().synchronize()
 
 
 def _fits_on_gpu(geometry, volume: VolumeGeometry, plan, gpu_memory) -> bool:
@@ -489,12 +594,9 @@ def covered_z(geometry: ConeGeometry, volume: VolumeGeometry | None = None, *, s
     xy extent (default: a line along the axis): every voxel in it has all
     the views its window needs. ValueError naming ``geometry`` if it is not
     a helix or its pitch leaves gaps."""
-    helix = fit_helix(geometry) if isinstance(geometry, ConeGeometry) else None
-    if helix is None:
-        raise ValueError("geometry: expected a helical ConeGeometry (sources rising along a helix about z)")
-    window = HelicalWindow(geometry, helix, smoothing, n_pi)
+    window = _window(geometry, smoothing, n_pi)
     reach = window.reach(0.0 if volume is None else _volume_radius(volume))
-    return float(helix.z.min()) + reach, float(helix.z.max()) - reach
+    return float(window.helix.z.min()) + reach, float(window.helix.z.max()) - reach
 
 
 def fdk_route(projections, geometry, volume, *, short_scan, devices, gpu_memory, **settings):

@@ -930,7 +930,12 @@ class ConeGeometry(Frozen):
         parts = [f"{self.n_views} views", f"detector {self.n_rows} rows x {self.n_cols} cols"]
         if self.pixel_size is not None:
             parts.append("pixel_size=({:g}, {:g})".format(*self.pixel_size))
-        parts.append(f"source-origin {_range(np.linalg.norm(self.source_positions(), axis=1))}")
+        from .helix import fit_helix
+        helix = fit_helix(self)
+        if helix is None:
+            parts.append(f"source-origin {_range(np.linalg.norm(self.source_positions(), axis=1))}")
+        else:
+            parts.append(f"helix radius {helix.radius:.4g}, pitch {helix.pitch:.4g} per turn")
         if self.pixel_size is not None:
             parts.append(f"source-detector {_range(self.source_detector_distance())}")
         if self.angles is not None:
