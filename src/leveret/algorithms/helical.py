@@ -369,8 +369,9 @@ def helical_fdk(projections, geometry: ConeGeometry, volume: VolumeGeometry, *, 
         The ramp's apodisation, as for :func:`leveret.fdk`.
     smoothing : float or "auto"
         Width of the window's edges in units of ``zeta`` (module notes), at
-        most ``n_pi``; 0 is the sharp window. "auto": about ``EDGE_ROWS``
-        detector rows, as far as the detector holds.
+        most ``n_pi``; 0 is the sharp window. "auto": ``EDGE_MAX`` (0.5), or
+        ``EDGE_ROWS`` (2) detector rows where that is wider, as far as the
+        detector holds.
     n_pi : odd int or "auto"
         The window's order n: every line through a voxel measured n times
         (n-PI window; Proksa et al. 2000). "auto": the largest that fits the
