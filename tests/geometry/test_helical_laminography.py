@@ -203,6 +203,18 @@ def test_laminography_projects_as_documented(rng):
     np.testing.assert_allclose(directions[:, 0, 0], g.rays[2:4])
 
 
+def test_parallel_vec_crop_rows_renumbers_the_rows(rng):
+    g = ParallelVecGeometry.laminography(turns(1, 8), 0.5, NR, NC, DU, row_pixel_size=DV, center=20.5)
+    c = g.crop_rows(7, 19)
+    assert c.n_rows == 12
+    X = rng.uniform(-20, 20, (9, 3))
+    (u, v), (uc, vc) = g.project(X), c.project(X)
+    np.testing.assert_allclose(uc, u, atol=TOL)
+    np.testing.assert_allclose(vc, v - 7, atol=TOL)
+    with pytest.raises(ValueError, match="crop_rows"):
+        g.crop_rows(5, 5)
+
+
 def test_parallel_vec_astra_round_trip_and_formula(rng):
     g = ParallelVecGeometry.laminography(turns(1, 8), 0.5, NR, NC, DU, row_pixel_size=DV, center=20.5)
     vec = g.to_astra_vectors()

@@ -80,6 +80,21 @@ def angle_weights(geometry) -> np.ndarray:
     return np.abs(np.gradient(t)) * (2 * np.pi / coverage)
 
 
+def rows_seen(geometry, volume: VolumeGeometry):
+    """Detector rows ``(start, stop)`` the volume's voxels project to in any
+    view, with a row of margin for interpolation (None if none): with
+    ``geometry.crop_rows(start, stop)`` and ``projections[:, start:stop]``,
+    :func:`laminography_fbp` reconstructs a z-slab (``volume.slab``) as the
+    whole call does (each row is weighted and filtered on its own)."""
+    corners = np.array([[x, y, z] for x in volume.extent("x") for y in volume.extent("y")
+                        for z in volume.extent("z")])
+    # u, v are ratios of linear functions with w > 0 (affine for parallel beam): extremes at corners
+    row = geometry.project(corners)[1]
+    start = max(0, int(np.floor(row.min())) - 1)
+    stop = min(geometry.n_rows, int(np.ceil(row.max())) + 2)
+    return (start, stop) if stop > start else None
+
+
 def row_axis_cosines(geometry, matrices=None) -> np.ndarray:
     """``|n . ez|`` per view and detector row, (n_views, n_rows): ``n`` the unit
     normal of the plane of the row's rays (``P[1] - v P[2]`` of the matrix)."""

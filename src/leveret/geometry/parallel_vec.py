@@ -160,6 +160,15 @@ class ParallelVecGeometry(Frozen):
             + rows * self.v[idx][:, None, None, :]
         return origins, self.rays[idx][:, None, None, :].copy()
 
+    def crop_rows(self, start: int, stop: int) -> "ParallelVecGeometry":
+        """The same views seeing only detector rows ``start:stop`` (row ``start``
+        becomes row 0): what a z-slab of the volume needs."""
+        if not (0 <= start < stop <= self.n_rows):
+            raise ValueError(f"crop_rows: expected 0 <= start < stop <= {self.n_rows}, got {start}:{stop}")
+        vec = np.array(self.vectors)
+        vec[:, 3:6] += ((start + stop - 1) / 2 - (self.n_rows - 1) / 2) * self.v   # the new grid's centre
+        return self.replace(vectors=vec, n_rows=stop - start)
+
     def axis_cosines(self) -> np.ndarray:
         """(n_views,) ``cos`` of the angle between each view's rays and the xy
         plane: ``cos(tilt)`` for a laminography scan, 1 for ``ParallelGeometry``'s."""
