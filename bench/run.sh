@@ -14,7 +14,7 @@
 #   --bench LIST          comma-separated benchmarks (default: fbp,cone,projector,radon3d,parallel_kernels);
 #                         also: rabbitct, stack (the 2048-slice scan, 64 GiB of host
 #                         memory), cone_threshold, outofcore, preprocess (Paganin and ring
-#                         removal on 2048^3, httomolibgpu beside); "none" runs no benchmark
+#                         removal on 2048^3, httomolibgpu beside), helical; "none" runs no benchmark
 #
 # ASTRA rows appear where `import astra` works in the Python that runs this
 # (python3, or $PYTHON). Results are copied to bench/results/<gpu>/ by hand.
@@ -96,6 +96,7 @@ for b in "${LIST[@]}"; do
     rabbitct) bench bench_rabbitct bench_rabbitct.py --size 256 ;;
     outofcore) bench bench_outofcore bench_outofcore.py --backend cuda --sizes 512 1024 ;;
     preprocess) bench bench_preprocess bench_preprocess.py --split ;;
+    helical) bench bench_helical bench_helical.py ;;
     none) ;;
     *) echo "run.sh: unknown benchmark $b" >&2; status=2 ;;
   esac
