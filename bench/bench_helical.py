@@ -210,7 +210,7 @@ def dry_run(args):
                                    args.pitch_factor, args.voxel)
     w = HelicalWindow(g, fit_helix(g))
     seen = [views_seen(w, vol.slab(k, min(vol.nz, k + 16))) for k in range(0, vol.nz, 16)]
-    per_slab = np.mean([b - a for a, b in seen if a is not None])
+    per_slab = np.mean([s[1] - s[0] for s in seen if s is not None])
     gib = lambda n: n * 4 / 2 ** 30   # noqa: E731
     print(f"helical: {g!r}\n  {vol!r}\n  {note}; {w.n_pi}-PI window, edges {w.smoothing:.3f}, largest pitch "
           f"{w.max_pitch:.2f} mm; {per_slab:.0f} of {g.n_views} views per 16-slice slab\n"
