@@ -45,7 +45,7 @@ def fit_helix(geometry) -> Helix | None:
     trajectories that only wobble give None.
     """
     src = geometry.source_positions()
-    if src.shape[0] < 3:
+    if src.shape[0] < 3 or np.ptp(src[:, 2]) <= 1e-12 * np.abs(src).max():   # planar: no need to look further
         return None
     radius = np.hypot(src[:, 0], src[:, 1])
     if radius.min() <= 0 or np.ptp(radius) > _RADIUS_SPREAD * radius.mean():
