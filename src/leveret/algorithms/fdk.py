@@ -95,7 +95,7 @@ def fdk(projections, geometry, volume: VolumeGeometry, *, filter: str = "ram-lak
     from .helical import fdk_route, is_helical
     if is_helical(geometry):   # sources on a helix: the window-weighted FDK of algorithms/helical.py
         return fdk_route(projections, geometry, volume, short_scan=short_scan, devices=devices,
-                         gpu_memory=max_gpu_memory, filter=filter, cutoff=cutoff, padding=padding, backend=backend,
+                         gpu_memory=gpu_memory, filter=filter, cutoff=cutoff, padding=padding, backend=backend,
                          interpolation=interpolation, kernel=kernel, precision=precision, slab_slices=slab_slices,
                          chunk_views=chunk_views, progress=progress, stats=stats)
     projections = v.real_array("projections", projections, geometry.projection_shape,
