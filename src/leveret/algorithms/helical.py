@@ -53,7 +53,7 @@ from ..filters import FILTERS
 from ..geometry import ConeGeometry, VolumeGeometry
 from ..geometry.helix import Helix, fit_helix
 from ..operators.cone import ConeBackprojection
-from ..operators.cone_plan import DEPTH
+from ..cpu.cone_plan import DEPTH
 from .fdk import FDKWeighting, rows_seen
 
 #: Pixels per block when the window is computed (float64 temporaries of a few MiB each).
