@@ -119,7 +119,8 @@ def split_line(stats: dict, workers: int) -> str:
 
 def plan_line(geometry, volume, devices) -> str:
     """Which rows each GPU of an FDK call filters (``leveret.algorithms.fdk.plan_devices``)."""
-    from leveret.algorithms.fdk import plan_devices, rows_seen
+    from leveret.algorithms.fdk import plan_devices
+    from leveret.algorithms.fdk_weights import rows_seen
     from leveret.cuda.devices import parse
     plan = plan_devices(geometry, volume, parse(devices), chunk_views=geometry.n_views // 16)
     if plan is None:

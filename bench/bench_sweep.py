@@ -861,7 +861,8 @@ def streamed_input_bytes(g, vol, budget: int) -> int:
     """Projection bytes FDK uploads under ``budget``: each z-slab its detector rows
     (leveret.algorithms.fdk's plan where it can be asked, else every row once)."""
     try:
-        from leveret.algorithms.fdk import _plan_slabs, rows_seen
+        from leveret.algorithms.fdk import _plan_slabs
+        from leveret.algorithms.fdk_weights import rows_seen
         slabs, _ = _plan_slabs(g, vol, "cuda", budget, None)
     except (ImportError, TypeError, ValueError):
         return 4 * int(np.prod(g.projection_shape))

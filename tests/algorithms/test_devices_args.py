@@ -65,7 +65,8 @@ def test_fdk_on_one_shared_gpu_filters_each_row_once_whatever_the_slabs():
     """Two workers of one GPU, slabs of 16 slices: the rows filtered per view
     are the rows the whole volume sees, not the sum over slabs (which counts
     the rows neighbouring slabs share again)."""
-    from leveret.algorithms.fdk import plan_devices, rows_seen
+    from leveret.algorithms.fdk import plan_devices
+    from leveret.algorithms.fdk_weights import rows_seen
     geometry, volume = _cone_case()
     plan = plan_devices(geometry, volume, _Devices([0, 0]), chunk_views=6, slab_slices=16,
                         free_bytes=lambda d: 1 << 30)
@@ -78,7 +79,8 @@ def test_fdk_on_one_shared_gpu_filters_each_row_once_whatever_the_slabs():
 
 
 def test_fdk_on_two_gpus_splits_z_into_contiguous_aligned_ranges():
-    from leveret.algorithms.fdk import plan_devices, rows_seen
+    from leveret.algorithms.fdk import plan_devices
+    from leveret.algorithms.fdk_weights import rows_seen
     geometry, volume = _cone_case()
     plan = plan_devices(geometry, volume, _Devices([0, 1]), chunk_views=6, free_bytes=lambda d: 1 << 30)
     assert [p.device for p in plan] == [0, 1]
@@ -103,7 +105,7 @@ def test_fdk_plan_gives_up_where_a_gpu_cannot_hold_the_filtered_views():
 def test_fdk_weighting_of_some_rows_equals_those_rows_of_every_row():
     """``row0``: rows 17..52 weighted and filtered alone equal the same rows
     of the whole detector's (what lets each GPU filter only its rows)."""
-    from leveret.algorithms.fdk import FDKWeighting
+    from leveret.algorithms.fdk_weights import FDKWeighting
     geometry, _ = _cone_case()
     raw = np.random.default_rng(3).standard_normal(geometry.projection_shape).astype(np.float32)
     weighting = FDKWeighting(geometry)

@@ -6,7 +6,7 @@ import pytest
 
 import leveret
 from leveret import phantom
-from leveret.algorithms.fdk import parker_weights
+from leveret.algorithms.fdk_weights import parker_weights
 from leveret.geometry import ConeGeometry, VolumeGeometry
 
 from cases import gpu_memory_for_arrays
@@ -102,7 +102,7 @@ def test_slabs_fed_their_own_rows_equal_the_whole_volume():
 
 
 def test_rows_seen_by_a_slab():
-    from leveret.algorithms.fdk import rows_seen
+    from leveret.algorithms.fdk_weights import rows_seen
     g = scan(np.linspace(0, 2 * np.pi, 8, endpoint=False), n=64)
     top = VolumeGeometry((4, 10, 10), voxel_size=2.0, center=(30.0, 0.0, 0.0))
     start, stop = rows_seen(g, top)
@@ -178,7 +178,7 @@ def test_fdk_cuda_stops_its_threads_when_the_pipeline_fails(monkeypatch):
     threads that fault in and fill the NumPy result stop with it."""
     import threading
 
-    from leveret.algorithms.fdk import FDKWeighting
+    from leveret.algorithms.fdk_weights import FDKWeighting
     g = scan(np.linspace(0, 2 * np.pi, 48, endpoint=False), n=16)
     vol = VolumeGeometry((16, 8, 8))
     original, calls = FDKWeighting.__call__, []
@@ -249,7 +249,7 @@ def test_streamed_fdk_filters_each_view_once(rng, monkeypatch):
 
     import leveret.resources
     from leveret.cuda import pipeline
-    from leveret.algorithms.fdk import FDKWeighting, rows_seen
+    from leveret.algorithms.fdk_weights import FDKWeighting, rows_seen
     g = scan(np.linspace(0, 2 * np.pi, 40, endpoint=False), n=40, pixel=3.0)
     vol = VolumeGeometry((24, 30, 30), voxel_size=2.0)
     proj = phantom.shepp_logan_3d(radius=40.0).project(g).astype(np.float32)
@@ -342,7 +342,7 @@ def test_fused_gpu_weighting_equals_the_numpy_path(rng, arc):
     against FDKWeighting's NumPy path (float64 cosines, scipy.fft)."""
     import cupy as cp
 
-    from leveret.algorithms.fdk import FDKWeighting
+    from leveret.algorithms.fdk_weights import FDKWeighting
     g = scan(np.linspace(0, arc, 37, endpoint=False), n=29, pixel=2.5)
     weighting = FDKWeighting(g)
     raw = rng.standard_normal(g.projection_shape).astype(np.float32)

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import leveret
-from leveret.algorithms.fdk import FDKWeighting, angular_steps, rotation_angles, turn_scale, view_frames
+from leveret.algorithms.fdk_weights import FDKWeighting, angular_steps, rotation_angles, turn_scale, view_frames
 
 
 def test_angular_steps_are_each_views_share_of_the_range():

@@ -35,7 +35,7 @@ detector pixels only:
   FDK's distance weight, z-slab by z-slab, each slab from the views whose
   window can see it (:func:`views_seen`) and the detector rows it projects to.
 
-The weighting is :class:`leveret.algorithms.fdk.FDKWeighting`'s (cosine
+The weighting is :class:`leveret.algorithms.fdk_weights.FDKWeighting`'s (cosine
 weights, ramp, the CUDA fused pass) with the window multiplied in first; the
 back-projection is :class:`leveret.operators.ConeBackprojection`: no kernel
 of its own. The largest pitch without gaps is the one whose Tam-Danielsson
@@ -54,7 +54,7 @@ from ..geometry import ConeGeometry, VolumeGeometry
 from ..geometry.helix import Helix, fit_helix
 from ..operators.cone import ConeBackprojection
 from ..cpu.cone_plan import DEPTH
-from .fdk import FDKWeighting, rows_seen
+from .fdk_weights import FDKWeighting, rows_seen
 
 #: Pixels per block when the window is computed (float64 temporaries of a few MiB each).
 _BLOCK_PIXELS = 1 << 22

@@ -143,7 +143,7 @@ def laminography_fbp(projections, geometry, volume: VolumeGeometry, *, filter: s
         artefacts and what the iterative methods recover). NumPy in, NumPy
         out; CuPy in, CuPy out.
     """
-    from .fdk import FDKWeighting
+    from .fdk_weights import FDKWeighting
 
     if not isinstance(geometry, (ParallelVecGeometry, ConeGeometry)):
         raise ValueError(f"geometry: expected a ParallelVecGeometry or ConeGeometry, got {type(geometry).__name__}")

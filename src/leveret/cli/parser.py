@@ -49,7 +49,7 @@ FLAGS = {
     "flats": "--flat", "darks": "--dark", "stripes": "--stripes", "stripe_size": "--stripe-size",
     "filter": "--filter", "cutoff": "--cutoff", "interpolation": "--interpolation", "backend": "--backend",
     "kernel": "--kernel", "precision": "--precision", "slab_slices": "--slab-slices",
-    "slab_slices": "--slab-slices", "max_slices": "--slab-slices", "host_memory": "--host-memory",
+    "max_slices": "--slab-slices", "host_memory": "--host-memory",
     "gpu_memory": "--gpu-memory", "compression": "--compression", "resume": "--resume",
     "overwrite": "--overwrite", "method": "--method", "row": "--rows", "repeats": "--repeats",
     "size": "--size", "scheduler": "--scheduler", "client": "--scheduler",

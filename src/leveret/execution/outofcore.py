@@ -14,7 +14,7 @@ the driver: it plans the slab size from
 
 A parallel-beam slab needs only the detector rows at its height; a cone-beam
 slab needs the rows its voxels project to in any view (with a margin), which
-:func:`leveret.algorithms.fdk.rows_seen` computes from the matrices.
+:func:`leveret.algorithms.fdk_weights.rows_seen` computes from the matrices.
 """
 from __future__ import annotations
 

@@ -31,7 +31,7 @@ def slab_rows(geometry, volume: VolumeGeometry, region: tuple[int, int]):
     k0, k1 = _region(region, volume)
     slab = volume.slab(k0, k1)
     if isinstance(geometry, ConeGeometry):
-        from ..algorithms.fdk import rows_seen
+        from ..algorithms.fdk_weights import rows_seen
         return rows_seen(geometry, slab)
     if not isinstance(geometry, ParallelGeometry) or geometry.is_2d:
         raise ValueError(f"geometry: expected a 3D ParallelGeometry or a ConeGeometry, got {geometry!r}")

@@ -344,7 +344,7 @@ class LiveReconstructor:
         as they are) are scaled on the way out, as leveret.fdk weights them."""
         if self.beam != "cone" or self._turn.size < 2:
             return 1.0
-        from ..algorithms.fdk import turn_scale
+        from ..algorithms.fdk_weights import turn_scale
         return turn_scale(self._turn)
 
     @_locked
@@ -671,7 +671,7 @@ class LiveReconstructor:
     def _cone_filter(self, lines, matrices):
         """FDK's cosine and pitch weighting and the row filter for these views,
         without their angular weight (that one follows the views received)."""
-        from ..algorithms.fdk import FDKWeighting, rotation_angles
+        from ..algorithms.fdk_weights import FDKWeighting, rotation_angles
 
         g = ConeGeometry(matrices, *self.detector_shape)
         weighting = FDKWeighting(g, filter=self.filter, cutoff=self.cutoff, padding=self.padding,
@@ -690,7 +690,7 @@ class LiveReconstructor:
         return q
 
     def _cone_weights(self):
-        from ..algorithms.fdk import angular_steps
+        from ..algorithms.fdk_weights import angular_steps
         return 0.5 * angular_steps(self._turn)   # full-scan FDK: every line measured twice
 
     def _note_indices(self, indices):

@@ -44,7 +44,7 @@ from typing import MutableMapping, Sequence
 import numpy as np
 
 from .. import _validate as v
-from ..algorithms.fdk import FDKWeighting
+from ..algorithms.fdk_weights import FDKWeighting
 from ..backends import resolve
 from ..filters import FILTERS
 from ..geometry import ConeGeometry
