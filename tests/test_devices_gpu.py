@@ -312,19 +312,21 @@ def test_fdk_on_devices_is_bit_identical_to_one_gpu(rng):
 
 
 def test_fdk_on_devices_without_room_for_the_filtered_views_filters_per_slab(rng):
-    """Where a GPU cannot hold the filtered views (``gpu_memory``), the
-    views are filtered once into host memory, then z-slabs of 7 slices are
-    dealt from one queue, each uploading its rows of them: bit-identical to
-    one GPU with the same slabs and view chunks. CuPy input: each slab
-    filters its own rows, on one GPU as on several."""
+    """Where a GPU cannot hold the filtered views (``gpu_memory``: 250 kB
+    for arrays, the 184 kB of filtered views and a view's working set do not
+    fit beside each other), the views are filtered once into host memory,
+    then z-slabs of 7 slices are dealt from one queue, each uploading its
+    rows of them: bit-identical to one GPU with the same slabs and view
+    chunks. CuPy input: each slab filters its own rows, on one GPU as on
+    several."""
     cp = _cupy()
     geometry, volume, proj = _fdk_case(rng)
-    kw = dict(slab_slices=7, chunk_views=6, gpu_memory=gpu_memory_for_arrays(200_000), backend="cuda")
+    kw = dict(slab_slices=7, chunk_views=1, gpu_memory=gpu_memory_for_arrays(250_000), backend="cuda")
     ref = leveret.fdk(proj, geometry, volume, **kw)
     split: dict = {}
     got = leveret.fdk(proj, geometry, volume, devices=two_workers(), stats=split, **kw)
     np.testing.assert_array_equal(got, ref)
-    assert split["chunks"] == 5 * 4 + 4   # the slabs' chunks, and the filtering pass's
+    assert split["chunks"] == 5 * 24 + 24   # the slabs' chunks, and the filtering pass's
     assert 0 < split["busy"] <= 2 * split["wall"]   # the slabs' pipelines, two at a time, within the call
     cp.testing.assert_array_equal(leveret.fdk(cp.asarray(proj), geometry, volume, devices=two_workers(), **kw),
                                   leveret.fdk(cp.asarray(proj), geometry, volume, **kw))
