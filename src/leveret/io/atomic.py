@@ -103,6 +103,16 @@ def _fsync_path(path: Path) -> None:
         os.close(fd)
 
 
+def write_at(fd: int, buffer, offset: int) -> None:
+    """Write all of ``buffer`` (any contiguous buffer) into the open file ``fd``
+    at byte ``offset`` with ``pwrite``: the one place every slab writer's
+    payload bytes go through (a full disk surfaces here as an OSError)."""
+    view = memoryview(buffer).cast("B")
+    while view:
+        n = os.pwrite(fd, view, offset)
+        view, offset = view[n:], offset + n
+
+
 def _remove(path: Path) -> None:
     if path.is_dir() and not path.is_symlink():
         shutil.rmtree(path, ignore_errors=True)

@@ -87,8 +87,13 @@ class _H5Dataset(LazyStack):
     def __getitem__(self, key):
         import h5py
 
+        from .hdf5 import needs_own_decoder, read_dataset
+
         with library_errors(self.path, "an HDF5 file"), h5py.File(self.path, "r") as f:
-            return np.asarray(f[self.dataset][key])
+            ds = f[self.dataset]
+            if needs_own_decoder(ds):        # a Blosc volume without hdf5plugin: decoded here
+                return read_dataset(self.path, self.dataset, key)
+            return np.asarray(ds[key])
 
 
 def open_array(path: str | os.PathLike, *, dataset: str | None = None):

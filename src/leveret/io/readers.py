@@ -115,6 +115,8 @@ def read_tiff_stack(files: list[Path], source: str) -> np.ndarray:
 def read_hdf5(path: Path, dataset: str | None = None) -> np.ndarray:
     import h5py
 
+    from .hdf5 import needs_own_decoder, read_dataset
+
     with library_errors(path, "an HDF5 file"):
         f = h5py.File(path, "r")
     with f:
@@ -139,6 +141,8 @@ def read_hdf5(path: Path, dataset: str | None = None) -> np.ndarray:
                 f"dataset: expected a dataset at {dataset!r} in {str(path)!r}, found {found}; "
                 f"datasets there: {_listing(names)}")
         with library_errors(path, "an HDF5 file"):
+            if needs_own_decoder(obj):       # a Blosc volume without hdf5plugin: decoded here
+                return read_dataset(path, dataset)
             return np.asarray(obj[()])
 
 

@@ -90,11 +90,17 @@ class FrameStack(LazyStack):
         out = np.empty((len(picked),) + template.shape[1:], self.dtype)
         import h5py
 
+        from .hdf5 import needs_own_decoder, read_dataset
+
         with _h5_errors(Path(self.path), "an HDF5 file"):
             with h5py.File(self.path, "r") as f:
                 ds = f[self.dataset]
+                own = needs_own_decoder(ds)     # Blosc frames without hdf5plugin: decoded here
                 for j, i in enumerate(picked):
-                    out[j] = ds[(int(i),) + rest] if native else ds[int(i)][rest]
+                    if own:
+                        out[j] = read_dataset(self.path, self.dataset, (slice(int(i), int(i) + 1),))[0][rest]
+                    else:
+                        out[j] = ds[(int(i),) + rest] if native else ds[int(i)][rest]
         return out[0] if single else out
 
 

@@ -1,0 +1,237 @@
+"""Bands of detector rows read on many threads, straight into the caller's buffer.
+
+An out-of-core slab needs rows ``r0:r1`` of every projection: thousands of
+short runs of bytes spread over the input. One thread reading them (h5py,
+which serialises every call, or a NumPy copy from a memory map) reaches a
+fraction of what the page cache gives to 16; :func:`read_band` finds where
+each projection's rows lie in the file and reads them with ``preadv`` on a
+pool of threads, into ``out`` (a pinned staging buffer, say) without an
+intermediate copy:
+
+- an HDF5 dataset (:class:`leveret.io.FrameStack` of a scan file, or a lazily
+  opened dataset): contiguous, straight from its offset; chunked, each chunk
+  read and decoded (deflate, shuffle, Blosc) on a thread, only the rows of
+  uncompressed chunks that span whole projection rows;
+- a memory-mapped ``.npy`` or raw file, and a folder of uncompressed TIFFs:
+  from each file's data offset;
+- anything else (zarr, compressed TIFFs, arrays in memory): its own indexing,
+  ``out[...] = source[:, r0:r1, :]``.
+"""
+from __future__ import annotations
+
+import mmap
+import os
+import threading
+import weakref
+
+import numpy as np
+
+#: Bytes a thread reads at least per task (several projections' rows when they are short).
+MIN_TASK_BYTES = 4 << 20
+
+
+def read_band(source, rows: tuple[int, int], out: np.ndarray, *, pool=None) -> np.ndarray:
+    """``out[...] = source[:, r0:r1, :]``, read on ``pool``'s threads where the
+    bytes' places in the file are known.
+
+    Parameters
+    ----------
+    source : array-like (n_angles, n_rows, n_cols)
+        A lazy input (:func:`leveret.io.open_array`, a scan's projections), a
+        memory map or any array with NumPy slicing.
+    rows : (r0, r1)
+    out : ndarray (n_angles, r1 - r0, n_cols), C-contiguous, of ``source``'s dtype
+    pool : concurrent.futures.Executor, optional
+        Threads for the reads (None: this thread only).
+
+    Returns
+    -------
+    ``out``
+    """
+    r0, r1 = (int(r) for r in rows)
+    shape = tuple(source.shape)
+    expected = (shape[0], r1 - r0, shape[2])
+    if out.shape != expected or not out.flags.c_contiguous or out.dtype != np.dtype(source.dtype):
+        raise ValueError(f"out: expected a C-contiguous {np.dtype(source.dtype)} array of shape {expected}, "
+                         f"got {out.dtype} {out.shape}")
+    try:
+        places = _places[source]
+    except (KeyError, TypeError):    # TypeError: not weakly referable (never cached)
+        places = _file_places(source)
+        try:
+            _places[source] = places
+        except TypeError:
+            pass
+    if places is None:
+        out[...] = np.asarray(source[:, r0:r1, :])
+        return out
+    places.read(r0, r1, out, pool)
+    return out
+
+
+_places: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()    # source -> its places, found once
+
+
+def _file_places(source):
+    """How to read ``source``'s bytes directly: a :class:`_Frames` or :class:`_Chunks`, or None."""
+    from .lazy import TiffStack, _H5Dataset
+    from .scans import FrameStack
+
+    try:
+        if isinstance(source, FrameStack):
+            return _hdf5_places(source.path, source.dataset, source.frame_indices)
+        if isinstance(source, _H5Dataset) and len(source.shape) == 3:
+            return _hdf5_places(source.path, source.dataset, np.arange(source.shape[0]))
+        if isinstance(source, TiffStack):
+            return _tiff_places(source)
+        if isinstance(source, np.memmap) and source.filename is not None and isinstance(source.base, mmap.mmap) \
+                and source.flags.c_contiguous and source.ndim == 3 and source.dtype.byteorder != ">":
+            n, r, c = source.shape
+            frame = r * c * source.dtype.itemsize
+            return _Frames([source.filename], [source.offset + i * frame for i in range(n)], source.shape,
+                           source.dtype, file_of=None)
+    except (OSError, ValueError, KeyError):    # not readable directly after all: its own indexing
+        return None
+    return None
+
+
+def _hdf5_places(path, dataset: str, frames: np.ndarray):
+    from .hdf5 import dataset_layout
+
+    layout = dataset_layout(path, dataset)
+    if layout is None or len(layout.shape) != 3:
+        return None
+    frames = np.asarray(frames, np.int64)
+    shape = (len(frames),) + tuple(layout.shape[1:])
+    if layout.chunks is None:
+        frame = int(np.prod(layout.shape[1:])) * layout.dtype.itemsize
+        return _Frames([layout.path], [layout.offset + int(f) * frame for f in frames], shape, layout.dtype,
+                       file_of=None)
+    return _Chunks(layout, frames, shape)
+
+
+def _tiff_places(stack):
+    """Each TIFF's data offset, for a stack of uncompressed single-image TIFFs
+    stored contiguously; None if any is compressed, tiled or differs."""
+    import tifffile
+
+    offsets = []
+    for f in stack.files:
+        with tifffile.TiffFile(f) as t:
+            page = t.pages[0]
+            if (len(t.pages) != 1 or page.compression != 1 or not page.is_contiguous
+                    or tuple(page.shape) != tuple(stack.shape[1:]) or np.dtype(page.dtype) != stack.dtype
+                    or t.byteorder == ">" or not page.dataoffsets):
+                return None
+            offsets.append(int(page.dataoffsets[0]))
+    return _Frames([str(f) for f in stack.files], offsets, stack.shape, stack.dtype,
+                   file_of=list(range(len(stack.files))))
+
+
+def _tasks(n_items: int, item_bytes: int, pool) -> list[tuple[int, int]]:
+    """Ranges of items, each at least ``MIN_TASK_BYTES``, at most a few per thread."""
+    threads = getattr(pool, "_max_workers", 1) if pool is not None else 1
+    per = max(1, MIN_TASK_BYTES // max(1, item_bytes), -(-n_items // (4 * threads)))
+    return [(a, min(n_items, a + per)) for a in range(0, n_items, per)]
+
+
+def _run(pool, tasks, fn) -> None:
+    if pool is None:
+        for task in tasks:
+            fn(*task)
+        return
+    futures = [pool.submit(fn, *task) for task in tasks]
+    try:
+        for future in futures:
+            future.result()
+    finally:      # never leave a read writing into a buffer the caller reuses
+        for future in futures:
+            future.cancel()
+        for future in futures:
+            if not future.cancelled():
+                future.exception()
+
+
+class _Frames:
+    """Projections stored one after another, each C-ordered at a known byte
+    offset (in one file, or one file each): rows ``r0:r1`` of projection i
+    are ``(r1 - r0) * n_cols`` items at ``offsets[i] + r0 * n_cols * itemsize``."""
+
+    def __init__(self, files, offsets, shape, dtype, *, file_of):
+        self.files, self.offsets = [os.fspath(f) for f in files], list(offsets)
+        self.shape, self.dtype, self.file_of = tuple(shape), np.dtype(dtype), file_of
+
+    def read(self, r0: int, r1: int, out: np.ndarray, pool) -> None:
+        row = self.shape[2] * self.dtype.itemsize
+        flat = out.reshape(out.shape[0], -1).view(np.uint8)
+        lock = threading.Lock()
+        fds: dict = {}
+
+        def fd_of(i):
+            name = self.files[0 if self.file_of is None else self.file_of[i]]
+            with lock:
+                if name not in fds:
+                    fds[name] = os.open(name, os.O_RDONLY)
+                return fds[name]
+
+        def part(a, b):
+            for i in range(a, b):
+                view = memoryview(flat[i])
+                pos, n = self.offsets[i] + r0 * row, (r1 - r0) * row
+                got = os.preadv(fd_of(i), [view], pos)
+                if got != n:
+                    raise OSError(f"{self.files[0 if self.file_of is None else self.file_of[i]]}: "
+                                  f"expected {n} bytes at {pos}, the file ends after {got}")
+        try:
+            _run(pool, _tasks(out.shape[0], (r1 - r0) * row, pool), part)
+        finally:
+            for fd in fds.values():
+                os.close(fd)
+
+
+class _Chunks:
+    """A chunked HDF5 dataset: the chunks the band meets, each read (and
+    decoded) by a thread; an uncompressed chunk whose rows span the whole
+    projection width gives just the band's rows."""
+
+    def __init__(self, layout, frames, shape):
+        self.layout, self.frames, self.shape = layout, np.asarray(frames, np.int64), tuple(shape)
+
+    def read(self, r0: int, r1: int, out: np.ndarray, pool) -> None:
+        from .hdf5 import read_chunk
+
+        lay = self.layout
+        cf, cr, cc = lay.chunks
+        item = lay.dtype.itemsize
+        direct = not lay.filters and cc == lay.shape[2]
+        # output position j -> dataset frame f; group by chunk along the frame axis
+        by_chunk: dict = {}
+        for j, f in enumerate(self.frames):
+            by_chunk.setdefault(int(f) // cf * cf, []).append((j, int(f)))
+        row_origins = range(r0 // cr * cr, r1, cr)
+        tasks = [(f0, ro) for f0 in sorted(by_chunk) for ro in row_origins]
+        fd = os.open(lay.path, os.O_RDONLY)
+
+        def part(f0, ro):
+            lo, hi = max(ro, r0), min(ro + cr, r1)
+            for c0 in range(0, lay.shape[2], cc):
+                found = lay.table.get((f0, ro, c0))
+                c1 = min(c0 + cc, lay.shape[2])
+                if found is None:             # never written: the fill value, zero
+                    for j, _ in by_chunk[f0]:
+                        out[j, lo - r0:hi - r0, c0:c1] = 0
+                    continue
+                if direct:                    # the band's rows of each frame, as stored
+                    for j, f in by_chunk[f0]:
+                        pos = found[0] + (((f - f0) * cr + (lo - ro)) * cc) * item
+                        view = memoryview(out[j, lo - r0:hi - r0].reshape(-1).view(np.uint8))
+                        if os.preadv(fd, [view], pos) != view.nbytes:
+                            raise OSError(f"{lay.path}: a chunk at byte {found[0]} ends past the file's end")
+                    continue
+                chunk = read_chunk(fd, lay, (f0, ro, c0))
+                for j, f in by_chunk[f0]:
+                    out[j, lo - r0:hi - r0, c0:c1] = chunk[f - f0, lo - ro:hi - ro, :c1 - c0]
+        try:
+            _run(pool, tasks, lambda f0, ro: part(f0, ro))
+        finally:
+            os.close(fd)
