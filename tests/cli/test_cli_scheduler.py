@@ -110,23 +110,19 @@ def test_gpus_takes_all_or_gpu_numbers(folder, text):
         f"argument --gpus: expected 'all' or GPU ids such as 0,1, got {text!r}")
 
 
-def test_gpus_passes_devices_to_fbp(folder, monkeypatch, capsys):
+def test_gpus_go_to_the_pipeline_and_need_cuda(folder, monkeypatch, capsys):
+    """--gpus names the GPUs the pipeline's compute stages run on (one stage per GPU,
+    each taking whole slabs): refused, naming the flag, for a CPU run."""
     from leveret.cli import main
+    from leveret.cuda import devices
 
-    real = leveret.algorithms.fbp
-    seen = []
     monkeypatch.chdir(folder)
-    def real_call(*args, devices=None, **kwargs):     # records devices=, runs on the CPU
-        seen.append(devices)
-        return real(*args, **kwargs)
-    monkeypatch.setattr(leveret, "fbp", real_call)
-    monkeypatch.setattr(leveret.algorithms, "fbp", real_call)
-    assert main([*recon("rec.npy"), "--gpus", "0,1", "--backend", "cpu"]) == 0
-    assert seen and all(d == [0, 1] for d in seen)
-    np.testing.assert_array_equal(np.load(folder / "rec.npy"),
-                                  leveret.fbp(np.load(folder / "proj.npy"),
-                                              leveret.ParallelGeometry(np.linspace(0, np.pi, 60, endpoint=False),
-                                                                       32, n_rows=8), backend="cpu"))
+    monkeypatch.setattr(devices, "parse", lambda d: d)      # no CuPy here: the ids as given
+    assert main([*recon("rec.npy"), "--gpus", "0,1", "--backend", "cpu"]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        "leveret recon: error: --gpus: runs on CUDA GPUs, but the backend is 'cpu'; use --backend cuda or "
+        "--gpus None")
+    assert not (folder / "rec.npy").exists()
     assert main([*recon("rec2.npy"), "--gpus", "all", "--scheduler", "local"]) == 2
     assert capsys.readouterr().err.strip().splitlines()[-1] == (
         "leveret recon: error: --gpus: give it without --scheduler; each Dask worker uses its own GPU")

@@ -82,6 +82,53 @@ def _precision(text) -> str:
 
 
 PRECISIONS = ("float32", "float64", "float16")
+#: What ``--output-dtype`` takes (leveret.io.quantize.OUTPUT_DTYPES).
+OUTPUT_DTYPES = ("float32", "float16", "uint16", "uint8")
+
+
+def _output_range(text):
+    """'LO:HI' -> (lo, hi) with lo < hi, or 'auto'."""
+    value = str(text).strip()
+    if value.lower() == "auto":
+        return "auto"
+    try:
+        lo, hi = (float(x) for x in value.split(":"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected LO:HI (two numbers) or 'auto', got {text!r}") from None
+    if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
+        raise argparse.ArgumentTypeError(f"expected finite LO < HI, got {text!r}")
+    return (lo, hi)
+
+
+def _positive_float(text) -> float:
+    try:
+        value = float(text)
+    except (TypeError, ValueError):
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
+    return value
+
+
+def _pixel_size(text):
+    """'0.2' or '0.2,0.3' (columns, rows) -> a float or a pair."""
+    parts = str(text).split(",")
+    if len(parts) not in (1, 2):
+        raise argparse.ArgumentTypeError(f"expected one pitch or U,V, got {text!r}")
+    values = tuple(_positive_float(x) for x in parts)
+    return values[0] if len(values) == 1 else values
+
+
+def _shape3(text) -> tuple[int, int, int]:
+    """'NZ,NY,NX' -> three positive ints."""
+    parts = str(text).replace("x", ",").split(",")
+    try:
+        shape = tuple(int(x) for x in parts)
+    except ValueError:
+        shape = ()
+    if len(shape) != 3 or min(shape) < 1:
+        raise argparse.ArgumentTypeError(f"expected three positive sizes NZ,NY,NX, got {text!r}")
+    return shape
 
 
 def _common(parser: argparse.ArgumentParser) -> None:

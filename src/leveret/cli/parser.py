@@ -5,7 +5,8 @@ import argparse
 import re
 
 from . import live
-from .flags import PRECISIONS, _center, _common, _cutoff, _device, _gpus, _positive_int, _precision, _size
+from .flags import (OUTPUT_DTYPES, PRECISIONS, _center, _common, _cutoff, _device, _gpus, _output_range,
+                    _pixel_size, _positive_float, _positive_int, _precision, _shape3, _size)
 from .config import apply_config, load_config
 
 EXAMPLES = """examples:
@@ -32,12 +33,19 @@ RECON_EXAMPLES = """examples:
       --flat savu/flat_00001.tiff --dark savu/dark_00001.tiff --center auto
   leveret recon big.h5:/exchange/data rec.zarr --angles 0:180:1800 --host-memory 4G --resume
   leveret recon big.h5:/exchange/data rec.zarr --angles 0:180:1800 --scheduler tcp://HOST:8786
+  leveret recon scan.h5 rec.h5 --output-dtype uint16            16-bit volume, range from a middle slab
   leveret recon --config scan.toml --dry-run
+  leveret recon proj/ rec.h5 --beam cone --angles 0:360:720 --sid 300 --sdd 600 --pixel-size 0.2
+  leveret recon proj/ rec.h5 --matrices matrices.txt --flat f.tif --dark d.tif      cone, 3x4 per view
+  leveret recon --xtekct scan.xtekct rec.h5                      Nikon XTek CT: geometry and TIFFs
 
-The output's extension picks the format: .h5/.hdf5/.nxs (HDF5, gzip), .zarr
-(zarr v3, zstd), .tif/.tiff (one BigTIFF), .npy, or a folder 'dir/' (one TIFF
-per slice). The volume is written slab by slab within the memory cap; with
---resume an interrupted run continues where it stopped.
+The output's extension picks the format: .h5/.hdf5/.nxs (HDF5, Blosc lz4),
+.zarr (zarr v3, Blosc lz4), .tif/.tiff (one BigTIFF), .npy, or a folder 'dir/'
+(one TIFF per slice). Reading, reconstructing (on the GPU when there is one),
+compressing and writing overlap slab by slab within the memory cap; the
+progress line shows each stage's rate. With --resume an interrupted run
+continues where it stopped. Reading Blosc HDF5 outside leveret needs
+hdf5plugin (pip install hdf5plugin; import hdf5plugin before h5py opens it).
 """
 
 
@@ -53,7 +61,9 @@ FLAGS = {
     "gpu_memory": "--gpu-memory", "compression": "--compression", "resume": "--resume",
     "overwrite": "--overwrite", "method": "--method", "row": "--rows", "repeats": "--repeats",
     "size": "--size", "scheduler": "--scheduler", "client": "--scheduler",
-    "devices": "--gpus",
+    "devices": "--gpus", "output_dtype": "--output-dtype", "output_range": "--output-range",
+    "io_threads": "--io-threads", "xtekct": "--xtekct", "sid": "--sid", "sdd": "--sdd",
+    "pixel_size": "--pixel-size", "volume_shape": "--volume-shape",
     # leveret live
     "matrices": "--matrices", "json": "--json", "max_views": "--max-views", "voxel_size": "--voxel-size",
     "allow_origins": "--allow-origin", "settle": "--settle", "storage": "--storage", "beam": "--beam",
@@ -190,6 +200,34 @@ def _scan_options(p: argparse.ArgumentParser, *, angles_required: bool = False) 
     r.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
+def _cone_options(p: argparse.ArgumentParser) -> None:
+    """A cone-beam scan (lab CT): its geometry from 3x4 matrices, circular
+    parameters or a scanner's file, and the volume to reconstruct."""
+    c = p.add_argument_group("cone beam (FDK)")
+    c.add_argument("--beam", default=None, choices=("parallel", "cone"),
+                   help="the scan's beam (default: cone with --matrices, --xtekct or --sid, else parallel)")
+    c.add_argument("--matrices", default=None, metavar="FILE",
+                   help="one 3x4 projection matrix per view: a text file of 12 numbers per line, row by row "
+                        "(P00 P01 P02 P03 P10 ... P23; not RabbitCT's column order), or .npy (n, 3, 4)")
+    c.add_argument("--xtekct", default=None, metavar="FILE",
+                   help="a Nikon XTek CT parameter file: geometry, volume, white level (and the projection "
+                        "TIFFs beside it when no input is given)")
+    c.add_argument("--sid", type=_positive_float, default=None, metavar="DIST",
+                   help="circular scan: source to rotation axis distance (with --sdd, --pixel-size, --angles)")
+    c.add_argument("--sdd", type=_positive_float, default=None, metavar="DIST", help="source to detector distance")
+    c.add_argument("--pixel-size", type=_pixel_size, default=None, metavar="SIZE",
+                   help="detector pixel pitch, one value or U,V (columns, rows)")
+    c.add_argument("--det-offset-u", type=float, default=0.0, metavar="DIST",
+                   help="detector shift along its columns (the principal ray then meets column "
+                        "(n_cols-1)/2 - offset/pitch)")
+    c.add_argument("--det-offset-v", type=float, default=0.0, metavar="DIST", help="detector shift along its rows (up)")
+    c.add_argument("--volume-shape", type=_shape3, default=None, metavar="NZ,NY,NX",
+                   help="voxels of the volume (default: the detector's rows x columns x columns, or the "
+                        "xtekct file's)")
+    c.add_argument("--voxel-size", type=_positive_float, default=None, metavar="SIZE",
+                   help="voxel edge (default: the detector pitch at the rotation axis, or the xtekct file's)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="leveret", description="Fast, quantitative tomographic reconstruction.", epilog=EXAMPLES)
     parser.add_argument("-V", "--version", action="version", version=f"leveret {_version()}")
@@ -210,7 +248,17 @@ def build_parser() -> argparse.ArgumentParser:
                    help=".h5, .zarr, .tif (BigTIFF), .npy, or a folder/ for one TIFF per slice")
     o = f.add_argument_group("output and memory")
     o.add_argument("--compression", default="default",
-                   help="HDF5: gzip (default), lzf, none; zarr: zstd (default), lz4, none; TIFF folder: zlib, none")
+                   help="HDF5: lz4 (default), zstd (Blosc, bit shuffle; readers need hdf5plugin), gzip (readable "
+                        "everywhere, slower), lzf, none; zarr: lz4 (default), zstd, none; TIFF folder: none "
+                        "(default), zlib")
+    o.add_argument("--output-dtype", default="float32", choices=OUTPUT_DTYPES,
+                   help="store the volume as float16 (clips beyond +-65504) or as uint16/uint8 over "
+                        "--output-range (values outside clip); the range goes into the file's metadata")
+    o.add_argument("--output-range", type=_output_range, default=None, metavar="LO:HI",
+                   help="value range of a uint8/uint16 output: LO is stored as 0, HI as the largest integer "
+                        "(default 'auto': the 0.01-99.99 percentiles of a middle slab, widened by 10%%)")
+    o.add_argument("--io-threads", type=_positive_int, default=None, metavar="N",
+                   help="threads that read, compress and write each slab (default: one per core)")
     o.add_argument("--host-memory", type=_size, default=None, metavar="SIZE",
                    help="host memory the run may use, e.g. 512M, 8G (default: 60%% of what is free)")
     o.add_argument("--gpu-memory", type=_size, default=None, metavar="SIZE",
@@ -229,6 +277,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="run the slabs on a Dask cluster: a scheduler's address (tcp://HOST:8786), or "
                         "'local' for a cluster on this host (one worker per GPU, else CPU processes); "
                         'needs pip install "leveret[cluster]"')
+    _cone_options(f)
     _common(f)
 
     c = sub.add_parser("center",

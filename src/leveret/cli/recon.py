@@ -5,6 +5,7 @@ import time
 
 import numpy as np
 
+from .cone import is_cone
 from .scan import _check_backend_flags, _check_output, _devices, _geometry, _say, _sinogram_data, _warn, estimate_center, load_scan
 
 
@@ -29,7 +30,7 @@ def _recon(args, client) -> int:
     from ..io import write_array
     from ..io._common import split_dataset
     from ..io.slabs import output_format
-    from ..execution.outofcore import plan, reconstruct_to_file
+    from ..execution.outofcore import reconstruct_to_file
 
     if args.output is None:
         raise ValueError("output: give the output path (second argument, or output = ... in --config)")
@@ -37,13 +38,20 @@ def _recon(args, client) -> int:
     fmt = output_format(args.output if dataset is None else out_path)     # a bad extension fails now
     _check_output(out_path, args.overwrite, kind={"bigtiff": "tiff"}.get(fmt, fmt), args=args, inside=True)
     compression = None if str(args.compression).lower() == "none" else args.compression
-    scan = load_scan(args)
-    _check_backend_flags(args)
-    progress = not (args.no_progress or args.quiet)
-    options = dict(filter=args.filter, cutoff=args.cutoff, interpolation=args.interpolation,
-                   kernel=args.kernel, precision=args.precision, **_devices(args))
+    if args.output_range is not None and args.output_range != "auto" and args.output_dtype not in ("uint8", "uint16"):
+        raise ValueError(f"--output-range: a value range applies to --output-dtype uint8 or uint16, "
+                         f"not {args.output_dtype}")
     if args.slab_slices is not None and args.slab_slices < 1:
         raise ValueError(f"slab_slices: expected a positive number of slices, got {args.slab_slices}")
+    progress = not (args.no_progress or args.quiet)
+    output = dict(compression=compression, output_dtype=args.output_dtype, output_range=args.output_range,
+                  io_threads=args.io_threads)
+    if is_cone(args):
+        return _recon_cone(args, client, out_path, dataset, output, progress)
+    scan = load_scan(args)
+    _check_backend_flags(args)
+    options = dict(filter=args.filter, cutoff=args.cutoff, interpolation=args.interpolation,
+                   kernel=args.kernel, precision=args.precision, **_devices(args))
 
     if len(scan.shape) == 2:     # one sinogram: one slice, in memory
         g = _geometry(args, scan, None if args.center in (None, "auto") else args.center)
@@ -55,6 +63,8 @@ def _recon(args, client) -> int:
             g = g.replace(center=estimate_center(args, scan)[0].center)
         if client is not None:
             _warn(args, "--scheduler: a single sinogram is one slice, reconstructed in this process")
+        if args.output_dtype != "float32":
+            raise ValueError("--output-dtype: a single sinogram's slice is written as float32")
         t0 = time.perf_counter()
         image = leveret.fbp(data, g, backend=args.backend, progress=progress, **options)
         write_array(args.output, image, overwrite=args.overwrite)
@@ -62,11 +72,7 @@ def _recon(args, client) -> int:
         return 0
 
     g = _geometry(args, scan, None if args.center in (None, "auto") else args.center)
-    itemsize = np.dtype(scan.projections.dtype).itemsize
-    resident = 0 if scan.flats is None else np.asarray(scan.flats).nbytes + np.asarray(scan.darks).nbytes
-    the_plan = plan(g, backend=args.backend, host_memory=args.host_memory, gpu_memory=args.gpu_memory,
-                    input_itemsize=itemsize, preprocess=scan.flats is not None or scan.log_transform,
-                    resident=resident, max_slices=args.slab_slices, stripes=scan.stripes is not None)
+    the_plan = _plan(args, scan, g, None)
     if args.dry_run:
         print(f"input {scan.source}: {scan.shape} {scan.projections.dtype}; output {args.output} "
               f"({output_format(args.output if dataset is None else out_path)})")
@@ -78,15 +84,83 @@ def _recon(args, client) -> int:
         g = g.replace(center=estimate_center(args, scan)[0].center)
     _say(args, f"input {scan.source}: {scan.shape} {scan.projections.dtype}; {g!r}")
     run = dict(backend=args.backend, host_memory=args.host_memory, gpu_memory=args.gpu_memory,
-               resume=args.resume, overwrite=args.overwrite, compression=compression, progress=progress,
+               resume=args.resume, overwrite=args.overwrite, progress=progress,
                params={"input": scan.source}, metadata={"center": g.center, "input": scan.source},
-               **scan.preprocess, **options)
+               **output, **scan.preprocess, **options)
     if client is None:
         _say(args, the_plan.describe())
         result = reconstruct_to_file(scan.projections, g, args.output, slab_slices=the_plan.slab_slices, **run)
     else:   # planned for the smallest worker; --slab-slices still caps it
         result = reconstruct_to_file(scan.projections, g, args.output, slab_slices=args.slab_slices,
                                      client=client, on_plan=lambda p: _say(args, p.describe()), **run)
-    updates = g.default_volume().size * g.n_angles
+    _report(args, result, g.default_volume().size * g.n_angles)
+    return 0
+
+
+def _plan(args, scan, geometry, volume):
+    """The memory plan of this process's pipeline for the flags."""
+    from ..cuda.devices import parse
+    from ..execution.outofcore import plan
+
+    itemsize = np.dtype(scan.projections.dtype).itemsize
+    resident = 0 if scan.flats is None else np.asarray(scan.flats).nbytes + np.asarray(scan.darks).nbytes
+    gpus = 1
+    if args.gpus is not None and args.scheduler is None:
+        from ..backends import resolve
+        gpus = len(parse(args.gpus)) if resolve(args.backend) == "cuda" else 1
+    return plan(geometry, volume, backend=args.backend, host_memory=args.host_memory, gpu_memory=args.gpu_memory,
+                input_itemsize=itemsize, preprocess=scan.flats is not None or scan.log_transform,
+                resident=resident, max_slices=args.slab_slices, stripes=getattr(scan, "stripes", None) is not None,
+                overlap=args.scheduler is None, gpus=gpus, output_itemsize=np.dtype(args.output_dtype).itemsize)
+
+
+def _report(args, result, updates: int) -> None:
+    """The closing lines: the summary, the overall rate, and each stage's split."""
     _say(args, result.summary() + f"; {updates / result.seconds / 1e9:.3f} GU/s overall")
+    if result.stages:
+        _say(args, "stages: " + ", ".join(f"{name} {part['seconds']:.2f} s ({part['rate']:.2f} GB/s, "
+                                          f"{part['busy']:.0%} busy)" for name, part in result.stages.items()))
+    if result.value_range is not None:
+        _say(args, f"stored as {args.output_dtype}: {result.value_range[0]:.6g} -> 0, {result.value_range[1]:.6g} "
+                   f"-> {np.iinfo(args.output_dtype).max} (values outside clip)")
+
+
+def _recon_cone(args, client, out_path, dataset, output, progress) -> int:
+    """A cone-beam scan (matrices, circular parameters or an xtekct file) through
+    the same out-of-core pipeline as parallel beam."""
+    from ..execution.outofcore import reconstruct_to_file
+    from ..io.slabs import output_format
+    from .cone import load_cone
+
+    scan = load_cone(args)
+    _check_backend_flags(args)
+    if args.interpolation == "nearest":
+        raise ValueError("--interpolation: cone beam takes 'linear' or 'linear8'")
+    if args.precision == "float16":
+        raise ValueError("--precision: float16 filtered sinograms are a parallel-beam mode; cone beam takes "
+                         "float32 (or float64 on the CPU)")
+    options = dict(filter=args.filter, cutoff=args.cutoff, interpolation=args.interpolation,
+                   precision=args.precision)
+    if args.kernel != "auto":
+        raise ValueError("--kernel: chooses among parallel-beam kernels; cone beam picks its own")
+    the_plan = _plan(args, scan, scan.geometry, scan.volume)
+    if args.dry_run:
+        print(f"input {scan.source}: {tuple(scan.projections.shape)} {scan.projections.dtype}; output "
+              f"{args.output} ({output_format(args.output if dataset is None else out_path)}); cone beam, "
+              f"volume {scan.volume.shape}")
+        print(the_plan.describe())
+        return 0
+    run = dict(backend=args.backend, host_memory=args.host_memory, gpu_memory=args.gpu_memory,
+               resume=args.resume, overwrite=args.overwrite, progress=progress,
+               params={"input": scan.source}, metadata={"input": scan.source, "beam": "cone"},
+               **output, **scan.preprocess, **options)
+    if client is None:
+        _say(args, the_plan.describe())
+        result = reconstruct_to_file(scan.projections, scan.geometry, args.output, volume=scan.volume,
+                                     slab_slices=the_plan.slab_slices, **run)
+    else:
+        result = reconstruct_to_file(scan.projections, scan.geometry, args.output, volume=scan.volume,
+                                     slab_slices=args.slab_slices, client=client,
+                                     on_plan=lambda p: _say(args, p.describe()), **run)
+    _report(args, result, scan.volume.size * scan.geometry.n_views)
     return 0

@@ -4,13 +4,15 @@ One slab's work is :func:`leveret.execution.slab.reconstruct_slab`, a plain
 function that a scheduler can run anywhere. :func:`reconstruct_to_file` is
 the driver: it plans the slab size from
   the memory limits (:func:`plan`), reads the scan lazily
-  (:func:`leveret.io.open_array`), reconstructs slab after slab straight into
+  (:func:`leveret.io.open_array`), reconstructs the slabs straight into
   a :class:`leveret.io.SlabWriter` (TIFF folder, BigTIFF, HDF5, zarr or .npy),
   retries a slab with fewer slices when CUDA runs out of memory, and reports
-  the peak host memory it measured. The slabs run in this process, or with
-  ``client=`` on a Dask cluster (:mod:`leveret.execution.executors`: one plan, two
-  executors); the output, its lock and its resume manifest stay with the
-  driver either way.
+  the peak host memory it measured. The slabs run in this process through the
+  staged pipeline of :mod:`leveret.execution.pipeline` (reading, uploading,
+  reconstructing, downloading, compressing and writing overlapped, on one GPU
+  or several), or with ``client=`` on a Dask cluster
+  (:mod:`leveret.execution.executors`); the output, its lock and its resume
+  manifest stay with the driver either way.
 
 A parallel-beam slab needs only the detector rows at its height; a cone-beam
 slab needs the rows its voxels project to in any view (with a margin), which
@@ -59,7 +61,7 @@ def _rows_for(geometry, volume: VolumeGeometry, slices: int) -> int:
 
 def host_bytes(geometry, volume: VolumeGeometry, slices: int, *, input_itemsize: int = 4,
                preprocess: bool = False, resident: int = 0, stripes: bool = False,
-               overlap: bool = False) -> int:
+               overlap: bool = False, backend: str = "cpu", gpus: int = 1, output_itemsize: int = 4) -> int:
     """Estimated peak host memory (bytes) of an out-of-core run at ``slices`` per slab.
 
     Counts the data the run holds, not the interpreter and libraries: the
@@ -68,10 +70,12 @@ def host_bytes(geometry, volume: VolumeGeometry, slices: int, *, input_itemsize:
     output slab) and one more output slab for the writer's encoding, plus
     ``resident`` bytes held throughout (flats and darks). Stripe removal
     ("sort") holds two int64 orderings and two float32 copies of the rows.
-    ``overlap``: the next slab's rows are read and the last slab written
-    while one is reconstructed (this process's pipeline,
-    :class:`leveret.execution.executors.LocalExecutor`): one more slab's rows and one
-    more output slab.
+    ``overlap``: this process's staged pipeline
+    (:mod:`leveret.execution.pipeline`), which holds the raw rows and the
+    output slabs of :func:`leveret.execution.pipeline.in_flight` at once (of
+    ``output_itemsize`` bytes per voxel); on the CUDA ``backend`` its
+    ``gpus`` x ``WORKERS_PER_GPU`` workers preprocess and reconstruct on the
+    GPUs, so the host holds neither line integrals nor working sets.
     """
     n_angles = geometry.n_angles if isinstance(geometry, ParallelGeometry) else geometry.n_views
     rows = _rows_for(geometry, volume, slices)
@@ -88,8 +92,16 @@ def host_bytes(geometry, volume: VolumeGeometry, slices: int, *, input_itemsize:
         work = chunk_views * view_bytes + slices * image
     flats = 2 * rows * geometry.n_cols * 4 if preprocess else 0
     lines += band * 24 if stripes else 0
-    ahead = raw + slices * image if overlap else 0
-    return int(raw + lines + work + slices * image + flats + resident + ahead)
+    if not overlap:
+        return int(raw + lines + work + slices * image + flats + resident)
+    from .pipeline import WORKERS_PER_GPU, in_flight
+    on_gpu = backend == "cuda"
+    raws, outs = in_flight(gpus * WORKERS_PER_GPU if on_gpu else 1, backend)
+    held = raws * raw + outs * slices * volume.ny * volume.nx * output_itemsize
+    if on_gpu:
+        return int(held + 2 * geometry.n_rows * geometry.n_cols * 4 + resident)   # the averaged flat and dark
+    # one worker on the CPU: its line integrals and working set (its float32 slab is among the outputs)
+    return int(held + lines + work + (slices * image if output_itemsize != 4 else 0) + flats + resident)
 
 
 def gpu_bytes(geometry, volume: VolumeGeometry, slices: int) -> int:
@@ -106,7 +118,7 @@ def gpu_bytes(geometry, volume: VolumeGeometry, slices: int) -> int:
 def plan(geometry, volume: VolumeGeometry | None = None, *, backend: str = "auto",
          host_memory: int | None = None, gpu_memory: int | None = None, input_itemsize: int = 4,
          preprocess: bool = False, resident: int = 0, max_slices: int | None = None,
-         stripes: bool = False, overlap: bool = False) -> SlabPlan:
+         stripes: bool = False, overlap: bool = False, gpus: int = 1, output_itemsize: int = 4) -> SlabPlan:
     """The slab size for an out-of-core run: the largest whose estimated host
     and GPU peaks fit the limits.
 
@@ -131,8 +143,16 @@ def plan(geometry, volume: VolumeGeometry | None = None, *, backend: str = "auto
     stripes : bool
         Stripe removal is done (its sorting buffers).
     overlap : bool
-        Reading, reconstructing and writing overlap (a run in this process):
-        two slabs' rows and outputs are held at once.
+        The run goes through this process's staged pipeline
+        (:mod:`leveret.execution.pipeline`): the host holds the slabs it has
+        in flight, each GPU's memory is shared by its ``WORKERS_PER_GPU``
+        workers, and without ``max_slices`` the volume is cut into about
+        ``TARGET_SLABS`` slabs (:func:`leveret.execution.pipeline.pipeline_slab`)
+        so that every stage is busy.
+    gpus : int
+        GPUs the pipeline runs on (``overlap``).
+    output_itemsize : int
+        Bytes per stored voxel (2 for float16 or uint16 outputs).
 
     Returns
     -------
@@ -159,21 +179,41 @@ def plan(geometry, volume: VolumeGeometry | None = None, *, backend: str = "auto
         gpu_limit = int(gpu_memory) if gpu_memory is not None else int(GPU_FRACTION * gpu_free_bytes())
     return _plan(geometry, volume, backend, host_limit, gpu_limit, input_itemsize=input_itemsize,
                  preprocess=preprocess, resident=resident, max_slices=max_slices, stripes=stripes,
-                 overlap=overlap)
+                 overlap=overlap, gpus=gpus, output_itemsize=output_itemsize)
 
 
 def _plan(geometry, volume, backend: str, host_limit: int, gpu_limit: int | None, *, input_itemsize: int,
           preprocess: bool, resident: int, max_slices: int | None, stripes: bool,
-          overlap: bool = False) -> SlabPlan:
+          overlap: bool = False, gpus: int = 1, output_itemsize: int = 4) -> SlabPlan:
     """The plan for limits already known and a backend already resolved
     (here, or on the Dask workers)."""
-    return plan_slabs(
+    import dataclasses
+
+    from .pipeline import WORKERS_PER_GPU, pipeline_slab
+
+    # the pipeline's workers of one GPU each hold a slab there
+    share = WORKERS_PER_GPU if overlap and backend == "cuda" else 1
+    the_plan = plan_slabs(
         volume.nz,
         lambda s: host_bytes(geometry, volume, s, input_itemsize=input_itemsize, preprocess=preprocess,
-                             resident=resident, stripes=stripes, overlap=overlap),
-        (lambda s: gpu_bytes(geometry, volume, s)) if backend == "cuda" else None,
+                             resident=resident, stripes=stripes, overlap=overlap, backend=backend, gpus=gpus,
+                             output_itemsize=output_itemsize),
+        (lambda s: share * gpu_bytes(geometry, volume, s)) if backend == "cuda" else None,
         host_limit=int(host_limit), gpu_limit=None if gpu_limit is None else int(gpu_limit),
-        volume_bytes=volume.size * 4, backend=backend, max_slices=max_slices)
+        volume_bytes=volume.size * output_itemsize, backend=backend, max_slices=max_slices)
+    if not overlap or max_slices is not None:
+        return the_plan
+    size = pipeline_slab(volume.nz, the_plan.slab_slices)
+    if size == the_plan.slab_slices:
+        return the_plan
+    host = host_bytes(geometry, volume, size, input_itemsize=input_itemsize, preprocess=preprocess,
+                      resident=resident, stripes=stripes, overlap=True, backend=backend, gpus=gpus,
+                      output_itemsize=output_itemsize)
+    gpu = share * gpu_bytes(geometry, volume, size) if backend == "cuda" else 0
+    shown = {c[0] for c in the_plan.candidates}
+    extra = () if size in shown else ((size, int(host), int(gpu)),)
+    return dataclasses.replace(the_plan, slab_slices=size, host_bytes=int(host), gpu_bytes=int(gpu),
+                               candidates=tuple(sorted(the_plan.candidates + extra)))
 
 
 def _volume(geometry, volume):
@@ -221,10 +261,18 @@ class OutOfCoreResult:
         Peak memory traced by :mod:`tracemalloc` during the run (bytes), when
         tracing was on (NumPy allocations are traced); None otherwise.
     busy : dict
-        Seconds each stage was busy in this process: ``"read"`` (the rows),
-        ``"reconstruct"`` and ``"write"``; they overlap, so the largest bounds
-        the run. With a Dask client the workers read and reconstruct (and
-        write a zarr output): only the writes done here are counted.
+        Seconds each stage was busy, in pipeline order (``"read"``,
+        ``"preprocess"``, ``"upload"``, ``"reconstruct"``, ``"download"``,
+        ``"compress"``, ``"write"``; those that ran): they overlap, so the
+        busiest bounds the run (:attr:`stages` has their shares). With a Dask
+        client the workers read and reconstruct (and write a zarr output):
+        only the writes done here are counted.
+    stages : dict
+        Per stage (this process's pipeline): ``seconds``, ``bytes``, ``rate``
+        (GB/s of its bytes) and ``busy`` (share of the wall time its lanes
+        were working); see :meth:`leveret.execution.pipeline.StageTimes.report`.
+    value_range : (float, float) or None
+        The range an integer output dtype was stored over.
     """
 
     path: object
@@ -237,6 +285,13 @@ class OutOfCoreResult:
     peak_rss: int
     peak_traced: int | None
     busy: dict = field(default_factory=dict)
+    stages: dict = field(default_factory=dict)
+    value_range: tuple | None = None
+
+    @property
+    def bound(self) -> str | None:
+        """The stage that was busy the largest share of the run (None without a split)."""
+        return max(self.stages, key=lambda s: self.stages[s]["busy"]) if self.stages else None
 
     def summary(self) -> str:
         traced = "" if self.peak_traced is None else f", traced peak {format_bytes(self.peak_traced)}"
@@ -245,6 +300,7 @@ class OutOfCoreResult:
                 f"process peak RSS {format_bytes(self.peak_rss)}{traced}"
                 + (f"; {self.slices_resumed} slice(s) resumed" if self.slices_resumed else "")
                 + ("; busy " + ", ".join(f"{k} {v:.2f} s" for k, v in self.busy.items()) if self.busy else "")
+                + (f" (bound by {self.bound})" if self.bound else "")
                 + (f"; {self.retries} GPU out-of-memory retr{'y' if self.retries == 1 else 'ies'}"
                    if self.retries else ""))
 
@@ -256,7 +312,8 @@ def reconstruct_to_file(projections, geometry, output, *, volume: VolumeGeometry
                         slab_slices: int | None = None, resume: bool = False, overwrite: bool = False,
                         dataset: str | None = None, compression="default", metadata: dict | None = None,
                         params: dict | None = None, progress: bool = False, on_plan=None,
-                        client=None, retries: int = 2, **options) -> OutOfCoreResult:
+                        client=None, retries: int = 2, output_dtype="float32", output_range=None,
+                        io_threads: int | None = None, **options) -> OutOfCoreResult:
     """Reconstruct a scan slab by slab straight into a file, within a memory cap.
 
     Parameters
@@ -280,7 +337,9 @@ def reconstruct_to_file(projections, geometry, output, *, volume: VolumeGeometry
         ``client``, per worker thread: of the smallest worker's memory limit
         and free GPU memory).
     slab_slices : int, optional
-        Upper bound on slices per slab (the plan may choose fewer).
+        Upper bound on slices per slab (the plan may choose fewer). Default:
+        the plan's, cut for this process's pipeline into about
+        ``TARGET_SLABS`` slabs (:func:`plan` with ``overlap``).
     resume : bool
         Continue a partial output of the same job, and keep this one's if
         the run stops early (see :class:`leveret.io.SlabWriter`). A run on a
@@ -293,7 +352,21 @@ def reconstruct_to_file(projections, geometry, output, *, volume: VolumeGeometry
         (:class:`leveret.io.SlabWriter`). An output that is the input file
         ``projections`` names (or a folder holding it) is refused either way.
     dataset, compression
-        HDF5 dataset path; compression (see :class:`leveret.io.SlabWriter`).
+        HDF5 dataset path; compression (see :class:`leveret.io.SlabWriter`:
+        Blosc lz4 by default for HDF5 and zarr, on every core).
+    output_dtype : {"float32", "float16", "uint16", "uint8"}
+        What the volume is stored as (:mod:`leveret.io.quantize`): half or a
+        quarter of the bytes. float16 clips beyond +-65504; the integer types
+        map ``output_range`` onto their whole range, clipping outside it.
+    output_range : (lo, hi), "auto" or None
+        The value range of an integer ``output_dtype`` (None: "auto", the
+        0.01 and 99.99 percentiles of a middle slab reconstructed first,
+        widened by 10 % of their span each side; a resumed run takes the
+        range its partial output was started with). Stored in the metadata
+        (``value_range``, ``scale_factor``, ``add_offset``).
+    io_threads : int, optional
+        Threads that read each slab's rows and that compress and write each
+        slab (default: one per core).
     metadata : dict, optional
         Extra metadata stored with the volume (voxel size, origin and units
         are always stored).
@@ -340,10 +413,10 @@ def reconstruct_to_file(projections, geometry, output, *, volume: VolumeGeometry
     >>> with Client("tcp://scheduler:8786") as client:                  # doctest: +SKIP
     ...     reconstruct_to_file("scan.h5", g, "rec.zarr", client=client)
     """
-    from .executors import DaskExecutor, LocalExecutor
+    from .executors import DaskExecutor
     from .signals import handling
 
-    executor = LocalExecutor() if client is None else DaskExecutor(client, retries=retries)
+    executor = None if client is None else DaskExecutor(client, retries=retries)
     with handling():
         return _reconstruct_to_file(projections, geometry, output, volume=volume, flats=flats, darks=darks,
                                     log_transform=log_transform, stripes=stripes, stripe_size=stripe_size,
@@ -351,20 +424,20 @@ def reconstruct_to_file(projections, geometry, output, *, volume: VolumeGeometry
                                     slab_slices=slab_slices, resume=resume, overwrite=overwrite,
                                     dataset=dataset, compression=compression, metadata=metadata,
                                     params=params, progress=progress, on_plan=on_plan, executor=executor,
-                                    **options)
+                                    output_dtype=output_dtype, output_range=output_range,
+                                    io_threads=io_threads, **options)
 
 
 def _reconstruct_to_file(projections, geometry, output, *, volume, flats, darks, log_transform, stripes,
                          stripe_size, backend, host_memory, gpu_memory, slab_slices, resume, overwrite,
                          dataset, compression, metadata, params, progress, on_plan, executor,
-                         **options) -> OutOfCoreResult:
+                         output_dtype, output_range, io_threads, **options) -> OutOfCoreResult:
     import tracemalloc
 
     from ..io import SlabWriter, open_array
     from ..io._common import split_dataset
-    from ..io.atomic import register_cleanup, unregister_cleanup
     from ..io.marks import check_not_input
-    from .executors import OutOfMemoryOnDevice
+    from ..io.quantize import output_dtype as checked_dtype
 
     t0 = time.perf_counter()
     volume = _volume(geometry, volume)
@@ -383,6 +456,15 @@ def _reconstruct_to_file(projections, geometry, output, *, volume, flats, darks,
     if dtype.kind not in "biuf":
         raise ValueError(f"projections: expected real numbers, got dtype {dtype}"
                          + ("; take .real or abs() first if that is what you mean" if dtype.kind == "c" else ""))
+    stored = checked_dtype(output_dtype)
+    if output_range is not None and not (isinstance(output_range, str) and output_range == "auto"):
+        from ..io.quantize import check_range
+        if stored.kind != "u":
+            raise ValueError(f"output_range: a value range applies to uint8 and uint16 outputs, not {stored.name}")
+        output_range = check_range(output_range)
+    if io_threads is not None and (isinstance(io_threads, bool) or not isinstance(io_threads, (int, np.integer))
+                                   or io_threads < 1):
+        raise ValueError(f"io_threads: expected a positive number of threads, got {io_threads!r}")
     resident = 0
     if flats is not None:
         from ..preprocess import check_flats_darks
@@ -391,88 +473,165 @@ def _reconstruct_to_file(projections, geometry, output, *, volume, flats, darks,
     itemsize = np.dtype(getattr(projections, "dtype", np.float32)).itemsize
     if slab_slices is not None and (not isinstance(slab_slices, (int, np.integer)) or slab_slices < 1):
         raise ValueError(f"slab_slices: expected a positive number of slices, got {slab_slices!r}")
+    devices = options.pop("devices", None) if executor is None else None
     plan_args = dict(input_itemsize=itemsize, preprocess=flats is not None or log_transform,
-                     resident=resident, max_slices=slab_slices, stripes=stripes is not None)
-    if executor.name == "dask":      # sized for the smallest worker, on the backend the workers have
+                     resident=resident, max_slices=slab_slices, stripes=stripes is not None,
+                     output_itemsize=stored.itemsize)
+    if executor is not None:      # Dask: sized for the smallest worker, on the backend the workers have
         capacity = executor.capacity(backend)
         the_plan = _plan(geometry, volume, capacity["backend"],
                          host_memory if host_memory is not None else int(HOST_FRACTION * capacity["host"]),
                          gpu_memory if gpu_memory is not None or capacity["gpu"] is None
                          else int(GPU_FRACTION * capacity["gpu"]), **plan_args)
     else:
+        from ..backends import resolve
+        from ..cuda.devices import for_backend
+        devices = for_backend(devices, resolve(backend))
         the_plan = plan(geometry, volume, backend=backend, host_memory=host_memory, gpu_memory=gpu_memory,
-                        overlap=True, **plan_args)
+                        overlap=True, gpus=1 if devices is None else len(devices), **plan_args)
     if on_plan is not None:
         on_plan(the_plan)
     log.debug("%s", the_plan.describe())
+    preprocessing = dict(flats=flats, darks=darks, log_transform=log_transform, stripes=stripes,
+                         stripe_size=stripe_size)
+    value_range = None
+    if stored.kind == "u":
+        value_range = _value_range(output_range, output, dataset, resume, projections, geometry, volume,
+                                   the_plan, preprocessing, options)
     # which GPUs ran it does not change the result: a resumed run may use others
     job = {"geometry": _describe(geometry), "volume": _describe(volume),
            "options": {k: val for k, val in options.items() if k != "devices"},
            "log_transform": log_transform, "flats": flats, "darks": darks, "stripes": stripes,
            "stripe_size": stripe_size, **(params or {})}
+    if stored != np.float32:      # float32 runs keep the parameters (and resume) of earlier versions
+        job["output"] = {"dtype": stored.name, "range": output_range if output_range is not None else "auto"}
     fingerprint = _fingerprint(projections, (params or {}).get("input"))
+    from ..io.quantize import value_metadata
     meta = {"voxel_size": list(volume.voxel_size), "center": list(volume.center), "axes": "zyx",
-            "values": "attenuation per length unit", "software": "leveret", **(metadata or {})}
-
-    from tqdm.auto import tqdm
+            "values": "attenuation per length unit", "software": "leveret", **(metadata or {}),
+            **value_metadata(stored, value_range)}
 
     size = the_plan.slab_slices
     retries = slabs_done = 0
-    writing = 0.0
     traced = tracemalloc.is_tracing()
-    # Registered before the writer, so that an interrupted command cancels the
-    # queued slabs before it removes (or keeps) the partial output.
-    register_cleanup(id(executor), executor.cancel)
-    try:
-        with SlabWriter(output, volume.shape, np.float32, params=job, metadata=meta, resume=resume,
-                        overwrite=overwrite, dataset=dataset, compression=compression,
-                        fingerprint=fingerprint) as writer:
-            try:
-                resumed = int(writer.done.sum())
-                if resumed:
-                    check_sources(writer, projections)
-                executor.start(projections, geometry, volume,
-                               store=writer.region_store() if executor.name == "dask" else None,
-                               flats=flats, darks=darks, log_transform=log_transform, stripes=stripes,
-                               stripe_size=stripe_size, backend=the_plan.backend, **options)
-                with tqdm(total=volume.nz, initial=resumed, unit="slice", desc="reconstruct",
-                          disable=not progress, leave=False, dynamic_ncols=True) as bar:
-                    for region in writer.todo(size):
-                        executor.submit(region)
-                    for (k0, k1), slab in executor.completed():
-                        if isinstance(slab, OutOfMemoryOnDevice):
-                            if k1 - k0 == 1:
-                                raise MemoryError(f"memory: the GPU ran out of memory even for one slice "
-                                                  f"({slab.message})")
-                            size = min(size, max(1, (k1 - k0) // 2))
-                            retries += 1
-                            log.warning("CUDA out of memory on slices %d:%d; retrying with %d slice(s) per slab",
-                                        k0, k1, size)
-                            for k in reversed(range(k0, k1, size)):   # the halves go first, in order
-                                executor.submit((k, min(k1, k + size)), first=True)
-                            continue
-                        t_write = time.perf_counter()
-                        made_from = executor.made_from((k0, k1))
-                        if isinstance(slab, tuple):      # written into the store by its worker
-                            writer.record(k0, k1, source=made_from)
-                        else:
-                            writer.write(k0, slab, source=made_from)
-                        writing += time.perf_counter() - t_write
-                        del slab
-                        slabs_done += 1
-                        bar.update(k1 - k0)
-            except BaseException:
-                executor.cancel()    # before the writer aborts: no task writes into what it removes
-                raise
-            path = writer.finish()
-    finally:
-        executor.cancel()
-        unregister_cleanup(id(executor))
+    stages: dict = {}
+    busy: dict = {}
+    with SlabWriter(output, volume.shape, stored, params=job, metadata=meta, resume=resume,
+                    overwrite=overwrite, dataset=dataset, compression=compression,
+                    fingerprint=fingerprint, threads=io_threads) as writer:
+        resumed = int(writer.done.sum())
+        if resumed:
+            check_sources(writer, projections)
+        if executor is None:
+            done, retries, size, stages = _run_pipeline(
+                projections, geometry, volume, writer, the_plan, devices, preprocessing, options, value_range,
+                size, io_threads, resume, progress)
+            slabs_done = done
+            busy = {stage: part["seconds"] for stage, part in stages.items()}
+        else:
+            slabs_done, retries, size, writing = _run_executor(
+                executor, projections, geometry, volume, writer, the_plan, preprocessing, options, size, progress,
+                resumed)
+            busy = {"write": writing}
+        path = writer.finish()
     return OutOfCoreResult(path=path, plan=the_plan, slab_slices=size, slabs_done=slabs_done,
                            slices_resumed=resumed, retries=retries, seconds=time.perf_counter() - t0,
                            peak_rss=peak_rss_bytes(),
                            peak_traced=tracemalloc.get_traced_memory()[1] if traced else None,
-                           busy={**getattr(executor, "seconds", {}), "write": writing})
+                           busy=busy, stages=stages, value_range=value_range)
+
+
+def _value_range(output_range, output, dataset, resume, projections, geometry, volume, the_plan, preprocessing,
+                 options):
+    """The value range of an integer output: the one given; a resumed run's
+    (from its partial output); or sampled from a middle slab."""
+    from ..io.slabs import partial_metadata
+    from .pipeline import sample_range
+
+    if output_range is not None and not isinstance(output_range, str):
+        return output_range
+    if resume:
+        started = partial_metadata(output, dataset) or {}
+        if started.get("value_range") is not None:
+            return tuple(float(v) for v in started["value_range"])
+    n = min(the_plan.slab_slices, 8, volume.nz)
+    k0 = max(0, (volume.nz - n) // 2)
+    lo, hi = sample_range(projections, geometry, volume, (k0, k0 + n), backend=the_plan.backend,
+                          options={k: v for k, v in options.items() if k != "devices"}, **preprocessing)
+    log.info("output range: %.6g to %.6g (from slices %d:%d)", lo, hi, k0, k0 + n)
+    return lo, hi
+
+
+def _run_pipeline(projections, geometry, volume, writer, the_plan, devices, preprocessing, options, value_range,
+                  size, io_threads, resume, progress):
+    """The slabs through this process's staged pipeline: (slabs done, retries, smallest slab, split)."""
+    from ..io.atomic import register_cleanup, unregister_cleanup
+    from .pipeline import Pipeline
+
+    pipeline = Pipeline(projections, geometry, volume, writer, backend=the_plan.backend, devices=devices,
+                        options=options, value_range=value_range, slab_slices=size,
+                        read_threads=io_threads or max(1, os.cpu_count() or 1), checksum=resume,
+                        progress=progress, **preprocessing)
+    # Registered before any slab starts, so that an interrupted command stops the
+    # stages before it removes (or keeps) the partial output.
+    register_cleanup(id(pipeline), pipeline.cancel)
+    try:
+        stages = pipeline.run(writer.todo(size))
+    finally:
+        pipeline.cancel()
+        unregister_cleanup(id(pipeline))
+    return pipeline.slabs_done, pipeline.retries, min(size, pipeline.smallest), stages
+
+
+def _run_executor(executor, projections, geometry, volume, writer, the_plan, preprocessing, options, size,
+                  progress, resumed):
+    """The slabs on a Dask cluster, written here as they come: (slabs done, retries, smallest slab, write seconds)."""
+    from tqdm.auto import tqdm
+
+    from ..io.atomic import register_cleanup, unregister_cleanup
+    from .executors import OutOfMemoryOnDevice
+
+    retries = slabs_done = 0
+    writing = 0.0
+    # Registered before the slabs, so that an interrupted command cancels the
+    # queued slabs before it removes (or keeps) the partial output.
+    register_cleanup(id(executor), executor.cancel)
+    try:
+        executor.start(projections, geometry, volume, store=writer.region_store(), backend=the_plan.backend,
+                       **preprocessing, **options)
+        with tqdm(total=volume.nz, initial=resumed, unit="slice", desc="reconstruct",
+                  disable=not progress, leave=False, dynamic_ncols=True) as bar:
+            for region in writer.todo(size):
+                executor.submit(region)
+            for (k0, k1), slab in executor.completed():
+                if isinstance(slab, OutOfMemoryOnDevice):
+                    if k1 - k0 == 1:
+                        raise MemoryError(f"memory: the GPU ran out of memory even for one slice "
+                                          f"({slab.message})")
+                    size = min(size, max(1, (k1 - k0) // 2))
+                    retries += 1
+                    log.warning("CUDA out of memory on slices %d:%d; retrying with %d slice(s) per slab",
+                                k0, k1, size)
+                    for k in reversed(range(k0, k1, size)):   # the halves go first, in order
+                        executor.submit((k, min(k1, k + size)), first=True)
+                    continue
+                t_write = time.perf_counter()
+                made_from = executor.made_from((k0, k1))
+                if isinstance(slab, tuple):      # written into the store by its worker
+                    writer.record(k0, k1, source=made_from)
+                else:
+                    writer.write(k0, slab, source=made_from)
+                writing += time.perf_counter() - t_write
+                del slab
+                slabs_done += 1
+                bar.update(k1 - k0)
+    except BaseException:
+        executor.cancel()    # before the writer aborts: no task writes into what it removes
+        raise
+    finally:
+        executor.cancel()
+        unregister_cleanup(id(executor))
+    return slabs_done, retries, size, writing
 
 
 def check_sources(writer, projections) -> None:

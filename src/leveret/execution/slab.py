@@ -13,6 +13,7 @@ anywhere; :func:`slab_rows` says which rows to send.
 from __future__ import annotations
 
 import sys
+import time
 
 import numpy as np
 
@@ -55,7 +56,8 @@ def _region(region, volume: VolumeGeometry) -> tuple[int, int]:
 def preprocess_rows(raw, rows: tuple[int, int], *, flats=None, darks=None, log_transform: bool = False,
                     min_transmission: float = 1e-6, stripes: str | None = None,
                     stripe_size: int = 5) -> np.ndarray:
-    """Detector rows ``raw`` (n_angles, r1 - r0, n_cols) as float32 line integrals.
+    """Detector rows ``raw`` (n_angles, r1 - r0, n_cols) as float32 line integrals
+    (NumPy in, NumPy out; CuPy in, CuPy out, the flats and darks then CuPy too).
 
     With ``flats`` and ``darks`` (full detector images, ``(n_rows, n_cols)`` or
     stacks ``(k, n_rows, n_cols)``, averaged) the rows ``r0:r1`` of them
@@ -67,18 +69,20 @@ def preprocess_rows(raw, rows: tuple[int, int], *, flats=None, darks=None, log_t
     then suppresses stripes, sinogram by sinogram: each detector row on its
     own, so slabs give what the whole scan would.
     """
+    from .._validate import array_module
     from ..preprocess import minus_log, normalize, remove_stripes
 
     r0, r1 = rows
     if (flats is None) != (darks is None):
         raise ValueError("flats: give flats and darks together, or neither")
+    xp = array_module(raw)
     if flats is not None:
-        f = np.asarray(flats)[..., r0:r1, :]
-        d = np.asarray(darks)[..., r0:r1, :]
+        f = xp.asarray(flats)[..., r0:r1, :]
+        d = xp.asarray(darks)[..., r0:r1, :]
         data = normalize(raw, f, d, require_valid=False)   # the whole detector was checked at the start
         minus_log(data, min_transmission=min_transmission, out=data)
     else:
-        data = np.asarray(raw)
+        data = xp.asarray(raw)
         data = data.astype(np.float32, copy=not (data.dtype == np.float32 and data.flags.writeable))
         if log_transform:
             minus_log(data, min_transmission=min_transmission, out=data)
@@ -92,7 +96,7 @@ def preprocess_rows(raw, rows: tuple[int, int], *, flats=None, darks=None, log_t
 def reconstruct_slab(rows_data, geometry, volume: VolumeGeometry, region: tuple[int, int], *,
                      rows: tuple[int, int], flats=None, darks=None, log_transform: bool = False,
                      stripes: str | None = None, stripe_size: int = 5, backend: str = "auto",
-                     slab_slices: int | None = None, **options) -> np.ndarray:
+                     slab_slices: int | None = None, stats: dict | None = None, **options):
     """Reconstruct slices ``region = (k0, k1)`` of ``volume`` from the detector rows they need.
 
     Parameters
@@ -101,6 +105,8 @@ def reconstruct_slab(rows_data, geometry, volume: VolumeGeometry, region: tuple[
         Detector rows ``rows = (r0, r1)`` of every projection, as stored
         (raw counts with ``flats``/``darks``, else line integrals), e.g.
         ``projections[:, r0:r1, :]`` with ``(r0, r1) = slab_rows(...)``.
+        NumPy, or CuPy (then the flats and darks too, and the slab is
+        reconstructed on that GPU and returned there).
     geometry : ParallelGeometry (3D) or ConeGeometry
         The whole scan (all detector rows).
     volume : VolumeGeometry (3D)
@@ -114,6 +120,9 @@ def reconstruct_slab(rows_data, geometry, volume: VolumeGeometry, region: tuple[
     backend : {"auto", "cuda", "cpu"}
     slab_slices : int, optional
         Parallel beam: slices per FBP chunk (default: the whole slab).
+    stats : dict, optional
+        Gets ``"preprocess"`` and ``"reconstruct"``: seconds of each (for
+        CuPy data, GPU time between events on the current stream).
     **options
         Passed to :func:`leveret.fbp` (``filter``, ``cutoff``, ``padding``,
         ``interpolation``, ``angle_weights``) or :func:`leveret.fdk`
@@ -121,17 +130,33 @@ def reconstruct_slab(rows_data, geometry, volume: VolumeGeometry, region: tuple[
 
     Returns
     -------
-    numpy.ndarray (k1 - k0, ny, nx) float32
+    ndarray (k1 - k0, ny, nx) float32
         Attenuation per length unit; the same values as the slices
-        ``k0:k1`` of a reconstruction of the whole volume.
+        ``k0:k1`` of a reconstruction of the whole volume. NumPy for NumPy
+        rows, CuPy for CuPy rows.
     """
-    from ..algorithms import fbp, fdk
+    from .._validate import array_module
 
     k0, k1 = _region(region, volume)
-    slab = volume.slab(k0, k1)
+    clock = _Clock(array_module(rows_data) is not np)
     r0, r1 = (int(r) for r in rows)
     data = preprocess_rows(rows_data, (r0, r1), flats=flats, darks=darks, log_transform=log_transform,
                            stripes=stripes, stripe_size=stripe_size)
+    clock.lap("preprocess")
+    out = _reconstruct(data, geometry, volume, (k0, k1), (r0, r1), backend, slab_slices, options)
+    clock.lap("reconstruct")
+    if stats is not None:
+        clock.report(stats)
+    return out
+
+
+def _reconstruct(data, geometry, volume, region, rows, backend, slab_slices, options):
+    from .._validate import array_module
+    from ..algorithms import fbp, fdk
+
+    k0, k1 = region
+    r0, r1 = rows
+    slab = volume.slab(k0, k1)
     expected = (geometry.n_angles if isinstance(geometry, ParallelGeometry) else geometry.n_views,
                 r1 - r0, geometry.n_cols)
     if data.shape != expected:
@@ -139,7 +164,7 @@ def reconstruct_slab(rows_data, geometry, volume: VolumeGeometry, region: tuple[
                          f"{expected}, got shape {data.shape}")
     if isinstance(geometry, ConeGeometry):
         out = fdk(data, geometry.crop_rows(r0, r1), slab, backend=backend, **options)
-        return np.asarray(out, dtype=np.float32)
+        return array_module(out).asarray(out, dtype=np.float32)
     # Row r' of the cropped detector is row r0 + r' of the full one: its height
     # differs by `offset`, so the slab moves down by it in the cropped frame.
     n = r1 - r0
@@ -147,6 +172,34 @@ def reconstruct_slab(rows_data, geometry, volume: VolumeGeometry, region: tuple[
     sub = geometry.replace(n_rows=n)
     moved = VolumeGeometry(slab.shape, slab.voxel_size, (slab.center[0] - offset,) + tuple(slab.center[1:]))
     return fbp(data, sub, moved, backend=backend, slab_slices=slab_slices or slab.nz, **options)
+
+
+class _Clock:
+    """Seconds between laps: host time, or GPU time between CUDA events on the
+    current stream (read once, at :meth:`report`, when the last one is done)."""
+
+    def __init__(self, gpu: bool):
+        self.gpu = gpu
+        self.laps: list = [("", self._now())]
+
+    def _now(self):
+        if not self.gpu:
+            return time.perf_counter()
+        import cupy
+        event = cupy.cuda.Event()
+        event.record()
+        return event
+
+    def lap(self, name: str) -> None:
+        self.laps.append((name, self._now()))
+
+    def report(self, stats: dict) -> None:
+        if self.gpu:
+            import cupy
+            self.laps[-1][1].synchronize()
+        for (_, a), (name, b) in zip(self.laps, self.laps[1:]):
+            seconds = cupy.cuda.get_elapsed_time(a, b) * 1e-3 if self.gpu else b - a
+            stats[name] = stats.get(name, 0.0) + seconds
 
 
 def is_gpu_out_of_memory(exc: BaseException) -> bool:

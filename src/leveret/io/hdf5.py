@@ -82,7 +82,7 @@ class ParallelFile(io.RawIOBase):
     A writer thread hands a chunk's bytes to HDF5 inside :meth:`handing`; when
     HDF5 writes exactly that buffer (``write_direct_chunk`` passes it through
     unchanged), the write is queued on ``pool`` with :func:`leveret.io.atomic.write_at`,
-    holding the buffer until it is done, and :meth:`handing` gives the futures.
+    (or ``write``) holding the buffer until it is done, and :meth:`handing` gives the futures.
     Every other write (HDF5's metadata) is done at once; the last one that
     failed is kept in ``error`` (h5py reports HDF5's words, without the errno). Reads wait for queued
     writes they overlap; :meth:`close` waits for all of them. h5py serialises
@@ -90,10 +90,11 @@ class ParallelFile(io.RawIOBase):
     threads.
     """
 
-    def __init__(self, path, pool):
+    def __init__(self, path, pool, *, write=None):
         super().__init__()
         self._fd = os.open(path, os.O_RDWR)
         self._pool = pool
+        self._write_later = write       # how a queued write is done (default: atomic.write_at)
         self._pos = 0
         self._end = os.fstat(self._fd).st_size    # the file's end, counting queued writes
         self._local = threading.local()
@@ -140,7 +141,7 @@ class ParallelFile(io.RawIOBase):
         handed = getattr(self._local, "handed", None)
         if handed is not None and n == handed.nbytes and n and np.frombuffer(view, np.uint8).ctypes.data \
                 == handed.address:
-            future = self._pool.submit(atomic.write_at, self._fd, handed.buffer, pos)
+            future = self._pool.submit(self._write_later or atomic.write_at, self._fd, handed.buffer, pos)
             with self._lock:
                 self._pending[future] = (pos, pos + n)
             future.add_done_callback(self._written)

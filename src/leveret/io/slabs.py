@@ -46,11 +46,13 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import hashlib
 import json
 import logging
 import os
 import threading
+import time
 from pathlib import Path
 from typing import Iterable
 
@@ -161,7 +163,7 @@ def input_fingerprint(source: str | os.PathLike, *, blocks: int = 8, block_size:
             "sample": digest.hexdigest()}
 
 
-def rows_checksum(rows) -> int:
+def rows_checksum(rows, *, pool=None) -> int:
     """CRC-32 of detector rows ``(n_angles, k, n_cols)`` as stored: their dtype and
     shape, then each projection's rows in turn (one projection's rows at a time,
     never a copy of the whole band).
@@ -169,15 +171,58 @@ def rows_checksum(rows) -> int:
     What a finished slab of an out-of-core run was made from, so that a resumed
     run can tell whether any value of it changed since. CRC-32 catches every
     change of up to 32 consecutive bits (one value) and misses a larger one
-    with probability 2**-32; it runs at about 2.2 GB/s on one core.
+    with probability 2**-32; it runs at about 2.2 GB/s on one core. With
+    ``pool`` (an executor) and C-contiguous ``rows``, blocks of projections are
+    checksummed on its threads and the CRCs combined: the same value.
     """
     import zlib
 
     a = np.asarray(rows)
     crc = zlib.crc32(f"{a.dtype.str} {a.shape}".encode())
+    threads = getattr(pool, "_max_workers", 1) if pool is not None else 1
+    if threads > 1 and a.flags.c_contiguous and a.nbytes >= (16 << 20) and len(a) > 1:
+        bounds = np.linspace(0, len(a), min(threads, len(a)) + 1).astype(int)
+        blocks = [a[i:j].reshape(-1) for i, j in zip(bounds[:-1], bounds[1:])]
+        for block, part in zip(blocks, [pool.submit(zlib.crc32, b) for b in blocks]):
+            crc = crc32_combine(crc, part.result(), block.nbytes)
+        return crc
     for image in a:
         crc = zlib.crc32(np.ascontiguousarray(image), crc)
     return crc
+
+
+def crc32_combine(crc1: int, crc2: int, len2: int) -> int:
+    """The CRC-32 of ``A + B`` from ``crc1`` of A, ``crc2`` of B (from 0) and
+    ``len2`` = len(B) bytes, as zlib's ``crc32_combine`` (which Python's zlib
+    does not offer): crc1 passed through ``len2`` zero bytes, then xor crc2."""
+    return _gf2_times(_zeros_operator(int(len2)), crc1) ^ crc2 if len2 > 0 else crc1
+
+
+def _gf2_times(matrix, vector: int) -> int:
+    total, i = 0, 0
+    while vector:
+        if vector & 1:
+            total ^= matrix[i]
+        vector >>= 1
+        i += 1
+    return total
+
+
+@functools.lru_cache(maxsize=64)
+def _zeros_operator(length: int) -> tuple:
+    """The GF(2) matrix that advances a CRC-32 over ``length`` zero bytes (zlib's method)."""
+    def square(m):
+        return tuple(_gf2_times(m, m[n]) for n in range(32))
+    odd = (0xEDB88320,) + tuple(1 << n for n in range(31))     # one zero bit
+    op = tuple(1 << n for n in range(32))                      # identity
+    power = square(square(square(odd)))                        # one zero byte (8 bits)
+    while length:
+        if length & 1:
+            op = tuple(_gf2_times(power, op[n]) for n in range(32))
+        length >>= 1
+        if length:
+            power = square(power)
+    return op
 
 
 def _fingerprint_difference(old: dict | None, new: dict | None) -> str:
@@ -194,6 +239,19 @@ def _json_safe(metadata: dict | None) -> dict:
     """Metadata as JSON values (tuples become lists; NumPy scalars and arrays plain)."""
     return json.loads(json.dumps(metadata or {}, default=lambda o: o.tolist()
                                  if isinstance(o, (np.ndarray, np.generic)) else str(o)))
+
+
+def partial_metadata(path, dataset: str | None = None) -> dict | None:
+    """The metadata a partial output of ``path`` was started with (its
+    manifest's), or None when there is none: what a resumed run must store
+    again (an automatic value range, say)."""
+    p, _ = split_dataset(path, dataset)
+    try:
+        manifest = json.loads((p.with_name(f".{p.name}.partial") / MANIFEST).read_text())
+    except (OSError, ValueError):
+        return None
+    meta = manifest.get("metadata")
+    return meta if isinstance(meta, dict) else None
 
 
 class SlabWriter:
@@ -308,6 +366,10 @@ class SlabWriter:
         self._pool = None                        # the writing threads, made at the first slab
         self._h5 = None                          # (ParallelFile, h5py.File) of a chunked HDF5 payload
         self._h5_lock = threading.Lock()
+        #: Seconds the writing threads spent compressing and writing (summed over
+        #: them), the bytes compressed and the bytes written to the payload.
+        self.busy = {"compress": 0.0, "compress_bytes": 0, "write": 0.0, "stored_bytes": 0}
+        self._busy_lock = threading.Lock()
         self._created = False     # set once _open makes a new partial output
         self._lock = OutputLock(self.path)
         # Registered before the lock file and the partial output exist, so that an
@@ -549,6 +611,22 @@ class SlabWriter:
                 self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="leveret-io")
             return self._pool
 
+    def _count(self, what: str, seconds: float, nbytes: int) -> None:
+        with self._busy_lock:
+            self.busy[what] += seconds
+            self.busy["compress_bytes" if what == "compress" else "stored_bytes"] += int(nbytes)
+
+    def _write_at(self, fd: int, buffer, offset: int) -> None:
+        """:func:`leveret.io.atomic.write_at`, counted in :attr:`busy`."""
+        t = time.perf_counter()
+        atomic.write_at(fd, buffer, offset)
+        self._count("write", time.perf_counter() - t, memoryview(buffer).nbytes)
+
+    def _fsync(self, fd: int) -> None:
+        t = time.perf_counter()
+        os.fsync(fd)
+        self._count("write", time.perf_counter() - t, 0)
+
     def _pwrite(self, k0: int, data: np.ndarray) -> None:
         """Write slices at ``k0`` into the .npy/BigTIFF/contiguous HDF5 pixel data
         with plain writes, in pieces on the pool's threads, then flush them."""
@@ -558,8 +636,8 @@ class SlabWriter:
         try:
             step = max(PIECE_BYTES, -(-len(buf) // self.threads))
             pieces = [(buf[a:a + step], pos + a) for a in range(0, len(buf), step)]
-            _all(self._threads(), [(atomic.write_at, fd, piece, at) for piece, at in pieces])
-            os.fsync(fd)
+            _all(self._threads(), [(self._write_at, fd, piece, at) for piece, at in pieces])
+            self._fsync(fd)
         finally:
             os.close(fd)
 
@@ -582,7 +660,12 @@ class SlabWriter:
 
     def _encoded(self, data, k0, origin):
         chunk = self._chunk(data, k0, origin)
-        return origin, (np.ascontiguousarray(chunk) if self._codec is None else self._codec.encode(chunk))
+        if self._codec is None:
+            return origin, np.ascontiguousarray(chunk)
+        t = time.perf_counter()
+        stored = self._codec.encode(chunk)
+        self._count("compress", time.perf_counter() - t, chunk.nbytes)
+        return origin, stored
 
     def _hdf5_file(self):
         """The chunked HDF5 payload, opened once through a :class:`leveret.io.hdf5.ParallelFile`."""
@@ -591,8 +674,7 @@ class SlabWriter:
                 import h5py
 
                 from .hdf5 import ParallelFile
-                pool = self._pool
-                handle = ParallelFile(self.payload, pool)
+                handle = ParallelFile(self.payload, self._pool, write=self._write_at)
                 try:
                     self._h5 = (handle, h5py.File(handle, "r+"))
                 except BaseException:
@@ -614,26 +696,36 @@ class SlabWriter:
     def _write_hdf5_chunks(self, k0: int, k1: int, data: np.ndarray) -> None:
         """Compress the slab's chunks on the pool, hand each to HDF5 as a direct
         chunk as it is ready (its bytes written by the pool), then flush."""
-        from concurrent.futures import as_completed
+        from collections import deque
 
         self._check_room(data.nbytes)
         pool = self._threads()
         handle, f = self._hdf5_file()
         ds = f[self.dataset]
-        encoding = [pool.submit(self._encoded, data, k0, origin) for origin in self._chunk_origins(k0, k1)]
+        # a window of chunks compressed ahead, handed to HDF5 in order (chunks lie in the file in order)
+        origins = deque(self._chunk_origins(k0, k1))
+        encoding: deque = deque()
+        started: list = []
         writes: list = []
         try:
-            for done in as_completed(encoding):
-                origin, stored = done.result()
+            while origins or encoding:
+                while origins and len(encoding) < 2 * self.threads:
+                    encoding.append(pool.submit(self._encoded, data, k0, origins.popleft()))
+                    started.append(encoding[-1])
+                origin, stored = encoding.popleft().result()
                 with handle.handing(stored) as handed:
                     ds.id.write_direct_chunk(origin, stored)
                 writes += handed.futures
+                pending = [w for w in writes if not w.done()]
+                while len(pending) > 2 * self.threads:      # compressed bytes waiting to be written: bounded
+                    pending[0].exception()
+                    pending = [w for w in pending if not w.done()]
             for future in writes:
                 future.result()
             f.flush()                      # the chunk index, then everything to disk
-            os.fsync(handle.fd)
+            self._fsync(handle.fd)
         except BaseException as exc:
-            _cancel(encoding + writes)
+            _cancel(started + writes)
             if handle.error is not None and not is_space_error(exc):   # HDF5's words for the file's error
                 raise handle.error from exc
             raise
@@ -654,8 +746,8 @@ class SlabWriter:
             k, y, x = origin
             fd = os.open(root / str(k) / str(y // cy) / str(x // cx), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
             try:
-                atomic.write_at(fd, stored, 0)
-                os.fsync(fd)
+                self._write_at(fd, stored, 0)
+                self._fsync(fd)
             finally:
                 os.close(fd)
         _all(self._threads(), [(one, origin) for origin in origins])
@@ -666,11 +758,13 @@ class SlabWriter:
         import tifffile
 
         def one(k):
+            t = time.perf_counter()
             f = self.payload / self.slice_name(k)
             tifffile.imwrite(f, data[k - k0], photometric="minisblack", compression=self.compression,
                              description=json.dumps({"slice": k, **self.metadata}),
                              metadata=None, software=SOFTWARE)
             _fsync_path(f)
+            self._count("write", time.perf_counter() - t, f.stat().st_size)
         _all(self._threads(), [(one, k) for k in range(k0, k1)])
 
     # -- progress ----------------------------------------------------------------------------
