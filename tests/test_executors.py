@@ -1,23 +1,21 @@
-"""The in-process executor's pipeline: the next slab's rows are read while one
-slab is reconstructed and the one before is written; the plan counts what
-that holds; errors and interrupts leave no thread behind. (The Dask
+"""The in-process pipeline (leveret.execution.pipeline): reading, reconstructing and
+writing overlap; the buffers it holds are bounded by design and counted by the
+plan; a slow or failing stage shows in the split, never corrupts a slab, and
+leaves nothing behind; out-of-memory slabs are rebuilt in halves. (The Dask
 executor: test_outofcore_dask.py.)"""
 from __future__ import annotations
 
-import contextlib
-import sys
 import threading
 import time
-import types
 
 import numpy as np
 import pytest
 
 import leveret
-from leveret.execution import executors, slab
 from leveret import phantom
-from leveret.io import SlabWriter, read_array
-from leveret.execution.outofcore import host_bytes, reconstruct_to_file
+from leveret.execution import pipeline, slab
+from leveret.execution.outofcore import host_bytes, plan, reconstruct_to_file
+from leveret.io import SlabWriter, atomic, bands
 
 from cases import CupyOutOfMemoryError
 
@@ -33,7 +31,8 @@ def scan():
 
 def _pipeline_threads():
     return [t.name for t in threading.enumerate()
-            if t.name.startswith(("leveret-read", "leveret-slab")) and t.is_alive()]
+            if t.name.startswith(("leveret-read", "leveret-compute", "leveret-write", "leveret-io"))
+            and t.is_alive()]
 
 
 def _no_pipeline_threads_left():
@@ -46,19 +45,20 @@ def _no_pipeline_threads_left():
 def test_reading_reconstructing_and_writing_overlap(tmp_path, scan, monkeypatch):
     """Slab 0 is not finished until slab 1's rows are being read; slab 0 is
     not written until slab 1 is being reconstructed: each stage waits for
-    the next one's event, so a sequential executor fails here."""
+    the next one's event, so a sequential run fails here."""
     g, proj, ref = scan
     reading, building = {}, {}
-    real_read, real_build = executors.read_rows, slab.reconstruct_slab
+    real_read, real_build = bands.read_band, slab.reconstruct_slab
 
-    def read(source, geometry, volume, region):
-        reading.setdefault(tuple(region), threading.Event()).set()
-        return real_read(source, geometry, volume, region)
+    def read(source, rows, out, *, pool=None):
+        reading.setdefault(tuple(rows), threading.Event()).set()
+        return real_read(source, rows, out, pool=pool)
 
     def build(rows_data, geometry, volume, region, **kw):
         building.setdefault(tuple(region), threading.Event()).set()
         if tuple(region) == (0, 4):
-            assert reading.setdefault((4, 8), threading.Event()).wait(WAIT), "slab 1 not read during slab 0"
+            rows = slab.slab_rows(geometry, volume, (4, 8))
+            assert reading.setdefault(rows, threading.Event()).wait(WAIT), "slab 1 not read during slab 0"
         return real_build(rows_data, geometry, volume, region, **kw)
 
     real_write = SlabWriter.write
@@ -68,26 +68,52 @@ def test_reading_reconstructing_and_writing_overlap(tmp_path, scan, monkeypatch)
             assert building.setdefault((4, 8), threading.Event()).wait(WAIT), "slab 1 not built during a write"
         return real_write(self, start, data, **kwargs)
 
-    monkeypatch.setattr(executors, "read_rows", read)
+    monkeypatch.setattr(bands, "read_band", read)
     monkeypatch.setattr(slab, "reconstruct_slab", build)
     monkeypatch.setattr(SlabWriter, "write", write)
     res = reconstruct_to_file(proj, g, tmp_path / "r.npy", backend="cpu", slab_slices=4)
     assert res.slabs_done == 4
     np.testing.assert_allclose(np.load(tmp_path / "r.npy"), ref, rtol=0, atol=1e-6)
-    assert set(res.busy) == {"read", "reconstruct", "write"} and all(v > 0 for v in res.busy.values())
-    assert "busy read" in res.summary()
+    assert {"read", "preprocess", "reconstruct", "write"} <= set(res.busy) and res.busy["reconstruct"] > 0
+    assert list(res.stages) == [s for s in pipeline.STAGES if s in res.stages]      # in pipeline order
+    assert res.bound in res.stages and "busy read" in res.summary() and "bound by" in res.summary()
     assert _no_pipeline_threads_left()
 
 
-def test_the_plan_counts_a_second_slab_of_rows_and_output(tmp_path, scan):
+def test_the_plan_counts_what_the_pipeline_holds(tmp_path, scan):
+    """On the CPU: the rows of two slabs and two output slabs (one being built, one
+    being written), as the pipeline's buffers and tokens allow, and no more."""
     g, proj, _ = scan
     vol = g.default_volume()
     rows = 4 + 2                                  # 4 slices at one row per slice, and the interpolation's
     extra = 60 * rows * 48 * 4 + 4 * vol.ny * vol.nx * 4
     assert host_bytes(g, vol, 4, overlap=True) - host_bytes(g, vol, 4) == extra
+    assert pipeline.in_flight(1, "cpu") == (2, 2)
     seen = []
-    reconstruct_to_file(proj, g, tmp_path / "r.npy", backend="cpu", slab_slices=4, on_plan=seen.append)
-    assert seen[0].host_bytes == host_bytes(g, vol, 4, overlap=True)
+    made = []
+    real = pipeline.Buffers._make
+
+    def counted(self):
+        made.append(self.nbytes)
+        return real(self)
+    mp = pytest.MonkeyPatch()
+    mp.setattr(pipeline.Buffers, "_make", counted)
+    try:
+        reconstruct_to_file(proj, g, tmp_path / "r.npy", backend="cpu", slab_slices=2, on_plan=seen.append)
+    finally:
+        mp.undo()
+    assert seen[0].host_bytes == host_bytes(g, vol, 2, overlap=True)
+    assert 1 <= len(made) <= 2           # the raw pool: at most two buffers for eight slabs
+
+
+def test_without_a_cap_the_volume_is_cut_into_slabs_for_the_pipeline():
+    g = leveret.ParallelGeometry(np.linspace(0, np.pi, 30, endpoint=False), 64, n_rows=256)
+    p = plan(g, backend="cpu", host_memory=1 << 34, overlap=True)
+    assert p.slab_slices == 8 and p.n_slabs == 32               # TARGET_SLABS, MIN_SLAB
+    assert plan(g, backend="cpu", host_memory=1 << 34).slab_slices == 256      # the plan alone: all that fits
+    assert plan(g, backend="cpu", host_memory=1 << 34, overlap=True, max_slices=100).slab_slices == 100
+    assert pipeline.pipeline_slab(2048, 4096) == 64 and pipeline.pipeline_slab(2048, 30) == 28   # multiple of 4
+    assert pipeline.pipeline_slab(5, 100) == 5
 
 
 def test_a_failed_read_stops_the_run_and_leaves_nothing(tmp_path, scan):
@@ -119,7 +145,40 @@ def test_an_interrupt_while_writing_leaves_nothing_and_no_thread(tmp_path, scan,
     assert _no_pipeline_threads_left()
 
 
-def test_out_of_memory_halves_go_before_the_slab_read_ahead(tmp_path, scan, monkeypatch):
+def test_a_failed_reconstruction_still_writes_the_slabs_built_before_it(tmp_path, scan, monkeypatch):
+    """Slabs reconstructed and queued for writing when a later one fails are
+    written before the error is raised (a failed read or write stops at once):
+    with resume, the partial output keeps them and the resumed run does only
+    the rest. The writer holds slab 0 until the failure, so slabs 1 and 2 are
+    still queued then (room for four output slabs here)."""
+    g, proj, ref = scan
+    real_build, real_write = slab.reconstruct_slab, SlabWriter.write
+    failed = threading.Event()
+
+    def failing(rows_data, geometry, volume, region, **kw):
+        if region[0] == 12:
+            failed.set()
+            raise RuntimeError("kernel failed")
+        return real_build(rows_data, geometry, volume, region, **kw)
+
+    def held(self, start, data, **kwargs):
+        if start == 0:
+            assert failed.wait(WAIT)
+        return real_write(self, start, data, **kwargs)
+
+    with monkeypatch.context() as m:
+        m.setattr(pipeline, "in_flight", lambda workers, backend="cuda": (2, 4))
+        m.setattr(slab, "reconstruct_slab", failing)
+        m.setattr(SlabWriter, "write", held)
+        with pytest.raises(RuntimeError, match="kernel failed"):
+            reconstruct_to_file(proj, g, tmp_path / "r.npy", backend="cpu", slab_slices=4, resume=True)
+    res = reconstruct_to_file(proj, g, tmp_path / "r.npy", backend="cpu", slab_slices=4, resume=True)
+    assert res.slices_resumed == 12 and res.slabs_done == 1
+    np.testing.assert_allclose(np.load(tmp_path / "r.npy"), ref, rtol=0, atol=1e-6)
+    assert _no_pipeline_threads_left()
+
+
+def test_out_of_memory_halves_are_built_from_the_rows_already_read(tmp_path, scan, monkeypatch):
     g, proj, ref = scan
     real = slab.reconstruct_slab
     built = []
@@ -128,28 +187,76 @@ def test_out_of_memory_halves_go_before_the_slab_read_ahead(tmp_path, scan, monk
         built.append(tuple(region))
         if region[1] - region[0] > 4:
             raise CupyOutOfMemoryError("out of memory")
+        assert rows_data.shape[1] == kw["rows"][1] - kw["rows"][0]     # the piece's own rows
         return real(rows_data, geometry, volume, region, **kw)
 
+    reads = []
+    real_read = bands.read_band
+    monkeypatch.setattr(bands, "read_band", lambda s, rows, out, pool=None: (reads.append(rows),
+                                                                             real_read(s, rows, out, pool=pool))[1])
     monkeypatch.setattr(slab, "reconstruct_slab", squeezed)
     res = reconstruct_to_file(proj, g, tmp_path / "r.npy", backend="cpu", slab_slices=8)
     assert built == [(0, 8), (0, 4), (4, 8), (8, 16), (8, 12), (12, 16)] and res.retries == 2
+    assert len(reads) == 2 and res.slab_slices == 4         # each slab's rows read once
     np.testing.assert_allclose(np.load(tmp_path / "r.npy"), ref, rtol=0, atol=1e-6)
 
 
-def test_slabs_run_on_the_callers_gpu(tmp_path, scan, monkeypatch):
-    """The slabs are built in another thread: CuPy's current device is per
-    thread, so the executor carries the caller's over (a stand-in CuPy)."""
-    g, proj, _ = scan
-    entered = []
+@pytest.mark.parametrize("stage", ["read", "write"])
+def test_a_stalled_stage_shows_in_the_split_and_corrupts_no_slab(tmp_path, scan, monkeypatch, stage):
+    """A reader (or writer) that stalls on every slab: the result is exact, the
+    stage's busy time holds the stalls and the run is bound by it; no buffer
+    is refilled while a later stage still reads it."""
+    g, proj, ref = scan
+    stall = 0.15
+    if stage == "read":
+        real_read = bands.read_band
 
-    @contextlib.contextmanager
-    def device(i):
-        entered.append((i, threading.current_thread().name))
-        yield
+        def slow_read(source, rows, out, *, pool=None):
+            real_read(source, rows, out, pool=pool)
+            time.sleep(stall)
+            return out
+        monkeypatch.setattr(bands, "read_band", slow_read)
+    else:
+        real_write = atomic.write_at
 
-    cuda = types.SimpleNamespace(runtime=types.SimpleNamespace(getDevice=lambda: 1), Device=device)
-    monkeypatch.setitem(sys.modules, "cupy", types.SimpleNamespace(cuda=cuda))
-    reconstruct_to_file(proj, g, tmp_path / "r.npy", backend="cpu", slab_slices=8)
-    assert [i for i, _ in entered] == [1, 1]
-    assert all(name.startswith("leveret-slab") for _, name in entered)
-    assert read_array(tmp_path / "r.npy").shape == (16, 48, 48)
+        def slow_write(fd, buffer, offset):
+            snapshot = bytes(buffer)
+            time.sleep(stall)                 # the slab's bytes must not change meanwhile
+            assert bytes(buffer) == snapshot, "a slab's buffer changed while it was written"
+            return real_write(fd, buffer, offset)
+        monkeypatch.setattr(atomic, "write_at", slow_write)
+    res = reconstruct_to_file(proj, g, tmp_path / "r.npy", backend="cpu", slab_slices=2)
+    np.testing.assert_allclose(np.load(tmp_path / "r.npy"), ref, rtol=0, atol=1e-6)
+    assert res.busy[stage] >= 8 * stall * 0.9
+    assert res.bound == stage, res.stages
+
+
+def test_buffers_wait_for_a_free_one_and_stop_when_halted():
+    pool = pipeline.Buffers(2, 64)
+    a = pool.take((4, 4), np.float32, lambda: False)
+    b = pool.take((2, 8), np.float32, lambda: False)
+    assert a.array.shape == (4, 4) and b.array.shape == (2, 8)
+    halted = threading.Event()
+    got = []
+    t = threading.Thread(target=lambda: got.append(pool.take((16,), np.float32, halted.is_set)))
+    t.start()
+    t.join(0.3)
+    assert t.is_alive()                      # no free buffer: it waits
+    a.release()
+    t.join(WAIT)
+    assert got and got[0].array.shape == (16,) and pool._made == 2   # the one given back, not a third
+    assert pool.take((1,), np.float32, lambda: True) is None
+    with pytest.raises(ValueError, match="does not fit"):
+        got[0].release() or pool.take((17,), np.float32, lambda: False)
+
+
+def test_stage_times_report_rates_shares_and_the_bound():
+    times = pipeline.StageTimes({"read": 1, "reconstruct": 1, "write": 2})
+    times.add("read", 1.0, 2_000_000_000)
+    times.add("reconstruct", 3.0, 1_000_000_000)
+    times.add("write", 2.0, 4_000_000_000)
+    report = times.report(4.0)
+    assert list(report) == ["read", "reconstruct", "write"]
+    assert report["read"]["rate"] == pytest.approx(2.0) and report["read"]["busy"] == pytest.approx(0.25)
+    assert report["write"]["busy"] == pytest.approx(0.25)            # two lanes
+    assert times.line(4.0).endswith("bound: reconstruct") and "write 2.0 GB/s 25%" in times.line(4.0)

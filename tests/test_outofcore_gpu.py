@@ -114,7 +114,8 @@ def test_real_cuda_out_of_memory_is_retried(tmp_path, scan, monkeypatch):
 
     monkeypatch.setattr(slab, "reconstruct_slab", squeezed)
     res = reconstruct_to_file(proj, g, tmp_path / "r.npy", backend="cuda", slab_slices=16)
-    assert res.retries >= 1 and calls[1] == (0, 8)
+    # the GPU's two pipeline workers call at once: the halves of the first slab come among the calls
+    assert res.retries >= 1 and (0, 8) in calls and (8, 16) in calls
     out = np.load(tmp_path / "r.npy")
     assert rel(out, leveret.fbp(proj, g, backend="cuda")) < 1e-6
     assert rel(out, leveret.fbp(proj, g, backend="cpu")) < 1e-5     # the exact kernel's bound

@@ -32,6 +32,8 @@ def _recon(args, client) -> int:
     from ..io.slabs import output_format
     from ..execution.outofcore import reconstruct_to_file
 
+    if args.output is None and args.xtekct is not None and args.input is not None:
+        args.input, args.output = None, args.input      # 'recon --xtekct FILE OUT': the TIFFs beside FILE
     if args.output is None:
         raise ValueError("output: give the output path (second argument, or output = ... in --config)")
     out_path, dataset = split_dataset(args.output, None)

@@ -191,14 +191,22 @@ def _plan(geometry, volume, backend: str, host_limit: int, gpu_limit: int | None
 
     from .pipeline import WORKERS_PER_GPU, pipeline_slab
 
-    # the pipeline's workers of one GPU each hold a slab there
+    # the pipeline's workers of one GPU each hold a slab there: its raw rows, working set and output
     share = WORKERS_PER_GPU if overlap and backend == "cuda" else 1
+
+    def gpu(s):
+        if share == 1:
+            return gpu_bytes(geometry, volume, s)
+        n_views = geometry.n_angles if isinstance(geometry, ParallelGeometry) else geometry.n_views
+        raw = n_views * _rows_for(geometry, volume, s) * geometry.n_cols * input_itemsize
+        return share * (gpu_bytes(geometry, volume, s) + raw + s * volume.ny * volume.nx * output_itemsize)
+
     the_plan = plan_slabs(
         volume.nz,
         lambda s: host_bytes(geometry, volume, s, input_itemsize=input_itemsize, preprocess=preprocess,
                              resident=resident, stripes=stripes, overlap=overlap, backend=backend, gpus=gpus,
                              output_itemsize=output_itemsize),
-        (lambda s: share * gpu_bytes(geometry, volume, s)) if backend == "cuda" else None,
+        gpu if backend == "cuda" else None,
         host_limit=int(host_limit), gpu_limit=None if gpu_limit is None else int(gpu_limit),
         volume_bytes=volume.size * output_itemsize, backend=backend, max_slices=max_slices)
     if not overlap or max_slices is not None:
@@ -209,10 +217,10 @@ def _plan(geometry, volume, backend: str, host_limit: int, gpu_limit: int | None
     host = host_bytes(geometry, volume, size, input_itemsize=input_itemsize, preprocess=preprocess,
                       resident=resident, stripes=stripes, overlap=True, backend=backend, gpus=gpus,
                       output_itemsize=output_itemsize)
-    gpu = share * gpu_bytes(geometry, volume, size) if backend == "cuda" else 0
+    on_gpu = gpu(size) if backend == "cuda" else 0
     shown = {c[0] for c in the_plan.candidates}
-    extra = () if size in shown else ((size, int(host), int(gpu)),)
-    return dataclasses.replace(the_plan, slab_slices=size, host_bytes=int(host), gpu_bytes=int(gpu),
+    extra = () if size in shown else ((size, int(host), int(on_gpu)),)
+    return dataclasses.replace(the_plan, slab_slices=size, host_bytes=int(host), gpu_bytes=int(on_gpu),
                                candidates=tuple(sorted(the_plan.candidates + extra)))
 
 

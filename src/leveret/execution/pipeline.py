@@ -529,7 +529,7 @@ class Pipeline:
         workers = self._workers(max(b - a for a, b in regions))
         n_writers = writers(self.backend)
         lanes = len({w.lane for w in workers})       # GPUs (or the CPU) the compute stages run on
-        self.times = StageTimes({"read": 1, "preprocess": lanes, "reconstruct": lanes, "write": 1,
+        self.times = StageTimes({"read": 1, "preprocess": lanes, "reconstruct": lanes, "write": n_writers,
                                  **({"upload": lanes, "download": lanes} if self.backend == "cuda" else {})})
         raws, outs = in_flight(len(workers), self.backend)
         self._raw_pool = Buffers(raws, self._max_band(regions), pinned=self.backend == "cuda")
@@ -589,7 +589,9 @@ class Pipeline:
                 if slab is _DONE:
                     return
                 try:
+                    t = time.perf_counter()
                     self.writer.write(slab.region[0], slab.out, source=slab.made_from)
+                    self.times.add("write", time.perf_counter() - t, slab.out.nbytes)
                     done.put(slab.region)
                 except BaseException as exc:
                     self._fail(exc, drain=False)
@@ -640,15 +642,15 @@ class Pipeline:
         return self._halt.is_set() or self._drain.is_set()
 
     def report(self, wall: float) -> dict:
-        """The stages' split (:meth:`StageTimes.report`). ``compress`` and
-        ``write`` are the writer's threads' seconds compressing and writing
-        (:attr:`leveret.io.SlabWriter.busy`) over its number of threads: the
-        wall time they would take spread evenly over them."""
+        """The stages' split (:meth:`StageTimes.report`). ``write`` is the writer
+        threads' time in :meth:`leveret.io.SlabWriter.write` (compressing,
+        writing, flushing and recording each slab; its bytes the slabs');
+        ``compress`` the writer's pool threads' seconds compressing
+        (:attr:`leveret.io.SlabWriter.busy`) over their number: the wall time
+        it takes spread evenly over them."""
         busy = self.writer.busy
-        threads = max(1, self.writer.threads)
         if busy["compress"] > 0:
-            self.times.set("compress", busy["compress"] / threads, busy["compress_bytes"], 1)
-        self.times.set("write", busy["write"] / threads, busy["stored_bytes"], 1)
+            self.times.set("compress", busy["compress"] / max(1, self.writer.threads), busy["compress_bytes"], 1)
         return self.times.report(wall)
 
     def _line(self, wall: float) -> str:

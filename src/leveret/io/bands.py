@@ -209,7 +209,11 @@ class _Chunks:
         for j, f in enumerate(self.frames):
             by_chunk.setdefault(int(f) // cf * cf, []).append((j, int(f)))
         row_origins = range(r0 // cr * cr, r1, cr)
-        tasks = [(f0, ro) for f0 in sorted(by_chunk) for ro in row_origins]
+        # several chunks per task when they are small: a task's overhead is the thread's, not the disk's
+        per_chunk = cf * (min(cr, r1 - r0)) * lay.shape[2] * item
+        groups = _tasks(len(by_chunk), per_chunk, pool)
+        firsts = sorted(by_chunk)
+        tasks = [(firsts[a:b], ro) for a, b in groups for ro in row_origins]
         fd = os.open(lay.path, os.O_RDONLY)
 
         def part(f0, ro):
@@ -231,7 +235,10 @@ class _Chunks:
                 chunk = read_chunk(fd, lay, (f0, ro, c0))
                 for j, f in by_chunk[f0]:
                     out[j, lo - r0:hi - r0, c0:c1] = chunk[f - f0, lo - ro:hi - ro, :c1 - c0]
+        def group(f0s, ro):
+            for f0 in f0s:
+                part(f0, ro)
         try:
-            _run(pool, tasks, lambda f0, ro: part(f0, ro))
+            _run(pool, tasks, group)
         finally:
             os.close(fd)

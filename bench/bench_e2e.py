@@ -1,0 +1,480 @@
+"""Scan file to volume file: ``leveret recon``'s disk-to-disk path, stage by stage, against its floors.
+
+Writes a DXchange HDF5 scan once (uint16 counts of a phantom with noise,
+flats, darks and angles; or also a folder of TIFFs), then reconstructs it
+disk to disk (what ``leveret recon scan.h5 OUT`` runs) into each output
+format and compression, and prints one row per run: the wall time, each
+stage's busy seconds and rate (read, preprocess, upload, reconstruct,
+download, compress, write), the end-to-end rate in GU/s, and the floor: the
+slowest stage's time at this host's ceilings for its bytes (measured here
+with ``--probe``: page-cache reads and writes, Blosc, on this host's cores;
+the reconstruction at the kernel's measured rate), with the run's ratio to
+it. Beside them: ``leveret.fbp`` of the same problem in memory (float32 line
+integrals in, NumPy volume out) and the kernel alone on the GPU.
+
+    # the target (2048 projections of 2048^2 -> 2048^3; 17 GB in, 34 GB out, the page cache of --dir)
+    PYTHONPATH=src python3 bench/bench_e2e.py --size 2048 --dir /tmp
+    # the issue's table: 1500 projections of 512 x 2048 -> 512 x 2048^2
+    PYTHONPATH=src python3 bench/bench_e2e.py --views 1500 --rows 512 --cols 2048
+    # a subset, two GPUs, a TIFF folder as the input
+    PYTHONPATH=src python3 bench/bench_e2e.py --size 2048 --formats h5-none,h5 --gpus all
+    PYTHONPATH=src python3 bench/bench_e2e.py --size 512 --input tiff --formats npy
+    # the CPU (small): the disk-to-disk time over the in-memory reconstruction
+    PYTHONPATH=src python3 bench/bench_e2e.py --size 256 --backend cpu --formats npy,h5
+
+The input is kept in ``--dir`` and reused by later runs of the same size
+(``--fresh`` writes it again); each output is deleted after its run (disk
+room: 64 GiB holds the 2048^3 input and one output). Runs with an older
+leveret work too (for a "before" row): options its ``reconstruct_to_file``
+does not take are left out, and its busy times stand in for the split.
+
+No ASTRA rows: ASTRA has no disk-to-disk path.
+"""
+from __future__ import annotations
+
+import argparse
+import inspect
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import metadata  # noqa: E402
+
+#: The formats a run may ask for: (output name, reconstruct_to_file keywords).
+FORMATS = {
+    "npy": ("rec.npy", {}),
+    "bigtiff": ("rec.tif", {}),
+    "h5-none": ("rec.h5", {"compression": None}),
+    "h5": ("rec.h5", {}),                                   # the default: Blosc lz4
+    "h5-zstd": ("rec.h5", {"compression": "zstd"}),
+    "h5-gzip": ("rec.h5", {"compression": "gzip"}),
+    "zarr": ("rec.zarr", {}),                               # Blosc lz4
+    "zarr-zstd": ("rec.zarr", {"compression": "zstd"}),
+    "tiff": ("rec/", {}),
+    "h5-float16": ("rec.h5", {"output_dtype": "float16"}),
+    "h5-uint16": ("rec.h5", {"output_dtype": "uint16"}),
+    "h5-uint8": ("rec.h5", {"output_dtype": "uint8"}),
+    "npy-uint16": ("rec.npy", {"output_dtype": "uint16"}),
+}
+DEFAULT_FORMATS = "npy,h5-none,h5,zarr,tiff,h5-zstd,h5-gzip,h5-uint16,h5-float16"
+
+#: The host's ceilings (CEILINGS.md, "The host around the GPU": the one-H200 machine, 16 threads),
+#: used as floors unless --probe measures this host's: bytes per second.
+CEILINGS = {"read": 25e9, "write": 4.3e9, "upload": 54e9, "download": 55e9,
+            "lz4": 9.7e9, "zstd": 4.0e9, "gzip": 0.6e9}
+#: The exact parallel-beam kernel on an H200 (CEILINGS.md): voxel updates per second.
+KERNEL_GUPS = 3200e9
+#: Blosc's ratio on reconstruction-like float32 (CEILINGS.md), for the write floor before a run has
+#: measured its own.
+BLOSC_RATIO = 1.33
+#: Quantities of the synthetic scan.
+WHITE, DARK = 20000.0, 100.0
+
+
+# -- the input -------------------------------------------------------------------------------
+
+def phantom_rows(angles: np.ndarray, cols: int, rows: int):
+    """A fast phantom: per angle, chord lengths through a few disks (pixels of
+    the detector), times a smooth profile along the rows (a stack of
+    cylinders of varying attenuation): line integrals ``p(angle, row, col)``
+    as ``chords[angle][None, :] * profile[:, None]``, in [0, 3]."""
+    s = np.arange(cols) - (cols - 1) / 2
+    disks = [(0.0, 0.0, 0.42 * cols, 1.0), (0.12 * cols, 0.05 * cols, 0.12 * cols, 1.5),
+             (-0.15 * cols, -0.1 * cols, 0.08 * cols, -0.6), (0.05 * cols, -0.2 * cols, 0.05 * cols, 2.0)]
+    chords = np.zeros((angles.size, cols), np.float32)
+    for cx, cy, r, mu in disks:
+        centre = cx * np.cos(angles) + cy * np.sin(angles)               # the disk's centre's projection
+        d = s[None, :] - centre[:, None]
+        chords += (mu * 2 * np.sqrt(np.clip(r * r - d * d, 0, None)) / cols * 1.5).astype(np.float32)
+    z = np.linspace(-1, 1, rows, dtype=np.float32)
+    profile = (0.8 + 0.2 * np.cos(3 * z)) * (np.abs(z) < 0.9)
+    return chords, profile.astype(np.float32)
+
+
+def write_scan(path: Path, views: int, rows: int, cols: int, n_flats: int, n_darks: int, layout: str,
+               threads: int) -> None:
+    """The DXchange scan: /exchange/data (uint16 counts), data_white, data_dark, theta (degrees)."""
+    import h5py
+
+    from leveret.io.hdf5 import ParallelFile, contiguous_offset, create_volume
+    from leveret.io import atomic
+
+    angles_deg = np.linspace(0.0, 180.0, views, endpoint=False)
+    chords, profile = phantom_rows(np.radians(angles_deg), cols, rows)
+    rng = np.random.default_rng(0)
+    noise = [(1 + 0.01 * rng.standard_normal((rows, cols))).astype(np.float32) for _ in range(7)]
+    flat = np.full((rows, cols), WHITE, np.float32)
+    tmp = path.with_name(path.name + ".tmp")
+    with h5py.File(tmp, "w") as f:
+        f["exchange/theta"] = angles_deg
+        f["exchange/theta"].attrs["units"] = "degree"
+        f["exchange/data_white"] = np.stack([np.round(flat * noise[i % 7]).astype(np.uint16) for i in range(n_flats)])
+        f["exchange/data_dark"] = np.full((n_darks, rows, cols), DARK, np.uint16)
+        f.require_group("exchange")
+        if layout == "contiguous":
+            create_volume(f["exchange"], "data", (views, rows, cols), np.uint16)
+        else:            # one chunk per projection, as area detectors write them
+            f["exchange"].create_dataset("data", shape=(views, rows, cols), dtype=np.uint16, chunks=(1, rows, cols))
+
+    def counts(i):
+        p = chords[i][None, :] * profile[:, None]
+        return np.round(DARK + (WHITE - DARK) * noise[i % 7] * np.exp(-p)).astype(np.uint16)
+
+    pool = ThreadPoolExecutor(threads)
+    frame = rows * cols * 2
+    if layout == "contiguous":
+        offset = contiguous_offset(tmp, "/exchange/data")
+        fd = os.open(tmp, os.O_WRONLY)
+        try:
+            list(pool.map(lambda i: atomic.write_at(fd, counts(i), offset + i * frame), range(views)))
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    else:
+        handle = ParallelFile(tmp, pool)
+        with h5py.File(handle, "r+") as f:
+            ds = f["/exchange/data"]
+            for start in range(0, views, threads):
+                for i, image in zip(range(start, min(views, start + threads)),
+                                    pool.map(counts, range(start, min(views, start + threads)))):
+                    with handle.handing(image) as handed:
+                        ds.id.write_direct_chunk((i, 0, 0), image)
+                    for w in handed.futures:
+                        w.result()
+        handle.close()
+    pool.shutdown()
+    with h5py.File(tmp, "r+") as f:
+        f.attrs["bench_e2e"] = json.dumps({"views": views, "rows": rows, "cols": cols, "flats": n_flats,
+                                           "darks": n_darks, "layout": layout})
+    os.replace(tmp, path)
+
+
+def write_tiffs(folder: Path, scan: Path, threads: int) -> None:
+    """The scan's projections as one uncompressed TIFF each, flats and darks as stacks beside."""
+    import tifffile
+
+    from leveret.io import read_scan
+
+    s = read_scan(scan)
+    tmp = folder.with_name(folder.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    (tmp / "proj").mkdir(parents=True)
+    tifffile.imwrite(tmp / "flats.tif", s.flats)
+    tifffile.imwrite(tmp / "darks.tif", s.darks)
+    width = len(str(s.projections.shape[0]))
+
+    def one(i):
+        tifffile.imwrite(tmp / "proj" / f"p_{i:0{width}d}.tif", s.projections[i])
+    with ThreadPoolExecutor(threads) as pool:
+        list(pool.map(one, range(s.projections.shape[0])))
+    shutil.rmtree(folder, ignore_errors=True)
+    os.replace(tmp, folder)
+
+
+def line_integrals(views: int, rows: int, cols: int, threads: int) -> np.ndarray:
+    """The same problem as float32 line integrals in memory (for the in-memory reference)."""
+    chords, profile = phantom_rows(np.radians(np.linspace(0.0, 180.0, views, endpoint=False)), cols, rows)
+    out = np.empty((views, rows, cols), np.float32)
+
+    def one(i):
+        np.multiply(chords[i][None, :], profile[:, None], out=out[i])
+    with ThreadPoolExecutor(threads) as pool:
+        list(pool.map(one, range(views)))
+    return out
+
+
+# -- this host's ceilings ------------------------------------------------------------------------
+
+def probe(folder: Path, threads: int, gb: float) -> dict:
+    """Page-cache write and read of ``gb`` GB with ``threads`` threads (pwrite, preadv), Blosc lz4/zstd
+    and gzip on the threads: bytes per second, as leveret's writer and reader use them."""
+    from leveret.io.codecs import ChunkCodec
+
+    n = int(gb * 1e9) // 4
+    a = np.sin(np.linspace(0, 60, n, dtype=np.float32))
+    a += np.random.default_rng(0).normal(0, 0.05, n).astype(np.float32)
+    path = folder / ".bench_e2e_probe"
+    step = -(-a.nbytes // threads)
+    view = memoryview(a).cast("B")
+    out = {}
+
+    def timed(fn):
+        fn()
+        t = time.perf_counter()
+        fn()
+        return time.perf_counter() - t
+
+    def write():
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        with ThreadPoolExecutor(threads) as pool:
+            list(pool.map(lambda i: os.pwrite(fd, view[i:i + step], i), range(0, a.nbytes, step)))
+        os.close(fd)
+    out["write"] = a.nbytes / timed(write)
+    b = np.empty_like(a)
+    bview = memoryview(b).cast("B")
+
+    def read():
+        fd = os.open(path, os.O_RDONLY)
+        with ThreadPoolExecutor(threads) as pool:
+            list(pool.map(lambda i: os.preadv(fd, [bview[i:i + step]], i), range(0, a.nbytes, step)))
+        os.close(fd)
+    out["read"] = a.nbytes / timed(read)
+    os.remove(path)
+    chunks = [a[i:i + (4 << 20) // 4] for i in range(0, n, (4 << 20) // 4)]
+    for name in ("lz4", "zstd", "gzip"):
+        try:
+            codec = ChunkCodec(name)
+        except ValueError:
+            continue
+        sample = chunks if name != "gzip" else chunks[:max(threads, len(chunks) // 8)]
+        with ThreadPoolExecutor(threads) as pool:
+            seconds = timed(lambda: list(pool.map(codec.encode, sample)))
+        out[name] = sum(c.nbytes for c in sample) / seconds
+    return out
+
+
+def kernel_seconds(views: int, rows: int, cols: int, backend: str, precision: str) -> float | None:
+    """The reconstruction alone on the GPU (CuPy in and out, 64 slices, warm), scaled to ``rows`` slices."""
+    if backend != "cuda":
+        return None
+    import cupy
+
+    import leveret
+    n = min(64, rows)
+    g = leveret.ParallelGeometry(np.linspace(0, np.pi, views, endpoint=False), cols, n_rows=n)
+    data = cupy.random.random(g.projection_shape, dtype=cupy.float32)
+    run = lambda: leveret.fbp(data, g, backend="cuda", precision=precision)   # noqa: E731
+    run()
+    cupy.cuda.Device().synchronize()
+    t = time.perf_counter()
+    for _ in range(3):
+        run()
+    cupy.cuda.Device().synchronize()
+    del data
+    cupy.get_default_memory_pool().free_all_blocks()
+    return (time.perf_counter() - t) / 3 * rows / n
+
+
+# -- one disk-to-disk run ------------------------------------------------------------------------
+
+def _size(path: Path) -> int:
+    if path.is_dir():
+        return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+    return path.stat().st_size if path.exists() else 0
+
+
+def _remove(path: Path) -> None:
+    shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
+
+
+def run_one(fmt: str, scan_input, geometry, out_dir: Path, args, extra: dict) -> dict:
+    """One ``leveret recon``-equivalent run into format ``fmt``: its row."""
+    from leveret.execution.outofcore import reconstruct_to_file
+
+    name, options = FORMATS[fmt]
+    out = out_dir / name
+    if out.exists():
+        _remove(out)
+    kwargs = dict(backend=args.backend, progress=args.progress, **options, **extra, **scan_input["preprocess"])
+    if args.io_threads:
+        kwargs["io_threads"] = args.io_threads
+    if args.gpus:
+        kwargs["devices"] = args.gpus
+    accepted = inspect.signature(reconstruct_to_file).parameters
+    dropped = [k for k in ("output_dtype", "io_threads") if k in kwargs and k not in accepted]
+    for k in dropped:          # an older leveret: its own defaults
+        kwargs.pop(k)
+    if args.slab_slices:
+        kwargs["slab_slices"] = args.slab_slices
+    t = time.perf_counter()
+    res = reconstruct_to_file(scan_input["projections"], geometry, out, **kwargs)
+    wall = time.perf_counter() - t
+    row = {"format": fmt, "wall": wall, "slabs": res.plan.n_slabs, "slab_slices": res.plan.slab_slices,
+           "stored_bytes": _size(res.path), "dropped": dropped, "peak_rss": res.peak_rss}
+    stages = getattr(res, "stages", None) or {k: {"seconds": v} for k, v in res.busy.items()}
+    row["stages"] = stages
+    _remove(res.path)
+    return row
+
+
+# -- floors and the table ----------------------------------------------------------------------
+
+def floors(row: dict, problem: dict, rates: dict, reconstruct: float | None, backend: str) -> dict:
+    """Seconds each stage needs at the host's rates for this run's bytes; the largest is the run's floor."""
+    name, options = FORMATS[row["format"]]
+    compression = options.get("compression", "lz4" if name.endswith((".h5", ".zarr")) else None)
+    dtype = np.dtype(options.get("output_dtype", "float32"))
+    volume = problem["voxels"] * dtype.itemsize
+    stored = row.get("stored_bytes") or volume / (BLOSC_RATIO if compression else 1)
+    out = {"read": problem["input_bytes"] / rates["read"], "write": stored / rates["write"]}
+    if compression in ("lz4", "zstd", "gzip") and compression in rates:
+        out["compress"] = volume / rates[compression]
+    if backend == "cuda":
+        out["upload"] = problem["input_bytes"] / rates["upload"]
+        out["download"] = volume / rates["download"]
+    if reconstruct:
+        out["reconstruct"] = reconstruct
+    return out
+
+
+def print_row(row: dict, problem: dict) -> None:
+    st = row["stages"]
+    cells = []
+    for stage in ("read", "preprocess", "upload", "reconstruct", "download", "compress", "write"):
+        part = st.get(stage)
+        if part is None:
+            cells.append(f"{'-':>13s}")
+            continue
+        rate = part.get("rate")
+        cells.append(f"{part['seconds']:6.2f}" + (f" {rate:5.1f}G" if rate is not None else "       "))
+    floor = row.get("floor")
+    ratio = f"{row['wall'] / floor:5.2f}x of {floor:6.2f} s ({row['floor_stage']})" if floor else ""
+    print(f"{row['format']:11s} {row['wall']:7.2f} s {problem['updates'] / row['wall'] / 1e9:8.1f} GU/s "
+          f"{' '.join(cells)}  {row['stored_bytes'] / 1e9:6.2f} GB  {ratio}", flush=True)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    p.add_argument("--size", type=int, default=None, help="views = rows = columns = SIZE (2048: the target)")
+    p.add_argument("--views", type=int, default=1500, help="projections (without --size)")
+    p.add_argument("--rows", type=int, default=512, help="detector rows = slices (without --size)")
+    p.add_argument("--cols", type=int, default=2048, help="detector columns = slice width (without --size)")
+    p.add_argument("--flats", type=int, default=10)
+    p.add_argument("--darks", type=int, default=5)
+    p.add_argument("--dir", default=tempfile.gettempdir(), help="folder of the input and the outputs "
+                   "(its page cache is what is measured; default: the temporary folder)")
+    p.add_argument("--formats", default=DEFAULT_FORMATS,
+                   help=f"comma-separated, of: {', '.join(FORMATS)} (default: {DEFAULT_FORMATS})")
+    p.add_argument("--input", choices=("h5", "tiff"), default="h5",
+                   help="read the DXchange file, or a folder of TIFFs made from it")
+    p.add_argument("--input-layout", choices=("frames", "contiguous"), default="frames",
+                   help="the DXchange data: one chunk per projection (as area detectors write), or contiguous")
+    p.add_argument("--fresh", action="store_true", help="write the input again even if it is there")
+    p.add_argument("--backend", default="auto", choices=("auto", "cuda", "cpu"))
+    p.add_argument("--gpus", default=None, help="devices= for the runs: 'all' or ids such as 0,1")
+    p.add_argument("--precision", default="float32", choices=("float32", "float16"),
+                   help="the kernel's precision (float16: fp16 filtered sinograms)")
+    p.add_argument("--io-threads", type=int, default=None, help="reading/writing threads (default: one per core)")
+    p.add_argument("--slab-slices", type=int, default=None, help="slices per slab (default: planned)")
+    p.add_argument("--no-memory", action="store_true", help="skip the in-memory fbp reference (it holds the "
+                   "line integrals and the volume in RAM: 4 x (input + volume voxels) bytes)")
+    p.add_argument("--no-probe", action="store_true", help="floors from CEILINGS.md's H200 host, not measured here")
+    p.add_argument("--probe-gb", type=float, default=2.0, help="GB each host probe moves")
+    p.add_argument("--progress", action="store_true", help="each run's progress line (stage rates)")
+    p.add_argument("--repeats", type=int, default=1, help="runs of each case; the fastest is kept (default: 1)")
+    p.add_argument("--out", default=None, help="JSON file (default: bench/results/e2e/<problem>-<backend>.json)")
+    args = p.parse_args(argv)
+
+    import leveret
+    from leveret.backends import resolve
+    from leveret.io import read_scan
+
+    if args.size:
+        args.views = args.rows = args.cols = args.size
+    backend = resolve(args.backend)
+    args.backend = backend
+    extra = {"precision": args.precision} if args.precision != "float32" else {}
+    formats = [f.strip() for f in args.formats.split(",") if f.strip()]
+    unknown = [f for f in formats if f not in FORMATS]
+    if unknown:
+        p.error(f"--formats: unknown {unknown}; known: {', '.join(FORMATS)}")
+    threads = args.io_threads or os.cpu_count() or 1
+    folder = Path(args.dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    tag = f"{args.views}x{args.rows}x{args.cols}"
+    scan_path = folder / f"bench_e2e_{tag}_{args.input_layout}.h5"
+    meta = metadata(with_devices=backend == "cuda")
+    problem = {"views": args.views, "rows": args.rows, "cols": args.cols,
+               "voxels": args.rows * args.cols * args.cols, "input_bytes": args.views * args.rows * args.cols * 2}
+    problem["updates"] = problem["voxels"] * args.views
+    print(f"problem: {args.views} projections of {args.rows} x {args.cols} uint16 ({problem['input_bytes'] / 1e9:.1f} GB, "
+          f"{args.flats} flats, {args.darks} darks) -> {args.rows} x {args.cols}^2 float32 "
+          f"({problem['voxels'] * 4 / 1e9:.1f} GB); {backend}; {threads} threads; {folder}", flush=True)
+
+    if args.fresh or not scan_path.exists():
+        t = time.perf_counter()
+        write_scan(scan_path, args.views, args.rows, args.cols, args.flats, args.darks, args.input_layout, threads)
+        print(f"input written: {scan_path} in {time.perf_counter() - t:.1f} s", flush=True)
+    scan = read_scan(scan_path)
+    projections = scan.projections
+    if args.input == "tiff":
+        tiffs = folder / f"bench_e2e_{tag}_tiff"
+        if args.fresh or not tiffs.exists():
+            t = time.perf_counter()
+            write_tiffs(tiffs, scan_path, threads)
+            print(f"TIFF input written: {tiffs} in {time.perf_counter() - t:.1f} s", flush=True)
+        projections = leveret.io.open_array(tiffs / "proj")
+    geometry = leveret.ParallelGeometry(scan.angles, args.cols, n_rows=args.rows)
+    scan_input = {"projections": projections, "preprocess": dict(flats=scan.flats, darks=scan.darks)}
+
+    rates = dict(CEILINGS)
+    if not args.no_probe:
+        t = time.perf_counter()
+        measured = probe(folder, threads, args.probe_gb)
+        rates.update(measured)
+        print(f"host ({threads} threads, {time.perf_counter() - t:.1f} s): "
+              + ", ".join(f"{k} {v / 1e9:.2f} GB/s" for k, v in measured.items()), flush=True)
+    results = {"meta": meta, "problem": problem, "rates": rates, "runs": []}
+
+    kernel = kernel_seconds(args.views, args.rows, args.cols, backend, args.precision)
+    if kernel is not None:
+        results["kernel_seconds"] = kernel
+        print(f"kernel (fbp, CuPy in and out, {args.precision}): {kernel:.2f} s for the volume = "
+              f"{problem['updates'] / kernel / 1e9:.0f} GU/s; the exact kernel at {KERNEL_GUPS / 1e9:.0f} GU/s "
+              f"(CEILINGS.md): {problem['updates'] / KERNEL_GUPS:.2f} s", flush=True)
+    if not args.no_memory:
+        lines = line_integrals(args.views, args.rows, args.cols, threads)
+        leveret.fbp(lines[:, :min(8, args.rows)], leveret.ParallelGeometry(
+            geometry.angles, args.cols, n_rows=min(8, args.rows)), backend=backend, precision=args.precision)
+        memory = float("inf")
+        for _ in range(max(1, args.repeats)):
+            t = time.perf_counter()
+            volume = leveret.fbp(lines, geometry, backend=backend, precision=args.precision)
+            memory = min(memory, time.perf_counter() - t)
+            del volume
+        del lines
+        results["fbp_in_memory"] = memory
+        print(f"fbp in memory (NumPy in and out): {memory:.2f} s = {problem['updates'] / memory / 1e9:.1f} GU/s",
+              flush=True)
+    reconstruct = kernel if kernel is not None else results.get("fbp_in_memory")
+
+    print(f"\n{'format':11s} {'wall':>9s} {'rate':>13s} " + " ".join(
+        f"{s:>13s}" for s in ("read", "preprocess", "upload", "reconstruct", "download", "compress", "write"))
+          + "  stored    floor", flush=True)
+    for fmt in formats:
+        try:
+            row = min((run_one(fmt, scan_input, geometry, folder, args, extra) for _ in range(max(1, args.repeats))),
+                      key=lambda r: r["wall"])
+        except Exception as exc:      # one format's failure (a missing package) does not end the suite
+            print(f"{fmt:11s} failed: {type(exc).__name__}: {exc}", flush=True)
+            results["runs"].append({"format": fmt, "error": f"{type(exc).__name__}: {exc}"})
+            continue
+        need = floors(row, problem, rates, reconstruct, backend)
+        row["floors"] = need
+        row["floor_stage"] = max(need, key=need.get)
+        row["floor"] = need[row["floor_stage"]]
+        row["GU_per_s"] = problem["updates"] / row["wall"] / 1e9
+        results["runs"].append(row)
+        print_row(row, problem)
+    if "fbp_in_memory" in results and backend == "cpu":
+        for row in results["runs"]:
+            if "wall" in row:
+                print(f"{row['format']}: disk to disk / in memory = {row['wall'] / results['fbp_in_memory']:.2f}")
+    out = Path(args.out) if args.out else Path(__file__).parent / "results" / "e2e" / f"{tag}-{backend}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=1, default=float))
+    print(f"\nwrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
