@@ -586,17 +586,21 @@ class SlabWriter:
 
     def _preallocate(self) -> None:
         """Reserve the pixel data's blocks now, so that a disk too small fails
-        here, at once, rather than after hours of reconstruction."""
+        here, at once, rather than after hours of reconstruction. In pieces on
+        the writing threads: a file system that allocates memory for it (tmpfs)
+        zeroes every page, which one thread does at a fraction of the rate."""
         size = self._offset + self.shape[0] * self.slice_bytes
         fd = os.open(self.payload, os.O_RDWR)
         try:
             if hasattr(os, "posix_fallocate"):
+                step = max(PIECE_BYTES, -(-size // self.threads))
                 try:
-                    os.posix_fallocate(fd, 0, size)
-                except OSError as exc:
-                    if exc.errno in (errno.EOPNOTSUPP, errno.EINVAL):   # not supported by this file system
+                    if os.fstat(fd).st_size < size:       # never shorter: a BigTIFF's page list may follow
                         os.ftruncate(fd, size)
-                    else:
+                    _all(self._threads(), [(os.posix_fallocate, fd, a, min(step, size - a))
+                                           for a in range(0, size, step)])
+                except OSError as exc:
+                    if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL):   # not supported by this file system
                         raise
             elif os.fstat(fd).st_size < size:
                 os.ftruncate(fd, size)
