@@ -250,17 +250,19 @@ def kernel_seconds(views: int, rows: int, cols: int, backend: str, precision: st
     import leveret
     n = min(64, rows)
     g = leveret.ParallelGeometry(np.linspace(0, np.pi, views, endpoint=False), cols, n_rows=n)
-    data = cupy.random.random(g.projection_shape, dtype=cupy.float32)
-    run = lambda: leveret.fbp(data, g, backend="cuda", precision=precision)   # noqa: E731
-    run()
-    cupy.cuda.Device().synchronize()
-    t = time.perf_counter()
-    for _ in range(3):
-        run()
-    cupy.cuda.Device().synchronize()
-    del data
+
+    def seconds():
+        data = cupy.random.random(g.projection_shape, dtype=cupy.float32)
+        leveret.fbp(data, g, backend="cuda", precision=precision)
+        cupy.cuda.Device().synchronize()
+        t = time.perf_counter()
+        for _ in range(3):
+            leveret.fbp(data, g, backend="cuda", precision=precision)
+        cupy.cuda.Device().synchronize()
+        return (time.perf_counter() - t) / 3
+    per_slab = seconds()
     cupy.get_default_memory_pool().free_all_blocks()
-    return (time.perf_counter() - t) / 3 * rows / n
+    return per_slab * rows / n
 
 
 # -- one disk-to-disk run ------------------------------------------------------------------------

@@ -6,7 +6,6 @@ blocks combined."""
 from __future__ import annotations
 
 import importlib.util
-import os
 import zlib
 from concurrent.futures import ThreadPoolExecutor
 

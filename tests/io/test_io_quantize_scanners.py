@@ -5,7 +5,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import leveret
 from leveret.io import quantize as q
 from leveret.io.scanners import read_matrices, read_xtekct
 

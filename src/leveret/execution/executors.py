@@ -1,17 +1,14 @@
-"""Who runs the slabs of an out-of-core reconstruction: this process, or a Dask cluster.
+"""Running the slabs of an out-of-core reconstruction on a Dask cluster.
 
 :func:`leveret.execution.outofcore.reconstruct_to_file` plans the slabs and owns the
-output (its lock, the partial output and the resume manifest); an executor
-only runs :func:`leveret.execution.slab.reconstruct_slab` on them and hands back
-each slab as it finishes. One plan, two executors:
-
-- :class:`LocalExecutor` runs the slabs one after the other in this process
-  (each slab already uses every core or the GPU), reading the next slab's
-  rows and writing the last one while it reconstructs.
-
-Both take a checksum of each slab's input rows as they are read
-(:func:`rows_source`), which the driver records with the slab, so that a
+output (its lock, the partial output and the resume manifest); in this
+process the slabs go through the staged pipeline of
+:mod:`leveret.execution.pipeline`, on a cluster through an executor that only
+runs :func:`leveret.execution.slab.reconstruct_slab` on them and hands back
+each slab as it finishes. Each slab's input rows are checksummed as they are
+read (:func:`rows_source`), which the driver records with the slab, so that a
 resumed run can check that the input of the finished slabs did not change.
+
 - :class:`DaskExecutor` submits them to a ``distributed.Client``: each task
   carries the input's reader (its path and layout, never the data) and the
   slab's slice range, and the worker reads the detector rows it needs
@@ -29,7 +26,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import time
 from collections import deque
 from pathlib import Path
 from typing import Iterator
@@ -186,121 +182,6 @@ def run_slab(source, geometry, volume, region, *, store=None, **kwargs):
 
 
 # -- executors -------------------------------------------------------------------------------------
-
-class LocalExecutor:
-    """Run the slabs in this process, in the order given, as a pipeline:
-    while one slab is reconstructed (on every core, or the GPU), the next
-    one's rows are read and the caller writes the one before, so that
-    reading, reconstructing and writing overlap. That holds the rows of two
-    slabs and two output slabs at once, which the plan counts
-    (:func:`leveret.execution.outofcore.host_bytes`'s ``overlap``).
-
-    ``seconds`` adds up the time spent reading rows (and taking their
-    checksum) and reconstructing.
-    """
-
-    name = "local"
-    #: Slabs whose rows are read ahead of the one being reconstructed.
-    READ_AHEAD = 1
-
-    def __init__(self):
-        self._queue: deque = deque()
-        self._made_from: dict = {}       # region -> rows_source of the rows read for it
-        self.seconds = {"read": 0.0, "reconstruct": 0.0}
-
-    def start(self, projections, geometry, volume, *, store=None, **kwargs) -> None:
-        self._args = (projections, geometry, volume)
-        self._kwargs = kwargs
-        self._device = _current_cuda_device()    # the slabs run on the caller's GPU, from other threads
-
-    def submit(self, region, *, first: bool = False) -> None:
-        """Queue ``region``; ``first``: before the slabs already queued."""
-        (self._queue.appendleft if first else self._queue.append)(tuple(region))
-
-    def _read(self, region):
-        t = time.perf_counter()
-        found = read_rows(*self._args, region)
-        self._made_from[region] = rows_source(*found)    # in this reader thread, while the last slab builds
-        self.seconds["read"] += time.perf_counter() - t
-        return found
-
-    def made_from(self, region) -> dict | None:
-        """:func:`rows_source` of the rows slab ``region`` was made from (once it is completed)."""
-        return self._made_from.pop(tuple(region), None)
-
-    def _build(self, region, reading):
-        rows, data = reading.result()
-        t = time.perf_counter()
-        with _on_device(self._device):
-            slab = build_slab(rows, data, *self._args[1:], region, **self._kwargs)
-        self.seconds["reconstruct"] += time.perf_counter() - t
-        return slab
-
-    def completed(self) -> Iterator[tuple[tuple[int, int], object]]:
-        """``(region, slab)`` for each slab, in queue order; slabs submitted
-        meanwhile (``first=True``: next) included."""
-        from concurrent.futures import ThreadPoolExecutor
-
-        reader = ThreadPoolExecutor(1, thread_name_prefix="leveret-read")
-        builder = ThreadPoolExecutor(1, thread_name_prefix="leveret-slab")
-        reads: dict = {}           # region -> its rows being read
-
-        def read_ahead():
-            for region in list(self._queue)[:self.READ_AHEAD]:
-                if region not in reads and len(reads) < self.READ_AHEAD:
-                    reads[region] = reader.submit(self._read, region)
-
-        def build_next():
-            region = self._queue.popleft()
-            reading = reads.pop(region, None) or reader.submit(self._read, region)
-            building = builder.submit(self._build, region, reading)
-            read_ahead()
-            return region, building
-
-        try:
-            running = build_next() if self._queue else None
-            while running is not None:
-                region, building = running
-                slab = building.result()
-                # The next slab is built while the caller writes this one; after an
-                # out-of-memory answer the caller first queues the halves.
-                running = build_next() if self._queue and not isinstance(slab, OutOfMemoryOnDevice) else None
-                yield region, slab
-                if running is None and self._queue:
-                    running = build_next()
-        finally:
-            # A slab being read or built finishes in its thread (CUDA work cannot be
-            # abandoned half-way); nothing of it is written.
-            for future in reads.values():
-                future.cancel()
-            reader.shutdown(wait=False, cancel_futures=True)
-            builder.shutdown(wait=False, cancel_futures=True)
-
-    def cancel(self) -> None:
-        self._queue.clear()
-
-
-def _current_cuda_device():
-    """CuPy's current device in this thread, when CuPy is in use; else None."""
-    import sys
-    cupy = sys.modules.get("cupy")
-    if cupy is None:
-        return None
-    try:
-        return cupy.cuda.runtime.getDevice()
-    except Exception:    # CuPy without a usable GPU
-        return None
-
-
-@contextlib.contextmanager
-def _on_device(device):
-    if device is None:
-        yield
-        return
-    import cupy
-    with cupy.cuda.Device(device):
-        yield
-
 
 class DaskExecutor:
     """Run the slabs on a Dask cluster through ``client`` (a ``distributed.Client``).

@@ -17,15 +17,22 @@ or not at all. Readers return NumPy arrays in their stored dtype; stacks are
   :class:`OutputSpaceError`; :func:`read_metadata` reads back what it stored.
 - :func:`atomic_output`: the all-or-nothing rename, for any other output.
 - :func:`input_fingerprint`: what identifies an input file or folder for a resume.
+- :func:`read_matrices`, :func:`read_xtekct`: cone-beam geometries from files
+  (3x4 matrices row by row; Nikon XTek CT parameter files).
+- :mod:`.bands`, :mod:`.hdf5`, :mod:`.codecs`, :mod:`.quantize`: bands of rows
+  read on many threads; HDF5 written around h5py's lock; chunk codecs;
+  outputs stored as float16 or integers over a range.
 """
 from .angles import read_angles
 from .atomic import OutputBusyError, OutputLock, OutputSpaceError, atomic_output
 from .lazy import TiffStack, open_array
 from .readers import read_array, read_metadata, read_raw
+from .scanners import XtekScan, read_matrices, read_xtekct
 from .scans import FrameStack, Scan, read_scan
 from .slabs import SlabWriter, input_fingerprint, output_format, write_slabs
 from .writers import write_array
 
 __all__ = ["FrameStack", "OutputBusyError", "OutputLock", "OutputSpaceError", "Scan", "SlabWriter",
-           "TiffStack", "atomic_output", "input_fingerprint", "open_array", "output_format", "read_angles",
-           "read_array", "read_metadata", "read_raw", "read_scan", "write_array", "write_slabs"]
+           "TiffStack", "XtekScan", "atomic_output", "input_fingerprint", "open_array", "output_format",
+           "read_angles", "read_array", "read_matrices", "read_metadata", "read_raw", "read_scan", "read_xtekct",
+           "write_array", "write_slabs"]

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import configparser
 import math
-import os
 from pathlib import Path
 from typing import NamedTuple
 
