@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from typing import NamedTuple
 
 import numpy as np
 
@@ -376,3 +377,50 @@ def gpu_memory_for_arrays(array_bytes: int) -> int:
         mid = (lo + hi) // 2
         lo, hi = (mid + 1, hi) if share(mid) < array_bytes else (lo, mid)
     return lo
+
+
+# -- Consistency of data and geometry (leveret.preprocess.consistency, the scan commands) --------------------
+
+class ToothScan(NamedTuple):
+    """A simulated stand-in for tomopy's tooth scan (DXchange, which leveret does not ship): raw
+    uint16 counts of an elongated, off-axis object over 0..180 degrees (both ends), rows x columns
+    of a narrow synchrotron detector, an axis off the middle, Poisson noise, a flat with fixed
+    pattern, 1 % beam drift per view."""
+    counts: np.ndarray      # (n_angles, n_rows, n_cols) uint16
+    flats: np.ndarray       # (10, n_rows, n_cols) uint16
+    darks: np.ndarray       # (10, n_rows, n_cols) uint16
+    angles: np.ndarray      # radians
+    geometry: ParallelGeometry
+    lines: np.ndarray       # the exact line integrals (float64)
+
+
+def tooth_like_scan(n_angles=181, n_rows=8, n_cols=320, center=148.3, span_degrees=180.0, endpoint=True,
+                    seed=0) -> ToothScan:
+    from leveret.phantom import Ellipsoid, EllipsoidPhantom
+
+    rng = np.random.default_rng(seed)
+    angles = np.radians(np.linspace(0, span_degrees, n_angles, endpoint=endpoint))
+    g = ParallelGeometry(angles, n_cols, n_rows=n_rows, center=center)
+    s = n_cols / 640          # the shapes are set out for 640 columns
+    tooth = EllipsoidPhantom([Ellipsoid(0.012 / s, (170 * s, 110 * s, 400), (25 * s, -15 * s, 0), 0.4),
+                              Ellipsoid(-0.006 / s, (50 * s, 30 * s, 400), (40 * s, -10 * s, 0), 0.5),
+                              Ellipsoid(0.008 / s, (60 * s, 60 * s, 400), (-90 * s, 40 * s, 0), 0.0)])
+    lines = tooth.project(g)
+    flat = 20000 * (1 + 0.05 * np.sin(np.arange(n_cols) / 37.0))[None, :] * np.ones((n_rows, 1))
+    drift = 1 + 0.01 * rng.standard_normal(n_angles)[:, None, None]
+    counts = (rng.poisson(flat[None] * drift * np.exp(-lines)) + 100).astype(np.uint16)
+    flats = (rng.poisson(np.repeat(flat[None], 10, 0)) + 100).astype(np.uint16)
+    darks = (100 + rng.normal(0, 2, (10, n_rows, n_cols))).astype(np.uint16)
+    return ToothScan(counts, flats, darks, angles, g, lines)
+
+
+def write_dxchange(path, scan: ToothScan) -> None:
+    """``scan`` as a DXchange HDF5 file: /exchange/data, data_white, data_dark, theta (degrees)."""
+    import h5py
+
+    with h5py.File(path, "w") as f:
+        f["/exchange/data"] = scan.counts
+        f["/exchange/data_white"] = scan.flats
+        f["/exchange/data_dark"] = scan.darks
+        f["/exchange/theta"] = np.degrees(scan.angles)
+        f["/exchange/theta"].attrs["units"] = "degree"
