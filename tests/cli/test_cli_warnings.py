@@ -56,16 +56,27 @@ def test_radians_read_as_degrees_warn_once_without_changing_the_result(scan, cap
     np.testing.assert_array_equal(np.load(folder / "lim.npy"), np.load(folder / "quiet.npy"))
 
 
-def test_integer_counts_without_flats_or_minus_log_warn(scan, capsys):
+@pytest.mark.parametrize("dtype", [np.uint16, np.float32])
+def test_raw_counts_without_flats_or_minus_log_warn_whatever_their_dtype(scan, capsys, dtype):
+    folder, lines = scan
+    np.save(folder / "proj.npy", np.round(1000 * np.exp(-0.05 * lines)).astype(dtype))
+    assert recon(folder, "a.npy", "--angles", "0:180:60") == 0
+    warned = warnings_in(capsys.readouterr().err)
+    assert len(warned) == 1 and "--flat/--dark: the projections look like raw detector counts" in warned[0]
+    assert warned[0].endswith("give --flat and --dark (or --minus-log if they are transmissions)")
+    assert recon(folder, "b.npy", "--angles", "0:180:60", "-q") == 0
+    np.testing.assert_array_equal(np.load(folder / "a.npy"), np.load(folder / "b.npy"))
+    np.save(folder / "proj.npy", (np.round(1000 * np.exp(-0.05 * lines)) / 1000).astype(dtype))
+    if dtype == np.float32:      # transmissions
+        assert recon(folder, "c.npy", "--angles", "0:180:60", "--minus-log") == 0
+        assert warnings_in(capsys.readouterr().err) == []
+
+
+def test_integer_line_integrals_are_line_integrals(scan, capsys):
+    """Raw counts are recognised by their values (brightest outside the sample), not their dtype."""
     folder, lines = scan
     np.save(folder / "proj.npy", np.round(100 * lines).astype(np.uint16))
     assert recon(folder, "a.npy", "--angles", "0:180:60") == 0
-    warned = warnings_in(capsys.readouterr().err)
-    assert len(warned) == 1 and "input: integer data (uint16) without --flat/--dark or --minus-log" in warned[0]
-    assert recon(folder, "b.npy", "--angles", "0:180:60", "-q") == 0
-    np.testing.assert_array_equal(np.load(folder / "a.npy"), np.load(folder / "b.npy"))
-    np.save(folder / "proj.npy", np.round(1000 * np.exp(-0.05 * lines)).astype(np.uint16))
-    assert recon(folder, "c.npy", "--angles", "0:180:60", "--minus-log") == 0
     assert warnings_in(capsys.readouterr().err) == []
 
 

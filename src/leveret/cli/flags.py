@@ -140,3 +140,10 @@ def _common(parser: argparse.ArgumentParser) -> None:
                    help="only errors: no progress bars, no warnings")
     g.add_argument("--config", default=None, metavar="FILE",
                    help="TOML or YAML file of option values (flags given here win)")
+
+
+def _strict(group) -> None:
+    """--strict: the scan commands' warnings about the data become errors."""
+    group.add_argument("--strict", action="store_true",
+                       help="treat warnings about the scan (data that disagree with the geometry, flags a "
+                            "backend ignores, ...) as errors: exit 2 before any work")

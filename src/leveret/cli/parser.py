@@ -6,7 +6,7 @@ import re
 
 from . import live
 from .flags import (OUTPUT_DTYPES, PRECISIONS, _center, _common, _cutoff, _device, _gpus, _output_range,
-                    _pixel_size, _positive_float, _positive_int, _precision, _shape3, _size)
+                    _pixel_size, _positive_float, _positive_int, _precision, _shape3, _size, _strict)
 from .config import apply_config, load_config
 
 EXAMPLES = """examples:
@@ -174,6 +174,7 @@ def _scan_options(p: argparse.ArgumentParser, *, angles_required: bool = False) 
                    help="unit of --angles and of angle files")
     s.add_argument("--limited-angle", action="store_true",
                    help="the scan covers less than 180 degrees on purpose (no warning)")
+    _strict(s)
     s.add_argument("--dataset", default=None, help="HDF5 dataset path (or give file.h5:/path)")
     s.add_argument("--center", type=_center, default=None,
                    help="rotation axis column in pixels, or 'auto' to estimate it (default: the detector middle)")
@@ -395,7 +396,8 @@ def parse(argv=None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if getattr(args, "config", None):
         sub = _subparser(parser, args.command)
-        values = apply_config(sub, args.command, load_config(args.config), args.config)
+        commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+        values = apply_config(sub, args.command, load_config(args.config), args.config, commands=commands)
         sub.set_defaults(**values)
         args = parser.parse_args(argv)
         # parse_args puts explicit flags over defaults, so the config fills only the rest.

@@ -12,9 +12,6 @@ import numpy as np
 log = logging.getLogger("leveret.cli")
 
 
-log = logging.getLogger("leveret.cli")
-
-
 CENTER_ROWS = 16        # detector rows the centre estimate uses by default
 
 
@@ -28,7 +25,10 @@ def _say(args, *parts) -> None:
 
 
 def _warn(args, message: str) -> None:
-    """A plausibility warning: one line on stderr, unless -q; the result is unchanged."""
+    """A plausibility warning: one line on stderr, unless -q; the result is unchanged.
+    With --strict it is an error instead (a ValueError: exit 2, before any work)."""
+    if getattr(args, "strict", False):
+        raise ValueError(message)
     if not args.quiet:
         print(f"leveret {args.command}: warning: {message}", file=sys.stderr, flush=True)
 
@@ -73,8 +73,8 @@ def _inputs(args) -> list[tuple[str, str]]:
     return [(what, path) for what, path in found if path is not None]
 
 
-def _check_plausible(args, angles: np.ndarray, dtype, has_flats: bool) -> None:
-    """Warn about a scan that is readable but probably not what was meant."""
+def _check_plausible(args, angles: np.ndarray) -> None:
+    """Warn about angles that are readable but probably not what was meant."""
     n = angles.size
     if n > 1 and not getattr(args, "limited_angle", False):
         span = float(np.ptp(angles))
@@ -85,10 +85,6 @@ def _check_plausible(args, angles: np.ndarray, dtype, has_flats: bool) -> None:
                     if unit == "degree" else "the angles were read in radians")
             _warn(args, f"--angles: the scan covers {covered:.3g} degrees (< {LIMITED_ANGLE_DEGREES:g}): {hint}; "
                         "pass --limited-angle if a limited range is meant")
-    if np.dtype(dtype).kind in "iu" and not has_flats and not args.minus_log:
-        _warn(args, f"input: integer data ({np.dtype(dtype).name}) without --flat/--dark or --minus-log "
-                    "is reconstructed as line integrals; raw detector counts need --flat and --dark "
-                    "(or --minus-log for transmissions)")
 
 
 def _named(flag: str, read, *args, **kwargs):
@@ -111,6 +107,8 @@ def _check_backend_flags(args) -> None:
         if args.precision == "float64":
             raise ValueError("--precision: float64 runs on the CPU backend only; use --backend cpu")
         return
+    if getattr(args, "gpu_memory", None) is not None:
+        _warn(args, "--gpu-memory: a GPU memory budget; the CPU backend ignores it (--host-memory caps a CPU run)")
     if args.kernel != "auto":
         _warn(args, f"--kernel: {args.kernel!r} chooses a CUDA kernel; the CPU backend ignores it")
     if args.precision in ("float16", "fast"):
@@ -216,9 +214,46 @@ def load_scan(args) -> ScanInput:
     if angles.size != shape[0]:
         raise ValueError(f"--angles: expected {shape[0]} angles (one per projection in input), "
                          f"got {angles.size}")
-    _check_plausible(args, angles, projections.dtype, flats is not None)
-    return ScanInput(projections, angles, flats, darks, bool(args.minus_log) and flats is None,
-                     str(args.input), args.stripes, args.stripe_size)
+    if flats is not None:
+        flats, darks = _checked_fields(args, flats, darks, shape)
+        if args.minus_log:
+            where = "--flat/--dark" if args.flat is not None else f"the flats and darks in {args.input!r}"
+            raise ValueError(f"--minus-log: the flat/dark normalisation ({where}) takes -log already; "
+                             "give --minus-log only for transmissions without flats and darks")
+    _check_plausible(args, angles)
+    scan = ScanInput(projections, angles, flats, darks, bool(args.minus_log), str(args.input), args.stripes,
+                     args.stripe_size)
+    check_scan(args, scan)
+    return scan
+
+
+def _checked_fields(args, flats, darks, shape):
+    """Flats and darks checked against the whole detector (shape, finite, not swapped) before any
+    work, so that their errors name the projections' shape, not that of the rows a step reads."""
+    from ..preprocess import check_flats_darks, sinogram_fields
+
+    if len(shape) == 2:     # one sinogram: the flats and darks of its detector row
+        flats, darks = sinogram_fields("--flat", flats, shape[-1]), sinogram_fields("--dark", darks, shape[-1])
+        check_flats_darks(flats, darks, (1, shape[-1]))
+        return flats, darks
+    return check_flats_darks(flats, darks, shape[1:])
+
+
+def check_scan(args, scan: ScanInput) -> None:
+    """Check the scan's data against its geometry (:func:`leveret.preprocess.check_consistency`
+    on a few middle rows) before any work: each finding one warning naming the flag at fault and
+    the flag that fixes it; with --strict the first one is an error. The `center` command and
+    --center auto leave the centre unchecked (it is to be estimated)."""
+    from ..preprocess import check_consistency
+    from ..preprocess.consistency import CHECKS
+
+    given = args.command != "center" and args.center not in ("auto",)
+    g = _geometry(args, scan, args.center if given else None)
+    checks = CHECKS if given else tuple(c for c in CHECKS if c != "center")
+    findings = check_consistency(scan.projections, g, flats=scan.flats, darks=scan.darks,
+                                 log_transform=scan.log_transform, checks=checks)
+    for finding in findings:
+        _warn(args, finding.cli_message())
 
 
 def _band(shape, spec: str | None = None, n: int = CENTER_ROWS) -> tuple[int, int]:
@@ -239,15 +274,12 @@ def _rows(scan: ScanInput, r0: int, r1: int) -> np.ndarray:
 
 
 def _sinogram_data(scan: ScanInput) -> np.ndarray:
-    """A 2D input (n_angles, n_cols) as float32 line integrals."""
-    data = np.asarray(scan.projections)[:, None, :]
+    """A 2D input (n_angles, n_cols) as float32 line integrals (its flats and darks are stacks
+    (k, 1, n_cols), as load_scan checked them)."""
     from ..execution.slab import preprocess_rows
-    from ..preprocess import sinogram_fields
-    n_cols = scan.shape[-1]
-    flats = None if scan.flats is None else sinogram_fields("--flat", scan.flats, n_cols)
-    darks = None if scan.darks is None else sinogram_fields("--dark", scan.darks, n_cols)
-    return preprocess_rows(data, (0, 1), flats=flats, darks=darks, log_transform=scan.log_transform,
-                           stripes=scan.stripes, stripe_size=scan.stripe_size)[:, 0]
+
+    data = np.asarray(scan.projections)[:, None, :]
+    return preprocess_rows(data, (0, 1), **scan.preprocess)[:, 0]
 
 
 def estimate_center(args, scan: ScanInput, method: str = "auto", cross_check: bool = False):
