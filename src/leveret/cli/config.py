@@ -79,11 +79,15 @@ def load_config(path: str) -> dict:
     return data
 
 
-def apply_config(parser: argparse.ArgumentParser, command: str, table: dict, source: str) -> dict:
+def apply_config(parser: argparse.ArgumentParser, command: str, table: dict, source: str,
+                 commands=()) -> dict:
     """Turn a config table into defaults for ``parser`` (the subcommand's).
 
     Each value goes through the option's own ``type`` and ``choices``, so a
-    file is checked as strictly as the command line. Returns ``{dest: value}``.
+    file is checked as strictly as the command line. A table (``[name]``)
+    must be named after one of ``commands`` (the subcommands; the tables of
+    the others are left to them); any other is an error with the closest
+    name. Returns ``{dest: value}``.
     """
     actions = {}
     for a in parser._actions:
@@ -94,6 +98,11 @@ def apply_config(parser: argparse.ArgumentParser, command: str, table: dict, sou
             actions[n] = a
             actions[n.replace("-", "_")] = a
     flat = {k: v for k, v in table.items() if not isinstance(v, dict)}
+    tables = set(commands) | {command}
+    for name, value in table.items():
+        if isinstance(value, dict) and name not in tables:
+            raise ValueError(f"--config: {source!r}: unknown table [{name}]{_did_you_mean(name, tables, '[{}]')}; "
+                             f"tables hold the options of one command: {', '.join(f'[{t}]' for t in sorted(tables))}")
     section = table.get(command)
     if isinstance(section, dict):
         flat.update(section)
@@ -102,11 +111,19 @@ def apply_config(parser: argparse.ArgumentParser, command: str, table: dict, sou
         a = actions.get(str(key)) or actions.get(str(key).replace("-", "_"))
         if a is None:
             known = sorted({x.dest for x in actions.values()})
-            raise ValueError(f"--config: {source!r}: unknown option {key!r} for '{command}'; "
-                             f"known: {', '.join(known)}")
+            raise ValueError(f"--config: {source!r}: unknown option {key!r} for '{command}'"
+                             f"{_did_you_mean(str(key).replace('-', '_'), known)}; known: {', '.join(known)}")
         out[a.dest] = _relative_to_file(a.dest, _convert(a, key, value, source),
                                          os.path.dirname(source))
     return out
+
+
+def _did_you_mean(name: str, options, form: str = "{!r}") -> str:
+    """" (did you mean X?)" with the closest of ``options`` to ``name``, or nothing."""
+    import difflib
+
+    close = difflib.get_close_matches(str(name), sorted(options), n=1, cutoff=0.6)
+    return f" (did you mean {form.format(close[0])}?)" if close else ""
 
 
 def _relative_to_file(dest: str, value, folder: str):
