@@ -72,12 +72,18 @@ class _H5Dataset(LazyStack):
     def __init__(self, path: Path, dataset: str):
         import h5py
 
+        from .readers import missing_dataset
+
         self.path, self.dataset = path, dataset
+        missing = None
         with library_errors(path, "an HDF5 file"), h5py.File(path, "r") as f:
             obj = f.get(dataset)
-            if not isinstance(obj, h5py.Dataset):
-                raise ValueError(f"dataset: expected a dataset at {dataset!r} in {str(path)!r}")
-            self.shape, self.dtype = tuple(obj.shape), np.dtype(obj.dtype)
+            if isinstance(obj, h5py.Dataset):
+                self.shape, self.dtype = tuple(obj.shape), np.dtype(obj.dtype)
+            else:
+                missing = missing_dataset(f, path, dataset)
+        if missing is not None:        # raised here, not wrapped as a file that cannot be read
+            raise missing
         self.ndim = len(self.shape)
 
     def __array__(self, dtype=None, copy=None):

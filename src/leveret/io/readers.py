@@ -134,16 +134,33 @@ def read_hdf5(path: Path, dataset: str | None = None) -> np.ndarray:
                     f"(dataset= or 'file.h5:/inner/path'); found {_listing(names)}")
         obj = f.get(dataset)
         if not isinstance(obj, h5py.Dataset):
-            found = "a group" if obj is not None else "nothing"
-            names = []
-            f.visititems(lambda name, o: names.append("/" + name) if isinstance(o, h5py.Dataset) else None)
-            raise ValueError(
-                f"dataset: expected a dataset at {dataset!r} in {str(path)!r}, found {found}; "
-                f"datasets there: {_listing(names)}")
+            raise missing_dataset(f, path, dataset)
         with library_errors(path, "an HDF5 file"):
             if needs_own_decoder(obj):       # a Blosc volume without hdf5plugin: decoded here
                 return read_dataset(path, dataset)
             return np.asarray(obj[()])
+
+
+def missing_dataset(f, path, dataset: str) -> ValueError:
+    """The error for a ``dataset`` path that names no dataset in the open HDF5 file ``f``: what
+    is there instead, the closest dataset path, and the datasets the file holds with their shapes."""
+    import difflib
+
+    import h5py
+
+    obj = f.get(dataset)
+    found = "a group" if isinstance(obj, h5py.Group) else "nothing"
+    shapes: dict[str, str] = {}
+
+    def visit(name, o):           # returns None: visititems stops at the first other value
+        if isinstance(o, h5py.Dataset):
+            shapes["/" + name] = f"{o.shape} {o.dtype}"
+    f.visititems(visit)
+    close = difflib.get_close_matches("/" + str(dataset).lstrip("/"), list(shapes), n=1, cutoff=0.6)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    listing = _listing([f"{name!r} {shape}" for name, shape in shapes.items()])
+    return ValueError(f"dataset: expected a dataset at {dataset!r} in {str(path)!r}, found {found}{hint} "
+                      f"(datasets there: {listing})")
 
 
 def _hdf5_default_dataset(path: Path, dataset: str | None) -> str | None:
