@@ -112,9 +112,10 @@ def _preview_scan(args, out: Path) -> list[Path]:
     if len(scan.shape) != 3:
         raise ValueError(f"input: a scan preview needs projections (n_angles, n_rows, n_cols), got {scan.shape}")
     n_angles, n_rows, n_cols = scan.shape
-    b = args.bin or max(1, math.ceil(n_cols / PREVIEW_COLUMNS))
-    if b > min(n_rows, n_cols):
-        raise ValueError(f"--bin: {b} is larger than the detector ({n_rows} x {n_cols})")
+    if args.bin is not None and args.bin > min(n_rows, n_cols):
+        raise ValueError(f"--bin: {args.bin} is larger than the detector ({n_rows} x {n_cols})")
+    # by default: to at most PREVIEW_COLUMNS columns, but never past the detector's rows
+    b = args.bin or min(max(1, math.ceil(n_cols / PREVIEW_COLUMNS)), n_rows, n_cols)
     center = args.center
     if center == "auto":
         center = estimate_center(args, scan)[0].center
