@@ -169,18 +169,6 @@ def check_allocation(name: str, nbytes: int, what: str = "the result",
                          f"{format_bytes(available)} of memory are available; {hint}")
 
 
-def distinct_views(name: str, sources) -> None:
-    """Raise naming ``name`` if all views share one source position: such a
-    geometry sees the object from one direction only, and FDK's weights make
-    the volume zero."""
-    src = np.asarray(sources, dtype=np.float64).reshape(-1, 3)
-    spread = float(np.ptp(src, axis=0).max()) if len(src) else 0.0
-    scale = float(np.abs(src).max()) if len(src) else 0.0
-    if len(src) > 1 and spread <= 1e-9 * max(scale, 1.0):
-        raise ValueError(f"{name}: all {len(src)} views have the same source position: the scan sees the "
-                         "object from one direction only; check the angles or matrices")
-
-
 def add_nonfinite_count(counter, arr) -> None:
     """``counter += number of NaN/Inf in arr``, and of values beyond the
     float32 limit of :data:`MAX_MAGNITUDE` (sums of them overflow), on the

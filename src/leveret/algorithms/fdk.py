@@ -13,6 +13,7 @@ from ..filters import FILTERS
 from ..geometry import VolumeGeometry
 from ..operators.cone import RAY_MIN_VIEWS, ConeBackprojection
 from ..cuda.pipeline import STAGING_BUFFERS, STAGING_BYTES, SlabDownload, Staging, ranges
+from ._coverage import check_reach, check_views
 from .fdk_weights import (FDKWeighting, rows_seen)
 
 
@@ -101,7 +102,7 @@ def fdk(projections, geometry, volume: VolumeGeometry, *, filter: str = "ram-lak
                          chunk_views=chunk_views, progress=progress, stats=stats)
     projections = v.real_array("projections", projections, geometry.projection_shape,
                                "(n_views, n_rows, n_cols)")
-    v.distinct_views("geometry", geometry.source_positions())
+    check_views(geometry)
     if not isinstance(projections, np.ndarray):  # host input is checked chunk by chunk
         v.check_finite_array("projections", projections)
     v.choice("filter", filter, FILTERS)
@@ -114,6 +115,7 @@ def fdk(projections, geometry, volume: VolumeGeometry, *, filter: str = "ram-lak
         raise ValueError("precision: 'float64' runs on the CPU backend only; use backend='cpu'")
     if not isinstance(volume, VolumeGeometry) or volume.is_2d:
         raise ValueError(f"volume: expected a 3D VolumeGeometry, got {volume!r}")
+    check_reach(geometry, volume)
     if not input_on_gpu:
         v.check_allocation("volume", volume.size * np.dtype(dtype).itemsize, "the reconstruction")
     settings = dict(filter=filter, cutoff=cutoff, padding=padding, short_scan=short_scan,

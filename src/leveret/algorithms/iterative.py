@@ -36,6 +36,7 @@ import time
 import numpy as np
 
 from .. import _validate as v
+from ._coverage import check_views
 
 
 def _setup(projections, projector, iterations, x0, bounds):
@@ -43,6 +44,8 @@ def _setup(projections, projector, iterations, x0, bounds):
             and hasattr(projector, "projection_shape")):
         raise ValueError(f"projector: expected a leveret.Projector, got {type(projector).__name__}")
     iterations = v.positive_int("iterations", iterations)
+    if hasattr(projector, "geometry"):
+        check_views(projector.geometry)
     xp = v.array_module(projections)
     if xp is not np and getattr(projector, "backend", "cpu") != "cuda":
         raise ValueError("projections: a CuPy array needs a projector with backend='cuda', "

@@ -44,6 +44,7 @@ from .. import _validate as v
 from ..filters import FILTERS, apply_filter, filter_response
 from ..geometry import ConeGeometry, ParallelVecGeometry, VolumeGeometry
 from ..operators.cone import ConeBackprojection
+from ._coverage import check_views
 
 
 def _rotation_angles(geometry) -> np.ndarray:
@@ -153,6 +154,7 @@ def laminography_fbp(projections, geometry, volume: VolumeGeometry, *, filter: s
     dtype = np.float64 if v.precision(precision, ("float32", "float64")) == "float64" else np.float32
     if not isinstance(volume, VolumeGeometry) or volume.is_2d:
         raise ValueError(f"volume: expected a 3D VolumeGeometry, got {volume!r}")
+    check_views(geometry)
     weights = angle_weights(geometry)
     from ..backends import resolve
     backend = resolve(backend, projections)

@@ -13,6 +13,7 @@ from ..cuda import gpu_free_bytes
 from ..filters import padded_length
 from ..resources import host_available_bytes
 from ..operators import ParallelBackprojection
+from ._coverage import check_reach, check_views
 
 
 def fbp(projections, geometry: ParallelGeometry, volume: VolumeGeometry | None = None, *,
@@ -113,6 +114,8 @@ def fbp(projections, geometry: ParallelGeometry, volume: VolumeGeometry | None =
     if volume.is_2d != geometry.is_2d:
         raise ValueError(f"volume: a {'2D' if geometry.is_2d else '3D'} geometry needs a "
                          f"{'2D' if geometry.is_2d else '3D'} volume, got shape {volume.shape}")
+    check_views(geometry)
+    check_reach(geometry, volume)
     v.choice("filter", filter, FILTERS)
     precision = v.precision(precision, ("float32", "float64", "float16"))
     dtype = np.float64 if precision == "float64" else np.float32

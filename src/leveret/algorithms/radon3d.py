@@ -14,12 +14,14 @@ its antipode, since ``p''(t, -n) = p''(-t, n)``, so the sum counts twice.
 from __future__ import annotations
 
 import math
+import numbers
 from functools import lru_cache
 
 import numpy as np
 import scipy.fft
 
 from .. import _validate as v
+from ._coverage import check_reach, check_views
 from ..cpu import radon3d as kernels
 from ..cuda.devices import for_backend as devices_for_backend
 from ..filters import padded_length, window
@@ -180,6 +182,9 @@ def radon3d_fbp(projections, geometry: RadonGeometry, volume: VolumeGeometry | N
     dtype = np.float64 if precision == "float64" else np.float32
     projections = _check_projections(projections, geometry)
     volume = _check_volume(geometry.default_volume() if volume is None else volume)
+    oversampling = _oversampling(oversampling)
+    check_views(geometry)
+    check_reach(geometry, volume)
     if isinstance(projections, np.ndarray):
         v.check_allocation("volume", volume.size * np.dtype(dtype).itemsize, "the reconstruction")
     q_weights = _direction_weights(angle_weights, geometry)
@@ -595,6 +600,15 @@ def _check_projections(projections, geometry: RadonGeometry):
                                "(n_dirs, n_samples)")
     v.check_finite_array("projections", projections)
     return projections
+
+
+def _oversampling(value) -> int:
+    """``oversampling`` checked: a positive integer (TypeError for what is not an integer)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"oversampling: expected a positive integer, got {value!r}")
+    if value < 1:
+        raise ValueError(f"oversampling: expected a positive integer, got {value}")
+    return int(value)
 
 
 def _check_volume(volume) -> VolumeGeometry:
