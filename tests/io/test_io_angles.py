@@ -56,3 +56,34 @@ def test_bad_files_and_unit(tmp_path):
         read_angles(tmp_path / "m.npy")
     with pytest.raises(ValueError, match=r"^unit: expected one of"):
         read_angles("0:1:2", unit="gradian")
+
+
+DEGREE_NAMES = ("degree", "degrees", "deg", "DEG")
+RADIAN_NAMES = ("radian", "radians", "rad", "Rad")
+
+
+def is_degree(unit: str) -> bool:
+    return unit.strip().lower().startswith("deg")
+
+
+@pytest.mark.parametrize("unit", DEGREE_NAMES + RADIAN_NAMES)
+def test_every_unit_name_means_its_unit(unit):
+    """Each spelling against numpy's own conversion: 90 is a right angle in degrees, 90 radians
+    in radians."""
+    expected = np.radians([0.0, 90.0]) if is_degree(unit) else np.array([0.0, 90.0])
+    np.testing.assert_allclose(read_angles([0, 90], unit=unit), expected, rtol=1e-15)
+    np.testing.assert_allclose(read_angles("0:180:2", unit=unit), expected, rtol=1e-15)
+
+
+@pytest.mark.parametrize("unit", DEGREE_NAMES + RADIAN_NAMES + (" Degrees ",))
+def test_every_unit_name_in_a_scan_file_means_its_unit(tmp_path, unit):
+    import h5py
+
+    from leveret.io import read_scan
+
+    with h5py.File(tmp_path / "s.h5", "w") as f:
+        f["/exchange/data"] = np.zeros((2, 3, 4), np.uint16)
+        f["/exchange/theta"] = np.array([0.0, 90.0])
+        f["/exchange/theta"].attrs["units"] = unit
+    np.testing.assert_allclose(read_scan(tmp_path / "s.h5").angles,
+                               np.radians([0.0, 90.0]) if is_degree(unit) else [0.0, 90.0], rtol=1e-15)
