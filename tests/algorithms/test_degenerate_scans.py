@@ -79,8 +79,8 @@ def test_a_volume_no_ray_reaches_is_zeros_with_a_warning():
     cone = ConeGeometry.circular(np.linspace(0, 2 * np.pi, 20, endpoint=False), sid=100, sdd=150, n_rows=16,
                                  n_cols=16, pixel_size=1.0)
     with pytest.warns(UserWarning, match=r"^volume: no ray .* lies beside the detector in every view"):
-        out = leveret.fdk(np.ones(cone.projection_shape, np.float32), cone, VolumeGeometry((4, 4, 4), center=(60, 0, 0)),
-                          backend="cpu")
+        out = leveret.fdk(np.ones(cone.projection_shape, np.float32), cone,
+                          VolumeGeometry((4, 4, 4), center=(60, 0, 0)), backend="cpu")
     assert not out.any()
     # directions within 20 degrees of z: a volume 100 up has its planes beyond t = 94
     theta, phi = np.meshgrid(np.radians([5, 10, 15, 20]), np.linspace(0, 2 * np.pi, 12, endpoint=False))

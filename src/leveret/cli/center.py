@@ -84,7 +84,7 @@ def _montage(sino, angles, centers, scores, best):
                           backend="auto") for i in picks]
     lo, hi = np.percentile(np.concatenate([im.ravel() for im in images]), [1, 99.5])
     for ax, i, im in zip(axes, picks, images):
-        ax.imshow(im, cmap="gray", vmin=lo, vmax=hi)
+        ax.imshow(im, cmap="gray", vmin=lo, vmax=hi, origin="lower")     # y upwards, as preview draws it
         ax.set_title(f"centre {centers[i]:.2f}: {scores[i]:.4f}" + ("  (best)" if centers[i] == best else ""),
                      fontsize=9, color="tab:red" if centers[i] == best else "black")
         ax.axis("off")

@@ -201,8 +201,9 @@ def _real_figure(lines, volume, naive, center, geometry):
     vmax = float(np.percentile(volume[k], 99.9))
     for ax, img, title in ((axes[1], volume[k], f"FBP, centre {center:.2f} px"),
                            (axes[2], naive, f"centre {(geometry.n_cols - 1) / 2:g} px (detector middle)")):
-        im = ax.imshow(img, cmap="gray", vmin=0, vmax=vmax, interpolation="nearest")
-        ax.set(title=f"slice {k}, {title}", xlabel="x (px)", ylabel="y (px)")
+        # y upwards (row 0 at the bottom), as scikit-image, ASTRA and tomopy show this slice
+        im = ax.imshow(img, cmap="gray", vmin=0, vmax=vmax, interpolation="nearest", origin="lower")
+        ax.set(title=f"slice {k}, {title}", xlabel="x (px)", ylabel="y (px, upwards)")
     fig.colorbar(im, ax=axes[1:], shrink=0.8, label="attenuation per pixel")
     fig.suptitle("leveret demo --real: savu-image-test (Diamond Light Source), flat/dark, -log, FBP")
     return fig
@@ -228,15 +229,16 @@ def _figure(truth, rec, volume, title):
     axes = fig.subplots(2, 3)
     (x0, x1), (y0, y1), (z0, z1) = volume.extent("x"), volume.extent("y"), volume.extent("z")
     for r, (label, t, v) in enumerate(rows):
-        extent = (x0, x1, y1, y0) if r == 0 else (x0, x1, z1, z0)
+        # axial: y upwards (as scikit-image, ASTRA and tomopy show it); coronal: z downwards (the rows)
+        extent, origin = ((x0, x1, y0, y1), "lower") if r == 0 else ((x0, x1, z1, z0), "upper")
         for c, (img, name, kw) in enumerate([
                 (t, "phantom", dict(cmap="gray", vmin=0, vmax=0.4)),
                 (v, "reconstruction", dict(cmap="gray", vmin=0, vmax=0.4)),
                 (v - t, "difference", dict(cmap="RdBu_r", vmin=-0.2, vmax=0.2))]):
-            im = axes[r, c].imshow(img, extent=extent, aspect="equal", interpolation="nearest", **kw)
+            im = axes[r, c].imshow(img, extent=extent, origin=origin, aspect="equal", interpolation="nearest", **kw)
             axes[r, c].set_title(f"{name}, {label}", fontsize=9)
             axes[r, c].set_xlabel("x (mm)")
-            axes[r, c].set_ylabel("y (mm)" if r == 0 else "z (mm)")
+            axes[r, c].set_ylabel("y (mm, upwards)" if r == 0 else "z (mm, downwards)")
             fig.colorbar(im, ax=axes[r, c], shrink=0.8, label="per mm")
     fig.suptitle(f"leveret demo: FBP of a noisy parallel-beam scan ({title})")
     return fig

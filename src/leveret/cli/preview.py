@@ -39,8 +39,15 @@ def _save(fig, path: Path) -> Path:
     return path
 
 
+#: How each slice's vertical axis is drawn: y upwards (as scikit-image, ASTRA and tomopy show their
+#: slices of the same data: leveret's row 0, the smallest y, at the bottom), z downwards (as the
+#: detector rows it comes from, row 0 at the top).
+AXIS_LABELS = {"y": "y (upwards; row 0 at the bottom)", "z": "z (downwards, as the detector rows)"}
+
+
 def _slices_figure(volume: np.ndarray, geometry, title: str):
-    """Axial, coronal and sagittal slices through the middle, in length units."""
+    """Axial, coronal and sagittal slices through the middle, in length units: the axial slice
+    with y upwards (see AXIS_LABELS), the others with z downwards."""
     from matplotlib.figure import Figure
 
     nz, ny, nx = volume.shape
@@ -52,10 +59,12 @@ def _slices_figure(volume: np.ndarray, geometry, title: str):
     axes = fig.subplots(1, 3)
     for ax, (img, h, v, label) in zip(axes, views):
         (h0, h1), (v0, v1) = geometry.extent(h), geometry.extent(v)
-        im = ax.imshow(img, cmap="gray", vmin=lo, vmax=hi, extent=(h0, h1, v1, v0), interpolation="nearest")
+        up = v == "y"
+        im = ax.imshow(img, cmap="gray", vmin=lo, vmax=hi, extent=(h0, h1, v0, v1) if up else (h0, h1, v1, v0),
+                       origin="lower" if up else "upper", interpolation="nearest")
         ax.set_title(label, fontsize=9)
         ax.set_xlabel(h)
-        ax.set_ylabel(v)
+        ax.set_ylabel(AXIS_LABELS[v])
     fig.colorbar(im, ax=list(axes), shrink=0.8, label="attenuation per length unit")
     fig.suptitle(title)
     return fig

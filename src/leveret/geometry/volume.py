@@ -111,3 +111,39 @@ class VolumeGeometry(Frozen):
         """Draw the grid outline in the xy plane; returns the matplotlib Axes."""
         from .plotting import plot_volume
         return plot_volume(self, ax=ax)
+
+
+def as_image_rows(array):
+    """A slice or volume with its y axis reversed: leveret's row order to the image rows of
+    scikit-image, ASTRA and tomopy, and back.
+
+    leveret's row ``j`` of a slice ``(ny, nx)`` (or of each slice of a volume ``(nz, ny, nx)``)
+    lies at ``y = cy + (j - (ny - 1)/2) dy``: y grows with the row, so ``imshow(slice)``, which
+    puts row 0 at the top, shows y pointing down. Libraries that index images the way they are
+    displayed (scikit-image's ``iradon``, ASTRA, tomopy) put the largest y in row 0: their slice
+    of the same sinogram and angles is leveret's turned upside down. leveret's own pictures
+    (``leveret preview``, ``leveret demo``) draw y upwards, so they look like those libraries'
+    ``imshow`` of their arrays; this function gives the arrays that match too.
+
+    Parameters
+    ----------
+    array : array, (..., ny, nx)
+        A slice or volume in leveret's row order (or in image-row order: the function is its own
+        inverse). NumPy, CuPy or any array that takes ``[..., ::-1, :]``.
+
+    Returns
+    -------
+    array
+        A view of ``array`` with the second-to-last axis reversed (no copy).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from leveret.geometry import as_image_rows
+    >>> as_image_rows(np.arange(6).reshape(3, 2)).tolist()      # row 0 (smallest y) goes to the bottom
+    [[4, 5], [2, 3], [0, 1]]
+    """
+    if getattr(array, "ndim", 0) < 2:
+        raise ValueError(f"array: expected a slice (ny, nx) or a volume (nz, ny, nx), got "
+                         f"{'shape ' + str(tuple(array.shape)) if hasattr(array, 'shape') else type(array).__name__}")
+    return array[..., ::-1, :]
