@@ -61,12 +61,12 @@ MIN_FLAT_SHARE = 0.1
 
 #: Relative variation (standard deviation / mean) of a row's sum over the views beyond which the
 #: data break the order-0 moment condition. Measured: at most 0.008 on the bundled scan and a
-#: simulated tooth with 1 % beam drift; 0.10 and 0.23 with their detector axes swapped.
+#: simulated tooth with 1 % beam drift; 0.14 and 0.23 with their detector axes swapped.
 MASS_VARIATION = 0.05
 
 #: The centroid fit: its residual must exceed this many noise levels (the noise measured by
 #: second differences along the views) and this share of the centroid's spread to fail.
-#: Measured: 1.0 to 1.3 noise levels on correct scans, 15 and more with wrong angles.
+#: Measured: 0.9 to 1.4 noise levels on correct scans, 15 and more with wrong angles.
 MOMENT_NOISE = 5.0
 MOMENT_SHARE = 0.1
 #: Views fewer than this give no moment verdict.
@@ -74,8 +74,8 @@ MIN_VIEWS = 8
 
 #: Mirrored views: the mismatch at the best shift, in units of the difference between neighbouring
 #: views (scaled for the interpolation's noise) plus MIRROR_FLOOR times the row's contrast, beyond
-#: which the views half a turn apart do not mirror each other. Measured: 0.2 to 0.7 on correct
-#: scans, 2 to 30 with wrong angles.
+#: which the views half a turn apart do not mirror each other. Measured: 0.16 to 0.36 on the
+#: bundled scan and the simulated tooth-like scans, 3.5 to 14 with wrong angles.
 MIRROR_LIMIT = 3.0
 MIRROR_FLOOR = 0.02
 #: A partner view is interpolated from views at most this many angular steps from the mirrored angle.
