@@ -215,7 +215,7 @@ def load_scan(args) -> ScanInput:
         raise ValueError(f"--angles: expected {shape[0]} angles (one per projection in input), "
                          f"got {angles.size}")
     if flats is not None:
-        flats, darks = _checked_fields(args, flats, darks, shape)
+        flats, darks = _checked_fields(flats, darks, shape)
         if args.minus_log:
             where = "--flat/--dark" if args.flat is not None else f"the flats and darks in {args.input!r}"
             raise ValueError(f"--minus-log: the flat/dark normalisation ({where}) takes -log already; "
@@ -227,7 +227,7 @@ def load_scan(args) -> ScanInput:
     return scan
 
 
-def _checked_fields(args, flats, darks, shape):
+def _checked_fields(flats, darks, shape):
     """Flats and darks checked against the whole detector (shape, finite, not swapped) before any
     work, so that their errors name the projections' shape, not that of the rows a step reads."""
     from ..preprocess import check_flats_darks, sinogram_fields
