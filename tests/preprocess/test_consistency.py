@@ -192,3 +192,17 @@ def test_bad_arguments(savu, kwargs, error, match):
         check_consistency(savu.projections, **args)
     with pytest.raises(ValueError, match=r"^projections: expected shape \(91, 135, 160\)"):
         check_consistency(savu.projections[:, :, :100], savu.geometry)
+
+
+@pytest.mark.gpu
+def test_cupy_arrays_give_the_numpy_findings(savu):
+    cp = pytest.importorskip("cupy")
+    try:
+        cp.cuda.runtime.getDeviceCount()
+    except Exception as exc:  # CuPy installed but no usable GPU
+        pytest.skip(f"no CUDA device: {exc}")
+    projections, flat, dark = (cp.asarray(a) for a in (savu.projections, savu.flat, savu.dark))
+    assert check_consistency(projections, savu.geometry, flats=flat, darks=dark) == []
+    wrong = savu.geometry.replace(center=20.0)
+    assert (check_consistency(projections, wrong, flats=flat, darks=dark)
+            == check_consistency(savu.projections, wrong, flats=savu.flat, darks=savu.dark))
