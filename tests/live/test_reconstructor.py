@@ -172,6 +172,29 @@ def test_cone_slices_equal_fdk_after_the_last_frame():
     assert _err(s["yz"], ref[:, :, 10]) < TOL
 
 
+def test_cone_slices_equal_fdk_with_frames_of_parallel_streams_interleaved():
+    """Frames dealt over 3 streams arrive a few places out of scan order: each
+    view's angle is unwrapped against the one before it, which holds for any
+    order whose neighbours are less than half a turn apart."""
+    n, views = 24, 40
+    angles = np.linspace(0, 2 * np.pi, views, endpoint=False)
+    g = leveret.ConeGeometry.circular(angles, 60.0, 120.0, n, n, 2.0)
+    vol = leveret.VolumeGeometry((n, n, n), 1.0)
+    proj = shepp_logan_3d(radius=10).project(g).astype(np.float32)
+    ref = leveret.fdk(proj, g, vol, backend="cpu", short_scan=False)
+    rng = np.random.default_rng(3)
+    order = np.concatenate([rng.permutation(np.arange(b, min(b + 6, views))) for b in range(0, views, 6)])
+    assert not np.all(np.diff(order) > 0)
+    rec = LiveReconstructor(vol, g, planned=False, backend="cpu")
+    for batch in np.array_split(order, 8):
+        rec.add_frames([Frame(proj[i], int(i), matrix=g.matrices[i]) for i in batch])
+    rec.watch_orthogonal(_voxel_point(vol, 10, 12, 7))
+    s = rec.slices()
+    assert rec.stats.received == views and rec.stats.missing == 0
+    assert _err(s["xy"], ref[7]) < TOL
+    assert _err(s["xz"], ref[:, 12, :]) < TOL
+
+
 def test_cone_slices_over_two_turns_equal_one_turn():
     """Two turns measure every line four times: the slices (and leveret.fdk)
     weight them so that the result is the one-turn reconstruction."""

@@ -345,7 +345,7 @@ class LiveReconstructor:
         if self.beam != "cone" or self._turn.size < 2:
             return 1.0
         from ..algorithms.fdk_weights import turn_scale
-        return turn_scale(self._turn)
+        return turn_scale(np.sort(self._turn))   # its step is a median gap between neighbours in angle
 
     @_locked
     def sinogram(self, row: int | None = None) -> np.ndarray:
