@@ -32,6 +32,7 @@ import json
 import logging
 import math
 import os
+import queue
 import re
 import reprlib
 import threading
@@ -391,12 +392,14 @@ def _pattern(pattern: str) -> str:
 
 
 class ZmqSource:
-    """Frames from a ZeroMQ stream (the module's message format).
+    """Frames from one or several ZeroMQ streams (the module's message format).
 
     Parameters
     ----------
-    address : str
-        e.g. ``"tcp://127.0.0.1:5555"``.
+    address : str or sequence of str
+        One endpoint (``"tcp://127.0.0.1:5555"``, ``"ipc:///tmp/detector"``),
+        several separated by commas (``"ipc:///tmp/d0,ipc:///tmp/d1"``), or a
+        sequence of them: parallel streams, read by ``threads`` sockets.
     pattern : {"pull", "sub"}
         PULL (frames dealt to one reader) or SUB (every subscriber sees all).
     bind : bool
@@ -404,18 +407,19 @@ class ZmqSource:
     timeout : float
         Seconds without a message after which ``None`` is yielded.
     stop_at_end : bool
-        Stop iterating at an ``{"end": true}`` message (else wait for the
-        next scan's frames).
+        Stop iterating once the scan has ended (an ``{"end": true}`` message
+        from every endpoint, see Notes) instead of waiting for the next scan's
+        frames.
+    hwm : int
+        Messages each socket holds before the sender waits (PULL) or messages
+        are lost (SUB): with PULL, a reader that stops reading holds back the
+        sender once this many frames wait here and in the sender's queue.
     buffers : callable, optional
         ``buffers(dtype)`` returns an empty frame to copy each message's
         data into, e.g. :meth:`LiveReconstructor.frame_buffer` (pinned
         memory, so the frame uploads to the GPU asynchronously); it may also
         be set after construction. Without it a frame's data are a view of
         the message.
-    hwm : int
-        Messages the socket holds before the sender waits (PULL) or messages
-        are lost (SUB): with PULL, a reader that stops reading holds back the
-        sender once this many frames wait here and in the sender's queue.
     detector_shape : (n_rows, n_cols), optional
         Frames of any other shape are bad messages (may also be set after
         construction, e.g. once the first frames agreed on a shape).
@@ -424,18 +428,41 @@ class ZmqSource:
     max_frame_bytes : int
         A message part larger than this is refused by ZeroMQ itself (the
         sender is disconnected, and reconnects) before it is held in memory.
+    threads : int, optional
+        Receiving threads, each with a socket of its own (default: one per
+        endpoint). Fewer threads than endpoints: a socket reads several
+        endpoints. More: several PULL sockets connect to one endpoint, whose
+        sender deals the messages among them (PULL and connect only: a SUB
+        socket each would get every frame, and an address binds once).
 
     Notes
     -----
-    The socket is used only by the thread iterating the source (ZeroMQ
-    sockets are not thread-safe): :meth:`close` from another thread sets a
-    flag that the iterating thread sees within ``STEP`` seconds; that
-    thread then closes the socket and the iteration ends.
+    A message is received without a copy (a view of ZeroMQ's message), its
+    header checked (:func:`check_header`, and the payload's size), and only
+    then its bytes are copied once, into a buffer from ``buffers``. One that
+    fails is skipped, counted in ``bad_messages`` and logged (the first
+    ``LOGGED`` of them, then every ``LOG_EVERY``-th), and the stream goes on:
+    no message ends the iteration, and a bad stream never holds up the others.
 
-    Every message is checked (:func:`check_header`, and the payload's size)
-    before it becomes a frame; one that fails is skipped, counted in
-    ``bad_messages`` and logged (the first ``LOGGED`` of them, then every
-    ``LOG_EVERY``-th), and the stream goes on: no message ends the iteration.
+    With one socket the thread iterating the source reads it. With several,
+    each has a thread of its own that receives, checks and copies its
+    messages, and the iteration yields the frames in the order they were
+    ready: each stream's in its order, the streams interleaved. At most
+    ``QUEUED`` frames per thread wait for the iteration; beyond, the threads
+    stop reading and the messages wait in the sockets (up to ``hwm`` each).
+    The source's ZeroMQ context has an I/O thread per connection, so the
+    streams' bytes move in parallel.
+
+    The scan has ended once an end-of-scan message has come from every
+    endpoint (:func:`send_frames` sends one on each). Where sockets share an
+    endpoint (``threads`` above the endpoints), its sender's one end message
+    reaches one of them: the scan ends ``timeout`` seconds after the last
+    message then.
+
+    Sockets are not thread-safe: each is used by one thread at a time and
+    closed by the thread that reads it. :meth:`close` from any thread sets a
+    flag that the readers see within ``STEP`` seconds; they then close their
+    sockets and the iteration ends.
     """
 
     #: Seconds between two looks at the stop flag while the socket is quiet.
@@ -443,21 +470,27 @@ class ZmqSource:
     #: Bad messages logged one by one; after them, one line every LOG_EVERY.
     LOGGED = 20
     LOG_EVERY = 1000
+    #: Frames each receiving thread may have waiting for the iteration.
+    QUEUED = 2
 
-    def __init__(self, address: str, *, pattern: str = "pull", bind: bool = False, timeout: float = 0.5,
+    def __init__(self, address, *, pattern: str = "pull", bind: bool = False, timeout: float = 0.5,
                  stop_at_end: bool = False, hwm: int = 1000, buffers=None, detector_shape=None,
-                 max_index: int = MAX_INDEX, max_frame_bytes: int = 1 << 30):
+                 max_index: int = MAX_INDEX, max_frame_bytes: int = 1 << 30, threads: int | None = None):
         import zmq
 
         from .. import _validate as v
 
         self.address = address
+        self.endpoints = zmq_endpoints(address)
         self.pattern = _pattern(pattern)
         if self.pattern not in ("pull", "sub"):
             raise ValueError(f"pattern: a source reads with 'pull' or 'sub', got {pattern!r}")
         self.timeout = float(timeout)
         if not self.timeout > 0:
             raise ValueError(f"timeout: expected seconds > 0, got {timeout!r}")
+        self.threads = len(self.endpoints) if threads is None else v.positive_int("threads", threads)
+        groups = _socket_endpoints(self.endpoints, self.threads, self.pattern, bind)
+        self._shared = self.threads > len(self.endpoints)   # sockets sharing an endpoint
         self.stop_at_end = stop_at_end
         self.lossy = self.pattern == "sub"     # a publisher never waits for its subscribers
         self.bad_messages = 0
@@ -467,36 +500,55 @@ class ZmqSource:
         self.max_index = v.positive_int("max_index", max_index)
         self.max_frame_bytes = v.positive_int("max_frame_bytes", max_frame_bytes)
         self._lock = threading.Lock()          # orders close() against the start and end of iteration
+        self._bad_lock = threading.Lock()      # bad_messages, counted by every receiving thread
         self._stop = threading.Event()
         self._reading = False
-        self._ctx = zmq.Context.instance()
-        self._sock = self._ctx.socket(zmq.PULL if self.pattern == "pull" else zmq.SUB)
-        self._sock.setsockopt(zmq.RCVHWM, int(hwm))
-        self._sock.setsockopt(zmq.LINGER, 0)
-        self._sock.setsockopt(zmq.MAXMSGSIZE, max(self.max_frame_bytes, MAX_HEADER_BYTES))
-        if self.pattern == "sub":
-            self._sock.setsockopt(zmq.SUBSCRIBE, b"")
+        self._ends = 0                         # end-of-scan messages of the scan so far
+        self._ready: queue.SimpleQueue = queue.SimpleQueue()     # (frame | END | _Failed) from the threads
+        self._room = threading.Semaphore(self.QUEUED * self.threads)
+        # an I/O thread per connection: one thread moves one stream's bytes at a time
+        self._ctx = zmq.Context(io_threads=sum(len(g) for g in groups))
+        self._socks = []
         try:
-            (self._sock.bind if bind else self._sock.connect)(address)
-        except zmq.ZMQError as exc:
-            self._sock.close(0)
-            raise ValueError(f"address: cannot {'bind' if bind else 'connect to'} {address!r}: {exc}") from None
+            for group in groups:
+                sock = self._ctx.socket(zmq.PULL if self.pattern == "pull" else zmq.SUB)
+                self._socks.append(sock)
+                sock.setsockopt(zmq.RCVHWM, int(hwm))
+                sock.setsockopt(zmq.LINGER, 0)
+                sock.setsockopt(zmq.MAXMSGSIZE, max(self.max_frame_bytes, MAX_HEADER_BYTES))
+                if self.pattern == "sub":
+                    sock.setsockopt(zmq.SUBSCRIBE, b"")
+                for endpoint in group:
+                    try:
+                        (sock.bind if bind else sock.connect)(endpoint)
+                    except zmq.ZMQError as exc:
+                        raise ValueError(f"address: cannot {'bind' if bind else 'connect to'} {endpoint!r}: "
+                                         f"{exc}") from None
+        except BaseException:
+            self._close_all()
+            raise
 
     @property
     def closed(self) -> bool:
-        return self._sock.closed
+        return all(s.closed for s in self._socks)
 
     def close(self) -> None:
-        """Stop the source; safe from any thread. The thread iterating it closes
-        the socket (within ``STEP`` seconds); with none iterating, it is closed here."""
+        """Stop the source; safe from any thread. The threads reading the sockets
+        close them (within ``STEP`` seconds); with none reading, they are closed here."""
         with self._lock:
             self._stop.set()
-            if not self._reading and not self._sock.closed:
-                self._sock.close(0)
+            if not self._reading:
+                self._close_all()
+
+    def _close_all(self) -> None:
+        """Close the sockets still open, then the context (no thread may be reading them)."""
+        for s in self._socks:
+            if not s.closed:
+                s.close(0)
+        if not self._ctx.closed:
+            self._ctx.term()
 
     def __iter__(self):
-        import zmq
-
         with self._lock:
             if self._stop.is_set():
                 return
@@ -504,34 +556,125 @@ class ZmqSource:
                 raise RuntimeError("ZmqSource: already being read (one iteration at a time)")
             self._reading = True
         try:
-            poller = zmq.Poller()
-            poller.register(self._sock, zmq.POLLIN)
-            quiet_since = time.monotonic()
-            while not self._stop.is_set():
-                if not poller.poll(int(1000 * min(self.STEP, self.timeout))):
-                    if time.monotonic() - quiet_since >= self.timeout:
-                        quiet_since = time.monotonic()
-                        yield None
-                    continue
-                quiet_since = time.monotonic()
-                parts = self._sock.recv_multipart(copy=False)
-                arrived = time.perf_counter()
-                try:
-                    frame = self._message(parts, arrived)
-                except Exception as exc:   # any fault of one message: that message skipped, never the stream
-                    self._bad(exc)
-                    continue
-                if frame is END:
-                    log.info("end of scan message received")
-                    if self.stop_at_end:
-                        return
-                    continue
-                yield frame
+            if len(self._socks) == 1:
+                yield from self._read_here(self._socks[0])
+            else:
+                yield from self._read_threads()
         finally:
             with self._lock:
                 self._reading = False
-                if self._stop.is_set() and not self._sock.closed:
-                    self._sock.close(0)   # in the thread that used it
+                if self._stop.is_set():
+                    self._close_all()   # the readers have closed theirs: here the one read here, and the context
+
+    def _read_here(self, sock):
+        """Frames of the one socket, read by the thread iterating the source."""
+        import zmq
+
+        poller = zmq.Poller()
+        poller.register(sock, zmq.POLLIN)
+        quiet_since = time.monotonic()
+        while not self._stop.is_set():
+            if not poller.poll(int(1000 * min(self.STEP, self.timeout))):
+                if time.monotonic() - quiet_since >= self.timeout:
+                    quiet_since = time.monotonic()
+                    yield None
+                continue
+            quiet_since = time.monotonic()
+            item = self._take(sock)
+            if item is END:
+                if self._scan_ended() and self.stop_at_end:
+                    return
+            elif item is not None:
+                yield item
+
+    def _read_threads(self):
+        """Frames of several sockets, each read by a thread of its own (class notes)."""
+        halt = threading.Event()
+        readers = [threading.Thread(target=self._receive, args=(sock, halt), name=f"leveret-zmq-{k}", daemon=True)
+                   for k, sock in enumerate(self._socks)]
+        for t in readers:
+            t.start()
+        try:
+            quiet_since = last = time.monotonic()
+            draining = False    # the scan has ended; sockets that share an endpoint may still hold frames
+            while not self._stop.is_set():
+                try:
+                    item = self._ready.get(timeout=min(self.STEP, self.timeout))
+                except queue.Empty:
+                    now = time.monotonic()
+                    if draining and now - last >= self.timeout:
+                        return
+                    if now - quiet_since >= self.timeout:
+                        quiet_since = now
+                        yield None
+                    continue
+                if isinstance(item, _Failed):
+                    raise item.error
+                self._room.release()
+                quiet_since = last = time.monotonic()
+                if item is END:
+                    if self._scan_ended() and self.stop_at_end:
+                        if not self._shared:
+                            return
+                        draining = True
+                else:
+                    yield item
+        finally:
+            halt.set()
+            for t in readers:
+                t.join()
+
+    def _receive(self, sock, halt) -> None:
+        """A receiving thread: the messages of ``sock`` checked, copied and queued
+        until the source stops (then it closes ``sock``) or ``halt`` is set."""
+        import zmq
+
+        poller = zmq.Poller()
+        poller.register(sock, zmq.POLLIN)
+        step = int(1000 * self.STEP)
+
+        def running():
+            return not (self._stop.is_set() or halt.is_set())
+
+        try:
+            while running():
+                if not self._room.acquire(timeout=self.STEP):
+                    continue          # the iteration is behind: the messages wait in the socket
+                item = None
+                try:
+                    while item is None and running():
+                        if poller.poll(step):
+                            item = self._take(sock)
+                finally:
+                    if item is None:
+                        self._room.release()
+                if item is not None:
+                    self._ready.put(item)
+        except BaseException as exc:   # raised by the iteration, in the thread that iterates
+            self._ready.put(_Failed(exc))
+        finally:
+            if self._stop.is_set():
+                sock.close(0)    # in the thread that used it
+
+    def _take(self, sock):
+        """The message waiting on ``sock`` as a Frame or END; None for a bad message (counted)."""
+        parts = sock.recv_multipart(copy=False)   # views of ZeroMQ's messages, no copy
+        arrived = time.perf_counter()
+        try:
+            return self._message(parts, arrived)
+        except Exception as exc:   # any fault of one message: that message skipped, never the stream
+            self._bad(exc)
+            return None
+
+    def _scan_ended(self) -> bool:
+        """Count an end-of-scan message; True once every endpoint's has come."""
+        self._ends += 1
+        if self._ends < len(self.endpoints):
+            log.info("end of scan message received (%d of %d endpoints)", self._ends, len(self.endpoints))
+            return False
+        self._ends = 0
+        log.info("end of scan message received")
+        return True
 
     def _message(self, parts, arrived):
         """The frame of a multipart message, or END; ValueError if it is neither."""
@@ -544,13 +687,57 @@ class ZmqSource:
         return _frame(header, parts[1].buffer, arrived, self.buffers)
 
     def _bad(self, exc) -> None:
-        self.bad_messages += 1
-        n = self.bad_messages
+        with self._bad_lock:
+            self.bad_messages += 1
+            n = self.bad_messages
         reason = str(exc)[:300] or type(exc).__name__
         if n <= self.LOGGED:
             log.warning("message skipped: %s", reason)
         elif n % self.LOG_EVERY == 0:
             log.warning("%d bad messages so far (the latest: %s)", n, reason)
+
+
+class _Failed:
+    """An exception of a receiving thread, raised by the iteration."""
+
+    def __init__(self, error: BaseException):
+        self.error = error
+
+
+def zmq_endpoints(address) -> list[str]:
+    """The ZeroMQ endpoints ``address`` names: one (``"tcp://host:5555"``),
+    several separated by commas (``"ipc:///tmp/d0,ipc:///tmp/d1"``), or a
+    sequence of them. ValueError naming ``address`` for an empty or repeated
+    one, or one without a transport (``tcp://``, ``ipc://``, ...)."""
+    if isinstance(address, str):
+        items = address.split(",")
+    elif isinstance(address, (list, tuple)) and all(isinstance(a, str) for a in address):
+        items = list(address)
+    else:
+        raise TypeError(f"address: expected a ZeroMQ endpoint or a list of them, got {_short(address)}")
+    endpoints = [a.strip() for a in items]
+    for a in endpoints:
+        transport, sep, rest = a.partition("://")
+        if not (sep and transport.isalnum() and rest):
+            raise ValueError(f"address: expected ZeroMQ endpoints such as tcp://host:5555 or ipc:///tmp/name "
+                             f"(several separated by commas), got {_short(a)} in {_short(address)}")
+    if len(set(endpoints)) != len(endpoints):
+        raise ValueError(f"address: an endpoint is named twice in {_short(address)}")
+    return endpoints
+
+
+def _socket_endpoints(endpoints: list[str], threads: int, pattern: str, bind: bool) -> list[list[str]]:
+    """The endpoints of each of ``threads`` sockets: the endpoints dealt out
+    (a socket may read several), or, with more sockets than endpoints, each
+    socket connected to one endpoint that others share."""
+    n = len(endpoints)
+    if threads <= n:
+        return [endpoints[k::threads] for k in range(threads)]
+    if pattern != "pull" or bind:
+        raise ValueError(f"threads: {threads} threads for {n} endpoint(s) need PULL sockets that connect (each "
+                         f"message to one of them); a SUB socket each would get every frame, and an address "
+                         f"binds once")
+    return [[endpoints[k % n]] for k in range(threads)]
 
 
 def decode(header: dict, payload, arrived: float | None = None, buffers=None, *, detector_shape=None,
@@ -683,8 +870,10 @@ def _short(value) -> str:
     return reprlib.repr(value)
 
 
-def encode(frame: Frame) -> list[bytes]:
-    """The two message parts of ``frame``: JSON header, raw little-endian bytes."""
+def encode(frame: Frame) -> list:
+    """The two message parts of ``frame``: its JSON header (bytes), and its data
+    as C-order little-endian bytes (a memoryview: of ``frame.data`` itself
+    when it is so already, else of a converted copy)."""
     data = np.ascontiguousarray(frame.data)
     data = data.astype(data.dtype.newbyteorder("<"), copy=False)
     header = {"index": int(frame.index), "shape": list(data.shape), "dtype": data.dtype.str.lstrip("<|=")}
@@ -692,31 +881,45 @@ def encode(frame: Frame) -> list[bytes]:
         header["angle"] = float(frame.angle)
     if frame.matrix is not None:
         header["matrix"] = np.asarray(frame.matrix, np.float64).reshape(3, 4).tolist()
-    return [json.dumps(header).encode(), data.tobytes()]
+    return [json.dumps(header).encode(), memoryview(data.reshape(-1)).cast("B")]
 
 
-def send_frames(address: str, frames, *, pattern: str = "push", bind: bool = True, rate: float | None = None,
+def send_frames(address, frames, *, pattern: str = "push", bind: bool = True, rate: float | None = None,
                 end: bool = True, stop: threading.Event | None = None, connect_wait: float = 0.2,
-                hwm: int = 1000) -> int:
-    """Send ``frames`` (iterable of :class:`Frame`) to ``address`` with PUSH or
-    PUB at ``rate`` frames per second (None: as fast as possible); returns the
-    number sent. ``end`` sends the ``{"end": true}`` message after the last.
-    With PUSH, once ``hwm`` messages wait here (and the reader's ``hwm``
-    there) sending waits for the reader; PUB drops them instead."""
+                hwm: int = 1000, copy: bool = True) -> int:
+    """Send ``frames`` (iterable of :class:`Frame`) with PUSH or PUB at ``rate``
+    frames per second (None: as fast as possible); returns the number sent.
+
+    ``address`` names one endpoint or several (see :func:`zmq_endpoints`):
+    with several, a socket each, frame ``i`` going to endpoint ``i % n`` (the
+    parallel streams a :class:`ZmqSource` of ``threads`` reads), each sent by
+    an I/O thread of its own. ``end`` sends the ``{"end": true}`` message on
+    every endpoint after the last frame. With PUSH, once ``hwm`` messages
+    wait on a socket (and the reader's ``hwm`` there) sending waits for the
+    reader; PUB drops them instead. ``copy=False`` hands each frame's data
+    to ZeroMQ without a copy (when they are C-order little-endian already):
+    for data that do not change afterwards, such as a scan held in memory.
+    Returns once every message is delivered, or 2 seconds after the last
+    for a reader that is gone.
+    """
     import zmq
 
+    endpoints = zmq_endpoints(address)
     pattern = _pattern(pattern)
     if pattern not in ("push", "pub"):
         raise ValueError(f"pattern: a sender writes with 'push' or 'pub', got {pattern!r}")
-    ctx = zmq.Context.instance()
-    sock = ctx.socket(zmq.PUSH if pattern == "push" else zmq.PUB)
-    sock.setsockopt(zmq.SNDHWM, int(hwm))
-    sock.setsockopt(zmq.LINGER, 2000)
-    (sock.bind if bind else sock.connect)(address)
-    time.sleep(connect_wait)   # let readers connect (PUB drops messages nobody reads yet)
+    ctx = zmq.Context(io_threads=len(endpoints))
+    socks = []
     sent = 0
-    t0 = time.perf_counter()
     try:
+        for endpoint in endpoints:
+            sock = ctx.socket(zmq.PUSH if pattern == "push" else zmq.PUB)
+            socks.append(sock)
+            sock.setsockopt(zmq.SNDHWM, int(hwm))
+            sock.setsockopt(zmq.LINGER, 2000)
+            (sock.bind if bind else sock.connect)(endpoint)
+        time.sleep(connect_wait)   # let readers connect (PUB drops messages nobody reads yet)
+        t0 = time.perf_counter()
         for frame in frames:
             if stop is not None and stop.is_set():
                 break
@@ -724,10 +927,13 @@ def send_frames(address: str, frames, *, pattern: str = "push", bind: bool = Tru
                 wait = t0 + sent / rate - time.perf_counter()
                 if wait > 0:
                     time.sleep(wait)
-            sock.send_multipart(encode(frame), copy=False)
+            socks[sent % len(socks)].send_multipart(encode(frame), copy=copy)
             sent += 1
         if end:
-            sock.send_multipart([json.dumps({"end": True}).encode()])
+            for sock in socks:
+                sock.send_multipart([json.dumps({"end": True}).encode()])
     finally:
-        sock.close()
+        for sock in socks:
+            sock.close()
+        ctx.term()   # waits for the messages queued (LINGER)
     return sent
