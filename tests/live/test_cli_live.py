@@ -373,3 +373,30 @@ def test_frames_without_an_angle_take_the_planned_angles_of_a_stream(tmp_path):
     summary = json.loads((tmp_path / "s.json").read_text())
     assert summary["received"] == 12 and summary["rejected"] == 1
     assert summary["rejected_reasons"] == {"no angle, none planned": 1}
+
+
+@pytest.mark.parametrize("threads", [None, "2"])
+def test_simulate_streams_over_several_endpoints_that_live_reads_in_parallel(tmp_path, threads):
+    endpoints = ",".join(f"tcp://127.0.0.1:{_free_port()}" for _ in range(3))
+    extra = [] if threads is None else ["--zmq-threads", threads]
+    live = subprocess.Popen([sys.executable, "-m", "leveret", "live", endpoints, "--serve", "127.0.0.1:0",
+                             "--backend", "cpu", "--exit-when-done", "--json", "s.json", *extra],
+                            env=_env(), cwd=tmp_path, stderr=subprocess.PIPE, text=True)
+    sim = _simulate(tmp_path, endpoints, "--frames", "30")
+    assert sim.returncode == 0, sim.stderr
+    assert "sent 30 frames" in sim.stderr
+    _, err = live.communicate(timeout=120)
+    assert live.returncode == 0, err
+    summary = json.loads((tmp_path / "s.json").read_text())
+    assert summary["received"] == 30 and summary["rejected"] == 0 and summary["missing"] == 0
+    assert summary["bad_messages"] == 0 and summary["interrupted"] is False
+
+
+def test_zmq_threads_for_a_source_that_cannot_take_them_is_a_clear_error(tmp_path, capsys):
+    assert main(["live", str(tmp_path), "--zmq-threads", "2", "--serve", "127.0.0.1:0"]) == 2
+    assert "zmq_threads: --zmq-threads reads a ZeroMQ source" in capsys.readouterr().err
+    assert main(["live", f"tcp://127.0.0.1:{_free_port()}", "--pattern", "sub", "--zmq-threads", "2",
+                 "--serve", "127.0.0.1:0"]) == 2
+    assert "leveret live: error: threads: 2 threads for 1 endpoint(s) need PULL sockets" in capsys.readouterr().err
+    assert main(["live", "tcp://127.0.0.1:1,tcp://127.0.0.1:1", "--serve", "127.0.0.1:0"]) == 2
+    assert "leveret live: error: address: an endpoint is named twice" in capsys.readouterr().err

@@ -21,12 +21,14 @@ LIVE_EXAMPLES = """examples:
   leveret live acquisition/ --angles 0:180:1800 --flat flat.tif --dark dark.tif
   leveret live acquisition/ --matrices matrices.npy    cone beam: the matrix of frame i in row i
   leveret live tcp://detector:5555 --pattern sub --detector 2048,2048 --storage float16 --max-views 3600
+  leveret live ipc:///tmp/det0,ipc:///tmp/det1,ipc:///tmp/det2,ipc:///tmp/det3 --detector 2160,2560
+                                                       four parallel streams, a receiving thread each
 
 SOURCE is a folder being written (TIFF/HDF5 frames; the last number in a file
 name is the frame index; write each frame under another name, then rename it
-into place), or a ZeroMQ address (tcp://, ipc://) sending the messages of
-leveret.live.sources: a JSON header {index, angle | matrix, shape, dtype},
-then the frame's bytes. The server listens on this machine only unless
+into place), or a ZeroMQ address (tcp://, ipc://; several separated by commas
+are parallel streams) sending the messages of leveret.live.sources: a JSON
+header {index, angle | matrix, shape, dtype}, then the frame's bytes. The server listens on this machine only unless
 --serve names another address (then every request needs the token in the
 address printed, or --token), answers pages of its own address only unless
 --allow-origin names another, and writes only into --output (and --json).
@@ -84,11 +86,16 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         description="Filter and back-project every projection as it arrives into three orthogonal "
                     "slices (movable, rotatable) and any axial slices, shown on a web page updated "
                     "over a websocket. 'leveret live simulate' streams a phantom scan over ZeroMQ.")
-    p.add_argument("source", help="a folder, a ZeroMQ address (tcp://host:port), or 'simulate'")
+    p.add_argument("source", help="a folder, a ZeroMQ address (tcp://host:port, ipc:///path; several separated by "
+                                  "commas: parallel streams), or 'simulate'")
     s = p.add_argument_group("source")
     s.add_argument("--pattern", default=None, choices=("pull", "sub", "push", "pub"),
                    help="ZeroMQ pattern: pull (default) or sub to read; push (default) or pub to simulate")
     s.add_argument("--bind", action="store_true", help="bind the ZeroMQ address instead of connecting")
+    s.add_argument("--zmq-threads", type=_positive_int, default=None, metavar="N",
+                   help="threads receiving ZeroMQ messages, a socket each (default: one per endpoint of SOURCE); "
+                        "more than the endpoints: PULL sockets sharing an endpoint, among which its sender deals "
+                        "the frames")
     s.add_argument("--angles", default=None,
                    help="the planned scan: 'start:stop:count' in degrees (stop excluded) or a text/.npy "
                         "file, the angle of frame index i, for frames that carry none")
@@ -145,7 +152,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="at exit (also on Ctrl-C or SIGTERM), write the run's counters as JSON")
     m = p.add_argument_group("simulate (leveret live simulate)")
     m.add_argument("--address", default="tcp://127.0.0.1:5555",
-                   help="where to send the frames (bound here; the viewer connects)")
+                   help="where to send the frames (bound here; the viewer connects); several endpoints separated "
+                        "by commas are parallel streams, frame i sent to the (i mod n)-th")
     m.add_argument("--rate", type=float, default=100.0, help="frames per second (0: as fast as possible)")
     m.add_argument("--frames", type=_positive_int, default=360,
                    help="projections per turn: over 180 degrees (parallel), 360 (--beam cone)")
@@ -200,7 +208,8 @@ def simulate(args) -> int:
           f"{'turn' if cone else 'half turn'} at {args.rate:g}/s to {args.address} ({pattern})",
           file=sys.stderr, flush=True)
     # the simulator binds, the viewer connects (either may start first)
-    sent = send_frames(args.address, frames(), pattern=pattern, bind=True, rate=args.rate or None)
+    # the projections never change once made: sent without a copy
+    sent = send_frames(args.address, frames(), pattern=pattern, bind=True, rate=args.rate or None, copy=False)
     print(f"leveret live simulate: sent {sent} frames", file=sys.stderr)
     return 0
 
@@ -264,10 +273,12 @@ def _source(args, plan=None):
 
     if "://" in args.source:
         return ZmqSource(args.source, pattern=args.pattern or "pull", bind=args.bind,
-                         stop_at_end=args.exit_when_done, detector_shape=args.detector)
+                         stop_at_end=args.exit_when_done, detector_shape=args.detector, threads=args.zmq_threads)
     if not Path(args.source).is_dir():
         raise ValueError(f"source: expected a folder, a ZeroMQ address (tcp://...) or 'simulate', "
                          f"got {args.source!r}")
+    if args.zmq_threads is not None:
+        raise ValueError("zmq_threads: --zmq-threads reads a ZeroMQ source, not a folder")
     angles, matrices = _plan(args) if plan is None else plan
     return FolderSource(args.source, angles=angles, matrices=matrices, settle=args.settle,
                         detector_shape=args.detector)
