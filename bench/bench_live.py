@@ -19,23 +19,36 @@ float32 line integrals with ``--dtype float32``), each in a buffer from
   55 GB/s (pinned host-to-device on an H100/H200 host);
 - moving a slice after all frames: time to recompute one rotated slice (the
   target's unit) and the three;
-- ZeroMQ: per-frame cost of the PUSH/PULL path over TCP on this host
-  (encode, send, receive, decode), and its bandwidth.
+- ZeroMQ, on this host: a sender process streams the frames as fast as they
+  go over --streams parallel PUSH/PULL streams (--transport ipc or tcp,
+  sent without a copy), and ``ZmqSource(threads=streams)`` receives them into
+  the reconstructor's frame buffers (each checked, then copied once): frames/s
+  and GB/s for each count of streams, with the CPU time per frame of the
+  receiving and the sending process; then the same stream, at the largest
+  count, through ``LiveSession`` into the reconstruction (what ``leveret
+  live ADDR1,ADDR2,...`` does): frames/s received and reconstructed.
 
 Examples::
 
     python bench/bench_live.py --backend cpu --cols 512 --rows 512 --rate 200
     python bench/bench_live.py --backend cuda --cols 2048 --rows 2048 --frames 1500 --rate 2000 \\
         --storage float16 --out live.json
+    python bench/bench_live.py --backend cuda --rows 2160 --cols 2560 --frames 1500 --rate 2000 \\
+        --storage float16 --streams 1,2,4,8 --transport ipc --out live.json
+    python bench/bench_live.py --zmq-only --rows 2160 --cols 2560 --streams 1,2 --frames 64
 """
 from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import platform
 import queue
+import resource
+import shutil
 import socket
 import sys
+import tempfile
 import threading
 import time
 
@@ -188,39 +201,137 @@ def move(rec, repeats=3):
     return best1, best3, best_axis
 
 
-def zmq_overhead(rows, cols, n=200):
-    """(seconds per frame, MB/s) of encode + PUSH + PULL + decode over TCP on this host."""
-    import zmq
+def _cpu_seconds() -> float:
+    """User + system CPU seconds of this process so far (all its threads)."""
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def _endpoints(transport, n, folder):
+    """n endpoints on this host: ipc:// paths in ``folder``, or free TCP ports of 127.0.0.1."""
+    if transport == "ipc":
+        return [f"ipc://{folder}/stream{k}" for k in range(n)]
+    out = []
+    for _ in range(n):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            out.append(f"tcp://127.0.0.1:{s.getsockname()[1]}")
+    return out
+
+
+def _send(endpoints, rows, cols, dtype, n, hwm, cpu):
+    """The sender process: n frames (4 distinct images, as make_frames) with
+    their angles over the endpoints as fast as they go, without a copy;
+    puts its CPU seconds on ``cpu``."""
     from leveret.live import Frame
-    from leveret.live.sources import decode, encode
+    from leveret.live.sources import send_frames
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        address = f"tcp://127.0.0.1:{s.getsockname()[1]}"
-    ctx = zmq.Context.instance()
-    push, pull = ctx.socket(zmq.PUSH), ctx.socket(zmq.PULL)
-    push.bind(address)
-    pull.connect(address)
-    data = np.zeros((rows, cols), np.uint16)
-    time.sleep(0.2)
-    done = threading.Event()
+    images = make_frames(rows, cols, n, dtype)[0]
+    angles = np.linspace(0, np.pi, n, endpoint=False)
+    t0 = _cpu_seconds()
+    send_frames(endpoints, (Frame(images[i % len(images)], i, angle=float(angles[i])) for i in range(n)),
+                hwm=hwm, connect_wait=0.5, copy=False)
+    cpu.put(_cpu_seconds() - t0)
 
-    def receive():
-        for _ in range(n):
-            parts = pull.recv_multipart(copy=False)
-            decode(json.loads(bytes(parts[0].buffer)), parts[1].buffer)
-        done.set()
 
-    t = threading.Thread(target=receive, daemon=True)
-    t.start()
-    t0 = time.perf_counter()
-    for i in range(n):
-        push.send_multipart(encode(Frame(data, i, angle=0.1 * i)), copy=False)
-    done.wait()
-    elapsed = time.perf_counter() - t0
-    push.close(0)
-    pull.close(0)
-    return elapsed / n, data.nbytes * n / elapsed / 1e6
+def _zmq_stream(args, streams, n, folder):
+    """A ZmqSource of ``streams`` threads and the sender process of n frames
+    to it (not started): (source, sender, queue of the sender's CPU seconds)."""
+    from leveret.live.sources import ZmqSource
+
+    endpoints = _endpoints(args.transport, streams, folder)
+    source = ZmqSource(endpoints, threads=streams, timeout=1.0, stop_at_end=True, hwm=args.zmq_hwm,
+                       detector_shape=(args.rows, args.cols))
+    spawn = multiprocessing.get_context("spawn")   # no fork of a process that holds a CUDA context
+    cpu = spawn.Queue()
+    sender = spawn.Process(target=_send, args=(endpoints, args.rows, args.cols, args.dtype, n, args.zmq_hwm, cpu))
+    return source, sender, cpu
+
+
+def _check_sender(sender) -> None:
+    """RuntimeError if the sender process ended before its end-of-scan messages came."""
+    if sender.exitcode is not None and sender.exitcode != 0:
+        raise RuntimeError(f"ZeroMQ: the sender process failed (exit code {sender.exitcode})")
+
+
+def zmq_receive(args, rec, streams, folder):
+    """Frames over ``streams`` parallel ZeroMQ streams into ``rec``'s frame
+    buffers (each given back at once): frames/s and GB/s after the first
+    few frames, and CPU milliseconds per frame of this process and the sender's."""
+    n = args.zmq_frames
+    source, sender, cpu = _zmq_stream(args, streams, n, folder)
+    source.buffers = rec.frame_buffer
+    rec.frame_pool.reserve((source.QUEUED + 2) * streams + 4, np.dtype(args.dtype))
+    arrivals = []
+    t_cpu = _cpu_seconds()
+    sender.start()
+    try:
+        for frame in source:
+            if frame is not None:
+                arrivals.append(frame.arrived)
+                rec.frame_pool.release(frame.data)
+            else:
+                _check_sender(sender)
+        t_cpu = _cpu_seconds() - t_cpu
+        sender_cpu = cpu.get(timeout=60)
+    finally:
+        sender.join()
+        source.close()
+    if len(arrivals) != n or source.bad_messages:
+        raise RuntimeError(f"ZeroMQ: {len(arrivals)} of {n} frames received, {source.bad_messages} bad messages")
+    skip = max(2 * streams, n // 20)   # connections and first buffers settling
+    fps = (n - 1 - skip) / (arrivals[-1] - arrivals[skip])
+    frame_bytes = args.rows * args.cols * np.dtype(args.dtype).itemsize
+    return {"streams": streams, "fps": fps, "GB_per_s": fps * frame_bytes / 1e9,
+            "receiver_cpu_ms_per_frame": 1e3 * t_cpu / n, "sender_cpu_ms_per_frame": 1e3 * sender_cpu / n}
+
+
+def zmq_live(args, flat, dark, streams, folder):
+    """--frames frames over ``streams`` ZeroMQ streams through LiveSession into
+    the reconstruction, as leveret live runs it: frames/s from the first
+    frame's arrival until the last one's contribution is in the slices."""
+    from leveret.live.server import LiveSession
+
+    rec = build(args, flat, dark)
+    source, sender, cpu = _zmq_stream(args, streams, args.frames, folder)
+    source.buffers = rec.frame_buffer
+    rec.frame_pool.reserve((source.QUEUED + 2) * streams + 2 * args.batch, np.dtype(args.dtype))
+    first: list = []
+
+    def frames():
+        for frame in source:
+            if frame is not None and not first:
+                first.append(frame.arrived)
+            if frame is None:
+                _check_sender(sender)
+            yield frame
+
+    session = LiveSession(rec, source, frames=frames(), max_batch=args.batch)
+    session.start()
+    sender.start()
+    try:
+        session.join()
+        rec.synchronize()
+        elapsed = time.perf_counter() - first[0]
+        cpu.get(timeout=60)
+    finally:
+        sender.join()
+        session.stop()
+        source.close()
+    if session.error is not None or rec.stats.received != args.frames:
+        raise RuntimeError(f"ZeroMQ: {rec.stats.received} of {args.frames} frames reconstructed "
+                           f"({session.error or session.summary()})")
+    return rec.stats.received / elapsed
+
+
+def _streams(text):
+    try:
+        out = sorted({int(t) for t in text.split(",")})
+        if out[0] < 1:
+            raise ValueError
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected stream counts such as 1,4, got {text!r}") from None
+    return out
 
 
 def main(argv=None) -> int:
@@ -237,6 +348,18 @@ def main(argv=None) -> int:
     p.add_argument("--dtype", default="uint16", choices=("uint16", "float32"),
                    help="frames as raw uint16 counts with flat/dark (a camera's), or float32 line integrals")
     p.add_argument("--out", default=None, help="write the results as JSON to this file")
+    z = p.add_argument_group("ZeroMQ")
+    z.add_argument("--streams", type=_streams, default=[1, 4], metavar="N[,N...]",
+                   help="parallel ZeroMQ streams (a receiving thread each) to measure, e.g. 1,2,4,8 (default "
+                        "1,4); the largest also feeds the reconstruction")
+    z.add_argument("--transport", default="ipc", choices=("ipc", "tcp"),
+                   help="ipc:// (Unix sockets, default) or tcp:// on 127.0.0.1")
+    z.add_argument("--zmq-frames", type=int, default=1000,
+                   help="frames sent per count of streams into the frame buffers (default 1000)")
+    z.add_argument("--zmq-hwm", type=int, default=16,
+                   help="ZeroMQ high-water mark of each socket, both sides, in frames (default 16)")
+    z.add_argument("--zmq-only", action="store_true",
+                   help="measure the ZeroMQ path only (not the frames handed over in this process)")
     args = p.parse_args(argv)
     if args.batch is None:
         from leveret.backends import resolve
@@ -245,26 +368,45 @@ def main(argv=None) -> int:
 
     frames, flat, dark, angles = make_frames(args.rows, args.cols, args.frames, args.dtype)
     warm_up(args, frames, flat, dark)   # compiles kernels, creates FFT plans
+    frame_bytes = args.rows * args.cols * np.dtype(args.dtype).itemsize
+    result = {"backend": None, "storage": args.storage, "dtype": args.dtype, "rows": args.rows,
+              "cols": args.cols, "frames": args.frames, "rate": args.rate, "batch": args.batch}
+    rows = []
+    if not args.zmq_only:
+        rec = in_process(args, frames, angles, flat, dark, result, rows)
+    else:
+        rec = build(args, flat, dark)
+        result["backend"] = rec.backend
+        rows.append(("frames", f"{args.rows}x{args.cols} {args.dtype} ({args.storage} storage, {rec.backend})"))
+    zmq_rows(args, rec, flat, dark, frame_bytes, result, rows)
+    result.update({"machine": platform.platform(), "python": sys.version.split()[0]})
+    width = max(len(r[0]) for r in rows)
+    for name, value in rows:
+        print(f"{name:<{width}}  {value}")
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(result, f, indent=2)
+    return 0
+
+
+def in_process(args, frames, angles, flat, dark, result, rows):
+    """The frames handed over in this process: sustained and unpaced rates,
+    latency, GPU time per stage, moved slices (into ``result`` and ``rows``)."""
     fps, lat, kept_up, rec = paced(args, frames, angles, flat, dark)
     fast, stages = unpaced(args, frames, angles, flat, dark)
     move1, move3, move_axis = move(rec)
-    zmq_s, zmq_mb = zmq_overhead(args.rows, args.cols)
     frame_bytes = args.rows * args.cols * np.dtype(args.dtype).itemsize
     bound = PINNED_GBPS * 1e9 / frame_bytes
     per_frame = {k: 1e3 * t / args.frames for k, t in stages.items()}
-    result = {
-        "backend": rec.backend, "storage": args.storage, "dtype": args.dtype, "rows": args.rows,
-        "cols": args.cols, "frames": args.frames, "rate": args.rate, "batch": args.batch,
-        "sustained_fps": fps, "kept_up": bool(kept_up),
+    result.update({
+        "backend": rec.backend, "sustained_fps": fps, "kept_up": bool(kept_up),
         "latency_ms": {"median": 1e3 * float(np.median(lat)), "p95": 1e3 * float(np.percentile(lat, 95)),
                        "max": 1e3 * float(lat.max())},
         "unpaced_fps": fast, "gpu_ms_per_frame": per_frame,
         "upload_bound_fps": bound if rec.backend == "cuda" else None,
         "move_one_slice_ms": 1e3 * move1, "move_slices_ms": 1e3 * move3, "move_axis_slice_ms": 1e3 * move_axis,
-        "zmq_us_per_frame": 1e6 * zmq_s, "zmq_MB_per_s": zmq_mb,
-        "machine": platform.platform(), "python": sys.version.split()[0],
-    }
-    rows = [
+    })
+    rows += [
         ("frames", f"{args.frames} x {args.rows}x{args.cols} {args.dtype} in pool buffers "
                    f"({args.storage} storage, {rec.backend})"),
         ("slices", f"xy {args.cols}^2, xz and yz {args.rows}x{args.cols}"),
@@ -279,15 +421,35 @@ def main(argv=None) -> int:
         (f"move 1 slice after {args.frames} frames", f"{1e3 * move1:.1f} ms"),
         (f"move 3 slices after {args.frames} frames", f"{1e3 * move3:.1f} ms"),
         ("move 1 slice along the axes (exact)", f"{1e3 * move_axis:.1f} ms"),
-        ("ZeroMQ PUSH/PULL per frame", f"{1e6 * zmq_s:.0f} us ({zmq_mb:.0f} MB/s)"),
     ]
-    width = max(len(r[0]) for r in rows)
-    for name, value in rows:
-        print(f"{name:<{width}}  {value}")
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump(result, f, indent=2)
-    return 0
+    return rec
+
+
+def zmq_rows(args, rec, flat, dark, frame_bytes, result, rows):
+    """The ZeroMQ measurements (into ``result`` and ``rows``)."""
+    folder = tempfile.mkdtemp(prefix="leveret-bench-")   # the ipc:// endpoints
+    try:
+        received = [zmq_receive(args, rec, n, folder) for n in args.streams]
+        streams = args.streams[-1]
+        live_fps = zmq_live(args, flat, dark, streams, folder)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    top = received[-1]
+    result.update({
+        "zmq_us_per_frame": 1e6 / top["fps"], "zmq_MB_per_s": top["fps"] * frame_bytes / 1e6,
+        "zmq_transport": args.transport, "zmq_frames": args.zmq_frames, "zmq_receive": received,
+        "zmq_live_streams": streams, "zmq_live_fps": live_fps,
+    })
+    for r in received:
+        rows.append((f"ZeroMQ, {r['streams']} stream(s) ({args.transport}) into frame buffers",
+                     f"{r['fps']:.1f} frames/s ({r['GB_per_s']:.2f} GB/s); CPU ms per frame: receiving "
+                     f"{r['receiver_cpu_ms_per_frame']:.2f}, sending {r['sender_cpu_ms_per_frame']:.2f}"))
+    rows += [
+        (f"ZeroMQ, {streams} stream(s) ({args.transport}) reconstructed", f"{live_fps:.1f} frames/s "
+                                                                          f"({args.frames} frames)"),
+        ("ZeroMQ PUSH/PULL per frame", f"{1e6 / top['fps']:.0f} us ({top['fps'] * frame_bytes / 1e6:.0f} MB/s, "
+                                       f"{streams} stream(s))"),
+    ]
 
 
 if __name__ == "__main__":

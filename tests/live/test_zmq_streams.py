@@ -64,7 +64,7 @@ def test_endpoints_are_one_several_separated_by_commas_or_a_list():
 
 
 @pytest.mark.parametrize("transport", ["ipc", "tcp"])
-@pytest.mark.parametrize("n_streams, threads", [(3, None), (3, 2), (1, 3)])
+@pytest.mark.parametrize("n_streams, threads", [(3, None), (3, 2), (2, 1), (1, 3)])
 def test_every_frame_of_several_streams_arrives_once_each_stream_in_its_order(transport, n_streams, threads,
                                                                            ipc_dir):
     endpoints = _endpoints(transport, n_streams, ipc_dir)
