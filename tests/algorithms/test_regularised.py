@@ -273,6 +273,17 @@ def test_operator_norm_estimate_and_cache():
     assert results[0] == results[1] and _Counting.calls == first
 
 
+def test_operator_norm_with_negative_weights(rng):
+    """No upper bound without nonnegative weights: the estimate from below
+    times NORM_MARGIN (a matrix with one dominant direction, some entries < 0)."""
+    A = MatrixOperator(Projector(ParallelGeometry(np.linspace(0, np.pi, 5, endpoint=False), 7),
+                                 VolumeGeometry((4, 4)), precision="float64", backend="cpu"))
+    A.M = A.M - 0.05 * np.abs(rng.standard_normal(A.M.shape))
+    assert (A.M < 0).any()
+    true = np.linalg.norm(A.M, 2)
+    assert true <= operator_norm(A) <= 1.05 * true
+
+
 @pytest.mark.parametrize("method", ["fista", "pdhg"])
 def test_a_diverging_run_raises_naming_the_step(method):
     """A norm far below ||A|| makes the steps too long: the run stops with a
