@@ -143,6 +143,22 @@ def test_prox_equals_a_slow_reference(shape, bounds, rng):
         assert x32.min() >= bounds[0] and x32.max() <= bounds[1]
 
 
+def test_fgp_converges_at_its_rate():
+    """FGP with the step 1 / ||D||^2 and Beck and Teboulle's momentum, from a
+    cold start on a noisy box: the duality gap after 20 iterations is below
+    1 % of the objective (measured 0.6 %; half the step gives 1.6 %, no
+    momentum more)."""
+    rng = np.random.default_rng(7)
+    v = np.zeros((8, 9, 10))
+    v[2:6, 3:7, 2:8] = 1.0
+    v += rng.normal(0, 0.2, v.shape)
+    gamma = 0.15
+    dual = np.zeros((3,) + v.shape)
+    x = tv.prox(v, gamma, iterations=20, dual=dual)
+    primal = 0.5 * ((x - v) ** 2).sum() + gamma * reference_tv(x)
+    assert 0 <= duality_gap(x, dual, v, gamma, (-np.inf, np.inf)) < 0.01 * primal
+
+
 def test_prox_warm_start_continues(rng):
     """Two calls of k iterations sharing the dual field land where the second
     call's start leaves it: closer to the solution than one call of k."""

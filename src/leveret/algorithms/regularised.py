@@ -70,6 +70,11 @@ NORM_GAP = 1.02
 NORM_MARGIN = 1.05
 
 
+#: Values per chunk of the float64 sums on the CPU (their temporaries: two
+#: float64 chunks at a time, 16 MiB).
+CHUNK = 1 << 20
+
+
 # -- ||A||, once per projector -----------------------------------------------------------------
 
 _NORMS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
@@ -137,7 +142,7 @@ def _largest_ratio(y, x) -> float:
         return float(_ratio_kernel()(y, x))
     largest = 0.0
     fy, fx = y.reshape(-1), x.reshape(-1)
-    step = 1 << 20
+    step = CHUNK
     for i in range(0, fx.size, step):
         xs, ys = fx[i:i + step], fy[i:i + step]
         seen = xs > 0
@@ -291,7 +296,7 @@ def _distance_squared(a, b, w) -> float:
     total = 0.0
     fa, fb = a.reshape(-1), b.reshape(-1)
     fw = None if w is None else w.reshape(-1)
-    step = 1 << 20
+    step = CHUNK
     for i in range(0, fa.size, step):
         d = fa[i:i + step].astype(np.float64) - fb[i:i + step]
         total += float(np.dot(d, d) if fw is None else np.dot(d * d, fw[i:i + step]))
@@ -340,6 +345,12 @@ def memory_bytes(method: str, projector, *, weights: bool = False, preconditione
     projection sets (the data, the data term's dual, ``A x`` of two iterates),
     plus one with ``weights`` and, ``preconditioned``, one volume and one
     projection set (the diagonal steps).
+
+    Not counted, as they last a moment: the sums' float64 chunks on the CPU
+    (``CHUNK``, 16 MiB), the power iteration's two arrays before the first
+    iteration, and the preconditioned set-up's (up to three projection sets).
+    tests/algorithms/test_regularised.py checks the count against what a
+    run holds.
     """
     method = v.choice("method", method, ("fista", "pdhg"))
     ndim = len(projector.volume.shape)
@@ -527,7 +538,8 @@ def pdhg(projections, projector, iterations, *, tv, x0=None, nonnegative=False, 
         follow from it.
 
     ``info["change"]`` is ``||x_k - x_{k-1}|| / ||x_k||``; ``stats`` also gets
-    ``tau`` and ``sigma`` (scalars, or None when preconditioned).
+    ``tau`` and ``sigma`` (scalars, or None when preconditioned) and
+    ``sigma_tv`` (the TV dual's step ``s_D``).
 
     Returns
     -------
@@ -598,7 +610,7 @@ def pdhg(projections, projector, iterations, *, tv, x0=None, nonnegative=False, 
                 break
     finally:
         monitor.close(norm=norm_a, tau=None if preconditioned else tau,
-                      sigma=None if preconditioned else sigma, setup_seconds=setup_seconds)
+                      sigma=None if preconditioned else sigma, sigma_tv=sigma_d, setup_seconds=setup_seconds)
     return run.result(X)
 
 
