@@ -19,7 +19,8 @@ arrays), never a kernel. Every iteration costs one ``A`` and one ``A.T``.
 
 Arguments shared with :func:`leveret.sirt`: ``iterations`` (> 0), ``x0``,
 ``nonnegative``/``bounds``, ``callback(x, info)`` after each iteration (True
-stops), ``progress`` (a tqdm bar on stderr). Besides:
+stops; ``x`` is the live iterate, which later iterations overwrite: copy it
+to keep it), ``progress`` (a tqdm bar on stderr). Besides:
 
 - ``tv``: the weight of TV (>= 0; 0 is least squares);
 - ``weights``: per projection value, finite and >= 0 (e.g. the counts,
@@ -241,8 +242,8 @@ class _Problem:
         data, residual = self.data_terms(ax)
         tv_value = tvop.total_variation(x)
         value = data + self.lam * tv_value
-        if not math.isfinite(value):
-            step = what if not math.isfinite(tv_value) else "forward projection A x"
+        if not math.isfinite(value):   # a finite TV: the iterate is finite, its projection is not
+            step = what if not math.isfinite(tv_value) else "forward projection"
             raise self.diverged(step, k, "the objective is not finite")
         return {"objective": value, "data": data, "tv": tv_value, "residual": residual / self.norm_b}
 
@@ -441,7 +442,7 @@ def fista(projections, projector, iterations, *, tv, x0=None, nonnegative=False,
     try:
         X = run.x0                                        # x_{k-1}: the iterate F judges
         AX = run.apply("forward projection A x0", 0, A, X, None) if run.given_x0 else xp.zeros_like(b)
-        FX = run.objective("start", 0, AX, X)
+        FX = run.objective("first iterate", 0, AX, X)
         Y = X.copy()                                      # y_k
         R = AX - b                                        # W (A y_k - b)
         if w is not None:
