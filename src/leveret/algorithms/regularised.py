@@ -484,8 +484,9 @@ def fista(projections, projector, iterations, *, tv, x0=None, nonnegative=False,
 
 #: PDHG's primal step (without preconditioning) is PDHG_BALANCE sqrt(x_scale /
 #: y_scale) / ||A||, the primal and dual sizes estimated from the data
-#: (:func:`_primal_step`): the best factor measured on cone-beam problems at
-#: tv from 0.5 to 8 and in two length units (docs/regularised.md).
+#: (:func:`_primal_step`): the best factor measured on a cone-beam head at
+#: tv from 0.5 to 8 per mm and the same in cm (examples/regularised_demo.py
+#: --steps; docs/regularised.md).
 PDHG_BALANCE = 0.43
 #: The data term's dual (the weighted residual) counted in y_scale as this
 #: share of ||b||: it matters only where tv is 0 or tiny.

@@ -18,6 +18,7 @@ function).
 from __future__ import annotations
 
 import math
+import types
 
 import numba
 import numpy as np
@@ -29,8 +30,14 @@ PARALLEL_VOXELS = 1 << 15
 
 
 def _compiled(function):
-    """(parallel, serial) compilations of one kernel: prange is range in the serial one."""
-    return numba.njit(parallel=True, cache=True)(function), numba.njit(cache=True)(function)
+    """(parallel, serial) compilations of one kernel: prange is range in the
+    serial one. The serial one is a copy of the function under another name:
+    Numba's on-disk cache keys on the name and the bytecode, not on
+    ``parallel``, and would hand one compilation to both."""
+    serial = types.FunctionType(function.__code__, function.__globals__, function.__name__ + "_serial",
+                                function.__defaults__, function.__closure__)
+    serial.__qualname__ = function.__qualname__ + "_serial"
+    return numba.njit(parallel=True, cache=True)(function), numba.njit(cache=True)(serial)
 
 
 @serialized
