@@ -122,11 +122,12 @@ def duality_gap(x, q, v, gamma, bounds):
 
 @pytest.mark.parametrize("shape", [(5, 6), (3, 3, 4)])
 @pytest.mark.parametrize("bounds", [None, (0.0, 0.6)])
-def test_prox_equals_a_slow_reference(shape, bounds, rng):
+def test_prox_equals_a_slow_reference(shape, bounds):
     """FGP (float64, many iterations) against plain projected gradient on the
     dual with the reference operators: each within the distance its duality
-    gap certifies, and so within their sum of each other."""
-    v = rng.uniform(-0.5, 1.0, shape)
+    gap certifies, and so within their sum of each other. (A fixed input:
+    how far each gets in its iterations depends on it.)"""
+    v = np.random.default_rng(len(shape)).uniform(-0.5, 1.0, shape)
     gamma = 0.3
     lo_hi = (-np.inf, np.inf) if bounds is None else bounds
     ref, q_ref = reference_prox(v, gamma, lo_hi, iterations=20000)
@@ -159,16 +160,23 @@ def test_fgp_converges_at_its_rate():
     assert 0 <= duality_gap(x, dual, v, gamma, (-np.inf, np.inf)) < 0.01 * primal
 
 
-def test_prox_warm_start_continues(rng):
-    """Two calls of k iterations sharing the dual field land where the second
-    call's start leaves it: closer to the solution than one call of k."""
-    v = rng.uniform(0, 1, (10, 12))
-    ref, _ = reference_prox(v, 0.2, iterations=20000)
+def test_prox_warm_start_continues():
+    """A second call of 5 iterations from the dual field the first one left
+    lowers the duality gap to under half (measured 0.37 to 0.41 of it on
+    five noises); the field stays within |q_v| <= gamma. A cold start of 5
+    gives the first call's gap again: the field is the only state."""
+    rng = np.random.default_rng(0)
+    v = np.zeros((12, 14))
+    v[3:9, 4:10] = 1.0
+    v += rng.normal(0, 0.2, v.shape)
+    no_box = (-np.inf, np.inf)
     dual = np.zeros((2,) + v.shape)
-    once = tv.prox(v, 0.2, iterations=5, dual=dual)
-    twice = tv.prox(v, 0.2, iterations=5, dual=dual)
-    assert np.abs(twice - ref).max() < 0.7 * np.abs(once - ref).max()
+    first = duality_gap(tv.prox(v, 0.2, iterations=5, dual=dual), dual, v, 0.2, no_box)
+    second = duality_gap(tv.prox(v, 0.2, iterations=5, dual=dual), dual, v, 0.2, no_box)
+    assert 0 < second < 0.5 * first
     assert np.sqrt((dual ** 2).sum(axis=0)).max() <= 0.2 * (1 + 1e-12)
+    cold = np.zeros((2,) + v.shape)
+    assert duality_gap(tv.prox(v, 0.2, iterations=5, dual=cold), cold, v, 0.2, no_box) == pytest.approx(first)
 
 
 def test_prox_without_weight_is_the_clip(rng):
