@@ -7,11 +7,10 @@ Both minimise the same objective over volumes ``x`` (2D or 3D)::
 
 with ``w = 1`` unless ``weights`` are given, and ``TV`` the isotropic total
 variation of :mod:`leveret.operators.tv`: the sum over voxels of the norm of
-the forward differences, in voxel units, Neumann boundary. ``tv`` therefore
-has the units of the data term per unit of ``x``'s differences: for line
-integrals ``b`` (value x length) and the same scan at another voxel size,
-the ``tv`` that gives the same image scales about as the voxel size times
-the number of views.
+the forward differences, in voxel units, Neumann boundary. The voxel size
+does not enter TV, so ``tv`` has the units of the data term (squared line
+integrals) per unit of ``x``: another voxel size, or other units, needs
+another ``tv``.
 
 They use only ``A(x)``, ``A.T(y)`` and the projector's metadata, and the TV
 steps of :mod:`leveret.operators.tv` (CUDA for CuPy arrays, Numba for NumPy
