@@ -120,7 +120,7 @@ def _iteration_time(run, k: int, sync) -> float:
 
 def _fits(nbytes: int, what: str, devices) -> bool:
     import cupy as cp
-    from leveret.devices import parse
+    from leveret.cuda.devices import parse
     ids = [cp.cuda.Device().id] if devices is None else sorted(set(parse(devices).ids))
     cp.get_default_memory_pool().free_all_blocks()
     free = min(_free(d) for d in ids)
@@ -239,7 +239,7 @@ def bench_astra(g, vol, label: str, k: int) -> None:
 def parse_devices(text):
     if text is None:
         return None
-    from leveret.devices import DeviceSet
+    from leveret.cuda.devices import DeviceSet
     if text.strip().lower() == "all":
         return "all"
     ids = [int(p) for p in text.split(",")]

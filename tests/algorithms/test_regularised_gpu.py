@@ -62,7 +62,7 @@ def test_several_devices_equal_one(scan):
     rounding of A.T's partial sums."""
     import cupy
 
-    from leveret.devices import DeviceSet
+    from leveret.cuda.devices import DeviceSet
     geometry, volume, _, b = scan
     n = cupy.cuda.runtime.getDeviceCount()
     devices = DeviceSet([0, 1]) if n > 1 else DeviceSet([0, 0], shared=True)
