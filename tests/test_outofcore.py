@@ -225,3 +225,13 @@ def test_resume_refuses_an_input_changed_where_a_finished_slab_read_it(tmp_path,
     res = reconstruct_to_file(proj, g, out, backend="cpu", slab_slices=8, resume=True)
     assert res.slices_resumed == 16
     np.testing.assert_allclose(read_array(out), ref, rtol=0, atol=1e-5)
+
+
+def test_log_transform_leaves_the_callers_array_as_it_was(tmp_path, parallel_scan):
+    """-log is taken in place on the slab's float32 rows: on a copy, never on the caller's array."""
+    g, proj, ref = parallel_scan
+    transmission = np.exp(-0.01 * proj)      # well above the clipping of -log
+    kept = transmission.copy()
+    reconstruct_to_file(transmission, g, tmp_path / "r.npy", backend="cpu", log_transform=True, slab_slices=8)
+    np.testing.assert_array_equal(transmission, kept)
+    assert np.abs(np.load(tmp_path / "r.npy") - 0.01 * ref).max() < 1e-4 * 0.01 * np.abs(ref).max()

@@ -82,8 +82,8 @@ def preprocess_rows(raw, rows: tuple[int, int], *, flats=None, darks=None, log_t
         data = normalize(raw, f, d, require_valid=False)   # the whole detector was checked at the start
         minus_log(data, min_transmission=min_transmission, out=data)
     else:
-        data = xp.asarray(raw)
-        data = data.astype(np.float32, copy=not (data.dtype == np.float32 and data.flags.writeable))
+        # -log writes in place: onto a copy, since raw may be the caller's (or a piece retried after an OOM)
+        data = xp.asarray(raw).astype(np.float32, copy=log_transform)
         if log_transform:
             minus_log(data, min_transmission=min_transmission, out=data)
     if stripes is not None:
