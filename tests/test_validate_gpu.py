@@ -39,3 +39,20 @@ def test_count_outside_strided_and_clean():
     assert count_outside(a[:, ::2, 1:], 1e30) == numpy_count(a[:, ::2, 1:].get(), 1e30) == 1
     assert count_outside(a.transpose(2, 0, 1), 1e30) == 2
     assert count_outside(cupy.empty(0, cupy.float32), 1e30) == 0
+
+
+@pytest.mark.parametrize("n", [1, 4095, 4096, 4097, 3 * 4096 + 5])
+def test_add_nonfinite_count_accumulates_on_the_device(n):
+    """The counter adds each array's NaN/Inf/too-large count, across the rows of the
+    2D view and its tail, without a wait in between."""
+    import cupy
+
+    from leveret._validate import MAX_MAGNITUDE, add_nonfinite_count
+
+    a = cupy.ones(n, cupy.float32)
+    a[-1] = cupy.nan
+    a[0] = 2 * MAX_MAGNITUDE[4]
+    counter = cupy.zeros((), cupy.int64)
+    add_nonfinite_count(counter, a)
+    add_nonfinite_count(counter, a[::-1].copy())
+    assert int(counter) == (2 if n > 1 else 1) * 2
