@@ -230,7 +230,7 @@ def _send(endpoints, rows, cols, dtype, n, hwm, cpu):
     angles = np.linspace(0, np.pi, n, endpoint=False)
     t0 = _cpu_seconds()
     send_frames(endpoints, (Frame(images[i % len(images)], i, angle=float(angles[i])) for i in range(n)),
-                hwm=hwm, connect_wait=0.5, copy=False)
+                hwm=hwm, connect_wait=0.5, copy=False, linger=60.0)   # a busy reader still gets the end
     cpu.put(_cpu_seconds() - t0)
 
 
@@ -248,10 +248,18 @@ def _zmq_stream(args, streams, n, folder):
     return source, sender, cpu
 
 
-def _check_sender(sender) -> None:
-    """RuntimeError if the sender process ended before its end-of-scan messages came."""
+#: Seconds without a message, after the sender process ended, before a run gives up.
+SENDER_GONE = 10.0
+
+
+def _check_sender(sender, quiet_since) -> None:
+    """RuntimeError if the sender process failed, or ended SENDER_GONE seconds
+    ago and messages are still missing (a run never waits forever)."""
     if sender.exitcode is not None and sender.exitcode != 0:
         raise RuntimeError(f"ZeroMQ: the sender process failed (exit code {sender.exitcode})")
+    if sender.exitcode == 0 and time.monotonic() - quiet_since > SENDER_GONE:
+        raise RuntimeError(f"ZeroMQ: the sender ended {SENDER_GONE:.0f} s ago and its end-of-scan "
+                           "messages have not all come")
 
 
 def zmq_receive(args, rec, streams, folder):
@@ -265,13 +273,15 @@ def zmq_receive(args, rec, streams, folder):
     arrivals = []
     t_cpu = _cpu_seconds()
     sender.start()
+    quiet_since = time.monotonic()
     try:
         for frame in source:
             if frame is not None:
+                quiet_since = time.monotonic()
                 arrivals.append(frame.arrived)
                 rec.frame_pool.release(frame.data)
             else:
-                _check_sender(sender)
+                _check_sender(sender, quiet_since)
         t_cpu = _cpu_seconds() - t_cpu
         sender_cpu = cpu.get(timeout=60)
     finally:
@@ -299,11 +309,14 @@ def zmq_live(args, flat, dark, streams, folder):
     first: list = []
 
     def frames():
+        quiet_since = time.monotonic()
         for frame in source:
-            if frame is not None and not first:
-                first.append(frame.arrived)
-            if frame is None:
-                _check_sender(sender)
+            if frame is not None:
+                quiet_since = time.monotonic()
+                if not first:
+                    first.append(frame.arrived)
+            else:
+                _check_sender(sender, quiet_since)
             yield frame
 
     session = LiveSession(rec, source, frames=frames(), max_batch=args.batch)

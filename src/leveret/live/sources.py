@@ -886,7 +886,7 @@ def encode(frame: Frame) -> list:
 
 def send_frames(address, frames, *, pattern: str = "push", bind: bool = True, rate: float | None = None,
                 end: bool = True, stop: threading.Event | None = None, connect_wait: float = 0.2,
-                hwm: int = 1000, copy: bool = True) -> int:
+                hwm: int = 1000, copy: bool = True, linger: float | None = 2.0) -> int:
     """Send ``frames`` (iterable of :class:`Frame`) with PUSH or PUB at ``rate``
     frames per second (None: as fast as possible); returns the number sent.
 
@@ -899,8 +899,9 @@ def send_frames(address, frames, *, pattern: str = "push", bind: bool = True, ra
     reader; PUB drops them instead. ``copy=False`` hands each frame's data
     to ZeroMQ without a copy (when they are C-order little-endian already):
     for data that do not change afterwards, such as a scan held in memory.
-    Returns once every message is delivered, or 2 seconds after the last
-    for a reader that is gone.
+    Returns once every message is delivered, or ``linger`` seconds after the
+    last one (None: no limit): messages still queued then, for a reader that
+    is gone or too slow, are dropped.
     """
     import zmq
 
@@ -916,7 +917,7 @@ def send_frames(address, frames, *, pattern: str = "push", bind: bool = True, ra
             sock = ctx.socket(zmq.PUSH if pattern == "push" else zmq.PUB)
             socks.append(sock)
             sock.setsockopt(zmq.SNDHWM, int(hwm))
-            sock.setsockopt(zmq.LINGER, 2000)
+            sock.setsockopt(zmq.LINGER, -1 if linger is None else int(1000 * linger))
             (sock.bind if bind else sock.connect)(endpoint)
         time.sleep(connect_wait)   # let readers connect (PUB drops messages nobody reads yet)
         t0 = time.perf_counter()
