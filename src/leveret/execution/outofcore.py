@@ -61,7 +61,8 @@ def _rows_for(geometry, volume: VolumeGeometry, slices: int) -> int:
 
 def host_bytes(geometry, volume: VolumeGeometry, slices: int, *, input_itemsize: int = 4,
                preprocess: bool = False, resident: int = 0, stripes: bool = False,
-               overlap: bool = False, backend: str = "cpu", gpus: int = 1, output_itemsize: int = 4) -> int:
+               overlap: bool = False, backend: str = "cpu", gpus: int = 1, output_itemsize: int = 4,
+               method: str = "fbp") -> int:
     """Estimated peak host memory (bytes) of an out-of-core run at ``slices`` per slab.
 
     Counts the data the run holds, not the interpreter and libraries: the
@@ -76,6 +77,8 @@ def host_bytes(geometry, volume: VolumeGeometry, slices: int, *, input_itemsize:
     ``output_itemsize`` bytes per voxel); on the CUDA ``backend`` its
     ``gpus`` x ``WORKERS_PER_GPU`` workers preprocess and reconstruct on the
     GPUs, so the host holds neither line integrals nor working sets.
+    ``method``: "fbp", or a parallel-beam iterative method (its working set,
+    :func:`iterative_bytes`, instead of FBP's).
     """
     n_angles = geometry.n_angles if isinstance(geometry, ParallelGeometry) else geometry.n_views
     rows = _rows_for(geometry, volume, slices)
@@ -83,7 +86,9 @@ def host_bytes(geometry, volume: VolumeGeometry, slices: int, *, input_itemsize:
     raw = band * input_itemsize
     lines = band * 4 if (preprocess or input_itemsize != 4) else 0
     image = volume.ny * volume.nx * 4
-    if isinstance(geometry, ParallelGeometry):
+    if isinstance(geometry, ParallelGeometry) and method != "fbp":
+        work = iterative_bytes(geometry, volume, slices, method, backend)
+    elif isinstance(geometry, ParallelGeometry):
         work = slices * fbp_bytes_per_slice(n_angles, geometry.n_cols, volume.ny, volume.nx, 4)
         work += band * 1        # the finiteness check's boolean mask
     else:
@@ -104,8 +109,22 @@ def host_bytes(geometry, volume: VolumeGeometry, slices: int, *, input_itemsize:
     return int(held + lines + work + (slices * image if output_itemsize != 4 else 0) + flats + resident)
 
 
-def gpu_bytes(geometry, volume: VolumeGeometry, slices: int) -> int:
-    """Estimated peak GPU memory (bytes) of one slab of ``slices`` slices."""
+def iterative_bytes(geometry, volume: VolumeGeometry, slices: int, method: str, backend: str) -> int:
+    """Working set (bytes) of a parallel-beam slab of ``slices`` slices by an
+    iterative ``method``: the slices' sinograms and the output slab, and one
+    slice's run at a time (:func:`leveret.execution.iterate.working_bytes`)."""
+    from .iterate import working_bytes
+
+    per_slice = (geometry.n_angles * geometry.n_cols + volume.ny * volume.nx) * 4
+    return int(slices * per_slice + working_bytes(method, (volume.ny, volume.nx),
+                                                  (geometry.n_angles, geometry.n_cols), backend=backend))
+
+
+def gpu_bytes(geometry, volume: VolumeGeometry, slices: int, method: str = "fbp") -> int:
+    """Estimated peak GPU memory (bytes) of one slab of ``slices`` slices
+    (``method``: "fbp" or a parallel-beam iterative method)."""
+    if isinstance(geometry, ParallelGeometry) and method != "fbp":
+        return iterative_bytes(geometry, volume, slices, method, "cuda")
     if isinstance(geometry, ParallelGeometry):
         return int(slices * fbp_bytes_per_slice(geometry.n_angles, geometry.n_cols, volume.ny, volume.nx,
                                                 4, streamed=True))
@@ -118,7 +137,8 @@ def gpu_bytes(geometry, volume: VolumeGeometry, slices: int) -> int:
 def plan(geometry, volume: VolumeGeometry | None = None, *, backend: str = "auto",
          host_memory: int | None = None, gpu_memory: int | None = None, input_itemsize: int = 4,
          preprocess: bool = False, resident: int = 0, max_slices: int | None = None,
-         stripes: bool = False, overlap: bool = False, gpus: int = 1, output_itemsize: int = 4) -> SlabPlan:
+         stripes: bool = False, overlap: bool = False, gpus: int = 1, output_itemsize: int = 4,
+         method: str = "fbp") -> SlabPlan:
     """The slab size for an out-of-core run: the largest whose estimated host
     and GPU peaks fit the limits.
 
@@ -153,6 +173,9 @@ def plan(geometry, volume: VolumeGeometry | None = None, *, backend: str = "auto
         GPUs the pipeline runs on (``overlap``).
     output_itemsize : int
         Bytes per stored voxel (2 for float16 or uint16 outputs).
+    method : str
+        "fbp", or the iterative method of a parallel-beam run
+        (:mod:`leveret.execution.iterate`), whose working set is counted.
 
     Returns
     -------
@@ -179,33 +202,36 @@ def plan(geometry, volume: VolumeGeometry | None = None, *, backend: str = "auto
         gpu_limit = int(gpu_memory) if gpu_memory is not None else int(GPU_FRACTION * gpu_free_bytes())
     return _plan(geometry, volume, backend, host_limit, gpu_limit, input_itemsize=input_itemsize,
                  preprocess=preprocess, resident=resident, max_slices=max_slices, stripes=stripes,
-                 overlap=overlap, gpus=gpus, output_itemsize=output_itemsize)
+                 overlap=overlap, gpus=gpus, output_itemsize=output_itemsize, method=method)
 
 
 def _plan(geometry, volume, backend: str, host_limit: int, gpu_limit: int | None, *, input_itemsize: int,
           preprocess: bool, resident: int, max_slices: int | None, stripes: bool,
-          overlap: bool = False, gpus: int = 1, output_itemsize: int = 4) -> SlabPlan:
+          overlap: bool = False, gpus: int = 1, output_itemsize: int = 4, method: str = "fbp") -> SlabPlan:
     """The plan for limits already known and a backend already resolved
     (here, or on the Dask workers)."""
     import dataclasses
 
     from .pipeline import WORKERS_PER_GPU, pipeline_slab
 
+    if method != "fbp" and not isinstance(geometry, ParallelGeometry):
+        raise ValueError(f"method: {method!r} runs slab by slab in parallel beam only; a cone-beam volume's "
+                         "slabs are not independent")
     # the pipeline's workers of one GPU each hold a slab there: its raw rows, working set and output
     share = WORKERS_PER_GPU if overlap and backend == "cuda" else 1
 
     def gpu(s):
         if share == 1:
-            return gpu_bytes(geometry, volume, s)
+            return gpu_bytes(geometry, volume, s, method)
         n_views = geometry.n_angles if isinstance(geometry, ParallelGeometry) else geometry.n_views
         raw = n_views * _rows_for(geometry, volume, s) * geometry.n_cols * input_itemsize
-        return share * (gpu_bytes(geometry, volume, s) + raw + s * volume.ny * volume.nx * output_itemsize)
+        return share * (gpu_bytes(geometry, volume, s, method) + raw + s * volume.ny * volume.nx * output_itemsize)
 
     the_plan = plan_slabs(
         volume.nz,
         lambda s: host_bytes(geometry, volume, s, input_itemsize=input_itemsize, preprocess=preprocess,
                              resident=resident, stripes=stripes, overlap=overlap, backend=backend, gpus=gpus,
-                             output_itemsize=output_itemsize),
+                             output_itemsize=output_itemsize, method=method),
         gpu if backend == "cuda" else None,
         host_limit=int(host_limit), gpu_limit=None if gpu_limit is None else int(gpu_limit),
         volume_bytes=volume.size * output_itemsize, backend=backend, max_slices=max_slices)
@@ -216,7 +242,7 @@ def _plan(geometry, volume, backend: str, host_limit: int, gpu_limit: int | None
         return the_plan
     host = host_bytes(geometry, volume, size, input_itemsize=input_itemsize, preprocess=preprocess,
                       resident=resident, stripes=stripes, overlap=True, backend=backend, gpus=gpus,
-                      output_itemsize=output_itemsize)
+                      output_itemsize=output_itemsize, method=method)
     on_gpu = gpu(size) if backend == "cuda" else 0
     shown = {c[0] for c in the_plan.candidates}
     extra = () if size in shown else ((size, int(host), int(on_gpu)),)
@@ -484,7 +510,7 @@ def _reconstruct_to_file(projections, geometry, output, *, volume, flats, darks,
     devices = options.pop("devices", None) if executor is None else None
     plan_args = dict(input_itemsize=itemsize, preprocess=flats is not None or log_transform,
                      resident=resident, max_slices=slab_slices, stripes=stripes is not None,
-                     output_itemsize=stored.itemsize)
+                     output_itemsize=stored.itemsize, method=options.get("method", "fbp"))
     if executor is not None:      # Dask: sized for the smallest worker, on the backend the workers have
         capacity = executor.capacity(backend)
         the_plan = _plan(geometry, volume, capacity["backend"],

@@ -5,7 +5,8 @@ reconstruction (:func:`reconstruct_slab`).
 :func:`reconstruct_slab` is a plain function of (the detector rows a slab
 needs, the scan geometry, the volume, the slab's slice range): it
 preprocesses those rows (flat/dark, -log), reconstructs the slab with the
-public :func:`leveret.fbp` (parallel beam) or :func:`leveret.fdk` (cone
+public :func:`leveret.fbp` (parallel beam; or an iterative method, slice by
+slice: :mod:`leveret.execution.iterate`) or :func:`leveret.fdk` (cone
 beam) and returns it. Its arguments are NumPy arrays and geometry objects,
 so a distributed scheduler (dask, Ray, a batch queue) can run slabs
 anywhere; :func:`slab_rows` says which rows to send.
@@ -127,6 +128,10 @@ def reconstruct_slab(rows_data, geometry, volume: VolumeGeometry, region: tuple[
         Passed to :func:`leveret.fbp` (``filter``, ``cutoff``, ``padding``,
         ``interpolation``, ``angle_weights``) or :func:`leveret.fdk`
         (``filter``, ``cutoff``, ``padding``, ``short_scan``, ``interpolation``).
+        Parallel beam also takes ``method`` ("fbp", or "sirt", "cgls",
+        "fista", "pdhg" with ``iterations``, ``tv``, ``nonnegative`` and
+        ``precision``; :func:`leveret.execution.iterate.check`): each slice
+        is then its own 2D problem (:mod:`leveret.execution.iterate`).
 
     Returns
     -------
@@ -162,7 +167,12 @@ def _reconstruct(data, geometry, volume, region, rows, backend, slab_slices, opt
     if data.shape != expected:
         raise ValueError(f"rows_data: expected detector rows {r0}:{r1} of every projection, shape "
                          f"{expected}, got shape {data.shape}")
+    method = options.pop("method", "fbp")
+    iterative = _iterative(method, options) if method != "fbp" else None
     if isinstance(geometry, ConeGeometry):
+        if iterative is not None:
+            raise ValueError(f"method: {method!r} in cone beam needs the whole volume at once (its slabs are "
+                             f"not independent); run leveret.{method} on a Projector of the whole volume")
         out = fdk(data, geometry.crop_rows(r0, r1), slab, backend=backend, **options)
         return array_module(out).asarray(out, dtype=np.float32)
     # Row r' of the cropped detector is row r0 + r' of the full one: its height
@@ -171,7 +181,37 @@ def _reconstruct(data, geometry, volume, region, rows, backend, slab_slices, opt
     offset = (r0 + (n - 1) / 2 - (geometry.n_rows - 1) / 2) * geometry.row_spacing
     sub = geometry.replace(n_rows=n)
     moved = VolumeGeometry(slab.shape, slab.voxel_size, (slab.center[0] - offset,) + tuple(slab.center[1:]))
+    if iterative is not None:
+        return _iterate_slices(data, sub, moved, backend, iterative, label=f"{k0}:{k1}")
     return fbp(data, sub, moved, backend=backend, slab_slices=slab_slices or slab.nz, **options)
+
+
+def _iterative(method, options) -> dict:
+    """The iterative method's arguments from ``options`` (taken out of it);
+    only ``precision`` may be left, as the others are FBP's and FDK's."""
+    from .iterate import check
+
+    checked = check(method, options.pop("iterations", None), options.pop("tv", None),
+                    options.pop("nonnegative", False))
+    checked["precision"] = options.pop("precision", "float32")
+    if options:
+        name = min(options)
+        raise ValueError(f"{name}: applies to fbp and fdk, not to the iterative method {method!r}")
+    return checked
+
+
+def _iterate_slices(data, geometry, volume, backend, iterative, *, label):
+    """A parallel-beam slab as one 2D problem per slice (:func:`leveret.execution.iterate.slices`):
+    each slice's sinogram is the detector row at its height, as FBP takes it."""
+    from .._validate import array_module
+    from ..algorithms.parallel_fbp import _gather_rows, _slice_rows
+    from .iterate import slices
+
+    lo, frac = _slice_rows(geometry, volume)
+    sinograms = _gather_rows(data, lo, frac, (0, volume.nz))
+    plane = VolumeGeometry(volume.shape[1:], volume.voxel_size[1:], tuple(volume.center[1:]))
+    out = slices(sinograms, geometry.replace(n_rows=None), plane, backend=backend, label=label, **iterative)
+    return array_module(out).asarray(out, dtype=np.float32)
 
 
 class _Clock:
