@@ -104,8 +104,9 @@ def _main(argv) -> int:
     try:
         sub = _subparser(build_parser(), args.command)
         return _run_in_worker(runners[args.command], args)
-    except (ValueError, TypeError, MemoryError, CudaUnavailable, OutputSpaceError) as exc:
-        # bad input, too little memory, no GPU, a full disk: the user's to fix, one line at any verbosity
+    except (ValueError, TypeError, MemoryError, CudaUnavailable, OutputSpaceError, FloatingPointError) as exc:
+        # bad input, too little memory, no GPU, a full disk, an iterative method that diverged (its
+        # step, tv or the data's scale): the user's to fix, one line at any verbosity
         print(f"leveret {args.command}: error: {flag_message(str(exc), sub)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as exc:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import re
 
-from . import live
+from . import iterate, live
 from .flags import (OUTPUT_DTYPES, PRECISIONS, _center, _common, _cutoff, _device, _gpus, _output_range,
                     _pixel_size, _positive_float, _positive_int, _precision, _shape3, _size, _strict)
 from .config import apply_config, load_config
@@ -64,6 +64,7 @@ FLAGS = {
     "devices": "--gpus", "output_dtype": "--output-dtype", "output_range": "--output-range",
     "io_threads": "--io-threads", "xtekct": "--xtekct", "sid": "--sid", "sdd": "--sdd",
     "pixel_size": "--pixel-size", "volume_shape": "--volume-shape",
+    "iterations": "--iterations", "tv": "--tv", "nonnegative": "--nonnegative",
     # leveret live
     "matrices": "--matrices", "json": "--json", "max_views": "--max-views", "voxel_size": "--voxel-size",
     "allow_origins": "--allow-origin", "settle": "--settle", "storage": "--storage", "beam": "--beam",
@@ -279,6 +280,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "'local' for a cluster on this host (one worker per GPU, else CPU processes); "
                         'needs pip install "leveret[cluster]"')
     _cone_options(f)
+    iterate.add_options(f)
     _common(f)
 
     c = sub.add_parser("center",

@@ -5,6 +5,7 @@ import time
 
 import numpy as np
 
+from . import iterate
 from .cone import is_cone
 from .scan import _check_backend_flags, _check_output, _devices, _geometry, _say, _sinogram_data, _warn, estimate_center, load_scan
 
@@ -46,19 +47,24 @@ def _recon(args, client) -> int:
     if args.slab_slices is not None and args.slab_slices < 1:
         raise ValueError(f"slab_slices: expected a positive number of slices, got {args.slab_slices}")
     progress = not (args.no_progress or args.quiet)
+    method = iterate.options(args)         # {} for fbp
     output = dict(compression=compression, output_dtype=args.output_dtype, output_range=args.output_range,
                   io_threads=args.io_threads)
     if is_cone(args):
-        return _recon_cone(args, client, out_path, dataset, output, progress)
+        return _recon_cone(args, client, out_path, dataset, output, progress, method)
     scan = load_scan(args)
     _check_backend_flags(args)
     options = dict(filter=args.filter, cutoff=args.cutoff, interpolation=args.interpolation,
                    kernel=args.kernel, precision=args.precision, **_devices(args))
+    if method:      # the slabs' slices by the iterative method; FBP's options do not apply
+        options = dict(precision=args.precision, **method, **_devices(args))
 
     if len(scan.shape) == 2:     # one sinogram: one slice, in memory
         g = _geometry(args, scan, None if args.center in (None, "auto") else args.center)
         if args.dry_run:
             print(f"memory plan: one slice {g.n_cols} x {g.n_cols} from a sinogram {scan.shape}; in memory")
+            if method:
+                print(iterate.describe(args, method, (g.n_cols, g.n_cols), scan.shape, where="in memory"))
             return 0
         data = _sinogram_data(scan)
         if args.center == "auto":
@@ -68,18 +74,24 @@ def _recon(args, client) -> int:
         if args.output_dtype != "float32":
             raise ValueError("--output-dtype: a single sinogram's slice is written as float32")
         t0 = time.perf_counter()
-        image = leveret.fbp(data, g, backend=args.backend, progress=progress, **options)
+        if method:
+            image = iterate.sinogram(args, data, g, method, progress)
+        else:
+            image = leveret.fbp(data, g, backend=args.backend, progress=progress, **options)
         write_array(args.output, image, overwrite=args.overwrite)
         _say(args, f"wrote {out_path}: {image.shape} float32 in {time.perf_counter() - t0:.2f} s")
         return 0
 
     g = _geometry(args, scan, None if args.center in (None, "auto") else args.center)
-    the_plan = _plan(args, scan, g, None)
+    the_plan = _plan(args, scan, g, None, method.get("method", "fbp"))
     if args.dry_run:
         print(f"input {scan.source}: {scan.shape} {scan.projections.dtype}; output {args.output} "
               f"({output_format(args.output if dataset is None else out_path)})")
         if args.center == "auto":
             print("centre: 'auto', estimated when the run starts")
+        if method:
+            print(iterate.describe(args, method, (g.n_cols, g.n_cols), (g.n_angles, g.n_cols),
+                                   where="slab by slab, each slice its own 2D problem"))
         print(the_plan.describe())
         return 0
     if args.center == "auto":
@@ -99,8 +111,9 @@ def _recon(args, client) -> int:
     return 0
 
 
-def _plan(args, scan, geometry, volume):
-    """The memory plan of this process's pipeline for the flags."""
+def _plan(args, scan, geometry, volume, method: str = "fbp"):
+    """The memory plan of this process's pipeline for the flags (``method``: fbp's
+    working set or an iterative method's, :mod:`leveret.execution.iterate`)."""
     from ..cuda.devices import parse
     from ..execution.outofcore import plan
 
@@ -113,7 +126,8 @@ def _plan(args, scan, geometry, volume):
     return plan(geometry, volume, backend=args.backend, host_memory=args.host_memory, gpu_memory=args.gpu_memory,
                 input_itemsize=itemsize, preprocess=scan.flats is not None or scan.log_transform,
                 resident=resident, max_slices=args.slab_slices, stripes=getattr(scan, "stripes", None) is not None,
-                overlap=args.scheduler is None, gpus=gpus, output_itemsize=np.dtype(args.output_dtype).itemsize)
+                overlap=args.scheduler is None, gpus=gpus, output_itemsize=np.dtype(args.output_dtype).itemsize,
+                method=method)
 
 
 def _report(args, result, updates: int) -> None:
@@ -127,7 +141,7 @@ def _report(args, result, updates: int) -> None:
                    f"-> {np.iinfo(args.output_dtype).max} (values outside clip)")
 
 
-def _recon_cone(args, client, out_path, dataset, output, progress) -> int:
+def _recon_cone(args, client, out_path, dataset, output, progress, method) -> int:
     """A cone-beam scan (matrices, circular parameters or an xtekct file) through
     the same out-of-core pipeline as parallel beam."""
     from ..execution.outofcore import reconstruct_to_file
@@ -136,6 +150,8 @@ def _recon_cone(args, client, out_path, dataset, output, progress) -> int:
 
     scan = load_cone(args)
     _check_backend_flags(args)
+    if method:      # the whole volume at once: its slabs are not independent
+        return iterate.recon_cone(args, scan, out_path, dataset, output, progress, method)
     if args.interpolation == "nearest":
         raise ValueError("--interpolation: cone beam takes 'linear' or 'linear8'")
     if args.precision == "float16":
