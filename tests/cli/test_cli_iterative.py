@@ -152,17 +152,20 @@ def test_dry_run_shows_the_method_and_its_working_set(parallel, capsys):
 
 
 def test_the_plan_counts_the_iterative_working_set(parallel):
-    """A host cap between FBP's one-slice peak and FISTA's: FBP plans, FISTA does not fit."""
+    """The host estimate holds one slice's run, and a cap between FBP's and
+    FISTA's one-slice peaks plans FBP but refuses FISTA."""
     from leveret.execution.iterate import working_bytes
-    from leveret.execution.outofcore import plan
+    from leveret.execution.outofcore import host_bytes, plan
 
     _, g, _ = parallel
-    fbp = plan(g, backend="cpu", host_memory=1 << 40, max_slices=1)
-    fista = plan(g, backend="cpu", host_memory=1 << 40, max_slices=1, method="fista")
-    assert fista.host_bytes >= fbp.host_bytes - 1 + working_bytes("fista", (32, 32), (24, 32), backend="cpu") \
-        - 2 * 32 * 32 * 24 * 4 * 4
-    with pytest.raises(MemoryError):
-        plan(g, backend="cpu", host_memory=(fbp.host_bytes + fista.host_bytes) // 2, method="fista")
+    volume = g.default_volume()
+    need = working_bytes("fista", (32, 32), (24, 32), backend="cpu")
+    assert host_bytes(g, volume, 1, method="fista") >= need > host_bytes(g, volume, 1) // 4
+    cap = (host_bytes(g, volume, 1) + host_bytes(g, volume, 1, method="fista")) // 2
+    assert host_bytes(g, volume, 1) < cap < host_bytes(g, volume, 1, method="fista")
+    assert plan(g, backend="cpu", host_memory=cap).slab_slices >= 1
+    with pytest.raises(MemoryError, match="one slice does not fit"):
+        plan(g, backend="cpu", host_memory=cap, method="fista")
 
 
 @pytest.mark.parametrize("method", ["sirt", "cgls", "fista", "pdhg"])
@@ -200,7 +203,7 @@ def test_config_keys_equal_the_flags(parallel, tmp_path):
 
 def test_a_bad_config_value_names_the_key(parallel, tmp_path, capsys):
     folder, _, _ = parallel
-    (tmp_path / "bad.toml").write_text(f'[recon]\nmethod = "sirt"\niterations = "many"\n')
+    (tmp_path / "bad.toml").write_text('[recon]\nmethod = "sirt"\niterations = "many"\n')
     assert main(["recon", str(folder / "proj.npy"), str(tmp_path / "o.npy"), "--angles", "0:180:24",
                  "--config", str(tmp_path / "bad.toml")]) == 2
     assert "iterations: invalid value 'many'" in capsys.readouterr().err
@@ -245,7 +248,7 @@ def test_cone_too_big_for_the_host_memory_cap_is_one_line(cone, capsys):
     from leveret.execution.iterate import working_bytes
     from leveret.resources import format_bytes
 
-    folder, g, v, proj = cone
+    folder, _, v, proj = cone
     assert _cone(folder, "big.h5", "--method", "sirt", "--iterations", "3", "--host-memory", "64K", "-q") == 2
     err = capsys.readouterr().err
     need = working_bytes("sirt", v.shape, proj.shape, backend="cpu") + proj.nbytes * 2 + v.size * 4
@@ -255,7 +258,7 @@ def test_cone_too_big_for_the_host_memory_cap_is_one_line(cone, capsys):
 
 
 def test_cone_dry_run_shows_the_method_in_memory(cone, capsys):
-    folder, _, v, proj = cone
+    folder, _, _, _ = cone
     assert _cone(folder, "dry.h5", "--method", "pdhg", "--iterations", "4", "--tv", "1", "--dry-run") == 0
     out = capsys.readouterr().out
     assert "method: pdhg, 4 iteration(s), tv 1; in memory; one run holds" in out
