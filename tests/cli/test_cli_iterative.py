@@ -266,6 +266,15 @@ def test_cone_dry_run_shows_the_method_in_memory(cone, capsys):
     assert not (folder / "dry.h5").exists()
 
 
+def test_cone_slab_slices_is_a_warning_or_with_strict_an_error(cone, capsys):
+    folder, _, _, _ = cone
+    flags = ("--method", "sirt", "--iterations", "2", "--slab-slices", "4")
+    assert _cone(folder, "w.npy", *flags) == 0
+    assert "warning: --slab-slices: --method sirt in cone beam reconstructs the whole volume" in capsys.readouterr().err
+    assert _cone(folder, "s.npy", *flags, "--strict") == 2
+    assert not (folder / "s.npy").exists()
+
+
 def test_cone_fbp_still_runs_fdk(cone):
     folder, g, v, proj = cone
     assert _cone(folder, "fdk.npy", "--method", "fbp") == 0

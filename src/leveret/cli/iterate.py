@@ -12,7 +12,7 @@ import argparse
 
 import numpy as np
 
-from .scan import _say
+from .scan import _say, _warn
 
 #: The flags that shape FBP and FDK only, with their defaults.
 _ANALYTIC_FLAGS = (("--filter", "filter", "ram-lak"), ("--cutoff", "cutoff", 1.0),
@@ -157,6 +157,9 @@ def recon_cone(args, scan, out_path, dataset, output: dict, progress: bool, meth
         if given:
             raise ValueError(f"{flag}: --method {method['method']} in cone beam runs in this process, in "
                              "one piece (the volume does not split into slabs)")
+    if args.slab_slices is not None:
+        _warn(args, f"--slab-slices: --method {method['method']} in cone beam reconstructs the whole volume at "
+                    "once; the slab size is not used")
     need = cone_needs(args, scan, method)
     if args.dry_run:
         print(f"input {scan.source}: {tuple(scan.projections.shape)} {scan.projections.dtype}; output "
