@@ -88,7 +88,7 @@ def bench_pipeline_floor(n=2048, n_angles=2048, n_slices=64):
                       compute=lambda c, d_in, d_out: d_out.__setitem__(Ellipsis, d_in.reshape(d_out.shape)),
                       store=lambda c, buf: parallel_copy(out[c[0]:c[1]], buf))
     t = median_time(run, reps=3, sync=cp.cuda.Device().synchronize)
-    record(f"pipeline floor: 1 GiB in + 1 GiB out, 16 chunks, no compute", t, 0,
+    record("pipeline floor: 1 GiB in + 1 GiB out, 16 chunks, no compute", t, 0,
            note=f"{2 * proj.nbytes / t / 1e9:.1f} GB/s host<->device")
 
 

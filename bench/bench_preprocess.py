@@ -30,7 +30,6 @@ import time
 
 import numpy as np
 
-import common
 from common import median_time, metadata, print_header, record, write_results
 
 PAGANIN = dict(energy=20.0, distance=0.1, pixel_size=1e-6, delta_beta=300.0)

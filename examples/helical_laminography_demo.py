@@ -186,7 +186,6 @@ def picture_helical(h, path, dpi=70):
     axes = fig.subplots(2, 3)
     j = im["helical"].shape[1] // 2 + 3
     k = im["helical"].shape[0] // 2
-    kc = im["circular"].shape[0] // 2
     show = [(im["helical"][k], "helical FDK, pitch 1, axial", "gray", (0.4, 1.7)),
             (im["helical"][:, j], "helical FDK, coronal (z up)", "gray", (0.4, 1.7)),
             (im["circular"][:, j], "circular FDK, same cone angle", "gray", (0.4, 1.7)),

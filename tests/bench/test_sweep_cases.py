@@ -305,7 +305,7 @@ def test_dry_run_lists_every_point_without_a_gpu(capsys):
     out = capsys.readouterr().out
     assert f"{len(sweep.points(True))} points" in out
     assert sweep.main(["--dry-run", "--families", "radon3d"]) == 0
-    lines = [l for l in capsys.readouterr().out.splitlines() if "radon3d" in l]
+    lines = [line for line in capsys.readouterr().out.splitlines() if "radon3d" in line]
     assert len(lines) == sum(p["family"] == "radon3d" for p in sweep.points())
 
 

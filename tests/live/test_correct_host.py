@@ -1,6 +1,5 @@
 """The frame correction on the CPU (leveret.live.correct) against leveret.preprocess."""
 import numpy as np
-import pytest
 
 from leveret.live import correct
 from leveret.preprocess import minus_log, normalize

@@ -58,7 +58,7 @@ import numpy as np
 
 from .. import _validate as v
 from ..operators import tv as tvop
-from .iterative import _bounds, _norm, _setup, _sum_squares, _takes_out
+from .iterative import _bounds, _norm, _setup, _takes_out
 
 #: Power-iteration steps (``A``/``A.T`` pairs) at most for ``||A||``.
 NORM_ITERATIONS = 10
