@@ -121,13 +121,14 @@ class Rows:
 
 # -- the task --------------------------------------------------------------------------------------
 
-def read_rows(source, geometry, volume, region):
-    """The detector rows ``region = (k0, k1)`` needs, read from ``source``:
-    ``(rows, data)``, or ``(None, None)`` when the slab projects off the
-    detector."""
+def read_rows(source, geometry, volume, region, *, border: int = 0):
+    """The detector rows ``region = (k0, k1)`` needs (with ``border`` rows of
+    context each side, :func:`leveret.execution.slab.slab_rows`), read from
+    ``source``: ``(rows, data)``, or ``(None, None)`` when the slab projects
+    off the detector."""
     from .slab import slab_rows
 
-    rows = slab_rows(geometry, volume, region)
+    rows = slab_rows(geometry, volume, region, border=border)
     if rows is None:
         return None, None
     return rows, np.asarray(source[:, rows[0]:rows[1], :])
@@ -171,7 +172,9 @@ def run_slab(source, geometry, volume, region, *, store=None, **kwargs):
     of the rows read. ``source`` is anything indexed as ``source[:, r0:r1, :]``:
     the projections, or :class:`Rows` of them.
     """
-    rows, data = read_rows(source, geometry, volume, region)
+    from .slab import border_rows
+
+    rows, data = read_rows(source, geometry, volume, region, border=border_rows(kwargs.get("phase")))
     made_from = rows_source(rows, data)
     slab = build_slab(rows, data, geometry, volume, region, **kwargs)
     if store is None or isinstance(slab, OutOfMemoryOnDevice):
@@ -257,8 +260,8 @@ class DaskExecutor:
             region = self._waiting.popleft()
             source = self._source
             if source is None:      # an in-memory array: its rows go with the task
-                from .slab import slab_rows
-                rows = slab_rows(*self._args, region)
+                from .slab import border_rows, slab_rows
+                rows = slab_rows(*self._args, region, border=border_rows(self._kwargs.get("phase")))
                 source = None if rows is None else Rows(rows[0], np.asarray(
                     self._projections[:, rows[0]:rows[1], :]))
             geometry, volume = self._args

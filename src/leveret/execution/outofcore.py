@@ -45,24 +45,48 @@ GPU_FRACTION = 0.6
 
 # -- memory estimates and the plan ---------------------------------------------------------------
 
-def _rows_for(geometry, volume: VolumeGeometry, slices: int) -> int:
-    """Most detector rows any slab of ``slices`` slices needs."""
+def _rows_for(geometry, volume: VolumeGeometry, slices: int, border: int = 0) -> int:
+    """Most detector rows any slab of ``slices`` slices needs (with ``border`` rows each side)."""
     if isinstance(geometry, ParallelGeometry):
         per = volume.spacing("z") / geometry.row_spacing
-        return min(geometry.n_rows, int(math.ceil(slices * per)) + 2)
+        return min(geometry.n_rows, math.ceil(slices * per) + 2 + 2 * int(border))
     # Cone: the slab's rows through the worst (most magnified) slab; check the
     # two ends and the middle of the volume.
     worst = 0
     for k0 in {0, max(0, (volume.nz - slices) // 2), max(0, volume.nz - slices)}:
-        rows = slab_rows(geometry, volume, (k0, min(volume.nz, k0 + slices)))
+        rows = slab_rows(geometry, volume, (k0, min(volume.nz, k0 + slices)), border=border)
         worst = max(worst, 0 if rows is None else rows[1] - rows[0])
     return max(worst, 1)
+
+
+def _steps_bytes(geometry, volume: VolumeGeometry, slices: int, border: int, stitched) -> int:
+    """Bytes phase retrieval (``border`` > 0: its padded FFT buffers and its
+    output) and half-acquisition stitching (``stitched``: the two views it
+    blends and the stitched rows) hold beyond the line integrals of one slab."""
+    from ..preprocess._common import next_fast_len
+    from ..preprocess.phase import CHUNK_VALUES
+
+    if not border and stitched is None:
+        return 0
+    n_angles = geometry.n_angles
+    out = 0
+    if border:
+        rows = _rows_for(geometry, volume, slices, border)
+        shape = [next_fast_len(n + 2 * min(border, n)) for n in (rows, geometry.n_cols)]
+        per_view = shape[0] * (shape[1] // 2 + 1)
+        views = min(n_angles, max(1, CHUNK_VALUES // per_view))
+        # the float32 buffer and its inverse transform, the complex64 transform and product
+        out += views * (2 * shape[0] * shape[1] * 4 + 2 * per_view * 8)
+    if stitched is not None:
+        rows = _rows_for(geometry, volume, slices)
+        out += stitched.n_angles * rows * (2 * geometry.n_cols + 2 * stitched.n_cols) * 4
+    return int(out)
 
 
 def host_bytes(geometry, volume: VolumeGeometry, slices: int, *, input_itemsize: int = 4,
                preprocess: bool = False, resident: int = 0, stripes: bool = False,
                overlap: bool = False, backend: str = "cpu", gpus: int = 1, output_itemsize: int = 4,
-               method: str = "fbp") -> int:
+               method: str = "fbp", border: int = 0, stitched=None) -> int:
     """Estimated peak host memory (bytes) of an out-of-core run at ``slices`` per slab.
 
     Counts the data the run holds, not the interpreter and libraries: the
@@ -79,17 +103,23 @@ def host_bytes(geometry, volume: VolumeGeometry, slices: int, *, input_itemsize:
     GPUs, so the host holds neither line integrals nor working sets.
     ``method``: "fbp", or a parallel-beam iterative method (its working set,
     :func:`iterative_bytes`, instead of FBP's).
+    ``border``: rows of context read each side of a slab's own for phase
+    retrieval (and its FFT buffers); ``stitched``: the ParallelGeometry of a
+    half-acquisition scan's stitched data (:func:`leveret.execution.slab.stitched_geometry`),
+    which the reconstruction's working set is sized for.
     """
     n_angles = geometry.n_angles if isinstance(geometry, ParallelGeometry) else geometry.n_views
-    rows = _rows_for(geometry, volume, slices)
+    rows = _rows_for(geometry, volume, slices, border)
     band = n_angles * rows * geometry.n_cols
     raw = band * input_itemsize
     lines = band * 4 if (preprocess or input_itemsize != 4) else 0
+    lines += _steps_bytes(geometry, volume, slices, border, stitched)
     image = volume.ny * volume.nx * 4
     if isinstance(geometry, ParallelGeometry) and method != "fbp":
-        work = iterative_bytes(geometry, volume, slices, method, backend)
+        work = iterative_bytes(stitched or geometry, volume, slices, method, backend)
     elif isinstance(geometry, ParallelGeometry):
-        work = slices * fbp_bytes_per_slice(n_angles, geometry.n_cols, volume.ny, volume.nx, 4)
+        fbp_geometry = stitched or geometry
+        work = slices * fbp_bytes_per_slice(fbp_geometry.n_angles, fbp_geometry.n_cols, volume.ny, volume.nx, 4)
         work += band * 1        # the finiteness check's boolean mask
     else:
         view_bytes = 12 * rows * geometry.n_cols * 4
@@ -120,14 +150,22 @@ def iterative_bytes(geometry, volume: VolumeGeometry, slices: int, method: str, 
                                                   (geometry.n_angles, geometry.n_cols), backend=backend))
 
 
-def gpu_bytes(geometry, volume: VolumeGeometry, slices: int, method: str = "fbp") -> int:
+def gpu_bytes(geometry, volume: VolumeGeometry, slices: int, method: str = "fbp", *, border: int = 0,
+              stitched=None) -> int:
     """Estimated peak GPU memory (bytes) of one slab of ``slices`` slices
-    (``method``: "fbp" or a parallel-beam iterative method)."""
+    (``method``: "fbp" or a parallel-beam iterative method; ``border``,
+    ``stitched``: as :func:`host_bytes`; the line integrals of the rows read
+    count then too)."""
     if isinstance(geometry, ParallelGeometry) and method != "fbp":
-        return iterative_bytes(geometry, volume, slices, method, "cuda")
+        return int(_steps_bytes(geometry, volume, slices, border, stitched)
+                   + iterative_bytes(stitched or geometry, volume, slices, method, "cuda"))
     if isinstance(geometry, ParallelGeometry):
-        return int(slices * fbp_bytes_per_slice(geometry.n_angles, geometry.n_cols, volume.ny, volume.nx,
-                                                4, streamed=True))
+        fbp_geometry = stitched or geometry
+        steps = _steps_bytes(geometry, volume, slices, border, stitched)
+        if steps:
+            steps += geometry.n_angles * _rows_for(geometry, volume, slices, border) * geometry.n_cols * 4
+        return int(steps + slices * fbp_bytes_per_slice(fbp_geometry.n_angles, fbp_geometry.n_cols, volume.ny,
+                                                        volume.nx, 4, streamed=True))
     rows = _rows_for(geometry, volume, slices)
     view_bytes = 12 * rows * geometry.n_cols * 4
     chunk_views = min(geometry.n_views, max(1, int(256e6 // view_bytes)))
@@ -138,7 +176,7 @@ def plan(geometry, volume: VolumeGeometry | None = None, *, backend: str = "auto
          host_memory: int | None = None, gpu_memory: int | None = None, input_itemsize: int = 4,
          preprocess: bool = False, resident: int = 0, max_slices: int | None = None,
          stripes: bool = False, overlap: bool = False, gpus: int = 1, output_itemsize: int = 4,
-         method: str = "fbp") -> SlabPlan:
+         method: str = "fbp", border: int = 0, stitched=None) -> SlabPlan:
     """The slab size for an out-of-core run: the largest whose estimated host
     and GPU peaks fit the limits.
 
@@ -176,6 +214,15 @@ def plan(geometry, volume: VolumeGeometry | None = None, *, backend: str = "auto
     method : str
         "fbp", or the iterative method of a parallel-beam run
         (:mod:`leveret.execution.iterate`), whose working set is counted.
+    border : int
+        Detector rows of context read each side of a slab's own rows (phase
+        retrieval: :func:`leveret.execution.slab.border_rows`); their FFT
+        buffers count too.
+    stitched : ParallelGeometry, optional
+        A half-acquisition scan: the geometry of its stitched data
+        (:func:`leveret.execution.slab.stitched_geometry`), which ``volume``
+        (default: its ``default_volume()``) and the reconstruction's working
+        set are sized for.
 
     Returns
     -------
@@ -189,7 +236,7 @@ def plan(geometry, volume: VolumeGeometry | None = None, *, backend: str = "auto
     """
     from ..backends import resolve
 
-    volume = _volume(geometry, volume)
+    volume = _volume(stitched or geometry, volume)
     backend = resolve(backend)
     if host_memory is None:
         host_limit = int(HOST_FRACTION * host_available_bytes())
@@ -202,12 +249,14 @@ def plan(geometry, volume: VolumeGeometry | None = None, *, backend: str = "auto
         gpu_limit = int(gpu_memory) if gpu_memory is not None else int(GPU_FRACTION * gpu_free_bytes())
     return _plan(geometry, volume, backend, host_limit, gpu_limit, input_itemsize=input_itemsize,
                  preprocess=preprocess, resident=resident, max_slices=max_slices, stripes=stripes,
-                 overlap=overlap, gpus=gpus, output_itemsize=output_itemsize, method=method)
+                 overlap=overlap, gpus=gpus, output_itemsize=output_itemsize, method=method, border=border,
+                 stitched=stitched)
 
 
 def _plan(geometry, volume, backend: str, host_limit: int, gpu_limit: int | None, *, input_itemsize: int,
           preprocess: bool, resident: int, max_slices: int | None, stripes: bool,
-          overlap: bool = False, gpus: int = 1, output_itemsize: int = 4, method: str = "fbp") -> SlabPlan:
+          overlap: bool = False, gpus: int = 1, output_itemsize: int = 4, method: str = "fbp", border: int = 0,
+          stitched=None) -> SlabPlan:
     """The plan for limits already known and a backend already resolved
     (here, or on the Dask workers)."""
     import dataclasses
@@ -220,18 +269,21 @@ def _plan(geometry, volume, backend: str, host_limit: int, gpu_limit: int | None
     # the pipeline's workers of one GPU each hold a slab there: its raw rows, working set and output
     share = WORKERS_PER_GPU if overlap and backend == "cuda" else 1
 
+    steps = dict(border=border, stitched=stitched)
+
     def gpu(s):
         if share == 1:
-            return gpu_bytes(geometry, volume, s, method)
+            return gpu_bytes(geometry, volume, s, method, **steps)
         n_views = geometry.n_angles if isinstance(geometry, ParallelGeometry) else geometry.n_views
-        raw = n_views * _rows_for(geometry, volume, s) * geometry.n_cols * input_itemsize
-        return share * (gpu_bytes(geometry, volume, s, method) + raw + s * volume.ny * volume.nx * output_itemsize)
+        raw = n_views * _rows_for(geometry, volume, s, border) * geometry.n_cols * input_itemsize
+        return share * (gpu_bytes(geometry, volume, s, method, **steps) + raw
+                        + s * volume.ny * volume.nx * output_itemsize)
 
     the_plan = plan_slabs(
         volume.nz,
         lambda s: host_bytes(geometry, volume, s, input_itemsize=input_itemsize, preprocess=preprocess,
                              resident=resident, stripes=stripes, overlap=overlap, backend=backend, gpus=gpus,
-                             output_itemsize=output_itemsize, method=method),
+                             output_itemsize=output_itemsize, method=method, **steps),
         gpu if backend == "cuda" else None,
         host_limit=int(host_limit), gpu_limit=None if gpu_limit is None else int(gpu_limit),
         volume_bytes=volume.size * output_itemsize, backend=backend, max_slices=max_slices)
@@ -242,7 +294,7 @@ def _plan(geometry, volume, backend: str, host_limit: int, gpu_limit: int | None
         return the_plan
     host = host_bytes(geometry, volume, size, input_itemsize=input_itemsize, preprocess=preprocess,
                       resident=resident, stripes=stripes, overlap=True, backend=backend, gpus=gpus,
-                      output_itemsize=output_itemsize, method=method)
+                      output_itemsize=output_itemsize, method=method, **steps)
     on_gpu = gpu(size) if backend == "cuda" else 0
     shown = {c[0] for c in the_plan.candidates}
     extra = () if size in shown else ((size, int(host), int(on_gpu)),)
@@ -341,7 +393,8 @@ class OutOfCoreResult:
 
 def reconstruct_to_file(projections, geometry, output, *, volume: VolumeGeometry | None = None,
                         flats=None, darks=None, log_transform: bool = False, stripes: str | None = None,
-                        stripe_size: int = 5, backend: str = "auto",
+                        stripe_size: int = 5, stripe_options: dict | None = None, phase: dict | None = None,
+                        half_acquisition: float | None = None, backend: str = "auto",
                         host_memory: int | None = None, gpu_memory: int | None = None,
                         slab_slices: int | None = None, resume: bool = False, overwrite: bool = False,
                         dataset: str | None = None, compression="default", metadata: dict | None = None,
@@ -361,9 +414,27 @@ def reconstruct_to_file(projections, geometry, output, *, volume: VolumeGeometry
         ``.h5``/``.zarr``/``.tif``/``.npy`` or a folder ``dir/`` (one TIFF per
         slice); see :class:`leveret.io.SlabWriter`.
     volume : VolumeGeometry, optional
-        Default ``geometry.default_volume()`` (parallel beam only).
-    flats, darks, log_transform, stripes, stripe_size
+        Default ``geometry.default_volume()`` (parallel beam only; with
+        ``half_acquisition``, the stitched geometry's).
+    flats, darks, log_transform, stripes, stripe_size, stripe_options
         Preprocessing of the raw rows, see :func:`preprocess_rows`.
+    phase : dict, optional
+        Parallel beam: phase retrieval of each projection's transmission
+        (:func:`leveret.preprocess.retrieve_phase`'s keyword arguments
+        ``energy``, ``distance``, ``pixel_size``, ``delta_beta``, optionally
+        ``method``, ``width``) in place of ``-log``; needs ``flats`` and
+        ``darks`` or ``log_transform``. Each slab reads
+        :func:`leveret.execution.slab.border_rows` rows more on each side
+        (clipped at the detector's edges), filters them with its own and
+        drops them, so that it matches the retrieval of whole projections
+        to the filter's tail beyond the border (``BORDER_TOLERANCE``).
+    half_acquisition : float, optional
+        Parallel beam: a 360-degree scan with the rotation axis at this
+        detector column near one edge: each slab's sinograms are stitched
+        (:func:`leveret.preprocess.half_acquisition`, after the other steps)
+        and reconstructed with the stitched geometry
+        (:func:`leveret.execution.slab.stitched_geometry`), whose
+        ``default_volume()`` is the default volume.
     backend : {"auto", "cuda", "cpu"}
         With ``client``, resolved on the workers.
     host_memory, gpu_memory : int, optional
@@ -454,7 +525,8 @@ def reconstruct_to_file(projections, geometry, output, *, volume: VolumeGeometry
     with handling():
         return _reconstruct_to_file(projections, geometry, output, volume=volume, flats=flats, darks=darks,
                                     log_transform=log_transform, stripes=stripes, stripe_size=stripe_size,
-                                    backend=backend, host_memory=host_memory, gpu_memory=gpu_memory,
+                                    stripe_options=stripe_options, phase=phase,
+                                    half_acquisition=half_acquisition, backend=backend, host_memory=host_memory, gpu_memory=gpu_memory,
                                     slab_slices=slab_slices, resume=resume, overwrite=overwrite,
                                     dataset=dataset, compression=compression, metadata=metadata,
                                     params=params, progress=progress, on_plan=on_plan, executor=executor,
@@ -463,7 +535,7 @@ def reconstruct_to_file(projections, geometry, output, *, volume: VolumeGeometry
 
 
 def _reconstruct_to_file(projections, geometry, output, *, volume, flats, darks, log_transform, stripes,
-                         stripe_size, backend, host_memory, gpu_memory, slab_slices, resume, overwrite,
+                         stripe_size, stripe_options, phase, half_acquisition, backend, host_memory, gpu_memory, slab_slices, resume, overwrite,
                          dataset, compression, metadata, params, progress, on_plan, executor,
                          output_dtype, output_range, io_threads, **options) -> OutOfCoreResult:
     import tracemalloc
@@ -472,9 +544,22 @@ def _reconstruct_to_file(projections, geometry, output, *, volume, flats, darks,
     from ..io._common import split_dataset
     from ..io.marks import check_not_input
     from ..io.quantize import output_dtype as checked_dtype
+    from .pipeline import preprocess_extras
+    from .slab import border_rows, check_phase, stitched_geometry
 
     t0 = time.perf_counter()
-    volume = _volume(geometry, volume)
+    if (phase is not None or half_acquisition is not None) and not isinstance(geometry, ParallelGeometry):
+        raise ValueError(f"{'phase' if phase is not None else 'half_acquisition'}: parallel-beam scans only; "
+                         f"got a {type(geometry).__name__}")
+    if stripe_options is not None and not isinstance(stripe_options, dict):
+        raise TypeError(f"stripe_options: expected a dict of remove_stripes' arguments, got "
+                        f"{type(stripe_options).__name__}")
+    phase = check_phase(phase)
+    if phase is not None and flats is None and not log_transform:
+        raise ValueError("phase: phase retrieval takes transmissions: give flats and darks, or "
+                         "log_transform=True for data that are transmissions already")
+    stitched = stitched_geometry(geometry, half_acquisition) if half_acquisition is not None else None
+    volume = _volume(stitched or geometry, volume)
     if isinstance(projections, (str, os.PathLike)):
         source = os.fspath(projections)
         check_not_input(split_dataset(output, None)[0], [("projections", source)], flag="output")
@@ -510,7 +595,8 @@ def _reconstruct_to_file(projections, geometry, output, *, volume, flats, darks,
     devices = options.pop("devices", None) if executor is None else None
     plan_args = dict(input_itemsize=itemsize, preprocess=flats is not None or log_transform,
                      resident=resident, max_slices=slab_slices, stripes=stripes is not None,
-                     output_itemsize=stored.itemsize, method=options.get("method", "fbp"))
+                     output_itemsize=stored.itemsize, method=options.get("method", "fbp"),
+                     border=border_rows(phase), stitched=stitched)
     if executor is not None:      # Dask: sized for the smallest worker, on the backend the workers have
         capacity = executor.capacity(backend)
         the_plan = _plan(geometry, volume, capacity["backend"],
@@ -526,8 +612,9 @@ def _reconstruct_to_file(projections, geometry, output, *, volume, flats, darks,
     if on_plan is not None:
         on_plan(the_plan)
     log.debug("%s", the_plan.describe())
+    extras = preprocess_extras(stripe_options, phase, None if half_acquisition is None else float(half_acquisition))
     preprocessing = dict(flats=flats, darks=darks, log_transform=log_transform, stripes=stripes,
-                         stripe_size=stripe_size)
+                         stripe_size=stripe_size, **extras)
     value_range = None
     if stored.kind == "u":
         value_range = _value_range(output_range, output, dataset, resume, projections, geometry, volume,
@@ -536,7 +623,7 @@ def _reconstruct_to_file(projections, geometry, output, *, volume, flats, darks,
     job = {"geometry": _describe(geometry), "volume": _describe(volume),
            "options": {k: val for k, val in options.items() if k != "devices"},
            "log_transform": log_transform, "flats": flats, "darks": darks, "stripes": stripes,
-           "stripe_size": stripe_size, **(params or {})}
+           "stripe_size": stripe_size, **extras, **(params or {})}
     if stored != np.float32:      # float32 runs keep the parameters (and resume) of earlier versions
         job["output"] = {"dtype": stored.name, "range": output_range if output_range is not None else "auto"}
     fingerprint = _fingerprint(projections, (params or {}).get("input"))

@@ -242,10 +242,14 @@ class _Recipe:
     volume, the preprocessing and the reconstruction's options, the output dtype."""
 
     def __init__(self, geometry, volume, *, flats, darks, log_transform, stripes, stripe_size, options,
-                 output_dtype, value_range):
+                 output_dtype, value_range, stripe_options=None, phase=None, half_acquisition=None):
+        from .slab import border_rows
+
         self.geometry, self.volume = geometry, volume
         self.flats, self.darks = flats, darks          # averaged float32 images (full detector) or None
-        self.preprocess = dict(log_transform=log_transform, stripes=stripes, stripe_size=stripe_size)
+        self.preprocess = dict(log_transform=log_transform, stripes=stripes, stripe_size=stripe_size,
+                               **preprocess_extras(stripe_options, phase, half_acquisition))
+        self.border = border_rows(phase)               # rows of context each side of a slab's own
         self.options = options
         self.output_dtype, self.value_range = np.dtype(output_dtype), value_range
 
@@ -256,7 +260,7 @@ class _Recipe:
         todo = [tuple(region)]
         while todo:
             a, b = todo.pop(0)
-            sub = slab_module.slab_rows(self.geometry, self.volume, (a, b))
+            sub = slab_module.slab_rows(self.geometry, self.volume, (a, b), border=self.border)
             if sub is None:
                 yield (a, b), None
                 continue
@@ -415,8 +419,10 @@ class Pipeline:
         CUDA: the GPUs (None: the current one); ``WORKERS_PER_GPU`` workers each.
     flats, darks : ndarray or None
         Flat and dark images (or stacks, averaged here once).
-    log_transform, stripes, stripe_size
-        Preprocessing (:func:`leveret.execution.slab.preprocess_rows`).
+    log_transform, stripes, stripe_size, stripe_options, phase, half_acquisition
+        Preprocessing (:func:`leveret.execution.slab.reconstruct_slab`); with
+        ``phase`` each slab's rows are read with
+        :func:`leveret.execution.slab.border_rows` rows of context each side.
     options : dict
         For the reconstruction (:func:`leveret.execution.slab.reconstruct_slab`).
     value_range : (lo, hi) or None
@@ -432,8 +438,9 @@ class Pipeline:
     """
 
     def __init__(self, projections, geometry, volume, writer, *, backend: str, devices=None, flats=None,
-                 darks=None, log_transform=False, stripes=None, stripe_size=5, options=None,
-                 value_range=None, slab_slices: int, read_threads: int, checksum: bool, progress: bool = False):
+                 darks=None, log_transform=False, stripes=None, stripe_size=5, stripe_options=None, phase=None,
+                 half_acquisition=None, options=None, value_range=None, slab_slices: int, read_threads: int,
+                 checksum: bool, progress: bool = False):
         from ..preprocess._common import average_fields
 
         self.projections, self.geometry, self.volume, self.writer = projections, geometry, volume, writer
@@ -444,7 +451,8 @@ class Pipeline:
             darks = average_fields("darks", darks, image, np)
         self.recipe = _Recipe(geometry, volume, flats=flats, darks=darks, log_transform=log_transform,
                               stripes=stripes, stripe_size=stripe_size, options=dict(options or {}),
-                              output_dtype=writer.dtype, value_range=value_range)
+                              output_dtype=writer.dtype, value_range=value_range, stripe_options=stripe_options,
+                              phase=phase, half_acquisition=half_acquisition)
         self.slab_slices = int(slab_slices)
         self.read_threads = max(1, int(read_threads))
         self.checksum = bool(checksum)
@@ -462,7 +470,7 @@ class Pipeline:
     def _max_band(self, regions) -> int:
         """Bytes of the largest band of rows any of ``regions`` needs."""
         from .slab import slab_rows
-        rows = [slab_rows(self.geometry, self.volume, r) for r in regions]
+        rows = [slab_rows(self.geometry, self.volume, r, border=self.recipe.border) for r in regions]
         most = max([r1 - r0 for r0, r1 in filter(None, rows)], default=1)
         n_views, _, n_cols = self.projections.shape
         return n_views * most * n_cols * np.dtype(self.projections.dtype).itemsize
@@ -664,7 +672,7 @@ class Pipeline:
         from .slab import slab_rows
 
         slab = Slab(region)
-        rows = slab_rows(self.geometry, self.volume, region)
+        rows = slab_rows(self.geometry, self.volume, region, border=self.recipe.border)
         if rows is None:                      # off the detector: its slices are zero
             return slab
         shape = (self.projections.shape[0], rows[1] - rows[0], self.projections.shape[2])
@@ -708,18 +716,19 @@ class _Counter:
 
 
 def sample_range(projections, geometry, volume, region, *, backend: str, device=None, flats=None, darks=None,
-                 log_transform=False, stripes=None, stripe_size=5, options=None) -> tuple[float, float]:
+                 log_transform=False, stripes=None, stripe_size=5, stripe_options=None, phase=None,
+                 half_acquisition=None, options=None) -> tuple[float, float]:
     """The automatic value range (:func:`leveret.io.quantize.auto_range`) from
     slices ``region`` reconstructed as the run will (on its backend)."""
     from ..io.quantize import auto_range
     from . import slab as slab_module
 
-    rows = slab_module.slab_rows(geometry, volume, region)
+    rows = slab_module.slab_rows(geometry, volume, region, border=slab_module.border_rows(phase))
     if rows is None:
         return auto_range(np.zeros(1, np.float32))
     raw = np.asarray(projections[:, rows[0]:rows[1], :])
     kwargs = dict(rows=rows, log_transform=log_transform, stripes=stripes, stripe_size=stripe_size,
-                  **(options or {}))
+                  **preprocess_extras(stripe_options, phase, half_acquisition), **(options or {}))
     if backend != "cuda":
         result = slab_module.reconstruct_slab(raw, geometry, volume, region, flats=flats, darks=darks,
                                               backend="cpu", **kwargs)
@@ -731,3 +740,10 @@ def sample_range(projections, geometry, volume, region, *, backend: str, device=
                                               darks=fields[1], backend="cuda", **kwargs)
         return auto_range(result)
 
+
+def preprocess_extras(stripe_options=None, phase=None, half_acquisition=None) -> dict:
+    """The preprocessing keywords of :func:`leveret.execution.slab.reconstruct_slab`
+    beyond flat/dark, -log and the stripe method, only those given (so that a
+    slab is built as by an earlier version when none is)."""
+    given = dict(stripe_options=stripe_options, phase=phase, half_acquisition=half_acquisition)
+    return {k: v for k, v in given.items() if v is not None}

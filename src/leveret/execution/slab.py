@@ -22,25 +22,86 @@ from ..geometry import ConeGeometry, ParallelGeometry, VolumeGeometry
 
 # -- which rows a slab needs ---------------------------------------------------------------------
 
-def slab_rows(geometry, volume: VolumeGeometry, region: tuple[int, int]):
+def slab_rows(geometry, volume: VolumeGeometry, region: tuple[int, int], *, border: int = 0):
     """Detector rows ``(r0, r1)`` that slices ``region = (k0, k1)`` of ``volume`` need.
 
     Parallel beam: the rows at the slices' heights, plus the next row for
     linear interpolation; cone beam: the rows the slab's voxels project to in
-    any view, with a row of margin. None when the slab is off the detector
-    (its slices are then zero).
+    any view, with a row of margin. ``border`` more rows on each side
+    (clipped at the detector's edges) for a step that filters across rows
+    (:func:`border_rows`). None when the slab is off the detector (its
+    slices are then zero).
     """
     k0, k1 = _region(region, volume)
     slab = volume.slab(k0, k1)
     if isinstance(geometry, ConeGeometry):
         from ..algorithms.fdk_weights import rows_seen
-        return rows_seen(geometry, slab)
-    if not isinstance(geometry, ParallelGeometry) or geometry.is_2d:
+        rows = rows_seen(geometry, slab)
+    elif not isinstance(geometry, ParallelGeometry) or geometry.is_2d:
         raise ValueError(f"geometry: expected a 3D ParallelGeometry or a ConeGeometry, got {geometry!r}")
-    r = geometry.project_rows(slab.coordinates("z"))
-    r0 = max(0, int(np.floor(r.min() + 1e-9)))
-    r1 = min(geometry.n_rows, int(np.floor(r.max() + 1e-9)) + 2)
-    return (r0, r1) if r1 > r0 else None
+    else:
+        r = geometry.project_rows(slab.coordinates("z"))
+        r0 = max(0, int(np.floor(r.min() + 1e-9)))
+        r1 = min(geometry.n_rows, int(np.floor(r.max() + 1e-9)) + 2)
+        rows = (r0, r1) if r1 > r0 else None
+    if rows is None or not border:
+        return rows
+    return max(0, rows[0] - int(border)), min(geometry.n_rows, rows[1] + int(border))
+
+
+def border_rows(phase: dict | None) -> int:
+    """Detector rows of context a slab needs on each side for the phase
+    retrieval ``phase`` (the keyword arguments of
+    :func:`leveret.preprocess.retrieve_phase`; None: none):
+    :func:`leveret.preprocess.phase_border`."""
+    if phase is None:
+        return 0
+    from ..preprocess import phase_border
+    return phase_border(**{k: phase[k] for k in ("energy", "distance", "pixel_size", "delta_beta")})
+
+
+def check_phase(phase) -> dict | None:
+    """``phase`` (a dict of :func:`leveret.preprocess.retrieve_phase`'s keyword
+    arguments: ``energy``, ``distance``, ``pixel_size``, ``delta_beta``,
+    optionally ``method`` and ``width``) checked, or None."""
+    if phase is None:
+        return None
+    if not isinstance(phase, dict):
+        raise TypeError(f"phase: expected a dict of retrieve_phase's arguments, got {type(phase).__name__}")
+    needed = ("energy", "distance", "pixel_size", "delta_beta")
+    missing = [k for k in needed if phase.get(k) is None]
+    unknown = sorted(set(phase) - set(needed) - {"method", "width"})
+    if missing or unknown:
+        raise ValueError("phase: expected energy, distance, pixel_size and delta_beta (and optionally method, "
+                         "width); " + (f"missing {', '.join(missing)}" if missing else
+                                        f"unknown {', '.join(unknown)}"))
+    from .._validate import choice
+    choice("method", phase.get("method", "paganin"), ("paganin", "generalized"))
+    border_rows(phase)          # each value in its physical range
+    return dict(phase)
+
+
+def stitched_geometry(geometry, half_acquisition):
+    """The geometry of the data :func:`leveret.preprocess.half_acquisition` makes of
+    a 360-degree scan ``geometry`` with the rotation axis at column
+    ``half_acquisition`` (:func:`leveret.preprocess.half_acquisition_layout`);
+    ``geometry`` itself for None."""
+    if half_acquisition is None:
+        return geometry
+    from ..preprocess import half_acquisition_layout
+
+    if not isinstance(geometry, ParallelGeometry):
+        raise TypeError("half_acquisition: stitches parallel-beam scans; got a "
+                         f"{type(geometry).__name__}")
+    if geometry.axis_shift is not None:
+        raise ValueError("half_acquisition: takes a geometry without axis_shift (one axis for every view)")
+    try:
+        layout = half_acquisition_layout(geometry.angles, geometry.n_cols, half_acquisition)
+    except ValueError as exc:
+        name, _, rest = str(exc).partition(": ")
+        what = "the rotation axis' column" if name == "center" else "a 360-degree scan"
+        raise ValueError(f"half_acquisition: expected {what}: {rest}") from None
+    return geometry.replace(angles=layout.angles, n_cols=layout.width, center=layout.center)
 
 
 def _region(region, volume: VolumeGeometry) -> tuple[int, int]:
@@ -56,7 +117,8 @@ def _region(region, volume: VolumeGeometry) -> tuple[int, int]:
 
 def preprocess_rows(raw, rows: tuple[int, int], *, flats=None, darks=None, log_transform: bool = False,
                     min_transmission: float = 1e-6, stripes: str | None = None,
-                    stripe_size: int = 5) -> np.ndarray:
+                    stripe_size: int = 5, stripe_options: dict | None = None, phase: dict | None = None,
+                    keep: tuple[int, int] | None = None) -> np.ndarray:
     """Detector rows ``raw`` (n_angles, r1 - r0, n_cols) as float32 line integrals
     (NumPy in, NumPy out; CuPy in, CuPy out, the flats and darks then CuPy too).
 
@@ -65,13 +127,25 @@ def preprocess_rows(raw, rows: tuple[int, int], *, flats=None, darks=None, log_t
     normalise ``raw``, then ``-log`` is taken (:func:`leveret.preprocess.minus_log`,
     transmissions clipped at ``min_transmission``); ``log_transform`` alone
     takes ``-log`` of data that are already transmissions. Otherwise ``raw``
-    are line integrals, only cast to float32. ``stripes`` (``"sort"`` or
-    ``"mean"``, :func:`leveret.preprocess.remove_stripes` with ``stripe_size``)
-    then suppresses stripes, sinogram by sinogram: each detector row on its
-    own, so slabs give what the whole scan would.
+    are line integrals, only cast to float32.
+
+    ``phase`` (a dict of :func:`leveret.preprocess.retrieve_phase`'s keyword
+    arguments: ``energy``, ``distance``, ``pixel_size``, ``delta_beta``,
+    optionally ``method``, ``width``) retrieves the phase from the
+    transmissions instead of ``-log`` (it returns line integrals itself);
+    it needs transmissions (``flats`` and ``darks``, or ``log_transform``).
+    Each projection is filtered over its rows, so ``raw`` should hold
+    :func:`border_rows` rows of context each side of the rows wanted; ``keep
+    = (k0, k1)`` (absolute detector rows, within ``rows``) returns only those.
+
+    ``stripes`` (``"sort"``, ``"mean"``, ``"all"`` or ``"wavelet-fft"``,
+    :func:`leveret.preprocess.remove_stripes` with ``size=stripe_size`` and
+    ``stripe_options``, e.g. ``snr``, ``large_size``, ``wavelet``,
+    ``level``, ``sigma``) then suppresses stripes, sinogram by sinogram:
+    each detector row on its own, so slabs give what the whole scan would.
     """
     from .._validate import array_module
-    from ..preprocess import minus_log, normalize, remove_stripes
+    from ..preprocess import minus_log, normalize, remove_stripes, retrieve_phase
 
     r0, r1 = rows
     if (flats is None) != (darks is None):
@@ -81,14 +155,25 @@ def preprocess_rows(raw, rows: tuple[int, int], *, flats=None, darks=None, log_t
         f = xp.asarray(flats)[..., r0:r1, :]
         d = xp.asarray(darks)[..., r0:r1, :]
         data = normalize(raw, f, d, require_valid=False)   # the whole detector was checked at the start
-        minus_log(data, min_transmission=min_transmission, out=data)
+        transmission = True
     else:
-        # -log writes in place: onto a copy, since raw may be the caller's (or a piece retried after an OOM)
-        data = xp.asarray(raw).astype(np.float32, copy=log_transform)
-        if log_transform:
-            minus_log(data, min_transmission=min_transmission, out=data)
+        data = xp.asarray(raw)
+        data = data.astype(np.float32, copy=not (data.dtype == np.float32 and data.flags.writeable))
+        transmission = log_transform
+    if phase is not None:
+        if not transmission:
+            raise ValueError("phase: phase retrieval takes transmissions: give flats and darks, or "
+                             "log_transform=True for data that are transmissions already")
+        retrieve_phase(data, min_transmission=min_transmission, out=data, **phase)
+    elif transmission:
+        minus_log(data, min_transmission=min_transmission, out=data)
+    if keep is not None and tuple(keep) != (r0, r1):
+        k0, k1 = (int(k) for k in keep)
+        if not r0 <= k0 < k1 <= r1:
+            raise ValueError(f"keep: expected rows within {r0}:{r1}, got {k0}:{k1}")
+        data = xp.ascontiguousarray(data[:, k0 - r0:k1 - r0])
     if stripes is not None:
-        data = remove_stripes(data, method=stripes, size=stripe_size)
+        data = remove_stripes(data, method=stripes, size=stripe_size, **(stripe_options or {}))
     return data
 
 
@@ -96,7 +181,8 @@ def preprocess_rows(raw, rows: tuple[int, int], *, flats=None, darks=None, log_t
 
 def reconstruct_slab(rows_data, geometry, volume: VolumeGeometry, region: tuple[int, int], *,
                      rows: tuple[int, int], flats=None, darks=None, log_transform: bool = False,
-                     stripes: str | None = None, stripe_size: int = 5, backend: str = "auto",
+                     stripes: str | None = None, stripe_size: int = 5, stripe_options: dict | None = None,
+                     phase: dict | None = None, half_acquisition: float | None = None, backend: str = "auto",
                      slab_slices: int | None = None, stats: dict | None = None, **options):
     """Reconstruct slices ``region = (k0, k1)`` of ``volume`` from the detector rows they need.
 
@@ -116,8 +202,17 @@ def reconstruct_slab(rows_data, geometry, volume: VolumeGeometry, region: tuple[
         Slices ``k0:k1`` to reconstruct.
     rows : (int, int)
         Which detector rows ``rows_data`` holds.
-    flats, darks, log_transform, stripes, stripe_size
-        Preprocessing, see :func:`preprocess_rows`.
+    flats, darks, log_transform, stripes, stripe_size, stripe_options, phase
+        Preprocessing, see :func:`preprocess_rows`. With ``phase``,
+        ``rows_data`` may hold :func:`border_rows` rows of context each side
+        of the slab's own (``slab_rows(..., border=border_rows(phase))``):
+        they are filtered with the rest and dropped after.
+    half_acquisition : float, optional
+        A 360-degree scan with the rotation axis at this column, near one
+        edge of the detector: each row's sinogram is stitched
+        (:func:`leveret.preprocess.half_acquisition`) and reconstructed with
+        the stitched geometry (:func:`stitched_geometry`); ``volume`` is in
+        that geometry's frame (its ``default_volume()`` covers the whole field).
     backend : {"auto", "cuda", "cpu"}
     slab_slices : int, optional
         Parallel beam: slices per FBP chunk (default: the whole slab).
@@ -145,10 +240,23 @@ def reconstruct_slab(rows_data, geometry, volume: VolumeGeometry, region: tuple[
     k0, k1 = _region(region, volume)
     clock = _Clock(array_module(rows_data) is not np)
     r0, r1 = (int(r) for r in rows)
+    _check_rows(rows_data, geometry, (r0, r1))
+    keep = None
+    if phase is not None:      # the slab's own rows, once the filter across rows is done
+        own = slab_rows(geometry, volume, (k0, k1))
+        keep = (max(r0, own[0]), min(r1, own[1])) if own is not None else (r0, r1)
     data = preprocess_rows(rows_data, (r0, r1), flats=flats, darks=darks, log_transform=log_transform,
-                           stripes=stripes, stripe_size=stripe_size)
+                           stripes=stripes, stripe_size=stripe_size, stripe_options=stripe_options, phase=phase,
+                           keep=keep)
+    if keep is not None:
+        r0, r1 = keep
+    target = geometry
+    if half_acquisition is not None:
+        from ..preprocess import half_acquisition as stitch
+        target = stitched_geometry(geometry, half_acquisition)
+        data = stitch(data, geometry.angles, half_acquisition).projections
     clock.lap("preprocess")
-    out = _reconstruct(data, geometry, volume, (k0, k1), (r0, r1), backend, slab_slices, options)
+    out = _reconstruct(data, target, volume, (k0, k1), (r0, r1), backend, slab_slices, options)
     clock.lap("reconstruct")
     if stats is not None:
         clock.report(stats)
@@ -162,11 +270,7 @@ def _reconstruct(data, geometry, volume, region, rows, backend, slab_slices, opt
     k0, k1 = region
     r0, r1 = rows
     slab = volume.slab(k0, k1)
-    expected = (geometry.n_angles if isinstance(geometry, ParallelGeometry) else geometry.n_views,
-                r1 - r0, geometry.n_cols)
-    if data.shape != expected:
-        raise ValueError(f"rows_data: expected detector rows {r0}:{r1} of every projection, shape "
-                         f"{expected}, got shape {data.shape}")
+    _check_rows(data, geometry, rows)
     method = options.pop("method", "fbp")
     iterative = _iterative(method, options) if method != "fbp" else None
     if isinstance(geometry, ConeGeometry):
@@ -212,6 +316,13 @@ def _iterate_slices(data, geometry, volume, backend, iterative, *, label):
     plane = VolumeGeometry(volume.shape[1:], volume.voxel_size[1:], tuple(volume.center[1:]))
     out = slices(sinograms, geometry.replace(n_rows=None), plane, backend=backend, label=label, **iterative)
     return array_module(out).asarray(out, dtype=np.float32)
+def _check_rows(data, geometry, rows) -> None:
+    r0, r1 = rows
+    expected = (geometry.n_angles if isinstance(geometry, ParallelGeometry) else geometry.n_views,
+                r1 - r0, geometry.n_cols)
+    if tuple(data.shape) != expected:
+        raise ValueError(f"rows_data: expected detector rows {r0}:{r1} of every projection, shape "
+                         f"{expected}, got shape {tuple(data.shape)}")
 
 
 class _Clock:
