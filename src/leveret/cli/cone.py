@@ -48,7 +48,8 @@ def load_cone(args) -> ConeScan:
     if args.center is not None:
         raise ValueError("--center: parallel beam only; a cone-beam scan's rotation axis is in its geometry "
                          "(--det-offset-u, the matrices or the xtekct file)")
-    for flag, value in (("--stripes", args.stripes), ("--angle-lines", args.angle_lines), ("--gpus", args.gpus)):
+    for flag, value in (("--stripes", args.stripes), ("--angle-lines", args.angle_lines), ("--gpus", args.gpus),
+                        ("--phase", args.phase), ("--half-acquisition", args.half_acquisition)):
         if value is not None:
             raise ValueError(f"{flag}: not available for cone-beam scans yet")
     xtek = read_xtekct(args.xtekct) if args.xtekct else None

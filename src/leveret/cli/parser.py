@@ -8,6 +8,7 @@ from . import iterate, live
 from .flags import (OUTPUT_DTYPES, PRECISIONS, _center, _common, _cutoff, _device, _gpus, _output_range,
                     _pixel_size, _positive_float, _positive_int, _precision, _shape3, _size, _strict)
 from .config import apply_config, load_config
+from .preprocessing import STRIPE_METHODS, phase_flags, stripe_flags
 
 EXAMPLES = """examples:
   leveret demo                                   simulate, reconstruct, report: leveret-demo/demo.png
@@ -65,6 +66,10 @@ FLAGS = {
     "io_threads": "--io-threads", "xtekct": "--xtekct", "sid": "--sid", "sdd": "--sdd",
     "pixel_size": "--pixel-size", "volume_shape": "--volume-shape",
     "iterations": "--iterations", "tv": "--tv", "nonnegative": "--nonnegative",
+    # phase retrieval, stripes, half acquisition
+    "phase": "--phase", "energy": "--energy", "distance": "--distance", "delta_beta": "--delta-beta",
+    "half_acquisition": "--half-acquisition", "snr": "--stripe-snr", "large_size": "--stripe-large-size",
+    "wavelet": "--stripe-wavelet", "level": "--stripe-level", "sigma": "--stripe-sigma",
     # leveret live
     "matrices": "--matrices", "json": "--json", "max_views": "--max-views", "voxel_size": "--voxel-size",
     "allow_origins": "--allow-origin", "settle": "--settle", "storage": "--storage", "beam": "--beam",
@@ -185,9 +190,13 @@ def _scan_options(p: argparse.ArgumentParser, *, angles_required: bool = False) 
     pre.add_argument("--flat", default=None, help="flat field(s) (image or stack, averaged): normalise, then -log")
     pre.add_argument("--dark", default=None, help="dark field(s), with --flat")
     pre.add_argument("--minus-log", action="store_true", help="input is transmission: take -log first")
-    pre.add_argument("--stripes", default=None, choices=("sort", "mean"),
-                     help="suppress stripes (rings): 'sort' (Vo et al. 2018) or 'mean' (column offsets)")
-    pre.add_argument("--stripe-size", type=int, default=5, help="stripe filter width across columns (odd, >= 3)")
+    pre.add_argument("--stripes", default=None, choices=STRIPE_METHODS,
+                     help="suppress stripes (rings): 'sort' (Vo et al. 2018), 'mean' (column offsets), 'all' "
+                          "(Vo et al. 2018: dead, large and small stripes) or 'wavelet-fft' (Muench et al. "
+                          "2009, needs PyWavelets)")
+    pre.add_argument("--stripe-size", type=int, default=None,
+                     help="stripe filter width across columns (odd, >= 3; default: 5, and 21 for 'all')")
+    stripe_flags(pre)
     r = p.add_argument_group("reconstruction")
     r.add_argument("--filter", default="ram-lak", choices=FILTERS, help="FBP ramp filter window")
     r.add_argument("--cutoff", type=_cutoff, default=1.0, help="filter cutoff, fraction of Nyquist")
@@ -218,7 +227,8 @@ def _cone_options(p: argparse.ArgumentParser) -> None:
                    help="circular scan: source to rotation axis distance (with --sdd, --pixel-size, --angles)")
     c.add_argument("--sdd", type=_positive_float, default=None, metavar="DIST", help="source to detector distance")
     c.add_argument("--pixel-size", type=_pixel_size, default=None, metavar="SIZE",
-                   help="detector pixel pitch, one value or U,V (columns, rows)")
+                   help="detector pixel pitch, one value or U,V (columns, rows), in the unit of the lengths "
+                        "given with it: of --sid/--sdd for cone beam, metres with --phase")
     c.add_argument("--det-offset-u", type=float, default=0.0, metavar="DIST",
                    help="detector shift along its columns (the principal ray then meets column "
                         "(n_cols-1)/2 - offset/pitch)")
@@ -248,6 +258,7 @@ def build_parser() -> argparse.ArgumentParser:
     _scan_options(f)
     f.add_argument("output", nargs="?", default=None,
                    help=".h5, .zarr, .tif (BigTIFF), .npy, or a folder/ for one TIFF per slice")
+    phase_flags(f)
     o = f.add_argument_group("output and memory")
     o.add_argument("--compression", default="default",
                    help="HDF5: lz4 (default), zstd (Blosc, bit shuffle; readers need hdf5plugin), gzip (readable "

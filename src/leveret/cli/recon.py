@@ -58,6 +58,8 @@ def _recon(args, client) -> int:
                    kernel=args.kernel, precision=args.precision, **_devices(args))
     if method:      # the slabs' slices by the iterative method; FBP's options do not apply
         options = dict(precision=args.precision, **method, **_devices(args))
+    from .preprocessing import check_flags, describe, steps
+    check_flags(args, scan)
 
     if len(scan.shape) == 2:     # one sinogram: one slice, in memory
         g = _geometry(args, scan, None if args.center in (None, "auto") else args.center)
@@ -83,10 +85,12 @@ def _recon(args, client) -> int:
         return 0
 
     g = _geometry(args, scan, None if args.center in (None, "auto") else args.center)
-    the_plan = _plan(args, scan, g, None, method.get("method", "fbp"))
+    pre = steps(args, scan, g, say=lambda message: _say(args, message))
+    the_plan = _plan(args, scan, g, None, method.get("method", "fbp"), **pre.plan())
     if args.dry_run:
         print(f"input {scan.source}: {scan.shape} {scan.projections.dtype}; output {args.output} "
               f"({output_format(args.output if dataset is None else out_path)})")
+        print("\n".join(describe(args, scan, pre)))
         if args.center == "auto":
             print("centre: 'auto', estimated when the run starts")
         if method:
@@ -97,23 +101,25 @@ def _recon(args, client) -> int:
     if args.center == "auto":
         g = g.replace(center=estimate_center(args, scan)[0].center)
     _say(args, f"input {scan.source}: {scan.shape} {scan.projections.dtype}; {g!r}")
+    reconstructed = pre.stitched or g
     run = dict(backend=args.backend, host_memory=args.host_memory, gpu_memory=args.gpu_memory,
                resume=args.resume, overwrite=args.overwrite, progress=progress,
-               params={"input": scan.source}, metadata={"center": g.center, "input": scan.source},
-               **output, **scan.preprocess, **options)
+               params={"input": scan.source}, metadata={"center": reconstructed.center, "input": scan.source},
+               **output, **scan.preprocess, **pre.run(), **options)
     if client is None:
         _say(args, the_plan.describe())
         result = reconstruct_to_file(scan.projections, g, args.output, slab_slices=the_plan.slab_slices, **run)
     else:   # planned for the smallest worker; --slab-slices still caps it
         result = reconstruct_to_file(scan.projections, g, args.output, slab_slices=args.slab_slices,
                                      client=client, on_plan=lambda p: _say(args, p.describe()), **run)
-    _report(args, result, g.default_volume().size * g.n_angles)
+    _report(args, result, reconstructed.default_volume().size * reconstructed.n_angles)
     return 0
 
 
-def _plan(args, scan, geometry, volume, method: str = "fbp"):
+def _plan(args, scan, geometry, volume, method: str = "fbp", **steps):
     """The memory plan of this process's pipeline for the flags (``method``: fbp's
-    working set or an iterative method's, :mod:`leveret.execution.iterate`)."""
+    working set or an iterative method's, :mod:`leveret.execution.iterate`; ``steps``:
+    the phase border and the stitched geometry, :meth:`leveret.cli.preprocessing.Steps.plan`)."""
     from ..cuda.devices import parse
     from ..execution.outofcore import plan
 
@@ -127,7 +133,7 @@ def _plan(args, scan, geometry, volume, method: str = "fbp"):
                 input_itemsize=itemsize, preprocess=scan.flats is not None or scan.log_transform,
                 resident=resident, max_slices=args.slab_slices, stripes=getattr(scan, "stripes", None) is not None,
                 overlap=args.scheduler is None, gpus=gpus, output_itemsize=np.dtype(args.output_dtype).itemsize,
-                method=method)
+                method=method, **steps)
 
 
 def _report(args, result, updates: int) -> None:

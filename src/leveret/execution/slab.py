@@ -98,9 +98,7 @@ def stitched_geometry(geometry, half_acquisition):
     try:
         layout = half_acquisition_layout(geometry.angles, geometry.n_cols, half_acquisition)
     except ValueError as exc:
-        name, _, rest = str(exc).partition(": ")
-        what = "the rotation axis' column" if name == "center" else "a 360-degree scan"
-        raise ValueError(f"half_acquisition: expected {what}: {rest}") from None
+        raise ValueError(f"half_acquisition: {str(exc).partition(': ')[2]}") from None
     return geometry.replace(angles=layout.angles, n_cols=layout.width, center=layout.center)
 
 
