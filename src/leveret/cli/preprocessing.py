@@ -161,17 +161,17 @@ def phase_parameters(args) -> dict | None:
                         "delta_beta": args.delta_beta, "method": args.phase})
 
 
-def steps(args, scan, geometry, *, say) -> Steps:
+def steps(args, scan, geometry, *, say, middle_rows) -> Steps:
     """The checked preprocessing steps for ``scan`` (its ``geometry``, centre
-    not applied); ``--half-acquisition auto`` finds the axis here (``say``
-    reports it)."""
+    not applied); ``--half-acquisition auto`` finds the axis here in the line
+    integrals ``middle_rows()`` returns (``say`` reports it)."""
     from ..execution.slab import border_rows, stitched_geometry
 
     check_flags(args, scan)
     phase = phase_parameters(args)
     column = args.half_acquisition
     if column == "auto":
-        column = find_axis_360(args, scan, say)
+        column = find_axis_360(scan, geometry, say, middle_rows)
     stitched = None
     if column is not None:
         column = float(column)
@@ -179,22 +179,20 @@ def steps(args, scan, geometry, *, say) -> Steps:
     return Steps(phase=phase, half_acquisition=column, border=border_rows(phase), stitched=stitched)
 
 
-def find_axis_360(args, scan, say) -> float:
+def find_axis_360(scan, geometry, say, middle_rows) -> float:
     """The rotation axis of a half-acquisition scan from a few middle rows
-    (:func:`leveret.preprocess.find_center_360`)."""
+    (``middle_rows()``, :func:`leveret.preprocess.find_center_360`)."""
     from ..execution.slab import stitched_geometry
     from ..preprocess import find_center_360
-    from .scan import _band, _geometry, _rows
 
-    stitched_geometry(_geometry(args, scan, None), (scan.shape[2] - 1) / 2)     # a 360-degree scan?
-    r0, r1 = _band(scan.shape)
-    found = find_center_360(_rows(scan, r0, r1), scan.angles)
+    stitched_geometry(geometry, (geometry.n_cols - 1) / 2)     # a 360-degree scan? (before reading)
+    found = find_center_360(middle_rows(), scan.angles)
     say(f"half acquisition: rotation axis at column {found.center:.2f} ({found.side} side, overlap "
         f"{found.overlap:.0f} columns, confidence {found.confidence:.2f})")
     return found.center
 
 
-def describe(args, scan, s: Steps) -> list[str]:
+def describe(scan, s: Steps) -> list[str]:
     """What --dry-run prints about the preprocessing."""
     lines = []
     if scan.flats is not None:

@@ -7,7 +7,7 @@ import numpy as np
 
 from . import iterate
 from .cone import is_cone
-from .scan import _check_backend_flags, _check_output, _devices, _geometry, _say, _sinogram_data, _warn, estimate_center, load_scan
+from .scan import _band, _check_backend_flags, _check_output, _devices, _geometry, _rows, _say, _sinogram_data, _warn, estimate_center, load_scan
 
 
 def recon(args) -> int:
@@ -85,12 +85,13 @@ def _recon(args, client) -> int:
         return 0
 
     g = _geometry(args, scan, None if args.center in (None, "auto") else args.center)
-    pre = steps(args, scan, g, say=lambda message: _say(args, message))
+    pre = steps(args, scan, g, say=lambda message: _say(args, message),
+                middle_rows=lambda: _rows(scan, *_band(scan.shape)))
     the_plan = _plan(args, scan, g, None, method.get("method", "fbp"), **pre.plan())
     if args.dry_run:
         print(f"input {scan.source}: {scan.shape} {scan.projections.dtype}; output {args.output} "
               f"({output_format(args.output if dataset is None else out_path)})")
-        print("\n".join(describe(args, scan, pre)))
+        print("\n".join(describe(scan, pre)))
         if args.center == "auto":
             print("centre: 'auto', estimated when the run starts")
         if method:
