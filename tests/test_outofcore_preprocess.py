@@ -9,7 +9,7 @@ import pytest
 import leveret
 from leveret import phantom
 from leveret.execution import slab as slab_module
-from leveret.execution.outofcore import host_bytes, plan, reconstruct_to_file
+from leveret.execution.outofcore import gpu_bytes, host_bytes, plan, reconstruct_to_file
 from leveret.io import read_array
 from leveret.preprocess import (
     half_acquisition,
@@ -179,8 +179,25 @@ def test_plan_counts_border_rows_and_stitched_width():
     plain = host_bytes(g, vol, 4, preprocess=True)
     assert host_bytes(g, vol, 4, preprocess=True, border=3) > plain
     assert host_bytes(g, vol, 4, preprocess=True, stitched=stitched) > plain
+    gpu = gpu_bytes(g, vol, 4)
+    assert gpu_bytes(g, vol, 4, border=3) > gpu and gpu_bytes(g, vol, 4, stitched=stitched) > gpu
     # the rows read: 4 slices need 6 rows, 20 more each side (clipped to the detector's 12)
     from leveret.execution.outofcore import _rows_for
     assert _rows_for(g, vol, 4, 20) == 12 and _rows_for(g, vol, 4, 2) == 10
     p = plan(g, backend="cpu", host_memory=1 << 30, stitched=stitched)
     assert p.volume_bytes == 12 * 95 * 95 * 4
+
+
+@pytest.mark.parametrize("phase", [None, PHASE])
+def test_transmissions_in_memory_are_left_as_they_were(tmp_path, rng, phase):
+    """-log and the phase retrieval of transmissions work on a copy: an array given as
+    the input (sliced for the value range of an integer output) keeps its values."""
+    g, raw, flat, dark = phase_scan(rng)
+    transmission = normalize(raw, flat, dark)
+    before = transmission.copy()
+    reconstruct_to_file(transmission, g, tmp_path / "t.h5", log_transform=True, phase=phase, backend="cpu",
+                        output_dtype="uint16")
+    np.testing.assert_array_equal(transmission, before)
+    rows = transmission[:, 10:30]
+    slab_module.preprocess_rows(rows, (10, 30), log_transform=True, phase=phase)
+    np.testing.assert_array_equal(transmission, before)

@@ -141,6 +141,7 @@ def preprocess_rows(raw, rows: tuple[int, int], *, flats=None, darks=None, log_t
     ``stripe_options``, e.g. ``snr``, ``large_size``, ``wavelet``,
     ``level``, ``sigma``) then suppresses stripes, sinogram by sinogram:
     each detector row on its own, so slabs give what the whole scan would.
+    ``raw`` is never written to.
     """
     from .._validate import array_module
     from ..preprocess import minus_log, normalize, remove_stripes, retrieve_phase
@@ -156,8 +157,10 @@ def preprocess_rows(raw, rows: tuple[int, int], *, flats=None, darks=None, log_t
         transmission = True
     else:
         data = xp.asarray(raw)
-        data = data.astype(np.float32, copy=not (data.dtype == np.float32 and data.flags.writeable))
         transmission = log_transform
+        # -log and the phase retrieval write in place: into a copy, never into the caller's rows (the
+        # input itself, or rows that the pieces of a slab retried in halves share)
+        data = data.astype(np.float32, copy=transmission or not (data.dtype == np.float32 and data.flags.writeable))
     if phase is not None:
         if not transmission:
             raise ValueError("phase: phase retrieval takes transmissions: give flats and darks, or "
