@@ -160,7 +160,7 @@ def preprocess_rows(raw, rows: tuple[int, int], *, flats=None, darks=None, log_t
         transmission = log_transform
         # -log and the phase retrieval write in place: into a copy, never into the caller's rows (the
         # input itself, or rows that the pieces of a slab retried in halves share)
-        data = data.astype(np.float32, copy=transmission or not (data.dtype == np.float32 and data.flags.writeable))
+        data = data.astype(np.float32, copy=transmission)
     if phase is not None:
         if not transmission:
             raise ValueError("phase: phase retrieval takes transmissions: give flats and darks, or "
