@@ -183,6 +183,33 @@ def test_read_band_equals_slicing_and_reads_bytes_directly(stack, pool, name):
         np.testing.assert_array_equal(out, expected[:, rows[0]:rows[1]])
 
 
+@pytest.mark.parametrize("name", ["contiguous", "blocks", "gzip", "npy", "tiff", "frame stack", "in memory"])
+def test_read_band_reads_a_range_of_views(stack, pool, name):
+    """A helical slab reads only the views that see it: ``views=(n0, n1)`` reads
+    ``source[n0:n1, r0:r1]``, through the file's places where they are known."""
+    from leveret.io.scans import FrameStack
+
+    folder, a = stack
+    expected = a
+    if name == "npy":
+        source = open_array(folder / "s.npy")
+    elif name == "tiff":
+        source = open_array(folder / "t")
+    elif name == "frame stack":
+        source = FrameStack(folder / "s.h5", "/exchange/data", np.arange(1, 24, 2), (20, 18), np.uint16)
+        expected = np.repeat(a, 2, axis=0)[1::2]
+    elif name == "in memory":
+        source = a
+    else:
+        source = open_array(f"{folder / 's.h5'}:/{name}")
+    for views, rows in [((0, 12), (3, 9)), ((3, 7), (0, 20)), ((11, 12), (19, 20)), ((4, 10), (6, 13))]:
+        out = np.full((views[1] - views[0], rows[1] - rows[0], 18), 7, np.uint16)
+        read_band(source, rows, out, pool=pool, views=views)
+        np.testing.assert_array_equal(out, expected[views[0]:views[1], rows[0]:rows[1]])
+    with pytest.raises(ValueError, match="views: expected 0 <= n0 < n1 <= 12"):
+        read_band(source, (0, 2), np.empty((3, 2, 18), np.uint16), views=(10, 13))
+
+
 def test_chunks_never_written_read_as_zero_and_others_fall_back(stack, pool):
     folder, a = stack
     out = np.full((12, 10, 18), 7, np.uint16)

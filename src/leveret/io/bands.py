@@ -30,8 +30,8 @@ import numpy as np
 MIN_TASK_BYTES = 4 << 20
 
 
-def read_band(source, rows: tuple[int, int], out: np.ndarray, *, pool=None) -> np.ndarray:
-    """``out[...] = source[:, r0:r1, :]``, read on ``pool``'s threads where the
+def read_band(source, rows: tuple[int, int], out: np.ndarray, *, pool=None, views=None) -> np.ndarray:
+    """``out[...] = source[n0:n1, r0:r1, :]``, read on ``pool``'s threads where the
     bytes' places in the file are known.
 
     Parameters
@@ -40,9 +40,12 @@ def read_band(source, rows: tuple[int, int], out: np.ndarray, *, pool=None) -> n
         A lazy input (:func:`leveret.io.open_array`, a scan's projections), a
         memory map or any array with NumPy slicing.
     rows : (r0, r1)
-    out : ndarray (n_angles, r1 - r0, n_cols), C-contiguous, of ``source``'s dtype
+    out : ndarray (n1 - n0, r1 - r0, n_cols), C-contiguous, of ``source``'s dtype
     pool : concurrent.futures.Executor, optional
         Threads for the reads (None: this thread only).
+    views : (n0, n1), optional
+        The projections to read (default: all; a helical slab needs only the
+        views that see it).
 
     Returns
     -------
@@ -50,7 +53,10 @@ def read_band(source, rows: tuple[int, int], out: np.ndarray, *, pool=None) -> n
     """
     r0, r1 = (int(r) for r in rows)
     shape = tuple(source.shape)
-    expected = (shape[0], r1 - r0, shape[2])
+    n0, n1 = (0, shape[0]) if views is None else (int(n) for n in views)
+    if not 0 <= n0 < n1 <= shape[0]:
+        raise ValueError(f"views: expected 0 <= n0 < n1 <= {shape[0]}, got {views!r}")
+    expected = (n1 - n0, r1 - r0, shape[2])
     if out.shape != expected or not out.flags.c_contiguous or out.dtype != np.dtype(source.dtype):
         raise ValueError(f"out: expected a C-contiguous {np.dtype(source.dtype)} array of shape {expected}, "
                          f"got {out.dtype} {out.shape}")
@@ -63,8 +69,10 @@ def read_band(source, rows: tuple[int, int], out: np.ndarray, *, pool=None) -> n
         except TypeError:
             pass
     if places is None:
-        out[...] = np.asarray(source[:, r0:r1, :])
+        out[...] = np.asarray(source[n0:n1, r0:r1, :])
         return out
+    if (n0, n1) != (0, shape[0]):
+        places = places.views(n0, n1)
     places.read(r0, r1, out, pool)
     return out
 
@@ -161,6 +169,11 @@ class _Frames:
         self.files, self.offsets = [os.fspath(f) for f in files], list(offsets)
         self.shape, self.dtype, self.file_of = tuple(shape), np.dtype(dtype), file_of
 
+    def views(self, n0: int, n1: int) -> _Frames:
+        """The places of projections ``n0:n1`` only."""
+        return _Frames(self.files, self.offsets[n0:n1], (n1 - n0,) + self.shape[1:], self.dtype,
+                       file_of=None if self.file_of is None else self.file_of[n0:n1])
+
     def read(self, r0: int, r1: int, out: np.ndarray, pool) -> None:
         row = self.shape[2] * self.dtype.itemsize
         flat = out.reshape(out.shape[0], -1).view(np.uint8)
@@ -196,6 +209,10 @@ class _Chunks:
 
     def __init__(self, layout, frames, shape):
         self.layout, self.frames, self.shape = layout, np.asarray(frames, np.int64), tuple(shape)
+
+    def views(self, n0: int, n1: int) -> _Chunks:
+        """The places of projections ``n0:n1`` only."""
+        return _Chunks(self.layout, self.frames[n0:n1], (n1 - n0,) + self.shape[1:])
 
     def read(self, r0: int, r1: int, out: np.ndarray, pool) -> None:
         from .hdf5 import read_chunk
