@@ -44,6 +44,7 @@ sends helical geometries here.
 """
 from __future__ import annotations
 
+import functools
 from typing import NamedTuple
 
 import numpy as np
@@ -299,9 +300,30 @@ def plan_slabs(geometry: ConeGeometry, volume: VolumeGeometry, slab_slices: int 
     return _plan(window, volume, v.positive_int("slab_slices", slab_slices))
 
 
+def slab_plan(geometry: ConeGeometry, volume: VolumeGeometry, region: tuple[int, int], *, smoothing="auto",
+              n_pi="auto") -> HelicalSlab:
+    """The :class:`HelicalSlab` of slices ``region = (k0, k1)`` of ``volume``:
+    :func:`plan_slabs`'s entry for any slice range (an out-of-core driver's
+    slabs, which a resumed run or a retry in halves need not align with
+    ``plan_slabs``'s). Coverage is not checked here (:func:`plan_slabs` or
+    :func:`covered_z` do that for the whole volume)."""
+    window = _window(geometry, smoothing, n_pi)
+    k0, k1 = (int(k) for k in region)
+    if not 0 <= k0 < k1 <= volume.nz:
+        raise ValueError(f"region: expected 0 <= k0 < k1 <= {volume.nz}, got {region!r}")
+    return _slab(window, volume, k0, k1)
+
+
 def _window(geometry, smoothing, n_pi) -> HelicalWindow:
     if not isinstance(geometry, ConeGeometry):
         raise ValueError(f"geometry: expected a ConeGeometry, got {type(geometry).__name__}")
+    return _cached_window(geometry, smoothing, n_pi)
+
+
+@functools.lru_cache(maxsize=4)
+def _cached_window(geometry, smoothing, n_pi) -> HelicalWindow:
+    # per geometry (geometries hash by value; the window's arrays are read-only):
+    # an out-of-core run asks for it once per slab
     helix = fit_helix(geometry)
     if helix is None:
         raise ValueError("geometry: expected a helical scan (sources rising along a helix about the z axis), "
@@ -310,15 +332,15 @@ def _window(geometry, smoothing, n_pi) -> HelicalWindow:
 
 
 def _plan(window: HelicalWindow, volume: VolumeGeometry, slab_slices: int) -> list[HelicalSlab]:
-    plan = []
-    normalised = window.geometry.normalised()
-    for k0 in range(0, volume.nz, slab_slices):
-        k1 = min(volume.nz, k0 + slab_slices)
-        slab = volume.slab(k0, k1)
-        seen = views_seen(window, slab)
-        rows = None if seen is None else rows_seen(normalised.crop_views(*seen), slab)
-        plan.append(HelicalSlab((k0, k1), seen, rows))
-    return plan
+    return [_slab(window, volume, k0, min(volume.nz, k0 + slab_slices))
+            for k0 in range(0, volume.nz, slab_slices)]
+
+
+def _slab(window: HelicalWindow, volume: VolumeGeometry, k0: int, k1: int) -> HelicalSlab:
+    slab = volume.slab(k0, k1)
+    seen = views_seen(window, slab)
+    rows = None if seen is None else rows_seen(window.geometry.normalised().crop_views(*seen), slab)
+    return HelicalSlab((k0, k1), seen, rows)
 
 
 # -- the weighting ----------------------------------------------------------------------
@@ -489,7 +511,7 @@ def helical_fdk(projections, geometry: ConeGeometry, volume: VolumeGeometry, *, 
 def fdk_slab(projections, geometry: ConeGeometry, volume: VolumeGeometry, slab: HelicalSlab, *,
              filter: str = "ram-lak", cutoff: float = 1.0, padding: str = "zero", smoothing="auto", n_pi="auto",
              backend: str = "auto", interpolation: str = "linear", kernel: str = "auto",
-             chunk_views: int | None = None):
+             chunk_views: int | None = None, precision: str = "float32"):
     """One z-slab of :func:`helical_fdk` from the views and rows it needs only.
 
     Parameters
@@ -504,6 +526,8 @@ def fdk_slab(projections, geometry: ConeGeometry, volume: VolumeGeometry, slab: 
         and ``n_pi``.
     filter, cutoff, padding, smoothing, n_pi, backend, interpolation, kernel, chunk_views
         As for :func:`helical_fdk`.
+    precision : {"float32"}
+        A slab is computed in float32 (the whole call's "float64" is not offered).
 
     Returns
     -------
@@ -514,6 +538,9 @@ def fdk_slab(projections, geometry: ConeGeometry, volume: VolumeGeometry, slab: 
         NumPy out; CuPy in, CuPy out.
     """
     window = _window(geometry, smoothing, n_pi)
+    if v.precision(precision, ("float32", "float64")) != "float32":
+        raise ValueError(f"precision: a helical slab is computed in float32, got {precision!r}; use "
+                         "helical_fdk(..., precision='float64') for the whole volume")
     if not isinstance(slab, HelicalSlab):
         raise ValueError(f"slab: expected a HelicalSlab from plan_slabs, got {type(slab).__name__}")
     k0, k1 = slab.z
