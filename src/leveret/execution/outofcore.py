@@ -15,8 +15,10 @@ the driver: it plans the slab size from
   manifest stay with the driver either way.
 
 A parallel-beam slab needs only the detector rows at its height; a cone-beam
-slab needs the rows its voxels project to in any view (with a margin), which
-:func:`leveret.algorithms.fdk_weights.rows_seen` computes from the matrices.
+or laminography slab needs the rows its voxels project to in any view (with
+a margin), which :func:`leveret.algorithms.fdk_weights.rows_seen` computes
+from the matrices; a helical slab only the views whose window reaches it, and
+the rows it projects to in those (:func:`leveret.execution.slab.slab_band`).
 """
 from __future__ import annotations
 
@@ -30,10 +32,10 @@ import numpy as np
 
 from ..algorithms.parallel_fbp import fbp_bytes_per_slice
 from ..cuda import gpu_free_bytes
-from ..geometry import ConeGeometry, ParallelGeometry, VolumeGeometry
+from ..geometry import ConeGeometry, ParallelGeometry, ParallelVecGeometry, VolumeGeometry
 from ..resources import format_bytes, host_available_bytes, peak_rss_bytes
 from .memory import SlabPlan, plan_slabs
-from .slab import slab_rows
+from .slab import is_helical, slab_band
 
 log = logging.getLogger(__name__)
 
@@ -50,13 +52,22 @@ def _rows_for(geometry, volume: VolumeGeometry, slices: int, border: int = 0) ->
     if isinstance(geometry, ParallelGeometry):
         per = volume.spacing("z") / geometry.row_spacing
         return min(geometry.n_rows, math.ceil(slices * per) + 2 + 2 * int(border))
-    # Cone: the slab's rows through the worst (most magnified) slab; check the
-    # two ends and the middle of the volume.
-    worst = 0
+    return _band_for(geometry, volume, slices)[1]
+
+
+def _band_for(geometry, volume: VolumeGeometry, slices: int, border: int = 0) -> tuple[int, int]:
+    """(views, rows): most projections and detector rows any slab of ``slices``
+    slices needs (parallel beam: with ``border`` rows each side)."""
+    if isinstance(geometry, ParallelGeometry):
+        return geometry.n_angles, _rows_for(geometry, volume, slices, border)
+    # Cone and laminography: the slab's rows through the worst (most magnified)
+    # slab (a helical one: and its views); check the two ends and the middle of the volume.
+    views = rows = 0
     for k0 in {0, max(0, (volume.nz - slices) // 2), max(0, volume.nz - slices)}:
-        rows = slab_rows(geometry, volume, (k0, min(volume.nz, k0 + slices)), border=border)
-        worst = max(worst, 0 if rows is None else rows[1] - rows[0])
-    return max(worst, 1)
+        band = slab_band(geometry, volume, (k0, min(volume.nz, k0 + slices)))
+        if band is not None:
+            views, rows = max(views, band[0][1] - band[0][0]), max(rows, band[1][1] - band[1][0])
+    return max(views, 1), max(rows, 1)
 
 
 def _steps_bytes(geometry, volume: VolumeGeometry, slices: int, border: int, stitched) -> int:
@@ -108,8 +119,7 @@ def host_bytes(geometry, volume: VolumeGeometry, slices: int, *, input_itemsize:
     half-acquisition scan's stitched data (:func:`leveret.execution.slab.stitched_geometry`),
     which the reconstruction's working set is sized for.
     """
-    n_angles = geometry.n_angles if isinstance(geometry, ParallelGeometry) else geometry.n_views
-    rows = _rows_for(geometry, volume, slices, border)
+    n_angles, rows = _band_for(geometry, volume, slices, border)
     band = n_angles * rows * geometry.n_cols
     raw = band * input_itemsize
     lines = band * 4 if (preprocess or input_itemsize != 4) else 0
@@ -166,9 +176,9 @@ def gpu_bytes(geometry, volume: VolumeGeometry, slices: int, method: str = "fbp"
             steps += geometry.n_angles * _rows_for(geometry, volume, slices, border) * geometry.n_cols * 4
         return int(steps + slices * fbp_bytes_per_slice(fbp_geometry.n_angles, fbp_geometry.n_cols, volume.ny,
                                                         volume.nx, 4, streamed=True))
-    rows = _rows_for(geometry, volume, slices)
+    n_views, rows = _band_for(geometry, volume, slices)
     view_bytes = 12 * rows * geometry.n_cols * 4
-    chunk_views = min(geometry.n_views, max(1, int(256e6 // view_bytes)))
+    chunk_views = min(n_views, max(1, int(256e6 // view_bytes)))
     return int(chunk_views * view_bytes + 2 * slices * volume.ny * volume.nx * 4)
 
 
@@ -182,7 +192,7 @@ def plan(geometry, volume: VolumeGeometry | None = None, *, backend: str = "auto
 
     Parameters
     ----------
-    geometry : ParallelGeometry (3D) or ConeGeometry
+    geometry : ParallelGeometry (3D), ConeGeometry or ParallelVecGeometry
     volume : VolumeGeometry, optional
         Default ``geometry.default_volume()`` (parallel beam).
     backend : {"auto", "cuda", "cpu"}
@@ -274,8 +284,8 @@ def _plan(geometry, volume, backend: str, host_limit: int, gpu_limit: int | None
     def gpu(s):
         if share == 1:
             return gpu_bytes(geometry, volume, s, method, **steps)
-        n_views = geometry.n_angles if isinstance(geometry, ParallelGeometry) else geometry.n_views
-        raw = n_views * _rows_for(geometry, volume, s, border) * geometry.n_cols * input_itemsize
+        n_views, rows = _band_for(geometry, volume, s, border)
+        raw = n_views * rows * geometry.n_cols * input_itemsize
         return share * (gpu_bytes(geometry, volume, s, method, **steps) + raw
                         + s * volume.ny * volume.nx * output_itemsize)
 
@@ -303,15 +313,16 @@ def _plan(geometry, volume, backend: str, host_limit: int, gpu_limit: int | None
 
 
 def _volume(geometry, volume):
-    if not isinstance(geometry, (ParallelGeometry, ConeGeometry)):
-        raise ValueError(f"geometry: expected a ParallelGeometry or a ConeGeometry, got {type(geometry).__name__}")
+    if not isinstance(geometry, (ParallelGeometry, ConeGeometry, ParallelVecGeometry)):
+        raise ValueError(f"geometry: expected a ParallelGeometry, a ConeGeometry or a ParallelVecGeometry, "
+                         f"got {type(geometry).__name__}")
     if isinstance(geometry, ParallelGeometry) and geometry.is_2d:
         raise ValueError("geometry: out-of-core reconstruction takes a 3D ParallelGeometry (n_rows given)")
     if volume is None:
         if isinstance(geometry, ParallelGeometry):
             volume = geometry.default_volume()
         else:
-            raise ValueError("volume: a cone-beam reconstruction needs a VolumeGeometry")
+            raise ValueError("volume: a cone-beam or laminography reconstruction needs a VolumeGeometry")
     if not isinstance(volume, VolumeGeometry) or volume.is_2d:
         raise ValueError(f"volume: expected a 3D VolumeGeometry, got {volume!r}")
     return volume
@@ -409,7 +420,7 @@ def reconstruct_to_file(projections, geometry, output, *, volume: VolumeGeometry
         A path for :func:`leveret.io.open_array` (read lazily, only the rows
         each slab needs), or an array-like with NumPy slicing (``np.memmap``,
         :class:`leveret.io.FrameStack`, an h5py or zarr dataset, an ndarray).
-    geometry : ParallelGeometry (3D) or ConeGeometry
+    geometry : ParallelGeometry (3D), ConeGeometry or ParallelVecGeometry
     output : str or os.PathLike
         ``.h5``/``.zarr``/``.tif``/``.npy`` or a folder ``dir/`` (one TIFF per
         slice); see :class:`leveret.io.SlabWriter`.
@@ -498,7 +509,8 @@ def reconstruct_to_file(projections, geometry, output, *, volume: VolumeGeometry
         With ``client``: times a slab that raised is run again (a slab whose
         worker died is always run again).
     **options
-        Passed to :func:`reconstruct_slab` (filter, cutoff, interpolation, ...).
+        Passed to :func:`reconstruct_slab` (filter, cutoff, interpolation,
+        ``method="laminography"`` for a cone-beam laminography scan, ...).
 
     Returns
     -------
@@ -597,6 +609,9 @@ def _reconstruct_to_file(projections, geometry, output, *, volume, flats, darks,
                      resident=resident, max_slices=slab_slices, stripes=stripes is not None,
                      output_itemsize=stored.itemsize, method=options.get("method", "fbp"),
                      border=border_rows(phase), stitched=stitched)
+    if executor is not None and is_helical(geometry):
+        raise ValueError("client: a helical scan runs in this process's pipeline (each slab reads only the "
+                         "views that see it); leave client=None")
     if executor is not None:      # Dask: sized for the smallest worker, on the backend the workers have
         capacity = executor.capacity(backend)
         the_plan = _plan(geometry, volume, capacity["backend"],
@@ -769,7 +784,8 @@ def check_sources(writer, projections) -> None:
         if not made_from:       # a slab off the detector: made from nothing
             continue
         r0, r1 = made_from["rows"]
-        if rows_checksum(np.asarray(projections[:, r0:r1, :])) != made_from["crc32"]:
+        n0, n1 = made_from.get("views", (0, projections.shape[0]))
+        if rows_checksum(np.asarray(projections[n0:n1, r0:r1, :])) != made_from["crc32"]:
             raise ValueError(
                 f"resume: the input changed since the partial output {str(writer.partial)!r} was written "
                 f"(detector rows {r0}:{r1}, from which slices {k0}:{k1} were made, differ); run without "

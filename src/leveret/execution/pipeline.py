@@ -215,6 +215,7 @@ class Slab:
 
     region: tuple
     rows: tuple | None = None        # detector rows (r0, r1); None: off the detector
+    views: tuple | None = None       # the projections (n0, n1) read (a helical slab's; else all)
     raw: object = None               # the rows as stored (a view of raw_buffer's array)
     raw_buffer: Buffer | None = None
     out: object = None               # the slab in the output dtype
@@ -253,25 +254,27 @@ class _Recipe:
         self.options = options
         self.output_dtype, self.value_range = np.dtype(output_dtype), value_range
 
-    def pieces(self, slab_module, region, rows, data, flats, darks, backend, times, stats):
-        """Reconstruct ``region`` from ``data`` (rows ``rows``), halving it
+    def pieces(self, slab_module, region, band, data, flats, darks, backend, times, stats):
+        """Reconstruct ``region`` from ``data`` (``band``: its views and rows), halving it
         after a GPU out-of-memory error (a piece of one slice that still does
         not fit is a MemoryError). Yields ``((a, b), result)`` in order."""
         todo = [tuple(region)]
         while todo:
             a, b = todo.pop(0)
-            sub = slab_module.slab_rows(self.geometry, self.volume, (a, b), border=self.border)
+            sub = slab_module.slab_band(self.geometry, self.volume, (a, b), border=self.border)
             if sub is None:
                 yield (a, b), None
                 continue
-            if rows[0] <= sub[0] and sub[1] <= rows[1]:     # the piece's own rows: as a run of it alone
-                piece = data[:, sub[0] - rows[0]:sub[1] - rows[0]]
+            n0, r0 = band[0][0], band[1][0]
+            if all(outer[0] <= inner[0] and inner[1] <= outer[1] for outer, inner in zip(band, sub)):
+                # the piece's own views and rows: as a run of it alone
+                piece = data[sub[0][0] - n0:sub[0][1] - n0, sub[1][0] - r0:sub[1][1] - r0]
             else:
-                sub, piece = rows, data
+                sub, piece = band, data
             try:
-                result = slab_module.reconstruct_slab(piece, self.geometry, self.volume, (a, b), rows=sub,
-                                                      flats=flats, darks=darks, backend=backend, stats=stats,
-                                                      **self.preprocess, **self.options)
+                result = slab_module.reconstruct_slab(piece, self.geometry, self.volume, (a, b), rows=sub[1],
+                                                      views=sub[0], flats=flats, darks=darks, backend=backend,
+                                                      stats=stats, **self.preprocess, **self.options)
             except Exception as exc:
                 if not slab_module.is_gpu_out_of_memory(exc):
                     raise
@@ -305,8 +308,8 @@ class _CpuStage:
         out = None
         split: dict = {}
         smallest = k1 - k0
-        for (a, b), result in recipe.pieces(slab_module, slab.region, slab.rows, slab.raw, recipe.flats,
-                                            recipe.darks, "cpu", counters, split):
+        for (a, b), result in recipe.pieces(slab_module, slab.region, (slab.views, slab.rows), slab.raw,
+                                            recipe.flats, recipe.darks, "cpu", counters, split):
             smallest = min(smallest, b - a)
             if (a, b) == (k0, k1) and result is not None and recipe.output_dtype == np.float32:
                 out = result         # the slab as built: no copy
@@ -381,8 +384,8 @@ class _GpuStage:
             device_out = cupy.zeros(shape, recipe.output_dtype)
             split: dict = {}
             smallest = k1 - k0
-            for (a, b), result in recipe.pieces(slab_module, slab.region, slab.rows, raw, flats, darks, "cuda",
-                                                counters, split):
+            for (a, b), result in recipe.pieces(slab_module, slab.region, (slab.views, slab.rows), raw, flats,
+                                                darks, "cuda", counters, split):
                 smallest = min(smallest, b - a)
                 if result is not None:
                     quantize(result, recipe.output_dtype, recipe.value_range, out=device_out[a - k0:b - k0])
@@ -468,12 +471,11 @@ class Pipeline:
 
     # -- sizes -------------------------------------------------------------------------------
     def _max_band(self, regions) -> int:
-        """Bytes of the largest band of rows any of ``regions`` needs."""
-        from .slab import slab_rows
-        rows = [slab_rows(self.geometry, self.volume, r, border=self.recipe.border) for r in regions]
-        most = max([r1 - r0 for r0, r1 in filter(None, rows)], default=1)
-        n_views, _, n_cols = self.projections.shape
-        return n_views * most * n_cols * np.dtype(self.projections.dtype).itemsize
+        """Bytes of the largest band of views and rows any of ``regions`` needs."""
+        from .slab import slab_band
+        bands = [slab_band(self.geometry, self.volume, r, border=self.recipe.border) for r in regions]
+        most = max([(n1 - n0) * (r1 - r0) for (n0, n1), (r0, r1) in filter(None, bands)], default=1)
+        return most * self.projections.shape[2] * np.dtype(self.projections.dtype).itemsize
 
     def _workers(self, slices: int) -> list:
         self._out_pool = None
@@ -669,23 +671,26 @@ class Pipeline:
     def _read(self, region, pool) -> Slab | None:
         from ..io.bands import read_band
         from ..io.slabs import rows_checksum
-        from .slab import slab_rows
+        from .slab import n_views, slab_band
 
         slab = Slab(region)
-        rows = slab_rows(self.geometry, self.volume, region, border=self.recipe.border)
-        if rows is None:                      # off the detector: its slices are zero
+        band = slab_band(self.geometry, self.volume, region, border=self.recipe.border)
+        if band is None:                      # off the detector: its slices are zero
             return slab
-        shape = (self.projections.shape[0], rows[1] - rows[0], self.projections.shape[2])
+        views, rows = band
+        shape = (views[1] - views[0], rows[1] - rows[0], self.projections.shape[2])
         buffer = self._raw_pool.take(shape, self.projections.dtype, self._stopping)
         if buffer is None:
             return None
-        slab.rows, slab.raw_buffer, slab.raw = rows, buffer, buffer.array
+        slab.views, slab.rows, slab.raw_buffer, slab.raw = views, rows, buffer, buffer.array
         try:
             t = time.perf_counter()
-            read_band(self.projections, rows, slab.raw, pool=pool)
+            read_band(self.projections, rows, slab.raw, pool=pool, views=views)
             if self.checksum:
                 slab.made_from = {"rows": [int(rows[0]), int(rows[1])],
                                   "crc32": rows_checksum(slab.raw, pool=pool)}
+                if views != (0, n_views(self.geometry)):     # a helical slab: its views only
+                    slab.made_from["views"] = [int(views[0]), int(views[1])]
             self.times.add("read", time.perf_counter() - t, slab.raw.nbytes)
         except BaseException:
             slab.release()
@@ -723,11 +728,12 @@ def sample_range(projections, geometry, volume, region, *, backend: str, device=
     from ..io.quantize import auto_range
     from . import slab as slab_module
 
-    rows = slab_module.slab_rows(geometry, volume, region, border=slab_module.border_rows(phase))
-    if rows is None:
+    band = slab_module.slab_band(geometry, volume, region, border=slab_module.border_rows(phase))
+    if band is None:
         return auto_range(np.zeros(1, np.float32))
-    raw = np.asarray(projections[:, rows[0]:rows[1], :])
-    kwargs = dict(rows=rows, log_transform=log_transform, stripes=stripes, stripe_size=stripe_size,
+    (n0, n1), rows = band
+    raw = np.asarray(projections[n0:n1, rows[0]:rows[1], :])
+    kwargs = dict(rows=rows, views=(n0, n1), log_transform=log_transform, stripes=stripes, stripe_size=stripe_size,
                   **preprocess_extras(stripe_options, phase, half_acquisition), **(options or {}))
     if backend != "cuda":
         result = slab_module.reconstruct_slab(raw, geometry, volume, region, flats=flats, darks=darks,

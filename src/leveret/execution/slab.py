@@ -1,6 +1,7 @@
-"""One slab of an out-of-core job: which detector rows it needs
-(:func:`slab_rows`), their preprocessing (:func:`preprocess_rows`) and its
-reconstruction (:func:`reconstruct_slab`).
+"""One slab of an out-of-core job: which detector rows (and, for a helical
+scan, which views) it needs (:func:`slab_rows`, :func:`slab_band`), their
+preprocessing (:func:`preprocess_rows`) and its reconstruction
+(:func:`reconstruct_slab`).
 
 :func:`reconstruct_slab` is a plain function of (the detector rows a slab
 needs, the scan geometry, the volume, the slab's slice range): it
@@ -13,12 +14,14 @@ anywhere; :func:`slab_rows` says which rows to send.
 """
 from __future__ import annotations
 
+import functools
 import sys
 import time
 
 import numpy as np
 
-from ..geometry import ConeGeometry, ParallelGeometry, VolumeGeometry
+from ..geometry import (ConeGeometry, ParallelGeometry, ParallelVecGeometry,
+                        VolumeGeometry)
 
 # -- which rows a slab needs ---------------------------------------------------------------------
 
@@ -26,27 +29,66 @@ def slab_rows(geometry, volume: VolumeGeometry, region: tuple[int, int], *, bord
     """Detector rows ``(r0, r1)`` that slices ``region = (k0, k1)`` of ``volume`` need.
 
     Parallel beam: the rows at the slices' heights, plus the next row for
-    linear interpolation; cone beam: the rows the slab's voxels project to in
-    any view, with a row of margin. ``border`` more rows on each side
-    (clipped at the detector's edges) for a step that filters across rows
-    (:func:`border_rows`). None when the slab is off the detector (its
+    linear interpolation; cone beam and laminography: the rows the slab's
+    voxels project to in any view (a helical scan: in the views that see it,
+    :func:`slab_band`), with a row of margin. ``border`` more rows on each
+    side (clipped at the detector's edges) for a step that filters across
+    rows (:func:`border_rows`). None when the slab is off the detector (its
     slices are then zero).
+    """
+    band = slab_band(geometry, volume, region, border=border)
+    return None if band is None else band[1]
+
+
+def slab_band(geometry, volume: VolumeGeometry, region: tuple[int, int], *, border: int = 0):
+    """``(views, rows)``: the projections ``(n0, n1)`` and detector rows
+    ``(r0, r1)`` that slices ``region = (k0, k1)`` of ``volume`` need
+    (``border``: as :func:`slab_rows`); None when the slab is off the
+    detector (its slices are then zero).
+
+    Every view, except for a helical scan, whose slab needs only the views
+    whose window reaches it (:func:`leveret.algorithms.helical.slab_plan`).
     """
     k0, k1 = _region(region, volume)
     slab = volume.slab(k0, k1)
     if isinstance(geometry, ConeGeometry):
+        if is_helical(geometry):
+            from ..algorithms.helical import slab_plan
+            planned = slab_plan(geometry, volume, (k0, k1))
+            return None if planned.rows is None else (planned.views, planned.rows)
         from ..algorithms.fdk_weights import rows_seen
         rows = rows_seen(geometry, slab)
+    elif isinstance(geometry, ParallelVecGeometry):
+        from ..algorithms.laminography import rows_seen
+        rows = rows_seen(geometry, slab)
     elif not isinstance(geometry, ParallelGeometry) or geometry.is_2d:
-        raise ValueError(f"geometry: expected a 3D ParallelGeometry or a ConeGeometry, got {geometry!r}")
+        raise ValueError(f"geometry: expected a 3D ParallelGeometry, a ConeGeometry or a ParallelVecGeometry, "
+                         f"got {geometry!r}")
     else:
         r = geometry.project_rows(slab.coordinates("z"))
         r0 = max(0, int(np.floor(r.min() + 1e-9)))
         r1 = min(geometry.n_rows, int(np.floor(r.max() + 1e-9)) + 2)
         rows = (r0, r1) if r1 > r0 else None
-    if rows is None or not border:
-        return rows
-    return max(0, rows[0] - int(border)), min(geometry.n_rows, rows[1] + int(border))
+    if rows is not None and border:
+        rows = max(0, rows[0] - int(border)), min(geometry.n_rows, rows[1] + int(border))
+    return None if rows is None else ((0, n_views(geometry)), rows)
+
+
+def n_views(geometry) -> int:
+    """The number of projections of a scan geometry."""
+    return geometry.n_angles if isinstance(geometry, ParallelGeometry) else geometry.n_views
+
+
+@functools.lru_cache(maxsize=8)
+def _helical(geometry) -> bool:
+    from ..algorithms.helical import is_helical as fits
+    return fits(geometry)
+
+
+def is_helical(geometry) -> bool:
+    """Whether ``geometry`` is a helical scan (as :func:`leveret.fdk` decides;
+    cached per geometry: every slab asks)."""
+    return isinstance(geometry, ConeGeometry) and _helical(geometry)
 
 
 def border_rows(phase: dict | None) -> int:
@@ -184,19 +226,20 @@ def reconstruct_slab(rows_data, geometry, volume: VolumeGeometry, region: tuple[
                      rows: tuple[int, int], flats=None, darks=None, log_transform: bool = False,
                      stripes: str | None = None, stripe_size: int = 5, stripe_options: dict | None = None,
                      phase: dict | None = None, half_acquisition: float | None = None, backend: str = "auto",
-                     slab_slices: int | None = None, stats: dict | None = None, **options):
+                     slab_slices: int | None = None, stats: dict | None = None, views=None, **options):
     """Reconstruct slices ``region = (k0, k1)`` of ``volume`` from the detector rows they need.
 
     Parameters
     ----------
-    rows_data : ndarray (n_angles, r1 - r0, n_cols)
-        Detector rows ``rows = (r0, r1)`` of every projection, as stored
-        (raw counts with ``flats``/``darks``, else line integrals), e.g.
-        ``projections[:, r0:r1, :]`` with ``(r0, r1) = slab_rows(...)``.
+    rows_data : ndarray (n1 - n0, r1 - r0, n_cols)
+        Detector rows ``rows = (r0, r1)`` of projections ``views = (n0, n1)``,
+        as stored (raw counts with ``flats``/``darks``, else line integrals),
+        e.g. ``projections[n0:n1, r0:r1, :]`` with ``((n0, n1), (r0, r1)) =
+        slab_band(...)``.
         NumPy, or CuPy (then the flats and darks too, and the slab is
         reconstructed on that GPU and returned there).
-    geometry : ParallelGeometry (3D) or ConeGeometry
-        The whole scan (all detector rows).
+    geometry : ParallelGeometry (3D), ConeGeometry or ParallelVecGeometry
+        The whole scan (all views and detector rows).
     volume : VolumeGeometry (3D)
         The whole output volume; the slab is ``volume.slab(k0, k1)``.
     region : (int, int)
@@ -214,6 +257,9 @@ def reconstruct_slab(rows_data, geometry, volume: VolumeGeometry, region: tuple[
         (:func:`leveret.preprocess.half_acquisition`) and reconstructed with
         the stitched geometry (:func:`stitched_geometry`); ``volume`` is in
         that geometry's frame (its ``default_volume()`` covers the whole field).
+    views : (int, int), optional
+        Which projections ``rows_data`` holds (default: all). Fewer only for
+        a helical scan: at least the views :func:`slab_band` names.
     backend : {"auto", "cuda", "cpu"}
     slab_slices : int, optional
         Parallel beam: slices per FBP chunk (default: the whole slab).
@@ -222,12 +268,18 @@ def reconstruct_slab(rows_data, geometry, volume: VolumeGeometry, region: tuple[
         CuPy data, GPU time between events on the current stream).
     **options
         Passed to :func:`leveret.fbp` (``filter``, ``cutoff``, ``padding``,
-        ``interpolation``, ``angle_weights``) or :func:`leveret.fdk`
-        (``filter``, ``cutoff``, ``padding``, ``short_scan``, ``interpolation``).
-        Parallel beam also takes ``method`` ("fbp", or "sirt", "cgls",
-        "fista", "pdhg" with ``iterations``, ``tv``, ``nonnegative`` and
-        ``precision``; :func:`leveret.execution.iterate.check`): each slice
-        is then its own 2D problem (:mod:`leveret.execution.iterate`).
+        ``interpolation``, ``angle_weights``), :func:`leveret.fdk`
+        (``filter``, ``cutoff``, ``padding``, ``short_scan``, ``interpolation``),
+        :func:`leveret.algorithms.helical.fdk_slab` or :func:`leveret.laminography_fbp`,
+        and ``method``: "fbp" (the default: :func:`leveret.fbp` for a
+        ``ParallelGeometry``, :func:`leveret.fdk` for a ``ConeGeometry``, the
+        slab of :func:`leveret.helical_fdk` for a helix,
+        :func:`leveret.laminography_fbp` for a ``ParallelVecGeometry``);
+        "laminography": :func:`leveret.laminography_fbp` of a cone-beam
+        laminography scan (``ConeGeometry.laminography``); in parallel beam
+        "sirt", "cgls", "fista", "pdhg" with ``iterations``, ``tv``,
+        ``nonnegative`` and ``precision`` (:func:`leveret.execution.iterate.check`):
+        each slice is then its own 2D problem (:mod:`leveret.execution.iterate`).
 
     Returns
     -------
@@ -241,7 +293,7 @@ def reconstruct_slab(rows_data, geometry, volume: VolumeGeometry, region: tuple[
     k0, k1 = _region(region, volume)
     clock = _Clock(array_module(rows_data) is not np)
     r0, r1 = (int(r) for r in rows)
-    _check_rows(rows_data, geometry, (r0, r1))
+    _check_rows(rows_data, geometry, (r0, r1), _views(views, geometry))
     keep = None
     if phase is not None:      # the slab's own rows, once the filter across rows is done
         own = slab_rows(geometry, volume, (k0, k1))
@@ -257,23 +309,56 @@ def reconstruct_slab(rows_data, geometry, volume: VolumeGeometry, region: tuple[
         target = stitched_geometry(geometry, half_acquisition)
         data = stitch(data, geometry.angles, half_acquisition).projections
     clock.lap("preprocess")
-    out = _reconstruct(data, target, volume, (k0, k1), (r0, r1), backend, slab_slices, options)
+    out = _reconstruct(data, target, volume, (k0, k1), (r0, r1), backend, slab_slices, options,
+                       _views(views, target))
     clock.lap("reconstruct")
     if stats is not None:
         clock.report(stats)
     return out
 
 
-def _reconstruct(data, geometry, volume, region, rows, backend, slab_slices, options):
+def _views(views, geometry) -> tuple[int, int]:
+    total = n_views(geometry)
+    if views is None:
+        return 0, total
+    try:
+        n0, n1 = (int(n) for n in views)
+    except (TypeError, ValueError):
+        raise ValueError(f"views: expected a range of projections (n0, n1), got {views!r}") from None
+    if not 0 <= n0 < n1 <= total:
+        raise ValueError(f"views: expected 0 <= n0 < n1 <= {total}, got {views!r}")
+    return n0, n1
+
+
+def _reconstruct(data, geometry, volume, region, rows, backend, slab_slices, options, views):
     from .._validate import array_module
-    from ..algorithms import fbp, fdk
+    from ..algorithms import fbp, fdk, laminography_fbp
 
     k0, k1 = region
     r0, r1 = rows
+    n0, n1 = views
     slab = volume.slab(k0, k1)
-    _check_rows(data, geometry, rows)
+    expected = (n1 - n0, r1 - r0, geometry.n_cols)
+    if tuple(data.shape) != expected:
+        raise ValueError(f"rows_data: expected detector rows {r0}:{r1} of projections {n0}:{n1}, shape "
+                         f"{expected}, got shape {tuple(data.shape)}")
     method = options.pop("method", "fbp")
-    iterative = _iterative(method, options) if method != "fbp" else None
+    iterative = _iterative(method, options) if method not in ("fbp", "laminography") else None
+    helical = is_helical(geometry)
+    if (n0, n1) != (0, n_views(geometry)) and not helical:
+        raise ValueError(f"views: a slab of this scan needs every projection, got {n0}:{n1}")
+    tilted = method == "laminography" or isinstance(geometry, ParallelVecGeometry)
+    if iterative is not None and (helical or tilted):
+        raise ValueError(f"method: {method!r} slab by slab is for parallel beam; this scan's slabs are not "
+                         f"independent: run leveret.{method} on a Projector of the whole volume")
+    if helical:
+        from ..algorithms.helical import HelicalSlab, fdk_slab
+        out = fdk_slab(data, geometry, volume, HelicalSlab((k0, k1), (n0, n1), (r0, r1)), backend=backend,
+                       **options)
+        return array_module(out).asarray(out, dtype=np.float32)
+    if tilted:
+        out = laminography_fbp(data, geometry.crop_rows(r0, r1), slab, backend=backend, **options)
+        return array_module(out).asarray(out, dtype=np.float32)
     if isinstance(geometry, ConeGeometry):
         if iterative is not None:
             raise ValueError(f"method: {method!r} in cone beam needs the whole volume at once (its slabs are "
@@ -317,12 +402,12 @@ def _iterate_slices(data, geometry, volume, backend, iterative, *, label):
     plane = VolumeGeometry(volume.shape[1:], volume.voxel_size[1:], tuple(volume.center[1:]))
     out = slices(sinograms, geometry.replace(n_rows=None), plane, backend=backend, label=label, **iterative)
     return array_module(out).asarray(out, dtype=np.float32)
-def _check_rows(data, geometry, rows) -> None:
+def _check_rows(data, geometry, rows, views) -> None:
     r0, r1 = rows
-    expected = (geometry.n_angles if isinstance(geometry, ParallelGeometry) else geometry.n_views,
-                r1 - r0, geometry.n_cols)
+    n0, n1 = views
+    expected = (n1 - n0, r1 - r0, geometry.n_cols)
     if tuple(data.shape) != expected:
-        raise ValueError(f"rows_data: expected detector rows {r0}:{r1} of every projection, shape "
+        raise ValueError(f"rows_data: expected detector rows {r0}:{r1} of projections {n0}:{n1}, shape "
                          f"{expected}, got shape {tuple(data.shape)}")
 
 
