@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import re
 
-from . import iterate, live
+from . import iterate, live, trajectory
 from .flags import (OUTPUT_DTYPES, PRECISIONS, _center, _common, _cutoff, _device, _gpus, _output_range,
                     _pixel_size, _positive_float, _positive_int, _precision, _shape3, _size, _strict)
 from .config import apply_config, load_config
@@ -292,6 +292,7 @@ def build_parser() -> argparse.ArgumentParser:
                         'needs pip install "leveret[cluster]"')
     _cone_options(f)
     iterate.add_options(f)
+    trajectory.add_options(f)
     _common(f)
 
     c = sub.add_parser("center",

@@ -8,6 +8,7 @@ import numpy as np
 from . import iterate
 from .cone import is_cone
 from .scan import _band, _check_backend_flags, _check_output, _devices, _geometry, _rows, _say, _sinogram_data, _warn, estimate_center, load_scan
+from .trajectory import is_trajectory
 
 
 def recon(args) -> int:
@@ -50,7 +51,7 @@ def _recon(args, client) -> int:
     method = iterate.options(args)         # {} for fbp
     output = dict(compression=compression, output_dtype=args.output_dtype, output_range=args.output_range,
                   io_threads=args.io_threads)
-    if is_cone(args):
+    if is_cone(args) or is_trajectory(args):
         return _recon_cone(args, client, out_path, dataset, output, progress, method)
     scan = load_scan(args)
     _check_backend_flags(args)
@@ -149,13 +150,16 @@ def _report(args, result, updates: int) -> None:
 
 
 def _recon_cone(args, client, out_path, dataset, output, progress, method) -> int:
-    """A cone-beam scan (matrices, circular parameters or an xtekct file) through
-    the same out-of-core pipeline as parallel beam."""
+    """A cone-beam scan (matrices, circular parameters or an xtekct file), a
+    helical one or a laminography one (parallel or cone beam) through the same
+    out-of-core pipeline as parallel beam."""
     from ..execution.outofcore import reconstruct_to_file
     from ..io.slabs import output_format
     from .cone import load_cone
+    from .trajectory import load_trajectory
 
-    scan = load_cone(args)
+    scan = load_trajectory(args) if is_trajectory(args) else load_cone(args)
+    extra = getattr(scan, "options", {})      # what a helix or a tilted axis adds
     _check_backend_flags(args)
     if method:      # the whole volume at once: its slabs are not independent
         return iterate.recon_cone(args, scan, out_path, dataset, output, progress, method)
@@ -165,19 +169,23 @@ def _recon_cone(args, client, out_path, dataset, output, progress, method) -> in
         raise ValueError("--precision: float16 filtered sinograms are a parallel-beam mode; cone beam takes "
                          "float32 (or float64 on the CPU)")
     options = dict(filter=args.filter, cutoff=args.cutoff, interpolation=args.interpolation,
-                   precision=args.precision)
+                   precision=args.precision, **extra)
     if args.kernel != "auto":
         raise ValueError("--kernel: chooses among parallel-beam kernels; cone beam picks its own")
     the_plan = _plan(args, scan, scan.geometry, scan.volume)
     if args.dry_run:
         print(f"input {scan.source}: {tuple(scan.projections.shape)} {scan.projections.dtype}; output "
-              f"{args.output} ({output_format(args.output if dataset is None else out_path)}); cone beam, "
+              f"{args.output} ({output_format(args.output if dataset is None else out_path)}); "
+              f"{getattr(scan, 'metadata', {}).get('beam', 'cone')} beam, "
               f"volume {scan.volume.shape}")
+        for line in getattr(scan, "notes", ()):
+            print(line)
         print(the_plan.describe())
         return 0
     run = dict(backend=args.backend, host_memory=args.host_memory, gpu_memory=args.gpu_memory,
                resume=args.resume, overwrite=args.overwrite, progress=progress,
-               params={"input": scan.source}, metadata={"input": scan.source, "beam": "cone"},
+               params={"input": scan.source},
+               metadata={"input": scan.source, "beam": "cone", **getattr(scan, "metadata", {})},
                **output, **scan.preprocess, **options)
     if client is None:
         _say(args, the_plan.describe())

@@ -180,8 +180,9 @@ def _is_scan_file(args) -> bool:
         return False
 
 
-def load_scan(args) -> ScanInput:
-    """The projections (lazy), angles and flats/darks the flags name."""
+def load_scan(args, check: bool = True) -> ScanInput:
+    """The projections (lazy), angles and flats/darks the flags name; ``check``:
+    the data against a circular parallel-beam geometry (:func:`check_scan`)."""
     from ..io import read_angles, read_array, read_scan
 
     if args.input is None:
@@ -227,7 +228,8 @@ def load_scan(args) -> ScanInput:
     stripe_size, options = stripe_options(args, shape[0], shape[-1])
     scan = ScanInput(projections, angles, flats, darks, bool(args.minus_log), str(args.input), args.stripes,
                      stripe_size, options)
-    check_scan(args, scan)
+    if check:
+        check_scan(args, scan)
     return scan
 
 
