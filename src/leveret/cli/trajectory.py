@@ -167,8 +167,8 @@ def _helical(args) -> TrajectoryScan:
     _check_covered(g, volume)
     window = _window(g)
     z0, z1 = volume.extent("z")
-    notes = [repr(g), (f"helical: z {lo:.6g}..{hi:.6g} covered (volume z {z0:.6g}..{z1:.6g}); {window.n_pi}-PI "
-                       f"window, edges {window.smoothing:.3g}; largest pitch without gaps {window.max_pitch:.6g}")]
+    notes = [repr(g), (f"helical: z {lo:.4g}..{hi:.4g} covered (volume z {z0:.4g}..{z1:.4g}); {window.n_pi}-PI "
+                       f"window, edges {window.smoothing:.3g}; largest pitch without gaps {window.max_pitch:.4g}")]
     return TrajectoryScan(scan.projections, g, volume, scan.flats, scan.darks, scan.log_transform, scan.source,
                           metadata={"beam": "cone", "helical_pitch": pitch}, kind="helical cone beam",
                           notes=notes)
@@ -234,8 +234,8 @@ def _cone_laminography(args, tilt: float) -> TrajectoryScan:
     volume = _placed(scan.volume, args.z_center)
     return TrajectoryScan(scan.projections, g, volume, scan.flats, scan.darks, scan.log_transform, scan.source,
                           options={"method": "laminography"},
-                          metadata={"beam": "cone", "tilt": math.degrees(tilt)},
-                          kind=f"cone-beam laminography, tilt {math.degrees(tilt):g} degrees", notes=[repr(g)])
+                          metadata={"beam": "cone", "tilt": float(args.tilt)},
+                          kind=f"cone-beam laminography, tilt {float(args.tilt):g} degrees", notes=[repr(g)])
 
 
 def _parallel_laminography(args, tilt: float) -> TrajectoryScan:
@@ -264,5 +264,5 @@ def _parallel_laminography(args, tilt: float) -> TrajectoryScan:
     voxel = args.voxel_size if args.voxel_size is not None else du
     volume = leveret.VolumeGeometry(shape, voxel, (0.0 if args.z_center is None else float(args.z_center), 0, 0))
     return TrajectoryScan(scan.projections, g, volume, scan.flats, scan.darks, scan.log_transform, scan.source,
-                          metadata={"beam": "parallel", "tilt": math.degrees(tilt)},
-                          kind=f"parallel-beam laminography, tilt {math.degrees(tilt):g} degrees", notes=[repr(g)])
+                          metadata={"beam": "parallel", "tilt": float(args.tilt)},
+                          kind=f"parallel-beam laminography, tilt {float(args.tilt):g} degrees", notes=[repr(g)])

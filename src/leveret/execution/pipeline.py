@@ -685,11 +685,12 @@ class Pipeline:
         slab.views, slab.rows, slab.raw_buffer, slab.raw = views, rows, buffer, buffer.array
         try:
             t = time.perf_counter()
-            read_band(self.projections, rows, slab.raw, pool=pool, views=views)
+            some = views != (0, n_views(self.geometry))      # a helical slab: its views only
+            read_band(self.projections, rows, slab.raw, pool=pool, **({"views": views} if some else {}))
             if self.checksum:
                 slab.made_from = {"rows": [int(rows[0]), int(rows[1])],
                                   "crc32": rows_checksum(slab.raw, pool=pool)}
-                if views != (0, n_views(self.geometry)):     # a helical slab: its views only
+                if some:
                     slab.made_from["views"] = [int(views[0]), int(views[1])]
             self.times.add("read", time.perf_counter() - t, slab.raw.nbytes)
         except BaseException:
