@@ -64,7 +64,7 @@ def test_a_circular_slab_refuses_fewer_views(tilted):
     g, vol, proj = tilted
     with pytest.raises(ValueError, match="views: a slab of this scan needs every projection, got 1:48"):
         slab.reconstruct_slab(proj[1:], g, vol, (0, 4), rows=(0, 20), views=(1, 48))
-    with pytest.raises(ValueError, match="method: expected 'auto' or 'laminography', got 'helical'"):
+    with pytest.raises(ValueError, match="method: expected one of fbp, sirt, cgls, fista, pdhg, laminography, got 'helical'"):
         slab.reconstruct_slab(proj, g, vol, (0, 4), rows=(0, 20), method="helical")
 
 
@@ -94,7 +94,8 @@ def test_helical_refuses_a_dask_client(tmp_path, helix):
 
     with pytest.raises(ValueError, match="client: a helical scan runs in this process's pipeline"):
         outofcore._reconstruct_to_file(proj, g, tmp_path / "x.npy", volume=vol, flats=None, darks=None,
-                                       log_transform=False, stripes=None, stripe_size=5, backend="cpu",
+                                       log_transform=False, stripes=None, stripe_size=5, stripe_options=None,
+                                       phase=None, half_acquisition=None, backend="cpu",
                                        host_memory=None, gpu_memory=None, slab_slices=None, resume=False,
                                        overwrite=False, dataset=None, compression="default", metadata=None,
                                        params=None, progress=False, on_plan=None, executor=Executor(),

@@ -273,7 +273,7 @@ def _plan(geometry, volume, backend: str, host_limit: int, gpu_limit: int | None
 
     from .pipeline import WORKERS_PER_GPU, pipeline_slab
 
-    if method != "fbp" and not isinstance(geometry, ParallelGeometry):
+    if method not in ("fbp", "laminography") and not isinstance(geometry, ParallelGeometry):
         raise ValueError(f"method: {method!r} runs slab by slab in parallel beam only; a cone-beam volume's "
                          "slabs are not independent")
     # the pipeline's workers of one GPU each hold a slab there: its raw rows, working set and output

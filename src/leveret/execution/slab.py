@@ -309,8 +309,9 @@ def reconstruct_slab(rows_data, geometry, volume: VolumeGeometry, region: tuple[
         target = stitched_geometry(geometry, half_acquisition)
         data = stitch(data, geometry.angles, half_acquisition).projections
     clock.lap("preprocess")
+    # stitched data hold every view of the stitched geometry (a helix, the only scan read in part, is never stitched)
     out = _reconstruct(data, target, volume, (k0, k1), (r0, r1), backend, slab_slices, options,
-                       _views(views, target))
+                       _views(None if half_acquisition is not None else views, target))
     clock.lap("reconstruct")
     if stats is not None:
         clock.report(stats)
@@ -343,6 +344,9 @@ def _reconstruct(data, geometry, volume, region, rows, backend, slab_slices, opt
         raise ValueError(f"rows_data: expected detector rows {r0}:{r1} of projections {n0}:{n1}, shape "
                          f"{expected}, got shape {tuple(data.shape)}")
     method = options.pop("method", "fbp")
+    from .iterate import METHODS
+    if method not in METHODS + ("laminography",):
+        raise ValueError(f"method: expected one of {', '.join(METHODS + ('laminography',))}, got {method!r}")
     iterative = _iterative(method, options) if method not in ("fbp", "laminography") else None
     helical = is_helical(geometry)
     if (n0, n1) != (0, n_views(geometry)) and not helical:
