@@ -27,10 +27,11 @@ def test_cpu_rows_and_split():
     data = bench.stripes_problem(64, np)
     assert data.shape == (64, 64, 64) and data.dtype == np.float32
     assert np.all(data[:, :, int(0.8 * 64)] == 0.5)                     # the dead column
-    bench.common.RESULTS.clear()
+    common = sys.modules["common"]              # the results list the script's record() appends to
+    common.RESULTS.clear()
     bench.bench_rings(64, np, reps=1, slab_rows=32, split=True)
     bench.bench_center(128, 90, reps=1)
-    rows = {r["problem"]: r for r in bench.common.RESULTS}
+    rows = {r["problem"]: r for r in common.RESULTS}
     assert "rings 'all' 64 sinograms of 64 x 64, float32, NumPy" in rows
     split = next(r for p, r in rows.items() if p.startswith("rings 'all' steps"))
     assert all(step in split["note"] for step in ("dead columns", "sort", "large stripes", "median 21", "unsort"))
