@@ -66,7 +66,7 @@ def finite_vector(name: str, value, *, length: int | None = None,
     try:
         arr = np.array(value, dtype=np.float64)
     except (TypeError, ValueError):
-        raise ValueError(f"{name}: expected a 1D array of numbers, got {type(value).__name__}") from None
+        raise TypeError(f"{name}: expected a 1D array of numbers, got {type(value).__name__}") from None
     if arr.ndim == 0:
         arr = arr.reshape(1)
     if arr.ndim != 1:

@@ -200,7 +200,7 @@ def test_bad_input():
         leveret.fdk(np.full(g.projection_shape, np.nan, np.float32), g, vol, backend="cpu")
     with pytest.raises(ValueError, match="short_scan"):
         leveret.fdk(proj, g, vol, backend="cpu", short_scan="yes")
-    with pytest.raises(ValueError, match="geometry"):
+    with pytest.raises(TypeError, match="geometry"):
         leveret.fdk(proj, leveret.ParallelGeometry([0.0], 16), vol, backend="cpu")
     with pytest.raises(ValueError, match="precision: expected one of 'float32', 'float64'"):
         leveret.fdk(proj, g, vol, backend="cpu", precision="float16")

@@ -79,7 +79,7 @@ def test_bad_input(problem):
         leveret.os_sart(bad, A, 3)
     with pytest.raises(ValueError, match="x0"):
         leveret.sirt(b, A, 3, x0=np.zeros((9, 8)))
-    with pytest.raises(ValueError, match="projector"):
+    with pytest.raises(TypeError, match="projector"):
         leveret.sirt(b, "A", 3)
     with pytest.raises(ValueError, match="bounds"):
         leveret.sirt(b, A, 3, bounds=(1, 0))

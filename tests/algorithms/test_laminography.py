@@ -130,7 +130,7 @@ def test_less_than_a_full_turn_is_refused():
 def test_bad_arguments_are_named():
     g = parallel(0.5)
     proj = np.zeros(g.projection_shape, np.float32)
-    with pytest.raises(ValueError, match="^geometry: expected a ParallelVecGeometry or ConeGeometry"):
+    with pytest.raises(TypeError, match="^geometry: expected a ParallelVecGeometry or ConeGeometry"):
         leveret.laminography_fbp(proj, ParallelGeometry(ANGLES, 64, 64), VOLUME, backend="cpu")
     with pytest.raises(ValueError, match="^volume: expected a 3D VolumeGeometry"):
         leveret.laminography_fbp(proj, g, VolumeGeometry((8, 8)), backend="cpu")

@@ -215,7 +215,7 @@ def test_bad_input(uniform2000):
     bad[3, 4] = np.nan
     with pytest.raises(ValueError, match="projections: expected finite values, got 1 NaN"):
         radon3d_fbp(bad, g, VOL)
-    with pytest.raises(ValueError, match="geometry: expected a RadonGeometry"):
+    with pytest.raises(TypeError, match="geometry: expected a RadonGeometry"):
         radon3d_fbp(p, "nope", VOL)
     with pytest.raises(ValueError, match=r"volume: expected a 3D VolumeGeometry"):
         radon3d_fbp(p, g, VolumeGeometry((8, 8)))

@@ -458,7 +458,7 @@ def test_bad_input(problem):
             method(b, A, 0, tv=lam)
         with pytest.raises(ValueError, match=r"projections: expected shape \(9, 15\)"):
             method(b[:, :-1], A, 3, tv=lam)
-        with pytest.raises(ValueError, match="projector: expected a leveret.Projector"):
+        with pytest.raises(TypeError, match="projector: expected a leveret.Projector"):
             method(b, "A", 3, tv=lam)
         with pytest.raises(ValueError, match=r"weights: expected the projections' shape \(9, 15\)"):
             method(b, A, 3, tv=lam, weights=np.ones((9, 14)))
@@ -468,7 +468,7 @@ def test_bad_input(problem):
             method(b, A, 3, tv=lam, norm=0.0)
         with pytest.raises(ValueError, match="tol: expected a positive number"):
             method(b, A, 3, tv=lam, tol=-1.0)
-        with pytest.raises(ValueError, match="stats: expected a dict"):
+        with pytest.raises(TypeError, match="stats: expected a dict"):
             method(b, A, 3, tv=lam, stats=[])
         with pytest.raises(ValueError, match="bounds"):
             method(b, A, 3, tv=lam, bounds=(1, 0))

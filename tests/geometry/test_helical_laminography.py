@@ -231,11 +231,15 @@ def test_parallel_vec_astra_round_trip_and_formula(rng):
     (np.zeros((2, 11)), "vectors: expected shape"),
     (np.full((1, 12), np.nan), "vectors: expected finite"),
     (np.array([[1.0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1]]), r"vectors\[0\]: expected a ray direction off"),
-    ([["a"] * 12], "vectors: expected numbers"),
 ])
 def test_parallel_vec_validation(vectors, match):
     with pytest.raises(ValueError, match=match):
         ParallelVecGeometry(vectors, NR, NC)
+
+
+def test_parallel_vec_vectors_that_are_not_numbers_are_a_type_error():
+    with pytest.raises(TypeError, match="vectors: expected numbers"):
+        ParallelVecGeometry([["a"] * 12], NR, NC)
 
 
 def test_parallel_vec_is_an_immutable_value_that_pickles_and_plots(tmp_path):

@@ -144,7 +144,7 @@ def test_write_bad_arguments(tmp_path):
 
 
 def test_path_of_wrong_type():
-    with pytest.raises(ValueError, match=r"^path: expected a str or os.PathLike"):
+    with pytest.raises(TypeError, match=r"^path: expected a str or os.PathLike"):
         read_array(42)
-    with pytest.raises(ValueError, match=r"^path: expected a str or os.PathLike"):
+    with pytest.raises(TypeError, match=r"^path: expected a str or os.PathLike"):
         write_array(None, np.zeros(2))

@@ -173,7 +173,7 @@ def test_zmq_source_counts_a_header_that_is_not_a_json_object_and_goes_on(header
 
 
 def test_decode_rejects_a_header_that_is_not_an_object_or_a_payload_that_is_not_numbers():
-    with pytest.raises(ValueError, match="^header: expected a JSON object, got list"):
+    with pytest.raises(TypeError, match="^header: expected a JSON object, got list"):
         decode([1, 2], b"\0" * 4)
     with pytest.raises(ValueError, match="^dtype"):
         decode({"index": 0, "shape": [1, 1], "dtype": "O"}, b"\0" * 8)

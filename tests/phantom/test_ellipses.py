@@ -281,17 +281,17 @@ def test_bad_ellipse(kwargs, match):
 
 def test_bad_phantom_arguments():
     ph = disk(0.5)
-    with pytest.raises(ValueError, match=r"ellipses\[1\]: expected an Ellipse, got int"):
+    with pytest.raises(TypeError, match=r"ellipses\[1\]: expected an Ellipse, got int"):
         EllipsePhantom([Ellipse(1, 1), 3])
     with pytest.raises(ValueError, match=r"volume: expected a 2D VolumeGeometry .* got a 3D one"):
         ph.rasterize(VolumeGeometry((4, 4, 4)))
-    with pytest.raises(ValueError, match=r"volume: expected a VolumeGeometry, got tuple"):
+    with pytest.raises(TypeError, match=r"volume: expected a VolumeGeometry, got tuple"):
         ph.rasterize((4, 4))
     with pytest.raises(ValueError, match=r"supersampling: expected a positive integer, got 0"):
         ph.rasterize(VolumeGeometry((4, 4)), supersampling=0)
     with pytest.raises(ValueError, match=r"geometry: expected a 2D ParallelGeometry .* n_rows=3"):
         ph.project(ParallelGeometry([0.0, 1.0], 8, n_rows=3))
-    with pytest.raises(ValueError, match=r"geometry: expected a ParallelGeometry, got str"):
+    with pytest.raises(TypeError, match=r"geometry: expected a ParallelGeometry, got str"):
         ph.project("parallel")
     with pytest.raises(ValueError, match=r"s: expected finite values"):
         ph.line_integrals([0.0, np.nan], 0.0)

@@ -312,7 +312,7 @@ def test_bad_ellipsoid(kwargs, match):
 
 def test_bad_phantom_arguments():
     ph = ball(0.5)
-    with pytest.raises(ValueError, match=r"ellipsoids\[0\]: expected an Ellipsoid, got Ellipse"):
+    with pytest.raises(TypeError, match=r"ellipsoids\[0\]: expected an Ellipsoid, got Ellipse"):
         EllipsoidPhantom([Ellipse(1, 1)])
     with pytest.raises(ValueError, match=r"volume: expected a 3D VolumeGeometry .* got a 2D one"):
         ph.rasterize(VolumeGeometry((4, 4)))

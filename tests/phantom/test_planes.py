@@ -72,5 +72,5 @@ def test_bad_input():
         ball(1.0).plane_integrals([0.0, 0.0, 1.0], np.nan)
     with pytest.raises(ValueError, match=r"directions, t: expected shapes that broadcast"):
         ball(1.0).plane_integrals(np.eye(3), np.zeros(2))
-    with pytest.raises(ValueError, match=r"geometry: expected a RadonGeometry"):
+    with pytest.raises(TypeError, match=r"geometry: expected a RadonGeometry"):
         ball(1.0).project_radon("nope")

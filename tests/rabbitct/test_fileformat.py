@@ -281,7 +281,7 @@ def test_failed_write_leaves_nothing(tmp_path, data, bad_image, words, existing)
 
 
 def test_write_refuses_other_data(tmp_path):
-    with pytest.raises(ValueError, match="data: expected a RabbitCTData"):
+    with pytest.raises(TypeError, match="data: expected a RabbitCTData"):
         write_rabbitct(tmp_path / "x.rct", {"matrices": np.zeros((1, 3, 4))})
     assert os.listdir(tmp_path) == []
 

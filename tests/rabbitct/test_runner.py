@@ -128,11 +128,11 @@ def test_run_benchmark_refuses_bad_input(dataset):
         run_benchmark(data, 64, backend="cpu")                      # no such reference, none given
     with pytest.raises(ValueError, match="size"):
         run_benchmark(data, 16.0, backend="cpu")
-    with pytest.raises(ValueError, match="data"):
+    with pytest.raises(TypeError, match="data"):
         run_benchmark(data.projections, L, backend="cpu")
     with pytest.raises(ValueError, match="reference"):
         run_benchmark(data, L, backend="cpu", reference=cache[2 * L])        # wrong shape
-    with pytest.raises(ValueError, match="reference"):
+    with pytest.raises(TypeError, match="reference"):
         run_benchmark(data, L, backend="cpu", reference=cache[L].tolist())   # not an array
     with pytest.raises(ValueError, match="reference"):
         run_benchmark(data, L, backend="cpu", reference=np.zeros((L,) * 3, np.int32))

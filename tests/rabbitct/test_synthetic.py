@@ -141,7 +141,7 @@ def test_bad_arguments_name_themselves(built):
         make_dataset(**SCAN, hu_scale=-1.0)
     with pytest.raises(ValueError, match="hu_offset"):
         make_dataset(**SCAN, hu_offset=-10.0)
-    with pytest.raises(ValueError, match="phantom"):
+    with pytest.raises(TypeError, match="phantom"):
         make_dataset(**SCAN, phantom="head")
     with pytest.raises(ValueError, match="sid"):
         make_geometry(sid=150.0)
@@ -149,7 +149,7 @@ def test_bad_arguments_name_themselves(built):
         make_geometry(perturbation_scale=-1.0)
     with pytest.raises(ValueError, match="backend"):
         reference_volume(data, 16, backend="cuda")
-    with pytest.raises(ValueError, match="data"):
+    with pytest.raises(TypeError, match="data"):
         reference_volume(data.projections, 16)
     with pytest.raises(ValueError, match="size"):
         reference_volume(data, 0)

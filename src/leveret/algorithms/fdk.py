@@ -11,6 +11,7 @@ from .. import _validate as v
 from ..cuda.devices import for_backend as devices_for_backend
 from ..filters import FILTERS
 from ..geometry import VolumeGeometry
+from ..geometry.volume import volume_3d
 from ..operators.cone import RAY_MIN_VIEWS, ConeBackprojection
 from ..cuda.pipeline import STAGING_BUFFERS, STAGING_BYTES, SlabDownload, Staging, ranges
 from ._coverage import check_reach, check_views
@@ -93,7 +94,7 @@ def fdk(projections, geometry, volume: VolumeGeometry, *, filter: str = "ram-lak
     """
     from ..geometry import ConeGeometry
     if not isinstance(geometry, ConeGeometry):
-        raise ValueError(f"geometry: expected a ConeGeometry, got {type(geometry).__name__}")
+        raise TypeError(f"geometry: expected a ConeGeometry, got {type(geometry).__name__}")
     from .helical import fdk_route, is_helical
     if is_helical(geometry):   # sources on a helix: the window-weighted FDK of algorithms/helical.py
         return fdk_route(projections, geometry, volume, short_scan=short_scan, devices=devices,
@@ -113,8 +114,7 @@ def fdk(projections, geometry, volume: VolumeGeometry, *, filter: str = "ram-lak
     input_on_gpu = not isinstance(projections, np.ndarray)
     if backend == "cuda" and dtype == np.float64:
         raise ValueError("precision: 'float64' runs on the CPU backend only; use backend='cpu'")
-    if not isinstance(volume, VolumeGeometry) or volume.is_2d:
-        raise ValueError(f"volume: expected a 3D VolumeGeometry, got {volume!r}")
+    volume_3d(volume)
     check_reach(geometry, volume)
     if not input_on_gpu:
         v.check_allocation("volume", volume.size * np.dtype(dtype).itemsize, "the reconstruction")

@@ -52,6 +52,7 @@ import numpy as np
 from .. import _validate as v
 from ..filters import FILTERS
 from ..geometry import ConeGeometry, VolumeGeometry
+from ..geometry.volume import volume_3d
 from ..geometry.helix import Helix, fit_helix
 from ..operators.cone import ConeBackprojection
 from ..cpu.cone_plan import DEPTH
@@ -294,8 +295,7 @@ def plan_slabs(geometry: ConeGeometry, volume: VolumeGeometry, slab_slices: int 
     cover.
     """
     window = _window(geometry, smoothing, n_pi)
-    if not isinstance(volume, VolumeGeometry) or volume.is_2d:
-        raise ValueError(f"volume: expected a 3D VolumeGeometry, got {volume!r}")
+    volume_3d(volume)
     check_coverage(window, volume)
     return _plan(window, volume, v.positive_int("slab_slices", slab_slices))
 
@@ -316,7 +316,7 @@ def slab_plan(geometry: ConeGeometry, volume: VolumeGeometry, region: tuple[int,
 
 def _window(geometry, smoothing, n_pi) -> HelicalWindow:
     if not isinstance(geometry, ConeGeometry):
-        raise ValueError(f"geometry: expected a ConeGeometry, got {type(geometry).__name__}")
+        raise TypeError(f"geometry: expected a ConeGeometry, got {type(geometry).__name__}")
     return _cached_window(geometry, smoothing, n_pi)
 
 
@@ -451,8 +451,7 @@ def helical_fdk(projections, geometry: ConeGeometry, volume: VolumeGeometry, *, 
                                "(n_views, n_rows, n_cols)")
     v.choice("filter", filter, FILTERS)
     dtype = np.float64 if v.precision(precision, ("float32", "float64")) == "float64" else np.float32
-    if not isinstance(volume, VolumeGeometry) or volume.is_2d:
-        raise ValueError(f"volume: expected a 3D VolumeGeometry, got {volume!r}")
+    volume_3d(volume)
     check_coverage(window, volume)
 
     from ..backends import resolve
@@ -542,7 +541,7 @@ def fdk_slab(projections, geometry: ConeGeometry, volume: VolumeGeometry, slab: 
         raise ValueError(f"precision: a helical slab is computed in float32, got {precision!r}; use "
                          "helical_fdk(..., precision='float64') for the whole volume")
     if not isinstance(slab, HelicalSlab):
-        raise ValueError(f"slab: expected a HelicalSlab from plan_slabs, got {type(slab).__name__}")
+        raise TypeError(f"slab: expected a HelicalSlab from plan_slabs, got {type(slab).__name__}")
     k0, k1 = slab.z
     if slab.rows is None:
         return (np if isinstance(projections, np.ndarray) else _array_module("cuda")).zeros(

@@ -42,7 +42,7 @@ from ._coverage import check_views
 def _setup(projections, projector, iterations, x0, bounds):
     if not (callable(projector) and hasattr(projector, "T") and hasattr(projector, "volume")
             and hasattr(projector, "projection_shape")):
-        raise ValueError(f"projector: expected a leveret.Projector, got {type(projector).__name__}")
+        raise TypeError(f"projector: expected a leveret.Projector, got {type(projector).__name__}")
     iterations = v.positive_int("iterations", iterations)
     if hasattr(projector, "geometry"):
         check_views(projector.geometry)
@@ -121,7 +121,7 @@ class _Loop:
         self.norm_b = _norm(b) or 1.0
         self.tol = None if tol is None else v.positive_float("tol", tol)
         if callback is not None and not callable(callback):
-            raise ValueError(f"callback: expected a callable (x, info), got {type(callback).__name__}")
+            raise TypeError(f"callback: expected a callable (x, info), got {type(callback).__name__}")
         self.callback = callback
         self.bar = tqdm(total=iterations, desc=name, disable=not progress, leave=False)
         # Whether anyone reads the residual (tol, callback, progress bar): if

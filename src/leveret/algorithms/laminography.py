@@ -43,6 +43,7 @@ import numpy as np
 from .. import _validate as v
 from ..filters import FILTERS, apply_filter, filter_response
 from ..geometry import ConeGeometry, ParallelVecGeometry, VolumeGeometry
+from ..geometry.volume import volume_3d
 from ..operators.cone import ConeBackprojection
 from ._coverage import check_views
 
@@ -147,13 +148,12 @@ def laminography_fbp(projections, geometry, volume: VolumeGeometry, *, filter: s
     from .fdk_weights import FDKWeighting
 
     if not isinstance(geometry, (ParallelVecGeometry, ConeGeometry)):
-        raise ValueError(f"geometry: expected a ParallelVecGeometry or ConeGeometry, got {type(geometry).__name__}")
+        raise TypeError(f"geometry: expected a ParallelVecGeometry or ConeGeometry, got {type(geometry).__name__}")
     projections = v.real_array("projections", projections, geometry.projection_shape,
                                "(n_views, n_rows, n_cols)")
     v.choice("filter", filter, FILTERS)
     dtype = np.float64 if v.precision(precision, ("float32", "float64")) == "float64" else np.float32
-    if not isinstance(volume, VolumeGeometry) or volume.is_2d:
-        raise ValueError(f"volume: expected a 3D VolumeGeometry, got {volume!r}")
+    volume_3d(volume)
     check_views(geometry)
     weights = angle_weights(geometry)
     from ..backends import resolve

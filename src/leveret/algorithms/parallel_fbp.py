@@ -103,14 +103,14 @@ def fbp(projections, geometry: ParallelGeometry, volume: VolumeGeometry | None =
         CuPy in, CuPy out.
     """
     if not isinstance(geometry, ParallelGeometry):
-        raise ValueError(f"geometry: expected a ParallelGeometry, got {type(geometry).__name__}")
+        raise TypeError(f"geometry: expected a ParallelGeometry, got {type(geometry).__name__}")
     projections = _check_projections(projections, geometry)
     input_on_gpu = not isinstance(projections, np.ndarray)
     if input_on_gpu:  # cheap on the device; host input is checked chunk by chunk
         v.check_finite_array("projections", projections)
     volume = geometry.default_volume() if volume is None else volume
     if not isinstance(volume, VolumeGeometry):
-        raise ValueError(f"volume: expected a VolumeGeometry or None, got {type(volume).__name__}")
+        raise TypeError(f"volume: expected a VolumeGeometry or None, got {type(volume).__name__}")
     if volume.is_2d != geometry.is_2d:
         raise ValueError(f"volume: a {'2D' if geometry.is_2d else '3D'} geometry needs a "
                          f"{'2D' if geometry.is_2d else '3D'} volume, got shape {volume.shape}")

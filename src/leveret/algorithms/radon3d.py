@@ -175,7 +175,7 @@ def radon3d_fbp(projections, geometry: RadonGeometry, volume: VolumeGeometry | N
 
     t_start = time.perf_counter()
     if not isinstance(geometry, RadonGeometry):
-        raise ValueError(f"geometry: expected a RadonGeometry, got {type(geometry).__name__}")
+        raise TypeError(f"geometry: expected a RadonGeometry, got {type(geometry).__name__}")
     backend = resolve_backend(backend, projections)
     precision = v.precision(precision, ("float32", "float64"))
     method = v.choice("method", method, METHODS)
@@ -566,7 +566,7 @@ def radon3d_forward(volume_array, geometry: RadonGeometry, volume: VolumeGeometr
         NumPy out; CuPy in, CuPy out.
     """
     if not isinstance(geometry, RadonGeometry):
-        raise ValueError(f"geometry: expected a RadonGeometry, got {type(geometry).__name__}")
+        raise TypeError(f"geometry: expected a RadonGeometry, got {type(geometry).__name__}")
     backend = resolve_backend(backend, volume_array)
     volume = _check_volume(volume)
     arr = v.real_array("volume_array", volume_array, volume.shape, "(nz, ny, nx)", "the volume")
@@ -613,7 +613,7 @@ def _oversampling(value) -> int:
 
 def _check_volume(volume) -> VolumeGeometry:
     if not isinstance(volume, VolumeGeometry):
-        raise ValueError(f"volume: expected a VolumeGeometry, got {type(volume).__name__}")
+        raise TypeError(f"volume: expected a VolumeGeometry, got {type(volume).__name__}")
     if volume.is_2d:
         raise ValueError(f"volume: expected a 3D VolumeGeometry (nz, ny, nx), got shape {volume.shape}")
     return volume

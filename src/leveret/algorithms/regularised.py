@@ -258,9 +258,9 @@ class _Monitor:
         self.to_host = to_host
         self.tol = None if tol is None else v.positive_float("tol", tol)
         if callback is not None and not callable(callback):
-            raise ValueError(f"callback: expected a callable (x, info), got {type(callback).__name__}")
+            raise TypeError(f"callback: expected a callable (x, info), got {type(callback).__name__}")
         if stats is not None and not isinstance(stats, dict):
-            raise ValueError(f"stats: expected a dict to fill, got {type(stats).__name__}")
+            raise TypeError(f"stats: expected a dict to fill, got {type(stats).__name__}")
         self.callback = callback
         self.stats = stats
         self.history = {"objective": [], "data": [], "tv": [], "residual": [], "change": []}

@@ -416,8 +416,8 @@ def view_parameters(geometry) -> tuple[int, np.ndarray]:
         params[:, :3] = geometry.source_positions()
         params[:, 3:] = np.linalg.inv(P[:, :, :3]).reshape(-1, 9)
         return 1, params
-    raise ValueError(f"geometry: expected a ParallelGeometry, ParallelVecGeometry or ConeGeometry, "
-                     f"got {type(geometry).__name__}")
+    raise TypeError(f"geometry: expected a ParallelGeometry, ParallelVecGeometry or ConeGeometry, "
+                    f"got {type(geometry).__name__}")
 
 
 def shared_limit() -> int:

@@ -33,6 +33,7 @@ import numpy as np
 from ..algorithms.parallel_fbp import fbp_bytes_per_slice
 from ..cuda import gpu_free_bytes
 from ..geometry import ConeGeometry, ParallelGeometry, ParallelVecGeometry, VolumeGeometry
+from ..geometry.volume import volume_3d
 from ..resources import format_bytes, host_available_bytes, peak_rss_bytes
 from .memory import SlabPlan, plan_slabs
 from .slab import is_helical, slab_band
@@ -314,8 +315,8 @@ def _plan(geometry, volume, backend: str, host_limit: int, gpu_limit: int | None
 
 def _volume(geometry, volume):
     if not isinstance(geometry, (ParallelGeometry, ConeGeometry, ParallelVecGeometry)):
-        raise ValueError(f"geometry: expected a ParallelGeometry, a ConeGeometry or a ParallelVecGeometry, "
-                         f"got {type(geometry).__name__}")
+        raise TypeError(f"geometry: expected a ParallelGeometry, a ConeGeometry or a ParallelVecGeometry, "
+                        f"got {type(geometry).__name__}")
     if isinstance(geometry, ParallelGeometry) and geometry.is_2d:
         raise ValueError("geometry: out-of-core reconstruction takes a 3D ParallelGeometry (n_rows given)")
     if volume is None:
@@ -323,8 +324,7 @@ def _volume(geometry, volume):
             volume = geometry.default_volume()
         else:
             raise ValueError("volume: a cone-beam or laminography reconstruction needs a VolumeGeometry")
-    if not isinstance(volume, VolumeGeometry) or volume.is_2d:
-        raise ValueError(f"volume: expected a 3D VolumeGeometry, got {volume!r}")
+    volume_3d(volume)
     return volume
 
 

@@ -61,7 +61,10 @@ def slab_band(geometry, volume: VolumeGeometry, region: tuple[int, int], *, bord
     elif isinstance(geometry, ParallelVecGeometry):
         from ..algorithms.laminography import rows_seen
         rows = rows_seen(geometry, slab)
-    elif not isinstance(geometry, ParallelGeometry) or geometry.is_2d:
+    elif not isinstance(geometry, ParallelGeometry):
+        raise TypeError(f"geometry: expected a 3D ParallelGeometry, a ConeGeometry or a ParallelVecGeometry, "
+                        f"got {type(geometry).__name__}")
+    elif geometry.is_2d:
         raise ValueError(f"geometry: expected a 3D ParallelGeometry, a ConeGeometry or a ParallelVecGeometry, "
                          f"got {geometry!r}")
     else:

@@ -15,7 +15,7 @@ import numpy as np
 from .. import _validate as v
 from ._frozen import Frozen
 from .tilted import check_tilt, tilted_frame
-from .volume import VolumeGeometry
+from .volume import VolumeGeometry, volume_3d
 
 # Largest condition number of the (row-equilibrated) left 3x3 block: beyond it
 # the view has no well-defined source point.
@@ -84,7 +84,7 @@ def _per_view(name: str, value, n: int, k: int | None = None, *, positive: bool 
     try:
         arr = np.array(value, dtype=np.float64)
     except (TypeError, ValueError):
-        raise ValueError(f"{name}: expected numbers, got {type(value).__name__}") from None
+        raise TypeError(f"{name}: expected numbers, got {type(value).__name__}") from None
     if k is None:
         if arr.ndim == 0:
             arr = np.full(n, float(arr))
@@ -108,8 +108,8 @@ def _check_matrices(matrices) -> np.ndarray:
     try:
         P = np.array(matrices, dtype=np.float64)
     except (TypeError, ValueError):
-        raise ValueError(f"matrices: expected an array of 3x4 projection matrices, "
-                         f"got {type(matrices).__name__}") from None
+        raise TypeError(f"matrices: expected an array of 3x4 projection matrices, "
+                        f"got {type(matrices).__name__}") from None
     if P.shape == (3, 4):
         P = P[None]
     if P.ndim != 3 or P.shape[1:] != (3, 4):
@@ -674,7 +674,7 @@ class ConeGeometry(Frozen):
         try:
             arr = np.array(data, dtype=np.float64)
         except (TypeError, ValueError):
-            raise ValueError(f"data: expected numbers, got {type(data).__name__}") from None
+            raise TypeError(f"data: expected numbers, got {type(data).__name__}") from None
         if arr.size == 0 or arr.size % 12:
             raise ValueError(f"data: expected 12 numbers per view (a column-major 3x4 matrix), "
                              f"got {arr.size} numbers")
@@ -722,7 +722,7 @@ class ConeGeometry(Frozen):
         try:
             vec = np.array(vectors, dtype=np.float64)
         except (TypeError, ValueError):
-            raise ValueError(f"vectors: expected numbers, got {type(vectors).__name__}") from None
+            raise TypeError(f"vectors: expected numbers, got {type(vectors).__name__}") from None
         if vec.shape == (12,):
             vec = vec[None]
         if vec.ndim != 2 or vec.shape[1] != 12 or vec.shape[0] == 0:
@@ -846,8 +846,7 @@ class ConeGeometry(Frozen):
             np.stack([alpha, theta, np.zeros_like(alpha)], axis=1),
         }
         if volume is not None:
-            if not isinstance(volume, VolumeGeometry) or volume.is_2d:
-                raise ValueError(f"volume: expected a 3D VolumeGeometry, got {volume!r}")
+            volume_3d(volume)
             geo["nVoxel"] = np.array(volume.shape)
             geo["dVoxel"] = np.array(volume.voxel_size)
             geo["sVoxel"] = geo["nVoxel"] * geo["dVoxel"]
@@ -876,7 +875,7 @@ class ConeGeometry(Frozen):
         try:
             ang = np.array(angles, dtype=np.float64)
         except (TypeError, ValueError):
-            raise ValueError(f"angles: expected numbers, got {type(angles).__name__}") from None
+            raise TypeError(f"angles: expected numbers, got {type(angles).__name__}") from None
         if ang.ndim == 1:
             ang = np.stack([ang, np.zeros_like(ang), np.zeros_like(ang)], axis=1)
         if ang.ndim != 2 or ang.shape[1] != 3 or ang.shape[0] == 0:

@@ -23,7 +23,7 @@ def _check_vectors(vectors) -> np.ndarray:
     try:
         vec = np.array(vectors, dtype=np.float64)
     except (TypeError, ValueError):
-        raise ValueError(f"vectors: expected numbers, got {type(vectors).__name__}") from None
+        raise TypeError(f"vectors: expected numbers, got {type(vectors).__name__}") from None
     if vec.shape == (12,):
         vec = vec[None]
     if vec.ndim != 2 or vec.shape[1] != 12 or vec.shape[0] == 0:
@@ -230,7 +230,9 @@ class ParallelVecGeometry(Frozen):
     def from_parallel(cls, geometry) -> "ParallelVecGeometry":
         """The same scan as a 3D ``ParallelGeometry`` (axis shifts included)."""
         from .parallel import ParallelGeometry
-        if not isinstance(geometry, ParallelGeometry) or geometry.is_2d:
+        if not isinstance(geometry, ParallelGeometry):
+            raise TypeError(f"geometry: expected a 3D ParallelGeometry, got {type(geometry).__name__}")
+        if geometry.is_2d:
             raise ValueError(f"geometry: expected a 3D ParallelGeometry, got {geometry!r}")
         t = geometry.angles
         beam, e, up = tilted_frame(t, 0.0)

@@ -25,8 +25,8 @@ def unit_vectors(name: str, value) -> np.ndarray:
     try:
         arr = np.array(value, dtype=np.float64)
     except (TypeError, ValueError):
-        raise ValueError(f"{name}: expected an (n, 3) array of unit vectors, "
-                         f"got {type(value).__name__}") from None
+        raise TypeError(f"{name}: expected an (n, 3) array of unit vectors, "
+                        f"got {type(value).__name__}") from None
     if arr.ndim == 1 and arr.shape == (3,):
         arr = arr.reshape(1, 3)
     if arr.ndim != 2 or arr.shape[1] != 3:

@@ -143,7 +143,19 @@ def as_image_rows(array):
     >>> as_image_rows(np.arange(6).reshape(3, 2)).tolist()      # row 0 (smallest y) goes to the bottom
     [[4, 5], [2, 3], [0, 1]]
     """
-    if getattr(array, "ndim", 0) < 2:
-        raise ValueError(f"array: expected a slice (ny, nx) or a volume (nz, ny, nx), got "
-                         f"{'shape ' + str(tuple(array.shape)) if hasattr(array, 'shape') else type(array).__name__}")
+    if not hasattr(array, "ndim"):
+        raise TypeError(f"array: expected a slice (ny, nx) or a volume (nz, ny, nx), got {type(array).__name__}")
+    if array.ndim < 2:
+        raise ValueError(f"array: expected a slice (ny, nx) or a volume (nz, ny, nx), got shape "
+                         f"{tuple(array.shape)}")
     return array[..., ::-1, :]
+
+
+def volume_3d(volume) -> VolumeGeometry:
+    """``volume`` if it is a 3D VolumeGeometry: TypeError naming ``volume`` if it
+    is no VolumeGeometry, ValueError if it is a 2D one."""
+    if not isinstance(volume, VolumeGeometry):
+        raise TypeError(f"volume: expected a 3D VolumeGeometry, got {type(volume).__name__}")
+    if volume.is_2d:
+        raise ValueError(f"volume: expected a 3D VolumeGeometry, got {volume!r}")
+    return volume

@@ -31,7 +31,7 @@ def split_dataset(path: str | os.PathLike, dataset: str | None) -> tuple[Path, s
     except TypeError:
         text = None
     if not isinstance(text, str):
-        raise ValueError(f"path: expected a str or os.PathLike path, got {type(path).__name__}")
+        raise TypeError(f"path: expected a str or os.PathLike path, got {type(path).__name__}")
     if not text:
         raise ValueError("path: expected a path, got an empty string")
     m = _INLINE_DATASET.match(text)
@@ -42,7 +42,7 @@ def split_dataset(path: str | os.PathLike, dataset: str | None) -> tuple[Path, s
                 f"dataset={dataset!r}; give one")
         return Path(m.group(1)), (m.group(2) or None)
     if dataset is not None and not isinstance(dataset, str):
-        raise ValueError(f"dataset: expected a str (an HDF5 path such as '/entry/data'), got {dataset!r}")
+        raise TypeError(f"dataset: expected a str (an HDF5 path such as '/entry/data'), got {dataset!r}")
     return Path(text), dataset
 
 

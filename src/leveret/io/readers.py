@@ -307,7 +307,9 @@ def read_raw(path: str | os.PathLike, *, dtype, shape, offset: int = 0,
         text = os.fspath(path)
     except TypeError:
         text = None
-    if not isinstance(text, str) or not text:
+    if not isinstance(text, str):
+        raise TypeError(f"path: expected a non-empty str or os.PathLike path, got {type(path).__name__}")
+    if not text:
         raise ValueError(f"path: expected a non-empty str or os.PathLike path, got {path!r}")
     p = Path(text)
     try:

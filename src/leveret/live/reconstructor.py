@@ -39,6 +39,7 @@ from ..backends import resolve
 from ..cpu.live_planes import backproject_plane, backproject_points
 from ..filters import FILTERS, apply_filter, filter_response
 from ..geometry import ConeGeometry, ParallelGeometry, VolumeGeometry
+from ..geometry.volume import volume_3d
 from ..operators import ConeBackprojection
 from .correct import Correction
 from .pool import FramePool
@@ -204,8 +205,7 @@ class LiveReconstructor:
                  padding: str = "zero", storage: str = "float32", backend: str = "auto",
                  max_views: int | None = None, filter_rows: int = 1024, move: str = "texture",
                  max_batch: int = 64):
-        if not isinstance(volume, VolumeGeometry) or volume.is_2d:
-            raise ValueError(f"volume: expected a 3D VolumeGeometry, got {volume!r}")
+        volume_3d(volume)
         self.volume = volume
         self.beam = _beam_of(geometry)
         self.geometry = geometry

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..geometry import VolumeGeometry
+from ..geometry.volume import volume_3d
 
 
 @dataclass(frozen=True)
@@ -100,8 +101,7 @@ def orthogonal_slices(volume: VolumeGeometry, point=None, angles=(0.0, 0.0, 0.0)
     grid (rows along z, upwards); unrotated and through voxel centres they are
     the volume's own slices.
     """
-    if not isinstance(volume, VolumeGeometry) or volume.is_2d:
-        raise ValueError(f"volume: expected a 3D VolumeGeometry, got {volume!r}")
+    volume_3d(volume)
     point = tuple(volume.center[::-1]) if point is None else point
     point = np.asarray(point, np.float64).reshape(-1)
     if point.shape != (3,) or not np.all(np.isfinite(point)):
@@ -125,8 +125,7 @@ def orthogonal_slices(volume: VolumeGeometry, point=None, angles=(0.0, 0.0, 0.0)
 def axial_slices(volume: VolumeGeometry, z) -> list[Slice]:
     """Axial slices of the volume's xy grid at the heights ``z`` (world units),
     named "z0", "z1", ..."""
-    if not isinstance(volume, VolumeGeometry) or volume.is_2d:
-        raise ValueError(f"volume: expected a 3D VolumeGeometry, got {volume!r}")
+    volume_3d(volume)
     z = np.atleast_1d(np.asarray(z, np.float64))
     if z.ndim != 1 or not np.all(np.isfinite(z)):
         raise ValueError(f"z: expected finite heights, got {z!r}")

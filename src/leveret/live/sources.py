@@ -806,7 +806,7 @@ def check_header(header, *, detector_shape=None, max_index: int = MAX_INDEX):
     ValueError naming the first field that is not so.
     """
     if not isinstance(header, dict):
-        raise ValueError(f"header: expected a JSON object, got {type(header).__name__}")
+        raise TypeError(f"header: expected a JSON object, got {type(header).__name__}")
     if header.get("end") is True:
         return END
     index = _integer("index", header.get("index"), 0, max_index)

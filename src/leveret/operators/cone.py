@@ -7,6 +7,7 @@ import numpy as np
 
 from .. import _validate as v
 from ..geometry import VolumeGeometry
+from ..geometry.volume import volume_3d
 from ..cuda.devices import for_backend as devices_for_backend
 from ._base import Operator, _is_cupy
 from ..cpu.cone_plan import DEPTH, fma_steps, kernel_matrices, software_views
@@ -118,9 +119,8 @@ class ConeBackprojection(Operator):
                  interpolation: str = "linear", matrices=None, kernel: str = "auto", devices=None):
         from ..geometry import ConeGeometry, ParallelVecGeometry
         if not isinstance(geometry, (ConeGeometry, ParallelVecGeometry)):   # the latter's w = 1
-            raise ValueError(f"geometry: expected a ConeGeometry or ParallelVecGeometry, got {type(geometry).__name__}")
-        if not isinstance(volume, VolumeGeometry) or volume.is_2d:
-            raise ValueError(f"volume: expected a 3D VolumeGeometry, got {volume!r}")
+            raise TypeError(f"geometry: expected a ConeGeometry or ParallelVecGeometry, got {type(geometry).__name__}")
+        volume_3d(volume)
         matrices = np.asarray(geometry.matrices if matrices is None else matrices, np.float64)
         if matrices.shape != (geometry.n_views, 3, 4):
             raise ValueError(f"matrices: expected shape {(geometry.n_views, 3, 4)}, got {matrices.shape}")

@@ -130,9 +130,9 @@ class ParallelBackprojection(Operator):
                  kernel: str = "auto", precision: str = "float32",
                  roi=None, kernel_options: dict | None = None, devices=None):
         if not isinstance(geometry, ParallelGeometry):
-            raise ValueError(f"geometry: expected a ParallelGeometry, got {type(geometry).__name__}")
+            raise TypeError(f"geometry: expected a ParallelGeometry, got {type(geometry).__name__}")
         if not isinstance(volume, VolumeGeometry):
-            raise ValueError(f"volume: expected a VolumeGeometry, got {type(volume).__name__}")
+            raise TypeError(f"volume: expected a VolumeGeometry, got {type(volume).__name__}")
         super().__init__(geometry, volume, backend)
         self.interpolation = v.choice("interpolation", interpolation, INTERPOLATIONS)
         self.kernel = v.choice("kernel", kernel, KERNELS)

@@ -201,7 +201,7 @@ class Projector(Operator):
                  backend: str = "auto", precision: str = "float32", n_buffers: int | None = None,
                  structured="auto", transpose: str = "auto", adjoint: str = "exact", devices=None):
         if not isinstance(volume, VolumeGeometry):
-            raise ValueError(f"volume: expected a VolumeGeometry, got {type(volume).__name__}")
+            raise TypeError(f"volume: expected a VolumeGeometry, got {type(volume).__name__}")
         if isinstance(geometry, ParallelGeometry):
             if geometry.is_2d != volume.is_2d:
                 want = "2D (ny, nx)" if geometry.is_2d else "3D (nz, ny, nx)"
@@ -220,8 +220,8 @@ class Projector(Operator):
             make_rays = cone_rays
             self._t_start = 0.0
         else:
-            raise ValueError(f"geometry: expected a ParallelGeometry, ParallelVecGeometry or ConeGeometry, "
-                             f"got {type(geometry).__name__}")
+            raise TypeError(f"geometry: expected a ParallelGeometry, ParallelVecGeometry or ConeGeometry, "
+                            f"got {type(geometry).__name__}")
         self.model = v.choice("model", model, MODELS)
         self.dtype = np.dtype(v.choice("precision", precision, PRECISIONS))
         # Ray set-up squares lengths: a grid beyond sqrt(max) overflows before any data is seen.

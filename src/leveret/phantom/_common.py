@@ -30,14 +30,14 @@ def finite_array(name: str, value) -> np.ndarray:
     try:
         arr = np.asarray(value, dtype=np.float64)
     except (TypeError, ValueError):
-        raise ValueError(f"{name}: expected an array of numbers, got {type(value).__name__}") from None
+        raise TypeError(f"{name}: expected an array of numbers, got {type(value).__name__}") from None
     v.check_finite_array(name, arr)
     return arr
 
 
 def check_volume(volume, ndim: int) -> VolumeGeometry:
     if not isinstance(volume, VolumeGeometry):
-        raise ValueError(f"volume: expected a VolumeGeometry, got {type(volume).__name__}")
+        raise TypeError(f"volume: expected a VolumeGeometry, got {type(volume).__name__}")
     if volume.ndim != ndim:
         want = "(ny, nx)" if ndim == 2 else "(nz, ny, nx)"
         raise ValueError(f"volume: expected a {ndim}D VolumeGeometry of shape {want}, "
@@ -47,7 +47,7 @@ def check_volume(volume, ndim: int) -> VolumeGeometry:
 
 def check_parallel(geometry, want_2d: bool) -> ParallelGeometry:
     if not isinstance(geometry, ParallelGeometry):
-        raise ValueError(f"geometry: expected a ParallelGeometry, got {type(geometry).__name__}")
+        raise TypeError(f"geometry: expected a ParallelGeometry, got {type(geometry).__name__}")
     if want_2d and not geometry.is_2d:
         raise ValueError(f"geometry: expected a 2D ParallelGeometry (n_rows=None) for a 2D "
                          f"phantom, got a 3D one with n_rows={geometry.n_rows}")
@@ -108,11 +108,11 @@ def shapes_tuple(name: str, shapes, kind: type) -> tuple:
     try:
         items = tuple(shapes)
     except TypeError:
-        raise ValueError(f"{name}: expected an iterable of {kind.__name__}, "
-                         f"got {type(shapes).__name__}") from None
+        raise TypeError(f"{name}: expected an iterable of {kind.__name__}, "
+                        f"got {type(shapes).__name__}") from None
     for i, item in enumerate(items):
         if not isinstance(item, kind):
-            raise ValueError(f"{name}[{i}]: expected an {kind.__name__}, got {type(item).__name__}")
+            raise TypeError(f"{name}[{i}]: expected an {kind.__name__}, got {type(item).__name__}")
     return items
 
 

@@ -78,7 +78,7 @@ def project_radon(phantom, geometry: RadonGeometry) -> np.ndarray:
     and ``t = (k - (n_samples-1)/2) spacing``: the value at the sample centre.
     """
     if not isinstance(geometry, RadonGeometry):
-        raise ValueError(f"geometry: expected a RadonGeometry, got {type(geometry).__name__}")
+        raise TypeError(f"geometry: expected a RadonGeometry, got {type(geometry).__name__}")
     common.check_projection_memory(geometry, copies=4)
     return plane_integrals(phantom, geometry.directions[:, None, :],
                            geometry.sample_positions()[None, :])

@@ -28,7 +28,9 @@ def average_fields(name, images, image_shape, xp):
 def output_array(out, shape, dtype, xp):
     if out is None:
         return xp.empty(shape, dtype=dtype)
-    if array_module(out) is not xp or not hasattr(out, "dtype"):
+    if not hasattr(out, "dtype"):
+        raise TypeError(f"out: expected a {xp.__name__} array like the input, got {type(out).__name__}")
+    if array_module(out) is not xp:
         raise ValueError(f"out: expected a {xp.__name__} array like the input, got {type(out).__name__}")
     if out.shape != tuple(shape) or out.dtype != dtype:
         raise ValueError(

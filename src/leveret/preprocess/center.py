@@ -222,7 +222,7 @@ def _search_range(search, n_cols):
     try:
         lo, hi = (finite_float("search", s) for s in search)
     except TypeError:
-        raise ValueError(f"search: expected (low, high) columns, got {search!r}") from None
+        raise TypeError(f"search: expected (low, high) columns, got {search!r}") from None
     if not 0 <= lo < hi <= n_cols - 1:
         raise ValueError(f"search: expected 0 <= low < high <= {n_cols - 1}, got {search!r}")
     return lo, hi

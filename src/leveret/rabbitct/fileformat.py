@@ -314,8 +314,8 @@ def _check_projections(projections, n: int):
         _check_image_dtype("projections", projections.dtype)
         return projections
     if isinstance(projections, (str, bytes)) or not isinstance(projections, Sequence):
-        raise ValueError(f"projections: expected an array (n_views, n_rows, n_cols) or a sequence "
-                         f"of n_views 2D images, got {type(projections).__name__}")
+        raise TypeError(f"projections: expected an array (n_views, n_rows, n_cols) or a sequence "
+                        f"of n_views 2D images, got {type(projections).__name__}")
     if len(projections) != n:
         raise ValueError(f"projections: expected {n} images (one per matrix), got {len(projections)}")
     first = np.shape(projections[0])
@@ -337,8 +337,8 @@ def _check_references(references) -> Mapping[int, np.ndarray]:
     if references is None:
         references = {}
     if not isinstance(references, Mapping):
-        raise ValueError(f"references: expected a mapping {{size: (L, L, L) uint16 array}}, "
-                         f"got {type(references).__name__}")
+        raise TypeError(f"references: expected a mapping {{size: (L, L, L) uint16 array}}, "
+                        f"got {type(references).__name__}")
     out = {}
     for size in sorted(references):
         name = f"references[{size!r}]"
@@ -575,7 +575,7 @@ def write_rabbitct(path: str | os.PathLike, data: RabbitCTData, *, overwrite: bo
         RabbitCTData) or ``data.projections[i]`` (wrong shape or dtype).
     """
     if not isinstance(data, RabbitCTData):
-        raise ValueError(f"data: expected a RabbitCTData, got {type(data).__name__}")
+        raise TypeError(f"data: expected a RabbitCTData, got {type(data).__name__}")
     p = Path(os.fspath(path))
     n = data.n_views
     n_rows, n_cols = data.detector_shape

@@ -98,7 +98,7 @@ def volume_geometry(size: int) -> VolumeGeometry:
 def data_geometry(data: RabbitCTData) -> ConeGeometry:
     """The data's projection matrices as a :class:`ConeGeometry`, unscaled (as RabbitCT uses them)."""
     if not isinstance(data, RabbitCTData):
-        raise ValueError(f"data: expected a RabbitCTData, got {type(data).__name__}")
+        raise TypeError(f"data: expected a RabbitCTData, got {type(data).__name__}")
     n_rows, n_cols = data.detector_shape
     return ConeGeometry(data.matrices, n_rows, n_cols)
 
@@ -148,7 +148,7 @@ def _edges(bins) -> np.ndarray:
     try:
         edges = np.array(bins, dtype=np.float64)
     except (TypeError, ValueError):
-        raise ValueError(f"bins: expected increasing bin edges (HU), got {type(bins).__name__}") from None
+        raise TypeError(f"bins: expected increasing bin edges (HU), got {type(bins).__name__}") from None
     if edges.ndim != 1 or edges.size < 2 or np.isnan(edges).any() or np.any(np.diff(edges) <= 0):
         raise ValueError(f"bins: expected at least two increasing bin edges (HU), got {bins!r}")
     return edges
@@ -161,7 +161,7 @@ def _check_volume_array(name: str, arr) -> np.ndarray:
         try:
             arr = np.asarray(arr)
         except Exception:
-            raise ValueError(f"{name}: expected an array of numbers, got {type(arr).__name__}") from None
+            raise TypeError(f"{name}: expected an array of numbers, got {type(arr).__name__}") from None
     if arr.dtype.kind not in "fiu":
         raise ValueError(f"{name}: expected real numbers, got dtype {arr.dtype}")
     if arr.size == 0:
@@ -435,7 +435,7 @@ def run_benchmark(data: RabbitCTData, size: int, *, backend: str = "auto", inclu
         ``backend`` invalid. RuntimeError: ``backend="cuda"`` without a GPU.
     """
     if not isinstance(data, RabbitCTData):
-        raise ValueError(f"data: expected a RabbitCTData, got {type(data).__name__}")
+        raise TypeError(f"data: expected a RabbitCTData, got {type(data).__name__}")
     size = v.positive_int("size", size)
     repeats = v.positive_int("repeats", repeats)
     if not isinstance(include_transfers, (bool, np.bool_)):
@@ -470,8 +470,8 @@ def _resolve_reference(data: RabbitCTData, size: int, reference):
                              f"leveret.rabbitct.reference_volume(data, {size}))")
         return data.references[size], False, f"the data's uint16 reference {size}^3"
     if not isinstance(reference, np.ndarray):
-        raise ValueError(f"reference: expected a NumPy array (size, size, size), uint16 or float, "
-                         f"got {type(reference).__name__}")
+        raise TypeError(f"reference: expected a NumPy array (size, size, size), uint16 or float, "
+                        f"got {type(reference).__name__}")
     if reference.shape != (size,) * 3:
         raise ValueError(f"reference: expected shape {(size,) * 3} for size={size}, got {reference.shape}")
     if reference.dtype == np.uint16:

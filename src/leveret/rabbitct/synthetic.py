@@ -275,7 +275,7 @@ def make_dataset(*, n_views: int = 496, n_rows: int = 960, n_cols: int = 1248,
     if phantom is None:
         phantom = head_phantom()
     elif not isinstance(phantom, EllipsoidPhantom):
-        raise ValueError(f"phantom: expected an EllipsoidPhantom, got {type(phantom).__name__}")
+        raise TypeError(f"phantom: expected an EllipsoidPhantom, got {type(phantom).__name__}")
     hu_scale = v.finite_float("hu_scale", hu_scale)
     hu_offset = v.finite_float("hu_offset", hu_offset)
     if hu_scale <= 0:
@@ -287,7 +287,7 @@ def make_dataset(*, n_views: int = 496, n_rows: int = 960, n_cols: int = 1248,
     sizes = _reference_sizes(reference_sizes)
     v.choice("filter", filter, FILTERS)
     if cache is not None and not isinstance(cache, MutableMapping):
-        raise ValueError(f"cache: expected a mutable mapping (e.g. a dict) or None, got {type(cache).__name__}")
+        raise TypeError(f"cache: expected a mutable mapping (e.g. a dict) or None, got {type(cache).__name__}")
     if workers is None:
         workers = min(32, os.cpu_count() or 1)
     workers = v.positive_int("workers", workers)
@@ -306,7 +306,7 @@ def make_dataset(*, n_views: int = 496, n_rows: int = 960, n_cols: int = 1248,
 
 def _reference_sizes(sizes) -> tuple[int, ...]:
     if isinstance(sizes, (str, bytes)) or not isinstance(sizes, Sequence):
-        raise ValueError(f"reference_sizes: expected a sequence of volume edges, got {sizes!r}")
+        raise TypeError(f"reference_sizes: expected a sequence of volume edges, got {sizes!r}")
     out = sorted({v.positive_int(f"reference_sizes[{i}]", L) for i, L in enumerate(sizes)})
     for a, b in zip(out, out[1:]):
         if b != 2 * a:
@@ -393,15 +393,15 @@ def reference_volume(data: RabbitCTData, size: int, *, backend: str = "cpu",
         Attenuation per mm, C order (z, y, x), x fastest.
     """
     if not isinstance(data, RabbitCTData):
-        raise ValueError(f"data: expected a RabbitCTData, got {type(data).__name__}")
+        raise TypeError(f"data: expected a RabbitCTData, got {type(data).__name__}")
     size = v.positive_int("size", size)
     if not isinstance(backend, str) or backend.lower() != "cpu":
         raise ValueError(f"backend: expected 'cpu' (the float64 reference needs the CPU "
                          f"back-projection; CUDA runs float32), got {backend!r}")
     if cache is not None:
         if not isinstance(cache, MutableMapping):
-            raise ValueError(f"cache: expected a mutable mapping (e.g. a dict) or None, "
-                             f"got {type(cache).__name__}")
+            raise TypeError(f"cache: expected a mutable mapping (e.g. a dict) or None, "
+                            f"got {type(cache).__name__}")
         if size in cache:
             return cache[size]
     op = ConeBackprojection(data_geometry(data), volume_geometry(size), backend="cpu")
