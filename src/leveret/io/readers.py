@@ -47,6 +47,9 @@ def read_array(path: str | os.PathLike, *, dataset: str | None = None) -> np.nda
         Naming ``path`` or ``dataset``: a missing file, an unknown extension,
         an empty folder or pattern, images of differing shapes or dtypes in a
         stack, a missing dataset, or a file its reader cannot parse.
+    TypeError
+        Naming ``path`` when it is not a str or os.PathLike, ``dataset`` when
+        it is not a str.
     """
     p, dataset = split_dataset(path, dataset)
     text = os.fspath(path)
@@ -302,6 +305,8 @@ def read_raw(path: str | os.PathLike, *, dtype, shape, offset: int = 0,
         ``offset + prod(shape) * itemsize`` bytes: expected and found sizes
         are given), ``dtype`` (not a NumPy dtype, or one without a fixed size
         such as ``object`` or ``"U"``), ``shape``, ``offset`` or ``order``.
+    TypeError
+        Naming ``path`` when it is not a str or os.PathLike.
     """
     try:
         text = os.fspath(path)

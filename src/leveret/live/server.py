@@ -654,7 +654,7 @@ class LiveServer:
             raise ValueError("request: JSON nested too deep") from None
         except ValueError as exc:
             raise ValueError(f"request: not JSON ({exc})") from None
-        if not isinstance(msg, dict):
+        if not isinstance(msg, dict):   # what the text holds, not its type: a bad request
             raise ValueError(f"request: expected a JSON object, got {type(msg).__name__}")
         kind = msg.get("type")
         if kind == "orthogonal":

@@ -784,7 +784,7 @@ def parse_header(raw) -> dict:
         raise ValueError("header: JSON nested too deep") from None
     except ValueError as exc:   # also not UTF-8, and integers beyond Python's digit limit
         raise ValueError(f"header: not JSON ({exc})") from None
-    if not isinstance(header, dict):
+    if not isinstance(header, dict):   # what the bytes hold, not their type: a bad message
         raise ValueError(f"header: expected a JSON object, got {type(header).__name__}")
     return header
 
@@ -803,7 +803,8 @@ def check_header(header, *, detector_shape=None, max_index: int = MAX_INDEX):
     ``detector_shape`` when given); ``dtype`` a NumPy name or code of an
     integer or float type of at most 8 bytes; ``angle`` a finite number
     (radians); ``matrix`` 3 rows of 4 finite numbers (or 12 numbers).
-    ValueError naming the first field that is not so.
+    ValueError naming the first field that is not so; TypeError if ``header``
+    is not a dict (:func:`parse_header` gives one).
     """
     if not isinstance(header, dict):
         raise TypeError(f"header: expected a JSON object, got {type(header).__name__}")
