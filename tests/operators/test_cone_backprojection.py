@@ -93,7 +93,7 @@ def test_bad_input(small_scan):
     behind = VolumeGeometry((4, 4, 4), voxel_size=50.0)   # corners at 75 mm, the sources at 60 mm
     with pytest.raises(ValueError, match="matrices: expected w > 0"):
         ConeBackprojection(g, behind, backend="cpu")
-    with pytest.raises(ValueError, match="geometry"):
+    with pytest.raises(TypeError, match="geometry"):
         ConeBackprojection("cone", vol)
     with pytest.raises(ValueError, match="kernel: expected one of"):
         ConeBackprojection(g, vol, backend="cpu", kernel="global")    # exact weights: interpolation="linear32"

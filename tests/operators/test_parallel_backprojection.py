@@ -131,7 +131,7 @@ def test_bad_input():
         op(np.zeros((2, 3, 8), np.float32))
     with pytest.raises(ValueError, match="interpolation"):
         ParallelBackprojection(geometry, volume, interpolation="cubic", backend="cpu")
-    with pytest.raises(ValueError, match="geometry"):
+    with pytest.raises(TypeError, match="geometry"):
         ParallelBackprojection(volume, volume)
     with pytest.raises(ValueError, match="backend"):
         ParallelBackprojection(geometry, volume, backend="tpu")

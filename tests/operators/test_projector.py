@@ -127,7 +127,7 @@ def test_bad_input():
         Projector(GEOMETRIES["cone_circular"][0], VolumeGeometry((9, 9)))
     with pytest.raises(ValueError, match="model"):
         Projector(geometry, volume, model="nearest")
-    with pytest.raises(ValueError, match="geometry"):
+    with pytest.raises(TypeError, match="geometry"):
         Projector("parallel", volume)
     with pytest.raises(ValueError, match="views"):
         A.subset([7])

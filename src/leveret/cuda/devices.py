@@ -86,7 +86,7 @@ class DeviceSet:
 
     def __init__(self, ids: Sequence[int], *, shared: bool = False):
         if isinstance(ids, (str, bytes)) or not hasattr(ids, "__iter__"):
-            raise TypeError(f"devices: expected None, 'all', a list of GPU ids or a DeviceSet, got {ids!r}")
+            raise ValueError(f"devices: expected None, 'all', a list of GPU ids or a DeviceSet, got {ids!r}")
         ids = list(ids)
         if not ids:
             raise ValueError("devices: expected at least one GPU id, got an empty list")
