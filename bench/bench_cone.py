@@ -11,6 +11,7 @@ NVIDIA GPU; ASTRA rows where ``import astra`` works.
     PYTHONPATH=src python3 bench/bench_cone.py --kernels --sizes 512     # every kernel, whole scan
     PYTHONPATH=src python3 bench/bench_cone.py --auto-threshold          # kernel B vs ray-hybrid, small voxels
 """
+
 from __future__ import annotations
 
 import argparse
@@ -18,8 +19,7 @@ import sys
 
 import numpy as np
 
-from common import (astra_algorithm3d, astra_direct_bp3d, median_time, metadata, print_header,
-                    record, write_results)
+from common import astra_algorithm3d, astra_direct_bp3d, median_time, metadata, print_header, record, write_results
 
 N_VIEWS, N_ROWS, N_COLS, PIXEL, SID, SDD = 496, 960, 1248, 0.308, 750.0, 1200.0
 KERNELS = ("texture", "ray", "ray-hybrid", "quad", "global")
@@ -28,14 +28,17 @@ KERNELS = ("texture", "ray", "ray-hybrid", "quad", "global")
 def geometry():
     """The RabbitCT-like circular scan (a leveret.ConeGeometry)."""
     import leveret
-    return leveret.ConeGeometry.circular(np.radians(np.arange(N_VIEWS) * 0.4), SID, SDD, N_ROWS, N_COLS,
-                                         PIXEL)
+
+    return leveret.ConeGeometry.circular(np.radians(np.arange(N_VIEWS) * 0.4), SID, SDD, N_ROWS, N_COLS, PIXEL)
 
 
 def volume(size, voxel_size=None):
     import leveret
-    return leveret.VolumeGeometry((size,) * 3 if isinstance(size, int) else size,
-                                  voxel_size=voxel_size or 256.0 / (size if isinstance(size, int) else size[-1]))
+
+    return leveret.VolumeGeometry(
+        (size,) * 3 if isinstance(size, int) else size,
+        voxel_size=voxel_size or 256.0 / (size if isinstance(size, int) else size[-1]),
+    )
 
 
 def bench_leveret(size):
@@ -58,8 +61,12 @@ def bench_leveret(size):
         record(f"cone BP {label}, device arrays, kernel B", t, updates, note="kernel texture")
     exact = leveret.ConeBackprojection(g, vol, backend="cuda", interpolation="linear32")
     t = median_time(lambda: exact(proj, out), reps=3, sync=sync)
-    record(f"cone BP {label}, device arrays, exact weights", t, updates,
-           note=f"linear32: kernel {exact.last_kernel} (auto)")
+    record(
+        f"cone BP {label}, device arrays, exact weights",
+        t,
+        updates,
+        note=f"linear32: kernel {exact.last_kernel} (auto)",
+    )
     t = median_time(lambda: leveret.fdk(proj, g, vol, backend="cuda"), reps=2, sync=sync)
     record(f"FDK {label}, device arrays", t, updates, note="weighting, filter, BP")
     del proj, out
@@ -68,13 +75,13 @@ def bench_leveret(size):
     host_reps = 5 if size <= 512 else 3
     t = median_time(lambda: leveret.fdk(host, g, vol, backend="cuda"), reps=host_reps, sync=sync)
     record(f"FDK {label}, NumPy arrays", t, updates, note="transfers pinned and overlapped")
-    t = median_time(lambda: leveret.fdk(host, g, vol, backend="cuda", interpolation="linear32"),
-                    reps=host_reps, sync=sync)
+    t = median_time(
+        lambda: leveret.fdk(host, g, vol, backend="cuda", interpolation="linear32"), reps=host_reps, sync=sync
+    )
     record(f"FDK {label}, NumPy arrays, linear32", t, updates, note=f"BP kernel {exact.last_kernel}")
-    if size >= 1024:   # a volume larger than the GPU memory allowed: z-slabs
+    if size >= 1024:  # a volume larger than the GPU memory allowed: z-slabs
         cp.get_default_memory_pool().free_all_blocks()
-        t = median_time(lambda: leveret.fdk(host, g, vol, backend="cuda", gpu_memory=4 << 30),
-                        reps=1, sync=sync)
+        t = median_time(lambda: leveret.fdk(host, g, vol, backend="cuda", gpu_memory=4 << 30), reps=1, sync=sync)
         record(f"FDK {label}, NumPy arrays, gpu_memory 4 GiB", t, updates, note="z-slabs")
 
 
@@ -144,8 +151,11 @@ def main(argv=None):
     parser.add_argument("--sizes", type=int, nargs="+", default=[512, 1024], help="cube edges L (voxels)")
     parser.add_argument("--no-astra", action="store_true", help="leave out the ASTRA rows")
     parser.add_argument("--kernels", action="store_true", help="also every CUDA kernel on the whole scan")
-    parser.add_argument("--auto-threshold", action="store_true",
-                        help="only kernel B against ray-hybrid below one detector pixel per voxel")
+    parser.add_argument(
+        "--auto-threshold",
+        action="store_true",
+        help="only kernel B against ray-hybrid below one detector pixel per voxel",
+    )
     parser.add_argument("--out", default=None, help="write the results as JSON here")
     args = parser.parse_args(argv)
     meta = metadata(with_devices=True)

@@ -30,6 +30,7 @@ does not take are left out, and its busy times stand in for the split.
 
 No ASTRA rows: ASTRA has no disk-to-disk path.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -53,10 +54,10 @@ FORMATS = {
     "npy": ("rec.npy", {}),
     "bigtiff": ("rec.tif", {}),
     "h5-none": ("rec.h5", {"compression": None}),
-    "h5": ("rec.h5", {}),                                   # the default: Blosc lz4
+    "h5": ("rec.h5", {}),  # the default: Blosc lz4
     "h5-zstd": ("rec.h5", {"compression": "zstd"}),
     "h5-gzip": ("rec.h5", {"compression": "gzip"}),
-    "zarr": ("rec.zarr", {}),                               # Blosc lz4
+    "zarr": ("rec.zarr", {}),  # Blosc lz4
     "zarr-zstd": ("rec.zarr", {"compression": "zstd"}),
     "tiff": ("rec/", {}),
     "h5-float16": ("rec.h5", {"output_dtype": "float16"}),
@@ -68,8 +69,7 @@ DEFAULT_FORMATS = "npy,h5-none,h5,zarr,tiff,h5-zstd,h5-gzip,h5-uint16,h5-float16
 
 #: The host's ceilings (CEILINGS.md, "The host around the GPU": the one-H200 machine, 16 threads),
 #: used as floors unless --probe measures this host's: bytes per second.
-CEILINGS = {"read": 25e9, "write": 4.3e9, "upload": 54e9, "download": 55e9,
-            "lz4": 9.7e9, "zstd": 4.0e9, "gzip": 0.6e9}
+CEILINGS = {"read": 25e9, "write": 4.3e9, "upload": 54e9, "download": 55e9, "lz4": 9.7e9, "zstd": 4.0e9, "gzip": 0.6e9}
 #: The exact parallel-beam kernel on an H200 (CEILINGS.md): voxel updates per second.
 KERNEL_GUPS = 3200e9
 #: Blosc's ratio on reconstruction-like float32 (CEILINGS.md), for the write floor before a run has
@@ -81,17 +81,22 @@ WHITE, DARK = 20000.0, 100.0
 
 # -- the input -------------------------------------------------------------------------------
 
+
 def phantom_rows(angles: np.ndarray, cols: int, rows: int):
     """A fast phantom: per angle, chord lengths through a few disks (pixels of
     the detector), times a smooth profile along the rows (a stack of
     cylinders of varying attenuation): line integrals ``p(angle, row, col)``
     as ``chords[angle][None, :] * profile[:, None]``, in [0, 3]."""
     s = np.arange(cols) - (cols - 1) / 2
-    disks = [(0.0, 0.0, 0.42 * cols, 1.0), (0.12 * cols, 0.05 * cols, 0.12 * cols, 1.5),
-             (-0.15 * cols, -0.1 * cols, 0.08 * cols, -0.6), (0.05 * cols, -0.2 * cols, 0.05 * cols, 2.0)]
+    disks = [
+        (0.0, 0.0, 0.42 * cols, 1.0),
+        (0.12 * cols, 0.05 * cols, 0.12 * cols, 1.5),
+        (-0.15 * cols, -0.1 * cols, 0.08 * cols, -0.6),
+        (0.05 * cols, -0.2 * cols, 0.05 * cols, 2.0),
+    ]
     chords = np.zeros((angles.size, cols), np.float32)
     for cx, cy, r, mu in disks:
-        centre = cx * np.cos(angles) + cy * np.sin(angles)               # the disk's centre's projection
+        centre = cx * np.cos(angles) + cy * np.sin(angles)  # the disk's centre's projection
         d = s[None, :] - centre[:, None]
         chords += (mu * 2 * np.sqrt(np.clip(r * r - d * d, 0, None)) / cols * 1.5).astype(np.float32)
     z = np.linspace(-1, 1, rows, dtype=np.float32)
@@ -99,8 +104,9 @@ def phantom_rows(angles: np.ndarray, cols: int, rows: int):
     return chords, profile.astype(np.float32)
 
 
-def write_scan(path: Path, views: int, rows: int, cols: int, n_flats: int, n_darks: int, layout: str,
-               threads: int) -> None:
+def write_scan(
+    path: Path, views: int, rows: int, cols: int, n_flats: int, n_darks: int, layout: str, threads: int
+) -> None:
     """The DXchange scan: /exchange/data (uint16 counts), data_white, data_dark, theta (degrees)."""
     import h5py
 
@@ -121,7 +127,7 @@ def write_scan(path: Path, views: int, rows: int, cols: int, n_flats: int, n_dar
         f.require_group("exchange")
         if layout == "contiguous":
             create_volume(f["exchange"], "data", (views, rows, cols), np.uint16)
-        else:            # one chunk per projection, as area detectors write them
+        else:  # one chunk per projection, as area detectors write them
             f["exchange"].create_dataset("data", shape=(views, rows, cols), dtype=np.uint16, chunks=(1, rows, cols))
 
     def counts(i):
@@ -143,8 +149,10 @@ def write_scan(path: Path, views: int, rows: int, cols: int, n_flats: int, n_dar
         with h5py.File(handle, "r+") as f:
             ds = f["/exchange/data"]
             for start in range(0, views, threads):
-                for i, image in zip(range(start, min(views, start + threads)),
-                                    pool.map(counts, range(start, min(views, start + threads)))):
+                for i, image in zip(
+                    range(start, min(views, start + threads)),
+                    pool.map(counts, range(start, min(views, start + threads))),
+                ):
                     with handle.handing(image) as handed:
                         ds.id.write_direct_chunk((i, 0, 0), image)
                     for w in handed.futures:
@@ -152,8 +160,9 @@ def write_scan(path: Path, views: int, rows: int, cols: int, n_flats: int, n_dar
         handle.close()
     pool.shutdown()
     with h5py.File(tmp, "r+") as f:
-        f.attrs["bench_e2e"] = json.dumps({"views": views, "rows": rows, "cols": cols, "flats": n_flats,
-                                           "darks": n_darks, "layout": layout})
+        f.attrs["bench_e2e"] = json.dumps(
+            {"views": views, "rows": rows, "cols": cols, "flats": n_flats, "darks": n_darks, "layout": layout}
+        )
     os.replace(tmp, path)
 
 
@@ -173,6 +182,7 @@ def write_tiffs(folder: Path, scan: Path, threads: int) -> None:
 
     def one(i):
         tifffile.imwrite(tmp / "proj" / f"p_{i:0{width}d}.tif", s.projections[i])
+
     with ThreadPoolExecutor(threads) as pool:
         list(pool.map(one, range(s.projections.shape[0])))
     shutil.rmtree(folder, ignore_errors=True)
@@ -186,12 +196,14 @@ def line_integrals(views: int, rows: int, cols: int, threads: int) -> np.ndarray
 
     def one(i):
         np.multiply(chords[i][None, :], profile[:, None], out=out[i])
+
     with ThreadPoolExecutor(threads) as pool:
         list(pool.map(one, range(views)))
     return out
 
 
 # -- this host's ceilings ------------------------------------------------------------------------
+
 
 def probe(folder: Path, threads: int, gb: float) -> dict:
     """Page-cache write and read of ``gb`` GB with ``threads`` threads (pwrite, preadv), Blosc lz4/zstd
@@ -215,8 +227,9 @@ def probe(folder: Path, threads: int, gb: float) -> dict:
     def write():
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
         with ThreadPoolExecutor(threads) as pool:
-            list(pool.map(lambda i: os.pwrite(fd, view[i:i + step], i), range(0, a.nbytes, step)))
+            list(pool.map(lambda i: os.pwrite(fd, view[i : i + step], i), range(0, a.nbytes, step)))
         os.close(fd)
+
     out["write"] = a.nbytes / timed(write)
     b = np.empty_like(a)
     bview = memoryview(b).cast("B")
@@ -224,17 +237,18 @@ def probe(folder: Path, threads: int, gb: float) -> dict:
     def read():
         fd = os.open(path, os.O_RDONLY)
         with ThreadPoolExecutor(threads) as pool:
-            list(pool.map(lambda i: os.preadv(fd, [bview[i:i + step]], i), range(0, a.nbytes, step)))
+            list(pool.map(lambda i: os.preadv(fd, [bview[i : i + step]], i), range(0, a.nbytes, step)))
         os.close(fd)
+
     out["read"] = a.nbytes / timed(read)
     os.remove(path)
-    chunks = [a[i:i + (4 << 20) // 4] for i in range(0, n, (4 << 20) // 4)]
+    chunks = [a[i : i + (4 << 20) // 4] for i in range(0, n, (4 << 20) // 4)]
     for name in ("lz4", "zstd", "gzip"):
         try:
             codec = ChunkCodec(name)
         except ValueError:
             continue
-        sample = chunks if name != "gzip" else chunks[:max(threads, len(chunks) // 8)]
+        sample = chunks if name != "gzip" else chunks[: max(threads, len(chunks) // 8)]
         with ThreadPoolExecutor(threads) as pool:
             seconds = timed(lambda: list(pool.map(codec.encode, sample)))
         out[name] = sum(c.nbytes for c in sample) / seconds
@@ -248,6 +262,7 @@ def kernel_seconds(views: int, rows: int, cols: int, backend: str, precision: st
     import cupy
 
     import leveret
+
     n = min(64, rows)
     g = leveret.ParallelGeometry(np.linspace(0, np.pi, views, endpoint=False), cols, n_rows=n)
 
@@ -260,12 +275,14 @@ def kernel_seconds(views: int, rows: int, cols: int, backend: str, precision: st
             leveret.fbp(data, g, backend="cuda", precision=precision)
         cupy.cuda.Device().synchronize()
         return (time.perf_counter() - t) / 3
+
     per_slab = seconds()
     cupy.get_default_memory_pool().free_all_blocks()
     return per_slab * rows / n
 
 
 # -- one disk-to-disk run ------------------------------------------------------------------------
+
 
 def _size(path: Path) -> int:
     if path.is_dir():
@@ -292,15 +309,22 @@ def run_one(fmt: str, scan_input, geometry, out_dir: Path, args, extra: dict) ->
         kwargs["devices"] = args.gpus
     accepted = inspect.signature(reconstruct_to_file).parameters
     dropped = [k for k in ("output_dtype", "io_threads") if k in kwargs and k not in accepted]
-    for k in dropped:          # an older leveret: its own defaults
+    for k in dropped:  # an older leveret: its own defaults
         kwargs.pop(k)
     if args.slab_slices:
         kwargs["slab_slices"] = args.slab_slices
     t = time.perf_counter()
     res = reconstruct_to_file(scan_input["projections"], geometry, out, **kwargs)
     wall = time.perf_counter() - t
-    row = {"format": fmt, "wall": wall, "slabs": res.plan.n_slabs, "slab_slices": res.plan.slab_slices,
-           "stored_bytes": _size(res.path), "dropped": dropped, "peak_rss": res.peak_rss}
+    row = {
+        "format": fmt,
+        "wall": wall,
+        "slabs": res.plan.n_slabs,
+        "slab_slices": res.plan.slab_slices,
+        "stored_bytes": _size(res.path),
+        "dropped": dropped,
+        "peak_rss": res.peak_rss,
+    }
     stages = getattr(res, "stages", None) or {k: {"seconds": v} for k, v in res.busy.items()}
     row["stages"] = stages
     _remove(res.path)
@@ -308,6 +332,7 @@ def run_one(fmt: str, scan_input, geometry, out_dir: Path, args, extra: dict) ->
 
 
 # -- floors and the table ----------------------------------------------------------------------
+
 
 def floors(row: dict, problem: dict, rates: dict, reconstruct: float | None, backend: str) -> dict:
     """Seconds each stage needs at the host's rates for this run's bytes; the largest is the run's floor."""
@@ -339,36 +364,62 @@ def print_row(row: dict, problem: dict) -> None:
         cells.append(f"{part['seconds']:6.2f}" + (f" {rate:5.1f}G" if rate is not None else "       "))
     floor = row.get("floor")
     ratio = f"{row['wall'] / floor:5.2f}x of {floor:6.2f} s ({row['floor_stage']})" if floor else ""
-    print(f"{row['format']:11s} {row['wall']:7.2f} s {problem['updates'] / row['wall'] / 1e9:8.1f} GU/s "
-          f"{' '.join(cells)}  {row['stored_bytes'] / 1e9:6.2f} GB  {ratio}", flush=True)
+    print(
+        f"{row['format']:11s} {row['wall']:7.2f} s {problem['updates'] / row['wall'] / 1e9:8.1f} GU/s "
+        f"{' '.join(cells)}  {row['stored_bytes'] / 1e9:6.2f} GB  {ratio}",
+        flush=True,
+    )
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__
+    )
     p.add_argument("--size", type=int, default=None, help="views = rows = columns = SIZE (2048: the target)")
     p.add_argument("--views", type=int, default=1500, help="projections (without --size)")
     p.add_argument("--rows", type=int, default=512, help="detector rows = slices (without --size)")
     p.add_argument("--cols", type=int, default=2048, help="detector columns = slice width (without --size)")
     p.add_argument("--flats", type=int, default=10)
     p.add_argument("--darks", type=int, default=5)
-    p.add_argument("--dir", default=tempfile.gettempdir(), help="folder of the input and the outputs "
-                   "(its page cache is what is measured; default: the temporary folder)")
-    p.add_argument("--formats", default=DEFAULT_FORMATS,
-                   help=f"comma-separated, of: {', '.join(FORMATS)} (default: {DEFAULT_FORMATS})")
-    p.add_argument("--input", choices=("h5", "tiff"), default="h5",
-                   help="read the DXchange file, or a folder of TIFFs made from it")
-    p.add_argument("--input-layout", choices=("frames", "contiguous"), default="frames",
-                   help="the DXchange data: one chunk per projection (as area detectors write), or contiguous")
+    p.add_argument(
+        "--dir",
+        default=tempfile.gettempdir(),
+        help="folder of the input and the outputs (its page cache is what is measured; default: the temporary folder)",
+    )
+    p.add_argument(
+        "--formats",
+        default=DEFAULT_FORMATS,
+        help=f"comma-separated, of: {', '.join(FORMATS)} (default: {DEFAULT_FORMATS})",
+    )
+    p.add_argument(
+        "--input",
+        choices=("h5", "tiff"),
+        default="h5",
+        help="read the DXchange file, or a folder of TIFFs made from it",
+    )
+    p.add_argument(
+        "--input-layout",
+        choices=("frames", "contiguous"),
+        default="frames",
+        help="the DXchange data: one chunk per projection (as area detectors write), or contiguous",
+    )
     p.add_argument("--fresh", action="store_true", help="write the input again even if it is there")
     p.add_argument("--backend", default="auto", choices=("auto", "cuda", "cpu"))
     p.add_argument("--gpus", default=None, help="devices= for the runs: 'all' or ids such as 0,1")
-    p.add_argument("--precision", default="float32", choices=("float32", "float16"),
-                   help="the kernel's precision (float16: fp16 filtered sinograms)")
+    p.add_argument(
+        "--precision",
+        default="float32",
+        choices=("float32", "float16"),
+        help="the kernel's precision (float16: fp16 filtered sinograms)",
+    )
     p.add_argument("--io-threads", type=int, default=None, help="reading/writing threads (default: one per core)")
     p.add_argument("--slab-slices", type=int, default=None, help="slices per slab (default: planned)")
-    p.add_argument("--no-memory", action="store_true", help="skip the in-memory fbp reference (it holds the "
-                   "line integrals and the volume in RAM: 4 x (input + volume voxels) bytes)")
+    p.add_argument(
+        "--no-memory",
+        action="store_true",
+        help="skip the in-memory fbp reference (it holds the "
+        "line integrals and the volume in RAM: 4 x (input + volume voxels) bytes)",
+    )
     p.add_argument("--no-probe", action="store_true", help="floors from CEILINGS.md's H200 host, not measured here")
     p.add_argument("--probe-gb", type=float, default=2.0, help="GB each host probe moves")
     p.add_argument("--progress", action="store_true", help="each run's progress line (stage rates)")
@@ -395,12 +446,20 @@ def main(argv=None) -> int:
     tag = f"{args.views}x{args.rows}x{args.cols}"
     scan_path = folder / f"bench_e2e_{tag}_{args.input_layout}.h5"
     meta = metadata(with_devices=backend == "cuda")
-    problem = {"views": args.views, "rows": args.rows, "cols": args.cols,
-               "voxels": args.rows * args.cols * args.cols, "input_bytes": args.views * args.rows * args.cols * 2}
+    problem = {
+        "views": args.views,
+        "rows": args.rows,
+        "cols": args.cols,
+        "voxels": args.rows * args.cols * args.cols,
+        "input_bytes": args.views * args.rows * args.cols * 2,
+    }
     problem["updates"] = problem["voxels"] * args.views
-    print(f"problem: {args.views} projections of {args.rows} x {args.cols} uint16 ({problem['input_bytes'] / 1e9:.1f} GB, "
-          f"{args.flats} flats, {args.darks} darks) -> {args.rows} x {args.cols}^2 float32 "
-          f"({problem['voxels'] * 4 / 1e9:.1f} GB); {backend}; {threads} threads; {folder}", flush=True)
+    print(
+        f"problem: {args.views} projections of {args.rows} x {args.cols} uint16 ({problem['input_bytes'] / 1e9:.1f} GB, "
+        f"{args.flats} flats, {args.darks} darks) -> {args.rows} x {args.cols}^2 float32 "
+        f"({problem['voxels'] * 4 / 1e9:.1f} GB); {backend}; {threads} threads; {folder}",
+        flush=True,
+    )
 
     if args.fresh or not scan_path.exists():
         t = time.perf_counter()
@@ -423,20 +482,30 @@ def main(argv=None) -> int:
         t = time.perf_counter()
         measured = probe(folder, threads, args.probe_gb)
         rates.update(measured)
-        print(f"host ({threads} threads, {time.perf_counter() - t:.1f} s): "
-              + ", ".join(f"{k} {v / 1e9:.2f} GB/s" for k, v in measured.items()), flush=True)
+        print(
+            f"host ({threads} threads, {time.perf_counter() - t:.1f} s): "
+            + ", ".join(f"{k} {v / 1e9:.2f} GB/s" for k, v in measured.items()),
+            flush=True,
+        )
     results = {"meta": meta, "problem": problem, "rates": rates, "runs": []}
 
     kernel = kernel_seconds(args.views, args.rows, args.cols, backend, args.precision)
     if kernel is not None:
         results["kernel_seconds"] = kernel
-        print(f"kernel (fbp, CuPy in and out, {args.precision}): {kernel:.2f} s for the volume = "
-              f"{problem['updates'] / kernel / 1e9:.0f} GU/s; the exact kernel at {KERNEL_GUPS / 1e9:.0f} GU/s "
-              f"(CEILINGS.md): {problem['updates'] / KERNEL_GUPS:.2f} s", flush=True)
+        print(
+            f"kernel (fbp, CuPy in and out, {args.precision}): {kernel:.2f} s for the volume = "
+            f"{problem['updates'] / kernel / 1e9:.0f} GU/s; the exact kernel at {KERNEL_GUPS / 1e9:.0f} GU/s "
+            f"(CEILINGS.md): {problem['updates'] / KERNEL_GUPS:.2f} s",
+            flush=True,
+        )
     if not args.no_memory:
         lines = line_integrals(args.views, args.rows, args.cols, threads)
-        leveret.fbp(lines[:, :min(8, args.rows)], leveret.ParallelGeometry(
-            geometry.angles, args.cols, n_rows=min(8, args.rows)), backend=backend, precision=args.precision)
+        leveret.fbp(
+            lines[:, : min(8, args.rows)],
+            leveret.ParallelGeometry(geometry.angles, args.cols, n_rows=min(8, args.rows)),
+            backend=backend,
+            precision=args.precision,
+        )
         memory = float("inf")
         for _ in range(max(1, args.repeats)):
             t = time.perf_counter()
@@ -445,18 +514,27 @@ def main(argv=None) -> int:
             del volume
         del lines
         results["fbp_in_memory"] = memory
-        print(f"fbp in memory (NumPy in and out): {memory:.2f} s = {problem['updates'] / memory / 1e9:.1f} GU/s",
-              flush=True)
+        print(
+            f"fbp in memory (NumPy in and out): {memory:.2f} s = {problem['updates'] / memory / 1e9:.1f} GU/s",
+            flush=True,
+        )
     reconstruct = kernel if kernel is not None else results.get("fbp_in_memory")
 
-    print(f"\n{'format':11s} {'wall':>9s} {'rate':>13s} " + " ".join(
-        f"{s:>13s}" for s in ("read", "preprocess", "upload", "reconstruct", "download", "compress", "write"))
-          + "  stored    floor", flush=True)
+    print(
+        f"\n{'format':11s} {'wall':>9s} {'rate':>13s} "
+        + " ".join(
+            f"{s:>13s}" for s in ("read", "preprocess", "upload", "reconstruct", "download", "compress", "write")
+        )
+        + "  stored    floor",
+        flush=True,
+    )
     for fmt in formats:
         try:
-            row = min((run_one(fmt, scan_input, geometry, folder, args, extra) for _ in range(max(1, args.repeats))),
-                      key=lambda r: r["wall"])
-        except Exception as exc:      # one format's failure (a missing package) does not end the suite
+            row = min(
+                (run_one(fmt, scan_input, geometry, folder, args, extra) for _ in range(max(1, args.repeats))),
+                key=lambda r: r["wall"],
+            )
+        except Exception as exc:  # one format's failure (a missing package) does not end the suite
             print(f"{fmt:11s} failed: {type(exc).__name__}: {exc}", flush=True)
             results["runs"].append({"format": fmt, "error": f"{type(exc).__name__}: {exc}"})
             continue

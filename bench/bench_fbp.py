@@ -14,6 +14,7 @@ The kernels one by one: bench_parallel_kernels.py.
 
     PYTHONPATH=src python3 bench/bench_fbp.py --gpu --astra --out bench_fbp.json
 """
+
 from __future__ import annotations
 
 import argparse
@@ -21,12 +22,12 @@ import sys
 
 import numpy as np
 
-from common import (astra_algorithm3d, astra_direct_bp3d, median_time, metadata, print_header,
-                    record, write_results)
+from common import astra_algorithm3d, astra_direct_bp3d, median_time, metadata, print_header, record, write_results
 
 
 def bench_cpu():
     import leveret
+
     n, n_angles = 512, 720
     g = leveret.ParallelGeometry(np.linspace(0, np.pi, n_angles, endpoint=False), n)
     sino = np.random.default_rng(0).random((n_angles, n), dtype=np.float32)
@@ -49,10 +50,15 @@ def bench_gpu(n=2048, n_angles=2048, slice_counts=(1, 64)):
         sinos = cp.random.random((n_slices, n_angles, n), dtype=cp.float32)
         out = cp.empty((n_slices, n, n), cp.float32)
         t = median_time(lambda: op(sinos, out=out), reps=5, sync=sync)
-        record(f"BP {n}^2 x {n_slices} slices from {n_angles} angles, device arrays", t, updates,
-               note="texture upload included")
+        record(
+            f"BP {n}^2 x {n_slices} slices from {n_angles} angles, device arrays",
+            t,
+            updates,
+            note="texture upload included",
+        )
         if n_slices == 1:  # where FBP's time goes besides the back-projection
             from leveret.filters import apply_filter, filter_response
+
             resp = filter_response(n)
             w = cp.full(n_angles, np.pi / n_angles, cp.float32)
             t = median_time(lambda: apply_filter(sinos, resp, weights=w), reps=5, sync=sync)
@@ -67,8 +73,12 @@ def bench_gpu(n=2048, n_angles=2048, slice_counts=(1, 64)):
         out_host = np.empty(vol.shape, np.float32)
         t = median_time(lambda: leveret.fbp(proj, g, out=out_host), reps=3, sync=sync)
         pcie = (proj.nbytes + out_host.nbytes) / 55e9
-        record(f"FBP {n}^2 x {n_slices} slices from {n_angles} angles, NumPy arrays", t, updates,
-               note=f"pinned PCIe floor for the bytes alone {pcie * 1e3:.0f} ms")
+        record(
+            f"FBP {n}^2 x {n_slices} slices from {n_angles} angles, NumPy arrays",
+            t,
+            updates,
+            note=f"pinned PCIe floor for the bytes alone {pcie * 1e3:.0f} ms",
+        )
 
 
 def bench_pipeline_floor(n=2048, n_angles=2048, n_slices=64):
@@ -82,14 +92,22 @@ def bench_pipeline_floor(n=2048, n_angles=2048, n_slices=64):
     chunks = [(k, k + 4) for k in range(0, n_slices, 4)]
 
     def run():
-        stream_chunks(chunks,
-                      in_shape=lambda c: (n_angles, c[1] - c[0], n), out_shape=lambda c: (c[1] - c[0], n, n),
-                      load=lambda c, buf: parallel_copy(buf, proj[:, c[0]:c[1]]),
-                      compute=lambda c, d_in, d_out: d_out.__setitem__(Ellipsis, d_in.reshape(d_out.shape)),
-                      store=lambda c, buf: parallel_copy(out[c[0]:c[1]], buf))
+        stream_chunks(
+            chunks,
+            in_shape=lambda c: (n_angles, c[1] - c[0], n),
+            out_shape=lambda c: (c[1] - c[0], n, n),
+            load=lambda c, buf: parallel_copy(buf, proj[:, c[0] : c[1]]),
+            compute=lambda c, d_in, d_out: d_out.__setitem__(Ellipsis, d_in.reshape(d_out.shape)),
+            store=lambda c, buf: parallel_copy(out[c[0] : c[1]], buf),
+        )
+
     t = median_time(run, reps=3, sync=cp.cuda.Device().synchronize)
-    record("pipeline floor: 1 GiB in + 1 GiB out, 16 chunks, no compute", t, 0,
-           note=f"{2 * proj.nbytes / t / 1e9:.1f} GB/s host<->device")
+    record(
+        "pipeline floor: 1 GiB in + 1 GiB out, 16 chunks, no compute",
+        t,
+        0,
+        note=f"{2 * proj.nbytes / t / 1e9:.1f} GB/s host<->device",
+    )
 
 
 def bench_astra(n=2048, n_angles=2048, n_slices=64):
@@ -109,8 +127,7 @@ def bench_astra(n=2048, n_angles=2048, n_slices=64):
         cfg["ProjectionDataId"], cfg["ReconstructionDataId"] = sid, rid
         aid = astra.algorithm.create(cfg)
         t = median_time(lambda: astra.algorithm.run(aid), reps=3)
-        record(f"{alg} {n}^2 x 1 slice from {n_angles} angles, NumPy arrays", t, n * n * n_angles,
-               peer="astra")
+        record(f"{alg} {n}^2 x 1 slice from {n_angles} angles, NumPy arrays", t, n * n * n_angles, peer="astra")
         astra.algorithm.delete(aid)
         astra.data2d.delete([sid, rid])
 
@@ -118,11 +135,21 @@ def bench_astra(n=2048, n_angles=2048, n_slices=64):
     pg3 = astra.create_proj_geom("parallel3d", 1.0, 1.0, n_slices, n, angles)
     updates = n * n * n_slices * n_angles
     t = astra_direct_bp3d(pg3, vg3, (n_slices, n_angles, n), (n_slices, n, n))
-    record(f"BP {n}^2 x {n_slices} slices from {n_angles} angles, device arrays", t, updates, peer="astra",
-           note="direct_BP3D")
+    record(
+        f"BP {n}^2 x {n_slices} slices from {n_angles} angles, device arrays",
+        t,
+        updates,
+        peer="astra",
+        note="direct_BP3D",
+    )
     t = astra_algorithm3d("BP3D_CUDA", pg3, vg3, (n_slices, n_angles, n))
-    record(f"BP {n}^2 x {n_slices} slices from {n_angles} angles, NumPy arrays", t, updates, peer="astra",
-           note="BP3D_CUDA, no filter")
+    record(
+        f"BP {n}^2 x {n_slices} slices from {n_angles} angles, NumPy arrays",
+        t,
+        updates,
+        peer="astra",
+        note="BP3D_CUDA, no filter",
+    )
 
 
 def main(argv=None):

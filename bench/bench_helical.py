@@ -26,6 +26,7 @@ laminography scan; ASTRA's direct_FP3D / direct_BP3D on the same vectors.
 
 Needs an NVIDIA GPU (CuPy); ASTRA rows where ``import astra`` works.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -35,8 +36,8 @@ import numpy as np
 
 from common import median_time, metadata, print_header, record, write_results
 
-SID, SDD, PIXEL = 570.0, 1040.0, 1.0       # mm
-VOXEL = 0.68                               # mm (512 voxels: 348 mm across)
+SID, SDD, PIXEL = 570.0, 1040.0, 1.0  # mm
+VOXEL = 0.68  # mm (512 voxels: 348 mm across)
 TILT = np.radians(30.0)
 PARTS = ("helical", "laminography", "projector")
 
@@ -46,6 +47,7 @@ def helical_problem(views, rows, cols, size, slices, views_per_turn, pitch_facto
     """(geometry, volume, note): the helical scan and the volume of ``slices`` spread over its covered z."""
     import leveret
     from leveret.algorithms.helical import covered_z
+
     height = rows * PIXEL * SID / SDD
     t = np.arange(views) * 2 * np.pi / views_per_turn
     g = leveret.ConeGeometry.helical(t, pitch_factor * height, SID, SDD, rows, cols, PIXEL)
@@ -58,6 +60,7 @@ def helical_problem(views, rows, cols, size, slices, views_per_turn, pitch_facto
 
 def laminography_problem(views, rows, cols, size, slices, cone: bool):
     import leveret
+
     t = np.arange(views) * 2 * np.pi / views
     if cone:
         g = leveret.ConeGeometry.laminography(t, TILT, 600.0, 1200.0, rows, cols, 2 * VOXEL)
@@ -72,8 +75,9 @@ def bench_helical(args):
     import cupy as cp
     import leveret
 
-    g, vol, note = helical_problem(args.views, args.rows, args.cols, args.size, args.slices, args.views_per_turn,
-                                   args.pitch_factor, args.voxel)
+    g, vol, note = helical_problem(
+        args.views, args.rows, args.cols, args.size, args.slices, args.views_per_turn, args.pitch_factor, args.voxel
+    )
     label = f"helical FDK {args.size}^2 x {args.slices} from {args.views} x {args.rows}x{args.cols}"
     updates = g.n_views * vol.size
     sync = cp.cuda.Device().synchronize
@@ -81,13 +85,21 @@ def bench_helical(args):
     proj = cp.asarray(host)
     stats: dict = {}
     t = median_time(lambda: leveret.fdk(proj, g, vol, stats=stats), reps=3, sync=sync)
-    record(f"{label}, device arrays", t, updates,
-           note=f"{note}; {stats['n_pi']}-PI window; views/slab {stats['views_per_slab']:.0f}; "
-                f"filter {stats['filter'] * 1e3:.0f} ms, BP {stats['backproject'] * 1e3:.0f} ms")
+    record(
+        f"{label}, device arrays",
+        t,
+        updates,
+        note=f"{note}; {stats['n_pi']}-PI window; views/slab {stats['views_per_slab']:.0f}; "
+        f"filter {stats['filter'] * 1e3:.0f} ms, BP {stats['backproject'] * 1e3:.0f} ms",
+    )
     for slab in args.slab_slices:
         t = median_time(lambda: leveret.fdk(proj, g, vol, slab_slices=slab, stats=stats), reps=3, sync=sync)
-        record(f"{label}, device arrays, slab_slices {slab}", t, updates,
-               note=f"views/slab {stats['views_per_slab']:.0f}; BP {stats['backproject'] * 1e3:.0f} ms")
+        record(
+            f"{label}, device arrays, slab_slices {slab}",
+            t,
+            updates,
+            note=f"views/slab {stats['views_per_slab']:.0f}; BP {stats['backproject'] * 1e3:.0f} ms",
+        )
     t = median_time(lambda: leveret.fdk(host, g, vol, backend="cuda"), reps=3, sync=sync)
     record(f"{label}, NumPy arrays", t, updates, note="filtered views kept on the GPU")
     del proj
@@ -104,16 +116,22 @@ def bench_laminography(args):
     for cone in (False, True):
         g, vol = laminography_problem(args.lam_views, args.lam_rows, args.lam_cols, args.size, args.lam_slices, cone)
         kind = "cone" if cone else "parallel"
-        label = (f"laminography FBP ({kind}, 30 deg) {args.size}^2 x {args.lam_slices} from "
-                 f"{args.lam_views} x {args.lam_rows}x{args.lam_cols}")
+        label = (
+            f"laminography FBP ({kind}, 30 deg) {args.size}^2 x {args.lam_slices} from "
+            f"{args.lam_views} x {args.lam_rows}x{args.lam_cols}"
+        )
         proj = cp.random.random(g.projection_shape, dtype=cp.float32)
         t = median_time(lambda: leveret.laminography_fbp(proj, g, vol), reps=3, sync=sync)
         record(f"{label}, device arrays", t, g.n_views * vol.size, note="weights, row ramp, BP")
         del proj
         cp.get_default_memory_pool().free_all_blocks()
         if not args.no_astra:
-            astra_bp(g, vol, f"{'cone_vec' if cone else 'parallel3d_vec'} BP {args.size}^2 x {args.lam_slices} "
-                             f"from {args.lam_views} x {args.lam_rows}x{args.lam_cols}")
+            astra_bp(
+                g,
+                vol,
+                f"{'cone_vec' if cone else 'parallel3d_vec'} BP {args.size}^2 x {args.lam_slices} "
+                f"from {args.lam_views} x {args.lam_rows}x{args.lam_cols}",
+            )
 
 
 def bench_projector(args):
@@ -124,13 +142,26 @@ def bench_projector(args):
     half = max(16, args.size // 2)
     hv = max(64, args.views // 2)
     problems = [
-        (f"helical {half}^2 x {args.slices // 2} from {hv} x {args.rows}x{args.cols // 2}",
-         helical_problem(hv, args.rows, args.cols // 2, half, args.slices // 2, args.views_per_turn // 2,
-                         args.pitch_factor, 2 * args.voxel)[:2]),
-        (f"laminography (parallel, 30 deg) {half}^2 x {args.lam_slices // 2} from {args.lam_views // 2} x "
-         f"{args.lam_rows // 2}x{args.lam_cols // 2}",
-         laminography_problem(args.lam_views // 2, args.lam_rows // 2, args.lam_cols // 2, half,
-                              args.lam_slices // 2, False)),
+        (
+            f"helical {half}^2 x {args.slices // 2} from {hv} x {args.rows}x{args.cols // 2}",
+            helical_problem(
+                hv,
+                args.rows,
+                args.cols // 2,
+                half,
+                args.slices // 2,
+                args.views_per_turn // 2,
+                args.pitch_factor,
+                2 * args.voxel,
+            )[:2],
+        ),
+        (
+            f"laminography (parallel, 30 deg) {half}^2 x {args.lam_slices // 2} from {args.lam_views // 2} x "
+            f"{args.lam_rows // 2}x{args.lam_cols // 2}",
+            laminography_problem(
+                args.lam_views // 2, args.lam_rows // 2, args.lam_cols // 2, half, args.lam_slices // 2, False
+            ),
+        ),
     ]
     for label, (g, vol) in problems:
         updates = g.n_views * vol.size
@@ -154,6 +185,7 @@ def _astra_geometries(g, vol):
 
     import leveret
     from common import astra_volume_window
+
     n_views, n_rows, n_cols = g.projection_shape
     if isinstance(g, leveret.ParallelVecGeometry):
         pg = astra.create_proj_geom("parallel3d_vec", n_rows, n_cols, g.to_astra_vectors())
@@ -169,6 +201,7 @@ def astra_bp(g, vol, label):
         print(f"ASTRA not available: {exc}")
         return
     from common import astra_direct_bp3d
+
     pg, vg = _astra_geometries(g, vol)
     n_views, n_rows, n_cols = g.projection_shape
     t = astra_direct_bp3d(pg, vg, (n_rows, n_views, n_cols), vol.shape)
@@ -206,19 +239,25 @@ def dry_run(args):
     """The problems, their memory and the helical window, without a GPU."""
     from leveret.algorithms.helical import HelicalWindow, views_seen
     from leveret.geometry.helix import fit_helix
-    g, vol, note = helical_problem(args.views, args.rows, args.cols, args.size, args.slices, args.views_per_turn,
-                                   args.pitch_factor, args.voxel)
+
+    g, vol, note = helical_problem(
+        args.views, args.rows, args.cols, args.size, args.slices, args.views_per_turn, args.pitch_factor, args.voxel
+    )
     w = HelicalWindow(g, fit_helix(g))
     seen = [views_seen(w, vol.slab(k, min(vol.nz, k + 16))) for k in range(0, vol.nz, 16)]
     per_slab = np.mean([s[1] - s[0] for s in seen if s is not None])
-    gib = lambda n: n * 4 / 2 ** 30   # noqa: E731
-    print(f"helical: {g!r}\n  {vol!r}\n  {note}; {w.n_pi}-PI window, edges {w.smoothing:.3f}, largest pitch "
-          f"{w.max_pitch:.2f} mm; {per_slab:.0f} of {g.n_views} views per 16-slice slab\n"
-          f"  projections {gib(np.prod(g.projection_shape)):.2f} GiB, volume {gib(vol.size):.2f} GiB")
+    gib = lambda n: n * 4 / 2**30  # noqa: E731
+    print(
+        f"helical: {g!r}\n  {vol!r}\n  {note}; {w.n_pi}-PI window, edges {w.smoothing:.3f}, largest pitch "
+        f"{w.max_pitch:.2f} mm; {per_slab:.0f} of {g.n_views} views per 16-slice slab\n"
+        f"  projections {gib(np.prod(g.projection_shape)):.2f} GiB, volume {gib(vol.size):.2f} GiB"
+    )
     for cone in (False, True):
         lg, lv = laminography_problem(args.lam_views, args.lam_rows, args.lam_cols, args.size, args.lam_slices, cone)
-        print(f"laminography: {lg!r}\n  {lv!r}\n  projections {gib(np.prod(lg.projection_shape)):.2f} GiB, "
-              f"volume {gib(lv.size):.2f} GiB")
+        print(
+            f"laminography: {lg!r}\n  {lv!r}\n  projections {gib(np.prod(lg.projection_shape)):.2f} GiB, "
+            f"volume {gib(lv.size):.2f} GiB"
+        )
 
 
 def main(argv=None):
@@ -228,13 +267,13 @@ def main(argv=None):
     parser.add_argument("--rows", type=int, default=64, help="helical detector rows")
     parser.add_argument("--cols", type=int, default=736, help="helical detector columns")
     parser.add_argument("--views-per-turn", type=int, default=1000)
-    parser.add_argument("--pitch-factor", type=float, default=1.0,
-                        help="pitch over the detector's height at the axis")
+    parser.add_argument("--pitch-factor", type=float, default=1.0, help="pitch over the detector's height at the axis")
     parser.add_argument("--size", type=int, default=512, help="voxels across (x and y)")
     parser.add_argument("--slices", type=int, default=256, help="helical volume slices")
     parser.add_argument("--voxel", type=float, default=VOXEL, help="voxel size in x and y, mm")
-    parser.add_argument("--slab-slices", type=int, nargs="*", default=[32],
-                        help="also time helical FDK with these slab thicknesses")
+    parser.add_argument(
+        "--slab-slices", type=int, nargs="*", default=[32], help="also time helical FDK with these slab thicknesses"
+    )
     parser.add_argument("--lam-views", type=int, default=1200, help="laminography views (one turn)")
     parser.add_argument("--lam-rows", type=int, default=512)
     parser.add_argument("--lam-cols", type=int, default=768)
@@ -245,8 +284,17 @@ def main(argv=None):
     parser.add_argument("--out", default=None, help="write the results as JSON here")
     args = parser.parse_args(argv)
     if args.quick:
-        for name in ("views", "cols", "size", "slices", "lam_views", "lam_rows", "lam_cols", "lam_slices",
-                     "views_per_turn"):
+        for name in (
+            "views",
+            "cols",
+            "size",
+            "slices",
+            "lam_views",
+            "lam_rows",
+            "lam_cols",
+            "lam_slices",
+            "views_per_turn",
+        ):
             setattr(args, name, max(8, getattr(args, name) // 4))
         args.rows = max(16, args.rows // 2)
         args.voxel *= 4

@@ -37,6 +37,7 @@ Examples::
         --storage float16 --streams 1,2,4,8 --transport ipc --out live.json
     python bench/bench_live.py --zmq-only --rows 2160 --cols 2560 --streams 1,2 --frames 64
 """
+
 from __future__ import annotations
 
 import argparse
@@ -55,7 +56,7 @@ import time
 import numpy as np
 
 
-PINNED_GBPS = 55.0   # host-to-device from pinned memory, measured on the H100/H200 hosts
+PINNED_GBPS = 55.0  # host-to-device from pinned memory, measured on the H100/H200 hosts
 
 
 def _sync(rec):
@@ -79,10 +80,20 @@ def build(args, flat, dark):
     """The reconstructor of the scan: every frame carries its angle, the geometry gives the detector."""
     import leveret
     from leveret.live import LiveReconstructor
+
     vol = leveret.VolumeGeometry((args.rows, args.cols, args.cols))
     geometry = leveret.ParallelGeometry([0.0], args.cols, args.rows)
-    return LiveReconstructor(vol, geometry, planned=False, backend=args.backend, storage=args.storage,
-                             max_views=args.frames, flat=flat, dark=dark, max_batch=args.batch)
+    return LiveReconstructor(
+        vol,
+        geometry,
+        planned=False,
+        backend=args.backend,
+        storage=args.storage,
+        max_views=args.frames,
+        flat=flat,
+        dark=dark,
+        max_batch=args.batch,
+    )
 
 
 _filled: set = set()
@@ -93,6 +104,7 @@ def deliver(rec, frames, i, angle):
     Writing it is the camera's (DMA) work, not timed: a buffer is filled once,
     when the pool first hands it out, and keeps that content when recycled."""
     from leveret.live import Frame
+
     src = frames[i % len(frames)]
     buf = rec.frame_buffer(src.dtype)
     if id(buf) not in _filled:
@@ -111,7 +123,7 @@ def warm_up(args, frames, flat, dark):
 def paced(args, frames, angles, flat, dark):
     """Frames produced at args.rate; drained in batches. Returns (fps, latencies, kept_up, rec)."""
     rec = build(args, flat, dark)
-    rec.frame_pool.reserve(8 * args.batch, frames.dtype)   # pinned buffers allocated before the scan
+    rec.frame_pool.reserve(8 * args.batch, frames.dtype)  # pinned buffers allocated before the scan
     q: queue.Queue = queue.Queue()
     n = args.frames
 
@@ -174,11 +186,12 @@ def move(rec, repeats=3):
     slice along the axes) at a new point and rotation from every view received
     (best of repeats)."""
     from leveret.live import orthogonal_slices
+
     vol = rec.volume
     best1 = best3 = best_axis = np.inf
     for r in range(repeats):
         point = (vol.coordinates("x")[vol.nx // 5 + r], vol.coordinates("y")[vol.ny // 3], 0.0)
-        axis = orthogonal_slices(vol, point)[1]   # xz at another y: the exact kernel
+        axis = orthogonal_slices(vol, point)[1]  # xz at another y: the exact kernel
         others = [s for s in rec.watched if s.name != "xz"]
         _sync(rec)
         t0 = time.perf_counter()
@@ -229,8 +242,14 @@ def _send(endpoints, rows, cols, dtype, n, hwm, cpu):
     images = make_frames(rows, cols, n, dtype)[0]
     angles = np.linspace(0, np.pi, n, endpoint=False)
     t0 = _cpu_seconds()
-    send_frames(endpoints, (Frame(images[i % len(images)], i, angle=float(angles[i])) for i in range(n)),
-                hwm=hwm, connect_wait=0.5, copy=False, linger=60.0)   # a busy reader still gets the end
+    send_frames(
+        endpoints,
+        (Frame(images[i % len(images)], i, angle=float(angles[i])) for i in range(n)),
+        hwm=hwm,
+        connect_wait=0.5,
+        copy=False,
+        linger=60.0,
+    )  # a busy reader still gets the end
     cpu.put(_cpu_seconds() - t0)
 
 
@@ -240,9 +259,15 @@ def _zmq_stream(args, streams, n, folder):
     from leveret.live.sources import ZmqSource
 
     endpoints = _endpoints(args.transport, streams, folder)
-    source = ZmqSource(endpoints, threads=streams, timeout=1.0, stop_at_end=True, hwm=args.zmq_hwm,
-                       detector_shape=(args.rows, args.cols))
-    spawn = multiprocessing.get_context("spawn")   # no fork of a process that holds a CUDA context
+    source = ZmqSource(
+        endpoints,
+        threads=streams,
+        timeout=1.0,
+        stop_at_end=True,
+        hwm=args.zmq_hwm,
+        detector_shape=(args.rows, args.cols),
+    )
+    spawn = multiprocessing.get_context("spawn")  # no fork of a process that holds a CUDA context
     cpu = spawn.Queue()
     sender = spawn.Process(target=_send, args=(endpoints, args.rows, args.cols, args.dtype, n, args.zmq_hwm, cpu))
     return source, sender, cpu
@@ -258,8 +283,9 @@ def _check_sender(sender, quiet_since) -> None:
     if sender.exitcode is not None and sender.exitcode != 0:
         raise RuntimeError(f"ZeroMQ: the sender process failed (exit code {sender.exitcode})")
     if sender.exitcode == 0 and time.monotonic() - quiet_since > SENDER_GONE:
-        raise RuntimeError(f"ZeroMQ: the sender ended {SENDER_GONE:.0f} s ago and its end-of-scan "
-                           "messages have not all come")
+        raise RuntimeError(
+            f"ZeroMQ: the sender ended {SENDER_GONE:.0f} s ago and its end-of-scan messages have not all come"
+        )
 
 
 def zmq_receive(args, rec, streams, folder):
@@ -289,11 +315,16 @@ def zmq_receive(args, rec, streams, folder):
         source.close()
     if len(arrivals) != n or source.bad_messages:
         raise RuntimeError(f"ZeroMQ: {len(arrivals)} of {n} frames received, {source.bad_messages} bad messages")
-    skip = max(2 * streams, n // 20)   # connections and first buffers settling
+    skip = max(2 * streams, n // 20)  # connections and first buffers settling
     fps = (n - 1 - skip) / (arrivals[-1] - arrivals[skip])
     frame_bytes = args.rows * args.cols * np.dtype(args.dtype).itemsize
-    return {"streams": streams, "fps": fps, "GB_per_s": fps * frame_bytes / 1e9,
-            "receiver_cpu_ms_per_frame": 1e3 * t_cpu / n, "sender_cpu_ms_per_frame": 1e3 * sender_cpu / n}
+    return {
+        "streams": streams,
+        "fps": fps,
+        "GB_per_s": fps * frame_bytes / 1e9,
+        "receiver_cpu_ms_per_frame": 1e3 * t_cpu / n,
+        "sender_cpu_ms_per_frame": 1e3 * sender_cpu / n,
+    }
 
 
 def zmq_live(args, flat, dark, streams, folder):
@@ -332,8 +363,9 @@ def zmq_live(args, flat, dark, streams, folder):
         session.stop()
         source.close()
     if session.error is not None or rec.stats.received != args.frames:
-        raise RuntimeError(f"ZeroMQ: {rec.stats.received} of {args.frames} frames reconstructed "
-                           f"({session.error or session.summary()})")
+        raise RuntimeError(
+            f"ZeroMQ: {rec.stats.received} of {args.frames} frames reconstructed ({session.error or session.summary()})"
+        )
     return rec.stats.received / elapsed
 
 
@@ -348,42 +380,80 @@ def _streams(text):
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__
+    )
     p.add_argument("--backend", default="cpu", choices=("auto", "cpu", "cuda"))
     p.add_argument("--cols", type=int, default=512, help="detector columns (slices are cols^2 and rows x cols)")
     p.add_argument("--rows", type=int, default=512, help="detector rows (volume slices)")
     p.add_argument("--frames", type=int, default=400, help="frames per run (and views before moving a slice)")
     p.add_argument("--rate", type=float, default=200.0, help="produced frames per second")
-    p.add_argument("--batch", type=int, default=None,
-                   help="at most this many frames per add (default: leveret live's, 16 on the CPU, 64 on a GPU)")
+    p.add_argument(
+        "--batch",
+        type=int,
+        default=None,
+        help="at most this many frames per add (default: leveret live's, 16 on the CPU, 64 on a GPU)",
+    )
     p.add_argument("--storage", default="float32", choices=("float32", "float16"))
-    p.add_argument("--dtype", default="uint16", choices=("uint16", "float32"),
-                   help="frames as raw uint16 counts with flat/dark (a camera's), or float32 line integrals")
+    p.add_argument(
+        "--dtype",
+        default="uint16",
+        choices=("uint16", "float32"),
+        help="frames as raw uint16 counts with flat/dark (a camera's), or float32 line integrals",
+    )
     p.add_argument("--out", default=None, help="write the results as JSON to this file")
     z = p.add_argument_group("ZeroMQ")
-    z.add_argument("--streams", type=_streams, default=[1, 4], metavar="N[,N...]",
-                   help="parallel ZeroMQ streams (a receiving thread each) to measure, e.g. 1,2,4,8 (default "
-                        "1,4); the largest also feeds the reconstruction")
-    z.add_argument("--transport", default="ipc", choices=("ipc", "tcp"),
-                   help="ipc:// (Unix sockets, default) or tcp:// on 127.0.0.1")
-    z.add_argument("--zmq-frames", type=int, default=1000,
-                   help="frames sent per count of streams into the frame buffers (default 1000)")
-    z.add_argument("--zmq-hwm", type=int, default=16,
-                   help="ZeroMQ high-water mark of each socket, both sides, in frames (default 16)")
-    z.add_argument("--zmq-only", action="store_true",
-                   help="measure the ZeroMQ path only (not the frames handed over in this process)")
+    z.add_argument(
+        "--streams",
+        type=_streams,
+        default=[1, 4],
+        metavar="N[,N...]",
+        help="parallel ZeroMQ streams (a receiving thread each) to measure, e.g. 1,2,4,8 (default "
+        "1,4); the largest also feeds the reconstruction",
+    )
+    z.add_argument(
+        "--transport",
+        default="ipc",
+        choices=("ipc", "tcp"),
+        help="ipc:// (Unix sockets, default) or tcp:// on 127.0.0.1",
+    )
+    z.add_argument(
+        "--zmq-frames",
+        type=int,
+        default=1000,
+        help="frames sent per count of streams into the frame buffers (default 1000)",
+    )
+    z.add_argument(
+        "--zmq-hwm",
+        type=int,
+        default=16,
+        help="ZeroMQ high-water mark of each socket, both sides, in frames (default 16)",
+    )
+    z.add_argument(
+        "--zmq-only",
+        action="store_true",
+        help="measure the ZeroMQ path only (not the frames handed over in this process)",
+    )
     args = p.parse_args(argv)
     if args.batch is None:
         from leveret.backends import resolve
         from leveret.live.server import default_batch
+
         args.batch = default_batch(resolve(args.backend))
 
     frames, flat, dark, angles = make_frames(args.rows, args.cols, args.frames, args.dtype)
-    warm_up(args, frames, flat, dark)   # compiles kernels, creates FFT plans
+    warm_up(args, frames, flat, dark)  # compiles kernels, creates FFT plans
     frame_bytes = args.rows * args.cols * np.dtype(args.dtype).itemsize
-    result = {"backend": None, "storage": args.storage, "dtype": args.dtype, "rows": args.rows,
-              "cols": args.cols, "frames": args.frames, "rate": args.rate, "batch": args.batch}
+    result = {
+        "backend": None,
+        "storage": args.storage,
+        "dtype": args.dtype,
+        "rows": args.rows,
+        "cols": args.cols,
+        "frames": args.frames,
+        "rate": args.rate,
+        "batch": args.batch,
+    }
     rows = []
     if not args.zmq_only:
         rec = in_process(args, frames, angles, flat, dark, result, rows)
@@ -411,17 +481,30 @@ def in_process(args, frames, angles, flat, dark, result, rows):
     frame_bytes = args.rows * args.cols * np.dtype(args.dtype).itemsize
     bound = PINNED_GBPS * 1e9 / frame_bytes
     per_frame = {k: 1e3 * t / args.frames for k, t in stages.items()}
-    result.update({
-        "backend": rec.backend, "sustained_fps": fps, "kept_up": bool(kept_up),
-        "latency_ms": {"median": 1e3 * float(np.median(lat)), "p95": 1e3 * float(np.percentile(lat, 95)),
-                       "max": 1e3 * float(lat.max())},
-        "unpaced_fps": fast, "gpu_ms_per_frame": per_frame,
-        "upload_bound_fps": bound if rec.backend == "cuda" else None,
-        "move_one_slice_ms": 1e3 * move1, "move_slices_ms": 1e3 * move3, "move_axis_slice_ms": 1e3 * move_axis,
-    })
+    result.update(
+        {
+            "backend": rec.backend,
+            "sustained_fps": fps,
+            "kept_up": bool(kept_up),
+            "latency_ms": {
+                "median": 1e3 * float(np.median(lat)),
+                "p95": 1e3 * float(np.percentile(lat, 95)),
+                "max": 1e3 * float(lat.max()),
+            },
+            "unpaced_fps": fast,
+            "gpu_ms_per_frame": per_frame,
+            "upload_bound_fps": bound if rec.backend == "cuda" else None,
+            "move_one_slice_ms": 1e3 * move1,
+            "move_slices_ms": 1e3 * move3,
+            "move_axis_slice_ms": 1e3 * move_axis,
+        }
+    )
     rows += [
-        ("frames", f"{args.frames} x {args.rows}x{args.cols} {args.dtype} in pool buffers "
-                   f"({args.storage} storage, {rec.backend})"),
+        (
+            "frames",
+            f"{args.frames} x {args.rows}x{args.cols} {args.dtype} in pool buffers "
+            f"({args.storage} storage, {rec.backend})",
+        ),
         ("slices", f"xy {args.cols}^2, xz and yz {args.rows}x{args.cols}"),
         (f"sustained at {args.rate:g}/s", f"{fps:.1f} frames/s ({'kept up' if kept_up else 'fell behind'})"),
         ("latency median / p95 / max", "{median:.1f} / {p95:.1f} / {max:.1f} ms".format(**result["latency_ms"])),
@@ -440,7 +523,7 @@ def in_process(args, frames, angles, flat, dark, result, rows):
 
 def zmq_rows(args, rec, flat, dark, frame_bytes, result, rows):
     """The ZeroMQ measurements (into ``result`` and ``rows``)."""
-    folder = tempfile.mkdtemp(prefix="leveret-bench-")   # the ipc:// endpoints
+    folder = tempfile.mkdtemp(prefix="leveret-bench-")  # the ipc:// endpoints
     try:
         received = [zmq_receive(args, rec, n, folder) for n in args.streams]
         streams = args.streams[-1]
@@ -448,20 +531,34 @@ def zmq_rows(args, rec, flat, dark, frame_bytes, result, rows):
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     top = received[-1]
-    result.update({
-        "zmq_us_per_frame": 1e6 / top["fps"], "zmq_MB_per_s": top["fps"] * frame_bytes / 1e6,
-        "zmq_transport": args.transport, "zmq_frames": args.zmq_frames, "zmq_receive": received,
-        "zmq_live_streams": streams, "zmq_live_fps": live_fps,
-    })
+    result.update(
+        {
+            "zmq_us_per_frame": 1e6 / top["fps"],
+            "zmq_MB_per_s": top["fps"] * frame_bytes / 1e6,
+            "zmq_transport": args.transport,
+            "zmq_frames": args.zmq_frames,
+            "zmq_receive": received,
+            "zmq_live_streams": streams,
+            "zmq_live_fps": live_fps,
+        }
+    )
     for r in received:
-        rows.append((f"ZeroMQ, {r['streams']} stream(s) ({args.transport}) into frame buffers",
-                     f"{r['fps']:.1f} frames/s ({r['GB_per_s']:.2f} GB/s); CPU ms per frame: receiving "
-                     f"{r['receiver_cpu_ms_per_frame']:.2f}, sending {r['sender_cpu_ms_per_frame']:.2f}"))
+        rows.append(
+            (
+                f"ZeroMQ, {r['streams']} stream(s) ({args.transport}) into frame buffers",
+                f"{r['fps']:.1f} frames/s ({r['GB_per_s']:.2f} GB/s); CPU ms per frame: receiving "
+                f"{r['receiver_cpu_ms_per_frame']:.2f}, sending {r['sender_cpu_ms_per_frame']:.2f}",
+            )
+        )
     rows += [
-        (f"ZeroMQ, {streams} stream(s) ({args.transport}) reconstructed", f"{live_fps:.1f} frames/s "
-                                                                          f"({args.frames} frames)"),
-        ("ZeroMQ PUSH/PULL per frame", f"{1e6 / top['fps']:.0f} us ({top['fps'] * frame_bytes / 1e6:.0f} MB/s, "
-                                       f"{streams} stream(s))"),
+        (
+            f"ZeroMQ, {streams} stream(s) ({args.transport}) reconstructed",
+            f"{live_fps:.1f} frames/s ({args.frames} frames)",
+        ),
+        (
+            "ZeroMQ PUSH/PULL per frame",
+            f"{1e6 / top['fps']:.0f} us ({top['fps'] * frame_bytes / 1e6:.0f} MB/s, {streams} stream(s))",
+        ),
     ]
 
 

@@ -28,6 +28,7 @@ N = 2048 (32 GiB in, 32 GiB out); ``--quick`` runs N = 128.
 
 No ASTRA rows: ASTRA has no out-of-core reconstruction.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -48,7 +49,7 @@ FORMATS = ("rec.npy", "rec.h5", "rec.zarr", "rec/")
 def run(size: int, backend: str, reps: int, folder: Path) -> None:
     g = leveret.ParallelGeometry(np.linspace(0, np.pi, size, endpoint=False), size, n_rows=max(4, size // 4))
     rng = np.random.default_rng(0)
-    proj = rng.standard_normal(g.projection_shape).astype(np.float32)   # values do not change the timing
+    proj = rng.standard_normal(g.projection_shape).astype(np.float32)  # values do not change the timing
     np.save(folder / "proj.npy", proj)
     vol = g.default_volume()
     updates = vol.size * g.n_angles
@@ -57,6 +58,7 @@ def run(size: int, backend: str, reps: int, folder: Path) -> None:
     sync = None
     if backend == "cuda":
         import cupy
+
         sync = cupy.cuda.Device().synchronize
 
     def median(fn):
@@ -76,9 +78,13 @@ def run(size: int, backend: str, reps: int, folder: Path) -> None:
             info.update(slabs=res.plan.n_slabs, host=res.plan.host_bytes)
 
         t = median(once)
-        record(f"out-of-core -> {name:9s} {vol.shape}", t, updates,
-               note=f"{backend}, {info['slabs']} slabs, planned host {info['host'] / 2**20:.0f} MiB, "
-                    f"cap {cap / 2**20:.0f} MiB")
+        record(
+            f"out-of-core -> {name:9s} {vol.shape}",
+            t,
+            updates,
+            note=f"{backend}, {info['slabs']} slabs, planned host {info['host'] / 2**20:.0f} MiB, "
+            f"cap {cap / 2**20:.0f} MiB",
+        )
         if out.exists():
             shutil.rmtree(out) if out.is_dir() else out.unlink()
 
@@ -89,12 +95,17 @@ def _zarr_input(path: Path, size: int) -> None:
     import zarr
 
     rows = max(1, min(size, 16))
-    z = zarr.create_array(store=str(path), shape=(size, size, size), dtype=np.float32,
-                          chunks=(min(size, 256), rows, size), compressors=None)
+    z = zarr.create_array(
+        store=str(path),
+        shape=(size, size, size),
+        dtype=np.float32,
+        chunks=(min(size, 256), rows, size),
+        compressors=None,
+    )
     rng = np.random.default_rng(0)
-    block = max(rows, (256 * 2**20 // (4 * size * size)) // rows * rows)    # about 256 MiB at a time
+    block = max(rows, (256 * 2**20 // (4 * size * size)) // rows * rows)  # about 256 MiB at a time
     for r in range(0, size, block):
-        z[:, r:r + block, :] = rng.standard_normal((size, min(block, size - r), size), dtype=np.float32)
+        z[:, r : r + block, :] = rng.standard_normal((size, min(block, size - r), size), dtype=np.float32)
 
 
 def run_zarr(size: int, backend: str, reps: int, folder: Path, client, slab_slices: int | None) -> None:
@@ -117,11 +128,15 @@ def run_zarr(size: int, backend: str, reps: int, folder: Path, client, slab_slic
 
         times[name] = t = median_time(once, reps=reps, warmup=1 if size <= 512 else 0)
         if name == "in-process" and slab_slices is None:
-            slab_slices = info["slices"]      # the same slabs on the cluster
+            slab_slices = info["slices"]  # the same slabs on the cluster
         workers = "" if c is None else f", {len(c.nthreads())} worker(s)"
         ratio = "" if c is None else f", {t / times['in-process']:.2f} x in-process"
-        record(f"zarr -> zarr {name:10s} {g.projection_shape} -> {vol.shape}", t, updates,
-               note=f"{backend}, {info['slabs']} slabs of {info['slices']}{workers}{ratio}")
+        record(
+            f"zarr -> zarr {name:10s} {g.projection_shape} -> {vol.shape}",
+            t,
+            updates,
+            note=f"{backend}, {info['slabs']} slabs of {info['slices']}{workers}{ratio}",
+        )
     shutil.rmtree(out, ignore_errors=True)
     shutil.rmtree(source, ignore_errors=True)
 
@@ -133,15 +148,19 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--dir", default=None, help="scratch folder (default: a temporary one)")
     parser.add_argument("--out", default=None, help="JSON results")
-    parser.add_argument("--zarr", action="store_true",
-                        help="zarr to zarr, in this process and on the --scheduler cluster")
-    parser.add_argument("--scheduler", default="local",
-                        help="with --zarr: 'local' or a Dask scheduler's address (tcp://HOST:8786)")
-    parser.add_argument("--slab-slices", type=int, default=None,
-                        help="with --zarr: slices per slab (default: the in-process plan's)")
+    parser.add_argument(
+        "--zarr", action="store_true", help="zarr to zarr, in this process and on the --scheduler cluster"
+    )
+    parser.add_argument(
+        "--scheduler", default="local", help="with --zarr: 'local' or a Dask scheduler's address (tcp://HOST:8786)"
+    )
+    parser.add_argument(
+        "--slab-slices", type=int, default=None, help="with --zarr: slices per slab (default: the in-process plan's)"
+    )
     parser.add_argument("--quick", action="store_true", help="a small size only (128)")
     args = parser.parse_args()
     from leveret.backends import resolve
+
     backend = resolve(args.backend)
     sizes = [128] if args.quick else args.sizes
     meta = metadata(with_devices=True)
@@ -149,6 +168,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(dir=args.dir) as d:
         if args.zarr:
             from leveret.execution.executors import connect
+
             with connect(args.scheduler, backend=backend) as client:
                 print(f"dask: {len(client.nthreads())} worker(s), dashboard {client.dashboard_link}")
                 for n in sizes:
@@ -157,8 +177,15 @@ def main() -> None:
             for n in sizes:
                 run(n, backend, args.reps, Path(d))
     if args.out:
-        write_results(args.out, {**meta, "benchmark": "outofcore-dask" if args.zarr else "outofcore",
-                                 "backend": backend, "scheduler": args.scheduler if args.zarr else None})
+        write_results(
+            args.out,
+            {
+                **meta,
+                "benchmark": "outofcore-dask" if args.zarr else "outofcore",
+                "backend": backend,
+                "scheduler": args.scheduler if args.zarr else None,
+            },
+        )
     print(f"{len(RESULTS)} rows")
 
 

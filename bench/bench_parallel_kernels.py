@@ -21,6 +21,7 @@ H200 (the ceilings in docs/performance.md). Then, on request:
 
 Needs an NVIDIA GPU.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -69,6 +70,7 @@ CONFIGS = [
 def _problem(n, n_angles, n_slices):
     import cupy as cp
     import leveret
+
     g = leveret.ParallelGeometry(np.linspace(0, np.pi, n_angles, endpoint=False), n, n_rows=n_slices)
     sinos = cp.random.random((n_slices, n_angles, n), dtype=cp.float32)
     return g, g.default_volume(), sinos
@@ -93,14 +95,19 @@ def bench_kernels(n, n_angles, n_slices):
     updates = n * n * n_slices * n_angles
     for label, kernel, precision, options in CONFIGS:
         try:
-            op = ParallelBackprojection(g, vol, backend="cuda", kernel=kernel, precision=precision,
-                                        kernel_options=options)
+            op = ParallelBackprojection(
+                g, vol, backend="cuda", kernel=kernel, precision=precision, kernel_options=options
+            )
             t = median_time(lambda: op(sinos, out=out), reps=3, sync=sync)
         except Exception as exc:  # noqa: BLE001 - a failing kernel is reported, the others still run
             record(f"BP {label}", float("nan"), None, note=f"FAILED: {type(exc).__name__}: {exc}")
             continue
-        record(f"BP {label}, {n_slices}x{n}^2 from {n_angles}", t, updates,
-               note=f"{op.last_kernel}; {precision}; " + _ceiling_note(kernel, options, updates / t / 1e9))
+        record(
+            f"BP {label}, {n_slices}x{n}^2 from {n_angles}",
+            t,
+            updates,
+            note=f"{op.last_kernel}; {precision}; " + _ceiling_note(kernel, options, updates / t / 1e9),
+        )
 
 
 def bench_roi(n, n_angles, n_slices):
@@ -116,12 +123,17 @@ def bench_roi(n, n_angles, n_slices):
     for precision in ("float32", "float16"):
         for side in (n, n // 2, n // 8):
             y0 = (n - side) // 2
-            op = ParallelBackprojection(g, vol, backend="cuda", precision=precision,
-                                        roi=None if side == n else (y0, y0, side, side))
+            op = ParallelBackprojection(
+                g, vol, backend="cuda", precision=precision, roi=None if side == n else (y0, y0, side, side)
+            )
             out = cp.empty((n_slices, side, side), cp.float32)
             t = median_time(lambda: op(sinos, out=out), reps=3, sync=sync)
-            record(f"BP ROI {side}^2 of {n}^2, {n_slices} slices from {n_angles}, {precision}", t,
-                   side * side * n_slices * n_angles, note=f"{op.last_kernel}; GU/s per ROI pixel")
+            record(
+                f"BP ROI {side}^2 of {n}^2, {n_slices} slices from {n_angles}, {precision}",
+                t,
+                side * side * n_slices * n_angles,
+                note=f"{op.last_kernel}; GU/s per ROI pixel",
+            )
     if cache is None:
         del os.environ["LEVERET_CACHE_DIR"]
     else:
@@ -138,13 +150,19 @@ def bench_fbp_kernels(n, n_angles, n_slices):
     proj = cp.random.random((n_angles, n_slices, n), dtype=cp.float32)
     out = cp.empty((n_slices, n, n), cp.float32)
     updates = n * n * n_slices * n_angles
-    for kernel, precision, opts in [("texture", "float32", None), ("alu", "float32", {"tile": 32, "nv": 2}),
-                                    ("alu", "float32", {"tile": 32, "nv": 4}),
-                                    ("hybrid", "float32", {"tile": 32, "ratio": (1, 2)}),
-                                    ("texz", "float16", {"packing": "half4"}),
-                                    ("hybrid", "float16", {"tile": 32, "packing": "half4", "ratio": (1, 2)})]:
-        t = median_time(lambda: leveret.fbp(proj, g, out=out, kernel=kernel, precision=precision,
-                                            kernel_options=opts), reps=3, sync=sync)
+    for kernel, precision, opts in [
+        ("texture", "float32", None),
+        ("alu", "float32", {"tile": 32, "nv": 2}),
+        ("alu", "float32", {"tile": 32, "nv": 4}),
+        ("hybrid", "float32", {"tile": 32, "ratio": (1, 2)}),
+        ("texz", "float16", {"packing": "half4"}),
+        ("hybrid", "float16", {"tile": 32, "packing": "half4", "ratio": (1, 2)}),
+    ]:
+        t = median_time(
+            lambda: leveret.fbp(proj, g, out=out, kernel=kernel, precision=precision, kernel_options=opts),
+            reps=3,
+            sync=sync,
+        )
         record(f"FBP {n_slices}x{n}^2 from {n_angles}, device arrays, kernel={kernel} {precision}", t, updates)
 
 
@@ -170,11 +188,13 @@ def bench_stack(n_stack, n, n_angles, reps=2):
     from leveret.operators import ParallelBackprojection
     from leveret.cuda.pipeline import parallel_copy
 
-    need = (n_angles * n_stack * n + n_stack * n * n) * 4    # projections + volume, float32
+    need = (n_angles * n_stack * n + n_stack * n * n) * 4  # projections + volume, float32
     avail = host_available_bytes()
-    if need + (4 << 30) > avail:                              # + pinned buffers and headroom
-        print(f"--stack {n_stack}: needs {need / 2**30:.1f} GiB of host memory, {avail / 2**30:.1f} GiB "
-              "available: skipped")
+    if need + (4 << 30) > avail:  # + pinned buffers and headroom
+        print(
+            f"--stack {n_stack}: needs {need / 2**30:.1f} GiB of host memory, {avail / 2**30:.1f} GiB "
+            "available: skipped"
+        )
         return
     g = leveret.ParallelGeometry(np.linspace(0, np.pi, n_angles, endpoint=False), n, n_rows=n_stack)
     vol = g.default_volume()
@@ -185,9 +205,12 @@ def bench_stack(n_stack, n, n_angles, reps=2):
     pattern = np.cos(np.linspace(0, 7, n_stack * n, dtype=np.float32)).reshape(1, n_stack, n)
     parallel_copy(proj, np.broadcast_to(pattern, proj.shape))
     out = np.empty(vol.shape, np.float32)
-    parallel_copy(out, np.broadcast_to(np.float32(0), out.shape))   # pre-faulted, as a reused output is
-    print(f"stack set-up (host arrays {(proj.nbytes + out.nbytes) / 2**30:.1f} GiB written): "
-          f"{time.perf_counter() - t0:.1f} s", flush=True)
+    parallel_copy(out, np.broadcast_to(np.float32(0), out.shape))  # pre-faulted, as a reused output is
+    print(
+        f"stack set-up (host arrays {(proj.nbytes + out.nbytes) / 2**30:.1f} GiB written): "
+        f"{time.perf_counter() - t0:.1f} s",
+        flush=True,
+    )
     updates = n_stack * n * n * n_angles
     for precision in ("float32", "float16"):
         op = ParallelBackprojection(g, vol, backend="cuda", precision=precision)
@@ -198,12 +221,19 @@ def bench_stack(n_stack, n, n_angles, reps=2):
             leveret.fbp(proj, g, vol, out=out, precision=precision, stats=st)
             t = time.perf_counter() - t
             chunk = -(-n_stack // max(1, st.get("chunks", 1)))
-            split = (f"{st.get('chunks')} chunks of {chunk}: load {st.get('load', 0):.2f} s, "
-                     f"h2d {st.get('h2d', 0):.2f} s, compute {st.get('compute', 0):.2f} s, "
-                     f"d2h {st.get('d2h', 0):.2f} s, store {st.get('store', 0):.2f} s, "
-                     f"setup {st.get('setup', 0):.2f} s; kernel {op.resolve_kernel(chunk)}")
-            record(f"FBP stack {n_stack}x{n}^2 from {n_angles}, host to host, {precision} "
-                   f"({'cold' if rep == 0 else 'warm'})", t, updates, note=split)
+            split = (
+                f"{st.get('chunks')} chunks of {chunk}: load {st.get('load', 0):.2f} s, "
+                f"h2d {st.get('h2d', 0):.2f} s, compute {st.get('compute', 0):.2f} s, "
+                f"d2h {st.get('d2h', 0):.2f} s, store {st.get('store', 0):.2f} s, "
+                f"setup {st.get('setup', 0):.2f} s; kernel {op.resolve_kernel(chunk)}"
+            )
+            record(
+                f"FBP stack {n_stack}x{n}^2 from {n_angles}, host to host, {precision} "
+                f"({'cold' if rep == 0 else 'warm'})",
+                t,
+                updates,
+                note=split,
+            )
 
 
 def bench_astra(n, n_angles, n_slices):
@@ -216,10 +246,18 @@ def bench_astra(n, n_angles, n_slices):
     vg3 = astra.create_vol_geom(n, n, n_slices)
     pg3 = astra.create_proj_geom("parallel3d", 1.0, 1.0, n_slices, n, angles)
     t = astra_direct_bp3d(pg3, vg3, (n_slices, n_angles, n), (n_slices, n, n))
-    record(f"BP {n_slices}x{n}^2 from {n_angles}, device arrays", t, n * n * n_slices * n_angles,
-           peer="astra", note="direct_BP3D")
-    best = {row["problem"]: row["GU_per_s"] for row in RESULTS
-            if row["code"] == "leveret" and row.get("GU_per_s") and row["problem"].startswith("BP ")}
+    record(
+        f"BP {n_slices}x{n}^2 from {n_angles}, device arrays",
+        t,
+        n * n * n_slices * n_angles,
+        peer="astra",
+        note="direct_BP3D",
+    )
+    best = {
+        row["problem"]: row["GU_per_s"]
+        for row in RESULTS
+        if row["code"] == "leveret" and row.get("GU_per_s") and row["problem"].startswith("BP ")
+    }
     rate = RESULTS[-1]["GU_per_s"]
     for name, gus in sorted(best.items(), key=lambda kv: -kv[1])[:5]:
         print(f"speed-up over ASTRA: {gus / rate:5.2f}x  {name}")
@@ -234,8 +272,13 @@ def main(argv=None):
     parser.add_argument("--fbp", action="store_true", help="whole FBP per kernel choice")
     parser.add_argument("--tune", action="store_true", help="run the auto-tuner (writes the user cache)")
     parser.add_argument("--roi", action="store_true", help="default kernels on ROIs against the full slice")
-    parser.add_argument("--stack", type=int, default=0, metavar="N",
-                        help="whole-scan FBP of N slices host to host (N=2048: 64 GiB of host memory)")
+    parser.add_argument(
+        "--stack",
+        type=int,
+        default=0,
+        metavar="N",
+        help="whole-scan FBP of N slices host to host (N=2048: 64 GiB of host memory)",
+    )
     parser.add_argument("--only-stack", action="store_true", help="leave out the kernel table")
     parser.add_argument("--out", default=None, help="write the results as JSON here")
     args = parser.parse_args(argv)

@@ -21,6 +21,7 @@ where it does not import the row says why.
     PYTHONPATH=src python3 bench/bench_preprocess.py --quick            # 256^3: checks the script
     PYTHONPATH=src python3 bench/bench_preprocess.py --cpu --quick      # the NumPy paths only
 """
+
 from __future__ import annotations
 
 import argparse
@@ -47,11 +48,11 @@ def stripes_problem(n, xp, seed=0):
     sino *= 2.5 / sino.max()
     rng = xp.random.default_rng(seed) if xp is np else xp.random
     data = xp.asarray(sino)[:, None, :] + 0.01 * rng.standard_normal((n, n, n), dtype=xp.float32)
-    c = lambda frac: int(frac * n)                           # noqa: E731
-    data[:, :, c(0.15)] += 0.03                              # full
-    data[: n // 2, :, c(0.3)] -= 0.03                        # partial
-    data[:, :, c(0.6):c(0.6) + max(2, n // 170)] += 0.03     # large
-    data[:, :, c(0.8)] = 0.5                                 # dead
+    c = lambda frac: int(frac * n)  # noqa: E731
+    data[:, :, c(0.15)] += 0.03  # full
+    data[: n // 2, :, c(0.3)] -= 0.03  # partial
+    data[:, :, c(0.6) : c(0.6) + max(2, n // 170)] += 0.03  # large
+    data[:, :, c(0.8)] = 0.5  # dead
     return data
 
 
@@ -62,48 +63,81 @@ def bench_paganin(n, xp, reps):
     t = (xp.random.default_rng(1) if xp is np else xp.random).uniform(0.3, 1.0, (n, n, n)).astype(xp.float32)
     seconds = median_time(lambda: retrieve_phase(t, out=t, **PAGANIN), reps=reps, sync=sync)
     where = "device arrays" if xp is not np else "NumPy"
-    record(f"Paganin {n} x {n}^2, float32, {where}, in place", seconds, 0,
-           note=f"padding {phase_border(**PAGANIN)} px each side")
+    record(
+        f"Paganin {n} x {n}^2, float32, {where}, in place",
+        seconds,
+        0,
+        note=f"padding {phase_border(**PAGANIN)} px each side",
+    )
     if xp is not np:
         _httomolibgpu_paganin(t, n, reps)
-
 
 
 def _httomolibgpu_paganin(t, n, reps):
     """httomolibgpu's Paganin filters on the same stack, in chunks of views that fit."""
     import cupy as cp
+
     try:
         from httomolibgpu.prep import phase
-    except Exception as exc:                                    # noqa: BLE001 (any import failure)
+    except Exception as exc:  # noqa: BLE001 (any import failure)
         record(f"Paganin {n} x {n}^2", float("nan"), 0, peer="httomo", note=f"not run: {exc!r}"[:120])
         return
     calls = []
     if hasattr(phase, "paganin_filter"):
         params = inspect.signature(phase.paganin_filter).parameters
         kw = {}
-        for name, value in (("pixel_size", PAGANIN["pixel_size"]), ("distance", PAGANIN["distance"]),
-                            ("energy", PAGANIN["energy"]), ("ratio_delta_beta", PAGANIN["delta_beta"])):
+        for name, value in (
+            ("pixel_size", PAGANIN["pixel_size"]),
+            ("distance", PAGANIN["distance"]),
+            ("energy", PAGANIN["energy"]),
+            ("ratio_delta_beta", PAGANIN["delta_beta"]),
+        ):
             if name in params:
                 kw[name] = value
         calls.append(("paganin_filter", lambda x: phase.paganin_filter(x, **kw)))
-    if hasattr(phase, "paganin_filter_tomopy"):   # centimetres; its filter's alpha is beta/delta
-        calls.append(("paganin_filter_tomopy", lambda x: phase.paganin_filter_tomopy(
-            x, pixel_size=PAGANIN["pixel_size"] * 100, dist=PAGANIN["distance"] * 100,
-            energy=PAGANIN["energy"], alpha=1 / PAGANIN["delta_beta"])))
-    if hasattr(phase, "paganin_filter_savu"):     # micrometres
-        calls.append(("paganin_filter_savu", lambda x: phase.paganin_filter_savu(
-            x, ratio=PAGANIN["delta_beta"], energy=PAGANIN["energy"], distance=PAGANIN["distance"],
-            resolution=PAGANIN["pixel_size"] * 1e6)))
-    chunk = max(1, min(n, int(2 ** 33 // (16 * (2 * n) ** 2))))       # complex64 of the padded views, x2
+    if hasattr(phase, "paganin_filter_tomopy"):  # centimetres; its filter's alpha is beta/delta
+        calls.append(
+            (
+                "paganin_filter_tomopy",
+                lambda x: phase.paganin_filter_tomopy(
+                    x,
+                    pixel_size=PAGANIN["pixel_size"] * 100,
+                    dist=PAGANIN["distance"] * 100,
+                    energy=PAGANIN["energy"],
+                    alpha=1 / PAGANIN["delta_beta"],
+                ),
+            )
+        )
+    if hasattr(phase, "paganin_filter_savu"):  # micrometres
+        calls.append(
+            (
+                "paganin_filter_savu",
+                lambda x: phase.paganin_filter_savu(
+                    x,
+                    ratio=PAGANIN["delta_beta"],
+                    energy=PAGANIN["energy"],
+                    distance=PAGANIN["distance"],
+                    resolution=PAGANIN["pixel_size"] * 1e6,
+                ),
+            )
+        )
+    chunk = max(1, min(n, int(2**33 // (16 * (2 * n) ** 2))))  # complex64 of the padded views, x2
     for name, fn in calls:
+
         def run():
             for v0 in range(0, n, chunk):
-                fn(t[v0:v0 + chunk])
+                fn(t[v0 : v0 + chunk])
+
         try:
             seconds = median_time(run, reps=reps, sync=cp.cuda.Device().synchronize)
-            record(f"Paganin {n} x {n}^2, float32, device arrays", seconds, 0, peer="httomo",
-                   note=f"{name}, {chunk} views per call")
-        except Exception as exc:                                 # noqa: BLE001
+            record(
+                f"Paganin {n} x {n}^2, float32, device arrays",
+                seconds,
+                0,
+                peer="httomo",
+                note=f"{name}, {chunk} views per call",
+            )
+        except Exception as exc:  # noqa: BLE001
             record(f"Paganin {n} x {n}^2", float("nan"), 0, peer="httomo", note=f"{name} failed: {exc!r}"[:120])
         cp.get_default_memory_pool().free_all_blocks()
 
@@ -118,12 +152,11 @@ def bench_rings(n, xp, reps, slab_rows, split):
 
     def run():
         for r0 in range(0, n, slab_rows):
-            out[:, r0:r0 + slab_rows] = remove_stripes(data[:, r0:r0 + slab_rows], method="all")
+            out[:, r0 : r0 + slab_rows] = remove_stripes(data[:, r0 : r0 + slab_rows], method="all")
 
     seconds = median_time(run, reps=reps, warmup=1, sync=sync)
     where = "device arrays" if xp is not np else "NumPy"
-    record(f"rings 'all' {n} sinograms of {n} x {n}, float32, {where}", seconds, 0,
-           note=f"slabs of {slab_rows} rows")
+    record(f"rings 'all' {n} sinograms of {n} x {n}, float32, {where}", seconds, 0, note=f"slabs of {slab_rows} rows")
     if split:
         _split(data[:, :slab_rows], xp, sync)
     if xp is not np:
@@ -140,32 +173,44 @@ def _split(slab, xp, sync):
     steps["dead columns"] = median_time(lambda: s._dead_columns(slab, 3.0, large, xp), reps=3, sync=sync)
     ordered, order = s.sort_angles(slab, xp)
     steps["sort"] = median_time(lambda: s.sort_angles(slab, xp), reps=3, sync=sync)
-    steps["large stripes"] = median_time(lambda: s._remove_large_sorted(ordered.copy(), 3.0, large, 0.1, xp),
-                                         reps=3, sync=sync)
+    steps["large stripes"] = median_time(
+        lambda: s._remove_large_sorted(ordered.copy(), 3.0, large, 0.1, xp), reps=3, sync=sync
+    )
     steps["median 21"] = median_time(lambda: s.median_across_columns(ordered, size, xp), reps=3, sync=sync)
     steps["unsort"] = median_time(lambda: s.unsort_angles(ordered, order, xp), reps=3, sync=sync)
-    record(f"rings 'all' steps, one slab {tuple(slab.shape)}", sum(steps.values()), 0,
-           note=", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in steps.items()))
+    record(
+        f"rings 'all' steps, one slab {tuple(slab.shape)}",
+        sum(steps.values()),
+        0,
+        note=", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in steps.items()),
+    )
 
 
 def _httomolibgpu_rings(data, out, n, reps, slab_rows):
     import cupy as cp
+
     try:
         from httomolibgpu.prep.stripe import remove_all_stripe
-    except Exception as exc:                                    # noqa: BLE001
+    except Exception as exc:  # noqa: BLE001
         record(f"rings 'all' {n} sinograms", float("nan"), 0, peer="httomo", note=f"not run: {exc!r}"[:120])
         return
 
     def run():
         for r0 in range(0, n, slab_rows):
-            out[:, r0:r0 + slab_rows] = remove_all_stripe(cp.ascontiguousarray(data[:, r0:r0 + slab_rows]),
-                                                          snr=3.0, la_size=51, sm_size=21)
+            out[:, r0 : r0 + slab_rows] = remove_all_stripe(
+                cp.ascontiguousarray(data[:, r0 : r0 + slab_rows]), snr=3.0, la_size=51, sm_size=21
+            )
 
     try:
         seconds = median_time(run, reps=reps, warmup=1, sync=cp.cuda.Device().synchronize)
-        record(f"rings 'all' {n} sinograms of {n} x {n}, float32, device arrays", seconds, 0, peer="httomo",
-               note=f"remove_all_stripe, slabs of {slab_rows} rows")
-    except Exception as exc:                                     # noqa: BLE001
+        record(
+            f"rings 'all' {n} sinograms of {n} x {n}, float32, device arrays",
+            seconds,
+            0,
+            peer="httomo",
+            note=f"remove_all_stripe, slabs of {slab_rows} rows",
+        )
+    except Exception as exc:  # noqa: BLE001
         record(f"rings 'all' {n} sinograms", float("nan"), 0, peer="httomo", note=f"failed: {exc!r}"[:120])
 
 
@@ -184,8 +229,12 @@ def bench_center(n_cols, n_views, reps):
     stack = sino[:, None, :] + rng.normal(0, 0.02, (n_views, 16, n_cols)).astype(np.float32)
     est = find_center(stack, angles)
     seconds = median_time(lambda: find_center(stack, angles), reps=reps)
-    record(f"centre 'auto' {n_views} views x 16 rows x {n_cols}, CPU", seconds, 0,
-           note=f"method {est.method}, error {est.center - center:+.3f} px")
+    record(
+        f"centre 'auto' {n_views} views x 16 rows x {n_cols}, CPU",
+        seconds,
+        0,
+        note=f"method {est.method}, error {est.center - center:+.3f} px",
+    )
 
 
 def _sync(xp):
@@ -198,8 +247,9 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="256^3 instead of 2048^3 (checks the script)")
     parser.add_argument("--cpu", action="store_true", help="NumPy instead of CuPy (no peer)")
-    parser.add_argument("--only", choices=("paganin", "rings", "center"), action="append",
-                        help="run only these problems (repeatable)")
+    parser.add_argument(
+        "--only", choices=("paganin", "rings", "center"), action="append", help="run only these problems (repeatable)"
+    )
     parser.add_argument("--slab-rows", type=int, default=256, help="detector rows per ring-removal call")
     parser.add_argument("--split", action="store_true", help="time each step of the ring removal on one slab")
     parser.add_argument("--reps", type=int, default=3)

@@ -21,6 +21,7 @@ The GU/s column counts views x voxels / time.
     PYTHONPATH=src python3 bench/bench_projector.py --out bench_projector.json
     PYTHONPATH=src python3 bench/bench_projector.py --cpu --no-gpu
 """
+
 from __future__ import annotations
 
 import argparse
@@ -35,6 +36,7 @@ SID, SDD, PIXEL = 1000.0, 1500.0, 2.0
 
 def paper_geometry(size: int, n_views: int):
     import leveret
+
     angles = np.linspace(0, 2 * np.pi, n_views, endpoint=False)
     g = leveret.ConeGeometry.circular(angles, SID, SDD, size, size, PIXEL * 512 / size)
     return g, leveret.VolumeGeometry((size,) * 3, 512.0 / size)
@@ -43,6 +45,7 @@ def paper_geometry(size: int, n_views: int):
 def rabbitct_geometry(size: int = 512):
     import leveret
     from bench_cone import geometry
+
     return geometry(), leveret.VolumeGeometry((size,) * 3, 256.0 / size)
 
 
@@ -64,13 +67,14 @@ def bench_leveret(g, vol, label: str, *, iterations: bool, k: int = 2):
     x = rng.random(vol.shape, dtype=cp.float32)
     y = cp.empty(g.projection_shape, cp.float32)
     back = cp.empty(vol.shape, cp.float32)
-    rays = g.projection_shape[0] * vol.size     # GU/s column: voxel updates (views x voxels) / s
+    rays = g.projection_shape[0] * vol.size  # GU/s column: voxel updates (views x voxels) / s
     for model, structured, precision, note in [
-            ("joseph", False, "float32", "general path, float32 march"),
-            ("joseph", True, "float32", "structured (xy planes shared by rows), float32 march"),
-            ("siddon", False, "float32", "general path, float64 traversal"),
-            ("siddon", True, "float32", "structured path, float32 march"),
-            ("siddon", True, "float64", "structured path, float64 march")]:
+        ("joseph", False, "float32", "general path, float32 march"),
+        ("joseph", True, "float32", "structured (xy planes shared by rows), float32 march"),
+        ("siddon", False, "float32", "general path, float64 traversal"),
+        ("siddon", True, "float32", "structured path, float32 march"),
+        ("siddon", True, "float64", "structured path, float64 march"),
+    ]:
         if precision == "float64" and not iterations:
             continue
         try:
@@ -95,12 +99,13 @@ def bench_leveret(g, vol, label: str, *, iterations: bool, k: int = 2):
         yr = rng.random(g.projection_shape, dtype=cp.float32)
         t = median_time(lambda: A.T(yr, out=back), reps=2, sync=sync)
         record(f"{label} back {tag}", t, rays, note=f"{note}, transpose='auto'")
-        for mode in ("gather", "scatter") if structured else ():   # each explicit transpose, for the record
+        for mode in ("gather", "scatter") if structured else ():  # each explicit transpose, for the record
             try:
-                At = leveret.Projector(g, vol, model=model, backend="cuda", structured=structured,
-                                       precision=precision, transpose=mode)
+                At = leveret.Projector(
+                    g, vol, model=model, backend="cuda", structured=structured, precision=precision, transpose=mode
+                )
                 t = median_time(lambda: At.T(yr, out=back), reps=2, sync=sync)
-            except ValueError as exc:   # the gather transpose does not apply to this model or geometry
+            except ValueError as exc:  # the gather transpose does not apply to this model or geometry
                 print(f"skipped {tag} transpose={mode!r}: {exc}")
                 continue
             record(f"{label} back {tag} {mode}", t, rays, note=f"transpose={mode!r}")
@@ -129,7 +134,7 @@ def bench_astra(g, vol, label: str, pixel: float, *, iterations: bool, k: int = 
     vg = astra.create_vol_geom(ny, nx, nz, x0, x1, y0, y1, z0, z1)
     n_views, n_rows, n_cols = g.projection_shape
     pg = astra.create_proj_geom("cone_vec", n_rows, n_cols, g.to_astra_vectors(pixel_size=pixel))
-    rays = n_views * vol.size                   # voxel updates, as for leveret
+    rays = n_views * vol.size  # voxel updates, as for leveret
     proj_shape = (n_rows, n_views, n_cols)
     vol_d = cp.random.random(vol.shape, dtype=cp.float32)
     proj_d = cp.zeros(proj_shape, cp.float32)
@@ -162,6 +167,7 @@ def bench_astra(g, vol, label: str, pixel: float, *, iterations: bool, k: int = 
 def bench_cpu(n_angles: int = 720, size: int = 512):
     """2D parallel: leveret's Numba pair and ASTRA's CPU projectors."""
     import leveret
+
     angles = np.linspace(0, np.pi, n_angles, endpoint=False)
     n_det = int(np.ceil(size * np.sqrt(2))) | 1
     g = leveret.ParallelGeometry(angles, n_det)
@@ -218,6 +224,7 @@ def main(argv=None):
             bench_astra(g, vol, label, PIXEL * 512 / args.size, iterations=True)
         if not args.no_rabbitct:
             from bench_cone import PIXEL as RPIXEL
+
             g, vol = rabbitct_geometry(args.size)
             label = f"RabbitCT {args.size}^3, 496 x 960x1248"
             bench_leveret(g, vol, label, iterations=False)

@@ -9,6 +9,7 @@ back-projection on the same geometry is in bench_cone.py.
 
     PYTHONPATH=src python3 bench/bench_rabbitct.py --size 256 --out bench_rabbitct.json
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,8 +33,9 @@ def main(argv=None):
     data = make_dataset(reference_sizes=(args.size,), cache=cache)
     print(f"dataset and float64 reference at L = {args.size}: {time.perf_counter() - t0:.0f} s", flush=True)
     for interpolation in ("linear", "linear32"):
-        result = run_benchmark(data, args.size, backend=args.backend, repeats=3, reference=cache[args.size],
-                               interpolation=interpolation)
+        result = run_benchmark(
+            data, args.size, backend=args.backend, repeats=3, reference=cache[args.size], interpolation=interpolation
+        )
         print(f"--- interpolation={interpolation} ---\n{result.table()}", flush=True)
         RESULTS.append(dict(result.to_dict(), interpolation=interpolation))
     if args.out:

@@ -20,6 +20,7 @@ transform, so there is no peer row. No switch: --gpu.
     PYTHONPATH=src python3 bench/bench_radon3d.py --gpu --out bench_radon3d.json
     PYTHONPATH=src python3 bench/bench_radon3d.py --cpu --sizes 128,200
 """
+
 from __future__ import annotations
 
 import argparse
@@ -36,6 +37,7 @@ PROBLEMS = [(128, 208, (13, 16)), (200, 208, (13, 16)), (256, 2000, (40, 50))]
 def problem(n, n_dirs, grid=None):
     import leveret
     from leveret.phantom import ball
+
     n_samples = int(math.ceil(math.sqrt(3.0) * n)) + 1
     if grid is None:
         g = leveret.RadonGeometry.uniform(n_dirs, n_samples)
@@ -56,30 +58,27 @@ def bench_gpu(problems=PROBLEMS, reps=5):
 
     sync = cp.cuda.Device().synchronize
     for n, n_dirs, grid in problems:
-        updates = n ** 3 * n_dirs
+        updates = n**3 * n_dirs
         for method, gshape in (("single-stage", None), ("two-stage", grid)):
             g, vol, p = problem(n, n_dirs, gshape)
-            updates = n ** 3 * g.n_dirs
+            updates = n**3 * g.n_dirs
             label = f"{n}^3 from {g.n_dirs} {'uniform' if gshape is None else 'grid'} dirs, {method}"
             for precision in ("float32", "float64"):
                 dt = "f32" if precision == "float32" else "f64"
                 p_dev = cp.asarray(p)
 
                 def host_call(t=None):
-                    return leveret.radon3d_fbp(p, g, vol, backend="cuda", precision=precision,
-                                               method=method, stats=t)
+                    return leveret.radon3d_fbp(p, g, vol, backend="cuda", precision=precision, method=method, stats=t)
 
                 def dev_call(t=None):
-                    return leveret.radon3d_fbp(p_dev, g, vol, precision=precision, method=method,
-                                               stats=t)
+                    return leveret.radon3d_fbp(p_dev, g, vol, precision=precision, method=method, stats=t)
 
                 for where, call in (("NumPy in/out", host_call), ("device arrays", dev_call)):
                     seconds = median_time(call, reps=reps, warmup=2, sync=sync)
                     split: dict = {}
                     call(split)
                     sync()
-                    record(f"FBP {label}, {dt}, {where}", seconds, updates,
-                           note=_split_note(split))
+                    record(f"FBP {label}, {dt}, {where}", seconds, updates, note=_split_note(split))
                 del p_dev
                 cp.get_default_memory_pool().free_all_blocks()
         bench_kernel_only(n, n_dirs, reps)
@@ -102,13 +101,23 @@ def bench_kernel_only(n, n_dirs, reps=5):
         for dtype in (np.float32, np.float64):
             filt = cp.random.standard_normal(g.projection_shape).astype(dtype)
             out = cp.empty(vol.shape, dtype)
-            seconds = median_time(lambda: gpu.backproject(filt, table, out, table_dev=table_dev, path=path),
-                                  reps=reps, sync=cp.cuda.Device().synchronize)
+            seconds = median_time(
+                lambda: gpu.backproject(filt, table, out, table_dev=table_dev, path=path),
+                reps=reps,
+                sync=cp.cuda.Device().synchronize,
+            )
             plan = gpu.plan_backprojection(table, 4, dtype, n_dirs, path)
-            note = (f"shared memory: window {plan.W} samples, batch {plan.DB}" if plan.path == "shared"
-                    else "global-memory fallback")
-            record(f"BP kernel only {n}^3 from {n_dirs} dirs, {np.dtype(dtype).name}, {plan.path}", seconds,
-                   n ** 3 * n_dirs, note=note)
+            note = (
+                f"shared memory: window {plan.W} samples, batch {plan.DB}"
+                if plan.path == "shared"
+                else "global-memory fallback"
+            )
+            record(
+                f"BP kernel only {n}^3 from {n_dirs} dirs, {np.dtype(dtype).name}, {plan.path}",
+                seconds,
+                n**3 * n_dirs,
+                note=note,
+            )
 
 
 def bench_fallbacks(reps=5):
@@ -136,11 +145,16 @@ def bench_fallbacks(reps=5):
         for path in ("shared", "global"):
             plan = gpu.plan_backprojection(table, 4, dtype, n_dirs, path)
             auto = gpu.plan_backprojection(table, 4, dtype, n_dirs).path == path
-            seconds = median_time(lambda: gpu.backproject(filt, table, out, table_dev=table_dev, path=path),
-                                  reps=reps, sync=sync)
-            note = (f"window {plan.W} samples, batch {plan.DB}" if path == "shared" else "global memory")
-            record(f"BP kernel only {n}^3 voxels 8x pitch, {n_dirs} dirs, {np.dtype(dtype).name}, {path}",
-                   seconds, n ** 3 * n_dirs, note=note + ("; auto's choice" if auto else ""))
+            seconds = median_time(
+                lambda: gpu.backproject(filt, table, out, table_dev=table_dev, path=path), reps=reps, sync=sync
+            )
+            note = f"window {plan.W} samples, batch {plan.DB}" if path == "shared" else "global memory"
+            record(
+                f"BP kernel only {n}^3 voxels 8x pitch, {n_dirs} dirs, {np.dtype(dtype).name}, {path}",
+                seconds,
+                n**3 * n_dirs,
+                note=note + ("; auto's choice" if auto else ""),
+            )
     g = leveret.RadonGeometry.uniform(n_dirs, 12288, spacing=math.sqrt(3.0) * n / 12288)
     vol = leveret.VolumeGeometry((n, n, n), 1.0)
     table = sample_table(g.directions, g.n_samples, g.spacing, vol)
@@ -148,8 +162,12 @@ def bench_fallbacks(reps=5):
     out = cp.empty(g.projection_shape, np.float32)
     for path in ("shared", "global"):
         seconds = median_time(lambda: gpu.forward(x, table, out, path=path), reps=reps, sync=sync)
-        record(f"forward kernel {n}^3 to {n_dirs} x 12288 samples, float32, {path}", seconds,
-               n ** 3 * n_dirs, note="shared histogram (auto's choice)" if path == "shared" else "global atomics")
+        record(
+            f"forward kernel {n}^3 to {n_dirs} x 12288 samples, float32, {path}",
+            seconds,
+            n**3 * n_dirs,
+            note="shared histogram (auto's choice)" if path == "shared" else "global atomics",
+        )
 
 
 def bench_cpu(problems=PROBLEMS, reps=1):
@@ -172,12 +190,19 @@ def bench_cpu(problems=PROBLEMS, reps=1):
             label = f"{n}^3 from {g.n_dirs} {'uniform' if gshape is None else 'grid'} dirs, {method}"
             for precision in ("float32", "float64"):
                 split: dict = {}
-                seconds = median_time(lambda: leveret.radon3d_fbp(p, g, vol, backend="cpu",
-                                                                  precision=precision, method=method,
-                                                                  stats=split),
-                                      reps=reps, warmup=0)
-                record(f"FBP {label}, {'f32' if precision == 'float32' else 'f64'}, CPU", seconds,
-                       n ** 3 * g.n_dirs, note=_split_note(split))
+                seconds = median_time(
+                    lambda: leveret.radon3d_fbp(
+                        p, g, vol, backend="cpu", precision=precision, method=method, stats=split
+                    ),
+                    reps=reps,
+                    warmup=0,
+                )
+                record(
+                    f"FBP {label}, {'f32' if precision == 'float32' else 'f64'}, CPU",
+                    seconds,
+                    n**3 * g.n_dirs,
+                    note=_split_note(split),
+                )
 
 
 def main(argv=None):
@@ -185,11 +210,15 @@ def main(argv=None):
     parser.add_argument("--cpu", action="store_true", help="run the problems on the CPU (all cores)")
     parser.add_argument("--gpu", action="store_true", help="run the problems on CUDA")
     parser.add_argument("--quick", action="store_true", help="only the first problem (128^3, 208)")
-    parser.add_argument("--sizes", default=None,
-                        help="comma-separated volume sizes to run, e.g. 128,200 (default: all)")
-    parser.add_argument("--kernels", action="store_true",
-                        help="only the kernel rows on CUDA: each problem's kernel and the global-memory "
-                             "fallback, and the unusual geometries (bench_fallbacks)")
+    parser.add_argument(
+        "--sizes", default=None, help="comma-separated volume sizes to run, e.g. 128,200 (default: all)"
+    )
+    parser.add_argument(
+        "--kernels",
+        action="store_true",
+        help="only the kernel rows on CUDA: each problem's kernel and the global-memory "
+        "fallback, and the unusual geometries (bench_fallbacks)",
+    )
     parser.add_argument("--out", default=None, help="JSON file for the results")
     args = parser.parse_args(argv)
     if not (args.cpu or args.gpu or args.kernels):

@@ -66,6 +66,7 @@ file with --budget 0 merges them:
     CUDA_VISIBLE_DEVICES=1 ... bench_sweep.py --resume old.json --part 2/2 --out p2.json
     ... bench_sweep.py --resume p1.json --resume p2.json --budget 0 --out bench_sweep.json
 """
+
 from __future__ import annotations
 
 import argparse
@@ -98,42 +99,72 @@ SID, SDD, EXTENT = 1000.0, 1500.0, 512.0
 # The detector's field at the isocentre spans 4/3 of the volume's extent on each
 # axis (the base problem: 512 columns of 2.0 mm at magnification 1.5 over 512 mm).
 FIELD = 4.0 / 3.0
-BASE_SAMPLING = 0.75        # detector pixels per voxel at the isocentre (2.0 mm / 1.5 over 1 mm voxels)
+BASE_SAMPLING = 0.75  # detector pixels per voxel at the isocentre (2.0 mm / 1.5 over 1 mm voxels)
 OPS = {
-    "cone": ("A joseph", "A.T joseph", "SIRT joseph", "CGLS joseph",
-             "A siddon", "A.T siddon", "SIRT siddon", "CGLS siddon", "A.T unmatched"),
+    "cone": (
+        "A joseph",
+        "A.T joseph",
+        "SIRT joseph",
+        "CGLS joseph",
+        "A siddon",
+        "A.T siddon",
+        "SIRT siddon",
+        "CGLS siddon",
+        "A.T unmatched",
+    ),
     "fdk": ("cone BP", "FDK"),
     "fdk-streamed": ("FDK streamed", "FDK streamed, 2 workers"),
     "parallel": ("parallel BP", "FBP"),
     "radon3d": ("radon3d FBP",),
 }
-SLOWER_THAN_ASTRA = 1.0     # flag: leveret / ASTRA above this
-TRANSPOSE_LIMIT = 2.0       # flag: A.T / A above this
-REGRESSION = 0.10           # --compare: slower than stored by more than this fraction
-REGRESSION_FLOOR = 0.5e-3   # ... and by more than this many seconds (timer noise on sub-ms points)
-STREAMED_REPS = 3           # timed calls of a streamed FDK row, after its first
+SLOWER_THAN_ASTRA = 1.0  # flag: leveret / ASTRA above this
+TRANSPOSE_LIMIT = 2.0  # flag: A.T / A above this
+REGRESSION = 0.10  # --compare: slower than stored by more than this fraction
+REGRESSION_FLOOR = 0.5e-3  # ... and by more than this many seconds (timer noise on sub-ms points)
+STREAMED_REPS = 3  # timed calls of a streamed FDK row, after its first
 
 
 # -- the points ------------------------------------------------------------------------
+
 
 def _sizes(quick: bool) -> dict:
     """Every axis' values; --quick divides sizes by 4 (views, detector, volumes) and
     GPU budgets by 64 (the volume's factor) so the whole sweep runs in a minute."""
     if quick:
-        return dict(n=128, views=180, n_axis=(64, 256), views_axis=(45, 90, 360),
-                    fdk_views=(32, 62, 250), streamed=[(256, 256, 64, 2 / 64), (1024, 1024, 160, 2 / 64),
-                                                       (1024, 1024, 160, 8 / 64)],
-                    par=dict(width=512, angles=512, slices=16), par_slices=(1, 4, 64, 512),
-                    par_angles=(45, 180, 1500), par_width=(128, 256, 1024),
-                    radon=dict(n=32, dirs=250), radon_n=(16, 64), radon_dirs=(25, 1000),
-                    corners_n=256, corners_views=360)
-    return dict(n=512, views=720, n_axis=(256, 768, 1024), views_axis=(180, 360, 1440),
-                fdk_views=(128, 248, 1000), streamed=[(1024, 1024, 1024, 2.0), (4096, 4096, 640, 2.0),
-                                                      (4096, 4096, 640, 8.0)],
-                par=dict(width=2048, angles=2048, slices=64), par_slices=(1, 16, 256, 2048),
-                par_angles=(180, 720, 6000), par_width=(512, 1024, 4096),
-                radon=dict(n=128, dirs=1000), radon_n=(64, 256), radon_dirs=(100, 4000),
-                corners_n=1024, corners_views=1440)
+        return dict(
+            n=128,
+            views=180,
+            n_axis=(64, 256),
+            views_axis=(45, 90, 360),
+            fdk_views=(32, 62, 250),
+            streamed=[(256, 256, 64, 2 / 64), (1024, 1024, 160, 2 / 64), (1024, 1024, 160, 8 / 64)],
+            par=dict(width=512, angles=512, slices=16),
+            par_slices=(1, 4, 64, 512),
+            par_angles=(45, 180, 1500),
+            par_width=(128, 256, 1024),
+            radon=dict(n=32, dirs=250),
+            radon_n=(16, 64),
+            radon_dirs=(25, 1000),
+            corners_n=256,
+            corners_views=360,
+        )
+    return dict(
+        n=512,
+        views=720,
+        n_axis=(256, 768, 1024),
+        views_axis=(180, 360, 1440),
+        fdk_views=(128, 248, 1000),
+        streamed=[(1024, 1024, 1024, 2.0), (4096, 4096, 640, 2.0), (4096, 4096, 640, 8.0)],
+        par=dict(width=2048, angles=2048, slices=64),
+        par_slices=(1, 16, 256, 2048),
+        par_angles=(180, 720, 6000),
+        par_width=(512, 1024, 4096),
+        radon=dict(n=128, dirs=1000),
+        radon_n=(64, 256),
+        radon_dirs=(100, 4000),
+        corners_n=1024,
+        corners_views=1440,
+    )
 
 
 def _point(family, axis, **params) -> dict:
@@ -142,8 +173,16 @@ def _point(family, axis, **params) -> dict:
 
 def cone_base(quick: bool = False) -> dict:
     s = _sizes(quick)
-    return dict(n=s["n"], nz=s["n"], views=s["views"], sampling=BASE_SAMPLING, half_angle=None,
-                scan="full", offset=0.0, trajectory="circular")
+    return dict(
+        n=s["n"],
+        nz=s["n"],
+        views=s["views"],
+        sampling=BASE_SAMPLING,
+        half_angle=None,
+        scan="full",
+        offset=0.0,
+        trajectory="circular",
+    )
 
 
 def points(quick: bool = False) -> list[dict]:
@@ -164,8 +203,12 @@ def points(quick: bool = False) -> list[dict]:
             out.append(_point(family, axis, **params))
         return out
 
-    first = [_point("cone", "base", **cb), _point("fdk", "base", **fb),
-             _point("parallel", "base", **pb), _point("radon3d", "base", **rb)]
+    first = [
+        _point("cone", "base", **cb),
+        _point("fdk", "base", **fb),
+        _point("parallel", "base", **pb),
+        _point("radon3d", "base", **rb),
+    ]
     small_n = [v for v in s["n_axis"] if v < cb["n"]]
     large_n = [v for v in s["n_axis"] if v > cb["n"]]
     views_small = [v for v in s["views_axis"] if v <= cb["views"]]
@@ -173,40 +216,63 @@ def points(quick: bool = False) -> list[dict]:
     # one axis at a time, the most telling values first (geometries a benchmark's
     # circular scan never shows; the extremes of each range), families taken in turn
     # so that a budget cut leaves every family measured
-    cone = (vary("cone", cb, "trajectory", ("wobble",)) + vary("cone", cb, "offset", (0.25,))
-            + vary("cone", cb, "scan", ("short",)) + vary("cone", cb, "half_angle", (2.0,))
-            + vary("cone", cb, "sampling", (0.5, 1.5)) + vary("cone", cb, "half_angle", (15.0,))
-            + vary("cone", cb, "views", views_small[:1]) + vary("cone", cb, "sampling", (2.5,))
-            + vary("cone", cb, "half_angle", (5.0, 10.0)) + vary("cone", cb, "sampling", (1.0, 2.0))
-            + vary("cone", cb, "views", views_small[1:]))
-    fdk = (vary("fdk", fb, "trajectory", ("wobble",)) + vary("fdk", fb, "scan", ("short",))
-           + vary("fdk", fb, "sampling", (0.5, 2.5)) + vary("fdk", fb, "views", s["fdk_views"])
-           + vary("fdk", fb, "sampling", (1.0, 1.5)))
-    par = (vary("parallel", pb, "roi", (True,)) + vary("parallel", pb, "precision", ("float16",))
-           + vary("parallel", pb, "angles", s["par_angles"])
-           + vary("parallel", pb, "slices", [v for v in s["par_slices"] if v <= pb["slices"]])
-           + vary("parallel", pb, "width", [v for v in s["par_width"] if v < pb["width"]]))
+    cone = (
+        vary("cone", cb, "trajectory", ("wobble",))
+        + vary("cone", cb, "offset", (0.25,))
+        + vary("cone", cb, "scan", ("short",))
+        + vary("cone", cb, "half_angle", (2.0,))
+        + vary("cone", cb, "sampling", (0.5, 1.5))
+        + vary("cone", cb, "half_angle", (15.0,))
+        + vary("cone", cb, "views", views_small[:1])
+        + vary("cone", cb, "sampling", (2.5,))
+        + vary("cone", cb, "half_angle", (5.0, 10.0))
+        + vary("cone", cb, "sampling", (1.0, 2.0))
+        + vary("cone", cb, "views", views_small[1:])
+    )
+    fdk = (
+        vary("fdk", fb, "trajectory", ("wobble",))
+        + vary("fdk", fb, "scan", ("short",))
+        + vary("fdk", fb, "sampling", (0.5, 2.5))
+        + vary("fdk", fb, "views", s["fdk_views"])
+        + vary("fdk", fb, "sampling", (1.0, 1.5))
+    )
+    par = (
+        vary("parallel", pb, "roi", (True,))
+        + vary("parallel", pb, "precision", ("float16",))
+        + vary("parallel", pb, "angles", s["par_angles"])
+        + vary("parallel", pb, "slices", [v for v in s["par_slices"] if v <= pb["slices"]])
+        + vary("parallel", pb, "width", [v for v in s["par_width"] if v < pb["width"]])
+    )
     radon = vary("radon3d", rb, "dirs", s["radon_dirs"]) + vary("radon3d", rb, "n", s["radon_n"])
     one_axis = [pt for group in zip_longest(cone, fdk, par, radon) for pt in group if pt is not None]
-    sizes = (vary("cone", cb, "n", small_n) + vary("fdk", fb, "n", small_n)
-             + vary("cone", cb, "views", views_large)
-             + vary("cone", cb, "n", large_n) + vary("fdk", fb, "n", large_n)
-             + vary("parallel", pb, "width", [v for v in s["par_width"] if v > pb["width"]])
-             + vary("parallel", pb, "slices", [v for v in s["par_slices"] if v > pb["slices"]]))
-    streamed = [_point("fdk-streamed", "budget", **dict(fb, n=nx, nz=nz, views=124, budget_gib=b))
-                for nx, _, nz, b in s["streamed"]]
+    sizes = (
+        vary("cone", cb, "n", small_n)
+        + vary("fdk", fb, "n", small_n)
+        + vary("cone", cb, "views", views_large)
+        + vary("cone", cb, "n", large_n)
+        + vary("fdk", fb, "n", large_n)
+        + vary("parallel", pb, "width", [v for v in s["par_width"] if v > pb["width"]])
+        + vary("parallel", pb, "slices", [v for v in s["par_slices"] if v > pb["slices"]])
+    )
+    streamed = [
+        _point("fdk-streamed", "budget", **dict(fb, n=nx, nz=nz, views=124, budget_gib=b))
+        for nx, _, nz, b in s["streamed"]
+    ]
     cn, cv = s["corners_n"], s["corners_views"]
-    corners = [_point("cone", "corner", **dict(cb, scan="short", offset=0.25, trajectory="wobble")),
-               _point("cone", "corner", **dict(cb, half_angle=2.0, sampling=2.5)),
-               _point("cone", "corner", **dict(cb, n=cb["n"] // 2, nz=cb["n"] // 2, views=cb["views"] // 4,
-                                               sampling=2.5)),
-               _point("cone", "corner", **dict(cb, n=cn, nz=cn, views=cv)),
-               _point("fdk", "corner", **dict(fb, n=cn, nz=cn, views=s["fdk_views"][-1], sampling=1.5)),
-               _point("parallel", "corner", **dict(pb, width=s["par_width"][-1], angles=s["par_angles"][-1],
-                                                   slices=1)),
-               _point("parallel", "corner", **dict(pb, width=s["par_width"][0], angles=s["par_angles"][0],
-                                                   slices=s["par_slices"][-1], roi=True)),
-               _point("radon3d", "corner", n=s["radon_n"][-1], dirs=s["radon_dirs"][-1])]
+    corners = [
+        _point("cone", "corner", **dict(cb, scan="short", offset=0.25, trajectory="wobble")),
+        _point("cone", "corner", **dict(cb, half_angle=2.0, sampling=2.5)),
+        _point("cone", "corner", **dict(cb, n=cb["n"] // 2, nz=cb["n"] // 2, views=cb["views"] // 4, sampling=2.5)),
+        _point("cone", "corner", **dict(cb, n=cn, nz=cn, views=cv)),
+        _point("fdk", "corner", **dict(fb, n=cn, nz=cn, views=s["fdk_views"][-1], sampling=1.5)),
+        _point("parallel", "corner", **dict(pb, width=s["par_width"][-1], angles=s["par_angles"][-1], slices=1)),
+        _point(
+            "parallel",
+            "corner",
+            **dict(pb, width=s["par_width"][0], angles=s["par_angles"][0], slices=s["par_slices"][-1], roi=True),
+        ),
+        _point("radon3d", "corner", n=s["radon_n"][-1], dirs=s["radon_dirs"][-1]),
+    ]
     return first + one_axis + sizes + streamed + corners
 
 
@@ -239,6 +305,7 @@ def point_label(point: dict) -> str:
 
 # -- geometries --------------------------------------------------------------------------
 
+
 def cone_problem(p: dict):
     """(ConeGeometry, VolumeGeometry, derived) of a cone point.
 
@@ -251,6 +318,7 @@ def cone_problem(p: dict):
     out as: half-angle, distances, detector size.
     """
     import leveret
+
     n, nz, views, s = p["n"], p["nz"], p["views"], p["sampling"]
     voxel = EXTENT / n
     pixel_iso = voxel / s
@@ -280,9 +348,16 @@ def cone_problem(p: dict):
         raise ValueError(f"trajectory: expected 'circular' or 'wobble', got {p['trajectory']!r}")
     g = leveret.ConeGeometry.circular(angles, sid_v, sdd_v, n_rows, n_cols, pixel, **kwargs)
     vol = leveret.VolumeGeometry((nz, n, n), voxel)
-    derived = dict(half_angle=round(math.degrees(math.atan(half_field_z / sid)), 3), sid=round(sid, 3),
-                   sdd=round(sdd, 3), pixel=round(pixel, 6), n_rows=n_rows, n_cols=n_cols,
-                   sampling=s, fan_half_angle=round(math.degrees(fan), 3))
+    derived = dict(
+        half_angle=round(math.degrees(math.atan(half_field_z / sid)), 3),
+        sid=round(sid, 3),
+        sdd=round(sdd, 3),
+        pixel=round(pixel, 6),
+        n_rows=n_rows,
+        n_cols=n_cols,
+        sampling=s,
+        fan_half_angle=round(math.degrees(fan), 3),
+    )
     return g, vol, derived
 
 
@@ -290,6 +365,7 @@ def parallel_problem(p: dict):
     """(ParallelGeometry, VolumeGeometry, roi or None) of a parallel point: unit
     pixels, ``slices`` detector rows, the ROI the central half of each slice."""
     import leveret
+
     w = p["width"]
     angles = np.linspace(0.0, np.pi, p["angles"], endpoint=False)
     g = leveret.ParallelGeometry(angles, w, n_rows=p["slices"])
@@ -299,12 +375,14 @@ def parallel_problem(p: dict):
 
 def radon_problem(p: dict):
     import leveret
+
     n = p["n"]
     g = leveret.RadonGeometry.uniform(p["dirs"], int(math.ceil(math.sqrt(3.0) * n)) + 1)
     return g, leveret.VolumeGeometry((n, n, n), 1.0)
 
 
 # -- memory and time estimates (before allocating) ----------------------------------------
+
 
 def array_bytes(point: dict) -> tuple[int, int]:
     """(volume bytes, projection bytes) of a point in float32, from its parameters alone."""
@@ -349,7 +427,7 @@ def needs(point: dict, op: str) -> tuple[int, int]:
 # rescales them by the ratio of measured to estimated time so far.
 _RATE = {"cone": 2.5e11, "fdk": 1.0e12, "fdk-streamed": 1.0e12, "parallel": 5.0e11, "radon3d": 5.0e10}
 _CALLS = {"cone": 72, "fdk": 14, "fdk-streamed": 12, "parallel": 16, "radon3d": 8}
-LONG_POINT = 120.0   # s: a point whose calls take longer is timed once after its warm-up
+LONG_POINT = 120.0  # s: a point whose calls take longer is timed once after its warm-up
 
 
 def estimate_seconds(point: dict, ops=None) -> float:
@@ -357,7 +435,7 @@ def estimate_seconds(point: dict, ops=None) -> float:
     ``ops`` among its operations), for the ETA, --budget and --part."""
     share = 1.0 if ops is None else len(ops) / len(OPS[point["family"]])
     t = work_seconds(point)
-    if t > LONG_POINT:   # one timed call after the warm-up instead of two or three (Sweep.reps)
+    if t > LONG_POINT:  # one timed call after the warm-up instead of two or three (Sweep.reps)
         t *= 0.6
     return 1.0 + share * t
 
@@ -366,27 +444,31 @@ def work_seconds(point: dict) -> float:
     """The rough time of all the point's calls at the default repetitions."""
     p, f = point["params"], point["family"]
     if f in ("cone", "fdk", "fdk-streamed"):
-        updates = p["views"] * p["n"] ** 2 * p["nz"] * max(1.0, p["sampling"] ** 2 / BASE_SAMPLING ** 2
-                                                           if f == "cone" else 1.0)
+        updates = (
+            p["views"] * p["n"] ** 2 * p["nz"] * max(1.0, p["sampling"] ** 2 / BASE_SAMPLING**2 if f == "cone" else 1.0)
+        )
     elif f == "parallel":
         side = p["width"] // 2 if p["roi"] else p["width"]
         updates = p["slices"] * p["angles"] * side * side
     else:
         updates = p["dirs"] * p["n"] ** 3
     vol, proj = array_bytes(point)
-    host = 0.0 if f == "cone" else _CALLS[f] / 2 * (vol + proj) / 10e9   # host arrays at ~10 GB/s
+    host = 0.0 if f == "cone" else _CALLS[f] / 2 * (vol + proj) / 10e9  # host arrays at ~10 GB/s
     return _CALLS[f] * updates / _RATE[f] + host
 
 
 # -- timing helpers (GPU) -------------------------------------------------------------------
 
+
 def _sync():
     import cupy as cp
+
     cp.cuda.Device().synchronize()
 
 
 def _free():
     import cupy as cp
+
     cp.get_default_memory_pool().free_all_blocks()
     cp.get_default_pinned_memory_pool().free_all_blocks()
 
@@ -405,6 +487,7 @@ def precision_names() -> dict:
     ("float32"/"float16" where the NumPy names are accepted, else "single"/"fast" and
     "exact"/"fast"), probed on a tiny CPU problem."""
     import leveret
+
     g = leveret.ParallelGeometry(np.linspace(0, np.pi, 4, endpoint=False), 8)
     sino = np.zeros((4, 8), np.float32)
     names = {}
@@ -425,6 +508,7 @@ def precision_names() -> dict:
 def projector_options() -> dict:
     """transpose="auto" where Projector has the argument (it is passed only then)."""
     import leveret
+
     return {"transpose": "auto"} if "transpose" in inspect.signature(leveret.Projector).parameters else {}
 
 
@@ -437,6 +521,7 @@ class Astra:
             try:
                 import astra
                 import astra.experimental  # noqa: F401  (direct_FP3D / direct_BP3D)
+
                 self.astra, self.reason = astra, ""
             except ImportError as exc:
                 self.reason = f"ASTRA not available: {exc}"
@@ -447,6 +532,7 @@ class Astra:
         import astra
         import astra.experimental as ae
         import cupy as cp
+
         vol_d = cp.random.random(vol_shape, dtype=cp.float32)
         proj_d = cp.zeros(proj_shape, cp.float32)
         projector = astra.create_projector("cuda3d", pg, vg)
@@ -455,8 +541,11 @@ class Astra:
             rows, views, cols = proj_shape
             vlink = astra.data3d.GPULink(vol_d.data.ptr, nx, ny, nz, nx * 4)
             plink = astra.data3d.GPULink(proj_d.data.ptr, cols, views, rows, cols * 4)
-            t_fp = (common.median_time(lambda: ae.direct_FP3D(projector, vlink, plink), reps=reps, sync=_sync)
-                    if fp else None)
+            t_fp = (
+                common.median_time(lambda: ae.direct_FP3D(projector, vlink, plink), reps=reps, sync=_sync)
+                if fp
+                else None
+            )
             t_bp = common.median_time(lambda: ae.direct_BP3D(projector, vlink, plink), reps=reps, sync=_sync)
         finally:
             astra.projector3d.delete(projector)
@@ -474,7 +563,7 @@ class Astra:
         cfg["ProjectionDataId"], cfg["ReconstructionDataId"] = pid, vid
         aid = astra.algorithm.create(cfg)
         try:
-            astra.algorithm.run(aid, 1)          # set-up: weights, GPU copies
+            astra.algorithm.run(aid, 1)  # set-up: weights, GPU copies
             return iteration_time(lambda n: astra.algorithm.run(aid, n))
         finally:
             astra.algorithm.delete(aid)
@@ -517,6 +606,7 @@ class Astra:
 def pinned_bandwidth(nbytes: int = GiB // 2) -> tuple[float, float]:
     """Measured pinned host->device and device->host bandwidth (bytes/s)."""
     import cupy as cp
+
     mem = cp.cuda.alloc_pinned_memory(nbytes)
     host = np.frombuffer(mem, np.uint8, nbytes)
     host[:] = 1
@@ -539,6 +629,7 @@ def fresh_write_bandwidth(nbytes: int = 4 * GiB) -> float:
     from concurrent.futures import ThreadPoolExecutor
 
     import cupyx
+
     threads = len(os.sched_getaffinity(0))
     source = cupyx.empty_pinned(256 << 20, np.uint8)
     source[:] = 1
@@ -547,12 +638,17 @@ def fresh_write_bandwidth(nbytes: int = 4 * GiB) -> float:
     def fill():
         out = np.empty(nbytes, np.uint8)
         with ThreadPoolExecutor(threads) as pool:
-            list(pool.map(lambda a: out[a:a + n].__setitem__(Ellipsis, source[:min(n, nbytes - a)]),
-                          range(0, nbytes, n)))
+            list(
+                pool.map(
+                    lambda a: out[a : a + n].__setitem__(Ellipsis, source[: min(n, nbytes - a)]), range(0, nbytes, n)
+                )
+            )
+
     return nbytes / common.median_time(fill, reps=3)
 
 
 # -- running a point ----------------------------------------------------------------------
+
 
 def _failed(what: str, exc: Exception) -> str:
     """A note for a peer call that raised (leveret's time still stands)."""
@@ -573,13 +669,23 @@ class Sweep:
     # rows
     def add(self, point, op, leveret_s=None, astra_s=None, *, note="", status="ok", reason="", **extra):
         ratio = leveret_s / astra_s if leveret_s and astra_s else None
-        row = {"family": point["family"], "axis": point["axis"], "op": op, "params": point["params"],
-               "derived": point.get("derived", {}), "key": point_key(point["family"], op, point["params"]),
-               "leveret_s": leveret_s, "astra_s": astra_s, "ratio": ratio, "status": status,
-               "reason": reason, "note": note, **extra}
-        if leveret_s is not None:     # the fields bench/common.py's table() reads
-            row.update(problem=f"{op}: {point_label(point)}", code="leveret", seconds=leveret_s,
-                       GU_per_s=None)
+        row = {
+            "family": point["family"],
+            "axis": point["axis"],
+            "op": op,
+            "params": point["params"],
+            "derived": point.get("derived", {}),
+            "key": point_key(point["family"], op, point["params"]),
+            "leveret_s": leveret_s,
+            "astra_s": astra_s,
+            "ratio": ratio,
+            "status": status,
+            "reason": reason,
+            "note": note,
+            **extra,
+        }
+        if leveret_s is not None:  # the fields bench/common.py's table() reads
+            row.update(problem=f"{op}: {point_label(point)}", code="leveret", seconds=leveret_s, GU_per_s=None)
         self.rows.append(row)
         print(format_row(row), flush=True)
         return row
@@ -601,8 +707,13 @@ class Sweep:
     def run(self, point, done=frozenset()):
         """Measure the point's operations whose keys are not in ``done``."""
         family = point["family"]
-        runner = {"cone": self.cone, "fdk": self.fdk, "fdk-streamed": self.fdk_streamed,
-                  "parallel": self.parallel, "radon3d": self.radon3d}[family]
+        runner = {
+            "cone": self.cone,
+            "fdk": self.fdk,
+            "fdk-streamed": self.fdk_streamed,
+            "parallel": self.parallel,
+            "radon3d": self.radon3d,
+        }[family]
         todo = []
         for op in missing_ops(point, done):
             reason = self.fits(point, op)
@@ -615,7 +726,7 @@ class Sweep:
         n0 = len(self.rows)
         try:
             runner(point, todo)
-        except Exception as exc:   # a point that fails is a row, the sweep goes on
+        except Exception as exc:  # a point that fails is a row, the sweep goes on
             done = {r["op"] for r in self.rows[n0:]}
             for op in todo:
                 if op not in done:
@@ -626,22 +737,29 @@ class Sweep:
     def cone(self, point, ops):
         import cupy as cp
         import leveret
+
         g, vol, point["derived"] = cone_problem(point["params"])
         n_views, n_rows, n_cols = g.projection_shape
         a_fp = a_bp = a_sirt = a_cgls = None
         a_note = self.astra.reason
-        if self.astra.astra is not None:   # only the calls that ``ops`` compare with
+        if self.astra.astra is not None:  # only the calls that ``ops`` compare with
             try:
                 pg, vg = common.astra_cone_geometry(g, vol)
                 if any(op.startswith("A") for op in ops):
-                    a_fp, a_bp = self.astra.fp_bp(pg, vg, vol.shape, (n_rows, n_views, n_cols),
-                                                  reps=self.reps(point, 2), fp=any(op.startswith("A ") for op in ops))
+                    a_fp, a_bp = self.astra.fp_bp(
+                        pg,
+                        vg,
+                        vol.shape,
+                        (n_rows, n_views, n_cols),
+                        reps=self.reps(point, 2),
+                        fp=any(op.startswith("A ") for op in ops),
+                    )
                 if any(op.startswith("SIRT") for op in ops):
                     a_sirt = self.astra.iteration("SIRT3D_CUDA", pg, vg, (n_rows, n_views, n_cols))
                 if any(op.startswith("CGLS") for op in ops):
                     a_cgls = self.astra.iteration("CGLS3D_CUDA", pg, vg, (n_rows, n_views, n_cols))
                 a_note = ""
-            except Exception as exc:   # ASTRA's failure leaves leveret's rows standing
+            except Exception as exc:  # ASTRA's failure leaves leveret's rows standing
                 a_note = _failed("ASTRA", exc)
         rng = cp.random.default_rng(0)
         for model in ("joseph", "siddon"):
@@ -653,15 +771,15 @@ class Sweep:
             x = rng.random(vol.shape, dtype=cp.float32)
             y = cp.empty(g.projection_shape, cp.float32)
             reps = self.reps(point, 2)
-            t_a = common.median_time(lambda: A(x, out=y), reps=reps, sync=_sync)   # A.T's input and A.T / A
+            t_a = common.median_time(lambda: A(x, out=y), reps=reps, sync=_sync)  # A.T's input and A.T / A
             if f"A {model}" in mine:
                 self.add(point, f"A {model}", t_a, a_fp, note=note)
             back = cp.empty(vol.shape, cp.float32)
             if f"A.T {model}" in mine:
                 t_at = common.median_time(lambda: A.T(y, out=back), reps=reps, sync=_sync)
                 extra = {}
-                if "transpose" in projector_options():   # the other transpose and the voxel-driven
-                    other = "scatter" if A.transpose == "gather" else "gather"   # back-projection, for the rules
+                if "transpose" in projector_options():  # the other transpose and the voxel-driven
+                    other = "scatter" if A.transpose == "gather" else "gather"  # back-projection, for the rules
                     try:
                         B = leveret.Projector(g, vol, model=model, backend="cuda", transpose=other)
                         extra[f"at_{other}_s"] = common.median_time(lambda: B.T(y, out=back), reps=reps, sync=_sync)
@@ -684,19 +802,26 @@ class Sweep:
                 self.add(point, f"CGLS {model}", t, a_cgls, note=note)
             del A, b, y
             _free()
-        if "A.T unmatched" in ops:   # the unmatched adjoint: ASTRA's BP3D is voxel-driven too
+        if "A.T unmatched" in ops:  # the unmatched adjoint: ASTRA's BP3D is voxel-driven too
             V = leveret.Projector(g, vol, model="joseph", backend="cuda", adjoint="unmatched")
             y = rng.random(g.projection_shape, dtype=cp.float32)
             back = cp.empty(vol.shape, cp.float32)
             t = common.median_time(lambda: V.T(y, out=back), reps=self.reps(point, 2), sync=_sync)
-            self.add(point, "A.T unmatched", t, a_bp, note="Projector(adjoint='unmatched'): per-pixel weights, then "
-                     "ConeBackprojection" + (f"; {a_note}" if a_note else ""))
+            self.add(
+                point,
+                "A.T unmatched",
+                t,
+                a_bp,
+                note="Projector(adjoint='unmatched'): per-pixel weights, then "
+                "ConeBackprojection" + (f"; {a_note}" if a_note else ""),
+            )
             del V, y, back
             _free()
 
     def fdk(self, point, ops):
         import cupy as cp
         import leveret
+
         g, vol, point["derived"] = cone_problem(point["params"])
         n_views, n_rows, n_cols = g.projection_shape
         pg = vg = None
@@ -712,24 +837,33 @@ class Sweep:
             a, a_note = None, self.astra.reason
             if pg is not None:
                 try:
-                    _, a = self.astra.fp_bp(pg, vg, vol.shape, (n_rows, n_views, n_cols), reps=self.reps(point, 3),
-                                            fp=False)
+                    _, a = self.astra.fp_bp(
+                        pg, vg, vol.shape, (n_rows, n_views, n_cols), reps=self.reps(point, 3), fp=False
+                    )
                     a_note = "ASTRA direct_BP3D"
                 except Exception as exc:
                     a_note = _failed("ASTRA direct_BP3D", exc)
             self.add(point, "cone BP", t, a, note=f"kernel {op.last_kernel}; device arrays; {a_note}")
         if "FDK" in ops:
             host = np.random.default_rng(0).random(g.projection_shape, dtype=np.float32)
-            t = common.median_time(lambda: leveret.fdk(host, g, vol, backend="cuda"), reps=self.reps(point, 2),
-                                   sync=_sync)
+            t = common.median_time(
+                lambda: leveret.fdk(host, g, vol, backend="cuda"), reps=self.reps(point, 2), sync=_sync
+            )
             del host
             _free()
             a, a_note = None, self.astra.reason
             if pg is not None:
                 short = {"ShortScan": True} if point["params"]["scan"] == "short" else None
                 try:
-                    a, a_note = self.astra.algorithm_host("FDK_CUDA", pg, vg, (n_rows, n_views, n_cols),
-                                                          vol.shape, reps=self.reps(point, 2), options=short)
+                    a, a_note = self.astra.algorithm_host(
+                        "FDK_CUDA",
+                        pg,
+                        vg,
+                        (n_rows, n_views, n_cols),
+                        vol.shape,
+                        reps=self.reps(point, 2),
+                        options=short,
+                    )
                     a_note = "ASTRA " + a_note
                 except Exception as exc:
                     a_note = _failed("ASTRA FDK_CUDA", exc)
@@ -739,6 +873,7 @@ class Sweep:
         import cupy as cp
         import leveret
         from leveret.cuda.devices import DeviceSet
+
         g, vol, point["derived"] = cone_problem(point["params"])
         n_views, n_rows, n_cols = g.projection_shape
         budget = int(point["params"]["budget_gib"] * GiB)
@@ -754,23 +889,25 @@ class Sweep:
         _free()
         host = np.random.default_rng(0).random(g.projection_shape, dtype=np.float32)
         device = cp.cuda.Device().id
-        calls = {"FDK streamed": {},   # fdk's default; and two workers sharing the GPU asked for (leveret.cuda.devices)
-                 "FDK streamed, 2 workers": {"devices": DeviceSet([device, device], shared=True)}}
+        calls = {
+            "FDK streamed": {},  # fdk's default; and two workers sharing the GPU asked for (leveret.cuda.devices)
+            "FDK streamed, 2 workers": {"devices": DeviceSet([device, device], shared=True)},
+        }
         times, stages, first, calls_s = {}, {}, {}, {}
         for op in ops:
-            split: dict = {}   # the last timed call's stages (fdk's stats: seconds in transfers and compute)
+            split: dict = {}  # the last timed call's stages (fdk's stats: seconds in transfers and compute)
 
             def run():
                 split.clear()
                 leveret.fdk(host, g, vol, backend="cuda", gpu_memory=budget, stats=split, **calls[op])
 
-            try:   # the median of calls after a warm-up (the host's state moves them by up to 20 %);
+            try:  # the median of calls after a warm-up (the host's state moves them by up to 20 %);
                 # the first call (pinning, fresh pages) reported beside it
                 first[op] = common.median_time(run, reps=1, warmup=0, sync=_sync)
                 calls_s[op] = [common.median_time(run, reps=1, warmup=0, sync=_sync) for _ in range(STREAMED_REPS)]
                 times[op] = statistics.median(calls_s[op])
                 stages[op] = {k: round(float(x), 4) for k, x in split.items()}
-            except Exception as exc:   # the other call's row still stands
+            except Exception as exc:  # the other call's row still stands
                 self.add(point, op, status="failed", reason=f"{type(exc).__name__}: {exc}"[:300])
             _free()
         del host
@@ -781,23 +918,37 @@ class Sweep:
         if self.astra.astra is not None:
             try:
                 pg, vg = common.astra_cone_geometry(g, vol)
-                a, a_note = self.astra.algorithm_host("FDK_CUDA", pg, vg, (n_rows, n_views, n_cols), vol.shape,
-                                                      reps=1, gpu_memory=budget)
+                a, a_note = self.astra.algorithm_host(
+                    "FDK_CUDA", pg, vg, (n_rows, n_views, n_cols), vol.shape, reps=1, gpu_memory=budget
+                )
                 a_note = "ASTRA " + a_note
             except Exception as exc:
                 a_note = _failed("ASTRA FDK_CUDA", exc)
         for op, t in times.items():
-            self.add(point, op, t, a, bound_s=bound, over_bound=t / bound, stages=stages[op],
-                     first_s=first[op], first_over_bound=first[op] / bound, calls_s=calls_s[op],
-                     note=(f"calls {min(calls_s[op]):.2f}-{max(calls_s[op]):.2f} s, first call {first[op]:.2f} s; "
-                           f"bound {bound:.2f} s = {bytes_in / 1e9:.2f} GB in at {h2d / 1e9:.1f} GB/s + "
-                           f"{4 * vol.size / 1e9:.2f} GB out at {out_rate / 1e9:.1f} GB/s (device->host "
-                           f"{d2h / 1e9:.1f}, fresh host pages {fresh / 1e9:.1f}) + FDK in one piece "
-                           f"{t_compute:.2f} s; {a_note}"))
+            self.add(
+                point,
+                op,
+                t,
+                a,
+                bound_s=bound,
+                over_bound=t / bound,
+                stages=stages[op],
+                first_s=first[op],
+                first_over_bound=first[op] / bound,
+                calls_s=calls_s[op],
+                note=(
+                    f"calls {min(calls_s[op]):.2f}-{max(calls_s[op]):.2f} s, first call {first[op]:.2f} s; "
+                    f"bound {bound:.2f} s = {bytes_in / 1e9:.2f} GB in at {h2d / 1e9:.1f} GB/s + "
+                    f"{4 * vol.size / 1e9:.2f} GB out at {out_rate / 1e9:.1f} GB/s (device->host "
+                    f"{d2h / 1e9:.1f}, fresh host pages {fresh / 1e9:.1f}) + FDK in one piece "
+                    f"{t_compute:.2f} s; {a_note}"
+                ),
+            )
 
     def parallel(self, point, ops):
         import cupy as cp
         import leveret
+
         if self._names is None:
             self._names = precision_names()
         p = point["params"]
@@ -806,8 +957,7 @@ class Sweep:
         point["derived"] = {"roi": list(roi) if roi else None}
         a_note = self.astra.reason
         if "parallel BP" in ops:
-            op = leveret.ParallelBackprojection(g, vol, backend="cuda", roi=roi,
-                                                precision=self._names[("op", prec)])
+            op = leveret.ParallelBackprojection(g, vol, backend="cuda", roi=roi, precision=self._names[("op", prec)])
             sinos = cp.random.random((p["slices"], p["angles"], p["width"]), dtype=cp.float32)
             out = cp.empty((p["slices"],) + op.out_shape, cp.float32)
             t = common.median_time(lambda: op(sinos, out=out), reps=self.reps(point, 3), sync=_sync)
@@ -820,16 +970,25 @@ class Sweep:
                 pg = astra.create_proj_geom("parallel3d", 1.0, 1.0, p["slices"], p["width"], g.angles)
                 ny, nx = op.out_shape
                 try:
-                    _, a = self.astra.fp_bp(pg, vg, (p["slices"], ny, nx), (p["slices"], p["angles"], p["width"]),
-                                            reps=self.reps(point, 3), fp=False)
+                    _, a = self.astra.fp_bp(
+                        pg,
+                        vg,
+                        (p["slices"], ny, nx),
+                        (p["slices"], p["angles"], p["width"]),
+                        reps=self.reps(point, 3),
+                        fp=False,
+                    )
                     a_note = "ASTRA direct_BP3D (parallel3d)"
                 except Exception as exc:
                     a_note = _failed("ASTRA direct_BP3D", exc)
             self.add(point, "parallel BP", t, a, note=f"kernel {op.last_kernel}; device arrays; {a_note}")
         if "FBP" in ops:
             proj = np.random.default_rng(0).random(g.projection_shape, dtype=np.float32)
-            t = common.median_time(lambda: leveret.fbp(proj, g, roi=roi, precision=self._names[("fbp", prec)]),
-                                   reps=self.reps(point, 2), sync=_sync)
+            t = common.median_time(
+                lambda: leveret.fbp(proj, g, roi=roi, precision=self._names[("fbp", prec)]),
+                reps=self.reps(point, 2),
+                sync=_sync,
+            )
             del proj
             a = None
             if self.astra.astra is not None:
@@ -840,8 +999,9 @@ class Sweep:
                 pg = astra.create_proj_geom("parallel", 1.0, p["width"], g.angles)
                 # FBP_CUDA is 2D: one call per slice, its median time times the slices
                 try:
-                    t_slice, _ = self.astra.algorithm_host("FBP_CUDA", pg, vg, (p["angles"], p["width"]), (ny, nx),
-                                                           reps=3)   # one slice: short
+                    t_slice, _ = self.astra.algorithm_host(
+                        "FBP_CUDA", pg, vg, (p["angles"], p["width"]), (ny, nx), reps=3
+                    )  # one slice: short
                     a = p["slices"] * t_slice
                     a_note = f"ASTRA FBP_CUDA: one slice's median time x {p['slices']}"
                 except Exception as exc:
@@ -850,10 +1010,12 @@ class Sweep:
 
     def radon3d(self, point, ops):
         import leveret
+
         g, vol = radon_problem(point["params"])
         proj = np.random.default_rng(0).random(g.projection_shape).astype(np.float32)
-        t = common.median_time(lambda: leveret.radon3d_fbp(proj, g, vol, backend="cuda"), reps=self.reps(point, 3),
-                               sync=_sync)
+        t = common.median_time(
+            lambda: leveret.radon3d_fbp(proj, g, vol, backend="cuda"), reps=self.reps(point, 3), sync=_sync
+        )
         self.add(point, "radon3d FBP", t, None, note="NumPy in and out; no ASTRA counterpart")
 
 
@@ -863,6 +1025,7 @@ def streamed_input_bytes(g, vol, budget: int) -> int:
     try:
         from leveret.algorithms.fdk import _plan_slabs
         from leveret.algorithms.fdk_weights import rows_seen
+
         slabs, _ = _plan_slabs(g, vol, "cuda", budget, None)
     except (ImportError, TypeError, ValueError):
         return 4 * int(np.prod(g.projection_shape))
@@ -875,6 +1038,7 @@ def streamed_input_bytes(g, vol, budget: int) -> int:
 
 
 # -- the report ------------------------------------------------------------------------------
+
 
 def _ms(s) -> str:
     return f"{s * 1e3:10.1f}" if s is not None else f"{'-':>10s}"
@@ -895,8 +1059,7 @@ def format_row(row: dict) -> str:
 
 
 def header() -> str:
-    return (f"{'operation':13s} {'point':62s} {'leveret ms':>10s} {'ASTRA ms':>10s} {'ratio':>6s} "
-            f"{'AT/A':>5s}")
+    return f"{'operation':13s} {'point':62s} {'leveret ms':>10s} {'ASTRA ms':>10s} {'ratio':>6s} {'AT/A':>5s}"
 
 
 def flags(row: dict) -> list[str]:
@@ -924,45 +1087,57 @@ def summarize(rows: list[dict]) -> dict:
             s["at_over_a"].append(row["at_over_a"])
     summary = {}
     for op, s in per_op.items():
-        summary[op] = {"points": s["points"],
-                       "worst_ratio": max(s["ratios"]) if s["ratios"] else None,
-                       "median_ratio": statistics.median(s["ratios"]) if s["ratios"] else None,
-                       "worst_at_over_a": max(s["at_over_a"]) if s["at_over_a"] else None}
+        summary[op] = {
+            "points": s["points"],
+            "worst_ratio": max(s["ratios"]) if s["ratios"] else None,
+            "median_ratio": statistics.median(s["ratios"]) if s["ratios"] else None,
+            "worst_at_over_a": max(s["at_over_a"]) if s["at_over_a"] else None,
+        }
     flagged = [(row, flags(row)) for row in rows if row["status"] == "ok" and flags(row)]
-    return {"per_op": summary, "flagged": [{"key": r["key"], "why": why} for r, why in flagged],
-            "skipped": sum(r["status"] == "skipped" for r in rows),
-            "failed": sum(r["status"] == "failed" for r in rows)}
+    return {
+        "per_op": summary,
+        "flagged": [{"key": r["key"], "why": why} for r, why in flagged],
+        "skipped": sum(r["status"] == "skipped" for r in rows),
+        "failed": sum(r["status"] == "failed" for r in rows),
+    }
 
 
 def summary_text(summary: dict) -> str:
-    f = lambda x: f"{x:8.2f}" if x is not None else f"{'-':>8s}"   # noqa: E731
+    f = lambda x: f"{x:8.2f}" if x is not None else f"{'-':>8s}"  # noqa: E731
     lines = [f"{'operation':13s} {'points':>6s} {'worst':>8s} {'median':>8s} {'AT/A max':>8s}   (leveret / ASTRA)"]
     for op, s in summary["per_op"].items():
-        lines.append(f"{op:13s} {s['points']:6d} {f(s['worst_ratio'])} {f(s['median_ratio'])} "
-                     f"{f(s['worst_at_over_a'])}")
+        lines.append(
+            f"{op:13s} {s['points']:6d} {f(s['worst_ratio'])} {f(s['median_ratio'])} {f(s['worst_at_over_a'])}"
+        )
     lines.append(f"{len(summary['flagged'])} flagged, {summary['skipped']} skipped, {summary['failed']} failed")
     for item in summary["flagged"]:
         lines.append(f"  FLAG {item['key']}: {'; '.join(item['why'])}")
     return "\n".join(lines)
 
 
-def compare(rows: list[dict], stored: list[dict], tolerance: float = REGRESSION,
-            floor: float = REGRESSION_FLOOR) -> list[dict]:
+def compare(
+    rows: list[dict], stored: list[dict], tolerance: float = REGRESSION, floor: float = REGRESSION_FLOOR
+) -> list[dict]:
     """Rows whose leveret time exceeds the stored row of the same key by more than
     ``tolerance`` (a fraction) and by more than ``floor`` seconds."""
-    before = {r["key"]: r["leveret_s"] for r in stored
-              if r.get("status") == "ok" and r.get("leveret_s") and "key" in r}
+    before = {r["key"]: r["leveret_s"] for r in stored if r.get("status") == "ok" and r.get("leveret_s") and "key" in r}
     out = []
     for row in rows:
         old = before.get(row["key"])
-        if (row["status"] == "ok" and old and row["leveret_s"] > old * (1.0 + tolerance)
-                and row["leveret_s"] - old > floor):
-            out.append({"key": row["key"], "stored_s": old, "now_s": row["leveret_s"],
-                        "slower": row["leveret_s"] / old - 1.0})
+        if (
+            row["status"] == "ok"
+            and old
+            and row["leveret_s"] > old * (1.0 + tolerance)
+            and row["leveret_s"] - old > floor
+        ):
+            out.append(
+                {"key": row["key"], "stored_s": old, "now_s": row["leveret_s"], "slower": row["leveret_s"] / old - 1.0}
+            )
     return out
 
 
 # -- the plot --------------------------------------------------------------------------------
+
 
 def _axis_value(row: dict, axis: str):
     """The row's value on ``axis``: the half-angle the scan came out with (the base
@@ -979,10 +1154,15 @@ def plot(rows: list[dict], path: str) -> None:
     """One panel per (family, swept axis): leveret / ASTRA per operation over the axis'
     values, the base point included; a dashed line at 1 (equal time)."""
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    ok = [dict(r, op=f"{r['op']} / bound", ratio=r["over_bound"]) for r in rows
-          if r["status"] == "ok" and r.get("over_bound") is not None]
+
+    ok = [
+        dict(r, op=f"{r['op']} / bound", ratio=r["over_bound"])
+        for r in rows
+        if r["status"] == "ok" and r.get("over_bound") is not None
+    ]
     ok += [r for r in rows if r["status"] == "ok" and r.get("ratio") is not None]
     panels = sorted({(r["family"], r["axis"]) for r in ok if r["axis"] not in ("base", "corner")})
     if not panels:
@@ -993,8 +1173,10 @@ def plot(rows: list[dict], path: str) -> None:
     fig, axes = plt.subplots(nrows, cols, figsize=(4.2 * cols, 3.2 * nrows), squeeze=False)
     for ax, (family, axis) in zip(axes.flat, panels):
         members = [r for r in ok if r["family"] == family and r["axis"] in ("base", axis)]
-        values = sorted({_axis_value(r, axis) for r in members}, key=lambda v: (isinstance(v, str), str(v)
-                                                                               if isinstance(v, str) else v))
+        values = sorted(
+            {_axis_value(r, axis) for r in members},
+            key=lambda v: (isinstance(v, str), str(v) if isinstance(v, str) else v),
+        )
         numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
         pos = {v: (v if numeric else i) for i, v in enumerate(values)}
         for op in sorted({r["op"] for r in members}):
@@ -1007,10 +1189,9 @@ def plot(rows: list[dict], path: str) -> None:
         ax.set_title(f"{family}: {axis}", fontsize=9)
         if not numeric:
             ax.set_xticks(list(pos.values()), [str(v) for v in values])
-        ax.set_ylabel("leveret / ASTRA time" if family != "fdk-streamed" else "leveret / (ASTRA, bound)",
-                      fontsize=8)
+        ax.set_ylabel("leveret / ASTRA time" if family != "fdk-streamed" else "leveret / (ASTRA, bound)", fontsize=8)
         ax.legend(fontsize=6)
-    for ax in list(axes.flat)[len(panels):]:
+    for ax in list(axes.flat)[len(panels) :]:
         ax.set_visible(False)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -1019,13 +1200,18 @@ def plot(rows: list[dict], path: str) -> None:
 
 # -- the consistency check of ASTRA's geometry ------------------------------------------------
 
+
 def check_cases(n: int) -> list[tuple[str, dict]]:
     """--check's geometries: a circular scan of n^3 from 90 views and its variants."""
     cases = []
-    for name, over in (("base", {}), ("short scan", {"scan": "short"}), ("offset 1/4", {"offset": 0.25}),
-                       ("wobble", {"trajectory": "wobble"}), ("half-angle 5", {"half_angle": 5.0})):
-        p = dict(n=n, nz=n, views=90, sampling=1.0, half_angle=None, scan="full", offset=0.0,
-                 trajectory="circular")
+    for name, over in (
+        ("base", {}),
+        ("short scan", {"scan": "short"}),
+        ("offset 1/4", {"offset": 0.25}),
+        ("wobble", {"trajectory": "wobble"}),
+        ("half-angle 5", {"half_angle": 5.0}),
+    ):
+        p = dict(n=n, nz=n, views=90, sampling=1.0, half_angle=None, scan="full", offset=0.0, trajectory="circular")
         p.update(over)
         cases.append((name, p))
     return cases
@@ -1045,18 +1231,22 @@ def check(quick_n: int = 96) -> int:
     n = quick_n
     status = 0
     zz, yy, xx = np.mgrid[:n, :n, :n] / n - 0.5
-    phantom = np.zeros((n, n, n), np.float32)   # asymmetric: an off-centre ball, a box, a rod
-    phantom[(xx - 0.15) ** 2 + (yy + 0.1) ** 2 + (zz - 0.05) ** 2 < 0.15 ** 2] = 1.0
+    phantom = np.zeros((n, n, n), np.float32)  # asymmetric: an off-centre ball, a box, a rod
+    phantom[(xx - 0.15) ** 2 + (yy + 0.1) ** 2 + (zz - 0.05) ** 2 < 0.15**2] = 1.0
     phantom[(np.abs(xx + 0.2) < 0.08) & (np.abs(yy - 0.2) < 0.05) & (np.abs(zz + 0.15) < 0.1)] += 2.0
     phantom[(np.abs(xx) < 0.03) & (np.abs(yy - 0.05) < 0.03) & (zz > 0.1)] += 3.0
     print(f"{'geometry':32s} {'rel. diff':>10s} {'scale':>8s}  best variant")
     for name, p in check_cases(n):
         g, vol, _ = cone_problem(p)
         A = leveret.Projector(g, vol, model="joseph", backend="cuda")
-        ref = cp.asnumpy(A(cp.asarray(phantom)))                       # (views, rows, cols)
+        ref = cp.asnumpy(A(cp.asarray(phantom)))  # (views, rows, cols)
         pg, vg = common.astra_cone_geometry(g, vol)
-        variants = {"as is": phantom, "volume x flipped": phantom[:, :, ::-1],
-                    "volume y flipped": phantom[:, ::-1, :], "volume z flipped": phantom[::-1]}
+        variants = {
+            "as is": phantom,
+            "volume x flipped": phantom[:, :, ::-1],
+            "volume y flipped": phantom[:, ::-1, :],
+            "volume z flipped": phantom[::-1],
+        }
         errors = {}
         scale = None
         for label, vol_arr in variants.items():
@@ -1066,11 +1256,14 @@ def check(quick_n: int = 96) -> int:
             cfg["ProjectionDataId"], cfg["VolumeDataId"] = sid, vid
             aid = astra.algorithm.create(cfg)
             astra.algorithm.run(aid)
-            out = np.swapaxes(astra.data3d.get(sid), 0, 1)             # to (views, rows, cols)
+            out = np.swapaxes(astra.data3d.get(sid), 0, 1)  # to (views, rows, cols)
             astra.algorithm.delete(aid)
             astra.data3d.delete([sid, vid])
-            for det, arr in (("", out), (", detector u flipped", out[:, :, ::-1]),
-                             (", detector v flipped", out[:, ::-1, :])):
+            for det, arr in (
+                ("", out),
+                (", detector u flipped", out[:, :, ::-1]),
+                (", detector v flipped", out[:, ::-1, :]),
+            ):
                 s = float((arr * ref).sum() / max((arr * arr).sum(), 1e-30))
                 errors[label + det] = (float(np.linalg.norm(s * arr - ref) / np.linalg.norm(ref)), s)
                 if label == "as is" and not det:
@@ -1086,6 +1279,7 @@ def check(quick_n: int = 96) -> int:
 
 # -- main --------------------------------------------------------------------------------------
 
+
 def dry_run(pts, gpu_bytes, host_bytes) -> None:
     print(f"{'#':>3s} {'family':12s} {'axis':10s} {'point':62s} {'GPU GiB':>8s} {'host GiB':>8s} {'est s':>7s}")
     total = 0.0
@@ -1099,8 +1293,10 @@ def dry_run(pts, gpu_bytes, host_bytes) -> None:
             g_, h_ = needs(point, op)
             if g_ > gpu_bytes or h_ > host_bytes:
                 where.append(f"{op} skipped")
-        print(f"{i:3d} {point['family']:12s} {point['axis']:10s} {point_label(point):62s} {gpu / GiB:8.1f} "
-              f"{host / GiB:8.1f} {est:7.1f}  {'; '.join(where)}")
+        print(
+            f"{i:3d} {point['family']:12s} {point['axis']:10s} {point_label(point):62s} {gpu / GiB:8.1f} "
+            f"{host / GiB:8.1f} {est:7.1f}  {'; '.join(where)}"
+        )
     print(f"{len(pts)} points, estimated {total / 60:.1f} min in all (rough: the run recalibrates)")
 
 
@@ -1149,35 +1345,64 @@ def resumed_rows(path: str, meta: dict) -> list[dict]:
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="small sizes (a minute)")
-    parser.add_argument("--budget", type=float, default=None,
-                        help="seconds: start no point after this much wall time (or whose estimate exceeds "
-                             "what is left), and record what ran")
-    parser.add_argument("--families", default=None,
-                        help="comma-separated subset of cone,fdk,fdk-streamed,parallel,radon3d")
+    parser.add_argument(
+        "--budget",
+        type=float,
+        default=None,
+        help="seconds: start no point after this much wall time (or whose estimate exceeds "
+        "what is left), and record what ran",
+    )
+    parser.add_argument(
+        "--families", default=None, help="comma-separated subset of cone,fdk,fdk-streamed,parallel,radon3d"
+    )
     parser.add_argument("--no-astra", action="store_true", help="leave ASTRA out")
     parser.add_argument("--out", default=None, help="write the rows and the summary as JSON here")
     parser.add_argument("--plot", default=None, help="write a PNG of leveret / ASTRA over the swept axes here")
-    parser.add_argument("--compare", default=None,
-                        help="a stored bench_sweep.json: flag every point more than 10 %% (and 0.5 ms) "
-                             "slower than there")
+    parser.add_argument(
+        "--compare",
+        default=None,
+        help="a stored bench_sweep.json: flag every point more than 10 %% (and 0.5 ms) slower than there",
+    )
     parser.add_argument("--strict", action="store_true", help="with --compare: exit 1 on any regression")
-    parser.add_argument("--dry-run", action="store_true",
-                        help="list the points with memory and time estimates; needs no GPU")
-    parser.add_argument("--gpu-memory", type=float, default=None,
-                        help="GiB of GPU memory to plan for (default: what is free; --dry-run: 80)")
-    parser.add_argument("--host-memory", type=float, default=None,
-                        help="GiB of host memory to plan for (default: what is available; --dry-run: 120)")
-    parser.add_argument("--check", action="store_true",
-                        help="only compare ASTRA's and leveret's forward projections of a phantom "
-                             "(checks the ASTRA vectors); needs a GPU and ASTRA")
-    parser.add_argument("--replot", default=None, metavar="JSON",
-                        help="only draw --plot (and the summary) from a stored result file")
-    parser.add_argument("--resume", action="append", default=[], metavar="JSON",
-                        help="a result file of an earlier run on the same GPU model: keep its measured "
-                             "points, run the others (--out then holds both); repeat it to merge parts")
-    parser.add_argument("--part", default=None, metavar="K/N",
-                        help="run only part K (1 to N) of the points left, split by estimated time, e.g. "
-                             "one part per GPU with CUDA_VISIBLE_DEVICES; merge with --resume")
+    parser.add_argument(
+        "--dry-run", action="store_true", help="list the points with memory and time estimates; needs no GPU"
+    )
+    parser.add_argument(
+        "--gpu-memory",
+        type=float,
+        default=None,
+        help="GiB of GPU memory to plan for (default: what is free; --dry-run: 80)",
+    )
+    parser.add_argument(
+        "--host-memory",
+        type=float,
+        default=None,
+        help="GiB of host memory to plan for (default: what is available; --dry-run: 120)",
+    )
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="only compare ASTRA's and leveret's forward projections of a phantom "
+        "(checks the ASTRA vectors); needs a GPU and ASTRA",
+    )
+    parser.add_argument(
+        "--replot", default=None, metavar="JSON", help="only draw --plot (and the summary) from a stored result file"
+    )
+    parser.add_argument(
+        "--resume",
+        action="append",
+        default=[],
+        metavar="JSON",
+        help="a result file of an earlier run on the same GPU model: keep its measured "
+        "points, run the others (--out then holds both); repeat it to merge parts",
+    )
+    parser.add_argument(
+        "--part",
+        default=None,
+        metavar="K/N",
+        help="run only part K (1 to N) of the points left, split by estimated time, e.g. "
+        "one part per GPU with CUDA_VISIBLE_DEVICES; merge with --resume",
+    )
     args = parser.parse_args(argv)
     part = None
     if args.part:
@@ -1213,6 +1438,7 @@ def main(argv=None):
 
     from leveret.cuda import gpu_free_bytes
     from leveret.resources import host_available_bytes
+
     meta = common.metadata(with_devices=True)
     gpu = args.gpu_memory * GiB if args.gpu_memory else 0.9 * gpu_free_bytes()
     host = args.host_memory * GiB if args.host_memory else 0.8 * host_available_bytes()
@@ -1221,7 +1447,7 @@ def main(argv=None):
         print(astra.reason)
     sweep = Sweep(astra, int(gpu), int(host))
     done = set()
-    for path in args.resume:   # parts measured on several GPUs share the rows they resumed from
+    for path in args.resume:  # parts measured on several GPUs share the rows they resumed from
         kept = [row for row in resumed_rows(path, meta) if row["key"] not in done]
         sweep.rows.extend(kept)
         done |= {row["key"] for row in kept}
@@ -1239,17 +1465,23 @@ def main(argv=None):
         elapsed = time.perf_counter() - start
         scale = spent / spent_est if spent_est else 1.0
         if args.budget is not None and (elapsed >= args.budget or est * scale > args.budget - elapsed):
-            reason = "budget spent" if elapsed >= args.budget else f"estimated {est * scale:.0f} s, budget left " \
-                                                                     f"{args.budget - elapsed:.0f} s"
+            reason = (
+                "budget spent"
+                if elapsed >= args.budget
+                else f"estimated {est * scale:.0f} s, budget left {args.budget - elapsed:.0f} s"
+            )
             for op in missing_ops(point, done):
                 sweep.add(point, op, status="skipped", reason=f"--budget: {reason}")
             remaining_est -= est
             continue
-        print(f"[{i + 1}/{len(pts)}] {point['family']} {point['axis']}: {point_label(point)}  "
-              f"(elapsed {elapsed:.0f} s, ETA {remaining_est * scale:.0f} s)", flush=True)
+        print(
+            f"[{i + 1}/{len(pts)}] {point['family']} {point['axis']}: {point_label(point)}  "
+            f"(elapsed {elapsed:.0f} s, ETA {remaining_est * scale:.0f} s)",
+            flush=True,
+        )
         t0 = time.perf_counter()
         sweep.run(point, done)
-        if args.out:   # after every point: a run cut short keeps what it measured
+        if args.out:  # after every point: a run cut short keeps what it measured
             common.RESULTS[:] = sweep.rows
             common.write_results(args.out, meta)
         spent += time.perf_counter() - t0
@@ -1264,8 +1496,7 @@ def main(argv=None):
             regressions = compare(sweep.rows, json.load(fh)["results"])
         print(f"{len(regressions)} points more than {REGRESSION:.0%} slower than {args.compare}")
         for r in regressions:
-            print(f"  SLOWER {r['key']}: {r['stored_s'] * 1e3:.1f} -> {r['now_s'] * 1e3:.1f} ms "
-                  f"(+{r['slower']:.0%})")
+            print(f"  SLOWER {r['key']}: {r['stored_s'] * 1e3:.1f} -> {r['now_s'] * 1e3:.1f} ms (+{r['slower']:.0%})")
     if args.out:
         meta["summary"] = summary
         meta["regressions"] = regressions

@@ -29,6 +29,7 @@ counts without a GPU.
     PYTHONPATH=src python3 bench/bench_tv.py --size 1024 --views 1440 --devices 0,1 --no-astra
     PYTHONPATH=src python3 bench/bench_tv.py --dry-run
 """
+
 from __future__ import annotations
 
 import argparse
@@ -46,12 +47,14 @@ ITEMSIZE = 4
 def geometry(size: int, n_views: int):
     """bench_projector.py's paper problem scaled to ``size``^3 and ``n_views``."""
     import leveret
+
     angles = np.linspace(0, 2 * np.pi, n_views, endpoint=False)
     g = leveret.ConeGeometry.circular(angles, SID, SDD, size, size, PIXEL * 512 / size)
     return g, leveret.VolumeGeometry((size,) * 3, 512.0 / size)
 
 
 # -- bytes moved per iteration, besides A and A.T (float32 values; N voxels, M projection values) --
+
 
 def prox_values(n: int, ndim: int, inner: int) -> int:
     """FGP: per inner iteration a primal pass (reads ndim + 1, writes 1) and a
@@ -80,26 +83,35 @@ def sirt_values(n: int, m: int) -> int:
 
 
 def _gib(b: float) -> str:
-    return f"{b / 2 ** 30:.2f} GiB"
+    return f"{b / 2**30:.2f} GiB"
 
 
 def dry_run(args) -> int:
     from leveret.algorithms.regularised import memory_bytes
+
     g, vol = geometry(args.size, args.views)
     A = _Shapes(g, vol)
     n, m = vol.size, math.prod(g.projection_shape)
-    print(f"cone {args.size}^3 from {args.views} x {args.size}^2, Joseph, float32: volume {_gib(n * ITEMSIZE)}, "
-          f"projections {_gib(m * ITEMSIZE)}")
-    print(f"memory besides the operator's own: FISTA {_gib(memory_bytes('fista', A))}, "
-          f"PDHG {_gib(memory_bytes('pdhg', A))}, "
-          f"PDHG preconditioned {_gib(memory_bytes('pdhg', A, preconditioned=True))}")
+    print(
+        f"cone {args.size}^3 from {args.views} x {args.size}^2, Joseph, float32: volume {_gib(n * ITEMSIZE)}, "
+        f"projections {_gib(m * ITEMSIZE)}"
+    )
+    print(
+        f"memory besides the operator's own: FISTA {_gib(memory_bytes('fista', A))}, "
+        f"PDHG {_gib(memory_bytes('pdhg', A))}, "
+        f"PDHG preconditioned {_gib(memory_bytes('pdhg', A, preconditioned=True))}"
+    )
     rate = args.rate
-    for name, values in [(f"TV prox, {args.tv_iterations} FGP iterations", prox_values(n, 3, args.tv_iterations)),
-                         ("FISTA-TV elementwise + prox", fista_values(n, m, 3, args.tv_iterations)),
-                         ("PDHG-TV elementwise + TV steps", pdhg_values(n, m, 3)),
-                         ("SIRT elementwise", sirt_values(n, m))]:
-        print(f"{name:40s} {_gib(values * ITEMSIZE):>11s}  {values * ITEMSIZE / rate * 1e3:8.2f} ms at "
-              f"{rate / 1e12:.1f} TB/s")
+    for name, values in [
+        (f"TV prox, {args.tv_iterations} FGP iterations", prox_values(n, 3, args.tv_iterations)),
+        ("FISTA-TV elementwise + prox", fista_values(n, m, 3, args.tv_iterations)),
+        ("PDHG-TV elementwise + TV steps", pdhg_values(n, m, 3)),
+        ("SIRT elementwise", sirt_values(n, m)),
+    ]:
+        print(
+            f"{name:40s} {_gib(values * ITEMSIZE):>11s}  {values * ITEMSIZE / rate * 1e3:8.2f} ms at "
+            f"{rate / 1e12:.1f} TB/s"
+        )
     return 0
 
 
@@ -121,6 +133,7 @@ def _iteration_time(run, k: int, sync) -> float:
 def _fits(nbytes: int, what: str, devices) -> bool:
     import cupy as cp
     from leveret.cuda.devices import parse
+
     ids = [cp.cuda.Device().id] if devices is None else sorted(set(parse(devices).ids))
     cp.get_default_memory_pool().free_all_blocks()
     free = min(_free(d) for d in ids)
@@ -132,6 +145,7 @@ def _fits(nbytes: int, what: str, devices) -> bool:
 
 def _free(device: int) -> int:
     import cupy as cp
+
     with cp.cuda.Device(device):
         return cp.cuda.runtime.memGetInfo()[0]
 
@@ -173,16 +187,24 @@ def bench(args) -> None:
     z = cp.empty_like(x)
     t = median_time(lambda: tvop.prox(x, 0.01, iterations=args.tv_iterations, dual=dual, out=z), reps=3, sync=sync)
     bound = prox_values(n, 3, args.tv_iterations) * ITEMSIZE / rate
-    record(f"{label} TV prox, {args.tv_iterations} FGP iterations", t, None,
-           note=f"bound {bound * 1e3:.2f} ms at the copy rate ({t / bound:.2f}x)")
+    record(
+        f"{label} TV prox, {args.tv_iterations} FGP iterations",
+        t,
+        None,
+        note=f"bound {bound * 1e3:.2f} ms at the copy rate ({t / bound:.2f}x)",
+    )
     t = median_time(lambda: tvop.total_variation(x), reps=5, sync=sync)
     record(f"{label} TV value", t, None, note=f"bound {n * ITEMSIZE / rate * 1e3:.2f} ms")
     del dual, z
     cp.get_default_memory_pool().free_all_blocks()
 
     t = median_time(lambda: _power_iteration(A, 10), reps=1, sync=sync)
-    record(f"{label} norm, power iteration{tag}", t, None,
-           note=f"||A|| <= {operator_norm(A):.5g}, at most 10 A/A.T pairs, once per projector")
+    record(
+        f"{label} norm, power iteration{tag}",
+        t,
+        None,
+        note=f"||A|| <= {operator_norm(A):.5g}, at most 10 A/A.T pairs, once per projector",
+    )
 
     k = args.k
     t_sirt = _iteration_time(lambda i: leveret.sirt(b, A, i), k, sync)
@@ -193,19 +215,27 @@ def bench(args) -> None:
     t_fista = None
     need = memory_bytes("fista", A) + 2 * n * ITEMSIZE
     if _fits(need, "FISTA-TV", args.devices):
-        t_fista = _iteration_time(lambda i: leveret.fista(b, A, i, tv=args.tv, nonnegative=True,
-                                                          tv_iterations=args.tv_iterations), k, sync)
+        t_fista = _iteration_time(
+            lambda i: leveret.fista(b, A, i, tv=args.tv, nonnegative=True, tv_iterations=args.tv_iterations), k, sync
+        )
         pred = t_a + t_at + fista_values(n, m, 3, args.tv_iterations) * ITEMSIZE / rate
-        record(f"{label} FISTA-TV iteration{tag}", t_fista, updates,
-               note=f"tv_iterations={args.tv_iterations}; predicted {pred * 1e3:.1f} ms; "
-                    f"{t_fista / t_sirt:.2f}x SIRT's")
+        record(
+            f"{label} FISTA-TV iteration{tag}",
+            t_fista,
+            updates,
+            note=f"tv_iterations={args.tv_iterations}; predicted {pred * 1e3:.1f} ms; {t_fista / t_sirt:.2f}x SIRT's",
+        )
         cp.get_default_memory_pool().free_all_blocks()
     need = memory_bytes("pdhg", A) + 2 * n * ITEMSIZE
     if _fits(need, "PDHG-TV", args.devices):
         t_pdhg = _iteration_time(lambda i: leveret.pdhg(b, A, i, tv=args.tv, nonnegative=True), k, sync)
         pred = t_a + t_at + pdhg_values(n, m, 3) * ITEMSIZE / rate
-        record(f"{label} PDHG-TV iteration{tag}", t_pdhg, updates,
-               note=f"predicted {pred * 1e3:.1f} ms; {t_pdhg / t_sirt:.2f}x SIRT's")
+        record(
+            f"{label} PDHG-TV iteration{tag}",
+            t_pdhg,
+            updates,
+            note=f"predicted {pred * 1e3:.1f} ms; {t_pdhg / t_sirt:.2f}x SIRT's",
+        )
         cp.get_default_memory_pool().free_all_blocks()
     if t_fista is not None:
         print(f"FISTA-TV / SIRT per iteration: {t_fista / t_sirt:.2f} (aim: at most 1.3)", flush=True)
@@ -222,6 +252,7 @@ def bench_astra(g, vol, label: str, k: int) -> None:
         print(f"ASTRA not available: {exc}")
         return
     from common import astra_cone_geometry
+
     pg, vg = astra_cone_geometry(g, vol, pixel_size=PIXEL * 512 / vol.shape[0])
     n_views, n_rows, n_cols = g.projection_shape
     host = np.random.default_rng(0).random((n_rows, n_views, n_cols), dtype=np.float32)
@@ -240,6 +271,7 @@ def parse_devices(text):
     if text is None:
         return None
     from leveret.cuda.devices import DeviceSet
+
     if text.strip().lower() == "all":
         return "all"
     ids = [int(p) for p in text.split(",")]
@@ -256,8 +288,9 @@ def main(argv=None) -> int:
     parser.add_argument("--devices", default=None, help="GPUs of the projector: 'all' or ids, e.g. 0,1")
     parser.add_argument("--no-astra", action="store_true")
     parser.add_argument("--dry-run", action="store_true", help="sizes, memory and byte counts; no GPU")
-    parser.add_argument("--rate", type=float, default=4.0e12,
-                        help="memory rate for --dry-run's predictions, bytes/s (4e12)")
+    parser.add_argument(
+        "--rate", type=float, default=4.0e12, help="memory rate for --dry-run's predictions, bytes/s (4e12)"
+    )
     parser.add_argument("--out", default=None, help="write the rows as JSON")
     args = parser.parse_args(argv)
     if args.dry_run:

@@ -4,6 +4,7 @@ Run as a script, it prints a Markdown table of result files:
 
     python3 bench/common.py bench/results/h200/*.json
 """
+
 from __future__ import annotations
 
 import json
@@ -21,8 +22,13 @@ RESULTS: list[dict] = []
 
 def record(name, seconds, updates, *, peer="leveret", note=""):
     """Add a row to the table (printed at once) and to RESULTS (the JSON)."""
-    row = {"problem": name, "code": peer, "seconds": seconds,
-           "GU_per_s": updates / seconds / 1e9 if updates else None, "note": note}
+    row = {
+        "problem": name,
+        "code": peer,
+        "seconds": seconds,
+        "GU_per_s": updates / seconds / 1e9 if updates else None,
+        "note": note,
+    }
     RESULTS.append(row)
     gus = f"{row['GU_per_s']:9.1f}" if updates else "        -"
     print(f"{peer:8s} {name:58s} {seconds * 1e3:10.2f} ms {gus} GU/s  {note}", flush=True)
@@ -51,9 +57,15 @@ def median_time(fn, reps=5, warmup=1, sync=None):
 def _commit() -> str | None:
     """The repository's commit (None outside a git checkout)."""
     import subprocess
+
     try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                              cwd=os.path.dirname(os.path.abspath(__file__)), check=True).stdout.strip()
+        return subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            cwd=os.path.dirname(os.path.abspath(__file__)),
+            check=True,
+        ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return None
 
@@ -62,11 +74,15 @@ def metadata(with_devices: bool) -> dict:
     """Date, commit, Python, the command (absolute paths cut to their file name) and the GPUs."""
     argv = [os.path.basename(a) if os.path.isabs(a) else a for a in sys.argv[1:]]
     script = os.path.relpath(os.path.abspath(sys.argv[0])) if sys.argv and sys.argv[0] else "?"
-    meta = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "commit": _commit(),
-            "python": platform.python_version(),
-            "command": " ".join(["python3", script] + argv)}
+    meta = {
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "commit": _commit(),
+        "python": platform.python_version(),
+        "command": " ".join(["python3", script] + argv),
+    }
     if with_devices:
         from leveret.backends import describe
+
         meta["devices"] = describe()
         gpu = [d for d in meta["devices"] if d.get("available")]
         print("GPU:", gpu[0]["name"] if gpu else "none")
@@ -76,6 +92,7 @@ def metadata(with_devices: bool) -> dict:
 def write_results(path, meta: dict) -> None:
     """RESULTS and ``meta`` as JSON, written atomically."""
     from leveret.io import atomic_output
+
     with atomic_output(path, overwrite=True) as tmp:
         with open(tmp, "w") as fh:
             json.dump({"meta": meta, "results": RESULTS}, fh, indent=1)
@@ -87,14 +104,12 @@ def astra_direct_bp3d(proj_geom, vol_geom, proj_shape, vol_shape):
     import astra.experimental as ae
     import cupy as cp
 
-    proj = cp.random.random(proj_shape, dtype=cp.float32)     # (rows, views, cols)
-    vol = cp.zeros(vol_shape, cp.float32)                      # (z, y, x)
+    proj = cp.random.random(proj_shape, dtype=cp.float32)  # (rows, views, cols)
+    vol = cp.zeros(vol_shape, cp.float32)  # (z, y, x)
     projector = astra.create_projector("cuda3d", proj_geom, vol_geom)
     vol_link = astra.data3d.GPULink(vol.data.ptr, vol_shape[2], vol_shape[1], vol_shape[0], vol_shape[2] * 4)
-    proj_link = astra.data3d.GPULink(proj.data.ptr, proj_shape[2], proj_shape[1], proj_shape[0],
-                                     proj_shape[2] * 4)
-    t = median_time(lambda: ae.direct_BP3D(projector, vol_link, proj_link), reps=3,
-                    sync=cp.cuda.Device().synchronize)
+    proj_link = astra.data3d.GPULink(proj.data.ptr, proj_shape[2], proj_shape[1], proj_shape[0], proj_shape[2] * 4)
+    t = median_time(lambda: ae.direct_BP3D(projector, vol_link, proj_link), reps=3, sync=cp.cuda.Device().synchronize)
     astra.projector3d.delete(projector)
     return t
 
@@ -122,8 +137,8 @@ def table(paths) -> str:
     for path in paths:
         with open(path) as fh:
             data = json.load(fh)
-        for row in data.get("results", []):     # bench_live.py's file is one record
-            if "seconds" not in row or "code" not in row:   # accuracy rows, the sweep's ratio rows
+        for row in data.get("results", []):  # bench_live.py's file is one record
+            if "seconds" not in row or "code" not in row:  # accuracy rows, the sweep's ratio rows
                 continue
             rate = f"{row['GU_per_s']:.1f} GU/s" if row["GU_per_s"] else "-"
             problem = row["problem"].replace("|", "\\|")
@@ -132,6 +147,7 @@ def table(paths) -> str:
 
 
 # -- ASTRA geometries from leveret's (bench_sweep.py, bench_projector.py) -----------------------
+
 
 def astra_volume_window(vol, roi=None) -> tuple:
     """``astra.create_vol_geom``'s arguments for a leveret VolumeGeometry (3D):
@@ -164,9 +180,9 @@ def astra_vector_pixels(vectors, n_rows, n_cols, points):
     s, d, u, v = vec[:, 0:3], vec[:, 3:6], vec[:, 6:9], vec[:, 9:12]
     pts = np.asarray(points, np.float64).reshape(-1, 3)
     normal = np.cross(u, v)
-    ray = pts[None, :, :] - s[:, None, :]                                   # (n, k, 3)
+    ray = pts[None, :, :] - s[:, None, :]  # (n, k, 3)
     t = np.einsum("ni,ni->n", normal, d - s)[:, None] / np.einsum("ni,nki->nk", normal, ray)
-    hit = s[:, None, :] + t[..., None] * ray - d[:, None, :]               # from the detector centre
+    hit = s[:, None, :] + t[..., None] * ray - d[:, None, :]  # from the detector centre
     # solve hit = a u + b v in the plane (least squares: exact for points in it)
     uu, uv, vv = (np.einsum("ni,ni->n", a, b) for a, b in ((u, u), (u, v), (v, v)))
     hu, hv = np.einsum("nki,ni->nk", hit, u), np.einsum("nki,ni->nk", hit, v)
@@ -179,6 +195,7 @@ def astra_vector_pixels(vectors, n_rows, n_cols, points):
 def astra_cone_geometry(geometry, vol, pixel_size=None):
     """(proj_geom, vol_geom) of ASTRA for a leveret cone scan and volume."""
     import astra
+
     n_views, n_rows, n_cols = geometry.projection_shape
     pg = astra.create_proj_geom("cone_vec", n_rows, n_cols, astra_cone_vectors(geometry, pixel_size))
     return pg, astra.create_vol_geom(*astra_volume_window(vol))

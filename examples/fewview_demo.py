@@ -22,6 +22,7 @@ docs/fewview.md.
 
     python examples/fewview_demo.py --out fewview.png --json fewview.json
 """
+
 from __future__ import annotations
 
 import argparse
@@ -43,9 +44,9 @@ MU_BONE = 1.0 * MU_SCALE
 #: Head length scale: the phantom fits in [-RADIUS, RADIUS]^3 mm (skull
 #: semi-axes 69 x 92 x 81 mm).
 RADIUS = 100.0
-SID, SDD = 500.0, 1000.0      # mm: source-isocentre, source-detector
-FOV = 208.0                   # mm: the volume's edge length (the head is 184 mm at most)
-DET_SPAN = 440.0              # mm: the detector's edge length (magnification 2 at the axis)
+SID, SDD = 500.0, 1000.0  # mm: source-isocentre, source-detector
+FOV = 208.0  # mm: the volume's edge length (the head is 184 mm at most)
+DET_SPAN = 440.0  # mm: the detector's edge length (magnification 2 at the axis)
 FILTERS = ("ram-lak", "shepp-logan", "hann")
 METHODS = ("os_sart", "sirt")
 #: Regions of the RMSE: all voxels; inside the skull's outer surface; inside
@@ -59,9 +60,11 @@ CALIBRATION_SEED = 12345
 def head_phantom(radius: float = RADIUS, mu_scale: float = MU_SCALE):
     """``shepp_logan_3d(radius)`` (modified) with every value times ``mu_scale``: 1/mm."""
     from leveret import phantom
+
     base = phantom.shepp_logan_3d(radius=radius)
     return phantom.EllipsoidPhantom(
-        phantom.Ellipsoid(e.value * mu_scale, e.semi_axes, e.center, e.rotation) for e in base)
+        phantom.Ellipsoid(e.value * mu_scale, e.semi_axes, e.center, e.rotation) for e in base
+    )
 
 
 def calibration_phantom(seed: int = CALIBRATION_SEED):
@@ -70,13 +73,14 @@ def calibration_phantom(seed: int = CALIBRATION_SEED):
     in a 5 mm bone shell (0.1 /mm), with 12 random ellipsoidal inserts of
     +-0.004..0.012 /mm inside (``random_ellipsoids`` with ``seed``)."""
     from leveret import phantom
+
     rng = np.random.default_rng(seed)
     outer = (85.0, 95.0, 80.0)
-    shell = [phantom.Ellipsoid(MU_BONE, outer),
-             phantom.Ellipsoid(0.019 - MU_BONE, tuple(a - 5.0 for a in outer))]
-    inserts = [phantom.Ellipsoid(float(rng.choice([-1, 1])) * e.value * 0.015, e.semi_axes,
-                                 e.center, e.rotation)
-               for e in phantom.random_ellipsoids(12, rng, radius=70.0)]
+    shell = [phantom.Ellipsoid(MU_BONE, outer), phantom.Ellipsoid(0.019 - MU_BONE, tuple(a - 5.0 for a in outer))]
+    inserts = [
+        phantom.Ellipsoid(float(rng.choice([-1, 1])) * e.value * 0.015, e.semi_axes, e.center, e.rotation)
+        for e in phantom.random_ellipsoids(12, rng, radius=70.0)
+    ]
     return phantom.EllipsoidPhantom(shell + inserts)
 
 
@@ -109,11 +113,11 @@ def noise_level(counts) -> float:
     return float(np.sqrt(np.sum(1.0 / np.maximum(counts, 1).astype(np.float64))))
 
 
-def iterate(method: str, projections, projector, iterations: int, callback=None,
-            upper: float | None = MU_BONE):
+def iterate(method: str, projections, projector, iterations: int, callback=None, upper: float | None = MU_BONE):
     """``method`` from zero for ``iterations`` passes, box 0 <= mu <= ``upper``
     (None: non-negativity only)."""
     import leveret
+
     kw = dict(bounds=(0.0, upper), callback=callback)
     if method == "os_sart":
         return leveret.os_sart(projections, projector, iterations, **kw)
@@ -125,38 +129,42 @@ def iterate(method: str, projections, projector, iterations: int, callback=None,
 class Scan:
     """One simulated scan: geometries, the volume grid, data, truth, masks."""
 
-    def __init__(self, phantom, size, det_pixels, n_views, stride, photons, subsampling,
-                 supersampling, rng):
+    def __init__(self, phantom, size, det_pixels, n_views, stride, photons, subsampling, supersampling, rng):
         import leveret
+
         angles = np.linspace(0.0, 2 * np.pi, n_views, endpoint=False)
         self.few = np.arange(0, n_views, stride)
         px = DET_SPAN / det_pixels
 
         def geom(a, n):
-            return leveret.ConeGeometry.circular(a, sid=SID, sdd=SDD, n_rows=n, n_cols=n,
-                                                 pixel_size=DET_SPAN / n)
+            return leveret.ConeGeometry.circular(a, sid=SID, sdd=SDD, n_rows=n, n_cols=n, pixel_size=DET_SPAN / n)
 
         self.geometry = geom(angles, det_pixels)
         self.few_geometry = geom(angles[self.few], det_pixels)
         self.grid = leveret.VolumeGeometry((size,) * 3, voxel_size=FOV / size)
-        self.projections, self.counts = simulate(geom(angles, det_pixels * subsampling),
-                                                 subsampling, phantom, photons, rng)
+        self.projections, self.counts = simulate(
+            geom(angles, det_pixels * subsampling), subsampling, phantom, photons, rng
+        )
         self.few_projections = np.ascontiguousarray(self.projections[self.few])
         self.few_counts = self.counts[self.few]
         self.truth = phantom.rasterize(self.grid, supersampling=supersampling)
         zz, yy, xx = np.meshgrid(*(self.grid.coordinates(a) for a in "zyx"), indexing="ij")
         es = list(phantom)
-        self.masks = {"volume": np.ones(self.truth.shape, bool),
-                      "head": es[0].contains(xx, yy, zz),      # the skull's outer surface
-                      "brain": es[1].contains(xx, yy, zz),     # the skull's inner surface
-                      "interior": self._shrunk(es[1], 2 * FOV / size).contains(xx, yy, zz)}
+        self.masks = {
+            "volume": np.ones(self.truth.shape, bool),
+            "head": es[0].contains(xx, yy, zz),  # the skull's outer surface
+            "brain": es[1].contains(xx, yy, zz),  # the skull's inner surface
+            "interior": self._shrunk(es[1], 2 * FOV / size).contains(xx, yy, zz),
+        }
         self.pixel_mm = px
 
     @staticmethod
     def _shrunk(ellipsoid, margin: float):
         from leveret import phantom
-        return phantom.Ellipsoid(ellipsoid.value, tuple(a - margin for a in ellipsoid.semi_axes),
-                                 ellipsoid.center, ellipsoid.rotation_matrix)
+
+        return phantom.Ellipsoid(
+            ellipsoid.value, tuple(a - margin for a in ellipsoid.semi_axes), ellipsoid.center, ellipsoid.rotation_matrix
+        )
 
     def rmse(self, vol) -> dict:
         return {k: float(np.sqrt(np.mean((vol - self.truth)[m] ** 2))) for k, m in self.masks.items()}
@@ -171,23 +179,42 @@ def calibrate(method, scan_kw, max_iterations: int, upper: float | None = MU_BON
     the test (same geometry, dose, noise model). It does not depend on the
     test's seed, so it is computed once per set-up and process."""
     import leveret
+
     key = (method, tuple(sorted(scan_kw.items())), max_iterations, upper)
     if key in _CALIBRATIONS:
         return dict(_CALIBRATIONS[key])
     scan = Scan(calibration_phantom(), rng=np.random.default_rng(CALIBRATION_SEED), **scan_kw)
     projector = leveret.Projector(scan.few_geometry, scan.grid, model="joseph")
     history = []
-    iterate(method, scan.few_projections, projector, max_iterations, upper=upper,
-            callback=lambda x, info: history.append(scan.rmse(x)["head"]))
+    iterate(
+        method,
+        scan.few_projections,
+        projector,
+        max_iterations,
+        upper=upper,
+        callback=lambda x, info: history.append(scan.rmse(x)["head"]),
+    )
     _CALIBRATIONS[key] = {"iterations": int(np.argmin(history)) + 1, "rmse_history": history}
     return dict(_CALIBRATIONS[key])
 
 
-def run(size: int = 64, n_views: int | None = None, photons: float = 1e4,
-        out_png: str | Path | None = "fewview.png", seed: int = 0, method: str = "os_sart",
-        det_pixels: int | None = None, subsampling: int = 3, supersampling: int = 3,
-        stride: int = 4, iterations: int | None = None, max_iterations: int = 30,
-        upper: float | None = MU_BONE, dpi: int = 100, colors: int | None = None) -> dict:
+def run(
+    size: int = 64,
+    n_views: int | None = None,
+    photons: float = 1e4,
+    out_png: str | Path | None = "fewview.png",
+    seed: int = 0,
+    method: str = "os_sart",
+    det_pixels: int | None = None,
+    subsampling: int = 3,
+    supersampling: int = 3,
+    stride: int = 4,
+    iterations: int | None = None,
+    max_iterations: int = 30,
+    upper: float | None = MU_BONE,
+    dpi: int = 100,
+    colors: int | None = None,
+) -> dict:
     """Simulate, reconstruct every way, compare with the phantom, draw the figure.
 
     Parameters
@@ -233,8 +260,15 @@ def run(size: int = 64, n_views: int | None = None, photons: float = 1e4,
         raise ValueError(f"method: expected one of {METHODS}, got {method!r}")
     det_pixels = size if det_pixels is None else det_pixels
     n_views = nyquist_views(det_pixels) if n_views is None else n_views
-    scan_kw = dict(size=size, det_pixels=det_pixels, n_views=n_views, stride=stride,
-                   photons=photons, subsampling=subsampling, supersampling=supersampling)
+    scan_kw = dict(
+        size=size,
+        det_pixels=det_pixels,
+        n_views=n_views,
+        stride=stride,
+        photons=photons,
+        subsampling=subsampling,
+        supersampling=supersampling,
+    )
     timings = {}
 
     t0 = time.perf_counter()
@@ -245,10 +279,12 @@ def run(size: int = 64, n_views: int | None = None, photons: float = 1e4,
     fdk = {"all": {}, "quarter": {}}
     fdk_vol = {}
     for f in FILTERS:
-        fdk_vol["all", f] = leveret.fdk(scan.projections, scan.geometry, scan.grid, filter=f,
-                                        short_scan=False, backend="cpu")
-        fdk_vol["quarter", f] = leveret.fdk(scan.few_projections, scan.few_geometry, scan.grid,
-                                            filter=f, short_scan=False, backend="cpu")
+        fdk_vol["all", f] = leveret.fdk(
+            scan.projections, scan.geometry, scan.grid, filter=f, short_scan=False, backend="cpu"
+        )
+        fdk_vol["quarter", f] = leveret.fdk(
+            scan.few_projections, scan.few_geometry, scan.grid, filter=f, short_scan=False, backend="cpu"
+        )
         fdk["all"][f] = scan.rmse(fdk_vol["all", f])
         fdk["quarter"][f] = scan.rmse(fdk_vol["quarter", f])
     timings["fdk"] = time.perf_counter() - t0
@@ -272,8 +308,9 @@ def run(size: int = 64, n_views: int | None = None, photons: float = 1e4,
     rec = iterate(method, scan.few_projections, projector, iterations, callback=record, upper=upper)
     timings["iterative"] = time.perf_counter() - t0
     delta = noise_level(scan.few_counts)
-    model_residual = float(np.linalg.norm(
-        scan.few_projections.astype(np.float64) - projector(scan.truth.astype(np.float32))))
+    model_residual = float(
+        np.linalg.norm(scan.few_projections.astype(np.float64) - projector(scan.truth.astype(np.float32)))
+    )
 
     def best(kind):
         return {r: min(fdk[kind][f][r] for f in FILTERS) for r in REGIONS}
@@ -282,43 +319,68 @@ def run(size: int = 64, n_views: int | None = None, photons: float = 1e4,
         return {r: min(FILTERS, key=lambda f: fdk[kind][f][r]) for r in REGIONS}
 
     result = {
-        "size": size, "n_views": n_views, "few_views": int(scan.few.size), "stride": stride,
-        "detector": [det_pixels, det_pixels], "detector_subsampling": subsampling,
-        "photons": photons, "seed": seed, "method": method, "model": "joseph",
-        "bounds": [0.0, upper], "iterations": iterations,
-        "voxel_mm": FOV / size, "pixel_at_axis_mm": scan.pixel_mm * SID / SDD,
-        "mu_scale": MU_SCALE, "sid": SID, "sdd": SDD,
-        "rmse": {"fdk_all": fdk["all"], "fdk_quarter": fdk["quarter"],
-                 "fdk_all_best": best("all"), "fdk_quarter_best": best("quarter"),
-                 "iterative": scan.rmse(rec)},
+        "size": size,
+        "n_views": n_views,
+        "few_views": int(scan.few.size),
+        "stride": stride,
+        "detector": [det_pixels, det_pixels],
+        "detector_subsampling": subsampling,
+        "photons": photons,
+        "seed": seed,
+        "method": method,
+        "model": "joseph",
+        "bounds": [0.0, upper],
+        "iterations": iterations,
+        "voxel_mm": FOV / size,
+        "pixel_at_axis_mm": scan.pixel_mm * SID / SDD,
+        "mu_scale": MU_SCALE,
+        "sid": SID,
+        "sdd": SDD,
+        "rmse": {
+            "fdk_all": fdk["all"],
+            "fdk_quarter": fdk["quarter"],
+            "fdk_all_best": best("all"),
+            "fdk_quarter_best": best("quarter"),
+            "iterative": scan.rmse(rec),
+        },
         "best_filter": {"all": best_filter("all"), "quarter": best_filter("quarter")},
         "calibration": calibration,
         "oracle": oracle,
-        "discrepancy": {"noise_level": delta, "residuals": residuals,
-                        "residual_of_truth": model_residual,
-                        "met_at": next((k + 1 for k, r in enumerate(residuals) if r <= delta), None)},
+        "discrepancy": {
+            "noise_level": delta,
+            "residuals": residuals,
+            "residual_of_truth": model_residual,
+            "met_at": next((k + 1 for k, r in enumerate(residuals) if r <= delta), None),
+        },
         "timings_s": timings,
     }
     if out_png is not None:
         t0 = time.perf_counter()
         fa, fq = result["best_filter"]["all"]["head"], result["best_filter"]["quarter"]["head"]
-        fig = figure(scan.truth, {f"FDK {fa}, all {n_views} views": (fdk_vol["all", fa],
-                                                                    fdk["all"][fa]["head"]),
-                                  f"FDK {fq}, {scan.few.size} views": (fdk_vol["quarter", fq],
-                                                                      fdk["quarter"][fq]["head"]),
-                                  f"{method.upper().replace('_', '-')}, {scan.few.size} views":
-                                      (rec, result["rmse"]["iterative"]["head"])},
-                     scan.grid, result)
+        fig = figure(
+            scan.truth,
+            {
+                f"FDK {fa}, all {n_views} views": (fdk_vol["all", fa], fdk["all"][fa]["head"]),
+                f"FDK {fq}, {scan.few.size} views": (fdk_vol["quarter", fq], fdk["quarter"][fq]["head"]),
+                f"{method.upper().replace('_', '-')}, {scan.few.size} views": (
+                    rec,
+                    result["rmse"]["iterative"]["head"],
+                ),
+            },
+            scan.grid,
+            result,
+        )
         out_png = Path(out_png)
         out_png.parent.mkdir(parents=True, exist_ok=True)
         from leveret.io.atomic import atomic_output
+
         with atomic_output(out_png, overwrite=True) as tmp:
             fig.savefig(tmp, dpi=dpi, format="png")
             if colors is not None:
-                from PIL import Image      # matplotlib's own dependency
+                from PIL import Image  # matplotlib's own dependency
+
                 with Image.open(tmp) as im:
-                    small = im.convert("RGB").quantize(colors=colors,
-                                                       method=Image.Quantize.MEDIANCUT)
+                    small = im.convert("RGB").quantize(colors=colors, method=Image.Quantize.MEDIANCUT)
                 small.save(tmp, format="png", optimize=True)
         result["png"] = str(out_png)
         timings["figure"] = time.perf_counter() - t0
@@ -334,8 +396,10 @@ def figure(truth, recs: dict, grid, result):
 
     k, j = truth.shape[0] // 2, truth.shape[1] // 2
     (x0, x1), (y0, y1), (z0, z1) = (grid.extent(a) for a in "xyz")
-    views = [("axial z=0", lambda a: a[k], (x0, x1, y1, y0), "y (mm)"),
-             ("coronal y=0", lambda a: a[:, j], (x0, x1, z1, z0), "z (mm)")]
+    views = [
+        ("axial z=0", lambda a: a[k], (x0, x1, y1, y0), "y (mm)"),
+        ("coronal y=0", lambda a: a[:, j], (x0, x1, z1, z0), "z (mm)"),
+    ]
     ncol = 1 + len(recs)
     fig = Figure(figsize=(2.6 * ncol, 10), layout="constrained")
     axes = fig.subplots(4, ncol)
@@ -343,29 +407,39 @@ def figure(truth, recs: dict, grid, result):
     for v, (label, cut, extent, ylabel) in enumerate(views):
         img_row, diff_row = axes[2 * v], axes[2 * v + 1]
         for c, (name, vol, err) in enumerate(panels):
-            im = img_row[c].imshow(cut(vol), extent=extent, cmap="gray", vmin=0.005, vmax=0.045,
-                                   interpolation="nearest")
+            im = img_row[c].imshow(
+                cut(vol), extent=extent, cmap="gray", vmin=0.005, vmax=0.045, interpolation="nearest"
+            )
             title = name if err is None else f"{name}\nhead RMSE {err:.5f} /mm"
             img_row[c].set_title(f"{title}\n{label}", fontsize=7)
             img_row[c].set_ylabel(ylabel, fontsize=7)
             img_row[c].tick_params(labelsize=6)
             if c == 0:
                 diff_row[0].axis("off")
-                diff_row[0].text(0.5, 0.5, f"differences\n(reconstruction\n- phantom)\n{label}",
-                                 ha="center", va="center", fontsize=8,
-                                 transform=diff_row[0].transAxes)
+                diff_row[0].text(
+                    0.5,
+                    0.5,
+                    f"differences\n(reconstruction\n- phantom)\n{label}",
+                    ha="center",
+                    va="center",
+                    fontsize=8,
+                    transform=diff_row[0].transAxes,
+                )
                 continue
-            dm = diff_row[c].imshow(cut(vol - truth), extent=extent, cmap="RdBu_r", vmin=-0.015,
-                                    vmax=0.015, interpolation="nearest")
+            dm = diff_row[c].imshow(
+                cut(vol - truth), extent=extent, cmap="RdBu_r", vmin=-0.015, vmax=0.015, interpolation="nearest"
+            )
             diff_row[c].set_title(f"{name} - phantom", fontsize=7)
             diff_row[c].set_xlabel("x (mm)", fontsize=7)
             diff_row[c].tick_params(labelsize=6)
         fig.colorbar(im, ax=img_row, shrink=0.8, label="1/mm")
         fig.colorbar(dm, ax=diff_row[1:], shrink=0.8, label="1/mm")
-    fig.suptitle(f"Few-view cone beam, {result['size']}^3 voxels, {result['n_views']} / "
-                 f"{result['few_views']} views, I0 = {result['photons']:g}; "
-                 f"{result['method']} {result['iterations']} passes, bounds {result['bounds']} /mm",
-                 fontsize=9)
+    fig.suptitle(
+        f"Few-view cone beam, {result['size']}^3 voxels, {result['n_views']} / "
+        f"{result['few_views']} views, I0 = {result['photons']:g}; "
+        f"{result['method']} {result['iterations']} passes, bounds {result['bounds']} /mm",
+        fontsize=9,
+    )
     return fig
 
 
@@ -383,41 +457,62 @@ def table(res) -> str:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--size", type=int, default=64, help="volume edge in voxels (default 64)")
-    p.add_argument("--views", type=int, default=None,
-                   help="views over 360 degrees (default ~pi/2 x detector columns)")
+    p.add_argument("--views", type=int, default=None, help="views over 360 degrees (default ~pi/2 x detector columns)")
     p.add_argument("--photons", type=float, default=1e4, help="I0 per detector pixel (default 1e4)")
-    p.add_argument("--iterations", type=int, default=None,
-                   help="passes of the iterative method (default: calibrated on another phantom)")
+    p.add_argument(
+        "--iterations",
+        type=int,
+        default=None,
+        help="passes of the iterative method (default: calibrated on another phantom)",
+    )
     p.add_argument("--max-iterations", type=int, default=30, help="calibration cap (default 30)")
     p.add_argument("--method", choices=METHODS, default="os_sart")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default="fewview.png", help="PNG to write (default fewview.png)")
     p.add_argument("--json", default=None, help="also write the result dict here")
     p.add_argument("--dpi", type=int, default=100, help="PNG resolution (default 100)")
-    p.add_argument("--colors", type=int, default=None,
-                   help="quantise the PNG to this many colours (docs/img uses 128)")
-    p.add_argument("--no-upper", action="store_true",
-                   help="non-negativity only (default: box 0 <= mu <= %g /mm)" % MU_BONE)
+    p.add_argument("--colors", type=int, default=None, help="quantise the PNG to this many colours (docs/img uses 128)")
+    p.add_argument(
+        "--no-upper", action="store_true", help="non-negativity only (default: box 0 <= mu <= %g /mm)" % MU_BONE
+    )
     args = p.parse_args(argv)
     t0 = time.perf_counter()
-    res = run(size=args.size, n_views=args.views, photons=args.photons, iterations=args.iterations,
-              max_iterations=args.max_iterations, out_png=args.out or None, seed=args.seed,
-              method=args.method, dpi=args.dpi, colors=args.colors, upper=None if args.no_upper else MU_BONE)
-    print(f"{res['size']}^3 voxels of {res['voxel_mm']:.2f} mm, {res['n_views']} views "
-          f"({res['few_views']} for the few-view runs), {res['detector'][0]}x{res['detector'][1]} "
-          f"detector ({res['pixel_at_axis_mm']:.2f} mm at the axis), I0 = {res['photons']:g}")
+    res = run(
+        size=args.size,
+        n_views=args.views,
+        photons=args.photons,
+        iterations=args.iterations,
+        max_iterations=args.max_iterations,
+        out_png=args.out or None,
+        seed=args.seed,
+        method=args.method,
+        dpi=args.dpi,
+        colors=args.colors,
+        upper=None if args.no_upper else MU_BONE,
+    )
+    print(
+        f"{res['size']}^3 voxels of {res['voxel_mm']:.2f} mm, {res['n_views']} views "
+        f"({res['few_views']} for the few-view runs), {res['detector'][0]}x{res['detector'][1]} "
+        f"detector ({res['pixel_at_axis_mm']:.2f} mm at the axis), I0 = {res['photons']:g}"
+    )
     print("RMSE (1/mm) against the phantom:")
     print(table(res))
     d = res["discrepancy"]
-    print(f"discrepancy principle: noise level {d['noise_level']:.2f}, residual after the last "
-          f"pass {d['residuals'][-1]:.2f}, residual of the rasterised phantom itself "
-          f"{d['residual_of_truth']:.2f}; met at pass {d['met_at']}")
-    print("timings (s): " + ", ".join(f"{k} {v:.1f}" for k, v in res["timings_s"].items())
-          + f"; total {time.perf_counter() - t0:.1f}")
+    print(
+        f"discrepancy principle: noise level {d['noise_level']:.2f}, residual after the last "
+        f"pass {d['residuals'][-1]:.2f}, residual of the rasterised phantom itself "
+        f"{d['residual_of_truth']:.2f}; met at pass {d['met_at']}"
+    )
+    print(
+        "timings (s): "
+        + ", ".join(f"{k} {v:.1f}" for k, v in res["timings_s"].items())
+        + f"; total {time.perf_counter() - t0:.1f}"
+    )
     if args.out:
         print(f"wrote {args.out}")
     if args.json:
         from leveret.io.atomic import atomic_output
+
         with atomic_output(args.json, overwrite=True) as tmp:
             Path(tmp).write_text(json.dumps(res, indent=2))
         print(f"wrote {args.json}")

@@ -23,6 +23,7 @@ Writes helical.png, helical_ripple.png, laminography.png,
 laminography_iterative.png and helical_laminography_geometries.png into
 ``--out`` and every number into ``--json`` (about 1.5 minutes on two cores).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -45,14 +46,21 @@ TILTS = (20, 45, 70)
 
 
 def body():
-    return phantom.EllipsoidPhantom([
-        E(1.0, (28, 26, 60)), E(0.5, (8, 10, 6), (8, -5, 4)), E(-0.4, (5, 5, 9), (-10, 6, -9)),
-        E(0.3, (6, 4, 4), (-4, -12, 14), (0.4, 0.2, 0)), E(0.6, 3, (12, 10, -15))])
+    return phantom.EllipsoidPhantom(
+        [
+            E(1.0, (28, 26, 60)),
+            E(0.5, (8, 10, 6), (8, -5, 4)),
+            E(-0.4, (5, 5, 9), (-10, 6, -9)),
+            E(0.3, (6, 4, 4), (-4, -12, 14), (0.4, 0.2, 0)),
+            E(0.6, 3, (12, 10, -15)),
+        ]
+    )
 
 
 def plate():
-    return phantom.EllipsoidPhantom([E(1.0, (20, 18, 6)), E(0.5, (5, 7, 3), (6, -4, 1)),
-                                     E(-0.4, (4, 4, 2), (-8, 5, -1)), E(0.7, 2.5, (-3, -9, 2))])
+    return phantom.EllipsoidPhantom(
+        [E(1.0, (20, 18, 6)), E(0.5, (5, 7, 3), (6, -4, 1)), E(-0.4, (4, 4, 2), (-8, 5, -1)), E(0.7, 2.5, (-3, -9, 2))]
+    )
 
 
 def helix(pitch, volume, per_turn=PER_TURN, rows=ROWS, cols=COLS):
@@ -81,12 +89,18 @@ def run_helical(pitches=(0.5, 1.0, 1.4, 1.6), size=56, slices=40, sharp=(1.0,)):
     for factor, smoothing in runs:
         g = helix(factor * HEIGHT, vol)
         stats: dict = {}
-        rec = leveret.helical_fdk(ph.project(g).astype(np.float32), g, vol, backend="cpu", stats=stats,
-                                  smoothing=smoothing)
+        rec = leveret.helical_fdk(
+            ph.project(g).astype(np.float32), g, vol, backend="cpu", stats=stats, smoothing=smoothing
+        )
         out["pitches"][str(factor) + ("" if smoothing == "auto" else " sharp")] = {
-            "rmse": rmse(rec, truth, inside(vol)), "bias": float((rec - truth)[inside(vol)].mean()),
-            "n_pi": stats["n_pi"], "smoothing": stats["smoothing"], "max_pitch_factor": stats["max_pitch"] / HEIGHT,
-            "views": g.n_views, "views_per_slab": stats["views_per_slab"]}
+            "rmse": rmse(rec, truth, inside(vol)),
+            "bias": float((rec - truth)[inside(vol)].mean()),
+            "n_pi": stats["n_pi"],
+            "smoothing": stats["smoothing"],
+            "max_pitch_factor": stats["max_pitch"] / HEIGHT,
+            "views": g.n_views,
+            "views_per_slab": stats["views_per_slab"],
+        }
         if factor == 1.0 and smoothing == "auto":
             out["images"].update(helical=rec, truth=truth)
     # circular FDK at the same cone angle and sampling, over the voxels every view sees
@@ -104,8 +118,9 @@ def run_helical(pitches=(0.5, 1.0, 1.4, 1.6), size=56, slices=40, sharp=(1.0,)):
 
 def run_ripple(noise=0.005, seed=0, slices=96, turns=7.5):
     """Slice means inside an off-axis rod: amplitude at the pitch's frequency."""
-    rods = phantom.EllipsoidPhantom([E(1.0, (16, 15, 1e4)), E(0.5, (3, 3, 1e4), (7, 2, 0)),
-                                     E(-0.5, (2.5, 2.5, 1e4), (-5, -6, 0))])
+    rods = phantom.EllipsoidPhantom(
+        [E(1.0, (16, 15, 1e4)), E(0.5, (3, 3, 1e4), (7, 2, 0)), E(-0.5, (2.5, 2.5, 1e4), (-5, -6, 0))]
+    )
     pitch = 16 * ISO
     vol = VolumeGeometry((slices, 36, 36), voxel_size=(ISO, 1.2 * ISO, 1.2 * ISO))
     g = ConeGeometry.helical(np.arange(int(turns * 120)) * 2 * np.pi / 120, pitch, SID, SDD, 16, 64, PIX)
@@ -125,8 +140,11 @@ def run_ripple(noise=0.005, seed=0, slices=96, turns=7.5):
             others = np.delete(spectrum[1:], k - 1)
             key = f"{name}, smoothing {smoothing}"
             out["series"][key] = means
-            out[key] = {"amplitude_at_pitch": float(spectrum[k]), "median_other_frequencies": float(np.median(others)),
-                        "max_other_frequencies": float(others.max())}
+            out[key] = {
+                "amplitude_at_pitch": float(spectrum[k]),
+                "median_other_frequencies": float(np.median(others)),
+                "max_other_frequencies": float(others.max()),
+            }
     return out
 
 
@@ -141,6 +159,7 @@ def without_missing_cone(truth, tilt):
 
 def run_laminography(tilts=TILTS, iterations=(100, 30)):
     from scipy import ndimage
+
     ph = plate()
     vol = VolumeGeometry((24, 48, 48), 1.0)
     truth = ph.rasterize(vol, supersampling=3)
@@ -154,8 +173,11 @@ def run_laminography(tilts=TILTS, iterations=(100, 30)):
         proj = ph.project(g).astype(np.float32)
         rec = leveret.laminography_fbp(proj, g, vol, backend="cpu")
         free = without_missing_cone(truth, tilt)
-        entry = {"fbp_vs_object": rmse(rec, truth, body_mask), "fbp_vs_cone_free_core": rmse(rec, free, core),
-                 "fbp_relative_error": float(np.linalg.norm(rec - truth) / np.linalg.norm(truth))}
+        entry = {
+            "fbp_vs_object": rmse(rec, truth, body_mask),
+            "fbp_vs_cone_free_core": rmse(rec, free, core),
+            "fbp_relative_error": float(np.linalg.norm(rec - truth) / np.linalg.norm(truth)),
+        }
         out["images"][f"fbp {degrees}"] = rec
         out["images"][f"cone-free {degrees}"] = free
         if degrees == 45:
@@ -165,9 +187,12 @@ def run_laminography(tilts=TILTS, iterations=(100, 30)):
             fbp90 = leveret.laminography_fbp(p90, g90, vol, backend="cpu")
             sirt = leveret.sirt(p90, A, iterations[0], nonnegative=True)
             cgls = leveret.cgls(p90, A, iterations[1])
-            rel = lambda x: float(np.linalg.norm(x - truth) / np.linalg.norm(truth))   # noqa: E731
-            entry["90 views"] = {"fbp": rel(fbp90), f"sirt_nonnegative_{iterations[0]}": rel(sirt),
-                                 f"cgls_{iterations[1]}": rel(cgls)}
+            rel = lambda x: float(np.linalg.norm(x - truth) / np.linalg.norm(truth))  # noqa: E731
+            entry["90 views"] = {
+                "fbp": rel(fbp90),
+                f"sirt_nonnegative_{iterations[0]}": rel(sirt),
+                f"cgls_{iterations[1]}": rel(cgls),
+            }
             out["images"]["sirt 45"], out["images"]["cgls 45"] = sirt, cgls
             out["images"]["fbp90 45"] = fbp90
         out["tilts"][str(degrees)] = entry
@@ -177,6 +202,7 @@ def run_laminography(tilts=TILTS, iterations=(100, 30)):
 # -- pictures ------------------------------------------------------------------------------------
 def _figure(rows, cols, size):
     from matplotlib.figure import Figure
+
     return Figure(figsize=size)
 
 
@@ -186,13 +212,14 @@ def picture_helical(h, path, dpi=70):
     axes = fig.subplots(2, 3)
     j = im["helical"].shape[1] // 2 + 3
     k = im["helical"].shape[0] // 2
-    show = [(im["helical"][k], "helical FDK, pitch 1, axial", "gray", (0.4, 1.7)),
-            (im["helical"][:, j], "helical FDK, coronal (z up)", "gray", (0.4, 1.7)),
-            (im["circular"][:, j], "circular FDK, same cone angle", "gray", (0.4, 1.7)),
-            (im["helical"][k] - im["truth"][k], "helical - phantom, axial", "RdBu_r", (-0.06, 0.06)),
-            (im["helical"][:, j] - im["truth"][:, j], "helical - phantom, coronal", "RdBu_r", (-0.06, 0.06)),
-            (im["circular"][:, j] - im["circular_truth"][:, j], "circular - phantom, coronal", "RdBu_r",
-             (-0.06, 0.06))]
+    show = [
+        (im["helical"][k], "helical FDK, pitch 1, axial", "gray", (0.4, 1.7)),
+        (im["helical"][:, j], "helical FDK, coronal (z up)", "gray", (0.4, 1.7)),
+        (im["circular"][:, j], "circular FDK, same cone angle", "gray", (0.4, 1.7)),
+        (im["helical"][k] - im["truth"][k], "helical - phantom, axial", "RdBu_r", (-0.06, 0.06)),
+        (im["helical"][:, j] - im["truth"][:, j], "helical - phantom, coronal", "RdBu_r", (-0.06, 0.06)),
+        (im["circular"][:, j] - im["circular_truth"][:, j], "circular - phantom, coronal", "RdBu_r", (-0.06, 0.06)),
+    ]
     for ax, (img, title, cmap, (lo, hi)) in zip(axes.ravel(), show):
         a = ax.imshow(img, cmap=cmap, vmin=lo, vmax=hi, origin="lower")
         ax.set_title(title, fontsize=9)
@@ -210,8 +237,7 @@ def picture_ripple(r, path, dpi=70):
         for smoothing, style in (("auto", "-"), (0.0, "--")):
             key = f"{name}, smoothing {smoothing}"
             amp = r[key]["amplitude_at_pitch"]
-            ax.plot(r["z"], r["series"][key], style,
-                    label=f"smoothing {smoothing}: {amp * 1e3:.2f}e-3 at the pitch")
+            ax.plot(r["z"], r["series"][key], style, label=f"smoothing {smoothing}: {amp * 1e3:.2f}e-3 at the pitch")
         for z in np.arange(np.ceil(r["z"][0] / r["pitch"]), r["z"][-1] / r["pitch"]) * r["pitch"]:
             ax.axvline(z, color="0.8", lw=0.6)
         ax.set_title(f"{name} data: mean inside an off-axis rod (value 1.5) per slice", fontsize=9)
@@ -247,9 +273,10 @@ def picture_laminography(lam, path, dpi=70):
     if "sirt 45" in im:
         fig = _figure(1, 4, (12, 3.2))
         axes = fig.subplots(1, 4)
-        errors = list(lam["tilts"]["45"]["90 views"].values())   # fbp, sirt, cgls
-        for ax, key, title in zip(axes, ("truth", "fbp90 45", "sirt 45", "cgls 45"),
-                                  ("phantom", "FBP", "SIRT, non-negative", "CGLS")):
+        errors = list(lam["tilts"]["45"]["90 views"].values())  # fbp, sirt, cgls
+        for ax, key, title in zip(
+            axes, ("truth", "fbp90 45", "sirt 45", "cgls 45"), ("phantom", "FBP", "SIRT, non-negative", "CGLS")
+        ):
             err = "" if key == "truth" else f", error {errors[['fbp90 45', 'sirt 45', 'cgls 45'].index(key)]:.2f}"
             show(ax, im[key][:, j], f"45 deg, 90 views: {title}{err}")
         fig.tight_layout()

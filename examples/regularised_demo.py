@@ -26,6 +26,7 @@ volume (the scan: inside its disc), data range that of the truth.
     python examples/regularised_demo.py --convergence      # PDHG steps and preconditioning
     python examples/regularised_demo.py --steps            # PDHG's default step, x 0.1 .. 10
 """
+
 from __future__ import annotations
 
 import argparse
@@ -53,14 +54,14 @@ def _fewview():
 
 @dataclass
 class Case:
-    name: str                 # "phantom few-view", ...
-    projections: np.ndarray   # line integrals, float32
+    name: str  # "phantom few-view", ...
+    projections: np.ndarray  # line integrals, float32
     geometry: object
     grid: object
-    truth: np.ndarray         # the phantom, or the full-data reference
+    truth: np.ndarray  # the phantom, or the full-data reference
     cone: bool
     arc_degrees: float
-    regions: dict | None = None      # name -> voxels scored (None: all); the first picks the settings
+    regions: dict | None = None  # name -> voxels scored (None: all); the first picks the settings
 
     @property
     def data_range(self) -> float:
@@ -69,6 +70,7 @@ class Case:
 
 def phantom_case(scenario: str, size: int = 64, photons: float = 1e4, seed: int = 0) -> Case:
     import leveret
+
     fv = _fewview()
     if scenario == "few-view":
         angles, arc = np.linspace(0.0, 2 * np.pi, 30, endpoint=False), 360.0
@@ -76,8 +78,9 @@ def phantom_case(scenario: str, size: int = 64, photons: float = 1e4, seed: int 
         angles, arc = np.radians(np.linspace(0.0, 120.0, 36, endpoint=False)), 120.0
 
     def geometry(n):
-        return leveret.ConeGeometry.circular(angles, sid=fv.SID, sdd=fv.SDD, n_rows=n, n_cols=n,
-                                             pixel_size=fv.DET_SPAN / n)
+        return leveret.ConeGeometry.circular(
+            angles, sid=fv.SID, sdd=fv.SDD, n_rows=n, n_cols=n, pixel_size=fv.DET_SPAN / n
+        )
 
     head = fv.head_phantom()
     noisy, _ = fv.simulate(geometry(2 * size), 2, head, photons, np.random.default_rng(seed))
@@ -86,15 +89,24 @@ def phantom_case(scenario: str, size: int = 64, photons: float = 1e4, seed: int 
     # fewview_demo's "interior": inside the skull's inner surface shrunk by 2 voxels (the brain
     # away from the skull's partial-volume rim)
     brain = fv.Scan._shrunk(list(head)[1], 2 * fv.FOV / size).contains(xx, yy, zz)
-    return Case(f"phantom {scenario}", noisy, geometry(size), grid, head.rasterize(grid, supersampling=3),
-                cone=True, arc_degrees=arc, regions={"volume": None, "brain": brain})
+    return Case(
+        f"phantom {scenario}",
+        noisy,
+        geometry(size),
+        grid,
+        head.rasterize(grid, supersampling=3),
+        cone=True,
+        arc_degrees=arc,
+        regions={"volume": None, "brain": brain},
+    )
 
 
 def savu_case(scenario: str, rows: int = 16) -> Case:
     import leveret
+
     scan = leveret.datasets.savu_scan()
     r0 = scan.projections.shape[1] // 2 - rows // 2
-    p = scan.line_integrals()[:, r0:r0 + rows]
+    p = scan.line_integrals()[:, r0 : r0 + rows]
     full = leveret.ParallelGeometry(scan.angles, p.shape[2], n_rows=rows, center=scan.center)
     grid = full.default_volume()
     reference = leveret.fbp(np.ascontiguousarray(p), full, grid, backend="cpu")
@@ -107,9 +119,17 @@ def savu_case(scenario: str, rows: int = 16) -> Case:
     # scored inside the disc every view sees whole: the axis' distance to the nearer detector edge
     radius = min(scan.center, p.shape[2] - 1 - scan.center) - 2.0
     yy, xx = np.meshgrid(grid.coordinates("y"), grid.coordinates("x"), indexing="ij")
-    disc = np.broadcast_to(xx ** 2 + yy ** 2 < radius ** 2, grid.shape)
-    return Case(f"savu {scenario}", np.ascontiguousarray(p[views]), geometry, grid, reference, cone=False,
-                arc_degrees=arc, regions={"disc": disc})
+    disc = np.broadcast_to(xx**2 + yy**2 < radius**2, grid.shape)
+    return Case(
+        f"savu {scenario}",
+        np.ascontiguousarray(p[views]),
+        geometry,
+        grid,
+        reference,
+        cone=False,
+        arc_degrees=arc,
+        regions={"disc": disc},
+    )
 
 
 def metrics(case: Case, volume) -> dict:
@@ -117,13 +137,16 @@ def metrics(case: Case, volume) -> dict:
     per region: ``{"psnr": ..., "ssim": ..., "<region>": {"psnr", "ssim"}}``,
     the first region's at the top."""
     from skimage.metrics import structural_similarity
+
     t = case.truth.astype(np.float64)
     x = np.asarray(volume, np.float64)
     _, ssim_map = structural_similarity(t, x, data_range=case.data_range, full=True)
     out = {}
     for name, mask in case.regions.items():
-        out[name] = {"psnr": psnr(case, volume, mask),
-                     "ssim": float(ssim_map.mean() if mask is None else ssim_map[mask].mean())}
+        out[name] = {
+            "psnr": psnr(case, volume, mask),
+            "ssim": float(ssim_map.mean() if mask is None else ssim_map[mask].mean()),
+        }
     first = out[next(iter(case.regions))]
     return {"psnr": first["psnr"], "ssim": first["ssim"], **out}
 
@@ -135,13 +158,14 @@ def psnr(case: Case, volume, mask="first") -> float:
         mask = next(iter(case.regions.values()))
     err = (np.asarray(volume, np.float64) - case.truth) ** 2
     mse = float(err.mean() if mask is None else err[mask].mean())
-    return 10 * np.log10(case.data_range ** 2 / mse)
+    return 10 * np.log10(case.data_range**2 / mse)
 
 
 def analytic(case: Case) -> tuple[dict, np.ndarray]:
     """FDK (cone) or FBP (parallel), the best filter (and Parker weighting on a
     partial arc), clipped at 0."""
     import leveret
+
     best = None
     options = [(f, False) for f in FILTERS]
     if case.cone and case.arc_degrees < 360:
@@ -149,11 +173,12 @@ def analytic(case: Case) -> tuple[dict, np.ndarray]:
     for f, parker in options:
         try:
             if case.cone:
-                vol = leveret.fdk(case.projections, case.geometry, case.grid, filter=f, short_scan=parker,
-                                  backend="cpu")
+                vol = leveret.fdk(
+                    case.projections, case.geometry, case.grid, filter=f, short_scan=parker, backend="cpu"
+                )
             else:
                 vol = leveret.fbp(case.projections, case.geometry, case.grid, filter=f, backend="cpu")
-        except ValueError as exc:          # Parker weights need a longer arc
+        except ValueError as exc:  # Parker weights need a longer arc
             print(f"  {case.name}: {f} parker={parker} skipped: {exc}", flush=True)
             continue
         np.clip(vol, 0, None, out=vol)
@@ -166,6 +191,7 @@ def analytic(case: Case) -> tuple[dict, np.ndarray]:
 
 def projector(case: Case):
     import leveret
+
     return leveret.Projector(case.geometry, case.grid, model="joseph", backend="cpu")
 
 
@@ -173,6 +199,7 @@ def best_iteration(case: Case, method: str, cap: int, max_cap: int = 1200, **kw)
     """``method`` from zero, the iterate with the best PSNR up to ``cap``; run
     again with twice the cap while the best is the last one (up to ``max_cap``)."""
     import leveret
+
     best = {"psnr": -np.inf}
 
     def keep(x, info):
@@ -195,6 +222,7 @@ def tv_search(case: Case, iterations: int, start: float, factor: float = 2.5, ev
     walking from ``start`` in the direction PSNR rises, then at the
     geometric midpoints beside the best: the best weight of them."""
     import leveret
+
     A = projector(case)
     scores = {}
 
@@ -216,9 +244,17 @@ def tv_search(case: Case, iterations: int, start: float, factor: float = 2.5, ev
     return best, scores[best][1], {f"{k:.4g}": v[0] for k, v in sorted(scores.items())}
 
 
-def run_case(case: Case, *, tv_start: float, sirt_cap: int = 150, cgls_cap: int = 40, fista_iterations: int = 100,
-             pdhg_iterations: int = 200) -> tuple[dict, dict]:
+def run_case(
+    case: Case,
+    *,
+    tv_start: float,
+    sirt_cap: int = 150,
+    cgls_cap: int = 40,
+    fista_iterations: int = 100,
+    pdhg_iterations: int = 200,
+) -> tuple[dict, dict]:
     import leveret
+
     rows, volumes, t = {}, {}, {}
     t0 = time.perf_counter()
     rows["FBP/FDK"], volumes["FBP/FDK"] = analytic(case)
@@ -231,8 +267,12 @@ def run_case(case: Case, *, tv_start: float, sirt_cap: int = 150, cgls_cap: int 
     t["cgls"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     lam, vol, searched = tv_search(case, fista_iterations, tv_start)
-    rows["FISTA-TV"] = {"setting": f"tv={lam:.3g}, {fista_iterations} iterations", "tv": lam, "searched": searched,
-                        **metrics(case, vol)}
+    rows["FISTA-TV"] = {
+        "setting": f"tv={lam:.3g}, {fista_iterations} iterations",
+        "tv": lam,
+        "searched": searched,
+        **metrics(case, vol),
+    }
     volumes["FISTA-TV"] = vol
     t["fista"] = time.perf_counter() - t0
     t0 = time.perf_counter()
@@ -240,22 +280,31 @@ def run_case(case: Case, *, tv_start: float, sirt_cap: int = 150, cgls_cap: int 
     stats_f, stats_p = {}, {}
     leveret.fista(case.projections, A, 1, tv=lam, nonnegative=True, x0=vol, stats=stats_f)
     vol_p = leveret.pdhg(case.projections, A, pdhg_iterations, tv=lam, nonnegative=True, stats=stats_p)
-    rows["PDHG-TV"] = {"setting": f"tv={lam:.3g}, {pdhg_iterations} iterations", "tv": lam,
-                       "objective_vs_fista": stats_p["objective"][-1] / stats_f["objective"][-1] - 1,
-                       **metrics(case, vol_p)}
+    rows["PDHG-TV"] = {
+        "setting": f"tv={lam:.3g}, {pdhg_iterations} iterations",
+        "tv": lam,
+        "objective_vs_fista": stats_p["objective"][-1] / stats_f["objective"][-1] - 1,
+        **metrics(case, vol_p),
+    }
     volumes["PDHG-TV"] = vol_p
     t["pdhg"] = time.perf_counter() - t0
     for name, row in rows.items():
         regions = "  ".join(f"{r}: PSNR {row[r]['psnr']:6.2f} dB SSIM {row[r]['ssim']:.3f}" for r in case.regions)
         print(f"  {case.name}: {name:9s} {regions}  ({row['setting']})", flush=True)
-    return {"rows": rows, "seconds": t, "arc_degrees": case.arc_degrees, "regions": list(case.regions),
-            "views": int(case.projections.shape[0])}, volumes
+    return {
+        "rows": rows,
+        "seconds": t,
+        "arc_degrees": case.arc_degrees,
+        "regions": list(case.regions),
+        "views": int(case.projections.shape[0]),
+    }, volumes
 
 
 def figure(cases: list[Case], volumes: list[dict], results: list[dict], title: str):
     """One row per case: the truth (or reference) and each method's central
     slice (axial for the phantom, the middle row for the scan)."""
     from matplotlib.figure import Figure
+
     names = ["truth"] + list(volumes[0])
     fig = Figure(figsize=(2.0 * len(names), 2.4 * len(cases) + 0.4), layout="constrained")
     axes = np.atleast_2d(fig.subplots(len(cases), len(names)))
@@ -263,8 +312,11 @@ def figure(cases: list[Case], volumes: list[dict], results: list[dict], title: s
         k = case.truth.shape[0] // 2
         # the phantom: fewview_demo's window (brain contrast); the scan: up to its 98th
         # percentile inside the disc, so the faint tube and the streaks show (the sample saturates)
-        lo, hi = (0.005, 0.045) if case.cone else \
-            (0.0, float(np.percentile(case.truth[k][next(iter(case.regions.values()))[k]], 98)))
+        lo, hi = (
+            (0.005, 0.045)
+            if case.cone
+            else (0.0, float(np.percentile(case.truth[k][next(iter(case.regions.values()))[k]], 98)))
+        )
         for col, name in enumerate(names):
             ax = axes[row, col]
             img = case.truth if name == "truth" else vols[name]
@@ -286,11 +338,13 @@ def figure(cases: list[Case], volumes: list[dict], results: list[dict], title: s
 
 def save_png(fig, path: Path, dpi: int, colors: int | None) -> None:
     from leveret.io.atomic import atomic_output
+
     path.parent.mkdir(parents=True, exist_ok=True)
     with atomic_output(path, overwrite=True) as tmp:
         fig.savefig(tmp, dpi=dpi, format="png")
         if colors is not None:
-            from PIL import Image      # matplotlib's own dependency
+            from PIL import Image  # matplotlib's own dependency
+
             with Image.open(tmp) as im:
                 small = im.convert("RGB").quantize(colors=colors, method=Image.Quantize.MEDIANCUT)
             small.save(tmp, format="png", optimize=True)
@@ -301,16 +355,19 @@ def table(results: dict) -> str:
     lines = ["| case | method | PSNR (dB) | SSIM | setting |", "|---|---|---|---|---|"]
     for case, res in results.items():
         for name, row in res["rows"].items():
-            cells = [" / ".join(f"{row[r][key]:.{d}f}" for r in res["regions"]) for key, d in (("psnr", 2),
-                                                                                             ("ssim", 3))]
+            cells = [
+                " / ".join(f"{row[r][key]:.{d}f}" for r in res["regions"]) for key, d in (("psnr", 2), ("ssim", 3))
+            ]
             lines.append(f"| {case} | {name} | {cells[0]} | {cells[1]} | {row['setting']} |")
     return "\n".join(lines)
 
 
 # -- PDHG's steps, measured ----------------------------------------------------------------------
 
-def convergence(size: int = 32, views: int = 30, tv: float = 2.0, iterations: int = 200,
-                reference_iterations: int = 400) -> dict:
+
+def convergence(
+    size: int = 32, views: int = 30, tv: float = 2.0, iterations: int = 200, reference_iterations: int = 400
+) -> dict:
     """PDHG's step choices on a small cone-beam problem (the head at ``size``^3,
     2 % Gaussian noise): relative objective gap to the best value found (FISTA
     run ``reference_iterations``) after 25..``iterations`` iterations for plain
@@ -320,10 +377,12 @@ def convergence(size: int = 32, views: int = 30, tv: float = 2.0, iterations: in
     import leveret
     from leveret.algorithms import operator_norm
     from leveret.operators import tv as tvop
+
     fv = _fewview()
     angles = np.linspace(0, 2 * np.pi, views, endpoint=False)
-    geometry = leveret.ConeGeometry.circular(angles, sid=fv.SID, sdd=fv.SDD, n_rows=size, n_cols=size,
-                                             pixel_size=fv.DET_SPAN / size)
+    geometry = leveret.ConeGeometry.circular(
+        angles, sid=fv.SID, sdd=fv.SDD, n_rows=size, n_cols=size, pixel_size=fv.DET_SPAN / size
+    )
     grid = leveret.VolumeGeometry((size,) * 3, voxel_size=fv.FOV / size)
     A = leveret.Projector(geometry, grid, model="joseph", backend="cpu")
     b = fv.head_phantom().project(geometry).astype(np.float32)
@@ -333,9 +392,11 @@ def convergence(size: int = 32, views: int = 30, tv: float = 2.0, iterations: in
     leveret.fista(b, A, reference_iterations, tv=tv, nonnegative=True, tv_iterations=30, stats=stats)
     curves["FISTA (tv_iterations=30)"] = stats["objective"][:iterations]
     norm_k = float(np.hypot(operator_norm(A), np.sqrt(tvop.gradient_norm_bound(3))))
-    for name, kw in [("PDHG, plain (tau = sigma = 0.99 / ||K||)", None),
-                     ("PDHG, balanced steps (default)", {}),
-                     ("PDHG, diagonal preconditioning", {"preconditioned": True})]:
+    for name, kw in [
+        ("PDHG, plain (tau = sigma = 0.99 / ||K||)", None),
+        ("PDHG, balanced steps (default)", {}),
+        ("PDHG, diagonal preconditioning", {"preconditioned": True}),
+    ]:
         s = {}
         if kw is None:
             _plain_pdhg(b, A, iterations, tv, 0.99 / norm_k, s)
@@ -349,23 +410,31 @@ def convergence(size: int = 32, views: int = 30, tv: float = 2.0, iterations: in
     return {"size": size, "views": views, "tv": tv, "best": best, "gaps": gaps}
 
 
-def step_sweep(size: int = 24, views: int = 20, weights=(0.5, 8.0), factors=(0.1, 0.3, 1.0, 3.0, 10.0),
-               iterations: int = 150, reference_iterations: int = 300) -> dict:
+def step_sweep(
+    size: int = 24,
+    views: int = 20,
+    weights=(0.5, 8.0),
+    factors=(0.1, 0.3, 1.0, 3.0, 10.0),
+    iterations: int = 150,
+    reference_iterations: int = 300,
+) -> dict:
     """PDHG's default primal step against ``factors`` times it, on the head at
     ``size``^3 (cone beam, ``views`` views, 2 % noise) at each TV weight, with
     lengths in mm and again in cm (the same line integrals; the weight
     scaled with the unit): relative objective gap after ``iterations``."""
     import leveret
+
     fv = _fewview()
     angles = np.linspace(0, 2 * np.pi, views, endpoint=False)
     rows = {}
     b = None
     for unit, unit_name in ((1.0, "mm"), (0.1, "cm")):
-        geometry = leveret.ConeGeometry.circular(angles, sid=fv.SID * unit, sdd=fv.SDD * unit, n_rows=size,
-                                                 n_cols=size, pixel_size=fv.DET_SPAN * unit / size)
+        geometry = leveret.ConeGeometry.circular(
+            angles, sid=fv.SID * unit, sdd=fv.SDD * unit, n_rows=size, n_cols=size, pixel_size=fv.DET_SPAN * unit / size
+        )
         grid = leveret.VolumeGeometry((size,) * 3, voxel_size=fv.FOV * unit / size)
         A = leveret.Projector(geometry, grid, model="joseph", backend="cpu")
-        if b is None:     # line integrals do not depend on the unit
+        if b is None:  # line integrals do not depend on the unit
             b = fv.head_phantom().project(geometry).astype(np.float32)
             b += np.random.default_rng(0).normal(0, 0.02 * b.max(), b.shape).astype(np.float32)
         for weight in weights:
@@ -390,6 +459,7 @@ def step_sweep(size: int = 24, views: int = 20, weights=(0.5, 8.0), factors=(0.1
 def _plain_pdhg(b, A, iterations, tv, step, stats):
     """Chambolle-Pock with one step for every block: tau = sigma = ``step``."""
     from leveret.operators import tv as tvop
+
     x = np.zeros(A.volume.shape, np.float32)
     x_old, ax, ax_old, y = x.copy(), np.zeros_like(b), np.zeros_like(b), np.zeros_like(b)
     p = np.zeros((3,) + x.shape, np.float32)
@@ -439,17 +509,27 @@ def main(argv=None) -> int:
             cases, volumes, results = [], [], []
             for scenario in SCENARIOS:
                 case = phantom_case(scenario, args.size, args.photons) if kind == "phantom" else savu_case(scenario)
-                print(f"{case.name}: {case.projections.shape[0]} views over {case.arc_degrees:.0f} degrees, "
-                      f"volume {case.grid.shape}", flush=True)
+                print(
+                    f"{case.name}: {case.projections.shape[0]} views over {case.arc_degrees:.0f} degrees, "
+                    f"volume {case.grid.shape}",
+                    flush=True,
+                )
                 res, vols = run_case(case, tv_start=starts[kind])
                 out[case.name] = res
                 cases.append(case)
                 volumes.append(vols)
                 results.append(res)
-            title = ("cone-beam head, 64^3, I0 = %g, axial slice z = 0" % args.photons if kind == "phantom" else
-                     "savu-image-test (real, parallel beam), middle row")
-            save_png(figure(cases, volumes, results, title), Path(args.out_dir) / f"regularised_{kind}.png",
-                     args.dpi, args.colors)
+            title = (
+                "cone-beam head, 64^3, I0 = %g, axial slice z = 0" % args.photons
+                if kind == "phantom"
+                else "savu-image-test (real, parallel beam), middle row"
+            )
+            save_png(
+                figure(cases, volumes, results, title),
+                Path(args.out_dir) / f"regularised_{kind}.png",
+                args.dpi,
+                args.colors,
+            )
         print(table({k: v for k, v in out.items()}))
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=1, default=float))

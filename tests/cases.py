@@ -1,5 +1,6 @@
 """Test cases several test modules share (tests/ is on pytest's pythonpath:
 ``from cases import ...``). Each section belongs to one part of the package."""
+
 from __future__ import annotations
 
 import threading
@@ -20,22 +21,42 @@ def _projector_geometries():
     off-centre grids, non-square voxels, axis shifts, a ray on a voxel face."""
     a7 = np.linspace(0, np.pi, 7, endpoint=False)
     return {
-        "parallel2d": (ParallelGeometry(a7, 23, det_spacing=1.3, center=10.2),
-                       VolumeGeometry((13, 17), (0.9, 1.1), center=(0.3, -0.2))),
+        "parallel2d": (
+            ParallelGeometry(a7, 23, det_spacing=1.3, center=10.2),
+            VolumeGeometry((13, 17), (0.9, 1.1), center=(0.3, -0.2)),
+        ),
         # 0 and 90 degrees with integer spacing: rays run exactly along voxel faces
-        "parallel2d_graze": (ParallelGeometry([0.0, np.pi / 2, np.pi / 4], 12),
-                             VolumeGeometry((9, 9), 1.0)),
-        "parallel3d": (ParallelGeometry(np.linspace(0, np.pi, 5, endpoint=False), 15, n_rows=6,
-                                        det_spacing=1.3, row_spacing=0.8,
-                                        axis_shift=[0.3, -0.2, 0.0, 0.5, 0.1]),
-                       VolumeGeometry((5, 9, 11), (0.9, 1.1, 1.0))),
-        "cone_circular": (ConeGeometry.circular(np.linspace(0, 2 * np.pi, 6, endpoint=False),
-                                                sid=30, sdd=50, n_rows=9, n_cols=13, pixel_size=2.0),
-                          VolumeGeometry((7, 9, 11), 1.0, center=(0.5, 0.0, -0.3))),
-        "cone_matrices": (ConeGeometry.circular(np.radians([0, 37, 101, 200]), sid=25, sdd=40,
-                                                n_rows=8, n_cols=11, pixel_size=1.7,
-                                                det_offset=(1.5, -0.7), det_tilt=(0.05, -0.03, 0.1)),
-                          VolumeGeometry((6, 7, 9), (1.2, 1.0, 0.8))),
+        "parallel2d_graze": (ParallelGeometry([0.0, np.pi / 2, np.pi / 4], 12), VolumeGeometry((9, 9), 1.0)),
+        "parallel3d": (
+            ParallelGeometry(
+                np.linspace(0, np.pi, 5, endpoint=False),
+                15,
+                n_rows=6,
+                det_spacing=1.3,
+                row_spacing=0.8,
+                axis_shift=[0.3, -0.2, 0.0, 0.5, 0.1],
+            ),
+            VolumeGeometry((5, 9, 11), (0.9, 1.1, 1.0)),
+        ),
+        "cone_circular": (
+            ConeGeometry.circular(
+                np.linspace(0, 2 * np.pi, 6, endpoint=False), sid=30, sdd=50, n_rows=9, n_cols=13, pixel_size=2.0
+            ),
+            VolumeGeometry((7, 9, 11), 1.0, center=(0.5, 0.0, -0.3)),
+        ),
+        "cone_matrices": (
+            ConeGeometry.circular(
+                np.radians([0, 37, 101, 200]),
+                sid=25,
+                sdd=40,
+                n_rows=8,
+                n_cols=11,
+                pixel_size=1.7,
+                det_offset=(1.5, -0.7),
+                det_tilt=(0.05, -0.03, 0.1),
+            ),
+            VolumeGeometry((6, 7, 9), (1.2, 1.0, 0.8)),
+        ),
     }
 
 
@@ -54,19 +75,39 @@ def _structured_geometries():
     grazing ray can be put in either neighbouring voxel row: a 1e-15
     difference in the geometry, not in the operator."""
     return {
-        "cone_small": (ConeGeometry.circular(np.linspace(0, 2 * np.pi, 6, endpoint=False), sid=30, sdd=50,
-                                             n_rows=9, n_cols=13, pixel_size=2.0),
-                       VolumeGeometry((7, 9, 11), 1.0, center=(0.5, 0.0, -0.3))),
-        "cone_axes_wide": (ConeGeometry.circular(np.array([0.0, np.pi / 2, np.pi / 4, 1.0, 3.0]), sid=40, sdd=60,
-                                                 n_rows=33, n_cols=41, pixel_size=1.5),
-                           VolumeGeometry((15, 18, 20), (1.5, 1.0, 0.9), center=(-0.13, 0.21, 0.37))),
-        "cone_offset": (ConeGeometry.circular(np.linspace(0.1, 2 * np.pi, 7, endpoint=False), sid=50, sdd=90,
-                                              n_rows=40, n_cols=37, pixel_size=1.0, det_offset=(2.5, -3.0)),
-                        VolumeGeometry((23, 31, 29), 1.0, center=(1.0, -2.0, 0.5))),
+        "cone_small": (
+            ConeGeometry.circular(
+                np.linspace(0, 2 * np.pi, 6, endpoint=False), sid=30, sdd=50, n_rows=9, n_cols=13, pixel_size=2.0
+            ),
+            VolumeGeometry((7, 9, 11), 1.0, center=(0.5, 0.0, -0.3)),
+        ),
+        "cone_axes_wide": (
+            ConeGeometry.circular(
+                np.array([0.0, np.pi / 2, np.pi / 4, 1.0, 3.0]), sid=40, sdd=60, n_rows=33, n_cols=41, pixel_size=1.5
+            ),
+            VolumeGeometry((15, 18, 20), (1.5, 1.0, 0.9), center=(-0.13, 0.21, 0.37)),
+        ),
+        "cone_offset": (
+            ConeGeometry.circular(
+                np.linspace(0.1, 2 * np.pi, 7, endpoint=False),
+                sid=50,
+                sdd=90,
+                n_rows=40,
+                n_cols=37,
+                pixel_size=1.0,
+                det_offset=(2.5, -3.0),
+            ),
+            VolumeGeometry((23, 31, 29), 1.0, center=(1.0, -2.0, 0.5)),
+        ),
         # rows numbered downwards (z falls as the row grows), 0.56 voxels apart at the axis, two warps of rows
-        "cone_rows_down": (_rows_down(ConeGeometry.circular(np.linspace(0.3, 2 * np.pi, 8, endpoint=False), sid=50,
-                                                            sdd=90, n_rows=45, n_cols=27, pixel_size=1.0)),
-                           VolumeGeometry((21, 17, 19), 1.0, center=(0.4, -0.6, 0.2))),
+        "cone_rows_down": (
+            _rows_down(
+                ConeGeometry.circular(
+                    np.linspace(0.3, 2 * np.pi, 8, endpoint=False), sid=50, sdd=90, n_rows=45, n_cols=27, pixel_size=1.0
+                )
+            ),
+            VolumeGeometry((21, 17, 19), 1.0, center=(0.4, -0.6, 0.2)),
+        ),
     }
 
 
@@ -81,25 +122,48 @@ STRUCTURED = _structured_geometries()
 
 # Structured Joseph's gather transpose over several z chunks: 70 z voxels,
 # anisotropic voxels, an off-centre detector, ~1.4 rows per voxel, odd nx, ny.
-TALL = (ConeGeometry.circular(np.linspace(0, 2 * np.pi, 9, endpoint=False), sid=60, sdd=90, n_rows=61,
-                              n_cols=29, pixel_size=1.4, det_offset=(0.7, -1.3)),
-        VolumeGeometry((70, 17, 19), (1.0, 1.1, 0.6), center=(0.3, -0.4, 1.1)))
+TALL = (
+    ConeGeometry.circular(
+        np.linspace(0, 2 * np.pi, 9, endpoint=False),
+        sid=60,
+        sdd=90,
+        n_rows=61,
+        n_cols=29,
+        pixel_size=1.4,
+        det_offset=(0.7, -1.3),
+    ),
+    VolumeGeometry((70, 17, 19), (1.0, 1.1, 0.6), center=(0.3, -0.4, 1.1)),
+)
 # A detector of 6 rows against 200 slices: the rows reach a band of the slices
 # (slices ~94-105), which is all the gather transpose visits.
-FEW_ROWS = (ConeGeometry.circular(np.linspace(0, 2 * np.pi, 9, endpoint=False), sid=60, sdd=90, n_rows=6, n_cols=30,
-                                  pixel_size=1.4, det_offset=(0.7, -1.3)),
-            VolumeGeometry((200, 15, 17), 1.0, center=(0.2, -0.3, 3.0)))
+FEW_ROWS = (
+    ConeGeometry.circular(
+        np.linspace(0, 2 * np.pi, 9, endpoint=False),
+        sid=60,
+        sdd=90,
+        n_rows=6,
+        n_cols=30,
+        pixel_size=1.4,
+        det_offset=(0.7, -1.3),
+    ),
+    VolumeGeometry((200, 15, 17), 1.0, center=(0.2, -0.3, 3.0)),
+)
 # Rows 0.8 to ~6 per z voxel (voxels near the source see more): the voxel
 # transpose's every row window from two rows up (one: the sparse-rows tests).
-ROW_WINDOWS = (ConeGeometry.circular(np.linspace(0, 2 * np.pi, 7, endpoint=False), sid=28, sdd=36, n_rows=40,
-                                     n_cols=100, pixel_size=0.98),
-               VolumeGeometry((8, 24, 24), 1.0))
+ROW_WINDOWS = (
+    ConeGeometry.circular(
+        np.linspace(0, 2 * np.pi, 7, endpoint=False), sid=28, sdd=36, n_rows=40, n_cols=100, pixel_size=0.98
+    ),
+    VolumeGeometry((8, 24, 24), 1.0),
+)
 # A tall volume (512 slices: one z tile of 16-deep lanes, none beyond nz) whose
 # rows, 0.45-0.55 per z voxel, a detector of 300 rows holds with room to spare:
 # the gather transpose's 2 x 2 build at 16 z voxels reads every (view, column,
 # plane) on its unclamped row path.
-UNCLAMPED_ROWS = (ConeGeometry.circular(np.linspace(0, 2 * np.pi, 9, endpoint=False), 400, 600, 300, 10, 3.0),
-                  VolumeGeometry((512, 4, 4), 1.0))
+UNCLAMPED_ROWS = (
+    ConeGeometry.circular(np.linspace(0, 2 * np.pi, 9, endpoint=False), 400, 600, 300, 10, 3.0),
+    VolumeGeometry((512, 4, 4), 1.0),
+)
 
 
 def _host(a) -> np.ndarray:
@@ -149,6 +213,7 @@ def scrambled_scan(rng, n_views=70, n_rows=23, n_cols=31, perturb=0.005):
     """Views in random order over a full circle, matrices perturbed entry by
     entry (skewed detectors: 'random matrices'), odd detector sizes."""
     from leveret.geometry import ConeGeometry
+
     angles = rng.permutation(rng.uniform(0, 2 * np.pi, n_views))
     g = ConeGeometry.circular(angles, sid=60.0, sdd=100.0, n_rows=n_rows, n_cols=n_cols, pixel_size=1.7)
     matrices = g.matrices * (1 + perturb * rng.standard_normal(g.matrices.shape))
@@ -160,13 +225,14 @@ def smooth_noise(rng, shape):
     (~8e-6 relative on raw white noise for these skewed matrices, the global
     kernel's own CPU mirror included) stays well inside 1e-5."""
     w = rng.standard_normal((shape[0], shape[1] + 2, shape[2] + 2))
-    return (sum(w[:, a:a + shape[1], b:b + shape[2]] for a in range(3) for b in range(3)) / 3).astype(np.float32)
+    return (sum(w[:, a : a + shape[1], b : b + shape[2]] for a in range(3) for b in range(3)) / 3).astype(np.float32)
 
 
 def parallel_phantom_scan(n, n_rows, n_views):
     """(angles, geometry, float32 projections) of a 3D Shepp-Logan phantom
     over a half circle: the live reconstructor's test scan."""
     from leveret.phantom import shepp_logan_3d
+
     angles = np.linspace(0, np.pi, n_views, endpoint=False)
     g = ParallelGeometry(angles, n, n_rows)
     return angles, g, shepp_logan_3d(radius=n / 2.2).project(g).astype(np.float32)
@@ -175,6 +241,7 @@ def parallel_phantom_scan(n, n_rows, n_views):
 def take_frames(iterator, n, timeout=10.0):
     """The next n frames of a live source (skipping the None of quiet spells)."""
     import time
+
     out, t0 = [], time.monotonic()
     for f in iterator:
         if f is not None:
@@ -192,16 +259,23 @@ def live_scan(kind: str, i: int):
     Parallel beam: a detector, angles and rotation axis of its own; cone beam:
     a circle of its own."""
     from leveret.phantom import shepp_logan_3d
+
     if kind == "parallel":
         n_cols, n_rows, views = 28 + 4 * i, 6 + i, 30 + 6 * i
-        g = ParallelGeometry(np.linspace(0, np.pi, views, endpoint=False) + 0.05 * i, n_cols, n_rows,
-                             det_spacing=1.0 + 0.1 * i, center=(n_cols - 1) / 2 + 0.3 * i)
+        g = ParallelGeometry(
+            np.linspace(0, np.pi, views, endpoint=False) + 0.05 * i,
+            n_cols,
+            n_rows,
+            det_spacing=1.0 + 0.1 * i,
+            center=(n_cols - 1) / 2 + 0.3 * i,
+        )
         vol = g.default_volume()
         radius = 0.4 * n_cols * g.det_spacing
     else:
         n, views = 16, 20 + 4 * i
-        g = ConeGeometry.circular(np.linspace(0, 2 * np.pi, views, endpoint=False) + 0.1 * i, 60.0 + 5 * i,
-                                  120.0, n, n, 2.0)
+        g = ConeGeometry.circular(
+            np.linspace(0, 2 * np.pi, views, endpoint=False) + 0.1 * i, 60.0 + 5 * i, 120.0, n, n, 2.0
+        )
         vol = VolumeGeometry((n, n, n), 1.0)
         radius = 6.0
     proj = shepp_logan_3d(radius=radius).project(g).astype(np.float32)
@@ -220,6 +294,7 @@ def live_job(kind: str, i: int, backend: str, device: int | None = None):
     import contextlib
 
     from leveret.live import Frame, LiveReconstructor
+
     g, vol, proj, point = live_scan(kind, i)
     own = g.angles if kind == "parallel" else g.matrices
     key = "angle" if kind == "parallel" else "matrix"
@@ -229,14 +304,14 @@ def live_job(kind: str, i: int, backend: str, device: int | None = None):
             made_on = contextlib.nullcontext()
         else:
             import cupy
+
             made_on = cupy.cuda.Device(device)
         with made_on:
             rec = LiveReconstructor(vol, g, backend=backend, max_batch=8)
         rec.watch_axial([vol.coordinates("z")[1]])
         for b, batch in enumerate(np.array_split(np.arange(len(proj)), 5)):
             if b % 2:
-                rec.add(proj[batch], **({} if b == 1 else {"angles" if kind == "parallel" else "matrices":
-                                                            own[batch]}))
+                rec.add(proj[batch], **({} if b == 1 else {"angles" if kind == "parallel" else "matrices": own[batch]}))
             else:
                 rec.add_frames([Frame(proj[n], int(n), **{key: None if n % 3 == 0 else own[n]}) for n in batch])
         out = rec.slices()
@@ -250,6 +325,7 @@ def live_job(kind: str, i: int, backend: str, device: int | None = None):
 def _live_feed(rec, proj, angles, batch):
     """One batch as ``add`` (with its indices) or as Frames, alternately, some without their angle."""
     from leveret.live import Frame
+
     if batch[0] % 2:
         rec.add(proj[batch], angles[batch], indices=batch)
     else:
@@ -264,6 +340,7 @@ def live_shared_instance_case(backend: str, tol: float = 2e-6, threads: int = 4)
     (the batches come in another order, so each slice sums the same float32
     terms in another order), its counters exactly."""
     from leveret.live import LiveReconstructor
+
     n_views = 64
     angles, g, proj = parallel_phantom_scan(32, 8, n_views)
     vol = g.default_volume()
@@ -275,9 +352,9 @@ def live_shared_instance_case(backend: str, tol: float = 2e-6, threads: int = 4)
     serial.watch_axial(z)
     for b in batches:
         _live_feed(serial, proj, angles, b)
-    expected = serial.slices()                       # z0, z1: accumulated batch by batch
+    expected = serial.slices()  # z0, z1: accumulated batch by batch
     serial.watch_orthogonal(point, angles=(20.0, 0.0, 10.0))
-    expected.update(serial.slices())                 # xy, xz, yz: recomputed from the stored views
+    expected.update(serial.slices())  # xy, xz, yz: recomputed from the stored views
 
     shared = LiveReconstructor(vol, g, backend=backend, max_batch=8)
     shared.watch_axial(z)
@@ -309,7 +386,7 @@ def live_shared_instance_case(backend: str, tol: float = 2e-6, threads: int = 4)
             for f in adders:
                 f.result()
         finally:
-            adding.clear()          # the viewer stops, also when an adder failed
+            adding.clear()  # the viewer stops, also when an adder failed
         assert viewer.result() >= 3
     shared.watch_orthogonal(point, angles=(20.0, 0.0, 10.0))
     got = shared.slices()
@@ -318,7 +395,7 @@ def live_shared_instance_case(backend: str, tol: float = 2e-6, threads: int = 4)
     assert shared.stats.received == n_views and shared.stats.rejected == 0 and shared.stats.missing == 0
     assert shared.stats.batches == serial.stats.batches
     # the sinogram holds every frame's middle row, in the order the batches came
-    rows = lambda r: sorted(map(bytes, r.sinogram()))   # noqa: E731
+    rows = lambda r: sorted(map(bytes, r.sinogram()))  # noqa: E731
     assert rows(shared) == rows(serial)
     assert sorted(got) == sorted(expected)
     for name in expected:
@@ -346,10 +423,12 @@ def live_own_instances_case(jobs, rounds: int = 2) -> None:
             for name, image in alone[i].items():
                 peak = np.abs(image).max()
                 spread = np.abs(again[i][name] - image).max()
-                bound = spread and 10 * spread + 2.0 ** -23 * peak
+                bound = spread and 10 * spread + 2.0**-23 * peak
                 off = np.abs(got[name] - image).max()
-                assert off <= bound, (f"job {i}, round {r}, slice {name}: {off / peak:.3g} of the peak from the "
-                                      f"one-thread result (one-thread spread {spread / peak:.3g})")
+                assert off <= bound, (
+                    f"job {i}, round {r}, slice {name}: {off / peak:.3g} of the peak from the "
+                    f"one-thread result (one-thread spread {spread / peak:.3g})"
+                )
 
 
 # -- Out of core (leveret.execution.outofcore, leveret.execution.executors) ------------------------------------------
@@ -361,15 +440,17 @@ CupyOutOfMemoryError = type("OutOfMemoryError", (MemoryError,), {"__module__": "
 
 # -- GPU memory budgets (leveret.fdk's gpu_memory) -------------------------------------------
 
+
 def gpu_memory_for_arrays(array_bytes: int) -> int:
     """The smallest ``gpu_memory`` that leaves ``array_bytes`` for fdk's
     plans (the budget less its textures' and cuFFT's shares): tests of the
     slab planning give the plans this much, whatever the shares are."""
     from leveret.algorithms.fdk import _pool_share
+
     def share(cap):
         try:
             return _pool_share(cap)
-        except ValueError:   # nothing left for arrays
+        except ValueError:  # nothing left for arrays
             return 0
 
     lo, hi = array_bytes, 2 * array_bytes + (1 << 30)
@@ -381,30 +462,37 @@ def gpu_memory_for_arrays(array_bytes: int) -> int:
 
 # -- Consistency of data and geometry (leveret.preprocess.consistency, the scan commands) --------------------
 
+
 class ToothScan(NamedTuple):
     """A simulated stand-in for tomopy's tooth scan (DXchange, which leveret does not ship): raw
     uint16 counts of an elongated, off-axis object over 0..180 degrees (both ends), rows x columns
     of a narrow synchrotron detector, an axis off the middle, Poisson noise, a flat with fixed
     pattern, 1 % beam drift per view."""
-    counts: np.ndarray      # (n_angles, n_rows, n_cols) uint16
-    flats: np.ndarray       # (10, n_rows, n_cols) uint16
-    darks: np.ndarray       # (10, n_rows, n_cols) uint16
-    angles: np.ndarray      # radians
+
+    counts: np.ndarray  # (n_angles, n_rows, n_cols) uint16
+    flats: np.ndarray  # (10, n_rows, n_cols) uint16
+    darks: np.ndarray  # (10, n_rows, n_cols) uint16
+    angles: np.ndarray  # radians
     geometry: ParallelGeometry
-    lines: np.ndarray       # the exact line integrals (float64)
+    lines: np.ndarray  # the exact line integrals (float64)
 
 
-def tooth_like_scan(n_angles=181, n_rows=8, n_cols=320, center=148.3, span_degrees=180.0, endpoint=True,
-                    seed=0) -> ToothScan:
+def tooth_like_scan(
+    n_angles=181, n_rows=8, n_cols=320, center=148.3, span_degrees=180.0, endpoint=True, seed=0
+) -> ToothScan:
     from leveret.phantom import Ellipsoid, EllipsoidPhantom
 
     rng = np.random.default_rng(seed)
     angles = np.radians(np.linspace(0, span_degrees, n_angles, endpoint=endpoint))
     g = ParallelGeometry(angles, n_cols, n_rows=n_rows, center=center)
-    s = n_cols / 640          # the shapes are set out for 640 columns
-    tooth = EllipsoidPhantom([Ellipsoid(0.012 / s, (170 * s, 110 * s, 400), (25 * s, -15 * s, 0), 0.4),
-                              Ellipsoid(-0.006 / s, (50 * s, 30 * s, 400), (40 * s, -10 * s, 0), 0.5),
-                              Ellipsoid(0.008 / s, (60 * s, 60 * s, 400), (-90 * s, 40 * s, 0), 0.0)])
+    s = n_cols / 640  # the shapes are set out for 640 columns
+    tooth = EllipsoidPhantom(
+        [
+            Ellipsoid(0.012 / s, (170 * s, 110 * s, 400), (25 * s, -15 * s, 0), 0.4),
+            Ellipsoid(-0.006 / s, (50 * s, 30 * s, 400), (40 * s, -10 * s, 0), 0.5),
+            Ellipsoid(0.008 / s, (60 * s, 60 * s, 400), (-90 * s, 40 * s, 0), 0.0),
+        ]
+    )
     lines = tooth.project(g)
     flat = 20000 * (1 + 0.05 * np.sin(np.arange(n_cols) / 37.0))[None, :] * np.ones((n_rows, 1))
     drift = 1 + 0.01 * rng.standard_normal(n_angles)[:, None, None]

@@ -1,4 +1,5 @@
 """Shared test set-up: the `gpu` marker's skip rule and common fixtures."""
+
 from __future__ import annotations
 
 import functools
@@ -46,9 +47,9 @@ PROJECTION_LINES = slice(10, 101)
 
 class SavuScan(NamedTuple):
     projections: np.ndarray  # (91, 135, 160) uint16
-    dark: np.ndarray         # (135, 160) float32
-    flat: np.ndarray         # (135, 160) float32
-    angles: np.ndarray       # (91,) float64, radians
+    dark: np.ndarray  # (135, 160) float32
+    flat: np.ndarray  # (135, 160) float32
+    angles: np.ndarray  # (91,) float64, radians
 
 
 def shared_folder() -> Path:
@@ -76,6 +77,7 @@ def _load(folder: Path) -> SavuScan:
 def savu_scan() -> SavuScan:
     """The real scan as leveret.datasets bundles it."""
     from leveret.datasets import savu_scan as bundled
+
     scan = bundled()
     return SavuScan(projections=scan.projections, dark=scan.dark, flat=scan.flat, angles=scan.angles)
 
@@ -85,8 +87,7 @@ def savu_files() -> SavuScan:
     """The real scan read from its original files with leveret.io; skips the test if they are absent."""
     folder = savu_folder()
     if not (folder / "projections").is_dir():
-        pytest.skip(f"real scan savu-image-test not found at {folder} "
-                    "(set LEVERET_SHARED to the shared folder)")
+        pytest.skip(f"real scan savu-image-test not found at {folder} (set LEVERET_SHARED to the shared folder)")
     return _load(folder)
 
 

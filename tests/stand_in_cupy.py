@@ -4,6 +4,7 @@ whose work is done at once, one stand-in GPU id (``cupy.cuda.Device().id``
 is 0). ``install(monkeypatch, n_gpus)`` puts it in place of ``cupy`` and
 ``cupyx`` and makes ``leveret.cuda.devices`` see ``n_gpus`` GPUs. Ordering
 between real CUDA streams is what the GPU tests check."""
+
 from __future__ import annotations
 
 import contextlib
@@ -117,19 +118,33 @@ def install(monkeypatch, n_gpus: int = 2) -> None:
         for i in range(height):
             ctypes.memmove(dst + i * dpitch, src + i * spitch, width)
 
-    runtime = types.SimpleNamespace(memcpyAsync=lambda dst, src, n, kind, s: ctypes.memmove(dst, src, n),
-                                    memcpy2DAsync=memcpy_2d,
-                                    memcpyHostToDevice=1, memcpyDeviceToHost=2, CUDARuntimeError=RuntimeError,
-                                    hostRegister=lambda ptr, n, flags: None, hostUnregister=lambda ptr: None)
-    cuda = types.SimpleNamespace(Stream=Stream, Event=Event, runtime=runtime, get_current_stream=lambda: stream,
-                                 Device=Device,
-                                 get_elapsed_time=lambda a, b: (b.t - a.t) * 1e3)
+    runtime = types.SimpleNamespace(
+        memcpyAsync=lambda dst, src, n, kind, s: ctypes.memmove(dst, src, n),
+        memcpy2DAsync=memcpy_2d,
+        memcpyHostToDevice=1,
+        memcpyDeviceToHost=2,
+        CUDARuntimeError=RuntimeError,
+        hostRegister=lambda ptr, n, flags: None,
+        hostUnregister=lambda ptr: None,
+    )
+    cuda = types.SimpleNamespace(
+        Stream=Stream,
+        Event=Event,
+        runtime=runtime,
+        get_current_stream=lambda: stream,
+        Device=Device,
+        get_elapsed_time=lambda a, b: (b.t - a.t) * 1e3,
+    )
     cupy = types.SimpleNamespace(
-        cuda=cuda, int64=np.int64, float32=np.float32, ndarray=DeviceArray,
+        cuda=cuda,
+        int64=np.int64,
+        float32=np.float32,
+        ndarray=DeviceArray,
         zeros=lambda shape, dtype=np.float32: device_array(np.zeros(shape, dtype)),
         empty=lambda shape, dtype=np.float32: device_array(np.empty(shape, dtype)),
         asarray=lambda a, dtype=None: device_array(a, dtype),
-        ascontiguousarray=lambda a, dtype=None: device_array(np.ascontiguousarray(a, dtype)))
+        ascontiguousarray=lambda a, dtype=None: device_array(np.ascontiguousarray(a, dtype)),
+    )
     cupyx = types.SimpleNamespace(empty_pinned=lambda shape, dtype: np.empty(shape, dtype))
     monkeypatch.setitem(sys.modules, "cupy", cupy)
     monkeypatch.setitem(sys.modules, "cupyx", cupyx)
@@ -138,4 +153,4 @@ def install(monkeypatch, n_gpus: int = 2) -> None:
     monkeypatch.setattr(device_state, "lend_streams", lent_streams)
     monkeypatch.setattr(devices, "_release_memory", lambda device: None)
     monkeypatch.setattr(_validate, "add_nonfinite_count", lambda counter, arr: None)
-    monkeypatch.setattr(pipeline, "_pinned_free", {})   # blocks "pinned" here must not reach a real GPU's calls
+    monkeypatch.setattr(pipeline, "_pinned_free", {})  # blocks "pinned" here must not reach a real GPU's calls

@@ -1,5 +1,6 @@
 """leveret.cuda.devices without a GPU: parsing ``devices=``, dealing ranges to
 workers, the out-of-memory shrink, errors and cancellation (fake workers)."""
+
 from __future__ import annotations
 
 import contextlib
@@ -22,6 +23,7 @@ def fake_gpus(monkeypatch):
 
 
 # -- parsing -------------------------------------------------------------------------------------
+
 
 def test_none_means_the_current_device():
     assert devices.parse(None) is None
@@ -84,6 +86,7 @@ def test_blocks_cover_the_range_in_order():
 
 # -- running work --------------------------------------------------------------------------------
 
+
 def test_every_range_runs_once_and_results_come_sorted(fake_gpus):
     ds = devices.DeviceSet([0, 1, 2])
     seen = []
@@ -140,9 +143,10 @@ def test_results_match_one_worker(fake_gpus):
 
 # -- out of memory -------------------------------------------------------------------------------
 
+
 def test_out_of_memory_halves_the_range_and_keeps_the_smaller_size(fake_gpus):
     ds = devices.DeviceSet([0, 1])
-    limit = {0: 5, 1: 1000}           # worker 0's GPU holds at most 5 elements
+    limit = {0: 5, 1: 1000}  # worker 0's GPU holds at most 5 elements
     calls = []
     lock = threading.Lock()
 
@@ -177,6 +181,7 @@ def test_out_of_memory_on_one_element_is_raised(fake_gpus):
 
 # -- errors and cancellation ---------------------------------------------------------------------
 
+
 def test_first_error_is_raised_and_stops_the_others(fake_gpus):
     ds = devices.DeviceSet([0, 1, 2])
     started = []
@@ -207,7 +212,7 @@ def test_keyboard_interrupt_stops_every_worker(fake_gpus, monkeypatch):
     real_wait = threading.Event.wait
     calls = {"n": 0}
 
-    def wait(self, timeout=None):   # the caller's third wait for its workers is interrupted
+    def wait(self, timeout=None):  # the caller's third wait for its workers is interrupted
         if threading.current_thread() is threading.main_thread():
             calls["n"] += 1
             if calls["n"] == 3:
@@ -219,11 +224,12 @@ def test_keyboard_interrupt_stops_every_worker(fake_gpus, monkeypatch):
         ds.run(devices.blocks(1000, 1000), work)
     n = len(ran)
     time.sleep(0.05)
-    assert len(ran) == n < 1000     # nothing runs after the interrupt
+    assert len(ran) == n < 1000  # nothing runs after the interrupt
 
 
 def test_a_repeated_call_runs_each_worker_in_the_thread_that_ran_it(fake_gpus):
     """Worker threads are kept between calls (CuPy's cuFFT plan caches are per thread)."""
+
     def names(ds):
         return ds.run_each(lambda worker, stop: threading.current_thread().name)
 
@@ -232,7 +238,7 @@ def test_a_repeated_call_runs_each_worker_in_the_thread_that_ran_it(fake_gpus):
     assert len(set(first)) == 3 and all(n.startswith(f"leveret-gpu{d}-") for n, d in zip(first, ds.ids))
     with pytest.raises(RuntimeError, match="once"):
         ds.run_each(lambda worker, stop: (_ for _ in ()).throw(RuntimeError("once")))
-    assert names(ds) == first          # a failed call leaves its threads usable
+    assert names(ds) == first  # a failed call leaves its threads usable
 
 
 def test_a_call_made_inside_a_worker_gets_threads_of_its_own(fake_gpus):
@@ -241,11 +247,12 @@ def test_a_call_made_inside_a_worker_gets_threads_of_its_own(fake_gpus):
     def outer(worker, stop):
         return inner.run_each(lambda w, s: threading.current_thread().name)[0], threading.current_thread().name
 
-    (nested, own), = devices.DeviceSet([0]).run_each(outer)
+    ((nested, own),) = devices.DeviceSet([0]).run_each(outer)
     assert nested != own
 
 
 # -- pipelines pulling from one queue -------------------------------------------------------------
+
 
 def test_pipelines_take_ranges_lazily_and_return_in_worker_order(fake_gpus):
     ds = devices.DeviceSet([2, 0])
@@ -259,7 +266,7 @@ def test_pipelines_take_ranges_lazily_and_return_in_worker_order(fake_gpus):
 
     assert ds.run_pipelines(devices.blocks(30, 10), work) == [2, 0]
     assert sorted(taken[0] + taken[1]) == devices.blocks(30, 10)
-    assert taken[0] and taken[1]          # both took some: the queue is shared, not pre-dealt
+    assert taken[0] and taken[1]  # both took some: the queue is shared, not pre-dealt
 
 
 def test_pipeline_error_stops_the_other_pipelines(fake_gpus):

@@ -9,6 +9,7 @@ the same numbers (``A``; fbp, radon3d_fbp; fdk with the same slabs and view
 chunks); where partial sums from the workers are added (``A.T``) within a
 rounding bound derived below.
 """
+
 from __future__ import annotations
 
 import gc
@@ -28,11 +29,12 @@ from cases import GEOMETRIES, MODELS, STRUCTURED, TALL, gpu_memory_for_arrays
 pytestmark = pytest.mark.gpu
 
 ALL = {**GEOMETRIES, **STRUCTURED, "tall": TALL}
-UNIT = {"float32": 2.0 ** -24, "float64": 2.0 ** -53}
+UNIT = {"float32": 2.0**-24, "float64": 2.0**-53}
 
 
 def _cupy():
     import cupy
+
     return cupy
 
 
@@ -58,7 +60,7 @@ def terms_per_voxel(geometry, volume) -> int:
     s = np.array([volume.spacing(a) for a in "xyz"])
     centres = np.stack(np.meshgrid(*c, indexing="ij"), axis=-1).reshape(-1, 1, 3)
     signs = np.array([[i, j, k] for i in (-1, 1) for j in (-1, 1) for k in (-1, 1)], float)
-    u, v, _ = geometry.project(centres + 1.5 * s * signs)          # (n_views, n_voxels, 8)
+    u, v, _ = geometry.project(centres + 1.5 * s * signs)  # (n_views, n_voxels, 8)
     du = (u.max(-1) - u.min(-1)).max()
     dv_ = (v.max(-1) - v.min(-1)).max()
     return geometry.n_views * (math.ceil(du) + 1) * (math.ceil(dv_) + 1)
@@ -82,6 +84,7 @@ def assert_sum_reordered(got, ref, abs_ref, n_terms, precision):
 
 
 # -- the projector ---------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("precision", ["float32", "float64"])
 @pytest.mark.parametrize("model", MODELS)
@@ -128,6 +131,7 @@ def test_projector_forward_on_devices_lays_out_the_volume_once_per_worker(model,
     """The structured paths' z-fastest copy is made once per call and worker,
     not once per view block (7 views in 7 blocks for 2 workers)."""
     from leveret.cuda.raytrace import CudaRaytracer
+
     geometry, volume = STRUCTURED["cone_offset"]
     two = Projector(geometry, volume, model=model, backend="cuda", devices=two_workers())
     assert two.structured
@@ -167,6 +171,7 @@ def test_projector_on_devices_shrinks_ranges_when_memory_runs_out(rng, monkeypat
     and the result is still exact."""
     cp = _cupy()
     from leveret.cuda import raytrace
+
     geometry = ParallelGeometry(np.linspace(0, np.pi, 32, endpoint=False), 64, n_rows=64)
     volume = geometry.default_volume()
     one = Projector(geometry, volume, backend="cuda")
@@ -182,10 +187,11 @@ def test_projector_on_devices_shrinks_ranges_when_memory_runs_out(rng, monkeypat
             raise cp.cuda.memory.OutOfMemoryError(out.nbytes, 0, 0)
         forward(self, vol, out, **kwargs)
         ran.append(out.shape[0])
+
     monkeypatch.setattr(raytrace.CudaRaytracer, "forward", tight)
     got = two(x)
     np.testing.assert_array_equal(got, ref)
-    assert max(ran) == 4 and sum(ran) == 32, ran     # every view ran once, in ranges of 4 at most
+    assert max(ran) == 4 and sum(ran) == 32, ran  # every view ran once, in ranges of 4 at most
 
 
 @pytest.mark.parametrize("method", ["sirt", "os_sart", "cgls"])
@@ -213,17 +219,18 @@ def test_iterative_methods_on_devices(method, name, rng):
 
 # -- the device set on a real GPU ------------------------------------------------------------------
 
+
 def test_cupy_out_of_memory_is_caught_and_shrunk():
     """CuPy's OutOfMemoryError is a MemoryError, and the released pool lets the halves run."""
     cp = _cupy()
     pool = cp.get_default_memory_pool()
-    gc.collect()                # earlier tests' arrays in cycles: freed now, not during the test
+    gc.collect()  # earlier tests' arrays in cycles: freed now, not during the test
     cp.cuda.Device().synchronize()
     pool.free_all_blocks()
     sizes = []
 
     def work(worker, a, b):
-        buf = cp.ones((b - a) << 18, cp.float32)     # 1 MiB per element of the range
+        buf = cp.ones((b - a) << 18, cp.float32)  # 1 MiB per element of the range
         sizes.append(b - a)
         return float(buf.sum())
 
@@ -242,14 +249,16 @@ def test_peer_sum_in_fixed_order():
     total = dv.reduce_sum(parts, 0)
     # ((1e8 + 1) - 1e8) in float32 is 0: the order is p0 + p1 + p2, as documented
     assert float(total[0]) == float((np.float32(1e8) + np.float32(1.0)) - np.float32(1e8))
-    assert parts[0][0] == 1e8          # the first part is not summed into in place
+    assert parts[0][0] == 1e8  # the first part is not summed into in place
     cp.testing.assert_array_equal(dv.to_device(parts[1], 0), parts[1])
 
 
 # -- parallel-beam FBP -----------------------------------------------------------------------------
 
-@pytest.mark.parametrize("n_angles,kernel,precision", [(90, "auto", "float32"), (90, "texture", "float16"),
-                                                       (2100, "texture", "float32")])
+
+@pytest.mark.parametrize(
+    "n_angles,kernel,precision", [(90, "auto", "float32"), (90, "texture", "float16"), (2100, "texture", "float32")]
+)
 def test_fbp_on_devices_is_bit_identical(n_angles, kernel, precision, rng):
     """NumPy in and out (the streamed pipelines, one per worker) and CuPy in
     and out; 2100 angles take two constant-memory passes, which the two
@@ -264,7 +273,7 @@ def test_fbp_on_devices_is_bit_identical(n_angles, kernel, precision, rng):
     assert isinstance(got, np.ndarray)
     np.testing.assert_array_equal(got, ref)
     assert split["chunks"] == 8 and split["wall"] > 0
-    assert 0 < split["busy"] <= 2 * split["wall"]   # each worker's pipeline runs within the call
+    assert 0 < split["busy"] <= 2 * split["wall"]  # each worker's pipeline runs within the call
     ref_gpu = leveret.fbp(cp.asarray(proj), geometry, **kw)
     out = cp.full(ref.shape, np.nan, np.float32)
     got_gpu = leveret.fbp(cp.asarray(proj), geometry, devices=two_workers(), out=out, **kw)
@@ -282,10 +291,13 @@ def test_fbp_on_devices_reports_bad_input():
 
 # -- cone-beam FDK -----------------------------------------------------------------------------------
 
+
 def _fdk_case(rng):
     from leveret.geometry import ConeGeometry, VolumeGeometry
-    geometry = ConeGeometry.circular(np.linspace(0, 2 * np.pi, 24, endpoint=False), sid=60, sdd=90,
-                                     n_rows=40, n_cols=48, pixel_size=1.2)
+
+    geometry = ConeGeometry.circular(
+        np.linspace(0, 2 * np.pi, 24, endpoint=False), sid=60, sdd=90, n_rows=40, n_cols=48, pixel_size=1.2
+    )
     volume = VolumeGeometry((33, 32, 32), voxel_size=1.5)
     return geometry, volume, rng.random(geometry.projection_shape).astype(np.float32)
 
@@ -304,7 +316,7 @@ def test_fdk_on_devices_is_bit_identical_to_one_gpu(rng):
     assert isinstance(got, np.ndarray)
     np.testing.assert_array_equal(got, ref)
     n_gpus = len(set(two_workers().ids))
-    assert split["chunks"] == 4 * n_gpus    # each GPU filters every view once, in chunks of 6
+    assert split["chunks"] == 4 * n_gpus  # each GPU filters every view once, in chunks of 6
     assert 0 < split["busy"] <= 2 * split["wall"] and split["backproject"] > 0
     got_gpu = leveret.fdk(cp.asarray(proj), geometry, volume, devices=two_workers(), **kw)
     assert isinstance(got_gpu, cp.ndarray)
@@ -326,10 +338,12 @@ def test_fdk_on_devices_without_room_for_the_filtered_views_filters_per_slab(rng
     split: dict = {}
     got = leveret.fdk(proj, geometry, volume, devices=two_workers(), stats=split, **kw)
     np.testing.assert_array_equal(got, ref)
-    assert split["chunks"] == 5 * 24 + 24   # the slabs' chunks, and the filtering pass's
-    assert 0 < split["busy"] <= 2 * split["wall"]   # the slabs' pipelines, two at a time, within the call
-    cp.testing.assert_array_equal(leveret.fdk(cp.asarray(proj), geometry, volume, devices=two_workers(), **kw),
-                                  leveret.fdk(cp.asarray(proj), geometry, volume, **kw))
+    assert split["chunks"] == 5 * 24 + 24  # the slabs' chunks, and the filtering pass's
+    assert 0 < split["busy"] <= 2 * split["wall"]  # the slabs' pipelines, two at a time, within the call
+    cp.testing.assert_array_equal(
+        leveret.fdk(cp.asarray(proj), geometry, volume, devices=two_workers(), **kw),
+        leveret.fdk(cp.asarray(proj), geometry, volume, **kw),
+    )
 
 
 def test_fdk_on_one_gpu_in_slabs_runs_two_workers_where_the_filtered_views_fit(rng):
@@ -341,7 +355,7 @@ def test_fdk_on_one_gpu_in_slabs_runs_two_workers_where_the_filtered_views_fit(r
     kw = dict(slab_slices=16, chunk_views=6, backend="cuda")
     split: dict = {}
     got = leveret.fdk(proj, geometry, volume, stats=split, **kw)
-    assert split["backproject"] > 0   # the workers' path (fdk(devices=...)'s stats)
+    assert split["backproject"] > 0  # the workers' path (fdk(devices=...)'s stats)
     pair = dv.DeviceSet([cp.cuda.Device().id] * 2, shared=True)
     np.testing.assert_array_equal(got, leveret.fdk(proj, geometry, volume, devices=pair, **kw))
     np.testing.assert_array_equal(got, leveret.fdk(proj, geometry, volume, chunk_views=6, backend="cuda"))
@@ -351,7 +365,7 @@ def test_workers_sharing_a_gpu_share_its_memory_cap(rng, monkeypatch):
     """``gpu_memory`` is per GPU: two workers sharing one plan their slabs
     with half of its arrays' share each."""
     _cupy()
-    fdk_module = sys.modules["leveret.algorithms.fdk"]   # leveret.algorithms.fdk is also the function
+    fdk_module = sys.modules["leveret.algorithms.fdk"]  # leveret.algorithms.fdk is also the function
     geometry, volume, proj = _fdk_case(rng)
     caps, original = [], fdk_module._plan_slabs
 
@@ -362,8 +376,7 @@ def test_workers_sharing_a_gpu_share_its_memory_cap(rng, monkeypatch):
     monkeypatch.setattr(fdk_module, "_plan_slabs", spy)
     arrays = 3_000_000
     cap = gpu_memory_for_arrays(arrays)
-    leveret.fdk(proj, geometry, volume, backend="cuda", gpu_memory=cap,
-                devices=dv.DeviceSet([0, 0], shared=True))
+    leveret.fdk(proj, geometry, volume, backend="cuda", gpu_memory=cap, devices=dv.DeviceSet([0, 0], shared=True))
     leveret.fdk(proj, geometry, volume, backend="cuda", gpu_memory=cap)
     assert caps == [arrays // 2, arrays]
 
@@ -372,8 +385,10 @@ def test_fdk_on_devices_gives_every_worker_a_slab(rng):
     """Without slab_slices a volume that fits one GPU is still cut, one slab
     per worker (from 16-slice blocks); the result is one GPU's."""
     from leveret.geometry import ConeGeometry, VolumeGeometry
-    geometry = ConeGeometry.circular(np.linspace(0, 2 * np.pi, 16, endpoint=False), sid=60, sdd=90,
-                                     n_rows=30, n_cols=40, pixel_size=1.2)
+
+    geometry = ConeGeometry.circular(
+        np.linspace(0, 2 * np.pi, 16, endpoint=False), sid=60, sdd=90, n_rows=30, n_cols=40, pixel_size=1.2
+    )
     volume = VolumeGeometry((41, 24, 24), voxel_size=1.5)
     proj = rng.random(geometry.projection_shape).astype(np.float32)
     split: dict = {}
@@ -385,12 +400,28 @@ def test_fdk_on_devices_gives_every_worker_a_slab(rng):
 
 def test_cli_gpus_flag_gives_the_one_gpu_volume(tmp_path, rng):
     from leveret.cli import main
+
     g = ParallelGeometry(np.linspace(0, np.pi, 60, endpoint=False), 48, n_rows=6)
     np.save(tmp_path / "p.npy", rng.random(g.projection_shape).astype(np.float32))
 
     def recon(name, *flags):
-        assert main(["recon", str(tmp_path / "p.npy"), str(tmp_path / name), "--angles", "0:180:60",
-                     "--backend", "cuda", "--no-progress", "-q", *flags]) == 0
+        assert (
+            main(
+                [
+                    "recon",
+                    str(tmp_path / "p.npy"),
+                    str(tmp_path / name),
+                    "--angles",
+                    "0:180:60",
+                    "--backend",
+                    "cuda",
+                    "--no-progress",
+                    "-q",
+                    *flags,
+                ]
+            )
+            == 0
+        )
         return np.load(tmp_path / name)
 
     np.testing.assert_array_equal(recon("gpus.npy", "--gpus", "0"), recon("one.npy"))
@@ -399,12 +430,14 @@ def test_cli_gpus_flag_gives_the_one_gpu_volume(tmp_path, rng):
 
 # -- 3D Radon FBP ----------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("method", ["single-stage", "two-stage"])
 @pytest.mark.parametrize("precision", ["float32", "float64"])
 def test_radon3d_fbp_on_devices_is_bit_identical(method, precision, rng):
     """z-slabs of whole 4-slice tiles on two workers; 37 slices (a short last slab)."""
     cp = _cupy()
     from leveret.geometry import RadonGeometry, VolumeGeometry
+
     g = RadonGeometry.grid(12, 24, 61, spacing=0.05)
     volume = VolumeGeometry((37, 20, 22), voxel_size=0.08)
     proj = rng.random(g.projection_shape)
@@ -419,12 +452,16 @@ def test_radon3d_fbp_on_devices_is_bit_identical(method, precision, rng):
 
 # -- back-projection operators -----------------------------------------------------------------------
 
-@pytest.mark.parametrize("kernel,precision,interpolation", [
-    ("auto", "float32", "linear"),       # the ALU kernel, 4 slices per block
-    ("auto", "float16", "linear"),       # the hybrid: texture and ALU tiles, half4 texels
-    ("texz", "float32", "nearest"),      # float2 texels
-    ("texture", "float32", "linear8"),
-])
+
+@pytest.mark.parametrize(
+    "kernel,precision,interpolation",
+    [
+        ("auto", "float32", "linear"),  # the ALU kernel, 4 slices per block
+        ("auto", "float16", "linear"),  # the hybrid: texture and ALU tiles, half4 texels
+        ("texz", "float32", "nearest"),  # float2 texels
+        ("texture", "float32", "linear8"),
+    ],
+)
 def test_parallel_backprojection_on_devices_is_bit_identical(kernel, precision, interpolation, rng):
     """37 slices (odd: a last slab shorter than a texel or block) in slabs on
     two workers, against one GPU running the whole stack: NumPy in and out,
@@ -432,6 +469,7 @@ def test_parallel_backprojection_on_devices_is_bit_identical(kernel, precision, 
     cp = _cupy()
     from leveret.geometry import VolumeGeometry
     from leveret.operators import ParallelBackprojection
+
     geometry = ParallelGeometry(np.linspace(0, np.pi, 90, endpoint=False), 48)
     volume = VolumeGeometry((37, 40, 44), voxel_size=1.0)
     sinos = rng.standard_normal((37, 90, 48)).astype(np.float32)
@@ -451,16 +489,20 @@ def test_parallel_backprojection_on_devices_is_bit_identical(kernel, precision, 
     cp.testing.assert_array_equal(strided, cp.asarray(ref))
 
 
-@pytest.mark.parametrize("kernel,interpolation", [("texture", "linear"), ("ray-hybrid", "linear"),
-                                                  ("quad", "linear32"), ("global", "linear32")])
+@pytest.mark.parametrize(
+    "kernel,interpolation",
+    [("texture", "linear"), ("ray-hybrid", "linear"), ("quad", "linear32"), ("global", "linear32")],
+)
 def test_cone_backprojection_on_devices_is_bit_identical(kernel, interpolation, rng):
     """37 slices in slabs of 16-slice blocks on two workers against one GPU:
     NumPy and CuPy, accumulating into ``out``, and a ``slices`` range."""
     cp = _cupy()
     from leveret.geometry import ConeGeometry, VolumeGeometry
     from leveret.operators import ConeBackprojection
-    geometry = ConeGeometry.circular(np.linspace(0, 2 * np.pi, 40, endpoint=False), sid=60, sdd=90,
-                                     n_rows=40, n_cols=48, pixel_size=1.2)
+
+    geometry = ConeGeometry.circular(
+        np.linspace(0, 2 * np.pi, 40, endpoint=False), sid=60, sdd=90, n_rows=40, n_cols=48, pixel_size=1.2
+    )
     volume = VolumeGeometry((37, 32, 30), voxel_size=1.5)
     proj = rng.standard_normal(geometry.projection_shape).astype(np.float32)
     kw = dict(kernel=kernel, interpolation=interpolation, backend="cuda")
@@ -471,10 +513,12 @@ def test_cone_backprojection_on_devices_is_bit_identical(kernel, interpolation, 
     assert isinstance(got, np.ndarray)
     np.testing.assert_array_equal(got, ref)
     start = rng.standard_normal(volume.shape).astype(np.float32)
-    np.testing.assert_array_equal(many(proj, out=start.copy(), accumulate=True),
-                                  one(proj, out=start.copy(), accumulate=True))
-    np.testing.assert_array_equal(many(proj, out=start.copy(), slices=(16, 37)),
-                                  one(proj, out=start.copy(), slices=(16, 37)))
+    np.testing.assert_array_equal(
+        many(proj, out=start.copy(), accumulate=True), one(proj, out=start.copy(), accumulate=True)
+    )
+    np.testing.assert_array_equal(
+        many(proj, out=start.copy(), slices=(16, 37)), one(proj, out=start.copy(), slices=(16, 37))
+    )
     got_gpu = many(cp.asarray(proj))
     assert isinstance(got_gpu, cp.ndarray)
     cp.testing.assert_array_equal(got_gpu, cp.asarray(ref))
@@ -486,6 +530,7 @@ def test_operators_write_a_strided_cupy_out(rng):
     cp = _cupy()
     from leveret.geometry import ConeGeometry, VolumeGeometry
     from leveret.operators import ConeBackprojection, ParallelBackprojection
+
     g = ParallelGeometry(np.linspace(0, np.pi, 30, endpoint=False), 24)
     vol = VolumeGeometry((3, 20, 20), voxel_size=1.0)
     sinos = cp.asarray(rng.standard_normal((3, 30, 24)).astype(np.float32))
@@ -493,8 +538,9 @@ def test_operators_write_a_strided_cupy_out(rng):
     out = cp.full((3, 20, 40), cp.nan, cp.float32)[:, :, 1::2]
     assert op(sinos, out=out) is out
     cp.testing.assert_array_equal(out, op(sinos))
-    cg = ConeGeometry.circular(np.linspace(0, 2 * np.pi, 12, endpoint=False), sid=60, sdd=90,
-                               n_rows=20, n_cols=24, pixel_size=1.2)
+    cg = ConeGeometry.circular(
+        np.linspace(0, 2 * np.pi, 12, endpoint=False), sid=60, sdd=90, n_rows=20, n_cols=24, pixel_size=1.2
+    )
     cvol = VolumeGeometry((8, 16, 16), voxel_size=1.5)
     proj = cp.asarray(rng.standard_normal(cg.projection_shape).astype(np.float32))
     cop = ConeBackprojection(cg, cvol, backend="cuda")
@@ -505,4 +551,4 @@ def test_operators_write_a_strided_cupy_out(rng):
     cop(proj, out=expected, accumulate=True)
     assert cop(proj, out=out, accumulate=True) is out
     cp.testing.assert_array_equal(out, expected)
-    cp.testing.assert_array_equal(base[:, :, 1::2], untouched)   # the columns between stay as they were
+    cp.testing.assert_array_equal(base[:, :, 1::2], untouched)  # the columns between stay as they were

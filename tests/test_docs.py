@@ -32,6 +32,7 @@ Each code block is one test, named after its document and first line
 (``test_doc_block[guide.md:120-bash]``); a block after a failed one of the
 same document is skipped.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -61,10 +62,10 @@ FENCE = re.compile(r"^(\s*)```\s*([\w+-]*)\s*$")
 @dataclass
 class Block:
     document: Path
-    line: int                      # 1-based line of the opening fence
+    line: int  # 1-based line of the opening fence
     language: str
     source: str
-    expected: str | None = None    # the <!-- output --> text block after it
+    expected: str | None = None  # the <!-- output --> text block after it
 
     @property
     def first_line(self) -> str:
@@ -105,7 +106,7 @@ def parse_blocks(document: Path) -> list[Block]:
         while j < len(lines) and not re.match(r"^\s*```\s*$", lines[j]):
             j += 1
         # a block inside a list item is indented like its fence: remove that much
-        body = "\n".join(line[indent:] if not line[:indent].strip() else line for line in lines[i + 1:j])
+        body = "\n".join(line[indent:] if not line[:indent].strip() else line for line in lines[i + 1 : j])
         previous = next((lines[k].strip() for k in range(i - 1, -1, -1) if lines[k].strip()), "")
         block = Block(document, i + 1, language, body + "\n")
         if language in ("python", "bash"):
@@ -127,9 +128,10 @@ BLOCKS = [b for doc in DOCUMENTS for b in parse_blocks(doc)]
 @dataclass
 class DocumentRun:
     """One document's state across its block tests: folder, namespace, progress."""
+
     folder: Path
     namespace: dict = field(default_factory=lambda: {"__name__": "__doc__"})
-    done: int = 0                   # blocks of the document handled so far
+    done: int = 0  # blocks of the document handled so far
     failed: str | None = None
 
 
@@ -142,17 +144,23 @@ def document_runs(tmp_path_factory):
 def shims(tmp_path_factory) -> dict:
     """PATH and PYTHONPATH for bash blocks: leveret and python are the code under test."""
     bin_dir = tmp_path_factory.mktemp("doc-bin")
-    for name, line in (("python", f'exec "{sys.executable}" "$@"'),
-                       ("python3", f'exec "{sys.executable}" "$@"'),
-                       ("leveret", f'exec "{sys.executable}" -m leveret "$@"')):
+    for name, line in (
+        ("python", f'exec "{sys.executable}" "$@"'),
+        ("python3", f'exec "{sys.executable}" "$@"'),
+        ("leveret", f'exec "{sys.executable}" -m leveret "$@"'),
+    ):
         script = bin_dir / name
         script.write_text(f"#!/bin/sh\n{line}\n")
         script.chmod(0o755)
     package_root = str(Path(leveret.__file__).resolve().parents[1])
     # unbuffered: stdout and stderr lines interleave in the order they were written
-    return {**os.environ, "MPLBACKEND": "Agg", "PYTHONUNBUFFERED": "1",
-            "PATH": os.pathsep.join([str(bin_dir), os.environ.get("PATH", "")]),
-            "PYTHONPATH": os.pathsep.join(p for p in [package_root, os.environ.get("PYTHONPATH")] if p)}
+    return {
+        **os.environ,
+        "MPLBACKEND": "Agg",
+        "PYTHONUNBUFFERED": "1",
+        "PATH": os.pathsep.join([str(bin_dir), os.environ.get("PATH", "")]),
+        "PYTHONPATH": os.pathsep.join(p for p in [package_root, os.environ.get("PYTHONPATH")] if p),
+    }
 
 
 def _runs_here(block: Block) -> bool:
@@ -167,8 +175,15 @@ def _run(block: Block, state: DocumentRun, env: dict) -> str:
         (state.folder / block.file_name).write_text(block.source.split("\n", 1)[1])
         return ""
     if block.language == "bash":
-        proc = subprocess.run(["bash", "-euo", "pipefail", "-c", block.source], cwd=state.folder, env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600)
+        proc = subprocess.run(
+            ["bash", "-euo", "pipefail", "-c", block.source],
+            cwd=state.folder,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            timeout=600,
+        )
         output = proc.stdout
         if proc.returncode != 0:
             raise AssertionError(f"{block.id}: bash exited with status {proc.returncode}; output:\n{output}")
@@ -193,12 +208,14 @@ def _check_output(block: Block, output: str) -> None:
     got = "\n".join(line.split("\r")[-1].rstrip() for line in output.rstrip("\n").split("\n"))
     want = "\n".join(line.rstrip() for line in block.expected.rstrip("\n").split("\n"))
     if not doctest.OutputChecker().check_output(want + "\n", got + "\n", doctest.ELLIPSIS):
-        raise AssertionError(f"{block.id}: output differs from the <!-- output --> block.\n"
-                             f"--- expected\n{want}\n--- got\n{got}")
+        raise AssertionError(
+            f"{block.id}: output differs from the <!-- output --> block.\n--- expected\n{want}\n--- got\n{got}"
+        )
 
 
 @pytest.mark.parametrize(
-    "block", [pytest.param(b, id=b.id, marks=[pytest.mark.gpu] if b.is_gpu else []) for b in BLOCKS])
+    "block", [pytest.param(b, id=b.id, marks=[pytest.mark.gpu] if b.is_gpu else []) for b in BLOCKS]
+)
 def test_doc_block(block, document_runs, shims, tmp_path_factory):
     doc_blocks = [b for b in BLOCKS if b.document == block.document]
     state = document_runs.get(block.document)
@@ -209,7 +226,7 @@ def test_doc_block(block, document_runs, shims, tmp_path_factory):
     if not block.is_gpu and block.not_run_reason is not None:
         pytest.skip(f"not run in CI: {block.not_run_reason}")
     index = doc_blocks.index(block)
-    _catch_up(doc_blocks[:index], state, shims)     # blocks not selected (pytest -m gpu, -k) first
+    _catch_up(doc_blocks[:index], state, shims)  # blocks not selected (pytest -m gpu, -k) first
     state.done = index + 1
     try:
         _check_output(block, _run(block, state, shims))
@@ -219,7 +236,7 @@ def test_doc_block(block, document_runs, shims, tmp_path_factory):
 
 
 def _catch_up(blocks: list[Block], state: DocumentRun, env: dict) -> None:
-    for earlier in blocks[state.done:]:
+    for earlier in blocks[state.done :]:
         if _runs_here(earlier):
             try:
                 _check_output(earlier, _run(earlier, state, env))
@@ -232,11 +249,12 @@ def _catch_up(blocks: list[Block], state: DocumentRun, env: dict) -> None:
 IMAGE_LINK = re.compile(r"!\[[^\]]*\]\(img/([^)\s]+)\)")
 # Pictures of the same commands differ only by rendering (fonts, antialiasing)
 # and float rounding between library versions: identical where measured.
-IMAGE_TOLERANCE = 0.01   # mean absolute difference, RGB in 0..1
+IMAGE_TOLERANCE = 0.01  # mean absolute difference, RGB in 0..1
 
 
-@pytest.mark.parametrize("document", [pytest.param(d, id=d.name) for d in DOCUMENTS
-                                      if IMAGE_LINK.search(d.read_text(encoding="utf-8"))])
+@pytest.mark.parametrize(
+    "document", [pytest.param(d, id=d.name) for d in DOCUMENTS if IMAGE_LINK.search(d.read_text(encoding="utf-8"))]
+)
 def test_doc_images_are_what_the_commands_make(document, document_runs, shims, tmp_path_factory):
     import numpy as np
     from matplotlib.image import imread
@@ -252,7 +270,7 @@ def test_doc_images_are_what_the_commands_make(document, document_runs, shims, t
     for name in IMAGE_LINK.findall(document.read_text(encoding="utf-8")):
         made, shown = state.folder / name, document.parent / "img" / name
         if not made.is_file():
-            continue                     # a picture no block of this document makes
+            continue  # a picture no block of this document makes
         if update:
             shown.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(made, shown)

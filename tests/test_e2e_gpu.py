@@ -3,6 +3,7 @@ preprocessed on the GPU (flat/dark, -log, stripes), the output dtype made
 there, several workers (and GPUs) pulling slabs from one queue, pinned
 buffers, the stage split. Each against the CPU pipeline or the in-memory
 CUDA reconstruction."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -38,15 +39,14 @@ def raw_scan():
 
 def test_raw_counts_preprocessed_on_the_gpu_equal_the_cpu_pipeline(tmp_path, raw_scan):
     g, counts, flat, dark = raw_scan
-    on_cpu = reconstruct_to_file(counts, g, tmp_path / "c.h5", flats=flat, darks=dark, backend="cpu",
-                                 slab_slices=8)
-    on_gpu = reconstruct_to_file(counts, g, tmp_path / "g.h5", flats=flat, darks=dark, backend="cuda",
-                                 slab_slices=8)
+    on_cpu = reconstruct_to_file(counts, g, tmp_path / "c.h5", flats=flat, darks=dark, backend="cpu", slab_slices=8)
+    on_gpu = reconstruct_to_file(counts, g, tmp_path / "g.h5", flats=flat, darks=dark, backend="cuda", slab_slices=8)
     # the exact kernel's bound on the reconstruction; flat/dark and -log are the same float32 operations
     assert rel(read_array(tmp_path / "g.h5"), read_array(tmp_path / "c.h5")) < 1e-5
     stages = on_gpu.stages
     assert {"read", "upload", "preprocess", "reconstruct", "download", "write"} <= set(stages)
     from leveret.execution.slab import slab_rows
+
     band_rows = sum(r1 - r0 for r0, r1 in (slab_rows(g, g.default_volume(), (k, k + 8)) for k in range(0, 40, 8)))
     # the raw uint16 rows go up as read: half the bytes of float32
     assert stages["upload"]["bytes"] == stages["read"]["bytes"] == 180 * band_rows * 128 * 2
@@ -73,6 +73,7 @@ def test_the_output_dtype_made_on_the_gpu_equals_the_cpu_s(tmp_path, raw_scan, d
     stored = read_array(tmp_path / "q.h5")
     assert stored.dtype == dtype
     from leveret.io.quantize import quantize
+
     expected = quantize(np.load(tmp_path / "f.npy"), dtype, kw.get("output_range"))
     # the same float32 values rounded the same way (rint on both): equal, but for a value at a half step
     assert np.abs(stored.astype(np.float64) - expected.astype(np.float64)).max() <= (1 if dtype != "float16" else 0)
@@ -82,10 +83,12 @@ def test_the_output_dtype_made_on_the_gpu_equals_the_cpu_s(tmp_path, raw_scan, d
 
 def test_the_automatic_range_is_sampled_on_the_gpu(tmp_path, raw_scan):
     g, counts, flat, dark = raw_scan
-    res = reconstruct_to_file(counts, g, tmp_path / "q.h5", flats=flat, darks=dark, backend="cuda",
-                              output_dtype="uint16")
-    ref = leveret.fbp(-np.log((counts - dark.mean(0)) / (flat.mean(0) - dark.mean(0))).astype(np.float32), g,
-                      backend="cuda")
+    res = reconstruct_to_file(
+        counts, g, tmp_path / "q.h5", flats=flat, darks=dark, backend="cuda", output_dtype="uint16"
+    )
+    ref = leveret.fbp(
+        -np.log((counts - dark.mean(0)) / (flat.mean(0) - dark.mean(0))).astype(np.float32), g, backend="cuda"
+    )
     lo, hi = res.value_range
     assert lo < np.percentile(ref, 1) and hi > np.percentile(ref, 99)
     back = dequantize(read_array(tmp_path / "q.h5"), read_metadata(tmp_path / "q.h5"))
@@ -99,18 +102,27 @@ def test_several_workers_on_one_gpu_give_the_one_worker_volume_bit_for_bit(tmp_p
     import cupy
 
     from leveret.cuda.devices import DeviceSet
+
     g, counts, flat, dark = raw_scan
-    one = reconstruct_to_file(counts, g, tmp_path / "a.npy", flats=flat, darks=dark, backend="cuda",
-                              slab_slices=4)
+    one = reconstruct_to_file(counts, g, tmp_path / "a.npy", flats=flat, darks=dark, backend="cuda", slab_slices=4)
     dev = cupy.cuda.Device().id
-    two = reconstruct_to_file(counts, g, tmp_path / "b.npy", flats=flat, darks=dark, backend="cuda",
-                              slab_slices=4, devices=DeviceSet([dev, dev], shared=True))
+    two = reconstruct_to_file(
+        counts,
+        g,
+        tmp_path / "b.npy",
+        flats=flat,
+        darks=dark,
+        backend="cuda",
+        slab_slices=4,
+        devices=DeviceSet([dev, dev], shared=True),
+    )
     np.testing.assert_array_equal(np.load(tmp_path / "b.npy"), np.load(tmp_path / "a.npy"))
     assert one.slabs_done == two.slabs_done == 10
 
 
 def test_the_staging_buffers_are_pinned_and_reused(tmp_path, raw_scan, monkeypatch):
     from leveret.cuda.pipeline import is_pinned
+
     g, counts, flat, dark = raw_scan
     made = []
     real = pipeline.Buffers._make
@@ -119,30 +131,34 @@ def test_the_staging_buffers_are_pinned_and_reused(tmp_path, raw_scan, monkeypat
         block = real(self)
         made.append(is_pinned(block))
         return block
+
     monkeypatch.setattr(pipeline.Buffers, "_make", record)
     res = reconstruct_to_file(counts, g, tmp_path / "r.npy", flats=flat, darks=dark, backend="cuda", slab_slices=2)
     raws, outs = pipeline.in_flight(pipeline.WORKERS_PER_GPU)
-    assert res.slabs_done == 20 and all(made) and 2 <= len(made) <= raws + outs      # 20 slabs, few buffers
+    assert res.slabs_done == 20 and all(made) and 2 <= len(made) <= raws + outs  # 20 slabs, few buffers
 
 
 def test_two_gpus_take_slabs_from_one_queue(tmp_path, raw_scan):
     from leveret.cuda.devices import visible_device_count
+
     if visible_device_count() < 2:
         pytest.skip("needs two GPUs")
     g, counts, flat, dark = raw_scan
     reconstruct_to_file(counts, g, tmp_path / "a.npy", flats=flat, darks=dark, backend="cuda", slab_slices=4)
-    res = reconstruct_to_file(counts, g, tmp_path / "b.npy", flats=flat, darks=dark, backend="cuda",
-                              slab_slices=4, devices="all")
+    res = reconstruct_to_file(
+        counts, g, tmp_path / "b.npy", flats=flat, darks=dark, backend="cuda", slab_slices=4, devices="all"
+    )
     np.testing.assert_array_equal(np.load(tmp_path / "b.npy"), np.load(tmp_path / "a.npy"))
     assert res.stages["reconstruct"]["lanes"] >= 2
 
 
 def test_cone_slabs_through_the_gpu_pipeline_equal_fdk(tmp_path):
-    g = leveret.ConeGeometry.circular(np.linspace(0, 2 * np.pi, 120, endpoint=False), sid=300, sdd=600,
-                                      n_rows=64, n_cols=96, pixel_size=1.0)
+    g = leveret.ConeGeometry.circular(
+        np.linspace(0, 2 * np.pi, 120, endpoint=False), sid=300, sdd=600, n_rows=64, n_cols=96, pixel_size=1.0
+    )
     v = leveret.VolumeGeometry((32, 64, 64), 0.6)
     proj = phantom.shepp_logan_3d(radius=18.0).project(g).astype(np.float32)
     ref = leveret.fdk(proj, g, v, backend="cuda")
     res = reconstruct_to_file(proj, g, tmp_path / "c.h5", volume=v, backend="cuda", slab_slices=6)
     assert "upload" in res.stages and res.retries == 0
-    assert rel(read_array(tmp_path / "c.h5"), ref) < 2e-4      # test_outofcore_gpu's bound for slabs vs whole
+    assert rel(read_array(tmp_path / "c.h5"), ref) < 2e-4  # test_outofcore_gpu's bound for slabs vs whole

@@ -3,6 +3,7 @@ writing overlap; the buffers it holds are bounded by design and counted by the
 plan; a slow or failing stage shows in the split, never corrupts a slab, and
 leaves nothing behind; out-of-memory slabs are rebuilt in halves. (The Dask
 executor: test_outofcore_dask.py.)"""
+
 from __future__ import annotations
 
 import threading
@@ -19,7 +20,7 @@ from leveret.io import SlabWriter, atomic, bands
 
 from cases import CupyOutOfMemoryError
 
-WAIT = 20.0   # seconds an event may take on a loaded machine; a missing overlap fails, never hangs
+WAIT = 20.0  # seconds an event may take on a loaded machine; a missing overlap fails, never hangs
 
 
 @pytest.fixture(scope="module")
@@ -30,9 +31,11 @@ def scan():
 
 
 def _pipeline_threads():
-    return [t.name for t in threading.enumerate()
-            if t.name.startswith(("leveret-read", "leveret-compute", "leveret-write", "leveret-io"))
-            and t.is_alive()]
+    return [
+        t.name
+        for t in threading.enumerate()
+        if t.name.startswith(("leveret-read", "leveret-compute", "leveret-write", "leveret-io")) and t.is_alive()
+    ]
 
 
 def _no_pipeline_threads_left():
@@ -75,7 +78,7 @@ def test_reading_reconstructing_and_writing_overlap(tmp_path, scan, monkeypatch)
     assert res.slabs_done == 4
     np.testing.assert_allclose(np.load(tmp_path / "r.npy"), ref, rtol=0, atol=1e-6)
     assert {"read", "preprocess", "reconstruct", "write"} <= set(res.busy) and res.busy["reconstruct"] > 0
-    assert list(res.stages) == [s for s in pipeline.STAGES if s in res.stages]      # in pipeline order
+    assert list(res.stages) == [s for s in pipeline.STAGES if s in res.stages]  # in pipeline order
     assert res.bound in res.stages and "busy read" in res.summary() and "bound by" in res.summary()
     assert _no_pipeline_threads_left()
 
@@ -85,7 +88,7 @@ def test_the_plan_counts_what_the_pipeline_holds(tmp_path, scan):
     being written), as the pipeline's buffers and tokens allow, and no more."""
     g, proj, _ = scan
     vol = g.default_volume()
-    rows = 4 + 2                                  # 4 slices at one row per slice, and the interpolation's
+    rows = 4 + 2  # 4 slices at one row per slice, and the interpolation's
     extra = 60 * rows * 48 * 4 + 4 * vol.ny * vol.nx * 4
     assert host_bytes(g, vol, 4, overlap=True) - host_bytes(g, vol, 4) == extra
     assert pipeline.in_flight(1, "cpu") == (2, 2)
@@ -96,6 +99,7 @@ def test_the_plan_counts_what_the_pipeline_holds(tmp_path, scan):
     def counted(self):
         made.append(self.nbytes)
         return real(self)
+
     mp = pytest.MonkeyPatch()
     mp.setattr(pipeline.Buffers, "_make", counted)
     try:
@@ -103,16 +107,16 @@ def test_the_plan_counts_what_the_pipeline_holds(tmp_path, scan):
     finally:
         mp.undo()
     assert seen[0].host_bytes == host_bytes(g, vol, 2, overlap=True)
-    assert 1 <= len(made) <= 2           # the raw pool: at most two buffers for eight slabs
+    assert 1 <= len(made) <= 2  # the raw pool: at most two buffers for eight slabs
 
 
 def test_without_a_cap_the_volume_is_cut_into_slabs_for_the_pipeline():
     g = leveret.ParallelGeometry(np.linspace(0, np.pi, 30, endpoint=False), 64, n_rows=256)
     p = plan(g, backend="cpu", host_memory=1 << 34, overlap=True)
-    assert p.slab_slices == 8 and p.n_slabs == 32               # TARGET_SLABS, MIN_SLAB
-    assert plan(g, backend="cpu", host_memory=1 << 34).slab_slices == 256      # the plan alone: all that fits
+    assert p.slab_slices == 8 and p.n_slabs == 32  # TARGET_SLABS, MIN_SLAB
+    assert plan(g, backend="cpu", host_memory=1 << 34).slab_slices == 256  # the plan alone: all that fits
     assert plan(g, backend="cpu", host_memory=1 << 34, overlap=True, max_slices=100).slab_slices == 100
-    assert pipeline.pipeline_slab(2048, 4096) == 64 and pipeline.pipeline_slab(2048, 30) == 28   # multiple of 4
+    assert pipeline.pipeline_slab(2048, 4096) == 64 and pipeline.pipeline_slab(2048, 30) == 28  # multiple of 4
     assert pipeline.pipeline_slab(5, 100) == 5
 
 
@@ -123,7 +127,7 @@ def test_a_failed_read_stops_the_run_and_leaves_nothing(tmp_path, scan):
         shape, dtype = proj.shape, proj.dtype
 
         def __getitem__(self, key):
-            if isinstance(key[1], slice) and key[1].start >= 8:    # the rows of the third slab
+            if isinstance(key[1], slice) and key[1].start >= 8:  # the rows of the third slab
                 raise OSError("disk gone")
             return proj[key]
 
@@ -138,6 +142,7 @@ def test_an_interrupt_while_writing_leaves_nothing_and_no_thread(tmp_path, scan,
 
     def interrupted(self, start, data, **kwargs):
         raise KeyboardInterrupt
+
     monkeypatch.setattr(SlabWriter, "write", interrupted)
     with pytest.raises(KeyboardInterrupt):
         reconstruct_to_file(proj, g, tmp_path / "r.npy", backend="cpu", slab_slices=4)
@@ -187,17 +192,18 @@ def test_out_of_memory_halves_are_built_from_the_rows_already_read(tmp_path, sca
         built.append(tuple(region))
         if region[1] - region[0] > 4:
             raise CupyOutOfMemoryError("out of memory")
-        assert rows_data.shape[1] == kw["rows"][1] - kw["rows"][0]     # the piece's own rows
+        assert rows_data.shape[1] == kw["rows"][1] - kw["rows"][0]  # the piece's own rows
         return real(rows_data, geometry, volume, region, **kw)
 
     reads = []
     real_read = bands.read_band
-    monkeypatch.setattr(bands, "read_band", lambda s, rows, out, pool=None: (reads.append(rows),
-                                                                             real_read(s, rows, out, pool=pool))[1])
+    monkeypatch.setattr(
+        bands, "read_band", lambda s, rows, out, pool=None: (reads.append(rows), real_read(s, rows, out, pool=pool))[1]
+    )
     monkeypatch.setattr(slab, "reconstruct_slab", squeezed)
     res = reconstruct_to_file(proj, g, tmp_path / "r.npy", backend="cpu", slab_slices=8)
     assert built == [(0, 8), (0, 4), (4, 8), (8, 16), (8, 12), (12, 16)] and res.retries == 2
-    assert len(reads) == 2 and res.slab_slices == 4         # each slab's rows read once
+    assert len(reads) == 2 and res.slab_slices == 4  # each slab's rows read once
     np.testing.assert_allclose(np.load(tmp_path / "r.npy"), ref, rtol=0, atol=1e-6)
 
 
@@ -215,15 +221,17 @@ def test_a_stalled_stage_shows_in_the_split_and_corrupts_no_slab(tmp_path, scan,
             real_read(source, rows, out, pool=pool)
             time.sleep(stall)
             return out
+
         monkeypatch.setattr(bands, "read_band", slow_read)
     else:
         real_write = atomic.write_at
 
         def slow_write(fd, buffer, offset):
             snapshot = bytes(buffer)
-            time.sleep(stall)                 # the slab's bytes must not change meanwhile
+            time.sleep(stall)  # the slab's bytes must not change meanwhile
             assert bytes(buffer) == snapshot, "a slab's buffer changed while it was written"
             return real_write(fd, buffer, offset)
+
         monkeypatch.setattr(atomic, "write_at", slow_write)
     res = reconstruct_to_file(proj, g, tmp_path / "r.npy", backend="cpu", slab_slices=2)
     np.testing.assert_allclose(np.load(tmp_path / "r.npy"), ref, rtol=0, atol=1e-6)
@@ -241,10 +249,10 @@ def test_buffers_wait_for_a_free_one_and_stop_when_halted():
     t = threading.Thread(target=lambda: got.append(pool.take((16,), np.float32, halted.is_set)))
     t.start()
     t.join(0.3)
-    assert t.is_alive()                      # no free buffer: it waits
+    assert t.is_alive()  # no free buffer: it waits
     a.release()
     t.join(WAIT)
-    assert got and got[0].array.shape == (16,) and pool._made == 2   # the one given back, not a third
+    assert got and got[0].array.shape == (16,) and pool._made == 2  # the one given back, not a third
     assert pool.take((1,), np.float32, lambda: True) is None
     with pytest.raises(ValueError, match="does not fit"):
         got[0].release() or pool.take((17,), np.float32, lambda: False)
@@ -258,5 +266,5 @@ def test_stage_times_report_rates_shares_and_the_bound():
     report = times.report(4.0)
     assert list(report) == ["read", "reconstruct", "write"]
     assert report["read"]["rate"] == pytest.approx(2.0) and report["read"]["busy"] == pytest.approx(0.25)
-    assert report["write"]["busy"] == pytest.approx(0.25)            # two lanes
+    assert report["write"]["busy"] == pytest.approx(0.25)  # two lanes
     assert times.line(4.0).endswith("bound: reconstruct") and "write 2.0 GB/s 25%" in times.line(4.0)

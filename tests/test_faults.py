@@ -2,6 +2,7 @@
 any point of a run, and an input changed before a resume. Nothing may be lost
 (a resumed run equals an uninterrupted one bit for bit) and nothing mixed
 (two jobs never write into one output)."""
+
 from __future__ import annotations
 
 import errno
@@ -39,6 +40,7 @@ def _leftovers(folder: Path) -> list[str]:
 
 # -- one writer per output -------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_a_second_writer_of_the_same_output_is_refused_and_the_first_finishes_intact(tmp_path, fmt, rng):
     vol = _volume(rng)
@@ -47,12 +49,12 @@ def test_a_second_writer_of_the_same_output_is_refused_and_the_first_finishes_in
     first.write(0, vol[:3])
     with pytest.raises(OutputBusyError, match=rf"^output: .* is being written by process {os.getpid()}"):
         SlabWriter(out, vol.shape, params={"job": 2})
-    with pytest.raises(OutputBusyError):                  # resume does not take it over either
+    with pytest.raises(OutputBusyError):  # resume does not take it over either
         SlabWriter(out, vol.shape, params={"job": 1}, resume=True)
     first.write(3, vol[3:])
     first.finish()
     np.testing.assert_array_equal(read_array(out), vol)
-    assert _leftovers(tmp_path) == []                     # neither partial folder nor lock file
+    assert _leftovers(tmp_path) == []  # neither partial folder nor lock file
 
 
 def test_the_lock_is_free_again_after_an_aborted_writer(tmp_path, rng):
@@ -78,6 +80,7 @@ def test_abort_from_another_thread_waits_for_the_slab_being_written(tmp_path, rn
         inside.set()
         release.wait(10)
         real(self, k0, data)
+
     monkeypatch.setattr(SlabWriter, "_pwrite", slow)
     errors = []
 
@@ -87,13 +90,14 @@ def test_abort_from_another_thread_waits_for_the_slab_being_written(tmp_path, rn
             w.write(3, vol[3:])
         except RuntimeError as exc:
             errors.append(str(exc))
+
     t = threading.Thread(target=worker)
     t.start()
     assert inside.wait(10)
     aborter = threading.Thread(target=w.abort)
     aborter.start()
     aborter.join(0.2)
-    assert aborter.is_alive()               # waits: the slab is still being written
+    assert aborter.is_alive()  # waits: the slab is still being written
     assert (tmp_path / ".v.npy.partial").exists()
     release.set()
     aborter.join(10)
@@ -104,6 +108,7 @@ def test_abort_from_another_thread_waits_for_the_slab_being_written(tmp_path, rn
 
 # -- full disks ------------------------------------------------------------------------------------
 
+
 def _fail_on_second_call(monkeypatch, owner, name, exc):
     real = getattr(owner, name)
     calls = []
@@ -113,6 +118,7 @@ def _fail_on_second_call(monkeypatch, owner, name, exc):
         if len(calls) == 2:
             raise exc
         return real(*args, **kwargs)
+
     monkeypatch.setattr(owner, name, failing)
 
 
@@ -123,8 +129,9 @@ def _inject_disk_full(monkeypatch, fmt, code=errno.ENOSPC):
         _fail_on_second_call(monkeypatch, os, "pwrite", err)
     elif fmt == "tiff-stack":
         import tifffile
+
         _fail_on_second_call(monkeypatch, tifffile, "imwrite", err)
-    else:      # HDF5 and zarr: the payload's bytes, written by leveret's threads around the libraries
+    else:  # HDF5 and zarr: the payload's bytes, written by leveret's threads around the libraries
         _fail_on_second_call(monkeypatch, atomic, "write_at", err)
 
 
@@ -132,19 +139,26 @@ def _inject_hdf5_disk_full(monkeypatch, code=errno.ENOSPC):
     """Make HDF5's own write of the second slab fail (an lzf output, which HDF5
     writes itself): as h5py reports it, no errno on the exception, the HDF5 text."""
     import h5py
-    _fail_on_second_call(monkeypatch, h5py.Dataset, "__setitem__", OSError(
-        f"Can't write data (file write failed: errno = {code}, error message = '{os.strerror(code)}')"))
+
+    _fail_on_second_call(
+        monkeypatch,
+        h5py.Dataset,
+        "__setitem__",
+        OSError(f"Can't write data (file write failed: errno = {code}, error message = '{os.strerror(code)}')"),
+    )
 
 
 @pytest.mark.parametrize("code", [errno.ENOSPC, errno.EFBIG])
 @pytest.mark.parametrize("fmt", FORMATS)
-def test_a_full_disk_mid_run_is_a_clear_error_and_removes_the_partial_output(tmp_path, fmt, code, rng,
-                                                                           monkeypatch):
+def test_a_full_disk_mid_run_is_a_clear_error_and_removes_the_partial_output(tmp_path, fmt, code, rng, monkeypatch):
     vol = _volume(rng)
     out = tmp_path / FORMATS[fmt]
     _inject_disk_full(monkeypatch, fmt, code)
-    with pytest.raises(OutputSpaceError, match=r"^output: writing .* failed: .*still to write, .* free; "
-                                               r"the partial output was removed") as info:
+    with pytest.raises(
+        OutputSpaceError,
+        match=r"^output: writing .* failed: .*still to write, .* free; "
+        r"the partial output was removed",
+    ) as info:
         with SlabWriter(out, vol.shape) as w:
             for k in range(vol.shape[0]):
                 w.write(k, vol[k])
@@ -156,8 +170,11 @@ def test_a_full_disk_mid_run_is_a_clear_error_and_removes_the_partial_output(tmp
 def test_a_full_disk_in_hdf5_s_own_write_is_the_same_clear_error(tmp_path, code, rng, monkeypatch):
     vol = _volume(rng)
     _inject_hdf5_disk_full(monkeypatch, code)
-    with pytest.raises(OutputSpaceError, match=r"^output: writing .* failed: .*still to write, .* free; "
-                                               r"the partial output was removed") as info:
+    with pytest.raises(
+        OutputSpaceError,
+        match=r"^output: writing .* failed: .*still to write, .* free; "
+        r"the partial output was removed",
+    ) as info:
         with SlabWriter(tmp_path / "v.h5", vol.shape, compression="lzf") as w:
             for k in range(vol.shape[0]):
                 w.write(k, vol[k])
@@ -166,8 +183,7 @@ def test_a_full_disk_in_hdf5_s_own_write_is_the_same_clear_error(tmp_path, code,
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
-def test_a_full_disk_with_resume_keeps_the_partial_output_and_resuming_completes_it(tmp_path, fmt, rng,
-                                                                                   monkeypatch):
+def test_a_full_disk_with_resume_keeps_the_partial_output_and_resuming_completes_it(tmp_path, fmt, rng, monkeypatch):
     vol = _volume(rng)
     out = tmp_path / FORMATS[fmt]
     with monkeypatch.context() as m:
@@ -196,6 +212,7 @@ def _inject_full_manifest(monkeypatch, code=errno.ENOSPC):
             if len(calls) == 2:
                 raise OSError(code, os.strerror(code))
         return real(obj, fh, *args, **kwargs)
+
     monkeypatch.setattr(slabs_module.json, "dump", dump)
 
 
@@ -204,8 +221,11 @@ def test_a_full_disk_at_the_manifest_write_is_the_same_clear_error(tmp_path, fmt
     vol = _volume(rng)
     out = tmp_path / FORMATS[fmt]
     _inject_full_manifest(monkeypatch)
-    with pytest.raises(OutputSpaceError, match=r"^output: writing .* failed: .*No space left on device; "
-                                               r".* still to write, .* free; the partial output was removed"):
+    with pytest.raises(
+        OutputSpaceError,
+        match=r"^output: writing .* failed: .*No space left on device; "
+        r".* still to write, .* free; the partial output was removed",
+    ):
         with SlabWriter(out, vol.shape) as w:
             for k in range(vol.shape[0]):
                 w.write(k, vol[k])
@@ -213,8 +233,7 @@ def test_a_full_disk_at_the_manifest_write_is_the_same_clear_error(tmp_path, fmt
 
 
 @pytest.mark.parametrize("fmt", ["npy", "bigtiff"])
-def test_a_full_disk_at_the_manifest_write_with_resume_records_only_what_is_recorded(tmp_path, fmt, rng,
-                                                                                    monkeypatch):
+def test_a_full_disk_at_the_manifest_write_with_resume_records_only_what_is_recorded(tmp_path, fmt, rng, monkeypatch):
     vol = _volume(rng)
     out = tmp_path / FORMATS[fmt]
     with monkeypatch.context() as m:
@@ -224,7 +243,7 @@ def test_a_full_disk_at_the_manifest_write_with_resume_records_only_what_is_reco
                 w.write(0, vol[:2])
     assert [p.name for p in (tmp_path / f".{out.name}.partial").iterdir()] != []
     with SlabWriter(out, vol.shape, resume=True) as w:
-        assert w.done.sum() == 0            # the slab whose record failed counts as not written
+        assert w.done.sum() == 0  # the slab whose record failed counts as not written
         for k0, k1 in w.todo(4):
             w.write(k0, vol[k0:k1])
         w.finish()
@@ -236,8 +255,21 @@ def test_a_full_disk_at_the_manifest_write_is_one_line_and_exit_2_from_the_cli(t
 
     _scan(tmp_path)
     _inject_full_manifest(monkeypatch)
-    code = main(["recon", str(tmp_path / "p.npy"), str(tmp_path / "r.npy"), "--angles", "0:180:90",
-                 "--backend", "cpu", "--slab-slices", "4", "--no-progress", "-q"])
+    code = main(
+        [
+            "recon",
+            str(tmp_path / "p.npy"),
+            str(tmp_path / "r.npy"),
+            "--angles",
+            "0:180:90",
+            "--backend",
+            "cpu",
+            "--slab-slices",
+            "4",
+            "--no-progress",
+            "-q",
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 2, err
     assert err.startswith("leveret recon: error: output: writing ") and err.count("\n") == 1, err
@@ -263,31 +295,52 @@ def _scan(tmp_path, n_rows=16, n_angles=90, n_cols=48):
 
 
 def _cli(tmp_path, out, *extra):
-    return [sys.executable, "-m", "leveret", "recon", str(tmp_path / "p.npy"), str(out), "--angles",
-            "0:180:90", "--backend", "cpu", "--slab-slices", "1", *extra]
+    return [
+        sys.executable,
+        "-m",
+        "leveret",
+        "recon",
+        str(tmp_path / "p.npy"),
+        str(out),
+        "--angles",
+        "0:180:90",
+        "--backend",
+        "cpu",
+        "--slab-slices",
+        "1",
+        *extra,
+    ]
 
 
 def _env():
     return dict(os.environ, PYTHONPATH=str(SRC), NUMBA_NUM_THREADS="1")
 
 
-@pytest.mark.parametrize("name", ["r.npy", "r.tif", "r.h5"])     # zarr and folders: small files each
+@pytest.mark.parametrize("name", ["r.npy", "r.tif", "r.h5"])  # zarr and folders: small files each
 def test_a_file_size_limit_is_a_clear_error_not_a_crash(tmp_path, name):
     """``ulimit -f``: the kernel's SIGXFSZ would kill the process; the CLI ignores
     it, so the write fails with EFBIG, reported in one line (exit 2)."""
     _scan(tmp_path, n_rows=16, n_angles=90, n_cols=48)
-    limit = 20_000      # bytes: less than the 144 KiB volume in one file
+    limit = 20_000  # bytes: less than the 144 KiB volume in one file
 
     def small_files():
         resource.setrlimit(resource.RLIMIT_FSIZE, (limit, resource.RLIM_INFINITY))
-    run = subprocess.run(_cli(tmp_path, tmp_path / name, "--no-progress", "--compression", "none"),
-                         capture_output=True, text=True, env=_env(), preexec_fn=small_files, timeout=120)
+
+    run = subprocess.run(
+        _cli(tmp_path, tmp_path / name, "--no-progress", "--compression", "none"),
+        capture_output=True,
+        text=True,
+        env=_env(),
+        preexec_fn=small_files,
+        timeout=120,
+    )
     assert run.returncode == 2, run.stderr
     assert "error: output: writing" in run.stderr and "Traceback" not in run.stderr, run.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["p.npy"]
 
 
 # -- concurrent CLI runs, signals, resume ----------------------------------------------------------
+
 
 def _wait_for_slabs(manifest: Path, proc, n: int, timeout=90.0):
     """Until the run has recorded at least ``n`` slices (an event, not a guess at timing)."""
@@ -306,8 +359,14 @@ def _wait_for_slabs(manifest: Path, proc, n: int, timeout=90.0):
 
 def _start(cmd):
     # A shell's background jobs inherit SIGINT ignored; a terminal's Ctrl-C finds it at its default.
-    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(),
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    return subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_env(),
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
 
 
 HOLDER = """
@@ -329,16 +388,22 @@ def test_a_cli_run_on_an_output_another_process_writes_exits_2_naming_it(tmp_pat
     vol = rng.standard_normal((16, 48, 48)).astype(np.float32)
     np.save(tmp_path / "first.npy", vol)
     out = tmp_path / name
-    first = subprocess.Popen([sys.executable, "-c", HOLDER, str(out), str(tmp_path / "first.npy")],
-                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=_env())
+    first = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(out), str(tmp_path / "first.npy")],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=_env(),
+    )
     assert first.stdout.readline().strip() == "ready"
-    second = subprocess.run(_cli(tmp_path, out, "--no-progress"), capture_output=True, text=True, env=_env(),
-                            timeout=120)
+    second = subprocess.run(
+        _cli(tmp_path, out, "--no-progress"), capture_output=True, text=True, env=_env(), timeout=120
+    )
     assert second.returncode == 2, second.stderr
     assert f"error: output: {str(out)!r} is being written by process {first.pid}" in second.stderr
     first.communicate("", timeout=60)
     assert first.returncode == 0
-    np.testing.assert_array_equal(read_array(out), vol)        # the first job's volume, unmixed
+    np.testing.assert_array_equal(read_array(out), vol)  # the first job's volume, unmixed
     assert _leftovers(tmp_path) == []
 
 
@@ -352,8 +417,9 @@ def reference(tmp_path_factory):
     """An uninterrupted CLI run: the volume every resumed run must equal bit for bit."""
     folder = tmp_path_factory.mktemp("reference")
     _scan(folder, n_rows=SIGNALLED_ROWS)
-    run = subprocess.run(_cli(folder, folder / "r.h5", "--no-progress"), capture_output=True, text=True,
-                         env=_env(), timeout=120)
+    run = subprocess.run(
+        _cli(folder, folder / "r.h5", "--no-progress"), capture_output=True, text=True, env=_env(), timeout=120
+    )
     assert run.returncode == 0, run.stderr
     return read_array(folder / "r.h5")
 
@@ -365,7 +431,7 @@ SIGNALS = [(signal.SIGINT, 130), (signal.SIGTERM, 143), (signal.SIGHUP, 129), (s
 def test_a_signal_at_a_random_slab_then_resume_gives_the_uninterrupted_volume(tmp_path, sig, code, reference):
     _scan(tmp_path, n_rows=SIGNALLED_ROWS)
     out = tmp_path / "r.h5"
-    cmd = _cli(tmp_path, out, "--resume")     # with the progress bar: the message must start a line
+    cmd = _cli(tmp_path, out, "--resume")  # with the progress bar: the message must start a line
     proc = _start(cmd)
     after = int(np.random.default_rng(int(sig)).integers(1, 8))
     _wait_for_slabs(tmp_path / ".r.h5.partial" / "manifest.json", proc, after)
@@ -411,8 +477,9 @@ def test_resume_after_the_input_changed_is_refused_and_keeps_the_partial_output(
     assert "resume: the input changed" in again.stderr and "content differs" in again.stderr
     assert "run without --resume" in again.stderr
     assert (tmp_path / ".r.h5.partial" / "manifest.json").exists() and not out.exists()
-    fresh = subprocess.run(_cli(tmp_path, out, "--no-progress"), capture_output=True, text=True, env=_env(),
-                           timeout=120)
+    fresh = subprocess.run(
+        _cli(tmp_path, out, "--no-progress"), capture_output=True, text=True, env=_env(), timeout=120
+    )
     assert fresh.returncode == 0, fresh.stderr
     np.testing.assert_array_equal(read_array(out), leveret.fbp(proj * 2, g, backend="cpu"))
 
@@ -440,7 +507,7 @@ def test_resume_after_one_value_of_a_finished_slab_s_input_changed_is_refused(tm
     modification time kept, where the sampled fingerprint does not look: refused, not mixed."""
     from leveret.execution.outofcore import _fingerprint
 
-    g, proj = _scan(tmp_path, n_rows=SIGNALLED_ROWS)      # 1.1 MB: more than the 8 sampled 64 KiB blocks
+    g, proj = _scan(tmp_path, n_rows=SIGNALLED_ROWS)  # 1.1 MB: more than the 8 sampled 64 KiB blocks
     out, source = tmp_path / "r.h5", tmp_path / "p.npy"
     manifest = tmp_path / ".r.h5.partial" / "manifest.json"
     cmd = _cli(tmp_path, out, "--resume", "--no-progress")
@@ -451,21 +518,21 @@ def test_resume_after_one_value_of_a_finished_slab_s_input_changed_is_refused(tm
     assert proc.returncode == 130, err
     done = json.loads(manifest.read_text())["done"]
     assert done[0][0] == 0 and done[0][1] >= 10
-    a, r, c = _unsampled_value(source, proj.shape, done[0][1])   # slice k used rows k and k + 1
+    a, r, c = _unsampled_value(source, proj.shape, done[0][1])  # slice k used rows k and k + 1
     before, stat = _fingerprint(np.load(source, mmap_mode="r"), str(source)), source.stat()
     data = np.load(source, mmap_mode="r+")
     data[a, r, c] += 1.0
     data.flush()
     del data
     os.utime(source, ns=(stat.st_atime_ns, stat.st_mtime_ns))
-    assert _fingerprint(np.load(source, mmap_mode="r"), str(source)) == before    # the samples miss it
+    assert _fingerprint(np.load(source, mmap_mode="r"), str(source)) == before  # the samples miss it
     again = subprocess.run(cmd, capture_output=True, text=True, env=_env(), timeout=120)
     assert again.returncode == 2, again.stderr
     error = again.stderr.strip().splitlines()[-1]
     assert error.startswith("leveret recon: error: --resume: the input changed since the partial output "), error
     assert f"(detector rows {r - 1}:{r + 1}, from which slices {r - 1}:{r} were made, differ)" in error
     assert "run without --resume to start afresh" in error and "Traceback" not in again.stderr
-    assert manifest.exists() and not out.exists()         # kept for the right input; nothing mixed
+    assert manifest.exists() and not out.exists()  # kept for the right input; nothing mixed
 
 
 @pytest.mark.parametrize("exc,code", [(KeyboardInterrupt(), 130), ("SIGTERM", 143)])
@@ -473,10 +540,12 @@ def test_an_interrupt_during_start_up_is_a_clean_message(monkeypatch, capsys, ex
     """Before the work starts (parsing, imports): no traceback, the signal's exit code."""
     import leveret.cli.app as cli
     from leveret.execution.signals import Interrupted
+
     error = Interrupted(signal.SIGTERM) if exc == "SIGTERM" else exc
 
     def parse(argv=None):
         raise error
+
     monkeypatch.setattr(cli, "parse", parse)
     assert cli.main(["info"]) == code
     assert capsys.readouterr().err == "\nleveret: interrupted\n"
@@ -491,10 +560,10 @@ def test_a_failed_writer_never_removes_the_partial_output_of_the_next_one(tmp_pa
         first.write(0, vol[:1])
         with pytest.raises(OutputSpaceError, match="the partial output was removed"):
             first.write(1, vol[1:2])
-    assert _leftovers(tmp_path) == []                     # removed, and the lock is free
+    assert _leftovers(tmp_path) == []  # removed, and the lock is free
     with SlabWriter(out, vol.shape) as second:
         second.write(0, vol[:3])
-        first.abort()                                     # late clean-up of the failed writer
+        first.abort()  # late clean-up of the failed writer
         assert (tmp_path / ".v.npy.partial").exists()
         second.write(3, vol[3:])
         second.finish()
@@ -512,8 +581,14 @@ time.sleep(60)                   # still starting: main() has not run
 
 @pytest.mark.parametrize("sig,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_an_interrupt_while_the_command_imports_is_one_line(sig, code):
-    proc = subprocess.Popen([sys.executable, "-c", STARTING], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=_env(), preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    proc = subprocess.Popen(
+        [sys.executable, "-c", STARTING],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_env(),
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     assert proc.stdout.readline().strip() == "ready"
     proc.send_signal(sig)
     _, err = proc.communicate(timeout=30)
@@ -521,10 +596,19 @@ def test_an_interrupt_while_the_command_imports_is_one_line(sig, code):
 
 
 def test_importing_the_library_leaves_the_signal_handlers_alone():
-    run = subprocess.run([sys.executable, "-c", "import signal, leveret; "
-                          "print(signal.getsignal(signal.SIGINT) is signal.default_int_handler, "
-                          "signal.getsignal(signal.SIGTERM) is signal.SIG_DFL)"],
-                         capture_output=True, text=True, env=_env(), timeout=60)
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import signal, leveret; "
+            "print(signal.getsignal(signal.SIGINT) is signal.default_int_handler, "
+            "signal.getsignal(signal.SIGTERM) is signal.SIG_DFL)",
+        ],
+        capture_output=True,
+        text=True,
+        env=_env(),
+        timeout=60,
+    )
     assert run.stdout.split() == ["True", "True"], run.stderr
 
 
@@ -567,9 +651,25 @@ run()
 
 
 def _at_call(folder: Path, target: int, pause: float = 0.3, output: str = "r.h5"):
-    cmd = [sys.executable, "-c", AT_CALL, str(target), str(pause), str(folder / "report.json"),
-           str(SRC / "leveret"), "recon", str(folder / "p.npy"), str(folder / output), "--angles", "0:180:90",
-           "--backend", "cpu", "--slab-slices", "4", "--no-progress"]
+    cmd = [
+        sys.executable,
+        "-c",
+        AT_CALL,
+        str(target),
+        str(pause),
+        str(folder / "report.json"),
+        str(SRC / "leveret"),
+        "recon",
+        str(folder / "p.npy"),
+        str(folder / output),
+        "--angles",
+        "0:180:90",
+        "--backend",
+        "cpu",
+        "--slab-slices",
+        "4",
+        "--no-progress",
+    ]
     return _start(cmd)
 
 
@@ -579,8 +679,14 @@ def _fuzz_points(report: dict) -> list[int]:
     command's start in its worker thread, most densely the output writer's start (lock,
     partial output, payload, manifest) up to its first slab, then the slabs and the end."""
     first, total = report["first"], report["calls"]
-    bounds = [first["quiet_start"] + 1, first["_run_in_worker"], first["SlabWriter.__init__"],
-              first["SlabWriter.__enter__"], first["SlabWriter.write"], total]
+    bounds = [
+        first["quiet_start"] + 1,
+        first["_run_in_worker"],
+        first["SlabWriter.__init__"],
+        first["SlabWriter.__enter__"],
+        first["SlabWriter.write"],
+        total,
+    ]
     counts = [4, 4, 8, 3, 4]
     points = [np.linspace(a, b, n, endpoint=False) for a, b, n in zip(bounds, bounds[1:], counts)]
     return sorted({int(p) for p in np.rint(np.concatenate(points))} | {total})
@@ -602,7 +708,7 @@ def test_ctrl_c_anywhere_in_a_run_leaves_nothing_half_written_and_says_what(tmp_
     (tmp_path / "r.h5").unlink()
     failures = []
     points = _fuzz_points(report)
-    for pair in (points[i:i + 2] for i in range(0, len(points), 2)):     # two at a time, in their folders
+    for pair in (points[i : i + 2] for i in range(0, len(points), 2)):  # two at a time, in their folders
         runs = []
         for n in pair:
             folder = tmp_path / f"at_{n}"
@@ -636,13 +742,13 @@ def test_a_second_signal_during_the_clean_up_does_not_cut_it_short(tmp_path, sec
     writing = json.loads((tmp_path / "report.json").read_text())["first"]["SlabWriter._pwrite"]
     (tmp_path / "report.json").unlink()
     (tmp_path / "c.npy").unlink()
-    proc = _at_call(tmp_path, writing, pause=3.0, output="c.npy")     # 3 s inside the slab's write
+    proc = _at_call(tmp_path, writing, pause=3.0, output="c.npy")  # 3 s inside the slab's write
     signalled = tmp_path / "report.json.signalled"
     t0 = time.monotonic()
     while not signalled.exists():
         assert proc.poll() is None and time.monotonic() - t0 < 60, proc.communicate()
         time.sleep(0.01)
-    time.sleep(0.5)                      # the clean-up is waiting for the write now
+    time.sleep(0.5)  # the clean-up is waiting for the write now
     proc.send_signal(second)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
@@ -658,13 +764,13 @@ def test_only_the_first_termination_signal_raises_within_a_once_block():
     with handling(once=True):
         with pytest.raises(Interrupted) as info:
             os.kill(os.getpid(), signal.SIGTERM)
-            time.sleep(1)                # the handler runs here, in the main thread
+            time.sleep(1)  # the handler runs here, in the main thread
         assert info.value.signum == signal.SIGTERM
-        os.kill(os.getpid(), signal.SIGINT)          # the clean-up's time: nothing raised
+        os.kill(os.getpid(), signal.SIGINT)  # the clean-up's time: nothing raised
         os.kill(os.getpid(), signal.SIGTERM)
         time.sleep(0.1)
     assert {sig: signal.getsignal(sig) for sig in before} == before
-    with handling(once=True), pytest.raises(KeyboardInterrupt):      # each block afresh; Ctrl-C as usual
+    with handling(once=True), pytest.raises(KeyboardInterrupt):  # each block afresh; Ctrl-C as usual
         os.kill(os.getpid(), signal.SIGINT)
         time.sleep(1)
 
@@ -677,21 +783,24 @@ def test_no_output_starts_in_the_interrupted_work_once_the_process_stops(tmp_pat
     ran, raised = [], []
 
     def work():
-        for start in (lambda: register_cleanup(1, lambda: ran.append("undone at once")),
-                      lambda: SlabWriter(tmp_path / "v.h5", (2, 3, 4))):
+        for start in (
+            lambda: register_cleanup(1, lambda: ran.append("undone at once")),
+            lambda: SlabWriter(tmp_path / "v.h5", (2, 3, 4)),
+        ):
             try:
                 start()
             except StoppingError as exc:
                 raised.append(exc)
+
     try:
         cleanup_pending(stop=True)
         thread = threading.Thread(target=work)
         thread.start()
         thread.join(30)
-        with SlabWriter(tmp_path / "mine.h5", (2, 3, 4)) as w:      # the stopping thread's own clean-up
+        with SlabWriter(tmp_path / "mine.h5", (2, 3, 4)) as w:  # the stopping thread's own clean-up
             w.abort()
     finally:
-        start_command()           # a command after it starts outputs again
+        start_command()  # a command after it starts outputs again
     assert ran == ["undone at once"] and len(raised) == 2 and list(tmp_path.iterdir()) == []
     thread = threading.Thread(target=lambda: write_slabs_in(tmp_path / "v.h5"))
     thread.start()
@@ -717,6 +826,7 @@ def test_an_abort_during_the_writer_s_start_waits_for_it_and_removes_what_it_mad
         started.set()
         assert go.wait(30)
         real(self)
+
     monkeypatch.setattr(SlabWriter, "_create_payload", slow)
     made = []
     thread = threading.Thread(target=lambda: made.append(SlabWriter(tmp_path / "v.h5", (2, 3, 4))))
@@ -726,7 +836,7 @@ def test_an_abort_during_the_writer_s_start_waits_for_it_and_removes_what_it_mad
     cleaning = threading.Thread(target=cleanup_pending)
     cleaning.start()
     time.sleep(0.2)
-    assert cleaning.is_alive()            # waiting for the start to end
+    assert cleaning.is_alive()  # waiting for the start to end
     go.set()
     cleaning.join(30)
     thread.join(30)

@@ -2,6 +2,7 @@
 kernels are refused like on the CPU (also when checked on the device while
 streaming host data), and an interrupted GPU run leaves nothing behind or
 resumes bit for bit."""
+
 from __future__ import annotations
 
 import signal
@@ -23,18 +24,22 @@ def _poisoned(shape, kind):
     if kind == "nan":
         p[0, 0, 0] = np.nan
     else:
-        p[-1, -1, -1] = 3e38       # finite, but sums of it overflow float32
+        p[-1, -1, -1] = 3e38  # finite, but sums of it overflow float32
     return p
 
 
-MESSAGES = {"nan": r"^projections: expected finite values", "huge": r"^projections: (values up to 3e\+38|"
-                                                                      r"expected finite values of magnitude)"}
+MESSAGES = {
+    "nan": r"^projections: expected finite values",
+    "huge": r"^projections: (values up to 3e\+38|"
+    r"expected finite values of magnitude)",
+}
 
 
 @pytest.mark.parametrize("kind", ["nan", "huge"])
 @pytest.mark.parametrize("where", ["numpy", "cupy"])
 def test_cuda_fbp_refuses_nan_and_overflowing_projections(kind, where):
     import cupy
+
     g = ParallelGeometry(np.linspace(0, np.pi, 64, endpoint=False), 64, n_rows=8)
     p = _poisoned(g.projection_shape, kind)
     with pytest.raises(ValueError, match=MESSAGES[kind]):
@@ -45,6 +50,7 @@ def test_cuda_fbp_refuses_nan_and_overflowing_projections(kind, where):
 @pytest.mark.parametrize("where", ["numpy", "cupy"])
 def test_cuda_fdk_refuses_nan_and_overflowing_projections(kind, where):
     import cupy
+
     g = ConeGeometry.circular(np.linspace(0, 2 * np.pi, 32, endpoint=False), 200.0, 400.0, 16, 32, 2.0)
     p = _poisoned(g.projection_shape, kind)
     with pytest.raises(ValueError, match=MESSAGES[kind]):
@@ -54,6 +60,7 @@ def test_cuda_fdk_refuses_nan_and_overflowing_projections(kind, where):
 @pytest.mark.parametrize("dtype", [np.float32, complex])
 def test_cuda_projector_refuses_nan_and_complex(dtype):
     import cupy
+
     g = ParallelGeometry(np.linspace(0, np.pi, 16, endpoint=False), 16, n_rows=2)
     A = Projector(g, VolumeGeometry((2, 16, 16)), backend="cuda")
     x = np.ones(A.volume.shape).astype(dtype)

@@ -11,6 +11,7 @@ test phantom. Inside the skull (the brain) FDK stays better: that is a finding,
 recorded in the docs, not asserted here. At 24^3..32^3 voxels the head-region
 win disappears (the rim's partial volume dominates), hence 40^3.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -44,8 +45,8 @@ def result(demo, tmp_path_factory):
 def test_runs_and_writes_png(result):
     res, out = result
     assert out.is_file() and out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert res["n_views"] == 64 and res["few_views"] == 16     # ~pi/2 x 40 columns, 1/4
-    json.dumps(res)                                             # JSON-able as the script writes it
+    assert res["n_views"] == 64 and res["few_views"] == 16  # ~pi/2 x 40 columns, 1/4
+    json.dumps(res)  # JSON-able as the script writes it
     for kind in ("fdk_all", "fdk_quarter"):
         assert set(res["rmse"][kind]) == {"ram-lak", "shepp-logan", "hann"}
     values = [e for f in res["rmse"]["fdk_quarter"].values() for e in f.values()]
@@ -57,13 +58,12 @@ def test_iterations_come_from_the_calibration_phantom(demo, result):
     res, _ = result
     cal = res["calibration"]
     assert cal["iterations"] == int(np.argmin(cal["rmse_history"])) + 1
-    assert len(cal["rmse_history"]) == 30                      # the cap, run in full
+    assert len(cal["rmse_history"]) == 30  # the cap, run in full
     # the test phantom was run for the calibrated count only (no search on it)
     assert len(res["oracle"]) == res["iterations"] == cal["iterations"]
     # and the calibration phantom is a different object
     head, other = demo.head_phantom(), demo.calibration_phantom()
-    assert len(head) != len(other) or any(
-        a.semi_axes != b.semi_axes for a, b in zip(head, other))
+    assert len(head) != len(other) or any(a.semi_axes != b.semi_axes for a, b in zip(head, other))
 
 
 def test_discrepancy_principle_reported(result):

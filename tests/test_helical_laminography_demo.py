@@ -4,6 +4,7 @@ written, and its findings hold there too: helical FDK within 1.5x circular
 FDK's error at the same cone angle, the smooth window's pitch ripple far
 below the sharp one's, laminography FBP exact outside the missing cone and
 the iterative methods below FBP's error."""
+
 from __future__ import annotations
 
 import importlib.util

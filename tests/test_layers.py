@@ -2,6 +2,7 @@
 leveret points down or sideways within its floor, never up, and no two
 modules import each other in a circle. Imports inside functions count:
 a lazy import is still a dependency."""
+
 from __future__ import annotations
 
 import ast
@@ -14,14 +15,26 @@ PACKAGE = Path(__file__).resolve().parents[1] / "src" / "leveret"
 # Floor of each top-level part of the package, bottom first. A module may
 # import its own floor and the floors below.
 FLOORS = {
-    "_validate": 0, "backends": 0, "resources": 0, "filters": 0, "geometry": 0, "io": 0,
-    "cpu": 1, "cuda": 1,
-    "operators": 2, "phantom": 2,
-    "algorithms": 3, "torch": 3, "rabbitct": 3,
-    "preprocess": 4, "datasets": 4,
+    "_validate": 0,
+    "backends": 0,
+    "resources": 0,
+    "filters": 0,
+    "geometry": 0,
+    "io": 0,
+    "cpu": 1,
+    "cuda": 1,
+    "operators": 2,
+    "phantom": 2,
+    "algorithms": 3,
+    "torch": 3,
+    "rabbitct": 3,
+    "preprocess": 4,
+    "datasets": 4,
     "execution": 5,
     "live": 6,
-    "cli": 7, "__main__": 7, "__init__": 7,
+    "cli": 7,
+    "__main__": 7,
+    "__init__": 7,
 }
 
 
@@ -43,13 +56,13 @@ def _imports(path: Path) -> set[str]:
         elif isinstance(node, ast.ImportFrom):
             if node.level:
                 base = package.split(".")
-                base = base[:len(base) - node.level + 1]
+                base = base[: len(base) - node.level + 1]
                 target = ".".join(base + ([node.module] if node.module else []))
             else:
                 target = node.module or ""
             if not target.startswith("leveret"):
                 continue
-            for alias in node.names:   # "from . import x" may name a module
+            for alias in node.names:  # "from . import x" may name a module
                 candidate = f"{target}.{alias.name}"
                 found.add(candidate if _exists(candidate) else target)
     return {_existing(m) for m in found} - {name}
@@ -88,7 +101,7 @@ def test_imports_point_down(module):
 
 def test_no_import_circles():
     """Depth-first search over the whole import graph."""
-    state: dict[str, int] = {}   # 1: on the path, 2: done
+    state: dict[str, int] = {}  # 1: on the path, 2: done
     path: list[str] = []
 
     def visit(m):
@@ -96,7 +109,7 @@ def test_no_import_circles():
         path.append(m)
         for n in sorted(GRAPH.get(m, ())):
             if state.get(n) == 1:
-                cycle = path[path.index(n):] + [n]
+                cycle = path[path.index(n) :] + [n]
                 raise AssertionError("import circle: " + " -> ".join(cycle))
             if n not in state:
                 visit(n)

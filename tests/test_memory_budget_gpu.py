@@ -1,6 +1,7 @@
 """``fdk(gpu_memory=...)`` bounds the call's peak device memory, all of
 it (CuPy's pool, texture arrays, cuFFT work areas), as the driver counts it:
 a thread samples the device's used memory while the call runs."""
+
 from __future__ import annotations
 
 import threading
@@ -17,13 +18,20 @@ GiB = 1 << 30
 
 
 def _rabbitct_like(n_views: int = 496):
-    g = ConeGeometry.circular(np.linspace(0, 2 * np.pi, n_views, endpoint=False), sid=750.0, sdd=1200.0,
-                              n_rows=960, n_cols=1248, pixel_size=0.3)
+    g = ConeGeometry.circular(
+        np.linspace(0, 2 * np.pi, n_views, endpoint=False),
+        sid=750.0,
+        sdd=1200.0,
+        n_rows=960,
+        n_cols=1248,
+        pixel_size=0.3,
+    )
     return g, np.random.default_rng(0).random(g.projection_shape, dtype=np.float32)
 
 
 def _used() -> int:
     import cupy
+
     free, total = cupy.cuda.runtime.memGetInfo()
     return total - free
 
@@ -32,6 +40,7 @@ def _empty_caches() -> None:
     import cupy
 
     from leveret.cuda.texture import clear_cache
+
     cupy.cuda.Device().synchronize()
     clear_cache()
     cupy.fft.config.get_plan_cache().clear()
@@ -69,8 +78,9 @@ def peak_during(call) -> tuple[object, int]:
 def test_fdk_1024_cubed_stays_within_its_gpu_budget(cap_gib):
     """The RabbitCT-sized problem that took 2.52 GiB under a 2 GiB cap."""
     g, proj = _rabbitct_like()
-    leveret.fdk(proj, g, VolumeGeometry((16, 1024, 1024), voxel_size=0.25), backend="cuda",
-                gpu_memory=cap_gib * GiB)   # loads the kernels and cuFFT's code before measuring
+    leveret.fdk(
+        proj, g, VolumeGeometry((16, 1024, 1024), voxel_size=0.25), backend="cuda", gpu_memory=cap_gib * GiB
+    )  # loads the kernels and cuFFT's code before measuring
     volume = VolumeGeometry((1024, 1024, 1024), voxel_size=0.25)
     out, peak = peak_during(lambda: leveret.fdk(proj, g, volume, backend="cuda", gpu_memory=cap_gib * GiB))
     print(f"cap {cap_gib} GiB: peak {peak / GiB:.3f} GiB")
@@ -100,6 +110,5 @@ def test_a_budget_too_small_is_an_error_before_any_work():
     g, proj = _rabbitct_like(8)
     _empty_caches()
     with pytest.raises(ValueError, match="^gpu_memory: "):
-        leveret.fdk(proj, g, VolumeGeometry((1024, 1024, 1024), voxel_size=0.25), backend="cuda",
-                    gpu_memory=20 << 20)
+        leveret.fdk(proj, g, VolumeGeometry((1024, 1024, 1024), voxel_size=0.25), backend="cuda", gpu_memory=20 << 20)
     assert cupy.get_default_memory_pool().total_bytes() == 0

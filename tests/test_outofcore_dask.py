@@ -2,6 +2,7 @@
 equals the run in this process bit for bit (the same code per slab); a
 worker killed mid-run costs only its slabs; --resume continues across the
 two executors."""
+
 from __future__ import annotations
 
 import logging
@@ -20,13 +21,17 @@ from leveret.execution.outofcore import reconstruct_to_file
 distributed = pytest.importorskip("distributed")
 pytest.importorskip("zarr")
 
-SLAB = 3      # slices per slab: 16 slices make 6 slabs, so several are in flight on two workers
+SLAB = 3  # slices per slab: 16 slices make 6 slabs, so several are in flight on two workers
 
 
 @pytest.fixture(scope="module")
 def client():
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, silence_logs=logging.ERROR,
-                                  dashboard_address=":0") as cluster, distributed.Client(cluster) as c:
+    with (
+        distributed.LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=True, silence_logs=logging.ERROR, dashboard_address=":0"
+        ) as cluster,
+        distributed.Client(cluster) as c,
+    ):
         yield c
 
 
@@ -52,12 +57,14 @@ def _write_input(tmp_path, proj, kind):
         return tmp_path / "p.npy"
     if kind == "h5":
         import h5py
+
         with h5py.File(tmp_path / "p.h5", "w") as f:
             f["data"] = proj
         return tmp_path / "p.h5"
     if kind == "zarr":
-        z = zarr.create_array(store=str(tmp_path / "p.zarr"), shape=proj.shape, chunks=(8, 4, proj.shape[2]),
-                              dtype=proj.dtype)
+        z = zarr.create_array(
+            store=str(tmp_path / "p.zarr"), shape=proj.shape, chunks=(8, 4, proj.shape[2]), dtype=proj.dtype
+        )
         z[...] = proj
         return tmp_path / "p.zarr"
     (tmp_path / "tif").mkdir()
@@ -66,18 +73,19 @@ def _write_input(tmp_path, proj, kind):
     return tmp_path / "tif"
 
 
-@pytest.mark.parametrize("kind, output", [("npy", "r.zarr"), ("h5", "r.h5"), ("zarr", "r.npy"),
-                                          ("tif", "r.zarr"), ("memory", "r.zarr")])
+@pytest.mark.parametrize(
+    "kind, output", [("npy", "r.zarr"), ("h5", "r.h5"), ("zarr", "r.npy"), ("tif", "r.zarr"), ("memory", "r.zarr")]
+)
 def test_dask_run_equals_the_run_in_this_process(tmp_path, scan, client, kind, output, monkeypatch):
     g, proj = scan
     ref = _local(proj, g, tmp_path / "ref.npy")
     source = proj if kind == "memory" else _write_input(tmp_path, proj, kind)
-    monkeypatch.chdir(tmp_path)      # relative paths: the workers' working folder is another one
+    monkeypatch.chdir(tmp_path)  # relative paths: the workers' working folder is another one
     source = source if kind == "memory" else source.name
     res = reconstruct_to_file(source, g, output, backend="cpu", slab_slices=SLAB, client=client)
     assert res.slabs_done == -(-g.n_rows // SLAB) and res.slab_slices == SLAB
     np.testing.assert_array_equal(read_array(tmp_path / output), ref)
-    assert not list(tmp_path.glob(".*"))         # no partial output, no lock left
+    assert not list(tmp_path.glob(".*"))  # no partial output, no lock left
 
 
 def test_raw_counts_with_flats_and_darks_on_the_workers(tmp_path, scan, client):
@@ -87,8 +95,16 @@ def test_raw_counts_with_flats_and_darks_on_the_workers(tmp_path, scan, client):
     counts = np.round(dark + (flat - dark) * np.exp(-proj)).astype(np.uint16)
     np.save(tmp_path / "counts.npy", counts)
     ref = _local(tmp_path / "counts.npy", g, tmp_path / "ref.npy", flats=flat, darks=dark)
-    reconstruct_to_file(tmp_path / "counts.npy", g, tmp_path / "r.h5", backend="cpu", slab_slices=SLAB,
-                        flats=flat, darks=dark, client=client)
+    reconstruct_to_file(
+        tmp_path / "counts.npy",
+        g,
+        tmp_path / "r.h5",
+        backend="cpu",
+        slab_slices=SLAB,
+        flats=flat,
+        darks=dark,
+        client=client,
+    )
     np.testing.assert_array_equal(read_array(tmp_path / "r.h5"), ref)
 
 
@@ -105,8 +121,8 @@ def test_a_worker_killed_mid_run_costs_only_its_slabs(tmp_path, scan, client, mo
 
     def recorded(self, *args, **kwargs):
         real(self, *args, **kwargs)
-        if not killed:     # the manifest now shows the first slab: kill a worker that has one running
-            for _ in range(100):     # the driver may not have handed out the next slabs yet
+        if not killed:  # the manifest now shows the first slab: kill a worker that has one running
+            for _ in range(100):  # the driver may not have handed out the next slabs yet
                 busy = [w for w, keys in client.processing().items() if keys]
                 if busy:
                     break
@@ -116,21 +132,22 @@ def test_a_worker_killed_mid_run_costs_only_its_slabs(tmp_path, scan, client, mo
             os.kill(pids[busy[0]], signal.SIGKILL)
 
     monkeypatch.setattr(SlabWriter, method, recorded)
-    res = reconstruct_to_file(tmp_path / "p.npy", g, tmp_path / output, backend="cpu", slab_slices=SLAB,
-                              client=client)
-    client.wait_for_workers(2)       # the nanny restarts the killed worker
-    assert killed and res.slabs_done == -(-g.n_rows // SLAB)     # each slab recorded once
+    res = reconstruct_to_file(tmp_path / "p.npy", g, tmp_path / output, backend="cpu", slab_slices=SLAB, client=client)
+    client.wait_for_workers(2)  # the nanny restarts the killed worker
+    assert killed and res.slabs_done == -(-g.n_rows // SLAB)  # each slab recorded once
     np.testing.assert_array_equal(read_array(tmp_path / output), ref)
 
 
 def test_cone_beam_slabs_on_the_cluster_equal_the_run_in_this_process(tmp_path, client):
-    g = leveret.ConeGeometry.circular(np.linspace(0, 2 * np.pi, 40, endpoint=False), sid=200, sdd=400,
-                                      n_rows=32, n_cols=40, pixel_size=1.0)
+    g = leveret.ConeGeometry.circular(
+        np.linspace(0, 2 * np.pi, 40, endpoint=False), sid=200, sdd=400, n_rows=32, n_cols=40, pixel_size=1.0
+    )
     v = leveret.VolumeGeometry((16, 32, 32), 0.5)
     np.save(tmp_path / "p.npy", phantom.shepp_logan_3d(radius=7.0).project(g).astype(np.float32))
     reconstruct_to_file(tmp_path / "p.npy", g, tmp_path / "ref.npy", volume=v, backend="cpu", slab_slices=SLAB)
-    reconstruct_to_file(tmp_path / "p.npy", g, tmp_path / "r.zarr", volume=v, backend="cpu", slab_slices=SLAB,
-                        client=client)
+    reconstruct_to_file(
+        tmp_path / "p.npy", g, tmp_path / "r.zarr", volume=v, backend="cpu", slab_slices=SLAB, client=client
+    )
     np.testing.assert_array_equal(read_array(tmp_path / "r.zarr"), np.load(tmp_path / "ref.npy"))
 
 
@@ -161,13 +178,27 @@ def test_resume_continues_across_the_dask_and_the_local_executor(tmp_path, scan,
         # the dask executor records the slabs its workers wrote, the local one writes them
         _stop_after(m, "record" if first == "dask" else "write", 2)
         with pytest.raises(_Stop):
-            reconstruct_to_file(tmp_path / "p.npy", g, out, backend="cpu", slab_slices=SLAB, resume=True,
-                                client=client if first == "dask" else None)
+            reconstruct_to_file(
+                tmp_path / "p.npy",
+                g,
+                out,
+                backend="cpu",
+                slab_slices=SLAB,
+                resume=True,
+                client=client if first == "dask" else None,
+            )
     assert not out.exists() and (tmp_path / ".r.zarr.partial").is_dir()
-    if first == "dask":      # the interruption cancelled the slabs in flight: the client holds none
+    if first == "dask":  # the interruption cancelled the slabs in flight: the client holds none
         assert [key for key in client.futures if "run_slab" in str(key)] == []
-    res = reconstruct_to_file(tmp_path / "p.npy", g, out, backend="cpu", slab_slices=SLAB, resume=True,
-                              client=None if first == "dask" else client)
+    res = reconstruct_to_file(
+        tmp_path / "p.npy",
+        g,
+        out,
+        backend="cpu",
+        slab_slices=SLAB,
+        resume=True,
+        client=None if first == "dask" else client,
+    )
     n_slabs = -(-g.n_rows // SLAB)
     assert res.slices_resumed == 2 * SLAB and res.slabs_done == n_slabs - 2
     np.testing.assert_array_equal(read_array(out), ref)
@@ -182,10 +213,14 @@ def test_retries_is_checked(scan, client, tmp_path):
 def test_geometries_pickle_as_equal_values():
     import pickle
 
-    cone = leveret.ConeGeometry.circular(np.linspace(0, 2 * np.pi, 9, endpoint=False), sid=200, sdd=400,
-                                         n_rows=20, n_cols=30, pixel_size=1.0)
-    for g in (leveret.ParallelGeometry(np.linspace(0, np.pi, 5), 8, n_rows=4, center=3.25), cone,
-              leveret.VolumeGeometry((3, 4, 5), (1.3, 1.5, 1.5), (2.0, 1.0, -3.0))):
+    cone = leveret.ConeGeometry.circular(
+        np.linspace(0, 2 * np.pi, 9, endpoint=False), sid=200, sdd=400, n_rows=20, n_cols=30, pixel_size=1.0
+    )
+    for g in (
+        leveret.ParallelGeometry(np.linspace(0, np.pi, 5), 8, n_rows=4, center=3.25),
+        cone,
+        leveret.VolumeGeometry((3, 4, 5), (1.3, 1.5, 1.5), (2.0, 1.0, -3.0)),
+    ):
         assert pickle.loads(pickle.dumps(g)) == g
 
 
@@ -196,6 +231,7 @@ def _worker_environ():
 def test_a_local_cluster_leaves_glibc_malloc_tuning_alone():
     """Dask's MALLOC_TRIM_THRESHOLD_ slows the workers' zarr I/O; its one-thread BLAS setting stays."""
     from leveret.execution.executors import connect
+
     with connect("local", backend="cpu") as c:
         found = c.run(_worker_environ)
     assert found and set(found.values()) == {(None, "1")}
@@ -207,12 +243,18 @@ def test_each_worker_thread_plans_for_its_share_of_the_gpu():
 
     class Client:
         def scheduler_info(self, n_workers=None):
-            return {"workers": {"tcp://a:1": {"nthreads": 2, "memory_limit": 8 << 30},
-                                "tcp://b:1": {"nthreads": 1, "memory_limit": 8 << 30}}}
+            return {
+                "workers": {
+                    "tcp://a:1": {"nthreads": 2, "memory_limit": 8 << 30},
+                    "tcp://b:1": {"nthreads": 1, "memory_limit": 8 << 30},
+                }
+            }
 
         def run(self, fn, backend):
-            return {"tcp://a:1": {"backend": "cuda", "host": 1 << 40, "gpu": 40 << 30},
-                    "tcp://b:1": {"backend": "cuda", "host": 1 << 40, "gpu": 30 << 30}}
+            return {
+                "tcp://a:1": {"backend": "cuda", "host": 1 << 40, "gpu": 40 << 30},
+                "tcp://b:1": {"backend": "cuda", "host": 1 << 40, "gpu": 30 << 30},
+            }
 
     assert DaskExecutor(Client()).capacity("cuda") == {"backend": "cuda", "host": 4 << 30, "gpu": 20 << 30}
 
@@ -225,10 +267,10 @@ def test_local_cuda_cluster_equals_one_gpu_in_this_process(tmp_path):
     reconstruct_to_file(tmp_path / "p.npy", g, tmp_path / "ref.npy", backend="cuda", slab_slices=8)
     ref = np.load(tmp_path / "ref.npy")
     from leveret.execution.executors import connect
-    with connect("local", backend="cuda") as c:     # THREADS_PER_GPU slabs at once on each GPU
-        for output in ("r.zarr", "r.h5"):       # written by the workers; by this process
-            res = reconstruct_to_file(tmp_path / "p.npy", g, tmp_path / output, backend="cuda", slab_slices=8,
-                                      client=c)
+
+    with connect("local", backend="cuda") as c:  # THREADS_PER_GPU slabs at once on each GPU
+        for output in ("r.zarr", "r.h5"):  # written by the workers; by this process
+            res = reconstruct_to_file(tmp_path / "p.npy", g, tmp_path / output, backend="cuda", slab_slices=8, client=c)
             assert res.plan.backend == "cuda" and res.slabs_done == 8
             # the same kernels on the same slabs: the same bits
             np.testing.assert_array_equal(read_array(tmp_path / output), ref)

@@ -1,6 +1,7 @@
 """Out-of-core reconstruction on the GPU: slab by slab equals the in-memory
 CUDA result and the CPU/float64 references; a GPU memory cap cuts the job
 into slabs; a real CUDA out-of-memory error is retried with smaller slabs."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -29,16 +30,16 @@ def scan():
 
 def test_cuda_slabs_equal_in_memory_cuda_and_cpu(tmp_path, scan, rng):
     g, proj = scan
-    proj = proj + rng.normal(0, 0.01, proj.shape).astype(np.float32)     # fresh inputs each run
+    proj = proj + rng.normal(0, 0.01, proj.shape).astype(np.float32)  # fresh inputs each run
     ref_gpu = leveret.fbp(proj, g, backend="cuda")
-    ref_cpu = leveret.fbp(proj, g, backend="cpu")          # exact weights, as the default ALU kernel
+    ref_cpu = leveret.fbp(proj, g, backend="cpu")  # exact weights, as the default ALU kernel
     ref64 = leveret.fbp(proj.astype(np.float64), g, backend="cpu", precision="float64")
     import importlib.util
-    names = ("r.h5", "r.npy") + (("r.zarr",) if importlib.util.find_spec("zarr") else ())   # zarr: optional
+
+    names = ("r.h5", "r.npy") + (("r.zarr",) if importlib.util.find_spec("zarr") else ())  # zarr: optional
     for name in names:
         # 8 MiB: the pipeline's buffers for a few slices of the 48 (a fixed share is not the volume's)
-        res = reconstruct_to_file(proj, g, tmp_path / name, backend="cuda", gpu_memory=8 << 20,
-                                  slab_slices=None)
+        res = reconstruct_to_file(proj, g, tmp_path / name, backend="cuda", gpu_memory=8 << 20, slab_slices=None)
         assert res.plan.backend == "cuda" and res.plan.n_slabs > 1 and res.plan.gpu_bytes <= 8 << 20
         out = read_array(tmp_path / name)
         assert np.isfinite(out).all()
@@ -66,8 +67,9 @@ def test_misaligned_volume_on_cuda(tmp_path, scan):
 
 
 def test_cone_slabs_on_cuda(tmp_path, rel_mirror):
-    g = leveret.ConeGeometry.circular(np.linspace(0, 2 * np.pi, 120, endpoint=False), sid=300, sdd=600,
-                                      n_rows=64, n_cols=96, pixel_size=1.0)
+    g = leveret.ConeGeometry.circular(
+        np.linspace(0, 2 * np.pi, 120, endpoint=False), sid=300, sdd=600, n_rows=64, n_cols=96, pixel_size=1.0
+    )
     v = leveret.VolumeGeometry((32, 64, 64), 0.6)
     proj64 = phantom.shepp_logan_3d(radius=18.0).project(g)
     proj = proj64.astype(np.float32)
@@ -76,8 +78,9 @@ def test_cone_slabs_on_cuda(tmp_path, rel_mirror):
     out = read_array(tmp_path / "c.h5")
     # The CPU's mirror of the texture unit (linear8) through the same slabs: equal to
     # float rounding (docs/accuracy.md's texture-mirror bound).
-    on_cpu = reconstruct_to_file(proj, g, tmp_path / "c8.h5", volume=v, backend="cpu", slab_slices=6,
-                                 interpolation="linear8")
+    on_cpu = reconstruct_to_file(
+        proj, g, tmp_path / "c8.h5", volume=v, backend="cpu", slab_slices=6, interpolation="linear8"
+    )
     assert on_gpu.slab_slices == on_cpu.slab_slices == 6 and on_gpu.retries == 0
     assert rel_mirror(out, read_array(tmp_path / "c8.h5")) < 1e-5
     # Slabs vs the whole volume, both on the GPU: a slab's float32 matrices (rows cropped,
@@ -95,6 +98,7 @@ def test_cone_slabs_on_cuda(tmp_path, rel_mirror):
 def test_real_cuda_out_of_memory_is_retried(tmp_path, scan, monkeypatch):
     """A genuine cupy OutOfMemoryError (raised by the pool under a tiny limit) is retried."""
     import cupy
+
     g, proj = scan
     pool = cupy.get_default_memory_pool()
     real = slab.reconstruct_slab
@@ -105,7 +109,7 @@ def test_real_cuda_out_of_memory_is_retried(tmp_path, scan, monkeypatch):
         if len(calls) == 1:
             old = pool.get_limit()
             pool.free_all_blocks()
-            pool.set_limit(size=1 << 20)                  # 1 MiB: the first slab cannot fit
+            pool.set_limit(size=1 << 20)  # 1 MiB: the first slab cannot fit
             try:
                 return real(rows_data, geometry, volume, region, **kw)
             finally:
@@ -119,21 +123,54 @@ def test_real_cuda_out_of_memory_is_retried(tmp_path, scan, monkeypatch):
     assert res.retries >= 1 and (0, 8) in calls and (8, 16) in calls
     out = np.load(tmp_path / "r.npy")
     assert rel(out, leveret.fbp(proj, g, backend="cuda")) < 1e-6
-    assert rel(out, leveret.fbp(proj, g, backend="cpu")) < 1e-5     # the exact kernel's bound
+    assert rel(out, leveret.fbp(proj, g, backend="cpu")) < 1e-5  # the exact kernel's bound
 
 
 def test_gpu_plan_and_cli_dry_run(tmp_path, scan, capsys):
     from leveret.cli import main
+
     g, proj = scan
     p = plan(g, backend="cuda", gpu_memory=8 << 20, host_memory=1 << 30)
     assert p.gpu_limit == 8 << 20 and p.gpu_bytes <= 8 << 20 and p.slab_slices < 48
     np.save(tmp_path / "p.npy", proj)
-    assert main(["recon", str(tmp_path / "p.npy"), str(tmp_path / "r.h5"), "--angles", "0:180:180",
-                 "--backend", "cuda", "--gpu-memory", "8M", "--dry-run"]) == 0
+    assert (
+        main(
+            [
+                "recon",
+                str(tmp_path / "p.npy"),
+                str(tmp_path / "r.h5"),
+                "--angles",
+                "0:180:180",
+                "--backend",
+                "cuda",
+                "--gpu-memory",
+                "8M",
+                "--dry-run",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "memory plan (cuda)" in out and "GPU limit 8 MiB" in out
-    assert main(["recon", str(tmp_path / "p.npy"), str(tmp_path / "r.h5"), "--angles", "0:180:180",
-                 "--center", "66.25", "--backend", "cuda", "--gpu-memory", "8M", "--no-progress"]) == 0
+    assert (
+        main(
+            [
+                "recon",
+                str(tmp_path / "p.npy"),
+                str(tmp_path / "r.h5"),
+                "--angles",
+                "0:180:180",
+                "--center",
+                "66.25",
+                "--backend",
+                "cuda",
+                "--gpu-memory",
+                "8M",
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     out = read_array(tmp_path / "r.h5")
     assert rel(out, leveret.fbp(proj, g, backend="cuda")) < 1e-6
-    assert rel(out, leveret.fbp(proj, g, backend="cpu")) < 1e-5     # the exact kernel's bound
+    assert rel(out, leveret.fbp(proj, g, backend="cpu")) < 1e-5  # the exact kernel's bound

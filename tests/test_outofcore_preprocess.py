@@ -1,6 +1,7 @@
 """Phase retrieval, ring removal and half-acquisition stitching in the
 disk-to-disk pipeline (reconstruct_to_file): slab by slab equals the
 in-memory preprocess functions followed by fbp of the whole scan."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -41,8 +42,17 @@ def phase_reference(g, raw, flat, dark, backend):
 
 
 def run_phase(tmp_path, g, raw, flat, dark, backend, name="phase.npy"):
-    res = reconstruct_to_file(raw, g, tmp_path / name, flats=flat, darks=dark, phase=PHASE, slab_slices=4,
-                              backend=backend, host_memory=1 << 30)
+    res = reconstruct_to_file(
+        raw,
+        g,
+        tmp_path / name,
+        flats=flat,
+        darks=dark,
+        phase=PHASE,
+        slab_slices=4,
+        backend=backend,
+        host_memory=1 << 30,
+    )
     return res, read_array(res.path)
 
 
@@ -77,7 +87,7 @@ def test_phase_slabs_match_to_rounding_with_a_wide_border(tmp_path, rng, monkeyp
     # float32 rounding: how far the in-memory float32 result is from float64 throughout
     t64 = (raw.astype(np.float64) - dark) / (flat.astype(np.float64) - dark)
     ref64 = leveret.fbp(retrieve_phase(t64, **PHASE), g, backend="cpu", precision="float64")
-    inside = slice(60, 100)    # slabs that read neither edge of the detector (where both pad) nor all of it
+    inside = slice(60, 100)  # slabs that read neither edge of the detector (where both pad) nor all of it
     rounding = max_rel(ref[inside], ref64[inside])
     assert 0 < rounding < 1e-4
     assert max_rel(vol[inside], ref[inside]) < 3 * rounding
@@ -93,8 +103,14 @@ def test_phase_needs_transmissions_and_valid_values(tmp_path, rng):
         with pytest.raises(ValueError, match=f"^{key}: "):
             reconstruct_to_file(raw, g, tmp_path / "b.npy", flats=flat, darks=dark, phase={**PHASE, key: value})
     with pytest.raises(ValueError, match="^phase: .*missing delta_beta"):
-        reconstruct_to_file(raw, g, tmp_path / "c.npy", flats=flat, darks=dark,
-                            phase={k: v for k, v in PHASE.items() if k != "delta_beta"})
+        reconstruct_to_file(
+            raw,
+            g,
+            tmp_path / "c.npy",
+            flats=flat,
+            darks=dark,
+            phase={k: v for k, v in PHASE.items() if k != "delta_beta"},
+        )
     assert not any(tmp_path.iterdir())
 
 
@@ -102,8 +118,9 @@ def test_phase_with_transmission_input_takes_no_second_log(tmp_path, rng):
     g, raw, flat, dark = phase_scan(rng)
     transmission = normalize(raw, flat, dark)
     ref = phase_reference(g, raw, flat, dark, "cpu")
-    res = reconstruct_to_file(transmission, g, tmp_path / "t.npy", log_transform=True, phase=PHASE,
-                              slab_slices=8, backend="cpu")
+    res = reconstruct_to_file(
+        transmission, g, tmp_path / "t.npy", log_transform=True, phase=PHASE, slab_slices=8, backend="cpu"
+    )
     assert max_rel(read_array(res.path), ref) < 1e-3
     # -log taken twice would give values of another scale altogether
     assert np.abs(read_array(res.path)).max() == pytest.approx(np.abs(ref).max(), rel=1e-2)
@@ -122,8 +139,7 @@ def half_scan():
 
 def half_reference(proj, center, backend):
     st = half_acquisition(proj, np.linspace(0, 2 * np.pi, 360, endpoint=False), center)
-    geometry = leveret.ParallelGeometry(st.angles, st.projections.shape[-1], n_rows=proj.shape[1],
-                                        center=st.center)
+    geometry = leveret.ParallelGeometry(st.angles, st.projections.shape[-1], n_rows=proj.shape[1], center=st.center)
     return leveret.fbp(st.projections, geometry, backend=backend)
 
 
@@ -132,7 +148,7 @@ def test_half_acquisition_slabs_match_in_memory_stitching(tmp_path):
     ref = half_reference(proj, center, "cpu")
     res = reconstruct_to_file(proj, g, tmp_path / "h.npy", half_acquisition=center, slab_slices=4, backend="cpu")
     vol = read_array(res.path)
-    assert vol.shape == ref.shape == (12, 95, 95)           # the stitched width: floor(2 * 47.3) + 1
+    assert vol.shape == ref.shape == (12, 95, 95)  # the stitched width: floor(2 * 47.3) + 1
     assert max_rel(vol, ref) < 1e-5
     # the stitched field of view is reconstructed, not the 56-column one
     assert res.plan.volume_bytes == 12 * 95 * 95 * 4
@@ -143,15 +159,20 @@ def test_half_acquisition_refuses_a_half_turn_and_a_column_off_the_detector(tmp_
     half_turn = g.replace(angles=np.linspace(0, np.pi, 360, endpoint=False))
     with pytest.raises(ValueError, match="^half_acquisition: expected a 360-degree scan"):
         reconstruct_to_file(proj, half_turn, tmp_path / "a.npy", half_acquisition=47.3)
-    with pytest.raises(ValueError, match=r"^half_acquisition: expected the rotation axis inside the detector.*\[0, 55\]"):
+    with pytest.raises(
+        ValueError, match=r"^half_acquisition: expected the rotation axis inside the detector.*\[0, 55\]"
+    ):
         reconstruct_to_file(proj, g, tmp_path / "b.npy", half_acquisition=60.0)
     assert not any(tmp_path.iterdir())
 
 
-@pytest.mark.parametrize("method, options", [
-    ("all", {"snr": 3.0, "large_size": 11}),
-    ("wavelet-fft", {"wavelet": "db5", "level": 3, "sigma": 2.0}),
-])
+@pytest.mark.parametrize(
+    "method, options",
+    [
+        ("all", {"snr": 3.0, "large_size": 11}),
+        ("wavelet-fft", {"wavelet": "db5", "level": 3, "sigma": 2.0}),
+    ],
+)
 def test_stripe_methods_per_slab_match_the_whole_scan(tmp_path, rng, method, options):
     if method == "wavelet-fft":
         pytest.importorskip("pywt")
@@ -163,8 +184,16 @@ def test_stripe_methods_per_slab_match_the_whole_scan(tmp_path, rng, method, opt
     size = 5 if method == "all" else None
     cleaned = remove_stripes(proj, method=method, size=size, **options)
     ref = leveret.fbp(cleaned, g, backend="cpu")
-    res = reconstruct_to_file(proj, g, tmp_path / "s.npy", stripes=method, stripe_size=size or 5,
-                              stripe_options=options, slab_slices=4, backend="cpu")
+    res = reconstruct_to_file(
+        proj,
+        g,
+        tmp_path / "s.npy",
+        stripes=method,
+        stripe_size=size or 5,
+        stripe_options=options,
+        slab_slices=4,
+        backend="cpu",
+    )
     vol = read_array(res.path)
     assert max_rel(vol, ref) < 1e-5
     # the stripes were removed: the plain reconstruction differs
@@ -183,6 +212,7 @@ def test_plan_counts_border_rows_and_stitched_width():
     assert gpu_bytes(g, vol, 4, border=3) > gpu and gpu_bytes(g, vol, 4, stitched=stitched) > gpu
     # the rows read: 4 slices need 6 rows, 20 more each side (clipped to the detector's 12)
     from leveret.execution.outofcore import _rows_for
+
     assert _rows_for(g, vol, 4, 20) == 12 and _rows_for(g, vol, 4, 2) == 10
     p = plan(g, backend="cpu", host_memory=1 << 30, stitched=stitched)
     assert p.volume_bytes == 12 * 95 * 95 * 4
@@ -195,8 +225,9 @@ def test_transmissions_in_memory_are_left_as_they_were(tmp_path, rng, phase):
     g, raw, flat, dark = phase_scan(rng)
     transmission = normalize(raw, flat, dark)
     before = transmission.copy()
-    reconstruct_to_file(transmission, g, tmp_path / "t.h5", log_transform=True, phase=phase, backend="cpu",
-                        output_dtype="uint16")
+    reconstruct_to_file(
+        transmission, g, tmp_path / "t.h5", log_transform=True, phase=phase, backend="cpu", output_dtype="uint16"
+    )
     np.testing.assert_array_equal(transmission, before)
     rows = transmission[:, 10:30]
     slab_module.preprocess_rows(rows, (10, 30), log_transform=True, phase=phase)

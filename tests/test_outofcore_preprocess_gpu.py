@@ -1,6 +1,7 @@
 """Phase retrieval, ring removal and half-acquisition stitching in the
 disk-to-disk pipeline on the GPU: the preprocessing runs on CuPy arrays, and
 slab by slab equals the in-memory functions followed by fbp (CUDA and CPU)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -37,11 +38,12 @@ def test_phase_runs_on_the_gpu_and_matches_whole_projections(tmp_path, rng, monk
         return original(transmission, **kwargs)
 
     monkeypatch.setattr(preprocess, "retrieve_phase", spy)
-    res = reconstruct_to_file(raw, g, tmp_path / "p.npy", flats=flat, darks=dark, phase=PHASE, slab_slices=4,
-                              backend="cuda")
+    res = reconstruct_to_file(
+        raw, g, tmp_path / "p.npy", flats=flat, darks=dark, phase=PHASE, slab_slices=4, backend="cuda"
+    )
     vol = read_array(res.path)
-    assert seen and set(seen) == {"cupy"}                 # on the GPU, no host round trip
-    assert max_rel(vol, ref_gpu) < 1e-3                    # the filter's tail beyond the border rows
+    assert seen and set(seen) == {"cupy"}  # on the GPU, no host round trip
+    assert max_rel(vol, ref_gpu) < 1e-3  # the filter's tail beyond the border rows
     assert max_rel(vol, ref_cpu) < 2e-3
 
 
@@ -59,8 +61,10 @@ def test_half_acquisition_on_the_gpu_matches_in_memory_stitching(tmp_path):
     assert max_rel(vol, ref_cpu) < 1e-3
 
 
-@pytest.mark.parametrize("method, options", [("all", {"snr": 3.0, "large_size": 11}),
-                                             ("wavelet-fft", {"wavelet": "db5", "level": 3, "sigma": 2.0})])
+@pytest.mark.parametrize(
+    "method, options",
+    [("all", {"snr": 3.0, "large_size": 11}), ("wavelet-fft", {"wavelet": "db5", "level": 3, "sigma": 2.0})],
+)
 def test_stripe_methods_on_the_gpu_match_the_whole_scan(tmp_path, rng, method, options):
     if method == "wavelet-fft":
         pytest.importorskip("pywt")
@@ -69,8 +73,16 @@ def test_stripe_methods_on_the_gpu_match_the_whole_scan(tmp_path, rng, method, o
     proj += rng.normal(0, 0.002, proj.shape).astype(np.float32)
     proj[:, :, [12, 30]] += np.float32(0.05)
     ref = leveret.fbp(remove_stripes(proj, method=method, size=5, **options), g, backend="cpu")
-    res = reconstruct_to_file(proj, g, tmp_path / "s.npy", stripes=method, stripe_size=5, stripe_options=options,
-                              slab_slices=4, backend="cuda")
+    res = reconstruct_to_file(
+        proj,
+        g,
+        tmp_path / "s.npy",
+        stripes=method,
+        stripe_size=5,
+        stripe_options=options,
+        slab_slices=4,
+        backend="cuda",
+    )
     assert max_rel(read_array(res.path), ref) < 1e-3
 
 
@@ -78,17 +90,58 @@ def test_cli_phase_and_half_acquisition_on_the_gpu(tmp_path, rng):
     g, raw, flat, dark = phase_scan(rng)
     for name, a in (("raw", raw), ("flat", flat), ("dark", dark)):
         np.save(tmp_path / f"{name}.npy", a)
-    assert main(["recon", str(tmp_path / "raw.npy"), str(tmp_path / "p.npy"), "--angles", "0:180:90",
-                 "--flat", str(tmp_path / "flat.npy"), "--dark", str(tmp_path / "dark.npy"), "--phase", "paganin",
-                 "--energy", "20", "--distance", "0.3", "--pixel-size", "4e-6", "--delta-beta", "100",
-                 "--backend", "cuda", "-q"]) == 0
+    assert (
+        main(
+            [
+                "recon",
+                str(tmp_path / "raw.npy"),
+                str(tmp_path / "p.npy"),
+                "--angles",
+                "0:180:90",
+                "--flat",
+                str(tmp_path / "flat.npy"),
+                "--dark",
+                str(tmp_path / "dark.npy"),
+                "--phase",
+                "paganin",
+                "--energy",
+                "20",
+                "--distance",
+                "0.3",
+                "--pixel-size",
+                "4e-6",
+                "--delta-beta",
+                "100",
+                "--backend",
+                "cuda",
+                "-q",
+            ]
+        )
+        == 0
+    )
     ref = leveret.fbp(retrieve_phase(normalize(raw, flat, dark), **PHASE), g, backend="cpu")
     assert max_rel(read_array(tmp_path / "p.npy"), ref) < 1e-3
     _, proj, center = half_scan()
     np.save(tmp_path / "half.npy", proj)
-    assert main(["recon", str(tmp_path / "half.npy"), str(tmp_path / "h.npy"), "--angles", "0:360:360",
-                 "--half-acquisition", str(AXIS_HALF), "--backend", "cuda", "-q"]) == 0
+    assert (
+        main(
+            [
+                "recon",
+                str(tmp_path / "half.npy"),
+                str(tmp_path / "h.npy"),
+                "--angles",
+                "0:360:360",
+                "--half-acquisition",
+                str(AXIS_HALF),
+                "--backend",
+                "cuda",
+                "-q",
+            ]
+        )
+        == 0
+    )
     st = half_acquisition(proj, np.linspace(0, 2 * np.pi, 360, endpoint=False), center)
-    ref = leveret.fbp(st.projections, leveret.ParallelGeometry(st.angles, 95, n_rows=12, center=st.center),
-                      backend="cpu")
+    ref = leveret.fbp(
+        st.projections, leveret.ParallelGeometry(st.angles, 95, n_rows=12, center=st.center), backend="cpu"
+    )
     assert max_rel(read_array(tmp_path / "h.npy"), ref) < 1e-3

@@ -2,6 +2,7 @@
 (slab_band), a slab from them alone (reconstruct_slab with views= and method=),
 the plan, and reconstruct_to_file against the in-memory helical_fdk and
 laminography_fbp."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -38,7 +39,7 @@ def test_a_helical_slab_needs_the_views_plan_slabs_names(helix):
     for planned in plan_slabs(g, vol, 4):
         views, rows = slab.slab_band(g, vol, planned.z)
         assert (views, rows) == (planned.views, planned.rows)
-        assert views[1] - views[0] < g.n_views // 2            # about a third of the scan
+        assert views[1] - views[0] < g.n_views // 2  # about a third of the scan
         assert slab.slab_rows(g, vol, planned.z) == rows
     circular = leveret.ConeGeometry.circular(g.angles[:40], 300.0, 500.0, 16, 40, 2.0)
     assert slab.slab_band(circular, vol.slab(0, 4), (0, 4))[0] == (0, 40)
@@ -64,7 +65,9 @@ def test_a_circular_slab_refuses_fewer_views(tilted):
     g, vol, proj = tilted
     with pytest.raises(ValueError, match="views: a slab of this scan needs every projection, got 1:48"):
         slab.reconstruct_slab(proj[1:], g, vol, (0, 4), rows=(0, 20), views=(1, 48))
-    with pytest.raises(ValueError, match="method: expected one of fbp, sirt, cgls, fista, pdhg, laminography, got 'helical'"):
+    with pytest.raises(
+        ValueError, match="method: expected one of fbp, sirt, cgls, fista, pdhg, laminography, got 'helical'"
+    ):
         slab.reconstruct_slab(proj, g, vol, (0, 4), rows=(0, 20), method="helical")
 
 
@@ -76,6 +79,7 @@ def test_helical_to_file_equals_helical_fdk_and_plans_on_its_views(tmp_path, hel
     np.testing.assert_allclose(read_array(tmp_path / "h.npy"), ref, rtol=0, atol=1e-6 * np.abs(ref).max())
     # the plan counts the views a slab reads, not every view
     from leveret.execution.outofcore import _band_for, host_bytes
+
     views, rows = _band_for(g, vol, 4)
     assert views < g.n_views // 2 and rows <= g.n_rows
     raw = host_bytes(g, vol, 4, input_itemsize=2) - host_bytes(g, vol, 4, input_itemsize=1)
@@ -88,25 +92,49 @@ def test_helical_refuses_a_dask_client(tmp_path, helix):
 
     g, vol, proj = helix
 
-    class Executor:          # reached only after the check: any object stands for a cluster
+    class Executor:  # reached only after the check: any object stands for a cluster
         def capacity(self, backend):
             raise AssertionError("the check comes first")
 
     with pytest.raises(ValueError, match="client: a helical scan runs in this process's pipeline"):
-        outofcore._reconstruct_to_file(proj, g, tmp_path / "x.npy", volume=vol, flats=None, darks=None,
-                                       log_transform=False, stripes=None, stripe_size=5, stripe_options=None,
-                                       phase=None, half_acquisition=None, backend="cpu",
-                                       host_memory=None, gpu_memory=None, slab_slices=None, resume=False,
-                                       overwrite=False, dataset=None, compression="default", metadata=None,
-                                       params=None, progress=False, on_plan=None, executor=Executor(),
-                                       output_dtype="float32", output_range=None, io_threads=None)
+        outofcore._reconstruct_to_file(
+            proj,
+            g,
+            tmp_path / "x.npy",
+            volume=vol,
+            flats=None,
+            darks=None,
+            log_transform=False,
+            stripes=None,
+            stripe_size=5,
+            stripe_options=None,
+            phase=None,
+            half_acquisition=None,
+            backend="cpu",
+            host_memory=None,
+            gpu_memory=None,
+            slab_slices=None,
+            resume=False,
+            overwrite=False,
+            dataset=None,
+            compression="default",
+            metadata=None,
+            params=None,
+            progress=False,
+            on_plan=None,
+            executor=Executor(),
+            output_dtype="float32",
+            output_range=None,
+            io_threads=None,
+        )
 
 
 def test_cone_laminography_to_file_equals_laminography_fbp(tmp_path, tilted):
     g, vol, proj = tilted
     ref = leveret.laminography_fbp(proj, g, vol, backend="cpu")
-    res = reconstruct_to_file(proj, g, tmp_path / "c.npy", volume=vol, backend="cpu", slab_slices=3,
-                              method="laminography")
+    res = reconstruct_to_file(
+        proj, g, tmp_path / "c.npy", volume=vol, backend="cpu", slab_slices=3, method="laminography"
+    )
     assert res.slabs_done == 4
     np.testing.assert_allclose(read_array(tmp_path / "c.npy"), ref, rtol=0, atol=1e-6 * np.abs(ref).max())
 
@@ -118,7 +146,7 @@ def test_parallel_laminography_to_file_equals_laminography_fbp(tmp_path):
     proj = phantom.EllipsoidPhantom([phantom.Ellipsoid(1.0, (4, 8, 7))]).project(g).astype(np.float32)
     ref = leveret.laminography_fbp(proj, g, vol, backend="cpu")
     rows = [slab.slab_rows(g, vol, (k, k + 2)) for k in range(0, 10, 2)]
-    assert all(r[1] - r[0] < g.n_rows for r in rows)        # a slab reads a band of rows only
+    assert all(r[1] - r[0] < g.n_rows for r in rows)  # a slab reads a band of rows only
     res = reconstruct_to_file(proj, g, tmp_path / "p.npy", volume=vol, backend="cpu", slab_slices=2)
     assert res.slabs_done == 5
     np.testing.assert_allclose(read_array(tmp_path / "p.npy"), ref, rtol=0, atol=1e-6 * np.abs(ref).max())

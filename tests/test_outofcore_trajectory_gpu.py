@@ -2,6 +2,7 @@
 pipeline's CUDA workers: each slab's views and rows uploaded, reconstructed
 there), equal to the in-memory CUDA result and to the CPU's; and from the
 command line."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -64,9 +65,33 @@ def test_helical_from_the_command_line_on_cuda(tmp_path, helix):
     g, vol, proj = helix
     np.save(tmp_path / "p.npy", proj)
     np.savetxt(tmp_path / "a.txt", np.degrees(g.angles))
-    rc = main(["recon", str(tmp_path / "p.npy"), str(tmp_path / "o.h5"), "--beam", "cone", "--sid", "300",
-               "--sdd", "500", "--pixel-size", "1", "--angles", str(tmp_path / "a.txt"), "--helical-pitch", "20",
-               "--volume-shape", "40,64,64", "--voxel-size", "0.6", "--backend", "cuda", "--slab-slices", "8",
-               "--no-progress"])
+    rc = main(
+        [
+            "recon",
+            str(tmp_path / "p.npy"),
+            str(tmp_path / "o.h5"),
+            "--beam",
+            "cone",
+            "--sid",
+            "300",
+            "--sdd",
+            "500",
+            "--pixel-size",
+            "1",
+            "--angles",
+            str(tmp_path / "a.txt"),
+            "--helical-pitch",
+            "20",
+            "--volume-shape",
+            "40,64,64",
+            "--voxel-size",
+            "0.6",
+            "--backend",
+            "cuda",
+            "--slab-slices",
+            "8",
+            "--no-progress",
+        ]
+    )
     assert rc == 0
     _close(read_array(tmp_path / "o.h5"), leveret.helical_fdk(proj, g, vol, backend="cuda"), 1e-5)

@@ -5,6 +5,7 @@ its place in the host array through the ring of staging buffers, into a
 whole volume, a box of a larger array (fdk's boxes along y) or a window
 whose slices are not contiguous, and nothing beside it is written. The
 ordering of real CUDA streams is checked by the GPU tests of test_fdk.py."""
+
 from __future__ import annotations
 
 import threading
@@ -20,15 +21,16 @@ from leveret.cuda import pipeline
 def test_every_slab_lands_through_the_ring(monkeypatch, rng, target):
     stand_in_cupy.install(monkeypatch, n_gpus=1)
     volume = stand_in_cupy.device_array(rng.random((10, 24, 40), dtype=np.float32))
-    host = host_out = None   # "whole": the download allocates the result
+    host = host_out = None  # "whole": the download allocates the result
     if target == "box":
         host = np.full((10, 50, 40), -1.0, np.float32)
         host_out = host[:, 13:37]
     elif target == "window":
         host = np.full((10, 24, 52), -1.0, np.float32)
         host_out = host[:, :, 5:45]
-    download = pipeline.SlabDownload(volume, alignment=1, n_slabs=4, host_out=host_out,
-                                     block_bytes=100 * 4)   # blocks of 100 values: the ring goes round often
+    download = pipeline.SlabDownload(
+        volume, alignment=1, n_slabs=4, host_out=host_out, block_bytes=100 * 4
+    )  # blocks of 100 values: the ring goes round often
     try:
         for slab in download.slabs:
             download.queue(slab)
@@ -41,7 +43,7 @@ def test_every_slab_lands_through_the_ring(monkeypatch, rng, target):
     if target == "box":
         assert got.base is host and np.all(host[:, :13] == -1) and np.all(host[:, 37:] == -1)
     if target == "window":
-        assert blocks == 10   # a slice per block: its rows are not one run of memory
+        assert blocks == 10  # a slice per block: its rows are not one run of memory
         assert np.all(host[:, :, :5] == -1) and np.all(host[:, :, 45:] == -1)
 
 
@@ -62,7 +64,7 @@ def test_downloads_sharing_a_staging_return_before_their_copies(monkeypatch, rng
 
     def counted_take(self, *args):
         buffer = take(self, *args)
-        held.append(self._used)   # bytes of buffers in use, this one included
+        held.append(self._used)  # bytes of buffers in use, this one included
         return buffer
 
     monkeypatch.setattr(pipeline.Staging, "_copy_out", held_copy)
@@ -73,13 +75,19 @@ def test_downloads_sharing_a_staging_return_before_their_copies(monkeypatch, rng
     staging = pipeline.Staging(capacity)
     try:
         for j, box in enumerate(boxes):
-            download = pipeline.SlabDownload(box, alignment=1, n_slabs=3, host_out=host[:, 24 * j:24 * (j + 1)],
-                                             staging=staging, block_bytes=100 * 4)
+            download = pipeline.SlabDownload(
+                box,
+                alignment=1,
+                n_slabs=3,
+                host_out=host[:, 24 * j : 24 * (j + 1)],
+                staging=staging,
+                block_bytes=100 * 4,
+            )
             for slab in download.slabs:
                 download.queue(slab)
             assert download.finish() is not None
             download.close()
-        assert np.all(host == -1)   # both returned, no copy done
+        assert np.all(host == -1)  # both returned, no copy done
         release.set()
         staging.drain()
     finally:

@@ -1,5 +1,6 @@
 """leveret.cuda.pipeline's pinned memory on a GPU: the driver sees it as
 page-locked host memory, and transfers into it are asynchronous DMA."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -8,7 +9,7 @@ import pytest
 from leveret.cuda import pipeline
 
 pytestmark = pytest.mark.gpu
-LOCKED = 1   # cudaMemoryTypeHost in cudaPointerAttributes.type (0: pageable)
+LOCKED = 1  # cudaMemoryTypeHost in cudaPointerAttributes.type (0: pageable)
 
 
 def test_pinned_arrays_are_page_locked_and_take_asynchronous_copies(rng):
@@ -16,7 +17,7 @@ def test_pinned_arrays_are_page_locked_and_take_asynchronous_copies(rng):
 
     a = pipeline.empty_pinned((3, 1000, 257), np.float32)
     assert cp.cuda.runtime.pointerGetAttributes(a.ctypes.data).type == LOCKED
-    part = a[1:]   # any address inside the block is locked
+    part = a[1:]  # any address inside the block is locked
     assert cp.cuda.runtime.pointerGetAttributes(part.ctypes.data + 4).type == LOCKED
     source = rng.random(a.shape, dtype=np.float32)
     device = cp.asarray(source)
@@ -25,7 +26,7 @@ def test_pinned_arrays_are_page_locked_and_take_asynchronous_copies(rng):
     pipeline._copy_async(a.ctypes.data, device.data.ptr, device.nbytes, cp.cuda.runtime.memcpyDeviceToHost, stream)
     stream.synchronize()
     np.testing.assert_array_equal(a, source)
-    unlocked = np.empty(1 << 20, np.uint8)   # the check above can fail: pageable memory reads otherwise
+    unlocked = np.empty(1 << 20, np.uint8)  # the check above can fail: pageable memory reads otherwise
     assert cp.cuda.runtime.pointerGetAttributes(unlocked.ctypes.data).type != LOCKED
 
 

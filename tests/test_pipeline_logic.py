@@ -3,6 +3,7 @@ order, the time split it fills into ``stats``) with a stand-in for CuPy whose
 copies and kernels run at once. Ordering between real CUDA streams is checked
 by the GPU tests (tests/operators/test_parallel_kernels_gpu.py,
 tests/algorithms/test_fbp_cuda.py); this catches what needs no GPU."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -19,22 +20,25 @@ def fake_cupy(monkeypatch):
 
 @pytest.mark.parametrize("n_slices,chunk", [(7, 2), (8, 8), (1, 1), (9, 4)])
 def test_stream_chunks_moves_every_chunk_once(fake_cupy, rng, n_slices, chunk):
-    proj = rng.standard_normal((5, n_slices, 6)).astype(np.float32)     # (angles, rows, cols)
+    proj = rng.standard_normal((5, n_slices, 6)).astype(np.float32)  # (angles, rows, cols)
     out = np.full((n_slices, 6, 5), np.nan, np.float32)
     chunks = [(k, min(n_slices, k + chunk)) for k in range(0, n_slices, chunk)]
     seen = []
 
     def compute(c, d_in, d_out):
         seen.append(c)
-        d_out[...] = 2 * d_in.transpose(1, 2, 0)                          # stands for filter + BP
+        d_out[...] = 2 * d_in.transpose(1, 2, 0)  # stands for filter + BP
 
-    st = {"stale": 1.0}   # the caller's dict: filled, other keys left alone
-    pipeline.stream_chunks(chunks,
-                           in_shape=lambda c: (5, c[1] - c[0], 6),
-                           out_shape=lambda c: (c[1] - c[0], 6, 5),
-                           load=lambda c, buf: pipeline.parallel_copy(buf, proj[:, c[0]:c[1]]),
-                           compute=compute,
-                           store=lambda c, buf: pipeline.parallel_copy(out[c[0]:c[1]], buf), stats=st)
+    st = {"stale": 1.0}  # the caller's dict: filled, other keys left alone
+    pipeline.stream_chunks(
+        chunks,
+        in_shape=lambda c: (5, c[1] - c[0], 6),
+        out_shape=lambda c: (c[1] - c[0], 6, 5),
+        load=lambda c, buf: pipeline.parallel_copy(buf, proj[:, c[0] : c[1]]),
+        compute=compute,
+        store=lambda c, buf: pipeline.parallel_copy(out[c[0] : c[1]], buf),
+        stats=st,
+    )
     assert seen == chunks
     np.testing.assert_array_equal(out, 2 * proj.transpose(1, 2, 0))
     assert st["chunks"] == len(chunks)
@@ -53,9 +57,14 @@ def test_stream_chunks_without_outputs(fake_cupy, rng):
         assert d_out is None
         total[...] += d_in.sum(axis=1)
 
-    pipeline.stream_chunks([(0, 2), (2, 4), (4, 6)], in_shape=lambda c: (4, c[1] - c[0], 3), out_shape=None,
-                           load=lambda c, buf: pipeline.parallel_copy(buf, proj[:, c[0]:c[1]]),
-                           compute=compute, stats=st)
+    pipeline.stream_chunks(
+        [(0, 2), (2, 4), (4, 6)],
+        in_shape=lambda c: (4, c[1] - c[0], 3),
+        out_shape=None,
+        load=lambda c, buf: pipeline.parallel_copy(buf, proj[:, c[0] : c[1]]),
+        compute=compute,
+        stats=st,
+    )
     # float32 sums in another order than NumPy's: the rounding is relative to the
     # terms' size, not to the sum's, which can cancel to near zero (seen: 2.3e-6
     # relative); held to the bound of 4 float32 additions against float64.
@@ -63,7 +72,7 @@ def test_stream_chunks_without_outputs(fake_cupy, rng):
     bound = 4 * np.finfo(np.float32).eps * np.abs(proj.astype(np.float64)).sum(axis=1)
     assert np.all(np.abs(total - exact) <= bound)
     assert st["d2h"] == 0 and st["chunks"] == 3
-    assert not hasattr(pipeline, "last_stats")   # no module global for the last call
+    assert not hasattr(pipeline, "last_stats")  # no module global for the last call
 
 
 def test_add_stats_sums_the_splits_of_several_runs():
@@ -76,9 +85,11 @@ def test_add_stats_sums_the_splits_of_several_runs():
 def test_merge_stats_sums_stage_times_and_keeps_the_call_wall():
     """Several GPUs: the stage times and chunk counts of every pipeline add
     up; ``wall`` is the call's, ``busy`` the pipelines' walls summed."""
-    splits = [{"wall": 1.0, "h2d": 0.25, "compute": 0.75, "chunks": 2},
-              {"wall": 1.5, "h2d": 0.5, "compute": 1.0, "chunks": 3},
-              {"wall": 0.5, "h2d": 0.125, "compute": 0.25, "chunks": 1}]
+    splits = [
+        {"wall": 1.0, "h2d": 0.25, "compute": 0.75, "chunks": 2},
+        {"wall": 1.5, "h2d": 0.5, "compute": 1.0, "chunks": 3},
+        {"wall": 0.5, "h2d": 0.125, "compute": 0.25, "chunks": 1},
+    ]
     got = pipeline.merge_stats(splits, wall=1.75)
     assert got == {"wall": 1.75, "busy": 3.0, "h2d": 0.875, "compute": 2.0, "chunks": 6}
     assert pipeline.merge_stats([], wall=0.5) == {"wall": 0.5, "busy": 0.0}
@@ -101,19 +112,23 @@ def test_stream_chunks_from_an_iterator(fake_cupy, rng):
         d_out[...] = d_in.transpose(1, 2, 0)
 
     st: dict = {}
-    pipeline.stream_chunks(source(), largest=(0, 4),
-                           in_shape=lambda c: (3, c[1] - c[0], 4),
-                           out_shape=lambda c: (c[1] - c[0], 4, 3),
-                           load=lambda c, buf: pipeline.parallel_copy(buf, proj[:, c[0]:c[1]]),
-                           compute=compute,
-                           store=lambda c, buf: pipeline.parallel_copy(out[c[0]:c[1]], buf),
-                           stats=st)
+    pipeline.stream_chunks(
+        source(),
+        largest=(0, 4),
+        in_shape=lambda c: (3, c[1] - c[0], 4),
+        out_shape=lambda c: (c[1] - c[0], 4, 3),
+        load=lambda c, buf: pipeline.parallel_copy(buf, proj[:, c[0] : c[1]]),
+        compute=compute,
+        store=lambda c, buf: pipeline.parallel_copy(out[c[0] : c[1]], buf),
+        stats=st,
+    )
     assert taken == chunks
     np.testing.assert_array_equal(out, proj.transpose(1, 2, 0))
     assert st["chunks"] == 3
     # an empty iterator does nothing
-    pipeline.stream_chunks(iter([]), largest=(0, 4), in_shape=lambda c: (1,), out_shape=None,
-                           load=lambda c, buf: None, compute=None)
+    pipeline.stream_chunks(
+        iter([]), largest=(0, 4), in_shape=lambda c: (1,), out_shape=None, load=lambda c, buf: None, compute=None
+    )
 
 
 @pytest.mark.parametrize("max_pitch", [None, 64])
@@ -137,12 +152,18 @@ def test_stream_chunks_moves_pinned_chunks_in_place(fake_cupy, monkeypatch, rng,
         d_out[...] = 3 * d_in
 
     st: dict = {}
-    pipeline.stream_chunks(chunks, in_shape=lambda c: (c[1] - c[0], 4, 5), out_shape=lambda c: (c[1] - c[0], 4, 5),
-                           source=lambda c: views[c[0]:c[1], rows], compute=compute,
-                           target=lambda c: out[c[0]:c[1], rows], stats=st)
+    pipeline.stream_chunks(
+        chunks,
+        in_shape=lambda c: (c[1] - c[0], 4, 5),
+        out_shape=lambda c: (c[1] - c[0], 4, 5),
+        source=lambda c: views[c[0] : c[1], rows],
+        compute=compute,
+        target=lambda c: out[c[0] : c[1], rows],
+        stats=st,
+    )
     assert seen == chunks and st["load"] == 0 and st["store"] == 0
     np.testing.assert_array_equal(out[:, rows], 3 * views[:, rows])
-    assert np.isnan(out[:, :2]).all() and np.isnan(out[:, 6:]).all()   # the rows around are untouched
+    assert np.isnan(out[:, :2]).all() and np.isnan(out[:, 6:]).all()  # the rows around are untouched
 
 
 def test_stream_chunks_names_the_argument_it_cannot_use(fake_cupy):
@@ -160,7 +181,7 @@ def test_stream_chunks_names_the_argument_it_cannot_use(fake_cupy):
         pipeline.stream_chunks([(0, 2)], source=lambda c: pinned[:2], in_dtype=np.float64, **kw)
     wide = pipeline.pinned_array((3, 6), np.float32)
     with pytest.raises(ValueError, match="^source: .* each item along its first axis C-contiguous"):
-        pipeline.stream_chunks([(0, 2)], source=lambda c: wide.T[:2], **kw)   # columns: no strided copy takes them
+        pipeline.stream_chunks([(0, 2)], source=lambda c: wide.T[:2], **kw)  # columns: no strided copy takes them
     with pytest.raises(TypeError, match="one of store and target"):
         pipeline.stream_chunks([(0, 2)], source=lambda c: pinned[:2], **{**kw, "out_shape": lambda c: (2, 3)})
 
@@ -175,9 +196,9 @@ def test_copy_threads_grow_with_the_pipelines_up_to_the_cores(monkeypatch):
     pipeline.copy_threads_for(2)
     assert pipeline._copy_pool_size == 4
     pipeline.copy_threads_for(8)
-    assert pipeline._copy_pool_size == 5       # the host's cores
+    assert pipeline._copy_pool_size == 5  # the host's cores
     pipeline.copy_threads_for(1)
-    assert pipeline._copy_pool_size == 5       # never shrinks
+    assert pipeline._copy_pool_size == 5  # never shrinks
     dst, src = np.zeros((64, 1 << 16), np.float32), np.ones((64, 1 << 16), np.float32)
     pipeline.parallel_copy(dst, src)
     assert (dst == 1).all()
@@ -191,18 +212,19 @@ def test_a_pinned_block_goes_back_to_the_pool_when_no_view_is_left(fake_cupy):
     ptr = a.ctypes.data
     part = a[1:]
     del a
-    other = pipeline.empty_pinned(15, np.float32)   # the same rounded size, while the slice lives: a new block
+    other = pipeline.empty_pinned(15, np.float32)  # the same rounded size, while the slice lives: a new block
     assert other.ctypes.data != ptr
     part[...] = 7.0
     del part
     again = pipeline.empty_pinned((15,), np.float32)
     assert again.ctypes.data == ptr and again.shape == (15,)
-    larger = pipeline.empty_pinned(pipeline.PINNED_ROUND, np.uint8)   # a size of its own
+    larger = pipeline.empty_pinned(pipeline.PINNED_ROUND, np.uint8)  # a size of its own
     assert larger.nbytes == pipeline.PINNED_ROUND and larger.ctypes.data not in (ptr, other.ctypes.data)
 
 
 def test_a_pinned_array_is_unlocked_with_its_last_view_and_never_pooled(fake_cupy, monkeypatch):
     import cupy
+
     unlocked = []
     monkeypatch.setattr(cupy.cuda.runtime, "hostUnregister", unlocked.append)
     a = pipeline.pinned_array((3, 1000), np.float32)
@@ -211,7 +233,7 @@ def test_a_pinned_array_is_unlocked_with_its_last_view_and_never_pooled(fake_cup
     assert not pipeline.is_pinned(np.empty(4)) and not pipeline.is_pinned(np.array(a))
     part = a[2]
     del a
-    assert unlocked == []   # a view still uses the memory
+    assert unlocked == []  # a view still uses the memory
     del part
     assert unlocked == [ptr] and pipeline._pinned_free == {}
 
@@ -219,7 +241,7 @@ def test_a_pinned_array_is_unlocked_with_its_last_view_and_never_pooled(fake_cup
         raise cupy.cuda.runtime.CUDARuntimeError("cudaErrorNotSupported")
 
     monkeypatch.setattr(cupy.cuda.runtime, "hostRegister", refuse)
-    assert pipeline.pinned_array(16) is None   # the caller keeps pageable memory
+    assert pipeline.pinned_array(16) is None  # the caller keeps pageable memory
 
 
 def test_pinned_memory_falls_back_to_cupy_where_registering_fails(fake_cupy, monkeypatch):

@@ -7,6 +7,7 @@ The threads start together (a barrier) and repeat their call a few times,
 so that their constant-memory tables, textures, plans and streams are in
 use at the same moments. CuPy jobs run on a non-blocking stream of their
 thread's own, as a service running one request per thread would."""
+
 from __future__ import annotations
 
 import threading
@@ -57,18 +58,26 @@ def _check(jobs, own_stream: bool = False) -> None:
     for i, results in enumerate(_threaded(jobs, own_stream=own_stream)):
         peak = np.abs(alone[i]).max()
         bound = 10 * np.abs(again[i] - alone[i]).max()
-        bound = bound and bound + 2.0 ** -23 * peak   # 0 where the call repeats exactly
+        bound = bound and bound + 2.0**-23 * peak  # 0 where the call repeats exactly
         for r, got in enumerate(results):
             off = np.abs(got - alone[i]).max()
-            assert off <= bound, (f"job {i}, round {r}: differs from the call made alone by up to "
-                                  f"{off / peak:.3g} of its peak (serial spread {bound / peak:.3g})")
+            assert off <= bound, (
+                f"job {i}, round {r}: differs from the call made alone by up to "
+                f"{off / peak:.3g} of its peak (serial spread {bound / peak:.3g})"
+            )
 
 
 def _cone(i: int):
     """The issue's case: 64 x 96 x 96 from 90-200 views, a geometry per thread."""
     n_views = 90 + 22 * i
-    g = ConeGeometry.circular(np.linspace(0, 2 * np.pi, n_views, endpoint=False) + 0.1 * i, sid=300.0,
-                              sdd=450.0 + 10 * i, n_rows=72, n_cols=112, pixel_size=1.0)
+    g = ConeGeometry.circular(
+        np.linspace(0, 2 * np.pi, n_views, endpoint=False) + 0.1 * i,
+        sid=300.0,
+        sdd=450.0 + 10 * i,
+        n_rows=72,
+        n_cols=112,
+        pixel_size=1.0,
+    )
     vol = VolumeGeometry((64, 96, 96), voxel_size=0.6)
     proj = leveret.phantom.shepp_logan_3d(radius=25.0).project(g).astype(np.float32)
     return g, vol, proj
@@ -76,8 +85,9 @@ def _cone(i: int):
 
 def _parallel(i: int):
     n_angles = 120 + 40 * i
-    g = ParallelGeometry(np.linspace(0, np.pi, n_angles, endpoint=False), 96 + 8 * i, n_rows=6 + i,
-                         center=(95 + 8 * i) / 2 + 0.3 * i)
+    g = ParallelGeometry(
+        np.linspace(0, np.pi, n_angles, endpoint=False), 96 + 8 * i, n_rows=6 + i, center=(95 + 8 * i) / 2 + 0.3 * i
+    )
     proj = np.random.default_rng(i).random(g.projection_shape, dtype=np.float32)
     return g, proj
 
@@ -88,8 +98,10 @@ def test_fbp_from_threads(kernel, on_gpu):
     import cupy
 
     cases = [_parallel(i) for i in range(THREADS)]
-    jobs = [lambda g=g, p=(cupy.asarray(p) if on_gpu else p): leveret.fbp(p, g, kernel=kernel, backend="cuda")
-            for g, p in cases]
+    jobs = [
+        lambda g=g, p=(cupy.asarray(p) if on_gpu else p): leveret.fbp(p, g, kernel=kernel, backend="cuda")
+        for g, p in cases
+    ]
     _check(jobs, own_stream=on_gpu)
 
 
@@ -98,8 +110,9 @@ def test_fdk_from_threads(on_gpu):
     import cupy
 
     cases = [_cone(i) for i in range(THREADS)]
-    jobs = [lambda g=g, v=v, p=(cupy.asarray(p) if on_gpu else p): leveret.fdk(p, g, v, backend="cuda")
-            for g, v, p in cases]
+    jobs = [
+        lambda g=g, v=v, p=(cupy.asarray(p) if on_gpu else p): leveret.fdk(p, g, v, backend="cuda") for g, v, p in cases
+    ]
     _check(jobs, own_stream=on_gpu)
 
 
@@ -162,9 +175,13 @@ def test_projector_and_iterations_from_threads(model):
         shared = shared or op
         x = cupy.asarray(np.random.default_rng(i).random(v.shape, dtype=np.float32))
         y = cupy.asarray(p)
-        jobs += [lambda op=op, x=x: op(x), lambda op=op, y=y: op.T(y),
-                 lambda op=op, y=y: leveret.sirt(y, op, 3), lambda op=op, y=y: leveret.cgls(y, op, 3),
-                 lambda s=shared, x=x: s(x)]
+        jobs += [
+            lambda op=op, x=x: op(x),
+            lambda op=op, y=y: op.T(y),
+            lambda op=op, y=y: leveret.sirt(y, op, 3),
+            lambda op=op, y=y: leveret.cgls(y, op, 3),
+            lambda s=shared, x=x: s(x),
+        ]
     _check(jobs, own_stream=True)
 
 
@@ -173,9 +190,14 @@ def test_several_workers_per_call_from_threads():
     from leveret.cuda.devices import DeviceSet
 
     cases = [_cone(i) for i in range(3)]
-    jobs = [lambda g=g, v=v, p=p: leveret.fdk(p, g, v, backend="cuda", devices=DeviceSet([0, 0], shared=True),
-                                               chunk_views=16)
-            for g, v, p in cases]
-    jobs += [lambda g=g, p=p: leveret.fbp(p, g, backend="cuda", devices=DeviceSet([0, 0], shared=True))
-             for g, p in (_parallel(i) for i in range(3))]
+    jobs = [
+        lambda g=g, v=v, p=p: leveret.fdk(
+            p, g, v, backend="cuda", devices=DeviceSet([0, 0], shared=True), chunk_views=16
+        )
+        for g, v, p in cases
+    ]
+    jobs += [
+        lambda g=g, p=p: leveret.fbp(p, g, backend="cuda", devices=DeviceSet([0, 0], shared=True))
+        for g, p in (_parallel(i) for i in range(3))
+    ]
     _check(jobs)

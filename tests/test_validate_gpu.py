@@ -1,6 +1,7 @@
 """``_validate.count_outside`` on the GPU (a CuPy reduction kernel): the count
 of NaN, Inf and too-large values equals NumPy's count, for every dtype, size
 and layout the input checks see."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -13,13 +14,16 @@ def numpy_count(a, limit):
     return int(a.size - np.count_nonzero(np.abs(a.astype(np.float64)) <= limit))
 
 
-@pytest.mark.parametrize("dtype, limit", [(np.float16, 1e4), (np.float32, 1e30), (np.float64, 1e290),
-                                          (np.float32, float(np.finfo(np.float32).max))])
+@pytest.mark.parametrize(
+    "dtype, limit",
+    [(np.float16, 1e4), (np.float32, 1e30), (np.float64, 1e290), (np.float32, float(np.finfo(np.float32).max))],
+)
 @pytest.mark.parametrize("n", [1, 31, 1000, 3_000_017])
 def test_count_outside_equals_numpy(dtype, limit, n):
     import cupy
 
     from leveret._validate import count_outside
+
     rng = np.random.default_rng(n)
     a = rng.standard_normal(n).astype(dtype)
     bad = rng.choice(n, size=min(n, 1 + n // 1000), replace=False)
@@ -32,10 +36,11 @@ def test_count_outside_strided_and_clean():
     import cupy
 
     from leveret._validate import count_outside
+
     a = cupy.asarray(np.random.default_rng(0).random((64, 96, 40), np.float32))
     assert count_outside(a, 1e30) == 0
-    a[5, 6, 3] = cupy.nan        # inside the strided view below
-    a[63, 1, 39] = -cupy.inf     # outside it (odd row)
+    a[5, 6, 3] = cupy.nan  # inside the strided view below
+    a[63, 1, 39] = -cupy.inf  # outside it (odd row)
     assert count_outside(a[:, ::2, 1:], 1e30) == numpy_count(a[:, ::2, 1:].get(), 1e30) == 1
     assert count_outside(a.transpose(2, 0, 1), 1e30) == 2
     assert count_outside(cupy.empty(0, cupy.float32), 1e30) == 0

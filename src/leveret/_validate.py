@@ -4,6 +4,7 @@ Each check raises a ValueError (a TypeError for what is not numbers at all)
 whose message starts with the argument's name and says what was expected and
 what came, as docs/conventions.md asks.
 """
+
 from __future__ import annotations
 
 import functools
@@ -42,8 +43,9 @@ def positive_float(name: str, value) -> float:
         raise ValueError(f"{name}: expected a positive number, got {value!r}")
     lo, hi = POSITIVE_RANGE
     if not lo <= out <= hi:
-        raise ValueError(f"{name}: expected a positive number between {lo:g} and {hi:g} (it is squared and "
-                         f"inverted), got {value!r}")
+        raise ValueError(
+            f"{name}: expected a positive number between {lo:g} and {hi:g} (it is squared and inverted), got {value!r}"
+        )
     return out
 
 
@@ -55,13 +57,12 @@ def per_axis(name: str, value, ndim: int, *, positive: bool) -> tuple[float, ...
     seq = list(np.asarray(value, dtype=object).ravel())
     if len(seq) != ndim:
         raise ValueError(
-            f"{name}: expected a scalar or {ndim} values (one per axis, "
-            f"array order), got {len(seq)} values")
+            f"{name}: expected a scalar or {ndim} values (one per axis, array order), got {len(seq)} values"
+        )
     return tuple(check(f"{name}[{i}]", v) for i, v in enumerate(seq))
 
 
-def finite_vector(name: str, value, *, length: int | None = None,
-                  allow_empty: bool = False) -> np.ndarray:
+def finite_vector(name: str, value, *, length: int | None = None, allow_empty: bool = False) -> np.ndarray:
     """A read-only float64 1D array of finite values."""
     try:
         arr = np.array(value, dtype=np.float64)
@@ -104,8 +105,9 @@ def numeric_dtype(name: str, arr) -> None:
     dtype = getattr(arr, "dtype", None)
     dtype = np.dtype(dtype if dtype is not None else np.asarray(arr).dtype)
     if dtype.kind == "c":
-        raise ValueError(f"{name}: expected real numbers, got complex dtype {dtype}; pass .real or abs() "
-                         "if that is what you mean")
+        raise ValueError(
+            f"{name}: expected real numbers, got complex dtype {dtype}; pass .real or abs() if that is what you mean"
+        )
     if dtype.kind not in "biuf":
         raise TypeError(f"{name}: expected an array of real numbers, got dtype {dtype}")
 
@@ -116,24 +118,32 @@ def check_finite_array(name: str, arr) -> None:
     sums of them overflow its precision (:data:`MAX_MAGNITUDE`)."""
     numeric_dtype(name, arr)
     if arr.dtype.kind not in "f" or arr.size == 0:
-        return     # integers are finite, and far below the limits
+        return  # integers are finite, and far below the limits
     xp = array_module(arr)
     limit = MAX_MAGNITUDE.get(arr.dtype.itemsize, 1e30)
     if xp is not np and count_outside(arr, limit) == 0:
-        return     # one pass and one wait on the device; the message below needs more
+        return  # one pass and one wait on the device; the message below needs more
     # min and max propagate NaN and show Inf: two reductions, no temporary array.
     lo, hi = float(xp.min(arr)), float(xp.max(arr))
     if not (np.isfinite(lo) and np.isfinite(hi)):
         n_nan = int(xp.isnan(arr).sum())
         n_inf = int(xp.isinf(arr).sum())
         what = ", ".join(f"{n} {kind}" for n, kind in ((n_nan, "NaN"), (n_inf, "Inf")) if n)
-        raise ValueError(f"{name}: expected finite values, got {what} value(s)"
-                         + (f" (values beyond {arr.dtype}'s range, {float(np.finfo(arr.dtype).max):.3g}, "
-                            "also become Inf when converted)" if n_inf else ""))
+        raise ValueError(
+            f"{name}: expected finite values, got {what} value(s)"
+            + (
+                f" (values beyond {arr.dtype}'s range, {float(np.finfo(arr.dtype).max):.3g}, "
+                "also become Inf when converted)"
+                if n_inf
+                else ""
+            )
+        )
     big = max(-lo, hi)
     if big > limit:
-        raise ValueError(f"{name}: values up to {big:.3g} are too large: sums of them overflow "
-                         f"{arr.dtype} (accepted up to {limit:.3g}); rescale the data")
+        raise ValueError(
+            f"{name}: values up to {big:.3g} are too large: sums of them overflow "
+            f"{arr.dtype} (accepted up to {limit:.3g}); rescale the data"
+        )
 
 
 def check_magnitude(name: str, arr, dtype) -> None:
@@ -146,8 +156,10 @@ def check_magnitude(name: str, arr, dtype) -> None:
     lo, hi = float(xp.min(arr)), float(xp.max(arr))
     limit = MAX_MAGNITUDE.get(np.dtype(dtype).itemsize, 1e30)
     if np.isfinite(lo) and np.isfinite(hi) and max(-lo, hi) > limit:
-        raise ValueError(f"{name}: values up to {max(-lo, hi):.3g} do not fit the {np.dtype(dtype)} "
-                         f"computation (accepted up to {limit:.3g}); rescale the data")
+        raise ValueError(
+            f"{name}: values up to {max(-lo, hi):.3g} do not fit the {np.dtype(dtype)} "
+            f"computation (accepted up to {limit:.3g}); rescale the data"
+        )
 
 
 def writable_output(name: str, out) -> None:
@@ -156,17 +168,23 @@ def writable_output(name: str, out) -> None:
         raise ValueError(f"{name}: expected a writable array, got a read-only one")
 
 
-def check_allocation(name: str, nbytes: int, what: str = "the result",
-                     hint: str = "use a smaller volume or the out-of-core path (leveret.execution.reconstruct_to_file, "
-                                 "'leveret recon')") -> None:
+def check_allocation(
+    name: str,
+    nbytes: int,
+    what: str = "the result",
+    hint: str = "use a smaller volume or the out-of-core path (leveret.execution.reconstruct_to_file, 'leveret recon')",
+) -> None:
     """Raise naming ``name`` if ``nbytes`` exceed the memory this process may
     use now (available memory, or a container's limit), instead of NumPy's
     MemoryError after a long wait or the kernel's out-of-memory kill."""
     from .resources import format_bytes, host_available_bytes
+
     available = host_available_bytes()
     if int(nbytes) > available:
-        raise ValueError(f"{name}: {what} would take {format_bytes(int(nbytes))} but only "
-                         f"{format_bytes(available)} of memory are available; {hint}")
+        raise ValueError(
+            f"{name}: {what} would take {format_bytes(int(nbytes))} but only "
+            f"{format_bytes(available)} of memory are available; {hint}"
+        )
 
 
 def add_nonfinite_count(counter, arr) -> None:
@@ -180,8 +198,10 @@ def add_nonfinite_count(counter, arr) -> None:
 
 def nonfinite_message(name: str, n_bad: int) -> str:
     """The error for ``n_bad`` values counted by :func:`add_nonfinite_count`."""
-    return (f"{name}: expected finite values of magnitude up to {MAX_MAGNITUDE[4]:.0e}, got {n_bad} NaN, Inf "
-            "or larger value(s)")
+    return (
+        f"{name}: expected finite values of magnitude up to {MAX_MAGNITUDE[4]:.0e}, got {n_bad} NaN, Inf "
+        "or larger value(s)"
+    )
 
 
 def count_outside(arr, limit: float) -> int:
@@ -190,7 +210,7 @@ def count_outside(arr, limit: float) -> int:
     kernel (no array-sized temporary for contiguous input), one wait."""
     if array_module(arr) is np:
         a = np.abs(arr)
-        return int(arr.size - np.count_nonzero(a <= limit))   # NaN compares False
+        return int(arr.size - np.count_nonzero(a <= limit))  # NaN compares False
     if arr.size == 0:
         return 0
     return int(_count_outside_on_device(arr, limit))
@@ -216,9 +236,9 @@ COUNT_ROWS = 4096
 @functools.lru_cache(maxsize=1)
 def _outside_kernel():
     import cupy
+
     bad = "(isfinite((double)x) && fabs((double)x) <= limit) ? 0 : 1"
-    return cupy.ReductionKernel("T x, float64 limit", "int64 y", bad, "a + b", "y = a", "0",
-                                "leveret_count_outside")
+    return cupy.ReductionKernel("T x, float64 limit", "int64 y", bad, "a + b", "y = a", "0", "leveret_count_outside")
 
 
 def array_module(arr):
@@ -226,6 +246,7 @@ def array_module(arr):
     mod = type(arr).__module__
     if mod.startswith("cupy"):
         import cupy
+
         return cupy
     return np
 
@@ -242,13 +263,13 @@ def real_array(name: str, arr, shape, layout: str, source: str = "the geometry")
     if not hasattr(arr, "shape") or not hasattr(arr, "dtype"):
         arr = np.asarray(arr)
     if tuple(arr.shape) != tuple(shape):
-        raise ValueError(f"{name}: expected shape {layout} = {tuple(shape)} from {source}, "
-                         f"got {tuple(arr.shape)}")
+        raise ValueError(f"{name}: expected shape {layout} = {tuple(shape)} from {source}, got {tuple(arr.shape)}")
     numeric_dtype(name, arr)
     return arr
 
 
 # -- the one precision vocabulary (NumPy dtype names) --------------------------------------------
+
 
 def precision(value, options: Sequence[str], name: str = "precision") -> str:
     """``value`` as one of ``options`` (NumPy dtype names: "float32",

@@ -3,6 +3,7 @@
 ``backend="auto"`` means CUDA when CuPy finds a GPU, else the CPU. Asking for
 "cuda" where there is none raises a RuntimeError: never a silent fallback.
 """
+
 from __future__ import annotations
 
 import functools
@@ -42,8 +43,10 @@ def resolve(backend: str, *arrays) -> str:
     on_gpu = any(type(a).__module__.startswith("cupy") for a in arrays if a is not None)
     if backend == "cpu":
         if on_gpu:
-            raise ValueError("backend: 'cpu' was asked for but the input is a CuPy (GPU) array; "
-                             "pass a NumPy array (cupy.asnumpy) or use backend='cuda'")
+            raise ValueError(
+                "backend: 'cpu' was asked for but the input is a CuPy (GPU) array; "
+                "pass a NumPy array (cupy.asnumpy) or use backend='cuda'"
+            )
         return "cpu"
     if backend == "cuda" or on_gpu:
         ok, reason = cuda_status()
@@ -62,25 +65,32 @@ def describe() -> list[dict]:
     """One dict per backend found, for ``leveret info``."""
     import numba
     import numpy as np
-    out = [{"backend": "cpu", "threads": numba.get_num_threads(), "numba": numba.__version__,
-            "numpy": np.__version__}]
+
+    out = [{"backend": "cpu", "threads": numba.get_num_threads(), "numba": numba.__version__, "numpy": np.__version__}]
     ok, reason = cuda_status()
     if not ok:
         out.append({"backend": "cuda", "available": False, "reason": reason})
         return out
     import cupy
+
     rt = cupy.cuda.runtime
     for dev in range(rt.getDeviceCount()):
         props = rt.getDeviceProperties(dev)
         with cupy.cuda.Device(dev):
             free, total = cupy.cuda.Device(dev).mem_info
-        out.append({
-            "backend": "cuda", "device": dev, "available": True,
-            "name": props["name"].decode() if isinstance(props["name"], bytes) else props["name"],
-            "compute_capability": f"{props['major']}.{props['minor']}",
-            "multiprocessors": props["multiProcessorCount"],
-            "memory_total_gib": round(total / 2**30, 2), "memory_free_gib": round(free / 2**30, 2),
-            "cupy": cupy.__version__, "cuda_runtime": rt.runtimeGetVersion(),
-            "cuda_driver": rt.driverGetVersion(),
-        })
+        out.append(
+            {
+                "backend": "cuda",
+                "device": dev,
+                "available": True,
+                "name": props["name"].decode() if isinstance(props["name"], bytes) else props["name"],
+                "compute_capability": f"{props['major']}.{props['minor']}",
+                "multiprocessors": props["multiProcessorCount"],
+                "memory_total_gib": round(total / 2**30, 2),
+                "memory_free_gib": round(free / 2**30, 2),
+                "cupy": cupy.__version__,
+                "cuda_runtime": rt.runtimeGetVersion(),
+                "cuda_driver": rt.driverGetVersion(),
+            }
+        )
     return out

@@ -1,5 +1,6 @@
 """What this machine lets the process use: host memory available now, and
 sizes in words (every floor of the package asks these)."""
+
 from __future__ import annotations
 
 import os
@@ -10,8 +11,9 @@ def host_available_bytes() -> int:
     MemAvailable), or less where a container's limit (cgroup) or the
     process's address-space limit (``ulimit -v``, RLIMIT_AS) leaves less; a
     cautious 2 GiB where none can be read."""
-    found = [a for a in (_meminfo_available(), cgroup_available_bytes(), address_space_available_bytes())
-             if a is not None]
+    found = [
+        a for a in (_meminfo_available(), cgroup_available_bytes(), address_space_available_bytes()) if a is not None
+    ]
     return min(found) if found else 2 << 30
 
 
@@ -22,6 +24,7 @@ def address_space_available_bytes(status: str = "/proc/self/status") -> int | No
     host has free."""
     try:
         import resource
+
         soft, _ = resource.getrlimit(resource.RLIMIT_AS)
     except (ImportError, OSError, ValueError):
         return None
@@ -62,6 +65,7 @@ def cgroup_available_bytes(root: str = "/sys/fs/cgroup", proc_cgroup: str = "/pr
     cgroup), and at ``root`` itself (a container sees its own cgroup there).
     The host's free memory ignores such limits, and exceeding one gets the
     process killed."""
+
     def read(path):
         try:
             with open(os.path.join(root, path)) as fh:
@@ -72,7 +76,7 @@ def cgroup_available_bytes(root: str = "/sys/fs/cgroup", proc_cgroup: str = "/pr
     def available(folder, limit_file, usage_file, cache_key):
         limit = read(folder + limit_file)
         if limit is None or limit == "max" or not limit.isdigit() or int(limit) >= 1 << 60:
-            return None     # no such file, or no limit (v1 writes a huge number)
+            return None  # no such file, or no limit (v1 writes a huge number)
         usage = read(folder + usage_file)
         used = int(usage) if usage is not None and usage.isdigit() else 0
         # Usage counts the page cache; its inactive part is given back on demand.
@@ -90,10 +94,10 @@ def cgroup_available_bytes(root: str = "/sys/fs/cgroup", proc_cgroup: str = "/pr
             lines = fh.read().splitlines()
     except OSError:
         lines = []
-    for line in lines:     # "0::/path" (v2) or "4:memory:/path" (v1)
+    for line in lines:  # "0::/path" (v2) or "4:memory:/path" (v1)
         _, controllers, path = (line.split(":", 2) + ["", ""])[:3]
         parts = [p for p in path.split("/") if p]
-        for depth in range(len(parts), 0, -1):     # the cgroup and its parents
+        for depth in range(len(parts), 0, -1):  # the cgroup and its parents
             sub = "/".join(parts[:depth]) + "/"
             if controllers == "":
                 places.append((sub, *v2))
@@ -116,8 +120,10 @@ def peak_rss_bytes() -> int:
     """Peak resident memory of this process so far (Linux/macOS), 0 if unknown."""
     try:
         import resource
+
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     except (ImportError, OSError):
         return 0
     import sys
+
     return int(peak) if sys.platform == "darwin" else int(peak) * 1024

@@ -18,11 +18,12 @@ Example
 >>> x = torch.zeros(volume.shape, device="cuda", requires_grad=True)
 >>> loss = ((project(x, A) - y) ** 2).sum(); loss.backward()   # x.grad = 2 A^T (A x - y)
 """
+
 from __future__ import annotations
 
 try:
     import torch
-except ImportError as exc:   # pragma: no cover - depends on the environment
+except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError("leveret.torch needs PyTorch (pip install torch)") from exc
 
 import numpy as np
@@ -33,7 +34,7 @@ __all__ = ["project", "backproject", "ProjectorModule"]
 def _apply(op, t: "torch.Tensor", projector, in_shape, name: str) -> "torch.Tensor":
     """Run ``op`` (A or A.T) on tensor ``t`` of shape ``in_shape`` or ``(batch,) + in_shape``."""
     in_shape = tuple(in_shape)
-    if tuple(t.shape[-len(in_shape):]) != in_shape or t.dim() not in (len(in_shape), len(in_shape) + 1):
+    if tuple(t.shape[-len(in_shape) :]) != in_shape or t.dim() not in (len(in_shape), len(in_shape) + 1):
         raise ValueError(f"{name}: expected shape {in_shape} or (batch,) + {in_shape}, got {tuple(t.shape)}")
     want = getattr(torch, projector.dtype.name)
     if t.dtype != want:
@@ -43,6 +44,7 @@ def _apply(op, t: "torch.Tensor", projector, in_shape, name: str) -> "torch.Tens
         if projector.backend != "cuda":
             raise ValueError(f"{name}: a CUDA tensor needs a projector with backend='cuda'")
         import cupy
+
         with cupy.cuda.Device(t.device.index):
             arr = cupy.from_dlpack(t)
             res = [op(a) for a in (arr if t.dim() > len(in_shape) else [arr])]

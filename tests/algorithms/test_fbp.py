@@ -3,6 +3,7 @@
 The phantoms' projections are computed in closed form (leveret.phantom), never
 by leveret's own projector, so these tests check the whole chain against truth.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -62,8 +63,9 @@ def test_every_filter_keeps_a_disk_quantitative(filter_name):
     assert np.abs(rec[(r > 2.4) & (r < 3.0)]).max() < 6e-3
 
 
-@pytest.mark.parametrize("n_cols,shape,voxel", [(64, (64, 64), 1.0), (65, (65, 65), 1.0),
-                                                (64, (51, 77), 0.8), (97, (40, 41), 2.0)])
+@pytest.mark.parametrize(
+    "n_cols,shape,voxel", [(64, (64, 64), 1.0), (65, (65, 65), 1.0), (64, (51, 77), 0.8), (97, (40, 41), 2.0)]
+)
 def test_disk_absolute_value_odd_even_and_voxel_sizes(n_cols, shape, voxel):
     g = ParallelGeometry(half_circle(300), n_cols, det_spacing=1.3)
     vol = VolumeGeometry(shape, voxel_size=voxel)
@@ -72,22 +74,29 @@ def test_disk_absolute_value_odd_even_and_voxel_sizes(n_cols, shape, voxel):
     r = radius_map(vol)
     assert rec.shape == shape
     inside = rec[r < 0.8 * radius]
-    assert abs(inside.mean() / 2.5 - 1) < 4e-3      # measured 3.4e-4 to 1.4e-3
+    assert abs(inside.mean() / 2.5 - 1) < 4e-3  # measured 3.4e-4 to 1.4e-3
 
 
 def test_small_ball_reconstructs_at_its_voxel():
     """Conventions end to end: an off-centre ball lands at the voxel docs/conventions.md names."""
-    g = ParallelGeometry(half_circle(180), 64, n_rows=16, det_spacing=0.5, row_spacing=0.5,
-                         center=33.0, axis_shift=np.linspace(-0.5, 0.5, 180))
+    g = ParallelGeometry(
+        half_circle(180),
+        64,
+        n_rows=16,
+        det_spacing=0.5,
+        row_spacing=0.5,
+        center=33.0,
+        axis_shift=np.linspace(-0.5, 0.5, 180),
+    )
     center = (3.0, -5.0, 1.5)  # x, y, z
     ph = phantom.ball(2.0, center=center)
     vol = g.default_volume()
     rec = leveret.fbp(ph.project(g).astype(np.float32), g, vol, backend="cpu")
     k, j, i = np.nonzero(rec > 0.5)
     centroid = (vol.coordinates("x")[i].mean(), vol.coordinates("y")[j].mean(), vol.coordinates("z")[k].mean())
-    np.testing.assert_allclose(centroid, center, atol=0.05)   # a tenth of a voxel
-    inner = phantom.ball(1.0, center=center).rasterize(vol) > 0   # away from the blurred edge
-    assert abs(rec[inner].mean() - 1) < 2e-3                      # measured 5.6e-4
+    np.testing.assert_allclose(centroid, center, atol=0.05)  # a tenth of a voxel
+    inner = phantom.ball(1.0, center=center).rasterize(vol) > 0  # away from the blurred edge
+    assert abs(rec[inner].mean() - 1) < 2e-3  # measured 5.6e-4
 
 
 @pytest.mark.parametrize("center,shift", [(40.0, None), (27.5, "wobble")])
@@ -101,8 +110,9 @@ def test_off_centre_axis_and_per_view_shift(center, shift):
     truth = ph.rasterize(vol, supersampling=3)
     assert np.median(np.abs(rec - truth)) < 0.02
     # Ignoring the axis shift puts edges in the wrong place: the test can fail.
-    wrong = leveret.fbp(ph.project(g).astype(np.float32), g.replace(center=(80 - 1) / 2, axis_shift=None),
-                        vol, backend="cpu")
+    wrong = leveret.fbp(
+        ph.project(g).astype(np.float32), g.replace(center=(80 - 1) / 2, axis_shift=None), vol, backend="cpu"
+    )
     assert np.linalg.norm(wrong - truth) > 1.5 * np.linalg.norm(rec - truth)
 
 
@@ -113,11 +123,12 @@ def test_3d_ellipsoids_chunked_equals_unchunked_and_double_agrees():
     full = leveret.fbp(proj, g, backend="cpu")
     # Slices are independent: chunking changes nothing (measured bit-identical; bound 2 eps).
     for chunk in (1, 4):
-        np.testing.assert_allclose(leveret.fbp(proj, g, backend="cpu", slab_slices=chunk), full,
-                                   rtol=0, atol=2 * EPS32 * np.abs(full).max())
+        np.testing.assert_allclose(
+            leveret.fbp(proj, g, backend="cpu", slab_slices=chunk), full, rtol=0, atol=2 * EPS32 * np.abs(full).max()
+        )
     double = leveret.fbp(proj.astype(np.float64), g, backend="cpu", precision="float64")
     assert double.dtype == np.float64
-    assert np.linalg.norm(double - full) / np.linalg.norm(double) < 1e-6   # float32: measured 1.7e-7
+    assert np.linalg.norm(double - full) / np.linalg.norm(double) < 1e-6  # float32: measured 1.7e-7
 
 
 def test_progress_counts_every_slice_once_and_leaves_the_values(monkeypatch):
@@ -130,7 +141,7 @@ def test_progress_counts_every_slice_once_and_leaves_the_values(monkeypatch):
     class Recording(tqdm.auto.tqdm):
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
-            self.shown = not self.disable     # close() disables every bar
+            self.shown = not self.disable  # close() disables every bar
             self.steps = []
             bars.append(self)
 
@@ -154,12 +165,12 @@ def test_volume_slices_between_detector_rows():
     g = ParallelGeometry(half_circle(90), 32, n_rows=8)
     proj = np.broadcast_to(np.linspace(0, 7, 8)[None, :, None], (90, 8, 32)).astype(np.float32)
     on_rows = leveret.fbp(proj, g, VolumeGeometry((8, 32, 32)), backend="cpu")
-    halfway = leveret.fbp(proj, g, VolumeGeometry((7, 32, 32)), backend="cpu")   # z between rows
+    halfway = leveret.fbp(proj, g, VolumeGeometry((7, 32, 32)), backend="cpu")  # z between rows
     # float32 rounding: measured 3.9 eps of the largest value; bound 8 eps
-    np.testing.assert_allclose(halfway, 0.5 * (on_rows[:-1] + on_rows[1:]), rtol=0,
-                               atol=8 * EPS32 * np.abs(on_rows).max())
-    with pytest.warns(UserWarning, match="^volume: no ray of the scan reaches it .* above or below every "
-                                         "detector row"):
+    np.testing.assert_allclose(
+        halfway, 0.5 * (on_rows[:-1] + on_rows[1:]), rtol=0, atol=8 * EPS32 * np.abs(on_rows).max()
+    )
+    with pytest.warns(UserWarning, match="^volume: no ray of the scan reaches it .* above or below every detector row"):
         beyond = leveret.fbp(proj, g, VolumeGeometry((3, 32, 32), center=(10.0, 0, 0)), backend="cpu")
     assert np.all(beyond == 0)
 
@@ -173,19 +184,22 @@ def test_numpy_input_types_and_out(shepp_logan_256):
     np.testing.assert_allclose(out, ref, rtol=0, atol=2 * EPS32 * np.abs(ref).max())
 
 
-@pytest.mark.parametrize("call,match", [
-    (lambda s, g: leveret.fbp(s[:, :-1], g, backend="cpu"), r"projections: expected shape \(n_angles, n_cols\)"),
-    (lambda s, g: leveret.fbp(s[:-1], g, backend="cpu"), r"projections: expected shape .*\(10, 16\).*\(9, 16\)"),
-    (lambda s, g: leveret.fbp(np.where(s > 0.5, np.nan, s), g, backend="cpu"), "projections: expected finite"),
-    (lambda s, g: leveret.fbp(s, g, VolumeGeometry((3, 4, 4)), backend="cpu"), "volume: a 2D geometry needs"),
-    (lambda s, g: leveret.fbp(s, g, filter="ramp", backend="cpu"), "filter"),
-    (lambda s, g: leveret.fbp(s, g, interpolation="cubic", backend="cpu"), "interpolation"),
-    (lambda s, g: leveret.fbp(s, g, backend="gpu"), "backend"),
-    (lambda s, g: leveret.fbp(s, g, angle_weights=np.ones(3), backend="cpu"), "angle_weights"),
-    (lambda s, g: leveret.fbp(s, g, slab_slices=0), "slab_slices"),
-    (lambda s, g: leveret.fbp(s.astype(complex), g, backend="cpu"), "projections: expected real"),
-    (lambda s, g: leveret.fbp(s, g, out=np.empty((3, 3), np.float32), backend="cpu"), "out"),
-])
+@pytest.mark.parametrize(
+    "call,match",
+    [
+        (lambda s, g: leveret.fbp(s[:, :-1], g, backend="cpu"), r"projections: expected shape \(n_angles, n_cols\)"),
+        (lambda s, g: leveret.fbp(s[:-1], g, backend="cpu"), r"projections: expected shape .*\(10, 16\).*\(9, 16\)"),
+        (lambda s, g: leveret.fbp(np.where(s > 0.5, np.nan, s), g, backend="cpu"), "projections: expected finite"),
+        (lambda s, g: leveret.fbp(s, g, VolumeGeometry((3, 4, 4)), backend="cpu"), "volume: a 2D geometry needs"),
+        (lambda s, g: leveret.fbp(s, g, filter="ramp", backend="cpu"), "filter"),
+        (lambda s, g: leveret.fbp(s, g, interpolation="cubic", backend="cpu"), "interpolation"),
+        (lambda s, g: leveret.fbp(s, g, backend="gpu"), "backend"),
+        (lambda s, g: leveret.fbp(s, g, angle_weights=np.ones(3), backend="cpu"), "angle_weights"),
+        (lambda s, g: leveret.fbp(s, g, slab_slices=0), "slab_slices"),
+        (lambda s, g: leveret.fbp(s.astype(complex), g, backend="cpu"), "projections: expected real"),
+        (lambda s, g: leveret.fbp(s, g, out=np.empty((3, 3), np.float32), backend="cpu"), "out"),
+    ],
+)
 def test_bad_input_names_the_argument(call, match):
     g = ParallelGeometry(half_circle(10), 16)
     sino = np.random.default_rng(0).random((10, 16)).astype(np.float32)
@@ -234,13 +248,13 @@ def test_real_scan_reconstructs_where_the_data_put_it(savu_scan):
     c_bar = (w * np.arange(g.n_cols)).sum(axis=1) / w.sum(axis=1)
     design = np.stack([np.cos(g.angles), np.sin(g.angles), np.ones(g.n_angles)], axis=1)
     (*ref_xy, axis), residual, *_ = np.linalg.lstsq(design, c_bar, rcond=None)
-    assert np.sqrt(residual[0] / g.n_angles) < 0.2        # a clean sinusoid (measured 0.06 pixel)
-    assert abs(axis - g.center) < 0.3                     # the data's own axis (measured 85.90)
+    assert np.sqrt(residual[0] / g.n_angles) < 0.2  # a clean sinusoid (measured 0.06 pixel)
+    assert abs(axis - g.center) < 0.3  # the data's own axis (measured 85.90)
 
     img = rec.sum(axis=0)
     j, i = np.nonzero(img > 0.5 * img.max())
     rec_xy = np.array([vol.coordinates("x")[i].mean(), vol.coordinates("y")[j].mean()])
-    assert np.hypot(*ref_xy) > 10                         # off-axis: a mirrored image would fail
+    assert np.hypot(*ref_xy) > 10  # off-axis: a mirrored image would fail
     np.testing.assert_allclose(rec_xy, ref_xy, atol=1.0)  # pixels (measured: 0.2)
     # A misplaced axis (the detector middle 79.5, or as far on the other side) draws
     # crescents with negative sides: measured negative shares 0.0036 at 86, 0.030 at
@@ -275,4 +289,3 @@ def test_roi_is_the_window_of_the_full_reconstruction(rng):
         leveret.fbp(sino, g2, VolumeGeometry((60, 70)), backend="cpu", roi=(50, 0, 20, 5))
     with pytest.raises(ValueError, match="out"):
         leveret.fbp(sino, g2, VolumeGeometry((60, 70)), backend="cpu", roi=roi, out=np.empty((60, 70), np.float32))
-

@@ -1,4 +1,5 @@
 """leveret.fbp on CUDA against the CPU reference (marked gpu; run with `pytest -m gpu`)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -24,6 +25,7 @@ def _texture_kernel(monkeypatch, tmp_path):
     texture kernel, and no tuning cache is read (the defaults are tested in
     test_parallel_kernels_gpu.py)."""
     from leveret.operators import ParallelBackprojection
+
     monkeypatch.setenv("LEVERET_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(ParallelBackprojection, "default_config", lambda self, n_slices: {"kernel": "texture"})
 
@@ -41,8 +43,15 @@ def cpu_texture_mode(proj, g, vol=None, **kw):
 @pytest.mark.parametrize("n_slices", [1, 2, 5])
 def test_cupy_in_cupy_out_equals_cpu(rng, n_slices):
     import cupy as cp
-    g = ParallelGeometry(np.sort(rng.uniform(0, np.pi, 97)), 63, n_rows=n_slices, det_spacing=0.9,
-                         center=30.2, axis_shift=rng.uniform(-1, 1, 97))
+
+    g = ParallelGeometry(
+        np.sort(rng.uniform(0, np.pi, 97)),
+        63,
+        n_rows=n_slices,
+        det_spacing=0.9,
+        center=30.2,
+        axis_shift=rng.uniform(-1, 1, 97),
+    )
     vol = VolumeGeometry((n_slices, 51, 58), voxel_size=(1.0, 0.8, 0.85))
     proj = rng.standard_normal(g.projection_shape).astype(np.float32)
     out = cp.full(vol.shape, cp.nan, cp.float32)
@@ -54,11 +63,12 @@ def test_cupy_in_cupy_out_equals_cpu(rng, n_slices):
 
 def test_numpy_streamed_equals_device_and_phantom_bound(rng):
     import cupy as cp
+
     g = ParallelGeometry(np.linspace(0, np.pi, 360, endpoint=False), 128, n_rows=37, det_spacing=1 / 64)
     ph = phantom.shepp_logan_3d(radius=1.0)
     proj = ph.project(g).astype(np.float32)
     device = leveret.fbp(cp.asarray(proj), g).get()
-    streamed = leveret.fbp(proj, g, slab_slices=4)          # 10 chunks through the pipeline
+    streamed = leveret.fbp(proj, g, slab_slices=4)  # 10 chunks through the pipeline
     planned = leveret.fbp(proj, g)
     assert isinstance(streamed, np.ndarray)
     # Same kernels; only cuFFT's batch sizes differ between the chunkings.
@@ -71,8 +81,10 @@ def test_numpy_streamed_equals_device_and_phantom_bound(rng):
 def test_one_slice_from_numpy_in_angle_batches(rng):
     """A single chunk from host memory goes up in angle batches (here 4)."""
     import cupy as cp
-    g = ParallelGeometry(np.sort(rng.uniform(0, np.pi, 1031)), 2048, det_spacing=0.5,
-                         axis_shift=rng.uniform(-1, 1, 1031))
+
+    g = ParallelGeometry(
+        np.sort(rng.uniform(0, np.pi, 1031)), 2048, det_spacing=0.5, axis_shift=rng.uniform(-1, 1, 1031)
+    )
     sino = rng.standard_normal(g.projection_shape).astype(np.float32)
     vol = VolumeGeometry((97, 131), voxel_size=7.0)
     from_host = leveret.fbp(sino, g, vol)
@@ -86,6 +98,7 @@ def test_one_slice_from_numpy_in_angle_batches(rng):
 
 def test_2d_nearest_and_filters(rng):
     import cupy as cp
+
     g = ParallelGeometry(np.linspace(0, np.pi, 180, endpoint=False), 96)
     sino = phantom.shepp_logan_ellipses(radius=40.0).project(g).astype(np.float32)
     for interpolation in ("nearest", "linear"):
@@ -115,6 +128,7 @@ def test_streamed_non_finite_input_is_an_error():
 
 def test_real_scan_gpu_equals_cpu(savu_scan):
     from leveret.preprocess import minus_log, normalize
+
     p = minus_log(normalize(savu_scan.projections, savu_scan.flat, savu_scan.dark))
     g = ParallelGeometry(savu_scan.angles, 160, n_rows=135, center=86.0)
     gpu = leveret.fbp(p, g, backend="cuda")

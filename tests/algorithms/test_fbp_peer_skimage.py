@@ -20,6 +20,7 @@ How the two conventions map (docs/conventions.md for leveret's):
   zero beyond its detector's last sample: the images are compared inside the
   object (radius 0.9 of the phantom), away from the detector's ends.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -31,8 +32,8 @@ from leveret.geometry import ParallelGeometry, VolumeGeometry
 
 iradon = pytest.importorskip("skimage.transform").iradon
 
-RADIUS = 1.0        # the phantom's; the detector spans 2.2
-N_ANGLES = 200      # uniform over the half circle (skimage's quadrature pi / n_angles)
+RADIUS = 1.0  # the phantom's; the detector spans 2.2
+N_ANGLES = 200  # uniform over the half circle (skimage's quadrature pi / n_angles)
 
 
 def both(n, *, filter="ram-lak", skimage_filter="ramp", interpolation="linear", precision="float32"):
@@ -42,25 +43,32 @@ def both(n, *, filter="ram-lak", skimage_filter="ramp", interpolation="linear", 
     half = 0.0 if n % 2 else 0.5 * d
     g = ParallelGeometry(t, n, det_spacing=d, center=n // 2)
     vol = VolumeGeometry((n, n), voxel_size=d, center=(-half, -half))
-    sino = phantom.shepp_logan_ellipses(radius=RADIUS).project(g)   # float64
+    sino = phantom.shepp_logan_ellipses(radius=RADIUS).project(g)  # float64
     if precision == "float64":
-        ours = leveret.fbp(sino, g, vol, filter=filter, interpolation=interpolation, backend="cpu",
-                           precision="float64")
+        ours = leveret.fbp(sino, g, vol, filter=filter, interpolation=interpolation, backend="cpu", precision="float64")
     else:
-        ours = leveret.fbp(sino.astype(np.float32), g, vol, filter=filter, interpolation=interpolation,
-                           backend="cpu")
-    peer = iradon(sino.T, theta=-np.degrees(t), output_size=n, filter_name=skimage_filter,
-                  interpolation=interpolation, circle=True) / d
+        ours = leveret.fbp(sino.astype(np.float32), g, vol, filter=filter, interpolation=interpolation, backend="cpu")
+    peer = (
+        iradon(
+            sino.T,
+            theta=-np.degrees(t),
+            output_size=n,
+            filter_name=skimage_filter,
+            interpolation=interpolation,
+            circle=True,
+        )
+        / d
+    )
     x, y = vol.coordinates("x")[None, :], vol.coordinates("y")[:, None]
     return ours, peer, np.hypot(x, y) < 0.9 * RADIUS
 
 
 def rmse_and_max(a, b, mask):
     diff = np.asarray(a, np.float64)[mask] - np.asarray(b, np.float64)[mask]
-    return float(np.sqrt(np.mean(diff ** 2))), float(np.abs(diff).max())
+    return float(np.sqrt(np.mean(diff**2))), float(np.abs(diff).max())
 
 
-@pytest.mark.parametrize("n", [127, 128])                  # odd and even: the centre mapping
+@pytest.mark.parametrize("n", [127, 128])  # odd and even: the centre mapping
 @pytest.mark.parametrize("interpolation", ["linear", "nearest"])
 def test_ram_lak_in_float64_is_skimages_ramp_to_rounding(n, interpolation):
     """Same filter, padding, interpolation and quadrature: equal to float64
@@ -84,8 +92,12 @@ def test_ram_lak_in_float32_is_skimages_ramp_to_float32_rounding():
 # frequency grid with np.hamming/np.hanning and its own cosine/sinc), so their
 # images differ a little; measured max |difference| on 127^2 (values 0..1):
 # shepp-logan 1.4e-5, cosine 3.4e-5, hamming 7.6e-4, hann 8.3e-4. Bound: 3x that.
-APODISED = [("shepp-logan", "shepp-logan", 4e-5), ("cosine", "cosine", 1e-4),
-            ("hamming", "hamming", 2.5e-3), ("hann", "hann", 2.5e-3)]
+APODISED = [
+    ("shepp-logan", "shepp-logan", 4e-5),
+    ("cosine", "cosine", 1e-4),
+    ("hamming", "hamming", 2.5e-3),
+    ("hann", "hann", 2.5e-3),
+]
 
 
 @pytest.mark.parametrize("ours_name,peer_name,bound", APODISED)

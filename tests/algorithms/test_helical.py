@@ -2,6 +2,7 @@
 against the Tam-Danielsson formula, its partition of unity, the pitch and
 coverage checks, accuracy on analytic phantoms against circular FDK at the
 same cone angle and sampling, no pitch-periodic ripple, either handedness."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -9,14 +10,21 @@ import pytest
 
 import leveret
 from leveret import phantom
-from leveret.algorithms.helical import (HelicalWindow, covered_z, fdk_slab, helical_fdk, plan_slabs, views_seen,
-                                       window_weight)
+from leveret.algorithms.helical import (
+    HelicalWindow,
+    covered_z,
+    fdk_slab,
+    helical_fdk,
+    plan_slabs,
+    views_seen,
+    window_weight,
+)
 from leveret.geometry import ConeGeometry, VolumeGeometry
 from leveret.geometry.helix import fit_helix
 
 SID, SDD, ROWS, COLS, PIX = 300.0, 500.0, 24, 96, 2.0
-ISO = PIX * SID / SDD                 # detector pitch at the isocentre
-HEIGHT = ROWS * ISO                   # detector height at the isocentre
+ISO = PIX * SID / SDD  # detector pitch at the isocentre
+HEIGHT = ROWS * ISO  # detector height at the isocentre
 PER_TURN = 180
 E = phantom.Ellipsoid
 
@@ -35,13 +43,15 @@ def window(g, **kwargs) -> HelicalWindow:
 
 def long_phantom():
     """Ellipsoids inside a body much longer than the scanned slab."""
-    return phantom.EllipsoidPhantom([
-        E(1.0, (28, 26, 60)),
-        E(0.5, (8, 10, 6), (8, -5, 4)),
-        E(-0.4, (5, 5, 9), (-10, 6, -9)),
-        E(0.3, (6, 4, 4), (-4, -12, 14), (0.4, 0.2, 0)),
-        E(0.6, 3, (12, 10, -15)),
-    ])
+    return phantom.EllipsoidPhantom(
+        [
+            E(1.0, (28, 26, 60)),
+            E(0.5, (8, 10, 6), (8, -5, 4)),
+            E(-0.4, (5, 5, 9), (-10, 6, -9)),
+            E(0.3, (6, 4, 4), (-4, -12, 14), (0.4, 0.2, 0)),
+            E(0.6, 3, (12, 10, -15)),
+        ]
+    )
 
 
 def rmse_inside(rec, truth, volume, radii=(24, 22)):
@@ -88,7 +98,9 @@ def test_largest_pitch_is_where_the_window_meets_the_detector_edge():
 
     def expected(shift):
         u = (np.arange(COLS) - (COLS - 1) / 2) * PIX + shift
-        return np.min(v_half * 2 * np.pi * SID / (SDD * (1 + (u / SDD) ** 2) * (np.pi / 2 + np.abs(np.arctan(u / SDD)))))
+        return np.min(
+            v_half * 2 * np.pi * SID / (SDD * (1 + (u / SDD) ** 2) * (np.pi / 2 + np.abs(np.arctan(u / SDD))))
+        )
 
     for pitch in (20.0, -35.0):
         assert window(helix(pitch)).max_pitch == pytest.approx(expected(0.0), rel=1e-9)
@@ -102,8 +114,11 @@ def test_pitch_that_leaves_gaps_names_geometry_and_the_largest_pitch():
     vol = VolumeGeometry((4, 8, 8), 4.0)
     g = helix(1.03 * h_max, vol)
     proj = np.zeros(g.projection_shape, np.float32)
-    with pytest.raises(ValueError, match=rf"^geometry: the helix's pitch {1.03 * h_max:.6g} per turn leaves gaps"
-                                         rf".*largest pitch without gaps is {h_max:.6g}"):
+    with pytest.raises(
+        ValueError,
+        match=rf"^geometry: the helix's pitch {1.03 * h_max:.6g} per turn leaves gaps"
+        rf".*largest pitch without gaps is {h_max:.6g}",
+    ):
         leveret.fdk(proj, g, vol, backend="cpu")
     ok = helix(0.98 * h_max, vol)
     leveret.fdk(np.zeros(ok.projection_shape, np.float32), ok, vol, backend="cpu")
@@ -140,7 +155,7 @@ def test_views_seen_hold_every_view_whose_window_sees_the_slab(rng):
         if np.any(window_weight(zeta, w.n_pi, w.smoothing) > 0):
             needed.append(n)
     assert n0 <= min(needed) and max(needed) < n1
-    assert n1 - n0 < 1.4 * (max(needed) - min(needed) + 1)   # and not many more
+    assert n1 - n0 < 1.4 * (max(needed) - min(needed) + 1)  # and not many more
 
 
 # -- accuracy --------------------------------------------------------------------------------
@@ -169,11 +184,13 @@ def test_error_inside_the_object_is_within_that_of_circular_fdk(circular_referen
     stats: dict = {}
     rec = leveret.fdk(proj, g, vol, backend="cpu", stats=stats)
     rmse, bias = rmse_inside(rec, ph.rasterize(vol, supersampling=2), vol)
-    print(f"pitch {pitch_factor} x detector: rmse {rmse:.4f} (circular {circular_reference:.4f}), bias {bias:.4f}, "
-          f"window {stats['n_pi']}-PI, edges {stats['smoothing']:.3f}")
+    print(
+        f"pitch {pitch_factor} x detector: rmse {rmse:.4f} (circular {circular_reference:.4f}), bias {bias:.4f}, "
+        f"window {stats['n_pi']}-PI, edges {stats['smoothing']:.3f}"
+    )
     assert rmse <= 1.5 * circular_reference
     assert abs(bias) < 0.005
-    assert stats["views_per_slab"] < g.n_views / 2   # each slab from the views that see it
+    assert stats["views_per_slab"] < g.n_views / 2  # each slab from the views that see it
 
 
 def test_no_pitch_periodic_ripple_along_z():
@@ -181,8 +198,9 @@ def test_no_pitch_periodic_ripple_along_z():
     the ripple: the helix's screw symmetry turns it into a rotation): the mean
     inside a rod, slice by slice, has no component at the pitch's frequency above
     0.1 % of the rod's value. The sharp window (smoothing=0) ripples 15x more."""
-    rods = phantom.EllipsoidPhantom([E(1.0, (16, 15, 1e4)), E(0.5, (3, 3, 1e4), (7, 2, 0)),
-                                     E(-0.5, (2.5, 2.5, 1e4), (-5, -6, 0))])
+    rods = phantom.EllipsoidPhantom(
+        [E(1.0, (16, 15, 1e4)), E(0.5, (3, 3, 1e4), (7, 2, 0)), E(-0.5, (2.5, 2.5, 1e4), (-5, -6, 0))]
+    )
     vol = VolumeGeometry((64, 36, 36), voxel_size=(ISO, 1.2 * ISO, 1.2 * ISO))
     g = ConeGeometry.helical(np.arange(int(5.8 * 120)) * 2 * np.pi / 120, 16 * ISO, SID, SDD, 16, 64, PIX)
     proj = rods.project(g).astype(np.float32)
@@ -197,7 +215,7 @@ def test_no_pitch_periodic_ripple_along_z():
         return 2 * np.abs(np.sum((means - means.mean()) * np.exp(-2j * np.pi * z / (16 * ISO)))) / z.size
 
     smooth = ripple("auto")
-    assert smooth < 0.001 * 1.5 * 2   # below 0.2 % of the rod's value
+    assert smooth < 0.001 * 1.5 * 2  # below 0.2 % of the rod's value
     assert ripple(0.0) > 5 * smooth
 
 
@@ -218,14 +236,18 @@ def test_fdk_sends_a_helix_to_helical_fdk_and_refuses_what_it_ignores():
     kept = proj.copy()
     direct = helical_fdk(proj, g, vol, backend="cpu")
     np.testing.assert_array_equal(leveret.fdk(proj, g, vol, backend="cpu"), direct)
-    np.testing.assert_array_equal(proj, kept)                     # the input is not touched
+    np.testing.assert_array_equal(proj, kept)  # the input is not touched
     with pytest.raises(ValueError, match="^short_scan: a helical scan"):
         leveret.fdk(proj, g, vol, backend="cpu", short_scan=True)
     with pytest.raises(ValueError, match="^devices: helical scans run on one GPU"):
         leveret.fdk(proj, g, vol, backend="cpu", devices=[0])
     # slabs of any thickness, float64, chunks: the same volume
-    np.testing.assert_allclose(helical_fdk(proj, g, vol, backend="cpu", slab_slices=3, chunk_views=7), direct,
-                               rtol=1e-5, atol=1e-5 * np.abs(direct).max())
+    np.testing.assert_allclose(
+        helical_fdk(proj, g, vol, backend="cpu", slab_slices=3, chunk_views=7),
+        direct,
+        rtol=1e-5,
+        atol=1e-5 * np.abs(direct).max(),
+    )
     double = helical_fdk(proj.astype(np.float64), g, vol, backend="cpu", precision="float64")
     assert double.dtype == np.float64
     assert np.linalg.norm(double - direct) / np.linalg.norm(double) < 1e-5
@@ -252,14 +274,17 @@ def test_a_slab_from_its_own_views_and_rows_is_the_whole_calls_slab():
         fdk_slab(proj, g, vol, plan[0], backend="cpu")
 
 
-@pytest.mark.parametrize("kwargs,match", [
-    ({"smoothing": -0.1}, "^smoothing: expected a width >= 0"),
-    ({"smoothing": 5.0}, "^smoothing: 5 is wider than the detector holds"),
-    ({"n_pi": 2}, "^n_pi: expected an odd number"),
-    ({"n_pi": 99}, "^n_pi: the 99-PI window does not fit"),
-    ({"filter": "box"}, "^filter"),
-    ({"precision": "half"}, "^precision"),
-])
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        ({"smoothing": -0.1}, "^smoothing: expected a width >= 0"),
+        ({"smoothing": 5.0}, "^smoothing: 5 is wider than the detector holds"),
+        ({"n_pi": 2}, "^n_pi: expected an odd number"),
+        ({"n_pi": 99}, "^n_pi: the 99-PI window does not fit"),
+        ({"filter": "box"}, "^filter"),
+        ({"precision": "half"}, "^precision"),
+    ],
+)
 def test_bad_arguments_are_named(kwargs, match):
     vol = VolumeGeometry((4, 8, 8), 3.0)
     g = helix(HEIGHT, vol, per_turn=40)
@@ -285,8 +310,9 @@ def gpu_case():
 @pytest.mark.gpu
 def test_gpu_equals_cpu_within_float32_rounding(gpu_case):
     import cupy as cp
+
     g, vol, proj, cpu = gpu_case
-    for kernel in ("quad", "global"):   # exact float32 weights on both sides
+    for kernel in ("quad", "global"):  # exact float32 weights on both sides
         gpu = helical_fdk(proj, g, vol, backend="cuda", interpolation="linear32", kernel=kernel)
         assert isinstance(gpu, np.ndarray)
         assert np.abs(gpu - cpu).max() < 1e-4 * np.abs(cpu).max()
@@ -302,6 +328,7 @@ def test_gpu_equals_cpu_within_float32_rounding(gpu_case):
 def test_gpu_keeps_the_filtered_views_on_the_host_under_a_small_budget(gpu_case):
     g, vol, proj, cpu = gpu_case
     whole = helical_fdk(proj, g, vol, backend="cuda", interpolation="linear32", kernel="quad")
-    small = helical_fdk(proj, g, vol, backend="cuda", interpolation="linear32", kernel="quad",
-                        gpu_memory=64 << 20, chunk_views=50)
+    small = helical_fdk(
+        proj, g, vol, backend="cuda", interpolation="linear32", kernel="quad", gpu_memory=64 << 20, chunk_views=50
+    )
     assert np.abs(small - whole).max() < 1e-5 * np.abs(whole).max()

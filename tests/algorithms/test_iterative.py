@@ -1,4 +1,5 @@
 """SIRT, OS-SART and CGLS on small problems built from the ray-driven Projector."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -21,7 +22,7 @@ def problem():
 def test_cgls_reaches_least_squares(problem, rng):
     A = problem
     M = np.stack([A(e.reshape(A.volume.shape)).ravel() for e in np.eye(A.volume.size)], axis=1)
-    b = rng.standard_normal(A.projection_shape)            # inconsistent data
+    b = rng.standard_normal(A.projection_shape)  # inconsistent data
     x_ls = np.linalg.lstsq(M, b.ravel(), rcond=None)[0]
     res = []
     x = leveret.cgls(b, A, 200, callback=lambda x, info: res.append(info["residual"]))
@@ -38,8 +39,9 @@ def test_sirt_weighted_residual_decreases(problem, rng, nonnegative):
     weighted = []
     # 200 iterations: the slowest modes of this 66 x 64 system need them (after 50, 7 % of
     # random truths were still above 1e-2; after 150 the worst of 600 was 6.4e-3).
-    x = leveret.sirt(b, A, 200, nonnegative=nonnegative,
-                     callback=lambda x, info: weighted.append(float(((b - A(x)) ** 2 * R).sum())))
+    x = leveret.sirt(
+        b, A, 200, nonnegative=nonnegative, callback=lambda x, info: weighted.append(float(((b - A(x)) ** 2 * R).sum()))
+    )
     assert all(w2 <= w1 * (1 + 1e-10) for w1, w2 in zip(weighted, weighted[1:]))
     assert weighted[-1] < 1e-2 * weighted[0]
     if nonnegative:
@@ -51,8 +53,7 @@ def test_os_sart_converges_and_bounds(problem, rng):
     truth = rng.uniform(0, 1, A.volume.shape)
     b = A(truth)
     res = []
-    x = leveret.os_sart(b, A, 30, n_subsets=3, bounds=(0, 1),
-                        callback=lambda x, info: res.append(info["residual"]))
+    x = leveret.os_sart(b, A, 30, n_subsets=3, bounds=(0, 1), callback=lambda x, info: res.append(info["residual"]))
     # Consistent data: the residual falls (the first pass already removes most of it,
     # so no fixed ratio to res[0]) to 2 % of ||b||, within the box.
     assert res[-1] <= min(res[:5]) and res[-1] < 0.02 and 0 <= x.min() and x.max() <= 1
@@ -89,6 +90,7 @@ def test_bad_input(problem):
 
 class _Counting(Projector):
     """A Projector that counts its forward projections (subsets are plain Projectors)."""
+
     calls = 0
 
     def __call__(self, x, out=None):
@@ -115,6 +117,6 @@ def test_residual_only_when_read(method, rng):
     np.testing.assert_array_equal(quiet, loud)
     assert len(seen) == 4 and all(np.isfinite(seen))
     if method == "os_sart":
-        assert _Counting.calls == calls_quiet + 4      # one residual projection per pass, only when read
+        assert _Counting.calls == calls_quiet + 4  # one residual projection per pass, only when read
     else:
         assert _Counting.calls == calls_quiet

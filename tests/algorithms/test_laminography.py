@@ -1,6 +1,7 @@
 """Laminography FBP (leveret.laminography_fbp): exact outside the missing cone
 at 20, 45 and 70 degrees of tilt, parallel and cone beam; the iterative
 methods reduce the missing-cone artefacts; a full turn is required."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -20,8 +21,9 @@ VOLUME = VolumeGeometry((24, 48, 48), 1.0)
 
 def sample():
     """A flat sample: a plate with inclusions (what laminography is for)."""
-    return phantom.EllipsoidPhantom([E(1.0, (20, 18, 6)), E(0.5, (5, 7, 3), (6, -4, 1)),
-                                     E(-0.4, (4, 4, 2), (-8, 5, -1)), E(0.7, 2.5, (-3, -9, 2))])
+    return phantom.EllipsoidPhantom(
+        [E(1.0, (20, 18, 6)), E(0.5, (5, 7, 3), (6, -4, 1)), E(-0.4, (4, 4, 2), (-8, 5, -1)), E(0.7, 2.5, (-3, -9, 2))]
+    )
 
 
 def without_missing_cone(truth: np.ndarray, tilt: float) -> np.ndarray:
@@ -64,12 +66,14 @@ def test_exact_outside_the_missing_cone(truth, core, make, degrees):
     rec = leveret.laminography_fbp(sample().project(g).astype(np.float32), g, VOLUME, backend="cpu")
     expected = without_missing_cone(truth, tilt)
     err = (rec - expected)[core]
-    rmse, bias = float(np.sqrt(np.mean(err ** 2))), float(err.mean())
+    rmse, bias = float(np.sqrt(np.mean(err**2))), float(err.mean())
     plain = float(np.sqrt(np.mean((rec - truth)[core] ** 2)))
-    print(f"{make.__name__} {degrees} deg: rmse {rmse:.4f} bias {bias:.4f} against the cone-free object; "
-          f"{plain:.4f} against the object")
+    print(
+        f"{make.__name__} {degrees} deg: rmse {rmse:.4f} bias {bias:.4f} against the cone-free object; "
+        f"{plain:.4f} against the object"
+    )
     assert rmse < 0.03 and abs(bias) < 0.012
-    assert plain > 3 * rmse   # the missing cone is what differs
+    assert plain > 3 * rmse  # the missing cone is what differs
 
 
 @pytest.mark.parametrize("make", [parallel, cone], ids=["parallel", "cone"])
@@ -100,8 +104,11 @@ def test_tilt_0_is_fbp_of_a_full_turn():
 def test_cone_laminography_weights_reduce_to_fdk_at_tilt_0():
     g = ConeGeometry.laminography(ANGLES[::6], 0.0, 400.0, 600.0, 32, 32, 1.5)
     proj = sample().project(g).astype(np.float32)
-    np.testing.assert_allclose(leveret.laminography_fbp(proj, g, VOLUME, backend="cpu"),
-                               leveret.fdk(proj, g, VOLUME, backend="cpu", short_scan=False), atol=1e-5)
+    np.testing.assert_allclose(
+        leveret.laminography_fbp(proj, g, VOLUME, backend="cpu"),
+        leveret.fdk(proj, g, VOLUME, backend="cpu", short_scan=False),
+        atol=1e-5,
+    )
 
 
 def test_row_axis_cosines_and_angle_weights():
@@ -115,7 +122,7 @@ def test_row_axis_cosines_and_angle_weights():
     np.testing.assert_allclose(c[0], np.cos(tilt + elevation), atol=1e-12)
     np.testing.assert_allclose(angle_weights(g).sum(), 2 * np.pi, rtol=1e-12)
     two = ParallelVecGeometry.laminography(np.arange(2 * N_VIEWS) * 2 * np.pi / N_VIEWS, tilt, 64, 64, 1.0)
-    np.testing.assert_allclose(angle_weights(two).sum(), 2 * np.pi, rtol=1e-12)   # each turn weighs half
+    np.testing.assert_allclose(angle_weights(two).sum(), 2 * np.pi, rtol=1e-12)  # each turn weighs half
     there_and_back = ParallelVecGeometry.laminography(np.concatenate([ANGLES, ANGLES[::-1]]), tilt, 8, 8, 1.0)
     with pytest.raises(ValueError, match="^geometry: .*monotonic"):
         angle_weights(there_and_back)
@@ -151,7 +158,7 @@ def test_iterative_methods_reduce_the_missing_cone_artefacts():
     vol = VolumeGeometry((10, 24, 24), 1.0)
     proj = ph.project(g).astype(np.float32)
     truth = ph.rasterize(vol, supersampling=3)
-    error = lambda x: float(np.linalg.norm(x - truth) / np.linalg.norm(truth))   # noqa: E731
+    error = lambda x: float(np.linalg.norm(x - truth) / np.linalg.norm(truth))  # noqa: E731
     fbp = error(leveret.laminography_fbp(proj, g, vol, backend="cpu"))
     A = leveret.Projector(g, vol, model="joseph", backend="cpu")
     sirt = error(leveret.sirt(proj, A, 100, nonnegative=True))
@@ -165,6 +172,7 @@ def test_iterative_methods_reduce_the_missing_cone_artefacts():
 @pytest.mark.parametrize("make", [parallel, cone], ids=["parallel", "cone"])
 def test_gpu_equals_cpu_within_float32_rounding(make):
     import cupy as cp
+
     g = make(np.radians(45))
     proj = sample().project(g).astype(np.float32)
     cpu = leveret.laminography_fbp(proj, g, VOLUME, backend="cpu", interpolation="linear32")

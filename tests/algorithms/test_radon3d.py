@@ -1,4 +1,5 @@
 """3D Radon FBP (EPR imaging) and its matched projector pair, on the CPU."""
+
 from __future__ import annotations
 
 import math
@@ -40,17 +41,17 @@ def test_second_derivative_filter_sign_and_scale():
     tau, n = 0.01, 256
     t = (np.arange(n) - (n - 1) / 2) * tau
     sigma = 0.08
-    p = np.exp(-t ** 2 / (2 * sigma ** 2))
+    p = np.exp(-(t**2) / (2 * sigma**2))
     resp = second_derivative_response(n, spacing=tau)
     n_pad = 2 * (resp.size - 1)
     got = scipy.fft.irfft(scipy.fft.rfft(p, n_pad) * resp, n_pad)[:n]
-    exact = (t ** 2 / sigma ** 4 - 1 / sigma ** 2) * p
+    exact = (t**2 / sigma**4 - 1 / sigma**2) * p
     assert np.abs(got - exact).max() < 2e-5 * np.abs(exact).max()
     # Constants have no second derivative: no DC response, and the centre tap
     # is the band-limited -pi^2 / (3 tau^2) up to the cut tail.
     h = second_derivative_kernel(512, tau)
     assert abs(h.sum()) < 1e-12 * abs(h[0]) and resp[0] == pytest.approx(0.0, abs=1e-8)
-    assert h[0] == pytest.approx(-math.pi ** 2 / (3 * tau ** 2), rel=1e-4)
+    assert h[0] == pytest.approx(-(math.pi**2) / (3 * tau**2), rel=1e-4)
 
 
 @pytest.mark.parametrize("dtype, tol", [(np.float64, 1e-12), (np.float32, 1e-5)])
@@ -91,22 +92,27 @@ def test_ball_reconstructs_to_one(uniform2000):
     assert abs(rec[(r > 1.1 * R) & (r < 1.2 * R)].mean()) < 0.01
 
 
-@pytest.mark.parametrize("geometry", [
-    RadonGeometry.uniform(1000, 128, spacing=0.01, hemisphere=True),
-    RadonGeometry.grid(30, 60, 128, spacing=0.01),
-    RadonGeometry.grid(20, 60, 128, spacing=0.01, hemisphere=True),
-], ids=["uniform-hemisphere", "grid-sphere", "grid-hemisphere"])
+@pytest.mark.parametrize(
+    "geometry",
+    [
+        RadonGeometry.uniform(1000, 128, spacing=0.01, hemisphere=True),
+        RadonGeometry.grid(30, 60, 128, spacing=0.01),
+        RadonGeometry.grid(20, 60, 128, spacing=0.01, hemisphere=True),
+    ],
+    ids=["uniform-hemisphere", "grid-sphere", "grid-hemisphere"],
+)
 def test_hemisphere_and_grid_sets(geometry):
     c = (0.05, -0.03, 0.02)
     rec = radon3d_fbp(ball(0.4, center=c).project_radon(geometry), geometry, VOL)
     z, y, x = (VOL.coordinates(a) for a in "zyx")
-    r = np.sqrt((x[None, None, :] - c[0]) ** 2 + (y[None, :, None] - c[1]) ** 2
-                + (z[:, None, None] - c[2]) ** 2)
+    r = np.sqrt((x[None, None, :] - c[0]) ** 2 + (y[None, :, None] - c[1]) ** 2 + (z[:, None, None] - c[2]) ** 2)
     assert np.abs(rec[r < 0.3] - 1).max() < 0.01
 
 
-SPECS = [(1.0, (0.42, 0.3, 0.25), (0.0, 0.0, 0.0), (0.3, 0.5, 0.2)),
-         (0.5, (0.15, 0.12, 0.1), (0.1, -0.05, 0.05), (1.1, 0.4, -0.6))]
+SPECS = [
+    (1.0, (0.42, 0.3, 0.25), (0.0, 0.0, 0.0), (0.3, 0.5, 0.2)),
+    (0.5, (0.15, 0.12, 0.1), (0.1, -0.05, 0.05), (1.1, 0.4, -0.6)),
+]
 
 
 @pytest.fixture(scope="module")
@@ -128,7 +134,7 @@ def two_ellipsoids():
 def _errors(rec, truth, far):
     """Relative RMS error over ``far``, and the largest error inside the objects there."""
     d = rec[far] - truth[far]
-    rel = np.sqrt(np.mean(d ** 2) / np.mean(truth[far] ** 2))
+    rel = np.sqrt(np.mean(d**2) / np.mean(truth[far] ** 2))
     return rel, np.abs(d[truth[far] != 0]).max()
 
 
@@ -184,8 +190,7 @@ def test_float32_agrees_with_float64(uniform2000):
 
 @pytest.mark.parametrize("window", ["shepp-logan", "cosine", "hamming", "hann"])
 def test_windows_keep_the_interior_quantitative(uniform2000, window):
-    rec = radon3d_fbp(ball(R).project_radon(uniform2000), uniform2000, VOL, window=window,
-                      cutoff=0.8)
+    rec = radon3d_fbp(ball(R).project_radon(uniform2000), uniform2000, VOL, window=window, cutoff=0.8)
     assert np.abs(rec[_radius(VOL) < 0.7 * R] - 1).max() < 0.02
 
 
@@ -208,7 +213,7 @@ def test_bad_input(uniform2000):
     with pytest.raises(ValueError, match="method: expected one of"):
         radon3d_fbp(p, g, VOL, method="three-stage")
     with pytest.raises(ValueError, match="method: 'two-stage' needs directions on a theta-major"):
-        radon3d_fbp(p, g, VOL, method="two-stage")   # a Fibonacci set is no grid
+        radon3d_fbp(p, g, VOL, method="two-stage")  # a Fibonacci set is no grid
     with pytest.raises(ValueError, match=r"projections: expected shape \(n_dirs, n_samples\) = \(2000, 128\)"):
         radon3d_fbp(p[:, :100], g, VOL)
     bad = p.copy()
@@ -232,6 +237,7 @@ def test_bad_input(uniform2000):
 
 
 # -- two-stage back-projection ----------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def grid_ball():
@@ -291,5 +297,4 @@ def test_two_stage_single_precision_and_off_centre_volume(grid_ball):
 def _radius_at(volume, centre):
     z, y, x = (volume.coordinates(a) for a in "zyx")
     cz, cy, cx = centre
-    return np.sqrt((x[None, None, :] - cx) ** 2 + (y[None, :, None] - cy) ** 2
-                   + (z[:, None, None] - cz) ** 2)
+    return np.sqrt((x[None, None, :] - cx) ** 2 + (y[None, :, None] - cy) ** 2 + (z[:, None, None] - cz) ** 2)

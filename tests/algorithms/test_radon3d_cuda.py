@@ -17,6 +17,7 @@ histogram's 12288 float32 / 6144 float64 samples. Their host builds
 (tests/cuda/test_radon3d_host.py) and the planning logic
 (tests/algorithms/test_radon3d_kernel_mirror.py) are checked without a GPU.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -36,6 +37,7 @@ TOL = {np.float32: 1e-5, np.float64: 1e-12}
 def rel(a, b) -> float:
     """max |a - b| / max |b|, on the host, NaN-aware (a NaN anywhere fails)."""
     import cupy
+
     a = cupy.asnumpy(a).astype(np.float64)
     b = cupy.asnumpy(b).astype(np.float64)
     if not np.all(np.isfinite(a)):
@@ -50,17 +52,21 @@ def _radius(volume):
 
 # -- the kernels ---------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("path", ["shared", "global"])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("vol", [ODD_VOL, VolumeGeometry((5, 3, 70), 0.02),
-                                 VolumeGeometry((33, 9, 1), (0.03, 0.05, 0.02))],
-                         ids=["odd-offcentre", "thin", "one-column"])
+@pytest.mark.parametrize(
+    "vol",
+    [ODD_VOL, VolumeGeometry((5, 3, 70), 0.02), VolumeGeometry((33, 9, 1), (0.03, 0.05, 0.02))],
+    ids=["odd-offcentre", "thin", "one-column"],
+)
 def test_backproject_kernel_equals_cpu(rng, dtype, vol, path):
     """Random filtered projections (fresh each run), odd sizes, poisoned output;
     the shared-memory kernel and the global-memory fallback."""
     import cupy
 
     from leveret.cuda import radon3d as gpu
+
     g = RadonGeometry.uniform(208, 61, spacing=0.03)
     table = cpu.sample_table(g.directions, g.n_samples, g.spacing, vol)
     proj = rng.standard_normal(g.projection_shape).astype(dtype)
@@ -87,8 +93,9 @@ def test_backproject_falls_back_to_global_memory(rng, dtype, dx):
     import cupy
 
     from leveret.cuda import radon3d as gpu
+
     vol = VolumeGeometry((8, 16, 40), dx, center=(0.1 * dx, -0.2 * dx, 0.3 * dx))
-    half = 0.5 * dx * np.sqrt(8 ** 2 + 16 ** 2 + 40 ** 2)
+    half = 0.5 * dx * np.sqrt(8**2 + 16**2 + 40**2)
     g = RadonGeometry.uniform(100, int(2 * half / 0.03) + 5, spacing=0.03)
     table = cpu.sample_table(g.directions, g.n_samples, g.spacing, vol)
     plan = gpu.plan_backprojection(table, 4, dtype, g.n_dirs)
@@ -108,14 +115,15 @@ def _fft_rounding_spread(p, g, vol) -> float:
     import math
 
     from leveret.algorithms import radon3d as alg
+
     response = alg.second_derivative_response(g.n_samples, spacing=g.spacing)
-    scale = -(2.0 if g.hemisphere else 1.0) / (8.0 * math.pi ** 2)
+    scale = -(2.0 if g.hemisphere else 1.0) / (8.0 * math.pi**2)
     row_scale = scale * alg._direction_weights("auto", g)
     n_pad = 2 * (response.size - 1)
     real = alg.filter_projections(p, response, row_scale, np.float64)
-    spec = np.fft.fft(p, n=n_pad, axis=-1)[:, :response.size] * response
+    spec = np.fft.fft(p, n=n_pad, axis=-1)[:, : response.size] * response
     whole = np.concatenate([spec, np.conj(spec[:, -2:0:-1])], axis=1)
-    other = np.ascontiguousarray(np.fft.ifft(whole, axis=-1).real[:, :g.n_samples] * row_scale[:, None])
+    other = np.ascontiguousarray(np.fft.ifft(whole, axis=-1).real[:, : g.n_samples] * row_scale[:, None])
     table = cpu.sample_table(g.directions, g.n_samples, g.spacing, vol)
     a = cpu.backproject(real, table, np.empty(vol.shape))
     b = cpu.backproject(other, table, np.empty(vol.shape))
@@ -135,6 +143,7 @@ def test_fbp_with_coarse_voxels_on_gpu(precision, dtype):
     themselves equal the CPU's to 1e-12 (the kernel and fallback tests). So
     float64 is held to 10x the measured CPU spread (at least 1e-12)."""
     from leveret.cuda import radon3d as gpu
+
     g = RadonGeometry.grid(10, 20, 3600, spacing=0.01)
     vol = VolumeGeometry((9, 10, 11), 1.0, center=(0.4, -0.2, 0.6))
     p = ball(6.0, center=(0.2, 0.4, -0.6)).project_radon(g)
@@ -153,6 +162,7 @@ def test_backproject_kernel_accumulates_and_handles_voxels_off_the_samples(rng, 
     import cupy
 
     from leveret.cuda import radon3d as gpu
+
     # Directions near +x (|n_x| > 0.95), samples |t| <= 0.04, x up to +-0.44:
     # voxels with |x| > ~0.07 see no sample at all.
     theta = np.full(7, np.pi / 2) + np.linspace(-0.1, 0.1, 7)
@@ -172,13 +182,14 @@ def test_backproject_kernel_accumulates_and_handles_voxels_off_the_samples(rng, 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_forward_kernel_equals_cpu(rng, dtype):
     import cupy
+
     g = RadonGeometry.uniform(97, 71, spacing=0.03)
     x = rng.standard_normal(ODD_VOL.shape).astype(dtype)
     ref = radon3d_forward(x.astype(np.float64), g, ODD_VOL, backend="cpu")
     got = radon3d_forward(cupy.asarray(x), g, ODD_VOL, backend="cuda")
     assert isinstance(got, cupy.ndarray) and got.dtype == dtype
     assert rel(got, ref) < TOL[dtype]
-    host = radon3d_forward(x, g, ODD_VOL, backend="cuda")      # NumPy in, NumPy out
+    host = radon3d_forward(x, g, ODD_VOL, backend="cuda")  # NumPy in, NumPy out
     assert isinstance(host, np.ndarray) and rel(host, ref) < TOL[dtype]
 
 
@@ -189,6 +200,7 @@ def test_forward_kernel_global_atomics_equal_cpu(rng, dtype):
     import cupy
 
     from leveret.cuda import radon3d as gpu
+
     g = RadonGeometry.uniform(97, 71, spacing=0.03)
     table = cpu.sample_table(g.directions, g.n_samples, g.spacing, ODD_VOL)
     x = rng.standard_normal(ODD_VOL.shape).astype(dtype)
@@ -198,14 +210,14 @@ def test_forward_kernel_global_atomics_equal_cpu(rng, dtype):
     assert rel(out, ref) < TOL[dtype]
 
 
-@pytest.mark.parametrize("dtype, n_samples", [(np.float32, 12289), (np.float32, 20001),
-                                              (np.float64, 6145)])
+@pytest.mark.parametrize("dtype, n_samples", [(np.float32, 12289), (np.float32, 20001), (np.float64, 6145)])
 def test_forward_of_long_projections_on_gpu(rng, dtype, n_samples):
     """More samples than the shared histogram holds (12288 float32, 6144
     float64): radon3d_forward takes the global atomics and equals the CPU."""
     from leveret.cuda import radon3d as gpu
+
     assert gpu.plan_forward(n_samples, dtype) == "global"
-    g = RadonGeometry.uniform(40, n_samples, spacing=2.4 / n_samples)   # covers ODD_VOL
+    g = RadonGeometry.uniform(40, n_samples, spacing=2.4 / n_samples)  # covers ODD_VOL
     x = rng.standard_normal(ODD_VOL.shape).astype(dtype)
     ref = radon3d_forward(x.astype(np.float64), g, ODD_VOL, backend="cpu")
     got = radon3d_forward(x, g, ODD_VOL, backend="cuda")
@@ -221,6 +233,7 @@ def test_forward_of_ball_matches_closed_form_on_gpu():
 
 
 # -- radon3d_fbp -------------------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def ball2000():
@@ -259,6 +272,7 @@ def test_numpy_in_equals_cupy_in(precision, method, result, monkeypatch):
     import cupy
 
     import leveret.algorithms.radon3d as mod
+
     if result == "pipeline":
         monkeypatch.setattr(mod, "PINNED_RESULT_MAX_BYTES", 0)
     g = RadonGeometry.grid(16, 32, 96, spacing=0.012)
@@ -291,17 +305,25 @@ def test_two_stage_stages_poisoned(rng, path):
     import cupy
 
     from leveret.cuda import radon3d as gpu
+
     g = RadonGeometry.grid(7, 12, 40, spacing=0.03)
     vol = VolumeGeometry((9, 13, 11), 0.04)
     plan = TwoStagePlan(g, vol, oversampling=2)
     filt = rng.standard_normal(g.projection_shape)
     by_phi = np.ascontiguousarray(filt[plan.order]).reshape(plan.n_phi, plan.n_theta, -1)
     planes = cupy.full(plan.plane_shape, np.nan)
-    gpu.backproject(cupy.asarray(by_phi), plan.table1, planes, proj_bstride=plan.n_theta * g.n_samples,
-                    table_bstride=plan.n_theta, zpt=1, path=path)
+    gpu.backproject(
+        cupy.asarray(by_phi),
+        plan.table1,
+        planes,
+        proj_bstride=plan.n_theta * g.n_samples,
+        table_bstride=plan.n_theta,
+        zpt=1,
+        path=path,
+    )
     ref_planes = np.empty(plan.plane_shape)
     for j in range(plan.n_phi):
-        cpu.backproject(by_phi[j], plan.table1[j * plan.n_theta:(j + 1) * plan.n_theta], ref_planes[j][None])
+        cpu.backproject(by_phi[j], plan.table1[j * plan.n_theta : (j + 1) * plan.n_theta], ref_planes[j][None])
     assert rel(planes, ref_planes) < 1e-12
     out = cupy.full(vol.shape, np.nan)
     slices = cupy.ascontiguousarray(planes.transpose(1, 0, 2))
@@ -311,6 +333,7 @@ def test_two_stage_stages_poisoned(rng, path):
 
 def test_bad_input_on_gpu():
     import cupy
+
     g = RadonGeometry.uniform(50, 32)
     p = cupy.zeros(g.projection_shape)
     p[3, 4] = cupy.nan

@@ -9,6 +9,7 @@ window the launcher sizes (``window_length``), for the single-stage and
 both two-stage tables, and (2) the float32 accuracy the GPU tests assert
 (1e-5 of the largest value against the float64 CPU reference).
 """
+
 from __future__ import annotations
 
 import math
@@ -23,7 +24,7 @@ from leveret.cuda import radon3d as launcher
 from leveret.phantom import ball
 
 BX, BY = launcher.BLOCK
-MAGIC = np.float32(8388607.5)    # 2^23 - 1/2
+MAGIC = np.float32(8388607.5)  # 2^23 - 1/2
 
 
 def _f32_fma(x, y, z):
@@ -58,7 +59,7 @@ def mirror(proj, table, shape, zpt=4, db=64, table_bstride=0):
         f = (u - (t - np.float32(8388608.0))).astype(np.float32)
         lo, hi = min(lo, k.min()), max(hi, k.max())
         s = w0 + k
-        row = proj[b, q] if per_b else proj[q]     # per voxel (nb, ny, nx, n_samples), or one row
+        row = proj[b, q] if per_b else proj[q]  # per voxel (nb, ny, nx, n_samples), or one row
 
         def sample(idx):
             ok = (idx >= 0) & (idx < n_samples)
@@ -75,8 +76,11 @@ def mirror(proj, table, shape, zpt=4, db=64, table_bstride=0):
     return total, (int(lo), int(hi), W)
 
 
-VOLUMES = [VolumeGeometry((17, 23, 37), (0.05, 0.04, 0.045), center=(0.02, -0.03, 0.01)),
-           VolumeGeometry((9, 3, 70), 0.02), VolumeGeometry((12, 12, 12), 0.1, center=(0.3, -0.5, 0.7))]
+VOLUMES = [
+    VolumeGeometry((17, 23, 37), (0.05, 0.04, 0.045), center=(0.02, -0.03, 0.01)),
+    VolumeGeometry((9, 3, 70), 0.02),
+    VolumeGeometry((12, 12, 12), 0.1, center=(0.3, -0.5, 0.7)),
+]
 
 
 @pytest.mark.parametrize("vol", VOLUMES, ids=["odd-offcentre", "thin", "coarse-voxels"])
@@ -88,7 +92,7 @@ def test_mirror_reads_inside_the_window_and_meets_the_float32_bound(rng, vol, zp
     got, (lo, hi, W) = mirror(proj, table, vol.shape, zpt)
     assert 0 <= lo and hi <= W - 1
     ref = cpu.backproject(proj.astype(np.float64), table, np.empty(vol.shape))
-    assert np.abs(got - ref).max() < 1e-5 * np.abs(ref).max()   # measured ~2e-6
+    assert np.abs(got - ref).max() < 1e-5 * np.abs(ref).max()  # measured ~2e-6
 
 
 def test_mirror_on_a_ball_fbp():
@@ -98,7 +102,7 @@ def test_mirror_on_a_ball_fbp():
     vol = VolumeGeometry((11, 13, 15), 1.0 / 24)
     p = ball(0.5, center=(0.03, 0.0, -0.02)).project_radon(g)
     resp = second_derivative_response(g.n_samples, spacing=g.spacing)
-    row = -g.direction_weights() / (8 * math.pi ** 2)
+    row = -g.direction_weights() / (8 * math.pi**2)
     f64 = filter_projections(p, resp, row, np.float64)
     table = cpu.sample_table(g.directions, g.n_samples, g.spacing, vol)
     ref = cpu.backproject(f64, table, np.empty(vol.shape))
@@ -112,12 +116,13 @@ def test_mirror_two_stage_tables_stay_in_their_windows(rng):
     plan = TwoStagePlan(g, vol, oversampling=2)
     filt = rng.standard_normal(g.projection_shape)
     by_phi = np.ascontiguousarray(filt[plan.order]).reshape(plan.n_phi, plan.n_theta, -1)
-    planes, (lo, hi, W) = mirror(by_phi.astype(np.float32), plan.table1, plan.plane_shape, zpt=1,
-                                 table_bstride=plan.n_theta)
+    planes, (lo, hi, W) = mirror(
+        by_phi.astype(np.float32), plan.table1, plan.plane_shape, zpt=1, table_bstride=plan.n_theta
+    )
     assert 0 <= lo and hi <= W - 1
     ref_planes = np.empty(plan.plane_shape)
     for jp in range(plan.n_phi):
-        cpu.backproject(by_phi[jp], plan.table1[jp * plan.n_theta:(jp + 1) * plan.n_theta], ref_planes[jp][None])
+        cpu.backproject(by_phi[jp], plan.table1[jp * plan.n_theta : (jp + 1) * plan.n_theta], ref_planes[jp][None])
     assert np.abs(planes - ref_planes).max() < 1e-5 * np.abs(ref_planes).max()
     slices = np.ascontiguousarray(ref_planes.transpose(1, 0, 2))
     table2 = np.ascontiguousarray(plan.table2)
@@ -137,6 +142,7 @@ def mirror_stage2(slices, table2, shape):
 
 # -- the global-memory fallback (radon3d.cu: backproject_global_impl) ----------------------------
 
+
 def mirror_global(proj, table, shape, batch=64):
     """The global-memory kernel's float32 arithmetic: float64 coordinates in the CPU
     kernel's order, the fraction rounded to float32, ``fma(f, v1 - v0, v0)`` in
@@ -154,8 +160,9 @@ def mirror_global(proj, table, shape, batch=64):
         f = (u - fl).astype(np.float32)
 
         def sample(idx):
-            return np.where((idx >= 0) & (idx < n_samples), proj[q][np.clip(idx, 0, n_samples - 1)],
-                            np.float32(0)).astype(np.float32)
+            return np.where(
+                (idx >= 0) & (idx < n_samples), proj[q][np.clip(idx, 0, n_samples - 1)], np.float32(0)
+            ).astype(np.float32)
 
         v0 = sample(s)
         term = _f32_fma(f, (sample(s + 1) - v0).astype(np.float32), v0)
@@ -169,7 +176,7 @@ def mirror_global(proj, table, shape, batch=64):
 def _coarse_geometry(dx, n_dirs=100, spacing=0.03):
     """Voxels ``dx / spacing`` times the sample pitch; samples cover the whole volume."""
     vol = VolumeGeometry((8, 16, 40), dx)
-    half = 0.5 * dx * math.sqrt(8 ** 2 + 16 ** 2 + 40 ** 2)
+    half = 0.5 * dx * math.sqrt(8**2 + 16**2 + 40**2)
     g = RadonGeometry.uniform(n_dirs, int(2 * half / spacing) + 5, spacing=spacing)
     return g, vol, cpu.sample_table(g.directions, g.n_samples, g.spacing, vol)
 
@@ -189,6 +196,7 @@ def test_global_kernel_mirror_keeps_float32_accuracy_where_windows_are_wide(rng)
 
 
 # -- the launcher's plans (which kernel runs), checked without a GPU ------------------------------
+
 
 def test_plan_backprojection_benchmark_problems_stage_in_shared_memory():
     for n, n_dirs in ((128, 208), (256, 2000)):

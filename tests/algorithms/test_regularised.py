@@ -1,6 +1,7 @@
 """fista and pdhg on small problems (CPU): the same minimiser as each other
 and as an independent solver, the objective they report, monotone MFISTA,
 weights, ||A|| and its cache, divergence and bad input."""
+
 from __future__ import annotations
 
 import threading
@@ -23,7 +24,7 @@ def reference_tv(x):
         index = [slice(None)] * x.ndim
         index[a] = slice(0, -1)
         d[tuple(index)] = np.diff(x.astype(np.float64), axis=a)
-        total += d ** 2
+        total += d**2
     return float(np.sqrt(total).sum())
 
 
@@ -43,14 +44,17 @@ class MatrixOperator:
     def __init__(self, A, matrix=None):
         self.volume, self.projection_shape, self.dtype = A.volume, tuple(A.projection_shape), A.dtype
         self.source = A
-        self.M = matrix if matrix is not None else np.stack(
-            [A(e.reshape(A.volume.shape)).ravel() for e in np.eye(A.volume.size, dtype=A.dtype)], axis=1)
+        self.M = (
+            matrix
+            if matrix is not None
+            else np.stack([A(e.reshape(A.volume.shape)).ravel() for e in np.eye(A.volume.size, dtype=A.dtype)], axis=1)
+        )
         self.T = _MatrixTranspose(self)
 
     def __call__(self, x, out=None):
         if out is None:
             return (self.M @ np.asarray(x).ravel()).reshape(self.projection_shape)
-        np.matmul(self.M, x.reshape(-1), out=out.reshape(-1))        # no temporary
+        np.matmul(self.M, x.reshape(-1), out=out.reshape(-1))  # no temporary
         return out
 
     def subset(self, views):
@@ -79,7 +83,7 @@ def problem():
     geometry = ParallelGeometry(np.linspace(0, np.pi, 9, endpoint=False), 15)
     A = Projector(geometry, volume, model="siddon", precision="float64", backend="cpu")
     yy, xx = np.mgrid[:10, :10] - 4.5
-    truth = 1.0 * (xx ** 2 + yy ** 2 < 16) + 0.5 * ((xx - 1) ** 2 + (yy + 1) ** 2 < 4)
+    truth = 1.0 * (xx**2 + yy**2 < 16) + 0.5 * ((xx - 1) ** 2 + (yy + 1) ** 2 < 4)
     b = A(truth) + np.random.default_rng(3).normal(0, 0.3, A.projection_shape)
     return A, b, 1.5
 
@@ -94,6 +98,7 @@ def smoothed_minimiser(A, b, lam, eps=1e-10):
     """An independent solver: L-BFGS-B on the TV smoothed as sqrt(|D x|^2 + eps),
     x >= 0, with the explicit matrix of A and the gradient from np.diff."""
     from scipy.optimize import minimize
+
     shape = A.volume.shape
     M = A.M
 
@@ -103,18 +108,24 @@ def smoothed_minimiser(A, b, lam, eps=1e-10):
         dx = np.zeros(shape)
         dy[:-1] = np.diff(x, axis=0)
         dx[:, :-1] = np.diff(x, axis=1)
-        n = np.sqrt(dy ** 2 + dx ** 2 + eps)
+        n = np.sqrt(dy**2 + dx**2 + eps)
         r = M @ flat - b.ravel()
         gy, gx = dy / n, dx / n
-        grad_tv = np.zeros(shape)          # D^T (D x / n)
+        grad_tv = np.zeros(shape)  # D^T (D x / n)
         grad_tv[:-1] -= gy[:-1]
         grad_tv[1:] += gy[:-1]
         grad_tv[:, :-1] -= gx[:, :-1]
         grad_tv[:, 1:] += gx[:, :-1]
         return 0.5 * r @ r + lam * n.sum(), M.T @ r + lam * grad_tv.ravel()
 
-    res = minimize(f, np.zeros(A.volume.size), jac=True, method="L-BFGS-B", bounds=[(0, None)] * A.volume.size,
-                   options={"maxiter": 20000, "maxfun": 40000, "ftol": 1e-15, "gtol": 1e-11})
+    res = minimize(
+        f,
+        np.zeros(A.volume.size),
+        jac=True,
+        method="L-BFGS-B",
+        bounds=[(0, None)] * A.volume.size,
+        options={"maxiter": 20000, "maxfun": 40000, "ftol": 1e-15, "gtol": 1e-11},
+    )
     return res.x.reshape(shape)
 
 
@@ -124,9 +135,11 @@ def test_fista_and_pdhg_reach_the_same_minimiser(matrix_problem):
     an independent solver (L-BFGS-B on a smoothed TV) finds no lower
     objective and the same volume to 1e-2 (the smoothing's own error)."""
     A, b, lam = matrix_problem
-    runs = {"fista": leveret.fista(b, A, 400, tv=lam, nonnegative=True, tv_iterations=100),
-            "pdhg": leveret.pdhg(b, A, 1500, tv=lam, nonnegative=True),
-            "pdhg preconditioned": leveret.pdhg(b, A, 3000, tv=lam, nonnegative=True, preconditioned=True)}
+    runs = {
+        "fista": leveret.fista(b, A, 400, tv=lam, nonnegative=True, tv_iterations=100),
+        "pdhg": leveret.pdhg(b, A, 1500, tv=lam, nonnegative=True),
+        "pdhg preconditioned": leveret.pdhg(b, A, 3000, tv=lam, nonnegative=True, preconditioned=True),
+    }
     values = {k: reference_objective(A, b, x, lam) for k, x in runs.items()}
     best = min(values.values())
     scale = np.abs(runs["fista"]).max()
@@ -145,11 +158,20 @@ def test_fista_iterates_are_mfista_written_out(matrix_problem, monotone):
     itself (leveret forms it from A x and A z), the same prox and step: the
     same iterates to rounding, the same rejections."""
     from leveret.operators import tv as tvop
+
     A, b, lam = matrix_problem
-    shape, n_it = A.volume.shape, 60                 # MFISTA rejects some of these (9 measured)
+    shape, n_it = A.volume.shape, 60  # MFISTA rejects some of these (9 measured)
     stats, seen = {}, []
-    leveret.fista(b, A, n_it, tv=lam, nonnegative=True, monotone=monotone, stats=stats,
-                  callback=lambda x, info: seen.append(x.copy()))
+    leveret.fista(
+        b,
+        A,
+        n_it,
+        tv=lam,
+        nonnegative=True,
+        monotone=monotone,
+        stats=stats,
+        callback=lambda x, info: seen.append(x.copy()),
+    )
     L = stats["norm"] ** 2
 
     def F(v):
@@ -185,8 +207,8 @@ def reference_gradient_transpose(q):
     for a in range(q.shape[0]):
         n = q.shape[1 + a]
         qa, d = np.moveaxis(q[a], a, 0), np.moveaxis(out, a, 0)
-        d[:n - 1] -= qa[:n - 1]
-        d[1:] += qa[:n - 1]
+        d[: n - 1] -= qa[: n - 1]
+        d[1:] += qa[: n - 1]
     return out
 
 
@@ -199,11 +221,19 @@ def test_pdhg_iterates_are_chambolle_pock_written_out(matrix_problem, preconditi
     A, b, lam = matrix_problem
     shape, n_it = A.volume.shape, 30
     stats, seen = {}, []
-    leveret.pdhg(b, A, n_it, tv=lam, nonnegative=True, preconditioned=preconditioned, stats=stats,
-                 callback=lambda x, info: seen.append(x.copy()))
+    leveret.pdhg(
+        b,
+        A,
+        n_it,
+        tv=lam,
+        nonnegative=True,
+        preconditioned=preconditioned,
+        stats=stats,
+        callback=lambda x, info: seen.append(x.copy()),
+    )
     M = A.M
     if preconditioned:
-        degree = np.zeros(shape)                     # |D|'s column sums: the differences a voxel enters
+        degree = np.zeros(shape)  # |D|'s column sums: the differences a voxel enters
         for a in range(2):
             index = [slice(None)] * 2
             index[a] = slice(0, -1)
@@ -216,13 +246,13 @@ def test_pdhg_iterates_are_chambolle_pock_written_out(matrix_problem, preconditi
     else:
         tau, sigma, sigma_tv = stats["tau"], stats["sigma"], stats["sigma_tv"]
         assert tau * sigma * np.linalg.norm(M, 2) ** 2 <= 0.5 * (1 + 1e-12)
-        assert tau * sigma_tv * 8 <= 0.5 * (1 + 1e-12)                       # ||D||^2 <= 8 in 2D
+        assert tau * sigma_tv * 8 <= 0.5 * (1 + 1e-12)  # ||D||^2 <= 8 in 2D
     x = np.zeros(shape)
     x_bar, y, p = x.copy(), np.zeros(M.shape[0]), np.zeros((2,) + shape)
     for k in range(n_it):
         y = (y + sigma * (M @ x_bar.ravel() - b.ravel())) / (1 + sigma)
         p = p + sigma_tv * reference_gradient(x_bar)
-        p /= np.maximum(1.0, np.sqrt((p ** 2).sum(axis=0)) / lam)
+        p /= np.maximum(1.0, np.sqrt((p**2).sum(axis=0)) / lam)
         x_new = np.maximum(x - tau * ((M.T @ y).reshape(shape) + reference_gradient_transpose(p)), 0)
         x_bar, x = 2 * x_new - x, x_new
         np.testing.assert_allclose(seen[k], x, atol=1e-9, err_msg=f"iteration {k + 1}")
@@ -248,8 +278,14 @@ def test_reported_objective_is_exact(problem, method):
     seen = []
 
     def record(x, info):
-        seen.append((info["objective"], reference_objective(A, b, x, lam), info["residual"],
-                     np.linalg.norm(A(x) - b) / np.linalg.norm(b)))
+        seen.append(
+            (
+                info["objective"],
+                reference_objective(A, b, x, lam),
+                info["residual"],
+                np.linalg.norm(A(x) - b) / np.linalg.norm(b),
+            )
+        )
 
     stats = {}
     getattr(leveret, method)(b, A, 40, tv=lam, callback=record, stats=stats)
@@ -271,7 +307,7 @@ def test_plain_fista_is_not_held_monotone(matrix_problem):
     leveret.fista(b, A, 200, tv=lam, monotone=False, stats=plain)
     leveret.fista(b, A, 200, tv=lam, stats=mono)
     assert plain["rejected"] == 0 and mono["rejected"] > 0
-    assert np.any(np.diff(plain["objective"]) > 0)        # FISTA's ripples
+    assert np.any(np.diff(plain["objective"]) > 0)  # FISTA's ripples
     assert np.all(np.diff(mono["objective"]) <= 0)
 
 
@@ -279,16 +315,19 @@ def test_without_tv_fista_is_least_squares():
     """tv=0: FISTA's objective reaches the least-squares residual (its
     guarantee is on the objective, at O(1/k^2))."""
     volume = VolumeGeometry((6, 6), 1.0)
-    A = MatrixOperator(Projector(ParallelGeometry(np.linspace(0, np.pi, 8, endpoint=False), 9), volume,
-                                 precision="float64", backend="cpu"))
-    b = np.random.default_rng(1).standard_normal(A.projection_shape)     # fixed: the rate depends on b
+    A = MatrixOperator(
+        Projector(
+            ParallelGeometry(np.linspace(0, np.pi, 8, endpoint=False), 9), volume, precision="float64", backend="cpu"
+        )
+    )
+    b = np.random.default_rng(1).standard_normal(A.projection_shape)  # fixed: the rate depends on b
     x_ls = np.linalg.lstsq(A.M, b.ravel(), rcond=None)[0]
     best = 0.5 * np.sum((A.M @ x_ls - b.ravel()) ** 2)
     stats = {}
     x = leveret.fista(b, A, 3000, tv=0.0, stats=stats)
     assert stats["objective"][-1] == pytest.approx(0.5 * np.sum((A.M @ x.ravel() - b.ravel()) ** 2), rel=1e-12)
     assert best <= stats["objective"][-1] <= best * (1 + 1e-6)
-    assert stats["objective"][99] > best * (1 + 1e-5)       # not there at once: the check can tell
+    assert stats["objective"][99] > best * (1 + 1e-5)  # not there at once: the check can tell
 
 
 def test_weights_enter_the_data_term(matrix_problem):
@@ -304,7 +343,7 @@ def test_weights_enter_the_data_term(matrix_problem):
     weighted = leveret.pdhg(b, A, 4000, tv=lam, weights=w)
     subset = leveret.pdhg(np.ascontiguousarray(b[keep]), A.subset(keep), 4000, tv=lam)
     np.testing.assert_allclose(weighted, subset, atol=1e-3 * np.abs(subset).max())
-    assert np.abs(weighted - plain).max() > 0.05 * np.abs(plain).max()   # the views left out matter
+    assert np.abs(weighted - plain).max() > 0.05 * np.abs(plain).max()  # the views left out matter
 
 
 def test_3d_cone_beam():
@@ -356,8 +395,8 @@ def test_operator_norm_estimate_and_cache():
     assert true <= estimate <= 1.02 * true
     first = _Counting.calls
     assert 0 < first <= 12
-    assert operator_norm(A) == estimate and _Counting.calls == first        # cached
-    sub = A.subset([0, 1, 2])                                               # its own entry
+    assert operator_norm(A) == estimate and _Counting.calls == first  # cached
+    sub = A.subset([0, 1, 2])  # its own entry
     M_sub = M.reshape(7, 13, -1)[:3].reshape(39, -1)
     assert np.linalg.norm(M_sub, 2) <= operator_norm(sub) <= 1.02 * np.linalg.norm(M_sub, 2) < true
     # two threads asking at once for a new projector: one estimate
@@ -375,8 +414,14 @@ def test_operator_norm_estimate_and_cache():
 def test_operator_norm_with_negative_weights():
     """No upper bound without nonnegative weights: the estimate from below
     times NORM_MARGIN (a matrix with one dominant direction, some entries < 0)."""
-    A = MatrixOperator(Projector(ParallelGeometry(np.linspace(0, np.pi, 5, endpoint=False), 7),
-                                 VolumeGeometry((4, 4)), precision="float64", backend="cpu"))
+    A = MatrixOperator(
+        Projector(
+            ParallelGeometry(np.linspace(0, np.pi, 5, endpoint=False), 7),
+            VolumeGeometry((4, 4)),
+            precision="float64",
+            backend="cpu",
+        )
+    )
     A.M = A.M - 0.05 * np.abs(np.random.default_rng(2).standard_normal(A.M.shape))
     assert (A.M < 0).any()
     true = np.linalg.norm(A.M, 2)
@@ -390,9 +435,12 @@ def test_a_diverging_run_raises_naming_the_step(method):
     volume = VolumeGeometry((8, 8), 1.0)
     A = Projector(ParallelGeometry(np.linspace(0, np.pi, 6, endpoint=False), 11), volume, backend="cpu")
     b = A(np.ones(volume.shape, np.float32))
-    with pytest.raises(FloatingPointError, match=rf"{method}: diverged at iteration \d+ in the "
-                                                 r"(data gradient|TV proximal step|forward projection|"
-                                                 r"primal update|data dual)"):
+    with pytest.raises(
+        FloatingPointError,
+        match=rf"{method}: diverged at iteration \d+ in the "
+        r"(data gradient|TV proximal step|forward projection|"
+        r"primal update|data dual)",
+    ):
         getattr(leveret, method)(b, A, 500, tv=0.1, norm=1e-4)
 
 
@@ -417,15 +465,16 @@ def test_memory_count_is_what_a_run_holds(method, monkeypatch):
     import tracemalloc
 
     import leveret.algorithms.regularised as regularised
+
     monkeypatch.setattr(regularised, "CHUNK", 64)
     volume = VolumeGeometry((16, 16, 16), 1.0)
     geometry = ConeGeometry.circular(np.linspace(0, 2 * np.pi, 12, endpoint=False), 40.0, 80.0, 16, 20, 1.5)
-    shapes = Projector(geometry, volume, precision="float64", backend="cpu")    # the shapes; a random matrix
+    shapes = Projector(geometry, volume, precision="float64", backend="cpu")  # the shapes; a random matrix
     rng = np.random.default_rng(0)
     A = MatrixOperator(shapes, rng.random((int(np.prod(shapes.projection_shape)), volume.size)) / volume.size)
     b = A(rng.random(volume.shape))
     run = getattr(leveret, method)
-    run(b, A, 2, tv=0.1)                    # the norm cached, the kernels compiled
+    run(b, A, 2, tv=0.1)  # the norm cached, the kernels compiled
     tracemalloc.start()
     try:
         base = tracemalloc.get_traced_memory()[0]
@@ -438,8 +487,9 @@ def test_memory_count_is_what_a_run_holds(method, monkeypatch):
 
 
 def test_memory_count():
-    A = Projector(ConeGeometry.circular(np.linspace(0, 6, 5), 30.0, 60.0, 4, 6, 2.0), VolumeGeometry((3, 4, 5)),
-                  backend="cpu")
+    A = Projector(
+        ConeGeometry.circular(np.linspace(0, 6, 5), 30.0, 60.0, 4, 6, 2.0), VolumeGeometry((3, 4, 5)), backend="cpu"
+    )
     vol, proj = 4 * 60, 4 * 120
     assert memory_bytes("fista", A) == 9 * vol + 3 * proj
     assert memory_bytes("pdhg", A, weights=True, preconditioned=True) == 6 * vol + 6 * proj
@@ -477,4 +527,4 @@ def test_bad_input(problem):
     with pytest.raises(ValueError, match="preconditioned: expected True or False"):
         leveret.pdhg(b, A, 3, tv=lam, preconditioned="yes")
     with pytest.raises(TypeError):
-        leveret.fista(b, A, 3)           # tv has no default: its scale is the data's
+        leveret.fista(b, A, 3)  # tv has no default: its scale is the data's

@@ -1,6 +1,7 @@
 """fista and pdhg on the GPU: CuPy in, CuPy out, every step on the device,
 the same reconstruction as the CPU path; NumPy data with a CUDA projector
 (uploaded once, NumPy out); several devices; divergence."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -19,7 +20,7 @@ def scan():
     volume = VolumeGeometry((40, 40, 40), 1.0)
     geometry = ConeGeometry.circular(np.linspace(0, 2 * np.pi, 24, endpoint=False), 120.0, 240.0, 48, 56, 2.0)
     zz, yy, xx = np.mgrid[:40, :40, :40] - 19.5
-    truth = (1.0 * (xx ** 2 + yy ** 2 + zz ** 2 < 15 ** 2) + 0.5 * ((xx - 4) ** 2 + yy ** 2 + zz ** 2 < 5 ** 2))
+    truth = 1.0 * (xx**2 + yy**2 + zz**2 < 15**2) + 0.5 * ((xx - 4) ** 2 + yy**2 + zz**2 < 5**2)
     cpu = Projector(geometry, volume, model="joseph", backend="cpu")
     b = cpu(truth.astype(np.float32))
     b += np.random.default_rng(0).normal(0, 0.01 * b.max(), b.shape).astype(np.float32)
@@ -32,6 +33,7 @@ def test_cupy_in_cupy_out_equals_the_cpu(scan, method, kw):
     the CPU (Numba): the objective curves agree to 1e-3 and the volumes to
     5e-3 of the largest value (float32; two projector implementations)."""
     import cupy
+
     geometry, volume, cpu, b = scan
     gpu = Projector(geometry, volume, model="joseph", backend="cuda")
     stats_gpu, stats_cpu = {}, {}
@@ -47,6 +49,7 @@ def test_numpy_data_with_a_cuda_projector(scan):
     """NumPy in: every iteration runs on the GPU (one upload), NumPy out, and
     the callback sees NumPy; the same result as CuPy in."""
     import cupy
+
     geometry, volume, _, b = scan
     gpu = Projector(geometry, volume, model="joseph", backend="cuda")
     kinds = set()
@@ -63,6 +66,7 @@ def test_several_devices_equal_one(scan):
     import cupy
 
     from leveret.cuda.devices import DeviceSet
+
     geometry, volume, _, b = scan
     n = cupy.cuda.runtime.getDeviceCount()
     devices = DeviceSet([0, 1]) if n > 1 else DeviceSet([0, 0], shared=True)
@@ -76,6 +80,7 @@ def test_several_devices_equal_one(scan):
 
 def test_operator_norm_on_the_gpu(scan):
     from leveret.algorithms import operator_norm
+
     geometry, volume, cpu, _ = scan
     gpu = Projector(geometry, volume, model="joseph", backend="cuda")
     assert operator_norm(gpu) == pytest.approx(operator_norm(cpu), rel=1e-3)
@@ -84,6 +89,7 @@ def test_operator_norm_on_the_gpu(scan):
 @pytest.mark.parametrize("method", ["fista", "pdhg"])
 def test_divergence_on_the_gpu_raises(scan, method):
     import cupy
+
     geometry, volume, _, b = scan
     gpu = Projector(geometry, volume, model="joseph", backend="cuda")
     with pytest.raises(FloatingPointError, match=rf"{method}: diverged at iteration \d+"):

@@ -1,6 +1,7 @@
 """bench/bench_e2e.py runs on the CPU at a small size: it writes the DXchange
 scan once, reconstructs it into the formats asked for, and writes JSON with
 each run's stage split and floor."""
+
 from __future__ import annotations
 
 import json
@@ -15,9 +16,14 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _bench(*args, cwd):
-    return subprocess.run([sys.executable, str(ROOT / "bench" / "bench_e2e.py"), *args], capture_output=True,
-                          text=True, cwd=cwd, timeout=600, env={"PYTHONPATH": str(ROOT / "src"),
-                                                                "PATH": "/usr/bin:/bin", "NUMBA_NUM_THREADS": "2"})
+    return subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "bench_e2e.py"), *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=600,
+        env={"PYTHONPATH": str(ROOT / "src"), "PATH": "/usr/bin:/bin", "NUMBA_NUM_THREADS": "2"},
+    )
 
 
 def test_help_names_the_sizes_and_formats(tmp_path):
@@ -29,8 +35,25 @@ def test_help_names_the_sizes_and_formats(tmp_path):
 
 def test_a_small_cpu_suite_writes_its_table_and_json(tmp_path):
     out = tmp_path / "e2e.json"
-    run = _bench("--views", "24", "--rows", "6", "--cols", "32", "--backend", "cpu", "--dir", str(tmp_path),
-                 "--formats", "npy,h5,h5-uint16", "--probe-gb", "0.02", "--out", str(out), cwd=tmp_path)
+    run = _bench(
+        "--views",
+        "24",
+        "--rows",
+        "6",
+        "--cols",
+        "32",
+        "--backend",
+        "cpu",
+        "--dir",
+        str(tmp_path),
+        "--formats",
+        "npy,h5,h5-uint16",
+        "--probe-gb",
+        "0.02",
+        "--out",
+        str(out),
+        cwd=tmp_path,
+    )
     assert run.returncode == 0, run.stderr
     result = json.loads(out.read_text())
     assert result["problem"]["updates"] == 24 * 6 * 32 * 32
@@ -47,5 +70,5 @@ def test_a_small_cpu_suite_writes_its_table_and_json(tmp_path):
         assert f["exchange/data"].dtype == np.uint16 and f["exchange/data"].chunks == (1, 6, 32)
         assert f["exchange/data_white"].shape == (10, 6, 32) and f["exchange/data_dark"].shape == (5, 6, 32)
         assert f["exchange/theta"].shape == (24,)
-    assert not [p for p in tmp_path.iterdir() if p.name.startswith("rec")]     # each output removed
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith("rec")]  # each output removed
     assert "disk to disk / in memory" in run.stdout

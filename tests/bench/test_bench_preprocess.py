@@ -1,4 +1,5 @@
 """bench/bench_preprocess.py runs on the CPU (small sizes): its problems, rows and step split."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -11,10 +12,11 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _load():
-    sys.path.insert(0, str(ROOT / "bench"))       # the script imports common.py beside it
+    sys.path.insert(0, str(ROOT / "bench"))  # the script imports common.py beside it
     try:
-        spec = importlib.util.spec_from_file_location("bench_preprocess_under_test",
-                                                      ROOT / "bench" / "bench_preprocess.py")
+        spec = importlib.util.spec_from_file_location(
+            "bench_preprocess_under_test", ROOT / "bench" / "bench_preprocess.py"
+        )
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
         return module
@@ -26,8 +28,8 @@ def test_cpu_rows_and_split():
     bench = _load()
     data = bench.stripes_problem(64, np)
     assert data.shape == (64, 64, 64) and data.dtype == np.float32
-    assert np.all(data[:, :, int(0.8 * 64)] == 0.5)                     # the dead column
-    common = sys.modules["common"]              # the results list the script's record() appends to
+    assert np.all(data[:, :, int(0.8 * 64)] == 0.5)  # the dead column
+    common = sys.modules["common"]  # the results list the script's record() appends to
     common.RESULTS.clear()
     bench.bench_rings(64, np, reps=1, slab_rows=32, split=True)
     bench.bench_center(128, 90, reps=1)

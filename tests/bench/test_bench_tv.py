@@ -1,5 +1,6 @@
 """bench/bench_tv.py without a GPU: --dry-run prints the memory the methods
 need (as memory_bytes counts it for a real projector) and the byte counts."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -13,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module")
 def bench_tv():
-    sys.path.insert(0, str(ROOT / "bench"))          # the script imports common.py beside it
+    sys.path.insert(0, str(ROOT / "bench"))  # the script imports common.py beside it
     try:
         spec = importlib.util.spec_from_file_location("bench_tv_under_test", ROOT / "bench" / "bench_tv.py")
         module = importlib.util.module_from_spec(spec)
@@ -26,12 +27,13 @@ def bench_tv():
 def test_dry_run_memory_is_the_projectors(bench_tv, capsys):
     import leveret
     from leveret.algorithms.regularised import memory_bytes
+
     assert bench_tv.main(["--dry-run", "--size", "48", "--views", "20"]) == 0
     out = capsys.readouterr().out
     g, vol = bench_tv.geometry(48, 20)
     A = leveret.Projector(g, vol, model="joseph", backend="cpu")
-    assert f"FISTA {memory_bytes('fista', A) / 2 ** 30:.2f} GiB" in out
-    assert f"PDHG {memory_bytes('pdhg', A) / 2 ** 30:.2f} GiB" in out
+    assert f"FISTA {memory_bytes('fista', A) / 2**30:.2f} GiB" in out
+    assert f"PDHG {memory_bytes('pdhg', A) / 2**30:.2f} GiB" in out
     assert "TV prox, 10 FGP iterations" in out and "SIRT elementwise" in out
 
 

@@ -1,4 +1,5 @@
 """bench/run.sh, checked without a GPU: every test it runs under compute-sanitizer exists."""
+
 from __future__ import annotations
 
 import re

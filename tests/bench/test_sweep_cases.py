@@ -1,5 +1,6 @@
 """bench/bench_sweep.py's CPU-checkable logic: geometries, ASTRA vectors, memory
 estimates, the summary, the regression comparison and the plot."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -25,14 +26,30 @@ def _load(name: str):
 sweep = _load("bench_sweep")
 common = sweep.common
 
-CONE_VARIANTS = [{}, {"sampling": 2.5}, {"sampling": 0.5}, {"half_angle": 2.0}, {"half_angle": 15.0},
-                 {"scan": "short"}, {"offset": 0.25}, {"trajectory": "wobble"},
-                 {"scan": "short", "offset": 0.25, "trajectory": "wobble"}]
+CONE_VARIANTS = [
+    {},
+    {"sampling": 2.5},
+    {"sampling": 0.5},
+    {"half_angle": 2.0},
+    {"half_angle": 15.0},
+    {"scan": "short"},
+    {"offset": 0.25},
+    {"trajectory": "wobble"},
+    {"scan": "short", "offset": 0.25, "trajectory": "wobble"},
+]
 
 
 def cone_params(n=64, views=24, **over):
-    params = dict(n=n, nz=n, views=views, sampling=sweep.BASE_SAMPLING, half_angle=None, scan="full",
-                  offset=0.0, trajectory="circular")
+    params = dict(
+        n=n,
+        nz=n,
+        views=views,
+        sampling=sweep.BASE_SAMPLING,
+        half_angle=None,
+        scan="full",
+        offset=0.0,
+        trajectory="circular",
+    )
     params.update(over)
     return params
 
@@ -45,6 +62,7 @@ def inside_points(vol, rng, k=50):
 
 
 # -- geometries --------------------------------------------------------------------------
+
 
 def test_base_point_is_the_matched_projector_papers_problem():
     base = sweep.points()[0]
@@ -73,7 +91,7 @@ def test_one_voxel_at_the_isocentre_spans_sampling_detector_pixels(sampling, hal
 def test_half_angle_is_the_angle_of_the_detectors_edge_row(half_angle):
     g, _, derived = sweep.cone_problem(cone_params(half_angle=half_angle))
     centre = g.ray_directions((g.n_cols - 1) / 2, (g.n_rows - 1) / 2, views=0)[0]
-    edge = g.ray_directions((g.n_cols - 1) / 2, -0.5, views=0)[0]     # the top row's outer edge
+    edge = g.ray_directions((g.n_cols - 1) / 2, -0.5, views=0)[0]  # the top row's outer edge
     angle = math.degrees(math.acos(float(np.dot(centre, edge))))
     assert angle == pytest.approx(half_angle, abs=1e-9)
     assert derived["half_angle"] == pytest.approx(half_angle, abs=1e-3)
@@ -97,7 +115,7 @@ def test_wobble_trajectory_varies_source_distance_and_detector_per_view():
     distance = np.linalg.norm(g.source_positions()[:, :2], axis=1) / derived["sid"]
     assert distance.min() == pytest.approx(0.98, abs=1e-3) and distance.max() == pytest.approx(1.02, abs=1e-3)
     pp = g.principal_point()
-    assert np.ptp(pp[:, 0]) > 3.0 and np.ptp(pp[:, 1]) > 2.0    # shifts of +-2 and +-1.5 pixels
+    assert np.ptp(pp[:, 0]) > 3.0 and np.ptp(pp[:, 1]) > 2.0  # shifts of +-2 and +-1.5 pixels
 
 
 def test_unknown_trajectory_is_refused_by_name():
@@ -106,6 +124,7 @@ def test_unknown_trajectory_is_refused_by_name():
 
 
 # -- ASTRA's geometry from leveret's ----------------------------------------------------------
+
 
 @pytest.mark.parametrize("over", CONE_VARIANTS)
 def test_astra_vectors_put_every_point_where_leveret_projects_it(over, rng):
@@ -159,6 +178,7 @@ def test_astra_volume_window_matches_voxel_centres_with_and_without_roi():
 
 # -- the points -------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("quick", [False, True])
 def test_points_vary_one_axis_at_a_time_from_their_familys_base(quick):
     pts = sweep.points(quick)
@@ -177,7 +197,7 @@ def test_points_vary_one_axis_at_a_time_from_their_familys_base(quick):
 
 def test_full_sweep_covers_the_ranges_asked_for():
     pts = sweep.points()
-    values = lambda fam, key: {p["params"][key] for p in pts if p["family"] == fam}   # noqa: E731
+    values = lambda fam, key: {p["params"][key] for p in pts if p["family"] == fam}  # noqa: E731
     assert min(values("cone", "sampling")) == 0.5 and max(values("cone", "sampling")) == 2.5
     assert {2.0, 15.0} <= values("cone", "half_angle")
     assert min(values("cone", "n")) == 256 and max(values("cone", "n")) == 1024
@@ -188,8 +208,10 @@ def test_full_sweep_covers_the_ranges_asked_for():
     assert min(values("fdk", "n")) == 256 and max(values("fdk", "n")) == 1024
     assert {0.5, 2.5} <= values("fdk", "sampling")
     streamed = [p["params"] for p in pts if p["family"] == "fdk-streamed"]
-    assert {(p["n"], p["nz"], p["views"], p["budget_gib"]) for p in streamed} >= {(4096, 640, 124, 2.0),
-                                                                                  (4096, 640, 124, 8.0)}
+    assert {(p["n"], p["nz"], p["views"], p["budget_gib"]) for p in streamed} >= {
+        (4096, 640, 124, 2.0),
+        (4096, 640, 124, 8.0),
+    }
     assert min(values("parallel", "slices")) == 1 and max(values("parallel", "slices")) == 2048
     assert min(values("parallel", "angles")) == 180 and max(values("parallel", "angles")) == 6000
     assert min(values("parallel", "width")) == 512 and max(values("parallel", "width")) == 4096
@@ -204,7 +226,7 @@ def test_memory_estimates_use_the_shapes_the_problems_build(quick):
     for p in sweep.points(quick):
         vol_bytes, proj_bytes = sweep.array_bytes(p)
         if p["family"] in ("cone", "fdk", "fdk-streamed"):
-            if p["params"]["n"] > 1024:     # building 4096^2 matrices is cheap, but keep it to the cone sizes
+            if p["params"]["n"] > 1024:  # building 4096^2 matrices is cheap, but keep it to the cone sizes
                 continue
             g, vol, _ = sweep.cone_problem(p["params"])
         elif p["family"] == "parallel":
@@ -221,30 +243,34 @@ def test_memory_estimates_use_the_shapes_the_problems_build(quick):
         for op in sweep.OPS[p["family"]]:
             gpu, host = sweep.needs(p, op)
             on_device = op in ("cone BP", "parallel BP") or p["family"] in ("cone", "fdk-streamed")
-            if on_device:          # at least the op's own volume and projections
+            if on_device:  # at least the op's own volume and projections
                 assert gpu >= vol_bytes + proj_bytes
 
 
 def test_points_that_do_not_fit_are_skipped_with_the_reason():
-    big = next(p for p in sweep.points() if p["family"] == "parallel" and p["params"]["slices"] == 2048
-               and p["params"]["width"] == 2048)
+    big = next(
+        p
+        for p in sweep.points()
+        if p["family"] == "parallel" and p["params"]["slices"] == 2048 and p["params"]["width"] == 2048
+    )
     s = sweep.Sweep(sweep.Astra(False), gpu_bytes=80 << 30, host_bytes=500 << 30)
     assert "GPU memory" in s.fits(big, "parallel BP")
-    assert s.fits(big, "FBP") == ""     # FBP streams from host arrays
+    assert s.fits(big, "FBP") == ""  # FBP streams from host arrays
     s = sweep.Sweep(sweep.Astra(False), gpu_bytes=1 << 30, host_bytes=1 << 30)
-    s.run(sweep.points()[0])            # nothing fits 1 GiB: rows, no GPU call
+    s.run(sweep.points()[0])  # nothing fits 1 GiB: rows, no GPU call
     assert [r["status"] for r in s.rows] == ["skipped"] * len(sweep.OPS["cone"])
     assert all(r["reason"].startswith("needs ~") for r in s.rows)
 
 
 def test_estimates_grow_with_the_work():
     cb = sweep.cone_base()
-    est = lambda **o: sweep.estimate_seconds(sweep._point("cone", "x", **dict(cb, **o)))   # noqa: E731
+    est = lambda **o: sweep.estimate_seconds(sweep._point("cone", "x", **dict(cb, **o)))  # noqa: E731
     assert est() < est(views=1440) < est(n=1024, nz=1024)
     assert est(sampling=0.5) <= est() < est(sampling=2.5)
 
 
 # -- summary, comparison, plot ----------------------------------------------------------------
+
 
 def synthetic_rows():
     s = sweep.Sweep(sweep.Astra(False), gpu_bytes=1 << 40, host_bytes=1 << 40)
@@ -261,7 +287,7 @@ def synthetic_rows():
 def test_summary_gives_worst_and_median_ratios_and_flags():
     summary = sweep.summarize(synthetic_rows())
     a = summary["per_op"]["A joseph"]
-    assert a["points"] == 3 and a["worst_ratio"] == 2.0 and a["median_ratio"] == 2.0   # 0.5, 2.0, 2.0
+    assert a["points"] == 3 and a["worst_ratio"] == 2.0 and a["median_ratio"] == 2.0  # 0.5, 2.0, 2.0
     at = summary["per_op"]["A.T joseph"]
     assert at["worst_at_over_a"] == 2.5 and at["worst_ratio"] == 5.0
     assert summary["per_op"]["radon3d FBP"]["worst_ratio"] is None
@@ -277,9 +303,9 @@ def test_summary_gives_worst_and_median_ratios_and_flags():
 def test_compare_flags_points_more_than_ten_percent_slower():
     stored = synthetic_rows()
     now = json.loads(json.dumps(stored))
-    now[0]["leveret_s"] *= 1.11        # slower by 11 %: flagged
-    now[2]["leveret_s"] *= 1.09        # by 9 %: not
-    now[4]["leveret_s"] *= 0.5         # faster: not
+    now[0]["leveret_s"] *= 1.11  # slower by 11 %: flagged
+    now[2]["leveret_s"] *= 1.09  # by 9 %: not
+    now[4]["leveret_s"] *= 0.5  # faster: not
     regressions = sweep.compare(now, stored)
     assert [r["key"] for r in regressions] == [now[0]["key"]]
     assert regressions[0]["slower"] == pytest.approx(0.11)
@@ -316,20 +342,24 @@ def test_resume_keeps_the_measured_points_of_the_same_gpu_model(tmp_path):
     other = dict(base, sampling=2.5)
 
     def row(params, op, status):
-        return {"family": "cone", "axis": "base", "op": op, "params": params, "status": status,
-                "key": sweep.point_key("cone", op, params)}
+        return {
+            "family": "cone",
+            "axis": "base",
+            "op": op,
+            "params": params,
+            "status": status,
+            "key": sweep.point_key("cone", op, params),
+        }
 
     measured = [row(base, op, "ok") for op in sweep.OPS["cone"]]
-    partial = [row(other, op, "ok") for op in sweep.OPS["cone"][:-1]] + [row(other, sweep.OPS["cone"][-1],
-                                                                              "skipped")]
+    partial = [row(other, op, "ok") for op in sweep.OPS["cone"][:-1]] + [row(other, sweep.OPS["cone"][-1], "skipped")]
     gpu = {"devices": [{"backend": "cuda", "available": True, "name": "NVIDIA H200"}]}
     path = tmp_path / "stored.json"
     path.write_text(json.dumps({"meta": gpu, "results": measured + partial}))
     kept = sweep.resumed_rows(str(path), gpu)
     assert kept == measured
     with pytest.raises(SystemExit, match="measured on NVIDIA H200, this is NVIDIA H100"):
-        sweep.resumed_rows(str(path), {"devices": [{"backend": "cuda", "available": True,
-                                                    "name": "NVIDIA H100"}]})
+        sweep.resumed_rows(str(path), {"devices": [{"backend": "cuda", "available": True, "name": "NVIDIA H100"}]})
 
 
 def test_resume_measures_only_the_operations_a_stored_point_lacks():
@@ -348,13 +378,13 @@ def test_resume_measures_only_the_operations_a_stored_point_lacks():
 def test_parts_split_the_points_by_estimated_time():
     pts = sweep.points()
     parts = [sweep.part_of(pts, k, 3) for k in range(3)]
-    keys = lambda ps: [json.dumps([p["family"], p["params"]], sort_keys=True) for p in ps]   # noqa: E731
-    assert sorted(sum((keys(p) for p in parts), [])) == sorted(keys(pts))       # each point once
-    for part in parts:   # in the sweep's order of information
+    keys = lambda ps: [json.dumps([p["family"], p["params"]], sort_keys=True) for p in ps]  # noqa: E731
+    assert sorted(sum((keys(p) for p in parts), [])) == sorted(keys(pts))  # each point once
+    for part in parts:  # in the sweep's order of information
         assert keys(part) == [k for k in keys(pts) if k in set(keys(part))]
     loads = [sum(sweep.estimate_seconds(p) for p in part) for part in parts]
     assert max(loads) - min(loads) <= max(sweep.estimate_seconds(p) for p in pts)
-    assert keys(sweep.part_of(pts, 1, 3)) == keys(parts[1])                     # the same split every time
+    assert keys(sweep.part_of(pts, 1, 3)) == keys(parts[1])  # the same split every time
 
 
 @pytest.mark.parametrize("bad", ["0/2", "3/2", "2", "a/b"])

@@ -2,6 +2,7 @@
 the file), the stage split it reports, and cone beam from the command line
 (--matrices, circular parameters, --xtekct) through the same pipeline, equal
 to leveret.fdk in memory."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -24,8 +25,20 @@ def parallel(tmp_path_factory):
 
 
 def _recon(folder, name, *flags, code=0, capsys=None):
-    rc = main(["recon", str(folder / "proj.npy"), str(folder / name), "--angles", "0:180:90", "--backend", "cpu",
-               "--no-progress", "--overwrite", *flags])
+    rc = main(
+        [
+            "recon",
+            str(folder / "proj.npy"),
+            str(folder / name),
+            "--angles",
+            "0:180:90",
+            "--backend",
+            "cpu",
+            "--no-progress",
+            "--overwrite",
+            *flags,
+        ]
+    )
     assert rc == code
     return read_array(folder / name) if code == 0 else None
 
@@ -40,8 +53,8 @@ def test_integer_outputs_store_the_range_given_and_clip_outside_it(parallel, dty
     top = np.iinfo(dtype).max
     back = dequantize(out, meta)
     inside = (ref >= 0) & (ref <= 0.5)
-    assert np.abs(back - ref)[inside].max() <= 0.5 / top / 2 + 1e-6          # half a step
-    assert np.all(out[ref > 0.5] == top) and np.all(out[ref < 0] == 0)      # clipped, as the metadata says
+    assert np.abs(back - ref)[inside].max() <= 0.5 / top / 2 + 1e-6  # half a step
+    assert np.all(out[ref > 0.5] == top) and np.all(out[ref < 0] == 0)  # clipped, as the metadata says
     assert "stored as " + dtype in capsys.readouterr().err
 
 
@@ -60,14 +73,20 @@ def test_float16_output_halves_the_bytes(parallel):
     folder, ref = parallel
     out = _recon(folder, "h.npy", "--output-dtype", "float16")
     assert out.dtype == np.float16
-    np.testing.assert_allclose(out.astype(np.float32), ref, rtol=0, atol=2 ** -11 * np.abs(ref).max() + 1e-4)
+    np.testing.assert_allclose(out.astype(np.float32), ref, rtol=0, atol=2**-11 * np.abs(ref).max() + 1e-4)
 
 
-@pytest.mark.parametrize("flags,message", [
-    (("--output-range", "0:1"), "--output-range: a value range applies to --output-dtype uint8 or uint16, not float32"),
-    (("--output-dtype", "uint8", "--output-range", "2:1"), "argument --output-range: expected finite LO < HI"),
-    (("--io-threads", "0"), "argument --io-threads: expected a positive integer"),
-])
+@pytest.mark.parametrize(
+    "flags,message",
+    [
+        (
+            ("--output-range", "0:1"),
+            "--output-range: a value range applies to --output-dtype uint8 or uint16, not float32",
+        ),
+        (("--output-dtype", "uint8", "--output-range", "2:1"), "argument --output-range: expected finite LO < HI"),
+        (("--io-threads", "0"), "argument --io-threads: expected a positive integer"),
+    ],
+)
 def test_bad_output_flags_are_one_line(parallel, capsys, flags, message):
     folder, _ = parallel
     with pytest.raises(SystemExit) if message.startswith("argument") else _nothing():
@@ -79,6 +98,7 @@ def test_bad_output_flags_are_one_line(parallel, capsys, flags, message):
 
 def _zarr() -> bool:
     import importlib.util
+
     return importlib.util.find_spec("zarr") is not None
 
 
@@ -92,6 +112,7 @@ class _nothing:
 
 # -- cone beam ----------------------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def cone(tmp_path_factory):
     folder = tmp_path_factory.mktemp("cone")
@@ -104,28 +125,70 @@ def cone(tmp_path_factory):
 
 
 def _cone(folder, name, *flags, code=0):
-    rc = main(["recon", str(folder / "proj.npy"), str(folder / name), "--backend", "cpu", "--no-progress",
-               "--volume-shape", "16,40,40", "--voxel-size", "0.5", "--slab-slices", "5", *flags])
+    rc = main(
+        [
+            "recon",
+            str(folder / "proj.npy"),
+            str(folder / name),
+            "--backend",
+            "cpu",
+            "--no-progress",
+            "--volume-shape",
+            "16,40,40",
+            "--voxel-size",
+            "0.5",
+            "--slab-slices",
+            "5",
+            *flags,
+        ]
+    )
     assert rc == code
     return read_array(folder / name) if code == 0 else None
 
 
 def test_cone_from_circular_parameters_equals_fdk_in_memory(cone):
     folder, g, v, proj, ref = cone
-    out = _cone(folder, "c.h5", "--beam", "cone", "--angles", "0:360:72", "--sid", "200", "--sdd", "400",
-                "--pixel-size", "1", "--det-offset-u", "1")
+    out = _cone(
+        folder,
+        "c.h5",
+        "--beam",
+        "cone",
+        "--angles",
+        "0:360:72",
+        "--sid",
+        "200",
+        "--sdd",
+        "400",
+        "--pixel-size",
+        "1",
+        "--det-offset-u",
+        "1",
+    )
     np.testing.assert_allclose(out, ref, rtol=0, atol=1e-6)
-    assert abs(out[8, 20 - 2, 20 + 3] - 1.0) < 0.02               # inside the ball (x 1.5, y -1): its value, 1
+    assert abs(out[8, 20 - 2, 20 + 3] - 1.0) < 0.02  # inside the ball (x 1.5, y -1): its value, 1
 
 
 def test_cone_from_a_matrix_file_equals_fdk_in_memory(cone):
     folder, g, v, proj, ref = cone
-    np.savetxt(folder / "m.txt", g.matrices.reshape(-1, 12))        # row by row
+    np.savetxt(folder / "m.txt", g.matrices.reshape(-1, 12))  # row by row
     out = _cone(folder, "m.npy", "--matrices", str(folder / "m.txt"))
     np.testing.assert_allclose(out, ref, rtol=0, atol=1e-6)
     # the default volume: the detector at the rotation axis (pitch / magnification 2)
-    assert main(["recon", str(folder / "proj.npy"), str(folder / "d.npy"), "--matrices", str(folder / "m.txt"),
-                 "--backend", "cpu", "--dry-run"]) == 0
+    assert (
+        main(
+            [
+                "recon",
+                str(folder / "proj.npy"),
+                str(folder / "d.npy"),
+                "--matrices",
+                str(folder / "m.txt"),
+                "--backend",
+                "cpu",
+                "--dry-run",
+            ]
+        )
+        == 0
+    )
 
 
 def test_cone_from_an_xtekct_file_and_its_tiffs(cone, tmp_path):
@@ -138,16 +201,28 @@ def test_cone_from_an_xtekct_file_and_its_tiffs(cone, tmp_path):
     (tmp_path / "scan.xtekct").write_text(
         "[XTekCT]\nName=scan\nVoxelsX=40\nVoxelsY=40\nVoxelsZ=16\nVoxelSizeX=0.5\nVoxelSizeY=0.5\nVoxelSizeZ=0.5\n"
         "SrcToObject=200\nSrcToDetector=400\nDetectorPixelsX=56\nDetectorPixelsY=40\nDetectorPixelSizeX=1.0\n"
-        "DetectorPixelSizeY=1.0\nWhiteLevel=60000\nProjections=72\nInitialAngle=0\nAngularStep=5\n")
+        "DetectorPixelSizeY=1.0\nWhiteLevel=60000\nProjections=72\nInitialAngle=0\nAngularStep=5\n"
+    )
     scan = read_xtekct(tmp_path / "scan.xtekct")
     lines = phantom.ball(6.0, center=(1.5, -1.0, 0.5)).project(scan.geometry)
-    counts = np.round(60000 * np.exp(-0.2 * lines)).astype(np.uint16)        # a ball of 0.2 per mm
+    counts = np.round(60000 * np.exp(-0.2 * lines)).astype(np.uint16)  # a ball of 0.2 per mm
     for i, image in enumerate(counts):
         tifffile.imwrite(tmp_path / f"scan_{i + 1:04d}.tif", image)
-    assert main(["recon", "--xtekct", str(tmp_path / "scan.xtekct"), str(tmp_path / "x.h5"), "--backend", "cpu",
-                 "--no-progress"]) == 0
-    ref = leveret.fdk(-np.log(counts / np.float32(60000)).astype(np.float32), scan.geometry, scan.volume,
-                      backend="cpu")
+    assert (
+        main(
+            [
+                "recon",
+                "--xtekct",
+                str(tmp_path / "scan.xtekct"),
+                str(tmp_path / "x.h5"),
+                "--backend",
+                "cpu",
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
+    ref = leveret.fdk(-np.log(counts / np.float32(60000)).astype(np.float32), scan.geometry, scan.volume, backend="cpu")
     np.testing.assert_allclose(read_array(tmp_path / "x.h5"), ref, rtol=0, atol=1e-5)
     # the same ball as the circular scan above: the geometries agree on where it lies (they sample it
     # differently: a few % at its edge)
@@ -155,16 +230,26 @@ def test_cone_from_an_xtekct_file_and_its_tiffs(cone, tmp_path):
     assert abs(read_array(tmp_path / "x.h5")[8, 20 - 2, 20 + 3] - 0.2) < 0.004
 
 
-@pytest.mark.parametrize("flags,message", [
-    (("--matrices", "m.txt", "--beam", "parallel"), "--matrices: describes a cone-beam scan, but --beam parallel"),
-    (("--beam", "cone", "--sid", "200", "--angles", "0:360:72"), "--sid: a circular cone-beam scan also needs --sdd, "
-                                                               "--pixel-size"),
-    (("--beam", "cone"), "--beam: a cone-beam scan takes its geometry from one of --matrices, --xtekct or"),
-    (("--matrices", "m.txt", "--center", "20"), "--center: parallel beam only"),
-    (("--matrices", "m.txt", "--interpolation", "nearest"), "--interpolation: cone beam takes 'linear' or 'linear8'"),
-    (("--beam", "cone", "--angles", "0:360:70", "--sid", "200", "--sdd", "400", "--pixel-size", "1"),
-     "--angles: expected 72 angles (one per projection in input), got 70"),
-])
+@pytest.mark.parametrize(
+    "flags,message",
+    [
+        (("--matrices", "m.txt", "--beam", "parallel"), "--matrices: describes a cone-beam scan, but --beam parallel"),
+        (
+            ("--beam", "cone", "--sid", "200", "--angles", "0:360:72"),
+            "--sid: a circular cone-beam scan also needs --sdd, --pixel-size",
+        ),
+        (("--beam", "cone"), "--beam: a cone-beam scan takes its geometry from one of --matrices, --xtekct or"),
+        (("--matrices", "m.txt", "--center", "20"), "--center: parallel beam only"),
+        (
+            ("--matrices", "m.txt", "--interpolation", "nearest"),
+            "--interpolation: cone beam takes 'linear' or 'linear8'",
+        ),
+        (
+            ("--beam", "cone", "--angles", "0:360:70", "--sid", "200", "--sdd", "400", "--pixel-size", "1"),
+            "--angles: expected 72 angles (one per projection in input), got 70",
+        ),
+    ],
+)
 def test_bad_cone_flags_are_one_line_and_exit_2(cone, capsys, monkeypatch, flags, message):
     folder, g, *_ = cone
     np.savetxt(folder / "m.txt", g.matrices.reshape(-1, 12))

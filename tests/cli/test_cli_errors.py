@@ -1,6 +1,7 @@
 """The mistakes a newcomer makes on the command line, through the real console
 entry point (a subprocess): each gives one line naming the flag and exit 2,
 and none leaves a file or folder behind."""
+
 from __future__ import annotations
 
 import os
@@ -21,8 +22,9 @@ def leveret_cmd(*args, cwd, env=None):
     """Run ``python -m leveret ARGS`` in ``cwd`` (``env``: more environment
     variables); the CompletedProcess."""
     env = {**os.environ, "PYTHONPATH": str(SRC), "CUDA_VISIBLE_DEVICES": "", **(env or {})}
-    return subprocess.run([sys.executable, "-m", "leveret", *map(str, args)], capture_output=True, text=True,
-                          env=env, cwd=cwd)
+    return subprocess.run(
+        [sys.executable, "-m", "leveret", *map(str, args)], capture_output=True, text=True, env=env, cwd=cwd
+    )
 
 
 def lines(text: str) -> list[str]:
@@ -41,7 +43,8 @@ def test_existing_output_names_the_overwrite_flag(folder):
     (folder / "rec.npy").write_bytes(b"keep")
     r = leveret_cmd("recon", "proj.npy", "rec.npy", "--angles", "0:180:60", cwd=folder)
     assert r.returncode == 2 and lines(r.stderr) == [
-        "leveret recon: error: output: 'rec.npy' already exists; pass --overwrite to replace it"]
+        "leveret recon: error: output: 'rec.npy' already exists; pass --overwrite to replace it"
+    ]
     assert (folder / "rec.npy").read_bytes() == b"keep"
 
 
@@ -49,10 +52,11 @@ def test_library_argument_names_become_flags():
     from leveret.cli.parser import _subparser, build_parser, flag_message
 
     recon = _subparser(build_parser(), "recon")
-    assert flag_message("slab_slices: expected a positive number", recon) == \
-        "--slab-slices: expected a positive number"
-    assert flag_message("precision: 'double' runs on the CPU backend only; use backend='cpu'", recon) == \
-        "--precision: 'double' runs on the CPU backend only; use --backend cpu"
+    assert flag_message("slab_slices: expected a positive number", recon) == "--slab-slices: expected a positive number"
+    assert (
+        flag_message("precision: 'double' runs on the CPU backend only; use backend='cpu'", recon)
+        == "--precision: 'double' runs on the CPU backend only; use --backend cpu"
+    )
     assert flag_message("x exists; pass overwrite=True", recon) == "x exists; pass --overwrite"
     # a name this command has no flag for stays as it is
     bench = _subparser(build_parser(), "bench")
@@ -76,7 +80,8 @@ def test_negative_angles_and_centre_are_values_not_flags(folder):
     # -3.5 reaches the geometry, which says in one line that it is off the detector
     r = leveret_cmd("recon", "proj.npy", "rec.npy", "--angles", "0:180:60", "--center", "-3.5", cwd=folder)
     assert r.returncode == 2 and lines(r.stderr) == [
-        "leveret recon: error: --center: expected a column position on the detector, 0 <= center <= 31, got -3.5"]
+        "leveret recon: error: --center: expected a column position on the detector, 0 <= center <= 31, got -3.5"
+    ]
 
 
 def test_version(folder):
@@ -89,7 +94,7 @@ def test_help_shows_real_defaults_the_same_way(command):
     from leveret.cli.parser import _subparser, build_parser
 
     help_text = _subparser(build_parser(), command).format_help()
-    text = " ".join(help_text.split())          # the same however the lines wrap
+    text = " ".join(help_text.split())  # the same however the lines wrap
     assert "(default: None)" not in text and "(default: False)" not in text
     if command == "recon":
         assert "(default: ram-lak)" in text and "(default: float32)" in text
@@ -97,13 +102,16 @@ def test_help_shows_real_defaults_the_same_way(command):
         assert "--backend {auto,cuda,cpu} (default: auto)" in text
 
 
-@pytest.mark.parametrize("args", [
-    ["recon", "proj.npy", "o.npy", "--filter", "nope"],
-    ["recon", "proj.npy", "o.npy", "--angles"],
-    ["recon", "proj.npy", "o.npy", "--host-memory", "lots"],
-    ["bench", "--size", "0"],
-    ["rabbitct", "--repeats", "0"],
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["recon", "proj.npy", "o.npy", "--filter", "nope"],
+        ["recon", "proj.npy", "o.npy", "--angles"],
+        ["recon", "proj.npy", "o.npy", "--host-memory", "lots"],
+        ["bench", "--size", "0"],
+        ["rabbitct", "--repeats", "0"],
+    ],
+)
 @pytest.mark.parametrize("verbose", [False, True])
 def test_argparse_errors_are_one_line_and_exit_2_even_with_v(folder, args, verbose):
     r = leveret_cmd(*(["-v"] if verbose else []), *args, cwd=folder)
@@ -116,14 +124,24 @@ def test_argparse_errors_are_one_line_and_exit_2_even_with_v(folder, args, verbo
 def test_bad_value_with_v_is_still_exit_2_without_traceback(folder):
     r = leveret_cmd("-v", "recon", "proj.npy", "o.npy", "--angles", "0:180:61", cwd=folder)
     assert r.returncode == 2 and lines(r.stderr) == [
-        "leveret recon: error: --angles: expected 60 angles (one per projection in input), got 61"]
+        "leveret recon: error: --angles: expected 60 angles (one per projection in input), got 61"
+    ]
 
 
 @pytest.mark.parametrize("dry_run", [False, True])
 def test_unwritable_output_folder_names_the_output_not_a_temporary(folder, dry_run):
     # /proc takes no new files, not even from root (a chmod'ed folder would not stop root).
-    r = leveret_cmd("recon", "proj.npy", "/proc/rec.h5", "--angles", "0:180:60", "--backend", "cpu",
-                    *(["--dry-run"] if dry_run else []), cwd=folder)
+    r = leveret_cmd(
+        "recon",
+        "proj.npy",
+        "/proc/rec.h5",
+        "--angles",
+        "0:180:60",
+        "--backend",
+        "cpu",
+        *(["--dry-run"] if dry_run else []),
+        cwd=folder,
+    )
     assert r.returncode == 2 and len(lines(r.stderr)) == 1
     assert lines(r.stderr)[0].startswith("leveret recon: error: output: cannot write into the folder '/proc'")
     assert "partial" not in r.stderr
@@ -147,32 +165,40 @@ def test_dataset_for_an_input_without_datasets_is_an_error(folder):
     r = leveret_cmd("recon", "proj.npy", "o.npy", "--angles", "0:180:60", "--dataset", "/x", cwd=folder)
     assert r.returncode == 2 and lines(r.stderr) == [
         "leveret recon: error: --dataset: 'proj.npy' is not an HDF5 file (.h5, .hdf5, .hdf, .nxs); "
-        "only those hold datasets"]
+        "only those hold datasets"
+    ]
 
 
 def test_preview_validates_before_making_its_folder(folder):
     r = leveret_cmd("preview", "proj.npy", "--angles", "0:180:60", "--bin", "100", "-o", "prev", cwd=folder)
-    assert r.returncode == 2 and lines(r.stderr) == ["leveret preview: error: --bin: 100 is larger than the "
-                                                     "detector (4 x 32)"]
+    assert r.returncode == 2 and lines(r.stderr) == [
+        "leveret preview: error: --bin: 100 is larger than the detector (4 x 32)"
+    ]
     r = leveret_cmd("preview", "proj.npy", "--angles", "0:180:61", cwd=folder)
     assert r.returncode == 2
-    assert sorted(p.name for p in folder.iterdir()) == ["proj.npy"]     # neither prev/ nor preview/
+    assert sorted(p.name for p in folder.iterdir()) == ["proj.npy"]  # neither prev/ nor preview/
 
 
 def test_rabbitct_checks_its_flags_before_making_the_dataset(folder):
     (folder / "old.rct").write_bytes(b"keep")
-    for args, message in ((["--save", "nodir/x.rct"], "--save: the folder 'nodir' does not exist"),
-                          (["--save", "old.rct"], "--save: 'old.rct' already exists"),
-                          (["--json", "nodir/r.json"], "--json: the folder 'nodir' does not exist")):
+    for args, message in (
+        (["--save", "nodir/x.rct"], "--save: the folder 'nodir' does not exist"),
+        (["--save", "old.rct"], "--save: 'old.rct' already exists"),
+        (["--json", "nodir/r.json"], "--json: the folder 'nodir' does not exist"),
+    ):
         r = leveret_cmd("rabbitct", "--small", "--size", "8", *args, cwd=folder)
         assert r.returncode == 2 and len(lines(r.stderr)) == 1 and message in r.stderr, r.stderr
         assert "making a synthetic" not in r.stderr
 
 
 def test_missing_files_name_their_flag(folder):
-    for args, message in ((["nope.npy", "o.npy"], "input: no such file or folder: 'nope.npy'"),
-                          (["proj.npy", "o.npy", "--flat", "proj.npy", "--dark", "nope.npy"],
-                           "--dark: no such file or folder: 'nope.npy'")):
+    for args, message in (
+        (["nope.npy", "o.npy"], "input: no such file or folder: 'nope.npy'"),
+        (
+            ["proj.npy", "o.npy", "--flat", "proj.npy", "--dark", "nope.npy"],
+            "--dark: no such file or folder: 'nope.npy'",
+        ),
+    ):
         r = leveret_cmd("recon", *args, "--angles", "0:180:60", cwd=folder)
         assert r.returncode == 2 and lines(r.stderr) == [f"leveret recon: error: {message}"]
 
@@ -180,7 +206,8 @@ def test_missing_files_name_their_flag(folder):
 def test_cutoff_out_of_range_fails_before_any_work(folder):
     r = leveret_cmd("recon", "proj.npy", "o.npy", "--angles", "0:180:60", "--cutoff", "-1", cwd=folder)
     assert r.returncode == 2 and lines(r.stderr)[-1] == (
-        "leveret recon: error: argument --cutoff: expected a fraction of Nyquist in (0, 1], got '-1'")
+        "leveret recon: error: argument --cutoff: expected a fraction of Nyquist in (0, 1], got '-1'"
+    )
 
 
 def test_v_adds_the_traceback_only_for_a_real_bug(folder, monkeypatch):
@@ -189,20 +216,22 @@ def test_v_adds_the_traceback_only_for_a_real_bug(folder, monkeypatch):
 
     def broken(*args, **kwargs):
         raise ZeroDivisionError("a bug")
+
     monkeypatch.setattr(leveret.execution.slab, "reconstruct_slab", broken)
     flags = [str(folder / "proj.npy"), str(folder / "o.npy"), "--angles", "0:180:60", "--backend", "cpu", "-q"]
-    assert main(["recon", *flags]) == 1                      # one line, exit 1
-    with pytest.raises(ZeroDivisionError):                   # -v: the traceback (the console exits 1)
+    assert main(["recon", *flags]) == 1  # one line, exit 1
+    with pytest.raises(ZeroDivisionError):  # -v: the traceback (the console exits 1)
         main(["-v", "recon", *flags])
-    assert main(["-v", "recon", *flags[:2], "--angles", "0:180:61"]) == 2     # bad input stays exit 2
+    assert main(["-v", "recon", *flags[:2], "--angles", "0:180:61"]) == 2  # bad input stays exit 2
 
 
 def test_gpus_flag_is_checked_and_named(folder):
     r = leveret_cmd("recon", "proj.npy", "rec.npy", "--angles", "0:180:60", "--gpus", "zero", cwd=folder)
     assert r.returncode == 2 and "argument --gpus: expected 'all' or GPU ids such as 0,1, got 'zero'" in r.stderr
     # on the CPU backend: refused with the flag's name (no GPU here, or a CPU run)
-    r = leveret_cmd("recon", "proj.npy", "rec.npy", "--angles", "0:180:60", "--backend", "cpu", "--gpus", "0",
-                    cwd=folder)
+    r = leveret_cmd(
+        "recon", "proj.npy", "rec.npy", "--angles", "0:180:60", "--backend", "cpu", "--gpus", "0", cwd=folder
+    )
     assert r.returncode == 2 and lines(r.stderr)[-1].startswith("leveret recon: error: --gpus: "), r.stderr
     assert not (folder / "rec.npy").exists()
 
@@ -222,7 +251,9 @@ def test_a_centre_sweep_too_fine_for_memory_is_refused_naming_the_flag(folder):
     r = leveret_cmd("center", "proj.npy", "--angles", "0:180:60", "--sweep", "3", "--step", "1e-9", cwd=folder)
     assert r.returncode == 2 and len(lines(r.stderr)) == 1, r.stderr
     message = lines(r.stderr)[0]
-    assert message.startswith("leveret center: error: --step: a sweep of +-3 px in steps of 1e-09 px is "
-                              "6e+09 trial centres, which needs about "), message
+    assert message.startswith(
+        "leveret center: error: --step: a sweep of +-3 px in steps of 1e-09 px is "
+        "6e+09 trial centres, which needs about "
+    ), message
     assert "GiB of memory" in message and "Unable to allocate" not in message
-    assert r.stdout == ""                    # refused before the centre is estimated
+    assert r.stdout == ""  # refused before the centre is estimated

@@ -1,6 +1,7 @@
 """The GPU-only flags of ``leveret recon`` change the output as the library's
 arguments do: --precision float16 (fp16 filtered sinograms), --kernel, and
 --precision float64 refused on the GPU in one line naming the flag."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -22,16 +23,36 @@ def scan(tmp_path):
 
 
 def recon(folder, name, *flags):
-    assert main(["recon", str(folder / "p.npy"), str(folder / name), "--angles", "0:180:180", "--center",
-                 "64.25", "--backend", "cuda", "--no-progress", "-q", *flags]) == 0
+    assert (
+        main(
+            [
+                "recon",
+                str(folder / "p.npy"),
+                str(folder / name),
+                "--angles",
+                "0:180:180",
+                "--center",
+                "64.25",
+                "--backend",
+                "cuda",
+                "--no-progress",
+                "-q",
+                *flags,
+            ]
+        )
+        == 0
+    )
     return np.load(folder / name)
 
 
-@pytest.mark.parametrize("flags,library", [
-    (["--precision", "float16"], {"precision": "float16"}),
-    (["--kernel", "alu"], {"kernel": "alu"}),
-    (["--kernel", "texture"], {"kernel": "texture"}),
-])
+@pytest.mark.parametrize(
+    "flags,library",
+    [
+        (["--precision", "float16"], {"precision": "float16"}),
+        (["--kernel", "alu"], {"kernel": "alu"}),
+        (["--kernel", "texture"], {"kernel": "texture"}),
+    ],
+)
 def test_gpu_flags_equal_the_library_arguments(scan, flags, library):
     folder, g, proj = scan
     rec = recon(folder, "r.npy", *flags)
@@ -54,8 +75,22 @@ def test_float16_differs_from_float32_by_fp16_rounding(scan):
 
 def test_float64_on_the_gpu_is_one_line_naming_the_flag(scan, capsys):
     folder, _, _ = scan
-    assert main(["recon", str(folder / "p.npy"), str(folder / "r.npy"), "--angles", "0:180:180",
-                 "--backend", "cuda", "--precision", "float64"]) == 2
+    assert (
+        main(
+            [
+                "recon",
+                str(folder / "p.npy"),
+                str(folder / "r.npy"),
+                "--angles",
+                "0:180:180",
+                "--backend",
+                "cuda",
+                "--precision",
+                "float64",
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("leveret recon: error: --precision: ") and "--backend cpu" in err[0]
 
@@ -65,6 +100,7 @@ def test_tune_caches_the_transpose_and_the_parallel_classes(tmp_path, monkeypatc
     parallel-beam class within a short budget, cached where LEVERET_CACHE_DIR
     says and shown by ``leveret info``; the classes past the budget are named."""
     from leveret.cuda import gpu_name, tuning
+
     monkeypatch.setenv("LEVERET_CACHE_DIR", str(tmp_path))
     assert main(["tune", "--budget", "1"]) == 0
     out = capsys.readouterr().out

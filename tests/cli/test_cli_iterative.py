@@ -2,6 +2,7 @@
 equals the library on each slice, cone beam in memory equals the library on
 the whole volume; the flags' errors, the cone-beam memory check, a diverging
 run, the config keys and the dry run."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -41,21 +42,39 @@ def _per_slice(lines, g, method, iterations, **kwargs):
 
 
 def _recon(folder, name, *flags, source="proj.npy"):
-    return main(["recon", str(folder / source), str(folder / name), "--angles", "0:180:24", "--backend", "cpu",
-                 "--no-progress", "--overwrite", *flags])
+    return main(
+        [
+            "recon",
+            str(folder / source),
+            str(folder / name),
+            "--angles",
+            "0:180:24",
+            "--backend",
+            "cpu",
+            "--no-progress",
+            "--overwrite",
+            *flags,
+        ]
+    )
 
 
-@pytest.mark.parametrize("flags,method,kwargs", [
-    (("--method", "sirt", "--iterations", "12", "--nonnegative"), "sirt", {"nonnegative": True}),
-    (("--method", "cgls", "--iterations", "6"), "cgls", {}),
-    (("--method", "fista", "--iterations", "10", "--tv", "0.5", "--nonnegative"), "fista",
-     {"tv": 0.5, "nonnegative": True}),
-    (("--method", "pdhg", "--iterations", "10", "--tv", "0.5"), "pdhg", {"tv": 0.5}),
-])
+@pytest.mark.parametrize(
+    "flags,method,kwargs",
+    [
+        (("--method", "sirt", "--iterations", "12", "--nonnegative"), "sirt", {"nonnegative": True}),
+        (("--method", "cgls", "--iterations", "6"), "cgls", {}),
+        (
+            ("--method", "fista", "--iterations", "10", "--tv", "0.5", "--nonnegative"),
+            "fista",
+            {"tv": 0.5, "nonnegative": True},
+        ),
+        (("--method", "pdhg", "--iterations", "10", "--tv", "0.5"), "pdhg", {"tv": 0.5}),
+    ],
+)
 def test_parallel_slab_by_slab_equals_the_library_per_slice(parallel, flags, method, kwargs):
     folder, g, lines = parallel
     iterations = int(flags[flags.index("--iterations") + 1])
-    assert _recon(folder, f"{method}.npy", *flags, "--slab-slices", "4") == 0       # slabs of 4 and 2
+    assert _recon(folder, f"{method}.npy", *flags, "--slab-slices", "4") == 0  # slabs of 4 and 2
     out = read_array(folder / f"{method}.npy")
     ref = _per_slice(lines, g, method, iterations, **kwargs)
     assert out.shape == ref.shape == (6, 32, 32)
@@ -66,14 +85,18 @@ def test_parallel_slab_by_slab_equals_the_library_per_slice(parallel, flags, met
 
 def test_a_single_sinogram_equals_the_library(parallel, capsys):
     folder, g, lines = parallel
-    assert _recon(folder, "one.npy", "--method", "fista", "--iterations", "8", "--tv", "0.2",
-                  source="sino.npy") == 0
+    assert _recon(folder, "one.npy", "--method", "fista", "--iterations", "8", "--tv", "0.2", source="sino.npy") == 0
     ref = _per_slice(lines[:, 4:5], g, "fista", 8, tv=0.2)[0]
     np.testing.assert_allclose(read_array(folder / "one.npy"), ref, rtol=0, atol=1e-5 * np.abs(ref).max())
     stats = {}
     plane = leveret.VolumeGeometry((32, 32))
-    leveret.fista(np.ascontiguousarray(lines[:, 4]), leveret.Projector(g.replace(n_rows=None), plane,
-                                                                        backend="cpu"), 8, tv=0.2, stats=stats)
+    leveret.fista(
+        np.ascontiguousarray(lines[:, 4]),
+        leveret.Projector(g.replace(n_rows=None), plane, backend="cpu"),
+        8,
+        tv=0.2,
+        stats=stats,
+    )
     assert f"fista: objective {stats['objective'][-1]:.6g} after 8 iteration(s)" in capsys.readouterr().err
 
 
@@ -90,20 +113,29 @@ def test_the_slabs_log_the_objective(parallel, capsys):
     assert f"pdhg: slices 0:6, objective {total:.6g} (the sum over the slices) after 5" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("flags,message", [
-    (("--method", "sirt"), "--iterations: method 'sirt' needs a number of iterations"),
-    (("--method", "fista", "--iterations", "3"), "--tv: method 'fista' needs the weight"),
-    (("--method", "sirt", "--iterations", "3", "--tv", "1"), "--tv: only fista and pdhg have a total-variation"),
-    (("--method", "cgls", "--iterations", "3", "--tv", "1"), "--tv: only fista and pdhg"),
-    (("--tv", "1",), "--tv: applies to the iterative methods (sirt, cgls, fista, pdhg), not to --method fbp"),
-    (("--iterations", "3"), "--iterations: applies to the iterative methods"),
-    (("--nonnegative",), "--nonnegative: applies to sirt, fista and pdhg, not to fbp"),
-    (("--method", "pdhg", "--iterations", "3", "--tv", "-1"), "--tv: expected a finite weight >= 0, got -1"),
-    (("--method", "sirt", "--iterations", "0"), "--iterations: expected a positive integer, got 0"),
-    (("--method", "cgls", "--iterations", "2", "--nonnegative"), "--nonnegative: cgls is unconstrained"),
-    (("--method", "sirt", "--iterations", "2", "--filter", "hann"), "--filter: shapes fbp (and FDK) only"),
-    (("--method", "sirt", "--iterations", "2", "--precision", "float16"), "--precision: float16 filtered"),
-])
+@pytest.mark.parametrize(
+    "flags,message",
+    [
+        (("--method", "sirt"), "--iterations: method 'sirt' needs a number of iterations"),
+        (("--method", "fista", "--iterations", "3"), "--tv: method 'fista' needs the weight"),
+        (("--method", "sirt", "--iterations", "3", "--tv", "1"), "--tv: only fista and pdhg have a total-variation"),
+        (("--method", "cgls", "--iterations", "3", "--tv", "1"), "--tv: only fista and pdhg"),
+        (
+            (
+                "--tv",
+                "1",
+            ),
+            "--tv: applies to the iterative methods (sirt, cgls, fista, pdhg), not to --method fbp",
+        ),
+        (("--iterations", "3"), "--iterations: applies to the iterative methods"),
+        (("--nonnegative",), "--nonnegative: applies to sirt, fista and pdhg, not to fbp"),
+        (("--method", "pdhg", "--iterations", "3", "--tv", "-1"), "--tv: expected a finite weight >= 0, got -1"),
+        (("--method", "sirt", "--iterations", "0"), "--iterations: expected a positive integer, got 0"),
+        (("--method", "cgls", "--iterations", "2", "--nonnegative"), "--nonnegative: cgls is unconstrained"),
+        (("--method", "sirt", "--iterations", "2", "--filter", "hann"), "--filter: shapes fbp (and FDK) only"),
+        (("--method", "sirt", "--iterations", "2", "--precision", "float16"), "--precision: float16 filtered"),
+    ],
+)
 def test_bad_method_flags_are_one_line_and_write_nothing(parallel, capsys, flags, message):
     folder, _, _ = parallel
     assert _recon(folder, "bad.npy", *flags) == 2
@@ -129,8 +161,26 @@ def test_a_diverging_run_exits_2_and_writes_nothing(parallel, tmp_path, capsys, 
     folder, _, _ = parallel
     monkeypatch.setattr(regularised, "operator_norm", lambda projector: 1e-3)
     out = tmp_path / "diverged.h5"
-    rc = main(["recon", str(folder / "proj.npy"), str(out), "--angles", "0:180:24", "--backend", "cpu",
-               "--no-progress", "--method", "fista", "--iterations", "40", "--tv", "0.1", "--slab-slices", "2"])
+    rc = main(
+        [
+            "recon",
+            str(folder / "proj.npy"),
+            str(out),
+            "--angles",
+            "0:180:24",
+            "--backend",
+            "cpu",
+            "--no-progress",
+            "--method",
+            "fista",
+            "--iterations",
+            "40",
+            "--tv",
+            "0.1",
+            "--slab-slices",
+            "2",
+        ]
+    )
     err = capsys.readouterr().err
     assert rc == 2, err
     assert "leveret recon: error: fista: diverged at iteration" in err and "no volume is returned" in err
@@ -145,8 +195,10 @@ def test_dry_run_shows_the_method_and_its_working_set(parallel, capsys):
     assert _recon(folder, "dry.npy", "--method", "fista", "--iterations", "7", "--tv", "0.25", "--dry-run") == 0
     out = capsys.readouterr().out
     need = format_bytes(working_bytes("fista", (32, 32), (24, 32), backend="cpu"))
-    assert (f"method: fista, 7 iteration(s), tv 0.25; slab by slab, each slice its own 2D problem; one run "
-            f"holds {need} (host)") in out
+    assert (
+        f"method: fista, 7 iteration(s), tv 0.25; slab by slab, each slice its own 2D problem; one run "
+        f"holds {need} (host)"
+    ) in out
     assert "memory plan (cpu)" in out
     assert not (folder / "dry.npy").exists()
 
@@ -195,7 +247,8 @@ def test_config_keys_equal_the_flags(parallel, tmp_path):
     folder, _, _ = parallel
     (tmp_path / "job.toml").write_text(
         f'input = "{folder / "proj.npy"}"\nangles = "0:180:24"\nbackend = "cpu"\n\n[recon]\n'
-        f'output = "{tmp_path / "cfg.npy"}"\nmethod = "fista"\niterations = 6\ntv = 0.5\nnonnegative = true\n')
+        f'output = "{tmp_path / "cfg.npy"}"\nmethod = "fista"\niterations = 6\ntv = 0.5\nnonnegative = true\n'
+    )
     assert main(["recon", "--config", str(tmp_path / "job.toml"), "--no-progress"]) == 0
     assert _recon(folder, "flags.npy", "--method", "fista", "--iterations", "6", "--tv", "0.5", "--nonnegative") == 0
     np.testing.assert_array_equal(read_array(tmp_path / "cfg.npy"), read_array(folder / "flags.npy"))
@@ -204,12 +257,25 @@ def test_config_keys_equal_the_flags(parallel, tmp_path):
 def test_a_bad_config_value_names_the_key(parallel, tmp_path, capsys):
     folder, _, _ = parallel
     (tmp_path / "bad.toml").write_text('[recon]\nmethod = "sirt"\niterations = "many"\n')
-    assert main(["recon", str(folder / "proj.npy"), str(tmp_path / "o.npy"), "--angles", "0:180:24",
-                 "--config", str(tmp_path / "bad.toml")]) == 2
+    assert (
+        main(
+            [
+                "recon",
+                str(folder / "proj.npy"),
+                str(tmp_path / "o.npy"),
+                "--angles",
+                "0:180:24",
+                "--config",
+                str(tmp_path / "bad.toml"),
+            ]
+        )
+        == 2
+    )
     assert "iterations: invalid value 'many'" in capsys.readouterr().err
 
 
 # -- cone beam -----------------------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def cone(tmp_path_factory):
@@ -224,22 +290,40 @@ def cone(tmp_path_factory):
 
 
 def _cone(folder, name, *flags):
-    return main(["recon", str(folder / "proj.npy"), str(folder / name), "--matrices", str(folder / "m.txt"),
-                 "--backend", "cpu", "--no-progress", "--volume-shape", "8,20,20", "--voxel-size", "0.5",
-                 "--overwrite", *flags])
+    return main(
+        [
+            "recon",
+            str(folder / "proj.npy"),
+            str(folder / name),
+            "--matrices",
+            str(folder / "m.txt"),
+            "--backend",
+            "cpu",
+            "--no-progress",
+            "--volume-shape",
+            "8,20,20",
+            "--voxel-size",
+            "0.5",
+            "--overwrite",
+            *flags,
+        ]
+    )
 
 
-@pytest.mark.parametrize("method,flags,kwargs", [
-    ("sirt", ("--iterations", "10", "--nonnegative"), {"nonnegative": True}),
-    ("fista", ("--iterations", "8", "--tv", "0.05"), {"tv": 0.05}),
-])
+@pytest.mark.parametrize(
+    "method,flags,kwargs",
+    [
+        ("sirt", ("--iterations", "10", "--nonnegative"), {"nonnegative": True}),
+        ("fista", ("--iterations", "8", "--tv", "0.05"), {"tv": 0.05}),
+    ],
+)
 def test_cone_in_memory_equals_the_library(cone, method, flags, kwargs, capsys):
     folder, g, v, proj = cone
     assert _cone(folder, f"{method}.h5", "--method", method, *flags) == 0
     ref = getattr(leveret, method)(proj, leveret.Projector(g, v, backend="cpu"), int(flags[1]), **kwargs)
     out = read_array(folder / f"{method}.h5")
     np.testing.assert_allclose(out, ref, rtol=0, atol=1e-5 * np.abs(ref).max())
-    assert abs(float(out[4, 11, 9]) - 1.0) < 0.3        # inside the ball (x 0.5, y -0.5): near its value, 1
+    assert abs(float(out[4, 11, 9]) - 1.0) < 0.3  # inside the ball (x 0.5, y -0.5): near its value, 1
     err = capsys.readouterr().err
     assert f"by {method} in memory" in err
 
@@ -278,5 +362,6 @@ def test_cone_slab_slices_is_a_warning_or_with_strict_an_error(cone, capsys):
 def test_cone_fbp_still_runs_fdk(cone):
     folder, g, v, proj = cone
     assert _cone(folder, "fdk.npy", "--method", "fbp") == 0
-    np.testing.assert_allclose(read_array(folder / "fdk.npy"), leveret.fdk(proj, g, v, backend="cpu"),
-                               rtol=0, atol=1e-6)
+    np.testing.assert_allclose(
+        read_array(folder / "fdk.npy"), leveret.fdk(proj, g, v, backend="cpu"), rtol=0, atol=1e-6
+    )

@@ -2,6 +2,7 @@
 pipeline's GPU workers) equals the library on each slice, cone beam in GPU
 memory equals the library on the whole volume, and a cone problem beyond
 --gpu-memory is refused in one line."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -24,22 +25,45 @@ def parallel(tmp_path_factory):
     return folder, g, lines
 
 
-@pytest.mark.parametrize("method,flags,kwargs", [
-    ("sirt", ("--iterations", "15", "--nonnegative"), {"nonnegative": True}),
-    ("fista", ("--iterations", "12", "--tv", "0.2"), {"tv": 0.2}),
-])
+@pytest.mark.parametrize(
+    "method,flags,kwargs",
+    [
+        ("sirt", ("--iterations", "15", "--nonnegative"), {"nonnegative": True}),
+        ("fista", ("--iterations", "12", "--tv", "0.2"), {"tv": 0.2}),
+    ],
+)
 def test_parallel_on_the_gpu_equals_the_library_per_slice(parallel, method, flags, kwargs):
     import cupy
 
     folder, g, lines = parallel
-    assert main(["recon", str(folder / "proj.npy"), str(folder / f"{method}.npy"), "--angles", "0:180:60",
-                 "--backend", "cuda", "--no-progress", "-q", "--slab-slices", "4", "--method", method, *flags]) == 0
+    assert (
+        main(
+            [
+                "recon",
+                str(folder / "proj.npy"),
+                str(folder / f"{method}.npy"),
+                "--angles",
+                "0:180:60",
+                "--backend",
+                "cuda",
+                "--no-progress",
+                "-q",
+                "--slab-slices",
+                "4",
+                "--method",
+                method,
+                *flags,
+            ]
+        )
+        == 0
+    )
     out = read_array(folder / f"{method}.npy")
     plane = leveret.VolumeGeometry((64, 64))
     A = leveret.Projector(g.replace(n_rows=None), plane, backend="cuda")
     fn = getattr(leveret, method)
-    ref = np.stack([fn(cupy.asarray(np.ascontiguousarray(lines[:, k])), A, int(flags[1]), **kwargs).get()
-                    for k in range(g.n_rows)])
+    ref = np.stack(
+        [fn(cupy.asarray(np.ascontiguousarray(lines[:, k])), A, int(flags[1]), **kwargs).get() for k in range(g.n_rows)]
+    )
     # A.T adds with atomics on the GPU: the last bits vary from run to run
     np.testing.assert_allclose(out, ref, rtol=0, atol=1e-4 * np.abs(ref).max())
 
@@ -57,15 +81,34 @@ def cone(tmp_path_factory):
 
 
 def _cone(folder, name, *flags):
-    return main(["recon", str(folder / "proj.npy"), str(folder / name), "--matrices", str(folder / "m.txt"),
-                 "--backend", "cuda", "--no-progress", "-q", "--volume-shape", "12,28,28", "--voxel-size", "0.5",
-                 "--overwrite", *flags])
+    return main(
+        [
+            "recon",
+            str(folder / "proj.npy"),
+            str(folder / name),
+            "--matrices",
+            str(folder / "m.txt"),
+            "--backend",
+            "cuda",
+            "--no-progress",
+            "-q",
+            "--volume-shape",
+            "12,28,28",
+            "--voxel-size",
+            "0.5",
+            "--overwrite",
+            *flags,
+        ]
+    )
 
 
-@pytest.mark.parametrize("method,flags,kwargs", [
-    ("cgls", ("--iterations", "8"), {}),
-    ("pdhg", ("--iterations", "15", "--tv", "0.05", "--nonnegative"), {"tv": 0.05, "nonnegative": True}),
-])
+@pytest.mark.parametrize(
+    "method,flags,kwargs",
+    [
+        ("cgls", ("--iterations", "8"), {}),
+        ("pdhg", ("--iterations", "15", "--tv", "0.05", "--nonnegative"), {"tv": 0.05, "nonnegative": True}),
+    ],
+)
 def test_cone_in_gpu_memory_equals_the_library(cone, method, flags, kwargs):
     import cupy
 

@@ -6,6 +6,7 @@ are each other upside down (``leveret.geometry.as_image_rows`` converts), and le
 pictures draw y upwards, so that a sample looks the same in ``leveret preview`` as in
 ``plt.imshow`` of scikit-image's slice. Checked on the drawn pixels: where an off-centre
 disk lands in each picture."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -17,9 +18,9 @@ from leveret.geometry import ParallelGeometry, VolumeGeometry, as_image_rows
 
 iradon = pytest.importorskip("skimage.transform").iradon
 
-N = 65                       # odd: both put the axis on the middle pixel
+N = 65  # odd: both put the axis on the middle pixel
 ANGLES = np.linspace(0, np.pi, 180, endpoint=False)
-DISK = dict(radius=6.0, center=(10.0, 20.0))     # right of and above the axis (y up)
+DISK = dict(radius=6.0, center=(10.0, 20.0))  # right of and above the axis (y up)
 
 
 def skimage_slice(sinogram):
@@ -33,10 +34,10 @@ def test_as_image_rows_turns_leverets_slice_into_scikit_images():
     ours = leveret.fbp(sinogram, g, backend="cpu", precision="float64")
     peer = skimage_slice(sinogram)
     x, y = g.default_volume().coordinates("x"), g.default_volume().coordinates("y")
-    inside = np.hypot(x[None, :], y[::-1, None]) < 0.45 * N        # skimage zeroes beyond its circle
+    inside = np.hypot(x[None, :], y[::-1, None]) < 0.45 * N  # skimage zeroes beyond its circle
     # the same filter, padding and interpolation: equal to float64 rounding (measured 1.9e-15)
     np.testing.assert_allclose(as_image_rows(ours)[inside], peer[inside], rtol=0, atol=1e-12)
-    assert np.abs(ours - peer)[inside].max() > 0.5                  # not without the conversion
+    assert np.abs(ours - peer)[inside].max() > 0.5  # not without the conversion
     assert as_image_rows(as_image_rows(ours)) is not None and np.shares_memory(as_image_rows(ours), ours)
     volume = np.stack([ours, 2 * ours])
     np.testing.assert_array_equal(as_image_rows(volume)[1], 2 * as_image_rows(ours))
@@ -73,7 +74,7 @@ def test_preview_draws_a_slice_the_way_scikit_image_shows_its_own(tmp_path):
     ours = disk_position(fig, fig.axes[0])
     peer_fig = Figure(figsize=(4.6, 4.6))
     peer_ax = peer_fig.subplots()
-    peer_ax.imshow(skimage_slice(sinogram), cmap="gray")          # as a scikit-image user draws it
+    peer_ax.imshow(skimage_slice(sinogram), cmap="gray")  # as a scikit-image user draws it
     peer = disk_position(peer_fig, peer_ax)
     # the disk at x = 10, y = 20 of a 65-pixel field: right of the middle and above it in both
     assert ours[0] > 0.6 and ours[1] < 0.3, ours
@@ -92,4 +93,4 @@ def test_the_demo_draws_its_slices_with_y_upwards():
     truth = np.zeros((4, 8, 8))
     fig = _figure(truth, truth, VolumeGeometry((4, 8, 8)), "t")
     origins = [ax.images[0].origin for ax in fig.axes if ax.images]
-    assert origins == ["lower"] * 3 + ["upper"] * 3      # axial y upwards; coronal z downwards (rows)
+    assert origins == ["lower"] * 3 + ["upper"] * 3  # axial y upwards; coronal z downwards (rows)

@@ -1,6 +1,7 @@
 """The input is never overwritten, and --overwrite replaces only what leveret
 can tell is one of its own outputs of that format: anything else is refused in
 one line (exit 2) naming what was not deleted, and stays as it was."""
+
 from __future__ import annotations
 
 import os
@@ -40,7 +41,7 @@ def _refused(capsys, args, start):
     assert main(["recon", *args]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"leveret recon: error: {start}") and err.count("\n") == 1, err
-    assert _contents(Path.cwd()) == before      # nothing deleted, replaced or added
+    assert _contents(Path.cwd()) == before  # nothing deleted, replaced or added
     return err
 
 
@@ -48,32 +49,41 @@ def _refused(capsys, args, start):
 def test_the_output_is_never_the_input(folder, capsys, overwrite):
     os.link("proj.npy", "hard.npy")
     os.symlink("proj.npy", "soft.npy")
-    for output, extra, what in (("proj.npy", [], "the input 'proj.npy'"),
-                                ("hard.npy", [], "the input 'proj.npy'"),         # the same file by a hard link
-                                ("soft.npy", [], "the input 'proj.npy'"),         # and by a symbolic one
-                                ("./sub/../proj.npy", [], "the input 'proj.npy'"),
-                                ("flat.npy", ["--flat", "flat.npy", "--dark", "dark.npy"], "--flat 'flat.npy'"),
-                                ("dark.npy", ["--flat", "flat.npy", "--dark", "dark.npy"], "--dark 'dark.npy'")):
+    for output, extra, what in (
+        ("proj.npy", [], "the input 'proj.npy'"),
+        ("hard.npy", [], "the input 'proj.npy'"),  # the same file by a hard link
+        ("soft.npy", [], "the input 'proj.npy'"),  # and by a symbolic one
+        ("./sub/../proj.npy", [], "the input 'proj.npy'"),
+        ("flat.npy", ["--flat", "flat.npy", "--dark", "dark.npy"], "--flat 'flat.npy'"),
+        ("dark.npy", ["--flat", "flat.npy", "--dark", "dark.npy"], "--dark 'dark.npy'"),
+    ):
         os.makedirs("sub", exist_ok=True)
-        err = _refused(capsys, ["proj.npy", output, *ANGLES, *extra, *overwrite],
-                       f"output: {str(Path(output))!r} is the same file as {what}; ")
+        err = _refused(
+            capsys,
+            ["proj.npy", output, *ANGLES, *extra, *overwrite],
+            f"output: {str(Path(output))!r} is the same file as {what}; ",
+        )
         assert "never writes over its input" in err
     angles = ["--angles", "angles.npy", "--backend", "cpu", "-q"]
-    _refused(capsys, ["proj.npy", "angles.npy", *angles, *overwrite],
-             "output: 'angles.npy' is the same file as --angles 'angles.npy'; ")
+    _refused(
+        capsys,
+        ["proj.npy", "angles.npy", *angles, *overwrite],
+        "output: 'angles.npy' is the same file as --angles 'angles.npy'; ",
+    )
 
 
 def test_the_output_is_never_inside_an_input_folder_nor_above_an_input(folder, capsys):
     stack = np.load("proj.npy")
-    write_array("raw/", stack)                          # a TIFF folder input
+    write_array("raw/", stack)  # a TIFF folder input
     os.makedirs("data")
     os.replace("proj.npy", "data/proj.npy")
     _refused(capsys, ["raw", "raw/rec.h5", *ANGLES], "output: 'raw/rec.h5' is inside the folder of the input 'raw'")
     _refused(capsys, ["raw", "raw/", *ANGLES, "--overwrite"], "output: 'raw' is the same folder as the input 'raw'")
-    _refused(capsys, ["data/proj.npy", "data", *ANGLES, "--overwrite"],
-             "output: 'data' holds the input 'data/proj.npy'; ")
+    _refused(
+        capsys, ["data/proj.npy", "data", *ANGLES, "--overwrite"], "output: 'data' holds the input 'data/proj.npy'; "
+    )
     _refused(capsys, ["data/proj.npy", ".", *ANGLES, "--overwrite"], "output: '.' holds the input 'data/proj.npy'")
-    main(["recon", "data/proj.npy", "elsewhere.h5", *ANGLES])        # beside the input: fine
+    main(["recon", "data/proj.npy", "elsewhere.h5", *ANGLES])  # beside the input: fine
     assert read_array("elsewhere.h5").shape == (4, 32, 32)
 
 
@@ -82,8 +92,11 @@ def test_overwrite_refuses_a_folder_that_is_not_a_leveret_output(folder, capsys,
     os.makedirs(name)
     with open(os.path.join(name, "notes.txt"), "w") as fh:
         fh.write("keep")
-    err = _refused(capsys, ["proj.npy", name, *ANGLES, "--overwrite"],
-                   f"output: --overwrite refused to delete {str(Path(name))!r}: ")
+    err = _refused(
+        capsys,
+        ["proj.npy", name, *ANGLES, "--overwrite"],
+        f"output: --overwrite refused to delete {str(Path(name))!r}: ",
+    )
     assert "delete it yourself" in err
     assert Path(name, "notes.txt").read_text() == "keep"
 
@@ -95,16 +108,18 @@ def test_overwrite_refuses_a_file_that_is_not_a_leveret_output_of_that_format(fo
     with open(name, "wb") as fh:
         fh.write(b"keep")
     _refused(capsys, ["proj.npy", name, *ANGLES, "--overwrite"], f"output: --overwrite refused to delete {name!r}: ")
-    if name in ("rec.h5", "rec.tif"):      # of the format, but not written by leveret
+    if name in ("rec.h5", "rec.tif"):  # of the format, but not written by leveret
         os.remove(name)
         if name == "rec.h5":
             import h5py
+
             with h5py.File(name, "w") as f:
                 f["data"] = np.ones((4, 32, 32), np.float32)
         else:
             tifffile.imwrite(name, np.ones((4, 32, 32), np.float32), photometric="minisblack")
-        err = _refused(capsys, ["proj.npy", name, *ANGLES, "--overwrite"],
-                       f"output: --overwrite refused to delete {name!r}: ")
+        err = _refused(
+            capsys, ["proj.npy", name, *ANGLES, "--overwrite"], f"output: --overwrite refused to delete {name!r}: "
+        )
         assert "leveret did not write" in err
 
 
@@ -119,7 +134,7 @@ def test_overwrite_refuses_a_slice_folder_of_other_files(folder, capsys):
 def test_overwrite_replaces_a_leveret_output(folder, name):
     assert main(["recon", "proj.npy", name, *ANGLES]) == 0
     first = read_array(name)
-    assert main(["recon", "proj.npy", name, *ANGLES, "--center", "15"]) == 2        # not without --overwrite
+    assert main(["recon", "proj.npy", name, *ANGLES, "--center", "15"]) == 2  # not without --overwrite
     assert main(["recon", "proj.npy", name, *ANGLES, "--center", "15", "--overwrite"]) == 0
     assert not np.array_equal(read_array(name), first)
     assert sorted(p.name for p in folder.iterdir() if p.name.startswith(".")) == []
@@ -128,11 +143,15 @@ def test_overwrite_replaces_a_leveret_output(folder, name):
 def test_the_other_commands_never_write_over_an_input_nor_a_folder(folder, capsys):
     before = _contents(folder)
     assert main(["center", "proj.npy", "--angles", "0:180:60", "--json", "proj.npy", "-q"]) == 2
-    assert capsys.readouterr().err == ("leveret center: error: --json: 'proj.npy' is the same file as the input "
-                                       "'proj.npy'; leveret never writes over its input: give another path\n")
+    assert capsys.readouterr().err == (
+        "leveret center: error: --json: 'proj.npy' is the same file as the input "
+        "'proj.npy'; leveret never writes over its input: give another path\n"
+    )
     os.makedirs("prev/slices.png")
     assert main(["preview", "proj.npy", "--angles", "0:180:60", "-o", "prev", "-q"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("leveret preview: error: --output-dir: refused to delete '") and \
-        "prev/slices.png': it is a folder, not a file; " in err, err
+    assert (
+        err.startswith("leveret preview: error: --output-dir: refused to delete '")
+        and "prev/slices.png': it is a folder, not a file; " in err
+    ), err
     assert _contents(folder) == before

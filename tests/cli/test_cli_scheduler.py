@@ -1,6 +1,7 @@
 """``leveret recon --scheduler`` (a Dask cluster) and ``--gpus``, through the
 console entry point: a cluster run writes what a run in one process writes;
 a bad or unreachable scheduler, or no ``distributed``, is one line and exit 2."""
+
 from __future__ import annotations
 
 import logging
@@ -22,19 +23,25 @@ SRC = Path(leveret.__file__).resolve().parents[1]
 
 def recon(output, *flags) -> list[str]:
     """``recon proj.npy OUTPUT`` of the test scan, two slices per slab, then ``flags``."""
-    return ["recon", "proj.npy", str(output), "--angles", "0:180:60", "--slab-slices", "2", "--no-progress",
-            *flags]
+    return ["recon", "proj.npy", str(output), "--angles", "0:180:60", "--slab-slices", "2", "--no-progress", *flags]
 
 
 def leveret_cmd(*args, cwd, prelude: str = ""):
     """``python -m leveret ARGS`` started in a subprocess (the entry point called
     after the Python ``prelude`` if one is given); the Popen."""
-    start = ["-m", "leveret"] if not prelude else [
-        "-c", f"import sys; {prelude}; sys.argv = ['leveret'] + sys.argv[1:]; from leveret.cli import run; run()"]
+    start = (
+        ["-m", "leveret"]
+        if not prelude
+        else ["-c", f"import sys; {prelude}; sys.argv = ['leveret'] + sys.argv[1:]; from leveret.cli import run; run()"]
+    )
     return subprocess.Popen(
         [sys.executable, *start, *map(str, args)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd,
-        env=dict(os.environ, PYTHONPATH=str(SRC), CUDA_VISIBLE_DEVICES=""))
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=cwd,
+        env=dict(os.environ, PYTHONPATH=str(SRC), CUDA_VISIBLE_DEVICES=""),
+    )
 
 
 def finished(proc) -> subprocess.CompletedProcess:
@@ -59,8 +66,9 @@ def test_scheduler_runs_on_a_running_cluster_and_on_a_local_one(folder):
     pytest.importorskip("zarr")
     assert run_cmd(*recon("ref.zarr"), cwd=folder).returncode == 0
     ref = read_array(folder / "ref.zarr")
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0",
-                                  silence_logs=logging.ERROR) as cluster:
+    with distributed.LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0", silence_logs=logging.ERROR
+    ) as cluster:
         r = run_cmd(*recon("a.zarr"), "--scheduler", cluster.scheduler_address, cwd=folder)
     assert r.returncode == 0, r.stderr
     assert "dask: 2 worker(s)" in r.stderr and "dashboard http" in r.stderr
@@ -72,13 +80,15 @@ def test_scheduler_runs_on_a_running_cluster_and_on_a_local_one(folder):
 
 def test_bad_or_unreachable_scheduler_is_one_line_and_exit_2(folder):
     pytest.importorskip("distributed")
-    silent = socket.socket()        # accepts connections, never answers: a cluster that does not respond
+    silent = socket.socket()  # accepts connections, never answers: a cluster that does not respond
     silent.bind(("127.0.0.1", 0))
     silent.listen(4)
     port = silent.getsockname()[1]
-    try:    # run side by side: the unreachable ones wait out the connection timeout
-        procs = {address: leveret_cmd(*recon("rec.zarr"), "--scheduler", address, cwd=folder)
-                 for address in ("nonsense", "foo://host:1", "tcp://127.0.0.1:1", f"tcp://127.0.0.1:{port}")}
+    try:  # run side by side: the unreachable ones wait out the connection timeout
+        procs = {
+            address: leveret_cmd(*recon("rec.zarr"), "--scheduler", address, cwd=folder)
+            for address in ("nonsense", "foo://host:1", "tcp://127.0.0.1:1", f"tcp://127.0.0.1:{port}")
+        }
         results = {address: finished(p) for address, p in procs.items()}
     finally:
         silent.close()
@@ -86,28 +96,33 @@ def test_bad_or_unreachable_scheduler_is_one_line_and_exit_2(folder):
         r = results[address]
         assert r.returncode == 2 and r.stderr.strip().splitlines() == [
             "leveret recon: error: --scheduler: expected 'local' or a Dask scheduler's address such as "
-            f"tcp://HOST:8786, got {address!r}"]
+            f"tcp://HOST:8786, got {address!r}"
+        ]
     for address in ("tcp://127.0.0.1:1", f"tcp://127.0.0.1:{port}"):
         r = results[address]
         assert r.returncode == 2 and r.stderr.strip().splitlines() == [
             f"leveret recon: error: --scheduler: no Dask scheduler answered at {address} within 5 s; "
-            "start one with 'dask scheduler', or give 'local'"]
+            "start one with 'dask scheduler', or give 'local'"
+        ]
     assert sorted(p.name for p in folder.iterdir()) == ["proj.npy"]
 
 
 def test_scheduler_without_distributed_says_what_to_install(folder):
-    r = run_cmd(*recon("rec.zarr"), "--scheduler", "local", cwd=folder,
-                prelude="sys.modules['distributed'] = None")     # import distributed fails
+    r = run_cmd(
+        *recon("rec.zarr"), "--scheduler", "local", cwd=folder, prelude="sys.modules['distributed'] = None"
+    )  # import distributed fails
     assert r.returncode == 2 and r.stderr.strip().splitlines() == [
         "leveret recon: error: --scheduler: running on a Dask cluster needs the distributed package; "
-        'pip install "leveret[cluster]"']
+        'pip install "leveret[cluster]"'
+    ]
 
 
 @pytest.mark.parametrize("text", ["", "1,x", "-1", "0,0", "some"])
 def test_gpus_takes_all_or_gpu_numbers(folder, text):
     r = run_cmd(*recon("rec.npy"), "--gpus", text, cwd=folder)
     assert r.returncode == 2 and r.stderr.strip().splitlines()[-1].endswith(
-        f"argument --gpus: expected 'all' or GPU ids such as 0,1, got {text!r}")
+        f"argument --gpus: expected 'all' or GPU ids such as 0,1, got {text!r}"
+    )
 
 
 def test_gpus_go_to_the_pipeline_and_need_cuda(folder, monkeypatch, capsys):
@@ -117,12 +132,13 @@ def test_gpus_go_to_the_pipeline_and_need_cuda(folder, monkeypatch, capsys):
     from leveret.cuda import devices
 
     monkeypatch.chdir(folder)
-    monkeypatch.setattr(devices, "parse", lambda d: d)      # no CuPy here: the ids as given
+    monkeypatch.setattr(devices, "parse", lambda d: d)  # no CuPy here: the ids as given
     assert main([*recon("rec.npy"), "--gpus", "0,1", "--backend", "cpu"]) == 2
     assert capsys.readouterr().err.strip().splitlines()[-1] == (
-        "leveret recon: error: --gpus: runs on CUDA GPUs, but the backend is 'cpu'; use --backend cuda or "
-        "--gpus None")
+        "leveret recon: error: --gpus: runs on CUDA GPUs, but the backend is 'cpu'; use --backend cuda or --gpus None"
+    )
     assert not (folder / "rec.npy").exists()
     assert main([*recon("rec2.npy"), "--gpus", "all", "--scheduler", "local"]) == 2
     assert capsys.readouterr().err.strip().splitlines()[-1] == (
-        "leveret recon: error: --gpus: give it without --scheduler; each Dask worker uses its own GPU")
+        "leveret recon: error: --gpus: give it without --scheduler; each Dask worker uses its own GPU"
+    )

@@ -2,6 +2,7 @@
 but is probably not what was meant; the result is the same with or without
 them, and --quiet silences them. The centre estimate's confidence drops when
 its two methods disagree or when it sits on the edge of its search range."""
+
 from __future__ import annotations
 
 import json
@@ -29,8 +30,7 @@ def scan(tmp_path):
 
 
 def recon(folder, name, *flags):
-    return main(["recon", str(folder / "proj.npy"), str(folder / name), "--backend", "cpu", "--no-progress",
-                 *flags])
+    return main(["recon", str(folder / "proj.npy"), str(folder / name), "--backend", "cpu", "--no-progress", *flags])
 
 
 def test_a_full_scan_gets_no_warning(scan, capsys):
@@ -67,7 +67,7 @@ def test_raw_counts_without_flats_or_minus_log_warn_whatever_their_dtype(scan, c
     assert recon(folder, "b.npy", "--angles", "0:180:60", "-q") == 0
     np.testing.assert_array_equal(np.load(folder / "a.npy"), np.load(folder / "b.npy"))
     np.save(folder / "proj.npy", (np.round(1000 * np.exp(-0.05 * lines)) / 1000).astype(dtype))
-    if dtype == np.float32:      # transmissions
+    if dtype == np.float32:  # transmissions
         assert recon(folder, "c.npy", "--angles", "0:180:60", "--minus-log") == 0
         assert warnings_in(capsys.readouterr().err) == []
 
@@ -89,8 +89,16 @@ def drifted_scan(folder, drift):
     lines = phantom.ball(10.0).project(g).astype(np.float32)
     lines[-1] = np.roll(lines[-1], drift, axis=-1)
     np.save(folder / "p.npy", lines)
-    return ["center", str(folder / "p.npy"), "--angles", "0:180:91:endpoint", "--backend", "cpu",
-            "--json", str(folder / "c.json")]
+    return [
+        "center",
+        str(folder / "p.npy"),
+        "--angles",
+        "0:180:91:endpoint",
+        "--backend",
+        "cpu",
+        "--json",
+        str(folder / "c.json"),
+    ]
 
 
 def test_centre_methods_that_agree_keep_their_confidence(tmp_path, capsys):
@@ -98,7 +106,7 @@ def test_centre_methods_that_agree_keep_their_confidence(tmp_path, capsys):
     assert warnings_in(capsys.readouterr().err) == []
     c = json.loads((tmp_path / "c.json").read_text())
     assert c["method"] == "pairs" and abs(c["center"] - 24.0) < 0.01 and c["confidence"] > 0.99
-    assert c["check"]["method"] == "sweep" and c["check"]["difference"] <= 0.25   # half the check's 0.5 px step
+    assert c["check"]["method"] == "sweep" and c["check"]["difference"] <= 0.25  # half the check's 0.5 px step
 
 
 def test_centre_methods_that_disagree_lower_the_confidence(tmp_path, capsys):
@@ -123,10 +131,10 @@ def off_centre_scan(center):
 
 
 def test_an_estimate_on_the_edge_of_the_search_range_halves_the_confidence():
-    lines, angles = off_centre_scan(30.0)            # inside the default range [11.75, 35.25]
+    lines, angles = off_centre_scan(30.0)  # inside the default range [11.75, 35.25]
     inside = find_center(lines, angles)
     assert not inside.details["at_edge"] and abs(inside.center - 30.0) < 0.01 and inside.confidence > 0.99
-    lines, angles = off_centre_scan(36.0)            # beyond it: the estimate stops at the edge
+    lines, angles = off_centre_scan(36.0)  # beyond it: the estimate stops at the edge
     edge = find_center(lines, angles)
     assert edge.details["at_edge"] and edge.center > 35.25 - 0.5 and edge.confidence <= 0.5
     # the same scan searched over a range that holds the axis: measured, full confidence
@@ -147,11 +155,16 @@ def test_centre_command_warns_about_an_edge_estimate(tmp_path, capsys):
     assert confidence <= 0.5
 
 
-@pytest.mark.parametrize("flags,message", [
-    (["--kernel", "texture"], "--kernel: 'texture' chooses a CUDA kernel; the CPU backend ignores it"),
-    (["--precision", "float16"], "--precision: float16 filtered sinograms are a GPU mode; the CPU backend "
-                                 "computes in float32"),
-])
+@pytest.mark.parametrize(
+    "flags,message",
+    [
+        (["--kernel", "texture"], "--kernel: 'texture' chooses a CUDA kernel; the CPU backend ignores it"),
+        (
+            ["--precision", "float16"],
+            "--precision: float16 filtered sinograms are a GPU mode; the CPU backend computes in float32",
+        ),
+    ],
+)
 def test_gpu_only_flags_on_the_cpu_warn_and_change_nothing(scan, capsys, flags, message):
     folder, _ = scan
     plain = recon(folder, "plain.npy", "--angles", "0:180:60")

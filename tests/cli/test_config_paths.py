@@ -1,4 +1,5 @@
 """``--config``: relative paths in a config file are relative to the file's folder."""
+
 import argparse
 import os
 import subprocess
@@ -12,8 +13,10 @@ import leveret
 from leveret.cli import build_parser
 from leveret.cli.config import apply_config, load_config
 
-ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(
-    [str(Path(leveret.__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")])}
+ENV = {
+    **os.environ,
+    "PYTHONPATH": os.pathsep.join([str(Path(leveret.__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")]),
+}
 
 
 def _recon_parser() -> argparse.ArgumentParser:
@@ -28,12 +31,18 @@ def test_recon_from_another_folder_reads_and_writes_beside_the_config(tmp_path):
     (job / "job.toml").write_text(
         'input = "savu/projections"\nangles = "savu/angles.txt"\n'
         'flat = "savu/flat.tiff"\ndark = "savu/dark.tiff"\ncenter = 85.87\n'
-        '[recon]\noutput = "rec.npy"\n')
+        '[recon]\noutput = "rec.npy"\n'
+    )
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    run = subprocess.run([sys.executable, "-m", "leveret", "recon", "--config", "../job/job.toml",
-                          "--backend", "cpu", "-q"],
-                         cwd=elsewhere, env=ENV, capture_output=True, text=True, timeout=300)
+    run = subprocess.run(
+        [sys.executable, "-m", "leveret", "recon", "--config", "../job/job.toml", "--backend", "cpu", "-q"],
+        cwd=elsewhere,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert run.returncode == 0, run.stderr
     assert list(elsewhere.iterdir()) == []
     volume = np.load(job / "rec.npy")
@@ -44,10 +53,15 @@ def test_recon_from_another_folder_reads_and_writes_beside_the_config(tmp_path):
 
 def test_missing_file_is_reported_with_the_resolved_path(tmp_path):
     (tmp_path / "job").mkdir()
-    (tmp_path / "job" / "job.toml").write_text('input = "nothing.npy"\noutput = "rec.npy"\n'
-                                               'angles = "0:180:10"\n')
-    run = subprocess.run([sys.executable, "-m", "leveret", "recon", "--config", "job/job.toml"],
-                         cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=120)
+    (tmp_path / "job" / "job.toml").write_text('input = "nothing.npy"\noutput = "rec.npy"\nangles = "0:180:10"\n')
+    run = subprocess.run(
+        [sys.executable, "-m", "leveret", "recon", "--config", "job/job.toml"],
+        cwd=tmp_path,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert run.returncode == 2
     assert os.path.join("job", "nothing.npy") in run.stderr
 
@@ -57,17 +71,28 @@ def test_path_options_are_joined_to_the_config_folder(tmp_path, ext):
     cfg = tmp_path / "cfg" / f"job.{ext}"
     cfg.parent.mkdir()
     sep = " = " if ext == "toml" else ": "
-    cfg.write_text("\n".join(f'{k}{sep}"{v}"' for k, v in {
-        "input": "raw/*.tif", "output": "rec/", "flat": "flat.tif", "dark": "/abs/dark.tif",
-        "angles": "0:180:720", "filter": "hann"}.items()) + "\n")
+    cfg.write_text(
+        "\n".join(
+            f'{k}{sep}"{v}"'
+            for k, v in {
+                "input": "raw/*.tif",
+                "output": "rec/",
+                "flat": "flat.tif",
+                "dark": "/abs/dark.tif",
+                "angles": "0:180:720",
+                "filter": "hann",
+            }.items()
+        )
+        + "\n"
+    )
     values = apply_config(_recon_parser(), "recon", load_config(str(cfg)), str(cfg))
     folder = str(tmp_path / "cfg")
     assert values["input"] == os.path.join(folder, "raw/*.tif")
-    assert values["output"] == os.path.join(folder, "rec/")          # still a folder output
+    assert values["output"] == os.path.join(folder, "rec/")  # still a folder output
     assert values["flat"] == os.path.join(folder, "flat.tif")
-    assert values["dark"] == "/abs/dark.tif"                          # absolute: unchanged
-    assert values["angles"] == "0:180:720"                            # a range, not a file
-    assert values["filter"] == "hann"                                 # not a path
+    assert values["dark"] == "/abs/dark.tif"  # absolute: unchanged
+    assert values["angles"] == "0:180:720"  # a range, not a file
+    assert values["filter"] == "hann"  # not a path
 
 
 def test_angle_file_named_like_a_range_wins(tmp_path):

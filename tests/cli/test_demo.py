@@ -1,4 +1,5 @@
 """``leveret demo`` through the console entry point: outputs go to a named folder."""
+
 import os
 import subprocess
 import sys
@@ -11,24 +12,27 @@ from matplotlib.image import imread
 import leveret
 
 # The subprocess imports the leveret under test, from whatever folder it runs in.
-ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(
-    [str(Path(leveret.__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")])}
+ENV = {
+    **os.environ,
+    "PYTHONPATH": os.pathsep.join([str(Path(leveret.__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")]),
+}
 
 
 def _leveret(*args, cwd):
-    return subprocess.run([sys.executable, "-m", "leveret", "demo", *args], cwd=cwd, env=ENV,
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "leveret", "demo", *args], cwd=cwd, env=ENV, capture_output=True, text=True, timeout=300
+    )
 
 
 def test_demo_real_reconstructs_the_bundled_scan_into_leveret_demo(tmp_path):
     run = _leveret("--real", "--backend", "cpu", cwd=tmp_path)
     assert run.returncode == 0, run.stderr
-    assert "centre of rotation: 85.87 px" in run.stdout       # the dataset's centre, found again
+    assert "centre of rotation: 85.87 px" in run.stdout  # the dataset's centre, found again
     assert "wrote leveret-demo/real.png" in run.stdout
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["leveret-demo"]   # nothing loose
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["leveret-demo"]  # nothing loose
     image = imread(tmp_path / "leveret-demo" / "real.png")
     assert image.shape[0] > 300 and image.shape[1] > 900
-    assert np.ptp(image[..., :3]) > 0.5      # a picture, not a blank canvas
+    assert np.ptp(image[..., :3]) > 0.5  # a picture, not a blank canvas
 
 
 def test_demo_default_output_is_in_the_leveret_demo_folder(tmp_path):
@@ -71,4 +75,4 @@ def test_a_demo_too_large_for_memory_is_refused_naming_the_flag_and_leaves_no_fo
     assert len(err) == 1 and err[0].startswith("leveret demo: error: --size: "), run.stderr
     assert "needs about 17.5 TiB of memory" in err[0] and "available" in err[0], err[0]
     assert "Unable to allocate" not in run.stderr
-    assert list(tmp_path.iterdir()) == []           # no empty leveret-demo/
+    assert list(tmp_path.iterdir()) == []  # no empty leveret-demo/

@@ -1,5 +1,6 @@
 """Build a kernel file for the host (g++) with its test harness: the shared
 fixture body of test_raytrace_host.py and test_radon3d_host.py."""
+
 from __future__ import annotations
 
 import ctypes
@@ -32,9 +33,21 @@ def build_host_harness(tmp_path_factory, kernel: str, defines: tuple[str, ...] =
         pytest.skip(message)
     so = tmp_path_factory.mktemp(f"{kernel}_host") / f"lib{kernel}_host.so"
     single = KERNEL_DIR / f"{kernel}.cu"
-    cmd = [cxx, "-O1", "-ffp-contract=off", "-std=c++17", "-shared", "-fPIC", f"-I{HERE}", f"-I{KERNEL_DIR}",
-           *(f"-D{d}" for d in defines), *([f'-D{kernel.upper()}_CU="{single}"'] if single.exists() else []),
-           "-o", str(so), str(HERE / f"{kernel}_host_harness.cpp")]
+    cmd = [
+        cxx,
+        "-O1",
+        "-ffp-contract=off",
+        "-std=c++17",
+        "-shared",
+        "-fPIC",
+        f"-I{HERE}",
+        f"-I{KERNEL_DIR}",
+        *(f"-D{d}" for d in defines),
+        *([f'-D{kernel.upper()}_CU="{single}"'] if single.exists() else []),
+        "-o",
+        str(so),
+        str(HERE / f"{kernel}_host_harness.cpp"),
+    ]
     res = subprocess.run(cmd, capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
     return ctypes.CDLL(str(so))

@@ -2,6 +2,7 @@
 (``CudaConeBackprojector``), each against the CPU mirror of the same plan
 (``leveret.cpu.backproject_cone.backproject_gpu_mirror``). Operator-level
 tests: tests/operators/test_cone_backprojection.py."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -32,8 +33,14 @@ def mirror(bp, m, proj, shape):
     software views of its own plan."""
     software = bp.software_views(m, shape)
     out = np.zeros(shape, np.float32)
-    return backproject_gpu_mirror(proj, kernel_matrices(m, software).reshape(-1, 3, 4), out, depth=DEPTH,
-                                  software=software, fma_steps=fma_steps(bp.kernel, software))
+    return backproject_gpu_mirror(
+        proj,
+        kernel_matrices(m, software).reshape(-1, 3, 4),
+        out,
+        depth=DEPTH,
+        software=software,
+        fma_steps=fma_steps(bp.kernel, software),
+    )
 
 
 @pytest.mark.parametrize("kernel", ["ray", "quad", "ray-hybrid"])
@@ -47,16 +54,16 @@ def test_ray_kernels_match_the_mirror_of_every_plan(rng, rel_mirror, kernel):
     import cupy as cp
 
     from leveret.cuda.backproject_cone import CudaConeBackprojector
+
     g, matrices = scrambled_scan(rng, n_views=41, n_rows=9, n_cols=13)
     vol = VolumeGeometry((19, 33, 31), voxel_size=1.5)
     m = index_matrices(matrices, vol)
     host = smooth_noise(rng, g.projection_shape)
     proj = cp.asarray(host)
     results = []
-    for options in ({}, {"views_per_pass": 1}, {"views_per_pass": 7}, {"views_per_pass": 1000},
-                    {"aligned": False}):
+    for options in ({}, {"views_per_pass": 1}, {"views_per_pass": 7}, {"views_per_pass": 1000}, {"aligned": False}):
         bp = CudaConeBackprojector(kernel, **options)
-        out = cp.full(vol.shape, cp.nan, cp.float32)   # poison: unwritten voxels show
+        out = cp.full(vol.shape, cp.nan, cp.float32)  # poison: unwritten voxels show
         got = bp(proj, m, out).get()
         assert np.isfinite(got).all()
         assert rel_mirror(got, mirror(bp, m, host, vol.shape)) < MIRROR_TOL, options
@@ -78,6 +85,7 @@ def test_skipping_off_detector_samples_drops_no_contribution(rng, rel_mirror, ke
     import cupy as cp
 
     from leveret.cuda.backproject_cone import CudaConeBackprojector
+
     g, matrices = scrambled_scan(rng, n_views=37, n_rows=11, n_cols=14)
     vol = VolumeGeometry((35, 26, 29), voxel_size=0.55, center=(0.7, -0.3, 1.1))
     m = index_matrices(matrices, vol)
@@ -87,10 +95,10 @@ def test_skipping_off_detector_samples_drops_no_contribution(rng, rel_mirror, ke
     u, v = q[:, 0] / q[:, 2], q[:, 1] / q[:, 2]
     on = ((u > -1) & (u < 14) & (v > -1) & (v < 11)).mean()
     assert 0.3 < on < 0.7
-    host = smooth_noise(rng, g.projection_shape) + np.float32(3)   # no ring pixel near zero
+    host = smooth_noise(rng, g.projection_shape) + np.float32(3)  # no ring pixel near zero
     host[:, 1:-1, 1:-1] = 0
     bp = CudaConeBackprojector(kernel)
-    out = cp.full(vol.shape, cp.nan, cp.float32)   # poison
+    out = cp.full(vol.shape, cp.nan, cp.float32)  # poison
     got = bp(cp.asarray(host), m, out).get()
     assert np.isfinite(got).all()
     expected = mirror(bp, m, host, vol.shape)
@@ -108,18 +116,19 @@ def test_ray_kernels_read_views_in_place_or_staged_alike(rng, kernel):
 
     from leveret.cuda import texture
     from leveret.cuda.backproject_cone import CudaConeBackprojector
+
     g, matrices = scrambled_scan(rng, n_views=29, n_rows=16, n_cols=32)
     vol = VolumeGeometry((19, 21, 23), voxel_size=1.5)
     m = index_matrices(matrices, vol)
     proj = cp.asarray(smooth_noise(rng, g.projection_shape))
-    shifted = cp.empty(proj.size + 1, cp.float32)[1:].reshape(proj.shape)   # 4 bytes off the alignment
+    shifted = cp.empty(proj.size + 1, cp.float32)[1:].reshape(proj.shape)  # 4 bytes off the alignment
     shifted[...] = proj
     assert proj.data.ptr % 512 == 0 and shifted.data.ptr % 512 == 4
     bp = CudaConeBackprojector(kernel)
     texture.clear_cache()
 
     def run(p):
-        return bp(p, m, cp.full(vol.shape, cp.nan, cp.float32)).get()   # poison: unwritten voxels show
+        return bp(p, m, cp.full(vol.shape, cp.nan, cp.float32)).get()  # poison: unwritten voxels show
 
     in_place = run(proj)
     assert [key[0] for key in texture.view_cache().keys()] == [proj.data.ptr]
@@ -127,8 +136,8 @@ def test_ray_kernels_read_views_in_place_or_staged_alike(rng, kernel):
     assert [key[0] for key in texture.view_cache().keys()] == [proj.data.ptr, "staging"]
     assert np.isfinite(in_place).all() and np.abs(in_place).max() > 0
     np.testing.assert_array_equal(staged, in_place)
-    proj *= 2   # a power of two scales every product and sum exactly
+    proj *= 2  # a power of two scales every product and sum exactly
     shifted *= 2
     np.testing.assert_array_equal(run(proj), 2 * in_place)
     np.testing.assert_array_equal(run(shifted), 2 * in_place)
-    assert len(texture.view_cache().keys()) == 2   # reused, not rebuilt
+    assert len(texture.view_cache().keys()) == 2  # reused, not rebuilt

@@ -2,6 +2,7 @@
 the CPU from the kernel's own source (g++), against NumPy's floor: the ALU
 kernel's bin index and fraction come from it, so an off-by-one here moves
 samples to the neighbouring bin. No GPU needed."""
+
 from __future__ import annotations
 
 import ctypes
@@ -43,23 +44,42 @@ def floor_rd(tmp_path_factory):
     cxx = shutil.which("g++") or shutil.which("c++")
     if cxx is None:
         pytest.skip("no C++ compiler (g++) to build floor_rd for the host")
-    match = re.search(r"__device__ __forceinline__ int floor_rd\(.*?\n}\n", kernel_source("backproject_parallel"),
-                      re.S)
+    match = re.search(r"__device__ __forceinline__ int floor_rd\(.*?\n}\n", kernel_source("backproject_parallel"), re.S)
     assert match, "floor_rd not found in backproject_parallel.cu"
     folder = tmp_path_factory.mktemp("floor_rd")
     (folder / "floor_rd.cpp").write_text(HARNESS % match.group(0))
     so = folder / "libfloor_rd.so"
-    res = subprocess.run([cxx, "-O1", "-frounding-math", "-ffp-contract=off", "-std=c++17", "-shared", "-fPIC",
-                          f"-I{HERE}", "-o", str(so), str(folder / "floor_rd.cpp")], capture_output=True, text=True)
+    res = subprocess.run(
+        [
+            cxx,
+            "-O1",
+            "-frounding-math",
+            "-ffp-contract=off",
+            "-std=c++17",
+            "-shared",
+            "-fPIC",
+            f"-I{HERE}",
+            "-o",
+            str(so),
+            str(folder / "floor_rd.cpp"),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert res.returncode == 0, res.stderr
     lib = ctypes.CDLL(str(so))
 
     def run(h):
         h = np.ascontiguousarray(h, np.float32)
         index, value = np.empty(h.size, np.int32), np.empty(h.size, np.float32)
-        lib.floors(h.ctypes.data_as(ctypes.c_void_p), ctypes.c_int(h.size), index.ctypes.data_as(ctypes.c_void_p),
-                   value.ctypes.data_as(ctypes.c_void_p))
+        lib.floors(
+            h.ctypes.data_as(ctypes.c_void_p),
+            ctypes.c_int(h.size),
+            index.ctypes.data_as(ctypes.c_void_p),
+            value.ctypes.data_as(ctypes.c_void_p),
+        )
         return index, value
+
     return run
 
 
@@ -70,10 +90,17 @@ def test_floor_by_directed_rounding_is_exact(floor_rd, rng):
     instead, the form Chilingaryan et al. (2018) give, is off by one on some
     of these values, which is why the kernel rounds down.)"""
     h = np.arange(0, 300, dtype=np.float32)
-    values = np.concatenate([h, np.nextafter(h, np.float32(-1)), np.nextafter(h, np.float32(1e9)),
-                             h + np.float32(0.5), np.nextafter(h + np.float32(1), np.float32(-1)),
-                             rng.uniform(0, 2 ** 23, 10_000).astype(np.float32),
-                             np.float32([2 ** 23 - 1, np.nextafter(np.float32(2 ** 23), np.float32(0))])])
+    values = np.concatenate(
+        [
+            h,
+            np.nextafter(h, np.float32(-1)),
+            np.nextafter(h, np.float32(1e9)),
+            h + np.float32(0.5),
+            np.nextafter(h + np.float32(1), np.float32(-1)),
+            rng.uniform(0, 2**23, 10_000).astype(np.float32),
+            np.float32([2**23 - 1, np.nextafter(np.float32(2**23), np.float32(0))]),
+        ]
+    )
     values = values[values >= 0].astype(np.float32)
     index, value = floor_rd(values)
     expected = np.floor(values.astype(np.float64))

@@ -2,6 +2,7 @@
 the memory pool's cached blocks, of the call before; repeated multi-device
 and streamed calls do not grow the pool) and constant memory lent to one
 caller at a time."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -12,8 +13,9 @@ pytestmark = pytest.mark.gpu
 
 def test_lent_streams_come_back_in_the_same_order():
     from leveret.cuda.device_state import lend_streams
+
     with lend_streams(2) as first:
-        with lend_streams(1) as inner:   # open at once: never shared
+        with lend_streams(1) as inner:  # open at once: never shared
             assert inner[0] not in first
     with lend_streams(3) as again:
         assert again[:2] == first and again[2] == inner[0]
@@ -21,6 +23,7 @@ def test_lent_streams_come_back_in_the_same_order():
 
 def test_lent_streams_are_returned_after_an_error():
     from leveret.cuda.device_state import device_state, lend_streams
+
     with lend_streams(2):
         pass
     made = device_state().streams_made
@@ -62,18 +65,21 @@ def _spin_then_read(module, table, seen, stream) -> None:
     """Copy the constant's first float into ``seen`` after about 50 ms of GPU time."""
     import cupy
 
-    spin = cupy.RawKernel(r"""
+    spin = cupy.RawKernel(
+        r"""
     extern "C" __global__ void spin(long long cycles) {
         long long t0 = clock64();
         while (clock64() - t0 < cycles) { }
-    }""", "spin")
+    }""",
+        "spin",
+    )
     spin((1,), (1,), (np.int64(100_000_000),), stream=stream)
-    cupy.cuda.runtime.memcpyAsync(seen.data.ptr, table.ptr, 4, cupy.cuda.runtime.memcpyDeviceToDevice,
-                                  stream.ptr)
+    cupy.cuda.runtime.memcpyAsync(seen.data.ptr, table.ptr, 4, cupy.cuda.runtime.memcpyDeviceToDevice, stream.ptr)
 
 
 def _pool_after_each(run, calls=3) -> list[int]:
     import cupy
+
     pool = cupy.get_default_memory_pool()
     cupy.cuda.Device().synchronize()
     pool.free_all_blocks()
@@ -91,8 +97,10 @@ def test_repeated_multi_device_fdk_reuses_the_pool():
     import leveret
     from leveret.cuda.devices import DeviceSet
     from leveret.geometry import ConeGeometry, VolumeGeometry
-    g = ConeGeometry.circular(np.linspace(0, 2 * np.pi, 64, endpoint=False), sid=300.0, sdd=450.0,
-                              n_rows=48, n_cols=64, pixel_size=1.0)
+
+    g = ConeGeometry.circular(
+        np.linspace(0, 2 * np.pi, 64, endpoint=False), sid=300.0, sdd=450.0, n_rows=48, n_cols=64, pixel_size=1.0
+    )
     vol = VolumeGeometry((48, 40, 40), voxel_size=0.6)
     proj = np.random.default_rng(0).random(g.projection_shape, dtype=np.float32)
     # Which worker takes which block varies from call to call (the queue), and with
@@ -105,6 +113,7 @@ def test_repeated_multi_device_fdk_reuses_the_pool():
 def test_repeated_fbp_from_numpy_reuses_the_pool(n_rows, slab_slices):
     """A stack streamed in chunks, and one slice uploaded in angle batches."""
     import leveret
+
     g = leveret.ParallelGeometry(np.linspace(0, np.pi, 1800, endpoint=False), 768, n_rows=n_rows)
     proj = np.random.default_rng(1).random(g.projection_shape, dtype=np.float32)
     totals = _pool_after_each(lambda: leveret.fbp(proj, g, backend="cuda", slab_slices=slab_slices))

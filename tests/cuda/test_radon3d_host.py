@@ -7,6 +7,7 @@ parallel, real atomics, CuPy's launch) the `gpu` tests in
 tests/algorithms/test_radon3d_cuda.py do; the shared-memory back-projection
 (inline PTX) is checked by its NumPy mirror (tests/algorithms/test_radon3d_kernel_mirror.py).
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -22,21 +23,36 @@ from leveret.cuda import radon3d as launcher
 from host_build import build_host_harness
 
 TOL = {np.float32: 1e-5, np.float64: 1e-12}
-VOLUMES = {"odd-offcentre": VolumeGeometry((17, 23, 37), (0.05, 0.04, 0.045), center=(0.02, -0.03, 0.01)),
-           "thin": VolumeGeometry((5, 3, 70), 0.02),
-           "one-column": VolumeGeometry((33, 9, 1), (0.03, 0.05, 0.02)),
-           "coarse-voxels": VolumeGeometry((6, 11, 35), 0.5, center=(0.3, -0.2, 0.1))}
+VOLUMES = {
+    "odd-offcentre": VolumeGeometry((17, 23, 37), (0.05, 0.04, 0.045), center=(0.02, -0.03, 0.01)),
+    "thin": VolumeGeometry((5, 3, 70), 0.02),
+    "one-column": VolumeGeometry((33, 9, 1), (0.03, 0.05, 0.02)),
+    "coarse-voxels": VolumeGeometry((6, 11, 35), 0.5, center=(0.3, -0.2, 0.1)),
+}
 
 
 @pytest.fixture(scope="module")
 def lib(tmp_path_factory):
     dll = build_host_harness(tmp_path_factory, "radon3d", launcher.DEFINES)
     dll.bad_reads.restype = ctypes.c_longlong
-    dll.run_bp_global.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_longlong,
-                                  ctypes.c_longlong, ctypes.c_void_p, ctypes.c_longlong, ctypes.c_int,
-                                  ctypes.c_void_p] + [ctypes.c_int] * 7 + [ctypes.c_uint] * 3
-    dll.run_forward.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p,
-                                ctypes.c_void_p] + [ctypes.c_int] * 6
+    dll.run_bp_global.argtypes = (
+        [
+            ctypes.c_int,
+            ctypes.c_int,
+            ctypes.c_void_p,
+            ctypes.c_longlong,
+            ctypes.c_longlong,
+            ctypes.c_void_p,
+            ctypes.c_longlong,
+            ctypes.c_int,
+            ctypes.c_void_p,
+        ]
+        + [ctypes.c_int] * 7
+        + [ctypes.c_uint] * 3
+    )
+    dll.run_forward.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p] + [
+        ctypes.c_int
+    ] * 6
     return dll
 
 
@@ -47,9 +63,27 @@ def bp_global(lib, proj, table, out, *, zpt=4, proj_bstride=0, table_bstride=0, 
     nb, ny, nx = out.shape
     gx, gy, gz = launcher.backproject_grid(out.shape, zpt)
     before = lib.bad_reads()
-    lib.run_bp_global(int(proj.dtype == np.float64), zpt, proj.ctypes.data, proj.nbytes, proj_bstride,
-                      table.ctypes.data, table.shape[0], table_bstride, out.ctypes.data, nx, ny, nb,
-                      proj.shape[-2], proj.shape[-1], b_offset, int(accumulate), gx, gy, gz)
+    lib.run_bp_global(
+        int(proj.dtype == np.float64),
+        zpt,
+        proj.ctypes.data,
+        proj.nbytes,
+        proj_bstride,
+        table.ctypes.data,
+        table.shape[0],
+        table_bstride,
+        out.ctypes.data,
+        nx,
+        ny,
+        nb,
+        proj.shape[-2],
+        proj.shape[-1],
+        b_offset,
+        int(accumulate),
+        gx,
+        gy,
+        gz,
+    )
     assert lib.bad_reads() == before, "a read outside the projections or the table"
     return out
 
@@ -85,8 +119,12 @@ def test_global_backprojection_equals_numba(lib, rng, name, dtype):
     assert rel(out, 2 * ref) < TOL[dtype]
     # The off-range branch ran: some voxel's plane misses the samples.
     corners = np.array([(k, j, i) for k in (0, vol.nz - 1) for j in (0, vol.ny - 1) for i in (0, vol.nx - 1)])
-    u = corners[:, 2, None] * table[:, 0] + corners[:, 1, None] * table[:, 1] \
-        + corners[:, 0, None] * table[:, 2] + table[:, 3]
+    u = (
+        corners[:, 2, None] * table[:, 0]
+        + corners[:, 1, None] * table[:, 1]
+        + corners[:, 0, None] * table[:, 2]
+        + table[:, 3]
+    )
     assert u.min() < -1 or u.max() > g.n_samples
 
 
@@ -98,16 +136,25 @@ def test_global_backprojection_two_stage_strides(lib, rng, dtype):
     plan = TwoStagePlan(g, vol, oversampling=2)
     filt = rng.standard_normal(g.projection_shape)
     by_phi = np.ascontiguousarray(filt[plan.order]).reshape(plan.n_phi, plan.n_theta, -1).astype(dtype)
-    planes = bp_global(lib, by_phi, plan.table1, np.full(plan.plane_shape, np.nan, dtype), zpt=1,
-                       proj_bstride=plan.n_theta * g.n_samples, table_bstride=plan.n_theta)
+    planes = bp_global(
+        lib,
+        by_phi,
+        plan.table1,
+        np.full(plan.plane_shape, np.nan, dtype),
+        zpt=1,
+        proj_bstride=plan.n_theta * g.n_samples,
+        table_bstride=plan.n_theta,
+    )
     ref_planes = np.empty(plan.plane_shape)
     for j in range(plan.n_phi):
-        cpu.backproject(by_phi[j].astype(np.float64), plan.table1[j * plan.n_theta:(j + 1) * plan.n_theta],
-                        ref_planes[j][None])
+        cpu.backproject(
+            by_phi[j].astype(np.float64), plan.table1[j * plan.n_theta : (j + 1) * plan.n_theta], ref_planes[j][None]
+        )
     assert rel(planes, ref_planes) < TOL[dtype]
     slices = np.ascontiguousarray(ref_planes.transpose(1, 0, 2)).astype(dtype)
-    out = bp_global(lib, slices, plan.table2, np.full(vol.shape, np.nan, dtype), zpt=1,
-                    proj_bstride=plan.n_phi * plan.n_r)
+    out = bp_global(
+        lib, slices, plan.table2, np.full(vol.shape, np.nan, dtype), zpt=1, proj_bstride=plan.n_phi * plan.n_r
+    )
     ref = np.empty(vol.shape)
     for k in range(vol.nz):
         cpu.backproject(slices[k].astype(np.float64), plan.table2, ref[k][None])
@@ -128,7 +175,18 @@ def test_forward_kernels_equal_numba(lib, rng, dtype, shared):
     ref = cpu.forward(x.astype(np.float64), table, np.empty(g.projection_shape))
     nz, ny, nx = vol.shape
     for kpb in (1, 4, launcher.forward_k_per_block(nz, g.n_dirs)):
-        out = np.zeros(g.projection_shape, dtype)        # the launcher zeroes out first
-        lib.run_forward(int(dtype == np.float64), shared, x.ctypes.data, out.ctypes.data, table.ctypes.data,
-                        nx, ny, nz, g.n_dirs, g.n_samples, kpb)
+        out = np.zeros(g.projection_shape, dtype)  # the launcher zeroes out first
+        lib.run_forward(
+            int(dtype == np.float64),
+            shared,
+            x.ctypes.data,
+            out.ctypes.data,
+            table.ctypes.data,
+            nx,
+            ny,
+            nz,
+            g.n_dirs,
+            g.n_samples,
+            kpb,
+        )
         assert rel(out, ref) < TOL[dtype]

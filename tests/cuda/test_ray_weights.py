@@ -2,6 +2,7 @@
 CUDA: its own source built for the CPU (one thread at a time over the launch
 grid, rows strided as on the GPU) against the float64 NumPy weights the CPU
 operator applies; on the GPU, the launcher against the same reference."""
+
 from __future__ import annotations
 
 import ctypes
@@ -46,15 +47,24 @@ def test_host_build_equals_the_cpu_weights(lib, grid_y, rng):
     frames = view_frames(A._pixel_minv, A._pixel_scale)
     out = np.full_like(y, np.nan)
     n_views, n_rows, n_cols = y.shape
-    lib.run_ray_length_weight(y.ctypes.data_as(ctypes.c_void_p), out.ctypes.data_as(ctypes.c_void_p),
-                              frames.ctypes.data_as(ctypes.c_void_p), n_views, n_rows, n_cols, BLOCK, grid_y)
+    lib.run_ray_length_weight(
+        y.ctypes.data_as(ctypes.c_void_p),
+        out.ctypes.data_as(ctypes.c_void_p),
+        frames.ctypes.data_as(ctypes.c_void_p),
+        n_views,
+        n_rows,
+        n_cols,
+        BLOCK,
+        grid_y,
+    )
     ref = _reference(A, y)
     assert not np.isnan(out).any()
-    np.testing.assert_allclose(out, ref, rtol=2 ** -23, atol=0)
+    np.testing.assert_allclose(out, ref, rtol=2**-23, atol=0)
 
 
 def test_frames_of_other_views_are_refused_before_any_launch():
     from leveret.cuda.ray_weights import weight_by_ray_length
+
     with pytest.raises(ValueError, match=r"frames: expected \(2, 10\), got \(3, 10\)"):
         weight_by_ray_length(np.zeros((2, 3, 4), np.float32), np.zeros((3, 10)))
 
@@ -64,7 +74,8 @@ def test_gpu_weights_equal_the_cpu_weights(rng):
     import cupy
 
     from leveret.cuda.ray_weights import weight_by_ray_length
+
     A, y = _case(rng, n_rows=70, n_cols=600)
     out = cupy.full(y.shape, cupy.nan, cupy.float32)
     weight_by_ray_length(cupy.asarray(y), view_frames(A._pixel_minv, A._pixel_scale), out=out)
-    np.testing.assert_allclose(out.get(), _reference(A, y), rtol=2 ** -23, atol=0)
+    np.testing.assert_allclose(out.get(), _reference(A, y), rtol=2**-23, atol=0)

@@ -5,14 +5,20 @@ Joseph's two transposes against each other, with views in several batches.
 Outputs are poisoned with NaN first; every test checks the adjoint identity of
 the pair it runs. The same kernels' source runs on the CPU in
 test_raytrace_host.py."""
+
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
 from leveret import phantom
-from leveret.cuda.raytrace import (VOXEL_KZ, CudaRaytracer, joseph_float32_bound, structured_float32_bound,
-                                   view_parameters)
+from leveret.cuda.raytrace import (
+    VOXEL_KZ,
+    CudaRaytracer,
+    joseph_float32_bound,
+    structured_float32_bound,
+    view_parameters,
+)
 from leveret.geometry import ConeGeometry, VolumeGeometry
 from leveret.operators import Projector
 
@@ -28,6 +34,7 @@ TOL = {"float32": 1e-5, "float64": 1e-12}
 
 def _cupy():
     import cupy
+
     return cupy
 
 
@@ -59,7 +66,7 @@ def test_structured_siddon_equals_general(name, precision, rng):
     S = Projector(geometry, volume, model="siddon", precision=precision, backend="cuda", structured=True)
     G = Projector(geometry, volume, model="siddon", precision=precision, backend="cuda", structured=False)
     assert S.structured and not G.structured and S.transpose == "scatter"
-    assert Projector(geometry, volume, backend="cuda").structured            # "auto" takes it
+    assert Projector(geometry, volume, backend="cuda").structured  # "auto" takes it
     x = cp.asarray(rng.standard_normal(volume.shape), dtype=precision)
     y = cp.asarray(rng.standard_normal(geometry.projection_shape), dtype=precision)
     out = cp.full(geometry.projection_shape, np.nan, precision)
@@ -86,8 +93,17 @@ def test_structured_siddon_transpose_in_any_view_group_and_slab(name, rng):
     ref = G.T(y)
     for group in (16, 8, 3):
         for slab in (volume.shape[0], 4):
-            r = CudaRaytracer(geometry, S._grid3, S._offset, S._scale, "siddon", np.float32, structured=True,
-                              z_slab=slab, view_group=group)
+            r = CudaRaytracer(
+                geometry,
+                S._grid3,
+                S._offset,
+                S._scale,
+                "siddon",
+                np.float32,
+                structured=True,
+                z_slab=slab,
+                view_group=group,
+            )
             back = cp.full(volume.shape, np.nan, cp.float32)
             r.adjoint(y, back.reshape(S._grid3))
             assert not bool(cp.isnan(back).any()), (group, slab)
@@ -101,10 +117,12 @@ def test_structured_siddon_opts_in_to_more_shared_memory_on_wide_grids(rng):
     the same weights (adjoint identity)."""
     from leveret.cuda.raytrace import SHARED_DEFAULT
     from leveret.geometry import ConeGeometry, VolumeGeometry
+
     cp = _cupy()
     volume = VolumeGeometry((16, 1024, 1024), 0.01)
-    geometry = ConeGeometry.circular(np.linspace(0, 2 * np.pi, 5, endpoint=False), sid=20.0, sdd=30.0,
-                                     n_rows=6, n_cols=160, pixel_size=0.05)
+    geometry = ConeGeometry.circular(
+        np.linspace(0, 2 * np.pi, 5, endpoint=False), sid=20.0, sdd=30.0, n_rows=6, n_cols=160, pixel_size=0.05
+    )
     A = Projector(geometry, volume, model="siddon", precision="float64", backend="cpu")
     S = Projector(geometry, volume, model="siddon", precision="float32", backend="cuda", structured=True)
     assert S._gpu.shared_bytes > SHARED_DEFAULT
@@ -115,8 +133,9 @@ def test_structured_siddon_opts_in_to_more_shared_memory_on_wide_grids(rng):
     got = cp.asnumpy(out).astype(np.float64)
     assert not np.isnan(got).any() and np.count_nonzero(got) == got.size
     _, params = view_parameters(geometry)
-    bound = structured_float32_bound(params, geometry.n_rows, geometry.n_cols, volume.shape, 1 / A._scale,
-                                     np.abs(x).max(), np.abs(ref).max())
+    bound = structured_float32_bound(
+        params, geometry.n_rows, geometry.n_cols, volume.shape, 1 / A._scale, np.abs(x).max(), np.abs(ref).max()
+    )
     assert np.abs(got - ref).max() <= bound
     y = cp.asarray(rng.standard_normal(geometry.projection_shape), dtype=cp.float32)
     back = cp.full(volume.shape, np.nan, cp.float32)
@@ -140,16 +159,19 @@ def test_structured_siddon_float32_march_against_float64(name, rng):
     S = Projector(geometry, volume, model="siddon", precision="float32", backend="cuda", structured=True)
     _, params = view_parameters(geometry)
     ph = phantom.EllipsoidPhantom([phantom.Ellipsoid(1.0, (3.0, 3.5, 3.2), (0.2, -0.1, 0.3), 0.4)])
-    for x in (rng.standard_normal(volume.shape).astype(np.float32),
-              ph.rasterize(volume, supersampling=2).astype(np.float32)):
+    for x in (
+        rng.standard_normal(volume.shape).astype(np.float32),
+        ph.rasterize(volume, supersampling=2).astype(np.float32),
+    ):
         ref = A(x.astype(np.float64))
         out = cp.full(geometry.projection_shape, np.nan, cp.float32)
         S(cp.asarray(x), out=out)
         got = cp.asnumpy(out).astype(np.float64)
         assert not np.isnan(got).any()
         err = np.abs(got - ref).max()
-        bound = structured_float32_bound(params, geometry.n_rows, geometry.n_cols, volume.shape, 1 / A._scale,
-                                         np.abs(x).max(), np.abs(ref).max())
+        bound = structured_float32_bound(
+            params, geometry.n_rows, geometry.n_cols, volume.shape, 1 / A._scale, np.abs(x).max(), np.abs(ref).max()
+        )
         assert err <= bound and err <= 1e-5 * np.abs(ref).max(), (err, bound)
     y = rng.standard_normal(geometry.projection_shape).astype(np.float32)
     assert S._gpu.z_slab == volume.nz
@@ -229,29 +251,37 @@ def test_structured_joseph_voxel_transpose_equals_atomic(name, rng):
     k_lo, k_hi = V._gpu.voxel_z
     assert (k_hi - k_lo < volume.nz / 4) == (name == "few_rows")
     A = Projector(geometry, volume, model="joseph", precision="float32", backend="cpu")
-    batched = CudaRaytracer(geometry, A._grid3, A._offset, A._scale, "joseph", np.float32, transpose="gather",
-                            views_per_batch=2)
-    patches = {p: CudaRaytracer(geometry, A._grid3, A._offset, A._scale, "joseph", np.float32, transpose="gather",
-                                voxel_patch=p) for p in (1, 2)}
+    batched = CudaRaytracer(
+        geometry, A._grid3, A._offset, A._scale, "joseph", np.float32, transpose="gather", views_per_batch=2
+    )
+    patches = {
+        p: CudaRaytracer(
+            geometry, A._grid3, A._offset, A._scale, "joseph", np.float32, transpose="gather", voxel_patch=p
+        )
+        for p in (1, 2)
+    }
     assert T._gpu.band
     scatter = CudaRaytracer(geometry, A._grid3, A._offset, A._scale, "joseph", np.float32, transpose="scatter")
-    scatter.band = False   # as where the gather transpose's conditions fail
+    scatter.band = False  # as where the gather transpose's conditions fail
     y = cp.asarray(rng.standard_normal(geometry.projection_shape), dtype=cp.float32)
     results = {}
-    for mode, run in (("gather", V.T), ("scatter", T.T),
-                      ("scatter", lambda y, out: scatter.adjoint(y, out.reshape(A._grid3))),
-                      ("gather_batched", lambda y, out: batched.adjoint(y, out.reshape(A._grid3))),
-                      ("gather_patch1", lambda y, out: patches[1].adjoint(y, out.reshape(A._grid3))),
-                      ("gather_patch2", lambda y, out: patches[2].adjoint(y, out.reshape(A._grid3)))):
+    for mode, run in (
+        ("gather", V.T),
+        ("scatter", T.T),
+        ("scatter", lambda y, out: scatter.adjoint(y, out.reshape(A._grid3))),
+        ("gather_batched", lambda y, out: batched.adjoint(y, out.reshape(A._grid3))),
+        ("gather_patch1", lambda y, out: patches[1].adjoint(y, out.reshape(A._grid3))),
+        ("gather_patch2", lambda y, out: patches[2].adjoint(y, out.reshape(A._grid3))),
+    ):
         results[mode] = cp.full(volume.shape, np.nan, cp.float32)
         run(y, out=results[mode])
         assert not bool(cp.isnan(results[mode]).any()), mode
     assert_close(results["gather"], results["scatter"], 2e-6)
     assert_close(results["scatter"], results["scatter"], 2e-6)
-    assert_close(results["gather_batched"], results["gather"], 1e-6)     # batches: partial sums added in float32
-    for patch in (1, 2):   # one or 2 x 2 voxel columns per warp: other float32 summation orders
+    assert_close(results["gather_batched"], results["gather"], 1e-6)  # batches: partial sums added in float32
+    for patch in (1, 2):  # one or 2 x 2 voxel columns per warp: other float32 summation orders
         assert_close(results[f"gather_patch{patch}"], results["scatter"], 2e-6)
-    assert bool((V.T(y) == results["gather"]).all())                       # deterministic
+    assert bool((V.T(y) == results["gather"]).all())  # deterministic
     x = cp.asarray(rng.standard_normal(volume.shape), dtype=cp.float32)
     out = V(x)
     err, scale = _adjoint_error(out, y, x, results["gather"])
@@ -275,9 +305,10 @@ def test_voxel_transpose_every_depth_and_patch(name, tol, rng):
     ref = T.T(y)
     for kz in VOXEL_KZ:
         for patch in (1, 2):
-            r = CudaRaytracer(geometry, A._grid3, A._offset, A._scale, "joseph", np.float32, transpose="gather",
-                              voxel_patch=patch)
-            r.voxel_kz = kz   # the depth the rule would take on another grid
+            r = CudaRaytracer(
+                geometry, A._grid3, A._offset, A._scale, "joseph", np.float32, transpose="gather", voxel_patch=patch
+            )
+            r.voxel_kz = kz  # the depth the rule would take on another grid
             got = cp.full(volume.shape, np.nan, cp.float32)
             r.adjoint(y, got.reshape(A._grid3))
             assert not bool(cp.isnan(got).any()), (kz, patch)
@@ -295,12 +326,15 @@ def test_voxel_transpose_unclamped_rows(rng):
     A = Projector(geometry, volume, model="joseph", precision="float64", backend="cpu")
     G = Projector(geometry, volume, model="joseph", precision="float32", backend="cuda", transpose="gather")
     x = phantom.shepp_logan(volume.shape).astype(np.float32)
-    for y in (rng.standard_normal(geometry.projection_shape).astype(np.float32),
-              A(x.astype(np.float64)).astype(np.float32)):
+    for y in (
+        rng.standard_normal(geometry.projection_shape).astype(np.float32),
+        A(x.astype(np.float64)).astype(np.float32),
+    ):
         ref = A.T(y.astype(np.float64))
         for patch in (1, 2):
-            r = CudaRaytracer(geometry, A._grid3, A._offset, A._scale, "joseph", np.float32, transpose="gather",
-                              voxel_patch=patch)
+            r = CudaRaytracer(
+                geometry, A._grid3, A._offset, A._scale, "joseph", np.float32, transpose="gather", voxel_patch=patch
+            )
             r.voxel_kz = 16
             got = cp.full(volume.shape, np.nan, cp.float32)
             r.adjoint(cp.asarray(y), got.reshape(A._grid3))
@@ -314,8 +348,11 @@ def test_voxel_transpose_refused_where_it_does_not_apply():
     """transpose="gather" names the argument where the gather transpose does not
     apply: Siddon, float64 Joseph, the general path, a tilted detector."""
     geometry, volume = STRUCTURED["cone_small"]
-    for kwargs in ({"model": "siddon"}, {"model": "joseph", "precision": "float64"},
-                   {"model": "joseph", "structured": False}):
+    for kwargs in (
+        {"model": "siddon"},
+        {"model": "joseph", "precision": "float64"},
+        {"model": "joseph", "structured": False},
+    ):
         with pytest.raises(ValueError, match="transpose: 'gather' applies to structured Joseph"):
             Projector(geometry, volume, backend="cuda", transpose="gather", **kwargs)
     tilted, grid = GEOMETRIES["cone_matrices"]
@@ -330,7 +367,9 @@ def test_band_transpose_only_where_the_voxel_transpose_applies():
     where they do not (rows more than JV_HMAX + 1 per voxel)."""
     geometry, volume = STRUCTURED["cone_small"]
     assert Projector(geometry, volume, model="joseph", backend="cuda", transpose="scatter")._gpu.band
-    dense = ConeGeometry.circular(np.linspace(0, 2 * np.pi, 6, endpoint=False), sid=60, sdd=90, n_rows=400, n_cols=30, pixel_size=0.05)
+    dense = ConeGeometry.circular(
+        np.linspace(0, 2 * np.pi, 6, endpoint=False), sid=60, sdd=90, n_rows=400, n_cols=30, pixel_size=0.05
+    )
     grid = VolumeGeometry((16, 16, 16), 1.0)
     T = Projector(dense, grid, model="joseph", backend="cuda", transpose="scatter")
     assert T.structured and not T._gpu.band

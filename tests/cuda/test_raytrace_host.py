@@ -9,6 +9,7 @@ the tiled z-fastest copies exactly. Also the launcher's checks (validity of the
 structured path, the gather transpose's reach) and a NumPy transcription of the
 structured Siddon algorithm. No GPU needed; what this cannot check (parallel
 threads, atomics, launch configuration) tests/cuda/test_raytrace_gpu.py does."""
+
 from __future__ import annotations
 
 import ctypes
@@ -19,10 +20,21 @@ import numpy as np
 import pytest
 
 from leveret.cuda._module import KERNEL_DIR, kernel_files
-from leveret.cuda.raytrace import (JOSEPH_PAD_Z, KERNEL_CONSTANTS, joseph_float32_bound, joseph_padded_nz,
-                                   structured_float32_bound,
-                                   structured_ratio, view_parameters, voxel_kz, voxel_row_extent,
-                                   voxel_rows_per_voxel, voxel_view_floats, voxel_z_range, voxel_z_slices)
+from leveret.cuda.raytrace import (
+    JOSEPH_PAD_Z,
+    KERNEL_CONSTANTS,
+    joseph_float32_bound,
+    joseph_padded_nz,
+    structured_float32_bound,
+    structured_ratio,
+    view_parameters,
+    voxel_kz,
+    voxel_row_extent,
+    voxel_rows_per_voxel,
+    voxel_view_floats,
+    voxel_z_range,
+    voxel_z_slices,
+)
 from leveret.geometry import ConeGeometry, ParallelGeometry, VolumeGeometry
 from leveret.operators import Projector
 
@@ -49,20 +61,20 @@ def lib_patch2(tmp_path_factory):
     return build_host_harness(tmp_path_factory, "raytrace", _defines(LEVERET_JV_PATCH=2))
 
 
-@pytest.mark.parametrize("path", [p for p in kernel_files() if p.name.startswith("raytrace_")],
-                         ids=lambda p: p.name)
+@pytest.mark.parametrize("path", [p for p in kernel_files() if p.name.startswith("raytrace_")], ids=lambda p: p.name)
 def test_kernel_files_need_the_python_constants(lib, path):
     """Each raytrace_*.cu file preprocesses with raytrace.py's constants, and
     those that use one stop with an #error naming it when it is missing
     (preprocessor only: no CUDA needed)."""
-    cxx = shutil.which("g++") or shutil.which("c++")   # there: the lib fixture built with it
+    cxx = shutil.which("g++") or shutil.which("c++")  # there: the lib fixture built with it
     cmd = [cxx, "-E", "-x", "c++", f"-I{KERNEL_DIR}", str(path), "-o", "/dev/null"]
     assert subprocess.run(cmd + [f"-D{d}" for d in _defines()], capture_output=True).returncode == 0
     text = path.read_text()
     for name in KERNEL_CONSTANTS:
         if name in text:
-            res = subprocess.run(cmd + [f"-D{d}" for d in _defines() if not d.startswith(name + "=")],
-                                 capture_output=True, text=True)
+            res = subprocess.run(
+                cmd + [f"-D{d}" for d in _defines() if not d.startswith(name + "=")], capture_output=True, text=True
+            )
             assert res.returncode != 0 and "#error" in res.stderr and name in res.stderr, (name, res.stderr)
 
 
@@ -96,14 +108,14 @@ def test_host_build_equals_numba(lib, name, model, rng):
     y = rng.standard_normal(shape)
     which = 0 if model == "siddon" else 2
     out = np.full(shape, np.nan)
-    lib.run_general(which, _ptr(x), _ptr(out), nx, ny, nz, _ptr(params), _ptr(g), shape[0], n_rows, n_cols,
-                    kind, is2d)
+    lib.run_general(which, _ptr(x), _ptr(out), nx, ny, nz, _ptr(params), _ptr(g), shape[0], n_rows, n_cols, kind, is2d)
     ref = A(x)
-    np.testing.assert_array_equal(out, ref)           # same rays, same operations: bit for bit
+    np.testing.assert_array_equal(out, ref)  # same rays, same operations: bit for bit
     back = np.zeros(volume.shape)
-    lib.run_general(which + 1, _ptr(back), _ptr(y), nx, ny, nz, _ptr(params), _ptr(g), shape[0], n_rows,
-                    n_cols, kind, is2d)
-    ref_back = A.T(y)                                  # other summation order: rounding
+    lib.run_general(
+        which + 1, _ptr(back), _ptr(y), nx, ny, nz, _ptr(params), _ptr(g), shape[0], n_rows, n_cols, kind, is2d
+    )
+    ref_back = A.T(y)  # other summation order: rounding
     # measured at most 8.4e-16 of the largest value (worst of 5 seeds)
     np.testing.assert_allclose(back, ref_back, rtol=0, atol=1e-14 * np.abs(ref_back).max())
     # The structured kernel splits each ray into other pieces: measured at most
@@ -115,8 +127,7 @@ def test_host_build_equals_numba(lib, name, model, rng):
         np.testing.assert_allclose(out, ref, rtol=0, atol=1e-12 * np.abs(ref).max())
         backT = np.zeros((ny, nx, nz))
         lib.run_structured(1, _ptr(backT), _ptr(y), nx, ny, nz, _ptr(params), _ptr(g), shape[0], n_rows, n_cols)
-        np.testing.assert_allclose(backT.transpose(2, 0, 1), ref_back, rtol=0,
-                                   atol=1e-12 * np.abs(ref_back).max())
+        np.testing.assert_allclose(backT.transpose(2, 0, 1), ref_back, rtol=0, atol=1e-12 * np.abs(ref_back).max())
 
 
 @pytest.mark.parametrize("name", list(STRUCTURED))
@@ -137,22 +148,23 @@ def test_host_build_structured_float32(lib, name, rng):
     ref = A(x.astype(np.float64))
     volT = np.ascontiguousarray(x.transpose(1, 2, 0))
     out = np.full(geometry.projection_shape, np.nan, np.float32)
-    lib.run_structured_fast(0, _ptr(volT), _ptr(out), nx, ny, nz, _ptr(params), _ptr(g), n_views, n_rows, n_cols,
-                            nz)
+    lib.run_structured_fast(0, _ptr(volT), _ptr(out), nx, ny, nz, _ptr(params), _ptr(g), n_views, n_rows, n_cols, nz)
     assert not np.isnan(out).any()
     err = np.abs(out - ref).max()
-    bound = structured_float32_bound(params, n_rows, n_cols, volume.shape, 1 / A._scale,
-                                     np.abs(x).max(), np.abs(ref).max())
+    bound = structured_float32_bound(
+        params, n_rows, n_cols, volume.shape, 1 / A._scale, np.abs(x).max(), np.abs(ref).max()
+    )
     assert err <= bound, (err, bound)
     assert err <= 1e-5 * np.abs(ref).max()
     ref_back = A.T(y.astype(np.float64))
     lhs = np.vdot(out.astype(np.float64), y.astype(np.float64))
     backs = []
-    assert nz > 6   # several slabs of 3, the last one shorter or not
+    assert nz > 6  # several slabs of 3, the last one shorter or not
     for z_slab in (nz, 3):
         backT = np.zeros((ny, nx, nz), np.float32)
-        lib.run_structured_fast(1, _ptr(backT), _ptr(y), nx, ny, nz, _ptr(params), _ptr(g), n_views, n_rows,
-                                n_cols, z_slab)
+        lib.run_structured_fast(
+            1, _ptr(backT), _ptr(y), nx, ny, nz, _ptr(params), _ptr(g), n_views, n_rows, n_cols, z_slab
+        )
         back = backT.transpose(2, 0, 1).astype(np.float64)
         assert np.abs(back - ref_back).max() <= 1e-5 * np.abs(ref_back).max(), z_slab
         rhs = np.vdot(x.astype(np.float64), back)
@@ -176,15 +188,13 @@ def test_host_build_joseph_float32(lib, name, rng):
     y = rng.standard_normal(shape).astype(np.float32)
     ref = A(x.astype(np.float64))
     out = np.full(shape, np.nan, np.float32)
-    lib.run_joseph_fast(0, _ptr(x), _ptr(out), nx, ny, nz, _ptr(params), _ptr(g), shape[0], n_rows, n_cols,
-                        kind, is2d)
+    lib.run_joseph_fast(0, _ptr(x), _ptr(out), nx, ny, nz, _ptr(params), _ptr(g), shape[0], n_rows, n_cols, kind, is2d)
     assert not np.isnan(out).any()
     err = np.abs(out - ref).max()
     assert err <= joseph_float32_bound(A._grid3, 1 / A._scale, np.abs(x).max(), np.abs(ref).max())
     assert err <= 1e-5 * np.abs(ref).max()
     back = np.zeros(volume.shape, np.float32)
-    lib.run_joseph_fast(1, _ptr(back), _ptr(y), nx, ny, nz, _ptr(params), _ptr(g), shape[0], n_rows, n_cols,
-                        kind, is2d)
+    lib.run_joseph_fast(1, _ptr(back), _ptr(y), nx, ny, nz, _ptr(params), _ptr(g), shape[0], n_rows, n_cols, kind, is2d)
     ref_back = A.T(y.astype(np.float64))
     assert np.abs(back - ref_back).max() <= 1e-5 * np.abs(ref_back).max()
     lhs = np.vdot(out.astype(np.float64), y.astype(np.float64))
@@ -208,8 +218,8 @@ def test_host_build_structured_joseph(lib, name, rng):
     y = rng.standard_normal(geometry.projection_shape).astype(np.float32)
     ref = A(x.astype(np.float64))
     pad = JOSEPH_PAD_Z
-    volP = np.zeros((ny + 2, nx + 2, joseph_padded_nz(nz)), np.float32)   # zero borders, z fastest
-    volP[1:-1, 1:-1, pad:pad + nz] = x.transpose(1, 2, 0)
+    volP = np.zeros((ny + 2, nx + 2, joseph_padded_nz(nz)), np.float32)  # zero borders, z fastest
+    volP[1:-1, 1:-1, pad : pad + nz] = x.transpose(1, 2, 0)
     out = np.full(geometry.projection_shape, np.nan, np.float32)
     lib.run_structured_joseph(0, _ptr(volP), _ptr(out), nx, ny, nz, _ptr(params), _ptr(g), n_views, n_rows, n_cols)
     assert not np.isnan(out).any()
@@ -218,7 +228,7 @@ def test_host_build_structured_joseph(lib, name, rng):
     assert err <= 1e-5 * np.abs(ref).max()
     backP = np.zeros_like(volP)
     lib.run_structured_joseph(1, _ptr(backP), _ptr(y), nx, ny, nz, _ptr(params), _ptr(g), n_views, n_rows, n_cols)
-    back = backP[1:-1, 1:-1, pad:pad + nz].transpose(2, 0, 1).astype(np.float64)
+    back = backP[1:-1, 1:-1, pad : pad + nz].transpose(2, 0, 1).astype(np.float64)
     ref_back = A.T(y.astype(np.float64))
     assert np.abs(back - ref_back).max() <= 1e-5 * np.abs(ref_back).max()
     lhs = np.vdot(out.astype(np.float64), y.astype(np.float64))
@@ -229,11 +239,25 @@ def test_host_build_structured_joseph(lib, name, rng):
     # output poisoned: every voxel written.
     volT = np.full((ny, nx, nz), np.nan, np.float32)
     kz = voxel_kz(nz)
-    lib.run_joseph_voxel(_ptr(volT), _ptr(y), nx, ny, nz, _ptr(params), _ptr(g), n_views, n_rows, n_cols,
-                         _ptr(voxel_view_floats(params)), kz, 0, -(-nz // (32 * kz)))
+    lib.run_joseph_voxel(
+        _ptr(volT),
+        _ptr(y),
+        nx,
+        ny,
+        nz,
+        _ptr(params),
+        _ptr(g),
+        n_views,
+        n_rows,
+        n_cols,
+        _ptr(voxel_view_floats(params)),
+        kz,
+        0,
+        -(-nz // (32 * kz)),
+    )
     voxel = volT.transpose(2, 0, 1).astype(np.float64)
     assert not np.isnan(voxel).any()
-    assert np.abs(voxel - back).max() <= 2e-6 * np.abs(back).max()   # measured at most 3.1e-7
+    assert np.abs(voxel - back).max() <= 2e-6 * np.abs(back).max()  # measured at most 3.1e-7
     assert np.abs(voxel - ref_back).max() <= 1e-5 * np.abs(ref_back).max()
     assert abs(lhs - np.vdot(x.astype(np.float64), voxel)) <= 1e-5 * adjoint_scale(lhs, out, y)
     # The band transpose (transpose="scatter" where the gather transpose applies): the voxel
@@ -245,8 +269,9 @@ def test_host_build_structured_joseph(lib, name, rng):
     assert abs(lhs - np.vdot(x.astype(np.float64), band)) <= 1e-5 * adjoint_scale(lhs, out, y)
 
 
-@pytest.mark.parametrize("build, kz", [("lib", 1), ("lib", 4), ("lib", 16), ("lib_patch2", 1), ("lib_patch2", 12),
-                                        ("lib_patch2", 16)])
+@pytest.mark.parametrize(
+    "build, kz", [("lib", 1), ("lib", 4), ("lib", 16), ("lib_patch2", 1), ("lib_patch2", 12), ("lib_patch2", 16)]
+)
 def test_host_build_joseph_voxel_tall(build, kz, request, rng):
     """The gather transpose on 70 z voxels, anisotropic voxels, an off-centre
     detector and rows up to ~1.4 per voxel, with one voxel column per warp and
@@ -293,27 +318,36 @@ def test_host_build_joseph_voxel_sparse_rows(lib, lib_patch2, kz, rng):
 
 def _dense_rows_case():
     volume = VolumeGeometry((16, 16, 16), 1.0)
-    return ConeGeometry.circular(np.linspace(0, 2 * np.pi, 7, endpoint=False), sid=60, sdd=90, n_rows=120,
-                                 n_cols=30, pixel_size=0.25), volume
+    return ConeGeometry.circular(
+        np.linspace(0, 2 * np.pi, 7, endpoint=False), sid=60, sdd=90, n_rows=120, n_cols=30, pixel_size=0.25
+    ), volume
 
 
 def _sparse_rows_case():
-    return ConeGeometry.circular(np.linspace(0, 2 * np.pi, 9, endpoint=False), 40, 60, 10, 30, 6.0,
-                                 det_offset=(0.0, 1.3)), VolumeGeometry((40, 20, 20), 1.0)
+    return ConeGeometry.circular(
+        np.linspace(0, 2 * np.pi, 9, endpoint=False), 40, 60, 10, 30, 6.0, det_offset=(0.0, 1.3)
+    ), VolumeGeometry((40, 20, 20), 1.0)
 
 
-@pytest.mark.parametrize("case, rows_per_voxel, tol", [("tall", (1, 4), 1e-6), ("dense", (4, 8), 4e-6),
-                                                       ("windows", (6, 8), 4e-6), ("sparse", (0.5, 1), 1e-6)])
+@pytest.mark.parametrize(
+    "case, rows_per_voxel, tol",
+    [("tall", (1, 4), 1e-6), ("dense", (4, 8), 4e-6), ("windows", (6, 8), 4e-6), ("sparse", (0.5, 1), 1e-6)],
+)
 def test_host_build_joseph_band_row_windows(lib, case, rows_per_voxel, tol, rng):
     """The band transpose (transpose="scatter" where the gather transpose
     applies) on the gather transpose's row-window scans: rows 0.3 to 7.2 per z
     voxel (windows of two rows, of four and six, and the any-width loop up to
     LEVERET_JV_HMAX either side), a tall grid with anisotropic voxels and an
     off-centre detector: the float64 CPU transpose to ``tol`` of the largest value."""
-    geometry, volume = {"tall": lambda: TALL, "dense": _dense_rows_case, "windows": lambda: ROW_WINDOWS,
-                        "sparse": _sparse_rows_case}[case]()
-    _check_transposes([lambda A, y: _band_transpose(lib, geometry, volume, A, y)], geometry, volume, rows_per_voxel,
-                      tol, rng)
+    geometry, volume = {
+        "tall": lambda: TALL,
+        "dense": _dense_rows_case,
+        "windows": lambda: ROW_WINDOWS,
+        "sparse": _sparse_rows_case,
+    }[case]()
+    _check_transposes(
+        [lambda A, y: _band_transpose(lib, geometry, volume, A, y)], geometry, volume, rows_per_voxel, tol, rng
+    )
 
 
 def _band_transpose(lib, geometry, volume, A, y):
@@ -322,9 +356,10 @@ def _band_transpose(lib, geometry, volume, A, y):
     nz, ny, nx = volume.shape
     pad = JOSEPH_PAD_Z
     volP = np.zeros((ny + 2, nx + 2, joseph_padded_nz(nz)), np.float32)
-    lib.run_structured_joseph(2, _ptr(volP), _ptr(y), nx, ny, nz, _ptr(params), _ptr(g), geometry.n_views, n_rows,
-                              n_cols)
-    return volP[1:-1, 1:-1, pad:pad + nz].transpose(2, 0, 1)
+    lib.run_structured_joseph(
+        2, _ptr(volP), _ptr(y), nx, ny, nz, _ptr(params), _ptr(g), geometry.n_views, n_rows, n_cols
+    )
+    return volP[1:-1, 1:-1, pad : pad + nz].transpose(2, 0, 1)
 
 
 def _check_voxel_transpose(builds, geometry, volume, kz, rows_per_voxel, tol, rng):
@@ -359,9 +394,23 @@ def _voxel_transpose(lib, geometry, volume, A, y, kz, z_range=None):
     n_tiles = -(-slices // (32 * kz))
     volT = np.full((ny, nx, nz), np.nan, np.float32)
     volT[:, :, :k_base] = 0
-    volT[:, :, k_base + 32 * kz * n_tiles:] = 0
-    lib.run_joseph_voxel(_ptr(volT), _ptr(y), nx, ny, nz, _ptr(params), _ptr(g), geometry.n_views, n_rows, n_cols,
-                         _ptr(voxel_view_floats(params)), kz, k_base, n_tiles)
+    volT[:, :, k_base + 32 * kz * n_tiles :] = 0
+    lib.run_joseph_voxel(
+        _ptr(volT),
+        _ptr(y),
+        nx,
+        ny,
+        nz,
+        _ptr(params),
+        _ptr(g),
+        geometry.n_views,
+        n_rows,
+        n_cols,
+        _ptr(voxel_view_floats(params)),
+        kz,
+        k_base,
+        n_tiles,
+    )
     return volT.transpose(2, 0, 1)
 
 
@@ -375,7 +424,7 @@ def test_host_build_joseph_voxel_visits_the_reached_slices(lib, kz, rng):
     A = Projector(geometry, volume, model="joseph", precision="float64", backend="cpu")
     _, params, _, _, n_rows, n_cols = _kernel_inputs(geometry, A)
     k_lo, k_hi = voxel_z_range(params, n_rows, n_cols, volume.shape, A._offset, A._scale)
-    assert 32 < k_lo and k_hi < 200 - 32 and k_hi - k_lo < 32   # a band of the slices, away from the ends
+    assert 32 < k_lo and k_hi < 200 - 32 and k_hi - k_lo < 32  # a band of the slices, away from the ends
     y = rng.standard_normal(geometry.projection_shape).astype(np.float32)
     ref = A.T(y.astype(np.float64))
     reached = np.flatnonzero(np.abs(ref).max(axis=(1, 2)))
@@ -397,10 +446,10 @@ def test_host_build_zfast_copies(lib, shape, padded, rng):
     vol = rng.standard_normal(shape).astype(np.float32)
     volT = np.full((ny + 2 * p, nx + 2 * p, joseph_padded_nz(nz) if padded else nz), np.nan, np.float32)
     lib.run_zfast(1, int(padded), _ptr(vol), _ptr(volT), nx, ny, nz)
-    inner = volT[p:p + ny, p:p + nx, q:q + nz]
+    inner = volT[p : p + ny, p : p + nx, q : q + nz]
     np.testing.assert_array_equal(inner, vol.transpose(1, 2, 0))
     border = np.ones(volT.shape, bool)
-    border[p:p + ny, p:p + nx, q:q + nz] = False
+    border[p : p + ny, p : p + nx, q : q + nz] = False
     assert np.isnan(volT[border]).all()
     back = np.full(shape, np.nan, np.float32)
     lib.run_zfast(0, int(padded), _ptr(volT), _ptr(back), nx, ny, nz)
@@ -423,15 +472,16 @@ def test_voxel_transpose_reach_checks():
     h_coarse, h_fine = voxel_rows_per_voxel(*args[0]), voxel_rows_per_voxel(*args[1])
     # rows 1.5 (0.2) mm apart at 90 mm, so ~0.8-1.2 (5.9-8.9) rows per 1 mm voxel at 45-75 mm from the source
     assert 0.9 < h_coarse < 1.5 and h_fine > 4
-    assert h_fine == pytest.approx(h_coarse * 1.5 / 0.2, rel=0.05)   # the narrower detector: other end columns
-    assert 0 < voxel_row_extent(*args[0]) < 2 ** 30
+    assert h_fine == pytest.approx(h_coarse * 1.5 / 0.2, rel=0.05)  # the narrower detector: other end columns
+    assert 0 < voxel_row_extent(*args[0]) < 2**30
     params, n_cols, shape, offset, scale = args[0]
     inside = params.copy()
-    inside[:, :2] = 0.0   # the source at the grid's centre
+    inside[:, :2] = 0.0  # the source at the grid's centre
     assert voxel_rows_per_voxel(inside, n_cols, shape, offset, scale) == np.inf
 
 
 # -- CPU: the algorithm of the structured path -------------------------------------------
+
 
 def _structured_forward_numpy(x, geometry, A):
     """NumPy transcription of ``structured_siddon_forward`` in raytrace_siddon.cu (slow; tiny problems)."""
@@ -469,8 +519,9 @@ def _structured_forward_numpy(x, geometry, A):
             B[np.arange(ny + 1) + np.searchsorted(X, Y, "right")] = Y
             assert np.all(np.diff(B) >= 0)
             mid = 0.5 * (B[:-1] + B[1:])
-            cell = (np.clip(np.floor(py + mid * ay).astype(int), 0, ny - 1) * nx
-                    + np.clip(np.floor(px + mid * ax).astype(int), 0, nx - 1))
+            cell = np.clip(np.floor(py + mid * ay).astype(int), 0, ny - 1) * nx + np.clip(
+                np.floor(px + mid * ax).astype(int), 0, nx - 1
+            )
             for row in range(geometry.n_rows):
                 v = float(row)
                 r = [par[3 + 3 * i] * u + par[4 + 3 * i] * v + par[5 + 3 * i] for i in range(3)]
@@ -490,8 +541,9 @@ def _structured_forward_numpy(x, geometry, A):
                 tf = np.full_like(ta, np.inf) if mz == 0 else ((kz + (step > 0)) - pz) / mz
                 tm = np.minimum(np.maximum(tf, ta), tb)
                 kz2 = np.clip(kz + step, 0, nz - 1)
-                out[view, row, col] = np.sum((tm - ta) * L * volT[cell * nz + kz]
-                                             + (tb - tm) * L * volT[cell * nz + kz2])
+                out[view, row, col] = np.sum(
+                    (tm - ta) * L * volT[cell * nz + kz] + (tb - tm) * L * volT[cell * nz + kz2]
+                )
     return out
 
 
@@ -506,7 +558,7 @@ def test_structured_algorithm_equals_cpu_siddon(name, rng):
     x = rng.standard_normal(volume.shape)
     ref = A(x)
     got = _structured_forward_numpy(x, geometry, A)
-    assert np.count_nonzero(ref) > 0.3 * ref.size and np.count_nonzero(ref == 0) > 0   # hits and misses
+    assert np.count_nonzero(ref) > 0.3 * ref.size and np.count_nonzero(ref == 0) > 0  # hits and misses
     np.testing.assert_allclose(got, ref, rtol=0, atol=1e-12 * np.abs(ref).max())
 
 

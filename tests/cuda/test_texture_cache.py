@@ -1,5 +1,6 @@
 """The texture caches' bookkeeping (leveret.cuda.texture._Cache, one per GPU
 in its DeviceState) with stand-in textures and events: no GPU needed."""
+
 from __future__ import annotations
 
 from leveret.cuda.device_state import DeviceState
@@ -59,9 +60,9 @@ def test_an_evicted_texture_lives_until_its_last_use_is_done():
     c = cache(entries=1)
     old, new = Texture(), Texture()
     c.put("a", old)
-    c.put("b", new)                 # evicts old while its kernels may still run
+    c.put("b", new)  # evicts old while its kernels may still run
     assert c.retired == [old]
-    c.put("b", c.take("b"))      # its event not done: still referenced
+    c.put("b", c.take("b"))  # its event not done: still referenced
     assert c.retired == [old]
     old.released.done = True
     c.put("b", c.take("b"))
@@ -79,7 +80,7 @@ def test_clear_waits_for_every_texture():
     c = cache(entries=1)
     a, b = Texture(), Texture()
     c.put("a", a)
-    c.put("b", b)   # a retired
+    c.put("b", b)  # a retired
     c.clear()
     assert all(t.released.waited for t in (a, b))
     assert c.keys() == [] and c.retired == []

@@ -12,6 +12,7 @@ z slabs: :func:`~leveret.cuda.raytrace.siddon_z_slab`'s slab depth and
 :func:`~leveret.cuda.raytrace.siddon_view_group`'s views per group at that
 depth are a pair measured within 2 % of the fastest. No GPU needed: the
 rules read only the geometry."""
+
 from __future__ import annotations
 
 import math
@@ -19,9 +20,18 @@ import math
 import numpy as np
 import pytest
 
-from leveret.cuda.raytrace import (auto_transpose, siddon_view_group, siddon_z_slab, structured_ratio,
-                                   transpose_times, transpose_work, view_parameters, voxel_applies, voxel_patch,
-                                   voxel_z_range)
+from leveret.cuda.raytrace import (
+    auto_transpose,
+    siddon_view_group,
+    siddon_z_slab,
+    structured_ratio,
+    transpose_times,
+    transpose_work,
+    view_parameters,
+    voxel_applies,
+    voxel_patch,
+    voxel_z_range,
+)
 from leveret.geometry import ConeGeometry, VolumeGeometry
 
 # The table's scans (bench/bench_sweep.py's cone points): an n^3 grid 512 mm
@@ -35,8 +45,9 @@ def _scan(n, views, sampling, rows=None):
     voxel = EXTENT / n
     n_cols = round(FIELD * n * sampling)
     n_rows = round(FIELD * n * sampling) if rows is None else rows
-    geometry = ConeGeometry.circular(np.linspace(0, 2 * np.pi, views, endpoint=False), SID, SDD, n_rows, n_cols,
-                                     voxel / sampling * SDD / SID)
+    geometry = ConeGeometry.circular(
+        np.linspace(0, 2 * np.pi, views, endpoint=False), SID, SDD, n_rows, n_cols, voxel / sampling * SDD / SID
+    )
     return geometry, VolumeGeometry((n, n, n), voxel)
 
 
@@ -81,8 +92,11 @@ TABLE = [
 ]
 
 
-@pytest.mark.parametrize("n, views, sampling, rows, t_a, t_voxel, t_atomic", TABLE,
-                         ids=[f"{r[0]}^3-{r[1]}v-{r[2]}px" + (f"-{r[3]}rows" if r[3] else "") for r in TABLE])
+@pytest.mark.parametrize(
+    "n, views, sampling, rows, t_a, t_voxel, t_atomic",
+    TABLE,
+    ids=[f"{r[0]}^3-{r[1]}v-{r[2]}px" + (f"-{r[3]}rows" if r[3] else "") for r in TABLE],
+)
 def test_auto_transpose_picks_the_faster_or_one_within_10_percent(n, views, sampling, rows, t_a, t_voxel, t_atomic):
     geometry, volume = _scan(n, views, sampling, rows)
     _, params = view_parameters(geometry)
@@ -91,10 +105,11 @@ def test_auto_transpose_picks_the_faster_or_one_within_10_percent(n, views, samp
     assert structured_ratio(params, geometry.n_rows, geometry.n_cols, 1.0 / scale) <= 1
     assert voxel_applies(params, geometry.n_cols, volume.shape, offset, scale)
     z_range = voxel_z_range(params, geometry.n_rows, geometry.n_cols, volume.shape, offset, scale)
-    predicted = transpose_times(transpose_work(geometry.matrices, geometry.n_rows, geometry.n_cols, volume.shape,
-                                               offset, scale, z_range))
+    predicted = transpose_times(
+        transpose_work(geometry.matrices, geometry.n_rows, geometry.n_cols, volume.shape, offset, scale, z_range)
+    )
     picked = {"gather": t_voxel, "scatter": t_atomic}[auto_transpose(predicted)]
-    assert picked <= 1.1 * min(t_voxel, t_atomic)   # the faster, or one within 10 % of it (three such rows)
+    assert picked <= 1.1 * min(t_voxel, t_atomic)  # the faster, or one within 10 % of it (three such rows)
     # the model's ratio atomic / voxel is off the measured one by less than the measured margin (no row
     # picked right by luck) or, where the two lie within 1.5x of each other, by less than 1.5x (at most
     # 1.35x, at 512^3 from 1440 views): a wrong pick there would cost at most that margin
@@ -134,8 +149,7 @@ KZ_TABLE = [
 ]
 
 
-@pytest.mark.parametrize("n, views, sampling, times", KZ_TABLE,
-                         ids=[f"{r[0]}^3-{r[1]}v-{r[2]}px" for r in KZ_TABLE])
+@pytest.mark.parametrize("n, views, sampling, times", KZ_TABLE, ids=[f"{r[0]}^3-{r[1]}v-{r[2]}px" for r in KZ_TABLE])
 def test_voxel_kz_picks_a_measured_fastest(n, views, sampling, times):
     """The gather's z depth per lane, from the slices and the columns per
     voxel (:func:`~leveret.cuda.raytrace.voxel_kz` through transpose_work),
@@ -168,10 +182,12 @@ PATCH16_TABLE = [
 ]
 
 
-@pytest.mark.parametrize("kz, n, views, sampling, times",
-                         [(12, *r) for r in PATCH12_TABLE] + [(16, *r) for r in PATCH16_TABLE],
-                         ids=[f"kz12-{r[0]}^3-{r[1]}v-{r[2]}px" for r in PATCH12_TABLE]
-                         + [f"kz16-{r[0]}^3-{r[1]}v-{r[2]}px" for r in PATCH16_TABLE])
+@pytest.mark.parametrize(
+    "kz, n, views, sampling, times",
+    [(12, *r) for r in PATCH12_TABLE] + [(16, *r) for r in PATCH16_TABLE],
+    ids=[f"kz12-{r[0]}^3-{r[1]}v-{r[2]}px" for r in PATCH12_TABLE]
+    + [f"kz16-{r[0]}^3-{r[1]}v-{r[2]}px" for r in PATCH16_TABLE],
+)
 def test_voxel_patch_picks_the_measured_faster(kz, n, views, sampling, times):
     """Where the rule takes 12 or 16 z voxels per lane, the patch
     (:func:`~leveret.cuda.raytrace.voxel_patch` of the columns and rows per
@@ -201,40 +217,154 @@ def test_auto_transpose_without_voxel_is_atomic():
 # second, but 512^3 from 360 views: 16 per group from a third run (alternated
 # with the previous kernel), 8 from the sweep's (bench_sweep.json).
 SIDDON_LAUNCHES = [
-    ((512, 512, 512), 180, 0.75, {(256, 4): 68.48, (256, 8): 55.93, (256, 16): 56.84, (171, 8): 55.43,
-                                  (171, 16): 55.34}),
-    ((512, 512, 512), 720, 0.75, {(512, 16): 197.83, (256, 8): 197.83, (256, 16): 187.36, (171, 8): 209.59,
-                                  (171, 16): 205.27, (128, 8): 208.16, (128, 16): 203.61}),
+    (
+        (512, 512, 512),
+        180,
+        0.75,
+        {(256, 4): 68.48, (256, 8): 55.93, (256, 16): 56.84, (171, 8): 55.43, (171, 16): 55.34},
+    ),
+    (
+        (512, 512, 512),
+        720,
+        0.75,
+        {
+            (512, 16): 197.83,
+            (256, 8): 197.83,
+            (256, 16): 187.36,
+            (171, 8): 209.59,
+            (171, 16): 205.27,
+            (128, 8): 208.16,
+            (128, 16): 203.61,
+        },
+    ),
     ((512, 512, 512), 360, 0.75, {(256, 8): 104.17, (256, 16): 96.7}),
     ((512, 512, 512), 1440, 0.75, {(256, 8): 393.37, (256, 16): 377.08}),
     ((512, 512, 512), 720, "15 degrees", {(512, 16): 189.03, (256, 8): 189.72, (256, 16): 178.58}),
     ((256, 256, 256), 720, 0.75, {(256, 8): 24.41, (256, 16): 24.32, (128, 16): 25.19}),
-    ((640, 640, 640), 720, 0.75, {(640, 8): 524.63, (640, 16): 502.98, (320, 8): 420.46, (320, 16): 386.01,
-                                  (214, 8): 411.56, (214, 16): 397.68, (160, 8): 402.3, (160, 16): 392.91}),
-    ((768, 768, 768), 180, 0.75, {(768, 8): 318.58, (384, 4): 281.43, (384, 8): 268.94, (384, 16): 287.93,
-                                  (256, 4): 259.72, (256, 8): 241.01, (256, 16): 266.86, (192, 4): 241.19,
-                                  (192, 8): 217.39, (192, 16): 243.6}),
-    ((768, 768, 768), 720, 0.75, {(768, 8): 1028.86, (512, 8): 844.89, (384, 8): 807.7, (384, 16): 781.45,
-                                  (256, 8): 720.36, (256, 16): 697.95, (192, 8): 708.87, (192, 16): 692.98,
-                                  (154, 8): 747.19, (154, 16): 735.8}),
-    ((896, 896, 896), 720, 0.75, {(448, 8): 1424.66, (448, 16): 1472.39, (299, 8): 1293.14, (299, 16): 1317.84,
-                                  (224, 8): 1168.19, (224, 16): 1167.12}),
-    ((1024, 1024, 1024), 180, 0.75, {(1024, 8): 816.34, (512, 4): 726.31, (512, 8): 733.37, (512, 16): 766.68,
-                                     (342, 4): 700.75, (342, 8): 709.38, (342, 16): 757.89, (256, 4): 641.54,
-                                     (256, 8): 649.55, (256, 16): 710.82, (205, 4): 647.21, (205, 8): 658.79,
-                                     (205, 16): 725.94}),
-    ((1024, 1024, 1024), 360, 0.75, {(512, 4): 1350.01, (512, 8): 1325.83, (512, 16): 1412.82, (342, 8): 1236.57,
-                                     (342, 16): 1358.29, (256, 8): 1082.36, (256, 16): 1229.76}),
-    ((1024, 1024, 1024), 720, 0.75, {(1024, 8): 2824.49, (512, 8): 2305.0, (512, 16): 2465.53, (384, 8): 2006.97,
-                                     (384, 16): 2193.71, (342, 8): 2071.68, (342, 16): 2264.12, (256, 8): 1828.83,
-                                     (256, 16): 1965.19, (205, 8): 1968.8, (205, 16): 2041.55}),
+    (
+        (640, 640, 640),
+        720,
+        0.75,
+        {
+            (640, 8): 524.63,
+            (640, 16): 502.98,
+            (320, 8): 420.46,
+            (320, 16): 386.01,
+            (214, 8): 411.56,
+            (214, 16): 397.68,
+            (160, 8): 402.3,
+            (160, 16): 392.91,
+        },
+    ),
+    (
+        (768, 768, 768),
+        180,
+        0.75,
+        {
+            (768, 8): 318.58,
+            (384, 4): 281.43,
+            (384, 8): 268.94,
+            (384, 16): 287.93,
+            (256, 4): 259.72,
+            (256, 8): 241.01,
+            (256, 16): 266.86,
+            (192, 4): 241.19,
+            (192, 8): 217.39,
+            (192, 16): 243.6,
+        },
+    ),
+    (
+        (768, 768, 768),
+        720,
+        0.75,
+        {
+            (768, 8): 1028.86,
+            (512, 8): 844.89,
+            (384, 8): 807.7,
+            (384, 16): 781.45,
+            (256, 8): 720.36,
+            (256, 16): 697.95,
+            (192, 8): 708.87,
+            (192, 16): 692.98,
+            (154, 8): 747.19,
+            (154, 16): 735.8,
+        },
+    ),
+    (
+        (896, 896, 896),
+        720,
+        0.75,
+        {
+            (448, 8): 1424.66,
+            (448, 16): 1472.39,
+            (299, 8): 1293.14,
+            (299, 16): 1317.84,
+            (224, 8): 1168.19,
+            (224, 16): 1167.12,
+        },
+    ),
+    (
+        (1024, 1024, 1024),
+        180,
+        0.75,
+        {
+            (1024, 8): 816.34,
+            (512, 4): 726.31,
+            (512, 8): 733.37,
+            (512, 16): 766.68,
+            (342, 4): 700.75,
+            (342, 8): 709.38,
+            (342, 16): 757.89,
+            (256, 4): 641.54,
+            (256, 8): 649.55,
+            (256, 16): 710.82,
+            (205, 4): 647.21,
+            (205, 8): 658.79,
+            (205, 16): 725.94,
+        },
+    ),
+    (
+        (1024, 1024, 1024),
+        360,
+        0.75,
+        {
+            (512, 4): 1350.01,
+            (512, 8): 1325.83,
+            (512, 16): 1412.82,
+            (342, 8): 1236.57,
+            (342, 16): 1358.29,
+            (256, 8): 1082.36,
+            (256, 16): 1229.76,
+        },
+    ),
+    (
+        (1024, 1024, 1024),
+        720,
+        0.75,
+        {
+            (1024, 8): 2824.49,
+            (512, 8): 2305.0,
+            (512, 16): 2465.53,
+            (384, 8): 2006.97,
+            (384, 16): 2193.71,
+            (342, 8): 2071.68,
+            (342, 16): 2264.12,
+            (256, 8): 1828.83,
+            (256, 16): 1965.19,
+            (205, 8): 1968.8,
+            (205, 16): 2041.55,
+        },
+    ),
     ((1024, 1024, 1024), 1440, 0.75, {(342, 8): 3575.33, (342, 16): 3568.29, (256, 8): 3490.4, (256, 16): 3474.9}),
     ((256, 1024, 1024), 720, 0.75, {(256, 8): 411.11, (256, 16): 418.88, (128, 16): 443.03}),
 ]
 
 
-@pytest.mark.parametrize("grid, views, scan, times", SIDDON_LAUNCHES,
-                         ids=[f"{'x'.join(map(str, r[0]))}-{r[1]}v-{r[2]}" for r in SIDDON_LAUNCHES])
+@pytest.mark.parametrize(
+    "grid, views, scan, times",
+    SIDDON_LAUNCHES,
+    ids=[f"{'x'.join(map(str, r[0]))}-{r[1]}v-{r[2]}" for r in SIDDON_LAUNCHES],
+)
 def test_siddon_slab_and_view_group_pick_a_measured_fastest(grid, views, scan, times):
     """Structured Siddon's transpose launches: the z slab depth
     (:func:`~leveret.cuda.raytrace.siddon_z_slab`) and the views per group at

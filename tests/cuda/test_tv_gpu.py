@@ -4,6 +4,7 @@ an FMA where the mirror rounds twice) and against float64 NumPy written from
 the definition; the operators (gradient, transpose, TV, prox) on CuPy arrays
 against the same calls on NumPy arrays. Shapes larger than one grid of
 blocks, odd, 2D and 3D."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -13,7 +14,7 @@ from leveret.cpu import tv as mirror
 
 pytestmark = pytest.mark.gpu
 
-SHAPES = [(1, 257, 513), (37, 65, 129), (3, 1, 700), (130, 3, 2)]    # (nz, ny, nx); 2D when nz = 1
+SHAPES = [(1, 257, 513), (37, 65, 129), (3, 1, 700), (130, 3, 2)]  # (nz, ny, nx); 2D when nz = 1
 
 
 def _ndim(shape3):
@@ -24,14 +25,14 @@ def reference_primal(a, b, c, s, q, lo, hi, ndim):
     """float64: clip(a + s (c b - D^T q)) with D^T q = sum_a q_a[v - e_a] - q_a[v] over edges."""
     a3 = a.astype(np.float64)
     dt = np.zeros(a.shape)
-    axes = [2, 1] if ndim == 2 else [2, 1, 0]          # x, y (, z) of the (nz, ny, nx) view
+    axes = [2, 1] if ndim == 2 else [2, 1, 0]  # x, y (, z) of the (nz, ny, nx) view
     comps = [ndim - 1, ndim - 2] + ([0] if ndim == 3 else [])
     for axis, comp in zip(axes, comps):
         qa = np.moveaxis(q[comp].astype(np.float64), axis, 0)
         d = np.moveaxis(dt, axis, 0)
         n = qa.shape[0]
-        d[:n - 1] -= qa[:n - 1]
-        d[1:] += qa[:n - 1]
+        d[: n - 1] -= qa[: n - 1]
+        d[1:] += qa[: n - 1]
     value = (0 if b is None else c * b.astype(np.float64)) - dt
     return np.clip(a3 + s * value, lo, hi)
 
@@ -48,7 +49,7 @@ def reference_dual(z0, z1, c0, c1, r, sigma, bound, ndim):
         pm = np.moveaxis(p[comp], axis, 0)
         pm += sigma * gm
         pm[-1] = 0
-    norm = np.sqrt((p ** 2).sum(axis=0))
+    norm = np.sqrt((p**2).sum(axis=0))
     return p / np.maximum(1.0, norm / bound)
 
 
@@ -58,13 +59,24 @@ def test_primal_on_the_gpu(shape3, per_voxel_step, rng):
     import cupy
 
     from leveret.cuda import tv as gpu
+
     ndim = _ndim(shape3)
     a, b = (rng.standard_normal(shape3).astype(np.float32) for _ in range(2))
     s = rng.uniform(0.1, 0.5, shape3).astype(np.float32) if per_voxel_step else 0.37
     q = rng.standard_normal((ndim,) + shape3).astype(np.float32)
     out = cupy.full(shape3, cupy.nan, cupy.float32)
-    gpu.primal(cupy.asarray(a), cupy.asarray(b), -1.0, cupy.asarray(s) if per_voxel_step else s, cupy.asarray(q),
-               out, -0.8, 1.1, shape3, ndim)
+    gpu.primal(
+        cupy.asarray(a),
+        cupy.asarray(b),
+        -1.0,
+        cupy.asarray(s) if per_voxel_step else s,
+        cupy.asarray(q),
+        out,
+        -0.8,
+        1.1,
+        shape3,
+        ndim,
+    )
     cpu = mirror.primal(a, b, -1.0, s, q, np.empty(shape3, np.float32), -0.8, 1.1, shape3, ndim)
     np.testing.assert_allclose(out.get(), cpu, rtol=0, atol=4e-6 * (1 + np.abs(cpu).max()))
     np.testing.assert_allclose(out.get(), reference_primal(a, b, -1.0, s, q, -0.8, 1.1, ndim), atol=1e-5)
@@ -76,6 +88,7 @@ def test_dual_on_the_gpu(shape3, mode, rng):
     import cupy
 
     from leveret.cuda import tv as gpu
+
     ndim = _ndim(shape3)
     z0, z1 = (rng.standard_normal(shape3).astype(np.float32) for _ in range(2))
     q0 = rng.standard_normal((ndim,) + shape3).astype(np.float32) * 0.3
@@ -104,11 +117,12 @@ def test_norm_sum_on_the_gpu(shape3, rng):
     import cupy
 
     from leveret.cuda import tv as gpu
+
     ndim = _ndim(shape3)
     x = rng.standard_normal(shape3).astype(np.float32)
     got = gpu.norm_sum(cupy.asarray(x), shape3, ndim)
     assert got == pytest.approx(mirror.norm_sum(x, shape3, ndim), rel=1e-12)
-    assert got == gpu.norm_sum(cupy.asarray(x), shape3, ndim)          # a fixed grid: the same sum each run
+    assert got == gpu.norm_sum(cupy.asarray(x), shape3, ndim)  # a fixed grid: the same sum each run
     x[5 % shape3[0], 0, 0] = np.nan
     assert not np.isfinite(gpu.norm_sum(cupy.asarray(x), shape3, ndim))
 
@@ -119,6 +133,7 @@ def test_operators_on_cupy_equal_numpy(shape, dtype, rng):
     import cupy
 
     from leveret.operators import tv
+
     x = rng.uniform(0, 1, shape).astype(dtype)
     q = rng.standard_normal((len(shape),) + shape).astype(dtype)
     tol = 1e-5 if dtype == np.float32 else 1e-12
@@ -128,7 +143,7 @@ def test_operators_on_cupy_equal_numpy(shape, dtype, rng):
     np.testing.assert_allclose(tv.gradient_transpose(cupy.asarray(q)).get(), tv.gradient_transpose(q), atol=4 * tol)
     assert tv.total_variation(cupy.asarray(x)) == pytest.approx(tv.total_variation(x), rel=1e-10)
     dual_gpu, dual_cpu = cupy.zeros((len(shape),) + shape, dtype), np.zeros((len(shape),) + shape, dtype)
-    for _ in range(2):                                                  # the warm start too
+    for _ in range(2):  # the warm start too
         on_gpu = tv.prox(cupy.asarray(x), 0.05, bounds=(0.1, 0.9), dual=dual_gpu)
         on_cpu = tv.prox(x, 0.05, bounds=(0.1, 0.9), dual=dual_cpu)
     np.testing.assert_allclose(on_gpu.get(), on_cpu, atol=1e-5 if dtype == np.float32 else 1e-12)

@@ -4,6 +4,7 @@ steps bit for bit (the same float operations in the same order, no
 contraction on either side), the TV sum to float64 rounding; every array sits
 between NaN guards, so a read outside it shows as NaN in the result and a
 write outside it as a guard changed."""
+
 from __future__ import annotations
 
 import ctypes
@@ -17,7 +18,7 @@ from leveret.cuda.tv import BLOCK, DEFINES
 from host_build import build_host_harness  # this folder is on sys.path (pytest's rootdir-relative import)
 
 GUARD = 64
-SHAPES = [(1, 7, 5), (1, 1, 9), (4, 3, 6), (5, 1, 4), (3, 8, 1)]   # (nz, ny, nx); 2D when nz = 1
+SHAPES = [(1, 7, 5), (1, 1, 9), (4, 3, 6), (5, 1, 4), (3, 8, 1)]  # (nz, ny, nx); 2D when nz = 1
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +35,7 @@ class Guarded:
     def array(self, shape, dtype, values=None):
         n = int(np.prod(shape))
         buf = np.full(n + 2 * GUARD, np.nan, dtype)
-        arr = buf[GUARD:GUARD + n].reshape(shape)
+        arr = buf[GUARD : GUARD + n].reshape(shape)
         if values is not None:
             arr[...] = values
         self.buffers.append(buf)
@@ -59,8 +60,9 @@ def _grids(n):
     return [(1, 32), (3, 32), (-(-n // BLOCK), BLOCK)]
 
 
-@pytest.mark.parametrize("dtype, suffix, scalar", [(np.float32, "f32", ctypes.c_float),
-                                                  (np.float64, "f64", ctypes.c_double)])
+@pytest.mark.parametrize(
+    "dtype, suffix, scalar", [(np.float32, "f32", ctypes.c_float), (np.float64, "f64", ctypes.c_double)]
+)
 @pytest.mark.parametrize("shape3", SHAPES)
 @pytest.mark.parametrize("with_b, per_voxel_step", [(False, False), (True, False), (True, True)])
 def test_primal_equals_the_mirror(lib, rng, dtype, suffix, scalar, shape3, with_b, per_voxel_step):
@@ -68,14 +70,31 @@ def test_primal_equals_the_mirror(lib, rng, dtype, suffix, scalar, shape3, with_
     n = int(np.prod(shape3))
     for grid, block in _grids(n):
         g = Guarded()
-        a, b, s = g.array(shape3, dtype, draw(shape3)), g.array(shape3, dtype, draw(shape3)), \
-            g.array(shape3, dtype, np.abs(draw(shape3)))
+        a, b, s = (
+            g.array(shape3, dtype, draw(shape3)),
+            g.array(shape3, dtype, draw(shape3)),
+            g.array(shape3, dtype, np.abs(draw(shape3))),
+        )
         q = g.array(fields, dtype, draw(fields))
         out = g.array(shape3, dtype)
         c, step, lo, hi = -1.0, 0.37, -0.8, 1.1
         getattr(lib, f"run_primal_{suffix}")(
-            _ptr(a), _ptr(b), int(with_b), scalar(c), scalar(step), _ptr(s), int(per_voxel_step), _ptr(q), _ptr(out),
-            scalar(lo), scalar(hi), *shape3, ndim, grid, block)
+            _ptr(a),
+            _ptr(b),
+            int(with_b),
+            scalar(c),
+            scalar(step),
+            _ptr(s),
+            int(per_voxel_step),
+            _ptr(q),
+            _ptr(out),
+            scalar(lo),
+            scalar(hi),
+            *shape3,
+            ndim,
+            grid,
+            block,
+        )
         g.check()
         want = np.empty(shape3, dtype)
         mirror.primal(a, b if with_b else None, c, s if per_voxel_step else step, q, want, lo, hi, shape3, ndim)
@@ -83,8 +102,9 @@ def test_primal_equals_the_mirror(lib, rng, dtype, suffix, scalar, shape3, with_
         np.testing.assert_array_equal(out, want)
 
 
-@pytest.mark.parametrize("dtype, suffix, scalar", [(np.float32, "f32", ctypes.c_float),
-                                                  (np.float64, "f64", ctypes.c_double)])
+@pytest.mark.parametrize(
+    "dtype, suffix, scalar", [(np.float32, "f32", ctypes.c_float), (np.float64, "f64", ctypes.c_double)]
+)
 @pytest.mark.parametrize("shape3", SHAPES)
 @pytest.mark.parametrize("mode", ["fgp", "pdhg"])
 def test_dual_equals_the_mirror(lib, rng, dtype, suffix, scalar, shape3, mode):
@@ -102,8 +122,9 @@ def test_dual_equals_the_mirror(lib, rng, dtype, suffix, scalar, shape3, mode):
             args = (_ptr(z0), _ptr(z0), 0, scalar(1.0), scalar(0.0), _ptr(r), _ptr(q), _ptr(r), 1)
         else:
             args = (_ptr(z0), _ptr(z1), 1, scalar(2.0), scalar(-1.0), _ptr(q), _ptr(q), _ptr(q), 0)
-        getattr(lib, f"run_dual_{suffix}")(*args, scalar(sigma), scalar(beta), scalar(bound), *shape3, ndim,
-                                           grid, block)
+        getattr(lib, f"run_dual_{suffix}")(
+            *args, scalar(sigma), scalar(beta), scalar(bound), *shape3, ndim, grid, block
+        )
         g.check()
         want_q, want_r = q0.copy(), r0.copy()
         if mode == "fgp":
@@ -126,5 +147,5 @@ def test_norm_sum_equals_the_mirror(lib, rng, dtype, suffix, shape3):
         partials = np.full(grid * block, np.nan)
         getattr(lib, f"run_norm_sum_{suffix}")(_ptr(x), _ptr(partials), *shape3, ndim, grid, block)
         g.check()
-        assert not np.isnan(partials).any()       # every thread writes its partial sum
+        assert not np.isnan(partials).any()  # every thread writes its partial sum
         np.testing.assert_allclose(partials.sum(), mirror.norm_sum(x, shape3, ndim), rtol=1e-13)

@@ -1,4 +1,5 @@
 """leveret.datasets.savu_scan: the bundled real scan, its geometry and reconstruction."""
+
 import hashlib
 
 import numpy as np
@@ -17,7 +18,7 @@ def _sha256(a) -> str:
 def _negativity(volume) -> float:
     """Share of the volume's energy in negative values: lowest at the right centre."""
     v = np.asarray(volume, np.float64)
-    return float(np.sum(np.minimum(v, 0) ** 2) / np.sum(v ** 2))
+    return float(np.sum(np.minimum(v, 0) ** 2) / np.sum(v**2))
 
 
 def test_arrays_shapes_dtypes_and_read_only():
@@ -63,9 +64,9 @@ def test_geometry_and_volume():
 
 def test_center_is_what_find_center_gives():
     scan = savu_scan()
-    est = find_center(scan.line_integrals()[:, 59:75], scan.angles)   # the 16 middle rows
+    est = find_center(scan.line_integrals()[:, 59:75], scan.angles)  # the 16 middle rows
     assert est.method == "pairs" and est.confidence > 0.9
-    assert abs(est.center - SAVU_CENTER) <= 0.005      # SAVU_CENTER is find_center's value, rounded
+    assert abs(est.center - SAVU_CENTER) <= 0.005  # SAVU_CENTER is find_center's value, rounded
 
 
 def test_fbp_at_the_center_beats_centres_two_pixels_off():
@@ -73,8 +74,10 @@ def test_fbp_at_the_center_beats_centres_two_pixels_off():
     # either side; a 2.5x margin on the ratio (0.079) and on the level.
     scan = savu_scan()
     lines = scan.line_integrals()[:, 59:75]
-    neg = {c: _negativity(leveret.fbp(lines, scan.geometry.replace(n_rows=16, center=c), backend="cpu"))
-           for c in (scan.center - 2, scan.center, scan.center + 2)}
+    neg = {
+        c: _negativity(leveret.fbp(lines, scan.geometry.replace(n_rows=16, center=c), backend="cpu"))
+        for c in (scan.center - 2, scan.center, scan.center + 2)
+    }
     assert neg[scan.center] < 0.2 * min(neg[scan.center - 2], neg[scan.center + 2])
     assert neg[scan.center] < 0.0015
 
@@ -92,5 +95,4 @@ def test_write_round_trips_through_leveret_io(tmp_path):
     np.testing.assert_array_equal(read_array(folder / "projections"), scan.projections)
     np.testing.assert_array_equal(read_array(folder / "flat.tiff"), scan.flat)
     np.testing.assert_array_equal(read_array(folder / "dark.tiff"), scan.dark)
-    np.testing.assert_allclose(read_angles(folder / "angles.txt", unit="degree"), scan.angles,
-                               rtol=0, atol=1e-12)
+    np.testing.assert_allclose(read_angles(folder / "angles.txt", unit="degree"), scan.angles, rtol=0, atol=1e-12)

@@ -1,4 +1,5 @@
 """Ramp filter design and application."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -35,21 +36,26 @@ def test_band_limited_ramp_has_no_dc_error():
     odd = np.arange(1, n_pad // 2, 2)
     assert resp[0] == pytest.approx(0.25 - 2 * np.sum(1 / (np.pi * odd) ** 2), rel=1e-9)
     # The ramp |f| above an eighth of Nyquist: measured 7.9e-4 relative; bound 1.2e-3.
-    np.testing.assert_allclose(resp[n_pad // 8:], f[n_pad // 8:], rtol=1.2e-3)
+    np.testing.assert_allclose(resp[n_pad // 8 :], f[n_pad // 8 :], rtol=1.2e-3)
 
 
 def test_windows_at_zero_cutoff_and_nyquist():
     for name in FILTERS:
         w = window(name, 101)
         assert w[0] == pytest.approx(1.0)
-        assert np.all(np.diff(w) <= 1e-12)                  # non-increasing
+        assert np.all(np.diff(w) <= 1e-12)  # non-increasing
     assert window("hann", 101)[-1] == pytest.approx(0.0, abs=1e-12)
     assert window("hamming", 101)[-1] == pytest.approx(0.08)
     assert window("cosine", 101)[-1] == pytest.approx(0.0, abs=1e-12)
     assert window("shepp-logan", 101)[-1] == pytest.approx(2 / np.pi)
     # Half way to Nyquist: the textbook windows' values.
-    halfway = {"ram-lak": 1.0, "shepp-logan": np.sin(np.pi / 4) / (np.pi / 4), "cosine": np.cos(np.pi / 4),
-               "hamming": 0.54, "hann": 0.5}
+    halfway = {
+        "ram-lak": 1.0,
+        "shepp-logan": np.sin(np.pi / 4) / (np.pi / 4),
+        "cosine": np.cos(np.pi / 4),
+        "hamming": 0.54,
+        "hann": 0.5,
+    }
     for name in FILTERS:
         assert window(name, 101)[50] == pytest.approx(halfway[name], rel=1e-12), name
         # A cutoff stretches the window to end there, and zeroes what lies above.
@@ -69,7 +75,7 @@ def test_apply_filter_matches_direct_convolution(rng):
     h[k == 0] = 1 / (4 * tau**2)
     odd = k % 2 == 1
     h[odd] = -1 / (np.pi * k[odd] * tau) ** 2
-    direct = tau * np.apply_along_axis(lambda r: np.convolve(r, h)[n - 1:2 * n - 1], -1, rows)
+    direct = tau * np.apply_along_axis(lambda r: np.convolve(r, h)[n - 1 : 2 * n - 1], -1, rows)
     # float64 FFT rounding ~ eps log2(n_pad) |q| ~ 3e-15 (measured 4.4e-16, |q| up to 1.5): bound 1e-14.
     np.testing.assert_allclose(out, direct, rtol=0, atol=1e-14)
 
@@ -105,7 +111,7 @@ def test_edge_padding_repeats_each_end_on_its_own_side(n):
     n_pad = 2 * (resp.size - 1)
     left = (n_pad - n) // 2
     padded = np.concatenate([np.full(left, row[0]), row, np.full(n_pad - n - left, row[-1])])
-    kernel = scipy.fft.irfft(resp, n_pad)                      # the response is real and even
+    kernel = scipy.fft.irfft(resp, n_pad)  # the response is real and even
     m = np.arange(n_pad)
     direct = np.array([np.dot(padded, kernel[(i - m) % n_pad]) for i in range(left, left + n)])
     out = apply_filter(row[None], resp, padding="edge")[0]
@@ -116,10 +122,15 @@ def test_edge_padding_repeats_each_end_on_its_own_side(n):
     np.testing.assert_allclose(apply_filter(row[None], resp)[0], direct_zero, rtol=0, atol=1e-13)
 
 
-@pytest.mark.parametrize("kwargs,match", [
-    ({"filter": "ramp"}, "filter"), ({"cutoff": 0.0}, "cutoff"), ({"cutoff": 1.5}, "cutoff"),
-    ({"det_spacing": -1}, "det_spacing"),
-])
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        ({"filter": "ramp"}, "filter"),
+        ({"cutoff": 0.0}, "cutoff"),
+        ({"cutoff": 1.5}, "cutoff"),
+        ({"det_spacing": -1}, "det_spacing"),
+    ],
+)
 def test_bad_filter_arguments(kwargs, match):
     with pytest.raises(ValueError, match=match):
         filter_response(16, **kwargs)

@@ -1,6 +1,7 @@
 """ConeGeometry: docs/conventions.md "Cone beam", decomposition, RabbitCT / ASTRA / TIGRE
 conversions (each checked against an independent transcription of the other
 tool's formula), validation, plots."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -24,10 +25,18 @@ def messy(rng, n=7) -> ConeGeometry:
     """A scan far from a perfect circle: every knob turned, per view."""
     angles = np.sort(rng.uniform(0, 2 * np.pi, n))
     return ConeGeometry.circular(
-        angles, SID + rng.normal(0, 5, n), SDD + rng.normal(0, 5, n), NR, NC, DU,
-        row_pixel_size=DV, det_offset=rng.normal(0, 4, (n, 2)),
-        det_tilt=rng.normal(0, 0.05, (n, 3)), source_offset=rng.normal(0, 3, (n, 2)),
-        perturbation=np.hstack([rng.normal(0, 2, (n, 3)), rng.normal(0, 0.02, (n, 3))]))
+        angles,
+        SID + rng.normal(0, 5, n),
+        SDD + rng.normal(0, 5, n),
+        NR,
+        NC,
+        DU,
+        row_pixel_size=DV,
+        det_offset=rng.normal(0, 4, (n, 2)),
+        det_tilt=rng.normal(0, 0.05, (n, 3)),
+        source_offset=rng.normal(0, 3, (n, 2)),
+        perturbation=np.hstack([rng.normal(0, 2, (n, 3)), rng.normal(0, 0.02, (n, 3))]),
+    )
 
 
 def random_points(rng, k=50, r=40.0):
@@ -81,8 +90,7 @@ def test_rows_grow_with_z_and_w_is_depth_over_sid():
 def test_source_positions_distances_and_principal_point():
     t = np.linspace(0, 2 * np.pi, 9, endpoint=False)
     g = circular(t)
-    np.testing.assert_allclose(g.source_positions(),
-                               np.stack([SID * np.sin(t), -SID * np.cos(t), 0 * t], -1), atol=TOL)
+    np.testing.assert_allclose(g.source_positions(), np.stack([SID * np.sin(t), -SID * np.cos(t), 0 * t], -1), atol=TOL)
     np.testing.assert_allclose(g.source_detector_distance(), SDD)
     np.testing.assert_allclose(g.principal_point(), np.tile([C0, R0], (t.size, 1)), atol=TOL)
     assert g.pixel_size == (DU, DV) and np.array_equal(g.angles, t)
@@ -100,10 +108,9 @@ def test_large_sid_approaches_the_parallel_geometry(rng):
     # What remains is perspective: a point at depth d off the axis plane lands s d / sid
     # further out, |s|, |d| <= r sqrt 2: at most 2 r^2 / (sid pixel) = 6.4e-6 pixel
     # (measured 3.8e-6).
-    perspective = 2 * r ** 2 / (sid * min(par.det_spacing, par.row_spacing))
+    perspective = 2 * r**2 / (sid * min(par.det_spacing, par.row_spacing))
     np.testing.assert_allclose(u, par.project_columns(pts[:, 0], pts[:, 1]), rtol=0, atol=perspective)
-    np.testing.assert_allclose(v, np.broadcast_to(par.project_rows(pts[:, 2]), v.shape), rtol=0,
-                               atol=perspective)
+    np.testing.assert_allclose(v, np.broadcast_to(par.project_rows(pts[:, 2]), v.shape), rtol=0, atol=perspective)
 
 
 def test_detector_offset_moves_the_principal_ray():
@@ -191,7 +198,7 @@ def test_rays_and_pixel_rays_hit_the_pixel_centres(rng):
 def _check_decomposition(g):
     K, R, t = g.decompose()
     P = g.matrices
-    assert np.all(np.abs(K[:, [1, 2, 2], [0, 0, 1]]) == 0)           # upper triangular
+    assert np.all(np.abs(K[:, [1, 2, 2], [0, 0, 1]]) == 0)  # upper triangular
     assert np.all(K[:, [0, 1], [0, 1]] > 0) and np.all(K[:, 2, 2] == 1)
     np.testing.assert_allclose(R @ R.transpose(0, 2, 1), np.broadcast_to(np.eye(3), R.shape), atol=1e-12)
     scale = np.linalg.norm(P[:, 2, :3], axis=1)
@@ -222,7 +229,7 @@ def test_decompose_circular_and_messy(rng):
 def test_decompose_right_handed_grid_gives_a_rotation():
     g = circular([0.2, 1.3])
     P = np.array(g.matrices)
-    P[:, 1] = (NR - 1) * P[:, 2] - P[:, 1]        # rows counted downwards: v' = NR - 1 - v
+    P[:, 1] = (NR - 1) * P[:, 2] - P[:, 1]  # rows counted downwards: v' = NR - 1 - v
     flipped = ConeGeometry(P, NR, NC, pixel_size=(DU, DV))
     _, R, _ = _check_decomposition(flipped)
     np.testing.assert_allclose(np.linalg.det(R), 1.0)
@@ -242,7 +249,7 @@ def test_normalised_sets_w_to_one_at_the_origin(rng):
 # -- RabbitCT --------------------------------------------------------------------------
 def test_rabbitct_column_major_layout_round_trip(rng):
     data = rng.normal(size=(4, 12))
-    data[:, [0, 4, 8]] += 10.0    # keep M well conditioned
+    data[:, [0, 4, 8]] += 10.0  # keep M well conditioned
     g = ConeGeometry.from_rabbitct(data, 960, 1248)
     for n in range(4):
         for r in range(3):
@@ -286,8 +293,7 @@ def astra_cone_to_vec(angles, det_spacing_x, det_spacing_y, source_origin, origi
 
 def test_circular_is_astras_cone_geometry():
     t = np.linspace(0, 2 * np.pi, 8, endpoint=False)
-    np.testing.assert_allclose(circular(t).to_astra_vectors(),
-                               astra_cone_to_vec(t, DU, DV, SID, SDD - SID), atol=TOL)
+    np.testing.assert_allclose(circular(t).to_astra_vectors(), astra_cone_to_vec(t, DU, DV, SID, SDD - SID), atol=TOL)
 
 
 def test_astra_vectors_round_trip_and_astras_formula(rng):
@@ -328,40 +334,59 @@ def tigre_project(geo, angles, X):
     kernelPixelDetector: pixelV = nDetecV - v - 1, idx = v nDetecU + u in Python).
     """
     n = len(angles)
-    per = lambda name, k, default: np.broadcast_to(np.asarray(geo.get(name, default), float),
-                                                   (n,) if k is None else (n, k))
+    per = lambda name, k, default: np.broadcast_to(
+        np.asarray(geo.get(name, default), float), (n,) if k is None else (n, k)
+    )
     DSO, DSD, COR = per("DSO", None, 0), per("DSD", None, 0), per("COR", None, 0.0)
-    offDet, rotDet, offOrig = per("offDetector", 2, (0, 0)), per("rotDetector", 3, (0, 0, 0)), \
-        per("offOrigin", 3, (0, 0, 0))
+    offDet, rotDet, offOrig = (
+        per("offDetector", 2, (0, 0)),
+        per("rotDetector", 3, (0, 0, 0)),
+        per("offOrigin", 3, (0, 0, 0)),
+    )
     nV, nU = [int(x) for x in geo["nDetector"]]
     dV, dU = [float(x) for x in geo["dDetector"]]
-    sVoxel = np.asarray(geo["sVoxel"], float)[::-1]    # (X, Y, Z)
+    sVoxel = np.asarray(geo["sVoxel"], float)[::-1]  # (X, Y, Z)
     dVoxel = np.asarray(geo["dVoxel"], float)[::-1]
     cols, rows = [], []
-    for i, (alpha, theta, psi) in enumerate(np.asarray(angles, float).reshape(n, -1)
-                                           if np.ndim(angles) == 2 else
-                                           [(a, 0.0, 0.0) for a in angles]):
+    for i, (alpha, theta, psi) in enumerate(
+        np.asarray(angles, float).reshape(n, -1) if np.ndim(angles) == 2 else [(a, 0.0, 0.0) for a in angles]
+    ):
         roll, pitch, yaw = rotDet[i][2], rotDet[i][1], rotDet[i][0]
 
         def roll_pitch_yaw(p):
             x, y, z = p
-            cr, sr, cp, sp, cy, sy = np.cos(roll), np.sin(roll), np.cos(pitch), np.sin(pitch), \
-                np.cos(yaw), np.sin(yaw)
-            return np.array([cr * cp * x + (cr * sp * sy - sr * cy) * y + (cr * sp * cy + sr * sy) * z,
-                             sr * cp * x + (sr * sp * sy + cr * cy) * y + (sr * sp * cy - cr * sy) * z,
-                             -sp * x + cp * sy * y + cp * cy * z])
+            cr, sr, cp, sp, cy, sy = np.cos(roll), np.sin(roll), np.cos(pitch), np.sin(pitch), np.cos(yaw), np.sin(yaw)
+            return np.array(
+                [
+                    cr * cp * x + (cr * sp * sy - sr * cy) * y + (cr * sp * cy + sr * sy) * z,
+                    sr * cp * x + (sr * sp * sy + cr * cy) * y + (sr * sp * cy - cr * sy) * z,
+                    -sp * x + cp * sy * y + cp * cy * z,
+                ]
+            )
 
         def euler_zyz(p):
             x, y, z = p
-            ca, sa, ct, st, cs, ss = np.cos(alpha), np.sin(alpha), np.cos(theta), np.sin(theta), \
-                np.cos(psi), np.sin(psi)
-            return np.array([(ca * ct * cs - sa * ss) * x + (-ca * ct * ss - sa * cs) * y + ca * st * z,
-                             (sa * ct * cs + ca * ss) * x + (-sa * ct * ss + ca * cs) * y + sa * st * z,
-                             -st * cs * x + st * ss * y + ct * z])
+            ca, sa, ct, st, cs, ss = (
+                np.cos(alpha),
+                np.sin(alpha),
+                np.cos(theta),
+                np.sin(theta),
+                np.cos(psi),
+                np.sin(psi),
+            )
+            return np.array(
+                [
+                    (ca * ct * cs - sa * ss) * x + (-ca * ct * ss - sa * cs) * y + ca * st * z,
+                    (sa * ct * cs + ca * ss) * x + (-sa * ct * ss + ca * cs) * y + sa * st * z,
+                    -st * cs * x + st * ss * y + ct * z,
+                ]
+            )
 
         S = np.array([DSO[i], 0.0, 0.0])
-        pts = [np.array([-(DSD[i] - DSO[i]), dU * (pu - nU / 2 + 0.5), dV * (nV / 2 - 0.5 - pv)])
-               for pu, pv in [(0, 0), (1, 0), (0, 1)]]        # P, Pu0, Pv0
+        pts = [
+            np.array([-(DSD[i] - DSO[i]), dU * (pu - nU / 2 + 0.5), dV * (nV / 2 - 0.5 - pv)])
+            for pu, pv in [(0, 0), (1, 0), (0, 1)]
+        ]  # P, Pu0, Pv0
         out = []
         for p in pts:
             p = p.copy()
@@ -377,7 +402,7 @@ def tigre_project(geo, angles, X):
         to_index = lambda p: (p - off + sVoxel / 2) / dVoxel + cor
         P, Pu0, Pv0 = (to_index(p) for p in out)
         S = to_index(S)
-        Xv = (np.asarray(X, float) - off + sVoxel / 2) / dVoxel   # the same map for the point
+        Xv = (np.asarray(X, float) - off + sVoxel / 2) / dVoxel  # the same map for the point
         deltaU, deltaV = Pu0 - P, Pv0 - P
         # S + lam (Xv - S) = P + pixelU deltaU + pixelV deltaV
         pu, pv, _ = np.linalg.solve(np.stack([deltaU, deltaV, -(Xv - S)], axis=1), S - P)
@@ -388,12 +413,18 @@ def tigre_project(geo, angles, X):
 
 def tigre_geo(rng, n):
     return {
-        "mode": "cone", "DSO": 600 + rng.normal(0, 5, n), "DSD": 950.0,
-        "nDetector": np.array([NR, NC]), "dDetector": np.array([DV, DU]),
+        "mode": "cone",
+        "DSO": 600 + rng.normal(0, 5, n),
+        "DSD": 950.0,
+        "nDetector": np.array([NR, NC]),
+        "dDetector": np.array([DV, DU]),
         "sDetector": np.array([NR * DV, NC * DU]),
-        "nVoxel": np.array([10, 12, 14]), "dVoxel": np.array([2.0, 1.5, 1.0]),
-        "sVoxel": np.array([20.0, 18.0, 14.0]), "offOrigin": np.array([3.0, -4.0, 5.0]),
-        "offDetector": rng.normal(0, 3, (n, 2)), "rotDetector": rng.normal(0, 0.05, (n, 3)),
+        "nVoxel": np.array([10, 12, 14]),
+        "dVoxel": np.array([2.0, 1.5, 1.0]),
+        "sVoxel": np.array([20.0, 18.0, 14.0]),
+        "offOrigin": np.array([3.0, -4.0, 5.0]),
+        "offDetector": rng.normal(0, 3, (n, 2)),
+        "rotDetector": rng.normal(0, 0.05, (n, 3)),
         "COR": rng.normal(0, 1.0, n),
     }
 
@@ -458,7 +489,7 @@ def test_to_tigre_of_any_scan_matches_tigres_formula_and_round_trips(rng):
 def test_to_tigre_rejects_skewed_pixels():
     g = circular([0.0, 1.0])
     P = np.array(g.matrices)
-    P[:, 0] += 0.3 * P[:, 1]                      # columns lean along the rows
+    P[:, 0] += 0.3 * P[:, 1]  # columns lean along the rows
     with pytest.raises(ValueError, match="perpendicular"):
         ConeGeometry(P, NR, NC, pixel_size=(DU, DV)).to_tigre()
 
@@ -480,19 +511,22 @@ def _nan():
     return P
 
 
-@pytest.mark.parametrize("kwargs,match", [
-    ({"matrices": np.zeros((2, 3, 3))}, "matrices: expected shape"),
-    ({"matrices": np.zeros((0, 3, 4))}, "matrices: expected at least one"),
-    ({"matrices": _singular()}, r"matrices\[0\]: expected a non-singular"),
-    ({"matrices": np.zeros((1, 3, 4))}, r"matrices\[0\]"),
-    ({"matrices": _nan()}, r"matrices\[1\]: expected finite"),
-    ({"n_rows": 0}, "n_rows"),
-    ({"n_cols": -3}, "n_cols"),
-    ({"n_rows": 2.5}, "n_rows"),
-    ({"pixel_size": -1.0}, "pixel_size"),
-    ({"pixel_size": (1.0, 2.0, 3.0)}, "pixel_size"),
-    ({"angles": [0.0]}, "angles"),
-])
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        ({"matrices": np.zeros((2, 3, 3))}, "matrices: expected shape"),
+        ({"matrices": np.zeros((0, 3, 4))}, "matrices: expected at least one"),
+        ({"matrices": _singular()}, r"matrices\[0\]: expected a non-singular"),
+        ({"matrices": np.zeros((1, 3, 4))}, r"matrices\[0\]"),
+        ({"matrices": _nan()}, r"matrices\[1\]: expected finite"),
+        ({"n_rows": 0}, "n_rows"),
+        ({"n_cols": -3}, "n_cols"),
+        ({"n_rows": 2.5}, "n_rows"),
+        ({"pixel_size": -1.0}, "pixel_size"),
+        ({"pixel_size": (1.0, 2.0, 3.0)}, "pixel_size"),
+        ({"angles": [0.0]}, "angles"),
+    ],
+)
 def test_constructor_validation(kwargs, match):
     args = {"matrices": _good(), "n_rows": NR, "n_cols": NC, **kwargs}
     with pytest.raises(ValueError, match=match):
@@ -504,20 +538,22 @@ def test_matrices_that_are_not_numbers_are_a_type_error():
         ConeGeometry("abc", NR, NC)
 
 
-@pytest.mark.parametrize("kwargs,match", [
-    ({"angles": []}, "angles"),
-    ({"sid": -1.0}, "sid"),
-    ({"sdd": [800.0, 900.0]}, "sdd"),
-    ({"pixel_size": 0.0}, "pixel_size"),
-    ({"row_pixel_size": np.nan}, "row_pixel_size"),
-    ({"det_offset": (1.0, 2.0, 3.0)}, "det_offset"),
-    ({"det_tilt": (0.0, np.inf, 0.0)}, "det_tilt"),
-    ({"source_offset": np.zeros((4, 2))}, "source_offset"),
-    ({"perturbation": np.zeros((3, 5))}, "perturbation"),
-])
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        ({"angles": []}, "angles"),
+        ({"sid": -1.0}, "sid"),
+        ({"sdd": [800.0, 900.0]}, "sdd"),
+        ({"pixel_size": 0.0}, "pixel_size"),
+        ({"row_pixel_size": np.nan}, "row_pixel_size"),
+        ({"det_offset": (1.0, 2.0, 3.0)}, "det_offset"),
+        ({"det_tilt": (0.0, np.inf, 0.0)}, "det_tilt"),
+        ({"source_offset": np.zeros((4, 2))}, "source_offset"),
+        ({"perturbation": np.zeros((3, 5))}, "perturbation"),
+    ],
+)
 def test_circular_validation(kwargs, match):
-    args = {"angles": [0.0, 1.0, 2.0], "sid": SID, "sdd": SDD, "n_rows": NR, "n_cols": NC,
-            "pixel_size": DU, **kwargs}
+    args = {"angles": [0.0, 1.0, 2.0], "sid": SID, "sdd": SDD, "n_rows": NR, "n_cols": NC, "pixel_size": DU, **kwargs}
     with pytest.raises(ValueError, match=match):
         ConeGeometry.circular(**args)
 
@@ -528,7 +564,7 @@ def test_conversion_validation():
     with pytest.raises(ValueError, match="vectors"):
         ConeGeometry.from_astra_vectors(np.ones((3, 11)), NR, NC)
     flat = astra_cone_to_vec([0.0], DU, DV, SID, SDD - SID)
-    flat[0, 0:3] = flat[0, 3:6]                   # source on the detector
+    flat[0, 0:3] = flat[0, 3:6]  # source on the detector
     with pytest.raises(ValueError, match=r"vectors\[0\]"):
         ConeGeometry.from_astra_vectors(flat, NR, NC)
     with pytest.raises(ValueError, match="pixel_size"):
@@ -561,13 +597,14 @@ def test_immutable_comparable_replaceable():
 
 def test_plot_draws_a_3d_scene(tmp_path, rng):
     from mpl_toolkits.mplot3d import Axes3D
+
     g = messy(rng, 12)
     ax = g.plot(VolumeGeometry((20, 30, 30), 2.0), n_views=4)
     assert isinstance(ax, Axes3D)
     assert len(ax.lines) >= 5 and len(ax.collections) >= 8
     ax.figure.savefig(tmp_path / "cone.png", dpi=60)
     assert (tmp_path / "cone.png").stat().st_size > 1000
-    bare = ConeGeometry(g.matrices, NR, NC)       # no pitch: detectors at 2x the origin depth
+    bare = ConeGeometry(g.matrices, NR, NC)  # no pitch: detectors at 2x the origin depth
     ax = bare.plot()
     ax.figure.savefig(tmp_path / "bare.png", dpi=60)
     assert len(ax.collections) > 0

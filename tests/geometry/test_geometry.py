@@ -1,4 +1,5 @@
 """VolumeGeometry and ParallelGeometry: docs/conventions.md, immutability, validation, plots."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -26,13 +27,16 @@ def test_volume_2d_and_scalars():
         vol.coordinates("z")
 
 
-@pytest.mark.parametrize("kwargs,match", [
-    ({"shape": (0, 4)}, "shape"),
-    ({"shape": (4,)}, "shape"),
-    ({"shape": (4, 4), "voxel_size": -1}, "voxel_size"),
-    ({"shape": (4, 4), "voxel_size": (1, 2, 3)}, "voxel_size"),
-    ({"shape": (4, 4), "center": np.nan}, "center"),
-])
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        ({"shape": (0, 4)}, "shape"),
+        ({"shape": (4,)}, "shape"),
+        ({"shape": (4, 4), "voxel_size": -1}, "voxel_size"),
+        ({"shape": (4, 4), "voxel_size": (1, 2, 3)}, "voxel_size"),
+        ({"shape": (4, 4), "center": np.nan}, "center"),
+    ],
+)
 def test_volume_validation(kwargs, match):
     with pytest.raises(ValueError, match=match):
         VolumeGeometry(**kwargs)
@@ -46,7 +50,7 @@ def test_geometries_are_immutable_and_comparable():
     with pytest.raises(AttributeError):
         g.n_cols = 3
     with pytest.raises(ValueError):
-        g.angles[0] = 2.0          # read-only array
+        g.angles[0] = 2.0  # read-only array
     assert g == ParallelGeometry([0.0, 1.0], 8) and hash(g) == hash(ParallelGeometry([0.0, 1.0], 8))
     assert g.replace(center=2.0).center == 2.0 and g.center == 3.5
     assert "ParallelGeometry(2 angles" in repr(g) and "VolumeGeometry(shape=(4, 4)" in repr(vol)
@@ -55,8 +59,9 @@ def test_geometries_are_immutable_and_comparable():
 @pytest.mark.parametrize("det_spacing,center", [(1.0, None), (0.5, 10.25), (2.0, 3.0)])
 def test_point_projects_where_conventions_say(det_spacing, center):
     angles = np.array([0.0, 0.3, np.pi / 2, 2.0, np.pi, 4.5])
-    g = ParallelGeometry(angles, 32, n_rows=9, det_spacing=det_spacing, row_spacing=0.7, center=center,
-                         axis_shift=np.linspace(-1, 1, 6))
+    g = ParallelGeometry(
+        angles, 32, n_rows=9, det_spacing=det_spacing, row_spacing=0.7, center=center, axis_shift=np.linspace(-1, 1, 6)
+    )
     x, y, z = 1.5, -2.25, 1.4
     c0 = (32 - 1) / 2 if center is None else center
     expected = (x * np.cos(angles) + y * np.sin(angles)) / det_spacing + c0 + np.linspace(-1, 1, 6)
@@ -64,8 +69,7 @@ def test_point_projects_where_conventions_say(det_spacing, center):
     np.testing.assert_allclose(g.project_rows(z), z / 0.7 + 4.0)
     # The ray through the point runs along d(t) = (-sin t, cos t, 0): moving along it
     # changes nothing on the detector.
-    np.testing.assert_allclose(g.project_columns(x - 3 * np.sin(angles[1]), y + 3 * np.cos(angles[1]))[1],
-                               expected[1])
+    np.testing.assert_allclose(g.project_columns(x - 3 * np.sin(angles[1]), y + 3 * np.cos(angles[1]))[1], expected[1])
     assert g.projection_shape == (6, 9, 32)
 
 
@@ -89,11 +93,14 @@ def test_parallel_defaults_and_validation():
         ParallelGeometry([0.0], 8, det_spacing=0)
 
 
-@pytest.mark.parametrize("angles,expected", [
-    (np.linspace(0, np.pi, 90, endpoint=False), np.full(90, np.pi / 90)),
-    (np.linspace(0, 2 * np.pi, 90, endpoint=False), np.full(90, np.pi / 90)),   # even, pairs coincide
-    (np.linspace(0, 2 * np.pi, 91, endpoint=False), np.full(91, np.pi / 91)),   # odd, interleaved
-])
+@pytest.mark.parametrize(
+    "angles,expected",
+    [
+        (np.linspace(0, np.pi, 90, endpoint=False), np.full(90, np.pi / 90)),
+        (np.linspace(0, 2 * np.pi, 90, endpoint=False), np.full(90, np.pi / 90)),  # even, pairs coincide
+        (np.linspace(0, 2 * np.pi, 91, endpoint=False), np.full(91, np.pi / 91)),  # odd, interleaved
+    ],
+)
 def test_angular_weights_uniform_scans(angles, expected):
     np.testing.assert_allclose(ParallelGeometry(angles, 8).angular_weights(), expected, rtol=1e-9)
 

@@ -1,5 +1,6 @@
 """Helical and laminography geometries: ConeGeometry.helical / .laminography,
 ParallelVecGeometry, fit_helix, ASTRA vectors, validation, plots."""
+
 from __future__ import annotations
 
 import pickle
@@ -54,8 +55,9 @@ def test_helix_is_the_circle_raised_by_the_pitch(rng, pitch, direction):
     t = turns(2.5, direction=direction) + 0.3
     g = helical(t, pitch, z_center=7.0)
     z = 7.0 + pitch * (t - (t.min() + t.max()) / 2) / (2 * np.pi)
-    np.testing.assert_allclose(g.source_positions(),
-                               np.stack([SID * np.sin(t), -SID * np.cos(t), z], axis=1), atol=1e-9)
+    np.testing.assert_allclose(
+        g.source_positions(), np.stack([SID * np.sin(t), -SID * np.cos(t), z], axis=1), atol=1e-9
+    )
     # each view is the circular view of the object moved down by z(t)
     circle = ConeGeometry.circular(t, SID, SDD, NR, NC, DU, row_pixel_size=DV)
     X = rng.uniform(-40, 40, (20, 3))
@@ -78,9 +80,17 @@ def test_fit_helix_refuses_planar_and_wobbling_trajectories(rng):
     assert fit_helix(ConeGeometry.laminography(t, 0.4, SID, SDD, NR, NC, DU)) is None
     # z wobble of a fifth of a row at the isocentre: not a helix
     row = DU * SID / SDD
-    wobble = ConeGeometry.circular(t, SID, SDD, NR, NC, DU,
-                                   perturbation=np.hstack([np.zeros((t.size, 2)), rng.uniform(-0.1, 0.1, (t.size, 1)) * row,
-                                                           np.zeros((t.size, 3))]))
+    wobble = ConeGeometry.circular(
+        t,
+        SID,
+        SDD,
+        NR,
+        NC,
+        DU,
+        perturbation=np.hstack(
+            [np.zeros((t.size, 2)), rng.uniform(-0.1, 0.1, (t.size, 1)) * row, np.zeros((t.size, 3))]
+        ),
+    )
     assert fit_helix(wobble) is None
     # back and forth: the azimuth is not monotonic
     assert fit_helix(helical(np.concatenate([t, t[::-1] + 0.01]), 20.0)) is None
@@ -127,10 +137,12 @@ def test_cone_laminography_frame():
     t = turns(1, 24)
     tilt = np.radians(35)
     g = ConeGeometry.laminography(t, tilt, SID, SDD, NR, NC, DU, row_pixel_size=DV)
-    np.testing.assert_array_equal(ConeGeometry.laminography(t, 0.0, SID, SDD, NR, NC, DU, row_pixel_size=DV).matrices,
-                                  ConeGeometry.circular(t, SID, SDD, NR, NC, DU, row_pixel_size=DV).matrices)
+    np.testing.assert_array_equal(
+        ConeGeometry.laminography(t, 0.0, SID, SDD, NR, NC, DU, row_pixel_size=DV).matrices,
+        ConeGeometry.circular(t, SID, SDD, NR, NC, DU, row_pixel_size=DV).matrices,
+    )
     src = g.source_positions()
-    np.testing.assert_allclose(src[:, 2], -SID * np.sin(tilt), atol=1e-9)                   # below the sample
+    np.testing.assert_allclose(src[:, 2], -SID * np.sin(tilt), atol=1e-9)  # below the sample
     np.testing.assert_allclose(np.hypot(src[:, 0], src[:, 1]), SID * np.cos(tilt), atol=1e-9)
     u, v, w = g.project(np.zeros(3))
     np.testing.assert_allclose(u, C0, atol=TOL)
@@ -165,8 +177,7 @@ def test_tilt_out_of_range_names_tilt(tilt):
 
 # -- ParallelVecGeometry -----------------------------------------------------------------------
 def test_from_parallel_projects_as_parallel_geometry(rng):
-    pg = ParallelGeometry(np.linspace(0, np.pi, 9), NC, NR, DU, DV, center=17.3,
-                          axis_shift=rng.normal(0, 0.5, 9))
+    pg = ParallelGeometry(np.linspace(0, np.pi, 9), NC, NR, DU, DV, center=17.3, axis_shift=rng.normal(0, 0.5, 9))
     g = ParallelVecGeometry.from_parallel(pg)
     X = rng.uniform(-20, 20, (30, 3))
     u, v = g.project(X)
@@ -192,7 +203,7 @@ def test_laminography_projects_as_documented(rng):
     P = g.matrices
     np.testing.assert_array_equal(P[:, 2], np.tile([0, 0, 0, 1.0], (t.size, 1)))
     # a point moved along the ray stays on its pixel
-    u2, v2 = g.project(X[4] + 37.0 * g.rays)          # point n moved along view n's ray
+    u2, v2 = g.project(X[4] + 37.0 * g.rays)  # point n moved along view n's ray
     np.testing.assert_allclose(np.diagonal(u2), u[:, 4], atol=TOL)
     np.testing.assert_allclose(np.diagonal(v2), v[:, 4], atol=TOL)
     # pixel rays pass through the pixel centres
@@ -227,11 +238,14 @@ def test_parallel_vec_astra_round_trip_and_formula(rng):
         assert col[0] == pytest.approx(u[n, 2], abs=TOL) and row[0] == pytest.approx(v[n, 2], abs=TOL)
 
 
-@pytest.mark.parametrize("vectors,match", [
-    (np.zeros((2, 11)), "vectors: expected shape"),
-    (np.full((1, 12), np.nan), "vectors: expected finite"),
-    (np.array([[1.0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1]]), r"vectors\[0\]: expected a ray direction off"),
-])
+@pytest.mark.parametrize(
+    "vectors,match",
+    [
+        (np.zeros((2, 11)), "vectors: expected shape"),
+        (np.full((1, 12), np.nan), "vectors: expected finite"),
+        (np.array([[1.0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1]]), r"vectors\[0\]: expected a ray direction off"),
+    ],
+)
 def test_parallel_vec_validation(vectors, match):
     with pytest.raises(ValueError, match=match):
         ParallelVecGeometry(vectors, NR, NC)
@@ -244,6 +258,7 @@ def test_parallel_vec_vectors_that_are_not_numbers_are_a_type_error():
 
 def test_parallel_vec_is_an_immutable_value_that_pickles_and_plots(tmp_path):
     from mpl_toolkits.mplot3d import Axes3D
+
     g = ParallelVecGeometry.laminography(turns(1, 12), 0.3, NR, NC, DU)
     assert g == ParallelVecGeometry.laminography(turns(1, 12), 0.3, NR, NC, DU) and hash(g) == hash(g.replace())
     with pytest.raises(AttributeError):

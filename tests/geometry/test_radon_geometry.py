@@ -1,4 +1,5 @@
 """RadonGeometry: conventions, direction sets, solid-angle weights, bad input."""
+
 from __future__ import annotations
 
 import math
@@ -71,7 +72,7 @@ def test_grid_weights_follow_sin_theta(hemisphere):
     d_theta = (math.pi / 2 if hemisphere else math.pi) / n_theta
     # The cell of a grid point is the (theta, phi) rectangle about it.
     exact = (np.cos(th - d_theta / 2) - np.cos(th + d_theta / 2)) * 2 * math.pi / n_phi
-    np.testing.assert_allclose(w, exact, rtol=3e-3)     # measured 1.4e-3
+    np.testing.assert_allclose(w, exact, rtol=3e-3)  # measured 1.4e-3
 
 
 def test_user_directions_nonuniform_weights():
@@ -97,24 +98,33 @@ def test_tiny_or_flat_sets_get_equal_weights():
 def test_default_volume_inside_the_sampled_range():
     g = RadonGeometry.uniform(200, 64, spacing=0.5)
     vol = g.default_volume()
-    assert vol.shape == (36, 36, 36)        # floor(64 / sqrt 3)
+    assert vol.shape == (36, 36, 36)  # floor(64 / sqrt 3)
     corners = np.array([[sx, sy, sz] for sx in (-1, 1) for sy in (-1, 1) for sz in (-1, 1)])
     corners = corners * (vol.nx - 1) / 2 * 0.5
     u = g.project_samples(corners)
     assert u.min() >= 0 and u.max() <= g.n_samples - 1
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    (dict(directions=[[1.0, 0, 0], [0, 1.01, 0]], n_samples=8), r"directions: expected unit vectors.*index 1"),
-    (dict(directions=[[1.0, 0, 0], [0, 1, 0], [1.0, 0, 0]], n_samples=8), r"duplicate directions at indices 0 and 2"),
-    (dict(directions=[[1.0, 0, 0], [-1.0, 0, 0]], n_samples=8, hemisphere=True), r"antipodal directions at indices 0 and 1"),
-    (dict(directions=np.zeros((0, 3)), n_samples=8), r"directions: expected at least one direction"),
-    (dict(directions=[[1.0, 0]], n_samples=8), r"directions: expected an \(n, 3\) array"),
-    (dict(directions=[[np.nan, 0, 1.0]], n_samples=8), r"directions: expected finite values"),
-    (dict(directions=[[0, 0, 1.0]], n_samples=0), r"n_samples: expected a positive integer"),
-    (dict(directions=[[0, 0, 1.0]], n_samples=8, spacing=-1), r"spacing: expected a positive number"),
-    (dict(directions=[[0, 0, 1.0]], n_samples=8, hemisphere="yes"), r"hemisphere: expected True or False"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(directions=[[1.0, 0, 0], [0, 1.01, 0]], n_samples=8), r"directions: expected unit vectors.*index 1"),
+        (
+            dict(directions=[[1.0, 0, 0], [0, 1, 0], [1.0, 0, 0]], n_samples=8),
+            r"duplicate directions at indices 0 and 2",
+        ),
+        (
+            dict(directions=[[1.0, 0, 0], [-1.0, 0, 0]], n_samples=8, hemisphere=True),
+            r"antipodal directions at indices 0 and 1",
+        ),
+        (dict(directions=np.zeros((0, 3)), n_samples=8), r"directions: expected at least one direction"),
+        (dict(directions=[[1.0, 0]], n_samples=8), r"directions: expected an \(n, 3\) array"),
+        (dict(directions=[[np.nan, 0, 1.0]], n_samples=8), r"directions: expected finite values"),
+        (dict(directions=[[0, 0, 1.0]], n_samples=0), r"n_samples: expected a positive integer"),
+        (dict(directions=[[0, 0, 1.0]], n_samples=8, spacing=-1), r"spacing: expected a positive number"),
+        (dict(directions=[[0, 0, 1.0]], n_samples=8, hemisphere="yes"), r"hemisphere: expected True or False"),
+    ],
+)
 def test_bad_input(kwargs, match):
     with pytest.raises(ValueError, match=match):
         RadonGeometry(**kwargs)

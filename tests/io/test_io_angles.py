@@ -1,4 +1,5 @@
 """read_angles: every accepted form, in radians."""
+
 import numpy as np
 import pytest
 
@@ -31,14 +32,17 @@ def test_npy_and_values(tmp_path):
     np.testing.assert_allclose(read_angles(range(3), unit="degrees"), np.deg2rad([0, 1, 2]))
 
 
-@pytest.mark.parametrize("value, match", [
-    ("nothing_here.txt", r"neither an existing file nor"),
-    ("0:180", r"neither an existing file nor"),
-    ("0:180:0", r"count\): expected a positive integer"),
-    ([0, np.nan], r"expected finite values"),
-    ([[0, 1], [2, 3]], r"expected a 1D array"),
-    ([], r"at least one value"),
-])
+@pytest.mark.parametrize(
+    "value, match",
+    [
+        ("nothing_here.txt", r"neither an existing file nor"),
+        ("0:180", r"neither an existing file nor"),
+        ("0:180:0", r"count\): expected a positive integer"),
+        ([0, np.nan], r"expected finite values"),
+        ([[0, 1], [2, 3]], r"expected a 1D array"),
+        ([], r"at least one value"),
+    ],
+)
 def test_bad_values_name_argument(value, match):
     with pytest.raises(ValueError, match=r"^path_or_values.*" + match):
         read_angles(value)
@@ -85,5 +89,6 @@ def test_every_unit_name_in_a_scan_file_means_its_unit(tmp_path, unit):
         f["/exchange/data"] = np.zeros((2, 3, 4), np.uint16)
         f["/exchange/theta"] = np.array([0.0, 90.0])
         f["/exchange/theta"].attrs["units"] = unit
-    np.testing.assert_allclose(read_scan(tmp_path / "s.h5").angles,
-                               np.radians([0.0, 90.0]) if is_degree(unit) else [0.0, 90.0], rtol=1e-15)
+    np.testing.assert_allclose(
+        read_scan(tmp_path / "s.h5").angles, np.radians([0.0, 90.0]) if is_degree(unit) else [0.0, 90.0], rtol=1e-15
+    )

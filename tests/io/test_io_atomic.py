@@ -1,4 +1,5 @@
 """Atomic writes: all or nothing, never overwrite unasked."""
+
 import os
 from pathlib import Path
 
@@ -105,6 +106,7 @@ def test_atomic_output_context_manager(tmp_path):
 
 # -- what overwrite may replace ---------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("name", ["a.npy", "a.tif", "a.h5", "vol/"])
 def test_overwrite_never_deletes_a_folder_that_is_not_an_output_of_that_format(tmp_path, name):
     path = tmp_path / name
@@ -134,7 +136,7 @@ def test_write_array_marks_its_outputs_as_leveret_s(tmp_path, name):
     kind = {"a.npy": "npy", "a.tif": "tiff", "a.h5": "hdf5", "vol/": "tiff-stack"}[name]
     assert replace_refusal(path, kind) is None
     for other in {"npy", "tiff", "hdf5", "tiff-stack", "zarr"} - {kind}:
-        assert replace_refusal(path, other) is not None       # an output of another format is not replaced
+        assert replace_refusal(path, other) is not None  # an output of another format is not replaced
 
 
 def test_a_foreign_file_of_the_format_is_not_replaced(tmp_path):
@@ -147,4 +149,4 @@ def test_a_foreign_file_of_the_format_is_not_replaced(tmp_path):
         f["data"] = np.ones(3)
     assert "leveret did not write" in replace_refusal(tmp_path / "a.tif", "tiff")
     assert "leveret did not write" in replace_refusal(tmp_path / "a.h5", "hdf5")
-    assert replace_refusal(tmp_path / "nothing.h5", "hdf5") is None      # nothing there: nothing to delete
+    assert replace_refusal(tmp_path / "nothing.h5", "hdf5") is None  # nothing there: nothing to delete

@@ -1,4 +1,5 @@
 """The input fingerprint a resumed run is checked against."""
+
 from __future__ import annotations
 
 import os
@@ -15,7 +16,7 @@ def test_a_rewritten_file_with_the_same_size_and_time_is_told_apart(tmp_path, rn
     np.save(f, data)
     before = input_fingerprint(f)
     st = f.stat()
-    data[2, 3, 4] += 1                      # one value; the whole file is within the sampled blocks
+    data[2, 3, 4] += 1  # one value; the whole file is within the sampled blocks
     np.save(f, data)
     os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns))
     after = input_fingerprint(f)
@@ -44,9 +45,12 @@ def test_an_hdf5_dataset_path_fingerprints_the_file(tmp_path):
 def test_resume_with_another_input_is_refused_naming_what_changed(tmp_path):
     with SlabWriter(tmp_path / "v.npy", (3, 2, 2), resume=True, fingerprint={"bytes": 10, "sample": "a"}) as w:
         w.write(0, np.ones((1, 2, 2)))
-    with pytest.raises(ValueError, match=r"^resume: the input changed .*\(its size differs\); run without "
-                                         r"--resume to start afresh, or restore the input"):
+    with pytest.raises(
+        ValueError,
+        match=r"^resume: the input changed .*\(its size differs\); run without "
+        r"--resume to start afresh, or restore the input",
+    ):
         SlabWriter(tmp_path / "v.npy", (3, 2, 2), resume=True, fingerprint={"bytes": 11, "sample": "a"})
-    assert (tmp_path / ".v.npy.partial").exists()                 # kept for the right input
+    assert (tmp_path / ".v.npy.partial").exists()  # kept for the right input
     with SlabWriter(tmp_path / "v.npy", (3, 2, 2), resume=True, fingerprint={"bytes": 10, "sample": "a"}) as w:
         assert w.done.tolist() == [True, False, False]

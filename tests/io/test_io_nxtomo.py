@@ -1,4 +1,5 @@
 """read_scan: NXtomo (mixed image keys) and DXchange files, and bad files."""
+
 import h5py
 import numpy as np
 import pytest
@@ -73,9 +74,19 @@ def test_frame_stack_indexing_is_lazy_and_numpy_like(tmp_path):
     ref = data[KEYS == 0]
     assert len(proj) == 5 and proj.ndim == 3
     np.testing.assert_array_equal(proj.frame_indices, np.flatnonzero(KEYS == 0))
-    for key in [0, -1, slice(1, 4), slice(None, None, -2), [4, 0, 2], np.array([True, False] * 2 + [True]),
-                (2, 1), (slice(0, 2), slice(1, 3), 2), (1, slice(None, None, -1)), (..., 1),
-                (slice(None), [0, 2])]:
+    for key in [
+        0,
+        -1,
+        slice(1, 4),
+        slice(None, None, -2),
+        [4, 0, 2],
+        np.array([True, False] * 2 + [True]),
+        (2, 1),
+        (slice(0, 2), slice(1, 3), 2),
+        (1, slice(None, None, -1)),
+        (..., 1),
+        (slice(None), [0, 2]),
+    ]:
         got = proj[key]
         assert isinstance(got, np.ndarray)
         np.testing.assert_array_equal(got, ref[key], err_msg=repr(key))
@@ -89,8 +100,9 @@ def test_nxtomo_radians_and_missing_angles(tmp_path):
     _nxtomo(tmp_path / "r.nxs", angles_deg=rad, units=b"rad")
     np.testing.assert_allclose(read_scan(tmp_path / "r.nxs").angles, rad[KEYS == 0])
     _nxtomo(tmp_path / "d.nxs", units=None)  # no units attribute: degrees
-    np.testing.assert_allclose(read_scan(tmp_path / "d.nxs").angles,
-                               np.deg2rad(np.linspace(0, 180, len(KEYS))[KEYS == 0]))
+    np.testing.assert_allclose(
+        read_scan(tmp_path / "d.nxs").angles, np.deg2rad(np.linspace(0, 180, len(KEYS))[KEYS == 0])
+    )
     _nxtomo(tmp_path / "n.nxs", layout="detector")
     with h5py.File(tmp_path / "n.nxs", "a") as f:
         del f["entry/sample/rotation_angle"]

@@ -3,6 +3,7 @@ HDF5 direct chunks (decoded here without hdf5plugin), HDF5's shuffle and
 deflate written by hand, a file object whose chunk writes go to a pool, zarr
 chunk files written directly, bands of rows read with preadv, CRC-32s of
 blocks combined."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -34,14 +35,16 @@ def _volume(rng, shape=(5, 37, 23)):
 
 # -- HDF5 outputs ------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("compression", ["default", "lz4", "zstd", "gzip", None])
 def test_hdf5_outputs_round_trip_and_carry_the_standard_filters(tmp_path, rng, compression):
     vol = _volume(rng)
     out = tmp_path / "v.h5"
-    with SlabWriter(out, vol.shape, compression=compression, chunks=(1, 16, 23) if compression else None,
-                    threads=3) as w:
+    with SlabWriter(
+        out, vol.shape, compression=compression, chunks=(1, 16, 23) if compression else None, threads=3
+    ) as w:
         w.write(0, vol[:2])
-        w.write(2, vol[2:])          # an edge chunk of 5 of 16 rows: stored padded, read back cut
+        w.write(2, vol[2:])  # an edge chunk of 5 of 16 rows: stored padded, read back cut
         w.finish()
     np.testing.assert_array_equal(read_array(out), vol)
     np.testing.assert_array_equal(np.asarray(open_array(out)[1:4, 3:20, :]), vol[1:4, 3:20, :])
@@ -53,10 +56,10 @@ def test_hdf5_outputs_round_trip_and_carry_the_standard_filters(tmp_path, rng, c
             # compressor (1 lz4, 5 zstd)
             assert filters[str(H5_BLOSC)] == (2, 2, 4, 16 * 23 * 4, 3, 2, 5 if compression == "zstd" else 1)
             assert h5io.needs_own_decoder(ds) == (not h5py.h5z.filter_avail(H5_BLOSC))
-        elif compression == "gzip":           # HDF5's own filters: any reader decodes them
+        elif compression == "gzip":  # HDF5's own filters: any reader decodes them
             assert set(filters) == {"shuffle", "gzip"} and filters["gzip"] == 4
             np.testing.assert_array_equal(ds[()], vol)
-        else:                                 # contiguous, its space allocated at the start
+        else:  # contiguous, its space allocated at the start
             assert ds.chunks is None and not filters and ds.id.get_offset() is not None
             np.testing.assert_array_equal(ds[()], vol)
 
@@ -78,7 +81,7 @@ def test_the_blosc_chunks_are_what_numcodecs_makes(tmp_path, rng):
 def test_hdf5_shuffle_and_deflate_by_hand_equal_hdf5_s_own(rng):
     a = rng.standard_normal((3, 7)).astype(np.float32)
     assert np.array_equal(np.frombuffer(unshuffle_bytes(shuffle_bytes(a), 4).tobytes(), np.float32).reshape(3, 7), a)
-    assert shuffle_bytes(np.array([1, 2], "<u2")) == bytes([1, 2, 0, 0])     # low bytes first, then high
+    assert shuffle_bytes(np.array([1, 2], "<u2")) == bytes([1, 2, 0, 0])  # low bytes first, then high
     raw = ChunkCodec("gzip").encode(a)
     back = decode_hdf5_chunk(raw, [(2, ()), (1, ())], 0, np.float32, a.shape)
     assert np.array_equal(back, a)
@@ -101,11 +104,12 @@ def test_the_file_object_queues_handed_chunks_and_writes_the_rest_at_once(tmp_pa
     def write(fd, buffer, offset):
         queued.append(len(memoryview(buffer)))
         return h5io.atomic.write_at(fd, buffer, offset)
+
     handle = h5io.ParallelFile(tmp_path / "v.h5", pool, write=write)
     with h5py.File(handle, "r+") as f:
         futures = []
         for k in range(4):
-            stored = codec.encode(vol[k:k + 1])
+            stored = codec.encode(vol[k : k + 1])
             with handle.handing(stored) as handed:
                 f["data"].id.write_direct_chunk((k, 0, 0), stored)
             assert len(handed.futures) == 1
@@ -113,16 +117,18 @@ def test_the_file_object_queues_handed_chunks_and_writes_the_rest_at_once(tmp_pa
         for future in futures:
             future.result()
     handle.close()
-    assert len(queued) == 4 and all(n < 8 * 16 * 4 for n in queued)    # only the four chunks' bytes
+    assert len(queued) == 4 and all(n < 8 * 16 * 4 for n in queued)  # only the four chunks' bytes
     np.testing.assert_array_equal(read_array(tmp_path / "v.h5"), vol)
 
 
 # -- zarr ----------------------------------------------------------------------------------------
 
+
 @pytest.mark.skipif(not HAVE_ZARR, reason="zarr is not installed")
 @pytest.mark.parametrize("compression", ["default", "zstd", None])
 def test_zarr_chunk_files_written_directly_are_zarr_s(tmp_path, rng, compression):
     import zarr
+
     vol = _volume(rng)
     with SlabWriter(tmp_path / "v.zarr", vol.shape, compression=compression, chunks=(1, 16, 10)) as w:
         w.write(0, vol[:3])
@@ -131,12 +137,14 @@ def test_zarr_chunk_files_written_directly_are_zarr_s(tmp_path, rng, compression
     z = zarr.open_array(str(tmp_path / "v.zarr"), mode="r")
     assert z.chunks == (1, 16, 10)
     np.testing.assert_array_equal(z[...], vol)
-    names = sorted(str(p.relative_to(tmp_path / "v.zarr")) for p in (tmp_path / "v.zarr" / "c").rglob("*")
-                   if p.is_file())
+    names = sorted(
+        str(p.relative_to(tmp_path / "v.zarr")) for p in (tmp_path / "v.zarr" / "c").rglob("*") if p.is_file()
+    )
     assert len(names) == 5 * 3 * 3 and "c/4/2/2" in names
 
 
 # -- reading bands --------------------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory):
@@ -176,11 +184,11 @@ def test_read_band_equals_slicing_and_reads_bytes_directly(stack, pool, name):
         expected = np.repeat(a, 2, axis=0)[1::2]
     else:
         source = open_array(f"{folder / 's.h5'}:/{name}")
-    assert _file_places(source) is not None              # its bytes' places are known: preadv, not h5py
+    assert _file_places(source) is not None  # its bytes' places are known: preadv, not h5py
     for rows in [(0, 20), (3, 4), (6, 13), (19, 20)]:
         out = np.full((12, rows[1] - rows[0], 18), 7, np.uint16)
         read_band(source, rows, out, pool=pool)
-        np.testing.assert_array_equal(out, expected[:, rows[0]:rows[1]])
+        np.testing.assert_array_equal(out, expected[:, rows[0] : rows[1]])
 
 
 @pytest.mark.parametrize("name", ["contiguous", "blocks", "gzip", "npy", "tiff", "frame stack", "in memory"])
@@ -205,7 +213,7 @@ def test_read_band_reads_a_range_of_views(stack, pool, name):
     for views, rows in [((0, 12), (3, 9)), ((3, 7), (0, 20)), ((11, 12), (19, 20)), ((4, 10), (6, 13))]:
         out = np.full((views[1] - views[0], rows[1] - rows[0], 18), 7, np.uint16)
         read_band(source, rows, out, pool=pool, views=views)
-        np.testing.assert_array_equal(out, expected[views[0]:views[1], rows[0]:rows[1]])
+        np.testing.assert_array_equal(out, expected[views[0] : views[1], rows[0] : rows[1]])
     with pytest.raises(ValueError, match="views: expected 0 <= n0 < n1 <= 12"):
         read_band(source, (0, 2), np.empty((3, 2, 18), np.uint16), views=(10, 13))
 
@@ -218,7 +226,7 @@ def test_chunks_never_written_read_as_zero_and_others_fall_back(stack, pool):
     expected[:4] = a[:4]
     np.testing.assert_array_equal(out, expected[:, 5:15])
     out = np.empty((12, 2, 18), np.uint16)
-    read_band(a, (1, 3), out, pool=pool)                  # in memory: its own slicing
+    read_band(a, (1, 3), out, pool=pool)  # in memory: its own slicing
     np.testing.assert_array_equal(out, a[:, 1:3])
     with pytest.raises(ValueError, match="out: expected a C-contiguous uint16 array of shape"):
         read_band(a, (1, 3), np.empty((12, 3, 18), np.uint16))
@@ -237,6 +245,7 @@ def test_a_dxchange_scan_s_projections_are_read_directly(tmp_path, pool, rng):
 
 # -- checksums ------------------------------------------------------------------------------------
 
+
 def test_crc32_combine_is_zlib_s(rng):
     for n1, n2 in [(0, 5), (1, 1), (1000, 7), (3, 100_000)]:
         a, b = rng.bytes(n1), rng.bytes(n2)
@@ -245,7 +254,7 @@ def test_crc32_combine_is_zlib_s(rng):
 
 
 def test_rows_checksum_on_threads_is_the_same_value(pool, rng):
-    rows = rng.integers(0, 60000, (9, 70, 16_000), dtype=np.uint16)    # over the size at which threads help
+    rows = rng.integers(0, 60000, (9, 70, 16_000), dtype=np.uint16)  # over the size at which threads help
     assert rows_checksum(rows, pool=pool) == rows_checksum(rows)
     changed = rows.copy()
     changed[8, 69, -1] ^= 1

@@ -1,5 +1,6 @@
 """Outputs in fewer bytes (float16, uint16/uint8 over a range) and cone-beam
 geometries from files (row-major matrix files, Nikon .xtekct)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -11,25 +12,26 @@ from leveret.io.scanners import read_matrices, read_xtekct
 
 # -- output dtypes ------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("dtype,top", [("uint16", 65535), ("uint8", 255)])
 def test_integers_map_the_range_onto_their_whole_range_and_clip_outside(dtype, top):
     values = np.array([-1.0, 0.0, 0.25, 0.5, 2.0, 3.0], np.float32)
     stored = q.quantize(values, dtype, (0.0, 2.0))
     assert stored.dtype == dtype
-    assert stored.tolist() == [0, 0, round(0.125 * top), round(0.25 * top), top, top]   # below 0 and above 2 clip
+    assert stored.tolist() == [0, 0, round(0.125 * top), round(0.25 * top), top, top]  # below 0 and above 2 clip
     meta = q.value_metadata(dtype, (0.0, 2.0))
     assert meta["value_range"] == [0.0, 2.0] and meta["add_offset"] == 0.0
     assert meta["scale_factor"] == pytest.approx(2.0 / top)
     assert "below 0 are stored as 0" in meta["clipped"] and f"above 2 as {top}" in meta["clipped"]
     inside = (values >= 0) & (values <= 2)
-    assert np.abs(q.dequantize(stored, meta) - values)[inside].max() <= 1.0 / top + 1e-7     # half a step
+    assert np.abs(q.dequantize(stored, meta) - values)[inside].max() <= 1.0 / top + 1e-7  # half a step
 
 
 def test_float16_keeps_values_to_its_precision_and_clips_at_its_largest():
     values = np.array([1e-3, 0.5, 1234.5, 1e6, -1e6], np.float32)
     stored = q.quantize(values, "float16")
     assert stored.dtype == np.float16 and stored[3] == 65504 and stored[4] == -65504
-    np.testing.assert_allclose(stored[:3].astype(np.float32), values[:3], rtol=2 ** -11)
+    np.testing.assert_allclose(stored[:3].astype(np.float32), values[:3], rtol=2**-11)
     assert q.value_metadata("float16")["stored_dtype"] == "float16" and q.value_metadata("float32") == {}
 
 
@@ -37,21 +39,25 @@ def test_the_automatic_range_takes_the_percentiles_and_a_margin():
     sample = np.linspace(0.0, 1.0, 100_001, dtype=np.float32)
     lo, hi = q.auto_range(sample)
     assert lo == pytest.approx(0.0001 - 0.1 * 0.9998, abs=1e-6) and hi == pytest.approx(0.9999 + 0.1 * 0.9998, abs=1e-6)
-    assert q.auto_range(np.full(10, 2.0, np.float32)) == pytest.approx((1.8, 2.2))     # constant: around it
+    assert q.auto_range(np.full(10, 2.0, np.float32)) == pytest.approx((1.8, 2.2))  # constant: around it
 
 
-@pytest.mark.parametrize("call,message", [
-    (lambda: q.output_dtype("int16"), "output_dtype: expected one of float32, float16, uint16, uint8"),
-    (lambda: q.check_range((2, 1)), "output_range: expected finite lo < hi"),
-    (lambda: q.check_range("ab"), r"output_range: expected \(lo, hi\)"),
-    (lambda: q.quantize(np.zeros(2, np.float32), "uint8"), "output_range: storing as uint8 needs a value range"),
-])
+@pytest.mark.parametrize(
+    "call,message",
+    [
+        (lambda: q.output_dtype("int16"), "output_dtype: expected one of float32, float16, uint16, uint8"),
+        (lambda: q.check_range((2, 1)), "output_range: expected finite lo < hi"),
+        (lambda: q.check_range("ab"), r"output_range: expected \(lo, hi\)"),
+        (lambda: q.quantize(np.zeros(2, np.float32), "uint8"), "output_range: storing as uint8 needs a value range"),
+    ],
+)
 def test_bad_output_types_and_ranges_name_the_argument(call, message):
     with pytest.raises(ValueError, match=message):
         call()
 
 
 # -- projection matrices ------------------------------------------------------------------------
+
 
 def test_matrices_are_read_row_by_row_from_text(tmp_path):
     P = np.arange(24, dtype=np.float64).reshape(2, 3, 4) + 1
@@ -128,7 +134,7 @@ def test_xtekct_offsets_move_the_detector_and_the_axis(tmp_path):
     du = moved.project(origin)[0] - base.project(origin)[0]
     dv = moved.project(origin)[1] - base.project(origin)[1]
     np.testing.assert_allclose(du, -0.8 / 0.4, atol=1e-9)
-    np.testing.assert_allclose(dv, -1.0 / 0.5, atol=1e-9)      # the detector went down: the point shows higher
+    np.testing.assert_allclose(dv, -1.0 / 0.5, atol=1e-9)  # the detector went down: the point shows higher
     axis = read_xtekct(_xtek(tmp_path, cor=0.4)).geometry
     np.testing.assert_allclose(axis.project(origin)[0] - base.project(origin)[0], 0.4 / 0.4, atol=1e-6)
 
@@ -139,21 +145,26 @@ def test_xtekct_rotation_turns_the_sample_clockwise_seen_from_above(tmp_path):
     the axis to the left: to larger columns from one view to the next."""
     g = read_xtekct(_xtek(tmp_path)).geometry
     for i in (0, 9, 20):
-        point = 0.3 * g.source_positions()[i:i + 1]
+        point = 0.3 * g.source_positions()[i : i + 1]
         u = g.project(point)[0][:, 0]
         assert u[i + 1] > u[i] and u[i - 1] < u[i]
 
 
-@pytest.mark.parametrize("extra,message", [
-    ("ObjectTilt=2.0\n", "ObjectTilt = 2.0 .* not supported"),
-    ("", None),
-])
+@pytest.mark.parametrize(
+    "extra,message",
+    [
+        ("ObjectTilt=2.0\n", "ObjectTilt = 2.0 .* not supported"),
+        ("", None),
+    ],
+)
 def test_xtekct_refuses_what_it_cannot_model(tmp_path, extra, message):
     path = _xtek(tmp_path, extra=extra)
     if message:
         with pytest.raises(ValueError, match=f"xtekct: {message}"):
             read_xtekct(path)
-    path.write_text(XTEK.format(dx=0, dy=0, cor=0, first=0).replace("CentreOfRotationBottom=0", "CentreOfRotationBottom=1"))
+    path.write_text(
+        XTEK.format(dx=0, dy=0, cor=0, first=0).replace("CentreOfRotationBottom=0", "CentreOfRotationBottom=1")
+    )
     with pytest.raises(ValueError, match="xtekct: CentreOfRotationTop 0.0 and CentreOfRotationBottom 1.0 differ"):
         read_xtekct(path)
     path.write_text(XTEK.format(dx=0, dy=0, cor=0, first=0).replace("SrcToObject=150.0\n", ""))
@@ -166,6 +177,7 @@ def test_xtekct_refuses_what_it_cannot_model(tmp_path, extra, message):
 
 def test_xtekct_finds_its_projections(tmp_path):
     import tifffile
+
     for i in (2, 10, 1):
         tifffile.imwrite(tmp_path / f"bolt_{i:04d}.tif", np.zeros((32, 64), np.uint16))
     tifffile.imwrite(tmp_path / "other.tif", np.zeros((32, 64), np.uint16))

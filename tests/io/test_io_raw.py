@@ -1,4 +1,5 @@
 """read_raw: memory-mapped headerless binary, and its argument checks."""
+
 import os
 import tempfile
 
@@ -23,8 +24,9 @@ def test_round_trip_with_header_and_trailer(tmp_path, order):
     assert isinstance(b, np.memmap) and b.dtype == np.dtype(">u2") and b.shape == (2, 3, 4)
     np.testing.assert_array_equal(b, a)
     assert not b.flags.writeable
-    np.testing.assert_array_equal(read_raw(str(tmp_path / "a.raw"), dtype=">u2", shape=24, offset=17,
-                                           order=order), a.ravel(order=order))
+    np.testing.assert_array_equal(
+        read_raw(str(tmp_path / "a.raw"), dtype=">u2", shape=24, offset=17, order=order), a.ravel(order=order)
+    )
 
 
 def test_truncated_file_gives_expected_and_found_sizes(tmp_path):
@@ -39,21 +41,24 @@ def test_truncated_file_gives_expected_and_found_sizes(tmp_path):
         read_raw(tmp_path, dtype="u1", shape=1)
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    ({"dtype": "float33"}, r"^dtype: expected a NumPy dtype"),
-    ({"dtype": "not a dtype"}, r"^dtype: expected a NumPy dtype"),
-    ({"dtype": object}, r"^dtype: expected a fixed-size"),
-    ({"dtype": "U"}, r"^dtype: expected a fixed-size"),
-    ({"shape": 0}, r"^shape: expected a positive int"),
-    ({"shape": (2, -1)}, r"^shape: "),
-    ({"shape": ()}, r"^shape: "),
-    ({"shape": (2.0, 2)}, r"^shape: "),
-    ({"shape": "22"}, r"^shape: "),
-    ({"shape": None}, r"^shape: "),
-    ({"offset": -1}, r"^offset: "),
-    ({"offset": 1.5}, r"^offset: "),
-    ({"order": "A"}, r"^order: expected 'C' or 'F'"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"dtype": "float33"}, r"^dtype: expected a NumPy dtype"),
+        ({"dtype": "not a dtype"}, r"^dtype: expected a NumPy dtype"),
+        ({"dtype": object}, r"^dtype: expected a fixed-size"),
+        ({"dtype": "U"}, r"^dtype: expected a fixed-size"),
+        ({"shape": 0}, r"^shape: expected a positive int"),
+        ({"shape": (2, -1)}, r"^shape: "),
+        ({"shape": ()}, r"^shape: "),
+        ({"shape": (2.0, 2)}, r"^shape: "),
+        ({"shape": "22"}, r"^shape: "),
+        ({"shape": None}, r"^shape: "),
+        ({"offset": -1}, r"^offset: "),
+        ({"offset": 1.5}, r"^offset: "),
+        ({"order": "A"}, r"^order: expected 'C' or 'F'"),
+    ],
+)
 def test_bad_arguments_name_themselves(tmp_path, kwargs, match):
     _write(tmp_path / "a.raw", np.zeros(4, np.uint8))
     args = {"dtype": "u1", "shape": (2, 2), **kwargs}
@@ -67,12 +72,18 @@ def test_hypothesis_round_trip_and_truncation():
     dtypes = ["u1", "<u2", ">u2", "<i4", ">f4", "<f8", "?", "<c8"]
 
     @hypothesis.settings(max_examples=30, deadline=None, database=None)
-    @hypothesis.given(shape=st.lists(st.integers(1, 5), min_size=1, max_size=3).map(tuple),
-                      dtype=st.sampled_from(dtypes), offset=st.integers(0, 40),
-                      order=st.sampled_from("CF"), seed=st.integers(0, 2**16), short=st.booleans())
+    @hypothesis.given(
+        shape=st.lists(st.integers(1, 5), min_size=1, max_size=3).map(tuple),
+        dtype=st.sampled_from(dtypes),
+        offset=st.integers(0, 40),
+        order=st.sampled_from("CF"),
+        seed=st.integers(0, 2**16),
+        short=st.booleans(),
+    )
     def check(shape, dtype, offset, order, seed, short):
-        raw = np.random.default_rng(seed).integers(0, 256, size=int(np.prod(shape)) * np.dtype(dtype).itemsize,
-                                                   dtype=np.uint8)
+        raw = np.random.default_rng(seed).integers(
+            0, 256, size=int(np.prod(shape)) * np.dtype(dtype).itemsize, dtype=np.uint8
+        )
         a = raw.view(dtype).reshape(shape, order=order)
         with tempfile.TemporaryDirectory() as tmp:
             path = os.path.join(tmp, "x.raw")

@@ -1,4 +1,5 @@
 """read_array / write_array: round trips, dispatch and bad input."""
+
 import os
 
 import h5py
@@ -82,7 +83,7 @@ def test_folder_natural_order_and_filtering(tmp_path):
     folder.mkdir()
     for k in [10, 2, 1, 0, 33]:
         tifffile.imwrite(folder / f"raw_{k}.tif", np.full((3, 4), k, np.uint16))
-    (folder / "angles.txt").write_text("0\n")        # not a TIFF: ignored
+    (folder / "angles.txt").write_text("0\n")  # not a TIFF: ignored
     tifffile.imwrite(folder / ".raw_5.tif.tmp-1.tif", np.zeros((3, 4), np.uint16))  # hidden: ignored
     expected = [0, 1, 2, 10, 33]
     assert read_array(folder)[:, 0, 0].tolist() == expected
@@ -95,14 +96,17 @@ def test_write_folder_names_slices(tmp_path):
     assert _listing(tmp_path / "vol") == [f"slice_{k:05d}.tif" for k in range(4)]
 
 
-@pytest.mark.parametrize("make, match", [
-    (lambda p: p / "missing.npy", r"no such file"),
-    (lambda p: p / "missing_*.tif", r"matches no file"),
-    (lambda p: (p / "a.txt").write_text("1") and p / "a.txt", r"unknown extension '.txt'"),
-    (lambda p: (p / "empty").mkdir() or p / "empty", r"holds no .tif"),
-    (lambda p: (p / "bad.tif").write_bytes(b"not a tiff") and p / "bad.tif", r"cannot read .* as a TIFF"),
-    (lambda p: (p / "bad.h5").write_bytes(b"not hdf5") and p / "bad.h5", r"cannot read .* as an HDF5"),
-])
+@pytest.mark.parametrize(
+    "make, match",
+    [
+        (lambda p: p / "missing.npy", r"no such file"),
+        (lambda p: p / "missing_*.tif", r"matches no file"),
+        (lambda p: (p / "a.txt").write_text("1") and p / "a.txt", r"unknown extension '.txt'"),
+        (lambda p: (p / "empty").mkdir() or p / "empty", r"holds no .tif"),
+        (lambda p: (p / "bad.tif").write_bytes(b"not a tiff") and p / "bad.tif", r"cannot read .* as a TIFF"),
+        (lambda p: (p / "bad.h5").write_bytes(b"not hdf5") and p / "bad.h5", r"cannot read .* as an HDF5"),
+    ],
+)
 def test_bad_input_names_path(tmp_path, make, match):
     with pytest.raises(ValueError, match=r"^path: .*" + match):
         read_array(make(tmp_path))

@@ -1,4 +1,5 @@
 """leveret.io on the real savu-image-test scan's original files."""
+
 import numpy as np
 
 from leveret.io import read_array
@@ -21,5 +22,4 @@ def test_glob_matches_folder_in_natural_order(savu_files):
     stack = read_array(savu_folder() / "projections" / "raw_*.tiff")
     np.testing.assert_array_equal(stack, scan.projections)
     # The folder order is the file order: spot check one projection.
-    np.testing.assert_array_equal(
-        scan.projections[37], read_array(savu_folder() / "projections" / "raw_00037.tiff"))
+    np.testing.assert_array_equal(scan.projections[37], read_array(savu_folder() / "projections" / "raw_00037.tiff"))

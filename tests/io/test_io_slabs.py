@@ -1,5 +1,6 @@
 """SlabWriter: every format round-trips data and metadata; interrupted runs
 leave no output, resume from the manifest, and refuse another job's partial output."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -33,10 +34,10 @@ def test_round_trip_data_and_metadata(tmp_path, rng, name):
     meta = {"voxel_size": [0.5, 0.25, 0.25], "units": "mm"}
     with SlabWriter(tmp_path / name, vol.shape, params={"job": 1}, metadata=meta) as w:
         assert w.todo(4) == [(0, 4), (4, 8), (8, 9)]
-        for k0, k1 in w.todo(4)[::-1]:       # any order
+        for k0, k1 in w.todo(4)[::-1]:  # any order
             w.write(k0, vol[k0:k1])
         path = w.finish()
-    assert sorted(p.name for p in tmp_path.iterdir()) == [path.name]    # nothing else left
+    assert sorted(p.name for p in tmp_path.iterdir()) == [path.name]  # nothing else left
     np.testing.assert_array_equal(read_array(path), vol)
     np.testing.assert_array_equal(np.asarray(open_array(path)[:, 2:5, :]), vol[:, 2:5, :])
     # zarr keeps leveret's mark among the array's attributes (HDF5 and TIFF elsewhere)
@@ -57,8 +58,9 @@ def test_formats_and_options(tmp_path, rng):
     write_slabs(tmp_path / "d.h5:/entry/rec", [(0, vol)], vol.shape)
     np.testing.assert_array_equal(read_array(tmp_path / "d.h5", dataset="/entry/rec"), vol)
     import tifffile
+
     with tifffile.TiffFile(tmp_path / "t" / "slice_00000.tif") as t:
-        assert t.pages[0].compression == 8          # zlib
+        assert t.pages[0].compression == 8  # zlib
     with pytest.raises(ValueError, match="compression: expected one of"):
         SlabWriter(tmp_path / "x.npy", vol.shape, compression="gzip")
     with pytest.raises(ValueError, match="shape: expected a 3D volume shape"):
@@ -70,11 +72,12 @@ def test_formats_and_options(tmp_path, rng):
             w.write(7, vol[:3])
         with pytest.raises(ValueError, match=r"finish: slices \[\(0, 9\)\]"):
             w.finish()
-    assert not list(tmp_path.glob(".x.npy*"))      # the failed writer left nothing
+    assert not list(tmp_path.glob(".x.npy*"))  # the failed writer left nothing
 
 
 def test_bigtiff_is_bigtiff_and_existing_output_is_kept(tmp_path, rng):
     import tifffile
+
     vol = _volume(rng)
     write_slabs(tmp_path / "v.tif", [(0, vol)], vol.shape)
     with tifffile.TiffFile(tmp_path / "v.tif") as t:
@@ -96,14 +99,16 @@ def test_interrupt_then_resume(tmp_path, rng, name):
     with pytest.raises(Stop):
         with SlabWriter(tmp_path / name, vol.shape, params=params, resume=True) as w:
             for k0, k1 in w.todo(3):
-                if k0 == 6:   # Ctrl-C after the data, before the manifest records them
+                if k0 == 6:  # Ctrl-C after the data, before the manifest records them
+
                     def interrupted():
                         raise Stop
+
                     w._save_manifest = interrupted
                     w.write(k0, np.full_like(vol[k0:k1], np.nan))
                 w.write(k0, vol[k0:k1])
     final = tmp_path / name
-    assert not final.exists()                                 # no partial final output
+    assert not final.exists()  # no partial final output
     partial = tmp_path / f".{final.name}.partial"
     manifest = json.loads((partial / "manifest.json").read_text())
     assert manifest["done"] == [[0, 6]] and manifest["shape"] == list(vol.shape)
@@ -136,7 +141,7 @@ def test_without_resume_an_interrupted_run_leaves_nothing_and_old_partials_are_d
         with SlabWriter(tmp_path / "v.h5", vol.shape, resume=True) as w:
             w.write(0, vol[:3])
             raise KeyboardInterrupt
-    with SlabWriter(tmp_path / "v.h5", vol.shape) as w:   # no resume: starts afresh
+    with SlabWriter(tmp_path / "v.h5", vol.shape) as w:  # no resume: starts afresh
         assert w.done.sum() == 0
         w.write(0, vol)
         w.finish()
@@ -159,11 +164,12 @@ def test_sigint_to_a_writing_process(tmp_path):
     """A real Ctrl-C (SIGINT) mid-run: no final file, nothing written after the
     signal, and the partial output resumes."""
     import signal
+
     script = textwrap.dedent(f"""
         import sys, numpy as np
         from leveret.io import SlabWriter
         vol = np.arange(20 * 4 * 5, dtype=np.float32).reshape(20, 4, 5)
-        with SlabWriter({str(tmp_path / 'v.zarr')!r}, vol.shape, params={{'a': 1}}, resume=True) as w:
+        with SlabWriter({str(tmp_path / "v.zarr")!r}, vol.shape, params={{'a': 1}}, resume=True) as w:
             for k0, k1 in w.todo(1):
                 w.write(k0, vol[k0:k1])
                 if k0 == 3 and len(sys.argv) == 1:
@@ -172,19 +178,24 @@ def test_sigint_to_a_writing_process(tmp_path):
             w.finish()
     """)
     env = {"PYTHONPATH": str(SRC), "PATH": "/usr/bin:/bin"}
-    p = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                         text=True, env=env, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    p = subprocess.Popen(
+        [sys.executable, "-c", script],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     assert p.stdout.readline().strip() == "ready"
     p.send_signal(signal.SIGINT)
-    p.wait(timeout=60)             # a guard against a hang, not a timing
+    p.wait(timeout=60)  # a guard against a hang, not a timing
     p.stdin.close()
     assert p.returncode != 0
     assert not (tmp_path / "v.zarr").exists()
     done = json.loads((tmp_path / ".v.zarr.partial" / "manifest.json").read_text())["done"]
-    assert done == [[0, 4]]        # slices 0..3 were written before the signal, none after
+    assert done == [[0, 4]]  # slices 0..3 were written before the signal, none after
     subprocess.run([sys.executable, "-c", script, "resume"], check=True, env=env, capture_output=True)
-    np.testing.assert_array_equal(read_array(tmp_path / "v.zarr"),
-                                  np.arange(400, dtype=np.float32).reshape(20, 4, 5))
+    np.testing.assert_array_equal(read_array(tmp_path / "v.zarr"), np.arange(400, dtype=np.float32).reshape(20, 4, 5))
 
 
 def test_hypothesis_slab_orders_and_sizes_round_trip():
@@ -194,16 +205,20 @@ def test_hypothesis_slab_orders_and_sizes_round_trip():
     import tempfile
 
     @hypothesis.settings(max_examples=25, deadline=None, database=None)
-    @hypothesis.given(shape=st.tuples(st.integers(1, 6), st.integers(1, 5), st.integers(1, 5)),
-                      dtype=st.sampled_from(["float32", "uint16", "int8", "float64"]),
-                      slab=st.integers(1, 7), name=st.sampled_from(AVAILABLE), seed=st.integers(0, 2**32 - 1),
-                      reverse=st.booleans())
+    @hypothesis.given(
+        shape=st.tuples(st.integers(1, 6), st.integers(1, 5), st.integers(1, 5)),
+        dtype=st.sampled_from(["float32", "uint16", "int8", "float64"]),
+        slab=st.integers(1, 7),
+        name=st.sampled_from(AVAILABLE),
+        seed=st.integers(0, 2**32 - 1),
+        reverse=st.booleans(),
+    )
     def check(shape, dtype, slab, name, seed, reverse):
         vol = (np.random.default_rng(seed).standard_normal(shape) * 50).astype(dtype)
         with tempfile.TemporaryDirectory() as d:
             with SlabWriter(Path(d) / name, shape, dtype) as w:
                 todo = w.todo(slab)
-                for k0, k1 in (todo[::-1] if reverse else todo):
+                for k0, k1 in todo[::-1] if reverse else todo:
                     w.write(k0, vol[k0:k1])
                 path = w.finish()
             back = read_array(path)
@@ -211,6 +226,7 @@ def test_hypothesis_slab_orders_and_sizes_round_trip():
             np.testing.assert_array_equal(back, vol)
             lazy = open_array(path)
             np.testing.assert_array_equal(np.asarray(lazy[:, : shape[1] // 2 + 1]), vol[:, : shape[1] // 2 + 1])
+
     check()
 
 
@@ -221,7 +237,7 @@ def test_a_tiff_cut_inside_its_header_is_a_clear_error(tmp_path, junk):
     vol = np.arange(4 * 5 * 6, dtype=np.float32).reshape(4, 5, 6)
     path = write_slabs(tmp_path / "v.tif", [(0, vol)], vol.shape, compression=None)
     data = path.read_bytes()
-    path.write_bytes(data[:int(0.0078125 * len(data))] + junk)
+    path.write_bytes(data[: int(0.0078125 * len(data))] + junk)
     with pytest.raises(ValueError, match="path: cannot read .* as a TIFF file"):
         read_array(path)
 
@@ -241,26 +257,31 @@ def test_hypothesis_damaged_files_give_clear_errors():
             return (start + 4 * np.arange(vol.size) + 4 <= kept).reshape(vol.shape)
         if name == "v.tif":
             import tifffile
+
             with tifffile.TiffFile(path) as t:
                 starts = np.array([page.dataoffsets[0] for page in t.pages])
             return starts[:, None, None] + 4 * np.arange(vol[0].size).reshape(vol[0].shape) + 4 <= kept
-        first = 1                         # the stack's first TIFF holds slice 0
-        if name == "v.zarr":              # the first (compressed) zarr chunk holds its slices
+        first = 1  # the stack's first TIFF holds slice 0
+        if name == "v.zarr":  # the first (compressed) zarr chunk holds its slices
             import zarr
+
             first = zarr.open_array(path, mode="r").chunks[0]
         intact = np.ones(vol.shape, bool)
         intact[:first] = False
         return intact
 
     @hypothesis.settings(max_examples=30, deadline=None, database=None)
-    @hypothesis.given(name=st.sampled_from(["v.tif", "v.npy", "v/"] + (["v.zarr"] if HAVE_ZARR else [])), cut=st.floats(0.0, 0.95),
-                      junk=st.binary(min_size=1, max_size=64))
+    @hypothesis.given(
+        name=st.sampled_from(["v.tif", "v.npy", "v/"] + (["v.zarr"] if HAVE_ZARR else [])),
+        cut=st.floats(0.0, 0.95),
+        junk=st.binary(min_size=1, max_size=64),
+    )
     def check(name, cut, junk):
         with tempfile.TemporaryDirectory() as d:
-            path = write_slabs(Path(d) / name, [(0, vol)], vol.shape, compression=None
-                               if name != "v.zarr" else "zstd")
-            files = sorted(f for f in path.rglob("*") if f.is_file() and f.name != "zarr.json") \
-                if path.is_dir() else [path]
+            path = write_slabs(Path(d) / name, [(0, vol)], vol.shape, compression=None if name != "v.zarr" else "zstd")
+            files = (
+                sorted(f for f in path.rglob("*") if f.is_file() and f.name != "zarr.json") if path.is_dir() else [path]
+            )
             target = files[0]
             data = target.read_bytes()
             kept = int(cut * len(data))
@@ -276,6 +297,7 @@ def test_hypothesis_damaged_files_give_clear_errors():
                 # keeps its value. (Without checksums a damaged chunk cannot be detected.)
                 assert back.shape == vol.shape and back.dtype == vol.dtype
                 np.testing.assert_array_equal(back[intact], vol[intact])
+
     check()
 
 
@@ -289,7 +311,7 @@ def test_slab_writer_marks_its_outputs_and_refuses_to_replace_a_folder_of_other_
     write_slabs(out, [(0, vol)], vol.shape)
     kind = {"bigtiff": "tiff"}.get(output_format(out), output_format(out))
     assert replace_refusal(out, kind) is None
-    write_slabs(out, [(0, 2 * vol)], vol.shape, overwrite=True)          # its own output: replaced
+    write_slabs(out, [(0, 2 * vol)], vol.shape, overwrite=True)  # its own output: replaced
     np.testing.assert_array_equal(read_array(out), 2 * vol)
     other = tmp_path / ("x" + name)
     other.mkdir()
@@ -305,14 +327,14 @@ def test_what_each_slab_was_made_from_is_kept_for_a_resumed_run(tmp_path, rng):
     out = tmp_path / "v.h5"
     with SlabWriter(out, vol.shape, resume=True) as w:
         w.write(0, vol[:3], source={"rows": [0, 4], "crc32": 7})
-        w.write(3, vol[3:5])                                  # made from nothing recorded
+        w.write(3, vol[3:5])  # made from nothing recorded
         assert w.sources() == [(0, 3, {"rows": [0, 4], "crc32": 7})]
-    with SlabWriter(out, vol.shape, resume=True) as w:        # the interrupted run's, taken over
+    with SlabWriter(out, vol.shape, resume=True) as w:  # the interrupted run's, taken over
         assert w.sources() == [(0, 3, {"rows": [0, 4], "crc32": 7})]
         w.write(5, vol[5:], source={"rows": [4, 9], "crc32": 8})
         assert [s[:2] for s in w.sources()] == [(0, 3), (5, 9)]
         w.finish()
-    with SlabWriter(tmp_path / "w.h5", vol.shape, resume=True) as w:   # a fresh output: none
+    with SlabWriter(tmp_path / "w.h5", vol.shape, resume=True) as w:  # a fresh output: none
         assert w.sources() == []
 
 
@@ -322,9 +344,9 @@ def test_rows_checksum_sees_one_value_and_the_layout(rng):
     rows = rng.standard_normal((5, 3, 4)).astype(np.float32)
     crc = rows_checksum(rows)
     assert rows_checksum(rows.copy()) == crc
-    assert rows_checksum(np.asfortranarray(rows)) == crc                  # the values, not their layout
+    assert rows_checksum(np.asfortranarray(rows)) == crc  # the values, not their layout
     changed = rows.copy()
     changed[2, 1, 3] = np.nextafter(changed[2, 1, 3], np.float32(np.inf))  # one bit of one value
     assert rows_checksum(changed) != crc
-    assert rows_checksum(rows.reshape(5, 4, 3)) != crc                    # the same bytes, another shape
+    assert rows_checksum(rows.reshape(5, 4, 3)) != crc  # the same bytes, another shape
     assert rows_checksum(rows.astype(np.float64)) != crc

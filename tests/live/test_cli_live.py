@@ -1,4 +1,5 @@
 """``leveret live`` and ``leveret live simulate`` as subprocesses."""
+
 from __future__ import annotations
 
 import json
@@ -34,12 +35,48 @@ def _free_port():
 def test_simulate_streams_a_scan_that_live_reconstructs(tmp_path):
     address = f"tcp://127.0.0.1:{_free_port()}"
     summary = tmp_path / "summary.json"
-    live = subprocess.Popen([sys.executable, "-m", "leveret", "live", address, "--serve", "127.0.0.1:0",
-                             "--backend", "cpu", "--exit-when-done", "--json", str(summary)],
-                            env=_env(), cwd=tmp_path, stderr=subprocess.PIPE, text=True)
-    sim = subprocess.run([sys.executable, "-m", "leveret", "live", "simulate", "--address", address,
-                          "--frames", "24", "--size", "16", "--rate", "200"],
-                         env=_env(), cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    live = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "leveret",
+            "live",
+            address,
+            "--serve",
+            "127.0.0.1:0",
+            "--backend",
+            "cpu",
+            "--exit-when-done",
+            "--json",
+            str(summary),
+        ],
+        env=_env(),
+        cwd=tmp_path,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    sim = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "leveret",
+            "live",
+            "simulate",
+            "--address",
+            address,
+            "--frames",
+            "24",
+            "--size",
+            "16",
+            "--rate",
+            "200",
+        ],
+        env=_env(),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert sim.returncode == 0, sim.stderr
     assert "sent 24 frames" in sim.stderr
     _, err = live.communicate(timeout=120)
@@ -47,7 +84,7 @@ def test_simulate_streams_a_scan_that_live_reconstructs(tmp_path):
     assert "open http://127.0.0.1:" in err
     result = json.loads(summary.read_text())
     assert result["received"] == 24 and result["rejected"] == 0 and result["missing"] == 0
-    assert sorted(os.listdir(tmp_path)) == ["summary.json"]   # nothing else written
+    assert sorted(os.listdir(tmp_path)) == ["summary.json"]  # nothing else written
 
 
 def test_live_reads_a_folder_source_with_angles(tmp_path):
@@ -56,6 +93,7 @@ def test_live_reads_a_folder_source_with_angles(tmp_path):
     for i in range(3):
         tifffile.imwrite(frames / f"proj_{i:04d}.tif", np.zeros((4, 8), np.float32))
     from leveret.cli.live import _source
+
     args = parse(["live", str(frames), "--angles", "0:180:3"])
     src = _source(args)
     got = take_frames(src, 3)
@@ -82,10 +120,26 @@ def test_ctrl_c_ends_live_cleanly(tmp_path):
 
     address = f"tcp://127.0.0.1:{_free_port()}"
     # SIGINT restored to its default: a background shell may start us with it ignored
-    p = subprocess.Popen([sys.executable, "-m", "leveret", "live", address, "--serve", "127.0.0.1:0",
-                          "--detector", "8,8", "--backend", "cpu"], env=_env(), cwd=tmp_path,
-                         stderr=subprocess.PIPE, text=True,
-                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    p = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "leveret",
+            "live",
+            address,
+            "--serve",
+            "127.0.0.1:0",
+            "--detector",
+            "8,8",
+            "--backend",
+            "cpu",
+        ],
+        env=_env(),
+        cwd=tmp_path,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     deadline = time.monotonic() + 60
     line = ""
     while "open http" not in line and time.monotonic() < deadline:
@@ -102,9 +156,14 @@ def _live(tmp_path, *args):
     import time
 
     # SIGINT restored to its default: a background shell may start us with it ignored
-    p = subprocess.Popen([sys.executable, "-m", "leveret", "live", *args], env=_env(), cwd=tmp_path,
-                         stderr=subprocess.PIPE, text=True,
-                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    p = subprocess.Popen(
+        [sys.executable, "-m", "leveret", "live", *args],
+        env=_env(),
+        cwd=tmp_path,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     deadline = time.monotonic() + 60
     lines = []
     while not any("open http" in line for line in lines) and time.monotonic() < deadline:
@@ -122,28 +181,66 @@ def test_json_summary_is_written_when_live_is_stopped_by_a_signal(tmp_path, sign
     import signal
 
     address = f"tcp://127.0.0.1:{_free_port()}"
-    p = _live(tmp_path, address, "--serve", "127.0.0.1:0", "--detector", "8,8", "--backend", "cpu",
-              "--json", "summary.json")
+    p = _live(
+        tmp_path, address, "--serve", "127.0.0.1:0", "--detector", "8,8", "--backend", "cpu", "--json", "summary.json"
+    )
     p.send_signal(getattr(signal, signame))
     _, err = p.communicate(timeout=30)
     assert p.returncode == code, err
     assert "Traceback" not in err and "counters written to summary.json" in err
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["interrupted"] is True and summary["received"] == 0 and summary["dropped"] == 0
-    assert sorted(os.listdir(tmp_path)) == ["summary.json"]   # no temporary left behind
+    assert sorted(os.listdir(tmp_path)) == ["summary.json"]  # no temporary left behind
 
 
 def _simulate(tmp_path, address, *args):
-    return subprocess.run([sys.executable, "-m", "leveret", "live", "simulate", "--address", address,
-                           "--size", "16", "--rate", "200", *args],
-                          env=_env(), cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "leveret",
+            "live",
+            "simulate",
+            "--address",
+            address,
+            "--size",
+            "16",
+            "--rate",
+            "200",
+            *args,
+        ],
+        env=_env(),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_max_views_bounds_the_store_and_counts_the_frames_left_out(tmp_path):
     address = f"tcp://127.0.0.1:{_free_port()}"
-    live = subprocess.Popen([sys.executable, "-m", "leveret", "live", address, "--serve", "127.0.0.1:0",
-                             "--backend", "cpu", "--exit-when-done", "--max-views", "10", "--json", "s.json"],
-                            env=_env(), cwd=tmp_path, stderr=subprocess.PIPE, text=True)
+    live = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "leveret",
+            "live",
+            address,
+            "--serve",
+            "127.0.0.1:0",
+            "--backend",
+            "cpu",
+            "--exit-when-done",
+            "--max-views",
+            "10",
+            "--json",
+            "s.json",
+        ],
+        env=_env(),
+        cwd=tmp_path,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     sim = _simulate(tmp_path, address, "--frames", "24")
     assert sim.returncode == 0, sim.stderr
     _, err = live.communicate(timeout=120)
@@ -156,9 +253,26 @@ def test_max_views_bounds_the_store_and_counts_the_frames_left_out(tmp_path):
 
 def test_simulate_streams_a_cone_scan_that_live_reconstructs_as_cone_beam(tmp_path):
     address = f"tcp://127.0.0.1:{_free_port()}"
-    live = subprocess.Popen([sys.executable, "-m", "leveret", "live", address, "--serve", "127.0.0.1:0",
-                             "--backend", "cpu", "--exit-when-done", "--json", "s.json"],
-                            env=_env(), cwd=tmp_path, stderr=subprocess.PIPE, text=True)
+    live = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "leveret",
+            "live",
+            address,
+            "--serve",
+            "127.0.0.1:0",
+            "--backend",
+            "cpu",
+            "--exit-when-done",
+            "--json",
+            "s.json",
+        ],
+        env=_env(),
+        cwd=tmp_path,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     sim = _simulate(tmp_path, address, "--frames", "24", "--beam", "cone")
     assert sim.returncode == 0, sim.stderr
     assert "cone beam" in sim.stderr and "sent 24 frames" in sim.stderr
@@ -176,7 +290,7 @@ def test_cone_voxel_size_is_the_detector_pitch_at_the_rotation_axis():
     g = leveret.ConeGeometry.circular(np.radians([0.0, 37.0]), 60.0, 120.0, 8, 10, 2.0, row_pixel_size=3.0)
     for m in g.matrices:
         np.testing.assert_allclose(cone_voxel_size(m), (1.5, 1.0), rtol=1e-12)
-        np.testing.assert_allclose(cone_voxel_size(7.0 * m), (1.5, 1.0), rtol=1e-12)   # scale-free
+        np.testing.assert_allclose(cone_voxel_size(7.0 * m), (1.5, 1.0), rtol=1e-12)  # scale-free
 
 
 @pytest.mark.parametrize("suffix", [".npy", ".txt"])
@@ -214,6 +328,7 @@ def test_cone_and_parallel_inputs_that_do_not_fit_are_clear_errors(tmp_path, cap
 
 def _frame(shape, index):
     from leveret.live import Frame
+
     return Frame(np.zeros(shape, np.float32), index, angle=0.01 * index)
 
 
@@ -222,8 +337,16 @@ def test_no_single_frame_decides_the_detector():
     do, and every frame read meanwhile goes on (the stray one to be rejected)."""
     from leveret.cli.live import _agreed_frames
 
-    frames = [_frame((1, 12000), 900), None, _frame((16, 16), 0), _frame((2, 2), 901), _frame((16, 16), 1),
-              None, _frame((16, 16), 2), _frame((16, 16), 3)]
+    frames = [
+        _frame((1, 12000), 900),
+        None,
+        _frame((16, 16), 0),
+        _frame((2, 2), 901),
+        _frame((16, 16), 1),
+        None,
+        _frame((16, 16), 2),
+        _frame((16, 16), 3),
+    ]
     shape, first, it = _agreed_frames(frames)
     assert shape == (16, 16) and first.index == 0
     assert [f.index for f in it if f is not None] == [900, 0, 901, 1, 2, 3]
@@ -243,9 +366,26 @@ def test_a_stray_first_frame_leaves_the_detector_to_the_frames_that_agree(tmp_pa
     from leveret.live.sources import send_frames
 
     address = f"tcp://127.0.0.1:{_free_port()}"
-    live = subprocess.Popen([sys.executable, "-m", "leveret", "live", address, "--serve", "127.0.0.1:0",
-                             "--backend", "cpu", "--exit-when-done", "--json", "s.json"],
-                            env=_env(), cwd=tmp_path, stderr=subprocess.PIPE, text=True)
+    live = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "leveret",
+            "live",
+            address,
+            "--serve",
+            "127.0.0.1:0",
+            "--backend",
+            "cpu",
+            "--exit-when-done",
+            "--json",
+            "s.json",
+        ],
+        env=_env(),
+        cwd=tmp_path,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     frames = [_frame((1, 120), 500)] + [_frame((8, 8), i) for i in range(12)] + [_frame((1, 120), 501)]
     assert send_frames(address, frames, rate=200, connect_wait=0.5) == 14
     _, err = live.communicate(timeout=120)
@@ -266,10 +406,26 @@ def test_serving_on_all_interfaces_prints_an_address_with_a_token_that_every_req
     import urllib.request
 
     address = f"tcp://127.0.0.1:{_free_port()}"
-    p = subprocess.Popen([sys.executable, "-m", "leveret", "live", address, "--serve", "0.0.0.0:0",
-                          "--detector", "8,8", "--backend", "cpu"], env=_env(), cwd=tmp_path,
-                         stderr=subprocess.PIPE, text=True,
-                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    p = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "leveret",
+            "live",
+            address,
+            "--serve",
+            "0.0.0.0:0",
+            "--detector",
+            "8,8",
+            "--backend",
+            "cpu",
+        ],
+        env=_env(),
+        cwd=tmp_path,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     try:
         deadline, line = time.monotonic() + 60, ""
         while "open http" not in line and time.monotonic() < deadline:
@@ -311,13 +467,33 @@ def test_a_live_run_outlives_bad_messages_and_reconstructs_every_frame(tmp_path)
     from leveret.live.sources import encode
 
     address = f"tcp://127.0.0.1:{_free_port()}"
-    live = subprocess.Popen([sys.executable, "-m", "leveret", "live", address, "--bind", "--serve", "127.0.0.1:0",
-                             "--backend", "cpu", "--exit-when-done", "--json", "s.json"],
-                            env=_env(), cwd=tmp_path, stderr=subprocess.PIPE, text=True)
-    bad = [b'{"index": 1e999, "shape": [8, 8], "dtype": "float32", "angle": 0.0}',
-           b'{"index": 3, "shape": [1e999, 8], "dtype": "float32", "angle": 0.0}',
-           b'{"index": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
-           json.dumps({"index": int("9" * 400), "shape": [8, 8], "dtype": "float32", "angle": 0.0}).encode()]
+    live = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "leveret",
+            "live",
+            address,
+            "--bind",
+            "--serve",
+            "127.0.0.1:0",
+            "--backend",
+            "cpu",
+            "--exit-when-done",
+            "--json",
+            "s.json",
+        ],
+        env=_env(),
+        cwd=tmp_path,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    bad = [
+        b'{"index": 1e999, "shape": [8, 8], "dtype": "float32", "angle": 0.0}',
+        b'{"index": 3, "shape": [1e999, 8], "dtype": "float32", "angle": 0.0}',
+        b'{"index": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
+        json.dumps({"index": int("9" * 400), "shape": [8, 8], "dtype": "float32", "angle": 0.0}).encode(),
+    ]
     sock = zmq.Context.instance().socket(zmq.PUSH)
     sock.connect(address)
     try:
@@ -353,7 +529,7 @@ def test_the_reconstructors_geometry_is_built_from_the_flags():
     g, vol = _geometry_and_volume(args, "cone", (4, 8), None, cone.matrices, cone.matrices[0])
     assert isinstance(g, leveret.ConeGeometry) and (g.n_rows, g.n_cols) == (4, 8)
     np.testing.assert_array_equal(g.matrices, cone.matrices)
-    np.testing.assert_allclose(vol.voxel_size, (1.0, 1.0, 1.0), rtol=1e-12)   # the pitch at the axis
+    np.testing.assert_allclose(vol.voxel_size, (1.0, 1.0, 1.0), rtol=1e-12)  # the pitch at the axis
 
 
 def test_frames_without_an_angle_take_the_planned_angles_of_a_stream(tmp_path):
@@ -363,9 +539,30 @@ def test_frames_without_an_angle_take_the_planned_angles_of_a_stream(tmp_path):
     from leveret.live.sources import send_frames
 
     address = f"tcp://127.0.0.1:{_free_port()}"
-    live = subprocess.Popen([sys.executable, "-m", "leveret", "live", address, "--serve", "127.0.0.1:0",
-                             "--backend", "cpu", "--detector", "8,8", "--angles", "0:180:12", "--exit-when-done",
-                             "--json", "s.json"], env=_env(), cwd=tmp_path, stderr=subprocess.PIPE, text=True)
+    live = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "leveret",
+            "live",
+            address,
+            "--serve",
+            "127.0.0.1:0",
+            "--backend",
+            "cpu",
+            "--detector",
+            "8,8",
+            "--angles",
+            "0:180:12",
+            "--exit-when-done",
+            "--json",
+            "s.json",
+        ],
+        env=_env(),
+        cwd=tmp_path,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     frames = [Frame(np.ones((8, 8), np.float32), i) for i in [*range(12), 20]]
     assert send_frames(address, frames, rate=200, connect_wait=0.5) == 13
     _, err = live.communicate(timeout=120)
@@ -379,9 +576,27 @@ def test_frames_without_an_angle_take_the_planned_angles_of_a_stream(tmp_path):
 def test_simulate_streams_over_several_endpoints_that_live_reads_in_parallel(tmp_path, threads):
     endpoints = ",".join(f"tcp://127.0.0.1:{_free_port()}" for _ in range(3))
     extra = [] if threads is None else ["--zmq-threads", threads]
-    live = subprocess.Popen([sys.executable, "-m", "leveret", "live", endpoints, "--serve", "127.0.0.1:0",
-                             "--backend", "cpu", "--exit-when-done", "--json", "s.json", *extra],
-                            env=_env(), cwd=tmp_path, stderr=subprocess.PIPE, text=True)
+    live = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "leveret",
+            "live",
+            endpoints,
+            "--serve",
+            "127.0.0.1:0",
+            "--backend",
+            "cpu",
+            "--exit-when-done",
+            "--json",
+            "s.json",
+            *extra,
+        ],
+        env=_env(),
+        cwd=tmp_path,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     sim = _simulate(tmp_path, endpoints, "--frames", "30")
     assert sim.returncode == 0, sim.stderr
     assert "sent 30 frames" in sim.stderr
@@ -395,8 +610,21 @@ def test_simulate_streams_over_several_endpoints_that_live_reads_in_parallel(tmp
 def test_zmq_threads_for_a_source_that_cannot_take_them_is_a_clear_error(tmp_path, capsys):
     assert main(["live", str(tmp_path), "--zmq-threads", "2", "--serve", "127.0.0.1:0"]) == 2
     assert "zmq_threads: --zmq-threads reads a ZeroMQ source" in capsys.readouterr().err
-    assert main(["live", f"tcp://127.0.0.1:{_free_port()}", "--pattern", "sub", "--zmq-threads", "2",
-                 "--serve", "127.0.0.1:0"]) == 2
+    assert (
+        main(
+            [
+                "live",
+                f"tcp://127.0.0.1:{_free_port()}",
+                "--pattern",
+                "sub",
+                "--zmq-threads",
+                "2",
+                "--serve",
+                "127.0.0.1:0",
+            ]
+        )
+        == 2
+    )
     assert "leveret live: error: threads: 2 threads for 1 endpoint(s) need PULL sockets" in capsys.readouterr().err
     assert main(["live", "tcp://127.0.0.1:1,tcp://127.0.0.1:1", "--serve", "127.0.0.1:0"]) == 2
     assert "leveret live: error: address: an endpoint is named twice" in capsys.readouterr().err

@@ -1,4 +1,5 @@
 """The frame correction on the CPU (leveret.live.correct) against leveret.preprocess."""
+
 import numpy as np
 
 from leveret.live import correct
@@ -9,9 +10,9 @@ def test_correction_equals_normalize_and_minus_log_and_counts_non_finite_values(
     rng = np.random.default_rng(0)
     dark = rng.uniform(90, 110, (6, 9))
     flat = dark + rng.uniform(3e4, 4e4, (6, 9))
-    flat[2, 3] = dark[2, 3] - 1     # a dead pixel: zero attenuation, as normalize sets it
+    flat[2, 3] = dark[2, 3] - 1  # a dead pixel: zero attenuation, as normalize sets it
     frame = rng.uniform(50, 3e4, (6, 9)).astype(np.float32)
-    frame[1, 1] = 0.0               # below the dark: the log's floor
+    frame[1, 1] = 0.0  # below the dark: the log's floor
     c = correct.Correction(flat, dark, True, (6, 9))
     out = np.full((6, 9), np.nan, np.float32)
     assert c.frame(frame, out) == 0
@@ -30,4 +31,3 @@ def test_correction_without_flat_converts_and_optionally_takes_the_log():
     np.testing.assert_array_equal(out, frame.astype(np.float32))
     assert correct.Correction(None, None, True, (2, 2)).frame(np.full((2, 2), 0.5), out) == 0
     np.testing.assert_allclose(out, -np.log(0.5), rtol=1e-6)
-

@@ -1,6 +1,7 @@
 """What leveret.live takes from leveret.algorithms.fdk, through its public helpers:
 the angular quadrature, the turn scale, the rotation angles and FDK's
 weighting with the angular weights left to the caller."""
+
 import numpy as np
 import pytest
 
@@ -9,7 +10,7 @@ from leveret.algorithms.fdk_weights import FDKWeighting, angular_steps, rotation
 
 
 def test_angular_steps_are_each_views_share_of_the_range():
-    a = np.radians([30.0, 0.0, 10.0, 60.0])           # any order
+    a = np.radians([30.0, 0.0, 10.0, 60.0])  # any order
     np.testing.assert_allclose(np.degrees(angular_steps(a)), [25.0, 10.0, 15.0, 30.0], rtol=1e-12)
     assert angular_steps(np.array([1.0])).tolist() == [2 * np.pi]
     # a uniform full turn: 2 pi / n each, 2 pi in all (the ends count one full gap each)
@@ -21,7 +22,7 @@ def test_turn_scale_divides_by_the_turns_covered():
     one = np.linspace(0, 2 * np.pi, 40, endpoint=False)
     assert turn_scale(one) == pytest.approx(1.0)
     assert turn_scale(np.concatenate([one, one + 2 * np.pi])) == pytest.approx(0.5)
-    assert turn_scale(one[:10]) == 1.0               # less than a turn
+    assert turn_scale(one[:10]) == 1.0  # less than a turn
 
 
 def test_rotation_angles_are_the_angles_of_a_circular_scan():
@@ -46,7 +47,6 @@ def test_fdk_weighting_with_its_own_angle_weights_given_is_the_default(short_sca
     given = FDKWeighting(g, short_scan=short_scan, angle_weights=own)
     np.testing.assert_allclose(given.per_column, default.per_column, rtol=1e-12)
     ones = FDKWeighting(g, short_scan=False, angle_weights=np.ones(30))
-    np.testing.assert_allclose(ones.per_column, np.repeat(1 / view_frames(g)["pitch"][:, None], 10, axis=1),
-                               rtol=1e-12)
+    np.testing.assert_allclose(ones.per_column, np.repeat(1 / view_frames(g)["pitch"][:, None], 10, axis=1), rtol=1e-12)
     with pytest.raises(ValueError, match="^angle_weights: expected 30 values"):
         FDKWeighting(g, angle_weights=np.ones(3))

@@ -9,6 +9,7 @@
 - Reconstructors of their own in threads (other geometries, both beams):
   bit for bit what each gives alone.
 """
+
 from __future__ import annotations
 
 import threading
@@ -29,8 +30,9 @@ def test_a_reconstructor_shared_by_threads_gives_the_one_thread_slices():
 
 
 def test_reconstructors_of_their_own_in_threads_give_what_each_gives_alone():
-    live_own_instances_case([live_job("parallel", 0, "cpu"), live_job("parallel", 1, "cpu"),
-                             live_job("cone", 0, "cpu")])
+    live_own_instances_case(
+        [live_job("parallel", 0, "cpu"), live_job("parallel", 1, "cpu"), live_job("cone", 0, "cpu")]
+    )
 
 
 def test_a_frame_buffer_is_handed_out_while_a_batch_runs():
@@ -41,7 +43,7 @@ def test_a_frame_buffer_is_handed_out_while_a_batch_runs():
     inside, release = threading.Event(), threading.Event()
     real = rec._filter
 
-    def slow_filter(lines):        # the batch stops inside the reconstructor's lock
+    def slow_filter(lines):  # the batch stops inside the reconstructor's lock
         inside.set()
         assert release.wait(30)
         return real(lines)
@@ -56,7 +58,7 @@ def test_a_frame_buffer_is_handed_out_while_a_batch_runs():
         getter.start()
         getter.join(10)
         assert got and got[0].shape == (ROWS, N)
-        assert rec.n_views == 0 and rec.missing_indices() == []     # counters read without waiting
+        assert rec.n_views == 0 and rec.missing_indices() == []  # counters read without waiting
     finally:
         release.set()
         worker.join(30)
@@ -69,4 +71,5 @@ def test_the_live_kernels_keep_no_constant_memory(case):
     table is a kernel argument, none lives in __constant__ memory (which would
     have to be lent through leveret.cuda.device_state)."""
     from leveret.cuda._module import KERNEL_DIR
+
     assert "__constant__" not in (KERNEL_DIR / f"live_{case}.cu").read_text()

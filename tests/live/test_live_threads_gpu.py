@@ -14,6 +14,7 @@ GPUs where there are), as tests/live/test_live_threads.py does on the CPU.
   slices meet against leveret.fbp, tests/live/test_planes_gpu.py), the
   counters exactly.
 """
+
 from __future__ import annotations
 
 import pytest
@@ -24,6 +25,7 @@ pytestmark = pytest.mark.gpu
 
 def _gpus() -> int:
     import cupy
+
     return cupy.cuda.runtime.getDeviceCount()
 
 
@@ -31,12 +33,15 @@ def _on_a_stream_of_its_own(job):
     """``job`` run with a non-blocking stream of its own as the current one, as
     a service running one request per thread would: the reconstructor's
     tables must be complete before its own streams read them."""
+
     def run():
         import cupy
+
         with cupy.cuda.Stream(non_blocking=True) as stream:
             out = job()
             stream.synchronize()
         return out
+
     return run
 
 

@@ -3,6 +3,7 @@
 Skipped only where /usr/bin/chromium is missing and CI is not set; under
 CI=true it runs (CI installs Debian's chromium).
 """
+
 import os
 import queue
 import shutil
@@ -18,15 +19,22 @@ from leveret.live.server import MAX_AXIAL, LiveServer, LiveSession, to_uint8
 
 CHROMIUM = "/usr/bin/chromium"
 if not os.path.exists(CHROMIUM) and os.environ.get("CI", "").lower() != "true":
-    pytest.skip(f"{CHROMIUM} is missing (apt-get install chromium); runs under CI=true",
-                allow_module_level=True)
+    pytest.skip(f"{CHROMIUM} is missing (apt-get install chromium); runs under CI=true", allow_module_level=True)
 if os.environ.get("CI", "").lower() == "true":
-    import playwright.sync_api as sync_api   # a test extra: CI must have it
+    import playwright.sync_api as sync_api  # a test extra: CI must have it
 else:
     sync_api = pytest.importorskip("playwright.sync_api")
 
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-        "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 N, ROWS, VIEWS = 48, 16, 60
 
 
@@ -74,8 +82,7 @@ def viewer(scan, request):
     session.start()
     profile = tempfile.mkdtemp(prefix="leveret-chromium-")
     with sync_api.sync_playwright() as p:
-        browser = p.chromium.launch_persistent_context(profile, executable_path=CHROMIUM, args=ARGS,
-                                                       headless=True)
+        browser = p.chromium.launch_persistent_context(profile, executable_path=CHROMIUM, args=ARGS, headless=True)
         page = browser.new_page()
         page.goto(url)
         yield page, frames, rec, session
@@ -87,8 +94,9 @@ def viewer(scan, request):
 
 
 def _canvas(page, name):
-    return page.eval_on_selector(f"#slice-{name}", "c => ({views: Number(c.dataset.views || -1), "
-                                                   "checksum: Number(c.dataset.checksum || -1)})")
+    return page.eval_on_selector(
+        f"#slice-{name}", "c => ({views: Number(c.dataset.views || -1), checksum: Number(c.dataset.checksum || -1)})"
+    )
 
 
 def test_page_loads_updates_as_frames_arrive_and_moves_slices(viewer, scan):
@@ -106,7 +114,7 @@ def test_page_loads_updates_as_frames_arrive_and_moves_slices(viewer, scan):
         frames.put(Frame(proj[i], i, angle=angles[i]))
     page.wait_for_function("document.getElementById('slice-xz').dataset.views === '30'", timeout=20000)
     after = _canvas(page, "xz")
-    assert after["checksum"] != before["checksum"]          # the slices change as frames arrive
+    assert after["checksum"] != before["checksum"]  # the slices change as frames arrive
     assert page.inner_text("#stat-views") == "30"
     sino = page.eval_on_selector("#slice-sinogram", "c => [c.width, c.height]")
     assert sino == [N, 30]
@@ -114,9 +122,12 @@ def test_page_loads_updates_as_frames_arrive_and_moves_slices(viewer, scan):
     # move the xz slice (y) with its slider, while no frame arrives
     y_new = float(g.default_volume().coordinates("y")[5])
     page.eval_on_selector("#point-y", f"e => {{ e.value = {y_new}; e.dispatchEvent(new Event('input')); }}")
-    page.wait_for_function(f"window.leveretLive.lastState.slices.find(s => s.name === 'xz').origin[1] === {y_new}"
-                           " && document.getElementById('slice-xz').dataset.checksum !== "
-                           f"'{after['checksum']}'", timeout=20000)
+    page.wait_for_function(
+        f"window.leveretLive.lastState.slices.find(s => s.name === 'xz').origin[1] === {y_new}"
+        " && document.getElementById('slice-xz').dataset.checksum !== "
+        f"'{after['checksum']}'",
+        timeout=20000,
+    )
     # what the page shows is the moved slice recomputed from all 30 frames
     fresh = LiveReconstructor(g.default_volume(), g, backend="cpu")
     fresh.watch_orthogonal(point=(0.0, y_new, 0.0))
@@ -127,7 +138,7 @@ def test_page_loads_updates_as_frames_arrive_and_moves_slices(viewer, scan):
         lo, hi = page.evaluate("window.leveretLive.lastState.range")
         return _canvas(page, "xz"), js_checksum(to_uint8(rec.slices()["xz"], lo, hi))
 
-    deadline = time.monotonic() + 20     # until the last push of this version has landed
+    deadline = time.monotonic() + 20  # until the last push of this version has landed
     shown, expected = drawn_and_expected()
     while shown["checksum"] != expected and time.monotonic() < deadline:
         page.wait_for_timeout(50)
@@ -140,8 +151,8 @@ def test_page_shows_rejected_frames_and_axial_slices(viewer, scan):
     page, frames, rec, session = viewer
     angles, g, proj = scan
     frames.put(Frame(proj[0], 0, angle=angles[0]))
-    frames.put(Frame(proj[1][:, :5], 1, angle=angles[1]))   # wrong shape: rejected, counted
-    frames.put(Frame(proj[3], 3, angle=angles[3]))          # frame 2 never comes: 1 and 2 missing
+    frames.put(Frame(proj[1][:, :5], 1, angle=angles[1]))  # wrong shape: rejected, counted
+    frames.put(Frame(proj[3], 3, angle=angles[3]))  # frame 2 never comes: 1 and 2 missing
     page.wait_for_function("document.getElementById('stat-rejected').textContent === '1'", timeout=20000)
     page.wait_for_function("document.getElementById('stat-missing').textContent === '2'", timeout=20000)
     page.fill("#axial-z", "-2, 3")
@@ -154,8 +165,8 @@ def test_page_shows_rejected_frames_and_axial_slices(viewer, scan):
 def test_page_shows_dropped_frames_and_bad_messages(viewer, scan):
     page, frames, rec, session = viewer
     angles, g, proj = scan
-    session.source.bad_messages = 3          # as a ZeroMQ source counts undecodable messages
-    for i in range(5):                       # room for 2 views: 3 dropped
+    session.source.bad_messages = 3  # as a ZeroMQ source counts undecodable messages
+    for i in range(5):  # room for 2 views: 3 dropped
         frames.put(Frame(proj[i], i, angle=angles[i]))
     page.wait_for_function("document.getElementById('stat-dropped').textContent === '3'", timeout=20000)
     page.wait_for_function("document.getElementById('stat-bad').textContent === '3'", timeout=20000)
@@ -187,12 +198,11 @@ def test_page_opened_with_its_token_works_and_without_it_is_refused(scan):
     profile = tempfile.mkdtemp(prefix="leveret-chromium-")
     try:
         with sync_api.sync_playwright() as p:
-            browser = p.chromium.launch_persistent_context(profile, executable_path=CHROMIUM, args=ARGS,
-                                                           headless=True)
+            browser = p.chromium.launch_persistent_context(profile, executable_path=CHROMIUM, args=ARGS, headless=True)
             page = browser.new_page()
             assert url.endswith("/?token=a-token-for-the-page-test")
             page.goto(url)
-            assert page.url == f"http://127.0.0.1:{server.port}/"      # the token left the address bar
+            assert page.url == f"http://127.0.0.1:{server.port}/"  # the token left the address bar
             for i in range(3):
                 source.frames.put(Frame(proj[i], i, angle=angles[i]))
             page.wait_for_function("document.getElementById('stat-views').textContent === '3'", timeout=20000)

@@ -6,6 +6,7 @@ is the CPU fbp; the bound is 1e-5 of the slice's peak for float32 storage
 (about 30 float32 steps over a few dozen views), 3e-4 for float16 storage (as
 on the CPU).
 """
+
 import numpy as np
 import pytest
 
@@ -44,6 +45,7 @@ def test_parallel_gpu_slices_equal_fbp(storage, tol):
 
 def test_cone_gpu_slices_equal_fdk():
     import cupy
+
     n, views = 32, 48
     angles = np.linspace(0, 2 * np.pi, views, endpoint=False)
     g = leveret.ConeGeometry.circular(angles, 80.0, 160.0, n, n, 2.0)
@@ -67,6 +69,7 @@ def test_cone_gpu_slices_equal_fdk():
 def _stored(q, pitch_pad=8):
     """q (k, rows, cols) float32 in a pitched device block whose padding holds NaN."""
     import cupy
+
     k, rows, cols = q.shape
     flat = cupy.full((k, rows, cols + pitch_pad), np.nan, q.dtype)
     flat[:, :, :cols] = cupy.asarray(q)
@@ -78,6 +81,7 @@ def _stored(q, pitch_pad=8):
 def test_plane_kernel_equals_the_cpu_plane_and_a_float64_reference(angles_deg, storage):
     import cupy
     from leveret.live.gpu import GpuPipeline
+
     rng = np.random.default_rng(1)
     n = 20
     q = rng.standard_normal((n, 12, COLS)).astype(storage)
@@ -87,16 +91,41 @@ def test_plane_kernel_equals_the_cpu_plane_and_a_float64_reference(angles_deg, s
     views = np.array([3, 0, 17, 5, 19, 8])
     for s in orthogonal_slices(vol, (1.3, -2.1, 0.7), angles_deg):
         ref = np.zeros(s.shape, np.float32)
-        backproject_plane(q.astype(np.float32), views, coef[views], s.frame(), ref, angles=angles[views],
-                          det_spacing=1.0, center=(COLS - 1) / 2, row_spacing=1.0)
-        ref64 = np.zeros(s.shape[0] * s.shape[1])   # the point kernel, float64 throughout
-        backproject_points(q.astype(np.float32), views, coef[views], s.points(), ref64,
-                           params=parallel_params(angles[views], np.full(views.size, (COLS - 1) / 2), 1.0),
-                           row_scale=1.0, row_offset=(12 - 1) / 2)
+        backproject_plane(
+            q.astype(np.float32),
+            views,
+            coef[views],
+            s.frame(),
+            ref,
+            angles=angles[views],
+            det_spacing=1.0,
+            center=(COLS - 1) / 2,
+            row_spacing=1.0,
+        )
+        ref64 = np.zeros(s.shape[0] * s.shape[1])  # the point kernel, float64 throughout
+        backproject_points(
+            q.astype(np.float32),
+            views,
+            coef[views],
+            s.points(),
+            ref64,
+            params=parallel_params(angles[views], np.full(views.size, (COLS - 1) / 2), 1.0),
+            row_scale=1.0,
+            row_offset=(12 - 1) / 2,
+        )
         pipe = GpuPipeline((12, COLS), np.ones(COLS + 1), Correction(None, None, False, (12, COLS)), 4)
         out = cupy.zeros(s.shape, np.float32)
-        pipe.plane(s, out, _stored(q), views, coef[views], angles[views], det_spacing=1.0,
-                   center=(COLS - 1) / 2, row_spacing=1.0)
+        pipe.plane(
+            s,
+            out,
+            _stored(q),
+            views,
+            coef[views],
+            angles[views],
+            det_spacing=1.0,
+            center=(COLS - 1) / 2,
+            row_spacing=1.0,
+        )
         # float32 coordinates and weights: a few float32 steps of the peak
         assert _err(out.get(), ref) < 3e-5, s.name
         assert _err(out.get(), ref64.reshape(s.shape)) < 3e-5, s.name
@@ -104,6 +133,7 @@ def test_plane_kernel_equals_the_cpu_plane_and_a_float64_reference(angles_deg, s
 
 def test_texture_move_is_within_the_8_bit_weight_error_of_the_exact_kernel():
     import cupy
+
     angles = np.linspace(0, np.pi, 90, endpoint=False)
     n, rows = 48, 16
     g = leveret.ParallelGeometry(angles, n, rows)
@@ -120,4 +150,4 @@ def test_texture_move_is_within_the_8_bit_weight_error_of_the_exact_kernel():
     print("texture move vs exact:", errs)
     # the 8-bit weights: measured 0.93e-3 .. 1.00e-3 of the peak (H100); bound with a 2x margin
     assert max(errs.values()) < 2e-3
-    assert min(errs.values()) > 1e-4     # the texture path did run (the exact kernel agrees to 1e-5)
+    assert min(errs.values()) > 1e-4  # the texture path did run (the exact kernel agrees to 1e-5)

@@ -25,16 +25,17 @@ def test_pool_recycles_a_buffer_only_after_it_came_back_and_its_upload_finished(
     assert a is not b and a.shape == (3, 4) and a.dtype == np.uint16 and pool.lent == 2
     event = _Event()
     pool.release(a, event)
-    pool.release(np.zeros((3, 4), np.uint16))      # not the pool's: ignored
-    pool.release(a)                                # twice: ignored
+    pool.release(np.zeros((3, 4), np.uint16))  # not the pool's: ignored
+    pool.release(a)  # twice: ignored
     assert pool.lent == 1
     c = pool.get(np.uint16)
-    assert c is a and event.waited                 # waited for a's upload before handing it out again
+    assert c is a and event.waited  # waited for a's upload before handing it out again
     assert pool.get(np.float32).dtype == np.float32 and pool.allocated == 3
 
 
 def test_reconstructor_takes_back_its_frame_buffers_after_add_frames():
     from leveret.live import Frame
+
     vol = leveret.VolumeGeometry((4, 16, 16))
     rec = LiveReconstructor(vol, leveret.ParallelGeometry([0.0], 16, 4), planned=False, backend="cpu")
     frames = []
@@ -44,7 +45,7 @@ def test_reconstructor_takes_back_its_frame_buffers_after_add_frames():
         frames.append(Frame(buf, i, angle=0.3 * i))
     assert rec.add_frames(frames) == 3
     assert rec._pool.lent == 0
-    assert rec.frame_buffer(np.float32) is frames[-1].data   # recycled, not reallocated
+    assert rec.frame_buffer(np.float32) is frames[-1].data  # recycled, not reallocated
 
 
 def test_store_keeps_views_across_blocks_and_device_limit():
@@ -53,7 +54,7 @@ def test_store_keeps_views_across_blocks_and_device_limit():
     store = ViewStore((2, 3), np.float32, np, block_views=4, device_views=6)
     store.append(views[:3])
     store.append(views[3:11])
-    assert store.n == 11 and len(store.blocks) == 3 and store.n_device_blocks == 2   # 6 rounded up to 8
+    assert store.n == 11 and len(store.blocks) == 3 and store.n_device_blocks == 2  # 6 rounded up to 8
     pick = np.array([10, 0, 5, 4, 9])
     np.testing.assert_array_equal(store.gather(pick), views[pick])
     seen = [(b, list(local), list(pos)) for b, _, local, pos in store.runs(pick)]
@@ -67,7 +68,7 @@ def test_slices_stay_exact_when_the_store_spans_many_blocks(storage, tol):
     vol = g.default_volume()
     proj = shepp_logan_3d(radius=10).project(g).astype(np.float32)
     ref = leveret.fbp(proj, g, vol, backend="cpu")
-    rec = LiveReconstructor(vol, g, backend="cpu", max_views=4, storage=storage)   # blocks of 4 views
+    rec = LiveReconstructor(vol, g, backend="cpu", max_views=4, storage=storage)  # blocks of 4 views
     for b in np.array_split(np.random.default_rng(3).permutation(30), 7):
         rec.add(proj[b], angles[b])
     assert len(rec._store.blocks) == 8

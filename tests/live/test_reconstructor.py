@@ -5,6 +5,7 @@ Tolerances: the live slices sum the same float32 samples in another order
 cases is 3e-7 of the slice's peak (parallel) and 8e-8 (cone). The bound
 2e-6 leaves a margin of 6x; float16 storage measured 1.0e-4, bounded by 3e-4.
 """
+
 import numpy as np
 import pytest
 from cases import parallel_phantom_scan
@@ -38,10 +39,10 @@ def test_parallel_slices_equal_fbp_after_the_last_frame_in_any_order(scan):
     rec = LiveReconstructor(vol, g, backend="cpu")
     rec.watch_orthogonal(_voxel_point(vol, 10, 12, 3))
     order = np.random.default_rng(1).permutation(VIEWS)
-    for batch in np.array_split(order, 9):   # uneven batches, shuffled angles
+    for batch in np.array_split(order, 9):  # uneven batches, shuffled angles
         rec.add(proj[batch], angles[batch])
     s = rec.slices()
-    assert _err(s["xy"], ref[3]) < TOL          # all three through ParallelBackprojection
+    assert _err(s["xy"], ref[3]) < TOL  # all three through ParallelBackprojection
     assert _err(s["xz"], ref[:, 12, :]) < TOL
     assert _err(s["yz"], ref[:, :, 10]) < TOL
     # turned half a turn about z, the slices go through leveret.cpu.live_planes (the
@@ -57,7 +58,7 @@ def test_parallel_slices_equal_fbp_after_the_last_frame_in_any_order(scan):
 def test_moved_slice_is_recomputed_from_all_frames_received(scan):
     angles, g, proj = scan
     vol = g.default_volume()
-    received = np.arange(0, VIEWS, 2)[:17]          # part of the scan, every other angle
+    received = np.arange(0, VIEWS, 2)[:17]  # part of the scan, every other angle
     ref = leveret.fbp(proj[received], g.replace(angles=angles[received]), vol, backend="cpu")
     rec = LiveReconstructor(vol, g, backend="cpu")
     for i in received:
@@ -113,18 +114,20 @@ def test_bad_frames_are_rejected_counted_and_the_rest_go_on(scan):
     angles, g, proj = scan
     vol = g.default_volume()
     rec = LiveReconstructor(vol, g, planned=False, backend="cpu")
-    frames = [Frame(proj[0], 0, angle=angles[0]),
-              Frame(proj[1][:, :-1], 1, angle=angles[1]),                 # wrong shape
-              Frame(proj[2].astype(np.complex64), 2, angle=angles[2]),    # wrong dtype
-              Frame(proj[3], 3, angle=None),                              # no angle, none planned
-              Frame(np.where(np.arange(N) == 7, np.nan, proj[5]).astype(np.float32), 5, angle=angles[5]),
-              Frame(proj[4], 4, angle=angles[4])]
+    frames = [
+        Frame(proj[0], 0, angle=angles[0]),
+        Frame(proj[1][:, :-1], 1, angle=angles[1]),  # wrong shape
+        Frame(proj[2].astype(np.complex64), 2, angle=angles[2]),  # wrong dtype
+        Frame(proj[3], 3, angle=None),  # no angle, none planned
+        Frame(np.where(np.arange(N) == 7, np.nan, proj[5]).astype(np.float32), 5, angle=angles[5]),
+        Frame(proj[4], 4, angle=angles[4]),
+    ]
     assert rec.add_frames(frames) == 2
     assert rec.stats.rejected == 4 and rec.stats.received == 2
     assert any("shape" in r for r in rec.stats.rejected_reasons)
     assert any("dtype" in r for r in rec.stats.rejected_reasons)
     assert "no angle, none planned" in rec.stats.rejected_reasons
-    assert "NaN or Inf values" in rec.stats.rejected_reasons     # one bad pixel: that frame, not the session
+    assert "NaN or Inf values" in rec.stats.rejected_reasons  # one bad pixel: that frame, not the session
     ref = leveret.fbp(proj[[0, 4]], g.replace(angles=angles[[0, 4]]), vol, backend="cpu")
     assert _err(rec.slices()["xy"], ref[ROWS // 2]) < TOL
 
@@ -149,7 +152,7 @@ def test_float16_storage_error_is_bounded(scan):
     ref = leveret.fbp(proj, g, vol, backend="cpu")
     rec = LiveReconstructor(vol, g, backend="cpu", storage="float16")
     rec.add(proj, angles)
-    rec.watch_orthogonal(_voxel_point(vol, 9, 15, 2))   # recomputed from the stored fp16 views
+    rec.watch_orthogonal(_voxel_point(vol, 9, 15, 2))  # recomputed from the stored fp16 views
     s = rec.slices()
     assert _err(s["xz"], ref[:, 15, :]) < 3e-4
     assert _err(s["xy"], ref[2]) < 3e-4
@@ -163,7 +166,7 @@ def test_cone_slices_equal_fdk_after_the_last_frame():
     proj = shepp_logan_3d(radius=10).project(g).astype(np.float32)
     ref = leveret.fdk(proj, g, vol, backend="cpu", short_scan=False)
     rec = LiveReconstructor(vol, g, backend="cpu")
-    for batch in np.array_split(np.arange(views), 7):   # in scan order, as a detector sends them
+    for batch in np.array_split(np.arange(views), 7):  # in scan order, as a detector sends them
         rec.add(proj[batch], matrices=g.matrices[batch])
     rec.watch_orthogonal(_voxel_point(vol, 10, 12, 7))
     s = rec.slices()
@@ -239,14 +242,17 @@ def test_orthogonal_slices_through_voxel_centres_are_the_volume_grid():
     assert xy.is_axial and not xz.is_axial and yz.shape == (4, 6)
 
 
-@pytest.mark.parametrize("kwargs, error, name", [
-    (dict(geometry=(ROWS, N)), TypeError, "geometry"),
-    (dict(geometry=leveret.ParallelGeometry([0.0], N)), ValueError, "geometry"),             # 2D
-    (dict(geometry=leveret.ParallelGeometry([0.0, 1.0], N, ROWS, axis_shift=[0.0, 0.5])), ValueError, "geometry"),
-    (dict(planned="yes"), TypeError, "planned"),
-    (dict(storage="int8"), ValueError, "storage"),
-    (dict(dark=np.zeros((ROWS, N))), ValueError, "dark"),
-])
+@pytest.mark.parametrize(
+    "kwargs, error, name",
+    [
+        (dict(geometry=(ROWS, N)), TypeError, "geometry"),
+        (dict(geometry=leveret.ParallelGeometry([0.0], N)), ValueError, "geometry"),  # 2D
+        (dict(geometry=leveret.ParallelGeometry([0.0, 1.0], N, ROWS, axis_shift=[0.0, 0.5])), ValueError, "geometry"),
+        (dict(planned="yes"), TypeError, "planned"),
+        (dict(storage="int8"), ValueError, "storage"),
+        (dict(dark=np.zeros((ROWS, N))), ValueError, "dark"),
+    ],
+)
 def test_bad_arguments_name_themselves(kwargs, error, name):
     vol = leveret.VolumeGeometry((ROWS, N, N))
     args = dict(geometry=leveret.ParallelGeometry([0.0], N, ROWS), backend="cpu")
@@ -273,10 +279,10 @@ def test_the_sinogram_holds_every_frame_received_in_arrival_order(scan):
     angles, g, proj = scan
     rec = LiveReconstructor(g.default_volume(), g, backend="cpu", max_batch=10)
     frames = [Frame(proj[i], i, angle=angles[i]) for i in range(VIEWS)]
-    for batch in np.array_split(np.arange(VIEWS), 5):     # uneven batches, as they arrive
+    for batch in np.array_split(np.arange(VIEWS), 5):  # uneven batches, as they arrive
         assert rec.add_frames([frames[i] for i in batch]) == batch.size
     np.testing.assert_array_equal(rec.sinogram(), proj[:, ROWS // 2, :])
-    assert rec.sinogram(row=1).shape == (0, N)      # another row: kept from the next frame on
+    assert rec.sinogram(row=1).shape == (0, N)  # another row: kept from the next frame on
     rec.add_frames([Frame(proj[i], VIEWS + i, angle=angles[i] + np.pi) for i in range(3)])
     np.testing.assert_array_equal(rec.sinogram(row=1), proj[:3, 1, :])
 
@@ -290,7 +296,7 @@ def test_a_far_frame_index_costs_no_memory_or_time_per_batch(scan):
     angles, g, proj = scan
     rec = LiveReconstructor(g.default_volume(), g, backend="cpu")
     rec.add_frames([Frame(proj[0], 0, angle=angles[0])])
-    rec.add_frames([Frame(proj[1], 1, angle=angles[1])])   # the work buffers exist from here on
+    rec.add_frames([Frame(proj[1], 1, angle=angles[1])])  # the work buffers exist from here on
     tracemalloc.start()
     try:
         rec.add_frames([Frame(proj[2], 10**6, angle=angles[2])])
@@ -300,7 +306,7 @@ def test_a_far_frame_index_costs_no_memory_or_time_per_batch(scan):
     finally:
         tracemalloc.stop()
     assert peak < 1 << 20, f"{peak} bytes"
-    assert rec.stats.missing == 10**6 - 7                  # 2..999999 less the 5 that came
+    assert rec.stats.missing == 10**6 - 7  # 2..999999 less the 5 that came
     assert rec.missing_indices(limit=3) == [2, 8, 9]
     assert rec.missing_indices(limit=0) == []
 
@@ -311,8 +317,8 @@ def test_a_frame_index_already_received_is_rejected_not_used_twice(scan):
     ref = leveret.fbp(proj[:4], g.replace(angles=angles[:4]), vol, backend="cpu")
     rec = LiveReconstructor(vol, g, backend="cpu")
     frames = [Frame(proj[i], i, angle=angles[i]) for i in range(4)]
-    assert rec.add_frames(frames[:3] + [Frame(proj[5], 1, angle=angles[5])]) == 3   # twice in one batch
-    assert rec.add_frames([frames[3], Frame(proj[6], 2, angle=angles[6])]) == 1     # and again later
+    assert rec.add_frames(frames[:3] + [Frame(proj[5], 1, angle=angles[5])]) == 3  # twice in one batch
+    assert rec.add_frames([frames[3], Frame(proj[6], 2, angle=angles[6])]) == 1  # and again later
     assert rec.n_views == 4 and rec.stats.rejected == 2
     assert rec.stats.rejected_reasons == {"index already received": 2}
     assert _err(rec.slices()["xy"], ref[ROWS // 2]) < TOL
@@ -320,14 +326,17 @@ def test_a_frame_index_already_received_is_rejected_not_used_twice(scan):
         rec.add(proj[7], angles[7], indices=[3])
 
 
-@pytest.mark.parametrize("frame_fields, reason", [
-    (dict(angle=10**400), "no finite angle"),
-    (dict(angle="0.5"), "no finite angle"),
-    (dict(angle=[0.1, 0.2]), "no finite angle"),
-    (dict(index=-1), "bad index"),
-    (dict(index=1.5), "bad index"),
-    (dict(index=True), "bad index"),
-])
+@pytest.mark.parametrize(
+    "frame_fields, reason",
+    [
+        (dict(angle=10**400), "no finite angle"),
+        (dict(angle="0.5"), "no finite angle"),
+        (dict(angle=[0.1, 0.2]), "no finite angle"),
+        (dict(index=-1), "bad index"),
+        (dict(index=1.5), "bad index"),
+        (dict(index=True), "bad index"),
+    ],
+)
 def test_a_frame_with_a_bad_field_is_rejected_never_raised(scan, frame_fields, reason):
     angles, g, proj = scan
     rec = LiveReconstructor(g.default_volume(), g, backend="cpu")
@@ -364,7 +373,7 @@ def test_frames_without_an_angle_take_the_planned_one_and_their_own_wins(scan):
     point = _voxel_point(vol, 10, 12, 3)
     rec = LiveReconstructor(vol, g, backend="cpu")
     rec.add_frames([Frame(proj[i], i, angle=None if i % 2 else angles[i]) for i in range(VIEWS // 2)])
-    rec.add(proj[VIEWS // 2:])                     # no angles: the planned ones of frames 24..47
+    rec.add(proj[VIEWS // 2 :])  # no angles: the planned ones of frames 24..47
     rec.watch_orthogonal(point, angles=(20, 0, 0))
     planned = rec.slices()
     # a plan 0.4 rad off: the frames' own angles win
@@ -389,13 +398,13 @@ def test_frames_without_an_angle_take_the_planned_one_and_their_own_wins(scan):
 
 def test_a_frame_without_an_angle_where_none_is_planned_is_rejected(scan):
     angles, g, proj = scan
-    short = g.replace(angles=angles[:10])           # plans frames 0..9 only
+    short = g.replace(angles=angles[:10])  # plans frames 0..9 only
     rec = LiveReconstructor(g.default_volume(), short, backend="cpu")
     assert rec.add_frames([Frame(proj[i], i) for i in (3, 12)]) == 1
     assert rec.stats.rejected_reasons == {"no angle, none planned": 1}
     with pytest.raises(ValueError, match=r"^angles: none given and none planned for frame 11 \(the geometry plans 10"):
         rec.add(proj[:2], indices=[9, 11])
-    assert rec.n_views == 1                          # nothing of the refused call was added
+    assert rec.n_views == 1  # nothing of the refused call was added
     unplanned = LiveReconstructor(g.default_volume(), g, planned=False, backend="cpu")
     assert unplanned.add_frames([Frame(proj[0], 0)]) == 0
     with pytest.raises(ValueError, match=r"^angles: none given and none planned for frame 0 \(planned=False\)"):
@@ -412,7 +421,7 @@ def test_cone_frames_without_a_matrix_take_the_planned_one():
     proj = shepp_logan_3d(radius=7).project(g).astype(np.float32)
     ref = leveret.fdk(proj, g, vol, backend="cpu", short_scan=False)
     rec = LiveReconstructor(vol, g, backend="cpu")
-    rec.add(proj[:10])                                                          # planned matrices
+    rec.add(proj[:10])  # planned matrices
     rec.add_frames([Frame(proj[i], i, matrix=None if i % 2 else g.matrices[i]) for i in range(10, views)])
     rec.watch_orthogonal(_voxel_point(vol, 6, 9, 5))
     s = rec.slices()
@@ -448,11 +457,13 @@ def test_live_imports_no_private_name_of_another_package():
     from pathlib import Path
 
     import leveret.live
+
     found = []
     for path in sorted(Path(leveret.live.__file__).parent.glob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
-            if not isinstance(node, ast.ImportFrom) or (node.level < 2 and node.module != "leveret"
-                                                        and not (node.module or "").startswith("leveret.")):
+            if not isinstance(node, ast.ImportFrom) or (
+                node.level < 2 and node.module != "leveret" and not (node.module or "").startswith("leveret.")
+            ):
                 continue
             for alias in node.names:
                 parts = (node.module or "").split(".") + [alias.name]

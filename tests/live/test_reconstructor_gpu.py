@@ -3,6 +3,7 @@ slices equal to the CPU leveret.fbp, views spilled to host memory.
 
 Small sizes: the file also runs quickly under compute-sanitizer memcheck.
 """
+
 import numpy as np
 import pytest
 
@@ -21,6 +22,7 @@ def _err(a, b):
 def test_gpu_slices_equal_cpu_fbp_after_the_last_frame_from_raw_counts(storage, tol):
     from leveret.live import Frame
     from leveret.preprocess import minus_log, normalize
+
     angles = np.linspace(0, np.pi, 64, endpoint=False)
     n, rows = 48, 12
     g = leveret.ParallelGeometry(angles, n, rows)
@@ -31,8 +33,7 @@ def test_gpu_slices_equal_cpu_fbp_after_the_last_frame_from_raw_counts(storage, 
     flat = dark + rng.uniform(3e4, 4e4, (rows, n))
     counts = np.round(dark + (flat - dark) * np.exp(-proj)).astype(np.uint16)
     ref = leveret.fbp(minus_log(normalize(counts, flat, dark)), g, vol, backend="cpu")
-    rec = LiveReconstructor(vol, g, backend="cuda", storage=storage, flat=flat, dark=dark,
-                            max_batch=16)
+    rec = LiveReconstructor(vol, g, backend="cuda", storage=storage, flat=flat, dark=dark, max_batch=16)
     order = np.random.default_rng(2).permutation(64)
     frames = []
     for i in order:
@@ -43,7 +44,7 @@ def test_gpu_slices_equal_cpu_fbp_after_the_last_frame_from_raw_counts(storage, 
     bad[...] = np.nan
     frames.insert(5, Frame(bad, 99, angle=0.3))
     for b in range(0, len(frames), 13):
-        rec.add_frames(frames[b:b + 13])
+        rec.add_frames(frames[b : b + 13])
     assert rec.stats.rejected == 1 and rec.stats.received == 64
     assert rec._pool.lent == 0
     rec.watch_orthogonal((vol.coordinates("x")[20], vol.coordinates("y")[30], vol.coordinates("z")[5]))
@@ -77,6 +78,7 @@ def test_gpu_sinogram_holds_every_frame_received_in_arrival_order():
     """Frames of line integrals in batches: row k of the sinogram is frame k's
     middle row as the device batch saw it (float32), whatever buffers were reused."""
     from leveret.live import Frame
+
     angles = np.linspace(0, np.pi, 50, endpoint=False)
     n, rows = 32, 8
     g = leveret.ParallelGeometry(angles, n, rows)

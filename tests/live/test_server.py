@@ -1,6 +1,7 @@
 """The live session (bounded frame queue, coalesced requests, store bound) and
 the web server's guards (origin, request limits, where it listens and writes),
 without a browser."""
+
 import asyncio
 import json
 import os
@@ -83,8 +84,12 @@ class Gated(LiveReconstructor):
 
 
 def _rec(cls=LiveReconstructor):
-    return cls(leveret.VolumeGeometry((ROWS, COLS, COLS)), leveret.ParallelGeometry([0.0], COLS, ROWS), planned=False,
-               backend="cpu")
+    return cls(
+        leveret.VolumeGeometry((ROWS, COLS, COLS)),
+        leveret.ParallelGeometry([0.0], COLS, ROWS),
+        planned=False,
+        backend="cpu",
+    )
 
 
 @pytest.fixture
@@ -107,8 +112,8 @@ def test_moves_requested_during_a_recompute_collapse_into_the_newest(running):
     rec = _rec(Gated)
     session = running(LiveSession(rec, QueueSource()))
     session.request("orthogonal", point=[0.0, 0.0, 0.0], angles=[0, 0, 0])
-    assert rec.entered.wait(20)                       # the first move is being computed
-    for k in range(1, 51):                            # a slider dragged meanwhile
+    assert rec.entered.wait(20)  # the first move is being computed
+    for k in range(1, 51):  # a slider dragged meanwhile
         session.request("orthogonal", point=[0.0, 0.1 * k, 0.0], angles=[0, 0, 0])
     rec.release.set()
     assert _wait_for(lambda: session.requests_applied == 2)
@@ -125,8 +130,11 @@ def test_a_slow_reconstruction_holds_the_reader_back_at_the_queue_bound(running)
         source.frames.put(_frame(i))
     session = running(LiveSession(rec, source, max_batch=2, max_queue_frames=4))
     # the reconstructor busy, the queue full and the reader waiting (or, unbounded, everything read)
-    assert _wait_for(lambda: (rec.entered.is_set() and session.queue.waiting == 1 and len(session.queue) == 4)
-                     or source.pulled == 100)
+    assert _wait_for(
+        lambda: (
+            (rec.entered.is_set() and session.queue.waiting == 1 and len(session.queue) == 4) or source.pulled == 100
+        )
+    )
     # the batch in the reconstructor, the 4 queued and the one the reader holds: nothing more read
     assert source.pulled == rec.batches[0] + 4 + 1
     rec.release.set()
@@ -142,8 +150,9 @@ def test_the_queue_bound_in_bytes_holds_the_reader_back_too(running):
         source.frames.put(_frame(i))
     nbytes = _frame(0).data.nbytes
     session = running(LiveSession(rec, source, max_batch=2, max_queue_bytes=3 * nbytes + 1))
-    assert _wait_for(lambda: (rec.entered.is_set() and session.queue.waiting == 1 and len(session.queue) == 3)
-                     or source.pulled == 50)
+    assert _wait_for(
+        lambda: (rec.entered.is_set() and session.queue.waiting == 1 and len(session.queue) == 3) or source.pulled == 50
+    )
     assert session.queue.nbytes == 3 * nbytes
     assert source.pulled == rec.batches[0] + 3 + 1
     rec.release.set()
@@ -154,7 +163,7 @@ def test_a_source_that_cannot_wait_has_its_overflow_dropped_and_counted(running)
     source = QueueSource(lossy=True)
     session = running(LiveSession(rec, source, max_batch=2, max_queue_frames=4))
     source.frames.put(_frame(0))
-    assert rec.entered.wait(20)                       # frame 0 is in the reconstructor
+    assert rec.entered.wait(20)  # frame 0 is in the reconstructor
     for i in range(1, 50):
         source.frames.put(_frame(i))
     assert _wait_for(lambda: source.pulled == 50 and len(session.queue) + session.queue.dropped == 49)
@@ -169,7 +178,7 @@ def test_a_source_that_cannot_wait_has_its_overflow_dropped_and_counted(running)
 
 def test_frame_queue_lets_one_frame_larger_than_its_byte_bound_through():
     q = FrameQueue(max_frames=4, max_bytes=8)
-    assert q.put(_frame(0)) and len(q) == 1           # 128 bytes > 8: alone it passes
+    assert q.put(_frame(0)) and len(q) == 1  # 128 bytes > 8: alone it passes
     assert not q.put(_frame(1), wait=False) and q.dropped == 1
     batch, ended = q.get_batch(10)
     assert [f.index for f in batch] == [0] and not ended and q.nbytes == 0
@@ -190,6 +199,7 @@ def test_max_views_stops_the_store_and_counts_the_rest(running):
 
 
 # -- the web server ---------------------------------------------------------------------------------
+
 
 @pytest.fixture
 def server():
@@ -232,10 +242,20 @@ def _error(m):
 def test_the_websocket_refuses_pages_of_other_origins(server):
     srv, _ = server(allow_origins=["https://viewer.example.org"])
     url, port = srv.url, srv.port
-    refused = ["http://evil.example", f"http://evil.example:{port}", f"http://127.0.0.1:{port + 1}", "null",
-               f"https://127.0.0.1.evil.example:{port}"]
-    allowed = [None, f"http://127.0.0.1:{port}", f"http://localhost:{port}", f"http://[::1]:{port}",
-               "https://viewer.example.org/"]
+    refused = [
+        "http://evil.example",
+        f"http://evil.example:{port}",
+        f"http://127.0.0.1:{port + 1}",
+        "null",
+        f"https://127.0.0.1.evil.example:{port}",
+    ]
+    allowed = [
+        None,
+        f"http://127.0.0.1:{port}",
+        f"http://localhost:{port}",
+        f"http://[::1]:{port}",
+        "https://viewer.example.org/",
+    ]
     for origin in refused:
         assert asyncio.run(_ws(url, origin)) == 403, origin
     for origin in allowed:
@@ -257,8 +277,13 @@ def test_axial_requests_are_capped_with_a_message_to_the_page(server):
     srv, session = server()
     too_many = asyncio.run(_ws(srv.url, send={"type": "axial", "z": list(range(MAX_AXIAL + 1))}, until=_error))
     assert too_many["message"] == f"axial: at most {MAX_AXIAL} axial slices at once, got {MAX_AXIAL + 1}"
-    state = asyncio.run(_ws(srv.url, send={"type": "axial", "z": [0.0] * MAX_AXIAL},
-                            until=lambda m: m["type"] == "error" or len(m.get("slices", [])) > 3))
+    state = asyncio.run(
+        _ws(
+            srv.url,
+            send={"type": "axial", "z": [0.0] * MAX_AXIAL},
+            until=lambda m: m["type"] == "error" or len(m.get("slices", [])) > 3,
+        )
+    )
     assert len(state["slices"]) == 3 + MAX_AXIAL
     bad = asyncio.run(_ws(srv.url, send={"type": "orthogonal", "point": [0, float("nan"), 0]}, until=_error))
     assert bad["message"] == "point: expected finite numbers, got nan"
@@ -289,7 +314,7 @@ def test_the_page_images_and_colour_range_stay_defined_with_non_finite_pixels():
     lo, hi = auto_range([image])
     assert np.isfinite([lo, hi]).all() and 0.0 <= lo < hi <= 1.0
     np.testing.assert_array_equal(to_uint8(image, 0.0, 1.0), [[0, 255], [0, 255]])
-    json.dumps({"range": [lo, hi]}, allow_nan=False)    # the state message stays valid JSON
+    json.dumps({"range": [lo, hi]}, allow_nan=False)  # the state message stays valid JSON
 
 
 def test_a_zeromq_pull_stream_is_held_back_not_dropped_while_the_reconstruction_is_busy(running):
@@ -303,9 +328,10 @@ def test_a_zeromq_pull_stream_is_held_back_not_dropped_while_the_reconstruction_
     with sockets.socket() as s:
         s.bind(("127.0.0.1", 0))
         address = f"tcp://127.0.0.1:{s.getsockname()[1]}"
-    rows, cols, n = 64, 256, 300                       # 64 KiB frames: a few MiB of socket buffers hold ~100
-    rec = Gated(leveret.VolumeGeometry((2, 8, 8)), leveret.ParallelGeometry([0.0], cols, rows), planned=False,
-                backend="cpu")
+    rows, cols, n = 64, 256, 300  # 64 KiB frames: a few MiB of socket buffers hold ~100
+    rec = Gated(
+        leveret.VolumeGeometry((2, 8, 8)), leveret.ParallelGeometry([0.0], cols, rows), planned=False, backend="cpu"
+    )
     source = ZmqSource(address, hwm=8, timeout=0.1, stop_at_end=True)
     sent = []
     frames = [Frame(np.full((rows, cols), i, np.float32), i, angle=0.01 * i) for i in range(n)]
@@ -313,8 +339,8 @@ def test_a_zeromq_pull_stream_is_held_back_not_dropped_while_the_reconstruction_
     session = running(LiveSession(rec, source, max_batch=4, max_queue_frames=4))
     sender.start()
     assert _wait_for(lambda: rec.entered.is_set() and session.queue.waiting == 1 and len(session.queue) == 4)
-    sender.join(1.0)                                     # unchecked, 19 MiB go in milliseconds
-    assert sender.is_alive() and not sent                # held back
+    sender.join(1.0)  # unchecked, 19 MiB go in milliseconds
+    assert sender.is_alive() and not sent  # held back
     rec.release.set()
     sender.join(60)
     assert sent == [n]
@@ -323,6 +349,7 @@ def test_a_zeromq_pull_stream_is_held_back_not_dropped_while_the_reconstruction_
 
 
 # -- requests that must not end the page's connection, and the server's doors ---------------------
+
 
 async def _ws_session(url, texts, n_replies, headers=None, until=lambda m: m["type"] != "state"):
     """Send the raw ``texts`` over one websocket; return the first ``n_replies``
@@ -334,7 +361,7 @@ async def _ws_session(url, texts, n_replies, headers=None, until=lambda m: m["ty
                 await ws.send_str(t)
             async for msg in ws:
                 if msg.type != aiohttp.WSMsgType.TEXT:
-                    continue                    # the slices' images
+                    continue  # the slices' images
                 m = json.loads(msg.data)
                 if until(m):
                     replies.append(m)
@@ -343,22 +370,31 @@ async def _ws_session(url, texts, n_replies, headers=None, until=lambda m: m["ty
     return replies
 
 
-@pytest.mark.parametrize("text, message", [
-    (json.dumps({"type": "orthogonal", "point": [int("9" * 400), 0, 0]}), "point: expected finite numbers"),
-    (json.dumps({"type": "range", "lo": 0, "hi": int("9" * 400)}), "range: expected finite numbers"),
-    (json.dumps({"type": "axial", "z": [-int("9" * 400)]}), "z: expected finite numbers"),
-    ('{"type": "range", "lo": ' + "[" * 30000 + "]" * 30000 + ', "hi": 1}', "request: JSON nested too deep"),
-    ("[" * 30000 + "]" * 30000, "request: JSON nested too deep"),
-    ('{"type": "orthogonal", "point": [1, 2, 3', "request: not JSON"),
-    ('{"type": "range", "lo": NaN, "hi": 1}', "range: expected finite numbers"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        (json.dumps({"type": "orthogonal", "point": [int("9" * 400), 0, 0]}), "point: expected finite numbers"),
+        (json.dumps({"type": "range", "lo": 0, "hi": int("9" * 400)}), "range: expected finite numbers"),
+        (json.dumps({"type": "axial", "z": [-int("9" * 400)]}), "z: expected finite numbers"),
+        ('{"type": "range", "lo": ' + "[" * 30000 + "]" * 30000 + ', "hi": 1}', "request: JSON nested too deep"),
+        ("[" * 30000 + "]" * 30000, "request: JSON nested too deep"),
+        ('{"type": "orthogonal", "point": [1, 2, 3', "request: not JSON"),
+        ('{"type": "range", "lo": NaN, "hi": 1}', "range: expected finite numbers"),
+    ],
+)
 def test_a_bad_request_gets_an_error_and_the_connection_goes_on(server, text, message):
     srv, _ = server()
-    replies = asyncio.run(_ws_session(srv.url, [text, json.dumps({"type": "range", "lo": 0.0, "hi": 2.0})], 2,
-                                      until=lambda m: m["type"] == "error" or m.get("range") == [0.0, 2.0]))
+    replies = asyncio.run(
+        _ws_session(
+            srv.url,
+            [text, json.dumps({"type": "range", "lo": 0.0, "hi": 2.0})],
+            2,
+            until=lambda m: m["type"] == "error" or m.get("range") == [0.0, 2.0],
+        )
+    )
     assert len(replies) == 2, replies
     assert replies[0]["type"] == "error" and replies[0]["message"].startswith(message), replies[0]
-    assert replies[1]["type"] == "state" and replies[1]["range"] == [0.0, 2.0]   # still answered
+    assert replies[1]["type"] == "state" and replies[1]["range"] == [0.0, 2.0]  # still answered
 
 
 def test_saves_are_rate_limited(tmp_path, server):
@@ -377,6 +413,7 @@ def _http(url, headers=None, allow_redirects=False):
         async with aiohttp.ClientSession() as http:
             async with http.get(url, headers=headers or {}, allow_redirects=allow_redirects) as r:
                 return r.status, dict(r.headers), r.cookies
+
     return asyncio.run(get())
 
 
@@ -390,7 +427,7 @@ def test_serving_beyond_this_machine_needs_the_token_on_every_request(server):
         assert _http(base + path + "?token=wrong")[0] == 401, path
         assert _http(base + path, {"Authorization": "Bearer wrong"})[0] == 401, path
     status, headers, cookies = _http(base + f"?token={token}")
-    assert status == 303 and headers["Location"] == "/"           # the token leaves the address bar
+    assert status == 303 and headers["Location"] == "/"  # the token leaves the address bar
     cookie = cookies[f"leveret_live_{port}"]
     assert cookie.value == token and cookie["httponly"] and cookie["samesite"] == "Strict"
     as_cookie = {"Cookie": f"leveret_live_{port}={token}"}

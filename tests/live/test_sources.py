@@ -1,4 +1,5 @@
 """Frame sources: iterable, folder being written, ZeroMQ (PUSH/PULL and PUB/SUB)."""
+
 import json
 import os
 import socket
@@ -54,12 +55,12 @@ def test_folder_source_reads_only_complete_files(tmp_path):
     assert first.index == 0 and first.angle == angles[0] and first.data[0, 0] == 7
     with open(partial, "wb") as f:
         step = len(blob) // 8
-        for k in range(0, len(blob), step):   # written in pieces, slower than a poll
-            f.write(blob[k:k + step])
+        for k in range(0, len(blob), step):  # written in pieces, slower than a poll
+            f.write(blob[k : k + step])
             f.flush()
             deadline = time.monotonic() + 0.1
             while time.monotonic() < deadline:
-                assert next(it) is None       # quiet: the half-written file is not a frame
+                assert next(it) is None  # quiet: the half-written file is not a frame
     frame = take_frames(it, 1)[0]
     assert frame.index == 1 and frame.angle == angles[1]
     np.testing.assert_array_equal(frame.data, full)
@@ -76,7 +77,7 @@ def test_folder_source_reads_hdf5_frames_with_their_angle(tmp_path):
 
 
 def test_message_round_trip_keeps_dtype_shape_and_geometry():
-    data = np.arange(12, dtype=">u2").reshape(3, 4)   # big-endian in, little-endian on the wire
+    data = np.arange(12, dtype=">u2").reshape(3, 4)  # big-endian in, little-endian on the wire
     header, payload = encode(Frame(data, 5, angle=1.5))
     h = json.loads(header)
     assert h == {"index": 5, "shape": [3, 4], "dtype": "u2", "angle": 1.5}
@@ -91,6 +92,7 @@ def test_message_round_trip_keeps_dtype_shape_and_geometry():
 
 def test_decode_copies_into_a_given_buffer_of_the_frame_shape():
     from leveret.live.pool import FramePool
+
     data = np.arange(12, dtype="<u2").reshape(3, 4)
     header, payload = encode(Frame(data, 2, angle=0.5))
     pool = FramePool((3, 4))
@@ -98,7 +100,7 @@ def test_decode_copies_into_a_given_buffer_of_the_frame_shape():
     assert pool.owns(frame.data) and frame.data.dtype == np.uint16
     np.testing.assert_array_equal(frame.data, data)
     other = decode({"index": 0, "shape": [4, 3], "dtype": "u2"}, payload, buffers=FramePool((3, 4)).get)
-    assert other.data.shape == (4, 3)   # not the buffers' shape: a view of the message as before
+    assert other.data.shape == (4, 3)  # not the buffers' shape: a view of the message as before
 
 
 @pytest.mark.parametrize("send_pattern, read_pattern", [("push", "pull"), ("pub", "sub")])
@@ -106,8 +108,9 @@ def test_zmq_stream_delivers_frames_in_order(send_pattern, read_pattern):
     address = _free_address()
     frames = [Frame(np.full((2, 3), i, np.float32), i, angle=0.1 * i) for i in range(20)]
     src = ZmqSource(address, pattern=read_pattern, timeout=0.1, stop_at_end=True)
-    sender = threading.Thread(target=send_frames, args=(address, frames),
-                              kwargs=dict(pattern=send_pattern, rate=1000, connect_wait=0.5))
+    sender = threading.Thread(
+        target=send_frames, args=(address, frames), kwargs=dict(pattern=send_pattern, rate=1000, connect_wait=0.5)
+    )
     sender.start()
     got = [f for f in src if f is not None]
     sender.join()
@@ -122,10 +125,10 @@ def test_zmq_source_picks_a_stream_up_again_after_it_stops():
     it = iter(src)
     part1 = [Frame(np.zeros((2, 2), np.float32), i, angle=0.0) for i in range(3)]
     part2 = [Frame(np.zeros((2, 2), np.float32), i, angle=0.0) for i in range(3, 6)]
-    send_frames(address, part1, end=False, connect_wait=0.3)       # a sender that goes away
+    send_frames(address, part1, end=False, connect_wait=0.3)  # a sender that goes away
     assert [f.index for f in take_frames(it, 3)] == [0, 1, 2]
-    assert next(it) is None                                         # quiet spell
-    send_frames(address, part2, end=False, connect_wait=0.3)       # and comes back
+    assert next(it) is None  # quiet spell
+    send_frames(address, part2, end=False, connect_wait=0.3)  # and comes back
     assert [f.index for f in take_frames(it, 3)] == [3, 4, 5]
     src.close()
 
@@ -201,12 +204,12 @@ def test_zmq_source_closed_from_another_thread_is_closed_by_the_thread_reading_i
 
     reader = threading.Thread(target=read)
     reader.start()
-    assert _wait_for(lambda: len(nones) >= 2)   # the reader is inside its poll loop
-    src.close()                                  # from this thread
+    assert _wait_for(lambda: len(nones) >= 2)  # the reader is inside its poll loop
+    src.close()  # from this thread
     reader.join(5)
     assert not reader.is_alive() and errors == []
     assert src.closed and closed_in == reader_ident
-    src.close()                                  # again: nothing left to do
+    src.close()  # again: nothing left to do
     assert closed_in == reader_ident
 
 
@@ -225,6 +228,7 @@ def test_zmq_source_says_whether_it_can_make_the_sender_wait():
 
 def _tiff_bytes(value, shape=(4, 6)):
     import io
+
     buf = io.BytesIO()
     tifffile.imwrite(buf, np.full(shape, value, np.uint16))
     return buf.getvalue()
@@ -243,7 +247,7 @@ def test_folder_source_uses_a_frame_once_even_when_it_is_replaced_under_the_same
     it = iter(src)
     (tmp_path / "proj_0002.tif").write_bytes(_tiff_bytes(1))
     assert take_frames(it, 1)[0].data[0, 0] == 1
-    (tmp_path / "proj_0002.tif.tmp").write_bytes(_tiff_bytes(2))     # same size, new content
+    (tmp_path / "proj_0002.tif.tmp").write_bytes(_tiff_bytes(2))  # same size, new content
     os.replace(tmp_path / "proj_0002.tif.tmp", tmp_path / "proj_0002.tif")
     with caplog.at_level("WARNING", logger="leveret.live"):
         _quiet(it, 3 * FolderSource.RECHECK)
@@ -258,9 +262,9 @@ def test_folder_source_uses_a_frame_once_even_when_it_is_rewritten_in_place(tmp_
     path.write_bytes(_tiff_bytes(5))
     first = take_frames(it, 1)[0]
     mtime = path.stat().st_mtime_ns
-    with open(path, "r+b") as f:              # same inode, same size
+    with open(path, "r+b") as f:  # same inode, same size
         f.write(_tiff_bytes(6))
-    os.utime(path, ns=(mtime + 10**9, mtime + 10**9))   # a later time even on coarse clocks
+    os.utime(path, ns=(mtime + 10**9, mtime + 10**9))  # a later time even on coarse clocks
     _quiet(it, 2 * FolderSource.RECHECK)
     assert first.data[0, 0] == 5
     src.close()
@@ -275,12 +279,12 @@ def test_folder_source_never_reads_an_hdf5_frame_whose_data_are_not_written_yet(
         f.create_dataset("data", shape=(3, 5), dtype=np.float32).attrs["angle"] = 0.5
     src = FolderSource(tmp_path, settle=0.05, timeout=0.05, poll=0.01)
     it = iter(src)
-    _quiet(it, 0.5)                                  # settled, and still not read
+    _quiet(it, 0.5)  # settled, and still not read
     with h5py.File(path, "r+") as f:
         f["data"][...] = 7.0
     frame = take_frames(it, 1)[0]
     assert frame.index == 4 and frame.angle == 0.5 and np.all(frame.data == 7.0)
-    _quiet(it, 2 * FolderSource.RECHECK)            # and once only
+    _quiet(it, 2 * FolderSource.RECHECK)  # and once only
     src.close()
 
 
@@ -290,7 +294,7 @@ def test_folder_source_waits_for_the_angle_of_an_hdf5_frame_written_after_its_da
         f.create_dataset("data", data=np.ones((3, 5), np.float32))
     src = FolderSource(tmp_path, settle=0.05, timeout=0.05, poll=0.01)
     it = iter(src)
-    _quiet(it, 0.5)                                  # no angle, none given: not complete yet
+    _quiet(it, 0.5)  # no angle, none given: not complete yet
     with h5py.File(path, "r+") as f:
         f["data"].attrs["angle"] = 0.25
     frames = [take_frames(it, 1)[0]]
@@ -299,18 +303,21 @@ def test_folder_source_waits_for_the_angle_of_an_hdf5_frame_written_after_its_da
     src.close()
 
 
-@pytest.mark.parametrize("name, attrs", [
-    ("proj_99999999999.tif", {}),                       # index beyond max_index
-    ("frame_0001.h5", {"index": 1e300}),
-    ("frame_0001.h5", {"index": "3"}),
-    ("frame_0001.h5", {"index": -2}),
-    ("frame_0001.h5", {"angle": np.inf}),
-    ("frame_0001.h5", {"angle": "x"}),
-    ("frame_0001.h5", {"matrix": np.ones(5)}),
-    ("frame_0001.h5", {"shape": (2, 3, 5)}),
-    ("frame_0001.h5", {"shape": (4, 4)}),               # not the detector's shape
-    ("proj_0001.tif", {"shape": (4, 4)}),
-])
+@pytest.mark.parametrize(
+    "name, attrs",
+    [
+        ("proj_99999999999.tif", {}),  # index beyond max_index
+        ("frame_0001.h5", {"index": 1e300}),
+        ("frame_0001.h5", {"index": "3"}),
+        ("frame_0001.h5", {"index": -2}),
+        ("frame_0001.h5", {"angle": np.inf}),
+        ("frame_0001.h5", {"angle": "x"}),
+        ("frame_0001.h5", {"matrix": np.ones(5)}),
+        ("frame_0001.h5", {"shape": (2, 3, 5)}),
+        ("frame_0001.h5", {"shape": (4, 4)}),  # not the detector's shape
+        ("proj_0001.tif", {"shape": (4, 4)}),
+    ],
+)
 def test_folder_source_counts_a_file_it_cannot_use_and_reads_on(tmp_path, name, attrs):
     attrs = dict(attrs)
     shape = attrs.pop("shape", (3, 5))
@@ -323,8 +330,9 @@ def test_folder_source_counts_a_file_it_cannot_use_and_reads_on(tmp_path, name, 
     else:
         tifffile.imwrite(tmp_path / name, np.ones(shape, np.float32))
     tifffile.imwrite(tmp_path / "proj_0003.tif", np.full((3, 5), 2, np.float32))
-    src = FolderSource(tmp_path, angles=np.zeros(8), settle=0.0, timeout=0.05, poll=0.01, max_index=10**6,
-                       detector_shape=(3, 5))
+    src = FolderSource(
+        tmp_path, angles=np.zeros(8), settle=0.0, timeout=0.05, poll=0.01, max_index=10**6, detector_shape=(3, 5)
+    )
     it = iter(src)
     got = take_frames(it, 1)
     _quiet(it, 0.3)
@@ -346,12 +354,12 @@ def test_folder_source_waits_for_a_preallocated_file_to_stop_changing(tmp_path):
     for k, offset in enumerate(range(0, len(blob), step)):
         with open(path, "r+b") as f:
             f.seek(offset)
-            f.write(blob[offset:offset + step])
+            f.write(blob[offset : offset + step])
         stamp = mtime + (k + 1) * 10**8
         os.utime(path, ns=(stamp, stamp))
-        deadline = time.monotonic() + settle / 2     # a pause shorter than settle
+        deadline = time.monotonic() + settle / 2  # a pause shorter than settle
         while time.monotonic() < deadline:
-            assert next(it) is None                    # never read half-way
+            assert next(it) is None  # never read half-way
     frame = take_frames(it, 1)[0]
     assert frame.index == 0 and np.all(frame.data == 9)
     src.close()
@@ -408,7 +416,9 @@ BAD_HEADERS = {
     "matrix 2x2": _header(angle=None, matrix=[[1, 0], [0, 1]]),
     "matrix of strings": _header(angle=None, matrix=[["1"] * 4] * 3),
     "matrix nested deep": b'{"index": 0, "shape": [2, 2], "dtype": "uint8", "matrix": '
-                          + b"[" * 500 + b"]" * 500 + b"}",
+    + b"[" * 500
+    + b"]" * 500
+    + b"}",
     "header larger than the bound": _header(note="x" * (1 << 17)),
     "payload of the wrong size": _header(shape=[2, 3]),
 }

@@ -1,5 +1,6 @@
 """ZeroMQ sources of several parallel streams: each frame once, every stream's
 faults its own, a payload copied once, bounded memory, the scan's end."""
+
 import json
 import shutil
 import socket
@@ -65,13 +66,12 @@ def test_endpoints_are_one_several_separated_by_commas_or_a_list():
 
 @pytest.mark.parametrize("transport", ["ipc", "tcp"])
 @pytest.mark.parametrize("n_streams, threads", [(3, None), (3, 2), (2, 1), (1, 3)])
-def test_every_frame_of_several_streams_arrives_once_each_stream_in_its_order(transport, n_streams, threads,
-                                                                           ipc_dir):
+def test_every_frame_of_several_streams_arrives_once_each_stream_in_its_order(transport, n_streams, threads, ipc_dir):
     endpoints = _endpoints(transport, n_streams, ipc_dir)
     src = ZmqSource(",".join(endpoints), timeout=0.1, stop_at_end=True, threads=threads)
     frames = _frames(60)
     sender = _sender(endpoints, frames)
-    got = [f for f in src if f is not None]      # ends at the scan's end
+    got = [f for f in src if f is not None]  # ends at the scan's end
     sender.join()
     src.close()
     assert sorted(f.index for f in got) == list(range(60))
@@ -103,7 +103,7 @@ def test_a_stream_of_bad_messages_holds_up_none_of_the_others(ipc_dir):
     time.sleep(0.3)
     for raw in (b"not json", b'{"index": -1, "shape": [3, 4], "dtype": "uint16"}', b"[" * 10_000):
         bad.send_multipart([raw, b"\0" * 24])
-    bad.send_multipart(encode(Frame(np.zeros((5, 5), np.uint16), 0, angle=0.0))[:1])   # a header alone
+    bad.send_multipart(encode(Frame(np.zeros((5, 5), np.uint16), 0, angle=0.0))[:1])  # a header alone
     bad.send_multipart([b'{"end": true}'])
     got = [f for f in src if f is not None]
     sender.join()
@@ -117,7 +117,7 @@ def test_a_stream_of_bad_messages_holds_up_none_of_the_others(ipc_dir):
 def test_a_payload_is_received_without_a_copy_and_copied_once_into_its_buffer(n_streams, ipc_dir):
     """No bytes object (nor any other Python allocation) of a payload's size:
     the message is a view of ZeroMQ's buffer until its copy into the pool's."""
-    shape = (512, 1024)                              # 1 MiB payloads
+    shape = (512, 1024)  # 1 MiB payloads
     endpoints = _endpoints("ipc", n_streams, ipc_dir)
     pool = FramePool(shape)
     pool.reserve(4 * n_streams + 2)
@@ -129,7 +129,7 @@ def test_a_payload_is_received_without_a_copy_and_copied_once_into_its_buffer(n_
         got = []
         for f in src:
             if f is not None:
-                assert pool.owns(f.data) and f.data.min() == f.data.max() == f.index   # allocates nothing
+                assert pool.owns(f.data) and f.data.min() == f.data.max() == f.index  # allocates nothing
                 got.append(f.index)
                 pool.release(f.data)
         sender.join()
@@ -153,7 +153,7 @@ def test_the_receiving_threads_stop_reading_while_the_iteration_is_behind(ipc_di
     sender = _sender(endpoints, _frames(40))
     it = iter(src)
     first = take_frames(it, 1)
-    time.sleep(1.0)                                  # the frames are all sent; nobody iterates
+    time.sleep(1.0)  # the frames are all sent; nobody iterates
     assert 1 <= len(copied) <= 1 + ZmqSource.QUEUED * 2
     rest = [f for f in it if f is not None]
     sender.join()
@@ -223,7 +223,7 @@ def test_frames_of_several_streams_are_each_reconstructed_once(ipc_dir):
     session = LiveSession(rec, src, max_batch=5)
     session.start()
     frames = [Frame(proj[i], i, angle=float(a)) for i, a in enumerate(angles)]
-    frames.append(Frame(proj[7], 7, angle=float(angles[7])))       # sent twice: used once
+    frames.append(Frame(proj[7], 7, angle=float(angles[7])))  # sent twice: used once
     send_frames(endpoints, frames, connect_wait=0.3)
     session.join(30)
     session.stop()

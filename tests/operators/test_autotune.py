@@ -3,6 +3,7 @@ per-GPU correction from probe timings, cached and read back by
 ``transpose="auto"``'s rule, with fake timings on the CPU; on the GPU, that
 the measured correction makes the rule pick the faster transpose on both
 probes."""
+
 from __future__ import annotations
 
 import math
@@ -32,7 +33,7 @@ def test_probes_straddle_the_rule():
 
 def test_tune_transpose_caches_the_correction_and_auto_uses_it(tmp_path, monkeypatch):
     monkeypatch.setenv("LEVERET_CACHE_DIR", str(tmp_path))
-    assert tuned_atomic_scale("stand-in GPU") == 1.0          # nothing measured: the model as fitted
+    assert tuned_atomic_scale("stand-in GPU") == 1.0  # nothing measured: the model as fitted
     predicted = {p["rows"]: transpose_times(autotune.probe_work(p)) for p in autotune.TRANSPOSE_PROBES}
     calls = []
 
@@ -62,7 +63,7 @@ def test_store_entry_keeps_other_entries(tmp_path):
     tuning.store_entry("gpu", "b", {"atomic_scale": 2.0}, seconds=1.0, tried=2, path=path)
     assert tuning.lookup("gpu", "a", path=path) == {"kernel": "alu", "ratio": [1, 2]}
     assert tuning.lookup("gpu", "b", path=path) == {"atomic_scale": 2.0}
-    assert not list(tmp_path.glob(".tuning-*"))                 # no temporary file left
+    assert not list(tmp_path.glob(".tuning-*"))  # no temporary file left
 
 
 @pytest.mark.gpu

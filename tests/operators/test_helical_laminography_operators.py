@@ -2,6 +2,7 @@
 matched transpose) and ConeBackprojection (voxel-driven) on ConeGeometry.helical,
 ConeGeometry.laminography and ParallelVecGeometry; SIRT and CGLS converge on them.
 GPU variants (marked gpu) compare CUDA with the CPU."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -23,25 +24,31 @@ def helical():
 
 
 def cone_laminography():
-    return ConeGeometry.laminography(np.arange(12) * 2 * np.pi / 12, np.radians(35), sid=40, sdd=60,
-                                     n_rows=14, n_cols=17, pixel_size=1.5)
+    return ConeGeometry.laminography(
+        np.arange(12) * 2 * np.pi / 12, np.radians(35), sid=40, sdd=60, n_rows=14, n_cols=17, pixel_size=1.5
+    )
 
 
 def parallel_laminography(tilt=np.radians(50)):
-    return ParallelVecGeometry.laminography(np.arange(13) * 2 * np.pi / 13, tilt, 13, 17, 1.2,
-                                            row_pixel_size=1.1, center=8.3)
+    return ParallelVecGeometry.laminography(
+        np.arange(13) * 2 * np.pi / 13, tilt, 13, 17, 1.2, row_pixel_size=1.1, center=8.3
+    )
 
 
-GEOMETRIES = {"helical": helical, "cone_laminography": cone_laminography,
-              "parallel_laminography": parallel_laminography}
+GEOMETRIES = {
+    "helical": helical,
+    "cone_laminography": cone_laminography,
+    "parallel_laminography": parallel_laminography,
+}
 
 
 @pytest.mark.parametrize("model", ["siddon", "joseph"])
 def test_vec_geometry_of_a_parallel_scan_projects_the_same(rng, model):
     """The same rays (origins equal to float64 rounding: the pixel positions are
     computed in another order), so the same operator."""
-    pg = ParallelGeometry(np.linspace(0, np.pi, 7, endpoint=False), 19, 9, 1.3, 0.9, center=8.7,
-                          axis_shift=rng.normal(0, 0.3, 7))
+    pg = ParallelGeometry(
+        np.linspace(0, np.pi, 7, endpoint=False), 19, 9, 1.3, 0.9, center=8.7, axis_shift=rng.normal(0, 0.3, 7)
+    )
     A = Projector(pg, VOLUME, model=model, backend="cpu", precision="float64")
     B = Projector(ParallelVecGeometry.from_parallel(pg), VOLUME, model=model, backend="cpu", precision="float64")
     x = rng.standard_normal(VOLUME.shape)
@@ -59,7 +66,7 @@ def test_adjoint_identity(rng, name, model):
     x = rng.standard_normal(VOLUME.shape)
     y = rng.standard_normal(g.projection_shape)
     ax, aty = A(x), A.T(y)
-    assert np.abs(ax).max() > 0 and np.abs(aty).max() > 0   # the rays hit the volume
+    assert np.abs(ax).max() > 0 and np.abs(aty).max() > 0  # the rays hit the volume
     lhs, rhs = np.vdot(ax, y), np.vdot(x, aty)
     assert abs(lhs - rhs) <= 1e-12 * np.linalg.norm(ax) * np.linalg.norm(y)
 
@@ -68,7 +75,7 @@ def test_laminography_line_integrals_match_the_exact_ones():
     g = ParallelVecGeometry.laminography(np.arange(8) * 2 * np.pi / 8, np.radians(60), 24, 32, 1.0)
     vol = VolumeGeometry((24, 32, 32), 1.0)
     ball = phantom.ball(8.0, center=(2.0, -1.0, 1.5))
-    exact = ball.project(g)                       # closed form along ParallelVecGeometry.pixel_rays
+    exact = ball.project(g)  # closed form along ParallelVecGeometry.pixel_rays
     assert exact.max() == pytest.approx(16.0, rel=0.01)
     A = Projector(g, vol, model="joseph", backend="cpu")
     traced = A(ball.rasterize(vol, supersampling=3).astype(np.float32))
@@ -96,6 +103,7 @@ def test_cone_backprojection_of_a_parallel_vec_geometry_interpolates_along_the_r
     expected = np.zeros(pts.shape[:-1]).ravel()
     for n in range(g.n_views):
         from scipy.ndimage import map_coordinates
+
         expected += map_coordinates(q[n].astype(np.float64), [v[n], u[n]], order=1, mode="constant", cval=0.0)
     inside = ((u > 0) & (u < g.n_cols - 1) & (v > 0) & (v < g.n_rows - 1)).all(axis=0)
     assert inside.mean() > 0.5
@@ -116,12 +124,13 @@ def test_sirt_and_cgls_converge(rng, name):
         def callback(x, info):
             residuals[method].append(info["residual"])
             errors[method].append(float(np.linalg.norm(x - truth) / np.linalg.norm(truth)))
+
         return callback
 
     leveret.sirt(b, A, 60, callback=track("sirt"))
     leveret.cgls(b, A, 30, callback=track("cgls"))
     for method, r in residuals.items():
-        assert np.all(np.diff(r) <= 1e-6 * r[0]), method   # never increases
+        assert np.all(np.diff(r) <= 1e-6 * r[0]), method  # never increases
         assert r[-1] < 0.25 * r[0], method
         assert errors[method][-1] < errors[method][0], method
     assert residuals["cgls"][-1] < 0.02
@@ -134,6 +143,7 @@ def test_sirt_and_cgls_converge(rng, name):
 @pytest.mark.parametrize("name", list(GEOMETRIES))
 def test_gpu_projector_equals_cpu(rng, name, model, precision):
     import cupy as cp
+
     g = GEOMETRIES[name]()
     A = Projector(g, VOLUME, model=model, precision=precision, backend="cpu")
     G = Projector(g, VOLUME, model=model, precision=precision, backend="cuda")
@@ -142,16 +152,24 @@ def test_gpu_projector_equals_cpu(rng, name, model, precision):
     tol = {"float32": 1e-5, "float64": 1e-12}[precision]
     assert_close(G(cp.asarray(x)), A(x), tol)
     assert_close(G.T(cp.asarray(y)), A.T(y), tol)
-    assert_close(G(x), A(x), tol)                 # NumPy in, NumPy out
+    assert_close(G(x), A(x), tol)  # NumPy in, NumPy out
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("kernel,mode,mirror", [("texture", "linear", "linear8"), ("ray-hybrid", "linear", "linear8"),
-                                               ("quad", "linear32", "linear32"), ("global", "linear32", "linear32")])
+@pytest.mark.parametrize(
+    "kernel,mode,mirror",
+    [
+        ("texture", "linear", "linear8"),
+        ("ray-hybrid", "linear", "linear8"),
+        ("quad", "linear32", "linear32"),
+        ("global", "linear32", "linear32"),
+    ],
+)
 @pytest.mark.parametrize("name", ["parallel_laminography", "cone_laminography", "helical"])
 def test_gpu_cone_backprojection_equals_its_cpu_mirror(rng, rel_mirror, name, kernel, mode, mirror):
     """The affine matrices of ParallelVecGeometry (w = 1) in every kernel, against the CPU's mirror."""
     import cupy as cp
+
     g = GEOMETRIES[name]()
     q = rng.standard_normal(g.projection_shape).astype(np.float32)
     cpu = ConeBackprojection(g, VOLUME, backend="cpu", interpolation=mirror, kernel=kernel)(q)

@@ -4,6 +4,7 @@ backend's, NumPy in and out. What this checks without a GPU: the slabs and
 where their edges fall, the kernel configuration every slab runs, that each
 slab lands where it belongs (accumulating, a ``slices`` range). The CUDA
 results are in tests/test_devices_gpu.py."""
+
 from __future__ import annotations
 
 import threading
@@ -27,7 +28,7 @@ def two_gpus(monkeypatch, tmp_path):
     monkeypatch.setattr(_base, "resolve", lambda backend: "cpu" if backend == "cpu" else "cuda")
     monkeypatch.setattr(parallel_module, "_gpu_name", lambda: "stand-in GPU")
     monkeypatch.setattr(cone_module, "slab_alias", stand_in_cupy.slab_alias)
-    monkeypatch.setenv("LEVERET_CACHE_DIR", str(tmp_path))   # no tuning cache: the rule decides
+    monkeypatch.setenv("LEVERET_CACHE_DIR", str(tmp_path))  # no tuning cache: the rule decides
     return DeviceSet([0, 1])
 
 
@@ -68,8 +69,9 @@ def test_cone_slabs_of_whole_blocks_land_in_place(two_gpus, monkeypatch, rng):
     """37 slices in slabs of 16-slice blocks on two stand-in GPUs, the
     kernel's CPU mirror in place of the kernel: equal to one CPU call, also
     accumulating into ``out`` and for a ``slices`` range."""
-    geometry = ConeGeometry.circular(np.linspace(0, 2 * np.pi, 20, endpoint=False), sid=60, sdd=90,
-                                     n_rows=30, n_cols=36, pixel_size=1.2)
+    geometry = ConeGeometry.circular(
+        np.linspace(0, 2 * np.pi, 20, endpoint=False), sid=60, sdd=90, n_rows=30, n_cols=36, pixel_size=1.2
+    )
     volume = VolumeGeometry((37, 24, 26), voxel_size=1.5)
     proj = rng.standard_normal(geometry.projection_shape).astype(np.float32)
     cpu = ConeBackprojection(geometry, volume, backend="cpu", interpolation="linear8", kernel="texture")
@@ -83,6 +85,7 @@ def test_cone_slabs_of_whole_blocks_land_in_place(two_gpus, monkeypatch, rng):
             with lock:
                 slabs.append(slices)
             cpu(np.asarray(part), out=out, accumulate=accumulate, slices=slices)
+
         return run, None
 
     monkeypatch.setattr(ConeBackprojection, "_gpu_for", gpu_for)
@@ -90,9 +93,11 @@ def test_cone_slabs_of_whole_blocks_land_in_place(two_gpus, monkeypatch, rng):
     np.testing.assert_array_equal(op(proj), cpu(proj))
     assert sorted(slabs) == [(0, 16), (16, 32), (32, 37)]
     start = rng.standard_normal(volume.shape).astype(np.float32)
-    np.testing.assert_array_equal(op(proj, out=start.copy(), accumulate=True),
-                                  cpu(proj, out=start.copy(), accumulate=True))
+    np.testing.assert_array_equal(
+        op(proj, out=start.copy(), accumulate=True), cpu(proj, out=start.copy(), accumulate=True)
+    )
     slabs.clear()
-    np.testing.assert_array_equal(op(proj, out=start.copy(), slices=(16, 37)),
-                                  cpu(proj, out=start.copy(), slices=(16, 37)))
+    np.testing.assert_array_equal(
+        op(proj, out=start.copy(), slices=(16, 37)), cpu(proj, out=start.copy(), slices=(16, 37))
+    )
     assert sorted(slabs) == [(16, 32), (32, 37)]

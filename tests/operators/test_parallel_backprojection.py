@@ -1,5 +1,6 @@
 """Parallel back-projection operator: CPU modes against an independent float64
 reference, and the CUDA texture kernel against the CPU modes."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -28,6 +29,7 @@ def _texture_kernel(monkeypatch, tmp_path):
     texture kernel, and no tuning cache is read (the defaults are tested in
     test_parallel_kernels_gpu.py)."""
     from leveret.operators import ParallelBackprojection
+
     monkeypatch.setenv("LEVERET_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(ParallelBackprojection, "default_config", lambda self, n_slices: {"kernel": "texture"})
 
@@ -35,6 +37,8 @@ def _texture_kernel(monkeypatch, tmp_path):
 def texture_vs_exact_bound(n_angles: int) -> float:
     """Bound of rel(8-bit weights, exact) on white noise for this many angles."""
     return TEXTURE_VS_EXACT_ONE_ANGLE if n_angles < 10 else TEXTURE_VS_EXACT_RANDOM
+
+
 TEXTURE_VS_EXACT_SMOOTH = 2e-4
 
 
@@ -72,11 +76,14 @@ def random_case(rng, n_angles=37, n_cols=41, n_slices=3, shape=(29, 33), **geom)
     return geometry, volume, sinos
 
 
-@pytest.mark.parametrize("geom", [
-    {},
-    {"det_spacing": 1.3, "center": 17.25},
-    {"det_spacing": 0.7, "axis_shift": "random"},
-])
+@pytest.mark.parametrize(
+    "geom",
+    [
+        {},
+        {"det_spacing": 1.3, "center": 17.25},
+        {"det_spacing": 0.7, "axis_shift": "random"},
+    ],
+)
 def test_cpu_linear_matches_float64_reference(rng, geom):
     if geom.get("axis_shift") == "random":
         geom = dict(geom, axis_shift=rng.uniform(-3, 3, 37))
@@ -104,7 +111,7 @@ def test_cpu_nearest_and_linear8_match_reference(rng):
     lin8 = ParallelBackprojection(geometry, volume, backend="cpu", interpolation="linear8")(sinos)
     exact = reference_backprojection(sinos, geometry, volume)
     err = rel(lin8, exact)
-    assert 0 < err < TEXTURE_VS_EXACT_RANDOM   # 8-bit weights: close, never identical
+    assert 0 < err < TEXTURE_VS_EXACT_RANDOM  # 8-bit weights: close, never identical
 
 
 def test_volume_wider_than_detector_gets_nothing_outside(rng):
@@ -139,11 +146,13 @@ def test_bad_input():
 
 # -- CUDA ------------------------------------------------------------------------------------
 
+
 def _gpu_case(rng, n_angles, n_cols, n_slices, shape, **geom):
     import cupy as cp
+
     geometry, volume, sinos = random_case(rng, n_angles, n_cols, n_slices, shape, **geom)
     op = ParallelBackprojection(geometry, volume, backend="cuda")
-    out = cp.full((n_slices,) + shape, cp.nan, cp.float32)   # poison: unwritten pixels show
+    out = cp.full((n_slices,) + shape, cp.nan, cp.float32)  # poison: unwritten pixels show
     got = op(cp.asarray(sinos), out=out)
     assert isinstance(got, cp.ndarray)
     got = cp.asnumpy(got)
@@ -152,18 +161,24 @@ def _gpu_case(rng, n_angles, n_cols, n_slices, shape, **geom):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("n_angles,n_cols,n_slices,shape", [
-    (1, 31, 1, (17, 19)),          # one angle, odd sizes
-    (180, 64, 5, (64, 64)),
-    (361, 127, 3, (101, 131)),
-    (10_000, 33, 2, (21, 23)),     # several constant-memory passes
-    (7, 21, 2100, (9, 11)),        # more slices than texture layers
-])
+@pytest.mark.parametrize(
+    "n_angles,n_cols,n_slices,shape",
+    [
+        (1, 31, 1, (17, 19)),  # one angle, odd sizes
+        (180, 64, 5, (64, 64)),
+        (361, 127, 3, (101, 131)),
+        (10_000, 33, 2, (21, 23)),  # several constant-memory passes
+        (7, 21, 2100, (9, 11)),  # more slices than texture layers
+    ],
+)
 def test_cuda_matches_cpu_texture_mode(rng, n_angles, n_cols, n_slices, shape):
-    geometry, volume, sinos, got = _gpu_case(rng, n_angles, n_cols, n_slices, shape,
-                                             det_spacing=1.1, axis_shift=rng.uniform(-2, 2, n_angles))
-    cpu = {mode: ParallelBackprojection(geometry, volume, interpolation=mode, backend="cpu")(sinos)
-           for mode in ("linear8", "linear")}
+    geometry, volume, sinos, got = _gpu_case(
+        rng, n_angles, n_cols, n_slices, shape, det_spacing=1.1, axis_shift=rng.uniform(-2, 2, n_angles)
+    )
+    cpu = {
+        mode: ParallelBackprojection(geometry, volume, interpolation=mode, backend="cpu")(sinos)
+        for mode in ("linear8", "linear")
+    }
     assert rel(got, cpu["linear8"]) < 1e-5
     assert rel(got, cpu["linear"]) < texture_vs_exact_bound(n_angles)
 
@@ -171,6 +186,7 @@ def test_cuda_matches_cpu_texture_mode(rng, n_angles, n_cols, n_slices, shape):
 @pytest.mark.gpu
 def test_cuda_nearest_matches_cpu(rng):
     import cupy as cp
+
     geometry, volume, sinos = random_case(rng, 200, 77, 3, (70, 81))
     gpu = ParallelBackprojection(geometry, volume, interpolation="nearest", backend="cuda")
     cpu = ParallelBackprojection(geometry, volume, interpolation="nearest", backend="cpu")
@@ -181,11 +197,12 @@ def test_cuda_nearest_matches_cpu(rng):
 def test_cuda_smooth_data_close_to_exact(rng):
     """On band-limited data the 8-bit weights cost far less than on noise."""
     import cupy as cp
+
     n_angles, n_cols = 256, 128
     geometry = ParallelGeometry(np.linspace(0, np.pi, n_angles, endpoint=False), n_cols, n_rows=1)
     volume = geometry.default_volume()
     s = geometry.column_positions()
-    sinos = np.exp(-(s / 20.0) ** 2)[None, None, :].repeat(n_angles, 1).astype(np.float32)
+    sinos = np.exp(-((s / 20.0) ** 2))[None, None, :].repeat(n_angles, 1).astype(np.float32)
     got = cp.asnumpy(ParallelBackprojection(geometry, volume, backend="cuda")(cp.asarray(sinos)))
     exact = reference_backprojection(sinos, geometry, volume)
     assert rel(got, exact) < TEXTURE_VS_EXACT_SMOOTH
@@ -194,13 +211,15 @@ def test_cuda_smooth_data_close_to_exact(rng):
 @pytest.mark.gpu
 def test_cuda_outside_detector_is_zero():
     import cupy as cp
+
     n = 16
     geometry = ParallelGeometry([0.0, 0.5], n, n_rows=1)
     volume = VolumeGeometry((1, 8, 64))
     sinos = cp.ones((1, 2, n), cp.float32)
     out = cp.asnumpy(ParallelBackprojection(geometry, volume, backend="cuda")(sinos))[0]
-    cpu = ParallelBackprojection(geometry, volume, interpolation="linear8",
-                                 backend="cpu")(np.ones((1, 2, n), np.float32))[0]
+    cpu = ParallelBackprojection(geometry, volume, interpolation="linear8", backend="cpu")(
+        np.ones((1, 2, n), np.float32)
+    )[0]
     np.testing.assert_allclose(out, cpu, atol=1e-6)
     assert (out[:, :4] == 0).all() and (out[:, -4:] == 0).all()
 
@@ -210,6 +229,7 @@ def test_cuda_takes_numpy_returns_numpy_and_rejects_float64(rng):
     """NumPy in, NumPy out on the CUDA backend (``out`` filled in place), the
     same values as CuPy in, CuPy out; float64 is refused by name."""
     import cupy as cp
+
     geometry, volume, sinos = random_case(rng, 40, 30, 3, (20, 24))
     op = ParallelBackprojection(geometry, volume, backend="cuda")
     on_gpu = op(cp.asarray(sinos)).get()
@@ -238,7 +258,7 @@ def test_cuda_texture_cache_reuse_is_safe(rng):
     other = rng.standard_normal(sinos.shape).astype(np.float32)
     with cp.cuda.Stream(non_blocking=True):
         second = op(cp.asarray(other)).get()
-    assert len(texture.layered_cache().keys()) == 1   # the same texture, reused
+    assert len(texture.layered_cache().keys()) == 1  # the same texture, reused
     assert rel(first, cpu(sinos)) < 1e-5 and rel(second, cpu(other)) < 1e-5
     texture.clear_cache()
     assert not texture.layered_cache().keys()
@@ -248,28 +268,32 @@ def test_cuda_texture_cache_reuse_is_safe(rng):
 def test_removed_precision_spellings_are_refused(rng, old):
     """The 0.x spellings are gone, not aliased: one vocabulary, NumPy's dtype names."""
     import leveret
+
     geometry, volume, sinos = random_case(rng, 30, 25, 2, (16, 18))
     with pytest.raises(ValueError, match=f"^precision: expected one of .*, got '{old}'"):
         ParallelBackprojection(geometry, volume, backend="cpu", precision=old)
     with pytest.raises(ValueError, match=f"^precision: expected one of .*, got '{old}'"):
-        leveret.fbp(sinos[0], ParallelGeometry(np.linspace(0, np.pi, 30, endpoint=False), 25), backend="cpu",
-                    precision=old)
+        leveret.fbp(
+            sinos[0], ParallelGeometry(np.linspace(0, np.pi, 30, endpoint=False), 25), backend="cpu", precision=old
+        )
 
 
 def test_precision_outside_the_vocabulary_is_an_error_naming_it():
     import leveret
+
     geometry = ParallelGeometry(np.linspace(0, np.pi, 8, endpoint=False), 16)
     with pytest.raises(ValueError, match="precision: expected one of 'float32', 'float64', 'float16', got 'half'"):
         leveret.fbp(np.zeros(geometry.projection_shape, np.float32), geometry, backend="cpu", precision="half")
     with pytest.raises(ValueError, match="precision: expected one of 'float32', 'float16', got 'float64'"):
         ParallelBackprojection(geometry, VolumeGeometry((16, 16)), backend="cpu", precision="float64")
     op = ParallelBackprojection(geometry, VolumeGeometry((16, 16)), backend="cpu", precision=np.float16)
-    assert op.precision == "float16"   # a NumPy dtype is taken by its name
+    assert op.precision == "float16"  # a NumPy dtype is taken by its name
 
 
 def test_repr_is_the_operators_uniform_repr():
     geometry = ParallelGeometry(np.linspace(0, np.pi, 8, endpoint=False), 16)
     text = repr(ParallelBackprojection(geometry, VolumeGeometry((16, 16)), backend="cpu", precision="float16"))
     assert text.startswith("ParallelBackprojection(ParallelGeometry(")
-    assert text.endswith("backend='cpu', interpolation='linear', kernel='auto', precision='float16', "
-                         "kernel_choice=None)")
+    assert text.endswith(
+        "backend='cpu', interpolation='linear', kernel='auto', precision='float16', kernel_choice=None)"
+    )

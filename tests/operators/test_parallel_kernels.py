@@ -1,6 +1,7 @@
 """The parallel-beam kernels, CPU side: fp16 packing, ROI geometry, the ALU kernel's
 cache arithmetic (emulated in NumPy float32 against the exact reference), the
 fast mode's error bound, and the tuner's cache logic with a fake timer."""
+
 from __future__ import annotations
 
 import json
@@ -11,8 +12,14 @@ import pytest
 import leveret
 from leveret import phantom
 from leveret.cuda import tuning
-from leveret.cuda.backproject_parallel import (MAX_EXACT_CACHE_WIDTH, alu_plan, alu_table,
-                                               cache_width, pack_slices, unpack_slices)
+from leveret.cuda.backproject_parallel import (
+    MAX_EXACT_CACHE_WIDTH,
+    alu_plan,
+    alu_table,
+    cache_width,
+    pack_slices,
+    unpack_slices,
+)
 from leveret.geometry import ParallelGeometry, VolumeGeometry
 from leveret.operators import ParallelBackprojection
 from leveret.operators.parallel import parallel_table
@@ -70,6 +77,7 @@ def random_case(rng, n_angles=37, n_cols=41, n_slices=3, shape=(29, 33), voxel=(
 
 # -- packing -----------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("per", [1, 2, 4])
 @pytest.mark.parametrize("n_slices", [1, 2, 3, 5, 8])
 def test_pack_unpack_roundtrip(rng, per, n_slices):
@@ -82,12 +90,13 @@ def test_pack_unpack_roundtrip(rng, per, n_slices):
         four = packed.reshape(layers, 7, 11, per)
         for k in range(n_slices):
             np.testing.assert_array_equal(four[k // per, :, :, k % per], x[k].astype(dtype))
-        for k in range(n_slices, layers * per):          # padding channels are zero
+        for k in range(n_slices, layers * per):  # padding channels are zero
             assert not four[k // per, :, :, k % per].any()
         np.testing.assert_array_equal(unpack_slices(packed, per, n_slices), x.astype(dtype))
 
 
 # -- region of interest ------------------------------------------------------------------------
+
 
 def test_roi_table_is_the_shifted_table(rng):
     geometry, volume, _ = random_case(rng, det_spacing=1.3, center=17.25)
@@ -109,7 +118,7 @@ def test_roi_equals_crop_of_full_slice(rng, mode):
         assert op.out_shape == (h, w)
         got = op(sinos)
         assert got.shape == (3, h, w)
-        crop = full[:, y0:y0 + h, x0:x0 + w]
+        crop = full[:, y0 : y0 + h, x0 : x0 + w]
         if mode == "linear":
             np.testing.assert_allclose(got, crop, rtol=1e-5, atol=1e-5 * np.abs(full).max())
         same.append(np.isclose(got, crop, rtol=1e-5, atol=1e-5).ravel())
@@ -138,8 +147,9 @@ def test_bad_kernel_combinations(rng):
     with pytest.raises(ValueError, match=r"^kernel_options\['packing'\]: 'half4' texels hold fp16"):
         ParallelBackprojection(geometry, volume, backend="cpu", kernel_options={"packing": "half4"})
     with pytest.raises(ValueError, match=r"^kernel_options\['packing'\]: 'float2' texels hold float32"):
-        ParallelBackprojection(geometry, volume, backend="cpu", kernel_options={"packing": "float2"},
-                               precision="float16")
+        ParallelBackprojection(
+            geometry, volume, backend="cpu", kernel_options={"packing": "float2"}, precision="float16"
+        )
     with pytest.raises(ValueError, match=r"^kernel_options\['packing'\]: expected one of"):
         ParallelBackprojection(geometry, volume, backend="cpu", kernel_options={"packing": "half8"})
     with pytest.raises(ValueError, match="kernel_options"):
@@ -149,6 +159,7 @@ def test_bad_kernel_combinations(rng):
 
 
 # -- the ALU kernel's arithmetic, emulated ----------------------------------------------------
+
 
 def fma32(x, y, z):
     """float32 fused multiply-add, correctly rounded (CUDA's __fmaf_rn), in NumPy.
@@ -177,11 +188,11 @@ def _alu_tiles(table64, tile, ny, nx):
     (the kernel rounds off to float32)."""
     t64 = alu_table(table64, tile)
     j, i = np.mgrid[0:ny, 0:nx]
-    tx, ty = i // tile, j // tile                    # tile of each pixel
+    tx, ty = i // tile, j // tile  # tile of each pixel
 
     def views():
         for a, b, c, cm in t64:
-            hb = c + (tx * tile) * a + (ty * tile) * b             # per tile
+            hb = c + (tx * tile) * a + (ty * tile) * b  # per tile
             hm = np.floor(hb + cm) - 1.0
             yield a, b, hm, hb - hm
 
@@ -205,12 +216,12 @@ def emulate_alu(sinos, table64, ny, nx, tile, nearest=False, fused=False):
         off = off.astype(np.float32)
         a32, b32 = np.float32(a), np.float32(b)
         if fused:
-            bx, rx = lx % 16, lx - lx % 16                     # base pixel, 16 rx
+            bx, rx = lx % 16, lx - lx % 16  # base pixel, 16 rx
             by, ry = ly % 16, ly - ly % 16
             h0 = fma32(bx, a32, fma32(by, b32, off))
             h = fma32(rx, a32, fma32(ry, b32, h0))
         else:
-            h = off + lx * a32 + ly * b32                      # float32
+            h = off + lx * a32 + ly * b32  # float32
         if nearest:
             h = h + np.float32(0.5)
         k = np.floor(h)
@@ -247,7 +258,7 @@ def alu_sample_bound(sinos, table64, ny, nx, tile):
         col = hm.astype(np.int64) + np.floor(off + lx * a + ly * b).astype(np.int64)
         for s in range(n_slices):
             q = np.concatenate([np.zeros(2), sinos[s, n].astype(np.float64), np.zeros(3)])
-            at = lambda d: q[np.clip(col + d, -2, n_cols + 2) + 2]   # noqa: E731
+            at = lambda d: q[np.clip(col + d, -2, n_cols + 2) + 2]  # noqa: E731
             steep = np.max([np.abs(at(d + 1) - at(d)) for d in (-1, 0, 1)], axis=0)
             size = np.max([np.abs(at(d)) for d in (-1, 0, 1, 2)], axis=0)
             out[s] += dh * steep + 4 * 2.0**-24 * size
@@ -264,21 +275,25 @@ def test_alu_sample_bound_holds_for_the_kernels_arithmetic_and_not_for_a_shifted
         got, *_ = emulate_alu(sinos, table64, 101, 111, tile, fused=fused)
         assert np.all(np.abs(got - exact) <= bound)
     shifted = table64.copy()
-    shifted[:, 2] += 1e-4   # every detector coordinate 1e-4 px off
+    shifted[:, 2] += 1e-4  # every detector coordinate 1e-4 px off
     got, *_ = emulate_alu(sinos, shifted, 101, 111, tile, fused=True)
     assert np.any(np.abs(got - exact) > bound)
 
 
 @pytest.mark.parametrize("tile", [32, 64])
-@pytest.mark.parametrize("geom,voxel", [({}, (1.0, 1.0, 1.0)),
-                                         ({"det_spacing": 0.45, "axis_shift": "random"}, (1.0, 0.9, 1.1)),
-                                         ({"det_spacing": 2.5, "center": 3.0}, (1.0, 1.0, 1.0))])
+@pytest.mark.parametrize(
+    "geom,voxel",
+    [
+        ({}, (1.0, 1.0, 1.0)),
+        ({"det_spacing": 0.45, "axis_shift": "random"}, (1.0, 0.9, 1.1)),
+        ({"det_spacing": 2.5, "center": 3.0}, (1.0, 1.0, 1.0)),
+    ],
+)
 def test_alu_cache_indices_stay_inside_and_match_exact(rng, tile, geom, voxel):
-    geometry, volume, sinos = random_case(rng, n_angles=60, n_cols=90, n_slices=2, shape=(70, 77),
-                                          voxel=voxel, **geom)
+    geometry, volume, sinos = random_case(rng, n_angles=60, n_cols=90, n_slices=2, shape=(70, 77), voxel=voxel, **geom)
     table64 = parallel_table(geometry, volume, np.float64, (3, 2))
     got, lo, hi, cw = emulate_alu(sinos, table64, 67, 75, tile)
-    assert lo >= 0 and hi <= cw - 2, (lo, hi, cw)      # the kernel never reads outside its cache
+    assert lo >= 0 and hi <= cw - 2, (lo, hi, cw)  # the kernel never reads outside its cache
     exact = ParallelBackprojection(geometry, volume, backend="cpu", roi=(3, 2, 67, 75))(sinos)
     if cw > MAX_EXACT_CACHE_WIDTH:
         # float32 cache coordinates this large lose the 1e-5: the launcher refuses the tile
@@ -290,8 +305,9 @@ def test_alu_cache_indices_stay_inside_and_match_exact(rng, tile, geom, voxel):
     assert rel(got, exact) < 1e-5
     near, lo, hi, _ = emulate_alu(sinos, table64, 67, 75, tile, nearest=True)
     assert lo >= 0 and hi <= cw - 2
-    ref = ParallelBackprojection(geometry, volume, backend="cpu", roi=(3, 2, 67, 75),
-                                 interpolation="nearest")(sinos.astype(np.float64))
+    ref = ParallelBackprojection(geometry, volume, backend="cpu", roi=(3, 2, 67, 75), interpolation="nearest")(
+        sinos.astype(np.float64)
+    )
     # Detector coordinates within float32 rounding of a half-pixel pick the other neighbour in
     # float32: measured mismatch shares 0.01-0.3 % over 40 seeds, 1.3 % once; a wrong
     # neighbour rule mismatches most pixels.
@@ -303,15 +319,19 @@ def test_fma32_is_correctly_rounded(rng):
     y = rng.standard_normal(50000).astype(np.float32)
     z = (rng.standard_normal(50000) * 10.0 ** rng.uniform(-8, 3, 50000)).astype(np.float32)
     from fractions import Fraction
+
     got = fma32(x, y, z)
-    for k in range(0, 50000, 97):   # exact rational arithmetic on a sample
+    for k in range(0, 50000, 97):  # exact rational arithmetic on a sample
         exact = Fraction(float(x[k])) * Fraction(float(y[k])) + Fraction(float(z[k]))
-        cands = [np.float32(float(exact)), np.nextafter(np.float32(float(exact)), np.float32(np.inf)),
-                 np.nextafter(np.float32(float(exact)), np.float32(-np.inf))]
+        cands = [
+            np.float32(float(exact)),
+            np.nextafter(np.float32(float(exact)), np.float32(np.inf)),
+            np.nextafter(np.float32(float(exact)), np.float32(-np.inf)),
+        ]
         best = min(cands, key=lambda c: (abs(Fraction(float(c)) - exact), int(c.view(np.int32)) & 1))
         assert got[k] == best, k
     # just above the midpoint between 1 and the next float32: rounds up
-    one_half_ulp = np.float32(1.0 + 2.0 ** -24 + 2.0 ** -40 - 1.0)
+    one_half_ulp = np.float32(1.0 + 2.0**-24 + 2.0**-40 - 1.0)
     assert fma32(np.float32(1.0), np.float32(1.0), one_half_ulp) == np.nextafter(np.float32(1), np.float32(2))
 
 
@@ -332,6 +352,7 @@ def test_alu_nearest_fused_emulation(rng):
 
 # -- fast (fp16) mode: error bound ---------------------------------------------------------------
 
+
 def test_fast_mode_error_bound_phantom():
     geometry = ParallelGeometry(np.linspace(0, np.pi, 400, endpoint=False), 256)
     sino = phantom.shepp_logan_ellipses(100.0).project(geometry).astype(np.float32)
@@ -346,6 +367,7 @@ def test_fast_mode_error_bound_phantom():
 
 def test_fast_mode_error_bound_real_scan(savu_scan):
     from leveret.preprocess import minus_log, normalize
+
     scan = savu_scan
     p = minus_log(normalize(scan.projections, scan.flat, scan.dark))
     g = ParallelGeometry(scan.angles, 160, n_rows=135, center=86.0)
@@ -406,7 +428,8 @@ def test_cpu_fast_linear8_is_the_fp16_texture_fetch(rng):
     assert rel(got, emulate_fp16_texture(sinos, fast.table(np.float32), volume.ny, volume.nx, ties="even")) > 1e-5
     # the final fp16 rounding is what the GPU measured (2e-4 apart without it)
     unrounded = ParallelBackprojection(geometry, volume, backend="cpu", interpolation="linear8")(
-        sinos.astype(np.float16).astype(np.float32))
+        sinos.astype(np.float16).astype(np.float32)
+    )
     assert 5e-5 < rel(got, unrounded) < 5e-4
 
 
@@ -418,8 +441,9 @@ def test_fp16_bound_rejects_wrong_models(rng, n_angles):
     shape = (101, 111) if n_angles == 1 else (64, 64)
     # the GPU tests' sizes: one angle has few distinct coordinates, 8 slices
     # give it enough independent samples (ties to even 1.2x to 2x the bound)
-    geometry, volume, sinos = random_case(rng, n_angles, 127 if n_angles == 1 else 64,
-                                          8 if n_angles == 1 else 2, shape, axis_shift="random")
+    geometry, volume, sinos = random_case(
+        rng, n_angles, 127 if n_angles == 1 else 64, 8 if n_angles == 1 else 2, shape, axis_shift="random"
+    )
     got = ParallelBackprojection(geometry, volume, backend="cpu", precision="float16", interpolation="linear8")(sinos)
     table = ParallelBackprojection(geometry, volume, backend="cpu").table(np.float32)
     bound = fp16_texture_bound(n_angles * sinos.shape[0] * volume.ny * volume.nx)
@@ -431,26 +455,32 @@ def test_round_fp16_matches_numpy_ties_away(rng):
     """_round_fp16 is NumPy's float16 conversion except at ties, which go away
     from zero (NumPy: to even)."""
     from leveret.cpu.backproject_parallel import _round_fp16
+
     h = rng.standard_normal(20000) * np.exp(rng.uniform(-25, 12, 20000))
-    special = np.array([0.0, -0.0, 65504.0, 65519.9, 65520.0, -70000.0, 2.0 ** -24, 2.0 ** -26,
-                        2.0 ** -14, np.inf, -np.inf])
+    special = np.array([0.0, -0.0, 65504.0, 65519.9, 65520.0, -70000.0, 2.0**-24, 2.0**-26, 2.0**-14, np.inf, -np.inf])
     x = np.concatenate([h, special])
     got = np.array([_round_fp16(v) for v in x])
     with np.errstate(over="ignore"):
         want = x.astype(np.float16).astype(np.float64)
     np.testing.assert_array_equal(got, want)
     # midpoints between neighbouring float16 values, normal and subnormal
-    lo = np.concatenate([np.arange(-300, 300), np.arange(-40, 40) * 2.0 ** -24,
-                         rng.standard_normal(2000) * np.exp(rng.uniform(-9, 9, 2000))]).astype(np.float16)
+    lo = np.concatenate(
+        [
+            np.arange(-300, 300),
+            np.arange(-40, 40) * 2.0**-24,
+            rng.standard_normal(2000) * np.exp(rng.uniform(-9, 9, 2000)),
+        ]
+    ).astype(np.float16)
     hi = np.nextafter(lo, np.float16(np.inf))
     mid = (lo.astype(np.float64) + hi.astype(np.float64)) / 2
     away = np.where(np.abs(hi.astype(np.float64)) > np.abs(lo.astype(np.float64)), hi, lo).astype(np.float64)
     got = np.array([_round_fp16(v) for v in mid])
     np.testing.assert_array_equal(got, away)
-    assert (got != mid.astype(np.float16).astype(np.float64)).any()      # not ties to even
+    assert (got != mid.astype(np.float16).astype(np.float64)).any()  # not ties to even
 
 
 # -- tuner ------------------------------------------------------------------------------------
+
 
 def test_tuner_picks_fastest_and_caches(tmp_path):
     path = tmp_path / "tuning.json"
@@ -465,7 +495,7 @@ def test_tuner_picks_fastest_and_caches(tmp_path):
         calls.append(config)
         idx = configs.index(config)
         if idx == 2:
-            raise ValueError("does not fit")     # skipped, not fatal
+            raise ValueError("does not fit")  # skipped, not fatal
         return fake[idx]
 
     key = tuning.problem_class(64, 2048, 2048, 2048, "linear", "float32")
@@ -473,8 +503,9 @@ def test_tuner_picks_fastest_and_caches(tmp_path):
     assert best == configs[winner] and len(calls) == len(configs) and len(results) == len(configs) - 1
     assert tuning.lookup("NVIDIA H200", key, path=path) == json.loads(json.dumps(configs[winner]))
     assert tuning.lookup("NVIDIA H100", key, path=path) is None
-    assert tuning.lookup("NVIDIA H200", tuning.problem_class(1, 2048, 2048, 2048, "linear", "float32"),
-                         path=path) is None
+    assert (
+        tuning.lookup("NVIDIA H200", tuning.problem_class(1, 2048, 2048, 2048, "linear", "float32"), path=path) is None
+    )
     # a second problem class adds to the file, keeps the first
     key2 = tuning.problem_class(1, 512, 512, 720, "nearest", "float32")
     tuning.tune("NVIDIA H200", key2, [{"kernel": "texture"}], lambda c: 1e-3, path=path)
@@ -489,7 +520,7 @@ def test_tuner_cache_file_robustness(tmp_path):
     path.write_text("{not json")
     assert tuning.load(path) == {}
     path.write_text(json.dumps({"version": 0, "gpus": {"x": {}}}))
-    assert tuning.load(path) == {}                      # other versions are ignored
+    assert tuning.load(path) == {}  # other versions are ignored
     with pytest.raises(ValueError, match="no candidate"):
         tuning.tune("gpu", "k", [{"kernel": "alu"}], lambda c: float("nan"), path=path)
 
@@ -500,12 +531,12 @@ def test_tuner_cache_rereads_a_replaced_file(tmp_path):
     path = tmp_path / "tuning.json"
     tuning.tune("gpu", "k", [{"kernel": "alu"}], lambda c: 1.0, path=path)
     assert tuning.lookup("gpu", "k", path=path) == {"kernel": "alu"}
-    text = path.read_text().replace('"alu"', '"tex"')      # same length, other kernel
+    text = path.read_text().replace('"alu"', '"tex"')  # same length, other kernel
     other = tmp_path / "other.json"
     other.write_text(text)
     other.replace(path)
     assert tuning.lookup("gpu", "k", path=path) == {"kernel": "tex"}
-    tuning.load(path)["gpu"]["k"]["config"]["kernel"] = "changed"   # a caller's change stays its own
+    tuning.load(path)["gpu"]["k"]["config"]["kernel"] = "changed"  # a caller's change stays its own
     assert tuning.lookup("gpu", "k", path=path) == {"kernel": "tex"}
 
 
@@ -535,6 +566,7 @@ def test_kernel_resolution_says_what_decided(monkeypatch, tmp_path, rng):
     """The ``kernel`` argument, else this GPU's tuning cache entry, else the
     rule; ``kernel_choice`` (and the repr) say which."""
     import leveret.operators.parallel as par
+
     geometry, volume, _ = random_case(rng)
     monkeypatch.setattr(par, "_gpu_name", lambda: "Fake GPU")
     monkeypatch.setenv("LEVERET_CACHE_DIR", str(tmp_path))
@@ -553,21 +585,20 @@ def test_kernel_resolution_says_what_decided(monkeypatch, tmp_path, rng):
     assert hyb.resolve_kernel(8) == {"kernel": "hybrid", "packing": "half4"}
     assert hyb.resolve_kernel(2) == {"kernel": "hybrid", "packing": "half2"}
     tuning.tune("Fake GPU", op.problem_key(8), [{"kernel": "alu", "tile": 64, "nv": 2}], lambda c: 1.0)
-    assert op.resolve_kernel(8) == {"kernel": "alu", "tile": 64, "nv": 2}         # the cache
+    assert op.resolve_kernel(8) == {"kernel": "alu", "tile": 64, "nv": 2}  # the cache
     assert op.kernel_choice.endswith(f"(tuned for Fake GPU ({op.problem_key(8)} in {tmp_path / 'tuning.json'}))")
-    explicit = ParallelBackprojection(geometry, volume, backend="cpu", kernel="texz",
-                                      kernel_options={"nq": 8})
+    explicit = ParallelBackprojection(geometry, volume, backend="cpu", kernel="texz", kernel_options={"nq": 8})
     assert explicit.resolve_kernel(8) == {"kernel": "texz", "nq": 8, "packing": "float2"}
     assert explicit.kernel_choice == "kernel=texz, nq=8, packing=float2 (given, kernel_options={'nq': 8})"
-
 
 
 def test_default_falls_back_to_texture_kernels(monkeypatch, tmp_path):
     """Where the ALU cache does not fit (pixels 7x the bin width), or the
     interpolation is the texture unit's, "auto" runs the texture kernels."""
     import leveret.operators.parallel as par
+
     monkeypatch.setattr(par, "_gpu_name", lambda: "Fake GPU")
-    monkeypatch.setenv("LEVERET_CACHE_DIR", str(tmp_path))   # an empty cache: the rule decides
+    monkeypatch.setenv("LEVERET_CACHE_DIR", str(tmp_path))  # an empty cache: the rule decides
     g = ParallelGeometry(np.linspace(0, np.pi, 90, endpoint=False), 2048, n_rows=8, det_spacing=0.5)
     wide = VolumeGeometry((8, 97, 131), voxel_size=3.5)
     with pytest.raises(ValueError, match="tile"):
@@ -589,20 +620,28 @@ def test_default_falls_back_to_texture_kernels(monkeypatch, tmp_path):
     assert ParallelBackprojection(g, mid, backend="cpu").resolve_kernel(8) == {"kernel": "alu", "tile": 32, "nv": 2}
 
 
-@pytest.mark.parametrize("kwargs,name", [
-    ({"kernel": "warp"}, "kernel"), ({"kernel": "texz", "packing": "float4"}, "packing"),
-    ({"kernel": "texz", "nq": 16}, "nq"), ({"kernel": "texz", "packing": "half4", "nq": 8}, "nq"),
-    ({"kernel": "texture", "packing": "half4"}, "packing"), ({"kernel": "alu", "tile": 48}, "tile"),
-    ({"kernel": "alu", "nv": 3}, "nv"), ({"kernel": "alu", "nv": 4, "tile": 64}, "nv"),
-    ({"kernel": "hybrid", "ratio": (3, 2)}, "ratio"), ({"kernel": "hybrid", "ratio": (1, 0)}, "ratio"),
-    ({"kernel": "alu", "tile": 64, "interpolation": "nearest", "nv": 1}, "tile"),
-])
+@pytest.mark.parametrize(
+    "kwargs,name",
+    [
+        ({"kernel": "warp"}, "kernel"),
+        ({"kernel": "texz", "packing": "float4"}, "packing"),
+        ({"kernel": "texz", "nq": 16}, "nq"),
+        ({"kernel": "texz", "packing": "half4", "nq": 8}, "nq"),
+        ({"kernel": "texture", "packing": "half4"}, "packing"),
+        ({"kernel": "alu", "tile": 48}, "tile"),
+        ({"kernel": "alu", "nv": 3}, "nv"),
+        ({"kernel": "alu", "nv": 4, "tile": 64}, "nv"),
+        ({"kernel": "hybrid", "ratio": (3, 2)}, "ratio"),
+        ({"kernel": "hybrid", "ratio": (1, 0)}, "ratio"),
+        ({"kernel": "alu", "tile": 64, "interpolation": "nearest", "nv": 1}, "tile"),
+    ],
+)
 def test_gpu_launcher_rejects_bad_parameters_before_touching_the_gpu(kwargs, name):
     """The launcher validates its arguments first (no CuPy needed to get the error)."""
     from leveret.cuda.backproject_parallel import ParallelBackprojectorGPU
+
     g = ParallelGeometry(np.linspace(0, np.pi, 8, endpoint=False), 16, n_rows=4)
     t64 = parallel_table(g, g.default_volume(), np.float64)
-    sinos = np.zeros((4, 8, 16), np.float32)            # stands in for a CuPy array
+    sinos = np.zeros((4, 8, 16), np.float32)  # stands in for a CuPy array
     with pytest.raises(ValueError, match=name):
-        ParallelBackprojectorGPU()(sinos, t64.astype(np.float32), t64, np.zeros((4, 16, 16), np.float32),
-                                   **kwargs)
+        ParallelBackprojectorGPU()(sinos, t64.astype(np.float32), t64, np.zeros((4, 16, 16), np.float32), **kwargs)

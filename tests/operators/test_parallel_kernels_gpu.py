@@ -4,6 +4,7 @@ fp16 texels (half2, half4) vs the CPU's fp16 round trip + linear8, the ALU kerne
 vs the exact CPU reference, the hybrid vs the tile-by-tile mix of both. Outputs
 are poisoned with NaN before each run; inputs are fresh random data, odd sizes,
 ROIs and phantoms."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -15,8 +16,16 @@ from leveret.geometry import ParallelGeometry, VolumeGeometry
 from leveret.operators import ParallelBackprojection
 
 from test_parallel_backprojection import texture_vs_exact_bound
-from test_parallel_kernels import (FAST_TEXTURE_VS_EXACT_PHANTOM, FAST_VS_EXACT_SCAN, alu_sample_bound,
-                                    emulate_alu, emulate_fp16_texture, fp16_texture_bound, random_case, rel)
+from test_parallel_kernels import (
+    FAST_TEXTURE_VS_EXACT_PHANTOM,
+    FAST_VS_EXACT_SCAN,
+    alu_sample_bound,
+    emulate_alu,
+    emulate_fp16_texture,
+    fp16_texture_bound,
+    random_case,
+    rel,
+)
 
 
 pytestmark = pytest.mark.gpu
@@ -31,9 +40,10 @@ def _with_packing(kwargs: dict, packing) -> dict:
 
 def run_gpu(geometry, volume, sinos, packing=None, **kwargs):
     import cupy as cp
+
     op = ParallelBackprojection(geometry, volume, backend="cuda", **_with_packing(kwargs, packing))
     ny, nx = op.out_shape
-    out = cp.full((sinos.shape[0], ny, nx), cp.nan, cp.float32)   # poison: unwritten pixels show
+    out = cp.full((sinos.shape[0], ny, nx), cp.nan, cp.float32)  # poison: unwritten pixels show
     got = op(cp.asarray(sinos), out=out)
     assert got is out
     got = cp.asnumpy(got)
@@ -49,22 +59,24 @@ CASES = [  # n_angles, n_cols, n_slices, shape
     (1, 31, 1, (17, 19)),
     (180, 64, 3, (64, 64)),
     (361, 127, 5, (101, 131)),
-    (2100, 45, 2, (37, 41)),      # two constant-memory passes
+    (2100, 45, 2, (37, 41)),  # two constant-memory passes
 ]
 
 
 @pytest.mark.parametrize("case", CASES)
-@pytest.mark.parametrize("config", [
-    {"kernel": "texture", "packing": "float"},
-    {"kernel": "texz", "packing": "float", "kernel_options": {"nq": 4}},
-    {"kernel": "texz", "packing": "float", "kernel_options": {"nq": 8}},
-    {"kernel": "texz", "kernel_options": {"nq": 4}},
-    {"kernel": "texz", "kernel_options": {"nq": 8}},
-])
+@pytest.mark.parametrize(
+    "config",
+    [
+        {"kernel": "texture", "packing": "float"},
+        {"kernel": "texz", "packing": "float", "kernel_options": {"nq": 4}},
+        {"kernel": "texz", "packing": "float", "kernel_options": {"nq": 8}},
+        {"kernel": "texz", "kernel_options": {"nq": 4}},
+        {"kernel": "texz", "kernel_options": {"nq": 8}},
+    ],
+)
 def test_texture_kernels_match_cpu_linear8(rng, case, config):
     n_angles, n_cols, n_slices, shape = case
-    geometry, volume, sinos = random_case(rng, n_angles, n_cols, n_slices, shape, det_spacing=1.1,
-                                          axis_shift="random")
+    geometry, volume, sinos = random_case(rng, n_angles, n_cols, n_slices, shape, det_spacing=1.1, axis_shift="random")
     got, name = run_gpu(geometry, volume, sinos, **config)
     assert name.startswith(config["kernel"])
     assert rel(got, cpu(geometry, volume, sinos, interpolation="linear8")) < 1e-5
@@ -85,8 +97,14 @@ def test_nearest(rng, kernel, packing):
         # kernel's own arithmetic (FMA-exact emulation), where no bin may flip.
         ref = cpu(geometry, volume, sinos.astype(np.float64), interpolation="nearest")
         assert np.mean(np.isclose(got, ref, rtol=1e-4, atol=1e-4)) > 0.99
-        emulated, *_ = emulate_alu(sinos, ParallelBackprojection(geometry, volume).table(np.float64),
-                                   *volume.shape[1:], 32, nearest=True, fused=True)
+        emulated, *_ = emulate_alu(
+            sinos,
+            ParallelBackprojection(geometry, volume).table(np.float64),
+            *volume.shape[1:],
+            32,
+            nearest=True,
+            fused=True,
+        )
         assert rel(got, emulated) < 1e-5
     else:
         assert rel(got, cpu(geometry, volume, sinos, interpolation="nearest")) < 1e-5
@@ -115,8 +133,7 @@ def test_fp16_kernels_match_cpu_fp16_linear8(rng, case, kernel, packing):
     # the CPU rounds each filtered sample to fp16, ties away from zero, as the
     # texture unit does for fp16 texels; the message gives the distance to
     # other models of the fetch (which one fits)
-    assert_fp16_close(got, ref, n_angles * n_slices * shape[0] * shape[1],
-                      _fp16_models(got, geometry, volume, sinos))
+    assert_fp16_close(got, ref, n_angles * n_slices * shape[0] * shape[1], _fp16_models(got, geometry, volume, sinos))
 
 
 def _fp16_models(got, geometry, volume, sinos):
@@ -124,16 +141,16 @@ def _fp16_models(got, geometry, volume, sinos):
     table = ParallelBackprojection(geometry, volume, backend="cpu").table(np.float32)
     ny, nx = volume.shape[1:]
     models = {"ties away": {}, "ties to even": {"ties": "even"}, "unrounded samples": {"round_sample": False}}
-    return ", ".join(f"{name}: {rel(got, emulate_fp16_texture(sinos, table, ny, nx, **kw)):.2e}"
-                     for name, kw in models.items())
+    return ", ".join(
+        f"{name}: {rel(got, emulate_fp16_texture(sinos, table, ny, nx, **kw)):.2e}" for name, kw in models.items()
+    )
 
 
 @pytest.mark.parametrize("case", CASES)
 @pytest.mark.parametrize("tile,nv", [(32, 1), (32, 2), (64, 1), (64, 2), (32, 4)])
 def test_alu_matches_exact_cpu(rng, case, tile, nv):
     n_angles, n_cols, n_slices, shape = case
-    geometry, volume, sinos = random_case(rng, n_angles, n_cols, n_slices, shape, det_spacing=0.8,
-                                          axis_shift="random")
+    geometry, volume, sinos = random_case(rng, n_angles, n_cols, n_slices, shape, det_spacing=0.8, axis_shift="random")
     got, name = run_gpu(geometry, volume, sinos, kernel="alu", kernel_options={"tile": tile, "nv": nv})
     assert name == f"alu-t{tile}-nv{nv}"
     exact = cpu(geometry, volume, sinos)
@@ -171,22 +188,32 @@ def _tile_mask(ny, nx, tile, num, den):
 def test_hybrid_is_the_tilewise_mix(rng, case, tile, ratio, packing):
     n_angles, n_cols, n_slices, shape = case
     geometry, volume, sinos = random_case(rng, n_angles, n_cols, n_slices, shape, axis_shift="random")
-    got, name = run_gpu(geometry, volume, sinos, kernel="hybrid", packing=packing,
-                        kernel_options={"tile": tile, "ratio": ratio})
+    got, name = run_gpu(
+        geometry, volume, sinos, kernel="hybrid", packing=packing, kernel_options={"tile": tile, "ratio": ratio}
+    )
     assert name.startswith(f"hybrid-{ratio[0]}/{ratio[1]}")
     mask = _tile_mask(*shape, tile, *ratio)
     want = np.where(mask, cpu(geometry, volume, sinos, interpolation="linear8"), cpu(geometry, volume, sinos))
     assert rel(got, want) < 1e-5
 
 
-@pytest.mark.parametrize("config", [
-    {"kernel": "texture"}, {"kernel": "texz"}, {"kernel": "alu", "kernel_options": {"tile": 64}},
-    {"kernel": "alu", "kernel_options": {"tile": 32, "nv": 4}},
-    {"kernel": "hybrid", "precision": "float16", "packing": "half4",
-     "kernel_options": {"tile": 32, "ratio": (1, 2)}},
-    {"kernel": "hybrid", "kernel_options": {"tile": 32, "ratio": (1, 2)}},
-    {"kernel": "texz", "precision": "float16", "packing": "half4"},
-])
+@pytest.mark.parametrize(
+    "config",
+    [
+        {"kernel": "texture"},
+        {"kernel": "texz"},
+        {"kernel": "alu", "kernel_options": {"tile": 64}},
+        {"kernel": "alu", "kernel_options": {"tile": 32, "nv": 4}},
+        {
+            "kernel": "hybrid",
+            "precision": "float16",
+            "packing": "half4",
+            "kernel_options": {"tile": 32, "ratio": (1, 2)},
+        },
+        {"kernel": "hybrid", "kernel_options": {"tile": 32, "ratio": (1, 2)}},
+        {"kernel": "texz", "precision": "float16", "packing": "half4"},
+    ],
+)
 @pytest.mark.parametrize("roi", [(5, 7, 40, 33), (0, 0, 1, 1), (60, 70, 10, 11)])
 def test_roi_matches_cpu_roi(rng, config, roi):
     geometry, volume, sinos = random_case(rng, 300, 100, 4, (70, 81), axis_shift="random")
@@ -206,7 +233,7 @@ def test_roi_matches_cpu_roi(rng, config, roi):
     mask = np.broadcast_to(mask, got.shape)
     if (~mask).any():
         assert rel(got[~mask], exact[~mask]) < 1e-5
-    if fast and mask.sum() >= 1000:   # fp16 texels: the measured fp16 residual (fp16_texture_bound)
+    if fast and mask.sum() >= 1000:  # fp16 texels: the measured fp16 residual (fp16_texture_bound)
         assert_fp16_close(got[mask], lin8[mask], 300 * int(mask.sum()))
     elif fast:
         # A few pixels: each sum of 300 fetches has ~0.3 fetches one fp16 step
@@ -222,31 +249,46 @@ def test_roi_matches_cpu_roi(rng, config, roi):
 
 
 @pytest.mark.parametrize("case", CASES[1:])
-@pytest.mark.parametrize("packing,ratio", [("half2", (1, 2)), ("half4", (1, 3)), ("half4", (1, 2)),
-                                           ("half4", (2, 3))])
+@pytest.mark.parametrize("packing,ratio", [("half2", (1, 2)), ("half4", (1, 3)), ("half4", (1, 2)), ("half4", (2, 3))])
 def test_fast_hybrid_is_the_tilewise_mix(rng, case, packing, ratio):
     """Fast hybrid: fp16 texture tiles (CPU fast + linear8) beside float32 ALU tiles (exact)."""
     n_angles, n_cols, n_slices, shape = case
     geometry, volume, sinos = random_case(rng, n_angles, n_cols, n_slices, shape, axis_shift="random")
-    got, name = run_gpu(geometry, volume, sinos, kernel="hybrid", precision="float16", packing=packing,
-                        kernel_options={"tile": 32, "ratio": ratio})
+    got, name = run_gpu(
+        geometry,
+        volume,
+        sinos,
+        kernel="hybrid",
+        precision="float16",
+        packing=packing,
+        kernel_options={"tile": 32, "ratio": ratio},
+    )
     assert name.startswith(f"hybrid-{ratio[0]}/{ratio[1]}-{packing}")
     mask = np.broadcast_to(_tile_mask(*shape, 32, *ratio), got.shape)
     fast8 = cpu(geometry, volume, sinos, interpolation="linear8", precision="float16")
-    assert rel(got[~mask], cpu(geometry, volume, sinos)[~mask]) < 1e-5           # ALU tiles: exact
-    assert_fp16_close(got[mask], fast8[mask], n_angles * int(mask.sum()))       # fp16 texture tiles
+    assert rel(got[~mask], cpu(geometry, volume, sinos)[~mask]) < 1e-5  # ALU tiles: exact
+    assert_fp16_close(got[mask], fast8[mask], n_angles * int(mask.sum()))  # fp16 texture tiles
 
 
 def test_fast_fbp_phantom_bound():
     import cupy as cp
+
     geometry = ParallelGeometry(np.linspace(0, np.pi, 400, endpoint=False), 256)
     sino = phantom.shepp_logan_ellipses(100.0).project(geometry).astype(np.float32)
     exact = leveret.fbp(sino, geometry, backend="cpu")
     for packing in ("half2", "half4"):
         stack = np.repeat(sino[:, None, :], 4, axis=1)
         g3 = ParallelGeometry(geometry.angles, 256, n_rows=4)
-        fast = cp.asnumpy(leveret.fbp(cp.asarray(stack), g3, backend="cuda", precision="float16", kernel="texz",
-                                      kernel_options={"packing": packing}))
+        fast = cp.asnumpy(
+            leveret.fbp(
+                cp.asarray(stack),
+                g3,
+                backend="cuda",
+                precision="float16",
+                kernel="texz",
+                kernel_options={"packing": packing},
+            )
+        )
         for k in range(4):
             assert rel(fast[k], exact) < FAST_TEXTURE_VS_EXACT_PHANTOM
 
@@ -254,6 +296,7 @@ def test_fast_fbp_phantom_bound():
 def test_fast_fbp_real_scan_bound(savu_scan):
     import cupy as cp
     from leveret.preprocess import minus_log, normalize
+
     scan = savu_scan
     p = minus_log(normalize(scan.projections, scan.flat, scan.dark)).astype(np.float32)
     g = ParallelGeometry(scan.angles, 160, n_rows=135, center=86.0)
@@ -261,11 +304,12 @@ def test_fast_fbp_real_scan_bound(savu_scan):
     d = cp.asarray(p)
     exact = cp.asnumpy(leveret.fbp(d, g, vol, backend="cuda", kernel="texz"))
     fast = cp.asnumpy(leveret.fbp(d, g, vol, backend="cuda", kernel="texz", precision="float16"))
-    assert 0 < rel(fast, exact) < FAST_VS_EXACT_SCAN      # the same 8-bit weights: only fp16 differs
+    assert 0 < rel(fast, exact) < FAST_VS_EXACT_SCAN  # the same 8-bit weights: only fp16 differs
 
 
 def test_streamed_equals_in_memory_alu(rng):
     import cupy as cp
+
     g = ParallelGeometry(np.linspace(0, np.pi, 120, endpoint=False), 64, n_rows=9)
     proj = rng.standard_normal((120, 9, 64)).astype(np.float32)
     vol = g.default_volume()
@@ -279,6 +323,7 @@ def test_streamed_equals_in_memory_alu(rng):
 def test_tune_caches_and_auto_uses_it(rng, tmp_path, monkeypatch):
     import cupy as cp
     from leveret.cuda import tuning
+
     monkeypatch.setenv("LEVERET_CACHE_DIR", str(tmp_path))
     geometry, volume, sinos = random_case(rng, 256, 96, 4, (96, 96))
     op = ParallelBackprojection(geometry, volume, backend="cuda")
@@ -294,14 +339,16 @@ def test_tune_caches_and_auto_uses_it(rng, tmp_path, monkeypatch):
 
 def _name():
     from leveret.operators.parallel import _gpu_name
+
     return _gpu_name()
 
 
 # -- kernel="auto" without a tuning cache: the measured defaults ---------------------------------
 
+
 @pytest.fixture
 def no_tuning(monkeypatch, tmp_path):
-    monkeypatch.setenv("LEVERET_CACHE_DIR", str(tmp_path))   # an empty cache: the rule decides
+    monkeypatch.setenv("LEVERET_CACHE_DIR", str(tmp_path))  # an empty cache: the rule decides
 
 
 @pytest.mark.parametrize("n_slices,name", [(1, "alu-t64-nv1"), (2, "alu-t64-nv2"), (5, "alu-t32-nv4")])
@@ -309,7 +356,7 @@ def test_auto_default_exact_is_the_alu_kernel(rng, no_tuning, n_slices, name):
     geometry, volume, sinos = random_case(rng, 300, 90, n_slices, (70, 81), axis_shift="random")
     got, ran = run_gpu(geometry, volume, sinos)
     assert ran == name
-    assert rel(got, cpu(geometry, volume, sinos)) < 1e-5        # exact weights everywhere
+    assert rel(got, cpu(geometry, volume, sinos)) < 1e-5  # exact weights everywhere
 
 
 def test_auto_default_falls_back_to_texz(rng, no_tuning):
@@ -328,8 +375,8 @@ def test_auto_default_fast_is_the_fast_hybrid(rng, no_tuning, n_slices, ratio):
     assert ran == f"hybrid-{ratio[0]}/{ratio[1]}-half{nv}-t32-nv{nv}"
     mask = np.broadcast_to(_tile_mask(70, 81, 32, *ratio), got.shape)
     fast8 = cpu(geometry, volume, sinos, interpolation="linear8", precision="float16")
-    assert rel(got[~mask], cpu(geometry, volume, sinos)[~mask]) < 1e-5           # ALU tiles: exact
-    assert_fp16_close(got[mask], fast8[mask], 300 * int(mask.sum()))            # fp16 texture tiles
+    assert rel(got[~mask], cpu(geometry, volume, sinos)[~mask]) < 1e-5  # ALU tiles: exact
+    assert_fp16_close(got[mask], fast8[mask], 300 * int(mask.sum()))  # fp16 texture tiles
 
 
 def test_fbp_default_from_numpy_is_exact(rng, no_tuning):
@@ -338,7 +385,7 @@ def test_fbp_default_from_numpy_is_exact(rng, no_tuning):
     g = ParallelGeometry(np.linspace(0, np.pi, 240, endpoint=False), 96, n_rows=21, axis_shift=rng.uniform(-1, 1, 240))
     proj = rng.standard_normal(g.projection_shape).astype(np.float32)
     st: dict = {}
-    got = leveret.fbp(proj, g, slab_slices=4, stats=st)   # the time split the stack benchmark reports
+    got = leveret.fbp(proj, g, slab_slices=4, stats=st)  # the time split the stack benchmark reports
     assert rel(got, leveret.fbp(proj, g, backend="cpu")) < 1e-5
     assert st["chunks"] == 6 and st["wall"] > 0 and st["compute"] > 0 and st["h2d"] > 0 and st["d2h"] > 0
     assert st["load"] > 0 and st["store"] > 0
@@ -349,6 +396,7 @@ def test_fbp_roi_gpu(rng, no_tuning, numpy_in):
     """fbp(roi=...) on CUDA: the window of the full reconstruction, from CuPy or
     through the streamed pipeline from NumPy."""
     import cupy as cp
+
     g = ParallelGeometry(np.linspace(0, np.pi, 180, endpoint=False), 80, n_rows=9)
     vol = VolumeGeometry((9, 70, 75))
     proj = rng.standard_normal(g.projection_shape).astype(np.float32)
@@ -358,4 +406,3 @@ def test_fbp_roi_gpu(rng, no_tuning, numpy_in):
     got = got if numpy_in else cp.asnumpy(got)
     assert got.shape == (9, 50, 33)
     assert rel(got, leveret.fbp(proj, g, vol, backend="cpu")[:, 3:53, 40:73]) < 1e-5
-

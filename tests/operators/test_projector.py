@@ -1,5 +1,6 @@
 """Ray-driven Projector: adjointness on fresh random data for every geometry and
 model, forward projections against closed-form line integrals, bad input."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -43,8 +44,7 @@ def test_adjoint_of_subset_and_dense_matrix(model, rng):
     geometry, volume = GEOMETRIES["parallel2d"]
     A = Projector(geometry, volume, model=model, precision="float64")
     M = np.stack([A(e.reshape(volume.shape)).ravel() for e in np.eye(volume.size)], axis=1)
-    MT = np.stack([A.T(e.reshape(geometry.projection_shape)).ravel()
-                   for e in np.eye(A.shape[0])], axis=1)
+    MT = np.stack([A.T(e.reshape(geometry.projection_shape)).ravel() for e in np.eye(A.shape[0])], axis=1)
     np.testing.assert_allclose(M, MT.T, rtol=0, atol=1e-12)
     assert (M >= 0).all()
     sub = A.subset([5, 1])
@@ -54,7 +54,7 @@ def test_adjoint_of_subset_and_dense_matrix(model, rng):
 
 @pytest.mark.parametrize("model", MODELS)
 def test_constant_volume_gives_chord_lengths(model):
-    volume = VolumeGeometry((10, 10), 0.5)           # 5 x 5 square
+    volume = VolumeGeometry((10, 10), 0.5)  # 5 x 5 square
     geometry = ParallelGeometry([0.0, np.pi / 2, np.arctan(0.5)], 9, det_spacing=0.25)
     p = Projector(geometry, volume, model=model, precision="float64")(np.ones(volume.shape))
     np.testing.assert_allclose(p[0, 4], 5.0, rtol=1e-12)
@@ -72,8 +72,9 @@ def test_constant_volume_gives_chord_lengths(model):
 def test_ellipse_phantom_parallel2d(model):
     geometry = ParallelGeometry(np.linspace(0, np.pi, 12, endpoint=False), 70, det_spacing=0.05)
     volume = VolumeGeometry((64, 64), 0.05)
-    ph = phantom.EllipsePhantom([phantom.Ellipse(1.0, (1.2, 0.9), (0.1, -0.1), 0.4),
-                                 phantom.Ellipse(-0.5, (0.4, 0.3), (0.3, 0.2), -0.2)])
+    ph = phantom.EllipsePhantom(
+        [phantom.Ellipse(1.0, (1.2, 0.9), (0.1, -0.1), 0.4), phantom.Ellipse(-0.5, (0.4, 0.3), (0.3, 0.2), -0.2)]
+    )
     p = Projector(geometry, volume, model=model, precision="float64")(ph.rasterize(volume, supersampling=4))
     exact = ph.project(geometry)
     # measured 1.20 % (Siddon), 1.25 % (Joseph)
@@ -85,13 +86,19 @@ def test_ellipse_phantom_parallel2d(model):
 def test_ellipsoid_phantom(model, kind):
     volume = VolumeGeometry((24, 24, 24), 0.1)
     if kind == "parallel3d":
-        geometry = ParallelGeometry(np.linspace(0, np.pi, 6, endpoint=False), 28, n_rows=20,
-                                    det_spacing=0.1, row_spacing=0.1)
+        geometry = ParallelGeometry(
+            np.linspace(0, np.pi, 6, endpoint=False), 28, n_rows=20, det_spacing=0.1, row_spacing=0.1
+        )
     else:
-        geometry = ConeGeometry.circular(np.linspace(0, 2 * np.pi, 6, endpoint=False), sid=6.0,
-                                         sdd=10.0, n_rows=20, n_cols=28, pixel_size=0.15)
-    ph = phantom.EllipsoidPhantom([phantom.Ellipsoid(1.0, (0.9, 0.7, 0.8), (0.1, -0.05, 0.0), 0.3),
-                                   phantom.Ellipsoid(0.5, (0.3, 0.4, 0.3), (-0.2, 0.2, 0.1))])
+        geometry = ConeGeometry.circular(
+            np.linspace(0, 2 * np.pi, 6, endpoint=False), sid=6.0, sdd=10.0, n_rows=20, n_cols=28, pixel_size=0.15
+        )
+    ph = phantom.EllipsoidPhantom(
+        [
+            phantom.Ellipsoid(1.0, (0.9, 0.7, 0.8), (0.1, -0.05, 0.0), 0.3),
+            phantom.Ellipsoid(0.5, (0.3, 0.4, 0.3), (-0.2, 0.2, 0.1)),
+        ]
+    )
     p = Projector(geometry, volume, model=model, precision="float64")(ph.rasterize(volume, supersampling=3))
     exact = ph.project(geometry)
     # On this coarse 24^3 grid: measured 3.35 % / 3.51 % (parallel, Siddon /
@@ -132,11 +139,11 @@ def test_bad_input():
     with pytest.raises(ValueError, match="views"):
         A.subset([7])
     with pytest.raises(ValueError, match="transpose: expected one of"):
-        Projector(geometry, volume, transpose="voxel")   # the old name of "gather"
+        Projector(geometry, volume, transpose="voxel")  # the old name of "gather"
     with pytest.raises(ValueError, match="transpose: 'gather' needs backend='cuda'"):
         Projector(geometry, volume, transpose="gather", backend="cpu")
     assert Projector(geometry, volume, backend="cpu").transpose is None
-    if not cuda_available():   # never a silent fallback to the CPU
+    if not cuda_available():  # never a silent fallback to the CPU
         with pytest.raises(RuntimeError, match="cuda"):
             Projector(geometry, volume, backend="cuda")
 

@@ -8,6 +8,7 @@ on the GPU, the structured path is refused where it does not apply, analytic
 phantoms, and the iterative methods with CuPy data. The kernels' own tests
 are in tests/cuda/test_raytrace_host.py and test_raytrace_gpu.py.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -33,6 +34,7 @@ GPU_TOL = {"float32": 1e-5, "float64": 1e-12}
 
 def _cupy():
     import cupy
+
     return cupy
 
 
@@ -82,7 +84,7 @@ def test_gpu_adjoint(name, model, rng):
 
 @pytest.mark.gpu
 def test_structured_refused_where_invalid():
-    geometry, volume = GEOMETRIES["cone_matrices"]          # tilted detector
+    geometry, volume = GEOMETRIES["cone_matrices"]  # tilted detector
     assert not Projector(geometry, volume, backend="cuda").structured
     with pytest.raises(ValueError, match="structured"):
         Projector(geometry, volume, backend="cuda", structured=True)
@@ -95,10 +97,15 @@ def test_gpu_ellipsoid_phantom_cone(model):
     """Absolute line integrals of an analytic phantom (bound as the CPU test's)."""
     cp = _cupy()
     volume = VolumeGeometry((48, 48, 48), 0.05)
-    geometry = ConeGeometry.circular(np.linspace(0, 2 * np.pi, 8, endpoint=False), sid=6.0,
-                                     sdd=10.0, n_rows=40, n_cols=56, pixel_size=0.075)
-    ph = phantom.EllipsoidPhantom([phantom.Ellipsoid(1.0, (0.9, 0.7, 0.8), (0.1, -0.05, 0.0), 0.3),
-                                   phantom.Ellipsoid(0.5, (0.3, 0.4, 0.3), (-0.2, 0.2, 0.1))])
+    geometry = ConeGeometry.circular(
+        np.linspace(0, 2 * np.pi, 8, endpoint=False), sid=6.0, sdd=10.0, n_rows=40, n_cols=56, pixel_size=0.075
+    )
+    ph = phantom.EllipsoidPhantom(
+        [
+            phantom.Ellipsoid(1.0, (0.9, 0.7, 0.8), (0.1, -0.05, 0.0), 0.3),
+            phantom.Ellipsoid(0.5, (0.3, 0.4, 0.3), (-0.2, 0.2, 0.1)),
+        ]
+    )
     x = ph.rasterize(volume, supersampling=3)
     G = Projector(geometry, volume, model=model, precision="float32", backend="cuda")
     p = cp.asnumpy(G(cp.asarray(x, dtype=cp.float32))).astype(np.float64)

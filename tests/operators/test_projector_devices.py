@@ -1,5 +1,6 @@
 """``Projector(devices=...)`` argument checks that need no GPU (the GPU
 results are in tests/test_devices_gpu.py)."""
+
 from __future__ import annotations
 
 import pytest

@@ -1,4 +1,5 @@
 """leveret.torch: the projector as a differentiable PyTorch function (skipped without torch)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -21,12 +22,12 @@ def test_project_and_gradient_cpu(name, rng):
     xt = torch.tensor(x, requires_grad=True)
     p = lt.project(xt, A)
     np.testing.assert_allclose(p.detach().numpy(), A(x), rtol=0, atol=1e-12)
-    (p * torch.tensor(y)).sum().backward()            # d<Ax, y>/dx = A^T y
+    (p * torch.tensor(y)).sum().backward()  # d<Ax, y>/dx = A^T y
     np.testing.assert_allclose(xt.grad.numpy(), A.T(y), rtol=0, atol=1e-12)
     yt = torch.tensor(y, requires_grad=True)
     b = lt.backproject(yt, A)
     np.testing.assert_allclose(b.detach().numpy(), A.T(y), rtol=0, atol=1e-12)
-    (b * torch.tensor(x)).sum().backward()            # d<A^T y, x>/dy = A x
+    (b * torch.tensor(x)).sum().backward()  # d<A^T y, x>/dy = A x
     np.testing.assert_allclose(yt.grad.numpy(), A(x), rtol=0, atol=1e-12)
 
 
@@ -42,7 +43,7 @@ def test_gradcheck_and_batch(rng):
 
 def test_bad_input():
     geometry, volume = GEOMETRIES["parallel2d"]
-    A = Projector(geometry, volume, backend="cpu")      # float32
+    A = Projector(geometry, volume, backend="cpu")  # float32
     with pytest.raises(ValueError, match="x: expected a torch.float32"):
         lt.project(torch.zeros(volume.shape, dtype=torch.float64), A)
     with pytest.raises(ValueError, match="x: expected shape"):

@@ -2,6 +2,7 @@
 back-projection, scaled) approximates the exact transpose on smooth
 projections, and SIRT converges with it to an error close to the matched
 pair's. CPU; the CUDA checks are in test_projector_cuda.py."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -17,8 +18,14 @@ def _scan(n: int, sampling: float, n_views: int) -> tuple[ConeGeometry, VolumeGe
     """An n^3 grid of unit voxels seen by a detector with ``sampling`` pixels
     per voxel at the isocentre (magnification 1.5), covering 4/3 of the grid."""
     n_det = int(round(n * 4 / 3 * sampling))
-    geometry = ConeGeometry.circular(np.linspace(0, 2 * np.pi, n_views, endpoint=False), sid=100, sdd=150,
-                                     n_rows=n_det, n_cols=n_det, pixel_size=1.5 / sampling)
+    geometry = ConeGeometry.circular(
+        np.linspace(0, 2 * np.pi, n_views, endpoint=False),
+        sid=100,
+        sdd=150,
+        n_rows=n_det,
+        n_cols=n_det,
+        pixel_size=1.5 / sampling,
+    )
     return geometry, VolumeGeometry((n, n, n), 1.0)
 
 
@@ -92,6 +99,7 @@ def test_voxel_adjoint_cuda_equals_cpu():
     8-bit interpolation weights (ConeBackprojection's "linear" on CUDA):
     within 1e-2 relative 2-norm on smooth projections; CuPy in, CuPy out."""
     import cupy
+
     geometry, volume = _scan(32, 1.5, 90)
     C = Projector(geometry, volume, model="joseph", backend="cpu", adjoint="unmatched")
     G = Projector(geometry, volume, model="joseph", backend="cuda", adjoint="unmatched")

@@ -1,6 +1,7 @@
 """leveret.operators.tv on the CPU (Numba mirror): gradient, transpose and TV
 against NumPy written from the definition; the proximal step against an
 exact solution and against a slow float64 solver of the same problem."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -27,8 +28,8 @@ def reference_gradient_transpose(q):
         n = q.shape[1 + a]
         qa = np.moveaxis(q[a].astype(np.float64), a, 0)
         d = np.moveaxis(out, a, 0)
-        d[:n - 1] -= qa[:n - 1]
-        d[1:] += qa[:n - 1]
+        d[: n - 1] -= qa[: n - 1]
+        d[1:] += qa[: n - 1]
     return out
 
 
@@ -45,7 +46,7 @@ def reference_prox(v, gamma, bounds=(-np.inf, np.inf), iterations=20000):
     for _ in range(iterations):
         x = np.clip(v - reference_gradient_transpose(q), *bounds)
         q += reference_gradient(x) / (4 * v.ndim)
-        norm = np.sqrt((q ** 2).sum(axis=0))
+        norm = np.sqrt((q**2).sum(axis=0))
         q /= np.maximum(1.0, norm / gamma)
     return np.clip(v - reference_gradient_transpose(q), *bounds), q
 
@@ -87,7 +88,7 @@ def test_gradient_norm_bound_holds():
         D = np.stack([tv.gradient(e.reshape(shape)).ravel() for e in np.eye(n)], axis=1)
         largest = np.linalg.norm(D, 2) ** 2
         assert largest <= tv.gradient_norm_bound(len(shape))
-        assert largest > 0.8 * tv.gradient_norm_bound(len(shape))   # and the bound is not loose
+        assert largest > 0.8 * tv.gradient_norm_bound(len(shape))  # and the bound is not loose
 
 
 @pytest.mark.parametrize("shape, pattern_axis", [((4, 6), 1), ((2, 4, 6), 2), ((6, 3, 2), 0)])
@@ -113,7 +114,7 @@ def duality_gap(x, q, v, gamma, bounds):
     """P(x) - D(q) >= P(x) - P(x*) >= 0.5 ||x - x*||^2 (P is 1-strongly convex):
     P(x) = 0.5 ||x - v||^2 + gamma TV(x), D(q) = min over the box of
     0.5 ||x - v||^2 + <D^T q, x>, attained at clip(v - D^T q), for |q_v| <= gamma."""
-    assert np.sqrt((q ** 2).sum(axis=0)).max() <= gamma * (1 + 1e-6)
+    assert np.sqrt((q**2).sum(axis=0)).max() <= gamma * (1 + 1e-6)
     xq = np.clip(v - reference_gradient_transpose(q), *bounds)
     primal = 0.5 * ((x - v) ** 2).sum() + gamma * reference_tv(x)
     dual = 0.5 * ((xq - v) ** 2).sum() + (reference_gradient_transpose(q) * xq).sum()
@@ -174,7 +175,7 @@ def test_prox_warm_start_continues():
     first = duality_gap(tv.prox(v, 0.2, iterations=5, dual=dual), dual, v, 0.2, no_box)
     second = duality_gap(tv.prox(v, 0.2, iterations=5, dual=dual), dual, v, 0.2, no_box)
     assert 0 < second < 0.5 * first
-    assert np.sqrt((dual ** 2).sum(axis=0)).max() <= 0.2 * (1 + 1e-12)
+    assert np.sqrt((dual**2).sum(axis=0)).max() <= 0.2 * (1 + 1e-12)
     cold = np.zeros((2,) + v.shape)
     assert duality_gap(tv.prox(v, 0.2, iterations=5, dual=cold), cold, v, 0.2, no_box) == pytest.approx(first)
 
@@ -194,11 +195,11 @@ def test_primal_and_dual_updates(rng):
     out = tv.primal_update(x, q, np.empty(shape), b=g, c=-1.0, step=tau, bounds=(0, None))
     np.testing.assert_allclose(out, want, atol=1e-13)
     p = q + 0.4 * reference_gradient(2 * x - x_old)
-    for a in range(3):                                         # no edge on an axis' last plane
+    for a in range(3):  # no edge on an axis' last plane
         index = [slice(None)] * 3
         index[a] = -1
         p[a][tuple(index)] = 0
-    p /= np.maximum(1.0, np.sqrt((p ** 2).sum(axis=0)) / 0.15)
+    p /= np.maximum(1.0, np.sqrt((p**2).sum(axis=0)) / 0.15)
     tv.dual_update(x, q, sigma=0.4, bound=0.15, z1=x_old, c0=2.0, c1=-1.0)
     np.testing.assert_allclose(q, p, atol=1e-13)
 

@@ -1,12 +1,12 @@
 """2D ellipse phantoms: exact line integrals against independent references."""
+
 import math
 
 import numpy as np
 import pytest
 
 from leveret.geometry import ParallelGeometry, VolumeGeometry
-from leveret.phantom import (Ellipse, EllipsePhantom, disk, random_ellipses, shepp_logan,
-                             shepp_logan_ellipses)
+from leveret.phantom import Ellipse, EllipsePhantom, disk, random_ellipses, shepp_logan, shepp_logan_ellipses
 
 
 # -- independent references ------------------------------------------------------
@@ -44,17 +44,20 @@ def riemann_line_integrals(phantom, s, t, half_length, n):
 def awkward_geometry(n_cols=48, det_spacing=0.05):
     """Unsorted angles over more than 2 pi, off-centre axis, per-view shifts."""
     angles = [0.1, 0.9, 2.0, 3.5, 5.9, 7.0]
-    return ParallelGeometry(angles, n_cols, det_spacing=det_spacing, center=0.42 * n_cols,
-                            axis_shift=[0.5, -1.2, 0.0, 2.3, -0.7, 1.9])
+    return ParallelGeometry(
+        angles, n_cols, det_spacing=det_spacing, center=0.42 * n_cols, axis_shift=[0.5, -1.2, 0.0, 2.3, -0.7, 1.9]
+    )
 
 
 def overlapping_phantom():
-    return EllipsePhantom([
-        Ellipse(1.0, (0.6, 0.3), (0.1, -0.05), 0.4),
-        Ellipse(-0.5, (0.2, 0.45), (0.25, 0.1), -1.1),   # overlaps the first
-        Ellipse(0.7, (0.15, 0.05), (-0.4, 0.35), 2.5),
-        *random_ellipses(4, np.random.default_rng(7), radius=0.9),
-    ])
+    return EllipsePhantom(
+        [
+            Ellipse(1.0, (0.6, 0.3), (0.1, -0.05), 0.4),
+            Ellipse(-0.5, (0.2, 0.45), (0.25, 0.1), -1.1),  # overlaps the first
+            Ellipse(0.7, (0.15, 0.05), (-0.4, 0.35), 2.5),
+            *random_ellipses(4, np.random.default_rng(7), radius=0.9),
+        ]
+    )
 
 
 # -- disks ---------------------------------------------------------------------------
@@ -75,7 +78,7 @@ def test_off_centre_disk_shifts_by_projected_centre():
     s = np.linspace(-1.0, 1.0, 101)
     t = np.linspace(-3, 3, 7)[:, None]
     s_loc = s - (x0 * np.cos(t) + y0 * np.sin(t))
-    expected = 2.5 * 2 * np.sqrt(np.maximum(R * R - s_loc ** 2, 0))
+    expected = 2.5 * 2 * np.sqrt(np.maximum(R * R - s_loc**2, 0))
     p = disk(R, value=2.5, center=(x0, y0)).line_integrals(s, t)
     np.testing.assert_allclose(p, expected, rtol=0, atol=1e-12)
 
@@ -113,8 +116,7 @@ def test_line_integrals_broadcast():
     assert p.shape == (3, 5)
     for i in range(3):
         for j in range(5):
-            assert p[i, j] == pytest.approx(float(phantom.line_integrals(s[0, j], t[i, 0])),
-                                            abs=1e-14)
+            assert p[i, j] == pytest.approx(float(phantom.line_integrals(s[0, j], t[i, 0])), abs=1e-14)
 
 
 # -- conventions ------------------------------------------------------------------------
@@ -196,10 +198,8 @@ def test_rasterize_equals_independent_point_evaluation():
     vol = VolumeGeometry((50, 60), voxel_size=(0.041, 0.037), center=(0.05, -0.02))
     x = vol.coordinates("x")[None, :]
     y = vol.coordinates("y")[:, None]
-    np.testing.assert_allclose(phantom.rasterize(vol), indicator_sum(phantom, x, y),
-                               rtol=0, atol=1e-12)
-    np.testing.assert_allclose(phantom.evaluate(x, y), indicator_sum(phantom, x, y),
-                               rtol=0, atol=1e-12)
+    np.testing.assert_allclose(phantom.rasterize(vol), indicator_sum(phantom, x, y), rtol=0, atol=1e-12)
+    np.testing.assert_allclose(phantom.evaluate(x, y), indicator_sum(phantom, x, y), rtol=0, atol=1e-12)
 
 
 def test_supersampling_converges_to_area_fraction():
@@ -218,7 +218,7 @@ def test_supersampling_converges_to_area_fraction():
     d = disk(0.93, center=(0.07, -0.11))
     grid = VolumeGeometry((12, 12), voxel_size=0.2)
     errors = [abs(d.rasterize(grid, n).sum() * 0.04 - d.mass) / d.mass for n in (1, 4, 16)]
-    assert errors[2] < errors[0] and errors[2] < 2e-4      # measured 1.6e-2, 8.0e-4, 6.6e-5
+    assert errors[2] < errors[0] and errors[2] < 2e-4  # measured 1.6e-2, 8.0e-4, 6.6e-5
 
 
 # -- Shepp-Logan ----------------------------------------------------------------------------
@@ -231,13 +231,13 @@ def test_shepp_logan_2d_values_and_orientation():
     def at(x, y):
         return img[round(y / h) + 64, round(x / h) + 64]
 
-    assert at(0.0, 0.0) == pytest.approx(0.2)    # brain
-    assert at(0.0, 0.9) == pytest.approx(1.0)    # skull, top of the head (y up)
-    assert at(0.0, 0.35) == pytest.approx(0.3)   # the large ellipse above the centre
+    assert at(0.0, 0.0) == pytest.approx(0.2)  # brain
+    assert at(0.0, 0.9) == pytest.approx(1.0)  # skull, top of the head (y up)
+    assert at(0.0, 0.35) == pytest.approx(0.3)  # the large ellipse above the centre
     assert at(0.0, -0.35) == pytest.approx(0.2)  # ... is not mirrored below
     assert at(0.0, -0.606) == pytest.approx(0.3)  # the small "mouth" ellipses
-    assert at(0.22, 0.0) == pytest.approx(0.0)   # dark ellipse
-    assert at(0.0, 0.98) == 0.0                  # outside
+    assert at(0.22, 0.0) == pytest.approx(0.0)  # dark ellipse
+    assert at(0.0, 0.98) == 0.0  # outside
     original = shepp_logan((64, 64), modified=False)
     assert original.max() == pytest.approx(2.0) and original.min() >= 0
 
@@ -248,8 +248,7 @@ def test_shepp_logan_ellipses_scaling_and_scaled():
     assert big == sl.scaled(5.0)
     s = np.linspace(-0.9, 0.9, 31)
     t = np.linspace(0, 3, 4)[:, None]
-    np.testing.assert_allclose(big.line_integrals(5 * s, t), 5 * sl.line_integrals(s, t),
-                               rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(big.line_integrals(5 * s, t), 5 * sl.line_integrals(s, t), rtol=1e-12, atol=1e-12)
     assert big.mass == pytest.approx(25 * sl.mass)
 
 
@@ -265,15 +264,18 @@ def test_random_ellipses_stay_inside_radius():
 
 
 # -- bad input -------------------------------------------------------------------------------
-@pytest.mark.parametrize("kwargs, match", [
-    (dict(value=1.0, semi_axes=(0.0, 1.0)), r"semi_axes\[0\]: expected a positive"),
-    (dict(value=1.0, semi_axes=(1.0, -2.0)), r"semi_axes\[1\]: expected a positive"),
-    (dict(value=1.0, semi_axes=(1.0, 1.0, 1.0)), r"semi_axes: expected a scalar or 2"),
-    (dict(value=float("nan"), semi_axes=1.0), r"value: expected a finite number, got nan"),
-    (dict(value=1.0, semi_axes=1.0, center=(0.0, float("inf"))), r"center: expected finite"),
-    (dict(value=1.0, semi_axes=1.0, center=(0.0, 0.0, 0.0)), r"center: expected 2 values, got 3"),
-    (dict(value=1.0, semi_axes=1.0, angle=float("inf")), r"angle: expected a finite"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(value=1.0, semi_axes=(0.0, 1.0)), r"semi_axes\[0\]: expected a positive"),
+        (dict(value=1.0, semi_axes=(1.0, -2.0)), r"semi_axes\[1\]: expected a positive"),
+        (dict(value=1.0, semi_axes=(1.0, 1.0, 1.0)), r"semi_axes: expected a scalar or 2"),
+        (dict(value=float("nan"), semi_axes=1.0), r"value: expected a finite number, got nan"),
+        (dict(value=1.0, semi_axes=1.0, center=(0.0, float("inf"))), r"center: expected finite"),
+        (dict(value=1.0, semi_axes=1.0, center=(0.0, 0.0, 0.0)), r"center: expected 2 values, got 3"),
+        (dict(value=1.0, semi_axes=1.0, angle=float("inf")), r"angle: expected a finite"),
+    ],
+)
 def test_bad_ellipse(kwargs, match):
     with pytest.raises(ValueError, match=match):
         Ellipse(**kwargs)

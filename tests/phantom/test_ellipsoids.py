@@ -1,13 +1,23 @@
 """3D ellipsoid phantoms: exact line integrals against independent references."""
+
 import math
 
 import numpy as np
 import pytest
 
 from leveret.geometry import ParallelGeometry, VolumeGeometry
-from leveret.phantom import (Ellipse, EllipsePhantom, Ellipsoid, EllipsoidPhantom, ball,
-                             euler_rotation, random_ellipsoids, shepp_logan, shepp_logan_3d,
-                             shepp_logan_ellipses)
+from leveret.phantom import (
+    Ellipse,
+    EllipsePhantom,
+    Ellipsoid,
+    EllipsoidPhantom,
+    ball,
+    euler_rotation,
+    random_ellipsoids,
+    shepp_logan,
+    shepp_logan_3d,
+    shepp_logan_ellipses,
+)
 
 
 # -- independent references ----------------------------------------------------------
@@ -20,8 +30,7 @@ def indicator_sum(phantom, x, y, z):
         total = 0.0
         for k in range(3):
             axis = e.rotation_matrix[:, k]
-            total = total + ((d[0] * axis[0] + d[1] * axis[1] + d[2] * axis[2])
-                             / e.semi_axes[k]) ** 2
+            total = total + ((d[0] * axis[0] + d[1] * axis[1] + d[2] * axis[2]) / e.semi_axes[k]) ** 2
         out += e.value * (total <= 1)
     return out
 
@@ -42,19 +51,27 @@ def riemann_line_integrals(phantom, points, directions, half_length, n):
 
 
 def overlapping_phantom():
-    return EllipsoidPhantom([
-        Ellipsoid(1.0, (0.6, 0.3, 0.45), (0.1, -0.05, 0.1), (0.4, 0.9, -0.3)),
-        Ellipsoid(-0.5, (0.2, 0.45, 0.3), (0.25, 0.1, 0.0), (-1.1, 0.3, 2.0)),  # overlaps
-        Ellipsoid(0.7, (0.15, 0.05, 0.3), (-0.4, 0.35, -0.3), 2.5),
-        *random_ellipsoids(3, np.random.default_rng(5), radius=0.9),
-    ])
+    return EllipsoidPhantom(
+        [
+            Ellipsoid(1.0, (0.6, 0.3, 0.45), (0.1, -0.05, 0.1), (0.4, 0.9, -0.3)),
+            Ellipsoid(-0.5, (0.2, 0.45, 0.3), (0.25, 0.1, 0.0), (-1.1, 0.3, 2.0)),  # overlaps
+            Ellipsoid(0.7, (0.15, 0.05, 0.3), (-0.4, 0.35, -0.3), 2.5),
+            *random_ellipsoids(3, np.random.default_rng(5), radius=0.9),
+        ]
+    )
 
 
 def awkward_geometry(n_rows=5, n_cols=16, det_spacing=0.11, row_spacing=0.3):
     angles = [0.2, 3.9, 1.1, 6.8]
-    return ParallelGeometry(angles, n_cols, n_rows=n_rows, det_spacing=det_spacing,
-                            row_spacing=row_spacing, center=0.45 * n_cols,
-                            axis_shift=[0.5, -1.3, 2.2, 0.0])
+    return ParallelGeometry(
+        angles,
+        n_cols,
+        n_rows=n_rows,
+        det_spacing=det_spacing,
+        row_spacing=row_spacing,
+        center=0.45 * n_cols,
+        axis_shift=[0.5, -1.3, 2.2, 0.0],
+    )
 
 
 def detector_points(g):
@@ -76,10 +93,8 @@ def test_euler_rotation():
     # theta tilts about x: the own z axis goes to (0, -sin theta, cos theta).
     np.testing.assert_allclose(euler_rotation(0, math.pi / 2)[:, 2], [0, -1, 0], atol=1e-15)
     # Order: psi about z first, then theta about x, then phi about z.
-    np.testing.assert_allclose(euler_rotation(math.pi / 2, math.pi / 2, 0)[:, 2], [1, 0, 0],
-                               atol=1e-15)
-    np.testing.assert_allclose(euler_rotation(0, math.pi / 2, math.pi / 2)[:, 0], [0, 0, 1],
-                               atol=1e-15)
+    np.testing.assert_allclose(euler_rotation(math.pi / 2, math.pi / 2, 0)[:, 2], [1, 0, 0], atol=1e-15)
+    np.testing.assert_allclose(euler_rotation(0, math.pi / 2, math.pi / 2)[:, 0], [0, 0, 1], atol=1e-15)
     r = euler_rotation(0.3, -1.2, 2.9)
     np.testing.assert_allclose(r.T @ r, np.eye(3), atol=1e-14)
     assert np.linalg.det(r) == pytest.approx(1.0)
@@ -149,8 +164,9 @@ def test_generic_line_integrals_match_riemann_sums():
     np.testing.assert_allclose(p, ref, rtol=0, atol=bound)
     # Broadcasting: one point, many directions; the direction's sign and length do not matter.
     one = phantom.line_integrals(points[0], -0.1 * directions)
-    np.testing.assert_allclose(one, phantom.line_integrals(np.broadcast_to(points[0], (150, 3)),
-                                                           directions), rtol=0, atol=1e-12)
+    np.testing.assert_allclose(
+        one, phantom.line_integrals(np.broadcast_to(points[0], (150, 3)), directions), rtol=0, atol=1e-12
+    )
 
 
 # -- conventions -----------------------------------------------------------------------------
@@ -176,8 +192,7 @@ def test_small_ball_projects_to_documented_pixel():
 
 def test_central_row_of_shepp_logan_3d_is_the_2d_phantom():
     g3 = awkward_geometry(n_rows=7, n_cols=64, det_spacing=0.035, row_spacing=0.1)
-    g2 = ParallelGeometry(g3.angles, 64, det_spacing=0.035, center=g3.center,
-                          axis_shift=g3.axis_shift)
+    g2 = ParallelGeometry(g3.angles, 64, det_spacing=0.035, center=g3.center, axis_shift=g3.axis_shift)
     for modified in (True, False):
         p3 = shepp_logan_3d(1.3, modified).project(g3)
         p2 = shepp_logan_ellipses(1.3, modified).project(g2)
@@ -189,8 +204,7 @@ def test_rows_are_projections_of_the_sections():
     # of the cross-section (slice_2d), which the 2D tests check independently.
     phantom = overlapping_phantom()
     g3 = awkward_geometry(n_rows=9, n_cols=30, det_spacing=0.07, row_spacing=0.2)
-    g2 = ParallelGeometry(g3.angles, 30, det_spacing=0.07, center=g3.center,
-                          axis_shift=g3.axis_shift)
+    g2 = ParallelGeometry(g3.angles, 30, det_spacing=0.07, center=g3.center, axis_shift=g3.axis_shift)
     p3 = phantom.project(g3)
     for r, z in enumerate(g3.row_positions()):
         np.testing.assert_allclose(p3[:, r, :], phantom.slice_2d(z).project(g2), rtol=0, atol=1e-12)
@@ -214,15 +228,14 @@ def test_sections_integrate_to_the_mass():
     # The mass of the section at height z is piecewise quadratic in z between
     # the ellipsoids' z extents: Gauss-Legendre with 3 nodes per piece is exact.
     phantom = overlapping_phantom()
-    edges = np.unique([e.center[2] + sign * e.half_extent[2]
-                       for e in phantom.ellipsoids for sign in (-1, 1)])
+    edges = np.unique([e.center[2] + sign * e.half_extent[2] for e in phantom.ellipsoids for sign in (-1, 1)])
     x, w = np.polynomial.legendre.leggauss(3)
     total = 0.0
     for lo, hi in zip(edges[:-1], edges[1:]):
         for xi, wi in zip(x, w):
             total += wi * (hi - lo) / 2 * phantom.slice_2d((lo + hi) / 2 + xi * (hi - lo) / 2).mass
     assert total == pytest.approx(phantom.mass, rel=1e-12)
-    assert ball(0.7, 2.0).mass == pytest.approx(2.0 * 4 / 3 * math.pi * 0.7 ** 3)
+    assert ball(0.7, 2.0).mass == pytest.approx(2.0 * 4 / 3 * math.pi * 0.7**3)
 
 
 # -- rasterize ------------------------------------------------------------------------------------
@@ -248,7 +261,7 @@ def test_supersampling_converges_to_volume():
     b = ball(0.93, center=(0.07, -0.11, 0.05))
     vol = VolumeGeometry((10, 10, 10), voxel_size=0.2)
     errors = [abs(b.rasterize(vol, n).sum() * 0.008 - b.mass) / b.mass for n in (1, 3, 9)]
-    assert errors[2] < errors[0] and errors[2] < 3e-3      # measured 9.1e-3, 8.2e-4, 1.3e-3
+    assert errors[2] < errors[0] and errors[2] < 3e-3  # measured 9.1e-3, 8.2e-4, 1.3e-3
 
 
 def test_section_rasterizes_like_the_volume_slice():
@@ -289,22 +302,26 @@ def test_scaled():
     ph = overlapping_phantom()
     rng = np.random.default_rng(3)
     pts, dirs = rng.uniform(-0.5, 0.5, (20, 3)), rng.standard_normal((20, 3))
-    np.testing.assert_allclose(ph.scaled(3.0).line_integrals(3 * pts, dirs),
-                               3 * ph.line_integrals(pts, dirs), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(
+        ph.scaled(3.0).line_integrals(3 * pts, dirs), 3 * ph.line_integrals(pts, dirs), rtol=1e-12, atol=1e-12
+    )
     assert shepp_logan_3d(2.0) == shepp_logan_3d().scaled(2.0)
 
 
 # -- bad input -------------------------------------------------------------------------------
-@pytest.mark.parametrize("kwargs, match", [
-    (dict(value=1.0, semi_axes=(1.0, 0.0, 1.0)), r"semi_axes\[1\]: expected a positive"),
-    (dict(value=1.0, semi_axes=(1.0, 1.0)), r"semi_axes: expected a scalar or 3"),
-    (dict(value=np.inf, semi_axes=1.0), r"value: expected a finite number"),
-    (dict(value=1.0, semi_axes=1.0, center=(0.0, 0.0)), r"center: expected 3 values, got 2"),
-    (dict(value=1.0, semi_axes=1.0, rotation=np.eye(2)), r"rotation: expected .* got an array of shape \(2, 2\)"),
-    (dict(value=1.0, semi_axes=1.0, rotation=2 * np.eye(3)), r"rotation: expected a rotation matrix"),
-    (dict(value=1.0, semi_axes=1.0, rotation=np.diag([1.0, 1.0, -1.0])), r"rotation: expected a rotation matrix"),
-    (dict(value=1.0, semi_axes=1.0, rotation=(0.0, np.nan, 0.0)), r"rotation: expected finite"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(value=1.0, semi_axes=(1.0, 0.0, 1.0)), r"semi_axes\[1\]: expected a positive"),
+        (dict(value=1.0, semi_axes=(1.0, 1.0)), r"semi_axes: expected a scalar or 3"),
+        (dict(value=np.inf, semi_axes=1.0), r"value: expected a finite number"),
+        (dict(value=1.0, semi_axes=1.0, center=(0.0, 0.0)), r"center: expected 3 values, got 2"),
+        (dict(value=1.0, semi_axes=1.0, rotation=np.eye(2)), r"rotation: expected .* got an array of shape \(2, 2\)"),
+        (dict(value=1.0, semi_axes=1.0, rotation=2 * np.eye(3)), r"rotation: expected a rotation matrix"),
+        (dict(value=1.0, semi_axes=1.0, rotation=np.diag([1.0, 1.0, -1.0])), r"rotation: expected a rotation matrix"),
+        (dict(value=1.0, semi_axes=1.0, rotation=(0.0, np.nan, 0.0)), r"rotation: expected finite"),
+    ],
+)
 def test_bad_ellipsoid(kwargs, match):
     with pytest.raises(ValueError, match=match):
         Ellipsoid(**kwargs)

@@ -1,4 +1,5 @@
 """Closed-form plane integrals of ellipsoid phantoms (3D Radon ground truth)."""
+
 from __future__ import annotations
 
 import math
@@ -29,8 +30,12 @@ def test_ellipsoid_matches_integrated_line_integrals():
     """Independent check: the plane integral is the integral, across the plane,
     of the phantom's (closed-form) line integrals along lines in the plane."""
     rng = np.random.default_rng(7)
-    phantom = EllipsoidPhantom([Ellipsoid(1.0, (0.5, 0.3, 0.2), (0.1, 0.05, -0.1), (0.4, 0.9, -0.3)),
-                                Ellipsoid(-0.4, (0.2, 0.25, 0.1), (-0.1, 0.1, 0.05), (1.0, 0.2, 0.5))])
+    phantom = EllipsoidPhantom(
+        [
+            Ellipsoid(1.0, (0.5, 0.3, 0.2), (0.1, 0.05, -0.1), (0.4, 0.9, -0.3)),
+            Ellipsoid(-0.4, (0.2, 0.25, 0.1), (-0.1, 0.1, 0.05), (1.0, 0.2, 0.5)),
+        ]
+    )
     s = np.linspace(-1.0, 1.0, 20001)
     for n in _units(rng, 4):
         e1 = np.cross(n, [0.3, 0.5, 0.8])
@@ -50,7 +55,7 @@ def test_mass_and_symmetry():
     p = phantom.project_radon(g)
     assert p.shape == (6, 4001)
     # Integrating over t gives the integral over space, for every direction.
-    np.testing.assert_allclose(p.sum(axis=1) * g.spacing, phantom.mass, rtol=2e-6)   # measured 3.7e-7
+    np.testing.assert_allclose(p.sum(axis=1) * g.spacing, phantom.mass, rtol=2e-6)  # measured 3.7e-7
     # p(t, -n) = p(-t, n): the samples are symmetric about t = 0.
     flipped = project_radon(phantom, g.replace(directions=-g.directions))
     np.testing.assert_allclose(flipped, p[:, ::-1], rtol=1e-12, atol=1e-14)

@@ -1,6 +1,7 @@
 """find_center(method="vo") (Vo et al. 2014) and what "auto" chooses: simulated 0-179 degree,
 360-degree and ringed scans, the bundled real scan against a fine reconstruction sweep, algotom's
 find_center_vo on the same input, the time for 2048 columns on the CPU."""
+
 import time
 
 import numpy as np
@@ -25,7 +26,7 @@ def _scan(n_cols, angles, center, *, noise=0.02, rings=0, seed=5):
     return p
 
 
-CASES = {   # name: (n_cols, angles in degrees, centre, rings)
+CASES = {  # name: (n_cols, angles in degrees, centre, rings)
     "0-179": (256, np.arange(180.0), 131.3, 0),
     "0-179 rings": (256, np.arange(180.0), 131.3, 12),
     "0-180 rings": (256, np.linspace(0, 180, 181), 120.7, 12),
@@ -45,7 +46,7 @@ def test_vo_finds_the_axis_and_auto_uses_it(name):
     est = find_center(p, angles, method="vo")
     assert est.method == "vo" and abs(est.center - center) < 0.25, est.center
     assert 0.5 < est.confidence <= 1
-    assert find_center(p, angles).method == "vo"                      # 360, no pair, or rings
+    assert find_center(p, angles).method == "vo"  # 360, no pair, or rings
 
 
 def test_auto_keeps_pairs_for_a_clean_180_degree_scan_with_a_pair():
@@ -56,7 +57,7 @@ def test_auto_keeps_pairs_for_a_clean_180_degree_scan_with_a_pair():
 
 
 def test_vo_ignores_the_view_that_repeats_the_first_and_uses_rows_together():
-    angles = np.radians(np.linspace(0, 180, 181))                     # 180 repeats 0 mirrored
+    angles = np.radians(np.linspace(0, 180, 181))  # 180 repeats 0 mirrored
     p = _scan(256, angles, 120.7)
     stack = np.stack([p, p + 0.01, p[:, ::-1]], axis=1)
     a = find_center(stack, angles, method="vo", row=[0, 1])
@@ -76,6 +77,7 @@ def test_real_scan_within_half_a_pixel_of_the_sharpest_centre(savu_scan, views):
     rows' mean sinogram at 0.05 px steps. Measured: vo 85.83 (85.825), sweep 85.95 (86.05 for
     every other view); pairs 85.87."""
     from leveret.preprocess import minus_log, normalize
+
     lines = minus_log(normalize(savu_scan.projections, savu_scan.flat, savu_scan.dark))[:, 59:75]
     pick = {"all": slice(None), "0-178": slice(0, 90), "2-180": slice(1, 91), "every other": slice(0, 91, 2)}
     band, angles = lines[pick[views]], savu_scan.angles[pick[views]]
@@ -84,9 +86,9 @@ def test_real_scan_within_half_a_pixel_of_the_sharpest_centre(savu_scan, views):
     assert abs(est.center - best) < 0.5, (est.center, best)
     assert abs(est.center - leveret.datasets.SAVU_CENTER) < 0.2
     if views in ("0-178", "2-180"):
-        assert find_center(band, angles).method == "vo"              # no 180-degree pair
+        assert find_center(band, angles).method == "vo"  # no 180-degree pair
     else:
-        assert find_center(band, angles).method == "pairs"           # its faint rings are not strong ones
+        assert find_center(band, angles).method == "pairs"  # its faint rings are not strong ones
 
 
 @pytest.mark.slow
@@ -95,6 +97,7 @@ def test_closer_than_algotom_on_the_real_scan(savu_scan):
     85.25 (the first 90); leveret 85.83 for both, the sweep 85.95."""
     calculation = pytest.importorskip("algotom.prep.calculation", reason="the peer: pip install algotom")
     from leveret.preprocess import minus_log, normalize
+
     lines = minus_log(normalize(savu_scan.projections, savu_scan.flat, savu_scan.dark))[:, 59:75]
     for pick in (slice(None), slice(0, 90)):
         sino, angles = lines[pick].mean(axis=1), savu_scan.angles[pick]
@@ -111,7 +114,7 @@ def test_auto_on_2048_columns_within_two_seconds_on_the_cpu():
     angles = np.radians(np.linspace(0, 179.9, 1800))
     sino = _scan(n_cols, angles, 1030.6, seed=2).astype(np.float32)
     stack = np.repeat(sino[:, None, :], 16, axis=1)
-    find_center(stack[:, :1, :256], angles)                               # imports and FFT plans
+    find_center(stack[:, :1, :256], angles)  # imports and FFT plans
     t0 = time.perf_counter()
     est = find_center(stack, angles)
     seconds = time.perf_counter() - t0
@@ -120,11 +123,11 @@ def test_auto_on_2048_columns_within_two_seconds_on_the_cpu():
 
 
 def test_bad_arguments():
-    angles = np.radians(np.arange(0, 120.0))                              # a third of a turn short
+    angles = np.radians(np.arange(0, 120.0))  # a third of a turn short
     p = _scan(128, angles, 64.0, noise=0)
     with pytest.raises(ValueError, match="method: 'vo' needs views over a half-turn"):
         find_center(p, angles, method="vo")
-    assert find_center(p, angles).method == "sweep"                       # auto: nothing else applies
+    assert find_center(p, angles).method == "sweep"  # auto: nothing else applies
     with pytest.raises(ValueError, match="ratio: "):
         find_center(p, angles, method="vo", ratio=0)
     with pytest.raises(ValueError, match="method: expected one of"):
@@ -134,6 +137,7 @@ def test_bad_arguments():
 @pytest.mark.gpu
 def test_cupy_matches_numpy():
     import cupy
+
     n_cols, degrees, center, rings = CASES["0-179 rings"]
     angles = np.radians(degrees)
     p = _scan(n_cols, angles, center, rings=rings).astype(np.float32)

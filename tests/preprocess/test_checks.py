@@ -1,5 +1,6 @@
 """Flat and dark fields that would silently give a volume of zeros (or a wrong
 one) are refused with a message naming them."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -27,15 +28,17 @@ def test_an_all_nan_flat_is_refused_not_turned_into_zeros(counts, tmp_path):
     with pytest.raises(ValueError, match="^flats: the flat field is nowhere brighter than the dark"):
         normalize(raw, np.full_like(flat, np.nan), dark)
     with pytest.raises(ValueError, match=r"^flats: expected finite values, got 64 NaN/Inf value\(s\) of 64"):
-        reconstruct_to_file(raw, g, tmp_path / "r.npy", flats=np.full_like(flat, np.nan), darks=dark,
-                            backend="cpu")
+        reconstruct_to_file(raw, g, tmp_path / "r.npy", flats=np.full_like(flat, np.nan), darks=dark, backend="cpu")
     assert list(tmp_path.iterdir()) == []
 
 
 def test_a_dark_brighter_than_the_flat_is_refused(counts, tmp_path):
     g, raw, flat, dark = counts
-    with pytest.raises(ValueError, match="not brighter than the dark field in 100% of the detector pixels; "
-                                         "check that --flat and --dark are not swapped"):
+    with pytest.raises(
+        ValueError,
+        match="not brighter than the dark field in 100% of the detector pixels; "
+        "check that --flat and --dark are not swapped",
+    ):
         reconstruct_to_file(raw, g, tmp_path / "r.npy", flats=dark, darks=flat, backend="cpu")
     with pytest.raises(ValueError, match="^flats: the flat field is nowhere brighter"):
         normalize(raw, dark, flat)
@@ -44,7 +47,7 @@ def test_a_dark_brighter_than_the_flat_is_refused(counts, tmp_path):
 def test_a_few_dead_pixels_are_still_accepted(counts):
     _, _, flat, dark = counts
     flat = flat.copy()
-    flat[0, :3] = dark[0, :3]                      # 3 of 64 pixels: dead, set to no attenuation
+    flat[0, :3] = dark[0, :3]  # 3 of 64 pixels: dead, set to no attenuation
     f, d = check_flats_darks(flat, dark, (4, 16))
     assert f is not None and d is not None
 
@@ -63,8 +66,18 @@ def test_a_sinogram_needs_the_flat_of_its_own_row(counts, tmp_path, capsys):
     np.save(tmp_path / "sino.npy", raw[:, row])
     np.save(tmp_path / "flat.npy", flat)
     np.save(tmp_path / "dark.npy", dark)
-    args = ["recon", str(tmp_path / "sino.npy"), str(tmp_path / "r.npy"), "--angles", "0:180:24",
-            "--backend", "cpu", "--no-progress", "--dark", str(tmp_path / "dark.npy")]
+    args = [
+        "recon",
+        str(tmp_path / "sino.npy"),
+        str(tmp_path / "r.npy"),
+        "--angles",
+        "0:180:24",
+        "--backend",
+        "cpu",
+        "--no-progress",
+        "--dark",
+        str(tmp_path / "dark.npy"),
+    ]
     assert main(args + ["--flat", str(tmp_path / "flat.npy")]) == 2
     assert "--flat: the input is one sinogram with 16 columns" in capsys.readouterr().err
     assert not (tmp_path / "r.npy").exists()

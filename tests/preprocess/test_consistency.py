@@ -6,6 +6,7 @@ degrees, the small phantom scans of the tests) give no finding; each mistake a
 user makes on them gives one finding that names the argument at fault, the
 likely cause and the fix, with the values that fit (the axis, the angles'
 scale)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -48,8 +49,9 @@ def test_a_tooth_like_scan_agrees_with_its_geometry(tooth):
     assert check_consistency(tooth.lines, tooth.geometry) == []
 
 
-@pytest.mark.parametrize("n_angles,span,endpoint", [(60, 180, False), (91, 180, True), (7, 180, False),
-                                                      (120, 360, False), (2, 180, False)])
+@pytest.mark.parametrize(
+    "n_angles,span,endpoint", [(60, 180, False), (91, 180, True), (7, 180, False), (120, 360, False), (2, 180, False)]
+)
 def test_small_phantom_scans_agree_with_their_geometry(n_angles, span, endpoint):
     g = ParallelGeometry(np.radians(np.linspace(0, span, n_angles, endpoint=endpoint)), 32, n_rows=4)
     for ball in (phantom.ball(9.0), phantom.ball(5.0, center=(4.0, -2.0, 0.0))):
@@ -60,8 +62,10 @@ def test_small_phantom_scans_agree_with_their_geometry(n_angles, span, endpoint)
 
 def test_a_scan_given_twice_its_range(savu, tooth):
     """0:360:N for a 180-degree scan (and 0:720:N for a 360-degree one)."""
-    for p, g, kw in ((savu.projections, savu.geometry, dict(flats=savu.flat, darks=savu.dark)),
-                     (tooth.counts, tooth.geometry, dict(flats=tooth.flats, darks=tooth.darks))):
+    for p, g, kw in (
+        (savu.projections, savu.geometry, dict(flats=savu.flat, darks=savu.dark)),
+        (tooth.counts, tooth.geometry, dict(flats=tooth.flats, darks=tooth.darks)),
+    ):
         n, turn = g.n_angles, 360 if np.ptp(g.angles) < np.pi + 0.1 else 720
         [f] = check_consistency(p, g.replace(angles=np.radians(np.arange(n) * turn / n)), **kw)
         assert (f.check, f.argument, f.flag, f.suggestion) == ("angles", "angles", "--angles", 0.5)
@@ -71,14 +75,17 @@ def test_a_scan_given_twice_its_range(savu, tooth):
 
 def test_a_360_degree_scan_given_as_180_degrees():
     scan = tooth_like_scan(n_angles=360, span_degrees=360.0, endpoint=False, seed=2)
-    [f] = check_consistency(scan.counts, scan.geometry.replace(angles=scan.angles / 2), flats=scan.flats,
-                            darks=scan.darks)
+    [f] = check_consistency(
+        scan.counts, scan.geometry.replace(angles=scan.angles / 2), flats=scan.flats, darks=scan.darks
+    )
     assert f.check == "angles" and f.suggestion == 2.0 and "a 360-degree scan given as 180 degrees" in f.message
 
 
 def test_degrees_read_as_radians_name_the_unit(savu, tooth):
-    for p, g, kw in ((savu.projections, savu.geometry, dict(flats=savu.flat, darks=savu.dark)),
-                     (tooth.counts, tooth.geometry, dict(flats=tooth.flats, darks=tooth.darks))):
+    for p, g, kw in (
+        (savu.projections, savu.geometry, dict(flats=savu.flat, darks=savu.dark)),
+        (tooth.counts, tooth.geometry, dict(flats=tooth.flats, darks=tooth.darks)),
+    ):
         [f] = check_consistency(p, g.replace(angles=np.degrees(g.angles)), **kw)
         assert (f.check, f.flag) == ("angles", "--angle-unit")
         assert f.suggestion == pytest.approx(np.pi / 180)
@@ -86,8 +93,10 @@ def test_degrees_read_as_radians_name_the_unit(savu, tooth):
 
 
 def test_a_wrong_centre_names_the_axis_the_mirrored_views_place(savu, tooth):
-    for p, g, kw, axis in ((savu.projections, savu.geometry, dict(flats=savu.flat, darks=savu.dark), 85.87),
-                           (tooth.counts, tooth.geometry, dict(flats=tooth.flats, darks=tooth.darks), 148.3)):
+    for p, g, kw, axis in (
+        (savu.projections, savu.geometry, dict(flats=savu.flat, darks=savu.dark), 85.87),
+        (tooth.counts, tooth.geometry, dict(flats=tooth.flats, darks=tooth.darks), 148.3),
+    ):
         for wrong in (20.0, axis - 6, (g.n_cols - 1) / 2):
             [f] = check_consistency(p, g.replace(center=wrong), **kw)
             assert (f.check, f.argument, f.flag) == ("center", "center", "--center")
@@ -100,13 +109,17 @@ def test_a_wrong_centre_names_the_axis_the_mirrored_views_place(savu, tooth):
 
 def test_the_centre_is_left_unchecked_when_asked(savu):
     g = savu.geometry.replace(center=20.0)
-    assert check_consistency(savu.projections, g, flats=savu.flat, darks=savu.dark,
-                             checks=("values", "mass", "angles")) == []
+    assert (
+        check_consistency(savu.projections, g, flats=savu.flat, darks=savu.dark, checks=("values", "mass", "angles"))
+        == []
+    )
 
 
 def test_swapped_detector_axes_break_the_mass_condition(savu, tooth):
-    for p, g, flat, dark in ((savu.projections, savu.geometry, savu.flat, savu.dark),
-                             (tooth.counts, tooth.geometry, tooth.flats, tooth.darks)):
+    for p, g, flat, dark in (
+        (savu.projections, savu.geometry, savu.flat, savu.dark),
+        (tooth.counts, tooth.geometry, tooth.flats, tooth.darks),
+    ):
         t = np.ascontiguousarray(np.swapaxes(p, 1, 2))
         gt = ParallelGeometry(g.angles, p.shape[1], n_rows=p.shape[2])
         [f] = check_consistency(t, gt, flats=np.swapaxes(flat, -1, -2), darks=np.swapaxes(dark, -1, -2))
@@ -127,8 +140,11 @@ def test_raw_counts_are_recognised_by_their_values_not_their_dtype(savu):
 def test_transmissions_without_log_and_the_log_of_counts_or_of_line_integrals(savu):
     lines = savu.line_integrals()
     [f] = check_consistency(np.exp(-lines), savu.geometry)
-    assert (f.check, f.flag, f.cli_fix) == ("transmission", "--minus-log", "give --minus-log (or --flat and "
-                                                                           "--dark if they are raw counts)")
+    assert (f.check, f.flag, f.cli_fix) == (
+        "transmission",
+        "--minus-log",
+        "give --minus-log (or --flat and --dark if they are raw counts)",
+    )
     [f] = check_consistency(savu.projections, savu.geometry, log_transform=True)
     assert (f.check, f.argument, f.flag) == ("log-of-counts", "log_transform", "--minus-log")
     assert f"values up to {f.value:.5g}" in f.message and "give --flat and --dark instead" in f.cli_fix
@@ -173,18 +189,20 @@ def test_a_lazy_array_is_read_only_in_the_rows_checked(savu):
 
 
 def test_findings_print_the_argument_and_the_fix(savu):
-    [f] = check_consistency(savu.projections, savu.geometry.replace(center=20.0), flats=savu.flat,
-                            darks=savu.dark)
+    [f] = check_consistency(savu.projections, savu.geometry.replace(center=20.0), flats=savu.flat, darks=savu.dark)
     assert isinstance(f, Finding)
     assert str(f) == f"center: {f.message}; {f.fix}" and f.fix.startswith("give center=85.8")
 
 
-@pytest.mark.parametrize("kwargs,error,match", [
-    (dict(geometry="g"), TypeError, "^geometry: expected a ParallelGeometry"),
-    (dict(rows=(5, 2)), ValueError, "^rows: expected 0 <= first < stop"),
-    (dict(checks=("values", "colour")), ValueError, "^checks: "),
-    (dict(flats=np.ones((135, 160))), ValueError, "^flats: give flats and darks together"),
-])
+@pytest.mark.parametrize(
+    "kwargs,error,match",
+    [
+        (dict(geometry="g"), TypeError, "^geometry: expected a ParallelGeometry"),
+        (dict(rows=(5, 2)), ValueError, "^rows: expected 0 <= first < stop"),
+        (dict(checks=("values", "colour")), ValueError, "^checks: "),
+        (dict(flats=np.ones((135, 160))), ValueError, "^flats: give flats and darks together"),
+    ],
+)
 def test_bad_arguments(savu, kwargs, error, match):
     args = dict(geometry=savu.geometry)
     args.update(kwargs)
@@ -204,5 +222,6 @@ def test_cupy_arrays_give_the_numpy_findings(savu):
     projections, flat, dark = (cp.asarray(a) for a in (savu.projections, savu.flat, savu.dark))
     assert check_consistency(projections, savu.geometry, flats=flat, darks=dark) == []
     wrong = savu.geometry.replace(center=20.0)
-    assert (check_consistency(projections, wrong, flats=flat, darks=dark)
-            == check_consistency(savu.projections, wrong, flats=savu.flat, darks=savu.dark))
+    assert check_consistency(projections, wrong, flats=flat, darks=dark) == check_consistency(
+        savu.projections, wrong, flats=savu.flat, darks=savu.dark
+    )

@@ -1,4 +1,5 @@
 """leveret.preprocess: normalize and minus_log."""
+
 import numpy as np
 import pytest
 
@@ -6,8 +7,7 @@ from leveret.preprocess import minus_log, normalize
 
 
 def test_normalize_exact_values():
-    proj = np.array([[[3, 5, 9], [1, 2, 7]],
-                     [[5, 3, 1], [4, 2, 8]]], np.uint16)           # (2 angles, 2 rows, 3 cols)
+    proj = np.array([[[3, 5, 9], [1, 2, 7]], [[5, 3, 1], [4, 2, 8]]], np.uint16)  # (2 angles, 2 rows, 3 cols)
     dark = np.array([[1, 1, 1], [0, 2, 2]], np.float32)
     flat = np.array([[5, 9, 3], [4, 6, 10]], np.float32)
     t = normalize(proj, flat, dark)
@@ -20,7 +20,7 @@ def test_normalize_exact_values():
 def test_normalize_dead_pixels_are_one():
     proj = np.full((3, 2, 2), 7.0)
     dark = np.array([[1, 5], [1, 1]], np.float32)
-    flat = np.array([[4, 5], [0, np.nan]], np.float32)   # flat - dark: 3, 0, -1, NaN
+    flat = np.array([[4, 5], [0, np.nan]], np.float32)  # flat - dark: 3, 0, -1, NaN
     t = normalize(proj, flat, dark)
     np.testing.assert_array_equal(t[:, 0, 0], 2.0)
     np.testing.assert_array_equal(t[:, [0, 1, 1], [1, 0, 1]], 1.0)
@@ -29,12 +29,11 @@ def test_normalize_dead_pixels_are_one():
 
 
 def test_normalize_averages_stacks_of_flats_and_darks():
-    proj = np.arange(12, dtype=np.float32).reshape(3, 4) + 10   # a sinogram (3 angles, 4 cols)
-    flats = np.stack([np.full(4, 20.0), np.full(4, 30.0)])      # mean 25
+    proj = np.arange(12, dtype=np.float32).reshape(3, 4) + 10  # a sinogram (3 angles, 4 cols)
+    flats = np.stack([np.full(4, 20.0), np.full(4, 30.0)])  # mean 25
     darks = np.stack([np.full(4, 4.0), np.full(4, 6.0), np.full(4, 5.0)])  # mean 5
     np.testing.assert_allclose(normalize(proj, flats, darks), (proj - 5) / 20, rtol=1e-7)
-    np.testing.assert_array_equal(normalize(proj, flats[:1], darks[:1]),
-                                  normalize(proj, flats[0], darks[0]))
+    np.testing.assert_array_equal(normalize(proj, flats[:1], darks[:1]), normalize(proj, flats[0], darks[0]))
 
 
 def test_normalize_out_and_in_place():
@@ -48,13 +47,16 @@ def test_normalize_out_and_in_place():
     np.testing.assert_array_equal(proj, expected)
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    (dict(projections=np.zeros(5)), r"^projections: expected shape"),
-    (dict(projections=np.zeros((2, 3, 4), complex)), r"^projections: expected real"),
-    (dict(flats=np.ones((3, 5))), r"^flats: expected one image of shape \(3, 4\)"),
-    (dict(darks=np.zeros((0, 3, 4))), r"^darks: expected one image"),
-    (dict(out=np.empty((2, 3, 4))), r"^out: expected shape \(2, 3, 4\) and dtype float32"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(projections=np.zeros(5)), r"^projections: expected shape"),
+        (dict(projections=np.zeros((2, 3, 4), complex)), r"^projections: expected real"),
+        (dict(flats=np.ones((3, 5))), r"^flats: expected one image of shape \(3, 4\)"),
+        (dict(darks=np.zeros((0, 3, 4))), r"^darks: expected one image"),
+        (dict(out=np.empty((2, 3, 4))), r"^out: expected shape \(2, 3, 4\) and dtype float32"),
+    ],
+)
 def test_normalize_bad_input_names_argument(kwargs, match):
     args = dict(projections=np.zeros((2, 3, 4)), flats=np.ones((3, 4)), darks=np.zeros((3, 4)))
     args.update(kwargs)
@@ -72,8 +74,7 @@ def test_minus_log_values_and_clipping():
     t = np.array([1.0, np.exp(-2.0), 0.0, -0.5, 1e-7, 2.0], np.float32)
     p = minus_log(t)
     assert p.dtype == np.float32
-    np.testing.assert_allclose(p, [0, 2, -np.log(1e-6), -np.log(1e-6), -np.log(1e-6), -np.log(2)],
-                               rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(p, [0, 2, -np.log(1e-6), -np.log(1e-6), -np.log(1e-6), -np.log(2)], rtol=1e-6, atol=1e-7)
     np.testing.assert_allclose(minus_log(t, min_transmission=1e-3)[2:4], -np.log(1e-3), rtol=1e-6)
     assert minus_log(t.astype(np.float64)).dtype == np.float64
     assert minus_log(np.array([1, 2], np.uint16)).dtype == np.float32

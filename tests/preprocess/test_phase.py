@@ -1,18 +1,19 @@
 """leveret.preprocess.retrieve_phase (Paganin et al. 2002 and the generalised form of 2020):
 absolute line integrals of analytic objects, the padding, slab borders, the argument checks."""
+
 import numpy as np
 import pytest
 
 from leveret.preprocess import minus_log, phase_border, retrieve_phase, wavelength
 
-ENERGY, PIXEL = 20.0, 1e-6                         # keV, m
+ENERGY, PIXEL = 20.0, 1e-6  # keV, m
 N = 256
-Y, X = (np.mgrid[:N, :N] - (N - 1) / 2) * PIXEL    # metres from the image centre
+Y, X = (np.mgrid[:N, :N] - (N - 1) / 2) * PIXEL  # metres from the image centre
 
 
 def _gaussian_lines(peak, s):
     """mu T of a Gaussian bump of material: peak line integral ``peak``, width ``s`` metres."""
-    return peak * np.exp(-(X ** 2 + Y ** 2) / (2 * s ** 2))
+    return peak * np.exp(-(X**2 + Y**2) / (2 * s**2))
 
 
 def test_wavelength_is_hc_over_e():
@@ -26,14 +27,13 @@ def test_inverts_the_transport_of_intensity_forward_model_exactly():
     taken analytically for a Gaussian bump: the retrieval gives mu T back to float64 rounding."""
     distance, delta_beta, s = 0.05, 100.0, 8e-6
     lines = _gaussian_lines(1.0, s)
-    r2 = X ** 2 + Y ** 2
+    r2 = X**2 + Y**2
     f = np.exp(-lines)
-    laplacian = f * (lines ** 2 * r2 / s ** 4 - lines * (r2 / s ** 4 - 2 / s ** 2))
-    area = delta_beta * wavelength(ENERGY) * distance / (4 * np.pi)         # R delta / mu in m^2
+    laplacian = f * (lines**2 * r2 / s**4 - lines * (r2 / s**4 - 2 / s**2))
+    area = delta_beta * wavelength(ENERGY) * distance / (4 * np.pi)  # R delta / mu in m^2
     intensity = f - area * laplacian
-    assert intensity.min() > 0.05                                          # strong but valid contrast
-    out = retrieve_phase(intensity[None], energy=ENERGY, distance=distance, pixel_size=PIXEL,
-                         delta_beta=delta_beta)
+    assert intensity.min() > 0.05  # strong but valid contrast
+    out = retrieve_phase(intensity[None], energy=ENERGY, distance=distance, pixel_size=PIXEL, delta_beta=delta_beta)
     assert out.dtype == np.float64 and out.shape == (1, N, N)
     np.testing.assert_allclose(out[0], lines, rtol=0, atol=1e-9)
     # -log alone is far off: the fringes are half of the signal
@@ -44,10 +44,10 @@ def _fresnel_intensity(lines, delta_beta, distance):
     """|psi|^2 at ``distance`` behind an object of line integral ``lines``: the exit wave
     exp(-k beta T - i k delta T) propagated with the Fresnel transfer function."""
     lam = wavelength(ENERGY)
-    k_beta_t = lines / 2                                 # mu = 2 k beta
+    k_beta_t = lines / 2  # mu = 2 k beta
     psi = np.exp(-k_beta_t - 1j * delta_beta * k_beta_t)
     fy, fx = np.fft.fftfreq(N, PIXEL)[:, None], np.fft.fftfreq(N, PIXEL)[None, :]
-    propagated = np.fft.ifft2(np.fft.fft2(psi) * np.exp(-1j * np.pi * lam * distance * (fx ** 2 + fy ** 2)))
+    propagated = np.fft.ifft2(np.fft.fft2(psi) * np.exp(-1j * np.pi * lam * distance * (fx**2 + fy**2)))
     return np.abs(propagated) ** 2
 
 
@@ -77,26 +77,27 @@ def test_filter_of_one_fourier_mode(method):
         ky, kx = 2 * np.pi * m_y / (n * PIXEL), 2 * np.pi * m_x / (n * PIXEL)
         yy, xx = np.mgrid[:n, :n] * PIXEL
         t = 1 + eps * np.cos(ky * yy + kx * xx)
-        out = retrieve_phase(t[None], energy=ENERGY, distance=distance, pixel_size=PIXEL,
-                             delta_beta=delta_beta, pad=False, method=method)[0]
+        out = retrieve_phase(
+            t[None], energy=ENERGY, distance=distance, pixel_size=PIXEL, delta_beta=delta_beta, pad=False, method=method
+        )[0]
         gain = -np.sum(out * np.cos(ky * yy + kx * xx)) / np.sum(np.cos(ky * yy + kx * xx) ** 2) / eps
         if method == "paganin":
-            expected = 1 / (1 + area * (kx ** 2 + ky ** 2))
+            expected = 1 / (1 + area * (kx**2 + ky**2))
         else:
-            expected = 1 / (1 + 2 * area / PIXEL ** 2 * (2 - np.cos(PIXEL * kx) - np.cos(PIXEL * ky)))
+            expected = 1 / (1 + 2 * area / PIXEL**2 * (2 - np.cos(PIXEL * kx) - np.cos(PIXEL * ky)))
         assert gain == pytest.approx(expected, rel=1e-5), (m_y, m_x)
 
 
 def test_generalized_keeps_more_of_the_finest_detail():
     n = 32
     t = np.ones((1, n, n))
-    t[0, :, ::2] -= 1e-6                                # the highest column frequency
+    t[0, :, ::2] -= 1e-6  # the highest column frequency
     args = dict(energy=ENERGY, distance=0.05, pixel_size=PIXEL, delta_beta=100.0, pad=False)
     paganin = np.ptp(retrieve_phase(t, **args)[0, 0])
     generalized = np.ptp(retrieve_phase(t, method="generalized", **args)[0, 0])
     assert generalized > 2 * paganin
     wide = np.ptp(retrieve_phase(t, method="generalized", width=4 * PIXEL, **args)[0, 0])
-    assert wide != pytest.approx(generalized, rel=1e-3)                   # width is used
+    assert wide != pytest.approx(generalized, rel=1e-3)  # width is used
 
 
 def test_reduces_to_minus_log_as_delta_beta_or_distance_go_to_zero(rng):
@@ -135,9 +136,9 @@ def test_slab_with_phase_border_rows_matches_the_whole_detector():
     assert b == int(np.ceil(np.sqrt(100.0 * wavelength(ENERGY) * 0.05 / (4 * np.pi)) / PIXEL * np.log(500)))
     whole = retrieve_phase(t, **args)
     r0, r1 = 60, 68
-    slab = retrieve_phase(t[:, r0 - b:r1 + b], **args)[:, b:b + r1 - r0]
+    slab = retrieve_phase(t[:, r0 - b : r1 + b], **args)[:, b : b + r1 - r0]
     assert np.abs(np.exp(-slab) - np.exp(-whole[:, r0:r1])).max() < 1e-3 * np.ptp(t)
-    tight = retrieve_phase(t[:, r0 - 1:r1 + 1], **args)[:, 1:1 + r1 - r0]
+    tight = retrieve_phase(t[:, r0 - 1 : r1 + 1], **args)[:, 1 : 1 + r1 - r0]
     assert np.abs(tight - whole[:, r0:r1]).max() > 10 * np.abs(slab - whole[:, r0:r1]).max()
 
 
@@ -150,19 +151,22 @@ def test_in_place_and_float32():
     np.testing.assert_array_equal(out, expected)
 
 
-@pytest.mark.parametrize("name, value, match", [
-    ("energy", 0.05, "energy: expected a photon energy in keV between 0.1 and 1000"),
-    ("energy", 20000.0, "energy: .*got 20000"),                 # eV given for keV
-    ("energy", float("nan"), "energy: expected a finite number"),
-    ("distance", -0.1, "distance: expected a sample-detector distance in metres, >= 0"),
-    ("distance", 1500.0, "distance: .*below 1000"),
-    ("pixel_size", 6.5, "pixel_size: expected a pixel size in metres"),      # micrometres given for metres
-    ("pixel_size", 1e-10, "pixel_size: "),
-    ("delta_beta", 0.0, "delta_beta: expected the ratio delta/beta of the material, > 0"),
-    ("delta_beta", -5.0, "delta_beta: "),
-    ("width", 0.5, "width: "),
-    ("method", "tie", "method: "),
-])
+@pytest.mark.parametrize(
+    "name, value, match",
+    [
+        ("energy", 0.05, "energy: expected a photon energy in keV between 0.1 and 1000"),
+        ("energy", 20000.0, "energy: .*got 20000"),  # eV given for keV
+        ("energy", float("nan"), "energy: expected a finite number"),
+        ("distance", -0.1, "distance: expected a sample-detector distance in metres, >= 0"),
+        ("distance", 1500.0, "distance: .*below 1000"),
+        ("pixel_size", 6.5, "pixel_size: expected a pixel size in metres"),  # micrometres given for metres
+        ("pixel_size", 1e-10, "pixel_size: "),
+        ("delta_beta", 0.0, "delta_beta: expected the ratio delta/beta of the material, > 0"),
+        ("delta_beta", -5.0, "delta_beta: "),
+        ("width", 0.5, "width: "),
+        ("method", "tie", "method: "),
+    ],
+)
 def test_bad_arguments_name_the_argument(name, value, match):
     args = dict(energy=ENERGY, distance=0.05, pixel_size=PIXEL, delta_beta=100.0)
     args[name] = value
@@ -182,14 +186,14 @@ def test_bad_shapes():
 @pytest.mark.parametrize("method", ["paganin", "generalized"])
 def test_cupy_matches_numpy(method):
     import cupy
+
     t = _edge_case().astype(np.float32)
     args = dict(energy=ENERGY, distance=0.05, pixel_size=PIXEL, delta_beta=100.0, method=method)
     cpu = retrieve_phase(t, **args)
     gpu = retrieve_phase(cupy.asarray(t), **args)
     assert isinstance(gpu, cupy.ndarray) and gpu.dtype == cupy.float32
-    np.testing.assert_allclose(gpu.get(), cpu, rtol=2e-5, atol=2e-5)      # float32 FFTs, two libraries
+    np.testing.assert_allclose(gpu.get(), cpu, rtol=2e-5, atol=2e-5)  # float32 FFTs, two libraries
     lines = _gaussian_lines(0.5, 16e-6)
     intensity = _fresnel_intensity(lines, 100.0, 0.05).astype(np.float32)[None]
-    out = retrieve_phase(cupy.asarray(intensity), energy=ENERGY, distance=0.05, pixel_size=PIXEL,
-                         delta_beta=100.0)
+    out = retrieve_phase(cupy.asarray(intensity), energy=ENERGY, distance=0.05, pixel_size=PIXEL, delta_beta=100.0)
     assert float(cupy.abs(out[0] - cupy.asarray(lines)).max()) < 0.005

@@ -8,14 +8,14 @@ Two numbers per case: its RMS over the stripe columns (widened by a few columns:
 the stripes) and over every other column (what the method did to the object: a change there is a
 ring the method made). leveret's are at most algotom's times 1.05 (+1e-5) on the same input.
 """
+
 import numpy as np
 import pytest
 import scipy.ndimage as ndi
 
 import leveret
 from leveret.phantom import EllipsePhantom, disk, random_ellipses
-from leveret.preprocess import (detect_stripes, remove_dead_stripes, remove_large_stripes,
-                                remove_stripes)
+from leveret.preprocess import detect_stripes, remove_dead_stripes, remove_large_stripes, remove_stripes
 from leveret.preprocess._wavelet import wavedec_ad, wavelet_filters, waverec_ad
 from leveret.preprocess.stripes import sort_angles, unsort_angles
 
@@ -38,24 +38,23 @@ def _sample_sinogram(n_cols, n_angles, noise=0.01, seed=1):
 def _add_stripes(clean, kind, seed=2):
     """(striped sinogram, stripe columns) with stripes of one kind."""
     n_angles, n_cols = clean.shape
-    c = lambda x: int(round(x * n_cols / 256))          # noqa: E731
+    c = lambda x: int(round(x * n_cols / 256))  # noqa: E731
     s, cols = clean.copy(), []
-    if kind == "full":                                   # constant offsets, one a gain
+    if kind == "full":  # constant offsets, one a gain
         for col, a in ((40, 0.03), (77, -0.02), (78, -0.02), (128, 0.025), (150, 0.04), (201, -0.03)):
             s[:, c(col)] += a
             cols.append(c(col))
         s[:, c(110)] *= 1.04
         cols.append(c(110))
-    elif kind == "partial":                              # offsets over part of the angles
-        for col, a, a0, a1 in ((60, 0.04, 50, 200), (120, -0.03, 0, 120), (170, 0.05, 200, 360),
-                               (140, 0.03, 100, 300)):
-            s[a0 * n_angles // 360:a1 * n_angles // 360, c(col)] += a
+    elif kind == "partial":  # offsets over part of the angles
+        for col, a, a0, a1 in ((60, 0.04, 50, 200), (120, -0.03, 0, 120), (170, 0.05, 200, 360), (140, 0.03, 100, 300)):
+            s[a0 * n_angles // 360 : a1 * n_angles // 360, c(col)] += a
             cols.append(c(col))
-    elif kind == "large":                                # 12 and 8 columns wide
-        s[:, c(90):c(90) + 12] += 0.03
-        s[:, c(160):c(160) + 8] -= 0.025 * np.linspace(1, 0.5, n_angles)[:, None]
+    elif kind == "large":  # 12 and 8 columns wide
+        s[:, c(90) : c(90) + 12] += 0.03
+        s[:, c(160) : c(160) + 8] -= 0.025 * np.linspace(1, 0.5, n_angles)[:, None]
         cols += list(range(c(90), c(90) + 12)) + list(range(c(160), c(160) + 8))
-    elif kind == "dead":                                 # unresponsive, stuck, fluctuating
+    elif kind == "dead":  # unresponsive, stuck, fluctuating
         s[:, c(70)] = s[:, c(70)].mean()
         s[:, c(131)] = 0.5
         s[:, c(180)] += np.random.default_rng(seed).normal(0, 0.1, n_angles)
@@ -74,35 +73,36 @@ def ring_residual(out, clean, cols, widen=3):
 
 # -- the building blocks -----------------------------------------------------------------------
 
+
 def test_sort_angles_is_a_stable_sort_and_unsort_inverts_it():
     x = np.array([[3, 1, np.nan], [1, 1, 2], [2, 1, np.nan], [1, 0, -0.0]], np.float32)[:, None, :]
     ordered, order = sort_angles(x, np)
-    np.testing.assert_array_equal(order[:, 0, 0], [1, 3, 2, 0])       # equal values keep their order
+    np.testing.assert_array_equal(order[:, 0, 0], [1, 3, 2, 0])  # equal values keep their order
     np.testing.assert_array_equal(order[:, 0, 1], [3, 0, 1, 2])
-    np.testing.assert_array_equal(order[:, 0, 2], [3, 1, 0, 2])       # NaN last, in angle order
+    np.testing.assert_array_equal(order[:, 0, 2], [3, 1, 0, 2])  # NaN last, in angle order
     np.testing.assert_array_equal(unsort_angles(ordered, order, np), x)
 
 
 def test_detect_stripes_finds_outliers_on_both_sides_and_nothing_in_noise():
     rng = np.random.default_rng(0)
     profile = rng.normal(0, 0.01, (3, 500))
-    assert not detect_stripes(profile).any()                             # Gaussian noise: no stripe
+    assert not detect_stripes(profile).any()  # Gaussian noise: no stripe
     profile[0, 100] += 0.2
     profile[1, 200] -= 0.2
-    profile[1, 300] += 0.03                                              # under snr * noise / 2 of the line
+    profile[1, 300] += 0.03  # under snr * noise / 2 of the line
     mask = detect_stripes(profile, snr=3.0)
     assert np.flatnonzero(mask[0]).tolist() == [100]
     assert np.flatnonzero(mask[1]).tolist() == [200]
     assert not mask[2].any()
-    assert detect_stripes(profile, snr=100.0).sum() == 0                # larger snr: fewer
-    assert not detect_stripes(np.array([[0, 0, 5.0, 0]])).any()          # rows under 8 columns
+    assert detect_stripes(profile, snr=100.0).sum() == 0  # larger snr: fewer
+    assert not detect_stripes(np.array([[0, 0, 5.0, 0]])).any()  # rows under 8 columns
 
 
 def test_dead_columns_become_the_interpolation_of_their_neighbours():
     clean = _sample_sinogram(256, 180)
     s = clean.copy()
-    s[:, 100] = 0.7                                                      # stuck
-    s[:, 150] += np.random.default_rng(1).normal(0, 0.2, 180)           # fluctuating
+    s[:, 100] = 0.7  # stuck
+    s[:, 150] += np.random.default_rng(1).normal(0, 0.2, 180)  # fluctuating
     out = remove_dead_stripes(s)
     for col in (100, 150):
         # widened by one column each side: the neighbours at col +- 2 span the gap
@@ -134,8 +134,9 @@ def test_rows_are_independent_and_batched(rng):
         out = remove_stripes(stack, method=method)
         assert out.shape == stack.shape and out.dtype == np.float64
         for r, row in enumerate(rows):
-            np.testing.assert_allclose(out[:, r], remove_stripes(row, method=method), rtol=0, atol=1e-12,
-                                       err_msg=method)
+            np.testing.assert_allclose(
+                out[:, r], remove_stripes(row, method=method), rtol=0, atol=1e-12, err_msg=method
+            )
 
 
 def test_input_is_not_modified_and_float32_stays_float32():
@@ -167,15 +168,16 @@ def test_wavelet_fft_damps_what_is_constant_along_the_angles_only():
     stripe = np.zeros((n_angles, n_cols))
     stripe[:, 100] = 1.0
     left = remove_stripes(stripe, method="wavelet-fft", sigma=2.0)
-    assert np.abs(left).max() < 0.25                                     # most of a lone stripe goes
+    assert np.abs(left).max() < 0.25  # most of a lone stripe goes
     # a pattern varying quickly along the angles has no angular frequency near 0: kept
     k = np.arange(n_angles)[:, None]
-    wave = np.cos(2 * np.pi * 40 * k / n_angles) * np.exp(-((np.arange(n_cols) - 128) / 30.0) ** 2)
+    wave = np.cos(2 * np.pi * 40 * k / n_angles) * np.exp(-(((np.arange(n_cols) - 128) / 30.0) ** 2))
     kept = remove_stripes(wave, method="wavelet-fft", sigma=2.0)
     assert np.abs(kept - wave)[20:-20].max() < 0.02
 
 
 # -- against algotom ---------------------------------------------------------------------------
+
 
 def _algotom():
     return pytest.importorskip("algotom.prep.removal", reason="the peer: pip install algotom")
@@ -190,7 +192,7 @@ def test_all_rings_no_larger_than_algotom_on_synthetic_stripes():
     removal = _algotom()
     clean = _sample_sinogram(1024, 600)
     cases = [_add_stripes(clean, kind) for kind in KINDS]
-    ours = remove_stripes(np.stack([s for s, _ in cases], axis=1), method="all")     # one batched call
+    ours = remove_stripes(np.stack([s for s, _ in cases], axis=1), method="all")  # one batched call
     for k, (kind, (s, cols)) in enumerate(zip(KINDS, cases)):
         mine = ring_residual(ours[:, k], clean, cols)
         theirs = ring_residual(removal.remove_all_stripe(s, snr=3.0, la_size=51, sm_size=21), clean, cols)
@@ -212,12 +214,12 @@ def test_wavelet_fft_removes_stripes_as_well_as_algotom():
     clean = _sample_sinogram(1024, 600)
     for kind in ("full", "large", "dead"):
         s, cols = _add_stripes(clean, kind)
-        mine = ring_residual(remove_stripes(s, method="wavelet-fft", level=5, wavelet="db9", sigma=1.0),
-                             clean, cols)
-        theirs = ring_residual(removal.remove_stripe_based_wavelet_fft(s, level=5, size=1, wavelet_name="db9"),
-                               clean, cols)
+        mine = ring_residual(remove_stripes(s, method="wavelet-fft", level=5, wavelet="db9", sigma=1.0), clean, cols)
+        theirs = ring_residual(
+            removal.remove_stripe_based_wavelet_fft(s, level=5, size=1, wavelet_name="db9"), clean, cols
+        )
         assert mine[0] <= MARGIN * theirs[0] + FLOOR, (kind, mine, theirs)
-        assert mine[1] < 0.01                                            # the object: within 0.4 % of 2.5
+        assert mine[1] < 0.01  # the object: within 0.4 % of 2.5
 
 
 def _savu_stripes(lines, kind, rng):
@@ -249,6 +251,7 @@ def test_all_rings_no_larger_than_algotom_on_the_real_scan(savu_scan):
     vs 0.0153-0.0191). Per row with a 5 % margin on the mean over the rows."""
     removal = _algotom()
     from leveret.preprocess import minus_log, normalize
+
     lines = minus_log(normalize(savu_scan.projections, savu_scan.flat, savu_scan.dark))[:, 59:75]
     lines = lines.astype(np.float64)
     rng = np.random.default_rng(3)
@@ -265,16 +268,20 @@ def test_all_rings_no_larger_than_algotom_on_the_real_scan(savu_scan):
 
 # -- arguments ---------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("kwargs, match", [
-    (dict(method="fourier"), "method: "),
-    (dict(method="all", snr=1.0), "snr: expected a ratio > 1"),
-    (dict(method="all", large_size=50), "large_size: expected an odd integer >= 3"),
-    (dict(method="all", drop_ratio=0.9), r"drop_ratio: expected a share in \[0, 0.8\]"),
-    (dict(method="all", size=4), "size: expected an odd integer >= 3"),
-    (dict(method="wavelet-fft", level=9), "level: the sinogram .* allows at most"),
-    (dict(method="wavelet-fft", wavelet="db99"), "wavelet: expected the name of a discrete wavelet"),
-    (dict(method="wavelet-fft", sigma=0.0), "sigma: expected a positive damping width"),
-])
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(method="fourier"), "method: "),
+        (dict(method="all", snr=1.0), "snr: expected a ratio > 1"),
+        (dict(method="all", large_size=50), "large_size: expected an odd integer >= 3"),
+        (dict(method="all", drop_ratio=0.9), r"drop_ratio: expected a share in \[0, 0.8\]"),
+        (dict(method="all", size=4), "size: expected an odd integer >= 3"),
+        (dict(method="wavelet-fft", level=9), "level: the sinogram .* allows at most"),
+        (dict(method="wavelet-fft", wavelet="db99"), "wavelet: expected the name of a discrete wavelet"),
+        (dict(method="wavelet-fft", sigma=0.0), "sigma: expected a positive damping width"),
+    ],
+)
 def test_bad_arguments_name_the_argument(kwargs, match):
     s = _sample_sinogram(128, 90)
     with pytest.raises(ValueError, match=match):
@@ -291,6 +298,7 @@ def test_bad_arguments_of_the_steps():
 
 # -- the GPU -----------------------------------------------------------------------------------
 
+
 @pytest.mark.gpu
 def test_sort_kernel_matches_a_stable_sort():
     """leveret.cuda.sort_columns against NumPy's stable argsort (float64 values of the same floats):
@@ -298,9 +306,10 @@ def test_sort_kernel_matches_a_stable_sort():
     import cupy
 
     from leveret.cuda.sort_columns import sort_columns, unsort_columns
+
     rng = np.random.default_rng(0)
     for n_angles in (1, 2, 3, 91, 128, 129, 1000, 2048, 4096):
-        x = rng.integers(-4, 5, (n_angles, 3, 37)).astype(np.float32)   # many ties
+        x = rng.integers(-4, 5, (n_angles, 3, 37)).astype(np.float32)  # many ties
         x[rng.random(x.shape) < 0.05] = np.nan
         x[rng.random(x.shape) < 0.05] = rng.standard_normal() * 1e-30
         ordered, order = sort_columns(cupy.asarray(x))
@@ -315,6 +324,7 @@ def test_sort_kernel_matches_a_stable_sort():
 @pytest.mark.parametrize("method", ["sort", "mean", "all", "wavelet-fft"])
 def test_cupy_matches_numpy(method):
     import cupy
+
     clean = _sample_sinogram(512, 300)
     stack = np.stack([_add_stripes(clean, kind)[0] for kind in KINDS], axis=1).astype(np.float32)
     cpu = remove_stripes(stack, method=method)

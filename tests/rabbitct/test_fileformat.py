@@ -1,4 +1,5 @@
 """The RabbitCT version-2 file: layout byte by byte, round trips, and refusals."""
+
 import dataclasses
 import filecmp
 import os
@@ -25,7 +26,7 @@ REF_SIZES = (8, 16)
 
 def _expected_size(n, h, w, sizes):
     # The documented formula, written out independently of the module.
-    return 24 + n * (12 * 8 + 4 * h * w) + 2 * sum(L ** 3 for L in sizes)
+    return 24 + n * (12 * 8 + 4 * h * w) + 2 * sum(L**3 for L in sizes)
 
 
 @pytest.fixture
@@ -37,7 +38,7 @@ def data(rng):
     projections[1, 2, 4] = -0.0
     projections[2, 0, 0] = np.float32(1e-42)  # subnormal
     projections[3, -1, -1] = -np.inf
-    refs = {L: rng.integers(0, 2 ** 16, size=(L, L, L), dtype=np.uint16) for L in REF_SIZES}
+    refs = {L: rng.integers(0, 2**16, size=(L, L, L), dtype=np.uint16) for L in REF_SIZES}
     return RabbitCTData(matrices, projections, hu_scale=1234.5, hu_offset=-0.25, references=refs)
 
 
@@ -80,16 +81,17 @@ def test_file_size_and_header_bytes(tmp_path, data):
 
 
 def test_matrix_layout_against_a_hand_written_example(tmp_path):
-    P = np.array([[11.0, 12.0, 13.0, 14.0],
-                  [21.0, 22.0, 23.0, 24.0],
-                  [31.0, 32.0, 33.0, 34.0]])  # P[r, c] = 10 (r + 1) + (c + 1)
+    P = np.array(
+        [[11.0, 12.0, 13.0, 14.0], [21.0, 22.0, 23.0, 24.0], [31.0, 32.0, 33.0, 34.0]]
+    )  # P[r, c] = 10 (r + 1) + (c + 1)
     column_major = [11.0, 21.0, 31.0, 12.0, 22.0, 32.0, 13.0, 23.0, 33.0, 14.0, 24.0, 34.0]
     np.testing.assert_array_equal(matrix_to_rabbitct(P), column_major)
     np.testing.assert_array_equal(matrix_from_rabbitct(column_major), P)
     assert matrix_from_rabbitct(column_major).flags.c_contiguous
     # Stacks go view by view.
-    np.testing.assert_array_equal(matrix_to_rabbitct(np.stack([P, 2 * P])),
-                                  [column_major, [2 * x for x in column_major]])
+    np.testing.assert_array_equal(
+        matrix_to_rabbitct(np.stack([P, 2 * P])), [column_major, [2 * x for x in column_major]]
+    )
 
     # The reference kernel's indexing: w = A[2] x + A[5] y + A[8] z + A[11], ...
     A = matrix_to_rabbitct(P)
@@ -155,6 +157,7 @@ def test_no_references(tmp_path, rng):
 
 # -- refusals --------------------------------------------------------------------------------
 
+
 @pytest.fixture
 def good_file(tmp_path, data):
     return write_rabbitct(tmp_path / "rabbit.rct", data)
@@ -180,7 +183,7 @@ def test_truncated_projections(good_file, keep):
         assert "truncated" in msg and str(PROJ_END) in msg and str(keep) in msg
 
 
-@pytest.mark.parametrize("cut", [1, 2, 100, 2 * 16 ** 3 - 2, 2 * 16 ** 3 + 2])
+@pytest.mark.parametrize("cut", [1, 2, 100, 2 * 16**3 - 2, 2 * 16**3 + 2])
 def test_truncated_references(good_file, cut):
     good_file.write_bytes(good_file.read_bytes()[:-cut])
     for load in (True, False):  # checked even when the references are not wanted
@@ -216,14 +219,17 @@ def test_big_endian_file_is_refused(good_file):
     assert "found 33554432" in _error(good_file)
 
 
-@pytest.mark.parametrize("offset, fmt, value, words", [
-    (4, "<I", 0, "detector size"),
-    (8, "<I", 0, "detector size"),
-    (12, "<I", 0, "at least one projection"),
-    (12, "<I", N_VIEWS + 1, "truncated"),
-    (4, "<I", 2 ** 31, "truncated"),
-    (16, "<f", float("nan"), "finite HU"),
-])
+@pytest.mark.parametrize(
+    "offset, fmt, value, words",
+    [
+        (4, "<I", 0, "detector size"),
+        (8, "<I", 0, "detector size"),
+        (12, "<I", 0, "at least one projection"),
+        (12, "<I", N_VIEWS + 1, "truncated"),
+        (4, "<I", 2**31, "truncated"),
+        (16, "<f", float("nan"), "finite HU"),
+    ],
+)
 def test_bad_header_fields(good_file, offset, fmt, value, words):
     _patch(good_file, offset, fmt, value)
     assert words in _error(good_file)
@@ -258,11 +264,14 @@ def test_existing_output_is_refused_unless_overwrite(tmp_path, data, rng):
     assert os.listdir(tmp_path) == ["rabbit.rct"]
 
 
-@pytest.mark.parametrize("bad_image, words", [
-    (np.zeros((N_ROWS, N_COLS + 1), np.float32), "shape"),
-    (np.zeros((N_COLS, N_ROWS), np.float32), "shape"),
-    (np.zeros((N_ROWS, N_COLS), np.float64), "float32"),
-])
+@pytest.mark.parametrize(
+    "bad_image, words",
+    [
+        (np.zeros((N_ROWS, N_COLS + 1), np.float32), "shape"),
+        (np.zeros((N_COLS, N_ROWS), np.float32), "shape"),
+        (np.zeros((N_ROWS, N_COLS), np.float64), "float32"),
+    ],
+)
 @pytest.mark.parametrize("existing", [False, True])
 def test_failed_write_leaves_nothing(tmp_path, data, bad_image, words, existing):
     path = tmp_path / "rabbit.rct"
@@ -288,6 +297,7 @@ def test_write_refuses_other_data(tmp_path):
 
 # -- the data class --------------------------------------------------------------------------
 
+
 def test_data_is_immutable_and_normalised(data):
     with pytest.raises(dataclasses.FrozenInstanceError):
         data.hu_scale = 3.0
@@ -300,21 +310,24 @@ def test_data_is_immutable_and_normalised(data):
     assert "n_views=1" in repr(d)
 
 
-@pytest.mark.parametrize("kwargs, words", [
-    (dict(matrices=np.zeros((2, 4, 3))), "matrices: expected shape"),
-    (dict(matrices=np.zeros((0, 3, 4)), projections=np.zeros((0, 2, 2), np.float32)), "matrices"),
-    (dict(matrices=np.full((2, 3, 4), np.nan)), "matrices: expected finite"),
-    (dict(projections=np.zeros((3, 2, 2), np.float32)), "projections: expected shape"),
-    (dict(projections=np.zeros((2, 2, 2), np.float64)), "float32"),
-    (dict(projections=[np.zeros((2, 2), np.float32)]), "expected 2 images"),
-    (dict(hu_scale=float("inf")), "hu_scale"),
-    (dict(hu_offset=1e40), "hu_offset"),
-    (dict(references={8: np.zeros((8, 8, 8), np.uint16), 32: np.zeros((32,) * 3, np.uint16)}), "L0, 2 L0"),
-    (dict(references={4: np.zeros((4, 4, 5), np.uint16)}), "shape"),
-    (dict(references={4: np.zeros((4, 4, 4), np.float32)}), "uint16"),
-    (dict(references={4: np.zeros((4, 4, 4), np.int16)}), "uint16"),
-    (dict(version=1), "version"),
-])
+@pytest.mark.parametrize(
+    "kwargs, words",
+    [
+        (dict(matrices=np.zeros((2, 4, 3))), "matrices: expected shape"),
+        (dict(matrices=np.zeros((0, 3, 4)), projections=np.zeros((0, 2, 2), np.float32)), "matrices"),
+        (dict(matrices=np.full((2, 3, 4), np.nan)), "matrices: expected finite"),
+        (dict(projections=np.zeros((3, 2, 2), np.float32)), "projections: expected shape"),
+        (dict(projections=np.zeros((2, 2, 2), np.float64)), "float32"),
+        (dict(projections=[np.zeros((2, 2), np.float32)]), "expected 2 images"),
+        (dict(hu_scale=float("inf")), "hu_scale"),
+        (dict(hu_offset=1e40), "hu_offset"),
+        (dict(references={8: np.zeros((8, 8, 8), np.uint16), 32: np.zeros((32,) * 3, np.uint16)}), "L0, 2 L0"),
+        (dict(references={4: np.zeros((4, 4, 5), np.uint16)}), "shape"),
+        (dict(references={4: np.zeros((4, 4, 4), np.float32)}), "uint16"),
+        (dict(references={4: np.zeros((4, 4, 4), np.int16)}), "uint16"),
+        (dict(version=1), "version"),
+    ],
+)
 def test_data_validation(kwargs, words):
     args = dict(matrices=np.zeros((2, 3, 4)), projections=np.zeros((2, 2, 2), np.float32))
     args.update(kwargs)
@@ -331,6 +344,7 @@ def test_matrix_helpers_refuse_bad_shapes():
 
 # -- scored units ------------------------------------------------------------------------------
 
+
 def test_hu_from_mu_follows_the_runner():
     mu = np.array([-1.0, 0.0, np.nan, 0.5, 1.0, 100.0, 1.5e-3, 2.5e-3], np.float32)
     hu = hu_from_mu(mu, 1000.0, 24.0)
@@ -339,8 +353,10 @@ def test_hu_from_mu_follows_the_runner():
     np.testing.assert_array_equal(hu, [0, 0, 0, 524, 1024, 4095, 26, 27])
     assert hu_from_mu(np.float32(0.25), 10.0, -10.0) == -7  # no lower cap: floor(-7.5 + 0.5)
     vol = np.linspace(0.001, 1.0, 4 * 3 * 2, dtype=np.float32).reshape(4, 3, 2)
-    np.testing.assert_array_equal(mu_from_hu(hu_from_mu(vol, 1000.0, 0.0), 1000.0, 0.0),
-                                  np.floor(vol * np.float32(1000) + np.float32(0.5)).astype(np.float64) / 1000)
+    np.testing.assert_array_equal(
+        mu_from_hu(hu_from_mu(vol, 1000.0, 0.0), 1000.0, 0.0),
+        np.floor(vol * np.float32(1000) + np.float32(0.5)).astype(np.float64) / 1000,
+    )
 
 
 def test_hu_helpers_need_scale_and_offset():
@@ -353,5 +369,5 @@ def test_hu_helpers_need_scale_and_offset():
 def test_cut_at_a_volume_boundary_reads_as_fewer_references(good_file):
     # The file names no sizes (see the module docstring): a whole missing last
     # volume is a valid file with fewer references, as RabbitCTRunner sees it.
-    good_file.write_bytes(good_file.read_bytes()[:-2 * 16 ** 3])
+    good_file.write_bytes(good_file.read_bytes()[: -2 * 16**3])
     assert read_rabbitct(good_file).reference_sizes == (8,)

@@ -1,4 +1,5 @@
 """RabbitCT runner: the HU metrics on hand-made volumes, timings and scores of real runs."""
+
 from __future__ import annotations
 
 import json
@@ -30,6 +31,7 @@ def dataset():
 
 # -- metrics ---------------------------------------------------------------------------------
 
+
 def test_hu_errors_on_known_values():
     result = np.array([[1000.0, 1000.5], [998.0, 1012.0]])
     reference = np.full((2, 2), 1000, dtype=np.uint16)
@@ -38,7 +40,7 @@ def test_hu_errors_on_known_values():
     assert e["n_voxels"] == 4
     assert e["mse_hu2"] == pytest.approx((0 + 0.25 + 4 + 144) / 4)
     assert e["rmse_hu"] == pytest.approx(np.sqrt(148.25 / 4))
-    assert e["psnr_db"] == pytest.approx(10 * np.log10(4095.0 ** 2 / (148.25 / 4)))
+    assert e["psnr_db"] == pytest.approx(10 * np.log10(4095.0**2 / (148.25 / 4)))
     assert e["max_abs_error_hu"] == 12.0
     assert e["mean_error_hu"] == pytest.approx(10.5 / 4)
     # RabbitCTRunner's bins: [0,1) [1,2) ... [9,10) [10,inf)
@@ -60,13 +62,13 @@ def test_hu_errors_slab_by_slab_equals_all_at_once(monkeypatch, rng):
     a = rng.normal(1000, 3, size=(9, 7, 5))
     b = rng.integers(990, 1010, size=(9, 7, 5)).astype(np.uint16)
     whole = hu_errors(a, b)
-    monkeypatch.setattr(runner, "_SLAB_VOXELS", 40)   # 1 slice per slab
+    monkeypatch.setattr(runner, "_SLAB_VOXELS", 40)  # 1 slice per slab
     sliced = hu_errors(a, b)
     for key in ("mse_hu2", "max_abs_error_hu", "mean_error_hu"):
         assert sliced[key] == pytest.approx(whole[key], rel=1e-12)
     np.testing.assert_array_equal(sliced["histogram"], whole["histogram"])
     direct = a - b.astype(np.float64)
-    assert whole["mse_hu2"] == pytest.approx(np.mean(direct ** 2), rel=1e-12)
+    assert whole["mse_hu2"] == pytest.approx(np.mean(direct**2), rel=1e-12)
 
 
 def test_hu_errors_refuses_bad_input():
@@ -85,6 +87,7 @@ def test_hu_errors_refuses_bad_input():
 
 # -- runs ------------------------------------------------------------------------------------
 
+
 def test_cpu_run_against_float64_reference_is_float32_rounding_only(dataset):
     data, cache = dataset
     res = run_benchmark(data, L, backend="cpu", reference=cache[L], repeats=2)
@@ -94,11 +97,11 @@ def test_cpu_run_against_float64_reference_is_float32_rounding_only(dataset):
     # max 8.5e-5 HU, PSNR 172 dB; bounds 5x (PSNR for the RMSE bound: 158 dB).
     assert res.rmse_hu < 5e-5 and res.max_abs_error_hu < 4e-4
     assert res.psnr_db > 158
-    assert res.errors["n_voxels"] == L ** 3
+    assert res.errors["n_voxels"] == L**3
     # RabbitCT's arithmetic.
     assert len(res.compute_times_s) == 2 and res.time_s == min(res.compute_times_s)
-    assert res.voxel_updates == L ** 3 * SCAN["n_views"]
-    assert res.gups == pytest.approx(L ** 3 * SCAN["n_views"] / res.time_s / 1e9, rel=1e-12)
+    assert res.voxel_updates == L**3 * SCAN["n_views"]
+    assert res.gups == pytest.approx(L**3 * SCAN["n_views"] / res.time_s / 1e9, rel=1e-12)
     assert res.time_per_projection_s == pytest.approx(res.time_s / SCAN["n_views"], rel=1e-12)
     d = json.loads(json.dumps(res.to_dict(), allow_nan=False))
     assert d["size"] == L and d["gups"] == pytest.approx(res.gups) and d["errors"]["bin_edges_hu"][-1] is None
@@ -118,22 +121,21 @@ def test_cpu_run_against_the_files_reference_is_rabbitcts_score(dataset):
     # The same score, computed by hand from the float64 volume the reference came from.
     quantised = run_benchmark(data, 2 * L, backend="cpu", reference=cache[2 * L], compare="quantised")
     assert quantised.mse_hu2 == pytest.approx(res.mse_hu2, abs=1e-12)
-    np.testing.assert_array_equal(hu_from_mu(cache[2 * L], data.hu_scale, data.hu_offset),
-                                  data.references[2 * L])
+    np.testing.assert_array_equal(hu_from_mu(cache[2 * L], data.hu_scale, data.hu_offset), data.references[2 * L])
 
 
 def test_run_benchmark_refuses_bad_input(dataset):
     data, cache = dataset
     with pytest.raises(ValueError, match="size"):
-        run_benchmark(data, 64, backend="cpu")                      # no such reference, none given
+        run_benchmark(data, 64, backend="cpu")  # no such reference, none given
     with pytest.raises(ValueError, match="size"):
         run_benchmark(data, 16.0, backend="cpu")
     with pytest.raises(TypeError, match="data"):
         run_benchmark(data.projections, L, backend="cpu")
     with pytest.raises(ValueError, match="reference"):
-        run_benchmark(data, L, backend="cpu", reference=cache[2 * L])        # wrong shape
+        run_benchmark(data, L, backend="cpu", reference=cache[2 * L])  # wrong shape
     with pytest.raises(TypeError, match="reference"):
-        run_benchmark(data, L, backend="cpu", reference=cache[L].tolist())   # not an array
+        run_benchmark(data, L, backend="cpu", reference=cache[L].tolist())  # not an array
     with pytest.raises(ValueError, match="reference"):
         run_benchmark(data, L, backend="cpu", reference=np.zeros((L,) * 3, np.int32))
     with pytest.raises(ValueError, match="repeats"):
@@ -182,7 +184,7 @@ def test_cuda_run_is_timed_both_ways_and_close_to_float64():
     assert res.backend == "cuda" and res.comparison == "float"
     assert len(res.transfer_times_s) == 2 and len(res.compute_times_s) == 2
     assert res.time_s == min(res.transfer_times_s) and res.compute_time_s <= res.time_s
-    assert res.gups == pytest.approx(GPU_SIZE ** 3 * GPU_SCAN["n_views"] / res.time_s / 1e9, rel=1e-12)
+    assert res.gups == pytest.approx(GPU_SIZE**3 * GPU_SCAN["n_views"] / res.time_s / 1e9, rel=1e-12)
     assert res.rmse_hu <= GPU_RMSE_BOUND_HU and abs(res.errors["mean_error_hu"]) < 0.05
     # The kernel is what the CPU emulates: the same score.
     emulated = run_benchmark(data, GPU_SIZE, backend="cpu", reference=cache[GPU_SIZE], interpolation="linear8")

@@ -1,4 +1,5 @@
 """The synthetic RabbitCT dataset: perturbed geometry, FDK-exact images, references, the file."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -44,18 +45,18 @@ def test_default_detector_is_rabbitcts_and_keeps_its_field():
 
 
 def test_geometry_is_perturbed_but_only_a_little():
-    g = make_geometry()                               # the real size: matrices only, cheap
+    g = make_geometry()  # the real size: matrices only, cheap
     circle = make_geometry(perturbation_scale=0.0)
     assert g.matrices.shape == (496, 3, 4)
-    np.testing.assert_allclose(g.matrices[:, 2, 3], 1.0)   # w = 1 at the origin: 1/w^2 is FDK's weight
+    np.testing.assert_allclose(g.matrices[:, 2, 3], 1.0)  # w = 1 at the origin: 1/w^2 is FDK's weight
     np.testing.assert_allclose(np.degrees(g.angles[1] - g.angles[0]), 0.4)
     shift = np.linalg.norm(g.source_positions() - circle.source_positions(), axis=1)
-    assert 0.25 < shift.mean() < 1.0 and shift.max() < 2.5         # mm: not a circle, but close (0.48, 1.19)
+    assert 0.25 < shift.mean() < 1.0 and shift.max() < 2.5  # mm: not a circle, but close (0.48, 1.19)
     # Where points of the head land on the detector: off by a few pixels at most, not all zero.
     pts = np.array([[0.0, 0.0, 0.0], [60.0, -80.0, 70.0], [-69.0, 0.0, -40.0]])
     (u, vv, _), (u0, v0, _) = g.project(pts), circle.project(pts)
     d = np.hypot(u - u0, vv - v0)
-    assert 0.8 < np.median(d) < 3.0 and d.max() < 8.0              # pixels of 0.308 mm (1.56, 5.2)
+    assert 0.8 < np.median(d) < 3.0 and d.max() < 8.0  # pixels of 0.308 mm (1.56, 5.2)
     # Seeded: the same by default, different for another seed.
     np.testing.assert_array_equal(make_geometry().matrices, g.matrices)
     assert not np.array_equal(make_geometry(rng=1).matrices, g.matrices)
@@ -64,15 +65,16 @@ def test_geometry_is_perturbed_but_only_a_little():
 def test_shipped_images_back_project_to_fdk(built):
     data, _ = built
     g = make_geometry(**SCAN)
-    np.testing.assert_array_equal(data.matrices, g.matrices)          # stored as used
+    np.testing.assert_array_equal(data.matrices, g.matrices)  # stored as used
     raw = head_phantom().project(g)
     vol = volume_geometry(SIZES[0])
     rabbit = ConeBackprojection(data_geometry(data), vol, backend="cpu")(data.projections)
     # The stored images are float32: measured max differences 4.0e-8 (double) and 4.2e-7
     # (single) of the largest voxel; bounds 5x.
     for precision, tol in (("float64", 2e-7), ("float32", 2e-6)):
-        fdk = leveret.fdk(raw.astype(np.float32) if precision == "float32" else raw, g, vol,
-                          backend="cpu", precision=precision)
+        fdk = leveret.fdk(
+            raw.astype(np.float32) if precision == "float32" else raw, g, vol, backend="cpu", precision=precision
+        )
         assert np.abs(rabbit - fdk).max() <= tol * np.abs(fdk).max(), precision
 
 
@@ -81,10 +83,10 @@ def test_head_reconstructs_to_its_values(built, size):
     _, cache = built
     rec = cache[size]
     vol = volume_geometry(size)
-    c = slice(size // 2 - 1, size // 2 + 1)                            # the 8 central voxels
+    c = slice(size // 2 - 1, size // 2 + 1)  # the 8 central voxels
     z, y, x = (vol.coordinates(a)[c] for a in "zyx")
     truth = head_phantom().evaluate(x[None, None, :], y[None, :, None], z[:, None, None])
-    assert 1.0 * MU_WATER <= truth.min() and truth.max() <= 1.04 * MU_WATER   # brain, 0..40 HU
+    assert 1.0 * MU_WATER <= truth.min() and truth.max() <= 1.04 * MU_WATER  # brain, 0..40 HU
     # Measured 0.27 % (16^3) and 0.54 % (32^3) above the truth, i.e. 2.8 and 5.5 HU: bound 12 HU.
     assert HU_SCALE * abs(rec[c, c, c].mean() - truth.mean()) < 12
     # Outside the head, where every view sees the voxel, is air on average: 24 views draw
@@ -92,8 +94,9 @@ def test_head_reconstructs_to_its_values(built, size):
     z, y, x = (vol.coordinates(a) for a in "zyx")
     head = head_phantom().evaluate(x[None, None, :], y[None, :, None], z[:, None, None]) > 0
     near_head = ndimage.binary_dilation(head, iterations=2)
-    u, v, _ = make_geometry(**SCAN).project(np.stack(np.meshgrid(x, y, z, indexing="ij"), -1)
-                                            .transpose(2, 1, 0, 3).reshape(-1, 3))
+    u, v, _ = make_geometry(**SCAN).project(
+        np.stack(np.meshgrid(x, y, z, indexing="ij"), -1).transpose(2, 1, 0, 3).reshape(-1, 3)
+    )
     seen = ((u >= 0) & (u <= SCAN["n_cols"] - 1) & (v >= 0) & (v <= SCAN["n_rows"] - 1)).all(axis=0)
     air = ~near_head & seen.reshape(rec.shape)
     assert air.sum() > 0.1 * rec.size and abs(HU_SCALE * rec[air].mean()) < 10
@@ -110,9 +113,9 @@ def test_references_are_the_scored_float64_volumes(built):
         np.testing.assert_array_equal(ref, hu_from_mu(cache[L], data.hu_scale, data.hu_offset))
         np.testing.assert_array_equal(ref, scored_reference(cache[L], data.hu_scale, data.hu_offset))
         assert cache[L].dtype == np.float64 and not cache[L].flags.writeable
-        again = reference_volume(data, L)                              # recomputed from the data alone
+        again = reference_volume(data, L)  # recomputed from the data alone
         np.testing.assert_array_equal(again, cache[L])
-        assert reference_volume(data, L, cache=cache) is cache[L]      # the cache answers first
+        assert reference_volume(data, L, cache=cache) is cache[L]  # the cache answers first
 
 
 def test_round_trip_through_the_file(tmp_path, built):
@@ -160,6 +163,7 @@ def test_bad_arguments_name_themselves(built):
 def test_perfect_circle_and_plain_data_work_too():
     data = make_dataset(n_views=8, n_rows=8, n_cols=10, perturbation_scale=0.0)
     assert isinstance(data, RabbitCTData) and data.references == {}
-    circle = ConeGeometry.circular(np.radians(np.arange(8) * 198.4 / 8), 750.0, 1200.0, 8, 10,
-                                   default_pixel_size(8, 10))
+    circle = ConeGeometry.circular(
+        np.radians(np.arange(8) * 198.4 / 8), 750.0, 1200.0, 8, 10, default_pixel_size(8, 10)
+    )
     np.testing.assert_allclose(data.matrices, circle.matrices, rtol=1e-12, atol=1e-12)

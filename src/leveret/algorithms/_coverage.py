@@ -14,6 +14,7 @@
 The operators (``Projector``, the back-projections) stay permissive: projecting
 one view is a legitimate operation, reconstructing from it is not.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -36,34 +37,44 @@ def check_views(geometry) -> None:
         distinct = _distinct_angles(np.mod(geometry.angles, np.pi))
         if distinct < 2:
             angle = float(np.degrees(np.mod(geometry.angles[0], np.pi)))
-            raise ValueError(f"geometry: {_views(geometry.n_angles)} along one direction ({angle:.4g} degrees, "
-                             "modulo 180): they say nothing across it, so no volume is determined; a "
-                             "reconstruction needs views at two angles or more (modulo 180 degrees)")
+            raise ValueError(
+                f"geometry: {_views(geometry.n_angles)} along one direction ({angle:.4g} degrees, "
+                "modulo 180): they say nothing across it, so no volume is determined; a "
+                "reconstruction needs views at two angles or more (modulo 180 degrees)"
+            )
     elif isinstance(geometry, ConeGeometry):
         src = np.asarray(geometry.source_positions(), dtype=np.float64).reshape(-1, 3)
         scale = max(float(np.abs(src).max()), 1.0)
         if len(src) == 1 or float(np.ptp(src, axis=0).max()) <= 1e-9 * scale:
             views = "the single view has one" if len(src) == 1 else f"all {len(src)} views have the same"
-            raise ValueError(f"geometry: {views} source position: the scan sees the object from one direction "
-                             "only, so no volume is determined; check the angles or matrices")
+            raise ValueError(
+                f"geometry: {views} source position: the scan sees the object from one direction "
+                "only, so no volume is determined; check the angles or matrices"
+            )
     elif isinstance(geometry, ParallelVecGeometry):
         rays = np.asarray(geometry.rays, dtype=np.float64).reshape(-1, 3)
         rays = rays / np.linalg.norm(rays, axis=1, keepdims=True)
-        rays = rays * np.where(rays @ rays[0] < 0, -1.0, 1.0)[:, None]     # t and t + pi: one direction
+        rays = rays * np.where(rays @ rays[0] < 0, -1.0, 1.0)[:, None]  # t and t + pi: one direction
         if float(np.ptp(rays, axis=0).max()) <= SAME_DIRECTION:
-            raise ValueError(f"geometry: {_views(len(rays))} along one ray direction: they say nothing "
-                             "across it, so no volume is determined; check the angles or vectors")
+            raise ValueError(
+                f"geometry: {_views(len(rays))} along one ray direction: they say nothing "
+                "across it, so no volume is determined; check the angles or vectors"
+            )
     elif isinstance(geometry, RadonGeometry):
         rank = int(np.linalg.matrix_rank(np.asarray(geometry.directions, dtype=np.float64), tol=SAME_DIRECTION))
         if rank == 1:
             which = "the single direction" if geometry.n_dirs == 1 else f"all {geometry.n_dirs} directions (one line)"
-            raise ValueError(f"geometry: the plane integrals of {which} give the object's profile along one "
-                             "line only, so no volume is determined; a 3D Radon reconstruction needs directions "
-                             "that span space")
+            raise ValueError(
+                f"geometry: the plane integrals of {which} give the object's profile along one "
+                "line only, so no volume is determined; a 3D Radon reconstruction needs directions "
+                "that span space"
+            )
         if rank == 2:
-            raise ValueError(f"geometry: the {geometry.n_dirs} directions lie in one plane: nothing is known "
-                             "along its normal, so no volume is determined; a 3D Radon reconstruction needs "
-                             "directions that span space")
+            raise ValueError(
+                f"geometry: the {geometry.n_dirs} directions lie in one plane: nothing is known "
+                "along its normal, so no volume is determined; a 3D Radon reconstruction needs "
+                "directions that span space"
+            )
 
 
 def _views(n: int) -> str:
@@ -91,7 +102,7 @@ def check_reach(geometry, volume) -> None:
     corners = _corners(volume)
     if isinstance(geometry, ParallelGeometry):
         x, y = corners[:, 0], corners[:, 1]
-        cols = geometry.project_columns(x, y)                  # (n_angles, n_corners)
+        cols = geometry.project_columns(x, y)  # (n_angles, n_corners)
         seen = (cols.max(axis=1) >= -0.5) & (cols.min(axis=1) <= geometry.n_cols - 0.5)
         rows_ok = True
         if not geometry.is_2d:
@@ -102,13 +113,17 @@ def check_reach(geometry, volume) -> None:
     elif isinstance(geometry, ConeGeometry):
         u, v, w = geometry.project(corners)
         if not (w > 0).all():
-            return          # behind the source: the back-projection's own check says so
-        seen = ((u.max(axis=1) >= -0.5) & (u.min(axis=1) <= geometry.n_cols - 0.5)
-                & (v.max(axis=1) >= -0.5) & (v.min(axis=1) <= geometry.n_rows - 0.5))
+            return  # behind the source: the back-projection's own check says so
+        seen = (
+            (u.max(axis=1) >= -0.5)
+            & (u.min(axis=1) <= geometry.n_cols - 0.5)
+            & (v.max(axis=1) >= -0.5)
+            & (v.min(axis=1) <= geometry.n_rows - 0.5)
+        )
         if not seen.any():
             _unreached(volume, "detector")
     elif isinstance(geometry, RadonGeometry):
-        t = corners @ np.asarray(geometry.directions, dtype=np.float64).T   # (n_corners, n_dirs)
+        t = corners @ np.asarray(geometry.directions, dtype=np.float64).T  # (n_corners, n_dirs)
         half = geometry.n_samples / 2 * geometry.spacing
         if not ((t.max(axis=0) >= -half) & (t.min(axis=0) <= half)).any():
             _unreached(volume, "samples")
@@ -125,10 +140,16 @@ def _unreached(volume, where: str) -> None:
 
     axes = "xy" if volume.is_2d else "xyz"
     ext = ", ".join("{} {:.4g}..{:.4g}".format(a, *volume.extent(a)) for a in axes)
-    beside = {"columns": "beside the detector's columns in every view",
-              "rows": "above or below every detector row",
-              "detector": "beside the detector in every view",
-              "samples": "beyond the sampled planes in every direction"}[where]
+    beside = {
+        "columns": "beside the detector's columns in every view",
+        "rows": "above or below every detector row",
+        "detector": "beside the detector in every view",
+        "samples": "beyond the sampled planes in every direction",
+    }[where]
     # stacklevel: this function, check_reach, the reconstruction function, its caller
-    warnings.warn(f"volume: no ray of the scan reaches it ({ext} lies {beside}), so it comes back all zeros; "
-                  "check its center and voxel_size against the geometry's units", UserWarning, stacklevel=4)
+    warnings.warn(
+        f"volume: no ray of the scan reaches it ({ext} lies {beside}), so it comes back all zeros; "
+        "check its center and voxel_size against the geometry's units",
+        UserWarning,
+        stacklevel=4,
+    )

@@ -1,4 +1,5 @@
 """FDK: filtered back-projection for cone-beam scans given as projection matrices."""
+
 from __future__ import annotations
 
 import contextlib
@@ -15,14 +16,29 @@ from ..geometry.volume import volume_3d
 from ..operators.cone import RAY_MIN_VIEWS, ConeBackprojection
 from ..cuda.pipeline import STAGING_BUFFERS, STAGING_BYTES, SlabDownload, Staging, ranges
 from ._coverage import check_reach, check_views
-from .fdk_weights import (FDKWeighting, rows_seen)
+from .fdk_weights import FDKWeighting, rows_seen
 
 
-def fdk(projections, geometry, volume: VolumeGeometry, *, filter: str = "ram-lak",
-        short_scan="auto", backend: str = "auto", cutoff: float = 1.0, padding: str = "zero",
-        interpolation: str = "linear", precision: str = "float32", gpu_memory: int | None = None,
-        slab_slices: int | None = None, progress: bool = False, stats: dict | None = None,
-        kernel: str = "auto", chunk_views: int | None = None, devices=None):
+def fdk(
+    projections,
+    geometry,
+    volume: VolumeGeometry,
+    *,
+    filter: str = "ram-lak",
+    short_scan="auto",
+    backend: str = "auto",
+    cutoff: float = 1.0,
+    padding: str = "zero",
+    interpolation: str = "linear",
+    precision: str = "float32",
+    gpu_memory: int | None = None,
+    slab_slices: int | None = None,
+    progress: bool = False,
+    stats: dict | None = None,
+    kernel: str = "auto",
+    chunk_views: int | None = None,
+    devices=None,
+):
     """Feldkamp-Davis-Kress reconstruction of a (near-)circular cone-beam scan.
 
     Parameters
@@ -93,16 +109,32 @@ def fdk(projections, geometry, volume: VolumeGeometry, *, filter: str = "ram-lak
     weight.
     """
     from ..geometry import ConeGeometry
+
     if not isinstance(geometry, ConeGeometry):
         raise TypeError(f"geometry: expected a ConeGeometry, got {type(geometry).__name__}")
     from .helical import fdk_route, is_helical
-    if is_helical(geometry):   # sources on a helix: the window-weighted FDK of algorithms/helical.py
-        return fdk_route(projections, geometry, volume, short_scan=short_scan, devices=devices,
-                         gpu_memory=gpu_memory, filter=filter, cutoff=cutoff, padding=padding, backend=backend,
-                         interpolation=interpolation, kernel=kernel, precision=precision, slab_slices=slab_slices,
-                         chunk_views=chunk_views, progress=progress, stats=stats)
-    projections = v.real_array("projections", projections, geometry.projection_shape,
-                               "(n_views, n_rows, n_cols)")
+
+    if is_helical(geometry):  # sources on a helix: the window-weighted FDK of algorithms/helical.py
+        return fdk_route(
+            projections,
+            geometry,
+            volume,
+            short_scan=short_scan,
+            devices=devices,
+            gpu_memory=gpu_memory,
+            filter=filter,
+            cutoff=cutoff,
+            padding=padding,
+            backend=backend,
+            interpolation=interpolation,
+            kernel=kernel,
+            precision=precision,
+            slab_slices=slab_slices,
+            chunk_views=chunk_views,
+            progress=progress,
+            stats=stats,
+        )
+    projections = v.real_array("projections", projections, geometry.projection_shape, "(n_views, n_rows, n_cols)")
     check_views(geometry)
     if not isinstance(projections, np.ndarray):  # host input is checked chunk by chunk
         v.check_finite_array("projections", projections)
@@ -110,6 +142,7 @@ def fdk(projections, geometry, volume: VolumeGeometry, *, filter: str = "ram-lak
     dtype = np.float64 if v.precision(precision, ("float32", "float64")) == "float64" else np.float32
 
     from ..backends import resolve
+
     backend = resolve(backend, projections)
     input_on_gpu = not isinstance(projections, np.ndarray)
     if backend == "cuda" and dtype == np.float64:
@@ -118,16 +151,31 @@ def fdk(projections, geometry, volume: VolumeGeometry, *, filter: str = "ram-lak
     check_reach(geometry, volume)
     if not input_on_gpu:
         v.check_allocation("volume", volume.size * np.dtype(dtype).itemsize, "the reconstruction")
-    settings = dict(filter=filter, cutoff=cutoff, padding=padding, short_scan=short_scan,
-                    interpolation=interpolation, kernel=kernel, backend=backend, dtype=dtype, stats=stats)
+    settings = dict(
+        filter=filter,
+        cutoff=cutoff,
+        padding=padding,
+        short_scan=short_scan,
+        interpolation=interpolation,
+        kernel=kernel,
+        backend=backend,
+        dtype=dtype,
+        stats=stats,
+    )
     devices = devices_for_backend(devices, backend)
     cap = None if gpu_memory is None else v.positive_int("gpu_memory", gpu_memory)
     if backend != "cuda":
         cap = None
     # The plans fill the pool's share of the budget with arrays; textures and cuFFT have theirs.
     array_memory = None if cap is None else _pool_share(cap)
-    slabs, planned_views = _plan_slabs(geometry, volume, backend, _worker_cap(array_memory, devices),
-                                       slab_slices, budget=None if devices is None else devices.free_bytes())
+    slabs, planned_views = _plan_slabs(
+        geometry,
+        volume,
+        backend,
+        _worker_cap(array_memory, devices),
+        slab_slices,
+        budget=None if devices is None else devices.free_bytes(),
+    )
     if devices is None and backend == "cuda" and not input_on_gpu and slabs != [(0, volume.nz)]:
         # One GPU, NumPy in, a volume in slabs: two workers sharing the GPU, so
         # that one worker's download runs beside the other's kernels (measured
@@ -136,10 +184,12 @@ def fdk(projections, geometry, volume: VolumeGeometry, *, filter: str = "ram-lak
         import cupy
 
         from ..cuda.devices import DeviceSet
+
         pair = DeviceSet([cupy.cuda.Device().id] * 2, shared=True)
         try:
-            slabs, planned_views = _plan_slabs(geometry, volume, backend, _worker_cap(array_memory, pair),
-                                               slab_slices, budget=pair.free_bytes())
+            slabs, planned_views = _plan_slabs(
+                geometry, volume, backend, _worker_cap(array_memory, pair), slab_slices, budget=pair.free_bytes()
+            )
             devices = pair
         except ValueError:
             pass
@@ -152,6 +202,7 @@ def fdk(projections, geometry, volume: VolumeGeometry, *, filter: str = "ram-lak
         import cupy
 
         from ..cuda.device_state import MemoryBudget
+
         ids = [cupy.cuda.Device().id] if devices is None else sorted(set(devices.ids))
         workers = 1 if devices is None else max(map(devices.ids.count, devices.ids))
         # textures in use at once: half of their share (the budget's cache keeps the other half)
@@ -159,15 +210,15 @@ def fdk(projections, geometry, volume: VolumeGeometry, *, filter: str = "ram-lak
         _check_texture_room(settings, geometry)
         budgets = {d: MemoryBudget(d, cap, cap // TEXTURE_SHARE) for d in ids}
     try:
-        return _dispatch(projections, geometry, volume, devices, slabs, budgets, array_memory, slab_slices,
-                         progress, settings)
+        return _dispatch(
+            projections, geometry, volume, devices, slabs, budgets, array_memory, slab_slices, progress, settings
+        )
     finally:
         for budget in budgets.values():
             budget.close()
 
 
-def _dispatch(projections, geometry, volume, devices, slabs, budgets, array_memory, slab_slices, progress,
-              settings):
+def _dispatch(projections, geometry, volume, devices, slabs, budgets, array_memory, slab_slices, progress, settings):
     """Run the FDK plan: one device or several, the volume whole or in slabs,
     under the memory budgets (GPU id -> ``MemoryBudget``) where there are."""
     stats, backend = settings["stats"], settings["backend"]
@@ -176,32 +227,48 @@ def _dispatch(projections, geometry, volume, devices, slabs, budgets, array_memo
         if slabs != [(0, volume.nz)]:
             return _fdk_slabs(projections, geometry, volume, slabs, progress=progress, budget=here, **settings)
         result = None
-        if not isinstance(projections, np.ndarray) and backend == "cuda":   # the caller's, beside the budget
+        if not isinstance(projections, np.ndarray) and backend == "cuda":  # the caller's, beside the budget
             import cupy
+
             result = cupy.zeros(volume.shape, settings["dtype"])
         with here.active() if here is not None else contextlib.nullcontext():
             return _reconstruct(projections, geometry, volume, progress=progress, result=result, **settings)
     plan = plan_devices(geometry, volume, devices, settings["chunk_views"], array_memory, slab_slices)
     if plan is not None:
-        return _fdk_devices_filter_once(devices, plan, projections, geometry, volume, progress=progress,
-                                        budgets=budgets, **settings)
-    if slab_slices is None and len(slabs) < len(devices):   # every GPU gets a slab (as _plan_slabs cuts)
+        return _fdk_devices_filter_once(
+            devices, plan, projections, geometry, volume, progress=progress, budgets=budgets, **settings
+        )
+    if slab_slices is None and len(slabs) < len(devices):  # every GPU gets a slab (as _plan_slabs cuts)
         step = -(-volume.nz // len(devices))
         slabs = ranges(volume.nz, step)
     y_parts = 1
     if slab_slices is None and backend == "cuda":
-        slabs, y_parts = _slabs_in_boxes(geometry, volume, slabs, settings["chunk_views"], len(devices),
-                                         _gpu_budget(_worker_cap(array_memory, devices), devices.free_bytes()))
-    filtering: dict = {}   # the filtering pass's time split, added to the slabs' below
+        slabs, y_parts = _slabs_in_boxes(
+            geometry,
+            volume,
+            slabs,
+            settings["chunk_views"],
+            len(devices),
+            _gpu_budget(_worker_cap(array_memory, devices), devices.free_bytes()),
+        )
+    filtering: dict = {}  # the filtering pass's time split, added to the slabs' below
     with here.active() if here is not None else contextlib.nullcontext():
-        seen = _FilteredOnHost.make(projections, geometry, volume, progress=progress, stats=filtering,
-                                    **{k: x for k, x in settings.items() if k != "stats"})
-    if seen is not None:   # the slabs upload rows of the filtered views
+        seen = _FilteredOnHost.make(
+            projections,
+            geometry,
+            volume,
+            progress=progress,
+            stats=filtering,
+            **{k: x for k, x in settings.items() if k != "stats"},
+        )
+    if seen is not None:  # the slabs upload rows of the filtered views
         projections, settings["weighted"] = seen, True
-    out = _fdk_devices(devices, projections, geometry, volume, slabs, y_parts, progress=progress,
-                       budgets=budgets, **settings)
+    out = _fdk_devices(
+        devices, projections, geometry, volume, slabs, y_parts, progress=progress, budgets=budgets, **settings
+    )
     if stats is not None:
         from ..cuda.pipeline import add_stats
+
         add_stats(stats, filtering)
     return out
 
@@ -218,17 +285,21 @@ def _pool_share(cap: int) -> int:
     (the rest: textures, cuFFT's own memory (``MemoryBudget``) and
     ``PLAN_SLACK``); ValueError naming ``gpu_memory`` where nothing is left."""
     from ..cuda.device_state import MemoryBudget
+
     share = cap - cap // TEXTURE_SHARE - MemoryBudget.CUFFT_RESERVE - PLAN_SLACK
     if share < 1:
-        raise ValueError(f"gpu_memory: {cap} bytes leave nothing for arrays beside an eighth for textures "
-                         f"and {(MemoryBudget.CUFFT_RESERVE + PLAN_SLACK) >> 20} MiB for cuFFT's plans and "
-                         f"small tables; give at least {(MemoryBudget.CUFFT_RESERVE + PLAN_SLACK) * 8 // 7 + 8} "
-                         f"bytes and a slab's worth more")
+        raise ValueError(
+            f"gpu_memory: {cap} bytes leave nothing for arrays beside an eighth for textures "
+            f"and {(MemoryBudget.CUFFT_RESERVE + PLAN_SLACK) >> 20} MiB for cuFFT's plans and "
+            f"small tables; give at least {(MemoryBudget.CUFFT_RESERVE + PLAN_SLACK) * 8 // 7 + 8} "
+            f"bytes and a slab's worth more"
+        )
     return share
 
 
 def _current_device() -> int:
     import cupy
+
     return cupy.cuda.Device().id
 
 
@@ -245,13 +316,17 @@ def _check_texture_room(settings: dict, geometry) -> None:
     """A budget's texture share holds one view; given view chunks fit it."""
     fit = settings["texture_bytes"] // (geometry.n_rows * geometry.n_cols * 4)
     if fit < 1:
-        raise ValueError(f"gpu_memory: too small for one view's texture ({geometry.n_rows} x "
-                         f"{geometry.n_cols}: {geometry.n_rows * geometry.n_cols * 4 / 2**20:.1f} MiB, of an "
-                         f"eighth of the budget shared by the GPU's workers)")
+        raise ValueError(
+            f"gpu_memory: too small for one view's texture ({geometry.n_rows} x "
+            f"{geometry.n_cols}: {geometry.n_rows * geometry.n_cols * 4 / 2**20:.1f} MiB, of an "
+            f"eighth of the budget shared by the GPU's workers)"
+        )
     if settings["fixed_chunks"] and settings["chunk_views"] > fit:
-        raise ValueError(f"chunk_views: {settings['chunk_views']} views take more texture memory than "
-                         f"gpu_memory leaves for them ({settings['texture_bytes'] / 2**20:.1f} MiB a "
-                         f"worker): at most {fit}")
+        raise ValueError(
+            f"chunk_views: {settings['chunk_views']} views take more texture memory than "
+            f"gpu_memory leaves for them ({settings['texture_bytes'] / 2**20:.1f} MiB a "
+            f"worker): at most {fit}"
+        )
     settings["chunk_views"] = min(settings["chunk_views"], fit)
 
 
@@ -271,21 +346,24 @@ def _fdk_slabs(projections, geometry, volume, slabs, *, progress, budget=None, *
 
     if input_on_gpu:
         import cupy
+
         out = cupy.empty(volume.shape, dtype)
     else:
         out = np.empty(volume.shape, dtype)
     from tqdm.auto import tqdm
+
     for k0, k1 in tqdm(slabs, desc="fdk slabs", unit="slab", disable=not progress, leave=False):
         slab = volume.slab(k0, k1)
         rows = rows_seen(geometry, slab)
         if rows is None:
-            out[k0:k1] = 0   # the slab projects off the detector in every view
+            out[k0:k1] = 0  # the slab projects off the detector in every view
             continue
         with budget.active() if budget is not None else contextlib.nullcontext():
-            part = _reconstruct(projections[:, rows[0]:rows[1]], geometry.crop_rows(*rows), slab,
-                                progress=False, **settings)
+            part = _reconstruct(
+                projections[:, rows[0] : rows[1]], geometry.crop_rows(*rows), slab, progress=False, **settings
+            )
         out[k0:k1] = part
-        del part   # back to the budget's pool before the next slab
+        del part  # back to the budget's pool before the next slab
     return out
 
 
@@ -315,12 +393,15 @@ class DevicePart:
         return 0 if self.rows is None else self.rows[1] - self.rows[0]
 
     def __repr__(self) -> str:
-        return (f"DevicePart(device={self.device}, workers={self.workers}, z={self.z}, rows={self.rows}, "
-                f"slabs={self.slabs})")
+        return (
+            f"DevicePart(device={self.device}, workers={self.workers}, z={self.z}, rows={self.rows}, "
+            f"slabs={self.slabs})"
+        )
 
 
-def plan_devices(geometry, volume: VolumeGeometry, devices, chunk_views: int, array_memory=None,
-                 slab_slices=None, free_bytes=None) -> list[DevicePart] | None:
+def plan_devices(
+    geometry, volume: VolumeGeometry, devices, chunk_views: int, array_memory=None, slab_slices=None, free_bytes=None
+) -> list[DevicePart] | None:
     """How ``fdk(..., devices=...)`` shares a volume among GPUs when every
     GPU can hold the filtered views (else None: each slab then filters the
     rows it sees itself, ``_fdk_devices``).
@@ -352,7 +433,7 @@ def plan_devices(geometry, volume: VolumeGeometry, devices, chunk_views: int, ar
         per_worker = (budget - buffer_bytes) // workers - min(chunk_views, geometry.n_views) * view_bytes
         if per_worker < DEPTH * slice_bytes:
             return None
-        share = -(-(z[1] - z[0]) // workers)                   # a slab per worker, rounded up to blocks
+        share = -(-(z[1] - z[0]) // workers)  # a slab per worker, rounded up to blocks
         step = min(-(-share // DEPTH), per_worker // slice_bytes // DEPTH) * DEPTH
         if slab_slices is not None:
             step = min(step, max(DEPTH, slab_slices // DEPTH * DEPTH))
@@ -365,13 +446,33 @@ def _device_free_bytes(device: int) -> int:
     import cupy
 
     from ..cuda import gpu_free_bytes
+
     with cupy.cuda.Device(device):
         return gpu_free_bytes()
 
 
-def _fdk_devices_filter_once(devices, plan, projections, geometry, volume, *, progress, stats, filter, cutoff,
-                             padding, short_scan, interpolation, kernel, backend, dtype, chunk_views,
-                             fixed_chunks, texture_bytes=None, budgets=None):
+def _fdk_devices_filter_once(
+    devices,
+    plan,
+    projections,
+    geometry,
+    volume,
+    *,
+    progress,
+    stats,
+    filter,
+    cutoff,
+    padding,
+    short_scan,
+    interpolation,
+    kernel,
+    backend,
+    dtype,
+    chunk_views,
+    fixed_chunks,
+    texture_bytes=None,
+    budgets=None,
+):
     """FDK on several GPUs as :func:`plan_devices` shares it.
 
     Each worker takes a slab of its GPU's range, then view chunks from its
@@ -393,15 +494,21 @@ def _fdk_devices_filter_once(devices, plan, projections, geometry, volume, *, pr
 
     input_on_gpu = not isinstance(projections, np.ndarray)
     if input_on_gpu:
-        with cupy.cuda.Device(projections.device.id):   # the input is complete before other streams read it
+        with cupy.cuda.Device(projections.device.id):  # the input is complete before other streams read it
             cupy.cuda.get_current_stream().synchronize()
             out = cupy.zeros(volume.shape, dtype)
     else:
         copy_threads_for(len(devices))
         out = np.zeros(volume.shape, dtype)
     weighting = FDKWeighting(geometry, filter=filter, cutoff=cutoff, padding=padding, short_scan=short_scan)
-    op = ConeBackprojection(geometry, volume, backend=backend, interpolation=interpolation,
-                            matrices=weighting.frames["normalised"], kernel=kernel)
+    op = ConeBackprojection(
+        geometry,
+        volume,
+        backend=backend,
+        interpolation=interpolation,
+        matrices=weighting.frames["normalised"],
+        kernel=kernel,
+    )
     # the view chunks of a one-GPU call (_reconstruct)
     chunks = _view_chunks(geometry.n_views, chunk_views, from_host=not input_on_gpu and not fixed_chunks)
     n_chunks = len(chunks)
@@ -411,16 +518,24 @@ def _fdk_devices_filter_once(devices, plan, projections, geometry, volume, *, pr
     # GPU's workers share its texture cache, a call's and a chunk's each.
     call_views = 0
     if not fixed_chunks:
-        call_views = min(_call_views(geometry, chunk_views, geometry.n_rows),
-                         op.cached_views(share=2 * max(map(devices.ids.count, devices.ids))))
+        call_views = min(
+            _call_views(geometry, chunk_views, geometry.n_rows),
+            op.cached_views(share=2 * max(map(devices.ids.count, devices.ids))),
+        )
         if texture_bytes is not None:
-            call_views = min(call_views, _texture_views({"texture_bytes": texture_bytes}, geometry,
-                                                        geometry.n_rows))
+            call_views = min(call_views, _texture_views({"texture_bytes": texture_bytes}, geometry, geometry.n_rows))
     by_device = {part.device: part for part in plan}
-    state = {part.device: {"views": dv.work_queue([(j, j + 1) for j in range(n_chunks)]),
-                           "slabs": dv.work_queue(part.slabs), "lock": threading.Lock(), "buffer": None,
-                           "ready": [threading.Event() for _ in range(n_chunks)], "events": [None] * n_chunks}
-             for part in plan}
+    state = {
+        part.device: {
+            "views": dv.work_queue([(j, j + 1) for j in range(n_chunks)]),
+            "slabs": dv.work_queue(part.slabs),
+            "lock": threading.Lock(),
+            "buffer": None,
+            "ready": [threading.Event() for _ in range(n_chunks)],
+            "events": [None] * n_chunks,
+        }
+        for part in plan
+    }
     bar_lock = threading.Lock()
     wall0 = time.perf_counter()
 
@@ -430,7 +545,7 @@ def _fdk_devices_filter_once(devices, plan, projections, geometry, volume, *, pr
         with st["lock"]:
             if st["buffer"] is None:
                 st["buffer"] = cupy.zeros(geometry.projection_shape, np.float32)
-                cupy.cuda.get_current_stream().synchronize()   # zeroed before another worker's stream writes
+                cupy.cuda.get_current_stream().synchronize()  # zeroed before another worker's stream writes
             return st["buffer"]
 
     def Slab(k0, k1):
@@ -453,8 +568,7 @@ def _fdk_devices_filter_once(devices, plan, projections, geometry, volume, *, pr
                         return
                 times["wait"] += time.perf_counter() - t0
             end = j + 1
-            while (end < n_chunks and st["ready"][end].is_set()
-                   and chunks[end].stop - chunks[j].start <= call_views):
+            while end < n_chunks and st["ready"][end].is_set() and chunks[end].stop - chunks[j].start <= call_views:
                 end += 1
             for i in range(j, end):
                 stream.wait_event(st["events"][i])
@@ -473,20 +587,20 @@ def _fdk_devices_filter_once(devices, plan, projections, geometry, volume, *, pr
         cupy.cuda.get_current_stream().synchronize()
         try:
             if slab.download is None:
-                dv.copy_to(out[slab.k0:slab.k1], slab.res)
+                dv.copy_to(out[slab.k0 : slab.k1], slab.res)
             else:
                 slab.download.finish()
         finally:
             if slab.download is not None:
                 slab.download.close()
-            slab.res = slab.alias = slab.download = None   # the slab's device memory back to the pool now
+            slab.res = slab.alias = slab.download = None  # the slab's device memory back to the pool now
         times["download"] += time.perf_counter() - t0
         with bar_lock:
             bar.update(slab.k1 - slab.k0)
 
     def body(worker, stop):
         part = by_device.get(worker.device)
-        if part is None or part.rows is None:   # no range here, or it projects off the detector: zeros
+        if part is None or part.rows is None:  # no range here, or it projects off the detector: zeros
             return 0, {}
         st = state[part.device]
         r0, r1 = part.rows
@@ -524,32 +638,39 @@ def _fdk_devices_filter_once(devices, plan, projections, geometry, volume, *, pr
 
         try:
             if input_on_gpu:
-                for j in taken():   # a float32 copy, as a one-GPU call takes it: the input stays as it was
+                for j in taken():  # a float32 copy, as a one-GPU call takes it: the input stays as it was
                     part = dv.to_device(dv.contiguous(projections[chunks[j], r0:r1]), worker.device)
                     compute(j, part.astype(np.float32), None)
             else:
-                size = lambda j: (chunks[j].stop - chunks[j].start, r1 - r0, geometry.n_cols)   # noqa: E731
-                stream_chunks(taken(), largest=max(range(n_chunks), key=lambda j: size(j)[0]), in_shape=size,
-                              out_shape=None, load=lambda j, buf: parallel_copy(buf, projections[chunks[j], r0:r1]),
-                              compute=compute, stats=split)
+                size = lambda j: (chunks[j].stop - chunks[j].start, r1 - r0, geometry.n_cols)  # noqa: E731
+                stream_chunks(
+                    taken(),
+                    largest=max(range(n_chunks), key=lambda j: size(j)[0]),
+                    in_shape=size,
+                    out_shape=None,
+                    load=lambda j, buf: parallel_copy(buf, projections[chunks[j], r0:r1]),
+                    compute=compute,
+                    stats=split,
+                )
         except BaseException:
             if slab is not None and slab.download is not None:
                 slab.download.close()
             raise
         if slab is not None:
             complete(slab)
-        while not stop.is_set() and (more := dv.take(st["slabs"])) is not None:   # every chunk filtered by now
+        while not stop.is_set() and (more := dv.take(st["slabs"])) is not None:  # every chunk filtered by now
             dv.run_shrinking(worker, more, lambda w, k0, k1: complete(Slab(k0, k1)), stop, op.slab_alignment)
         split.pop("wall", None)
         split.update(times, wall=time.perf_counter() - t_start)
         return int(n_bad), split
 
     from tqdm.auto import tqdm
+
     try:
         with tqdm(total=volume.nz, desc="fdk slices", unit="slice", disable=not progress, leave=False) as bar:
             results = devices.run_each(body, budgets=budgets)
     finally:
-        state.clear()   # the GPUs' filtered views: freed now, not whenever a reference cycle is collected
+        state.clear()  # the GPUs' filtered views: freed now, not whenever a reference cycle is collected
     n_bad = sum(n for n, _ in results)
     if n_bad:
         raise ValueError(v.nonfinite_message("projections", n_bad))
@@ -569,14 +690,16 @@ class _DeviceSlab:
         import cupy
 
         from ..operators.cone import slab_alias
+
         self.k0, self.k1, self.next = k0, k1, 0
         self.res = cupy.zeros((k1 - k0, volume.ny, volume.nx), np.float32)
         self.alias = slab_alias(self.res, k0, volume.shape)
         self.download = None if host_out is None else SlabDownload(self.res, alignment, host_out=host_out)
 
 
-def _fdk_devices(devices, projections, geometry, volume, slabs, y_parts=1, *, progress, stats, budgets=None,
-                 **settings):
+def _fdk_devices(
+    devices, projections, geometry, volume, slabs, y_parts=1, *, progress, stats, budgets=None, **settings
+):
     """FDK with the z-slabs dealt to several GPUs (or workers sharing one),
     where a GPU cannot hold the filtered views: each slab takes the detector
     rows it sees, filtered once into host memory (:class:`_FilteredOnHost`)
@@ -595,7 +718,7 @@ def _fdk_devices(devices, projections, geometry, volume, slabs, y_parts=1, *, pr
         copy_threads_for(len(devices))
     dtype = settings["dtype"]
     if input_on_gpu:
-        with cupy.cuda.Device(projections.device.id):   # the input is complete before other streams read it
+        with cupy.cuda.Device(projections.device.id):  # the input is complete before other streams read it
             cupy.cuda.get_current_stream().synchronize()
         out = cupy.zeros(volume.shape, dtype)
     else:
@@ -609,7 +732,7 @@ def _fdk_devices(devices, projections, geometry, volume, slabs, y_parts=1, *, pr
         c = _view_chunks(geometry.n_views, s["chunk_views"], from_host=not s.get("weighted") and not s["fixed_chunks"])
         return (c[0].stop - c[0].start) * (rows[1] - rows[0]) * geometry.n_cols
 
-    @functools.lru_cache(maxsize=None)   # every box's, once (a slab halved for memory adds its halves' boxes)
+    @functools.lru_cache(maxsize=None)  # every box's, once (a slab halved for memory adds its halves' boxes)
     def box_rows(k0, k1, j0, j1):
         return rows_seen(geometry, _box(volume, k0, k1, j0, j1))
 
@@ -620,28 +743,37 @@ def _fdk_devices(devices, projections, geometry, volume, slabs, y_parts=1, *, pr
     lock = threading.Lock()
     wall0 = time.perf_counter()
     staging = None
-    if not input_on_gpu:   # room for a box per worker: a worker's next box starts while its last is copied out
+    if not input_on_gpu:  # room for a box per worker: a worker's next box starts while its last is copied out
         from ..resources import host_available_bytes
+
         box_bytes = max(k1 - k0 for k0, k1 in slabs) * step * volume.nx * np.dtype(dtype).itemsize
-        staging = Staging(max(STAGING_BUFFERS * STAGING_BYTES,
-                              min(len(devices) * box_bytes, host_available_bytes() // 16)))
+        staging = Staging(
+            max(STAGING_BUFFERS * STAGING_BYTES, min(len(devices) * box_bytes, host_available_bytes() // 16))
+        )
 
     def work(worker, k0, k1):
         for j0, j1 in parts:
             box = _box(volume, k0, k1, j0, j1)
             rows = box_rows(k0, k1, j0, j1)
-            if rows is not None:   # else the box projects off the detector in every view: zero
-                seen = projections[:, rows[0]:rows[1]]
+            if rows is not None:  # else the box projects off the detector in every view: zero
+                seen = projections[:, rows[0] : rows[1]]
                 if input_on_gpu:
                     seen = dv.to_device(dv.contiguous(seen), worker.device)
                 split: dict = {}
-                part = _reconstruct(seen, geometry.crop_rows(*rows), box, progress=False, stats=split,
-                                    host_out=None if input_on_gpu else out[k0:k1, j0:j1],
-                                    staging=staging, in_elements=in_elements,
-                                    **_slab_settings(settings, geometry, rows))
+                part = _reconstruct(
+                    seen,
+                    geometry.crop_rows(*rows),
+                    box,
+                    progress=False,
+                    stats=split,
+                    host_out=None if input_on_gpu else out[k0:k1, j0:j1],
+                    staging=staging,
+                    in_elements=in_elements,
+                    **_slab_settings(settings, geometry, rows),
+                )
                 if input_on_gpu:
                     cupy.cuda.get_current_stream().synchronize()
-                    for k in range(k0, k1):   # a box's slice is one contiguous block of the volume's
+                    for k in range(k0, k1):  # a box's slice is one contiguous block of the volume's
                         dv.copy_to(out[k, j0:j1], part[k - k0])
                 with lock:
                     splits.append(split)
@@ -649,6 +781,7 @@ def _fdk_devices(devices, projections, geometry, volume, slabs, y_parts=1, *, pr
                 bar.update((k1 - k0) * (j1 - j0) / volume.ny)
 
     from tqdm.auto import tqdm
+
     try:
         with tqdm(total=volume.nz, desc="fdk slices", unit="slice", disable=not progress, leave=False) as bar:
             devices.run(slabs, work, budgets=budgets)
@@ -668,8 +801,9 @@ def _box(volume: VolumeGeometry, k0: int, k1: int, j0: int, j1: int) -> VolumeGe
     if (j0, j1) == (0, volume.ny):
         return slab
     y = volume.coordinates("y")
-    return VolumeGeometry((k1 - k0, j1 - j0, volume.nx), volume.voxel_size,
-                          (slab.center[0], (y[j0] + y[j1 - 1]) / 2, volume.center[2]))
+    return VolumeGeometry(
+        (k1 - k0, j1 - j0, volume.nx), volume.voxel_size, (slab.center[0], (y[j0] + y[j1 - 1]) / 2, volume.center[2])
+    )
 
 
 def _slabs_in_boxes(geometry, volume: VolumeGeometry, slabs, chunk_views: int, n_workers: int, budget: int):
@@ -687,11 +821,11 @@ def _slabs_in_boxes(geometry, volume: VolumeGeometry, slabs, chunk_views: int, n
     thickness = max(k1 - k0 for k0, k1 in slabs)
     if thickness >= DEPTH or volume.nz < DEPTH:
         return slabs, 1
-    free = budget - chunk_views * _view_bytes(geometry)   # the chunk reserve, as _plan_slabs keeps it
+    free = budget - chunk_views * _view_bytes(geometry)  # the chunk reserve, as _plan_slabs keeps it
     for y_parts in range(2, min(4, volume.ny) + 1):
-        blocks = free // (-(-volume.ny // y_parts) * volume.nx * 4) // DEPTH   # DEPTH-slice blocks a box holds
+        blocks = free // (-(-volume.ny // y_parts) * volume.nx * 4) // DEPTH  # DEPTH-slice blocks a box holds
         if blocks >= 1:
-            per_worker = -(-volume.nz // (n_workers * DEPTH))                   # blocks, at least a slab per worker
+            per_worker = -(-volume.nz // (n_workers * DEPTH))  # blocks, at least a slab per worker
             step = DEPTH * min(blocks, per_worker)
             return ranges(volume.nz, step), y_parts
     return slabs, 1
@@ -743,6 +877,7 @@ def _gpu_budget(array_memory, budget=None) -> int:
     GPU's free memory), at most ``array_memory`` (a budget's share for arrays)."""
     if budget is None:
         from ..cuda import gpu_free_bytes
+
         budget = gpu_free_bytes()
     if array_memory is not None:
         budget = min(budget, array_memory)
@@ -754,7 +889,7 @@ def _plan_slabs(geometry, volume, backend, array_memory, slab_slices, budget=Non
     the working buffers of one chunk of views fit the GPU budget (``budget``
     bytes, default the current GPU's free memory)."""
     view_bytes = _view_bytes(geometry)
-    chunk_views = max(1, int(256e6 // view_bytes))               # CPU: a few hundred MB at a time
+    chunk_views = max(1, int(256e6 // view_bytes))  # CPU: a few hundred MB at a time
     if slab_slices is not None:
         slab_slices = v.positive_int("slab_slices", slab_slices)
     if backend == "cuda":
@@ -771,24 +906,48 @@ def _plan_slabs(geometry, volume, backend, array_memory, slab_slices, budget=Non
         need = f"one slice {slice_bytes / 2**20:.2f} MiB plus {view_bytes / 2**20:.2f} MiB per view"
         if slab_slices is None and fit < 1:
             name = "volume" if array_memory is None else "gpu_memory"
-            raise ValueError(f"{name}: {volume.shape} cannot be reconstructed within {budget / 2**20:.2f} MiB "
-                             f"of GPU memory for arrays even in slabs ({need})")
+            raise ValueError(
+                f"{name}: {volume.shape} cannot be reconstructed within {budget / 2**20:.2f} MiB "
+                f"of GPU memory for arrays even in slabs ({need})"
+            )
         if slab_slices is not None and array_memory is not None and slab_slices > fit:
-            raise ValueError(f"slab_slices: {slab_slices} slices do not fit the {budget / 2**20:.2f} MiB "
-                             f"gpu_memory leaves for arrays ({need}): at most {max(fit, 0)}")
+            raise ValueError(
+                f"slab_slices: {slab_slices} slices do not fit the {budget / 2**20:.2f} MiB "
+                f"gpu_memory leaves for arrays ({need}): at most {max(fit, 0)}"
+            )
         slab_slices = fit if slab_slices is None else slab_slices
     elif slab_slices is None:
         slab_slices = volume.nz
     slab_slices = min(slab_slices, volume.nz)
     n_slabs = -(-volume.nz // slab_slices)
-    slab_slices = -(-volume.nz // n_slabs)   # equal slabs: the memory pool reuses one block
+    slab_slices = -(-volume.nz // n_slabs)  # equal slabs: the memory pool reuses one block
     return ranges(volume.nz, slab_slices), chunk_views
 
 
-def _reconstruct(projections, geometry, volume, *, filter, cutoff, padding, short_scan, interpolation, kernel,
-                 backend, dtype, chunk_views, fixed_chunks, progress, stats=None,
-                 host_out=None, staging=None, weighted: bool = False, in_elements: int = 0,
-                 texture_bytes=None, result=None):
+def _reconstruct(
+    projections,
+    geometry,
+    volume,
+    *,
+    filter,
+    cutoff,
+    padding,
+    short_scan,
+    interpolation,
+    kernel,
+    backend,
+    dtype,
+    chunk_views,
+    fixed_chunks,
+    progress,
+    stats=None,
+    host_out=None,
+    staging=None,
+    weighted: bool = False,
+    in_elements: int = 0,
+    texture_bytes=None,
+    result=None,
+):
     """FDK of one volume (or slab) from the projections it needs.
 
     ``host_out``: the NumPy array that NumPy input's result is downloaded
@@ -802,8 +961,14 @@ def _reconstruct(projections, geometry, volume, *, filter, cutoff, padding, shor
     take (a budget's share; None: no limit). ``result``: a zeroed device
     array to accumulate into (CuPy input; default a new one)."""
     filtered = FDKWeighting(geometry, filter=filter, cutoff=cutoff, padding=padding, short_scan=short_scan)
-    op = ConeBackprojection(geometry, volume, backend=backend, interpolation=interpolation,
-                            matrices=filtered.frames["normalised"], kernel=kernel)
+    op = ConeBackprojection(
+        geometry,
+        volume,
+        backend=backend,
+        interpolation=interpolation,
+        matrices=filtered.frames["normalised"],
+        kernel=kernel,
+    )
     on_gpu = op.backend == "cuda"
     input_on_gpu = not isinstance(projections, np.ndarray)
     if on_gpu:
@@ -814,9 +979,11 @@ def _reconstruct(projections, geometry, volume, *, filter, cutoff, padding, shor
     if texture_bytes is not None and not fixed_chunks:
         chunk_views = min(chunk_views, _texture_views({"texture_bytes": texture_bytes}, geometry, geometry.n_rows))
     # filtering overlaps the transfers
-    chunks = _view_chunks(geometry.n_views, chunk_views,
-                          from_host=on_gpu and not input_on_gpu and not fixed_chunks and not weighted)
+    chunks = _view_chunks(
+        geometry.n_views, chunk_views, from_host=on_gpu and not input_on_gpu and not fixed_chunks and not weighted
+    )
     from tqdm.auto import tqdm
+
     with tqdm(total=geometry.n_views, desc="fdk", unit="view", disable=not progress, leave=False) as bar:
         if on_gpu and not input_on_gpu:
             from ..cuda.pipeline import add_stats, is_pinned, parallel_copy, stream_chunks
@@ -834,7 +1001,7 @@ def _reconstruct(projections, geometry, volume, *, filter, cutoff, padding, shor
                 if views.stop < geometry.n_views:
                     op(filtered_views, out, views=views, accumulate=True)
                     return
-                for slab in download.slabs:   # the last views: finish and download slab by slab
+                for slab in download.slabs:  # the last views: finish and download slab by slab
                     op(filtered_views, out, views=views, accumulate=True, slices=slab)
                     download.queue(slab)
 
@@ -844,19 +1011,26 @@ def _reconstruct(projections, geometry, volume, *, filter, cutoff, padding, shor
             else:
                 moves = {"load": lambda c, buf: parallel_copy(buf, projections[c])}
             try:
-                stream_chunks(chunks, in_shape=lambda c: (c.stop - c.start,) + geometry.projection_shape[1:],
-                              out_shape=None, compute=compute, on_done=lambda c: bar.update(c.stop - c.start),
-                              stats=split, in_elements=in_elements, **moves)
+                stream_chunks(
+                    chunks,
+                    in_shape=lambda c: (c.stop - c.start,) + geometry.projection_shape[1:],
+                    out_shape=None,
+                    compute=compute,
+                    on_done=lambda c: bar.update(c.stop - c.start),
+                    stats=split,
+                    in_elements=in_elements,
+                    **moves,
+                )
                 result = download.finish()
                 if stats is not None:
                     add_stats(stats, split)
             finally:
-                download.close()   # after an error: the page touches and copies not yet started are dropped
+                download.close()  # after an error: the page touches and copies not yet started are dropped
             if int(n_bad):
                 raise ValueError(v.nonfinite_message("projections", int(n_bad)))
             return result
         for views in chunks:
-            raw = xp.array(projections[views], dtype=dtype)   # a copy: the input stays as it was
+            raw = xp.array(projections[views], dtype=dtype)  # a copy: the input stays as it was
             if not input_on_gpu:
                 v.check_finite_array("projections", raw)
             op(filtered(raw, views), out, views=views, accumulate=True)
@@ -884,11 +1058,27 @@ class _FilteredOnHost:
 
     def __getitem__(self, key):
         views, rows = key
-        return self.array[views, rows.start - self.row0:rows.stop - self.row0]
+        return self.array[views, rows.start - self.row0 : rows.stop - self.row0]
 
     @classmethod
-    def make(cls, projections, geometry, volume, *, filter, cutoff, padding, short_scan, backend, dtype,
-             chunk_views, fixed_chunks, progress, stats: dict, **_) -> "_FilteredOnHost | None":
+    def make(
+        cls,
+        projections,
+        geometry,
+        volume,
+        *,
+        filter,
+        cutoff,
+        padding,
+        short_scan,
+        backend,
+        dtype,
+        chunk_views,
+        fixed_chunks,
+        progress,
+        stats: dict,
+        **_,
+    ) -> "_FilteredOnHost | None":
         """The filtered views of NumPy ``projections`` on the CUDA backend, or
         None (CuPy input, the CPU backend, no row seen, or too little host
         memory for the filtered rows beside the volume: each slab then filters
@@ -899,6 +1089,7 @@ class _FilteredOnHost:
         if rows is None:
             return None
         from ..resources import host_available_bytes
+
         r0, r1 = rows
         shape = (geometry.n_views, r1 - r0, geometry.n_cols)
         if 4 * (int(np.prod(shape)) + volume.size) > host_available_bytes():
@@ -907,9 +1098,10 @@ class _FilteredOnHost:
         from tqdm.auto import tqdm
 
         from ..cuda.pipeline import parallel_copy, pinned_array, stream_chunks
+
         weighting = FDKWeighting(geometry, filter=filter, cutoff=cutoff, padding=padding, short_scan=short_scan)
         out = None
-        if 4 * int(np.prod(shape)) <= host_available_bytes() // 4:   # locked pages leave the rest room
+        if 4 * int(np.prod(shape)) <= host_available_bytes() // 4:  # locked pages leave the rest room
             out = pinned_array(shape, np.float32)
         if out is None:
             out = np.empty(shape, np.float32)
@@ -924,15 +1116,19 @@ class _FilteredOnHost:
             d_out[...] = weighting(d_in, views, r0)
 
         split: dict = {}
-        size = lambda c: (c.stop - c.start,) + shape[1:]   # noqa: E731
-        with tqdm(total=geometry.n_views, desc="fdk filter", unit="view", disable=not progress,
-                  leave=False) as bar:
-            stream_chunks(chunks, in_shape=size, out_shape=size,
-                          load=lambda c, buf: parallel_copy(buf, projections[c, r0:r1]), compute=compute,
-                          on_done=lambda c: bar.update(c.stop - c.start), stats=split, **moves)
+        size = lambda c: (c.stop - c.start,) + shape[1:]  # noqa: E731
+        with tqdm(total=geometry.n_views, desc="fdk filter", unit="view", disable=not progress, leave=False) as bar:
+            stream_chunks(
+                chunks,
+                in_shape=size,
+                out_shape=size,
+                load=lambda c, buf: parallel_copy(buf, projections[c, r0:r1]),
+                compute=compute,
+                on_done=lambda c: bar.update(c.stop - c.start),
+                stats=split,
+                **moves,
+            )
         if int(n_bad):
             raise ValueError(v.nonfinite_message("projections", int(n_bad)))
         stats.update(split)
         return cls(out, r0)
-
-

@@ -3,6 +3,7 @@ live reconstructor): the cosine, angular-step and Parker weights, the ramp
 filter at the isocentre's pitch (:class:`FDKWeighting`), the quantities they
 need from the matrices (:func:`view_frames`), and the detector rows a volume
 projects to (:func:`rows_seen`)."""
+
 from __future__ import annotations
 
 import functools
@@ -17,8 +18,7 @@ from ..geometry import VolumeGeometry
 def rows_seen(geometry, volume: VolumeGeometry):
     """Detector rows (start, stop) that the volume's voxels project to in any
     view, with a row of margin for interpolation; None if none."""
-    corners = np.array([[x, y, z] for x in volume.extent("x") for y in volume.extent("y")
-                        for z in volume.extent("z")])
+    corners = np.array([[x, y, z] for x in volume.extent("x") for y in volume.extent("y") for z in volume.extent("z")])
     # v(x) is a ratio of linear functions with w > 0: over a box its extremes are at corners.
     _, row, _ = geometry.project(corners)
     start = max(0, int(np.floor(row.min())) - 1)
@@ -43,8 +43,16 @@ class FDKWeighting:
     passes ones and weights the views received so far itself.
     """
 
-    def __init__(self, geometry, *, filter: str = "ram-lak", cutoff: float = 1.0, padding: str = "zero",
-                 short_scan="auto", angle_weights=None):
+    def __init__(
+        self,
+        geometry,
+        *,
+        filter: str = "ram-lak",
+        cutoff: float = 1.0,
+        padding: str = "zero",
+        short_scan="auto",
+        angle_weights=None,
+    ):
         self.geometry = geometry
         self.frames = view_frames(geometry)
         parker = _use_parker(short_scan, self.frames)
@@ -52,11 +60,12 @@ class FDKWeighting:
             self.per_column = _column_weights(geometry, parker)
         else:
             weights = v.finite_vector("angle_weights", angle_weights, length=geometry.n_views)
-            self.per_column = _view_weights(self.frames, geometry.n_cols, parker, weights) \
-                / self.frames["pitch"][:, None]
+            self.per_column = (
+                _view_weights(self.frames, geometry.n_cols, parker, weights) / self.frames["pitch"][:, None]
+            )
         self.response = filter_response(geometry.n_cols, filter, cutoff=cutoff)
         self.padding = padding
-        self._gpu_tables: dict = {}   # GPU id -> its copies of the tables
+        self._gpu_tables: dict = {}  # GPU id -> its copies of the tables
 
     def __call__(self, raw, views: slice, row0: int = 0):
         """``raw``: views ``views``, detector rows ``row0 .. row0 + len - 1``
@@ -64,13 +73,14 @@ class FDKWeighting:
         xp = v.array_module(raw)
         g = self.geometry
         if xp is not np and self.padding == "zero" and raw.dtype == np.float32:
-            from ..cuda.fdk_weighting import weight_and_filter   # one fused pass before the FFT
+            from ..cuda.fdk_weighting import weight_and_filter  # one fused pass before the FFT
+
             device = xp.cuda.Device().id
-            if device not in self._gpu_tables:   # uploaded once per GPU: a pageable upload waits for the stream
+            if device not in self._gpu_tables:  # uploaded once per GPU: a pageable upload waits for the stream
                 f = self.frames
                 frames = np.stack([f["u0"], f["v0"], 1 / f["focal_u"], 1 / f["focal_v"]], axis=1)
                 tables = tuple(xp.asarray(a, np.float32) for a in (frames, self.per_column, self.response))
-                xp.cuda.get_current_stream().synchronize()   # complete before other workers' streams read them
+                xp.cuda.get_current_stream().synchronize()  # complete before other workers' streams read them
                 self._gpu_tables[device] = tables
             frames, per_column, response = self._gpu_tables[device]
             return weight_and_filter(raw, frames[views], per_column[views], response, row0)
@@ -111,12 +121,19 @@ def view_frames(geometry) -> dict:
     angle = np.unwrap(rotation_angles(geometry))
     orientation = 1.0 if angle[-1] >= angle[0] else -1.0
     frames = {
-        "focal_u": K[:, 0, 0], "focal_v": K[:, 1, 1], "u0": K[:, 0, 2], "v0": K[:, 1, 2],
-        "source": source, "axis": R[:, 2, :], "sid": sid, "pitch": sid / K[:, 0, 0],
-        "angle": orientation * (angle - angle[0]), "orientation": orientation,
+        "focal_u": K[:, 0, 0],
+        "focal_v": K[:, 1, 1],
+        "u0": K[:, 0, 2],
+        "v0": K[:, 1, 2],
+        "source": source,
+        "axis": R[:, 2, :],
+        "sid": sid,
+        "pitch": sid / K[:, 0, 0],
+        "angle": orientation * (angle - angle[0]),
+        "orientation": orientation,
         "normalised": geometry.normalised().matrices,
     }
-    for value in frames.values():   # cached per geometry (geometries hash by value): read-only
+    for value in frames.values():  # cached per geometry (geometries hash by value): read-only
         if isinstance(value, np.ndarray):
             value.setflags(write=False)
     return frames
@@ -202,7 +219,7 @@ def _view_weights(frames, n_cols: int, parker: bool, weights=None) -> np.ndarray
     """Angular quadrature x Parker weight, per view and detector column
     (``weights``: the quadrature in place of FDK's own)."""
     steps = angular_steps(frames["angle"]) if weights is None else weights
-    if not parker:   # full scan: each line twice per turn
+    if not parker:  # full scan: each line twice per turn
         scale = 0.5 * turn_scale(frames["angle"]) if weights is None else 1.0
         return np.repeat((scale * steps)[:, None], n_cols, axis=1)
     # Fan angle of each column, positive in the direction of rotation: the
@@ -233,10 +250,13 @@ def parker_weights(beta, gamma, delta):
 def _cosine_weights(frames, views: slice, n_rows: int, n_cols: int, xp=np, dtype=np.float64, row0: int = 0):
     """cos of each pixel's ray to the central ray, (views, n_rows, n_cols) for
     detector rows ``row0 .. row0 + n_rows - 1``, on ``xp``."""
+
     def tangent(start, n, centre, focal):
-        return (xp.arange(start, start + n, dtype=np.float64)[None, :] - xp.asarray(frames[centre][views])[:, None]) \
-            / xp.asarray(frames[focal][views])[:, None]
+        return (
+            xp.arange(start, start + n, dtype=np.float64)[None, :] - xp.asarray(frames[centre][views])[:, None]
+        ) / xp.asarray(frames[focal][views])[:, None]
+
     # Tangents in float64 (small arrays); the broadcast to a full view in the data's type.
-    tan_u2 = (tangent(0, n_cols, "u0", "focal_u")**2).astype(dtype)[:, None, :]
-    tan_v2 = (tangent(row0, n_rows, "v0", "focal_v")**2 + 1.0).astype(dtype)[:, :, None]
+    tan_u2 = (tangent(0, n_cols, "u0", "focal_u") ** 2).astype(dtype)[:, None, :]
+    tan_v2 = (tangent(row0, n_rows, "v0", "focal_v") ** 2 + 1.0).astype(dtype)[:, :, None]
     return 1 / xp.sqrt(tan_u2 + tan_v2)

@@ -42,6 +42,7 @@ of its own. The largest pitch without gaps is the one whose Tam-Danielsson
 window the detector just holds (``HelicalWindow.max_pitch``); ``leveret.fdk``
 sends helical geometries here.
 """
+
 from __future__ import annotations
 
 import functools
@@ -98,22 +99,28 @@ def _choose_window(room: float, per_row: float, n_pi, smoothing) -> tuple[int, f
     else:
         n_pi = v.positive_int("n_pi", n_pi)
         if n_pi % 2 == 0:
-            raise ValueError(f"n_pi: expected an odd number (the n-PI windows of odd n measure every line "
-                             f"n times), got {n_pi}")
+            raise ValueError(
+                f"n_pi: expected an odd number (the n-PI windows of odd n measure every line n times), got {n_pi}"
+            )
         if n_pi > 2 * room:
-            raise ValueError(f"n_pi: the {n_pi}-PI window does not fit the detector at this pitch "
-                             f"(at most {max(1, int((2 * room - 1) // 2) * 2 + 1)})")
+            raise ValueError(
+                f"n_pi: the {n_pi}-PI window does not fit the detector at this pitch "
+                f"(at most {max(1, int((2 * room - 1) // 2) * 2 + 1)})"
+            )
     widest = min(float(n_pi), 2 * room - n_pi)
     if isinstance(smoothing, str):
         v.choice("smoothing", smoothing, ("auto",))
         return n_pi, min(widest, max(EDGE_MAX, thinnest))
     smoothing = v.finite_float("smoothing", smoothing)
     if smoothing < 0:
-        raise ValueError(f"smoothing: expected a width >= 0 (a fraction of one window period) or 'auto', "
-                         f"got {smoothing:g}")
+        raise ValueError(
+            f"smoothing: expected a width >= 0 (a fraction of one window period) or 'auto', got {smoothing:g}"
+        )
     if smoothing > widest + 1e-12:
-        raise ValueError(f"smoothing: {smoothing:g} is wider than the detector holds for the {n_pi}-PI window "
-                         f"at this pitch (at most {widest:.4g}); use a smaller value or 'auto'")
+        raise ValueError(
+            f"smoothing: {smoothing:g} is wider than the detector holds for the {n_pi}-PI window "
+            f"at this pitch (at most {widest:.4g}); use a smaller value or 'auto'"
+        )
     return n_pi, smoothing
 
 
@@ -156,26 +163,31 @@ class HelicalWindow:
         # linear in v along a column (exactly for rows parallel to z).
         cols = np.arange(geometry.n_cols, dtype=np.float64)
         edge_rows = np.array([0.0, geometry.n_rows - 1.0])
-        gain, gamma = self._gain_and_fan(slice(None), edge_rows, cols, np)   # (n, 2, n_cols)
+        gain, gamma = self._gain_and_fan(slice(None), edge_rows, cols, np)  # (n, 2, n_cols)
         self.max_fan = float(np.abs(gamma).max())
         h = helix.pitch
         hi, lo = np.maximum(gain[:, 0], gain[:, 1]), np.minimum(gain[:, 0], gain[:, 1])
-        g_top, g_bottom = (hi, lo) if h > 0 else (lo, hi)   # where zeta = g / h - gamma / pi is largest / smallest
+        g_top, g_bottom = (hi, lo) if h > 0 else (lo, hi)  # where zeta = g / h - gamma / pi is largest / smallest
         z_top = g_top / h - gamma[:, 0] / np.pi
         z_bottom = g_bottom / h - gamma[:, 0] / np.pi
         # The largest |pitch| of this handedness whose sharp window fits every column:
         # |g_top| / |h| - gamma / pi >= 1/2 and -|g_bottom| / |h| - gamma / pi <= -1/2.
         with np.errstate(divide="ignore"):
-            limits = np.concatenate([np.abs(g_top) / np.maximum(0.5 + gamma[:, 0] / np.pi, 0),
-                                     np.abs(g_bottom) / np.maximum(0.5 - gamma[:, 0] / np.pi, 0)])
+            limits = np.concatenate(
+                [
+                    np.abs(g_top) / np.maximum(0.5 + gamma[:, 0] / np.pi, 0),
+                    np.abs(g_bottom) / np.maximum(0.5 - gamma[:, 0] / np.pi, 0),
+                ]
+            )
         self.max_pitch = float(np.min(limits))
-        room = float(min(z_top.min(), -z_bottom.max()))   # the window's half height the detector holds
+        room = float(min(z_top.min(), -z_bottom.max()))  # the window's half height the detector holds
         if room < 0.5:
             raise ValueError(
                 f"geometry: the helix's pitch {abs(h):.6g} per turn leaves gaps: the detector's "
                 f"{geometry.n_rows} rows do not cover the Tam-Danielsson window in every column (each "
                 f"line through a voxel must be measured once); the largest pitch without gaps is "
-                f"{self.max_pitch:.6g} for this detector, source radius and fan")
+                f"{self.max_pitch:.6g} for this detector, source radius and fan"
+            )
         self.room = room
         # zeta per detector row (the largest over columns): edges are planned in rows.
         per_row = float(np.max(np.abs(z_top - z_bottom))) / max(1, geometry.n_rows - 1)
@@ -191,11 +203,12 @@ class HelicalWindow:
 
         def component(i):
             return m[:, i, 0, None, None] * c + m[:, i, 1, None, None] * r + m[:, i, 2, None, None]
+
         dx, dy, dz = component(0), component(1), component(2)
         sx, sy = s[:, 0, None, None], s[:, 1, None, None]
         dxy2 = dx * dx + dy * dy
-        along = -(sx * dx + sy * dy)          # the ray's xy direction against the source's position
-        gain = 2 * along * dz / dxy2          # height gained to the far side of the source circle
+        along = -(sx * dx + sy * dy)  # the ray's xy direction against the source's position
+        gain = 2 * along * dz / dxy2  # height gained to the far side of the source circle
         gamma = xp.arctan2(-sx * dy + sy * dx, along)
         return gain, gamma
 
@@ -214,7 +227,7 @@ class HelicalWindow:
         for a in range(start, stop, step):
             b = min(stop, a + step)
             zeta = self.zeta(slice(a, b), np.arange(row0, row0 + n_rows, dtype=np.float64), cols, xp)
-            out[a - start:b - start] = window_weight(zeta, self.n_pi, self.smoothing, xp)
+            out[a - start : b - start] = window_weight(zeta, self.n_pi, self.smoothing, xp)
         return out
 
     def reach(self, radius: float) -> float:
@@ -244,20 +257,24 @@ def check_coverage(window: HelicalWindow, volume: VolumeGeometry) -> None:
     R = window.helix.radius
     r = _volume_radius(volume)
     if r >= R:
-        raise ValueError(f"volume: its corners lie {r:.6g} from the z axis, outside the helix's radius "
-                         f"{R:.6g} (the source circle); choose a volume inside it")
+        raise ValueError(
+            f"volume: its corners lie {r:.6g} from the z axis, outside the helix's radius "
+            f"{R:.6g} (the source circle); choose a volume inside it"
+        )
     reach = window.reach(r)
     z = window.helix.z
     lo, hi = float(z.min()) + reach, float(z.max()) - reach
     z0, z1 = volume.extent("z")
     if z0 < lo - 1e-9 * max(1.0, abs(lo)) or z1 > hi + 1e-9 * max(1.0, abs(hi)):
-        raise ValueError(f"volume: its z range {z0:.6g}..{z1:.6g} is not covered by the helix: the sources "
-                         f"span {z.min():.6g}..{z.max():.6g}, and a voxel needs the views within {reach:.6g} "
-                         f"of its height, so the volume must lie within z {lo:.6g}..{hi:.6g}"
-                         if hi > lo else
-                         f"volume: no slice is covered by the helix: the sources span only "
-                         f"{z.min():.6g}..{z.max():.6g} and a voxel needs the views within {reach:.6g} of "
-                         f"its height; scan a longer helix")
+        raise ValueError(
+            f"volume: its z range {z0:.6g}..{z1:.6g} is not covered by the helix: the sources "
+            f"span {z.min():.6g}..{z.max():.6g}, and a voxel needs the views within {reach:.6g} "
+            f"of its height, so the volume must lie within z {lo:.6g}..{hi:.6g}"
+            if hi > lo
+            else f"volume: no slice is covered by the helix: the sources span only "
+            f"{z.min():.6g}..{z.max():.6g} and a voxel needs the views within {reach:.6g} of "
+            f"its height; scan a longer helix"
+        )
 
 
 def views_seen(window: HelicalWindow, volume: VolumeGeometry):
@@ -285,8 +302,9 @@ class HelicalSlab(NamedTuple):
     """The detector rows ``(r0, r1)`` its voxels project to in those views (None: none: the slab is zero)."""
 
 
-def plan_slabs(geometry: ConeGeometry, volume: VolumeGeometry, slab_slices: int = DEPTH, *, smoothing="auto",
-               n_pi="auto") -> list[HelicalSlab]:
+def plan_slabs(
+    geometry: ConeGeometry, volume: VolumeGeometry, slab_slices: int = DEPTH, *, smoothing="auto", n_pi="auto"
+) -> list[HelicalSlab]:
     """The z-slabs of a helical reconstruction, each with the views and rows it needs.
 
     What an out-of-core driver reads per slab: ``projections[n0:n1, r0:r1]``
@@ -300,8 +318,9 @@ def plan_slabs(geometry: ConeGeometry, volume: VolumeGeometry, slab_slices: int 
     return _plan(window, volume, v.positive_int("slab_slices", slab_slices))
 
 
-def slab_plan(geometry: ConeGeometry, volume: VolumeGeometry, region: tuple[int, int], *, smoothing="auto",
-              n_pi="auto") -> HelicalSlab:
+def slab_plan(
+    geometry: ConeGeometry, volume: VolumeGeometry, region: tuple[int, int], *, smoothing="auto", n_pi="auto"
+) -> HelicalSlab:
     """The :class:`HelicalSlab` of slices ``region = (k0, k1)`` of ``volume``:
     :func:`plan_slabs`'s entry for any slice range (an out-of-core driver's
     slabs, which a resumed run or a retry in halves need not align with
@@ -326,14 +345,15 @@ def _cached_window(geometry, smoothing, n_pi) -> HelicalWindow:
     # an out-of-core run asks for it once per slab
     helix = fit_helix(geometry)
     if helix is None:
-        raise ValueError("geometry: expected a helical scan (sources rising along a helix about the z axis), "
-                         "got a trajectory that is not one; use leveret.fdk for circular scans")
+        raise ValueError(
+            "geometry: expected a helical scan (sources rising along a helix about the z axis), "
+            "got a trajectory that is not one; use leveret.fdk for circular scans"
+        )
     return HelicalWindow(geometry, helix, smoothing, n_pi)
 
 
 def _plan(window: HelicalWindow, volume: VolumeGeometry, slab_slices: int) -> list[HelicalSlab]:
-    return [_slab(window, volume, k0, min(volume.nz, k0 + slab_slices))
-            for k0 in range(0, volume.nz, slab_slices)]
+    return [_slab(window, volume, k0, min(volume.nz, k0 + slab_slices)) for k0 in range(0, volume.nz, slab_slices)]
 
 
 def _slab(window: HelicalWindow, volume: VolumeGeometry, k0: int, k1: int) -> HelicalSlab:
@@ -349,8 +369,9 @@ class HelicalWeighting(FDKWeighting):
     weight and the angular step / isocentre pitch (each line once), then the
     ramp along rows. ``weighting(raw, views, row0)`` as :class:`FDKWeighting`."""
 
-    def __init__(self, geometry, window: HelicalWindow, *, filter: str = "ram-lak", cutoff: float = 1.0,
-                 padding: str = "zero"):
+    def __init__(
+        self, geometry, window: HelicalWindow, *, filter: str = "ram-lak", cutoff: float = 1.0, padding: str = "zero"
+    ):
         super().__init__(geometry, filter=filter, cutoff=cutoff, padding=padding, short_scan=False)
         self.window = window
         frames = self.frames
@@ -367,11 +388,26 @@ class HelicalWeighting(FDKWeighting):
 
 
 # -- the reconstruction ---------------------------------------------------------------------
-def helical_fdk(projections, geometry: ConeGeometry, volume: VolumeGeometry, *, filter: str = "ram-lak",
-                cutoff: float = 1.0, padding: str = "zero", smoothing="auto", n_pi="auto", backend: str = "auto",
-                interpolation: str = "linear", kernel: str = "auto", precision: str = "float32",
-                gpu_memory: int | None = None, slab_slices: int | None = None, chunk_views: int | None = None,
-                progress: bool = False, stats: dict | None = None):
+def helical_fdk(
+    projections,
+    geometry: ConeGeometry,
+    volume: VolumeGeometry,
+    *,
+    filter: str = "ram-lak",
+    cutoff: float = 1.0,
+    padding: str = "zero",
+    smoothing="auto",
+    n_pi="auto",
+    backend: str = "auto",
+    interpolation: str = "linear",
+    kernel: str = "auto",
+    precision: str = "float32",
+    gpu_memory: int | None = None,
+    slab_slices: int | None = None,
+    chunk_views: int | None = None,
+    progress: bool = False,
+    stats: dict | None = None,
+):
     """Helical cone-beam reconstruction: FDK with a smoothed n-PI (Tam-Danielsson) window.
 
     Parameters
@@ -447,14 +483,14 @@ def helical_fdk(projections, geometry: ConeGeometry, volume: VolumeGeometry, *, 
     import time
 
     window = _window(geometry, smoothing, n_pi)
-    projections = v.real_array("projections", projections, geometry.projection_shape,
-                               "(n_views, n_rows, n_cols)")
+    projections = v.real_array("projections", projections, geometry.projection_shape, "(n_views, n_rows, n_cols)")
     v.choice("filter", filter, FILTERS)
     dtype = np.float64 if v.precision(precision, ("float32", "float64")) == "float64" else np.float32
     volume_3d(volume)
     check_coverage(window, volume)
 
     from ..backends import resolve
+
     backend = resolve(backend, projections)
     if backend == "cuda" and dtype == np.float64:
         raise ValueError("precision: 'float64' runs on the CPU backend only; use backend='cpu'")
@@ -469,18 +505,19 @@ def helical_fdk(projections, geometry: ConeGeometry, volume: VolumeGeometry, *, 
     plan = _plan(window, volume, slab_slices)
     on_device = backend == "cuda" and (input_on_gpu or _fits_on_gpu(geometry, volume, plan, gpu_memory))
     if not on_device:
-        v.check_allocation("projections", int(np.prod(geometry.projection_shape)) * np.dtype(dtype).itemsize,
-                           "the filtered views")
+        v.check_allocation(
+            "projections", int(np.prod(geometry.projection_shape)) * np.dtype(dtype).itemsize, "the filtered views"
+        )
     xp = _array_module(backend)
 
     from tqdm.auto import tqdm
+
     t0 = time.perf_counter()
     weighting = HelicalWeighting(geometry, window, filter=filter, cutoff=cutoff, padding=padding)
     filtered = (xp if on_device else np).empty(geometry.projection_shape, dtype)
-    with tqdm(total=geometry.n_views, desc="helical filter", unit="view", disable=not progress,
-              leave=False) as bar:
+    with tqdm(total=geometry.n_views, desc="helical filter", unit="view", disable=not progress, leave=False) as bar:
         for views in _chunks(0, geometry.n_views, _filter_views(geometry, dtype, chunk_views)):
-            raw = xp.array(projections[views], dtype=dtype)   # a copy: the input stays as it was
+            raw = xp.array(projections[views], dtype=dtype)  # a copy: the input stays as it was
             if not input_on_gpu:
                 v.check_finite_array("projections", raw)
             part = weighting(raw, views)
@@ -492,25 +529,45 @@ def helical_fdk(projections, geometry: ConeGeometry, volume: VolumeGeometry, *, 
     out = (xp if input_on_gpu else np).zeros(volume.shape, dtype)
     with tqdm(total=volume.nz, desc="helical slabs", unit="slice", disable=not progress, leave=False) as bar:
         for slab in plan:
-            if slab.rows is not None:   # else no window sees the slab's voxels on the detector: zero
+            if slab.rows is not None:  # else no window sees the slab's voxels on the detector: zero
                 (n0, n1), (r0, r1) = slab.views, slab.rows
-                res = _backproject(filtered[n0:n1, r0:r1], window.geometry, volume, slab, xp, dtype,
-                                   interpolation, kernel, chunk_views)
-                out[slab.z[0]:slab.z[1]] = res if (xp is np or input_on_gpu) else res.get()
+                res = _backproject(
+                    filtered[n0:n1, r0:r1], window.geometry, volume, slab, xp, dtype, interpolation, kernel, chunk_views
+                )
+                out[slab.z[0] : slab.z[1]] = res if (xp is np or input_on_gpu) else res.get()
             bar.update(slab.z[1] - slab.z[0])
     _synchronize(xp)
     if stats is not None:
         done = [slab.views for slab in plan if slab.rows is not None]
-        stats.update(filter=t1 - t0, backproject=time.perf_counter() - t1, slabs=len(done),
-                     views_per_slab=float(np.mean([b - a for a, b in done])) if done else 0.0,
-                     n_pi=window.n_pi, smoothing=window.smoothing, max_pitch=window.max_pitch)
+        stats.update(
+            filter=t1 - t0,
+            backproject=time.perf_counter() - t1,
+            slabs=len(done),
+            views_per_slab=float(np.mean([b - a for a, b in done])) if done else 0.0,
+            n_pi=window.n_pi,
+            smoothing=window.smoothing,
+            max_pitch=window.max_pitch,
+        )
     return out
 
 
-def fdk_slab(projections, geometry: ConeGeometry, volume: VolumeGeometry, slab: HelicalSlab, *,
-             filter: str = "ram-lak", cutoff: float = 1.0, padding: str = "zero", smoothing="auto", n_pi="auto",
-             backend: str = "auto", interpolation: str = "linear", kernel: str = "auto",
-             chunk_views: int | None = None, precision: str = "float32"):
+def fdk_slab(
+    projections,
+    geometry: ConeGeometry,
+    volume: VolumeGeometry,
+    slab: HelicalSlab,
+    *,
+    filter: str = "ram-lak",
+    cutoff: float = 1.0,
+    padding: str = "zero",
+    smoothing="auto",
+    n_pi="auto",
+    backend: str = "auto",
+    interpolation: str = "linear",
+    kernel: str = "auto",
+    chunk_views: int | None = None,
+    precision: str = "float32",
+):
     """One z-slab of :func:`helical_fdk` from the views and rows it needs only.
 
     Parameters
@@ -538,18 +595,26 @@ def fdk_slab(projections, geometry: ConeGeometry, volume: VolumeGeometry, slab: 
     """
     window = _window(geometry, smoothing, n_pi)
     if v.precision(precision, ("float32", "float64")) != "float32":
-        raise ValueError(f"precision: a helical slab is computed in float32, got {precision!r}; use "
-                         "helical_fdk(..., precision='float64') for the whole volume")
+        raise ValueError(
+            f"precision: a helical slab is computed in float32, got {precision!r}; use "
+            "helical_fdk(..., precision='float64') for the whole volume"
+        )
     if not isinstance(slab, HelicalSlab):
         raise TypeError(f"slab: expected a HelicalSlab from plan_slabs, got {type(slab).__name__}")
     k0, k1 = slab.z
     if slab.rows is None:
         return (np if isinstance(projections, np.ndarray) else _array_module("cuda")).zeros(
-            (k1 - k0, volume.ny, volume.nx), np.float32)
+            (k1 - k0, volume.ny, volume.nx), np.float32
+        )
     (n0, n1), (r0, r1) = slab.views, slab.rows
-    projections = v.real_array("projections", projections, (n1 - n0, r1 - r0, geometry.n_cols),
-                               "(views, rows, n_cols) of the slab's views and rows")
+    projections = v.real_array(
+        "projections",
+        projections,
+        (n1 - n0, r1 - r0, geometry.n_cols),
+        "(views, rows, n_cols) of the slab's views and rows",
+    )
     from ..backends import resolve
+
     backend = resolve(backend, projections)
     xp = _array_module(backend)
     input_on_gpu = not isinstance(projections, np.ndarray)
@@ -567,8 +632,13 @@ def _backproject(filtered, geometry, volume, slab: HelicalSlab, xp, dtype, inter
     """The slab's volume from its filtered views and rows (``filtered``, host or device)."""
     (k0, k1), (n0, n1), (r0, r1) = slab.z, slab.views, slab.rows
     sub = volume.slab(k0, k1)
-    op = ConeBackprojection(geometry.normalised().crop_views(n0, n1).crop_rows(r0, r1), sub,
-                            backend="cuda" if xp is not np else "cpu", interpolation=interpolation, kernel=kernel)
+    op = ConeBackprojection(
+        geometry.normalised().crop_views(n0, n1).crop_rows(r0, r1),
+        sub,
+        backend="cuda" if xp is not np else "cpu",
+        interpolation=interpolation,
+        kernel=kernel,
+    )
     res = xp.zeros(sub.shape, dtype)
     for views in _chunks(0, n1 - n0, n1 - n0 if chunk_views is None else chunk_views):
         block = xp.ascontiguousarray(xp.asarray(filtered[views]))
@@ -591,6 +661,7 @@ def _filter_views(geometry, dtype, chunk_views) -> int:
 def _array_module(backend: str):
     if backend == "cuda":
         import cupy
+
         return cupy
     return np
 
@@ -609,14 +680,21 @@ def _fits_on_gpu(geometry, volume: VolumeGeometry, plan, gpu_memory) -> bool:
     free = cupy.cuda.runtime.memGetInfo()[0] + cupy.get_default_memory_pool().free_bytes()
     budget = free if gpu_memory is None else min(free, v.positive_int("gpu_memory", gpu_memory))
     view = geometry.n_cols * 4
-    slab = max(((k1 - k0) * volume.ny * volume.nx * 4 + 2 * (s[1] - s[0]) * (r[1] - r[0]) * view
-                for (k0, k1), s, r in plan if r is not None), default=0)
+    slab = max(
+        (
+            (k1 - k0) * volume.ny * volume.nx * 4 + 2 * (s[1] - s[0]) * (r[1] - r[0]) * view
+            for (k0, k1), s, r in plan
+            if r is not None
+        ),
+        default=0,
+    )
     filtering = 256e6
     return geometry.n_views * geometry.n_rows * view + slab + filtering <= 0.9 * budget
 
 
-def covered_z(geometry: ConeGeometry, volume: VolumeGeometry | None = None, *, smoothing="auto",
-              n_pi="auto") -> tuple[float, float]:
+def covered_z(
+    geometry: ConeGeometry, volume: VolumeGeometry | None = None, *, smoothing="auto", n_pi="auto"
+) -> tuple[float, float]:
     """The z range ``(z_lo, z_hi)`` a helical scan reconstructs for a volume's
     xy extent (default: a line along the axis): every voxel in it has all
     the views its window needs. ValueError naming ``geometry`` if it is not
@@ -631,8 +709,9 @@ def fdk_route(projections, geometry, volume, *, short_scan, devices, gpu_memory,
     arguments (``short_scan`` must stay "auto": the window decides what each
     view weighs; one device)."""
     if not (isinstance(short_scan, str) and short_scan == "auto"):
-        raise ValueError(f"short_scan: a helical scan's weights follow from its pitch; leave it 'auto', "
-                         f"got {short_scan!r}")
+        raise ValueError(
+            f"short_scan: a helical scan's weights follow from its pitch; leave it 'auto', got {short_scan!r}"
+        )
     if devices is not None:
         raise ValueError("devices: helical scans run on one GPU; use devices=None")
     return helical_fdk(projections, geometry, volume, gpu_memory=gpu_memory, **settings)

@@ -28,6 +28,7 @@ on the CPU; on CUDA the structured paths take one z-fastest volume in ``A`` and
 in ``A.T``, and structured Joseph's voxel-driven ``A.T`` also a value table of
 about one projection set (at most 2 GiB per batch of views; see ``Projector``).
 """
+
 from __future__ import annotations
 
 import math
@@ -40,36 +41,46 @@ from ._coverage import check_views
 
 
 def _setup(projections, projector, iterations, x0, bounds):
-    if not (callable(projector) and hasattr(projector, "T") and hasattr(projector, "volume")
-            and hasattr(projector, "projection_shape")):
+    if not (
+        callable(projector)
+        and hasattr(projector, "T")
+        and hasattr(projector, "volume")
+        and hasattr(projector, "projection_shape")
+    ):
         raise TypeError(f"projector: expected a leveret.Projector, got {type(projector).__name__}")
     iterations = v.positive_int("iterations", iterations)
     if hasattr(projector, "geometry"):
         check_views(projector.geometry)
     xp = v.array_module(projections)
     if xp is not np and getattr(projector, "backend", "cpu") != "cuda":
-        raise ValueError("projections: a CuPy array needs a projector with backend='cuda', "
-                         "got a CPU projector")
+        raise ValueError("projections: a CuPy array needs a projector with backend='cuda', got a CPU projector")
     b = xp.asarray(projections)
     if b.shape != tuple(projector.projection_shape):
-        raise ValueError(f"projections: expected shape {tuple(projector.projection_shape)} "
-                         f"(the projector's geometry), got {b.shape}")
-    if xp is np:   # the iterate, its update and their weights; the data, residual and theirs
+        raise ValueError(
+            f"projections: expected shape {tuple(projector.projection_shape)} (the projector's geometry), got {b.shape}"
+        )
+    if xp is np:  # the iterate, its update and their weights; the data, residual and theirs
         itemsize = np.dtype(projector.dtype).itemsize
-        v.check_allocation("projector", 3 * itemsize * (math.prod(projector.volume.shape) + b.size),
-                           "the iterations' volumes and projections")
+        v.check_allocation(
+            "projector",
+            3 * itemsize * (math.prod(projector.volume.shape) + b.size),
+            "the iterations' volumes and projections",
+        )
     v.check_finite_array("projections", b)
     b = xp.ascontiguousarray(b, dtype=projector.dtype)
     if x0 is None:
         x = xp.zeros(projector.volume.shape, projector.dtype)
     else:
         if v.array_module(x0) is not xp:
-            raise ValueError(f"x0: expected a {xp.__name__} array like the projections, "
-                             f"got {type(x0).__module__}.{type(x0).__name__}")
+            raise ValueError(
+                f"x0: expected a {xp.__name__} array like the projections, "
+                f"got {type(x0).__module__}.{type(x0).__name__}"
+            )
         x0 = xp.asarray(x0)
         if x0.shape != tuple(projector.volume.shape):
-            raise ValueError(f"x0: expected the projector's volume shape {tuple(projector.volume.shape)}, "
-                             f"got {x0.shape}")
+            raise ValueError(
+                f"x0: expected the projector's volume shape {tuple(projector.volume.shape)}, got {x0.shape}"
+            )
         v.check_finite_array("x0", x0)
         x = xp.array(x0, dtype=projector.dtype, order="C")
     lo, hi = -np.inf, np.inf
@@ -95,8 +106,7 @@ def _bounds(nonnegative, bounds):
     if nonnegative:
         if bounds is not None and bounds[0] is not None and bounds[0] < 0:
             raise ValueError("bounds: nonnegative=True conflicts with a negative lower bound")
-        return (0.0 if bounds is None or bounds[0] is None else bounds[0],
-                None if bounds is None else bounds[1])
+        return (0.0 if bounds is None or bounds[0] is None else bounds[0], None if bounds is None else bounds[1])
     return bounds
 
 
@@ -118,6 +128,7 @@ class _Loop:
 
     def __init__(self, name, iterations, b, tol, callback, progress):
         from tqdm.auto import tqdm
+
         self.norm_b = _norm(b) or 1.0
         self.tol = None if tol is None else v.positive_float("tol", tol)
         if callback is not None and not callable(callback):
@@ -169,13 +180,33 @@ def _sum_squares():
     global _SUM_SQUARES
     if _SUM_SQUARES is None:
         import cupy
-        _SUM_SQUARES = cupy.ReductionKernel("T x", "float64 y", "(double)x * (double)x", "a + b", "y = a", "0",
-                                            "leveret_sum_squares", reduce_type="double")
+
+        _SUM_SQUARES = cupy.ReductionKernel(
+            "T x",
+            "float64 y",
+            "(double)x * (double)x",
+            "a + b",
+            "y = a",
+            "0",
+            "leveret_sum_squares",
+            reduce_type="double",
+        )
     return _SUM_SQUARES
 
 
-def sirt(projections, projector, iterations, *, x0=None, relaxation=1.0, nonnegative=False,
-         bounds=None, tol=None, callback=None, progress=False):
+def sirt(
+    projections,
+    projector,
+    iterations,
+    *,
+    x0=None,
+    relaxation=1.0,
+    nonnegative=False,
+    bounds=None,
+    tol=None,
+    callback=None,
+    progress=False,
+):
     """Simultaneous Iterative Reconstruction Technique.
 
     ``x <- clip(x + relaxation * C A^T R (b - A x))`` with ``R = 1 / (A 1)``
@@ -252,9 +283,21 @@ def subset_order(angles, n_subsets: int) -> list[np.ndarray]:
     return [subsets[j] for j in visit]
 
 
-def os_sart(projections, projector, iterations, *, n_subsets=None, x0=None, relaxation=1.0,
-            nonnegative=False, bounds=None, tol=None, callback=None, progress=False,
-            store_weights=True):
+def os_sart(
+    projections,
+    projector,
+    iterations,
+    *,
+    n_subsets=None,
+    x0=None,
+    relaxation=1.0,
+    nonnegative=False,
+    bounds=None,
+    tol=None,
+    callback=None,
+    progress=False,
+    store_weights=True,
+):
     """Ordered-subsets SART: a SIRT update per subset of views.
 
     For each subset S (views spread over the angular range, visited in the
@@ -289,7 +332,7 @@ def os_sart(projections, projector, iterations, *, n_subsets=None, x0=None, rela
     xp = v.array_module(b)
     subsets = subset_order(projector.view_angles(), n_subsets)
     ops = [projector.subset(s) for s in subsets]
-    index = [xp.asarray(s) for s in subsets]   # view indices on the data's device
+    index = [xp.asarray(s) for s in subsets]  # view indices on the data's device
     R = _inverse(projector(xp.ones(projector.volume.shape, projector.dtype)))
 
     def column_weights(op):
@@ -365,6 +408,7 @@ def cgls(projections, projector, iterations, *, x0=None, tol=None, callback=None
 
 def _takes_out(op) -> bool:
     import inspect
+
     try:
         return "out" in inspect.signature(op).parameters
     except (TypeError, ValueError):

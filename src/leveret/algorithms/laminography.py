@@ -36,6 +36,7 @@ grows this is the parallel formula above.
 Both need a full turn (t and t + pi are different views when the axis is
 tilted).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -71,14 +72,17 @@ def angle_weights(geometry) -> np.ndarray:
         raise ValueError(f"geometry: laminography FBP needs views over a full turn, got {t.size} view")
     steps = np.diff(t)
     if not (np.all(steps > 0) or np.all(steps < 0)):
-        raise ValueError("geometry: laminography FBP needs the views in order of their rotation angle "
-                         "(monotonic, as acquired)")
+        raise ValueError(
+            "geometry: laminography FBP needs the views in order of their rotation angle (monotonic, as acquired)"
+        )
     t = np.abs(t - t[0])
     step = np.median(np.abs(steps))
     coverage = float(t[-1] + step)
     if coverage < 2 * np.pi - 1e-6:
-        raise ValueError(f"geometry: laminography FBP needs views over a full turn (t and t + 180 degrees "
-                         f"are different views of a tilted axis), got {np.degrees(coverage):.4g} degrees")
+        raise ValueError(
+            f"geometry: laminography FBP needs views over a full turn (t and t + 180 degrees "
+            f"are different views of a tilted axis), got {np.degrees(coverage):.4g} degrees"
+        )
     return np.abs(np.gradient(t)) * (2 * np.pi / coverage)
 
 
@@ -88,8 +92,7 @@ def rows_seen(geometry, volume: VolumeGeometry):
     ``geometry.crop_rows(start, stop)`` and ``projections[:, start:stop]``,
     :func:`laminography_fbp` reconstructs a z-slab (``volume.slab``) as the
     whole call does (each row is weighted and filtered on its own)."""
-    corners = np.array([[x, y, z] for x in volume.extent("x") for y in volume.extent("y")
-                        for z in volume.extent("z")])
+    corners = np.array([[x, y, z] for x in volume.extent("x") for y in volume.extent("y") for z in volume.extent("z")])
     # u, v are ratios of linear functions with w > 0 (affine for parallel beam): extremes at corners
     row = geometry.project(corners)[1]
     start = max(0, int(np.floor(row.min())) - 1)
@@ -106,10 +109,21 @@ def row_axis_cosines(geometry, matrices=None) -> np.ndarray:
     return np.abs(normal[..., 2]) / np.linalg.norm(normal, axis=-1)
 
 
-def laminography_fbp(projections, geometry, volume: VolumeGeometry, *, filter: str = "ram-lak",
-                     cutoff: float = 1.0, padding: str = "zero", backend: str = "auto",
-                     interpolation: str = "linear", kernel: str = "auto", precision: str = "float32",
-                     chunk_views: int | None = None, progress: bool = False):
+def laminography_fbp(
+    projections,
+    geometry,
+    volume: VolumeGeometry,
+    *,
+    filter: str = "ram-lak",
+    cutoff: float = 1.0,
+    padding: str = "zero",
+    backend: str = "auto",
+    interpolation: str = "linear",
+    kernel: str = "auto",
+    precision: str = "float32",
+    chunk_views: int | None = None,
+    progress: bool = False,
+):
     """Filtered back-projection of a laminography scan (tilted rotation axis).
 
     Parameters
@@ -149,20 +163,21 @@ def laminography_fbp(projections, geometry, volume: VolumeGeometry, *, filter: s
 
     if not isinstance(geometry, (ParallelVecGeometry, ConeGeometry)):
         raise TypeError(f"geometry: expected a ParallelVecGeometry or ConeGeometry, got {type(geometry).__name__}")
-    projections = v.real_array("projections", projections, geometry.projection_shape,
-                               "(n_views, n_rows, n_cols)")
+    projections = v.real_array("projections", projections, geometry.projection_shape, "(n_views, n_rows, n_cols)")
     v.choice("filter", filter, FILTERS)
     dtype = np.float64 if v.precision(precision, ("float32", "float64")) == "float64" else np.float32
     volume_3d(volume)
     check_views(geometry)
     weights = angle_weights(geometry)
     from ..backends import resolve
+
     backend = resolve(backend, projections)
     if backend == "cuda" and dtype == np.float64:
         raise ValueError("precision: 'float64' runs on the CPU backend only; use backend='cpu'")
     view_bytes = 12 * geometry.n_rows * geometry.n_cols * 4
-    chunk_views = (max(1, int(256e6 // view_bytes)) if chunk_views is None
-                   else v.positive_int("chunk_views", chunk_views))
+    chunk_views = (
+        max(1, int(256e6 // view_bytes)) if chunk_views is None else v.positive_int("chunk_views", chunk_views)
+    )
     input_on_gpu = not isinstance(projections, np.ndarray)
     if input_on_gpu:
         v.check_finite_array("projections", projections)
@@ -174,15 +189,16 @@ def laminography_fbp(projections, geometry, volume: VolumeGeometry, *, filter: s
         weighting = FDKWeighting(geometry, filter=filter, cutoff=cutoff, padding=padding, short_scan=False)
         frames = weighting.frames
         tan_v = (np.arange(geometry.n_rows)[None, :] - frames["v0"][:, None]) / frames["focal_v"][:, None]
-        row_weights = row_axis_cosines(geometry, frames["normalised"]) * np.sqrt(1 + tan_v ** 2)
-        op = ConeBackprojection(geometry, volume, backend=backend, interpolation=interpolation,
-                                matrices=frames["normalised"], kernel=kernel)
+        row_weights = row_axis_cosines(geometry, frames["normalised"]) * np.sqrt(1 + tan_v**2)
+        op = ConeBackprojection(
+            geometry, volume, backend=backend, interpolation=interpolation, matrices=frames["normalised"], kernel=kernel
+        )
 
         def prepare(raw, views):
             raw *= _on(raw, row_weights[views, :, None])
             return weighting(raw, views)
     else:
-        pitch = 1.0 / np.linalg.norm(geometry.matrices[:, 0, :3], axis=1)   # column pitch across the rays
+        pitch = 1.0 / np.linalg.norm(geometry.matrices[:, 0, :3], axis=1)  # column pitch across the rays
         row_weights = 0.5 * (weights / pitch)[:, None] * row_axis_cosines(geometry)
         response = filter_response(geometry.n_cols, filter, cutoff=cutoff)
         op = ConeBackprojection(geometry, volume, backend=backend, interpolation=interpolation, kernel=kernel)
@@ -197,10 +213,11 @@ def laminography_fbp(projections, geometry, volume: VolumeGeometry, *, filter: s
         xp = np
     out = xp.zeros(volume.shape, dtype)
     from tqdm.auto import tqdm
+
     with tqdm(total=geometry.n_views, desc="laminography", unit="view", disable=not progress, leave=False) as bar:
         for a in range(0, geometry.n_views, chunk_views):
             views = slice(a, min(geometry.n_views, a + chunk_views))
-            raw = xp.array(projections[views], dtype=dtype)   # a copy: the input stays as it was
+            raw = xp.array(projections[views], dtype=dtype)  # a copy: the input stays as it was
             if not input_on_gpu:
                 v.check_finite_array("projections", raw)
             op(xp.ascontiguousarray(prepare(raw, views), dtype=dtype), out, views=views, accumulate=True)

@@ -1,4 +1,5 @@
 """Filtered back-projection for parallel-beam sinograms and projection stacks."""
+
 from __future__ import annotations
 
 import math
@@ -16,12 +17,27 @@ from ..operators import ParallelBackprojection
 from ._coverage import check_reach, check_views
 
 
-def fbp(projections, geometry: ParallelGeometry, volume: VolumeGeometry | None = None, *,
-        filter: str = "ram-lak", interpolation: str = "linear", backend: str = "auto",
-        cutoff: float = 1.0, padding: str = "zero", angle_weights="auto",
-        precision: str = "float32", slab_slices: int | None = None, out=None,
-        progress: bool = False, kernel: str = "auto", kernel_options: dict | None = None,
-        roi=None, stats: dict | None = None, devices=None):
+def fbp(
+    projections,
+    geometry: ParallelGeometry,
+    volume: VolumeGeometry | None = None,
+    *,
+    filter: str = "ram-lak",
+    interpolation: str = "linear",
+    backend: str = "auto",
+    cutoff: float = 1.0,
+    padding: str = "zero",
+    angle_weights="auto",
+    precision: str = "float32",
+    slab_slices: int | None = None,
+    out=None,
+    progress: bool = False,
+    kernel: str = "auto",
+    kernel_options: dict | None = None,
+    roi=None,
+    stats: dict | None = None,
+    devices=None,
+):
     """Filtered back-projection (FBP) of parallel-beam data.
 
     Parameters
@@ -112,40 +128,60 @@ def fbp(projections, geometry: ParallelGeometry, volume: VolumeGeometry | None =
     if not isinstance(volume, VolumeGeometry):
         raise TypeError(f"volume: expected a VolumeGeometry or None, got {type(volume).__name__}")
     if volume.is_2d != geometry.is_2d:
-        raise ValueError(f"volume: a {'2D' if geometry.is_2d else '3D'} geometry needs a "
-                         f"{'2D' if geometry.is_2d else '3D'} volume, got shape {volume.shape}")
+        raise ValueError(
+            f"volume: a {'2D' if geometry.is_2d else '3D'} geometry needs a "
+            f"{'2D' if geometry.is_2d else '3D'} volume, got shape {volume.shape}"
+        )
     check_views(geometry)
     check_reach(geometry, volume)
     v.choice("filter", filter, FILTERS)
     precision = v.precision(precision, ("float32", "float64", "float16"))
     dtype = np.float64 if precision == "float64" else np.float32
-    v.check_magnitude("projections", projections, dtype)   # float64 data beyond float32's range
-    op = ParallelBackprojection(geometry, volume, interpolation=interpolation, backend=backend,
-                                kernel=kernel, precision="float16" if precision == "float16" else "float32",
-                                kernel_options=kernel_options, roi=roi)
+    v.check_magnitude("projections", projections, dtype)  # float64 data beyond float32's range
+    op = ParallelBackprojection(
+        geometry,
+        volume,
+        interpolation=interpolation,
+        backend=backend,
+        kernel=kernel,
+        precision="float16" if precision == "float16" else "float32",
+        kernel_options=kernel_options,
+        roi=roi,
+    )
     if not isinstance(projections, np.ndarray) and op.backend == "cpu":
         raise ValueError("backend: 'cpu' cannot take a CuPy array")
     if op.backend == "cuda" and dtype == np.float64:
         raise ValueError("precision: 'float64' runs on the CPU backend only; use backend='cpu'")
     devices = devices_for_backend(devices, op.backend)
     weights = _angle_weights(angle_weights, geometry)
-    response = filter_response(geometry.n_cols, filter, cutoff=cutoff,
-                               det_spacing=geometry.det_spacing)
+    response = filter_response(geometry.n_cols, filter, cutoff=cutoff, det_spacing=geometry.det_spacing)
 
     stack = projections[:, None, :] if geometry.is_2d else projections  # (A, R, C)
     rows_lo, rows_frac = _slice_rows(geometry, volume)
     n_slices = volume.nz
-    ny, nx = op.out_shape      # the ROI's, when one is set
+    ny, nx = op.out_shape  # the ROI's, when one is set
     on_gpu = op.backend == "cuda"
     out_shape = (ny, nx) if volume.is_2d else (n_slices, ny, nx)
     out = _prepare_out(out, out_shape, dtype, cupy_out=input_on_gpu)
-    job = _Job(stack, rows_lo, rows_frac, geometry, volume, op, weights, response, padding, dtype,
-               out.reshape((n_slices, ny, nx)))
+    job = _Job(
+        stack,
+        rows_lo,
+        rows_frac,
+        geometry,
+        volume,
+        op,
+        weights,
+        response,
+        padding,
+        dtype,
+        out.reshape((n_slices, ny, nx)),
+    )
 
     streamed = on_gpu and not input_on_gpu
     if slab_slices is None:
-        per_slice = fbp_bytes_per_slice(geometry.n_angles, geometry.n_cols, ny, nx,
-                                        np.dtype(dtype).itemsize, streamed=streamed)
+        per_slice = fbp_bytes_per_slice(
+            geometry.n_angles, geometry.n_cols, ny, nx, np.dtype(dtype).itemsize, streamed=streamed
+        )
         if devices is not None:
             available = devices.free_bytes()
         else:
@@ -162,9 +198,11 @@ def fbp(projections, geometry: ParallelGeometry, volume: VolumeGeometry | None =
     chunks = [(k, min(n_slices, k + slab_slices)) for k in range(0, n_slices, slab_slices)]
 
     from tqdm.auto import tqdm
+
     with tqdm(total=n_slices, unit="slice", desc="fbp", disable=not progress, leave=False) as bar:
         if devices is not None and streamed and len(chunks) == 1:
-            import cupy   # one chunk cannot be split: the first GPU runs it as one GPU would
+            import cupy  # one chunk cannot be split: the first GPU runs it as one GPU would
+
             with cupy.cuda.Device(devices.ids[0]):
                 job.one_chunk_from_host(chunks[0])
             bar.update(n_slices)
@@ -186,8 +224,7 @@ def fbp(projections, geometry: ParallelGeometry, volume: VolumeGeometry | None =
 class _Job:
     """One FBP call's data and the three ways of running it."""
 
-    def __init__(self, stack, rows_lo, rows_frac, geometry, volume, op, weights, response, padding,
-                 dtype, out3):
+    def __init__(self, stack, rows_lo, rows_frac, geometry, volume, op, weights, response, padding, dtype, out3):
         self.stack, self.rows_lo, self.rows_frac = stack, rows_lo, rows_frac
         self.geometry, self.volume, self.op = geometry, volume, op
         self.weights, self.response, self.padding = weights, response, padding
@@ -195,13 +232,11 @@ class _Job:
 
     def rows(self, chunk, angles=slice(None), out=None):
         """Detector rows of the slices in ``chunk``, projections ``angles``: (A, S, C)."""
-        return _gather_rows(self.stack[angles], self.rows_lo, self.rows_frac, chunk, out=out,
-                            dtype=self.dtype)
+        return _gather_rows(self.stack[angles], self.rows_lo, self.rows_frac, chunk, out=out, dtype=self.dtype)
 
     def filtered(self, rows, angles=slice(None)):
         """(A, S, C) rows -> weighted, filtered (S, A, C) sinograms."""
-        return apply_filter(rows.transpose(1, 0, 2), self.response, weights=self.weights[angles],
-                            padding=self.padding)
+        return apply_filter(rows.transpose(1, 0, 2), self.response, weights=self.weights[angles], padding=self.padding)
 
     def in_memory(self, chunks, *, check_finite, bar):
         """CPU, or CuPy arrays on the GPU: chunk after chunk, straight into the output."""
@@ -228,13 +263,17 @@ class _Job:
             v.add_nonfinite_count(n_bad, d_in)
             self.op(self.filtered(d_in), out=d_out)
 
-        stream_chunks(chunks, largest=largest,
-                      in_shape=lambda c: (g.n_angles, c[1] - c[0], g.n_cols),
-                      out_shape=lambda c: (c[1] - c[0],) + self.op.out_shape,
-                      load=lambda c, buf: self.rows(c, out=buf),
-                      compute=compute,
-                      store=lambda c, buf: parallel_copy(self.out3[c[0]:c[1]], buf),
-                      on_done=on_done, stats=stats)
+        stream_chunks(
+            chunks,
+            largest=largest,
+            in_shape=lambda c: (g.n_angles, c[1] - c[0], g.n_cols),
+            out_shape=lambda c: (c[1] - c[0],) + self.op.out_shape,
+            load=lambda c, buf: self.rows(c, out=buf),
+            compute=compute,
+            store=lambda c, buf: parallel_copy(self.out3[c[0] : c[1]], buf),
+            on_done=on_done,
+            stats=stats,
+        )
         return int(n_bad)
 
     def streamed_devices(self, devices, chunks, *, bar, stats=None):
@@ -300,22 +339,32 @@ class _Job:
         nbytes = g.n_angles * (chunk[1] - chunk[0]) * g.n_cols * 4
         n_batches = int(max(1, min(4, nbytes // min_batch_bytes, g.n_angles)))
         bounds = np.linspace(0, g.n_angles, n_batches + 1).astype(int)
-        with device_state.lend_streams(1) as (copy_stream,):   # lent: its cached upload blocks serve the next call
+        with device_state.lend_streams(1) as (copy_stream,):  # lent: its cached upload blocks serve the next call
             compute_stream = cupy.cuda.get_current_stream()
             n_bad = cupy.zeros((), cupy.int64)
             total = None
             uploaded = []  # alive until the end: the pool must not hand them out while in use
             for b0, b1 in zip(bounds[:-1], bounds[1:]):
-                with copy_stream:   # pageable: the host waits for this copy, the GPU does not
+                with copy_stream:  # pageable: the host waits for this copy, the GPU does not
                     d_in = cupy.asarray(self.rows(chunk, slice(b0, b1)))
                     arrived = copy_stream.record()
                 uploaded.append(d_in)
                 compute_stream.wait_event(arrived)
                 v.add_nonfinite_count(n_bad, d_in)
-                part = self.op if n_batches == 1 else ParallelBackprojection(
-                    _angle_subset(g, b0, b1), self.volume, interpolation=self.op.interpolation,
-                    backend="cuda", kernel=self.op.kernel,
-                    precision=self.op.precision, kernel_options=self.op.kernel_options, roi=self.op.roi)
+                part = (
+                    self.op
+                    if n_batches == 1
+                    else ParallelBackprojection(
+                        _angle_subset(g, b0, b1),
+                        self.volume,
+                        interpolation=self.op.interpolation,
+                        backend="cuda",
+                        kernel=self.op.kernel,
+                        precision=self.op.precision,
+                        kernel_options=self.op.kernel_options,
+                        roi=self.op.roi,
+                    )
+                )
                 image = part(self.filtered(d_in, slice(b0, b1)))
                 total = image if total is None else total.__iadd__(image)
             _raise_if_bad(int(n_bad))
@@ -370,11 +419,12 @@ def _gather_rows(stack, rows_lo, rows_frac, chunk, *, out=None, dtype=np.float32
     shape = (stack.shape[0], k1 - k0, stack.shape[2])
     aligned = np.all(frac == 0) and lo[0] >= 0 and lo[-1] < n_rows and np.all(np.diff(lo) == 1)
     if aligned:
-        src = stack[:, lo[0]:lo[-1] + 1, :]
+        src = stack[:, lo[0] : lo[-1] + 1, :]
         if out is None:
             return src.astype(dtype, copy=False)
         if xp is np:
             from ..cuda.pipeline import parallel_copy
+
             parallel_copy(out, src)
         else:
             out[...] = src
@@ -394,13 +444,15 @@ def _prepare_out(out, shape: tuple, dtype, *, cupy_out: bool):
     if out is None:
         if cupy_out:
             import cupy
+
             return cupy.empty(shape, dtype=dtype)
         v.check_allocation("volume", math.prod(shape) * np.dtype(dtype).itemsize, "the reconstruction")
         return np.empty(shape, dtype=dtype)
     v.writable_output("out", out)
     if tuple(out.shape) != tuple(shape) or out.dtype != dtype:
-        raise ValueError(f"out: expected shape {tuple(shape)} and dtype {np.dtype(dtype)}, "
-                         f"got {tuple(out.shape)} {out.dtype}")
+        raise ValueError(
+            f"out: expected shape {tuple(shape)} and dtype {np.dtype(dtype)}, got {tuple(out.shape)} {out.dtype}"
+        )
     if type(out).__module__.startswith("cupy") != cupy_out:
         raise ValueError("out: must live where the input lives (NumPy for NumPy input, CuPy for CuPy input)")
     return out
@@ -408,8 +460,10 @@ def _prepare_out(out, shape: tuple, dtype, *, cupy_out: bool):
 
 # -- memory per slice ---------------------------------------------------------------------
 
-def fbp_bytes_per_slice(n_angles: int, n_cols: int, ny: int, nx: int, itemsize: int = 4,
-                        *, streamed: bool = False) -> int:
+
+def fbp_bytes_per_slice(
+    n_angles: int, n_cols: int, ny: int, nx: int, itemsize: int = 4, *, streamed: bool = False
+) -> int:
     """Peak working memory of one slice in an FBP chunk.
 
     Counts the raw rows, the padded real and complex FFT buffers, the filtered
@@ -418,19 +472,22 @@ def fbp_bytes_per_slice(n_angles: int, n_cols: int, ny: int, nx: int, itemsize: 
     """
     n_pad = padded_length(n_cols)
     rows = n_angles * n_cols * itemsize
-    fft = n_angles * n_pad * itemsize * 3          # padded input, spectrum (complex, half length), irfft out
-    filtered = 3 * rows                            # weighted copy, packed copy, texture
+    fft = n_angles * n_pad * itemsize * 3  # padded input, spectrum (complex, half length), irfft out
+    filtered = 3 * rows  # weighted copy, packed copy, texture
     image = ny * nx * itemsize
     return (2 if streamed else 1) * (rows + image) + fft + filtered
 
 
-def plan_chunk(n_slices: int, bytes_per_slice: int, available: int, *, fraction: float = 0.6,
-               max_slices: int | None = None) -> int:
+def plan_chunk(
+    n_slices: int, bytes_per_slice: int, available: int, *, fraction: float = 0.6, max_slices: int | None = None
+) -> int:
     """Largest chunk (in slices) whose working set fits in ``fraction`` of ``available``."""
     fit = int(available * fraction) // max(bytes_per_slice, 1)
     if fit < 1:
-        raise MemoryError(f"one slice needs {bytes_per_slice / 2**20:.1f} MiB but only "
-                          f"{available * fraction / 2**20:.1f} MiB may be used")
+        raise MemoryError(
+            f"one slice needs {bytes_per_slice / 2**20:.1f} MiB but only "
+            f"{available * fraction / 2**20:.1f} MiB may be used"
+        )
     chunk = min(n_slices, fit)
     if max_slices is not None:
         chunk = min(chunk, max_slices)

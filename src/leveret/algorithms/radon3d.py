@@ -11,6 +11,7 @@ weighted projections: ``f(x) = -1/(8 pi^2) sum_q w_q p''_q(x . n_q)``. On a
 hemisphere (weights summing to 2 pi) each projection stands for itself and
 its antipode, since ``p''(t, -n) = p''(-t, n)``, so the sum counts twice.
 """
+
 from __future__ import annotations
 
 import math
@@ -65,8 +66,9 @@ def _response(n_samples: int, name: str, cutoff: float, spacing: float) -> np.nd
     return out
 
 
-def second_derivative_response(n_samples: int, window: str = "none", *, cutoff: float = 1.0,
-                               spacing: float = 1.0) -> np.ndarray:
+def second_derivative_response(
+    n_samples: int, window: str = "none", *, cutoff: float = 1.0, spacing: float = 1.0
+) -> np.ndarray:
     """Real frequency response (length ``n_pad // 2 + 1``) of the filtered second derivative.
 
     Multiplying a projection's rfft, zero-padded to ``padded_length(n_samples)``
@@ -88,10 +90,21 @@ METHODS = ("single-stage", "two-stage")
 TILE_SLICES = 4
 
 
-def radon3d_fbp(projections, geometry: RadonGeometry, volume: VolumeGeometry | None = None, *,
-                backend: str = "auto", precision: str = "float32", window: str = "none",
-                cutoff: float = 1.0, angle_weights="auto", method: str = "single-stage",
-                oversampling: int = 2, stats: dict | None = None, devices=None):
+def radon3d_fbp(
+    projections,
+    geometry: RadonGeometry,
+    volume: VolumeGeometry | None = None,
+    *,
+    backend: str = "auto",
+    precision: str = "float32",
+    window: str = "none",
+    cutoff: float = 1.0,
+    angle_weights="auto",
+    method: str = "single-stage",
+    oversampling: int = 2,
+    stats: dict | None = None,
+    devices=None,
+):
     """3D Radon FBP: second-derivative filter, solid-angle weights, back-projection.
 
     Parameters
@@ -188,10 +201,9 @@ def radon3d_fbp(projections, geometry: RadonGeometry, volume: VolumeGeometry | N
     if isinstance(projections, np.ndarray):
         v.check_allocation("volume", volume.size * np.dtype(dtype).itemsize, "the reconstruction")
     q_weights = _direction_weights(angle_weights, geometry)
-    response = second_derivative_response(geometry.n_samples, window, cutoff=cutoff,
-                                          spacing=geometry.spacing)
+    response = second_derivative_response(geometry.n_samples, window, cutoff=cutoff, spacing=geometry.spacing)
     plan = TwoStagePlan(geometry, volume, oversampling) if method == "two-stage" else None
-    scale = -(2.0 if geometry.hemisphere else 1.0) / (8.0 * math.pi ** 2)
+    scale = -(2.0 if geometry.hemisphere else 1.0) / (8.0 * math.pi**2)
     row_scale = scale * q_weights
     devices = devices_for_backend(devices, backend)
     if devices is not None:
@@ -204,14 +216,12 @@ def radon3d_fbp(projections, geometry: RadonGeometry, volume: VolumeGeometry | N
         t1 = time.perf_counter()
         out = np.empty(volume.shape, dtype=dtype)
         if plan is None:
-            table = kernels.sample_table(geometry.directions, geometry.n_samples, geometry.spacing,
-                                         volume)
+            table = kernels.sample_table(geometry.directions, geometry.n_samples, geometry.spacing, volume)
             kernels.backproject(filtered, table, out)
         else:
             plan.backproject_cpu(filtered, out)
         if stats is not None:
-            stats.update(transfer_in=0.0, filter=t1 - t0, backprojection=time.perf_counter() - t1,
-                           transfer_out=0.0)
+            stats.update(transfer_in=0.0, filter=t1 - t0, backprojection=time.perf_counter() - t1, transfer_out=0.0)
     if stats is not None:
         stats["total"] = time.perf_counter() - t_start
     return out
@@ -236,8 +246,7 @@ def filter_projections(projections, response: np.ndarray, row_scale: np.ndarray,
     n_samples = projections.shape[-1]
     n_pad = 2 * (response.size - 1)
     if xp is np:
-        spec = scipy.fft.rfft(projections.astype(np.float64, copy=False), n=n_pad, axis=-1,
-                              workers=-1)
+        spec = scipy.fft.rfft(projections.astype(np.float64, copy=False), n=n_pad, axis=-1, workers=-1)
         spec *= response
         filtered = scipy.fft.irfft(spec, n=n_pad, axis=-1, workers=-1)[:, :n_samples]
         filtered *= row_scale[:, None]
@@ -275,10 +284,10 @@ class TwoStagePlan:
         self.n_r = 2 * int(math.ceil(r_max / self.dr)) + 3
         # Directions theta-major (q = i * n_phi + j); stage 1 wants them per phi.
         q = np.arange(geometry.n_dirs).reshape(self.n_theta, self.n_phi)
-        self.order = np.ascontiguousarray(q.T.ravel())          # (n_phi * n_theta,) phi-major
-        d = geometry.directions[self.order]                     # (n_phi * n_theta, 3)
+        self.order = np.ascontiguousarray(q.T.ravel())  # (n_phi * n_theta,) phi-major
+        d = geometry.directions[self.order]  # (n_phi * n_theta, 3)
         sin_t = np.hypot(d[:, 0], d[:, 1])
-        phi = np.arctan2(d[:: self.n_theta, 1], d[:: self.n_theta, 0])   # (n_phi,)
+        phi = np.arctan2(d[:: self.n_theta, 1], d[:: self.n_theta, 0])  # (n_phi,)
         cos_p, sin_p = np.cos(phi), np.sin(phi)
         r0 = -(self.n_r - 1) / 2 * self.dr
         z0 = cz - (nz - 1) / 2 * dz
@@ -289,7 +298,7 @@ class TwoStagePlan:
         t1[:, 1] = d[:, 2] * dz / s
         t1[:, 3] = (sin_t * (r0 + c) + z0 * d[:, 2]) / s + (geometry.n_samples - 1) / 2
         self.table1 = t1
-        x0 = -(nx - 1) / 2 * dx       # relative to the centre
+        x0 = -(nx - 1) / 2 * dx  # relative to the centre
         y0 = -(ny - 1) / 2 * dy
         t2 = np.zeros((self.n_phi, 4))
         t2[:, 0] = cos_p * dx / self.dr
@@ -306,9 +315,8 @@ class TwoStagePlan:
         by_phi = filtered[self.order].reshape(self.n_phi, self.n_theta, -1)
         planes = np.empty(self.plane_shape, filtered.dtype)
         for j in range(self.n_phi):
-            kernels.backproject(by_phi[j], self.table1[j * self.n_theta:(j + 1) * self.n_theta],
-                                planes[j][None])
-        slices = np.ascontiguousarray(planes.transpose(1, 0, 2))   # (nz, n_phi, n_r)
+            kernels.backproject(by_phi[j], self.table1[j * self.n_theta : (j + 1) * self.n_theta], planes[j][None])
+        slices = np.ascontiguousarray(planes.transpose(1, 0, 2))  # (nz, n_phi, n_r)
         for k in range(out.shape[0]):
             kernels.backproject(slices[k], self.table2, out[k][None])
         return out
@@ -330,13 +338,14 @@ def grid_shape(geometry: RadonGeometry) -> tuple[int, int]:
     if ok:
         th = theta.reshape(-1, n_phi)
         ph = phi.reshape(-1, n_phi)
-        dph = np.angle(np.exp(1j * (ph - ph[:1])))   # phi differences modulo 2 pi
-        ok = bool(np.all(np.abs(th - th[:, :1]) < 1e-9) and np.all(np.abs(dph) < 1e-9)
-                  and th.shape[0] > 1)
+        dph = np.angle(np.exp(1j * (ph - ph[:1])))  # phi differences modulo 2 pi
+        ok = bool(np.all(np.abs(th - th[:, :1]) < 1e-9) and np.all(np.abs(dph) < 1e-9) and th.shape[0] > 1)
     if not ok:
-        raise ValueError("method: 'two-stage' needs directions on a theta-major (theta, phi) grid "
-                         "(RadonGeometry.grid order: rows of one theta, the same phi in every row); "
-                         "these directions are not; use method='single-stage'")
+        raise ValueError(
+            "method: 'two-stage' needs directions on a theta-major (theta, phi) grid "
+            "(RadonGeometry.grid order: rows of one theta, the same phi in every row); "
+            "these directions are not; use method='single-stage'"
+        )
     return n // n_phi, n_phi
 
 
@@ -353,18 +362,23 @@ def _slab_function(filtered, geometry, volume, plan, dtype):
 
         def slab(k0, k1, out_dev):
             gpu.backproject(filtered, table, out_dev, zpt=TILE_SLICES, table_dev=table_dev, b_offset=k0)
+
         return slab
     by_phi = cupy.ascontiguousarray(filtered[cupy.asarray(plan.order)]).reshape(
-        plan.n_phi, plan.n_theta, geometry.n_samples)
+        plan.n_phi, plan.n_theta, geometry.n_samples
+    )
     planes = cupy.empty(plan.plane_shape, dtype)
-    gpu.backproject(by_phi, plan.table1, planes, proj_bstride=plan.n_theta * geometry.n_samples,
-                    table_bstride=plan.n_theta, zpt=1)
-    slices = cupy.ascontiguousarray(planes.transpose(1, 0, 2))   # (nz, n_phi, n_r)
+    gpu.backproject(
+        by_phi, plan.table1, planes, proj_bstride=plan.n_theta * geometry.n_samples, table_bstride=plan.n_theta, zpt=1
+    )
+    slices = cupy.ascontiguousarray(planes.transpose(1, 0, 2))  # (nz, n_phi, n_r)
     table2_dev = cupy.asarray(plan.table2)
 
     def slab(k0, k1, out_dev):
-        gpu.backproject(slices[k0:k1], plan.table2, out_dev, proj_bstride=plan.n_phi * plan.n_r,
-                        zpt=1, table_dev=table2_dev)
+        gpu.backproject(
+            slices[k0:k1], plan.table2, out_dev, proj_bstride=plan.n_phi * plan.n_r, zpt=1, table_dev=table2_dev
+        )
+
     return slab
 
 
@@ -380,15 +394,15 @@ def _fbp_devices(devices, projections, geometry, volume, response, row_scale, dt
     host_in = isinstance(projections, np.ndarray)
     nz, ny, nx = volume.shape
     if host_in:
-        up = np.result_type(projections.dtype, np.float32)   # as the one-GPU path uploads it
+        up = np.result_type(projections.dtype, np.float32)  # as the one-GPU path uploads it
         source = np.ascontiguousarray(projections, dtype=up)
         out = np.empty(volume.shape, dtype)
     else:
-        with cupy.cuda.Device(projections.device.id):   # the input is complete before other streams read it
+        with cupy.cuda.Device(projections.device.id):  # the input is complete before other streams read it
             cupy.cuda.get_current_stream().synchronize()
         source = dv.contiguous(projections)
         out = cupy.empty(volume.shape, dtype)
-    slabs = dv.aligned_blocks(nz, 4 * len(devices), TILE_SLICES)   # about 4 slabs per GPU
+    slabs = dv.aligned_blocks(nz, 4 * len(devices), TILE_SLICES)  # about 4 slabs per GPU
     prepared: dict = {}
 
     def work(worker, k0, k1):
@@ -405,7 +419,7 @@ def _fbp_devices(devices, projections, geometry, volume, response, row_scale, dt
             cupy.cuda.get_current_stream().synchronize()
             dv.copy_to(out[k0:k1], res)
 
-    devices.run(slabs, work, align=TILE_SLICES)   # an out-of-memory split keeps the tiles whole too
+    devices.run(slabs, work, align=TILE_SLICES)  # an out-of-memory split keeps the tiles whole too
     return out
 
 
@@ -417,6 +431,7 @@ def _fbp_cuda(projections, geometry, volume, response, row_scale, dtype, plan, s
     import cupy
 
     from ..cuda.pipeline import empty_pinned, ranges
+
     t_wall = time.perf_counter()
     stream = cupy.cuda.get_current_stream()
     host_in = isinstance(projections, np.ndarray)
@@ -443,8 +458,7 @@ def _fbp_cuda(projections, geometry, volume, response, row_scale, dtype, plan, s
         ev[3].record(stream)
         if stats is not None:
             ev[3].synchronize()
-            stats.update(transfer_in=0.0, filter=_ms(ev[1], ev[2]), backprojection=_ms(ev[2], ev[3]),
-                           transfer_out=0.0)
+            stats.update(transfer_in=0.0, filter=_ms(ev[1], ev[2]), backprojection=_ms(ev[2], ev[3]), transfer_out=0.0)
         return out
 
     # Slabs of whole 32 x 8 x 4 tiles, about 8 of them, so that each slab's copy
@@ -484,6 +498,7 @@ def _slabs_to_pinned(slab, chunks, shape, dtype, stream, filtered_ready):
     import cupy
 
     from ..cuda.pipeline import empty_pinned
+
     dev = cupy.empty(shape, dtype)
     host = empty_pinned(shape, dtype)
     copy_stream = cupy.cuda.Stream(non_blocking=True)
@@ -496,8 +511,9 @@ def _slabs_to_pinned(slab, chunks, shape, dtype, stream, filtered_ready):
         # Asynchronous whatever the CuPy version (ndarray.get may block until
         # the copy is done, which would hold back the next slab's launch).
         part = dev[k0:k1]
-        cupy.cuda.runtime.memcpyAsync(host[k0:k1].ctypes.data, part.data.ptr, part.nbytes,
-                                      cupy.cuda.runtime.memcpyDeviceToHost, copy_stream.ptr)
+        cupy.cuda.runtime.memcpyAsync(
+            host[k0:k1].ctypes.data, part.data.ptr, part.nbytes, cupy.cuda.runtime.memcpyDeviceToHost, copy_stream.ptr
+        )
     copied = copy_stream.record()
     copied.synchronize()
     return host, _ms(filtered_ready, last_kernel), _ms(last_kernel, copied)
@@ -521,22 +537,28 @@ def _slabs_through_pipeline(slab, chunks, shape, dtype, stream, filtered_ready):
         slab(chunk[0], chunk[1], d_out)
         ends.append(s.record())
 
-    stream_chunks(chunks, in_shape=lambda c: (1,), out_shape=lambda c: (c[1] - c[0],) + shape[1:],
-                  load=lambda c, buf: None, compute=compute,
-                  store=lambda c, buf: parallel_copy(out[c[0]:c[1]], buf),
-                  in_dtype=dtype, out_dtype=dtype)
+    stream_chunks(
+        chunks,
+        in_shape=lambda c: (1,),
+        out_shape=lambda c: (c[1] - c[0],) + shape[1:],
+        load=lambda c, buf: None,
+        compute=compute,
+        store=lambda c, buf: parallel_copy(out[c[0] : c[1]], buf),
+        in_dtype=dtype,
+        out_dtype=dtype,
+    )
     return out, _ms(filtered_ready, ends[-1])
 
 
 def _ms(e0, e1) -> float:
     """Seconds between two recorded CUDA events."""
     import cupy
+
     e1.synchronize()
     return cupy.cuda.get_elapsed_time(e0, e1) / 1e3
 
 
-def radon3d_forward(volume_array, geometry: RadonGeometry, volume: VolumeGeometry, *,
-                    backend: str = "auto"):
+def radon3d_forward(volume_array, geometry: RadonGeometry, volume: VolumeGeometry, *, backend: str = "auto"):
     """Plane integrals of a voxel volume: the matched transpose of the back-projection.
 
     Each voxel's value times the voxel volume is split between the two
@@ -578,6 +600,7 @@ def radon3d_forward(volume_array, geometry: RadonGeometry, volume: VolumeGeometr
         import cupy
 
         from ..cuda import radon3d as gpu
+
         dev = cupy.ascontiguousarray(cupy.asarray(arr), dtype=dtype)
         out = gpu.forward(dev, table, cupy.empty(geometry.projection_shape, dtype))
         out *= scale
@@ -587,17 +610,19 @@ def radon3d_forward(volume_array, geometry: RadonGeometry, volume: VolumeGeometr
     out *= scale
     return out
 
+
 # -- helpers ---------------------------------------------------------------------------------------
 
+
 def resolve_backend(backend, arr) -> str:
-    """"cuda" or "cpu" for this call (leveret.backends.resolve: CuPy input picks CUDA)."""
+    """ "cuda" or "cpu" for this call (leveret.backends.resolve: CuPy input picks CUDA)."""
     from ..backends import resolve
+
     return resolve(backend, arr)
 
 
 def _check_projections(projections, geometry: RadonGeometry):
-    projections = v.real_array("projections", projections, geometry.projection_shape,
-                               "(n_dirs, n_samples)")
+    projections = v.real_array("projections", projections, geometry.projection_shape, "(n_dirs, n_samples)")
     v.check_finite_array("projections", projections)
     return projections
 

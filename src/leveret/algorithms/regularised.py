@@ -47,6 +47,7 @@ Divergence: a non-finite or overflowing value in any step raises a
 forward projection, primal or dual update) and the iteration; nothing is
 returned and the inputs are not changed.
 """
+
 from __future__ import annotations
 
 import math
@@ -118,11 +119,11 @@ def _power_iteration(projector, iterations: int) -> float:
     lower = upper = 0.0
     for _ in range(iterations):
         ax = projector(x)
-        lower = _norm(ax) ** 2                  # ||A x||^2 with ||x|| = 1
+        lower = _norm(ax) ** 2  # ||A x||^2 with ||x|| = 1
         if lower == 0.0:
             raise ValueError("projector: A x = 0 for a volume of ones; no ray meets the volume")
         y = projector.T(ax)
-        upper = _largest_ratio(y, x)            # inf where a weight is negative: no bound
+        upper = _largest_ratio(y, x)  # inf where a weight is negative: no bound
         if math.sqrt(upper / lower) <= NORM_GAP:
             break
         x = y
@@ -144,7 +145,7 @@ def _largest_ratio(y, x) -> float:
     fy, fx = y.reshape(-1), x.reshape(-1)
     step = CHUNK
     for i in range(0, fx.size, step):
-        xs, ys = fx[i:i + step], fy[i:i + step]
+        xs, ys = fx[i : i + step], fy[i : i + step]
         seen = xs > 0
         if seen.any():
             largest = max(largest, float((ys[seen].astype(np.float64) / xs[seen]).max()))
@@ -159,36 +160,70 @@ def _ratio_kernel():
     global _RATIO
     if _RATIO is None:
         import cupy
-        _RATIO = cupy.ReductionKernel("T y, T x", "float64 r", "x > 0 ? (double)y / (double)x : 0.0",
-                                      "max(a, b)", "r = a", "0", "leveret_largest_ratio", reduce_type="double")
+
+        _RATIO = cupy.ReductionKernel(
+            "T y, T x",
+            "float64 r",
+            "x > 0 ? (double)y / (double)x : 0.0",
+            "max(a, b)",
+            "r = a",
+            "0",
+            "leveret_largest_ratio",
+            reduce_type="double",
+        )
     return _RATIO
 
 
 # -- what both methods share -------------------------------------------------------------------
 
+
 class _Problem:
     """The checked inputs of one run: data, first iterate, box, weights, tv."""
 
-    def __init__(self, name, projections, projector, iterations, *, tv, x0, nonnegative, bounds, weights,
-                 norm, n_volumes, n_projections):
+    def __init__(
+        self,
+        name,
+        projections,
+        projector,
+        iterations,
+        *,
+        tv,
+        x0,
+        nonnegative,
+        bounds,
+        weights,
+        norm,
+        n_volumes,
+        n_projections,
+    ):
         self.name = name
         self.lam = v.finite_float("tv", tv)
         if self.lam < 0:
             raise ValueError(f"tv: expected a weight >= 0, got {self.lam:g}")
         self.norm = None if norm is None else v.positive_float("norm", norm)
         host_in = v.array_module(projections) is np
-        if host_in and getattr(projector, "backend", "cpu") == "cpu" and hasattr(projector, "volume") \
-                and hasattr(projector, "projection_shape") and hasattr(projector, "dtype"):
+        if (
+            host_in
+            and getattr(projector, "backend", "cpu") == "cpu"
+            and hasattr(projector, "volume")
+            and hasattr(projector, "projection_shape")
+            and hasattr(projector, "dtype")
+        ):
             itemsize = np.dtype(projector.dtype).itemsize
             n_vol, n_proj = math.prod(projector.volume.shape), math.prod(projector.projection_shape)
-            v.check_allocation("projector", itemsize * (n_volumes * n_vol + n_projections * n_proj),
-                               f"{name}'s {n_volumes} volumes and {n_projections} projection sets")
-        self.b, x, self.iterations, self.box = _setup(projections, projector, iterations, x0,
-                                                      _bounds(nonnegative, bounds))
+            v.check_allocation(
+                "projector",
+                itemsize * (n_volumes * n_vol + n_projections * n_proj),
+                f"{name}'s {n_volumes} volumes and {n_projections} projection sets",
+            )
+        self.b, x, self.iterations, self.box = _setup(
+            projections, projector, iterations, x0, _bounds(nonnegative, bounds)
+        )
         self.projector = projector
         self.to_host = host_in and getattr(projector, "backend", "cpu") == "cuda"
-        if self.to_host:   # every iteration on the GPU, not only A and A.T; the result comes back
+        if self.to_host:  # every iteration on the GPU, not only A and A.T; the result comes back
             import cupy
+
             self.b, x = cupy.asarray(self.b), cupy.asarray(x)
         self.xp = v.array_module(self.b)
         lo, hi = self.box
@@ -208,8 +243,9 @@ class _Problem:
             raise ValueError("weights: expected a NumPy array like the projections, got a CuPy array")
         v.check_finite_array("weights", weights)
         if tuple(weights.shape) != tuple(self.b.shape):
-            raise ValueError(f"weights: expected the projections' shape {tuple(self.b.shape)}, got "
-                             f"{tuple(weights.shape)}")
+            raise ValueError(
+                f"weights: expected the projections' shape {tuple(self.b.shape)}, got {tuple(weights.shape)}"
+            )
         w = xp.ascontiguousarray(xp.asarray(weights), dtype=self.b.dtype)
         if float(w.min()) < 0:
             raise ValueError(f"weights: expected values >= 0, got a minimum of {float(w.min()):g}")
@@ -227,9 +263,11 @@ class _Problem:
 
     def diverged(self, what: str, k: int, detail: str = "") -> FloatingPointError:
         return FloatingPointError(
-            f"{self.name}: diverged at iteration {k} in the {what}" + (f" ({detail})" if detail else "")
+            f"{self.name}: diverged at iteration {k} in the {what}"
+            + (f" ({detail})" if detail else "")
             + "; no volume is returned. Check the data's scale, tv and norm (a norm below ||A|| makes the "
-              "steps too long)")
+            "steps too long)"
+        )
 
     def data_terms(self, ax) -> tuple[float, float]:
         """(0.5 sum w (A x - b)^2, ||A x - b||) in float64."""
@@ -241,7 +279,7 @@ class _Problem:
         data, residual = self.data_terms(ax)
         tv_value = tvop.total_variation(x)
         value = data + self.lam * tv_value
-        if not math.isfinite(value):   # a finite TV: the iterate is finite, its projection is not
+        if not math.isfinite(value):  # a finite TV: the iterate is finite, its projection is not
             step = what if not math.isfinite(tv_value) else "forward projection"
             raise self.diverged(step, k, "the objective is not finite")
         return {"objective": value, "data": data, "tv": tv_value, "residual": residual / self.norm_b}
@@ -255,6 +293,7 @@ class _Monitor:
 
     def __init__(self, name, iterations, tol, callback, progress, stats, to_host=False):
         from tqdm.auto import tqdm
+
         self.to_host = to_host
         self.tol = None if tol is None else v.positive_float("tol", tol)
         if callback is not None and not callable(callback):
@@ -276,7 +315,7 @@ class _Monitor:
         self.bar.update(1)
         self.bar.set_postfix(objective=f"{info['objective']:.6e}", change=f"{change:.2e}", refresh=False)
         if self.callback is not None and self.to_host:
-            x = x.get()        # NumPy in: the callback sees NumPy, as the result
+            x = x.get()  # NumPy in: the callback sees NumPy, as the result
         stop = bool(self.callback(x, info)) if self.callback is not None else False
         return stop or (self.tol is not None and change <= self.tol)
 
@@ -298,8 +337,8 @@ def _distance_squared(a, b, w) -> float:
     fw = None if w is None else w.reshape(-1)
     step = CHUNK
     for i in range(0, fa.size, step):
-        d = fa[i:i + step].astype(np.float64) - fb[i:i + step]
-        total += float(np.dot(d, d) if fw is None else np.dot(d * d, fw[i:i + step]))
+        d = fa[i : i + step].astype(np.float64) - fb[i : i + step]
+        total += float(np.dot(d, d) if fw is None else np.dot(d * d, fw[i : i + step]))
     return total
 
 
@@ -310,10 +349,22 @@ def _distance_kernel(weighted: bool):
     """cupy.ReductionKernel: sum of w (a - b)^2 in float64 (built once)."""
     if weighted not in _DISTANCE:
         import cupy
-        expr = "(double)w * ((double)a - (double)b) * ((double)a - (double)b)" if weighted else \
-            "((double)a - (double)b) * ((double)a - (double)b)"
-        _DISTANCE[weighted] = cupy.ReductionKernel("T a, T b, T w", "float64 y", expr, "a + b", "y = a", "0",
-                                                   f"leveret_distance_{int(weighted)}", reduce_type="double")
+
+        expr = (
+            "(double)w * ((double)a - (double)b) * ((double)a - (double)b)"
+            if weighted
+            else "((double)a - (double)b) * ((double)a - (double)b)"
+        )
+        _DISTANCE[weighted] = cupy.ReductionKernel(
+            "T a, T b, T w",
+            "float64 y",
+            expr,
+            "a + b",
+            "y = a",
+            "0",
+            f"leveret_distance_{int(weighted)}",
+            reduce_type="double",
+        )
     return _DISTANCE[weighted]
 
 
@@ -373,9 +424,25 @@ def _counts(method, projector, weights, preconditioned=False):
 
 # -- FISTA ---------------------------------------------------------------------------------------
 
-def fista(projections, projector, iterations, *, tv, x0=None, nonnegative=False, bounds=None, weights=None,
-          monotone=True, tv_iterations=tvop.PROX_ITERATIONS, norm=None, tol=None, callback=None,
-          progress=False, stats=None):
+
+def fista(
+    projections,
+    projector,
+    iterations,
+    *,
+    tv,
+    x0=None,
+    nonnegative=False,
+    bounds=None,
+    weights=None,
+    monotone=True,
+    tv_iterations=tvop.PROX_ITERATIONS,
+    norm=None,
+    tol=None,
+    callback=None,
+    progress=False,
+    stats=None,
+):
     """FISTA (Beck and Teboulle, 2009) for TV-regularised least squares.
 
     Minimises ``F(x) = 0.5 ||A x - b||_W^2 + tv TV(x)`` within the box (the
@@ -427,32 +494,44 @@ def fista(projections, projector, iterations, *, tv, x0=None, nonnegative=False,
     with ``weights`` (:func:`memory_bytes`).
     """
     n_vol, n_proj = _counts("fista", projector, weights)
-    run = _Problem("fista", projections, projector, iterations, tv=tv, x0=x0, nonnegative=nonnegative,
-                   bounds=bounds, weights=weights, norm=norm, n_volumes=n_vol, n_projections=n_proj)
+    run = _Problem(
+        "fista",
+        projections,
+        projector,
+        iterations,
+        tv=tv,
+        x0=x0,
+        nonnegative=nonnegative,
+        bounds=bounds,
+        weights=weights,
+        norm=norm,
+        n_volumes=n_vol,
+        n_projections=n_proj,
+    )
     tv_iterations = v.positive_int("tv_iterations", tv_iterations)
     xp, A, b, w = run.xp, projector, run.b, run.weights
     monitor = _Monitor("fista", run.iterations, tol, callback, progress, stats, run.to_host)
     t_setup = time.perf_counter()
     norm_a = run.norm if run.norm is not None else operator_norm(projector)
-    lipschitz = norm_a ** 2 * (1.0 if w is None else float(w.max()))
+    lipschitz = norm_a**2 * (1.0 if w is None else float(w.max()))
     setup_seconds = time.perf_counter() - t_setup
     gamma = run.lam / lipschitz
     rejected = 0
     try:
-        X = run.x0                                        # x_{k-1}: the iterate F judges
+        X = run.x0  # x_{k-1}: the iterate F judges
         AX = run.apply("forward projection A x0", 0, A, X, None) if run.given_x0 else xp.zeros_like(b)
         FX = run.objective("first iterate", 0, AX, X)
-        Y = X.copy()                                      # y_k
-        R = AX - b                                        # W (A y_k - b)
+        Y = X.copy()  # y_k
+        R = AX - b  # W (A y_k - b)
         if w is not None:
             R *= w
         G = xp.empty_like(X)
-        q = xp.zeros((run.ndim,) + X.shape, X.dtype)      # the prox's dual field, warm from step to step
+        q = xp.zeros((run.ndim,) + X.shape, X.dtype)  # the prox's dual field, warm from step to step
         t = 1.0
         for k in range(1, run.iterations + 1):
             G = run.apply("data gradient A^T W (A y - b)", k, A.T, R, G)
             G *= -1.0 / lipschitz
-            G += Y                                        # y - grad / L
+            G += Y  # y - grad / L
             Z = tvop.prox(G, gamma, iterations=tv_iterations, bounds=run.box, dual=q, out=Y)
             AZ = run.apply("forward projection A z", k, A, Z, R)
             FZ = run.objective("TV proximal step", k, AZ, Z)
@@ -504,8 +583,24 @@ def _primal_step(run, norm_a: float) -> float:
     return PDHG_BALANCE * math.sqrt(x_scale / y_scale) / norm_a
 
 
-def pdhg(projections, projector, iterations, *, tv, x0=None, nonnegative=False, bounds=None, weights=None,
-         preconditioned=False, tau=None, norm=None, tol=None, callback=None, progress=False, stats=None):
+def pdhg(
+    projections,
+    projector,
+    iterations,
+    *,
+    tv,
+    x0=None,
+    nonnegative=False,
+    bounds=None,
+    weights=None,
+    preconditioned=False,
+    tau=None,
+    norm=None,
+    tol=None,
+    callback=None,
+    progress=False,
+    stats=None,
+):
     """Primal-dual hybrid gradient (Chambolle and Pock, 2011) for
     TV-regularised least squares: the same objective as :func:`fista`.
 
@@ -559,8 +654,20 @@ def pdhg(projections, projector, iterations, *, tv, x0=None, nonnegative=False, 
         if preconditioned:
             raise ValueError("tau: preconditioned=True takes its steps per voxel from A; leave tau out")
     n_vol, n_proj = _counts("pdhg", projector, weights, preconditioned)
-    run = _Problem("pdhg", projections, projector, iterations, tv=tv, x0=x0, nonnegative=nonnegative,
-                   bounds=bounds, weights=weights, norm=norm, n_volumes=n_vol, n_projections=n_proj)
+    run = _Problem(
+        "pdhg",
+        projections,
+        projector,
+        iterations,
+        tv=tv,
+        x0=x0,
+        nonnegative=nonnegative,
+        bounds=bounds,
+        weights=weights,
+        norm=norm,
+        n_volumes=n_vol,
+        n_projections=n_proj,
+    )
     xp, A, b, w = run.xp, projector, run.b, run.weights
     monitor = _Monitor("pdhg", run.iterations, tol, callback, progress, stats, run.to_host)
     d_norm2 = tvop.gradient_norm_bound(run.ndim)
@@ -568,6 +675,7 @@ def pdhg(projections, projector, iterations, *, tv, x0=None, nonnegative=False, 
     norm_a = None
     if preconditioned:
         from .iterative import _inverse
+
         sigma = _inverse(run.apply("forward projection A 1", 0, A, xp.ones(A.volume.shape, A.dtype), None))
         tau = run.apply("transpose A^T 1", 0, A.T, xp.ones(A.projection_shape, A.dtype), None)
         tau += _difference_counts(xp, A.volume.shape, A.dtype)
@@ -576,7 +684,7 @@ def pdhg(projections, projector, iterations, *, tv, x0=None, nonnegative=False, 
     else:
         norm_a = run.norm if run.norm is not None else operator_norm(projector)
         tau = _primal_step(run, norm_a) if tau is None else tau
-        sigma = 0.5 / (tau * norm_a ** 2)
+        sigma = 0.5 / (tau * norm_a**2)
         sigma_d = 0.5 / (tau * d_norm2)
     setup_seconds = time.perf_counter() - t_setup
     # prox of S F1*: y = W (y + S (A xbar - b)) / (W + S) = factor (y + S (A xbar - b))
@@ -588,7 +696,7 @@ def pdhg(projections, projector, iterations, *, tv, x0=None, nonnegative=False, 
     try:
         X = run.x0
         AX = run.apply("forward projection A x0", 0, A, X, None) if run.given_x0 else xp.zeros_like(b)
-        XP, AXP = X.copy(), AX.copy()                     # x_{k-1} and A x_{k-1}: xbar = x_0 at first
+        XP, AXP = X.copy(), AX.copy()  # x_{k-1} and A x_{k-1}: xbar = x_0 at first
         y = xp.zeros_like(b)
         p = xp.zeros((run.ndim,) + X.shape, X.dtype)
         for k in range(1, run.iterations + 1):
@@ -610,8 +718,13 @@ def pdhg(projections, projector, iterations, *, tv, x0=None, nonnegative=False, 
             if monitor.step(k, X, terms, change):
                 break
     finally:
-        monitor.close(norm=norm_a, tau=None if preconditioned else tau,
-                      sigma=None if preconditioned else sigma, sigma_tv=sigma_d, setup_seconds=setup_seconds)
+        monitor.close(
+            norm=norm_a,
+            tau=None if preconditioned else tau,
+            sigma=None if preconditioned else sigma,
+            sigma_tv=sigma_d,
+            setup_seconds=setup_seconds,
+        )
     return run.result(X)
 
 

@@ -18,6 +18,7 @@ written atomically, so an interrupted or failed run leaves no file behind.
 Writers register their clean-up before they create anything, none starts
 once the clean-up ran, and a second signal cannot cut the clean-up short.
 """
+
 from __future__ import annotations
 
 from .app import main, run

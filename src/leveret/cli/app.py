@@ -1,4 +1,5 @@
 """The ``leveret`` command's run: dispatch, exit codes, interruption."""
+
 from __future__ import annotations
 
 import argparse
@@ -23,7 +24,7 @@ def _setup_logging(args) -> None:
         root.addHandler(handler)
     for h in root.handlers:
         if getattr(h, "_leveret_cli", False):
-            h.stream = sys.stderr   # the current one (pytest swaps it)
+            h.stream = sys.stderr  # the current one (pytest swaps it)
 
 
 _worker: threading.Thread | None = None
@@ -37,7 +38,7 @@ def _run_in_worker(fn, args):
     def target():
         try:
             box["value"] = fn(args)
-        except BaseException as exc:   # handed to the main thread as is
+        except BaseException as exc:  # handed to the main thread as is
             box["error"] = exc
 
     _worker = threading.Thread(target=target, name="leveret-worker", daemon=True)
@@ -49,7 +50,7 @@ def _run_in_worker(fn, args):
     return box["value"]
 
 
-_args: argparse.Namespace | None = None     # the command being run, once its arguments are parsed
+_args: argparse.Namespace | None = None  # the command being run, once its arguments are parsed
 
 
 def main(argv=None) -> int:
@@ -64,7 +65,7 @@ def main(argv=None) -> int:
         # the clean-up it starts removes what was written; later ones cannot cut it short.
         with handling(once=True):
             return _main(argv)
-    except KeyboardInterrupt as exc:   # after the command ended, as the handlers are restored
+    except KeyboardInterrupt as exc:  # after the command ended, as the handlers are restored
         return _stopped(exc)
 
 
@@ -76,9 +77,9 @@ def _stopped(exc: KeyboardInterrupt) -> int:
     # Waits for a slab being written, then removes or keeps the partial output; no
     # output starts after it (the worker may be about to start one).
     cleanup_pending(stop=True)
-    if _args is None:                  # before the command was known: nothing written yet
+    if _args is None:  # before the command was known: nothing written yet
         print("\nleveret: interrupted", file=sys.stderr)
-    else:   # a newline first: the progress bar's line has none
+    else:  # a newline first: the progress bar's line has none
         print(f"\nleveret {_args.command}: " + _interrupted(_args, exc, written_outputs()), file=sys.stderr)
     return exit_code(exc)
 
@@ -90,16 +91,25 @@ def _main(argv) -> int:
         args = parse(argv)
         _setup_logging(args)
         from . import bench, center, demo, info, live, preview, rabbitct, recon
-    except ValueError as exc:          # a bad --config file
+    except ValueError as exc:  # a bad --config file
         print(f"leveret: error: {exc}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt as exc:   # during start-up: nothing written yet
+    except KeyboardInterrupt as exc:  # during start-up: nothing written yet
         return _stopped(exc)
     _args = args
 
-    runners = {"recon": recon.recon, "fbp": recon.recon, "center": center.center, "preview": preview.preview,
-               "bench": bench.bench, "info": info.info, "tune": info.tune, "rabbitct": rabbitct.rabbitct,
-               "demo": demo.run_demo, "live": live.run}
+    runners = {
+        "recon": recon.recon,
+        "fbp": recon.recon,
+        "center": center.center,
+        "preview": preview.preview,
+        "bench": bench.bench,
+        "info": info.info,
+        "tune": info.tune,
+        "rabbitct": rabbitct.rabbitct,
+        "demo": demo.run_demo,
+        "live": live.run,
+    }
     sub = None
     try:
         sub = _subparser(build_parser(), args.command)
@@ -111,11 +121,13 @@ def _main(argv) -> int:
         return 2
     except KeyboardInterrupt as exc:
         return _stopped(exc)
-    except Exception as exc:           # a bug: say so in one line, the traceback with -v
+    except Exception as exc:  # a bug: say so in one line, the traceback with -v
         if args.verbose:
             raise
-        print(f"leveret {args.command}: failed: {type(exc).__name__}: {exc} (run with -v for the traceback)",
-              file=sys.stderr)
+        print(
+            f"leveret {args.command}: failed: {type(exc).__name__}: {exc} (run with -v for the traceback)",
+            file=sys.stderr,
+        )
         return 1
 
 
@@ -126,10 +138,13 @@ def _interrupted(args, exc: KeyboardInterrupt, written: list) -> str:
     kept = {"live": "", "tune": "; the choices measured so far stay cached"}
     if args.command in kept:
         return what + kept[args.command]
-    if written:      # completed before the signal came: complete, and kept
+    if written:  # completed before the signal came: complete, and kept
         return what + "; written: " + ", ".join(repr(str(p)) for p in written)
-    return what + "; no output written" + (" (--resume continues from the slabs already done)"
-                                           if getattr(args, "resume", False) else "")
+    return (
+        what
+        + "; no output written"
+        + (" (--resume continues from the slabs already done)" if getattr(args, "resume", False) else "")
+    )
 
 
 def run() -> None:
@@ -137,8 +152,9 @@ def run() -> None:
     a worker still inside a kernel after Ctrl-C."""
     try:
         code = main()
-    except KeyboardInterrupt as exc:   # before main's handlers were in place
+    except KeyboardInterrupt as exc:  # before main's handlers were in place
         from ..execution.signals import exit_code
+
         print("\nleveret: interrupted", file=sys.stderr)
         code = exit_code(exc)
     # After Ctrl-C the worker may still be inside a kernel, or just leaving

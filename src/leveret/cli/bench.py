@@ -1,4 +1,5 @@
 """``leveret bench``: a small built-in benchmark table."""
+
 from __future__ import annotations
 
 import json
@@ -28,13 +29,14 @@ def bench(args) -> int:
     rows = []
 
     def timed(fn):
-        fn()                               # compile and plan first
+        fn()  # compile and plan first
         best = math.inf
         for _ in range(args.repeats):
             t0 = time.perf_counter()
             r = fn()
             if backend == "cuda":
                 import cupy
+
                 cupy.cuda.Device().synchronize()
             best = min(best, time.perf_counter() - t0)
             del r
@@ -45,21 +47,40 @@ def bench(args) -> int:
         proj = phantom.ball(0.4 * n).project(g).astype(np.float32)
         t = timed(lambda: leveret.fbp(proj, g, backend=backend))
         updates = g.default_volume().size * g.n_angles
-        rows.append(dict(case="fbp parallel", backend=backend, projections=list(proj.shape),
-                         volume=list(g.default_volume().shape), seconds=t, gups=updates / t / 1e9))
+        rows.append(
+            dict(
+                case="fbp parallel",
+                backend=backend,
+                projections=list(proj.shape),
+                volume=list(g.default_volume().shape),
+                seconds=t,
+                gups=updates / t / 1e9,
+            )
+        )
     n = sizes[-1] // 2 if sizes[-1] >= 32 else sizes[-1]
-    cg = leveret.ConeGeometry.circular(np.linspace(0, 2 * np.pi, n, endpoint=False), sid=4.0 * n, sdd=8.0 * n,
-                                       n_rows=n, n_cols=n, pixel_size=1.0)
+    cg = leveret.ConeGeometry.circular(
+        np.linspace(0, 2 * np.pi, n, endpoint=False), sid=4.0 * n, sdd=8.0 * n, n_rows=n, n_cols=n, pixel_size=1.0
+    )
     cv = leveret.VolumeGeometry((args.slices, n // 2, n // 2), 1.0)
     cproj = phantom.ball(0.2 * n).project(cg).astype(np.float32)
     t = timed(lambda: leveret.fdk(cproj, cg, cv, backend=backend))
-    rows.append(dict(case="fdk cone", backend=backend, projections=list(cproj.shape), volume=list(cv.shape),
-                     seconds=t, gups=cv.size * cg.n_views / t / 1e9))
+    rows.append(
+        dict(
+            case="fdk cone",
+            backend=backend,
+            projections=list(cproj.shape),
+            volume=list(cv.shape),
+            seconds=t,
+            gups=cv.size * cg.n_views / t / 1e9,
+        )
+    )
 
     print(f"{'case':<14} {'backend':<7} {'projections':<18} {'volume':<16} {'best (ms)':>10} {'GU/s':>8}")
     for r in rows:
-        print(f"{r['case']:<14} {r['backend']:<7} {'x'.join(map(str, r['projections'])):<18} "
-              f"{'x'.join(map(str, r['volume'])):<16} {r['seconds'] * 1e3:>10.2f} {r['gups']:>8.3f}")
+        print(
+            f"{r['case']:<14} {r['backend']:<7} {'x'.join(map(str, r['projections'])):<18} "
+            f"{'x'.join(map(str, r['volume'])):<16} {r['seconds'] * 1e3:>10.2f} {r['gups']:>8.3f}"
+        )
     if json_path is not None:
         json_path.parent.mkdir(parents=True, exist_ok=True)
         with atomic_output(json_path, overwrite=True) as tmp:

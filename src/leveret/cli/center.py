@@ -1,4 +1,5 @@
 """``leveret center``: the rotation axis, estimated or swept."""
+
 from __future__ import annotations
 
 import json
@@ -24,9 +25,14 @@ def center(args) -> int:
     scan = load_scan(args)
     est, data = estimate_center(args, scan, method=args.method, cross_check=True)
     print(f"center {est.center:.2f}  confidence {est.confidence:.2f}  method {est.method}")
-    result = {"center": est.center, "confidence": est.confidence, "method": est.method,
-              "spread": est.details.get("spread"), "at_edge": bool(est.details.get("at_edge")),
-              "check": est.details.get("check")}
+    result = {
+        "center": est.center,
+        "confidence": est.confidence,
+        "method": est.method,
+        "spread": est.details.get("spread"),
+        "at_edge": bool(est.details.get("at_edge")),
+        "check": est.details.get("check"),
+    }
     n_cols = scan.shape[-1]
     if args.sweep is not None:
         centers = np.arange(est.center - args.sweep, est.center + args.sweep + args.step / 2, args.step)
@@ -62,33 +68,41 @@ def _check_sweep(sweep: float, step: float) -> None:
 
     if not (math.isfinite(sweep) and math.isfinite(step) and sweep > 0 and step > 0):
         raise ValueError(f"--sweep/--step: expected positive pixel counts, got {sweep} and {step}")
-    count = math.ceil(2 * sweep / step + 0.5)       # as np.arange(-sweep, sweep + step / 2, step) counts
+    count = math.ceil(2 * sweep / step + 0.5)  # as np.arange(-sweep, sweep + step / 2, step) counts
     needed, available = count * SWEEP_BYTES_PER_CENTRE, host_available_bytes()
     if needed > available:
-        raise ValueError(f"--step: a sweep of +-{sweep:g} px in steps of {step:g} px is {count:.3g} trial "
-                         f"centres, which needs about {format_bytes(needed)} of memory but "
-                         f"{format_bytes(available)} are available; give a larger --step or a smaller --sweep")
+        raise ValueError(
+            f"--step: a sweep of +-{sweep:g} px in steps of {step:g} px is {count:.3g} trial "
+            f"centres, which needs about {format_bytes(needed)} of memory but "
+            f"{format_bytes(available)} are available; give a larger --step or a smaller --sweep"
+        )
 
 
 def _montage(sino, angles, centers, scores, best):
     import leveret
     from matplotlib.figure import Figure
 
-    picks = np.unique(np.r_[np.linspace(0, len(centers) - 1, min(8, len(centers))).round().astype(int),
-                            int(np.argmin(scores))])
+    picks = np.unique(
+        np.r_[np.linspace(0, len(centers) - 1, min(8, len(centers))).round().astype(int), int(np.argmin(scores))]
+    )
     cols = min(3, len(picks))
     rows = -(-len(picks) // cols)
     fig = Figure(figsize=(3.2 * cols, 3.2 * rows), layout="constrained")
     axes = np.atleast_1d(fig.subplots(rows, cols)).ravel()
-    images = [leveret.fbp(sino, leveret.ParallelGeometry(angles, sino.shape[1], center=float(centers[i])),
-                          backend="auto") for i in picks]
+    images = [
+        leveret.fbp(sino, leveret.ParallelGeometry(angles, sino.shape[1], center=float(centers[i])), backend="auto")
+        for i in picks
+    ]
     lo, hi = np.percentile(np.concatenate([im.ravel() for im in images]), [1, 99.5])
     for ax, i, im in zip(axes, picks, images):
-        ax.imshow(im, cmap="gray", vmin=lo, vmax=hi, origin="lower")     # y upwards, as preview draws it
-        ax.set_title(f"centre {centers[i]:.2f}: {scores[i]:.4f}" + ("  (best)" if centers[i] == best else ""),
-                     fontsize=9, color="tab:red" if centers[i] == best else "black")
+        ax.imshow(im, cmap="gray", vmin=lo, vmax=hi, origin="lower")  # y upwards, as preview draws it
+        ax.set_title(
+            f"centre {centers[i]:.2f}: {scores[i]:.4f}" + ("  (best)" if centers[i] == best else ""),
+            fontsize=9,
+            color="tab:red" if centers[i] == best else "black",
+        )
         ax.axis("off")
-    for ax in axes[len(picks):]:
+    for ax in axes[len(picks) :]:
         ax.axis("off")
     fig.suptitle("centre sweep (negativity score, lower is better)")
     return fig

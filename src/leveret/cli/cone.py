@@ -1,4 +1,5 @@
 """``leveret recon`` for cone-beam scans: the geometry and volume from the flags."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -20,9 +21,9 @@ def is_cone(args) -> bool:
 
 @dataclass
 class ConeScan:
-    projections: object        # lazy (n_views, n_rows, n_cols)
-    geometry: object           # ConeGeometry
-    volume: object             # VolumeGeometry
+    projections: object  # lazy (n_views, n_rows, n_cols)
+    geometry: object  # ConeGeometry
+    volume: object  # VolumeGeometry
     flats: np.ndarray | None
     darks: np.ndarray | None
     log_transform: bool
@@ -40,16 +41,28 @@ def load_cone(args) -> ConeScan:
     from ..io.lazy import TiffStack
     from ..io.scanners import read_matrices, read_xtekct
 
-    sources = [flag for flag, v in (("--matrices", args.matrices), ("--xtekct", args.xtekct), ("--sid", args.sid))
-               if v is not None]
+    sources = [
+        flag
+        for flag, v in (("--matrices", args.matrices), ("--xtekct", args.xtekct), ("--sid", args.sid))
+        if v is not None
+    ]
     if len(sources) != 1:
-        raise ValueError("--beam: a cone-beam scan takes its geometry from one of --matrices, --xtekct or "
-                         "--sid/--sdd/--pixel-size/--angles" + (f"; got {', '.join(sources)}" if sources else ""))
+        raise ValueError(
+            "--beam: a cone-beam scan takes its geometry from one of --matrices, --xtekct or "
+            "--sid/--sdd/--pixel-size/--angles" + (f"; got {', '.join(sources)}" if sources else "")
+        )
     if args.center is not None:
-        raise ValueError("--center: parallel beam only; a cone-beam scan's rotation axis is in its geometry "
-                         "(--det-offset-u, the matrices or the xtekct file)")
-    for flag, value in (("--stripes", args.stripes), ("--angle-lines", args.angle_lines), ("--gpus", args.gpus),
-                        ("--phase", args.phase), ("--half-acquisition", args.half_acquisition)):
+        raise ValueError(
+            "--center: parallel beam only; a cone-beam scan's rotation axis is in its geometry "
+            "(--det-offset-u, the matrices or the xtekct file)"
+        )
+    for flag, value in (
+        ("--stripes", args.stripes),
+        ("--angle-lines", args.angle_lines),
+        ("--gpus", args.gpus),
+        ("--phase", args.phase),
+        ("--half-acquisition", args.half_acquisition),
+    ):
         if value is not None:
             raise ValueError(f"{flag}: not available for cone-beam scans yet")
     xtek = read_xtekct(args.xtekct) if args.xtekct else None
@@ -59,9 +72,10 @@ def load_cone(args) -> ConeScan:
         projections = TiffStack(xtek.projections, str(xtek.projections[0].parent))
         source = str(xtek.projections[0].parent)
     else:
-        raise ValueError("input: give the projections (as the first argument"
-                         + (", or TIFFs beside the xtekct file named by its InputFolderName and Name)"
-                            if xtek is not None else ")"))
+        raise ValueError(
+            "input: give the projections (as the first argument"
+            + (", or TIFFs beside the xtekct file named by its InputFolderName and Name)" if xtek is not None else ")")
+        )
     shape = tuple(projections.shape)
     if len(shape) != 3:
         raise ValueError(f"input: expected projections (n_views, n_rows, n_cols), got shape {shape}")
@@ -75,8 +89,10 @@ def load_cone(args) -> ConeScan:
     else:
         geometry, volume = _circular(args, shape), None
     if geometry.projection_shape != shape:
-        raise ValueError(f"input: {shape[0]} projection(s) of {n_rows} x {n_cols}, but the geometry has "
-                         f"{geometry.n_views} view(s) of {geometry.n_rows} x {geometry.n_cols}")
+        raise ValueError(
+            f"input: {shape[0]} projection(s) of {n_rows} x {n_cols}, but the geometry has "
+            f"{geometry.n_views} view(s) of {geometry.n_rows} x {geometry.n_cols}"
+        )
     volume = _volume(args, geometry, volume)
     flats = darks = None
     if args.flat is not None or args.dark is not None:
@@ -85,12 +101,17 @@ def load_cone(args) -> ConeScan:
         flats, darks = _named("--flat", read_array, args.flat), _named("--dark", read_array, args.dark)
     elif xtek is not None and not args.minus_log:
         if xtek.white_level <= 0:
-            raise ValueError(f"--xtekct: {args.xtekct!r} gives no WhiteLevel; give --flat and --dark, or "
-                             "--minus-log for transmissions")
-        flats = np.full((1, n_rows, n_cols), xtek.white_level, np.float32)     # transmission = counts / white
+            raise ValueError(
+                f"--xtekct: {args.xtekct!r} gives no WhiteLevel; give --flat and --dark, or "
+                "--minus-log for transmissions"
+            )
+        flats = np.full((1, n_rows, n_cols), xtek.white_level, np.float32)  # transmission = counts / white
         darks = np.zeros((1, n_rows, n_cols), np.float32)
-    _say(args, f"cone beam: {n_views} view(s) of {n_rows} x {n_cols}; volume {volume.shape} of "
-               f"{', '.join(f'{d:.4g}' for d in volume.voxel_size)}")
+    _say(
+        args,
+        f"cone beam: {n_views} view(s) of {n_rows} x {n_cols}; volume {volume.shape} of "
+        f"{', '.join(f'{d:.4g}' for d in volume.voxel_size)}",
+    )
     return ConeScan(projections, geometry, volume, flats, darks, bool(args.minus_log) and flats is None, source)
 
 
@@ -99,16 +120,27 @@ def _circular(args, shape):
     from ..io import read_angles
 
     n_views, n_rows, n_cols = shape
-    missing = [flag for flag, v in (("--sdd", args.sdd), ("--pixel-size", args.pixel_size),
-                                    ("--angles", args.angles)) if v is None]
+    missing = [
+        flag
+        for flag, v in (("--sdd", args.sdd), ("--pixel-size", args.pixel_size), ("--angles", args.angles))
+        if v is None
+    ]
     if missing:
         raise ValueError(f"--sid: a circular cone-beam scan also needs {', '.join(missing)}")
     angles = read_angles(args.angles, unit=args.angle_unit)
     if angles.size != n_views:
         raise ValueError(f"--angles: expected {n_views} angles (one per projection in input), got {angles.size}")
     du, dv = args.pixel_size if isinstance(args.pixel_size, tuple) else (args.pixel_size,) * 2
-    return leveret.ConeGeometry.circular(angles, args.sid, args.sdd, n_rows, n_cols, du, row_pixel_size=dv,
-                                         det_offset=(args.det_offset_u, args.det_offset_v))
+    return leveret.ConeGeometry.circular(
+        angles,
+        args.sid,
+        args.sdd,
+        n_rows,
+        n_cols,
+        du,
+        row_pixel_size=dv,
+        det_offset=(args.det_offset_u, args.det_offset_v),
+    )
 
 
 def _volume(args, geometry, volume):
@@ -131,6 +163,6 @@ def isocentre_pitch(matrix) -> tuple[float, float]:
     m = np.asarray(matrix, np.float64).reshape(3, 4)
     w0 = m[2, 3]
     u0, v0 = m[0, 3] / w0, m[1, 3] / w0
-    du = (m[0, :3] - u0 * m[2, :3]) / w0     # pixels per length unit along x, y, z
+    du = (m[0, :3] - u0 * m[2, :3]) / w0  # pixels per length unit along x, y, z
     dv = (m[1, :3] - v0 * m[2, :3]) / w0
     return 1.0 / abs(dv[2]), 1.0 / float(np.hypot(du[0], du[1]))

@@ -21,6 +21,7 @@ several::
     center = "auto"
     filter = "hann"
 """
+
 from __future__ import annotations
 
 import argparse
@@ -51,7 +52,7 @@ def load_config(path: str) -> dict:
     if ext == ".toml":
         try:
             import tomllib
-        except ImportError:   # Python 3.10
+        except ImportError:  # Python 3.10
             try:
                 import tomli as tomllib
             except ImportError:
@@ -64,8 +65,10 @@ def load_config(path: str) -> dict:
         try:
             import yaml
         except ImportError:
-            raise ValueError("--config: YAML files need PyYAML (pip install pyyaml, or "
-                             "pip install 'leveret[io]'); TOML works without it") from None
+            raise ValueError(
+                "--config: YAML files need PyYAML (pip install pyyaml, or "
+                "pip install 'leveret[io]'); TOML works without it"
+            ) from None
         try:
             data = yaml.safe_load(text)
         except yaml.YAMLError as exc:
@@ -74,13 +77,11 @@ def load_config(path: str) -> dict:
     else:
         raise ValueError(f"--config: expected a .toml, .yaml or .yml file, got {str(p)!r}")
     if not isinstance(data, dict):
-        raise ValueError(f"--config: {str(p)!r} must hold a table of option = value, "
-                         f"got {type(data).__name__}")
+        raise ValueError(f"--config: {str(p)!r} must hold a table of option = value, got {type(data).__name__}")
     return data
 
 
-def apply_config(parser: argparse.ArgumentParser, command: str, table: dict, source: str,
-                 commands=()) -> dict:
+def apply_config(parser: argparse.ArgumentParser, command: str, table: dict, source: str, commands=()) -> dict:
     """Turn a config table into defaults for ``parser`` (the subcommand's).
 
     Each value goes through the option's own ``type`` and ``choices``, so a
@@ -101,8 +102,10 @@ def apply_config(parser: argparse.ArgumentParser, command: str, table: dict, sou
     tables = set(commands) | {command}
     for name, value in table.items():
         if isinstance(value, dict) and name not in tables:
-            raise ValueError(f"--config: {source!r}: unknown table [{name}]{_did_you_mean(name, tables, '[{}]')}; "
-                             f"tables hold the options of one command: {', '.join(f'[{t}]' for t in sorted(tables))}")
+            raise ValueError(
+                f"--config: {source!r}: unknown table [{name}]{_did_you_mean(name, tables, '[{}]')}; "
+                f"tables hold the options of one command: {', '.join(f'[{t}]' for t in sorted(tables))}"
+            )
     section = table.get(command)
     if isinstance(section, dict):
         flat.update(section)
@@ -111,15 +114,16 @@ def apply_config(parser: argparse.ArgumentParser, command: str, table: dict, sou
         a = actions.get(str(key)) or actions.get(str(key).replace("-", "_"))
         if a is None:
             known = sorted({x.dest for x in actions.values()})
-            raise ValueError(f"--config: {source!r}: unknown option {key!r} for '{command}'"
-                             f"{_did_you_mean(str(key).replace('-', '_'), known)}; known: {', '.join(known)}")
-        out[a.dest] = _relative_to_file(a.dest, _convert(a, key, value, source),
-                                         os.path.dirname(source))
+            raise ValueError(
+                f"--config: {source!r}: unknown option {key!r} for '{command}'"
+                f"{_did_you_mean(str(key).replace('-', '_'), known)}; known: {', '.join(known)}"
+            )
+        out[a.dest] = _relative_to_file(a.dest, _convert(a, key, value, source), os.path.dirname(source))
     return out
 
 
 def _did_you_mean(name: str, options, form: str = "{!r}") -> str:
-    """" (did you mean X?)" with the closest of ``options`` to ``name``, or nothing."""
+    """ " (did you mean X?)" with the closest of ``options`` to ``name``, or nothing."""
     import difflib
 
     close = difflib.get_close_matches(str(name), sorted(options), n=1, cutoff=0.6)
@@ -132,9 +136,9 @@ def _relative_to_file(dest: str, value, folder: str):
         return value
     if os.path.isabs(os.path.expanduser(value)):
         return os.path.expanduser(value)
-    joined = os.path.join(folder, value)       # keeps a trailing "/" (a folder output)
+    joined = os.path.join(folder, value)  # keeps a trailing "/" (a folder output)
     if dest == "angles" and _ANGLE_RANGE.fullmatch(value) and not os.path.isfile(joined):
-        return value                           # a range; an existing file wins, as in read_angles
+        return value  # a range; an existing file wins, as in read_angles
     return joined
 
 

@@ -1,4 +1,5 @@
 """Argument types and the flags every ``leveret`` command shares."""
+
 from __future__ import annotations
 
 import argparse
@@ -134,16 +135,30 @@ def _shape3(text) -> tuple[int, int, int]:
 def _common(parser: argparse.ArgumentParser) -> None:
     """Flags every subcommand shares; SUPPRESS keeps the top-level values."""
     g = parser.add_argument_group("general")
-    g.add_argument("-v", "--verbose", action="count", default=argparse.SUPPRESS,
-                   help="more messages (-vv: debug); tracebacks of unexpected errors")
-    g.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS,
-                   help="only errors: no progress bars, no warnings")
-    g.add_argument("--config", default=None, metavar="FILE",
-                   help="TOML or YAML file of option values (flags given here win)")
+    g.add_argument(
+        "-v",
+        "--verbose",
+        action="count",
+        default=argparse.SUPPRESS,
+        help="more messages (-vv: debug); tracebacks of unexpected errors",
+    )
+    g.add_argument(
+        "-q",
+        "--quiet",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help="only errors: no progress bars, no warnings",
+    )
+    g.add_argument(
+        "--config", default=None, metavar="FILE", help="TOML or YAML file of option values (flags given here win)"
+    )
 
 
 def _strict(group) -> None:
     """--strict: the scan commands' warnings about the data become errors."""
-    group.add_argument("--strict", action="store_true",
-                       help="treat warnings about the scan (data that disagree with the geometry, flags a "
-                            "backend ignores, ...) as errors: exit 2 before any work")
+    group.add_argument(
+        "--strict",
+        action="store_true",
+        help="treat warnings about the scan (data that disagree with the geometry, flags a "
+        "backend ignores, ...) as errors: exit 2 before any work",
+    )

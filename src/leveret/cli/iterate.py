@@ -6,6 +6,7 @@ its own 2D problem (:mod:`leveret.execution.iterate`); a single sinogram and
 a cone-beam volume run in memory, the latter only when its working set fits
 the memory caps.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -15,8 +16,12 @@ import numpy as np
 from .scan import _say, _warn
 
 #: The flags that shape FBP and FDK only, with their defaults.
-_ANALYTIC_FLAGS = (("--filter", "filter", "ram-lak"), ("--cutoff", "cutoff", 1.0),
-                   ("--interpolation", "interpolation", "linear"), ("--kernel", "kernel", "auto"))
+_ANALYTIC_FLAGS = (
+    ("--filter", "filter", "ram-lak"),
+    ("--cutoff", "cutoff", 1.0),
+    ("--interpolation", "interpolation", "linear"),
+    ("--kernel", "kernel", "auto"),
+)
 
 
 def add_options(parser: argparse.ArgumentParser) -> None:
@@ -24,17 +29,30 @@ def add_options(parser: argparse.ArgumentParser) -> None:
     from ..execution.iterate import METHODS
 
     g = parser.add_argument_group("method (iterative reconstruction: docs/regularised.md)")
-    g.add_argument("--method", default="fbp", choices=METHODS,
-                   help="fbp: filtered back-projection (FDK for cone beam); sirt, cgls: least squares; "
-                        "fista, pdhg: least squares with total variation (--tv). Parallel beam iterates "
-                        "slice by slice within the memory plan; cone beam in memory")
-    g.add_argument("--iterations", type=int, default=None, metavar="N",
-                   help="iterations of sirt, cgls, fista or pdhg (required for them)")
-    g.add_argument("--tv", type=float, default=None, metavar="LAMBDA",
-                   help="fista, pdhg: the weight of the total variation (>= 0; its scale is the data's: "
-                        "squared line integrals per unit of the values)")
-    g.add_argument("--nonnegative", action="store_true",
-                   help="sirt, fista, pdhg: keep every voxel >= 0")
+    g.add_argument(
+        "--method",
+        default="fbp",
+        choices=METHODS,
+        help="fbp: filtered back-projection (FDK for cone beam); sirt, cgls: least squares; "
+        "fista, pdhg: least squares with total variation (--tv). Parallel beam iterates "
+        "slice by slice within the memory plan; cone beam in memory",
+    )
+    g.add_argument(
+        "--iterations",
+        type=int,
+        default=None,
+        metavar="N",
+        help="iterations of sirt, cgls, fista or pdhg (required for them)",
+    )
+    g.add_argument(
+        "--tv",
+        type=float,
+        default=None,
+        metavar="LAMBDA",
+        help="fista, pdhg: the weight of the total variation (>= 0; its scale is the data's: "
+        "squared line integrals per unit of the values)",
+    )
+    g.add_argument("--nonnegative", action="store_true", help="sirt, fista, pdhg: keep every voxel >= 0")
 
 
 def options(args) -> dict:
@@ -48,8 +66,10 @@ def options(args) -> dict:
             if getattr(args, dest) != default:
                 raise ValueError(f"{flag}: shapes fbp (and FDK) only, not --method {args.method}")
         if args.precision == "float16":
-            raise ValueError(f"--precision: float16 filtered sinograms are fbp's; --method {args.method} "
-                             "takes float32 (or float64 on the CPU)")
+            raise ValueError(
+                f"--precision: float16 filtered sinograms are fbp's; --method {args.method} "
+                "takes float32 (or float64 on the CPU)"
+            )
     return checked
 
 
@@ -62,9 +82,11 @@ def describe(args, method: dict, volume_shape, projection_shape, *, where: str) 
     backend = resolve(args.backend)
     need = working_bytes(method["method"], volume_shape, projection_shape, backend=backend)
     tv = "" if method["tv"] is None else f", tv {method['tv']:g}"
-    return (f"method: {method['method']}, {method['iterations']} iteration(s){tv}"
-            f"{', nonnegative' if method['nonnegative'] else ''}; {where}; one run holds "
-            f"{format_bytes(need)} ({'GPU' if backend == 'cuda' else 'host'})")
+    return (
+        f"method: {method['method']}, {method['iterations']} iteration(s){tv}"
+        f"{', nonnegative' if method['nonnegative'] else ''}; {where}; one run holds "
+        f"{format_bytes(need)} ({'GPU' if backend == 'cuda' else 'host'})"
+    )
 
 
 def _report(args, method: str, stats: dict) -> None:
@@ -92,9 +114,18 @@ def _run(data, projector, method: dict, backend: str, progress: bool, stats: dic
 
     if backend == "cuda":
         import cupy
+
         data = cupy.asarray(data)
-    out = run(data, projector, method["method"], iterations=method["iterations"], tv=method["tv"],
-              nonnegative=method["nonnegative"], progress=progress, stats=stats)
+    out = run(
+        data,
+        projector,
+        method["method"],
+        iterations=method["iterations"],
+        tv=method["tv"],
+        nonnegative=method["nonnegative"],
+        progress=progress,
+        stats=stats,
+    )
     if backend == "cuda":
         out = out.get()
     return np.asarray(out, dtype=np.float32)
@@ -124,8 +155,13 @@ def cone_needs(args, scan, method: dict) -> dict:
     gpu_limit = None
     if backend == "cuda":
         gpu_limit = args.gpu_memory if args.gpu_memory is not None else int(GPU_FRACTION * gpu_free_bytes())
-    return {"backend": backend, "host": int(host), "host_limit": int(host_limit),
-            "gpu": int(work) if backend == "cuda" else 0, "gpu_limit": gpu_limit}
+    return {
+        "backend": backend,
+        "host": int(host),
+        "host_limit": int(host_limit),
+        "gpu": int(work) if backend == "cuda" else 0,
+        "gpu_limit": gpu_limit,
+    }
 
 
 def _check_fits(method: str, need: dict) -> None:
@@ -137,9 +173,11 @@ def _check_fits(method: str, need: dict) -> None:
     if need["gpu_limit"] is not None and need["gpu"] > need["gpu_limit"]:
         short.append(f"GPU {format_bytes(need['gpu'])} of {format_bytes(need['gpu_limit'])} (--gpu-memory)")
     if short:
-        raise MemoryError(f"memory: --method {method} in cone beam holds the whole volume and every projection "
-                          f"at once: it needs {', '.join(short)}; raise the cap, reconstruct a smaller "
-                          "--volume-shape, or use --method fbp (FDK, slab by slab)")
+        raise MemoryError(
+            f"memory: --method {method} in cone beam holds the whole volume and every projection "
+            f"at once: it needs {', '.join(short)}; raise the cap, reconstruct a smaller "
+            "--volume-shape, or use --method fbp (FDK, slab by slab)"
+        )
 
 
 def recon_cone(args, scan, out_path, dataset, output: dict, progress: bool, method: dict) -> int:
@@ -155,27 +193,39 @@ def recon_cone(args, scan, out_path, dataset, output: dict, progress: bool, meth
 
     for flag, given in (("--scheduler", args.scheduler is not None), ("--resume", args.resume)):
         if given:
-            raise ValueError(f"{flag}: --method {method['method']} in cone beam runs in this process, in "
-                             "one piece (the volume does not split into slabs)")
+            raise ValueError(
+                f"{flag}: --method {method['method']} in cone beam runs in this process, in "
+                "one piece (the volume does not split into slabs)"
+            )
     if args.slab_slices is not None:
-        _warn(args, f"--slab-slices: --method {method['method']} in cone beam reconstructs the whole volume at "
-                    "once; the slab size is not used")
+        _warn(
+            args,
+            f"--slab-slices: --method {method['method']} in cone beam reconstructs the whole volume at "
+            "once; the slab size is not used",
+        )
     need = cone_needs(args, scan, method)
     if args.dry_run:
-        print(f"input {scan.source}: {tuple(scan.projections.shape)} {scan.projections.dtype}; output "
-              f"{args.output} ({output_format(args.output if dataset is None else out_path)}); cone beam, "
-              f"volume {scan.volume.shape}")
+        print(
+            f"input {scan.source}: {tuple(scan.projections.shape)} {scan.projections.dtype}; output "
+            f"{args.output} ({output_format(args.output if dataset is None else out_path)}); cone beam, "
+            f"volume {scan.volume.shape}"
+        )
         print(describe(args, method, scan.volume.shape, scan.projections.shape, where="in memory"))
-        gpu = "" if need["gpu_limit"] is None else \
-            f", GPU {format_bytes(need['gpu'])} of {format_bytes(need['gpu_limit'])}"
-        print(f"memory (in memory, {need['backend']}): host {format_bytes(need['host'])} of "
-              f"{format_bytes(need['host_limit'])}{gpu}")
+        gpu = (
+            ""
+            if need["gpu_limit"] is None
+            else f", GPU {format_bytes(need['gpu'])} of {format_bytes(need['gpu_limit'])}"
+        )
+        print(
+            f"memory (in memory, {need['backend']}): host {format_bytes(need['host'])} of "
+            f"{format_bytes(need['host_limit'])}{gpu}"
+        )
     _check_fits(method["method"], need)
     if args.dry_run:
         return 0
     stored = output_dtype(output["output_dtype"])
     g, volume = scan.geometry, scan.volume
-    raw = np.asarray(scan.projections[:, 0:g.n_rows, :])
+    raw = np.asarray(scan.projections[:, 0 : g.n_rows, :])
     data = preprocess_rows(raw, (0, g.n_rows), **scan.preprocess)
     del raw
     projector = Projector(g, volume, backend=need["backend"], precision=args.precision)
@@ -187,13 +237,35 @@ def recon_cone(args, scan, out_path, dataset, output: dict, progress: bool, meth
     if stored.kind == "u":
         given = output["output_range"]
         value_range = given if isinstance(given, tuple) else auto_range(result)
-    job = {"input": scan.source, "geometry": _describe(g), "volume": _describe(volume), **method,
-           "precision": args.precision, **scan.preprocess}
-    meta = {"voxel_size": list(volume.voxel_size), "center": list(volume.center), "axes": "zyx",
-            "values": "attenuation per length unit", "software": "leveret", "input": scan.source, "beam": "cone",
-            "method": method["method"], **value_metadata(stored, value_range)}
-    with SlabWriter(args.output, volume.shape, stored, params=job, metadata=meta, overwrite=args.overwrite,
-                    compression=output["compression"], threads=output["io_threads"]) as writer:
+    job = {
+        "input": scan.source,
+        "geometry": _describe(g),
+        "volume": _describe(volume),
+        **method,
+        "precision": args.precision,
+        **scan.preprocess,
+    }
+    meta = {
+        "voxel_size": list(volume.voxel_size),
+        "center": list(volume.center),
+        "axes": "zyx",
+        "values": "attenuation per length unit",
+        "software": "leveret",
+        "input": scan.source,
+        "beam": "cone",
+        "method": method["method"],
+        **value_metadata(stored, value_range),
+    }
+    with SlabWriter(
+        args.output,
+        volume.shape,
+        stored,
+        params=job,
+        metadata=meta,
+        overwrite=args.overwrite,
+        compression=output["compression"],
+        threads=output["io_threads"],
+    ) as writer:
         writer.write(0, quantize(result, stored, value_range) if stored != np.float32 else result)
         path = writer.finish()
     _say(args, f"wrote {path}: {volume.shape} {stored.name} by {method['method']} in memory")

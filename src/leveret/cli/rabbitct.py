@@ -1,4 +1,5 @@
 """``leveret rabbitct``: the RabbitCT benchmark."""
+
 from __future__ import annotations
 
 import json
@@ -16,20 +17,24 @@ def rabbitct(args) -> int:
         raise ValueError(f"--size: expected a positive volume edge, got {args.size}")
     if args.json is not None:
         _check_output(Path(args.json), overwrite=True, flag="--json", args=args, asked_by=None)
-    if args.save is not None:       # before the synthetic dataset is made (minutes)
+    if args.save is not None:  # before the synthetic dataset is made (minutes)
         if args.input is not None:
             raise ValueError("--save: writes the synthetic dataset; not with --input")
         _check_output(Path(args.save), overwrite=False, flag="--save", hint="choose another name", args=args)
     if args.input is not None:
         data = read_rabbitct(args.input)
-        reference = None                        # the file's own reference volumes
+        reference = None  # the file's own reference volumes
     else:
         shape = dict(n_views=124, n_rows=240, n_cols=312) if args.small else {}
         cache: dict = {}
-        _say(args, f"making a synthetic RabbitCT dataset{' (small)' if args.small else ''} and its "
-                   f"float64 reference at L = {args.size} ...")
-        data = make_dataset(reference_sizes=(args.size,), cache=cache, progress=not args.quiet,
-                            backend=args.backend, **shape)
+        _say(
+            args,
+            f"making a synthetic RabbitCT dataset{' (small)' if args.small else ''} and its "
+            f"float64 reference at L = {args.size} ...",
+        )
+        data = make_dataset(
+            reference_sizes=(args.size,), cache=cache, progress=not args.quiet, backend=args.backend, **shape
+        )
         reference = cache[args.size]
         if args.save:
             write_rabbitct(args.save, data)

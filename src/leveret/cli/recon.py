@@ -1,4 +1,5 @@
 """``leveret recon`` (alias ``fbp``): a scan file to a volume file."""
+
 from __future__ import annotations
 
 import time
@@ -7,7 +8,19 @@ import numpy as np
 
 from . import iterate
 from .cone import is_cone
-from .scan import _band, _check_backend_flags, _check_output, _devices, _geometry, _rows, _say, _sinogram_data, _warn, estimate_center, load_scan
+from .scan import (
+    _band,
+    _check_backend_flags,
+    _check_output,
+    _devices,
+    _geometry,
+    _rows,
+    _say,
+    _sinogram_data,
+    _warn,
+    estimate_center,
+    load_scan,
+)
 from .trajectory import is_trajectory
 
 
@@ -22,8 +35,11 @@ def recon(args) -> int:
     if args.dry_run:
         return _recon(args, None)
     with connect(args.scheduler, backend=args.backend) as client:
-        _say(args, f"dask: {len(client.nthreads())} worker(s) at {client.scheduler.address}; "
-                   f"dashboard {client.dashboard_link}")
+        _say(
+            args,
+            f"dask: {len(client.nthreads())} worker(s) at {client.scheduler.address}; "
+            f"dashboard {client.dashboard_link}",
+        )
         return _recon(args, client)
 
 
@@ -35,34 +51,46 @@ def _recon(args, client) -> int:
     from ..execution.outofcore import reconstruct_to_file
 
     if args.output is None and args.xtekct is not None and args.input is not None:
-        args.input, args.output = None, args.input      # 'recon --xtekct FILE OUT': the TIFFs beside FILE
+        args.input, args.output = None, args.input  # 'recon --xtekct FILE OUT': the TIFFs beside FILE
     if args.output is None:
         raise ValueError("output: give the output path (second argument, or output = ... in --config)")
     out_path, dataset = split_dataset(args.output, None)
-    fmt = output_format(args.output if dataset is None else out_path)     # a bad extension fails now
+    fmt = output_format(args.output if dataset is None else out_path)  # a bad extension fails now
     _check_output(out_path, args.overwrite, kind={"bigtiff": "tiff"}.get(fmt, fmt), args=args, inside=True)
     compression = None if str(args.compression).lower() == "none" else args.compression
     if args.output_range is not None and args.output_range != "auto" and args.output_dtype not in ("uint8", "uint16"):
-        raise ValueError(f"--output-range: a value range applies to --output-dtype uint8 or uint16, "
-                         f"not {args.output_dtype}")
+        raise ValueError(
+            f"--output-range: a value range applies to --output-dtype uint8 or uint16, not {args.output_dtype}"
+        )
     if args.slab_slices is not None and args.slab_slices < 1:
         raise ValueError(f"slab_slices: expected a positive number of slices, got {args.slab_slices}")
     progress = not (args.no_progress or args.quiet)
-    method = iterate.options(args)         # {} for fbp
-    output = dict(compression=compression, output_dtype=args.output_dtype, output_range=args.output_range,
-                  io_threads=args.io_threads)
+    method = iterate.options(args)  # {} for fbp
+    output = dict(
+        compression=compression,
+        output_dtype=args.output_dtype,
+        output_range=args.output_range,
+        io_threads=args.io_threads,
+    )
     if is_cone(args) or is_trajectory(args):
         return _recon_cone(args, client, out_path, dataset, output, progress, method)
     scan = load_scan(args)
     _check_backend_flags(args)
-    options = dict(filter=args.filter, cutoff=args.cutoff, interpolation=args.interpolation,
-                   kernel=args.kernel, precision=args.precision, **_devices(args))
-    if method:      # the slabs' slices by the iterative method; FBP's options do not apply
+    options = dict(
+        filter=args.filter,
+        cutoff=args.cutoff,
+        interpolation=args.interpolation,
+        kernel=args.kernel,
+        precision=args.precision,
+        **_devices(args),
+    )
+    if method:  # the slabs' slices by the iterative method; FBP's options do not apply
         options = dict(precision=args.precision, **method, **_devices(args))
     from .preprocessing import check_flags, describe, steps
+
     check_flags(args, scan)
 
-    if len(scan.shape) == 2:     # one sinogram: one slice, in memory
+    if len(scan.shape) == 2:  # one sinogram: one slice, in memory
         g = _geometry(args, scan, None if args.center in (None, "auto") else args.center)
         if args.dry_run:
             print(f"memory plan: one slice {g.n_cols} x {g.n_cols} from a sinogram {scan.shape}; in memory")
@@ -86,34 +114,61 @@ def _recon(args, client) -> int:
         return 0
 
     g = _geometry(args, scan, None if args.center in (None, "auto") else args.center)
-    pre = steps(args, scan, g, say=lambda message: _say(args, message),
-                middle_rows=lambda: _rows(scan, *_band(scan.shape)))
+    pre = steps(
+        args, scan, g, say=lambda message: _say(args, message), middle_rows=lambda: _rows(scan, *_band(scan.shape))
+    )
     the_plan = _plan(args, scan, g, None, method.get("method", "fbp"), **pre.plan())
     if args.dry_run:
-        print(f"input {scan.source}: {scan.shape} {scan.projections.dtype}; output {args.output} "
-              f"({output_format(args.output if dataset is None else out_path)})")
+        print(
+            f"input {scan.source}: {scan.shape} {scan.projections.dtype}; output {args.output} "
+            f"({output_format(args.output if dataset is None else out_path)})"
+        )
         print("\n".join(describe(scan, pre)))
         if args.center == "auto":
             print("centre: 'auto', estimated when the run starts")
         if method:
-            print(iterate.describe(args, method, (g.n_cols, g.n_cols), (g.n_angles, g.n_cols),
-                                   where="slab by slab, each slice its own 2D problem"))
+            print(
+                iterate.describe(
+                    args,
+                    method,
+                    (g.n_cols, g.n_cols),
+                    (g.n_angles, g.n_cols),
+                    where="slab by slab, each slice its own 2D problem",
+                )
+            )
         print(the_plan.describe())
         return 0
     if args.center == "auto":
         g = g.replace(center=estimate_center(args, scan)[0].center)
     _say(args, f"input {scan.source}: {scan.shape} {scan.projections.dtype}; {g!r}")
     reconstructed = pre.stitched or g
-    run = dict(backend=args.backend, host_memory=args.host_memory, gpu_memory=args.gpu_memory,
-               resume=args.resume, overwrite=args.overwrite, progress=progress,
-               params={"input": scan.source}, metadata={"center": reconstructed.center, "input": scan.source},
-               **output, **scan.preprocess, **pre.run(), **options)
+    run = dict(
+        backend=args.backend,
+        host_memory=args.host_memory,
+        gpu_memory=args.gpu_memory,
+        resume=args.resume,
+        overwrite=args.overwrite,
+        progress=progress,
+        params={"input": scan.source},
+        metadata={"center": reconstructed.center, "input": scan.source},
+        **output,
+        **scan.preprocess,
+        **pre.run(),
+        **options,
+    )
     if client is None:
         _say(args, the_plan.describe())
         result = reconstruct_to_file(scan.projections, g, args.output, slab_slices=the_plan.slab_slices, **run)
-    else:   # planned for the smallest worker; --slab-slices still caps it
-        result = reconstruct_to_file(scan.projections, g, args.output, slab_slices=args.slab_slices,
-                                     client=client, on_plan=lambda p: _say(args, p.describe()), **run)
+    else:  # planned for the smallest worker; --slab-slices still caps it
+        result = reconstruct_to_file(
+            scan.projections,
+            g,
+            args.output,
+            slab_slices=args.slab_slices,
+            client=client,
+            on_plan=lambda p: _say(args, p.describe()),
+            **run,
+        )
     _report(args, result, reconstructed.default_volume().size * reconstructed.n_angles)
     return 0
 
@@ -130,23 +185,45 @@ def _plan(args, scan, geometry, volume, method: str = "fbp", **steps):
     gpus = 1
     if args.gpus is not None and args.scheduler is None:
         from ..backends import resolve
+
         gpus = len(parse(args.gpus)) if resolve(args.backend) == "cuda" else 1
-    return plan(geometry, volume, backend=args.backend, host_memory=args.host_memory, gpu_memory=args.gpu_memory,
-                input_itemsize=itemsize, preprocess=scan.flats is not None or scan.log_transform,
-                resident=resident, max_slices=args.slab_slices, stripes=getattr(scan, "stripes", None) is not None,
-                overlap=args.scheduler is None, gpus=gpus, output_itemsize=np.dtype(args.output_dtype).itemsize,
-                method=method, **steps)
+    return plan(
+        geometry,
+        volume,
+        backend=args.backend,
+        host_memory=args.host_memory,
+        gpu_memory=args.gpu_memory,
+        input_itemsize=itemsize,
+        preprocess=scan.flats is not None or scan.log_transform,
+        resident=resident,
+        max_slices=args.slab_slices,
+        stripes=getattr(scan, "stripes", None) is not None,
+        overlap=args.scheduler is None,
+        gpus=gpus,
+        output_itemsize=np.dtype(args.output_dtype).itemsize,
+        method=method,
+        **steps,
+    )
 
 
 def _report(args, result, updates: int) -> None:
     """The closing lines: the summary, the overall rate, and each stage's split."""
     _say(args, result.summary() + f"; {updates / result.seconds / 1e9:.3f} GU/s overall")
     if result.stages:
-        _say(args, "stages: " + ", ".join(f"{name} {part['seconds']:.2f} s ({part['rate']:.2f} GB/s, "
-                                          f"{part['busy']:.0%} busy)" for name, part in result.stages.items()))
+        _say(
+            args,
+            "stages: "
+            + ", ".join(
+                f"{name} {part['seconds']:.2f} s ({part['rate']:.2f} GB/s, {part['busy']:.0%} busy)"
+                for name, part in result.stages.items()
+            ),
+        )
     if result.value_range is not None:
-        _say(args, f"stored as {args.output_dtype}: {result.value_range[0]:.6g} -> 0, {result.value_range[1]:.6g} "
-                   f"-> {np.iinfo(args.output_dtype).max} (values outside clip)")
+        _say(
+            args,
+            f"stored as {args.output_dtype}: {result.value_range[0]:.6g} -> 0, {result.value_range[1]:.6g} "
+            f"-> {np.iinfo(args.output_dtype).max} (values outside clip)",
+        )
 
 
 def _recon_cone(args, client, out_path, dataset, output, progress, method) -> int:
@@ -159,41 +236,62 @@ def _recon_cone(args, client, out_path, dataset, output, progress, method) -> in
     from .trajectory import load_trajectory
 
     scan = load_trajectory(args) if is_trajectory(args) else load_cone(args)
-    extra = getattr(scan, "options", {})      # what a helix or a tilted axis adds
+    extra = getattr(scan, "options", {})  # what a helix or a tilted axis adds
     _check_backend_flags(args)
-    if method:      # the whole volume at once: its slabs are not independent
+    if method:  # the whole volume at once: its slabs are not independent
         return iterate.recon_cone(args, scan, out_path, dataset, output, progress, method)
     if args.interpolation == "nearest":
         raise ValueError("--interpolation: cone beam takes 'linear' or 'linear8'")
     if args.precision == "float16":
-        raise ValueError("--precision: float16 filtered sinograms are a parallel-beam mode; cone beam takes "
-                         "float32 (or float64 on the CPU)")
-    options = dict(filter=args.filter, cutoff=args.cutoff, interpolation=args.interpolation,
-                   precision=args.precision, **extra)
+        raise ValueError(
+            "--precision: float16 filtered sinograms are a parallel-beam mode; cone beam takes "
+            "float32 (or float64 on the CPU)"
+        )
+    options = dict(
+        filter=args.filter, cutoff=args.cutoff, interpolation=args.interpolation, precision=args.precision, **extra
+    )
     if args.kernel != "auto":
         raise ValueError("--kernel: chooses among parallel-beam kernels; cone beam picks its own")
     the_plan = _plan(args, scan, scan.geometry, scan.volume)
     if args.dry_run:
-        print(f"input {scan.source}: {tuple(scan.projections.shape)} {scan.projections.dtype}; output "
-              f"{args.output} ({output_format(args.output if dataset is None else out_path)}); "
-              f"{getattr(scan, 'metadata', {}).get('beam', 'cone')} beam, "
-              f"volume {scan.volume.shape}")
+        print(
+            f"input {scan.source}: {tuple(scan.projections.shape)} {scan.projections.dtype}; output "
+            f"{args.output} ({output_format(args.output if dataset is None else out_path)}); "
+            f"{getattr(scan, 'metadata', {}).get('beam', 'cone')} beam, "
+            f"volume {scan.volume.shape}"
+        )
         for line in getattr(scan, "notes", ()):
             print(line)
         print(the_plan.describe())
         return 0
-    run = dict(backend=args.backend, host_memory=args.host_memory, gpu_memory=args.gpu_memory,
-               resume=args.resume, overwrite=args.overwrite, progress=progress,
-               params={"input": scan.source},
-               metadata={"input": scan.source, "beam": "cone", **getattr(scan, "metadata", {})},
-               **output, **scan.preprocess, **options)
+    run = dict(
+        backend=args.backend,
+        host_memory=args.host_memory,
+        gpu_memory=args.gpu_memory,
+        resume=args.resume,
+        overwrite=args.overwrite,
+        progress=progress,
+        params={"input": scan.source},
+        metadata={"input": scan.source, "beam": "cone", **getattr(scan, "metadata", {})},
+        **output,
+        **scan.preprocess,
+        **options,
+    )
     if client is None:
         _say(args, the_plan.describe())
-        result = reconstruct_to_file(scan.projections, scan.geometry, args.output, volume=scan.volume,
-                                     slab_slices=the_plan.slab_slices, **run)
+        result = reconstruct_to_file(
+            scan.projections, scan.geometry, args.output, volume=scan.volume, slab_slices=the_plan.slab_slices, **run
+        )
     else:
-        result = reconstruct_to_file(scan.projections, scan.geometry, args.output, volume=scan.volume,
-                                     slab_slices=args.slab_slices, client=client,
-                                     on_plan=lambda p: _say(args, p.describe()), **run)
+        result = reconstruct_to_file(
+            scan.projections,
+            scan.geometry,
+            args.output,
+            volume=scan.volume,
+            slab_slices=args.slab_slices,
+            client=client,
+            on_plan=lambda p: _say(args, p.describe()),
+            **run,
+        )
     _report(args, result, scan.volume.size * scan.geometry.n_views)
     return 0

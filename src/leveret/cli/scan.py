@@ -1,4 +1,5 @@
 """What the scan commands share: loading a scan, checking it and its flags, the centre."""
+
 from __future__ import annotations
 
 import logging
@@ -12,10 +13,10 @@ import numpy as np
 log = logging.getLogger("leveret.cli")
 
 
-CENTER_ROWS = 16        # detector rows the centre estimate uses by default
+CENTER_ROWS = 16  # detector rows the centre estimate uses by default
 
 
-LIMITED_ANGLE_DEGREES = 170.0   # a parallel-beam scan covering less than this gets a warning
+LIMITED_ANGLE_DEGREES = 170.0  # a parallel-beam scan covering less than this gets a warning
 
 
 def _say(args, *parts) -> None:
@@ -33,9 +34,17 @@ def _warn(args, message: str) -> None:
         print(f"leveret {args.command}: warning: {message}", file=sys.stderr, flush=True)
 
 
-def _check_output(path: Path, overwrite: bool, flag: str = "output",
-                  hint: str = "pass --overwrite to replace it", *, kind: str | None = None, args=None,
-                  inside: bool = False, asked_by: str | None = "--overwrite") -> None:
+def _check_output(
+    path: Path,
+    overwrite: bool,
+    flag: str = "output",
+    hint: str = "pass --overwrite to replace it",
+    *,
+    kind: str | None = None,
+    args=None,
+    inside: bool = False,
+    asked_by: str | None = "--overwrite",
+) -> None:
     """Fail now, naming ``flag``, if ``path`` is one of the inputs ``args`` names (or
     holds one; with ``inside``, lies in an input folder), exists (without --overwrite),
     exists as something other than an output of ``kind`` that leveret wrote, or its
@@ -55,20 +64,25 @@ def _check_output(path: Path, overwrite: bool, flag: str = "output",
         raise ValueError(f"{flag}: {str(path)!r} already exists; {hint}")
     if path.exists():
         check_replaceable(path, kind, flag=flag, asked_by=asked_by)
-    try:        # the one reliable test of "writable" (permissions, read-only mounts, /proc)
+    try:  # the one reliable test of "writable" (permissions, read-only mounts, /proc)
         with tempfile.TemporaryFile(dir=path.parent):
             pass
     except OSError as exc:
-        raise ValueError(f"{flag}: cannot write into the folder {str(path.parent.resolve())!r} "
-                         f"({exc.strerror or exc})") from None
+        raise ValueError(
+            f"{flag}: cannot write into the folder {str(path.parent.resolve())!r} ({exc.strerror or exc})"
+        ) from None
 
 
 def _inputs(args) -> list[tuple[str, str]]:
     """The files and folders the flags read, each with how a message names it."""
-    found = [("the input", getattr(args, "input", None)), ("--flat", getattr(args, "flat", None)),
-             ("--dark", getattr(args, "dark", None)), ("--config", getattr(args, "config", None))]
+    found = [
+        ("the input", getattr(args, "input", None)),
+        ("--flat", getattr(args, "flat", None)),
+        ("--dark", getattr(args, "dark", None)),
+        ("--config", getattr(args, "config", None)),
+    ]
     angles = getattr(args, "angles", None)
-    if isinstance(angles, str) and Path(angles).exists():      # a file, not start:stop:count
+    if isinstance(angles, str) and Path(angles).exists():  # a file, not start:stop:count
         found.append(("--angles", angles))
     return [(what, path) for what, path in found if path is not None]
 
@@ -78,13 +92,19 @@ def _check_plausible(args, angles: np.ndarray) -> None:
     n = angles.size
     if n > 1 and not getattr(args, "limited_angle", False):
         span = float(np.ptp(angles))
-        covered = math.degrees(span * n / (n - 1))      # the last view covers one more step
+        covered = math.degrees(span * n / (n - 1))  # the last view covers one more step
         if covered < LIMITED_ANGLE_DEGREES:
             unit = getattr(args, "angle_unit", "degree")
-            hint = ("angles are read in degrees; give --angle-unit radian if they are radians"
-                    if unit == "degree" else "the angles were read in radians")
-            _warn(args, f"--angles: the scan covers {covered:.3g} degrees (< {LIMITED_ANGLE_DEGREES:g}): {hint}; "
-                        "pass --limited-angle if a limited range is meant")
+            hint = (
+                "angles are read in degrees; give --angle-unit radian if they are radians"
+                if unit == "degree"
+                else "the angles were read in radians"
+            )
+            _warn(
+                args,
+                f"--angles: the scan covers {covered:.3g} degrees (< {LIMITED_ANGLE_DEGREES:g}): {hint}; "
+                "pass --limited-angle if a limited range is meant",
+            )
 
 
 def _named(flag: str, read, *args, **kwargs):
@@ -122,15 +142,16 @@ def _open_input(args):
 
     path, _ = split_dataset(args.input, None)
     if args.dataset is not None and path.suffix.lower() not in HDF5_EXTS:
-        raise ValueError(f"--dataset: {args.input!r} is not an HDF5 file ({', '.join(HDF5_EXTS)}); "
-                         "only those hold datasets")
+        raise ValueError(
+            f"--dataset: {args.input!r} is not an HDF5 file ({', '.join(HDF5_EXTS)}); only those hold datasets"
+        )
     return _named("input", open_array, args.input, dataset=args.dataset)
 
 
 @dataclass
 class ScanInput:
-    projections: object          # lazy (n_angles, n_rows, n_cols) or (n_angles, n_cols)
-    angles: np.ndarray           # radians
+    projections: object  # lazy (n_angles, n_rows, n_cols) or (n_angles, n_cols)
+    angles: np.ndarray  # radians
     flats: np.ndarray | None
     darks: np.ndarray | None
     log_transform: bool
@@ -142,13 +163,19 @@ class ScanInput:
 
     stripes: str | None = None
     stripe_size: int = 5
-    stripe_options: dict | None = None       # remove_stripes' further arguments (--stripe-snr, ...)
+    stripe_options: dict | None = None  # remove_stripes' further arguments (--stripe-snr, ...)
 
     @property
     def preprocess(self) -> dict:
         extra = {} if self.stripe_options is None else {"stripe_options": self.stripe_options}
-        return dict(flats=self.flats, darks=self.darks, log_transform=self.log_transform,
-                    stripes=self.stripes, stripe_size=self.stripe_size, **extra)
+        return dict(
+            flats=self.flats,
+            darks=self.darks,
+            log_transform=self.log_transform,
+            stripes=self.stripes,
+            stripe_size=self.stripe_size,
+            **extra,
+        )
 
 
 def _select(values: np.ndarray, spec: str | None, what: str) -> np.ndarray:
@@ -173,10 +200,11 @@ def _is_scan_file(args) -> bool:
     import h5py
 
     from ..io.scans import _nxtomo_entries
+
     try:
         with h5py.File(path, "r") as f:
             return bool(_nxtomo_entries(f, None)) or isinstance(f.get("/exchange/data"), h5py.Dataset)
-    except OSError:        # not HDF5 after all: the array reader gives the error
+    except OSError:  # not HDF5 after all: the array reader gives the error
         return False
 
 
@@ -197,8 +225,11 @@ def load_scan(args, check: bool = True) -> ScanInput:
         angles = scan.angles
         if angles is None:
             raise ValueError(f"--angles: {args.input!r} stores no rotation angles; give --angles")
-        _say(args, f"scan {args.input} ({scan.metadata['layout']}): {scan.projections.shape} "
-                   f"{scan.projections.dtype}, {len(scan.flats)} flat(s), {len(scan.darks)} dark(s)")
+        _say(
+            args,
+            f"scan {args.input} ({scan.metadata['layout']}): {scan.projections.shape} "
+            f"{scan.projections.dtype}, {len(scan.flats)} flat(s), {len(scan.darks)} dark(s)",
+        )
     else:
         projections = _open_input(args)
         if args.angles is None:
@@ -212,22 +243,27 @@ def load_scan(args, check: bool = True) -> ScanInput:
         flats, darks = _named("--flat", read_array, args.flat), _named("--dark", read_array, args.dark)
     shape = tuple(projections.shape)
     if len(shape) not in (2, 3):
-        raise ValueError(f"input: expected a sinogram (n_angles, n_cols) or projections "
-                         f"(n_angles, n_rows, n_cols), got shape {shape}")
+        raise ValueError(
+            f"input: expected a sinogram (n_angles, n_cols) or projections "
+            f"(n_angles, n_rows, n_cols), got shape {shape}"
+        )
     if angles.size != shape[0]:
-        raise ValueError(f"--angles: expected {shape[0]} angles (one per projection in input), "
-                         f"got {angles.size}")
+        raise ValueError(f"--angles: expected {shape[0]} angles (one per projection in input), got {angles.size}")
     if flats is not None:
         flats, darks = _checked_fields(flats, darks, shape)
         if args.minus_log:
             where = "--flat/--dark" if args.flat is not None else f"the flats and darks in {args.input!r}"
-            raise ValueError(f"--minus-log: the flat/dark normalisation ({where}) takes -log already; "
-                             "give --minus-log only for transmissions without flats and darks")
+            raise ValueError(
+                f"--minus-log: the flat/dark normalisation ({where}) takes -log already; "
+                "give --minus-log only for transmissions without flats and darks"
+            )
     _check_plausible(args, angles)
     from .preprocessing import stripe_options
+
     stripe_size, options = stripe_options(args, shape[0], shape[-1])
-    scan = ScanInput(projections, angles, flats, darks, bool(args.minus_log), str(args.input), args.stripes,
-                     stripe_size, options)
+    scan = ScanInput(
+        projections, angles, flats, darks, bool(args.minus_log), str(args.input), args.stripes, stripe_size, options
+    )
     if check:
         check_scan(args, scan)
     return scan
@@ -238,7 +274,7 @@ def _checked_fields(flats, darks, shape):
     work, so that their errors name the projections' shape, not that of the rows a step reads."""
     from ..preprocess import check_flats_darks, sinogram_fields
 
-    if len(shape) == 2:     # one sinogram: the flats and darks of its detector row
+    if len(shape) == 2:  # one sinogram: the flats and darks of its detector row
         flats, darks = sinogram_fields("--flat", flats, shape[-1]), sinogram_fields("--dark", darks, shape[-1])
         check_flats_darks(flats, darks, (1, shape[-1]))
         return flats, darks
@@ -259,8 +295,9 @@ def check_scan(args, scan: ScanInput) -> None:
     if getattr(args, "half_acquisition", None) is not None:
         # the axis near an edge: the views' sums and mirror images differ by design
         checks = ("values",)
-    findings = check_consistency(scan.projections, g, flats=scan.flats, darks=scan.darks,
-                                 log_transform=scan.log_transform, checks=checks)
+    findings = check_consistency(
+        scan.projections, g, flats=scan.flats, darks=scan.darks, log_transform=scan.log_transform, checks=checks
+    )
     for finding in findings:
         _warn(args, finding.cli_message())
 
@@ -307,9 +344,12 @@ def estimate_center(args, scan: ScanInput, method: str = "auto", cross_check: bo
         data = _rows(scan, r0, r1)
     est = find_center(data, scan.angles, method=method)
     if est.details.get("at_edge"):
-        _warn(args, f"centre: the estimate {est.center:.2f} px sits on the edge of the search range "
-                    f"(the middle half of the detector); the axis may lie outside it, so the confidence "
-                    f"is lowered; check with 'leveret center --sweep'")
+        _warn(
+            args,
+            f"centre: the estimate {est.center:.2f} px sits on the edge of the search range "
+            f"(the middle half of the detector); the axis may lie outside it, so the confidence "
+            f"is lowered; check with 'leveret center --sweep'",
+        )
     if cross_check:
         other = _other_method(data, scan.angles, est)
         if other is not None:
@@ -317,15 +357,21 @@ def estimate_center(args, scan: ScanInput, method: str = "auto", cross_check: bo
             est.details["check"] = {"method": other.method, "center": other.center, "difference": difference}
             if difference > 1.0:
                 est = est._replace(confidence=est.confidence / difference)
-                _warn(args, f"centre: the methods disagree by {difference:.2f} px ({est.method} "
-                            f"{est.center:.2f}, {other.method} {other.center:.2f}); confidence lowered "
-                            f"to {est.confidence:.2f}")
-    _say(args, f"centre of rotation: {est.center:.2f} px (confidence {est.confidence:.2f}, "
-               f"method {est.method}, spread {est.details.get('spread', 0.0):.2f} px)")
+                _warn(
+                    args,
+                    f"centre: the methods disagree by {difference:.2f} px ({est.method} "
+                    f"{est.center:.2f}, {other.method} {other.center:.2f}); confidence lowered "
+                    f"to {est.confidence:.2f}",
+                )
+    _say(
+        args,
+        f"centre of rotation: {est.center:.2f} px (confidence {est.confidence:.2f}, "
+        f"method {est.method}, spread {est.details.get('spread', 0.0):.2f} px)",
+    )
     return est, data
 
 
-CHECK_PIXELS = 3.0    # the sweep that checks a pairs estimate tries centres within +-this of it
+CHECK_PIXELS = 3.0  # the sweep that checks a pairs estimate tries centres within +-this of it
 
 
 def _other_method(data: np.ndarray, angles: np.ndarray, est):
@@ -335,7 +381,7 @@ def _other_method(data: np.ndarray, angles: np.ndarray, est):
     if est.method == "sweep":
         try:
             return find_center(data, angles, method="pairs")
-        except ValueError:                  # no 180-degree pair among the angles
+        except ValueError:  # no 180-degree pair among the angles
             return None
     sino = data[:, data.shape[1] // 2, :] if data.ndim == 3 else data
     n_cols = sino.shape[1]
@@ -345,16 +391,23 @@ def _other_method(data: np.ndarray, angles: np.ndarray, est):
     if centers.size < 3:
         return None
     scores = center_sweep(sino, angles, centers)
-    return CenterEstimate(center=float(centers[int(np.argmin(scores))]), confidence=float("nan"),
-                          method="sweep", details={})
+    return CenterEstimate(
+        center=float(centers[int(np.argmin(scores))]), confidence=float("nan"), method="sweep", details={}
+    )
 
 
 def _geometry(args, scan: ScanInput, center):
     import leveret
 
     shape = scan.shape
-    return leveret.ParallelGeometry(scan.angles, shape[-1], n_rows=shape[1] if len(shape) == 3 else None,
-                                    det_spacing=args.det_spacing, row_spacing=args.row_spacing, center=center)
+    return leveret.ParallelGeometry(
+        scan.angles,
+        shape[-1],
+        n_rows=shape[1] if len(shape) == 3 else None,
+        det_spacing=args.det_spacing,
+        row_spacing=args.row_spacing,
+        center=center,
+    )
 
 
 def _devices(args) -> dict:

@@ -1,4 +1,5 @@
 """CPU kernels (Numba, multi-threaded): the reference every GPU kernel is checked against."""
+
 from __future__ import annotations
 
 import functools
@@ -13,9 +14,10 @@ _SERIAL = threading.Lock()
 
 def _layer_is_threadsafe() -> bool:
     import numba
+
     try:
         return numba.threading_layer() != "workqueue"
-    except ValueError:        # no parallel kernel ran yet: what would be chosen?
+    except ValueError:  # no parallel kernel ran yet: what would be chosen?
         requested = str(numba.config.THREADING_LAYER).lower()
         if requested == "workqueue":
             return False
@@ -34,10 +36,12 @@ def serialized(kernel):
     """Decorator for a function that launches Numba parallel kernels: calls
     from several threads run one at a time when the threading layer is not
     thread-safe, and concurrently otherwise."""
+
     @functools.wraps(kernel)
     def wrapper(*args, **kwargs):
         if _layer_is_threadsafe():
             return kernel(*args, **kwargs)
         with _SERIAL:
             return kernel(*args, **kwargs)
+
     return wrapper

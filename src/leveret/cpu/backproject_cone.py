@@ -17,6 +17,7 @@ Each image line (k, j) is clipped per view to the voxels whose projection can
 touch the detector (u and v are ratios of linear functions of i, so each
 bound is a linear inequality), and the rest of the line is skipped.
 """
+
 from __future__ import annotations
 
 import math
@@ -79,11 +80,11 @@ def _backproject(projections, matrices, out, accumulate):
             bw = m[2, 1] * j + m[2, 2] * k + m[2, 3]
             su, sv, sw = m[0, 0], m[1, 0], m[2, 0]
             lo, hi = 0, nx
-            lo, hi = _clip(bw, sw, lo, hi)                                   # w > 0
-            lo, hi = _clip(bu + bw, su + sw, lo, hi)                         # u > -1
-            lo, hi = _clip(n_cols * bw - bu, n_cols * sw - su, lo, hi)       # u < n_cols
-            lo, hi = _clip(bv + bw, sv + sw, lo, hi)                         # v > -1
-            lo, hi = _clip(n_rows * bw - bv, n_rows * sw - sv, lo, hi)       # v < n_rows
+            lo, hi = _clip(bw, sw, lo, hi)  # w > 0
+            lo, hi = _clip(bu + bw, su + sw, lo, hi)  # u > -1
+            lo, hi = _clip(n_cols * bw - bu, n_cols * sw - su, lo, hi)  # u < n_cols
+            lo, hi = _clip(bv + bw, sv + sw, lo, hi)  # v > -1
+            lo, hi = _clip(n_rows * bw - bv, n_rows * sw - sv, lo, hi)  # v < n_rows
             lo = max(lo, 0)
             hi = min(hi, nx)
             q = projections[n]
@@ -104,8 +105,9 @@ def _backproject(projections, matrices, out, accumulate):
 
 
 @serialized
-def backproject(projections: np.ndarray, index_matrices: np.ndarray, out: np.ndarray, *,
-                accumulate: bool = False) -> np.ndarray:
+def backproject(
+    projections: np.ndarray, index_matrices: np.ndarray, out: np.ndarray, *, accumulate: bool = False
+) -> np.ndarray:
     """Back-project ``projections`` (n_views, n_rows, n_cols) into ``out`` (nz, ny, nx).
 
     ``index_matrices`` (n_views, 3, 4) map voxel indices (i, j, k, 1) to
@@ -162,7 +164,7 @@ def _software_fetch32(q, u, v):
     t01 = q[iv, iu + 1] if (iv >= 0 and iu + 1 < n_cols) else t(0)
     t10 = q[iv + 1, iu] if (iv + 1 < n_rows and iu >= 0) else t(0)
     t11 = q[iv + 1, iu + 1] if (iv + 1 < n_rows and iu + 1 < n_cols) else t(0)
-    top = t00 + a * (t01 - t00)        # the CUDA kernels' lerps (there fused: within a rounding)
+    top = t00 + a * (t01 - t00)  # the CUDA kernels' lerps (there fused: within a rounding)
     bottom = t10 + a * (t11 - t10)
     return top + b * (bottom - top)
 
@@ -202,9 +204,9 @@ def _backproject_gpu_mirror(projections, matrices, out, depth, accumulate, softw
                     if software[n]:
                         value = _software_fetch32(q, qu * inv_w, qv * inv_w)
                     else:
-                        value = _texture_fetch8(q, qu * inv_w, qv * inv_w)   # matrices shifted by half a texel
+                        value = _texture_fetch8(q, qu * inv_w, qv * inv_w)  # matrices shifted by half a texel
                     sums[k, i] = sums[k, i] + (value * inv_w) * inv_w
-                    qu = qu + m[0, 2]   # running sums (overwritten above for fma steps)
+                    qu = qu + m[0, 2]  # running sums (overwritten above for fma steps)
                     qv = qv + m[1, 2]
                     qw = qw + m[2, 2]
         for k in range(depth):
@@ -214,9 +216,17 @@ def _backproject_gpu_mirror(projections, matrices, out, depth, accumulate, softw
 
 
 @serialized
-def backproject_gpu_mirror(projections: np.ndarray, index_matrices: np.ndarray, out: np.ndarray, *,
-                           depth: int, software, fma_steps=None, accumulate: bool = False,
-                           slices=None) -> np.ndarray:
+def backproject_gpu_mirror(
+    projections: np.ndarray,
+    index_matrices: np.ndarray,
+    out: np.ndarray,
+    *,
+    depth: int,
+    software,
+    fma_steps=None,
+    accumulate: bool = False,
+    slices=None,
+) -> np.ndarray:
     """What a CUDA kernel computes, on the CPU (float32): the texture kernel
     (``software=False``), the software kernels ("global", "quad": ``True``),
     or a per-view mix (a boolean array: "ray-hybrid"). For tests, and for
@@ -230,7 +240,15 @@ def backproject_gpu_mirror(projections: np.ndarray, index_matrices: np.ndarray, 
     software = np.broadcast_to(np.asarray(software, bool), (n_views,)).copy()
     fma_steps = software if fma_steps is None else np.broadcast_to(np.asarray(fma_steps, bool), (n_views,)).copy()
     k0, k1 = (0, out.shape[0]) if slices is None else slices
-    _backproject_gpu_mirror(np.ascontiguousarray(projections, np.float32),
-                            np.ascontiguousarray(index_matrices, np.float32), out, depth, accumulate, software,
-                            fma_steps, k0 // depth, -(-k1 // depth))
+    _backproject_gpu_mirror(
+        np.ascontiguousarray(projections, np.float32),
+        np.ascontiguousarray(index_matrices, np.float32),
+        out,
+        depth,
+        accumulate,
+        software,
+        fma_steps,
+        k0 // depth,
+        -(-k1 // depth),
+    )
     return out

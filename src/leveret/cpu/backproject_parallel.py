@@ -37,6 +37,7 @@ linear8-fp16
     (the hardware's internal arithmetic is not reproduced bit for bit; the
     bound is in docs/accuracy.md).
 """
+
 from __future__ import annotations
 
 import math
@@ -91,7 +92,7 @@ def _fixed(x):
 def _line(row, q, a, base, i_from, i_to, exact):
     """Add projection q's samples at x = base + i a to row[i] for i in [i_from, i_to)."""
     ncols = q.shape[0]
-    t_lo, t_hi = _span(a, base, -1.0, ncols, row.shape[0], -1)     # may touch the detector
+    t_lo, t_hi = _span(a, base, -1.0, ncols, row.shape[0], -1)  # may touch the detector
     i_lo, i_hi = _span(a, base, 0.0, ncols - 1.0, row.shape[0], 1)  # both neighbours on it
     t_lo, t_hi = max(t_lo, i_from), min(t_hi, i_to)
     i_lo, i_hi = max(i_lo, t_lo), min(i_hi, t_hi)
@@ -178,9 +179,9 @@ def _round_fp16(x):
     ax = abs(x)
     if ax >= 65520.0:
         return math.copysign(math.inf, x)
-    if ax < 6.103515625e-05:                     # 2**-14: subnormal spacing 2**-24
+    if ax < 6.103515625e-05:  # 2**-14: subnormal spacing 2**-24
         return math.copysign(math.floor(ax * 16777216.0 + 0.5) / 16777216.0, x)
-    m, e = math.frexp(ax)                        # |x| = m 2**e, 0.5 <= m < 1
+    m, e = math.frexp(ax)  # |x| = m 2**e, 0.5 <= m < 1
     # m 2**11 + 0.5 is exact in float64 (m has 53 bits, 2**11 m < 2**11)
     return math.copysign(math.ldexp(math.floor(math.ldexp(m, 11) + 0.5), e - 11), x)
 
@@ -248,8 +249,9 @@ def backproject(sinos: np.ndarray, table: np.ndarray, out: np.ndarray, mode: str
         # point, whose 2**-32 pixel steps are far below float32 resolution.
         _backproject_linear(sinos, np.asarray(table, np.float64), out, sinos.dtype == np.float64)
     elif mode in ("nearest", "linear8", "linear8-fp16"):
-        _backproject_texture_like(sinos, np.asarray(table, sinos.dtype), out,
-                                  {"nearest": -1, "linear8": 1, "linear8-fp16": 2}[mode])
+        _backproject_texture_like(
+            sinos, np.asarray(table, sinos.dtype), out, {"nearest": -1, "linear8": 1, "linear8-fp16": 2}[mode]
+        )
     else:
         raise ValueError(f"mode: expected one of {MODES}, got {mode!r}")
     return out

@@ -8,6 +8,7 @@ ray-aligned kernels run a call's views in passes of similar direction
 (``plan_passes``). ``kernel_matrices`` gives the float32 matrices the kernels
 and the mirror both use, ``fma_steps`` how each view steps along z.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -26,8 +27,8 @@ RAY_SPLIT = (1, 3)
 #: Zero quads around each view in the quad layout (folded into the matrices).
 QUAD_BORDER = 2
 
-SOFTWARE_KERNELS = ("global", "quad")     # every view with exact weights
-TEXTURE_KERNELS = ("texture", "ray")      # every view through the texture unit
+SOFTWARE_KERNELS = ("global", "quad")  # every view with exact weights
+TEXTURE_KERNELS = ("texture", "ray")  # every view through the texture unit
 KERNELS = TEXTURE_KERNELS + SOFTWARE_KERNELS + ("ray-hybrid",)
 
 
@@ -46,15 +47,20 @@ def view_directions(index_matrices: np.ndarray, volume_shape: tuple[int, int, in
     in voxel-index coordinates (x = i, y = j). The source is the matrix's null
     vector (a source at infinity gives its direction)."""
     m = np.asarray(index_matrices, np.float64).reshape(-1, 3, 4)
-    h = np.linalg.svd(m)[2][:, -1, :]                      # (n, 4): M h = 0
+    h = np.linalg.svd(m)[2][:, -1, :]  # (n, 4): M h = 0
     nz, ny, nx = volume_shape
     centre = np.array([(nx - 1) / 2, (ny - 1) / 2, (nz - 1) / 2])
-    d = centre[None, :] * h[:, 3:4] - h[:, :3]             # (centre - source) x h_w: the sign is irrelevant mod pi
+    d = centre[None, :] * h[:, 3:4] - h[:, :3]  # (centre - source) x h_w: the sign is irrelevant mod pi
     return np.arctan2(d[:, 1], d[:, 0])
 
 
-def plan_passes(index_matrices: np.ndarray, volume_shape: tuple[int, int, int], views_per_pass: int = VIEWS_PER_PASS,
-                aligned: bool = True, split: tuple[int, int] = (0, 1)) -> list[Pass]:
+def plan_passes(
+    index_matrices: np.ndarray,
+    volume_shape: tuple[int, int, int],
+    views_per_pass: int = VIEWS_PER_PASS,
+    aligned: bool = True,
+    split: tuple[int, int] = (0, 1),
+) -> list[Pass]:
     """Group the views into passes of at most ``views_per_pass`` views of
     similar direction: azimuths modulo 180 degrees (a line and its reverse
     are the same lanes), sorted, cut after the largest gap into equal groups;
@@ -67,7 +73,7 @@ def plan_passes(index_matrices: np.ndarray, volume_shape: tuple[int, int, int], 
     phi = view_directions(index_matrices, volume_shape)
     alpha = np.mod(phi, np.pi)
     order = np.argsort(alpha, kind="stable")
-    if n > 1:   # start after the largest gap of the circle of axial directions
+    if n > 1:  # start after the largest gap of the circle of axial directions
         gaps = np.diff(np.concatenate([alpha[order], alpha[order[:1]] + np.pi]))
         order = np.roll(order, -(int(np.argmax(gaps)) + 1))
     count, period = split
@@ -94,8 +100,13 @@ def software_mask(passes: list[Pass], n_views: int) -> np.ndarray:
     return mask
 
 
-def software_views(kernel: str, index_matrices: np.ndarray, volume_shape: tuple[int, int, int],
-                   views_per_pass: int = VIEWS_PER_PASS, split: tuple[int, int] = RAY_SPLIT) -> np.ndarray:
+def software_views(
+    kernel: str,
+    index_matrices: np.ndarray,
+    volume_shape: tuple[int, int, int],
+    views_per_pass: int = VIEWS_PER_PASS,
+    split: tuple[int, int] = RAY_SPLIT,
+) -> np.ndarray:
     """Which views ``kernel`` interpolates in software (exact float32
     weights): all for "global" and "quad", none for "texture" and "ray", and
     for "ray-hybrid" those its plan (``plan_passes`` with ``views_per_pass``

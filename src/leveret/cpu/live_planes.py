@@ -18,6 +18,7 @@ world position of pixel (0, 0) and the steps along its rows and columns).
 Here in float64 arithmetic (the plane: float32 sums, as leveret.fbp's CPU
 kernel), on the GPU in float32; both read float32 or float16 views.
 """
+
 from __future__ import annotations
 
 import math
@@ -31,6 +32,7 @@ from .backproject_parallel import _fixed, _linear_zero_padded, _span
 
 # Points go in blocks (a slice's rows): each thread takes a block and walks the
 # views for all its points, so one view's nearby detector samples stay in cache.
+
 
 @numba.njit(parallel=True, cache=True, nogil=True)
 def _parallel_points(q, views, params, coef, points, out, row_scale, row_offset, block):
@@ -81,7 +83,7 @@ def _add_row(acc, q, weight, base, step):
     1e-8 pixel from exact over 2048 pixels), float32 weights and sums."""
     n_cols = q.shape[0]
     w = acc.shape[0]
-    t_lo, t_hi = _span(step, base, -1.0, n_cols, w, -1)      # may touch the detector
+    t_lo, t_hi = _span(step, base, -1.0, n_cols, w, -1)  # may touch the detector
     i_lo, i_hi = _span(step, base, 0.0, n_cols - 1.0, w, 1)  # both neighbours on it
     i_lo, i_hi = max(i_lo, t_lo), min(i_hi, t_hi)
     if i_hi <= i_lo:
@@ -91,7 +93,7 @@ def _add_row(acc, q, weight, base, step):
     if i_hi > i_lo:
         wt = np.float32(weight)
         inv_frac = np.float32(1.0 / 16777216.0)
-        fixed = _fixed(base + i_lo * step)   # >= 0 on this span
+        fixed = _fixed(base + i_lo * step)  # >= 0 on this span
         fixed_step = _fixed(step)
         for i in range(i_lo, i_hi):
             i0 = fixed >> 32
@@ -120,7 +122,7 @@ def _add_row_bilinear(acc, q, weight, base, step, row, row_step):
     for i in range(i_lo, i_hi):
         x = base + i * step
         y = row + i * row_step
-        c0 = np.uint64(x)   # x, y >= 0 here: truncation is floor
+        c0 = np.uint64(x)  # x, y >= 0 here: truncation is floor
         r0 = np.uint64(y)
         a = x - np.float64(c0)
         b = y - np.float64(r0)
@@ -158,7 +160,7 @@ def _parallel_plane(q, views, coef, cos_t, sin_t, frame, det_scale, center, row_
             if row_step == 0.0:
                 r0 = math.floor(row + 1e-9)
                 f = row - r0
-                if f < 1e-9:    # on a detector row (within float64 noise): that row only
+                if f < 1e-9:  # on a detector row (within float64 noise): that row only
                     f = 0.0
                 if 0 <= r0 < n_rows and f < 1.0:
                     _add_row(acc, q[n, r0], coef[k] * (1.0 - f), base, step)
@@ -171,8 +173,9 @@ def _parallel_plane(q, views, coef, cos_t, sin_t, frame, det_scale, center, row_
 
 
 @serialized
-def backproject_plane(q, views, coef, frame, out, *, angles, det_spacing: float, center: float,
-                      row_spacing: float, chunk_views: int = 256):
+def backproject_plane(
+    q, views, coef, frame, out, *, angles, det_spacing: float, center: float, row_spacing: float, chunk_views: int = 256
+):
     """Add the weighted parallel-beam back-projection of ``q[views]`` onto a
     plane to ``out``.
 
@@ -203,25 +206,38 @@ def backproject_plane(q, views, coef, frame, out, *, angles, det_spacing: float,
     step = chunk_views if q.dtype != np.float32 else views.size
     for k0 in range(0, views.size, step):
         sel = slice(k0, k0 + step)
-        if q.dtype != np.float32:   # Numba reads float32: this chunk's views only
+        if q.dtype != np.float32:  # Numba reads float32: this chunk's views only
             qs, vs = q[views[sel]].astype(np.float32), np.arange(views[sel].size)
         else:
             qs, vs = q, views[sel]
-        _parallel_plane(qs, vs, coef[sel], np.cos(angles[sel]), np.sin(angles[sel]), frame,
-                        1.0 / det_spacing, float(center), 1.0 / row_spacing, (q.shape[1] - 1) / 2, out)
+        _parallel_plane(
+            qs,
+            vs,
+            coef[sel],
+            np.cos(angles[sel]),
+            np.sin(angles[sel]),
+            frame,
+            1.0 / det_spacing,
+            float(center),
+            1.0 / row_spacing,
+            (q.shape[1] - 1) / 2,
+            out,
+        )
     return out
 
 
 def parallel_params(angles, centers, det_spacing: float) -> np.ndarray:
     """(n, 3) ``(a, b, c)`` with ``column = x a + y b + c`` at each angle."""
     angles = np.asarray(angles, np.float64)
-    return np.stack([np.cos(angles) / det_spacing, np.sin(angles) / det_spacing,
-                     np.asarray(centers, np.float64)], axis=1)
+    return np.stack(
+        [np.cos(angles) / det_spacing, np.sin(angles) / det_spacing, np.asarray(centers, np.float64)], axis=1
+    )
 
 
 @serialized
-def backproject_points(q, views, coef, points, out, *, params, row_scale=None, row_offset=None,
-                       chunk_views: int = 256, block: int = 256):
+def backproject_points(
+    q, views, coef, points, out, *, params, row_scale=None, row_offset=None, chunk_views: int = 256, block: int = 256
+):
     """Add the weighted back-projection of stored views onto ``points`` to ``out``.
 
     Parameters
@@ -254,14 +270,15 @@ def backproject_points(q, views, coef, points, out, *, params, row_scale=None, r
     acc = np.zeros(out.shape, np.float64)
     for k0 in range(0, views.size, chunk_views if q.dtype == np.float16 else views.size):
         sel = slice(k0, k0 + (chunk_views if q.dtype == np.float16 else views.size))
-        if q.dtype == np.float16:   # Numba reads float32: convert this chunk's views only
+        if q.dtype == np.float16:  # Numba reads float32: convert this chunk's views only
             qs, vs = q[views[sel]].astype(np.float32), np.arange(views[sel].size)
         else:
             qs, vs = q, views[sel]
         if cone:
             _cone_points(qs, vs, params[sel], coef[sel], points, acc, int(block))
         else:
-            _parallel_points(qs, vs, params[sel], coef[sel], points, acc, float(row_scale), float(row_offset),
-                             int(block))
+            _parallel_points(
+                qs, vs, params[sel], coef[sel], points, acc, float(row_scale), float(row_offset), int(block)
+            )
     out += acc.astype(out.dtype)
     return out

@@ -14,6 +14,7 @@ weight ``1 - f`` and sample ``i0 + 1`` with weight ``f``; samples outside
 :func:`forward` scatters each voxel's value with the same weights, so
 ``<forward(x), y> = <x, backproject(y)>`` to rounding: a matched pair.
 """
+
 from __future__ import annotations
 
 import math

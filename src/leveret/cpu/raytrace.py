@@ -33,6 +33,7 @@ own private volume, and the private volumes are summed afterwards; memory is
 ``n_buffers`` extra volumes (the caller picks ``n_buffers``, normally the
 thread count).
 """
+
 from __future__ import annotations
 
 import math

@@ -15,6 +15,7 @@ starting the threads costs more than the work); each voxel reads its
 neighbours and writes only itself, so ``out`` may be an input (see each
 function).
 """
+
 from __future__ import annotations
 
 import math
@@ -34,8 +35,13 @@ def _compiled(function):
     serial one. The serial one is a copy of the function under another name:
     Numba's on-disk cache keys on the name and the bytecode, not on
     ``parallel``, and would hand one compilation to both."""
-    serial = types.FunctionType(function.__code__, function.__globals__, function.__name__ + "_serial",
-                                function.__defaults__, function.__closure__)
+    serial = types.FunctionType(
+        function.__code__,
+        function.__globals__,
+        function.__name__ + "_serial",
+        function.__defaults__,
+        function.__closure__,
+    )
     serial.__qualname__ = function.__qualname__ + "_serial"
     return numba.njit(parallel=True, cache=True)(function), numba.njit(cache=True)(serial)
 
@@ -145,8 +151,22 @@ def primal(a, b, c, s, q, out, lo, hi, shape3, ndim):
     a3 = a.reshape(shape3)
     b3 = a3 if b is None else b.reshape(shape3)
     s3 = a3 if s_arr is None else s_arr.reshape(shape3)
-    _run(_PRIMAL, a.size, a3, b3, b is not None, t(c), t(0 if s_arr is not None else s), s3, s_arr is not None,
-         q.reshape((ndim,) + shape3), out.reshape(shape3), t(lo), t(hi), ndim)
+    _run(
+        _PRIMAL,
+        a.size,
+        a3,
+        b3,
+        b is not None,
+        t(c),
+        t(0 if s_arr is not None else s),
+        s3,
+        s_arr is not None,
+        q.reshape((ndim,) + shape3),
+        out.reshape(shape3),
+        t(lo),
+        t(hi),
+        ndim,
+    )
     return out
 
 
@@ -160,12 +180,26 @@ def dual(z0, z1, c0, c1, r, q, r_out, sigma, beta, bound, shape3, ndim):
     z13 = z03 if z1 is None else z1.reshape(shape3)
     q4 = q.reshape(fields)
     r4 = q4 if r_out is None else r_out.reshape(fields)
-    _run(_DUAL, z0.size, z03, z13, z1 is not None, t(c0), t(c1), r.reshape(fields), q4, r4, r_out is not None,
-         t(sigma), t(beta), t(bound), ndim)
+    _run(
+        _DUAL,
+        z0.size,
+        z03,
+        z13,
+        z1 is not None,
+        t(c0),
+        t(c1),
+        r.reshape(fields),
+        q4,
+        r4,
+        r_out is not None,
+        t(sigma),
+        t(beta),
+        t(bound),
+        ndim,
+    )
     return q
 
 
 def norm_sum(x, shape3, ndim) -> float:
     """Sum over voxels of the gradient's norm, in float64."""
     return float(_run(_NORM_SUM, x.size, x.reshape(shape3), ndim))
-

@@ -3,6 +3,7 @@
 The same options serve CuPy at run time and the CI test that compiles every
 kernel for sm_90 through NVRTC on a machine without a GPU.
 """
+
 from __future__ import annotations
 
 import functools
@@ -62,6 +63,7 @@ def load_module(name: str, defines: tuple[str, ...] | None = None):
     None takes its launcher's (:func:`file_defines`).
     """
     import cupy
+
     defines = file_defines(KERNEL_DIR / f"{name}.cu") if defines is None else tuple(defines)
     return cupy.RawModule(code=kernel_source(name), options=NVRTC_OPTIONS + tuple(f"-D{d}" for d in defines))
 
@@ -79,8 +81,11 @@ def compile_report(path: Path, arch: str = "sm_90", defines: tuple[str, ...] | N
     err, prog = nvrtc.nvrtcCreateProgram(src, Path(path).name.encode(), 0, [], [])
     if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
         return False, f"nvrtcCreateProgram: {err}"
-    opts = [o.encode() for o in NVRTC_OPTIONS] + [f"-D{d}".encode() for d in defines] + [
-        f"--gpu-architecture={arch}".encode(), b"--ptxas-options=-v"]
+    opts = (
+        [o.encode() for o in NVRTC_OPTIONS]
+        + [f"-D{d}".encode() for d in defines]
+        + [f"--gpu-architecture={arch}".encode(), b"--ptxas-options=-v"]
+    )
     (err,) = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
     _, size = nvrtc.nvrtcGetProgramLogSize(prog)
     log = b" " * size
@@ -104,4 +109,5 @@ def print_reports(arch: str = "sm_90") -> int:
 
 if __name__ == "__main__":
     import sys
+
     sys.exit(print_reports(*sys.argv[1:2]))

@@ -21,6 +21,7 @@ hybrid
 The pure-NumPy helpers (``pack_slices``, ``alu_table``, ``cache_width``) are
 used by the launchers and tested on the CPU.
 """
+
 from __future__ import annotations
 
 import math
@@ -34,9 +35,9 @@ from .texture import LayeredTexture, acquire, release
 MAX_ANGLES_PER_PASS = 2048  # projections whose (a, b, c) rows fit in constant memory at once
 KERNELS = ("texture", "texz", "alu", "hybrid")
 PACKINGS = {"float": (1, False), "float2": (2, False), "half2": (2, True), "half4": (4, True)}
-ALU_SD = {32: 16, 64: 8}          # projections cached per stage for each tile size
-MAX_SHARED = 48 * 1024            # dynamic shared memory without opting in
-MAX_LAYERS_PER_CALL = 2048        # LayeredTexture.MAX_LAYERS: the hybrid's slices per call / nv
+ALU_SD = {32: 16, 64: 8}  # projections cached per stage for each tile size
+MAX_SHARED = 48 * 1024  # dynamic shared memory without opting in
+MAX_LAYERS_PER_CALL = 2048  # LayeredTexture.MAX_LAYERS: the hybrid's slices per call / nv
 #: The -D options ``backproject_parallel.cu`` needs (it has no defaults of its own).
 DEFINES = (f"LEVERET_PAR_MAX_ANGLES={MAX_ANGLES_PER_PASS}",)
 
@@ -98,11 +99,13 @@ def alu_plan(table64: np.ndarray, tile: int, nv: int) -> tuple[int, int]:
     cw = cache_width(table64, tile)
     shared = alu_shared_bytes(cw, tile, nv)
     if cw > MAX_EXACT_CACHE_WIDTH or shared > MAX_SHARED:
-        raise ValueError(f"tile: {tile}-pixel tiles need {cw} cached bins per projection here "
-                         f"({shared} B of shared memory); the ALU kernel takes at most "
-                         f"{MAX_EXACT_CACHE_WIDTH} bins (float32 cache coordinates stay exact to "
-                         f"1e-5) and {MAX_SHARED} B: pixels are large against detector bins, "
-                         "use tile=32 or kernel='texz'")
+        raise ValueError(
+            f"tile: {tile}-pixel tiles need {cw} cached bins per projection here "
+            f"({shared} B of shared memory); the ALU kernel takes at most "
+            f"{MAX_EXACT_CACHE_WIDTH} bins (float32 cache coordinates stay exact to "
+            f"1e-5) and {MAX_SHARED} B: pixels are large against detector bins, "
+            "use tile=32 or kernel='texz'"
+        )
     return cw, shared
 
 
@@ -120,9 +123,21 @@ class ParallelBackprojectorGPU:
         self.block = block
         self.last_kernel: str | None = None
 
-    def __call__(self, sinos, table32: np.ndarray, table64: np.ndarray, out, *,
-                 interpolation: str = "linear", kernel: str = "texture", packing: str = "auto",
-                 nq: int = 4, tile: int = 32, nv: int = 2, ratio: tuple[int, int] = (1, 2)):
+    def __call__(
+        self,
+        sinos,
+        table32: np.ndarray,
+        table64: np.ndarray,
+        out,
+        *,
+        interpolation: str = "linear",
+        kernel: str = "texture",
+        packing: str = "auto",
+        nq: int = 4,
+        tile: int = 32,
+        nv: int = 2,
+        ratio: tuple[int, int] = (1, 2),
+    ):
         """``out[k] = sum_n sinos[k, n](u_n(i, j))`` for every slice k.
 
         sinos : cupy (n_slices, n_angles, n_cols) float32, C-contiguous
@@ -139,7 +154,9 @@ class ParallelBackprojectorGPU:
             raise ValueError(f"packing: expected one of {tuple(PACKINGS)}, got {packing!r}")
         if kernel == "texture":
             if packing == "half4":
-                raise ValueError("packing: the 'texture' kernel reads 1 or 2 slices per texel; use kernel='texz' for half4")
+                raise ValueError(
+                    "packing: the 'texture' kernel reads 1 or 2 slices per texel; use kernel='texz' for half4"
+                )
             return self._texture(sinos, table32, out, interpolation, packing)
         if kernel == "texz":
             if nq not in (4, 8) or (packing == "half4" and nq != 4):
@@ -224,8 +241,16 @@ class ParallelBackprojectorGPU:
             for s0, s1, layers, tex in self._chunks(sinos, packing, stream):
                 tex_obj = tex.linear if interpolation != "nearest" else tex.point
                 for a0, a1 in self._passes(module, table32, stream):
-                    args = (tex_obj, out[s0:s1], np.int32(nx), np.int32(ny), np.int32(s1 - s0),
-                            np.int32(a1 - a0), np.int32(a0), np.int32(a0 > 0))
+                    args = (
+                        tex_obj,
+                        out[s0:s1],
+                        np.int32(nx),
+                        np.int32(ny),
+                        np.int32(s1 - s0),
+                        np.int32(a1 - a0),
+                        np.int32(a0),
+                        np.int32(a0 > 0),
+                    )
                     kernel(grid_xy + (layers,), (256, 1, 1), args, stream=stream)
         return out
 
@@ -243,8 +268,11 @@ class ParallelBackprojectorGPU:
         import cupy
 
         num, den = ratio
-        self.last_kernel = ("alu" if num == 0 else f"hybrid-{num}/{den}-{packing}") + f"-t{tile}-nv{nv}" + \
-            ("-nearest" if nearest else "")
+        self.last_kernel = (
+            ("alu" if num == 0 else f"hybrid-{num}/{den}-{packing}")
+            + f"-t{tile}-nv{nv}"
+            + ("-nearest" if nearest else "")
+        )
         stream = cupy.cuda.get_current_stream()
         t64 = cupy.asarray(alu_table(table64, tile))
         grid = (-(-nx // tile), -(-ny // tile), -(-n_slices // nv))
@@ -252,16 +280,32 @@ class ParallelBackprojectorGPU:
             raise ValueError(f"sinos: at most {65535 * nv} slices per call, got {n_slices}")
 
         if num and n_slices > LayeredTexture.MAX_LAYERS * nv:
-            raise ValueError(f"sinos: the hybrid kernel takes at most {LayeredTexture.MAX_LAYERS * nv} "
-                             f"slices per call, got {n_slices}")
+            raise ValueError(
+                f"sinos: the hybrid kernel takes at most {LayeredTexture.MAX_LAYERS * nv} "
+                f"slices per call, got {n_slices}"
+            )
 
         def launch(kernel, tex_obj, a0, a1):
-            args = (tex_obj, sinos, t64, out, np.int32(nx), np.int32(ny), np.int32(n_slices),
-                    np.int32(n_cols), np.int32(n_angles), np.int32(a1 - a0), np.int32(a0),
-                    np.int32(a0 > 0), np.int32(cw), np.int32(num), np.int32(den))
+            args = (
+                tex_obj,
+                sinos,
+                t64,
+                out,
+                np.int32(nx),
+                np.int32(ny),
+                np.int32(n_slices),
+                np.int32(n_cols),
+                np.int32(n_angles),
+                np.int32(a1 - a0),
+                np.int32(a0),
+                np.int32(a0 > 0),
+                np.int32(cw),
+                np.int32(num),
+                np.int32(den),
+            )
             kernel(grid, (256, 1, 1), args, stream=stream, shared_mem=shared)
 
-        if num == 0:   # the texture and the constant angle table are never read
+        if num == 0:  # the texture and the constant angle table are never read
             launch(load_module("backproject_parallel").get_function(name), np.uint64(0), 0, n_angles)
             return out
         with device_state().constants("backproject_parallel", None, stream) as module:

@@ -29,6 +29,7 @@ pool of its own, limited, for every CuPy allocation of the threads that enter
 it, and a texture cache of its own, limited: what the call holds on the GPU
 cannot exceed the budget, whatever the plan estimated.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -37,7 +38,7 @@ from typing import Callable
 
 _registry_lock = threading.Lock()
 _states: dict[int, "DeviceState"] = {}
-_local = threading.local()   # .budget: the MemoryBudget this thread's call runs under, or None
+_local = threading.local()  # .budget: the MemoryBudget this thread's call runs under, or None
 
 
 class _ConstantSlot:
@@ -65,7 +66,7 @@ class DeviceState:
         self.lock = threading.RLock()
         self._caches: dict[str, object] = {}
         self._slots: dict[tuple, _ConstantSlot] = {}
-        self._idle_streams: list = []   # (number, stream), lowest number first
+        self._idle_streams: list = []  # (number, stream), lowest number first
         self._streams_made = 0
 
     def __repr__(self) -> str:
@@ -151,6 +152,7 @@ def device_state(device: int | None = None) -> DeviceState:
     """The state of GPU ``device`` (None: CuPy's current device), made at first use."""
     if device is None:
         import cupy
+
         device = cupy.cuda.Device().id
     device = int(device)
     with _registry_lock:
@@ -213,8 +215,10 @@ class MemoryBudget:
         self.device, self.limit, self.texture_bytes = int(device), int(limit), int(texture_bytes)
         self.pool_bytes = self.limit - self.texture_bytes - self.CUFFT_RESERVE
         if self.pool_bytes <= 0:
-            raise ValueError(f"gpu_memory: {self.limit} bytes leave nothing for arrays beside "
-                             f"{self.texture_bytes + self.CUFFT_RESERVE} bytes of textures and cuFFT plans")
+            raise ValueError(
+                f"gpu_memory: {self.limit} bytes leave nothing for arrays beside "
+                f"{self.texture_bytes + self.CUFFT_RESERVE} bytes of textures and cuFFT plans"
+            )
         self.pool = cupy.cuda.MemoryPool()
         with cupy.cuda.Device(self.device):
             self.pool.set_limit(size=self.pool_bytes)
@@ -222,8 +226,10 @@ class MemoryBudget:
         self._caches: dict[str, object] = {}
 
     def __repr__(self) -> str:
-        return (f"MemoryBudget(device={self.device}, limit={self.limit}, pool={self.pool_bytes}, "
-                f"textures={self.texture_bytes})")
+        return (
+            f"MemoryBudget(device={self.device}, limit={self.limit}, pool={self.pool_bytes}, "
+            f"textures={self.texture_bytes})"
+        )
 
     def cache(self, name: str, make: Callable[[], object]):
         """The budget's cache ``name`` (as :meth:`DeviceState.cache`)."""
@@ -265,5 +271,6 @@ def active_budget(device: int | None = None) -> "MemoryBudget | None":
         return None
     if device is None:
         import cupy
+
         device = cupy.cuda.Device().id
     return budget if budget.device == device else None

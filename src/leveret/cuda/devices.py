@@ -36,6 +36,7 @@ copy (``cudaMemcpyPeerAsync``), direct where the GPUs have peer access (it is
 enabled on first use) and staged through host memory by the CUDA driver where
 they have not.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -58,6 +59,7 @@ def visible_device_count() -> int:
     if not ok:
         return 0
     import cupy
+
     return int(cupy.cuda.runtime.getDeviceCount())
 
 
@@ -98,16 +100,19 @@ class DeviceSet:
             raise ValueError(f"shared: expected True or False, got {shared!r}")
         repeated = sorted({d for d in ids if ids.count(d) > 1})
         if repeated and not shared:
-            raise ValueError(f"devices: GPU {repeated[0]} is listed more than once in {ids!r}; each GPU "
-                             f"takes one worker. For several workers on one GPU pass "
-                             f"leveret.cuda.devices.DeviceSet({ids!r}, shared=True)")
+            raise ValueError(
+                f"devices: GPU {repeated[0]} is listed more than once in {ids!r}; each GPU "
+                f"takes one worker. For several workers on one GPU pass "
+                f"leveret.cuda.devices.DeviceSet({ids!r}, shared=True)"
+            )
         count = visible_device_count()
         if count == 0:
             raise ValueError(f"devices: {ids!r} needs a CUDA GPU: {_no_gpu_reason()}")
         bad = [d for d in ids if d >= count]
         if bad:
-            raise ValueError(f"devices: GPU {bad[0]} does not exist; this host has {count} visible GPU(s), "
-                             f"ids 0..{count - 1}")
+            raise ValueError(
+                f"devices: GPU {bad[0]} does not exist; this host has {count} visible GPU(s), ids 0..{count - 1}"
+            )
         self.ids = tuple(ids)
         self.shared = shared
 
@@ -133,14 +138,22 @@ class DeviceSet:
         import cupy
 
         from . import gpu_free_bytes
+
         per = []
         for d in set(self.ids):
             with cupy.cuda.Device(d):
                 per.append(gpu_free_bytes() // self.ids.count(d))
         return int(min(per))
 
-    def run(self, chunks: Sequence[tuple[int, int]], work: Callable, *, fixed: bool = False,
-            align: int = 1, budgets: dict | None = None) -> list:
+    def run(
+        self,
+        chunks: Sequence[tuple[int, int]],
+        work: Callable,
+        *,
+        fixed: bool = False,
+        align: int = 1,
+        budgets: dict | None = None,
+    ) -> list:
         """Run ``work(worker, start, stop)`` for every range of ``chunks`` on the workers.
 
         Parameters
@@ -196,8 +209,7 @@ class DeviceSet:
         self._start(body, budgets)
         return sorted(results, key=lambda r: r[0])
 
-    def run_pipelines(self, chunks: Sequence[tuple[int, int]], work: Callable, *,
-                      budgets: dict | None = None) -> list:
+    def run_pipelines(self, chunks: Sequence[tuple[int, int]], work: Callable, *, budgets: dict | None = None) -> list:
         """Run ``work(worker, ranges)`` once per worker, ``ranges`` an iterator
         over the ranges of ``chunks`` this worker takes from the shared queue
         (lazily: a worker takes the next range when it asks for it).
@@ -214,6 +226,7 @@ class DeviceSet:
             def ranges():
                 while not stop.is_set() and (chunk := take(shared_queue)) is not None:
                     yield chunk
+
             return work(worker, ranges())
 
         return self.run_each(each, budgets=budgets)
@@ -246,7 +259,7 @@ class DeviceSet:
             try:
                 with _worker_context(worker.device, (budgets or {}).get(worker.device)):
                     body(worker, stop)
-            except BaseException as exc:   # noqa: BLE001 - handed to the caller below
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller below
                 with lock:
                     errors.append(exc)
                 stop.set()
@@ -259,7 +272,7 @@ class DeviceSet:
                 thread.submit(functools.partial(guarded, Worker(i, d)))
             try:
                 for event in finished:
-                    while not event.wait(0.1):   # short waits: Ctrl-C reaches this thread
+                    while not event.wait(0.1):  # short waits: Ctrl-C reaches this thread
                         pass
             except KeyboardInterrupt:
                 stop.set()
@@ -294,8 +307,8 @@ class _WorkerThread:
 
 
 _threads_lock = threading.Lock()
-_idle_threads: dict[int, list] = {}   # GPU id -> idle worker threads as (number, thread), lowest first
-_threads_made: dict[int, int] = {}    # GPU id -> worker threads made for it
+_idle_threads: dict[int, list] = {}  # GPU id -> idle worker threads as (number, thread), lowest first
+_threads_made: dict[int, int] = {}  # GPU id -> worker threads made for it
 
 
 def _lend_threads(ids) -> list:
@@ -378,7 +391,7 @@ def run_shrinking(worker: Worker, chunk, work, stop, align: int = 1) -> list:
             break
         a, b = pending.pop(0)
         if worker.limit is not None and b - a > worker.limit and len(_pieces((a, b), worker.limit, align)) > 1:
-            pending[:0] = _pieces((a, b), worker.limit, align)   # cut at an earlier, larger limit
+            pending[:0] = _pieces((a, b), worker.limit, align)  # cut at an earlier, larger limit
             continue
         try:
             done.append((a, b, work(worker, a, b)))
@@ -400,8 +413,7 @@ def out_of_memory(exc: BaseException) -> bool:
     if isinstance(exc, MemoryError):
         return True
     text = str(exc)
-    return any(code in text for code in ("CUDA_ERROR_OUT_OF_MEMORY", "cudaErrorMemoryAllocation",
-                                         "CUFFT_ALLOC_FAILED"))
+    return any(code in text for code in ("CUDA_ERROR_OUT_OF_MEMORY", "cudaErrorMemoryAllocation", "CUFFT_ALLOC_FAILED"))
 
 
 def _pieces(chunk, limit: int | None, align: int = 1) -> list:
@@ -450,7 +462,7 @@ def _worker_context(device: int, budget=None):
 
     stack = contextlib.ExitStack()
     stack.enter_context(cupy.cuda.Device(device))
-    stream, = stack.enter_context(device_state.lend_streams(1))
+    (stream,) = stack.enter_context(device_state.lend_streams(1))
     stack.enter_context(stream)
     if budget is not None:
         stack.enter_context(budget.active())
@@ -472,8 +484,9 @@ def for_backend(devices, backend: str) -> DeviceSet | None:
     operator and algorithm taking it makes."""
     devices = parse(devices)
     if devices is not None and backend != "cuda":
-        raise ValueError(f"devices: runs on CUDA GPUs, but the backend is {backend!r}; "
-                         f"use backend='cuda' or devices=None")
+        raise ValueError(
+            f"devices: runs on CUDA GPUs, but the backend is {backend!r}; use backend='cuda' or devices=None"
+        )
     return devices
 
 
@@ -540,10 +553,11 @@ def copy_to(dst, src) -> None:
     with cupy.cuda.Device(d):
         stream = cupy.cuda.get_current_stream()
         if d == s:
-            cupy.cuda.runtime.memcpyAsync(dst.data.ptr, src.data.ptr, dst.nbytes,
-                                          cupy.cuda.runtime.memcpyDeviceToDevice, stream.ptr)
+            cupy.cuda.runtime.memcpyAsync(
+                dst.data.ptr, src.data.ptr, dst.nbytes, cupy.cuda.runtime.memcpyDeviceToDevice, stream.ptr
+            )
         else:
-            _peer_access(d, s)   # direct where possible; the driver stages through the host otherwise
+            _peer_access(d, s)  # direct where possible; the driver stages through the host otherwise
             cupy.cuda.runtime.memcpyPeerAsync(dst.data.ptr, d, src.data.ptr, s, dst.nbytes, stream.ptr)
         stream.synchronize()
 
@@ -599,6 +613,7 @@ def reduce_sum(parts: Sequence, device: int):
 
 # -- one dispatch for the operators on several GPUs ------------------------------------------------
 
+
 def _is_cupy(arr) -> bool:
     return type(arr).__module__.startswith("cupy")
 
@@ -608,6 +623,7 @@ def settled(arr):
     synchronised (the work that wrote it is done); NumPy as it is."""
     if _is_cupy(arr):
         import cupy
+
         with cupy.cuda.Device(arr.device.id):
             cupy.cuda.get_current_stream().synchronize()
     return arr
@@ -618,6 +634,7 @@ def on_worker(part, worker: "Worker"):
     if _is_cupy(part):
         return to_device(contiguous(part), worker.device)
     import cupy
+
     return cupy.asarray(part)
 
 

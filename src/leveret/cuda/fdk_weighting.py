@@ -1,5 +1,6 @@
 """Launcher for ``fdk_weighting.cu``: FDK's cosine and column weights fused
 with the FFT's zero padding, then the ramp filter through cuFFT."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -41,10 +42,21 @@ def weight_and_filter(raw, frames: np.ndarray, per_column: np.ndarray, response:
     kernel = load_module("fdk_weighting").get_function("fdk_weight_pad")
     grid = (-(-n_pad // BLOCK), min(total, MAX_GRID_Y))
     # Tables may come as device arrays: a pageable upload would wait for the stream's earlier work.
-    kernel(grid, (BLOCK,), (cupy.ascontiguousarray(raw, cupy.float32), padded,
-                            cupy.ascontiguousarray(cupy.asarray(per_column, cupy.float32)),
-                            cupy.ascontiguousarray(cupy.asarray(frames, cupy.float32)),
-                            np.int32(n_rows), np.int32(n_cols), np.int32(n_pad), np.int32(total), np.int32(row0)))
+    kernel(
+        grid,
+        (BLOCK,),
+        (
+            cupy.ascontiguousarray(raw, cupy.float32),
+            padded,
+            cupy.ascontiguousarray(cupy.asarray(per_column, cupy.float32)),
+            cupy.ascontiguousarray(cupy.asarray(frames, cupy.float32)),
+            np.int32(n_rows),
+            np.int32(n_cols),
+            np.int32(n_pad),
+            np.int32(total),
+            np.int32(row0),
+        ),
+    )
     spectrum = cupy.fft.rfft(padded, axis=-1)
     del padded
     spectrum *= cupy.asarray(response, cupy.float32)

@@ -2,13 +2,14 @@
 (flat/dark, -log, float32) into the zero-padded FFT input, counting each
 frame's non-finite results, in one pass. The CPU twin is
 :meth:`leveret.live.correct.Correction.frame` (NumPy in place)."""
+
 from __future__ import annotations
 
 import numpy as np
 
 from ._module import load_module
 
-BLOCK = 256   # threads per block (the kernels' launch bounds)
+BLOCK = 256  # threads per block (the kernels' launch bounds)
 DEFINES = (f"LEVERET_LIVE_CORRECT_BLOCK={BLOCK}",)
 _KIND = {np.dtype(np.uint16): "u16", np.dtype(np.float32): "f32"}
 
@@ -31,6 +32,19 @@ def correct(frames, dark, denom, out, counts, *, normalize: bool, minus_log: boo
     n_pad = out.shape[2]
     counts[:k] = 0
     load_module("live_correct").get_function(f"correct_{kind}")(
-        (-(-n_pad // BLOCK), n_rows, k), (BLOCK,),
-        (frames, dark, denom, out, counts, np.int32(n_rows), np.int32(n_cols), np.int32(n_pad),
-         np.int32(bool(normalize)), np.int32(bool(minus_log)), np.float32(min_transmission)))
+        (-(-n_pad // BLOCK), n_rows, k),
+        (BLOCK,),
+        (
+            frames,
+            dark,
+            denom,
+            out,
+            counts,
+            np.int32(n_rows),
+            np.int32(n_cols),
+            np.int32(n_pad),
+            np.int32(bool(normalize)),
+            np.int32(bool(minus_log)),
+            np.float32(min_transmission),
+        ),
+    )

@@ -6,13 +6,14 @@ handles) is a kernel argument in global memory: the module has no constant
 memory, so any number of threads and reconstructors may launch it at once.
 The CPU mirror is :mod:`leveret.cpu.live_planes`.
 """
+
 from __future__ import annotations
 
 import numpy as np
 
 from ._module import load_module
 
-BLOCK = 256   # threads per block (the kernels' launch bounds)
+BLOCK = 256  # threads per block (the kernels' launch bounds)
 DEFINES = (f"LEVERET_LIVE_BLOCK={BLOCK}",)
 
 
@@ -23,8 +24,9 @@ def _module():
 def plane_params(angles, coef, det_spacing: float) -> np.ndarray:
     """(k, 3) float32 per view: ``cos / det_spacing``, ``sin / det_spacing`` and its weight."""
     angles = np.asarray(angles, np.float64)
-    return np.stack([np.cos(angles) / det_spacing, np.sin(angles) / det_spacing,
-                     np.asarray(coef, np.float64)], axis=1).astype(np.float32)
+    return np.stack(
+        [np.cos(angles) / det_spacing, np.sin(angles) / det_spacing, np.asarray(coef, np.float64)], axis=1
+    ).astype(np.float32)
 
 
 def plane_table(frame, center: float, row_spacing: float, n_rows: int) -> np.ndarray:
@@ -53,9 +55,23 @@ def backproject_plane(q, views, params, table, out) -> None:
     fp16 = q.dtype == np.float16
     base = q.view(cupy.uint16) if fp16 else q
     _module().get_function("plane_f16" if fp16 else "plane_f32")(
-        (-(-w // BLOCK), h), (BLOCK,),
-        (base, np.int64(q.strides[0] // item), np.int32(q.strides[1] // item), np.int32(q.shape[1]),
-         np.int32(q.shape[2]), views, params, np.int32(views.size), table, out, np.int32(h), np.int32(w)))
+        (-(-w // BLOCK), h),
+        (BLOCK,),
+        (
+            base,
+            np.int64(q.strides[0] // item),
+            np.int32(q.strides[1] // item),
+            np.int32(q.shape[1]),
+            np.int32(q.shape[2]),
+            views,
+            params,
+            np.int32(views.size),
+            table,
+            out,
+            np.int32(h),
+            np.int32(w),
+        ),
+    )
 
 
 def backproject_plane_texture(handles, params, table, out) -> None:
@@ -64,7 +80,8 @@ def backproject_plane_texture(handles, params, table, out) -> None:
     zero; the texture unit's 8-bit interpolation weights); one launch."""
     h, w = out.shape
     _module().get_function("plane_tex")(
-        (-(-w // BLOCK), h), (BLOCK,), (handles, params, np.int32(handles.size), table, out, np.int32(h), np.int32(w)))
+        (-(-w // BLOCK), h), (BLOCK,), (handles, params, np.int32(handles.size), table, out, np.int32(h), np.int32(w))
+    )
 
 
 def backproject_points(q, views, coef, points, out, *, params, row_scale=None, row_offset=None) -> None:
@@ -84,10 +101,18 @@ def backproject_points(q, views, coef, points, out, *, params, row_scale=None, r
     name = ("cone" if cone else "parallel") + ("_points_f16" if fp16 else "_points_f32")
     data = q.view(cupy.uint16) if fp16 else q
     n_points = points.shape[0]
-    args = [data, cupy.ascontiguousarray(points, cupy.float32), cupy.asarray(views, cupy.int32),
-            cupy.asarray(params.reshape(views.size, -1), cupy.float32),
-            cupy.asarray(np.asarray(coef, np.float64), cupy.float32), out,
-            np.int32(n_points), np.int32(views.size), np.int32(q.shape[1]), np.int32(q.shape[2])]
+    args = [
+        data,
+        cupy.ascontiguousarray(points, cupy.float32),
+        cupy.asarray(views, cupy.int32),
+        cupy.asarray(params.reshape(views.size, -1), cupy.float32),
+        cupy.asarray(np.asarray(coef, np.float64), cupy.float32),
+        out,
+        np.int32(n_points),
+        np.int32(views.size),
+        np.int32(q.shape[1]),
+        np.int32(q.shape[2]),
+    ]
     if not cone:
         args += [np.float32(row_scale), np.float32(row_offset)]
     _module().get_function(name)((-(-n_points // BLOCK),), (BLOCK,), tuple(args))
@@ -103,6 +128,15 @@ def store_views(dst, src) -> None:
     fp16 = dst.dtype == np.float16
     out = dst.view(cupy.uint16) if fp16 else dst
     _module().get_function("store_f16" if fp16 else "store_f32")(
-        (-(-cols // BLOCK), rows, k), (BLOCK,),
-        (src, np.int64(src.strides[0] // 4), np.int32(src.strides[1] // 4), out,
-         np.int64(dst.strides[0] // dst.itemsize), np.int32(dst.strides[1] // dst.itemsize), np.int32(cols)))
+        (-(-cols // BLOCK), rows, k),
+        (BLOCK,),
+        (
+            src,
+            np.int64(src.strides[0] // 4),
+            np.int32(src.strides[1] // 4),
+            out,
+            np.int64(dst.strides[0] // dst.itemsize),
+            np.int32(dst.strides[1] // dst.itemsize),
+            np.int32(cols),
+        ),
+    )

@@ -35,6 +35,7 @@ back by :class:`SlabDownload`: slab by slab, as the kernels finishing each
 are queued, through the pinned buffers of a :class:`Staging` (which several
 downloads may share); pinned host memory comes from :func:`empty_pinned`.
 """
+
 from __future__ import annotations
 
 import os
@@ -104,10 +105,9 @@ def parallel_copy(dst: np.ndarray, src: np.ndarray) -> None:
         return
     if _copy_pool is None:
         copy_threads_for(1)
-    pool = _copy_pool          # read once: another thread may swap in a larger pool
+    pool = _copy_pool  # read once: another thread may swap in a larger pool
     bounds = np.linspace(0, n, parts + 1).astype(int)
-    futures = [pool.submit(dst[a:b].__setitem__, Ellipsis, src[a:b])
-               for a, b in zip(bounds[:-1], bounds[1:])]
+    futures = [pool.submit(dst[a:b].__setitem__, Ellipsis, src[a:b]) for a, b in zip(bounds[:-1], bounds[1:])]
     for f in futures:
         f.result()
 
@@ -146,14 +146,16 @@ class _PinnedBlock:
 
     def __init__(self, nbytes: int):
         import cupy
+
         self.raw = np.empty(nbytes, np.uint8)
         for touched in touch_pages(self.raw):
             touched.result()
         self.ptr, self.nbytes = self.raw.ctypes.data, nbytes
-        cupy.cuda.runtime.hostRegister(self.ptr, nbytes, 1)   # 1: cudaHostRegisterPortable
+        cupy.cuda.runtime.hostRegister(self.ptr, nbytes, 1)  # 1: cudaHostRegisterPortable
 
     def unregister(self) -> None:
         import cupy
+
         cupy.cuda.runtime.hostUnregister(self.ptr)
 
 
@@ -165,8 +167,7 @@ class _PinnedOwner:
 
     def __init__(self, block: _PinnedBlock, shape: tuple, dtype: np.dtype, pooled: bool = True):
         self.block, self.pooled = block, pooled
-        self.__array_interface__ = {"shape": shape, "typestr": dtype.str, "data": (block.ptr, False),
-                                    "version": 3}
+        self.__array_interface__ = {"shape": shape, "typestr": dtype.str, "data": (block.ptr, False), "version": 3}
 
     def __del__(self):
         try:
@@ -175,7 +176,7 @@ class _PinnedOwner:
                 return
             with _pinned_lock:
                 _pinned_free.setdefault(self.block.nbytes, []).append(self.block)
-        except Exception:   # at interpreter exit the modules, or the CUDA context, may be gone
+        except Exception:  # at interpreter exit the modules, or the CUDA context, may be gone
             pass
 
 
@@ -199,12 +200,14 @@ def empty_pinned(shape, dtype=np.float32) -> np.ndarray:
         block = free.pop() if free else None
     if block is None and not _register_failed:
         import cupy
+
         try:
             block = _PinnedBlock(size)
         except cupy.cuda.runtime.CUDARuntimeError:
             _register_failed = True
     if block is None:
         import cupyx
+
         return cupyx.empty_pinned(shape, dtype)
     return np.asarray(_PinnedOwner(block, shape, dtype))
 
@@ -218,6 +221,7 @@ def pinned_array(shape, dtype=np.float32) -> np.ndarray | None:
     if _register_failed:
         return None
     import cupy
+
     try:
         block = _PinnedBlock(nbytes)
     except cupy.cuda.runtime.CUDARuntimeError:
@@ -293,7 +297,7 @@ def _copy_rows_async(device_ptr: int, host: np.ndarray, kind, stream) -> None:
         copy(host.ctypes.data, device_ptr, host.nbytes)
         return
     width, pitch, height = host[0].nbytes, host.strides[0], host.shape[0]
-    if pitch > _MAX_PITCH:   # beyond what a strided copy takes: the items one by one
+    if pitch > _MAX_PITCH:  # beyond what a strided copy takes: the items one by one
         for i in range(height):
             copy(host.ctypes.data + i * pitch, device_ptr + i * width, width)
     elif to_device:
@@ -307,20 +311,39 @@ def _pinned_part(name: str, part: np.ndarray, shape: tuple, dtype) -> np.ndarray
     if not is_pinned(part):
         raise ValueError(f"{name}: a chunk's array must lie in pinned memory (pipeline.pinned_array)")
     if part.shape != tuple(shape) or part.dtype != np.dtype(dtype):
-        raise ValueError(f"{name}: a chunk's array is {part.dtype} of shape {part.shape}, "
-                         f"the chunk {np.dtype(dtype)} of shape {tuple(shape)}")
-    if not part.flags.c_contiguous and part.size and (not part[0].flags.c_contiguous
-                                                      or part.strides[0] < part[0].nbytes):
-        raise ValueError(f"{name}: a chunk's array must have each item along its first axis C-contiguous, "
-                         f"one after another (strides {part.strides})")
+        raise ValueError(
+            f"{name}: a chunk's array is {part.dtype} of shape {part.shape}, "
+            f"the chunk {np.dtype(dtype)} of shape {tuple(shape)}"
+        )
+    if (
+        not part.flags.c_contiguous
+        and part.size
+        and (not part[0].flags.c_contiguous or part.strides[0] < part[0].nbytes)
+    ):
+        raise ValueError(
+            f"{name}: a chunk's array must have each item along its first axis C-contiguous, "
+            f"one after another (strides {part.strides})"
+        )
     return part
 
 
-def stream_chunks(chunks: Sequence | Iterable, *, in_shape: Callable, out_shape: Callable | None,
-                  compute: Callable, load: Callable | None = None, store: Callable | None = None,
-                  source: Callable | None = None, target: Callable | None = None,
-                  in_dtype=np.float32, out_dtype=np.float32, on_done: Callable | None = None,
-                  stats: dict | None = None, largest=None, in_elements: int = 0) -> None:
+def stream_chunks(
+    chunks: Sequence | Iterable,
+    *,
+    in_shape: Callable,
+    out_shape: Callable | None,
+    compute: Callable,
+    load: Callable | None = None,
+    store: Callable | None = None,
+    source: Callable | None = None,
+    target: Callable | None = None,
+    in_dtype=np.float32,
+    out_dtype=np.float32,
+    on_done: Callable | None = None,
+    stats: dict | None = None,
+    largest=None,
+    in_elements: int = 0,
+) -> None:
     """Run ``compute`` over ``chunks`` with loads, uploads, downloads and
     stores overlapped (see the module docstring) on the current device.
 
@@ -367,17 +390,18 @@ def stream_chunks(chunks: Sequence | Iterable, *, in_shape: Callable, out_shape:
     dev_out = [cupy.empty(n_out, out_dtype) for _ in range(2)] if has_out else None
     # host -> device, device -> host, kernels: lent, so that a repeated call finds its cached blocks
     with device_state.lend_streams(3) as (copy_stream, d2h_stream, compute_stream):
-        setup = time.perf_counter() - wall0   # pinned and device buffers (pools make repeats cheap)
+        setup = time.perf_counter() - wall0  # pinned and device buffers (pools make repeats cheap)
         host_seconds = {"load": 0.0, "store": 0.0}
-        spans: dict = {"h2d": [], "compute": [], "d2h": []}   # (start, stop) CUDA events
+        spans: dict = {"h2d": [], "compute": [], "d2h": []}  # (start, stop) CUDA events
 
         def span(kind, stream):
             start = cupy.cuda.Event()
             start.record(stream)
             spans[kind].append(start)
-        h2d_done: list = [None, None]      # pinned input b may be refilled after this
+
+        h2d_done: list = [None, None]  # pinned input b may be refilled after this
         compute_done: list = [None, None]  # device input b may be overwritten after this
-        d2h_done: list = [None, None]      # device output b may be overwritten after this
+        d2h_done: list = [None, None]  # device output b may be overwritten after this
 
         def view(buf, shape):
             return buf[: int(np.prod(shape))].reshape(shape)
@@ -387,7 +411,7 @@ def stream_chunks(chunks: Sequence | Iterable, *, in_shape: Callable, out_shape:
                 event.synchronize()
             t0 = time.perf_counter()
             load(chunk, view(buf, in_shape(chunk)))
-            host_seconds["load"] += time.perf_counter() - t0   # one loader thread: no race
+            host_seconds["load"] += time.perf_counter() - t0  # one loader thread: no race
 
         def store_after(event, chunk, buf):
             event.synchronize()
@@ -419,8 +443,12 @@ def stream_chunks(chunks: Sequence | Iterable, *, in_shape: Callable, out_shape:
                 if compute_done[b] is not None:
                     copy_stream.wait_event(compute_done[b])
                 span("h2d", copy_stream)
-                _copy_rows_async(d_in.data.ptr, host_in(chunk, None if pin_in is None else pin_in[b]),
-                                 cupy.cuda.runtime.memcpyHostToDevice, copy_stream)
+                _copy_rows_async(
+                    d_in.data.ptr,
+                    host_in(chunk, None if pin_in is None else pin_in[b]),
+                    cupy.cuda.runtime.memcpyHostToDevice,
+                    copy_stream,
+                )
                 h2d_done[b] = copy_stream.record()
                 spans["h2d"].append(h2d_done[b])
                 if following is not None and source is None:
@@ -442,11 +470,15 @@ def stream_chunks(chunks: Sequence | Iterable, *, in_shape: Callable, out_shape:
                     continue
 
                 if storing[b] is not None:
-                    storing[b].result()      # pinned output b is free again
+                    storing[b].result()  # pinned output b is free again
                 d2h_stream.wait_event(compute_done[b])
                 span("d2h", d2h_stream)
-                _copy_rows_async(d_out.data.ptr, host_out(chunk, None if pin_out is None else pin_out[b]),
-                                 cupy.cuda.runtime.memcpyDeviceToHost, d2h_stream)
+                _copy_rows_async(
+                    d_out.data.ptr,
+                    host_out(chunk, None if pin_out is None else pin_out[b]),
+                    cupy.cuda.runtime.memcpyDeviceToHost,
+                    d2h_stream,
+                )
                 d2h_done[b] = d2h_stream.record()
                 spans["d2h"].append(d2h_done[b])
                 if target is None:
@@ -496,7 +528,7 @@ class Staging:
         self._closed = threading.Event()
         self._copies: list = []
         self._copier = ThreadPoolExecutor(2, thread_name_prefix="leveret-download")
-        self._n_touch = max(1, _COPY_THREADS // 2)   # beside the copy threads that gather the input
+        self._n_touch = max(1, _COPY_THREADS // 2)  # beside the copy threads that gather the input
         self._toucher = ThreadPoolExecutor(self._n_touch, thread_name_prefix="leveret-touch")
 
     def take(self, n: int, dtype, stop: threading.Event):
@@ -531,10 +563,10 @@ class Staging:
 
     def _copy_out(self, dst, buffer, landed, touched) -> None:
         try:
-            for pages in touched:   # the destination's pages are in before its copy
+            for pages in touched:  # the destination's pages are in before its copy
                 pages.result()
             landed.synchronize()
-            parallel_copy(dst, buffer[:dst.size].reshape(dst.shape))
+            parallel_copy(dst, buffer[: dst.size].reshape(dst.shape))
         finally:
             self._give_back(buffer)
 
@@ -588,9 +620,17 @@ class SlabDownload:
     ``n_slabs``: about how many slabs the volume is cut into.
     """
 
-    def __init__(self, volume, alignment: int, n_slabs: int = 8, host_out=None, staging: Staging | None = None,
-                 block_bytes: int = STAGING_BYTES):
+    def __init__(
+        self,
+        volume,
+        alignment: int,
+        n_slabs: int = 8,
+        host_out=None,
+        staging: Staging | None = None,
+        block_bytes: int = STAGING_BYTES,
+    ):
         import cupy
+
         nz = volume.shape[0]
         step = max(alignment, -(-nz // n_slabs // alignment) * alignment)
         self.slabs = ranges(nz, step)
@@ -604,11 +644,13 @@ class SlabDownload:
         self._blocks = {k0: self._blocks_of(k0, k1) for k0, k1 in self.slabs}
         self._closed = threading.Event()
         self.blocks_sent = 0
-        self._landed = None   # the last block's transfer
+        self._landed = None  # the last block's transfer
         # one thread queues the transfers, slab after slab
         self._sender = ThreadPoolExecutor(1, thread_name_prefix="leveret-download")
-        self._touched = {k0: [f for dst, _ in blocks if dst.ndim == 1 for f in self.staging.touch(dst)]
-                         for k0, blocks in self._blocks.items()}   # a slice that is not contiguous: its copy faults
+        self._touched = {
+            k0: [f for dst, _ in blocks if dst.ndim == 1 for f in self.staging.touch(dst)]
+            for k0, blocks in self._blocks.items()
+        }  # a slice that is not contiguous: its copy faults
         self._sent: list = []
 
     def _blocks_of(self, k0: int, k1: int) -> list:
@@ -622,8 +664,10 @@ class SlabDownload:
         if runs.flags.c_contiguous:
             runs = [(runs.reshape(-1), k0 * plane)]
         else:
-            runs = [(self.out[k].reshape(-1) if self.out[k].flags.c_contiguous else self.out[k], k * plane)
-                    for k in range(k0, k1)]
+            runs = [
+                (self.out[k].reshape(-1) if self.out[k].flags.c_contiguous else self.out[k], k * plane)
+                for k in range(k0, k1)
+            ]
         blocks = []
         for dst, start in runs:
             if dst.ndim == 1:
@@ -636,6 +680,7 @@ class SlabDownload:
         """Download slices ``slab`` (k0, k1) once the kernels queued so far on
         the current stream have run; returns at once."""
         import cupy
+
         self._sent.append(self._sender.submit(self._send, slab, cupy.cuda.get_current_stream().record()))
 
     def _send(self, slab, ready) -> None:
@@ -644,16 +689,17 @@ class SlabDownload:
         import cupy
 
         touched = self._touched.pop(slab[0], [])
-        with cupy.cuda.Device(self.device):   # this thread's events on the volume's GPU
+        with cupy.cuda.Device(self.device):  # this thread's events on the volume's GPU
             self.stream.wait_event(ready)
             flat = self.volume.reshape(-1)
             for dst, start in self._blocks[slab[0]]:
                 buffer = self.staging.take(dst.size, self.out.dtype, self._closed)
                 if buffer is None:
                     return
-                part = flat[start:start + dst.size]
-                _copy_async(buffer.ctypes.data, part.data.ptr, part.nbytes, cupy.cuda.runtime.memcpyDeviceToHost,
-                            self.stream)
+                part = flat[start : start + dst.size]
+                _copy_async(
+                    buffer.ctypes.data, part.data.ptr, part.nbytes, cupy.cuda.runtime.memcpyDeviceToHost, self.stream
+                )
                 self.blocks_sent += 1
                 self._landed = self.stream.record()
                 self.staging.copy_out(dst, buffer, self._landed, touched)
@@ -661,7 +707,7 @@ class SlabDownload:
     def finish(self) -> np.ndarray:
         """Wait for the transfers (and, with the download's own staging, the
         copies into the result); returns the result."""
-        for f in self._sent:     # every transfer queued, so every copy handed over
+        for f in self._sent:  # every transfer queued, so every copy handed over
             f.result()
         if self._own:
             self.staging.drain()

@@ -5,6 +5,7 @@ by dtype); coefficient tables are NumPy ``(rows, 4)`` float64, as
 :func:`leveret.cpu.radon3d.sample_table` makes them: voxel ``[b, j, i]``
 reads its projection at sample ``u = i a + j b + b c + d``.
 """
+
 from __future__ import annotations
 
 import math
@@ -14,9 +15,9 @@ import numpy as np
 
 from ._module import load_module
 
-BLOCK = (32, 8)          # threads per block (x, y) of the back-projection kernels
+BLOCK = (32, 8)  # threads per block (x, y) of the back-projection kernels
 SHARED_BUDGET = 48 * 1024  # bytes of dynamic shared memory per block (the default limit)
-MAX_BATCH = 64           # directions staged per batch at most
+MAX_BATCH = 64  # directions staged per batch at most
 #: The -D options ``radon3d.cu`` needs (it has no defaults of its own).
 DEFINES = (f"RADON_BX={BLOCK[0]}", f"RADON_BY={BLOCK[1]}")
 
@@ -84,8 +85,7 @@ class BackprojectPlan:
     reason: str
 
 
-def plan_backprojection(table: np.ndarray, zpt: int, dtype, n_dirs: int,
-                        path: str = "auto") -> BackprojectPlan:
+def plan_backprojection(table: np.ndarray, zpt: int, dtype, n_dirs: int, path: str = "auto") -> BackprojectPlan:
     """Choose the back-projection kernel for a coefficient table (no GPU needed).
 
     "auto" stages windows in shared memory when one direction's window fits
@@ -104,17 +104,23 @@ def plan_backprojection(table: np.ndarray, zpt: int, dtype, n_dirs: int,
     DB = batch_size(W, itemsize, n_dirs)
     if DB < 1:
         if path == "shared":
-            raise ValueError(f"path: 'shared' was asked for, but a block's window of {W} samples "
-                             f"({np.dtype(dtype).name}) does not fit in {SHARED_BUDGET} bytes of "
-                             f"shared memory; use path='auto' or 'global'")
-        return BackprojectPlan("global", 0, 0, 0,
-                               f"a window of {W} samples does not fit in shared memory")
+            raise ValueError(
+                f"path: 'shared' was asked for, but a block's window of {W} samples "
+                f"({np.dtype(dtype).name}) does not fit in {SHARED_BUDGET} bytes of "
+                f"shared memory; use path='auto' or 'global'"
+            )
+        return BackprojectPlan("global", 0, 0, 0, f"a window of {W} samples does not fit in shared memory")
     if path == "auto" and itemsize == 4 and W > MAX_WINDOW_F32:
-        return BackprojectPlan("global", 0, 0, 0,
-                               f"a float32 window of {W} > {MAX_WINDOW_F32} samples would lose "
-                               f"precision in its float32 coordinates")
-    return BackprojectPlan("shared", W, DB, shared_bytes(W, DB, itemsize),
-                           "asked for" if path == "shared" else "the window fits")
+        return BackprojectPlan(
+            "global",
+            0,
+            0,
+            0,
+            f"a float32 window of {W} > {MAX_WINDOW_F32} samples would lose precision in its float32 coordinates",
+        )
+    return BackprojectPlan(
+        "shared", W, DB, shared_bytes(W, DB, itemsize), "asked for" if path == "shared" else "the window fits"
+    )
 
 
 def backproject_grid(out_shape, zpt: int) -> tuple[int, int, int]:
@@ -131,24 +137,36 @@ def forward_k_per_block(nz: int, n_dirs: int) -> int:
 
 
 def plan_forward(n_samples: int, dtype, path: str = "auto") -> str:
-    """"shared" (a histogram of the n_samples in shared memory per block) or
+    """ "shared" (a histogram of the n_samples in shared memory per block) or
     "global" (atomics straight into the output) for :func:`forward`."""
     if path not in PATHS:
         raise ValueError(f"path: expected one of {PATHS}, got {path!r}")
     _dtype_tag(dtype)
     fits = n_samples * np.dtype(dtype).itemsize <= SHARED_BUDGET
     if path == "shared" and not fits:
-        raise ValueError(f"path: 'shared' was asked for, but a histogram of n_samples={n_samples} "
-                         f"{np.dtype(dtype).name} values does not fit in {SHARED_BUDGET} bytes "
-                         f"of shared memory; use path='auto' or 'global'")
+        raise ValueError(
+            f"path: 'shared' was asked for, but a histogram of n_samples={n_samples} "
+            f"{np.dtype(dtype).name} values does not fit in {SHARED_BUDGET} bytes "
+            f"of shared memory; use path='auto' or 'global'"
+        )
     if path == "auto":
         return "shared" if fits else "global"
     return path
 
 
-def backproject(proj, table: np.ndarray, out, *, proj_bstride: int = 0, table_bstride: int = 0,
-                zpt: int = 4, accumulate: bool = False, table_dev=None, b_offset: int = 0,
-                path: str = "auto"):
+def backproject(
+    proj,
+    table: np.ndarray,
+    out,
+    *,
+    proj_bstride: int = 0,
+    table_bstride: int = 0,
+    zpt: int = 4,
+    accumulate: bool = False,
+    table_dev=None,
+    b_offset: int = 0,
+    path: str = "auto",
+):
     """``out[b, j, i] (+)= sum_q interp(proj_b[q], i a + j b + b c + d)`` (see radon3d.cu).
 
     Parameters
@@ -192,8 +210,18 @@ def backproject(proj, table: np.ndarray, out, *, proj_bstride: int = 0, table_bs
     if table_dev is None:
         table_dev = cupy.asarray(table)
     grid = backproject_grid(out.shape, zpt)
-    head = (proj, np.int64(proj_bstride), table_dev, np.int32(table_bstride), out,
-            np.int32(nx), np.int32(ny), np.int32(nb), np.int32(n_dirs), np.int32(n_samples))
+    head = (
+        proj,
+        np.int64(proj_bstride),
+        table_dev,
+        np.int32(table_bstride),
+        out,
+        np.int32(nx),
+        np.int32(ny),
+        np.int32(nb),
+        np.int32(n_dirs),
+        np.int32(n_samples),
+    )
     tail = (np.int32(b_offset), np.int32(bool(accumulate)))
     module = load_module("radon3d")
     if plan.path == "global":
@@ -201,8 +229,7 @@ def backproject(proj, table: np.ndarray, out, *, proj_bstride: int = 0, table_bs
         kernel(grid, BLOCK, head + tail)
     else:
         kernel = module.get_function(f"radon3d_bp_{tag}_z{zpt}")
-        kernel(grid, BLOCK, head + (np.int32(plan.W), np.int32(plan.DB)) + tail,
-               shared_mem=plan.shared_bytes)
+        kernel(grid, BLOCK, head + (np.int32(plan.W), np.int32(plan.DB)) + tail, shared_mem=plan.shared_bytes)
     return out
 
 
@@ -228,8 +255,19 @@ def forward(vol, table: np.ndarray, out, *, k_per_block: int | None = None, path
     name = f"radon3d_fwd_{tag}" if use == "shared" else f"radon3d_fwd_global_{tag}"
     kernel = load_module("radon3d").get_function(name)
     grid = (n_dirs, -(-nz // k_per_block))
-    kernel(grid, (256,), (vol, cupy.asarray(np.ascontiguousarray(table, np.float64)), out,
-                          np.int32(nx), np.int32(ny), np.int32(nz), np.int32(n_samples),
-                          np.int32(k_per_block)),
-           shared_mem=n_samples * itemsize if use == "shared" else 0)
+    kernel(
+        grid,
+        (256,),
+        (
+            vol,
+            cupy.asarray(np.ascontiguousarray(table, np.float64)),
+            out,
+            np.int32(nx),
+            np.int32(ny),
+            np.int32(nz),
+            np.int32(n_samples),
+            np.int32(k_per_block),
+        ),
+        shared_mem=n_samples * itemsize if use == "shared" else 0,
+    )
     return out

@@ -1,5 +1,6 @@
 """Launcher for ``ray_weights.cu``: the per-pixel ray-length weights of
 ``Projector(adjoint="unmatched")`` in one pass over the projections."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -31,5 +32,6 @@ def weight_by_ray_length(y, frames, out=None):
     total = n_views * n_rows
     grid = (-(-n_cols // BLOCK), min(total, MAX_GRID_Y))
     load_module("ray_weights").get_function("ray_length_weight")(
-        grid, (BLOCK,), (y, out, frames, np.int32(n_rows), np.int32(n_cols), np.int64(total)))
+        grid, (BLOCK,), (y, out, frames, np.int32(n_rows), np.int32(n_cols), np.int64(total))
+    )
     return out

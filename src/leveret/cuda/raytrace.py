@@ -16,6 +16,7 @@ file per path, share raytrace_common.cuh:
 - raytrace_layout.cu: copies between the volume and the structured kernels'
   z-fastest layout.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -28,11 +29,11 @@ from .device_state import upload
 # -D options (leveret.cuda._module.file_defines); the .cu files #error
 # without them, and the launch sizes below are computed from the same values.
 KERNEL_CONSTANTS: dict[str, int] = {
-    "LEVERET_JOSEPH_PAD_Z": 8,    # zero z border of structured Joseph's padded volume: >= 3, 8 starts z on a sector
-    "LEVERET_JV_PATCH": 1,        # gather transpose: a warp's voxel columns, PATCH x PATCH
-    "LEVERET_JV_WARPS_X": 1,      # gather transpose: a block's 8 warps, WARPS_X along x, 8 / WARPS_X along y
-    "LEVERET_JV_MIN_BLOCKS": 3,   # gather transpose: blocks per multiprocessor the registers must allow
-    "LEVERET_JV_HMAX": 7,         # gather transpose: rows per z voxel (either side) its padding covers
+    "LEVERET_JOSEPH_PAD_Z": 8,  # zero z border of structured Joseph's padded volume: >= 3, 8 starts z on a sector
+    "LEVERET_JV_PATCH": 1,  # gather transpose: a warp's voxel columns, PATCH x PATCH
+    "LEVERET_JV_WARPS_X": 1,  # gather transpose: a block's 8 warps, WARPS_X along x, 8 / WARPS_X along y
+    "LEVERET_JV_MIN_BLOCKS": 3,  # gather transpose: blocks per multiprocessor the registers must allow
+    "LEVERET_JV_HMAX": 7,  # gather transpose: rows per z voxel (either side) its padding covers
 }
 
 # raytrace_voxel.cu's second build: 2 x 2 voxel columns per warp (its 4 kz
@@ -40,23 +41,23 @@ KERNEL_CONSTANTS: dict[str, int] = {
 # :func:`voxel_patch` says.
 VOXEL_PATCH2_CONSTANTS: dict[str, int] = {**KERNEL_CONSTANTS, "LEVERET_JV_PATCH": 2, "LEVERET_JV_MIN_BLOCKS": 2}
 
-BLOCK = 256             # threads per block, general path (one thread per ray)
+BLOCK = 256  # threads per block, general path (one thread per ray)
 STRUCTURED_BLOCK = 128  # threads (detector rows) per block, structured path
 SHARED_DEFAULT = 48 * 1024  # dynamic shared memory a kernel gets without opting in
 MAX_GRID_Y = 65535
 JOSEPH_PAD_Z = KERNEL_CONSTANTS["LEVERET_JOSEPH_PAD_Z"]
-DEFINES = tuple(f"{name}={value}" for name, value in KERNEL_CONSTANTS.items())   # every raytrace_*.cu
+DEFINES = tuple(f"{name}={value}" for name, value in KERNEL_CONSTANTS.items())  # every raytrace_*.cu
 VOXEL_PATCH2_DEFINES = tuple(f"{name}={value}" for name, value in VOXEL_PATCH2_CONSTANTS.items())
-EXTRA_BUILDS = {"raytrace_voxel": (VOXEL_PATCH2_DEFINES,)}   # files also built with other constants (_module)
-VOXEL_TABLE_BYTES = 2 << 30   # at most this much for the gather transpose's per-view tables at a time
-VIEW_GROUP = 16         # structured float32 kernels: views per column that run side by side (L2 reuse)
-SIDDON_SPLIT_NZ = 512   # structured float32 Siddon's transpose: this many z slices or more run in two slabs,
-SIDDON_QUARTER_NZ = 640   # ... this many or more in four or more slabs,
-SIDDON_MAX_SLAB = 256     # ... of at most this many slices there,
-SIDDON_HALF_GROUP = 1 << 18   # ... and half VIEW_GROUP views per group from this many slab voxels per view
+EXTRA_BUILDS = {"raytrace_voxel": (VOXEL_PATCH2_DEFINES,)}  # files also built with other constants (_module)
+VOXEL_TABLE_BYTES = 2 << 30  # at most this much for the gather transpose's per-view tables at a time
+VIEW_GROUP = 16  # structured float32 kernels: views per column that run side by side (L2 reuse)
+SIDDON_SPLIT_NZ = 512  # structured float32 Siddon's transpose: this many z slices or more run in two slabs,
+SIDDON_QUARTER_NZ = 640  # ... this many or more in four or more slabs,
+SIDDON_MAX_SLAB = 256  # ... of at most this many slices there,
+SIDDON_HALF_GROUP = 1 << 18  # ... and half VIEW_GROUP views per group from this many slab voxels per view
 TRANSPOSES = ("auto", "gather", "scatter")
-VOXEL_KZ = (1, 4, 8, 12, 16)   # gather transpose: the z depths per lane raytrace_voxel.cu instantiates
-VOXEL_KZ_SETUP = 4   # gather transpose: a lane's set-up per (view, column, plane), in z voxels' work
+VOXEL_KZ = (1, 4, 8, 12, 16)  # gather transpose: the z depths per lane raytrace_voxel.cu instantiates
+VOXEL_KZ_SETUP = 4  # gather transpose: a lane's set-up per (view, column, plane), in z voxels' work
 
 
 # Seconds per unit of work of structured Joseph's two transposes where both
@@ -70,8 +71,9 @@ VOXEL_KZ_SETUP = 4   # gather transpose: a lane's set-up per (view, column, plan
 TRANSPOSE_COST = {"voxel_row": 2.30e-13, "voxel_setup": 2.10e-12, "band_plane": 4.15e-11, "band_voxel": 1.86e-12}
 
 
-def transpose_work(matrices: np.ndarray, n_rows: int, n_cols: int, grid3, offset, scale,
-                   z_range: tuple[int, int] | None = None) -> dict[str, float]:
+def transpose_work(
+    matrices: np.ndarray, n_rows: int, n_cols: int, grid3, offset, scale, z_range: tuple[int, int] | None = None
+) -> dict[str, float]:
     """Work counts of structured Joseph's transposes on a cone geometry.
 
     At the grid's centre, per view: ``s``, detector columns per voxel across
@@ -96,9 +98,9 @@ def transpose_work(matrices: np.ndarray, n_rows: int, n_cols: int, grid3, offset
     offset, scale = np.asarray(offset, float), np.asarray(scale, float)
     size = 1.0 / scale
     centre = np.append(offset + 0.5 * np.array([nx, ny, nz]) * size, 1.0)
-    q = P @ centre                                                  # (n, 3): (u w, v w, w)
+    q = P @ centre  # (n, 3): (u w, v w, w)
     u, v = q[:, 0] / q[:, 2], q[:, 1] / q[:, 2]
-    du = [(P[:, 0, a] - u * P[:, 2, a]) / q[:, 2] for a in range(3)]   # d u / d world x, y, z
+    du = [(P[:, 0, a] - u * P[:, 2, a]) / q[:, 2] for a in range(3)]  # d u / d world x, y, z
     dv = (P[:, 1, 2] - v * P[:, 2, 2]) / q[:, 2]
     cols_per_voxel = float(np.median(np.hypot(du[0], du[1]))) * float(min(size[0], size[1]))
     rows_per_voxel = float(np.median(np.abs(dv))) * float(size[2])
@@ -108,10 +110,15 @@ def transpose_work(matrices: np.ndarray, n_rows: int, n_cols: int, grid3, offset
     lanes = n_views * nx * ny * (-(-nz_gather // (32 * kz))) * 32.0
     planes = float(n_views * n_cols * max(nx, ny))
     band = min(float(nz), n_rows / rows_per_voxel + 2.0) if rows_per_voxel > 0 else float(nz)
-    return {"band_plane": planes, "band_voxel": planes * band, "kz": kz,
-            "voxel_row": lanes * kz * 2 * cols_per_voxel * (2 * np.floor(rows_per_voxel) + 2),
-            "voxel_setup": lanes * (2 * cols_per_voxel + 2),
-            "cols_per_voxel": cols_per_voxel, "rows_per_voxel": rows_per_voxel}
+    return {
+        "band_plane": planes,
+        "band_voxel": planes * band,
+        "kz": kz,
+        "voxel_row": lanes * kz * 2 * cols_per_voxel * (2 * np.floor(rows_per_voxel) + 2),
+        "voxel_setup": lanes * (2 * cols_per_voxel + 2),
+        "cols_per_voxel": cols_per_voxel,
+        "rows_per_voxel": rows_per_voxel,
+    }
 
 
 def transpose_times(work: dict[str, float], atomic_scale: float = 1.0) -> dict[str, float]:
@@ -120,11 +127,13 @@ def transpose_times(work: dict[str, float], atomic_scale: float = 1.0) -> dict[s
     ``atomic_scale``: this GPU's measured correction relative to the gather
     (:func:`tuned_atomic_scale`; 1 where nothing was measured)."""
     c = TRANSPOSE_COST
-    return {"gather": c["voxel_row"] * work["voxel_row"] + c["voxel_setup"] * work["voxel_setup"],
-            "scatter": atomic_scale * (c["band_plane"] * work["band_plane"] + c["band_voxel"] * work["band_voxel"])}
+    return {
+        "gather": c["voxel_row"] * work["voxel_row"] + c["voxel_setup"] * work["voxel_setup"],
+        "scatter": atomic_scale * (c["band_plane"] * work["band_plane"] + c["band_voxel"] * work["band_voxel"]),
+    }
 
 
-TRANSPOSE_TUNING_KEY = "cone/transpose-band"   # the tuning cache's entry of :func:`tuned_atomic_scale`
+TRANSPOSE_TUNING_KEY = "cone/transpose-band"  # the tuning cache's entry of :func:`tuned_atomic_scale`
 
 
 def tuned_atomic_scale(gpu: str) -> float:
@@ -132,6 +141,7 @@ def tuned_atomic_scale(gpu: str) -> float:
     ``gpu``, as ``leveret tune`` measured it (:func:`leveret.operators.autotune.tune_transpose`); 1 where
     nothing was measured."""
     from . import tuning
+
     config = tuning.lookup(gpu, TRANSPOSE_TUNING_KEY)
     return 1.0 if config is None else float(config["atomic_scale"])
 
@@ -142,8 +152,7 @@ def voxel_applies(params: np.ndarray, n_cols: int, grid3, offset, scale) -> bool
     (:func:`voxel_rows_per_voxel`; ``inf`` with a source inside the grid) and
     row coordinates within its fixed point (:func:`voxel_row_extent`)."""
     h = voxel_rows_per_voxel(params, n_cols, grid3, offset, scale)
-    return bool(h < voxel_constants()["hmax"] + 1
-                and voxel_row_extent(params, n_cols, grid3, offset, scale) < 2.0 ** 30)
+    return bool(h < voxel_constants()["hmax"] + 1 and voxel_row_extent(params, n_cols, grid3, offset, scale) < 2.0**30)
 
 
 def joseph_padded_nz(nz: int) -> int:
@@ -226,9 +235,11 @@ def voxel_kz(nz: int, cols_per_voxel: float = 1.0, rows_per_voxel: float = 1.0) 
     largest depth on a tie). 256 slices: 8 (one tile, no idle lane); 384: 12;
     512, 896 and 1024: 16 below ``VOXEL_WIDE_COLS``, 8 from there; 640 and
     768: 12 below ``VOXEL_DENSE_COLS``, 8 from there."""
+
     def work(kz):
         share = voxel_patch2_work(cols_per_voxel) if voxel_patch(kz, cols_per_voxel, rows_per_voxel) == 2 else 1.0
         return -(-int(nz) // (32 * kz)) * (kz + VOXEL_KZ_SETUP) * share
+
     return min(VOXEL_KZ[::-1], key=work)
 
 
@@ -275,8 +286,13 @@ def voxel_constants(constants: dict[str, int] = KERNEL_CONSTANTS) -> dict[str, i
     (rows per voxel on either side) and the padding rows below and above the
     detector (raytrace_voxel.cu: JV_PAD_LO, JV_PAD_HI)."""
     hmax, wx = constants["LEVERET_JV_HMAX"], constants["LEVERET_JV_WARPS_X"]
-    return {"patch": constants["LEVERET_JV_PATCH"], "warps": (wx, 8 // wx),
-            "hmax": hmax, "pad_lo": 2 * hmax + 2, "pad_hi": 2 * hmax + 3}
+    return {
+        "patch": constants["LEVERET_JV_PATCH"],
+        "warps": (wx, 8 // wx),
+        "hmax": hmax,
+        "pad_lo": 2 * hmax + 2,
+        "pad_hi": 2 * hmax + 3,
+    }
 
 
 def _reach_box(grid3, offset, scale) -> tuple[np.ndarray, np.ndarray]:
@@ -416,8 +432,9 @@ def view_parameters(geometry) -> tuple[int, np.ndarray]:
         params[:, :3] = geometry.source_positions()
         params[:, 3:] = np.linalg.inv(P[:, :, :3]).reshape(-1, 9)
         return 1, params
-    raise TypeError(f"geometry: expected a ParallelGeometry, ParallelVecGeometry or ConeGeometry, "
-                    f"got {type(geometry).__name__}")
+    raise TypeError(
+        f"geometry: expected a ParallelGeometry, ParallelVecGeometry or ConeGeometry, got {type(geometry).__name__}"
+    )
 
 
 def shared_limit() -> int:
@@ -426,6 +443,7 @@ def shared_limit() -> int:
     import cupy
 
     from . import device_properties
+
     return int(device_properties(cupy.cuda.Device().id).get("sharedMemPerBlockOptin", SHARED_DEFAULT))
 
 
@@ -458,7 +476,7 @@ def structured_ratio(params: np.ndarray, n_rows: int, n_cols: int, spacing_xyz) 
     u = np.arange(n_cols, dtype=np.float64)
     worst = 0.0
     for v in (0.0, float(n_rows - 1)):
-        q = Minv[:, :, 0, None] * u + Minv[:, :, 1, None] * v + Minv[:, :, 2, None]   # (n, 3, n_cols)
+        q = Minv[:, :, 0, None] * u + Minv[:, :, 1, None] * v + Minv[:, :, 2, None]  # (n, 3, n_cols)
         qxy = np.hypot(q[:, 0], q[:, 1])
         if np.any(qxy == 0):
             return float("inf")
@@ -469,8 +487,9 @@ def structured_ratio(params: np.ndarray, n_rows: int, n_cols: int, spacing_xyz) 
     return worst
 
 
-def structured_float32_bound(params: np.ndarray, n_rows: int, n_cols: int, grid3, spacing_xyz,
-                             max_abs_volume: float, max_abs_projection: float) -> float:
+def structured_float32_bound(
+    params: np.ndarray, n_rows: int, n_cols: int, grid3, spacing_xyz, max_abs_volume: float, max_abs_projection: float
+) -> float:
     """Bound on ``|A32 x - A64 x|`` (absolute, per ray) of the structured path's
     float32 march against the float64 operator (raytrace_siddon.cu, ``structured_fast``).
 
@@ -485,7 +504,7 @@ def structured_float32_bound(params: np.ndarray, n_rows: int, n_cols: int, grid3
     """
     nz, ny, nx = (int(n) for n in grid3)
     vx, vy, _ = spacing_xyz
-    u = 2.0 ** -24
+    u = 2.0**-24
     T = float(np.hypot(nx * vx, ny * vy))
     Minv = params[:, 3:].reshape(-1, 3, 3)
     cols = np.arange(n_cols, dtype=np.float64)
@@ -503,7 +522,7 @@ def joseph_float32_bound(grid3, spacing_xyz, max_abs_volume: float, max_abs_proj
     ``u = 2^-24``, ``eps = u (1 + n_m)`` (index error of a sample), ``n_m``
     the planes along the dominant axis and ``w <= sqrt(3)`` times its voxel
     size; taken here over the three axes (whichever is dominant)."""
-    u = 2.0 ** -24
+    u = 2.0**-24
     nz, ny, nx = (int(n) for n in grid3)
     worst = 0.0
     for n_m, size in zip((nx, ny, nz), spacing_xyz):
@@ -552,22 +571,36 @@ class CudaRaytracer:
         float32 Siddon's transpose; None: :func:`siddon_view_group`.
     """
 
-    def __init__(self, geometry, grid3, offset, scale, model: str, dtype, structured="auto",
-                 transpose: str = "auto", views_per_batch: int | None = None, voxel_patch: int | None = None,
-                 z_slab: int | None = None, view_group: int | None = None):
+    def __init__(
+        self,
+        geometry,
+        grid3,
+        offset,
+        scale,
+        model: str,
+        dtype,
+        structured="auto",
+        transpose: str = "auto",
+        views_per_batch: int | None = None,
+        voxel_patch: int | None = None,
+        z_slab: int | None = None,
+        view_group: int | None = None,
+    ):
 
         from .. import _validate as v
 
         transpose = v.choice("transpose", transpose, TRANSPOSES)
-        self.views_per_batch = None if views_per_batch is None else v.positive_int("views_per_batch",
-                                                                                  views_per_batch)
+        self.views_per_batch = None if views_per_batch is None else v.positive_int("views_per_batch", views_per_batch)
         if voxel_patch not in (None, 1, 2):
             raise ValueError(f"voxel_patch: expected None, 1 or 2, got {voxel_patch!r}")
         self.voxel_patch = voxel_patch
         self.z_slab = siddon_z_slab(grid3) if z_slab is None else v.positive_int("z_slab", z_slab)
         self.kind, params = view_parameters(geometry)
-        self.view_group = (siddon_view_group(grid3, params.shape[0], self.z_slab) if view_group is None
-                           else v.positive_int("view_group", view_group))
+        self.view_group = (
+            siddon_view_group(grid3, params.shape[0], self.z_slab)
+            if view_group is None
+            else v.positive_int("view_group", view_group)
+        )
         self.is2d = int(isinstance(geometry, ParallelGeometry) and geometry.is_2d)
         shape = tuple(geometry.projection_shape)
         self.n_rows, self.n_cols = (1, shape[1]) if self.is2d else (shape[1], shape[2])
@@ -575,7 +608,7 @@ class CudaRaytracer:
         self.model = model
         self.dtype = np.dtype(dtype)
         self.params_host = params
-        self.params = upload(params)   # complete: other threads' streams read it
+        self.params = upload(params)  # complete: other threads' streams read it
         g = np.zeros(8)
         g[0] = getattr(geometry, "det_spacing", 1.0)
         g[1] = getattr(geometry, "row_spacing", 1.0)
@@ -587,43 +620,52 @@ class CudaRaytracer:
         if model == "siddon":
             shared = 8 * (2 * nx + 2 * ny + 4) + 4 * (nx + ny + 1)
             if self.dtype == np.float32:
-                shared += 4 * (nx + ny + 2)   # the float32 copy of the merged crossings (structured_fast)
+                shared += 4 * (nx + ny + 2)  # the float32 copy of the merged crossings (structured_fast)
         else:
-            shared = 16 * max(nx, ny)         # structured_joseph: one JPlane per plane
+            shared = 16 * max(nx, ny)  # structured_joseph: one JPlane per plane
         self.shared_bytes = shared
         # Structured Joseph exists in float32 only (raytrace_joseph.cu).
         has_kernel = model == "siddon" or self.dtype == np.float32
-        self.ratio = (structured_ratio(params, self.n_rows, self.n_cols, 1.0 / np.asarray(scale))
-                      if self.kind == 1 and has_kernel else float("inf"))
+        self.ratio = (
+            structured_ratio(params, self.n_rows, self.n_cols, 1.0 / np.asarray(scale))
+            if self.kind == 1 and has_kernel
+            else float("inf")
+        )
         limit = shared_limit()
         valid = self.ratio <= 1.0 and shared <= limit
-        if model == "joseph":   # 32-bit element offsets into the padded volume
-            valid = valid and (ny + 2) * (nx + 2) * joseph_padded_nz(nz) < 2 ** 31
+        if model == "joseph":  # 32-bit element offsets into the padded volume
+            valid = valid and (ny + 2) * (nx + 2) * joseph_padded_nz(nz) < 2**31
         if structured is True and not valid:
-            raise ValueError(f"structured: the structured path does not apply here (max |dz|/|dxy| "
-                             f"ratio {self.ratio:.3g} must be <= 1, the geometry must be cone-beam "
-                             f"without detector tilt, Siddon or float32 Joseph, shared memory "
-                             f"{shared} <= {limit} bytes)")
+            raise ValueError(
+                f"structured: the structured path does not apply here (max |dz|/|dxy| "
+                f"ratio {self.ratio:.3g} must be <= 1, the geometry must be cone-beam "
+                f"without detector tilt, Siddon or float32 Joseph, shared memory "
+                f"{shared} <= {limit} bytes)"
+            )
         self.structured = valid if structured == "auto" else bool(structured)
         # The gather transpose reads rows up to JV_HMAX + 1 from a voxel (its
         # padding) and steps row coordinates in 32.32 fixed point.
-        voxel_ok = self.structured and model == "joseph" and voxel_applies(params, self.n_cols, self.grid3,
-                                                                          offset, scale)
+        voxel_ok = (
+            self.structured and model == "joseph" and voxel_applies(params, self.n_cols, self.grid3, offset, scale)
+        )
         if transpose == "gather" and not voxel_ok:
-            raise ValueError("transpose: 'gather' applies to structured Joseph (cone beam without detector tilt, "
-                             "precision float32) with detector rows at least an eighth of a voxel apart in z and the "
-                             "sources outside the grid; use 'auto' or 'scatter' here")
+            raise ValueError(
+                "transpose: 'gather' applies to structured Joseph (cone beam without detector tilt, "
+                "precision float32) with detector rows at least an eighth of a voxel apart in z and the "
+                "sources outside the grid; use 'auto' or 'scatter' here"
+            )
         # The scatter transpose driven by columns (structured_joseph_adjoint_band) needs the voxel
         # transpose's row spacing and a column's bands and rows in shared memory; else the scatter.
         self.band_shared = band_shared_bytes(nx, ny, self.n_rows)
         self.band = voxel_ok and self.band_shared <= limit
-        self.predicted = None   # the cost model's seconds of both transposes, where both apply
-        self.voxel_z = (0, nz)   # the slices the gather transpose visits (voxel_z_range, where it applies)
-        self.voxel_kz = voxel_kz(nz)   # the gather transpose's z voxels per lane (from the geometry where it applies)
-        self.voxel_sampling = (1.0, 1.0)   # and the detector columns and rows per voxel that choose its patch
+        self.predicted = None  # the cost model's seconds of both transposes, where both apply
+        self.voxel_z = (0, nz)  # the slices the gather transpose visits (voxel_z_range, where it applies)
+        self.voxel_kz = voxel_kz(nz)  # the gather transpose's z voxels per lane (from the geometry where it applies)
+        self.voxel_sampling = (1.0, 1.0)  # and the detector columns and rows per voxel that choose its patch
         if voxel_ok:
             P = geometry.matrices if geometry.matrices.ndim == 3 else geometry.matrices[None]
             from . import gpu_name
+
             self.voxel_z = voxel_z_range(params, self.n_rows, self.n_cols, self.grid3, offset, scale)
             work = transpose_work(P, self.n_rows, self.n_cols, self.grid3, offset, scale, self.voxel_z)
             self.predicted = transpose_times(work, tuned_atomic_scale(gpu_name()))
@@ -632,8 +674,8 @@ class CudaRaytracer:
         if transpose == "auto":
             transpose = auto_transpose(self.predicted)
         self.transpose = transpose
-        self._voxel_floats = None   # the gather transpose's per-view float32 numbers on the GPU, made at first use
-        self._voxel_batch = None    # the gather transpose's views per launch, set at first use
+        self._voxel_floats = None  # the gather transpose's per-view float32 numbers on the GPU, made at first use
+        self._voxel_batch = None  # the gather transpose's views per launch, set at first use
 
     @property
     def _suffix(self) -> str:
@@ -674,8 +716,14 @@ class CudaRaytracer:
         if self.dtype == np.float32 and name.endswith("adjoint"):
             nz = self.grid3[0]
             for z0 in range(0, nz, self.z_slab):
-                self._grouped("raytrace_siddon", f"{name}_fast", volT, proj, group=self.view_group,
-                              slab=(np.int32(z0), np.int32(min(nz, z0 + self.z_slab))))
+                self._grouped(
+                    "raytrace_siddon",
+                    f"{name}_fast",
+                    volT,
+                    proj,
+                    group=self.view_group,
+                    slab=(np.int32(z0), np.int32(min(nz, z0 + self.z_slab))),
+                )
             return
         if self.dtype == np.float32:
             self._grouped("raytrace_siddon", f"{name}_fast", volT, proj)
@@ -685,12 +733,26 @@ class CudaRaytracer:
         n_views = self.params_host.shape[0]
         for v0 in range(0, n_views, MAX_GRID_Y):
             v1 = min(n_views, v0 + MAX_GRID_Y)
-            kernel((self.n_cols, v1 - v0), (STRUCTURED_BLOCK,),
-                   (volT, proj[v0:v1], nx, ny, nz, self.params[v0:v1], self.g, np.int32(self.n_rows),
-                    np.int32(self.n_cols)), shared_mem=self.shared_bytes)
+            kernel(
+                (self.n_cols, v1 - v0),
+                (STRUCTURED_BLOCK,),
+                (
+                    volT,
+                    proj[v0:v1],
+                    nx,
+                    ny,
+                    nz,
+                    self.params[v0:v1],
+                    self.g,
+                    np.int32(self.n_rows),
+                    np.int32(self.n_cols),
+                ),
+                shared_mem=self.shared_bytes,
+            )
 
-    def _grouped(self, module: str, name: str, vol, proj, group: int = VIEW_GROUP, slab: tuple = (),
-                 shared: int | None = None):
+    def _grouped(
+        self, module: str, name: str, vol, proj, group: int = VIEW_GROUP, slab: tuple = (), shared: int | None = None
+    ):
         """Launch a structured float32 kernel with blocks (column, view) in
         groups of ``group`` views per column (raytrace_common.cuh: grouped_block);
         ``slab``: the z slab (z0, z1) Siddon's transpose adds into; ``shared``:
@@ -703,14 +765,30 @@ class CudaRaytracer:
         step = MAX_GRID_Y * group
         for v0 in range(0, n_views, step):
             v1 = min(n_views, v0 + step)
-            kernel((self.n_cols * group, -(-(v1 - v0) // group)), (STRUCTURED_BLOCK,),
-                   (vol, proj[v0:v1], nx, ny, nz, self.params[v0:v1], self.g, np.int32(v1 - v0),
-                    np.int32(self.n_rows), np.int32(self.n_cols), np.int32(group), *slab),
-                   shared_mem=shared)
+            kernel(
+                (self.n_cols * group, -(-(v1 - v0) // group)),
+                (STRUCTURED_BLOCK,),
+                (
+                    vol,
+                    proj[v0:v1],
+                    nx,
+                    ny,
+                    nz,
+                    self.params[v0:v1],
+                    self.g,
+                    np.int32(v1 - v0),
+                    np.int32(self.n_rows),
+                    np.int32(self.n_cols),
+                    np.int32(group),
+                    *slab,
+                ),
+                shared_mem=shared,
+            )
 
     def _padded(self):
         """Structured Joseph's zero-bordered z-fastest volume (ny + 2, nx + 2, :func:`joseph_padded_nz`)."""
         import cupy
+
         nz, ny, nx = self.grid3
         return cupy.zeros((ny + 2, nx + 2, joseph_padded_nz(nz)), np.float32)
 
@@ -720,11 +798,12 @@ class CudaRaytracer:
         values y w in (view, column, row) order, then one pass over the
         z-fastest volume; finally the copy back to (nz, ny, nx)."""
         import cupy
+
         nx, ny, nz = self._scalars()
         c = voxel_constants()
         rows_p = self.n_rows + c["pad_lo"] + c["pad_hi"]
         n_views = self.params_host.shape[0]
-        if self._voxel_batch is None:   # once: reading the free memory waits for the device
+        if self._voxel_batch is None:  # once: reading the free memory waits for the device
             per_view = 4 * self.n_cols * rows_p + 8 * 8 * self.n_cols
             free = cupy.cuda.Device().mem_info[0]
             batch = int(max(1, min(n_views, MAX_GRID_Y, min(VOXEL_TABLE_BYTES, free // 4) // per_view)))
@@ -734,15 +813,15 @@ class CudaRaytracer:
         patch = voxel_patch(kz, *self.voxel_sampling) if self.voxel_patch is None else self.voxel_patch
         module = load_module("raytrace_voxel", DEFINES if patch == 1 else VOXEL_PATCH2_DEFINES)
         c = voxel_constants(KERNEL_CONSTANTS if patch == 1 else VOXEL_PATCH2_CONSTANTS)
-        bx, by = (w * c["patch"] for w in c["warps"])   # voxel columns per block (8 warps)
-        k_base, slices = voxel_z_slices(int(nz), self.voxel_z)   # the slices some ray reaches
+        bx, by = (w * c["patch"] for w in c["warps"])  # voxel columns per block (8 warps)
+        k_base, slices = voxel_z_slices(int(nz), self.voxel_z)  # the slices some ray reaches
         grid = (-(-int(nx) // bx), -(-int(ny) // by), -(-slices // (32 * kz)))
         values = cupy.empty(batch * self.n_cols * rows_p, np.float32)
         cols = cupy.empty(batch * self.n_cols * 8, np.float64)
         flags = cupy.empty(batch, np.int32)
         covered = k_base == 0 and grid[2] * 32 * kz >= int(nz)
         volT = (cupy.empty if covered else cupy.zeros)((int(ny), int(nx), int(nz)), np.float32)
-        if self._voxel_floats is None:   # once: a pageable upload per call would wait for the stream
+        if self._voxel_floats is None:  # once: a pageable upload per call would wait for the stream
             self._voxel_floats = upload(voxel_view_floats(self.params_host))
         vf = self._voxel_floats
         for v0 in range(0, n_views, batch):
@@ -752,13 +831,33 @@ class CudaRaytracer:
             n = (v1 - v0) * self.n_cols
             flags.fill(0)
             module.get_function("joseph_voxel_columns")(
-                (-(-n // BLOCK),), (BLOCK,), (cols, flags, par, self.g, nx, ny, nv, np.int32(self.n_cols)))
+                (-(-n // BLOCK),), (BLOCK,), (cols, flags, par, self.g, nx, ny, nv, np.int32(self.n_cols))
+            )
             module.get_function("joseph_voxel_values")(
-                (-(-self.n_cols // 32), -(-rows_p // 32), int(nv)), (32, 8),
-                (values, proj[v0:v1], nx, ny, nz, par, self.g, nv, np.int32(self.n_rows), np.int32(self.n_cols)))
+                (-(-self.n_cols // 32), -(-rows_p // 32), int(nv)),
+                (32, 8),
+                (values, proj[v0:v1], nx, ny, nz, par, self.g, nv, np.int32(self.n_rows), np.int32(self.n_cols)),
+            )
             module.get_function(f"joseph_voxel_gather_kz{kz}")(
-                grid, (256,), (volT, values, cols, flags, vf[v0:v1], self.g, nx, ny, nz, nv,
-                               np.int32(self.n_rows), np.int32(self.n_cols), np.int32(v0 > 0), np.int32(k_base)))
+                grid,
+                (256,),
+                (
+                    volT,
+                    values,
+                    cols,
+                    flags,
+                    vf[v0:v1],
+                    self.g,
+                    nx,
+                    ny,
+                    nz,
+                    nv,
+                    np.int32(self.n_rows),
+                    np.int32(self.n_cols),
+                    np.int32(v0 > 0),
+                    np.int32(k_base),
+                ),
+            )
         return self._zfast(False, volT, out)
 
     def _zfast(self, to: bool, src, dst, padded: bool = False):
@@ -768,10 +867,10 @@ class CudaRaytracer:
         ``padded``: structured Joseph's zero-bordered layout (:meth:`_padded`),
         whose border is left as it is."""
         nx, ny, nz = self._scalars()
-        if int(ny) > MAX_GRID_Y:   # the grid's z extent; not a size anyone projects
+        if int(ny) > MAX_GRID_Y:  # the grid's z extent; not a size anyone projects
             inner = dst if to else src
             if padded:
-                inner = inner[1:-1, 1:-1, JOSEPH_PAD_Z:JOSEPH_PAD_Z + int(nz)]
+                inner = inner[1:-1, 1:-1, JOSEPH_PAD_Z : JOSEPH_PAD_Z + int(nz)]
             if to:
                 inner[...] = src.transpose(1, 2, 0)
             else:
@@ -779,7 +878,8 @@ class CudaRaytracer:
             return dst
         name = f"{'to' if to else 'from'}_{'zpad_f32' if padded else 'zfast_' + self._suffix}"
         load_module("raytrace_layout").get_function(name)(
-            (-(-int(nx) // 32), -(-int(nz) // 32), int(ny)), (32, 8, 1), (src, dst, nx, ny, nz))
+            (-(-int(nx) // 32), -(-int(nz) // 32), int(ny)), (32, 8, 1), (src, dst, nx, ny, nz)
+        )
         return dst
 
     def laid_out(self, vol):
@@ -787,11 +887,12 @@ class CudaRaytracer:
         structured paths' z-fastest copy (zero-bordered for Joseph), else
         ``vol`` itself. Views dealt to one GPU in several blocks share one."""
         import cupy
+
         nx, ny, nz = self._scalars()
         if self.structured and self.model == "joseph":
             return self._zfast(True, vol, self._padded(), padded=True)
         if self.structured:
-            return self._zfast(True, vol, cupy.empty((int(ny), int(nx), int(nz)), self.dtype))   # z fastest
+            return self._zfast(True, vol, cupy.empty((int(ny), int(nx), int(nz)), self.dtype))  # z fastest
         return vol
 
     def forward(self, vol, out, *, laid_out=None):
@@ -808,14 +909,29 @@ class CudaRaytracer:
             return out
         n = n_views * self.n_rows * self.n_cols
         self._general_kernel("forward")(
-            (-(-n // BLOCK),), (BLOCK,),
-            (vol, out, nx, ny, nz, self.params, self.g, np.int32(n_views), np.int32(self.n_rows),
-             np.int32(self.n_cols), np.int32(self.kind), np.int32(self.is2d)))
+            (-(-n // BLOCK),),
+            (BLOCK,),
+            (
+                vol,
+                out,
+                nx,
+                ny,
+                nz,
+                self.params,
+                self.g,
+                np.int32(n_views),
+                np.int32(self.n_rows),
+                np.int32(self.n_cols),
+                np.int32(self.kind),
+                np.int32(self.is2d),
+            ),
+        )
         return out
 
     def adjoint(self, proj, out):
         """``out`` (nz, ny, nx) = A^T ``proj``; ``out`` is overwritten."""
         import cupy
+
         n_views = self.params_host.shape[0]
         nx, ny, nz = self._scalars()
         if self.structured and self.model == "joseph" and self.transpose == "gather":
@@ -823,8 +939,7 @@ class CudaRaytracer:
         if self.structured and self.model == "joseph":
             volP = self._padded()
             if self.band:
-                self._grouped("raytrace_joseph", "structured_joseph_adjoint_band", volP, proj,
-                              shared=self.band_shared)
+                self._grouped("raytrace_joseph", "structured_joseph_adjoint_band", volP, proj, shared=self.band_shared)
             else:
                 self._grouped("raytrace_joseph", "structured_joseph_adjoint_fast", volP, proj)
             self._zfast(False, volP, out, padded=True)
@@ -837,7 +952,21 @@ class CudaRaytracer:
         out.fill(0)
         n = n_views * self.n_rows * self.n_cols
         self._general_kernel("adjoint")(
-            (-(-n // BLOCK),), (BLOCK,),
-            (out, proj, nx, ny, nz, self.params, self.g, np.int32(n_views), np.int32(self.n_rows),
-             np.int32(self.n_cols), np.int32(self.kind), np.int32(self.is2d)))
+            (-(-n // BLOCK),),
+            (BLOCK,),
+            (
+                out,
+                proj,
+                nx,
+                ny,
+                nz,
+                self.params,
+                self.g,
+                np.int32(n_views),
+                np.int32(self.n_rows),
+                np.int32(self.n_cols),
+                np.int32(self.kind),
+                np.int32(self.is2d),
+            ),
+        )
         return out

@@ -1,5 +1,6 @@
 """Launcher for ``sort_columns.cu``: every column of a stack of sinograms sorted
 along the angle axis on the GPU (a stable sort), and the inverse scatter."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -11,7 +12,7 @@ DEFINES = (f"LEVERET_SORT_BLOCK={BLOCK}",)
 #: Most angles one block sorts in shared memory (8-byte keys: 32 KiB, under the
 #: 48 KiB a block gets without opting in); longer columns use CuPy's argsort.
 MAX_ANGLES = 4096
-BLOCKS_PER_SM = 8      # the scatter's grid-stride loop: enough blocks to fill the GPU
+BLOCKS_PER_SM = 8  # the scatter's grid-stride loop: enough blocks to fill the GPU
 
 
 def sort_columns(x):
@@ -33,8 +34,11 @@ def sort_columns(x):
         return sorted_, order
     n_pow2 = 1 << (n_angles - 1).bit_length()
     load_module("sort_columns").get_function("sort_columns")(
-        (n_columns,), (BLOCK,), (x, sorted_, order, np.int32(n_angles), np.int64(n_columns), np.int32(n_pow2)),
-        shared_mem=8 * n_pow2)
+        (n_columns,),
+        (BLOCK,),
+        (x, sorted_, order, np.int32(n_angles), np.int64(n_columns), np.int32(n_pow2)),
+        shared_mem=8 * n_pow2,
+    )
     return sorted_, order
 
 
@@ -49,5 +53,6 @@ def unsort_columns(values, order, out):
     n_sm = cupy.cuda.Device().attributes["MultiProcessorCount"]
     grid = int(min(-(-values.size // BLOCK), BLOCKS_PER_SM * n_sm))
     load_module("sort_columns").get_function("unsort_columns")(
-        (grid,), (BLOCK,), (values, order, out, np.int64(n_columns), np.int64(values.size)))
+        (grid,), (BLOCK,), (values, order, out, np.int64(n_columns), np.int64(values.size))
+    )
     return out

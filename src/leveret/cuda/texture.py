@@ -13,6 +13,7 @@ is kept alive until the event after its last use has passed: texture objects
 and arrays are destroyed at once, not in stream order, so one freed earlier
 would be read by kernels still queued.
 """
+
 from __future__ import annotations
 
 from collections import OrderedDict
@@ -22,8 +23,8 @@ import numpy as np
 from .device_state import active_budget, device_state, known_states
 from .pipeline import upload_pinned
 
-CACHE_BYTES = 256 << 20   # per GPU; textures larger than this are freed after use
-CACHE_ENTRIES = 8         # per GPU: two workers' textures of a few shapes each
+CACHE_BYTES = 256 << 20  # per GPU; textures larger than this are freed after use
+CACHE_ENTRIES = 8  # per GPU: two workers' textures of a few shapes each
 
 
 class _Cache:
@@ -37,8 +38,8 @@ class _Cache:
 
     def __init__(self, entries: int, max_bytes: int, size, *, strict: bool = False):
         self.entries, self.max_bytes, self.size = entries, max_bytes, size
-        self.strict = strict   # retire by waiting for the object's kernels and freeing it at once
-        self.entries_by_key: OrderedDict = OrderedDict()   # (key, serial) -> object
+        self.strict = strict  # retire by waiting for the object's kernels and freeing it at once
+        self.entries_by_key: OrderedDict = OrderedDict()  # (key, serial) -> object
         self.retired: list = []
         self._serial = 0
 
@@ -67,7 +68,7 @@ class _Cache:
 
     def _retire(self, obj) -> None:
         if self.strict and obj.released is not None:
-            obj.released.synchronize()   # a budget's memory: freed now, not at a later put
+            obj.released.synchronize()  # a budget's memory: freed now, not at a later put
         else:
             self.retired.append(obj)
 
@@ -87,8 +88,9 @@ def layered_cache(state=None) -> _Cache:
     of half its texture bytes)."""
     budget = active_budget() if state is None else None
     if budget is not None:
-        return budget.cache("layered", lambda: _Cache(CACHE_ENTRIES, budget.texture_bytes // 2,
-                                                      lambda tex: tex.nbytes, strict=True))
+        return budget.cache(
+            "layered", lambda: _Cache(CACHE_ENTRIES, budget.texture_bytes // 2, lambda tex: tex.nbytes, strict=True)
+        )
     state = device_state() if state is None else state
     return state.cache("layered", lambda: _Cache(CACHE_ENTRIES, CACHE_BYTES, lambda tex: tex.nbytes))
 
@@ -119,8 +121,10 @@ class LayeredTexture:
         from cupy.cuda import runtime, texture
 
         if layers > self.MAX_LAYERS or height > self.MAX_EXTENT or width > self.MAX_EXTENT:
-            raise ValueError(f"texture: {layers} layers of {height}x{width} exceeds the CUDA limits "
-                             f"({self.MAX_LAYERS} layers, {self.MAX_EXTENT} texels per side)")
+            raise ValueError(
+                f"texture: {layers} layers of {height}x{width} exceeds the CUDA limits "
+                f"({self.MAX_LAYERS} layers, {self.MAX_EXTENT} texels per side)"
+            )
         if channels not in ((1, 2, 4) if half else (1, 2)):
             raise ValueError(f"channels: expected 1 or 2 (float32) or 1, 2, 4 (fp16), got {channels}")
         self.shape = (layers, height, width)
@@ -136,8 +140,13 @@ class LayeredTexture:
         border = (runtime.cudaAddressModeBorder,) * 3
 
         def make(filter_mode):
-            td = texture.TextureDescriptor(border, filter_mode, runtime.cudaReadModeElementType,
-                                           borderColors=(0.0, 0.0, 0.0, 0.0), normalizedCoords=0)
+            td = texture.TextureDescriptor(
+                border,
+                filter_mode,
+                runtime.cudaReadModeElementType,
+                borderColors=(0.0, 0.0, 0.0, 0.0),
+                normalizedCoords=0,
+            )
             return texture.TextureObject(res, td)
 
         self.linear = make(runtime.cudaFilterModeLinear)
@@ -205,7 +214,7 @@ def clear_cache() -> None:
 # small for lanes along the rays, larger for kernel B's lanes along x, which
 # keeps the layered array (docs/performance.md).
 
-VIEW_CACHE_ENTRIES = 4   # per GPU
+VIEW_CACHE_ENTRIES = 4  # per GPU
 
 
 def view_cache(state=None) -> _Cache:
@@ -215,9 +224,15 @@ def view_cache(state=None) -> _Cache:
     staging copies count against the bytes."""
     budget = active_budget() if state is None else None
     holder = budget if budget is not None else (device_state() if state is None else state)
-    return holder.cache("views", lambda: _Cache(VIEW_CACHE_ENTRIES, CACHE_BYTES,
-                                                lambda e: 0 if e.staging is None else e.staging.nbytes,
-                                                strict=budget is not None))
+    return holder.cache(
+        "views",
+        lambda: _Cache(
+            VIEW_CACHE_ENTRIES,
+            CACHE_BYTES,
+            lambda e: 0 if e.staging is None else e.staging.nbytes,
+            strict=budget is not None,
+        ),
+    )
 
 
 class ViewTextures:
@@ -233,21 +248,40 @@ class ViewTextures:
 
         n_views, rows, cols = views.shape
         desc = texture.ChannelFormatDescriptor(32, 0, 0, 0, runtime.cudaChannelFormatKindFloat)
-        sampler = texture.TextureDescriptor((runtime.cudaAddressModeBorder,) * 2, runtime.cudaFilterModeLinear,
-                                            runtime.cudaReadModeElementType, borderColors=(0.0, 0.0, 0.0, 0.0),
-                                            normalizedCoords=0)
+        sampler = texture.TextureDescriptor(
+            (runtime.cudaAddressModeBorder,) * 2,
+            runtime.cudaFilterModeLinear,
+            runtime.cudaReadModeElementType,
+            borderColors=(0.0, 0.0, 0.0, 0.0),
+            normalizedCoords=0,
+        )
         pitch = views.strides[1]
         # A descriptor keeps its array alive; the objects of an in-place entry
         # must not keep the caller's projections: they see unowned memory.
-        unowned = cupy.ndarray(views.shape, views.dtype, cupy.cuda.MemoryPointer(
-            cupy.cuda.UnownedMemory(views.data.ptr, views.strides[0] * n_views, None), 0), strides=views.strides)
-        self.objects = [texture.TextureObject(
-            texture.ResourceDescriptor(runtime.cudaResourceTypePitch2D, arr=unowned[n], chDesc=desc, width=cols,
-                                       height=rows, pitchInBytes=pitch), sampler) for n in range(n_views)]
+        unowned = cupy.ndarray(
+            views.shape,
+            views.dtype,
+            cupy.cuda.MemoryPointer(cupy.cuda.UnownedMemory(views.data.ptr, views.strides[0] * n_views, None), 0),
+            strides=views.strides,
+        )
+        self.objects = [
+            texture.TextureObject(
+                texture.ResourceDescriptor(
+                    runtime.cudaResourceTypePitch2D,
+                    arr=unowned[n],
+                    chDesc=desc,
+                    width=cols,
+                    height=rows,
+                    pitchInBytes=pitch,
+                ),
+                sampler,
+            )
+            for n in range(n_views)
+        ]
         self.handles, self._pinned = upload_pinned(np.array([o.ptr for o in self.objects], np.uint64), stream)
-        self.uploaded = stream.record()   # another stream reading the handles waits for this
-        self.released = None   # the event after the last kernels that read it (release_views)
-        self.staging = None    # the aligned copy the objects read, when the views were not aligned
+        self.uploaded = stream.record()  # another stream reading the handles waits for this
+        self.released = None  # the event after the last kernels that read it (release_views)
+        self.staging = None  # the aligned copy the objects read, when the views were not aligned
         self.key = None
 
 
@@ -255,6 +289,7 @@ def _alignment():
     import cupy
 
     from . import device_properties
+
     props = device_properties(cupy.cuda.Device().id)
     return int(props["textureAlignment"]), int(props["texturePitchAlignment"]), props["maxTexture2DLinear"]
 
@@ -274,8 +309,10 @@ def view_textures(projections, stream) -> ViewTextures:
     n_views, rows, cols = projections.shape
     base, pitch_align, (max_width, max_height, _) = _alignment()
     if cols > max_width or rows > max_height:
-        raise ValueError(f"projections: {rows} x {cols} views exceed the device's 2D texture limits "
-                         f"({max_height} rows, {max_width} columns)")
+        raise ValueError(
+            f"projections: {rows} x {cols} views exceed the device's 2D texture limits "
+            f"({max_height} rows, {max_width} columns)"
+        )
     row_bytes, view_bytes = cols * 4, rows * cols * 4
     aligned = projections.data.ptr % base == 0 and view_bytes % base == 0 and row_bytes % pitch_align == 0
     if aligned and projections.flags.c_contiguous:
@@ -284,7 +321,7 @@ def view_textures(projections, stream) -> ViewTextures:
             entry = view_cache().take(key)
         if entry is None:
             entry = ViewTextures(projections, stream)
-        else:   # only read, not refilled: its handles need to have landed, no more
+        else:  # only read, not refilled: its handles need to have landed, no more
             stream.wait_event(entry.uploaded)
         entry.key = key
         return entry
@@ -292,16 +329,17 @@ def view_textures(projections, stream) -> ViewTextures:
     with _cache_lock():
         entry = view_cache().take(key)
     if entry is None:
-        pitch = -(-row_bytes // pitch_align) * pitch_align // 4            # floats per row
-        stride = -(-rows * pitch * 4 // base) * base // 4                  # floats per view
+        pitch = -(-row_bytes // pitch_align) * pitch_align // 4  # floats per row
+        stride = -(-rows * pitch * 4 // base) * base // 4  # floats per view
         flat = cupy.empty(n_views * stride + base // 4, cupy.float32)
-        skip = -flat.data.ptr % base                                       # bytes to the first aligned float
-        staging = cupy.ndarray((n_views, rows, cols), cupy.float32, flat.data + skip,
-                               strides=(stride * 4, pitch * 4, 4))
+        skip = -flat.data.ptr % base  # bytes to the first aligned float
+        staging = cupy.ndarray(
+            (n_views, rows, cols), cupy.float32, flat.data + skip, strides=(stride * 4, pitch * 4, 4)
+        )
         entry = ViewTextures(staging, stream)
         entry.staging = staging
     elif entry.released is not None:
-        stream.wait_event(entry.released)   # its last readers are done before it is refilled
+        stream.wait_event(entry.released)  # its last readers are done before it is refilled
     with stream:
         entry.staging[...] = projections
     entry.key = key

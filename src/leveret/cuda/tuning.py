@@ -16,6 +16,7 @@ problem starts with the winner without searching again.
 Nothing here needs a GPU: the timing function is passed in (the tests use
 a fake one).
 """
+
 from __future__ import annotations
 
 import json
@@ -25,7 +26,7 @@ import tempfile
 from pathlib import Path
 from typing import Callable, Iterable
 
-CACHE_VERSION = 2   # 2: precision keys are dtype names ("float32", "float16")
+CACHE_VERSION = 2  # 2: precision keys are dtype names ("float32", "float16")
 
 
 def cache_path() -> Path:
@@ -41,8 +42,7 @@ def _bucket(n: int) -> int:
     return 1 << max(0, round(math.log2(max(1, n))))
 
 
-def problem_class(n_slices: int, ny: int, nx: int, n_angles: int, interpolation: str,
-                  precision: str) -> str:
+def problem_class(n_slices: int, ny: int, nx: int, n_angles: int, interpolation: str, precision: str) -> str:
     """A key for problems that share a best kernel: slice count in 1 / 2-3 / 4-15 / 16+,
     image side and angle count to the nearest power of two, interpolation, precision."""
     slices = 1 if n_slices < 2 else 2 if n_slices < 4 else 4 if n_slices < 16 else 16
@@ -100,22 +100,25 @@ def candidates(interpolation: str, precision: str, n_slices: int) -> list[dict]:
     """The search space: every kernel and parameter set valid for the mode."""
     out: list[dict] = []
     if precision == "float16":
-        out = [{"kernel": "texture", "packing": "half2"},
-               {"kernel": "texz", "packing": "half2", "nq": 4},
-               {"kernel": "texz", "packing": "half2", "nq": 8}]
+        out = [
+            {"kernel": "texture", "packing": "half2"},
+            {"kernel": "texz", "packing": "half2", "nq": 4},
+            {"kernel": "texz", "packing": "half2", "nq": 8},
+        ]
         if n_slices >= 3:
             out.append({"kernel": "texz", "packing": "half4", "nq": 4})
         if interpolation == "linear":
             out.append({"kernel": "hybrid", "tile": 32, "packing": "half2", "ratio": (1, 2)})
             if n_slices >= 3:
-                out += [{"kernel": "hybrid", "tile": 32, "packing": "half4", "ratio": r}
-                        for r in ((1, 3), (1, 2), (2, 3))]
+                out += [
+                    {"kernel": "hybrid", "tile": 32, "packing": "half4", "ratio": r} for r in ((1, 3), (1, 2), (2, 3))
+                ]
         return out
     pack = "float2" if n_slices > 1 else "float"
     out.append({"kernel": "texture", "packing": pack})
     out += [{"kernel": "texz", "packing": pack, "nq": nq} for nq in (4, 8)]
     if interpolation == "linear8":
-        return out   # only the texture unit has 8-bit weights
+        return out  # only the texture unit has 8-bit weights
     nvs = (1, 2) if n_slices > 1 else (1,)
     for tile in (32, 64):
         for nv in nvs:
@@ -131,8 +134,15 @@ def candidates(interpolation: str, precision: str, n_slices: int) -> list[dict]:
     return out
 
 
-def tune(gpu: str, key: str, configs: Iterable[dict], time_fn: Callable[[dict], float], *,
-         path: Path | None = None, store: bool = True) -> tuple[dict, list[tuple[dict, float]]]:
+def tune(
+    gpu: str,
+    key: str,
+    configs: Iterable[dict],
+    time_fn: Callable[[dict], float],
+    *,
+    path: Path | None = None,
+    store: bool = True,
+) -> tuple[dict, list[tuple[dict, float]]]:
     """Time every config (``time_fn`` returns seconds; a config that raises
     ValueError or returns a non-finite time is skipped), cache the fastest under
     (gpu, key) and return (best, [(config, seconds), ...])."""
@@ -166,7 +176,8 @@ def store_entry(gpu: str, key: str, config: dict, *, seconds: float, tried: int,
         gpus.setdefault(gpu, {})[key] = {
             "config": {k: list(v) if isinstance(v, tuple) else v for k, v in config.items()},
             "seconds": seconds,
-            "tried": tried}
+            "tried": tried,
+        }
         _store(gpus, path)
 
 

@@ -7,6 +7,7 @@ arrays' kind. Arrays must be C-contiguous, of one dtype, on the current
 device: the volume-sized ones of ``shape`` (nz, ny, nx) (2D: nz = 1 with
 ``ndim`` = 2) and the dual fields of ``(ndim,) + shape``.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -30,6 +31,7 @@ def _kernel(name: str, dtype):
 
 def _grid(n: int) -> tuple[int]:
     import cupy
+
     n_sm = cupy.cuda.Device().attributes["MultiProcessorCount"]
     return (int(max(1, min(-(-n // BLOCK), BLOCKS_PER_SM * n_sm))),)
 
@@ -45,9 +47,23 @@ def primal(a, b, c, s, q, out, lo, hi, shape3, ndim):
     t = np.dtype(a.dtype).type
     s_arr = s if getattr(s, "ndim", 0) > 0 else None
     _kernel("tv_primal", a.dtype)(
-        _grid(a.size), (BLOCK,),
-        (a, a if b is None else b, np.int32(b is not None), t(c), t(0 if s_arr is not None else s),
-         a if s_arr is None else s_arr, np.int32(s_arr is not None), q, out, t(lo), t(hi), *_dims(shape3, ndim)))
+        _grid(a.size),
+        (BLOCK,),
+        (
+            a,
+            a if b is None else b,
+            np.int32(b is not None),
+            t(c),
+            t(0 if s_arr is not None else s),
+            a if s_arr is None else s_arr,
+            np.int32(s_arr is not None),
+            q,
+            out,
+            t(lo),
+            t(hi),
+            *_dims(shape3, ndim),
+        ),
+    )
     return out
 
 
@@ -57,10 +73,24 @@ def dual(z0, z1, c0, c1, r, q, r_out, sigma, beta, bound, shape3, ndim):
     ``r``, ``q`` and ``r_out`` may be one array."""
     t = np.dtype(z0.dtype).type
     _kernel("tv_dual", z0.dtype)(
-        _grid(z0.size), (BLOCK,),
-        (z0, z0 if z1 is None else z1, np.int32(z1 is not None), t(c0), t(c1), r, q,
-         q if r_out is None else r_out, np.int32(r_out is not None), t(sigma), t(beta), t(bound),
-         *_dims(shape3, ndim)))
+        _grid(z0.size),
+        (BLOCK,),
+        (
+            z0,
+            z0 if z1 is None else z1,
+            np.int32(z1 is not None),
+            t(c0),
+            t(c1),
+            r,
+            q,
+            q if r_out is None else r_out,
+            np.int32(r_out is not None),
+            t(sigma),
+            t(beta),
+            t(bound),
+            *_dims(shape3, ndim),
+        ),
+    )
     return q
 
 
@@ -69,6 +99,7 @@ def norm_sum(x, shape3, ndim) -> float:
     thread and summed over the fixed grid (the same order each run). Waits
     for the result."""
     import cupy
+
     grid = _grid(x.size)
     partials = cupy.empty(grid[0] * BLOCK, cupy.float64)
     _kernel("tv_norm_sum", x.dtype)(grid, (BLOCK,), (x, partials, *_dims(shape3, ndim)))

@@ -5,6 +5,7 @@ projections of 135 x 160 pixels (3.5 MiB in the package), from the test data
 of Savu, the tomography pipeline of Diamond Light Source, under the Apache
 License 2.0 (``README.md`` and ``LICENSE-savu-image-test.txt`` beside the data).
 """
+
 from __future__ import annotations
 
 import functools
@@ -81,19 +82,25 @@ class Scan:
         return folder
 
     def __repr__(self) -> str:
-        return (f"Scan({self.name!r}: projections {self.projections.shape} {self.projections.dtype}, "
-                f"flat and dark {self.flat.shape}, {self.angles.size} angles from "
-                f"{np.degrees(self.angles[0]):.1f} to {np.degrees(self.angles[-1]):.1f} deg, "
-                f"center {self.center:g})")
+        return (
+            f"Scan({self.name!r}: projections {self.projections.shape} {self.projections.dtype}, "
+            f"flat and dark {self.flat.shape}, {self.angles.size} angles from "
+            f"{np.degrees(self.angles[0]):.1f} to {np.degrees(self.angles[-1]):.1f} deg, "
+            f"center {self.center:g})"
+        )
 
 
 @functools.lru_cache(maxsize=1)
 def _savu_arrays() -> tuple:
     with resources.files(__name__).joinpath("savu_image_test.npz").open("rb") as f:
         data = np.load(f)
-        arrays = (data["projections"], data["flat"].astype(np.float32),
-                  data["dark"].astype(np.float32), np.radians(data["angles_degree"]))
-    for a in arrays:   # shared by every call through the cache
+        arrays = (
+            data["projections"],
+            data["flat"].astype(np.float32),
+            data["dark"].astype(np.float32),
+            np.radians(data["angles_degree"]),
+        )
+    for a in arrays:  # shared by every call through the cache
         a.setflags(write=False)
     return arrays
 
@@ -127,8 +134,14 @@ def savu_scan() -> Scan:
     >>> folder = scan.write("savu")        # TIFFs and angles.txt for the command line
     """
     projections, flat, dark, angles = _savu_arrays()
-    geometry = ParallelGeometry(angles, projections.shape[2], n_rows=projections.shape[1],
-                                center=SAVU_CENTER)
-    return Scan(projections=projections, flat=flat, dark=dark, angles=angles, center=SAVU_CENTER,
-                geometry=geometry, volume=geometry.default_volume(),
-                name="savu-image-test (Diamond Light Source, Apache-2.0)")
+    geometry = ParallelGeometry(angles, projections.shape[2], n_rows=projections.shape[1], center=SAVU_CENTER)
+    return Scan(
+        projections=projections,
+        flat=flat,
+        dark=dark,
+        angles=angles,
+        center=SAVU_CENTER,
+        geometry=geometry,
+        volume=geometry.default_volume(),
+        name="savu-image-test (Diamond Light Source, Apache-2.0)",
+    )

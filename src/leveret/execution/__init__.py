@@ -16,6 +16,7 @@ Nothing below imports anything above (tests/test_layers.py checks it).
 - :mod:`.memory`: slab plans within the host's and the GPU's limits.
 - :mod:`.signals`: SIGTERM and SIGHUP as exceptions while a command runs.
 """
+
 __all__ = ["OutOfCoreResult", "plan", "reconstruct_to_file"]
 
 
@@ -24,5 +25,6 @@ def __getattr__(name: str):
     :mod:`.signals` before anything else, and that must stay light."""
     if name in __all__:
         from . import outofcore
+
         return getattr(outofcore, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -21,6 +21,7 @@ resumed run can check that the input of the finished slabs did not change.
 of a running scheduler (``tcp://host:8786``), or ``"local"`` for a cluster on
 this host (one worker per GPU with dask-cuda, else CPU worker processes).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -56,6 +57,7 @@ class OutOfMemoryOnDevice:
 
 # -- what a task carries to read its rows ----------------------------------------------------------
 
+
 class MemmapSource:
     """A memory-mapped array (``.npy``, uncompressed TIFF, raw) by file name,
     dtype, shape and offset: it pickles as those, and maps the file again
@@ -66,8 +68,9 @@ class MemmapSource:
         self.offset, self.order = int(offset), order
 
     def __getitem__(self, key) -> np.ndarray:
-        mapped = np.memmap(self.filename, dtype=self.dtype, mode="r", offset=self.offset, shape=self.shape,
-                           order=self.order)
+        mapped = np.memmap(
+            self.filename, dtype=self.dtype, mode="r", offset=self.offset, shape=self.shape, order=self.order
+        )
         return np.array(mapped[key])
 
     def __repr__(self) -> str:
@@ -87,23 +90,26 @@ def remote_source(projections):
 
     if isinstance(projections, LazyStack):
         reader = copy.copy(projections)
-        if hasattr(reader, "files"):          # a TIFF stack
+        if hasattr(reader, "files"):  # a TIFF stack
             reader.files = [Path(os.path.abspath(f)) for f in reader.files]
-        if hasattr(reader, "path"):           # an HDF5 dataset, or frames of one
+        if hasattr(reader, "path"):  # an HDF5 dataset, or frames of one
             reader.path = type(reader.path)(os.path.abspath(reader.path))
         return reader
     if type(projections).__module__.startswith("zarr"):
-        root = getattr(projections.store, "root", None)     # a local store: opened again by absolute path
+        root = getattr(projections.store, "root", None)  # a local store: opened again by absolute path
         if root is None:
             return projections
         import zarr
+
         return zarr.open_array(os.path.abspath(root), mode="r", path=projections.path or None)
     if isinstance(projections, np.memmap) and projections.filename is not None:
         import mmap
-        if isinstance(projections.base, mmap.mmap):     # the whole mapping, not a view of it
+
+        if isinstance(projections.base, mmap.mmap):  # the whole mapping, not a view of it
             order = "F" if projections.flags.f_contiguous and not projections.flags.c_contiguous else "C"
-            return MemmapSource(os.path.abspath(projections.filename), projections.dtype, projections.shape,
-                                projections.offset, order)
+            return MemmapSource(
+                os.path.abspath(projections.filename), projections.dtype, projections.shape, projections.offset, order
+            )
     return None
 
 
@@ -116,10 +122,11 @@ class Rows:
 
     def __getitem__(self, key) -> np.ndarray:
         angles, rows, cols = key
-        return self.data[angles, rows.start - self.r0:rows.stop - self.r0, cols]
+        return self.data[angles, rows.start - self.r0 : rows.stop - self.r0, cols]
 
 
 # -- the task --------------------------------------------------------------------------------------
+
 
 def read_rows(source, geometry, volume, region, *, border: int = 0):
     """The detector rows ``region = (k0, k1)`` needs (with ``border`` rows of
@@ -131,7 +138,7 @@ def read_rows(source, geometry, volume, region, *, border: int = 0):
     rows = slab_rows(geometry, volume, region, border=border)
     if rows is None:
         return None, None
-    return rows, np.asarray(source[:, rows[0]:rows[1], :])
+    return rows, np.asarray(source[:, rows[0] : rows[1], :])
 
 
 def rows_source(rows, data) -> dict | None:
@@ -151,7 +158,7 @@ def build_slab(rows, data, geometry, volume, region, **kwargs):
     from .slab import _free_gpu_pool, is_gpu_out_of_memory, reconstruct_slab
 
     k0, k1 = region
-    if rows is None:    # the slab projects off the detector: nothing measured there
+    if rows is None:  # the slab projects off the detector: nothing measured there
         return np.zeros((k1 - k0, volume.ny, volume.nx), np.float32)
     try:
         return reconstruct_slab(data, geometry, volume, region, rows=rows, **kwargs)
@@ -180,11 +187,13 @@ def run_slab(source, geometry, volume, region, *, store=None, **kwargs):
     if store is None or isinstance(slab, OutOfMemoryOnDevice):
         return slab, made_from
     from ..io.slabs import write_region
+
     write_region(store, region[0], slab)
     return region, made_from
 
 
 # -- executors -------------------------------------------------------------------------------------
+
 
 class DaskExecutor:
     """Run the slabs on a Dask cluster through ``client`` (a ``distributed.Client``).
@@ -213,23 +222,32 @@ class DaskExecutor:
     def capacity(self, backend: str) -> dict:
         """What the smallest worker offers: ``backend`` resolved there, and
         memory per worker thread (host, and GPU when CUDA)."""
-        info = self.client.scheduler_info(n_workers=-1)["workers"] if _takes_n_workers(self.client) \
+        info = (
+            self.client.scheduler_info(n_workers=-1)["workers"]
+            if _takes_n_workers(self.client)
             else self.client.scheduler_info()["workers"]
+        )
         if not info:
-            raise ValueError(f"client: the Dask cluster at {self.client.scheduler.address} has no workers; "
-                             "start some with 'dask worker ADDRESS' or 'dask cuda worker ADDRESS'")
+            raise ValueError(
+                f"client: the Dask cluster at {self.client.scheduler.address} has no workers; "
+                "start some with 'dask worker ADDRESS' or 'dask cuda worker ADDRESS'"
+            )
         try:
             found = self.client.run(_worker_capacity, backend)
         except ImportError as exc:
-            raise ValueError(f"client: a Dask worker cannot import leveret ({exc}); install the same "
-                             "leveret on every worker") from None
+            raise ValueError(
+                f"client: a Dask worker cannot import leveret ({exc}); install the same leveret on every worker"
+            ) from None
         backends = {v["backend"] for v in found.values()}
         if len(backends) > 1:
-            raise ValueError(f"backend: the Dask workers resolve {backend!r} differently ({sorted(backends)}); "
-                             "give backend='cuda' or 'cpu'")
+            raise ValueError(
+                f"backend: the Dask workers resolve {backend!r} differently ({sorted(backends)}); "
+                "give backend='cuda' or 'cpu'"
+            )
         threads = {w: max(1, int(i.get("nthreads", 1))) for w, i in info.items()}
-        host = min((i.get("memory_limit") or found.get(w, {}).get("host", 0) or 0) / threads[w]
-                   for w, i in info.items())
+        host = min(
+            (i.get("memory_limit") or found.get(w, {}).get("host", 0) or 0) / threads[w] for w, i in info.items()
+        )
         # a worker's threads run slabs at once on its GPU: each plans for its share
         gpus = [v["gpu"] // threads.get(w, 1) for w, v in found.items() if v["gpu"] is not None]
         return {"backend": backends.pop(), "host": int(host), "gpu": min(gpus) if gpus else None}
@@ -239,7 +257,7 @@ class DaskExecutor:
         self._projections = None if source is not None else projections
         self._source = source
         self._store = None if store is None else os.path.abspath(store)
-        for name in ("flats", "darks"):      # sent to every worker once, not with each task
+        for name in ("flats", "darks"):  # sent to every worker once, not with each task
             if kwargs.get(name) is not None:
                 kwargs[name] = self.client.scatter(np.asarray(kwargs[name]), broadcast=True, hash=True)
         self._args = (geometry, volume)
@@ -247,6 +265,7 @@ class DaskExecutor:
         threads = sum(self.client.nthreads().values()) or 1
         self._window = SLABS_PER_THREAD * threads
         from distributed import as_completed
+
         self._done = as_completed()
         log.info("dask: %d worker thread(s); dashboard %s", threads, self.client.dashboard_link)
 
@@ -259,14 +278,23 @@ class DaskExecutor:
         while self._waiting and len(self._futures) < self._window:
             region = self._waiting.popleft()
             source = self._source
-            if source is None:      # an in-memory array: its rows go with the task
+            if source is None:  # an in-memory array: its rows go with the task
                 from .slab import border_rows, slab_rows
+
                 rows = slab_rows(*self._args, region, border=border_rows(self._kwargs.get("phase")))
-                source = None if rows is None else Rows(rows[0], np.asarray(
-                    self._projections[:, rows[0]:rows[1], :]))
+                source = None if rows is None else Rows(rows[0], np.asarray(self._projections[:, rows[0] : rows[1], :]))
             geometry, volume = self._args
-            future = self.client.submit(run_slab, source, geometry, volume, region, store=self._store,
-                                        retries=self.retries, pure=False, **self._kwargs)
+            future = self.client.submit(
+                run_slab,
+                source,
+                geometry,
+                volume,
+                region,
+                store=self._store,
+                retries=self.retries,
+                pure=False,
+                **self._kwargs,
+            )
             self._futures[future] = region
             self._done.add(future)
 
@@ -276,7 +304,7 @@ class DaskExecutor:
         while self._futures:
             future = next(self._done)
             region = self._futures.pop(future)
-            result, self._made_from[region] = future.result()    # raises the task's error after its retries
+            result, self._made_from[region] = future.result()  # raises the task's error after its retries
             future.release()
             self._fill()
             yield region, result
@@ -290,12 +318,13 @@ class DaskExecutor:
         self._waiting.clear()
         futures, self._futures = list(self._futures), {}
         if futures:
-            with contextlib.suppress(Exception):     # a client already closed has nothing running
+            with contextlib.suppress(Exception):  # a client already closed has nothing running
                 self.client.cancel(futures)
 
 
 def _takes_n_workers(client) -> bool:
     import inspect
+
     return "n_workers" in inspect.signature(client.scheduler_info).parameters
 
 
@@ -307,15 +336,20 @@ def _worker_capacity(backend: str) -> dict:
     from ..resources import host_available_bytes
 
     resolved = resolve(backend)
-    return {"backend": resolved, "host": int(host_available_bytes()),
-            "gpu": int(gpu_free_bytes()) if resolved == "cuda" else None}
+    return {
+        "backend": resolved,
+        "host": int(host_available_bytes()),
+        "gpu": int(gpu_free_bytes()) if resolved == "cuda" else None,
+    }
 
 
 # -- the command's --scheduler ---------------------------------------------------------------------
 
+
 def _missing_distributed() -> ValueError:
-    return ValueError('scheduler: running on a Dask cluster needs the distributed package; '
-                      'pip install "leveret[cluster]"')
+    return ValueError(
+        'scheduler: running on a Dask cluster needs the distributed package; pip install "leveret[cluster]"'
+    )
 
 
 @contextlib.contextmanager
@@ -349,12 +383,14 @@ def connect(scheduler: str, *, backend: str = "auto", timeout: float = CONNECT_T
     cluster = None
     if text.lower() == "local":
         from ..backends import resolve
+
         if resolve(backend) == "cuda":
             try:
                 from dask_cuda import LocalCUDACluster
             except ImportError:
-                raise ValueError('scheduler: a local cluster of GPU workers needs dask-cuda; '
-                                 'pip install "leveret[cluster]"') from None
+                raise ValueError(
+                    'scheduler: a local cluster of GPU workers needs dask-cuda; pip install "leveret[cluster]"'
+                ) from None
             with worker_environment():
                 cluster = LocalCUDACluster(threads_per_worker=THREADS_PER_GPU)
         else:
@@ -363,14 +399,15 @@ def connect(scheduler: str, *, backend: str = "auto", timeout: float = CONNECT_T
         try:
             client = Client(cluster)
         except BaseException:
-            cluster.close()      # its worker processes would outlive the failed connection
+            cluster.close()  # its worker processes would outlive the failed connection
             raise
     else:
         address = _check_address(text)
-        _probe(address, timeout)     # a clear error now, not a client half made
+        _probe(address, timeout)  # a clear error now, not a client half made
         client = Client(address, timeout=f"{timeout}s")
     from ..io.atomic import register_cleanup, unregister_cleanup
-    if cluster is not None:     # an interrupted command stops the workers it started
+
+    if cluster is not None:  # an interrupted command stops the workers it started
         register_cleanup(id(cluster), cluster.close)
     try:
         yield client
@@ -410,8 +447,9 @@ def _local_cpu_cluster(LocalCluster):
     worker's Numba threads), so that concurrent slabs do not oversubscribe them."""
     cores = os.cpu_count() or 1
     n = max(1, min(LOCAL_CPU_WORKERS, cores))
-    return LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
-                        env={"NUMBA_NUM_THREADS": str(max(1, cores // n))})
+    return LocalCluster(
+        n_workers=n, threads_per_worker=1, processes=True, env={"NUMBA_NUM_THREADS": str(max(1, cores // n))}
+    )
 
 
 def check_address(text: str) -> str:
@@ -436,6 +474,7 @@ def _check_address(text: str) -> str:
     except (ValueError, TypeError):
         raise ValueError(expected) from None
     from distributed.comm.registry import backends
+
     if scheme not in backends or not host or not port:
         raise ValueError(expected)
     return address
@@ -456,10 +495,14 @@ def _probe(address: str, timeout: float) -> None:
     try:
         reply = asyncio.run(identity())
     except (OSError, asyncio.TimeoutError, EOFError):
-        raise ValueError(f"scheduler: no Dask scheduler answered at {address} within {timeout:g} s; "
-                         "start one with 'dask scheduler', or give 'local'") from None
-    except Exception as exc:    # something answered, but not a scheduler
+        raise ValueError(
+            f"scheduler: no Dask scheduler answered at {address} within {timeout:g} s; "
+            "start one with 'dask scheduler', or give 'local'"
+        ) from None
+    except Exception as exc:  # something answered, but not a scheduler
         raise ValueError(f"scheduler: {address} did not answer as a Dask scheduler ({exc})") from None
     if not isinstance(reply, dict) or reply.get("type") != "Scheduler":
-        raise ValueError(f"scheduler: {address} is not a Dask scheduler (it is a "
-                         f"{reply.get('type') if isinstance(reply, dict) else 'different service'})")
+        raise ValueError(
+            f"scheduler: {address} is not a Dask scheduler (it is a "
+            f"{reply.get('type') if isinstance(reply, dict) else 'different service'})"
+        )

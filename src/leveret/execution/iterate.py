@@ -12,6 +12,7 @@ volume, and the slab plan, a resume or a Dask cluster does not change the
 result. A cone-beam volume has no such split: its iterative reconstruction
 takes the whole volume and all projections at once.
 """
+
 from __future__ import annotations
 
 import logging
@@ -44,8 +45,9 @@ def check(method: str = "fbp", iterations=None, tv=None, nonnegative: bool = Fal
     if method == "fbp":
         for name, value in (("iterations", iterations), ("tv", tv)):
             if value is not None:
-                raise ValueError(f"{name}: applies to the iterative methods ({', '.join(ITERATIVE)}), "
-                                 "not to method='fbp'")
+                raise ValueError(
+                    f"{name}: applies to the iterative methods ({', '.join(ITERATIVE)}), not to method='fbp'"
+                )
         if nonnegative:
             raise ValueError("nonnegative: applies to sirt, fista and pdhg, not to fbp")
         return {}
@@ -55,16 +57,17 @@ def check(method: str = "fbp", iterations=None, tv=None, nonnegative: bool = Fal
         raise ValueError(f"iterations: expected a positive integer, got {iterations!r}")
     if method in REGULARISED:
         if tv is None:
-            raise ValueError(f"tv: method {method!r} needs the weight of its total variation (>= 0; "
-                             "its scale is the data's, see docs/regularised.md)")
+            raise ValueError(
+                f"tv: method {method!r} needs the weight of its total variation (>= 0; "
+                "its scale is the data's, see docs/regularised.md)"
+            )
         tv = float(tv)
         if not (math.isfinite(tv) and tv >= 0):
             raise ValueError(f"tv: expected a finite weight >= 0, got {tv:g}")
     elif tv is not None:
         raise ValueError(f"tv: only fista and pdhg have a total-variation term, not {method}")
     if nonnegative and method == "cgls":
-        raise ValueError("nonnegative: cgls is unconstrained (a clip breaks its conjugacy); use sirt, "
-                         "fista or pdhg")
+        raise ValueError("nonnegative: cgls is unconstrained (a clip breaks its conjugacy); use sirt, fista or pdhg")
     return {"method": method, "iterations": int(iterations), "tv": tv, "nonnegative": bool(nonnegative)}
 
 
@@ -89,8 +92,11 @@ def working_bytes(method: str, volume_shape, projection_shape, *, backend: str, 
     n_vol, n_proj = math.prod(volume_shape), math.prod(projection_shape)
     on_host = backend != "cuda"
     if method in REGULARISED:
-        shapes = SimpleNamespace(volume=SimpleNamespace(shape=tuple(volume_shape)),
-                                 projection_shape=tuple(projection_shape), dtype=np.dtype(f"f{itemsize}"))
+        shapes = SimpleNamespace(
+            volume=SimpleNamespace(shape=tuple(volume_shape)),
+            projection_shape=tuple(projection_shape),
+            dtype=np.dtype(f"f{itemsize}"),
+        )
         arrays = memory_bytes(method, shapes) + on_host * 2 * 8 * min(max(n_vol, n_proj), CHUNK)
     elif method in ("sirt", "cgls"):
         arrays = itemsize * ((3 if method == "sirt" else 4) * n_vol + 3 * n_proj) + on_host * 8 * n_proj
@@ -100,12 +106,22 @@ def working_bytes(method: str, volume_shape, projection_shape, *, backend: str, 
         operator = itemsize * (n_vol + n_proj)
     else:
         import numba
+
         operator = 48 * n_proj + numba.get_num_threads() * itemsize * n_vol
     return int(arrays + operator)
 
 
-def run(projections, projector, method: str, *, iterations: int, tv=None, nonnegative: bool = False,
-        progress: bool = False, stats: dict | None = None):
+def run(
+    projections,
+    projector,
+    method: str,
+    *,
+    iterations: int,
+    tv=None,
+    nonnegative: bool = False,
+    progress: bool = False,
+    stats: dict | None = None,
+):
     """One run of ``method`` on ``projector``: :func:`leveret.sirt`,
     :func:`leveret.cgls`, :func:`leveret.fista` or :func:`leveret.pdhg`
     with their defaults otherwise. ``stats`` (FISTA, PDHG) is filled as they do."""
@@ -117,13 +133,23 @@ def run(projections, projector, method: str, *, iterations: int, tv=None, nonneg
         return cgls(projections, projector, iterations, progress=progress)
     if method in REGULARISED:
         fn = fista if method == "fista" else pdhg
-        return fn(projections, projector, iterations, tv=tv, nonnegative=nonnegative, progress=progress,
-                  stats=stats)
+        return fn(projections, projector, iterations, tv=tv, nonnegative=nonnegative, progress=progress, stats=stats)
     raise ValueError(f"method: expected one of {', '.join(ITERATIVE)}, got {method!r}")
 
 
-def slices(sinograms, geometry, volume, *, method: str, iterations: int, tv=None, nonnegative: bool = False,
-           backend: str = "auto", precision: str = "float32", label: str = ""):
+def slices(
+    sinograms,
+    geometry,
+    volume,
+    *,
+    method: str,
+    iterations: int,
+    tv=None,
+    nonnegative: bool = False,
+    backend: str = "auto",
+    precision: str = "float32",
+    label: str = "",
+):
     """Each slice's own 2D problem: ``sinograms`` (n_angles, n_slices, n_cols),
     one per slice, to slices (n_slices, ny, nx) float32.
 
@@ -145,11 +171,15 @@ def slices(sinograms, geometry, volume, *, method: str, iterations: int, tv=None
     for s in range(n_slices):
         stats = {} if method in REGULARISED else None
         sinogram = xp.ascontiguousarray(sinograms[:, s, :])
-        out[s] = run(sinogram, projector, method, iterations=iterations, tv=tv, nonnegative=nonnegative,
-                     stats=stats)
+        out[s] = run(sinogram, projector, method, iterations=iterations, tv=tv, nonnegative=nonnegative, stats=stats)
         if stats:
             objective += stats["objective"][-1]
     if method in REGULARISED:
-        log.info("%s: slices %s, objective %.6g (the sum over the slices) after %d iteration(s)", method,
-                 label or f"0:{n_slices}", objective, iterations)
+        log.info(
+            "%s: slices %s, objective %.6g (the sum over the slices) after %d iteration(s)",
+            method,
+            label or f"0:{n_slices}",
+            objective,
+            iterations,
+        )
     return out

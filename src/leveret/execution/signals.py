@@ -16,6 +16,7 @@ The command handles SIGINT too, and only the first of these signals
 waits for a slab to reach the disk would otherwise cut that clean-up short
 and leave the lock and the partial output behind.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -96,14 +97,16 @@ def handling(*, once: bool = False) -> Iterator[None]:
 
 # -- start-up of the command -----------------------------------------------------------------------
 
+
 def is_command() -> bool:
     """True when this process is the ``leveret`` command (``leveret ...`` or
     ``python -m leveret ...``), not a program importing the library."""
     import multiprocessing
     import os
     import sys
+
     if multiprocessing.parent_process() is not None:
-        return False      # a worker the command started (Dask, a pool) inherits argv, not the command
+        return False  # a worker the command started (Dask, a pool) inherits argv, not the command
     argv0 = os.path.basename(sys.argv[0]) if sys.argv else ""
     orig = list(getattr(sys, "orig_argv", []))
     as_module = any(a == "-m" and b == "leveret" for a, b in zip(orig, orig[1:]))
@@ -113,9 +116,10 @@ def is_command() -> bool:
 def _exit_quietly(signum, frame) -> None:
     import os
     import sys
+
     sys.stderr.write("\nleveret: interrupted\n")
     sys.stderr.flush()
-    os._exit(128 + signum)       # nothing is written yet: nothing to clean up
+    os._exit(128 + signum)  # nothing is written yet: nothing to clean up
 
 
 def quiet_start() -> None:
@@ -128,4 +132,3 @@ def quiet_start() -> None:
     for sig in (signal.SIGINT,) + SIGNALS:
         if signal.getsignal(sig) in (signal.SIG_DFL, signal.default_int_handler):
             signal.signal(sig, _exit_quietly)
-

@@ -12,6 +12,7 @@ beam) and returns it. Its arguments are NumPy arrays and geometry objects,
 so a distributed scheduler (dask, Ray, a batch queue) can run slabs
 anywhere; :func:`slab_rows` says which rows to send.
 """
+
 from __future__ import annotations
 
 import functools
@@ -20,10 +21,10 @@ import time
 
 import numpy as np
 
-from ..geometry import (ConeGeometry, ParallelGeometry, ParallelVecGeometry,
-                        VolumeGeometry)
+from ..geometry import ConeGeometry, ParallelGeometry, ParallelVecGeometry, VolumeGeometry
 
 # -- which rows a slab needs ---------------------------------------------------------------------
+
 
 def slab_rows(geometry, volume: VolumeGeometry, region: tuple[int, int], *, border: int = 0):
     """Detector rows ``(r0, r1)`` that slices ``region = (k0, k1)`` of ``volume`` need.
@@ -54,19 +55,25 @@ def slab_band(geometry, volume: VolumeGeometry, region: tuple[int, int], *, bord
     if isinstance(geometry, ConeGeometry):
         if is_helical(geometry):
             from ..algorithms.helical import slab_plan
+
             planned = slab_plan(geometry, volume, (k0, k1))
             return None if planned.rows is None else (planned.views, planned.rows)
         from ..algorithms.fdk_weights import rows_seen
+
         rows = rows_seen(geometry, slab)
     elif isinstance(geometry, ParallelVecGeometry):
         from ..algorithms.laminography import rows_seen
+
         rows = rows_seen(geometry, slab)
     elif not isinstance(geometry, ParallelGeometry):
-        raise TypeError(f"geometry: expected a 3D ParallelGeometry, a ConeGeometry or a ParallelVecGeometry, "
-                        f"got {type(geometry).__name__}")
+        raise TypeError(
+            f"geometry: expected a 3D ParallelGeometry, a ConeGeometry or a ParallelVecGeometry, "
+            f"got {type(geometry).__name__}"
+        )
     elif geometry.is_2d:
-        raise ValueError(f"geometry: expected a 3D ParallelGeometry, a ConeGeometry or a ParallelVecGeometry, "
-                         f"got {geometry!r}")
+        raise ValueError(
+            f"geometry: expected a 3D ParallelGeometry, a ConeGeometry or a ParallelVecGeometry, got {geometry!r}"
+        )
     else:
         r = geometry.project_rows(slab.coordinates("z"))
         r0 = max(0, int(np.floor(r.min() + 1e-9)))
@@ -85,6 +92,7 @@ def n_views(geometry) -> int:
 @functools.lru_cache(maxsize=8)
 def _helical(geometry) -> bool:
     from ..algorithms.helical import is_helical as fits
+
     return fits(geometry)
 
 
@@ -102,6 +110,7 @@ def border_rows(phase: dict | None) -> int:
     if phase is None:
         return 0
     from ..preprocess import phase_border
+
     return phase_border(**{k: phase[k] for k in ("energy", "distance", "pixel_size", "delta_beta")})
 
 
@@ -117,12 +126,14 @@ def check_phase(phase) -> dict | None:
     missing = [k for k in needed if phase.get(k) is None]
     unknown = sorted(set(phase) - set(needed) - {"method", "width"})
     if missing or unknown:
-        raise ValueError("phase: expected energy, distance, pixel_size and delta_beta (and optionally method, "
-                         "width); " + (f"missing {', '.join(missing)}" if missing else
-                                        f"unknown {', '.join(unknown)}"))
+        raise ValueError(
+            "phase: expected energy, distance, pixel_size and delta_beta (and optionally method, "
+            "width); " + (f"missing {', '.join(missing)}" if missing else f"unknown {', '.join(unknown)}")
+        )
     from .._validate import choice
+
     choice("method", phase.get("method", "paganin"), ("paganin", "generalized"))
-    border_rows(phase)          # each value in its physical range
+    border_rows(phase)  # each value in its physical range
     return dict(phase)
 
 
@@ -136,8 +147,7 @@ def stitched_geometry(geometry, half_acquisition):
     from ..preprocess import half_acquisition_layout
 
     if not isinstance(geometry, ParallelGeometry):
-        raise TypeError("half_acquisition: stitches parallel-beam scans; got a "
-                         f"{type(geometry).__name__}")
+        raise TypeError(f"half_acquisition: stitches parallel-beam scans; got a {type(geometry).__name__}")
     if geometry.axis_shift is not None:
         raise ValueError("half_acquisition: takes a geometry without axis_shift (one axis for every view)")
     try:
@@ -153,15 +163,27 @@ def _region(region, volume: VolumeGeometry) -> tuple[int, int]:
     except (TypeError, ValueError):
         raise ValueError(f"region: expected a slice range (k0, k1), got {region!r}") from None
     if volume.is_2d or not (0 <= k0 < k1 <= volume.nz):
-        raise ValueError(f"region: expected 0 <= k0 < k1 <= {volume.nz if not volume.is_2d else 0} "
-                         f"slices of a 3D volume, got {region!r}")
+        raise ValueError(
+            f"region: expected 0 <= k0 < k1 <= {volume.nz if not volume.is_2d else 0} "
+            f"slices of a 3D volume, got {region!r}"
+        )
     return k0, k1
 
 
-def preprocess_rows(raw, rows: tuple[int, int], *, flats=None, darks=None, log_transform: bool = False,
-                    min_transmission: float = 1e-6, stripes: str | None = None,
-                    stripe_size: int = 5, stripe_options: dict | None = None, phase: dict | None = None,
-                    keep: tuple[int, int] | None = None) -> np.ndarray:
+def preprocess_rows(
+    raw,
+    rows: tuple[int, int],
+    *,
+    flats=None,
+    darks=None,
+    log_transform: bool = False,
+    min_transmission: float = 1e-6,
+    stripes: str | None = None,
+    stripe_size: int = 5,
+    stripe_options: dict | None = None,
+    phase: dict | None = None,
+    keep: tuple[int, int] | None = None,
+) -> np.ndarray:
     """Detector rows ``raw`` (n_angles, r1 - r0, n_cols) as float32 line integrals
     (NumPy in, NumPy out; CuPy in, CuPy out, the flats and darks then CuPy too).
 
@@ -198,7 +220,7 @@ def preprocess_rows(raw, rows: tuple[int, int], *, flats=None, darks=None, log_t
     if flats is not None:
         f = xp.asarray(flats)[..., r0:r1, :]
         d = xp.asarray(darks)[..., r0:r1, :]
-        data = normalize(raw, f, d, require_valid=False)   # the whole detector was checked at the start
+        data = normalize(raw, f, d, require_valid=False)  # the whole detector was checked at the start
         transmission = True
     else:
         data = xp.asarray(raw)
@@ -208,8 +230,10 @@ def preprocess_rows(raw, rows: tuple[int, int], *, flats=None, darks=None, log_t
         data = data.astype(np.float32, copy=transmission)
     if phase is not None:
         if not transmission:
-            raise ValueError("phase: phase retrieval takes transmissions: give flats and darks, or "
-                             "log_transform=True for data that are transmissions already")
+            raise ValueError(
+                "phase: phase retrieval takes transmissions: give flats and darks, or "
+                "log_transform=True for data that are transmissions already"
+            )
         retrieve_phase(data, min_transmission=min_transmission, out=data, **phase)
     elif transmission:
         minus_log(data, min_transmission=min_transmission, out=data)
@@ -217,7 +241,7 @@ def preprocess_rows(raw, rows: tuple[int, int], *, flats=None, darks=None, log_t
         k0, k1 = (int(k) for k in keep)
         if not r0 <= k0 < k1 <= r1:
             raise ValueError(f"keep: expected rows within {r0}:{r1}, got {k0}:{k1}")
-        data = xp.ascontiguousarray(data[:, k0 - r0:k1 - r0])
+        data = xp.ascontiguousarray(data[:, k0 - r0 : k1 - r0])
     if stripes is not None:
         data = remove_stripes(data, method=stripes, size=stripe_size, **(stripe_options or {}))
     return data
@@ -225,11 +249,28 @@ def preprocess_rows(raw, rows: tuple[int, int], *, flats=None, darks=None, log_t
 
 # -- one slab ------------------------------------------------------------------------------------
 
-def reconstruct_slab(rows_data, geometry, volume: VolumeGeometry, region: tuple[int, int], *,
-                     rows: tuple[int, int], flats=None, darks=None, log_transform: bool = False,
-                     stripes: str | None = None, stripe_size: int = 5, stripe_options: dict | None = None,
-                     phase: dict | None = None, half_acquisition: float | None = None, backend: str = "auto",
-                     slab_slices: int | None = None, stats: dict | None = None, views=None, **options):
+
+def reconstruct_slab(
+    rows_data,
+    geometry,
+    volume: VolumeGeometry,
+    region: tuple[int, int],
+    *,
+    rows: tuple[int, int],
+    flats=None,
+    darks=None,
+    log_transform: bool = False,
+    stripes: str | None = None,
+    stripe_size: int = 5,
+    stripe_options: dict | None = None,
+    phase: dict | None = None,
+    half_acquisition: float | None = None,
+    backend: str = "auto",
+    slab_slices: int | None = None,
+    stats: dict | None = None,
+    views=None,
+    **options,
+):
     """Reconstruct slices ``region = (k0, k1)`` of ``volume`` from the detector rows they need.
 
     Parameters
@@ -298,23 +339,42 @@ def reconstruct_slab(rows_data, geometry, volume: VolumeGeometry, region: tuple[
     r0, r1 = (int(r) for r in rows)
     _check_rows(rows_data, geometry, (r0, r1), _views(views, geometry))
     keep = None
-    if phase is not None:      # the slab's own rows, once the filter across rows is done
+    if phase is not None:  # the slab's own rows, once the filter across rows is done
         own = slab_rows(geometry, volume, (k0, k1))
         keep = (max(r0, own[0]), min(r1, own[1])) if own is not None else (r0, r1)
-    data = preprocess_rows(rows_data, (r0, r1), flats=flats, darks=darks, log_transform=log_transform,
-                           stripes=stripes, stripe_size=stripe_size, stripe_options=stripe_options, phase=phase,
-                           keep=keep)
+    data = preprocess_rows(
+        rows_data,
+        (r0, r1),
+        flats=flats,
+        darks=darks,
+        log_transform=log_transform,
+        stripes=stripes,
+        stripe_size=stripe_size,
+        stripe_options=stripe_options,
+        phase=phase,
+        keep=keep,
+    )
     if keep is not None:
         r0, r1 = keep
     target = geometry
     if half_acquisition is not None:
         from ..preprocess import half_acquisition as stitch
+
         target = stitched_geometry(geometry, half_acquisition)
         data = stitch(data, geometry.angles, half_acquisition).projections
     clock.lap("preprocess")
     # stitched data hold every view of the stitched geometry (a helix, the only scan read in part, is never stitched)
-    out = _reconstruct(data, target, volume, (k0, k1), (r0, r1), backend, slab_slices, options,
-                       _views(None if half_acquisition is not None else views, target))
+    out = _reconstruct(
+        data,
+        target,
+        volume,
+        (k0, k1),
+        (r0, r1),
+        backend,
+        slab_slices,
+        options,
+        _views(None if half_acquisition is not None else views, target),
+    )
     clock.lap("reconstruct")
     if stats is not None:
         clock.report(stats)
@@ -344,10 +404,13 @@ def _reconstruct(data, geometry, volume, region, rows, backend, slab_slices, opt
     slab = volume.slab(k0, k1)
     expected = (n1 - n0, r1 - r0, geometry.n_cols)
     if tuple(data.shape) != expected:
-        raise ValueError(f"rows_data: expected detector rows {r0}:{r1} of projections {n0}:{n1}, shape "
-                         f"{expected}, got shape {tuple(data.shape)}")
+        raise ValueError(
+            f"rows_data: expected detector rows {r0}:{r1} of projections {n0}:{n1}, shape "
+            f"{expected}, got shape {tuple(data.shape)}"
+        )
     method = options.pop("method", "fbp")
     from .iterate import METHODS
+
     if method not in METHODS + ("laminography",):
         raise ValueError(f"method: expected one of {', '.join(METHODS + ('laminography',))}, got {method!r}")
     iterative = _iterative(method, options) if method not in ("fbp", "laminography") else None
@@ -356,20 +419,24 @@ def _reconstruct(data, geometry, volume, region, rows, backend, slab_slices, opt
         raise ValueError(f"views: a slab of this scan needs every projection, got {n0}:{n1}")
     tilted = method == "laminography" or isinstance(geometry, ParallelVecGeometry)
     if iterative is not None and (helical or tilted):
-        raise ValueError(f"method: {method!r} slab by slab is for parallel beam; this scan's slabs are not "
-                         f"independent: run leveret.{method} on a Projector of the whole volume")
+        raise ValueError(
+            f"method: {method!r} slab by slab is for parallel beam; this scan's slabs are not "
+            f"independent: run leveret.{method} on a Projector of the whole volume"
+        )
     if helical:
         from ..algorithms.helical import HelicalSlab, fdk_slab
-        out = fdk_slab(data, geometry, volume, HelicalSlab((k0, k1), (n0, n1), (r0, r1)), backend=backend,
-                       **options)
+
+        out = fdk_slab(data, geometry, volume, HelicalSlab((k0, k1), (n0, n1), (r0, r1)), backend=backend, **options)
         return array_module(out).asarray(out, dtype=np.float32)
     if tilted:
         out = laminography_fbp(data, geometry.crop_rows(r0, r1), slab, backend=backend, **options)
         return array_module(out).asarray(out, dtype=np.float32)
     if isinstance(geometry, ConeGeometry):
         if iterative is not None:
-            raise ValueError(f"method: {method!r} in cone beam needs the whole volume at once (its slabs are "
-                             f"not independent); run leveret.{method} on a Projector of the whole volume")
+            raise ValueError(
+                f"method: {method!r} in cone beam needs the whole volume at once (its slabs are "
+                f"not independent); run leveret.{method} on a Projector of the whole volume"
+            )
         out = fdk(data, geometry.crop_rows(r0, r1), slab, backend=backend, **options)
         return array_module(out).asarray(out, dtype=np.float32)
     # Row r' of the cropped detector is row r0 + r' of the full one: its height
@@ -388,8 +455,7 @@ def _iterative(method, options) -> dict:
     only ``precision`` may be left, as the others are FBP's and FDK's."""
     from .iterate import check
 
-    checked = check(method, options.pop("iterations", None), options.pop("tv", None),
-                    options.pop("nonnegative", False))
+    checked = check(method, options.pop("iterations", None), options.pop("tv", None), options.pop("nonnegative", False))
     checked["precision"] = options.pop("precision", "float32")
     if options:
         name = min(options)
@@ -409,13 +475,17 @@ def _iterate_slices(data, geometry, volume, backend, iterative, *, label):
     plane = VolumeGeometry(volume.shape[1:], volume.voxel_size[1:], tuple(volume.center[1:]))
     out = slices(sinograms, geometry.replace(n_rows=None), plane, backend=backend, label=label, **iterative)
     return array_module(out).asarray(out, dtype=np.float32)
+
+
 def _check_rows(data, geometry, rows, views) -> None:
     r0, r1 = rows
     n0, n1 = views
     expected = (n1 - n0, r1 - r0, geometry.n_cols)
     if tuple(data.shape) != expected:
-        raise ValueError(f"rows_data: expected detector rows {r0}:{r1} of projections {n0}:{n1}, shape "
-                         f"{expected}, got shape {tuple(data.shape)}")
+        raise ValueError(
+            f"rows_data: expected detector rows {r0}:{r1} of projections {n0}:{n1}, shape "
+            f"{expected}, got shape {tuple(data.shape)}"
+        )
 
 
 class _Clock:
@@ -430,6 +500,7 @@ class _Clock:
         if not self.gpu:
             return time.perf_counter()
         import cupy
+
         event = cupy.cuda.Event()
         event.record()
         return event
@@ -440,6 +511,7 @@ class _Clock:
     def report(self, stats: dict) -> None:
         if self.gpu:
             import cupy
+
             self.laps[-1][1].synchronize()
         for (_, a), (name, b) in zip(self.laps, self.laps[1:]):
             seconds = cupy.cuda.get_elapsed_time(a, b) * 1e-3 if self.gpu else b - a
@@ -449,13 +521,12 @@ class _Clock:
 def is_gpu_out_of_memory(exc: BaseException) -> bool:
     """True for CuPy's ``cupy.cuda.memory.OutOfMemoryError`` (and its subclasses),
     recognised by name so that no CuPy import is needed."""
-    return any(c.__name__ == "OutOfMemoryError" and c.__module__.startswith("cupy")
-               for c in type(exc).__mro__)
+    return any(c.__name__ == "OutOfMemoryError" and c.__module__.startswith("cupy") for c in type(exc).__mro__)
 
 
 def _free_gpu_pool() -> None:
     if "cupy" in sys.modules:
         try:
             sys.modules["cupy"].get_default_memory_pool().free_all_blocks()
-        except Exception:   # no device, or CuPy half initialised: nothing to free
+        except Exception:  # no device, or CuPy half initialised: nothing to free
             pass

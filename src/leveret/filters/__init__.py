@@ -4,6 +4,7 @@ The ramp is built from its band-limited spatial kernel (Kak & Slaney, eq. 61),
 sampled on a zero-padded grid and Fourier transformed, so its response has no
 DC error, unlike a ramp ``|f|`` sampled directly in frequency.
 """
+
 from __future__ import annotations
 
 from functools import lru_cache
@@ -50,11 +51,11 @@ def window(name: str, n_freq: int, cutoff: float = 1.0) -> np.ndarray:
     name = v.choice("filter", name, FILTERS)
     if not (0 < cutoff <= 1):
         raise ValueError(f"cutoff: expected a fraction of Nyquist in (0, 1], got {cutoff!r}")
-    f = np.linspace(0.0, 1.0, n_freq) / cutoff   # 1 = the cutoff frequency
+    f = np.linspace(0.0, 1.0, n_freq) / cutoff  # 1 = the cutoff frequency
     if name == "ram-lak":
         w = np.ones_like(f)
     elif name == "shepp-logan":
-        w = np.sinc(f / 2)                        # sin(pi f/2) / (pi f/2)
+        w = np.sinc(f / 2)  # sin(pi f/2) / (pi f/2)
     elif name == "cosine":
         w = np.cos(np.pi * f / 2)
     elif name == "hamming":
@@ -75,8 +76,9 @@ def _response(n_cols: int, name: str, cutoff: float, spacing: float, pad_factor:
     return out
 
 
-def filter_response(n_cols: int, filter: str = "ram-lak", *, cutoff: float = 1.0,
-                    det_spacing: float = 1.0, pad_factor: float = 2.0) -> np.ndarray:
+def filter_response(
+    n_cols: int, filter: str = "ram-lak", *, cutoff: float = 1.0, det_spacing: float = 1.0, pad_factor: float = 2.0
+) -> np.ndarray:
     """Real frequency response (length ``n_pad // 2 + 1``) applied by :func:`apply_filter`.
 
     Multiplying a detector row's rfft (zero-padded to ``padded_length(n_cols)``)
@@ -85,8 +87,7 @@ def filter_response(n_cols: int, filter: str = "ram-lak", *, cutoff: float = 1.0
     """
     v.positive_int("n_cols", n_cols)
     name = v.choice("filter", filter, FILTERS)
-    return _response(n_cols, name, float(cutoff), v.positive_float("det_spacing", det_spacing),
-                     float(pad_factor))
+    return _response(n_cols, name, float(cutoff), v.positive_float("det_spacing", det_spacing), float(pad_factor))
 
 
 def apply_filter(rows, response, *, weights=None, padding: str = "zero", workers: int = -1):
@@ -116,8 +117,7 @@ def apply_filter(rows, response, *, weights=None, padding: str = "zero", workers
     if padding == "edge":
         extra = n_pad - n_cols
         left = extra // 2
-        rows = xp.pad(rows.astype(dtype, copy=False), [(0, 0)] * (rows.ndim - 1) + [(left, extra - left)],
-                      mode="edge")
+        rows = xp.pad(rows.astype(dtype, copy=False), [(0, 0)] * (rows.ndim - 1) + [(left, extra - left)], mode="edge")
         # Move the left pad to the end so the detector keeps index 0.
         rows = xp.roll(rows, -left, axis=-1)
     if xp is np:

@@ -1,4 +1,5 @@
 """A small base class for immutable geometry objects."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -47,8 +48,7 @@ class Frozen:
         kwargs = {f: getattr(self, f) for f in self._fields}
         unknown = set(changes) - set(kwargs)
         if unknown:
-            raise ValueError(f"replace: unknown argument(s) {sorted(unknown)}; "
-                             f"expected some of {list(self._fields)}")
+            raise ValueError(f"replace: unknown argument(s) {sorted(unknown)}; expected some of {list(self._fields)}")
         kwargs.update(changes)
         return type(self)(**kwargs)
 

@@ -6,6 +6,7 @@ One 3x4 matrix ``P`` per view maps a world point to detector pixels,
 ASTRA and TIGRE descriptions) is derived from the matrices, so nothing here
 assumes a perfect circle.
 """
+
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -53,25 +54,19 @@ class DetectorFrame(NamedTuple):
 def _rot_x(a: np.ndarray) -> np.ndarray:
     c, s = np.cos(a), np.sin(a)
     one, zero = np.ones_like(a), np.zeros_like(a)
-    return np.stack([np.stack([one, zero, zero], -1),
-                     np.stack([zero, c, -s], -1),
-                     np.stack([zero, s, c], -1)], -2)
+    return np.stack([np.stack([one, zero, zero], -1), np.stack([zero, c, -s], -1), np.stack([zero, s, c], -1)], -2)
 
 
 def _rot_y(a: np.ndarray) -> np.ndarray:
     c, s = np.cos(a), np.sin(a)
     one, zero = np.ones_like(a), np.zeros_like(a)
-    return np.stack([np.stack([c, zero, s], -1),
-                     np.stack([zero, one, zero], -1),
-                     np.stack([-s, zero, c], -1)], -2)
+    return np.stack([np.stack([c, zero, s], -1), np.stack([zero, one, zero], -1), np.stack([-s, zero, c], -1)], -2)
 
 
 def _rot_z(a: np.ndarray) -> np.ndarray:
     c, s = np.cos(a), np.sin(a)
     one, zero = np.ones_like(a), np.zeros_like(a)
-    return np.stack([np.stack([c, -s, zero], -1),
-                     np.stack([s, c, zero], -1),
-                     np.stack([zero, zero, one], -1)], -2)
+    return np.stack([np.stack([c, -s, zero], -1), np.stack([s, c, zero], -1), np.stack([zero, zero, one], -1)], -2)
 
 
 def _rot_zyx(ax: np.ndarray, ay: np.ndarray, az: np.ndarray) -> np.ndarray:
@@ -94,8 +89,9 @@ def _per_view(name: str, value, n: int, k: int | None = None, *, positive: bool 
         if arr.shape == (k,):
             arr = np.broadcast_to(arr, (n, k)).copy()
         elif arr.shape != (n, k):
-            raise ValueError(f"{name}: expected {k} values or an array of shape ({n}, {k}) "
-                             f"(one row per view), got shape {arr.shape}")
+            raise ValueError(
+                f"{name}: expected {k} values or an array of shape ({n}, {k}) (one row per view), got shape {arr.shape}"
+            )
     bad = ~np.isfinite(arr)
     if bad.any():
         raise ValueError(f"{name}: expected finite values, got {arr[bad][0]}")
@@ -108,8 +104,9 @@ def _check_matrices(matrices) -> np.ndarray:
     try:
         P = np.array(matrices, dtype=np.float64)
     except (TypeError, ValueError):
-        raise TypeError(f"matrices: expected an array of 3x4 projection matrices, "
-                        f"got {type(matrices).__name__}") from None
+        raise TypeError(
+            f"matrices: expected an array of 3x4 projection matrices, got {type(matrices).__name__}"
+        ) from None
     if P.shape == (3, 4):
         P = P[None]
     if P.ndim != 3 or P.shape[1:] != (3, 4):
@@ -119,8 +116,9 @@ def _check_matrices(matrices) -> np.ndarray:
     finite = np.isfinite(P).all(axis=(1, 2))
     if not finite.all():
         i = int(np.flatnonzero(~finite)[0])
-        raise ValueError(f"matrices[{i}]: expected finite values, got NaN/Inf "
-                         f"({int((~finite).sum())} view(s) affected)")
+        raise ValueError(
+            f"matrices[{i}]: expected finite values, got NaN/Inf ({int((~finite).sum())} view(s) affected)"
+        )
     # Rows are scaled to unit length first: the rows of a camera matrix carry
     # different units (pixels vs 1/length), and rescaling a row changes
     # neither the singularity nor the geometry's degeneracy.
@@ -132,9 +130,11 @@ def _check_matrices(matrices) -> np.ndarray:
     bad = cond >= _COND_LIMIT
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
-        raise ValueError(f"matrices[{i}]: expected a non-singular left 3x3 block (condition number "
-                         f"< {_COND_LIMIT:.0e} with unit rows), got {cond[i]:.3g}; such a view has "
-                         f"no single source point")
+        raise ValueError(
+            f"matrices[{i}]: expected a non-singular left 3x3 block (condition number "
+            f"< {_COND_LIMIT:.0e} with unit rows), got {cond[i]:.3g}; such a view has "
+            f"no single source point"
+        )
     P.setflags(write=False)
     return P
 
@@ -274,8 +274,7 @@ class ConeGeometry(Frozen):
         """
         pts = np.asarray(points, dtype=np.float64)
         if pts.ndim == 0 or pts.shape[-1] != 3:
-            raise ValueError(f"points: expected an array of shape (..., 3) (x, y, z last), "
-                             f"got shape {pts.shape}")
+            raise ValueError(f"points: expected an array of shape (..., 3) (x, y, z last), got shape {pts.shape}")
         flat = pts.reshape(-1, 3)
         P = self.matrices
         h = np.einsum("nij,kj->nki", P[:, :, :3], flat) + P[:, None, :, 3]
@@ -377,8 +376,10 @@ class ConeGeometry(Frozen):
         if pixel_size is not None:
             return v.per_axis("pixel_size", pixel_size, 2, positive=True)
         if self.pixel_size is None:
-            raise ValueError(f"pixel_size: {what} needs the detector pitch; give pixel_size=(du, dv) "
-                             f"here or to ConeGeometry(..., pixel_size=...)")
+            raise ValueError(
+                f"pixel_size: {what} needs the detector pitch; give pixel_size=(du, dv) "
+                f"here or to ConeGeometry(..., pixel_size=...)"
+            )
         return self.pixel_size
 
     def source_detector_distance(self, pixel_size=None) -> np.ndarray:
@@ -408,8 +409,9 @@ class ConeGeometry(Frozen):
         w0 = self.matrices[:, 2, 3]
         if np.any(w0 <= 0):
             i = int(np.flatnonzero(w0 <= 0)[0])
-            raise ValueError(f"matrices[{i}]: normalising needs the world origin in front of the "
-                             f"source (w > 0), got w = {w0[i]:.3g}")
+            raise ValueError(
+                f"matrices[{i}]: normalising needs the world origin in front of the source (w > 0), got w = {w0[i]:.3g}"
+            )
         return self.replace(matrices=self.matrices / w0[:, None, None])
 
     # -- the detector in space ------------------------------------------------------------
@@ -419,7 +421,7 @@ class ConeGeometry(Frozen):
         if not (0 <= start < stop <= self.n_rows):
             raise ValueError(f"crop_rows: expected 0 <= start < stop <= {self.n_rows}, got {start}:{stop}")
         m = self.matrices.copy()
-        m[:, 1, :] -= start * m[:, 2, :]          # v' = v - start
+        m[:, 1, :] -= start * m[:, 2, :]  # v' = v - start
         return self.replace(matrices=m, n_rows=stop - start)
 
     def crop_views(self, start: int, stop: int) -> "ConeGeometry":
@@ -458,9 +460,21 @@ class ConeGeometry(Frozen):
 
     # -- constructors ------------------------------------------------------------------
     @classmethod
-    def circular(cls, angles, sid, sdd, n_rows, n_cols, pixel_size, *, row_pixel_size=None,
-                 det_offset=(0.0, 0.0), det_tilt=(0.0, 0.0, 0.0), source_offset=(0.0, 0.0),
-                 perturbation=None) -> "ConeGeometry":
+    def circular(
+        cls,
+        angles,
+        sid,
+        sdd,
+        n_rows,
+        n_cols,
+        pixel_size,
+        *,
+        row_pixel_size=None,
+        det_offset=(0.0, 0.0),
+        det_tilt=(0.0, 0.0, 0.0),
+        source_offset=(0.0, 0.0),
+        perturbation=None,
+    ) -> "ConeGeometry":
         """A circular scan about the z axis, with optional detector and trajectory errors.
 
         Parameters
@@ -534,12 +548,12 @@ class ConeGeometry(Frozen):
         source_offset = _per_view("source_offset", source_offset, n, 2)
 
         c, s, zero = np.cos(angles), np.sin(angles), np.zeros(n)
-        d = np.stack([-s, c, zero], axis=1)          # parallel-beam ray direction
-        e = np.stack([c, s, zero], axis=1)           # detector u axis
+        d = np.stack([-s, c, zero], axis=1)  # parallel-beam ray direction
+        e = np.stack([c, s, zero], axis=1)  # detector u axis
         ez = np.stack([zero, zero, np.ones(n)], axis=1)
         source = -sid[:, None] * d + source_offset[:, :1] * e + source_offset[:, 1:] * ez
         center = (sdd - sid)[:, None] * d + det_offset[:, :1] * e + det_offset[:, 1:] * ez
-        frame = np.stack([-d, e, ez], axis=-1)       # columns: normal, u, v
+        frame = np.stack([-d, e, ez], axis=-1)  # columns: normal, u, v
         axes = frame @ _rot_zyx(det_tilt[:, 0], det_tilt[:, 1], det_tilt[:, 2])
         u_step, v_step = axes[:, :, 1] * du, axes[:, :, 2] * dv
 
@@ -555,9 +569,22 @@ class ConeGeometry(Frozen):
         return cls(P, n_rows, n_cols, pixel_size=(du, dv), angles=angles)
 
     @classmethod
-    def helical(cls, angles, pitch, sid, sdd, n_rows, n_cols, pixel_size, *, row_pixel_size=None,
-                z_center=0.0, det_offset=(0.0, 0.0), det_tilt=(0.0, 0.0, 0.0),
-                perturbation=None) -> "ConeGeometry":
+    def helical(
+        cls,
+        angles,
+        pitch,
+        sid,
+        sdd,
+        n_rows,
+        n_cols,
+        pixel_size,
+        *,
+        row_pixel_size=None,
+        z_center=0.0,
+        det_offset=(0.0, 0.0),
+        det_tilt=(0.0, 0.0, 0.0),
+        perturbation=None,
+    ) -> "ConeGeometry":
         """A helical (spiral) scan: the circular scan with source and detector
         rising ``pitch`` per turn.
 
@@ -596,21 +623,34 @@ class ConeGeometry(Frozen):
         angles = v.finite_vector("angles", angles)
         pitch = v.finite_float("pitch", pitch)
         if pitch == 0:
-            raise ValueError("pitch: expected a non-zero rise per turn (length units), got 0; "
-                             "a scan without rise is ConeGeometry.circular")
+            raise ValueError(
+                "pitch: expected a non-zero rise per turn (length units), got 0; "
+                "a scan without rise is ConeGeometry.circular"
+            )
         z_center = v.finite_float("z_center", z_center)
         n = angles.size
         z = z_center + pitch * (angles - (angles.min() + angles.max()) / 2) / (2 * np.pi)
         det_offset = _per_view("det_offset", det_offset, n, 2)
         det_offset[:, 1] += z
         source_offset = np.stack([np.zeros(n), z], axis=1)
-        return cls.circular(angles, sid, sdd, n_rows, n_cols, pixel_size, row_pixel_size=row_pixel_size,
-                            det_offset=det_offset, det_tilt=det_tilt, source_offset=source_offset,
-                            perturbation=perturbation)
+        return cls.circular(
+            angles,
+            sid,
+            sdd,
+            n_rows,
+            n_cols,
+            pixel_size,
+            row_pixel_size=row_pixel_size,
+            det_offset=det_offset,
+            det_tilt=det_tilt,
+            source_offset=source_offset,
+            perturbation=perturbation,
+        )
 
     @classmethod
-    def laminography(cls, angles, tilt, sid, sdd, n_rows, n_cols, pixel_size, *, row_pixel_size=None,
-                     det_offset=(0.0, 0.0)) -> "ConeGeometry":
+    def laminography(
+        cls, angles, tilt, sid, sdd, n_rows, n_cols, pixel_size, *, row_pixel_size=None, det_offset=(0.0, 0.0)
+    ) -> "ConeGeometry":
         """Cone-beam laminography: the rotation axis (world z) tilted towards the beam.
 
         Parameters
@@ -676,8 +716,7 @@ class ConeGeometry(Frozen):
         except (TypeError, ValueError):
             raise TypeError(f"data: expected numbers, got {type(data).__name__}") from None
         if arr.size == 0 or arr.size % 12:
-            raise ValueError(f"data: expected 12 numbers per view (a column-major 3x4 matrix), "
-                             f"got {arr.size} numbers")
+            raise ValueError(f"data: expected 12 numbers per view (a column-major 3x4 matrix), got {arr.size} numbers")
         P = matrix_from_rabbitct(arr.reshape(-1, 12))
         return cls(P, n_rows, n_cols, pixel_size=pixel_size, angles=angles)
 
@@ -739,8 +778,9 @@ class ConeGeometry(Frozen):
         bad = ~(np.abs(height) > 1e-12 * size)
         if bad.any():
             i = int(np.flatnonzero(bad)[0])
-            raise ValueError(f"vectors[{i}]: expected a source off the detector plane and "
-                             f"non-parallel u, v, got a degenerate view")
+            raise ValueError(
+                f"vectors[{i}]: expected a source off the detector plane and non-parallel u, v, got a degenerate view"
+            )
         P = _matrices_from_frame(source, pixel00, u, vv)
         lu, lv = np.linalg.norm(u, axis=1), np.linalg.norm(vv, axis=1)
         same = np.ptp(lu) <= _SAME * lu.max() and np.ptp(lv) <= _SAME * lv.max()
@@ -793,14 +833,18 @@ class ConeGeometry(Frozen):
         lu, lv = np.linalg.norm(f.u, axis=1), np.linalg.norm(f.v, axis=1)
         for name, lengths in (("column", lu), ("row", lv)):
             if np.ptp(lengths) > 1e-6 * lengths.max():
-                raise ValueError(f"geometry: TIGRE needs one detector pitch for all views, got "
-                                 f"{name} pitches {lengths.min():.6g}..{lengths.max():.6g}")
+                raise ValueError(
+                    f"geometry: TIGRE needs one detector pitch for all views, got "
+                    f"{name} pitches {lengths.min():.6g}..{lengths.max():.6g}"
+                )
         u_hat, v_hat = f.u / lu[:, None], f.v / lv[:, None]
         skew = np.abs(np.einsum("ni,ni->n", u_hat, v_hat))
         if np.any(skew > 1e-6):
             i = int(np.argmax(skew))
-            raise ValueError(f"matrices[{i}]: TIGRE needs perpendicular detector rows and columns, "
-                             f"got cos(angle) = {skew[i]:.3g} between them")
+            raise ValueError(
+                f"matrices[{i}]: TIGRE needs perpendicular detector rows and columns, "
+                f"got cos(angle) = {skew[i]:.3g} between them"
+            )
         v_hat = v_hat - np.einsum("ni,ni->n", v_hat, u_hat)[:, None] * u_hat
         v_hat /= np.linalg.norm(v_hat, axis=1, keepdims=True)
 
@@ -820,9 +864,14 @@ class ConeGeometry(Frozen):
         c_local = np.einsum("nij,nj->ni", Et, f.center)
         R = Et @ np.stack([np.cross(u_hat, v_hat), u_hat, v_hat], axis=-1)
         # R = Rz(c) Ry(b) Rx(a) -> (a, b, c)
-        rot = np.stack([np.arctan2(R[:, 2, 1], R[:, 2, 2]),
-                        np.arctan2(-R[:, 2, 0], np.hypot(R[:, 0, 0], R[:, 1, 0])),
-                        np.arctan2(R[:, 1, 0], R[:, 0, 0])], axis=1)
+        rot = np.stack(
+            [
+                np.arctan2(R[:, 2, 1], R[:, 2, 2]),
+                np.arctan2(-R[:, 2, 0], np.hypot(R[:, 0, 0], R[:, 1, 0])),
+                np.arctan2(R[:, 1, 0], R[:, 0, 0]),
+            ],
+            axis=1,
+        )
 
         # Round-off from the matrices (1e-15 mm offsets, 1e-17 rad tilts) reads as
         # a real offset in TIGRE's printout; snap it to zero.
@@ -842,8 +891,7 @@ class ConeGeometry(Frozen):
             "rotDetector": _compact(rot),
             "COR": 0.0,
             "offOrigin": np.zeros(3),
-            "angles": alpha if np.all(theta == 0) else
-            np.stack([alpha, theta, np.zeros_like(alpha)], axis=1),
+            "angles": alpha if np.all(theta == 0) else np.stack([alpha, theta, np.zeros_like(alpha)], axis=1),
         }
         if volume is not None:
             volume_3d(volume)
@@ -908,12 +956,11 @@ class ConeGeometry(Frozen):
         source = to_world(s_local) + shift
         center = to_world(c_local) + shift
         u_step = to_world(R_rpy[:, :, 1]) * du
-        v_step = to_world(R_rpy[:, :, 2]) * dv   # TIGRE's pixelV runs downwards; the array row upwards
+        v_step = to_world(R_rpy[:, :, 2]) * dv  # TIGRE's pixelV runs downwards; the array row upwards
         pixel00 = center - (n_cols - 1) / 2 * u_step - (n_rows - 1) / 2 * v_step
         P = _matrices_from_frame(source, pixel00, u_step, v_step)
         planar = np.all(ang[:, 1:] == 0)
-        return cls(P, n_rows, n_cols, pixel_size=(du, dv),
-                   angles=alpha + np.pi / 2 if planar else None)
+        return cls(P, n_rows, n_cols, pixel_size=(du, dv), angles=alpha + np.pi / 2 if planar else None)
 
     @staticmethod
     def tigre_volume(geo) -> VolumeGeometry:
@@ -930,6 +977,7 @@ class ConeGeometry(Frozen):
         if self.pixel_size is not None:
             parts.append("pixel_size=({:g}, {:g})".format(*self.pixel_size))
         from .helix import fit_helix
+
         helix = fit_helix(self)
         if helix is None:
             parts.append(f"source-origin {_range(np.linalg.norm(self.source_positions(), axis=1))}")
@@ -950,10 +998,12 @@ class ConeGeometry(Frozen):
         (made on a new ``matplotlib.figure.Figure`` when ``ax`` is None).
         """
         from .plotting import plot_cone
+
         return plot_cone(self, volume, ax=ax, n_views=n_views)
 
 
 # -- RabbitCT's storage order --------------------------------------------------------------
+
 
 def matrix_to_rabbitct(P) -> np.ndarray:
     """A projection matrix as RabbitCT stores it: 12 doubles, column-major.
@@ -1003,7 +1053,6 @@ def matrix_from_rabbitct(values) -> np.ndarray:
     """
     values = np.asarray(values, dtype=np.float64)
     if values.ndim < 1 or values.shape[-1] != 12:
-        raise ValueError(f"values: expected 12 numbers per matrix (shape (12,) or (..., 12)), "
-                         f"got shape {values.shape}")
+        raise ValueError(f"values: expected 12 numbers per matrix (shape (12,) or (..., 12)), got shape {values.shape}")
     cols = values.reshape(values.shape[:-1] + (4, 3))  # [c, r]
     return np.ascontiguousarray(np.swapaxes(cols, -1, -2))

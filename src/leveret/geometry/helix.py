@@ -1,4 +1,5 @@
 """A helical trajectory found back from a cone-beam geometry's matrices: ``fit_helix``."""
+
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -45,7 +46,7 @@ def fit_helix(geometry) -> Helix | None:
     trajectories that only wobble give None.
     """
     src = geometry.source_positions()
-    if src.shape[0] < 3 or np.ptp(src[:, 2]) <= 1e-12 * np.abs(src).max():   # planar: no need to look further
+    if src.shape[0] < 3 or np.ptp(src[:, 2]) <= 1e-12 * np.abs(src).max():  # planar: no need to look further
         return None
     radius = np.hypot(src[:, 0], src[:, 1])
     if radius.min() <= 0 or np.ptp(radius) > _RADIUS_SPREAD * radius.mean():
@@ -63,5 +64,6 @@ def fit_helix(geometry) -> Helix | None:
     rise = abs(slope) * np.ptp(azimuth)
     if rise < _MIN_RISE_ROWS * row or residual > _RESIDUAL_ROWS * row:
         return None
-    return Helix(float(radius.mean()), float(2 * np.pi * slope), azimuth, src[:, 2].copy(),
-                 1.0 if steps[0] > 0 else -1.0)
+    return Helix(
+        float(radius.mean()), float(2 * np.pi * slope), azimuth, src[:, 2].copy(), 1.0 if steps[0] > 0 else -1.0
+    )

@@ -1,4 +1,5 @@
 """Parallel-beam scan geometry: ``ParallelGeometry``."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -41,8 +42,7 @@ class ParallelGeometry(Frozen):
     __slots__ = ("angles", "n_cols", "n_rows", "det_spacing", "row_spacing", "center", "axis_shift")
     _fields = __slots__
 
-    def __init__(self, angles, n_cols, n_rows=None, det_spacing=1.0, row_spacing=1.0,
-                 center=None, axis_shift=None):
+    def __init__(self, angles, n_cols, n_rows=None, det_spacing=1.0, row_spacing=1.0, center=None, axis_shift=None):
         angles = v.finite_vector("angles", angles)
         n_cols = v.positive_int("n_cols", n_cols)
         if n_rows is not None:
@@ -53,12 +53,12 @@ class ParallelGeometry(Frozen):
             center = (n_cols - 1) / 2
         center = v.finite_float("center", center)
         if not (0 <= center <= n_cols - 1):
-            raise ValueError(f"center: expected a column position on the detector, "
-                             f"0 <= center <= {n_cols - 1}, got {center:g}")
+            raise ValueError(
+                f"center: expected a column position on the detector, 0 <= center <= {n_cols - 1}, got {center:g}"
+            )
         if axis_shift is not None:
             axis_shift = v.finite_vector("axis_shift", axis_shift, length=angles.size)
-        for name, value in zip(self._fields, (angles, n_cols, n_rows, det_spacing,
-                                              row_spacing, center, axis_shift)):
+        for name, value in zip(self._fields, (angles, n_cols, n_rows, det_spacing, row_spacing, center, axis_shift)):
             self._set(name, value)
 
     # -- shapes --------------------------------------------------------------
@@ -117,8 +117,9 @@ class ParallelGeometry(Frozen):
         """
         if self.is_2d:
             return VolumeGeometry((self.n_cols, self.n_cols), self.det_spacing)
-        return VolumeGeometry((self.n_rows, self.n_cols, self.n_cols),
-                              (self.row_spacing, self.det_spacing, self.det_spacing))
+        return VolumeGeometry(
+            (self.n_rows, self.n_cols, self.n_cols), (self.row_spacing, self.det_spacing, self.det_spacing)
+        )
 
     def angular_weights(self, max_gap_factor: float = 2.0) -> np.ndarray:
         """Quadrature weights (radians) for integrating over the half circle.
@@ -151,14 +152,17 @@ class ParallelGeometry(Frozen):
     def __repr__(self) -> str:
         a = np.degrees(self.angles)
         rows = "None (2D)" if self.is_2d else str(self.n_rows)
-        shift = "None" if self.axis_shift is None else (
-            f"[{self.axis_shift.min():g} .. {self.axis_shift.max():g}] px")
-        return (f"ParallelGeometry({self.n_angles} angles from {a.min():g} to {a.max():g} deg, "
-                f"n_cols={self.n_cols}, n_rows={rows}, det_spacing={self.det_spacing:g}, "
-                f"row_spacing={self.row_spacing:g}, center={self.center:g}, axis_shift={shift})")
+        shift = "None" if self.axis_shift is None else (f"[{self.axis_shift.min():g} .. {self.axis_shift.max():g}] px")
+        return (
+            f"ParallelGeometry({self.n_angles} angles from {a.min():g} to {a.max():g} deg, "
+            f"n_cols={self.n_cols}, n_rows={rows}, det_spacing={self.det_spacing:g}, "
+            f"row_spacing={self.row_spacing:g}, center={self.center:g}, axis_shift={shift})"
+        )
 
     def plot(self, volume: VolumeGeometry | None = None, ax=None, n_views: int = 4, n_rays: int = 7):
         """Draw rays, detector and volume in the xy plane; returns the Axes."""
         from .plotting import plot_parallel
-        return plot_parallel(self, volume if volume is not None else self.default_volume(),
-                             ax=ax, n_views=n_views, n_rays=n_rays)
+
+        return plot_parallel(
+            self, volume if volume is not None else self.default_volume(), ax=ax, n_views=n_views, n_rays=n_rays
+        )

@@ -9,6 +9,7 @@ component, so it is its own class, as ASTRA's 'parallel3d_vec' is beside
 (:attr:`matrices`, third row ``(0, 0, 0, 1)``: ``w = 1``), which the
 cone-beam back-projection and the ray-driven ``Projector`` both take.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -27,8 +28,9 @@ def _check_vectors(vectors) -> np.ndarray:
     if vec.shape == (12,):
         vec = vec[None]
     if vec.ndim != 2 or vec.shape[1] != 12 or vec.shape[0] == 0:
-        raise ValueError(f"vectors: expected shape (n_views, 12) (ray, detector centre, u, v per view), "
-                         f"got shape {vec.shape}")
+        raise ValueError(
+            f"vectors: expected shape (n_views, 12) (ray, detector centre, u, v per view), got shape {vec.shape}"
+        )
     v.check_finite_array("vectors", vec)
     ray, u, vv = vec[:, 0:3], vec[:, 6:9], vec[:, 9:12]
     volume = np.abs(np.einsum("ni,ni->n", np.cross(u, vv), ray))
@@ -36,8 +38,10 @@ def _check_vectors(vectors) -> np.ndarray:
     bad = ~(volume > 1e-9 * size)
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
-        raise ValueError(f"vectors[{i}]: expected a ray direction off the detector plane and non-parallel, "
-                         f"non-zero u and v, got a degenerate view")
+        raise ValueError(
+            f"vectors[{i}]: expected a ray direction off the detector plane and non-parallel, "
+            f"non-zero u and v, got a degenerate view"
+        )
     vec[:, 0:3] = ray / np.linalg.norm(ray, axis=1, keepdims=True)
     vec.setflags(write=False)
     return vec
@@ -125,7 +129,7 @@ class ParallelVecGeometry(Frozen):
         ``(0, 0, 0, 1)``): what :class:`leveret.operators.ConeBackprojection`
         applies (no distance weight).
         """
-        B = np.stack([self.u, self.v, self.rays], axis=-1)      # x = pixel00 + c u + r v + t ray
+        B = np.stack([self.u, self.v, self.rays], axis=-1)  # x = pixel00 + c u + r v + t ray
         Binv = np.linalg.inv(B)
         P = np.zeros((self.n_views, 3, 4))
         P[:, :2, :3] = Binv[:, :2]
@@ -156,8 +160,9 @@ class ParallelVecGeometry(Frozen):
         idx = np.atleast_1d(idx)
         cols = np.arange(self.n_cols, dtype=np.float64)[None, None, :, None]
         rows = np.arange(self.n_rows, dtype=np.float64)[None, :, None, None]
-        origins = (self.pixel00()[idx][:, None, None, :] + cols * self.u[idx][:, None, None, :]) \
-            + rows * self.v[idx][:, None, None, :]
+        origins = (self.pixel00()[idx][:, None, None, :] + cols * self.u[idx][:, None, None, :]) + rows * self.v[idx][
+            :, None, None, :
+        ]
         return origins, self.rays[idx][:, None, None, :].copy()
 
     def crop_rows(self, start: int, stop: int) -> "ParallelVecGeometry":
@@ -166,7 +171,7 @@ class ParallelVecGeometry(Frozen):
         if not (0 <= start < stop <= self.n_rows):
             raise ValueError(f"crop_rows: expected 0 <= start < stop <= {self.n_rows}, got {start}:{stop}")
         vec = np.array(self.vectors)
-        vec[:, 3:6] += ((start + stop - 1) / 2 - (self.n_rows - 1) / 2) * self.v   # the new grid's centre
+        vec[:, 3:6] += ((start + stop - 1) / 2 - (self.n_rows - 1) / 2) * self.v  # the new grid's centre
         return self.replace(vectors=vec, n_rows=stop - start)
 
     def axis_cosines(self) -> np.ndarray:
@@ -176,8 +181,9 @@ class ParallelVecGeometry(Frozen):
 
     # -- constructors ------------------------------------------------------------------
     @classmethod
-    def laminography(cls, angles, tilt, n_rows, n_cols, pixel_size, *, row_pixel_size=None,
-                     center=None, row_center=None) -> "ParallelVecGeometry":
+    def laminography(
+        cls, angles, tilt, n_rows, n_cols, pixel_size, *, row_pixel_size=None, center=None, row_center=None
+    ) -> "ParallelVecGeometry":
         """Parallel-beam laminography: the rotation axis (world z) tilted towards the beam.
 
         Parameters
@@ -230,6 +236,7 @@ class ParallelVecGeometry(Frozen):
     def from_parallel(cls, geometry) -> "ParallelVecGeometry":
         """The same scan as a 3D ``ParallelGeometry`` (axis shifts included)."""
         from .parallel import ParallelGeometry
+
         if not isinstance(geometry, ParallelGeometry):
             raise TypeError(f"geometry: expected a 3D ParallelGeometry, got {type(geometry).__name__}")
         if geometry.is_2d:
@@ -264,8 +271,11 @@ class ParallelVecGeometry(Frozen):
         lu, lv = np.linalg.norm(self.u, axis=1), np.linalg.norm(self.v, axis=1)
         parts.append(f"pixel ({lu.mean():.4g}, {lv.mean():.4g})")
         elevation = np.degrees(np.arcsin(np.clip(np.abs(self.rays[:, 2]), 0.0, 1.0)))
-        parts.append(f"rays {elevation.min():.4g}" + ("" if np.ptp(elevation) < 1e-9 else
-                                                      f"..{elevation.max():.4g}") + " deg out of the xy plane")
+        parts.append(
+            f"rays {elevation.min():.4g}"
+            + ("" if np.ptp(elevation) < 1e-9 else f"..{elevation.max():.4g}")
+            + " deg out of the xy plane"
+        )
         if self.angles is not None:
             a = np.degrees(self.angles)
             parts.append(f"angles {a.min():g} to {a.max():g} deg")
@@ -277,4 +287,5 @@ class ParallelVecGeometry(Frozen):
         Returns the Axes3D (on a new ``matplotlib.figure.Figure`` when ``ax`` is None).
         """
         from .plotting import plot_parallel_vec
+
         return plot_parallel_vec(self, volume, ax=ax, n_views=n_views)

@@ -1,4 +1,5 @@
 """3D Radon (plane-integral) geometry, as in pulse EPR imaging: ``RadonGeometry``."""
+
 from __future__ import annotations
 
 import math
@@ -25,13 +26,11 @@ def unit_vectors(name: str, value) -> np.ndarray:
     try:
         arr = np.array(value, dtype=np.float64)
     except (TypeError, ValueError):
-        raise TypeError(f"{name}: expected an (n, 3) array of unit vectors, "
-                        f"got {type(value).__name__}") from None
+        raise TypeError(f"{name}: expected an (n, 3) array of unit vectors, got {type(value).__name__}") from None
     if arr.ndim == 1 and arr.shape == (3,):
         arr = arr.reshape(1, 3)
     if arr.ndim != 2 or arr.shape[1] != 3:
-        raise ValueError(f"{name}: expected an (n, 3) array of unit vectors (x, y, z last), "
-                         f"got shape {arr.shape}")
+        raise ValueError(f"{name}: expected an (n, 3) array of unit vectors (x, y, z last), got shape {arr.shape}")
     if arr.shape[0] == 0:
         raise ValueError(f"{name}: expected at least one direction, got an empty array")
     v.check_finite_array(name, arr)
@@ -39,8 +38,9 @@ def unit_vectors(name: str, value) -> np.ndarray:
     err = np.abs(norm - 1.0)
     if err.max() > UNIT_TOLERANCE:
         q = int(np.argmax(err))
-        raise ValueError(f"{name}: expected unit vectors (| |n| - 1 | <= {UNIT_TOLERANCE:g}), "
-                         f"got |n| = {norm[q]:.9g} at index {q}")
+        raise ValueError(
+            f"{name}: expected unit vectors (| |n| - 1 | <= {UNIT_TOLERANCE:g}), got |n| = {norm[q]:.9g} at index {q}"
+        )
     arr.setflags(write=False)
     return arr
 
@@ -48,6 +48,7 @@ def unit_vectors(name: str, value) -> np.ndarray:
 def _first_duplicate(points: np.ndarray, tol: float):
     """The first pair (i, j), i < j, of rows closer than ``tol``, or None."""
     from scipy.spatial import cKDTree
+
     pairs = cKDTree(points).query_pairs(tol, output_type="ndarray")
     if pairs.size == 0:
         return None
@@ -101,10 +102,12 @@ class RadonGeometry(Frozen):
             n = directions.shape[0]
             i, j = pair[0] % n, pair[1] % n
             what = "antipodal" if pair[1] >= n > pair[0] else "duplicate"
-            raise ValueError(f"directions: expected distinct directions"
-                             f"{' (no antipodal pairs with hemisphere=True)' if hemisphere else ''}, "
-                             f"got {what} directions at indices {min(i, j)} and {max(i, j)}: "
-                             f"{tuple(float(x) for x in directions[i])}")
+            raise ValueError(
+                f"directions: expected distinct directions"
+                f"{' (no antipodal pairs with hemisphere=True)' if hemisphere else ''}, "
+                f"got {what} directions at indices {min(i, j)} and {max(i, j)}: "
+                f"{tuple(float(x) for x in directions[i])}"
+            )
         for name, value in zip(self._fields, (directions, n_samples, spacing, hemisphere)):
             self._set(name, value)
 
@@ -115,8 +118,9 @@ class RadonGeometry(Frozen):
         theta = v.finite_vector("theta", theta)
         phi = v.finite_vector("phi", phi, length=theta.size)
         st = np.sin(theta)
-        return cls(np.stack([st * np.cos(phi), st * np.sin(phi), np.cos(theta)], axis=1),
-                   n_samples, spacing, hemisphere)
+        return cls(
+            np.stack([st * np.cos(phi), st * np.sin(phi), np.cos(theta)], axis=1), n_samples, spacing, hemisphere
+        )
 
     @classmethod
     def uniform(cls, n_dirs, n_samples, spacing=1.0, hemisphere=False) -> "RadonGeometry":
@@ -140,8 +144,7 @@ class RadonGeometry(Frozen):
         cos_t = 1.0 - (q + 0.5) * h
         sin_t = np.sqrt(np.maximum(1.0 - cos_t * cos_t, 0.0))
         ph = np.mod(q * math.pi * (3.0 - math.sqrt(5.0)), 2.0 * math.pi)
-        return cls(np.stack([sin_t * np.cos(ph), sin_t * np.sin(ph), cos_t], axis=1),
-                   n_samples, spacing, hemisphere)
+        return cls(np.stack([sin_t * np.cos(ph), sin_t * np.sin(ph), cos_t], axis=1), n_samples, spacing, hemisphere)
 
     @classmethod
     def grid(cls, n_theta, n_phi, n_samples, spacing=1.0, hemisphere=False) -> "RadonGeometry":
@@ -219,6 +222,7 @@ class RadonGeometry(Frozen):
         weights.
         """
         from scipy.spatial import SphericalVoronoi
+
         d = self.directions
         pts = np.concatenate([d, -d]) if self.hemisphere else d
         n = self.n_dirs
@@ -237,6 +241,8 @@ class RadonGeometry(Frozen):
         th, _ = self.angles()
         half = "hemisphere" if self.hemisphere else "sphere"
         lo, hi = self.sample_positions()[[0, -1]]
-        return (f"RadonGeometry({self.n_dirs} directions on the {half}, theta "
-                f"{np.degrees(th.min()):g} to {np.degrees(th.max()):g} deg, "
-                f"n_samples={self.n_samples}, spacing={self.spacing:g}, t in [{lo:g}, {hi:g}])")
+        return (
+            f"RadonGeometry({self.n_dirs} directions on the {half}, theta "
+            f"{np.degrees(th.min()):g} to {np.degrees(th.max()):g} deg, "
+            f"n_samples={self.n_samples}, spacing={self.spacing:g}, t in [{lo:g}, {hi:g}])"
+        )

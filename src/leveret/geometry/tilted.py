@@ -1,5 +1,6 @@
 """The frame of a scan whose rotation axis (world z) is tilted towards the beam
 (laminography), shared by the cone- and parallel-beam constructors."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -11,8 +12,10 @@ def check_tilt(tilt) -> float:
     """``tilt`` in radians, ``0 <= tilt < pi/2``; ValueError naming ``tilt`` otherwise."""
     value = v.finite_float("tilt", tilt)
     if not 0.0 <= value < np.pi / 2:
-        raise ValueError(f"tilt: expected radians in [0, pi/2) (0 to 90 degrees, 90 excluded: the beam "
-                         f"would run along the rotation axis), got {value:g} ({np.degrees(value):g} degrees)")
+        raise ValueError(
+            f"tilt: expected radians in [0, pi/2) (0 to 90 degrees, 90 excluded: the beam "
+            f"would run along the rotation axis), got {value:g} ({np.degrees(value):g} degrees)"
+        )
     return value
 
 

@@ -1,4 +1,5 @@
 """The reconstruction grid: ``VolumeGeometry``."""
+
 from __future__ import annotations
 
 import math
@@ -65,10 +66,10 @@ class VolumeGeometry(Frozen):
 
     @property
     def size(self) -> int:
-        return math.prod(self.shape)      # Python ints: no overflow for huge shapes
+        return math.prod(self.shape)  # Python ints: no overflow for huge shapes
 
     def _axis_index(self, axis: str) -> int:
-        names = _AXES[-self.ndim:]
+        names = _AXES[-self.ndim :]
         if axis not in names:
             raise ValueError(f"axis: expected one of {names}, got {axis!r}")
         return names.index(axis)
@@ -97,19 +98,21 @@ class VolumeGeometry(Frozen):
             raise ValueError(f"slab: expected 0 <= start < stop <= {self.nz}, got {start}:{stop}")
         z = self.coordinates("z")
         cz = (z[start] + z[stop - 1]) / 2
-        return VolumeGeometry((stop - start,) + self.shape[1:], self.voxel_size,
-                              (cz,) + self.center[1:])
+        return VolumeGeometry((stop - start,) + self.shape[1:], self.voxel_size, (cz,) + self.center[1:])
 
     def __repr__(self) -> str:
-        names = _AXES[-self.ndim:]
+        names = _AXES[-self.ndim :]
         fmt = lambda t: "(" + ", ".join(f"{x:g}" for x in t) + ")"
         ext = ", ".join(f"{n}: [{lo:g}, {hi:g}]" for n in names for lo, hi in [self.extent(n)])
-        return (f"VolumeGeometry(shape={self.shape}, voxel_size={fmt(self.voxel_size)}, "
-                f"center={fmt(self.center)})  # extent {ext}")
+        return (
+            f"VolumeGeometry(shape={self.shape}, voxel_size={fmt(self.voxel_size)}, "
+            f"center={fmt(self.center)})  # extent {ext}"
+        )
 
     def plot(self, ax=None):
         """Draw the grid outline in the xy plane; returns the matplotlib Axes."""
         from .plotting import plot_volume
+
         return plot_volume(self, ax=ax)
 
 
@@ -146,8 +149,7 @@ def as_image_rows(array):
     if not hasattr(array, "ndim"):
         raise TypeError(f"array: expected a slice (ny, nx) or a volume (nz, ny, nx), got {type(array).__name__}")
     if array.ndim < 2:
-        raise ValueError(f"array: expected a slice (ny, nx) or a volume (nz, ny, nx), got shape "
-                         f"{tuple(array.shape)}")
+        raise ValueError(f"array: expected a slice (ny, nx) or a volume (nz, ny, nx), got shape {tuple(array.shape)}")
     return array[..., ::-1, :]
 
 

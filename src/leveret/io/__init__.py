@@ -23,6 +23,7 @@ or not at all. Readers return NumPy arrays in their stored dtype; stacks are
   read on many threads; HDF5 written around h5py's lock; chunk codecs;
   outputs stored as float16 or integers over a range.
 """
+
 from .angles import read_angles
 from .atomic import OutputBusyError, OutputLock, OutputSpaceError, atomic_output
 from .lazy import TiffStack, open_array
@@ -32,7 +33,26 @@ from .scans import FrameStack, Scan, read_scan
 from .slabs import SlabWriter, input_fingerprint, output_format, write_slabs
 from .writers import write_array
 
-__all__ = ["FrameStack", "OutputBusyError", "OutputLock", "OutputSpaceError", "Scan", "SlabWriter",
-           "TiffStack", "XtekScan", "atomic_output", "input_fingerprint", "open_array", "output_format",
-           "read_angles", "read_array", "read_matrices", "read_metadata", "read_raw", "read_scan", "read_xtekct",
-           "write_array", "write_slabs"]
+__all__ = [
+    "FrameStack",
+    "OutputBusyError",
+    "OutputLock",
+    "OutputSpaceError",
+    "Scan",
+    "SlabWriter",
+    "TiffStack",
+    "XtekScan",
+    "atomic_output",
+    "input_fingerprint",
+    "open_array",
+    "output_format",
+    "read_angles",
+    "read_array",
+    "read_matrices",
+    "read_metadata",
+    "read_raw",
+    "read_scan",
+    "read_xtekct",
+    "write_array",
+    "write_slabs",
+]

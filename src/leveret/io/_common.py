@@ -1,5 +1,6 @@
 """Helpers shared by the readers and writers: path parsing, error wrapping, TIFF
 folders and the lazy stacks' indexing."""
+
 from __future__ import annotations
 
 import contextlib
@@ -38,8 +39,8 @@ def split_dataset(path: str | os.PathLike, dataset: str | None) -> tuple[Path, s
     if m and not os.path.exists(text):
         if dataset is not None:
             raise ValueError(
-                f"dataset: given both inline in path ({m.group(2)!r}) and as "
-                f"dataset={dataset!r}; give one")
+                f"dataset: given both inline in path ({m.group(2)!r}) and as dataset={dataset!r}; give one"
+            )
         return Path(m.group(1)), (m.group(2) or None)
     if dataset is not None and not isinstance(dataset, str):
         raise TypeError(f"dataset: expected a str (an HDF5 path such as '/entry/data'), got {dataset!r}")
@@ -96,9 +97,10 @@ class LazyStack:
 def tiff_files(folder: Path) -> list[Path]:
     """The TIFF images of a folder (hidden files left out), in natural order;
     ValueError naming ``path`` if there is none."""
-    files = sorted((f for f in folder.iterdir() if suffix(f) in TIFF_EXTS
-                    and not f.name.startswith(".") and f.is_file()),
-                   key=lambda f: natural_key(f.name))
+    files = sorted(
+        (f for f in folder.iterdir() if suffix(f) in TIFF_EXTS and not f.name.startswith(".") and f.is_file()),
+        key=lambda f: natural_key(f.name),
+    )
     if not files:
         raise ValueError(f"path: the folder {str(folder)!r} holds no .tif/.tiff file")
     return files

@@ -1,4 +1,5 @@
 """Projection angles from files, arrays or ``start:stop:count`` specs."""
+
 from __future__ import annotations
 
 import os
@@ -13,8 +14,7 @@ from ._common import library_errors
 _NUMBER = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
 _SPEC = re.compile(rf"^\s*({_NUMBER}):({_NUMBER}):(\d+)(?::(endpoint))?\s*$")
 
-_UNITS = {"degree": np.pi / 180, "degrees": np.pi / 180, "deg": np.pi / 180,
-          "radian": 1.0, "radians": 1.0, "rad": 1.0}
+_UNITS = {"degree": np.pi / 180, "degrees": np.pi / 180, "deg": np.pi / 180, "radian": 1.0, "radians": 1.0, "rad": 1.0}
 
 
 def read_angles(path_or_values, *, unit: str = "degree") -> np.ndarray:
@@ -61,12 +61,12 @@ def read_angles(path_or_values, *, unit: str = "degree") -> np.ndarray:
             values = _read_angle_file(p)
         elif m:
             count = positive_int(f"{name} (count)", int(m.group(3)))
-            values = np.linspace(float(m.group(1)), float(m.group(2)), count,
-                                 endpoint=m.group(4) is not None)
+            values = np.linspace(float(m.group(1)), float(m.group(2)), count, endpoint=m.group(4) is not None)
         else:
             raise ValueError(
                 f"{name}: {os.fspath(path_or_values)!r} is neither an existing file nor a "
-                "'start:stop:count' or 'start:stop:count:endpoint' spec")
+                "'start:stop:count' or 'start:stop:count:endpoint' spec"
+            )
     else:
         values = path_or_values
     return finite_vector(name, values) * scale  # a new, writable array

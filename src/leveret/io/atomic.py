@@ -1,4 +1,5 @@
 """All-or-nothing outputs: write under a temporary name, then rename into place."""
+
 from __future__ import annotations
 
 import contextlib
@@ -15,8 +16,8 @@ from typing import Callable, Iterator
 # must stop at once (the CLI on Ctrl-C, while a worker thread is still busy).
 _PENDING: dict[int, Callable[[], None]] = {}
 _PENDING_LOCK = threading.Lock()
-_STOPPED_BY: int | None = None          # the thread that ran cleanup_pending(stop=True): no other may start
-_WRITTEN: list[Path] | None = None      # outputs completed since start_command(); None: not counted
+_STOPPED_BY: int | None = None  # the thread that ran cleanup_pending(stop=True): no other may start
+_WRITTEN: list[Path] | None = None  # outputs completed since start_command(); None: not counted
 
 
 class StoppingError(RuntimeError):
@@ -129,6 +130,7 @@ def _temporary_name(path: Path, tag: str) -> Path:
 
 # -- one writer per output ---------------------------------------------------------------------
 
+
 class OutputBusyError(ValueError):
     """Another process (or another writer in this one) is writing the same output."""
 
@@ -156,7 +158,7 @@ class OutputLock:
     def acquire(self) -> "OutputLock":
         try:
             import fcntl
-        except ImportError:    # Windows: no flock; filelock has the native lock there
+        except ImportError:  # Windows: no flock; filelock has the native lock there
             return self._acquire_filelock()
         while True:
             fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -173,18 +175,19 @@ class OutputLock:
                 same = False
             if same:
                 break
-            os.close(fd)    # the previous owner removed this file as we locked it: try again
+            os.close(fd)  # the previous owner removed this file as we locked it: try again
         try:
             os.ftruncate(fd, 0)
             os.write(fd, f"{os.getpid()}\n".encode())
         except BaseException:
-            os.close(fd)    # closing drops the lock: a failed acquire holds nothing
+            os.close(fd)  # closing drops the lock: a failed acquire holds nothing
             raise
         self._fd = fd
         return self
 
     def _acquire_filelock(self) -> "OutputLock":
         from filelock import FileLock, Timeout
+
         lock = FileLock(str(self.lock_path) + ".filelock", timeout=0)
         try:
             lock.acquire()
@@ -199,8 +202,10 @@ class OutputLock:
             owner = f"process {int(self.lock_path.read_text().split()[0])}"
         except (OSError, ValueError, IndexError):
             owner = "another process"
-        return (f"output: {str(self.path)!r} is being written by {owner} (lock {str(self.lock_path)!r}); "
-                "wait for it to finish or write to another path")
+        return (
+            f"output: {str(self.path)!r} is being written by {owner} (lock {str(self.lock_path)!r}); "
+            "wait for it to finish or write to another path"
+        )
 
     def release(self) -> None:
         if self._fd is not None:
@@ -208,7 +213,7 @@ class OutputLock:
             # sees that it is gone once it gets the lock, and retries.
             with contextlib.suppress(OSError):
                 os.unlink(self.lock_path)
-            os.close(self._fd)     # closing drops the flock
+            os.close(self._fd)  # closing drops the flock
             self._fd = None
         if self._fallback is not None:
             with contextlib.suppress(OSError):
@@ -247,13 +252,15 @@ def is_space_error(exc: BaseException) -> bool:
         return True
     text = str(exc)
     return isinstance(exc, (OSError, RuntimeError)) and any(
-        w in text for w in ("No space left", "File too large", "Disk quota exceeded",
-                            "errno = 28", "errno = 27", "errno = 122"))
+        w in text
+        for w in ("No space left", "File too large", "Disk quota exceeded", "errno = 28", "errno = 27", "errno = 122")
+    )
 
 
 def space_errno(exc: BaseException) -> int:
     """The errno of a space error, read from the HDF5 text when the exception has none."""
     import re
+
     if getattr(exc, "errno", None):
         return int(exc.errno)
     m = re.search(r"errno = (\d+)", str(exc))
@@ -263,22 +270,28 @@ def space_errno(exc: BaseException) -> int:
 def free_bytes(folder: str | os.PathLike) -> int:
     """Bytes the calling user may still write in ``folder``'s file system."""
     import shutil
+
     return int(shutil.disk_usage(os.fspath(folder)).free)
 
 
 def check_space(path: str | os.PathLike, needed: int) -> None:
     """Raise :class:`OutputSpaceError` if ``needed`` bytes do not fit beside ``path``."""
     from ..resources import format_bytes
+
     folder = Path(os.fspath(path)).parent
     free = free_bytes(folder)
     if needed > free:
-        raise OutputSpaceError(errno.ENOSPC, f"output: {str(path)!r} needs {format_bytes(needed)} but only "
-                               f"{format_bytes(free)} are free in {str(folder)!r}; free some space or "
-                               "write elsewhere")
+        raise OutputSpaceError(
+            errno.ENOSPC,
+            f"output: {str(path)!r} needs {format_bytes(needed)} but only "
+            f"{format_bytes(free)} are free in {str(folder)!r}; free some space or "
+            "write elsewhere",
+        )
 
 
-def check_writable(path: Path, overwrite: bool, kind: str | None = None, *, flag: str = "path",
-                   asked_by: str | None = "overwrite=True") -> None:
+def check_writable(
+    path: Path, overwrite: bool, kind: str | None = None, *, flag: str = "path", asked_by: str | None = "overwrite=True"
+) -> None:
     """Raise ValueError naming ``flag`` if ``path`` has no parent folder, exists (unless
     ``overwrite``), or exists and is not an output of ``kind`` that leveret wrote
     (:func:`check_replaceable`: ``overwrite`` never deletes anything else)."""
@@ -291,8 +304,9 @@ def check_writable(path: Path, overwrite: bool, kind: str | None = None, *, flag
     check_replaceable(path, kind, flag=flag, asked_by=asked_by)
 
 
-def check_replaceable(path: Path, kind: str | None = None, *, flag: str = "path",
-                      asked_by: str | None = "overwrite=True") -> None:
+def check_replaceable(
+    path: Path, kind: str | None = None, *, flag: str = "path", asked_by: str | None = "overwrite=True"
+) -> None:
     """Raise ValueError naming ``flag`` and what was not deleted if an existing ``path``
     is not an output of ``kind`` that leveret wrote (:func:`leveret.io.marks.replace_refusal`).
     ``asked_by`` names what asked for the replacement in the message (None: nothing)."""
@@ -300,8 +314,10 @@ def check_replaceable(path: Path, kind: str | None = None, *, flag: str = "path"
 
     refusal = replace_refusal(path, kind)
     if refusal is not None:
-        raise ValueError(f"{flag}: {asked_by + ' ' if asked_by else ''}refused to delete {str(path)!r}: "
-                         f"{refusal}; delete it yourself if it may go, or give another path")
+        raise ValueError(
+            f"{flag}: {asked_by + ' ' if asked_by else ''}refused to delete {str(path)!r}: "
+            f"{refusal}; delete it yourself if it may go, or give another path"
+        )
 
 
 @contextlib.contextmanager
@@ -356,7 +372,7 @@ def atomic_output(path: str | os.PathLike, *, overwrite: bool = False, kind: str
         _commit(tmp, path, overwrite, kind)
     except BaseException as exc:
         _remove(tmp)
-        if is_space_error(exc) and not isinstance(exc, OutputSpaceError):   # the disk's, not a bug
+        if is_space_error(exc) and not isinstance(exc, OutputSpaceError):  # the disk's, not a bug
             raise OutputSpaceError(space_errno(exc), f"output: {str(path)!r} did not fit: {exc}") from exc
         raise
     finally:

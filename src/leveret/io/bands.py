@@ -17,6 +17,7 @@ intermediate copy:
 - anything else (zarr, compressed TIFFs, arrays in memory): its own indexing,
   ``out[...] = source[:, r0:r1, :]``.
 """
+
 from __future__ import annotations
 
 import mmap
@@ -58,11 +59,13 @@ def read_band(source, rows: tuple[int, int], out: np.ndarray, *, pool=None, view
         raise ValueError(f"views: expected 0 <= n0 < n1 <= {shape[0]}, got {views!r}")
     expected = (n1 - n0, r1 - r0, shape[2])
     if out.shape != expected or not out.flags.c_contiguous or out.dtype != np.dtype(source.dtype):
-        raise ValueError(f"out: expected a C-contiguous {np.dtype(source.dtype)} array of shape {expected}, "
-                         f"got {out.dtype} {out.shape}")
+        raise ValueError(
+            f"out: expected a C-contiguous {np.dtype(source.dtype)} array of shape {expected}, "
+            f"got {out.dtype} {out.shape}"
+        )
     try:
         places = _places[source]
-    except (KeyError, TypeError):    # TypeError: not weakly referable (never cached)
+    except (KeyError, TypeError):  # TypeError: not weakly referable (never cached)
         places = _file_places(source)
         try:
             _places[source] = places
@@ -77,7 +80,7 @@ def read_band(source, rows: tuple[int, int], out: np.ndarray, *, pool=None, view
     return out
 
 
-_places: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()    # source -> its places, found once
+_places: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # source -> its places, found once
 
 
 def _file_places(source):
@@ -92,13 +95,24 @@ def _file_places(source):
             return _hdf5_places(source.path, source.dataset, np.arange(source.shape[0]))
         if isinstance(source, TiffStack):
             return _tiff_places(source)
-        if isinstance(source, np.memmap) and source.filename is not None and isinstance(source.base, mmap.mmap) \
-                and source.flags.c_contiguous and source.ndim == 3 and source.dtype.byteorder != ">":
+        if (
+            isinstance(source, np.memmap)
+            and source.filename is not None
+            and isinstance(source.base, mmap.mmap)
+            and source.flags.c_contiguous
+            and source.ndim == 3
+            and source.dtype.byteorder != ">"
+        ):
             n, r, c = source.shape
             frame = r * c * source.dtype.itemsize
-            return _Frames([source.filename], [source.offset + i * frame for i in range(n)], source.shape,
-                           source.dtype, file_of=None)
-    except (OSError, ValueError, KeyError):    # not readable directly after all: its own indexing
+            return _Frames(
+                [source.filename],
+                [source.offset + i * frame for i in range(n)],
+                source.shape,
+                source.dtype,
+                file_of=None,
+            )
+    except (OSError, ValueError, KeyError):  # not readable directly after all: its own indexing
         return None
     return None
 
@@ -113,8 +127,9 @@ def _hdf5_places(path, dataset: str, frames: np.ndarray):
     shape = (len(frames),) + tuple(layout.shape[1:])
     if layout.chunks is None:
         frame = int(np.prod(layout.shape[1:])) * layout.dtype.itemsize
-        return _Frames([layout.path], [layout.offset + int(f) * frame for f in frames], shape, layout.dtype,
-                       file_of=None)
+        return _Frames(
+            [layout.path], [layout.offset + int(f) * frame for f in frames], shape, layout.dtype, file_of=None
+        )
     return _Chunks(layout, frames, shape)
 
 
@@ -127,13 +142,20 @@ def _tiff_places(stack):
     for f in stack.files:
         with tifffile.TiffFile(f) as t:
             page = t.pages[0]
-            if (len(t.pages) != 1 or page.compression != 1 or not page.is_contiguous
-                    or tuple(page.shape) != tuple(stack.shape[1:]) or np.dtype(page.dtype) != stack.dtype
-                    or t.byteorder == ">" or not page.dataoffsets):
+            if (
+                len(t.pages) != 1
+                or page.compression != 1
+                or not page.is_contiguous
+                or tuple(page.shape) != tuple(stack.shape[1:])
+                or np.dtype(page.dtype) != stack.dtype
+                or t.byteorder == ">"
+                or not page.dataoffsets
+            ):
                 return None
             offsets.append(int(page.dataoffsets[0]))
-    return _Frames([str(f) for f in stack.files], offsets, stack.shape, stack.dtype,
-                   file_of=list(range(len(stack.files))))
+    return _Frames(
+        [str(f) for f in stack.files], offsets, stack.shape, stack.dtype, file_of=list(range(len(stack.files)))
+    )
 
 
 def _tasks(n_items: int, item_bytes: int, pool) -> list[tuple[int, int]]:
@@ -152,7 +174,7 @@ def _run(pool, tasks, fn) -> None:
     try:
         for future in futures:
             future.result()
-    finally:      # never leave a read writing into a buffer the caller reuses
+    finally:  # never leave a read writing into a buffer the caller reuses
         for future in futures:
             future.cancel()
         for future in futures:
@@ -171,8 +193,13 @@ class _Frames:
 
     def views(self, n0: int, n1: int) -> _Frames:
         """The places of projections ``n0:n1`` only."""
-        return _Frames(self.files, self.offsets[n0:n1], (n1 - n0,) + self.shape[1:], self.dtype,
-                       file_of=None if self.file_of is None else self.file_of[n0:n1])
+        return _Frames(
+            self.files,
+            self.offsets[n0:n1],
+            (n1 - n0,) + self.shape[1:],
+            self.dtype,
+            file_of=None if self.file_of is None else self.file_of[n0:n1],
+        )
 
     def read(self, r0: int, r1: int, out: np.ndarray, pool) -> None:
         row = self.shape[2] * self.dtype.itemsize
@@ -193,8 +220,11 @@ class _Frames:
                 pos, n = self.offsets[i] + r0 * row, (r1 - r0) * row
                 got = os.preadv(fd_of(i), [view], pos)
                 if got != n:
-                    raise OSError(f"{self.files[0 if self.file_of is None else self.file_of[i]]}: "
-                                  f"expected {n} bytes at {pos}, the file ends after {got}")
+                    raise OSError(
+                        f"{self.files[0 if self.file_of is None else self.file_of[i]]}: "
+                        f"expected {n} bytes at {pos}, the file ends after {got}"
+                    )
+
         try:
             _run(pool, _tasks(out.shape[0], (r1 - r0) * row, pool), part)
         finally:
@@ -238,23 +268,25 @@ class _Chunks:
             for c0 in range(0, lay.shape[2], cc):
                 found = lay.table.get((f0, ro, c0))
                 c1 = min(c0 + cc, lay.shape[2])
-                if found is None:             # never written: the fill value, zero
+                if found is None:  # never written: the fill value, zero
                     for j, _ in by_chunk[f0]:
-                        out[j, lo - r0:hi - r0, c0:c1] = 0
+                        out[j, lo - r0 : hi - r0, c0:c1] = 0
                     continue
-                if direct:                    # the band's rows of each frame, as stored
+                if direct:  # the band's rows of each frame, as stored
                     for j, f in by_chunk[f0]:
                         pos = found[0] + (((f - f0) * cr + (lo - ro)) * cc) * item
-                        view = memoryview(out[j, lo - r0:hi - r0].reshape(-1).view(np.uint8))
+                        view = memoryview(out[j, lo - r0 : hi - r0].reshape(-1).view(np.uint8))
                         if os.preadv(fd, [view], pos) != view.nbytes:
                             raise OSError(f"{lay.path}: a chunk at byte {found[0]} ends past the file's end")
                     continue
                 chunk = read_chunk(fd, lay, (f0, ro, c0))
                 for j, f in by_chunk[f0]:
-                    out[j, lo - r0:hi - r0, c0:c1] = chunk[f - f0, lo - ro:hi - ro, :c1 - c0]
+                    out[j, lo - r0 : hi - r0, c0:c1] = chunk[f - f0, lo - ro : hi - ro, : c1 - c0]
+
         def group(f0s, ro):
             for f0 in f0s:
                 part(f0, ro)
+
         try:
             _run(pool, tasks, group)
         finally:

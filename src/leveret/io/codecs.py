@@ -18,6 +18,7 @@ releases the GIL while it works, so the threads run on every core.
 deflate, shuffle) without any HDF5 plugin, so that leveret reads its own
 outputs where hdf5plugin is not installed.
 """
+
 from __future__ import annotations
 
 import zlib
@@ -32,15 +33,17 @@ BLOSC_COMPRESSORS = {"blosclz": 0, "lz4": 1, "lz4hc": 2, "snappy": 3, "zlib": 4,
 BLOSC_LEVEL = 3
 #: Deflate level of gzip chunks (h5py's usual default).
 GZIP_LEVEL = 4
-_BITSHUFFLE = 2      # Blosc's shuffle code for bit shuffle (numcodecs.Blosc.BITSHUFFLE)
+_BITSHUFFLE = 2  # Blosc's shuffle code for bit shuffle (numcodecs.Blosc.BITSHUFFLE)
 
 
 def _numcodecs_blosc(cname: str):
     try:
         from numcodecs import Blosc
     except ImportError:
-        raise ValueError(f"compression: Blosc {cname} needs numcodecs (pip install numcodecs, part of "
-                         "leveret's dependencies); or give compression 'gzip' (HDF5) or None") from None
+        raise ValueError(
+            f"compression: Blosc {cname} needs numcodecs (pip install numcodecs, part of "
+            "leveret's dependencies); or give compression 'gzip' (HDF5) or None"
+        ) from None
     return Blosc(cname=cname, clevel=BLOSC_LEVEL, shuffle=_BITSHUFFLE)
 
 
@@ -66,7 +69,7 @@ class ChunkCodec:
     def encode(self, chunk: np.ndarray):
         """The stored bytes of ``chunk`` (a bytes-like object)."""
         chunk = np.ascontiguousarray(chunk)
-        if self._blosc is not None:     # a typed array: Blosc shuffles at its item size
+        if self._blosc is not None:  # a typed array: Blosc shuffles at its item size
             return self._blosc.encode(chunk)
         return zlib.compress(shuffle_bytes(chunk), GZIP_LEVEL)
 
@@ -84,6 +87,7 @@ class ChunkCodec:
         if self.name == "gzip":
             raise ValueError("compression: a zarr output takes 'lz4', 'zstd' or None, not 'gzip'")
         from zarr.codecs import BloscCodec
+
         return BloscCodec(cname=self.name, clevel=BLOSC_LEVEL, shuffle="bitshuffle", typesize=int(itemsize))
 
 
@@ -128,6 +132,7 @@ def decode_hdf5_chunk(raw, filters: list[tuple[int, tuple]], mask: int, dtype, s
             data = unshuffle_bytes(data, dtype.itemsize)
         elif fid == H5_BLOSC:
             from numcodecs import Blosc
+
             data = Blosc().decode(data)
         else:
             raise ValueError(f"HDF5 filter {fid} is not one leveret decodes without its plugin")

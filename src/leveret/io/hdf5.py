@@ -19,6 +19,7 @@ where 16 threads reach 4.2-4.5 GB/s. So the bytes go around HDF5:
   (:mod:`leveret.io.bands`); :func:`read_box` decodes leveret's own filters
   (Blosc, deflate, shuffle) without any HDF5 plugin.
 """
+
 from __future__ import annotations
 
 import io
@@ -36,6 +37,7 @@ from .codecs import decode_hdf5_chunk
 
 # -- output datasets ---------------------------------------------------------------------------
 
+
 def create_volume(group, name: str, shape, dtype, *, codec=None, chunks=None):
     """A dataset for a volume written around HDF5: contiguous with its space
     allocated now and never filled (``codec`` None), or chunked (``chunks``)
@@ -45,12 +47,13 @@ def create_volume(group, name: str, shape, dtype, *, codec=None, chunks=None):
     dtype = np.dtype(dtype)
     if codec is None:
         dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
-        dcpl.set_alloc_time(h5py.h5d.ALLOC_TIME_EARLY)   # the bytes' place is fixed now...
-        dcpl.set_fill_time(h5py.h5d.FILL_TIME_NEVER)     # ...and nothing is written there yet
+        dcpl.set_alloc_time(h5py.h5d.ALLOC_TIME_EARLY)  # the bytes' place is fixed now...
+        dcpl.set_fill_time(h5py.h5d.FILL_TIME_NEVER)  # ...and nothing is written there yet
         return group.create_dataset(name, shape=shape, dtype=dtype, dcpl=dcpl)
     chunk_bytes = int(np.prod(chunks)) * dtype.itemsize
-    return group.create_dataset(name, shape=shape, dtype=dtype, chunks=tuple(chunks),
-                                **codec.hdf5_options(dtype.itemsize, chunk_bytes))
+    return group.create_dataset(
+        name, shape=shape, dtype=dtype, chunks=tuple(chunks), **codec.hdf5_options(dtype.itemsize, chunk_bytes)
+    )
 
 
 def contiguous_offset(path, dataset: str) -> int | None:
@@ -94,13 +97,13 @@ class ParallelFile(io.RawIOBase):
         super().__init__()
         self._fd = os.open(path, os.O_RDWR)
         self._pool = pool
-        self._write_later = write       # how a queued write is done (default: atomic.write_at)
+        self._write_later = write  # how a queued write is done (default: atomic.write_at)
         self._pos = 0
-        self._end = os.fstat(self._fd).st_size    # the file's end, counting queued writes
+        self._end = os.fstat(self._fd).st_size  # the file's end, counting queued writes
         self._local = threading.local()
         self._pending: dict[Future, tuple[int, int]] = {}
         self._lock = threading.Lock()
-        self.error: OSError | None = None     # the last failed write of HDF5's own (metadata)
+        self.error: OSError | None = None  # the last failed write of HDF5's own (metadata)
 
     @property
     def fd(self) -> int:
@@ -131,7 +134,7 @@ class ParallelFile(io.RawIOBase):
         view = memoryview(buffer).cast("B")
         self._wait_overlapping(self._pos, self._pos + view.nbytes)
         n = os.preadv(self._fd, [view], self._pos)
-        view[n:] = bytes(view.nbytes - n)     # past the end of the file: zeros, as HDF5's own driver gives
+        view[n:] = bytes(view.nbytes - n)  # past the end of the file: zeros, as HDF5's own driver gives
         self._pos += view.nbytes
         return view.nbytes
 
@@ -139,8 +142,12 @@ class ParallelFile(io.RawIOBase):
         view = memoryview(buffer).cast("B")
         n, pos = view.nbytes, self._pos
         handed = getattr(self._local, "handed", None)
-        if handed is not None and n == handed.nbytes and n and np.frombuffer(view, np.uint8).ctypes.data \
-                == handed.address:
+        if (
+            handed is not None
+            and n == handed.nbytes
+            and n
+            and np.frombuffer(view, np.uint8).ctypes.data == handed.address
+        ):
             future = self._pool.submit(self._write_later or atomic.write_at, self._fd, handed.buffer, pos)
             with self._lock:
                 self._pending[future] = (pos, pos + n)
@@ -149,7 +156,7 @@ class ParallelFile(io.RawIOBase):
         else:
             try:
                 _write_all(self._fd, view, pos)
-            except OSError as exc:     # h5py reports HDF5's words; the caller wants this one
+            except OSError as exc:  # h5py reports HDF5's words; the caller wants this one
                 self.error = exc
                 raise
         self._pos = pos + n
@@ -226,6 +233,7 @@ class _Handing:
 
 # -- input datasets ----------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class Layout:
     """Where an HDF5 dataset's bytes lie in its file.
@@ -273,19 +281,20 @@ def dataset_layout(path, dataset: str) -> Layout | None:
             if offset is not None:
                 layout = Layout(str(p), tuple(ds.shape), dtype, offset=int(offset))
         elif plain and kind == h5py.h5d.CHUNKED:
-            filters = tuple((plist.get_filter(i)[0], tuple(plist.get_filter(i)[2]))
-                            for i in range(plist.get_nfilters()))
+            filters = tuple(
+                (plist.get_filter(i)[0], tuple(plist.get_filter(i)[2])) for i in range(plist.get_nfilters())
+            )
             table: dict = {}
 
             def add(info):
                 table[tuple(info.chunk_offset)] = (int(info.byte_offset), int(info.size), int(info.filter_mask))
+
             if hasattr(ds.id, "chunk_iter"):
                 ds.id.chunk_iter(add)
-            else:      # HDF5 before 1.12.3: one call per chunk
+            else:  # HDF5 before 1.12.3: one call per chunk
                 for i in range(ds.id.get_num_chunks()):
                     add(ds.id.get_chunk_info(i))
-            layout = Layout(str(p), tuple(ds.shape), dtype, chunks=tuple(ds.chunks), table=table,
-                            filters=filters)
+            layout = Layout(str(p), tuple(ds.shape), dtype, chunks=tuple(ds.chunks), table=table, filters=filters)
     with _layouts_lock:
         if len(_layouts) > 64:
             _layouts.clear()
@@ -303,8 +312,9 @@ def read_chunk(fd: int, layout: Layout, origin: tuple) -> np.ndarray | None:
     raw = bytearray(size)
     if os.preadv(fd, [raw], offset) != size:
         raise OSError(f"{layout.path}: a chunk at byte {offset} ends past the file's end")
-    return decode_hdf5_chunk(bytes(raw) if layout.filters else raw, list(layout.filters), mask, layout.dtype,
-                             layout.chunks)
+    return decode_hdf5_chunk(
+        bytes(raw) if layout.filters else raw, list(layout.filters), mask, layout.dtype, layout.chunks
+    )
 
 
 def read_box(layout: Layout, box: tuple[slice, ...], out: np.ndarray | None = None, pool=None) -> np.ndarray:
@@ -317,8 +327,11 @@ def read_box(layout: Layout, box: tuple[slice, ...], out: np.ndarray | None = No
     if out is None:
         out = np.zeros(shape, layout.dtype)
     ranges = [range(a // c * c, b, c) for a, b, c in zip(starts, stops, layout.chunks)]
-    origins = [tuple(o) for o in np.stack(np.meshgrid(*ranges, indexing="ij"), -1).reshape(-1, len(shape))] \
-        if all(ranges) else []
+    origins = (
+        [tuple(o) for o in np.stack(np.meshgrid(*ranges, indexing="ij"), -1).reshape(-1, len(shape))]
+        if all(ranges)
+        else []
+    )
 
     def one(fd, origin):
         chunk = read_chunk(fd, layout, origin)
@@ -379,7 +392,7 @@ def read_dataset(path, dataset: str, key=()) -> np.ndarray:
     full = tuple(slice(0, n) for n in layout.shape)
     key = key if isinstance(key, tuple) else (key,)
     if all(isinstance(k, slice) and k.step in (None, 1) for k in key) and len(key) <= len(full):
-        box = tuple(slice(*k.indices(n)[:2]) for k, n in zip(key, layout.shape)) + full[len(key):]
+        box = tuple(slice(*k.indices(n)[:2]) for k, n in zip(key, layout.shape)) + full[len(key) :]
         if all(b.stop > b.start for b in box):
             return read_box(layout, box)
     return read_box(layout, full)[key]

@@ -5,6 +5,7 @@ NumPy-style indexing that reads from disk on indexing, for every format
 :func:`leveret.io.read_array` knows. Out-of-core reconstruction reads the
 detector rows of one slab, ``stack[:, r0:r1, :]``, through it.
 """
+
 from __future__ import annotations
 
 import glob
@@ -48,11 +49,13 @@ class TiffStack(LazyStack):
         with library_errors(f, "a TIFF file"):
             try:
                 img = tifffile.memmap(f, mode="r")
-            except ValueError:     # compressed or tiled: not mappable
+            except ValueError:  # compressed or tiled: not mappable
                 img = tifffile.imread(f)
         if img.shape != self.shape[1:] or img.dtype != self.dtype:
-            raise ValueError(f"path: {self.source!r}: images differ: {self.files[0].name} is "
-                             f"{self.shape[1:]} {self.dtype}, {f.name} is {img.shape} {img.dtype}")
+            raise ValueError(
+                f"path: {self.source!r}: images differ: {self.files[0].name} is "
+                f"{self.shape[1:]} {self.dtype}, {f.name} is {img.shape} {img.dtype}"
+            )
         return np.array(img[rest])
 
     def _frames_at(self, first, rest: tuple) -> np.ndarray:
@@ -82,7 +85,7 @@ class _H5Dataset(LazyStack):
                 self.shape, self.dtype = tuple(obj.shape), np.dtype(obj.dtype)
             else:
                 missing = missing_dataset(f, path, dataset)
-        if missing is not None:        # raised here, not wrapped as a file that cannot be read
+        if missing is not None:  # raised here, not wrapped as a file that cannot be read
             raise missing
         self.ndim = len(self.shape)
 
@@ -97,7 +100,7 @@ class _H5Dataset(LazyStack):
 
         with library_errors(self.path, "an HDF5 file"), h5py.File(self.path, "r") as f:
             ds = f[self.dataset]
-            if needs_own_decoder(ds):        # a Blosc volume without hdf5plugin: decoded here
+            if needs_own_decoder(ds):  # a Blosc volume without hdf5plugin: decoded here
                 return read_dataset(self.path, self.dataset, key)
             return np.asarray(ds[key])
 
@@ -133,6 +136,7 @@ def open_array(path: str | os.PathLike, *, dataset: str | None = None):
     ext = suffix(p)
     if p.is_dir() and ext == ".zarr":
         from .readers import open_zarr
+
         return open_zarr(p)
     if p.is_dir():
         return TiffStack(tiff_files(p), str(p))
@@ -145,6 +149,7 @@ def open_array(path: str | os.PathLike, *, dataset: str | None = None):
         return _H5Dataset(p, _hdf5_default_dataset(p, dataset))
     if ext in TIFF_EXTS:
         import tifffile
+
         with library_errors(p, "a TIFF file"):
             try:
                 return tifffile.memmap(p, mode="r")

@@ -17,6 +17,7 @@ if it may be); :func:`check_not_input` refuses an output that is an input,
 lies inside an input folder or holds an input, by real path and by file
 identity (a hard link to the input is the input).
 """
+
 from __future__ import annotations
 
 import glob
@@ -33,8 +34,14 @@ SOFTWARE = "leveret"
 KINDS = ("npy", "tiff", "tiff-stack", "hdf5", "zarr")
 
 _SLICE = re.compile(r"slice_\d{5,}\.tif")
-_WHAT = {"npy": "a .npy file", "tiff": "a TIFF file leveret wrote", "tiff-stack": "a folder of slices leveret wrote",
-         "hdf5": "an HDF5 file leveret wrote", "zarr": "a zarr array leveret wrote", None: "a file"}
+_WHAT = {
+    "npy": "a .npy file",
+    "tiff": "a TIFF file leveret wrote",
+    "tiff-stack": "a folder of slices leveret wrote",
+    "hdf5": "an HDF5 file leveret wrote",
+    "zarr": "a zarr array leveret wrote",
+    None: "a file",
+}
 
 
 def replace_refusal(path: str | os.PathLike, kind: str | None = None) -> str | None:
@@ -83,7 +90,7 @@ def _npy_refusal(p: Path) -> str | None:
         with open(p, "rb") as fh:
             version = fmt.read_magic(fh)
             header = {(1, 0): fmt.read_array_header_1_0, (2, 0): fmt.read_array_header_2_0}.get(version)
-            if header is not None:      # a later version: its magic string is enough
+            if header is not None:  # a later version: its magic string is enough
                 header(fh)
     except (OSError, ValueError, SyntaxError):
         return "it is not a .npy file"
@@ -102,7 +109,7 @@ def _tiff_software(p: Path) -> str | None:
                 described = json.loads(page.description or "{}").get("software")
             except (ValueError, AttributeError):
                 described = None
-    except Exception as exc:     # anything tifffile cannot parse is not a TIFF
+    except Exception as exc:  # anything tifffile cannot parse is not a TIFF
         raise ValueError(str(exc)) from None
     return SOFTWARE if SOFTWARE in (software, described) else (software or None)
 
@@ -127,9 +134,14 @@ def _hdf5_refusal(p: Path) -> str | None:
             if _text(f.attrs.get("software")) == SOFTWARE:
                 return None
             found = []
-            f.visititems(lambda name, obj: found.append(name) if isinstance(obj, h5py.Dataset)
-                         and _text(obj.attrs.get("software")) == SOFTWARE else None)
-    except Exception as exc:      # damaged, or locked by another writer
+            f.visititems(
+                lambda name, obj: (
+                    found.append(name)
+                    if isinstance(obj, h5py.Dataset) and _text(obj.attrs.get("software")) == SOFTWARE
+                    else None
+                )
+            )
+    except Exception as exc:  # damaged, or locked by another writer
         return f"it is an HDF5 file that cannot be read ({exc})"
     return None if found else "it is an HDF5 file leveret did not write (no software = 'leveret' attribute)"
 
@@ -173,6 +185,7 @@ def _listing(names: list[str], most: int = 3) -> str:
 
 # -- never an input ----------------------------------------------------------------------------
 
+
 def input_paths(source: str | os.PathLike) -> list[Path]:
     """The files or folders an input names: ``file.h5:/dataset`` is the file, a
     glob its matches, a path itself (nothing where none exists)."""
@@ -190,8 +203,13 @@ def input_paths(source: str | os.PathLike) -> list[Path]:
     return []
 
 
-def check_not_input(output: str | os.PathLike, inputs: Iterable[tuple[str, str | os.PathLike | None]], *,
-                    flag: str = "output", inside: bool = True) -> None:
+def check_not_input(
+    output: str | os.PathLike,
+    inputs: Iterable[tuple[str, str | os.PathLike | None]],
+    *,
+    flag: str = "output",
+    inside: bool = True,
+) -> None:
     """Raise ValueError, naming ``flag``, if ``output`` is one of ``inputs``, holds
     one (an output folder above it) or, with ``inside``, lies inside an input folder.
 
@@ -228,14 +246,20 @@ def check_not_input(output: str | os.PathLike, inputs: Iterable[tuple[str, str |
                     pass
             if same:
                 kind = "folder" if real.is_dir() else "file"
-                raise ValueError(f"{flag}: {os.fspath(output)!r} is the same {kind} as {what} {str(p)!r}; "
-                                 "leveret never writes over its input: give another path")
+                raise ValueError(
+                    f"{flag}: {os.fspath(output)!r} is the same {kind} as {what} {str(p)!r}; "
+                    "leveret never writes over its input: give another path"
+                )
             if inside and real.is_dir() and _under(out_real, real):
-                raise ValueError(f"{flag}: {os.fspath(output)!r} is inside the folder of {what} {str(p)!r}; "
-                                 "leveret never writes into its input: give another path")
+                raise ValueError(
+                    f"{flag}: {os.fspath(output)!r} is inside the folder of {what} {str(p)!r}; "
+                    "leveret never writes into its input: give another path"
+                )
             if _under(real, out_real):
-                raise ValueError(f"{flag}: {os.fspath(output)!r} holds {what} {str(p)!r}; leveret never "
-                                 "replaces its input: give another path")
+                raise ValueError(
+                    f"{flag}: {os.fspath(output)!r} holds {what} {str(p)!r}; leveret never "
+                    "replaces its input: give another path"
+                )
 
 
 def _under(path: Path, folder: Path) -> bool:

@@ -9,6 +9,7 @@ digits; values beyond its largest finite value (65504) are clipped to it.
 convention's names, so that ``value = stored * scale_factor + add_offset``
 (:func:`value_metadata`, :func:`dequantize`).
 """
+
 from __future__ import annotations
 
 import math
@@ -93,11 +94,19 @@ def value_metadata(dtype, value_range=None) -> dict:
     if dtype == np.float32:
         return {}
     if dtype == np.float16:
-        return {"stored_dtype": "float16", "clipped": f"values beyond +-{FLOAT16_MAX:g} are stored as +-{FLOAT16_MAX:g}"}
+        return {
+            "stored_dtype": "float16",
+            "clipped": f"values beyond +-{FLOAT16_MAX:g} are stored as +-{FLOAT16_MAX:g}",
+        }
     lo, hi = check_range(value_range)
     top = int(np.iinfo(dtype).max)
-    return {"stored_dtype": dtype.name, "value_range": [lo, hi], "scale_factor": (hi - lo) / top,
-            "add_offset": lo, "clipped": f"values below {lo:.6g} are stored as 0, values above {hi:.6g} as {top}"}
+    return {
+        "stored_dtype": dtype.name,
+        "value_range": [lo, hi],
+        "scale_factor": (hi - lo) / top,
+        "add_offset": lo,
+        "clipped": f"values below {lo:.6g} are stored as 0, values above {hi:.6g} as {top}",
+    }
 
 
 def dequantize(stored, metadata: dict) -> np.ndarray:
@@ -123,11 +132,11 @@ def auto_range(sample) -> tuple[float, float]:
     span on each side."""
     xp = array_module(sample)
     flat = sample.reshape(-1)
-    flat = flat[::max(1, flat.size // AUTO_SAMPLES)]
+    flat = flat[:: max(1, flat.size // AUTO_SAMPLES)]
     lo, hi = (float(v) for v in xp.percentile(flat, xp.asarray(AUTO_PERCENTILES)))
     if not (math.isfinite(lo) and math.isfinite(hi)):
         raise ValueError("output_range: the sample slab holds non-finite values; give the range (lo, hi)")
     span = hi - lo
-    if span <= 0:          # a constant sample: a range around its value
+    if span <= 0:  # a constant sample: a range around its value
         span = max(abs(lo), 1.0)
     return lo - AUTO_MARGIN * span, hi + AUTO_MARGIN * span

@@ -1,4 +1,5 @@
 """Readers: one function per format behind :func:`read_array`."""
+
 from __future__ import annotations
 
 import glob
@@ -71,7 +72,8 @@ def read_array(path: str | os.PathLike, *, dataset: str | None = None) -> np.nda
     if reader is None:
         raise ValueError(
             f"path: unknown extension {p.suffix!r} of {str(p)!r}; expected a folder, a glob "
-            f"pattern or one of {', '.join(sorted(_READERS))}")
+            f"pattern or one of {', '.join(sorted(_READERS))}"
+        )
     if suffix(p) not in HDF5_EXTS:
         _no_dataset(dataset, f"a {p.suffix} file")
     return reader(p, dataset)
@@ -92,7 +94,7 @@ def read_tiff(path: Path, dataset: str | None = None) -> np.ndarray:
 
     with library_errors(path, "a TIFF file"):
         image = tifffile.imread(path)
-    if image.size == 0:   # a header whose first page offset points nowhere: no image, not an empty one
+    if image.size == 0:  # a header whose first page offset points nowhere: no image, not an empty one
         raise ValueError(f"path: cannot read {str(path)!r} as a TIFF file: it holds no image data")
     return image
 
@@ -110,7 +112,8 @@ def read_tiff_stack(files: list[Path], source: str) -> np.ndarray:
         if img.shape != first.shape or img.dtype != first.dtype:
             raise ValueError(
                 f"path: {source!r}: images differ: {files[0].name} is {first.shape} {first.dtype}, "
-                f"{f.name} is {img.shape} {img.dtype}")
+                f"{f.name} is {img.shape} {img.dtype}"
+            )
         out[i] = img
     return out
 
@@ -125,8 +128,7 @@ def read_hdf5(path: Path, dataset: str | None = None) -> np.ndarray:
     with f:
         if dataset is None:
             names: list[str] = []
-            f.visititems(lambda name, obj: names.append("/" + name)
-                         if isinstance(obj, h5py.Dataset) else None)
+            f.visititems(lambda name, obj: names.append("/" + name) if isinstance(obj, h5py.Dataset) else None)
             if "/data" in names:
                 dataset = "/data"
             elif len(names) == 1:
@@ -134,12 +136,13 @@ def read_hdf5(path: Path, dataset: str | None = None) -> np.ndarray:
             else:
                 raise ValueError(
                     f"dataset: {str(path)!r} holds {len(names)} datasets and no '/data'; name one "
-                    f"(dataset= or 'file.h5:/inner/path'); found {_listing(names)}")
+                    f"(dataset= or 'file.h5:/inner/path'); found {_listing(names)}"
+                )
         obj = f.get(dataset)
         if not isinstance(obj, h5py.Dataset):
             raise missing_dataset(f, path, dataset)
         with library_errors(path, "an HDF5 file"):
-            if needs_own_decoder(obj):       # a Blosc volume without hdf5plugin: decoded here
+            if needs_own_decoder(obj):  # a Blosc volume without hdf5plugin: decoded here
                 return read_dataset(path, dataset)
             return np.asarray(obj[()])
 
@@ -155,15 +158,17 @@ def missing_dataset(f, path, dataset: str) -> ValueError:
     found = "a group" if isinstance(obj, h5py.Group) else "nothing"
     shapes: dict[str, str] = {}
 
-    def visit(name, o):           # returns None: visititems stops at the first other value
+    def visit(name, o):  # returns None: visititems stops at the first other value
         if isinstance(o, h5py.Dataset):
             shapes["/" + name] = f"{o.shape} {o.dtype}"
+
     f.visititems(visit)
     close = difflib.get_close_matches("/" + str(dataset).lstrip("/"), list(shapes), n=1, cutoff=0.6)
     hint = f"; did you mean {close[0]!r}?" if close else ""
     listing = _listing([f"{name!r} {shape}" for name, shape in shapes.items()])
-    return ValueError(f"dataset: expected a dataset at {dataset!r} in {str(path)!r}, found {found}{hint} "
-                      f"(datasets there: {listing})")
+    return ValueError(
+        f"dataset: expected a dataset at {dataset!r} in {str(path)!r}, found {found}{hint} (datasets there: {listing})"
+    )
 
 
 def _hdf5_default_dataset(path: Path, dataset: str | None) -> str | None:
@@ -177,15 +182,15 @@ def _hdf5_default_dataset(path: Path, dataset: str | None) -> str | None:
         f = h5py.File(path, "r")
     with f:
         names: list[str] = []
-        f.visititems(lambda name, obj: names.append("/" + name)
-                     if isinstance(obj, h5py.Dataset) else None)
+        f.visititems(lambda name, obj: names.append("/" + name) if isinstance(obj, h5py.Dataset) else None)
     if "/data" in names:
         return "/data"
     if len(names) == 1:
         return names[0]
     raise ValueError(
         f"dataset: {str(path)!r} holds {len(names)} datasets and no '/data'; name one "
-        f"(dataset= or 'file.h5:/inner/path'); found {_listing(names)}")
+        f"(dataset= or 'file.h5:/inner/path'); found {_listing(names)}"
+    )
 
 
 def open_zarr(path: Path):
@@ -193,11 +198,12 @@ def open_zarr(path: Path):
     try:
         import zarr
     except ImportError:
-        raise ValueError(f"path: {str(path)!r} is a zarr store, but zarr is not installed "
-                         "(pip install 'leveret[io]')") from None
+        raise ValueError(
+            f"path: {str(path)!r} is a zarr store, but zarr is not installed (pip install 'leveret[io]')"
+        ) from None
     try:
         arr = zarr.open_array(str(path), mode="r")
-    except Exception as exc:   # zarr raises its own error types for bad stores
+    except Exception as exc:  # zarr raises its own error types for bad stores
         raise ValueError(f"path: cannot read {str(path)!r} as a zarr array: {exc}") from exc
     return arr
 
@@ -244,8 +250,11 @@ def read_metadata(path: str | os.PathLike, *, dataset: str | None = None) -> dic
                         val = json.loads(val)
                     except ValueError:
                         pass
-                out[k] = val.tolist() if isinstance(val, np.ndarray) else (
-                    val.item() if isinstance(val, np.generic) else val)
+                out[k] = (
+                    val.tolist()
+                    if isinstance(val, np.ndarray)
+                    else (val.item() if isinstance(val, np.generic) else val)
+                )
             return out
     if p.is_dir():
         p = tiff_files(p)[0]
@@ -267,8 +276,7 @@ def read_metadata(path: str | os.PathLike, *, dataset: str | None = None) -> dic
     return {}
 
 
-def read_raw(path: str | os.PathLike, *, dtype, shape, offset: int = 0,
-             order: str = "C") -> np.memmap:
+def read_raw(path: str | os.PathLike, *, dtype, shape, offset: int = 0, order: str = "C") -> np.memmap:
     """Memory-map a headerless binary file as an array of known dtype and shape.
 
     Nothing is read up front: the returned read-only :class:`numpy.memmap`
@@ -336,7 +344,8 @@ def read_raw(path: str | os.PathLike, *, dtype, shape, offset: int = 0,
     if found < needed:
         raise ValueError(
             f"path: {text!r} is too short (truncated?): shape {shape} of {dt} at offset {int(offset)} "
-            f"needs {needed} bytes, the file has {found}")
+            f"needs {needed} bytes, the file has {found}"
+        )
     with library_errors(p, "raw binary"):
         return np.memmap(p, dtype=dt, mode="r", offset=int(offset), shape=shape, order=order)
 

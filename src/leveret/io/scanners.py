@@ -5,6 +5,7 @@ reads a Nikon ``.xtekct`` file into an :class:`XtekScan`: the
 :class:`leveret.ConeGeometry` of the scan, the volume the file asks for, the
 white level the projections are normalised by, and where the projections lie.
 """
+
 from __future__ import annotations
 
 import configparser
@@ -51,8 +52,10 @@ def read_matrices(path) -> np.ndarray:
         except ValueError as exc:
             raise ValueError(f"matrices: {exc}") from None
     if m.size == 0 or m.size % 12 or m.shape[-1] not in (4, 12) or not np.all(np.isfinite(m)):
-        raise ValueError(f"matrices: expected finite 3x4 matrices, (n, 3, 4) or 12 numbers per line (row by "
-                         f"row), got shape {m.shape} from {str(path)!r}")
+        raise ValueError(
+            f"matrices: expected finite 3x4 matrices, (n, 3, 4) or 12 numbers per line (row by "
+            f"row), got shape {m.shape} from {str(path)!r}"
+        )
     return np.ascontiguousarray(m.reshape(-1, 3, 4))
 
 
@@ -86,8 +89,16 @@ class XtekScan(NamedTuple):
 
 
 #: The keys :func:`read_xtekct` needs; the others it reads have defaults of 0.
-XTEK_REQUIRED = ("SrcToObject", "SrcToDetector", "DetectorPixelsX", "DetectorPixelsY", "DetectorPixelSizeX",
-                 "DetectorPixelSizeY", "Projections", "AngularStep")
+XTEK_REQUIRED = (
+    "SrcToObject",
+    "SrcToDetector",
+    "DetectorPixelsX",
+    "DetectorPixelsY",
+    "DetectorPixelSizeX",
+    "DetectorPixelSizeY",
+    "Projections",
+    "AngularStep",
+)
 
 
 def read_xtekct(path) -> XtekScan:
@@ -128,7 +139,7 @@ def read_xtekct(path) -> XtekScan:
     if not p.is_file():
         raise ValueError(f"xtekct: {str(path)!r} does not exist or is not a file")
     parser = configparser.ConfigParser(interpolation=None, strict=False)
-    parser.optionxform = str          # keys keep their case
+    parser.optionxform = str  # keys keep their case
     try:
         text = p.read_text(errors="replace")
         if not text.lstrip().startswith("["):
@@ -157,8 +168,10 @@ def read_xtekct(path) -> XtekScan:
         return int(value) if integer else value
 
     sod, sdd = number("SrcToObject", positive=True), number("SrcToDetector", positive=True)
-    n_cols, n_rows = number("DetectorPixelsX", positive=True, integer=True), \
-        number("DetectorPixelsY", positive=True, integer=True)
+    n_cols, n_rows = (
+        number("DetectorPixelsX", positive=True, integer=True),
+        number("DetectorPixelsY", positive=True, integer=True),
+    )
     du, dv = number("DetectorPixelSizeX", positive=True), number("DetectorPixelSizeY", positive=True)
     n_views = number("Projections", positive=True, integer=True)
     step, first = number("AngularStep"), number("InitialAngle", 0.0)
@@ -167,21 +180,30 @@ def read_xtekct(path) -> XtekScan:
             raise ValueError(f"xtekct: {key} = {params[key]} (a tilted rotation axis) is not supported")
     top, bottom = number("CentreOfRotationTop", 0.0), number("CentreOfRotationBottom", 0.0)
     if abs(top - bottom) > 1e-6 * max(1.0, abs(top), abs(bottom)):
-        raise ValueError(f"xtekct: CentreOfRotationTop {top} and CentreOfRotationBottom {bottom} differ "
-                         "(a tilted rotation axis), which is not supported")
-    axis = number("ObjectOffsetX", (top + bottom) / 2 * sod / sdd)      # at the object
+        raise ValueError(
+            f"xtekct: CentreOfRotationTop {top} and CentreOfRotationBottom {bottom} differ "
+            "(a tilted rotation axis), which is not supported"
+        )
+    axis = number("ObjectOffsetX", (top + bottom) / 2 * sod / sdd)  # at the object
     angles = np.radians(first - 180.0 + step * np.arange(n_views))
     # leveret's u runs against the TIFF columns and v against the rows (row 0 at the top): the
     # detector's offset along its columns is -u; a rotation axis shifted by a along u is the
     # source and the detector shifted by -a
-    circle = ConeGeometry.circular(angles, sod, sdd, n_rows, n_cols, du, row_pixel_size=dv,
-                                   det_offset=(-number("DetectorOffsetX", 0.0) + axis,
-                                               number("DetectorOffsetY", 0.0)),
-                                   source_offset=(axis, 0.0))
+    circle = ConeGeometry.circular(
+        angles,
+        sod,
+        sdd,
+        n_rows,
+        n_cols,
+        du,
+        row_pixel_size=dv,
+        det_offset=(-number("DetectorOffsetX", 0.0) + axis, number("DetectorOffsetY", 0.0)),
+        source_offset=(axis, 0.0),
+    )
     flip = np.array([[-1.0, 0.0, n_cols - 1.0], [0.0, -1.0, n_rows - 1.0], [0.0, 0.0, 1.0]])
     geometry = ConeGeometry(flip @ circle.matrices, n_rows, n_cols, pixel_size=(du, dv), angles=angles)
     shape = tuple(number(f"Voxels{a}", 0, integer=True) or 0 for a in "ZYX")
-    if min(shape) < 1:     # no volume given: the detector's field at the axis
+    if min(shape) < 1:  # no volume given: the detector's field at the axis
         shape = (n_rows, n_cols, n_cols)
     voxel = tuple(number(f"VoxelSize{a}", 0.0) or 0.0 for a in "ZYX")
     if min(voxel) <= 0:

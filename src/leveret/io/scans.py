@@ -1,4 +1,5 @@
 """Whole scans (projections, flats, darks, angles) from NeXus NXtomo and DXchange files."""
+
 from __future__ import annotations
 
 import contextlib
@@ -15,8 +16,14 @@ from ._common import LazyStack, split_dataset
 # NXtomo image_key values.
 PROJECTION, FLAT, DARK, INVALID = 0, 1, 2, 3
 
-_ANGLE_UNITS = {"degree": np.pi / 180, "degrees": np.pi / 180, "deg": np.pi / 180,
-                "radian": 1.0, "radians": 1.0, "rad": 1.0}
+_ANGLE_UNITS = {
+    "degree": np.pi / 180,
+    "degrees": np.pi / 180,
+    "deg": np.pi / 180,
+    "radian": 1.0,
+    "radians": 1.0,
+    "rad": 1.0,
+}
 
 # Where NXtomo keeps each field, relative to its NXentry, most usual first.
 _NX_DATA = ("data/data", "instrument/detector/data")
@@ -84,8 +91,12 @@ class FrameStack(LazyStack):
         picked = self._frames[first]  # IndexError as NumPy gives it
         single = np.ndim(picked) == 0
         picked = np.atleast_1d(picked)
-        native = all(isinstance(k, (numbers.Integral, slice)) and not isinstance(k, bool)
-                     and (not isinstance(k, slice) or (k.step or 1) > 0) for k in rest)
+        native = all(
+            isinstance(k, (numbers.Integral, slice))
+            and not isinstance(k, bool)
+            and (not isinstance(k, slice) or (k.step or 1) > 0)
+            for k in rest
+        )
         template = np.empty((0,) + self.shape[1:], self.dtype)[(slice(None),) + rest]
         out = np.empty((len(picked),) + template.shape[1:], self.dtype)
         import h5py
@@ -95,7 +106,7 @@ class FrameStack(LazyStack):
         with _h5_errors(Path(self.path), "an HDF5 file"):
             with h5py.File(self.path, "r") as f:
                 ds = f[self.dataset]
-                own = needs_own_decoder(ds)     # Blosc frames without hdf5plugin: decoded here
+                own = needs_own_decoder(ds)  # Blosc frames without hdf5plugin: decoded here
                 for j, i in enumerate(picked):
                     if own:
                         out[j] = read_dataset(self.path, self.dataset, (slice(int(i), int(i) + 1),))[0][rest]
@@ -180,8 +191,10 @@ def read_scan(path: str | os.PathLike, *, layout: str = "auto", entry: str | Non
 
     layout = choice("layout", layout, ("auto", "nxtomo", "dxchange"))
     if entry is not None and (not isinstance(entry, str) or layout == "dxchange"):
-        raise ValueError(f"entry: expected the path of an NXtomo entry (a str, for layout 'nxtomo' "
-                         f"or 'auto'), got {entry!r} with layout {layout!r}")
+        raise ValueError(
+            f"entry: expected the path of an NXtomo entry (a str, for layout 'nxtomo' "
+            f"or 'auto'), got {entry!r} with layout {layout!r}"
+        )
     p, inline = split_dataset(path, None)
     if inline is not None:
         raise ValueError(f"path: read_scan takes a file, not a dataset path: {os.fspath(path)!r}")
@@ -194,12 +207,15 @@ def read_scan(path: str | os.PathLike, *, layout: str = "auto", entry: str | Non
         is_dx = isinstance(f.get("/exchange/data"), h5py.Dataset)
         if layout == "auto":
             if entries and is_dx:
-                raise _BadScan(f"path: {str(p)!r} fits both the NXtomo and the DXchange layout; "
-                               "pass layout='nxtomo' or layout='dxchange'")
+                raise _BadScan(
+                    f"path: {str(p)!r} fits both the NXtomo and the DXchange layout; "
+                    "pass layout='nxtomo' or layout='dxchange'"
+                )
             if not entries and not is_dx:
                 raise _BadScan(
                     f"path: {str(p)!r} fits neither layout: no NXentry with "
-                    f"{' or '.join(_NX_DATA)} (NXtomo) and no /exchange/data (DXchange)")
+                    f"{' or '.join(_NX_DATA)} (NXtomo) and no /exchange/data (DXchange)"
+                )
             layout = "nxtomo" if entries else "dxchange"
         if layout == "dxchange":
             return _read_dxchange(p, f)
@@ -207,8 +223,9 @@ def read_scan(path: str | os.PathLike, *, layout: str = "auto", entry: str | Non
             where = repr(entry) if entry is not None else "any top-level group"
             raise _BadScan(f"path: {str(p)!r}: no NXtomo frames ({' or '.join(_NX_DATA)}) in {where}")
         if len(entries) > 1:
-            raise _BadScan(f"path: {str(p)!r} holds several NXtomo entries ({', '.join(entries)}); "
-                           "choose one with entry=")
+            raise _BadScan(
+                f"path: {str(p)!r} holds several NXtomo entries ({', '.join(entries)}); choose one with entry="
+            )
         return _read_nxtomo(p, f, entries[0])
 
 
@@ -236,8 +253,9 @@ def _find(group, candidates):
 
 def _frames_dataset(p: Path, ds) -> tuple[int, ...]:
     if ds.ndim != 3:
-        raise _BadScan(f"path: {str(p)!r}: expected frames (n_frames, n_rows, n_cols) at "
-                       f"{ds.name}, got shape {ds.shape}")
+        raise _BadScan(
+            f"path: {str(p)!r}: expected frames (n_frames, n_rows, n_cols) at {ds.name}, got shape {ds.shape}"
+        )
     if not np.issubdtype(ds.dtype, np.number) and ds.dtype != np.bool_:
         raise _BadScan(f"path: {str(p)!r}: expected numbers at {ds.name}, got dtype {ds.dtype}")
     return ds.shape
@@ -250,8 +268,9 @@ def _angles(p: Path, ds, n: int) -> np.ndarray:
     units = str(np.asarray(units).ravel()[0]) if np.ndim(units) else str(units)
     scale = _ANGLE_UNITS.get(units.strip().lower())
     if scale is None:
-        raise _BadScan(f"path: {str(p)!r}: unknown units {units!r} of {ds.name}; expected one of "
-                       f"{', '.join(sorted(_ANGLE_UNITS))}")
+        raise _BadScan(
+            f"path: {str(p)!r}: unknown units {units!r} of {ds.name}; expected one of {', '.join(sorted(_ANGLE_UNITS))}"
+        )
     values = np.asarray(ds[()], dtype=np.float64).ravel() if ds.size else np.empty(0)
     if values.size != n:
         raise _BadScan(f"path: {str(p)!r}: {ds.name} holds {values.size} angles for {n} frames")
@@ -266,24 +285,31 @@ def _read_nxtomo(p: Path, f, entry: str) -> Scan:
     n, rows, cols = _frames_dataset(p, data)
     key_ds = _find(g, _NX_KEY)
     if key_ds is None:
-        raise _BadScan(f"path: {str(p)!r}: NXtomo entry {entry} has no image_key "
-                       f"(looked for {', '.join(_NX_KEY)})")
+        raise _BadScan(f"path: {str(p)!r}: NXtomo entry {entry} has no image_key (looked for {', '.join(_NX_KEY)})")
     keys = np.asarray(key_ds[()]).ravel()
     if keys.size != n:
-        raise _BadScan(f"path: {str(p)!r}: {key_ds.name} has {keys.size} values but "
-                       f"{data.name} has {n} frames")
+        raise _BadScan(f"path: {str(p)!r}: {key_ds.name} has {keys.size} values but {data.name} has {n} frames")
     if not np.issubdtype(keys.dtype, np.number) or not np.isin(keys, (PROJECTION, FLAT, DARK, INVALID)).all():
         bad = keys[~np.isin(keys, (PROJECTION, FLAT, DARK, INVALID))] if keys.dtype.kind in "iufb" else keys
-        raise _BadScan(f"path: {str(p)!r}: {key_ds.name} holds {np.asarray(bad[0]).item()!r}; "
-                       "expected 0 (projection), 1 (flat), 2 (dark) or 3 (invalid)")
+        raise _BadScan(
+            f"path: {str(p)!r}: {key_ds.name} holds {np.asarray(bad[0]).item()!r}; "
+            "expected 0 (projection), 1 (flat), 2 (dark) or 3 (invalid)"
+        )
     keys = keys.astype(np.int64)
     proj = np.flatnonzero(keys == PROJECTION)
     if proj.size == 0:
         raise _BadScan(f"path: {str(p)!r}: no projections in {data.name} (no image_key 0 among {n} frames)")
     angle_ds = _find(g, _NX_ANGLE)
     angles = None if angle_ds is None else _angles(p, angle_ds, n)[proj]
-    return _scan(p, data, proj, np.flatnonzero(keys == FLAT), np.flatnonzero(keys == DARK), angles,
-                 {"layout": "nxtomo", "entry": entry, "image_key": keys})
+    return _scan(
+        p,
+        data,
+        proj,
+        np.flatnonzero(keys == FLAT),
+        np.flatnonzero(keys == DARK),
+        angles,
+        {"layout": "nxtomo", "entry": entry, "image_key": keys},
+    )
 
 
 def _read_dxchange(p: Path, f) -> Scan:
@@ -307,8 +333,7 @@ def _read_dxchange(p: Path, f) -> Scan:
         if ds.ndim != 2:
             _frames_dataset(p, ds)
         if shape[1:] != (rows, cols):
-            raise _BadScan(f"path: {str(p)!r}: {name} frames are {shape[1:]}, "
-                           f"the projections {(rows, cols)}")
+            raise _BadScan(f"path: {str(p)!r}: {name} frames are {shape[1:]}, the projections {(rows, cols)}")
         stacks.append(np.asarray(ds[()]).reshape(shape))
     theta = f.get("/exchange/theta")
     angles = None if theta is None else _angles(p, theta, n)
@@ -328,5 +353,8 @@ def _scan(p: Path, data, proj, flats, darks, angles, metadata) -> Scan:
         angles.setflags(write=False)
     return Scan(
         projections=FrameStack(p, data.name, proj, frame_shape, data.dtype),
-        flats=eager(flats), darks=eager(darks), angles=angles,
-        metadata={"path": str(p), "dataset": data.name, **metadata})
+        flats=eager(flats),
+        darks=eager(darks),
+        angles=angles,
+        metadata={"path": str(p), "dataset": data.name, **metadata},
+    )

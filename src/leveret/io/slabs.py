@@ -42,6 +42,7 @@ are refused, so a resumed volume never mixes two jobs; :meth:`SlabWriter.sources
 gives the caller what the finished slabs were made from, to check against
 the input before continuing.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -60,21 +61,37 @@ import numpy as np
 
 from . import atomic
 from ._common import HDF5_EXTS, TIFF_EXTS, split_dataset, suffix
-from .atomic import (OutputLock, OutputSpaceError, _commit, _fsync_path, _remove, check_space, check_writable,
-                     free_bytes, is_space_error, register_cleanup, space_errno, unregister_cleanup)
+from .atomic import (
+    OutputLock,
+    OutputSpaceError,
+    _commit,
+    _fsync_path,
+    _remove,
+    check_space,
+    check_writable,
+    free_bytes,
+    is_space_error,
+    register_cleanup,
+    space_errno,
+    unregister_cleanup,
+)
 from .marks import SOFTWARE
 
 log = logging.getLogger(__name__)
 
 FORMATS = ("npy", "bigtiff", "tiff-stack", "hdf5", "zarr")
 MANIFEST = "manifest.json"
-MANIFEST_VERSION = 3      # 3: the slabs' sources
-_PAYLOAD = {"npy": "data.npy", "bigtiff": "data.tif", "tiff-stack": "slices",
-            "hdf5": "data.h5", "zarr": "data.zarr"}
+MANIFEST_VERSION = 3  # 3: the slabs' sources
+_PAYLOAD = {"npy": "data.npy", "bigtiff": "data.tif", "tiff-stack": "slices", "hdf5": "data.h5", "zarr": "data.zarr"}
 DEFAULT_DATASET = "/data"
 #: Compressions each format takes; the first is the default.
-COMPRESSIONS = {"hdf5": ("lz4", "zstd", "gzip", "lzf", None), "zarr": ("lz4", "zstd", None),
-                "tiff-stack": (None, "zlib"), "npy": (None,), "bigtiff": (None,)}
+COMPRESSIONS = {
+    "hdf5": ("lz4", "zstd", "gzip", "lzf", None),
+    "zarr": ("lz4", "zstd", None),
+    "tiff-stack": (None, "zlib"),
+    "npy": (None,),
+    "bigtiff": (None,),
+}
 #: Bytes of a default chunk (HDF5, zarr): rows of one slice, so that a chunk is
 #: contiguous in a slab and no chunk is shared by two slabs.
 CHUNK_BYTES = 4 << 20
@@ -99,8 +116,10 @@ def output_format(path: str | os.PathLike) -> str:
         return "hdf5"
     if ext == ".zarr":
         return "zarr"
-    raise ValueError(f"output: unknown extension {p.suffix!r} of {text!r}; expected .npy, .tif, .tiff, "
-                     ".h5, .hdf5, .hdf, .nxs, .zarr or a folder (a path ending in '/')")
+    raise ValueError(
+        f"output: unknown extension {p.suffix!r} of {text!r}; expected .npy, .tif, .tiff, "
+        ".h5, .hdf5, .hdf, .nxs, .zarr or a folder (a path ending in '/')"
+    )
 
 
 def parameters_hash(params: dict | None) -> str:
@@ -108,15 +127,20 @@ def parameters_hash(params: dict | None) -> str:
 
     Arrays are hashed by content, so a changed angle list or flat field
     counts as a different job."""
+
     def default(obj):
         if isinstance(obj, np.ndarray):
-            return {"array": hashlib.sha256(np.ascontiguousarray(obj).tobytes()).hexdigest(),
-                    "shape": list(obj.shape), "dtype": str(obj.dtype)}
+            return {
+                "array": hashlib.sha256(np.ascontiguousarray(obj).tobytes()).hexdigest(),
+                "shape": list(obj.shape),
+                "dtype": str(obj.dtype),
+            }
         if isinstance(obj, np.generic):
             return obj.item()
         if isinstance(obj, (Path, os.PathLike)):
             return os.fspath(obj)
         return repr(obj)
+
     text = json.dumps(params or {}, sort_keys=True, default=default)
     return hashlib.sha256(text.encode()).hexdigest()
 
@@ -136,8 +160,9 @@ def input_fingerprint(source: str | os.PathLike, *, blocks: int = 8, block_size:
     p, _ = split_dataset(text, None)
     if p.is_dir():
         # hidden files are not data (the folder reader skips them; an output's own .partial/.lock may sit here)
-        files = sorted(f for f in p.rglob("*") if f.is_file()
-                       and not any(part.startswith(".") for part in f.relative_to(p).parts))
+        files = sorted(
+            f for f in p.rglob("*") if f.is_file() and not any(part.startswith(".") for part in f.relative_to(p).parts)
+        )
     elif p.exists():
         files = [p]
     else:
@@ -159,8 +184,13 @@ def input_fingerprint(source: str | os.PathLike, *, blocks: int = 8, block_size:
         with open(files[i], "rb") as fh:
             fh.seek(int(offset - starts[i]))
             digest.update(fh.read(block_size))
-    return {"source": text, "files": len(files), "bytes": int(total), "listing": listing.hexdigest(),
-            "sample": digest.hexdigest()}
+    return {
+        "source": text,
+        "files": len(files),
+        "bytes": int(total),
+        "listing": listing.hexdigest(),
+        "sample": digest.hexdigest(),
+    }
 
 
 def rows_checksum(rows, *, pool=None) -> int:
@@ -211,11 +241,13 @@ def _gf2_times(matrix, vector: int) -> int:
 @functools.lru_cache(maxsize=64)
 def _zeros_operator(length: int) -> tuple:
     """The GF(2) matrix that advances a CRC-32 over ``length`` zero bytes (zlib's method)."""
+
     def square(m):
         return tuple(_gf2_times(m, m[n]) for n in range(32))
-    odd = (0xEDB88320,) + tuple(1 << n for n in range(31))     # one zero bit
-    op = tuple(1 << n for n in range(32))                      # identity
-    power = square(square(square(odd)))                        # one zero byte (8 bits)
+
+    odd = (0xEDB88320,) + tuple(1 << n for n in range(31))  # one zero bit
+    op = tuple(1 << n for n in range(32))  # identity
+    power = square(square(square(odd)))  # one zero byte (8 bits)
     while length:
         if length & 1:
             op = tuple(_gf2_times(power, op[n]) for n in range(32))
@@ -227,9 +259,14 @@ def _zeros_operator(length: int) -> tuple:
 
 def _fingerprint_difference(old: dict | None, new: dict | None) -> str:
     old, new = old or {}, new or {}
-    for key, what in (("source", "path"), ("files", "number of files"), ("bytes", "size"),
-                      ("listing", "file sizes or modification times"), ("sample", "content"),
-                      ("array", "content")):
+    for key, what in (
+        ("source", "path"),
+        ("files", "number of files"),
+        ("bytes", "size"),
+        ("listing", "file sizes or modification times"),
+        ("sample", "content"),
+        ("array", "content"),
+    ):
         if old.get(key) != new.get(key):
             return what
     return "fingerprint"
@@ -237,8 +274,9 @@ def _fingerprint_difference(old: dict | None, new: dict | None) -> str:
 
 def _json_safe(metadata: dict | None) -> dict:
     """Metadata as JSON values (tuples become lists; NumPy scalars and arrays plain)."""
-    return json.loads(json.dumps(metadata or {}, default=lambda o: o.tolist()
-                                 if isinstance(o, (np.ndarray, np.generic)) else str(o)))
+    return json.loads(
+        json.dumps(metadata or {}, default=lambda o: o.tolist() if isinstance(o, (np.ndarray, np.generic)) else str(o))
+    )
 
 
 def partial_metadata(path, dataset: str | None = None) -> dict | None:
@@ -315,17 +353,29 @@ class SlabWriter:
     ...     w.finish()
     """
 
-    def __init__(self, path, shape, dtype=np.float32, *, params: dict | None = None,
-                 metadata: dict | None = None, resume: bool = False, overwrite: bool = False,
-                 dataset: str | None = None, compression="default", chunks=None,
-                 fingerprint: dict | None = None, threads: int | None = None):
+    def __init__(
+        self,
+        path,
+        shape,
+        dtype=np.float32,
+        *,
+        params: dict | None = None,
+        metadata: dict | None = None,
+        resume: bool = False,
+        overwrite: bool = False,
+        dataset: str | None = None,
+        compression="default",
+        chunks=None,
+        fingerprint: dict | None = None,
+        threads: int | None = None,
+    ):
         p, dataset = split_dataset(path, dataset)
         self.format = output_format(p if dataset is not None else path)
         if dataset is not None and self.format != "hdf5":
             raise ValueError(f"dataset: only HDF5 outputs have datasets, but path is {os.fspath(path)!r}")
         self.path = p
         self.dataset = dataset or DEFAULT_DATASET
-        shape = tuple(int(n) for n in shape)   # Python ints: sizes never overflow
+        shape = tuple(int(n) for n in shape)  # Python ints: sizes never overflow
         if len(shape) != 3 or min(shape) < 1:
             raise ValueError(f"shape: expected a 3D volume shape (nz, ny, nx) of positive sizes, got {shape}")
         self.shape = shape
@@ -339,12 +389,14 @@ class SlabWriter:
         self._codec = None
         if self.compression in ("lz4", "zstd", "gzip"):
             from .codecs import ChunkCodec
+
             self._codec = ChunkCodec(self.compression)
         # an uncompressed HDF5 volume is contiguous (written like a .npy) unless chunks are asked for
         self.contiguous = self.format == "hdf5" and self.compression is None and chunks is None
         self.chunks = self._chunks(chunks)
-        if threads is not None and (isinstance(threads, bool) or not isinstance(threads, (int, np.integer))
-                                    or threads < 1):
+        if threads is not None and (
+            isinstance(threads, bool) or not isinstance(threads, (int, np.integer)) or threads < 1
+        ):
             raise ValueError(f"threads: expected a positive number of threads, got {threads!r}")
         self.threads = int(threads) if threads is not None else max(1, os.cpu_count() or 1)
         self.params_hash = parameters_hash(params)
@@ -353,24 +405,24 @@ class SlabWriter:
         self.partial = self.path.with_name(f".{self.path.name}.partial")
         self.payload = self.partial / _PAYLOAD[self.format]
         self._done = np.zeros(shape[0], bool)
-        self._sources: list[tuple[int, int, object]] = []    # (k0, k1, what slab k0:k1 was made from)
+        self._sources: list[tuple[int, int, object]] = []  # (k0, k1, what slab k0:k1 was made from)
         self._finished = False
         self._aborted = False
-        self._offset = 0          # .npy/BigTIFF/contiguous HDF5: where the pixel data start in the file
+        self._offset = 0  # .npy/BigTIFF/contiguous HDF5: where the pixel data start in the file
         # write() and abort() run in different threads when the CLI is
         # interrupted: abort waits for the slabs being written, and no slab is
         # written after it. _active counts the write() calls under way.
         self._io = threading.Condition()
         self._active = 0
-        self._record_lock = threading.Lock()     # one manifest save at a time
-        self._pool = None                        # the writing threads, made at the first slab
-        self._h5 = None                          # (ParallelFile, h5py.File) of a chunked HDF5 payload
+        self._record_lock = threading.Lock()  # one manifest save at a time
+        self._pool = None  # the writing threads, made at the first slab
+        self._h5 = None  # (ParallelFile, h5py.File) of a chunked HDF5 payload
         self._h5_lock = threading.Lock()
         #: Seconds the writing threads spent compressing and writing (summed over
         #: them), the bytes compressed and the bytes written to the payload.
         self.busy = {"compress": 0.0, "compress_bytes": 0, "write": 0.0, "stored_bytes": 0}
         self._busy_lock = threading.Lock()
-        self._created = False     # set once _open makes a new partial output
+        self._created = False  # set once _open makes a new partial output
         self._lock = OutputLock(self.path)
         # Registered before the lock file and the partial output exist, so that an
         # interrupt handled in another thread (the command's) removes whatever this
@@ -381,10 +433,10 @@ class SlabWriter:
                 try:
                     if self._aborted:
                         raise RuntimeError(f"the writing of {str(self.path)!r} was stopped before it began")
-                    self._lock.acquire()      # before touching the partial output
+                    self._lock.acquire()  # before touching the partial output
                     self._open()
                 except BaseException:
-                    if self._created:        # nothing of value in it; a taken-over one is kept
+                    if self._created:  # nothing of value in it; a taken-over one is kept
                         _remove(self.partial)
                     self._lock.release()
                     raise
@@ -405,8 +457,7 @@ class SlabWriter:
         if compression == "default":
             return allowed[0]
         if compression not in allowed:
-            raise ValueError(f"compression: expected one of {allowed} for a {self.format} output, "
-                             f"got {compression!r}")
+            raise ValueError(f"compression: expected one of {allowed} for a {self.format} output, got {compression!r}")
         return compression
 
     def _chunks(self, chunks):
@@ -420,11 +471,19 @@ class SlabWriter:
 
     def _manifest(self) -> dict:
         runs = _runs(self._done)
-        return {"version": MANIFEST_VERSION, "format": self.format, "shape": list(self.shape),
-                "dtype": self.dtype.str, "dataset": self.dataset, "params_hash": self.params_hash,
-                "input": self.fingerprint, "offset": self._offset, "metadata": self.metadata,
-                "done": [[int(a), int(b)] for a, b in runs],
-                "sources": [[k0, k1, source] for k0, k1, source in self._sources]}
+        return {
+            "version": MANIFEST_VERSION,
+            "format": self.format,
+            "shape": list(self.shape),
+            "dtype": self.dtype.str,
+            "dataset": self.dataset,
+            "params_hash": self.params_hash,
+            "input": self.fingerprint,
+            "offset": self._offset,
+            "metadata": self.metadata,
+            "done": [[int(a), int(b)] for a, b in runs],
+            "sources": [[k0, k1, source] for k0, k1, source in self._sources],
+        }
 
     @property
     def slice_bytes(self) -> int:
@@ -433,9 +492,10 @@ class SlabWriter:
     def _open(self) -> None:
         if self.partial.exists():
             if self.resume and self._load_manifest():
-                log.info("resuming %s: %d of %d slices already written", self.path,
-                         int(self._done.sum()), self.shape[0])
-                if self.format not in ("npy", "bigtiff"):   # those two were preallocated
+                log.info(
+                    "resuming %s: %d of %d slices already written", self.path, int(self._done.sum()), self.shape[0]
+                )
+                if self.format not in ("npy", "bigtiff"):  # those two were preallocated
                     self._check_space(int((~self._done).sum()) * self.slice_bytes)
                 return
             _remove(self.partial)
@@ -452,19 +512,25 @@ class SlabWriter:
             check_space(self.path, needed)
         elif needed > free_bytes(self.partial.parent):
             from ..resources import format_bytes
-            log.warning("%s: the uncompressed volume (%s) exceeds the free space (%s); it fits only if "
-                        "compression saves enough", self.path, format_bytes(needed),
-                        format_bytes(free_bytes(self.partial.parent)))
+
+            log.warning(
+                "%s: the uncompressed volume (%s) exceeds the free space (%s); it fits only if "
+                "compression saves enough",
+                self.path,
+                format_bytes(needed),
+                format_bytes(free_bytes(self.partial.parent)),
+            )
 
     def _check_room(self, nbytes: int) -> None:
         """Raise ENOSPC/EFBIG before a write that would not fit. For HDF5 only:
         the HDF5 library, failing to extend a file, leaves objects whose clean-up
         crashes the process later."""
-        needed = nbytes + (1 << 20)      # chunk index and metadata
+        needed = nbytes + (1 << 20)  # chunk index and metadata
         if needed > free_bytes(self.partial):
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
         try:
             import resource
+
             limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
         except (ImportError, OSError, ValueError):
             return
@@ -473,16 +539,18 @@ class SlabWriter:
 
     def _space_error(self, exc: BaseException) -> OutputSpaceError:
         from ..resources import format_bytes
+
         left = int((~self._done).sum()) * self.slice_bytes
         try:
             free = format_bytes(free_bytes(self.path.parent))
         except OSError:
             free = "unknown"
-        kept = ("the partial output is kept for --resume" if self.resume
-                else "the partial output was removed")
-        return OutputSpaceError(space_errno(exc),
-                                f"output: writing {str(self.path)!r} failed: {exc}; "
-                                f"{format_bytes(left)} still to write, {free} free; {kept}")
+        kept = "the partial output is kept for --resume" if self.resume else "the partial output was removed"
+        return OutputSpaceError(
+            space_errno(exc),
+            f"output: writing {str(self.path)!r} failed: {exc}; "
+            f"{format_bytes(left)} still to write, {free} free; {kept}",
+        )
 
     def _load_manifest(self) -> bool:
         """Take over the partial output if it is this job's; False to start afresh."""
@@ -494,24 +562,27 @@ class SlabWriter:
         mine = self._manifest()
         for key in ("version", "format", "shape", "dtype", "dataset"):
             if m.get(key) != mine[key]:
-                raise ValueError(f"resume: the partial output {str(self.partial)!r} has {key} "
-                                 f"{m.get(key)!r}, this job {mine[key]!r}")
+                raise ValueError(
+                    f"resume: the partial output {str(self.partial)!r} has {key} {m.get(key)!r}, this job {mine[key]!r}"
+                )
         if self.fingerprint is not None and m.get("input") != self.fingerprint:
             raise ValueError(
                 f"resume: the input changed since the partial output {str(self.partial)!r} was written "
                 f"(its {_fingerprint_difference(m.get('input'), self.fingerprint)} differs); run without "
-                "--resume to start afresh, or restore the input")
+                "--resume to start afresh, or restore the input"
+            )
         if m.get("params_hash") != self.params_hash:
             raise ValueError(
                 f"resume: the partial output {str(self.partial)!r} belongs to a job with different "
-                "parameters (input, geometry, filter, ...); run without resume to start afresh")
+                "parameters (input, geometry, filter, ...); run without resume to start afresh"
+            )
         self._offset = int(m.get("offset") or 0)
         if not self.payload.exists() or not self._payload_readable():
             log.warning("partial output %s lost its data: starting afresh", self.partial)
             self._offset = 0
             return False
         for a, b in m.get("done", []):
-            self._done[int(a):int(b)] = True
+            self._done[int(a) : int(b)] = True
         self._sources = [(int(k0), int(k1), source) for k0, k1, source in m.get("sources", [])]
         return True
 
@@ -519,15 +590,17 @@ class SlabWriter:
         try:
             if self.format == "hdf5":
                 import h5py
+
                 with h5py.File(self.payload, "r") as f:
                     return tuple(f[self.dataset].shape) == self.shape
             if self.format == "zarr":
                 import zarr
+
                 return tuple(zarr.open_array(str(self.payload), mode="r").shape) == self.shape
             if self.format in ("npy", "bigtiff"):
                 size = self._offset + self.shape[0] * self.slice_bytes
                 return self._offset > 0 and self.payload.stat().st_size >= size
-        except Exception:   # a file damaged by the interruption: any library error
+        except Exception:  # a file damaged by the interruption: any library error
             return False
         return True
 
@@ -540,22 +613,31 @@ class SlabWriter:
                 os.fsync(f.fileno())
             os.replace(tmp, self.partial / MANIFEST)
         except BaseException:
-            _remove(tmp)       # the manifest before this save stays the record
+            _remove(tmp)  # the manifest before this save stays the record
             raise
 
     def _create_payload(self) -> None:
         if self.format == "npy":
             with open(self.payload, "wb") as fh:
                 np.lib.format.write_array_header_2_0(
-                    fh, {"descr": np.lib.format.dtype_to_descr(self.dtype), "fortran_order": False,
-                         "shape": self.shape})
+                    fh, {"descr": np.lib.format.dtype_to_descr(self.dtype), "fortran_order": False, "shape": self.shape}
+                )
                 self._offset = fh.tell()
             self._preallocate()
         elif self.format == "bigtiff":
             import tifffile
-            offset, nbytes = tifffile.imwrite(self.payload, shape=self.shape, dtype=self.dtype, bigtiff=True,
-                                              photometric="minisblack", metadata=self.metadata or {},
-                                              software=SOFTWARE, returnoffset=True, contiguous=True)
+
+            offset, nbytes = tifffile.imwrite(
+                self.payload,
+                shape=self.shape,
+                dtype=self.dtype,
+                bigtiff=True,
+                photometric="minisblack",
+                metadata=self.metadata or {},
+                software=SOFTWARE,
+                returnoffset=True,
+                contiguous=True,
+            )
             self._offset = int(offset)
             self._preallocate()
         elif self.format == "tiff-stack":
@@ -564,14 +646,27 @@ class SlabWriter:
             import h5py
 
             from .hdf5 import contiguous_offset, create_volume
+
             with h5py.File(self.payload, "w-") as f:
                 f.attrs["software"] = SOFTWARE
                 if self.compression == "lzf":
-                    ds = f.create_dataset(self.dataset, shape=self.shape, dtype=self.dtype, chunks=self.chunks,
-                                          compression="lzf", shuffle=True)
+                    ds = f.create_dataset(
+                        self.dataset,
+                        shape=self.shape,
+                        dtype=self.dtype,
+                        chunks=self.chunks,
+                        compression="lzf",
+                        shuffle=True,
+                    )
                 else:
-                    ds = create_volume(f, self.dataset, self.shape, self.dtype, codec=self._codec,
-                                       chunks=None if self.contiguous else self.chunks)
+                    ds = create_volume(
+                        f,
+                        self.dataset,
+                        self.shape,
+                        self.dtype,
+                        codec=self._codec,
+                        chunks=None if self.contiguous else self.chunks,
+                    )
                 for k, val in self.metadata.items():
                     ds.attrs[k] = val if _h5_plain(val) else json.dumps(val)
             if self.contiguous:
@@ -579,10 +674,18 @@ class SlabWriter:
                 self._preallocate()
         elif self.format == "zarr":
             import zarr
+
             compressors = None if self._codec is None else self._codec.zarr_compressors(self.dtype.itemsize)
-            zarr.create_array(store=str(self.payload), shape=self.shape, chunks=self.chunks,
-                              dtype=self.dtype, compressors=compressors, zarr_format=3,
-                              attributes={**self.metadata, "software": SOFTWARE}, fill_value=0)
+            zarr.create_array(
+                store=str(self.payload),
+                shape=self.shape,
+                chunks=self.chunks,
+                dtype=self.dtype,
+                compressors=compressors,
+                zarr_format=3,
+                attributes={**self.metadata, "software": SOFTWARE},
+                fill_value=0,
+            )
 
     def _preallocate(self) -> None:
         """Reserve the pixel data's blocks now, so that a disk too small fails
@@ -595,12 +698,14 @@ class SlabWriter:
             if hasattr(os, "posix_fallocate"):
                 step = max(PIECE_BYTES, -(-size // self.threads))
                 try:
-                    if os.fstat(fd).st_size < size:       # never shorter: a BigTIFF's page list may follow
+                    if os.fstat(fd).st_size < size:  # never shorter: a BigTIFF's page list may follow
                         os.ftruncate(fd, size)
-                    _all(self._threads(), [(os.posix_fallocate, fd, a, min(step, size - a))
-                                           for a in range(0, size, step)])
+                    _all(
+                        self._threads(),
+                        [(os.posix_fallocate, fd, a, min(step, size - a)) for a in range(0, size, step)],
+                    )
                 except OSError as exc:
-                    if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL):   # not supported by this file system
+                    if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL):  # not supported by this file system
                         raise
             elif os.fstat(fd).st_size < size:
                 os.ftruncate(fd, size)
@@ -612,6 +717,7 @@ class SlabWriter:
         with self._h5_lock:
             if self._pool is None:
                 from concurrent.futures import ThreadPoolExecutor
+
                 self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="leveret-io")
             return self._pool
 
@@ -639,7 +745,7 @@ class SlabWriter:
         fd = os.open(self.payload, os.O_WRONLY)
         try:
             step = max(PIECE_BYTES, -(-len(buf) // self.threads))
-            pieces = [(buf[a:a + step], pos + a) for a in range(0, len(buf), step)]
+            pieces = [(buf[a : a + step], pos + a) for a in range(0, len(buf), step)]
             _all(self._threads(), [(self._write_at, fd, piece, at) for piece, at in pieces])
             self._fsync(fd)
         finally:
@@ -647,19 +753,20 @@ class SlabWriter:
 
     def _chunk_origins(self, k0: int, k1: int) -> list[tuple[int, int, int]]:
         _, cy, cx = self.chunks
-        return [(k, y, x) for k in range(k0, k1) for y in range(0, self.shape[1], cy)
-                for x in range(0, self.shape[2], cx)]
+        return [
+            (k, y, x) for k in range(k0, k1) for y in range(0, self.shape[1], cy) for x in range(0, self.shape[2], cx)
+        ]
 
     def _chunk(self, data: np.ndarray, k0: int, origin) -> np.ndarray:
         """The chunk at ``origin`` cut from slab ``data`` (starting at slice ``k0``),
         zero-padded to the full chunk shape at the volume's edges (as stored)."""
         k, y, x = origin
         _, cy, cx = self.chunks
-        part = data[k - k0:k - k0 + 1, y:y + cy, x:x + cx]
+        part = data[k - k0 : k - k0 + 1, y : y + cy, x : x + cx]
         if part.shape[1:] == (cy, cx):
             return part
         full = np.zeros((1, cy, cx), self.dtype)
-        full[:, :part.shape[1], :part.shape[2]] = part
+        full[:, : part.shape[1], : part.shape[2]] = part
         return full
 
     def _encoded(self, data, k0, origin):
@@ -678,6 +785,7 @@ class SlabWriter:
                 import h5py
 
                 from .hdf5 import ParallelFile
+
                 handle = ParallelFile(self.payload, self._pool, write=self._write_at)
                 try:
                     self._h5 = (handle, h5py.File(handle, "r+"))
@@ -721,16 +829,16 @@ class SlabWriter:
                     ds.id.write_direct_chunk(origin, stored)
                 writes += handed.futures
                 pending = [w for w in writes if not w.done()]
-                while len(pending) > 2 * self.threads:      # compressed bytes waiting to be written: bounded
+                while len(pending) > 2 * self.threads:  # compressed bytes waiting to be written: bounded
                     pending[0].exception()
                     pending = [w for w in pending if not w.done()]
             for future in writes:
                 future.result()
-            f.flush()                      # the chunk index, then everything to disk
+            f.flush()  # the chunk index, then everything to disk
             self._fsync(handle.fd)
         except BaseException as exc:
             _cancel(started + writes)
-            if handle.error is not None and not is_space_error(exc):   # HDF5's words for the file's error
+            if handle.error is not None and not is_space_error(exc):  # HDF5's words for the file's error
                 raise handle.error from exc
             raise
 
@@ -754,6 +862,7 @@ class SlabWriter:
                 self._fsync(fd)
             finally:
                 os.close(fd)
+
         _all(self._threads(), [(one, origin) for origin in origins])
         for folder in rows + sorted({f.parent for f in rows}) + [root, self.payload]:
             _fsync_path(folder)
@@ -764,11 +873,18 @@ class SlabWriter:
         def one(k):
             t = time.perf_counter()
             f = self.payload / self.slice_name(k)
-            tifffile.imwrite(f, data[k - k0], photometric="minisblack", compression=self.compression,
-                             description=json.dumps({"slice": k, **self.metadata}),
-                             metadata=None, software=SOFTWARE)
+            tifffile.imwrite(
+                f,
+                data[k - k0],
+                photometric="minisblack",
+                compression=self.compression,
+                description=json.dumps({"slice": k, **self.metadata}),
+                metadata=None,
+                software=SOFTWARE,
+            )
             _fsync_path(f)
             self._count("write", time.perf_counter() - t, f.stat().st_size)
+
         _all(self._threads(), [(one, k) for k in range(k0, k1)])
 
     # -- progress ----------------------------------------------------------------------------
@@ -814,8 +930,10 @@ class SlabWriter:
             data = data[None]
         k0, k1 = int(start), int(start) + data.shape[0]
         if data.ndim != 3 or data.shape[1:] != self.shape[1:] or not (0 <= k0 < k1 <= self.shape[0]):
-            raise ValueError(f"data: expected slices (k, {self.shape[1]}, {self.shape[2]}) within "
-                             f"0..{self.shape[0]} at start={start}, got shape {data.shape}")
+            raise ValueError(
+                f"data: expected slices (k, {self.shape[1]}, {self.shape[2]}) within "
+                f"0..{self.shape[0]} at start={start}, got shape {data.shape}"
+            )
         data = data.astype(self.dtype, copy=False)
         try:
             with self._writing("write"):
@@ -853,7 +971,7 @@ class SlabWriter:
             before, sources = self._done[k0:k1].copy(), list(self._sources)
             self._done[k0:k1] = True
             if source is not None:
-                self._sources = [s for s in self._sources if s[1] <= k0 or s[0] >= k1]   # rewritten slices
+                self._sources = [s for s in self._sources if s[1] <= k0 or s[0] >= k1]  # rewritten slices
                 self._sources.append((k0, k1, _json_safe({"source": source})["source"]))
             try:
                 self._save_manifest()
@@ -866,7 +984,7 @@ class SlabWriter:
         partial output is removed now (once the other slabs being written have
         stopped) unless kept for ``resume``."""
         error = self._space_error(exc)
-        if not self.resume:    # as the message says: gone now, not at the caller's abort()
+        if not self.resume:  # as the message says: gone now, not at the caller's abort()
             with self._io:
                 self._aborted = True
                 self._quiet()
@@ -881,8 +999,9 @@ class SlabWriter:
             self._pwrite(k0, data)
         elif self.format == "tiff-stack":
             self._write_tiff_slices(k0, k1, data)
-        elif self.format == "hdf5" and self.compression == "lzf":   # no encoder here: HDF5 writes it
+        elif self.format == "hdf5" and self.compression == "lzf":  # no encoder here: HDF5 writes it
             import h5py
+
             self._check_room(data.nbytes)
             with self._h5_lock, h5py.File(self.payload, "r+") as f:
                 f[self.dataset][k0:k1] = data
@@ -944,7 +1063,7 @@ class SlabWriter:
             missing = _runs(~self._done)
             raise ValueError(f"finish: slices {missing} of {self.path} were never written")
         with self._io:
-            if self._aborted:    # the run was stopped (and the lock released): commit nothing
+            if self._aborted:  # the run was stopped (and the lock released): commit nothing
                 raise RuntimeError(f"finish: the writing of {self.path} was aborted")
             self._quiet()
             try:
@@ -970,7 +1089,7 @@ class SlabWriter:
         """Stop writing: keep the partial output for a resumed run if
         ``resume``, else remove it. Waits for the slabs being written (from
         other threads) to be on disk; nothing is written afterwards."""
-        self._aborted = True     # first: a write waiting for the lock must not start
+        self._aborted = True  # first: a write waiting for the lock must not start
         with self._io:
             self._quiet()
             with contextlib.suppress(Exception):
@@ -990,8 +1109,10 @@ class SlabWriter:
             self.abort()
 
     def __repr__(self) -> str:
-        return (f"SlabWriter({str(self.path)!r}, {self.format}, shape={self.shape}, {self.dtype}, "
-                f"{int(self._done.sum())}/{self.shape[0]} slices written)")
+        return (
+            f"SlabWriter({str(self.path)!r}, {self.format}, shape={self.shape}, {self.dtype}, "
+            f"{int(self._done.sum())}/{self.shape[0]} slices written)"
+        )
 
 
 def write_region(store, start: int, data: np.ndarray) -> None:
@@ -1002,12 +1123,12 @@ def write_region(store, start: int, data: np.ndarray) -> None:
     import zarr
 
     start = int(start)
-    zarr.open_array(str(store), mode="r+")[start:start + data.shape[0]] = data
+    zarr.open_array(str(store), mode="r+")[start : start + data.shape[0]] = data
     store = Path(store)
-    chunks = store / "c"      # zarr v3's chunk keys: c/<z>/<y>/<x>, one z per slice here
+    chunks = store / "c"  # zarr v3's chunk keys: c/<z>/<y>/<x>, one z per slice here
     folders = [chunks / str(k) for k in range(start, start + data.shape[0])] if chunks.is_dir() else [store]
-    for folder in folders:    # the chunk files themselves, then the entries naming them
-        if not folder.exists():   # an all-zero slice: zarr writes no chunk for it
+    for folder in folders:  # the chunk files themselves, then the entries naming them
+        if not folder.exists():  # an all-zero slice: zarr writes no chunk for it
             continue
         for f in sorted(folder.rglob("*"), reverse=True):
             _fsync_path(f)
@@ -1047,8 +1168,7 @@ def _seek_write(fd: int, buf, pos: int) -> int:
 def _h5_plain(val) -> bool:
     if isinstance(val, (bool, int, float, str)):
         return True
-    if isinstance(val, list) and val and all(isinstance(x, (int, float)) and not isinstance(x, bool)
-                                             for x in val):
+    if isinstance(val, list) and val and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in val):
         return True
     return False
 

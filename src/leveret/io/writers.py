@@ -1,4 +1,5 @@
 """Writers: one function per format behind :func:`write_array`, all atomic."""
+
 from __future__ import annotations
 
 import os
@@ -18,8 +19,7 @@ BIGTIFF_THRESHOLD = 2**31 - 2**25
 DEFAULT_DATASET = "/data"
 
 
-def write_array(path: str | os.PathLike, array, *, dataset: str | None = None,
-                overwrite: bool = False) -> Path:
+def write_array(path: str | os.PathLike, array, *, dataset: str | None = None, overwrite: bool = False) -> Path:
     """Write an array atomically, in the format its path names.
 
     - ``.npy``: NumPy format;
@@ -73,7 +73,8 @@ def write_array(path: str | os.PathLike, array, *, dataset: str | None = None,
         raise ValueError(
             f"path: unknown extension {p.suffix!r} of {text!r}; expected one of "
             f"{', '.join(sorted(k for k in _WRITERS if k != 'folder'))}, or a folder "
-            "(a path ending in '/' or without extension)")
+            "(a path ending in '/' or without extension)"
+        )
     if dataset is not None and writer is not write_hdf5:
         raise ValueError(f"dataset: only HDF5 files have datasets, but path is {text!r}")
     array = _host_array(array)
@@ -96,8 +97,7 @@ def _check_ndim(writer, array: np.ndarray) -> None:
     allowed = {write_tiff: (2, 3), write_tiff_folder: (3,)}.get(writer)
     if allowed and array.ndim not in allowed:
         what = "a TIFF file" if writer is write_tiff else "a folder of TIFF slices"
-        raise ValueError(
-            f"array: {what} takes {' or '.join(map(str, allowed))}D arrays, got shape {array.shape}")
+        raise ValueError(f"array: {what} takes {' or '.join(map(str, allowed))}D arrays, got shape {array.shape}")
 
 
 def write_npy(tmp: Path, array: np.ndarray, dataset: str | None = None) -> None:
@@ -110,8 +110,7 @@ def write_tiff(tmp: Path, array: np.ndarray, dataset: str | None = None) -> None
     import tifffile
 
     # minisblack: a 3D array is pages of grey images, never read as RGB.
-    tifffile.imwrite(tmp, array, photometric="minisblack", software=SOFTWARE,
-                     bigtiff=array.nbytes > BIGTIFF_THRESHOLD)
+    tifffile.imwrite(tmp, array, photometric="minisblack", software=SOFTWARE, bigtiff=array.nbytes > BIGTIFF_THRESHOLD)
 
 
 def write_tiff_folder(tmp: Path, array: np.ndarray, dataset: str | None = None) -> None:
@@ -120,8 +119,13 @@ def write_tiff_folder(tmp: Path, array: np.ndarray, dataset: str | None = None) 
     tmp.mkdir()
     width = max(5, len(str(len(array) - 1)))
     for k, image in enumerate(array):
-        tifffile.imwrite(tmp / f"slice_{k:0{width}d}.tif", image, photometric="minisblack", software=SOFTWARE,
-                         bigtiff=image.nbytes > BIGTIFF_THRESHOLD)
+        tifffile.imwrite(
+            tmp / f"slice_{k:0{width}d}.tif",
+            image,
+            photometric="minisblack",
+            software=SOFTWARE,
+            bigtiff=image.nbytes > BIGTIFF_THRESHOLD,
+        )
 
 
 def write_hdf5(tmp: Path, array: np.ndarray, dataset: str | None = None) -> None:

@@ -8,6 +8,7 @@
   folder being written, a ZeroMQ stream).
 - :mod:`leveret.live.server`: the web viewer (aiohttp, pushed over a websocket).
 """
+
 from .reconstructor import Frame, LiveReconstructor, LiveStats
 from .slices import Slice, axial_slices, orthogonal_slices, rotation
 

@@ -13,11 +13,12 @@ each frame in the same pass, so a frame with NaN or Inf is rejected without a
 second pass over it on the GPU, where the result goes straight into the
 zero-padded input of the FFT.
 """
+
 from __future__ import annotations
 
 import numpy as np
 
-MIN_TRANSMISSION = 1e-6   # leveret.preprocess.minus_log's default floor
+MIN_TRANSMISSION = 1e-6  # leveret.preprocess.minus_log's default floor
 
 
 class Correction:
@@ -34,7 +35,7 @@ class Correction:
             flat = np.asarray(flat, np.float32)
             dark = np.zeros(shape, np.float32) if dark is None else np.asarray(dark, np.float32)
             denom = flat - dark
-            denom[~(denom > 0)] = 0.0    # NaN too: a dead pixel
+            denom[~(denom > 0)] = 0.0  # NaN too: a dead pixel
             self.dark, self.denom = dark, denom
             self._live = denom > 0
             self._dead = not bool(self._live.all())
@@ -52,11 +53,11 @@ class Correction:
             np.subtract(frame, self.dark, out=out, dtype=np.float32)
             np.divide(out, self.denom, out=out, where=self._live)
             if self._dead:
-                np.copyto(out, np.float32(1.0), where=~self._live)   # dead pixel: zero attenuation
+                np.copyto(out, np.float32(1.0), where=~self._live)  # dead pixel: zero attenuation
         else:
             np.copyto(out, frame, casting="unsafe")
         if self.minus_log:
-            np.maximum(out, np.float32(MIN_TRANSMISSION), out=out)   # NaN stays NaN
+            np.maximum(out, np.float32(MIN_TRANSMISSION), out=out)  # NaN stays NaN
             np.log(out, out=out)
             np.negative(out, out=out)
         return int(out.size - np.count_nonzero(np.isfinite(out)))
@@ -67,6 +68,7 @@ class GpuCorrection:
 
     def __init__(self, correction: Correction):
         import cupy
+
         self.normalize, self.minus_log = correction.normalize, correction.minus_log
         self.dark = cupy.asarray(correction.dark)
         self.denom = cupy.asarray(correction.denom)
@@ -77,5 +79,14 @@ class GpuCorrection:
         zeroing ``out[:k, :, n_cols:]``; ``counts[:k]`` (int32) receives each frame's
         number of non-finite results. Runs on the current stream."""
         from ..cuda.live_correct import correct
-        correct(frames, self.dark, self.denom, out, counts, normalize=self.normalize, minus_log=self.minus_log,
-                min_transmission=MIN_TRANSMISSION)
+
+        correct(
+            frames,
+            self.dark,
+            self.denom,
+            out,
+            counts,
+            normalize=self.normalize,
+            minus_log=self.minus_log,
+            min_transmission=MIN_TRANSMISSION,
+        )

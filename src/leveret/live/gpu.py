@@ -18,6 +18,7 @@ CUDA events time each stage (``stage_seconds``). Everything here belongs to
 one pipeline (one reconstructor): its streams, buffers, cuFFT plans, texture
 objects and tables; the kernels' modules are shared and hold no state.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -29,12 +30,13 @@ from ..cuda import live_planes
 from .correct import GpuCorrection
 
 STAGES = ("upload", "correct", "filter", "backproject", "store")
-FFT_FRAMES = 8   # frames per cuFFT call: the plans' batch (their work areas stay small)
+FFT_FRAMES = 8  # frames per cuFFT call: the plans' batch (their work areas stay small)
 
 
 class GpuPipeline:
     def __init__(self, shape, response, correction, max_batch: int):
         import cupy
+
         self.cupy = cupy
         self.shape = tuple(shape)
         self.max_batch = int(max_batch)
@@ -43,10 +45,11 @@ class GpuPipeline:
         self.correction = GpuCorrection(correction)
         self.copy = cupy.cuda.Stream(non_blocking=False)
         self.compute = cupy.cuda.Stream(non_blocking=False)
-        self._inputs: dict = {}            # dtype -> two device batch buffers
-        self._input_free = [None, None]    # event: the correction that read buffer b is done
+        self._inputs: dict = {}  # dtype -> two device batch buffers
+        self._input_free = [None, None]  # event: the correction that read buffer b is done
         self._flip = 0
         from cupy.cuda import cufft
+
         self.fft_frames = min(FFT_FRAMES, self.max_batch)
         frames = -(-self.max_batch // self.fft_frames) * self.fft_frames
         rows = self.fft_frames * shape[0]
@@ -54,24 +57,25 @@ class GpuPipeline:
         self._forward = cufft.Plan1d(self.n_pad, cufft.CUFFT_R2C, rows)
         self._inverse = cufft.Plan1d(self.n_pad, cufft.CUFFT_C2R, rows)
         self._spectrum = cupy.empty((rows, self.n_pad // 2 + 1), np.complex64)
-        self.response = self.response / self.n_pad     # cuFFT's inverse is unnormalised
+        self.response = self.response / self.n_pad  # cuFFT's inverse is unnormalised
         # zeroed once: the rows of a partly used FFT call are transformed too (and ignored)
         self.padded = cupy.zeros((frames, shape[0], self.n_pad), np.float32)
         self.filtered = cupy.empty((frames, shape[0], self.n_pad), np.float32)
         self.counts = cupy.zeros(self.max_batch, np.int32)
         self.counts_host = self.allocate_pinned((self.max_batch,), np.int32)
         self.upload_event = None
-        self._events: list = []            # (stage, start, end) of the batches not yet summed
+        self._events: list = []  # (stage, start, end) of the batches not yet summed
         self._seconds = defaultdict(float)
-        self._textures: dict = {}          # store block address -> texture objects of its views
-        self.handles = cupy.zeros(0, np.uint64)   # texture object of each device view, by view number
-        self._geometry: dict = {}          # slice -> device geometry array
+        self._textures: dict = {}  # store block address -> texture objects of its views
+        self.handles = cupy.zeros(0, np.uint64)  # texture object of each device view, by view number
+        self._geometry: dict = {}  # slice -> device geometry array
         # the tables and zeroed buffers are complete before this pipeline's streams read them
         cupy.cuda.get_current_stream().synchronize()
 
     @staticmethod
     def allocate_pinned(shape, dtype):
         from ..cuda.pipeline import empty_pinned
+
         return empty_pinned(shape, dtype)
 
     # -- timing ---------------------------------------------------------------------------------
@@ -115,23 +119,23 @@ class GpuPipeline:
         self._flip ^= 1
         buf = self._inputs[dtype][b]
         if self._input_free[b] is not None:
-            self.copy.wait_event(self._input_free[b])   # the correction that read it two batches ago
+            self.copy.wait_event(self._input_free[b])  # the correction that read it two batches ago
         with self.stage("upload", self.copy):
             for i, d in enumerate(datas):
                 if device[i]:
-                    buf[i] = d          # already on the GPU: a device copy on the copy stream
+                    buf[i] = d  # already on the GPU: a device copy on the copy stream
                     continue
                 d = np.asarray(d)
                 if d.dtype != dtype or not d.flags.c_contiguous:
                     d = np.ascontiguousarray(d, dtype)
-                buf[i].set(d, stream=self.copy)   # asynchronous from pinned memory
+                buf[i].set(d, stream=self.copy)  # asynchronous from pinned memory
         self.upload_event = self.copy.record()
         self.compute.wait_event(self.upload_event)
         with self.stage("correct"):
             self.correction.batch(buf[:k], self.padded, self.counts)
             self._input_free[b] = self.compute.record()
             self.counts[:k].get(stream=self.compute, out=self.counts_host[:k])
-        self.compute.synchronize()   # the one wait of the batch: which frames are usable
+        self.compute.synchronize()  # the one wait of the batch: which frames are usable
         return self.padded[:k], self.counts_host[:k].copy()
 
     def filter(self, lines, padding):
@@ -141,16 +145,19 @@ class GpuPipeline:
         with self.stage("filter"):
             if padding != "zero":
                 from ..filters import apply_filter
+
                 return apply_filter(lines[..., :n_cols], self.response.get() * self.n_pad, padding=padding)
-            if lines.data.ptr != self.padded.data.ptr:   # the usable frames of a batch with rejected ones
+            if lines.data.ptr != self.padded.data.ptr:  # the usable frames of a batch with rejected ones
                 self.padded[:k] = lines
             step = self.fft_frames
             for a in range(0, k, step):
-                self._forward.fft(self.padded[a:a + step].reshape(-1, self.n_pad), self._spectrum,
-                                  self._cufft.CUFFT_FORWARD)
+                self._forward.fft(
+                    self.padded[a : a + step].reshape(-1, self.n_pad), self._spectrum, self._cufft.CUFFT_FORWARD
+                )
                 self._spectrum *= self.response
-                self._inverse.fft(self._spectrum, self.filtered[a:a + step].reshape(-1, self.n_pad),
-                                  self._cufft.CUFFT_INVERSE)
+                self._inverse.fft(
+                    self._spectrum, self.filtered[a : a + step].reshape(-1, self.n_pad), self._cufft.CUFFT_INVERSE
+                )
         return self.filtered[:k, :, :n_cols]
 
     def store_copy(self, dst, src):
@@ -160,8 +167,8 @@ class GpuPipeline:
     def upload_views(self, block, local):
         """Views of a host (spilled) store block on the device, a block at a time."""
         with self.compute:
-            if local.size and np.all(np.diff(local) == 1):   # a run of pinned views: one async upload
-                part = block[int(local[0]):int(local[-1]) + 1]
+            if local.size and np.all(np.diff(local) == 1):  # a run of pinned views: one async upload
+                part = block[int(local[0]) : int(local[-1]) + 1]
                 out = self.cupy.empty(part.shape, part.dtype)
                 out.set(part, stream=self.compute)
                 return out
@@ -208,16 +215,30 @@ class GpuPipeline:
             return
         n, rows, cols = block.shape
         desc = texture.ChannelFormatDescriptor(8 * block.dtype.itemsize, 0, 0, 0, runtime.cudaChannelFormatKindFloat)
-        sampler = texture.TextureDescriptor((runtime.cudaAddressModeBorder,) * 2, runtime.cudaFilterModeLinear,
-                                            runtime.cudaReadModeElementType, borderColors=(0.0, 0.0, 0.0, 0.0),
-                                            normalizedCoords=0)
-        objects = [texture.TextureObject(texture.ResourceDescriptor(
-            runtime.cudaResourceTypePitch2D, arr=block[v], chDesc=desc, width=cols, height=rows,
-            pitchInBytes=block.strides[1]), sampler) for v in range(n)]
+        sampler = texture.TextureDescriptor(
+            (runtime.cudaAddressModeBorder,) * 2,
+            runtime.cudaFilterModeLinear,
+            runtime.cudaReadModeElementType,
+            borderColors=(0.0, 0.0, 0.0, 0.0),
+            normalizedCoords=0,
+        )
+        objects = [
+            texture.TextureObject(
+                texture.ResourceDescriptor(
+                    runtime.cudaResourceTypePitch2D,
+                    arr=block[v],
+                    chDesc=desc,
+                    width=cols,
+                    height=rows,
+                    pitchInBytes=block.strides[1],
+                ),
+                sampler,
+            )
+            for v in range(n)
+        ]
         self._textures[key] = objects
         if self.handles.size < first_view + n:
             grown = self.cupy.zeros(max(2 * self.handles.size, first_view + n), np.uint64)
-            grown[:self.handles.size] = self.handles
+            grown[: self.handles.size] = self.handles
             self.handles = grown
-        self.handles[first_view:first_view + n] = self.cupy.asarray(np.array([o.ptr for o in objects], np.uint64))
-
+        self.handles[first_view : first_view + n] = self.cupy.asarray(np.array([o.ptr for o in objects], np.uint64))

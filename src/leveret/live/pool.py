@@ -12,6 +12,7 @@ while the reconstruction gives them back): its books are kept under a lock
 of its own, held only for the bookkeeping (never while allocating or
 waiting for an upload), so a source is never held up by a batch.
 """
+
 from __future__ import annotations
 
 import threading
@@ -31,8 +32,8 @@ class FramePool:
         self.shape = tuple(shape)
         self._allocate = allocate
         self._lock = threading.Lock()
-        self._free: dict = {}      # dtype -> [(array, event)]
-        self._lent: dict = {}      # id(array) -> array, handed out and not yet back
+        self._free: dict = {}  # dtype -> [(array, event)]
+        self._lent: dict = {}  # id(array) -> array, handed out and not yet back
         self.allocated = 0
 
     def get(self, dtype=np.uint16) -> np.ndarray:
@@ -45,7 +46,7 @@ class FramePool:
         else:
             array, event = entry
             if event is not None:
-                event.synchronize()   # its upload is done before the caller writes into it
+                event.synchronize()  # its upload is done before the caller writes into it
         with self._lock:
             self.allocated += int(entry is None)
             self._lent[id(array)] = array

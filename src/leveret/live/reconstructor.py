@@ -19,6 +19,7 @@ A new view changes the weights of its neighbours; the slices then receive
 call as the new views, so the slices always equal the offline
 reconstruction of the frames received, to float32 rounding.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -52,16 +53,18 @@ STORAGE = ("float32", "float16")
 # Weight changes below this fraction of the largest weight are float64 noise
 # (the same gaps recomputed): far below float32 rounding, not worth a pass.
 _NEGLIGIBLE = 1e-12
-SINOGRAM_ROWS = 4096   # frames of the detector-row sinogram kept for the viewer
+SINOGRAM_ROWS = 4096  # frames of the detector-row sinogram kept for the viewer
 MOVES = ("texture", "exact")
 
 
 def _locked(method):
     """Run a LiveReconstructor method under its lock, on its GPU (class notes, "Threads")."""
+
     @functools.wraps(method)
     def locked(self, *args, **kwargs):
         with self._lock, self._on_device():
             return method(self, *args, **kwargs)
+
     return locked
 
 
@@ -89,9 +92,9 @@ class LiveStats:
     received: int = 0
     rejected: int = 0
     rejected_reasons: dict = field(default_factory=dict)
-    missing: int = 0             # indices between the lowest and highest received that have not come
+    missing: int = 0  # indices between the lowest and highest received that have not come
     batches: int = 0
-    last_lag: float = 0.0        # seconds from the oldest frame's arrival to its batch being queued (GPU) or done
+    last_lag: float = 0.0  # seconds from the oldest frame's arrival to its batch being queued (GPU) or done
     last_batch_seconds: float = 0.0
 
 
@@ -200,11 +203,25 @@ class LiveReconstructor:
     LOGGED = 20
     LOG_EVERY = 1000
 
-    def __init__(self, volume: VolumeGeometry, geometry, *, planned: bool = True, flat=None, dark=None,
-                 minus_log: bool | None = None, filter: str = "ram-lak", cutoff: float = 1.0,
-                 padding: str = "zero", storage: str = "float32", backend: str = "auto",
-                 max_views: int | None = None, filter_rows: int = 1024, move: str = "texture",
-                 max_batch: int = 64):
+    def __init__(
+        self,
+        volume: VolumeGeometry,
+        geometry,
+        *,
+        planned: bool = True,
+        flat=None,
+        dark=None,
+        minus_log: bool | None = None,
+        filter: str = "ram-lak",
+        cutoff: float = 1.0,
+        padding: str = "zero",
+        storage: str = "float32",
+        backend: str = "auto",
+        max_views: int | None = None,
+        filter_rows: int = 1024,
+        move: str = "texture",
+        max_batch: int = 64,
+    ):
         volume_3d(volume)
         self.volume = volume
         self.beam = _beam_of(geometry)
@@ -226,14 +243,16 @@ class LiveReconstructor:
             max_views = v.positive_int("max_views", max_views)
         if self.backend == "cuda":
             import cupy as xp
+
             self._device = xp.cuda.Device().id
         else:
             xp = np
             self._device = None
         self.xp = xp
         self._lock = threading.RLock()
-        self._response = filter_response(n_cols, filter, cutoff=cutoff,
-                                         det_spacing=geometry.det_spacing if self.beam == "parallel" else 1.0)
+        self._response = filter_response(
+            n_cols, filter, cutoff=cutoff, det_spacing=geometry.det_spacing if self.beam == "parallel" else 1.0
+        )
         self.minus_log = flat is not None if minus_log is None else bool(minus_log)
         if flat is not None:
             flat = _average("flat", flat, self.detector_shape)
@@ -250,24 +269,31 @@ class LiveReconstructor:
             self._filtered = np.empty((0,) + self.detector_shape, np.float32)
             self._response32 = self._response.astype(np.float32)
             if max_views is not None:
-                self._store.reserve(max_views)   # allocated and touched now, not during the scan
+                self._store.reserve(max_views)  # allocated and touched now, not during the scan
         else:
             from ..cuda import gpu_free_bytes
             from .gpu import GpuPipeline
+
             device_views = max_views if max_views is not None else int(0.5 * gpu_free_bytes()) // view_bytes
             block = max(1, min(64, device_views))
-            self._store = ViewStore(self.detector_shape, self.storage, xp, block_views=block,
-                                    device_views=device_views, pitched=self.beam == "parallel")
+            self._store = ViewStore(
+                self.detector_shape,
+                self.storage,
+                xp,
+                block_views=block,
+                device_views=device_views,
+                pitched=self.beam == "parallel",
+            )
             self._gpu = GpuPipeline(self.detector_shape, self._response, self._correction, self.max_batch)
         self._pool = FramePool(self.detector_shape, self._gpu.allocate_pinned if self._gpu else np.empty)
         self._n = 0
-        self._angles = np.empty(0)            # parallel beam, radians
-        self._matrices = np.empty((0, 3, 4))   # cone beam, FDK-normalised
-        self._turn = np.empty(0)               # cone beam: unwrapped rotation angle
+        self._angles = np.empty(0)  # parallel beam, radians
+        self._matrices = np.empty((0, 3, 4))  # cone beam, FDK-normalised
+        self._turn = np.empty(0)  # cone beam: unwrapped rotation angle
         self._raw_last = 0.0
-        self._w = np.empty(0)                  # the weights in the slices now
-        self._received: set[int] = set()      # frame indices used (each at most once)
-        self._index_range: tuple[int, int] | None = None   # the lowest and highest of them
+        self._w = np.empty(0)  # the weights in the slices now
+        self._received: set[int] = set()  # frame indices used (each at most once)
+        self._index_range: tuple[int, int] | None = None  # the lowest and highest of them
         self.stats = LiveStats()
         self._sinogram_row = n_rows // 2
         self._sinogram: deque = deque(maxlen=SINOGRAM_ROWS)
@@ -345,7 +371,8 @@ class LiveReconstructor:
         if self.beam != "cone" or self._turn.size < 2:
             return 1.0
         from ..algorithms.fdk_weights import turn_scale
-        return turn_scale(np.sort(self._turn))   # its step is a median gap between neighbours in angle
+
+        return turn_scale(np.sort(self._turn))  # its step is a median gap between neighbours in angle
 
     @_locked
     def sinogram(self, row: int | None = None) -> np.ndarray:
@@ -356,7 +383,7 @@ class LiveReconstructor:
             if r >= self.detector_shape[0]:
                 raise ValueError(f"row: expected 0 <= row < {self.detector_shape[0]}, got {row}")
             self._sinogram_row = r
-            self._sinogram.clear()   # rebuilt from now on; the earlier frames' raw rows are not kept
+            self._sinogram.clear()  # rebuilt from now on; the earlier frames' raw rows are not kept
         if not self._sinogram:
             return np.zeros((0, self.detector_shape[1]), np.float32)
         return np.stack(self._sinogram)
@@ -435,8 +462,13 @@ class LiveReconstructor:
         geometry = self._check_geometry(k, angles, matrices, indices)
         for b in range(0, k, self.max_batch):
             part = range(b, min(k, b + self.max_batch))
-            self._add_batch([data[i] for i in part], geometry[b:b + self.max_batch], indices[b:b + self.max_batch],
-                            arrived, strict=True)
+            self._add_batch(
+                [data[i] for i in part],
+                geometry[b : b + self.max_batch],
+                indices[b : b + self.max_batch],
+                arrived,
+                strict=True,
+            )
         self._pool.release_all([projections], self._uploaded())
 
     @_locked
@@ -460,15 +492,25 @@ class LiveReconstructor:
                 self._reject(f.index, reason)
         added = 0
         for b in range(0, len(good), self.max_batch):
-            part = good[b:b + self.max_batch]
+            part = good[b : b + self.max_batch]
             if self.beam == "parallel":
-                geometry = np.array([self._planned_view(f.index) if f.angle is None else float(f.angle)
-                                     for f in part])
+                geometry = np.array([self._planned_view(f.index) if f.angle is None else float(f.angle) for f in part])
             else:
-                geometry = np.stack([self._planned_view(f.index) if f.matrix is None
-                                     else np.asarray(f.matrix, np.float64).reshape(3, 4) for f in part])
-            added += self._add_batch([f.data for f in part], geometry, [int(f.index) for f in part],
-                                     min(f.arrived for f in part), strict=False)
+                geometry = np.stack(
+                    [
+                        self._planned_view(f.index)
+                        if f.matrix is None
+                        else np.asarray(f.matrix, np.float64).reshape(3, 4)
+                        for f in part
+                    ]
+                )
+            added += self._add_batch(
+                [f.data for f in part],
+                geometry,
+                [int(f.index) for f in part],
+                min(f.arrived for f in part),
+                strict=False,
+            )
         self._pool.release_all([f.data for f in frames], self._uploaded())
         return added
 
@@ -610,7 +652,7 @@ class LiveReconstructor:
         before = np.flatnonzero(changed)
         if self.beam == "parallel":
             new = np.arange(n0, n0 + k)
-            for s in self._watched:   # straight from the float32 filtered batch, before it is stored
+            for s in self._watched:  # straight from the float32 filtered batch, before it is stored
                 self._plane(s, self._acc[s.name], filtered, np.arange(k), delta[new], self._angles[new])
             self._backproject(self._watched, self._acc, before, delta[before])
             self._store_views(filtered)
@@ -635,24 +677,24 @@ class LiveReconstructor:
         k = lines.shape[0]
         if self._filtered.shape[0] < k:
             self._filtered = np.empty(lines.shape, np.float32)
-        out = self._filtered[:k]   # reused: a fresh array per batch would cost its page faults every time
+        out = self._filtered[:k]  # reused: a fresh array per batch would cost its page faults every time
         # a few MiB at a time: the FFT's padded and complex temporaries stay in cache
         step = max(1, self.filter_rows // self.detector_shape[0])
         n_pad = 2 * (self._response.size - 1)
         for a in range(0, k, step):
             if self.padding != "zero":
-                out[a:a + step] = apply_filter(lines[a:a + step], self._response, padding=self.padding)
+                out[a : a + step] = apply_filter(lines[a : a + step], self._response, padding=self.padding)
                 continue
-            spec = scipy.fft.rfft(lines[a:a + step], n=n_pad, axis=-1, workers=-1)
+            spec = scipy.fft.rfft(lines[a : a + step], n=n_pad, axis=-1, workers=-1)
             spec *= self._response32
-            out[a:a + step] = scipy.fft.irfft(spec, n=n_pad, axis=-1, workers=-1)[..., :self.detector_shape[1]]
+            out[a : a + step] = scipy.fft.irfft(spec, n=n_pad, axis=-1, workers=-1)[..., : self.detector_shape[1]]
         return out
 
     def _store_views(self, filtered):
         if self._gpu is not None:
             with self._gpu.stage("store"):
                 self._store.append(filtered, self._gpu.store_copy if self._store.pitched else None)
-            if self.beam == "parallel" and self.move == "texture":   # texture objects made once, not in a move
+            if self.beam == "parallel" and self.move == "texture":  # texture objects made once, not in a move
                 for b in range(self._store.n_device_blocks):
                     self._gpu.add_textures(self._store.blocks[b], b * self._store.block_views)
         else:
@@ -662,11 +704,21 @@ class LiveReconstructor:
         """Parallel beam: out += sum_k coef[k] B(q[views[k]]) on slice s."""
         t = self.geometry
         if self._gpu is not None:
-            self._gpu.plane(s, out, q, views, coef, angles, det_spacing=t.det_spacing, center=t.center,
-                            row_spacing=t.row_spacing)
+            self._gpu.plane(
+                s, out, q, views, coef, angles, det_spacing=t.det_spacing, center=t.center, row_spacing=t.row_spacing
+            )
         else:
-            backproject_plane(q, views, coef, s.frame(), out, angles=angles, det_spacing=t.det_spacing,
-                              center=t.center, row_spacing=t.row_spacing)
+            backproject_plane(
+                q,
+                views,
+                coef,
+                s.frame(),
+                out,
+                angles=angles,
+                det_spacing=t.det_spacing,
+                center=t.center,
+                row_spacing=t.row_spacing,
+            )
 
     def _cone_filter(self, lines, matrices):
         """FDK's cosine and pitch weighting and the row filter for these views,
@@ -674,8 +726,14 @@ class LiveReconstructor:
         from ..algorithms.fdk_weights import FDKWeighting, rotation_angles
 
         g = ConeGeometry(matrices, *self.detector_shape)
-        weighting = FDKWeighting(g, filter=self.filter, cutoff=self.cutoff, padding=self.padding,
-                                 short_scan=False, angle_weights=np.ones(g.n_views))
+        weighting = FDKWeighting(
+            g,
+            filter=self.filter,
+            cutoff=self.cutoff,
+            padding=self.padding,
+            short_scan=False,
+            angle_weights=np.ones(g.n_views),
+        )
         q = weighting(self.xp.ascontiguousarray(lines), slice(None))
         self._matrices = np.concatenate([self._matrices, weighting.frames["normalised"]])
         raw = rotation_angles(g)
@@ -691,7 +749,8 @@ class LiveReconstructor:
 
     def _cone_weights(self):
         from ..algorithms.fdk_weights import angular_steps
-        return 0.5 * angular_steps(self._turn)   # full-scan FDK: every line measured twice
+
+        return 0.5 * angular_steps(self._turn)  # full-scan FDK: every line measured twice
 
     def _note_indices(self, indices):
         """Record a batch's indices (new ones, each once): O(1) per frame, the
@@ -744,9 +803,16 @@ class LiveReconstructor:
             on_device = views[near]
             t = self.geometry
             for s in textured:
-                self._gpu.plane_texture(s, acc[s.name], on_device, coef[near],
-                                        self._angles[on_device], det_spacing=t.det_spacing, center=t.center,
-                                        row_spacing=t.row_spacing)
+                self._gpu.plane_texture(
+                    s,
+                    acc[s.name],
+                    on_device,
+                    coef[near],
+                    self._angles[on_device],
+                    det_spacing=t.det_spacing,
+                    center=t.center,
+                    row_spacing=t.row_spacing,
+                )
         for b, block, local, pos in self._store.runs(views):
             if self._gpu is not None and not self._store.on_device(b):
                 block, local = self._gpu.upload_views(block, local), np.arange(local.size)
@@ -769,16 +835,19 @@ class LiveReconstructor:
             op(q, out.reshape((1,) + s.shape), accumulate=True)
             return
         if xp is np:
-            backproject_points(block, local, coef, s.points(), out.reshape(-1), params=self._matrices[views],
-                               block=s.shape[1])
+            backproject_points(
+                block, local, coef, s.points(), out.reshape(-1), params=self._matrices[views], block=s.shape[1]
+            )
         else:
             from ..cuda import live_planes
-            live_planes.backproject_points(block, local, coef, xp.asarray(s.points(), np.float32), out.reshape(-1),
-                                           params=self._matrices[views])
+
+            live_planes.backproject_points(
+                block, local, coef, xp.asarray(s.points(), np.float32), out.reshape(-1), params=self._matrices[views]
+            )
 
 
 def _beam_of(geometry) -> str:
-    """"parallel" or "cone" for a geometry the live reconstructor takes; a
+    """ "parallel" or "cone" for a geometry the live reconstructor takes; a
     clear error for any other."""
     if isinstance(geometry, ConeGeometry):
         return "cone"
@@ -787,8 +856,9 @@ def _beam_of(geometry) -> str:
     if geometry.is_2d:
         raise ValueError("geometry: expected a 3D ParallelGeometry (n_rows given), got a 2D one")
     if geometry.axis_shift is not None:
-        raise ValueError("geometry: live reconstruction takes one rotation-axis column (center), "
-                         "not a per-view axis_shift")
+        raise ValueError(
+            "geometry: live reconstruction takes one rotation-axis column (center), not a per-view axis_shift"
+        )
     return "parallel"
 
 

@@ -21,6 +21,7 @@ page from another origin is refused, see :class:`LiveServer`):
   ``{"type": "range", "auto": true}``, ``{"type": "save"}`` (the slices as
   TIFF files into the output folder).
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -81,7 +82,7 @@ class FrameQueue:
         self.max_frames = v.positive_int("max_frames", max_frames)
         self.max_bytes = v.positive_int("max_bytes", max_bytes)
         self.dropped = 0
-        self.waiting = 0              # producers waiting for room now
+        self.waiting = 0  # producers waiting for room now
         self._items: deque = deque()
         self._bytes = 0
         self._cond = threading.Condition()
@@ -128,7 +129,7 @@ class FrameQueue:
                 frame = self._items.popleft()
                 self._bytes -= int(getattr(frame.data, "nbytes", 0))
                 batch.append(frame)
-            self._cond.notify_all()   # room for a waiting producer
+            self._cond.notify_all()  # room for a waiting producer
             return batch, self._closed or (self._ended and not self._items)
 
     def end(self) -> None:
@@ -189,9 +190,19 @@ class LiveSession:
     each superseded one would cost a recompute of the slices from every view.
     """
 
-    def __init__(self, reconstructor: LiveReconstructor, source, *, frames=None, max_batch: int | None = None,
-                 max_queue_frames: int = 256, max_queue_bytes: int = 1 << 30, when_full: str | None = None,
-                 max_views: int | None = None, on_update=None):
+    def __init__(
+        self,
+        reconstructor: LiveReconstructor,
+        source,
+        *,
+        frames=None,
+        max_batch: int | None = None,
+        max_queue_frames: int = 256,
+        max_queue_bytes: int = 1 << 30,
+        when_full: str | None = None,
+        max_views: int | None = None,
+        on_update=None,
+    ):
         from .. import _validate as v
 
         self.rec = reconstructor
@@ -207,7 +218,7 @@ class LiveSession:
         # reconstructor guards its own state; this keeps the page's counters those of its slices)
         self.lock = threading.Lock()
         self.version = 0
-        self.newest_arrival_epoch = None      # time.time() of the newest frame in the slices
+        self.newest_arrival_epoch = None  # time.time() of the newest frame in the slices
         self.ended = False
         self.error: BaseException | None = None
         self.request_error: str | None = None  # why the last request from the viewer failed
@@ -215,7 +226,7 @@ class LiveSession:
         self.requests_superseded = 0
         self.queue = FrameQueue(max_queue_frames, max_queue_bytes)
         self._store_full = 0
-        self._pending: dict = {}               # request kind -> the newest values
+        self._pending: dict = {}  # request kind -> the newest values
         self._pending_lock = threading.Lock()
         self._stop = threading.Event()
         self._arrivals: deque = deque(maxlen=4096)
@@ -241,11 +252,18 @@ class LiveSession:
         the number of frames missing, ``missing_first`` the first ``MISSING_LISTED``
         of their indices."""
         st = self.rec.stats
-        return {"received": st.received, "rejected": st.rejected, "rejected_reasons": dict(st.rejected_reasons),
-                "missing": st.missing, "missing_first": self.rec.missing_indices(MISSING_LISTED),
-                "views": self.rec.n_views, "dropped": sum(self.dropped.values()),
-                "dropped_reasons": self.dropped, "bad_messages": self.bad_messages,
-                "error": None if self.error is None else str(self.error)}
+        return {
+            "received": st.received,
+            "rejected": st.rejected,
+            "rejected_reasons": dict(st.rejected_reasons),
+            "missing": st.missing,
+            "missing_first": self.rec.missing_indices(MISSING_LISTED),
+            "views": self.rec.n_views,
+            "dropped": sum(self.dropped.values()),
+            "dropped_reasons": self.dropped,
+            "bad_messages": self.bad_messages,
+            "error": None if self.error is None else str(self.error),
+        }
 
     # -- requests from the viewer ------------------------------------------------------------
     def request(self, kind: str, **values) -> None:
@@ -292,13 +310,13 @@ class LiveSession:
     def _read(self):
         wait = self.when_full == "wait"
         try:
-            for frame in (self._frames_iter if self._frames_iter is not None else self.source):
+            for frame in self._frames_iter if self._frames_iter is not None else self.source:
                 if self._stop.is_set():
                     break
                 if frame is not None:
                     self._arrivals.append(frame.arrived)
                     self.queue.put(frame, wait=wait)
-        except BaseException as exc:   # reported on the page and by the CLI
+        except BaseException as exc:  # reported on the page and by the CLI
             log.error("source failed: %s", exc)
             self.error = exc
         finally:
@@ -330,8 +348,7 @@ class LiveSession:
         room = max(0, self.max_views - self.rec.n_views)
         if len(batch) > room:
             if self._store_full == 0:
-                log.warning("%d views stored (max_views): later frames are counted, not reconstructed",
-                            self.max_views)
+                log.warning("%d views stored (max_views): later frames are counted, not reconstructed", self.max_views)
             self._store_full += len(batch) - room
         return batch[:room]
 
@@ -429,9 +446,18 @@ class LiveServer:
       browser. Clients that send no ``Origin`` (not browsers) are let in.
     """
 
-    def __init__(self, session: LiveSession, *, host: str = "127.0.0.1", port: int = 8000, output=None,
-                 min_interval: float = 0.03, allow_origins=(), token: str | None = None,
-                 max_saves_per_minute: int = 10):
+    def __init__(
+        self,
+        session: LiveSession,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 8000,
+        output=None,
+        min_interval: float = 0.03,
+        allow_origins=(),
+        token: str | None = None,
+        max_saves_per_minute: int = 10,
+    ):
         from .. import _validate as v
 
         self.session = session
@@ -448,19 +474,18 @@ class LiveServer:
         self.url: str | None = None
         self.addresses: list[tuple] = []
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._clients: dict = {}   # websocket -> its state (event, colour range)
+        self._clients: dict = {}  # websocket -> its state (event, colour range)
         self._ready = threading.Event()
         self._thread: threading.Thread | None = None
         self._shutdown: asyncio.Event | None = None
         self._saves = 0
-        self._save_times: deque = deque()   # loop time of the recent saves
+        self._save_times: deque = deque()  # loop time of the recent saves
         self._saving = False
 
     # -- running -------------------------------------------------------------------------------
     def start(self) -> str:
         """Serve from a background thread; returns the URL once listening."""
-        self._thread = threading.Thread(target=lambda: asyncio.run(self.serve()), name="leveret-live-http",
-                                        daemon=True)
+        self._thread = threading.Thread(target=lambda: asyncio.run(self.serve()), name="leveret-live-http", daemon=True)
         self._thread.start()
         if not self._ready.wait(30) or self.url is None:
             raise RuntimeError(f"the live viewer did not start on {self.host}:{self.port}")
@@ -478,6 +503,7 @@ class LiveServer:
 
         self._loop = asyncio.get_running_loop()
         self._shutdown = asyncio.Event()
+
         @web.middleware
         async def guard(request, handler):
             return await self._guard(request, handler)
@@ -491,7 +517,7 @@ class LiveServer:
         site = web.TCPSite(runner, self.host, self.port)
         try:
             await site.start()
-            self.addresses = [tuple(a[:2]) for a in runner.addresses]   # (host, port) listened on
+            self.addresses = [tuple(a[:2]) for a in runner.addresses]  # (host, port) listened on
             self.port = self.addresses[0][1]
             host = f"[{self.host}]" if ":" in self.host else self.host
             self.url = f"http://{host}:{self.port}/" + (f"?token={self.token}" if self.token else "")
@@ -529,13 +555,13 @@ class LiveServer:
         if _is_loopback(self.host):
             return False
         if _is_wildcard(self.host):
-            return _is_ip(name)     # an address cannot be made to point elsewhere by DNS
+            return _is_ip(name)  # an address cannot be made to point elsewhere by DNS
         return name == self.host.strip("[]").lower()
 
     def _token_of(self, request) -> str | None:
         auth = request.headers.get("Authorization", "")
         if auth.startswith("Bearer "):
-            return auth[len("Bearer "):].strip()
+            return auth[len("Bearer ") :].strip()
         return request.query.get("token") or request.cookies.get(self._cookie)
 
     @property
@@ -558,18 +584,19 @@ class LiveServer:
         if not self.token_ok(self._token_of(request)):
             raise web.HTTPUnauthorized(text="token: open the address leveret live printed, with its ?token=")
         if self.token is not None and request.path == "/" and "token" in request.query:
-            response = web.HTTPSeeOther("/")   # the cookie carries the token; the address bar does not
+            response = web.HTTPSeeOther("/")  # the cookie carries the token; the address bar does not
             response.set_cookie(self._cookie, self.token, httponly=True, samesite="Strict", path="/")
             response.headers["Cache-Control"] = "no-store"
             raise response
         response = await handler(request)
         if self.token is not None and not response.prepared:
-            response.headers["Cache-Control"] = "no-store"   # a browser asks again, with the token, each time
+            response.headers["Cache-Control"] = "no-store"  # a browser asks again, with the token, each time
         return response
 
     # -- handlers --------------------------------------------------------------------------------
     async def _index(self, request):
         from aiohttp import web
+
         return web.FileResponse(STATIC / "index.html")
 
     def _notify_threadsafe(self):
@@ -577,7 +604,7 @@ class LiveServer:
         if loop is not None and not loop.is_closed():
             try:
                 loop.call_soon_threadsafe(self._notify)
-            except RuntimeError:   # the loop closed meanwhile
+            except RuntimeError:  # the loop closed meanwhile
                 pass
 
     def _notify(self):
@@ -592,7 +619,7 @@ class LiveServer:
         try:
             origin = normalise_origin("origin", origin)
         except ValueError:
-            return False          # "null" (a file or sandboxed page) and other non-URLs
+            return False  # "null" (a file or sandboxed page) and other non-URLs
         if origin in self.allow_origins:
             return True
         parts = urlsplit(origin)
@@ -612,8 +639,9 @@ class LiveServer:
         origin = request.headers.get("Origin")
         if not self.origin_allowed(origin, request.headers.get("Host")):
             log.warning("websocket refused to a page of origin %s", origin)
-            raise web.HTTPForbidden(text=f"origin: {origin} may not use this server "
-                                         "(leveret live --allow-origin adds an origin)")
+            raise web.HTTPForbidden(
+                text=f"origin: {origin} may not use this server (leveret live --allow-origin adds an origin)"
+            )
         ws = web.WebSocketResponse(max_msg_size=MAX_REQUEST_BYTES)
         await ws.prepare(request)
         client = {"ws": ws, "event": asyncio.Event(), "range": None}
@@ -638,7 +666,7 @@ class LiveServer:
         except (ValueError, KeyError, TypeError) as exc:
             log.warning("viewer request ignored: %s", str(exc)[:300])
             await self._send_error(client, str(exc)[:300])
-        except Exception as exc:   # a fault of ours: logged, and the page's connection goes on
+        except Exception as exc:  # a fault of ours: logged, and the page's connection goes on
             log.exception("viewer request failed")
             await self._send_error(client, f"request failed: {type(exc).__name__}")
 
@@ -654,7 +682,7 @@ class LiveServer:
             raise ValueError("request: JSON nested too deep") from None
         except ValueError as exc:
             raise ValueError(f"request: not JSON ({exc})") from None
-        if not isinstance(msg, dict):   # what the text holds, not its type: a bad request
+        if not isinstance(msg, dict):  # what the text holds, not its type: a bad request
             raise ValueError(f"request: expected a JSON object, got {type(msg).__name__}")
         kind = msg.get("type")
         if kind == "orthogonal":
@@ -686,8 +714,9 @@ class LiveServer:
             raise ValueError("save: a save is being written; try again when it is done")
         if len(self._save_times) >= self.max_saves_per_minute:
             wait = 60.0 - (now - self._save_times[0])
-            raise ValueError(f"save: at most {self.max_saves_per_minute} saves a minute; "
-                             f"try again in {math.ceil(wait)} s")
+            raise ValueError(
+                f"save: at most {self.max_saves_per_minute} saves a minute; try again in {math.ceil(wait)} s"
+            )
         self._saving = True
         self._save_times.append(now)
         try:
@@ -711,7 +740,7 @@ class LiveServer:
         for name, image in images.items():
             safe = "".join(c if c.isalnum() else "_" for c in name)
             path = (self.output / f"slice_{safe}_{n:06d}views_{self._saves:03d}.tif").resolve()
-            if path.parent != self.output:   # names are built here; never a path from the page
+            if path.parent != self.output:  # names are built here; never a path from the page
                 raise ValueError(f"save: {path} lies outside the output folder")
             tifffile.imwrite(path, image)
             names.append(path.name)
@@ -724,20 +753,38 @@ class LiveServer:
         st = rec.stats
         dropped = s.dropped
         return {
-            "type": "state", "received": st.received, "rejected": st.rejected,
-            "dropped": sum(dropped.values()), "dropped_reasons": dropped, "bad_messages": s.bad_messages,
-            "queued": len(s.queue), "max_views": s.max_views, "max_axial": MAX_AXIAL,
+            "type": "state",
+            "received": st.received,
+            "rejected": st.rejected,
+            "dropped": sum(dropped.values()),
+            "dropped_reasons": dropped,
+            "bad_messages": s.bad_messages,
+            "queued": len(s.queue),
+            "max_views": s.max_views,
+            "max_axial": MAX_AXIAL,
             "request_error": s.request_error,
-            "rejected_reasons": dict(st.rejected_reasons), "missing": st.missing,
-            "missing_first": rec.missing_indices(10), "views": rec.n_views, "fps": round(s.frame_rate(), 1),
-            "lag_ms": round(1000 * st.last_lag, 1), "batch_ms": round(1000 * st.last_batch_seconds, 1),
+            "rejected_reasons": dict(st.rejected_reasons),
+            "missing": st.missing,
+            "missing_first": rec.missing_indices(10),
+            "views": rec.n_views,
+            "fps": round(s.frame_rate(), 1),
+            "lag_ms": round(1000 * st.last_lag, 1),
+            "batch_ms": round(1000 * st.last_batch_seconds, 1),
             "arrived_epoch_ms": None if s.newest_arrival_epoch is None else 1000 * s.newest_arrival_epoch,
-            "version": s.version, "ended": s.ended, "error": None if s.error is None else str(s.error),
-            "range": None, "slices": [sl.to_dict() for sl in rec.watched],
-            "volume": {"shape": list(rec.volume.shape), "voxel_size": list(rec.volume.voxel_size),
-                       "center": list(rec.volume.center),
-                       "extent": {a: list(rec.volume.extent(a)) for a in "xyz"}},
-            "beam": rec.beam, "detector": list(rec.detector_shape), "can_save": self.output is not None,
+            "version": s.version,
+            "ended": s.ended,
+            "error": None if s.error is None else str(s.error),
+            "range": None,
+            "slices": [sl.to_dict() for sl in rec.watched],
+            "volume": {
+                "shape": list(rec.volume.shape),
+                "voxel_size": list(rec.volume.voxel_size),
+                "center": list(rec.volume.center),
+                "extent": {a: list(rec.volume.extent(a)) for a in "xyz"},
+            },
+            "beam": rec.beam,
+            "detector": list(rec.detector_shape),
+            "can_save": self.output is not None,
         }
 
     async def _push(self, client):
@@ -748,7 +795,7 @@ class LiveServer:
             event.clear()
             try:
                 messages = await loop.run_in_executor(None, self._render, client["range"])
-            except Exception as exc:   # logged; the page keeps its last images and gets the next update
+            except Exception as exc:  # logged; the page keeps its last images and gets the next update
                 log.error("viewer update failed: %s", exc)
                 messages = [json.dumps({"type": "error", "message": f"update failed: {exc}"})]
             for m in messages:
@@ -761,7 +808,7 @@ class LiveServer:
     def _render(self, window):
         """The state message and the 8-bit images (run in a worker thread)."""
         s = self.session
-        with s.lock:   # the counters as of these slices, not mutated by the next batch while dumped
+        with s.lock:  # the counters as of these slices, not mutated by the next batch while dumped
             images = s.rec.slices()
             sino = s.rec.sinogram()
             state = self._state()
@@ -787,7 +834,7 @@ def _numbers(name: str, values, length: int | None = None) -> list[float]:
         if isinstance(x, (int, float)) and not isinstance(x, bool):
             try:
                 value = float(x)
-            except OverflowError:   # an integer of hundreds of digits
+            except OverflowError:  # an integer of hundreds of digits
                 pass
         if value is None or not math.isfinite(value):
             raise ValueError(f"{name}: expected finite numbers, got {reprlib.repr(x)}")
@@ -798,8 +845,7 @@ def _numbers(name: str, values, length: int | None = None) -> list[float]:
 def check_token(token) -> None:
     """ValueError naming ``token`` unless it is None or at least ``MIN_TOKEN``
     characters of ``A-Z a-z 0-9 . _ ~ -`` (it travels in URLs and cookies)."""
-    if token is not None and (not isinstance(token, str) or len(token) < MIN_TOKEN
-                              or not TOKEN_CHARS.fullmatch(token)):
+    if token is not None and (not isinstance(token, str) or len(token) < MIN_TOKEN or not TOKEN_CHARS.fullmatch(token)):
         raise ValueError(f"token: expected at least {MIN_TOKEN} characters of A-Z a-z 0-9 . _ ~ -")
 
 

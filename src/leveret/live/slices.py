@@ -1,4 +1,5 @@
 """Watched slices: planes through the volume at any position and orientation."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -55,8 +56,11 @@ class Slice:
         h, w = self.shape
         a = (np.arange(w) - (w - 1) / 2) * self.spacing[1]
         b = (np.arange(h) - (h - 1) / 2) * self.spacing[0]
-        p = (np.asarray(self.origin)[None, None, :] + a[None, :, None] * np.asarray(self.u)
-             + b[:, None, None] * np.asarray(self.v))
+        p = (
+            np.asarray(self.origin)[None, None, :]
+            + a[None, :, None] * np.asarray(self.u)
+            + b[:, None, None] * np.asarray(self.v)
+        )
         return p.reshape(-1, 3)
 
     def frame(self) -> np.ndarray:
@@ -73,8 +77,14 @@ class Slice:
         return VolumeGeometry(self.shape, self.spacing, center=(self.origin[1], self.origin[0]))
 
     def to_dict(self) -> dict:
-        return {"name": self.name, "origin": list(self.origin), "u": list(self.u), "v": list(self.v),
-                "shape": list(self.shape), "spacing": list(self.spacing)}
+        return {
+            "name": self.name,
+            "origin": list(self.origin),
+            "u": list(self.u),
+            "v": list(self.v),
+            "shape": list(self.shape),
+            "spacing": list(self.spacing),
+        }
 
 
 def rotation(angles) -> np.ndarray:
@@ -110,16 +120,18 @@ def orthogonal_slices(volume: VolumeGeometry, point=None, angles=(0.0, 0.0, 0.0)
     ex, ey, ez = (_unit(r[:, k]) for k in range(3))
     dz, dy, dx = volume.voxel_size
     nz, ny, nx = volume.shape
-    centre = np.asarray(volume.center[::-1], np.float64)   # (x, y, z)
+    centre = np.asarray(volume.center[::-1], np.float64)  # (x, y, z)
 
     def through_point(u, v):
         # the plane through the point, centred where the volume's centre projects onto it
         normal = np.cross(u, v)
         return tuple(centre + np.dot(point - centre, normal) * normal)
 
-    return [Slice("xy", through_point(ex, ey), ex, ey, (ny, nx), (dy, dx)),
-            Slice("xz", through_point(ex, ez), ex, ez, (nz, nx), (dz, dx)),
-            Slice("yz", through_point(ey, ez), ey, ez, (nz, ny), (dz, dy))]
+    return [
+        Slice("xy", through_point(ex, ey), ex, ey, (ny, nx), (dy, dx)),
+        Slice("xz", through_point(ex, ez), ex, ez, (nz, nx), (dz, dx)),
+        Slice("yz", through_point(ey, ez), ey, ez, (nz, ny), (dz, dy)),
+    ]
 
 
 def axial_slices(volume: VolumeGeometry, z) -> list[Slice]:
@@ -130,6 +142,14 @@ def axial_slices(volume: VolumeGeometry, z) -> list[Slice]:
     if z.ndim != 1 or not np.all(np.isfinite(z)):
         raise ValueError(f"z: expected finite heights, got {z!r}")
     cz, cy, cx = volume.center
-    return [Slice(f"z{k}", (cx, cy, float(h)), (1.0, 0.0, 0.0), (0.0, 1.0, 0.0),
-                  (volume.ny, volume.nx), (volume.spacing("y"), volume.spacing("x")))
-            for k, h in enumerate(z)]
+    return [
+        Slice(
+            f"z{k}",
+            (cx, cy, float(h)),
+            (1.0, 0.0, 0.0),
+            (0.0, 1.0, 0.0),
+            (volume.ny, volume.nx),
+            (volume.spacing("y"), volume.spacing("x")),
+        )
+        for k, h in enumerate(z)
+    ]

@@ -26,6 +26,7 @@ may be called from any thread. A source that cannot make its sender wait
 (ZeroMQ SUB) says so with ``lossy = True``: the live session then drops the
 frames it has no room for (counted) instead of pausing the reader.
 """
+
 from __future__ import annotations
 
 import json
@@ -141,9 +142,20 @@ class FolderSource:
     #: (a replaced file, a new inode, is noticed at every scan at no cost).
     RECHECK = 1.0
 
-    def __init__(self, folder, *, angles=None, matrices=None, dataset: str = "data", settle: float = 0.2,
-                 timeout: float = 0.5, poll: float = 0.05, retries: int = 3, detector_shape=None,
-                 max_index: int = MAX_INDEX):
+    def __init__(
+        self,
+        folder,
+        *,
+        angles=None,
+        matrices=None,
+        dataset: str = "data",
+        settle: float = 0.2,
+        timeout: float = 0.5,
+        poll: float = 0.05,
+        retries: int = 3,
+        detector_shape=None,
+        max_index: int = MAX_INDEX,
+    ):
         from .. import _validate as v
 
         self.folder = Path(folder)
@@ -156,14 +168,13 @@ class FolderSource:
         for name in ("settle", "timeout", "poll"):
             if not getattr(self, name) >= 0:
                 raise ValueError(f"{name}: expected a number of seconds >= 0, got {getattr(self, name)!r}")
-        self.detector_shape = None if detector_shape is None else v.shape_tuple("detector_shape",
-                                                                                 detector_shape, (2,))
+        self.detector_shape = None if detector_shape is None else v.shape_tuple("detector_shape", detector_shape, (2,))
         self.max_index = v.positive_int("max_index", max_index)
         self.bad_messages = 0
-        self._used: dict[str, tuple] = {}      # name -> the (inode, size, mtime_ns) its frame came from
+        self._used: dict[str, tuple] = {}  # name -> the (inode, size, mtime_ns) its frame came from
         self._changed_after_use: set[str] = set()
-        self._waiting: dict[str, tuple] = {}   # name -> the version not (yet) usable: looked at once changed
-        self._pending: dict[str, tuple] = {}   # name -> ((inode, size, mtime_ns), first seen so)
+        self._waiting: dict[str, tuple] = {}  # name -> the version not (yet) usable: looked at once changed
+        self._pending: dict[str, tuple] = {}  # name -> ((inode, size, mtime_ns), first seen so)
         self._failures: dict[tuple, int] = {}
         self._last_recheck = 0.0
         self.retries = int(retries)
@@ -226,11 +237,10 @@ class FolderSource:
                     continue
                 if st.st_size > 0 and now - first[1] >= self.settle:
                     ready.append((Path(e.path), key))
-        for name in list(self._pending):   # files removed before they were read
+        for name in list(self._pending):  # files removed before they were read
             if name not in present:
                 del self._pending[name]
-        return sorted(ready, key=lambda r: (frame_index(r[0].name) is None, frame_index(r[0].name) or 0,
-                                            r[0].name))
+        return sorted(ready, key=lambda r: (frame_index(r[0].name) is None, frame_index(r[0].name) or 0, r[0].name))
 
     def _note_change_after_use(self, name, entry, used) -> None:
         st = entry.stat()
@@ -245,6 +255,7 @@ class FolderSource:
         try:
             if path.suffix.lower() in (".h5", ".hdf5"):
                 import h5py
+
                 with h5py.File(path, "r") as f:
                     ds = f[self.dataset]
                     why = self._check_image(ds.shape, ds.dtype)
@@ -266,15 +277,16 @@ class FolderSource:
                     data = ds[()]
             else:
                 import tifffile
+
                 with tifffile.TiffFile(path) as tif:
                     series = tif.series[0]
                     why = self._check_image(series.shape, series.dtype)
                     if why:
                         return "bad", why
                     data = series.asarray()
-        except _BadFile as exc:   # attributes that are not what they should be
+        except _BadFile as exc:  # attributes that are not what they should be
             return "bad", str(exc)
-        except Exception as exc:   # a file being written, locked, corrupt or foreign: tried again
+        except Exception as exc:  # a file being written, locked, corrupt or foreign: tried again
             return "failed", str(exc) or type(exc).__name__
         if index is None:
             return "bad", "no frame number in its name"
@@ -327,12 +339,12 @@ class FolderSource:
                     status, result = self._read(path)
                     self._pending.pop(name, None)
                     if not self._unchanged(path, key):
-                        continue             # written to while it was read: read again once it settles
+                        continue  # written to while it was read: read again once it settles
                     if status == "failed":
                         failures = self._failures.get(key, 0) + 1
                         self._failures[key] = failures
                         if failures <= self.retries:
-                            continue         # perhaps a writer that paused: tried again after another settle
+                            continue  # perhaps a writer that paused: tried again after another settle
                         status = "bad"
                     self._failures.pop(key, None)
                     if status == "incomplete":
@@ -388,6 +400,7 @@ def _attribute_matrix(value) -> np.ndarray:
 
 def _pattern(pattern: str) -> str:
     from .. import _validate as v
+
     return v.choice("pattern", pattern, ("pull", "sub", "push", "pub"))
 
 
@@ -473,9 +486,21 @@ class ZmqSource:
     #: Frames each receiving thread may have waiting for the iteration.
     QUEUED = 2
 
-    def __init__(self, address, *, pattern: str = "pull", bind: bool = False, timeout: float = 0.5,
-                 stop_at_end: bool = False, hwm: int = 1000, buffers=None, detector_shape=None,
-                 max_index: int = MAX_INDEX, max_frame_bytes: int = 1 << 30, threads: int | None = None):
+    def __init__(
+        self,
+        address,
+        *,
+        pattern: str = "pull",
+        bind: bool = False,
+        timeout: float = 0.5,
+        stop_at_end: bool = False,
+        hwm: int = 1000,
+        buffers=None,
+        detector_shape=None,
+        max_index: int = MAX_INDEX,
+        max_frame_bytes: int = 1 << 30,
+        threads: int | None = None,
+    ):
         import zmq
 
         from .. import _validate as v
@@ -490,21 +515,20 @@ class ZmqSource:
             raise ValueError(f"timeout: expected seconds > 0, got {timeout!r}")
         self.threads = len(self.endpoints) if threads is None else v.positive_int("threads", threads)
         groups = _socket_endpoints(self.endpoints, self.threads, self.pattern, bind)
-        self._shared = self.threads > len(self.endpoints)   # sockets sharing an endpoint
+        self._shared = self.threads > len(self.endpoints)  # sockets sharing an endpoint
         self.stop_at_end = stop_at_end
-        self.lossy = self.pattern == "sub"     # a publisher never waits for its subscribers
+        self.lossy = self.pattern == "sub"  # a publisher never waits for its subscribers
         self.bad_messages = 0
         self.buffers = buffers
-        self.detector_shape = None if detector_shape is None else v.shape_tuple("detector_shape",
-                                                                                 detector_shape, (2,))
+        self.detector_shape = None if detector_shape is None else v.shape_tuple("detector_shape", detector_shape, (2,))
         self.max_index = v.positive_int("max_index", max_index)
         self.max_frame_bytes = v.positive_int("max_frame_bytes", max_frame_bytes)
-        self._lock = threading.Lock()          # orders close() against the start and end of iteration
-        self._bad_lock = threading.Lock()      # bad_messages, counted by every receiving thread
+        self._lock = threading.Lock()  # orders close() against the start and end of iteration
+        self._bad_lock = threading.Lock()  # bad_messages, counted by every receiving thread
         self._stop = threading.Event()
         self._reading = False
-        self._ends = 0                         # end-of-scan messages of the scan so far
-        self._ready: queue.SimpleQueue = queue.SimpleQueue()     # (frame | END | _Failed) from the threads
+        self._ends = 0  # end-of-scan messages of the scan so far
+        self._ready: queue.SimpleQueue = queue.SimpleQueue()  # (frame | END | _Failed) from the threads
         self._room = threading.Semaphore(self.QUEUED * self.threads)
         # an I/O thread per connection: one thread moves one stream's bytes at a time
         self._ctx = zmq.Context(io_threads=sum(len(g) for g in groups))
@@ -522,8 +546,9 @@ class ZmqSource:
                     try:
                         (sock.bind if bind else sock.connect)(endpoint)
                     except zmq.ZMQError as exc:
-                        raise ValueError(f"address: cannot {'bind' if bind else 'connect to'} {endpoint!r}: "
-                                         f"{exc}") from None
+                        raise ValueError(
+                            f"address: cannot {'bind' if bind else 'connect to'} {endpoint!r}: {exc}"
+                        ) from None
         except BaseException:
             self._close_all()
             raise
@@ -564,7 +589,7 @@ class ZmqSource:
             with self._lock:
                 self._reading = False
                 if self._stop.is_set():
-                    self._close_all()   # the readers have closed theirs: here the one read here, and the context
+                    self._close_all()  # the readers have closed theirs: here the one read here, and the context
 
     def _read_here(self, sock):
         """Frames of the one socket, read by the thread iterating the source."""
@@ -590,13 +615,15 @@ class ZmqSource:
     def _read_threads(self):
         """Frames of several sockets, each read by a thread of its own (class notes)."""
         halt = threading.Event()
-        readers = [threading.Thread(target=self._receive, args=(sock, halt), name=f"leveret-zmq-{k}", daemon=True)
-                   for k, sock in enumerate(self._socks)]
+        readers = [
+            threading.Thread(target=self._receive, args=(sock, halt), name=f"leveret-zmq-{k}", daemon=True)
+            for k, sock in enumerate(self._socks)
+        ]
         for t in readers:
             t.start()
         try:
             quiet_since = last = time.monotonic()
-            draining = False    # the scan has ended; sockets that share an endpoint may still hold frames
+            draining = False  # the scan has ended; sockets that share an endpoint may still hold frames
             while not self._stop.is_set():
                 try:
                     item = self._ready.get(timeout=min(self.STEP, self.timeout))
@@ -639,7 +666,7 @@ class ZmqSource:
         try:
             while running():
                 if not self._room.acquire(timeout=self.STEP):
-                    continue          # the iteration is behind: the messages wait in the socket
+                    continue  # the iteration is behind: the messages wait in the socket
                 item = None
                 try:
                     while item is None and running():
@@ -650,19 +677,19 @@ class ZmqSource:
                         self._room.release()
                 if item is not None:
                     self._ready.put(item)
-        except BaseException as exc:   # raised by the iteration, in the thread that iterates
+        except BaseException as exc:  # raised by the iteration, in the thread that iterates
             self._ready.put(_Failed(exc))
         finally:
             if self._stop.is_set():
-                sock.close(0)    # in the thread that used it
+                sock.close(0)  # in the thread that used it
 
     def _take(self, sock):
         """The message waiting on ``sock`` as a Frame or END; None for a bad message (counted)."""
-        parts = sock.recv_multipart(copy=False)   # views of ZeroMQ's messages, no copy
+        parts = sock.recv_multipart(copy=False)  # views of ZeroMQ's messages, no copy
         arrived = time.perf_counter()
         try:
             return self._message(parts, arrived)
-        except Exception as exc:   # any fault of one message: that message skipped, never the stream
+        except Exception as exc:  # any fault of one message: that message skipped, never the stream
             self._bad(exc)
             return None
 
@@ -678,8 +705,9 @@ class ZmqSource:
 
     def _message(self, parts, arrived):
         """The frame of a multipart message, or END; ValueError if it is neither."""
-        header = check_header(parse_header(parts[0].buffer), detector_shape=self.detector_shape,
-                              max_index=self.max_index)
+        header = check_header(
+            parse_header(parts[0].buffer), detector_shape=self.detector_shape, max_index=self.max_index
+        )
         if header is END:
             return END
         if len(parts) != 2:
@@ -719,8 +747,10 @@ def zmq_endpoints(address) -> list[str]:
     for a in endpoints:
         transport, sep, rest = a.partition("://")
         if not (sep and transport.isalnum() and rest):
-            raise ValueError(f"address: expected ZeroMQ endpoints such as tcp://host:5555 or ipc:///tmp/name "
-                             f"(several separated by commas), got {_short(a)} in {_short(address)}")
+            raise ValueError(
+                f"address: expected ZeroMQ endpoints such as tcp://host:5555 or ipc:///tmp/name "
+                f"(several separated by commas), got {_short(a)} in {_short(address)}"
+            )
     if len(set(endpoints)) != len(endpoints):
         raise ValueError(f"address: an endpoint is named twice in {_short(address)}")
     return endpoints
@@ -734,14 +764,23 @@ def _socket_endpoints(endpoints: list[str], threads: int, pattern: str, bind: bo
     if threads <= n:
         return [endpoints[k::threads] for k in range(threads)]
     if pattern != "pull" or bind:
-        raise ValueError(f"threads: {threads} threads for {n} endpoint(s) need PULL sockets that connect (each "
-                         f"message to one of them); a SUB socket each would get every frame, and an address "
-                         f"binds once")
+        raise ValueError(
+            f"threads: {threads} threads for {n} endpoint(s) need PULL sockets that connect (each "
+            f"message to one of them); a SUB socket each would get every frame, and an address "
+            f"binds once"
+        )
     return [[endpoints[k % n]] for k in range(threads)]
 
 
-def decode(header: dict, payload, arrived: float | None = None, buffers=None, *, detector_shape=None,
-           max_index: int = MAX_INDEX) -> Frame:
+def decode(
+    header: dict,
+    payload,
+    arrived: float | None = None,
+    buffers=None,
+    *,
+    detector_shape=None,
+    max_index: int = MAX_INDEX,
+) -> Frame:
     """A :class:`Frame` from a message's JSON header and its bytes, every field
     checked first (:func:`check_header`; ValueError naming the field). The data
     keep the dtype and shape the header states; with ``buffers`` (see
@@ -767,8 +806,13 @@ def _frame(h: dict, payload, arrived, buffers) -> Frame:
         if buf.shape == data.shape:
             np.copyto(buf, data)
             data = buf
-    return Frame(data, h["index"], angle=h["angle"], matrix=h["matrix"],
-                 arrived=time.perf_counter() if arrived is None else arrived)
+    return Frame(
+        data,
+        h["index"],
+        angle=h["angle"],
+        matrix=h["matrix"],
+        arrived=time.perf_counter() if arrived is None else arrived,
+    )
 
 
 def parse_header(raw) -> dict:
@@ -782,9 +826,9 @@ def parse_header(raw) -> dict:
         header = json.loads(raw)
     except RecursionError:
         raise ValueError("header: JSON nested too deep") from None
-    except ValueError as exc:   # also not UTF-8, and integers beyond Python's digit limit
+    except ValueError as exc:  # also not UTF-8, and integers beyond Python's digit limit
         raise ValueError(f"header: not JSON ({exc})") from None
-    if not isinstance(header, dict):   # what the bytes hold, not their type: a bad message
+    if not isinstance(header, dict):  # what the bytes hold, not their type: a bad message
         raise ValueError(f"header: expected a JSON object, got {type(header).__name__}")
     return header
 
@@ -885,9 +929,20 @@ def encode(frame: Frame) -> list:
     return [json.dumps(header).encode(), memoryview(data.reshape(-1)).cast("B")]
 
 
-def send_frames(address, frames, *, pattern: str = "push", bind: bool = True, rate: float | None = None,
-                end: bool = True, stop: threading.Event | None = None, connect_wait: float = 0.2,
-                hwm: int = 1000, copy: bool = True, linger: float | None = 2.0) -> int:
+def send_frames(
+    address,
+    frames,
+    *,
+    pattern: str = "push",
+    bind: bool = True,
+    rate: float | None = None,
+    end: bool = True,
+    stop: threading.Event | None = None,
+    connect_wait: float = 0.2,
+    hwm: int = 1000,
+    copy: bool = True,
+    linger: float | None = 2.0,
+) -> int:
     """Send ``frames`` (iterable of :class:`Frame`) with PUSH or PUB at ``rate``
     frames per second (None: as fast as possible); returns the number sent.
 
@@ -920,7 +975,7 @@ def send_frames(address, frames, *, pattern: str = "push", bind: bool = True, ra
             sock.setsockopt(zmq.SNDHWM, int(hwm))
             sock.setsockopt(zmq.LINGER, -1 if linger is None else int(1000 * linger))
             (sock.bind if bind else sock.connect)(endpoint)
-        time.sleep(connect_wait)   # let readers connect (PUB drops messages nobody reads yet)
+        time.sleep(connect_wait)  # let readers connect (PUB drops messages nobody reads yet)
         t0 = time.perf_counter()
         for frame in frames:
             if stop is not None and stop.is_set():
@@ -937,5 +992,5 @@ def send_frames(address, frames, *, pattern: str = "push", bind: bool = True, ra
     finally:
         for sock in socks:
             sock.close()
-        ctx.term()   # waits for the messages queued (LINGER)
+        ctx.term()  # waits for the messages queued (LINGER)
     return sent

@@ -7,6 +7,7 @@ back a block at a time, so its temporaries stay bounded by one block. Device
 blocks are pitched (rows on 32-byte, views on 512-byte boundaries) so that a
 2D texture object can sit on each view in place.
 """
+
 from __future__ import annotations
 
 import logging
@@ -15,7 +16,7 @@ import numpy as np
 
 log = logging.getLogger("leveret.live")
 
-ROW_ALIGN, VIEW_ALIGN = 32, 512   # bytes: CUDA's texturePitchAlignment and textureAlignment
+ROW_ALIGN, VIEW_ALIGN = 32, 512  # bytes: CUDA's texturePitchAlignment and textureAlignment
 
 
 class ViewStore:
@@ -36,14 +37,13 @@ class ViewStore:
         GPU: align rows and views for texture objects (else C-contiguous).
     """
 
-    def __init__(self, shape, dtype, xp, *, block_views: int, device_views: int | None = None,
-                 pitched: bool = True):
+    def __init__(self, shape, dtype, xp, *, block_views: int, device_views: int | None = None, pitched: bool = True):
         self.shape = tuple(shape)
         self.dtype = np.dtype(dtype)
         self.xp = xp
         self.block_views = int(block_views)
         self.device_blocks = None if device_views is None else -(-int(device_views) // self.block_views)
-        self.blocks: list = []       # arrays (block_views, n_rows, n_cols); device first, then host
+        self.blocks: list = []  # arrays (block_views, n_rows, n_cols); device first, then host
         self.n = 0
         self.spilled_logged = False
         self.pitched = pitched
@@ -60,12 +60,16 @@ class ViewStore:
         rows, cols = self.shape
         if self.xp is np or not (self.device_blocks is None or b < self.device_blocks):
             if self.xp is not np and not self.spilled_logged:
-                log.warning("GPU store of filtered views full after %d views: later views go to host memory "
-                            "(moved slices read them back block by block)", b * self.block_views)
+                log.warning(
+                    "GPU store of filtered views full after %d views: later views go to host memory "
+                    "(moved slices read them back block by block)",
+                    b * self.block_views,
+                )
                 self.spilled_logged = True
             if self.xp is np:
                 return np.empty((self.block_views, rows, cols), self.dtype)
             from ..cuda.pipeline import empty_pinned
+
             return empty_pinned((self.block_views, rows, cols), self.dtype)
         if not self.pitched:
             return self.xp.empty((self.block_views, rows, cols), self.dtype)
@@ -73,8 +77,9 @@ class ViewStore:
         pitch = -(-cols * item // ROW_ALIGN) * ROW_ALIGN // item
         stride = -(-rows * pitch * item // VIEW_ALIGN) * VIEW_ALIGN // item
         flat = self.xp.empty(self.block_views * stride, self.dtype)
-        return self.xp.ndarray((self.block_views, rows, cols), self.dtype, flat.data,
-                               strides=(stride * item, pitch * item, item))
+        return self.xp.ndarray(
+            (self.block_views, rows, cols), self.dtype, flat.data, strides=(stride * item, pitch * item, item)
+        )
 
     def reserve(self, n: int) -> None:
         """Allocate the blocks for ``n`` views now (host blocks touched, so that
@@ -96,8 +101,8 @@ class ViewStore:
             if b == len(self.blocks):
                 self.blocks.append(self._new_block())
             m = min(k - done, self.block_views - o)
-            dst = self.blocks[b][o:o + m]
-            src = views[done:done + m]
+            dst = self.blocks[b][o : o + m]
+            src = views[done : done + m]
             if self.xp is not np and not self.on_device(b):
                 dst[...] = src.astype(self.dtype).get()
             elif copy is not None:
@@ -121,7 +126,8 @@ class ViewStore:
         for b, block, local, pos in self.runs(views):
             part = block[local]
             out[self.xp.asarray(pos) if self.xp is not np else pos] = (
-                self.xp.asarray(part) if self.xp is not np else part)
+                self.xp.asarray(part) if self.xp is not np else part
+            )
         return out
 
     def nbytes_device(self) -> int:

@@ -1,4 +1,5 @@
 """Linear operators over geometries; algorithms use these, never raw kernels."""
+
 from .cone import ConeBackprojection
 from .parallel import ParallelBackprojection, parallel_table
 from .projector import Projector

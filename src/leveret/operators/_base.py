@@ -25,6 +25,7 @@ and the repr; its ``_input``/``_output`` keep the same policy with its
 stricter needs on top (its working dtype, C-contiguous arrays, the shapes of
 both sides, several devices).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -49,11 +50,14 @@ class Operator:
         uploaded), NumPy on the CPU (a CuPy array is an error naming ``name``)."""
         if self.backend == "cpu":
             if _is_cupy(arr):
-                raise ValueError(f"{name}: the CPU backend takes NumPy arrays, got a CuPy array "
-                                 "(pass cupy.asnumpy(...) or use backend='cuda')")
+                raise ValueError(
+                    f"{name}: the CPU backend takes NumPy arrays, got a CuPy array "
+                    "(pass cupy.asnumpy(...) or use backend='cuda')"
+                )
             return arr
         if not _is_cupy(arr):
             import cupy
+
             return cupy.asarray(arr)
         return arr
 
@@ -68,18 +72,21 @@ class Operator:
         if out is None:
             if self.backend == "cuda":
                 import cupy
+
                 res = cupy.zeros(shape, dtype)
                 return res, (res if _is_cupy(like) else None)
             res = np.zeros(shape, dtype)
             return res, res
         if tuple(out.shape) != shape or out.dtype != np.dtype(dtype):
-            raise ValueError(f"{name}: expected shape {shape} and dtype {np.dtype(dtype)}, "
-                             f"got {tuple(out.shape)} {out.dtype}")
+            raise ValueError(
+                f"{name}: expected shape {shape} and dtype {np.dtype(dtype)}, got {tuple(out.shape)} {out.dtype}"
+            )
         if self.backend == "cpu" and _is_cupy(out):
             raise ValueError(f"{name}: the CPU backend writes NumPy arrays, got a CuPy array")
         if self.backend == "cpu" or (_is_cupy(out) and out.flags.c_contiguous):
             return out, out
         import cupy
+
         # NumPy ``out``, or a strided CuPy view (the kernels write C-contiguous
         # arrays): computed in a contiguous array, copied into ``out`` by _finish.
         res = cupy.ascontiguousarray(cupy.asarray(out)) if keep else cupy.zeros(shape, dtype)

@@ -14,6 +14,7 @@ The other ``"auto"`` choices (cone back-projection kernels, FDK's chunks, the
 3D Radon stages) follow rules whose margins were measured over the sweep
 (docs/performance.md) and hold on the GPUs measured; they need no tuning.
 """
+
 from __future__ import annotations
 
 import math
@@ -38,9 +39,14 @@ TRANSPOSE_PROBES = ({"rows": None, "sampling": 0.75}, {"rows": 8, "sampling": 1.
 # Parallel-beam problem classes tuned, most common first: (slices, image side,
 # angles, precision); each is tuned on a simulated stack of that size.
 PARALLEL_CLASSES = (
-    (16, 2048, 2048, "float32"), (1, 2048, 2048, "float32"), (4, 2048, 2048, "float32"),
-    (16, 1024, 1024, "float32"), (1, 1024, 1024, "float32"), (16, 2048, 2048, "float16"),
-    (16, 4096, 4096, "float32"), (1, 4096, 4096, "float32"),
+    (16, 2048, 2048, "float32"),
+    (1, 2048, 2048, "float32"),
+    (4, 2048, 2048, "float32"),
+    (16, 1024, 1024, "float32"),
+    (1, 1024, 1024, "float32"),
+    (16, 2048, 2048, "float16"),
+    (16, 4096, 4096, "float32"),
+    (1, 4096, 4096, "float32"),
 )
 
 
@@ -50,8 +56,9 @@ def transpose_probe(rows: int | None, sampling: float, n: int = 256, views: int 
     voxel = extent / n
     n_cols = round(4 * n * sampling / 3)
     angles = np.linspace(0.0, 2 * np.pi, views, endpoint=False)
-    geometry = ConeGeometry.circular(angles, sid, sdd, n_cols if rows is None else rows, n_cols,
-                                     voxel / sampling * sdd / sid)
+    geometry = ConeGeometry.circular(
+        angles, sid, sdd, n_cols if rows is None else rows, n_cols, voxel / sampling * sdd / sid
+    )
     return geometry, VolumeGeometry((n, n, n), voxel)
 
 
@@ -75,8 +82,13 @@ def atomic_scale(measured: list[tuple[float, float]], predicted: list[tuple[floa
     return math.exp(sum(logs) / len(logs))
 
 
-def tune_transpose(time_fn: Callable[[object, object, str], float] | None = None, *, gpu: str | None = None,
-                   store: bool = True, path=None) -> dict:
+def tune_transpose(
+    time_fn: Callable[[object, object, str], float] | None = None,
+    *,
+    gpu: str | None = None,
+    store: bool = True,
+    path=None,
+) -> dict:
     """Measure the gather and the band transpose on ``TRANSPOSE_PROBES`` and cache
     :func:`atomic_scale` for this GPU. ``time_fn(geometry, volume, transpose)``
     returns seconds (None: the CUDA transpose's mean of 3 runs after a
@@ -86,6 +98,7 @@ def tune_transpose(time_fn: Callable[[object, object, str], float] | None = None
         time_fn = _time_transpose
     if gpu is None:
         from ..cuda import gpu_name
+
         gpu = gpu_name()
     measured, predicted = [], []
     for probe in TRANSPOSE_PROBES:
@@ -96,14 +109,16 @@ def tune_transpose(time_fn: Callable[[object, object, str], float] | None = None
     scale = atomic_scale(measured, predicted)
     config = {"atomic_scale": round(scale, 4)}
     if store:
-        tuning.store_entry(gpu, TRANSPOSE_TUNING_KEY, config, seconds=sum(sum(m) for m in measured),
-                           tried=len(measured), path=path)
+        tuning.store_entry(
+            gpu, TRANSPOSE_TUNING_KEY, config, seconds=sum(sum(m) for m in measured), tried=len(measured), path=path
+        )
     return {**config, "measured": measured, "predicted": predicted}
 
 
 def _time_transpose(geometry, volume, transpose: str) -> float:
     """Mean seconds of the structured Joseph transpose ``transpose`` on CUDA."""
     import cupy
+
     A = Projector(geometry, volume, model="joseph", backend="cuda", transpose=transpose)
     y = cupy.ones(geometry.projection_shape, cupy.float32)
     out = cupy.empty(volume.shape, cupy.float32)
@@ -118,10 +133,11 @@ def tune_parallel(classes=PARALLEL_CLASSES, *, budget_s: float = 60.0, progress=
     skipped, and the seconds elapsed since the start; ``progress(row)`` is
     called after each class."""
     import cupy
+
     rows, start = [], time.perf_counter()
     for n_slices, side, n_angles, precision in classes:
         row = {"slices": n_slices, "side": side, "angles": n_angles, "precision": precision}
-        need = 4 * n_slices * (n_angles * side + 2 * side * side)   # sinograms, their filtered copy, images
+        need = 4 * n_slices * (n_angles * side + 2 * side * side)  # sinograms, their filtered copy, images
         if time.perf_counter() - start > budget_s:
             row["skipped"] = f"past the {budget_s:g} s budget"
         elif need > cupy.cuda.Device().mem_info[0] // 2:
@@ -131,8 +147,9 @@ def tune_parallel(classes=PARALLEL_CLASSES, *, budget_s: float = 60.0, progress=
             op = ParallelBackprojection(geometry, geometry.default_volume(), backend="cuda", precision=precision)
             sinos = cupy.random.default_rng(0).random((n_slices, n_angles, side), dtype=cupy.float32)
             best, results = op.tune(sinos)
-            row.update(key=op.problem_key(n_slices), kernel=best, seconds=min(s for _, s in results),
-                       tried=len(results))
+            row.update(
+                key=op.problem_key(n_slices), kernel=best, seconds=min(s for _, s in results), tried=len(results)
+            )
             del sinos, op
             cupy.get_default_memory_pool().free_all_blocks()
         row["elapsed"] = time.perf_counter() - start

@@ -1,4 +1,5 @@
 """Cone-beam voxel-driven back-projection as an operator over a (geometry, volume) pair."""
+
 from __future__ import annotations
 
 import threading
@@ -35,9 +36,9 @@ def projected_voxel_pixels(index_matrices: np.ndarray, volume: VolumeGeometry) -
     of the x and y steps, median over the views)."""
     m = np.asarray(index_matrices, np.float64).reshape(-1, 3, 4)
     c = np.array([(volume.nx - 1) / 2, (volume.ny - 1) / 2, (volume.nz - 1) / 2, 1.0])
-    q = m @ c                                             # (n, 3): (u w, v w, w)
+    q = m @ c  # (n, 3): (u w, v w, w)
     u = q[:, 0] / q[:, 2]
-    du = [(m[:, 0, a] - u * m[:, 2, a]) / q[:, 2] for a in (0, 1)]   # d u / d index along x, y
+    du = [(m[:, 0, a] - u * m[:, 2, a]) / q[:, 2] for a in (0, 1)]  # d u / d index along x, y
     return float(np.median(np.maximum(np.abs(du[0]), np.abs(du[1]))))
 
 
@@ -53,13 +54,16 @@ def index_matrices(matrices: np.ndarray, volume: VolumeGeometry) -> np.ndarray:
 
 def check_in_front(matrices: np.ndarray, volume: VolumeGeometry) -> None:
     """w > 0 at every voxel of every view (w is linear: the 8 corners decide)."""
-    corners = np.array([[i, j, k, 1.0] for i in (0, volume.nx - 1) for j in (0, volume.ny - 1)
-                        for k in (0, volume.nz - 1)])
+    corners = np.array(
+        [[i, j, k, 1.0] for i in (0, volume.nx - 1) for j in (0, volume.ny - 1) for k in (0, volume.nz - 1)]
+    )
     w = index_matrices(matrices, volume)[:, 2, :] @ corners.T
     bad = np.flatnonzero((w <= 0).any(axis=1))
     if bad.size:
-        raise ValueError(f"matrices: expected w > 0 (in front of the source) over the whole volume, "
-                         f"got w <= 0 at a volume corner in view {int(bad[0])} ({bad.size} view(s))")
+        raise ValueError(
+            f"matrices: expected w > 0 (in front of the source) over the whole volume, "
+            f"got w <= 0 at a volume corner in view {int(bad[0])} ({bad.size} view(s))"
+        )
 
 
 class ConeBackprojection(Operator):
@@ -115,10 +119,20 @@ class ConeBackprojection(Operator):
 
     _repr_fields = ("interpolation", "kernel")
 
-    def __init__(self, geometry, volume: VolumeGeometry, *, backend: str = "auto",
-                 interpolation: str = "linear", matrices=None, kernel: str = "auto", devices=None):
+    def __init__(
+        self,
+        geometry,
+        volume: VolumeGeometry,
+        *,
+        backend: str = "auto",
+        interpolation: str = "linear",
+        matrices=None,
+        kernel: str = "auto",
+        devices=None,
+    ):
         from ..geometry import ConeGeometry, ParallelVecGeometry
-        if not isinstance(geometry, (ConeGeometry, ParallelVecGeometry)):   # the latter's w = 1
+
+        if not isinstance(geometry, (ConeGeometry, ParallelVecGeometry)):  # the latter's w = 1
             raise TypeError(f"geometry: expected a ConeGeometry or ParallelVecGeometry, got {type(geometry).__name__}")
         volume_3d(volume)
         matrices = np.asarray(geometry.matrices if matrices is None else matrices, np.float64)
@@ -128,15 +142,20 @@ class ConeBackprojection(Operator):
         super().__init__(geometry, volume, backend)
         self.matrices = matrices
         self.interpolation = v.choice("interpolation", interpolation, ("linear", "linear8", "linear32"))
-        allowed = (("auto", "quad", "global") if self.interpolation == "linear32"
-                   else ("auto", "texture", "ray", "ray-hybrid", "quad"))
+        allowed = (
+            ("auto", "quad", "global")
+            if self.interpolation == "linear32"
+            else ("auto", "texture", "ray", "ray-hybrid", "quad")
+        )
         self.kernel = v.choice("kernel", kernel, allowed)
         self.devices = devices_for_backend(devices, self.backend)
         self._index = index_matrices(self.matrices, volume)
-        self._gpus: dict = {}   # (kernel, GPU id) -> (CudaConeBackprojector, its matrices on that GPU)
+        self._gpus: dict = {}  # (kernel, GPU id) -> (CudaConeBackprojector, its matrices on that GPU)
         self._gpus_lock = threading.Lock()
-        self._ray_ok = (AUTO_KERNEL[self.interpolation] == "texture"
-                        and projected_voxel_pixels(self._index, volume) >= RAY_MIN_PIXELS)
+        self._ray_ok = (
+            AUTO_KERNEL[self.interpolation] == "texture"
+            and projected_voxel_pixels(self._index, volume) >= RAY_MIN_PIXELS
+        )
         self._last = self.kernel_for(geometry.n_views)
 
     def kernel_for(self, n_views: int) -> str:
@@ -159,6 +178,7 @@ class ConeBackprojection(Operator):
         if self.backend != "cuda":
             return self.geometry.n_views
         from ..cuda.texture import CACHE_BYTES
+
         return max(1, CACHE_BYTES // share // (self.geometry.n_rows * self.geometry.n_cols * 4))
 
     @property
@@ -181,8 +201,9 @@ class ConeBackprojection(Operator):
             k0, k1 = (int(k) for k in slices)
             a = self.slab_alignment
             if k0 % a or (k1 % a and k1 != nz) or not 0 <= k0 < k1 <= nz:
-                raise ValueError(f"slices: expected 0 <= k0 < k1 <= {nz}, multiples of {a} (or k1 = {nz}), "
-                                 f"got {slices}")
+                raise ValueError(
+                    f"slices: expected 0 <= k0 < k1 <= {nz}, multiples of {a} (or k1 = {nz}), got {slices}"
+                )
             slices = (k0, k1)
         expected = (idx.shape[0], self.geometry.n_rows, self.geometry.n_cols)
         if tuple(projections.shape) != expected:
@@ -194,27 +215,43 @@ class ConeBackprojection(Operator):
             return self._call_devices(projections, out, views, idx, kernel, accumulate, slices)
         given = projections
         projections = self._input("projections", projections)
-        res, out = self._output("out", out, self.volume.shape, projections.dtype, like=given,
-                                keep=accumulate or slices is not None)
+        res, out = self._output(
+            "out", out, self.volume.shape, projections.dtype, like=given, keep=accumulate or slices is not None
+        )
         if self.backend == "cuda":
             import cupy
+
             gpu, matrices = self._gpu_for(kernel)
             # (the ray kernels cache their own per-pass matrices)
-            gpu(cupy.ascontiguousarray(projections), idx, res, accumulate=accumulate, slices=slices,
-                device_matrices=None if matrices is None else matrices[views])
+            gpu(
+                cupy.ascontiguousarray(projections),
+                idx,
+                res,
+                accumulate=accumulate,
+                slices=slices,
+                device_matrices=None if matrices is None else matrices[views],
+            )
             return self._finish(res, out)
         from ..cpu import backproject_cone as cpu
+
         if self.interpolation in ("linear8", "linear32"):
             software = software_views(kernel, idx, self.volume.shape)
-            return cpu.backproject_gpu_mirror(projections, kernel_matrices(idx, software).reshape(-1, 3, 4), res,
-                                              depth=DEPTH, software=software,
-                                              fma_steps=fma_steps(kernel, software), accumulate=accumulate,
-                                              slices=slices)
-        if slices is not None:   # exact arithmetic: the slab's own index matrices
+            return cpu.backproject_gpu_mirror(
+                projections,
+                kernel_matrices(idx, software).reshape(-1, 3, 4),
+                res,
+                depth=DEPTH,
+                software=software,
+                fma_steps=fma_steps(kernel, software),
+                accumulate=accumulate,
+                slices=slices,
+            )
+        if slices is not None:  # exact arithmetic: the slab's own index matrices
             shifted = idx.copy()
             shifted[:, :, 3] += slices[0] * idx[:, :, 2]
-            cpu.backproject(np.ascontiguousarray(projections), shifted, res[slices[0]:slices[1]],
-                            accumulate=accumulate)
+            cpu.backproject(
+                np.ascontiguousarray(projections), shifted, res[slices[0] : slices[1]], accumulate=accumulate
+            )
             return res
         return cpu.backproject(np.ascontiguousarray(projections), idx, res, accumulate=accumulate)
 
@@ -229,11 +266,13 @@ class ConeBackprojection(Operator):
         with self._gpus_lock:
             if key not in self._gpus:
                 from ..cuda.backproject_cone import CudaConeBackprojector
+
                 matrices = None
-                if kernel in ("texture", "global"):   # the same per view in any call: upload once
-                    matrices = cupy.asarray(kernel_matrices(self._index, np.full(self.geometry.n_views,
-                                                                                 kernel == "global")))
-                    cupy.cuda.get_current_stream().synchronize()   # before another worker's stream reads them
+                if kernel in ("texture", "global"):  # the same per view in any call: upload once
+                    matrices = cupy.asarray(
+                        kernel_matrices(self._index, np.full(self.geometry.n_views, kernel == "global"))
+                    )
+                    cupy.cuda.get_current_stream().synchronize()  # before another worker's stream reads them
                 self._gpus[key] = (CudaConeBackprojector(kernel), matrices)
             return self._gpus[key]
 
@@ -257,14 +296,16 @@ class ConeBackprojection(Operator):
             else:
                 out = np.zeros(self.volume.shape, np.float32)
         elif tuple(out.shape) != self.volume.shape or out.dtype != np.float32 or _is_cupy(out) != on_gpu:
-            raise ValueError(f"out: expected a {'CuPy' if on_gpu else 'NumPy'} float32 array of shape "
-                             f"{self.volume.shape}, got {type(out).__module__.split('.')[0]} "
-                             f"{tuple(out.shape)} {out.dtype}")
+            raise ValueError(
+                f"out: expected a {'CuPy' if on_gpu else 'NumPy'} float32 array of shape "
+                f"{self.volume.shape}, got {type(out).__module__.split('.')[0]} "
+                f"{tuple(out.shape)} {out.dtype}"
+            )
         dv.settled(out)
         k_lo, k_hi = (0, nz) if slices is None else slices
         align = self.slab_alignment
         slabs = [(k_lo + a, k_lo + b) for a, b in dv.aligned_blocks(k_hi - k_lo, 2 * len(self.devices), align)]
-        copies: dict = {}   # worker index -> the projections on its GPU
+        copies: dict = {}  # worker index -> the projections on its GPU
 
         def compute(worker, k0, k1):
             proj = copies.get(worker.index)
@@ -274,12 +315,18 @@ class ConeBackprojection(Operator):
             if accumulate:
                 dst = out[k0:k1]
                 slab = dv.on_worker(dst, worker)
-                if slab is dst:   # the output's own memory: added into a copy, stored back after
+                if slab is dst:  # the output's own memory: added into a copy, stored back after
                     slab = slab.copy()
             else:
                 slab = cupy.empty((k1 - k0, ny, nx), np.float32)
-            gpu(proj, idx, slab_alias(slab, k0, self.volume.shape), accumulate=accumulate, slices=(k0, k1),
-                device_matrices=None if matrices is None else matrices[views])
+            gpu(
+                proj,
+                idx,
+                slab_alias(slab, k0, self.volume.shape),
+                accumulate=accumulate,
+                slices=(k0, k1),
+                device_matrices=None if matrices is None else matrices[views],
+            )
             return slab
 
         return dv.map_ranges(self.devices, slabs, compute, out, align=align)
@@ -293,6 +340,6 @@ def slab_alias(slab, k0: int, shape: tuple[int, int, int]):
     import cupy
 
     nz, ny, nx = shape
-    start = slab.data.ptr - k0 * ny * nx * slab.itemsize   # where slice 0 would be
+    start = slab.data.ptr - k0 * ny * nx * slab.itemsize  # where slice 0 would be
     memory = cupy.cuda.UnownedMemory(start, nz * ny * nx * slab.itemsize, slab, slab.device.id)
     return cupy.ndarray(shape, slab.dtype, cupy.cuda.MemoryPointer(memory, 0))

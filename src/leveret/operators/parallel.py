@@ -1,4 +1,5 @@
 """Parallel-beam back-projection as an operator over a (geometry, volume) pair."""
+
 from __future__ import annotations
 
 
@@ -14,8 +15,9 @@ KERNELS = ("auto", "texture", "texz", "alu", "hybrid")
 PRECISIONS = ("float32", "float16")
 
 
-def parallel_table(geometry: ParallelGeometry, volume: VolumeGeometry, dtype=np.float32,
-                   offset: tuple[int, int] = (0, 0)) -> np.ndarray:
+def parallel_table(
+    geometry: ParallelGeometry, volume: VolumeGeometry, dtype=np.float32, offset: tuple[int, int] = (0, 0)
+) -> np.ndarray:
     """Per-projection ``(a, b, c)`` so that pixel (j, i) samples texture coordinate
     ``u = (i a + j b) + c = column + 0.5`` (docs/conventions.md, parallel beam).
 
@@ -44,6 +46,7 @@ def slab_alignment(config: dict) -> int:
     start at multiples of it, so that every slice shares its texel or block
     with the same neighbours as in a one-GPU call."""
     from ..cuda.backproject_parallel import PACKINGS
+
     if config["kernel"] == "alu":
         return int(config.get("nv", 2))
     return PACKINGS[config.get("packing", "float2")][0]
@@ -60,8 +63,10 @@ def _check_roi(roi, ny: int, nx: int) -> tuple[int, int, int, int]:
     except (TypeError, ValueError):
         raise ValueError(f"roi: expected four integers (y0, x0, height, width), got {roi!r}") from None
     if h < 1 or w < 1 or y0 < 0 or x0 < 0 or y0 + h > ny or x0 + w > nx:
-        raise ValueError(f"roi: (y0, x0, height, width) = {roi} does not lie inside the "
-                         f"volume's {ny} x {nx} pixel grid with a positive size")
+        raise ValueError(
+            f"roi: (y0, x0, height, width) = {roi} does not lie inside the "
+            f"volume's {ny} x {nx} pixel grid with a positive size"
+        )
     return (y0, x0, h, w)
 
 
@@ -125,10 +130,19 @@ class ParallelBackprojection(Operator):
 
     _repr_fields = ("interpolation", "kernel", "precision", "kernel_choice")
 
-    def __init__(self, geometry: ParallelGeometry, volume: VolumeGeometry, *,
-                 interpolation: str = "linear", backend: str = "auto",
-                 kernel: str = "auto", precision: str = "float32",
-                 roi=None, kernel_options: dict | None = None, devices=None):
+    def __init__(
+        self,
+        geometry: ParallelGeometry,
+        volume: VolumeGeometry,
+        *,
+        interpolation: str = "linear",
+        backend: str = "auto",
+        kernel: str = "auto",
+        precision: str = "float32",
+        roi=None,
+        kernel_options: dict | None = None,
+        devices=None,
+    ):
         if not isinstance(geometry, ParallelGeometry):
             raise TypeError(f"geometry: expected a ParallelGeometry, got {type(geometry).__name__}")
         if not isinstance(volume, VolumeGeometry):
@@ -146,15 +160,21 @@ class ParallelBackprojection(Operator):
         if packing is not None:
             v.choice("kernel_options['packing']", packing, ("float", "float2", "half2", "half4"))
             if (packing in ("half2", "half4")) != (self.precision == "float16"):
-                raise ValueError(f"kernel_options['packing']: {packing!r} texels hold "
-                                 f"{'fp16' if packing.startswith('half') else 'float32'}, but precision is "
-                                 f"{self.precision!r}")
+                raise ValueError(
+                    f"kernel_options['packing']: {packing!r} texels hold "
+                    f"{'fp16' if packing.startswith('half') else 'float32'}, but precision is "
+                    f"{self.precision!r}"
+                )
         if self.precision == "float16" and self.kernel == "alu":
-            raise ValueError("kernel: 'alu' reads float32 sinograms; precision='float16' runs "
-                             "'texture' (half2), 'texz' (half2/half4) or 'hybrid' (half2/half4 texture blocks)")
+            raise ValueError(
+                "kernel: 'alu' reads float32 sinograms; precision='float16' runs "
+                "'texture' (half2), 'texz' (half2/half4) or 'hybrid' (half2/half4 texture blocks)"
+            )
         if self.interpolation == "linear8" and self.kernel in ("alu", "hybrid"):
-            raise ValueError(f"kernel: {kernel!r} interpolates with exact weights (or mixes them); "
-                             "interpolation='linear8' needs 'texture' or 'texz'")
+            raise ValueError(
+                f"kernel: {kernel!r} interpolates with exact weights (or mixes them); "
+                "interpolation='linear8' needs 'texture' or 'texz'"
+            )
         self.devices = devices_for_backend(devices, self.backend)
         self._gpu = None
         self._tables: dict = {}
@@ -181,8 +201,7 @@ class ParallelBackprojection(Operator):
         """
         g = self.geometry
         if sinos.ndim != 3 or sinos.shape[1:] != (g.n_angles, g.n_cols):
-            raise ValueError(f"sinos: expected shape (n_slices, {g.n_angles}, {g.n_cols}), "
-                             f"got {tuple(sinos.shape)}")
+            raise ValueError(f"sinos: expected shape (n_slices, {g.n_angles}, {g.n_cols}), got {tuple(sinos.shape)}")
         if self.backend == "cuda" and sinos.dtype != np.float32:
             raise ValueError(f"sinos: the CUDA backend runs in float32, got {sinos.dtype}")
         if self.devices is not None:
@@ -192,6 +211,7 @@ class ParallelBackprojection(Operator):
         res, out = self._output("out", out, (sinos.shape[0],) + self.out_shape, sinos.dtype, like=given)
         if self.backend == "cpu":
             from ..cpu.backproject_parallel import backproject
+
             mode = self.interpolation
             if self.precision == "float16":
                 # what the GPU's fp16 texels hold: each value rounded to float16
@@ -210,12 +230,20 @@ class ParallelBackprojection(Operator):
     def _run_gpu(self, sinos, res, config: dict) -> None:
         """Queue the CUDA kernel ``config`` on the current device and stream."""
         import cupy
+
         if self._gpu is None:
             from ..cuda.backproject_parallel import ParallelBackprojectorGPU
+
             self._gpu = ParallelBackprojectorGPU()
         filtering = "nearest" if self.interpolation == "nearest" else "linear"
-        self._gpu(cupy.ascontiguousarray(sinos), self.table(np.float32), self.table(np.float64),
-                  res, interpolation=filtering, **config)
+        self._gpu(
+            cupy.ascontiguousarray(sinos),
+            self.table(np.float32),
+            self.table(np.float64),
+            res,
+            interpolation=filtering,
+            **config,
+        )
 
     def _call_devices(self, sinos, out):
         """``self(sinos, out)`` on ``self.devices``: slabs of slices from a queue."""
@@ -237,9 +265,11 @@ class ParallelBackprojection(Operator):
             else:
                 out = np.empty(shape, np.float32)
         elif tuple(out.shape) != shape or out.dtype != np.float32 or _is_cupy(out) != on_gpu:
-            raise ValueError(f"out: expected a {'CuPy' if on_gpu else 'NumPy'} float32 array of shape {shape}, "
-                             f"got {type(out).__module__.split('.')[0]} {tuple(out.shape)} {out.dtype}")
-        dv.settled(out)   # earlier work on out is done before the workers write it
+            raise ValueError(
+                f"out: expected a {'CuPy' if on_gpu else 'NumPy'} float32 array of shape {shape}, "
+                f"got {type(out).__module__.split('.')[0]} {tuple(out.shape)} {out.dtype}"
+            )
+        dv.settled(out)  # earlier work on out is done before the workers write it
 
         def compute(worker, k0, k1):
             res = cupy.empty((k1 - k0,) + self.out_shape, np.float32)
@@ -247,12 +277,14 @@ class ParallelBackprojection(Operator):
             return res
 
         align = slab_alignment(config)
-        return dv.map_ranges(self.devices, dv.aligned_blocks(n, 4 * len(self.devices), align), compute, out,
-                             align=align)
+        return dv.map_ranges(
+            self.devices, dv.aligned_blocks(n, 4 * len(self.devices), align), compute, out, align=align
+        )
 
     # -- kernel choice ---------------------------------------------------------------------
     def problem_key(self, n_slices: int) -> str:
         from ..cuda.tuning import problem_class
+
         ny, nx = self.out_shape
         return problem_class(n_slices, ny, nx, self.geometry.n_angles, self.interpolation, self.precision)
 
@@ -322,15 +354,17 @@ class ParallelBackprojection(Operator):
         many = n_slices >= 3
         if self.precision == "float16":
             nv = 4 if many else 2
-            if (self.interpolation == "linear" and fits(32, nv)
-                    and n_slices <= MAX_LAYERS_PER_CALL * nv):
-                return {"kernel": "hybrid", "tile": 32, "packing": f"half{nv}",
-                        "ratio": (2, 3) if many else (1, 2)}
-            return {"kernel": "texz", "packing": "half4", "nq": 4} if many else \
-                {"kernel": "texz", "packing": "half2", "nq": 8}
+            if self.interpolation == "linear" and fits(32, nv) and n_slices <= MAX_LAYERS_PER_CALL * nv:
+                return {"kernel": "hybrid", "tile": 32, "packing": f"half{nv}", "ratio": (2, 3) if many else (1, 2)}
+            return (
+                {"kernel": "texz", "packing": "half4", "nq": 4}
+                if many
+                else {"kernel": "texz", "packing": "half2", "nq": 8}
+            )
         if self.interpolation == "linear":
-            options = [(32, 4), (64, 2), (32, 2)] if many else [(64, 2), (32, 2)] if n_slices == 2 \
-                else [(64, 1), (32, 1)]
+            options = (
+                [(32, 4), (64, 2), (32, 2)] if many else [(64, 2), (32, 2)] if n_slices == 2 else [(64, 1), (32, 1)]
+            )
             for tile, nv in options:
                 if fits(tile, nv):
                     return {"kernel": "alu", "tile": tile, "nv": nv}
@@ -352,14 +386,24 @@ class ParallelBackprojection(Operator):
 
         def time_fn(config):
             candidate = ParallelBackprojection(
-                self.geometry, self.volume, interpolation=self.interpolation, backend="cuda",
-                kernel=config["kernel"], precision=self.precision, roi=self.roi,
-                kernel_options={k: val for k, val in config.items() if k != "kernel"})
+                self.geometry,
+                self.volume,
+                interpolation=self.interpolation,
+                backend="cuda",
+                kernel=config["kernel"],
+                precision=self.precision,
+                roi=self.roi,
+                kernel_options={k: val for k, val in config.items() if k != "kernel"},
+            )
             return seconds_per_run(lambda: candidate(sinos, out), repeats)
 
-        return tuning.tune(_gpu_name(), self.problem_key(n), tuning.candidates(self.interpolation, self.precision, n),
-                           time_fn, store=store)
-
+        return tuning.tune(
+            _gpu_name(),
+            self.problem_key(n),
+            tuning.candidates(self.interpolation, self.precision, n),
+            time_fn,
+            store=store,
+        )
 
     @property
     def last_kernel(self) -> str | None:
@@ -369,8 +413,8 @@ class ParallelBackprojection(Operator):
         return None if self._gpu is None else self._gpu.last_kernel
 
 
-
 def _gpu_name() -> str:
     """The current GPU's name (the tuning cache's key)."""
     from ..cuda import gpu_name
+
     return gpu_name()

@@ -1,4 +1,5 @@
 """Matched ray-driven projector ``A`` and its exact transpose ``A.T``: ``Projector``."""
+
 from __future__ import annotations
 
 import math
@@ -74,7 +75,7 @@ def cone_rays(geometry: ConeGeometry) -> tuple[np.ndarray, np.ndarray]:
     (einsum's summation order is not specified).
     """
     P = geometry.matrices if geometry.matrices.ndim == 3 else geometry.matrices[None]
-    minv = np.linalg.inv(P[:, :, :3])[:, None, None, :, :]          # (n, 1, 1, 3, 3)
+    minv = np.linalg.inv(P[:, :, :3])[:, None, None, :, :]  # (n, 1, 1, 3, 3)
     u = np.arange(geometry.n_cols, dtype=np.float64)[None, None, :]
     v = np.arange(geometry.n_rows, dtype=np.float64)[None, :, None]
     d = [minv[..., i, 0] * u + minv[..., i, 1] * v + minv[..., i, 2] for i in range(3)]
@@ -93,11 +94,11 @@ def weight_by_ray_length(y: np.ndarray, minv: np.ndarray, scale: np.ndarray, dty
     u = np.arange(n_cols, dtype=np.float64)[None, None, :]
     r = np.arange(n_rows, dtype=np.float64)[None, :, None]
     weighted = np.empty(y.shape, dtype)
-    step = max(1, (1 << 23) // (n_rows * n_cols))   # views per block: float64 temporaries of ~64 MiB
+    step = max(1, (1 << 23) // (n_rows * n_cols))  # views per block: float64 temporaries of ~64 MiB
     for k0 in range(0, n_views, step):
-        m = minv[k0:k0 + step, :, :, None, None]     # (b, 3, 3, 1, 1)
+        m = minv[k0 : k0 + step, :, :, None, None]  # (b, 3, 3, 1, 1)
         norm2 = sum((m[:, i, 0] * u + m[:, i, 1] * r + m[:, i, 2]) ** 2 for i in range(3))
-        weighted[k0:k0 + step] = y[k0:k0 + step] * (scale[k0:k0 + step, None, None] * np.sqrt(norm2))
+        weighted[k0 : k0 + step] = y[k0 : k0 + step] * (scale[k0 : k0 + step, None, None] * np.sqrt(norm2))
     return weighted
 
 
@@ -197,16 +198,29 @@ class Projector(Operator):
     the unmatched adjoint's weights and mismatch: docs/accuracy.md.
     """
 
-    def __init__(self, geometry, volume: VolumeGeometry, *, model: str = "siddon",
-                 backend: str = "auto", precision: str = "float32", n_buffers: int | None = None,
-                 structured="auto", transpose: str = "auto", adjoint: str = "exact", devices=None):
+    def __init__(
+        self,
+        geometry,
+        volume: VolumeGeometry,
+        *,
+        model: str = "siddon",
+        backend: str = "auto",
+        precision: str = "float32",
+        n_buffers: int | None = None,
+        structured="auto",
+        transpose: str = "auto",
+        adjoint: str = "exact",
+        devices=None,
+    ):
         if not isinstance(volume, VolumeGeometry):
             raise TypeError(f"volume: expected a VolumeGeometry, got {type(volume).__name__}")
         if isinstance(geometry, ParallelGeometry):
             if geometry.is_2d != volume.is_2d:
                 want = "2D (ny, nx)" if geometry.is_2d else "3D (nz, ny, nx)"
-                raise ValueError(f"volume: a {'2D' if geometry.is_2d else '3D'} parallel geometry "
-                                 f"needs a {want} VolumeGeometry, got shape {volume.shape}")
+                raise ValueError(
+                    f"volume: a {'2D' if geometry.is_2d else '3D'} parallel geometry "
+                    f"needs a {want} VolumeGeometry, got shape {volume.shape}"
+                )
             make_rays = parallel_rays
             self._t_start = -np.inf
         elif isinstance(geometry, ParallelVecGeometry):
@@ -220,15 +234,19 @@ class Projector(Operator):
             make_rays = cone_rays
             self._t_start = 0.0
         else:
-            raise TypeError(f"geometry: expected a ParallelGeometry, ParallelVecGeometry or ConeGeometry, "
-                            f"got {type(geometry).__name__}")
+            raise TypeError(
+                f"geometry: expected a ParallelGeometry, ParallelVecGeometry or ConeGeometry, "
+                f"got {type(geometry).__name__}"
+            )
         self.model = v.choice("model", model, MODELS)
         self.dtype = np.dtype(v.choice("precision", precision, PRECISIONS))
         # Ray set-up squares lengths: a grid beyond sqrt(max) overflows before any data is seen.
         span = float(np.sqrt(sum((float(n) * float(s)) ** 2 for n, s in zip(volume.shape, volume.voxel_size))))
         if not span < float(np.sqrt(np.finfo(self.dtype).max)):
-            raise ValueError(f"volume: the grid spans {span:.3g} length units, beyond {self.dtype} arithmetic "
-                             f"(squared lengths must fit); use smaller units or precision='float64'")
+            raise ValueError(
+                f"volume: the grid spans {span:.3g} length units, beyond {self.dtype} arithmetic "
+                f"(squared lengths must fit); use smaller units or precision='float64'"
+            )
         if structured not in ("auto", True, False):
             raise ValueError(f"structured: expected 'auto', True or False, got {structured!r}")
         Operator.__init__(self, geometry, volume, v.choice("backend", backend, ("auto", "cuda", "cpu")))
@@ -236,23 +254,31 @@ class Projector(Operator):
             raise ValueError("structured: True needs backend='cuda' (the structured path is a GPU kernel)")
         transpose = v.choice("transpose", transpose, ("auto", "gather", "scatter"))
         if transpose != "auto" and self.backend != "cuda":
-            raise ValueError(f"transpose: {transpose!r} needs backend='cuda' (the CPU's A.T sums private "
-                             f"volumes per thread; use 'auto')")
+            raise ValueError(
+                f"transpose: {transpose!r} needs backend='cuda' (the CPU's A.T sums private "
+                f"volumes per thread; use 'auto')"
+            )
         self.adjoint_kind = v.choice("adjoint", adjoint, ("exact", "unmatched"))
         self.devices = devices_for_backend(devices, self.backend)
         if self.adjoint_kind == "unmatched" and not isinstance(geometry, ConeGeometry):
-            raise ValueError(f"adjoint: 'unmatched' is the cone-beam voxel-driven back-projection and needs a "
-                             f"ConeGeometry, got {type(geometry).__name__}; use 'exact'")
+            raise ValueError(
+                f"adjoint: 'unmatched' is the cone-beam voxel-driven back-projection and needs a "
+                f"ConeGeometry, got {type(geometry).__name__}; use 'exact'"
+            )
         if self.adjoint_kind == "unmatched" and self.devices is not None:
             raise ValueError("adjoint: 'unmatched' runs on one device; use devices=None or adjoint='exact'")
-        self._device_tracers: dict = {}   # (device, first view, stop view) -> CudaRaytracer there
+        self._device_tracers: dict = {}  # (device, first view, stop view) -> CudaRaytracer there
         self.projection_shape = tuple(geometry.projection_shape)
         self._views = np.arange(self.projection_shape[0])
         # The CPU's ray tables (48 bytes per detector pixel); the GPU rebuilds rays from
         # per-view parameters instead.
-        if self.backend == "cpu":   # refuse at once what would fail after a long build
-            v.check_allocation("geometry", 48 * math.prod(self.projection_shape), "the CPU ray tables",
-                               "use fewer views or detector pixels, or backend='cuda' (no tables)")
+        if self.backend == "cpu":  # refuse at once what would fail after a long build
+            v.check_allocation(
+                "geometry",
+                48 * math.prod(self.projection_shape),
+                "the CPU ray tables",
+                "use fewer views or detector pixels, or backend='cuda' (no tables)",
+            )
         self._origins, self._directions = make_rays(geometry) if self.backend == "cpu" else (None, None)
         # The grid as the kernel sees it: always (x, y, z); a 2D image is one
         # slice spanning z in [-0.5, 0.5).
@@ -265,23 +291,32 @@ class Projector(Operator):
         self._offset = np.array(lo, np.float64)
         self._scale = 1.0 / np.array(size, np.float64)
         self._grid3 = volume.shape if not volume.is_2d else (1,) + volume.shape
-        self.n_buffers = (numba.get_num_threads() if n_buffers is None
-                          else v.positive_int("n_buffers", n_buffers))
+        self.n_buffers = numba.get_num_threads() if n_buffers is None else v.positive_int("n_buffers", n_buffers)
         self._gpu = None
         if self.backend == "cuda":
             from ..cuda.raytrace import CudaRaytracer
-            self._gpu = CudaRaytracer(geometry, self._grid3, self._offset, self._scale, self.model,
-                                      self.dtype, structured=structured, transpose=transpose)
+
+            self._gpu = CudaRaytracer(
+                geometry,
+                self._grid3,
+                self._offset,
+                self._scale,
+                self.model,
+                self.dtype,
+                structured=structured,
+                transpose=transpose,
+            )
         self._backprojection = None
         if self.adjoint_kind == "unmatched":
             from .cone import ConeBackprojection
+
             self._backprojection = ConeBackprojection(geometry, volume, backend=self.backend)
             # Per view: M^-1 and voxel volume / |det M^-1| (the pixel weight's factors).
             P = geometry.matrices if geometry.matrices.ndim == 3 else geometry.matrices[None]
             minv = np.linalg.inv(P[:, :, :3])
             self._pixel_minv = minv
             self._pixel_scale = float(np.prod(volume.voxel_size)) / np.abs(np.linalg.det(minv))
-        self._ray_frames = None   # CUDA, adjoint="unmatched": the pixel weights' numbers of this operator's views
+        self._ray_frames = None  # CUDA, adjoint="unmatched": the pixel weights' numbers of this operator's views
         self.T = _Transpose(self)
 
     @property
@@ -312,7 +347,7 @@ class Projector(Operator):
         ``t`` of ``ConeGeometry.circular``)."""
         if isinstance(self.geometry, ParallelGeometry):
             return self.geometry.angles[self._views]
-        if isinstance(self.geometry, ParallelVecGeometry):   # the t of d(t) = (-sin t, cos t, 0) along the ray
+        if isinstance(self.geometry, ParallelVecGeometry):  # the t of d(t) = (-sin t, cos t, 0) along the ray
             rays = self.geometry.rays[self._views]
             return np.arctan2(-rays[:, 0], rays[:, 1])
         s = self.geometry.source_positions()[self._views]
@@ -348,16 +383,20 @@ class Projector(Operator):
         arrays to each GPU itself)."""
         xp = v.array_module(arr)
         if xp is not np and self.backend == "cpu":
-            raise ValueError(f"{name}: the CPU projector takes NumPy arrays, got {type(arr).__module__}."
-                             f"{type(arr).__name__} (use backend='cuda' for CuPy arrays)")
+            raise ValueError(
+                f"{name}: the CPU projector takes NumPy arrays, got {type(arr).__module__}."
+                f"{type(arr).__name__} (use backend='cuda' for CuPy arrays)"
+            )
         if self.backend == "cuda" and upload:
             import cupy as xp
         arr = xp.asarray(arr)
-        v.check_finite_array(name, arr)     # NaN, Inf, complex and objects: refused, naming the argument
+        v.check_finite_array(name, arr)  # NaN, Inf, complex and objects: refused, naming the argument
         if arr.shape != tuple(shape):
-            raise ValueError(f"{name}: expected shape {tuple(shape)} for this projector "
-                             f"({self.volume.shape} volume, {self.projection_shape} projections), "
-                             f"got {arr.shape}")
+            raise ValueError(
+                f"{name}: expected shape {tuple(shape)} for this projector "
+                f"({self.volume.shape} volume, {self.projection_shape} projections), "
+                f"got {arr.shape}"
+            )
         # The kernels take writable C-contiguous arrays of the working dtype.
         arr = xp.ascontiguousarray(arr, dtype=self.dtype)
         return arr if xp is not np or arr.flags.writeable else arr.copy()
@@ -367,18 +406,27 @@ class Projector(Operator):
         xp = v.array_module(like)
         if out is None:
             return xp.empty(shape, self.dtype)
-        if v.array_module(out) is not xp or out.shape != tuple(shape) or out.dtype != self.dtype \
-                or not out.flags.c_contiguous or (xp is np and not out.flags.writeable):
-            raise ValueError(f"{name}: expected a writable C-contiguous {self.dtype} {xp.__name__} array "
-                             f"of shape {tuple(shape)}, got {getattr(out, 'shape', type(out).__name__)}")
+        if (
+            v.array_module(out) is not xp
+            or out.shape != tuple(shape)
+            or out.dtype != self.dtype
+            or not out.flags.c_contiguous
+            or (xp is np and not out.flags.writeable)
+        ):
+            raise ValueError(
+                f"{name}: expected a writable C-contiguous {self.dtype} {xp.__name__} array "
+                f"of shape {tuple(shape)}, got {getattr(out, 'shape', type(out).__name__)}"
+            )
         return out
 
     def _checked(self, name: str, out):
         """``out``, refused if the sums overflowed the working dtype: finite
         input never gives Inf or NaN without saying so."""
         if v.count_outside(out, float(np.finfo(self.dtype).max)):
-            raise ValueError(f"{name}: the sums overflow {self.dtype} (values x lengths of this "
-                             f"{self.volume.voxel_size} voxel grid); rescale the data or use precision='float64'")
+            raise ValueError(
+                f"{name}: the sums overflow {self.dtype} (values x lengths of this "
+                f"{self.volume.voxel_size} voxel grid); rescale the data or use precision='float64'"
+            )
         return out
 
     def __call__(self, x, out=None):
@@ -391,6 +439,7 @@ class Projector(Operator):
         x = self._input("x", x, self.volume.shape)
         if self._gpu is not None:
             import cupy
+
             res = out if isinstance(out, cupy.ndarray) else cupy.empty(self.projection_shape, self.dtype)
             self._gpu.forward(x.reshape(self._grid3), res)
             self._checked("x", res)
@@ -398,8 +447,17 @@ class Projector(Operator):
                 out[...] = res.get()
             return out
         from ..cpu import raytrace
-        raytrace.forward(x.reshape(self._grid3), self._origins, self._directions, self._offset,
-                         self._scale, self._t_start, self._model_id, out.reshape(-1))
+
+        raytrace.forward(
+            x.reshape(self._grid3),
+            self._origins,
+            self._directions,
+            self._offset,
+            self._scale,
+            self._t_start,
+            self._model_id,
+            out.reshape(-1),
+        )
         return self._checked("x", out)
 
     def adjoint(self, y, out=None):
@@ -414,6 +472,7 @@ class Projector(Operator):
         y = self._input("y", y, self.projection_shape)
         if self._gpu is not None:
             import cupy
+
             res = out if isinstance(out, cupy.ndarray) else cupy.empty(self.volume.shape, self.dtype)
             self._gpu.adjoint(y, res.reshape(self._grid3))
             self._checked("y", res)
@@ -421,25 +480,38 @@ class Projector(Operator):
                 out[...] = res.get()
             return out
         from ..cpu import raytrace
-        raytrace.adjoint(y.reshape(-1), self._origins, self._directions, self._offset, self._scale,
-                         self._t_start, self._model_id, out.reshape(self._grid3), self.n_buffers)
+
+        raytrace.adjoint(
+            y.reshape(-1),
+            self._origins,
+            self._directions,
+            self._offset,
+            self._scale,
+            self._t_start,
+            self._model_id,
+            out.reshape(self._grid3),
+            self.n_buffers,
+        )
         return self._checked("y", out)
 
     def _voxel_adjoint(self, y, out):
         """``adjoint="unmatched"``: ``y`` weighted per pixel by ``V |M^-1 (u, v, 1)| / |det M^-1|``
         (class Notes), then ``ConeBackprojection`` over this operator's views."""
-        if self.backend == "cuda":   # one fused pass (leveret/cuda/ray_weights.cu)
+        if self.backend == "cuda":  # one fused pass (leveret/cuda/ray_weights.cu)
             import cupy
 
             from ..cuda import ray_weights
             from ..cuda.device_state import upload
+
             if self._ray_frames is None:
-                self._ray_frames = upload(ray_weights.view_frames(self._pixel_minv[self._views],
-                                                                  self._pixel_scale[self._views]))
+                self._ray_frames = upload(
+                    ray_weights.view_frames(self._pixel_minv[self._views], self._pixel_scale[self._views])
+                )
             weighted = ray_weights.weight_by_ray_length(cupy.ascontiguousarray(y, cupy.float32), self._ray_frames)
         else:
-            weighted = weight_by_ray_length(y, self._pixel_minv[self._views], self._pixel_scale[self._views],
-                                            self.dtype)
+            weighted = weight_by_ray_length(
+                y, self._pixel_minv[self._views], self._pixel_scale[self._views], self.dtype
+            )
         vol = self._backprojection(weighted, views=self._views)
         out[...] = vol.reshape(out.shape) if v.array_module(vol) is v.array_module(out) else vol.get()
         return out
@@ -451,6 +523,7 @@ class Projector(Operator):
         tracer = self._device_tracers.get(key)
         if tracer is None:
             import cupy
+
             with cupy.cuda.Device(device):
                 tracer = self._gpu.subset(np.arange(v0, v1))
             self._device_tracers[key] = tracer
@@ -461,15 +534,16 @@ class Projector(Operator):
         import cupy
 
         from ..cuda import devices as dv
+
         dv.settled(x)
-        laid_out: dict = {}   # worker index -> the volume on its GPU, as the kernels read it
+        laid_out: dict = {}  # worker index -> the volume on its GPU, as the kernels read it
 
         def compute(worker, v0, v1):
             tracer = self._tracer(worker.device, v0, v1)
-            if worker.index not in laid_out:   # once per call and worker, not per view block
+            if worker.index not in laid_out:  # once per call and worker, not per view block
                 xd = dv.on_worker(x, worker).reshape(self._grid3)
                 src = tracer.laid_out(xd)
-                laid_out[worker.index] = (xd if src is xd else None, src)   # the structured paths read only src
+                laid_out[worker.index] = (xd if src is xd else None, src)  # the structured paths read only src
             xd, src = laid_out[worker.index]
             res = cupy.empty((v1 - v0,) + self.projection_shape[1:], self.dtype)
             tracer.forward(xd, res, laid_out=src)
@@ -483,6 +557,7 @@ class Projector(Operator):
         import cupy
 
         from ..cuda import devices as dv
+
         dv.settled(y)
 
         def compute(worker, v0, v1):
@@ -495,6 +570,7 @@ class Projector(Operator):
     @property
     def _model_id(self) -> int:
         from ..cpu import raytrace
+
         return raytrace.SIDDON if self.model == "siddon" else raytrace.JOSEPH
 
     _repr_fields = ("model", "precision")
@@ -503,4 +579,3 @@ class Projector(Operator):
     def precision(self) -> str:
         """The working precision, "float32" or "float64"."""
         return self.dtype.name
-

@@ -21,6 +21,7 @@ Kernels: ``leveret/cuda/tv.cu`` for CuPy arrays, its Numba mirror
 ``leveret.cpu.tv`` for NumPy arrays; each fused step reads and writes every
 array once per call (neighbours come from the caches).
 """
+
 from __future__ import annotations
 
 import math
@@ -61,11 +62,17 @@ def _shape3(shape) -> tuple[int, int, int]:
 def _field(name: str, q, x):
     """``q`` checked against the volume ``x``: ``(ndim,) + x.shape``, same kind and dtype."""
     want = (x.ndim,) + tuple(x.shape)
-    if v.array_module(q) is not v.array_module(x) or tuple(q.shape) != want or q.dtype != x.dtype \
-            or not q.flags.c_contiguous:
-        raise ValueError(f"{name}: expected a C-contiguous {x.dtype} {v.array_module(x).__name__} array of "
-                         f"shape {want}, got {getattr(q, 'shape', type(q).__name__)} "
-                         f"{getattr(q, 'dtype', '')}".rstrip())
+    if (
+        v.array_module(q) is not v.array_module(x)
+        or tuple(q.shape) != want
+        or q.dtype != x.dtype
+        or not q.flags.c_contiguous
+    ):
+        raise ValueError(
+            f"{name}: expected a C-contiguous {x.dtype} {v.array_module(x).__name__} array of "
+            f"shape {want}, got {getattr(q, 'shape', type(q).__name__)} "
+            f"{getattr(q, 'dtype', '')}".rstrip()
+        )
     return q
 
 
@@ -213,6 +220,5 @@ def dual_update(z0, q, *, sigma: float, bound: float, z1=None, c0: float = 1.0, 
     place, in one pass: PDHG's dual step for the TV term (``z0`` = x_new,
     ``z1`` = x_old, ``c0`` = 2, ``c1`` = -1 for the extrapolated point).
     Arrays as the kernels take them; not checked here."""
-    _kernels(v.array_module(z0)).dual(z0, z1, c0, c1, q, q, None, sigma, 0.0, bound, _shape3(z0.shape),
-                                      z0.ndim)
+    _kernels(v.array_module(z0)).dual(z0, z1, c0, c1, q, q, None, sigma, 0.0, bound, _shape3(z0.shape), z0.ndim)
     return q

@@ -9,12 +9,29 @@ of ellipses (:class:`EllipsePhantom`), 3D ones sums of ellipsoids
 :meth:`EllipsoidPhantom.line_integrals` (lines given by points and
 directions). All lengths are world units (docs/conventions.md).
 """
+
 from .ellipses import Ellipse, EllipsePhantom, disk, random_ellipses, shepp_logan_ellipses
-from .ellipsoids import (Ellipsoid, EllipsoidPhantom, ball, euler_rotation, random_ellipsoids,
-                         shepp_logan, shepp_logan_3d)
+from .ellipsoids import (
+    Ellipsoid,
+    EllipsoidPhantom,
+    ball,
+    euler_rotation,
+    random_ellipsoids,
+    shepp_logan,
+    shepp_logan_3d,
+)
 
 __all__ = [
-    "Ellipse", "EllipsePhantom", "Ellipsoid", "EllipsoidPhantom",
-    "ball", "disk", "euler_rotation", "random_ellipses", "random_ellipsoids",
-    "shepp_logan", "shepp_logan_3d", "shepp_logan_ellipses",
+    "Ellipse",
+    "EllipsePhantom",
+    "Ellipsoid",
+    "EllipsoidPhantom",
+    "ball",
+    "disk",
+    "euler_rotation",
+    "random_ellipses",
+    "random_ellipsoids",
+    "shepp_logan",
+    "shepp_logan_3d",
+    "shepp_logan_ellipses",
 ]

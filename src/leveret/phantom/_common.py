@@ -1,4 +1,5 @@
 """Helpers shared by the 2D and 3D phantoms (argument checks, grids)."""
+
 from __future__ import annotations
 
 import math
@@ -40,8 +41,10 @@ def check_volume(volume, ndim: int) -> VolumeGeometry:
         raise TypeError(f"volume: expected a VolumeGeometry, got {type(volume).__name__}")
     if volume.ndim != ndim:
         want = "(ny, nx)" if ndim == 2 else "(nz, ny, nx)"
-        raise ValueError(f"volume: expected a {ndim}D VolumeGeometry of shape {want}, "
-                         f"got a {volume.ndim}D one of shape {volume.shape}")
+        raise ValueError(
+            f"volume: expected a {ndim}D VolumeGeometry of shape {want}, "
+            f"got a {volume.ndim}D one of shape {volume.shape}"
+        )
     return volume
 
 
@@ -49,11 +52,14 @@ def check_parallel(geometry, want_2d: bool) -> ParallelGeometry:
     if not isinstance(geometry, ParallelGeometry):
         raise TypeError(f"geometry: expected a ParallelGeometry, got {type(geometry).__name__}")
     if want_2d and not geometry.is_2d:
-        raise ValueError(f"geometry: expected a 2D ParallelGeometry (n_rows=None) for a 2D "
-                         f"phantom, got a 3D one with n_rows={geometry.n_rows}")
+        raise ValueError(
+            f"geometry: expected a 2D ParallelGeometry (n_rows=None) for a 2D "
+            f"phantom, got a 3D one with n_rows={geometry.n_rows}"
+        )
     if not want_2d and geometry.is_2d:
-        raise ValueError("geometry: expected a 3D ParallelGeometry (n_rows set) for a 3D "
-                         "phantom, got a 2D one (n_rows=None)")
+        raise ValueError(
+            "geometry: expected a 3D ParallelGeometry (n_rows set) for a 3D phantom, got a 2D one (n_rows=None)"
+        )
     return geometry
 
 
@@ -97,8 +103,7 @@ def as_rng(rng) -> np.random.Generator:
     try:
         return np.random.default_rng(rng)
     except (TypeError, ValueError):
-        raise ValueError(f"rng: expected a numpy.random.Generator or an integer seed, "
-                         f"got {rng!r}") from None
+        raise ValueError(f"rng: expected a numpy.random.Generator or an integer seed, got {rng!r}") from None
 
 
 def shapes_tuple(name: str, shapes, kind: type) -> tuple:
@@ -108,8 +113,7 @@ def shapes_tuple(name: str, shapes, kind: type) -> tuple:
     try:
         items = tuple(shapes)
     except TypeError:
-        raise TypeError(f"{name}: expected an iterable of {kind.__name__}, "
-                        f"got {type(shapes).__name__}") from None
+        raise TypeError(f"{name}: expected an iterable of {kind.__name__}, got {type(shapes).__name__}") from None
     for i, item in enumerate(items):
         if not isinstance(item, kind):
             raise TypeError(f"{name}[{i}]: expected an {kind.__name__}, got {type(item).__name__}")

@@ -5,6 +5,7 @@ angles in radians, a line at angle t and offset s is
 ``{(x, y): x cos t + y sin t = s}``. Images are ``(ny, nx)`` arrays, x fastest,
 and row ``j`` grows with y (show them with ``imshow(..., origin="lower")``).
 """
+
 from __future__ import annotations
 
 import math
@@ -76,8 +77,7 @@ class Ellipse(Frozen):
 
         Unchecked; :meth:`EllipsePhantom.line_integrals` is the public entry.
         """
-        s, t = np.broadcast_arrays(np.asarray(s, dtype=np.float64),
-                                   np.asarray(angles, dtype=np.float64))
+        s, t = np.broadcast_arrays(np.asarray(s, dtype=np.float64), np.asarray(angles, dtype=np.float64))
         a, b = self.semi_axes
         # Move the ellipse to the origin (shifts s) and unrotate it (shifts t);
         # for the centred, axis-aligned ellipse the chord of the line at
@@ -92,13 +92,14 @@ class Ellipse(Frozen):
     def scaled(self, factor: float) -> "Ellipse":
         """The same ellipse with centre and semi-axes multiplied by ``factor``."""
         f = v.positive_float("factor", factor)
-        return Ellipse(self.value, tuple(f * x for x in self.semi_axes),
-                       tuple(f * x for x in self.center), self.angle)
+        return Ellipse(self.value, tuple(f * x for x in self.semi_axes), tuple(f * x for x in self.center), self.angle)
 
     def __repr__(self) -> str:
-        return (f"Ellipse(value={self.value:g}, semi_axes=({self.semi_axes[0]:g}, "
-                f"{self.semi_axes[1]:g}), center=({self.center[0]:g}, {self.center[1]:g}), "
-                f"angle={self.angle:g})")
+        return (
+            f"Ellipse(value={self.value:g}, semi_axes=({self.semi_axes[0]:g}, "
+            f"{self.semi_axes[1]:g}), center=({self.center[0]:g}, {self.center[1]:g}), "
+            f"angle={self.angle:g})"
+        )
 
 
 class EllipsePhantom(Frozen):
@@ -177,7 +178,7 @@ class EllipsePhantom(Frozen):
                 y = (ys[by] + oy * dy)[:, None]
                 for ox in offsets:
                     hits += e.contains((xs[bx] + ox * dx)[None, :], y)
-            out[by, bx] += e.value * hits / n_sub ** 2
+            out[by, bx] += e.value * hits / n_sub**2
         return out
 
     def line_integrals(self, s, angles) -> np.ndarray:
@@ -202,8 +203,7 @@ class EllipsePhantom(Frozen):
         try:
             shape = np.broadcast_shapes(s.shape, t.shape)
         except ValueError:
-            raise ValueError(f"s, angles: expected shapes that broadcast, "
-                             f"got {s.shape} and {t.shape}") from None
+            raise ValueError(f"s, angles: expected shapes that broadcast, got {s.shape} and {t.shape}") from None
         out = np.zeros(shape)
         for e in self.ellipses:
             out += e._line_integrals(s, t)
@@ -223,7 +223,7 @@ class EllipsePhantom(Frozen):
             ``(n_angles, n_cols)`` float64.
         """
         geometry = common.check_parallel(geometry, want_2d=True)
-        common.check_projection_memory(geometry, copies=4)   # the positions, angles and temporaries beside it
+        common.check_projection_memory(geometry, copies=4)  # the positions, angles and temporaries beside it
         return self.line_integrals(common.column_positions(geometry), geometry.angles[:, None])
 
     def scaled(self, factor: float) -> "EllipsePhantom":
@@ -265,9 +265,9 @@ def shepp_logan_ellipses(radius: float = 1.0, modified: bool = True) -> EllipseP
     radius = v.positive_float("radius", radius)
     col = 1 if modified else 0
     return EllipsePhantom(
-        Ellipse(row[col], (row[2] * radius, row[3] * radius),
-                (row[4] * radius, row[5] * radius), math.radians(row[6]))
-        for row in SHEPP_LOGAN_2D)
+        Ellipse(row[col], (row[2] * radius, row[3] * radius), (row[4] * radius, row[5] * radius), math.radians(row[6]))
+        for row in SHEPP_LOGAN_2D
+    )
 
 
 def disk(radius: float, value: float = 1.0, center=(0.0, 0.0)) -> EllipsePhantom:
@@ -301,7 +301,7 @@ def random_ellipses(n: int, rng=None, radius: float = 1.0) -> EllipsePhantom:
         a, b = rng.uniform(0.05, 0.45, size=2) * radius
         r = (radius - max(a, b)) * math.sqrt(rng.uniform())
         phi = rng.uniform(0.0, 2.0 * math.pi)
-        ellipses.append(Ellipse(rng.uniform(0.2, 1.0), (a, b),
-                                (r * math.cos(phi), r * math.sin(phi)),
-                                rng.uniform(0.0, math.pi)))
+        ellipses.append(
+            Ellipse(rng.uniform(0.2, 1.0), (a, b), (r * math.cos(phi), r * math.sin(phi)), rng.uniform(0.0, math.pi))
+        )
     return EllipsePhantom(ellipses)

@@ -5,6 +5,7 @@ z is the rotation axis of circular scans, volumes are ``(nz, ny, nx)``
 arrays, x fastest. Points and directions given to this module are ``(..., 3)``
 arrays in (x, y, z) order.
 """
+
 from __future__ import annotations
 
 import math
@@ -33,6 +34,7 @@ def euler_rotation(phi: float, theta: float = 0.0, psi: float = 0.0) -> np.ndarr
     numpy.ndarray
         ``(3, 3)`` float64, orthogonal with determinant +1.
     """
+
     def rz(a):
         co, si = math.cos(a), math.sin(a)
         return np.array([[co, -si, 0.0], [si, co, 0.0], [0.0, 0.0, 1.0]])
@@ -52,12 +54,16 @@ def _rotation(value) -> np.ndarray:
     elif arr.shape == (3, 3):
         err = np.abs(arr.T @ arr - np.eye(3)).max()
         if err > 1e-9 or np.linalg.det(arr) < 0:
-            raise ValueError(f"rotation: expected a rotation matrix (orthogonal, determinant +1), "
-                             f"got one with |R^T R - I| = {err:.3g} and det {np.linalg.det(arr):.6g}")
+            raise ValueError(
+                f"rotation: expected a rotation matrix (orthogonal, determinant +1), "
+                f"got one with |R^T R - I| = {err:.3g} and det {np.linalg.det(arr):.6g}"
+            )
         out = arr.copy()
     else:
-        raise ValueError(f"rotation: expected an angle phi, Euler angles (phi, theta, psi) "
-                         f"or a 3x3 matrix, got an array of shape {arr.shape}")
+        raise ValueError(
+            f"rotation: expected an angle phi, Euler angles (phi, theta, psi) "
+            f"or a 3x3 matrix, got an array of shape {arr.shape}"
+        )
     out.setflags(write=False)
     return out
 
@@ -112,7 +118,7 @@ class Ellipsoid(Frozen):
     def half_extent(self) -> tuple[float, float, float]:
         """Half size of the axis-aligned bounding box, ``(hx, hy, hz)``."""
         scaled_axes = self.rotation * np.asarray(self.semi_axes)[None, :]
-        return tuple(float(h) for h in np.sqrt((scaled_axes ** 2).sum(axis=1)))
+        return tuple(float(h) for h in np.sqrt((scaled_axes**2).sum(axis=1)))
 
     def _to_unit(self) -> np.ndarray:
         """``M = D^-1 R^T``: maps a world offset from the centre to unit-sphere coordinates."""
@@ -121,9 +127,11 @@ class Ellipsoid(Frozen):
     def contains(self, x, y, z) -> np.ndarray:
         """Boolean mask of the world points ``(x, y, z)`` (broadcast) inside or on the ellipsoid."""
         m = self._to_unit()
-        d = (np.asarray(x, dtype=np.float64) - self.center[0],
-             np.asarray(y, dtype=np.float64) - self.center[1],
-             np.asarray(z, dtype=np.float64) - self.center[2])
+        d = (
+            np.asarray(x, dtype=np.float64) - self.center[0],
+            np.asarray(y, dtype=np.float64) - self.center[1],
+            np.asarray(z, dtype=np.float64) - self.center[2],
+        )
         total = 0.0
         for j in range(3):
             q = m[j, 0] * d[0] + m[j, 1] * d[1] + m[j, 2] * d[2]
@@ -170,20 +178,22 @@ class Ellipsoid(Frozen):
         lam, vec = np.linalg.eigh(q2)
         semi = np.sqrt(k / lam)
         angle = math.atan2(vec[1, 0], vec[0, 0])
-        return Ellipse(self.value, tuple(semi),
-                       (self.center[0] + shift[0], self.center[1] + shift[1]), angle)
+        return Ellipse(self.value, tuple(semi), (self.center[0] + shift[0], self.center[1] + shift[1]), angle)
 
     def scaled(self, factor: float) -> "Ellipsoid":
         """The same ellipsoid with centre and semi-axes multiplied by ``factor``."""
         f = v.positive_float("factor", factor)
-        return Ellipsoid(self.value, tuple(f * x for x in self.semi_axes),
-                         tuple(f * x for x in self.center), self.rotation)
+        return Ellipsoid(
+            self.value, tuple(f * x for x in self.semi_axes), tuple(f * x for x in self.center), self.rotation
+        )
 
     def __repr__(self) -> str:
         fmt = lambda t: "(" + ", ".join(f"{x:g}" for x in t) + ")"
         rot = np.array2string(self.rotation, precision=4, separator=", ").replace("\n", "")
-        return (f"Ellipsoid(value={self.value:g}, semi_axes={fmt(self.semi_axes)}, "
-                f"center={fmt(self.center)}, rotation={rot})")
+        return (
+            f"Ellipsoid(value={self.value:g}, semi_axes={fmt(self.semi_axes)}, "
+            f"center={fmt(self.center)}, rotation={rot})"
+        )
 
 
 class EllipsoidPhantom(Frozen):
@@ -214,8 +224,9 @@ class EllipsoidPhantom(Frozen):
 
     def evaluate(self, x, y, z) -> np.ndarray:
         """Phantom values at the world points ``(x, y, z)`` (broadcast), float64."""
-        x, y, z = np.broadcast_arrays(common.finite_array("x", x), common.finite_array("y", y),
-                                      common.finite_array("z", z))
+        x, y, z = np.broadcast_arrays(
+            common.finite_array("x", x), common.finite_array("y", y), common.finite_array("z", z)
+        )
         out = np.zeros(x.shape)
         for e in self.ellipsoids:
             out += e.value * e.contains(x, y, z)
@@ -260,7 +271,7 @@ class EllipsoidPhantom(Frozen):
                     y = (ys[by] + oy * dy)[None, :, None]
                     for ox in offsets:
                         hits += e.contains((xs[bx] + ox * dx)[None, None, :], y, z)
-            out[bz, by, bx] += e.value * hits / n_sub ** 3
+            out[bz, by, bx] += e.value * hits / n_sub**3
         return out
 
     def line_integrals(self, points, directions) -> np.ndarray:
@@ -286,17 +297,18 @@ class EllipsoidPhantom(Frozen):
         d = common.finite_array("directions", directions)
         for name, arr in (("points", p), ("directions", d)):
             if arr.ndim == 0 or arr.shape[-1] != 3:
-                raise ValueError(f"{name}: expected an array of shape (..., 3) (x, y, z last), "
-                                 f"got shape {arr.shape}")
+                raise ValueError(f"{name}: expected an array of shape (..., 3) (x, y, z last), got shape {arr.shape}")
         try:
             shape = np.broadcast_shapes(p.shape, d.shape)
         except ValueError:
-            raise ValueError(f"points, directions: expected shapes that broadcast, "
-                             f"got {p.shape} and {d.shape}") from None
+            raise ValueError(
+                f"points, directions: expected shapes that broadcast, got {p.shape} and {d.shape}"
+            ) from None
         norm = np.sqrt(np.einsum("...k,...k->...", d, d))
         if np.any(norm == 0.0):
-            raise ValueError(f"directions: expected non-zero vectors, got "
-                             f"{int(np.count_nonzero(norm == 0.0))} zero vector(s)")
+            raise ValueError(
+                f"directions: expected non-zero vectors, got {int(np.count_nonzero(norm == 0.0))} zero vector(s)"
+            )
         units = d / norm[..., None]
         out = np.zeros(shape[:-1])
         for e in self.ellipsoids:
@@ -329,10 +341,10 @@ class EllipsoidPhantom(Frozen):
         common.check_projection_memory(geometry)
         t = geometry.angles
         cos_t, sin_t, zero = np.cos(t), np.sin(t), np.zeros_like(t)
-        e_dir = np.stack([cos_t, sin_t, zero], axis=-1)   # (n_angles, 3)
+        e_dir = np.stack([cos_t, sin_t, zero], axis=-1)  # (n_angles, 3)
         d_dir = np.stack([-sin_t, cos_t, zero], axis=-1)  # unit already
         out = np.zeros(geometry.projection_shape)
-        s_all = common.column_positions(geometry)                 # (n_angles, n_cols)
+        s_all = common.column_positions(geometry)  # (n_angles, n_cols)
         z_all = geometry.row_positions()
         for e in self.ellipsoids:
             # Only the pixels of the ellipsoid's shadow can be non-zero: rows
@@ -342,21 +354,22 @@ class EllipsoidPhantom(Frozen):
             rows = common.box(z_all, geometry.row_spacing, cz - hz, cz + hz)
             s_mid = e_dir @ np.asarray(e.center)
             reach = np.linalg.norm((e_dir @ e.rotation) * np.asarray(e.semi_axes), axis=1)
-            lit = (s_all >= (s_mid - reach)[:, None] - geometry.det_spacing) & \
-                  (s_all <= (s_mid + reach)[:, None] + geometry.det_spacing)
+            lit = (s_all >= (s_mid - reach)[:, None] - geometry.det_spacing) & (
+                s_all <= (s_mid + reach)[:, None] + geometry.det_spacing
+            )
             hit_cols = np.flatnonzero(lit.any(axis=0))
             if rows.start == rows.stop or hit_cols.size == 0:
                 continue
             cols = slice(int(hit_cols[0]), int(hit_cols[-1]) + 1)
-            s = s_all[:, None, cols]                          # (n_angles, 1, n_c)
-            z = z_all[None, rows, None]                       # (1, n_r, 1)
+            s = s_all[:, None, cols]  # (n_angles, 1, n_c)
+            z = z_all[None, rows, None]  # (1, n_r, 1)
 
             # Same chord formula as _line_integrals, but q = s Me + z Mez - Mc
             # is linear in (s, z), and so is its part orthogonal to w = Md:
             # project the three per-angle vectors once, then combine them on
             # the (rows, cols) grid without building (..., 3) point arrays.
             m = e._to_unit()
-            w = d_dir @ m.T                                  # (n_angles, 3)
+            w = d_dir @ m.T  # (n_angles, 3)
             ww = (w * w).sum(axis=1)
 
             def perp(vec):
@@ -368,11 +381,9 @@ class EllipsoidPhantom(Frozen):
             a_0 = perp(m @ np.asarray(e.center))
             dist2 = 0.0
             for k in range(3):
-                qk = (s * a_s[:, k, None, None] + z * a_z[:, k, None, None]
-                      - a_0[:, k, None, None])
+                qk = s * a_s[:, k, None, None] + z * a_z[:, k, None, None] - a_0[:, k, None, None]
                 dist2 = dist2 + qk * qk
-            out[:, rows, cols] += e.value * 2.0 * np.sqrt(np.maximum(1.0 - dist2, 0.0)
-                                                          / ww[:, None, None])
+            out[:, rows, cols] += e.value * 2.0 * np.sqrt(np.maximum(1.0 - dist2, 0.0) / ww[:, None, None])
         return out
 
     def project_cone(self, geometry) -> np.ndarray:
@@ -394,12 +405,14 @@ class EllipsoidPhantom(Frozen):
         area. See :func:`leveret.phantom.planes.plane_integrals`.
         """
         from .planes import plane_integrals
+
         return plane_integrals(self, directions, t)
 
     def project_radon(self, geometry) -> np.ndarray:
         """Exact ``(n_dirs, n_samples)`` plane integrals for a ``RadonGeometry``;
         see :func:`leveret.phantom.planes.project_radon`."""
         from .planes import project_radon
+
         return project_radon(self, geometry)
 
     def slice_2d(self, z: float) -> EllipsePhantom:
@@ -447,9 +460,11 @@ def shepp_logan_3d(radius: float = 1.0, modified: bool = True) -> EllipsoidPhant
     radius = v.positive_float("radius", radius)
     col = 1 if modified else 0
     return EllipsoidPhantom(
-        Ellipsoid(row[col], tuple(radius * x for x in row[2:5]),
-                  tuple(radius * x for x in row[5:8]), math.radians(row[8]))
-        for row in SHEPP_LOGAN_3D)
+        Ellipsoid(
+            row[col], tuple(radius * x for x in row[2:5]), tuple(radius * x for x in row[5:8]), math.radians(row[8])
+        )
+        for row in SHEPP_LOGAN_3D
+    )
 
 
 def ball(radius: float, value: float = 1.0, center=(0.0, 0.0, 0.0)) -> EllipsoidPhantom:
@@ -493,8 +508,7 @@ def random_ellipsoids(n: int, rng=None, radius: float = 1.0) -> EllipsoidPhantom
         direction = rng.standard_normal(3)
         direction /= np.linalg.norm(direction)
         r = (radius - semi.max()) * rng.uniform() ** (1.0 / 3.0)
-        ellipsoids.append(Ellipsoid(rng.uniform(0.2, 1.0), tuple(semi),
-                                    tuple(r * direction), _random_rotation(rng)))
+        ellipsoids.append(Ellipsoid(rng.uniform(0.2, 1.0), tuple(semi), tuple(r * direction), _random_rotation(rng)))
     return EllipsoidPhantom(ellipsoids)
 
 
@@ -523,6 +537,5 @@ def shepp_logan(shape, modified: bool = True, supersampling: int = 1) -> np.ndar
     shape = v.shape_tuple("shape", shape, (2, 3))
     volume = VolumeGeometry(shape, voxel_size=tuple(2.0 / n for n in shape), center=0.0)
     if len(shape) == 2:
-
         return shepp_logan_ellipses(1.0, modified).rasterize(volume, supersampling)
     return shepp_logan_3d(1.0, modified).rasterize(volume, supersampling)

@@ -14,6 +14,7 @@ and the delta function of the plane scales by ``1/|w|``, so
 
 for ``|s| < 1`` and 0 otherwise. A ball of radius R gives ``pi (R^2 - t^2)``.
 """
+
 from __future__ import annotations
 
 import math
@@ -31,7 +32,7 @@ def ellipsoid_plane_integrals(ellipsoid, directions: np.ndarray, t: np.ndarray) 
     ``directions[..., 0]``; returns that broadcast shape, float64.
     """
     a, b, c = ellipsoid.semi_axes
-    w = (directions @ ellipsoid.rotation) * np.array([a, b, c])   # D R^T n, row-wise
+    w = (directions @ ellipsoid.rotation) * np.array([a, b, c])  # D R^T n, row-wise
     rho = np.sqrt((w * w).sum(axis=-1))
     s = (t - directions @ np.asarray(ellipsoid.center)) / rho
     return ellipsoid.value * (a * b * c / rho) * math.pi * np.maximum(1.0 - s * s, 0.0)
@@ -56,15 +57,15 @@ def plane_integrals(phantom, directions, t) -> np.ndarray:
     """
     d = common.finite_array("directions", directions)
     if d.ndim == 0 or d.shape[-1] != 3:
-        raise ValueError(f"directions: expected an array of shape (..., 3) (x, y, z last), "
-                         f"got shape {d.shape}")
+        raise ValueError(f"directions: expected an array of shape (..., 3) (x, y, z last), got shape {d.shape}")
     unit_vectors("directions", d.reshape(-1, 3))  # the checks; the array stays as given
     t = common.finite_array("t", t)
     try:
         shape = np.broadcast_shapes(d.shape[:-1], t.shape)
     except ValueError:
-        raise ValueError(f"directions, t: expected shapes that broadcast, got {d.shape} "
-                         f"(directions, (..., 3)) and {t.shape}") from None
+        raise ValueError(
+            f"directions, t: expected shapes that broadcast, got {d.shape} (directions, (..., 3)) and {t.shape}"
+        ) from None
     out = np.zeros(shape)
     for e in phantom.ellipsoids:
         out += ellipsoid_plane_integrals(e, d, t)
@@ -80,5 +81,4 @@ def project_radon(phantom, geometry: RadonGeometry) -> np.ndarray:
     if not isinstance(geometry, RadonGeometry):
         raise TypeError(f"geometry: expected a RadonGeometry, got {type(geometry).__name__}")
     common.check_projection_memory(geometry, copies=4)
-    return plane_integrals(phantom, geometry.directions[:, None, :],
-                           geometry.sample_positions()[None, :])
+    return plane_integrals(phantom, geometry.directions[:, None, :], geometry.sample_positions()[None, :])

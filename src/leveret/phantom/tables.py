@@ -18,6 +18,7 @@ P. Toft, *The Radon Transform: Theory and Implementation*, PhD thesis,
 DTU 1996, pp. 199-200 (the higher-contrast "modified" intensities, also used
 by Matlab's ``phantom('Modified Shepp-Logan')``).
 """
+
 from __future__ import annotations
 
 # Kak & Slaney list ellipses 3 and 4 as (0.31, 0.11) at 72 degrees and
@@ -31,7 +32,7 @@ _DARK = -(1.0 + -0.8)
 
 # columns: value (Shepp-Logan), value (Toft's modified), a, b, x0, y0, angle [deg]
 SHEPP_LOGAN_2D: tuple[tuple[float, ...], ...] = (
-    (2.00, 1.0, 0.6900, 0.9200, 0.00, 0.0000, 0.0),    # skull (outer)
+    (2.00, 1.0, 0.6900, 0.9200, 0.00, 0.0000, 0.0),  # skull (outer)
     (-0.98, -0.8, 0.6624, 0.8740, 0.00, -0.0184, 0.0),  # brain (inside skull)
     (-0.02, _DARK, 0.1100, 0.3100, 0.22, 0.0000, -18.0),
     (-0.02, _DARK, 0.1600, 0.4100, -0.22, 0.0000, 18.0),

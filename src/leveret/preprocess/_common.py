@@ -1,5 +1,6 @@
 """What the preprocessing modules share: argument checks, output arrays, the
 array library's ndimage and FFT."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -22,7 +23,8 @@ def average_fields(name, images, image_shape, xp):
         return images.mean(axis=0, dtype=xp.float32)
     raise ValueError(
         f"{name}: expected one image of shape {image_shape} or a non-empty stack "
-        f"(k, {', '.join(map(str, image_shape))}) matching projections, got shape {images.shape}")
+        f"(k, {', '.join(map(str, image_shape))}) matching projections, got shape {images.shape}"
+    )
 
 
 def output_array(out, shape, dtype, xp):
@@ -35,7 +37,8 @@ def output_array(out, shape, dtype, xp):
     if out.shape != tuple(shape) or out.dtype != dtype:
         raise ValueError(
             f"out: expected shape {tuple(shape)} and dtype {np.dtype(dtype)}, "
-            f"got shape {out.shape} and dtype {out.dtype}")
+            f"got shape {out.shape} and dtype {out.dtype}"
+        )
     return out
 
 
@@ -45,8 +48,9 @@ def projection_like(name: str, arr):
     x = xp.asarray(arr)
     check_real(name, x)
     if x.ndim not in (2, 3):
-        raise ValueError(f"{name}: expected shape (n_angles, n_cols) or "
-                         f"(n_angles, n_rows, n_cols), got shape {x.shape}")
+        raise ValueError(
+            f"{name}: expected shape (n_angles, n_cols) or (n_angles, n_rows, n_cols), got shape {x.shape}"
+        )
     return xp, x
 
 
@@ -60,8 +64,10 @@ def odd_size(size) -> int:
 def ndimage_module(xp):
     if xp is np:
         import scipy.ndimage
+
         return scipy.ndimage
     import cupyx.scipy.ndimage
+
     return cupyx.scipy.ndimage
 
 
@@ -69,19 +75,21 @@ def to_numpy(arr):
     return arr.get() if hasattr(arr, "get") else np.asarray(arr)
 
 
-
 def fft_module(xp):
     """scipy.fft for NumPy (float32 stays complex64, unlike numpy.fft), cupy.fft for CuPy."""
     if xp is np:
         import scipy.fft
+
         return scipy.fft
     import cupy.fft
+
     return cupy.fft
 
 
 def next_fast_len(n: int) -> int:
     """The smallest length >= ``n`` whose only prime factors are 2, 3 and 5 (fast for FFTW-like and cuFFT)."""
     import scipy.fft
+
     return int(scipy.fft.next_fast_len(int(n), real=True))
 
 

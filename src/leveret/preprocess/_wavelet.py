@@ -12,6 +12,7 @@ length ``n`` has ``M = (n + F - 1) // 2`` coefficients
 ``y[n] = sum_i a[i] rec_lo[n - 2i + F - 2] + d[i] rec_hi[n - 2i + F - 2]``,
 cut to the signal's length.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -22,11 +23,13 @@ def wavelet_filters(name: str):
     try:
         import pywt
     except ImportError:
-        raise ImportError("method='wavelet-fft' needs PyWavelets: pip install PyWavelets "
-                          "(or leveret[preprocess])") from None
+        raise ImportError(
+            "method='wavelet-fft' needs PyWavelets: pip install PyWavelets (or leveret[preprocess])"
+        ) from None
     if not isinstance(name, str) or name not in pywt.wavelist(kind="discrete"):
-        raise ValueError(f"wavelet: expected the name of a discrete wavelet of PyWavelets (e.g. 'db5', "
-                         f"'sym8'), got {name!r}")
+        raise ValueError(
+            f"wavelet: expected the name of a discrete wavelet of PyWavelets (e.g. 'db5', 'sym8'), got {name!r}"
+        )
     return tuple(np.asarray(f, dtype=np.float64) for f in pywt.Wavelet(name).filter_bank)
 
 
@@ -39,7 +42,7 @@ def _dwt(x, lo, hi, xp):
     d = xp.zeros_like(a)
     for k in range(taps):
         # a[i] += lo[k] x[2i + 1 - k], x[j] being ext[j + taps - 1]
-        part = ext[taps - k:taps - k + 2 * m - 1:2]
+        part = ext[taps - k : taps - k + 2 * m - 1 : 2]
         a += x.dtype.type(lo[k]) * part
         d += x.dtype.type(hi[k]) * part
     return a, d
@@ -56,7 +59,7 @@ def _idwt(a, d, lo, hi, n, xp):
     for k in range(taps):
         # y[j] += rec[k] up[j - k + taps - 1]
         s = taps - 1 - k
-        y += a.dtype.type(lo[k]) * up_a[s:s + n] + a.dtype.type(hi[k]) * up_d[s:s + n]
+        y += a.dtype.type(lo[k]) * up_a[s : s + n] + a.dtype.type(hi[k]) * up_d[s : s + n]
     return y
 
 

@@ -1,5 +1,6 @@
 """Centre-of-rotation estimation: 180-degree pair registration, the
 Fourier-space method of Vo et al. (2014) and a reconstruction sweep."""
+
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -33,6 +34,7 @@ class CenterEstimate(NamedTuple):
         "at_edge": the estimate is within half a pixel of the search range's
         ends, so the axis may lie beyond it.
     """
+
     center: float
     confidence: float
     method: str
@@ -50,8 +52,16 @@ VO_RATIO = 1.0
 VO_DROP = 2
 
 
-def find_center(projections_or_sinogram, angles, *, method: str = "auto", row=None, search=None,
-                max_pairs: int = 8, ratio: float = VO_RATIO) -> CenterEstimate:
+def find_center(
+    projections_or_sinogram,
+    angles,
+    *,
+    method: str = "auto",
+    row=None,
+    search=None,
+    max_pairs: int = 8,
+    ratio: float = VO_RATIO,
+) -> CenterEstimate:
     """Estimate the rotation axis (centre of rotation) of a parallel-beam scan.
 
     Parameters
@@ -130,15 +140,18 @@ def find_center(projections_or_sinogram, angles, *, method: str = "auto", row=No
     if data.ndim == 2:
         data = data[:, None, :]
     elif data.ndim != 3:
-        raise ValueError("projections_or_sinogram: expected shape (n_angles, n_rows, n_cols) or "
-                         f"(n_angles, n_cols), got shape {data.shape}")
+        raise ValueError(
+            "projections_or_sinogram: expected shape (n_angles, n_rows, n_cols) or "
+            f"(n_angles, n_cols), got shape {data.shape}"
+        )
     n_angles, n_rows, n_cols = data.shape
     angles = finite_vector("angles", angles, length=n_angles)
     method = choice("method", method, ("auto", "pairs", "vo", "sweep"))
     ratio = finite_float("ratio", ratio)
     if not ratio > 0:
-        raise ValueError(f"ratio: expected the object's radius as a positive share of the detector's half "
-                         f"width, got {ratio!r}")
+        raise ValueError(
+            f"ratio: expected the object's radius as a positive share of the detector's half width, got {ratio!r}"
+        )
     lo, hi = _search_range(search, n_cols)
     data = select_rows(data, row, xp)
     pairs = _pairs(angles)
@@ -146,8 +159,9 @@ def find_center(projections_or_sinogram, angles, *, method: str = "auto", row=No
         method = _auto_method(data, angles, pairs, xp)
     if method == "pairs":
         if not pairs:
-            raise ValueError("method: 'pairs' needs two views 180 degrees apart "
-                             f"(within {PAIR_TOLERANCE} rad); the angles have none")
+            raise ValueError(
+                f"method: 'pairs' needs two views 180 degrees apart (within {PAIR_TOLERANCE} rad); the angles have none"
+            )
         est = _center_from_pairs(data, pairs, lo, hi, positive_int("max_pairs", max_pairs), xp)
     elif method == "vo":
         est = _center_vo(data.mean(axis=1, dtype=xp.float64), angles, lo, hi, ratio, VO_DROP, xp)
@@ -161,8 +175,9 @@ def find_center(projections_or_sinogram, angles, *, method: str = "auto", row=No
     return est._replace(confidence=est.confidence / 2) if at_edge else est
 
 
-def center_sweep(sinogram, angles, centers, *, metric: str = "negativity", filter: str = "ram-lak",
-                 det_spacing: float = 1.0):
+def center_sweep(
+    sinogram, angles, centers, *, metric: str = "negativity", filter: str = "ram-lak", det_spacing: float = 1.0
+):
     """Score trial centres by reconstructing one slice at each (lower score = better).
 
     Each centre ``c`` in ``centers`` gives ``leveret.fbp(sinogram,
@@ -232,7 +247,7 @@ def _pairs(angles):
     """(i, j) index pairs of views pi apart (mod 2 pi)."""
     out = []
     for i, a in enumerate(angles):
-        diff = np.abs(np.mod(angles - a, 2 * np.pi) - np.pi)       # |(a_j - a) - pi| mod 2 pi
+        diff = np.abs(np.mod(angles - a, 2 * np.pi) - np.pi)  # |(a_j - a) - pi| mod 2 pi
         j = int(np.argmin(np.where(np.arange(angles.size) > i, diff, np.inf))) if i + 1 < angles.size else -1
         if j > i and diff[j] <= PAIR_TOLERANCE:
             out.append((i, j))
@@ -245,15 +260,15 @@ def _center_from_pairs(data, pairs, lo, hi, max_pairs, xp):
         pick = np.unique(np.linspace(0, len(pairs) - 1, max_pairs).round().astype(int))
         pairs = [pairs[k] for k in pick]
     i, j = np.array(pairs).T
-    a = data[xp.asarray(i)].astype(xp.float64)                     # (P, R, C)
-    b = data[xp.asarray(j)][..., ::-1].astype(xp.float64)          # flipped partners
+    a = data[xp.asarray(i)].astype(xp.float64)  # (P, R, C)
+    b = data[xp.asarray(j)][..., ::-1].astype(xp.float64)  # flipped partners
     # Correlate the column derivatives: a constant background drops out, and zero
     # padding adds no edges at the detector ends that would pull the peak to lag 0.
     a = xp.diff(a, axis=-1)
     b = xp.diff(b, axis=-1)
     n_fft = 2 * n_cols
     # corr[m] = sum_c a(c + m) b(c); with b(c) = a(c + d) it peaks at m = d.
-    cross = xp.fft.rfft(a, n_fft) * xp.conj(xp.fft.rfft(b, n_fft))   # (P, R, F)
+    cross = xp.fft.rfft(a, n_fft) * xp.conj(xp.fft.rfft(b, n_fft))  # (P, R, F)
     corr = xp.fft.irfft(cross, n_fft)
     norm = xp.sqrt((a * a).sum(-1) * (b * b).sum(-1))
     keep = norm.reshape(-1) > 0
@@ -263,7 +278,7 @@ def _center_from_pairs(data, pairs, lo, hi, max_pairs, xp):
     if corr.shape[0] == 0:
         raise ValueError("projections_or_sinogram: the paired views are constant; no centre to find")
     shifts = xp.arange(n_fft)
-    shifts[shifts >= n_cols] -= n_fft                               # lag of each FFT bin
+    shifts[shifts >= n_cols] -= n_fft  # lag of each FFT bin
     d_lo, d_hi = 2 * lo - (n_cols - 1), 2 * hi - (n_cols - 1)
     allowed = (shifts >= np.floor(d_lo)) & (shifts <= np.ceil(d_hi))
     d = shifts[xp.argmax(xp.where(allowed, corr, -xp.inf), axis=1)].astype(xp.float64)
@@ -276,7 +291,7 @@ def _center_from_pairs(data, pairs, lo, hi, max_pairs, xp):
         w[-1] = 1.0
     for half, step in ((1.0, 0.05), (0.05, 0.002)):
         u = xp.arange(-half, half + step / 2, step)
-        lags = d[:, None] + u[None, :]                               # (N, U)
+        lags = d[:, None] + u[None, :]  # (N, U)
         phase = xp.exp(2j * np.pi / n_fft * lags[..., None] * freq)  # (N, U, F)
         values = (phase * (w * cross)[:, None, :]).real.sum(-1) / n_fft
         best = xp.argmax(values, axis=1)
@@ -288,10 +303,12 @@ def _center_from_pairs(data, pairs, lo, hi, max_pairs, xp):
     est = estimates[weights_ok] if weights_ok.any() else estimates
     center = float(np.median(est))
     spread = float(1.4826 * np.median(np.abs(est - center))) if est.size > 1 else 0.0
-    return CenterEstimate(center=center, confidence=float(np.clip(np.median(peak), 0, 1)),
-                          method="pairs",
-                          details={"spread": spread, "estimates": estimates, "peaks": peak,
-                                   "pairs": pairs})
+    return CenterEstimate(
+        center=center,
+        confidence=float(np.clip(np.median(peak), 0, 1)),
+        method="pairs",
+        details={"spread": spread, "estimates": estimates, "peaks": peak, "pairs": pairs},
+    )
 
 
 def _center_from_sweep(sino, angles, lo, hi):
@@ -304,22 +321,26 @@ def _center_from_sweep(sino, angles, lo, hi):
     s2 = center_sweep(sino, angles, fine)
     k = int(np.argmin(s2))
     center = float(fine[k])
-    if 0 < k < fine.size - 1:                                         # parabola through the minimum
+    if 0 < k < fine.size - 1:  # parabola through the minimum
         y0, y1, y2 = s2[k - 1], s2[k], s2[k + 1]
         den = y0 - 2 * y1 + y2
         if den > 0:
             center += float(np.clip(0.5 * (y0 - y2) / den, -0.5, 0.5)) * (fine[1] - fine[0])
     med = float(np.median(s1))
     conf = float(np.clip(1 - s2[k] / med, 0, 1)) if med > 0 else 0.0
-    return CenterEstimate(center=center, confidence=conf, method="sweep",
-                          details={"spread": float(fine[1] - fine[0]) if fine.size > 1 else 1.0,
-                                   "centers": np.concatenate([coarse, fine]),
-                                   "estimates": np.concatenate([s1, s2])})
-
+    return CenterEstimate(
+        center=center,
+        confidence=conf,
+        method="sweep",
+        details={
+            "spread": float(fine[1] - fine[0]) if fine.size > 1 else 1.0,
+            "centers": np.concatenate([coarse, fine]),
+            "estimates": np.concatenate([s1, s2]),
+        },
+    )
 
 
 # -- Vo et al. 2014: sinogram consistency in Fourier space -----------------------------------------
-
 
 
 def _center_vo(sino, angles, lo, hi, ratio, drop, xp):
@@ -334,12 +355,12 @@ def _center_vo(sino, angles, lo, hi, ratio, drop, xp):
     # R = ratio * n_cols / 2 has no energy: |m| > R omega (m: angular frequency, omega = 2 pi k / size),
     # |m| > drop, k >= 1; and k only up to where the allowed band |m| <= R omega reaches the angular
     # Nyquist limit n: beyond it too few views alias the object's own energy into the wedge.
-    slope = ratio * np.pi * n_cols / size                                    # R omega per k
+    slope = ratio * np.pi * n_cols / size  # R omega per k
     k_max = max(1, min(size // 2, int(n / slope)))
-    full = fft.rfft(a, size, axis=1)                                         # (n, size // 2 + 1)
-    share = _signal_share(full, xp)[:k_max + 1]
-    rows = full[:, :k_max + 1]                                               # (n, K)
-    spectrum_a = fft.fft(rows, 2 * n, axis=0)                                # (2n, K): [A; 0]
+    full = fft.rfft(a, size, axis=1)  # (n, size // 2 + 1)
+    share = _signal_share(full, xp)[: k_max + 1]
+    rows = full[:, : k_max + 1]  # (n, K)
+    spectrum_a = fft.fft(rows, 2 * n, axis=0)  # (2n, K): [A; 0]
     k = xp.arange(k_max + 1, dtype=xp.float32)
     m = xp.asarray(np.abs(np.fft.fftfreq(2 * n) * 2 * n).astype(np.float32))
     # The mirrored half-turn p(t + pi, c) = p(t, n_cols - 1 - c), before its shift, needs no FFT of
@@ -355,13 +376,13 @@ def _center_vo(sino, angles, lo, hi, ratio, drop, xp):
     # the magnitude of the two halves' there, so that weak and strong frequencies weigh more alike
     # (Vo et al. average magnitudes): the strongest, at low frequencies, carry the inconsistencies
     # of real data beyond the centre's (an object reaching out of the field of view, drifts).
-    energy = (spectrum_a.real ** 2 + spectrum_a.imag ** 2) + (spectrum_b.real ** 2 + spectrum_b.imag ** 2)
+    energy = (spectrum_a.real**2 + spectrum_a.imag**2) + (spectrum_b.real**2 + spectrum_b.imag**2)
     weight = wedge / xp.sqrt(energy + 1e-12 * float(energy.mean()) + 1e-30)
-    weight *= share[None, :]                                                 # less where noise dominates
+    weight *= share[None, :]  # less where noise dominates
     total = float((weight * energy).sum(dtype=xp.float64))
     if not total > 0:
         raise ValueError("projections_or_sinogram: the sinogram has no structure to find a centre from")
-    cross = (weight * xp.conj(spectrum_a) * spectrum_b).sum(axis=0, dtype=xp.complex128)   # (K,)
+    cross = (weight * xp.conj(spectrum_a) * spectrum_b).sum(axis=0, dtype=xp.complex128)  # (K,)
     # mismatch(d) = 1 + 2 Re sum_k cross[k] exp(-2 pi i k d / size) / total, d = 2 center - (n_cols - 1)
     whole = to_numpy(fft.fft(cross, size)).real
     d_lo, d_hi = 2 * lo - (n_cols - 1), 2 * hi - (n_cols - 1)
@@ -377,9 +398,12 @@ def _center_vo(sino, angles, lo, hi, ratio, drop, xp):
     center = (n_cols - 1 + d) / 2
     median = float(np.median(coarse))
     confidence = float(np.clip(1 - float(scores.min()) / median, 0, 1)) if median > 0 else 0.0
-    return CenterEstimate(center=center, confidence=confidence, method="vo",
-                          details={"spread": 0.005, "centers": (n_cols - 1 + lags) / 2, "estimates": coarse,
-                                   "views": int(n)})
+    return CenterEstimate(
+        center=center,
+        confidence=confidence,
+        method="vo",
+        details={"spread": 0.005, "centers": (n_cols - 1 + lags) / 2, "estimates": coarse, "views": int(n)},
+    )
 
 
 def _signal_share(rows, xp):
@@ -387,8 +411,8 @@ def _signal_share(rows, xp):
     ``max(0, 1 - noise / power(k))`` (a Wiener factor); the floor is the median power of the
     highest quarter of the frequencies of the whole row (white noise is flat; the object's
     spectrum falls off long before)."""
-    power = (rows.real ** 2 + rows.imag ** 2).mean(axis=0)
-    floor = float(xp.median(power[3 * power.shape[0] // 4:]))
+    power = (rows.real**2 + rows.imag**2).mean(axis=0)
+    floor = float(xp.median(power[3 * power.shape[0] // 4 :]))
     return xp.clip(1 - floor / xp.maximum(power, 1e-30), 0, 1).astype(xp.float32)
 
 
@@ -402,8 +426,10 @@ def _half_turn(angles):
     step = float(np.median(steps)) if steps.size else np.pi
     covered = float(rel[keep][-1]) + step if keep.size else 0.0
     if keep.size < 8 or covered < np.pi - 1.5 * step or (steps.size and steps.max() > 3 * step):
-        raise ValueError(f"method: 'vo' needs views over a half-turn (180 degrees in even steps); these "
-                         f"cover {np.degrees(covered):.1f} degrees of it with {keep.size} views")
+        raise ValueError(
+            f"method: 'vo' needs views over a half-turn (180 degrees in even steps); these "
+            f"cover {np.degrees(covered):.1f} degrees of it with {keep.size} views"
+        )
     return keep
 
 
@@ -439,6 +465,7 @@ def _auto_method(data, angles, pairs, xp) -> str:
 def _has_rings(sino, xp) -> bool:
     """Whether at least RING_COLUMNS columns of ``sino`` (n_angles, n_cols) are stripes (RING_Z)."""
     from ._common import ndimage_module
+
     if sino.shape[1] < 8 or sino.shape[0] < 8:
         return False
     deviation = sino - ndimage_module(xp).median_filter(sino, size=(1, 5), mode="reflect")

@@ -29,6 +29,7 @@ views, data that are constant) stays silent.
 
 References: Helgason (1965) and Ludwig (1966) for the moment conditions.
 """
+
 from __future__ import annotations
 
 import math
@@ -122,6 +123,7 @@ class Finding:
         A value that fits the data: the centre the mirrored views place, or
         the factor the angles fit when multiplied by.
     """
+
     check: str
     argument: str
     flag: str
@@ -140,8 +142,9 @@ class Finding:
         return f"{self.flag}: {self.message}; {self.cli_fix}"
 
 
-def check_consistency(projections, geometry, *, flats=None, darks=None, log_transform: bool = False,
-                      rows=None, checks=CHECKS) -> list[Finding]:
+def check_consistency(
+    projections, geometry, *, flats=None, darks=None, log_transform: bool = False, rows=None, checks=CHECKS
+) -> list[Finding]:
     """Check a parallel-beam scan's data against its geometry, cheaply; say what disagrees.
 
     Reads only the detector rows ``rows`` of ``projections`` (a lazy reader's
@@ -209,25 +212,24 @@ def check_consistency(projections, geometry, *, flats=None, darks=None, log_tran
     checks = tuple(choice("checks", c, CHECKS) for c in ((checks,) if isinstance(checks, str) else checks))
     shape = tuple(projections.shape)
     if shape != geometry.projection_shape:
-        raise ValueError(f"projections: expected shape {geometry.projection_shape} (the geometry's), "
-                         f"got {shape}")
+        raise ValueError(f"projections: expected shape {geometry.projection_shape} (the geometry's), got {shape}")
     raw, r0, r1 = _band(projections, rows)
     check_real("projections", raw)
-    flat, dark = (None if images is None else _field_rows(to_numpy(images), shape, r0, r1)
-                  for images in (flats, darks))
+    flat, dark = (None if images is None else _field_rows(to_numpy(images), shape, r0, r1) for images in (flats, darks))
     if (flat is None) != (dark is None):
         raise ValueError("flats: give flats and darks together, or neither")
     if raw.dtype.kind == "f" and not np.isfinite(raw).all():
-        return []          # not finite: the reconstruction's own checks say so
+        return []  # not finite: the reconstruction's own checks say so
     transmission = None
     if flat is not None:
         from .flatfield import normalize
+
         transmission = normalize(raw, flat, dark, require_valid=False)
     findings = _check_values(raw, transmission, log_transform) if "values" in checks else []
     if findings:
         return findings
     lines = _line_integrals(raw, transmission, log_transform)
-    sino = lines.mean(axis=1, dtype=np.float64)         # the rows share the axis: average them
+    sino = lines.mean(axis=1, dtype=np.float64)  # the rows share the axis: average them
     if not np.isfinite(sino).all():
         return findings
     if "mass" in checks:
@@ -282,7 +284,7 @@ VALUE_SAMPLES = 1 << 18
 
 def _sample(values: np.ndarray) -> np.ndarray:
     flat = values.reshape(-1)
-    return flat[::max(1, flat.size // VALUE_SAMPLES)].astype(np.float64)
+    return flat[:: max(1, flat.size // VALUE_SAMPLES)].astype(np.float64)
 
 
 def _edges(data: np.ndarray) -> np.ndarray:
@@ -305,59 +307,99 @@ def _edge_position(data: np.ndarray) -> tuple[float, float, float, float]:
 def _check_values(raw, transmission, log_transform) -> list[Finding]:
     position, edge, lo, hi = _edge_position(raw)
     if not math.isfinite(position):
-        return []                                   # constant rows: nothing to tell
+        return []  # constant rows: nothing to tell
     span = f"{lo:.3g} to {hi:.3g}"
     if transmission is not None:
         share = float(np.percentile(_sample(transmission), 99))
         if share < MIN_FLAT_SHARE:
-            return [Finding("normalised", "flats", "--flat/--dark",
-                            f"the projections (values {span}) reach at most {max(share, 0):.1%} of the flat "
-                            "field (above the dark), where the air outside a sample reaches about 100%: they "
-                            "are probably already "
-                            "normalised or line integrals, not raw counts of this detector",
-                            "leave out flats and darks for line integrals",
-                            "leave out --flat and --dark for line integrals", share, MIN_FLAT_SHARE)]
+            return [
+                Finding(
+                    "normalised",
+                    "flats",
+                    "--flat/--dark",
+                    f"the projections (values {span}) reach at most {max(share, 0):.1%} of the flat "
+                    "field (above the dark), where the air outside a sample reaches about 100%: they "
+                    "are probably already "
+                    "normalised or line integrals, not raw counts of this detector",
+                    "leave out flats and darks for line integrals",
+                    "leave out --flat and --dark for line integrals",
+                    share,
+                    MIN_FLAT_SHARE,
+                )
+            ]
         return []
     if log_transform:
         if position < DARK_EDGES:
-            return [Finding("log-of-line-integrals", "log_transform", "--minus-log",
-                            f"the projections (values {span}) are darkest outside the sample, as line "
-                            "integrals are; transmissions are brightest there",
-                            "leave out log_transform for line integrals",
-                            "leave out --minus-log for line integrals", position, DARK_EDGES)]
+            return [
+                Finding(
+                    "log-of-line-integrals",
+                    "log_transform",
+                    "--minus-log",
+                    f"the projections (values {span}) are darkest outside the sample, as line "
+                    "integrals are; transmissions are brightest there",
+                    "leave out log_transform for line integrals",
+                    "leave out --minus-log for line integrals",
+                    position,
+                    DARK_EDGES,
+                )
+            ]
         if hi > MAX_TRANSMISSION:
-            return [Finding("log-of-counts", "log_transform", "--minus-log",
-                            f"the projections hold values up to {hi:.5g}, not transmissions (at most about 1): "
-                            "they look like raw detector counts, whose -log is not a line integral",
-                            "normalise raw counts with flats and darks instead",
-                            "give --flat and --dark instead of --minus-log for raw counts", hi, MAX_TRANSMISSION)]
+            return [
+                Finding(
+                    "log-of-counts",
+                    "log_transform",
+                    "--minus-log",
+                    f"the projections hold values up to {hi:.5g}, not transmissions (at most about 1): "
+                    "they look like raw detector counts, whose -log is not a line integral",
+                    "normalise raw counts with flats and darks instead",
+                    "give --flat and --dark instead of --minus-log for raw counts",
+                    hi,
+                    MAX_TRANSMISSION,
+                )
+            ]
         return []
     if position > BRIGHT_EDGES and lo >= -0.01 * abs(hi):
         if edge >= COUNTS_LEVEL:
-            return [Finding("counts", "flats", "--flat/--dark",
-                            f"the projections look like raw detector counts (values {span}, brightest outside "
-                            "the sample), but they are reconstructed as line integrals",
-                            "normalise them with flats and darks (leveret.preprocess.normalize, minus_log)",
-                            "give --flat and --dark (or --minus-log if they are transmissions)", edge,
-                            COUNTS_LEVEL)]
+            return [
+                Finding(
+                    "counts",
+                    "flats",
+                    "--flat/--dark",
+                    f"the projections look like raw detector counts (values {span}, brightest outside "
+                    "the sample), but they are reconstructed as line integrals",
+                    "normalise them with flats and darks (leveret.preprocess.normalize, minus_log)",
+                    "give --flat and --dark (or --minus-log if they are transmissions)",
+                    edge,
+                    COUNTS_LEVEL,
+                )
+            ]
         if hi <= MAX_TRANSMISSION:
-            return [Finding("transmission", "log_transform", "--minus-log",
-                            f"the projections look like transmissions (values {span}, brightest outside the "
-                            "sample), but they are reconstructed as line integrals",
-                            "take their -log first (log_transform=True, or leveret.preprocess.minus_log)",
-                            "give --minus-log (or --flat and --dark if they are raw counts)", position,
-                            BRIGHT_EDGES)]
+            return [
+                Finding(
+                    "transmission",
+                    "log_transform",
+                    "--minus-log",
+                    f"the projections look like transmissions (values {span}, brightest outside the "
+                    "sample), but they are reconstructed as line integrals",
+                    "take their -log first (log_transform=True, or leveret.preprocess.minus_log)",
+                    "give --minus-log (or --flat and --dark if they are raw counts)",
+                    position,
+                    BRIGHT_EDGES,
+                )
+            ]
     return []
 
 
 def _line_integrals(raw, transmission, log_transform) -> np.ndarray:
     from .flatfield import minus_log
+
     if transmission is not None:
         return minus_log(transmission, out=transmission)
     return minus_log(raw) if log_transform else raw
 
 
 # -- mass (order 0) -------------------------------------------------------------------------------
+
 
 def _check_mass(sino: np.ndarray) -> list[Finding]:
     if sino.shape[0] < MIN_VIEWS:
@@ -369,26 +411,35 @@ def _check_mass(sino: np.ndarray) -> list[Finding]:
     variation = float(mass.std() / scale)
     if variation <= MASS_VARIATION:
         return []
-    return [Finding("mass", "projections", "input",
-                    f"the sum of a projection row over the detector varies by {variation:.0%} between the views, "
-                    "while a consistent parallel-beam scan keeps it constant (the slice's mass): the detector "
-                    "axes are probably swapped (rows for columns), or the sample reaches out of the field of view",
-                    "give projections as (n_angles, n_rows, n_cols), rows along the rotation axis",
-                    "store the projections as (n_angles, n_rows, n_cols), rows along the rotation axis "
-                    "(transpose each image)", variation, MASS_VARIATION)]
+    return [
+        Finding(
+            "mass",
+            "projections",
+            "input",
+            f"the sum of a projection row over the detector varies by {variation:.0%} between the views, "
+            "while a consistent parallel-beam scan keeps it constant (the slice's mass): the detector "
+            "axes are probably swapped (rows for columns), or the sample reaches out of the field of view",
+            "give projections as (n_angles, n_rows, n_cols), rows along the rotation axis",
+            "store the projections as (n_angles, n_rows, n_cols), rows along the rotation axis (transpose each image)",
+            variation,
+            MASS_VARIATION,
+        )
+    ]
 
 
 # -- angles (order 1, mirrored views) -------------------------------------------------------------
 
+
 @dataclass
 class _Verdict:
     """What the moments and the mirrored views say about a set of angles."""
-    moment: float | None        # centroid fit residual in noise levels (None: no verdict)
+
+    moment: float | None  # centroid fit residual in noise levels (None: no verdict)
     moment_failed: bool
-    mirror: float | None        # mirror mismatch statistic (None: no mirrored views)
+    mirror: float | None  # mirror mismatch statistic (None: no mirrored views)
     mirror_failed: bool
-    axis: float | None = None   # the axis the mirrored views place (pixels)
-    axis_gain: float = 1.0      # mismatch at the given centre / at the best shift
+    axis: float | None = None  # the axis the mirrored views place (pixels)
+    axis_gain: float = 1.0  # mismatch at the given centre / at the best shift
 
     @property
     def failed(self) -> bool:
@@ -419,6 +470,7 @@ class _Rows:
 
     def smooth(self, j: int) -> np.ndarray:
         from scipy.ndimage import gaussian_filter1d
+
         if j not in self._smooth:
             self._smooth[j] = gaussian_filter1d(self.sino[j], MIRROR_SMOOTHING)
         return self._smooth[j]
@@ -437,7 +489,7 @@ def _centroid_fit(rows: _Rows, angles, shifts) -> tuple[float | None, bool]:
         return None, False
     floor = 1e-9 * rows.sino.shape[1]
     if rows.spread <= max(MOMENT_NOISE * rows.noise, floor):
-        return None, False                      # the centroid does not move measurably: no verdict
+        return None, False  # the centroid does not move measurably: no verdict
     centroid = rows.centroid - shifts
     basis = np.stack([np.ones_like(angles), np.cos(angles), np.sin(angles)], axis=1)
     coef, *_ = np.linalg.lstsq(basis, centroid, rcond=None)
@@ -458,7 +510,7 @@ def _partners(angles: np.ndarray):
     if real.size < 2:
         return []
     step = float(np.median(real))
-    ext = np.concatenate([f[-2:] - 2 * np.pi, f, f[:2] + 2 * np.pi])   # wrapped around the circle
+    ext = np.concatenate([f[-2:] - 2 * np.pi, f, f[:2] + 2 * np.pi])  # wrapped around the circle
     ext_index = np.concatenate([order[-2:], order, order[:2]])
     targets = np.mod(angles - np.pi, 2 * np.pi)
     k = np.searchsorted(ext, targets)
@@ -469,8 +521,10 @@ def _partners(angles: np.ndarray):
     out = []
     for j in views:
         phi, c = targets[j], int(k[j])
-        near = sorted((c for c in (c - 2, c - 1, c, c + 1) if 0 <= c < ext.size and ext_index[c] != j),
-                      key=lambda c: abs(ext[c] - phi))
+        near = sorted(
+            (c for c in (c - 2, c - 1, c, c + 1) if 0 <= c < ext.size and ext_index[c] != j),
+            key=lambda c: abs(ext[c] - phi),
+        )
         c1 = near[0]
         if abs(ext[c1] - phi) <= 1e-6 * step or len(near) < 2:
             out.append((int(j), int(ext_index[c1]), 1.0, int(ext_index[c1]), 0.0))
@@ -495,7 +549,7 @@ def _mirrors(rows: _Rows, angles, center, shifts):
     cols = np.arange(n_cols, dtype=np.float64)
     for j, i1, w1, i2, w2 in pairs:
         view = rows.smooth(j)
-        flipped = (w1 * rows.smooth(i1) + w2 * rows.smooth(i2))[::-1]    # flipped(c) = partner(n_cols - 1 - c)
+        flipped = (w1 * rows.smooth(i1) + w2 * rows.smooth(i2))[::-1]  # flipped(c) = partner(n_cols - 1 - c)
         # view(c) = flipped(c - d) with d = 2 center + a_j + a_partner - (n_cols - 1), a: the axis shifts
         shift = shifts[j] + w1 * shifts[i1] + w2 * shifts[i2]
         d_given = 2 * center + shift - (n_cols - 1)
@@ -552,10 +606,13 @@ def _angle_finding(rows: _Rows, angles, center, shifts, verdict: _Verdict) -> Fi
     """The angles finding, naming the scaling of the angles that fits, if one does."""
     value = verdict.moment if verdict.moment_failed else verdict.mirror
     limit = MOMENT_NOISE if verdict.moment_failed else MIRROR_LIMIT
-    how = ("the projections' centroid does not follow a sinusoid of the angles (the Helgason-Ludwig "
-           f"condition; {value:.3g} noise levels off)" if verdict.moment_failed else
-           f"views half a turn apart do not mirror each other ({value:.3g} times the difference of neighbouring "
-           "views)")
+    how = (
+        "the projections' centroid does not follow a sinusoid of the angles (the Helgason-Ludwig "
+        f"condition; {value:.3g} noise levels off)"
+        if verdict.moment_failed
+        else f"views half a turn apart do not mirror each other ({value:.3g} times the difference of neighbouring "
+        "views)"
+    )
     span = float(np.degrees(np.ptp(angles)))
     for factor, meaning in ALTERNATIVES:
         alt = _angles_verdict(rows, angles * factor, center, shifts)
@@ -565,25 +622,52 @@ def _angle_finding(rows: _Rows, angles, center, shifts, verdict: _Verdict) -> Fi
             fits = span * factor
             guess = ""
             if abs(fits - 180) <= 5 or abs(fits - 360) <= 5:
-                guess = (f": a {round(fits / 180) * 180}-degree scan given as "
-                         f"{round(span / 180) * 180} degrees?")
-            return Finding("angles", "angles", "--angles",
-                           f"{how}; they fit the angles {'halved' if factor < 1 else 'doubled'} (a range of "
-                           f"{fits:.4g} degrees, not {span:.4g}){guess}",
-                           "give the angles the views were taken at", "check the range of --angles (stop - start)",
-                           value, limit, factor)
+                guess = f": a {round(fits / 180) * 180}-degree scan given as {round(span / 180) * 180} degrees?"
+            return Finding(
+                "angles",
+                "angles",
+                "--angles",
+                f"{how}; they fit the angles {'halved' if factor < 1 else 'doubled'} (a range of "
+                f"{fits:.4g} degrees, not {span:.4g}){guess}",
+                "give the angles the views were taken at",
+                "check the range of --angles (stop - start)",
+                value,
+                limit,
+                factor,
+            )
         if meaning == "degrees":
-            return Finding("angles", "angles", "--angle-unit",
-                           f"{how}; they fit the angles read as degrees: the angles are degrees, read as radians",
-                           "convert degrees to radians (numpy.radians)", "give --angle-unit degree",
-                           value, limit, factor)
-        return Finding("angles", "angles", "--angle-unit",
-                       f"{how}; they fit the angles read as radians: the angles are radians, read as degrees",
-                       "give the angles in radians, converted once", "give --angle-unit radian",
-                       value, limit, factor)
-    return Finding("angles", "angles", "--angles", f"{how}: the angles (their range, unit or order) are probably "
-                   "not those of the views", "give the angles the views were taken at, in radians",
-                   "check --angles and --angle-unit", value, limit)
+            return Finding(
+                "angles",
+                "angles",
+                "--angle-unit",
+                f"{how}; they fit the angles read as degrees: the angles are degrees, read as radians",
+                "convert degrees to radians (numpy.radians)",
+                "give --angle-unit degree",
+                value,
+                limit,
+                factor,
+            )
+        return Finding(
+            "angles",
+            "angles",
+            "--angle-unit",
+            f"{how}; they fit the angles read as radians: the angles are radians, read as degrees",
+            "give the angles in radians, converted once",
+            "give --angle-unit radian",
+            value,
+            limit,
+            factor,
+        )
+    return Finding(
+        "angles",
+        "angles",
+        "--angles",
+        f"{how}: the angles (their range, unit or order) are probably not those of the views",
+        "give the angles the views were taken at, in radians",
+        "check --angles and --angle-unit",
+        value,
+        limit,
+    )
 
 
 def _check_center(verdict: _Verdict, center: float) -> list[Finding]:
@@ -592,9 +676,18 @@ def _check_center(verdict: _Verdict, center: float) -> list[Finding]:
     off = abs(verdict.axis - center)
     if off <= CENTER_TOLERANCE or verdict.axis_gain < 2:
         return []
-    return [Finding("center", "center", "--center",
-                    f"views half a turn apart mirror each other about column {verdict.axis:.1f}, not about the "
-                    f"centre {center:.4g} ({off:.1f} pixels away): the rotation axis is probably near "
-                    f"{verdict.axis:.1f}",
-                    f"give center={verdict.axis:.1f} or estimate it (leveret.preprocess.find_center)",
-                    f"give --center {verdict.axis:.1f}, or --center auto", off, CENTER_TOLERANCE, verdict.axis)]
+    return [
+        Finding(
+            "center",
+            "center",
+            "--center",
+            f"views half a turn apart mirror each other about column {verdict.axis:.1f}, not about the "
+            f"centre {center:.4g} ({off:.1f} pixels away): the rotation axis is probably near "
+            f"{verdict.axis:.1f}",
+            f"give center={verdict.axis:.1f} or estimate it (leveret.preprocess.find_center)",
+            f"give --center {verdict.axis:.1f}, or --center auto",
+            off,
+            CENTER_TOLERANCE,
+            verdict.axis,
+        )
+    ]

@@ -1,5 +1,6 @@
 """Flat/dark-field normalisation and the minus-log transform, and the checks of
 flats and darks before a run."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -53,7 +54,8 @@ def normalize(projections, flats, darks, *, out=None, require_valid: bool = True
     if projections.ndim not in (2, 3):
         raise ValueError(
             "projections: expected shape (n_angles, n_rows, n_cols) or (n_angles, n_cols), "
-            f"got shape {projections.shape}")
+            f"got shape {projections.shape}"
+        )
     image_shape = projections.shape[1:]
     flat = average_fields("flats", flats, image_shape, xp)
     dark = average_fields("darks", darks, image_shape, xp)
@@ -62,9 +64,11 @@ def normalize(projections, flats, darks, *, out=None, require_valid: bool = True
     denom = flat - dark
     valid = denom > 0  # False for NaN too
     if require_valid and not bool(valid.any()):
-        raise ValueError("flats: the flat field is nowhere brighter than the dark field (or not finite) "
-                         "in these detector rows: every projection would become zero attenuation; "
-                         "check that --flat and --dark are not swapped")
+        raise ValueError(
+            "flats: the flat field is nowhere brighter than the dark field (or not finite) "
+            "in these detector rows: every projection would become zero attenuation; "
+            "check that --flat and --dark are not swapped"
+        )
     denom[~valid] = 1  # any positive value: these pixels are overwritten below
     out[...] = projections  # cast to float32 (a no-op when computing in place)
     out -= dark
@@ -127,21 +131,24 @@ def check_flats_darks(flats, darks, image_shape):
     for name, images in (("flats", flats), ("darks", darks)):
         images = np.asarray(images)
         check_real(name, images)
-        if images.shape != image_shape and images.shape[-len(image_shape):] != image_shape:
-            raise ValueError(f"{name}: expected one image of shape {image_shape} or a stack (k, "
-                             f"{', '.join(map(str, image_shape))}) matching the projections' rows and "
-                             f"columns, got shape {images.shape}")
+        if images.shape != image_shape and images.shape[-len(image_shape) :] != image_shape:
+            raise ValueError(
+                f"{name}: expected one image of shape {image_shape} or a stack (k, "
+                f"{', '.join(map(str, image_shape))}) matching the projections' rows and "
+                f"columns, got shape {images.shape}"
+            )
         bad = ~np.isfinite(images)
         if bad.any():
-            raise ValueError(f"{name}: expected finite values, got {int(bad.sum())} NaN/Inf value(s) of "
-                             f"{images.size}")
+            raise ValueError(f"{name}: expected finite values, got {int(bad.sum())} NaN/Inf value(s) of {images.size}")
         out.append(images)
     flat = average_fields("flats", out[0], image_shape, np)
     dark = average_fields("darks", out[1], image_shape, np)
     share = float(np.mean(flat <= dark))
     if share > MAX_BAD_FLAT_SHARE:
-        raise ValueError(f"flats: the flat field is not brighter than the dark field in {share:.0%} of the "
-                         "detector pixels; check that --flat and --dark are not swapped")
+        raise ValueError(
+            f"flats: the flat field is not brighter than the dark field in {share:.0%} of the "
+            "detector pixels; check that --flat and --dark are not swapped"
+        )
     return out[0], out[1]
 
 
@@ -161,7 +168,8 @@ def sinogram_fields(name: str, images, n_cols: int) -> np.ndarray:
         return images[:, None, :]
     if images.ndim == 3 and images.shape[1:] == (1, n_cols):
         return images
-    raise ValueError(f"{name}: the input is one sinogram with {n_cols} columns, so give the {name} of its "
-                     f"detector row, shape ({n_cols},) (for example image[row]) or a stack (k, 1, {n_cols}); "
-                     f"got shape {images.shape}, whose rows would all be averaged")
-
+    raise ValueError(
+        f"{name}: the input is one sinogram with {n_cols} columns, so give the {name} of its "
+        f"detector row, shape ({n_cols},) (for example image[row]) or a stack (k, 1, {n_cols}); "
+        f"got shape {images.shape}, whose rows would all be averaged"
+    )

@@ -1,5 +1,6 @@
 """Single-distance phase retrieval (Paganin et al. 2002, and its generalised
 form of Paganin et al. 2020) for propagation-based phase-contrast scans."""
+
 from __future__ import annotations
 
 import math
@@ -31,8 +32,19 @@ def wavelength(energy: float) -> float:
     return HC_KEV_M / _energy(energy)
 
 
-def retrieve_phase(transmission, *, energy, distance, pixel_size, delta_beta, pad: bool = True,
-                   method: str = "paganin", width=None, min_transmission: float = 1e-6, out=None):
+def retrieve_phase(
+    transmission,
+    *,
+    energy,
+    distance,
+    pixel_size,
+    delta_beta,
+    pad: bool = True,
+    method: str = "paganin",
+    width=None,
+    min_transmission: float = 1e-6,
+    out=None,
+):
     """Line integrals from the transmission of a single-material (or constant
     delta/beta) object, by single-distance phase retrieval.
 
@@ -109,8 +121,10 @@ def retrieve_phase(transmission, *, energy, distance, pixel_size, delta_beta, pa
     t = xp.asarray(transmission)
     check_real("transmission", t)
     if t.ndim != 3:
-        raise ValueError("transmission: expected projections (n_angles, n_rows, n_cols), each filtered over its "
-                         f"rows and columns, got shape {t.shape}; give one image as image[None]")
+        raise ValueError(
+            "transmission: expected projections (n_angles, n_rows, n_cols), each filtered over its "
+            f"rows and columns, got shape {t.shape}; give one image as image[None]"
+        )
     method = choice("method", method, ("paganin", "generalized"))
     a = _filter_area(energy, distance, pixel_size, delta_beta)
     w = pixel_size if width is None else _width(width)
@@ -126,11 +140,10 @@ def retrieve_phase(transmission, *, energy, distance, pixel_size, delta_beta, pa
     r0, c0 = (shape[0] - n_rows) // 2, (shape[1] - n_cols) // 2
     for v0 in range(0, n_angles, chunk):
         v1 = min(v0 + chunk, n_angles)
-        b = buf[:v1 - v0]
+        b = buf[: v1 - v0]
         _pad_edges(b, t[v0:v1], r0, c0)
         filtered = fft.irfft2(fft.rfft2(b) * h, s=shape)
-        minus_log(filtered[:, r0:r0 + n_rows, c0:c0 + n_cols], min_transmission=min_transmission,
-                  out=out[v0:v1])
+        minus_log(filtered[:, r0 : r0 + n_rows, c0 : c0 + n_cols], min_transmission=min_transmission, out=out[v0:v1])
     return out
 
 
@@ -171,8 +184,10 @@ def _filter_area(energy, distance, pixel_size, delta_beta) -> float:
     lam = wavelength(energy)
     distance = finite_float("distance", distance)
     if not 0 <= distance < DISTANCE_MAX_M:
-        raise ValueError(f"distance: expected a sample-detector distance in metres, >= 0 and below "
-                         f"{DISTANCE_MAX_M:g}, got {distance!r}")
+        raise ValueError(
+            f"distance: expected a sample-detector distance in metres, >= 0 and below "
+            f"{DISTANCE_MAX_M:g}, got {distance!r}"
+        )
     _pixel_size(pixel_size)
     delta_beta = finite_float("delta_beta", delta_beta)
     if not delta_beta > 0:
@@ -203,12 +218,12 @@ def _within(name, value, bounds, what, hint="") -> float:
 
 def _filter(shape, pixel_size, area, method, width, xp):
     """The filter on the rfft2 grid of ``shape`` (float64)."""
-    ky = 2 * np.pi * xp.fft.fftfreq(shape[0], d=pixel_size)[:, None]      # radians per metre
+    ky = 2 * np.pi * xp.fft.fftfreq(shape[0], d=pixel_size)[:, None]  # radians per metre
     kx = 2 * np.pi * xp.fft.rfftfreq(shape[1], d=pixel_size)[None, :]
     if method == "paganin":
         k2 = ky * ky + kx * kx
     else:
-        k2 = (2 / width ** 2) * (2 - xp.cos(width * kx) - xp.cos(width * ky))
+        k2 = (2 / width**2) * (2 - xp.cos(width * kx) - xp.cos(width * ky))
     return 1 / (1 + area * k2)
 
 
@@ -217,8 +232,7 @@ def _pad_edges(buf, images, r0: int, c0: int) -> None:
     n_rows, n_cols = images.shape[1:]
     r1, c1 = r0 + n_rows, c0 + n_cols
     buf[:, r0:r1, c0:c1] = images
-    buf[:, :r0, c0:c1] = buf[:, r0:r0 + 1, c0:c1]
-    buf[:, r1:, c0:c1] = buf[:, r1 - 1:r1, c0:c1]
-    buf[:, :, :c0] = buf[:, :, c0:c0 + 1]
-    buf[:, :, c1:] = buf[:, :, c1 - 1:c1]
-
+    buf[:, :r0, c0:c1] = buf[:, r0 : r0 + 1, c0:c1]
+    buf[:, r1:, c0:c1] = buf[:, r1 - 1 : r1, c0:c1]
+    buf[:, :, :c0] = buf[:, :, c0 : c0 + 1]
+    buf[:, :, c1:] = buf[:, :, c1 - 1 : c1]

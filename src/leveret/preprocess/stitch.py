@@ -10,6 +10,7 @@ half of the object), and the mirrored view at ``t + pi`` covers the right
 half; both see the ``2 (n_cols - 1 - center) + 1`` columns around the axis
 (the overlap).
 """
+
 from __future__ import annotations
 
 import math
@@ -43,6 +44,7 @@ class Center360(NamedTuple):
         "mismatch": the mismatch over the trial lags, "lags" (in columns,
         ``2 center - (n_cols - 1)``), "pairs": the view index pairs used.
     """
+
     center: float
     side: str
     overlap: float
@@ -63,6 +65,7 @@ class HalfAcquisition(NamedTuple):
     overlap : tuple of int
         The first and last stitched column where both views contribute.
     """
+
     projections: object
     angles: np.ndarray
     center: float
@@ -118,7 +121,7 @@ def half_acquisition(projections, angles, center):
     w = xp.asarray(layout.opposite_weight, dtype=dtype)[:, None, None]
     opposite = (1 - w) * data[xp.asarray(layout.opposite[0])] + w * data[xp.asarray(layout.opposite[1])]
     out = xp.asarray(layout.weights[0], dtype=dtype) * direct[..., xp.asarray(layout.columns[0])]
-    for k in (1, 2):                                          # the mirrored view, between two columns
+    for k in (1, 2):  # the mirrored view, between two columns
         out += xp.asarray(layout.weights[k], dtype=dtype) * opposite[..., xp.asarray(layout.columns[k])]
     out = xp.ascontiguousarray(out[:, 0] if sinogram else out)
     return HalfAcquisition(projections=out, angles=layout.angles, center=layout.center, overlap=layout.overlap)
@@ -145,6 +148,7 @@ class HalfAcquisitionLayout(NamedTuple):
         Stitched column ``j`` is ``weights[0][j] * view[columns[0][j]] + weights[1][j] *
         mirrored[columns[1][j]] + weights[2][j] * mirrored[columns[2][j]]``.
     """
+
     angles: np.ndarray
     width: int
     center: float
@@ -168,15 +172,16 @@ def half_acquisition_layout(angles, n_cols: int, center, *, n_angles: int | None
     angles = finite_vector("angles", angles, length=n_angles)
     c = finite_float("center", center)
     if not 0 <= c <= n_cols - 1:
-        raise ValueError(f"center: expected the rotation axis inside the detector, a column in "
-                         f"[0, {n_cols - 1}], got {center!r}")
+        raise ValueError(
+            f"center: expected the rotation axis inside the detector, a column in [0, {n_cols - 1}], got {center!r}"
+        )
     first, (i0, i1, w) = _opposite_views(angles)
-    shift = max(0, math.floor(n_cols - 1 - 2 * c))                             # columns added on the left
+    shift = max(0, math.floor(n_cols - 1 - 2 * c))  # columns added on the left
     width = shift + max(n_cols, math.floor(2 * c) + 1)
     new_center = c + shift
     j = np.arange(width, dtype=np.float64)
-    col_direct = j - shift                                                     # s = j - new_center
-    col_opposite = c + new_center - j                                          # p(t + pi, c - s)
+    col_direct = j - shift  # s = j - new_center
+    col_opposite = c + new_center - j  # p(t + pi, c - s)
     in_direct = (col_direct >= 0) & (col_direct <= n_cols - 1)
     in_opposite = (col_opposite >= -1e-9) & (col_opposite <= n_cols - 1 + 1e-9)
     both = in_direct & in_opposite
@@ -184,8 +189,8 @@ def half_acquisition_layout(angles, n_cols: int, center, *, n_angles: int | None
     # weight of the direct view: 1 where only it sees, falling to 0 at its own edge in the overlap
     weight = in_direct.astype(np.float64)
     if hi > lo:
-        ramp = (j[lo:hi + 1] - lo) / (hi - lo)
-        weight[lo:hi + 1] = 1 - ramp if shift == 0 else ramp
+        ramp = (j[lo : hi + 1] - lo) / (hi - lo)
+        weight[lo : hi + 1] = 1 - ramp if shift == 0 else ramp
     elif hi == lo >= 0:
         weight[lo] = 0.5
     base = np.clip(np.floor(col_opposite), 0, n_cols - 1).astype(np.int64)
@@ -194,14 +199,21 @@ def half_acquisition_layout(angles, n_cols: int, center, *, n_angles: int | None
     result_angles = angles[first].copy()
     result_angles.setflags(write=False)
     return HalfAcquisitionLayout(
-        angles=result_angles, width=width, center=new_center, overlap=(lo, hi), views=first,
-        opposite=(i0, i1), opposite_weight=w,
+        angles=result_angles,
+        width=width,
+        center=new_center,
+        overlap=(lo, hi),
+        views=first,
+        opposite=(i0, i1),
+        opposite_weight=w,
         columns=(np.clip(col_direct, 0, n_cols - 1).astype(np.int64), base, np.minimum(base + 1, n_cols - 1)),
-        weights=(weight, (1 - frac) * mirrored, frac * mirrored))
+        weights=(weight, (1 - frac) * mirrored, frac * mirrored),
+    )
 
 
-def find_center_360(projections_or_sinogram, angles, *, row=None, min_overlap: int | None = None,
-                    max_pairs: int = 16) -> Center360:
+def find_center_360(
+    projections_or_sinogram, angles, *, row=None, min_overlap: int | None = None, max_pairs: int = 16
+) -> Center360:
     """Find the rotation axis of a 360-degree scan, the overlap and the side, from the data.
 
     Each view ``p(t)`` is compared with its opposite ``q``, the view at ``t +
@@ -241,8 +253,9 @@ def find_center_360(projections_or_sinogram, angles, *, row=None, min_overlap: i
     if not 2 <= min_overlap <= n_cols:
         raise ValueError(f"min_overlap: expected 2 to {n_cols} columns, got {min_overlap}")
     first, (i0, i1, w) = _opposite_views(angles, name="angles")
-    pick = np.unique(np.linspace(0, first.size - 1, min(positive_int("max_pairs", max_pairs), first.size))
-                     .round().astype(int))
+    pick = np.unique(
+        np.linspace(0, first.size - 1, min(positive_int("max_pairs", max_pairs), first.size)).round().astype(int)
+    )
     a = data[xp.asarray(first[pick])].astype(xp.float64)
     wk = xp.asarray(w[pick])[:, None, None]
     b = ((1 - wk) * data[xp.asarray(i0[pick])] + wk * data[xp.asarray(i1[pick])]).astype(xp.float64)
@@ -250,17 +263,20 @@ def find_center_360(projections_or_sinogram, angles, *, row=None, min_overlap: i
     k = int(np.argmin(mismatch))
     d = float(lags[k])
     if 0 < k < lags.size - 1:
-        y0, y1, y2 = mismatch[k - 1:k + 2]
+        y0, y1, y2 = mismatch[k - 1 : k + 2]
         den = y0 - 2 * y1 + y2
         if den > 0:
             d += float(np.clip(0.5 * (y0 - y2) / den, -0.5, 0.5))
     center = (n_cols - 1 + d) / 2
     side = "right" if center >= (n_cols - 1) / 2 else "left"
     overlap = 2 * min(center, n_cols - 1 - center) + 1
-    return Center360(center=center, side=side, overlap=overlap,
-                     confidence=float(np.clip(1 - mismatch[k], 0, 1)),
-                     details={"mismatch": mismatch, "lags": lags,
-                              "pairs": list(zip(first[pick].tolist(), i0[pick].tolist()))})
+    return Center360(
+        center=center,
+        side=side,
+        overlap=overlap,
+        confidence=float(np.clip(1 - mismatch[k], 0, 1)),
+        details={"mismatch": mismatch, "lags": lags, "pairs": list(zip(first[pick].tolist(), i0[pick].tolist()))},
+    )
 
 
 def _stack(name, arr):
@@ -287,10 +303,12 @@ def _opposite_views(angles, name="angles"):
     hi_rel = np.where(hi < sorted_rel.size, sorted_rel[np.minimum(hi, sorted_rel.size - 1)], sorted_rel[0] + two_pi)
     gap = hi_rel - lo_rel
     if not step > 0 or np.any(gap > MAX_GAP_STEPS * step + 1e-9) or span < np.pi + step:
-        raise ValueError(f"{name}: expected a 360-degree scan, every view's opposite (180 degrees later) "
-                         f"within {MAX_GAP_STEPS:g} angular steps of views; these angles span "
-                         f"{np.degrees(span):.1f} degrees in steps of about {np.degrees(step):.3g} "
-                         "(a 180-degree scan needs no stitching)")
+        raise ValueError(
+            f"{name}: expected a 360-degree scan, every view's opposite (180 degrees later) "
+            f"within {MAX_GAP_STEPS:g} angular steps of views; these angles span "
+            f"{np.degrees(span):.1f} degrees in steps of about {np.degrees(step):.3g} "
+            "(a 180-degree scan needs no stitching)"
+        )
     i0 = order[np.where(hi > 0, hi - 1, sorted_rel.size - 1)]
     i1 = order[np.where(hi < sorted_rel.size, hi, 0) % sorted_rel.size]
     w = np.where(gap > 0, (target - lo_rel) / np.where(gap > 0, gap, 1), 0.0)
@@ -309,7 +327,7 @@ def _mismatch(a, b, min_overlap, xp):
     cross = cross.reshape(-1, n_fft).sum(axis=0)
     a2 = (a * a).reshape(-1, n).sum(axis=0)
     b2 = (b * b).reshape(-1, n).sum(axis=0)
-    ca = xp.concatenate([xp.zeros(1, a2.dtype), xp.cumsum(a2)])            # ca[k] = sum a2[:k]
+    ca = xp.concatenate([xp.zeros(1, a2.dtype), xp.cumsum(a2)])  # ca[k] = sum a2[:k]
     cb = xp.concatenate([xp.zeros(1, b2.dtype), xp.cumsum(b2)])
     lags = np.arange(-(n - min_overlap), n - min_overlap + 1)
     m = xp.asarray(lags)

@@ -6,6 +6,7 @@ NumPy or CuPy: no loop over rows. Sorting each column along the angles, the
 costly step of the sorting-based methods, runs as one CUDA kernel for the
 whole stack on the GPU (:mod:`leveret.cuda.sort_columns`).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -33,9 +34,18 @@ FULL_MEDIAN_SHARE = 0.125
 MEDIAN_VALUES = 1 << 24
 
 
-def remove_stripes(sinogram_or_projections, *, method: str = "sort", size: int | None = None,
-                   snr: float = 3.0, large_size: int = LARGE_SIZE, drop_ratio: float = 0.1,
-                   wavelet: str = "db5", level: int | None = None, sigma: float = 2.0):
+def remove_stripes(
+    sinogram_or_projections,
+    *,
+    method: str = "sort",
+    size: int | None = None,
+    snr: float = 3.0,
+    large_size: int = LARGE_SIZE,
+    drop_ratio: float = 0.1,
+    wavelet: str = "db5",
+    level: int | None = None,
+    sigma: float = 2.0,
+):
     """Suppress stripes in sinograms (ring artefacts in the reconstruction).
 
     Stripes are columns whose response is off by a (possibly angle- or
@@ -106,7 +116,7 @@ def remove_stripes(sinogram_or_projections, *, method: str = "sort", size: int |
     """
     xp, x = projection_like("sinogram_or_projections", sinogram_or_projections)
     method = choice("method", method, ("sort", "mean", "all", "wavelet-fft"))
-    x = x.astype(xp.float64 if x.dtype == xp.float64 else xp.float32)     # a copy: the input stays intact
+    x = x.astype(xp.float64 if x.dtype == xp.float64 else xp.float32)  # a copy: the input stays intact
     stack = x if x.ndim == 3 else x[:, None, :]
     if method == "wavelet-fft":
         out = _wavelet_fft(stack, wavelet, level, sigma, xp)
@@ -151,8 +161,7 @@ def remove_dead_stripes(sinogram_or_projections, *, snr: float = 3.0, size: int 
     return out if x.ndim == 3 else out[:, 0, :]
 
 
-def remove_large_stripes(sinogram_or_projections, *, snr: float = 3.0, size: int = LARGE_SIZE,
-                         drop_ratio: float = 0.1):
+def remove_large_stripes(sinogram_or_projections, *, snr: float = 3.0, size: int = LARGE_SIZE, drop_ratio: float = 0.1):
     """Remove large (wide) stripes (Vo et al. 2018, the second step of
     ``remove_stripes(method="all")``).
 
@@ -194,6 +203,7 @@ def detect_stripes(profile, snr: float = 3.0):
     array of bool, (n_rows, n_cols)
     """
     from .._validate import array_module
+
     xp = array_module(profile)
     profile = xp.asarray(profile)
     n = profile.shape[-1]
@@ -206,10 +216,10 @@ def detect_stripes(profile, snr: float = 3.0):
     xc = x - x.mean()
     y = s[..., lo:hi]
     slope = (y * xp.asarray(xc)).sum(axis=-1) / float((xc * xc).sum())
-    start = y.mean(axis=-1) - slope * x.mean()                     # the line at sorted index 0
+    start = y.mean(axis=-1) - slope * x.mean()  # the line at sorted index 0
     end = start + slope * (n - 1)
     scale = xp.abs(s).max(axis=-1)
-    noise = xp.maximum(end - start, 1e-6 * scale + 1e-30)          # sorted: the slope is >= 0
+    noise = xp.maximum(end - start, 1e-6 * scale + 1e-30)  # sorted: the slope is >= 0
     upper = (s[..., -1] - end) / noise >= snr
     lower = (start - s[..., 0]) / noise >= snr
     p = profile.astype(xp.float64)
@@ -232,11 +242,12 @@ def median_across_columns(x, size: int, xp):
     out = np.empty_like(rows)
     batch = max(1, MEDIAN_VALUES // (size * rows.shape[1]))
     for r0 in range(0, rows.shape[0], batch):
-        out[r0:r0 + batch] = np.partition(windows[r0:r0 + batch], half, axis=-1)[..., half]
+        out[r0 : r0 + batch] = np.partition(windows[r0 : r0 + batch], half, axis=-1)[..., half]
     return out.reshape(x.shape)
 
 
 # -- sorting along the angles ------------------------------------------------------------------
+
 
 def sort_angles(stack, xp):
     """``(sorted, order)``: every column of ``stack`` (n_angles, ...) sorted along
@@ -250,6 +261,7 @@ def sort_angles(stack, xp):
     stack = xp.ascontiguousarray(stack)
     if stack.dtype == xp.float32:
         from ..cuda.sort_columns import sort_columns
+
         return sort_columns(stack)
     order = xp.argsort(stack, axis=0, kind="stable")
     return xp.take_along_axis(stack, order, axis=0), order
@@ -265,6 +277,7 @@ def unsort_angles(values, order, xp):
     out = xp.empty_like(values)
     if values.dtype == xp.float32 and order.dtype == xp.int32:
         from ..cuda.sort_columns import unsort_columns
+
         return unsort_columns(values, order, out)
     n_columns = values.size // values.shape[0]
     flat = order.reshape(values.shape[0], -1) * n_columns + xp.arange(n_columns)
@@ -273,6 +286,7 @@ def unsort_angles(values, order, xp):
 
 
 # -- the steps of "all" ------------------------------------------------------------------------
+
 
 def _stripe_args(snr, size, drop_ratio, size_name="large_size"):
     snr = finite_float("snr", snr)
@@ -298,7 +312,7 @@ def _widen(mask, xp):
 def _dead_columns(stack, snr, size, xp):
     ndi = ndimage_module(xp)
     smooth = ndi.uniform_filter1d(stack, DEAD_WINDOW, axis=0, mode="reflect")
-    fluctuation = xp.abs(stack - smooth).sum(axis=0, dtype=xp.float64)        # (n_rows, n_cols)
+    fluctuation = xp.abs(stack - smooth).sum(axis=0, dtype=xp.float64)  # (n_rows, n_cols)
     background = median_across_columns(fluctuation, size, xp)
     tiny = 1e-6 * fluctuation.max(axis=-1, keepdims=True) + 1e-30
     # columns in a flat neighbourhood (no fluctuation anywhere: outside the beam, noise-free data) are kept
@@ -317,9 +331,9 @@ def _interpolate_columns(stack, mask, xp):
     good = ~mask
     # the good columns of each row first, in order: column k of `listed` is the row's k-th good column
     listed = xp.argsort(xp.where(good, 0, n_cols) + xp.arange(n_cols), axis=1)
-    rank = xp.cumsum(good, axis=1)                                           # good columns <= c
+    rank = xp.cumsum(good, axis=1)  # good columns <= c
     n_good = rank[:, -1]
-    k = rank[rows, cols]                                                     # the next good one's rank
+    k = rank[rows, cols]  # the next good one's rank
     has_left, has_right = k > 0, k < n_good[rows]
     left = listed[rows, xp.maximum(k - 1, 0)]
     right = listed[rows, xp.minimum(k, xp.maximum(n_good[rows] - 1, 0))]
@@ -336,11 +350,11 @@ def _remove_large_sorted(ordered, snr, size, drop_ratio, xp):
     """The large-stripe step on sorted columns, in place (see :func:`remove_large_stripes`)."""
     n_angles = ordered.shape[0]
     drop = int(0.5 * drop_ratio * n_angles)
-    middle = ordered[drop:n_angles - drop]
+    middle = ordered[drop : n_angles - drop]
     # both means over the same sorted rows: a column's values rise along them
-    middle = middle[::max(1, middle.shape[0] // PROFILE_ROWS)]
+    middle = middle[:: max(1, middle.shape[0] // PROFILE_ROWS)]
     # in float64: NumPy and CuPy then find the same stripes
-    profile = middle.mean(axis=0, dtype=xp.float64)                          # (n_rows, n_cols)
+    profile = middle.mean(axis=0, dtype=xp.float64)  # (n_rows, n_cols)
     smooth = median_across_columns(middle, size, xp)
     offset = profile - smooth.mean(axis=0, dtype=xp.float64)
     mask = _widen(detect_stripes(offset, snr), xp)
@@ -359,13 +373,15 @@ def _window_medians(ordered, rows, cols, size, xp):
     if rows.size > FULL_MEDIAN_SHARE * n_rows * n_cols:
         return median_across_columns(ordered, size, xp)[:, rows, cols]
     half = size // 2
-    window = cols[:, None] + xp.arange(-half, half + 1)[None, :]             # (K, size)
+    window = cols[:, None] + xp.arange(-half, half + 1)[None, :]  # (K, size)
     window = xp.where(window < 0, -window - 1, window)
     window = xp.where(window >= n_cols, 2 * n_cols - 1 - window, window)
     window = xp.clip(window, 0, n_cols - 1)
     batch = max(1, GATHER_VALUES // (n_angles * size))
-    medians = [xp.median(ordered[:, rows[k:k + batch, None], window[k:k + batch]], axis=-1)
-               for k in range(0, rows.size, batch)]
+    medians = [
+        xp.median(ordered[:, rows[k : k + batch, None], window[k : k + batch]], axis=-1)
+        for k in range(0, rows.size, batch)
+    ]
     return xp.concatenate(medians, axis=1).astype(ordered.dtype)
 
 
@@ -390,25 +406,29 @@ def _wavelet_fft(stack, wavelet, level, sigma, xp):
         level = min(most, MAX_WAVELET_LEVEL)
     level = positive_int("level", level)
     if level > most:
-        raise ValueError(f"level: the sinogram ({n_angles} x {n_cols}) allows at most {most} levels of "
-                         f"'{wavelet}', got {level}")
+        raise ValueError(
+            f"level: the sinogram ({n_angles} x {n_cols}) allows at most {most} levels of '{wavelet}', got {level}"
+        )
     fft = fft_module(xp)
 
     def damp(details):
-        k = xp.fft.fftfreq(details.shape[0]) * details.shape[0]               # frequency indices
+        k = xp.fft.fftfreq(details.shape[0]) * details.shape[0]  # frequency indices
         gain = (1 - xp.exp(-k * k / (2 * sigma * sigma))).astype(stack.dtype)
         spectrum = fft.fft(details, axis=0)
-        return fft.ifft(spectrum * gain.reshape((-1,) + (1,) * (details.ndim - 1)), axis=0).real.astype(
-            details.dtype)
+        return fft.ifft(spectrum * gain.reshape((-1,) + (1,) * (details.ndim - 1)), axis=0).real.astype(details.dtype)
 
-    padded = xp.concatenate([xp.broadcast_to(stack.mean(axis=0, keepdims=True), (pad_a,) + stack.shape[1:]),
-                             stack,
-                             xp.broadcast_to(stack.mean(axis=0, keepdims=True), (pad_a,) + stack.shape[1:])])
+    padded = xp.concatenate(
+        [
+            xp.broadcast_to(stack.mean(axis=0, keepdims=True), (pad_a,) + stack.shape[1:]),
+            stack,
+            xp.broadcast_to(stack.mean(axis=0, keepdims=True), (pad_a,) + stack.shape[1:]),
+        ]
+    )
     padded = xp.pad(padded, ((0, 0), (0, 0), (pad_c, pad_c)), mode="edge")
     approx, bands, lengths = wavedec_ad(padded, filters, level, xp)
     bands = [(h, damp(v), d) for h, v, d in bands]
     out = waverec_ad(approx, bands, lengths, filters, xp)
-    return xp.ascontiguousarray(out[pad_a:pad_a + n_angles, :, pad_c:pad_c + n_cols])
+    return xp.ascontiguousarray(out[pad_a : pad_a + n_angles, :, pad_c : pad_c + n_cols])
 
 
 def _max_level(n: int, filter_length: int) -> int:

@@ -1,4 +1,5 @@
 """Zinger (outlier) removal."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -61,4 +62,3 @@ def remove_zingers(projections, *, threshold: float = 6.0, size: int = 3, axes: 
 def _noise_sigma(x, axis, xp):
     step = xp.abs(xp.diff(x, axis=axis))
     return 1.4826 * float(xp.median(step)) / np.sqrt(2)
-

@@ -14,6 +14,7 @@
 
 The byte layout is documented in :mod:`leveret.rabbitct.fileformat`.
 """
+
 from .fileformat import *  # noqa: F401,F403  (the names in fileformat.__all__)
 from .fileformat import __all__ as _fileformat_all
 from .runner import *  # noqa: F401,F403

@@ -88,6 +88,7 @@ above) into the scored units: ``round(hu_scale * mu + hu_offset)`` for
 up (:func:`hu_from_mu`). The reference volumes are in those units (uint16,
 0..4095).
 """
+
 from __future__ import annotations
 
 import math
@@ -138,6 +139,7 @@ _REFERENCE_DTYPE = np.dtype("<u2")
 # -- matrices ------------------------------------------------------------------------------
 
 # -- HU ------------------------------------------------------------------------------------
+
 
 def hu_from_mu(mu, hu_scale: float, hu_offset: float) -> np.ndarray:
     """Reconstructed values in RabbitCT's scored units, as RabbitCTRunner computes them.
@@ -208,6 +210,7 @@ def mu_from_hu(hu, hu_scale: float, hu_offset: float) -> np.ndarray:
 
 # -- the data ------------------------------------------------------------------------------
 
+
 @dataclass(frozen=True, eq=False)
 class RabbitCTData:
     """The content of a RabbitCT file (immutable).
@@ -257,8 +260,9 @@ class RabbitCTData:
             set_(self, name, _float32_value(name, getattr(self, name)))
         set_(self, "references", _check_references(self.references))
         if isinstance(self.version, bool) or self.version != FORMAT_VERSION:
-            raise ValueError(f"version: expected {FORMAT_VERSION} (the only RabbitCT file version "
-                             f"supported), got {self.version!r}")
+            raise ValueError(
+                f"version: expected {FORMAT_VERSION} (the only RabbitCT file version supported), got {self.version!r}"
+            )
         set_(self, "version", FORMAT_VERSION)
 
     @property
@@ -280,9 +284,11 @@ class RabbitCTData:
 
     def __repr__(self) -> str:
         n_rows, n_cols = self.detector_shape
-        return (f"RabbitCTData(version={self.version}, n_views={self.n_views}, "
-                f"detector_shape=({n_rows}, {n_cols}), hu_scale={self.hu_scale!r}, "
-                f"hu_offset={self.hu_offset!r}, reference_sizes={self.reference_sizes})")
+        return (
+            f"RabbitCTData(version={self.version}, n_views={self.n_views}, "
+            f"detector_shape=({n_rows}, {n_cols}), hu_scale={self.hu_scale!r}, "
+            f"hu_offset={self.hu_offset!r}, reference_sizes={self.reference_sizes})"
+        )
 
 
 def _check_matrices(matrices) -> np.ndarray:
@@ -302,20 +308,26 @@ def _check_image_dtype(name: str, dtype: np.dtype) -> None:
     # stores float32, and a silent float64 -> float32 rounding would break the
     # bit-exact round trip; the caller casts if the rounding is intended.
     if dtype.kind not in "fiu" or not np.can_cast(dtype, np.float32, "safe"):
-        raise ValueError(f"{name}: expected float32 images (the file stores float32), got dtype "
-                         f"{dtype}; cast with .astype(np.float32) if the rounding is intended")
+        raise ValueError(
+            f"{name}: expected float32 images (the file stores float32), got dtype "
+            f"{dtype}; cast with .astype(np.float32) if the rounding is intended"
+        )
 
 
 def _check_projections(projections, n: int):
     if isinstance(projections, np.ndarray):
         if projections.ndim != 3 or projections.shape[0] != n or 0 in projections.shape:
-            raise ValueError(f"projections: expected shape (n_views={n}, n_rows, n_cols) with "
-                             f"n_rows, n_cols >= 1, got {projections.shape}")
+            raise ValueError(
+                f"projections: expected shape (n_views={n}, n_rows, n_cols) with "
+                f"n_rows, n_cols >= 1, got {projections.shape}"
+            )
         _check_image_dtype("projections", projections.dtype)
         return projections
     if isinstance(projections, (str, bytes)) or not isinstance(projections, Sequence):
-        raise TypeError(f"projections: expected an array (n_views, n_rows, n_cols) or a sequence "
-                        f"of n_views 2D images, got {type(projections).__name__}")
+        raise TypeError(
+            f"projections: expected an array (n_views, n_rows, n_cols) or a sequence "
+            f"of n_views 2D images, got {type(projections).__name__}"
+        )
     if len(projections) != n:
         raise ValueError(f"projections: expected {n} images (one per matrix), got {len(projections)}")
     first = np.shape(projections[0])
@@ -337,8 +349,9 @@ def _check_references(references) -> Mapping[int, np.ndarray]:
     if references is None:
         references = {}
     if not isinstance(references, Mapping):
-        raise TypeError(f"references: expected a mapping {{size: (L, L, L) uint16 array}}, "
-                        f"got {type(references).__name__}")
+        raise TypeError(
+            f"references: expected a mapping {{size: (L, L, L) uint16 array}}, got {type(references).__name__}"
+        )
     out = {}
     for size in sorted(references):
         name = f"references[{size!r}]"
@@ -355,19 +368,20 @@ def _check_references(references) -> Mapping[int, np.ndarray]:
     for a, b in zip(sizes, sizes[1:]):
         if b != 2 * a:
             # The file does not store the sizes: only a doubling run can be read back.
-            raise ValueError(f"references: expected sizes L0, 2 L0, 4 L0, ... (the file does not "
-                             f"store them), got {sizes}")
+            raise ValueError(
+                f"references: expected sizes L0, 2 L0, 4 L0, ... (the file does not store them), got {sizes}"
+            )
     return types.MappingProxyType(out)
 
 
 # -- sizes ---------------------------------------------------------------------------------
 
+
 def _record_size(n_rows: int, n_cols: int) -> int:
     return MATRIX_SIZE + _IMAGE_DTYPE.itemsize * n_rows * n_cols
 
 
-def rabbitct_file_size(n_views: int, n_rows: int, n_cols: int,
-                       reference_sizes: Sequence[int] = ()) -> int:
+def rabbitct_file_size(n_views: int, n_rows: int, n_cols: int, reference_sizes: Sequence[int] = ()) -> int:
     """Bytes of a version-2 RabbitCT file: ``24 + n (96 + 4 H W) + 2 sum L^3``.
 
     Parameters
@@ -388,7 +402,7 @@ def _icbrt(x: int) -> int | None:
     """The integer cube root of x, or None if x is not a cube."""
     r = round(x ** (1.0 / 3.0))
     for c in (r - 1, r, r + 1):
-        if c > 0 and c ** 3 == x:
+        if c > 0 and c**3 == x:
             return c
     return None
 
@@ -402,8 +416,8 @@ def _reference_runs(n_bytes: int) -> list[tuple[int, ...]]:
     voxels = n_bytes // _REFERENCE_DTYPE.itemsize
     runs = []
     m = 1
-    while (8 ** m - 1) // 7 <= voxels:
-        a = (8 ** m - 1) // 7  # 1 + 8 + ... + 8^(m-1)
+    while (8**m - 1) // 7 <= voxels:
+        a = (8**m - 1) // 7  # 1 + 8 + ... + 8^(m-1)
         if voxels % a == 0:
             L0 = _icbrt(voxels // a)
             if L0 is not None:
@@ -414,8 +428,8 @@ def _reference_runs(n_bytes: int) -> list[tuple[int, ...]]:
 
 # -- reading -------------------------------------------------------------------------------
 
-def read_rabbitct(path: str | os.PathLike, *, mmap: bool = True,
-                  load_references: bool = True) -> RabbitCTData:
+
+def read_rabbitct(path: str | os.PathLike, *, mmap: bool = True, load_references: bool = True) -> RabbitCTData:
     """Read a version-2 RabbitCT file (layout in the module docstring).
 
     Parameters
@@ -453,20 +467,25 @@ def read_rabbitct(path: str | os.PathLike, *, mmap: bool = True,
         raise ValueError(f"{where}: no such file")
     size = p.stat().st_size
     if size < HEADER_SIZE:
-        raise ValueError(f"{where}: expected at least a {HEADER_SIZE}-byte RabbitCT header, "
-                         f"found a file of {size} bytes")
+        raise ValueError(
+            f"{where}: expected at least a {HEADER_SIZE}-byte RabbitCT header, found a file of {size} bytes"
+        )
     with open(p, "rb") as f:
         version, width, height, n, hu_scale, hu_offset = _HEADER.unpack(f.read(HEADER_SIZE))
         if version != FORMAT_VERSION:
             hint = ""
             if version in _VERSION1_WIDTHS:
-                hint = (" (this looks like a version-1 dataset, whose 20-byte header starts with "
-                        "the image width; get the version-2 file)")
-            raise ValueError(f"{where}: expected RabbitCT format version {FORMAT_VERSION} in bytes 0-3, "
-                             f"found {version}{hint}")
+                hint = (
+                    " (this looks like a version-1 dataset, whose 20-byte header starts with "
+                    "the image width; get the version-2 file)"
+                )
+            raise ValueError(
+                f"{where}: expected RabbitCT format version {FORMAT_VERSION} in bytes 0-3, found {version}{hint}"
+            )
         if width == 0 or height == 0:
-            raise ValueError(f"{where}: expected a nonzero detector size, found width {width} x "
-                             f"height {height} in the header")
+            raise ValueError(
+                f"{where}: expected a nonzero detector size, found width {width} x height {height} in the header"
+            )
         if n == 0:
             raise ValueError(f"{where}: expected at least one projection, found a count of 0 in the header")
         if not (math.isfinite(hu_scale) and math.isfinite(hu_offset)):
@@ -477,7 +496,8 @@ def read_rabbitct(path: str | os.PathLike, *, mmap: bool = True,
             raise ValueError(
                 f"{where}: truncated: expected at least {projections_end} bytes for {n} projections of "
                 f"{height} x {width} pixels ({record} bytes each after the {HEADER_SIZE}-byte header), "
-                f"found {size} bytes")
+                f"found {size} bytes"
+            )
         tail = size - projections_end
         runs = _reference_runs(tail)
         if len(runs) != 1:
@@ -485,12 +505,12 @@ def read_rabbitct(path: str | os.PathLike, *, mmap: bool = True,
             raise ValueError(
                 f"{where}: expected the {tail} bytes after the projections to be uint16 reference "
                 f"volumes of edges L0, 2 L0, 4 L0, ... (2 L^3 bytes each) or nothing, but {what} such "
-                f"run fits: truncated or trailing data")
+                f"run fits: truncated or trailing data"
+            )
         sizes = runs[0]
 
         if mmap:
-            records = np.memmap(p, dtype=_record_dtype(height, width), mode="r",
-                                offset=HEADER_SIZE, shape=(n,))
+            records = np.memmap(p, dtype=_record_dtype(height, width), mode="r", offset=HEADER_SIZE, shape=(n,))
             raw = np.array(records["matrix"])
             projections = records["image"]  # (n, H, W), a memmap view, nothing read
         else:
@@ -503,8 +523,10 @@ def read_rabbitct(path: str | os.PathLike, *, mmap: bool = True,
 
         bad = ~np.isfinite(raw).all(axis=1)
         if bad.any():
-            raise ValueError(f"{where}: expected finite projection matrices, found NaN/Inf in the matrix "
-                             f"of view {int(np.flatnonzero(bad)[0])} ({int(bad.sum())} view(s))")
+            raise ValueError(
+                f"{where}: expected finite projection matrices, found NaN/Inf in the matrix "
+                f"of view {int(np.flatnonzero(bad)[0])} ({int(bad.sum())} view(s))"
+            )
         matrices = matrix_from_rabbitct(raw.astype(np.float64))
 
         references = {}
@@ -512,18 +534,23 @@ def read_rabbitct(path: str | os.PathLike, *, mmap: bool = True,
             offset = projections_end
             for L in sizes:
                 if mmap:
-                    references[L] = np.memmap(p, dtype=_REFERENCE_DTYPE, mode="r",
-                                              offset=offset, shape=(L, L, L))
+                    references[L] = np.memmap(p, dtype=_REFERENCE_DTYPE, mode="r", offset=offset, shape=(L, L, L))
                 else:
                     f.seek(offset)
                     vol = np.empty((L, L, L), dtype=_REFERENCE_DTYPE)
                     _read_exactly(f, vol, where)
                     vol.setflags(write=False)
                     references[L] = vol
-                offset += _REFERENCE_DTYPE.itemsize * L ** 3
+                offset += _REFERENCE_DTYPE.itemsize * L**3
 
-    return RabbitCTData(matrices=matrices, projections=projections, hu_scale=hu_scale,
-                        hu_offset=hu_offset, references=references, version=version)
+    return RabbitCTData(
+        matrices=matrices,
+        projections=projections,
+        hu_scale=hu_scale,
+        hu_offset=hu_offset,
+        references=references,
+        version=version,
+    )
 
 
 def _record_dtype(height: int, width: int) -> np.dtype:
@@ -536,11 +563,14 @@ def _read_exactly(f, out: np.ndarray, where: str) -> None:
     buf = out.reshape(-1).view(np.uint8)
     got = f.readinto(buf)
     if got != buf.nbytes:
-        raise ValueError(f"{where}: truncated while reading: expected {buf.nbytes} bytes at offset "
-                         f"{f.tell() - (got or 0)}, found {got or 0}")
+        raise ValueError(
+            f"{where}: truncated while reading: expected {buf.nbytes} bytes at offset "
+            f"{f.tell() - (got or 0)}, found {got or 0}"
+        )
 
 
 # -- writing -------------------------------------------------------------------------------
+
 
 def write_rabbitct(path: str | os.PathLike, data: RabbitCTData, *, overwrite: bool = False) -> Path:
     """Write a version-2 RabbitCT file (layout in the module docstring), atomically.
@@ -602,7 +632,6 @@ def _image_bytes(image, i: int, shape: tuple[int, int]) -> np.ndarray:
     arr = np.asarray(image)
     name = f"data.projections[{i}]"
     if arr.shape != shape:
-        raise ValueError(f"{name}: expected an image of shape {shape} (n_rows, n_cols, as the first), "
-                         f"got {arr.shape}")
+        raise ValueError(f"{name}: expected an image of shape {shape} (n_rows, n_cols, as the first), got {arr.shape}")
     _check_image_dtype(name, arr.dtype)
     return np.ascontiguousarray(arr, dtype=_IMAGE_DTYPE).reshape(-1).view(np.uint8)

@@ -49,6 +49,7 @@ upload (per image, inside its loop) but not the final download; the two
 numbers here bracket it. Each timing is the minimum over ``repeats`` runs
 (the least disturbed one); all runs are kept.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -84,6 +85,7 @@ _SLAB_VOXELS = 1 << 22  # voxels per slab when scoring: temporaries stay small a
 
 # -- the benchmark's grids -------------------------------------------------------------------
 
+
 def volume_geometry(size: int) -> VolumeGeometry:
     """RabbitCT's L^3 volume: the 256 mm cube centred at the origin.
 
@@ -104,6 +106,7 @@ def data_geometry(data: RabbitCTData) -> ConeGeometry:
 
 
 # -- metrics ---------------------------------------------------------------------------------
+
 
 class _ErrorStats:
     """Running sums for :func:`hu_errors`, fed slab by slab (float64 throughout)."""
@@ -134,7 +137,7 @@ class _ErrorStats:
             "n_voxels": self.n,
             "mse_hu2": mse,
             "rmse_hu": float(np.sqrt(mse)),
-            "psnr_db": float("inf") if mse == 0 else float(10.0 * np.log10(PSNR_PEAK_HU ** 2 / mse)),
+            "psnr_db": float("inf") if mse == 0 else float(10.0 * np.log10(PSNR_PEAK_HU**2 / mse)),
             "max_abs_error_hu": self.max_abs,
             "mean_error_hu": self.sum / self.n,
             "histogram": self.counts.copy(),
@@ -226,6 +229,7 @@ def hu_errors(result_hu, reference_hu, *, bins=None) -> dict[str, Any]:
 
 # -- the result ------------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class RabbitCTResult:
     """What one RabbitCT run measured.
@@ -272,7 +276,7 @@ class RabbitCTResult:
     @property
     def voxel_updates(self) -> int:
         """``L^3 n_views``: what GUPS counts."""
-        return self.size ** 3 * self.n_views
+        return self.size**3 * self.n_views
 
     @property
     def includes_transfers(self) -> bool:
@@ -333,11 +337,9 @@ class RabbitCTResult:
         rows = []
         if self.transfer_times_s is not None:
             rows.append(("with host transfers", min(self.transfer_times_s)))
-        rows.append(("data on the device" if self.backend == "cuda" else "back-projection",
-                     self.compute_time_s))
+        rows.append(("data on the device" if self.backend == "cuda" else "back-projection", self.compute_time_s))
         for label, t in rows:
-            lines.append(f"  {label:<28}{t:>12.4f}{1e3 * t / self.n_views:>16.4f}"
-                         f"{self.voxel_updates / t / 1e9:>10.3f}")
+            lines.append(f"  {label:<28}{t:>12.4f}{1e3 * t / self.n_views:>16.4f}{self.voxel_updates / t / 1e9:>10.3f}")
         e = self.errors
         psnr = "inf" if np.isinf(e["psnr_db"]) else f"{e['psnr_db']:.2f}"
         lines += [
@@ -345,14 +347,17 @@ class RabbitCTResult:
             f"    RMSE {e['rmse_hu']:.4g} HU   MSE {e['mse_hu2']:.4g} HU^2   PSNR {psnr} dB "
             f"(peak {PSNR_PEAK_HU:g})   max |error| {e['max_abs_error_hu']:.4g} HU   "
             f"mean error {e['mean_error_hu']:.3g} HU",
-            "    |error| histogram [HU]: " + "  ".join(
+            "    |error| histogram [HU]: "
+            + "  ".join(
                 f"{_bin_label(lo, hi)} {int(c)}"
-                for lo, hi, c in zip(e["bin_edges_hu"][:-1], e["bin_edges_hu"][1:], e["histogram"])),
+                for lo, hi, c in zip(e["bin_edges_hu"][:-1], e["bin_edges_hu"][1:], e["histogram"])
+            ),
         ]
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-ready values (lists, floats; an infinite PSNR or edge becomes None)."""
+
         def plain(x):
             if isinstance(x, np.ndarray):
                 return [plain(y) for y in x.tolist()]
@@ -363,14 +368,22 @@ class RabbitCTResult:
             return x
 
         return {
-            "size": self.size, "voxel_size_mm": VOLUME_SIDE_MM / self.size, "n_views": self.n_views,
-            "detector_shape": list(self.detector_shape), "backend": self.backend, "device": self.device,
-            "time_s": self.time_s, "time_per_projection_s": self.time_per_projection_s, "gups": self.gups,
+            "size": self.size,
+            "voxel_size_mm": VOLUME_SIDE_MM / self.size,
+            "n_views": self.n_views,
+            "detector_shape": list(self.detector_shape),
+            "backend": self.backend,
+            "device": self.device,
+            "time_s": self.time_s,
+            "time_per_projection_s": self.time_per_projection_s,
+            "gups": self.gups,
             "includes_transfers": self.includes_transfers,
-            "compute_time_s": self.compute_time_s, "compute_gups": self.compute_gups,
+            "compute_time_s": self.compute_time_s,
+            "compute_gups": self.compute_gups,
             "compute_times_s": list(self.compute_times_s),
             "transfer_times_s": None if self.transfer_times_s is None else list(self.transfer_times_s),
-            "comparison": self.comparison, "reference": self.reference,
+            "comparison": self.comparison,
+            "reference": self.reference,
             "interpolation": self.interpolation,
             "psnr_peak_hu": PSNR_PEAK_HU,
             "errors": {k: plain(x) for k, x in self.errors.items()},
@@ -383,9 +396,18 @@ def _bin_label(lo: float, hi: float) -> str:
 
 # -- the run ---------------------------------------------------------------------------------
 
-def run_benchmark(data: RabbitCTData, size: int, *, backend: str = "auto", include_transfers: bool = True,
-                  repeats: int = 1, reference=None, compare: str = "auto",
-                  interpolation: str = "linear") -> RabbitCTResult:
+
+def run_benchmark(
+    data: RabbitCTData,
+    size: int,
+    *,
+    backend: str = "auto",
+    include_transfers: bool = True,
+    repeats: int = 1,
+    reference=None,
+    compare: str = "auto",
+    interpolation: str = "linear",
+) -> RabbitCTResult:
     """Reconstruct the L = ``size`` volume by RabbitCT's back-projection, time it and score it.
 
     Parameters
@@ -445,8 +467,7 @@ def run_benchmark(data: RabbitCTData, size: int, *, backend: str = "auto", inclu
     if compare == "auto":
         compare = "float" if ref_is_float else "quantised"
 
-    op = ConeBackprojection(data_geometry(data), volume_geometry(size), backend=backend,
-                            interpolation=interpolation)
+    op = ConeBackprojection(data_geometry(data), volume_geometry(size), backend=backend, interpolation=interpolation)
     images = _host_images(data)
     if op.backend == "cuda":
         out, compute, transfer, device = _time_cuda(op, images, size, repeats, include_transfers)
@@ -455,31 +476,44 @@ def run_benchmark(data: RabbitCTData, size: int, *, backend: str = "auto", inclu
         transfer = None
 
     errors = _score(out, ref, ref_is_float, compare, data.hu_scale, data.hu_offset)
-    return RabbitCTResult(size=size, n_views=data.n_views, detector_shape=data.detector_shape,
-                          backend=op.backend, device=device, compute_times_s=compute,
-                          transfer_times_s=transfer, comparison=compare, reference=ref_label,
-                          interpolation=op.interpolation, errors=errors)
+    return RabbitCTResult(
+        size=size,
+        n_views=data.n_views,
+        detector_shape=data.detector_shape,
+        backend=op.backend,
+        device=device,
+        compute_times_s=compute,
+        transfer_times_s=transfer,
+        comparison=compare,
+        reference=ref_label,
+        interpolation=op.interpolation,
+        errors=errors,
+    )
 
 
 def _resolve_reference(data: RabbitCTData, size: int, reference):
     """(volume, is_float, label) after checking shape and type."""
     if reference is None:
         if size not in data.references:
-            raise ValueError(f"size: the data hold no reference volume of edge {size} (they hold "
-                             f"{list(data.reference_sizes) or 'none'}); pass reference=... (e.g. "
-                             f"leveret.rabbitct.reference_volume(data, {size}))")
+            raise ValueError(
+                f"size: the data hold no reference volume of edge {size} (they hold "
+                f"{list(data.reference_sizes) or 'none'}); pass reference=... (e.g. "
+                f"leveret.rabbitct.reference_volume(data, {size}))"
+            )
         return data.references[size], False, f"the data's uint16 reference {size}^3"
     if not isinstance(reference, np.ndarray):
-        raise TypeError(f"reference: expected a NumPy array (size, size, size), uint16 or float, "
-                        f"got {type(reference).__name__}")
+        raise TypeError(
+            f"reference: expected a NumPy array (size, size, size), uint16 or float, got {type(reference).__name__}"
+        )
     if reference.shape != (size,) * 3:
         raise ValueError(f"reference: expected shape {(size,) * 3} for size={size}, got {reference.shape}")
     if reference.dtype == np.uint16:
         return reference, False, f"a uint16 reference {size}^3"
     if reference.dtype.kind == "f":
         return reference, True, f"a {reference.dtype} reference {size}^3"
-    raise ValueError(f"reference: expected uint16 scored units or a float volume (attenuation per mm), "
-                     f"got dtype {reference.dtype}")
+    raise ValueError(
+        f"reference: expected uint16 scored units or a float volume (attenuation per mm), got dtype {reference.dtype}"
+    )
 
 
 def _host_images(data: RabbitCTData) -> np.ndarray:
@@ -492,6 +526,7 @@ def _host_images(data: RabbitCTData) -> np.ndarray:
 
 def _time_cpu(op: ConeBackprojection, images: np.ndarray, size: int, repeats: int):
     import numba
+
     out = np.zeros((size,) * 3, dtype=np.float32)
     op(images[:1], out, views=slice(0, 1))  # warm-up: JIT compilation or cache load
     times = []
@@ -527,9 +562,9 @@ def _time_cuda(op: ConeBackprojection, images: np.ndarray, size: int, repeats: i
         transfer = []
         for _ in range(repeats):
             t0 = time.perf_counter()
-            d = cupy.asarray(images)   # pageable host memory -> device
+            d = cupy.asarray(images)  # pageable host memory -> device
             op(d, d_out)
-            out = d_out.get()          # waits for the kernels, then device -> host
+            out = d_out.get()  # waits for the kernels, then device -> host
             transfer.append(time.perf_counter() - t0)
             del d
         transfer = tuple(transfer)
@@ -541,8 +576,9 @@ def _time_cuda(op: ConeBackprojection, images: np.ndarray, size: int, repeats: i
     return out, tuple(compute), transfer, f"{name} (GPU {dev.id})"
 
 
-def _score(out: np.ndarray, ref: np.ndarray, ref_is_float: bool, compare: str, hu_scale: float,
-           hu_offset: float) -> dict[str, Any]:
+def _score(
+    out: np.ndarray, ref: np.ndarray, ref_is_float: bool, compare: str, hu_scale: float, hu_offset: float
+) -> dict[str, Any]:
     """hu_errors of the result against the reference, converted slab by slab (volumes up to 1024^3)."""
     scale, offset = np.float64(hu_scale), np.float64(hu_offset)
 
@@ -553,7 +589,7 @@ def _score(out: np.ndarray, ref: np.ndarray, ref_is_float: bool, compare: str, h
 
     def reference_hu(x):
         if not ref_is_float:
-            return x    # already scored units (uint16)
+            return x  # already scored units (uint16)
         if compare == "quantised":
             return hu_from_mu(x, hu_scale, hu_offset)
         return scale * x.astype(np.float64) + offset

@@ -33,6 +33,7 @@ that ``hu_from_mu`` is continuous at mu = 0 (it sends mu <= 0 to 0): with a
 nonzero offset, float32 and float64 values of either sign around 0 (FDK's
 ripple in the air) would score as errors of the size of the offset.
 """
+
 from __future__ import annotations
 
 import math
@@ -94,6 +95,7 @@ _CUBE_HALF_DIAGONAL_MM = VOLUME_SIDE_MM / 2 * math.sqrt(2)
 
 # -- geometry ------------------------------------------------------------------------------
 
+
 def default_pixel_size(n_rows: int, n_cols: int) -> float:
     """Square detector pitch (mm) giving at least RabbitCT's detector field.
 
@@ -120,10 +122,18 @@ def default_pixel_size(n_rows: int, n_cols: int) -> float:
     return RABBITCT_PIXEL_SIZE_MM * max(cols / n_cols, rows / n_rows)
 
 
-def make_geometry(*, n_views: int = 496, n_rows: int = 960, n_cols: int = 1248,
-                  pixel_size: float | None = None, sid: float = 750.0, sdd: float = 1200.0,
-                  step_deg: float | None = None, perturbation_scale: float = 1.0,
-                  rng=None) -> ConeGeometry:
+def make_geometry(
+    *,
+    n_views: int = 496,
+    n_rows: int = 960,
+    n_cols: int = 1248,
+    pixel_size: float | None = None,
+    sid: float = 750.0,
+    sdd: float = 1200.0,
+    step_deg: float | None = None,
+    perturbation_scale: float = 1.0,
+    rng=None,
+) -> ConeGeometry:
     """RabbitCT-like short-scan geometry with small random per-view deviations.
 
     Parameters
@@ -161,8 +171,10 @@ def make_geometry(*, n_views: int = 496, n_rows: int = 960, n_cols: int = 1248,
     pitch = default_pixel_size(n_rows, n_cols) if pixel_size is None else v.positive_float("pixel_size", pixel_size)
     sid = v.positive_float("sid", sid)
     if sid <= _CUBE_HALF_DIAGONAL_MM:
-        raise ValueError(f"sid: expected more than {_CUBE_HALF_DIAGONAL_MM:.1f} mm (the 256 mm cube's "
-                         f"half diagonal), so the volume is in front of every source; got {sid:g}")
+        raise ValueError(
+            f"sid: expected more than {_CUBE_HALF_DIAGONAL_MM:.1f} mm (the 256 mm cube's "
+            f"half diagonal), so the volume is in front of every source; got {sid:g}"
+        )
     sdd = v.positive_float("sdd", sdd)
     step = RABBITCT_ARC_DEG / n_views if step_deg is None else v.positive_float("step_deg", step_deg)
     scale = v.finite_float("perturbation_scale", perturbation_scale)
@@ -171,8 +183,9 @@ def make_geometry(*, n_views: int = 496, n_rows: int = 960, n_cols: int = 1248,
     gen = as_rng(_DEFAULT_SEED if rng is None else rng)
     perturbation = None
     if scale > 0:
-        perturbation = np.hstack([gen.normal(0.0, _SHIFT_SD_MM * scale, (n_views, 3)),
-                                  gen.normal(0.0, _TILT_SD_RAD * scale, (n_views, 3))])
+        perturbation = np.hstack(
+            [gen.normal(0.0, _SHIFT_SD_MM * scale, (n_views, 3)), gen.normal(0.0, _TILT_SD_RAD * scale, (n_views, 3))]
+        )
     angles = np.radians(step * np.arange(n_views))
     geometry = ConeGeometry.circular(angles, sid, sdd, n_rows, n_cols, pitch, perturbation=perturbation)
     # circular() already normalises; say so here, since the file's matrices depend on it.
@@ -180,6 +193,7 @@ def make_geometry(*, n_views: int = 496, n_rows: int = 960, n_cols: int = 1248,
 
 
 # -- the object ------------------------------------------------------------------------------
+
 
 def head_phantom(radius: float = HEAD_RADIUS_MM, mu_water: float = MU_WATER) -> EllipsoidPhantom:
     """The 3D Shepp-Logan head in attenuation per mm.
@@ -212,14 +226,28 @@ def head_phantom(radius: float = HEAD_RADIUS_MM, mu_water: float = MU_WATER) -> 
 
 # -- the dataset -----------------------------------------------------------------------------
 
-def make_dataset(*, n_views: int = 496, n_rows: int = 960, n_cols: int = 1248,
-                 pixel_size: float | None = None, sid: float = 750.0, sdd: float = 1200.0,
-                 step_deg: float | None = None, perturbation_scale: float = 1.0,
-                 phantom: EllipsoidPhantom | None = None, reference_sizes: Sequence[int] = (),
-                 hu_scale: float = HU_SCALE, hu_offset: float = HU_OFFSET, rng=None,
-                 progress: bool = False, backend: str = "auto", filter: str = "ram-lak",
-                 cache: MutableMapping[int, np.ndarray] | None = None,
-                 workers: int | None = None) -> RabbitCTData:
+
+def make_dataset(
+    *,
+    n_views: int = 496,
+    n_rows: int = 960,
+    n_cols: int = 1248,
+    pixel_size: float | None = None,
+    sid: float = 750.0,
+    sdd: float = 1200.0,
+    step_deg: float | None = None,
+    perturbation_scale: float = 1.0,
+    phantom: EllipsoidPhantom | None = None,
+    reference_sizes: Sequence[int] = (),
+    hu_scale: float = HU_SCALE,
+    hu_offset: float = HU_OFFSET,
+    rng=None,
+    progress: bool = False,
+    backend: str = "auto",
+    filter: str = "ram-lak",
+    cache: MutableMapping[int, np.ndarray] | None = None,
+    workers: int | None = None,
+) -> RabbitCTData:
     """A RabbitCT dataset of an analytic head, pre-processed as RabbitCT ships its images.
 
     Parameters
@@ -269,9 +297,17 @@ def make_dataset(*, n_views: int = 496, n_rows: int = 960, n_cols: int = 1248,
     about 8 times as long again for 1024. Memory: the float32 projections
     (2.4 GB), a few views in flight, and the float64 references (8 L^3 bytes).
     """
-    geometry = make_geometry(n_views=n_views, n_rows=n_rows, n_cols=n_cols, pixel_size=pixel_size,
-                             sid=sid, sdd=sdd, step_deg=step_deg,
-                             perturbation_scale=perturbation_scale, rng=rng)
+    geometry = make_geometry(
+        n_views=n_views,
+        n_rows=n_rows,
+        n_cols=n_cols,
+        pixel_size=pixel_size,
+        sid=sid,
+        sdd=sdd,
+        step_deg=step_deg,
+        perturbation_scale=perturbation_scale,
+        rng=rng,
+    )
     if phantom is None:
         phantom = head_phantom()
     elif not isinstance(phantom, EllipsoidPhantom):
@@ -279,11 +315,14 @@ def make_dataset(*, n_views: int = 496, n_rows: int = 960, n_cols: int = 1248,
     hu_scale = v.finite_float("hu_scale", hu_scale)
     hu_offset = v.finite_float("hu_offset", hu_offset)
     if hu_scale <= 0:
-        raise ValueError(f"hu_scale: expected a positive slope (the uint16 references cannot hold "
-                         f"negative scores), got {hu_scale!r}")
+        raise ValueError(
+            f"hu_scale: expected a positive slope (the uint16 references cannot hold negative scores), got {hu_scale!r}"
+        )
     if hu_offset < -0.5:
-        raise ValueError(f"hu_offset: expected >= -0.5 (so every mu > 0 scores >= 0 and fits the uint16 "
-                         f"references), got {hu_offset!r}")
+        raise ValueError(
+            f"hu_offset: expected >= -0.5 (so every mu > 0 scores >= 0 and fits the uint16 "
+            f"references), got {hu_offset!r}"
+        )
     sizes = _reference_sizes(reference_sizes)
     v.choice("filter", filter, FILTERS)
     if cache is not None and not isinstance(cache, MutableMapping):
@@ -300,8 +339,9 @@ def make_dataset(*, n_views: int = 496, n_rows: int = 960, n_cols: int = 1248,
         if cache is not None:
             cache[L] = mu
         references[L] = scored_reference(mu, data.hu_scale, data.hu_offset)
-    return RabbitCTData(data.matrices, projections, hu_scale=data.hu_scale, hu_offset=data.hu_offset,
-                        references=references)
+    return RabbitCTData(
+        data.matrices, projections, hu_scale=data.hu_scale, hu_offset=data.hu_offset, references=references
+    )
 
 
 def _reference_sizes(sizes) -> tuple[int, ...]:
@@ -311,13 +351,15 @@ def _reference_sizes(sizes) -> tuple[int, ...]:
     for a, b in zip(out, out[1:]):
         if b != 2 * a:
             # The file stores no sizes: only L0, 2 L0, 4 L0, ... can be read back.
-            raise ValueError(f"reference_sizes: expected L0, 2 L0, 4 L0, ... (the file does not store "
-                             f"the sizes), got {tuple(out)}")
+            raise ValueError(
+                f"reference_sizes: expected L0, 2 L0, 4 L0, ... (the file does not store the sizes), got {tuple(out)}"
+            )
     return tuple(out)
 
 
-def _shipped_projections(phantom: EllipsoidPhantom, geometry: ConeGeometry, backend: str, filter: str,
-                         workers: int, progress: bool) -> np.ndarray:
+def _shipped_projections(
+    phantom: EllipsoidPhantom, geometry: ConeGeometry, backend: str, filter: str, workers: int, progress: bool
+) -> np.ndarray:
     """Exact line integrals, view by view on ``workers`` threads, weighted and filtered in chunks."""
     n, n_rows, n_cols = geometry.projection_shape
     if backend == "cuda":
@@ -331,12 +373,15 @@ def _shipped_projections(phantom: EllipsoidPhantom, geometry: ConeGeometry, back
     truncated = []
 
     def line_integrals(view: int) -> np.ndarray:
-        one_view = ConeGeometry(geometry.matrices[view:view + 1], n_rows, n_cols)
+        one_view = ConeGeometry(geometry.matrices[view : view + 1], n_rows, n_cols)
         return phantom.project(one_view)[0]
 
     from tqdm.auto import tqdm
-    with ThreadPoolExecutor(workers, thread_name_prefix="leveret-rabbit") as pool, \
-            tqdm(total=n, desc="projections", unit="view", disable=not progress, leave=False) as bar:
+
+    with (
+        ThreadPoolExecutor(workers, thread_name_prefix="leveret-rabbit") as pool,
+        tqdm(total=n, desc="projections", unit="view", disable=not progress, leave=False) as bar,
+    ):
         pending = [pool.submit(line_integrals, i) for i in range(chunks[0].start, chunks[0].stop)]
         for c, views in enumerate(chunks):
             raw = np.stack([f.result() for f in pending])
@@ -344,24 +389,34 @@ def _shipped_projections(phantom: EllipsoidPhantom, geometry: ConeGeometry, back
                 nxt = chunks[c + 1]
                 pending = [pool.submit(line_integrals, i) for i in range(nxt.start, nxt.stop)]
             # Off the shadow the chord formula gives exactly 0: anything on the border is truncation.
-            border = np.maximum(np.abs(raw[:, [0, -1], :]).max(axis=(1, 2)),
-                                np.abs(raw[:, :, [0, -1]]).max(axis=(1, 2)))
+            border = np.maximum(
+                np.abs(raw[:, [0, -1], :]).max(axis=(1, 2)), np.abs(raw[:, :, [0, -1]]).max(axis=(1, 2))
+            )
             truncated.extend(views.start + np.flatnonzero(border > 0))
             filtered = weighting(xp.asarray(raw), views)
             out[views] = filtered.get() if xp is not np else filtered
             bar.update(views.stop - views.start)
     if truncated:
-        warnings.warn(f"phantom: its shadow reaches the detector border in {len(truncated)} of {n} views "
-                      f"(first: view {truncated[0]}); the projections are truncated", RuntimeWarning,
-                      stacklevel=3)
+        warnings.warn(
+            f"phantom: its shadow reaches the detector border in {len(truncated)} of {n} views "
+            f"(first: view {truncated[0]}); the projections are truncated",
+            RuntimeWarning,
+            stacklevel=3,
+        )
     return out
 
 
 # -- references -------------------------------------------------------------------------------
 
-def reference_volume(data: RabbitCTData, size: int, *, backend: str = "cpu",
-                     cache: MutableMapping[int, np.ndarray] | None = None,
-                     progress: bool = False) -> np.ndarray:
+
+def reference_volume(
+    data: RabbitCTData,
+    size: int,
+    *,
+    backend: str = "cpu",
+    cache: MutableMapping[int, np.ndarray] | None = None,
+    progress: bool = False,
+) -> np.ndarray:
     """The benchmark's float64 reference: RabbitCT's back-projection of the data, exactly.
 
     ``out[k, j, i] = sum_n q_n(u, v) / w^2`` with the data's matrices as
@@ -396,12 +451,13 @@ def reference_volume(data: RabbitCTData, size: int, *, backend: str = "cpu",
         raise TypeError(f"data: expected a RabbitCTData, got {type(data).__name__}")
     size = v.positive_int("size", size)
     if not isinstance(backend, str) or backend.lower() != "cpu":
-        raise ValueError(f"backend: expected 'cpu' (the float64 reference needs the CPU "
-                         f"back-projection; CUDA runs float32), got {backend!r}")
+        raise ValueError(
+            f"backend: expected 'cpu' (the float64 reference needs the CPU "
+            f"back-projection; CUDA runs float32), got {backend!r}"
+        )
     if cache is not None:
         if not isinstance(cache, MutableMapping):
-            raise TypeError(f"cache: expected a mutable mapping (e.g. a dict) or None, "
-                            f"got {type(cache).__name__}")
+            raise TypeError(f"cache: expected a mutable mapping (e.g. a dict) or None, got {type(cache).__name__}")
         if size in cache:
             return cache[size]
     op = ConeBackprojection(data_geometry(data), volume_geometry(size), backend="cpu")
@@ -409,12 +465,15 @@ def reference_volume(data: RabbitCTData, size: int, *, backend: str = "cpu",
     n = data.n_views
     chunk = max(1, min(n, int(128e6 // (8 * np.prod(data.detector_shape)))))  # ~128 MB of float64 views
     from tqdm.auto import tqdm
-    for a in tqdm(range(0, n, chunk), desc=f"reference {size}^3", unit="chunk", disable=not progress,
-                  leave=False):
+
+    for a in tqdm(range(0, n, chunk), desc=f"reference {size}^3", unit="chunk", disable=not progress, leave=False):
         views = slice(a, min(n, a + chunk))
-        images = np.asarray(data.projections[views] if isinstance(data.projections, np.ndarray)
-                            else np.stack([np.asarray(data.projections[i]) for i in range(a, views.stop)]),
-                            dtype=np.float64)
+        images = np.asarray(
+            data.projections[views]
+            if isinstance(data.projections, np.ndarray)
+            else np.stack([np.asarray(data.projections[i]) for i in range(a, views.stop)]),
+            dtype=np.float64,
+        )
         op(images, out, views=views, accumulate=True)
     out.setflags(write=False)  # it may be shared through the cache
     if cache is not None:
@@ -445,6 +504,8 @@ def scored_reference(mu, hu_scale: float, hu_offset: float) -> np.ndarray:
     """
     hu = hu_from_mu(mu, hu_scale, hu_offset)
     if hu.size and float(hu.min()) < 0:
-        raise ValueError(f"hu_offset: scores down to {float(hu.min()):g}, which the uint16 reference "
-                         f"cannot hold; use hu_offset >= -0.5 (got {hu_offset!r})")
+        raise ValueError(
+            f"hu_offset: scores down to {float(hu.min()):g}, which the uint16 reference "
+            f"cannot hold; use hu_offset >= -0.5 (got {hu_offset!r})"
+        )
     return hu.astype(np.uint16)
