@@ -20,6 +20,7 @@ a margin), which :func:`leveret.algorithms.fdk_weights.rows_seen` computes
 from the matrices; a helical slab only the views whose window reaches it, and
 the rows it projects to in those (:func:`leveret.execution.slab.slab_band`).
 """
+
 from __future__ import annotations
 
 import logging
@@ -47,6 +48,7 @@ GPU_FRACTION = 0.6
 
 
 # -- memory estimates and the plan ---------------------------------------------------------------
+
 
 def _rows_for(geometry, volume: VolumeGeometry, slices: int, border: int = 0) -> int:
     """Most detector rows any slab of ``slices`` slices needs (with ``border`` rows each side)."""
@@ -95,10 +97,23 @@ def _steps_bytes(geometry, volume: VolumeGeometry, slices: int, border: int, sti
     return int(out)
 
 
-def host_bytes(geometry, volume: VolumeGeometry, slices: int, *, input_itemsize: int = 4,
-               preprocess: bool = False, resident: int = 0, stripes: bool = False,
-               overlap: bool = False, backend: str = "cpu", gpus: int = 1, output_itemsize: int = 4,
-               method: str = "fbp", border: int = 0, stitched=None) -> int:
+def host_bytes(
+    geometry,
+    volume: VolumeGeometry,
+    slices: int,
+    *,
+    input_itemsize: int = 4,
+    preprocess: bool = False,
+    resident: int = 0,
+    stripes: bool = False,
+    overlap: bool = False,
+    backend: str = "cpu",
+    gpus: int = 1,
+    output_itemsize: int = 4,
+    method: str = "fbp",
+    border: int = 0,
+    stitched=None,
+) -> int:
     """Estimated peak host memory (bytes) of an out-of-core run at ``slices`` per slab.
 
     Counts the data the run holds, not the interpreter and libraries: the
@@ -131,7 +146,7 @@ def host_bytes(geometry, volume: VolumeGeometry, slices: int, *, input_itemsize:
     elif isinstance(geometry, ParallelGeometry):
         fbp_geometry = stitched or geometry
         work = slices * fbp_bytes_per_slice(fbp_geometry.n_angles, fbp_geometry.n_cols, volume.ny, volume.nx, 4)
-        work += band * 1        # the finiteness check's boolean mask
+        work += band * 1  # the finiteness check's boolean mask
     else:
         view_bytes = 12 * rows * geometry.n_cols * 4
         chunk_views = min(n_angles, max(1, int(256e6 // view_bytes)))
@@ -141,11 +156,12 @@ def host_bytes(geometry, volume: VolumeGeometry, slices: int, *, input_itemsize:
     if not overlap:
         return int(raw + lines + work + slices * image + flats + resident)
     from .pipeline import WORKERS_PER_GPU, in_flight
+
     on_gpu = backend == "cuda"
     raws, outs = in_flight(gpus * WORKERS_PER_GPU if on_gpu else 1, backend)
     held = raws * raw + outs * slices * volume.ny * volume.nx * output_itemsize
     if on_gpu:
-        return int(held + 2 * geometry.n_rows * geometry.n_cols * 4 + resident)   # the averaged flat and dark
+        return int(held + 2 * geometry.n_rows * geometry.n_cols * 4 + resident)  # the averaged flat and dark
     # one worker on the CPU: its line integrals and working set (its float32 slab is among the outputs)
     return int(held + lines + work + (slices * image if output_itemsize != 4 else 0) + flats + resident)
 
@@ -157,37 +173,59 @@ def iterative_bytes(geometry, volume: VolumeGeometry, slices: int, method: str, 
     from .iterate import working_bytes
 
     per_slice = (geometry.n_angles * geometry.n_cols + volume.ny * volume.nx) * 4
-    return int(slices * per_slice + working_bytes(method, (volume.ny, volume.nx),
-                                                  (geometry.n_angles, geometry.n_cols), backend=backend))
+    return int(
+        slices * per_slice
+        + working_bytes(method, (volume.ny, volume.nx), (geometry.n_angles, geometry.n_cols), backend=backend)
+    )
 
 
-def gpu_bytes(geometry, volume: VolumeGeometry, slices: int, method: str = "fbp", *, border: int = 0,
-              stitched=None) -> int:
+def gpu_bytes(
+    geometry, volume: VolumeGeometry, slices: int, method: str = "fbp", *, border: int = 0, stitched=None
+) -> int:
     """Estimated peak GPU memory (bytes) of one slab of ``slices`` slices
     (``method``: "fbp" or a parallel-beam iterative method; ``border``,
     ``stitched``: as :func:`host_bytes`; the line integrals of the rows read
     count then too)."""
     if isinstance(geometry, ParallelGeometry) and method != "fbp":
-        return int(_steps_bytes(geometry, volume, slices, border, stitched)
-                   + iterative_bytes(stitched or geometry, volume, slices, method, "cuda"))
+        return int(
+            _steps_bytes(geometry, volume, slices, border, stitched)
+            + iterative_bytes(stitched or geometry, volume, slices, method, "cuda")
+        )
     if isinstance(geometry, ParallelGeometry):
         fbp_geometry = stitched or geometry
         steps = _steps_bytes(geometry, volume, slices, border, stitched)
         if steps:
             steps += geometry.n_angles * _rows_for(geometry, volume, slices, border) * geometry.n_cols * 4
-        return int(steps + slices * fbp_bytes_per_slice(fbp_geometry.n_angles, fbp_geometry.n_cols, volume.ny,
-                                                        volume.nx, 4, streamed=True))
+        return int(
+            steps
+            + slices
+            * fbp_bytes_per_slice(fbp_geometry.n_angles, fbp_geometry.n_cols, volume.ny, volume.nx, 4, streamed=True)
+        )
     n_views, rows = _band_for(geometry, volume, slices)
     view_bytes = 12 * rows * geometry.n_cols * 4
     chunk_views = min(n_views, max(1, int(256e6 // view_bytes)))
     return int(chunk_views * view_bytes + 2 * slices * volume.ny * volume.nx * 4)
 
 
-def plan(geometry, volume: VolumeGeometry | None = None, *, backend: str = "auto",
-         host_memory: int | None = None, gpu_memory: int | None = None, input_itemsize: int = 4,
-         preprocess: bool = False, resident: int = 0, max_slices: int | None = None,
-         stripes: bool = False, overlap: bool = False, gpus: int = 1, output_itemsize: int = 4,
-         method: str = "fbp", border: int = 0, stitched=None) -> SlabPlan:
+def plan(
+    geometry,
+    volume: VolumeGeometry | None = None,
+    *,
+    backend: str = "auto",
+    host_memory: int | None = None,
+    gpu_memory: int | None = None,
+    input_itemsize: int = 4,
+    preprocess: bool = False,
+    resident: int = 0,
+    max_slices: int | None = None,
+    stripes: bool = False,
+    overlap: bool = False,
+    gpus: int = 1,
+    output_itemsize: int = 4,
+    method: str = "fbp",
+    border: int = 0,
+    stitched=None,
+) -> SlabPlan:
     """The slab size for an out-of-core run: the largest whose estimated host
     and GPU peaks fit the limits.
 
@@ -258,16 +296,45 @@ def plan(geometry, volume: VolumeGeometry | None = None, *, backend: str = "auto
     gpu_limit = None
     if backend == "cuda":
         gpu_limit = int(gpu_memory) if gpu_memory is not None else int(GPU_FRACTION * gpu_free_bytes())
-    return _plan(geometry, volume, backend, host_limit, gpu_limit, input_itemsize=input_itemsize,
-                 preprocess=preprocess, resident=resident, max_slices=max_slices, stripes=stripes,
-                 overlap=overlap, gpus=gpus, output_itemsize=output_itemsize, method=method, border=border,
-                 stitched=stitched)
+    return _plan(
+        geometry,
+        volume,
+        backend,
+        host_limit,
+        gpu_limit,
+        input_itemsize=input_itemsize,
+        preprocess=preprocess,
+        resident=resident,
+        max_slices=max_slices,
+        stripes=stripes,
+        overlap=overlap,
+        gpus=gpus,
+        output_itemsize=output_itemsize,
+        method=method,
+        border=border,
+        stitched=stitched,
+    )
 
 
-def _plan(geometry, volume, backend: str, host_limit: int, gpu_limit: int | None, *, input_itemsize: int,
-          preprocess: bool, resident: int, max_slices: int | None, stripes: bool,
-          overlap: bool = False, gpus: int = 1, output_itemsize: int = 4, method: str = "fbp", border: int = 0,
-          stitched=None) -> SlabPlan:
+def _plan(
+    geometry,
+    volume,
+    backend: str,
+    host_limit: int,
+    gpu_limit: int | None,
+    *,
+    input_itemsize: int,
+    preprocess: bool,
+    resident: int,
+    max_slices: int | None,
+    stripes: bool,
+    overlap: bool = False,
+    gpus: int = 1,
+    output_itemsize: int = 4,
+    method: str = "fbp",
+    border: int = 0,
+    stitched=None,
+) -> SlabPlan:
     """The plan for limits already known and a backend already resolved
     (here, or on the Dask workers)."""
     import dataclasses
@@ -275,8 +342,10 @@ def _plan(geometry, volume, backend: str, host_limit: int, gpu_limit: int | None
     from .pipeline import WORKERS_PER_GPU, pipeline_slab
 
     if method not in ("fbp", "laminography") and not isinstance(geometry, ParallelGeometry):
-        raise ValueError(f"method: {method!r} runs slab by slab in parallel beam only; a cone-beam volume's "
-                         "slabs are not independent")
+        raise ValueError(
+            f"method: {method!r} runs slab by slab in parallel beam only; a cone-beam volume's "
+            "slabs are not independent"
+        )
     # the pipeline's workers of one GPU each hold a slab there: its raw rows, working set and output
     share = WORKERS_PER_GPU if overlap and backend == "cuda" else 1
 
@@ -287,36 +356,72 @@ def _plan(geometry, volume, backend: str, host_limit: int, gpu_limit: int | None
             return gpu_bytes(geometry, volume, s, method, **steps)
         n_views, rows = _band_for(geometry, volume, s, border)
         raw = n_views * rows * geometry.n_cols * input_itemsize
-        return share * (gpu_bytes(geometry, volume, s, method, **steps) + raw
-                        + s * volume.ny * volume.nx * output_itemsize)
+        return share * (
+            gpu_bytes(geometry, volume, s, method, **steps) + raw + s * volume.ny * volume.nx * output_itemsize
+        )
 
     the_plan = plan_slabs(
         volume.nz,
-        lambda s: host_bytes(geometry, volume, s, input_itemsize=input_itemsize, preprocess=preprocess,
-                             resident=resident, stripes=stripes, overlap=overlap, backend=backend, gpus=gpus,
-                             output_itemsize=output_itemsize, method=method, **steps),
+        lambda s: host_bytes(
+            geometry,
+            volume,
+            s,
+            input_itemsize=input_itemsize,
+            preprocess=preprocess,
+            resident=resident,
+            stripes=stripes,
+            overlap=overlap,
+            backend=backend,
+            gpus=gpus,
+            output_itemsize=output_itemsize,
+            method=method,
+            **steps,
+        ),
         gpu if backend == "cuda" else None,
-        host_limit=int(host_limit), gpu_limit=None if gpu_limit is None else int(gpu_limit),
-        volume_bytes=volume.size * output_itemsize, backend=backend, max_slices=max_slices)
+        host_limit=int(host_limit),
+        gpu_limit=None if gpu_limit is None else int(gpu_limit),
+        volume_bytes=volume.size * output_itemsize,
+        backend=backend,
+        max_slices=max_slices,
+    )
     if not overlap or max_slices is not None:
         return the_plan
     size = pipeline_slab(volume.nz, the_plan.slab_slices)
     if size == the_plan.slab_slices:
         return the_plan
-    host = host_bytes(geometry, volume, size, input_itemsize=input_itemsize, preprocess=preprocess,
-                      resident=resident, stripes=stripes, overlap=True, backend=backend, gpus=gpus,
-                      output_itemsize=output_itemsize, method=method, **steps)
+    host = host_bytes(
+        geometry,
+        volume,
+        size,
+        input_itemsize=input_itemsize,
+        preprocess=preprocess,
+        resident=resident,
+        stripes=stripes,
+        overlap=True,
+        backend=backend,
+        gpus=gpus,
+        output_itemsize=output_itemsize,
+        method=method,
+        **steps,
+    )
     on_gpu = gpu(size) if backend == "cuda" else 0
     shown = {c[0] for c in the_plan.candidates}
     extra = () if size in shown else ((size, int(host), int(on_gpu)),)
-    return dataclasses.replace(the_plan, slab_slices=size, host_bytes=int(host), gpu_bytes=int(on_gpu),
-                               candidates=tuple(sorted(the_plan.candidates + extra)))
+    return dataclasses.replace(
+        the_plan,
+        slab_slices=size,
+        host_bytes=int(host),
+        gpu_bytes=int(on_gpu),
+        candidates=tuple(sorted(the_plan.candidates + extra)),
+    )
 
 
 def _volume(geometry, volume):
     if not isinstance(geometry, (ParallelGeometry, ConeGeometry, ParallelVecGeometry)):
-        raise TypeError(f"geometry: expected a ParallelGeometry, a ConeGeometry or a ParallelVecGeometry, "
-                        f"got {type(geometry).__name__}")
+        raise TypeError(
+            f"geometry: expected a ParallelGeometry, a ConeGeometry or a ParallelVecGeometry, "
+            f"got {type(geometry).__name__}"
+        )
     if isinstance(geometry, ParallelGeometry) and geometry.is_2d:
         raise ValueError("geometry: out-of-core reconstruction takes a 3D ParallelGeometry (n_rows given)")
     if volume is None:
@@ -329,6 +434,7 @@ def _volume(geometry, volume):
 
 
 # -- the driver ----------------------------------------------------------------------------------
+
 
 @dataclass
 class OutOfCoreResult:
@@ -392,26 +498,50 @@ class OutOfCoreResult:
 
     def summary(self) -> str:
         traced = "" if self.peak_traced is None else f", traced peak {format_bytes(self.peak_traced)}"
-        return (f"wrote {self.path}: {self.slabs_done} slab(s) of up to {self.slab_slices} slice(s) in "
-                f"{self.seconds:.2f} s; planned host peak {format_bytes(self.plan.host_bytes)}, "
-                f"process peak RSS {format_bytes(self.peak_rss)}{traced}"
-                + (f"; {self.slices_resumed} slice(s) resumed" if self.slices_resumed else "")
-                + ("; busy " + ", ".join(f"{k} {v:.2f} s" for k, v in self.busy.items()) if self.busy else "")
-                + (f" (bound by {self.bound})" if self.bound else "")
-                + (f"; {self.retries} GPU out-of-memory retr{'y' if self.retries == 1 else 'ies'}"
-                   if self.retries else ""))
+        return (
+            f"wrote {self.path}: {self.slabs_done} slab(s) of up to {self.slab_slices} slice(s) in "
+            f"{self.seconds:.2f} s; planned host peak {format_bytes(self.plan.host_bytes)}, "
+            f"process peak RSS {format_bytes(self.peak_rss)}{traced}"
+            + (f"; {self.slices_resumed} slice(s) resumed" if self.slices_resumed else "")
+            + ("; busy " + ", ".join(f"{k} {v:.2f} s" for k, v in self.busy.items()) if self.busy else "")
+            + (f" (bound by {self.bound})" if self.bound else "")
+            + (f"; {self.retries} GPU out-of-memory retr{'y' if self.retries == 1 else 'ies'}" if self.retries else "")
+        )
 
 
-def reconstruct_to_file(projections, geometry, output, *, volume: VolumeGeometry | None = None,
-                        flats=None, darks=None, log_transform: bool = False, stripes: str | None = None,
-                        stripe_size: int = 5, stripe_options: dict | None = None, phase: dict | None = None,
-                        half_acquisition: float | None = None, backend: str = "auto",
-                        host_memory: int | None = None, gpu_memory: int | None = None,
-                        slab_slices: int | None = None, resume: bool = False, overwrite: bool = False,
-                        dataset: str | None = None, compression="default", metadata: dict | None = None,
-                        params: dict | None = None, progress: bool = False, on_plan=None,
-                        client=None, retries: int = 2, output_dtype="float32", output_range=None,
-                        io_threads: int | None = None, **options) -> OutOfCoreResult:
+def reconstruct_to_file(
+    projections,
+    geometry,
+    output,
+    *,
+    volume: VolumeGeometry | None = None,
+    flats=None,
+    darks=None,
+    log_transform: bool = False,
+    stripes: str | None = None,
+    stripe_size: int = 5,
+    stripe_options: dict | None = None,
+    phase: dict | None = None,
+    half_acquisition: float | None = None,
+    backend: str = "auto",
+    host_memory: int | None = None,
+    gpu_memory: int | None = None,
+    slab_slices: int | None = None,
+    resume: bool = False,
+    overwrite: bool = False,
+    dataset: str | None = None,
+    compression="default",
+    metadata: dict | None = None,
+    params: dict | None = None,
+    progress: bool = False,
+    on_plan=None,
+    client=None,
+    retries: int = 2,
+    output_dtype="float32",
+    output_range=None,
+    io_threads: int | None = None,
+    **options,
+) -> OutOfCoreResult:
     """Reconstruct a scan slab by slab straight into a file, within a memory cap.
 
     Parameters
@@ -535,21 +665,71 @@ def reconstruct_to_file(projections, geometry, output, *, volume: VolumeGeometry
 
     executor = None if client is None else DaskExecutor(client, retries=retries)
     with handling():
-        return _reconstruct_to_file(projections, geometry, output, volume=volume, flats=flats, darks=darks,
-                                    log_transform=log_transform, stripes=stripes, stripe_size=stripe_size,
-                                    stripe_options=stripe_options, phase=phase,
-                                    half_acquisition=half_acquisition, backend=backend, host_memory=host_memory, gpu_memory=gpu_memory,
-                                    slab_slices=slab_slices, resume=resume, overwrite=overwrite,
-                                    dataset=dataset, compression=compression, metadata=metadata,
-                                    params=params, progress=progress, on_plan=on_plan, executor=executor,
-                                    output_dtype=output_dtype, output_range=output_range,
-                                    io_threads=io_threads, **options)
+        return _reconstruct_to_file(
+            projections,
+            geometry,
+            output,
+            volume=volume,
+            flats=flats,
+            darks=darks,
+            log_transform=log_transform,
+            stripes=stripes,
+            stripe_size=stripe_size,
+            stripe_options=stripe_options,
+            phase=phase,
+            half_acquisition=half_acquisition,
+            backend=backend,
+            host_memory=host_memory,
+            gpu_memory=gpu_memory,
+            slab_slices=slab_slices,
+            resume=resume,
+            overwrite=overwrite,
+            dataset=dataset,
+            compression=compression,
+            metadata=metadata,
+            params=params,
+            progress=progress,
+            on_plan=on_plan,
+            executor=executor,
+            output_dtype=output_dtype,
+            output_range=output_range,
+            io_threads=io_threads,
+            **options,
+        )
 
 
-def _reconstruct_to_file(projections, geometry, output, *, volume, flats, darks, log_transform, stripes,
-                         stripe_size, stripe_options, phase, half_acquisition, backend, host_memory, gpu_memory, slab_slices, resume, overwrite,
-                         dataset, compression, metadata, params, progress, on_plan, executor,
-                         output_dtype, output_range, io_threads, **options) -> OutOfCoreResult:
+def _reconstruct_to_file(
+    projections,
+    geometry,
+    output,
+    *,
+    volume,
+    flats,
+    darks,
+    log_transform,
+    stripes,
+    stripe_size,
+    stripe_options,
+    phase,
+    half_acquisition,
+    backend,
+    host_memory,
+    gpu_memory,
+    slab_slices,
+    resume,
+    overwrite,
+    dataset,
+    compression,
+    metadata,
+    params,
+    progress,
+    on_plan,
+    executor,
+    output_dtype,
+    output_range,
+    io_threads,
+    **options,
+) -> OutOfCoreResult:
     import tracemalloc
 
     from ..io import SlabWriter, open_array
@@ -561,15 +741,20 @@ def _reconstruct_to_file(projections, geometry, output, *, volume, flats, darks,
 
     t0 = time.perf_counter()
     if (phase is not None or half_acquisition is not None) and not isinstance(geometry, ParallelGeometry):
-        raise ValueError(f"{'phase' if phase is not None else 'half_acquisition'}: parallel-beam scans only; "
-                         f"got a {type(geometry).__name__}")
+        raise ValueError(
+            f"{'phase' if phase is not None else 'half_acquisition'}: parallel-beam scans only; "
+            f"got a {type(geometry).__name__}"
+        )
     if stripe_options is not None and not isinstance(stripe_options, dict):
-        raise TypeError(f"stripe_options: expected a dict of remove_stripes' arguments, got "
-                        f"{type(stripe_options).__name__}")
+        raise TypeError(
+            f"stripe_options: expected a dict of remove_stripes' arguments, got {type(stripe_options).__name__}"
+        )
     phase = check_phase(phase)
     if phase is not None and flats is None and not log_transform:
-        raise ValueError("phase: phase retrieval takes transmissions: give flats and darks, or "
-                         "log_transform=True for data that are transmissions already")
+        raise ValueError(
+            "phase: phase retrieval takes transmissions: give flats and darks, or "
+            "log_transform=True for data that are transmissions already"
+        )
     stitched = stitched_geometry(geometry, half_acquisition) if half_acquisition is not None else None
     volume = _volume(stitched or geometry, volume)
     if isinstance(projections, (str, os.PathLike)):
@@ -579,106 +764,194 @@ def _reconstruct_to_file(projections, geometry, output, *, volume, flats, darks,
         params = {"input": source, **(params or {})}
     shape = tuple(getattr(projections, "shape", ()))
     if shape != geometry.projection_shape:
-        raise ValueError(f"projections: expected shape {geometry.projection_shape} (n_angles, n_rows, "
-                         f"n_cols) to match the geometry, got {shape}")
+        raise ValueError(
+            f"projections: expected shape {geometry.projection_shape} (n_angles, n_rows, "
+            f"n_cols) to match the geometry, got {shape}"
+        )
     if (flats is None) != (darks is None):
         raise ValueError("flats: give flats and darks together, or neither")
     dtype = np.dtype(getattr(projections, "dtype", np.float32))
     if dtype.kind not in "biuf":
-        raise ValueError(f"projections: expected real numbers, got dtype {dtype}"
-                         + ("; take .real or abs() first if that is what you mean" if dtype.kind == "c" else ""))
+        raise ValueError(
+            f"projections: expected real numbers, got dtype {dtype}"
+            + ("; take .real or abs() first if that is what you mean" if dtype.kind == "c" else "")
+        )
     stored = checked_dtype(output_dtype)
     if output_range is not None and not (isinstance(output_range, str) and output_range == "auto"):
         from ..io.quantize import check_range
+
         if stored.kind != "u":
             raise ValueError(f"output_range: a value range applies to uint8 and uint16 outputs, not {stored.name}")
         output_range = check_range(output_range)
-    if io_threads is not None and (isinstance(io_threads, bool) or not isinstance(io_threads, (int, np.integer))
-                                   or io_threads < 1):
+    if io_threads is not None and (
+        isinstance(io_threads, bool) or not isinstance(io_threads, (int, np.integer)) or io_threads < 1
+    ):
         raise ValueError(f"io_threads: expected a positive number of threads, got {io_threads!r}")
     resident = 0
     if flats is not None:
         from ..preprocess import check_flats_darks
+
         flats, darks = check_flats_darks(flats, darks, geometry.projection_shape[1:])
         resident = flats.nbytes + darks.nbytes
     itemsize = np.dtype(getattr(projections, "dtype", np.float32)).itemsize
     if slab_slices is not None and (not isinstance(slab_slices, (int, np.integer)) or slab_slices < 1):
         raise ValueError(f"slab_slices: expected a positive number of slices, got {slab_slices!r}")
     devices = options.pop("devices", None) if executor is None else None
-    plan_args = dict(input_itemsize=itemsize, preprocess=flats is not None or log_transform,
-                     resident=resident, max_slices=slab_slices, stripes=stripes is not None,
-                     output_itemsize=stored.itemsize, method=options.get("method", "fbp"),
-                     border=border_rows(phase), stitched=stitched)
+    plan_args = dict(
+        input_itemsize=itemsize,
+        preprocess=flats is not None or log_transform,
+        resident=resident,
+        max_slices=slab_slices,
+        stripes=stripes is not None,
+        output_itemsize=stored.itemsize,
+        method=options.get("method", "fbp"),
+        border=border_rows(phase),
+        stitched=stitched,
+    )
     if executor is not None and is_helical(geometry):
-        raise ValueError("client: a helical scan runs in this process's pipeline (each slab reads only the "
-                         "views that see it); leave client=None")
-    if executor is not None:      # Dask: sized for the smallest worker, on the backend the workers have
+        raise ValueError(
+            "client: a helical scan runs in this process's pipeline (each slab reads only the "
+            "views that see it); leave client=None"
+        )
+    if executor is not None:  # Dask: sized for the smallest worker, on the backend the workers have
         capacity = executor.capacity(backend)
-        the_plan = _plan(geometry, volume, capacity["backend"],
-                         host_memory if host_memory is not None else int(HOST_FRACTION * capacity["host"]),
-                         gpu_memory if gpu_memory is not None or capacity["gpu"] is None
-                         else int(GPU_FRACTION * capacity["gpu"]), **plan_args)
+        the_plan = _plan(
+            geometry,
+            volume,
+            capacity["backend"],
+            host_memory if host_memory is not None else int(HOST_FRACTION * capacity["host"]),
+            gpu_memory if gpu_memory is not None or capacity["gpu"] is None else int(GPU_FRACTION * capacity["gpu"]),
+            **plan_args,
+        )
     else:
         from ..backends import resolve
         from ..cuda.devices import for_backend
+
         devices = for_backend(devices, resolve(backend))
-        the_plan = plan(geometry, volume, backend=backend, host_memory=host_memory, gpu_memory=gpu_memory,
-                        overlap=True, gpus=1 if devices is None else len(devices), **plan_args)
+        the_plan = plan(
+            geometry,
+            volume,
+            backend=backend,
+            host_memory=host_memory,
+            gpu_memory=gpu_memory,
+            overlap=True,
+            gpus=1 if devices is None else len(devices),
+            **plan_args,
+        )
     if on_plan is not None:
         on_plan(the_plan)
     log.debug("%s", the_plan.describe())
     extras = preprocess_extras(stripe_options, phase, None if half_acquisition is None else float(half_acquisition))
-    preprocessing = dict(flats=flats, darks=darks, log_transform=log_transform, stripes=stripes,
-                         stripe_size=stripe_size, **extras)
+    preprocessing = dict(
+        flats=flats, darks=darks, log_transform=log_transform, stripes=stripes, stripe_size=stripe_size, **extras
+    )
     value_range = None
     if stored.kind == "u":
-        value_range = _value_range(output_range, output, dataset, resume, projections, geometry, volume,
-                                   the_plan, preprocessing, options)
+        value_range = _value_range(
+            output_range, output, dataset, resume, projections, geometry, volume, the_plan, preprocessing, options
+        )
     # which GPUs ran it does not change the result: a resumed run may use others
-    job = {"geometry": _describe(geometry), "volume": _describe(volume),
-           "options": {k: val for k, val in options.items() if k != "devices"},
-           "log_transform": log_transform, "flats": flats, "darks": darks, "stripes": stripes,
-           "stripe_size": stripe_size, **extras, **(params or {})}
-    if stored != np.float32:      # float32 runs keep the parameters (and resume) of earlier versions
+    job = {
+        "geometry": _describe(geometry),
+        "volume": _describe(volume),
+        "options": {k: val for k, val in options.items() if k != "devices"},
+        "log_transform": log_transform,
+        "flats": flats,
+        "darks": darks,
+        "stripes": stripes,
+        "stripe_size": stripe_size,
+        **extras,
+        **(params or {}),
+    }
+    if stored != np.float32:  # float32 runs keep the parameters (and resume) of earlier versions
         job["output"] = {"dtype": stored.name, "range": output_range if output_range is not None else "auto"}
     fingerprint = _fingerprint(projections, (params or {}).get("input"))
     from ..io.quantize import value_metadata
-    meta = {"voxel_size": list(volume.voxel_size), "center": list(volume.center), "axes": "zyx",
-            "values": "attenuation per length unit", "software": "leveret", **(metadata or {}),
-            **value_metadata(stored, value_range)}
+
+    meta = {
+        "voxel_size": list(volume.voxel_size),
+        "center": list(volume.center),
+        "axes": "zyx",
+        "values": "attenuation per length unit",
+        "software": "leveret",
+        **(metadata or {}),
+        **value_metadata(stored, value_range),
+    }
 
     size = the_plan.slab_slices
     retries = slabs_done = 0
     traced = tracemalloc.is_tracing()
     stages: dict = {}
     busy: dict = {}
-    with SlabWriter(output, volume.shape, stored, params=job, metadata=meta, resume=resume,
-                    overwrite=overwrite, dataset=dataset, compression=compression,
-                    fingerprint=fingerprint, threads=io_threads) as writer:
+    with SlabWriter(
+        output,
+        volume.shape,
+        stored,
+        params=job,
+        metadata=meta,
+        resume=resume,
+        overwrite=overwrite,
+        dataset=dataset,
+        compression=compression,
+        fingerprint=fingerprint,
+        threads=io_threads,
+    ) as writer:
         resumed = int(writer.done.sum())
         if resumed:
             check_sources(writer, projections)
         if executor is None:
             done, retries, size, stages = _run_pipeline(
-                projections, geometry, volume, writer, the_plan, devices, preprocessing, options, value_range,
-                size, io_threads, resume, progress)
+                projections,
+                geometry,
+                volume,
+                writer,
+                the_plan,
+                devices,
+                preprocessing,
+                options,
+                value_range,
+                size,
+                io_threads,
+                resume,
+                progress,
+            )
             slabs_done = done
             busy = {stage: part["seconds"] for stage, part in stages.items()}
         else:
             slabs_done, retries, size, writing = _run_executor(
-                executor, projections, geometry, volume, writer, the_plan, preprocessing, options, size, progress,
-                resumed)
+                executor,
+                projections,
+                geometry,
+                volume,
+                writer,
+                the_plan,
+                preprocessing,
+                options,
+                size,
+                progress,
+                resumed,
+            )
             busy = {"write": writing}
         path = writer.finish()
-    return OutOfCoreResult(path=path, plan=the_plan, slab_slices=size, slabs_done=slabs_done,
-                           slices_resumed=resumed, retries=retries, seconds=time.perf_counter() - t0,
-                           peak_rss=peak_rss_bytes(),
-                           peak_traced=tracemalloc.get_traced_memory()[1] if traced else None,
-                           busy=busy, stages=stages, value_range=value_range)
+    return OutOfCoreResult(
+        path=path,
+        plan=the_plan,
+        slab_slices=size,
+        slabs_done=slabs_done,
+        slices_resumed=resumed,
+        retries=retries,
+        seconds=time.perf_counter() - t0,
+        peak_rss=peak_rss_bytes(),
+        peak_traced=tracemalloc.get_traced_memory()[1] if traced else None,
+        busy=busy,
+        stages=stages,
+        value_range=value_range,
+    )
 
 
-def _value_range(output_range, output, dataset, resume, projections, geometry, volume, the_plan, preprocessing,
-                 options):
+def _value_range(
+    output_range, output, dataset, resume, projections, geometry, volume, the_plan, preprocessing, options
+):
     """The value range of an integer output: the one given; a resumed run's
     (from its partial output); or sampled from a middle slab."""
     from ..io.slabs import partial_metadata
@@ -692,22 +965,53 @@ def _value_range(output_range, output, dataset, resume, projections, geometry, v
             return tuple(float(v) for v in started["value_range"])
     n = min(the_plan.slab_slices, 8, volume.nz)
     k0 = max(0, (volume.nz - n) // 2)
-    lo, hi = sample_range(projections, geometry, volume, (k0, k0 + n), backend=the_plan.backend,
-                          options={k: v for k, v in options.items() if k != "devices"}, **preprocessing)
+    lo, hi = sample_range(
+        projections,
+        geometry,
+        volume,
+        (k0, k0 + n),
+        backend=the_plan.backend,
+        options={k: v for k, v in options.items() if k != "devices"},
+        **preprocessing,
+    )
     log.info("output range: %.6g to %.6g (from slices %d:%d)", lo, hi, k0, k0 + n)
     return lo, hi
 
 
-def _run_pipeline(projections, geometry, volume, writer, the_plan, devices, preprocessing, options, value_range,
-                  size, io_threads, resume, progress):
+def _run_pipeline(
+    projections,
+    geometry,
+    volume,
+    writer,
+    the_plan,
+    devices,
+    preprocessing,
+    options,
+    value_range,
+    size,
+    io_threads,
+    resume,
+    progress,
+):
     """The slabs through this process's staged pipeline: (slabs done, retries, smallest slab, split)."""
     from ..io.atomic import register_cleanup, unregister_cleanup
     from .pipeline import Pipeline
 
-    pipeline = Pipeline(projections, geometry, volume, writer, backend=the_plan.backend, devices=devices,
-                        options=options, value_range=value_range, slab_slices=size,
-                        read_threads=io_threads or max(1, os.cpu_count() or 1), checksum=resume,
-                        progress=progress, **preprocessing)
+    pipeline = Pipeline(
+        projections,
+        geometry,
+        volume,
+        writer,
+        backend=the_plan.backend,
+        devices=devices,
+        options=options,
+        value_range=value_range,
+        slab_slices=size,
+        read_threads=io_threads or max(1, os.cpu_count() or 1),
+        checksum=resume,
+        progress=progress,
+        **preprocessing,
+    )
     # Registered before any slab starts, so that an interrupted command stops the
     # stages before it removes (or keeps) the partial output.
     register_cleanup(id(pipeline), pipeline.cancel)
@@ -719,13 +1023,15 @@ def _run_pipeline(projections, geometry, volume, writer, the_plan, devices, prep
     return pipeline.slabs_done, pipeline.retries, min(size, pipeline.smallest), stages
 
 
-def _run_executor(executor, projections, geometry, volume, writer, the_plan, preprocessing, options, size,
-                  progress, resumed):
+def _run_executor(
+    executor, projections, geometry, volume, writer, the_plan, preprocessing, options, size, progress, resumed
+):
     """The slabs on a Dask cluster, written here as they come: (slabs done, retries, smallest slab, write seconds)."""
     from tqdm.auto import tqdm
 
     from ..io.atomic import register_cleanup, unregister_cleanup
     from .executors import OutOfMemoryOnDevice
+    from .pipeline import on_terminal
 
     retries = slabs_done = 0
     writing = 0.0
@@ -733,27 +1039,39 @@ def _run_executor(executor, projections, geometry, volume, writer, the_plan, pre
     # queued slabs before it removes (or keeps) the partial output.
     register_cleanup(id(executor), executor.cancel)
     try:
-        executor.start(projections, geometry, volume, store=writer.region_store(), backend=the_plan.backend,
-                       **preprocessing, **options)
-        with tqdm(total=volume.nz, initial=resumed, unit="slice", desc="reconstruct",
-                  disable=not progress, leave=False, dynamic_ncols=True) as bar:
+        executor.start(
+            projections,
+            geometry,
+            volume,
+            store=writer.region_store(),
+            backend=the_plan.backend,
+            **preprocessing,
+            **options,
+        )
+        with tqdm(
+            total=volume.nz,
+            initial=resumed,
+            unit="slice",
+            desc="reconstruct",
+            disable=not progress,
+            leave=not on_terminal(),
+            dynamic_ncols=True,
+        ) as bar:
             for region in writer.todo(size):
                 executor.submit(region)
             for (k0, k1), slab in executor.completed():
                 if isinstance(slab, OutOfMemoryOnDevice):
                     if k1 - k0 == 1:
-                        raise MemoryError(f"memory: the GPU ran out of memory even for one slice "
-                                          f"({slab.message})")
+                        raise MemoryError(f"memory: the GPU ran out of memory even for one slice ({slab.message})")
                     size = min(size, max(1, (k1 - k0) // 2))
                     retries += 1
-                    log.warning("CUDA out of memory on slices %d:%d; retrying with %d slice(s) per slab",
-                                k0, k1, size)
-                    for k in reversed(range(k0, k1, size)):   # the halves go first, in order
+                    log.warning("CUDA out of memory on slices %d:%d; retrying with %d slice(s) per slab", k0, k1, size)
+                    for k in reversed(range(k0, k1, size)):  # the halves go first, in order
                         executor.submit((k, min(k1, k + size)), first=True)
                     continue
                 t_write = time.perf_counter()
                 made_from = executor.made_from((k0, k1))
-                if isinstance(slab, tuple):      # written into the store by its worker
+                if isinstance(slab, tuple):  # written into the store by its worker
                     writer.record(k0, k1, source=made_from)
                 else:
                     writer.write(k0, slab, source=made_from)
@@ -762,7 +1080,7 @@ def _run_executor(executor, projections, geometry, volume, writer, the_plan, pre
                 slabs_done += 1
                 bar.update(k1 - k0)
     except BaseException:
-        executor.cancel()    # before the writer aborts: no task writes into what it removes
+        executor.cancel()  # before the writer aborts: no task writes into what it removes
         raise
     finally:
         executor.cancel()
@@ -781,7 +1099,7 @@ def check_sources(writer, projections) -> None:
     from ..io.slabs import rows_checksum
 
     for k0, k1, made_from in writer.sources():
-        if not made_from:       # a slab off the detector: made from nothing
+        if not made_from:  # a slab off the detector: made from nothing
             continue
         r0, r1 = made_from["rows"]
         n0, n1 = made_from.get("views", (0, projections.shape[0]))
@@ -789,7 +1107,8 @@ def check_sources(writer, projections) -> None:
             raise ValueError(
                 f"resume: the input changed since the partial output {str(writer.partial)!r} was written "
                 f"(detector rows {r0}:{r1}, from which slices {k0}:{k1} were made, differ); run without "
-                "--resume to start afresh, or restore the input")
+                "--resume to start afresh, or restore the input"
+            )
 
 
 def _fingerprint(projections, source) -> dict:
@@ -804,9 +1123,10 @@ def _fingerprint(projections, source) -> dict:
             path, _ = split_dataset(source, None)
             if path.exists() or any(c in os.fspath(source) for c in "*?["):
                 out = input_fingerprint(source)
-        except (OSError, ValueError):   # not a path after all: the samples alone
+        except (OSError, ValueError):  # not a path after all: the samples alone
             out = {}
     import hashlib
+
     n_angles, n_rows = projections.shape[:2]
     digest = hashlib.sha256()
     for a in sorted({0, n_angles // 2, n_angles - 1}):

@@ -39,11 +39,13 @@ reconstructed be written first, then the error is raised. :meth:`Pipeline.cancel
 Nothing a stage holds is reused while another stage still reads it, so a
 slow or stalled stage never corrupts a slab: it only shows in the split.
 """
+
 from __future__ import annotations
 
 import logging
 import queue
 import threading
+import sys
 import time
 from dataclasses import dataclass
 
@@ -95,6 +97,7 @@ def pipeline_slab(n_slices: int, fits: int) -> int:
 
 # -- what the stages measure ---------------------------------------------------------------------
 
+
 class StageTimes:
     """Busy seconds and bytes of each stage, summed over its workers (thread safe).
 
@@ -129,9 +132,13 @@ class StageTimes:
             if seconds[stage] <= 0 and not nbytes[stage]:
                 continue
             s, n = seconds[stage], nbytes[stage]
-            out[stage] = {"seconds": s, "bytes": n, "lanes": lanes[stage],
-                          "rate": n / s / 1e9 if s > 0 else 0.0,
-                          "busy": min(1.0, s / (wall * lanes[stage])) if wall > 0 else 0.0}
+            out[stage] = {
+                "seconds": s,
+                "bytes": n,
+                "lanes": lanes[stage],
+                "rate": n / s / 1e9 if s > 0 else 0.0,
+                "busy": min(1.0, s / (wall * lanes[stage])) if wall > 0 else 0.0,
+            }
         return out
 
     def line(self, wall: float) -> str:
@@ -145,6 +152,7 @@ class StageTimes:
 
 
 # -- buffers -----------------------------------------------------------------------------------
+
 
 class Buffers:
     """``count`` reusable host buffers of ``nbytes`` each (page-locked when
@@ -186,9 +194,10 @@ class Buffers:
     def _make(self) -> np.ndarray:
         if self.pinned:
             from ..cuda.pipeline import empty_pinned
+
             return empty_pinned(self.nbytes, np.uint8)
         block = np.empty(self.nbytes, np.uint8)
-        block[::4096] = 0           # its pages, faulted in once here rather than at every slab
+        block[::4096] = 0  # its pages, faulted in once here rather than at every slab
         return block
 
     def _give_back(self, block) -> None:
@@ -214,15 +223,15 @@ class Slab:
     """One slab on its way through the stages."""
 
     region: tuple
-    rows: tuple | None = None        # detector rows (r0, r1); None: off the detector
-    views: tuple | None = None       # the projections (n0, n1) read (a helical slab's; else all)
-    raw: object = None               # the rows as stored (a view of raw_buffer's array)
+    rows: tuple | None = None  # detector rows (r0, r1); None: off the detector
+    views: tuple | None = None  # the projections (n0, n1) read (a helical slab's; else all)
+    raw: object = None  # the rows as stored (a view of raw_buffer's array)
     raw_buffer: Buffer | None = None
-    out: object = None               # the slab in the output dtype
+    out: object = None  # the slab in the output dtype
     out_buffer: Buffer | None = None
-    made_from: dict | None = None    # rows and their checksum, for a resumed run
-    smallest: int = 0                # the smallest piece it was rebuilt in after running out of memory
-    token: object = None             # gives back the room its output takes (CPU)
+    made_from: dict | None = None  # rows and their checksum, for a resumed run
+    smallest: int = 0  # the smallest piece it was rebuilt in after running out of memory
+    token: object = None  # gives back the room its output takes (CPU)
 
     def release(self) -> None:
         for buffer in (self.raw_buffer, self.out_buffer):
@@ -233,24 +242,44 @@ class Slab:
         self.raw = self.out = self.raw_buffer = self.out_buffer = self.token = None
 
 
-_DONE = object()    # a queue's end
+_DONE = object()  # a queue's end
 
 
 # -- the compute stages ------------------------------------------------------------------------
+
 
 class _Recipe:
     """What every compute worker needs to build a slab: the geometry, the
     volume, the preprocessing and the reconstruction's options, the output dtype."""
 
-    def __init__(self, geometry, volume, *, flats, darks, log_transform, stripes, stripe_size, options,
-                 output_dtype, value_range, stripe_options=None, phase=None, half_acquisition=None):
+    def __init__(
+        self,
+        geometry,
+        volume,
+        *,
+        flats,
+        darks,
+        log_transform,
+        stripes,
+        stripe_size,
+        options,
+        output_dtype,
+        value_range,
+        stripe_options=None,
+        phase=None,
+        half_acquisition=None,
+    ):
         from .slab import border_rows
 
         self.geometry, self.volume = geometry, volume
-        self.flats, self.darks = flats, darks          # averaged float32 images (full detector) or None
-        self.preprocess = dict(log_transform=log_transform, stripes=stripes, stripe_size=stripe_size,
-                               **preprocess_extras(stripe_options, phase, half_acquisition))
-        self.border = border_rows(phase)               # rows of context each side of a slab's own
+        self.flats, self.darks = flats, darks  # averaged float32 images (full detector) or None
+        self.preprocess = dict(
+            log_transform=log_transform,
+            stripes=stripes,
+            stripe_size=stripe_size,
+            **preprocess_extras(stripe_options, phase, half_acquisition),
+        )
+        self.border = border_rows(phase)  # rows of context each side of a slab's own
         self.options = options
         self.output_dtype, self.value_range = np.dtype(output_dtype), value_range
 
@@ -268,13 +297,24 @@ class _Recipe:
             n0, r0 = band[0][0], band[1][0]
             if all(outer[0] <= inner[0] and inner[1] <= outer[1] for outer, inner in zip(band, sub)):
                 # the piece's own views and rows: as a run of it alone
-                piece = data[sub[0][0] - n0:sub[0][1] - n0, sub[1][0] - r0:sub[1][1] - r0]
+                piece = data[sub[0][0] - n0 : sub[0][1] - n0, sub[1][0] - r0 : sub[1][1] - r0]
             else:
                 sub, piece = band, data
             try:
-                result = slab_module.reconstruct_slab(piece, self.geometry, self.volume, (a, b), rows=sub[1],
-                                                      views=sub[0], flats=flats, darks=darks, backend=backend,
-                                                      stats=stats, **self.preprocess, **self.options)
+                result = slab_module.reconstruct_slab(
+                    piece,
+                    self.geometry,
+                    self.volume,
+                    (a, b),
+                    rows=sub[1],
+                    views=sub[0],
+                    flats=flats,
+                    darks=darks,
+                    backend=backend,
+                    stats=stats,
+                    **self.preprocess,
+                    **self.options,
+                )
             except Exception as exc:
                 if not slab_module.is_gpu_out_of_memory(exc):
                     raise
@@ -308,17 +348,26 @@ class _CpuStage:
         out = None
         split: dict = {}
         smallest = k1 - k0
-        for (a, b), result in recipe.pieces(slab_module, slab.region, (slab.views, slab.rows), slab.raw,
-                                            recipe.flats, recipe.darks, "cpu", counters, split):
+        for (a, b), result in recipe.pieces(
+            slab_module,
+            slab.region,
+            (slab.views, slab.rows),
+            slab.raw,
+            recipe.flats,
+            recipe.darks,
+            "cpu",
+            counters,
+            split,
+        ):
             smallest = min(smallest, b - a)
             if (a, b) == (k0, k1) and result is not None and recipe.output_dtype == np.float32:
-                out = result         # the slab as built: no copy
+                out = result  # the slab as built: no copy
                 continue
             if out is None:
                 out = np.zeros((k1 - k0, vol.ny, vol.nx), recipe.output_dtype)
             if result is not None:
                 t = time.perf_counter()
-                quantize(result, recipe.output_dtype, recipe.value_range, out=out[a - k0:b - k0])
+                quantize(result, recipe.output_dtype, recipe.value_range, out=out[a - k0 : b - k0])
                 split["convert"] = split.get("convert", 0.0) + time.perf_counter() - t
         slab.out, slab.smallest = out, (smallest if smallest < k1 - k0 else 0)
         times.add("preprocess", split.get("preprocess", 0.0), raw_bytes)
@@ -372,28 +421,29 @@ class _GpuStage:
             raw = None
             if slab.raw is not None:
                 raw = cupy.empty(slab.raw.shape, slab.raw.dtype)
-                raw.set(slab.raw, stream=self.stream)       # from pinned memory: asynchronous
+                raw.set(slab.raw, stream=self.stream)  # from pinned memory: asynchronous
             uploaded = cupy.cuda.Event()
             uploaded.record()
             uploaded.synchronize()
             up_seconds = cupy.cuda.get_elapsed_time(start, uploaded) * 1e-3
             times.add("upload", up_seconds, raw_bytes)
-            if slab.raw_buffer is not None:                 # on the GPU now: the reader may refill it
+            if slab.raw_buffer is not None:  # on the GPU now: the reader may refill it
                 slab.raw_buffer.release()
                 slab.raw_buffer, slab.raw = None, None
             device_out = cupy.zeros(shape, recipe.output_dtype)
             split: dict = {}
             smallest = k1 - k0
-            for (a, b), result in recipe.pieces(slab_module, slab.region, (slab.views, slab.rows), raw, flats,
-                                                darks, "cuda", counters, split):
+            for (a, b), result in recipe.pieces(
+                slab_module, slab.region, (slab.views, slab.rows), raw, flats, darks, "cuda", counters, split
+            ):
                 smallest = min(smallest, b - a)
                 if result is not None:
-                    quantize(result, recipe.output_dtype, recipe.value_range, out=device_out[a - k0:b - k0])
+                    quantize(result, recipe.output_dtype, recipe.value_range, out=device_out[a - k0 : b - k0])
                 del result
             del raw
             converted = cupy.cuda.Event()
             converted.record()
-            device_out.get(stream=self.stream, out=slab.out)   # into pinned memory
+            device_out.get(stream=self.stream, out=slab.out)  # into pinned memory
             landed = cupy.cuda.Event()
             landed.record()
             landed.synchronize()
@@ -404,6 +454,7 @@ class _GpuStage:
 
 
 # -- the pipeline ------------------------------------------------------------------------------
+
 
 class Pipeline:
     """The stages of one out-of-core run in this process (see the module docstring).
@@ -440,10 +491,30 @@ class Pipeline:
         A progress bar with the stages' rates.
     """
 
-    def __init__(self, projections, geometry, volume, writer, *, backend: str, devices=None, flats=None,
-                 darks=None, log_transform=False, stripes=None, stripe_size=5, stripe_options=None, phase=None,
-                 half_acquisition=None, options=None, value_range=None, slab_slices: int, read_threads: int,
-                 checksum: bool, progress: bool = False):
+    def __init__(
+        self,
+        projections,
+        geometry,
+        volume,
+        writer,
+        *,
+        backend: str,
+        devices=None,
+        flats=None,
+        darks=None,
+        log_transform=False,
+        stripes=None,
+        stripe_size=5,
+        stripe_options=None,
+        phase=None,
+        half_acquisition=None,
+        options=None,
+        value_range=None,
+        slab_slices: int,
+        read_threads: int,
+        checksum: bool,
+        progress: bool = False,
+    ):
         from ..preprocess._common import average_fields
 
         self.projections, self.geometry, self.volume, self.writer = projections, geometry, volume, writer
@@ -452,10 +523,21 @@ class Pipeline:
         if flats is not None:
             flats = average_fields("flats", flats, image, np)
             darks = average_fields("darks", darks, image, np)
-        self.recipe = _Recipe(geometry, volume, flats=flats, darks=darks, log_transform=log_transform,
-                              stripes=stripes, stripe_size=stripe_size, options=dict(options or {}),
-                              output_dtype=writer.dtype, value_range=value_range, stripe_options=stripe_options,
-                              phase=phase, half_acquisition=half_acquisition)
+        self.recipe = _Recipe(
+            geometry,
+            volume,
+            flats=flats,
+            darks=darks,
+            log_transform=log_transform,
+            stripes=stripes,
+            stripe_size=stripe_size,
+            options=dict(options or {}),
+            output_dtype=writer.dtype,
+            value_range=value_range,
+            stripe_options=stripe_options,
+            phase=phase,
+            half_acquisition=half_acquisition,
+        )
         self.slab_slices = int(slab_slices)
         self.read_threads = max(1, int(read_threads))
         self.checksum = bool(checksum)
@@ -464,8 +546,8 @@ class Pipeline:
         self.retries = 0
         self.slabs_done = 0
         self.smallest = self.slab_slices
-        self._halt = threading.Event()      # everything stops (cancel, a failed read or write)
-        self._drain = threading.Event()     # no more reads or reconstructions; writes finish
+        self._halt = threading.Event()  # everything stops (cancel, a failed read or write)
+        self._drain = threading.Event()  # no more reads or reconstructions; writes finish
         self._failure: BaseException | None = None
         self._failure_lock = threading.Lock()
 
@@ -473,6 +555,7 @@ class Pipeline:
     def _max_band(self, regions) -> int:
         """Bytes of the largest band of views and rows any of ``regions`` needs."""
         from .slab import slab_band
+
         bands = [slab_band(self.geometry, self.volume, r, border=self.recipe.border) for r in regions]
         most = max([(n1 - n0) * (r1 - r0) for (n0, n1), (r0, r1) in filter(None, bands)], default=1)
         return most * self.projections.shape[2] * np.dtype(self.projections.dtype).itemsize
@@ -483,13 +566,15 @@ class Pipeline:
             self._out_tokens = threading.Semaphore(in_flight(1, "cpu")[1])
             return [_CpuStage(self.recipe)]
         import cupy
+
         ids = [cupy.cuda.Device().id] if self.devices is None else list(self.devices.ids)
         _, outs = in_flight(WORKERS_PER_GPU * len(ids))
         vol = self.volume
         self._out_pool = Buffers(outs, slices * vol.ny * vol.nx * self.writer.dtype.itemsize, pinned=True)
         shared = {"lock": threading.Lock()}
-        return [_GpuStage(self.recipe, device, shared, self._out_pool)
-                for device in ids for _ in range(WORKERS_PER_GPU)]
+        return [
+            _GpuStage(self.recipe, device, shared, self._out_pool) for device in ids for _ in range(WORKERS_PER_GPU)
+        ]
 
     # -- control -----------------------------------------------------------------------------
     def cancel(self) -> None:
@@ -538,9 +623,16 @@ class Pipeline:
             return {}
         workers = self._workers(max(b - a for a, b in regions))
         n_writers = writers(self.backend)
-        lanes = len({w.lane for w in workers})       # GPUs (or the CPU) the compute stages run on
-        self.times = StageTimes({"read": 1, "preprocess": lanes, "reconstruct": lanes, "write": n_writers,
-                                 **({"upload": lanes, "download": lanes} if self.backend == "cuda" else {})})
+        lanes = len({w.lane for w in workers})  # GPUs (or the CPU) the compute stages run on
+        self.times = StageTimes(
+            {
+                "read": 1,
+                "preprocess": lanes,
+                "reconstruct": lanes,
+                "write": n_writers,
+                **({"upload": lanes, "download": lanes} if self.backend == "cuda" else {}),
+            }
+        )
         raws, outs = in_flight(len(workers), self.backend)
         self._raw_pool = Buffers(raws, self._max_band(regions), pinned=self.backend == "cuda")
         # the pools bound what is held; the queues only pass slabs on
@@ -574,7 +666,7 @@ class Pipeline:
                     slab = self._get(reads, self._halt.is_set)
                     if slab is _DONE:
                         break
-                    if self._drain.is_set():        # read, but a reconstruction failed: not built
+                    if self._drain.is_set():  # read, but a reconstruction failed: not built
                         slab.release()
                         continue
                     try:
@@ -610,13 +702,20 @@ class Pipeline:
                     slab.release()
 
         threads = [threading.Thread(target=reader, name="leveret-read", daemon=True)]
-        threads += [threading.Thread(target=computer, args=(w,), name=f"leveret-compute-{w.lane}-{i}", daemon=True)
-                    for i, w in enumerate(workers)]
-        threads += [threading.Thread(target=writer, name=f"leveret-write-{i}", daemon=True)
-                    for i in range(n_writers)]
+        threads += [
+            threading.Thread(target=computer, args=(w,), name=f"leveret-compute-{w.lane}-{i}", daemon=True)
+            for i, w in enumerate(workers)
+        ]
+        threads += [threading.Thread(target=writer, name=f"leveret-write-{i}", daemon=True) for i in range(n_writers)]
         total = sum(b - a for a, b in regions)
-        bar = tqdm(total=total, unit="slice", desc="reconstruct", disable=not self.progress, leave=False,
-                   dynamic_ncols=True)
+        bar = tqdm(
+            total=total,
+            unit="slice",
+            desc="reconstruct",
+            disable=not self.progress,
+            leave=not on_terminal(),
+            dynamic_ncols=True,
+        )
         try:
             for t in threads:
                 t.start()
@@ -634,14 +733,14 @@ class Pipeline:
         finally:
             for t in threads:
                 t.join()
-            while not done.empty():             # written while the threads ended
+            while not done.empty():  # written while the threads ended
                 a, b = done.get()
                 self.slabs_done += 1
             bar.close()
             read_pool.shutdown(wait=True, cancel_futures=True)
             for pool in (self._raw_pool, self._out_pool):
                 if pool is not None:
-                    pool._free.clear()      # pinned blocks go back to leveret.cuda.pipeline's pool
+                    pool._free.clear()  # pinned blocks go back to leveret.cuda.pipeline's pool
         if self._failure is not None:
             raise self._failure
         if self._halt.is_set():
@@ -675,7 +774,7 @@ class Pipeline:
 
         slab = Slab(region)
         band = slab_band(self.geometry, self.volume, region, border=self.recipe.border)
-        if band is None:                      # off the detector: its slices are zero
+        if band is None:  # off the detector: its slices are zero
             return slab
         views, rows = band
         shape = (views[1] - views[0], rows[1] - rows[0], self.projections.shape[2])
@@ -685,11 +784,10 @@ class Pipeline:
         slab.views, slab.rows, slab.raw_buffer, slab.raw = views, rows, buffer, buffer.array
         try:
             t = time.perf_counter()
-            some = views != (0, n_views(self.geometry))      # a helical slab: its views only
+            some = views != (0, n_views(self.geometry))  # a helical slab: its views only
             read_band(self.projections, rows, slab.raw, pool=pool, **({"views": views} if some else {}))
             if self.checksum:
-                slab.made_from = {"rows": [int(rows[0]), int(rows[1])],
-                                  "crc32": rows_checksum(slab.raw, pool=pool)}
+                slab.made_from = {"rows": [int(rows[0]), int(rows[1])], "crc32": rows_checksum(slab.raw, pool=pool)}
                 if some:
                     slab.made_from["views"] = [int(views[0]), int(views[1])]
             self.times.add("read", time.perf_counter() - t, slab.raw.nbytes)
@@ -703,12 +801,12 @@ class Pipeline:
         if isinstance(worker, _GpuStage):
             worker.build(slab, self.times, counters, self._halt.is_set)
         else:
-            while not self._out_tokens.acquire(timeout=POLL):   # an output slab may be held: room for one
+            while not self._out_tokens.acquire(timeout=POLL):  # an output slab may be held: room for one
                 if self._halt.is_set():
                     return
             slab.token = self._out_tokens.release
             worker.build(slab, self.times, counters)
-            if slab.raw_buffer is not None:       # reconstructed: the reader may refill it
+            if slab.raw_buffer is not None:  # reconstructed: the reader may refill it
                 slab.raw_buffer.release()
             slab.raw_buffer = slab.raw = None
         with self._failure_lock:
@@ -721,9 +819,24 @@ class _Counter:
     retries = 0
 
 
-def sample_range(projections, geometry, volume, region, *, backend: str, device=None, flats=None, darks=None,
-                 log_transform=False, stripes=None, stripe_size=5, stripe_options=None, phase=None,
-                 half_acquisition=None, options=None) -> tuple[float, float]:
+def sample_range(
+    projections,
+    geometry,
+    volume,
+    region,
+    *,
+    backend: str,
+    device=None,
+    flats=None,
+    darks=None,
+    log_transform=False,
+    stripes=None,
+    stripe_size=5,
+    stripe_options=None,
+    phase=None,
+    half_acquisition=None,
+    options=None,
+) -> tuple[float, float]:
     """The automatic value range (:func:`leveret.io.quantize.auto_range`) from
     slices ``region`` reconstructed as the run will (on its backend)."""
     from ..io.quantize import auto_range
@@ -733,18 +846,28 @@ def sample_range(projections, geometry, volume, region, *, backend: str, device=
     if band is None:
         return auto_range(np.zeros(1, np.float32))
     (n0, n1), rows = band
-    raw = np.asarray(projections[n0:n1, rows[0]:rows[1], :])
-    kwargs = dict(rows=rows, views=(n0, n1), log_transform=log_transform, stripes=stripes, stripe_size=stripe_size,
-                  **preprocess_extras(stripe_options, phase, half_acquisition), **(options or {}))
+    raw = np.asarray(projections[n0:n1, rows[0] : rows[1], :])
+    kwargs = dict(
+        rows=rows,
+        views=(n0, n1),
+        log_transform=log_transform,
+        stripes=stripes,
+        stripe_size=stripe_size,
+        **preprocess_extras(stripe_options, phase, half_acquisition),
+        **(options or {}),
+    )
     if backend != "cuda":
-        result = slab_module.reconstruct_slab(raw, geometry, volume, region, flats=flats, darks=darks,
-                                              backend="cpu", **kwargs)
+        result = slab_module.reconstruct_slab(
+            raw, geometry, volume, region, flats=flats, darks=darks, backend="cpu", **kwargs
+        )
         return auto_range(result)
     import cupy
+
     with cupy.cuda.Device(cupy.cuda.Device().id if device is None else device):
         fields = (None, None) if flats is None else (cupy.asarray(flats), cupy.asarray(darks))
-        result = slab_module.reconstruct_slab(cupy.asarray(raw), geometry, volume, region, flats=fields[0],
-                                              darks=fields[1], backend="cuda", **kwargs)
+        result = slab_module.reconstruct_slab(
+            cupy.asarray(raw), geometry, volume, region, flats=fields[0], darks=fields[1], backend="cuda", **kwargs
+        )
         return auto_range(result)
 
 
@@ -754,3 +877,9 @@ def preprocess_extras(stripe_options=None, phase=None, half_acquisition=None) ->
     slab is built as by an earlier version when none is)."""
     given = dict(stripe_options=stripe_options, phase=phase, half_acquisition=half_acquisition)
     return {k: v for k, v in given.items() if v is not None}
+
+
+def on_terminal() -> bool:
+    """Whether stderr is a terminal: there the progress bar is cleared when it
+    ends; in a log file it stays, so that the next message starts its own line."""
+    return bool(getattr(sys.stderr, "isatty", lambda: False)())
