@@ -717,6 +717,12 @@ def test_ctrl_c_anywhere_in_a_run_leaves_nothing_half_written_and_says_what(tmp_
             runs.append((n, folder, _at_call(folder, n)))
         for n, folder, proc in runs:
             _, err = proc.communicate(timeout=120)
+            if proc.returncode == 0 and not (folder / "report.json.signalled").exists():
+                # the pipeline's threads make a few calls fewer in some runs: the point lay beyond
+                # this run's end, which must then be the complete output
+                if not np.array_equal(read_array(folder / "r.h5"), complete):
+                    failures.append(f"call {n} of {report['calls']}: not signalled, an output that differs")
+                continue
             left = sorted(p.name for p in folder.iterdir() if p.name not in ("p.npy", "report.json.signalled"))
             last = err.strip().splitlines()[-1] if err.strip() else ""
             expected = ["leveret recon: interrupted; no output written"]
