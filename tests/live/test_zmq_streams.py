@@ -240,3 +240,17 @@ def test_encode_sends_a_frame_without_a_copy_when_its_data_are_little_endian_c_o
     assert np.shares_memory(np.frombuffer(payload, np.uint8), data) and payload.nbytes == 24
     swapped = encode(Frame(data.astype(">u2"), 0, angle=0.0))[1]
     assert bytes(swapped) == data.tobytes() and json.loads(header)["dtype"] == "u2"
+
+
+@pytest.mark.parametrize("n_streams", [1, 3])
+def test_closing_after_a_loop_left_early_closes_the_sockets_and_the_context(n_streams, ipc_dir):
+    """A loop left by break or an exception leaves the iteration suspended: close() from
+    that thread still closes every socket (none lives on, reconnecting to its endpoint and
+    taking a later sender's messages) and the context (whose end would wait at exit)."""
+    endpoints = _endpoints("ipc", n_streams, ipc_dir)
+    src = ZmqSource(endpoints, timeout=0.05)
+    frames = iter(src)
+    assert next(frames) is None  # nothing sent: the iteration is running, then suspended
+    src.close()
+    assert src.closed and src._ctx.closed
+    assert not any(t.name.startswith("leveret-zmq") and t.is_alive() for t in threading.enumerate())

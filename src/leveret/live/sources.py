@@ -527,6 +527,8 @@ class ZmqSource:
         self._bad_lock = threading.Lock()  # bad_messages, counted by every receiving thread
         self._stop = threading.Event()
         self._reading = False
+        self._iterating = None  # the thread whose iteration reads the source
+        self._readers: list = []  # the receiving threads of several sockets
         self._ends = 0  # end-of-scan messages of the scan so far
         self._ready: queue.SimpleQueue = queue.SimpleQueue()  # (frame | END | _Failed) from the threads
         self._room = threading.Semaphore(self.QUEUED * self.threads)
@@ -559,10 +561,16 @@ class ZmqSource:
 
     def close(self) -> None:
         """Stop the source; safe from any thread. The threads reading the sockets
-        close them (within ``STEP`` seconds); with none reading, they are closed here."""
+        close them (within ``STEP`` seconds); with none reading, or from the thread
+        whose iteration is suspended (a loop left by break or an exception), they
+        are closed here, so that no socket lives on, reconnecting to its endpoint."""
         with self._lock:
             self._stop.set()
-            if not self._reading:
+            if self._reading and self._iterating != threading.get_ident():
+                return
+            for t in self._readers:  # they see the flag within STEP and close their sockets
+                t.join(timeout=1.0)
+            if not any(t.is_alive() for t in self._readers):  # one waiting for a frame buffer closes its own
                 self._close_all()
 
     def _close_all(self) -> None:
@@ -579,7 +587,7 @@ class ZmqSource:
                 return
             if self._reading:
                 raise RuntimeError("ZmqSource: already being read (one iteration at a time)")
-            self._reading = True
+            self._reading, self._iterating = True, threading.get_ident()
         try:
             if len(self._socks) == 1:
                 yield from self._read_here(self._socks[0])
@@ -619,6 +627,7 @@ class ZmqSource:
             threading.Thread(target=self._receive, args=(sock, halt), name=f"leveret-zmq-{k}", daemon=True)
             for k, sock in enumerate(self._socks)
         ]
+        self._readers = readers
         for t in readers:
             t.start()
         try:
