@@ -254,3 +254,30 @@ def test_closing_after_a_loop_left_early_closes_the_sockets_and_the_context(n_st
     src.close()
     assert src.closed and src._ctx.closed
     assert not any(t.name.startswith("leveret-zmq") and t.is_alive() for t in threading.enumerate())
+
+
+def test_a_source_never_closed_lets_the_interpreter_exit(tmp_path):
+    """A source read to its end and dropped without close(), as a script does: its
+    sockets and context are closed when it is collected, so exit does not wait forever."""
+    import subprocess
+    import sys
+
+    script = f"""
+import threading
+import numpy as np
+from leveret.live import Frame
+from leveret.live.sources import ZmqSource, send_frames
+address = "ipc://{tmp_path}/s"
+source = ZmqSource(address, stop_at_end=True)
+frames = [Frame(np.zeros((2, 3), np.float32), i, angle=0.1 * i) for i in range(3)]
+sender = threading.Thread(target=send_frames, args=(address, frames))
+sender.start()
+print(sum(f is not None for f in source))
+sender.join()
+source.cycle = source  # garbage in a cycle, as a test runner's last collection finds it
+del source
+import gc
+gc.collect()
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0 and done.stdout.strip() == "3", done.stderr

@@ -38,6 +38,7 @@ import re
 import reprlib
 import threading
 import time
+import weakref
 from pathlib import Path
 
 import numpy as np
@@ -554,6 +555,9 @@ class ZmqSource:
         except BaseException:
             self._close_all()
             raise
+        # Unclosed, the sockets and context outlive a source that is garbage: at collection or
+        # exit the context's own end would wait forever for sockets it no longer knows of.
+        self._finalizer = weakref.finalize(self, _close_zmq, self._socks, self._ctx)
 
     @property
     def closed(self) -> bool:
@@ -575,11 +579,7 @@ class ZmqSource:
 
     def _close_all(self) -> None:
         """Close the sockets still open, then the context (no thread may be reading them)."""
-        for s in self._socks:
-            if not s.closed:
-                s.close(0)
-        if not self._ctx.closed:
-            self._ctx.term()
+        _close_zmq(self._socks, self._ctx)
 
     def __iter__(self):
         with self._lock:
@@ -732,6 +732,15 @@ class ZmqSource:
             log.warning("message skipped: %s", reason)
         elif n % self.LOG_EVERY == 0:
             log.warning("%d bad messages so far (the latest: %s)", n, reason)
+
+
+def _close_zmq(socks, ctx) -> None:
+    """Close ``socks`` still open, then ``ctx``."""
+    for s in socks:
+        if not s.closed:
+            s.close(0)
+    if not ctx.closed:
+        ctx.term()
 
 
 class _Failed:
