@@ -402,12 +402,7 @@ def _reconstruct(data, geometry, volume, region, rows, backend, slab_slices, opt
     r0, r1 = rows
     n0, n1 = views
     slab = volume.slab(k0, k1)
-    expected = (n1 - n0, r1 - r0, geometry.n_cols)
-    if tuple(data.shape) != expected:
-        raise ValueError(
-            f"rows_data: expected detector rows {r0}:{r1} of projections {n0}:{n1}, shape "
-            f"{expected}, got shape {tuple(data.shape)}"
-        )
+    _check_rows(data, geometry, rows, views)  # the preprocessed rows: kept, or stitched for ``geometry``
     method = options.pop("method", "fbp")
     from .iterate import METHODS
 
