@@ -123,6 +123,24 @@ def test_crop_views_keeps_matrices_and_angles():
         g.crop_views(3, 3)
 
 
+def test_derived_geometries_equal_the_checked_constructor():
+    """crop_views, crop_rows and normalised skip the matrices' checks: what they
+    build must be what the constructor builds from the same arguments, frozen."""
+    g = helical(turns(1), 10.0)
+    m = g.normalised().matrices
+    rows = m.copy()
+    rows[:, 1, :] -= 3 * rows[:, 2, :]
+    for derived, expected in [
+        (g.normalised(), g.replace(matrices=g.matrices / g.matrices[:, 2, 3, None, None])),
+        (g.crop_views(2, 7), g.replace(matrices=g.matrices[2:7], angles=g.angles[2:7])),
+        (g.normalised().crop_rows(3, NR), g.replace(matrices=rows, n_rows=NR - 3)),
+    ]:
+        assert type(derived) is ConeGeometry and derived == expected and hash(derived) == hash(expected)
+        assert not derived.matrices.flags.writeable and derived.matrices.dtype == np.float64
+        with pytest.raises(AttributeError, match="immutable"):
+            derived.n_rows = 1
+
+
 def test_helical_validation():
     with pytest.raises(ValueError, match="pitch: expected a non-zero"):
         helical(turns(1), 0.0)

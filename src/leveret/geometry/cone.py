@@ -412,7 +412,7 @@ class ConeGeometry(Frozen):
             raise ValueError(
                 f"matrices[{i}]: normalising needs the world origin in front of the source (w > 0), got w = {w0[i]:.3g}"
             )
-        return self.replace(matrices=self.matrices / w0[:, None, None])
+        return self._derived(matrices=self.matrices / w0[:, None, None])
 
     # -- the detector in space ------------------------------------------------------------
     def crop_rows(self, start: int, stop: int) -> "ConeGeometry":
@@ -422,7 +422,7 @@ class ConeGeometry(Frozen):
             raise ValueError(f"crop_rows: expected 0 <= start < stop <= {self.n_rows}, got {start}:{stop}")
         m = self.matrices.copy()
         m[:, 1, :] -= start * m[:, 2, :]  # v' = v - start
-        return self.replace(matrices=m, n_rows=stop - start)
+        return self._derived(matrices=m, n_rows=stop - start)
 
     def crop_views(self, start: int, stop: int) -> "ConeGeometry":
         """Views ``start:stop`` only (e.g. those a slab of a helical scan
@@ -430,7 +430,21 @@ class ConeGeometry(Frozen):
         if not (0 <= start < stop <= self.n_views):
             raise ValueError(f"crop_views: expected 0 <= start < stop <= {self.n_views}, got {start}:{stop}")
         angles = None if self.angles is None else self.angles[start:stop]
-        return self.replace(matrices=self.matrices[start:stop], angles=angles)
+        return self._derived(matrices=self.matrices[start:stop], angles=angles)
+
+    def _derived(self, *, matrices, **changes) -> "ConeGeometry":
+        """A copy with ``matrices`` made from this geometry's checked ones by
+        operations that keep each left 3x3 block non-singular (a subset of the
+        views, a positive scale per view, a multiple of one row added to
+        another), so not checked again: the condition numbers' SVDs cost
+        milliseconds per call, and a helical slab plan crops once per slab."""
+        new = object.__new__(type(self))
+        matrices = np.array(matrices, dtype=np.float64)
+        matrices.setflags(write=False)
+        values = {f: getattr(self, f) for f in self._fields} | changes | {"matrices": matrices}
+        for name in self._fields:
+            new._set(name, values[name])
+        return new
 
     def detector_frame(self, pixel_size=None, *, distance=None) -> DetectorFrame:
         """Source, detector centre and pixel step vectors in world coordinates.
