@@ -57,7 +57,15 @@ from ..geometry.volume import volume_3d
 from ..geometry.helix import Helix, fit_helix
 from ..operators.cone import ConeBackprojection
 from ..cpu.cone_plan import DEPTH
+
 from .fdk_weights import FDKWeighting, rows_seen
+
+#: Slices per z-slab of :func:`helical_fdk` by default: four CUDA blocks deep.
+#: Each slab builds texture objects for its views (some 12 us each) and plans
+#: its passes, so thin slabs pay that often; thick ones back-project more views
+#: each (1404 views a slab at 16 slices, 1922 at 64, 2614 at 128 on the
+#: benchmark's scan, where 64 was the fastest: docs/performance.md).
+SLAB_SLICES = 4 * DEPTH
 
 #: Pixels per block when the window is computed (float64 temporaries of a few MiB each).
 _BLOCK_PIXELS = 1 << 22
@@ -303,7 +311,7 @@ class HelicalSlab(NamedTuple):
 
 
 def plan_slabs(
-    geometry: ConeGeometry, volume: VolumeGeometry, slab_slices: int = DEPTH, *, smoothing="auto", n_pi="auto"
+    geometry: ConeGeometry, volume: VolumeGeometry, slab_slices: int = SLAB_SLICES, *, smoothing="auto", n_pi="auto"
 ) -> list[HelicalSlab]:
     """The z-slabs of a helical reconstruction, each with the views and rows it needs.
 
@@ -315,7 +323,7 @@ def plan_slabs(
     window = _window(geometry, smoothing, n_pi)
     volume_3d(volume)
     check_coverage(window, volume)
-    return _plan(window, volume, v.positive_int("slab_slices", slab_slices))
+    return list(_plan(window, volume, v.positive_int("slab_slices", slab_slices)))
 
 
 def slab_plan(
@@ -352,8 +360,10 @@ def _cached_window(geometry, smoothing, n_pi) -> HelicalWindow:
     return HelicalWindow(geometry, helix, smoothing, n_pi)
 
 
-def _plan(window: HelicalWindow, volume: VolumeGeometry, slab_slices: int) -> list[HelicalSlab]:
-    return [_slab(window, volume, k0, min(volume.nz, k0 + slab_slices)) for k0 in range(0, volume.nz, slab_slices)]
+@functools.lru_cache(maxsize=8)
+def _plan(window: HelicalWindow, volume: VolumeGeometry, slab_slices: int) -> tuple[HelicalSlab, ...]:
+    # per window, volume and slab size: repeated calls (a benchmark, a viewer) plan once
+    return tuple(_slab(window, volume, k0, min(volume.nz, k0 + slab_slices)) for k0 in range(0, volume.nz, slab_slices))
 
 
 def _slab(window: HelicalWindow, volume: VolumeGeometry, k0: int, k1: int) -> HelicalSlab:
@@ -446,8 +456,8 @@ def helical_fdk(
         otherwise they are kept in host memory and each slab uploads the
         views and rows it needs. CuPy input stays on its GPU.
     slab_slices : int, optional
-        Slices per z-slab (default 16, the CUDA kernels' block); each slab
-        is back-projected from the views that see it only (:func:`views_seen`)
+        Slices per z-slab (default ``SLAB_SLICES``, 64); each slab is
+        back-projected from the views that see it only (:func:`views_seen`)
         and the detector rows it projects to.
     chunk_views : int, optional
         Views weighted and filtered at a time, and back-projected per call
@@ -494,7 +504,7 @@ def helical_fdk(
     backend = resolve(backend, projections)
     if backend == "cuda" and dtype == np.float64:
         raise ValueError("precision: 'float64' runs on the CPU backend only; use backend='cpu'")
-    slab_slices = DEPTH if slab_slices is None else v.positive_int("slab_slices", slab_slices)
+    slab_slices = SLAB_SLICES if slab_slices is None else v.positive_int("slab_slices", slab_slices)
     if chunk_views is not None:
         chunk_views = v.positive_int("chunk_views", chunk_views)
     input_on_gpu = not isinstance(projections, np.ndarray)
