@@ -61,3 +61,28 @@ def test_add_nonfinite_count_accumulates_on_the_device(n):
     add_nonfinite_count(counter, a)
     add_nonfinite_count(counter, a[::-1].copy())
     assert int(counter) == (2 if n > 1 else 1) * 2
+
+
+@pytest.mark.parametrize("n", [1, 4095, 4096, 4097, 3 * 4096 + 5, 2_000_003])
+def test_reduce_on_device_sums_and_maxima_every_element(n):
+    """The rows of the 2D view and the tail all count: float64 sums of squared
+    differences (the iterative methods' norms) and a maximum, each placed at
+    the first and the last element in turn, equal NumPy's in float64."""
+    import cupy
+
+    from leveret._validate import reduce_on_device
+    from leveret.algorithms.iterative import _sum_squares
+    from leveret.algorithms.regularised import _distance_kernel, _ratio_kernel
+
+    rng = np.random.default_rng(n)
+    a, b = rng.random(n, dtype=np.float32), rng.random(n, dtype=np.float32) + np.float32(0.5)
+    w = rng.random(n, dtype=np.float32)
+    ga, gb, gw = (cupy.asarray(x) for x in (a, b, w))
+    d = a.astype(np.float64) - b
+    assert float(reduce_on_device(_sum_squares(), (ga,))) == pytest.approx(np.dot(a.astype(np.float64), a), rel=1e-12)
+    assert float(reduce_on_device(_distance_kernel(True), (ga, gb, gw))) == pytest.approx(np.dot(d * d, w), rel=1e-12)
+    for where in (0, n - 1):
+        y = a.copy()
+        y[where] = 50.0
+        ratio = reduce_on_device(_ratio_kernel(), (cupy.asarray(y), gb), combine="max")
+        assert float(ratio) == np.max(y.astype(np.float64) / b)

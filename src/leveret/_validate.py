@@ -217,20 +217,32 @@ def count_outside(arr, limit: float) -> int:
 
 
 def _count_outside_on_device(arr, limit: float):
-    """:func:`count_outside` of a CuPy array as a 0-d int64 CuPy array (no wait).
-    CuPy reduces to one value in one block: the rows of a 2D view are reduced
-    instead (a block each, every SM busy), then their counts and the tail."""
-    flat, kernel, limit = arr.ravel(), _outside_kernel(), np.float64(limit)
-    rows = min(COUNT_ROWS, flat.size)
-    body = flat.size - flat.size % rows
-    total = kernel(flat[:body].reshape(rows, -1), limit, axis=1).sum()
-    if body < flat.size:
-        total += kernel(flat[body:], limit, axis=None)
+    """:func:`count_outside` of a CuPy array as a 0-d int64 CuPy array (no wait)."""
+    return reduce_on_device(_outside_kernel(), (arr,), (np.float64(limit),))
+
+
+def reduce_on_device(kernel, arrays, params=(), *, combine: str = "sum"):
+    """A ``cupy.ReductionKernel`` (inputs ``arrays`` then ``params``) over every
+    element of the same-sized CuPy ``arrays``, as a 0-d CuPy array (no wait).
+    CuPy reduces to one value in one block (one SM: some 5 GB/s): the rows of
+    a 2D view are reduced instead (a block each, every SM busy), then their
+    results and the tail's are combined ("sum" or "max", as the kernel's)."""
+    import cupy
+
+    flats = [a.ravel() for a in arrays]
+    size = flats[0].size
+    rows = min(REDUCE_ROWS, size)
+    body = size - size % rows
+    parts = kernel(*(f[:body].reshape(rows, -1) for f in flats), *params, axis=1)
+    total = parts.sum() if combine == "sum" else parts.max()
+    if body < size:
+        tail = kernel(*(f[body:] for f in flats), *params, axis=None)
+        total = total + tail if combine == "sum" else cupy.maximum(total, tail)
     return total
 
 
-#: Rows of the 2D view :func:`count_outside` reduces on a GPU.
-COUNT_ROWS = 4096
+#: Rows of the 2D view :func:`reduce_on_device` reduces.
+REDUCE_ROWS = 4096
 
 
 @functools.lru_cache(maxsize=1)

@@ -169,7 +169,7 @@ def _norm(a) -> float:
     xp = v.array_module(a)
     if xp is np:
         return float(np.linalg.norm(a.ravel().astype(np.float64, copy=False)))
-    return float(np.sqrt(float(_sum_squares()(a))))
+    return float(np.sqrt(float(v.reduce_on_device(_sum_squares(), (a,)))))
 
 
 _SUM_SQUARES = None

@@ -140,7 +140,7 @@ def _largest_ratio(y, x) -> float:
     if float(xp.min(x)) < 0 or float(xp.min(y)) < 0:
         return math.inf
     if xp is not np:
-        return float(_ratio_kernel()(y, x))
+        return float(v.reduce_on_device(_ratio_kernel(), (y, x), combine="max"))
     largest = 0.0
     fy, fx = y.reshape(-1), x.reshape(-1)
     step = CHUNK
@@ -331,7 +331,7 @@ def _distance_squared(a, b, w) -> float:
     ``a``'s size on the GPU."""
     xp = v.array_module(a)
     if xp is not np:
-        return float(_distance_kernel(w is not None)(a, b, a if w is None else w))
+        return float(v.reduce_on_device(_distance_kernel(w is not None), (a, b, a if w is None else w)))
     total = 0.0
     fa, fb = a.reshape(-1), b.reshape(-1)
     fw = None if w is None else w.reshape(-1)
