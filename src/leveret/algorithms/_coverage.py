@@ -17,6 +17,8 @@ one view is a legitimate operation, reconstructing from it is not.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 #: Two directions closer than this (radians, or unit-vector distance) are one.
@@ -31,13 +33,22 @@ def check_views(geometry) -> None:
     direction). 3D Radon: directions that do not span 3D space (fewer than
     three, or all in one plane: nothing is known along that plane's normal).
     """
+    problem = _views_problem(geometry)
+    if problem is not None:
+        raise ValueError(problem)
+
+
+@functools.lru_cache(maxsize=16)
+def _views_problem(geometry) -> str | None:
+    """:func:`check_views`'s message, or None (per geometry: geometries hash by
+    value, and a viewer or benchmark reconstructs the same scan again and again)."""
     from ..geometry import ConeGeometry, ParallelGeometry, ParallelVecGeometry, RadonGeometry
 
     if isinstance(geometry, ParallelGeometry):
         distinct = _distinct_angles(np.mod(geometry.angles, np.pi))
         if distinct < 2:
             angle = float(np.degrees(np.mod(geometry.angles[0], np.pi)))
-            raise ValueError(
+            return (
                 f"geometry: {_views(geometry.n_angles)} along one direction ({angle:.4g} degrees, "
                 "modulo 180): they say nothing across it, so no volume is determined; a "
                 "reconstruction needs views at two angles or more (modulo 180 degrees)"
@@ -47,7 +58,7 @@ def check_views(geometry) -> None:
         scale = max(float(np.abs(src).max()), 1.0)
         if len(src) == 1 or float(np.ptp(src, axis=0).max()) <= 1e-9 * scale:
             views = "the single view has one" if len(src) == 1 else f"all {len(src)} views have the same"
-            raise ValueError(
+            return (
                 f"geometry: {views} source position: the scan sees the object from one direction "
                 "only, so no volume is determined; check the angles or matrices"
             )
@@ -56,7 +67,7 @@ def check_views(geometry) -> None:
         rays = rays / np.linalg.norm(rays, axis=1, keepdims=True)
         rays = rays * np.where(rays @ rays[0] < 0, -1.0, 1.0)[:, None]  # t and t + pi: one direction
         if float(np.ptp(rays, axis=0).max()) <= SAME_DIRECTION:
-            raise ValueError(
+            return (
                 f"geometry: {_views(len(rays))} along one ray direction: they say nothing "
                 "across it, so no volume is determined; check the angles or vectors"
             )
@@ -64,17 +75,18 @@ def check_views(geometry) -> None:
         rank = int(np.linalg.matrix_rank(np.asarray(geometry.directions, dtype=np.float64), tol=SAME_DIRECTION))
         if rank == 1:
             which = "the single direction" if geometry.n_dirs == 1 else f"all {geometry.n_dirs} directions (one line)"
-            raise ValueError(
+            return (
                 f"geometry: the plane integrals of {which} give the object's profile along one "
                 "line only, so no volume is determined; a 3D Radon reconstruction needs directions "
                 "that span space"
             )
         if rank == 2:
-            raise ValueError(
+            return (
                 f"geometry: the {geometry.n_dirs} directions lie in one plane: nothing is known "
                 "along its normal, so no volume is determined; a 3D Radon reconstruction needs "
                 "directions that span space"
             )
+    return None
 
 
 def _views(n: int) -> str:
@@ -97,6 +109,15 @@ def check_reach(geometry, volume) -> None:
     checked where every corner lies in front of the source). 3D Radon: in
     every direction its planes lie beyond the sampled range.
     """
+    where = _unreached_where(geometry, volume)
+    if where is not None:
+        _unreached(volume, where)
+
+
+@functools.lru_cache(maxsize=16)
+def _unreached_where(geometry, volume) -> str | None:
+    """Where :func:`check_reach`'s volume lies beside the scan, or None (per
+    geometry and volume, as :func:`_views_problem`)."""
     from ..geometry import ConeGeometry, ParallelGeometry, RadonGeometry
 
     corners = _corners(volume)
@@ -109,11 +130,11 @@ def check_reach(geometry, volume) -> None:
             rows = geometry.project_rows(corners[:, 2])
             rows_ok = rows.max() >= -0.5 and rows.min() <= geometry.n_rows - 0.5
         if not (seen.any() and rows_ok):
-            _unreached(volume, "columns" if not seen.any() else "rows")
+            return "columns" if not seen.any() else "rows"
     elif isinstance(geometry, ConeGeometry):
         u, v, w = geometry.project(corners)
         if not (w > 0).all():
-            return  # behind the source: the back-projection's own check says so
+            return None  # behind the source: the back-projection's own check says so
         seen = (
             (u.max(axis=1) >= -0.5)
             & (u.min(axis=1) <= geometry.n_cols - 0.5)
@@ -121,12 +142,13 @@ def check_reach(geometry, volume) -> None:
             & (v.min(axis=1) <= geometry.n_rows - 0.5)
         )
         if not seen.any():
-            _unreached(volume, "detector")
+            return "detector"
     elif isinstance(geometry, RadonGeometry):
         t = corners @ np.asarray(geometry.directions, dtype=np.float64).T  # (n_corners, n_dirs)
         half = geometry.n_samples / 2 * geometry.spacing
         if not ((t.max(axis=0) >= -half) & (t.min(axis=0) <= half)).any():
-            _unreached(volume, "samples")
+            return "samples"
+    return None
 
 
 def _corners(volume) -> np.ndarray:
