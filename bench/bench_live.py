@@ -309,6 +309,7 @@ def zmq_receive(args, rec, streams, folder):
             else:
                 _check_sender(sender, quiet_since)
         t_cpu = _cpu_seconds() - t_cpu
+        source.close()  # the sender waits for its readers to go (send_frames)
         sender_cpu = cpu.get(timeout=60)
     finally:
         sender.join()
@@ -357,6 +358,7 @@ def zmq_live(args, flat, dark, streams, folder):
         session.join()
         rec.synchronize()
         elapsed = time.perf_counter() - first[0]
+        source.close()  # the sender waits for its readers to go (send_frames)
         cpu.get(timeout=60)
     finally:
         sender.join()

@@ -119,6 +119,30 @@ def test_zmq_stream_delivers_frames_in_order(send_pattern, read_pattern):
     assert got[7].angle == pytest.approx(0.7) and got[7].data[0, 0] == 7
 
 
+@pytest.mark.parametrize("transport", ["ipc", "tcp"])
+def test_zmq_sender_that_leaves_first_loses_nothing_to_a_slow_reader(tmp_path, transport):
+    """A reader slower than its sender with a small high-water mark: ZeroMQ drops
+    what is in flight to a full receive queue when the sender closes (libzmq issue
+    4660), so send_frames waits for the reader to go: every frame and the end
+    of the scan arrive."""
+    address = f"ipc://{tmp_path}/s" if transport == "ipc" else _free_address()
+    frames = [Frame(np.full((2, 3), i, np.float32), i, angle=0.0) for i in range(40)]
+    src = ZmqSource(address, timeout=0.1, stop_at_end=True, hwm=4)
+    sender = threading.Thread(target=send_frames, args=(address, frames), kwargs=dict(hwm=4, connect_wait=0.3))
+    sender.start()
+    got, quiet = [], 0
+    for f in src:
+        if f is None:
+            quiet += 1
+            assert quiet < 50, f"the end of the scan never came ({len(got)} frames)"
+            continue
+        got.append(f.index)
+        time.sleep(0.01)  # slower than the sender: its queue and the reader's fill up
+    src.close()
+    sender.join(timeout=10)
+    assert not sender.is_alive() and got == list(range(40))
+
+
 def test_zmq_source_picks_a_stream_up_again_after_it_stops():
     address = _free_address()
     src = ZmqSource(address, timeout=0.1)

@@ -973,9 +973,15 @@ def send_frames(
     reader; PUB drops them instead. ``copy=False`` hands each frame's data
     to ZeroMQ without a copy (when they are C-order little-endian already):
     for data that do not change afterwards, such as a scan held in memory.
-    Returns once every message is delivered, or ``linger`` seconds after the
-    last one (None: no limit): messages still queued then, for a reader that
-    is gone or too slow, are dropped.
+    Returns once every reader has read every message and disconnected (a
+    :class:`ZmqSource` closed, or its process gone), or ``linger`` seconds
+    after the last message (None: no limit): messages still queued then, for
+    a reader that is too slow or keeps reading the next scan, may be lost.
+
+    The wait for the readers is there because ZeroMQ (libzmq 4.3, issue 4660)
+    drops the messages in flight to a reader whose receive queue is full
+    (``hwm``) when the sender closes its socket: every message handed over
+    is not every message read.
     """
     import zmq
 
@@ -984,12 +990,14 @@ def send_frames(
     if pattern not in ("push", "pub"):
         raise ValueError(f"pattern: a sender writes with 'push' or 'pub', got {pattern!r}")
     ctx = zmq.Context(io_threads=len(endpoints))
-    socks = []
+    socks, monitors = [], []
     sent = 0
     try:
         for endpoint in endpoints:
             sock = ctx.socket(zmq.PUSH if pattern == "push" else zmq.PUB)
             socks.append(sock)
+            # the readers' connections, to wait for them at the end (below)
+            monitors.append(sock.get_monitor_socket(zmq.EVENT_ACCEPTED | zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED))
             sock.setsockopt(zmq.SNDHWM, int(hwm))
             sock.setsockopt(zmq.LINGER, -1 if linger is None else int(1000 * linger))
             (sock.bind if bind else sock.connect)(endpoint)
@@ -1007,8 +1015,35 @@ def send_frames(
         if end:
             for sock in socks:
                 sock.send_multipart([json.dumps({"end": True}).encode()])
+        _wait_for_readers(monitors, None if linger is None else time.monotonic() + linger)
     finally:
         for sock in socks:
+            sock.disable_monitor()
             sock.close()
+        for monitor in monitors:
+            monitor.close(0)
         ctx.term()  # waits for the messages queued (LINGER)
     return sent
+
+
+def _wait_for_readers(monitors, deadline: float | None) -> None:
+    """Until the peers of every socket (counted by its monitor: accepted or
+    connected, less disconnected) are gone, or ``deadline`` (monotonic)."""
+    import zmq
+    from zmq.utils.monitor import recv_monitor_message
+
+    peers = [0] * len(monitors)
+    poller = zmq.Poller()
+    for monitor in monitors:
+        poller.register(monitor, zmq.POLLIN)
+    while True:
+        for k, monitor in enumerate(monitors):
+            while monitor.poll(0):
+                event = recv_monitor_message(monitor)["event"]
+                peers[k] += -1 if event == zmq.EVENT_DISCONNECTED else 1
+        if not any(n > 0 for n in peers):
+            return
+        left = None if deadline is None else deadline - time.monotonic()
+        if left is not None and left <= 0:
+            return
+        poller.poll(100 if left is None else max(1, min(100, int(1000 * left))))
