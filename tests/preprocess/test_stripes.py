@@ -321,6 +321,60 @@ def test_sort_kernel_matches_a_stable_sort():
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize(
+    "shape, size",
+    [
+        ((3, 7, 300), 21),
+        ((2, 5, 64), 51),
+        ((4, 9), 5),
+        ((2, 3, 7), 21),
+        ((70_001, 6), 3),
+        ((1, 1), 1),
+        ((3, 150), 127),
+        ((3, 150), 129),
+    ],
+)
+def test_running_median_kernel_equals_scipy(shape, size):
+    """leveret.cuda.running_median against scipy.ndimage's median filter along the last
+    axis (mode "reflect") and the CPU path: exact medians with many ties, windows wider
+    than the row (reflected more than once), more lines than the grid's y limit, the
+    widest window the kernel takes and one wider (CuPy's filter then)."""
+    import cupy
+
+    from leveret.cuda.running_median import MAX_SIZE, running_median
+    from leveret.preprocess.stripes import median_across_columns
+
+    rng = np.random.default_rng(size)
+    x = rng.integers(-3, 4, shape).astype(np.float32) + rng.random(shape, dtype=np.float32).round(1)
+    reference = ndi.median_filter(x, size=(1,) * (x.ndim - 1) + (size,), mode="reflect")
+    np.testing.assert_array_equal(median_across_columns(cupy.asarray(x), size, cupy).get(), reference)
+    np.testing.assert_array_equal(median_across_columns(x, size, np), reference)
+    if size <= MAX_SIZE:
+        np.testing.assert_array_equal(running_median(cupy.asarray(x), size).get(), reference)
+    else:
+        with pytest.raises(ValueError, match="size: expected an odd window"):
+            running_median(cupy.asarray(x), size)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("size", [3, 51, 127])
+def test_medians_at_kernel_equals_the_full_filter(size):
+    """leveret.cuda.running_median.medians_at: the medians at listed (row, column)
+    positions of every angle equal the full filter's there, the ends included."""
+    import cupy
+
+    from leveret.cuda.running_median import medians_at
+
+    rng = np.random.default_rng(size)
+    x = rng.integers(-5, 6, (7, 4, 60)).astype(np.float32)
+    rows = np.array([0, 1, 3, 3, 2, 0])
+    cols = np.array([0, 59, 30, 1, 58, 17])
+    full = ndi.median_filter(x, size=(1, 1, size), mode="reflect")
+    got = medians_at(cupy.asarray(x), cupy.asarray(rows), cupy.asarray(cols), size)
+    np.testing.assert_array_equal(got.get(), full[:, rows, cols])
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("method", ["sort", "mean", "all", "wavelet-fft"])
 def test_cupy_matches_numpy(method):
     import cupy

@@ -232,8 +232,13 @@ def median_across_columns(x, size: int, xp):
     """The ``size``-wide running median along the last axis (the columns), ends reflected
     (``d c b a | a b c d | d c b a``): scipy.ndimage's ``median_filter(x, (1, ..., size),
     mode="reflect")``. NumPy: a partition of sliding windows, in batches of rows (about six
-    times faster than the N-D filter); CuPy: cupyx.scipy.ndimage."""
+    times faster than the N-D filter); CuPy float32: :mod:`leveret.cuda.running_median`
+    (a sorting network per window); other CuPy dtypes and wider windows: cupyx."""
     if xp is not np:
+        from ..cuda.running_median import MAX_SIZE, running_median
+
+        if x.dtype == xp.float32 and size <= MAX_SIZE:
+            return running_median(xp.ascontiguousarray(x), size)
         return ndimage_module(xp).median_filter(x, size=(1,) * (x.ndim - 1) + (size,), mode="reflect")
     half = size // 2
     rows = x.reshape(-1, x.shape[-1])
@@ -370,6 +375,11 @@ def _window_medians(ordered, rows, cols, size, xp):
     at the columns ``(rows, cols)`` (reflected at the ends as scipy.ndimage's "reflect"),
     for every angle: (n_angles, len(rows))."""
     n_angles, n_rows, n_cols = ordered.shape
+    if xp is not np and ordered.dtype == xp.float32:
+        from ..cuda.running_median import MAX_SIZE, medians_at
+
+        if size <= MAX_SIZE:
+            return medians_at(xp.ascontiguousarray(ordered), rows, cols, size)
     if rows.size > FULL_MEDIAN_SHARE * n_rows * n_cols:
         return median_across_columns(ordered, size, xp)[:, rows, cols]
     half = size // 2
