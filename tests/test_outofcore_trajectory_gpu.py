@@ -17,8 +17,17 @@ from leveret.io import read_array
 pytestmark = pytest.mark.gpu
 
 
+#: Exact float32 interpolation weights on both sides (the default texture
+#: kernels' 8-bit weights differ between slab partitions by some 1e-3).
+EXACT = {"interpolation": "linear32"}
+
+
 def _close(a, b, tol):
     np.testing.assert_allclose(a, b, rtol=0, atol=tol * np.abs(b).max())
+
+
+def _rms_close(a, b, tol):
+    assert np.sqrt(np.mean((a - b) ** 2)) < tol * np.abs(b).max()
 
 
 @pytest.fixture(scope="module")
@@ -32,9 +41,9 @@ def helix():
 
 def test_helical_cuda_slabs_equal_helical_fdk_on_cuda_and_cpu(tmp_path, helix):
     g, vol, proj = helix
-    gpu = leveret.helical_fdk(proj, g, vol, backend="cuda")
-    cpu = leveret.helical_fdk(proj, g, vol, backend="cpu")
-    res = reconstruct_to_file(proj, g, tmp_path / "h.h5", volume=vol, backend="cuda", slab_slices=8)
+    gpu = leveret.helical_fdk(proj, g, vol, backend="cuda", **EXACT)
+    cpu = leveret.helical_fdk(proj, g, vol, backend="cpu", **EXACT)
+    res = reconstruct_to_file(proj, g, tmp_path / "h.h5", volume=vol, backend="cuda", slab_slices=8, **EXACT)
     assert res.slabs_done == 5
     out = read_array(tmp_path / "h.h5")
     _close(out, gpu, 1e-5)
@@ -52,9 +61,9 @@ def test_laminography_cuda_slabs_equal_laminography_fbp(tmp_path, kind):
         options = {"method": "laminography"}
     vol = leveret.VolumeGeometry((24, 48, 48), 0.8)
     proj = phantom.EllipsoidPhantom([phantom.Ellipsoid(1.0, (5, 15, 13))]).project(g).astype(np.float32)
-    gpu = leveret.laminography_fbp(proj, g, vol, backend="cuda")
-    cpu = leveret.laminography_fbp(proj, g, vol, backend="cpu")
-    res = reconstruct_to_file(proj, g, tmp_path / "l.h5", volume=vol, backend="cuda", slab_slices=8, **options)
+    gpu = leveret.laminography_fbp(proj, g, vol, backend="cuda", **EXACT)
+    cpu = leveret.laminography_fbp(proj, g, vol, backend="cpu", **EXACT)
+    res = reconstruct_to_file(proj, g, tmp_path / "l.h5", volume=vol, backend="cuda", slab_slices=8, **options, **EXACT)
     assert res.slabs_done == 3
     out = read_array(tmp_path / "l.h5")
     _close(out, gpu, 1e-5)
@@ -94,4 +103,5 @@ def test_helical_from_the_command_line_on_cuda(tmp_path, helix):
         ]
     )
     assert rc == 0
-    _close(read_array(tmp_path / "o.h5"), leveret.helical_fdk(proj, g, vol, backend="cuda"), 1e-5)
+    # the CLI runs the default texture kernels: within their 8-bit weights
+    _rms_close(read_array(tmp_path / "o.h5"), leveret.helical_fdk(proj, g, vol, backend="cuda"), 2e-3)
