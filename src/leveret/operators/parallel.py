@@ -304,10 +304,12 @@ class ParallelBackprojection(Operator):
         if self.kernel != "auto":
             config, why = {"kernel": self.kernel}, "given"
         else:
-            config = tuning.lookup(_gpu_name(), key)
-            why = f"tuned for {_gpu_name()} ({key} in {tuning.cache_path()})"
+            gpu = _gpu_name()
+            config = tuning.lookup(gpu, key)
             if config is None:
                 config, why = self.default_config(n_slices), f"the rule for {key}"
+            else:
+                why = f"tuned for {gpu} ({key} in {tuning.cache_path()})"
         config = dict(config)
         config.update(self.kernel_options)
         if "packing" not in config and config["kernel"] in ("texture", "texz", "hybrid"):
