@@ -57,7 +57,6 @@ from ..geometry.volume import volume_3d
 from ..geometry.helix import Helix, fit_helix
 from ..operators.cone import ConeBackprojection
 from ..cpu.cone_plan import DEPTH
-
 from .fdk_weights import FDKWeighting, rows_seen
 
 #: Slices per z-slab of :func:`helical_fdk` by default: four CUDA blocks deep.
