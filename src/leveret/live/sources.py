@@ -992,6 +992,7 @@ def send_frames(
     ctx = zmq.Context(io_threads=len(endpoints))
     socks, monitors = [], []
     sent = 0
+    deadline = None  # of the wait for the readers and the queued messages, once all is sent
     try:
         for endpoint in endpoints:
             sock = ctx.socket(zmq.PUSH if pattern == "push" else zmq.PUB)
@@ -1015,11 +1016,13 @@ def send_frames(
         if end:
             for sock in socks:
                 sock.send_multipart([json.dumps({"end": True}).encode()])
-        _wait_for_readers(monitors, None if linger is None else time.monotonic() + linger)
+        deadline = None if linger is None else time.monotonic() + linger
+        _wait_for_readers(monitors, deadline)
     finally:
+        left = None if deadline is None else max(0, int(1000 * (deadline - time.monotonic())))
         for sock in socks:
             sock.disable_monitor()
-            sock.close()
+            sock.close(linger=left)  # None: the LINGER set above
         for monitor in monitors:
             monitor.close(0)
         ctx.term()  # waits for the messages queued (LINGER)
