@@ -122,9 +122,9 @@ def test_zmq_stream_delivers_frames_in_order(send_pattern, read_pattern):
 @pytest.mark.parametrize("transport", ["ipc", "tcp"])
 def test_zmq_sender_that_leaves_first_loses_nothing_to_a_slow_reader(tmp_path, transport):
     """A reader slower than its sender with a small high-water mark: ZeroMQ drops
-    what is in flight to a full receive queue when the sender closes (libzmq issue
-    4660), so send_frames waits for the reader to go: every frame and the end
-    of the scan arrive."""
+    what is in flight to a full receive queue when the sender closes
+    (docs/references.md, "ZeroMQ"), so send_frames waits for the reader to go:
+    every frame and the end of the scan arrive."""
     address = f"ipc://{tmp_path}/s" if transport == "ipc" else _free_address()
     frames = [Frame(np.full((2, 3), i, np.float32), i, angle=0.0) for i in range(40)]
     src = ZmqSource(address, timeout=0.1, stop_at_end=True, hwm=4)

@@ -978,10 +978,10 @@ def send_frames(
     after the last message (None: no limit): messages still queued then, for
     a reader that is too slow or keeps reading the next scan, may be lost.
 
-    The wait for the readers is there because ZeroMQ (libzmq 4.3, issue 4660)
-    drops the messages in flight to a reader whose receive queue is full
-    (``hwm``) when the sender closes its socket: every message handed over
-    is not every message read.
+    The wait for the readers is there because ZeroMQ drops the messages in
+    flight to a reader whose receive queue is full (``hwm``) when the sender
+    closes its socket (docs/references.md, "ZeroMQ"): every message handed
+    over is not every message read.
     """
     import zmq
 
