@@ -193,8 +193,7 @@ class _Problem:
         bounds,
         weights,
         norm,
-        n_volumes,
-        n_projections,
+        preconditioned=False,
     ):
         self.name = name
         self.lam = v.finite_float("tv", tv)
@@ -209,11 +208,11 @@ class _Problem:
             and hasattr(projector, "projection_shape")
             and hasattr(projector, "dtype")
         ):
-            itemsize = np.dtype(projector.dtype).itemsize
-            n_vol, n_proj = math.prod(projector.volume.shape), math.prod(projector.projection_shape)
+            weighted = weights is not None
+            n_volumes, n_projections = _counts(name, len(projector.volume.shape), weighted, preconditioned)
             v.check_allocation(
                 "projector",
-                itemsize * (n_volumes * n_vol + n_projections * n_proj),
+                memory_bytes(name, projector, weights=weighted, preconditioned=preconditioned),
                 f"{name}'s {n_volumes} volumes and {n_projections} projection sets",
             )
         self.b, x, self.iterations, self.box = _setup(
@@ -404,22 +403,16 @@ def memory_bytes(method: str, projector, *, weights: bool = False, preconditione
     run holds.
     """
     method = v.choice("method", method, ("fista", "pdhg"))
-    ndim = len(projector.volume.shape)
-    if method == "fista":
-        n_vol, n_proj = 3 + 2 * ndim, 3
-    else:
-        n_vol, n_proj = 2 + ndim + int(preconditioned), 4 + int(preconditioned)
-    n_proj += int(weights)
+    n_vol, n_proj = _counts(method, len(projector.volume.shape), weights, preconditioned)
     itemsize = np.dtype(projector.dtype).itemsize
     return itemsize * (n_vol * math.prod(projector.volume.shape) + n_proj * math.prod(projector.projection_shape))
 
 
-def _counts(method, projector, weights, preconditioned=False):
-    """(volumes, projection sets) of :func:`memory_bytes`, for the host check."""
-    ndim = len(projector.volume.shape) if hasattr(projector, "volume") else 3
+def _counts(method: str, ndim: int, weighted: bool, preconditioned: bool) -> tuple[int, int]:
+    """(volumes, projection sets) :func:`memory_bytes` counts."""
     if method == "fista":
-        return 3 + 2 * ndim, 3 + int(weights is not None)
-    return 2 + ndim + int(preconditioned), 4 + int(weights is not None) + int(preconditioned)
+        return 3 + 2 * ndim, 3 + int(weighted)
+    return 2 + ndim + int(preconditioned), 4 + int(weighted) + int(preconditioned)
 
 
 # -- FISTA ---------------------------------------------------------------------------------------
@@ -493,7 +486,6 @@ def fista(
     momentum) and 3 projection sets (the data, ``A x`` and ``A z``), one more
     with ``weights`` (:func:`memory_bytes`).
     """
-    n_vol, n_proj = _counts("fista", projector, weights)
     run = _Problem(
         "fista",
         projections,
@@ -505,8 +497,6 @@ def fista(
         bounds=bounds,
         weights=weights,
         norm=norm,
-        n_volumes=n_vol,
-        n_projections=n_proj,
     )
     tv_iterations = v.positive_int("tv_iterations", tv_iterations)
     xp, A, b, w = run.xp, projector, run.b, run.weights
@@ -653,7 +643,6 @@ def pdhg(
         tau = v.positive_float("tau", tau)
         if preconditioned:
             raise ValueError("tau: preconditioned=True takes its steps per voxel from A; leave tau out")
-    n_vol, n_proj = _counts("pdhg", projector, weights, preconditioned)
     run = _Problem(
         "pdhg",
         projections,
@@ -665,8 +654,7 @@ def pdhg(
         bounds=bounds,
         weights=weights,
         norm=norm,
-        n_volumes=n_vol,
-        n_projections=n_proj,
+        preconditioned=preconditioned,
     )
     xp, A, b, w = run.xp, projector, run.b, run.weights
     monitor = _Monitor("pdhg", run.iterations, tol, callback, progress, stats, run.to_host)
