@@ -48,7 +48,6 @@ def _recon(args, client) -> int:
     from ..io import write_array
     from ..io._common import split_dataset
     from ..io.slabs import output_format
-    from ..execution.outofcore import reconstruct_to_file
 
     if args.output is None and args.xtekct is not None and args.input is not None:
         args.input, args.output = None, args.input  # 'recon --xtekct FILE OUT': the TIFFs beside FILE
@@ -142,7 +141,17 @@ def _recon(args, client) -> int:
         g = g.replace(center=estimate_center(args, scan)[0].center)
     _say(args, f"input {scan.source}: {scan.shape} {scan.projections.dtype}; {g!r}")
     reconstructed = pre.stitched or g
-    run = dict(
+    run = _run_options(args, scan, progress, {"center": reconstructed.center, "input": scan.source})
+    result = _write(args, client, the_plan, scan.projections, g, **run, **output, **pre.run(), **options)
+    _report(args, result, reconstructed.default_volume().size * reconstructed.n_angles)
+    return 0
+
+
+def _run_options(args, scan, progress, metadata: dict) -> dict:
+    """The arguments of :func:`reconstruct_to_file` every reconstruction of the CLI
+    passes: the memory, resume and overwrite flags, the input's preprocessing and
+    where it came from, ``metadata`` for the output."""
+    return dict(
         backend=args.backend,
         host_memory=args.host_memory,
         gpu_memory=args.gpu_memory,
@@ -150,27 +159,28 @@ def _recon(args, client) -> int:
         overwrite=args.overwrite,
         progress=progress,
         params={"input": scan.source},
-        metadata={"center": reconstructed.center, "input": scan.source},
-        **output,
+        metadata=metadata,
         **scan.preprocess,
-        **pre.run(),
-        **options,
     )
+
+
+def _write(args, client, the_plan, projections, geometry, **run):
+    """:func:`reconstruct_to_file` with ``the_plan``'s slabs; on a Dask ``client``
+    planned for its smallest worker instead (``--slab-slices`` still caps it)."""
+    from ..execution.outofcore import reconstruct_to_file
+
     if client is None:
         _say(args, the_plan.describe())
-        result = reconstruct_to_file(scan.projections, g, args.output, slab_slices=the_plan.slab_slices, **run)
-    else:  # planned for the smallest worker; --slab-slices still caps it
-        result = reconstruct_to_file(
-            scan.projections,
-            g,
-            args.output,
-            slab_slices=args.slab_slices,
-            client=client,
-            on_plan=lambda p: _say(args, p.describe()),
-            **run,
-        )
-    _report(args, result, reconstructed.default_volume().size * reconstructed.n_angles)
-    return 0
+        return reconstruct_to_file(projections, geometry, args.output, slab_slices=the_plan.slab_slices, **run)
+    return reconstruct_to_file(
+        projections,
+        geometry,
+        args.output,
+        slab_slices=args.slab_slices,
+        client=client,
+        on_plan=lambda p: _say(args, p.describe()),
+        **run,
+    )
 
 
 def _plan(args, scan, geometry, volume, method: str = "fbp", **steps):
@@ -230,7 +240,6 @@ def _recon_cone(args, client, out_path, dataset, output, progress, method) -> in
     """A cone-beam scan (matrices, circular parameters or an xtekct file), a
     helical one or a laminography one (parallel or cone beam) through the same
     out-of-core pipeline as parallel beam."""
-    from ..execution.outofcore import reconstruct_to_file
     from ..io.slabs import output_format
     from .cone import load_cone
     from .trajectory import load_trajectory
@@ -264,34 +273,9 @@ def _recon_cone(args, client, out_path, dataset, output, progress, method) -> in
             print(line)
         print(the_plan.describe())
         return 0
-    run = dict(
-        backend=args.backend,
-        host_memory=args.host_memory,
-        gpu_memory=args.gpu_memory,
-        resume=args.resume,
-        overwrite=args.overwrite,
-        progress=progress,
-        params={"input": scan.source},
-        metadata={"input": scan.source, "beam": "cone", **getattr(scan, "metadata", {})},
-        **output,
-        **scan.preprocess,
-        **options,
+    run = _run_options(args, scan, progress, {"input": scan.source, "beam": "cone", **getattr(scan, "metadata", {})})
+    result = _write(
+        args, client, the_plan, scan.projections, scan.geometry, volume=scan.volume, **run, **output, **options
     )
-    if client is None:
-        _say(args, the_plan.describe())
-        result = reconstruct_to_file(
-            scan.projections, scan.geometry, args.output, volume=scan.volume, slab_slices=the_plan.slab_slices, **run
-        )
-    else:
-        result = reconstruct_to_file(
-            scan.projections,
-            scan.geometry,
-            args.output,
-            volume=scan.volume,
-            slab_slices=args.slab_slices,
-            client=client,
-            on_plan=lambda p: _say(args, p.describe()),
-            **run,
-        )
     _report(args, result, scan.volume.size * scan.geometry.n_views)
     return 0
