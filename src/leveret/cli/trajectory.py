@@ -84,6 +84,13 @@ class TrajectoryScan:
     kind: str = ""  # "helical cone beam", ...
     notes: list = field(default_factory=list)  # --dry-run's lines about the geometry
 
+    @classmethod
+    def from_scan(cls, scan, geometry, volume, **fields) -> "TrajectoryScan":
+        """``scan``'s projections, flats, darks and source with this ``geometry`` and ``volume``."""
+        return cls(
+            scan.projections, geometry, volume, scan.flats, scan.darks, scan.log_transform, scan.source, **fields
+        )
+
     @property
     def preprocess(self) -> dict:
         return {
@@ -215,14 +222,10 @@ def _helical(args) -> TrajectoryScan:
             f"window, edges {window.smoothing:.3g}; largest pitch without gaps {window.max_pitch:.4g}"
         ),
     ]
-    return TrajectoryScan(
-        scan.projections,
+    return TrajectoryScan.from_scan(
+        scan,
         g,
         volume,
-        scan.flats,
-        scan.darks,
-        scan.log_transform,
-        scan.source,
         metadata={"beam": "cone", "helical_pitch": pitch},
         kind="helical cone beam",
         notes=notes,
@@ -292,14 +295,10 @@ def _cone_laminography(args, tilt: float) -> TrajectoryScan:
     )
     _full_turn(g)
     volume = _placed(scan.volume, args.z_center)
-    return TrajectoryScan(
-        scan.projections,
+    return TrajectoryScan.from_scan(
+        scan,
         g,
         volume,
-        scan.flats,
-        scan.darks,
-        scan.log_transform,
-        scan.source,
         options={"method": "laminography"},
         metadata={"beam": "cone", "tilt": float(args.tilt)},
         kind=f"cone-beam laminography, tilt {float(args.tilt):g} degrees",
@@ -333,14 +332,10 @@ def _parallel_laminography(args, tilt: float) -> TrajectoryScan:
     shape = args.volume_shape or (n_rows, n_cols, n_cols)
     voxel = args.voxel_size if args.voxel_size is not None else du
     volume = leveret.VolumeGeometry(shape, voxel, (0.0 if args.z_center is None else float(args.z_center), 0, 0))
-    return TrajectoryScan(
-        scan.projections,
+    return TrajectoryScan.from_scan(
+        scan,
         g,
         volume,
-        scan.flats,
-        scan.darks,
-        scan.log_transform,
-        scan.source,
         metadata={"beam": "parallel", "tilt": float(args.tilt)},
         kind=f"parallel-beam laminography, tilt {float(args.tilt):g} degrees",
         notes=[repr(g)],
