@@ -186,7 +186,8 @@ def recon_cone(args, scan, out_path, dataset, output: dict, progress: bool, meth
     from ..execution.outofcore import _describe
     from ..execution.slab import preprocess_rows
     from ..io import SlabWriter
-    from ..io.quantize import auto_range, output_dtype, quantize, value_metadata
+    from ..io.quantize import auto_range, output_dtype, quantize
+    from ..io.slabs import volume_metadata
     from ..io.slabs import output_format
     from ..operators import Projector
     from ..resources import format_bytes
@@ -245,17 +246,7 @@ def recon_cone(args, scan, out_path, dataset, output: dict, progress: bool, meth
         "precision": args.precision,
         **scan.preprocess,
     }
-    meta = {
-        "voxel_size": list(volume.voxel_size),
-        "center": list(volume.center),
-        "axes": "zyx",
-        "values": "attenuation per length unit",
-        "software": "leveret",
-        "input": scan.source,
-        "beam": "cone",
-        "method": method["method"],
-        **value_metadata(stored, value_range),
-    }
+    meta = volume_metadata(volume, stored, value_range, input=scan.source, beam="cone", method=method["method"])
     with SlabWriter(
         args.output,
         volume.shape,

@@ -866,17 +866,9 @@ def _reconstruct_to_file(
     if stored != np.float32:  # float32 runs keep the parameters (and resume) of earlier versions
         job["output"] = {"dtype": stored.name, "range": output_range if output_range is not None else "auto"}
     fingerprint = _fingerprint(projections, (params or {}).get("input"))
-    from ..io.quantize import value_metadata
+    from ..io.slabs import volume_metadata
 
-    meta = {
-        "voxel_size": list(volume.voxel_size),
-        "center": list(volume.center),
-        "axes": "zyx",
-        "values": "attenuation per length unit",
-        "software": "leveret",
-        **(metadata or {}),
-        **value_metadata(stored, value_range),
-    }
+    meta = volume_metadata(volume, stored, value_range, **(metadata or {}))
 
     size = the_plan.slab_slices
     retries = slabs_done = 0

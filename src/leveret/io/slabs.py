@@ -292,6 +292,23 @@ def partial_metadata(path, dataset: str | None = None) -> dict | None:
     return meta if isinstance(meta, dict) else None
 
 
+def volume_metadata(volume, dtype=np.float32, value_range=None, **extra) -> dict:
+    """The metadata written with every reconstructed volume: its grid, axes and
+    units, the software, ``extra`` (input, beam, method, ...), and how its
+    stored values map back to attenuation (:func:`leveret.io.quantize.value_metadata`)."""
+    from .quantize import value_metadata
+
+    return {
+        "voxel_size": list(volume.voxel_size),
+        "center": list(volume.center),
+        "axes": "zyx",
+        "values": "attenuation per length unit",
+        "software": SOFTWARE,
+        **extra,
+        **value_metadata(dtype, value_range),
+    }
+
+
 class SlabWriter:
     """Write a 3D volume slab by slab into one output, atomically and resumably.
 
