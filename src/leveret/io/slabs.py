@@ -93,8 +93,9 @@ COMPRESSIONS = {
     "bigtiff": (None,),
 }
 #: Bytes of a default chunk (HDF5, zarr): rows of one slice, so that a chunk is
-#: contiguous in a slab and no chunk is shared by two slabs.
-CHUNK_BYTES = 4 << 20
+#: contiguous in a slab and no chunk is shared by two slabs. Large, as HDF5 takes
+#: its chunks one at a time in one thread (each a few ms among busy threads).
+CHUNK_BYTES = 16 << 20
 #: Bytes of uncompressed data one thread writes per call.
 PIECE_BYTES = 8 << 20
 
