@@ -848,7 +848,17 @@ def _reconstruct_to_file(
     value_range = None
     if stored.kind == "u":
         value_range = _value_range(
-            output_range, output, dataset, resume, projections, geometry, volume, the_plan, preprocessing, options
+            output_range,
+            output,
+            dataset,
+            resume,
+            projections,
+            geometry,
+            volume,
+            the_plan,
+            preprocessing,
+            options,
+            io_threads,
         )
     # which GPUs ran it does not change the result: a resumed run may use others
     job = {
@@ -942,7 +952,7 @@ def _reconstruct_to_file(
 
 
 def _value_range(
-    output_range, output, dataset, resume, projections, geometry, volume, the_plan, preprocessing, options
+    output_range, output, dataset, resume, projections, geometry, volume, the_plan, preprocessing, options, io_threads
 ):
     """The value range of an integer output: the one given; a resumed run's
     (from its partial output); or sampled from a middle slab."""
@@ -964,6 +974,7 @@ def _value_range(
         (k0, k0 + n),
         backend=the_plan.backend,
         options={k: v for k, v in options.items() if k != "devices"},
+        read_threads=io_threads,
         **preprocessing,
     )
     log.info("output range: %.6g to %.6g (from slices %d:%d)", lo, hi, k0, k0 + n)

@@ -43,6 +43,7 @@ slow or stalled stage never corrupts a slab: it only shows in the split.
 from __future__ import annotations
 
 import logging
+import os
 import queue
 import threading
 import sys
@@ -836,9 +837,14 @@ def sample_range(
     phase=None,
     half_acquisition=None,
     options=None,
+    read_threads=None,
 ) -> tuple[float, float]:
     """The automatic value range (:func:`leveret.io.quantize.auto_range`) from
-    slices ``region`` reconstructed as the run will (on its backend)."""
+    slices ``region`` reconstructed as the run will (on its backend), their
+    rows read on ``read_threads`` threads (default: one per core)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from ..io.bands import read_band
     from ..io.quantize import auto_range
     from . import slab as slab_module
 
@@ -846,7 +852,10 @@ def sample_range(
     if band is None:
         return auto_range(np.zeros(1, np.float32))
     (n0, n1), rows = band
-    raw = np.asarray(projections[n0:n1, rows[0] : rows[1], :])
+    # a band of a few rows from every view: many small reads, on threads
+    raw = np.empty((n1 - n0, rows[1] - rows[0], projections.shape[2]), np.dtype(projections.dtype))
+    with ThreadPoolExecutor(read_threads or os.cpu_count() or 1) as pool:
+        read_band(projections, rows, raw, pool=pool, views=(n0, n1))
     kwargs = dict(
         rows=rows,
         views=(n0, n1),
