@@ -24,7 +24,10 @@ integrals in, NumPy volume out) and the kernel alone on the GPU.
 
 The input is kept in ``--dir`` and reused by later runs of the same size
 (``--fresh`` writes it again); each output is deleted after its run (disk
-room: 64 GiB holds the 2048^3 input and one output). Runs with an older
+room: 64 GiB holds the 2048^3 input and one output). Before the runs a
+volume's bytes are written and deleted once (``--no-warm`` skips it: a virtual
+machine's memory grows on first use, which the first run would pay alone), and
+each run starts with nothing dirty in the page cache. Runs with an older
 leveret work too (for a "before" row): options its ``reconstruct_to_file``
 does not take are left out, and its busy times stand in for the split.
 
@@ -255,6 +258,23 @@ def probe(folder: Path, threads: int, gb: float) -> dict:
     return out
 
 
+def warm_memory(folder: Path, nbytes: int, threads: int) -> float:
+    """Write ``nbytes`` of zeros into a file in ``folder`` on ``threads`` threads, delete it, and
+    return the seconds taken: a virtual machine's memory grows on first use (seconds per 8 GiB),
+    which would slow the first run alone; afterwards the page cache has its pages."""
+    path = folder / ".bench_e2e_warm"
+    piece = np.zeros(64 << 20, np.uint8)
+    t = time.perf_counter()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    try:
+        with ThreadPoolExecutor(threads) as pool:
+            list(pool.map(lambda at: os.pwrite(fd, piece[: nbytes - at], at), range(0, nbytes, piece.nbytes)))
+    finally:
+        os.close(fd)
+        os.remove(path)
+    return time.perf_counter() - t
+
+
 def kernel_seconds(views: int, rows: int, cols: int, backend: str, precision: str) -> float | None:
     """The reconstruction alone on the GPU (CuPy in and out, 64 slices, warm), scaled to ``rows`` slices."""
     if backend != "cuda":
@@ -306,13 +326,14 @@ def run_one(fmt: str, scan_input, geometry, out_dir: Path, args, extra: dict) ->
     if args.io_threads:
         kwargs["io_threads"] = args.io_threads
     if args.gpus:
-        kwargs["devices"] = args.gpus
+        kwargs["devices"] = args.gpus if args.gpus == "all" else [int(g) for g in args.gpus.split(",")]
     accepted = inspect.signature(reconstruct_to_file).parameters
     dropped = [k for k in ("output_dtype", "io_threads") if k in kwargs and k not in accepted]
     for k in dropped:  # an older leveret: its own defaults
         kwargs.pop(k)
     if args.slab_slices:
         kwargs["slab_slices"] = args.slab_slices
+    os.sync()  # nothing dirty left by the input or an earlier run: each run writes back only its own
     t = time.perf_counter()
     res = reconstruct_to_file(scan_input["projections"], geometry, out, **kwargs)
     wall = time.perf_counter() - t
@@ -420,6 +441,12 @@ def main(argv=None) -> int:
         help="skip the in-memory fbp reference (it holds the "
         "line integrals and the volume in RAM: 4 x (input + volume voxels) bytes)",
     )
+    p.add_argument(
+        "--no-warm",
+        action="store_true",
+        help="skip writing and deleting a volume's bytes before the runs (on a virtual machine whose "
+        "memory grows on first use, the first run would pay for it)",
+    )
     p.add_argument("--no-probe", action="store_true", help="floors from CEILINGS.md's H200 host, not measured here")
     p.add_argument("--probe-gb", type=float, default=2.0, help="GB each host probe moves")
     p.add_argument("--progress", action="store_true", help="each run's progress line (stage rates)")
@@ -487,6 +514,9 @@ def main(argv=None) -> int:
             + ", ".join(f"{k} {v / 1e9:.2f} GB/s" for k, v in measured.items()),
             flush=True,
         )
+    if not args.no_warm:
+        nbytes = problem["voxels"] * 4
+        print(f"host memory warmed: {nbytes / 1e9:.1f} GB in {warm_memory(folder, nbytes, threads):.1f} s", flush=True)
     results = {"meta": meta, "problem": problem, "rates": rates, "runs": []}
 
     kernel = kernel_seconds(args.views, args.rows, args.cols, backend, args.precision)
