@@ -187,8 +187,7 @@ def recon_cone(args, scan, out_path, dataset, output: dict, progress: bool, meth
     from ..execution.slab import preprocess_rows
     from ..io import SlabWriter
     from ..io.quantize import auto_range, output_dtype, quantize
-    from ..io.slabs import volume_metadata
-    from ..io.slabs import output_format
+    from ..io.slabs import output_format, volume_metadata
     from ..operators import Projector
     from ..resources import format_bytes
 
