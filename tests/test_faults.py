@@ -131,8 +131,39 @@ def _inject_disk_full(monkeypatch, fmt, code=errno.ENOSPC):
         import tifffile
 
         _fail_on_second_call(monkeypatch, tifffile, "imwrite", err)
-    else:  # HDF5 and zarr: the payload's bytes, written by leveret's threads around the libraries
+    elif fmt == "hdf5":  # HDF5 writes each compressed chunk itself: its error, as h5py reports it
+        _inject_hdf5_chunk_disk_full(monkeypatch, code)
+    else:  # zarr: the chunk files, written by leveret's threads around the library
         _fail_on_second_call(monkeypatch, atomic, "write_at", err)
+
+
+def _inject_hdf5_chunk_disk_full(monkeypatch, code):
+    """Make HDF5's write of the second chunk (``write_direct_chunk``) fail with the
+    words h5py gives a failed write: no errno on the exception, the HDF5 text."""
+    real, calls = slabs_module.SlabWriter._hdf5_file, []
+
+    class Chunks:  # the dataset's id, whose second chunk fails
+        def __init__(self, dsid):
+            self.dsid = dsid
+
+        def write_direct_chunk(self, *args, **kwargs):
+            calls.append(1)
+            if len(calls) == 2:
+                raise OSError(f"Can't write chunk (file write failed: errno = {code}, error message = 'x')")
+            return self.dsid.write_direct_chunk(*args, **kwargs)
+
+    class Dataset:
+        def __init__(self, ds):
+            self.id, self.file = Chunks(ds.id), ds.file
+
+    class File:
+        def __init__(self, f):
+            self.f = f
+
+        def __getitem__(self, name):
+            return Dataset(self.f[name])
+
+    monkeypatch.setattr(slabs_module.SlabWriter, "_hdf5_file", lambda self: File(real(self)))
 
 
 def _inject_hdf5_disk_full(monkeypatch, code=errno.ENOSPC):
@@ -229,6 +260,7 @@ def test_a_full_disk_at_the_manifest_write_is_the_same_clear_error(tmp_path, fmt
         with SlabWriter(out, vol.shape) as w:
             for k in range(vol.shape[0]):
                 w.write(k, vol[k])
+            w.finish()  # the record is saved in the background: its failure is raised here at the latest
     assert _leftovers(tmp_path) == [] and not out.exists()
 
 
@@ -241,6 +273,7 @@ def test_a_full_disk_at_the_manifest_write_with_resume_records_only_what_is_reco
         with pytest.raises(OutputSpaceError, match="kept for --resume"):
             with SlabWriter(out, vol.shape, resume=True) as w:
                 w.write(0, vol[:2])
+                w.finish()
     assert [p.name for p in (tmp_path / f".{out.name}.partial").iterdir()] != []
     with SlabWriter(out, vol.shape, resume=True) as w:
         assert w.done.sum() == 0  # the slab whose record failed counts as not written
@@ -313,7 +346,8 @@ def _cli(tmp_path, out, *extra):
 
 
 def _env():
-    return dict(os.environ, PYTHONPATH=str(SRC), NUMBA_NUM_THREADS="1")
+    path = os.pathsep.join(p for p in [str(SRC), os.environ.get("PYTHONPATH", "")] if p)  # and what this run sees
+    return dict(os.environ, PYTHONPATH=path, NUMBA_NUM_THREADS="1")
 
 
 @pytest.mark.parametrize("name", ["r.npy", "r.tif", "r.h5"])  # zarr and folders: small files each

@@ -92,35 +92,6 @@ def test_hdf5_shuffle_and_deflate_by_hand_equal_hdf5_s_own(rng):
         decode_hdf5_chunk(b"", [(32004, ())], 0, np.float32, (1,))
 
 
-def test_the_file_object_queues_handed_chunks_and_writes_the_rest_at_once(tmp_path, pool, rng):
-    """A chunk's bytes handed to write_direct_chunk go out on the pool (the
-    writer waits for their futures); HDF5's metadata is written at once."""
-    codec = ChunkCodec("lz4")
-    with h5py.File(tmp_path / "v.h5", "w") as f:
-        h5io.create_volume(f, "data", (4, 8, 16), np.float32, codec=codec, chunks=(1, 8, 16))
-    vol = _volume(rng, (4, 8, 16))
-    queued = []
-
-    def write(fd, buffer, offset):
-        queued.append(len(memoryview(buffer)))
-        return h5io.atomic.write_at(fd, buffer, offset)
-
-    handle = h5io.ParallelFile(tmp_path / "v.h5", pool, write=write)
-    with h5py.File(handle, "r+") as f:
-        futures = []
-        for k in range(4):
-            stored = codec.encode(vol[k : k + 1])
-            with handle.handing(stored) as handed:
-                f["data"].id.write_direct_chunk((k, 0, 0), stored)
-            assert len(handed.futures) == 1
-            futures += handed.futures
-        for future in futures:
-            future.result()
-    handle.close()
-    assert len(queued) == 4 and all(n < 8 * 16 * 4 for n in queued)  # only the four chunks' bytes
-    np.testing.assert_array_equal(read_array(tmp_path / "v.h5"), vol)
-
-
 # -- zarr ----------------------------------------------------------------------------------------
 
 

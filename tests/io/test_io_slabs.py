@@ -100,12 +100,14 @@ def test_interrupt_then_resume(tmp_path, rng, name):
         with SlabWriter(tmp_path / name, vol.shape, params=params, resume=True) as w:
             for k0, k1 in w.todo(3):
                 if k0 == 6:  # Ctrl-C after the data, before the manifest records them
+                    w.synced()
 
                     def interrupted():
                         raise Stop
 
                     w._save_manifest = interrupted
                     w.write(k0, np.full_like(vol[k0:k1], np.nan))
+                    w.synced()  # the flushing thread's failure, raised here
                 w.write(k0, vol[k0:k1])
     final = tmp_path / name
     assert not final.exists()  # no partial final output
@@ -128,6 +130,77 @@ def test_interrupt_then_resume(tmp_path, rng, name):
     assert written == [(6, 9)]
     np.testing.assert_array_equal(read_array(final), vol)
     assert sorted(p.name for p in tmp_path.iterdir()) == [final.name]
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_a_slab_is_recorded_once_flushed_and_writing_does_not_wait_for_the_flush(tmp_path, rng, monkeypatch, name):
+    """write() returns while the disk is still busy; the manifest lists a slab
+    only after every file it touched was flushed; finish waits for that."""
+    import threading
+
+    import leveret.io.slabs as slabs
+
+    vol = _volume(rng)
+    disk_free, flushed = threading.Event(), []
+
+    def slow_fsync(path):
+        disk_free.wait(timeout=60)  # a guard against a hang, not a timing
+        flushed.append(Path(path))
+
+    monkeypatch.setattr(slabs, "_fsync_path", slow_fsync)
+    with SlabWriter(tmp_path / name, vol.shape, resume=True) as w:
+        w.write(0, vol[:4])
+        w.write(4, vol[4:])  # not held up by the first slab's flush
+        on_disk = json.loads((w.partial / "manifest.json").read_text())["done"]
+        assert not w.done.any() and on_disk == []
+        assert flushed == []
+        disk_free.set()
+        w.synced()
+        assert w.done.all()
+        assert w.payload in flushed or any(p.is_relative_to(w.payload) for p in flushed)
+        assert json.loads((w.partial / "manifest.json").read_text())["done"] == [[0, 9]]
+        w.finish()
+    np.testing.assert_array_equal(read_array(tmp_path / name), vol)
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_without_sync_nothing_of_the_payload_is_flushed_and_every_slab_is_recorded(tmp_path, rng, monkeypatch, name):
+    import leveret.io.slabs as slabs
+
+    vol = _volume(rng)
+    flushed = []
+    monkeypatch.setattr(slabs, "_fsync_path", lambda path: flushed.append(Path(path)))
+    with SlabWriter(tmp_path / name, vol.shape, sync=False) as w:
+        w.write(0, vol[:4])
+        w.write(4, vol[4:])
+        w.synced()
+        assert w.done.all()
+        w.finish()
+    assert all(p == tmp_path for p in flushed)  # the folder that names the output, not its bytes
+    np.testing.assert_array_equal(read_array(tmp_path / name), vol)
+
+
+def test_a_flush_that_fails_for_space_is_one_error_at_the_next_write(tmp_path, rng, monkeypatch):
+    import errno
+
+    import leveret.io.slabs as slabs
+    from leveret.io import OutputSpaceError
+
+    vol = _volume(rng)
+
+    def full(path):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    with SlabWriter(tmp_path / "v.npy", vol.shape, resume=True) as w:
+        w.write(0, vol[:3])
+        w.synced()
+        monkeypatch.setattr(slabs, "_fsync_path", full)
+        w.write(3, vol[3:6])
+        with pytest.raises(OutputSpaceError, match="no space left|No space left"):
+            w.finish()
+    monkeypatch.undo()
+    manifest = json.loads((tmp_path / ".v.npy.partial" / "manifest.json").read_text())
+    assert manifest["done"] == [[0, 3]]  # the slab whose flush failed is not recorded
 
 
 def test_without_resume_an_interrupted_run_leaves_nothing_and_old_partials_are_dropped(tmp_path, rng):
@@ -328,10 +401,12 @@ def test_what_each_slab_was_made_from_is_kept_for_a_resumed_run(tmp_path, rng):
     with SlabWriter(out, vol.shape, resume=True) as w:
         w.write(0, vol[:3], source={"rows": [0, 4], "crc32": 7})
         w.write(3, vol[3:5])  # made from nothing recorded
+        w.synced()
         assert w.sources() == [(0, 3, {"rows": [0, 4], "crc32": 7})]
     with SlabWriter(out, vol.shape, resume=True) as w:  # the interrupted run's, taken over
         assert w.sources() == [(0, 3, {"rows": [0, 4], "crc32": 7})]
         w.write(5, vol[5:], source={"rows": [4, 9], "crc32": 8})
+        w.synced()
         assert [s[:2] for s in w.sources()] == [(0, 3), (5, 9)]
         w.finish()
     with SlabWriter(tmp_path / "w.h5", vol.shape, resume=True) as w:  # a fresh output: none

@@ -11,7 +11,7 @@ Nothing below imports anything above (tests/test_layers.py checks it).
 - :mod:`.outofcore`: :func:`reconstruct_to_file`, :func:`plan` (the driver).
 - :mod:`.slab`: one slab's rows, preprocessing and reconstruction.
 - :mod:`.pipeline`: the staged pipeline that runs the slabs in this process
-  (read, preprocess, upload, reconstruct, download, compress, write).
+  (read, preprocess, upload, reconstruct, download, compress, write, sync).
 - :mod:`.executors`: slabs on Dask workers.
 - :mod:`.memory`: slab plans within the host's and the GPU's limits.
 - :mod:`.signals`: SIGTERM and SIGHUP as exceptions while a command runs.

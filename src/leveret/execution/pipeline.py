@@ -55,7 +55,7 @@ import numpy as np
 log = logging.getLogger(__name__)
 
 #: The stages, in the order data flow through them.
-STAGES = ("read", "preprocess", "upload", "reconstruct", "download", "compress", "write")
+STAGES = ("read", "preprocess", "upload", "reconstruct", "download", "compress", "write", "sync")
 #: Threads that write finished slabs with the CUDA backend (each slab is compressed and
 #: written on the writer's own pool; a second writer covers the first one's flush).
 WRITERS = 2
@@ -746,6 +746,7 @@ class Pipeline:
             raise self._failure
         if self._halt.is_set():
             raise KeyboardInterrupt("the pipeline was cancelled")
+        self.writer.synced()  # the run ends with its slabs on disk
         return self.report(time.perf_counter() - wall0)
 
     def _stopping(self) -> bool:
@@ -753,14 +754,17 @@ class Pipeline:
 
     def report(self, wall: float) -> dict:
         """The stages' split (:meth:`StageTimes.report`). ``write`` is the writer
-        threads' time in :meth:`leveret.io.SlabWriter.write` (compressing,
-        writing, flushing and recording each slab; its bytes the slabs');
+        threads' time in :meth:`leveret.io.SlabWriter.write` (compressing and
+        writing each slab into the page cache; its bytes the slabs');
         ``compress`` the writer's pool threads' seconds compressing
         (:attr:`leveret.io.SlabWriter.busy`) over their number: the wall time
-        it takes spread evenly over them."""
+        it takes spread evenly over them; ``sync`` the writer's background
+        flushes of the stored bytes to disk (the disk's rate)."""
         busy = self.writer.busy
         if busy["compress"] > 0:
             self.times.set("compress", busy["compress"] / max(1, self.writer.threads), busy["compress_bytes"], 1)
+        if busy["sync"] > 0:
+            self.times.set("sync", busy["sync"], busy["stored_bytes"], 1)
         return self.times.report(wall)
 
     def _line(self, wall: float) -> str:

@@ -1,18 +1,17 @@
 """HDF5 volumes written at the page cache's speed, and HDF5 inputs read in parallel.
 
-h5py serialises every call into the HDF5 library, and HDF5 writes a
-dataset's bytes in the calling thread: about 1.2 GB/s into the page cache,
-where 16 threads reach 4.2-4.5 GB/s. So the bytes go around HDF5:
+h5py serialises every call into the HDF5 library, and HDF5 compresses and
+writes a dataset's bytes in the calling thread. So the work goes around HDF5:
 
 - An uncompressed volume is a contiguous dataset whose space is allocated when
   the file is made, never filled (:func:`create_volume`): its bytes lie at
   one offset (:func:`contiguous_offset`), where slabs are written by plain
   parallel ``pwrite`` calls, as into a ``.npy``.
 - A compressed volume is chunked. Its chunks are compressed by the caller's
-  threads (:mod:`leveret.io.codecs`) and handed to HDF5 with
-  ``write_direct_chunk`` through a :class:`ParallelFile` (h5py's "fileobj"
-  driver): HDF5 places and indexes each chunk, and the write of its bytes
-  returns at once, the bytes going to the file on a pool of threads.
+  threads (:mod:`leveret.io.codecs`) and given to HDF5 with
+  ``write_direct_chunk``, which places, indexes and writes each in one call
+  of HDF5's own file driver: one thread writes a file's bytes about as fast
+  as many, since the kernel takes buffered writes to one file one at a time.
 - Inputs: :func:`dataset_layout` finds where a dataset's bytes lie (its
   contiguous offset, or its chunk table), so that bands of detector rows are
   read with ``preadv`` on many threads and decoded there
@@ -22,16 +21,13 @@ where 16 threads reach 4.2-4.5 GB/s. So the bytes go around HDF5:
 
 from __future__ import annotations
 
-import io
 import os
 import threading
-from concurrent.futures import Future, wait
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from . import atomic
 from .codecs import decode_hdf5_chunk
 
 
@@ -66,169 +62,6 @@ def contiguous_offset(path, dataset: str) -> int | None:
             return None
         offset = ds.id.get_offset()
     return None if offset is None else int(offset)
-
-
-class _Handed:
-    """A buffer handed to HDF5 by one thread: its address, size and the futures of its writes."""
-
-    def __init__(self, buffer):
-        view = np.frombuffer(buffer, np.uint8)
-        self.buffer, self.nbytes = buffer, view.nbytes
-        self.address = view.ctypes.data if view.size else 0
-        self.futures: list[Future] = []
-
-
-class ParallelFile(io.RawIOBase):
-    """An open file for h5py's "fileobj" driver whose writes of handed buffers
-    return at once.
-
-    A writer thread hands a chunk's bytes to HDF5 inside :meth:`handing`; when
-    HDF5 writes exactly that buffer (``write_direct_chunk`` passes it through
-    unchanged), the write is queued on ``pool`` with :func:`leveret.io.atomic.write_at`,
-    (or ``write``) holding the buffer until it is done, and :meth:`handing` gives the futures.
-    Every other write (HDF5's metadata) is done at once; the last one that
-    failed is kept in ``error`` (h5py reports HDF5's words, without the errno). Reads wait for queued
-    writes they overlap; :meth:`close` waits for all of them. h5py serialises
-    every call into HDF5, so one position (``seek`` then ``write``) serves all
-    threads.
-    """
-
-    def __init__(self, path, pool, *, write=None):
-        super().__init__()
-        self._fd = os.open(path, os.O_RDWR)
-        self._pool = pool
-        self._write_later = write  # how a queued write is done (default: atomic.write_at)
-        self._pos = 0
-        self._end = os.fstat(self._fd).st_size  # the file's end, counting queued writes
-        self._local = threading.local()
-        self._pending: dict[Future, tuple[int, int]] = {}
-        self._lock = threading.Lock()
-        self.error: OSError | None = None  # the last failed write of HDF5's own (metadata)
-
-    @property
-    def fd(self) -> int:
-        return self._fd
-
-    # -- io.RawIOBase --------------------------------------------------------------------------
-    def readable(self) -> bool:
-        return True
-
-    def writable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def seek(self, pos: int, whence: int = os.SEEK_SET) -> int:
-        if whence == os.SEEK_END:
-            pos += max(self._end, os.fstat(self._fd).st_size)
-        elif whence == os.SEEK_CUR:
-            pos += self._pos
-        self._pos = int(pos)
-        return self._pos
-
-    def tell(self) -> int:
-        return self._pos
-
-    def readinto(self, buffer) -> int:
-        view = memoryview(buffer).cast("B")
-        self._wait_overlapping(self._pos, self._pos + view.nbytes)
-        n = os.preadv(self._fd, [view], self._pos)
-        view[n:] = bytes(view.nbytes - n)  # past the end of the file: zeros, as HDF5's own driver gives
-        self._pos += view.nbytes
-        return view.nbytes
-
-    def write(self, buffer) -> int:
-        view = memoryview(buffer).cast("B")
-        n, pos = view.nbytes, self._pos
-        handed = getattr(self._local, "handed", None)
-        if (
-            handed is not None
-            and n == handed.nbytes
-            and n
-            and np.frombuffer(view, np.uint8).ctypes.data == handed.address
-        ):
-            future = self._pool.submit(self._write_later or atomic.write_at, self._fd, handed.buffer, pos)
-            with self._lock:
-                self._pending[future] = (pos, pos + n)
-            future.add_done_callback(self._written)
-            handed.futures.append(future)
-        else:
-            try:
-                _write_all(self._fd, view, pos)
-            except OSError as exc:  # h5py reports HDF5's words; the caller wants this one
-                self.error = exc
-                raise
-        self._pos = pos + n
-        self._end = max(self._end, self._pos)
-        return n
-
-    def _written(self, future: Future) -> None:
-        with self._lock:
-            self._pending.pop(future, None)
-
-    def truncate(self, size=None) -> int:
-        self.drain()
-        size = self._pos if size is None else int(size)
-        os.ftruncate(self._fd, size)
-        self._end = size
-        return size
-
-    def flush(self) -> None:
-        """Nothing to do: HDF5's own writes are done at once; a chunk's queued
-        bytes are waited for by whoever handed them (:meth:`handing`)."""
-
-    def close(self) -> None:
-        if self.closed:
-            return
-        try:
-            self.drain()
-        finally:
-            os.close(self._fd)
-            super().close()
-
-    # -- handing buffers -----------------------------------------------------------------------
-    def handing(self, buffer) -> "_Handing":
-        """Context manager: within it, HDF5's write of ``buffer`` (a chunk's
-        bytes given to ``write_direct_chunk`` in this thread) is queued; its
-        ``futures`` are the queued writes, to be waited for before the data
-        count as written."""
-        return _Handing(self, buffer)
-
-    def drain(self) -> None:
-        """Wait for every queued write; raise the first failure."""
-        with self._lock:
-            futures = list(self._pending)
-        for future in futures:
-            future.result()
-
-    def _wait_overlapping(self, start: int, stop: int) -> None:
-        with self._lock:
-            futures = [f for f, (a, b) in self._pending.items() if a < stop and start < b]
-        if futures:
-            wait(futures)
-
-
-def _write_all(fd: int, view: memoryview, pos: int) -> None:
-    while view:
-        n = os.pwrite(fd, view, pos)
-        view, pos = view[n:], pos + n
-
-
-class _Handing:
-    def __init__(self, file: ParallelFile, buffer):
-        self.file, self.handed = file, _Handed(buffer)
-
-    @property
-    def futures(self) -> list[Future]:
-        return self.handed.futures
-
-    def __enter__(self) -> "_Handing":
-        self.file._local.handed = self.handed
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.file._local.handed = None
 
 
 # -- input datasets ----------------------------------------------------------------------------

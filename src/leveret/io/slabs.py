@@ -11,7 +11,10 @@ a hidden *partial* folder beside the output,
   job's parameters, a fingerprint of its input, the slices written so far
   and, for each slab, what it was made from (a checksum of the input rows it
   used, :func:`rows_checksum`), updated (atomically) only after a slab's
-  data are flushed to disk.
+  data are flushed to disk. The flushing is done in the background, in
+  batches (one thread, ``leveret-sync``), so that writing never waits for the
+  disk: a slab counts as written once it is on disk and recorded, and
+  :meth:`SlabWriter.finish` waits for the last ones.
 
 One writer at a time: a lock file ``.<name>.lock`` (:class:`OutputLock`)
 is held from the start to :meth:`SlabWriter.finish` or
@@ -22,15 +25,15 @@ start), data are written with ordinary file I/O (never through a memory
 map, whose write to a full disk kills the process with SIGBUS), and a
 full disk or file size limit met later raises :class:`OutputSpaceError`.
 
-A slab is written on a pool of threads (``threads``): one thread fills
-the page cache at about 1.2 GB/s, 16 at 4.2-4.5. Uncompressed bytes go to
-their place with parallel ``pwrite`` calls (``.npy``, BigTIFF, and HDF5,
+A slab is written on a pool of threads (``threads``). Uncompressed bytes go
+to their place with parallel ``pwrite`` calls (``.npy``, BigTIFF, and HDF5,
 whose uncompressed volume is a contiguous dataset allocated at the start);
 compressed chunks are compressed on the threads (:mod:`leveret.io.codecs`)
-and written as zarr chunk files, or handed to HDF5 as direct chunks whose
-bytes the threads write (:mod:`leveret.io.hdf5`); a TIFF folder's slices are
-written a file per thread. Several threads may call :meth:`SlabWriter.write`
-at once with different slabs.
+and written as zarr chunk files, or given to HDF5 as direct chunks, which
+HDF5 writes in order in the calling thread (one file takes buffered writes
+one at a time whoever makes them); a TIFF folder's slices are written a file
+per thread. Several threads may call :meth:`SlabWriter.write` at once with
+different slabs.
 
 :meth:`SlabWriter.finish` renames the complete payload onto the output path
 and removes the partial folder, so the output path holds either nothing or a
@@ -94,7 +97,7 @@ COMPRESSIONS = {
 }
 #: Bytes of a default chunk (HDF5, zarr): rows of one slice, so that a chunk is
 #: contiguous in a slab and no chunk is shared by two slabs. Large, as HDF5 takes
-#: its chunks one at a time in one thread (each a few ms among busy threads).
+#: its chunks one at a time in one thread.
 CHUNK_BYTES = 16 << 20
 #: Bytes of uncompressed data one thread writes per call.
 PIECE_BYTES = 8 << 20
@@ -362,6 +365,13 @@ class SlabWriter:
         contiguous unless ``chunks`` is given.
     threads : int, optional
         Threads that compress and write each slab (default: one per core).
+    sync : bool
+        Flush the data to disk (default): a slab is recorded as written once
+        it is on disk, and :meth:`finish` renames the output into place once
+        all of it is, so that a power cut never leaves a complete-looking but
+        partly written volume. False: the data count as written once in the
+        page cache (as most tools treat them), for outputs that are scratch or
+        are read at once; a run is then bound by the page cache, not the disk.
 
     Examples
     --------
@@ -386,6 +396,7 @@ class SlabWriter:
         chunks=None,
         fingerprint: dict | None = None,
         threads: int | None = None,
+        sync: bool = True,
     ):
         p, dataset = split_dataset(path, dataset)
         self.format = output_format(p if dataset is not None else path)
@@ -417,6 +428,7 @@ class SlabWriter:
         ):
             raise ValueError(f"threads: expected a positive number of threads, got {threads!r}")
         self.threads = int(threads) if threads is not None else max(1, os.cpu_count() or 1)
+        self.sync = bool(sync)
         self.params_hash = parameters_hash(params)
         self.fingerprint = _json_safe(fingerprint) if fingerprint is not None else None
         check_writable(self.path, self.overwrite, self.kind)  # fail before any work
@@ -434,11 +446,18 @@ class SlabWriter:
         self._active = 0
         self._record_lock = threading.Lock()  # one manifest save at a time
         self._pool = None  # the writing threads, made at the first slab
-        self._h5 = None  # (ParallelFile, h5py.File) of a chunked HDF5 payload
+        self._h5 = None  # the open h5py.File of a chunked HDF5 payload
         self._h5_lock = threading.Lock()
+        # Slabs written but not yet on disk, (k0, k1, source, paths to flush), and the
+        # thread that flushes and records them (there while there are some).
+        self._unsynced: list[tuple[int, int, object, list[Path]]] = []
+        self._sync = threading.Condition()
+        self._syncer: threading.Thread | None = None
+        self._sync_error: BaseException | None = None
         #: Seconds the writing threads spent compressing and writing (summed over
-        #: them), the bytes compressed and the bytes written to the payload.
-        self.busy = {"compress": 0.0, "compress_bytes": 0, "write": 0.0, "stored_bytes": 0}
+        #: them), the bytes compressed and the bytes written to the payload, and
+        #: the seconds the background thread spent flushing them to disk.
+        self.busy = {"compress": 0.0, "compress_bytes": 0, "write": 0.0, "stored_bytes": 0, "sync": 0.0}
         self._busy_lock = threading.Lock()
         self._created = False  # set once _open makes a new partial output
         self._lock = OutputLock(self.path)
@@ -739,10 +758,11 @@ class SlabWriter:
                 self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="leveret-io")
             return self._pool
 
-    def _count(self, what: str, seconds: float, nbytes: int) -> None:
+    def _count(self, what: str, seconds: float, nbytes: int = 0) -> None:
         with self._busy_lock:
             self.busy[what] += seconds
-            self.busy["compress_bytes" if what == "compress" else "stored_bytes"] += int(nbytes)
+            if what != "sync":
+                self.busy["compress_bytes" if what == "compress" else "stored_bytes"] += int(nbytes)
 
     def _write_at(self, fd: int, buffer, offset: int) -> None:
         """:func:`leveret.io.atomic.write_at`, counted in :attr:`busy`."""
@@ -750,14 +770,9 @@ class SlabWriter:
         atomic.write_at(fd, buffer, offset)
         self._count("write", time.perf_counter() - t, memoryview(buffer).nbytes)
 
-    def _fsync(self, fd: int) -> None:
-        t = time.perf_counter()
-        os.fsync(fd)
-        self._count("write", time.perf_counter() - t, 0)
-
-    def _pwrite(self, k0: int, data: np.ndarray) -> None:
+    def _pwrite(self, k0: int, data: np.ndarray) -> list[Path]:
         """Write slices at ``k0`` into the .npy/BigTIFF/contiguous HDF5 pixel data
-        with plain writes, in pieces on the pool's threads, then flush them."""
+        with plain writes, in pieces on the pool's threads; the file to flush."""
         buf = memoryview(np.ascontiguousarray(data)).cast("B")
         pos = self._offset + k0 * self.slice_bytes
         fd = os.open(self.payload, os.O_WRONLY)
@@ -765,9 +780,9 @@ class SlabWriter:
             step = max(PIECE_BYTES, -(-len(buf) // self.threads))
             pieces = [(buf[a : a + step], pos + a) for a in range(0, len(buf), step)]
             _all(self._threads(), [(self._write_at, fd, piece, at) for piece, at in pieces])
-            self._fsync(fd)
         finally:
             os.close(fd)
+        return [self.payload]
 
     def _chunk_origins(self, k0: int, k1: int) -> list[tuple[int, int, int]]:
         _, cy, cx = self.chunks
@@ -797,100 +812,81 @@ class SlabWriter:
         return origin, stored
 
     def _hdf5_file(self):
-        """The chunked HDF5 payload, opened once through a :class:`leveret.io.hdf5.ParallelFile`."""
+        """The chunked HDF5 payload, opened once (HDF5's own file driver: it
+        writes each chunk with one call, no Python in between)."""
         with self._h5_lock:
             if self._h5 is None:
                 import h5py
 
-                from .hdf5 import ParallelFile
-
-                handle = ParallelFile(self.payload, self._pool, write=self._write_at)
-                try:
-                    self._h5 = (handle, h5py.File(handle, "r+"))
-                except BaseException:
-                    handle.close()
-                    raise
+                self._h5 = h5py.File(self.payload, "r+")
             return self._h5
 
     def _close_hdf5(self) -> None:
-        """Close the chunked HDF5 payload (its last metadata and queued writes go to the file)."""
+        """Close the chunked HDF5 payload (its last metadata go to the file)."""
         with self._h5_lock:
-            h5, self._h5 = self._h5, None
-        if h5 is not None:
-            handle, f = h5
-            try:
-                f.close()
-            finally:
-                handle.close()
+            f, self._h5 = self._h5, None
+        if f is not None:
+            f.close()
 
-    def _write_hdf5_chunks(self, k0: int, k1: int, data: np.ndarray) -> None:
-        """Compress the slab's chunks on the pool, hand each to HDF5 as a direct
-        chunk as it is ready (its bytes written by the pool), then flush."""
+    def _write_hdf5_chunks(self, k0: int, k1: int, data: np.ndarray) -> list[Path]:
+        """Compress the slab's chunks on the pool and give each to HDF5 as a
+        direct chunk as it is ready, in order; then write HDF5's chunk index."""
         from collections import deque
 
         self._check_room(data.nbytes)
         pool = self._threads()
-        handle, f = self._hdf5_file()
-        ds = f[self.dataset]
-        # a window of chunks compressed ahead, handed to HDF5 in order (chunks lie in the file in order)
+        ds = self._hdf5_file()[self.dataset]
+        # a window of chunks compressed ahead, given to HDF5 in order (chunks lie in the file in order)
         origins = deque(self._chunk_origins(k0, k1))
         encoding: deque = deque()
         started: list = []
-        writes: list = []
         try:
             while origins or encoding:
                 while origins and len(encoding) < 2 * self.threads:
                     encoding.append(pool.submit(self._encoded, data, k0, origins.popleft()))
                     started.append(encoding[-1])
                 origin, stored = encoding.popleft().result()
-                with handle.handing(stored) as handed:
-                    ds.id.write_direct_chunk(origin, stored)
-                writes += handed.futures
-                pending = [w for w in writes if not w.done()]
-                while len(pending) > 2 * self.threads:  # compressed bytes waiting to be written: bounded
-                    pending[0].exception()
-                    pending = [w for w in pending if not w.done()]
-            for future in writes:
-                future.result()
-            f.flush()  # the chunk index, then everything to disk
-            self._fsync(handle.fd)
-        except BaseException as exc:
-            _cancel(started + writes)
-            if handle.error is not None and not is_space_error(exc):  # HDF5's words for the file's error
-                raise handle.error from exc
+                t = time.perf_counter()
+                ds.id.write_direct_chunk(origin, stored)
+                self._count("write", time.perf_counter() - t, len(stored))
+            t = time.perf_counter()
+            ds.file.flush()  # the chunk index
+            self._count("write", time.perf_counter() - t)
+        except BaseException:
+            _cancel(started)
             raise
+        return [self.payload]
 
-    def _write_zarr_chunks(self, k0: int, k1: int, data: np.ndarray) -> None:
+    def _write_zarr_chunks(self, k0: int, k1: int, data: np.ndarray) -> list[Path]:
         """Each chunk compressed and written as its zarr v3 chunk file
-        (``c/<z>/<y>/<x>``, chunk indices) on the pool; then the files and
-        folders flushed."""
+        (``c/<z>/<y>/<x>``, chunk indices) on the pool; the files and folders
+        to flush."""
         _, cy, cx = self.chunks
         root = self.payload / "c"
         origins = self._chunk_origins(k0, k1)
         rows = sorted({root / str(k) / str(y // cy) for k, y, _ in origins})
         for folder in rows:
             folder.mkdir(parents=True, exist_ok=True)
+        files = [root / str(k) / str(y // cy) / str(x // cx) for k, y, x in origins]
 
-        def one(origin):
+        def one(origin, path):
             _, stored = self._encoded(data, k0, origin)
-            k, y, x = origin
-            fd = os.open(root / str(k) / str(y // cy) / str(x // cx), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
             try:
                 self._write_at(fd, stored, 0)
-                self._fsync(fd)
             finally:
                 os.close(fd)
 
-        _all(self._threads(), [(one, origin) for origin in origins])
-        for folder in rows + sorted({f.parent for f in rows}) + [root, self.payload]:
-            _fsync_path(folder)
+        _all(self._threads(), [(one, origin, path) for origin, path in zip(origins, files)])
+        return files + rows + sorted({f.parent for f in rows}) + [root, self.payload]
 
-    def _write_tiff_slices(self, k0: int, k1: int, data: np.ndarray) -> None:
+    def _write_tiff_slices(self, k0: int, k1: int, data: np.ndarray) -> list[Path]:
         import tifffile
 
-        def one(k):
+        files = [self.payload / self.slice_name(k) for k in range(k0, k1)]
+
+        def one(k, f):
             t = time.perf_counter()
-            f = self.payload / self.slice_name(k)
             tifffile.imwrite(
                 f,
                 data[k - k0],
@@ -900,10 +896,10 @@ class SlabWriter:
                 metadata=None,
                 software=SOFTWARE,
             )
-            _fsync_path(f)
             self._count("write", time.perf_counter() - t, f.stat().st_size)
 
-        _all(self._threads(), [(one, k) for k in range(k0, k1)])
+        _all(self._threads(), [(one, k, f) for k, f in zip(range(k0, k1), files)])
+        return files + [self.payload]
 
     # -- progress ----------------------------------------------------------------------------
     @property
@@ -935,10 +931,11 @@ class SlabWriter:
 
     # -- writing -----------------------------------------------------------------------------
     def write(self, start: int, data, *, source=None) -> None:
-        """Write ``data`` (k, ny, nx) at slices ``start:start+k``, flush it to
-        disk, then record the slices as done, with ``source`` (JSON-able, e.g. a
-        checksum of the input the slab was made from) if given: :meth:`sources`.
-        Several threads may write different slabs at once."""
+        """Write ``data`` (k, ny, nx) at slices ``start:start+k``. Once they are
+        flushed to disk (in the background, :meth:`synced`) the slices are
+        recorded as done, with ``source`` (JSON-able, e.g. a checksum of the
+        input the slab was made from) if given: :meth:`sources`. Several
+        threads may write different slabs at once."""
         if self._finished:
             raise ValueError("write: the output is already finished")
         if type(data).__module__.startswith("cupy"):
@@ -955,8 +952,8 @@ class SlabWriter:
         data = data.astype(self.dtype, copy=False)
         try:
             with self._writing("write"):
-                self._write(k0, k1, data)
-                self._record(k0, k1, source)
+                self._raise_sync_error()
+                self._unsync(k0, k1, source, self._write(k0, k1, data))
         except Exception as exc:
             if is_space_error(exc):
                 raise self._out_of_space(exc) from exc
@@ -982,20 +979,96 @@ class SlabWriter:
         while self._active:
             self._io.wait()
 
-    def _record(self, k0: int, k1: int, source=None) -> None:
-        """Mark slices ``k0:k1`` done (made from ``source``) and save the manifest;
-        if the save fails they count as not written, as the manifest on disk says."""
+    def _record(self, slabs: list[tuple[int, int, object]]) -> None:
+        """Mark each slab ``(k0, k1, source)`` done (made from ``source``) and save
+        the manifest once; if the save fails they count as not written, as the
+        manifest on disk says."""
         with self._record_lock:
-            before, sources = self._done[k0:k1].copy(), list(self._sources)
-            self._done[k0:k1] = True
-            if source is not None:
-                self._sources = [s for s in self._sources if s[1] <= k0 or s[0] >= k1]  # rewritten slices
-                self._sources.append((k0, k1, _json_safe({"source": source})["source"]))
+            before, sources = self._done.copy(), list(self._sources)
+            for k0, k1, source in slabs:
+                self._done[k0:k1] = True
+                if source is not None:
+                    self._sources = [s for s in self._sources if s[1] <= k0 or s[0] >= k1]  # rewritten slices
+                    self._sources.append((k0, k1, _json_safe({"source": source})["source"]))
             try:
                 self._save_manifest()
             except BaseException:
-                self._done[k0:k1], self._sources = before, sources
+                self._done, self._sources = before, sources
                 raise
+
+    # -- flushing in the background ------------------------------------------------------------
+    def _unsync(self, k0: int, k1: int, source, paths: list[Path]) -> None:
+        """Hand a written slab to the thread that flushes it to disk and records it."""
+        with self._sync:
+            self._unsynced.append((k0, k1, source, paths))
+            if self._syncer is None:
+                self._syncer = threading.Thread(target=self._sync_loop, name="leveret-sync", daemon=True)
+                self._syncer.start()
+
+    def _sync_loop(self) -> None:
+        """Flush every slab written so far with one flush of each file they touched,
+        then record them with one manifest save; again while slabs come, then end."""
+        while True:
+            with self._sync:
+                if not self._unsynced:
+                    self._syncer = None
+                    self._sync.notify_all()
+                    return
+                batch, self._unsynced = self._unsynced, []
+            try:
+                if self._sync_error is None and (self.resume or not self._aborted):
+                    if self.sync:
+                        t = time.perf_counter()
+                        self._flush(list(dict.fromkeys(p for *_, paths in batch for p in paths)))
+                        self._count("sync", time.perf_counter() - t)
+                    if self.resume or not self._aborted:
+                        self._record([(k0, k1, source) for k0, k1, source, _ in batch])
+            except BaseException as exc:  # raised by the next write() or by finish()
+                self._sync_error = exc
+
+    def _flush(self, paths: list[Path]) -> None:
+        """Flush ``paths`` to disk: the files together on threads (a journaling
+        file system commits their flushes together), then the folders in order
+        (each after the entries it names)."""
+        files = [p for p in paths if not p.is_dir()]
+        if len(files) > 1:
+            from concurrent.futures import ThreadPoolExecutor
+
+            with ThreadPoolExecutor(min(len(files), self.threads, 16), thread_name_prefix="leveret-sync") as pool:
+                list(pool.map(_fsync_path, files))
+        elif files:
+            _fsync_path(files[0])
+        for folder in (p for p in paths if p.is_dir()):
+            _fsync_path(folder)
+
+    def synced(self) -> None:
+        """Wait until every slab written so far is on disk and recorded (:attr:`done`);
+        raise the failure that stopped that, if one did (a full disk as
+        :class:`OutputSpaceError`)."""
+        with self._sync:
+            while self._syncer is not None:
+                self._sync.wait()
+        try:
+            self._raise_sync_error()
+        except Exception as exc:
+            if is_space_error(exc) and not isinstance(exc, OutputSpaceError):
+                raise self._out_of_space(exc) from exc
+            raise
+
+    def _raise_sync_error(self) -> None:
+        if self._sync_error is not None:
+            raise self._sync_error
+
+    def _stop_syncer(self) -> None:
+        """Wait for the flushing thread to end: with ``resume``, once every slab
+        written is recorded (a resumed run goes on from there); without, after
+        the batch it is flushing (the rest would be removed with the output)."""
+        with self._sync:
+            if not self.resume:
+                self._unsynced.clear()
+            syncer = self._syncer
+        if syncer is not None and syncer is not threading.current_thread():
+            syncer.join()
 
     def _out_of_space(self, exc: BaseException) -> OutputSpaceError:
         """The error for a full disk met while writing (data or manifest); the
@@ -1012,28 +1085,27 @@ class SlabWriter:
                 self._lock.release()
         return error
 
-    def _write(self, k0: int, k1: int, data: np.ndarray) -> None:
+    def _write(self, k0: int, k1: int, data: np.ndarray) -> list[Path]:
+        """Write slices ``k0:k1``; the files and folders to flush to disk."""
         if self.format in ("npy", "bigtiff") or self.contiguous:
-            self._pwrite(k0, data)
-        elif self.format == "tiff-stack":
-            self._write_tiff_slices(k0, k1, data)
-        elif self.format == "hdf5" and self.compression == "lzf":  # no encoder here: HDF5 writes it
-            import h5py
-
+            return self._pwrite(k0, data)
+        if self.format == "tiff-stack":
+            return self._write_tiff_slices(k0, k1, data)
+        if self.format == "hdf5" and self.compression == "lzf":  # no encoder here: HDF5 writes it
             self._check_room(data.nbytes)
-            with self._h5_lock, h5py.File(self.payload, "r+") as f:
-                f[self.dataset][k0:k1] = data
-                f.flush()
-            _fsync_path(self.payload)
-        elif self.format == "hdf5":
-            self._write_hdf5_chunks(k0, k1, data)
-        elif self.format == "zarr":
-            self._write_zarr_chunks(k0, k1, data)
+            ds = self._hdf5_file()[self.dataset]
+            ds[k0:k1] = data
+            ds.file.flush()
+            return [self.payload]
+        if self.format == "hdf5":
+            return self._write_hdf5_chunks(k0, k1, data)
+        return self._write_zarr_chunks(k0, k1, data)
 
     def _close_handles(self) -> None:
         """End the writing threads and close an open HDF5 payload (errors after
         an abort are of no interest: the payload is kept or removed as it is)."""
         try:
+            self._stop_syncer()
             self._close_hdf5()
         finally:
             pool, self._pool = self._pool, None
@@ -1060,7 +1132,7 @@ class SlabWriter:
             raise ValueError(f"start: expected 0 <= start < stop <= {self.shape[0]}, got {start}:{stop}")
         try:
             with self._writing("record"):
-                self._record(k0, k1, source)
+                self._record([(k0, k1, source)])
         except Exception as exc:
             if is_space_error(exc):
                 raise self._out_of_space(exc) from exc
@@ -1077,6 +1149,7 @@ class SlabWriter:
         Raises ValueError if some slices were never written."""
         if self._finished:
             return self.path
+        self.synced()
         if not self.complete:
             missing = _runs(~self._done)
             raise ValueError(f"finish: slices {missing} of {self.path} were never written")
@@ -1090,11 +1163,12 @@ class SlabWriter:
                 if is_space_error(exc):
                     raise self._space_error(exc) from exc
                 raise
-            _fsync_path(self.payload)
-            if self.payload.is_dir():
-                for f in self.payload.rglob("*"):
-                    if f.is_file():
-                        _fsync_path(f)
+            if self.sync:
+                _fsync_path(self.payload)
+                if self.payload.is_dir():
+                    for f in self.payload.rglob("*"):
+                        if f.is_file():
+                            _fsync_path(f)
             _commit(self.payload, self.path, self.overwrite, self.kind)
             _fsync_path(self.path.parent)
             _remove(self.partial)
@@ -1106,7 +1180,8 @@ class SlabWriter:
     def abort(self) -> None:
         """Stop writing: keep the partial output for a resumed run if
         ``resume``, else remove it. Waits for the slabs being written (from
-        other threads) to be on disk; nothing is written afterwards."""
+        other threads) to end and, with ``resume``, to be recorded; nothing is
+        written afterwards."""
         self._aborted = True  # first: a write waiting for the lock must not start
         with self._io:
             self._quiet()
@@ -1176,11 +1251,6 @@ def _cancel(futures) -> None:
     for future in futures:
         future.cancel()
     wait(futures)
-
-
-def _seek_write(fd: int, buf, pos: int) -> int:
-    os.lseek(fd, pos, os.SEEK_SET)
-    return os.write(fd, buf)
 
 
 def _h5_plain(val) -> bool:
