@@ -69,6 +69,23 @@ def test_the_automatic_range_covers_the_volume(parallel, capsys):
     assert "stages: read" in err and "reconstruct" in err and "bound by" in err
 
 
+def test_no_sync_leaves_the_volume_to_the_page_cache(parallel, monkeypatch):
+    import leveret.io.slabs as slabs
+
+    folder, ref = parallel
+    made = []
+    real = slabs.SlabWriter.__init__
+
+    def init(self, *args, **kwargs):
+        made.append(kwargs.get("sync"))
+        real(self, *args, **kwargs)
+
+    monkeypatch.setattr(slabs.SlabWriter, "__init__", init)
+    np.testing.assert_allclose(_recon(folder, "ns.npy", "--no-sync"), ref, rtol=0, atol=1e-6)
+    _recon(folder, "s.npy")
+    assert made == [False, True]
+
+
 def test_float16_output_halves_the_bytes(parallel):
     folder, ref = parallel
     out = _recon(folder, "h.npy", "--output-dtype", "float16")

@@ -255,6 +255,7 @@ def recon_cone(args, scan, out_path, dataset, output: dict, progress: bool, meth
         overwrite=args.overwrite,
         compression=output["compression"],
         threads=output["io_threads"],
+        sync=output["sync"],
     ) as writer:
         writer.write(0, quantize(result, stored, value_range) if stored != np.float32 else result)
         path = writer.finish()

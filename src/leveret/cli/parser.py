@@ -102,6 +102,7 @@ FLAGS = {
     "output_dtype": "--output-dtype",
     "output_range": "--output-range",
     "io_threads": "--io-threads",
+    "sync": "--no-sync",
     "xtekct": "--xtekct",
     "sid": "--sid",
     "sdd": "--sdd",
@@ -433,6 +434,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         metavar="N",
         help="threads that read, compress and write each slab (default: one per core)",
+    )
+    o.add_argument(
+        "--no-sync",
+        action="store_true",
+        help="count the volume as written once it is in the page cache, not on disk: faster where the "
+        "disk is slower than memory; a power cut soon after may lose it (default: flushed to disk)",
     )
     o.add_argument(
         "--host-memory",

@@ -70,6 +70,7 @@ def _recon(args, client) -> int:
         output_dtype=args.output_dtype,
         output_range=args.output_range,
         io_threads=args.io_threads,
+        sync=not args.no_sync,
     )
     if is_cone(args) or is_trajectory(args):
         return _recon_cone(args, client, out_path, dataset, output, progress, method)

@@ -466,7 +466,7 @@ class OutOfCoreResult:
     busy : dict
         Seconds each stage was busy, in pipeline order (``"read"``,
         ``"preprocess"``, ``"upload"``, ``"reconstruct"``, ``"download"``,
-        ``"compress"``, ``"write"``; those that ran): they overlap, so the
+        ``"compress"``, ``"write"``, ``"sync"``; those that ran): they overlap, so the
         busiest bounds the run (:attr:`stages` has their shares). With a Dask
         client the workers read and reconstruct (and write a zarr output):
         only the writes done here are counted.
@@ -540,6 +540,7 @@ def reconstruct_to_file(
     output_dtype="float32",
     output_range=None,
     io_threads: int | None = None,
+    sync: bool = True,
     **options,
 ) -> OutOfCoreResult:
     """Reconstruct a scan slab by slab straight into a file, within a memory cap.
@@ -613,6 +614,9 @@ def reconstruct_to_file(
     io_threads : int, optional
         Threads that read each slab's rows and that compress and write each
         slab (default: one per core).
+    sync : bool
+        Flush the volume to disk before it counts as written (default); False
+        leaves it in the page cache (see :class:`leveret.io.SlabWriter`).
     metadata : dict, optional
         Extra metadata stored with the volume (voxel size, origin and units
         are always stored).
@@ -694,6 +698,7 @@ def reconstruct_to_file(
             output_dtype=output_dtype,
             output_range=output_range,
             io_threads=io_threads,
+            sync=sync,
             **options,
         )
 
@@ -728,6 +733,7 @@ def _reconstruct_to_file(
     output_dtype,
     output_range,
     io_threads,
+    sync,
     **options,
 ) -> OutOfCoreResult:
     import tracemalloc
@@ -897,6 +903,7 @@ def _reconstruct_to_file(
         compression=compression,
         fingerprint=fingerprint,
         threads=io_threads,
+        sync=sync,
     ) as writer:
         resumed = int(writer.done.sum())
         if resumed:
