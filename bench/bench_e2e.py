@@ -5,11 +5,11 @@ flats, darks and angles; or also a folder of TIFFs), then reconstructs it
 disk to disk (what ``leveret recon scan.h5 OUT`` runs) into each output
 format and compression, and prints one row per run: the wall time, each
 stage's busy seconds and rate (read, preprocess, upload, reconstruct,
-download, compress, write), the end-to-end rate in GU/s, and the floor: the
-slowest stage's time at this host's ceilings for its bytes (measured here
-with ``--probe``: page-cache reads and writes, Blosc, on this host's cores;
-the reconstruction at the kernel's measured rate), with the run's ratio to
-it. Beside them: ``leveret.fbp`` of the same problem in memory (float32 line
+download, compress, write into the page cache, sync: the flush to disk), the
+end-to-end rate in GU/s, and the floor: the slowest stage's time at this
+host's ceilings for its bytes (measured here unless ``--no-probe``: page-cache
+reads and writes, the disk's flush, Blosc, on this host's cores; the
+reconstruction at the kernel's measured rate), with the run's ratio to it. Beside them: ``leveret.fbp`` of the same problem in memory (float32 line
 integrals in, NumPy volume out) and the kernel alone on the GPU.
 
     # the target (2048 projections of 2048^2 -> 2048^3; 17 GB in, 34 GB out, the page cache of --dir)
@@ -72,6 +72,7 @@ DEFAULT_FORMATS = "npy,h5-none,h5,zarr,tiff,h5-zstd,h5-gzip,h5-uint16,h5-float16
 
 #: The host's ceilings (CEILINGS.md, "The host around the GPU": the one-H200 machine, 16 threads),
 #: used as floors unless --probe measures this host's: bytes per second.
+STAGES = ("read", "preprocess", "upload", "reconstruct", "download", "compress", "write", "sync")
 CEILINGS = {"read": 25e9, "write": 4.3e9, "upload": 54e9, "download": 55e9, "lz4": 9.7e9, "zstd": 4.0e9, "gzip": 0.6e9}
 #: The exact parallel-beam kernel on an H200 (CEILINGS.md): voxel updates per second.
 KERNEL_GUPS = 3200e9
@@ -113,8 +114,8 @@ def write_scan(
     """The DXchange scan: /exchange/data (uint16 counts), data_white, data_dark, theta (degrees)."""
     import h5py
 
-    from leveret.io.hdf5 import ParallelFile, contiguous_offset, create_volume
     from leveret.io import atomic
+    from leveret.io.hdf5 import contiguous_offset, create_volume
 
     angles_deg = np.linspace(0.0, 180.0, views, endpoint=False)
     chords, profile = phantom_rows(np.radians(angles_deg), cols, rows)
@@ -148,19 +149,10 @@ def write_scan(
         finally:
             os.close(fd)
     else:
-        handle = ParallelFile(tmp, pool)
-        with h5py.File(handle, "r+") as f:
+        with h5py.File(tmp, "r+") as f:
             ds = f["/exchange/data"]
-            for start in range(0, views, threads):
-                for i, image in zip(
-                    range(start, min(views, start + threads)),
-                    pool.map(counts, range(start, min(views, start + threads))),
-                ):
-                    with handle.handing(image) as handed:
-                        ds.id.write_direct_chunk((i, 0, 0), image)
-                    for w in handed.futures:
-                        w.result()
-        handle.close()
+            for i, image in enumerate(pool.map(counts, range(views))):  # made ahead on the pool, in order
+                ds.id.write_direct_chunk((i, 0, 0), image)
     pool.shutdown()
     with h5py.File(tmp, "r+") as f:
         f.attrs["bench_e2e"] = json.dumps(
@@ -209,8 +201,9 @@ def line_integrals(views: int, rows: int, cols: int, threads: int) -> np.ndarray
 
 
 def probe(folder: Path, threads: int, gb: float) -> dict:
-    """Page-cache write and read of ``gb`` GB with ``threads`` threads (pwrite, preadv), Blosc lz4/zstd
-    and gzip on the threads: bytes per second, as leveret's writer and reader use them."""
+    """Bytes per second, as leveret's writer and reader use them: ``gb`` GB written into a new file's
+    page cache with ``threads`` threads (pwrite), then flushed to disk (fsync: ``sync``) and read back
+    (preadv); Blosc lz4/zstd and gzip on the threads."""
     from leveret.io.codecs import ChunkCodec
 
     n = int(gb * 1e9) // 4
@@ -227,13 +220,24 @@ def probe(folder: Path, threads: int, gb: float) -> dict:
         fn()
         return time.perf_counter() - t
 
-    def write():
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
-        with ThreadPoolExecutor(threads) as pool:
-            list(pool.map(lambda i: os.pwrite(fd, view[i : i + step], i), range(0, a.nbytes, step)))
-        os.close(fd)
+    def write(sync: bool = False) -> tuple[float, float]:
+        """A new file (never one whose old pages are still being written back): seconds to write, to flush."""
+        path.unlink(missing_ok=True)
+        os.sync()
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT)
+        try:
+            t = time.perf_counter()
+            with ThreadPoolExecutor(threads) as pool:
+                list(pool.map(lambda i: os.pwrite(fd, view[i : i + step], i), range(0, a.nbytes, step)))
+            t1 = time.perf_counter()
+            os.fsync(fd)
+            return t1 - t, time.perf_counter() - t1
+        finally:
+            os.close(fd)
 
-    out["write"] = a.nbytes / timed(write)
+    write()
+    written, flushed = write()
+    out["write"], out["sync"] = a.nbytes / written, a.nbytes / flushed
     b = np.empty_like(a)
     bview = memoryview(b).cast("B")
 
@@ -325,10 +329,12 @@ def run_one(fmt: str, scan_input, geometry, out_dir: Path, args, extra: dict) ->
     kwargs = dict(backend=args.backend, progress=args.progress, **options, **extra, **scan_input["preprocess"])
     if args.io_threads:
         kwargs["io_threads"] = args.io_threads
+    if args.no_sync:
+        kwargs["sync"] = False
     if args.gpus:
         kwargs["devices"] = args.gpus if args.gpus == "all" else [int(g) for g in args.gpus.split(",")]
     accepted = inspect.signature(reconstruct_to_file).parameters
-    dropped = [k for k in ("output_dtype", "io_threads") if k in kwargs and k not in accepted]
+    dropped = [k for k in ("output_dtype", "io_threads", "sync") if k in kwargs and k not in accepted]
     for k in dropped:  # an older leveret: its own defaults
         kwargs.pop(k)
     if args.slab_slices:
@@ -344,6 +350,7 @@ def run_one(fmt: str, scan_input, geometry, out_dir: Path, args, extra: dict) ->
         "slab_slices": res.plan.slab_slices,
         "stored_bytes": _size(res.path),
         "dropped": dropped,
+        "synced": "sync" not in kwargs or "sync" in dropped,
         "peak_rss": res.peak_rss,
     }
     stages = getattr(res, "stages", None) or {k: {"seconds": v} for k, v in res.busy.items()}
@@ -363,6 +370,8 @@ def floors(row: dict, problem: dict, rates: dict, reconstruct: float | None, bac
     volume = problem["voxels"] * dtype.itemsize
     stored = row.get("stored_bytes") or volume / (BLOSC_RATIO if compression else 1)
     out = {"read": problem["input_bytes"] / rates["read"], "write": stored / rates["write"]}
+    if "sync" in rates and row.get("synced", True):  # the output is on disk when the run ends
+        out["sync"] = stored / rates["sync"]
     if compression in ("lz4", "zstd", "gzip") and compression in rates:
         out["compress"] = volume / rates[compression]
     if backend == "cuda":
@@ -376,7 +385,7 @@ def floors(row: dict, problem: dict, rates: dict, reconstruct: float | None, bac
 def print_row(row: dict, problem: dict) -> None:
     st = row["stages"]
     cells = []
-    for stage in ("read", "preprocess", "upload", "reconstruct", "download", "compress", "write"):
+    for stage in STAGES:
         part = st.get(stage)
         if part is None:
             cells.append(f"{'-':>13s}")
@@ -433,6 +442,7 @@ def main(argv=None) -> int:
         choices=("float32", "float16"),
         help="the kernel's precision (float16: fp16 filtered sinograms)",
     )
+    p.add_argument("--no-sync", action="store_true", help="sync=False: outputs left in the page cache, not flushed")
     p.add_argument("--io-threads", type=int, default=None, help="reading/writing threads (default: one per core)")
     p.add_argument("--slab-slices", type=int, default=None, help="slices per slab (default: planned)")
     p.add_argument(
@@ -551,11 +561,7 @@ def main(argv=None) -> int:
     reconstruct = kernel if kernel is not None else results.get("fbp_in_memory")
 
     print(
-        f"\n{'format':11s} {'wall':>9s} {'rate':>13s} "
-        + " ".join(
-            f"{s:>13s}" for s in ("read", "preprocess", "upload", "reconstruct", "download", "compress", "write")
-        )
-        + "  stored    floor",
+        f"\n{'format':11s} {'wall':>9s} {'rate':>13s} " + " ".join(f"{s:>13s}" for s in STAGES) + "  stored    floor",
         flush=True,
     )
     for fmt in formats:
