@@ -1017,29 +1017,15 @@ class SlabWriter:
                 batch, self._unsynced = self._unsynced, []
             try:
                 if self._sync_error is None and (self.resume or not self._aborted):
-                    if self.sync:
+                    if self.sync:  # files before the folders naming them, as each slab lists them
                         t = time.perf_counter()
-                        self._flush(list(dict.fromkeys(p for *_, paths in batch for p in paths)))
+                        for path in dict.fromkeys(p for *_, paths in batch for p in paths):
+                            _fsync_path(path)
                         self._count("sync", time.perf_counter() - t)
                     if self.resume or not self._aborted:
                         self._record([(k0, k1, source) for k0, k1, source, _ in batch])
             except BaseException as exc:  # raised by the next write() or by finish()
                 self._sync_error = exc
-
-    def _flush(self, paths: list[Path]) -> None:
-        """Flush ``paths`` to disk: the files together on threads (a journaling
-        file system commits their flushes together), then the folders in order
-        (each after the entries it names)."""
-        files = [p for p in paths if not p.is_dir()]
-        if len(files) > 1:
-            from concurrent.futures import ThreadPoolExecutor
-
-            with ThreadPoolExecutor(min(len(files), self.threads, 16), thread_name_prefix="leveret-sync") as pool:
-                list(pool.map(_fsync_path, files))
-        elif files:
-            _fsync_path(files[0])
-        for folder in (p for p in paths if p.is_dir()):
-            _fsync_path(folder)
 
     def synced(self) -> None:
         """Wait until every slab written so far is on disk and recorded (:attr:`done`);
