@@ -57,7 +57,7 @@ log = logging.getLogger(__name__)
 #: The stages, in the order data flow through them.
 STAGES = ("read", "preprocess", "upload", "reconstruct", "download", "compress", "write", "sync")
 #: Threads that write finished slabs with the CUDA backend (each slab is compressed and
-#: written on the writer's own pool; a second writer covers the first one's flush).
+#: written on the writer's own pool; a second writer starts a slab while the first ends one).
 WRITERS = 2
 #: Compute workers per GPU: while one waits for its slab's transfers, the other's kernels run.
 WORKERS_PER_GPU = 2

@@ -451,7 +451,7 @@ class SlabWriter:
         # Slabs written but not yet on disk, (k0, k1, source, paths to flush), and the
         # thread that flushes and records them (there while there are some).
         self._unsynced: list[tuple[int, int, object, list[Path]]] = []
-        self._sync = threading.Condition()
+        self._flushing = threading.Condition()
         self._syncer: threading.Thread | None = None
         self._sync_error: BaseException | None = None
         #: Seconds the writing threads spent compressing and writing (summed over
@@ -999,7 +999,7 @@ class SlabWriter:
     # -- flushing in the background ------------------------------------------------------------
     def _unsync(self, k0: int, k1: int, source, paths: list[Path]) -> None:
         """Hand a written slab to the thread that flushes it to disk and records it."""
-        with self._sync:
+        with self._flushing:
             self._unsynced.append((k0, k1, source, paths))
             if self._syncer is None:
                 self._syncer = threading.Thread(target=self._sync_loop, name="leveret-sync", daemon=True)
@@ -1009,10 +1009,10 @@ class SlabWriter:
         """Flush every slab written so far with one flush of each file they touched,
         then record them with one manifest save; again while slabs come, then end."""
         while True:
-            with self._sync:
+            with self._flushing:
                 if not self._unsynced:
                     self._syncer = None
-                    self._sync.notify_all()
+                    self._flushing.notify_all()
                     return
                 batch, self._unsynced = self._unsynced, []
             try:
@@ -1031,9 +1031,9 @@ class SlabWriter:
         """Wait until every slab written so far is on disk and recorded (:attr:`done`);
         raise the failure that stopped that, if one did (a full disk as
         :class:`OutputSpaceError`)."""
-        with self._sync:
+        with self._flushing:
             while self._syncer is not None:
-                self._sync.wait()
+                self._flushing.wait()
         try:
             self._raise_sync_error()
         except Exception as exc:
@@ -1049,7 +1049,7 @@ class SlabWriter:
         """Wait for the flushing thread to end: with ``resume``, once every slab
         written is recorded (a resumed run goes on from there); without, after
         the batch it is flushing (the rest would be removed with the output)."""
-        with self._sync:
+        with self._flushing:
             if not self.resume:
                 self._unsynced.clear()
             syncer = self._syncer
