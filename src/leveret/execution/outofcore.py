@@ -853,18 +853,8 @@ def _reconstruct_to_file(
     )
     value_range = None
     if stored.kind == "u":
-        value_range = _value_range(
-            output_range,
-            output,
-            dataset,
-            resume,
-            projections,
-            geometry,
-            volume,
-            the_plan,
-            preprocessing,
-            options,
-            io_threads,
+        value_range = _given_range(output_range, output, dataset, resume) or _sampled_range(
+            projections, geometry, volume, the_plan, preprocessing=preprocessing, options=options, io_threads=io_threads
         )
     # which GPUs ran it does not change the result: a resumed run may use others
     job = {
@@ -958,13 +948,10 @@ def _reconstruct_to_file(
     )
 
 
-def _value_range(
-    output_range, output, dataset, resume, projections, geometry, volume, the_plan, preprocessing, options, io_threads
-):
-    """The value range of an integer output: the one given; a resumed run's
-    (from its partial output); or sampled from a middle slab."""
+def _given_range(output_range, output, dataset, resume) -> tuple | None:
+    """The value range of an integer output given as (lo, hi), or the one a resumed
+    run's partial output was started with; None when it is to be sampled."""
     from ..io.slabs import partial_metadata
-    from .pipeline import sample_range
 
     if output_range is not None and not isinstance(output_range, str):
         return output_range
@@ -972,6 +959,13 @@ def _value_range(
         started = partial_metadata(output, dataset) or {}
         if started.get("value_range") is not None:
             return tuple(float(v) for v in started["value_range"])
+    return None
+
+
+def _sampled_range(projections, geometry, volume, the_plan, *, preprocessing, options, io_threads) -> tuple:
+    """The value range of an integer output from a middle slab reconstructed first."""
+    from .pipeline import sample_range
+
     n = min(the_plan.slab_slices, 8, volume.nz)
     k0 = max(0, (volume.nz - n) // 2)
     lo, hi = sample_range(
