@@ -126,6 +126,7 @@ def test_helical_refuses_a_dask_client(tmp_path, helix):
             output_dtype="float32",
             output_range=None,
             io_threads=None,
+            sync=True,
         )
 
 
