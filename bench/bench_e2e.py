@@ -9,7 +9,8 @@ download, compress, write into the page cache, sync: the flush to disk), the
 end-to-end rate in GU/s, and the floor: the slowest stage's time at this
 host's ceilings for its bytes (measured here unless ``--no-probe``: page-cache
 reads and writes, the disk's flush, Blosc, on this host's cores; the
-reconstruction at the kernel's measured rate), with the run's ratio to it. Beside them: ``leveret.fbp`` of the same problem in memory (float32 line
+reconstruction at the kernel's measured rate), with the run's ratio to it.
+Beside them: ``leveret.fbp`` of the same problem in memory (float32 line
 integrals in, NumPy volume out) and the kernel alone on the GPU.
 
     # the target (2048 projections of 2048^2 -> 2048^3; 17 GB in, 34 GB out, the page cache of --dir)
@@ -70,9 +71,10 @@ FORMATS = {
 }
 DEFAULT_FORMATS = "npy,h5-none,h5,zarr,tiff,h5-zstd,h5-gzip,h5-uint16,h5-float16"
 
-#: The host's ceilings (CEILINGS.md, "The host around the GPU": the one-H200 machine, 16 threads),
-#: used as floors unless --probe measures this host's: bytes per second.
+#: The pipeline's stages, the table's columns (leveret.execution.pipeline.STAGES).
 STAGES = ("read", "preprocess", "upload", "reconstruct", "download", "compress", "write", "sync")
+#: The host's ceilings (CEILINGS.md, "The host around the GPU": the one-H200 machine, 16 threads),
+#: used as floors with --no-probe (otherwise this host's are measured): bytes per second.
 CEILINGS = {"read": 25e9, "write": 4.3e9, "upload": 54e9, "download": 55e9, "lz4": 9.7e9, "zstd": 4.0e9, "gzip": 0.6e9}
 #: The exact parallel-beam kernel on an H200 (CEILINGS.md): voxel updates per second.
 KERNEL_GUPS = 3200e9
@@ -220,7 +222,7 @@ def probe(folder: Path, threads: int, gb: float) -> dict:
         fn()
         return time.perf_counter() - t
 
-    def write(sync: bool = False) -> tuple[float, float]:
+    def write() -> tuple[float, float]:
         """A new file (never one whose old pages are still being written back): seconds to write, to flush."""
         path.unlink(missing_ok=True)
         os.sync()
