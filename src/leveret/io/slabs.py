@@ -371,7 +371,9 @@ class SlabWriter:
         all of it is, so that a power cut never leaves a complete-looking but
         partly written volume. False: the data count as written once in the
         page cache (as most tools treat them), for outputs that are scratch or
-        are read at once; a run is then bound by the page cache, not the disk.
+        are read at once; nothing is flushed (neither the data nor the
+        manifest nor the rename), so a run is bound by the page cache, not
+        the disk.
 
     Examples
     --------
@@ -646,8 +648,9 @@ class SlabWriter:
         try:
             with open(tmp, "w") as f:
                 json.dump(self._manifest(), f)
-                f.flush()
-                os.fsync(f.fileno())
+                if self.sync:  # a flush commits the file system's journal, which waits for the data too
+                    f.flush()
+                    os.fsync(f.fileno())
             os.replace(tmp, self.partial / MANIFEST)
         except BaseException:
             _remove(tmp)  # the manifest before this save stays the record
@@ -1156,7 +1159,8 @@ class SlabWriter:
                         if f.is_file():
                             _fsync_path(f)
             _commit(self.payload, self.path, self.overwrite, self.kind)
-            _fsync_path(self.path.parent)
+            if self.sync:
+                _fsync_path(self.path.parent)
             _remove(self.partial)
             self._finished = True
             self._lock.release()
