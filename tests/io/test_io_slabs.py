@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -180,6 +181,53 @@ def test_without_sync_nothing_is_flushed_and_every_slab_is_recorded(tmp_path, rn
         w.finish()
     assert flushed == []  # neither the data, the manifest nor the rename: each would wait for the disk
     np.testing.assert_array_equal(read_array(tmp_path / name), vol)
+
+
+@pytest.mark.parametrize("sync", [True, False])
+@pytest.mark.parametrize("name", [pytest.param("v.zarr", marks=needs_zarr), "slices/"])
+def test_a_folder_output_starts_each_files_writeback_once_written_when_it_syncs(tmp_path, rng, monkeypatch, name, sync):
+    import leveret.io.slabs as slabs
+
+    vol = _volume(rng)
+    started = []
+    monkeypatch.setattr(slabs, "start_writeback", lambda fd: started.append(os.fstat(fd).st_size))
+    with SlabWriter(tmp_path / name, vol.shape, sync=sync) as w:
+        w.write(0, vol)
+        sizes = sorted(p.stat().st_size for p in w.payload.rglob("*") if p.is_file() and p.name != "zarr.json")
+        w.finish()
+    assert sorted(started) == (sizes if sync else [])  # every file of the slab, each once it holds all its bytes
+
+
+@pytest.mark.parametrize("sync", [True, False])
+def test_an_uncompressed_file_starts_each_pieces_writeback_once_written_when_it_syncs(tmp_path, rng, monkeypatch, sync):
+    import leveret.io.slabs as slabs
+
+    vol = _volume(rng)
+    started = []
+    monkeypatch.setattr(slabs, "start_writeback", lambda fd, offset, nbytes: started.append((offset, nbytes)))
+    with SlabWriter(tmp_path / "v.npy", vol.shape, sync=sync) as w:
+        w.write(4, vol[4:])
+        w.write(0, vol[:4])
+        start = w._offset
+        w.finish()
+    ends = [start]
+    for offset, nbytes in sorted(started):  # the pieces tile the pixel data, each started once
+        assert offset == ends[-1]
+        ends.append(offset + nbytes)
+    assert ends[-1] == (start + vol.nbytes if sync else start)
+    np.testing.assert_array_equal(read_array(tmp_path / "v.npy"), vol)
+
+
+def test_start_writeback_is_the_kernels_on_linux(tmp_path):
+    from leveret.io import atomic
+
+    if sys.platform.startswith("linux"):
+        assert atomic._SYNC_FILE_RANGE is not None  # else every folder output's flush waits in turn, silently
+    with open(tmp_path / "f", "wb") as f:
+        f.write(b"x" * 100_000)
+        f.flush()
+        atomic.start_writeback(f.fileno())
+    assert (tmp_path / "f").read_bytes() == b"x" * 100_000
 
 
 def test_a_flush_that_fails_for_space_is_one_error_at_the_next_write(tmp_path, rng, monkeypatch):

@@ -69,6 +69,7 @@ from .atomic import (
     OutputSpaceError,
     _commit,
     _fsync_path,
+    start_writeback,
     _remove,
     check_space,
     check_writable,
@@ -773,6 +774,13 @@ class SlabWriter:
         atomic.write_at(fd, buffer, offset)
         self._count("write", time.perf_counter() - t, memoryview(buffer).nbytes)
 
+    def _write_piece(self, fd: int, buffer, offset: int) -> None:
+        """One piece of a slab at ``offset``, its way to the disk started at once
+        when the output syncs: the flush then waits for less."""
+        self._write_at(fd, buffer, offset)
+        if self.sync:
+            start_writeback(fd, offset, memoryview(buffer).nbytes)
+
     def _pwrite(self, k0: int, data: np.ndarray) -> list[Path]:
         """Write slices at ``k0`` into the .npy/BigTIFF/contiguous HDF5 pixel data
         with plain writes, in pieces on the pool's threads; the file to flush."""
@@ -782,7 +790,7 @@ class SlabWriter:
         try:
             step = max(PIECE_BYTES, -(-len(buf) // self.threads))
             pieces = [(buf[a : a + step], pos + a) for a in range(0, len(buf), step)]
-            _all(self._threads(), [(self._write_at, fd, piece, at) for piece, at in pieces])
+            _all(self._threads(), [(self._write_piece, fd, piece, at) for piece, at in pieces])
         finally:
             os.close(fd)
         return [self.payload]
@@ -877,6 +885,8 @@ class SlabWriter:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
             try:
                 self._write_at(fd, stored, 0)
+                if self.sync:  # the folder's files are flushed one by one: the disk starts on this one now
+                    start_writeback(fd)
             finally:
                 os.close(fd)
 
@@ -890,15 +900,19 @@ class SlabWriter:
 
         def one(k, f):
             t = time.perf_counter()
-            tifffile.imwrite(
-                f,
-                data[k - k0],
-                photometric="minisblack",
-                compression=self.compression,
-                description=json.dumps({"slice": k, **self.metadata}),
-                metadata=None,
-                software=SOFTWARE,
-            )
+            with open(f, "wb") as fh:
+                tifffile.imwrite(
+                    fh,
+                    data[k - k0],
+                    photometric="minisblack",
+                    compression=self.compression,
+                    description=json.dumps({"slice": k, **self.metadata}),
+                    metadata=None,
+                    software=SOFTWARE,
+                )
+                fh.flush()
+                if self.sync:  # the folder's files are flushed one by one: the disk starts on this one now
+                    start_writeback(fh.fileno())
             self._count("write", time.perf_counter() - t, f.stat().st_size)
 
         _all(self._threads(), [(one, k, f) for k, f in zip(range(k0, k1), files)])
