@@ -439,7 +439,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--no-sync",
         action="store_true",
         help="count the volume as written once it is in the page cache, not on disk: faster where the "
-        "disk is slower than memory; a power cut soon after may lose it (default: flushed to disk)",
+        "disk is slower than memory; a power cut soon after may lose it, and a --resume after one may "
+        "trust slices it lost (default: flushed to disk)",
     )
     o.add_argument(
         "--host-memory",

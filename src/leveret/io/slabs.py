@@ -374,7 +374,8 @@ class SlabWriter:
         page cache (as most tools treat them), for outputs that are scratch or
         are read at once; nothing is flushed (neither the data nor the
         manifest nor the rename), so a run is bound by the page cache, not
-        the disk.
+        the disk; after a power cut a resumed run may find slices recorded
+        but lost.
 
     Examples
     --------
