@@ -11,9 +11,11 @@ a hidden *partial* folder beside the output,
   job's parameters, a fingerprint of its input, the slices written so far
   and, for each slab, what it was made from (a checksum of the input rows it
   used, :func:`rows_checksum`), updated (atomically) only after a slab's
-  data are flushed to disk. The flushing is done in the background, in
-  batches (one thread, ``leveret-sync``), so that writing never waits for the
-  disk: a slab counts as written once it is on disk and recorded, and
+  data are flushed to disk. Each piece's way to the disk starts as it is
+  written (:func:`leveret.io.atomic.start_writeback`) and the flushing is
+  waited for in the background, in batches (one thread, ``leveret-sync``), so
+  that writing never waits for the disk and the disk never idles: a slab
+  counts as written once it is on disk and recorded, and
   :meth:`SlabWriter.finish` waits for the last ones.
 
 One writer at a time: a lock file ``.<name>.lock`` (:class:`OutputLock`)
@@ -69,7 +71,6 @@ from .atomic import (
     OutputSpaceError,
     _commit,
     _fsync_path,
-    start_writeback,
     _remove,
     check_space,
     check_writable,
@@ -77,6 +78,7 @@ from .atomic import (
     is_space_error,
     register_cleanup,
     space_errno,
+    start_writeback,
     unregister_cleanup,
 )
 from .marks import SOFTWARE
@@ -650,7 +652,7 @@ class SlabWriter:
         try:
             with open(tmp, "w") as f:
                 json.dump(self._manifest(), f)
-                if self.sync:  # a flush commits the file system's journal, which waits for the data too
+                if self.sync:  # else no flush: on ext4 it would wait for the volume's dirty data (the journal)
                     f.flush()
                     os.fsync(f.fileno())
             os.replace(tmp, self.partial / MANIFEST)
