@@ -548,6 +548,13 @@ def main(argv=None) -> int:
         nbytes = problem["voxels"] * 4
         print(f"host memory warmed: {nbytes / 1e9:.1f} GB in {warm_memory(folder, nbytes, threads):.1f} s", flush=True)
     results = {"meta": meta, "problem": problem, "rates": rates, "runs": []}
+    out = Path(args.out) if args.out else Path(__file__).parent / "results" / "e2e" / f"{tag}-{backend}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+
+    def save() -> None:  # after every run: a suite stopped part way keeps the rows it has
+        tmp = out.with_name(out.name + ".tmp")
+        tmp.write_text(json.dumps(results, indent=1, default=float))
+        os.replace(tmp, out)
 
     kernel = kernel_seconds(args.views, args.rows, args.cols, backend, args.precision)
     if kernel is not None:
@@ -594,6 +601,7 @@ def main(argv=None) -> int:
         except Exception as exc:  # one format's failure (a missing package) does not end the suite
             print(f"{fmt:11s} failed: {type(exc).__name__}: {exc}", flush=True)
             results["runs"].append({"format": fmt, "error": f"{type(exc).__name__}: {exc}"})
+            save()
             continue
         need = floors(row, problem, rates, reconstruct, backend)
         row["floors"] = need
@@ -601,14 +609,13 @@ def main(argv=None) -> int:
         row["floor"] = need[row["floor_stage"]]
         row["GU_per_s"] = problem["updates"] / row["wall"] / 1e9
         results["runs"].append(row)
+        save()
         print_row(row, problem)
     if "fbp_in_memory" in results and backend == "cpu":
         for row in results["runs"]:
             if "wall" in row:
                 print(f"{row['format']}: disk to disk / in memory = {row['wall'] / results['fbp_in_memory']:.2f}")
-    out = Path(args.out) if args.out else Path(__file__).parent / "results" / "e2e" / f"{tag}-{backend}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(results, indent=1, default=float))
+    save()
     print(f"\nwrote {out}")
     return 0
 

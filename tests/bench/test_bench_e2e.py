@@ -11,6 +11,7 @@ from pathlib import Path
 
 import h5py
 import numpy as np
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -72,3 +73,25 @@ def test_a_small_cpu_suite_writes_its_table_and_json(tmp_path):
         assert f["exchange/theta"].shape == (24,)
     assert not [p for p in tmp_path.iterdir() if p.name.startswith("rec")]  # each output removed
     assert "disk to disk / in memory" in run.stdout
+
+
+def test_a_suite_stopped_part_way_keeps_the_rows_it_has(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT / "bench"))
+    import bench_e2e
+
+    ran = []
+    real = bench_e2e.run_one
+
+    def run_one(fmt, *args, **kwargs):
+        if ran:
+            raise KeyboardInterrupt  # as a time limit or Ctrl-C would, on the second format
+        ran.append(fmt)
+        return real(fmt, *args, **kwargs)
+
+    monkeypatch.setattr(bench_e2e, "run_one", run_one)
+    out = tmp_path / "e2e.json"
+    argv = ["--views", "12", "--rows", "4", "--cols", "16", "--backend", "cpu", "--dir", str(tmp_path)]
+    argv += ["--formats", "npy,h5", "--no-probe", "--no-warm", "--no-memory", "--out", str(out)]
+    with pytest.raises(KeyboardInterrupt):
+        bench_e2e.main(argv)
+    assert [r["format"] for r in json.loads(out.read_text())["runs"]] == ["npy"]
