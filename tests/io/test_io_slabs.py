@@ -190,7 +190,7 @@ def test_a_folder_output_starts_each_files_writeback_once_written_when_it_syncs(
 
     vol = _volume(rng)
     started = []
-    monkeypatch.setattr(slabs, "start_writeback", lambda fd: started.append(os.fstat(fd).st_size))
+    monkeypatch.setattr(slabs, "start_writeback", lambda fd, *span: started.append(os.fstat(fd).st_size))
     with SlabWriter(tmp_path / name, vol.shape, sync=sync) as w:
         w.write(0, vol)
         sizes = sorted(p.stat().st_size for p in w.payload.rglob("*") if p.is_file() and p.name != "zarr.json")

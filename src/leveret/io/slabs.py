@@ -778,8 +778,9 @@ class SlabWriter:
         self._count("write", time.perf_counter() - t, memoryview(buffer).nbytes)
 
     def _write_piece(self, fd: int, buffer, offset: int) -> None:
-        """One piece of a slab at ``offset``, its way to the disk started at once
-        when the output syncs: the flush then waits for less."""
+        """One piece of a slab (or one zarr chunk file) at ``offset``, its way to
+        the disk started at once when the output syncs: the flush then waits
+        for less."""
         self._write_at(fd, buffer, offset)
         if self.sync:
             start_writeback(fd, offset, memoryview(buffer).nbytes)
@@ -887,9 +888,7 @@ class SlabWriter:
             _, stored = self._encoded(data, k0, origin)
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
             try:
-                self._write_at(fd, stored, 0)
-                if self.sync:  # the folder's files are flushed one by one: the disk starts on this one now
-                    start_writeback(fd)
+                self._write_piece(fd, stored, 0)  # its writeback started: the files are flushed one by one
             finally:
                 os.close(fd)
 
@@ -1042,7 +1041,7 @@ class SlabWriter:
                         for path in dict.fromkeys(p for *_, paths in batch for p in paths):
                             _fsync_path(path)
                         self._count("sync", time.perf_counter() - t)
-                    if self.resume or not self._aborted:
+                    if self.resume or not self._aborted:  # again: an abort may have come during the flush
                         self._record([(k0, k1, source) for k0, k1, source, _ in batch])
             except BaseException as exc:  # raised by the next write() or by finish()
                 self._sync_error = exc
