@@ -139,7 +139,9 @@ def _inject_disk_full(monkeypatch, fmt, code=errno.ENOSPC):
 
 def _inject_hdf5_chunk_disk_full(monkeypatch, code):
     """Make HDF5's write of the second chunk (``write_direct_chunk``) fail with the
-    words h5py gives a failed write: no errno on the exception, the HDF5 text."""
+    words h5py gives a failed write: no errno on the exception, the HDF5 text.
+    h5py's DatasetID is a compiled type whose methods cannot be replaced, so the
+    file, dataset and id the writer sees are stand-ins around the real ones."""
     real, calls = slabs_module.SlabWriter._hdf5_file, []
 
     class Chunks:  # the dataset's id, whose second chunk fails
