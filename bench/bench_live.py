@@ -19,14 +19,15 @@ float32 line integrals with ``--dtype float32``), each in a buffer from
   55 GB/s (pinned host-to-device on an H100/H200 host);
 - moving a slice after all frames: time to recompute one rotated slice (the
   target's unit) and the three;
-- ZeroMQ, on this host: a sender process streams the frames as fast as they
-  go over --streams parallel PUSH/PULL streams (--transport ipc or tcp,
-  sent without a copy), and ``ZmqSource(threads=streams)`` receives them into
-  the reconstructor's frame buffers (each checked, then copied once): frames/s
-  and GB/s for each count of streams, with the CPU time per frame of the
-  receiving and the sending process; then the same stream, at the largest
-  count, through ``LiveSession`` into the reconstruction (what ``leveret
-  live ADDR1,ADDR2,...`` does): frames/s received and reconstructed.
+- ZeroMQ, on this host: a sender process per stream sends the frames as fast
+  as they go over --streams parallel PUSH/PULL streams (--transport ipc or
+  tcp, sent without a copy), and ``ZmqSource(threads=streams)`` receives
+  them into the reconstructor's frame buffers (each checked, then copied
+  once; with --zmq-processes read by child processes, ``processes=True``):
+  frames/s and GB/s for each count of streams, with the CPU time per frame of
+  the receiving processes and the senders; then the same stream, at the
+  largest count, through ``LiveSession`` into the reconstruction (what
+  ``leveret live ADDR1,ADDR2,...`` does): frames/s received and reconstructed.
 
 Examples::
 
@@ -36,6 +37,7 @@ Examples::
     python bench/bench_live.py --backend cuda --rows 2160 --cols 2560 --frames 1500 --rate 2000 \\
         --storage float16 --streams 1,2,4,8 --transport ipc --out live.json
     python bench/bench_live.py --zmq-only --rows 2160 --cols 2560 --streams 1,2 --frames 64
+    python bench/bench_live.py --zmq-only --zmq-processes --rows 2160 --cols 2560 --streams 1,4,8
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing
+import os
 import platform
 import queue
 import resource
@@ -220,6 +223,19 @@ def _cpu_seconds() -> float:
     return r.ru_utime + r.ru_stime
 
 
+def _children_cpu_seconds(source) -> float:
+    """CPU seconds so far of a source's receiving child processes (Linux's /proc; 0 elsewhere)."""
+    total = 0.0
+    for receiver in source._socks if source.processes else []:
+        try:
+            with open(f"/proc/{receiver.process.pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        except (OSError, ValueError, IndexError):
+            pass
+    return total
+
+
 def _endpoints(transport, n, folder):
     """n endpoints on this host: ipc:// paths in ``folder``, or free TCP ports of 127.0.0.1."""
     if transport == "ipc":
@@ -232,10 +248,10 @@ def _endpoints(transport, n, folder):
     return out
 
 
-def _send(endpoints, rows, cols, dtype, n, hwm, cpu):
-    """The sender process: n frames (4 distinct images, as make_frames) with
-    their angles over the endpoints as fast as they go, without a copy;
-    puts its CPU seconds on ``cpu``."""
+def _send(endpoint, indices, rows, cols, dtype, n, hwm, cpu):
+    """A sender process: the frames ``indices`` of n (4 distinct images, as
+    make_frames) with their angles to ``endpoint`` as fast as they go, without
+    a copy; puts its CPU seconds on ``cpu``."""
     from leveret.live import Frame
     from leveret.live.sources import send_frames
 
@@ -243,8 +259,8 @@ def _send(endpoints, rows, cols, dtype, n, hwm, cpu):
     angles = np.linspace(0, np.pi, n, endpoint=False)
     t0 = _cpu_seconds()
     send_frames(
-        endpoints,
-        (Frame(images[i % len(images)], i, angle=float(angles[i])) for i in range(n)),
+        endpoint,
+        (Frame(images[i % len(images)], i, angle=float(angles[i])) for i in indices),
         hwm=hwm,
         connect_wait=0.5,
         copy=False,
@@ -254,8 +270,9 @@ def _send(endpoints, rows, cols, dtype, n, hwm, cpu):
 
 
 def _zmq_stream(args, streams, n, folder):
-    """A ZmqSource of ``streams`` threads and the sender process of n frames
-    to it (not started): (source, sender, queue of the sender's CPU seconds)."""
+    """A ZmqSource of ``streams`` threads (or child processes) and a sender
+    process per stream, n frames dealt among them (not started): (source,
+    senders)."""
     from leveret.live.sources import ZmqSource
 
     endpoints = _endpoints(args.transport, streams, folder)
@@ -266,38 +283,73 @@ def _zmq_stream(args, streams, n, folder):
         stop_at_end=True,
         hwm=args.zmq_hwm,
         detector_shape=(args.rows, args.cols),
+        processes=args.zmq_processes,
     )
     spawn = multiprocessing.get_context("spawn")  # no fork of a process that holds a CUDA context
     cpu = spawn.Queue()
-    sender = spawn.Process(target=_send, args=(endpoints, args.rows, args.cols, args.dtype, n, args.zmq_hwm, cpu))
-    return source, sender, cpu
+    senders = _Senders(
+        [
+            spawn.Process(
+                target=_send, args=(e, range(k, n, streams), args.rows, args.cols, args.dtype, n, args.zmq_hwm, cpu)
+            )
+            for k, e in enumerate(endpoints)
+        ],
+        cpu,
+    )
+    return source, senders
 
 
-#: Seconds without a message, after the sender process ended, before a run gives up.
+class _Senders:
+    """The sender processes of one run, started, watched and joined together."""
+
+    def __init__(self, processes, cpu):
+        self.processes, self._cpu = processes, cpu
+
+    def start(self):
+        for p in self.processes:
+            p.start()
+
+    def join(self):
+        for p in self.processes:
+            p.join()
+
+    @property
+    def exitcode(self):
+        """The first failure's exit code, else 0 once all have ended, else None."""
+        codes = [p.exitcode for p in self.processes]
+        failed = [c for c in codes if c not in (None, 0)]
+        return failed[0] if failed else (0 if all(c == 0 for c in codes) else None)
+
+    def cpu_seconds(self) -> float:
+        return sum(self._cpu.get(timeout=60) for _ in self.processes)
+
+
+#: Seconds without a message, after the sender processes ended, before a run gives up.
 SENDER_GONE = 10.0
 
 
-def _check_sender(sender, quiet_since) -> None:
-    """RuntimeError if the sender process failed, or ended SENDER_GONE seconds
+def _check_sender(senders, quiet_since) -> None:
+    """RuntimeError if a sender process failed, or they ended SENDER_GONE seconds
     ago and messages are still missing (a run never waits forever)."""
-    if sender.exitcode is not None and sender.exitcode != 0:
-        raise RuntimeError(f"ZeroMQ: the sender process failed (exit code {sender.exitcode})")
-    if sender.exitcode == 0 and time.monotonic() - quiet_since > SENDER_GONE:
+    if senders.exitcode is not None and senders.exitcode != 0:
+        raise RuntimeError(f"ZeroMQ: a sender process failed (exit code {senders.exitcode})")
+    if senders.exitcode == 0 and time.monotonic() - quiet_since > SENDER_GONE:
         raise RuntimeError(
-            f"ZeroMQ: the sender ended {SENDER_GONE:.0f} s ago and its end-of-scan messages have not all come"
+            f"ZeroMQ: the senders ended {SENDER_GONE:.0f} s ago and their end-of-scan messages have not all come"
         )
 
 
 def zmq_receive(args, rec, streams, folder):
     """Frames over ``streams`` parallel ZeroMQ streams into ``rec``'s frame
     buffers (each given back at once): frames/s and GB/s after the first
-    few frames, and CPU milliseconds per frame of this process and the sender's."""
+    few frames, and CPU milliseconds per frame of the receiving processes
+    (this one and its receiving children) and of the senders."""
     n = args.zmq_frames
-    source, sender, cpu = _zmq_stream(args, streams, n, folder)
+    source, sender = _zmq_stream(args, streams, n, folder)
     source.buffers = rec.frame_buffer
     rec.frame_pool.reserve((source.QUEUED + 2) * streams + 4, np.dtype(args.dtype))
     arrivals = []
-    t_cpu = _cpu_seconds()
+    t_cpu = _cpu_seconds() + _children_cpu_seconds(source)
     sender.start()
     quiet_since = time.monotonic()
     try:
@@ -308,9 +360,9 @@ def zmq_receive(args, rec, streams, folder):
                 rec.frame_pool.release(frame.data)
             else:
                 _check_sender(sender, quiet_since)
-        t_cpu = _cpu_seconds() - t_cpu
-        source.close()  # the sender waits for its readers to go (send_frames)
-        sender_cpu = cpu.get(timeout=60)
+        t_cpu = _cpu_seconds() + _children_cpu_seconds(source) - t_cpu
+        source.close()  # the senders wait for their readers to go (send_frames)
+        sender_cpu = sender.cpu_seconds()
     finally:
         sender.join()
         source.close()
@@ -335,7 +387,7 @@ def zmq_live(args, flat, dark, streams, folder):
     from leveret.live.server import LiveSession
 
     rec = build(args, flat, dark)
-    source, sender, cpu = _zmq_stream(args, streams, args.frames, folder)
+    source, sender = _zmq_stream(args, streams, args.frames, folder)
     source.buffers = rec.frame_buffer
     rec.frame_pool.reserve((source.QUEUED + 2) * streams + 2 * args.batch, np.dtype(args.dtype))
     first: list = []
@@ -358,8 +410,8 @@ def zmq_live(args, flat, dark, streams, folder):
         session.join()
         rec.synchronize()
         elapsed = time.perf_counter() - first[0]
-        source.close()  # the sender waits for its readers to go (send_frames)
-        cpu.get(timeout=60)
+        source.close()  # the senders wait for their readers to go (send_frames)
+        sender.cpu_seconds()
     finally:
         sender.join()
         session.stop()
@@ -435,6 +487,11 @@ def main(argv=None) -> int:
         "--zmq-only",
         action="store_true",
         help="measure the ZeroMQ path only (not the frames handed over in this process)",
+    )
+    z.add_argument(
+        "--zmq-processes",
+        action="store_true",
+        help="receive in child processes, one per stream (ZmqSource(processes=True)), not threads",
     )
     args = p.parse_args(argv)
     if args.batch is None:
@@ -538,23 +595,25 @@ def zmq_rows(args, rec, flat, dark, frame_bytes, result, rows):
             "zmq_us_per_frame": 1e6 / top["fps"],
             "zmq_MB_per_s": top["fps"] * frame_bytes / 1e6,
             "zmq_transport": args.transport,
+            "zmq_receivers": "processes" if args.zmq_processes else "threads",
             "zmq_frames": args.zmq_frames,
             "zmq_receive": received,
             "zmq_live_streams": streams,
             "zmq_live_fps": live_fps,
         }
     )
+    receivers = "processes" if args.zmq_processes else "threads"
     for r in received:
         rows.append(
             (
-                f"ZeroMQ, {r['streams']} stream(s) ({args.transport}) into frame buffers",
+                f"ZeroMQ, {r['streams']} stream(s) ({args.transport}, {receivers}) into frame buffers",
                 f"{r['fps']:.1f} frames/s ({r['GB_per_s']:.2f} GB/s); CPU ms per frame: receiving "
                 f"{r['receiver_cpu_ms_per_frame']:.2f}, sending {r['sender_cpu_ms_per_frame']:.2f}",
             )
         )
     rows += [
         (
-            f"ZeroMQ, {streams} stream(s) ({args.transport}) reconstructed",
+            f"ZeroMQ, {streams} stream(s) ({args.transport}, {receivers}) reconstructed",
             f"{live_fps:.1f} frames/s ({args.frames} frames)",
         ),
         (

@@ -572,10 +572,9 @@ def test_frames_without_an_angle_take_the_planned_angles_of_a_stream(tmp_path):
     assert summary["rejected_reasons"] == {"no angle, none planned": 1}
 
 
-@pytest.mark.parametrize("threads", [None, "2"])
-def test_simulate_streams_over_several_endpoints_that_live_reads_in_parallel(tmp_path, threads):
+@pytest.mark.parametrize("extra", [[], ["--zmq-threads", "2"], ["--zmq-processes"]])
+def test_simulate_streams_over_several_endpoints_that_live_reads_in_parallel(tmp_path, extra):
     endpoints = ",".join(f"tcp://127.0.0.1:{_free_port()}" for _ in range(3))
-    extra = [] if threads is None else ["--zmq-threads", threads]
     live = subprocess.Popen(
         [
             sys.executable,
@@ -610,6 +609,8 @@ def test_simulate_streams_over_several_endpoints_that_live_reads_in_parallel(tmp
 def test_zmq_threads_for_a_source_that_cannot_take_them_is_a_clear_error(tmp_path, capsys):
     assert main(["live", str(tmp_path), "--zmq-threads", "2", "--serve", "127.0.0.1:0"]) == 2
     assert "zmq_threads: --zmq-threads reads a ZeroMQ source" in capsys.readouterr().err
+    assert main(["live", str(tmp_path), "--zmq-processes", "--serve", "127.0.0.1:0"]) == 2
+    assert "zmq_processes: --zmq-processes reads a ZeroMQ source" in capsys.readouterr().err
     assert (
         main(
             [

@@ -1,0 +1,202 @@
+"""ZeroMQ sources read by child processes (``processes=True``): the same frames,
+faults and ends as threads, every frame copied out of shared memory, and
+nothing left behind: no process, no shared-memory file."""
+
+import os
+import shutil
+import socket
+import tempfile
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from leveret.live import Frame
+from leveret.live.sources import ZmqSource, encode, send_frames
+
+zmq = pytest.importorskip("zmq")
+pytestmark = pytest.mark.skipif(os.name != "posix", reason="child receivers need a POSIX system")
+
+
+@pytest.fixture
+def ipc_dir():
+    path = tempfile.mkdtemp(prefix="lz")
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def _endpoints(transport, n, ipc_dir):
+    if transport == "ipc":
+        return [f"ipc://{ipc_dir}/s{k}" for k in range(n)]
+    out = []
+    for _ in range(n):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            out.append(f"tcp://127.0.0.1:{s.getsockname()[1]}")
+    return out
+
+
+def _sender(address, frames, **kwargs):
+    kwargs.setdefault("connect_wait", 0.3)
+    t = threading.Thread(target=send_frames, args=(address, frames), kwargs=kwargs)
+    t.start()
+    return t
+
+
+def _frames(n, shape=(3, 4), dtype=np.uint16):
+    return [Frame(np.full(shape, i, dtype), i, angle=0.01 * i) for i in range(n)]
+
+
+def _rings():
+    folder = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
+    return {name for name in os.listdir(folder) if name.startswith("leveret-zmq-")}
+
+
+def _children_gone(src):
+    return all(r.process.poll() is not None for r in src._socks)
+
+
+@pytest.mark.parametrize("transport", ["ipc", "tcp"])
+@pytest.mark.parametrize("n_streams, threads", [(3, None), (1, 2)])
+def test_every_frame_arrives_once_each_stream_in_its_order_and_owns_its_data(transport, n_streams, threads, ipc_dir):
+    rings = _rings()
+    endpoints = _endpoints(transport, n_streams, ipc_dir)
+    src = ZmqSource(endpoints, timeout=0.1, stop_at_end=True, threads=threads, processes=True)
+    sender = _sender(endpoints, _frames(60))
+    got = [f for f in src if f is not None]
+    sender.join()
+    src.close()
+    assert sorted(f.index for f in got) == list(range(60)) and src.bad_messages == 0
+    assert all(np.all(f.data == f.index) and f.angle == pytest.approx(0.01 * f.index) for f in got)
+    assert all(f.data.base is None for f in got)  # a copy: the slot it came through is reused
+    if threads is None:
+        for k in range(n_streams):
+            mine = [f.index for f in got if f.index % n_streams == k]
+            assert mine == sorted(mine)
+    assert src.closed and _children_gone(src) and _rings() == rings
+
+
+def test_frames_go_into_the_given_buffers_and_a_larger_frame_gets_a_larger_ring(ipc_dir):
+    endpoints = _endpoints("ipc", 1, ipc_dir)
+    taken = []
+
+    def buffers(dtype):
+        taken.append(np.empty((8, 16), dtype))
+        return taken[-1]
+
+    src = ZmqSource(endpoints, timeout=0.1, stop_at_end=True, buffers=buffers, processes=True)
+    small, large = _frames(5, (2, 3)), _frames(10, (8, 16))[5:]  # larger frames after smaller ones
+    sender = _sender(endpoints, small + large)
+    got = [f for f in src if f is not None]
+    sender.join()
+    src.close()
+    assert [f.index for f in got] == list(range(10))
+    assert all(f.data.shape == (2, 3) and np.all(f.data == f.index) for f in got[:5])
+    assert all(any(f.data is b for b in taken) and np.all(f.data == f.index) for f in got[5:])
+
+
+def test_bad_messages_are_counted_by_the_parent_and_the_stream_goes_on(ipc_dir):
+    (endpoint,) = _endpoints("ipc", 1, ipc_dir)
+    src = ZmqSource(endpoint, timeout=0.1, stop_at_end=True, bind=True, processes=True)
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.PUSH)
+    sock.connect(endpoint)
+    good = encode(Frame(np.full((3, 4), 1, np.uint16), 1, angle=0.0))
+    for raw in (b"not json", b'{"index": -1, "shape": [3, 4], "dtype": "uint16"}'):
+        sock.send_multipart([raw, b"\0" * 24])
+    sock.send_multipart(good[:1])  # a header alone
+    sock.send_multipart([*good, b"more"])  # three parts
+    sock.send_multipart([good[0], b"\0" * 23])  # a byte short
+    sock.send_multipart(good)
+    sock.send_multipart([b'{"end": true}'])
+    got = [f for f in src if f is not None]
+    sock.close(0)
+    ctx.term()
+    src.close()
+    assert [f.index for f in got] == [1] and np.all(got[0].data == 1) and src.bad_messages == 5
+
+
+def test_the_children_stop_reading_while_the_iteration_is_behind(ipc_dir):
+    endpoints = _endpoints("ipc", 2, ipc_dir)
+    copied = []
+
+    def buffers(dtype):
+        copied.append(dtype)
+        return np.empty((3, 4), dtype)
+
+    src = ZmqSource(endpoints, timeout=0.1, stop_at_end=True, buffers=buffers, processes=True)
+    sender = _sender(endpoints, _frames(40))
+    it = iter(src)
+    first = [next(f for f in it if f is not None)]
+    time.sleep(1.0)  # the frames are all sent; nobody iterates
+    assert 1 <= len(copied) <= 1 + ZmqSource.QUEUED * 2
+    rest = [f for f in it if f is not None]
+    sender.join()
+    src.close()
+    assert sorted(f.index for f in first + rest) == list(range(40)) and len(copied) == 40
+
+
+def test_an_endpoint_that_cannot_be_bound_is_an_error_naming_the_address(ipc_dir):
+    (endpoint,) = _endpoints("tcp", 1, ipc_dir)
+    first = ZmqSource(endpoint, bind=True, processes=True)
+    try:
+        with pytest.raises(ValueError, match="^address: cannot bind"):
+            ZmqSource(endpoint, bind=True, processes=True)
+    finally:
+        first.close()
+    assert _children_gone(first)
+
+
+def test_a_child_that_dies_is_an_error_of_the_iteration(ipc_dir):
+    src = ZmqSource(_endpoints("ipc", 2, ipc_dir), timeout=0.05, processes=True)
+    frames = iter(src)
+    assert next(frames) is None
+    src._socks[1].process.kill()
+    with pytest.raises(RuntimeError, match="receiving process leveret-zmq-1 ended"):
+        for _ in frames:
+            pass
+    src.close()
+    assert _children_gone(src)
+
+
+@pytest.mark.parametrize("n_streams", [1, 3])
+def test_closing_from_another_thread_ends_every_child(n_streams, ipc_dir):
+    src = ZmqSource(_endpoints("ipc", n_streams, ipc_dir), timeout=0.05, processes=True)
+    nones = []
+    reader = threading.Thread(target=lambda: nones.extend(src))
+    reader.start()
+    deadline = time.monotonic() + 10
+    while len(nones) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    src.close()
+    reader.join(10)
+    assert not reader.is_alive() and nones == [None] * len(nones)
+    assert src.closed and _children_gone(src)
+
+
+def test_a_source_never_closed_lets_the_interpreter_exit_and_ends_its_children(tmp_path):
+    import subprocess
+    import sys
+
+    script = f"""
+import threading
+import numpy as np
+from leveret.live import Frame
+from leveret.live.sources import ZmqSource, send_frames
+address = "ipc://{tmp_path}/s"
+source = ZmqSource(address, stop_at_end=True, processes=True)
+print(source._socks[0].process.pid)
+frames = [Frame(np.zeros((2, 3), np.float32), i, angle=0.1 * i) for i in range(3)]
+sender = threading.Thread(target=send_frames, args=(address, frames))
+sender.start()
+print(sum(f is not None for f in source))
+sender.join()
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=30)
+    pid, count = done.stdout.split()
+    assert done.returncode == 0 and count == "3", done.stderr
+    deadline = time.monotonic() + 10
+    while os.path.exists(f"/proc/{pid}") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z"
