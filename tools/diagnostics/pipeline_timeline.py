@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 import bench_e2e  # noqa: E402
 
 import leveret  # noqa: E402
-from leveret.execution import pipeline  # noqa: E402
+from leveret.execution import outofcore, pipeline  # noqa: E402
 from leveret.execution.outofcore import reconstruct_to_file  # noqa: E402
 from leveret.io import read_scan  # noqa: E402
 from leveret.io import slabs  # noqa: E402
@@ -63,7 +63,7 @@ def intervals(name: str) -> list[tuple[float, float]]:
 def milestones() -> dict:
     """The run's milestones and each call's busy seconds, from the stamps."""
     row = {}
-    for name in ("read", "build", "write", "flush", "manifest", "synced", "finish"):
+    for name in ("read", "build", "write", "flush", "manifest", "synced", "pipeline", "finish"):
         calls = intervals(name)
         if calls:
             row[name] = {
@@ -104,6 +104,7 @@ def main(argv=None) -> int:
     stamped(slabs.SlabWriter, "synced", "synced")
     stamped(slabs.SlabWriter, "finish", "finish")
     stamped(slabs, "_fsync_path", "flush")
+    stamped(outofcore, "_run_pipeline", "pipeline")  # its end: the stages have stopped, the finish follows
 
     runs = []
     for fmt in [f.strip() for f in args.formats.split(",") if f.strip()]:
