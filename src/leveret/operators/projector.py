@@ -429,6 +429,18 @@ class Projector(Operator):
             )
         return out
 
+    def _on_gpu(self, name: str, run, out):
+        """``run(res)`` into a CuPy ``res`` (``out`` itself when it is one), checked
+        (:meth:`_checked`), then copied into a NumPy ``out``."""
+        import cupy
+
+        res = out if isinstance(out, cupy.ndarray) else cupy.empty(out.shape, self.dtype)
+        run(res)
+        self._checked(name, res)
+        if res is not out:
+            out[...] = res.get()
+        return out
+
     def __call__(self, x, out=None):
         """Forward projection ``A x``: volume ``volume.shape`` -> projections
         ``projection_shape`` (line integrals, value x length). NumPy or CuPy
@@ -438,14 +450,7 @@ class Projector(Operator):
             return self._checked("x", self._forward_devices(self._input("x", x, self.volume.shape, upload=False), out))
         x = self._input("x", x, self.volume.shape)
         if self._gpu is not None:
-            import cupy
-
-            res = out if isinstance(out, cupy.ndarray) else cupy.empty(self.projection_shape, self.dtype)
-            self._gpu.forward(x.reshape(self._grid3), res)
-            self._checked("x", res)
-            if res is not out:
-                out[...] = res.get()
-            return out
+            return self._on_gpu("x", lambda res: self._gpu.forward(x.reshape(self._grid3), res), out)
         from ..cpu import raytrace
 
         raytrace.forward(
@@ -471,14 +476,7 @@ class Projector(Operator):
             return self._checked("y", self._adjoint_devices(y, out))
         y = self._input("y", y, self.projection_shape)
         if self._gpu is not None:
-            import cupy
-
-            res = out if isinstance(out, cupy.ndarray) else cupy.empty(self.volume.shape, self.dtype)
-            self._gpu.adjoint(y, res.reshape(self._grid3))
-            self._checked("y", res)
-            if res is not out:
-                out[...] = res.get()
-            return out
+            return self._on_gpu("y", lambda res: self._gpu.adjoint(y, res.reshape(self._grid3)), out)
         from ..cpu import raytrace
 
         raytrace.adjoint(
