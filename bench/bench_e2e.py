@@ -281,22 +281,30 @@ def warm_memory(folder: Path, nbytes: int, threads: int) -> float:
     return time.perf_counter() - t
 
 
-def warm_pipeline(scan_input, geometry, out_dir: Path, backend: str) -> float:
-    """A disk-to-disk run of a few slices before the timed ones: the first run on
-    a machine compiles the pipeline's kernels (CuPy keeps them on disk for later
-    processes), which is not what the table measures. Its seconds."""
+def warm_pipeline(scan_input, geometry, out_dir: Path, backend: str, options=({},)) -> float:
+    """Disk-to-disk runs of a few slices before the timed ones, one for each of
+    ``options`` (keyword arguments of ``reconstruct_to_file``: each output dtype
+    and precision has kernels of its own): the first run on a machine compiles
+    the pipeline's kernels (CuPy keeps them on disk for later processes), which
+    is not what the table measures. Their seconds."""
     import leveret
     from leveret.execution.outofcore import reconstruct_to_file
 
     rows = min(8, geometry.projection_shape[1])
     few = leveret.ParallelGeometry(geometry.angles, geometry.projection_shape[2], n_rows=rows)
     preprocess = {k: None if v is None else np.asarray(v)[..., :rows, :] for k, v in scan_input["preprocess"].items()}
+    projections = np.asarray(scan_input["projections"][:, :rows])
     t = time.perf_counter()
-    res = reconstruct_to_file(
-        np.asarray(scan_input["projections"][:, :rows]), few, out_dir / "warm.npy", backend=backend, **preprocess
-    )
-    _remove(res.path)
+    for kwargs in options:
+        res = reconstruct_to_file(projections, few, out_dir / "warm.npy", backend=backend, **preprocess, **kwargs)
+        _remove(res.path)
     return time.perf_counter() - t
+
+
+def _warm_options(formats, extra) -> list[dict]:
+    """The distinct kernel options of ``formats`` (their output dtypes) with ``extra``."""
+    dtypes = dict.fromkeys(FORMATS[f][1].get("output_dtype") for f in formats)
+    return [{**extra, **({"output_dtype": d} if d else {})} for d in dtypes]
 
 
 def kernel_seconds(views: int, rows: int, cols: int, backend: str, precision: str) -> float | None:
@@ -586,7 +594,8 @@ def main(argv=None) -> int:
             flush=True,
         )
     reconstruct = kernel if kernel is not None else results.get("fbp_in_memory")
-    print(f"pipeline warmed: {warm_pipeline(scan_input, geometry, folder, backend):.1f} s", flush=True)
+    warm = warm_pipeline(scan_input, geometry, folder, backend, _warm_options(formats, extra))
+    print(f"pipeline warmed: {warm:.1f} s", flush=True)
 
     print(
         f"\n{'format':11s} {'wall':>9s} {'rate':>13s} " + " ".join(f"{s:>13s}" for s in STAGES) + "  stored    floor",

@@ -95,3 +95,26 @@ def test_a_suite_stopped_part_way_keeps_the_rows_it_has(tmp_path, monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         bench_e2e.main(argv)
     assert [r["format"] for r in json.loads(out.read_text())["runs"]] == ["npy"]
+
+
+def test_the_pipeline_is_warmed_once_for_each_output_dtype_of_the_suite(tmp_path, monkeypatch):
+    """A uint16 output has kernels of its own: a suite that times one warms them too."""
+    monkeypatch.syspath_prepend(str(ROOT / "bench"))
+    import bench_e2e
+
+    from leveret.execution import outofcore
+
+    made = []
+
+    original = outofcore.reconstruct_to_file
+
+    def reconstruct_to_file(*args, **kwargs):
+        made.append(kwargs.get("output_dtype"))
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(outofcore, "reconstruct_to_file", reconstruct_to_file)
+    assert bench_e2e._warm_options(["npy", "h5-uint16", "h5", "npy-uint16"], {}) == [{}, {"output_dtype": "uint16"}]
+    argv = ["--views", "12", "--rows", "4", "--cols", "16", "--backend", "cpu", "--dir", str(tmp_path)]
+    argv += ["--formats", "npy,h5-uint16", "--no-probe", "--no-warm", "--no-memory", "--out", str(tmp_path / "e.json")]
+    bench_e2e.main(argv)
+    assert made[:2] == [None, "uint16"]  # the warm-up's two runs, before the timed ones

@@ -94,7 +94,10 @@ def main(argv=None) -> int:
     scan = read_scan(scan_path)
     geometry = leveret.ParallelGeometry(scan.angles, n, n_rows=n)
     scan_input = {"projections": scan.projections, "preprocess": dict(flats=scan.flats, darks=scan.darks)}
-    bench_e2e.warm_pipeline(scan_input, geometry, folder, args.backend)  # compiled kernels, not this run's time
+    formats = [f.strip() for f in args.formats.split(",") if f.strip()]
+    bench_e2e.warm_pipeline(
+        scan_input, geometry, folder, args.backend, bench_e2e._warm_options(formats, {})
+    )  # compiled kernels, not this run's time
 
     stamped(pipeline.Pipeline, "_read", "read")
     stamped(pipeline._GpuStage, "build", "build")
@@ -107,7 +110,7 @@ def main(argv=None) -> int:
     stamped(outofcore, "_run_pipeline", "pipeline")  # its end: the stages have stopped, the finish follows
 
     runs = []
-    for fmt in [f.strip() for f in args.formats.split(",") if f.strip()]:
+    for fmt in formats:
         name, options = bench_e2e.FORMATS[fmt]
         out = folder / name
         if out.exists():
