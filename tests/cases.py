@@ -512,3 +512,38 @@ def write_dxchange(path, scan: ToothScan) -> None:
         f["/exchange/data_dark"] = scan.darks
         f["/exchange/theta"] = np.degrees(scan.angles)
         f["/exchange/theta"].attrs["units"] = "degree"
+
+
+# -- ZeroMQ streams on this host
+
+
+def zmq_addresses(transport: str, n: int, folder) -> list[str]:
+    """n ZeroMQ endpoints: ipc:// paths in ``folder`` (kept short: their paths are
+    limited to ~100 bytes), or free TCP ports of 127.0.0.1."""
+    import socket
+
+    if transport == "ipc":
+        return [f"ipc://{folder}/s{k}" for k in range(n)]
+    out = []
+    for _ in range(n):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            out.append(f"tcp://127.0.0.1:{s.getsockname()[1]}")
+    return out
+
+
+def zmq_sender(address, frames, **kwargs) -> threading.Thread:
+    """``send_frames(address, frames, **kwargs)`` on a thread of its own, started."""
+    from leveret.live.sources import send_frames
+
+    kwargs.setdefault("connect_wait", 0.3)
+    t = threading.Thread(target=send_frames, args=(address, frames), kwargs=kwargs)
+    t.start()
+    return t
+
+
+def numbered_frames(n: int, shape=(3, 4), dtype=np.uint16) -> list:
+    """n frames, each filled with its index, at 0.01 rad steps."""
+    from leveret.live import Frame
+
+    return [Frame(np.full(shape, i, dtype), i, angle=0.01 * i) for i in range(n)]

@@ -3,8 +3,6 @@ faults and ends as threads, every frame copied out of shared memory, and
 nothing left behind: no process, no shared-memory file."""
 
 import os
-import shutil
-import socket
 import tempfile
 import threading
 import time
@@ -12,40 +10,13 @@ import time
 import numpy as np
 import pytest
 
+from cases import numbered_frames, zmq_addresses, zmq_sender
+
 from leveret.live import Frame
-from leveret.live.sources import ZmqSource, encode, send_frames
+from leveret.live.sources import ZmqSource, encode
 
 zmq = pytest.importorskip("zmq")
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="child receivers need a POSIX system")
-
-
-@pytest.fixture
-def ipc_dir():
-    path = tempfile.mkdtemp(prefix="lz")
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
-
-
-def _endpoints(transport, n, ipc_dir):
-    if transport == "ipc":
-        return [f"ipc://{ipc_dir}/s{k}" for k in range(n)]
-    out = []
-    for _ in range(n):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            out.append(f"tcp://127.0.0.1:{s.getsockname()[1]}")
-    return out
-
-
-def _sender(address, frames, **kwargs):
-    kwargs.setdefault("connect_wait", 0.3)
-    t = threading.Thread(target=send_frames, args=(address, frames), kwargs=kwargs)
-    t.start()
-    return t
-
-
-def _frames(n, shape=(3, 4), dtype=np.uint16):
-    return [Frame(np.full(shape, i, dtype), i, angle=0.01 * i) for i in range(n)]
 
 
 def _rings():
@@ -61,9 +32,9 @@ def _children_gone(src):
 @pytest.mark.parametrize("n_streams, threads", [(3, None), (1, 2)])
 def test_every_frame_arrives_once_each_stream_in_its_order_and_owns_its_data(transport, n_streams, threads, ipc_dir):
     rings = _rings()
-    endpoints = _endpoints(transport, n_streams, ipc_dir)
+    endpoints = zmq_addresses(transport, n_streams, ipc_dir)
     src = ZmqSource(endpoints, timeout=0.1, stop_at_end=True, threads=threads, processes=True)
-    sender = _sender(endpoints, _frames(60))
+    sender = zmq_sender(endpoints, numbered_frames(60))
     got = [f for f in src if f is not None]
     sender.join()
     src.close()
@@ -78,7 +49,7 @@ def test_every_frame_arrives_once_each_stream_in_its_order_and_owns_its_data(tra
 
 
 def test_frames_go_into_the_given_buffers_and_a_larger_frame_gets_a_larger_ring(ipc_dir):
-    endpoints = _endpoints("ipc", 1, ipc_dir)
+    endpoints = zmq_addresses("ipc", 1, ipc_dir)
     taken = []
 
     def buffers(dtype):
@@ -86,8 +57,8 @@ def test_frames_go_into_the_given_buffers_and_a_larger_frame_gets_a_larger_ring(
         return taken[-1]
 
     src = ZmqSource(endpoints, timeout=0.1, stop_at_end=True, buffers=buffers, processes=True)
-    small, large = _frames(5, (2, 3)), _frames(10, (8, 16))[5:]  # larger frames after smaller ones
-    sender = _sender(endpoints, small + large)
+    small, large = numbered_frames(5, (2, 3)), numbered_frames(10, (8, 16))[5:]  # larger frames after smaller ones
+    sender = zmq_sender(endpoints, small + large)
     got = [f for f in src if f is not None]
     sender.join()
     src.close()
@@ -97,7 +68,7 @@ def test_frames_go_into_the_given_buffers_and_a_larger_frame_gets_a_larger_ring(
 
 
 def test_bad_messages_are_counted_by_the_parent_and_the_stream_goes_on(ipc_dir):
-    (endpoint,) = _endpoints("ipc", 1, ipc_dir)
+    (endpoint,) = zmq_addresses("ipc", 1, ipc_dir)
     src = ZmqSource(endpoint, timeout=0.1, stop_at_end=True, bind=True, processes=True)
     ctx = zmq.Context()
     sock = ctx.socket(zmq.PUSH)
@@ -117,28 +88,8 @@ def test_bad_messages_are_counted_by_the_parent_and_the_stream_goes_on(ipc_dir):
     assert [f.index for f in got] == [1] and np.all(got[0].data == 1) and src.bad_messages == 5
 
 
-def test_the_children_stop_reading_while_the_iteration_is_behind(ipc_dir):
-    endpoints = _endpoints("ipc", 2, ipc_dir)
-    copied = []
-
-    def buffers(dtype):
-        copied.append(dtype)
-        return np.empty((3, 4), dtype)
-
-    src = ZmqSource(endpoints, timeout=0.1, stop_at_end=True, buffers=buffers, processes=True)
-    sender = _sender(endpoints, _frames(40))
-    it = iter(src)
-    first = [next(f for f in it if f is not None)]
-    time.sleep(1.0)  # the frames are all sent; nobody iterates
-    assert 1 <= len(copied) <= 1 + ZmqSource.QUEUED * 2
-    rest = [f for f in it if f is not None]
-    sender.join()
-    src.close()
-    assert sorted(f.index for f in first + rest) == list(range(40)) and len(copied) == 40
-
-
 def test_an_endpoint_that_cannot_be_bound_is_an_error_naming_the_address(ipc_dir):
-    (endpoint,) = _endpoints("tcp", 1, ipc_dir)
+    (endpoint,) = zmq_addresses("tcp", 1, ipc_dir)
     first = ZmqSource(endpoint, bind=True, processes=True)
     try:
         with pytest.raises(ValueError, match="^address: cannot bind"):
@@ -149,7 +100,7 @@ def test_an_endpoint_that_cannot_be_bound_is_an_error_naming_the_address(ipc_dir
 
 
 def test_a_child_that_dies_is_an_error_of_the_iteration(ipc_dir):
-    src = ZmqSource(_endpoints("ipc", 2, ipc_dir), timeout=0.05, processes=True)
+    src = ZmqSource(zmq_addresses("ipc", 2, ipc_dir), timeout=0.05, processes=True)
     frames = iter(src)
     assert next(frames) is None
     src._socks[1].process.kill()
@@ -162,7 +113,7 @@ def test_a_child_that_dies_is_an_error_of_the_iteration(ipc_dir):
 
 @pytest.mark.parametrize("n_streams", [1, 3])
 def test_closing_from_another_thread_ends_every_child(n_streams, ipc_dir):
-    src = ZmqSource(_endpoints("ipc", n_streams, ipc_dir), timeout=0.05, processes=True)
+    src = ZmqSource(zmq_addresses("ipc", n_streams, ipc_dir), timeout=0.05, processes=True)
     nones = []
     reader = threading.Thread(target=lambda: nones.extend(src))
     reader.start()

@@ -2,16 +2,13 @@
 faults its own, a payload copied once, bounded memory, the scan's end."""
 
 import json
-import shutil
-import socket
-import tempfile
 import threading
 import time
 import tracemalloc
 
 import numpy as np
 import pytest
-from cases import parallel_phantom_scan, take_frames
+from cases import numbered_frames, parallel_phantom_scan, take_frames, zmq_addresses, zmq_sender
 
 import leveret
 from leveret.live import Frame, LiveReconstructor
@@ -21,36 +18,8 @@ from leveret.live.sources import ZmqSource, encode, send_frames, zmq_endpoints
 zmq = pytest.importorskip("zmq")
 
 
-@pytest.fixture
-def ipc_dir():
-    """A short folder for ipc:// endpoints (their paths are limited to ~100 bytes)."""
-    path = tempfile.mkdtemp(prefix="lz")
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
-
-
 def _tcp(n):
-    out = []
-    for _ in range(n):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            out.append(f"tcp://127.0.0.1:{s.getsockname()[1]}")
-    return out
-
-
-def _endpoints(transport, n, ipc_dir):
-    return [f"ipc://{ipc_dir}/s{k}" for k in range(n)] if transport == "ipc" else _tcp(n)
-
-
-def _sender(address, frames, **kwargs):
-    kwargs.setdefault("connect_wait", 0.3)
-    t = threading.Thread(target=send_frames, args=(address, frames), kwargs=kwargs)
-    t.start()
-    return t
-
-
-def _frames(n, shape=(3, 4), dtype=np.uint16):
-    return [Frame(np.full(shape, i, dtype), i, angle=0.01 * i) for i in range(n)]
+    return zmq_addresses("tcp", n, None)
 
 
 def test_endpoints_are_one_several_separated_by_commas_or_a_list():
@@ -67,10 +36,10 @@ def test_endpoints_are_one_several_separated_by_commas_or_a_list():
 @pytest.mark.parametrize("transport", ["ipc", "tcp"])
 @pytest.mark.parametrize("n_streams, threads", [(3, None), (3, 2), (2, 1), (1, 3)])
 def test_every_frame_of_several_streams_arrives_once_each_stream_in_its_order(transport, n_streams, threads, ipc_dir):
-    endpoints = _endpoints(transport, n_streams, ipc_dir)
+    endpoints = zmq_addresses(transport, n_streams, ipc_dir)
     src = ZmqSource(",".join(endpoints), timeout=0.1, stop_at_end=True, threads=threads)
-    frames = _frames(60)
-    sender = _sender(endpoints, frames)
+    frames = numbered_frames(60)
+    sender = zmq_sender(endpoints, frames)
     got = [f for f in src if f is not None]  # ends at the scan's end
     sender.join()
     src.close()
@@ -94,12 +63,12 @@ def test_more_threads_than_endpoints_need_pull_sockets_that_connect():
 
 
 def test_a_stream_of_bad_messages_holds_up_none_of_the_others(ipc_dir):
-    bad_end, good_end = _endpoints("ipc", 2, ipc_dir)
+    bad_end, good_end = zmq_addresses("ipc", 2, ipc_dir)
     src = ZmqSource([bad_end, good_end], timeout=0.1, stop_at_end=True)
     ctx = zmq.Context()
     bad = ctx.socket(zmq.PUSH)
     bad.bind(bad_end)
-    sender = _sender(good_end, _frames(30))
+    sender = zmq_sender(good_end, numbered_frames(30))
     time.sleep(0.3)
     for raw in (b"not json", b'{"index": -1, "shape": [3, 4], "dtype": "uint16"}', b"[" * 10_000):
         bad.send_multipart([raw, b"\0" * 24])
@@ -118,14 +87,14 @@ def test_a_payload_is_received_without_a_copy_and_copied_once_into_its_buffer(n_
     """No bytes object (nor any other Python allocation) of a payload's size:
     the message is a view of ZeroMQ's buffer until its copy into the pool's."""
     shape = (512, 1024)  # 1 MiB payloads
-    endpoints = _endpoints("ipc", n_streams, ipc_dir)
+    endpoints = zmq_addresses("ipc", n_streams, ipc_dir)
     pool = FramePool(shape)
     pool.reserve(4 * n_streams + 2)
     src = ZmqSource(endpoints, timeout=0.1, stop_at_end=True, buffers=pool.get)
-    frames = _frames(12, shape)
+    frames = numbered_frames(12, shape)
     tracemalloc.start()
     try:
-        sender = _sender(endpoints, frames, copy=False)
+        sender = zmq_sender(endpoints, frames, copy=False)
         got = []
         for f in src:
             if f is not None:
@@ -141,16 +110,18 @@ def test_a_payload_is_received_without_a_copy_and_copied_once_into_its_buffer(n_
     assert peak < frames[0].data.nbytes // 4, f"{peak} bytes allocated by Python while receiving"
 
 
-def test_the_receiving_threads_stop_reading_while_the_iteration_is_behind(ipc_dir):
-    endpoints = _endpoints("ipc", 2, ipc_dir)
+@pytest.mark.parametrize("processes", [False, True])
+def test_the_receivers_stop_reading_while_the_iteration_is_behind(ipc_dir, processes):
+    """Threads or child processes (``processes``) alike."""
+    endpoints = zmq_addresses("ipc", 2, ipc_dir)
     copied = []
 
     def buffers(dtype):
         copied.append(dtype)
         return np.empty((3, 4), dtype)
 
-    src = ZmqSource(endpoints, timeout=0.1, stop_at_end=True, buffers=buffers)
-    sender = _sender(endpoints, _frames(40))
+    src = ZmqSource(endpoints, timeout=0.1, stop_at_end=True, buffers=buffers, processes=processes)
+    sender = zmq_sender(endpoints, numbered_frames(40))
     it = iter(src)
     first = take_frames(it, 1)
     time.sleep(1.0)  # the frames are all sent; nobody iterates
@@ -164,7 +135,7 @@ def test_the_receiving_threads_stop_reading_while_the_iteration_is_behind(ipc_di
 def test_sockets_sharing_an_endpoint_end_the_scan_a_timeout_after_its_end():
     endpoint = _tcp(1)[0]
     src = ZmqSource(endpoint, timeout=0.2, stop_at_end=True, threads=3)
-    sender = _sender(endpoint, _frames(30))
+    sender = zmq_sender(endpoint, numbered_frames(30))
     t0 = None
     got = []
     for f in src:
@@ -187,7 +158,7 @@ def test_closing_from_another_thread_stops_every_receiving_thread_which_closes_i
         return real_close(sock, *args, **kwargs)
 
     monkeypatch.setattr(zmq.Socket, "close", close)
-    src = ZmqSource(_endpoints("ipc", 3, ipc_dir), timeout=0.1)
+    src = ZmqSource(zmq_addresses("ipc", 3, ipc_dir), timeout=0.1)
     nones, errors = [], []
 
     def read():
@@ -217,7 +188,7 @@ def test_frames_of_several_streams_are_each_reconstructed_once(ipc_dir):
     angles, g, proj = parallel_phantom_scan(24, 4, 36)
     vol = g.default_volume()
     ref = leveret.fbp(proj, g, vol, backend="cpu")
-    endpoints = _endpoints("ipc", 3, ipc_dir)
+    endpoints = zmq_addresses("ipc", 3, ipc_dir)
     rec = LiveReconstructor(vol, g, planned=False, backend="cpu")
     src = ZmqSource(endpoints, timeout=0.1, stop_at_end=True, buffers=rec.frame_buffer)
     session = LiveSession(rec, src, max_batch=5)
@@ -247,7 +218,7 @@ def test_closing_after_a_loop_left_early_closes_the_sockets_and_the_context(n_st
     """A loop left by break or an exception leaves the iteration suspended: close() from
     that thread still closes every socket (none lives on, reconnecting to its endpoint and
     taking a later sender's messages) and the context (whose end would wait at exit)."""
-    endpoints = _endpoints("ipc", n_streams, ipc_dir)
+    endpoints = zmq_addresses("ipc", n_streams, ipc_dir)
     src = ZmqSource(endpoints, timeout=0.05)
     frames = iter(src)
     assert next(frames) is None  # nothing sent: the iteration is running, then suspended
