@@ -301,7 +301,7 @@ def warm_pipeline(scan_input, geometry, out_dir: Path, backend: str, options=({}
     return time.perf_counter() - t
 
 
-def _warm_options(formats, extra) -> list[dict]:
+def warm_options(formats, extra) -> list[dict]:
     """The distinct kernel options of ``formats`` (their output dtypes) with ``extra``."""
     dtypes = dict.fromkeys(FORMATS[f][1].get("output_dtype") for f in formats)
     return [{**extra, **({"output_dtype": d} if d else {})} for d in dtypes]
@@ -594,7 +594,7 @@ def main(argv=None) -> int:
             flush=True,
         )
     reconstruct = kernel if kernel is not None else results.get("fbp_in_memory")
-    warm = warm_pipeline(scan_input, geometry, folder, backend, _warm_options(formats, extra))
+    warm = warm_pipeline(scan_input, geometry, folder, backend, warm_options(formats, extra))
     print(f"pipeline warmed: {warm:.1f} s", flush=True)
 
     print(

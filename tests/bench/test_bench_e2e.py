@@ -113,7 +113,7 @@ def test_the_pipeline_is_warmed_once_for_each_output_dtype_of_the_suite(tmp_path
         return original(*args, **kwargs)
 
     monkeypatch.setattr(outofcore, "reconstruct_to_file", reconstruct_to_file)
-    assert bench_e2e._warm_options(["npy", "h5-uint16", "h5", "npy-uint16"], {}) == [{}, {"output_dtype": "uint16"}]
+    assert bench_e2e.warm_options(["npy", "h5-uint16", "h5", "npy-uint16"], {}) == [{}, {"output_dtype": "uint16"}]
     argv = ["--views", "12", "--rows", "4", "--cols", "16", "--backend", "cpu", "--dir", str(tmp_path)]
     argv += ["--formats", "npy,h5-uint16", "--no-probe", "--no-warm", "--no-memory", "--out", str(tmp_path / "e.json")]
     bench_e2e.main(argv)

@@ -95,9 +95,8 @@ def main(argv=None) -> int:
     geometry = leveret.ParallelGeometry(scan.angles, n, n_rows=n)
     scan_input = {"projections": scan.projections, "preprocess": dict(flats=scan.flats, darks=scan.darks)}
     formats = [f.strip() for f in args.formats.split(",") if f.strip()]
-    bench_e2e.warm_pipeline(
-        scan_input, geometry, folder, args.backend, bench_e2e._warm_options(formats, {})
-    )  # compiled kernels, not this run's time
+    # the kernels compiled, not in this run's time
+    bench_e2e.warm_pipeline(scan_input, geometry, folder, args.backend, bench_e2e.warm_options(formats, {}))
 
     stamped(pipeline.Pipeline, "_read", "read")
     stamped(pipeline._GpuStage, "build", "build")

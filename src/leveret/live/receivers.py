@@ -38,7 +38,7 @@ import numpy as np
 
 #: Slots in each child's ring: the parent frees one as soon as it has copied the frame out.
 SLOTS = 4
-#: Seconds a child may take to start and connect (it imports leveret and ZeroMQ).
+#: Seconds a child may take to start and connect (it imports NumPy and ZeroMQ).
 START_TIMEOUT = 60.0
 #: Seconds between two looks at the parent's pipe while the socket is quiet.
 STEP = 0.05
