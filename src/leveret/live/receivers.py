@@ -5,7 +5,7 @@ Receiving threads of one process do not add up for large frames: on a
 16-core host, 11 MB frames over 4 to 8 streams stayed at 400-450 frames/s
 read by threads of one process and reached 1400-1600 read by as many
 processes (``tools/diagnostics/zmq_rate.py --processes``; pyzmq alone, no
-leveret), whatever the allocator's settings or the socket buffers.
+leveret), whatever the allocator's mmap thresholds or the socket buffers.
 
 Here each reader is a child process with a socket of its own; it copies
 each message's frame bytes into a slot of a small ring in shared memory (a
