@@ -912,8 +912,8 @@ class SlabWriter:
                     metadata=None,
                     software=SOFTWARE,
                 )
-                fh.flush()
                 if self.sync:  # the folder's files are flushed one by one: the disk starts on this one now
+                    fh.flush()  # tifffile's last bytes into the file, so that the writeback sees them
                     start_writeback(fh.fileno())
             self._count("write", time.perf_counter() - t, f.stat().st_size)
 
