@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import functools
 import os
+import shutil
+import tempfile
 from pathlib import Path
 from typing import NamedTuple
 
@@ -113,3 +115,11 @@ def _rel_to_texture_mirror(got, mirror) -> float:
 @pytest.fixture
 def rel_mirror():
     return _rel_to_texture_mirror
+
+
+@pytest.fixture
+def ipc_dir():
+    """A short folder for ipc:// endpoints (their paths are limited to ~100 bytes)."""
+    path = tempfile.mkdtemp(prefix="lz")
+    yield path
+    shutil.rmtree(path, ignore_errors=True)

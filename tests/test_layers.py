@@ -119,3 +119,10 @@ def test_no_import_circles():
     for m in sorted(GRAPH):
         if m not in state:
             visit(m)
+
+
+def test_the_tests_have_one_conftest():
+    # Test modules write `from conftest import ...`: a second conftest.py in a
+    # subfolder would be imported under the same name and shadow the first.
+    tests = Path(__file__).resolve().parent
+    assert [p.relative_to(tests).as_posix() for p in tests.rglob("conftest.py")] == ["conftest.py"]
