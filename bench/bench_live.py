@@ -226,9 +226,9 @@ def _cpu_seconds() -> float:
 def _children_cpu_seconds(source) -> float:
     """CPU seconds so far of a source's receiving child processes (Linux's /proc; 0 elsewhere)."""
     total = 0.0
-    for receiver in source._socks if source.processes else []:
+    for pid in source.receiver_pids:
         try:
-            with open(f"/proc/{receiver.process.pid}/stat") as f:
+            with open(f"/proc/{pid}/stat") as f:
                 fields = f.read().rsplit(")", 1)[1].split()
             total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
         except (OSError, ValueError, IndexError):

@@ -49,7 +49,7 @@ def test_every_frame_of_several_streams_arrives_once_each_stream_in_its_order(tr
         for k in range(n_streams):
             mine = [f.index for f in got if f.index % n_streams == k]
             assert mine == sorted(mine)
-    assert src.closed and src.bad_messages == 0
+    assert src.closed and src.bad_messages == 0 and src.receiver_pids == []
 
 
 def test_more_threads_than_endpoints_need_pull_sockets_that_connect():

@@ -598,6 +598,12 @@ class ZmqSource:
     def closed(self) -> bool:
         return all(s.closed for s in self._socks)
 
+    @property
+    def receiver_pids(self) -> list[int]:
+        """Process IDs of the receiving children (``processes=True``; empty with
+        threads), e.g. to count their CPU time."""
+        return [s.process.pid for s in self._socks] if self.processes else []
+
     def close(self) -> None:
         """Stop the source; safe from any thread. The threads reading the sockets
         close them (within ``STEP`` seconds); with none reading, or from the thread
