@@ -88,24 +88,27 @@ def test_dask_run_equals_the_run_in_this_process(tmp_path, scan, client, kind, o
     assert not list(tmp_path.glob(".*"))  # no partial output, no lock left
 
 
-def test_raw_counts_with_flats_and_darks_on_the_workers(tmp_path, scan, client):
+@pytest.mark.parametrize("dtype, output", [("float32", "r.h5"), ("uint16", "r.h5"), ("uint16", "r.zarr")])
+def test_raw_counts_with_flats_and_darks_on_the_workers(tmp_path, scan, client, dtype, output):
     g, proj = scan
     flat = np.full(proj.shape[1:], 4000.0, np.float32)
     dark = np.full(proj.shape[1:], 100.0, np.float32)
     counts = np.round(dark + (flat - dark) * np.exp(-proj)).astype(np.uint16)
     np.save(tmp_path / "counts.npy", counts)
-    ref = _local(tmp_path / "counts.npy", g, tmp_path / "ref.npy", flats=flat, darks=dark)
-    reconstruct_to_file(
+    ref = _local(tmp_path / "counts.npy", g, tmp_path / "ref.npy", flats=flat, darks=dark, output_dtype=dtype)
+    res = reconstruct_to_file(
         tmp_path / "counts.npy",
         g,
-        tmp_path / "r.h5",
+        tmp_path / output,
         backend="cpu",
         slab_slices=SLAB,
         flats=flat,
         darks=dark,
         client=client,
+        output_dtype=dtype,
     )
-    np.testing.assert_array_equal(read_array(tmp_path / "r.h5"), ref)
+    np.testing.assert_array_equal(read_array(tmp_path / output), ref)  # zarr: written by the workers
+    assert res.slabs_done == -(-g.n_rows // SLAB)
 
 
 @pytest.mark.parametrize("output", ["r.zarr", "r.npy"])

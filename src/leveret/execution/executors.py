@@ -169,22 +169,28 @@ def build_slab(rows, data, geometry, volume, region, **kwargs):
         return OutOfMemoryOnDevice(str(exc))
 
 
-def run_slab(source, geometry, volume, region, *, store=None, **kwargs):
+def run_slab(source, geometry, volume, region, *, store=None, output_dtype="float32", value_range=None, **kwargs):
     """Reconstruct ``region = (k0, k1)``, reading its rows from ``source`` (a
     Dask task): ``(result, made_from)``.
 
-    ``result``: with ``store`` (a zarr store's path) the slab is written there
-    and ``region`` is returned; otherwise the slab itself. A GPU out of memory
+    ``result``: the slab as stored (``output_dtype`` over ``value_range``,
+    :func:`leveret.io.quantize.quantize`); with ``store`` (a zarr store's
+    path) it is written there and ``region`` is returned. A GPU out of memory
     gives :class:`OutOfMemoryOnDevice`. ``made_from`` is :func:`rows_source`
     of the rows read. ``source`` is anything indexed as ``source[:, r0:r1, :]``:
     the projections, or :class:`Rows` of them.
     """
+    from ..io.quantize import quantize
     from .slab import border_rows
 
     rows, data = read_rows(source, geometry, volume, region, border=border_rows(kwargs.get("phase")))
     made_from = rows_source(rows, data)
     slab = build_slab(rows, data, geometry, volume, region, **kwargs)
-    if store is None or isinstance(slab, OutOfMemoryOnDevice):
+    if isinstance(slab, OutOfMemoryOnDevice):
+        return slab, made_from
+    if np.dtype(output_dtype) != np.float32:  # here, where the slab is: fewer bytes go back
+        slab = quantize(slab, output_dtype, value_range)
+    if store is None:
         return slab, made_from
     from ..io.slabs import write_region
 

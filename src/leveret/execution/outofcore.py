@@ -926,6 +926,7 @@ def _reconstruct_to_file(
                 the_plan,
                 preprocessing,
                 options,
+                value_range,
                 size,
                 progress,
                 resumed,
@@ -1028,7 +1029,18 @@ def _run_pipeline(
 
 
 def _run_executor(
-    executor, projections, geometry, volume, writer, the_plan, preprocessing, options, size, progress, resumed
+    executor,
+    projections,
+    geometry,
+    volume,
+    writer,
+    the_plan,
+    preprocessing,
+    options,
+    value_range,
+    size,
+    progress,
+    resumed,
 ):
     """The slabs on a Dask cluster, written here as they come: (slabs done, retries, smallest slab, write seconds)."""
     from tqdm.auto import tqdm
@@ -1049,6 +1061,8 @@ def _run_executor(
             volume,
             store=writer.region_store(),
             backend=the_plan.backend,
+            output_dtype=writer.dtype.name,
+            value_range=value_range,
             **preprocessing,
             **options,
         )
