@@ -153,3 +153,15 @@ def test_an_out_of_memory_slab_on_a_gpu_is_rebuilt_in_halves(tmp_path, gpus, raw
     _, _, ref = _run(tmp_path, "c.npy", raw_scan, backend="cpu")
     np.testing.assert_array_equal(out, ref)
     assert p.retries == 8 and p.smallest == 1
+
+
+@pytest.mark.parametrize("backend", ["cuda", "cpu"])
+def test_the_slices_sampled_for_a_range_are_those_the_run_stores(tmp_path, gpus, raw_scan, backend):
+    g, counts, flat, dark = raw_scan
+    sample = pipeline.sample_range(
+        counts, g, g.default_volume(), (4, 6), backend=backend, output_dtype="uint16", flats=flat, darks=dark
+    )
+    _, _, ref = _run(tmp_path, "c.npy", raw_scan, backend="cpu", dtype=np.uint16, value_range=sample.value_range)
+    assert type(sample.slices) is np.ndarray and sample.slices.dtype == np.uint16
+    np.testing.assert_array_equal(sample.slices, ref[4:6])
+    assert gpus == ([((4, 6), np.uint16)] if backend == "cuda" else [])

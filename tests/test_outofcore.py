@@ -110,6 +110,47 @@ def test_raw_counts_with_flats_darks_and_resume(tmp_path, parallel_scan, rng):
     assert [p.name for p in tmp_path.iterdir()] == ["r.h5"]
 
 
+def test_the_slices_sampled_for_the_range_are_written_not_reconstructed_again(tmp_path, parallel_scan, rng):
+    """An integer output's automatic range comes from the first slices of a middle
+    slab; the run writes those slices as sampled (with what they were made from,
+    for a resume) and reconstructs each other slice once."""
+    g, proj, _ = parallel_scan
+    dark = rng.uniform(90, 110, size=(2,) + proj.shape[1:]).astype(np.float32)
+    flat = dark.mean(0) + rng.uniform(9000, 11000, size=(3,) + proj.shape[1:]).astype(np.float32)
+    raw = np.round(dark.mean(0) + (flat.mean(0) - dark.mean(0)) * np.exp(-0.05 * proj)).astype(np.uint16)
+    args = dict(flats=flat, darks=dark, backend="cpu", slab_slices=8, output_dtype="uint16")
+    regions = []
+    real = slab.reconstruct_slab
+
+    class Stop(Exception):
+        pass
+
+    def counted(*a, **kw):
+        if len(regions) == 3:  # the sample and two slabs: stop
+            raise Stop
+        regions.append(tuple(a[3]))
+        return real(*a, **kw)
+
+    mp = pytest.MonkeyPatch()
+    mp.setattr(slab, "reconstruct_slab", counted)
+    with pytest.raises(Stop):
+        reconstruct_to_file(raw, g, tmp_path / "a.h5", resume=True, **args)
+    assert regions == [(16, 24), (0, 8), (8, 16)]  # the sample is the start of a slab of the plan
+    changed = raw.copy()
+    changed[7, 20, 50] += 1  # a row of the sampled slices
+    with pytest.raises(ValueError, match="slices 16:24 were made"):
+        reconstruct_to_file(changed, g, tmp_path / "a.h5", resume=True, **args)
+    regions.clear()
+    res = reconstruct_to_file(raw, g, tmp_path / "a.h5", resume=True, **args)
+    mp.undo()
+    assert regions == [(24, 32), (32, 40)] and res.slices_resumed == 24
+    whole = reconstruct_to_file(raw, g, tmp_path / "b.h5", **args)
+    given = reconstruct_to_file(raw, g, tmp_path / "c.h5", **{**args, "output_range": whole.value_range})
+    assert res.value_range == whole.value_range == given.value_range
+    np.testing.assert_array_equal(read_array(tmp_path / "a.h5"), read_array(tmp_path / "c.h5"))
+    np.testing.assert_array_equal(read_array(tmp_path / "b.h5"), read_array(tmp_path / "c.h5"))
+
+
 def test_gpu_out_of_memory_retries_with_smaller_slabs(tmp_path, parallel_scan, monkeypatch):
     g, proj, ref = parallel_scan
     real = slab.reconstruct_slab

@@ -142,14 +142,12 @@ def read_rows(source, geometry, volume, region, *, border: int = 0):
 
 
 def rows_source(rows, data) -> dict | None:
-    """What a slab was made from: its detector rows ``(r0, r1)`` and the CRC-32 of
-    their values as read (:func:`leveret.io.slabs.rows_checksum`); None for a
-    slab off the detector, made from nothing."""
-    from ..io.slabs import rows_checksum
+    """What a slab was made from (:func:`leveret.io.slabs.made_from`): its
+    detector rows ``(r0, r1)`` and the CRC-32 of their values as read; None
+    for a slab off the detector, made from nothing."""
+    from ..io.slabs import made_from
 
-    if rows is None:
-        return None
-    return {"rows": [int(rows[0]), int(rows[1])], "crc32": rows_checksum(data)}
+    return None if rows is None else made_from(data, rows)
 
 
 def build_slab(rows, data, geometry, volume, region, **kwargs):

@@ -851,11 +851,22 @@ def _reconstruct_to_file(
     preprocessing = dict(
         flats=flats, darks=darks, log_transform=log_transform, stripes=stripes, stripe_size=stripe_size, **extras
     )
-    value_range = None
+    value_range = sample = None
     if stored.kind == "u":
-        value_range = _given_range(output_range, output, dataset, resume) or _sampled_range(
-            projections, geometry, volume, the_plan, preprocessing=preprocessing, options=options, io_threads=io_threads
-        )
+        value_range = _given_range(output_range, output, dataset, resume)
+        if value_range is None:
+            sample = _sample(
+                projections,
+                geometry,
+                volume,
+                the_plan,
+                stored,
+                preprocessing=preprocessing,
+                options=options,
+                io_threads=io_threads,
+                checksum=resume,
+            )
+            value_range = sample.value_range
     # which GPUs ran it does not change the result: a resumed run may use others
     job = {
         "geometry": _describe(geometry),
@@ -898,6 +909,10 @@ def _reconstruct_to_file(
         resumed = int(writer.done.sum())
         if resumed:
             check_sources(writer, projections)
+        # the slices sampled for the range are the run's own: written, not reconstructed again
+        built = []
+        if sample is not None and sample.slices is not None and not writer.done[slice(*sample.region)].any():
+            built = [sample]
         if executor is None:
             done, retries, size, stages = _run_pipeline(
                 projections,
@@ -913,6 +928,7 @@ def _reconstruct_to_file(
                 io_threads,
                 resume,
                 progress,
+                built,
             )
             slabs_done = done
             busy = {stage: part["seconds"] for stage, part in stages.items()}
@@ -930,6 +946,7 @@ def _reconstruct_to_file(
                 size,
                 progress,
                 resumed,
+                built,
             )
             busy = {"write": writing}
         path = writer.finish()
@@ -963,24 +980,30 @@ def _given_range(output_range, output, dataset, resume) -> tuple | None:
     return None
 
 
-def _sampled_range(projections, geometry, volume, the_plan, *, preprocessing, options, io_threads) -> tuple:
-    """The value range of an integer output from a middle slab reconstructed first."""
+def _sample(projections, geometry, volume, the_plan, stored, *, preprocessing, options, io_threads, checksum):
+    """An integer output's value range from the first slices of a middle slab,
+    reconstructed before the others (:func:`leveret.execution.pipeline.sample_range`)."""
     from .pipeline import sample_range
 
-    n = min(the_plan.slab_slices, 8, volume.nz)
-    k0 = max(0, (volume.nz - n) // 2)
-    lo, hi = sample_range(
+    size = the_plan.slab_slices
+    n = min(size, 8, volume.nz)
+    k0 = min(volume.nz // 2 // size * size, volume.nz - n)  # where a slab of the plan starts
+    t = time.perf_counter()
+    sample = sample_range(
         projections,
         geometry,
         volume,
         (k0, k0 + n),
         backend=the_plan.backend,
+        output_dtype=stored,
         options={k: v for k, v in options.items() if k != "devices"},
         read_threads=io_threads,
+        checksum=checksum,
         **preprocessing,
     )
-    log.info("output range: %.6g to %.6g (from slices %d:%d)", lo, hi, k0, k0 + n)
-    return lo, hi
+    lo, hi = sample.value_range
+    log.info("output range: %.6g to %.6g (from slices %d:%d, in %.2f s)", lo, hi, k0, k0 + n, time.perf_counter() - t)
+    return sample
 
 
 def _run_pipeline(
@@ -997,8 +1020,11 @@ def _run_pipeline(
     io_threads,
     resume,
     progress,
+    built,
 ):
-    """The slabs through this process's staged pipeline: (slabs done, retries, smallest slab, split)."""
+    """The slabs through this process's staged pipeline, after those ``built``
+    (:class:`leveret.execution.pipeline.RangeSample`): (slabs done, retries,
+    smallest slab, split)."""
     from ..io.atomic import register_cleanup, unregister_cleanup
     from .pipeline import Pipeline
 
@@ -1021,11 +1047,19 @@ def _run_pipeline(
     # stages before it removes (or keeps) the partial output.
     register_cleanup(id(pipeline), pipeline.cancel)
     try:
-        stages = pipeline.run(writer.todo(size))
+        stages = pipeline.run(_leave_out(writer.todo(size), built), built)
     finally:
         pipeline.cancel()
         unregister_cleanup(id(pipeline))
     return pipeline.slabs_done, pipeline.retries, min(size, pipeline.smallest), stages
+
+
+def _leave_out(regions, built) -> list[tuple[int, int]]:
+    """``regions`` (slice ranges) without the slices of the slabs ``built``."""
+    for sample in built:
+        a, b = sample.region
+        regions = [(x, y) for k0, k1 in regions for x, y in ((k0, min(k1, a)), (max(k0, b), k1)) if x < y]
+    return regions
 
 
 def _run_executor(
@@ -1041,8 +1075,11 @@ def _run_executor(
     size,
     progress,
     resumed,
+    built,
 ):
-    """The slabs on a Dask cluster, written here as they come: (slabs done, retries, smallest slab, write seconds)."""
+    """The slabs on a Dask cluster, written here as they come, after those
+    ``built`` (:class:`leveret.execution.pipeline.RangeSample`): (slabs done,
+    retries, smallest slab, write seconds)."""
     from tqdm.auto import tqdm
 
     from ..io.atomic import register_cleanup, unregister_cleanup
@@ -1075,8 +1112,14 @@ def _run_executor(
             leave=not on_terminal(),
             dynamic_ncols=True,
         ) as bar:
-            for region in writer.todo(size):
+            for region in _leave_out(writer.todo(size), built):
                 executor.submit(region)
+            for sample in built:
+                t_write = time.perf_counter()
+                writer.write(sample.region[0], sample.slices, source=sample.made_from)
+                writing += time.perf_counter() - t_write
+                slabs_done += 1
+                bar.update(sample.slices.shape[0])
             for (k0, k1), slab in executor.completed():
                 if isinstance(slab, OutOfMemoryOnDevice):
                     if k1 - k0 == 1:

@@ -48,7 +48,7 @@ import queue
 import threading
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -610,19 +610,21 @@ class Pipeline:
                 continue
 
     # -- the run -----------------------------------------------------------------------------
-    def run(self, regions) -> dict:
+    def run(self, regions, built=()) -> dict:
         """Run every slab of ``regions`` (slice ranges) through the stages into
-        the writer; returns the stages' split (:meth:`StageTimes.report`).
-        Raises the first failure of any stage (after the slabs already
-        reconstructed are written, if it was a reconstruction's)."""
+        the writer, and write the slabs ``built`` before them (each a
+        :class:`RangeSample`, its time counted in its stages); returns the
+        stages' split (:meth:`StageTimes.report`). Raises the first failure
+        of any stage (after the slabs already reconstructed are written, if
+        it was a reconstruction's)."""
         from concurrent.futures import ThreadPoolExecutor
 
         from tqdm.auto import tqdm
 
-        regions = [tuple(r) for r in regions]
-        if not regions:
+        regions, built = [tuple(r) for r in regions], list(built)
+        if not regions and not built:
             return {}
-        workers = self._workers(max(b - a for a, b in regions))
+        workers = self._workers(max([b - a for a, b in regions], default=1))
         n_writers = writers(self.backend)
         lanes = len({w.lane for w in workers})  # GPUs (or the CPU) the compute stages run on
         self.times = StageTimes(
@@ -634,6 +636,9 @@ class Pipeline:
                 **({"upload": lanes, "download": lanes} if self.backend == "cuda" else {}),
             }
         )
+        for sample in built:
+            for stage, (seconds, nbytes) in sample.seconds.items():
+                self.times.add(stage, seconds, nbytes)
         raws, outs = in_flight(len(workers), self.backend)
         self._raw_pool = Buffers(raws, self._max_band(regions), pinned=self.backend == "cuda")
         # the pools bound what is held; the queues only pass slabs on
@@ -647,6 +652,11 @@ class Pipeline:
 
         def reader():
             try:
+                for sample in built:  # straight to the writers
+                    if not self._put(
+                        finished, Slab(sample.region, out=sample.slices, made_from=sample.made_from), self._halt.is_set
+                    ):
+                        break
                 for region in regions:
                     if self._drain.is_set() or self._halt.is_set():
                         break
@@ -708,7 +718,7 @@ class Pipeline:
             for i, w in enumerate(workers)
         ]
         threads += [threading.Thread(target=writer, name=f"leveret-write-{i}", daemon=True) for i in range(n_writers)]
-        total = sum(b - a for a, b in regions)
+        total = sum(b - a for a, b in regions) + sum(b.slices.shape[0] for b in built)
         bar = tqdm(
             total=total,
             unit="slice",
@@ -774,7 +784,7 @@ class Pipeline:
     # -- the stages' work --------------------------------------------------------------------
     def _read(self, region, pool) -> Slab | None:
         from ..io.bands import read_band
-        from ..io.slabs import rows_checksum
+        from ..io.slabs import made_from
         from .slab import n_views, slab_band
 
         slab = Slab(region)
@@ -792,9 +802,7 @@ class Pipeline:
             some = views != (0, n_views(self.geometry))  # a helical slab: its views only
             read_band(self.projections, rows, slab.raw, pool=pool, **({"views": views} if some else {}))
             if self.checksum:
-                slab.made_from = {"rows": [int(rows[0]), int(rows[1])], "crc32": rows_checksum(slab.raw, pool=pool)}
-                if some:
-                    slab.made_from["views"] = [int(views[0]), int(views[1])]
+                slab.made_from = made_from(slab.raw, rows, views if some else None, pool=pool)
             self.times.add("read", time.perf_counter() - t, slab.raw.nbytes)
         except BaseException:
             slab.release()
@@ -824,6 +832,22 @@ class _Counter:
     retries = 0
 
 
+@dataclass(frozen=True)
+class RangeSample:
+    """Slices reconstructed first to find an integer output's value range."""
+
+    value_range: tuple[float, float]
+    #: The slices reconstructed, (k0, k1).
+    region: tuple[int, int]
+    #: Those slices as stored (the output dtype over ``value_range``, on the
+    #: host); None where they are off the detector.
+    slices: np.ndarray | None = None
+    #: What they were made from (:func:`leveret.io.slabs.made_from`) with ``checksum``, else None.
+    made_from: dict | None = None
+    #: ``{stage: (seconds, bytes)}`` of their read, preprocessing and reconstruction.
+    seconds: dict = field(default_factory=dict)
+
+
 def sample_range(
     projections,
     geometry,
@@ -831,6 +855,7 @@ def sample_range(
     region,
     *,
     backend: str,
+    output_dtype="uint16",
     device=None,
     flats=None,
     darks=None,
@@ -842,30 +867,41 @@ def sample_range(
     half_acquisition=None,
     options=None,
     read_threads=None,
-) -> tuple[float, float]:
+    checksum: bool = False,
+) -> RangeSample:
     """The automatic value range (:func:`leveret.io.quantize.auto_range`) from
-    slices ``region`` reconstructed as the run will (on its backend), their
-    rows read on ``read_threads`` threads (default: one per core)."""
+    slices ``region`` reconstructed as the run will (on its backend, their
+    rows read on ``read_threads`` threads, default one per core), and those
+    slices stored as ``output_dtype`` over it, as the run stores its slabs:
+    :meth:`Pipeline.run` writes them rather than reconstructing them again."""
     from concurrent.futures import ThreadPoolExecutor
 
     from ..io.bands import read_band
-    from ..io.quantize import auto_range
+    from ..io.quantize import auto_range, quantize
+    from ..io.slabs import made_from
     from . import slab as slab_module
 
+    region = (int(region[0]), int(region[1]))
     band = slab_module.slab_band(geometry, volume, region, border=slab_module.border_rows(phase))
     if band is None:
-        return auto_range(np.zeros(1, np.float32))
+        return RangeSample(auto_range(np.zeros(1, np.float32)), region)
     (n0, n1), rows = band
+    t = time.perf_counter()
     # a band of a few rows from every view: many small reads, on threads
     raw = np.empty((n1 - n0, rows[1] - rows[0], projections.shape[2]), np.dtype(projections.dtype))
     with ThreadPoolExecutor(read_threads or os.cpu_count() or 1) as pool:
         read_band(projections, rows, raw, pool=pool, views=(n0, n1))
+        some = (n0, n1) != (0, slab_module.n_views(geometry))
+        source = made_from(raw, rows, (n0, n1) if some else None, pool=pool) if checksum else None
+    t_read, t = time.perf_counter() - t, time.perf_counter()
+    split: dict = {}
     kwargs = dict(
         rows=rows,
         views=(n0, n1),
         log_transform=log_transform,
         stripes=stripes,
         stripe_size=stripe_size,
+        stats=split,
         **preprocess_extras(stripe_options, phase, half_acquisition),
         **(options or {}),
     )
@@ -873,15 +909,27 @@ def sample_range(
         result = slab_module.reconstruct_slab(
             raw, geometry, volume, region, flats=flats, darks=darks, backend="cpu", **kwargs
         )
-        return auto_range(result)
-    import cupy
+        value_range = auto_range(result)
+        stored = quantize(result, output_dtype, value_range)
+    else:
+        import cupy
 
-    with cupy.cuda.Device(cupy.cuda.Device().id if device is None else device):
-        fields = (None, None) if flats is None else (cupy.asarray(flats), cupy.asarray(darks))
-        result = slab_module.reconstruct_slab(
-            cupy.asarray(raw), geometry, volume, region, flats=fields[0], darks=fields[1], backend="cuda", **kwargs
-        )
-        return auto_range(result)
+        with cupy.cuda.Device(cupy.cuda.Device().id if device is None else device):
+            fields = (None, None) if flats is None else (cupy.asarray(flats), cupy.asarray(darks))
+            result = slab_module.reconstruct_slab(
+                cupy.asarray(raw), geometry, volume, region, flats=fields[0], darks=fields[1], backend="cuda", **kwargs
+            )
+            value_range = auto_range(result)
+            on_gpu = cupy.empty(result.shape, output_dtype)  # converted on the GPU, as the run's slabs are
+            quantize(result, output_dtype, value_range, out=on_gpu)
+            stored = on_gpu.get()
+    preprocessing = split.get("preprocess", 0.0)
+    seconds = {
+        "read": (t_read, raw.nbytes),
+        "preprocess": (preprocessing, raw.nbytes),
+        "reconstruct": (time.perf_counter() - t - preprocessing, stored.nbytes),
+    }
+    return RangeSample(value_range, region, stored, source, seconds)
 
 
 def preprocess_extras(stripe_options=None, phase=None, half_acquisition=None) -> dict:

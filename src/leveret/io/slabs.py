@@ -200,6 +200,17 @@ def input_fingerprint(source: str | os.PathLike, *, blocks: int = 8, block_size:
     }
 
 
+def made_from(raw, rows, views=None, *, pool=None) -> dict:
+    """What a slab was made from, recorded with it (:meth:`SlabWriter.sources`)
+    for a resumed run to check: its detector ``rows`` (r0, r1), its ``views``
+    (n0, n1) where not all of them, and :func:`rows_checksum` of ``raw``,
+    those rows as read."""
+    out = {"rows": [int(rows[0]), int(rows[1])], "crc32": rows_checksum(raw, pool=pool)}
+    if views is not None:
+        out["views"] = [int(views[0]), int(views[1])]
+    return out
+
+
 def rows_checksum(rows, *, pool=None) -> int:
     """CRC-32 of detector rows ``(n_angles, k, n_cols)`` as stored: their dtype and
     shape, then each projection's rows in turn (one projection's rows at a time,
