@@ -652,10 +652,9 @@ class Pipeline:
 
         def reader():
             try:
-                for sample in built:  # straight to the writers
-                    if not self._put(
-                        finished, Slab(sample.region, out=sample.slices, made_from=sample.made_from), self._halt.is_set
-                    ):
+                for sample in built:  # reconstructed already: straight to the writers
+                    slab = Slab(sample.region, out=sample.slices, made_from=sample.made_from)
+                    if not self._put(finished, slab, self._halt.is_set):
                         break
                 for region in regions:
                     if self._drain.is_set() or self._halt.is_set():
@@ -836,6 +835,7 @@ class _Counter:
 class RangeSample:
     """Slices reconstructed first to find an integer output's value range."""
 
+    #: (lo, hi), stored as 0 and as the integers' largest value.
     value_range: tuple[float, float]
     #: The slices reconstructed, (k0, k1).
     region: tuple[int, int]
