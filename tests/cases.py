@@ -547,3 +547,26 @@ def numbered_frames(n: int, shape=(3, 4), dtype=np.uint16) -> list:
     from leveret.live import Frame
 
     return [Frame(np.full(shape, i, dtype), i, angle=0.01 * i) for i in range(n)]
+
+
+def quiet_reader(source, quiet: int = 2, timeout: float = 10.0):
+    """Iterate ``source`` on a thread of its own until it has yielded ``quiet``
+    Nones (its timeouts: it is reading and idle), or ``timeout`` seconds pass.
+    Returns the running thread, the items so far and the errors it raised."""
+    import time
+
+    items, errors = [], []
+
+    def read():
+        try:
+            for item in source:
+                items.append(item)
+        except BaseException as exc:
+            errors.append(exc)
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    deadline = time.monotonic() + timeout
+    while len(items) < quiet and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return reader, items, errors

@@ -10,7 +10,7 @@ import h5py
 import numpy as np
 import pytest
 import tifffile
-from cases import take_frames
+from cases import quiet_reader, take_frames
 
 from leveret.live import Frame
 from leveret.live.sources import FolderSource, ZmqSource, decode, encode, frame_index, iterable_source, send_frames
@@ -173,16 +173,6 @@ def test_zmq_source_skips_malformed_messages():
     assert len(got) == 1 and src.bad_messages == 1
 
 
-def _wait_for(condition, timeout=10.0):
-    """Poll ``condition`` until true; False after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.01)
-    return True
-
-
 @pytest.mark.parametrize("header", [b"[1, 2]", b'"x"', b"3", b"null", b"\xff\xfe"])
 def test_zmq_source_counts_a_header_that_is_not_a_json_object_and_goes_on(header):
     address = _free_address()
@@ -216,25 +206,14 @@ def test_zmq_source_closed_from_another_thread_is_closed_by_the_thread_reading_i
 
     monkeypatch.setattr(zmq.Socket, "close", close)
     src = ZmqSource(_free_address(), timeout=0.1)
-    reader_ident, errors, nones = [], [], []
-
-    def read():
-        reader_ident.append(threading.get_ident())
-        try:
-            for f in src:
-                nones.append(f)
-        except BaseException as exc:
-            errors.append(exc)
-
-    reader = threading.Thread(target=read)
-    reader.start()
-    assert _wait_for(lambda: len(nones) >= 2)  # the reader is inside its poll loop
+    reader, nones, errors = quiet_reader(src)
+    assert len(nones) >= 2  # the reader is inside its poll loop
     src.close()  # from this thread
     reader.join(5)
     assert not reader.is_alive() and errors == []
-    assert src.closed and closed_in == reader_ident
+    assert src.closed and closed_in == [reader.ident]
     src.close()  # again: nothing left to do
-    assert closed_in == reader_ident
+    assert closed_in == [reader.ident]
 
 
 def test_zmq_source_closed_before_anyone_reads_it_closes_its_socket_at_once():

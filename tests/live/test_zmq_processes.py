@@ -5,13 +5,12 @@ nothing left behind: no process, no shared-memory file."""
 import os
 import signal
 import tempfile
-import threading
 import time
 
 import numpy as np
 import pytest
 
-from cases import numbered_frames, zmq_addresses, zmq_sender
+from cases import numbered_frames, quiet_reader, zmq_addresses, zmq_sender
 
 from leveret.live import Frame
 from leveret.live.sources import ZmqSource, encode
@@ -116,15 +115,10 @@ def test_a_child_that_dies_is_an_error_of_the_iteration(ipc_dir):
 @pytest.mark.parametrize("n_streams", [1, 3])
 def test_closing_from_another_thread_ends_every_child(n_streams, ipc_dir):
     src = ZmqSource(zmq_addresses("ipc", n_streams, ipc_dir), timeout=0.05, processes=True)
-    nones = []
-    reader = threading.Thread(target=lambda: nones.extend(src))
-    reader.start()
-    deadline = time.monotonic() + 10
-    while len(nones) < 2 and time.monotonic() < deadline:
-        time.sleep(0.01)
+    reader, nones, errors = quiet_reader(src)
     src.close()
     reader.join(10)
-    assert not reader.is_alive() and nones == [None] * len(nones)
+    assert not reader.is_alive() and errors == [] and nones == [None] * len(nones)
     assert src.closed and _children_gone(src)
 
 
@@ -139,7 +133,7 @@ from leveret.live import Frame
 from leveret.live.sources import ZmqSource, send_frames
 address = "ipc://{tmp_path}/s"
 source = ZmqSource(address, stop_at_end=True, processes=True)
-print(source._socks[0].process.pid)
+print(source.receiver_pids[0])
 frames = [Frame(np.zeros((2, 3), np.float32), i, angle=0.1 * i) for i in range(3)]
 sender = threading.Thread(target=send_frames, args=(address, frames))
 sender.start()

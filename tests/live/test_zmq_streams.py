@@ -8,7 +8,7 @@ import tracemalloc
 
 import numpy as np
 import pytest
-from cases import numbered_frames, parallel_phantom_scan, take_frames, zmq_addresses, zmq_sender
+from cases import numbered_frames, parallel_phantom_scan, quiet_reader, take_frames, zmq_addresses, zmq_sender
 
 import leveret
 from leveret.live import Frame, LiveReconstructor
@@ -159,20 +159,7 @@ def test_closing_from_another_thread_stops_every_receiving_thread_which_closes_i
 
     monkeypatch.setattr(zmq.Socket, "close", close)
     src = ZmqSource(zmq_addresses("ipc", 3, ipc_dir), timeout=0.1)
-    nones, errors = [], []
-
-    def read():
-        try:
-            for f in src:
-                nones.append(f)
-        except BaseException as exc:
-            errors.append(exc)
-
-    reader = threading.Thread(target=read)
-    reader.start()
-    deadline = time.monotonic() + 10
-    while len(nones) < 2 and time.monotonic() < deadline:
-        time.sleep(0.01)
+    reader, nones, errors = quiet_reader(src)
     src.close()
     reader.join(5)
     assert not reader.is_alive() and errors == [] and nones == [None] * len(nones)
