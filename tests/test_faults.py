@@ -154,6 +154,9 @@ def _inject_hdf5_chunk_disk_full(monkeypatch, code):
                 raise OSError(f"Can't write chunk (file write failed: errno = {code}, error message = 'x')")
             return self.dsid.write_direct_chunk(*args, **kwargs)
 
+        def __getattr__(self, name):  # the id's other methods, as they are
+            return getattr(self.dsid, name)
+
     class Dataset:
         def __init__(self, ds):
             self.id, self.file = Chunks(ds.id), ds.file

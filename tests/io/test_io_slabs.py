@@ -218,6 +218,26 @@ def test_an_uncompressed_file_starts_each_pieces_writeback_once_written_when_it_
     np.testing.assert_array_equal(read_array(tmp_path / "v.npy"), vol)
 
 
+@pytest.mark.parametrize("sync", [True, False])
+def test_a_compressed_hdf5_starts_each_chunks_writeback_once_written_when_it_syncs(tmp_path, rng, monkeypatch, sync):
+    import h5py
+
+    import leveret.io.slabs as slabs
+
+    vol = _volume(rng)
+    started = []
+    monkeypatch.setattr(slabs, "start_writeback", lambda fd, offset, nbytes: started.append((offset, nbytes)))
+    with SlabWriter(tmp_path / "v.h5", vol.shape, sync=sync, compression="lz4", chunks=(1, 3, vol.shape[2])) as w:
+        w.write(0, vol)
+        w.finish()
+    with h5py.File(tmp_path / "v.h5") as f:
+        ds = f[w.dataset]
+        stored = [ds.id.get_chunk_info(i) for i in range(ds.id.get_num_chunks())]
+    assert len(stored) > vol.shape[0]  # several chunks a slice
+    assert sorted(started) == (sorted((c.byte_offset, c.size) for c in stored) if sync else [])
+    np.testing.assert_array_equal(read_array(tmp_path / "v.h5"), vol)
+
+
 def test_start_writeback_is_the_kernels_on_linux(tmp_path):
     from leveret.io import atomic
 

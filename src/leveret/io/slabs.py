@@ -856,12 +856,15 @@ class SlabWriter:
 
     def _write_hdf5_chunks(self, k0: int, k1: int, data: np.ndarray) -> list[Path]:
         """Compress the slab's chunks on the pool and give each to HDF5 as a
-        direct chunk as it is ready, in order; then write HDF5's chunk index."""
+        direct chunk as it is ready, in order, its writeback started at once
+        when the output syncs (as a piece of the other formats); then write
+        HDF5's chunk index."""
         from collections import deque
 
         self._check_room(data.nbytes)
         pool = self._threads()
         ds = self._hdf5_file()[self.dataset]
+        fd = ds.file.id.get_vfd_handle() if self.sync else None
         # a window of chunks compressed ahead, given to HDF5 in order (chunks lie in the file in order)
         origins = deque(self._chunk_origins(k0, k1))
         encoding: deque = deque()
@@ -875,6 +878,9 @@ class SlabWriter:
                 t = time.perf_counter()
                 ds.id.write_direct_chunk(origin, stored)
                 self._count("write", time.perf_counter() - t, len(stored))
+                if fd is not None:  # on the pool: the kernel may hold the call while its queue is full
+                    where = ds.id.get_chunk_info_by_coord(origin)
+                    pool.submit(start_writeback, fd, where.byte_offset, where.size)
             t = time.perf_counter()
             ds.file.flush()  # the chunk index
             self._count("write", time.perf_counter() - t)
