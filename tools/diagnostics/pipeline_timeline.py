@@ -63,7 +63,7 @@ def intervals(name: str) -> list[tuple[float, float]]:
 def milestones() -> dict:
     """The run's milestones and each call's busy seconds, from the stamps."""
     row = {}
-    for name in ("read", "build", "write", "flush", "manifest", "synced", "pipeline", "finish"):
+    for name in ("sample", "read", "build", "write", "flush", "manifest", "synced", "pipeline", "finish"):
         calls = intervals(name)
         if calls:
             row[name] = {
@@ -78,6 +78,9 @@ def milestones() -> dict:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--size", type=int, default=256, help="views = rows = columns (2048: bench_e2e's target)")
+    p.add_argument("--views", type=int, default=None, help="projections (default: --size)")
+    p.add_argument("--rows", type=int, default=None, help="detector rows = slices (default: --size)")
+    p.add_argument("--cols", type=int, default=None, help="detector columns = slice width (default: --size)")
     p.add_argument("--dir", default="e2e", help="folder of the input and the outputs (on the disk to measure)")
     p.add_argument("--formats", default="h5-none,h5,tiff", help=f"comma-separated, of: {', '.join(bench_e2e.FORMATS)}")
     p.add_argument("--backend", default="auto", choices=("auto", "cuda", "cpu"))
@@ -87,12 +90,12 @@ def main(argv=None) -> int:
 
     folder = Path(args.dir)
     folder.mkdir(parents=True, exist_ok=True)
-    n = args.size
-    scan_path = folder / f"bench_e2e_{n}x{n}x{n}_frames.h5"
+    views, rows, cols = (args.size if v is None else v for v in (args.views, args.rows, args.cols))
+    scan_path = folder / f"bench_e2e_{views}x{rows}x{cols}_frames.h5"
     if not scan_path.exists():
-        bench_e2e.write_scan(scan_path, n, n, n, 10, 5, "frames", os.cpu_count() or 1)
+        bench_e2e.write_scan(scan_path, views, rows, cols, 10, 5, "frames", os.cpu_count() or 1)
     scan = read_scan(scan_path)
-    geometry = leveret.ParallelGeometry(scan.angles, n, n_rows=n)
+    geometry = leveret.ParallelGeometry(scan.angles, cols, n_rows=rows)
     scan_input = {"projections": scan.projections, "preprocess": dict(flats=scan.flats, darks=scan.darks)}
     formats = [f.strip() for f in args.formats.split(",") if f.strip()]
     # the kernels compiled, not in this run's time
@@ -106,6 +109,7 @@ def main(argv=None) -> int:
     stamped(slabs.SlabWriter, "synced", "synced")
     stamped(slabs.SlabWriter, "finish", "finish")
     stamped(slabs, "_fsync_path", "flush")
+    stamped(pipeline, "sample_range", "sample")  # an integer output's range, before the pipeline
     stamped(outofcore, "_run_pipeline", "pipeline")  # its end: the stages have stopped, the finish follows
 
     runs = []
