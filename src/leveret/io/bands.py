@@ -203,33 +203,43 @@ class _Frames:
 
     def read(self, r0: int, r1: int, out: np.ndarray, pool) -> None:
         row = self.shape[2] * self.dtype.itemsize
-        flat = out.reshape(out.shape[0], -1).view(np.uint8)
-        lock = threading.Lock()
-        fds: dict = {}
+        n, band = out.shape[0], (r1 - r0) * row
+        which = [0] * n if self.file_of is None else self.file_of[:n]
+        positions = [offset + r0 * row for offset in self.offsets[:n]]
+        _read_runs(self.files, which, positions, range(0, n * band, band), [band] * n, out, pool)
 
-        def fd_of(i):
-            name = self.files[0 if self.file_of is None else self.file_of[i]]
-            with lock:
-                if name not in fds:
-                    fds[name] = os.open(name, os.O_RDONLY)
-                return fds[name]
 
-        def part(a, b):
-            for i in range(a, b):
-                view = memoryview(flat[i])
-                pos, n = self.offsets[i] + r0 * row, (r1 - r0) * row
-                got = os.preadv(fd_of(i), [view], pos)
-                if got != n:
-                    raise OSError(
-                        f"{self.files[0 if self.file_of is None else self.file_of[i]]}: "
-                        f"expected {n} bytes at {pos}, the file ends after {got}"
-                    )
+def _read_runs(files, which, positions, targets, sizes, out: np.ndarray, pool) -> None:
+    """Read run i, ``sizes[i]`` bytes at byte ``positions[i]`` of file
+    ``files[which[i]]``, into byte ``targets[i]`` of ``out`` (C-contiguous), on
+    ``pool``'s threads. Each run is one ``preadv`` into a slice of one
+    memoryview: no NumPy object per run, whose making holds the GIL that the
+    other readers wait for (a band of a few rows is thousands of short runs)."""
+    buffer = memoryview(out.reshape(-1).view(np.uint8))
+    lock = threading.Lock()
+    fds: dict = {}
 
-        try:
-            _run(pool, _tasks(out.shape[0], (r1 - r0) * row, pool), part)
-        finally:
-            for fd in fds.values():
-                os.close(fd)
+    def fd_of(k):
+        with lock:
+            if k not in fds:
+                fds[k] = os.open(files[k], os.O_RDONLY)
+            return fds[k]
+
+    def part(a, b):
+        last = fd = None
+        for i in range(a, b):
+            if which[i] != last:  # runs of one file follow one another: its descriptor looked up once
+                last, fd = which[i], fd_of(which[i])
+            at, n = targets[i], sizes[i]
+            got = os.preadv(fd, [buffer[at : at + n]], positions[i])
+            if got != n:
+                raise OSError(f"{files[which[i]]}: expected {n} bytes at {positions[i]}, the file ends after {got}")
+
+    try:
+        _run(pool, _tasks(len(positions), max(1, out.nbytes // max(1, len(positions))), pool), part)
+    finally:
+        for fd in fds.values():
+            os.close(fd)
 
 
 class _Chunks:
@@ -239,6 +249,7 @@ class _Chunks:
 
     def __init__(self, layout, frames, shape):
         self.layout, self.frames, self.shape = layout, np.asarray(frames, np.int64), tuple(shape)
+        self._starts: dict = {}  # row origin -> byte offset of each frame's chunk there (-1: never written)
 
     def views(self, n0: int, n1: int) -> _Chunks:
         """The places of projections ``n0:n1`` only."""
@@ -250,12 +261,14 @@ class _Chunks:
         lay = self.layout
         cf, cr, cc = lay.chunks
         item = lay.dtype.itemsize
-        direct = not lay.filters and cc == lay.shape[2]
+        row_origins = range(r0 // cr * cr, r1, cr)
+        if not lay.filters and cc == lay.shape[2]:
+            self._read_direct(r0, r1, out, pool, row_origins)
+            return
         # output position j -> dataset frame f; group by chunk along the frame axis
         by_chunk: dict = {}
         for j, f in enumerate(self.frames):
             by_chunk.setdefault(int(f) // cf * cf, []).append((j, int(f)))
-        row_origins = range(r0 // cr * cr, r1, cr)
         # several chunks per task when they are small: a task's overhead is the thread's, not the disk's
         per_chunk = cf * (min(cr, r1 - r0)) * lay.shape[2] * item
         groups = _tasks(len(by_chunk), per_chunk, pool)
@@ -272,13 +285,6 @@ class _Chunks:
                     for j, _ in by_chunk[f0]:
                         out[j, lo - r0 : hi - r0, c0:c1] = 0
                     continue
-                if direct:  # the band's rows of each frame, as stored
-                    for j, f in by_chunk[f0]:
-                        pos = found[0] + (((f - f0) * cr + (lo - ro)) * cc) * item
-                        view = memoryview(out[j, lo - r0 : hi - r0].reshape(-1).view(np.uint8))
-                        if os.preadv(fd, [view], pos) != view.nbytes:
-                            raise OSError(f"{lay.path}: a chunk at byte {found[0]} ends past the file's end")
-                    continue
                 chunk = read_chunk(fd, lay, (f0, ro, c0))
                 for j, f in by_chunk[f0]:
                     out[j, lo - r0 : hi - r0, c0:c1] = chunk[f - f0, lo - ro : hi - ro, : c1 - c0]
@@ -291,3 +297,27 @@ class _Chunks:
             _run(pool, tasks, group)
         finally:
             os.close(fd)
+
+    def _read_direct(self, r0, r1, out, pool, row_origins) -> None:
+        """Uncompressed chunks as wide as a projection: the band's rows of each
+        frame read as stored, one run per frame and chunk of rows (their places
+        worked out with NumPy: thousands of frames a band)."""
+        lay = self.layout
+        cf, cr, cc = lay.chunks
+        row = cc * lay.dtype.itemsize
+        firsts = self.frames // cf * cf
+        j = np.arange(len(self.frames))
+        positions, targets, sizes = [], [], []
+        for ro in row_origins:
+            lo, hi = max(ro, r0), min(ro + cr, r1)
+            if ro not in self._starts:
+                self._starts[ro] = np.array([lay.table.get((int(f0), ro, 0), (-1,))[0] for f0 in firsts], np.int64)
+            starts = self._starts[ro]
+            missing = starts < 0
+            out[missing, lo - r0 : hi - r0] = 0  # never written: the fill value, zero
+            at = ~missing
+            positions.append(starts[at] + ((self.frames[at] - firsts[at]) * cr + lo - ro) * row)
+            targets.append((j[at] * (r1 - r0) + lo - r0) * row)
+            sizes.append(np.full(int(at.sum()), (hi - lo) * row, np.int64))
+        positions, targets, sizes = (np.concatenate(a).tolist() for a in (positions, targets, sizes))
+        _read_runs([lay.path], [0] * len(positions), positions, targets, sizes, out, pool)
