@@ -203,9 +203,9 @@ class _Frames:
 
     def read(self, r0: int, r1: int, out: np.ndarray, pool) -> None:
         row = self.shape[2] * self.dtype.itemsize
-        n, band = out.shape[0], (r1 - r0) * row
-        which = [0] * n if self.file_of is None else self.file_of[:n]
-        positions = [offset + r0 * row for offset in self.offsets[:n]]
+        n, band = len(self.offsets), (r1 - r0) * row
+        which = [0] * n if self.file_of is None else self.file_of
+        positions = [offset + r0 * row for offset in self.offsets]
         _read_runs(self.files, which, positions, range(0, n * band, band), [band] * n, out, pool)
 
 
