@@ -118,3 +118,20 @@ def test_the_pipeline_is_warmed_once_for_each_output_dtype_of_the_suite(tmp_path
     argv += ["--formats", "npy,h5-uint16", "--no-probe", "--no-warm", "--no-memory", "--out", str(tmp_path / "e.json")]
     bench_e2e.main(argv)
     assert made[:2] == [None, "uint16"]  # the warm-up's two runs, before the timed ones
+
+
+def test_probe_each_holds_a_case_to_the_faster_flush_measured_beside_it(tmp_path, monkeypatch):
+    """A virtual disk's flush rate drifts within a call: with --probe-each a case's sync floor is
+    its bytes at the faster of the probes just before and just after it, not the call's first."""
+    monkeypatch.syspath_prepend(str(ROOT / "bench"))
+    import bench_e2e
+
+    rates = iter([4e6, 2e6])  # before the case 4 MB/s, after it 2 MB/s
+    monkeypatch.setattr(bench_e2e, "flush_rate", lambda folder, threads, gb: next(rates))
+    out = tmp_path / "e.json"
+    argv = ["--views", "12", "--rows", "4", "--cols", "16", "--backend", "cpu", "--dir", str(tmp_path)]
+    argv += ["--formats", "npy", "--no-probe", "--no-warm", "--no-memory", "--probe-each", "--out", str(out)]
+    bench_e2e.main(argv)
+    (row,) = json.loads(out.read_text())["runs"]
+    assert row["sync_probes"] == [4e6, 2e6]
+    assert row["floors"]["sync"] == pytest.approx(row["stored_bytes"] / 4e6)
