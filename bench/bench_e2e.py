@@ -10,9 +10,10 @@ end-to-end rate in GU/s, and the floor: the slowest stage's time at this
 host's ceilings for its bytes (measured here unless ``--no-probe``: page-cache
 reads and writes, the disk's flush, Blosc, on this host's cores; the
 reconstruction at the kernel's measured rate), with the run's ratio to it.
-A virtual disk's flush rate drifts within one call; ``--probe-each``
-measures it again before and after each case and holds that case to the
-faster of the two.
+A virtual disk's flush rate drifts within one call, and a few GB fit in
+caches that 30 GB do not: ``--probe-each`` writes and flushes each case's
+stored bytes alone right after it (as the writer does: threads, each
+piece's writeback started at once), and holds the case to that time.
 Beside them: ``leveret.fbp`` of the same problem in memory (float32 line
 integrals in, NumPy volume out) and the kernel alone on the GPU.
 
@@ -230,15 +231,32 @@ def _noise(nbytes: int) -> np.ndarray:
     return np.random.default_rng(0).integers(0, 255, nbytes, dtype=np.uint8)
 
 
-def flush_rate(folder: Path, threads: int, gb: float) -> float:
-    """This disk's flush rate now, in bytes per second (``gb`` GB written and flushed as
-    :func:`probe` does): a virtual disk's rate drifts within a call, so each run can be
-    held to the rate measured beside it."""
+def durable_rate(folder: Path, threads: int, nbytes: int, piece: int = 64 << 20) -> float:
+    """Bytes per second at which this disk takes ``nbytes`` from memory to stable storage now,
+    as leveret's writer moves them: pieces of ``piece`` bytes written on ``threads`` threads, each
+    one's writeback started once written, then one flush. Run beside a case with its stored bytes,
+    this is that case's I/O floor (a virtual disk's rate drifts within a call, and a few GB fit in
+    caches below the page cache that 30 GB do not)."""
+    from leveret.io.atomic import start_writeback
+
     path = folder / ".bench_e2e_probe"
-    a = _noise(int(gb * 1e9))
+    data = memoryview(_noise(piece))
+    path.unlink(missing_ok=True)
+    os.sync()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT)
     try:
-        return a.nbytes / write(path, memoryview(a), threads)[1]
+        t = time.perf_counter()
+
+        def one(at):
+            os.pwrite(fd, data[: nbytes - at], at)
+            start_writeback(fd, at, min(piece, nbytes - at))
+
+        with ThreadPoolExecutor(threads) as pool:
+            list(pool.map(one, range(0, nbytes, piece)))
+        os.fsync(fd)
+        return nbytes / (time.perf_counter() - t)
     finally:
+        os.close(fd)
         path.unlink(missing_ok=True)
 
 
@@ -447,8 +465,8 @@ def print_row(row: dict, problem: dict) -> None:
         cells.append(f"{part['seconds']:6.2f}" + (f" {rate:5.1f}G" if rate is not None else "       "))
     floor = row.get("floor")
     ratio = f"{row['wall'] / floor:5.2f}x of {floor:6.2f} s ({row['floor_stage']})" if floor else ""
-    if "sync_probes" in row:
-        ratio += " disk " + " / ".join(f"{r / 1e9:.2f}" for r in row["sync_probes"]) + " GB/s"
+    if "durable_rate" in row:
+        ratio += f" (disk {row['durable_rate'] / 1e9:.2f} GB/s beside it)"
     print(
         f"{row['format']:11s} {row['wall']:7.2f} s {problem['updates'] / row['wall'] / 1e9:8.1f} GU/s "
         f"{' '.join(cells)}  {row['stored_bytes'] / 1e9:6.2f} GB  {ratio}",
@@ -517,7 +535,7 @@ def main(argv=None) -> int:
     p.add_argument(
         "--probe-each",
         action="store_true",
-        help="the disk's flush rate probed again before and after each case; its floor takes the faster",
+        help="after each case, its stored bytes written and flushed alone: that case's I/O floor",
     )
     p.add_argument("--progress", action="store_true", help="each run's progress line (stage rates)")
     p.add_argument("--repeats", type=int, default=1, help="runs of each case; the fastest is kept (default: 1)")
@@ -635,21 +653,20 @@ def main(argv=None) -> int:
     )
     for fmt in formats:
         try:
-            probes = [flush_rate(folder, threads, args.probe_gb)] if args.probe_each and not args.no_sync else []
             row = min(
                 (run_one(fmt, scan_input, geometry, folder, args, extra) for _ in range(max(1, args.repeats))),
                 key=lambda r: r["wall"],
             )
-            if probes:
-                probes.append(flush_rate(folder, threads, args.probe_gb))
-                row["sync_probes"] = probes
+            if args.probe_each and not args.no_sync:
+                row["durable_rate"] = durable_rate(folder, threads, row["stored_bytes"])
         except Exception as exc:  # one format's failure (a missing package) does not end the suite
             print(f"{fmt:11s} failed: {type(exc).__name__}: {exc}", flush=True)
             results["runs"].append({"format": fmt, "error": f"{type(exc).__name__}: {exc}"})
             save()
             continue
-        # the disk as it was beside this case: the faster probe, the stricter floor
-        need = floors(row, problem, dict(rates, sync=max(probes)) if probes else rates, reconstruct, backend)
+        need = floors(row, problem, rates, reconstruct, backend)
+        if "durable_rate" in row:  # its bytes taken to disk beside it: the I/O floor of this case
+            need["sync"] = row["stored_bytes"] / row["durable_rate"]
         row["floors"] = need
         row["floor_stage"] = max(need, key=need.get)
         row["floor"] = need[row["floor_stage"]]

@@ -5,6 +5,7 @@ each run's stage split and floor."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -120,18 +121,29 @@ def test_the_pipeline_is_warmed_once_for_each_output_dtype_of_the_suite(tmp_path
     assert made[:2] == [None, "uint16"]  # the warm-up's two runs, before the timed ones
 
 
-def test_probe_each_holds_a_case_to_the_faster_flush_measured_beside_it(tmp_path, monkeypatch):
-    """A virtual disk's flush rate drifts within a call: with --probe-each a case's sync floor is
-    its bytes at the faster of the probes just before and just after it, not the call's first."""
+def test_probe_each_holds_a_case_to_its_own_bytes_taken_to_disk_beside_it(tmp_path, monkeypatch):
+    """A virtual disk's rate drifts within a call: with --probe-each a case's sync floor is the
+    time its stored bytes take to disk, written alone right after it, not the call's first probe."""
     monkeypatch.syspath_prepend(str(ROOT / "bench"))
     import bench_e2e
 
-    rates = iter([4e6, 2e6])  # before the case 4 MB/s, after it 2 MB/s
-    monkeypatch.setattr(bench_e2e, "flush_rate", lambda folder, threads, gb: next(rates))
+    asked = []
+    monkeypatch.setattr(bench_e2e, "durable_rate", lambda folder, threads, nbytes: asked.append(nbytes) or 4e6)
     out = tmp_path / "e.json"
     argv = ["--views", "12", "--rows", "4", "--cols", "16", "--backend", "cpu", "--dir", str(tmp_path)]
     argv += ["--formats", "npy", "--no-probe", "--no-warm", "--no-memory", "--probe-each", "--out", str(out)]
     bench_e2e.main(argv)
     (row,) = json.loads(out.read_text())["runs"]
-    assert row["sync_probes"] == [4e6, 2e6]
+    assert asked == [row["stored_bytes"]] and row["durable_rate"] == 4e6
     assert row["floors"]["sync"] == pytest.approx(row["stored_bytes"] / 4e6)
+
+
+def test_the_durable_probe_writes_the_bytes_asked_and_leaves_nothing(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT / "bench"))
+    import bench_e2e
+
+    written = []
+    real = os.pwrite
+    monkeypatch.setattr(bench_e2e.os, "pwrite", lambda fd, data, at: written.append(len(data)) or real(fd, data, at))
+    assert bench_e2e.durable_rate(tmp_path, 2, 5 << 20, piece=2 << 20) > 0
+    assert sorted(written) == [1 << 20, 2 << 20, 2 << 20] and list(tmp_path.iterdir()) == []
