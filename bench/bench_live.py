@@ -22,8 +22,9 @@ float32 line integrals with ``--dtype float32``), each in a buffer from
 - ZeroMQ, on this host: a sender process per stream sends the frames as fast
   as they go over --streams parallel PUSH/PULL streams (--transport ipc or
   tcp, sent without a copy), and ``ZmqSource(threads=streams)`` receives
-  them into the reconstructor's frame buffers (each checked, then copied
-  once; with --zmq-processes read by child processes, ``processes=True``):
+  them into the reconstructor's frame pool (each checked, then copied
+  once; with --zmq-processes read by child processes, ``processes=True``,
+  whose shared memory is lent to the pool without a copy):
   frames/s and GB/s for each count of streams, with the CPU time per frame of
   the receiving processes and the senders; then the same stream, at the
   largest count, through ``LiveSession`` into the reconstruction (what
@@ -346,7 +347,7 @@ def zmq_receive(args, rec, streams, folder):
     (this one and its receiving children) and of the senders."""
     n = args.zmq_frames
     source, sender = _zmq_stream(args, streams, n, folder)
-    source.buffers = rec.frame_buffer
+    source.buffers = rec.frame_pool
     rec.frame_pool.reserve((source.QUEUED + 2) * streams + 4, np.dtype(args.dtype))
     arrivals = []
     t_cpu = _cpu_seconds() + _children_cpu_seconds(source)
@@ -388,7 +389,7 @@ def zmq_live(args, flat, dark, streams, folder):
 
     rec = build(args, flat, dark)
     source, sender = _zmq_stream(args, streams, args.frames, folder)
-    source.buffers = rec.frame_buffer
+    source.buffers = rec.frame_pool
     rec.frame_pool.reserve((source.QUEUED + 2) * streams + 2 * args.batch, np.dtype(args.dtype))
     first: list = []
 

@@ -549,6 +549,15 @@ def numbered_frames(n: int, shape=(3, 4), dtype=np.uint16) -> list:
     return [Frame(np.full(shape, i, dtype), i, angle=0.01 * i) for i in range(n)]
 
 
+def in_shared_ring(data) -> bool:
+    """Whether ``data`` is a view of a ZeroMQ receiver's shared ring (an mmap), not a copy."""
+    import mmap
+
+    while data is not None and not isinstance(data, mmap.mmap):
+        data = data.obj if isinstance(data, memoryview) else getattr(data, "base", None)
+    return data is not None
+
+
 def quiet_reader(source, quiet: int = 2, timeout: float = 10.0):
     """Iterate ``source`` on a thread of its own until it has yielded ``quiet``
     Nones (its timeouts: it is reading and idle), or ``timeout`` seconds pass.

@@ -33,6 +33,45 @@ def test_pool_recycles_a_buffer_only_after_it_came_back_and_its_upload_finished(
     assert pool.get(np.float32).dtype == np.float32 and pool.allocated == 3
 
 
+def test_a_lent_frame_goes_back_to_its_owner_once_released_with_the_event_of_its_upload():
+    pool = FramePool((3, 4))
+    given = []
+    frame = np.zeros((3, 4), np.uint16)  # memory the pool did not allocate (a receiver's slot)
+    pool.lend(frame, given.append)
+    assert pool.lent == 1
+    event = _Event()
+    pool.release(frame, event)
+    pool.release(frame)  # twice: ignored
+    assert given == [event] and pool.lent == 0
+    del frame  # released already: not given back again when it goes
+    assert given == [event] and pool.allocated == 0
+
+
+def test_a_lent_frame_dropped_unreleased_goes_back_when_it_goes():
+    """A frame a caller skips must not hold its slot for good (the receiver would stall)."""
+    pool = FramePool((3, 4))
+    given = []
+    frame = np.zeros((3, 4), np.uint16)
+    pool.lend(frame, given.append)
+    view = frame[1:]
+    del frame
+    assert given == []  # a view still holds it
+    del view
+    assert given == [None] and pool.lent == 0
+
+
+def test_pin_locks_through_register_and_is_a_no_op_without_it():
+    assert FramePool((2, 2)).pin(np.zeros(4))() is None  # the CPU: plain memory serves
+    locked = []
+    pool = FramePool((2, 2), register=lambda a: locked.append(a) or (lambda: locked.remove(a)))
+    ring = np.zeros(8, np.uint8)
+    unpin = pool.pin(ring)
+    assert locked == [ring]
+    unpin()
+    assert locked == []
+    assert FramePool((2, 2), register=lambda a: None).pin(ring) is None  # refused: frames are copied
+
+
 def test_reconstructor_takes_back_its_frame_buffers_after_add_frames():
     from leveret.live import Frame
 

@@ -10,7 +10,7 @@ import time
 import numpy as np
 import pytest
 
-from cases import numbered_frames, quiet_reader, zmq_addresses, zmq_sender
+from cases import in_shared_ring, numbered_frames, quiet_reader, zmq_addresses, zmq_sender
 
 from leveret.live import Frame
 from leveret.live.sources import ZmqSource, encode
@@ -65,6 +65,92 @@ def test_frames_go_into_the_given_buffers_and_a_larger_frame_gets_a_larger_ring(
     assert [f.index for f in got] == list(range(10))
     assert all(f.data.shape == (2, 3) and np.all(f.data == f.index) for f in got[:5])
     assert all(any(f.data is b for b in taken) and np.all(f.data == f.index) for f in got[5:])
+
+
+class _Upload:
+    """A CUDA event's stand-in: done once synchronized."""
+
+    def __init__(self):
+        self.done = False
+
+    def synchronize(self):
+        self.done = True
+
+
+@pytest.mark.parametrize("n_streams", [1, 3])
+def test_frames_are_lent_from_the_ring_to_a_pool_and_each_slot_returns_after_its_upload(n_streams, ipc_dir):
+    from leveret.live.pool import FramePool
+    from leveret.live.receivers import SLOTS
+
+    locked = []
+    pool = FramePool((3, 4), register=lambda ring: locked.append(ring.nbytes) or (lambda: locked.pop()))
+    endpoints = zmq_addresses("ipc", n_streams, ipc_dir)
+    src = ZmqSource(endpoints, timeout=0.1, stop_at_end=True, buffers=pool, processes=True)
+    n = 6 * SLOTS * n_streams  # many times the slots: every slot is given back, again and again
+    sender = zmq_sender(endpoints, numbered_frames(n))
+    got, uploads = [], []
+    for f in src:
+        if f is None:
+            continue
+        got.append((f.index, int(f.data[0, 0]), in_shared_ring(f.data)))
+        uploads.append(_Upload())
+        pool.release(f.data, uploads[-1])  # as the reconstructor does once the upload is queued
+    sender.join()
+    assert sorted(i for i, _, _ in got) == list(range(n)) and all(i == v for i, v, _ in got)
+    assert [lent for _, _, lent in got] == [True] * n and pool.allocated == 0  # no frame copied
+    assert locked == [SLOTS * 3 * 4 * 2] * n_streams  # each ring locked once, while the source lives
+    assert all(u.done for u in uploads[: -SLOTS * n_streams])  # a slot went back only after its upload
+    src.close()
+    assert locked == [] and pool.lent == 0 and _children_gone(src)
+
+
+def test_a_caller_holding_its_frames_gets_copies_once_few_slots_are_free_and_never_stalls(ipc_dir):
+    from leveret.live.pool import FramePool
+    from leveret.live.receivers import KEEP_FREE, SLOTS
+
+    pool = FramePool((3, 4))
+    endpoints = zmq_addresses("ipc", 1, ipc_dir)
+    src = ZmqSource(endpoints, timeout=0.1, stop_at_end=True, buffers=pool, processes=True)
+    sender = zmq_sender(endpoints, numbered_frames(3 * SLOTS))
+    held = [f for f in src if f is not None]  # nothing released: the frames keep their slots
+    sender.join()
+    src.close()
+    assert [f.index for f in held] == list(range(3 * SLOTS)) and all(np.all(f.data == f.index) for f in held)
+    lent = [in_shared_ring(f.data) for f in held]
+    assert lent == [True] * (SLOTS - KEEP_FREE) + [False] * (2 * SLOTS + KEEP_FREE)
+    assert all(any(f.data is b for b in pool._lent.values()) for f in held if not in_shared_ring(f.data))
+
+
+def test_frames_dropped_without_a_release_give_their_slots_back(ipc_dir):
+    from leveret.live.pool import FramePool
+    from leveret.live.receivers import SLOTS
+
+    pool = FramePool((3, 4))
+    endpoints = zmq_addresses("ipc", 1, ipc_dir)
+    src = ZmqSource(endpoints, timeout=0.1, stop_at_end=True, buffers=pool, processes=True)
+    sender = zmq_sender(endpoints, numbered_frames(4 * SLOTS))
+    lent = [in_shared_ring(f.data) for f in src if f is not None]  # each frame dropped once looked at
+    sender.join()
+    src.close()
+    assert lent == [True] * (4 * SLOTS) and pool.allocated == 0 and pool.lent == 0
+
+
+def test_a_ring_whose_pages_cannot_be_locked_has_its_frames_copied_into_the_pool(ipc_dir):
+    from leveret.live.pool import FramePool
+
+    pool = FramePool((3, 4), register=lambda ring: None)  # the driver refuses
+    endpoints = zmq_addresses("ipc", 1, ipc_dir)
+    src = ZmqSource(endpoints, timeout=0.1, stop_at_end=True, buffers=pool, processes=True)
+    sender = zmq_sender(endpoints, numbered_frames(20))
+    got = []
+    for f in src:
+        if f is not None:
+            got.append((in_shared_ring(f.data), f.index, int(f.data[0, 0])))
+            pool.release(f.data)
+    sender.join()
+    src.close()
+    assert [(ring, i) for ring, i, _ in got] == [(False, i) for i in range(20)] and all(i == v for _, i, v in got)
+    assert 1 <= pool.allocated <= 2
 
 
 def test_bad_messages_are_counted_by_the_parent_and_the_stream_goes_on(ipc_dir):

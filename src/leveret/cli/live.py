@@ -588,7 +588,7 @@ def _serve(args, source, summary: _Summary, plan) -> None:
         max_views=args.max_views,
     )
     if rec.backend == "cuda" and hasattr(source, "buffers"):
-        source.buffers = rec.frame_buffer  # messages copied into pinned buffers: asynchronous uploads
+        source.buffers = rec.frame_pool  # frames in pinned memory (lent or copied): asynchronous uploads
     session = LiveSession(rec, source, frames=frames, max_batch=args.max_batch, max_views=args.max_views)
     summary.session = session
     host, port = args.serve

@@ -229,6 +229,23 @@ def pinned_array(shape, dtype=np.float32) -> np.ndarray | None:
     return np.asarray(_PinnedOwner(block, shape, dtype, pooled=False))
 
 
+def register_host(array: np.ndarray):
+    """Lock the pages of the contiguous host ``array`` (memory allocated elsewhere,
+    such as a shared-memory map) so that GPUs copy from and to it asynchronously;
+    returns the call that unlocks them (the array must live until then), or None
+    where the driver refuses to register host memory."""
+    import cupy
+
+    if _register_failed or not array.flags.c_contiguous or array.nbytes == 0:
+        return None
+    ptr = array.ctypes.data
+    try:
+        cupy.cuda.runtime.hostRegister(ptr, array.nbytes, 1)  # 1: cudaHostRegisterPortable
+    except cupy.cuda.runtime.CUDARuntimeError:
+        return None
+    return lambda: cupy.cuda.runtime.hostUnregister(ptr)
+
+
 def upload_pinned(host, stream):
     """``host`` (NumPy) on the device through pinned memory, queued on
     ``stream``: a pageable upload would make the host wait for the stream's

@@ -78,6 +78,12 @@ class GpuPipeline:
 
         return empty_pinned(shape, dtype)
 
+    @staticmethod
+    def register_host(array):
+        from ..cuda.pipeline import register_host
+
+        return register_host(array)
+
     # -- timing ---------------------------------------------------------------------------------
     @contextlib.contextmanager
     def stage(self, name, stream=None):

@@ -11,10 +11,12 @@ Here each reader is a child process with a socket of its own; it copies
 each message's frame bytes into a slot of a small ring in shared memory (a
 file in ``/dev/shm`` mapped by both processes, unlinked once both have it)
 and sends the header, the slot and the time it arrived through a socket
-pair. The parent checks the message as a thread-read one, copies the frame
-out of the slot and gives the slot back. With every slot lent, the child
-stops reading and the messages wait in its socket (up to ``hwm``), as they
-do for a thread.
+pair. The parent checks the message as a thread-read one and either lends
+the slot itself (its pages locked once, :meth:`Receiver.lend`: the frame
+uploads to the GPU straight from it, and the slot goes back once that upload
+is done) or, with few slots left free, copies the frame out and gives the
+slot back at once. With every slot lent, the child stops reading and the
+messages wait in its socket (up to ``hwm``), as they do for a thread.
 
 The child knows nothing of frames: it forwards every message, so a bad one
 is counted and skipped by the parent exactly as a thread-read one is.
@@ -26,18 +28,24 @@ import contextlib
 import json
 import mmap
 import os
+import queue
 import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from multiprocessing.connection import Connection
 
 import numpy as np
 
-#: Slots in each child's ring: the parent frees one as soon as it has copied the frame out.
-SLOTS = 4
+#: Slots in each child's ring: frames lent from them wait in the source's queue and in the batch being
+#: gathered (a batch of 64 frames from 8 streams holds 8 of each).
+SLOTS = 16
+#: Slots a receiver keeps free by copying frames out instead of lending them: its stream never stalls
+#: for a caller that holds its frames.
+KEEP_FREE = 2
 #: Seconds a child may take to start and connect (it imports NumPy and ZeroMQ).
 START_TIMEOUT = 60.0
 #: Seconds between two looks at the parent's pipe while the socket is quiet.
@@ -76,7 +84,7 @@ class _Ring:
             self._map.close()
 
 
-def _child(endpoints, pattern, bind, hwm, max_bytes, conn) -> None:
+def _child(endpoints, pattern, bind, hwm, max_bytes, slots, conn) -> None:
     """A child process: read ``endpoints`` with one socket until the parent says stop
     (None on the pipe) or goes; every message forwarded as
     ``("msg", header bytes, slot or None, frame bytes or parts, arrival time)``."""
@@ -126,12 +134,12 @@ def _child(endpoints, pattern, bind, hwm, max_bytes, conn) -> None:
                     if slot is None:
                         return
                     free.append(slot)
-                old, ring = ring, _Ring.create(payload.size, SLOTS)
+                old, ring = ring, _Ring.create(payload.size, slots)
                 if old is not None:
                     old.close()
                     with contextlib.suppress(OSError):
                         os.unlink(old.path)
-                free = list(range(SLOTS))
+                free = list(range(slots))
                 conn.send(("ring", ring.path, ring.slot_bytes, ring.slots))
             slot = free.pop()
             ring.array[slot, : payload.size] = payload
@@ -154,7 +162,7 @@ def _main() -> None:
     sys.path[:0] = job["path"]  # where the parent found pyzmq
     conn = Connection(job["fd"])
     try:
-        _child(job["endpoints"], job["pattern"], job["bind"], job["hwm"], job["max_bytes"], conn)
+        _child(job["endpoints"], job["pattern"], job["bind"], job["hwm"], job["max_bytes"], job["slots"], conn)
     finally:
         conn.close()
 
@@ -163,11 +171,16 @@ class Receiver:
     """The parent's end of one child process reading ``endpoints``.
 
     Used by one thread at a time, like a socket: :meth:`poll`, :meth:`recv`
-    (the message's parts, the frame's a view of a ring slot), :meth:`done`
-    (the view copied: its slot goes back), :meth:`close`. The child is a
-    fresh interpreter running this file (not a multiprocessing spawn, which
-    would import the caller's main script again); a socket pair between the
-    two carries the words.
+    (the message's parts, the frame's a view of a ring slot), then
+    :meth:`lend` (the slot kept with the frame) or :meth:`done` (the view
+    copied: its slot goes back), :meth:`close`. The child is a fresh
+    interpreter running this file (not a multiprocessing spawn, which would
+    import the caller's main script again); a socket pair between the two
+    carries the words.
+
+    ``pin``, where set (``FramePool.pin``), locks a ring's pages once, at its
+    first lent frame, and returns the call that unlocks them (None: it cannot,
+    and nothing is lent).
     """
 
     def __init__(self, endpoints, *, pattern: str, bind: bool, hwm: int, max_bytes: int, name: str):
@@ -176,7 +189,8 @@ class Receiver:
         ours, theirs = socket.socketpair()
         self._conn = Connection(ours.detach())
         fd = theirs.detach()
-        job = dict(endpoints=list(endpoints), pattern=pattern, bind=bind, hwm=hwm, max_bytes=max_bytes, fd=fd)
+        job = dict(endpoints=list(endpoints), pattern=pattern, bind=bind, hwm=hwm, max_bytes=max_bytes)
+        job.update(slots=SLOTS, fd=fd)
         try:
             self.process = subprocess.Popen(
                 [sys.executable, __file__, json.dumps({**job, "path": sys.path})],
@@ -189,8 +203,15 @@ class Receiver:
         finally:
             os.close(fd)
         self.name = name
+        self.pin = None
         self._ring = None
-        self._lent = None  # the slot of the message returned by recv, until done
+        self._unpin = None  # the ring's pages locked: the call that unlocks them (False: they cannot be)
+        self._lent = None  # the slot of the message returned by recv, until done or lend
+        self._out = 0  # slots lent with their frames, not yet released
+        self._out_lock = threading.Lock()
+        self._send_lock = threading.Lock()  # slots go back from the receiving thread and the returner
+        self._returns: queue.SimpleQueue = queue.SimpleQueue()  # (slot, event) given back; None: stop
+        self._returner = None
         self.closed = False
 
     def wait_ready(self) -> None:
@@ -220,10 +241,9 @@ class Receiver:
                 raise RuntimeError(
                     f"ZeroMQ receiving process {self.name} ended (exit code {self.process.poll()})"
                 ) from None
-            if word[0] == "ring":
+            if word[0] == "ring":  # the child has every slot of the old ring back
                 _, path, slot_bytes, slots = word
-                if self._ring is not None:
-                    self._ring.close()
+                self._close_ring()
                 self._ring = _Ring(path, slot_bytes, slots)
                 with contextlib.suppress(OSError):
                     os.unlink(path)  # both processes have it mapped: nothing is left behind
@@ -234,28 +254,77 @@ class Receiver:
             self._lent = slot
             return [header, self._ring.array[slot, :size]], arrived
 
+    def lend(self):
+        """Keep the last message's slot with its frame: the call ``give_back(event)``
+        that returns it once ``event`` (a CUDA event, or None) has completed, or
+        None where the frame should be copied instead (no ``pin``, a ring whose
+        pages cannot be locked, or only ``KEEP_FREE`` slots left free)."""
+        if self._lent is None or self.pin is None:
+            return None
+        if self._unpin is None:
+            self._unpin = self.pin(self._ring.array) or False
+        with self._out_lock:
+            if not self._unpin or self._out >= self._ring.slots - KEEP_FREE:
+                return None
+            self._out += 1
+        if self._returner is None:
+            self._returner = threading.Thread(target=self._return_slots, name=f"{self.name}-returns", daemon=True)
+            self._returner.start()
+        slot, self._lent = self._lent, None
+        given = []
+
+        def give_back(event=None) -> None:
+            if not given:  # once: a release, or the frame's end
+                given.append(True)
+                with self._out_lock:  # released: free again once its upload is done
+                    self._out -= 1
+                self._returns.put((slot, event))
+
+        return give_back
+
+    def _return_slots(self) -> None:
+        """The returner thread: each slot given back goes to the child once its upload is done."""
+        while (item := self._returns.get()) is not None:
+            slot, event = item
+            if event is not None:
+                event.synchronize()
+            self._send(slot)
+
+    def _send(self, slot) -> None:
+        with self._send_lock, contextlib.suppress(OSError):  # a child that has gone needs none back
+            self._conn.send(slot)
+
     def done(self) -> None:
-        """The last message's frame has been copied: its slot is the child's again."""
+        """The last message's frame has been copied (or lent): its slot is the child's again."""
         if self._lent is not None:
             slot, self._lent = self._lent, None
-            with contextlib.suppress(OSError):  # a child that has gone needs none back
-                self._conn.send(slot)
+            self._send(slot)
+
+    def _close_ring(self) -> None:
+        """Unlock and unmap the ring (its pages stay locked while lent frames may still upload)."""
+        if self._ring is None:
+            return
+        if self._unpin and self._out == 0:
+            self._unpin()
+        self._ring.close()
+        self._ring, self._unpin = None, None
 
     def close(self) -> None:
         """Stop the child (it closes its socket) and wait for it."""
         if self.closed:
             return
         self.closed = True
-        with contextlib.suppress(OSError):
-            self._conn.send(None)
+        if self._returner is not None:  # the slots given back so far reach the child first
+            self._returns.put(None)
+            self._returner.join()
+        self._send(None)
         try:
             self.process.wait(timeout=5.0)
         except subprocess.TimeoutExpired:
             self.process.terminate()
             self.process.wait()
         self._conn.close()
-        if self._ring is not None:
-            self._ring.close()
+        self._close_ring()
 
 
 if __name__ == "__main__":

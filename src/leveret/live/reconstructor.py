@@ -285,7 +285,11 @@ class LiveReconstructor:
                 pitched=self.beam == "parallel",
             )
             self._gpu = GpuPipeline(self.detector_shape, self._response, self._correction, self.max_batch)
-        self._pool = FramePool(self.detector_shape, self._gpu.allocate_pinned if self._gpu else np.empty)
+        self._pool = (
+            FramePool(self.detector_shape, self._gpu.allocate_pinned, register=self._gpu.register_host)
+            if self._gpu
+            else FramePool(self.detector_shape)
+        )
         self._n = 0
         self._angles = np.empty(0)  # parallel beam, radians
         self._matrices = np.empty((0, 3, 4))  # cone beam, FDK-normalised

@@ -43,6 +43,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .pool import FramePool
 from .reconstructor import Frame
 
 log = logging.getLogger("leveret.live")
@@ -428,10 +429,12 @@ class ZmqSource:
         Messages each socket holds before the sender waits (PULL) or messages
         are lost (SUB): with PULL, a reader that stops reading holds back the
         sender once this many frames wait here and in the sender's queue.
-    buffers : callable, optional
-        ``buffers(dtype)`` returns an empty frame to copy each message's
-        data into, e.g. :meth:`LiveReconstructor.frame_buffer` (pinned
-        memory, so the frame uploads to the GPU asynchronously); it may also
+    buffers : FramePool or callable, optional
+        Where frames go: a pool such as :attr:`LiveReconstructor.frame_pool`
+        (pinned memory on a GPU, so a frame uploads asynchronously), whose
+        buffers take each message's data (with ``processes``, the shared
+        memory a frame arrived in is lent to it instead, see Notes), or
+        ``buffers(dtype)`` returning an empty frame to copy into. It may also
         be set after construction. Without it a frame's data are a view of
         the message.
     detector_shape : (n_rows, n_cols), optional
@@ -453,9 +456,8 @@ class ZmqSource:
         (:mod:`leveret.live.receivers`): the receiving threads of one process
         did not add up past 4-5 GB/s on the hosts measured, processes do
         (1150-1450 frames/s of 11 MB from 4-8 streams into pinned buffers on
-        an H200 host, where threads reached ~440). Each frame is copied once
-        more, from shared memory, and the children take some tenths of a
-        second to start (POSIX only).
+        an H200 host, where threads reached ~440). The children take some
+        tenths of a second to start (POSIX only).
 
     Notes
     -----
@@ -476,9 +478,14 @@ class ZmqSource:
     streams' bytes move in parallel.
 
     With ``processes`` the same holds, a child process doing the receiving:
-    each message's frame bytes reach this process through shared memory and
-    are copied from there (into a buffer from ``buffers``, or a new array),
-    so a frame's data are never a view of the message.
+    each message's frame bytes reach this process in a slot of a ring of
+    shared memory. With a pool as ``buffers`` the slot itself is lent to the
+    pool (its ring's pages locked once, so the frame uploads without a copy)
+    and goes back to the child when the frame is released, once its upload is
+    done, or when the frame is dropped; a receiver with only two slots free
+    copies frames into the pool's buffers instead. Otherwise the frame is
+    copied out (into a buffer from ``buffers``, or a new array). Either way a
+    frame's data are never a view of the message.
 
     The scan has ended once an end-of-scan message has come from every
     endpoint (:func:`send_frames` sends one on each). Where sockets share an
@@ -727,13 +734,17 @@ class ZmqSource:
     def _take(self, sock):
         """The message waiting on ``sock`` as a Frame or END; None for a bad message (counted)."""
         parts, arrived = sock.recv()
+        lend = None
+        if self.processes:  # a frame in a child's ring may be lent to a pool that can lock the ring's pages
+            sock.pin = self.buffers.pin if isinstance(self.buffers, FramePool) else None
+            lend = sock.lend
         try:
-            return self._message(parts, arrived)
+            return self._message(parts, arrived, lend)
         except Exception as exc:  # any fault of one message: that message skipped, never the stream
             self._bad(exc)
             return None
         finally:
-            sock.done()  # a child's frame has been copied out of its slot
+            sock.done()  # a child's frame has been copied out of its slot, or lent with it
 
     def _scan_ended(self) -> bool:
         """Count an end-of-scan message; True once every endpoint's has come."""
@@ -745,14 +756,14 @@ class ZmqSource:
         log.info("end of scan message received")
         return True
 
-    def _message(self, parts, arrived):
+    def _message(self, parts, arrived, lend=None):
         """The frame of a multipart message, or END; ValueError if it is neither."""
         header = check_header(parse_header(parts[0]), detector_shape=self.detector_shape, max_index=self.max_index)
         if header is END:
             return END
         if len(parts) != 2:
             raise ValueError(f"message: expected 2 parts (header, frame bytes), got {len(parts)}")
-        return _frame(header, parts[1], arrived, self.buffers, copy=self.processes)
+        return _frame(header, parts[1], arrived, self.buffers, copy=self.processes, lend=lend)
 
     def _bad(self, exc) -> None:
         with self._bad_lock:
@@ -870,9 +881,12 @@ def decode(
     return _frame(h, payload, arrived, buffers)
 
 
-def _frame(h: dict, payload, arrived, buffers, *, copy: bool = False) -> Frame:
-    """The frame of a checked header (:func:`check_header`) and its bytes
-    (copied, where no buffer takes them, with ``copy``)."""
+def _frame(h: dict, payload, arrived, buffers, *, copy: bool = False, lend=None) -> Frame:
+    """The frame of a checked header (:func:`check_header`) and its bytes:
+    lent to ``buffers`` as they are where it is a :class:`FramePool` and
+    ``lend()`` gives the call that returns them (a receiver's ring slot),
+    otherwise copied into a buffer of ``buffers`` (or, with ``copy``, a new
+    array)."""
     if payload is None:
         raise ValueError("no frame bytes after the header")
     shape, dtype = h["shape"], h["dtype"]
@@ -881,11 +895,20 @@ def _frame(h: dict, payload, arrived, buffers, *, copy: bool = False) -> Frame:
     if got != nbytes:
         raise ValueError(f"payload: {got} bytes for a frame of shape {shape} and dtype {dtype} ({nbytes} bytes)")
     data = np.frombuffer(payload, dtype=dtype).reshape(shape)
-    buf = None if buffers is None else buffers(dtype)
+    buf = give_back = None
+    if isinstance(buffers, FramePool):
+        if buffers.shape == data.shape:
+            give_back = None if lend is None else lend()
+            if give_back is not None:
+                buffers.lend(data, give_back)  # no copy: the frame uploads from its slot
+            else:
+                buf = buffers.get(dtype)
+    elif buffers is not None:
+        buf = buffers(dtype)
     if buf is not None and buf.shape == data.shape:
         np.copyto(buf, data)
         data = buf
-    elif copy:
+    elif copy and give_back is None:
         data = data.copy()
     return Frame(
         data,
