@@ -45,7 +45,7 @@ class FramePool:
         self._lock = threading.Lock()
         self._free: dict = {}  # dtype -> [(array, event)]
         self._lent: dict = {}  # id(array) -> array, handed out and not yet back
-        self._borrowed: dict = {}  # id(array) -> (weak reference, give_back), lent to the pool
+        self._borrowed: dict = {}  # id(array) -> (weak reference, give_back, its finalizer), lent to the pool
         self.allocated = 0
 
     def get(self, dtype=np.uint16) -> np.ndarray:

@@ -455,9 +455,9 @@ class ZmqSource:
         Read each socket in a child process of its own instead of a thread
         (:mod:`leveret.live.receivers`): the receiving threads of one process
         did not add up past 4-5 GB/s on the hosts measured, processes do
-        (1150-1450 frames/s of 11 MB from 4-8 streams into pinned buffers on
-        an H200 host, where threads reached ~440). The children take some
-        tenths of a second to start (POSIX only).
+        (1130-1400 frames/s of 11 MB from 8 streams, IPC or TCP, into a
+        reconstructor's pool on an H200 host, where threads reached ~440).
+        The children take some tenths of a second to start (POSIX only).
 
     Notes
     -----
