@@ -542,6 +542,23 @@ def zmq_sender(address, frames, **kwargs) -> threading.Thread:
     return t
 
 
+def raw_counts_scan(views: int, n: int, rows: int):
+    """A parallel scan of a Shepp-Logan phantom as a detector gives it: (geometry, volume geometry,
+    uint16 counts (views, rows, n), flat, dark, the CPU ``fbp`` of the corrected counts)."""
+    import leveret
+    from leveret.phantom import shepp_logan_3d
+    from leveret.preprocess import minus_log, normalize
+
+    g = leveret.ParallelGeometry(np.linspace(0, np.pi, views, endpoint=False), n, rows)
+    vol = g.default_volume()
+    proj = shepp_logan_3d(radius=n / 2.2).project(g).astype(np.float32)
+    rng = np.random.default_rng(0)
+    dark = rng.uniform(90, 110, (rows, n))
+    flat = dark + rng.uniform(3e4, 4e4, (rows, n))
+    counts = np.round(dark + (flat - dark) * np.exp(-proj)).astype(np.uint16)
+    return g, vol, counts, flat, dark, leveret.fbp(minus_log(normalize(counts, flat, dark)), g, vol, backend="cpu")
+
+
 def numbered_frames(n: int, shape=(3, 4), dtype=np.uint16) -> list:
     """n frames, each filled with its index, at 0.01 rad steps."""
     from leveret.live import Frame

@@ -7,6 +7,8 @@ Small sizes: the file also runs quickly under compute-sanitizer memcheck.
 import numpy as np
 import pytest
 
+from cases import raw_counts_scan
+
 import leveret
 from leveret.live import LiveReconstructor
 from leveret.phantom import shepp_logan_3d
@@ -21,18 +23,9 @@ def _err(a, b):
 @pytest.mark.parametrize("storage, tol", [("float32", 1e-5), ("float16", 3e-4)])
 def test_gpu_slices_equal_cpu_fbp_after_the_last_frame_from_raw_counts(storage, tol):
     from leveret.live import Frame
-    from leveret.preprocess import minus_log, normalize
 
-    angles = np.linspace(0, np.pi, 64, endpoint=False)
-    n, rows = 48, 12
-    g = leveret.ParallelGeometry(angles, n, rows)
-    vol = g.default_volume()
-    proj = shepp_logan_3d(radius=n / 2.2).project(g).astype(np.float32)
-    rng = np.random.default_rng(0)
-    dark = rng.uniform(90, 110, (rows, n))
-    flat = dark + rng.uniform(3e4, 4e4, (rows, n))
-    counts = np.round(dark + (flat - dark) * np.exp(-proj)).astype(np.uint16)
-    ref = leveret.fbp(minus_log(normalize(counts, flat, dark)), g, vol, backend="cpu")
+    g, vol, counts, flat, dark, ref = raw_counts_scan(64, 48, 12)
+    angles = g.angles
     rec = LiveReconstructor(vol, g, backend="cuda", storage=storage, flat=flat, dark=dark, max_batch=16)
     order = np.random.default_rng(2).permutation(64)
     frames = []

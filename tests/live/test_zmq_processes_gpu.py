@@ -7,12 +7,10 @@ import os
 import numpy as np
 import pytest
 
-from cases import in_shared_ring, zmq_addresses, zmq_sender
+from cases import in_shared_ring, raw_counts_scan, zmq_addresses, zmq_sender
 
-import leveret
 from leveret.live import Frame, LiveReconstructor
 from leveret.live.sources import ZmqSource
-from leveret.phantom import shepp_logan_3d
 
 zmq = pytest.importorskip("zmq")
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(os.name != "posix", reason="child receivers need POSIX")]
@@ -21,18 +19,8 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(os.name != "posix", reason="ch
 def test_frames_upload_from_the_locked_ring_and_reconstruct_as_on_the_cpu(ipc_dir):
     import cupy
 
-    from leveret.preprocess import minus_log, normalize
-
-    angles = np.linspace(0, np.pi, 96, endpoint=False)
-    n, rows = 48, 8
-    g = leveret.ParallelGeometry(angles, n, rows)
-    vol = g.default_volume()
-    proj = shepp_logan_3d(radius=n / 2.2).project(g).astype(np.float32)
-    rng = np.random.default_rng(0)
-    dark = rng.uniform(90, 110, (rows, n))
-    flat = dark + rng.uniform(3e4, 4e4, (rows, n))
-    counts = np.round(dark + (flat - dark) * np.exp(-proj)).astype(np.uint16)
-    ref = leveret.fbp(minus_log(normalize(counts, flat, dark)), g, vol, backend="cpu")
+    g, vol, counts, flat, dark, ref = raw_counts_scan(96, 48, 8)
+    angles = g.angles
 
     rec = LiveReconstructor(vol, g, backend="cuda", storage="float32", flat=flat, dark=dark, max_batch=16)
     endpoints = zmq_addresses("ipc", 2, ipc_dir)
