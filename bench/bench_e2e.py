@@ -12,8 +12,9 @@ reads and writes, the disk's flush, Blosc, on this host's cores; the
 reconstruction at the kernel's measured rate), with the run's ratio to it.
 A virtual disk's flush rate drifts within one call, and a few GB fit in
 caches that 30 GB do not: ``--probe-each`` writes and flushes each case's
-stored bytes alone right after it (as the writer does: threads, each
-piece's writeback started at once), and holds the case to that time.
+stored bytes, in as many files, alone right after it (as the writer does:
+threads, each piece's writeback started at once), and holds the case to
+that time.
 Beside them: ``leveret.fbp`` of the same problem in memory (float32 line
 integrals in, NumPy volume out) and the kernel alone on the GPU.
 
@@ -231,33 +232,49 @@ def _noise(nbytes: int) -> np.ndarray:
     return np.random.default_rng(0).integers(0, 255, nbytes, dtype=np.uint8)
 
 
-def durable_rate(folder: Path, threads: int, nbytes: int, piece: int = 64 << 20) -> float:
-    """Bytes per second at which this disk takes ``nbytes`` from memory to stable storage now,
-    as leveret's writer moves them: pieces of ``piece`` bytes written on ``threads`` threads, each
-    one's writeback started once written, then one flush. Run beside a case with its stored bytes,
-    this is that case's I/O floor (a virtual disk's rate drifts within a call, and a few GB fit in
-    caches below the page cache that 30 GB do not)."""
+def durable_rate(folder: Path, threads: int, nbytes: int, files: int = 1, piece: int = 64 << 20) -> float:
+    """Bytes per second at which this disk takes ``nbytes`` from memory to stable storage now, in
+    ``files`` files of equal size (a folder output's layout), as leveret's writer moves them: pieces
+    of at most ``piece`` bytes written on ``threads`` threads, each one's writeback started once
+    written, then every file flushed (on the threads) and the folder. Run beside a case with its
+    stored bytes and files, this is that case's I/O floor (a virtual disk's rate drifts within a
+    call, and a few GB fit in caches below the page cache that 30 GB do not)."""
     from leveret.io.atomic import start_writeback
 
-    path = folder / ".bench_e2e_probe"
+    root = folder / ".bench_e2e_probe"
+    if root.exists():
+        _remove(root)
+    root.mkdir()
     data = memoryview(_noise(piece))
-    path.unlink(missing_ok=True)
+    bounds = np.linspace(0, nbytes, max(1, files) + 1).astype(np.int64)
+    sizes = np.diff(bounds)
     os.sync()
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT)
+    fds = []
     try:
         t = time.perf_counter()
+        fds = [os.open(root / str(k), os.O_WRONLY | os.O_CREAT) for k in range(len(sizes))]
+        tasks = [
+            (fd, at, min(piece, int(size) - at)) for fd, size in zip(fds, sizes) for at in range(0, int(size), piece)
+        ]
 
-        def one(at):
-            os.pwrite(fd, data[: nbytes - at], at)
-            start_writeback(fd, at, min(piece, nbytes - at))
+        def one(task):
+            fd, at, n = task
+            os.pwrite(fd, data[:n], at)
+            start_writeback(fd, at, n)
 
         with ThreadPoolExecutor(threads) as pool:
-            list(pool.map(one, range(0, nbytes, piece)))
-        os.fsync(fd)
+            list(pool.map(one, tasks))
+            list(pool.map(os.fsync, fds))
+        dir_fd = os.open(root, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
         return nbytes / (time.perf_counter() - t)
     finally:
-        os.close(fd)
-        path.unlink(missing_ok=True)
+        for fd in fds:
+            os.close(fd)
+        _remove(root)
 
 
 def probe(folder: Path, threads: int, gb: float) -> dict:
@@ -420,6 +437,7 @@ def run_one(fmt: str, scan_input, geometry, out_dir: Path, args, extra: dict) ->
         "slabs": res.plan.n_slabs,
         "slab_slices": res.plan.slab_slices,
         "stored_bytes": _size(res.path),
+        "stored_files": sum(f.is_file() for f in res.path.rglob("*")) if res.path.is_dir() else 1,
         "dropped": dropped,
         "synced": "sync" not in kwargs or "sync" in dropped,
         "peak_rss": res.peak_rss,
@@ -535,7 +553,7 @@ def main(argv=None) -> int:
     p.add_argument(
         "--probe-each",
         action="store_true",
-        help="after each case, its stored bytes written and flushed alone: that case's I/O floor",
+        help="after each case, its stored bytes (in as many files) written and flushed alone: its I/O floor",
     )
     p.add_argument("--progress", action="store_true", help="each run's progress line (stage rates)")
     p.add_argument("--repeats", type=int, default=1, help="runs of each case; the fastest is kept (default: 1)")
@@ -658,7 +676,7 @@ def main(argv=None) -> int:
                 key=lambda r: r["wall"],
             )
             if args.probe_each and not args.no_sync:
-                row["durable_rate"] = durable_rate(folder, threads, row["stored_bytes"])
+                row["durable_rate"] = durable_rate(folder, threads, row["stored_bytes"], row["stored_files"])
         except Exception as exc:  # one format's failure (a missing package) does not end the suite
             print(f"{fmt:11s} failed: {type(exc).__name__}: {exc}", flush=True)
             results["runs"].append({"format": fmt, "error": f"{type(exc).__name__}: {exc}"})

@@ -128,22 +128,29 @@ def test_probe_each_holds_a_case_to_its_own_bytes_taken_to_disk_beside_it(tmp_pa
     import bench_e2e
 
     asked = []
-    monkeypatch.setattr(bench_e2e, "durable_rate", lambda folder, threads, nbytes: asked.append(nbytes) or 4e6)
+    monkeypatch.setattr(bench_e2e, "durable_rate", lambda folder, threads, nbytes, files: asked.append(nbytes) or 4e6)
     out = tmp_path / "e.json"
     argv = ["--views", "12", "--rows", "4", "--cols", "16", "--backend", "cpu", "--dir", str(tmp_path)]
     argv += ["--formats", "npy", "--no-probe", "--no-warm", "--no-memory", "--probe-each", "--out", str(out)]
     bench_e2e.main(argv)
     (row,) = json.loads(out.read_text())["runs"]
-    assert asked == [row["stored_bytes"]] and row["durable_rate"] == 4e6
+    assert asked == [row["stored_bytes"]] and row["durable_rate"] == 4e6 and row["stored_files"] == 1
     assert row["floors"]["sync"] == pytest.approx(row["stored_bytes"] / 4e6)
 
 
-def test_the_durable_probe_writes_the_bytes_asked_and_leaves_nothing(tmp_path, monkeypatch):
+@pytest.mark.parametrize("files, sizes", [(1, [1 << 20, 2 << 20, 2 << 20]), (3, [1747627, 1747627, 1747626])])
+def test_the_durable_probe_writes_the_bytes_asked_in_the_files_asked_and_leaves_nothing(
+    tmp_path, monkeypatch, files, sizes
+):
+    """A folder output's floor is its bytes in as many files: each flushed, and the folder."""
     monkeypatch.syspath_prepend(str(ROOT / "bench"))
     import bench_e2e
 
-    written = []
-    real = os.pwrite
-    monkeypatch.setattr(bench_e2e.os, "pwrite", lambda fd, data, at: written.append(len(data)) or real(fd, data, at))
-    assert bench_e2e.durable_rate(tmp_path, 2, 5 << 20, piece=2 << 20) > 0
-    assert sorted(written) == [1 << 20, 2 << 20, 2 << 20] and list(tmp_path.iterdir()) == []
+    written, flushed = [], []
+    real_write, real_fsync = os.pwrite, os.fsync
+    monkeypatch.setattr(
+        bench_e2e.os, "pwrite", lambda fd, data, at: written.append(len(data)) or real_write(fd, data, at)
+    )
+    monkeypatch.setattr(bench_e2e.os, "fsync", lambda fd: flushed.append(fd) or real_fsync(fd))
+    assert bench_e2e.durable_rate(tmp_path, 2, 5 << 20, files, piece=2 << 20) > 0
+    assert sorted(written) == sorted(sizes) and len(flushed) == files + 1 and list(tmp_path.iterdir()) == []
