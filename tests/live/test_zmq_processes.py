@@ -135,6 +135,32 @@ def test_frames_dropped_without_a_release_give_their_slots_back(ipc_dir):
     assert lent == [True] * (4 * SLOTS) and pool.allocated == 0 and pool.lent == 0
 
 
+def test_a_slot_whose_upload_wait_fails_still_goes_back(ipc_dir):
+    """A failed event (a GPU gone wrong: the reconstruction reports it) must not end a stream's returns."""
+    from leveret.live.pool import FramePool
+    from leveret.live.receivers import SLOTS
+
+    class Failed:
+        def synchronize(self):
+            raise RuntimeError("an illegal memory access was encountered")
+
+    pool = FramePool((3, 4))
+    endpoints = zmq_addresses("ipc", 1, ipc_dir)
+    src = ZmqSource(endpoints, timeout=0.1, stop_at_end=True, buffers=pool, processes=True)
+    sender = zmq_sender(endpoints, numbered_frames(3 * SLOTS))
+    lent, quiet = [], 0
+    for f in src:
+        quiet = quiet + 1 if f is None else 0
+        if quiet > 100:  # 10 s without a frame: the slots stopped coming back (a guard, not a timing)
+            break
+        if f is not None:
+            lent.append(in_shared_ring(f.data))
+            pool.release(f.data, Failed())
+    src.close()
+    sender.join(10)
+    assert lent == [True] * (3 * SLOTS) and pool.allocated == 0
+
+
 def test_a_ring_whose_pages_cannot_be_locked_has_its_frames_copied_into_the_pool(ipc_dir):
     from leveret.live.pool import FramePool
 

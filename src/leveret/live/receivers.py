@@ -286,8 +286,10 @@ class Receiver:
         """The returner thread: each slot given back goes to the child once its upload is done."""
         while (item := self._returns.get()) is not None:
             slot, event = item
-            if event is not None:
-                event.synchronize()
+            # a failed wait (a GPU gone wrong, which the reconstruction reports) must not end the returns
+            with contextlib.suppress(Exception):
+                if event is not None:
+                    event.synchronize()
             self._send(slot)
 
     def _send(self, slot) -> None:
