@@ -546,12 +546,10 @@ def raw_counts_scan(views: int, n: int, rows: int):
     """A parallel scan of a Shepp-Logan phantom as a detector gives it: (geometry, volume geometry,
     uint16 counts (views, rows, n), flat, dark, the CPU ``fbp`` of the corrected counts)."""
     import leveret
-    from leveret.phantom import shepp_logan_3d
     from leveret.preprocess import minus_log, normalize
 
-    g = leveret.ParallelGeometry(np.linspace(0, np.pi, views, endpoint=False), n, rows)
+    _, g, proj = parallel_phantom_scan(n, rows, views)
     vol = g.default_volume()
-    proj = shepp_logan_3d(radius=n / 2.2).project(g).astype(np.float32)
     rng = np.random.default_rng(0)
     dark = rng.uniform(90, 110, (rows, n))
     flat = dark + rng.uniform(3e4, 4e4, (rows, n))
