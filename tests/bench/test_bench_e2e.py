@@ -154,3 +154,17 @@ def test_the_durable_probe_writes_the_bytes_asked_in_the_files_asked_and_leaves_
     monkeypatch.setattr(bench_e2e.os, "fsync", lambda fd: flushed.append(fd) or real_fsync(fd))
     assert bench_e2e.durable_rate(tmp_path, 2, 5 << 20, files, piece=2 << 20) > 0
     assert sorted(written) == sorted(sizes) and len(flushed) == files + 1 and list(tmp_path.iterdir()) == []
+
+
+def test_repeats_with_probe_each_keep_the_run_of_median_ratio_to_its_own_floor(monkeypatch):
+    """Each repeat is held to the disk's rate measured right after it: the kept run is the median
+    ratio, not the fastest wall (which a slow disk beside a lucky run would flatter)."""
+    monkeypatch.syspath_prepend(str(ROOT / "bench"))
+    import bench_e2e
+
+    walls, rates = iter([10.0, 8.0, 12.0]), iter([1.0, 0.5, 1.0])  # own floors 10, 20, 10 s
+    row = bench_e2e.held_to_own_bytes(
+        lambda: {"wall": next(walls), "stored_bytes": 10}, lambda r: next(rates), repeats=3
+    )
+    assert [r["sync_ratio"] for r in row["repeats"]] == [1.0, 0.4, 1.2]
+    assert row["wall"] == 10.0 and row["durable_rate"] == 1.0  # the median run with its own rate
