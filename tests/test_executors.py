@@ -120,6 +120,32 @@ def test_without_a_cap_the_volume_is_cut_into_slabs_for_the_pipeline():
     assert pipeline.pipeline_slab(5, 100) == 5
 
 
+def test_the_first_and_last_slabs_are_cut_so_the_writer_starts_early_and_ends_soon():
+    slabs = [(k, k + 64) for k in range(0, 2048, 64)]
+    cut = pipeline.graded(slabs)
+    assert cut[:5] == [(0, 8), (8, 16), (16, 32), (32, 64), (64, 128)]
+    assert cut[-5:] == [(1920, 1984), (1984, 2016), (2016, 2032), (2032, 2040), (2040, 2048)]
+    assert cut[5:-5] == slabs[2:-2] and len(cut) == 38  # every slice once, in order
+    assert pipeline.graded([(0, 128), (128, 256), (300, 428), (428, 440)])[:4] == [
+        (0, 16),
+        (16, 32),
+        (32, 64),
+        (64, 128),
+    ]
+    assert pipeline.graded([(0, 128), (128, 256), (300, 428), (428, 440)])[-1] == (428, 440)  # too small to cut
+    small = [(k, k + 36) for k in range(0, 144, 36)]  # no pieces of MIN_SLAB and a rest
+    assert pipeline.graded(small) == small and pipeline.graded(slabs[:3]) == slabs[:3]
+
+
+def test_graded_slabs_give_the_volume_of_whole_ones(tmp_path):
+    g = leveret.ParallelGeometry(np.linspace(0, np.pi, 12, endpoint=False), 16, n_rows=160)
+    proj = np.random.default_rng(0).random((12, 160, 16), np.float32)
+    whole = reconstruct_to_file(proj, g, tmp_path / "w.npy", backend="cpu", slab_slices=40)
+    assert whole.slabs_done == 4 + 6  # the first and the last slab in four pieces each
+    ref = leveret.fbp(proj, g, backend="cpu")
+    np.testing.assert_allclose(np.load(whole.path), ref, rtol=1e-5, atol=1e-6)
+
+
 def test_a_failed_read_stops_the_run_and_leaves_nothing(tmp_path, scan):
     g, proj, _ = scan
 

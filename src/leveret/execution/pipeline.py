@@ -96,6 +96,29 @@ def pipeline_slab(n_slices: int, fits: int) -> int:
     return size - size % 4 if size >= 8 else size
 
 
+def graded(regions) -> list[tuple[int, int]]:
+    """``regions`` (slice ranges, in order) with the first and the last cut into pieces
+    growing from ``MIN_SLAB`` slices towards the slab (64: 8, 8, 16, 32; the last one
+    reversed): the writer gets its first bytes after a small slab's reconstruction
+    rather than a whole one's, and what is left after the GPU's last slab is a small
+    slab's write. Slabs too few or too small to be cut into such pieces stay whole."""
+    regions = [(int(a), int(b)) for a, b in regions]
+    if len(regions) < 4:
+        return regions
+
+    def pieces(a, b):
+        step = max(MIN_SLAB, (b - a) // 8 // 4 * 4)  # a multiple of 4, as pipeline_slab's
+        if b - a - 4 * step < step:
+            return [(a, b)]
+        cuts = [a, a + step, a + 2 * step, a + 4 * step, b]
+        return list(zip(cuts[:-1], cuts[1:]))
+
+    head = pieces(*regions[0])
+    a, b = regions[-1]
+    tail = [(a + b - y, a + b - x) for x, y in reversed(pieces(a, b))]  # mirrored: small pieces last
+    return head + regions[1:-1] + tail
+
+
 # -- what the stages measure ---------------------------------------------------------------------
 
 
@@ -621,7 +644,7 @@ class Pipeline:
 
         from tqdm.auto import tqdm
 
-        regions, built = [tuple(r) for r in regions], list(built)
+        regions, built = graded(regions), list(built)
         if not regions and not built:
             return {}
         workers = self._workers(max([b - a for a, b in regions], default=1))
