@@ -63,7 +63,7 @@ def intervals(name: str) -> list[tuple[float, float]]:
 def milestones() -> dict:
     """The run's milestones and each call's busy seconds, from the stamps."""
     row = {}
-    for name in ("sample", "read", "build", "write", "flush", "manifest", "synced", "pipeline", "finish"):
+    for name in ("fingerprint", "open", "sample", "read", "build", "write", "flush", "manifest", "synced", "pipeline", "finish"):
         calls = intervals(name)
         if calls:
             row[name] = {
@@ -104,6 +104,8 @@ def main(argv=None) -> int:
     stamped(pipeline.Pipeline, "_read", "read")
     stamped(pipeline._GpuStage, "build", "build")
     stamped(pipeline._CpuStage, "build", "build")
+    stamped(outofcore, "_fingerprint", "fingerprint")  # the set-up before the pipeline starts
+    stamped(slabs.SlabWriter, "__init__", "open")
     stamped(slabs.SlabWriter, "write", "write")
     stamped(slabs.SlabWriter, "_save_manifest", "manifest")
     stamped(slabs.SlabWriter, "synced", "synced")
