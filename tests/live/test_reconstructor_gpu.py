@@ -7,11 +7,10 @@ Small sizes: the file also runs quickly under compute-sanitizer memcheck.
 import numpy as np
 import pytest
 
-from cases import raw_counts_scan
+from cases import parallel_phantom_scan, raw_counts_scan
 
 import leveret
 from leveret.live import LiveReconstructor
-from leveret.phantom import shepp_logan_3d
 
 pytestmark = pytest.mark.gpu
 
@@ -49,11 +48,8 @@ def test_gpu_slices_equal_cpu_fbp_after_the_last_frame_from_raw_counts(storage, 
 
 
 def test_views_beyond_the_gpu_store_spill_to_host_and_moves_read_them(caplog):
-    angles = np.linspace(0, np.pi, 40, endpoint=False)
-    n, rows = 32, 8
-    g = leveret.ParallelGeometry(angles, n, rows)
+    angles, g, proj = parallel_phantom_scan(32, 8, 40)
     vol = g.default_volume()
-    proj = shepp_logan_3d(radius=n / 2.2).project(g).astype(np.float32)
     ref = leveret.fbp(proj, g, vol, backend="cpu")
     rec = LiveReconstructor(vol, g, backend="cuda", max_views=8)
     with caplog.at_level("WARNING", logger="leveret.live"):
@@ -72,12 +68,9 @@ def test_gpu_sinogram_holds_every_frame_received_in_arrival_order():
     middle row as the device batch saw it (float32), whatever buffers were reused."""
     from leveret.live import Frame
 
-    angles = np.linspace(0, np.pi, 50, endpoint=False)
-    n, rows = 32, 8
-    g = leveret.ParallelGeometry(angles, n, rows)
-    proj = shepp_logan_3d(radius=n / 2.2).project(g).astype(np.float32)
+    angles, g, proj = parallel_phantom_scan(32, 8, 50)
     rec = LiveReconstructor(g.default_volume(), g, backend="cuda", max_batch=8)
     frames = [Frame(proj[i], i, angle=angles[i]) for i in range(50)]
     for b in np.array_split(np.arange(50), 7):
         assert rec.add_frames([frames[i] for i in b]) == b.size
-    np.testing.assert_array_equal(rec.sinogram(), proj[:, rows // 2, :])
+    np.testing.assert_array_equal(rec.sinogram(), proj[:, 8 // 2, :])
