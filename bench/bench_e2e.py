@@ -281,8 +281,8 @@ def durable_rate(folder: Path, threads: int, nbytes: int, files: int = 1, piece:
 def held_to_own_bytes(run, measure, repeats: int) -> dict:
     """``repeats`` runs of a case, each followed by ``measure``: its stored bytes' rate to disk
     right after it (``durable_rate``). The disk drifts between runs, so each run is held to its own
-    floor and the run of median ratio is kept (the fastest would pair a lucky run with another
-    run's floor); every run's wall, rate and ratio go in its ``repeats``."""
+    floor and the run of median ratio is kept (of two, the lower; the fastest would pair a lucky
+    run with another run's floor); every run's wall, rate and ratio go in its ``repeats``."""
     rows = []
     for _ in range(max(1, repeats)):
         row = run()

@@ -586,7 +586,8 @@ def reconstruct_to_file(
     slab_slices : int, optional
         Upper bound on slices per slab (the plan may choose fewer). Default:
         the plan's, cut for this process's pipeline into about
-        ``TARGET_SLABS`` slabs (:func:`plan` with ``overlap``).
+        ``TARGET_SLABS`` slabs (:func:`plan` with ``overlap``), the first and
+        the last in smaller pieces (:func:`leveret.execution.pipeline.graded`).
     resume : bool
         Continue a partial output of the same job, and keep this one's if
         the run stops early (see :class:`leveret.io.SlabWriter`). A run on a

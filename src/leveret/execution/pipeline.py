@@ -62,7 +62,8 @@ WRITERS = 2
 #: Compute workers per GPU: while one waits for its slab's transfers, the other's kernels run.
 WORKERS_PER_GPU = 2
 #: Slabs a run is cut into at least (when memory allows fewer): the pipeline's fill and
-#: drain (the first slab's read and reconstruction, the last one's write) stay short.
+#: drain (the first slab's read and reconstruction, the last one's write) stay short;
+#: :func:`graded` cuts those two slabs finer still.
 TARGET_SLABS = 32
 #: Slices a slab holds at least when the run is cut for the pipeline (fewer only where memory asks).
 MIN_SLAB = 8
