@@ -63,7 +63,19 @@ def intervals(name: str) -> list[tuple[float, float]]:
 def milestones() -> dict:
     """The run's milestones and each call's busy seconds, from the stamps."""
     row = {}
-    for name in ("fingerprint", "open", "sample", "read", "build", "write", "flush", "manifest", "synced", "pipeline", "finish"):
+    for name in (
+        "fingerprint",
+        "open",
+        "sample",
+        "read",
+        "build",
+        "write",
+        "flush",
+        "manifest",
+        "synced",
+        "pipeline",
+        "finish",
+    ):
         calls = intervals(name)
         if calls:
             row[name] = {
