@@ -145,3 +145,46 @@ def test_cli_phase_and_half_acquisition_on_the_gpu(tmp_path, rng):
         st.projections, leveret.ParallelGeometry(st.angles, 95, n_rows=12, center=st.center), backend="cpu"
     )
     assert max_rel(read_array(tmp_path / "h.npy"), ref) < 1e-3
+
+
+@pytest.mark.parametrize("dtype", [np.uint16, np.float32, np.int16])
+def test_a_slabs_flat_dark_and_log_on_the_gpu_are_normalize_then_minus_log(rng, dtype, monkeypatch):
+    """uint16 and float32 counts take one kernel (leveret.cuda.correct, launched in
+    pieces of MAX_FRAMES frames): bit for bit normalize then minus_log on CuPy, and
+    the NumPy path's to an ulp of the log, dead pixels, values under the floor and
+    NaN included; other dtypes take normalize then minus_log."""
+    import cupy
+
+    from leveret.cuda import correct as correct_module
+    from leveret.execution.slab import preprocess_rows
+    from leveret.preprocess import minus_log
+
+    launches = []
+    original = correct_module.correct
+
+    def spy(frames, *args, **kwargs):
+        launches.append(frames.shape)
+        return original(frames, *args, **kwargs)
+
+    monkeypatch.setattr(correct_module, "correct", spy)
+    monkeypatch.setattr(correct_module, "MAX_FRAMES", 3)
+    views, n_rows, cols, rows = 7, 10, 33, (2, 8)
+    darks = rng.uniform(90, 110, (n_rows, cols)).astype(np.float32)
+    flats = (darks + rng.uniform(2e3, 3e3, (3, n_rows, cols))).astype(np.float32)  # a stack: averaged
+    darks[4, 5] = darks[6, 7] = 100  # the stack's mean exact there:
+    flats[:, 4, 5] = 100  # dead: flat - dark = 0
+    flats[:, 6, 7] = 95  # dead: negative
+    raw = rng.uniform(150, 2e3, (views, rows[1] - rows[0], cols)).astype(dtype)
+    raw[1, 0, :4] = 20  # under the dark: clipped to min_transmission
+    if dtype == np.float32:
+        raw[2, 3, 9] = np.nan
+    on_gpu = preprocess_rows(cupy.asarray(raw), rows, flats=cupy.asarray(flats), darks=cupy.asarray(darks))
+    f, d = cupy.asarray(flats)[:, rows[0] : rows[1]], cupy.asarray(darks)[rows[0] : rows[1]]
+    unfused = minus_log(normalize(cupy.asarray(raw), f, d, require_valid=False))
+    on_cpu = preprocess_rows(raw, rows, flats=flats, darks=darks)
+    assert on_gpu.dtype == np.float32 and on_gpu.shape == raw.shape
+    np.testing.assert_array_equal(on_gpu.get(), unfused.get())  # NaN where NaN
+    np.testing.assert_allclose(on_gpu.get(), on_cpu, rtol=2e-6, atol=1e-6)
+    assert on_cpu[1, 0, 0] == pytest.approx(-np.log(1e-6), rel=1e-6)  # the floor
+    assert on_cpu[0, 4 - rows[0], 5] == 0 and on_cpu[0, 6 - rows[0], 7] == 0  # dead pixels: no attenuation
+    assert launches == ([(7, 6, 33)] if dtype != np.int16 else [])

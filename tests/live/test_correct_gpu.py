@@ -1,4 +1,4 @@
-"""The fused correction kernel (leveret/cuda/live_correct.cu) against the CPU correction (leveret.live.correct).
+"""The fused correction kernel (leveret/cuda/correct.cu) against the CPU correction (leveret.live.correct).
 
 Small sizes: the file also runs quickly under compute-sanitizer memcheck.
 """

@@ -65,11 +65,11 @@ def test_a_frame_buffer_is_handed_out_while_a_batch_runs():
     assert rec.n_views == 4
 
 
-@pytest.mark.parametrize("case", ["planes", "correct"])
-def test_the_live_kernels_keep_no_constant_memory(case):
+@pytest.mark.parametrize("name", ["live_planes", "correct"])
+def test_the_live_kernels_keep_no_constant_memory(name):
     """Any number of reconstructors share the compiled live kernels: every
     table is a kernel argument, none lives in __constant__ memory (which would
     have to be lent through leveret.cuda.device_state)."""
     from leveret.cuda._module import KERNEL_DIR
 
-    assert "__constant__" not in (KERNEL_DIR / f"live_{case}.cu").read_text()
+    assert "__constant__" not in (KERNEL_DIR / f"{name}.cu").read_text()

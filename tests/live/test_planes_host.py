@@ -91,7 +91,7 @@ def test_slice_frame_gives_each_pixels_world_position():
     np.testing.assert_allclose(positions.reshape(-1, 3), s.points(), atol=1e-12)
 
 
-@pytest.mark.parametrize("name", ["live_planes", "live_correct"])
+@pytest.mark.parametrize("name", ["live_planes", "correct"])
 def test_live_kernels_sit_with_the_kernels_and_take_their_launchers_constants(name):
     """The live .cu files are in leveret/cuda beside their launchers (found by
     kernel_files, so the NVRTC compile test covers them), built with the

@@ -192,7 +192,8 @@ def preprocess_rows(
     normalise ``raw``, then ``-log`` is taken (:func:`leveret.preprocess.minus_log`,
     transmissions clipped at ``min_transmission``); ``log_transform`` alone
     takes ``-log`` of data that are already transmissions. Otherwise ``raw``
-    are line integrals, only cast to float32.
+    are line integrals, only cast to float32. On the GPU, flat/dark and
+    ``-log`` of uint16 or float32 counts are one kernel (:mod:`leveret.cuda.correct`).
 
     ``phase`` (a dict of :func:`leveret.preprocess.retrieve_phase`'s keyword
     arguments: ``energy``, ``distance``, ``pixel_size``, ``delta_beta``,
@@ -220,8 +221,12 @@ def preprocess_rows(
     if flats is not None:
         f = xp.asarray(flats)[..., r0:r1, :]
         d = xp.asarray(darks)[..., r0:r1, :]
-        data = normalize(raw, f, d, require_valid=False)  # the whole detector was checked at the start
-        transmission = True
+        if xp is not np and phase is None and np.dtype(raw.dtype) in (np.uint16, np.float32):
+            data = _line_integrals_gpu(raw, f, d, min_transmission)  # flat/dark and -log in one pass
+            transmission = False
+        else:
+            data = normalize(raw, f, d, require_valid=False)  # the whole detector was checked at the start
+            transmission = True
     else:
         data = xp.asarray(raw)
         transmission = log_transform
@@ -245,6 +250,34 @@ def preprocess_rows(
     if stripes is not None:
         data = remove_stripes(data, method=stripes, size=stripe_size, **(stripe_options or {}))
     return data
+
+
+def _line_integrals_gpu(raw, flats, darks, min_transmission: float):
+    """``minus_log(normalize(raw, flats, darks))`` of CuPy counts (uint16 or float32)
+    in one kernel (:mod:`leveret.cuda.correct`): the same float32 operations in the
+    same order, one pass over the rows instead of seven and no wait on the host."""
+    import cupy
+
+    from .._validate import positive_float
+    from ..cuda.correct import correct
+    from ..preprocess._common import average_fields
+
+    shape = raw.shape[1:]
+    dark = average_fields("darks", darks, shape, cupy)
+    denom = average_fields("flats", flats, shape, cupy) - dark  # <= 0 or NaN: a dead pixel, as normalize has it
+    out = cupy.empty(raw.shape, cupy.float32)
+    counts = cupy.empty(raw.shape[0], cupy.int32)  # non-finite results: fbp's own check finds them
+    correct(
+        cupy.ascontiguousarray(raw),
+        cupy.ascontiguousarray(dark),
+        denom,
+        out,
+        counts,
+        normalize=True,
+        minus_log=True,
+        min_transmission=positive_float("min_transmission", min_transmission),
+    )
+    return out
 
 
 # -- one slab ------------------------------------------------------------------------------------

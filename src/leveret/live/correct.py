@@ -1,7 +1,7 @@
 """Frame correction in one pass: flat/dark, -log, float32, and a count of non-finite values.
 
 :meth:`Correction.frame` (CPU, NumPy in place) and :meth:`GpuCorrection.batch`
-(CUDA, one kernel: :mod:`leveret.cuda.live_correct`) compute, per pixel,
+(CUDA, one kernel: :mod:`leveret.cuda.correct`) compute, per pixel,
 
     t = (p - dark) / (flat - dark)      with flat and dark, else t = p
     line = -log(max(t, min_transmission))   when minus_log, else line = t
@@ -78,7 +78,7 @@ class GpuCorrection:
         ``out[:k, :, :n_cols]`` of the zero-padded FFT input (k, n_rows, n_pad) float32,
         zeroing ``out[:k, :, n_cols:]``; ``counts[:k]`` (int32) receives each frame's
         number of non-finite results. Runs on the current stream."""
-        from ..cuda.live_correct import correct
+        from ..cuda.correct import correct
 
         correct(
             frames,

@@ -6,7 +6,7 @@ Per batch, on two CUDA streams:
   two device batch buffers, asynchronously from pinned memory (frames from
   :meth:`LiveReconstructor.frame_buffer`); the next batch's uploads run while
   this batch computes;
-- compute stream: one fused correction kernel (:mod:`leveret.cuda.live_correct`)
+- compute stream: one fused correction kernel (:mod:`leveret.cuda.correct`)
   into the zero-padded FFT input, with each frame's count of non-finite values (the
   one small device-to-host read of the batch), cuFFT filtering (two plans
   made once, FFT_FRAMES frames per call, so no batch size waits for a new

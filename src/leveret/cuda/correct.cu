@@ -1,11 +1,12 @@
-// Frame correction in one pass (launcher: live_correct.py; the CPU twin is
-// leveret.live.correct.Correction.frame, NumPy in place): flat/dark, -log,
-// float32, written straight into the zero-padded FFT input (k, n_rows, n_pad),
+// Frame correction in one pass (launcher: correct.py; the CPU twins are
+// leveret.live.correct.Correction.frame and leveret.preprocess's normalize and
+// minus_log): flat/dark, -log, float32, written into (k, n_rows, n_pad), zero
+// past n_cols (the live view's zero-padded FFT input; n_pad = n_cols for a slab),
 // with each frame's count of non-finite results.
 // Grid: x over the padded row, y over detector rows, z over frames.
 
-#ifndef LEVERET_LIVE_CORRECT_BLOCK
-#error "live_correct.cu needs its constants from leveret.cuda.live_correct.DEFINES"
+#ifndef LEVERET_CORRECT_BLOCK
+#error "correct.cu needs its constants from leveret.cuda.correct.DEFINES"
 #endif
 
 __device__ __forceinline__ float value(const unsigned short* f, long long i) { return (float)f[i]; }
@@ -35,12 +36,12 @@ __device__ void correct(const T* __restrict__ frames, const float* __restrict__ 
     out[o] = t;
 }
 
-extern "C" __global__ void __launch_bounds__(LEVERET_LIVE_CORRECT_BLOCK)
+extern "C" __global__ void __launch_bounds__(LEVERET_CORRECT_BLOCK)
 correct_u16(const unsigned short* frames, const float* dark, const float* denom, float* out, int* counts,
             int n_rows, int n_cols, int n_pad, int normalize, int minus_log, float floor_t)
 { correct(frames, dark, denom, out, counts, n_rows, n_cols, n_pad, normalize, minus_log, floor_t); }
 
-extern "C" __global__ void __launch_bounds__(LEVERET_LIVE_CORRECT_BLOCK)
+extern "C" __global__ void __launch_bounds__(LEVERET_CORRECT_BLOCK)
 correct_f32(const float* frames, const float* dark, const float* denom, float* out, int* counts,
             int n_rows, int n_cols, int n_pad, int normalize, int minus_log, float floor_t)
 { correct(frames, dark, denom, out, counts, n_rows, n_cols, n_pad, normalize, minus_log, floor_t); }
