@@ -495,3 +495,36 @@ def test_rows_checksum_sees_one_value_and_the_layout(rng):
     assert rows_checksum(changed) != crc
     assert rows_checksum(rows.reshape(5, 4, 3)) != crc  # the same bytes, another shape
     assert rows_checksum(rows.astype(np.float64)) != crc
+
+
+def test_parameters_hash_is_sha256_of_the_canonical_json_with_each_arrays_bytes_hashed():
+    """The formula a partial output's manifest was written with: a resumed run
+    finds its job only while it stays the same (arrays by their C-order bytes,
+    whatever their layout, byte order or dtype)."""
+    import hashlib
+    import json
+
+    from leveret.io.slabs import parameters_hash
+
+    field = np.arange(12, dtype=np.float32).reshape(3, 4)
+    params = {
+        "flats": field,
+        "view": field[:, ::2],  # not contiguous
+        "angles": np.arange(5, dtype=">f8"),
+        "nested": [np.ones(3, bool), np.zeros(2, np.complex64), np.array(2.5), {"n": np.int64(7)}],
+        "path": Path("a/b"),
+    }
+
+    def expected_default(obj):
+        if isinstance(obj, np.ndarray):
+            digest = hashlib.sha256(np.ascontiguousarray(obj).tobytes()).hexdigest()
+            return {"array": digest, "shape": list(obj.shape), "dtype": str(obj.dtype)}
+        if isinstance(obj, np.generic):
+            return obj.item()
+        return str(obj)
+
+    text = json.dumps(params, sort_keys=True, default=expected_default)
+    assert parameters_hash(params) == hashlib.sha256(text.encode()).hexdigest()
+    changed = {**params, "view": field[:, 1::2]}
+    assert parameters_hash(changed) != parameters_hash(params)
+    assert parameters_hash(None) == parameters_hash({}) == hashlib.sha256(b"{}").hexdigest()

@@ -59,6 +59,7 @@ import logging
 import os
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Iterable
 
@@ -133,23 +134,42 @@ def parameters_hash(params: dict | None) -> str:
     """SHA-256 of the job's parameters as canonical JSON (keys sorted).
 
     Arrays are hashed by content, so a changed angle list or flat field
-    counts as a different job."""
+    counts as a different job; each on a thread of its own, read in place
+    (a pair of 2048^2 flat and dark fields takes a fifth of a second on one
+    core without SHA instructions)."""
 
-    def default(obj):
-        if isinstance(obj, np.ndarray):
-            return {
-                "array": hashlib.sha256(np.ascontiguousarray(obj).tobytes()).hexdigest(),
-                "shape": list(obj.shape),
-                "dtype": str(obj.dtype),
-            }
+    def plain(obj):
         if isinstance(obj, np.generic):
             return obj.item()
         if isinstance(obj, (Path, os.PathLike)):
             return os.fspath(obj)
         return repr(obj)
 
+    arrays: list[np.ndarray] = []
+
+    def collect(obj):
+        if isinstance(obj, np.ndarray):
+            arrays.append(obj)
+            return None
+        return plain(obj)
+
+    json.dumps(params or {}, default=collect)  # finds the arrays
+    with ThreadPoolExecutor(max(1, min(len(arrays), os.cpu_count() or 1))) as pool:
+        digests = dict(zip(map(id, arrays), pool.map(_array_digest, arrays)))
+
+    def default(obj):
+        if isinstance(obj, np.ndarray):
+            return {"array": digests[id(obj)], "shape": list(obj.shape), "dtype": str(obj.dtype)}
+        return plain(obj)
+
     text = json.dumps(params or {}, sort_keys=True, default=default)
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _array_digest(a: np.ndarray) -> str:
+    """SHA-256 of an array's bytes in C order (those of ``a.tobytes()``), without a copy of a contiguous one."""
+    flat = np.ascontiguousarray(a).reshape(-1)
+    return hashlib.sha256(flat.tobytes() if flat.dtype.hasobject else flat.view(np.uint8)).hexdigest()
 
 
 def input_fingerprint(source: str | os.PathLike, *, blocks: int = 8, block_size: int = 1 << 16) -> dict:
