@@ -96,3 +96,16 @@ def test_sinogram_fields_shapes():
     assert sinogram_fields("flats", np.ones((3, 1, 5)), 5).shape == (3, 1, 5)
     with pytest.raises(ValueError, match=r"^flats: .* got shape \(4, 5\), whose rows would all be averaged"):
         sinogram_fields("flats", np.ones((4, 5)), 5)
+
+
+def test_the_checked_fields_come_back_averaged_when_asked(counts):
+    """What a run normalises every slab with: the stacks' float32 means, as normalize averages them."""
+    _, _, flat, dark = counts
+    flats = np.stack([flat, flat + 2, flat + 4]).astype(np.uint16)
+    darks = np.stack([dark, dark + 1]).astype(np.uint16)
+    f, d = check_flats_darks(flats, darks, (4, 16), averaged=True)
+    assert f.dtype == d.dtype == np.float32 and f.shape == d.shape == (4, 16)
+    np.testing.assert_array_equal(f, flats.mean(axis=0, dtype=np.float32))
+    np.testing.assert_array_equal(d, darks.mean(axis=0, dtype=np.float32))
+    same = check_flats_darks(flats, darks, (4, 16))
+    assert same[0] is flats and same[1] is darks  # as given

@@ -795,11 +795,13 @@ def _reconstruct_to_file(
     ):
         raise ValueError(f"io_threads: expected a positive number of threads, got {io_threads!r}")
     resident = 0
+    fields = (None, None)  # the flat and the dark averaged, once: what every slab is normalised with
     if flats is not None:
         from ..preprocess import check_flats_darks
 
-        flats, darks = check_flats_darks(flats, darks, geometry.projection_shape[1:])
-        resident = flats.nbytes + darks.nbytes
+        flats, darks = np.asarray(flats), np.asarray(darks)  # the job's, as given (a resumed run's hash)
+        fields = check_flats_darks(flats, darks, geometry.projection_shape[1:], averaged=True)
+        resident = flats.nbytes + darks.nbytes + fields[0].nbytes + fields[1].nbytes
     itemsize = np.dtype(getattr(projections, "dtype", np.float32)).itemsize
     if slab_slices is not None and (not isinstance(slab_slices, (int, np.integer)) or slab_slices < 1):
         raise ValueError(f"slab_slices: expected a positive number of slices, got {slab_slices!r}")
@@ -850,7 +852,12 @@ def _reconstruct_to_file(
     log.debug("%s", the_plan.describe())
     extras = preprocess_extras(stripe_options, phase, None if half_acquisition is None else float(half_acquisition))
     preprocessing = dict(
-        flats=flats, darks=darks, log_transform=log_transform, stripes=stripes, stripe_size=stripe_size, **extras
+        flats=fields[0],
+        darks=fields[1],
+        log_transform=log_transform,
+        stripes=stripes,
+        stripe_size=stripe_size,
+        **extras,
     )
     value_range = sample = None
     if stored.kind == "u":

@@ -117,10 +117,12 @@ def minus_log(transmission, *, min_transmission: float = 1e-6, out=None):
 MAX_BAD_FLAT_SHARE = 0.5
 
 
-def check_flats_darks(flats, darks, image_shape):
+def check_flats_darks(flats, darks, image_shape, *, averaged: bool = False):
     """Flats and darks for a whole detector, checked before a run: NumPy arrays
     of one image or a stack of ``image_shape``, finite, and the flat brighter
-    than the dark in most pixels.
+    than the dark in most pixels. Returned as NumPy arrays, as given; with
+    ``averaged`` as the float32 images averaged for the check (what
+    :func:`normalize` would average them to).
 
     Raises ValueError naming ``flats`` or ``darks`` otherwise; normalising
     with a NaN or swapped field gives a volume of zeros or NaN without any
@@ -137,8 +139,8 @@ def check_flats_darks(flats, darks, image_shape):
                 f"{', '.join(map(str, image_shape))}) matching the projections' rows and "
                 f"columns, got shape {images.shape}"
             )
-        bad = ~np.isfinite(images)
-        if bad.any():
+        bad = ~np.isfinite(images) if images.dtype.kind == "f" else None  # integer counts are finite
+        if bad is not None and bad.any():
             raise ValueError(f"{name}: expected finite values, got {int(bad.sum())} NaN/Inf value(s) of {images.size}")
         out.append(images)
     flat = average_fields("flats", out[0], image_shape, np)
@@ -149,7 +151,7 @@ def check_flats_darks(flats, darks, image_shape):
             f"flats: the flat field is not brighter than the dark field in {share:.0%} of the "
             "detector pixels; check that --flat and --dark are not swapped"
         )
-    return out[0], out[1]
+    return (flat, dark) if averaged else (out[0], out[1])
 
 
 def sinogram_fields(name: str, images, n_cols: int) -> np.ndarray:
