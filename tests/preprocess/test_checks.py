@@ -109,3 +109,16 @@ def test_the_checked_fields_come_back_averaged_when_asked(counts):
     np.testing.assert_array_equal(d, darks.mean(axis=0, dtype=np.float32))
     same = check_flats_darks(flats, darks, (4, 16))
     assert same[0] is flats and same[1] is darks  # as given
+
+
+def test_a_stack_is_averaged_on_threads_to_the_same_float32_image(monkeypatch):
+    """The bands of rows each thread averages give, pixel by pixel, the sum of one
+    NumPy call (float32 sums of values whose order matters)."""
+    from leveret.preprocess import _common
+
+    monkeypatch.setattr(_common, "MEAN_PER_THREAD", 64)
+    rng = np.random.default_rng(3)
+    stack = (rng.standard_normal((9, 37, 21)) * 10.0 ** rng.integers(-3, 4, (9, 1, 1))).astype(np.float32)
+    got = _common.average_fields("flats", stack, (37, 21), np)
+    np.testing.assert_array_equal(got, stack.mean(axis=0, dtype=np.float32))
+    assert _common.average_fields("flats", stack[:1], (37, 21), np).dtype == np.float32
