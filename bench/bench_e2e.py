@@ -15,13 +15,21 @@ caches that 30 GB do not: ``--probe-each`` writes and flushes each case's
 stored bytes, in as many files, alone right after it (as the writer does:
 threads, each piece's writeback started at once), and holds the case to
 that time; with ``--repeats`` each run to its own, the run of median ratio
-kept.
+kept. Each run and probe is also watched from below, every 20 ms: the
+kernel's counters of the disk under ``--dir`` (bytes written, requests in
+flight), the page cache's dirty and writeback bytes, and the CPU time a
+hypervisor took (steal): the disk's rate and depth during the run beside
+the probe's (the rate follows the depth: a run that keeps the disk's queue
+shallow gets less from it) and whether the host slowed; ``--plot`` draws
+the bytes the disk wrote over each run's seconds beside its probe's rate.
 Beside them: ``leveret.fbp`` of the same problem in memory (float32 line
 integrals in, NumPy volume out) and the kernel alone on the GPU.
 
     # the target (2048 projections of 2048^2 -> 2048^3; 17 GB in, 34 GB out, the page cache of --dir)
     PYTHONPATH=src python3 bench/bench_e2e.py --size 2048 --dir /tmp --probe-each
-    # the issue's table: 1500 projections of 512 x 2048 -> 512 x 2048^2
+    # a format five times, each run held to the disk's rate beside it and during it, drawn
+    PYTHONPATH=src python3 bench/bench_e2e.py --size 2048 --formats h5-uint16 --probe-each --repeats 5 --plot disk.png
+    # a smaller scan: 1500 projections of 512 x 2048 -> 512 x 2048^2
     PYTHONPATH=src python3 bench/bench_e2e.py --views 1500 --rows 512 --cols 2048
     # a subset, two GPUs, a TIFF folder as the input
     PYTHONPATH=src python3 bench/bench_e2e.py --size 2048 --formats h5-none,h5 --gpus all
@@ -51,6 +59,7 @@ import os
 import shutil
 import sys
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -278,11 +287,127 @@ def durable_rate(folder: Path, threads: int, nbytes: int, files: int = 1, piece:
         _remove(root)
 
 
+# -- the host during a run ----------------------------------------------------------------------
+
+
+def block_stat(folder: Path) -> Path | None:
+    """The kernel's I/O counters of the block device holding ``folder`` (``/sys/dev/block/M:m/stat``),
+    or None where there are none (not Linux; tmpfs, overlay and other file systems without one)."""
+    dev = os.stat(folder).st_dev
+    path = Path(f"/sys/dev/block/{os.major(dev)}:{os.minor(dev)}/stat")
+    return path if path.exists() and Path("/proc/meminfo").exists() and Path("/proc/stat").exists() else None
+
+
+def _queued() -> int:
+    """Bytes the page cache holds for the disks: dirty, or under writeback."""
+    total = 0
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith(("Dirty:", "Writeback:")):
+                total += int(line.split()[1]) * 1024
+    return total
+
+
+def _cpu_ticks() -> tuple[int, int]:
+    """(stolen, all) clock ticks of every CPU since boot: stolen, the time a hypervisor ran
+    something else while this machine's CPUs had work (``/proc/stat``)."""
+    with open("/proc/stat") as f:
+        ticks = [int(v) for v in f.readline().split()[1:9]]  # user nice system idle iowait irq softirq steal
+    return ticks[7], sum(ticks)
+
+
+class HostWatch:
+    """What a run's host does, sampled on a thread every ``every`` seconds while in the ``with``
+    block: (seconds, bytes the disk under ``folder`` has written, milliseconds of its requests in
+    flight summed over requests, bytes the page cache holds for the disks, CPU ticks stolen, all
+    CPU ticks). :meth:`summary` turns them into the disk's rate and depth during the run and the
+    share of CPU time the hypervisor took. Samples nothing where :func:`block_stat` finds no counters."""
+
+    def __init__(self, folder: Path, every: float = 0.02):
+        self.stat, self.every, self.samples = block_stat(folder), every, []
+        self._stop = threading.Event()
+
+    def _sample(self) -> None:
+        fields = self.stat.read_text().split()
+        # fields 7 and 11 of the stat file: sectors written (512 bytes), weighted milliseconds in flight
+        written, weighted = int(fields[6]) * 512, int(fields[10])
+        self.samples.append((time.perf_counter() - self._t0, written, weighted, _queued(), *_cpu_ticks()))
+
+    def __enter__(self):
+        if self.stat is not None:
+            self._t0 = time.perf_counter()
+            self._sample()
+
+            def loop():
+                while not self._stop.wait(self.every):
+                    self._sample()
+
+            self._thread = threading.Thread(target=loop, name="bench-host-watch", daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        if self.stat is not None:
+            self._stop.set()
+            self._thread.join()
+            self._sample()
+        return False
+
+    def summary(self) -> dict:
+        return host_during(self.samples)
+
+
+#: the page cache holds at least this for the disks: the disk has work waiting, it is not waiting on the run
+FED = 8 << 20
+#: the disk has written this much since the run began: the run's output has reached it (not the journal alone)
+STARTED = 8 << 20
+
+
+def host_during(samples, fed_bytes: int = FED) -> dict:
+    """What the host did during a run, from :class:`HostWatch`'s samples: ``first``, the seconds
+    before the disk had written ``STARTED`` bytes; ``written``, its bytes; ``fed``, the share of
+    the time from ``first`` to the end in which at least ``fed_bytes`` waited for it in the page
+    cache; ``rate`` and ``depth``, the bytes it wrote per second and its mean requests in flight
+    in those intervals; ``steal``, the share of CPU time the hypervisor took over the whole run.
+    The disk's rate follows its depth: a run that keeps fewer requests in flight than the probe
+    (:func:`durable_rate`, watched alike) gets less from the disk, so ``rate`` is the disk's pace
+    as the run fed it, not a floor. Empty without samples. ``timeline`` keeps one sample per
+    tenth of a second for a chart: seconds, bytes written, weighted milliseconds in flight, bytes
+    queued."""
+    if len(samples) < 3:
+        return {}
+    t, written, weighted, queued, stolen, ticks = (np.array(c, dtype=np.float64) for c in zip(*samples))
+    written -= written[0]
+    started = np.flatnonzero(written >= STARTED)
+    if not started.size:
+        return {}
+    i0 = started[0]
+    span = t[-1] - t[i0]
+    dt, dw, dq = np.diff(t[i0:]), np.diff(written[i0:]), np.diff(weighted[i0:])
+    fed = queued[i0:-1] >= fed_bytes
+    fed_seconds = float(dt[fed].sum())
+    out = {
+        "first": float(t[i0]),
+        "written": float(written[-1]),
+        "fed": float(fed_seconds / span) if span > 0 else 0.0,
+        "steal": float((stolen[-1] - stolen[0]) / (ticks[-1] - ticks[0])) if ticks[-1] > ticks[0] else 0.0,
+    }
+    if fed_seconds > 0 and dw[fed].sum() > 0:
+        out["rate"] = float(dw[fed].sum() / fed_seconds)
+        out["depth"] = float(dq[fed].sum() / 1e3 / fed_seconds)
+    keep = np.unique(np.searchsorted(t, np.arange(int(t[-1] * 10) + 1) / 10))  # the first sample of each tenth
+    out["timeline"] = [
+        [round(float(t[k]), 3), int(written[k]), int(weighted[k] - weighted[0]), int(queued[k])] for k in keep
+    ]
+    return out
+
+
 def held_to_own_bytes(run, measure, repeats: int) -> dict:
     """``repeats`` runs of a case, each followed by ``measure``: its stored bytes' rate to disk
     right after it (``durable_rate``). The disk drifts between runs, so each run is held to its own
     floor and the run of median ratio is kept (of two, the lower; the fastest would pair a lucky
-    run with another run's floor); every run's wall, rate and ratio go in its ``repeats``."""
+    run with another run's floor); every run's wall, its probe's rate, its ratio and what the host
+    watch saw during both go in its ``repeats``."""
     rows = []
     for _ in range(max(1, repeats)):
         row = run()
@@ -290,7 +415,13 @@ def held_to_own_bytes(run, measure, repeats: int) -> dict:
         row["sync_ratio"] = row["wall"] / (row["stored_bytes"] / row["durable_rate"])
         rows.append(row)
     kept = sorted(rows, key=lambda r: r["sync_ratio"])[(len(rows) - 1) // 2]
-    kept["repeats"] = [{k: r[k] for k in ("wall", "durable_rate", "sync_ratio")} for r in rows]
+    kept["repeats"] = [
+        {
+            **{k: r[k] for k in ("wall", "durable_rate", "sync_ratio")},
+            **{k: r[k] for k in ("disk", "probe_disk") if k in r},
+        }
+        for r in rows
+    ]
     return kept
 
 
@@ -445,9 +576,10 @@ def run_one(fmt: str, scan_input, geometry, out_dir: Path, args, extra: dict) ->
     if args.slab_slices:
         kwargs["slab_slices"] = args.slab_slices
     os.sync()  # nothing dirty left by the input or an earlier run: each run writes back only its own
-    t = time.perf_counter()
-    res = reconstruct_to_file(scan_input["projections"], geometry, out, **kwargs)
-    wall = time.perf_counter() - t
+    with HostWatch(out_dir) as watch:
+        t = time.perf_counter()
+        res = reconstruct_to_file(scan_input["projections"], geometry, out, **kwargs)
+        wall = time.perf_counter() - t
     row = {
         "format": fmt,
         "wall": wall,
@@ -459,6 +591,7 @@ def run_one(fmt: str, scan_input, geometry, out_dir: Path, args, extra: dict) ->
         "synced": "sync" not in kwargs or "sync" in dropped,
         "peak_rss": res.peak_rss,
     }
+    row["disk"] = watch.summary()
     stages = getattr(res, "stages", None) or {k: {"seconds": v} for k, v in res.busy.items()}
     row["stages"] = stages
     _remove(res.path)
@@ -504,11 +637,51 @@ def print_row(row: dict, problem: dict) -> None:
         ratio += f" (disk {row['durable_rate'] / 1e9:.2f} GB/s beside it)"
     if len(row.get("repeats", ())) > 1:
         ratio += " runs: " + " ".join(f"{r['sync_ratio']:.2f}x" for r in row["repeats"])
+    disk, probed = row.get("disk") or {}, row.get("probe_disk") or {}
+    if "rate" in disk:
+        ratio += (
+            f"; during it the disk wrote {disk['rate'] / 1e9:.2f} GB/s with {disk['depth']:.0f} requests in flight"
+            + (f" (its probe {probed['rate'] / 1e9:.2f} with {probed['depth']:.0f})" if "rate" in probed else "")
+            + f", work waiting {disk['fed']:.0%} of the time, CPU time stolen {disk['steal']:.1%}"
+        )
     print(
         f"{row['format']:11s} {row['wall']:7.2f} s {problem['updates'] / row['wall'] / 1e9:8.1f} GU/s "
         f"{' '.join(cells)}  {row['stored_bytes'] / 1e9:6.2f} GB  {ratio}",
         flush=True,
     )
+
+
+def plot(runs: list[dict], path: Path) -> None:
+    """One panel per format: the bytes the disk had written over each run's seconds (every repeat;
+    the kept run bold), and beside each the stored bytes at the rate its probe measured right after
+    it, from when the run's output first reached the disk (dashed): a run along its dashed line kept
+    pace with the disk, and its start is the time before the first slab was on its way to disk."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    shown = [r for r in runs if (r.get("disk") or {}).get("timeline")]
+    if not shown:
+        print(f"no disk timelines (no block device's counters under --dir); {path} not written")
+        return
+    fig, axes = plt.subplots(1, len(shown), figsize=(4.6 * len(shown), 3.4), squeeze=False)
+    for ax, row in zip(axes.flat, shown):
+        for k, rep in enumerate([r for r in row.get("repeats") or () if r.get("disk")] or [row]):
+            disk = rep["disk"]
+            t, written = np.array([x[0] for x in disk["timeline"]]), np.array([x[1] for x in disk["timeline"]]) / 1e9
+            bold = rep["wall"] == row["wall"]
+            (line,) = ax.plot(t, written, lw=2.2 if bold else 1.0, label=f"run {k + 1}: {rep['wall']:.2f} s")
+            if rep.get("durable_rate"):
+                end = disk["first"] + row["stored_bytes"] / rep["durable_rate"]
+                ax.plot([disk["first"], end], [0, row["stored_bytes"] / 1e9], "--", color=line.get_color(), lw=0.8)
+        ax.set_title(f"{row['format']}: {row['stored_bytes'] / 1e9:.1f} GB stored", fontsize=9)
+        ax.set_xlabel("seconds from the run's start", fontsize=8)
+        ax.set_ylabel("GB the disk has written", fontsize=8)
+        ax.legend(fontsize=7, title="dashed: its bytes at the probe's rate", title_fontsize=6)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    print(f"plot: {path}")
 
 
 def main(argv=None) -> int:
@@ -583,6 +756,11 @@ def main(argv=None) -> int:
         "floor (default: 1)",
     )
     p.add_argument("--out", default=None, help="JSON file (default: bench/results/e2e/<problem>-<backend>.json)")
+    p.add_argument(
+        "--plot",
+        default=None,
+        help="PNG of the bytes the disk wrote over each run's seconds (dashed: at its probe's rate, with --probe-each)",
+    )
     args = p.parse_args(argv)
 
     import leveret
@@ -694,13 +872,18 @@ def main(argv=None) -> int:
         f"\n{'format':11s} {'wall':>9s} {'rate':>13s} " + " ".join(f"{s:>13s}" for s in STAGES) + "  stored    floor",
         flush=True,
     )
+
+    def measure(r):  # the probe watched as the run was: the disk's pace and depth beside the run's
+        with HostWatch(folder) as watch:
+            rate = durable_rate(folder, threads, r["stored_bytes"], r["stored_files"])
+        r["probe_disk"] = watch.summary()
+        return rate
+
     for fmt in formats:
         try:
             if args.probe_each and not args.no_sync:
                 row = held_to_own_bytes(
-                    lambda: run_one(fmt, scan_input, geometry, folder, args, extra),
-                    lambda r: durable_rate(folder, threads, r["stored_bytes"], r["stored_files"]),
-                    args.repeats,
+                    lambda: run_one(fmt, scan_input, geometry, folder, args, extra), measure, args.repeats
                 )
             else:
                 row = min(
@@ -728,6 +911,8 @@ def main(argv=None) -> int:
                 print(f"{row['format']}: disk to disk / in memory = {row['wall'] / results['fbp_in_memory']:.2f}")
     save()
     print(f"\nwrote {out}")
+    if args.plot:
+        plot(results["runs"], Path(args.plot))
     return 0
 
 

@@ -168,3 +168,46 @@ def test_repeats_with_probe_each_keep_the_run_of_median_ratio_to_its_own_floor(m
     )
     assert [r["sync_ratio"] for r in row["repeats"]] == [1.0, 0.4, 1.2]
     assert row["wall"] == 10.0 and row["durable_rate"] == 1.0  # the median run with its own rate
+
+
+def test_the_disk_during_a_run_is_its_pace_while_work_waited_for_it(monkeypatch):
+    """The disk's rate during a run counts only the time in which the page cache held work for
+    it (a stretch where the run kept it waiting is left out); steal is the share of all CPU ticks
+    the hypervisor took over the whole run."""
+    monkeypatch.syspath_prepend(str(ROOT / "bench"))
+    import bench_e2e
+
+    samples, written, weighted = [], 0.0, 0.0
+    for k in range(101):  # every 0.1 s for 10 s: nothing for 1 s, 1 GB/s, waiting on the run 5-6 s, 1 GB/s
+        t = k / 10
+        samples.append((t, written, weighted, 0 if t < 1 or 5 <= t < 6 else 1 << 30, 5 * k, 100 * k))
+        if 1 <= t < 5 or 6 <= t < 10:
+            written += 1e8
+            weighted += 32 * 100  # 32 requests in flight for 100 ms
+    disk = bench_e2e.host_during(samples)
+    assert disk["first"] == pytest.approx(1.1) and disk["written"] == pytest.approx(8e9)
+    assert disk["rate"] == pytest.approx(1e9) and disk["depth"] == pytest.approx(32)
+    assert disk["fed"] == pytest.approx(7.9 / 8.9) and disk["steal"] == pytest.approx(0.05)
+    assert disk["timeline"][11] == [1.1, int(1e8), 3200, 1 << 30]
+    assert bench_e2e.host_during(samples[:2]) == {}
+    assert bench_e2e.host_during([(t, 1e6, 0, 0, 0, 1) for t, *_ in samples]) == {}  # the journal alone
+
+
+def test_the_host_watch_sees_bytes_flushed_in_its_block(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT / "bench"))
+    import bench_e2e
+
+    if bench_e2e.block_stat(tmp_path) is None:
+        pytest.skip("the temporary folder has no block device's counters (tmpfs, overlay, not Linux)")
+    with bench_e2e.HostWatch(tmp_path, every=0.005) as watch:
+        with open(tmp_path / "x", "wb") as f:
+            f.write(np.random.default_rng(0).integers(0, 255, 32 << 20, dtype=np.uint8).tobytes())
+            os.fsync(f.fileno())
+    first, last = watch.samples[0], watch.samples[-1]
+    assert len(watch.samples) >= 2 and last[1] - first[1] >= 32 << 20
+    assert [s[0] for s in watch.samples] == sorted(s[0] for s in watch.samples)
+    assert last[5] > first[5] and 0 <= last[4] - first[4] <= last[5] - first[5]  # CPU ticks: stolen within all
+    monkeypatch.setattr(bench_e2e, "block_stat", lambda folder: None)
+    with bench_e2e.HostWatch(tmp_path) as none:
+        pass
+    assert none.samples == [] and none.summary() == {}
