@@ -1,4 +1,5 @@
-"""When each slab of a disk-to-disk run is read, built, written and flushed, and
+"""When each slab of a disk-to-disk run is read, built, written and flushed (and
+how long each piece's writeback start waited for the disk's queue), and
 what the run waits for after its last write: the timeline behind a row of
 ``bench/bench_e2e.py``. It wraps the pipeline's and the writer's own methods
 to stamp each call's start and end, runs ``reconstruct_to_file`` on the
@@ -71,6 +72,7 @@ def milestones() -> dict:
         "build",
         "write",
         "flush",
+        "writeback",
         "manifest",
         "synced",
         "pipeline",
@@ -123,6 +125,8 @@ def main(argv=None) -> int:
     stamped(slabs.SlabWriter, "synced", "synced")
     stamped(slabs.SlabWriter, "finish", "finish")
     stamped(slabs, "_fsync_path", "flush")
+    # each piece's writeback started on the pool: long calls mean the disk's queue is full (the disk bounds)
+    stamped(slabs, "start_writeback", "writeback")
     stamped(pipeline, "sample_range", "sample")  # an integer output's range, before the pipeline
     stamped(outofcore, "_run_pipeline", "pipeline")  # its end: the stages have stopped, the finish follows
 
