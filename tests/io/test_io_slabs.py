@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -219,23 +220,79 @@ def test_an_uncompressed_file_starts_each_pieces_writeback_once_written_when_it_
 
 
 @pytest.mark.parametrize("sync", [True, False])
-def test_a_compressed_hdf5_starts_each_chunks_writeback_once_written_when_it_syncs(tmp_path, rng, monkeypatch, sync):
+def test_a_compressed_hdf5_starts_its_writeback_from_one_thread_each_slab_at_its_end(tmp_path, rng, monkeypatch, sync):
     import h5py
 
-    import leveret.io.slabs as slabs
+    from leveret.io import atomic
 
     vol = _volume(rng)
     started = []
-    monkeypatch.setattr(slabs, "start_writeback", lambda fd, offset, nbytes: started.append((offset, nbytes)))
+
+    def start(fd, offset, nbytes):
+        started.append((threading.current_thread().name, offset, nbytes))
+
+    monkeypatch.setattr(atomic, "start_writeback", start)
     with SlabWriter(tmp_path / "v.h5", vol.shape, sync=sync, compression="lz4", chunks=(1, 3, vol.shape[2])) as w:
-        w.write(0, vol)
+        w.write(0, vol[:4])
+        w.write(4, vol[4:])
         w.finish()
     with h5py.File(tmp_path / "v.h5") as f:
         ds = f[w.dataset]
         stored = [ds.id.get_chunk_info(i) for i in range(ds.id.get_num_chunks())]
     assert len(stored) > vol.shape[0]  # several chunks a slice
-    assert sorted(started) == (sorted((c.byte_offset, c.size) for c in stored) if sync else [])
+    if not sync:
+        assert started == []
+    else:  # far under a run's bytes: one start per slab, at its end, covering each of its chunks once
+        assert {name for name, *_ in started} == {"leveret-writeback"}
+        assert len(started) == 2
+        spans = sorted((offset, offset + nbytes) for _, offset, nbytes in started)
+        assert spans[0][1] <= spans[1][0]
+        for c in stored:
+            assert sum(a <= c.byte_offset and c.byte_offset + c.size <= b for a, b in spans) == 1
     np.testing.assert_array_equal(read_array(tmp_path / "v.h5"), vol)
+
+
+def test_a_writeback_follower_starts_runs_of_its_size_and_the_rest_when_flushed(tmp_path, monkeypatch):
+    from leveret.io import atomic
+
+    started, entered, gate = [], threading.Event(), threading.Event()
+
+    def start(fd, offset, nbytes):
+        started.append((offset, nbytes))
+        entered.set()
+        gate.wait(5)  # held as the kernel holds it while the disk's queue is full
+
+    monkeypatch.setattr(atomic, "start_writeback", start)
+    monkeypatch.setattr(atomic, "_SYNC_FILE_RANGE", atomic._SYNC_FILE_RANGE or (lambda *a: 0))
+    with open(tmp_path / "f", "wb") as f:
+        follower = atomic.WritebackFollower(f.fileno(), run=100)
+        for offset in range(0, 90, 10):
+            follower.wrote(offset, 10)
+        assert not entered.wait(0.2)  # 90 bytes: under a run, nothing started
+        follower.wrote(90, 10)
+        assert entered.wait(5)  # 100 bytes: a run
+        for offset in range(100, 250, 10):  # noted while that start is held: the next run
+            follower.wrote(offset, 10)
+        gate.set()
+        follower.flush()
+        follower.close()
+    assert started == [(0, 100), (100, 150)]
+    assert not follower._thread.is_alive()
+
+
+def test_a_writeback_follower_starts_whatever_is_noted_when_closed(tmp_path, monkeypatch):
+    from leveret.io import atomic
+
+    started = []
+    monkeypatch.setattr(atomic, "start_writeback", lambda fd, offset, nbytes: started.append((offset, nbytes)))
+    monkeypatch.setattr(atomic, "_SYNC_FILE_RANGE", atomic._SYNC_FILE_RANGE or (lambda *a: 0))
+    with open(tmp_path / "f", "wb") as f:
+        follower = atomic.WritebackFollower(f.fileno(), run=1 << 30)
+        follower.flush()  # nothing noted: nothing to start
+        follower.wrote(40, 8)
+        follower.wrote(8, 8)  # out of order: the span covers both
+        follower.close()
+    assert started == [(8, 40)]
 
 
 def test_start_writeback_is_the_kernels_on_linux(tmp_path):
@@ -320,7 +377,11 @@ def test_sigint_to_a_writing_process(tmp_path):
                     sys.stdin.readline()      # blocks here until the signal arrives
             w.finish()
     """)
-    env = {"PYTHONPATH": str(SRC), "PATH": "/usr/bin:/bin"}
+    # the packages this interpreter finds on PYTHONPATH (zarr, where it is not installed) found there too
+    env = {
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(SRC), os.environ.get("PYTHONPATH")])),
+        "PATH": "/usr/bin:/bin",
+    }
     p = subprocess.Popen(
         [sys.executable, "-c", script],
         stdin=subprocess.PIPE,

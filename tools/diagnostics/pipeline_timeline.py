@@ -26,7 +26,7 @@ import leveret  # noqa: E402
 from leveret.execution import outofcore, pipeline  # noqa: E402
 from leveret.execution.outofcore import reconstruct_to_file  # noqa: E402
 from leveret.io import read_scan  # noqa: E402
-from leveret.io import slabs  # noqa: E402
+from leveret.io import atomic, slabs  # noqa: E402
 
 STAMPS: list[tuple[float, str, str]] = []  # (seconds since the run's start, thread, "name<" or "name>")
 START = [0.0]
@@ -125,8 +125,10 @@ def main(argv=None) -> int:
     stamped(slabs.SlabWriter, "synced", "synced")
     stamped(slabs.SlabWriter, "finish", "finish")
     stamped(slabs, "_fsync_path", "flush")
-    # each piece's writeback started on the pool: long calls mean the disk's queue is full (the disk bounds)
+    # each piece's writeback start (on the pool; a compressed HDF5 file's, on its follower thread):
+    # long calls mean the disk's queue is full (the disk bounds)
     stamped(slabs, "start_writeback", "writeback")
+    stamped(atomic, "start_writeback", "writeback")
     stamped(pipeline, "sample_range", "sample")  # an integer output's range, before the pipeline
     stamped(outofcore, "_run_pipeline", "pipeline")  # its end: the stages have stopped, the finish follows
 

@@ -132,6 +132,72 @@ def start_writeback(fd: int, offset: int = 0, nbytes: int = 0) -> None:
         _SYNC_FILE_RANGE(fd, offset, nbytes, _SYNC_FILE_RANGE_WRITE)
 
 
+#: a follower starts a file's writeback in runs of at least this many bytes (or at a slab's end)
+WRITEBACK_RUN = 32 << 20
+
+
+class WritebackFollower:
+    """Start the way to disk of an open file's bytes as they are written, from one
+    thread of its own (``leveret-writeback``), in runs of at least ``run`` bytes.
+
+    For a file written in many small pieces (an HDF5 file's compressed chunks):
+    a writeback start per piece, from many threads, makes them contend in the
+    file system for the one file, and its writer waits with them; one thread
+    starting large runs lets the file system allocate large extents and keeps
+    the disk's queue full. :meth:`wrote` notes a written piece, :meth:`flush`
+    starts everything noted (a slab's end), :meth:`close` starts the rest and
+    ends the thread. Nothing waits for the disk: the flush that makes the bytes
+    durable comes later. Where :func:`start_writeback` does nothing, neither
+    does this."""
+
+    def __init__(self, fd: int, run: int = WRITEBACK_RUN):
+        self.fd, self.run = fd, int(run)
+        self._cond = threading.Condition()
+        self._span: list[int] | None = None  # [first, end) of the bytes noted and not yet started
+        self._now = self._closed = False
+        self._thread = None
+        if _SYNC_FILE_RANGE is not None:
+            self._thread = threading.Thread(target=self._loop, name="leveret-writeback", daemon=True)
+            self._thread.start()
+
+    def wrote(self, offset: int, nbytes: int) -> None:
+        """Note ``nbytes`` bytes written at ``offset``."""
+        with self._cond:
+            if self._span is None:
+                self._span = [int(offset), int(offset) + int(nbytes)]
+            else:
+                self._span = [min(self._span[0], int(offset)), max(self._span[1], int(offset) + int(nbytes))]
+            if self._span[1] - self._span[0] >= self.run:
+                self._cond.notify()
+
+    def flush(self) -> None:
+        """Start everything noted so far, however little, without waiting."""
+        with self._cond:
+            if self._span is not None:
+                self._now = True
+                self._cond.notify()
+
+    def close(self) -> None:
+        """Start what is noted and end the thread (the file may be closed after)."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify()
+        if self._thread is not None:
+            self._thread.join()
+
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                while not self._closed and (
+                    self._span is None or (not self._now and self._span[1] - self._span[0] < self.run)
+                ):
+                    self._cond.wait()
+                span, self._span, self._now = self._span, None, False
+                if span is None:  # closed, nothing left
+                    return
+            start_writeback(self.fd, span[0], span[1] - span[0])  # the kernel may hold it while its queue is full
+
+
 def write_at(fd: int, buffer, offset: int) -> None:
     """Write all of ``buffer`` (any contiguous buffer) into the open file ``fd``
     at byte ``offset`` with ``pwrite``: the one place every slab writer's

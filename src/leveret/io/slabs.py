@@ -70,6 +70,7 @@ from ._common import HDF5_EXTS, TIFF_EXTS, split_dataset, suffix
 from .atomic import (
     OutputLock,
     OutputSpaceError,
+    WritebackFollower,
     _commit,
     _fsync_path,
     _remove,
@@ -484,6 +485,7 @@ class SlabWriter:
         self._record_lock = threading.Lock()  # one manifest save at a time
         self._pool = None  # the writing threads, made at the first slab
         self._h5 = None  # the open h5py.File of a chunked HDF5 payload
+        self._follower = None  # its WritebackFollower when the output syncs
         self._h5_lock = threading.Lock()
         # Slabs written but not yet on disk, (k0, k1, source, paths to flush), and the
         # thread that flushes and records them (there while there are some).
@@ -865,26 +867,32 @@ class SlabWriter:
                 import h5py
 
                 self._h5 = h5py.File(self.payload, "r+")
+                if self.sync:  # the chunks' way to disk, started in large runs from one thread
+                    self._follower = WritebackFollower(self._h5.id.get_vfd_handle())
             return self._h5
 
     def _close_hdf5(self) -> None:
         """Close the chunked HDF5 payload (its last metadata go to the file)."""
         with self._h5_lock:
             f, self._h5 = self._h5, None
+            follower, self._follower = self._follower, None
+        if follower is not None:  # before the file closes: it starts the writeback of the file's descriptor
+            follower.close()
         if f is not None:
             f.close()
 
     def _write_hdf5_chunks(self, k0: int, k1: int, data: np.ndarray) -> list[Path]:
         """Compress the slab's chunks on the pool and give each to HDF5 as a
-        direct chunk as it is ready, in order, its writeback started at once
-        when the output syncs (as a piece of the other formats); then write
+        direct chunk as it is ready, in order, noted to the file's
+        :class:`~leveret.io.atomic.WritebackFollower` when the output syncs (its
+        writeback starts in large runs, the rest at the slab's end); then write
         HDF5's chunk index."""
         from collections import deque
 
         self._check_room(data.nbytes)
         pool = self._threads()
         ds = self._hdf5_file()[self.dataset]
-        fd = ds.file.id.get_vfd_handle() if self.sync else None
+        follower = self._follower
         # a window of chunks compressed ahead, given to HDF5 in order (chunks lie in the file in order)
         origins = deque(self._chunk_origins(k0, k1))
         encoding: deque = deque()
@@ -898,9 +906,11 @@ class SlabWriter:
                 t = time.perf_counter()
                 ds.id.write_direct_chunk(origin, stored)
                 self._count("write", time.perf_counter() - t, len(stored))
-                if fd is not None:  # on the pool: the kernel may hold the call while its queue is full
+                if follower is not None:
                     where = ds.id.get_chunk_info_by_coord(origin)
-                    pool.submit(start_writeback, fd, where.byte_offset, where.size)
+                    follower.wrote(where.byte_offset, where.size)
+            if follower is not None:
+                follower.flush()
             t = time.perf_counter()
             ds.file.flush()  # the chunk index
             self._count("write", time.perf_counter() - t)
