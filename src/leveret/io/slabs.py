@@ -12,7 +12,9 @@ a hidden *partial* folder beside the output,
   and, for each slab, what it was made from (a checksum of the input rows it
   used, :func:`rows_checksum`), updated (atomically) only after a slab's
   data are flushed to disk. Each piece's way to the disk starts as it is
-  written (:func:`leveret.io.atomic.start_writeback`) and the flushing is
+  written (:func:`leveret.io.atomic.start_writeback`; a compressed HDF5
+  file's chunks in large runs from one thread,
+  :class:`leveret.io.atomic.WritebackFollower`) and the flushing is
   waited for in the background, in batches (one thread, ``leveret-sync``), so
   that writing never waits for the disk and the disk never idles: a slab
   counts as written once it is on disk and recorded, and
