@@ -82,6 +82,7 @@ FORMATS = {
     "tiff": ("rec/", {}),
     "h5-float16": ("rec.h5", {"output_dtype": "float16"}),
     "h5-uint16": ("rec.h5", {"output_dtype": "uint16"}),
+    "h5-none-uint16": ("rec.h5", {"compression": None, "output_dtype": "uint16"}),
     "h5-uint8": ("rec.h5", {"output_dtype": "uint8"}),
     "npy-uint16": ("rec.npy", {"output_dtype": "uint16"}),
 }
