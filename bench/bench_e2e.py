@@ -646,7 +646,7 @@ def print_row(row: dict, problem: dict) -> None:
             + f", work waiting {disk['fed']:.0%} of the time, CPU time stolen {disk['steal']:.1%}"
         )
     print(
-        f"{row['format']:11s} {row['wall']:7.2f} s {problem['updates'] / row['wall'] / 1e9:8.1f} GU/s "
+        f"{row['format']:14s} {row['wall']:7.2f} s {problem['updates'] / row['wall'] / 1e9:8.1f} GU/s "
         f"{' '.join(cells)}  {row['stored_bytes'] / 1e9:6.2f} GB  {ratio}",
         flush=True,
     )
@@ -870,7 +870,7 @@ def main(argv=None) -> int:
     print(f"pipeline warmed: {warm:.1f} s", flush=True)
 
     print(
-        f"\n{'format':11s} {'wall':>9s} {'rate':>13s} " + " ".join(f"{s:>13s}" for s in STAGES) + "  stored    floor",
+        f"\n{'format':14s} {'wall':>9s} {'rate':>13s} " + " ".join(f"{s:>13s}" for s in STAGES) + "  stored    floor",
         flush=True,
     )
 
@@ -892,7 +892,7 @@ def main(argv=None) -> int:
                     key=lambda r: r["wall"],
                 )
         except Exception as exc:  # one format's failure (a missing package) does not end the suite
-            print(f"{fmt:11s} failed: {type(exc).__name__}: {exc}", flush=True)
+            print(f"{fmt:14s} failed: {type(exc).__name__}: {exc}", flush=True)
             results["runs"].append({"format": fmt, "error": f"{type(exc).__name__}: {exc}"})
             save()
             continue
