@@ -10,7 +10,6 @@ import subprocess
 import sys
 import textwrap
 import threading
-import time
 from pathlib import Path
 
 import numpy as np
@@ -221,7 +220,7 @@ def test_an_uncompressed_file_starts_each_pieces_writeback_once_written_when_it_
 
 
 @pytest.mark.parametrize("sync", [True, False])
-def test_a_compressed_hdf5_starts_its_writeback_from_one_thread_each_slab_at_its_end(tmp_path, rng, monkeypatch, sync):
+def test_a_compressed_hdf5_starts_its_writeback_from_one_thread_each_chunk_once(tmp_path, rng, monkeypatch, sync):
     import h5py
 
     from leveret.io import atomic
@@ -236,10 +235,6 @@ def test_a_compressed_hdf5_starts_its_writeback_from_one_thread_each_slab_at_its
     monkeypatch.setattr(atomic, "_SYNC_FILE_RANGE", atomic._SYNC_FILE_RANGE or (lambda *a: 0))
     with SlabWriter(tmp_path / "v.h5", vol.shape, sync=sync, compression="lz4", chunks=(1, 3, vol.shape[2])) as w:
         w.write(0, vol[:4])
-        for _ in range(500):  # the first slab's start taken before the second's chunks come (else they join it)
-            if started or not sync:
-                break
-            time.sleep(0.01)
         w.write(4, vol[4:])
         w.finish()
     with h5py.File(tmp_path / "v.h5") as f:
@@ -248,17 +243,16 @@ def test_a_compressed_hdf5_starts_its_writeback_from_one_thread_each_slab_at_its
     assert len(stored) > vol.shape[0]  # several chunks a slice
     if not sync:
         assert started == []
-    else:  # far under a run's bytes: one start per slab, at its end, covering each of its chunks once
-        assert {name for name, *_ in started} == {"leveret-writeback"}
-        assert len(started) == 2
+    else:  # from the follower alone (never the pool), the spans apart, each chunk in one of them
+        assert started and {name for name, *_ in started} == {"leveret-writeback"}
         spans = sorted((offset, offset + nbytes) for _, offset, nbytes in started)
-        assert spans[0][1] <= spans[1][0]
+        assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:]))
         for c in stored:
             assert sum(a <= c.byte_offset and c.byte_offset + c.size <= b for a, b in spans) == 1
     np.testing.assert_array_equal(read_array(tmp_path / "v.h5"), vol)
 
 
-def test_a_writeback_follower_starts_runs_of_its_size_and_the_rest_when_flushed(tmp_path, monkeypatch):
+def test_a_writeback_follower_starts_at_once_and_gathers_what_comes_while_held(tmp_path, monkeypatch):
     from leveret.io import atomic
 
     started, entered, gate = [], threading.Event(), threading.Event()
@@ -271,34 +265,31 @@ def test_a_writeback_follower_starts_runs_of_its_size_and_the_rest_when_flushed(
     monkeypatch.setattr(atomic, "start_writeback", start)
     monkeypatch.setattr(atomic, "_SYNC_FILE_RANGE", atomic._SYNC_FILE_RANGE or (lambda *a: 0))
     with open(tmp_path / "f", "wb") as f:
-        follower = atomic.WritebackFollower(f.fileno(), run=100)
-        for offset in range(0, 90, 10):
-            follower.wrote(offset, 10)
-        assert not entered.wait(0.2)  # 90 bytes: under a run, nothing started
-        follower.wrote(90, 10)
-        assert entered.wait(5)  # 100 bytes: a run
-        for offset in range(100, 250, 10):  # noted while that start is held: the next run
+        follower = atomic.WritebackFollower(f.fileno())
+        follower.wrote(0, 10)
+        assert entered.wait(5)  # ten bytes: started at once, not kept back for a larger run
+        for offset in (30, 10, 20):  # noted while that start is held, out of order: one span next
             follower.wrote(offset, 10)
         gate.set()
-        follower.flush()
         follower.close()
-    assert started == [(0, 100), (100, 150)]
+    assert started == [(0, 10), (10, 30)]
     assert not follower._thread.is_alive()
 
 
-def test_a_writeback_follower_starts_whatever_is_noted_when_closed(tmp_path, monkeypatch):
+def test_a_writeback_follower_starts_whatever_is_noted_before_it_closes(tmp_path, monkeypatch):
     from leveret.io import atomic
 
     started = []
     monkeypatch.setattr(atomic, "start_writeback", lambda fd, offset, nbytes: started.append((offset, nbytes)))
     monkeypatch.setattr(atomic, "_SYNC_FILE_RANGE", atomic._SYNC_FILE_RANGE or (lambda *a: 0))
     with open(tmp_path / "f", "wb") as f:
-        follower = atomic.WritebackFollower(f.fileno(), run=1 << 30)
-        follower.flush()  # nothing noted: nothing to start
-        follower.wrote(40, 8)
-        follower.wrote(8, 8)  # out of order: the span covers both
+        idle = atomic.WritebackFollower(f.fileno())
+        idle.close()  # nothing noted: nothing to start
+        follower = atomic.WritebackFollower(f.fileno())
+        follower.wrote(8, 8)
         follower.close()
-    assert started == [(8, 40)]
+    assert started == [(8, 8)]
+    assert not idle._thread.is_alive() and not follower._thread.is_alive()
 
 
 def test_start_writeback_is_the_kernels_on_linux(tmp_path):

@@ -132,29 +132,27 @@ def start_writeback(fd: int, offset: int = 0, nbytes: int = 0) -> None:
         _SYNC_FILE_RANGE(fd, offset, nbytes, _SYNC_FILE_RANGE_WRITE)
 
 
-#: a follower starts a file's writeback in runs of at least this many bytes (or at a slab's end)
-WRITEBACK_RUN = 32 << 20
-
-
 class WritebackFollower:
     """Start the way to disk of an open file's bytes as they are written, from one
-    thread of its own (``leveret-writeback``), in runs of at least ``run`` bytes.
+    thread of its own (``leveret-writeback``).
 
     For a file written in many small pieces (an HDF5 file's compressed chunks):
     a writeback start per piece, from many threads, makes them contend in the
-    file system for the one file, and its writer waits with them; one thread
-    starting large runs lets the file system allocate large extents and keeps
-    the disk's queue full. :meth:`wrote` notes a written piece, :meth:`flush`
-    starts everything noted (a slab's end), :meth:`close` starts the rest and
+    file system for the one file, and its writer waits with them. Here
+    :meth:`wrote` only notes a written piece, and the thread starts what is
+    noted as soon as it is free. While the kernel holds it (the disk's queue
+    is full), the pieces written meanwhile gather into one span, started next:
+    the runs grow as far as the disk is behind, and no written byte waits
+    unstarted while the disk could take it. :meth:`close` starts the rest and
     ends the thread. Nothing waits for the disk: the flush that makes the bytes
     durable comes later. Where :func:`start_writeback` does nothing, neither
     does this."""
 
-    def __init__(self, fd: int, run: int = WRITEBACK_RUN):
-        self.fd, self.run = fd, int(run)
+    def __init__(self, fd: int):
+        self.fd = fd
         self._cond = threading.Condition()
         self._span: list[int] | None = None  # [first, end) of the bytes noted and not yet started
-        self._now = self._closed = False
+        self._closed = False
         self._thread = None
         if _SYNC_FILE_RANGE is not None:
             self._thread = threading.Thread(target=self._loop, name="leveret-writeback", daemon=True)
@@ -167,15 +165,7 @@ class WritebackFollower:
                 self._span = [int(offset), int(offset) + int(nbytes)]
             else:
                 self._span = [min(self._span[0], int(offset)), max(self._span[1], int(offset) + int(nbytes))]
-            if self._span[1] - self._span[0] >= self.run:
-                self._cond.notify()
-
-    def flush(self) -> None:
-        """Start everything noted so far, however little, without waiting."""
-        with self._cond:
-            if self._span is not None:
-                self._now = True
-                self._cond.notify()
+            self._cond.notify()
 
     def close(self) -> None:
         """Start what is noted and end the thread (the file may be closed after)."""
@@ -188,11 +178,9 @@ class WritebackFollower:
     def _loop(self) -> None:
         while True:
             with self._cond:
-                while not self._closed and (
-                    self._span is None or (not self._now and self._span[1] - self._span[0] < self.run)
-                ):
+                while self._span is None and not self._closed:
                     self._cond.wait()
-                span, self._span, self._now = self._span, None, False
+                span, self._span = self._span, None
                 if span is None:  # closed, nothing left
                     return
             start_writeback(self.fd, span[0], span[1] - span[0])  # the kernel may hold it while its queue is full

@@ -13,7 +13,7 @@ a hidden *partial* folder beside the output,
   used, :func:`rows_checksum`), updated (atomically) only after a slab's
   data are flushed to disk. Each piece's way to the disk starts as it is
   written (:func:`leveret.io.atomic.start_writeback`; a compressed HDF5
-  file's chunks in large runs from one thread,
+  file's chunks from one thread, gathered while the disk is behind,
   :class:`leveret.io.atomic.WritebackFollower`) and the flushing is
   waited for in the background, in batches (one thread, ``leveret-sync``), so
   that writing never waits for the disk and the disk never idles: a slab
@@ -869,7 +869,7 @@ class SlabWriter:
                 import h5py
 
                 self._h5 = h5py.File(self.payload, "r+")
-                if self.sync:  # the chunks' way to disk, started in large runs from one thread
+                if self.sync:  # the chunks' way to disk, started from one thread
                     self._follower = WritebackFollower(self._h5.id.get_vfd_handle())
             return self._h5
 
@@ -887,7 +887,7 @@ class SlabWriter:
         """Compress the slab's chunks on the pool and give each to HDF5 as a
         direct chunk as it is ready, in order, noted to the file's
         :class:`~leveret.io.atomic.WritebackFollower` when the output syncs (its
-        writeback starts in large runs, the rest at the slab's end); then write
+        writeback starts from that thread as soon as it is free); then write
         HDF5's chunk index."""
         from collections import deque
 
@@ -911,8 +911,6 @@ class SlabWriter:
                 if follower is not None:
                     where = ds.id.get_chunk_info_by_coord(origin)
                     follower.wrote(where.byte_offset, where.size)
-            if follower is not None:
-                follower.flush()
             t = time.perf_counter()
             ds.file.flush()  # the chunk index
             self._count("write", time.perf_counter() - t)
