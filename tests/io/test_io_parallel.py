@@ -7,6 +7,8 @@ blocks combined."""
 from __future__ import annotations
 
 import importlib.util
+import os
+import threading
 import zlib
 from concurrent.futures import ThreadPoolExecutor
 
@@ -212,6 +214,30 @@ def test_a_dxchange_scan_s_projections_are_read_directly(tmp_path, pool, rng):
     out = np.empty((6, 2, 4), np.uint16)
     read_band(projections, (2, 4), out, pool=pool)
     np.testing.assert_array_equal(out, a[:, 2:4])
+
+
+def test_read_rows_reads_a_scan_s_rows_by_their_places_on_threads(stack, monkeypatch):
+    """The checks' and the centre's rows: a frame stack's own slicing reads frame by
+    frame through h5py (each chunk whole); read_rows reads the rows' bytes on threads."""
+    from leveret.io.bands import read_rows
+    from leveret.io.scans import FrameStack
+
+    folder, a = stack
+    source = FrameStack(folder / "s.h5", "/exchange/data", np.arange(1, 24, 2), (20, 18), np.uint16)
+    threads = set()
+    real = os.preadv
+
+    def preadv(*args):
+        threads.add(threading.current_thread().name)
+        return real(*args)
+
+    monkeypatch.setattr(FrameStack, "_frames_at", lambda *args: pytest.fail("read through h5py, frame by frame"))
+    monkeypatch.setattr(os, "preadv", preadv)
+    np.testing.assert_array_equal(read_rows(source, (6, 13), threads=3), a[:, 6:13])
+    np.testing.assert_array_equal(read_rows(source, (0, 2), views=(4, 9)), a[4:9, 0:2])
+    assert threads and all(name.startswith("leveret-rows") for name in threads)
+    monkeypatch.undo()
+    np.testing.assert_array_equal(read_rows(a, (1, 3)), a[:, 1:3])  # in memory: its own slicing
 
 
 # -- checksums ------------------------------------------------------------------------------------

@@ -187,6 +187,7 @@ def recon_cone(args, scan, out_path, dataset, output: dict, progress: bool, meth
     from ..execution.slab import preprocess_rows
     from ..io import SlabWriter
     from ..io.quantize import auto_range, output_dtype, quantize
+    from ..io.bands import read_rows
     from ..io.slabs import output_format, volume_metadata
     from ..operators import Projector
     from ..resources import format_bytes
@@ -225,7 +226,7 @@ def recon_cone(args, scan, out_path, dataset, output: dict, progress: bool, meth
         return 0
     stored = output_dtype(output["output_dtype"])
     g, volume = scan.geometry, scan.volume
-    raw = np.asarray(scan.projections[:, 0 : g.n_rows, :])
+    raw = read_rows(scan.projections, (0, g.n_rows))
     data = preprocess_rows(raw, (0, g.n_rows), **scan.preprocess)
     del raw
     projector = Projector(g, volume, backend=need["backend"], precision=args.precision)

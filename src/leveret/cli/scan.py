@@ -315,7 +315,9 @@ def _rows(scan: ScanInput, r0: int, r1: int) -> np.ndarray:
     """Line integrals (n_angles, r1 - r0, n_cols), float32."""
     from ..execution.slab import preprocess_rows
 
-    raw = np.asarray(scan.projections[:, r0:r1, :])
+    from ..io.bands import read_rows
+
+    raw = read_rows(scan.projections, (r0, r1))
     return preprocess_rows(raw, (r0, r1), **scan.preprocess)
 
 

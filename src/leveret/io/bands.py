@@ -63,14 +63,7 @@ def read_band(source, rows: tuple[int, int], out: np.ndarray, *, pool=None, view
             f"out: expected a C-contiguous {np.dtype(source.dtype)} array of shape {expected}, "
             f"got {out.dtype} {out.shape}"
         )
-    try:
-        places = _places[source]
-    except (KeyError, TypeError):  # TypeError: not weakly referable (never cached)
-        places = _file_places(source)
-        try:
-            _places[source] = places
-        except TypeError:
-            pass
+    places = _places_of(source)
     if places is None:
         out[...] = np.asarray(source[n0:n1, r0:r1, :])
         return out
@@ -81,6 +74,54 @@ def read_band(source, rows: tuple[int, int], out: np.ndarray, *, pool=None, view
 
 
 _places: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # source -> its places, found once
+
+
+def _places_of(source):
+    """``source``'s places (:func:`_file_places`), found once per source."""
+    try:
+        return _places[source]
+    except (KeyError, TypeError):  # TypeError: not weakly referable (never cached)
+        places = _file_places(source)
+        try:
+            _places[source] = places
+        except TypeError:
+            pass
+        return places
+
+
+def read_rows(source, rows: tuple[int, int], *, views=None, threads: int | None = None) -> np.ndarray:
+    """Rows ``r0:r1`` of projections ``n0:n1`` of ``source`` as a new array,
+    read on ``threads`` threads (default: one per core) where the bytes' places
+    are known (:func:`read_band`). A lazy stack's own slicing,
+    ``source[:, r0:r1, :]``, reads one projection after another: for a scan
+    whose projections are single chunks, that reads each chunk whole, seconds
+    for a few rows of thousands of projections.
+
+    Parameters
+    ----------
+    source : array-like (n_angles, n_rows, n_cols)
+        As for :func:`read_band` (not a GPU array).
+    rows : (r0, r1)
+    views : (n0, n1), optional
+        The projections to read (default: all).
+    threads : int, optional
+        Reading threads.
+
+    Returns
+    -------
+    ndarray (n1 - n0, r1 - r0, n_cols), of ``source``'s dtype
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    r0, r1 = (int(r) for r in rows)
+    n0, n1 = (None, None) if views is None else (int(n) for n in views)
+    if _places_of(source) is None:  # its own indexing reads the rows only
+        return np.asarray(source[n0:n1, r0:r1, :])
+    shape = tuple(source.shape)
+    n0, n1 = (0, shape[0]) if views is None else (n0, n1)
+    out = np.empty((n1 - n0, r1 - r0, shape[2]), np.dtype(source.dtype))
+    with ThreadPoolExecutor(threads or os.cpu_count() or 1, thread_name_prefix="leveret-rows") as pool:
+        return read_band(source, (r0, r1), out, pool=pool, views=None if views is None else (n0, n1))
 
 
 def _file_places(source):

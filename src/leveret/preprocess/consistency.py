@@ -38,6 +38,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._validate import choice
+from ..io.bands import read_rows
 from ._common import check_real, to_numpy
 
 CHECKS = ("values", "mass", "angles", "center")
@@ -148,7 +149,7 @@ def check_consistency(
     """Check a parallel-beam scan's data against its geometry, cheaply; say what disagrees.
 
     Reads only the detector rows ``rows`` of ``projections`` (a lazy reader's
-    array reads nothing else) and runs the checks in the module docstring: the
+    array reads nothing else, on a thread per core: :func:`leveret.io.bands.read_rows`) and runs the checks in the module docstring: the
     values against the preprocessing asked for, then, on line integrals, the
     Helgason-Ludwig moment conditions of order 0 and 1 and the agreement of
     views half a turn apart against the angles and the centre. Measured on two
@@ -273,7 +274,9 @@ def _band(projections, rows):
             raise ValueError(f"rows: expected (first, stop) detector rows, got {rows!r}") from None
         if not 0 <= r0 < r1 <= n_rows:
             raise ValueError(f"rows: expected 0 <= first < stop <= {n_rows}, got {rows!r}")
-    return np.asarray(to_numpy(projections[:, r0:r1, :])), r0, r1
+    if hasattr(projections, "__cuda_array_interface__"):
+        return np.asarray(to_numpy(projections[:, r0:r1, :])), r0, r1
+    return read_rows(projections, (r0, r1)), r0, r1  # a lazy stack's rows on threads
 
 
 # -- values ---------------------------------------------------------------------------------------
