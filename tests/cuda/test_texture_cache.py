@@ -4,7 +4,7 @@ in its DeviceState) with stand-in textures and events: no GPU needed."""
 from __future__ import annotations
 
 from leveret.cuda.device_state import DeviceState
-from leveret.cuda.texture import _Cache, layered_cache
+from leveret.cuda.texture import CACHE_BYTES, _Cache, layered_bytes, layered_cache
 
 
 class Event:
@@ -35,6 +35,17 @@ def test_each_device_has_its_own_cache():
     assert layered_cache(gpu1) is not layered_cache(gpu0) and layered_cache(gpu0) is layered_cache(gpu0)
     assert layered_cache(gpu1).take("k") is b and layered_cache(gpu0).take("k") is a
     assert layered_cache(gpu0).take("k") is None
+
+
+def test_a_gpu_keeps_layered_textures_of_a_sixteenth_of_its_memory():
+    """An out-of-core run's two workers keep their slab textures (1 GiB each for 64
+    slices of 2048 views of 2048 columns) from slab to slab on an 80 GB card; a
+    small card (or a state without CUDA) keeps CACHE_BYTES."""
+    slab = 64 * 2048 * 2048 * 4
+    assert layered_bytes(80 << 30) == 5 << 30 and 2 * slab < layered_bytes(80 << 30)
+    assert layered_bytes(141 * 10**9) == 141 * 10**9 // 16
+    assert layered_bytes(2 << 30) == layered_bytes(0) == CACHE_BYTES and layered_bytes(8 << 30) == 2 * slab // 4
+    assert layered_cache(DeviceState(0)).max_bytes >= CACHE_BYTES
 
 
 def test_workers_sharing_a_key_each_get_their_texture_back():

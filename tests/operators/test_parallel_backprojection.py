@@ -264,6 +264,25 @@ def test_cuda_texture_cache_reuse_is_safe(rng):
     assert not texture.layered_cache().keys()
 
 
+@pytest.mark.gpu
+def test_cuda_a_texture_above_cache_bytes_is_kept_for_the_next_call(rng):
+    """A slab's texture larger than CACHE_BYTES (but within the GPU's share) is
+    reused by the next slab of its shape rather than freed and made again."""
+    import cupy as cp
+    from leveret.cuda import texture
+
+    geometry, volume, _ = random_case(rng, 1024, 4096, 17, (8, 8))
+    op = ParallelBackprojection(geometry, volume, backend="cuda", kernel="texture")
+    sinos = cp.asarray(rng.standard_normal((17, 1024, 4096), dtype=np.float32))
+    texture.clear_cache()
+    op(sinos)
+    [first] = texture.layered_cache().entries_by_key.values()
+    assert first.nbytes > texture.CACHE_BYTES
+    op(sinos)
+    assert list(texture.layered_cache().entries_by_key.values()) == [first]  # the same texture again
+    texture.clear_cache()
+
+
 @pytest.mark.parametrize("old", ["single", "exact", "double", "fast"])
 def test_removed_precision_spellings_are_refused(rng, old):
     """The 0.x spellings are gone, not aliased: one vocabulary, NumPy's dtype names."""

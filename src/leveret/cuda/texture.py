@@ -23,8 +23,18 @@ import numpy as np
 from .device_state import active_budget, device_state, known_states
 from .pipeline import upload_pinned
 
-CACHE_BYTES = 256 << 20  # per GPU; textures larger than this are freed after use
+CACHE_BYTES = 256 << 20  # per GPU: per-view textures, and layered ones at least; larger ones are freed after use
 CACHE_ENTRIES = 8  # per GPU: two workers' textures of a few shapes each
+#: Share of a GPU's memory its layered textures may keep (at least ``CACHE_BYTES``):
+#: an out-of-core run's workers reuse their slab's texture (1 GiB for 64 slices of
+#: 2048 views of 2048 columns) slab after slab, where freeing it would wait for the
+#: whole GPU and allocating it again costs milliseconds (5% of such a run on an H200).
+LAYERED_SHARE = 1 / 16
+
+
+def layered_bytes(total: int) -> int:
+    """Bytes of layered textures a GPU of ``total`` bytes of memory keeps cached."""
+    return max(CACHE_BYTES, int(total * LAYERED_SHARE))
 
 
 class _Cache:
@@ -83,16 +93,27 @@ class _Cache:
 
 
 def layered_cache(state=None) -> _Cache:
-    """The layered-texture cache of a GPU's state (default: the current GPU's;
-    under a :class:`leveret.cuda.device_state.MemoryBudget`, the budget's own,
-    of half its texture bytes)."""
+    """The layered-texture cache of a GPU's state (default: the current GPU's,
+    of :func:`layered_bytes` of its memory; under a
+    :class:`leveret.cuda.device_state.MemoryBudget`, the budget's own, of half
+    its texture bytes)."""
     budget = active_budget() if state is None else None
     if budget is not None:
         return budget.cache(
             "layered", lambda: _Cache(CACHE_ENTRIES, budget.texture_bytes // 2, lambda tex: tex.nbytes, strict=True)
         )
     state = device_state() if state is None else state
-    return state.cache("layered", lambda: _Cache(CACHE_ENTRIES, CACHE_BYTES, lambda tex: tex.nbytes))
+
+    def make():
+        try:
+            from cupy.cuda import runtime
+
+            total = runtime.getDeviceProperties(state.device)["totalGlobalMem"]
+        except Exception:  # no CUDA here (a state made for bookkeeping alone): the least
+            total = 0
+        return _Cache(CACHE_ENTRIES, layered_bytes(total), lambda tex: tex.nbytes)
+
+    return state.cache("layered", make)
 
 
 def _cache_lock():
