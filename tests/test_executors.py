@@ -284,6 +284,43 @@ def test_buffers_wait_for_a_free_one_and_stop_when_halted():
         got[0].release() or pool.take((17,), np.float32, lambda: False)
 
 
+def test_buffers_made_ahead_on_a_thread_never_exceed_their_count(monkeypatch):
+    """prepare makes the first slabs' buffers on a thread of its own; a take
+    meanwhile makes its own, and the two together never make more than count."""
+    made = []
+    real = pipeline.Buffers._make
+
+    def slow_make(self):
+        made.append(threading.current_thread().name)
+        time.sleep(0.05)
+        return real(self)
+
+    monkeypatch.setattr(pipeline.Buffers, "_make", slow_make)
+
+    def settled(pool, free):
+        deadline = time.monotonic() + WAIT
+        while len(pool._free) < free:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        time.sleep(0.1)  # nothing more comes
+
+    ahead = pipeline.Buffers(3, 64)
+    ahead.prepare(5)
+    settled(ahead, 3)
+    assert made == ["leveret-buffers"] * 3 and ahead._made == 3
+    made.clear()
+    short = pipeline.Buffers(4, 64)
+    short.prepare(2)  # a run of two slabs: two buffers
+    settled(short, 2)
+    assert len(made) == 2 and short._made == 2
+    made.clear()
+    racing = pipeline.Buffers(2, 64)
+    racing.prepare(2)
+    taken = [racing.take((4,), np.float32, lambda: False) for _ in range(2)]
+    time.sleep(0.2)
+    assert all(t.array.shape == (4,) for t in taken) and len(made) == 2 and racing._made == 2
+
+
 def test_stage_times_report_rates_shares_and_the_bound():
     times = pipeline.StageTimes({"read": 1, "reconstruct": 1, "write": 2})
     times.add("read", 1.0, 2_000_000_000)

@@ -27,6 +27,7 @@ import logging
 import math
 import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -860,6 +861,10 @@ def _reconstruct_to_file(
         **extras,
     )
     value_range = sample = None
+    # the input's fingerprint (a few reads) is taken while the range's slices are reconstructed
+    fingerprinting = ThreadPoolExecutor(1, thread_name_prefix="leveret-fingerprint")
+    fingerprint = fingerprinting.submit(_fingerprint, projections, (params or {}).get("input"))
+    fingerprinting.shutdown(wait=False)
     if stored.kind == "u":
         value_range = _given_range(output_range, output, dataset, resume)
         if value_range is None:
@@ -890,7 +895,7 @@ def _reconstruct_to_file(
     }
     if stored != np.float32:  # float32 runs keep the parameters (and resume) of earlier versions
         job["output"] = {"dtype": stored.name, "range": output_range if output_range is not None else "auto"}
-    fingerprint = _fingerprint(projections, (params or {}).get("input"))
+    fingerprint = fingerprint.result()
     from ..io.slabs import volume_metadata
 
     meta = volume_metadata(volume, stored, value_range, **(metadata or {}))

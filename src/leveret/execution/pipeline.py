@@ -216,6 +216,29 @@ class Buffers:
             raise ValueError(f"a slab of {n} bytes does not fit the pool's buffers of {self.nbytes}")
         return Buffer(self, block, block[:n].view(dtype).reshape(shape))
 
+    def prepare(self, n: int) -> None:
+        """Make up to ``n`` of the buffers now, one after another on a thread of
+        their own, for the first slabs to find made: locking a pinned block of
+        half a gigabyte takes tens of milliseconds, on the first run of a process.
+        Never more than ``count`` in all; a :meth:`take` meanwhile makes its own."""
+
+        def make():
+            while True:
+                with self._room:
+                    if self._made >= min(self.count, n):
+                        return
+                    self._made += 1
+                try:
+                    block = self._make()
+                except BaseException:  # take() makes it then, and raises
+                    with self._room:
+                        self._made -= 1
+                        self._room.notify()
+                    return
+                self._give_back(block)
+
+        threading.Thread(target=make, name="leveret-buffers", daemon=True).start()
+
     def _make(self) -> np.ndarray:
         if self.pinned:
             from ..cuda.pipeline import empty_pinned
@@ -665,6 +688,9 @@ class Pipeline:
                 self.times.add(stage, seconds, nbytes)
         raws, outs = in_flight(len(workers), self.backend)
         self._raw_pool = Buffers(raws, self._max_band(regions), pinned=self.backend == "cuda")
+        if self.backend == "cuda":  # a new process's pinned blocks: made beside the first slabs' work
+            self._raw_pool.prepare(len(regions))
+            self._out_pool.prepare(len(regions))
         # the pools bound what is held; the queues only pass slabs on
         reads: queue.Queue = queue.Queue(maxsize=raws)
         finished: queue.Queue = queue.Queue(maxsize=outs)
