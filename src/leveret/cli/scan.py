@@ -314,7 +314,6 @@ def _band(shape, spec: str | None = None, n: int = CENTER_ROWS) -> tuple[int, in
 def _rows(scan: ScanInput, r0: int, r1: int) -> np.ndarray:
     """Line integrals (n_angles, r1 - r0, n_cols), float32."""
     from ..execution.slab import preprocess_rows
-
     from ..io.bands import read_rows
 
     raw = read_rows(scan.projections, (r0, r1))

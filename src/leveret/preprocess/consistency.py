@@ -149,8 +149,9 @@ def check_consistency(
     """Check a parallel-beam scan's data against its geometry, cheaply; say what disagrees.
 
     Reads only the detector rows ``rows`` of ``projections`` (a lazy reader's
-    array reads nothing else, on a thread per core: :func:`leveret.io.bands.read_rows`) and runs the checks in the module docstring: the
-    values against the preprocessing asked for, then, on line integrals, the
+    array reads nothing else, on a thread per core: :func:`leveret.io.bands.read_rows`)
+    and runs the checks in the module docstring: the values against the
+    preprocessing asked for, then, on line integrals, the
     Helgason-Ludwig moment conditions of order 0 and 1 and the agreement of
     views half a turn apart against the angles and the centre. Measured on two
     CPU cores, after reading the rows: 0.1 to 0.2 s for the 4 default rows of
