@@ -37,7 +37,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._validate import choice
+from .._validate import array_module, choice
 from ..io.bands import read_rows
 from ._common import check_real, to_numpy
 
@@ -275,7 +275,7 @@ def _band(projections, rows):
             raise ValueError(f"rows: expected (first, stop) detector rows, got {rows!r}") from None
         if not 0 <= r0 < r1 <= n_rows:
             raise ValueError(f"rows: expected 0 <= first < stop <= {n_rows}, got {rows!r}")
-    if hasattr(projections, "__cuda_array_interface__"):
+    if array_module(projections) is not np:  # CuPy: its rows copied to the host
         return np.asarray(to_numpy(projections[:, r0:r1, :])), r0, r1
     return read_rows(projections, (r0, r1)), r0, r1  # a lazy stack's rows on threads
 
