@@ -204,13 +204,7 @@ class Buffers:
                 self._made += 1
                 block = None
         if block is None:
-            try:
-                block = self._make()
-            except BaseException:
-                with self._room:
-                    self._made -= 1
-                    self._room.notify()
-                raise
+            block = self._make_counted()
         n = int(np.prod(shape)) * np.dtype(dtype).itemsize
         if n > self.nbytes:
             raise ValueError(f"a slab of {n} bytes does not fit the pool's buffers of {self.nbytes}")
@@ -229,15 +223,22 @@ class Buffers:
                         return
                     self._made += 1
                 try:
-                    block = self._make()
+                    block = self._make_counted()
                 except BaseException:  # take() makes it then, and raises
-                    with self._room:
-                        self._made -= 1
-                        self._room.notify()
                     return
                 self._give_back(block)
 
         threading.Thread(target=make, name="leveret-buffers", daemon=True).start()
+
+    def _make_counted(self) -> np.ndarray:
+        """A new block, already counted in ``_made``; uncounted again if making it fails."""
+        try:
+            return self._make()
+        except BaseException:
+            with self._room:
+                self._made -= 1
+                self._room.notify()
+            raise
 
     def _make(self) -> np.ndarray:
         if self.pinned:
